@@ -1,0 +1,45 @@
+# kvroute — `make run` starts an emulated fleet plus the router; `make test` runs the suite.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+PORT   ?= 8000
+FLEET  ?= config/fleet.yaml
+ROUTING ?= config/routing.yaml
+PYTEST_ARGS ?=
+
+.PHONY: run install install-dev test test-fast lint typecheck services bench-setup \
+        test-real-vllm test-observability clean
+
+$(VENV)/.base: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $@
+
+# torch is pinned to the CPU build on this machine's disk *before* anything can pull a CUDA one.
+$(VENV)/.dev: $(VENV)/.base
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev,semantic]'
+	touch $@
+
+install: $(VENV)/.base
+install-dev: $(VENV)/.dev
+
+run: $(VENV)/.base
+	$(VENV)/bin/kvroute up --fleet $(FLEET) --routing $(ROUTING) --port $(PORT)
+
+services:
+	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null)
+
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy router workers policies sim bench
+
+test: $(VENV)/.dev services
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.dev
+	$(VENV)/bin/pytest -q -m 'not integration' $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""kvroute policies package."""

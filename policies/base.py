@@ -1,0 +1,142 @@
+"""The plugin contracts of the routing pipeline and the values that flow through it.
+
+A decision runs ``producers → rules → profile (filters → weighted scorers → picker)``.
+Producers may be expensive (tokenizing, embedding) and run before the decision, possibly off
+the event loop; everything after them is pure and synchronous: no I/O, no awaits, no
+exceptions into the request path. The same objects run live (``router.director``) and in
+virtual time (``sim``), so a policy decides identically in both for the same views.
+
+Modelled on llm-d's scheduling framework (filter → scorer → picker over a shared
+``CycleState``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+from workers.models import WorkerView
+
+
+@dataclass(slots=True)
+class RoutingRequest:
+    """One client request as the policies see it. Producers fill the ``produced`` fields."""
+
+    request_id: str
+    model: str
+    path: str = "/v1/chat/completions"   # or "/v1/completions"
+    messages: Sequence[Mapping[str, Any]] | None = None
+    prompt: Any = None                   # completions: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = None
+    stream: bool = False
+    tenant: str | None = None            # API key / x-tenant header
+    session: str | None = None           # x-session-id / user field
+    headers: Mapping[str, str] = field(default_factory=dict)
+    arrival_time: float = 0.0            # monotonic seconds (virtual in the simulator)
+    # --- produced before the decision -------------------------------------------------------
+    prompt_token_ids: Sequence[int] | None = None
+    num_prompt_tokens: int = 0
+    block_hashes: dict[int, Sequence[int]] = field(default_factory=dict)   # block_size -> chain
+    semantic_class: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)   # free-form producer outputs
+
+    @property
+    def expected_output_tokens(self) -> int:
+        """max_tokens if given, else a conservative default used for estimates."""
+        return self.max_tokens if self.max_tokens is not None else 256
+
+
+class CycleState:
+    """Per-decision scratchpad shared by the plugins of one scheduling cycle."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+
+    def read(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def write(self, key: str, value: Any) -> None:
+        self._data[key] = value
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateScore:
+    """One candidate's weighted total and the raw score of every scorer (0..1)."""
+
+    worker_id: str
+    total: float
+    scores: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where a request goes and why."""
+
+    request_id: str
+    worker_id: str | None                # None: no candidate (the router answers 503)
+    model: str                           # target model after rule rewrites
+    profile: str
+    rule: str | None
+    reason: str                          # human-readable, also the x-kvroute-reason header
+    candidates: tuple[CandidateScore, ...] = ()
+    filtered_out: Mapping[str, str] = field(default_factory=dict)   # worker -> filter name
+    attributes: Mapping[str, Any] = field(default_factory=dict)     # e.g. estimated ttft, cost
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """What the router (or the simulator) observed once a request finished."""
+
+    request_id: str
+    worker_id: str
+    status: int                       # HTTP status; 200 for success
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int | None = None  # when the worker reports it
+    ttft_s: float | None = None
+    tpot_s: float | None = None       # mean inter-token time after the first token
+    e2e_s: float | None = None
+
+
+@runtime_checkable
+class Producer(Protocol):
+    """Computes request attributes before the decision. Pure CPU; may run in a thread."""
+
+    name: str
+
+    def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None: ...
+
+
+@runtime_checkable
+class Filter(Protocol):
+    name: str
+
+    def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
+               cycle: CycleState) -> Sequence[WorkerView]: ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    name: str
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]: ...   # worker id -> [0, 1]
+
+
+@runtime_checkable
+class Picker(Protocol):
+    name: str
+
+    def pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
+             cycle: CycleState) -> CandidateScore: ...
+
+
+@runtime_checkable
+class RoutingObserver(Protocol):
+    """Optional hooks for stateful plugins (prefix index, latency model, round-robin)."""
+
+    def on_routed(self, request: RoutingRequest, decision: Decision) -> None: ...
+
+    def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None: ...

@@ -1,0 +1,55 @@
+"""The ``kvroute`` command: one entry point, one sub-command module per owner.
+
+Each sub-command lives beside the code it drives and exposes
+``register(subparsers) -> None``, which adds its parser and sets ``func`` (a callable taking the
+parsed ``argparse.Namespace`` and returning an exit code). Those modules import their heavy
+dependencies inside ``func`` so that ``kvroute --help`` stays fast and never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+# sub-command module -> what it provides
+COMMAND_MODULES: tuple[str, ...] = (
+    "router.commands",          # up, serve
+    "policies.cli",             # validate
+    "workers.emulator.cli",     # emulate
+    "workers.launch.cli",       # launch-vllm
+    "sim.cli",                  # sim
+    "bench.cli",                # bench
+    "policies.semantic.cli",    # semantic
+    "router.dashboard.cli",     # dashboard
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvroute", description="Token-aware load balancer for LLM inference fleets.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and module_name.startswith(exc.name):
+                continue  # that part of kvroute is not built into this installation
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    return int(func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

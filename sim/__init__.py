@@ -1,0 +1,1 @@
+"""kvroute sim package."""

@@ -1,0 +1,1 @@
+"""kvroute workers package."""

@@ -1,0 +1,188 @@
+"""The fleet file (``config/fleet.yaml``): GPU classes, model architectures and workers.
+
+```yaml
+gpu_classes:            # optional: override built-ins (h100, a100, l40s) or add new ones
+  h200: {memory_gb: 141, tflops_bf16: 989.4, bandwidth_gbps: 4800, price_per_hour: 4.5}
+models:                 # served model name -> architecture (built-in name or fields)
+  meta-llama/Llama-3.1-8B-Instruct: {arch: llama-3-8b, max_model_len: 8192}
+workers:
+  - id: h100-0
+    gpu: h100
+    models: [meta-llama/Llama-3.1-8B-Instruct]
+    labels: {pool: premium}
+    emulate: {port: 8101}            # an emulated worker on 127.0.0.1:8101 ...
+  - id: real-0
+    gpu: a100
+    models: [meta-llama/Llama-3.1-8B-Instruct]
+    url: http://10.0.0.7:8000        # ... or a real vLLM server
+    kv_events: tcp://10.0.0.7:5557   # optional KV-event stream
+```
+
+``emulate:`` keys belong to the emulator (``workers.emulator.config``); this module keeps them
+as a mapping and only reads ``port`` and ``host`` to derive the worker URL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import yaml
+
+from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS, GpuProfile, ModelSpec
+from workers.models import WorkerInfo
+
+
+class FleetConfigError(ValueError):
+    """A fleet file is invalid; the message names the offending field."""
+
+
+_WORKER_KEYS = {"id", "gpu", "models", "model", "labels", "emulate", "url", "kv_events",
+                "tensor_parallel", "price_per_hour"}
+_MODEL_KEYS = {"arch"}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """One worker entry: its info plus, for emulated workers, the raw ``emulate`` block."""
+
+    info: WorkerInfo
+    emulate: Mapping[str, Any] | None = None
+
+    @property
+    def emulated(self) -> bool:
+        return self.emulate is not None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    gpu_classes: Mapping[str, GpuProfile]
+    models: Mapping[str, ModelSpec]
+    workers: tuple[WorkerSpec, ...]
+    source: str = "<memory>"
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def worker(self, worker_id: str) -> WorkerSpec:
+        for spec in self.workers:
+            if spec.info.id == worker_id:
+                return spec
+        raise KeyError(worker_id)
+
+
+def load_fleet(path: str | Path) -> FleetConfig:
+    """Read and validate a fleet file."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise FleetConfigError(f"{p}: cannot read fleet file: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise FleetConfigError(f"{p}: invalid YAML: {exc}") from exc
+    return parse_fleet(data, source=str(p))
+
+
+def parse_fleet(data: Any, source: str = "<memory>") -> FleetConfig:
+    if not isinstance(data, Mapping):
+        raise FleetConfigError(f"{source}: top level must be a mapping")
+    unknown = sorted(set(data) - {"gpu_classes", "models", "workers"})
+    if unknown:
+        raise FleetConfigError(f"{source}: unknown top-level key(s): {', '.join(unknown)}")
+    gpus = _parse_gpu_classes(data.get("gpu_classes") or {}, source)
+    models = _parse_models(data.get("models") or {}, source)
+    raw_workers = data.get("workers")
+    if not isinstance(raw_workers, list) or not raw_workers:
+        raise FleetConfigError(f"{source}: workers: must be a non-empty list")
+    workers: list[WorkerSpec] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_workers):
+        spec = _parse_worker(raw, f"{source}: workers[{i}]", gpus, models)
+        if spec.info.id in seen:
+            raise FleetConfigError(f"{source}: workers[{i}].id: duplicate id {spec.info.id!r}")
+        seen.add(spec.info.id)
+        workers.append(spec)
+    return FleetConfig(gpu_classes=MappingProxyType(gpus), models=MappingProxyType(models),
+                       workers=tuple(workers), source=source)
+
+
+def _parse_gpu_classes(raw: Any, source: str) -> dict[str, GpuProfile]:
+    if not isinstance(raw, Mapping):
+        raise FleetConfigError(f"{source}: gpu_classes: must be a mapping")
+    gpus = dict(BUILTIN_GPUS)
+    for name, fields_ in raw.items():
+        if not isinstance(fields_, Mapping):
+            raise FleetConfigError(f"{source}: gpu_classes.{name}: must be a mapping")
+        try:
+            gpus[str(name)] = GpuProfile.from_mapping(str(name), fields_, BUILTIN_GPUS.get(name))
+        except (TypeError, ValueError) as exc:
+            raise FleetConfigError(f"{source}: gpu_classes.{name}: {exc}") from exc
+    return gpus
+
+
+def _parse_models(raw: Any, source: str) -> dict[str, ModelSpec]:
+    if not isinstance(raw, Mapping):
+        raise FleetConfigError(f"{source}: models: must be a mapping")
+    models: dict[str, ModelSpec] = {}
+    for name, fields_ in raw.items():
+        fields_ = dict(fields_ or {})
+        arch = fields_.pop("arch", None)
+        base = BUILTIN_MODELS.get(str(arch)) if arch is not None else None
+        if arch is not None and base is None:
+            raise FleetConfigError(
+                f"{source}: models.{name}.arch: unknown architecture {arch!r} "
+                f"(known: {', '.join(sorted(BUILTIN_MODELS))})")
+        try:
+            models[str(name)] = ModelSpec.from_mapping(str(name), fields_, base)
+        except (TypeError, ValueError) as exc:
+            raise FleetConfigError(f"{source}: models.{name}: {exc}") from exc
+    return models
+
+
+def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
+                  models: Mapping[str, ModelSpec]) -> WorkerSpec:
+    if not isinstance(raw, Mapping):
+        raise FleetConfigError(f"{where}: must be a mapping")
+    unknown = sorted(set(raw) - _WORKER_KEYS)
+    if unknown:
+        raise FleetConfigError(f"{where}: unknown key(s): {', '.join(unknown)}")
+    wid = raw.get("id")
+    if not isinstance(wid, str) or not wid:
+        raise FleetConfigError(f"{where}.id: required, a non-empty string")
+    gpu_name = raw.get("gpu")
+    if gpu_name not in gpus:
+        raise FleetConfigError(f"{where}.gpu: unknown GPU class {gpu_name!r} "
+                               f"(known: {', '.join(sorted(gpus))})")
+    gpu = gpus[gpu_name]
+    served = raw.get("models", raw.get("model"))
+    if isinstance(served, str):
+        served = [served]
+    if not isinstance(served, list) or not served or not all(isinstance(m, str) for m in served):
+        raise FleetConfigError(f"{where}.models: required, a list of model names")
+    spec = models.get(served[0]) or BUILTIN_MODELS.get(served[0])
+    if spec is None:
+        raise FleetConfigError(f"{where}.models: {served[0]!r} is not declared under models: "
+                               "(give it an arch)")
+    tp = int(raw.get("tensor_parallel", 1))
+    if tp not in (1, 2, 4, 8):
+        raise FleetConfigError(f"{where}.tensor_parallel: must be 1, 2, 4 or 8")
+    price = float(raw.get("price_per_hour", gpu.price_per_hour * tp))
+    labels = raw.get("labels") or {}
+    if not isinstance(labels, Mapping):
+        raise FleetConfigError(f"{where}.labels: must be a mapping")
+    emulate = raw.get("emulate")
+    url = raw.get("url")
+    if (emulate is None) == (url is None):
+        raise FleetConfigError(f"{where}: exactly one of url: or emulate: is required")
+    if emulate is not None:
+        if not isinstance(emulate, Mapping) or not isinstance(emulate.get("port"), int):
+            raise FleetConfigError(f"{where}.emulate.port: required, an integer")
+        url = f"http://{emulate.get('host', '127.0.0.1')}:{emulate['port']}"
+    assert isinstance(url, str)
+    info = WorkerInfo(
+        id=wid, url=url.rstrip("/"), gpu=gpu, models=tuple(served), model_spec=spec,
+        price_per_hour=price, tensor_parallel=tp,
+        labels=MappingProxyType({str(k): str(v) for k, v in labels.items()}),
+        kv_events_endpoint=raw.get("kv_events"),
+    )
+    return WorkerSpec(info=info, emulate=MappingProxyType(dict(emulate)) if emulate else None)
