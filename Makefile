@@ -41,5 +41,15 @@ test: $(VENV)/.dev services
 test-fast: $(VENV)/.dev
 	$(VENV)/bin/pytest -q -m 'not integration' $(PYTEST_ARGS)
 
+# Peer routers for `kvroute bench` (never part of the base install): a separate venv plus Debian
+# packages. Versions match the ones measured in shared/reference/overhead-anchors.md.
+BENCH_VENV ?= .venv-bench
+bench-setup:
+	@command -v nginx >/dev/null && command -v wrk >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq nginx wrk >/dev/null)
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q sglang-router==0.3.2 vllm-router==0.1.17 \
+		'litellm[proxy]==1.108.7' py-spy
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
