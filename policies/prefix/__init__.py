@@ -1,0 +1,1 @@
+"""Prefix-cache knowledge of the router: which blocks each worker probably or surely holds."""

@@ -1,0 +1,175 @@
+"""The approximate prefix index: what each worker probably caches, learnt from routing alone.
+
+Every routed request's block hashes are inserted for the worker it went to. Each worker has
+a bounded LRU sized from its KV capacity (``num_gpu_blocks`` of its view, less vLLM's null
+block), and a reverse map ``hash → workers`` answers "who holds this block" in one lookup, so
+a longest-prefix match costs O(matched blocks) whatever the fleet size. Memory is bounded by
+the sum of the workers' capacities, whatever the traffic.
+
+Eviction imitates vLLM's free queue (``vllm-interface.md`` §4.2): a finished request's blocks
+return to the LRU tail in reverse order, so within one request the tail blocks are evicted
+before the head. Insertion therefore touches a chain tail first, leaving block 0 the most
+recently used.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+NULL_BLOCKS = 1   # vLLM reserves block 0 of the pool; it never holds a cached block
+
+
+class WorkerBlockLru:
+    """The blocks one worker probably holds, least recently used first."""
+
+    __slots__ = ("_blocks", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, block_hash: int) -> bool:
+        return block_hash in self._blocks
+
+    def touch(self, block_hash: int) -> bool:
+        """Mark a block most recently used; returns True when it was new."""
+        blocks = self._blocks
+        if block_hash in blocks:
+            blocks.move_to_end(block_hash)
+            return False
+        blocks[block_hash] = None
+        return True
+
+    def evict_overflow(self) -> list[int]:
+        """Drop least recently used blocks until within capacity; returns the dropped ones."""
+        dropped: list[int] = []
+        blocks = self._blocks
+        while len(blocks) > self.capacity:
+            dropped.append(blocks.popitem(last=False)[0])
+        return dropped
+
+    def hashes(self) -> list[int]:
+        return list(self._blocks)
+
+
+class ApproximatePrefixIndex:
+    """Per-worker LRUs of block hashes plus a reverse map for fleet-wide prefix matching."""
+
+    __slots__ = ("_default_capacity", "_holders", "_workers")
+
+    def __init__(self, default_capacity_blocks: int = 16384) -> None:
+        if default_capacity_blocks < 1:
+            raise ValueError("default_capacity_blocks must be >= 1")
+        self._default_capacity = default_capacity_blocks
+        self._workers: dict[str, WorkerBlockLru] = {}
+        self._holders: dict[int, set[str]] = {}
+
+    # --- sizing ----------------------------------------------------------------------------
+    @staticmethod
+    def capacity_for(num_gpu_blocks: int, default: int) -> int:
+        """Blocks a worker can cache: its pool less the null block, or ``default`` if unknown."""
+        return num_gpu_blocks - NULL_BLOCKS if num_gpu_blocks > NULL_BLOCKS else default
+
+    def set_capacity(self, worker_id: str, num_gpu_blocks: int) -> None:
+        """Resize a worker's LRU from its view's ``num_gpu_blocks`` (evicts if it shrank)."""
+        lru = self._lru(worker_id)
+        capacity = self.capacity_for(num_gpu_blocks, self._default_capacity)
+        if capacity != lru.capacity:
+            lru.capacity = capacity
+            self._forget(worker_id, lru.evict_overflow())
+
+    # --- updates ---------------------------------------------------------------------------
+    def insert(self, worker_id: str, block_hashes: Sequence[int]) -> None:
+        """Record that ``worker_id`` now caches this chain (head most recently used)."""
+        lru = self._lru(worker_id)
+        holders = self._holders
+        for block_hash in reversed(block_hashes):
+            if lru.touch(block_hash):
+                owners = holders.get(block_hash)
+                if owners is None:
+                    holders[block_hash] = {worker_id}
+                else:
+                    owners.add(worker_id)
+        self._forget(worker_id, lru.evict_overflow())
+
+    def remove_worker(self, worker_id: str) -> None:
+        lru = self._workers.pop(worker_id, None)
+        if lru is not None:
+            self._forget(worker_id, lru.hashes())
+
+    def clear_worker(self, worker_id: str) -> None:
+        """Forget everything a worker holds but keep its capacity (e.g. its cache was reset)."""
+        lru = self._workers.get(worker_id)
+        if lru is not None:
+            capacity = lru.capacity
+            self.remove_worker(worker_id)
+            self._workers[worker_id] = WorkerBlockLru(capacity)
+
+    # --- queries ---------------------------------------------------------------------------
+    def match(self, block_hashes: Sequence[int],
+              worker_ids: Iterable[str]) -> dict[str, int]:
+        """Leading blocks of the chain each worker holds, in O(matched blocks).
+
+        Workers absent from the result hold none; a worker's match stops at its first miss,
+        as vLLM's ``find_longest_cache_hit`` does.
+        """
+        result: dict[str, int] = {}
+        holders = self._holders
+        if not block_hashes:
+            return result
+        first = holders.get(block_hashes[0])
+        if not first:
+            return result
+        alive = first.intersection(worker_ids)
+        position = 1
+        while alive and position < len(block_hashes):
+            owners = holders.get(block_hashes[position])
+            if owners is None:
+                break
+            if not alive <= owners:
+                for worker_id in alive - owners:
+                    result[worker_id] = position
+                alive &= owners
+            position += 1
+        for worker_id in alive:
+            result[worker_id] = position
+        return result
+
+    def blocks(self, worker_id: str) -> int:
+        lru = self._workers.get(worker_id)
+        return len(lru) if lru is not None else 0
+
+    def capacity(self, worker_id: str) -> int:
+        lru = self._workers.get(worker_id)
+        return lru.capacity if lru is not None else self._default_capacity
+
+    def holds(self, worker_id: str, block_hash: int) -> bool:
+        lru = self._workers.get(worker_id)
+        return lru is not None and block_hash in lru
+
+    def total_blocks(self) -> int:
+        return sum(len(lru) for lru in self._workers.values())
+
+    def distinct_blocks(self) -> int:
+        return len(self._holders)
+
+    # --- internals -------------------------------------------------------------------------
+    def _lru(self, worker_id: str) -> WorkerBlockLru:
+        lru = self._workers.get(worker_id)
+        if lru is None:
+            lru = self._workers[worker_id] = WorkerBlockLru(self._default_capacity)
+        return lru
+
+    def _forget(self, worker_id: str, dropped: Iterable[int]) -> None:
+        holders = self._holders
+        for block_hash in dropped:
+            owners = holders.get(block_hash)
+            if owners is None:
+                continue
+            owners.discard(worker_id)
+            if not owners:
+                del holders[block_hash]
