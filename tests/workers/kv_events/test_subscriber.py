@@ -1,0 +1,100 @@
+"""The subscriber over real ZMQ sockets on 127.0.0.1: live stream, gap, replay."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import msgpack
+import pytest
+import zmq
+import zmq.asyncio
+
+from workers.engine.block_hash import block_hash_chain, to_event_int
+from workers.kv_events import ExactPrefixIndex, KvEventSource, KvEventSubscriber
+
+TOPIC = b"kv-events"
+
+
+def stored_payload(hashes: list[int]) -> bytes:
+    return msgpack.packb([1.0, [{"type": "BlockStored", "block_hashes": hashes,
+                                 "parent_block_hash": None, "token_ids": [],
+                                 "block_size": 16, "medium": "GPU"}], 0])
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def publish_until_seen(pub: zmq.asyncio.Socket, index: ExactPrefixIndex,
+                             seq: int, payload: bytes) -> None:
+    """PUB drops messages until the subscription propagates: resend seq 0 until applied."""
+    async with asyncio.timeout(5.0):
+        while index.state("w").last_seq is None:
+            await pub.send_multipart([TOPIC, seq.to_bytes(8, "big"), payload])
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.integration
+async def test_live_stream_gap_and_replay_over_zmq() -> None:
+    context = zmq.asyncio.Context()
+    pub = context.socket(zmq.PUB)
+    replay = context.socket(zmq.ROUTER)
+    pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
+    replay_port = replay.bind_to_random_port("tcp://127.0.0.1")
+    chain = [to_event_int(h) for h in block_hash_chain(list(range(64)), 16)]
+    buffered = {seq: stored_payload([chain[seq]]) for seq in range(4)}
+    index = ExactPrefixIndex()
+    source = KvEventSource("w", f"tcp://127.0.0.1:{pub_port}",
+                           replay_endpoint=f"tcp://127.0.0.1:{replay_port}",
+                           topic=TOPIC.decode())
+    subscriber = KvEventSubscriber(index, [source])
+
+    async def serve_replay() -> None:
+        identity, start = await replay.recv_multipart()
+        for seq in range(int.from_bytes(start, "big"), 4):
+            await replay.send_multipart([identity, b"", TOPIC, seq.to_bytes(8, "big"),
+                                         buffered[seq]])
+        await replay.send_multipart([identity, b"", TOPIC, b"\xff" * 8, b""])
+
+    try:
+        await subscriber.start()
+        await publish_until_seen(pub, index, 0, buffered[0])
+        assert index.is_exact("w") and index.match("w", chain) == 1
+        server = asyncio.create_task(serve_replay())
+        await pub.send_multipart([TOPIC, (3).to_bytes(8, "big"), buffered[3]])   # 1, 2 lost
+        await wait_until(lambda: index.state("w").last_seq == 3)
+        await server
+        assert index.is_exact("w")
+        assert index.match("w", chain) == 4
+        assert subscriber.counters["w"].replays == 1
+        assert subscriber.counters["w"].replayed_batches == 3
+    finally:
+        await subscriber.stop()
+        pub.close(linger=0)
+        replay.close(linger=0)
+        context.term()
+
+
+@pytest.mark.integration
+async def test_gap_without_replay_endpoint_marks_worker_inexact() -> None:
+    context = zmq.asyncio.Context()
+    pub = context.socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    index = ExactPrefixIndex()
+    subscriber = KvEventSubscriber(index, [KvEventSource("w", f"tcp://127.0.0.1:{port}")])
+    try:
+        await subscriber.start()
+        await publish_until_seen(pub, index, 0, stored_payload([11]))
+        await pub.send_multipart([b"", (2).to_bytes(8, "big"), stored_payload([12])])
+        await pub.send_multipart([b"", (3).to_bytes(8, "big"), b"\xc1not msgpack"])
+        await wait_until(lambda: index.state("w").last_seq == 3)
+        assert not index.is_exact("w") and index.match("w", [11]) is None
+        assert index.holds("w", 12)
+        assert subscriber.counters["w"].decode_errors == 1
+    finally:
+        await subscriber.stop()
+        pub.close(linger=0)
+        context.term()

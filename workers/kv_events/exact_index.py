@@ -1,0 +1,167 @@
+"""Each worker's exact set of cached blocks, rebuilt from its KV-event stream.
+
+Sequence numbers (8-byte big-endian, from 0 per publisher) make the stream checkable:
+
+* ``seq == last + 1``: apply.
+* ``seq == 0`` after something else: the publisher restarted, so its cache is empty: clear.
+* ``seq <= last``: a duplicate (a replay overlapping the live stream): ignore.
+* ``seq > last + 1`` (or a first batch after 0): a gap. The worker becomes *inexact*, later
+  batches are held back, and ``on_batch`` returns the sequence number to replay from. Replayed
+  batches fill the hole and the held ones follow in order; once contiguous the worker is exact
+  again. If the replay cannot fill the hole (``on_replay_done``), the held batches are applied
+  and the worker stays inexact until its cache is cleared (``AllBlocksCleared`` or a restart),
+  because a lost batch may have stored or removed anything.
+
+While a worker is inexact ``match`` returns ``None`` and the prefix scorer uses the
+approximate index instead. Only GPU-resident blocks count (medium ``GPU``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored
+from workers.kv_events.decode import KvEventBatch
+
+DEVICE_MEDIA = frozenset({"GPU"})
+
+
+@dataclass(slots=True)
+class WorkerEventState:
+    blocks: set[int] = field(default_factory=set)
+    last_seq: int | None = None
+    gap_open: bool = False       # waiting for a replay to fill a hole
+    lost: bool = False           # a batch was lost for good: unknown until the next clear
+    held: dict[int, KvEventBatch] = field(default_factory=dict)
+    batches: int = 0
+    gaps: int = 0
+
+    @property
+    def exact(self) -> bool:
+        return self.last_seq is not None and not self.gap_open and not self.lost
+
+
+class ExactPrefixIndex:
+    """Exact per-worker block sets fed by KV events. Owned by one thread or event loop."""
+
+    __slots__ = ("_max_blocks", "_max_held", "_workers")
+
+    def __init__(self, max_blocks_per_worker: int = 1 << 22,
+                 max_held_batches: int = 10_000) -> None:
+        self._workers: dict[str, WorkerEventState] = {}
+        self._max_blocks = max_blocks_per_worker
+        self._max_held = max_held_batches
+
+    def state(self, worker_id: str) -> WorkerEventState:
+        entry = self._workers.get(worker_id)
+        if entry is None:
+            entry = self._workers[worker_id] = WorkerEventState()
+        return entry
+
+    def workers(self) -> list[str]:
+        return list(self._workers)
+
+    # --- stream input ----------------------------------------------------------------------
+    def on_batch(self, worker_id: str, seq: int, batch: KvEventBatch) -> int | None:
+        """Take one batch; returns the sequence number to replay from when a gap opened."""
+        entry = self.state(worker_id)
+        entry.batches += 1
+        last = entry.last_seq
+        if last is not None and seq == 0 and last != -1:
+            self._reset(entry)                       # publisher restarted: its cache is empty
+            self._apply(entry, 0, batch)
+            return None
+        expected = 0 if last is None else last + 1
+        if seq < expected:
+            entry.held.pop(seq, None)
+            return None                              # duplicate
+        if seq == expected:
+            entry.held.pop(seq, None)
+            self._apply(entry, seq, batch)
+            self._drain(entry)
+            return None
+        entry.held[seq] = batch                      # a hole before this batch
+        if len(entry.held) > self._max_held:
+            self.on_replay_done(worker_id)
+            return None
+        if entry.gap_open:
+            return None                              # replay already requested
+        entry.gap_open = True
+        entry.gaps += 1
+        if last is None:
+            entry.last_seq = -1                      # nothing applied yet; replay from 0
+        return expected
+
+    def on_replay_done(self, worker_id: str) -> None:
+        """The replay ended (or none is possible): apply what is held; unfilled hole ⇒ lost."""
+        entry = self.state(worker_id)
+        if not entry.gap_open and not entry.held:
+            return
+        if entry.held:
+            entry.lost = True
+            for seq in sorted(entry.held):
+                self._apply(entry, seq, entry.held[seq])
+            entry.held.clear()
+        entry.gap_open = False
+
+    # --- queries ---------------------------------------------------------------------------
+    def is_exact(self, worker_id: str) -> bool:
+        entry = self._workers.get(worker_id)
+        return entry is not None and entry.exact
+
+    def match(self, worker_id: str, block_hashes: Sequence[int]) -> int | None:
+        """Leading blocks the worker surely holds; ``None`` when its set is not exact."""
+        entry = self._workers.get(worker_id)
+        if entry is None or not entry.exact:
+            return None
+        blocks = entry.blocks
+        matched = 0
+        for block_hash in block_hashes:
+            if block_hash not in blocks:
+                break
+            matched += 1
+        return matched
+
+    def blocks(self, worker_id: str) -> int:
+        entry = self._workers.get(worker_id)
+        return len(entry.blocks) if entry is not None else 0
+
+    def holds(self, worker_id: str, block_hash: int) -> bool:
+        entry = self._workers.get(worker_id)
+        return entry is not None and block_hash in entry.blocks
+
+    # --- internals -------------------------------------------------------------------------
+    def _drain(self, entry: WorkerEventState) -> None:
+        assert entry.last_seq is not None
+        while entry.held:
+            batch = entry.held.pop(entry.last_seq + 1, None)
+            if batch is None:
+                return
+            self._apply(entry, entry.last_seq + 1, batch)
+        entry.gap_open = False
+
+    def _apply(self, entry: WorkerEventState, seq: int, batch: KvEventBatch) -> None:
+        blocks = entry.blocks
+        for event in batch.events:
+            if isinstance(event, BlockStored):
+                if event.medium in DEVICE_MEDIA:
+                    blocks.update(event.block_hashes)
+            elif isinstance(event, BlockRemoved):
+                if event.medium in DEVICE_MEDIA:
+                    blocks.difference_update(event.block_hashes)
+            elif isinstance(event, AllBlocksCleared):
+                blocks.clear()
+                entry.lost = False
+        if len(blocks) > self._max_blocks:
+            blocks.clear()                           # a stream that never removes: distrust it
+            entry.lost = True
+        entry.last_seq = seq
+
+    @staticmethod
+    def _reset(entry: WorkerEventState) -> None:
+        entry.blocks.clear()
+        entry.held.clear()
+        entry.gap_open = False
+        entry.lost = False
+        entry.last_seq = None
