@@ -73,6 +73,7 @@ class WorkerView:
     staleness_s: float          # seconds since the snapshot was taken
     served_models: tuple[str, ...] = ()
     lora_adapters: tuple[str, ...] = ()
+    inflight_prefill_tokens: int = 0   # the prefill part of inflight_tokens (not yet started)
 
     @property
     def id(self) -> str:

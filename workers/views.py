@@ -23,7 +23,8 @@ def build_view(info: WorkerInfo, snapshot: WorkerSnapshot | None, inflight: Work
             num_gpu_blocks=0, max_model_len=info.model_spec.max_model_len,
             inflight_requests=inflight.requests,
             inflight_tokens=inflight.prefill_tokens + inflight.decode_tokens,
-            healthy=False, staleness_s=float("inf"), served_models=info.models)
+            healthy=False, staleness_s=float("inf"), served_models=info.models,
+            inflight_prefill_tokens=inflight.prefill_tokens)
     return WorkerView(
         info=info,
         running=snapshot.running,
@@ -38,4 +39,5 @@ def build_view(info: WorkerInfo, snapshot: WorkerSnapshot | None, inflight: Work
         staleness_s=max(0.0, now - snapshot.scraped_at),
         served_models=snapshot.served_models or info.models,
         lora_adapters=snapshot.lora_adapters,
+        inflight_prefill_tokens=inflight.prefill_tokens,
     )
