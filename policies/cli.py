@@ -1,0 +1,42 @@
+"""``kvroute validate FILE [--fleet F]``: check a routing file the way the router would.
+
+Parses the file strictly, then builds every plugin (against the fleet when ``--fleet`` is
+given, which also checks that rule rewrites name models and pools the fleet has). Exit 0
+with a one-line summary; exit 1 with the reason, naming the field, on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "validate", help="validate a routing file (exit 1 with the reason when invalid)")
+    parser.add_argument("file", help="routing file, e.g. config/routing.yaml")
+    parser.add_argument("--fleet", help="fleet file to check rule models and pools against")
+    parser.set_defaults(func=validate_command)
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    from policies.engine import PolicyEngine
+    from policies.errors import RoutingConfigError
+    from policies.loader import load_routing
+    from policies.summary import summarize
+    from workers.fleet import FleetConfig, FleetConfigError, load_fleet
+
+    try:
+        fleet = load_fleet(args.fleet) if args.fleet else FleetConfig({}, {}, ())
+    except FleetConfigError as exc:
+        print(f"invalid fleet: {exc}", file=sys.stderr)
+        return 1
+    try:
+        routing = load_routing(args.file)
+        PolicyEngine.build(routing, fleet)
+    except RoutingConfigError as exc:
+        print(f"{args.file}: invalid: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.file}: ok: {summarize(routing)}")
+    return 0

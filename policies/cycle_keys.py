@@ -1,0 +1,57 @@
+"""The ``CycleState`` keys the engine sets, and how plugins hand explanations back.
+
+Set by the engine before any plugin runs:
+
+* ``TARGET_MODEL``: the model after rule rewrites (also ``request.model`` as plugins see it).
+* ``TARGET_ADAPTER``: the LoRA adapter a rule chose, or None.
+* ``RULE``: the name of the matched rule, or None.
+
+Plugins explain themselves through two helpers, which the engine folds into the
+``Decision``:
+
+* ``record_worker_attribute(cycle, key, worker_id, value)``: a per-worker number (e.g.
+  ``estimated_ttft_s``); the chosen worker's value lands in ``Decision.attributes[key]``.
+* ``set_reason(cycle, text, decided_by)``: replaces the engine's generated reason (e.g. a
+  picker that chose by SLO: ``"cheapest within SLO: est ttft 0.21s, cost $0.0004"``) and the
+  short ``decided_by`` word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from policies.base import CycleState
+
+TARGET_MODEL = "target_model"
+TARGET_ADAPTER = "target_adapter"
+RULE = "rule"
+WORKER_ATTRIBUTES = "decision.worker_attributes"   # key -> {worker_id: value}
+REASON = "decision.reason"                         # (text, decided_by)
+
+
+def record_worker_attribute(cycle: CycleState, key: str, worker_id: str, value: Any) -> None:
+    table: dict[str, dict[str, Any]] | None = cycle.read(WORKER_ATTRIBUTES)
+    if table is None:
+        table = {}
+        cycle.write(WORKER_ATTRIBUTES, table)
+    table.setdefault(key, {})[worker_id] = value
+
+
+def worker_attributes(cycle: CycleState, worker_id: str) -> dict[str, Any]:
+    table: Mapping[str, Mapping[str, Any]] = cycle.read(WORKER_ATTRIBUTES) or {}
+    return {key: values[worker_id] for key, values in table.items() if worker_id in values}
+
+
+def set_reason(cycle: CycleState, text: str, decided_by: str) -> None:
+    cycle.write(REASON, (text, decided_by))
+
+
+def target_model(cycle: CycleState, default: str) -> str:
+    model: str | None = cycle.read(TARGET_MODEL)
+    return model if model is not None else default
+
+
+def target_adapter(cycle: CycleState) -> str | None:
+    adapter: str | None = cycle.read(TARGET_ADAPTER)
+    return adapter

@@ -1,0 +1,214 @@
+"""``PolicyEngine``: a built routing configuration that decides where requests go.
+
+``PolicyEngine.build(routing, fleet)`` instantiates every plugin once (a factory error is a
+``RoutingConfigError`` naming the plugin's field). Per request the caller first runs
+``engine.producers`` (see ``policies.producers.runner``), then calls ``decide``, which is pure,
+synchronous and never raises:
+
+1. the first matching rule picks the profile and may rewrite the model, restrict the
+   candidates to a pool (worker labels) and set a LoRA adapter;
+2. the profile runs filters → Σ weight·score → picker (``policies.profile``);
+3. the ``Decision`` carries the chosen worker (None when no candidate is left), the
+   target model (the adapter when one is set), every candidate's scores, the rule, the
+   profile, a short reason, and ``attributes`` (``decided_by``: the deciding term, plus
+   per-worker numbers plugins recorded for the chosen worker).
+
+``on_routed`` / ``on_completed`` are forwarded to every plugin that implements them
+(``RoutingObserver``); a plugin error there is logged and swallowed too. A rebuilt engine
+may take state over from the one it replaces: a plugin with ``inherit_state(previous)`` is
+handed the previous engine's plugin declared at the same place with the same type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from policies.base import (
+    CycleState,
+    Decision,
+    Producer,
+    RequestOutcome,
+    RoutingObserver,
+    RoutingRequest,
+)
+from policies.config import PluginSpec, RoutingConfig, Rule
+from policies.cycle_keys import RULE, TARGET_ADAPTER, TARGET_MODEL, worker_attributes
+from policies.errors import RoutingConfigError
+from policies.profile import Profile, WeightedScorer
+from policies.registry import KIND_PROTOCOLS, BuildContext, PluginKind, PluginRegistry
+from policies.registry import default_registry as make_default_registry
+from policies.rules import first_match
+from workers.fleet import FleetConfig
+from workers.models import WorkerView
+
+log = logging.getLogger(__name__)
+
+POOL_FILTER_NAME = "pool"
+
+
+class PolicyEngine:
+    """Immutable after build, except the plugins' own cross-request state."""
+
+    __slots__ = ("_observers", "_plugins", "default_profile", "producers", "profiles", "routing")
+
+    def __init__(self, routing: RoutingConfig, producers: Sequence[Producer],
+                 profiles: Mapping[str, Profile], plugins: Mapping[str, tuple[str, Any]]) -> None:
+        self.routing = routing
+        self.producers: tuple[Producer, ...] = tuple(producers)
+        self.profiles: Mapping[str, Profile] = MappingProxyType(dict(profiles))
+        self.default_profile = routing.default_profile
+        self._plugins = MappingProxyType(dict(plugins))   # path -> (type name, plugin)
+        self._observers: tuple[RoutingObserver, ...] = tuple(
+            p for _, p in plugins.values() if isinstance(p, RoutingObserver))
+
+    @classmethod
+    def build(cls, routing: RoutingConfig, fleet: FleetConfig,
+              registry: PluginRegistry | None = None, *, seed: int | None = None,
+              previous: PolicyEngine | None = None) -> PolicyEngine:
+        """Instantiate every plugin of ``routing``; raise ``RoutingConfigError`` on failure."""
+        registry = registry if registry is not None else make_default_registry()
+        check_against_fleet(routing, fleet)
+        builder = _Builder(routing, fleet, registry, seed, previous)
+        producers = [builder.build(spec, "producer") for spec in routing.producers]
+        profiles = {name: Profile(
+            name=name,
+            filters=tuple(builder.build(s, "filter") for s in spec.filters),
+            scorers=tuple(WeightedScorer(builder.build(s, "scorer"), s.weight)
+                          for s in spec.scorers),
+            picker=builder.build(spec.picker, "picker"))
+            for name, spec in routing.profiles.items()}
+        return cls(routing, producers, profiles, builder.plugins)
+
+    def decide(self, request: RoutingRequest, views: Sequence[WorkerView]) -> Decision:
+        """Choose a worker for ``request`` among ``views``. Never raises."""
+        try:
+            return self._decide(request, views)
+        except Exception:
+            log.exception("policy engine failed on request %s", request.request_id)
+            return Decision(request_id=request.request_id, worker_id=None, model=request.model,
+                            profile=self.default_profile, rule=None,
+                            reason="no candidate: internal policy error",
+                            attributes=MappingProxyType({"decided_by": "error"}))
+
+    def _decide(self, request: RoutingRequest, views: Sequence[WorkerView]) -> Decision:
+        rule = first_match(self.routing.rules, request)
+        action = rule.then if rule is not None else None
+        profile = self.profiles[(action.profile if action else None) or self.default_profile]
+        model = (action.model if action else None) or request.model
+        adapter = action.adapter if action else None
+        routed = request if model == request.model else dataclasses.replace(request, model=model)
+        cycle = CycleState()
+        cycle.write(TARGET_MODEL, model)
+        cycle.write(TARGET_ADAPTER, adapter)
+        cycle.write(RULE, rule.name if rule else None)
+        removed: dict[str, str] = {}
+        candidates = _in_pool(views, action.pool, removed) if action and action.pool else views
+        result = profile.run(routed, candidates, cycle, removed)
+        attributes: dict[str, Any] = {"decided_by": result.decided_by}
+        if result.chosen is not None:
+            attributes.update(worker_attributes(cycle, result.chosen.worker_id))
+        if result.skipped:
+            attributes["skipped_plugins"] = result.skipped
+        return Decision(
+            request_id=request.request_id,
+            worker_id=result.chosen.worker_id if result.chosen else None,
+            model=adapter or model, profile=profile.name, rule=_rule_name(rule),
+            reason=result.reason, candidates=result.candidates,
+            filtered_out=result.filtered_out, attributes=MappingProxyType(attributes))
+
+    def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
+        for observer in self._observers:
+            try:
+                observer.on_routed(request, decision)
+            except Exception:
+                log.exception("on_routed of %s failed", _plugin_name(observer))
+
+    def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
+        for observer in self._observers:
+            try:
+                observer.on_completed(request, outcome)
+            except Exception:
+                log.exception("on_completed of %s failed", _plugin_name(observer))
+
+    def plugins(self) -> Iterator[tuple[str, str, Any]]:
+        """(declared path, type name, instance) of every plugin, producers first."""
+        for path, (type_name, plugin) in self._plugins.items():
+            yield path, type_name, plugin
+
+
+class _Builder:
+    """Instantiates plugins from specs, checking each satisfies its kind's protocol."""
+
+    def __init__(self, routing: RoutingConfig, fleet: FleetConfig, registry: PluginRegistry,
+                 seed: int | None, previous: PolicyEngine | None) -> None:
+        self.routing, self.fleet, self.registry, self.seed = routing, fleet, registry, seed
+        self.previous = dict(previous._plugins) if previous is not None else {}
+        self.plugins: dict[str, tuple[str, Any]] = {}
+
+    def build(self, spec: PluginSpec, kind: PluginKind) -> Any:
+        plugin_type = self.registry.get(spec.type)
+        if plugin_type is None or plugin_type.kind != kind:
+            raise RoutingConfigError(f"{spec.path}.type: unknown {kind} type {spec.type!r}")
+        context = BuildContext(spec.name, spec.path, self.routing, self.fleet, self.seed)
+        try:
+            plugin = plugin_type.factory(spec.params, context)
+        except RoutingConfigError:
+            raise
+        except (ValueError, TypeError, OSError, ImportError) as exc:
+            raise RoutingConfigError(f"{spec.path}: {exc}") from exc
+        if not isinstance(plugin, KIND_PROTOCOLS[kind]):
+            raise RoutingConfigError(f"{spec.path}.type: {spec.type!r} did not build a {kind}")
+        self._inherit(spec, plugin)
+        self.plugins[spec.path] = (spec.type, plugin)
+        return plugin
+
+    def _inherit(self, spec: PluginSpec, plugin: Any) -> None:
+        old = self.previous.get(spec.path)
+        inherit = getattr(plugin, "inherit_state", None)
+        if old is None or old[0] != spec.type or inherit is None:
+            return
+        try:
+            inherit(old[1])
+        except Exception:
+            log.exception("%s: could not take over the previous state; starting fresh", spec.path)
+
+
+def check_against_fleet(routing: RoutingConfig, fleet: FleetConfig) -> None:
+    """Rules must rewrite to models and pools that some worker of the fleet has."""
+    workers = [spec.info for spec in fleet.workers]
+    if not workers:
+        return
+    for i, rule in enumerate(routing.rules):
+        model = rule.then.model
+        if model is not None and not any(model in w.models for w in workers):
+            raise RoutingConfigError(
+                f"rules[{i}].then.model: no worker of the fleet serves {model!r}")
+        pool = rule.then.pool
+        if pool and not any(all(w.labels.get(k) == v for k, v in pool.items())
+                            for w in workers):
+            labels = ", ".join(f"{k}={v}" for k, v in pool.items())
+            raise RoutingConfigError(f"rules[{i}].then.pool: no worker of the fleet has {labels}")
+
+
+def _in_pool(views: Sequence[WorkerView], pool: Mapping[str, str],
+             removed: dict[str, str]) -> list[WorkerView]:
+    kept: list[WorkerView] = []
+    for view in views:
+        if all(view.labels.get(key) == value for key, value in pool.items()):
+            kept.append(view)
+        else:
+            removed[view.id] = POOL_FILTER_NAME
+    return kept
+
+
+def _rule_name(rule: Rule | None) -> str | None:
+    return rule.name if rule is not None else None
+
+
+def _plugin_name(plugin: object) -> str:
+    return str(getattr(plugin, "name", type(plugin).__name__))
+

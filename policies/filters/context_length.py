@@ -1,0 +1,59 @@
+"""``context-length`` filter: keep workers whose context window fits the request.
+
+A worker fits when ``num_prompt_tokens + max_tokens + margin_tokens <= max_model_len``,
+counting ``max_tokens`` as 1 when the request does not set it (the worker then generates
+up to its limit). A worker with an unknown ``max_model_len`` (0) is kept. Needs
+``num_prompt_tokens`` (the tokens producer is added automatically). ``margin_tokens``
+absorbs the difference between the router's token count and the worker's tokenizer.
+
+```yaml
+filters:
+  - type: context-length
+    params: {margin_tokens: 0}
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policies.base import CycleState, RoutingRequest
+from policies.errors import ParamError
+from policies.registry import PluginRegistry
+from workers.models import WorkerView
+
+TYPE_NAME = "context-length"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLengthFilterParams:
+    margin_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.margin_tokens < 0:
+            raise ParamError("margin_tokens", "must be >= 0")
+
+
+def required_context(request: RoutingRequest, margin_tokens: int = 0) -> int:
+    """Tokens of context the request needs on a worker."""
+    output = request.max_tokens if request.max_tokens is not None else 1
+    return request.num_prompt_tokens + max(output, 1) + margin_tokens
+
+
+class ContextLengthFilter:
+    def __init__(self, name: str, params: ContextLengthFilterParams) -> None:
+        self.name = name
+        self.margin_tokens = params.margin_tokens
+
+    def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
+               cycle: CycleState) -> Sequence[WorkerView]:
+        needed = required_context(request, self.margin_tokens)
+        return [view for view in workers
+                if view.max_model_len <= 0 or needed <= view.max_model_len]
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "filter", ContextLengthFilterParams,
+                      lambda params, ctx: ContextLengthFilter(ctx.name, params),
+                      needs=("num_prompt_tokens",))

@@ -1,0 +1,58 @@
+"""``model`` filter: keep the workers that serve the target model (or adapter).
+
+The target model is the requested one after rule rewrites. When a rule sets a LoRA
+adapter, workers that have it loaded (``WorkerView.lora_adapters``) are preferred: with
+``adapter: prefer-loaded`` (default) the filter keeps only them when there are any, else the
+workers serving the base model (they load the adapter on demand); ``require-loaded`` keeps
+only workers that have it loaded; ``any`` keeps every worker serving the base model or the
+adapter.
+
+```yaml
+filters:
+  - type: model
+    params: {adapter: prefer-loaded}   # prefer-loaded | require-loaded | any
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from policies.base import CycleState, RoutingRequest
+from policies.cycle_keys import target_adapter, target_model
+from policies.registry import PluginRegistry
+from workers.models import WorkerView
+
+TYPE_NAME = "model"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFilterParams:
+    adapter: Literal["prefer-loaded", "require-loaded", "any"] = "prefer-loaded"
+
+
+class ModelFilter:
+    def __init__(self, name: str, params: ModelFilterParams) -> None:
+        self.name = name
+        self.params = params
+
+    def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
+               cycle: CycleState) -> Sequence[WorkerView]:
+        model = target_model(cycle, request.model)
+        adapter = target_adapter(cycle)
+        if adapter is None:
+            return [view for view in workers if view.serves(model)]
+        loaded = [view for view in workers if adapter in view.lora_adapters]
+        mode = self.params.adapter
+        if mode == "require-loaded" or (mode == "prefer-loaded" and loaded):
+            return loaded
+        return [view for view in workers if view.serves(model) or view.serves(adapter)]
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "filter", ModelFilterParams,
+                      lambda params, ctx: ModelFilter(ctx.name, params))
+
+

@@ -1,0 +1,39 @@
+"""Read ``routing.yaml`` from disk: ``load_routing(path) -> RoutingConfig``.
+
+File and YAML errors become ``RoutingConfigError`` too, so callers (the reloader,
+``kvroute validate``, the router at start-up) handle one exception type.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from policies.config import RoutingConfig
+from policies.errors import RoutingConfigError
+from policies.registry import PluginRegistry, default_registry
+from policies.schema import parse_routing
+
+
+def load_routing(path: str | Path, registry: PluginRegistry | None = None) -> RoutingConfig:
+    """Read and validate a routing file against ``registry`` (default: all installed types)."""
+    return parse_routing_text(read_routing_text(path), registry, source=str(path))
+
+
+def read_routing_text(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RoutingConfigError(f"{path}: cannot read routing file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise RoutingConfigError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+
+
+def parse_routing_text(text: str, registry: PluginRegistry | None = None,
+                       source: str = "<memory>") -> RoutingConfig:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RoutingConfigError(f"{source}: invalid YAML: {exc}") from exc
+    return parse_routing(data, registry if registry is not None else default_registry(), source)

@@ -1,0 +1,47 @@
+"""``power-of-two`` picker: sample two distinct candidates at random, keep the higher total.
+
+The classic "power of two choices": near-best balance without herding every request onto
+the single best-looking worker between scrapes. On equal totals the first sampled wins.
+With one candidate it is chosen.
+
+```yaml
+picker:
+  type: power-of-two
+  params: {seed: 7}
+```
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policies.base import CandidateScore, CycleState, RoutingRequest
+from policies.pickers.seeding import SeededParams, picker_rng
+from policies.registry import PluginRegistry
+
+TYPE_NAME = "power-of-two"
+
+
+@dataclass(frozen=True, slots=True)
+class PowerOfTwoParams(SeededParams):
+    pass
+
+
+class PowerOfTwoPicker:
+    def __init__(self, name: str, rng: random.Random) -> None:
+        self.name = name
+        self._rng = rng
+
+    def pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
+             cycle: CycleState) -> CandidateScore:
+        if len(candidates) == 1:
+            return candidates[0]
+        first, second = self._rng.sample(list(candidates), 2)
+        return second if second.total > first.total else first
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "picker", PowerOfTwoParams,
+                      lambda params, ctx: PowerOfTwoPicker(ctx.name, picker_rng(params, ctx)))

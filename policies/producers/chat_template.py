@@ -1,0 +1,56 @@
+"""Render OpenAI chat messages to the one prompt text that the router tokenizes.
+
+One fixed, Llama-3-style template, used by the router's token producer and by the emulated
+worker, so that both count the same tokens and hash the same blocks::
+
+    <|begin_of_text|>
+    <|start_header_id|>{role}<|end_header_id|>\\n\\n{content}<|eot_id|>     (per message)
+    <|start_header_id|>assistant<|end_header_id|>\\n\\n                    (generation prompt)
+
+``content`` may be a string, ``None`` (e.g. a tool-call message: empty), or a list of
+content parts, of which the ``text`` parts are joined with ``\\n`` and the others (images,
+audio) are left out. A missing role renders as ``user``. Nothing here raises on odd input:
+non-string values are rendered with ``str``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+BEGIN_OF_TEXT = "<|begin_of_text|>"
+START_HEADER = "<|start_header_id|>"
+END_HEADER = "<|end_header_id|>"
+END_OF_TURN = "<|eot_id|>"
+
+
+def render_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
+    """The prompt text for ``messages``, ending with the assistant header by default."""
+    parts = [BEGIN_OF_TEXT]
+    for message in messages:
+        role = message.get("role") if isinstance(message, Mapping) else None
+        content = message.get("content") if isinstance(message, Mapping) else message
+        parts.append(f"{START_HEADER}{_text(role) or 'user'}{END_HEADER}\n\n"
+                     f"{message_text(content)}{END_OF_TURN}")
+    if add_generation_prompt:
+        parts.append(f"{START_HEADER}assistant{END_HEADER}\n\n")
+    return "".join(parts)
+
+
+def message_text(content: Any) -> str:
+    """The text of one message's ``content`` (string, None or a list of content parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [_text(part.get("text")) for part in content
+                 if isinstance(part, Mapping) and part.get("type", "text") == "text"]
+        return "\n".join(texts)
+    return str(content)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)

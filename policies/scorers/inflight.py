@@ -1,0 +1,58 @@
+"""``inflight`` scorer: prefer workers with less work the router has sent and not seen finish.
+
+The load is ``WorkerView.inflight_requests`` (``unit: requests``, default) or
+``WorkerView.inflight_tokens`` (``unit: tokens``: uncached prompt tokens not yet prefilled
+plus tokens still to decode). Normalised like ``queue-depth``: ``relative`` scores
+``(max - load) / (max - min)`` (all 1 when equal); ``absolute`` scores
+``1 - min(load, threshold) / threshold``.
+
+```yaml
+scorers:
+  - type: inflight
+    weight: 1.0
+    params: {unit: requests, mode: relative, threshold: 64}
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from policies.base import CycleState, RoutingRequest
+from policies.errors import ParamError
+from policies.registry import PluginRegistry
+from policies.scorers.normalize import Normalization, normalize
+from workers.models import WorkerView
+
+TYPE_NAME = "inflight"
+
+
+@dataclass(frozen=True, slots=True)
+class InflightParams:
+    unit: Literal["requests", "tokens"] = "requests"
+    mode: Normalization = "relative"
+    threshold: float = 64.0
+
+    def __post_init__(self) -> None:
+        if self.threshold <= 0:
+            raise ParamError("threshold", "must be > 0")
+
+
+class InflightScorer:
+    def __init__(self, name: str, params: InflightParams) -> None:
+        self.name = name
+        self.params = params
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        tokens = self.params.unit == "tokens"
+        loads = {view.id: float(view.inflight_tokens if tokens else view.inflight_requests)
+                 for view in workers}
+        return normalize(loads, self.params.mode, self.params.threshold)
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "scorer", InflightParams,
+                      lambda params, ctx: InflightScorer(ctx.name, params))

@@ -1,0 +1,57 @@
+"""``queue-depth`` scorer: prefer workers with fewer waiting requests.
+
+The load is ``WorkerView.waiting`` (vLLM's ``num_requests_waiting`` plus the requests the
+router dispatched since the last scrape). Normalised by ``policies.scorers.normalize``:
+``relative`` (default) scores ``(max - waiting) / (max - min)`` across the candidates (all 1
+when equal); ``absolute`` scores ``1 - min(waiting, threshold) / threshold``.
+With ``include_running: true`` the load is ``waiting + running``.
+
+```yaml
+scorers:
+  - type: queue-depth
+    weight: 1.0
+    params: {mode: relative, threshold: 128, include_running: false}
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from policies.base import CycleState, RoutingRequest
+from policies.errors import ParamError
+from policies.registry import PluginRegistry
+from policies.scorers.normalize import Normalization, normalize
+from workers.models import WorkerView
+
+TYPE_NAME = "queue-depth"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepthParams:
+    mode: Normalization = "relative"
+    threshold: int = 128
+    include_running: bool = False
+
+    def __post_init__(self) -> None:
+        if self.threshold <= 0:
+            raise ParamError("threshold", "must be > 0")
+
+
+class QueueDepthScorer:
+    def __init__(self, name: str, params: QueueDepthParams) -> None:
+        self.name = name
+        self.params = params
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        running = self.params.include_running
+        loads = {view.id: float(view.waiting + (view.running if running else 0))
+                 for view in workers}
+        return normalize(loads, self.params.mode, float(self.params.threshold))
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "scorer", QueueDepthParams,
+                      lambda params, ctx: QueueDepthScorer(ctx.name, params))
