@@ -1,0 +1,158 @@
+"""``PolicyReloader``: rebuild the policy engine when the routing file changes.
+
+An asyncio task polls the file's modification time and size every ``interval_s``; on a
+change whose content differs, it parses the file and builds a new ``PolicyEngine`` off the
+event loop (plugins such as a classifier may take a while to build), then swaps
+``reloader.engine`` in one assignment. A bad file is refused: the last good engine keeps
+serving and the failure is reported once per change of the file. Every attempt is reported
+through ``on_result(ReloadResult)`` (the router counts
+``kvroute_config_reloads_total{result}``); a successful swap also calls ``on_swap(engine)``.
+The new engine takes over stateful plugins' state from the old one (``inherit_state``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from policies.engine import PolicyEngine
+from policies.errors import RoutingConfigError
+from policies.loader import parse_routing_text, read_routing_text
+from policies.registry import PluginRegistry, default_registry
+from policies.summary import summarize
+from workers.fleet import FleetConfig
+
+log = logging.getLogger(__name__)
+
+ReloadOutcome = Literal["success", "failure"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadResult:
+    result: ReloadOutcome
+    path: str
+    message: str           # the summary of the new config, or the error naming the field
+
+
+class PolicyReloader:
+    """Owns the current engine for one routing file."""
+
+    def __init__(self, path: str | Path, fleet: FleetConfig, engine: PolicyEngine, *,
+                 registry: PluginRegistry | None = None, interval_s: float = 1.0,
+                 seed: int | None = None,
+                 on_result: Callable[[ReloadResult], None] | None = None,
+                 on_swap: Callable[[PolicyEngine], None] | None = None) -> None:
+        self.path = Path(path)
+        self.fleet = fleet
+        self.engine = engine
+        self.interval_s = interval_s
+        self._registry = registry if registry is not None else default_registry()
+        self._seed = seed
+        self._on_result = on_result
+        self._on_swap = on_swap
+        self._stamp = _stamp(self.path)
+        self._digest = _digest_of(self.path)
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def load(cls, path: str | Path, fleet: FleetConfig, *,
+             registry: PluginRegistry | None = None, interval_s: float = 1.0,
+             seed: int | None = None,
+             on_result: Callable[[ReloadResult], None] | None = None,
+             on_swap: Callable[[PolicyEngine], None] | None = None) -> PolicyReloader:
+        """Build the first engine from ``path`` (raises ``RoutingConfigError``) and watch it."""
+        registry = registry if registry is not None else default_registry()
+        text = read_routing_text(path)
+        engine = PolicyEngine.build(parse_routing_text(text, registry, str(path)), fleet,
+                                    registry, seed=seed)
+        return cls(path, fleet, engine, registry=registry, interval_s=interval_s, seed=seed,
+                   on_result=on_result, on_swap=on_swap)
+
+    def changed(self) -> bool:
+        """Whether the file's mtime or size moved since the last check (and remember it)."""
+        stamp = _stamp(self.path)
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        return True
+
+    async def check(self) -> ReloadResult | None:
+        """Reload if the file changed; None when there was nothing new to load."""
+        if not self.changed():
+            return None
+        try:
+            text = read_routing_text(self.path)
+        except RoutingConfigError as exc:
+            return self._report(ReloadResult("failure", str(self.path), str(exc)))
+        digest = hashlib.sha256(text.encode()).digest()
+        if digest == self._digest:
+            return None
+        self._digest = digest
+        try:
+            engine = await asyncio.to_thread(self._build, text)
+        except RoutingConfigError as exc:
+            return self._report(ReloadResult("failure", str(self.path), str(exc)))
+        self.engine = engine
+        if self._on_swap is not None:
+            self._on_swap(engine)
+        return self._report(ReloadResult("success", str(self.path), summarize(engine.routing)))
+
+    def _build(self, text: str) -> PolicyEngine:
+        routing = parse_routing_text(text, self._registry, str(self.path))
+        return PolicyEngine.build(routing, self.fleet, self._registry, seed=self._seed,
+                                  previous=self.engine)
+
+    def _report(self, result: ReloadResult) -> ReloadResult:
+        if result.result == "success":
+            log.info("routing reloaded from %s: %s", result.path, result.message)
+        else:
+            log.error("routing reload refused, keeping the last good config: %s", result.message)
+        if self._on_result is not None:
+            try:
+                self._on_result(result)
+            except Exception:
+                log.exception("reload result callback failed")
+        return result
+
+    async def run(self) -> None:
+        """Poll forever (until cancelled)."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.check()
+            except Exception:  # never let the watcher die: the next change gets another try
+                log.exception("routing reload crashed; will retry on the next change")
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self.run(), name=f"policy-reloader:{self.path}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _digest_of(path: Path) -> bytes | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return None
