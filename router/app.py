@@ -1,0 +1,150 @@
+"""``create_app(settings)``: builds the whole router; ``start_router`` / ``run_router`` serve it.
+
+Nothing lives in module globals: every component is created here, kept in a typed
+``web.AppKey`` (``router.keys``) and, when it owns a resource, opened and closed by one
+``cleanup_ctx`` generator (state store; client session, scraper and director; policy reloader).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from policies.reloader import PolicyReloader
+from router.decisions import DecisionLog
+from router.director import Director
+from router.errors import error_middleware
+from router.handlers import add_routes
+from router.keys import (
+    DECISIONS,
+    DIRECTOR,
+    FLEET,
+    METRICS,
+    POLICY,
+    REGISTRY,
+    SCRAPER,
+    SESSION,
+    SETTINGS,
+    STORE,
+)
+from router.metrics import RouterMetrics
+from router.proxy import Proxy
+from router.settings import Settings
+from router.state.memory_store import MemoryStateStore
+from router.state.store import StateStore
+from workers.fleet import FleetConfig, load_fleet
+from workers.registry import WorkerRegistry
+from workers.scraper import WorkerScraper
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Application:
+    """Build the router application. Raises on an invalid fleet or routing file."""
+    fleet = fleet if fleet is not None else load_fleet(settings.fleet_path)
+    store = _make_store(settings)
+    registry = WorkerRegistry([w.info for w in fleet.workers], store.inflight)
+    metrics = RouterMetrics(lambda: registry.views(time.monotonic()))
+    reloader = PolicyReloader.load(settings.routing_path, fleet,
+                                   interval_s=settings.reload_interval_s,
+                                   on_result=lambda r: metrics.record_reload(r.result))
+    app = web.Application(client_max_size=settings.max_body_bytes,
+                          middlewares=[error_middleware])
+    app[SETTINGS] = settings
+    app[FLEET] = fleet
+    app[STORE] = store
+    app[REGISTRY] = registry
+    app[METRICS] = metrics
+    app[POLICY] = reloader
+    app[DECISIONS] = DecisionLog(settings.decisions_ring_size)
+    app.cleanup_ctx.append(_state_store)
+    app.cleanup_ctx.append(_workers)
+    app.cleanup_ctx.append(_policy_reloader)
+    add_routes(app)
+    return app
+
+
+def _make_store(settings: Settings) -> StateStore:
+    if settings.redis_url:
+        from router.state.redis_store import RedisStateStore
+        store: StateStore = RedisStateStore(settings.redis_url, settings.replica_id)
+        return store
+    return MemoryStateStore()
+
+
+async def _state_store(app: web.Application) -> AsyncIterator[None]:
+    await app[STORE].start()
+    yield
+    await app[STORE].close()
+
+
+async def _workers(app: web.Application) -> AsyncIterator[None]:
+    """The shared keep-alive session to workers, the scraper loop and the director."""
+    settings = app[SETTINGS]
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0)
+    session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+    app[SESSION] = session
+    scraper = WorkerScraper(
+        app[REGISTRY], session, interval_s=settings.scrape_interval_s,
+        timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
+        fail_threshold=settings.fail_threshold)
+    app[SCRAPER] = scraper
+    proxy = Proxy(session, settings.connect_timeout_s, settings.upstream_timeout_s)
+    reloader = app[POLICY]
+    app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
+                             proxy, app[METRICS], app[DECISIONS])
+    await scraper.scrape_once()      # the first request already sees a fleet picture
+    task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
+    yield
+    await _stop(task)
+    await session.close()
+
+
+async def _policy_reloader(app: web.Application) -> AsyncIterator[None]:
+    app[POLICY].start()
+    yield
+    await app[POLICY].stop()
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def start_router(settings: Settings, fleet: FleetConfig | None = None
+                       ) -> tuple[web.AppRunner, int]:
+    """Start serving on ``settings.host:settings.port`` (0: a free port); return the port."""
+    app = create_app(settings, fleet)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, int(port)
+
+
+def run_router(settings: Settings, fleet: FleetConfig | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, on uvloop."""
+    import uvloop
+
+    async def main() -> None:
+        runner, port = await start_router(settings, fleet)
+        log.info("kvroute listening on http://%s:%d", settings.host, port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    uvloop.run(main())

@@ -1,0 +1,92 @@
+"""A bounded ring of recent routing decisions, rendered for ``GET /debug/decisions``.
+
+Recording keeps references only (the decision is immutable); the JSON is built when
+someone asks, so the request path pays one ``deque.append``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from policies.base import Decision
+
+_WORD = re.compile(r"[^a-z0-9_-]+")
+
+
+def reason_code(decision: Decision) -> str:
+    """The deciding term as a short metric label (never the free text)."""
+    decided_by = decision.attributes.get("decided_by")
+    if isinstance(decided_by, str) and decided_by:
+        return _WORD.sub("-", decided_by.lower())[:40]
+    return "no-candidate" if decision.worker_id is None else "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    at: float                 # wall-clock unix time
+    decision: Decision
+    requested_model: str
+    path: str
+    attempt: int
+    duration_s: float
+    num_prompt_tokens: int
+    semantic_class: str | None
+
+
+class DecisionLog:
+    __slots__ = ("_ring",)
+
+    def __init__(self, size: int) -> None:
+        self._ring: deque[DecisionRecord] = deque(maxlen=size)
+
+    def record(self, record: DecisionRecord) -> None:
+        self._ring.append(record)
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+    def render(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Newest first."""
+        records = list(self._ring)[::-1]
+        if limit is not None:
+            records = records[:limit]
+        return [_render(r) for r in records]
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _render(record: DecisionRecord) -> dict[str, Any]:
+    d = record.decision
+    return {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.at))
+                + f".{int(record.at % 1 * 1000):03d}Z",
+        "request_id": d.request_id,
+        "path": record.path,
+        "requested_model": record.requested_model,
+        "model": d.model,
+        "attempt": record.attempt,
+        "worker": d.worker_id,
+        "profile": d.profile,
+        "rule": d.rule,
+        "reason": d.reason,
+        "reason_code": reason_code(d),
+        "semantic_class": record.semantic_class,
+        "num_prompt_tokens": record.num_prompt_tokens,
+        "decision_us": round(record.duration_s * 1e6, 1),
+        "candidates": [{"worker": c.worker_id, "total": round(c.total, 6),
+                        "scores": {k: round(v, 6) for k, v in c.scores.items()}}
+                       for c in d.candidates],
+        "filtered_out": dict(d.filtered_out),
+        "attributes": {k: _json_value(v) for k, v in d.attributes.items()},
+    }

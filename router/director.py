@@ -1,0 +1,233 @@
+"""Per-request orchestration: parse → produce → decide → reserve → proxy → complete.
+
+One uniform, awaited path for every generation request. Producers (tokenizing, hashing,
+classifying) run before the decision, in a thread when a producer says its input is long
+(``policies.producers.runner``); the decision itself is
+pure and synchronous. A connect error or 5xx before the first byte is retried on another
+worker, excluding the ones already tried, at most ``Settings.max_retries`` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from policies.base import Decision, RequestOutcome, RoutingRequest
+from policies.engine import PolicyEngine
+from policies.producers.runner import run_producers
+from router.decisions import DecisionLog, DecisionRecord, reason_code
+from router.errors import (
+    ModelNotFound,
+    NoWorkerAvailable,
+    RouterError,
+    UpstreamError,
+)
+from router.metrics import RouterMetrics
+from router.protocol import ParsedRequest, parse_request, upstream_body
+from router.proxy import Proxy, ProxyResult, RetryableUpstream
+from router.settings import Settings
+from router.state.store import StateStore
+from workers.models import WorkerView
+from workers.registry import WorkerRegistry
+
+log = logging.getLogger(__name__)
+
+PolicySource = Callable[[], PolicyEngine]
+
+
+def _header_safe(text: str) -> str:
+    """Header values must be one line of visible ASCII."""
+    cleaned = "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in text)
+    return cleaned[:300]
+
+
+@dataclass(slots=True)
+class _Attempt:
+    decision: Decision
+    worker_gpu: str
+    prefill_tokens: int
+    decode_tokens: int
+    started_at: float
+    first_token_seen: bool = False
+
+
+class Director:
+    """Runs the request path; everything it needs is handed in (no globals)."""
+
+    def __init__(self, settings: Settings, registry: WorkerRegistry, store: StateStore,
+                 policy: PolicySource, proxy: Proxy, metrics: RouterMetrics,
+                 decisions: DecisionLog, clock: Callable[[], float] = time.monotonic) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._store = store
+        self._policy = policy
+        self._proxy = proxy
+        self._metrics = metrics
+        self._decisions = decisions
+        self._clock = clock
+        self._ids = itertools.count(1)
+        self._id_prefix = os.urandom(4).hex()
+        self._header = settings.request_id_header
+
+    async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
+        arrival = self._clock()
+        body = await request.read()
+        request_id = request.headers.get(self._header) or f"{self._id_prefix}-{next(self._ids)}"
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        parsed = parse_request(body, path, request_id, headers, arrival)
+        engine = self._policy()
+        await self._produce(engine, parsed.routing)
+        tried: set[str] = set()
+        last_failure: RetryableUpstream | None = None
+        for attempt in range(self._settings.max_retries + 1):
+            views = self._registry.views(self._clock())
+            if tried:
+                views = [v for v in views if v.id not in tried]
+            decision = self._decide(engine, parsed.routing, views, attempt)
+            if decision.worker_id is None:
+                if last_failure is not None:
+                    break
+                raise self._no_candidate(decision)
+            try:
+                return await self._attempt(request, engine, parsed, body, decision)
+            except RetryableUpstream as failure:
+                last_failure = failure
+                tried.add(decision.worker_id)
+                self._metrics.record_retry(decision.worker_id, failure.reason)
+                log.info("request %s: %s failed (%s); %s", request_id, decision.worker_id,
+                         failure, "retrying" if attempt < self._settings.max_retries
+                         else "giving up")
+        assert last_failure is not None
+        raise UpstreamError(f"No worker could serve the request after {len(tried)} attempt(s); "
+                            f"last error: {last_failure}")
+
+    async def _produce(self, engine: PolicyEngine, routing: RoutingRequest) -> None:
+        if not engine.producers:
+            return
+        await run_producers(engine.producers, routing, self._registry.views(self._clock()))
+        if routing.semantic_class is not None:
+            seconds = routing.attributes.get("semantic_classify_s")
+            self._metrics.record_semantic(
+                routing.semantic_class, seconds if isinstance(seconds, float) else None)
+
+    def _decide(self, engine: PolicyEngine, routing: RoutingRequest,
+                views: Sequence[WorkerView], attempt: int) -> Decision:
+        started = time.perf_counter()
+        decision = engine.decide(routing, views)
+        seconds = time.perf_counter() - started
+        gpu = self._gpu_of(decision.worker_id)
+        self._metrics.record_decision(decision, gpu, reason_code(decision),
+                                      routing.semantic_class, seconds)
+        self._decisions.record(DecisionRecord(
+            at=time.time(), decision=decision, requested_model=routing.model, path=routing.path,
+            attempt=attempt, duration_s=seconds, num_prompt_tokens=routing.num_prompt_tokens,
+            semantic_class=routing.semantic_class))
+        return decision
+
+    def _gpu_of(self, worker_id: str | None) -> str:
+        return self._registry.info(worker_id).gpu.name if worker_id is not None else ""
+
+    def _no_candidate(self, decision: Decision) -> RouterError:
+        headers = self._kvroute_headers(decision, None)
+        model = decision.model
+        if model not in self._registry.known_models():
+            known = ", ".join(sorted(self._registry.known_models()))
+            return ModelNotFound(f"The model `{model}` does not exist. Valid models: {known}.",
+                                 param="model", headers=headers)
+        self._metrics.record_request(model, "", "", decision.profile, 503)
+        return NoWorkerAvailable(f"No worker available for model `{model}`: {decision.reason}",
+                                 headers=headers)
+
+    def _kvroute_headers(self, decision: Decision, semantic_class: str | None) -> dict[str, str]:
+        headers = {"x-kvroute-worker": decision.worker_id or "none",
+                   "x-kvroute-profile": decision.profile,
+                   "x-kvroute-reason": _header_safe(decision.reason)}
+        if semantic_class:
+            headers["x-kvroute-class"] = semantic_class
+        return headers
+
+    async def _attempt(self, request: web.Request, engine: PolicyEngine, parsed: ParsedRequest,
+                       raw: bytes, decision: Decision) -> web.StreamResponse:
+        routing = parsed.routing
+        assert decision.worker_id is not None
+        info = self._registry.info(decision.worker_id)
+        prefix = decision.attributes.get("prefix_match_tokens")
+        cached = prefix if isinstance(prefix, int) else 0
+        attempt = _Attempt(decision, info.gpu.name,
+                           prefill_tokens=max(0, routing.num_prompt_tokens - cached),
+                           decode_tokens=routing.expected_output_tokens,
+                           started_at=self._clock())
+        self._store.on_dispatch(info.id, attempt.prefill_tokens, attempt.decode_tokens)
+        engine.on_routed(routing, decision)
+        headers = {"Content-Type": "application/json", "X-Request-Id": routing.request_id}
+        auth = request.headers.get("Authorization")
+        if auth:
+            headers["Authorization"] = auth
+        result: ProxyResult | None = None
+        status = 502
+        try:
+            result = await self._proxy.forward(
+                request, info.url + routing.path, upstream_body(parsed, raw, decision.model),
+                headers, self._kvroute_headers(decision, routing.semantic_class), routing.stream,
+                parsed.wants_usage, lambda: self._on_first_byte(attempt))
+            status = result.status
+            return result.response
+        except RetryableUpstream as failure:
+            status = failure.status
+            raise
+        except RouterError as error:
+            status = error.status
+            error.headers.update(self._kvroute_headers(decision, routing.semantic_class))
+            raise
+        except asyncio.CancelledError:
+            status = 499
+            raise
+        finally:
+            self._complete(engine, routing, attempt, result, status)
+
+    def _on_first_byte(self, attempt: _Attempt) -> None:
+        attempt.first_token_seen = True
+        assert attempt.decision.worker_id is not None
+        self._store.on_first_token(attempt.decision.worker_id, attempt.prefill_tokens)
+
+    def _complete(self, engine: PolicyEngine, routing: RoutingRequest, attempt: _Attempt,
+                  result: ProxyResult | None, status: int) -> None:
+        decision = attempt.decision
+        worker = decision.worker_id
+        assert worker is not None
+        self._store.on_complete(worker, 0 if attempt.first_token_seen
+                                else attempt.prefill_tokens, attempt.decode_tokens)
+        outcome = self._outcome(routing, attempt, result, status)
+        engine.on_completed(routing, outcome)
+        self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
+                                     decision.profile, status)
+        cost = decision.attributes.get("estimated_cost_usd")
+        self._metrics.record_outcome(outcome, attempt.worker_gpu, routing.tenant,
+                                     cost if isinstance(cost, float) and status == 200 else None)
+
+    def _outcome(self, routing: RoutingRequest, attempt: _Attempt, result: ProxyResult | None,
+                 status: int) -> RequestOutcome:
+        assert attempt.decision.worker_id is not None
+        usage = result.usage if result is not None else None
+        ttft = tpot = e2e = None
+        if result is not None:
+            e2e = result.finished_at - attempt.started_at
+            if result.first_byte_at is not None:
+                ttft = result.first_byte_at - attempt.started_at
+                if usage is not None and usage.completion_tokens > 1:
+                    tpot = (result.finished_at - result.first_byte_at) / (
+                        usage.completion_tokens - 1)
+        return RequestOutcome(
+            request_id=routing.request_id, worker_id=attempt.decision.worker_id, status=status,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            cached_tokens=usage.cached_tokens if usage else None,
+            ttft_s=ttft, tpot_s=tpot, e2e_s=e2e)
+

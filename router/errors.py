@@ -1,0 +1,135 @@
+"""The router's one error hierarchy, mapped to HTTP status and the OpenAI error body.
+
+```
+RouterError                      (abstract: status, type, code)
+├── InvalidRequest         400   malformed JSON, wrong types, missing fields, non-UTF-8
+├── ModelNotFound          404   no worker of the fleet serves the requested model
+├── RouteNotFound          404   unknown path
+├── MethodNotAllowed       405
+├── RequestTooLarge        413   body over ``Settings.max_body_bytes``
+├── UpstreamError          502   the chosen workers failed before answering
+├── NoWorkerAvailable      503   the policy found no candidate (none healthy, none fits)
+└── UpstreamTimeout        504   the worker did not answer in time
+```
+
+``error_middleware`` is the only place that turns exceptions into responses; everything else
+raises. The body follows OpenAI: ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import ClassVar
+
+import orjson
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class RouterError(Exception):
+    """Base class: carries the HTTP status, the OpenAI error type and a short code."""
+
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "internal_error"
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.headers: dict[str, str] = dict(headers or {})
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.type, self.code, self.param)
+
+    def __str__(self) -> str:
+        return f"{self.status}: {self.message}"
+
+
+class InvalidRequest(RouterError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class ModelNotFound(RouterError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class RouteNotFound(RouterError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class MethodNotAllowed(RouterError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class RequestTooLarge(RouterError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UpstreamError(RouterError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+class NoWorkerAvailable(RouterError):
+    status = 503
+    type = "service_unavailable"
+    code = "no_worker_available"
+
+
+class UpstreamTimeout(RouterError):
+    status = 504
+    type = "timeout_error"
+    code = "upstream_timeout"
+
+
+def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": param,
+                                   "code": code}})
+
+
+def error_response(exc: RouterError) -> web.Response:
+    return web.Response(status=exc.status, body=exc.body(), content_type="application/json",
+                        headers=exc.headers)
+
+
+def _from_http_exception(exc: web.HTTPException) -> RouterError:
+    if exc.status == 413:
+        return RequestTooLarge(f"Request body too large: {exc.text or 'limit exceeded'}")
+    if exc.status == 405:
+        return MethodNotAllowed(f"Method not allowed: {exc.reason}")
+    if exc.status == 404:
+        return RouteNotFound("Not found: no such endpoint")
+    return InvalidRequest(exc.text or exc.reason)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render every error as an OpenAI error body; never let an exception become a crash."""
+    try:
+        return await handler(request)
+    except RouterError as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(_from_http_exception(exc))
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(RouterError("Internal router error"))

@@ -1,0 +1,113 @@
+"""HTTP handlers: thin wrappers that hand generation requests to the director.
+
+``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
+``GET /metrics``, ``GET /debug/decisions``, ``GET /debug/fleet``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from router.errors import InvalidRequest
+from router.keys import DECISIONS, DIRECTOR, METRICS, REGISTRY, STORE
+from router.protocol import CHAT_PATH, COMPLETIONS_PATH
+from workers.models import WorkerView
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status,
+                        content_type="application/json")
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await request.app[DIRECTOR].handle(request, CHAT_PATH)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await request.app[DIRECTOR].handle(request, COMPLETIONS_PATH)
+
+
+def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
+    """The union of the healthy workers' models (and adapters), with ``max_model_len``."""
+    lengths: dict[str, int] = {}
+    for view in views:
+        if not view.healthy:
+            continue
+        for model in (*(view.served_models or view.info.models), *view.lora_adapters):
+            lengths[model] = max(lengths.get(model, 0), view.max_model_len)
+    return {"object": "list", "data": [
+        {"id": model, "object": "model", "created": created, "owned_by": "kvroute",
+         "max_model_len": length or None} for model, length in sorted(lengths.items())]}
+
+
+async def list_models(request: web.Request) -> web.Response:
+    views = request.app[REGISTRY].views(time.monotonic())
+    return _json(models_payload(views, int(time.time())))
+
+
+async def health(request: web.Request) -> web.Response:
+    views = request.app[REGISTRY].views(time.monotonic())
+    healthy = sum(1 for v in views if v.healthy)
+    status = "ok" if healthy else "no_healthy_worker"
+    return _json({"status": status, "healthy_workers": healthy, "workers": len(views),
+                  "state_store_degraded": request.app[STORE].degraded},
+                 status=200 if healthy else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(body=request.app[METRICS].render(),
+                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def debug_decisions(request: web.Request) -> web.Response:
+    raw = request.query.get("limit")
+    limit = None
+    if raw is not None:
+        if not raw.isdigit():
+            raise InvalidRequest("limit: must be a non-negative integer.", param="limit")
+        limit = int(raw)
+    decisions = request.app[DECISIONS].render(limit)
+    return _json({"object": "list", "data": decisions})
+
+
+def _finite(value: float) -> float | None:
+    return round(value, 4) if math.isfinite(value) else None
+
+
+async def debug_fleet(request: web.Request) -> web.Response:
+    registry = request.app[REGISTRY]
+    workers = []
+    for view in registry.views(time.monotonic()):
+        snap = registry.snapshot(view.id)
+        workers.append({
+            "id": view.id, "url": view.info.url, "gpu": view.gpu.name,
+            "models": list(view.served_models), "lora_adapters": list(view.lora_adapters),
+            "price_per_hour": view.price_per_hour, "labels": dict(view.labels),
+            "healthy": view.healthy, "staleness_s": _finite(view.staleness_s),
+            "running": view.running, "waiting": view.waiting, "kv_usage": view.kv_usage,
+            "block_size": view.block_size, "num_gpu_blocks": view.num_gpu_blocks,
+            "max_model_len": view.max_model_len, "inflight_requests": view.inflight_requests,
+            "inflight_tokens": view.inflight_tokens,
+            "consecutive_failures": snap.consecutive_failures if snap else 0,
+            "last_error": snap.error if snap else None,
+            "prefix_cache_queries": snap.prefix_cache_queries if snap else 0.0,
+            "prefix_cache_hits": snap.prefix_cache_hits if snap else 0.0,
+        })
+    return _json({"object": "list", "data": workers})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post(CHAT_PATH, chat_completions)
+    app.router.add_post(COMPLETIONS_PATH, completions)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/debug/decisions", debug_decisions)
+    app.router.add_get("/debug/fleet", debug_fleet)

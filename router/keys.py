@@ -1,0 +1,27 @@
+"""Every typed ``web.AppKey`` of the router application (its whole state lives in these)."""
+
+from __future__ import annotations
+
+import aiohttp
+from aiohttp import web
+
+from policies.reloader import PolicyReloader
+from router.decisions import DecisionLog
+from router.director import Director
+from router.metrics import RouterMetrics
+from router.settings import Settings
+from router.state.store import StateStore
+from workers.fleet import FleetConfig
+from workers.registry import WorkerRegistry
+from workers.scraper import WorkerScraper
+
+SETTINGS = web.AppKey("settings", Settings)
+FLEET = web.AppKey("fleet", FleetConfig)
+METRICS = web.AppKey("metrics", RouterMetrics)
+REGISTRY = web.AppKey("registry", WorkerRegistry)
+STORE = web.AppKey("store", StateStore)
+DECISIONS = web.AppKey("decisions", DecisionLog)
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+SCRAPER = web.AppKey("scraper", WorkerScraper)
+DIRECTOR = web.AppKey("director", Director)
+POLICY = web.AppKey("policy", PolicyReloader)

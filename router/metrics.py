@@ -1,0 +1,131 @@
+"""Every Prometheus metric of the router, in one class built per app (no global registry).
+
+Call sites use the ``record_*`` methods; they never touch metric objects. Worker gauges
+(``kvroute_worker_*``) are computed at scrape time from the live worker views, so they are
+always exactly what the policies saw last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from policies.base import Decision, RequestOutcome
+from workers.models import WorkerView
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+                1.0, 2.5, 5.0)
+DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
+                    0.1)
+CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
+
+ViewSource = Callable[[], Sequence[WorkerView]]
+
+
+class _WorkerCollector(Collector):
+    """Renders ``kvroute_worker_*`` gauges from the current worker views."""
+
+    def __init__(self, views: ViewSource) -> None:
+        self._views = views
+
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily("kvroute_worker_up", "1 if the worker is healthy.",
+                               labels=["worker", "gpu", "model"])
+        kv = GaugeMetricFamily("kvroute_worker_kv_usage", "KV-cache usage (0..1).",
+                               labels=["worker", "gpu", "model"])
+        reqs = GaugeMetricFamily("kvroute_worker_requests",
+                                 "Requests running and waiting (scraped) and in flight (router).",
+                                 labels=["worker", "gpu", "model", "state"])
+        for view in self._views():
+            labels = [view.id, view.gpu.name, view.info.models[0]]
+            up.add_metric(labels, 1.0 if view.healthy else 0.0)
+            kv.add_metric(labels, view.kv_usage)
+            reqs.add_metric([*labels, "running"], float(view.running))
+            reqs.add_metric([*labels, "waiting"], float(view.waiting))
+            reqs.add_metric([*labels, "inflight"], float(view.inflight_requests))
+        return [up, kv, reqs]
+
+
+class RouterMetrics:
+    """The router's metrics on their own ``CollectorRegistry``."""
+
+    def __init__(self, views: ViewSource | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("kvroute_requests", "Requests answered.",
+                                ["model", "worker", "gpu", "profile", "status"], registry=r)
+        self.decision_duration = Histogram("kvroute_decision_duration_seconds",
+                                           "Time to decide (rules, filters, scorers, picker).",
+                                           buckets=DECISION_BUCKETS, registry=r)
+        self.decisions = Counter("kvroute_decisions", "Routing decisions.",
+                                 ["profile", "rule", "worker", "gpu", "reason", "class"],
+                                 registry=r)
+        self.ttft = Histogram("kvroute_ttft_seconds", "Time to first token seen by the router.",
+                              ["worker", "gpu"], buckets=TTFT_BUCKETS, registry=r)
+        self.tpot = Histogram("kvroute_tpot_seconds", "Mean time per output token after the "
+                              "first.", ["worker", "gpu"], buckets=TPOT_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("kvroute_prompt_tokens", "Prompt tokens served.",
+                                     ["worker", "gpu"], registry=r)
+        self.completion_tokens = Counter("kvroute_completion_tokens", "Tokens generated.",
+                                         ["worker", "gpu"], registry=r)
+        self.cached_tokens = Counter("kvroute_cached_tokens", "Prompt tokens served from the "
+                                     "worker's prefix cache.", ["worker", "gpu"], registry=r)
+        self.retries = Counter("kvroute_retries", "Requests retried on another worker.",
+                               ["worker", "reason"], registry=r)
+        self.config_reloads = Counter("kvroute_config_reloads", "Routing config reloads.",
+                                      ["result"], registry=r)
+        self.cost = Counter("kvroute_cost_dollars", "Estimated cost of served requests.",
+                            ["gpu", "worker", "tenant"], registry=r)
+        self.semantic_class = Counter("kvroute_semantic_class", "Requests by semantic class.",
+                                      ["class"], registry=r)
+        self.semantic_classify = Histogram("kvroute_semantic_classify_seconds",
+                                           "Time to classify a request.",
+                                           buckets=CLASSIFY_BUCKETS, registry=r)
+        if views is not None:
+            r.register(_WorkerCollector(views))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def record_decision(self, decision: Decision, gpu: str, reason_code: str,
+                        semantic_class: str | None, seconds: float) -> None:
+        self.decision_duration.observe(seconds)
+        self.decisions.labels(decision.profile, decision.rule or "", decision.worker_id or "",
+                              gpu, reason_code, semantic_class or "").inc()
+
+    def record_request(self, model: str, worker: str, gpu: str, profile: str,
+                       status: int) -> None:
+        self.requests.labels(model, worker, gpu, profile, str(status)).inc()
+
+    def record_outcome(self, outcome: RequestOutcome, gpu: str, tenant: str | None,
+                       cost_usd: float | None) -> None:
+        worker = outcome.worker_id
+        if outcome.ttft_s is not None:
+            self.ttft.labels(worker, gpu).observe(outcome.ttft_s)
+        if outcome.tpot_s is not None:
+            self.tpot.labels(worker, gpu).observe(outcome.tpot_s)
+        if outcome.prompt_tokens:
+            self.prompt_tokens.labels(worker, gpu).inc(outcome.prompt_tokens)
+        if outcome.completion_tokens:
+            self.completion_tokens.labels(worker, gpu).inc(outcome.completion_tokens)
+        if outcome.cached_tokens:
+            self.cached_tokens.labels(worker, gpu).inc(outcome.cached_tokens)
+        if cost_usd:
+            self.cost.labels(gpu, worker, tenant or "").inc(cost_usd)
+
+    def record_retry(self, worker: str, reason: str) -> None:
+        self.retries.labels(worker, reason).inc()
+
+    def record_reload(self, result: str) -> None:
+        self.config_reloads.labels(result).inc()
+
+    def record_semantic(self, semantic_class: str | None, seconds: float | None) -> None:
+        if semantic_class:
+            self.semantic_class.labels(semantic_class).inc()
+        if seconds is not None:
+            self.semantic_classify.observe(seconds)

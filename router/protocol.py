@@ -1,0 +1,170 @@
+"""OpenAI request bodies → ``RoutingRequest``: one orjson parse and strict, cheap validation.
+
+Only the fields the router needs are checked (model, messages/prompt, max_tokens, stream,
+stream_options, user); everything else travels to the worker untouched. Errors name the
+field the way OpenAI does (``param``) so clients can show them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from policies.base import RoutingRequest
+from router.errors import InvalidRequest
+
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    """The parsed body, the policy's view of it, and what the client asked of the stream."""
+
+    payload: dict[str, Any]
+    routing: RoutingRequest
+    wants_usage: bool          # stream: the client asked for the final usage chunk
+
+
+def parse_body(body: bytes) -> dict[str, Any]:
+    """Decode a JSON object body, with a clear message for each way it can be wrong."""
+    if not body:
+        raise InvalidRequest("Request body is empty; expected a JSON object.")
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRequest("Request body is not valid UTF-8.") from None
+        raise InvalidRequest(f"Request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("Request body must be a JSON object.")
+    return data
+
+
+def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str, str],
+                  arrival_time: float) -> ParsedRequest:
+    data = parse_body(body)
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("You must provide a model parameter (a non-empty string).",
+                             param="model")
+    messages = None
+    prompt = None
+    if path == CHAT_PATH:
+        messages = _check_messages(data.get("messages"))
+    else:
+        prompt = _check_prompt(data.get("prompt"))
+    max_tokens = _check_max_tokens(data)
+    stream = data.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise InvalidRequest("stream: must be a boolean.", param="stream")
+    wants_usage = _check_stream_options(data.get("stream_options"))
+    user = data.get("user")
+    if user is not None and not isinstance(user, str):
+        raise InvalidRequest("user: must be a string.", param="user")
+    routing = RoutingRequest(
+        request_id=request_id, model=model, path=path, messages=messages, prompt=prompt,
+        max_tokens=max_tokens, stream=stream, tenant=tenant_of(headers),
+        session=headers.get("x-session-id") or user, headers=headers,
+        arrival_time=arrival_time)
+    return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage)
+
+
+def tenant_of(headers: Mapping[str, str]) -> str | None:
+    """``x-tenant`` if given, else a short digest of the API key (never the key itself)."""
+    tenant = headers.get("x-tenant")
+    if tenant:
+        return tenant
+    auth = headers.get("authorization", "")
+    if auth.lower().startswith("bearer ") and len(auth) > 7:
+        return "key-" + hashlib.sha256(auth[7:].encode()).hexdigest()[:8]
+    return None
+
+
+def _check_messages(messages: Any) -> list[Mapping[str, Any]]:
+    if messages is None:
+        raise InvalidRequest("Missing required parameter: 'messages'.", param="messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages: must be a non-empty array.", param="messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"messages[{i}]: must be an object.", param=f"messages[{i}]")
+        if not isinstance(message.get("role"), str):
+            raise InvalidRequest(f"messages[{i}].role: required, a string.",
+                                 param=f"messages[{i}].role")
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise InvalidRequest(f"messages[{i}].content: must be a string or an array.",
+                                 param=f"messages[{i}].content")
+    return messages
+
+
+def _is_token_list(value: Any) -> bool:
+    return bool(value) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def _check_prompt(prompt: Any) -> Any:
+    if prompt is None:
+        raise InvalidRequest("Missing required parameter: 'prompt'.", param="prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt) or _is_token_list(prompt):
+            return prompt
+        if all(isinstance(p, list) and _is_token_list(p) for p in prompt):
+            return prompt
+    raise InvalidRequest("prompt: must be a string, an array of strings, an array of token ids "
+                         "or an array of arrays of token ids.", param="prompt")
+
+
+def _check_max_tokens(data: Mapping[str, Any]) -> int | None:
+    result: int | None = None
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidRequest(f"{key}: must be an integer.", param=key)
+        if value < 1:
+            raise InvalidRequest(f"{key}: must be at least 1, got {value}.", param=key)
+        if result is None:
+            result = value
+    return result
+
+
+def _check_stream_options(options: Any) -> bool:
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise InvalidRequest("stream_options: must be an object.", param="stream_options")
+    include = options.get("include_usage", False)
+    if not isinstance(include, bool):
+        raise InvalidRequest("stream_options.include_usage: must be a boolean.",
+                             param="stream_options.include_usage")
+    return include
+
+
+def upstream_body(parsed: ParsedRequest, raw: bytes, model: str) -> bytes:
+    """The bytes to send the worker: the client's own, unless the model or usage must change.
+
+    A stream always asks the worker for the final usage chunk (the router needs the token
+    counts); ``router.proxy`` strips it again when the client did not ask for it.
+    """
+    needs_usage = parsed.routing.stream and not parsed.wants_usage
+    if not needs_usage and model == parsed.routing.model:
+        return raw
+    payload = dict(parsed.payload)
+    payload["model"] = model
+    if needs_usage:
+        options = dict(payload.get("stream_options") or {})
+        options["include_usage"] = True
+        payload["stream_options"] = options
+    return orjson.dumps(payload)

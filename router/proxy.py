@@ -1,0 +1,234 @@
+"""Forward one request to one worker and relay its answer, bytes in, bytes out.
+
+Non-streamed answers are read whole and passed on with the worker's status. Streams (SSE)
+are relayed as they arrive, cut only at event boundaries; the only JSON work is on the final
+usage chunk, which the router always asks for and drops again when the client did not.
+
+Failure semantics:
+
+* connect error, a dropped connection or a 5xx **before the first byte** reaches the client:
+  ``RetryableUpstream`` (the director tries another worker);
+* no response headers (or no next chunk) within the upstream timeout: ``UpstreamTimeout``
+  before the first byte; after it, the stream is ended as below;
+* the worker breaks mid-stream: the client gets an OpenAI error event, then ``[DONE]``;
+* the client goes away: the upstream response is closed at once, which makes vLLM abort.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from router.errors import UpstreamTimeout, error_body
+
+_EVENT_END = b"\n\n"
+_DONE = b"data: [DONE]"
+_USAGE_MARKS = (b'"choices":[]', b'"choices": []')
+_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class RetryableUpstream(Exception):
+    """The worker failed before anything reached the client; another worker may serve it."""
+
+    def __init__(self, reason: str, status: int, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason          # "connect", "disconnect" or "http_5xx"
+        self.status = status          # the worker's status, or 502 when there was none
+        self.detail = detail
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class ProxyResult:
+    response: web.StreamResponse
+    status: int                         # as seen by the client (499: the client left)
+    usage: Usage | None
+    first_byte_at: float | None         # monotonic, None for non-streamed answers
+    finished_at: float
+
+
+def parse_usage(raw: object) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(prompt_tokens=int(raw.get("prompt_tokens") or 0),
+                 completion_tokens=int(raw.get("completion_tokens") or 0),
+                 cached_tokens=cached if isinstance(cached, int) else None)
+
+
+class Proxy:
+    """Talks to workers over one shared keep-alive ``ClientSession``."""
+
+    def __init__(self, session: aiohttp.ClientSession, connect_timeout_s: float,
+                 upstream_timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._session = session
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s,
+                                              connect=connect_timeout_s,
+                                              sock_read=upstream_timeout_s)
+        self._upstream_timeout_s = upstream_timeout_s
+        self._clock = clock
+
+    async def forward(self, request: web.Request, url: str, body: bytes,
+                      headers: Mapping[str, str], response_headers: Mapping[str, str],
+                      stream: bool, wants_usage: bool,
+                      on_first_byte: Callable[[], None]) -> ProxyResult:
+        try:
+            upstream = await self._session.post(url, data=body, headers=headers,
+                                                timeout=self._timeout)
+        except TimeoutError as exc:
+            if isinstance(exc, aiohttp.ConnectionTimeoutError):
+                raise RetryableUpstream("connect", 502, f"connect timeout to {url}") from exc
+            raise self._timeout_error() from exc
+        except aiohttp.ServerDisconnectedError as exc:
+            raise RetryableUpstream("disconnect", 502, f"{url}: {exc}") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise RetryableUpstream("connect", 502, f"{url}: {exc}") from exc
+        try:
+            if upstream.status >= 500:
+                detail = (await upstream.read()).decode("utf-8", "replace")[:300]
+                raise RetryableUpstream("http_5xx", upstream.status, detail)
+            is_sse = upstream.content_type == "text/event-stream"
+            if stream and upstream.status == 200 and is_sse:
+                return await self._relay_stream(request, upstream, response_headers,
+                                                wants_usage, on_first_byte)
+            return await self._relay_whole(upstream, response_headers)
+        except TimeoutError as exc:
+            raise self._timeout_error() from exc
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                aiohttp.ClientOSError) as exc:
+            raise RetryableUpstream("disconnect", 502, f"{url}: {exc}") from exc
+        finally:
+            upstream.close()     # a no-op once fully read; otherwise drops the connection
+
+    def _timeout_error(self) -> UpstreamTimeout:
+        return UpstreamTimeout(f"The worker did not answer within {self._upstream_timeout_s:g} s.")
+
+    async def _relay_whole(self, upstream: aiohttp.ClientResponse,
+                           response_headers: Mapping[str, str]) -> ProxyResult:
+        data = await upstream.read()
+        usage = None
+        if upstream.status == 200:
+            try:
+                parsed = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                parsed = None
+            usage = parse_usage(parsed.get("usage")) if isinstance(parsed, dict) else None
+        response = web.Response(status=upstream.status, body=data, headers=response_headers,
+                                content_type=upstream.content_type or "application/json")
+        return ProxyResult(response, upstream.status, usage, None, self._clock())
+
+    async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                            response_headers: Mapping[str, str], wants_usage: bool,
+                            on_first_byte: Callable[[], None]) -> ProxyResult:
+        relay = _StreamRelay(request, response_headers, wants_usage)
+        first_byte_at: float | None = None
+        try:
+            async for chunk in upstream.content.iter_any():
+                if first_byte_at is None:
+                    first_byte_at = self._clock()
+                    on_first_byte()
+                if not await relay.feed(chunk):
+                    return ProxyResult(relay.response_or_new(), 499, relay.usage,
+                                       first_byte_at, self._clock())
+        except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
+                aiohttp.ClientOSError) as exc:
+            if not relay.started:
+                raise
+            await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")
+            return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
+                               self._clock())
+        if not relay.started:
+            raise RetryableUpstream("disconnect", 502, "the worker closed an empty stream")
+        if not relay.done:
+            await relay.fail("The worker closed the stream before it finished.")
+            return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
+                               self._clock())
+        await relay.finish()
+        return ProxyResult(relay.response_or_new(), 200, relay.usage, first_byte_at,
+                           self._clock())
+
+
+class _StreamRelay:
+    """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
+
+    __slots__ = ("_headers", "_pending", "_request", "_response", "_wants_usage", "done",
+                 "usage")
+
+    def __init__(self, request: web.Request, headers: Mapping[str, str],
+                 wants_usage: bool) -> None:
+        self._request = request
+        self._headers = headers
+        self._wants_usage = wants_usage
+        self._pending = b""
+        self._response: web.StreamResponse | None = None
+        self.done = False
+        self.usage: Usage | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._response is not None
+
+    def response_or_new(self) -> web.StreamResponse:
+        return self._response if self._response is not None else web.StreamResponse(status=499)
+
+    async def feed(self, chunk: bytes) -> bool:
+        """Relay the complete events in ``chunk``; False when the client has gone."""
+        buf = self._pending + chunk if self._pending else chunk
+        cut = buf.rfind(_EVENT_END)
+        if cut < 0:
+            self._pending = buf
+            return True
+        out, self._pending = buf[:cut + 2], buf[cut + 2:]
+        if b'"usage"' in out:
+            out = self._take_usage(out)
+        if _DONE in out:
+            self.done = True
+        return await self._write(out)
+
+    def _take_usage(self, out: bytes) -> bytes:
+        events = out.split(_EVENT_END)
+        kept: list[bytes] = []
+        for event in events[:-1]:
+            if event.startswith(b"data: {") and any(m in event for m in _USAGE_MARKS):
+                with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
+                    self.usage = parse_usage(orjson.loads(event[6:]).get("usage"))
+                if not self._wants_usage:
+                    continue
+            kept.append(event + _EVENT_END)
+        return b"".join(kept)
+
+    async def _write(self, data: bytes) -> bool:
+        try:
+            if self._response is None:
+                response = web.StreamResponse(status=200, headers=self._headers)
+                response.headers.update(_STREAM_HEADERS)
+                await response.prepare(self._request)
+                self._response = response
+            if data:
+                await self._response.write(data)
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            return False
+        return True
+
+    async def fail(self, message: str) -> None:
+        body = error_body(message, "upstream_error", "upstream_error")
+        await self._write(b"data: " + body + b"\n\ndata: [DONE]\n\n")
+        await self.finish()
+
+    async def finish(self) -> None:
+        if self._response is not None:
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
+                await self._response.write_eof()

@@ -1,0 +1,54 @@
+"""Process settings of one router replica: a frozen dataclass, built from the CLI or tests.
+
+Defaults and why:
+
+* ``scrape_interval_s = 0.2``: vLLM updates its gauges once per engine step (tens of ms), so
+  polling faster buys little, while the router's in-flight accounting already covers the
+  gap between polls (``workers.inflight``). Five scrapes a second per worker keeps the
+  worker's cost of rendering ``/metrics`` negligible and bounds snapshot age at ~200 ms.
+* ``models_interval_s = 5.0``: ``/v1/models`` (served names, ``max_model_len``, LoRA cards)
+  changes only on restarts or adapter loads.
+* ``fail_threshold = 3``: three consecutive failed scrapes (~0.6 s) mark a worker down; one
+  success brings it back.
+* ``upstream_timeout_s = 300``: longest wait for a worker's response headers and between two
+  stream chunks before answering 504. Non-streamed generations answer only when done.
+* ``max_retries = 2``: a connect error or a 5xx before the first byte is retried on another
+  worker at most twice (three workers tried in all).
+* ``max_body_bytes = 32 MiB``: larger bodies get 413 before they are read whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    fleet_path: Path
+    routing_path: Path
+    host: str = "127.0.0.1"
+    port: int = 8000
+    scrape_interval_s: float = 0.2
+    scrape_timeout_s: float = 1.0
+    models_interval_s: float = 5.0
+    fail_threshold: int = 3
+    connect_timeout_s: float = 2.0
+    upstream_timeout_s: float = 300.0
+    max_retries: int = 2
+    max_body_bytes: int = 32 * 1024 * 1024
+    decisions_ring_size: int = 256
+    request_id_header: str = "x-request-id"
+    reload_interval_s: float = 1.0
+    redis_url: str | None = None
+    replica_id: str = "router-0"
+
+    def __post_init__(self) -> None:
+        if self.scrape_interval_s <= 0:
+            raise ValueError("scrape_interval_s: must be positive")
+        if self.max_retries < 0:
+            raise ValueError("max_retries: must be >= 0")
+        if self.max_body_bytes <= 0:
+            raise ValueError("max_body_bytes: must be positive")
+        if self.decisions_ring_size <= 0:
+            raise ValueError("decisions_ring_size: must be positive")

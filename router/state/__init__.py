@@ -1,0 +1,6 @@
+"""Router state shared by the request path: the ``StateStore`` protocol and its stores."""
+
+from router.state.memory_store import MemoryStateStore
+from router.state.store import StateStore
+
+__all__ = ["MemoryStateStore", "StateStore"]

@@ -1,0 +1,37 @@
+"""The in-process ``StateStore``: one replica, state in this process only (the default)."""
+
+from __future__ import annotations
+
+from workers.inflight import InflightTracker
+
+
+class MemoryStateStore:
+    """In-flight counters held in a local ``InflightTracker``."""
+
+    __slots__ = ("_inflight",)
+
+    def __init__(self) -> None:
+        self._inflight = InflightTracker()
+
+    @property
+    def inflight(self) -> InflightTracker:
+        return self._inflight
+
+    @property
+    def degraded(self) -> bool:
+        return False
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def on_dispatch(self, worker_id: str, prefill_tokens: int, decode_tokens: int) -> None:
+        self._inflight.on_dispatch(worker_id, prefill_tokens, decode_tokens)
+
+    def on_first_token(self, worker_id: str, prefill_tokens: int) -> None:
+        self._inflight.on_first_token(worker_id, prefill_tokens)
+
+    def on_complete(self, worker_id: str, prefill_tokens_left: int, decode_tokens: int) -> None:
+        self._inflight.on_complete(worker_id, prefill_tokens_left, decode_tokens)

@@ -1,0 +1,38 @@
+"""The ``StateStore`` protocol: the router's mutable routing state behind one interface.
+
+A store owns the in-flight accounting the policies see through ``WorkerView``s. The request
+path reads and writes only the local ``inflight`` tracker (never awaits a store); a shared
+store (several replicas) synchronises it off the request path, so a decision never waits
+on the network. The memory store is the default for one replica.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from workers.inflight import InflightTracker
+
+
+class StateStore(Protocol):
+    """In-flight counters (and, later, prefix index, ejections, budgets, sessions)."""
+
+    @property
+    def inflight(self) -> InflightTracker:
+        """The tracker the worker registry builds views from."""
+        ...
+
+    @property
+    def degraded(self) -> bool:
+        """True when a shared backend is unreachable and only local state is used."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def on_dispatch(self, worker_id: str, prefill_tokens: int, decode_tokens: int) -> None: ...
+
+    def on_first_token(self, worker_id: str, prefill_tokens: int) -> None: ...
+
+    def on_complete(self, worker_id: str, prefill_tokens_left: int,
+                    decode_tokens: int) -> None: ...

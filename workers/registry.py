@@ -1,0 +1,63 @@
+"""The live fleet: static worker info, the latest snapshot of each, and in-flight counts.
+
+The scraper writes snapshots here; the router reads ``views(now)`` for every decision. The
+in-flight tracker is shared with the router's state store, so each view is the snapshot
+corrected by what the router dispatched since it was taken (``workers.views.build_view``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from workers.inflight import InflightTracker
+from workers.models import WorkerInfo, WorkerSnapshot, WorkerView
+from workers.views import build_view
+
+
+class WorkerRegistry:
+    """Current snapshots of a fixed set of workers. Owned by one event loop."""
+
+    __slots__ = ("_by_id", "_infos", "_snapshots", "inflight")
+
+    def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightTracker) -> None:
+        self._infos = tuple(infos)
+        self._by_id = {info.id: info for info in self._infos}
+        if len(self._by_id) != len(self._infos):
+            raise ValueError("worker ids must be unique")
+        self._snapshots: dict[str, WorkerSnapshot] = {}
+        self.inflight = inflight
+
+    @property
+    def infos(self) -> tuple[WorkerInfo, ...]:
+        return self._infos
+
+    def info(self, worker_id: str) -> WorkerInfo:
+        return self._by_id[worker_id]
+
+    def snapshot(self, worker_id: str) -> WorkerSnapshot | None:
+        return self._snapshots.get(worker_id)
+
+    def update(self, snapshot: WorkerSnapshot, fresh: bool) -> None:
+        """Store a snapshot; ``fresh`` when it came from a successful scrape just now."""
+        if snapshot.worker_id not in self._by_id:
+            raise KeyError(snapshot.worker_id)
+        self._snapshots[snapshot.worker_id] = snapshot
+        if fresh:
+            self.inflight.on_scrape(snapshot.worker_id)
+
+    def views(self, now: float) -> list[WorkerView]:
+        snapshots = self._snapshots
+        inflight = self.inflight
+        return [build_view(info, snapshots.get(info.id), inflight.get(info.id), now)
+                for info in self._infos]
+
+    def known_models(self) -> set[str]:
+        """Every model name some worker of the fleet serves or has served (incl. adapters)."""
+        models: set[str] = set()
+        for info in self._infos:
+            models.update(info.models)
+            snap = self._snapshots.get(info.id)
+            if snap is not None:
+                models.update(snap.served_models)
+                models.update(snap.lora_adapters)
+        return models

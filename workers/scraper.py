@@ -1,0 +1,236 @@
+"""Polls every worker's ``/metrics`` (and, less often, ``/v1/models``) into snapshots.
+
+Reads vLLM's metric names old and new (``kv_cache_usage_perc`` / ``gpu_cache_usage_perc``,
+``prefix_cache_*`` / ``gpu_prefix_cache_*``), ``cache_config_info`` for ``block_size`` and
+``num_gpu_blocks``, and ``lora_requests_info`` for adapters. A failed or unparsable scrape
+keeps the last good numbers (their staleness grows) and counts a failure; after
+``fail_threshold`` consecutive failures the worker is marked down, and the next good scrape
+brings it back. Nothing a worker sends can crash the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import aiohttp
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from workers.models import WorkerInfo, WorkerSnapshot
+from workers.registry import WorkerRegistry
+
+log = logging.getLogger(__name__)
+
+# Lines we parse; every other line of the exposition is skipped before parsing (cheaper).
+_WANTED = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc", "vllm:prefix_cache_", "vllm:gpu_prefix_cache_",
+    "vllm:num_preemptions", "vllm:cache_config_info", "vllm:lora_requests_info",
+)
+
+
+class MetricsParseError(ValueError):
+    """The body is not a usable vLLM metrics exposition."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSample:
+    running: int
+    waiting: int
+    kv_usage: float
+    block_size: int | None
+    num_gpu_blocks: int | None
+    prefix_cache_queries: float
+    prefix_cache_hits: float
+    num_preemptions: float
+    lora_adapters: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelsSample:
+    served_models: tuple[str, ...]
+    lora_adapters: tuple[str, ...]
+    max_model_len: int
+
+
+def _metric_name(sample_name: str) -> str:
+    return sample_name[:-6] if sample_name.endswith("_total") else sample_name
+
+
+def _as_int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def parse_metrics(text: str) -> MetricsSample:
+    """Parse the vLLM gauges and counters the router uses (summed over engines)."""
+    lines = [line for line in text.splitlines() if line.startswith(_WANTED)]
+    totals: dict[str, float] = {}
+    kv_values: list[float] = []
+    block_size: int | None = None
+    num_blocks: int | None = None
+    loras: set[str] = set()
+    try:
+        families = list(text_string_to_metric_families("\n".join(lines) + "\n"))
+    except Exception as exc:
+        raise MetricsParseError(f"unparsable metrics: {exc}") from exc
+    for family in families:
+        for sample in family.samples:
+            name = _metric_name(sample.name)
+            if name.endswith("_created") or math.isnan(sample.value):
+                continue
+            if name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+                kv_values.append(sample.value)
+            elif name == "vllm:cache_config_info":
+                block_size = block_size or _as_int(sample.labels.get("block_size"))
+                blocks = _as_int(sample.labels.get("num_gpu_blocks"))
+                if blocks is not None:
+                    num_blocks = (num_blocks or 0) + blocks
+            elif name == "vllm:lora_requests_info":
+                for key in ("running_lora_adapters", "waiting_lora_adapters"):
+                    loras.update(a for a in sample.labels.get(key, "").split(",") if a)
+            else:
+                key = name.replace("vllm:gpu_prefix_cache_", "vllm:prefix_cache_")
+                totals[key] = totals.get(key, 0.0) + sample.value
+    if ("vllm:num_requests_running" not in totals or "vllm:num_requests_waiting" not in totals
+            or not kv_values):
+        raise MetricsParseError("no vLLM load metrics (num_requests_running, "
+                                "num_requests_waiting, kv_cache_usage_perc) in /metrics")
+    return MetricsSample(
+        running=int(totals["vllm:num_requests_running"]),
+        waiting=int(totals["vllm:num_requests_waiting"]),
+        kv_usage=min(1.0, max(0.0, sum(kv_values) / len(kv_values))),
+        block_size=block_size, num_gpu_blocks=num_blocks,
+        prefix_cache_queries=totals.get("vllm:prefix_cache_queries", 0.0),
+        prefix_cache_hits=totals.get("vllm:prefix_cache_hits", 0.0),
+        num_preemptions=totals.get("vllm:num_preemptions", 0.0),
+        lora_adapters=tuple(sorted(loras)))
+
+
+def parse_models(payload: Any, default_model: str) -> ModelsSample:
+    """Read served names, adapters and ``max_model_len`` from a ``/v1/models`` body."""
+    cards = payload.get("data") if isinstance(payload, Mapping) else None
+    if not isinstance(cards, list):
+        raise MetricsParseError("/v1/models: no data list")
+    served: list[str] = []
+    adapters: list[str] = []
+    lengths: dict[str, int] = {}
+    for card in cards:
+        if not isinstance(card, Mapping) or not isinstance(card.get("id"), str):
+            continue
+        if card.get("parent"):
+            adapters.append(card["id"])
+            continue
+        served.append(card["id"])
+        length = card.get("max_model_len")
+        if isinstance(length, int) and not isinstance(length, bool):
+            lengths[card["id"]] = length
+    max_len = lengths.get(default_model) or max(lengths.values(), default=0)
+    return ModelsSample(tuple(served), tuple(adapters), max_len)
+
+
+class WorkerScraper:
+    """One polling loop over all workers of a registry."""
+
+    def __init__(self, registry: WorkerRegistry, session: aiohttp.ClientSession, *,
+                 interval_s: float, timeout_s: float, models_interval_s: float,
+                 fail_threshold: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._registry = registry
+        self._session = session
+        self._interval = interval_s
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._models_interval = models_interval_s
+        self._fail_threshold = fail_threshold
+        self._clock = clock
+        self._models: dict[str, tuple[float, ModelsSample]] = {}
+
+    async def run(self) -> None:
+        """Scrape forever, one round every interval (until cancelled)."""
+        while True:
+            started = self._clock()
+            await self.scrape_once()
+            await asyncio.sleep(max(0.0, self._interval - (self._clock() - started)))
+
+    async def scrape_once(self) -> None:
+        await asyncio.gather(*(self._scrape(info) for info in self._registry.infos))
+
+    async def _scrape(self, info: WorkerInfo) -> None:
+        now = self._clock()
+        try:
+            text = await self._get_text(f"{info.url}/metrics")
+            sample = parse_metrics(text)
+            models = await self._models_of(info, now)
+        except (TimeoutError, aiohttp.ClientError, OSError, MetricsParseError,
+                orjson.JSONDecodeError, UnicodeDecodeError) as exc:
+            self._record_failure(info, now, _describe(exc))
+            return
+        prev = self._registry.snapshot(info.id)
+        self._registry.update(self._snapshot(info, now, sample, models, prev), fresh=True)
+
+    def _snapshot(self, info: WorkerInfo, now: float, sample: MetricsSample,
+                  models: ModelsSample | None, prev: WorkerSnapshot | None) -> WorkerSnapshot:
+        adapters = set(sample.lora_adapters)
+        if models is not None:
+            adapters.update(models.lora_adapters)
+        return WorkerSnapshot(
+            worker_id=info.id, healthy=True, scraped_at=now, running=sample.running,
+            waiting=sample.waiting, kv_usage=sample.kv_usage,
+            block_size=sample.block_size or (prev.block_size if prev else 16),
+            num_gpu_blocks=sample.num_gpu_blocks or (prev.num_gpu_blocks if prev else 0),
+            max_model_len=models.max_model_len if models else 0,
+            served_models=models.served_models if models else (),
+            lora_adapters=tuple(sorted(adapters)),
+            prefix_cache_queries=sample.prefix_cache_queries,
+            prefix_cache_hits=sample.prefix_cache_hits,
+            num_preemptions=sample.num_preemptions)
+
+    def _record_failure(self, info: WorkerInfo, now: float, error: str) -> None:
+        prev = self._registry.snapshot(info.id)
+        if prev is None:
+            snap = WorkerSnapshot(worker_id=info.id, healthy=False, scraped_at=-math.inf,
+                                  consecutive_failures=1, error=error)
+        else:
+            failures = prev.consecutive_failures + 1
+            snap = replace(prev, healthy=prev.healthy and failures < self._fail_threshold,
+                           consecutive_failures=failures, error=error)
+        if snap.healthy != (prev.healthy if prev else False) or prev is None:
+            log.warning("worker %s: scrape failed (%s); healthy=%s", info.id, error,
+                        snap.healthy)
+        self._registry.update(snap, fresh=False)
+
+    async def _models_of(self, info: WorkerInfo, now: float) -> ModelsSample | None:
+        cached = self._models.get(info.id)
+        if cached is not None and now - cached[0] < self._models_interval:
+            return cached[1]
+        try:
+            body = await self._get_bytes(f"{info.url}/v1/models")
+            sample = parse_models(orjson.loads(body), info.models[0])
+        except (TimeoutError, aiohttp.ClientError, MetricsParseError,
+                orjson.JSONDecodeError) as exc:
+            log.debug("worker %s: /v1/models failed: %s", info.id, _describe(exc))
+            return cached[1] if cached else None
+        self._models[info.id] = (now, sample)
+        return sample
+
+    async def _get_bytes(self, url: str) -> bytes:
+        async with self._session.get(url, timeout=self._timeout) as resp:
+            if resp.status != 200:
+                raise MetricsParseError(f"GET {url}: HTTP {resp.status}")
+            return await resp.read()
+
+    async def _get_text(self, url: str) -> str:
+        return (await self._get_bytes(url)).decode("utf-8")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) < 200 else text[:197] + "..."
+
