@@ -1,0 +1,214 @@
+"""vLLM production-stack's ``prefixaware`` and ``session`` routing logics.
+
+Source (``src/vllm_router/routers/routing_logic.py`` and ``prefix/hashtrie.py``;
+peer-routers.md §2.1):
+
+* ``prefixaware``: a ``HashTrie`` over ``chunk_size`` (128) *character* chunks of the prompt,
+  each chunk hashed on its own (not chained) and one trie level per chunk; every node keeps the
+  endpoints whose prompts passed through it. Longest match is restricted to the available
+  endpoints (the match stops at the first chunk none of them holds), then ``random.choice``
+  among the endpoints at the deepest node (all available ones when nothing matched), then the
+  prompt is inserted under the chosen endpoint. A match shorter than
+  ``prefix_min_match_length`` (default 0) goes to the endpoint with the lowest router-side QPS
+  instead (and is still inserted). Chat prompt = message contents joined by ``\\n``. No
+  eviction, as upstream.
+* ``session``: consistent hashing of the session key (``x-session-id`` / ``user``) over the
+  endpoint URLs (upstream: ``uhashring``, no bounded load); no key → lowest router-side QPS.
+
+Router-side QPS is routed requests per ``qps_window_secs`` (the request-stats window, 60 s)
+on request arrival times. Both are one-hot scorers::
+
+    scorers: [{type: production-stack-prefix, weight: 1, params: {chunk_size: 128}}]
+    picker: {type: max-score}
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import random
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
+from policies.errors import ParamError
+from policies.peers.prompt import prompt_text
+from policies.registry import PluginRegistry
+from workers.models import WorkerView
+
+PREFIX_TYPE = "production-stack-prefix"
+SESSION_TYPE = "production-stack-session"
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixParams:
+    chunk_size: int = 128
+    prefix_min_match_length: int = 0
+    qps_window_secs: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.chunk_size <= 0:
+            raise ParamError("chunk_size", "must be > 0")
+        if self.qps_window_secs <= 0:
+            raise ParamError("qps_window_secs", "must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionParams:
+    vnodes: int = 160
+    qps_window_secs: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.vnodes <= 0:
+            raise ParamError("vnodes", "must be > 0")
+        if self.qps_window_secs <= 0:
+            raise ParamError("qps_window_secs", "must be > 0")
+
+
+class _TrieNode:
+    __slots__ = ("children", "endpoints")
+
+    def __init__(self) -> None:
+        self.children: dict[int, _TrieNode] = {}
+        self.endpoints: set[str] = set()
+
+
+class HashTrie:
+    """production-stack's chunk-hash trie (no eviction)."""
+
+    def __init__(self, chunk_size: int = 128) -> None:
+        self.chunk_size = chunk_size
+        self._root = _TrieNode()
+
+    def _chunk_hashes(self, text: str) -> list[int]:
+        return [hash(text[i:i + self.chunk_size]) for i in range(0, len(text), self.chunk_size)]
+
+    def insert(self, text: str, endpoint: str) -> None:
+        node = self._root
+        node.endpoints.add(endpoint)
+        for chunk_hash in self._chunk_hashes(text):
+            node = node.children.setdefault(chunk_hash, _TrieNode())
+            node.endpoints.add(endpoint)
+
+    def longest_prefix_match(self, text: str, available: set[str]) -> tuple[int, set[str]]:
+        node, match_length, selected = self._root, 0, set(available)
+        for chunk_hash in self._chunk_hashes(text):
+            child = node.children.get(chunk_hash)
+            if child is None:
+                break
+            common = child.endpoints & selected
+            if not common:
+                break
+            match_length += self.chunk_size
+            selected, node = common, child
+        return match_length, selected
+
+
+class _QpsWindow:
+    """Requests routed to each endpoint within the last ``window`` seconds."""
+
+    def __init__(self, window: float) -> None:
+        self._window = window
+        self._times: dict[str, deque[float]] = {}
+
+    def record(self, endpoint: str, now: float) -> None:
+        self._times.setdefault(endpoint, deque()).append(now)
+
+    def qps(self, endpoint: str, now: float) -> float:
+        times = self._times.get(endpoint)
+        if not times:
+            return 0.0
+        while times and times[0] <= now - self._window:
+            times.popleft()
+        return len(times) / self._window
+
+    def lowest(self, workers: Sequence[WorkerView], now: float) -> str:
+        return min(workers, key=lambda view: self.qps(view.id, now)).id
+
+
+def _one_hot(workers: Sequence[WorkerView], choice: str | None) -> dict[str, float]:
+    return {view.id: 1.0 if view.id == choice else 0.0 for view in workers}
+
+
+class ProductionStackPrefixScorer:
+    def __init__(self, params: PrefixParams | None = None, rng: random.Random | None = None,
+                 name: str = PREFIX_TYPE) -> None:
+        params = params or PrefixParams()
+        self.name = name
+        self.prefix_min_match_length = params.prefix_min_match_length
+        self.trie = HashTrie(params.chunk_size)
+        self._qps = _QpsWindow(params.qps_window_secs)
+        self._random = rng or random.Random(0)
+
+    def choose(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> str | None:
+        if not workers:
+            return None
+        text = prompt_text(request, "\n")
+        match_length, holders = self.trie.longest_prefix_match(text, {w.id for w in workers})
+        if match_length < self.prefix_min_match_length:
+            return self._qps.lowest(workers, request.arrival_time)
+        return self._random.choice(sorted(holders))
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        return _one_hot(workers, self.choose(request, workers))
+
+    def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
+        if decision.worker_id is None:
+            return
+        self.trie.insert(prompt_text(request, "\n"), decision.worker_id)
+        self._qps.record(decision.worker_id, request.arrival_time)
+
+    def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
+        """Router-side QPS counts arrivals only."""
+
+
+def _ring_point(key: str) -> int:
+    return int.from_bytes(hashlib.md5(key.encode()).digest()[:8], "big")
+
+
+class ProductionStackSessionScorer:
+    def __init__(self, params: SessionParams | None = None,
+                 name: str = SESSION_TYPE) -> None:
+        params = params or SessionParams()
+        self.name = name
+        self.vnodes = params.vnodes
+        self._qps = _QpsWindow(params.qps_window_secs)
+        self._rings: dict[tuple[str, ...], tuple[list[int], list[str]]] = {}
+
+    def _ring(self, workers: Sequence[WorkerView]) -> tuple[list[int], list[str]]:
+        key = tuple(sorted(view.id for view in workers))
+        ring = self._rings.get(key)
+        if ring is None:
+            points = sorted((_ring_point(f"{worker}-{i}"), worker)
+                            for worker in key for i in range(self.vnodes))
+            ring = self._rings[key] = ([p for p, _ in points], [w for _, w in points])
+        return ring
+
+    def choose(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> str | None:
+        if not workers:
+            return None
+        if not request.session:
+            return self._qps.lowest(workers, request.arrival_time)
+        points, owners = self._ring(workers)
+        index = bisect.bisect(points, _ring_point(request.session)) % len(points)
+        return owners[index]
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        return _one_hot(workers, self.choose(request, workers))
+
+    def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
+        if decision.worker_id is not None:
+            self._qps.record(decision.worker_id, request.arrival_time)
+
+    def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
+        """Router-side QPS counts arrivals only."""
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(PREFIX_TYPE, "scorer", PrefixParams,
+                      lambda params, ctx: ProductionStackPrefixScorer(params, ctx.rng(), ctx.name))
+    registry.register(SESSION_TYPE, "scorer", SessionParams,
+                      lambda params, ctx: ProductionStackSessionScorer(params, ctx.name))

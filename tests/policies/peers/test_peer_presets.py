@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from policies.loader import load_routing
+from policies.peers.presets import PEER_NAMES, PRESET_YAML, routing_for
+from workers.fleet import load_fleet
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_every_preset_file_matches_the_embedded_preset() -> None:
+    files = sorted(p.stem for p in (REPO / "config" / "policies").glob("*.yaml"))
+    assert files == sorted(PEER_NAMES)
+    for name in PEER_NAMES:
+        assert (REPO / "config" / "policies" / f"{name}.yaml").read_text() == PRESET_YAML[name]
+        assert load_routing(REPO / "config" / "policies" / f"{name}.yaml").profiles.keys() == {
+            "default"}
+
+
+def test_unknown_peer_names_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="sglang-cache-aware"):
+        routing_for("nginx")
+
+
+@pytest.mark.parametrize("name", PEER_NAMES)
+def test_each_preset_builds_an_engine_that_routes(name: str) -> None:
+    from peer_fixtures import make_request, make_view
+
+    from policies.engine import PolicyEngine
+    from workers.views import build_view  # noqa: F401  (the live path builds views this way)
+
+    fleet = load_fleet(REPO / "config" / "fleet.yaml")
+    engine = PolicyEngine.build(routing_for(name), fleet, seed=1)
+    views = [make_view("w0"), make_view("w1", inflight=1)]
+    request = make_request("r1", tokens=range(64), at=1.0)
+    decision = engine.decide(request, views)
+    assert decision.worker_id in {"w0", "w1"}
+    assert decision.profile == "default"
+    engine.on_routed(request, decision)

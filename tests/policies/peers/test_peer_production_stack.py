@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import random
+
+from peer_fixtures import make_request, make_view, routed
+
+from policies.base import CycleState
+from policies.peers.production_stack import (
+    HashTrie,
+    PrefixParams,
+    ProductionStackPrefixScorer,
+    ProductionStackSessionScorer,
+)
+
+
+def test_hash_trie_matches_whole_chunks_among_available_endpoints() -> None:
+    trie = HashTrie(chunk_size=4)
+    trie.insert("aaaabbbbcc", "x")
+    trie.insert("aaaacccc", "y")
+    assert trie.longest_prefix_match("aaaabbbbdd", {"x", "y"}) == (8, {"x"})
+    assert trie.longest_prefix_match("aaaazzzz", {"x", "y"}) == (4, {"x", "y"})
+    assert trie.longest_prefix_match("aaaabbbb", {"y"}) == (4, {"y"})
+    assert trie.longest_prefix_match("zzzz", {"x", "y"}) == (0, {"x", "y"})
+
+
+def test_prefix_scorer_sticks_to_the_holder_and_inserts_on_routing() -> None:
+    scorer = ProductionStackPrefixScorer(PrefixParams(chunk_size=4), random.Random(0))
+    views = [make_view("w0"), make_view("w1"), make_view("w2")]
+    first = make_request("1", text="system prompt! question one")
+    scorer.on_routed(first, routed(first, "w2"))
+    again = make_request("2", text="system prompt! question two")
+    for _ in range(5):
+        assert scorer.score(again, views, CycleState()) == {"w0": 0.0, "w1": 0.0, "w2": 1.0}
+
+
+def test_min_match_length_falls_back_to_lowest_qps() -> None:
+    scorer = ProductionStackPrefixScorer(PrefixParams(chunk_size=4, prefix_min_match_length=8))
+    views = [make_view("w0"), make_view("w1")]
+    for i in range(3):
+        r = make_request(f"busy{i}", text=f"zzzz{i}", at=float(i))
+        scorer.on_routed(r, routed(r, "w0"))
+    short = make_request("s", text="zzzzq", at=5.0)     # 4-char match < 8
+    assert scorer.choose(short, views) == "w1"
+
+
+def test_session_hash_is_stable_and_no_key_goes_to_lowest_qps() -> None:
+    scorer = ProductionStackSessionScorer()
+    views = [make_view("w0"), make_view("w1"), make_view("w2")]
+    picks = {scorer.choose(make_request(session="user-42"), views) for _ in range(5)}
+    assert len(picks) == 1
+    spread = {scorer.choose(make_request(session=f"user-{i}"), views) for i in range(200)}
+    assert spread == {"w0", "w1", "w2"}
+    for worker in ("w0", "w1"):
+        r = make_request(worker, at=1.0)
+        scorer.on_routed(r, routed(r, worker))
+    assert scorer.choose(make_request(at=2.0), views) == "w2"
