@@ -12,8 +12,9 @@ one per decode step and hashes them into blocks like vLLM does, so multi-turn re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 from workers.engine.profiles import GpuProfile, ModelSpec
 

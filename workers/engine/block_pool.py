@@ -1,0 +1,190 @@
+"""The block pool: every KV-cache block, the free queue and the prefix-cache index.
+
+Mirrors ``vllm/v1/core/block_pool.py``. Block 0 is the null block and is never handed out,
+so ``num_gpu_blocks - 1`` blocks are usable. Allocation pops from the front of the free
+queue; a popped block that still carries a hash is evicted from the prefix cache (one
+``BlockRemoved`` per hash). Freed blocks go to the tail when hashed (LRU) and to the front
+when not. Cached-but-free blocks count as free, so usage is "blocks pinned by requests".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from workers.engine.block_hash import to_event_int
+from workers.engine.kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
+
+
+class BlockPool:
+    """Owns the blocks. Invariant: a block is in the free queue iff its ref_cnt is 0.
+
+    The prefix-cache index maps a hash to one block, or to a dict of blocks when the same
+    content was computed twice concurrently (vLLM does not de-duplicate, so that block
+    tables stay append-only).
+    """
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool = True,
+                 enable_kv_cache_events: bool = False, block_size: int = 16) -> None:
+        if num_gpu_blocks < 2:
+            raise ValueError(f"num_gpu_blocks must be at least 2, got {num_gpu_blocks}")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.cached_block_hash_to_block: dict[
+            BlockHash, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+        self.kv_event_queue: list[KVEvent] = []
+
+    # -- prefix-cache index ------------------------------------------------------------
+
+    def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
+        """Any cached block with this hash, or None."""
+        entry = self.cached_block_hash_to_block.get(block_hash)
+        if entry is None or isinstance(entry, KVCacheBlock):
+            return entry
+        return next(iter(entry.values()))
+
+    def _insert_cached(self, block_hash: BlockHash, block: KVCacheBlock) -> None:
+        index = self.cached_block_hash_to_block
+        entry = index.get(block_hash)
+        if entry is None:
+            index[block_hash] = block
+        elif isinstance(entry, KVCacheBlock):
+            index[block_hash] = {entry.block_id: entry, block.block_id: block}
+        else:
+            entry[block.block_id] = block
+
+    def _pop_cached(self, block_hash: BlockHash, block: KVCacheBlock) -> bool:
+        index = self.cached_block_hash_to_block
+        entry = index.get(block_hash)
+        if entry is None:
+            return False
+        if isinstance(entry, KVCacheBlock):
+            if entry is not block:
+                return False
+            del index[block_hash]
+            return True
+        if entry.pop(block.block_id, None) is None:
+            return False
+        if len(entry) == 1:
+            index[block_hash] = next(iter(entry.values()))
+        return True
+
+    def cache_full_blocks(self, block_hashes: Sequence[BlockHash], token_ids: Sequence[int],
+                          blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
+                          num_full_blocks: int, lora_name: str | None = None) -> None:
+        """Commit ``blocks[num_cached_blocks:num_full_blocks]`` to the prefix cache.
+
+        ``block_hashes`` and ``token_ids`` are the request's; one ``BlockStored`` covers the
+        newly cached run, with the previous block's hash as parent.
+        """
+        if num_cached_blocks >= num_full_blocks:
+            return
+        insert = self._insert_cached
+        for i in range(num_cached_blocks, num_full_blocks):
+            block = blocks[i]
+            if block.is_null:
+                continue
+            assert block.block_hash is None, f"{block} is already cached"
+            h = block_hashes[i]
+            block.block_hash = h
+            insert(h, block)
+        if self.enable_kv_cache_events:
+            bs = self.block_size
+            parent = (to_event_int(block_hashes[num_cached_blocks - 1])
+                      if num_cached_blocks > 0 else None)
+            self.kv_event_queue.append(BlockStored(
+                block_hashes=tuple(to_event_int(h)
+                                   for h in block_hashes[num_cached_blocks:num_full_blocks]),
+                parent_block_hash=parent,
+                token_ids=tuple(token_ids[num_cached_blocks * bs:num_full_blocks * bs]),
+                block_size=bs, lora_name=lora_name))
+
+    # -- allocation --------------------------------------------------------------------
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Pop ``num_blocks`` from the front, evicting any that are still cached."""
+        if num_blocks > self.free_block_queue.num_free_blocks:
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        blocks = self.free_block_queue.popleft_n(num_blocks)
+        if self.enable_caching:
+            evict = self._maybe_evict_cached_block
+            for block in blocks:
+                if block.block_hash is not None:
+                    evict(block)
+                block.ref_cnt += 1
+        else:
+            for block in blocks:
+                block.ref_cnt += 1
+        return blocks
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        """Drop ``block``'s hash from the index (emitting BlockRemoved); False if uncached."""
+        block_hash = block.block_hash
+        if block_hash is None:
+            return False
+        block.block_hash = None
+        if not self._pop_cached(block_hash, block):
+            return False
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(BlockRemoved(block_hashes=(to_event_int(block_hash),)))
+        return True
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """A cache hit: take free blocks out of the free queue and add a reference."""
+        queue = self.free_block_queue
+        for block in blocks:
+            if block.ref_cnt == 0 and not block.is_null:
+                queue.remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one reference from each block, in the order given (callers pass tail first).
+
+        Blocks reaching zero with a hash are appended (FIFO reuse of cached blocks = LRU
+        eviction); those without a hash are prepended (LIFO reuse of uncached blocks).
+        """
+        to_evict_first: list[KVCacheBlock] = []
+        to_evict_last: list[KVCacheBlock] = []
+        for block in ordered_blocks:
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0 and not block.is_null:
+                if block.block_hash is None or not self.enable_caching:
+                    to_evict_first.append(block)
+                else:
+                    to_evict_last.append(block)
+        if to_evict_first:
+            self.free_block_queue.prepend_n(to_evict_first)
+        if to_evict_last:
+            self.free_block_queue.append_n(to_evict_last)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash; refused (False) while any block is in use."""
+        if self.free_block_queue.num_free_blocks != self.num_gpu_blocks - 1:
+            return False
+        self.cached_block_hash_to_block = {}
+        for block in self.blocks:
+            block.block_hash = None
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(AllBlocksCleared())
+        return True
+
+    # -- accounting ----------------------------------------------------------------------
+
+    def get_num_free_blocks(self) -> int:
+        return self.free_block_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        """``1 - free / (num_gpu_blocks - 1)``: cached-but-free blocks count as free."""
+        return 1.0 - self.free_block_queue.num_free_blocks / (self.num_gpu_blocks - 1)
+
+    def take_events(self) -> list[KVEvent]:
+        """The events since the last call, in order; the queue is cleared."""
+        events = self.kv_event_queue
+        self.kv_event_queue = []
+        return events

@@ -1,0 +1,109 @@
+"""The engine's per-request state (vLLM's ``v1/request.py``), with lazily grown block hashes.
+
+The caller fixes the output tokens up front (``EngineRequest.output_token_ids``), so the whole
+token sequence is known; block hashes are computed only when the scheduler needs them, up to
+the tokens that exist so far (prompt + generated), exactly as vLLM grows them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+from workers.engine.api import EngineRequest, FinishReason
+from workers.engine.kv_cache_utils import BlockHash, KVCacheBlock
+
+
+class RequestStatus(enum.IntEnum):
+    """Anything after PREEMPTED is a finished status."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    FINISHED = 3
+
+
+class BlockHasher:
+    """Extends a request's block-hash chain; one per engine (algo, seed and block size)."""
+
+    __slots__ = ("block_size", "hash_fn", "none_hash")
+
+    def __init__(self, hash_fn: Callable[[Any], bytes], none_hash: bytes,
+                 block_size: int) -> None:
+        self.hash_fn = hash_fn
+        self.none_hash = none_hash
+        self.block_size = block_size
+
+    def extend(self, request: Request, num_blocks: int) -> None:
+        """Make ``request.block_hashes`` at least ``num_blocks`` long (full blocks only)."""
+        hashes = request.block_hashes
+        start = len(hashes)
+        if start >= num_blocks:
+            return
+        bs = self.block_size
+        tokens = request.all_token_ids
+        hash_fn = self.hash_fn
+        parent = hashes[-1] if hashes else self.none_hash
+        keys = request.extra_keys
+        append = hashes.append
+        for i in range(start, num_blocks):
+            block_keys = request.first_block_keys if i == 0 else keys
+            parent = hash_fn((parent, tuple(tokens[i * bs:(i + 1) * bs]), block_keys))
+            append(parent)
+
+
+class Request:
+    """One request inside the engine. ``num_tokens`` = prompt + generated so far."""
+
+    __slots__ = ("all_token_ids", "arrival_time", "block_hashes", "blocks",
+                 "extra_keys", "finish_reason", "first_block_keys", "first_scheduled_time",
+                 "first_token_time", "lora_name", "max_output_tokens", "num_cached_blocks",
+                 "num_cached_tokens", "num_computed_tokens", "num_output_tokens",
+                 "num_preemptions", "num_prompt_tokens", "num_tokens", "request_id", "status",
+                 "token_times")
+
+    def __init__(self, req: EngineRequest, max_model_len: int) -> None:
+        self.request_id = req.request_id
+        prompt = list(req.prompt_token_ids)
+        output = list(req.output_token_ids)
+        self.num_prompt_tokens = len(prompt)
+        room = max_model_len - self.num_prompt_tokens
+        self.finish_reason: FinishReason = req.finish_reason
+        if len(output) > room:
+            output = output[:room]
+            self.finish_reason = "length"
+        self.max_output_tokens = len(output)
+        self.all_token_ids = prompt + output
+        self.num_tokens = self.num_prompt_tokens
+        self.num_output_tokens = 0
+        self.num_computed_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.arrival_time = req.arrival_time
+        self.first_scheduled_time = -1.0
+        self.first_token_time = -1.0
+        self.num_cached_tokens = -1
+        self.num_preemptions = 0
+        self.lora_name = req.lora_name
+        self.extra_keys: tuple[Any, ...] | None = (
+            (("lora", req.lora_name, req.lora_name),) if req.lora_name else None)
+        self.first_block_keys: tuple[Any, ...] | None = self.extra_keys
+        if req.cache_salt is not None:
+            self.first_block_keys = (*(self.extra_keys or ()), ("cache_salt", req.cache_salt))
+        self.block_hashes: list[BlockHash] = []
+        self.blocks: list[KVCacheBlock] = []
+        self.num_cached_blocks = 0
+        self.token_times: list[float] = []
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status > RequestStatus.PREEMPTED
+
+    @property
+    def is_decoding(self) -> bool:
+        """Prefill done and exactly one (the last sampled) token left to compute."""
+        return self.num_output_tokens > 0 and self.num_computed_tokens == self.num_tokens - 1
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id!r}, tokens={self.num_tokens}, "
+                f"computed={self.num_computed_tokens}, status={self.status.name})")
