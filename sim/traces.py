@@ -132,7 +132,7 @@ def _open_text(p: Path) -> io.TextIOBase:
     try:
         if p.suffix == ".gz":
             return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
-        return io.TextIOWrapper(open(p, "rb"), encoding="utf-8")  # noqa: SIM115
+        return io.TextIOWrapper(open(p, "rb"), encoding="utf-8")
     except OSError as exc:
         raise TraceError(f"{p}: cannot read trace: {exc.strerror}") from exc
 

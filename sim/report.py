@@ -1,0 +1,151 @@
+"""Writes a simulation's results: ``summary.json``, ``summary.md`` and PNG plots.
+
+Plots (matplotlib, Agg backend, no display needed):
+
+* ``ttft_cdf.png``: the cumulative distribution of TTFT per policy (log-scaled seconds);
+* ``goodput.png``: per policy, the goodput rate scale when ``--goodput`` ran, else the SLO
+  attainment at the simulated rate;
+* ``cost.png``: per policy, dollars per million served tokens, whole fleet vs busy-only.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.metrics import SLO_TPOT_S, RequestRecord
+
+_TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    # key, header, format
+    ("requests", "requests", "{:d}"),
+    ("rejected", "rejected", "{:d}"),
+    ("ttft_p50", "TTFT p50 s", "{:.3f}"),
+    ("ttft_p90", "TTFT p90 s", "{:.3f}"),
+    ("ttft_p99", "TTFT p99 s", "{:.3f}"),
+    ("tpot_p50", "TPOT p50 ms", "ms"),
+    ("tpot_p99", "TPOT p99 ms", "ms"),
+    ("e2e_p50", "e2e p50 s", "{:.2f}"),
+    ("e2e_p99", "e2e p99 s", "{:.2f}"),
+    ("slo_attainment", "SLO met", "{:.1%}"),
+    ("goodput_rate_scale", "goodput ×rate", "{:.2f}"),
+    ("prefix_hit_rate", "prefix hit", "{:.1%}"),
+    ("cost_per_mtok_fleet", "$/Mtok fleet", "{:.3f}"),
+    ("cost_per_mtok_busy", "$/Mtok busy", "{:.3f}"),
+    ("throughput_tok_s", "tok/s", "{:,.0f}"),
+)
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None:
+        return "–"
+    if fmt == "ms":
+        return f"{value * 1000:.1f}"
+    return fmt.format(value)
+
+
+def markdown_table(entries: Mapping[str, Mapping[str, Any]]) -> str:
+    headers = ["policy", *(h for _, h, _ in _TABLE_COLUMNS)]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for name, entry in entries.items():
+        cells = [name, *(_cell(entry.get(k), f) for k, _, f in _TABLE_COLUMNS)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(out_dir: Path, meta: Mapping[str, Any],
+                  entries: Mapping[str, Mapping[str, Any]]) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps({**meta, "policies": entries}, indent=2) + "\n")
+    trace = meta.get("trace", {})
+    ceiling = trace.get("prefix_hit_ceiling")
+    header = (f"Trace `{trace.get('name')}`: {trace.get('requests')} requests at rate scale "
+              f"{trace.get('rate_scale')}; fleet `{meta.get('fleet', {}).get('source')}`; "
+              f"infinite-cache prefix ceiling "
+              f"{'–' if ceiling is None else f'{ceiling:.1%}'}; "
+              "SLO: TTFT ≤ max(0.5 s, 3 × idle-H100 "
+              f"prefill) and TPOT ≤ {SLO_TPOT_S * 1000:.0f} ms.\n\n")
+    (out_dir / "summary.md").write_text(header + markdown_table(entries))
+    return path
+
+
+def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields = ["index", "arrival_s", "worker_id", "prompt_tokens", "cached_tokens",
+              "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions",
+              "slo_ttft_s", "meets_slo", "cost_usd", "reject_reason"]
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(fields)
+        for r in records:
+            writer.writerow([r.index, f"{r.arrival_s:.4f}", r.worker_id or "", r.prompt_tokens,
+                             r.cached_tokens, r.output_tokens, _num(r.ttft_s), _num(r.tpot_s),
+                             _num(r.e2e_s), _num(r.queue_s), r.preemptions,
+                             f"{r.slo_ttft_s:.4f}", int(r.meets_slo), f"{r.cost_usd:.6f}",
+                             r.reject_reason or ""])
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else f"{value:.5f}"
+
+
+def write_plots(out_dir: Path, entries: Mapping[str, Mapping[str, Any]],
+                ttfts: Mapping[str, Sequence[float]]) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    written: list[Path] = []
+    names = list(entries)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in names:
+        values = np.sort(np.asarray(ttfts.get(name, ()), dtype=float))
+        if values.size:
+            ax.plot(values, np.arange(1, values.size + 1) / values.size, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("time to first token (s, log scale)")
+    ax.set_ylabel("share of completed requests")
+    ax.set_title("TTFT CDF per policy")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    written.append(_save(fig, out_dir / "ttft_cdf.png"))
+
+    goodput = [entries[n].get("goodput_rate_scale") for n in names]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if all(g is not None for g in goodput):
+        ax.bar(names, [float(g) for g in goodput if g is not None], color="tab:green")
+        ax.set_ylabel("largest rate scale with ≥ 90 % SLO met")
+        ax.set_title("Goodput per policy")
+    else:
+        ax.bar(names, [100 * float(entries[n].get("slo_attainment") or 0) for n in names],
+               color="tab:green")
+        ax.set_ylabel("requests meeting the SLO (%)")
+        ax.set_title("SLO attainment per policy (run with --goodput for goodput)")
+    ax.tick_params(axis="x", rotation=30)
+    written.append(_save(fig, out_dir / "goodput.png"))
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = np.arange(len(names))
+    fleet = [float(entries[n].get("cost_per_mtok_fleet") or 0) for n in names]
+    busy = [float(entries[n].get("cost_per_mtok_busy") or 0) for n in names]
+    ax.bar(x - 0.2, fleet, 0.4, label="whole fleet billed")
+    ax.bar(x + 0.2, busy, 0.4, label="billed while busy")
+    ax.set_xticks(x, names, rotation=30)
+    ax.set_ylabel("$ per million served tokens")
+    ax.set_title("Cost per policy")
+    ax.legend(fontsize=8)
+    written.append(_save(fig, out_dir / "cost.png"))
+    return written
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return path

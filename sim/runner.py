@@ -1,0 +1,108 @@
+"""Runs one policy's simulations for ``kvroute sim``: the main run, and the goodput search.
+
+A ``PolicyJob`` is picklable so that several policies can run in parallel processes; each
+job loads the trace and fleet itself and builds a fresh ``PolicyEngine`` for every
+simulation (plugins keep cross-request state).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from policies.engine import PolicyEngine
+from sim.goodput import find_goodput
+from sim.metrics import RequestRecord, attainment, summarize, ttft_values
+from sim.policy_names import resolve_policy
+from sim.prefill_clock import PrefillClock
+from sim.simulator import Simulation, SimulationSettings
+from sim.traces import Trace, TraceFormat, load_trace, prefix_ceiling, rescale
+from workers.fleet import FleetConfig, load_fleet
+
+Progress = Callable[[str, int], None]      # ("done", n requests) or ("total", n more)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyJob:
+    policy: str
+    trace_path: str
+    fleet_path: str
+    trace_format: TraceFormat = "auto"
+    limit: int | None = None
+    duration_s: float | None = None
+    rate_scale: float = 1.0
+    seed: int = 0
+    scrape_interval_s: float = 0.2
+    goodput: bool = False
+
+
+@dataclass(slots=True)
+class PolicyRun:
+    policy: str
+    summary: dict[str, Any]
+    ttfts: list[float]
+    records: list[RequestRecord]
+    wall_s: float
+
+
+def load_job_trace(job: PolicyJob) -> Trace:
+    """The job's trace sliced on its own clock, at rate scale 1."""
+    return load_trace(job.trace_path, fmt=job.trace_format, limit=job.limit,
+                      duration_s=job.duration_s, seed=job.seed)
+
+
+def run_policy(job: PolicyJob, progress: Progress | None = None,
+               ceiling: float | None = None) -> PolicyRun:
+    started = time.perf_counter()
+    base = load_job_trace(job)
+    fleet = load_fleet(job.fleet_path)
+    routing = resolve_policy(job.policy)
+    settings = SimulationSettings(scrape_interval_s=job.scrape_interval_s, seed=job.seed)
+    clock = PrefillClock(fleet.workers[0].info.model_spec)
+    if ceiling is None:
+        ceiling = prefix_ceiling(base)
+
+    def simulate(scale: float) -> tuple[dict[str, Any], list[RequestRecord]]:
+        policy = PolicyEngine.build(routing, fleet, seed=job.seed)
+        tick = (lambda n: progress("done", n)) if progress is not None else None
+        result = Simulation(rescale(base, scale), fleet, policy, settings, tick, clock).run()
+        return summarize(job.policy, result.records, result.usage, ceiling, scale), \
+            result.records
+
+    summary, records = simulate(job.rate_scale)
+    if job.goodput:
+        def attainment_at(scale: float) -> float:
+            if scale == job.rate_scale:
+                return attainment(summary)
+            if progress is not None:
+                progress("total", len(base.requests))
+            return attainment(simulate(scale)[0])
+        search = find_goodput(attainment_at, job.rate_scale)
+        summary["goodput_rate_scale"] = search.rate_scale
+        summary["goodput_probes"] = [[s, a] for s, a in search.probes]
+    wall = time.perf_counter() - started
+    summary["sim_wall_s"] = wall
+    return PolicyRun(job.policy, summary, ttft_values(records), records, wall)
+
+
+def fleet_meta(fleet: FleetConfig) -> dict[str, Any]:
+    return {
+        "source": fleet.source,
+        "price_per_hour": sum(w.info.price_per_hour for w in fleet.workers),
+        "workers": [{"id": w.info.id, "gpu": w.info.gpu.name,
+                     "price_per_hour": w.info.price_per_hour,
+                     "max_model_len": w.info.model_spec.max_model_len}
+                    for w in fleet.workers],
+    }
+
+
+def trace_meta(job: PolicyJob, trace: Trace, ceiling: float) -> dict[str, Any]:
+    return {"name": Path(job.trace_path).name, "path": job.trace_path,
+            "requests": len(trace.requests), "span_s": trace.span_s,
+            "rate_scale": job.rate_scale, "limit": job.limit, "duration_s": job.duration_s,
+            "seed": job.seed, "prefix_hit_ceiling": ceiling,
+            "prompt_tokens": sum(r.num_prompt_tokens for r in trace.requests),
+            "output_tokens": sum(r.output_tokens for r in trace.requests)}

@@ -1,0 +1,155 @@
+"""One ``kvroute sim`` invocation: check the inputs, run every policy, write the report.
+
+Inputs are checked up front (trace readable, fleet valid, every policy name resolvable) so a
+typo fails in a second with a clear message instead of after an hour of simulation. Policies
+run one after another, or ``jobs`` at a time in forked processes; a progress bar on stderr
+counts simulated requests across all of them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import sys
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from sim.policy_names import UnknownPolicyError, policy_label, resolve_policy
+from sim.report import write_plots, write_requests_csv, write_summary
+from sim.runner import (
+    PolicyJob,
+    PolicyRun,
+    fleet_meta,
+    load_job_trace,
+    run_policy,
+    trace_meta,
+)
+from sim.simulator import SimulationSettings, router_scrape_interval
+from sim.traces import TraceError, TraceFormat, prefix_ceiling
+from workers.fleet import FleetConfigError, load_fleet
+
+_PROGRESS_BATCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationRequest:
+    trace: str
+    fleet: str
+    policies: tuple[str, ...]
+    out: str
+    trace_format: TraceFormat = "auto"
+    rate_scale: float = 1.0
+    goodput: bool = False
+    limit: int | None = None
+    duration_s: float | None = None
+    seed: int = 0
+    scrape_interval_s: float | None = None
+    jobs: int = 1
+
+
+def run_session(request: SimulationRequest) -> int:
+    from policies.errors import RoutingConfigError
+
+    try:
+        fleet = load_fleet(request.fleet)
+        for name in request.policies:
+            resolve_policy(name)
+        interval = request.scrape_interval_s or router_scrape_interval()
+        template = PolicyJob(
+            policy="", trace_path=request.trace, fleet_path=request.fleet,
+            trace_format=request.trace_format, limit=request.limit,
+            duration_s=request.duration_s, rate_scale=request.rate_scale, seed=request.seed,
+            scrape_interval_s=interval, goodput=request.goodput)
+        trace = load_job_trace(template)
+    except (TraceError, FleetConfigError, RoutingConfigError, UnknownPolicyError) as exc:
+        print(f"kvroute sim: {exc}", file=sys.stderr)
+        return 2
+    if not trace.requests:
+        print(f"kvroute sim: {request.trace}: no requests after slicing", file=sys.stderr)
+        return 2
+    ceiling = prefix_ceiling(trace)
+    jobs = [replace(template, policy=name) for name in request.policies]
+    runs = _run_all(jobs, len(trace.requests), request.jobs, ceiling)
+    out = Path(request.out)
+    entries = {policy_label(run.policy): run.summary for run in runs}
+    meta = {"trace": trace_meta(template, trace, ceiling), "fleet": fleet_meta(fleet),
+            "settings": {"scrape_interval_s": interval, "seed": request.seed,
+                         "hash_algo": SimulationSettings().hash_algo}}
+    path = write_summary(out, meta, entries)
+    for run in runs:
+        write_requests_csv(out / "requests" / f"{policy_label(run.policy)}.csv", run.records)
+    write_plots(out, entries, {policy_label(r.policy): r.ttfts for r in runs})
+    print((out / "summary.md").read_text(), end="")
+    print(f"wrote {path} and plots in {out}", file=sys.stderr)
+    return 0
+
+
+def _run_all(jobs: Sequence[PolicyJob], per_run: int, parallel: int,
+             ceiling: float) -> list[PolicyRun]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=per_run * len(jobs), unit="req", file=sys.stderr, desc="simulating",
+               dynamic_ncols=True)
+    try:
+        if parallel <= 1 or len(jobs) <= 1:
+            def progress(kind: str, n: int) -> None:
+                _apply(bar, kind, n)
+            return [run_policy(job, progress, ceiling) for job in jobs]
+        return _run_parallel(jobs, parallel, ceiling, bar)
+    finally:
+        bar.close()
+
+
+def _apply(bar: Any, kind: str, n: int) -> None:
+    if kind == "total":
+        bar.total += n
+        bar.refresh()
+    else:
+        bar.update(n)
+
+
+def _run_parallel(jobs: Sequence[PolicyJob], parallel: int, ceiling: float,
+                  bar: Any) -> list[PolicyRun]:
+    context = multiprocessing.get_context("fork")
+    with context.Manager() as manager, ProcessPoolExecutor(
+            max_workers=min(parallel, len(jobs)), mp_context=context) as pool:
+        updates: Any = manager.Queue()
+        futures: list[Future[PolicyRun]] = [
+            pool.submit(_child_run, job, ceiling, updates) for job in jobs]
+        while not all(f.done() for f in futures):
+            _drain(updates, bar, timeout=0.2)
+        _drain(updates, bar, timeout=0.0)
+        return [f.result() for f in futures]
+
+
+def _drain(updates: Any, bar: Any, timeout: float) -> None:
+    try:
+        kind, n = updates.get(timeout=timeout) if timeout else updates.get_nowait()
+        _apply(bar, kind, n)
+        while True:
+            kind, n = updates.get_nowait()
+            _apply(bar, kind, n)
+    except queue.Empty:
+        return
+
+
+def _child_run(job: PolicyJob, ceiling: float, updates: Any) -> PolicyRun:
+    """Runs in a pool process; reports progress through the manager queue ``updates``."""
+    pending = [0]
+
+    def progress(kind: str, n: int) -> None:
+        if kind == "total":
+            updates.put((kind, n))
+            return
+        pending[0] += n
+        if pending[0] >= _PROGRESS_BATCH:
+            updates.put(("done", pending[0]))
+            pending[0] = 0
+
+    run = run_policy(job, progress, ceiling)
+    if pending[0]:
+        updates.put(("done", pending[0]))
+    return run

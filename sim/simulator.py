@@ -1,0 +1,205 @@
+"""The discrete-event loop: a trace replayed through one policy on a virtual fleet.
+
+Events, in virtual seconds from the first arrival:
+
+* **scrape** every ``scrape_interval_s`` (the router's default): each worker's snapshot is
+  rebuilt from its engine's gauges and the in-flight tracker's ``on_scrape`` runs, exactly
+  as the live scraper does;
+* **arrival**: the request gets its prompt token ids from the trace (so no producer
+  re-tokenizes), the policy's producers run inline, views come from ``build_view`` (last
+  snapshot + ``InflightTracker``) and ``PolicyEngine.decide`` picks a worker;
+* **worker steps**: before every event each engine is stepped up to the event's time, and the
+  outputs of the steps that ended meanwhile update the tracker (first token, completion)
+  and the policy's observers (``on_completed``).
+
+A request the policy finds no worker for, or that exceeds the chosen worker's context or KV
+cache, is rejected and recorded as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from policies.base import RequestOutcome, RoutingRequest
+from policies.engine import PolicyEngine
+from policies.producers.runner import run_producers_sync
+from sim.metrics import RequestRecord, WorkerUsage, allocate_costs, slo_ttft_target
+from sim.prefill_clock import PrefillClock
+from sim.traces import Trace, TraceRequest
+from sim.worker import SimWorker
+from workers.engine.api import EngineConfig, EngineRequest, RequestStats, StepResult
+from workers.engine.core import EngineCore
+from workers.fleet import FleetConfig
+from workers.inflight import InflightTracker
+from workers.models import WorkerView
+from workers.views import build_view
+
+DEFAULT_HASH_ALGO = "builtin"      # in-process only; ~10x cheaper than vLLM's sha256
+
+
+def router_scrape_interval() -> float:
+    """The live router's default scrape interval, so both see equally stale snapshots."""
+    from router.settings import Settings
+    default = Settings.__dataclass_fields__["scrape_interval_s"].default
+    return float(default) if isinstance(default, int | float) else 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationSettings:
+    scrape_interval_s: float = 0.2
+    hash_algo: str = DEFAULT_HASH_ALGO
+    seed: int = 0
+
+
+@dataclass(slots=True)
+class _Dispatched:
+    routing: RoutingRequest
+    record: RequestRecord
+    worker: SimWorker
+    prefill_estimate: int
+
+
+@dataclass(slots=True)
+class SimulationResult:
+    records: list[RequestRecord]
+    usage: list[WorkerUsage]
+    steps_landed: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def build_workers(fleet: FleetConfig, settings: SimulationSettings) -> list[SimWorker]:
+    workers: list[SimWorker] = []
+    for i, spec in enumerate(fleet.workers):
+        info = spec.info
+        config = EngineConfig(model=info.model_spec, gpu=info.gpu,
+                              tensor_parallel=info.tensor_parallel,
+                              hash_algo=settings.hash_algo, seed=settings.seed + i)
+        workers.append(SimWorker(info, EngineCore(config)))
+    return workers
+
+
+class Simulation:
+    """One replay of ``trace`` through ``policy`` on ``fleet``. Call ``run()`` once."""
+
+    def __init__(self, trace: Trace, fleet: FleetConfig, policy: PolicyEngine,
+                 settings: SimulationSettings | None = None,
+                 on_arrival: Callable[[int], None] | None = None,
+                 prefill_clock: PrefillClock | None = None) -> None:
+        self.trace = trace
+        self.policy = policy
+        self.settings = settings or SimulationSettings()
+        self.workers = build_workers(fleet, self.settings)
+        self._by_id = {w.info.id: w for w in self.workers}
+        self.tracker = InflightTracker()
+        self._model = fleet.workers[0].info.models[0]
+        self._prefill = prefill_clock or PrefillClock(fleet.workers[0].info.model_spec)
+        self._on_arrival = on_arrival
+        self._live: dict[str, _Dispatched] = {}
+        self._records: list[RequestRecord] = []
+        self._steps = 0
+
+    def run(self) -> SimulationResult:
+        interval = self.settings.scrape_interval_s
+        next_scrape = 0.0
+        for request in self.trace.requests:
+            while next_scrape <= request.arrival_s:
+                self._advance_all(next_scrape)
+                self._scrape_all(next_scrape)
+                next_scrape += interval
+            self._advance_all(request.arrival_s)
+            self._arrive(request)
+            if self._on_arrival is not None:
+                self._on_arrival(1)
+        self._advance_all(float("inf"))
+        usage = [WorkerUsage(w.info.id, w.info.gpu.name, w.info.price_per_hour, w.busy_s)
+                 for w in self.workers]
+        allocate_costs(self._records, usage)
+        return SimulationResult(records=self._records, usage=usage, steps_landed=self._steps)
+
+    def _advance_all(self, t: float) -> None:
+        for worker in self.workers:
+            worker.run_until(t, self._on_landed)
+
+    def _scrape_all(self, now: float) -> None:
+        for worker in self.workers:
+            worker.scrape(now)
+            self.tracker.on_scrape(worker.info.id)
+
+    def views(self, now: float) -> list[WorkerView]:
+        return [build_view(w.info, w.snapshot, self.tracker.get(w.info.id), now)
+                for w in self.workers]
+
+    def _arrive(self, request: TraceRequest) -> None:
+        now = request.arrival_s
+        tokens = self.trace.prompt_token_ids(request)
+        routing = RoutingRequest(
+            request_id=f"trace-{request.index}", model=self._model, path="/v1/completions",
+            prompt=tokens, max_tokens=request.output_tokens, tenant=request.tenant,
+            session=request.session, arrival_time=now)
+        routing.prompt_token_ids = tokens
+        routing.num_prompt_tokens = len(tokens)
+        record = RequestRecord(
+            index=request.index, arrival_s=now, prompt_tokens=len(tokens),
+            output_tokens=request.output_tokens,
+            slo_ttft_s=slo_ttft_target(self._prefill.prefill_s(len(tokens))))
+        self._records.append(record)
+        views = self.views(now)
+        run_producers_sync(self.policy.producers, routing, views)
+        decision = self.policy.decide(routing, views)
+        worker = self._by_id.get(decision.worker_id) if decision.worker_id else None
+        if worker is None:
+            record.reject_reason = decision.reason or "no candidate"
+            return
+        unfit = worker.fits(len(tokens), request.output_tokens)
+        if unfit is not None:
+            record.reject_reason = f"{worker.info.id}: {unfit}"
+            return
+        record.worker_id = worker.info.id
+        # the same accounting as router.director: estimate, dispatch, then observers
+        matched = decision.attributes.get("prefix_match_tokens")
+        estimate = max(0, routing.num_prompt_tokens - (matched if isinstance(matched, int) else 0))
+        self.tracker.on_dispatch(worker.info.id, estimate, routing.expected_output_tokens)
+        self.policy.on_routed(routing, decision)
+        self._live[routing.request_id] = _Dispatched(routing, record, worker, estimate)
+        worker.submit(EngineRequest(
+            request_id=routing.request_id, prompt_token_ids=tokens,
+            output_token_ids=self.trace.output_token_ids(request), arrival_time=now), now)
+
+    def _on_landed(self, worker: SimWorker, at: float, result: StepResult) -> None:
+        self._steps += 1
+        for output in result.outputs:
+            if output.first:
+                entry = self._live.get(output.request_id)
+                if entry is not None:
+                    self.tracker.on_first_token(worker.info.id, entry.prefill_estimate)
+        for stats in result.finished:
+            self._finish(stats)
+
+    def _finish(self, stats: RequestStats) -> None:
+        entry = self._live.pop(stats.request_id, None)
+        if entry is None:
+            return
+        record = entry.record
+        record.ttft_s = stats.first_token_time - record.arrival_s
+        record.e2e_s = stats.finished_time - record.arrival_s
+        record.queue_s = stats.first_scheduled_time - record.arrival_s
+        record.finished_s = stats.finished_time
+        record.cached_tokens = stats.num_cached_tokens
+        record.preemptions = stats.num_preemptions
+        record.output_tokens = stats.num_generation_tokens
+        if stats.num_generation_tokens > 1:
+            record.tpot_s = ((stats.finished_time - stats.first_token_time)
+                             / (stats.num_generation_tokens - 1))
+        self.tracker.on_complete(entry.worker.info.id, 0, entry.routing.expected_output_tokens)
+        self.policy.on_completed(entry.routing, RequestOutcome(
+            request_id=stats.request_id, worker_id=entry.worker.info.id, status=200,
+            prompt_tokens=record.prompt_tokens, completion_tokens=record.output_tokens,
+            cached_tokens=record.cached_tokens, ttft_s=record.ttft_s, tpot_s=record.tpot_s,
+            e2e_s=record.e2e_s))
+
+
+def run_simulation(trace: Trace, fleet: FleetConfig, policy: PolicyEngine,
+                   settings: SimulationSettings | None = None,
+                   on_arrival: Callable[[int], None] | None = None) -> SimulationResult:
+    return Simulation(trace, fleet, policy, settings, on_arrival).run()
