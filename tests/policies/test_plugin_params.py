@@ -1,0 +1,69 @@
+"""policies/params.py: typed parameter dataclasses built strictly from YAML values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+import pytest
+
+from policies.errors import ParamError, RoutingConfigError
+from policies.params import build_params
+
+
+@dataclass(frozen=True)
+class Inner:
+    size: int = 1
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    ratio: float = 0.5
+    count: int = 3
+    enabled: bool = True
+    mode: Literal["a", "b"] = "a"
+    limit: int | None = None
+    tags: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    inner: Inner = field(default_factory=Inner)
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise ParamError("count", "must be >= 0")
+
+
+def test_full_build_converts_containers() -> None:
+    params = build_params(Sample, {"name": "x", "ratio": 2, "tags": ["p", "q"],
+                                   "labels": {"pool": "a"}, "inner": {"size": 4},
+                                   "limit": None}, "p")
+    assert params == Sample(name="x", ratio=2.0, tags=("p", "q"),
+                            labels=MappingProxyType({"pool": "a"}), inner=Inner(4))
+    assert isinstance(params.ratio, float)
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({}, "p.name: required"),
+    ({"name": 1}, "p.name: must be a string"),
+    ({"name": "x", "ratio": "high"}, "p.ratio: must be a number"),
+    ({"name": "x", "ratio": True}, "p.ratio: must be a number"),
+    ({"name": "x", "count": 1.5}, "p.count: must be an integer"),
+    ({"name": "x", "count": -1}, "p.count: must be >= 0"),
+    ({"name": "x", "enabled": "yes"}, "p.enabled: must be a boolean"),
+    ({"name": "x", "mode": "c"}, "p.mode: must be one of: a, b"),
+    ({"name": "x", "limit": "none"}, "p.limit: must be an integer or null"),
+    ({"name": "x", "tags": "p"}, "p.tags: must be a list"),
+    ({"name": "x", "tags": ["p", 2]}, "p.tags[1]: must be a string"),
+    ({"name": "x", "labels": {"pool": 3}}, "p.labels.pool: must be a string"),
+    ({"name": "x", "inner": {"size": "big"}}, "p.inner.size: must be an integer"),
+    ({"name": "x", "inner": {"width": 1}}, "p.inner.width: unknown key (expected one of: size)"),
+    ({"name": "x", "extra": 1}, "p.extra: unknown key (expected one of: count, enabled, inner, "
+                                "labels, limit, mode, name, ratio, tags)"),
+    (["name"], "p: must be a mapping"),
+])
+def test_errors_name_the_field(raw: object, message: str) -> None:
+    with pytest.raises(RoutingConfigError) as info:
+        build_params(Sample, raw, "p")
+    assert str(info.value) == message
