@@ -1,0 +1,36 @@
+"""Goodput search on a known attainment curve (a pure function, no simulation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from sim.goodput import find_goodput
+
+
+def _knee(at: float) -> Callable[[float], float]:
+    return lambda scale: 1.0 if scale <= at else 0.5
+
+
+def test_search_upwards_brackets_and_bisects() -> None:
+    search = find_goodput(_knee(3.0), 1.0, bisections=5)
+    # 1 pass, 2 pass, 4 fail, then bisect [2, 4]: 3 p, 3.5 f, 3.25 f, 3.125 f, 3.0625 f
+    assert [s for s, _ in search.probes] == [1.0, 2.0, 4.0, 3.0, 3.5, 3.25, 3.125, 3.0625]
+    assert search.rate_scale == 3.0
+
+
+def test_search_downwards_when_start_fails() -> None:
+    search = find_goodput(_knee(0.3), 1.0, bisections=2)
+    assert [s for s, _ in search.probes] == [1.0, 0.5, 0.25, 0.375, 0.3125]
+    assert search.rate_scale == 0.25
+
+
+def test_never_passing_gives_zero() -> None:
+    search = find_goodput(lambda s: 0.0, 1.0, max_doublings=3)
+    assert search.rate_scale == 0.0 and len(search.probes) == 4
+
+
+def test_bad_start_is_refused() -> None:
+    with pytest.raises(ValueError, match="start scale"):
+        find_goodput(lambda s: 1.0, 0.0)

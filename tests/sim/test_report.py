@@ -1,0 +1,33 @@
+"""Report files: summary.json round trip, Markdown table cells, plots written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.report import markdown_table, write_plots, write_summary
+
+ENTRY = {"requests": 10, "rejected": 1, "ttft_p50": 0.1234, "ttft_p90": 0.5, "ttft_p99": 1.0,
+         "tpot_p50": 0.0125, "tpot_p99": 0.05, "e2e_p50": 2.0, "e2e_p99": 3.0,
+         "slo_attainment": 0.9, "goodput_rate_scale": None, "prefix_hit_rate": 0.25,
+         "cost_per_mtok_fleet": 1.5, "cost_per_mtok_busy": 0.75, "throughput_tok_s": 12345.6}
+
+
+def test_markdown_table_formats_units() -> None:
+    table = markdown_table({"rr": ENTRY})
+    row = table.splitlines()[2]
+    assert row.startswith("| rr | 10 | 1 | 0.123 | 0.500 | 1.000 | 12.5 | 50.0 | 2.00 | 3.00 "
+                          "| 90.0% | – | 25.0% | 1.500 | 0.750 | 12,346 |")
+
+
+def test_summary_and_plots_are_written(tmp_path: Path) -> None:
+    meta = {"trace": {"name": "t", "requests": 10, "rate_scale": 1.0,
+                      "prefix_hit_ceiling": 0.3}, "fleet": {"source": "f.yaml"}}
+    path = write_summary(tmp_path, meta, {"rr": ENTRY, "ll": ENTRY})
+    data = json.loads(path.read_text())
+    assert list(data["policies"]) == ["rr", "ll"]
+    assert data["policies"]["rr"]["ttft_p50"] == 0.1234
+    assert "30.0%" in (tmp_path / "summary.md").read_text()
+    written = write_plots(tmp_path, data["policies"], {"rr": [0.1, 0.2], "ll": [0.3]})
+    assert [p.name for p in written] == ["ttft_cdf.png", "goodput.png", "cost.png"]
+    assert all(p.stat().st_size > 5000 for p in written)

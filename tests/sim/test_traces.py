@@ -1,0 +1,98 @@
+"""Trace loaders: Mooncake, Azure and generic JSONL; slicing, rate scaling, prefix ceiling."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.traces import TraceError, load_trace, prefix_ceiling, rescale
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_mooncake_rows_become_prompts_with_shared_prefixes(tmp_path: Path) -> None:
+    rows = [{"timestamp": 1000, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]},
+            {"timestamp": 3000, "input_length": 700, "output_length": 0, "hash_ids": [0, 1]},
+            {"timestamp": 2000, "input_length": 512, "output_length": 9, "hash_ids": [0]}]
+    path = tmp_path / "t.jsonl.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+    trace = load_trace(path)
+    assert [r.arrival_s for r in trace.requests] == [0.0, 1.0, 2.0]
+    assert [r.num_prompt_tokens for r in trace.requests] == [1100, 512, 700]
+    assert [r.output_tokens for r in trace.requests] == [5, 9, 1]   # 0 outputs become 1
+    first, second, third = (trace.prompt_token_ids(r) for r in trace.requests)
+    assert first[:512] == second and third[:700] == first[:700]
+    # ceiling: request 2 hits block 0 (512); request 3 hits block 0 only (its block 1 is partial)
+    assert prefix_ceiling(trace) == pytest.approx(1024 / (1100 + 512 + 700))
+
+
+def test_slicing_happens_before_rate_scaling(tmp_path: Path) -> None:
+    rows = [{"arrival_s": t, "prompt_tokens": 10, "output_tokens": 2} for t in range(10)]
+    path = _write_jsonl(tmp_path / "g.jsonl", rows)
+    trace = load_trace(path, duration_s=4.0, rate_scale=2.0)
+    assert [r.arrival_s for r in trace.requests] == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert len(load_trace(path, limit=3).requests) == 3
+    assert [r.arrival_s for r in rescale(load_trace(path, limit=3), 4.0).requests] == [
+        0.0, 0.25, 0.5]
+
+
+def test_generic_jsonl_accepts_lengths_text_and_token_ids(tmp_path: Path) -> None:
+    rows = [{"arrival_s": 5.0, "prompt_tokens": 30, "output_tokens": 4, "tenant": "a"},
+            {"arrival_s": 5.5, "prompt": "hello world", "output_tokens": 2, "session": "s"},
+            {"arrival_s": 6.0, "prompt_token_ids": [1, 2, 3], "output_tokens": 1}]
+    trace = load_trace(_write_jsonl(tmp_path / "g.jsonl", rows))
+    a, b, c = trace.requests
+    assert a.tenant == "a" and len(trace.prompt_token_ids(a)) == 30
+    assert trace.prompt_token_ids(b) == [15339, 1917]        # cl100k "hello", " world"
+    assert b.session == "s" and b.arrival_s == 0.5
+    assert trace.prompt_token_ids(c) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({"arrival_s": 0, "output_tokens": 1}, "exactly one of prompt_tokens"),
+    ({"arrival_s": "x", "prompt_tokens": 1, "output_tokens": 1}, "arrival_s"),
+    ({"arrival_s": 0, "prompt_tokens": 1, "output_tokens": 0}, "output_tokens"),
+])
+def test_generic_jsonl_errors_name_line_and_field(tmp_path: Path, row: dict[str, object],
+                                                  message: str) -> None:
+    path = _write_jsonl(tmp_path / "bad.jsonl",
+                        [{"arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}, row])
+    with pytest.raises(TraceError, match=rf"bad.jsonl:2: .*{message}"):
+        load_trace(path)
+
+
+def test_mooncake_with_too_few_hash_ids_is_refused(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "m.jsonl", [
+        {"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [0, 1]}])
+    with pytest.raises(TraceError, match="3 blocks of 512 needed"):
+        load_trace(path)
+
+
+def test_azure_csv_timestamps_and_unique_prompts(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:17:03.9799600,40,10\n"
+                    "2023-11-16 18:17:04.0319600,40,8\n")
+    trace = load_trace(path)
+    first, second = trace.requests
+    assert second.arrival_s == pytest.approx(0.052)
+    assert trace.prompt_token_ids(first) != trace.prompt_token_ids(second)
+    assert prefix_ceiling(trace) == 0.0
+
+
+def test_shared_traces_load_with_the_documented_shape() -> None:
+    mooncake = load_trace(SHARED / "mooncake_conversation_trace.jsonl.gz")
+    assert len(mooncake.requests) == 12031
+    assert mooncake.span_s == pytest.approx(3536.999)
+    assert prefix_ceiling(mooncake) == pytest.approx(0.3734, abs=5e-4)
+    azure = load_trace(SHARED / "azure_llm_2023_code.csv.gz", limit=100)
+    assert len(azure.requests) == 100 and azure.requests[0].num_prompt_tokens == 4808
