@@ -1,0 +1,105 @@
+"""``kvroute up`` (emulated fleet + router, for laptops and demos) and ``kvroute serve``
+(router only, in front of a real fleet)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+CURL_EXAMPLE = """\
+curl -s http://localhost:{port}/v1/chat/completions -H 'Content-Type: application/json' \\
+  -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], \
+"max_tokens": 32}}' -i"""
+
+OPENAI_EXAMPLE = """\
+from openai import OpenAI
+client = OpenAI(base_url="http://localhost:{port}/v1", api_key="unused")
+reply = client.chat.completions.create(
+    model="{model}", messages=[{{"role": "user", "content": "Hello!"}}], max_tokens=32)
+print(reply.choices[0].message.content)"""
+
+
+def register(subparsers: Any) -> None:
+    up = subparsers.add_parser(
+        "up", help="start the fleet's emulated workers and the router (Ctrl-C stops all)")
+    _common_arguments(up)
+    up.add_argument("--time-scale", type=float, default=None,
+                    help="emulator speed: 1 real time, 0.1 ten times faster (default: the "
+                         "fleet file's value)")
+    up.set_defaults(func=_up)
+    serve = subparsers.add_parser("serve", help="run the router in front of a real fleet")
+    _common_arguments(serve)
+    serve.add_argument("--redis-url", default=None,
+                       help="share in-flight state between replicas through Redis")
+    serve.add_argument("--replica-id", default="router-0")
+    serve.set_defaults(func=_serve)
+
+
+def _common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fleet", type=Path, default=Path("config/fleet.yaml"))
+    parser.add_argument("--routing", type=Path, default=Path("config/routing.yaml"))
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--scrape-interval", type=float, default=0.2, metavar="SECONDS")
+    parser.add_argument("--upstream-timeout", type=float, default=300.0, metavar="SECONDS")
+    parser.add_argument("--max-retries", type=int, default=2)
+    parser.add_argument("--log-level", default="INFO")
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Any:
+    from router.settings import Settings
+    return Settings(fleet_path=args.fleet, routing_path=args.routing, host=args.host,
+                    port=args.port, scrape_interval_s=args.scrape_interval,
+                    upstream_timeout_s=args.upstream_timeout, max_retries=args.max_retries,
+                    **extra)
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """Load the fleet and check the routing file up front, with a one-line error."""
+    from policies.errors import RoutingConfigError
+    from policies.loader import load_routing
+    from workers.fleet import FleetConfigError, load_fleet
+    try:
+        fleet = load_fleet(args.fleet)
+        load_routing(args.routing)
+    except (FleetConfigError, RoutingConfigError) as exc:
+        print(f"kvroute: {exc}", file=sys.stderr)
+        return None
+    return fleet
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from router.app import run_router
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    fleet = _load(args)
+    if fleet is None:
+        return 2
+    run_router(_settings(args, redis_url=args.redis_url, replica_id=args.replica_id), fleet)
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    from router.app import run_router
+    from workers.emulator.process import EmulatorFleet
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
+                        "%(message)s")
+    fleet = _load(args)
+    if fleet is None:
+        return 2
+    emulated = [w for w in fleet.workers if w.emulated]
+    options = {} if args.time_scale is None else {"time_scale": args.time_scale}
+    with EmulatorFleet(fleet, **options):
+        print(f"kvroute: {len(emulated)} emulated worker(s) up; router on "
+              f"http://{args.host}:{args.port}/v1\n")
+        model = fleet.workers[0].info.models[0]
+        print("Try it:\n\n" + CURL_EXAMPLE.format(port=args.port, model=model) + "\n")
+        print("Or with the openai client:\n\n"
+              + OPENAI_EXAMPLE.format(port=args.port, model=model) + "\n", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            run_router(_settings(args), fleet)
+    return 0

@@ -1,0 +1,110 @@
+"""OpenAI request parsing: what is accepted, and the exact error for each bad body."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from router.errors import InvalidRequest
+from router.protocol import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    parse_request,
+    tenant_of,
+    upstream_body,
+)
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def parse(body: bytes | dict[str, object], path: str = CHAT_PATH,
+          headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    raw = body if isinstance(body, bytes) else orjson.dumps(body)
+    return parse_request(raw, path, "req-1", headers or {}, 12.5)
+
+
+def test_chat_request_fields() -> None:
+    parsed = parse({**CHAT, "max_tokens": 7, "stream": True, "user": "u1",
+                    "stream_options": {"include_usage": True}})
+    r = parsed.routing
+    assert (r.request_id, r.model, r.path, r.max_tokens, r.stream, r.session,
+            r.arrival_time) == ("req-1", MODEL, CHAT_PATH, 7, True, "u1", 12.5)
+    assert r.messages == [{"role": "user", "content": "hi"}]
+    assert parsed.wants_usage is True
+
+
+def test_max_completion_tokens_preferred() -> None:
+    r = parse({**CHAT, "max_completion_tokens": 5, "max_tokens": 9}).routing
+    assert r.max_tokens == 5
+
+
+@pytest.mark.parametrize("prompt", ["hello", ["a", "b"], [1, 2, 3], [[1, 2], [3]]],
+                         ids=["string", "list of strings", "token ids", "lists of token ids"])
+def test_completion_prompts_accepted(prompt: object) -> None:
+    r = parse({"model": MODEL, "prompt": prompt}, COMPLETIONS_PATH).routing
+    assert r.prompt == prompt and r.messages is None
+
+
+@pytest.mark.parametrize(("body", "path", "message", "param"), [
+    (b"", CHAT_PATH, "Request body is empty; expected a JSON object.", None),
+    (b"{not json", CHAT_PATH, "Request body is not valid JSON", None),
+    (b"\xff\xfe{}", CHAT_PATH, "Request body is not valid UTF-8.", None),
+    (b"[1, 2]", CHAT_PATH, "Request body must be a JSON object.", None),
+    ({"messages": []}, CHAT_PATH, "You must provide a model parameter", "model"),
+    ({"model": 3, "messages": []}, CHAT_PATH, "You must provide a model parameter", "model"),
+    ({"model": MODEL}, CHAT_PATH, "Missing required parameter: 'messages'.", "messages"),
+    ({"model": MODEL, "messages": "hi"}, CHAT_PATH, "messages: must be a non-empty array.",
+     "messages"),
+    ({"model": MODEL, "messages": [{"content": "x"}]}, CHAT_PATH,
+     "messages[0].role: required, a string.", "messages[0].role"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": 5}]}, CHAT_PATH,
+     "messages[0].content: must be a string or an array.", "messages[0].content"),
+    ({**CHAT, "max_tokens": -5}, CHAT_PATH, "max_tokens: must be at least 1, got -5.",
+     "max_tokens"),
+    ({**CHAT, "max_tokens": "10"}, CHAT_PATH, "max_tokens: must be an integer.", "max_tokens"),
+    ({**CHAT, "max_tokens": True}, CHAT_PATH, "max_tokens: must be an integer.", "max_tokens"),
+    ({**CHAT, "stream": "yes"}, CHAT_PATH, "stream: must be a boolean.", "stream"),
+    ({**CHAT, "stream_options": {"include_usage": 1}}, CHAT_PATH,
+     "stream_options.include_usage: must be a boolean.", "stream_options.include_usage"),
+    ({"model": MODEL}, COMPLETIONS_PATH, "Missing required parameter: 'prompt'.", "prompt"),
+    ({"model": MODEL, "prompt": [1, "a"]}, COMPLETIONS_PATH, "prompt: must be a string",
+     "prompt"),
+    ({"model": MODEL, "prompt": []}, COMPLETIONS_PATH, "prompt: must be a string", "prompt"),
+], ids=["empty", "malformed", "non-utf8", "array body", "no model", "model not string",
+        "no messages", "messages not list", "message without role", "bad content",
+        "negative max_tokens", "max_tokens string", "max_tokens bool", "stream not bool",
+        "include_usage not bool", "no prompt", "mixed prompt", "empty prompt"])
+def test_invalid_bodies(body: bytes | dict[str, object], path: str, message: str,
+                        param: str | None) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        parse(body, path)
+    assert info.value.message.startswith(message)
+    assert info.value.param == param
+    assert info.value.status == 400
+
+
+def test_tenant_from_header_or_hashed_key() -> None:
+    assert tenant_of({"x-tenant": "acme"}) == "acme"
+    hashed = tenant_of({"authorization": "Bearer sk-secret"})
+    assert hashed is not None and hashed.startswith("key-") and "secret" not in hashed
+    assert hashed == tenant_of({"authorization": "Bearer sk-secret"})
+    assert tenant_of({}) is None
+
+
+def test_upstream_body_untouched_when_nothing_changes() -> None:
+    raw = orjson.dumps(CHAT)
+    assert upstream_body(parse(raw), raw, MODEL) is raw
+
+
+def test_upstream_body_asks_for_usage_and_rewrites_model() -> None:
+    raw = orjson.dumps({**CHAT, "stream": True})
+    body = orjson.loads(upstream_body(parse(raw), raw, "other-model"))
+    assert body["model"] == "other-model"
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["messages"] == CHAT["messages"]
+
+
+def test_upstream_body_keeps_client_usage_request() -> None:
+    raw = orjson.dumps({**CHAT, "stream": True, "stream_options": {"include_usage": True}})
+    assert upstream_body(parse(raw), raw, MODEL) is raw

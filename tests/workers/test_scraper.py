@@ -1,0 +1,198 @@
+"""The fleet scraper: vLLM metric names old and new, garbage, failures, down and up again."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
+from workers.inflight import InflightTracker
+from workers.models import WorkerInfo
+from workers.registry import WorkerRegistry
+from workers.scraper import MetricsParseError, WorkerScraper, parse_metrics, parse_models
+
+SAMPLE = Path(__file__).resolve().parents[2].parent / "shared/reference/vllm-metrics-sample.txt"
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+OLD_NAMES = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 3.0
+vllm:num_requests_waiting{model_name="m"} 4.0
+vllm:gpu_cache_usage_perc{model_name="m"} 0.5
+vllm:gpu_prefix_cache_queries_total{model_name="m"} 100.0
+vllm:gpu_prefix_cache_hits_total{model_name="m"} 25.0
+vllm:cache_config_info{block_size="32",num_gpu_blocks="1000"} 1.0
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql,chat",\
+waiting_lora_adapters="x"} 1.7e9
+"""
+
+TWO_ENGINES = """\
+vllm:num_requests_running{engine="0",model_name="m"} 1.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 0.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 5.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.2
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.4
+"""
+
+
+def test_parse_current_vllm_sample() -> None:
+    sample = parse_metrics(SAMPLE.read_text())
+    assert (sample.running, sample.waiting, sample.kv_usage) == (2, 1, 0.0213)
+    assert (sample.block_size, sample.num_gpu_blocks) == (16, 29215)
+    assert (sample.prefix_cache_queries, sample.prefix_cache_hits) == (6144.0, 2048.0)
+    assert sample.num_preemptions == 0.0
+    assert sample.lora_adapters == ()
+
+
+def test_parse_old_vllm_names_and_lora_info() -> None:
+    sample = parse_metrics(OLD_NAMES)
+    assert (sample.running, sample.waiting, sample.kv_usage) == (3, 4, 0.5)
+    assert (sample.prefix_cache_queries, sample.prefix_cache_hits) == (100.0, 25.0)
+    assert (sample.block_size, sample.num_gpu_blocks) == (32, 1000)
+    assert sample.lora_adapters == ("chat", "sql", "x")
+
+
+def test_parse_sums_engines_and_averages_kv_usage() -> None:
+    sample = parse_metrics(TWO_ENGINES)
+    assert (sample.running, sample.waiting) == (3, 5)
+    assert sample.kv_usage == pytest.approx(0.3)
+    assert sample.block_size is None and sample.num_gpu_blocks is None
+
+
+@pytest.mark.parametrize("text", [
+    "<html>oops</html>",
+    "vllm:num_requests_running{model_name=\"m\" 3.0\n",
+    "vllm:num_requests_running{model_name=\"m\"} 1.0\n",
+    "",
+], ids=["html", "broken labels", "missing gauges", "empty"])
+def test_parse_garbage_raises(text: str) -> None:
+    with pytest.raises(MetricsParseError):
+        parse_metrics(text)
+
+
+def test_parse_models_reads_lengths_and_adapters() -> None:
+    payload = {"object": "list", "data": [
+        {"id": MODEL, "max_model_len": 8192, "parent": None},
+        {"id": "alias", "max_model_len": 4096, "parent": None},
+        {"id": "sql-lora", "max_model_len": None, "parent": MODEL}]}
+    models = parse_models(payload, MODEL)
+    assert models.served_models == (MODEL, "alias")
+    assert models.lora_adapters == ("sql-lora",)
+    assert models.max_model_len == 8192
+    with pytest.raises(MetricsParseError):
+        parse_models({"data": "nope"}, MODEL)
+
+
+@dataclass
+class _Worker:
+    """An in-process worker whose /metrics answer the test switches."""
+
+    mode: str = "good"
+    models_calls: int = 0
+    hits: list[str] = field(default_factory=list)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self.hits.append("metrics")
+        if self.mode == "garbage":
+            return web.Response(text="vllm:num_requests_running{{{ not prometheus\n")
+        if self.mode == "error":
+            return web.Response(status=500, text="boom")
+        return web.Response(text=SAMPLE.read_text())
+
+    async def models(self, request: web.Request) -> web.Response:
+        self.models_calls += 1
+        return web.json_response({"data": [{"id": MODEL, "max_model_len": 4096}]})
+
+
+@pytest.fixture
+async def worker() -> AsyncIterator[tuple[_Worker, str]]:
+    state = _Worker()
+    app = web.Application()
+    app.router.add_get("/metrics", state.metrics)
+    app.router.add_get("/v1/models", state.models)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    yield state, str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+def _info(url: str) -> WorkerInfo:
+    return WorkerInfo(id="w0", url=url, gpu=BUILTIN_GPUS["h100"], models=(MODEL,),
+                      model_spec=BUILTIN_MODELS["llama-3-8b"], price_per_hour=3.0)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_scraper_marks_down_after_threshold_and_up_on_recovery(
+        worker: tuple[_Worker, str]) -> None:
+    state, url = worker
+    inflight = InflightTracker()
+    registry = WorkerRegistry([_info(url)], inflight)
+    clock = _Clock()
+    async with aiohttp.ClientSession() as session:
+        scraper = WorkerScraper(registry, session, interval_s=0.2, timeout_s=2.0,
+                                models_interval_s=5.0, fail_threshold=3, clock=clock)
+        inflight.on_dispatch("w0", 10, 20)
+        await scraper.scrape_once()
+        snap = registry.snapshot("w0")
+        assert snap is not None and snap.healthy and snap.scraped_at == 100.0
+        assert (snap.running, snap.waiting, snap.max_model_len, snap.num_gpu_blocks) == (
+            2, 1, 4096, 29215)
+        assert inflight.get("w0").dispatched_since_scrape == 0
+
+        state.mode = "garbage"
+        for step, healthy in ((1, True), (2, True), (3, False)):
+            clock.now += 0.2
+            await scraper.scrape_once()
+            snap = registry.snapshot("w0")
+            assert snap is not None
+            assert (snap.consecutive_failures, snap.healthy) == (step, healthy)
+            assert snap.scraped_at == 100.0          # stale: last good numbers kept
+            assert snap.error is not None and "unparsable" in snap.error
+        view = registry.views(clock.now)[0]
+        assert view.staleness_s == pytest.approx(0.6) and not view.healthy
+
+        state.mode = "good"
+        clock.now += 0.2
+        await scraper.scrape_once()
+        snap = registry.snapshot("w0")
+        assert snap is not None and snap.healthy and snap.consecutive_failures == 0
+        assert snap.error is None and snap.scraped_at == pytest.approx(100.8)
+        assert state.models_calls == 1        # /v1/models only once per models interval
+
+
+async def test_scraper_unreachable_worker_never_healthy() -> None:
+    registry = WorkerRegistry([_info("http://127.0.0.1:9")], InflightTracker())
+    async with aiohttp.ClientSession() as session:
+        scraper = WorkerScraper(registry, session, interval_s=0.2, timeout_s=1.0,
+                                models_interval_s=5.0, fail_threshold=3)
+        await scraper.scrape_once()
+    snap = registry.snapshot("w0")
+    assert snap is not None and not snap.healthy and snap.consecutive_failures == 1
+    assert math.isinf(registry.views(0.0)[0].staleness_s)
+
+
+async def test_scraper_http_error_counts_as_failure(worker: tuple[_Worker, str]) -> None:
+    state, url = worker
+    state.mode = "error"
+    registry = WorkerRegistry([_info(url)], InflightTracker())
+    async with aiohttp.ClientSession() as session:
+        scraper = WorkerScraper(registry, session, interval_s=0.2, timeout_s=1.0,
+                                models_interval_s=5.0, fail_threshold=3)
+        await scraper.scrape_once()
+    snap = registry.snapshot("w0")
+    assert snap is not None and snap.error is not None and "HTTP 500" in snap.error
