@@ -1,0 +1,30 @@
+"""policies/filters/context_length.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from policies.base import CycleState, RoutingRequest
+from policies.filters.context_length import ContextLengthFilter, ContextLengthFilterParams
+from workers.models import WorkerView
+
+ViewFactory = Callable[..., WorkerView]
+
+
+@pytest.mark.parametrize(("prompt", "max_tokens", "margin", "expected"), [
+    (4000, 96, 0, ["small", "big", "unknown"]),        # 4096 fits exactly
+    (4000, 97, 0, ["big", "unknown"]),                 # 4097 does not
+    (4095, None, 0, ["small", "big", "unknown"]),      # no max_tokens counts as 1
+    (4096, None, 0, ["big", "unknown"]),
+    (4000, 90, 10, ["big", "unknown"]),                # the margin counts
+    (200_000, 10, 0, ["unknown"]),
+])
+def test_fits_prompt_plus_output(view: ViewFactory, prompt: int, max_tokens: int | None,
+                                 margin: int, expected: list[str]) -> None:
+    views = [view("small", max_model_len=4096), view("big", max_model_len=131072),
+             view("unknown", max_model_len=0)]
+    request = RoutingRequest("r", "m", max_tokens=max_tokens, num_prompt_tokens=prompt)
+    plugin = ContextLengthFilter("context-length", ContextLengthFilterParams(margin_tokens=margin))
+    assert [v.id for v in plugin.filter(request, views, CycleState())] == expected
