@@ -1,1 +1,1 @@
-"""kvroute workers.emulator package."""
+"""Emulated vLLM workers: vLLM's HTTP API, metrics and KV events over the engine model."""

@@ -1,0 +1,170 @@
+"""``kvroute emulate``: run emulated vLLM workers (also ``python -m workers.emulator``).
+
+One worker::
+
+    kvroute emulate --gpu h100 --model llama-3-8b --port 8101 --time-scale 0.1
+
+Every emulated worker of a fleet file, one process, one port each (flags given here override
+the same keys of every worker's ``emulate:`` block)::
+
+    kvroute emulate --fleet config/fleet.yaml [--worker h100-0] [--time-scale 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+DESCRIPTION = "Run emulated vLLM workers (OpenAI API, vLLM metrics, KV events) without GPUs."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fleet", help="host every emulated worker of this fleet file")
+    p.add_argument("--worker", action="append", default=[],
+                   help="with --fleet: only this worker id (repeatable)")
+    p.add_argument("--gpu", default="h100", help="GPU class: h100, a100, l40s (default h100)")
+    p.add_argument("--model", default="llama-3-8b",
+                   help="model architecture: llama-3-8b, llama-3.1-8b, llama-3-70b, ...")
+    p.add_argument("--served-model-name", action="append", dest="served_model_names",
+                   help="name(s) the worker answers to (default: --model); repeatable")
+    p.add_argument("--tensor-parallel", type=int, default=1)
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listening port (default 8000)")
+    p.add_argument("--time-scale", type=float,
+                   help="1 real time, 0.1 ten times faster, 0 answer at once")
+    for flag, kind in (("--block-size", int), ("--num-gpu-blocks", int),
+                       ("--max-num-seqs", int), ("--max-num-batched-tokens", int),
+                       ("--max-model-len", int), ("--seed", int),
+                       ("--gpu-memory-utilization", float), ("--step-jitter", float)):
+        p.add_argument(flag, type=kind)
+    p.add_argument("--hash-seed", help="PYTHONHASHSEED-style seed of the block hash chain")
+    p.add_argument("--enable-prompt-tokens-details", action="store_true", default=None,
+                   help="report usage.prompt_tokens_details.cached_tokens")
+    p.add_argument("--server-load-tracking", action="store_true", default=None,
+                   help="count in-flight requests in /load")
+    p.add_argument("--kv-events", metavar="ENDPOINT",
+                   help="publish KV-cache events on this ZMQ endpoint (PUB, bound)")
+    p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="ZMQ ROUTER replay endpoint")
+    p.add_argument("--kv-events-topic")
+    p.add_argument("--kv-events-encoding", choices=("map", "array"))
+    p.add_argument("--output-len", metavar="SPEC",
+                   help="fixed:N, uniform:MIN:MAX or lognormal:MEAN:SIGMA")
+    p.add_argument("--lora", action="append", default=[], metavar="NAME[=PATH]",
+                   help="a LoRA adapter the worker serves (repeatable)")
+    p.add_argument("--error-rate", type=float, help="share of requests answered with a 500")
+    p.add_argument("--refuse-connections", action="store_true", default=None)
+    p.add_argument("--stall-after-tokens", type=int)
+    p.add_argument("--metrics-delay", type=float, dest="metrics_delay_s")
+    p.add_argument("--metrics-broken", choices=("error", "garbage"))
+    p.add_argument("--emulate-json", metavar="JSON",
+                   help="further emulate: keys as a JSON object (same names as the fleet file)")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("emulate", help=DESCRIPTION, description=DESCRIPTION)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``emulate:`` keys given on the command line."""
+    out: dict[str, Any] = {}
+    if args.emulate_json:
+        extra = json.loads(args.emulate_json)
+        if not isinstance(extra, dict):
+            raise ValueError("--emulate-json: must be a JSON object")
+        out.update(extra)
+    for key in ("host", "port", "time_scale", "block_size", "num_gpu_blocks", "max_num_seqs",
+                "max_num_batched_tokens", "max_model_len", "seed", "gpu_memory_utilization",
+                "step_jitter", "hash_seed", "enable_prompt_tokens_details",
+                "server_load_tracking", "kv_events", "kv_events_replay", "kv_events_topic",
+                "kv_events_encoding", "served_model_names"):
+        value = getattr(args, key)
+        if value is not None:
+            out[key] = value
+    if args.output_len:
+        out["output_len"] = parse_output_len(args.output_len)
+    if args.lora:
+        out["lora_adapters"] = dict(
+            item.split("=", 1) if "=" in item else (item, f"/adapters/{item}")
+            for item in args.lora)
+    faults = dict(out.get("faults") or {})
+    for key in ("error_rate", "refuse_connections", "stall_after_tokens", "metrics_delay_s",
+                "metrics_broken"):
+        value = getattr(args, key)
+        if value is not None:
+            faults[key] = value
+    if faults:
+        out["faults"] = faults
+    return out
+
+
+def parse_output_len(spec: str) -> dict[str, Any]:
+    kind, *values = spec.split(":")
+    try:
+        if kind == "fixed" and len(values) == 1:
+            return {"dist": "fixed", "value": int(values[0])}
+        if kind == "uniform" and len(values) == 2:
+            return {"dist": "uniform", "min": int(values[0]), "max": int(values[1])}
+        if kind == "lognormal" and len(values) == 2:
+            return {"dist": "lognormal", "mean": float(values[0]), "sigma": float(values[1])}
+    except ValueError:
+        pass
+    raise ValueError(f"--output-len: {spec!r} is not fixed:N, uniform:MIN:MAX or "
+                     "lognormal:MEAN:SIGMA")
+
+
+def build_configs(args: argparse.Namespace) -> list[Any]:
+    from workers.emulator.config import fleet_worker_configs, parse_emulate
+    from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
+    from workers.fleet import load_fleet
+
+    overrides = overrides_from_args(args)
+    if args.fleet:
+        if "port" in overrides:
+            raise ValueError("--port cannot be combined with --fleet (ports come from the file)")
+        return fleet_worker_configs(load_fleet(args.fleet), overrides, only=args.worker)
+    gpu = BUILTIN_GPUS.get(args.gpu)
+    if gpu is None:
+        raise ValueError(f"--gpu: unknown GPU class {args.gpu!r} "
+                         f"(known: {', '.join(sorted(BUILTIN_GPUS))})")
+    model = BUILTIN_MODELS.get(args.model)
+    if model is None:
+        raise ValueError(f"--model: unknown architecture {args.model!r} "
+                         f"(known: {', '.join(sorted(BUILTIN_MODELS))})")
+    overrides.setdefault("port", 8000)
+    return [parse_emulate(overrides, gpu=gpu, model=model, models=[args.model],
+                          worker_id=f"{args.gpu}-{overrides['port']}",
+                          tensor_parallel=args.tensor_parallel, where="emulate")]
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from workers.emulator.config import EmulatorConfigError
+    from workers.emulator.server import serve
+    from workers.fleet import FleetConfigError
+
+    try:
+        configs = build_configs(args)
+    except (EmulatorConfigError, FleetConfigError, ValueError) as exc:
+        print(f"kvroute emulate: {exc}", file=sys.stderr)
+        return 2
+    if not configs:
+        print("kvroute emulate: the fleet has no emulated workers", file=sys.stderr)
+        return 2
+    try:
+        uvloop.run(serve(configs))
+    except OSError as exc:
+        print(f"kvroute emulate: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.emulator", description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,260 @@
+"""``POST /v1/chat/completions`` and ``POST /v1/completions``: admit, run, answer or stream.
+
+Each choice of each prompt is one engine request; all of a response's engine requests share one
+output queue. A client that goes away (the handler is cancelled) aborts its engine requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import orjson
+from aiohttp import web
+
+from workers.emulator.errors import ApiError, bad_request, internal_error
+from workers.emulator.outputs import plan_output
+from workers.emulator.protocol import GenerationBody, RequestKind, decode_json, parse_generation
+from workers.emulator.responses import (
+    DONE,
+    Choice,
+    ResponseHeader,
+    Usage,
+    chat_body,
+    chat_content_chunk,
+    chat_role_chunk,
+    completion_body,
+    completion_chunk,
+    error_chunk,
+    sse,
+    usage_chunk,
+)
+from workers.emulator.runner import OutputQueue
+from workers.emulator.state import WORKER, WorkerState
+from workers.engine.api import EngineRequest
+
+LONG_PROMPT_CHARS = 20_000      # tokenize longer prompts off the event loop
+
+
+@dataclass(slots=True)
+class _ChoiceState:
+    index: int
+    prompt_index: int
+    texts: list[str] = field(default_factory=list)
+    num_tokens: int = 0
+    finish_reason: str | None = None
+    cached_tokens: int = 0
+    started: bool = False
+
+
+@dataclass(slots=True)
+class _Admitted:
+    queue: OutputQueue
+    by_request: dict[str, _ChoiceState]
+    prompt_lens: list[int]
+    prompt_texts: list[str]
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "chat")
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, "completion")
+
+
+async def _generate(request: web.Request, kind: RequestKind) -> web.StreamResponse:
+    worker = request.app[WORKER]
+    ctype = request.headers.get("Content-Type", "application/json")
+    if ctype.split(";")[0].strip().lower() != "application/json":
+        raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed",
+                       "Bad Request")
+    body = parse_generation(decode_json(await request.read()), kind)
+    model, lora_name = worker.resolve_model(body.model)
+    if worker.faults.error_rate > 0 and worker.rng.random() < worker.faults.error_rate:
+        raise internal_error("Emulated internal server error (fault injection: error_rate).")
+    if not worker.runner.healthy:
+        raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
+    prompts, texts = await _tokenize(worker, body)
+    max_tokens = _check_lengths(worker, prompts, body.max_tokens)
+    prefix = "chatcmpl" if kind == "chat" else "cmpl"
+    header = ResponseHeader(id=worker.new_request_id(prefix, request), created=int(time.time()),
+                            model=model, fingerprint=worker.fingerprint)
+    admitted = _admit(worker, header.id, body, prompts, texts, max_tokens, lora_name)
+    worker.server_load += 1
+    try:
+        if body.stream:
+            return await _stream(request, worker, body, header, admitted)
+        return await _complete(worker, body, header, admitted)
+    finally:
+        worker.server_load -= 1
+        for request_id in admitted.by_request:
+            worker.runner.abort(request_id)
+
+
+async def _tokenize(worker: WorkerState, body: GenerationBody
+                    ) -> tuple[list[list[int]], list[str]]:
+    tok = worker.tokenizer
+    limit = worker.max_model_len * tok.max_chars_per_token
+    if body.kind == "chat":
+        raw: Sequence[str | tuple[int, ...]] = [tok.render_chat(body.messages,
+                                                                body.add_generation_prompt)]
+    else:
+        raw = body.prompts
+    prompts: list[list[int]] = []
+    texts: list[str] = []
+    for prompt in raw:
+        if isinstance(prompt, tuple):
+            bad = next((t for t in prompt if not 0 <= t < tok.vocab_size), None)
+            if bad is not None:
+                raise bad_request(f"Token id {bad} is out of vocabulary", "prompt")
+            prompts.append(list(prompt))
+            texts.append(tok.decode(prompt) if body.echo else "")
+            continue
+        if len(prompt) > limit:
+            raise ApiError(
+                400, f"This model's maximum context length is {worker.max_model_len} tokens. "
+                f"However, your prompt contains {len(prompt)} characters (more than "
+                f"{limit} characters, the longest a prompt of {worker.max_model_len} tokens can "
+                "be), which exceeds this limit. Please reduce the length of the input prompt.",
+                "BadRequestError", "input_text")
+        if len(prompt) > LONG_PROMPT_CHARS:
+            ids = await asyncio.get_running_loop().run_in_executor(None, tok.encode, prompt)
+        else:
+            ids = tok.encode(prompt)
+        prompts.append(ids)
+        texts.append(prompt)
+    return prompts, texts
+
+
+def _check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int | None) -> int:
+    """The effective max_tokens (vLLM v0.33 clamps to the room left); 400 when none is left."""
+    m = worker.max_model_len
+    room = m
+    for ids in prompts:
+        n = len(ids)
+        if n == 0:
+            raise bad_request("The decoder prompt cannot be empty", "prompt")
+        if n > m:
+            raise bad_request(
+                f"This model's maximum context length is {m} tokens. However, your prompt "
+                f"contains {n} input tokens, which exceeds this limit even without any output "
+                "tokens. Please reduce the length of the input prompt.", "input_tokens")
+        if n == m:
+            raise bad_request(
+                f"The decoder prompt (length {n}) plus the number of requested output tokens "
+                f"(at least 1) is longer than the maximum model length of {m}. Make sure that "
+                "`max_model_len` is no smaller than the number of text tokens (prompt + "
+                "requested output tokens).", "input_tokens")
+        room = min(room, m - n)
+    return room if requested is None else min(requested, room)
+
+
+def _admit(worker: WorkerState, response_id: str, body: GenerationBody,
+           prompts: list[list[int]], texts: list[str], max_tokens: int,
+           lora_name: str | None) -> _Admitted:
+    runner, tok, cfg = worker.runner, worker.tokenizer, worker.config
+    queue: OutputQueue = asyncio.Queue()
+    by_request: dict[str, _ChoiceState] = {}
+    for p, ids in enumerate(prompts):
+        worker.metrics.observe_admitted(body.n, max_tokens)
+        for i in range(body.n):
+            plan = plan_output(worker.rng, cfg.output_len, max_tokens, body.ignore_eos,
+                               tok.output_vocabulary, tok.eos_token_id)
+            request_id = f"{response_id}-{p}-{i}"
+            by_request[request_id] = _ChoiceState(index=p * body.n + i, prompt_index=p)
+            runner.submit(EngineRequest(
+                request_id=request_id, prompt_token_ids=ids, output_token_ids=plan.token_ids,
+                finish_reason=plan.finish_reason, arrival_time=runner.now(),
+                lora_name=lora_name, cache_salt=body.cache_salt), max_tokens, queue)
+    return _Admitted(queue, by_request, [len(p) for p in prompts], texts)
+
+
+async def _next(admitted: _Admitted) -> tuple[_ChoiceState, list[int], bool] | None:
+    """The next output of any choice: (choice, new token ids, finished); None if the engine died."""
+    output = await admitted.queue.get()
+    if output is None:
+        return None
+    choice = admitted.by_request[output.request_id]
+    if not choice.started:
+        choice.started = True
+        choice.cached_tokens = output.num_cached_tokens
+    choice.num_tokens += len(output.new_token_ids)
+    if output.finished:
+        choice.finish_reason = output.finish_reason or "length"
+    return choice, list(output.new_token_ids), output.finished
+
+
+def _usage(worker: WorkerState, admitted: _Admitted) -> Usage:
+    choices = list(admitted.by_request.values())
+    cached: int | None = None
+    if worker.config.enable_prompt_tokens_details:
+        first_per_prompt = {c.prompt_index: c.cached_tokens for c in reversed(choices)}
+        cached = sum(first_per_prompt.values())
+    return Usage(prompt_tokens=sum(admitted.prompt_lens),
+                 completion_tokens=sum(c.num_tokens for c in choices), cached_tokens=cached)
+
+
+async def _complete(worker: WorkerState, body: GenerationBody, header: ResponseHeader,
+                    admitted: _Admitted) -> web.Response:
+    tok, stall = worker.tokenizer, worker.faults.stall_after_tokens
+    remaining = len(admitted.by_request)
+    while remaining:
+        item = await _next(admitted)
+        if item is None:
+            raise internal_error("EngineCore encountered an issue.")
+        choice, token_ids, finished = item
+        choice.texts.extend(tok.piece(t) for t in token_ids)
+        if stall is not None and choice.num_tokens >= stall:
+            await asyncio.Event().wait()          # stalled: never answers
+        remaining -= finished
+    ordered = sorted(admitted.by_request.values(), key=lambda c: c.index)
+    choices = [Choice(c.index, (admitted.prompt_texts[c.prompt_index] if body.echo else "")
+                      + "".join(c.texts), c.finish_reason or "length") for c in ordered]
+    usage = _usage(worker, admitted)
+    build = chat_body if body.kind == "chat" else completion_body
+    return web.Response(body=orjson.dumps(build(header, choices, usage)),
+                        content_type="application/json")
+
+
+async def _stream(request: web.Request, worker: WorkerState, body: GenerationBody,
+                  header: ResponseHeader, admitted: _Admitted) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    tok, chat, stall = worker.tokenizer, body.kind == "chat", worker.faults.stall_after_tokens
+    remaining, sent_roles, streamed = len(admitted.by_request), False, 0
+    while remaining:
+        item = await _next(admitted)
+        if item is None:
+            await response.write(error_chunk("EngineCore encountered an issue.",
+                                             "InternalServerError", 500))
+            break
+        choice, token_ids, finished = item
+        if chat and not sent_roles:
+            sent_roles = True
+            for c in sorted(admitted.by_request.values(), key=lambda c: c.index):
+                await response.write(sse(chat_role_chunk(header, c.index)))
+        text = "".join(tok.piece(t) for t in token_ids)
+        if not chat and body.echo and choice.num_tokens == len(token_ids):
+            text = admitted.prompt_texts[choice.prompt_index] + text
+        reason = choice.finish_reason if finished else None
+        chunk = (chat_content_chunk if chat else completion_chunk)(header, choice.index, text,
+                                                                    reason)
+        if body.include_usage and body.continuous_usage:
+            chunk["usage"] = _usage(worker, admitted).compact()
+        await response.write(sse(chunk))
+        streamed += len(token_ids)
+        if stall is not None and streamed >= stall:
+            for request_id in admitted.by_request:
+                worker.runner.abort(request_id)
+            await asyncio.Event().wait()          # stalled: the connection stays open, silent
+        remaining -= finished
+    else:
+        if body.include_usage:
+            await response.write(sse(usage_chunk(header, chat, _usage(worker, admitted))))
+    await response.write(DONE)
+    await response.write_eof()
+    return response

@@ -1,0 +1,200 @@
+"""Start emulated workers as subprocesses (tests, ``kvroute up``) and stop them by pid.
+
+``EmulatorProcess`` runs ``python -m workers.emulator`` for one worker on 127.0.0.1 (a free
+port unless one is given) and waits for ``/health``; ``EmulatorFleet`` starts every emulated
+worker of a fleet file, in one process or one process each. Both are context managers. A
+process that dies before it is healthy raises ``EmulatorStartError`` carrying its stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from workers.fleet import FleetConfig, load_fleet
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class EmulatorStartError(RuntimeError):
+    """An emulator process exited or did not become healthy in time."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=1.0) as resp:
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class _Subprocess:
+    """One ``python -m workers.emulator`` child with its stderr in a temporary file."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        self.argv = [sys.executable, "-m", "workers.emulator", *argv]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stderr: Any = None
+
+    def start(self) -> None:
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(self.argv, cwd=REPO_ROOT, env=self.env,
+                                     stdout=subprocess.DEVNULL, stderr=self._stderr)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def stderr_text(self) -> str:
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        return str(self._stderr.read().decode(errors="replace"))
+
+    def wait_healthy(self, urls: Sequence[str], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = list(urls)
+        while pending:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise EmulatorStartError(
+                    f"emulator exited with status {self.proc.returncode}: "
+                    f"{self.stderr_text().strip()[-2000:]}")
+            pending = [u for u in pending if not _healthy(u)]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                self.stop()
+                raise EmulatorStartError(
+                    f"emulator not healthy after {timeout_s:.0f}s at {', '.join(pending)}: "
+                    f"{self.stderr_text().strip()[-2000:]}")
+            time.sleep(0.05)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout_s)
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+class EmulatorProcess:
+    """One emulated worker in its own process on 127.0.0.1."""
+
+    def __init__(self, *, gpu: str = "h100", model: str = "llama-3-8b", port: int | None = None,
+                 time_scale: float | None = None, emulate: Mapping[str, Any] | None = None,
+                 served_model_names: Sequence[str] = (), extra_args: Sequence[str] = (),
+                 ready_timeout_s: float = 30.0, wait_ready: bool = True) -> None:
+        self.port = port if port is not None else free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = ["--gpu", gpu, "--model", model, "--host", "127.0.0.1", "--port", str(self.port)]
+        if time_scale is not None:
+            argv += ["--time-scale", repr(time_scale)]
+        for name in served_model_names:
+            argv += ["--served-model-name", name]
+        if emulate:
+            argv += ["--emulate-json", json.dumps(dict(emulate))]
+        argv += list(extra_args)
+        self._child = _Subprocess(argv)
+        self.ready_timeout_s = ready_timeout_s
+        self.wait_ready = wait_ready
+
+    @property
+    def pid(self) -> int | None:
+        return self._child.pid
+
+    def start(self) -> Self:
+        self._child.start()
+        if self.wait_ready:
+            self._child.wait_healthy([self.url], self.ready_timeout_s)
+        return self
+
+    def stderr_text(self) -> str:
+        return self._child.stderr_text()
+
+    def stop(self) -> None:
+        self._child.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class EmulatorFleet:
+    """Every emulated worker of a fleet file: one process hosting all, or one process each."""
+
+    def __init__(self, fleet: FleetConfig | str | Path, time_scale: float | None = None,
+                 one_process: bool = True, overrides: Mapping[str, Any] | None = None,
+                 ready_timeout_s: float = 30.0) -> None:
+        self.fleet = fleet if isinstance(fleet, FleetConfig) else load_fleet(fleet)
+        path = Path(self.fleet.source)
+        if not path.is_file():
+            raise ValueError("EmulatorFleet needs a fleet loaded from a file "
+                             f"(source is {self.fleet.source!r})")
+        self.urls = {w.info.id: w.info.url for w in self.fleet.workers if w.emulated}
+        common = ["--fleet", str(path.resolve())]
+        if time_scale is not None:
+            common += ["--time-scale", repr(time_scale)]
+        if overrides:
+            common += ["--emulate-json", json.dumps(dict(overrides))]
+        if one_process:
+            self._children = [(_Subprocess(common), list(self.urls.values()))]
+        else:
+            self._children = [(_Subprocess([*common, "--worker", wid]), [url])
+                              for wid, url in self.urls.items()]
+        self.ready_timeout_s = ready_timeout_s
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.pid for c, _ in self._children if c.pid is not None]
+
+    def start(self) -> Self:
+        try:
+            for child, _ in self._children:
+                child.start()
+            for child, urls in self._children:
+                child.wait_healthy(urls, self.ready_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for child, _ in self._children:
+            child.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

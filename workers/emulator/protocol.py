@@ -1,0 +1,200 @@
+"""Parse and validate OpenAI request bodies the way vLLM's pydantic models do.
+
+A body that fails here gets a vLLM-shaped 400 naming the field; unknown fields are accepted and
+ignored (vLLM's models use ``extra="allow"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from workers.emulator.errors import ApiError, validation_error
+
+RequestKind = Literal["chat", "completion"]
+MAX_N = 128
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationBody:
+    """The fields of a chat or completion request the emulator acts on."""
+
+    kind: RequestKind
+    model: str | None
+    prompts: tuple[str | tuple[int, ...], ...]      # completion: one per prompt
+    messages: tuple[Mapping[str, Any], ...]           # chat
+    add_generation_prompt: bool
+    max_tokens: int | None
+    ignore_eos: bool
+    n: int
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    cache_salt: str | None
+    echo: bool
+
+
+def decode_json(raw: bytes) -> Mapping[str, Any]:
+    """The JSON object of a request body, or a 400 (malformed JSON, non-UTF-8, not an object)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, f"Request body is not valid UTF-8: {exc.reason} at byte "
+                            f"{exc.start}", "Bad Request") from None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"JSON decode error: {exc}", "Bad Request") from None
+    if not isinstance(data, dict):
+        raise validation_error("", "Input should be a valid dictionary", "model_type", data)
+    return data
+
+
+def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBody:
+    f = _Fields(data)
+    messages: tuple[Mapping[str, Any], ...] = ()
+    prompts: tuple[str | tuple[int, ...], ...] = ()
+    if kind == "chat":
+        messages = _messages(data)
+        max_tokens = f.opt_int("max_completion_tokens", lo=1)
+        if max_tokens is None:
+            max_tokens = f.opt_int("max_tokens", lo=1)
+    else:
+        prompts = _prompts(data)
+        max_tokens = f.opt_int("max_tokens", lo=1, default=16)
+    stream_options = data.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, dict):
+        raise validation_error("stream_options", "Input should be a valid dictionary",
+                               "model_type", stream_options)
+    so = _Fields(stream_options or {}, prefix="stream_options.")
+    n = f.opt_int("n", lo=1, default=1)
+    assert n is not None
+    if n > MAX_N:
+        raise validation_error("n", f"Input should be less than or equal to {MAX_N}",
+                               "less_than_equal", n)
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        f.opt_number(name)
+    f.opt_int("seed")
+    return GenerationBody(
+        kind=kind, model=f.opt_str("model"), prompts=prompts, messages=messages,
+        add_generation_prompt=f.boolean("add_generation_prompt", True),
+        max_tokens=max_tokens, ignore_eos=f.boolean("ignore_eos", False), n=n,
+        stream=f.boolean("stream", False),
+        include_usage=so.boolean("include_usage", False),
+        continuous_usage=so.boolean("continuous_usage_stats", False),
+        cache_salt=f.opt_str("cache_salt"), echo=f.boolean("echo", False),
+    )
+
+
+def _messages(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    if "messages" not in data:
+        raise validation_error("messages", "Field required", "missing", dict(data))
+    messages = data["messages"]
+    if not isinstance(messages, list):
+        raise validation_error("messages", "Input should be a valid list", "list_type", messages)
+    if not messages:
+        raise validation_error("messages", "List should have at least 1 item after validation",
+                               "too_short", messages)
+    for i, message in enumerate(messages):
+        where = f"messages.{i}"
+        if not isinstance(message, dict):
+            raise validation_error(where, "Input should be a valid dictionary", "model_type",
+                                   message)
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise validation_error(f"{where}.role", "Field required", "missing", message)
+        content = message.get("content")
+        if content is None or isinstance(content, str):
+            continue
+        if not isinstance(content, list) or not all(
+                isinstance(p, dict) and isinstance(p.get("type"), str) for p in content):
+            raise validation_error(f"{where}.content", "Input should be a valid string",
+                                   "string_type", content)
+        for j, part in enumerate(content):
+            if part["type"] == "text" and not isinstance(part.get("text"), str):
+                raise validation_error(f"{where}.content.{j}.text", "Input should be a valid "
+                                       "string", "string_type", part.get("text"))
+    return tuple(messages)
+
+
+def _prompts(data: Mapping[str, Any]) -> tuple[str | tuple[int, ...], ...]:
+    if "prompt" not in data or data["prompt"] is None:
+        raise validation_error("prompt", "Field required", "missing", dict(data))
+    prompt = data["prompt"]
+    if isinstance(prompt, str):
+        return (prompt,)
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return tuple(prompt)
+        if all(_is_token(t) for t in prompt):
+            return (tuple(prompt),)
+        if all(isinstance(p, list) and all(_is_token(t) for t in p) for p in prompt):
+            return tuple(tuple(p) for p in prompt)
+    if isinstance(prompt, list) and not prompt:
+        raise ApiError(400, "Prompt cannot be empty", "BadRequestError", "prompt")
+    raise validation_error("prompt", "Input should be a valid string, a list of strings, a list "
+                           "of token ids or a list of lists of token ids", "union_type", prompt)
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Fields:
+    """Typed optional fields of one JSON object; errors name the field."""
+
+    def __init__(self, data: Mapping[str, Any], prefix: str = "") -> None:
+        self.data = data
+        self.prefix = prefix
+
+    def opt_int(self, name: str, lo: int | None = None, default: int | None = None) -> int | None:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if not _is_token(value):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise validation_error(self.prefix + name, "Input should be a valid integer",
+                                       "int_type", value)
+        if lo is not None and value < lo:
+            raise ApiError(400, f"{name} must be at least {lo}, got {value}.",
+                           "BadRequestError", self.prefix + name)
+        return int(value)
+
+    def opt_number(self, name: str) -> float | None:
+        value = self.data.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise validation_error(self.prefix + name, "Input should be a valid number",
+                                   "float_type", value)
+        return float(value)
+
+    def opt_str(self, name: str) -> str | None:
+        value = self.data.get(name)
+        if value is not None and not isinstance(value, str):
+            raise validation_error(self.prefix + name, "Input should be a valid string",
+                                   "string_type", value)
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise validation_error(self.prefix + name, "Input should be a valid boolean",
+                                   "bool_type", value)
+        return value
+
+
+def token_list(data: Mapping[str, Any], name: str) -> Sequence[int]:
+    """A required list of token ids (``/detokenize``)."""
+    value = data.get(name)
+    if not isinstance(value, list) or not all(_is_token(t) for t in value):
+        raise validation_error(name, "Input should be a valid list of integers", "list_type",
+                               value)
+    return value

@@ -1,0 +1,99 @@
+"""Host one or more emulated workers in one event loop, one listening port each.
+
+Workers share the tokenizer (read-only) and nothing else. The ``refuse_connections`` faults
+are applied here, since they are about the listening socket: a worker configured to refuse
+never listens, and ``refuse_after_s``/``refuse_for_s`` close its socket for a window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from workers.emulator.app import create_app
+from workers.emulator.config import EmulatorConfig
+from workers.emulator.tokens import Tokenizer
+
+READY_LINE = "emulator ready"
+
+
+@dataclass(slots=True)
+class HostedWorker:
+    config: EmulatorConfig
+    runner: web.AppRunner
+    site: web.TCPSite | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def listen(self) -> None:
+        if self.site is None:
+            self.site = web.TCPSite(self.runner, self.config.host, self.config.port,
+                                    reuse_address=True)
+            await self.site.start()
+
+    async def refuse(self) -> None:
+        if self.site is not None:
+            await self.site.stop()
+            self.site = None
+
+
+async def start_workers(configs: Sequence[EmulatorConfig]) -> list[HostedWorker]:
+    tokenizer = Tokenizer()
+    hosted: list[HostedWorker] = []
+    try:
+        for config in configs:
+            runner = web.AppRunner(create_app(config, tokenizer), handler_cancellation=True,
+                                   access_log=None)
+            await runner.setup()
+            worker = HostedWorker(config, runner)
+            hosted.append(worker)
+            faults = config.faults
+            if not faults.refuse_connections:
+                await worker.listen()
+            if faults.refuse_after_s is not None:
+                worker.tasks.append(asyncio.create_task(_refuse_window(
+                    worker, faults.refuse_after_s, faults.refuse_for_s)))
+    except BaseException:
+        await stop_workers(hosted)
+        raise
+    return hosted
+
+
+async def _refuse_window(worker: HostedWorker, after_s: float, for_s: float | None) -> None:
+    await asyncio.sleep(after_s)
+    await worker.refuse()
+    if for_s is not None:
+        await asyncio.sleep(for_s)
+        await worker.listen()
+
+
+async def stop_workers(hosted: Sequence[HostedWorker]) -> None:
+    for worker in hosted:
+        for task in worker.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await worker.runner.cleanup()
+
+
+async def serve(configs: Sequence[EmulatorConfig]) -> None:
+    """Run until SIGINT/SIGTERM; print one ready line per worker on stderr."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    hosted = await start_workers(configs)
+    try:
+        for worker in hosted:
+            c = worker.config
+            print(f"{READY_LINE}: {c.worker_id} {c.gpu.name} {c.model_name} "
+                  f"http://{c.host}:{c.port} time_scale={c.time_scale}", file=sys.stderr,
+                  flush=True)
+        await stop.wait()
+    finally:
+        await stop_workers(hosted)

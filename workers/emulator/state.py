@@ -1,0 +1,75 @@
+"""Everything one emulated worker holds while it serves, kept in its app (no globals)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import random
+import secrets
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from workers.emulator.config import EmulatorConfig, FaultConfig
+from workers.emulator.errors import model_not_found
+from workers.emulator.kv_events import KvEventPublisher
+from workers.emulator.metrics import VLLM_VERSION, EmulatorMetrics
+from workers.emulator.runner import EngineLike, EngineRunner
+from workers.emulator.tokens import Tokenizer
+
+
+@dataclass(slots=True)
+class WorkerState:
+    config: EmulatorConfig
+    tokenizer: Tokenizer
+    runner: EngineRunner
+    metrics: EmulatorMetrics
+    num_gpu_blocks: int
+    max_model_len: int
+    faults: FaultConfig
+    rng: random.Random
+    fingerprint: str
+    publisher: KvEventPublisher | None = None
+    server_load: int = 0
+    created: int = 0
+    lora_paths: dict[str, str] = field(default_factory=dict)
+
+    def resolve_model(self, name: str | None) -> tuple[str, str | None]:
+        """(model name to answer with, LoRA adapter or None); unknown names are a 404."""
+        if name is None:
+            return self.config.served_model_names[0], None
+        if name in self.config.served_model_names:
+            return name, None
+        if name in self.config.lora_adapters:
+            return name, name
+        raise model_not_found(name, list(self.config.served_model_names))
+
+    def new_request_id(self, prefix: str, request: web.Request) -> str:
+        given = request.headers.get("X-Request-Id")
+        return f"{prefix}-{given}" if given else f"{prefix}-{secrets.token_hex(8)}"
+
+
+WORKER: web.AppKey[WorkerState] = web.AppKey("worker", WorkerState)
+
+
+def build_engine(config: EmulatorConfig) -> EngineLike:
+    """``workers.engine.core.EngineCore`` for this worker (imported here: built separately)."""
+    core = importlib.import_module("workers.engine.core")
+    engine: EngineLike = core.EngineCore(config.engine_config())
+    return engine
+
+
+def build_state(config: EmulatorConfig, tokenizer: Tokenizer,
+                publisher: KvEventPublisher | None) -> WorkerState:
+    engine = build_engine(config)
+    num_gpu_blocks = int(getattr(engine, "num_gpu_blocks"))  # noqa: B009 (engine contract)
+    max_model_len = int(getattr(engine, "max_model_len"))  # noqa: B009
+    metrics = EmulatorMetrics(config, num_gpu_blocks, max_model_len)
+    runner = EngineRunner(engine, config.time_scale, metrics, publisher)
+    digest = hashlib.sha256(f"{config.model_name}/{config.gpu.name}".encode()).hexdigest()[:8]
+    tp = f"-tp{config.tensor_parallel}" if config.tensor_parallel > 1 else ""
+    return WorkerState(
+        config=config, tokenizer=tokenizer, runner=runner, metrics=metrics,
+        num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, faults=config.faults,
+        rng=random.Random(config.seed), fingerprint=f"vllm-{VLLM_VERSION}{tp}-{digest}",
+        publisher=publisher, lora_paths=dict(config.lora_adapters))

