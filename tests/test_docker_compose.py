@@ -1,0 +1,67 @@
+"""docker-compose.yml: it parses, every kvroute command exists, every mounted file exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from router.cli import build_parser
+from workers.fleet import load_fleet
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, Any] = COMPOSE["services"]
+
+
+def test_expected_services() -> None:
+    assert set(SERVICES) == {"router", "h100-0", "a100-0", "l40s-0", "redis", "prometheus",
+                             "grafana"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in SERVICES.items()
+                                        if s.get("command", [""])[0] == "kvroute"))
+def test_kvroute_commands_parse(name: str) -> None:
+    command = SERVICES[name]["command"]
+    args = build_parser().parse_args(command[1:])     # SystemExit on an unknown flag
+    assert callable(args.func)
+
+
+def test_emulated_worker_gpus_cover_the_three_profiles() -> None:
+    gpus = {SERVICES[n]["command"][SERVICES[n]["command"].index("--gpu") + 1]
+            for n in ("h100-0", "a100-0", "l40s-0")}
+    assert gpus == {"h100", "a100", "l40s"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in SERVICES.items() if s.get("volumes")))
+def test_mounted_paths_exist(name: str) -> None:
+    for volume in SERVICES[name]["volumes"]:
+        host = volume.split(":")[0]
+        assert (ROOT / host).exists(), f"{name}: {host} does not exist"
+
+
+def test_router_fleet_points_at_worker_services() -> None:
+    command = SERVICES["router"]["command"]
+    fleet = load_fleet(ROOT / command[command.index("--fleet") + 1])
+    for spec in fleet.workers:
+        host_port = spec.info.url.removeprefix("http://")
+        host, port = host_port.split(":")
+        assert host in SERVICES
+        assert SERVICES[host]["command"][SERVICES[host]["command"].index("--port") + 1] == port
+
+
+def test_prometheus_scrapes_router_and_workers() -> None:
+    config = yaml.safe_load((ROOT / "config/prometheus/prometheus.yml").read_text())
+    targets = {t for job in config["scrape_configs"] for sc in job["static_configs"]
+               for t in sc["targets"]}
+    assert targets == {"router:8000", "h100-0:8101", "a100-0:8102", "l40s-0:8103"}
+
+
+def test_grafana_provisioning_files_parse() -> None:
+    base = ROOT / "config/grafana/provisioning"
+    datasource = yaml.safe_load((base / "datasources/prometheus.yml").read_text())
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((base / "dashboards/kvroute.yml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
