@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from sim.traces import TraceError, load_trace, prefix_ceiling, rescale
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+def _write_jsonl(path: Path, rows: Sequence[Mapping[str, object]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
