@@ -1,0 +1,117 @@
+"""Start a server process (optionally pinned to CPUs), wait until it answers, stop it by pid.
+
+Every process the harness runs goes through ``Launched``: routers, nginx, emulated workers.
+It is started in its own session with output to a log file, pinned with ``taskset -c`` when
+``cpus`` is given (``taskset`` execs the program, so the pid is the server's own), and stopped
+with SIGTERM to its pid and then to each remaining descendant it spawned (SIGKILL after a
+grace period). ``free_port`` picks a free loopback port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from bench.proc_stats import tree_pids
+
+
+class LaunchError(RuntimeError):
+    """A process exited early or never became ready; the message ends with its log tail."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def pinned(argv: Sequence[str], cpus: str | None) -> list[str]:
+    if cpus is None or shutil.which("taskset") is None:
+        return list(argv)
+    return ["taskset", "-c", cpus, *argv]
+
+
+class Launched:
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, *,
+                 cpus: str | None = None, env: Mapping[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._argv = pinned(argv, cpus)
+        self._env = {**os.environ, **(env or {})}
+        self._cwd = cwd
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise LaunchError(f"{self.name}: not started")
+        return self._process.pid
+
+    def start(self) -> Launched:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                self._argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self._env, cwd=self._cwd, start_new_session=True)
+        return self
+
+    def wait_http(self, url: str, timeout_s: float = 30.0,
+                  headers: Mapping[str, str] | None = None) -> None:
+        """Poll ``url`` until it answers below 500; raise if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        request = urllib.request.Request(url, headers=dict(headers or {}))
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise LaunchError(f"{self.name} exited with {self._process.returncode}: "
+                                  f"{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(request, timeout=1.0) as response:
+                    if response.status < 500:
+                        return
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500:
+                    return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise LaunchError(f"{self.name} not ready at {url} after {timeout_s:.0f}s: "
+                          f"{self.log_tail()}")
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return " | ".join(text.strip().splitlines()[-lines:])
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        descendants = [pid for pid in tree_pids(process.pid) if pid != process.pid]
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(grace_s)
+        for pid in descendants:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def __enter__(self) -> Launched:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
