@@ -1,0 +1,197 @@
+"""Continuous-batching scheduler (vLLM V1 ``Scheduler``, FCFS, chunked prefill, recompute).
+
+Every step each running request asks for ``num_tokens - num_computed_tokens`` new tokens
+(a prefill chunk or one decode token) under the step's token budget; blocks that do not fit
+preempt the last running request (its blocks go back to the free queue, still cached, and it
+is prepended to the waiting queue). Waiting requests are admitted in order, only in steps
+without preemption, while the budget, ``max_num_seqs`` and the free blocks allow; the first
+one that does not fit blocks the rest (head-of-line blocking).
+
+Prefix-cache queries and hits are counted once, when a never-preempted request is admitted
+(vllm-interface.md §2.2, §4.4); a re-lookup after preemption is not counted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from workers.engine.api import RequestOutput
+from workers.engine.kv_cache_manager import KVCacheManager
+from workers.engine.request import Request, RequestStatus
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """What one step computes: ``scheduled`` pairs (request, new tokens) in batch order."""
+
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+
+    @property
+    def total_num_scheduled_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+
+@dataclass(slots=True)
+class StepUpdate:
+    """What one step produced, after its forward pass."""
+
+    outputs: list[RequestOutput] = field(default_factory=list)
+    finished: list[Request] = field(default_factory=list)
+    num_generation_tokens: int = 0
+    num_prompt_tokens_completed: int = 0
+
+
+class Scheduler:
+    """Owns the waiting and running queues; the KV-cache manager owns the blocks."""
+
+    def __init__(self, kv_cache_manager: KVCacheManager, max_num_seqs: int,
+                 max_num_batched_tokens: int, max_model_len: int,
+                 record_outputs: bool = True) -> None:
+        self.kv_cache_manager = kv_cache_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.record_outputs = record_outputs
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+
+    def add_request(self, request: Request) -> None:
+        self.waiting.append(request)
+        self.requests[request.request_id] = request
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def finish_request(self, request_id: str) -> Request | None:
+        """Abort: drop the request from its queue and free its blocks."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return None
+        if request.status == RequestStatus.RUNNING:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = "abort"
+        return request
+
+    # -- one step ------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self._schedule_running(out, self.max_num_batched_tokens)
+        if not out.preempted:
+            self._schedule_waiting(out, budget)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        manager = self.kv_cache_manager
+        running = self.running
+        index = 0
+        while index < len(running) and budget > 0:
+            request = running[index]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget,
+                          self.max_model_len - 1 - request.num_computed_tokens)
+            if num_new <= 0:
+                index += 1
+                continue
+            scheduled = True
+            while manager.allocate_slots(request, num_new) is None:
+                victim = running.pop()
+                self._preempt(victim, out)
+                if victim is request:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            self._record(out, request, num_new)
+            budget -= num_new
+            index += 1
+        return budget
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.appendleft(request)
+        out.preempted.append(request)
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        manager = self.kv_cache_manager
+        waiting = self.waiting
+        while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            request = waiting[0]
+            hit, num_hit = manager.get_computed_blocks(request)
+            num_new = min(request.num_tokens - num_hit, budget)
+            if manager.allocate_slots(request, num_new, num_hit, hit) is None:
+                break
+            waiting.popleft()
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_hit
+            if request.num_preemptions == 0:
+                out.prefix_cache_queries += request.num_tokens
+                out.prefix_cache_hits += num_hit
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = num_hit
+            out.admitted.append(request)
+            self._record(out, request, num_new)
+            budget -= num_new
+
+    @staticmethod
+    def _record(out: SchedulerOutput, request: Request, num_new: int) -> None:
+        out.scheduled.append((request, num_new))
+        if request.num_output_tokens > 0 and num_new == 1 and (
+                request.num_computed_tokens == request.num_tokens - 1):
+            out.num_decode_tokens += 1
+        else:
+            out.num_prefill_tokens += num_new
+
+    # -- after the forward pass ------------------------------------------------------------
+
+    def update_from_output(self, out: SchedulerOutput, end_time: float) -> StepUpdate:
+        """Advance computed tokens, sample one token for each request whose known tokens
+        are now all computed, and finish those that reached their last output token."""
+        update = StepUpdate()
+        record = self.record_outputs
+        for request, num_new in out.scheduled:
+            request.num_computed_tokens += num_new
+            if request.num_computed_tokens < request.num_tokens:
+                continue                                   # a prefill chunk, nothing sampled
+            first = request.num_output_tokens == 0
+            if first:
+                request.first_token_time = end_time
+                update.num_prompt_tokens_completed += request.num_prompt_tokens
+            request.num_output_tokens += 1
+            request.num_tokens += 1
+            request.token_times.append(end_time)
+            update.num_generation_tokens += 1
+            finished = request.num_output_tokens >= request.max_output_tokens
+            if record:
+                token = request.all_token_ids[request.num_tokens - 1]
+                update.outputs.append(RequestOutput(
+                    request_id=request.request_id, new_token_ids=(token,), first=first,
+                    finished=finished,
+                    finish_reason=request.finish_reason if finished else None,
+                    num_cached_tokens=max(request.num_cached_tokens, 0)))
+            if finished:
+                update.finished.append(request)
+        for request in update.finished:
+            self._free_finished(request)
+        return update
+
+    def _free_finished(self, request: Request) -> None:
+        self.running.remove(request)
+        self.requests.pop(request.request_id, None)
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.FINISHED
