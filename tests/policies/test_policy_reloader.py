@@ -1,0 +1,101 @@
+"""policies/reloader.py: good file swaps, bad file keeps the last good engine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from policies.engine import PolicyEngine
+from policies.errors import RoutingConfigError
+from policies.reloader import PolicyReloader, ReloadResult
+from workers.fleet import FleetConfig
+
+FLEET = FleetConfig({}, {}, ())
+GOOD = "profiles: {default: {scorers: [{type: kv-usage}]}}\n"
+OTHER = "profiles: {fast: {scorers: [{type: queue-depth}]}}\ndefault_profile: fast\n"
+BAD = "profiles: {default: {scorers: [{type: kv-usage, weight: lots}]}}\n"
+
+
+def write(path: Path, text: str, bump_ns: int) -> None:
+    """Write and move the mtime forward, so a change is seen whatever the clock resolution."""
+    path.write_text(text)
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + bump_ns))
+
+
+@pytest.fixture
+def routing_file(tmp_path: Path) -> Path:
+    path = tmp_path / "routing.yaml"
+    path.write_text(GOOD)
+    return path
+
+
+async def test_good_bad_and_back(routing_file: Path) -> None:
+    results: list[ReloadResult] = []
+    swaps: list[PolicyEngine] = []
+    reloader = PolicyReloader.load(routing_file, FLEET, on_result=results.append,
+                                   on_swap=swaps.append)
+    first = reloader.engine
+    assert first.default_profile == "default"
+    assert await reloader.check() is None                       # nothing changed
+
+    write(routing_file, OTHER, 1_000_000)
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert reloader.engine is not first and reloader.engine.default_profile == "fast"
+    assert swaps == [reloader.engine]
+
+    good = reloader.engine
+    write(routing_file, BAD, 2_000_000)
+    result = await reloader.check()
+    assert result == ReloadResult("failure", str(routing_file),
+                                  "profiles.default.scorers[0].weight: must be a number")
+    assert reloader.engine is good                              # last good keeps serving
+    assert await reloader.check() is None                       # reported once per change
+
+    routing_file.unlink()
+    result = await reloader.check()
+    assert result is not None and result.result == "failure"
+    assert result.message.endswith("cannot read routing file: No such file or directory")
+    assert reloader.engine is good
+
+    write(routing_file, GOOD, 3_000_000)
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert reloader.engine.default_profile == "default"
+    assert [r.result for r in results] == ["success", "failure", "failure", "success"]
+
+
+async def test_touch_without_content_change_does_not_rebuild(routing_file: Path) -> None:
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    engine = reloader.engine
+    write(routing_file, GOOD, 5_000_000)
+    assert await reloader.check() is None
+    assert reloader.engine is engine
+
+
+async def test_background_task_picks_up_a_change(routing_file: Path) -> None:
+    results: list[ReloadResult] = []
+    reloader = PolicyReloader.load(routing_file, FLEET, interval_s=0.01,
+                                   on_result=results.append)
+    reloader.start()
+    try:
+        write(routing_file, OTHER, 1_000_000)
+        for _ in range(500):                                   # bounded: at most ~5 s
+            if results:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await reloader.stop()
+    assert [r.result for r in results] == ["success"]
+    assert reloader.engine.default_profile == "fast"
+
+
+def test_initial_bad_file_raises(tmp_path: Path) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text(BAD)
+    with pytest.raises(RoutingConfigError, match=r"weight: must be a number$"):
+        PolicyReloader.load(path, FLEET)

@@ -1,0 +1,47 @@
+"""policies/rules.py: first match wins; every condition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policies.base import RoutingRequest
+from policies.config import Rule, RuleAction, RuleMatch
+from policies.rules import first_match, matches
+
+
+def req(**fields: Any) -> RoutingRequest:
+    return RoutingRequest("r", fields.pop("model", "m"), **fields)
+
+
+@pytest.mark.parametrize(("when", "request_fields", "expected"), [
+    (RuleMatch(), {}, True),
+    (RuleMatch(model=("m", "n")), {"model": "n"}, True),
+    (RuleMatch(model=("m",)), {"model": "x"}, False),
+    (RuleMatch(path=("/v1/completions",)), {"path": "/v1/completions"}, True),
+    (RuleMatch(path=("/v1/completions",)), {}, False),
+    (RuleMatch(header={"x-tier": "gold"}), {"headers": {"X-Tier": "gold"}}, True),
+    (RuleMatch(header={"x-tier": "gold"}), {"headers": {"x-tier": "silver"}}, False),
+    (RuleMatch(header={"x-tier": "gold"}), {}, False),
+    (RuleMatch(tenant=("t1",)), {"tenant": "t1"}, True),
+    (RuleMatch(tenant=("t1",)), {}, False),
+    (RuleMatch(min_prompt_tokens=100), {"num_prompt_tokens": 100}, True),
+    (RuleMatch(min_prompt_tokens=100), {"num_prompt_tokens": 99}, False),
+    (RuleMatch(max_prompt_tokens=100), {"num_prompt_tokens": 100}, True),
+    (RuleMatch(max_prompt_tokens=100), {"num_prompt_tokens": 101}, False),
+    (RuleMatch(semantic_class=("code",)), {"semantic_class": "code"}, True),
+    (RuleMatch(semantic_class=("code",)), {}, False),
+    (RuleMatch(model=("m",), tenant=("t1",)), {"tenant": "t2"}, False),
+])
+def test_conditions(when: RuleMatch, request_fields: dict[str, Any], expected: bool) -> None:
+    assert matches(when, req(**request_fields)) is expected
+
+
+def test_first_match_wins() -> None:
+    rules = (Rule("a", RuleMatch(tenant=("t1",)), RuleAction(profile="x")),
+             Rule("b", RuleMatch(), RuleAction(profile="y")),
+             Rule("c", RuleMatch(), RuleAction(profile="z")))
+    assert first_match(rules, req(tenant="t1")) is rules[0]
+    assert first_match(rules, req(tenant="t2")) is rules[1]
+    assert first_match(rules[:1], req()) is None

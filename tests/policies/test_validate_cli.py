@@ -1,0 +1,51 @@
+"""policies/cli.py: ``kvroute validate`` exit codes and messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from router.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_routing_file_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "config" / "routing.yaml"
+    assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}: ok: ")
+    assert out.count("\n") == 1
+
+
+def test_invalid_file_exits_1_naming_the_field(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles:\n  default:\n    scorers: [{type: kv-usage}, "
+                    "{type: queue-depth, weight: x}]\n")
+    assert main(["validate", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"{path}: invalid: profiles.default.scorers[1].weight: "
+                            "must be a number\n")
+
+
+def test_fleet_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {}}\nrules: [{name: r, then: {model: nope}}]\n")
+    assert main(["validate", str(path)]) == 0                  # no fleet: nothing to check
+    assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 1
+    assert capsys.readouterr().err.endswith(
+        "invalid: rules[0].then.model: no worker of the fleet serves 'nope'\n")
+
+
+@pytest.mark.integration
+def test_missing_file_exits_1_in_a_real_process(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "router.cli", "validate",
+                           str(tmp_path / "absent.yaml")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip().endswith("cannot read routing file: No such file or directory")
