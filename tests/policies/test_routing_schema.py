@@ -180,3 +180,11 @@ def test_rules_parse_every_condition_and_action() -> None:
                                                                        "sql-lora")
     assert dict(rule.then.pool) == {"pool": "premium"}
     assert [p.type for p in routing.producers] == ["tokens"]   # token bounds need counts
+
+
+def test_bare_type_names_are_shorthand() -> None:
+    routing = parse("profiles: {default: {filters: [model, healthy], picker: round-robin}}\n")
+    profile = routing.profiles["default"]
+    assert [(s.type, s.name) for s in profile.filters] == [("model", "model"),
+                                                           ("healthy", "healthy")]
+    assert profile.picker.type == "round-robin"
