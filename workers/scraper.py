@@ -33,6 +33,11 @@ _WANTED = (
     "vllm:gpu_cache_usage_perc", "vllm:prefix_cache_", "vllm:gpu_prefix_cache_",
     "vllm:num_preemptions", "vllm:cache_config_info", "vllm:lora_requests_info",
 )
+_KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+def _declared(text: str, name: str) -> bool:
+    return f"# TYPE {name} " in text
 
 
 class MetricsParseError(ValueError):
@@ -87,7 +92,7 @@ def parse_metrics(text: str) -> MetricsSample:
             name = _metric_name(sample.name)
             if name.endswith("_created") or math.isnan(sample.value):
                 continue
-            if name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+            if name in _KV_NAMES:
                 kv_values.append(sample.value)
             elif name == "vllm:cache_config_info":
                 block_size = block_size or _as_int(sample.labels.get("block_size"))
@@ -100,6 +105,11 @@ def parse_metrics(text: str) -> MetricsSample:
             else:
                 key = name.replace("vllm:gpu_prefix_cache_", "vllm:prefix_cache_")
                 totals[key] = totals.get(key, 0.0) + sample.value
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+        if name not in totals and _declared(text, name):
+            totals[name] = 0.0          # declared, no sample yet: nothing has run
+    if not kv_values and any(_declared(text, n) for n in _KV_NAMES):
+        kv_values.append(0.0)
     if ("vllm:num_requests_running" not in totals or "vllm:num_requests_waiting" not in totals
             or not kv_values):
         raise MetricsParseError("no vLLM load metrics (num_requests_running, "

@@ -196,3 +196,10 @@ async def test_scraper_http_error_counts_as_failure(worker: tuple[_Worker, str])
         await scraper.scrape_once()
     snap = registry.snapshot("w0")
     assert snap is not None and snap.error is not None and "HTTP 500" in snap.error
+
+
+def test_declared_gauges_without_samples_read_as_zero() -> None:
+    text = ("# TYPE vllm:num_requests_running gauge\n# TYPE vllm:num_requests_waiting gauge\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n")
+    sample = parse_metrics(text)
+    assert (sample.running, sample.waiting, sample.kv_usage) == (0, 0, 0.0)

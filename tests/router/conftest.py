@@ -1,0 +1,55 @@
+"""Router integration fixtures: one emulator process hosting workers with different
+behaviours (session-wide), and a factory of in-process routers over any subset of them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+
+from router.app import start_router
+from router.settings import Settings
+from tests.router.gateway_support import (
+    REPO_ROOT,
+    WORKERS,
+    RouterFactory,
+    RouterHandle,
+    fleet_data,
+)
+from workers.emulator.process import EmulatorFleet, free_port
+from workers.fleet import FleetConfig, load_fleet
+
+
+@pytest.fixture(scope="session")
+def emulated_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    path = tmp_path_factory.mktemp("fleet") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet_data(WORKERS, {w: free_port() for w in WORKERS})))
+    fleet = load_fleet(path)
+    with EmulatorFleet(fleet, one_process=True):
+        yield fleet
+
+
+@pytest.fixture
+async def make_router(tmp_path: Path) -> AsyncIterator[RouterFactory]:
+    runners: list[web.AppRunner] = []
+
+    async def make(fleet: FleetConfig, routing: str | None = None,
+                   **overrides: Any) -> RouterHandle:
+        routing_path = tmp_path / f"routing-{len(runners)}.yaml"
+        if routing is None:
+            routing_path.write_text((REPO_ROOT / "config/routing.yaml").read_text())
+        else:
+            routing_path.write_text(routing)
+        options: dict[str, Any] = {"scrape_interval_s": 0.05, "port": 0, **overrides}
+        settings = Settings(fleet_path=Path(fleet.source), routing_path=routing_path, **options)
+        runner, port = await start_router(settings, fleet)
+        runners.append(runner)
+        return RouterHandle(runner.app, port, routing_path)
+
+    yield make
+    for runner in runners:
+        await runner.cleanup()

@@ -1,0 +1,78 @@
+"""Shared pieces of the router integration tests: the emulated worker zoo, fleet builders and
+the handle of a running router (fixtures live in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from router.keys import METRICS
+from workers.fleet import FleetConfig, parse_fleet
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+FAST = {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 4096}}
+
+# worker id -> (gpu, emulate block without port)
+WORKERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "h100-fast": ("h100", FAST),
+    "a100-fast": ("a100", FAST),
+    "failing": ("a100", {**FAST, "faults": {"error_rate": 1.0}}),
+    "garbage": ("l40s", {**FAST, "faults": {"metrics_broken": "garbage"}}),
+    "slow": ("l40s", {"time_scale": 1.0, "output_len": {"dist": "fixed", "value": 4096}}),
+    "stall": ("h100", {**FAST, "faults": {"stall_after_tokens": 3}}),
+}
+
+ROUTING_ROUND_ROBIN = """\
+profiles:
+  default:
+    filters: [{type: model}, {type: healthy}]
+    picker: {type: round-robin}
+default_profile: default
+"""
+
+
+def fleet_data(workers: Mapping[str, tuple[str, Mapping[str, Any]]],
+               ports: Mapping[str, int]) -> dict[str, Any]:
+    return {
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": wid, "gpu": gpu, "models": [MODEL],
+                     "emulate": {**emulate, "port": ports[wid]}}
+                    for wid, (gpu, emulate) in workers.items()],
+    }
+
+
+def subset(fleet: FleetConfig, ids: list[str]) -> FleetConfig:
+    by_id = {w.info.id: w for w in fleet.workers}
+    return dataclasses.replace(fleet, workers=tuple(by_id[i] for i in ids))
+
+
+def url_fleet(urls: Mapping[str, str]) -> FleetConfig:
+    """A fleet of workers reached by URL (not started by the fleet file)."""
+    return parse_fleet({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": wid, "gpu": "h100", "models": [MODEL], "url": url}
+                    for wid, url in urls.items()]})
+
+
+@dataclass
+class RouterHandle:
+    app: web.Application
+    port: int
+    routing_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.app[METRICS].registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+RouterFactory = Callable[..., Awaitable[RouterHandle]]

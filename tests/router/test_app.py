@@ -1,0 +1,64 @@
+"""The assembled app: routing reload without a restart, a bad file refused while the last
+good one keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import openai
+import pytest
+
+from tests.router.gateway_support import MODEL, RouterFactory, RouterHandle, subset
+from workers.fleet import FleetConfig
+
+pytestmark = pytest.mark.integration
+
+FAST_PROFILE = """\
+profiles:
+  fast:
+    filters: [{type: model}, {type: healthy}]
+    scorers: [{type: queue-depth, weight: 2.0}]
+    picker: {type: max-score}
+default_profile: fast
+"""
+
+BAD = """\
+profiles:
+  fast:
+    filters: [{type: model}]
+    scorers: [{type: queue-depth, weight: heavy}]
+    picker: {type: max-score}
+default_profile: fast
+"""
+
+
+async def profile_of(router: RouterHandle) -> str:
+    client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+    raw = await client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert raw.status_code == 200
+    return raw.headers["x-kvroute-profile"]
+
+
+async def wait_for_reloads(router: RouterHandle, result: str, count: float) -> None:
+    deadline = time.monotonic() + 5.0
+    while router.metric("kvroute_config_reloads_total", result=result) < count:
+        assert time.monotonic() < deadline, f"no {result} reload"
+        await asyncio.sleep(0.05)
+
+
+async def test_reload_applies_good_file_and_refuses_bad_one(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast", "a100-fast"]),
+                               reload_interval_s=0.05)
+    assert await profile_of(router) == "default"
+
+    router.routing_path.write_text(FAST_PROFILE)
+    await wait_for_reloads(router, "success", 1)
+    assert await profile_of(router) == "fast"
+
+    router.routing_path.write_text(BAD)
+    await wait_for_reloads(router, "failure", 1)
+    assert await profile_of(router) == "fast"          # the last good config keeps serving
+    assert router.metric("kvroute_config_reloads_total", result="success") == 1.0

@@ -1,0 +1,178 @@
+"""The router's HTTP surface against emulated workers in another process, driven by the
+official ``openai`` client: chat, streaming chat, completions, models, errors, debug."""
+
+from __future__ import annotations
+
+import aiohttp
+import openai
+import orjson
+import pytest
+
+from tests.router.gateway_support import MODEL, RouterFactory, RouterHandle, subset
+from workers.fleet import FleetConfig
+
+pytestmark = pytest.mark.integration
+WORKER_IDS = {"h100-fast", "a100-fast"}
+MESSAGES = [{"role": "user", "content": "Say hello to the gateway."}]
+
+
+@pytest.fixture
+async def router(emulated_fleet: FleetConfig, make_router: RouterFactory) -> RouterHandle:
+    return await make_router(subset(emulated_fleet, sorted(WORKER_IDS)))
+
+
+def client(router: RouterHandle) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+
+
+def assert_kvroute_headers(headers: object) -> None:
+    get = headers.get  # type: ignore[attr-defined]
+    assert get("x-kvroute-worker") in WORKER_IDS
+    assert get("x-kvroute-profile") == "default"
+    assert get("x-kvroute-reason")
+
+
+async def test_chat_completion(router: RouterHandle) -> None:
+    raw = await client(router).chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=7)  # type: ignore[arg-type]
+    assert_kvroute_headers(raw.headers)
+    reply = raw.parse()
+    assert reply.object == "chat.completion" and reply.model == MODEL
+    assert isinstance(reply.choices[0].message.content, str)
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None and reply.usage.completion_tokens == 7
+    worker = raw.headers["x-kvroute-worker"]
+    gpu = "H100-80GB" if worker == "h100-fast" else "A100-80GB"
+    assert router.metric("kvroute_requests_total", model=MODEL, worker=worker, gpu=gpu,
+                         profile="default", status="200") == 1.0
+    assert router.metric("kvroute_completion_tokens_total", worker=worker, gpu=gpu) == 7.0
+
+
+async def test_streaming_chat_without_usage_strips_the_usage_chunk(router: RouterHandle) -> None:
+    stream = await client(router).chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=5, stream=True)  # type: ignore[arg-type]
+    chunks = [chunk async for chunk in stream]
+    assert all(chunk.usage is None for chunk in chunks)
+    assert all(chunk.choices for chunk in chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert text and chunks[-1].choices[0].finish_reason == "length"
+    # the router still learned the token counts from the chunk it removed
+    total = sum(router.metric("kvroute_completion_tokens_total", worker=w, gpu=g)
+                for w, g in (("h100-fast", "H100-80GB"), ("a100-fast", "A100-80GB")))
+    assert total == 5.0
+    ttft = sum(router.metric("kvroute_ttft_seconds_count", worker=w, gpu=g)
+               for w, g in (("h100-fast", "H100-80GB"), ("a100-fast", "A100-80GB")))
+    assert ttft == 1.0
+
+
+async def test_streaming_chat_with_usage_keeps_it(router: RouterHandle) -> None:
+    raw = await client(router).chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=6, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True})
+    assert_kvroute_headers(raw.headers)
+    chunks = [chunk async for chunk in raw.parse()]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 6
+
+
+@pytest.mark.parametrize("prompt", ["Once upon a time", ["first prompt", "second prompt"],
+                                    [101, 102, 103, 104]],
+                         ids=["string", "list of strings", "token ids"])
+async def test_completions(router: RouterHandle, prompt: object) -> None:
+    raw = await client(router).completions.with_raw_response.create(
+        model=MODEL, prompt=prompt, max_tokens=4)  # type: ignore[arg-type]
+    assert_kvroute_headers(raw.headers)
+    reply = raw.parse()
+    n = len(prompt) if isinstance(prompt, list) and isinstance(prompt[0], str) else 1
+    assert len(reply.choices) == n
+    assert reply.usage is not None and reply.usage.completion_tokens == 4 * n
+
+
+async def test_streaming_completion(router: RouterHandle) -> None:
+    stream = await client(router).completions.create(model=MODEL, prompt="Hi", max_tokens=3,
+                                                     stream=True)
+    chunks = [chunk async for chunk in stream]
+    assert chunks and all(c.choices for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+async def test_models_lists_healthy_workers_models(router: RouterHandle) -> None:
+    models = await client(router).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert models.data[0].model_extra == {"max_model_len": 8192}
+
+
+async def test_unknown_model_is_404(router: RouterHandle) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        await client(router).chat.completions.create(model="gpt-nope", messages=MESSAGES)  # type: ignore[arg-type]
+    assert info.value.status_code == 404
+    body = info.value.body
+    assert isinstance(body, dict) and body["code"] == "model_not_found"
+    assert body["message"].startswith("The model `gpt-nope` does not exist.")
+    assert info.value.response.headers["x-kvroute-worker"] == "none"
+
+
+async def test_negative_max_tokens_is_400(router: RouterHandle) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]
+                                                     max_tokens=-3)
+    assert info.value.body == {"message": "max_tokens: must be at least 1, got -3.",
+                               "type": "invalid_request_error", "param": "max_tokens",
+                               "code": "invalid_request"}
+
+
+@pytest.mark.parametrize(("path", "body", "status", "message"), [
+    ("/v1/chat/completions", b"{\"model\": ", 400, "Request body is not valid JSON"),
+    ("/v1/chat/completions", b"\xc3\x28\xa0\xa1", 400, "Request body is not valid UTF-8."),
+    ("/v1/chat/completions", orjson.dumps({"model": MODEL}), 400,
+     "Missing required parameter: 'messages'."),
+    ("/v1/chat/completions", orjson.dumps({"model": MODEL, "messages": MESSAGES,
+                                           "stream": "yes"}), 400, "stream: must be a boolean."),
+    ("/v1/completions", orjson.dumps({"model": MODEL, "prompt": {"a": 1}}), 400,
+     "prompt: must be a string"),
+    ("/v1/chat/completions", b"x" * (50 * 1024 * 1024), 413, "Request body too large"),
+    ("/v1/embeddings", b"{}", 404, "Not found: no such endpoint"),
+], ids=["malformed json", "non-utf8", "missing messages", "wrong type", "bad prompt",
+        "50 MB body", "unknown path"])
+async def test_bad_requests_get_openai_errors(router: RouterHandle, path: str, body: bytes,
+                                              status: int, message: str) -> None:
+    async with aiohttp.ClientSession() as session, session.post(
+            router.url + path, data=body,
+            headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == status
+        error = (await resp.json())["error"]
+        assert error["message"].startswith(message)
+        assert set(error) == {"message", "type", "param", "code"}
+    # the router keeps serving
+    reply = await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]
+                                                         max_tokens=2)
+    assert reply.usage is not None and reply.usage.completion_tokens == 2
+
+
+async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
+    await client(router).chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)  # type: ignore[arg-type]
+    async with aiohttp.ClientSession() as session:
+        async with session.get(router.url + "/health") as resp:
+            assert resp.status == 200
+            assert await resp.json() == {"status": "ok", "healthy_workers": 2, "workers": 2,
+                                         "state_store_degraded": False}
+        async with session.get(router.url + "/metrics") as resp:
+            text = await resp.text()
+            for name in ("kvroute_requests_total", "kvroute_decision_duration_seconds_bucket",
+                         "kvroute_decisions_total", "kvroute_worker_up",
+                         "kvroute_worker_kv_usage", "kvroute_worker_requests"):
+                assert f"\n{name}{{" in text, name
+        async with session.get(router.url + "/debug/decisions?limit=1") as resp:
+            [decision] = (await resp.json())["data"]
+            assert decision["worker"] in WORKER_IDS and decision["profile"] == "default"
+            assert {c["worker"] for c in decision["candidates"]} == WORKER_IDS
+            assert all(set(c["scores"]) == {"queue-depth", "kv-usage", "inflight"}
+                       for c in decision["candidates"])
+            assert decision["reason"] and decision["reason_code"]
+        async with session.get(router.url + "/debug/decisions?limit=x") as resp:
+            assert resp.status == 400
+        async with session.get(router.url + "/debug/fleet") as resp:
+            fleet = (await resp.json())["data"]
+            assert {w["id"] for w in fleet} == WORKER_IDS
+            assert all(w["healthy"] and w["num_gpu_blocks"] > 0 and w["max_model_len"] == 8192
+                       for w in fleet)

@@ -1,0 +1,168 @@
+"""Faults between the router and its workers, over real sockets against emulated workers:
+retries on 5xx and refused connections, upstream timeout, a stream that breaks, a client
+that leaves, a fleet with no healthy worker, a worker whose /metrics is garbage."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import openai
+import orjson
+import pytest
+
+from tests.router.gateway_support import (
+    MODEL,
+    ROUTING_ROUND_ROBIN,
+    RouterFactory,
+    RouterHandle,
+    subset,
+    url_fleet,
+)
+from workers.emulator.process import EmulatorProcess, free_port
+from workers.fleet import FleetConfig
+from workers.scraper import parse_metrics
+
+pytestmark = pytest.mark.integration
+MESSAGES = [{"role": "user", "content": "Tell me a long story."}]
+
+
+def client(router: RouterHandle) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+
+
+async def decisions(router: RouterHandle) -> list[dict[str, object]]:
+    async with aiohttp.ClientSession() as session, session.get(
+            router.url + "/debug/decisions") as resp:
+        data: list[dict[str, object]] = (await resp.json())["data"]
+        return data
+
+
+async def test_5xx_before_first_byte_is_retried_on_another_worker(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["failing", "h100-fast"]),
+                               ROUTING_ROUND_ROBIN)
+    for stream in (False, True, False, True):
+        raw = await client(router).chat.completions.with_raw_response.create(
+            model=MODEL, messages=MESSAGES, max_tokens=3, stream=stream)  # type: ignore[arg-type]
+        assert raw.status_code == 200
+        assert raw.headers["x-kvroute-worker"] == "h100-fast"
+        if stream:
+            assert [c async for c in raw.parse()]   # type: ignore[union-attr]
+    first_on_failing = [d for d in await decisions(router)
+                        if d["worker"] == "failing" and d["attempt"] == 0]
+    assert len(first_on_failing) >= 1
+    assert router.metric("kvroute_retries_total", worker="failing",
+                         reason="http_5xx") == len(first_on_failing)
+    assert router.metric("kvroute_requests_total", model=MODEL, worker="failing",
+                         gpu="A100-80GB", profile="default", status="500") == len(
+        first_on_failing)
+
+
+async def test_refused_connection_is_retried_and_all_failing_gives_502(
+        make_router: RouterFactory) -> None:
+    with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as doomed, \
+            EmulatorProcess(gpu="a100", time_scale=0.01, served_model_names=[MODEL]) as alive:
+        fleet = url_fleet({"doomed": doomed.url, "alive": alive.url})
+        # a high failure threshold keeps the stopped worker "healthy" in the router's view
+        router = await make_router(fleet, ROUTING_ROUND_ROBIN, fail_threshold=10_000)
+        doomed.stop()
+        for _ in range(4):
+            raw = await client(router).chat.completions.with_raw_response.create(
+                model=MODEL, messages=MESSAGES, max_tokens=2)  # type: ignore[arg-type]
+            assert raw.headers["x-kvroute-worker"] == "alive"
+        assert router.metric("kvroute_retries_total", worker="doomed", reason="connect") >= 1
+        alive.stop()
+        with pytest.raises(openai.APIStatusError) as info:
+            await client(router).chat.completions.create(model=MODEL, messages=MESSAGES)  # type: ignore[arg-type]
+        assert info.value.status_code == 502
+        assert isinstance(info.value.body, dict)
+        assert info.value.body["code"] == "upstream_error"
+
+
+async def test_upstream_timeout_is_504(emulated_fleet: FleetConfig,
+                                       make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["slow"]), upstream_timeout_s=0.3)
+    with pytest.raises(openai.APIStatusError) as info:
+        await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]
+                                                     max_tokens=2000)
+    assert info.value.status_code == 504
+    assert isinstance(info.value.body, dict) and info.value.body["code"] == "upstream_timeout"
+    assert info.value.response.headers["x-kvroute-worker"] == "slow"
+
+
+async def test_stream_broken_midway_ends_with_an_error_event(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["stall"]), upstream_timeout_s=0.5)
+    stream = await client(router).chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=50, stream=True)  # type: ignore[arg-type]
+    received = []
+    with pytest.raises(openai.APIError) as info:
+        async for chunk in stream:
+            received.append(chunk)
+    assert "mid-stream" in info.value.message
+    assert 1 <= len(received) <= 4          # role chunk and the tokens sent before the stall
+    assert router.metric("kvroute_requests_total", model=MODEL, worker="stall",
+                         gpu="H100-80GB", profile="default", status="502") == 1.0
+
+
+async def test_client_disconnect_cancels_upstream(emulated_fleet: FleetConfig,
+                                                  make_router: RouterFactory) -> None:
+    slow = next(w.info for w in emulated_fleet.workers if w.info.id == "slow")
+    router = await make_router(subset(emulated_fleet, ["slow"]))
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 4000, "stream": True}
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(router.url + "/v1/chat/completions", json=body)
+        assert resp.status == 200
+        await resp.content.readuntil(b"\n\n")          # the stream has started
+        assert (await running(session, slow.url)) == 1
+        resp.close()                                    # the client goes away
+        deadline = time.monotonic() + 5.0
+        while await running(session, slow.url) != 0:
+            assert time.monotonic() < deadline, "upstream request still running"
+            await asyncio.sleep(0.05)
+    # 4000 tokens at real time would take far longer than the deadline above
+    await asyncio.sleep(0.1)
+    assert router.metric("kvroute_requests_total", model=MODEL, worker="slow",
+                         gpu="L40S-48GB", profile="default", status="499") == 1.0
+
+
+async def running(session: aiohttp.ClientSession, url: str) -> int:
+    async with session.get(url + "/metrics") as resp:
+        return parse_metrics(await resp.text()).running
+
+
+async def test_no_healthy_worker_is_503(make_router: RouterFactory) -> None:
+    router = await make_router(url_fleet({"gone": f"http://127.0.0.1:{free_port()}"}))
+    with pytest.raises(openai.APIStatusError) as info:
+        await client(router).chat.completions.create(model=MODEL, messages=MESSAGES)  # type: ignore[arg-type]
+    assert info.value.status_code == 503
+    assert isinstance(info.value.body, dict) and info.value.body["code"] == "no_worker_available"
+    assert info.value.response.headers["x-kvroute-worker"] == "none"
+    assert "healthy" in info.value.response.headers["x-kvroute-reason"]
+    async with aiohttp.ClientSession() as session, session.get(router.url + "/health") as resp:
+        assert resp.status == 503
+        assert (await resp.json())["healthy_workers"] == 0
+
+
+async def test_garbage_metrics_mark_worker_stale_and_down(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["garbage", "a100-fast"]),
+                               fail_threshold=2)
+    await asyncio.sleep(0.3)                        # several scrape rounds
+    async with aiohttp.ClientSession() as session:
+        async with session.get(router.url + "/debug/fleet") as resp:
+            workers = {w["id"]: w for w in (await resp.json())["data"]}
+        assert workers["garbage"]["healthy"] is False
+        assert workers["garbage"]["staleness_s"] is None        # never scraped successfully
+        assert workers["garbage"]["consecutive_failures"] >= 2
+        assert workers["garbage"]["last_error"]
+        assert workers["a100-fast"]["healthy"] is True
+        for _ in range(3):
+            async with session.post(router.url + "/v1/chat/completions", data=orjson.dumps(
+                    {"model": MODEL, "messages": MESSAGES, "max_tokens": 2})) as resp:
+                assert resp.status == 200
+                assert resp.headers["x-kvroute-worker"] == "a100-fast"
+    assert router.metric("kvroute_worker_up", worker="garbage", gpu="L40S-48GB",
+                         model=MODEL) == 0.0
