@@ -1,0 +1,116 @@
+"""EngineCore on a virtual clock: calibration, outputs, stats, events, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.engine.api import BlockStored, EngineConfig, EngineRequest
+from workers.engine.core import EngineCore
+from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
+
+
+def make_engine(gpu: str = "h100", **kwargs: object) -> EngineCore:
+    config = EngineConfig(model=BUILTIN_MODELS["llama-3-8b"], gpu=BUILTIN_GPUS[gpu],
+                          **kwargs)  # type: ignore[arg-type]
+    return EngineCore(config)
+
+
+@pytest.mark.parametrize(("gpu", "ttft_s", "decode_s"), [
+    ("h100", 0.049, 0.0068), ("a100", 0.146, 0.0105), ("l40s", 0.159, 0.023)])
+def test_idle_worker_ttft_and_decode_step_match_the_table(gpu: str, ttft_s: float,
+                                                          decode_s: float) -> None:
+    engine = make_engine(gpu)
+    engine.add_request(EngineRequest("r", list(range(2048)), [5, 6, 7], arrival_time=0.0))
+    first = engine.step(0.0)
+    second = engine.step(first.duration_s)
+    assert first.outputs[0].first and first.outputs[0].new_token_ids == (5,)
+    assert first.duration_s == pytest.approx(ttft_s, rel=0.25)
+    assert second.duration_s == pytest.approx(decode_s, rel=0.25)
+    third = engine.step(first.duration_s + second.duration_s)
+    stats = third.finished[0]
+    assert stats.first_token_time == pytest.approx(first.duration_s)
+    assert stats.first_token_time - stats.arrival_time == pytest.approx(ttft_s, rel=0.25)
+
+
+def test_outputs_stream_one_token_per_step_and_finish_with_reason() -> None:
+    engine = make_engine(num_gpu_blocks=100)
+    engine.add_request(EngineRequest("r", [1] * 20, [7, 8, 9], finish_reason="stop",
+                                     arrival_time=0.5))
+    t, tokens = 1.0, []
+    while engine.has_unfinished_requests():
+        result = engine.step(t)
+        tokens += [tok for out in result.outputs for tok in out.new_token_ids]
+        t += result.duration_s
+    assert tokens == [7, 8, 9]
+    assert result.outputs[0].finished and result.outputs[0].finish_reason == "stop"
+    stats = result.finished[0]
+    assert stats.first_scheduled_time == 1.0 and stats.finished_time == pytest.approx(t)
+    assert stats.num_generation_tokens == 3 and len(stats.token_times) == 3
+    assert engine.stats.request_success["stop"] == 1
+    assert engine.step(t).duration_s == 0.0
+
+
+def test_same_prompt_twice_hits_block_aligned_tokens() -> None:
+    engine = make_engine(num_gpu_blocks=200)
+    prompt = list(range(1000, 1100))                      # 100 tokens: 6 full blocks
+    for name in ("a", "b"):
+        engine.add_request(EngineRequest(name, prompt, [1]))
+        t = 0.0
+        while engine.has_unfinished_requests():
+            t += engine.step(t).duration_s
+    stats = engine.stats
+    assert (stats.prefix_cache_queries, stats.prefix_cache_hits) == (200, 96)
+    assert (stats.prompt_tokens, stats.generation_tokens) == (200, 2)
+    assert stats.num_running == stats.num_waiting == 0 and stats.kv_cache_usage == 0.0
+
+
+def test_kv_events_report_blocks_stored_in_the_step_that_computes_them() -> None:
+    engine = make_engine(num_gpu_blocks=50, enable_kv_events=True)
+    engine.add_request(EngineRequest("a", list(range(1, 33)), [1, 2]))
+    result = engine.step(0.0)
+    assert result.kv_events == (BlockStored(
+        block_hashes=(1403909460543360175, 1643945449041937783), parent_block_hash=None,
+        token_ids=tuple(range(1, 33)), block_size=16),)
+
+
+def test_usage_counts_blocks_pinned_by_running_requests() -> None:
+    engine = make_engine(num_gpu_blocks=11)
+    engine.add_request(EngineRequest("a", [3] * 40, [1, 2, 3]))
+    engine.step(0.0)
+    assert engine.stats.kv_cache_usage == pytest.approx(0.3)
+    assert engine.stats.num_running == 1
+
+
+def test_abort_reports_stats_on_the_next_step() -> None:
+    engine = make_engine(num_gpu_blocks=50)
+    engine.add_request(EngineRequest("a", [3] * 40, [1, 2, 3], arrival_time=0.0))
+    engine.step(0.0)
+    assert engine.abort_request("a") and not engine.abort_request("a")
+    result = engine.step(1.0)
+    assert [s.finish_reason for s in result.finished] == ["abort"]
+    assert engine.stats.request_success["abort"] == 1 and engine.stats.kv_cache_usage == 0.0
+
+
+def test_output_is_cut_at_max_model_len() -> None:
+    engine = make_engine(num_gpu_blocks=50, max_model_len=64)
+    engine.add_request(EngineRequest("a", [3] * 60, [1] * 10, finish_reason="stop"))
+    t = 0.0
+    finished = []
+    while engine.has_unfinished_requests():
+        result = engine.step(t)
+        t += result.duration_s
+        finished += result.finished
+    assert finished[0].num_generation_tokens == 4 and finished[0].finish_reason == "length"
+
+
+def test_bad_requests_are_refused_with_vllm_wording() -> None:
+    engine = make_engine(num_gpu_blocks=50, max_model_len=64)
+    with pytest.raises(ValueError, match="maximum context length is 64 tokens"):
+        engine.add_request(EngineRequest("a", [1] * 64, [1]))
+    with pytest.raises(ValueError, match="cannot be empty"):
+        engine.add_request(EngineRequest("a", [], [1]))
+    with pytest.raises(ValueError, match="no output tokens"):
+        engine.add_request(EngineRequest("a", [1], []))
+    engine.add_request(EngineRequest("a", [1], [1]))
+    with pytest.raises(ValueError, match="already in the engine"):
+        engine.add_request(EngineRequest("a", [1], [1]))

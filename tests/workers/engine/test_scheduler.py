@@ -1,0 +1,108 @@
+"""Scheduler: token budget, max_num_seqs, chunked prefill, FCFS blocking, preemption."""
+
+from __future__ import annotations
+
+from conftest import free_ids, make_kv_cache_manager, make_request
+
+from workers.engine.request import RequestStatus
+from workers.engine.scheduler import Scheduler, SchedulerOutput
+
+
+def make_scheduler(num_blocks: int = 64, max_num_seqs: int = 8,
+                   max_num_batched_tokens: int = 64) -> Scheduler:
+    manager = make_kv_cache_manager(num_blocks=num_blocks, enable_kv_events=False)
+    return Scheduler(manager, max_num_seqs, max_num_batched_tokens, max_model_len=4096)
+
+
+def tokens_of(out: SchedulerOutput) -> dict[str, int]:
+    return {r.request_id: n for r, n in out.scheduled}
+
+
+def run_step(scheduler: Scheduler, now: float = 0.0) -> tuple[SchedulerOutput, list[str]]:
+    out = scheduler.schedule()
+    update = scheduler.update_from_output(out, now)
+    return out, [r.request_id for r in update.finished]
+
+
+def test_long_prompt_is_chunked_under_the_token_budget() -> None:
+    scheduler = make_scheduler(max_num_batched_tokens=64)
+    scheduler.add_request(make_request("a", list(range(150)), num_output_tokens=2))
+    chunks = []
+    for _ in range(3):
+        out, _ = run_step(scheduler)
+        chunks.append(tokens_of(out)["a"])
+    assert chunks == [64, 64, 22]
+    request = scheduler.running[0]
+    assert request.num_output_tokens == 1 and request.num_computed_tokens == 150
+    out, finished = run_step(scheduler)
+    assert tokens_of(out) == {"a": 1} and out.num_decode_tokens == 1 and finished == ["a"]
+    assert not scheduler.has_unfinished_requests()
+
+
+def test_decodes_go_first_and_new_prefill_takes_the_remaining_budget() -> None:
+    scheduler = make_scheduler(max_num_batched_tokens=40)
+    scheduler.add_request(make_request("a", list(range(30)), num_output_tokens=5))
+    run_step(scheduler)
+    scheduler.add_request(make_request("b", list(range(100, 200)), num_output_tokens=5))
+    out, _ = run_step(scheduler)
+    assert tokens_of(out) == {"a": 1, "b": 39}
+    assert (out.num_decode_tokens, out.num_prefill_tokens) == (1, 39)
+
+
+def test_max_num_seqs_caps_the_running_batch() -> None:
+    scheduler = make_scheduler(max_num_seqs=2, max_num_batched_tokens=1000)
+    for name in "abc":
+        scheduler.add_request(make_request(name, [ord(name)] * 20, num_output_tokens=3))
+    out, _ = run_step(scheduler)
+    assert list(tokens_of(out)) == ["a", "b"] and [r.request_id for r in scheduler.waiting] == ["c"]
+
+
+def test_head_of_line_blocking_when_blocks_run_out() -> None:
+    # 9 usable blocks of 16 tokens: "a" takes 5, "b" needs 5 and blocks "c" (needs 1).
+    scheduler = make_scheduler(num_blocks=10, max_num_batched_tokens=1000)
+    scheduler.add_request(make_request("a", list(range(70)), num_output_tokens=50))
+    scheduler.add_request(make_request("b", list(range(100, 170)), num_output_tokens=5))
+    scheduler.add_request(make_request("c", [1] * 5, num_output_tokens=5))
+    out, _ = run_step(scheduler)
+    assert tokens_of(out) == {"a": 70}
+    assert [r.request_id for r in scheduler.waiting] == ["b", "c"]
+
+
+def test_preemption_recomputes_the_last_running_request() -> None:
+    scheduler = make_scheduler(num_blocks=6, max_num_batched_tokens=1000)   # 5 usable
+    scheduler.add_request(make_request("a", list(range(32)), num_output_tokens=40))
+    scheduler.add_request(make_request("b", list(range(100, 132)), num_output_tokens=40))
+    out, _ = run_step(scheduler)                   # a and b take 2 blocks each
+    assert tokens_of(out) == {"a": 32, "b": 32} and len(free_ids(scheduler.kv_cache_manager)) == 1
+    out, _ = run_step(scheduler)                   # both decode: a takes the last block
+    assert out.preempted and [r.request_id for r in out.preempted] == ["b"]
+    assert tokens_of(out) == {"a": 1}
+    b = scheduler.waiting[0]
+    assert b.status == RequestStatus.PREEMPTED and b.num_computed_tokens == 0
+    assert b.num_preemptions == 1 and b.num_tokens == 33 and b.num_output_tokens == 1
+    # b's blocks went back to the free queue still cached: its re-admission hits them.
+    hit, num_hit = scheduler.kv_cache_manager.get_computed_blocks(b)
+    assert num_hit == 32 and len(hit) == 2
+
+
+def test_prefix_cache_counters_count_first_admission_only() -> None:
+    scheduler = make_scheduler(num_blocks=64, max_num_batched_tokens=1000)
+    prompt = list(range(40))
+    scheduler.add_request(make_request("a", prompt, num_output_tokens=1))
+    out, _ = run_step(scheduler)
+    assert (out.prefix_cache_queries, out.prefix_cache_hits) == (40, 0)
+    scheduler.add_request(make_request("b", prompt, num_output_tokens=1))
+    out, _ = run_step(scheduler)
+    assert (out.prefix_cache_queries, out.prefix_cache_hits) == (40, 32)
+    assert tokens_of(out) == {"b": 8} and out.admitted[0].num_cached_tokens == 32
+
+
+def test_abort_frees_blocks_and_leaves_the_queue() -> None:
+    scheduler = make_scheduler(num_blocks=8)
+    scheduler.add_request(make_request("a", list(range(20)), num_output_tokens=3))
+    run_step(scheduler)
+    aborted = scheduler.finish_request("a")
+    assert aborted is not None and aborted.finish_reason == "abort"
+    assert not scheduler.has_unfinished_requests()
+    assert len(free_ids(scheduler.kv_cache_manager)) == 7
+    assert scheduler.finish_request("a") is None
