@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.engine.api import BlockStored, EngineConfig, EngineRequest
+from workers.engine.api import BlockStored, EngineConfig, EngineRequest, RequestStats
 from workers.engine.core import EngineCore
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
 
@@ -95,7 +95,7 @@ def test_output_is_cut_at_max_model_len() -> None:
     engine = make_engine(num_gpu_blocks=50, max_model_len=64)
     engine.add_request(EngineRequest("a", [3] * 60, [1] * 10, finish_reason="stop"))
     t = 0.0
-    finished = []
+    finished: list[RequestStats] = []
     while engine.has_unfinished_requests():
         result = engine.step(t)
         t += result.duration_s
