@@ -49,14 +49,23 @@ class EmulatorMetrics:
         self._labels = {"model_name": config.model_name, "engine": "0"}
         reg, lab = self.registry, LABELS
 
+        # Children without extra labels exist from the start (value 0), as in vLLM.
         def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> Gauge:
-            return Gauge(name, doc, (*lab, *extra), registry=reg)
+            metric = Gauge(name, doc, (*lab, *extra), registry=reg)
+            if not extra:
+                metric.labels(**self._labels)
+            return metric
 
         def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
-            return Counter(name, doc, (*lab, *extra), registry=reg)
+            metric = Counter(name, doc, (*lab, *extra), registry=reg)
+            if not extra:
+                metric.labels(**self._labels)
+            return metric
 
         def histogram(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
-            return Histogram(name, doc, lab, buckets=tuple(buckets), registry=reg)
+            metric = Histogram(name, doc, lab, buckets=tuple(buckets), registry=reg)
+            metric.labels(**self._labels)
+            return metric
 
         self.running = gauge("vllm:num_requests_running",
                              "Number of requests in model execution batches.")
@@ -90,7 +99,7 @@ class EmulatorMetrics:
                  "Multi-modal cache queries, in terms of number of queried items."),
                 ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached "
                  "items.")):
-            counter(name, doc).labels(**self._labels)
+            counter(name, doc)
         self.preemptions = counter("vllm:num_preemptions",
                                    "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")

@@ -1,8 +1,10 @@
 """Runs one engine against the wall clock: the single task that steps it.
 
 The engine is clock-free; this runner owns an emulated clock. While the engine is busy the
-clock advances by exactly each step's duration; while idle it follows the wall clock divided by
-the time scale. Each step: ``engine.step(now)``, sleep ``duration × time_scale`` on the wall
+clock advances by exactly each step's duration (it is held at a step's end until the next step
+starts, so the runner's own work never shows up as emulated time, however small the time
+scale); while idle it follows the wall clock divided by the time scale, and the first arrival
+freezes it so the step that admits the arrival starts at the arrival's time. Each step: ``engine.step(now)``, sleep ``duration × time_scale`` on the wall
 clock, then deliver the step's outputs to per-request queues, publish its KV events and update
 metrics. ``step lag`` (how late the runner woke up after a step) is recorded for the benchmark.
 """
@@ -36,7 +38,7 @@ class EngineLike(Protocol):
 
     def add_request(self, request: EngineRequest) -> None: ...
 
-    def abort_request(self, request_id: str) -> None: ...
+    def abort_request(self, request_id: str) -> object: ...
 
     def has_unfinished_requests(self) -> bool: ...
 
@@ -84,6 +86,7 @@ class EngineRunner:
         self._emu_limit = math.inf
         self._requests: dict[str, _Tracked] = {}
         self._finished_meta: dict[str, tuple[float, int]] = {}   # arrival, max_tokens
+        self._idle = True
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -111,6 +114,9 @@ class EngineRunner:
         if not self.healthy:
             raise RuntimeError("engine is dead")
         queue = queue if queue is not None else asyncio.Queue()
+        if self._idle:
+            self._idle = False
+            self._freeze(self.now())
         self._requests[request.request_id] = _Tracked(queue, request.arrival_time, max_tokens,
                                                       request.lora_name)
         self.engine.add_request(request)
@@ -137,6 +143,7 @@ class EngineRunner:
         try:
             while True:
                 if not self.engine.has_unfinished_requests():
+                    self._go_idle()
                     self._wake.clear()
                     await self._wake.wait()
                     continue
@@ -149,6 +156,14 @@ class EngineRunner:
             for tracked in self._requests.values():
                 tracked.queue.put_nowait(None)
             self._requests.clear()
+
+    def _freeze(self, at: float) -> None:
+        self._emu, self._wall, self._emu_limit = at, self._clock(), at
+
+    def _go_idle(self) -> None:
+        if not self._idle:
+            self._idle = True
+            self._emu, self._wall, self._emu_limit = self.now(), self._clock(), math.inf
 
     async def _step_once(self) -> None:
         start = self.now()
@@ -169,7 +184,7 @@ class EngineRunner:
                 await asyncio.wait_for(self._wake.wait(), timeout=0.05)
         else:
             await asyncio.sleep(0)
-        self._emu, self._wall, self._emu_limit = end, self._clock(), math.inf
+        self._freeze(end)
         self._deliver(result, end)
 
     def _deliver(self, result: StepResult, end: float) -> None:

@@ -1,0 +1,54 @@
+"""``kvroute emulate`` flags become ``emulate:`` keys; the command is registered."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from router.cli import build_parser
+from workers.emulator.cli import add_arguments, build_configs, overrides_from_args, \
+    parse_output_len
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_flags_map_to_emulate_keys() -> None:
+    args = parse("--port", "9001", "--time-scale", "0.1", "--num-gpu-blocks", "64",
+                 "--kv-events", "tcp://127.0.0.1:5557", "--kv-events-encoding", "array",
+                 "--output-len", "fixed:12", "--lora", "sql", "--lora", "chat=/a/chat",
+                 "--error-rate", "0.5", "--metrics-broken", "garbage",
+                 "--served-model-name", "m", "--emulate-json", '{"seed": 3}')
+    assert overrides_from_args(args) == {
+        "seed": 3, "port": 9001, "time_scale": 0.1, "num_gpu_blocks": 64,
+        "kv_events": "tcp://127.0.0.1:5557", "kv_events_encoding": "array",
+        "served_model_names": ["m"], "output_len": {"dist": "fixed", "value": 12},
+        "lora_adapters": {"sql": "/adapters/sql", "chat": "/a/chat"},
+        "faults": {"error_rate": 0.5, "metrics_broken": "garbage"}}
+
+
+def test_single_worker_config() -> None:
+    (cfg,) = build_configs(parse("--gpu", "a100", "--model", "llama-3.1-8b", "--port", "9002"))
+    assert (cfg.gpu.name, cfg.model.name, cfg.port, cfg.served_model_names) == \
+        ("A100-80GB", "llama-3.1-8b", 9002, ("llama-3.1-8b",))
+
+
+def test_unknown_gpu_and_bad_output_spec_are_errors() -> None:
+    with pytest.raises(ValueError, match="--gpu: unknown GPU class 'b300'"):
+        build_configs(parse("--gpu", "b300"))
+    with pytest.raises(ValueError, match="--output-len"):
+        parse_output_len("poisson:3")
+
+
+def test_fleet_mode_rejects_port() -> None:
+    with pytest.raises(ValueError, match="--port cannot be combined with --fleet"):
+        build_configs(parse("--fleet", "config/fleet.yaml", "--port", "1"))
+
+
+def test_registered_in_kvroute() -> None:
+    args = build_parser().parse_args(["emulate", "--gpu", "l40s", "--port", "9003"])
+    assert args.command == "emulate" and callable(args.func) and args.gpu == "l40s"

