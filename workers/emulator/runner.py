@@ -4,9 +4,11 @@ The engine is clock-free; this runner owns an emulated clock. While the engine i
 clock advances by exactly each step's duration (it is held at a step's end until the next step
 starts, so the runner's own work never shows up as emulated time, however small the time
 scale); while idle it follows the wall clock divided by the time scale, and the first arrival
-freezes it so the step that admits the arrival starts at the arrival's time. Each step: ``engine.step(now)``, sleep ``duration × time_scale`` on the wall
-clock, then deliver the step's outputs to per-request queues, publish its KV events and update
-metrics. ``step lag`` (how late the runner woke up after a step) is recorded for the benchmark.
+freezes it so the step that admits the arrival starts at the arrival's time.
+
+Each step: ``engine.step(now)``, sleep ``duration × time_scale`` on the wall clock, then
+deliver the step's outputs to per-request queues, publish its KV events and update metrics.
+``step lag`` (how late the runner woke up after a step) is recorded for the benchmark.
 """
 
 from __future__ import annotations

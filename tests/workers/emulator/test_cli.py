@@ -7,8 +7,7 @@ import argparse
 import pytest
 
 from router.cli import build_parser
-from workers.emulator.cli import add_arguments, build_configs, overrides_from_args, \
-    parse_output_len
+from workers.emulator.cli import add_arguments, build_configs, overrides_from_args, parse_output_len
 
 
 def parse(*argv: str) -> argparse.Namespace:
