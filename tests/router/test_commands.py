@@ -1,0 +1,72 @@
+"""``kvroute up``: starts the emulated fleet and the router, prints how to call it, serves
+the openai client, and stops everything on Ctrl-C (SIGINT)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+from tests.router.gateway_support import FAST, MODEL, REPO_ROOT, fleet_data
+from workers.emulator.process import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "kvroute up exited early"
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("router never became healthy")
+
+
+def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    ports = {"h100-0": free_port(), "l40s-0": free_port()}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data(
+        {"h100-0": ("h100", FAST), "l40s-0": ("l40s", FAST)}, ports)))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
+         str(REPO_ROOT / "config/routing.yaml"), "--port", str(port)],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30.0)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+        reply = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+        assert reply.usage is not None and reply.usage.completion_tokens == 3
+        assert all(_listening(p) for p in ports.values())
+        os.kill(proc.pid, signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0
+    text = stdout.decode()
+    assert f"curl -s http://localhost:{port}/v1/chat/completions" in text
+    assert f'OpenAI(base_url="http://localhost:{port}/v1"' in text
+    assert not _listening(port)
+    assert not any(_listening(p) for p in ports.values())
