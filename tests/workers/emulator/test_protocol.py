@@ -1,0 +1,150 @@
+"""Bad input gets vLLM's 4xx error body, never a 500, and the worker keeps serving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from emulator_fixtures import MODEL, emulator
+
+from workers.emulator.errors import ApiError
+from workers.emulator.process import EmulatorProcess
+from workers.emulator.protocol import decode_json, parse_generation
+
+MAX_MODEL_LEN = 512
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[EmulatorProcess]:
+    with emulator(time_scale=0.0, max_model_len=MAX_MODEL_LEN) as proc:
+        yield proc
+
+
+async def post(url: str, data: bytes, content_type: str = "application/json"
+               ) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session, session.post(
+            url, data=data, headers={"Content-Type": content_type}) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+def assert_error(status: int, body: Any, code: int, err_type: str, param: str | None) -> str:
+    assert status == code, body
+    assert list(body) == ["error"]
+    assert list(body["error"]) == ["message", "type", "param", "code"]
+    assert (body["error"]["type"], body["error"]["param"], body["error"]["code"]) == \
+        (err_type, param, code)
+    return str(body["error"]["message"])
+
+
+CHAT_CASES = [
+    (b"{not json", "Bad Request", None),
+    (b"[1, 2]", "Bad Request", None),
+    (b'{"model": "' + MODEL.encode() + b'"}', "Bad Request", "messages"),
+    (b'{"messages": "hello"}', "Bad Request", "messages"),
+    (b'{"messages": []}', "Bad Request", "messages"),
+    (b'{"messages": [1]}', "Bad Request", "messages.0"),
+    (b'{"messages": [{"content": "x"}]}', "Bad Request", "messages.0.role"),
+    (b'{"messages": [{"role": "user", "content": 5}]}', "Bad Request", "messages.0.content"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": "ten"}', "Bad Request",
+     "max_tokens"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "BadRequestError",
+     "max_tokens"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "Bad Request",
+     "stream"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "stream_options": 3}', "Bad Request",
+     "stream_options"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "n": 0}', "BadRequestError", "n"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', "Bad Request",
+     "temperature"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "model": 7}', "Bad Request", "model"),
+    (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "Bad Request", None),
+]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("data", "err_type", "param"), CHAT_CASES)
+async def test_bad_chat_bodies(worker: EmulatorProcess, data: bytes, err_type: str,
+                               param: str | None) -> None:
+    status, body = await post(f"{worker.url}/v1/chat/completions", data)
+    assert_error(status, body, 400, err_type, param)
+
+
+COMPLETION_CASES = [
+    (b'{"max_tokens": 3}', "Bad Request", "prompt"),
+    (b'{"prompt": ""}', "BadRequestError", "prompt"),
+    (b'{"prompt": []}', "BadRequestError", "prompt"),
+    (b'{"prompt": [1, "a"]}', "Bad Request", "prompt"),
+    (b'{"prompt": [[1], "a"]}', "Bad Request", "prompt"),
+    (b'{"prompt": {"text": "a"}}', "Bad Request", "prompt"),
+    (b'{"prompt": [true]}', "Bad Request", "prompt"),
+    (b'{"prompt": [99999999]}', "BadRequestError", "prompt"),
+    (b'{"prompt": [-1]}', "BadRequestError", "prompt"),
+]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("data", "err_type", "param"), COMPLETION_CASES)
+async def test_bad_completion_bodies(worker: EmulatorProcess, data: bytes, err_type: str,
+                                     param: str | None) -> None:
+    status, body = await post(f"{worker.url}/v1/completions", data)
+    assert_error(status, body, 400, err_type, param)
+
+
+@pytest.mark.integration
+async def test_vllm_messages_for_model_and_length(worker: EmulatorProcess) -> None:
+    status, body = await post(f"{worker.url}/v1/completions", b'{"model": "foo", "prompt": "a"}')
+    assert assert_error(status, body, 404, "NotFoundError", "model") == \
+        f"The model `foo` does not exist. Valid aliases: {MODEL}."
+    too_long = b'{"prompt": [' + b",".join([b"7"] * (MAX_MODEL_LEN + 1)) + b"]}"
+    status, body = await post(f"{worker.url}/v1/completions", too_long)
+    assert assert_error(status, body, 400, "BadRequestError", "input_tokens") == (
+        f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, your prompt "
+        f"contains {MAX_MODEL_LEN + 1} input tokens, which exceeds this limit even without any "
+        "output tokens. Please reduce the length of the input prompt.")
+    exact = b'{"prompt": [' + b",".join([b"7"] * MAX_MODEL_LEN) + b"]}"
+    status, body = await post(f"{worker.url}/v1/completions", exact)
+    assert assert_error(status, body, 400, "BadRequestError", "input_tokens").startswith(
+        f"The decoder prompt (length {MAX_MODEL_LEN}) plus the number of requested output "
+        "tokens (at least 1) is longer than the maximum model length of 512.")
+    status, body = await post(f"{worker.url}/v1/completions", b'{"prompt": "a"}', "text/plain")
+    assert_error(status, body, 400, "Bad Request", None)
+
+
+@pytest.mark.integration
+async def test_max_tokens_is_clamped_to_the_room_left(worker: EmulatorProcess) -> None:
+    prompt = b'{"ignore_eos": true, "max_tokens": 100, "prompt": [' + \
+        b",".join([b"7"] * (MAX_MODEL_LEN - 3)) + b"]}"
+    status, body = await post(f"{worker.url}/v1/completions", prompt)
+    assert status == 200 and body["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.integration
+async def test_fifty_megabyte_body_then_still_serving(worker: EmulatorProcess) -> None:
+    huge = b'{"prompt": "' + b"a" * (50 * 1024 * 1024) + b'"}'
+    status, body = await post(f"{worker.url}/v1/completions", huge)
+    assert "maximum context length is 512 tokens" in assert_error(
+        status, body, 400, "BadRequestError", "input_text")
+    huge_chat = b'{"messages": [{"role": "user", "content": "' + b"b" * (5 * 1024 * 1024) + \
+        b'"}]}'
+    status, body = await post(f"{worker.url}/v1/chat/completions", huge_chat)
+    assert_error(status, body, 400, "BadRequestError", "input_text")
+    status, body = await post(f"{worker.url}/v1/completions",
+                              b'{"prompt": "still here", "max_tokens": 2, "ignore_eos": true}')
+    assert status == 200 and body["usage"]["completion_tokens"] == 2
+    async with aiohttp.ClientSession() as session, session.get(f"{worker.url}/health") as resp:
+        assert resp.status == 200
+
+
+def test_parse_generation_defaults() -> None:
+    chat = parse_generation({"messages": [{"role": "user", "content": "x"}]}, "chat")
+    assert (chat.max_tokens, chat.n, chat.stream, chat.include_usage, chat.model) == \
+        (None, 1, False, False, None)
+    completion = parse_generation({"prompt": [[1, 2], [3]], "stream": True,
+                                   "stream_options": {"include_usage": True}}, "completion")
+    assert completion.prompts == ((1, 2), (3,)) and completion.max_tokens == 16
+    assert completion.include_usage and not completion.continuous_usage
+    with pytest.raises(ApiError) as err:
+        decode_json(b'"a string"')
+    assert err.value.status == 400
