@@ -3,6 +3,8 @@
 Parses the file strictly, then builds every plugin (against the fleet when ``--fleet`` is
 given, which also checks that rule rewrites name models and pools the fleet has). Exit 0
 with a one-line summary; exit 1 with the reason, naming the field, on stderr.
+``--time-decisions N [--workers W]`` then times producers and decisions
+(``policies.timing``) and prints one more line.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ def register(subparsers: Any) -> None:
         "validate", help="validate a routing file (exit 1 with the reason when invalid)")
     parser.add_argument("file", help="routing file, e.g. config/routing.yaml")
     parser.add_argument("--fleet", help="fleet file to check rule models and pools against")
+    parser.add_argument("--time-decisions", type=int, default=0, metavar="N",
+                        help="also time N synthetic requests (needs --fleet)")
+    parser.add_argument("--workers", type=int, default=0, metavar="W",
+                        help="with --time-decisions: number of worker views (default: fleet)")
     parser.set_defaults(func=validate_command)
 
 
@@ -39,4 +45,13 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"{args.file}: invalid: {exc}", file=sys.stderr)
         return 1
     print(f"{args.file}: ok: {summarize(routing)}")
+    if args.time_decisions > 0:
+        if not fleet.workers:
+            print("--time-decisions needs --fleet", file=sys.stderr)
+            return 2
+        from policies.timing import time_decisions
+
+        engine = PolicyEngine.build(routing, fleet, seed=0)
+        workers = args.workers or len(fleet.workers)
+        print(time_decisions(engine, fleet, args.time_decisions, workers).line())
     return 0

@@ -13,7 +13,10 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, attrgetter, is_, mul
 from types import MappingProxyType
+from typing import Any
 
 from policies.base import CandidateScore, CycleState, Filter, Picker, RoutingRequest, Scorer
 from policies.cycle_keys import REASON
@@ -56,60 +59,83 @@ class Profile:
                                  tuple(skipped))
         candidates = self._score(request, remaining, cycle, skipped)
         chosen = self._pick(request, candidates, cycle, skipped)
-        reason, decided_by = _explain(chosen, candidates, self.scorers, self.picker, cycle)
-        ranked = tuple(sorted(candidates, key=lambda c: -c.total))
+        ranked = tuple(sorted(candidates, key=_total, reverse=True))   # stable: view order on ties
+        reason, decided_by = _explain(chosen, ranked, self.scorers, self.picker, cycle)
         return ProfileResult(chosen, ranked, MappingProxyType(removed), reason, decided_by,
                              tuple(skipped))
 
     def _filter(self, request: RoutingRequest, workers: Sequence[WorkerView], cycle: CycleState,
                 removed: dict[str, str], skipped: list[str]) -> list[WorkerView]:
+        """Filters return a subset of the views they are given (the same objects)."""
         remaining = list(workers)
         for plugin in self.filters:
             if not remaining:
                 break
             try:
-                kept_ids = {view.id for view in plugin.filter(request, remaining, cycle)}
+                kept = plugin.filter(request, remaining, cycle)
             except Exception:
                 log.exception("filter %s failed; skipped", plugin.name)
                 skipped.append(plugin.name)
                 continue
+            if len(kept) == len(remaining):
+                continue
+            kept_objects = set(map(id, kept))
+            survivors: list[WorkerView] = []
             for view in remaining:
-                if view.id not in kept_ids:
-                    removed[view.id] = plugin.name
-            remaining = [view for view in remaining if view.id in kept_ids]
+                if id(view) in kept_objects:
+                    survivors.append(view)
+                else:
+                    removed[view.info.id] = plugin.name
+            remaining = survivors
         return remaining
 
     def _score(self, request: RoutingRequest, workers: Sequence[WorkerView], cycle: CycleState,
                skipped: list[str]) -> list[CandidateScore]:
-        per_worker: dict[str, dict[str, float]] = {view.id: {} for view in workers}
-        totals = dict.fromkeys(per_worker, 0.0)
+        ids = [view.info.id for view in workers]
+        names: list[str] = []
+        columns: list[list[float]] = []
+        totals = [0.0] * len(ids)
         for weighted in self.scorers:
-            name = weighted.scorer.name
             try:
                 raw = weighted.scorer.score(request, workers, cycle)
+                column = _clamped(list(map(raw.get, ids, repeat(0.0))))
             except Exception:
-                log.exception("scorer %s failed; skipped", name)
-                skipped.append(name)
+                log.exception("scorer %s failed; skipped", weighted.scorer.name)
+                skipped.append(weighted.scorer.name)
                 continue
-            for worker_id, scores in per_worker.items():
-                value = _clamp(raw.get(worker_id, 0.0))
-                scores[name] = value
-                totals[worker_id] += weighted.weight * value
-        return [CandidateScore(wid, totals[wid], MappingProxyType(scores))
-                for wid, scores in per_worker.items()]
+            names.append(weighted.scorer.name)
+            columns.append(column)
+            totals = list(map(add, totals, map(mul, column, repeat(weighted.weight))))
+        rows = zip(*columns, strict=True) if columns else repeat(())
+        return list(map(CandidateScore, ids, totals, map(dict, map(zip, repeat(names), rows))))
 
     def _pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
               cycle: CycleState, skipped: list[str]) -> CandidateScore:
         try:
             chosen = self.picker.pick(request, candidates, cycle)
-            if chosen in candidates:
+            if any(map(is_, candidates, repeat(chosen))):
                 return chosen
             log.error("picker %s returned a non-candidate; using the best total",
                       self.picker.name)
         except Exception:
             log.exception("picker %s failed; using the best total", self.picker.name)
         skipped.append(self.picker.name)
-        return max(candidates, key=lambda c: c.total)
+        return max(candidates, key=_total)
+
+
+_total = attrgetter("total")
+
+
+def _clamped(column: list[Any]) -> list[float]:
+    """The column itself when every value is a number in [0, 1] (checked in C), else a
+    clamped copy (NaN and non-numbers count 0)."""
+    try:
+        total = sum(column)
+        if total == total and min(column, default=0.0) >= 0.0 and max(column, default=0.0) <= 1.0:
+            return column
+    except TypeError:
+        pass
+    return [_clamp(value) for value in column]
 
 
 def _clamp(value: object) -> float:
@@ -129,7 +155,7 @@ def _no_candidate_reason(workers: Sequence[WorkerView], removed: Mapping[str, st
     return f"no candidate: {len(workers)} worker(s) filtered out ({parts})"
 
 
-def _explain(chosen: CandidateScore, candidates: Sequence[CandidateScore],
+def _explain(chosen: CandidateScore, ranked: Sequence[CandidateScore],
              scorers: Sequence[WeightedScorer], picker: Picker,
              cycle: CycleState) -> tuple[str, str]:
     """The reason text and the deciding term: the scorer that most separated the chosen
@@ -137,10 +163,9 @@ def _explain(chosen: CandidateScore, candidates: Sequence[CandidateScore],
     override: tuple[str, str] | None = cycle.read(REASON)
     if override is not None:
         return override
-    if len(candidates) == 1:
+    if len(ranked) == 1:
         return f"{chosen.worker_id}: only candidate", "only-candidate"
-    others = [c for c in candidates if c is not chosen]
-    runner_up = max(others, key=lambda c: c.total)
+    runner_up = ranked[1] if ranked[0] is chosen else ranked[0]
     best_name, best_gap = "", 0.0
     for weighted in scorers:
         name = weighted.scorer.name

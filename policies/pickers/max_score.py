@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from policies.base import CandidateScore, CycleState, RoutingRequest
 from policies.errors import ParamError
@@ -23,6 +24,7 @@ from policies.pickers.seeding import SeededParams, picker_rng
 from policies.registry import PluginRegistry
 
 TYPE_NAME = "max-score"
+_total = attrgetter("total")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +44,9 @@ class MaxScorePicker:
 
     def pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
              cycle: CycleState) -> CandidateScore:
-        best = max(candidate.total for candidate in candidates)
-        tied = [c for c in candidates if c.total >= best - self.tie_tolerance]
+        best = max(map(_total, candidates))
+        floor = best - self.tie_tolerance
+        tied = [c for c in candidates if c.total >= floor]
         return tied[0] if len(tied) == 1 else self._rng.choice(tied)
 
 

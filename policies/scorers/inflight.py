@@ -48,7 +48,7 @@ class InflightScorer:
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
         tokens = self.params.unit == "tokens"
-        loads = {view.id: float(view.inflight_tokens if tokens else view.inflight_requests)
+        loads = {view.info.id: float(view.inflight_tokens if tokens else view.inflight_requests)
                  for view in workers}
         return normalize(loads, self.params.mode, self.params.threshold)
 

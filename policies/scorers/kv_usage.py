@@ -33,7 +33,7 @@ class KvUsageScorer:
 
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
-        return {view.id: 1.0 - min(1.0, max(0.0, view.kv_usage)) for view in workers}
+        return {view.info.id: 1.0 - min(1.0, max(0.0, view.kv_usage)) for view in workers}
 
 
 def register(registry: PluginRegistry) -> None:

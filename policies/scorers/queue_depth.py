@@ -47,7 +47,7 @@ class QueueDepthScorer:
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
         running = self.params.include_running
-        loads = {view.id: float(view.waiting + (view.running if running else 0))
+        loads = {view.info.id: float(view.waiting + (view.running if running else 0))
                  for view in workers}
         return normalize(loads, self.params.mode, float(self.params.threshold))
 
