@@ -12,8 +12,9 @@ Modelled on llm-d's scheduling framework (filter → scorer → picker over a sh
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from workers.models import WorkerView
 
@@ -26,7 +27,7 @@ class RoutingRequest:
     model: str
     path: str = "/v1/chat/completions"   # or "/v1/completions"
     messages: Sequence[Mapping[str, Any]] | None = None
-    prompt: Any = None                   # completions: str | list[str] | list[int] | list[list[int]]
+    prompt: Any = None   # completions: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = None
     stream: bool = False
     tenant: str | None = None            # API key / x-tenant header
