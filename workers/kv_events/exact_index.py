@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored
+from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from workers.kv_events.decode import KvEventBatch
 
 DEVICE_MEDIA = frozenset({"GPU"})
@@ -92,6 +92,13 @@ class ExactPrefixIndex:
         if last is None:
             entry.last_seq = -1                      # nothing applied yet; replay from 0
         return expected
+
+    def apply_events(self, worker_id: str, events: Sequence[KVEvent]) -> None:
+        """Apply events handed over in process, in order (the simulator's engines): no
+        sequence numbers, nothing can be lost, so the worker is exact."""
+        entry = self.state(worker_id)
+        seq = 0 if entry.last_seq is None or entry.last_seq < 0 else entry.last_seq + 1
+        self._apply(entry, seq, KvEventBatch(ts=0.0, events=tuple(events)))
 
     def on_replay_done(self, worker_id: str) -> None:
         """The replay ended (or none is possible): apply what is held; unfilled hole ⇒ lost."""

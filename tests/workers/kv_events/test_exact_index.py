@@ -94,3 +94,11 @@ def test_a_stream_that_overflows_the_bound_is_distrusted() -> None:
     index = ExactPrefixIndex(max_blocks_per_worker=3)
     index.on_batch("w", 0, stored(1, 2, 3, 4))
     assert not index.is_exact("w") and index.blocks("w") == 0
+
+
+def test_in_process_events_keep_the_worker_exact() -> None:
+    index = ExactPrefixIndex()
+    index.apply_events("w", [BlockStored(block_hashes=(1, 2), parent_block_hash=None,
+                                         token_ids=(), block_size=16)])
+    index.apply_events("w", [BlockRemoved(block_hashes=(2,))])
+    assert index.is_exact("w") and index.match("w", [1, 2]) == 1

@@ -1,0 +1,1 @@
+"""Per-request time and GPU-second estimates per worker, corrected online from outcomes."""

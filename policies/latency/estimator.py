@@ -1,0 +1,167 @@
+"""Per-worker estimates of a request's TTFT, TPOT, GPU-seconds and dollar cost.
+
+For worker ``w`` with the request's cached prefix ``p`` there and ``U`` uncached tokens:
+
+* **TTFT** = the prefill work ahead of it and its own, ``W + U`` tokens (``W``: the router's
+  in-flight uncached prefill tokens for ``w``), pushed through steps of
+  ``C = max_num_batched_tokens − D`` prefill tokens that also carry the ``D`` running
+  decodes (the decode-pressure term), plus its own prefill attention over ``p`` (quadratic
+  in long prompts), plus a wait for a batch slot when ``max_num_seqs`` is full.
+* **TPOT** = a decode step of the batch it joins (``D + 1`` sequences at the mean context,
+  from ``kv_usage``), slowed by the prefill chunks that keep arriving: with ``ρ`` = routed
+  uncached prefill tokens per second / the worker's prefill rate, the mean token interval
+  is ``1 / ((1 − ρ)/decode_step + ρ/full_step)``.
+* **GPU-seconds** = its own prefill compute plus its share of each decode step
+  (``out × decode_step / (D + 1)``); **cost** = ``price_per_hour / 3600 × GPU-seconds``.
+
+Step times come from ``StepCoefficients`` solved from the engine's latency model per GPU
+class (``policies.latency.engine_model``); TTFT and TPOT are multiplied by the online
+corrections learnt from observed outcomes (``policies.latency.online``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from policies.base import CycleState, RoutingRequest
+from policies.latency.online import OnlineCorrection, Prediction
+from policies.latency.step_model import StepCoefficients
+from policies.prefix.matching import cached_tokens
+from workers.models import WorkerInfo, WorkerView
+
+ESTIMATES_KEY = "latency.estimates"   # CycleState key -> dict[worker id, Estimate]
+IDLE_PREFILL_KEY = "latency.idle_prefill_s"   # the prompt's prefill on the fastest idle GPU
+MAX_PREFILL_SHARE = 0.9
+
+CoefficientsFn = Callable[[WorkerInfo], StepCoefficients]
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    ttft_s: float
+    tpot_s: float
+    gpu_s: float
+    cost_usd: float
+    cached_tokens: int
+    raw_ttft_s: float          # before the online correction
+    raw_tpot_s: float
+
+
+class PrefillArrivals:
+    """Exponentially decayed rate of uncached prefill tokens routed to each worker."""
+
+    __slots__ = ("_state", "tau_s")
+
+    def __init__(self, tau_s: float = 10.0) -> None:
+        self.tau_s = tau_s
+        self._state: dict[str, tuple[float, float]] = {}   # worker -> (rate, at)
+
+    def add(self, worker_id: str, tokens: int, now: float) -> None:
+        rate = self.rate(worker_id, now)
+        self._state[worker_id] = (rate + tokens / self.tau_s, now)
+
+    def rate(self, worker_id: str, now: float) -> float:
+        entry = self._state.get(worker_id)
+        if entry is None:
+            return 0.0
+        rate, at = entry
+        return rate * math.exp(-max(0.0, now - at) / self.tau_s)
+
+
+class TimeEstimator:
+    """Estimates per worker; learns from outcomes through ``observe``."""
+
+    __slots__ = ("_coefficients", "_source", "arrivals", "correction", "default_output_tokens")
+
+    def __init__(self, coefficients: CoefficientsFn, correction: OnlineCorrection | None = None,
+                 arrivals: PrefillArrivals | None = None,
+                 default_output_tokens: int = 256) -> None:
+        self._source = coefficients
+        self._coefficients: dict[str, StepCoefficients] = {}
+        self.correction = correction if correction is not None else OnlineCorrection()
+        self.arrivals = arrivals if arrivals is not None else PrefillArrivals()
+        self.default_output_tokens = default_output_tokens
+
+    def coefficients(self, info: WorkerInfo) -> StepCoefficients:
+        known = self._coefficients.get(info.id)
+        if known is None:
+            key = f"{info.gpu!r}|{info.model_spec!r}|{info.tensor_parallel}"
+            known = self._coefficients.get(key)
+            if known is None:
+                known = self._coefficients[key] = self._source(info)
+            self._coefficients[info.id] = known
+        return known
+
+    def output_tokens(self, request: RoutingRequest) -> int:
+        return request.max_tokens if request.max_tokens is not None else self.default_output_tokens
+
+    def estimate(self, request: RoutingRequest, view: WorkerView, cached: int) -> Estimate:
+        k = self.coefficients(view.info)
+        prompt = max(1, request.num_prompt_tokens)
+        cached = min(cached, prompt - 1)
+        uncached = prompt - cached
+        output = max(1, self.output_tokens(request))
+        decoding = max(view.running, 0)
+        in_batch = max(view.running + view.waiting, view.inflight_requests)
+        context_sum = view.kv_usage * view.num_gpu_blocks * view.block_size
+        mean_context = context_sum / decoding if decoding else float(prompt)
+        # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
+        ahead = max(0, view.inflight_prefill_tokens) + uncached
+        chunk = max(1.0, k.max_batched_tokens - min(decoding, k.max_batched_tokens - 1))
+        own_pairs = uncached * cached + uncached * uncached / 2.0
+        if ahead <= chunk:
+            prefill = k.step_s(ahead + decoding, own_pairs, decoding + 1, context_sum)
+        else:
+            full = k.step_s(chunk + decoding, 0.0, decoding + 1, context_sum)
+            prefill = math.ceil(ahead / chunk) * full + k.per_pair_s * own_pairs
+        decode_step = k.decode_step_s(in_batch + 1, mean_context)
+        slot_wait = 0.0
+        if in_batch >= k.max_num_seqs:
+            slot_wait = (in_batch - k.max_num_seqs + 1) / k.max_num_seqs * output * decode_step
+        raw_ttft = prefill + slot_wait
+        # TPOT: the decode step, diluted by prefill chunks that keep arriving
+        full_step = k.step_s(chunk + in_batch + 1, 0.0, in_batch + 1, context_sum)
+        prefill_rate = chunk / full_step
+        share = min(MAX_PREFILL_SHARE,
+                    self.arrivals.rate(view.id, request.arrival_time) / prefill_rate)
+        raw_tpot = 1.0 / ((1.0 - share) / decode_step + share / full_step)
+        gpu_class = view.gpu.name
+        ttft = raw_ttft * self.correction.factor(view.id, gpu_class, "ttft")
+        tpot = raw_tpot * self.correction.factor(view.id, gpu_class, "tpot")
+        gpu_s = k.prefill_s(uncached, cached) + output * tpot / (in_batch + 1)
+        return Estimate(ttft_s=ttft, tpot_s=tpot, gpu_s=gpu_s,
+                        cost_usd=view.price_per_hour / 3600.0 * gpu_s, cached_tokens=cached,
+                        raw_ttft_s=raw_ttft, raw_tpot_s=raw_tpot)
+
+    def idle_prefill_s(self, request: RoutingRequest, views: Sequence[WorkerView]) -> float:
+        """The prompt's uncached prefill time on the fastest idle candidate (SLO yardstick)."""
+        prompt = max(1, request.num_prompt_tokens)
+        distinct = {id(k): k for k in (self.coefficients(v.info) for v in views)}
+        return min((k.prefill_s(prompt) for k in distinct.values()), default=0.0)
+
+    # --- learning --------------------------------------------------------------------------
+    def on_routed(self, request: RoutingRequest, view_id: str, gpu_class: str,
+                  estimate: Estimate) -> None:
+        self.arrivals.add(view_id, request.num_prompt_tokens - estimate.cached_tokens,
+                          request.arrival_time)
+        self.correction.remember(request.request_id, Prediction(
+            view_id, gpu_class, estimate.raw_ttft_s, estimate.raw_tpot_s))
+
+    def observe(self, request_id: str, ttft_s: float | None, tpot_s: float | None) -> None:
+        self.correction.observe(request_id, ttft_s, tpot_s)
+
+
+def estimates_for(cycle: CycleState, request: RoutingRequest, workers: Sequence[WorkerView],
+                  estimator: TimeEstimator) -> dict[str, Estimate]:
+    """This decision's estimates, computed once and shared by every plugin through the cycle."""
+    known: dict[str, Estimate] | None = cycle.read(ESTIMATES_KEY)
+    if known is None:
+        known = {}
+        cycle.write(ESTIMATES_KEY, known)
+        cycle.write(IDLE_PREFILL_KEY, estimator.idle_prefill_s(request, workers))
+    for view in workers:
+        if view.id not in known:
+            known[view.id] = estimator.estimate(request, view, cached_tokens(cycle, view.id))
+    return known

@@ -1,0 +1,61 @@
+"""Shared plumbing of the plugins that decide on time estimates (scorers and the picker).
+
+``EstimatingPlugin`` gives each of them the same three things: this decision's estimates
+(computed once per decision and shared through the ``CycleState``), the learning hooks
+(``on_routed`` records the chosen worker's raw prediction and prefill arrival;
+``on_completed`` feeds the observed TTFT/TPOT to the online correction) and
+``inherit_state`` so a hot reload keeps what was learnt.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
+from policies.latency.estimator import Estimate, TimeEstimator, estimates_for
+from policies.latency.step_model import coefficients_for_worker
+from workers.models import WorkerView
+
+MAX_UNROUTED = 4096   # decisions kept until their on_routed (a rejected one never comes)
+
+
+class EstimatingPlugin:
+    """Base of the estimated-time / cost scorers and the slo-cost picker."""
+
+    def __init__(self, name: str, default_output_tokens: int = 256) -> None:
+        self.name = name
+        self.estimator = TimeEstimator(coefficients_for_worker,
+                                       default_output_tokens=default_output_tokens)
+        self._recent: OrderedDict[str, tuple[dict[str, Estimate], Sequence[WorkerView]]] = (
+            OrderedDict())
+
+    def estimates(self, request: RoutingRequest, workers: Sequence[WorkerView],
+                  cycle: CycleState) -> dict[str, Estimate]:
+        known = estimates_for(cycle, request, workers, self.estimator)
+        self._recent[request.request_id] = (known, workers)
+        while len(self._recent) > MAX_UNROUTED:
+            self._recent.popitem(last=False)
+        return known
+
+    def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
+        entry = self._recent.pop(request.request_id, None)
+        if entry is None or decision.worker_id is None:
+            return
+        known, workers = entry
+        estimate = known.get(decision.worker_id)
+        view = next((v for v in workers if v.id == decision.worker_id), None)
+        if estimate is not None and view is not None:
+            self.estimator.on_routed(request, view.id, view.gpu.name, estimate)
+
+    def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
+        if outcome.status == 200:
+            self.estimator.observe(outcome.request_id, outcome.ttft_s, outcome.tpot_s)
+        else:
+            self.estimator.correction.forget(outcome.request_id)
+
+    def inherit_state(self, previous: object) -> None:
+        if isinstance(previous, EstimatingPlugin):
+            default_output = self.estimator.default_output_tokens
+            self.estimator = previous.estimator
+            self.estimator.default_output_tokens = default_output

@@ -1,0 +1,173 @@
+"""``slo-cost`` picker: the cheapest worker whose estimated TTFT and TPOT meet the SLO.
+
+Reads the estimates the ``estimated-time`` / ``cost`` scorers left in the decision's
+``CycleState`` (declare one of them in the same profile). Objectives:
+
+* TTFT ≤ ``max(ttft_s, ttft_idle_prefill_multiple × the prompt's prefill time on the
+  fastest idle candidate)``: a long prompt is allowed proportionally longer;
+* TPOT ≤ ``tpot_s``.
+
+``ttft_s`` / ``tpot_s`` default to the ``slo:`` section of routing.yaml. A candidate meets
+the SLO when its estimates are within ``headroom`` × the objective (room for estimate
+error). Among those, the ones holding the longest cached prefix (within
+``prefix_tolerance`` of the best share of the prompt) are kept: affinity is what lets the
+next turn of a conversation hit the cache. Among those the cheapest wins
+(``estimated_cost_usd``); costs within
+``cost_tolerance`` of the cheapest tie, and ties go to the highest total score (prefix,
+load), then the earliest TTFT. When no candidate meets the SLO the one closest to it wins
+(smallest ``max(ttft/objective, tpot/objective)``): the fastest. Without estimates the
+highest total wins.
+
+The reason names the deciding term (``prefix``, ``price``, ``load``, ``slo-fallback``)::
+
+    prefix 0.82 on a100-1; est ttft 0.21s vs 0.64s on h100-0; cost $0.0004 vs $0.0009
+
+```yaml
+slo: {ttft_s: 0.5, tpot_s: 0.05}
+profiles:
+  default:
+    picker:
+      type: slo-cost
+      params: {ttft_idle_prefill_multiple: 3.0, headroom: 0.8, cost_tolerance: 0.05,
+               prefix_tolerance: 0.1}
+```
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from policies.base import CandidateScore, CycleState, RoutingRequest
+from policies.cycle_keys import record_worker_attribute, set_reason
+from policies.errors import ParamError
+from policies.latency.estimator import ESTIMATES_KEY, IDLE_PREFILL_KEY, Estimate
+from policies.registry import BuildContext, PluginRegistry
+
+TYPE_NAME = "slo-cost"
+
+
+@dataclass(frozen=True, slots=True)
+class SloCostParams:
+    ttft_s: float | None = None             # None: routing.yaml's slo.ttft_s
+    tpot_s: float | None = None             # None: routing.yaml's slo.tpot_s
+    ttft_idle_prefill_multiple: float = 3.0
+    headroom: float = 0.8
+    cost_tolerance: float = 0.05
+    prefix_tolerance: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ParamError(name, "must be > 0")
+        if self.ttft_idle_prefill_multiple < 0:
+            raise ParamError("ttft_idle_prefill_multiple", "must be >= 0")
+        if not 0 < self.headroom <= 1.0:
+            raise ParamError("headroom", "must be in (0, 1]")
+        if self.cost_tolerance < 0:
+            raise ParamError("cost_tolerance", "must be >= 0")
+        if not 0 <= self.prefix_tolerance <= 1:
+            raise ParamError("prefix_tolerance", "must be between 0 and 1")
+
+
+class SloCostPicker:
+    def __init__(self, name: str, params: SloCostParams, ttft_s: float | None,
+                 tpot_s: float | None) -> None:
+        self.name = name
+        self.ttft_s = ttft_s
+        self.tpot_s = tpot_s
+        self.idle_multiple = params.ttft_idle_prefill_multiple
+        self.headroom = params.headroom
+        self.tolerance = params.cost_tolerance
+        self.prefix_tolerance = params.prefix_tolerance
+
+    def objectives(self, cycle: CycleState) -> tuple[float, float]:
+        idle: float = cycle.read(IDLE_PREFILL_KEY, 0.0)
+        ttft = max(self.ttft_s or 0.0, self.idle_multiple * idle)
+        return (ttft if ttft > 0 else math.inf,
+                self.tpot_s if self.tpot_s is not None else math.inf)
+
+    def pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
+             cycle: CycleState) -> CandidateScore:
+        estimates: Mapping[str, Estimate] | None = cycle.read(ESTIMATES_KEY)
+        if not estimates or any(c.worker_id not in estimates for c in candidates):
+            return max(candidates, key=lambda c: c.total)
+        ttft_goal, tpot_goal = self.objectives(cycle)
+        limit_ttft, limit_tpot = self.headroom * ttft_goal, self.headroom * tpot_goal
+        feasible = [c for c in candidates
+                    if estimates[c.worker_id].ttft_s <= limit_ttft
+                    and estimates[c.worker_id].tpot_s <= limit_tpot]
+        for c in candidates:
+            e = estimates[c.worker_id]
+            record_worker_attribute(cycle, "estimated_cost_usd", c.worker_id, e.cost_usd)
+            record_worker_attribute(cycle, "estimated_ttft_s", c.worker_id, e.ttft_s)
+            record_worker_attribute(cycle, "estimated_tpot_s", c.worker_id, e.tpot_s)
+        if feasible:
+            sticky = self._longest_prefix(request, feasible, estimates)
+            chosen = self._cheapest(sticky, estimates)
+            others = [c for c in feasible if c is not chosen]
+            runner = self._cheapest(others, estimates) if others else None
+            term = _deciding_term(estimates[chosen.worker_id],
+                                  estimates[runner.worker_id] if runner else None)
+        else:
+            def lateness(c: CandidateScore) -> float:
+                e = estimates[c.worker_id]
+                return max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
+            ranked = sorted(candidates, key=lateness)
+            chosen, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+            term = "slo-fallback"
+        set_reason(cycle, _reason(request, term, chosen, runner, estimates), term)
+        return chosen
+
+    def _longest_prefix(self, request: RoutingRequest, group: Sequence[CandidateScore],
+                        estimates: Mapping[str, Estimate]) -> list[CandidateScore]:
+        """Candidates whose cached share is within ``prefix_tolerance`` of the best one."""
+        prompt = max(1, request.num_prompt_tokens)
+        best = max(estimates[c.worker_id].cached_tokens for c in group) / prompt
+        floor = best - self.prefix_tolerance
+        return [c for c in group if estimates[c.worker_id].cached_tokens / prompt >= floor]
+
+    def _cheapest(self, group: Sequence[CandidateScore],
+                  estimates: Mapping[str, Estimate]) -> CandidateScore:
+        cheapest = min(estimates[c.worker_id].cost_usd for c in group)
+        near = [c for c in group
+                if estimates[c.worker_id].cost_usd <= cheapest * (1.0 + self.tolerance)]
+        return max(near, key=lambda c: (c.total, -estimates[c.worker_id].ttft_s))
+
+
+def _deciding_term(chosen: Estimate, runner: Estimate | None) -> str:
+    if runner is None:
+        return "only-within-slo"
+    if chosen.cached_tokens > runner.cached_tokens:
+        return "prefix"
+    if chosen.cost_usd < runner.cost_usd and chosen.gpu_s >= runner.gpu_s:
+        return "price"
+    return "load"
+
+
+def _reason(request: RoutingRequest, term: str, chosen: CandidateScore,
+            runner: CandidateScore | None, estimates: Mapping[str, Estimate]) -> str:
+    mine = estimates[chosen.worker_id]
+    share = mine.cached_tokens / max(1, request.num_prompt_tokens)
+    head = f"{term}: prefix {share:.2f} on {chosen.worker_id}"
+    if runner is None:
+        return (f"{head}; est ttft {mine.ttft_s:.2f}s; tpot {mine.tpot_s * 1e3:.0f}ms; "
+                f"cost ${mine.cost_usd:.4f}")
+    other = estimates[runner.worker_id]
+    return (f"{head}; est ttft {mine.ttft_s:.2f}s vs {other.ttft_s:.2f}s on "
+            f"{runner.worker_id}; tpot {mine.tpot_s * 1e3:.0f}ms vs {other.tpot_s * 1e3:.0f}ms; "
+            f"cost ${mine.cost_usd:.4f} vs ${other.cost_usd:.4f}")
+
+
+def build_slo_cost(params: SloCostParams, context: BuildContext) -> SloCostPicker:
+    slo = context.routing.slo
+    return SloCostPicker(context.name, params,
+                         params.ttft_s if params.ttft_s is not None else slo.ttft_s,
+                         params.tpot_s if params.tpot_s is not None else slo.tpot_s)
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "picker", SloCostParams, build_slo_cost,
+                      needs=("num_prompt_tokens",))

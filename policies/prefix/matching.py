@@ -1,0 +1,66 @@
+"""How many prompt tokens each worker already caches, from the best index that knows.
+
+For each worker: the exact KV-event index when one is attached and that worker's stream is
+whole, otherwise the approximate (routing-learnt) index. Hits are counted as vLLM counts them:
+whole blocks from block 0 up to the first miss, capped so that at least one prompt token is
+recomputed (``vllm-interface.md`` §4.2). The result is written into the ``CycleState`` so that
+later plugins of the same decision (estimated time, cost, the SLO picker) reuse it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from policies.base import CycleState, RoutingRequest
+from policies.prefix.approximate import ApproximatePrefixIndex
+from workers.kv_events.exact_index import ExactPrefixIndex
+from workers.models import WorkerView
+
+MATCH_KEY = "prefix.match"   # CycleState key -> PrefixMatch
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    tokens: Mapping[str, int]        # worker id -> cached prompt tokens (absent: 0)
+    exact: frozenset[str]            # workers whose count came from KV events
+
+
+def cached_tokens(cycle: CycleState, worker_id: str) -> int:
+    """Cached prompt tokens of ``worker_id`` found earlier in this decision (0 if none)."""
+    match: PrefixMatch | None = cycle.read(MATCH_KEY)
+    return match.tokens.get(worker_id, 0) if match is not None else 0
+
+
+def match_prefix(request: RoutingRequest, workers: Sequence[WorkerView],
+                 approximate: ApproximatePrefixIndex,
+                 exact: ExactPrefixIndex | None) -> PrefixMatch:
+    """Cached prompt tokens per worker for this request."""
+    tokens: dict[str, int] = {}
+    exact_ids: set[str] = set()
+    by_size: dict[int, list[str]] = {}
+    for view in workers:
+        by_size.setdefault(view.block_size, []).append(view.id)
+    limit = request.num_prompt_tokens - 1
+    for block_size, ids in by_size.items():
+        chain = request.block_hashes.get(block_size)
+        if not chain or block_size <= 0:
+            continue
+        fallback: list[str] = []
+        if exact is not None:
+            for worker_id in ids:
+                blocks = exact.match(worker_id, chain)
+                if blocks is None:
+                    fallback.append(worker_id)
+                else:
+                    exact_ids.add(worker_id)
+                    if blocks:
+                        tokens[worker_id] = min(blocks * block_size,
+                                                limit // block_size * block_size)
+        else:
+            fallback = ids
+        if fallback:
+            for worker_id, blocks in approximate.match(chain, fallback).items():
+                tokens[worker_id] = min(blocks * block_size, limit // block_size * block_size)
+    return PrefixMatch(tokens={k: v for k, v in tokens.items() if v > 0},
+                       exact=frozenset(exact_ids))

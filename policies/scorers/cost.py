@@ -1,0 +1,61 @@
+"""``cost`` scorer: what serving this request would cost on each worker, in dollars.
+
+Cost = the worker's ``price_per_hour`` / 3600 × the request's estimated GPU-seconds there:
+its own uncached prefill compute plus its share of every decode step of the batch it joins
+(``policies.latency.estimator``). A cached prefix, a fast GPU for prefill-heavy prompts, a
+cheap GPU for short ones and a busy batch to share all lower it. Score = cheapest / cost
+(1.0 for the cheapest). The chosen worker's ``estimated_cost_usd`` lands in
+``Decision.attributes`` (the router adds it to ``kvroute_cost_dollars_total``).
+
+```yaml
+scorers:
+  - type: cost
+    weight: 1
+    params: {default_output_tokens: 256}
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from policies.base import CycleState, RoutingRequest
+from policies.cycle_keys import record_worker_attribute
+from policies.errors import ParamError
+from policies.latency.observer import EstimatingPlugin
+from policies.registry import PluginRegistry
+from workers.models import WorkerView
+
+TYPE_NAME = "cost"
+
+
+@dataclass(frozen=True, slots=True)
+class CostParams:
+    default_output_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.default_output_tokens < 1:
+            raise ParamError("default_output_tokens", "must be >= 1")
+
+
+class CostScorer(EstimatingPlugin):
+    def __init__(self, name: str, params: CostParams) -> None:
+        super().__init__(name, params.default_output_tokens)
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        estimates = self.estimates(request, workers, cycle)
+        cheapest = min(e.cost_usd for e in estimates.values())
+        scores: dict[str, float] = {}
+        for view in workers:
+            cost = estimates[view.id].cost_usd
+            record_worker_attribute(cycle, "estimated_cost_usd", view.id, cost)
+            scores[view.id] = cheapest / cost if cost > 0 else 1.0
+        return scores
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "scorer", CostParams,
+                      lambda params, ctx: CostScorer(ctx.name, params),
+                      needs=("num_prompt_tokens",))

@@ -1,0 +1,74 @@
+"""``estimated-time`` scorer: how soon each worker would serve this request, in seconds.
+
+Per worker (``policies.latency.estimator``): TTFT from the uncached prefill work queued
+there plus this prompt's uncached tokens, through that GPU's prefill rate with the running
+decodes sharing each step; TPOT from the batch it would join, diluted by arriving prefill.
+Rates come from the engine's latency model for the worker's GPU class and are corrected
+online from observed TTFT/TPOT (per worker, per GPU class). Long prompts therefore go where
+their estimated time is best (a fast GPU, or one that already caches most of the prompt)
+without length buckets.
+
+Score = ``(1 − tpot_share) · best_ttft / ttft + tpot_share · best_tpot / tpot`` (1.0 for
+the fastest). The chosen worker's ``estimated_ttft_s`` / ``estimated_tpot_s`` land in
+``Decision.attributes``. Declare it after ``prefix`` so that cached tokens count.
+
+```yaml
+scorers:
+  - type: estimated-time
+    weight: 3
+    params: {tpot_share: 0.3, default_output_tokens: 256}
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from policies.base import CycleState, RoutingRequest
+from policies.cycle_keys import record_worker_attribute
+from policies.errors import ParamError
+from policies.latency.observer import EstimatingPlugin
+from policies.registry import PluginRegistry
+from workers.models import WorkerView
+
+TYPE_NAME = "estimated-time"
+
+
+@dataclass(frozen=True, slots=True)
+class EstimatedTimeParams:
+    tpot_share: float = 0.3
+    default_output_tokens: int = 256   # when the request sets no max_tokens
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.tpot_share <= 1.0:
+            raise ParamError("tpot_share", "must be between 0 and 1")
+        if self.default_output_tokens < 1:
+            raise ParamError("default_output_tokens", "must be >= 1")
+
+
+class EstimatedTimeScorer(EstimatingPlugin):
+    def __init__(self, name: str, params: EstimatedTimeParams) -> None:
+        super().__init__(name, params.default_output_tokens)
+        self.tpot_share = params.tpot_share
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        estimates = self.estimates(request, workers, cycle)
+        best_ttft = min(e.ttft_s for e in estimates.values())
+        best_tpot = min(e.tpot_s for e in estimates.values())
+        scores: dict[str, float] = {}
+        share = self.tpot_share
+        for view in workers:
+            estimate = estimates[view.id]
+            record_worker_attribute(cycle, "estimated_ttft_s", view.id, estimate.ttft_s)
+            record_worker_attribute(cycle, "estimated_tpot_s", view.id, estimate.tpot_s)
+            scores[view.id] = ((1.0 - share) * best_ttft / max(estimate.ttft_s, 1e-9)
+                               + share * best_tpot / max(estimate.tpot_s, 1e-9))
+        return scores
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "scorer", EstimatedTimeParams,
+                      lambda params, ctx: EstimatedTimeScorer(ctx.name, params),
+                      needs=("num_prompt_tokens",))
