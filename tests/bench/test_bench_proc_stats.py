@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from bench.proc_stats import cpu_seconds, rss_bytes, tree_pids
+
+
+def test_tree_includes_children_and_their_cpu() -> None:
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(tree_pids(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pids = tree_pids(parent.pid)
+        assert pids[0] == parent.pid and len(pids) == 2
+        child = pids[1]
+        while time.monotonic() < deadline and cpu_seconds(child) < 0.25:
+            time.sleep(0.02)
+        assert cpu_seconds(parent.pid) >= cpu_seconds(child) >= 0.25
+        assert rss_bytes(parent.pid) > rss_bytes(child) > 0
+    finally:
+        parent.wait(20)
+    assert tree_pids(parent.pid) == [parent.pid]     # gone: only the root id is echoed
+    assert cpu_seconds(parent.pid) == 0.0
+
+
+def test_own_process_is_counted() -> None:
+    before = cpu_seconds(os.getpid())
+    end = time.process_time() + 0.05
+    while time.process_time() < end:
+        pass
+    assert cpu_seconds(os.getpid()) > before
