@@ -108,7 +108,7 @@ async def metrics(request: web.Request) -> web.Response:
         return web.Response(status=500, text="Internal Server Error")
     text = generate_latest(w.metrics.registry)
     if w.faults.metrics_broken == "garbage":
-        text = text[: len(text) // 2] + b"{{{ not prometheus \xff\n"
+        text = text[: len(text) // 2] + b'\nvllm:num_requests_running{engine="0" 1.0 }}}\n'
     return web.Response(body=text, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

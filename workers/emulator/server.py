@@ -37,9 +37,14 @@ class HostedWorker:
             await self.site.start()
 
     async def refuse(self) -> None:
+        """Close the listening socket and drop open connections, as a dead worker would."""
         if self.site is not None:
             await self.site.stop()
             self.site = None
+        server = self.runner.server
+        for conn in list(server.connections if server is not None else ()):
+            if conn.transport is not None:
+                conn.transport.abort()
 
 
 async def start_workers(configs: Sequence[EmulatorConfig]) -> list[HostedWorker]:

@@ -1,0 +1,79 @@
+"""EmulatorProcess and EmulatorFleet: start on loopback, wait for health, stop by pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workers.emulator.process import EmulatorFleet, EmulatorProcess, EmulatorStartError, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def get_json(url: str) -> object:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def refused(url: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{url}/health", timeout=2)
+    except urllib.error.URLError:
+        return True
+    return False
+
+
+def write_fleet(tmp_path: Path) -> tuple[Path, list[int]]:
+    ports = [free_port(), free_port()]
+    fleet = {
+        "gpu_classes": {"h200": {"memory_gb": 141, "tflops_bf16": 989.4, "bandwidth_gbps": 4800,
+                                 "price_per_hour": 4.5}},
+        "models": {"org/model-a": {"arch": "llama-3-8b", "max_model_len": 2048}},
+        "workers": [
+            {"id": "w-h200", "gpu": "h200", "models": ["org/model-a"],
+             "emulate": {"port": ports[0], "num_gpu_blocks": 500}},
+            {"id": "w-l40s", "gpu": "l40s", "models": ["org/model-a"],
+             "emulate": {"port": ports[1]}},
+            {"id": "remote", "gpu": "a100", "models": ["org/model-a"],
+             "url": "http://10.0.0.9:8000"},
+        ]}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    return path, ports
+
+
+@pytest.mark.parametrize("one_process", [True, False])
+def test_fleet_hosts_every_emulated_worker(tmp_path: Path, one_process: bool) -> None:
+    path, ports = write_fleet(tmp_path)
+    with EmulatorFleet(path, time_scale=0.0, one_process=one_process) as fleet:
+        assert fleet.urls == {"w-h200": f"http://127.0.0.1:{ports[0]}",
+                              "w-l40s": f"http://127.0.0.1:{ports[1]}"}
+        assert len(fleet.pids) == (1 if one_process else 2)
+        for url in fleet.urls.values():
+            models = get_json(f"{url}/v1/models")
+            assert isinstance(models, dict)
+            assert [(m["id"], m["max_model_len"]) for m in models["data"]] == \
+                [("org/model-a", 2048)]
+        with urllib.request.urlopen(f"{fleet.urls['w-h200']}/metrics", timeout=5) as resp:
+            assert 'num_gpu_blocks="500"' in resp.read().decode()
+    assert all(refused(url) for url in fleet.urls.values())
+
+
+def test_process_stops_by_pid_and_reports_start_errors() -> None:
+    proc = EmulatorProcess(time_scale=0.0).start()
+    try:
+        assert get_json(f"{proc.url}/version") == {"version": "0.33.0"}
+        assert proc.pid is not None
+    finally:
+        proc.stop()
+    assert refused(proc.url)
+    with pytest.raises(ProcessLookupError):
+        os.kill(proc.pid, 0)
+    with pytest.raises(EmulatorStartError, match=r"emulate: unknown key\(s\): bogus"):
+        EmulatorProcess(emulate={"bogus": 1}).start()
