@@ -18,17 +18,19 @@ cache, is rejected and recorded as such.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from policies.base import RequestOutcome, RoutingRequest
+from policies.base import Decision, RequestOutcome, RoutingRequest
 from policies.engine import PolicyEngine
 from policies.producers.runner import run_producers_sync
+from policies.producers.tokens import TokensProducer
 from sim.metrics import RequestRecord, WorkerUsage, allocate_costs, slo_ttft_target
 from sim.prefill_clock import PrefillClock
 from sim.traces import Trace, TraceRequest
-from sim.worker import SimWorker
-from workers.engine.api import EngineConfig, EngineRequest, RequestStats, StepResult
+from sim.worker import FirstToken, SimWorker
+from workers.engine.api import EngineConfig, EngineRequest, RequestStats
 from workers.engine.core import EngineCore
 from workers.fleet import FleetConfig
 from workers.inflight import InflightTracker
@@ -50,6 +52,7 @@ class SimulationSettings:
     scrape_interval_s: float = 0.2
     hash_algo: str = DEFAULT_HASH_ALGO
     seed: int = 0
+    num_gpu_blocks: int | None = None      # None: derived from each GPU's memory
 
 
 @dataclass(slots=True)
@@ -58,14 +61,23 @@ class _Dispatched:
     record: RequestRecord
     worker: SimWorker
     prefill_estimate: int
+    first_token_seen: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionPoint:
+    """The inputs and output of one decision, for inspection and tests."""
+
+    now: float
+    request: RoutingRequest
+    views: tuple[WorkerView, ...]
+    decision: Decision
 
 
 @dataclass(slots=True)
 class SimulationResult:
     records: list[RequestRecord]
     usage: list[WorkerUsage]
-    steps_landed: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def build_workers(fleet: FleetConfig, settings: SimulationSettings) -> list[SimWorker]:
@@ -74,7 +86,8 @@ def build_workers(fleet: FleetConfig, settings: SimulationSettings) -> list[SimW
         info = spec.info
         config = EngineConfig(model=info.model_spec, gpu=info.gpu,
                               tensor_parallel=info.tensor_parallel,
-                              hash_algo=settings.hash_algo, seed=settings.seed + i)
+                              hash_algo=settings.hash_algo, seed=settings.seed + i,
+                              num_gpu_blocks=settings.num_gpu_blocks)
         workers.append(SimWorker(info, EngineCore(config)))
     return workers
 
@@ -85,7 +98,8 @@ class Simulation:
     def __init__(self, trace: Trace, fleet: FleetConfig, policy: PolicyEngine,
                  settings: SimulationSettings | None = None,
                  on_arrival: Callable[[int], None] | None = None,
-                 prefill_clock: PrefillClock | None = None) -> None:
+                 prefill_clock: PrefillClock | None = None,
+                 on_decision: Callable[[DecisionPoint], None] | None = None) -> None:
         self.trace = trace
         self.policy = policy
         self.settings = settings or SimulationSettings()
@@ -95,9 +109,14 @@ class Simulation:
         self._model = fleet.workers[0].info.models[0]
         self._prefill = prefill_clock or PrefillClock(fleet.workers[0].info.model_spec)
         self._on_arrival = on_arrival
+        self._on_decision = on_decision
+        # Trace requests arrive with their token ids: the tokens producer would only copy
+        # them (scanning every id), so it is left out; every other producer runs as live.
+        self._producers = [p for p in policy.producers if not isinstance(p, TokensProducer)]
         self._live: dict[str, _Dispatched] = {}
         self._records: list[RequestRecord] = []
-        self._steps = 0
+        self._landings: list[tuple[float, int, int, FirstToken | RequestStats]] = []
+        self._sequence = 0
 
     def run(self) -> SimulationResult:
         interval = self.settings.scrape_interval_s
@@ -115,11 +134,21 @@ class Simulation:
         usage = [WorkerUsage(w.info.id, w.info.gpu.name, w.info.price_per_hour, w.busy_s)
                  for w in self.workers]
         allocate_costs(self._records, usage)
-        return SimulationResult(records=self._records, usage=usage, steps_landed=self._steps)
+        return SimulationResult(records=self._records, usage=usage)
 
     def _advance_all(self, t: float) -> None:
-        for worker in self.workers:
-            worker.run_until(t, self._on_landed)
+        """Step every engine up to ``t``, then apply what became visible by ``t`` in order."""
+        heap = self._landings
+        for index, worker in enumerate(self.workers):
+            for at, item in worker.advance_to(t):
+                self._sequence += 1
+                heapq.heappush(heap, (at, self._sequence, index, item))
+        while heap and heap[0][0] <= t:
+            _, _, index, item = heapq.heappop(heap)
+            if isinstance(item, FirstToken):
+                self._first_token(self.workers[index], item.request_id)
+            else:
+                self._finish(item)
 
     def _scrape_all(self, now: float) -> None:
         for worker in self.workers:
@@ -145,8 +174,10 @@ class Simulation:
             slo_ttft_s=slo_ttft_target(self._prefill.prefill_s(len(tokens))))
         self._records.append(record)
         views = self.views(now)
-        run_producers_sync(self.policy.producers, routing, views)
+        run_producers_sync(self._producers, routing, views)
         decision = self.policy.decide(routing, views)
+        if self._on_decision is not None:
+            self._on_decision(DecisionPoint(now, routing, tuple(views), decision))
         worker = self._by_id.get(decision.worker_id) if decision.worker_id else None
         if worker is None:
             record.reject_reason = decision.reason or "no candidate"
@@ -166,15 +197,11 @@ class Simulation:
             request_id=routing.request_id, prompt_token_ids=tokens,
             output_token_ids=self.trace.output_token_ids(request), arrival_time=now), now)
 
-    def _on_landed(self, worker: SimWorker, at: float, result: StepResult) -> None:
-        self._steps += 1
-        for output in result.outputs:
-            if output.first:
-                entry = self._live.get(output.request_id)
-                if entry is not None:
-                    self.tracker.on_first_token(worker.info.id, entry.prefill_estimate)
-        for stats in result.finished:
-            self._finish(stats)
+    def _first_token(self, worker: SimWorker, request_id: str) -> None:
+        entry = self._live.get(request_id)
+        if entry is not None and not entry.first_token_seen:
+            entry.first_token_seen = True
+            self.tracker.on_first_token(worker.info.id, entry.prefill_estimate)
 
     def _finish(self, stats: RequestStats) -> None:
         entry = self._live.pop(stats.request_id, None)
@@ -191,7 +218,9 @@ class Simulation:
         if stats.num_generation_tokens > 1:
             record.tpot_s = ((stats.finished_time - stats.first_token_time)
                              / (stats.num_generation_tokens - 1))
-        self.tracker.on_complete(entry.worker.info.id, 0, entry.routing.expected_output_tokens)
+        self.tracker.on_complete(entry.worker.info.id,
+                                 0 if entry.first_token_seen else entry.prefill_estimate,
+                                 entry.routing.expected_output_tokens)
         self.policy.on_completed(entry.routing, RequestOutcome(
             request_id=stats.request_id, worker_id=entry.worker.info.id, status=200,
             prompt_tokens=record.prompt_tokens, completion_tokens=record.output_tokens,

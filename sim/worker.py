@@ -1,47 +1,48 @@
 """One simulated worker: an ``EngineCore`` stepped in virtual time, plus its scrape.
 
 The engine is clock-free; this class owns its clock. A step started at ``t`` with duration
-``d`` makes its outputs visible at ``t + d``; requests added meanwhile join the next step,
-as in a live vLLM whose busy loop picks them up between steps. ``run_until(t)`` lands every
-step that ends at or before ``t`` (in order) and keeps the engine busy while it has work;
-pure-decode stretches are coalesced by ``EngineCore.advance`` (one call instead of one
-``step`` per token), bounded by the caller's next event so nothing lands late.
+``d`` makes its outputs visible at ``t + d``; requests submitted meanwhile join the next step,
+as in a live vLLM whose busy loop picks them up between steps. ``advance_to(t)`` runs every
+step that starts before ``t`` (``EngineCore.advance`` coalesces pure-decode stretches) and
+returns what those steps made visible, each with its own time — first tokens and finished
+requests — so the simulator can apply them in global time order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
-from workers.engine.api import EngineRequest, StepResult
+from workers.engine.api import EngineRequest, RequestStats
 from workers.engine.core import EngineCore
 from workers.models import WorkerInfo, WorkerSnapshot
-
-LandedHandler = Callable[["SimWorker", float, StepResult], None]
 
 
 class EngineStalledError(RuntimeError):
     """The engine holds unfinished requests but scheduled nothing."""
 
 
+@dataclass(frozen=True, slots=True)
+class FirstToken:
+    request_id: str
+
+
+Landing = tuple[float, FirstToken | RequestStats]
+
+
 class SimWorker:
-    __slots__ = ("_in_progress", "busy_s", "clock", "engine", "info", "snapshot")
+    __slots__ = ("busy_s", "clock", "engine", "info", "snapshot")
 
     def __init__(self, info: WorkerInfo, engine: EngineCore) -> None:
         self.info = info
         self.engine = engine
-        self.clock = 0.0                        # end of the step in progress (if any)
-        self._in_progress: StepResult | None = None
-        self.busy_s = 0.0                       # total time spent stepping
+        self.clock = 0.0               # the engine has run every step ending by this time
+        self.busy_s = 0.0              # total time spent stepping
         self.snapshot: WorkerSnapshot | None = None
 
-    @property
-    def busy(self) -> bool:
-        return self._in_progress is not None
-
     def fits(self, prompt_tokens: int, output_tokens: int) -> str | None:
-        """Why a request cannot be served here at all, or None when it can."""
+        """Why a request can never be served here, or None when it can."""
         total = prompt_tokens + output_tokens
-        if total > self.engine.max_model_len:
+        if prompt_tokens >= self.engine.max_model_len or total > self.engine.max_model_len:
             return f"{total} tokens exceed max_model_len {self.engine.max_model_len}"
         capacity = self.engine.num_gpu_blocks * self.engine.block_size
         if total > capacity:
@@ -49,29 +50,35 @@ class SimWorker:
         return None
 
     def submit(self, request: EngineRequest, now: float) -> None:
-        """Hand a request to the engine at ``now``; an idle engine starts a step at once."""
+        """Hand a request over at ``now``: an idle engine starts its next step then."""
+        if not self.engine.has_unfinished_requests() and self.clock < now:
+            self.clock = now
         self.engine.add_request(request)
-        if self._in_progress is None:
-            self._start(now, now)
 
-    def run_until(self, t: float, on_landed: LandedHandler) -> None:
-        """Land every step ending at or before ``t``; keep stepping while work remains."""
-        while self._in_progress is not None and self.clock <= t:
-            landed, at = self._in_progress, self.clock
-            self._in_progress = None
-            on_landed(self, at, landed)
-            if self.engine.has_unfinished_requests():
-                self._start(at, t)
-
-    def _start(self, at: float, until: float) -> None:
-        reached, result = self.engine.advance(at, until)
-        if reached <= at and not result.outputs and not result.finished:
-            if self.engine.has_unfinished_requests():
-                raise EngineStalledError(f"{self.info.id}: engine scheduled nothing at {at:.3f}s")
-            return
-        self.busy_s += reached - at
+    def advance_to(self, t: float) -> list[Landing]:
+        """Run the steps that start before ``t``; return their visible outputs, timed."""
+        engine = self.engine
+        if self.clock >= t or not engine.has_unfinished_requests():
+            return []
+        start = self.clock
+        reached, result = engine.advance(start, t)
+        if reached <= start:
+            raise EngineStalledError(
+                f"{self.info.id}: engine scheduled nothing at {start:.3f}s with work queued")
+        self.busy_s += reached - start
         self.clock = reached
-        self._in_progress = result
+        finished = {stats.request_id: stats for stats in result.finished}
+        landings: list[Landing] = []
+        live = engine.scheduler.requests
+        for output in result.outputs:
+            if output.first:
+                done = finished.get(output.request_id)
+                request = live.get(output.request_id)
+                at = (done.first_token_time if done is not None
+                      else request.first_token_time if request is not None else reached)
+                landings.append((at, FirstToken(output.request_id)))
+        landings.extend((stats.finished_time, stats) for stats in result.finished)
+        return landings
 
     def scrape(self, now: float) -> WorkerSnapshot:
         """What a scrape of this worker's ``/metrics`` would return now."""
