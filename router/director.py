@@ -44,6 +44,8 @@ PolicySource = Callable[[], PolicyEngine]
 
 def _header_safe(text: str) -> str:
     """Header values must be one line of visible ASCII."""
+    if text.isascii() and text.isprintable() and len(text) <= 300:
+        return text
     cleaned = "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in text)
     return cleaned[:300]
 
@@ -80,16 +82,17 @@ class Director:
         arrival = self._clock()
         body = await request.read()
         request_id = request.headers.get(self._header) or f"{self._id_prefix}-{next(self._ids)}"
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        parsed = parse_request(body, path, request_id, headers, arrival)
+        parsed = parse_request(body, path, request_id, request.headers, arrival)
         engine = self._policy()
-        await self._produce(engine, parsed.routing)
+        views = self._registry.views(arrival)
+        if engine.producers:
+            await self._produce(engine, parsed.routing, views)
+            views = self._registry.views(self._clock())
         tried: set[str] = set()
         last_failure: RetryableUpstream | None = None
         for attempt in range(self._settings.max_retries + 1):
-            views = self._registry.views(self._clock())
             if tried:
-                views = [v for v in views if v.id not in tried]
+                views = [v for v in self._registry.views(self._clock()) if v.id not in tried]
             decision = self._decide(engine, parsed.routing, views, attempt)
             if decision.worker_id is None:
                 if last_failure is not None:
@@ -108,10 +111,9 @@ class Director:
         raise UpstreamError(f"No worker could serve the request after {len(tried)} attempt(s); "
                             f"last error: {last_failure}")
 
-    async def _produce(self, engine: PolicyEngine, routing: RoutingRequest) -> None:
-        if not engine.producers:
-            return
-        await run_producers(engine.producers, routing, self._registry.views(self._clock()))
+    async def _produce(self, engine: PolicyEngine, routing: RoutingRequest,
+                       views: Sequence[WorkerView]) -> None:
+        await run_producers(engine.producers, routing, views)
         if routing.semantic_class is not None:
             seconds = routing.attributes.get("semantic_classify_s")
             self._metrics.record_semantic(

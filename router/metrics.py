@@ -8,6 +8,7 @@ always exactly what the policies saw last.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -51,6 +52,15 @@ class _WorkerCollector(Collector):
         return [up, kv, reqs]
 
 
+@dataclass(frozen=True, slots=True)
+class _WorkerSeries:
+    ttft: Histogram
+    tpot: Histogram
+    prompt_tokens: Counter
+    completion_tokens: Counter
+    cached_tokens: Counter
+
+
 class RouterMetrics:
     """The router's metrics on their own ``CollectorRegistry``."""
 
@@ -88,6 +98,10 @@ class RouterMetrics:
                                            buckets=CLASSIFY_BUCKETS, registry=r)
         if views is not None:
             r.register(_WorkerCollector(views))
+        # labelled children cached by label values: ``labels()`` is slow on the request path
+        self._request_children: dict[tuple[str, ...], Counter] = {}
+        self._decision_children: dict[tuple[str, ...], Counter] = {}
+        self._worker_children: dict[tuple[str, str], _WorkerSeries] = {}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -95,26 +109,41 @@ class RouterMetrics:
     def record_decision(self, decision: Decision, gpu: str, reason_code: str,
                         semantic_class: str | None, seconds: float) -> None:
         self.decision_duration.observe(seconds)
-        self.decisions.labels(decision.profile, decision.rule or "", decision.worker_id or "",
-                              gpu, reason_code, semantic_class or "").inc()
+        key = (decision.profile, decision.rule or "", decision.worker_id or "", gpu, reason_code,
+               semantic_class or "")
+        child = self._decision_children.get(key)
+        if child is None:
+            child = self._decision_children[key] = self.decisions.labels(*key)
+        child.inc()
 
     def record_request(self, model: str, worker: str, gpu: str, profile: str,
                        status: int) -> None:
-        self.requests.labels(model, worker, gpu, profile, str(status)).inc()
+        key = (model, worker, gpu, profile, str(status))
+        child = self._request_children.get(key)
+        if child is None:
+            child = self._request_children[key] = self.requests.labels(*key)
+        child.inc()
 
     def record_outcome(self, outcome: RequestOutcome, gpu: str, tenant: str | None,
                        cost_usd: float | None) -> None:
         worker = outcome.worker_id
+        series = self._worker_children.get((worker, gpu))
+        if series is None:
+            series = self._worker_children[(worker, gpu)] = _WorkerSeries(
+                self.ttft.labels(worker, gpu), self.tpot.labels(worker, gpu),
+                self.prompt_tokens.labels(worker, gpu),
+                self.completion_tokens.labels(worker, gpu),
+                self.cached_tokens.labels(worker, gpu))
         if outcome.ttft_s is not None:
-            self.ttft.labels(worker, gpu).observe(outcome.ttft_s)
+            series.ttft.observe(outcome.ttft_s)
         if outcome.tpot_s is not None:
-            self.tpot.labels(worker, gpu).observe(outcome.tpot_s)
+            series.tpot.observe(outcome.tpot_s)
         if outcome.prompt_tokens:
-            self.prompt_tokens.labels(worker, gpu).inc(outcome.prompt_tokens)
+            series.prompt_tokens.inc(outcome.prompt_tokens)
         if outcome.completion_tokens:
-            self.completion_tokens.labels(worker, gpu).inc(outcome.completion_tokens)
+            series.completion_tokens.inc(outcome.completion_tokens)
         if outcome.cached_tokens:
-            self.cached_tokens.labels(worker, gpu).inc(outcome.cached_tokens)
+            series.cached_tokens.inc(outcome.cached_tokens)
         if cost_usd:
             self.cost.labels(gpu, worker, tenant or "").inc(cost_usd)
 
