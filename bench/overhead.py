@@ -49,6 +49,9 @@ class PhaseResult:
     router_cpu_s: float | None
     router_cpu_us_per_request: float | None
     router_cpu_percent: float | None
+    # the same per request after subtracting the router's idle CPU rate (its own background
+    # work: metric scrapes, timers) over the phase
+    router_cpu_us_per_request_net: float | None = None
 
 
 @dataclass(slots=True)
@@ -58,6 +61,7 @@ class TargetResult:
     non_stream: PhaseResult | None = None
     stream: PhaseResult | None = None
     rss_peak_mb: float | None = None
+    idle_cpu_percent: float | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -76,8 +80,16 @@ def run_load_process(spec: LoadSpec, scratch: Path, cpus: str | None) -> LoadRes
     return LoadResult(**orjson.loads(done.stdout.splitlines()[-1]))
 
 
+def idle_cpu_rate(root_pid: int, seconds: float = 1.0) -> float:
+    """CPU seconds per second the process tree spends with no requests."""
+    import time
+    before = cpu_seconds(root_pid)
+    time.sleep(seconds)
+    return (cpu_seconds(root_pid) - before) / seconds
+
+
 def _phase(plan: TargetPlan, root_pid: int | None, stream: bool, config: OverheadConfig,
-           scratch: Path, duration_s: float) -> tuple[PhaseResult, int]:
+           scratch: Path, duration_s: float, idle_rate: float = 0.0) -> tuple[PhaseResult, int]:
     spec = LoadSpec(url=f"{plan.base_url}/v1/chat/completions",
                     body=chat_body(max_tokens=config.output_tokens, stream=stream),
                     stream=stream, concurrency=config.concurrency, duration_s=duration_s,
@@ -90,8 +102,11 @@ def _phase(plan: TargetPlan, root_pid: int | None, stream: bool, config: Overhea
         load = run_load_process(spec, scratch, load_cpus)
         used = cpu_seconds(root_pid) - before
     per_request = used / load.completed * 1e6 if load.completed else None
+    net = (max(0.0, used - idle_rate * load.elapsed_s) / load.completed * 1e6
+           if load.completed else None)
     percent = used / load.elapsed_s * 100 if load.elapsed_s > 0 else None
-    return PhaseResult(load, round(used, 3), _round(per_request), _round(percent)), rss.peak_bytes
+    return (PhaseResult(load, round(used, 3), _round(per_request), _round(percent),
+                        _round(net)), rss.peak_bytes)
 
 
 def _round(value: float | None) -> float | None:
@@ -117,10 +132,11 @@ def measure_target(name: str, backends: Sequence[str], config: OverheadConfig, w
         progress(f"{name}: warm-up {config.warmup_s:.0f}s")
         _phase(plan, root, False, config, scratch, config.warmup_s)
         _phase(plan, root, True, config, scratch, config.warmup_s)
+        idle = idle_cpu_rate(root) if root is not None else 0.0
         progress(f"{name}: non-streamed {config.duration_s:.0f}s at c={config.concurrency}")
-        plain, rss_a = _phase(plan, root, False, config, scratch, config.duration_s)
+        plain, rss_a = _phase(plan, root, False, config, scratch, config.duration_s, idle)
         progress(f"{name}: streamed {config.duration_s:.0f}s at c={config.concurrency}")
-        stream, rss_b = _phase(plan, root, True, config, scratch, config.duration_s)
+        stream, rss_b = _phase(plan, root, True, config, scratch, config.duration_s, idle)
     except (LaunchError, RuntimeError, subprocess.TimeoutExpired) as exc:
         progress(f"{name}: failed ({exc})")
         return TargetResult(name, skipped=f"failed: {str(exc)[:300]}")
@@ -129,7 +145,8 @@ def measure_target(name: str, backends: Sequence[str], config: OverheadConfig, w
             process.stop()
     rss = max(rss_a, rss_b)
     result = TargetResult(name, non_stream=plain, stream=stream,
-                          rss_peak_mb=round(rss / 2**20, 1) if rss else None)
+                          rss_peak_mb=round(rss / 2**20, 1) if rss else None,
+                          idle_cpu_percent=round(idle * 100, 2) if root is not None else None)
     progress(f"{name}: {plain.load.requests_per_s} req/s, "
              f"{plain.router_cpu_us_per_request} µs/req; stream "
              f"{stream.load.requests_per_s} req/s, {stream.router_cpu_us_per_request} µs/req")

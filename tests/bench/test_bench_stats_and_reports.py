@@ -70,11 +70,12 @@ def test_overhead_report_files(tmp_path: Path) -> None:
                         latency_p50_ms=3.0, latency_p99_ms=9.0, ttfc_p50_ms=1.0,
                         ttfc_p99_ms=2.0, mean_events=18.0)
     results = [TargetResult("nginx", non_stream=PhaseResult(load, 0.1, 100.0, 5.0),
-                            stream=PhaseResult(stream, 0.2, 400.0, 10.0), rss_peak_mb=13.0),
+                            stream=PhaseResult(stream, 0.2, 400.0, 10.0, 380.0), rss_peak_mb=13.0,
+                            idle_cpu_percent=0.5),
                TargetResult("litellm", skipped="not installed (run make bench-setup)")]
     table = markdown_table(results)
     assert ("| nginx | 500 | 1.50 | 4.00 | 5 | 100 | 250 | 1.00 / 2.00 | 3.00 / 9.00 "
-            "| 400 | 13 | 1 |") in table
+            "| 400 (380 net) | 0.5 | 13 | 1 |") in table
     assert "| litellm | skipped: not installed (run make bench-setup) |" in table
     paths = write_overhead(tmp_path, OverheadConfig(targets=("nginx", "litellm")), results,
                            "kvroute bench overhead --out x")
