@@ -114,8 +114,11 @@ class TimeEstimator:
         if ahead <= chunk:
             prefill = k.step_s(ahead + decoding, own_pairs, decoding + 1, context_sum)
         else:
+            steps = math.ceil(ahead / chunk)
             full = k.step_s(chunk + decoding, 0.0, decoding + 1, context_sum)
-            prefill = math.ceil(ahead / chunk) * full + k.per_pair_s * own_pairs
+            last = k.step_s(ahead - (steps - 1) * chunk + decoding, 0.0, decoding + 1,
+                            context_sum)
+            prefill = (steps - 1) * full + last + k.per_pair_s * own_pairs
         decode_step = k.decode_step_s(in_batch + 1, mean_context)
         slot_wait = 0.0
         if in_batch >= k.max_num_seqs:

@@ -1,0 +1,82 @@
+"""Per-worker TTFT / TPOT / cost estimates from the fleet state."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.base import RoutingRequest
+from policies.latency.estimator import PrefillArrivals, TimeEstimator
+from policies.latency.step_model import coefficients_for_worker
+from tests.policies.conftest import make_view
+from workers.engine.profiles import A100_80GB, H100_80GB, L40S_48GB
+
+
+def request_of(tokens: int, output: int = 100, at: float = 0.0) -> RoutingRequest:
+    request = RoutingRequest(request_id=f"r{tokens}", model="m", max_tokens=output,
+                             arrival_time=at)
+    request.num_prompt_tokens = tokens
+    return request
+
+
+def estimator() -> TimeEstimator:
+    return TimeEstimator(coefficients_for_worker)
+
+
+def test_idle_h100_prefills_a_long_prompt_faster_than_an_l40s() -> None:
+    est = estimator()
+    request = request_of(16_000)
+    h100 = est.estimate(request, make_view("h", gpu=H100_80GB), cached=0)
+    l40s = est.estimate(request, make_view("l", gpu=L40S_48GB), cached=0)
+    assert l40s.ttft_s > 2.5 * h100.ttft_s
+    k = est.coefficients(make_view("h").info)
+    assert h100.ttft_s == pytest.approx(k.prefill_s(16_000))
+
+
+def test_queued_prefill_and_running_decodes_delay_the_first_token() -> None:
+    est = estimator()
+    request = request_of(2_000)
+    idle = est.estimate(request, make_view("a", gpu=A100_80GB), cached=0)
+    queued = est.estimate(request, make_view("a", gpu=A100_80GB,
+                                             inflight_prefill_tokens=8_000), cached=0)
+    decoding = est.estimate(request, make_view("a", gpu=A100_80GB, running=100,
+                                               kv_usage=0.2), cached=0)
+    assert queued.ttft_s > 4 * idle.ttft_s
+    assert decoding.ttft_s > idle.ttft_s and decoding.tpot_s > idle.tpot_s
+
+
+def test_cached_prefix_cuts_ttft_and_cost() -> None:
+    est = estimator()
+    request = request_of(8_000)
+    cold = est.estimate(request, make_view("h"), cached=0)
+    warm = est.estimate(request, make_view("h"), cached=7_680)
+    assert warm.ttft_s < cold.ttft_s / 4 and warm.cost_usd < cold.cost_usd
+    assert warm.cached_tokens == 7_680
+    assert est.estimate(request, make_view("h"), cached=9_000).cached_tokens == 7_999
+
+
+def test_cost_is_price_times_gpu_seconds_and_a_shared_batch_is_cheaper() -> None:
+    est = estimator()
+    request = request_of(500, output=300)
+    alone = est.estimate(request, make_view("h"), cached=0)
+    assert alone.cost_usd == pytest.approx(3.00 / 3600 * alone.gpu_s)
+    shared = est.estimate(request, make_view("h", running=31, inflight_requests=31,
+                                             kv_usage=0.05), cached=0)
+    assert shared.cost_usd < alone.cost_usd / 5
+
+
+def test_routed_prefill_dilutes_the_tpot_it_predicts() -> None:
+    est = estimator()
+    view = make_view("a", gpu=A100_80GB)
+    quiet = est.estimate(request_of(100, at=10.0), view, cached=0)
+    for i in range(20):
+        est.arrivals.add("a", 4_000, now=float(i) * 0.5)
+    busy = est.estimate(request_of(100, at=10.0), view, cached=0)
+    assert busy.tpot_s > 1.3 * quiet.tpot_s
+
+
+def test_arrival_rate_decays() -> None:
+    arrivals = PrefillArrivals(tau_s=10.0)
+    arrivals.add("w", 1000, now=0.0)
+    assert arrivals.rate("w", 0.0) == pytest.approx(100.0)
+    assert arrivals.rate("w", 10.0) == pytest.approx(100.0 / 2.718281828, rel=1e-6)
+    assert arrivals.rate("other", 0.0) == 0.0

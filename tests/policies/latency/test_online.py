@@ -1,0 +1,44 @@
+"""Online correction: per-worker factors once trained, per-GPU-class before."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from policies.latency.online import OnlineCorrection, Prediction
+
+
+def test_worker_factor_converges_to_observed_over_predicted() -> None:
+    correction = OnlineCorrection(alpha=0.1, min_samples=5)
+    for i in range(50):
+        correction.remember(f"r{i}", Prediction("w1", "H100", ttft_s=0.5, tpot_s=0.02))
+        correction.observe(f"r{i}", ttft_s=1.0, tpot_s=0.01)
+    assert correction.factor("w1", "H100", "ttft") == pytest.approx(2.0)
+    assert correction.factor("w1", "H100", "tpot") == pytest.approx(0.5)
+
+
+def test_new_worker_borrows_its_gpu_class_and_others_stay_neutral() -> None:
+    correction = OnlineCorrection(alpha=0.1, min_samples=5)
+    for i in range(3):
+        correction.remember(f"r{i}", Prediction("w1", "H100", ttft_s=1.0, tpot_s=0.02))
+        correction.observe(f"r{i}", ttft_s=math.e, tpot_s=None)
+    assert correction.samples("w1", "ttft") == 3 and correction.samples("w1", "tpot") == 0
+    assert correction.factor("w2", "H100", "ttft") == pytest.approx(math.e)
+    assert correction.factor("w3", "L40S", "ttft") == 1.0
+
+
+def test_factors_are_clamped_and_unknown_requests_ignored() -> None:
+    correction = OnlineCorrection(min_samples=1, max_factor=4.0)
+    correction.remember("r", Prediction("w1", "A100", ttft_s=0.01, tpot_s=0.01))
+    correction.observe("r", ttft_s=10.0, tpot_s=0.01)
+    correction.observe("never-routed", ttft_s=1.0, tpot_s=1.0)
+    assert correction.factor("w1", "A100", "ttft") == 4.0
+    assert correction.factor("w1", "A100", "tpot") == pytest.approx(1.0)
+
+
+def test_pending_predictions_are_bounded() -> None:
+    correction = OnlineCorrection(max_pending=2)
+    for i in range(3):
+        correction.remember(f"r{i}", Prediction("w", "g", 1.0, 1.0))
+    assert correction.forget("r0") is None and correction.forget("r2") is not None

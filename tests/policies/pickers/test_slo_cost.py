@@ -1,0 +1,87 @@
+"""The slo-cost picker: cheapest within the SLO, sticky on the prefix, else the fastest."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from policies.base import CandidateScore, CycleState, RoutingRequest
+from policies.cycle_keys import REASON
+from policies.errors import ParamError
+from policies.latency.estimator import ESTIMATES_KEY, IDLE_PREFILL_KEY, Estimate
+from policies.pickers.slo_cost import SloCostParams, SloCostPicker
+
+
+def estimate(ttft: float, tpot: float, cost: float, cached: int = 0,
+             gpu_s: float = 1.0) -> Estimate:
+    return Estimate(ttft_s=ttft, tpot_s=tpot, gpu_s=gpu_s, cost_usd=cost, cached_tokens=cached,
+                    raw_ttft_s=ttft, raw_tpot_s=tpot)
+
+
+def decide(estimates: dict[str, Estimate], idle_prefill: float = 0.0,
+           params: SloCostParams | None = None, totals: dict[str, float] | None = None,
+           tokens: int = 1_000) -> tuple[str, tuple[str, str]]:
+    picker = SloCostPicker("slo-cost", params or SloCostParams(), ttft_s=0.5, tpot_s=0.05)
+    cycle = CycleState()
+    cycle.write(ESTIMATES_KEY, estimates)
+    cycle.write(IDLE_PREFILL_KEY, idle_prefill)
+    request = RoutingRequest(request_id="r", model="m")
+    request.num_prompt_tokens = tokens
+    candidates = [CandidateScore(w, (totals or {}).get(w, 0.0), {}) for w in estimates]
+    chosen = picker.pick(request, candidates, cycle)
+    return chosen.worker_id, cycle.read(REASON)
+
+
+def test_cheapest_candidate_within_the_slo_wins() -> None:
+    chosen, (text, term) = decide({
+        "h100": estimate(0.10, 0.010, 0.0009, gpu_s=1.0),
+        "l40s": estimate(0.35, 0.030, 0.0004, gpu_s=1.5),
+        "a100": estimate(0.45, 0.030, 0.0001)})       # over 0.8 x 0.5 s: not within
+    assert chosen == "l40s" and term == "price"
+    assert text == ("price: prefix 0.00 on l40s; est ttft 0.35s vs 0.10s on h100; "
+                    "tpot 30ms vs 10ms; cost $0.0004 vs $0.0009")
+
+
+def test_longest_cached_prefix_is_kept_before_comparing_cost() -> None:
+    chosen, (text, term) = decide({
+        "w1": estimate(0.2, 0.02, 0.0002, cached=100),
+        "w3": estimate(0.2, 0.02, 0.0004, cached=820)})
+    assert chosen == "w3" and term == "prefix"
+    assert text.startswith("prefix: prefix 0.82 on w3; est ttft 0.20s vs 0.20s on w1")
+
+
+def test_long_prompts_get_a_proportional_ttft_objective() -> None:
+    estimates = {"h100": estimate(1.0, 0.02, 0.002), "l40s": estimate(2.0, 0.02, 0.001)}
+    assert decide(estimates, idle_prefill=0.5)[0] == "h100"      # objective 1.5 s
+    assert decide(estimates, idle_prefill=1.0)[0] == "l40s"      # objective 3.0 s
+
+
+def test_when_nothing_meets_the_slo_the_closest_to_it_wins() -> None:
+    chosen, (_, term) = decide({"a": estimate(3.0, 0.02, 0.0001),
+                                "b": estimate(1.0, 0.20, 0.0001),
+                                "c": estimate(1.5, 0.03, 0.0100)})
+    assert chosen == "c" and term == "slo-fallback"
+
+
+def test_cost_ties_go_to_the_higher_total_score() -> None:
+    chosen, _ = decide({"a": estimate(0.1, 0.01, 0.00100), "b": estimate(0.1, 0.01, 0.00102)},
+                       totals={"a": 1.0, "b": 2.0})
+    assert chosen == "b"
+
+
+def test_without_estimates_the_highest_total_wins() -> None:
+    picker = SloCostPicker("slo-cost", SloCostParams(), ttft_s=None, tpot_s=None)
+    candidates = [CandidateScore("a", 1.0, {}), CandidateScore("b", 2.0, {})]
+    request = RoutingRequest(request_id="r", model="m")
+    assert picker.pick(request, candidates, CycleState()).worker_id == "b"
+    assert picker.objectives(CycleState()) == (math.inf, math.inf)
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"headroom": 0.0}, "headroom"), ({"ttft_s": -1.0}, "ttft_s"),
+    ({"prefix_tolerance": 2.0}, "prefix_tolerance")])
+def test_bad_params_name_the_field(kwargs: dict[str, float], field: str) -> None:
+    with pytest.raises(ParamError) as info:
+        SloCostParams(**kwargs)
+    assert info.value.field == field
