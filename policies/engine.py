@@ -15,8 +15,9 @@ synchronous and never raises:
 
 ``on_routed`` / ``on_completed`` are forwarded to every plugin that implements them
 (``RoutingObserver``); a plugin error there is logged and swallowed too. A rebuilt engine
-may take state over from the one it replaces: a plugin with ``inherit_state(previous)`` is
-handed the previous engine's plugin declared at the same place with the same type.
+may take state over from the one it replaces (``take_state_from``): a plugin with
+``inherit_state(previous)`` is handed the previous engine's plugin declared at the same
+place with the same type.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class PolicyEngine:
         """Instantiate every plugin of ``routing``; raise ``RoutingConfigError`` on failure."""
         registry = registry if registry is not None else make_default_registry()
         check_against_fleet(routing, fleet)
-        builder = _Builder(routing, fleet, registry, seed, previous)
+        builder = _Builder(routing, fleet, registry, seed)
         producers = [builder.build(spec, "producer") for spec in routing.producers]
         profiles = {name: Profile(
             name=name,
@@ -81,7 +82,28 @@ class PolicyEngine:
                           for s in spec.scorers),
             picker=builder.build(spec.picker, "picker"))
             for name, spec in routing.profiles.items()}
-        return cls(routing, producers, profiles, builder.plugins)
+        engine = cls(routing, producers, profiles, builder.plugins)
+        if previous is not None:
+            engine.take_state_from(previous)
+        return engine
+
+    def take_state_from(self, previous: PolicyEngine) -> None:
+        """Hand each stateful plugin its predecessor (same declared place, same type).
+
+        Call it where the previous engine is used (the event loop), right before the swap,
+        so that no decision of the old engine is lost between the hand-over and the swap.
+        A plugin's ``inherit_state(previous_plugin)`` should adopt the old state objects
+        rather than copy them.
+        """
+        for path, (type_name, plugin) in self._plugins.items():
+            old = previous._plugins.get(path)
+            inherit = getattr(plugin, "inherit_state", None)
+            if old is None or old[0] != type_name or inherit is None:
+                continue
+            try:
+                inherit(old[1])
+            except Exception:
+                log.exception("%s: could not take over the previous state; starting fresh", path)
 
     def decide(self, request: RoutingRequest, views: Sequence[WorkerView]) -> Decision:
         """Choose a worker for ``request`` among ``views``. Never raises."""
@@ -144,9 +166,8 @@ class _Builder:
     """Instantiates plugins from specs, checking each satisfies its kind's protocol."""
 
     def __init__(self, routing: RoutingConfig, fleet: FleetConfig, registry: PluginRegistry,
-                 seed: int | None, previous: PolicyEngine | None) -> None:
+                 seed: int | None) -> None:
         self.routing, self.fleet, self.registry, self.seed = routing, fleet, registry, seed
-        self.previous = dict(previous._plugins) if previous is not None else {}
         self.plugins: dict[str, tuple[str, Any]] = {}
 
     def build(self, spec: PluginSpec, kind: PluginKind) -> Any:
@@ -162,19 +183,8 @@ class _Builder:
             raise RoutingConfigError(f"{spec.path}: {exc}") from exc
         if not isinstance(plugin, KIND_PROTOCOLS[kind]):
             raise RoutingConfigError(f"{spec.path}.type: {spec.type!r} did not build a {kind}")
-        self._inherit(spec, plugin)
         self.plugins[spec.path] = (spec.type, plugin)
         return plugin
-
-    def _inherit(self, spec: PluginSpec, plugin: Any) -> None:
-        old = self.previous.get(spec.path)
-        inherit = getattr(plugin, "inherit_state", None)
-        if old is None or old[0] != spec.type or inherit is None:
-            return
-        try:
-            inherit(old[1])
-        except Exception:
-            log.exception("%s: could not take over the previous state; starting fresh", spec.path)
 
 
 def check_against_fleet(routing: RoutingConfig, fleet: FleetConfig) -> None:

@@ -99,6 +99,7 @@ class PolicyReloader:
             engine = await asyncio.to_thread(self._build, text)
         except RoutingConfigError as exc:
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
+        engine.take_state_from(self.engine)     # on the loop, with no await before the swap
         self.engine = engine
         if self._on_swap is not None:
             self._on_swap(engine)
@@ -106,8 +107,7 @@ class PolicyReloader:
 
     def _build(self, text: str) -> PolicyEngine:
         routing = parse_routing_text(text, self._registry, str(self.path))
-        return PolicyEngine.build(routing, self.fleet, self._registry, seed=self._seed,
-                                  previous=self.engine)
+        return PolicyEngine.build(routing, self.fleet, self._registry, seed=self._seed)
 
     def _report(self, result: ReloadResult) -> ReloadResult:
         if result.result == "success":

@@ -99,3 +99,23 @@ def test_initial_bad_file_raises(tmp_path: Path) -> None:
     path.write_text(BAD)
     with pytest.raises(RoutingConfigError, match=r"weight: must be a number$"):
         PolicyReloader.load(path, FLEET)
+
+
+async def test_reload_hands_state_to_the_new_engine(tmp_path: Path) -> None:
+    from policies.base import RoutingRequest
+    from workers.engine.profiles import H100_80GB, LLAMA_3_8B
+    from workers.models import WorkerInfo, WorkerView
+
+    def view(worker_id: str) -> WorkerView:
+        info = WorkerInfo(worker_id, "http://127.0.0.1:1", H100_80GB, ("m",), LLAMA_3_8B, 1.0)
+        return WorkerView(info, 0, 0, 0.0, 16, 100, 8192, 0, 0, True, 0.0, ("m",))
+
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {picker: {type: round-robin}}}\n")
+    reloader = PolicyReloader.load(path, FLEET)
+    views = [view("a"), view("b"), view("c")]
+    assert reloader.engine.decide(RoutingRequest("r", "m"), views).worker_id == "a"
+    write(path, "profiles: {default: {picker: round-robin, scorers: [kv-usage]}}\n", 1_000_000)
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert reloader.engine.decide(RoutingRequest("r", "m"), views).worker_id == "b"
