@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from policies.base import RoutingRequest
 from policies.errors import ParamError, RoutingConfigError
-from policies.producers.chat_template import render_chat
+from policies.producers.chat_template import message_text, render_chat
 from policies.registry import BuildContext, PluginRegistry
 from workers.models import WorkerView
 
@@ -170,6 +170,10 @@ class TokensProducer:
                    if not self.cache.contains((key_prefix, _digest(t))))
 
     def should_offload(self, request: RoutingRequest) -> bool:
+        """True when at least ``offload_min_chars`` characters need tokenizing. Small prompts
+        are answered from their raw length, without rendering or hashing them."""
+        if approximate_chars(request) < self.offload_min_chars:
+            return False
         return self.cost_hint(request) >= self.offload_min_chars
 
     def _encode_cached(self, model: str, text: str) -> array[int]:
@@ -203,6 +207,19 @@ def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
         ids = [t for part in prompt for t in part if isinstance(t, int)]
         return [], ids
     return [], []
+
+
+def approximate_chars(request: RoutingRequest) -> int:
+    """A cheap upper-bound-ish size of the text to tokenize (template markup excluded)."""
+    if request.messages is not None:
+        return sum(len(message_text(m.get("content")) if isinstance(m, Mapping) else str(m))
+                   for m in request.messages)
+    prompt: Any = request.prompt
+    if isinstance(prompt, str):
+        return len(prompt)
+    if isinstance(prompt, list):
+        return sum(len(p) for p in prompt if isinstance(p, str))
+    return 0
 
 
 def _digest(text: str) -> bytes:

@@ -76,6 +76,11 @@ def test_should_offload_by_length() -> None:
     assert not p.should_offload(RoutingRequest("r", "m", prompt="x" * 99))
     assert p.should_offload(RoutingRequest("r", "m", prompt="x" * 100))
     assert not p.should_offload(RoutingRequest("r", "m", prompt=list(range(1000))))
+    chat = RoutingRequest("r", "m", messages=[{"role": "user", "content": "y" * 150}])
+    assert p.should_offload(chat)
+    p.produce(chat, [])
+    assert not p.should_offload(chat)            # cached now: nothing left to tokenize
+    assert not p.should_offload(RoutingRequest("r", "m", messages=[{"content": "z" * 90}]))
 
 
 def _word_level_tokenizer(path: Path) -> None:
