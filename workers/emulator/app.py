@@ -23,6 +23,7 @@ from workers.emulator.generation import chat_completions, completions
 from workers.emulator.kv_events import KvEventPublisher
 from workers.emulator.metrics import VLLM_VERSION
 from workers.emulator.protocol import decode_json, token_list
+from workers.emulator.runner import StepLag
 from workers.emulator.state import WORKER, WorkerState, build_state
 from workers.emulator.tokens import Tokenizer, message_text
 
@@ -80,6 +81,7 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer | None = None) -> we
     app.router.add_get("/kv_event_sources", kv_event_sources)
     app.router.add_get("/emulator/faults", get_faults)
     app.router.add_post("/emulator/faults", set_faults)
+    app.router.add_get("/emulator/stats", runner_stats)
     return app
 
 
@@ -181,6 +183,21 @@ async def kv_event_sources(request: web.Request) -> web.Response:
     return _json({"0": {"enable_kv_cache_events": True, "publisher": "zmq",
                         "endpoint": w.publisher.endpoint, "replay_endpoint": cfg.replay_endpoint,
                         "topic": cfg.topic, "buffer_steps": cfg.buffer_steps}})
+
+
+async def runner_stats(request: web.Request) -> web.Response:
+    """Step-lag statistics of the engine runner (``?reset=1`` starts a new window)."""
+    runner = request.app[WORKER].runner
+    lag = runner.lag
+    recent = sorted(lag.recent)
+    body = {"steps": lag.steps, "inflight": runner.num_inflight,
+            "lag_mean_s": lag.total_s / lag.steps if lag.steps else 0.0,
+            "lag_p50_s": recent[len(recent) // 2] if recent else 0.0,
+            "lag_p99_s": recent[min(len(recent) - 1, int(len(recent) * 0.99))] if recent else 0.0,
+            "lag_max_s": lag.max_s, "emulated_time_s": runner.now()}
+    if request.query.get("reset") == "1":
+        runner.lag = StepLag()
+    return _json(body)
 
 
 async def get_faults(request: web.Request) -> web.Response:

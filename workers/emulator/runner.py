@@ -29,6 +29,7 @@ from workers.engine.api import EngineRequest, EngineStats, RequestOutput, StepRe
 
 log = logging.getLogger(__name__)
 
+MAX_CATCH_UP_S = 0.25        # a chain further behind than this restarts from "now"
 OutputQueue = asyncio.Queue[RequestOutput | None]   # None: the engine failed
 
 
@@ -89,6 +90,7 @@ class EngineRunner:
         self._requests: dict[str, _Tracked] = {}
         self._finished_meta: dict[str, tuple[float, int]] = {}   # arrival, max_tokens
         self._idle = True
+        self._next_wall: float | None = None      # wall time the running step chain is due
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -163,11 +165,13 @@ class EngineRunner:
         self._emu, self._wall, self._emu_limit = at, self._clock(), at
 
     def _go_idle(self) -> None:
+        self._next_wall = None
         if not self._idle:
             self._idle = True
             self._emu, self._wall, self._emu_limit = self.now(), self._clock(), math.inf
 
     async def _step_once(self) -> None:
+        wall_before = self._clock()
         start = self.now()
         result = self.engine.step(start)
         end = start + result.duration_s
@@ -176,11 +180,17 @@ class EngineRunner:
         if self.publisher is not None and result.kv_events:
             self.publisher.publish(result.kv_events)
         if result.duration_s > 0 and self.time_scale > 0:
-            target = wall_start + result.duration_s * self.time_scale
+            # Back-to-back steps follow one wall-clock timeline, so a late wake-up is made up
+            # by the next steps instead of accumulating (unless it is hopelessly late).
+            base = self._next_wall if self._next_wall is not None else wall_before
+            target = base + result.duration_s * self.time_scale
             await asyncio.sleep(max(0.0, target - self._clock()))
-            self.lag.add(max(0.0, self._clock() - target))
+            lag = max(0.0, self._clock() - target)
+            self.lag.add(lag)
+            self._next_wall = target if lag <= MAX_CATCH_UP_S else None
         elif not result.outputs and not result.finished:
             # Nothing could be scheduled: wait for an arrival or an abort, never spin.
+            self._next_wall = None
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=0.05)
