@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from policies.errors import ParamError
+
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -85,8 +87,6 @@ class SloConfig:
     tpot_s: float | None = None
 
     def __post_init__(self) -> None:
-        from policies.errors import ParamError
-
         for name in ("ttft_s", "tpot_s"):
             value = getattr(self, name)
             if value is not None and value <= 0:
