@@ -1,0 +1,172 @@
+"""Semantic classification latency: open-loop Poisson arrivals through the semantic producer.
+
+Loads a routing file's ``semantic:`` section (default ``config/examples/semantic.yaml``),
+trains its classifier, then sends ``--rate`` requests per second for ``--duration`` seconds
+through ``SemanticProducer.produce_async`` on one asyncio loop, exactly as the router does
+(the embedding thread micro-batches concurrent requests). Each request is a chat message
+drawn from ``--data`` (cut to ``--max-prompt-tokens`` model tokens) with a unique suffix, so
+no request hits the embedding cache: the numbers are the uncached cost. The latency of a
+request is from its arrival to its class being set.
+
+Pin it to one core for the one-core figure::
+
+    taskset -c 1 .venv/bin/python -m bench.semantic --rate 50 --duration 20 --out bench-out/semantic
+
+Writes ``semantic.json`` (settings, percentiles, batch sizes, accuracy on the sent prompts)
+and ``semantic.png`` (latency over time and its distribution) under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DEFAULT_ROUTING = Path("config/examples/semantic.yaml")
+DEFAULT_DATA = Path("config/examples/semantic-eval/heldout.jsonl")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--routing", type=Path, default=DEFAULT_ROUTING)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                        help="JSONL of {text, label}: the prompts to send")
+    parser.add_argument("--rate", type=float, default=50.0, help="requests per second")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
+    parser.add_argument("--max-prompt-tokens", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+
+
+def run(args: argparse.Namespace) -> int:
+    from policies.errors import RoutingConfigError
+
+    try:
+        result = asyncio.run(_bench(args))
+    except RoutingConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "semantic.json").write_text(json.dumps(result, indent=2))
+    _plot(result, args.out / "semantic.png")
+    summary = result["latency_ms"]
+    print(f"{result['requests']} requests at {args.rate:g}/s on CPUs {result['cpus']}: "
+          f"p50 {summary['p50']:.2f} ms, p90 {summary['p90']:.2f} ms, "
+          f"p99 {summary['p99']:.2f} ms, max {summary['max']:.2f} ms; "
+          f"mean batch {result['mean_batch']:.2f}; accuracy {100 * result['accuracy']:.1f}%")
+    print(f"wrote {args.out / 'semantic.json'} and {args.out / 'semantic.png'}")
+    return 0
+
+
+async def _bench(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+    from tqdm import tqdm
+
+    from policies.base import RoutingRequest
+    from policies.loader import load_routing
+    from policies.semantic.model import build_semantic_model, read_labelled_jsonl
+    from policies.semantic.producer import SemanticProducer
+    from policies.semantic.section import SECTION_NAME
+
+    section = load_routing(args.routing).section(SECTION_NAME)
+    if section is None:
+        raise SystemExit(f"{args.routing}: no semantic: section")
+    model = build_semantic_model(section, args.routing.resolve().parent)
+    producer = SemanticProducer("semantic", model)
+    rows = read_labelled_jsonl(args.data, "--data")
+    tokenizer: Any = getattr(model.embedder, "_tokenizer", None)
+    prompts = [(_cut(text, tokenizer, args.max_prompt_tokens), label) for text, label in rows]
+    rng = random.Random(args.seed)
+    total = int(args.rate * args.duration)
+    latencies: list[float] = [0.0] * total
+    sent_at: list[float] = [0.0] * total
+    correct = 0
+    progress = tqdm(total=total, desc="semantic", unit="req", file=sys.stderr)
+
+    async def one(i: int, text: str, label: str) -> None:
+        nonlocal correct
+        request = RoutingRequest(request_id=str(i), model="auto",
+                                 messages=[{"role": "user", "content": text}])
+        start = time.perf_counter()
+        await producer.produce_async(request, ())
+        latencies[i] = time.perf_counter() - start
+        correct += request.semantic_class == label
+        progress.update()
+
+    tasks: list[asyncio.Task[None]] = []
+    begin = time.perf_counter()
+    next_at = begin
+    for i in range(total):
+        next_at += rng.expovariate(args.rate)
+        delay = next_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        text, label = prompts[i % len(prompts)]
+        sent_at[i] = time.perf_counter() - begin
+        tasks.append(asyncio.create_task(one(i, f"{text} (#{i})", label)))
+    await asyncio.gather(*tasks)
+    progress.close()
+    stats = model.batcher.stats
+    producer.close()
+    ms = np.array(latencies) * 1000.0
+    return {
+        "routing": str(args.routing), "data": str(args.data), "rate": args.rate,
+        "duration_s": args.duration, "requests": total, "cpus": sorted(os.sched_getaffinity(0)),
+        "max_prompt_tokens": args.max_prompt_tokens, "max_tokens": section.max_tokens,
+        "quantize": section.quantize, "batch_window_ms": section.batch.window_ms,
+        "latency_ms": {"p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
+                       "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean()),
+                       "max": float(ms.max())},
+        "batches": stats.batches, "mean_batch": stats.texts / max(1, stats.batches),
+        "largest_batch": stats.largest_batch, "accuracy": correct / total,
+        "classifier": model.report.summary(),
+        "series": {"sent_at_s": sent_at, "latency_ms": ms.tolist()},
+    }
+
+
+def _cut(text: str, tokenizer: Any, max_tokens: int) -> str:
+    """``text`` cut to at most ``max_tokens`` tokens of the embedding model's tokenizer."""
+    if tokenizer is None:
+        return text
+    ids = tokenizer(text, add_special_tokens=False, truncation=True,
+                    max_length=max_tokens)["input_ids"]
+    return str(tokenizer.decode(ids))
+
+
+def _plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = result["series"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.plot(series["sent_at_s"], series["latency_ms"], ".", markersize=2)
+    left.set_xlabel("arrival (s)")
+    left.set_ylabel("classification latency (ms)")
+    left.set_title(f"{result['rate']:g} req/s, CPUs {result['cpus']}")
+    values: Sequence[float] = sorted(series["latency_ms"])
+    right.plot(values, [(i + 1) / len(values) for i in range(len(values))])
+    right.set_xlabel("latency (ms)")
+    right.set_ylabel("CDF")
+    lat = result["latency_ms"]
+    right.set_title(f"p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.semantic", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

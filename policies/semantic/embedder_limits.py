@@ -1,0 +1,7 @@
+"""Constants of the embedding model, importable without importing the model's libraries."""
+
+from __future__ import annotations
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL_WINDOW_TOKENS = 256     # the model's own max_seq_length
+EMBEDDING_DIM = 384

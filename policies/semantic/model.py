@@ -1,0 +1,174 @@
+"""A trained semantic classifier: embedder + micro-batcher + classifier + threshold.
+
+``build_semantic_model(section, base_dir)`` loads the embedder, embeds the examples of the
+``semantic:`` section (and of its ``examples_file``, resolved against ``base_dir``), trains the
+classifier (``policies.semantic.classifier``) and starts the embedding thread.
+
+``classify(text)`` (blocking) and ``classify_async(text)`` (awaitable; the event loop only
+waits) return a ``Classification``. They never raise: empty text is the default class
+without any model work, a classification below the threshold is the default class, and an
+embedding failure or a wait longer than ``timeout_s`` is the default class too (with
+``outcome`` saying which).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from policies.errors import RoutingConfigError
+from policies.semantic.batcher import MicroBatcher
+from policies.semantic.cache import EmbeddingCache, Vector
+from policies.semantic.classifier import LinearClassifier, TrainingReport, train_classifier
+from policies.semantic.section import SemanticSection
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["classified", "unsure", "empty", "error", "timeout"]
+DEFAULT_TIMEOUT_S = 1.0
+TRAINING_BATCH = 32
+
+
+class Embedder(Protocol):
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    label: str                  # the class the request gets
+    confidence: float           # probability of the predicted class (0 when not classified)
+    predicted: str | None       # the classifier's best class before the threshold
+    outcome: Outcome
+
+
+class SemanticModel:
+    """Classifies texts; owns the embedding thread (``close()`` stops it)."""
+
+    def __init__(self, section: SemanticSection, embedder: Embedder,
+                 classifier: LinearClassifier, report: TrainingReport,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.section = section
+        self.embedder = embedder
+        self.classifier = classifier
+        self.report = report
+        self.timeout_s = timeout_s
+        self.batcher = MicroBatcher(
+            embedder.embed, EmbeddingCache(section.cache_size),
+            window_s=section.batch.window_ms / 1000.0, max_batch=section.batch.max_size)
+
+    def decide(self, vector: Vector) -> Classification:
+        """Apply the classifier and the confidence threshold to one embedding."""
+        label, confidence = self.classifier.classify(vector)
+        if confidence < self.section.threshold:
+            return Classification(self.section.default_class, confidence, label, "unsure")
+        return Classification(label, confidence, label, "classified")
+
+    def classify(self, text: str) -> Classification:
+        if not text:
+            return self._fallback("empty")
+        try:
+            vector = self.batcher.submit(text).result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            return self._fallback("timeout")
+        except Exception:
+            log.exception("semantic classification failed; using the default class")
+            return self._fallback("error")
+        return self.decide(vector)
+
+    async def classify_async(self, text: str) -> Classification:
+        if not text:
+            return self._fallback("empty")
+        try:
+            future = asyncio.wrap_future(self.batcher.submit(text))
+            # shield: a timeout here must not cancel a computation other requests share
+            vector = await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
+        except TimeoutError:
+            return self._fallback("timeout")
+        except Exception:
+            log.exception("semantic classification failed; using the default class")
+            return self._fallback("error")
+        return self.decide(vector)
+
+    def close(self) -> None:
+        self.batcher.close()
+
+    def _fallback(self, outcome: Outcome) -> Classification:
+        return Classification(self.section.default_class, 0.0, None, outcome)
+
+
+def load_examples(section: SemanticSection, base_dir: Path) -> tuple[list[str], list[str]]:
+    """(texts, labels) of the YAML examples followed by those of ``examples_file``."""
+    texts: list[str] = []
+    labels: list[str] = []
+    for name, spec in section.classes.items():
+        texts.extend(spec.examples)
+        labels.extend([name] * len(spec.examples))
+    if section.examples_file is not None:
+        for text, label in read_labelled_jsonl(base_dir / section.examples_file,
+                                               "semantic.examples_file"):
+            if label not in section.classes:
+                raise RoutingConfigError(
+                    f"semantic.examples_file: label {label!r} is not a declared class "
+                    f"(declared: {', '.join(section.classes)})")
+            texts.append(text)
+            labels.append(label)
+    return texts, labels
+
+
+def read_labelled_jsonl(path: Path, where: str) -> list[tuple[str, str]]:
+    """Rows ``{"text": ..., "label": ...}`` of a JSONL file (other keys are ignored)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise RoutingConfigError(f"{where}: cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise RoutingConfigError(f"{where}: {path} is not UTF-8 ({exc.reason})") from exc
+    rows: list[tuple[str, str]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RoutingConfigError(f"{where}: {path} line {number}: {exc.msg}") from exc
+        text, label = (row.get("text"), row.get("label")) if isinstance(row, dict) else (0, 0)
+        if not isinstance(text, str) or not isinstance(label, str) or not text.strip():
+            raise RoutingConfigError(
+                f"{where}: {path} line {number}: needs a non-empty \"text\" and a \"label\"")
+        rows.append((text, label))
+    return rows
+
+
+def embed_all(embedder: Embedder, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+    parts = [embedder.embed(texts[i:i + TRAINING_BATCH])
+             for i in range(0, len(texts), TRAINING_BATCH)]
+    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+
+
+def train_model(section: SemanticSection, base_dir: Path, embedder: Embedder) -> SemanticModel:
+    """Train on the section's examples with an already loaded embedder."""
+    texts, labels = load_examples(section, base_dir)
+    if len(set(labels)) < 2:
+        raise RoutingConfigError(
+            "semantic.classes: examples of at least two classes are required")
+    classifier, report = train_classifier(embed_all(embedder, texts), labels, section.classifier)
+    log.info("semantic classifier: %s", report.summary())
+    return SemanticModel(section, embedder, classifier, report)
+
+
+def build_semantic_model(section: SemanticSection, base_dir: Path) -> SemanticModel:
+    """Load all-MiniLM-L6-v2 (imports torch) and train on the section's examples."""
+    from policies.semantic.embedder import MiniLmEmbedder
+
+    embedder = MiniLmEmbedder(max_tokens=section.max_tokens, threads=section.threads,
+                              quantize=section.quantize)
+    return train_model(section, base_dir, embedder)

@@ -1,0 +1,108 @@
+"""The ``semantic:`` section of routing.yaml: classes, their examples and the classifier's knobs.
+
+```yaml
+semantic:
+  default_class: chat          # unsure, empty or unreadable prompts get this class
+  threshold: 0.5               # minimum class probability; below it: default_class
+  text: last-user              # last-user | all-user | system+last-user
+  max_tokens: 128              # tokens of that text the embedder reads (8..256)
+  classifier: auto             # auto | logistic-regression | nearest-centroid
+  examples_file: null          # optional JSONL of {"text", "label"}, relative to this file
+  cache_size: 4096             # embeddings kept, by content hash (0: no cache)
+  threads: 1                   # torch threads of the embedding thread
+  quantize: true               # dynamic int8 linear layers (faster on CPU)
+  batch: {window_ms: 2.0, max_size: 16}
+  classes:
+    code: {examples: ["Write a Python function that ...", "..."]}
+    chat: {examples: ["..."]}
+```
+
+Parsing checks that the ``semantic`` extra is importable (without importing it), so
+``kvroute validate`` refuses a semantic configuration on an installation without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.errors import ParamError, RoutingConfigError
+from policies.params import build_params
+from policies.semantic.classifier import ClassifierMethod
+from policies.semantic.embedder_limits import MODEL_WINDOW_TOKENS
+from policies.semantic.extras import extra_missing_message
+from policies.semantic.text import TextMode
+
+SECTION_NAME = "semantic"
+CHARS_PER_TOKEN_BOUND = 16   # text beyond max_tokens × this is never looked at
+
+
+@dataclass(frozen=True, slots=True)
+class BatchParams:
+    window_ms: float = 2.0
+    max_size: int = 16
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.window_ms <= 50:
+            raise ParamError("window_ms", "must be within 0..50")
+        if not 1 <= self.max_size <= 256:
+            raise ParamError("max_size", "must be within 1..256")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSpec:
+    examples: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if any(not text.strip() for text in self.examples):
+            raise ParamError("examples", "must not contain empty strings")
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticSection:
+    classes: Mapping[str, ClassSpec]
+    default_class: str
+    threshold: float = 0.5
+    text: TextMode = "last-user"
+    max_tokens: int = 128
+    classifier: ClassifierMethod = "auto"
+    examples_file: str | None = None
+    cache_size: int = 4096
+    threads: int = 1
+    quantize: bool = True
+    batch: BatchParams = field(default_factory=BatchParams)
+
+    def __post_init__(self) -> None:
+        if not self.classes:
+            raise ParamError("classes", "required (at least one class with examples)")
+        if not self.default_class:
+            raise ParamError("default_class", "must be a non-empty string")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ParamError("threshold", "must be within 0..1")
+        if not 8 <= self.max_tokens <= MODEL_WINDOW_TOKENS:
+            raise ParamError("max_tokens", f"must be within 8..{MODEL_WINDOW_TOKENS}")
+        if self.cache_size < 0:
+            raise ParamError("cache_size", "must be >= 0")
+        if not 1 <= self.threads <= 64:
+            raise ParamError("threads", "must be within 1..64")
+
+    @property
+    def max_chars(self) -> int:
+        return self.max_tokens * CHARS_PER_TOKEN_BOUND
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """Every class a request can get: the declared ones plus the default."""
+        names = tuple(self.classes)
+        return names if self.default_class in names else (*names, self.default_class)
+
+
+def parse_semantic_section(raw: Any, path: str) -> SemanticSection:
+    """Section parser registered with the policy registry."""
+    message = extra_missing_message()
+    if message is not None:
+        raise RoutingConfigError(f"{path}: {message}")
+    if raw is None:
+        raise RoutingConfigError(f"{path}: must be a mapping")
+    return build_params(SemanticSection, raw, path)
