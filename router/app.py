@@ -38,6 +38,7 @@ from router.metrics import RouterMetrics
 from router.proxy import Proxy
 from router.settings import Settings
 from router.state.memory_store import MemoryStateStore
+from router.state.redis_store import RedisStateStore
 from router.state.store import StateStore
 from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry
@@ -73,9 +74,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Appl
 
 def _make_store(settings: Settings) -> StateStore:
     if settings.redis_url:
-        from router.state.redis_store import RedisStateStore
-        store: StateStore = RedisStateStore(settings.redis_url, settings.replica_id)
-        return store
+        return RedisStateStore(settings.redis_url, settings.replica_id)
     return MemoryStateStore()
 
 

@@ -8,10 +8,20 @@ corrected by what the router dispatched since it was taken (``workers.views.buil
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
-from workers.inflight import InflightTracker
+from workers.inflight import WorkerInflight
 from workers.models import WorkerInfo, WorkerSnapshot, WorkerView
 from workers.views import build_view
+
+
+class InflightSource(Protocol):
+    """What the registry reads in-flight counts from (``workers.inflight.InflightTracker``,
+    or a store that merges several router replicas' counts)."""
+
+    def get(self, worker_id: str) -> WorkerInflight: ...
+
+    def on_scrape(self, worker_id: str) -> None: ...
 
 
 class WorkerRegistry:
@@ -19,7 +29,7 @@ class WorkerRegistry:
 
     __slots__ = ("_by_id", "_infos", "_snapshots", "inflight")
 
-    def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightTracker) -> None:
+    def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightSource) -> None:
         self._infos = tuple(infos)
         self._by_id = {info.id: info for info in self._infos}
         if len(self._by_id) != len(self._infos):

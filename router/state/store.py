@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from workers.inflight import InflightTracker
+from workers.registry import InflightSource
 
 
 class StateStore(Protocol):
     """In-flight counters (and, later, prefix index, ejections, budgets, sessions)."""
 
     @property
-    def inflight(self) -> InflightTracker:
-        """The tracker the worker registry builds views from."""
+    def inflight(self) -> InflightSource:
+        """The counts the worker registry builds views from."""
         ...
 
     @property

@@ -1,8 +1,15 @@
 """Router integration fixtures: one emulator process hosting workers with different
-behaviours (session-wide), and a factory of in-process routers over any subset of them."""
+behaviours (session-wide), a factory of in-process routers over any subset of them, and a
+real ``redis-server`` on 127.0.0.1 (free port) started for a test and stopped by pid."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,3 +60,27 @@ async def make_router(tmp_path: Path) -> AsyncIterator[RouterFactory]:
     yield make
     for runner in runners:
         await runner.cleanup()
+
+
+@pytest.fixture
+def redis_url(tmp_path: object) -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it)")
+    port = free_port()
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10.0
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert proc.poll() is None, "redis-server exited"
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)

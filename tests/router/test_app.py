@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import aiohttp
 import openai
 import pytest
 
@@ -62,3 +63,30 @@ async def test_reload_applies_good_file_and_refuses_bad_one(
     await wait_for_reloads(router, "failure", 1)
     assert await profile_of(router) == "fast"          # the last good config keeps serving
     assert router.metric("kvroute_config_reloads_total", result="success") == 1.0
+
+
+async def test_two_replicas_share_inflight_through_redis(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, redis_url: str) -> None:
+    fleet = subset(emulated_fleet, ["slow"])
+    first = await make_router(fleet, redis_url=redis_url, replica_id="r1")
+    second = await make_router(fleet, redis_url=redis_url, replica_id="r2")
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4000, "stream": True}
+    async with aiohttp.ClientSession() as session:
+        resp = await session.post(first.url + "/v1/chat/completions", json=body)
+        await resp.content.readuntil(b"\n\n")             # in flight on r1
+        deadline = time.monotonic() + 5.0
+        while await inflight_seen(session, second) != 1:
+            assert time.monotonic() < deadline, "r2 never saw r1's request"
+            await asyncio.sleep(0.05)
+        resp.close()
+        deadline = time.monotonic() + 5.0
+        while await inflight_seen(session, second) != 0:
+            assert time.monotonic() < deadline, "r2 still counts the finished request"
+            await asyncio.sleep(0.05)
+
+
+async def inflight_seen(session: aiohttp.ClientSession, router: RouterHandle) -> int:
+    async with session.get(router.url + "/debug/fleet") as resp:
+        [worker] = (await resp.json())["data"]
+        return int(worker["inflight_requests"])

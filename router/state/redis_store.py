@@ -1,0 +1,167 @@
+"""A ``StateStore`` shared by several router replicas through Redis.
+
+Each replica keeps exact counts of its own dispatches in a local ``InflightTracker`` and, off
+the request path every ``sync_interval_s``, publishes them to the hash
+``kvroute:inflight:<replica>`` (field per worker: ``requests,prefill,decode,since_scrape``)
+with a time-to-live, then reads the other replicas' hashes. Views add the others' counts to
+the local ones, so a burst spread over replicas is still seen whole. A replica that dies
+stops refreshing its hash and its counts expire.
+
+Redis is never awaited inside a decision. When it is unreachable the store says so
+(``degraded``; ``/health`` shows it), drops the remote counts and routes on local ones,
+retrying every interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import redis.asyncio as redis
+from redis.exceptions import RedisError
+
+from workers.inflight import InflightTracker, WorkerInflight
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "kvroute:inflight:"
+
+
+class MergedInflight:
+    """Local counts plus the other replicas' last published counts (read by the registry)."""
+
+    __slots__ = ("local", "remote")
+
+    def __init__(self, local: InflightTracker) -> None:
+        self.local = local
+        self.remote: dict[str, WorkerInflight] = {}
+
+    def get(self, worker_id: str) -> WorkerInflight:
+        mine = self.local.get(worker_id)
+        other = self.remote.get(worker_id)
+        if other is None:
+            return mine
+        return WorkerInflight(
+            requests=mine.requests + other.requests,
+            prefill_tokens=mine.prefill_tokens + other.prefill_tokens,
+            decode_tokens=mine.decode_tokens + other.decode_tokens,
+            dispatched_since_scrape=mine.dispatched_since_scrape + other.dispatched_since_scrape)
+
+    def on_scrape(self, worker_id: str) -> None:
+        self.local.on_scrape(worker_id)
+
+
+def _encode(entry: WorkerInflight) -> str:
+    return (f"{entry.requests},{entry.prefill_tokens},{entry.decode_tokens},"
+            f"{entry.dispatched_since_scrape}")
+
+
+def _decode(raw: str) -> WorkerInflight:
+    requests, prefill, decode, since = (int(x) for x in raw.split(","))
+    return WorkerInflight(requests, prefill, decode, since)
+
+
+class RedisStateStore:
+    """In-flight counters shared between replicas; see the module docstring."""
+
+    def __init__(self, url: str, replica_id: str, sync_interval_s: float = 0.1,
+                 ttl_s: float | None = None) -> None:
+        self._url = url
+        self.replica_id = replica_id
+        self._key = KEY_PREFIX + replica_id
+        self._interval = sync_interval_s
+        self._ttl_ms = int(1000 * (ttl_s if ttl_s is not None else max(1.0, 10 * sync_interval_s)))
+        self._local = InflightTracker()
+        self._workers: set[str] = set()      # workers this replica has dispatched to
+        self._merged = MergedInflight(self._local)
+        self._client: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._degraded = False
+
+    @property
+    def inflight(self) -> MergedInflight:
+        return self._merged
+
+    @property
+    def degraded(self) -> bool:
+        return self._degraded
+
+    async def start(self) -> None:
+        self._client = redis.Redis.from_url(self._url, decode_responses=True,
+                                            socket_timeout=1.0, socket_connect_timeout=1.0)
+        await self.sync_once()
+        self._task = asyncio.create_task(self._run(), name="kvroute-redis-sync")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._client is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self._client.delete(self._key)
+            await self._client.aclose()
+
+    def on_dispatch(self, worker_id: str, prefill_tokens: int, decode_tokens: int) -> None:
+        self._workers.add(worker_id)
+        self._local.on_dispatch(worker_id, prefill_tokens, decode_tokens)
+
+    def on_first_token(self, worker_id: str, prefill_tokens: int) -> None:
+        self._local.on_first_token(worker_id, prefill_tokens)
+
+    def on_complete(self, worker_id: str, prefill_tokens_left: int, decode_tokens: int) -> None:
+        self._local.on_complete(worker_id, prefill_tokens_left, decode_tokens)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self.sync_once()
+
+    async def sync_once(self) -> None:
+        """Publish this replica's counts and read everyone else's."""
+        try:
+            await self._publish()
+            self.inflight.remote = await self._read_others()
+        except (RedisError, OSError) as exc:
+            if not self._degraded:
+                log.warning("redis %s unreachable (%s): routing on local state", self._url, exc)
+            self._degraded = True
+            self.inflight.remote = {}
+            return
+        if self._degraded:
+            log.info("redis %s reachable again: sharing state", self._url)
+        self._degraded = False
+
+    async def _publish(self) -> None:
+        fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.delete(self._key)
+            if fields:
+                pipe.hset(self._key, mapping=fields)
+                pipe.pexpire(self._key, self._ttl_ms)
+            await pipe.execute()
+
+    async def _read_others(self) -> dict[str, WorkerInflight]:
+        keys = [k async for k in self._client.scan_iter(match=KEY_PREFIX + "*", count=100)
+                if k != self._key]
+        if not keys:
+            return {}
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(key)
+            tables = await pipe.execute()
+        totals: dict[str, WorkerInflight] = {}
+        for table in tables:
+            for worker, raw in table.items():
+                try:
+                    entry = _decode(raw)
+                except ValueError:
+                    continue
+                total = totals.setdefault(worker, WorkerInflight())
+                total.requests += entry.requests
+                total.prefill_tokens += entry.prefill_tokens
+                total.decode_tokens += entry.decode_tokens
+                total.dispatched_since_scrape += entry.dispatched_since_scrape
+        return totals

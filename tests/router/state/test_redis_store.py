@@ -1,0 +1,88 @@
+"""The Redis state store against a real redis-server: replicas see each other's in-flight
+counts, a closed or dead replica's counts go away, an unreachable Redis degrades to local."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from router.state.redis_store import RedisStateStore
+from workers.emulator.process import free_port
+
+pytestmark = pytest.mark.integration
+
+
+async def test_replicas_share_inflight_counts(redis_url: str) -> None:
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    await one.start()
+    await two.start()
+    try:
+        one.on_dispatch("w1", 100, 10)
+        one.on_dispatch("w1", 50, 5)
+        two.on_dispatch("w1", 7, 3)
+        two.on_dispatch("w2", 1, 1)
+        await one.sync_once()
+        await two.sync_once()
+        await one.sync_once()
+        seen_by_two = two.inflight.get("w1")
+        assert (seen_by_two.requests, seen_by_two.prefill_tokens,
+                seen_by_two.decode_tokens) == (3, 157, 18)
+        assert one.inflight.get("w2").requests == 1
+        assert one.inflight.get("w1").dispatched_since_scrape == 3
+
+        one.on_complete("w1", 100, 10)
+        one.inflight.on_scrape("w1")            # a scrape resets only the local part
+        await one.sync_once()
+        await two.sync_once()
+        w1 = two.inflight.get("w1")
+        assert (w1.requests, w1.prefill_tokens, w1.decode_tokens) == (2, 57, 8)
+        assert one.inflight.get("w1").dispatched_since_scrape == 1
+        assert not one.degraded and not two.degraded
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_closed_replica_counts_disappear(redis_url: str) -> None:
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    await one.start()
+    await two.start()
+    one.on_dispatch("w1", 10, 10)
+    await one.sync_once()
+    await two.sync_once()
+    assert two.inflight.get("w1").requests == 1
+    await one.close()
+    await two.sync_once()
+    assert two.inflight.get("w1").requests == 0
+    await two.close()
+
+
+async def test_dead_replica_counts_expire(redis_url: str) -> None:
+    dead = RedisStateStore(redis_url, "dead", sync_interval_s=60, ttl_s=0.2)
+    alive = RedisStateStore(redis_url, "alive", sync_interval_s=60)
+    await dead.start()
+    await alive.start()
+    try:
+        dead.on_dispatch("w1", 10, 10)
+        await dead.sync_once()         # then never again, as if the process died
+        await alive.sync_once()
+        assert alive.inflight.get("w1").requests == 1
+        await asyncio.sleep(0.3)
+        await alive.sync_once()
+        assert alive.inflight.get("w1").requests == 0
+    finally:
+        await alive.close()
+
+
+async def test_unreachable_redis_degrades_to_local_state() -> None:
+    store = RedisStateStore(f"redis://127.0.0.1:{free_port()}/0", "r1", sync_interval_s=60)
+    await store.start()
+    try:
+        assert store.degraded
+        store.on_dispatch("w1", 5, 5)
+        assert store.inflight.get("w1").requests == 1
+    finally:
+        await store.close()
