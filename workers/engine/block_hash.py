@@ -111,6 +111,9 @@ def block_hash_chain(token_ids: Sequence[int], block_size: int, algo: str = "sha
     return hashes
 
 
-def to_event_int(h: bytes) -> int:
-    """The value KV events publish for a hash: its lower 64 bits, unsigned."""
+def to_event_int(h: bytes | int) -> int:
+    """The value KV events publish for a hash: its lower 64 bits, unsigned (an integer
+    hash, as the engine keeps ``builtin`` ones, is read as its big-endian bytes' value)."""
+    if isinstance(h, int):
+        return h & _MASK_64
     return int.from_bytes(h, "big") & _MASK_64

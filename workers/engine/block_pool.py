@@ -39,6 +39,9 @@ class BlockPool:
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self.kv_event_queue: list[KVEvent] = []
+        # Bumped whenever a hash leaves the index: a cache hit found earlier is still a hit
+        # (same blocks) as long as this has not changed.
+        self.num_evictions = 0
 
     # -- prefix-cache index ------------------------------------------------------------
 
@@ -49,12 +52,11 @@ class BlockPool:
             return entry
         return next(iter(entry.values()))
 
-    def _insert_cached(self, block_hash: BlockHash, block: KVCacheBlock) -> None:
+    def _insert_duplicate(self, block_hash: BlockHash, block: KVCacheBlock) -> None:
+        """Index a second block with an already indexed hash."""
         index = self.cached_block_hash_to_block
-        entry = index.get(block_hash)
-        if entry is None:
-            index[block_hash] = block
-        elif isinstance(entry, KVCacheBlock):
+        entry = index[block_hash]
+        if isinstance(entry, KVCacheBlock):
             index[block_hash] = {entry.block_id: entry, block.block_id: block}
         else:
             entry[block.block_id] = block
@@ -85,15 +87,15 @@ class BlockPool:
         """
         if num_cached_blocks >= num_full_blocks:
             return
-        insert = self._insert_cached
-        for i in range(num_cached_blocks, num_full_blocks):
-            block = blocks[i]
-            if block.is_null:
-                continue
-            assert block.block_hash is None, f"{block} is already cached"
-            h = block_hashes[i]
+        index = self.cached_block_hash_to_block
+        setdefault = index.setdefault
+        # Blocks past num_cached_blocks were allocated for this request: never null, never
+        # cached yet.
+        for block, h in zip(blocks[num_cached_blocks:num_full_blocks],
+                            block_hashes[num_cached_blocks:num_full_blocks], strict=True):
             block.block_hash = h
-            insert(h, block)
+            if setdefault(h, block) is not block:
+                self._insert_duplicate(h, block)
         if self.enable_kv_cache_events:
             bs = self.block_size
             parent = (to_event_int(block_hashes[num_cached_blocks - 1])
@@ -111,16 +113,40 @@ class BlockPool:
         """Pop ``num_blocks`` from the front, evicting any that are still cached."""
         if num_blocks > self.free_block_queue.num_free_blocks:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
-        blocks = self.free_block_queue.popleft_n(num_blocks)
-        if self.enable_caching:
-            evict = self._maybe_evict_cached_block
+        if not self.enable_caching or self.enable_kv_cache_events:
+            blocks = self.free_block_queue.popleft_n(num_blocks)
             for block in blocks:
                 if block.block_hash is not None:
-                    evict(block)
+                    self._maybe_evict_cached_block(block)
                 block.ref_cnt += 1
-        else:
-            for block in blocks:
-                block.ref_cnt += 1
+            return blocks
+        # popleft_n, eviction and the reference in one pass (the allocation hot path).
+        queue = self.free_block_queue
+        index = self.cached_block_hash_to_block
+        blocks = []
+        append = blocks.append
+        evicted = 0
+        curr = queue.fake_head.next_free_block
+        for _ in range(num_blocks):
+            assert curr is not None
+            append(curr)
+            h = curr.block_hash
+            if h is not None:
+                if index.get(h) is curr:
+                    del index[h]
+                    curr.block_hash = None
+                    evicted += 1
+                else:
+                    self._maybe_evict_cached_block(curr)
+            curr.ref_cnt += 1
+            nxt = curr.next_free_block
+            curr.prev_free_block = curr.next_free_block = None
+            curr = nxt
+        assert curr is not None
+        queue.fake_head.next_free_block = curr
+        curr.prev_free_block = queue.fake_head
+        queue.num_free_blocks -= num_blocks
+        self.num_evictions += evicted
         return blocks
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
@@ -131,6 +157,7 @@ class BlockPool:
         block.block_hash = None
         if not self._pop_cached(block_hash, block):
             return False
+        self.num_evictions += 1
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(BlockRemoved(block_hashes=(to_event_int(block_hash),)))
         return True
@@ -147,27 +174,37 @@ class BlockPool:
         """Drop one reference from each block, in the order given (callers pass tail first).
 
         Blocks reaching zero with a hash are appended (FIFO reuse of cached blocks = LRU
-        eviction); those without a hash are prepended (LIFO reuse of uncached blocks).
+        eviction); those without a hash are then prepended, in the order given (LIFO reuse
+        of uncached blocks).
         """
         to_evict_first: list[KVCacheBlock] = []
-        to_evict_last: list[KVCacheBlock] = []
+        caching = self.enable_caching
+        tail = self.free_block_queue.fake_tail
+        last = tail.prev_free_block
+        assert last is not None
+        num_appended = 0
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0 and not block.is_null:
-                if block.block_hash is None or not self.enable_caching:
+                if block.block_hash is None or not caching:
                     to_evict_first.append(block)
-                else:
-                    to_evict_last.append(block)
+                else:                                       # append to the tail, inlined
+                    last.next_free_block = block
+                    block.prev_free_block = last
+                    last = block
+                    num_appended += 1
+        last.next_free_block = tail
+        tail.prev_free_block = last
+        self.free_block_queue.num_free_blocks += num_appended
         if to_evict_first:
             self.free_block_queue.prepend_n(to_evict_first)
-        if to_evict_last:
-            self.free_block_queue.append_n(to_evict_last)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any block is in use."""
         if self.free_block_queue.num_free_blocks != self.num_gpu_blocks - 1:
             return False
         self.cached_block_hash_to_block = {}
+        self.num_evictions += 1
         for block in self.blocks:
             block.block_hash = None
         if self.enable_kv_cache_events:

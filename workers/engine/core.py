@@ -62,7 +62,8 @@ class EngineCore:
         self.block_pool = BlockPool(limits.num_gpu_blocks, config.enable_prefix_caching,
                                     config.enable_kv_events, limits.block_size)
         hasher = BlockHasher(get_hash_function(config.hash_algo),
-                             none_hash(config.hash_algo, config.hash_seed), limits.block_size)
+                             none_hash(config.hash_algo, config.hash_seed), limits.block_size,
+                             int_chain=config.hash_algo == "builtin")
         self.kv_cache_manager = KVCacheManager(self.block_pool, hasher, limits.max_model_len)
         self.scheduler = Scheduler(self.kv_cache_manager, limits.max_num_seqs,
                                    limits.max_num_batched_tokens, limits.max_model_len)

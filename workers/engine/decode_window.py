@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from workers.engine.kv_cache_utils import BlockHash
 from workers.engine.request import BlockHasher, Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -87,6 +88,9 @@ def run_decode_window(window: DecodeWindow, t: float,
         finish_at.setdefault(r.max_output_tokens - r.num_output_tokens, []).append(i)
         ctx += c + 1
 
+    jitter = core._jitter if core.config.step_jitter > 0.0 else None
+    per_context_token = time_model.decode_time_per_context_token
+    fixed = time_model.fixed_time(num_running, num_running, 0.0, num_running)
     ends: list[float] = []
     finished: list[Request] = []
     generated = 0
@@ -94,14 +98,15 @@ def run_decode_window(window: DecodeWindow, t: float,
     num_alive = num_running
     while t < until and num_alive:
         j = step + 1
-        needs = [i for i in need_buckets[(1 - j) % bs] if alive[i]]
+        bucket = need_buckets[(1 - j) % bs]
+        needs = [i for i in bucket if alive[i]] if bucket else bucket
         free = queue.num_free_blocks
         if len(needs) > free:
             break                                          # the full step would preempt
         if head is not None and need_lb <= free - len(needs):
             break                                          # the head might be admitted
-        fulls = ([i for i in need_buckets[(-j) % bs] if alive[i]]
-                 if caching else [])
+        bucket = need_buckets[(-j) % bs] if caching else []
+        fulls = [i for i in bucket if alive[i]] if bucket else bucket
         if head is not None and fulls and _caches_head_block(reqs, start, fulls, j, bs,
                                                              hasher, head_hashes):
             break
@@ -115,8 +120,9 @@ def run_decode_window(window: DecodeWindow, t: float,
                 pool.cache_full_blocks(r.block_hashes, r.all_token_ids, r.blocks,
                                        r.num_cached_blocks, num_full, r.lora_name)
                 r.num_cached_blocks = num_full
-        duration = time_model.step_time(num_alive, num_alive, 0.0, num_alive, ctx)
-        duration *= core._jitter()
+        duration = fixed + per_context_token * ctx
+        if jitter is not None:
+            duration *= jitter()
         t += duration
         ends.append(t)
         generated += num_alive
@@ -132,6 +138,8 @@ def run_decode_window(window: DecodeWindow, t: float,
             num_alive -= len(done)
             for i in done:
                 _finish(window, reqs[i])
+            if num_alive:
+                fixed = time_model.fixed_time(num_alive, num_alive, 0.0, num_alive)
             if others_waiting:
                 break
     for i, r in enumerate(reqs):
@@ -145,7 +153,7 @@ def run_decode_window(window: DecodeWindow, t: float,
 
 
 def _caches_head_block(reqs: list[Request], start: list[int], fulls: list[int], j: int,
-                       bs: int, hasher: BlockHasher, head_hashes: list[bytes]) -> bool:
+                       bs: int, hasher: BlockHasher, head_hashes: list[BlockHash]) -> bool:
     """Whether a block committed at step ``j`` is one the waiting head would hit."""
     for i in fulls:
         index = (start[i] + j) // bs - 1

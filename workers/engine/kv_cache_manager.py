@@ -13,7 +13,7 @@ Token regions of a request at ``allocate_slots``::
 from __future__ import annotations
 
 from workers.engine.block_pool import BlockPool
-from workers.engine.kv_cache_utils import KVCacheBlock
+from workers.engine.kv_cache_utils import BlockHash, KVCacheBlock
 from workers.engine.request import BlockHasher, Request
 
 
@@ -39,16 +39,26 @@ class KVCacheManager:
             return [], 0
         max_hit_blocks = (request.num_tokens - 1) // self.block_size
         self.hasher.extend(request, max_hit_blocks)
-        blocks = self.find_longest_cache_hit(request.block_hashes, max_hit_blocks)
+        evictions = self.block_pool.num_evictions
+        if request.probe_evictions == evictions:
+            # Nothing left the cache since the last probe: those hits stand; look further.
+            blocks = self.find_longest_cache_hit(request.block_hashes, max_hit_blocks,
+                                                 list(request.probe_hits))
+        else:
+            blocks = self.find_longest_cache_hit(request.block_hashes, max_hit_blocks)
+        request.probe_evictions = evictions
+        request.probe_hits = blocks
         return blocks, len(blocks) * self.block_size
 
-    def find_longest_cache_hit(self, block_hashes: list[bytes],
-                               max_blocks: int) -> list[KVCacheBlock]:
-        """Cached blocks for ``block_hashes[:max_blocks]``, stopping at the first miss."""
+    def find_longest_cache_hit(self, block_hashes: list[BlockHash], max_blocks: int,
+                               known_hits: list[KVCacheBlock] | None = None,
+                               ) -> list[KVCacheBlock]:
+        """Cached blocks for ``block_hashes[:max_blocks]``, stopping at the first miss;
+        ``known_hits`` are leading hits already found (the walk continues after them)."""
         pool = self.block_pool
         index = pool.cached_block_hash_to_block
-        hits: list[KVCacheBlock] = []
-        for i in range(min(max_blocks, len(block_hashes))):
+        hits: list[KVCacheBlock] = known_hits if known_hits is not None else []
+        for i in range(len(hits), min(max_blocks, len(block_hashes))):
             entry = index.get(block_hashes[i])
             if entry is None:
                 break

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-BlockHash = bytes
+# A block hash: vLLM's bytes, or (``builtin`` algo inside one process) its integer value.
+BlockHash = bytes | int
 
 
 class KVCacheBlock:

@@ -70,12 +70,20 @@ class StepTimeModel:
         self.head_compute_per_seq = 2 * vocab_hidden / (gpu.eta_gemm * flops)
         self.head_memory = 2 * vocab_hidden / (gpu.eta_mem * bandwidth)
         self.overhead = gpu.step_overhead_s
+        self.decode_time_per_context_token = self.layers * self.decode_attn_per_token
 
     def step_time(self, num_tokens: int, num_seqs: int, prefill_attn_units: float = 0.0,
                   num_decodes: int = 0, decode_context_tokens: int = 0) -> float:
         """Seconds for one step; 0.0 for an empty batch."""
         if num_tokens <= 0:
             return 0.0
+        return (self.fixed_time(num_tokens, num_seqs, prefill_attn_units, num_decodes)
+                + self.decode_time_per_context_token * decode_context_tokens)
+
+    def fixed_time(self, num_tokens: int, num_seqs: int, prefill_attn_units: float = 0.0,
+                   num_decodes: int = 0) -> float:
+        """``step_time`` without its decode-context term, which is linear: a run of decode
+        steps of one batch adds ``decode_time_per_context_token × context`` to this."""
         k = self.k
         t_c = self.linear_compute_per_token * num_tokens
         t_m = self.linear_memory
@@ -83,7 +91,7 @@ class StepTimeModel:
         layer += self.elementwise_per_token * num_tokens
         layer += self.prefill_attn_per_unit * prefill_attn_units
         if num_decodes:
-            layer += self.decode_attn_per_token * decode_context_tokens + _DECODE_ATTN_FLOOR_S
+            layer += _DECODE_ATTN_FLOOR_S
         if self.allreduce_latency:
             layer += self.allreduce_latency + self.allreduce_per_token * num_tokens
         head = max(self.head_compute_per_seq * num_seqs, self.head_memory)

@@ -14,6 +14,8 @@ from typing import Any
 from workers.engine.api import EngineRequest, FinishReason
 from workers.engine.kv_cache_utils import BlockHash, KVCacheBlock
 
+_MASK_64 = (1 << 64) - 1
+
 
 class RequestStatus(enum.IntEnum):
     """Anything after PREEMPTED is a finished status."""
@@ -25,21 +27,30 @@ class RequestStatus(enum.IntEnum):
 
 
 class BlockHasher:
-    """Extends a request's block-hash chain; one per engine (algo, seed and block size)."""
+    """Extends a request's block-hash chain; one per engine (algo, seed and block size).
 
-    __slots__ = ("block_size", "hash_fn", "none_hash")
+    With ``int_chain`` (the ``builtin`` algo) hashes are kept as the integers
+    ``int.from_bytes(block_hash_chain(..., algo="builtin")[i])``: the same identities and
+    event values, without a bytes round trip per block.
+    """
+
+    __slots__ = ("block_size", "hash_fn", "int_chain", "none_hash")
 
     def __init__(self, hash_fn: Callable[[Any], bytes], none_hash: bytes,
-                 block_size: int) -> None:
+                 block_size: int, int_chain: bool = False) -> None:
         self.hash_fn = hash_fn
-        self.none_hash = none_hash
+        self.none_hash: BlockHash = int.from_bytes(none_hash, "big") if int_chain else none_hash
         self.block_size = block_size
+        self.int_chain = int_chain
 
     def extend(self, request: Request, num_blocks: int) -> None:
         """Make ``request.block_hashes`` at least ``num_blocks`` long (full blocks only)."""
         hashes = request.block_hashes
         start = len(hashes)
         if start >= num_blocks:
+            return
+        if self.int_chain:
+            self._extend_int(request, start, num_blocks)
             return
         bs = self.block_size
         tokens = request.all_token_ids
@@ -52,6 +63,25 @@ class BlockHasher:
             parent = hash_fn((parent, tuple(tokens[i * bs:(i + 1) * bs]), block_keys))
             append(parent)
 
+    def _extend_int(self, request: Request, start: int, num_blocks: int) -> None:
+        hashes = request.block_hashes
+        bs = self.block_size
+        tokens = request.all_token_ids
+        parent = hashes[-1] if hashes else self.none_hash
+        append = hashes.append
+        mask = _MASK_64
+        if request.extra_keys is None and request.first_block_keys is None:
+            for i in range(start * bs, num_blocks * bs, bs):
+                parent = hash((parent, tuple(tokens[i:i + bs]))) & mask
+                append(parent)
+            return
+        for i in range(start, num_blocks):
+            keys = request.first_block_keys if i == 0 else request.extra_keys
+            block = tuple(tokens[i * bs:(i + 1) * bs])
+            value = hash((parent, block)) if keys is None else hash((parent, block, keys))
+            parent = value & mask
+            append(parent)
+
 
 class Request:
     """One request inside the engine. ``num_tokens`` = prompt + generated so far."""
@@ -60,8 +90,8 @@ class Request:
                  "extra_keys", "finish_reason", "first_block_keys", "first_scheduled_time",
                  "first_token_time", "lora_name", "max_output_tokens", "num_cached_blocks",
                  "num_cached_tokens", "num_computed_tokens", "num_output_tokens",
-                 "num_preemptions", "num_prompt_tokens", "num_tokens", "request_id", "status",
-                 "token_times")
+                 "num_preemptions", "num_prompt_tokens", "num_tokens", "probe_evictions",
+                 "probe_hits", "request_id", "status", "token_times")
 
     def __init__(self, req: EngineRequest, max_model_len: int) -> None:
         self.request_id = req.request_id
@@ -94,6 +124,10 @@ class Request:
         self.blocks: list[KVCacheBlock] = []
         self.num_cached_blocks = 0
         self.token_times: list[float] = []
+        # The last prefix-cache probe of a waiting request, valid while the pool's
+        # eviction count equals probe_evictions (a blocked head is probed every step).
+        self.probe_evictions = -1
+        self.probe_hits: list[KVCacheBlock] = []
 
     @property
     def is_finished(self) -> bool:

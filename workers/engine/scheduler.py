@@ -136,6 +136,7 @@ class Scheduler:
             if manager.allocate_slots(request, num_new, num_hit, hit) is None:
                 break
             waiting.popleft()
+            request.probe_evictions, request.probe_hits = -1, []
             self.running.append(request)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_hit
