@@ -1,6 +1,7 @@
 """``tokens`` producer: the prompt's token ids and count, for every token-aware plugin.
 
-Sets ``request.prompt_token_ids`` (read-only ``array('i')``) and ``request.num_prompt_tokens``.
+Sets ``request.prompt_token_ids`` (read-only: an ``array('i')`` for text, the client's list
+for token ids) and ``request.num_prompt_tokens``.
 What is tokenized:
 
 * chat: the messages rendered once by ``policies.producers.chat_template.render_chat``;
@@ -153,11 +154,13 @@ class TokensProducer:
         request.prompt_token_ids = ids
         request.num_prompt_tokens = len(ids)
 
-    def token_ids(self, request: RoutingRequest) -> array[int]:
+    def token_ids(self, request: RoutingRequest) -> Sequence[int]:
         texts, given_ids = prompt_parts(request)
-        if len(texts) == 1 and not given_ids:
+        if not texts:
+            return given_ids            # token ids sent by the client, taken as they are
+        if len(texts) == 1:
             return self._encode_cached(request.model, texts[0])   # shared: read-only
-        out = array("i", given_ids)
+        out = array("i")
         for text in texts:
             out.extend(self._encode_cached(request.model, text))
         return out
@@ -204,7 +207,8 @@ def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
     if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
         return [], list(prompt)
     if all(isinstance(p, list) for p in prompt):
-        ids = [t for part in prompt for t in part if isinstance(t, int)]
+        ids = [t for part in prompt for t in part
+               if isinstance(t, int) and not isinstance(t, bool)]
         return [], ids
     return [], []
 

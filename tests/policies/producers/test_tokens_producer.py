@@ -45,6 +45,10 @@ def test_chat_counts_equal_tiktoken_on_the_rendered_template() -> None:
     ("<|endoftext|>", ENCODING.encode_ordinary("<|endoftext|>")),   # special text is text
     (None, []),
     ({"odd": 1}, []),
+    ([1, True, 3], []),                                  # not a token-id list
+    ([[1, 2], [3, "x", False]], [1, 2, 3]),
+    ([2**40], [2**40]),                                  # out-of-vocabulary ids pass through
+    ("a\ud800b", ENCODING.encode_ordinary("a\ud800b")),  # a lone surrogate does not raise
 ])
 def test_completion_prompt_forms(prompt: Any, expected: list[int]) -> None:
     request = produce(producer(), prompt=prompt, path="/v1/completions")
