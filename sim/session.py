@@ -92,7 +92,7 @@ def _run_all(jobs: Sequence[PolicyJob], per_run: int, parallel: int,
     from tqdm import tqdm
 
     bar = tqdm(total=per_run * len(jobs), unit="req", file=sys.stderr, desc="simulating",
-               dynamic_ncols=True)
+               dynamic_ncols=True, mininterval=1.0)
     try:
         if parallel <= 1 or len(jobs) <= 1:
             def progress(kind: str, n: int) -> None:
