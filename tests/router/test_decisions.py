@@ -1,0 +1,52 @@
+"""The decision ring buffer and the short reason label."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from policies.base import CandidateScore, Decision
+from router.decisions import DecisionLog, DecisionRecord, reason_code
+
+
+def _decision(i: int, decided_by: str | None = "queue-depth") -> Decision:
+    attributes = {"decided_by": decided_by} if decided_by else {}
+    return Decision(
+        request_id=f"r{i}", worker_id="w1", model="m", profile="default", rule="long",
+        reason=f"reason {i}",
+        candidates=(CandidateScore("w1", 1.5, MappingProxyType({"queue-depth": 0.75})),
+                    CandidateScore("w2", 0.5, MappingProxyType({"queue-depth": 0.25}))),
+        filtered_out=MappingProxyType({"w3": "healthy"}),
+        attributes=MappingProxyType({**attributes, "estimated_ttft_s": float("inf")}))
+
+
+def _record(i: int) -> DecisionRecord:
+    return DecisionRecord(at=1_700_000_000.25, decision=_decision(i), requested_model="m",
+                          path="/v1/chat/completions", attempt=0, duration_s=42e-6,
+                          num_prompt_tokens=12, semantic_class=None)
+
+
+def test_ring_keeps_the_newest_and_renders_newest_first() -> None:
+    log = DecisionLog(size=3)
+    for i in range(5):
+        log.record(_record(i))
+    assert len(log) == 3
+    rendered = log.render()
+    assert [d["request_id"] for d in rendered] == ["r4", "r3", "r2"]
+    assert [d["request_id"] for d in log.render(limit=1)] == ["r4"]
+    first = rendered[0]
+    assert first["time"] == "2023-11-14T22:13:20.250Z"
+    assert first["candidates"] == [
+        {"worker": "w1", "total": 1.5, "scores": {"queue-depth": 0.75}},
+        {"worker": "w2", "total": 0.5, "scores": {"queue-depth": 0.25}}]
+    assert first["filtered_out"] == {"w3": "healthy"}
+    assert first["attributes"] == {"decided_by": "queue-depth", "estimated_ttft_s": None}
+    assert (first["rule"], first["reason_code"], first["decision_us"]) == (
+        "long", "queue-depth", 42.0)
+
+
+def test_reason_code() -> None:
+    assert reason_code(_decision(0, "Max Score!")) == "max-score-"
+    assert reason_code(_decision(0, None)) == "unknown"
+    none = Decision(request_id="r", worker_id=None, model="m", profile="p", rule=None,
+                    reason="no candidate")
+    assert reason_code(none) == "no-candidate"

@@ -1,0 +1,67 @@
+"""Router metrics: exact names and labels, per-app registries, worker gauges from views."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from policies.base import Decision, RequestOutcome
+from router.metrics import RouterMetrics
+from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
+from workers.models import WorkerInfo, WorkerView
+
+INFO = WorkerInfo(id="w1", url="http://127.0.0.1:1", gpu=BUILTIN_GPUS["h100"], models=("m",),
+                  model_spec=BUILTIN_MODELS["llama-3-8b"], price_per_hour=3.0)
+VIEW = WorkerView(info=INFO, running=2, waiting=3, kv_usage=0.5, block_size=16,
+                  num_gpu_blocks=100, max_model_len=8192, inflight_requests=4,
+                  inflight_tokens=10, healthy=True, staleness_s=0.1)
+
+
+def test_records_under_the_agreed_names() -> None:
+    metrics = RouterMetrics(lambda: [VIEW])
+    gpu = INFO.gpu.name
+    decision = Decision(request_id="r", worker_id="w1", model="m", profile="p", rule=None,
+                        reason="x", attributes=MappingProxyType({"decided_by": "kv-usage"}))
+    metrics.record_decision(decision, gpu, "kv-usage", "code", 0.0002)
+    metrics.record_request("m", "w1", gpu, "p", 200)
+    metrics.record_request("m", "w1", gpu, "p", 200)
+    metrics.record_outcome(RequestOutcome("r", "w1", 200, prompt_tokens=10, completion_tokens=5,
+                                          cached_tokens=4, ttft_s=0.05, tpot_s=0.01),
+                           gpu, "acme", 0.002)
+    metrics.record_retry("w1", "connect")
+    metrics.record_reload("failure")
+    metrics.record_semantic("code", 0.003)
+    get = metrics.registry.get_sample_value
+    assert get("kvroute_requests_total", {"model": "m", "worker": "w1", "gpu": gpu,
+                                          "profile": "p", "status": "200"}) == 2.0
+    assert get("kvroute_decisions_total", {"profile": "p", "rule": "", "worker": "w1",
+                                           "gpu": gpu, "reason": "kv-usage",
+                                           "class": "code"}) == 1.0
+    assert get("kvroute_decision_duration_seconds_count", {}) == 1.0
+    labels = {"worker": "w1", "gpu": gpu}
+    assert get("kvroute_ttft_seconds_count", labels) == 1.0
+    assert get("kvroute_tpot_seconds_sum", labels) == 0.01
+    assert get("kvroute_prompt_tokens_total", labels) == 10.0
+    assert get("kvroute_completion_tokens_total", labels) == 5.0
+    assert get("kvroute_cached_tokens_total", labels) == 4.0
+    assert get("kvroute_cost_dollars_total", {"gpu": gpu, "worker": "w1",
+                                              "tenant": "acme"}) == 0.002
+    assert get("kvroute_retries_total", {"worker": "w1", "reason": "connect"}) == 1.0
+    assert get("kvroute_config_reloads_total", {"result": "failure"}) == 1.0
+    assert get("kvroute_semantic_class_total", {"class": "code"}) == 1.0
+    assert get("kvroute_semantic_classify_seconds_count", {}) == 1.0
+    worker = {"worker": "w1", "gpu": gpu, "model": "m"}
+    assert get("kvroute_worker_up", worker) == 1.0
+    assert get("kvroute_worker_kv_usage", worker) == 0.5
+    assert [get("kvroute_worker_requests", {**worker, "state": s})
+            for s in ("running", "waiting", "inflight")] == [2.0, 3.0, 4.0]
+    text = metrics.render().decode()
+    assert "# TYPE kvroute_requests_total counter" in text
+
+
+def test_each_app_has_its_own_registry() -> None:
+    one, two = RouterMetrics(), RouterMetrics()
+    one.record_reload("success")
+    assert one.registry.get_sample_value("kvroute_config_reloads_total",
+                                         {"result": "success"}) == 1.0
+    assert two.registry.get_sample_value("kvroute_config_reloads_total",
+                                         {"result": "success"}) is None

@@ -1,0 +1,132 @@
+"""``router.proxy`` byte relay against an in-process upstream that chops SSE events at awkward
+places: usage chunk split across writes, several events per write, pass-through of 4xx, a
+stream that ends without ``[DONE]``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from router.proxy import Proxy, ProxyResult, RetryableUpstream
+
+CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%d"}}]}\n\n'
+USAGE = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":7,"total_tokens":10,'
+         b'"completion_tokens":3}}\n\n')
+DONE = b"data: [DONE]\n\n"
+
+
+def _pieces(mode: str) -> Sequence[bytes]:
+    events = b"".join(CHUNK % i for i in range(3))
+    if mode == "split-usage":
+        return [events, USAGE[:25], USAGE[25:60], USAGE[60:] + DONE]
+    if mode == "one-write":
+        return [events + USAGE + DONE]
+    if mode == "byte-by-byte":
+        data = events + USAGE + DONE
+        return [data[i:i + 1] for i in range(len(data))]
+    if mode == "no-done":
+        return [events]
+    raise AssertionError(mode)
+
+
+async def _upstream(request: web.Request) -> web.StreamResponse:
+    mode = request.query["mode"]
+    if mode == "bad-request":
+        return web.json_response({"error": {"message": "too long", "code": 400}}, status=400)
+    if mode == "crash":
+        return web.json_response({"error": "boom"}, status=503)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for piece in _pieces(mode):
+        await response.write(piece)
+        await asyncio.sleep(0)
+    return response
+
+
+@pytest.fixture
+async def relay_url() -> AsyncIterator[tuple[str, list[ProxyResult | Exception]]]:
+    upstream = TestServer(_make_app("/v1/chat/completions", _upstream), host="127.0.0.1")
+    await upstream.start_server()
+    results: list[ProxyResult | Exception] = []
+    session = aiohttp.ClientSession()
+    proxy = Proxy(session, connect_timeout_s=1.0, upstream_timeout_s=2.0)
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        url = str(upstream.make_url("/v1/chat/completions")) + "?" + request.query_string
+        try:
+            result = await proxy.forward(
+                request, url, b"{}", {}, {"x-kvroute-worker": "w1"}, stream=True,
+                wants_usage=request.query.get("usage") == "1", on_first_byte=lambda: None)
+        except RetryableUpstream as exc:
+            results.append(exc)
+            return web.Response(status=599)
+        results.append(result)
+        return result.response
+
+    front = TestServer(_make_app("/relay", relay), host="127.0.0.1")
+    await front.start_server()
+    yield str(front.make_url("/relay")), results
+    await session.close()
+    await front.close()
+    await upstream.close()
+
+
+def _make_app(path: str, handler: object) -> web.Application:
+    app = web.Application()
+    app.router.add_post(path, handler)  # type: ignore[arg-type]
+    return app
+
+
+async def _get(url: str, query: str) -> tuple[int, bytes, dict[str, str]]:
+    async with aiohttp.ClientSession() as session, session.post(f"{url}?{query}") as resp:
+        return resp.status, await resp.read(), dict(resp.headers)
+
+
+@pytest.mark.parametrize("mode", ["split-usage", "one-write", "byte-by-byte"])
+@pytest.mark.parametrize("wants_usage", [False, True], ids=["usage stripped", "usage kept"])
+async def test_relay_reads_and_strips_usage(relay_url: tuple[str, list[ProxyResult | Exception]],
+                                            mode: str, wants_usage: bool) -> None:
+    url, results = relay_url
+    status, body, headers = await _get(url, f"mode={mode}&usage={int(wants_usage)}")
+    events = b"".join(CHUNK % i for i in range(3))
+    assert status == 200 and headers["x-kvroute-worker"] == "w1"
+    assert headers["Content-Type"] == "text/event-stream"
+    assert body == events + (USAGE if wants_usage else b"") + DONE
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.status == 200
+    assert result.usage is not None
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (7, 3)
+    assert result.first_byte_at is not None and result.finished_at >= result.first_byte_at
+
+
+async def test_stream_without_done_ends_with_error_event(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    url, results = relay_url
+    status, body, _ = await _get(url, "mode=no-done")
+    assert status == 200
+    events = body.split(b"\n\n")
+    assert events[:3] == [(CHUNK % i)[:-2] for i in range(3)]
+    error = orjson.loads(events[3].removeprefix(b"data: "))
+    assert error["error"]["code"] == "upstream_error"
+    assert events[4:] == [b"data: [DONE]", b""]
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.status == 502
+
+
+async def test_4xx_passes_through_and_5xx_is_retryable(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    url, results = relay_url
+    status, body, headers = await _get(url, "mode=bad-request")
+    assert status == 400 and headers["x-kvroute-worker"] == "w1"
+    assert orjson.loads(body) == {"error": {"message": "too long", "code": 400}}
+    status, _, _ = await _get(url, "mode=crash")
+    assert status == 599
+    failure = results[-1]
+    assert isinstance(failure, RetryableUpstream)
+    assert (failure.reason, failure.status) == ("http_5xx", 503)
