@@ -114,8 +114,8 @@ class Director:
     async def _produce(self, engine: PolicyEngine, routing: RoutingRequest,
                        views: Sequence[WorkerView]) -> None:
         await run_producers(engine.producers, routing, views)
-        if routing.semantic_class is not None:
-            seconds = routing.attributes.get("semantic_classify_s")
+        seconds = routing.attributes.get("semantic_classify_s")   # set by the semantic producer
+        if routing.semantic_class is not None or isinstance(seconds, float):
             self._metrics.record_semantic(
                 routing.semantic_class, seconds if isinstance(seconds, float) else None)
 
