@@ -55,7 +55,7 @@ class Profile:
         remaining = self._filter(request, workers, cycle, removed, skipped)
         if not remaining:
             return ProfileResult(None, (), MappingProxyType(removed),
-                                 _no_candidate_reason(workers, removed), "no-candidate",
+                                 _no_candidate_reason(removed), "no-candidate",
                                  tuple(skipped))
         candidates = self._score(request, remaining, cycle, skipped)
         chosen = self._pick(request, candidates, cycle, skipped)
@@ -144,15 +144,14 @@ def _clamp(value: object) -> float:
     return min(1.0, max(0.0, float(value)))
 
 
-def _no_candidate_reason(workers: Sequence[WorkerView], removed: Mapping[str, str]) -> str:
-    if not workers:
+def _no_candidate_reason(removed: Mapping[str, str]) -> str:
+    if not removed:
         return "no candidate: no workers"
     by_filter: dict[str, int] = {}
-    for view in workers:
-        name = removed.get(view.id, "?")
+    for name in removed.values():
         by_filter[name] = by_filter.get(name, 0) + 1
     parts = ", ".join(f"{n} by {name}" for name, n in by_filter.items())
-    return f"no candidate: {len(workers)} worker(s) filtered out ({parts})"
+    return f"no candidate: {len(removed)} worker(s) filtered out ({parts})"
 
 
 def _explain(chosen: CandidateScore, ranked: Sequence[CandidateScore],

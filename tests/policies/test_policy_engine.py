@@ -121,9 +121,12 @@ def test_no_candidate_gives_none_with_reason(view: ViewFactory) -> None:
     views = [view("w1", healthy=False), view("w2", models=("other",))]
     decision = engine_for().decide(request(), views)
     assert decision.worker_id is None
-    assert decision.reason == "no candidate: 2 worker(s) filtered out (1 by healthy, 1 by model)"
+    assert decision.reason == "no candidate: 2 worker(s) filtered out (1 by model, 1 by healthy)"
     assert decision.attributes["decided_by"] == "no-candidate"
     assert engine_for().decide(request(), []).reason == "no candidate: no workers"
+    gold = engine_for().decide(request(headers={"x-tier": "gold"}), views[:1])
+    assert (gold.worker_id, gold.rule) == (None, "gold")
+    assert gold.reason == "no candidate: 1 worker(s) filtered out (1 by pool)"
 
 
 @dataclass(frozen=True)
