@@ -181,6 +181,9 @@ class _Builder:
             raise
         except (ValueError, TypeError, OSError, ImportError) as exc:
             raise RoutingConfigError(f"{spec.path}: {exc}") from exc
+        except Exception as exc:   # any factory failure refuses the config, never the process
+            log.exception("%s: plugin factory failed", spec.path)
+            raise RoutingConfigError(f"{spec.path}: {type(exc).__name__}: {exc}") from exc
         if not isinstance(plugin, KIND_PROTOCOLS[kind]):
             raise RoutingConfigError(f"{spec.path}.type: {spec.type!r} did not build a {kind}")
         self.plugins[spec.path] = (spec.type, plugin)

@@ -99,6 +99,10 @@ class PolicyReloader:
             engine = await asyncio.to_thread(self._build, text)
         except RoutingConfigError as exc:
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
+        except Exception as exc:  # a bug while building must not stop the watcher
+            log.exception("building the routing config from %s failed", self.path)
+            return self._report(ReloadResult("failure", str(self.path),
+                                             f"{type(exc).__name__}: {exc}"))
         engine.take_state_from(self.engine)     # on the loop, with no await before the swap
         self.engine = engine
         if self._on_swap is not None:

@@ -25,7 +25,7 @@ from policies.config import (
 from policies.errors import RoutingConfigError
 from policies.params import build_params, coerce
 from policies.producer_deps import resolve_producers
-from policies.registry import PluginKind, PluginRegistry
+from policies.registry import PluginKind, PluginRegistry, SectionParser
 
 CORE_SECTIONS = ("producers", "profiles", "rules", "default_profile", "slo")
 DEFAULT_PICKER = "max-score"
@@ -42,7 +42,7 @@ def parse_routing(data: Any, registry: PluginRegistry, source: str = "<memory>")
     doc = _mapping(data, "<top level>", allow_none=False)
     known = (*CORE_SECTIONS, *registry.sections)
     _check_keys(doc, known, "", what="top-level key")
-    sections = {name: section.parser(doc[name], name)
+    sections = {name: _parse_section(section.parser, doc[name], name)
                 for name, section in registry.sections.items() if name in doc}
     profiles = _parse_profiles(doc.get("profiles"), registry)
     default_profile = doc.get("default_profile", "default")
@@ -63,6 +63,15 @@ def parse_routing(data: Any, registry: PluginRegistry, source: str = "<memory>")
     return RoutingConfig(
         profiles=routing.profiles, default_profile=default_profile, rules=routing.rules,
         producers=tuple(producers), slo=slo, sections=routing.sections, source=source)
+
+
+def _parse_section(parser: SectionParser, raw: Any, name: str) -> Any:
+    try:
+        return parser(raw, name)
+    except RoutingConfigError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RoutingConfigError(f"{name}: {exc}") from exc
 
 
 def _parse_profiles(raw: Any, registry: PluginRegistry) -> dict[str, ProfileSpec]:

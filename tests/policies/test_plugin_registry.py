@@ -75,3 +75,15 @@ def test_unregistered_section_is_an_unknown_key() -> None:
     registry = default_registry(["policies.pickers.max_score"])
     with pytest.raises(RoutingConfigError, match=r"^colours: unknown top-level key"):
         parse_routing_text("profiles: {default: {}}\ncolours: [red]\n", registry)
+
+
+def test_section_parser_value_errors_name_the_section() -> None:
+    registry = default_registry(["policies.pickers.max_score"])
+
+    def strict(raw: Any, path: str) -> Any:
+        raise ValueError("threshold must be below 1")
+
+    registry.register_section("colours", strict)
+    with pytest.raises(RoutingConfigError) as info:
+        parse_routing_text("profiles: {default: {}}\ncolours: {}\n", registry)
+    assert str(info.value) == "colours: threshold must be below 1"

@@ -255,3 +255,16 @@ def test_rebuilt_engine_inherits_round_robin_position(fleet_views: list[WorkerVi
 def _repo_root() -> Any:
     from pathlib import Path
     return Path(__file__).resolve().parents[2]
+
+
+def test_any_factory_failure_is_a_config_error() -> None:
+    registry = default_registry()
+
+    def broken(params: object, context: BuildContext) -> object:
+        raise RuntimeError("model weights missing")
+
+    registry.register("broken", "scorer", _NoParams, broken)
+    with pytest.raises(RoutingConfigError) as info:
+        engine_for("profiles: {default: {scorers: [{type: broken}]}}", registry)
+    assert str(info.value) == ("profiles.default.scorers[0]: RuntimeError: "
+                               "model weights missing")
