@@ -23,7 +23,7 @@ from workers.engine.api import (
 from workers.engine.block_hash import get_hash_function, none_hash
 from workers.engine.block_pool import BlockPool
 from workers.engine.capacity import resolve_limits
-from workers.engine.decode_window import DecodeWindow, run_decode_window
+from workers.engine.decode_window import DecodeRun
 from workers.engine.kv_cache_manager import KVCacheManager
 from workers.engine.latency import StepTimeModel
 from workers.engine.request import BlockHasher, Request
@@ -72,6 +72,7 @@ class EngineCore:
         self._jitter_mu = -0.5 * config.step_jitter ** 2
         self._stats = EngineStats()
         self._aborted: list[RequestStats] = []
+        self._decode_run: DecodeRun | None = None
 
     # -- requests ------------------------------------------------------------------------
 
@@ -94,6 +95,7 @@ class EngineCore:
 
     def abort_request(self, request_id: str) -> bool:
         """Drop a request; its stats (reason ``abort``) come with the next step's result."""
+        self._end_decode_run()
         request = self.scheduler.finish_request(request_id)
         if request is None:
             return False
@@ -113,6 +115,11 @@ class EngineCore:
         return stats
 
     # -- stepping ------------------------------------------------------------------------
+
+    def _end_decode_run(self) -> None:
+        if self._decode_run is not None:
+            self._decode_run.flush()
+            self._decode_run = None
 
     def _jitter(self) -> float:
         sigma = self.config.step_jitter
@@ -138,6 +145,7 @@ class EngineCore:
 
     def step(self, now: float) -> StepResult:
         """Schedule and price one batch starting at ``now``."""
+        self._end_decode_run()
         scheduler = self.scheduler
         out = scheduler.schedule()
         aborted = tuple(self._aborted)
@@ -178,16 +186,16 @@ class EngineCore:
         finished: list[RequestStats] = []
         events: list[KVEvent] = []
         prefill = decode = preemptions = 0
-        window = DecodeWindow(self)
         while t < until and self.scheduler.has_unfinished_requests():
-            coalesced = run_decode_window(window, t, until)
-            if coalesced is not None:
-                t_end, done, generated = coalesced
+            if self._decode_run is None:
+                self._decode_run = DecodeRun.start_if_pure_decode(self)
+            if self._decode_run is not None:
+                t_end, done, generated = self._decode_run.run(t, until)
+                finished.extend(request_stats(r) for r in done)
+                events.extend(self.block_pool.take_events())
+                decode += generated
                 if t_end > t:
                     t = t_end
-                    finished.extend(request_stats(r) for r in done)
-                    events.extend(self.block_pool.take_events())
-                    decode += generated
                     continue
             result = self.step(t)
             finished.extend(result.finished)

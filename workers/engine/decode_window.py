@@ -2,13 +2,16 @@
 
 While every running request is decoding and nothing can be admitted, a step changes only
 counters: each request computes one token, and at block boundaries it takes a block from
-the free queue or commits a full block to the prefix cache. Requests are bucketed by their
-position within a block, so a step touches only the few requests at a boundary (and those
-that finish). The window stops before any step that the full scheduler would treat
-differently: a step that would start at or after ``until``, one whose new blocks would not
-fit (preemption), one at which the waiting head might fit, or one that caches a block the
-waiting head could hit; and after a step in which a request finished while others wait.
-The schedule, block ids, events, jitter draws and token times equal step-by-step ones.
+the free queue or commits a full block to the prefix cache. A ``DecodeRun`` buckets the
+running requests by their position within a block once, so a step touches only the few
+requests at a boundary (and those that finish); the run persists across ``advance`` calls
+and writes the per-request counters back (``flush``) only before the full scheduler runs.
+
+A run stops before any step that the full scheduler would treat differently: a step that
+would start at or after ``until``, one whose new blocks would not fit (preemption), one at
+which the waiting head might fit, or one that caches a block the waiting head could hit;
+and it returns after a step in which a request finished while others wait. The schedule,
+block ids, events, jitter draws and token times equal step-by-step ones.
 """
 
 from __future__ import annotations
@@ -16,152 +19,167 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from workers.engine.kv_cache_utils import BlockHash
-from workers.engine.request import BlockHasher, Request, RequestStatus
+from workers.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
     from workers.engine.core import EngineCore
 
 
-class DecodeWindow:
-    """The engine parts a window reads and mutates."""
+class DecodeRun:
+    """The coalesced state of one all-decode batch; valid until ``flush``."""
 
-    __slots__ = ("core", "manager", "pool", "scheduler")
+    __slots__ = ("alive", "core", "ctx", "ends", "finish_at", "fixed", "need_buckets",
+                 "num_alive", "reqs", "start", "step")
 
-    def __init__(self, core: EngineCore) -> None:
+    def __init__(self, core: EngineCore, reqs: list[Request]) -> None:
+        bs = core.block_size
         self.core = core
-        self.scheduler = core.scheduler
-        self.manager = core.kv_cache_manager
-        self.pool = core.block_pool
+        self.reqs = reqs
+        self.start = [r.num_computed_tokens for r in reqs]
+        self.alive = [True] * len(reqs)
+        self.need_buckets: list[list[int]] = [[] for _ in range(bs)]
+        self.finish_at: dict[int, list[int]] = {}
+        ctx = 0
+        for i, r in enumerate(reqs):
+            c = self.start[i]
+            self.need_buckets[c % bs].append(i)
+            self.finish_at.setdefault(r.max_output_tokens - r.num_output_tokens, []).append(i)
+            ctx += c + 1
+        self.ctx = ctx                       # Σ context of the next step
+        self.num_alive = len(reqs)
+        self.fixed = core.time_model.fixed_time(len(reqs), len(reqs), 0.0, len(reqs))
+        self.ends: list[float] = []          # end time of every step run so far
+        self.step = 0
 
-
-def _head_need_lower_bound(window: DecodeWindow, num_running: int) -> tuple[int, Request] | None:
-    """Lower bound of the free blocks the waiting head needs to be admitted, or None when
-    the scheduler would not try to admit it at all in a decode-only step."""
-    scheduler = window.scheduler
-    if not scheduler.waiting or num_running >= scheduler.max_num_seqs:
-        return None
-    budget = scheduler.max_num_batched_tokens - num_running
-    if budget <= 0:
-        return None
-    head = scheduler.waiting[0]
-    hit, _ = window.manager.get_computed_blocks(head)
-    pinned = sum(1 for b in hit if b.ref_cnt > 0)
-    bs = window.manager.block_size
-    return -(-min(head.num_tokens, budget) // bs) - pinned, head
-
-
-def run_decode_window(window: DecodeWindow, t: float,
-                      until: float) -> tuple[float, list[Request], int] | None:
-    """Run pure-decode steps from ``t``; None when the next step is not pure decode.
-
-    Returns (time reached, requests finished in order, tokens generated).
-    """
-    scheduler = window.scheduler
-    running = scheduler.running
-    num_running = len(running)
-    bs = window.manager.block_size
-    if not num_running or num_running > scheduler.max_num_batched_tokens or bs < 2:
-        return None
-    for r in running:
-        if r.num_output_tokens == 0 or r.num_computed_tokens != r.num_tokens - 1:
+    @classmethod
+    def start_if_pure_decode(cls, core: EngineCore) -> DecodeRun | None:
+        """A run over the current batch, or None when its next step is not pure decode."""
+        running = core.scheduler.running
+        if (not running or len(running) > core.max_num_batched_tokens
+                or core.block_size < 2):
             return None
-    head_bound = _head_need_lower_bound(window, num_running)
-    need_lb, head = head_bound if head_bound is not None else (0, None)
-    head_hashes = head.block_hashes if head is not None else []
-    others_waiting = bool(scheduler.waiting)
+        for r in running:
+            if r.num_output_tokens == 0 or r.num_computed_tokens != r.num_tokens - 1:
+                return None
+        return cls(core, list(running))
 
-    core = window.core
-    pool = window.pool
-    queue = pool.free_block_queue
-    hasher = window.manager.hasher
-    caching = pool.enable_caching
-    time_model = core.time_model
-    reqs = list(running)
-    start = [r.num_computed_tokens for r in reqs]
-    alive = [True] * num_running
-    need_buckets: list[list[int]] = [[] for _ in range(bs)]
-    finish_at: dict[int, list[int]] = {}
-    ctx = 0
-    for i, r in enumerate(reqs):
-        c = start[i]
-        need_buckets[c % bs].append(i)
-        finish_at.setdefault(r.max_output_tokens - r.num_output_tokens, []).append(i)
-        ctx += c + 1
+    def _head_need_lower_bound(self) -> tuple[int, Request] | None:
+        """Lower bound of the free blocks the waiting head needs to be admitted, or None
+        when the scheduler would not try to admit it in a decode-only step."""
+        scheduler = self.core.scheduler
+        if not scheduler.waiting or self.num_alive >= scheduler.max_num_seqs:
+            return None
+        budget = scheduler.max_num_batched_tokens - self.num_alive
+        if budget <= 0:
+            return None
+        head = scheduler.waiting[0]
+        hit, _ = self.core.kv_cache_manager.get_computed_blocks(head)
+        pinned = sum(1 for b in hit if b.ref_cnt > 0)
+        return -(-min(head.num_tokens, budget) // self.core.block_size) - pinned, head
 
-    jitter = core._jitter if core.config.step_jitter > 0.0 else None
-    per_context_token = time_model.decode_time_per_context_token
-    fixed = time_model.fixed_time(num_running, num_running, 0.0, num_running)
-    ends: list[float] = []
-    finished: list[Request] = []
-    generated = 0
-    step = 0
-    num_alive = num_running
-    while t < until and num_alive:
-        j = step + 1
-        bucket = need_buckets[(1 - j) % bs]
-        needs = [i for i in bucket if alive[i]] if bucket else bucket
-        free = queue.num_free_blocks
-        if len(needs) > free:
-            break                                          # the full step would preempt
-        if head is not None and need_lb <= free - len(needs):
-            break                                          # the head might be admitted
-        bucket = need_buckets[(-j) % bs] if caching else []
-        fulls = [i for i in bucket if alive[i]] if bucket else bucket
-        if head is not None and fulls and _caches_head_block(reqs, start, fulls, j, bs,
-                                                             hasher, head_hashes):
-            break
-        for i in sorted(needs + fulls) if needs and fulls else (needs or fulls):
-            r = reqs[i]
-            if (start[i] + j - 1) % bs == 0:
-                r.blocks.append(pool.get_new_blocks(1)[0])
-            else:
-                num_full = (start[i] + j) // bs
-                hasher.extend(r, num_full)
-                pool.cache_full_blocks(r.block_hashes, r.all_token_ids, r.blocks,
-                                       r.num_cached_blocks, num_full, r.lora_name)
-                r.num_cached_blocks = num_full
-        duration = fixed + per_context_token * ctx
-        if jitter is not None:
-            duration *= jitter()
-        t += duration
-        ends.append(t)
-        generated += num_alive
-        step = j
-        ctx += num_alive
-        done = finish_at.get(j)
-        if done:
-            for i in done:
-                alive[i] = False
-                ctx -= start[i] + j + 1
-                _commit(reqs[i], start[i], j, ends)
-                finished.append(reqs[i])
-            num_alive -= len(done)
-            for i in done:
-                _finish(window, reqs[i])
-            if num_alive:
-                fixed = time_model.fixed_time(num_alive, num_alive, 0.0, num_alive)
-            if others_waiting:
+    def run(self, t: float, until: float) -> tuple[float, list[Request], int]:
+        """Run steps from ``t``: (time reached, requests finished in order, tokens)."""
+        core = self.core
+        head_bound = self._head_need_lower_bound()
+        need_lb, head = head_bound if head_bound is not None else (0, None)
+        others_waiting = bool(core.scheduler.waiting)
+        pool = core.block_pool
+        queue = pool.free_block_queue
+        bs = core.block_size
+        caching = pool.enable_caching
+        jitter = core._jitter if core.config.step_jitter > 0.0 else None
+        per_context_token = core.time_model.decode_time_per_context_token
+        alive, start, reqs, buckets = self.alive, self.start, self.reqs, self.need_buckets
+        ends = self.ends
+        finished: list[Request] = []
+        generated = 0
+        while t < until and self.num_alive:
+            j = self.step + 1
+            bucket = buckets[(1 - j) % bs]
+            needs = [i for i in bucket if alive[i]] if bucket else bucket
+            free = queue.num_free_blocks
+            if len(needs) > free:
+                break                                      # the full step would preempt
+            if head is not None and need_lb <= free - len(needs):
+                break                                      # the head might be admitted
+            bucket = buckets[(-j) % bs] if caching else []
+            fulls = [i for i in bucket if alive[i]] if bucket else bucket
+            if head is not None and fulls and self._caches_head_block(fulls, j,
+                                                                      head.block_hashes):
                 break
-    for i, r in enumerate(reqs):
-        if alive[i] and step:
-            _commit(r, start[i], step, ends)
-    stats = core._stats
-    stats.generation_tokens += generated
-    for r in finished:
-        stats.request_success[r.finish_reason] += 1
-    return t, finished, generated
+            for i in sorted(needs + fulls) if needs and fulls else (needs or fulls):
+                self._block_boundary(reqs[i], start[i] + j)
+            duration = self.fixed + per_context_token * self.ctx
+            if jitter is not None:
+                duration *= jitter()
+            t += duration
+            ends.append(t)
+            generated += self.num_alive
+            self.step = j
+            self.ctx += self.num_alive
+            done = self.finish_at.pop(j, None)
+            if done:
+                self._finish(done, j, finished)
+                if others_waiting:
+                    break
+        stats = core._stats
+        stats.generation_tokens += generated
+        for r in finished:
+            stats.request_success[r.finish_reason] += 1
+        return t, finished, generated
 
+    def _block_boundary(self, request: Request, context: int) -> None:
+        """The step computing token ``context - 1``: a new block, or a full one cached."""
+        pool = self.core.block_pool
+        bs = self.core.block_size
+        if (context - 1) % bs == 0:
+            request.blocks.append(pool.get_new_blocks(1)[0])
+            return
+        num_full = context // bs
+        self.core.kv_cache_manager.hasher.extend(request, num_full)
+        pool.cache_full_blocks(request.block_hashes, request.all_token_ids, request.blocks,
+                               request.num_cached_blocks, num_full, request.lora_name)
+        request.num_cached_blocks = num_full
 
-def _caches_head_block(reqs: list[Request], start: list[int], fulls: list[int], j: int,
-                       bs: int, hasher: BlockHasher, head_hashes: list[BlockHash]) -> bool:
-    """Whether a block committed at step ``j`` is one the waiting head would hit."""
-    for i in fulls:
-        index = (start[i] + j) // bs - 1
-        if index < len(head_hashes):
-            hasher.extend(reqs[i], index + 1)
-            if reqs[i].block_hashes[index] == head_hashes[index]:
-                return True
-    return False
+    def _caches_head_block(self, fulls: list[int], j: int,
+                           head_hashes: list[BlockHash]) -> bool:
+        """Whether a block committed at step ``j`` is one the waiting head would hit."""
+        hasher = self.core.kv_cache_manager.hasher
+        bs = self.core.block_size
+        for i in fulls:
+            index = (self.start[i] + j) // bs - 1
+            if index < len(head_hashes):
+                hasher.extend(self.reqs[i], index + 1)
+                if self.reqs[i].block_hashes[index] == head_hashes[index]:
+                    return True
+        return False
+
+    def _finish(self, done: list[int], j: int, finished: list[Request]) -> None:
+        scheduler = self.core.scheduler
+        manager = self.core.kv_cache_manager
+        for i in done:
+            self.alive[i] = False
+            self.ctx -= self.start[i] + j + 1
+            request = self.reqs[i]
+            _commit(request, self.start[i], j, self.ends)
+            finished.append(request)
+        self.num_alive -= len(done)
+        for i in done:                       # freed in batch order, as the scheduler does
+            request = self.reqs[i]
+            scheduler.running.remove(request)
+            scheduler.requests.pop(request.request_id, None)
+            manager.free(request)
+            request.status = RequestStatus.FINISHED
+        if self.num_alive:
+            n = self.num_alive
+            self.fixed = self.core.time_model.fixed_time(n, n, 0.0, n)
+
+    def flush(self) -> None:
+        """Write the run's progress back into the running requests."""
+        if self.step:
+            for i, r in enumerate(self.reqs):
+                if self.alive[i]:
+                    _commit(r, self.start[i], self.step, self.ends)
 
 
 def _commit(request: Request, start: int, steps: int, ends: list[float]) -> None:
@@ -169,12 +187,3 @@ def _commit(request: Request, start: int, steps: int, ends: list[float]) -> None
     request.num_output_tokens += steps
     request.num_tokens += steps
     request.token_times.extend(ends[:steps])
-
-
-def _finish(window: DecodeWindow, request: Request) -> None:
-    scheduler = window.scheduler
-    scheduler.running.remove(request)
-    scheduler.requests.pop(request.request_id, None)
-    window.manager.free(request)
-    request.status = RequestStatus.FINISHED
-

@@ -71,9 +71,9 @@ class BlockHasher:
         append = hashes.append
         mask = _MASK_64
         if request.extra_keys is None and request.first_block_keys is None:
-            for i in range(start * bs, num_blocks * bs, bs):
-                parent = hash((parent, tuple(tokens[i:i + bs]))) & mask
-                append(parent)
+            # all_token_ids is a tuple: a slice is already the hashed tuple.
+            hashes.extend([parent := hash((parent, tokens[i:i + bs])) & mask
+                           for i in range(start * bs, num_blocks * bs, bs)])
             return
         for i in range(start, num_blocks):
             keys = request.first_block_keys if i == 0 else request.extra_keys
@@ -95,8 +95,8 @@ class Request:
 
     def __init__(self, req: EngineRequest, max_model_len: int) -> None:
         self.request_id = req.request_id
-        prompt = list(req.prompt_token_ids)
-        output = list(req.output_token_ids)
+        prompt = tuple(req.prompt_token_ids)
+        output = tuple(req.output_token_ids)
         self.num_prompt_tokens = len(prompt)
         room = max_model_len - self.num_prompt_tokens
         self.finish_reason: FinishReason = req.finish_reason
