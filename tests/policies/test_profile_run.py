@@ -1,0 +1,59 @@
+"""policies/profile.py: weighting, clamping, ranking and candidate objects."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Mapping, Sequence
+
+import pytest
+
+from policies.base import CandidateScore, CycleState, RoutingRequest
+from policies.pickers.max_score import MaxScorePicker
+from policies.profile import Profile, WeightedScorer, _clamped, _new_candidate
+from workers.models import WorkerView
+
+ViewFactory = Callable[..., WorkerView]
+
+
+class _Fixed:
+    def __init__(self, name: str, scores: Mapping[str, object]) -> None:
+        self.name = name
+        self.scores = scores
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        return self.scores  # type: ignore[return-value]
+
+
+def test_weighted_sum_and_stable_ranking(view: ViewFactory) -> None:
+    profile = Profile("p", (), (
+        WeightedScorer(_Fixed("a", {"w1": 0.5, "w2": 1.0, "w3": 0.25}), 2.0),
+        WeightedScorer(_Fixed("b", {"w1": 1.0, "w2": 0.0, "w3": 0.5}), 1.0)),
+        MaxScorePicker("max", 1e-9, random.Random(0)))
+    views = [view("w1"), view("w2"), view("w3")]
+    result = profile.run(RoutingRequest("r", "m"), views, CycleState())
+    assert [(c.worker_id, c.total) for c in result.candidates] == [
+        ("w1", 2.0), ("w2", 2.0), ("w3", 1.0)]
+    assert result.chosen is not None and result.chosen.worker_id in {"w1", "w2"}
+    assert result.decided_by == "max"
+
+
+@pytest.mark.parametrize(("column", "expected"), [
+    ([0.0, 0.5, 1.0], [0.0, 0.5, 1.0]),
+    ([-1.0, 2.0, 0.5], [0.0, 1.0, 0.5]),
+    ([float("nan"), 0.5], [0.0, 0.5]),
+    ([float("inf"), 0.5], [1.0, 0.5]),
+    ([None, "x", 0.5, True], [0.0, 0.0, 0.5, 1.0]),
+    ([], []),
+])
+def test_clamped(column: list[object], expected: list[float]) -> None:
+    assert _clamped(column) == expected
+
+
+def test_fast_candidate_is_an_ordinary_frozen_candidate() -> None:
+    fast = _new_candidate("w", 1.5, {"a": 1.0})
+    assert fast == CandidateScore("w", 1.5, {"a": 1.0})
+    assert type(fast) is CandidateScore
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.total = 2.0  # type: ignore[misc]
