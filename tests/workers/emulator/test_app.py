@@ -110,12 +110,14 @@ async def test_metrics_faults(worker: EmulatorProcess) -> None:
         await call("POST", url, {"metrics_broken": False, "metrics_delay_s": 0.0})
 
 
-async def test_stall_after_tokens_keeps_the_stream_open_and_silent() -> None:
-    with emulator(time_scale=0.0, faults={"stall_after_tokens": 3}) as proc:
+async def test_stall_after_tokens_keeps_the_stream_open_and_silent(
+        worker: EmulatorProcess) -> None:
+    await call("POST", f"{worker.url}/emulator/faults", {"stall_after_tokens": 3})
+    try:
         body = {"prompt": "x", "max_tokens": 50, "ignore_eos": True, "stream": True}
         lines: list[bytes] = []
         async with aiohttp.ClientSession() as session, session.post(
-                f"{proc.url}/v1/completions", json=body) as resp:
+                f"{worker.url}/v1/completions", json=body) as resp:
             assert resp.status == 200
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(1.0):
@@ -123,6 +125,8 @@ async def test_stall_after_tokens_keeps_the_stream_open_and_silent() -> None:
                         if line.strip():
                             lines.append(line)
         assert len(lines) == 3 and all(line.startswith(b"data: {") for line in lines)
+    finally:
+        await call("POST", f"{worker.url}/emulator/faults", {"stall_after_tokens": None})
 
 
 async def test_refuse_connections_window() -> None:
