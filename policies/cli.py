@@ -2,7 +2,8 @@
 
 Parses the file strictly, then builds every plugin (against the fleet when ``--fleet`` is
 given, which also checks that rule rewrites name models and pools the fleet has). Exit 0
-with a one-line summary; exit 1 with the reason, naming the field, on stderr.
+with a one-line summary (and warnings, such as a profile without a model filter, on
+stderr); exit 1 with the reason, naming the field, on stderr.
 ``--time-decisions N [--workers W]`` then times producers and decisions
 (``policies.timing``) and prints one more line.
 """
@@ -30,7 +31,7 @@ def validate_command(args: argparse.Namespace) -> int:
     from policies.engine import PolicyEngine
     from policies.errors import RoutingConfigError
     from policies.loader import load_routing
-    from policies.summary import summarize
+    from policies.summary import summarize, warnings
     from workers.fleet import FleetConfig, FleetConfigError, load_fleet
 
     try:
@@ -45,6 +46,8 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"{args.file}: invalid: {exc}", file=sys.stderr)
         return 1
     print(f"{args.file}: ok: {summarize(routing)}")
+    for warning in warnings(routing):
+        print(f"{args.file}: warning: {warning}", file=sys.stderr)
     if args.time_decisions > 0:
         if not fleet.workers:
             print("--time-decisions needs --fleet", file=sys.stderr)

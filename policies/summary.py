@@ -1,4 +1,5 @@
-"""A one-line description of a routing configuration, for ``kvroute validate`` and logs."""
+"""A one-line description of a routing configuration, and the warnings worth printing about
+it, for ``kvroute validate`` and logs."""
 
 from __future__ import annotations
 
@@ -12,3 +13,17 @@ def summarize(routing: RoutingConfig) -> str:
     producers = ", ".join(spec.type for spec in routing.producers) or "none"
     return (f"{len(routing.profiles)} profile(s): {profiles}; {len(routing.rules)} rule(s); "
             f"default profile {routing.default_profile}; producers: {producers}")
+
+
+def warnings(routing: RoutingConfig) -> list[str]:
+    """Valid but probably unintended: a profile that never checks the model or health."""
+    found: list[str] = []
+    for name, profile in routing.profiles.items():
+        types = {spec.type for spec in profile.filters}
+        if "model" not in types:
+            found.append(f"profiles.{name}.filters: no model filter: requests may go to "
+                         "workers that do not serve their model")
+        if "healthy" not in types:
+            found.append(f"profiles.{name}.filters: no healthy filter: requests may go to "
+                         "workers whose last scrape failed")
+    return found

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from workers.engine.profiles import A100_80GB, H100_80GB, LLAMA_3_8B
+from workers.engine.profiles import H100_80GB, LLAMA_3_8B
 from workers.models import WorkerInfo, WorkerView
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -33,8 +33,3 @@ def make_view(worker_id: str, *, models: tuple[str, ...] = (MODEL,),
 @pytest.fixture
 def view() -> ViewFactory:
     return make_view
-
-
-@pytest.fixture
-def a100() -> Any:
-    return A100_80GB

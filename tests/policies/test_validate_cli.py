@@ -33,6 +33,16 @@ def test_invalid_file_exits_1_naming_the_field(tmp_path: Path,
                             "must be a number\n")
 
 
+def test_warnings_do_not_fail_validation(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {filters: [healthy]}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: profiles.default.filters: no model filter: requests may go to "
+        "workers that do not serve their model\n")
+
+
 def test_fleet_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
     path.write_text("profiles: {default: {}}\nrules: [{name: r, then: {model: nope}}]\n")
