@@ -138,10 +138,9 @@ class BlockPool:
                     evicted += 1
                 else:
                     self._maybe_evict_cached_block(curr)
-            curr.ref_cnt += 1
-            nxt = curr.next_free_block
-            curr.prev_free_block = curr.next_free_block = None
-            curr = nxt
+            curr.ref_cnt = 1                   # a free block has no references
+            # Its links go stale rather than being cleared: ref_cnt > 0 says "not free".
+            curr = curr.next_free_block
         assert curr is not None
         queue.fake_head.next_free_block = curr
         curr.prev_free_block = queue.fake_head

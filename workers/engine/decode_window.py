@@ -89,39 +89,43 @@ class DecodeRun:
         caching = pool.enable_caching
         jitter = core._jitter if core.config.step_jitter > 0.0 else None
         per_context_token = core.time_model.decode_time_per_context_token
-        alive, start, reqs, buckets = self.alive, self.start, self.reqs, self.need_buckets
-        ends = self.ends
+        start, reqs, buckets = self.start, self.reqs, self.need_buckets
+        ends, finish_at = self.ends, self.finish_at
+        fixed, ctx, num_alive, step = self.fixed, self.ctx, self.num_alive, self.step
         finished: list[Request] = []
         generated = 0
-        while t < until and self.num_alive:
-            j = self.step + 1
-            bucket = buckets[(1 - j) % bs]
-            needs = [i for i in bucket if alive[i]] if bucket else bucket
-            free = queue.num_free_blocks
-            if len(needs) > free:
-                break                                      # the full step would preempt
-            if head is not None and need_lb <= free - len(needs):
+        while t < until and num_alive:
+            j = step + 1
+            # Buckets hold live requests only: finished ones are taken out in _finish.
+            needs = buckets[(1 - j) % bs]
+            if needs:
+                free = queue.num_free_blocks
+                if len(needs) > free:
+                    break                                  # the full step would preempt
+            if head is not None and need_lb <= queue.num_free_blocks - len(needs):
                 break                                      # the head might be admitted
-            bucket = buckets[(-j) % bs] if caching else []
-            fulls = [i for i in bucket if alive[i]] if bucket else bucket
+            fulls = buckets[-j % bs] if caching else needs[:0]
             if head is not None and fulls and self._caches_head_block(fulls, j,
                                                                       head.block_hashes):
                 break
-            for i in sorted(needs + fulls) if needs and fulls else (needs or fulls):
-                self._block_boundary(reqs[i], start[i] + j)
-            duration = self.fixed + per_context_token * self.ctx
+            if needs or fulls:
+                for i in sorted(needs + fulls) if needs and fulls else (needs or fulls):
+                    self._block_boundary(reqs[i], start[i] + j)
+            duration = fixed + per_context_token * ctx
             if jitter is not None:
                 duration *= jitter()
             t += duration
             ends.append(t)
-            generated += self.num_alive
-            self.step = j
-            self.ctx += self.num_alive
-            done = self.finish_at.pop(j, None)
-            if done:
-                self._finish(done, j, finished)
+            generated += num_alive
+            step = j
+            ctx += num_alive
+            if j in finish_at:
+                self.step, self.ctx = step, ctx
+                self._finish(finish_at.pop(j), j, finished)
+                fixed, ctx, num_alive = self.fixed, self.ctx, self.num_alive
                 if others_waiting:
                     break
+        self.step, self.ctx = step, ctx
         stats = core._stats
         stats.generation_tokens += generated
         for r in finished:
@@ -157,8 +161,10 @@ class DecodeRun:
     def _finish(self, done: list[int], j: int, finished: list[Request]) -> None:
         scheduler = self.core.scheduler
         manager = self.core.kv_cache_manager
+        bs = self.core.block_size
         for i in done:
             self.alive[i] = False
+            self.need_buckets[self.start[i] % bs].remove(i)
             self.ctx -= self.start[i] + j + 1
             request = self.reqs[i]
             _commit(request, self.start[i], j, self.ends)
