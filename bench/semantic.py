@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{result['requests']} requests at {args.rate:g}/s on CPUs {result['cpus']}: "
           f"p50 {summary['p50']:.2f} ms, p90 {summary['p90']:.2f} ms, "
           f"p99 {summary['p99']:.2f} ms, max {summary['max']:.2f} ms; "
-          f"mean batch {result['mean_batch']:.2f}; accuracy {100 * result['accuracy']:.1f}%")
+          f"mean batch {result['mean_batch']:.2f}; embedding CPU "
+          f"{result['embed_cpu_ms_per_request']:.2f} ms/request; outcomes {result['outcomes']}; "
+          f"accuracy {100 * result['accuracy']:.1f}%; load average {result['load_average']}")
     print(f"wrote {args.out / 'semantic.json'} and {args.out / 'semantic.png'}")
     return 0
 
@@ -87,6 +89,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     latencies: list[float] = [0.0] * total
     sent_at: list[float] = [0.0] * total
     correct = 0
+    outcomes: dict[str, int] = {}
     progress = tqdm(total=total, desc="semantic", unit="req", file=sys.stderr)
 
     async def one(i: int, text: str, label: str) -> None:
@@ -97,6 +100,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         await producer.produce_async(request, ())
         latencies[i] = time.perf_counter() - start
         correct += request.semantic_class == label
+        outcome = str(request.attributes.get("semantic_outcome"))
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
         progress.update()
 
     tasks: list[asyncio.Task[None]] = []
@@ -123,6 +128,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         "latency_ms": {"p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
                        "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean()),
                        "max": float(ms.max())},
+        "outcomes": outcomes, "load_average": os.getloadavg(),
+        "embed_cpu_ms_per_request": 1000.0 * stats.cpu_s / max(1, stats.texts),
         "batches": stats.batches, "mean_batch": stats.texts / max(1, stats.batches),
         "largest_batch": stats.largest_batch, "accuracy": correct / total,
         "classifier": model.report.summary(),

@@ -7,8 +7,12 @@ text, gathers every text that arrives within ``window_s`` of it (at most ``max_b
 embeds them in one forward pass. Texts that queued while the previous batch was running have
 already waited, so they are taken without a further wait.
 
+Overload never builds an unbounded backlog: ``submit`` refuses a text when ``max_queue`` texts
+are already waiting (``BatcherOverloaded``), and a text whose caller has stopped waiting (its
+``deadline`` passed) is dropped from its batch instead of being embedded.
+
 Event-loop callers await ``asyncio.wrap_future(batcher.submit(text))``; the loop never runs
-the model. ``stats`` counts batches and texts for tests and benchmarks.
+the model. ``stats`` counts batches, texts and the embedding thread's CPU time.
 """
 
 from __future__ import annotations
@@ -31,11 +35,17 @@ log = logging.getLogger(__name__)
 EmbedFunction = Callable[[Sequence[str]], npt.NDArray[np.float32]]
 
 
+class BatcherOverloaded(RuntimeError):
+    """Too many texts are already waiting for the embedding thread."""
+
+
 @dataclass(slots=True)
 class BatcherStats:
     batches: int = 0
     texts: int = 0
+    expired: int = 0          # dropped: their caller had stopped waiting
     largest_batch: int = 0
+    cpu_s: float = 0.0        # CPU time the embedding thread spent in the model
     batch_sizes: list[int] = field(default_factory=list)   # the last 1024 batches
 
     def record(self, size: int) -> None:
@@ -53,19 +63,23 @@ class _Pending:
     text: str
     future: Future[Vector]
     queued_at: float
+    deadline: float
 
 
 class MicroBatcher:
     """Embeds submitted texts in batches on its own thread; ``close()`` stops it."""
 
     def __init__(self, embed: EmbedFunction, cache: EmbeddingCache, *, window_s: float = 0.002,
-                 max_batch: int = 16, thread_name: str = "kvroute-semantic-embed") -> None:
-        if window_s < 0 or max_batch < 1:
-            raise ValueError("window_s must be >= 0 and max_batch >= 1")
+                 max_batch: int = 16, max_queue: int = 256,
+                 thread_name: str = "kvroute-semantic-embed") -> None:
+        if window_s < 0 or max_batch < 1 or max_queue < 1:
+            raise ValueError("window_s must be >= 0, max_batch and max_queue >= 1")
         self._embed = embed
         self.cache = cache
         self.window_s = window_s
         self.max_batch = max_batch
+        self.max_queue = max_queue
+        self._waiting = 0
         self.stats = BatcherStats()
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._in_flight: dict[bytes, Future[Vector]] = {}
@@ -74,8 +88,11 @@ class MicroBatcher:
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
         self._thread.start()
 
-    def submit(self, text: str) -> Future[Vector]:
-        """The embedding of ``text``, now (cache hit) or when its batch has run."""
+    def submit(self, text: str, timeout_s: float = 60.0) -> Future[Vector]:
+        """The embedding of ``text``, now (cache hit) or when its batch has run.
+
+        The text is dropped unembedded if its batch starts more than ``timeout_s`` from now.
+        """
         key = text_key(text)
         cached = self.cache.get(key)
         if cached is not None:
@@ -88,19 +105,25 @@ class MicroBatcher:
             shared = self._in_flight.get(key)
             if shared is not None:
                 return shared
+            if self._waiting >= self.max_queue:
+                raise BatcherOverloaded(f"{self._waiting} texts already wait for embedding")
+            self._waiting += 1
             future: Future[Vector] = Future()
             self._in_flight[key] = future
-        self._queue.put(_Pending(key, text, future, time.monotonic()))
+        now = time.monotonic()
+        self._queue.put(_Pending(key, text, future, now, now + timeout_s))
         return future
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop the thread after the queued texts are embedded."""
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Stop the thread after the queued texts are embedded; wait for it unless
+        ``timeout`` is None."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._queue.put(None)
-        self._thread.join(timeout)
+        if timeout is not None:
+            self._thread.join(timeout)
 
     @property
     def running(self) -> bool:
@@ -129,13 +152,26 @@ class MicroBatcher:
         return batch, False
 
     def _embed_batch(self, batch: list[_Pending]) -> None:
+        with self._lock:
+            self._waiting -= len(batch)
+        now = time.monotonic()
+        expired = [item for item in batch if item.deadline < now or item.future.cancelled()]
+        if expired:
+            self.stats.expired += len(expired)
+            self._finish(expired, None, TimeoutError("waited too long for the embedding thread"))
+            batch = [item for item in batch if item not in expired]
+            if not batch:
+                return
         self.stats.record(len(batch))
+        cpu_start = time.thread_time()
         try:
             vectors = self._embed([item.text for item in batch])
         except Exception as exc:   # the model failed: every waiter learns it, the thread lives on
             log.exception("embedding a batch of %d texts failed", len(batch))
             self._finish(batch, None, exc)
             return
+        finally:
+            self.stats.cpu_s += time.thread_time() - cpu_start
         self._finish(batch, vectors, None)
 
     def _finish(self, batch: list[_Pending], vectors: npt.NDArray[np.float32] | None,

@@ -7,8 +7,8 @@ classifier (``policies.semantic.classifier``) and starts the embedding thread.
 ``classify(text)`` (blocking) and ``classify_async(text)`` (awaitable; the event loop only
 waits) return a ``Classification``. They never raise: empty text is the default class
 without any model work, a classification below the threshold is the default class, and an
-embedding failure or a wait longer than ``timeout_s`` is the default class too (with
-``outcome`` saying which).
+embedding failure, a full embedding queue or a wait longer than ``timeout_s`` is the default
+class too (with ``outcome`` saying which).
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ import numpy as np
 import numpy.typing as npt
 
 from policies.errors import RoutingConfigError
-from policies.semantic.batcher import MicroBatcher
+from policies.semantic.batcher import BatcherOverloaded, MicroBatcher
 from policies.semantic.cache import EmbeddingCache, Vector
 from policies.semantic.classifier import LinearClassifier, TrainingReport, train_classifier
 from policies.semantic.section import SemanticSection
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["classified", "unsure", "empty", "error", "timeout"]
-DEFAULT_TIMEOUT_S = 1.0
+Outcome = Literal["classified", "unsure", "empty", "error", "timeout", "overloaded"]
 TRAINING_BATCH = 32
 
 
@@ -54,16 +53,16 @@ class SemanticModel:
     """Classifies texts; owns the embedding thread (``close()`` stops it)."""
 
     def __init__(self, section: SemanticSection, embedder: Embedder,
-                 classifier: LinearClassifier, report: TrainingReport,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+                 classifier: LinearClassifier, report: TrainingReport) -> None:
         self.section = section
         self.embedder = embedder
         self.classifier = classifier
         self.report = report
-        self.timeout_s = timeout_s
         self.batcher = MicroBatcher(
             embedder.embed, EmbeddingCache(section.cache_size),
-            window_s=section.batch.window_ms / 1000.0, max_batch=section.batch.max_size)
+            window_s=section.batch.window_ms / 1000.0, max_batch=section.batch.max_size,
+            max_queue=section.batch.max_queue)
+        self.timeout_s = section.timeout_ms / 1000.0
 
     def decide(self, vector: Vector) -> Classification:
         """Apply the classifier and the confidence threshold to one embedding."""
@@ -76,8 +75,10 @@ class SemanticModel:
         if not text:
             return self._fallback("empty")
         try:
-            vector = self.batcher.submit(text).result(timeout=self.timeout_s)
-        except concurrent.futures.TimeoutError:
+            vector = self.batcher.submit(text, self.timeout_s).result(timeout=self.timeout_s)
+        except BatcherOverloaded:
+            return self._fallback("overloaded")
+        except (concurrent.futures.TimeoutError, TimeoutError):
             return self._fallback("timeout")
         except Exception:
             log.exception("semantic classification failed; using the default class")
@@ -88,10 +89,13 @@ class SemanticModel:
         if not text:
             return self._fallback("empty")
         try:
-            future = asyncio.wrap_future(self.batcher.submit(text))
+            future = asyncio.wrap_future(self.batcher.submit(text, self.timeout_s))
             # shield: a timeout here must not cancel a computation other requests share
             vector = await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
+        except BatcherOverloaded:
+            return self._fallback("overloaded")
         except TimeoutError:
+            future.add_done_callback(_consume_outcome)
             return self._fallback("timeout")
         except Exception:
             log.exception("semantic classification failed; using the default class")
@@ -103,6 +107,12 @@ class SemanticModel:
 
     def _fallback(self, outcome: Outcome) -> Classification:
         return Classification(self.section.default_class, 0.0, None, outcome)
+
+
+def _consume_outcome(future: asyncio.Future[Vector]) -> None:
+    """Retrieve a late result nobody awaits any more, so asyncio does not log it."""
+    if not future.cancelled():
+        future.exception()
 
 
 def load_examples(section: SemanticSection, base_dir: Path) -> tuple[list[str], list[str]]:

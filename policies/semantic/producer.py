@@ -4,10 +4,14 @@ It is added automatically when routing.yaml has a ``semantic:`` section or a rul
 ``class:``; it has no parameters of its own (the section holds them). Building it loads the
 embedding model and trains the classifier, so a reload retrains on the edited examples.
 
-``produce`` blocks its (worker) thread until the embedding is ready; ``produce_async`` awaits
-it, so the event loop keeps serving while the embedding thread works. Both set
-``request.semantic_class`` and ``request.attributes``: ``semantic_classify_s`` (seconds spent),
-``semantic_confidence`` and ``semantic_outcome`` (classified, unsure, empty, error, timeout).
+``produce`` blocks its (worker) thread until the embedding is ready, and ``should_offload``
+tells ``policies.producers.runner`` to run it in a thread whenever the model has work to do
+(an empty or cached text is answered inline); ``produce_async`` awaits the embedding instead,
+so an event-loop caller holds no thread at all. Either way the embedding thread does the work.
+
+Both set ``request.semantic_class`` and ``request.attributes``: ``semantic_classify_s``
+(seconds spent), ``semantic_confidence`` and ``semantic_outcome`` (classified, unsure, empty,
+error, timeout, overloaded).
 
 ```yaml
 producers:
@@ -26,6 +30,7 @@ from pathlib import Path
 from policies.base import RoutingRequest
 from policies.errors import RoutingConfigError
 from policies.registry import BuildContext
+from policies.semantic.cache import text_key
 from policies.semantic.extras import extra_missing_message
 from policies.semantic.model import Classification, SemanticModel
 from policies.semantic.section import SECTION_NAME, SemanticSection
@@ -48,6 +53,14 @@ class SemanticProducer:
         self.name = name
         self.model = model
 
+    def should_offload(self, request: RoutingRequest) -> bool:
+        """Run ``produce`` in a worker thread unless the answer needs no model work."""
+        try:
+            text = self._text(request)
+        except Exception:
+            return False
+        return bool(text) and self.model.batcher.cache.get(text_key(text)) is None
+
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
         start = time.perf_counter()
         try:
@@ -67,6 +80,14 @@ class SemanticProducer:
             log.exception("semantic producer failed on %s", request.request_id)
             result = Classification(self.model.section.default_class, 0.0, None, "error")
         self._record(request, result, time.perf_counter() - start)
+
+    def inherit_state(self, previous: SemanticProducer) -> None:
+        """On reload: keep the embedding cache when the embeddings are the same, and stop the
+        previous embedding thread (without waiting: this runs on the event loop)."""
+        old, new = previous.model.section, self.model.section
+        if (old.max_tokens, old.quantize) == (new.max_tokens, new.quantize):
+            self.model.batcher.cache = previous.model.batcher.cache
+        previous.model.batcher.close(timeout=None)
 
     def close(self) -> None:
         self.model.close()

@@ -5,13 +5,14 @@ semantic:
   default_class: chat          # unsure, empty or unreadable prompts get this class
   threshold: 0.5               # minimum class probability; below it: default_class
   text: last-user              # last-user | all-user | system+last-user
-  max_tokens: 128              # tokens of that text the embedder reads (8..256)
+  max_tokens: 64               # tokens of that text the embedder reads (8..256)
   classifier: auto             # auto | logistic-regression | nearest-centroid
   examples_file: null          # optional JSONL of {"text", "label"}, relative to this file
   cache_size: 4096             # embeddings kept, by content hash (0: no cache)
   threads: 1                   # torch threads of the embedding thread
   quantize: true               # dynamic int8 linear layers (faster on CPU)
-  batch: {window_ms: 2.0, max_size: 16}
+  timeout_ms: 250              # longer than this: default class (outcome "timeout")
+  batch: {window_ms: 2.0, max_size: 16, max_queue: 256}   # beyond max_queue: default class
   classes:
     code: {examples: ["Write a Python function that ...", "..."]}
     chat: {examples: ["..."]}
@@ -42,12 +43,15 @@ CHARS_PER_TOKEN_BOUND = 16   # text beyond max_tokens × this is never looked at
 class BatchParams:
     window_ms: float = 2.0
     max_size: int = 16
+    max_queue: int = 256
 
     def __post_init__(self) -> None:
         if not 0 <= self.window_ms <= 50:
             raise ParamError("window_ms", "must be within 0..50")
         if not 1 <= self.max_size <= 256:
             raise ParamError("max_size", "must be within 1..256")
+        if self.max_queue < 1:
+            raise ParamError("max_queue", "must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +69,13 @@ class SemanticSection:
     default_class: str
     threshold: float = 0.5
     text: TextMode = "last-user"
-    max_tokens: int = 128
+    max_tokens: int = 64
     classifier: ClassifierMethod = "auto"
     examples_file: str | None = None
     cache_size: int = 4096
     threads: int = 1
     quantize: bool = True
+    timeout_ms: float = 250.0
     batch: BatchParams = field(default_factory=BatchParams)
 
     def __post_init__(self) -> None:
@@ -84,6 +89,8 @@ class SemanticSection:
             raise ParamError("max_tokens", f"must be within 8..{MODEL_WINDOW_TOKENS}")
         if self.cache_size < 0:
             raise ParamError("cache_size", "must be >= 0")
+        if self.timeout_ms <= 0:
+            raise ParamError("timeout_ms", "must be > 0")
         if not 1 <= self.threads <= 64:
             raise ParamError("threads", "must be within 1..64")
 

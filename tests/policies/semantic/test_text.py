@@ -1,0 +1,77 @@
+"""The text a request is classified by: modes, content parts, bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.base import RoutingRequest
+from policies.semantic.text import clean_text, request_text
+
+
+def chat(*messages: dict[str, Any]) -> RoutingRequest:
+    return RoutingRequest(request_id="r", model="auto", messages=list(messages))
+
+
+CONVERSATION = chat(
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "first question"},
+    {"role": "assistant", "content": "an answer"},
+    {"role": "user", "content": [{"type": "text", "text": "second"},
+                                 {"type": "image_url", "image_url": {"url": "data:..."}},
+                                 {"type": "text", "text": "question"}]},
+)
+
+
+def test_last_user_is_the_default_mode_and_skips_images() -> None:
+    assert request_text(CONVERSATION, "last-user", 1000) == "second\nquestion"
+
+
+def test_all_user_joins_user_messages_oldest_first() -> None:
+    assert request_text(CONVERSATION, "all-user", 1000) == "first question\n\nsecond\nquestion"
+
+
+def test_system_plus_last_user() -> None:
+    assert request_text(CONVERSATION, "system+last-user", 1000) == \
+        "You are terse.\n\nsecond\nquestion"
+
+
+def test_only_images_or_tool_calls_give_no_text() -> None:
+    images = chat({"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]})
+    tools = chat({"role": "user", "content": None},
+                 {"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
+                                                       "function": {"name": "f"}}]},
+                 {"role": "tool", "tool_call_id": "1", "content": "42"})
+    assert request_text(images, "last-user", 1000) == ""
+    assert request_text(tools, "last-user", 1000) == ""
+    assert request_text(chat(), "last-user", 1000) == ""
+
+
+def test_completions_prompts() -> None:
+    def prompt(p: Any) -> RoutingRequest:
+        return RoutingRequest(request_id="r", model="m", path="/v1/completions", prompt=p)
+
+    assert request_text(prompt("solve x"), "last-user", 100) == "solve x"
+    assert request_text(prompt(["a", "b"]), "last-user", 100) == "b"
+    assert request_text(prompt([1, 2, 3]), "last-user", 100) == ""
+    assert request_text(prompt(None), "last-user", 100) == ""
+
+
+def test_a_megabyte_prompt_is_cut_to_max_chars() -> None:
+    huge = chat({"role": "user", "content": "x" * 1_000_000})
+    assert request_text(huge, "last-user", 1024) == "x" * 1024
+
+
+def test_invalid_unicode_is_replaced_not_raised() -> None:
+    assert clean_text(b"caf\xc3\xa9 \xff\xfe ok", 100) == "café \ufffd\ufffd ok"
+    lone_surrogate = "bad \ud800 text"
+    cleaned = clean_text(lone_surrogate, 100)
+    assert cleaned == "bad ? text"
+    cleaned.encode("utf-8")   # valid now
+
+
+def test_malformed_messages_are_skipped() -> None:
+    weird = RoutingRequest(request_id="r", model="m",
+                           messages=["not a mapping", {"role": "user", "content": 5},
+                                     {"role": "user", "content": [{"type": "text", "text": 7}]}])
+    assert request_text(weird, "all-user", 100) == ""
