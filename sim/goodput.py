@@ -3,7 +3,9 @@
 ``find_goodput(attainment_at, start)`` probes ``start``, then doubles (or halves) the scale
 until attainment crosses ``target`` (0.9 by default), then bisects between the last passing
 and the first failing scale. Each probe is a whole simulation, so the number of probes is
-bounded: ``max_doublings`` each way plus ``bisections``.
+bounded: ``max_doublings`` each way plus ``bisections``. Halving also stops once attainment
+no longer improves (by ``plateau`` or more) at the lower rate: the misses then come from
+requests the fleet cannot serve within the SLO even when idle, and the goodput is 0.0.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class GoodputSearch:
 
 def find_goodput(attainment_at: Callable[[float], float], start: float = 1.0, *,
                  target: float = GOODPUT_ATTAINMENT, max_doublings: int = 6,
-                 bisections: int = 5) -> GoodputSearch:
+                 bisections: int = 5, plateau: float = 0.005) -> GoodputSearch:
     if start <= 0:
         raise ValueError(f"start scale must be > 0, got {start}")
     search = GoodputSearch(rate_scale=0.0)
@@ -43,11 +45,15 @@ def find_goodput(attainment_at: Callable[[float], float], start: float = 1.0, *,
             low *= 2
     else:
         high = start
+        previous = search.probes[-1][1]
         for _ in range(max_doublings):
             if passes(high / 2):
                 low = high / 2
                 break
             high /= 2
+            if search.probes[-1][1] < previous + plateau:
+                break                  # idle-bound: a lower rate does not help
+            previous = search.probes[-1][1]
     if low is None:
         return search              # fails even at start / 2**max_doublings
     if high is not None:

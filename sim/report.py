@@ -127,6 +127,8 @@ def write_plots(out_dir: Path, entries: Mapping[str, Mapping[str, Any]],
         ax.set_ylabel("requests meeting the SLO (%)")
         ax.set_title("SLO attainment per policy (run with --goodput for goodput)")
     ax.tick_params(axis="x", rotation=30)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
     written.append(_save(fig, out_dir / "goodput.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -135,10 +137,11 @@ def write_plots(out_dir: Path, entries: Mapping[str, Mapping[str, Any]],
     busy = [float(entries[n].get("cost_per_mtok_busy") or 0) for n in names]
     ax.bar(x - 0.2, fleet, 0.4, label="whole fleet billed")
     ax.bar(x + 0.2, busy, 0.4, label="billed while busy")
-    ax.set_xticks(x, names, rotation=30)
+    ax.set_xticks(x, names, rotation=30, ha="right")
     ax.set_ylabel("$ per million served tokens")
     ax.set_title("Cost per policy")
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, 1.3 * max([*fleet, *busy, 1e-9]))
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
     written.append(_save(fig, out_dir / "cost.png"))
     return written
 

@@ -10,7 +10,7 @@ from sim.goodput import find_goodput
 
 
 def _knee(at: float) -> Callable[[float], float]:
-    return lambda scale: 1.0 if scale <= at else 0.5
+    return lambda scale: 1.0 if scale <= at else 0.8 - 0.1 * scale
 
 
 def test_search_upwards_brackets_and_bisects() -> None:
@@ -26,9 +26,15 @@ def test_search_downwards_when_start_fails() -> None:
     assert search.rate_scale == 0.25
 
 
-def test_never_passing_gives_zero() -> None:
-    search = find_goodput(lambda s: 0.0, 1.0, max_doublings=3)
-    assert search.rate_scale == 0.0 and len(search.probes) == 4
+def test_never_passing_gives_zero_and_stops_on_a_plateau() -> None:
+    curve = {1.0: 0.40, 0.5: 0.52, 0.25: 0.53, 0.125: 0.532}
+    search = find_goodput(lambda s: curve[s], 1.0, max_doublings=5)
+    # 0.5 gains 0.12 and 0.25 gains 0.01: go on; 0.125 gains 0.002 < 0.005: stop
+    assert [s for s, _ in search.probes] == [1.0, 0.5, 0.25, 0.125]
+    assert search.rate_scale == 0.0
+    flat = find_goodput(lambda s: 0.5, 1.0, max_doublings=5)
+    assert [s for s, _ in flat.probes] == [1.0, 0.5]
+    assert flat.rate_scale == 0.0
 
 
 def test_bad_start_is_refused() -> None:
