@@ -34,6 +34,7 @@ def test_time_decisions_runs_every_request_through_producers_and_decide() -> Non
     assert (timing.requests, timing.workers) == (20, 5)
     assert timing.prompt_tokens_mean > 20            # the rendered template alone is longer
     assert 0 < timing.decide_p50_us <= timing.decide_p99_us
+    assert 0 < timing.decide_cpu_p50_us <= timing.decide_cpu_p99_us
     assert timing.line().startswith("20 requests x 5 workers (mean prompt ")
 
 
