@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -33,7 +33,6 @@ from policies.base import (
     Decision,
     Producer,
     RequestOutcome,
-    RoutingObserver,
     RoutingRequest,
 )
 from policies.config import PluginSpec, RoutingConfig, Rule
@@ -54,7 +53,8 @@ POOL_FILTER_NAME = "pool"
 class PolicyEngine:
     """Immutable after build, except the plugins' own cross-request state."""
 
-    __slots__ = ("_observers", "_plugins", "default_profile", "producers", "profiles", "routing")
+    __slots__ = ("_on_completed", "_on_routed", "_plugins", "default_profile", "producers",
+                 "profiles", "routing")
 
     def __init__(self, routing: RoutingConfig, producers: Sequence[Producer],
                  profiles: Mapping[str, Profile], plugins: Mapping[str, tuple[str, Any]]) -> None:
@@ -63,8 +63,13 @@ class PolicyEngine:
         self.profiles: Mapping[str, Profile] = MappingProxyType(dict(profiles))
         self.default_profile = routing.default_profile
         self._plugins = MappingProxyType(dict(plugins))   # path -> (type name, plugin)
-        self._observers: tuple[RoutingObserver, ...] = tuple(
-            p for _, p in plugins.values() if isinstance(p, RoutingObserver))
+        # a plugin may implement either hook of RoutingObserver, or both
+        self._on_routed: tuple[Callable[[RoutingRequest, Decision], None], ...] = tuple(
+            hook for _, p in plugins.values()
+            if callable(hook := getattr(p, "on_routed", None)))
+        self._on_completed: tuple[Callable[[RoutingRequest, RequestOutcome], None], ...] = tuple(
+            hook for _, p in plugins.values()
+            if callable(hook := getattr(p, "on_completed", None)))
 
     @classmethod
     def build(cls, routing: RoutingConfig, fleet: FleetConfig,
@@ -110,8 +115,10 @@ class PolicyEngine:
         try:
             return self._decide(request, views)
         except Exception:
-            log.exception("policy engine failed on request %s", request.request_id)
-            return Decision(request_id=request.request_id, worker_id=None, model=request.model,
+            request_id = str(getattr(request, "request_id", "?"))
+            log.exception("policy engine failed on request %s", request_id)
+            return Decision(request_id=request_id, worker_id=None,
+                            model=str(getattr(request, "model", "")),
                             profile=self.default_profile, rule=None,
                             reason="no candidate: internal policy error",
                             attributes=MappingProxyType({"decided_by": "error"}))
@@ -143,18 +150,20 @@ class PolicyEngine:
             filtered_out=result.filtered_out, attributes=MappingProxyType(attributes))
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
-        for observer in self._observers:
+        """The router sent ``request`` where ``decision`` said (RoutingObserver hook)."""
+        for hook in self._on_routed:
             try:
-                observer.on_routed(request, decision)
+                hook(request, decision)
             except Exception:
-                log.exception("on_routed of %s failed", _plugin_name(observer))
+                log.exception("on_routed of %s failed", _plugin_name(hook))
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
-        for observer in self._observers:
+        """``request`` finished (RoutingObserver hook)."""
+        for hook in self._on_completed:
             try:
-                observer.on_completed(request, outcome)
+                hook(request, outcome)
             except Exception:
-                log.exception("on_completed of %s failed", _plugin_name(observer))
+                log.exception("on_completed of %s failed", _plugin_name(hook))
 
     def plugins(self) -> Iterator[tuple[str, str, Any]]:
         """(declared path, type name, instance) of every plugin, producers first."""
@@ -222,6 +231,7 @@ def _rule_name(rule: Rule | None) -> str | None:
     return rule.name if rule is not None else None
 
 
-def _plugin_name(plugin: object) -> str:
+def _plugin_name(hook: object) -> str:
+    plugin = getattr(hook, "__self__", hook)
     return str(getattr(plugin, "name", type(plugin).__name__))
 

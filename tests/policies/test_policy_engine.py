@@ -268,3 +268,35 @@ def test_any_factory_failure_is_a_config_error() -> None:
         engine_for("profiles: {default: {scorers: [{type: broken}]}}", registry)
     assert str(info.value) == ("profiles.default.scorers[0]: RuntimeError: "
                                "model weights missing")
+
+
+class _CompletionCounter:
+    """Implements only on_completed (half of RoutingObserver)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.completed = 0
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        return {}
+
+    def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
+        self.completed += 1
+
+
+def test_a_plugin_may_implement_one_hook_only(fleet_views: list[WorkerView]) -> None:
+    registry = default_registry()
+    counters: list[_CompletionCounter] = []
+
+    def factory(params: object, context: BuildContext) -> _CompletionCounter:
+        counters.append(_CompletionCounter(context.name))
+        return counters[-1]
+
+    registry.register("counter", "scorer", _NoParams, factory)
+    engine = engine_for("profiles: {default: {scorers: [{type: counter}]}}", registry)
+    decision = engine.decide(request(), fleet_views)
+    engine.on_routed(request(), decision)
+    engine.on_completed(request(), RequestOutcome("r1", "h100-0", 200))
+    engine.on_completed(request(), RequestOutcome("r1", "h100-0", 500))
+    assert counters[0].completed == 2
