@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
+from yarl import URL
 
 from policies.base import Decision, RequestOutcome, RoutingRequest
 from policies.engine import PolicyEngine
@@ -77,6 +78,7 @@ class Director:
         self._ids = itertools.count(1)
         self._id_prefix = os.urandom(4).hex()
         self._header = settings.request_id_header
+        self._urls: dict[tuple[str, str], URL] = {}
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         arrival = self._clock()
@@ -176,7 +178,8 @@ class Director:
         status = 502
         try:
             result = await self._proxy.forward(
-                request, info.url + routing.path, upstream_body(parsed, raw, decision.model),
+                request, self._url(info.url, routing.path),
+                upstream_body(parsed, raw, decision.model),
                 headers, self._kvroute_headers(decision, routing.semantic_class), routing.stream,
                 parsed.wants_usage, lambda: self._on_first_byte(attempt))
             status = result.status
@@ -193,6 +196,13 @@ class Director:
             raise
         finally:
             self._complete(engine, routing, attempt, result, status)
+
+    def _url(self, base: str, path: str) -> URL:
+        """Parsed once per worker and path (parsing a URL string costs on every request)."""
+        url = self._urls.get((base, path))
+        if url is None:
+            url = self._urls[(base, path)] = URL(base + path)
+        return url
 
     def _on_first_byte(self, attempt: _Attempt) -> None:
         attempt.first_token_seen = True

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 from aiohttp import web
+from yarl import URL
 
 from router.errors import UpstreamTimeout, error_body
 
@@ -81,7 +82,7 @@ class Proxy:
         self._upstream_timeout_s = upstream_timeout_s
         self._clock = clock
 
-    async def forward(self, request: web.Request, url: str, body: bytes,
+    async def forward(self, request: web.Request, url: str | URL, body: bytes,
                       headers: Mapping[str, str], response_headers: Mapping[str, str],
                       stream: bool, wants_usage: bool,
                       on_first_byte: Callable[[], None]) -> ProxyResult:
