@@ -95,12 +95,20 @@ class Scheduler:
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         manager = self.kv_cache_manager
+        bs = manager.block_size
         running = self.running
         index = 0
         while index < len(running) and budget > 0:
             request = running[index]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget,
-                          self.max_model_len - 1 - request.num_computed_tokens)
+            computed = request.num_computed_tokens
+            if request.num_tokens - computed == 1 and computed % bs and (computed + 1) % bs:
+                # A decode inside a block: allocate_slots would neither allocate nor cache.
+                self._record(out, request, 1)
+                budget -= 1
+                index += 1
+                continue
+            num_new = min(request.num_tokens - computed, budget,
+                          self.max_model_len - 1 - computed)
             if num_new <= 0:
                 index += 1
                 continue
