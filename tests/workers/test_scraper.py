@@ -43,8 +43,8 @@ vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.4
 """
 
 
-def test_parse_current_vllm_sample() -> None:
-    sample = parse_metrics(SAMPLE.read_text())
+def test_parse_current_vllm_sample(shared_dir: Path) -> None:
+    sample = parse_metrics((shared_dir / "reference/vllm-metrics-sample.txt").read_text())
     assert (sample.running, sample.waiting, sample.kv_usage) == (2, 1, 0.0213)
     assert (sample.block_size, sample.num_gpu_blocks) == (16, 29215)
     assert (sample.prefix_cache_queries, sample.prefix_cache_hits) == (6144.0, 2048.0)

@@ -1,0 +1,29 @@
+"""Router settings: defaults and rejected values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from router.settings import Settings
+
+PATHS = {"fleet_path": Path("fleet.yaml"), "routing_path": Path("routing.yaml")}
+
+
+def test_defaults() -> None:
+    s = Settings(**PATHS)
+    assert (s.host, s.port, s.scrape_interval_s, s.fail_threshold, s.max_retries) == (
+        "127.0.0.1", 8000, 0.2, 3, 2)
+    assert s.max_body_bytes == 32 * 1024 * 1024 and s.redis_url is None
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("scrape_interval_s", 0.0, "scrape_interval_s: must be positive"),
+    ("max_retries", -1, "max_retries: must be >= 0"),
+    ("max_body_bytes", 0, "max_body_bytes: must be positive"),
+    ("decisions_ring_size", 0, "decisions_ring_size: must be positive"),
+])
+def test_invalid_values(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Settings(**PATHS, **{field: value})  # type: ignore[arg-type]
