@@ -114,3 +114,15 @@ def test_bad_requests_are_refused_with_vllm_wording() -> None:
     engine.add_request(EngineRequest("a", [1], [1]))
     with pytest.raises(ValueError, match="already in the engine"):
         engine.add_request(EngineRequest("a", [1], [1]))
+
+
+def test_builtin_engine_hashes_equal_the_public_builtin_chain() -> None:
+    from workers.engine.block_hash import block_hash_chain
+
+    engine = make_engine(num_gpu_blocks=50, hash_algo="builtin", enable_kv_events=True)
+    tokens = list(range(40))
+    engine.add_request(EngineRequest("a", tokens, [1]))
+    event = engine.step(0.0).kv_events[0]
+    public = block_hash_chain(tokens, 16, algo="builtin")
+    assert isinstance(event, BlockStored)
+    assert event.block_hashes == tuple(int.from_bytes(h, "big") for h in public)
