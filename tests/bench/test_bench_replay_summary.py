@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.replay import COUNTERS, ReplayConfig, ReplayRequest, summarize
+from bench.replay_report import markdown_table, write_replay
+
+
+def _counters(hits: float, queries: float, prompt: float) -> dict[str, float]:
+    return dict(zip(COUNTERS, (hits, queries, prompt), strict=True))
+
+
+def test_summary_in_emulated_seconds_with_slo_and_worker_hits() -> None:
+    requests = [ReplayRequest(0.0, "a", 100, 11, ttft_target_s=0.5),
+                ReplayRequest(0.1, "b", 100, 11, ttft_target_s=0.5),
+                ReplayRequest(0.2, "c", 100, 1, ttft_target_s=0.5),
+                ReplayRequest(0.3, "d", 100, 11, ttft_target_s=0.5)]
+    # wall seconds at time scale 0.5: emulated = wall / 0.5
+    outcomes = [(0.1, 0.3, None),        # ttft 0.2, tpot (0.6-0.2)/10 = 0.04 → meets SLO
+                (0.3, 0.35, None),       # ttft 0.6 > 0.5 → misses
+                (0.05, 0.05, None),      # one output token: TTFT only → meets
+                (None, 1.0, "HTTP 500")]
+    before = {"w0": _counters(0, 0, 0), "w1": _counters(10, 100, 100)}
+    after = {"w0": _counters(30, 100, 300), "w1": _counters(40, 200, 200)}
+    result = summarize("kvroute", requests, outcomes, 0.5, before, after, wall_s=2.04)
+    assert (result.requests, result.completed, result.errors) == (4, 3, 1)
+    assert result.first_error == "HTTP 500"
+    assert result.ttft_p50_s == 0.2 and result.ttft_p99_s == 0.6
+    assert (result.tpot_p50_s, result.tpot_p99_s) == (0.01, 0.04)   # b: (0.7 - 0.6) / 10
+    assert result.slo_attainment == 0.5                      # 2 of 4 sent
+    assert result.prefix_hit_rate == 0.3                     # (30 + 30) / (100 + 100)
+    assert result.prompt_token_share == {"w0": 0.75, "w1": 0.25}
+    assert result.wall_s == 2.0
+
+
+def test_replay_files(tmp_path: Path) -> None:
+    requests = [ReplayRequest(0.0, "a", 10, 2, 0.5)]
+    counters = {"w0": _counters(0, 10, 10)}
+    result = summarize("vllm-router", requests, [(0.1, 0.2, None)], 1.0,
+                       {"w0": _counters(0, 0, 0)}, counters, 1.0)
+    table = markdown_table([result])
+    assert "| vllm-router | 1 / 1 | 0.100 / 0.100 / 0.100 | 100.0 / 100.0 |" in table
+    config = ReplayConfig(trace=Path("t"), targets=("vllm-router",), fleet=Path("f"))
+    paths = write_replay(tmp_path, config, [result], "kvroute bench replay ...")
+    assert [p.name for p in paths] == ["replay.json", "replay.md", "replay.png"]
