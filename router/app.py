@@ -12,7 +12,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import web
@@ -130,13 +130,16 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None
     return runner, int(port)
 
 
-def run_router(settings: Settings, fleet: FleetConfig | None = None) -> None:
-    """Serve until SIGINT/SIGTERM, on uvloop."""
+def run_router(settings: Settings, fleet: FleetConfig | None = None,
+               on_ready: Callable[[int], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, on uvloop; ``on_ready(port)`` once accepting requests."""
     import uvloop
 
     async def main() -> None:
         runner, port = await start_router(settings, fleet)
         log.info("kvroute listening on http://%s:%d", settings.host, port)
+        if on_ready is not None:
+            on_ready(port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -85,21 +84,29 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     from router.app import run_router
-    from workers.emulator.process import EmulatorFleet
+    from workers.emulator.process import EmulatorFleet, EmulatorStartError
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     fleet = _load(args)
     if fleet is None:
         return 2
-    emulated = [w for w in fleet.workers if w.emulated]
+    emulated = sum(1 for w in fleet.workers if w.emulated)
     options = {} if args.time_scale is None else {"time_scale": args.time_scale}
-    with EmulatorFleet(fleet, **options):
-        print(f"kvroute: {len(emulated)} emulated worker(s) up; router on "
-              f"http://{args.host}:{args.port}/v1\n")
-        model = fleet.workers[0].info.models[0]
-        print("Try it:\n\n" + CURL_EXAMPLE.format(port=args.port, model=model) + "\n")
+    model = fleet.workers[0].info.models[0]
+
+    def ready(port: int) -> None:
+        print(f"\nkvroute: {emulated} emulated worker(s) and the router are up: "
+              f"http://{args.host}:{port}/v1  (Ctrl-C stops everything)\n")
+        print("Try it:\n\n" + CURL_EXAMPLE.format(port=port, model=model) + "\n")
         print("Or with the openai client:\n\n"
-              + OPENAI_EXAMPLE.format(port=args.port, model=model) + "\n", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            run_router(_settings(args), fleet)
+              + OPENAI_EXAMPLE.format(port=port, model=model) + "\n", flush=True)
+
+    try:
+        with EmulatorFleet(fleet, **options):
+            run_router(_settings(args), fleet, on_ready=ready)
+    except EmulatorStartError as exc:
+        print(f"kvroute: the emulated workers did not start: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
     return 0
