@@ -120,7 +120,7 @@ class EngineRunner:
         queue = queue if queue is not None else asyncio.Queue()
         if self._idle:
             self._idle = False
-            self._freeze(self.now())
+            self._freeze(min(self.now(), request.arrival_time))
         self._requests[request.request_id] = _Tracked(queue, request.arrival_time, max_tokens,
                                                       request.lora_name)
         self.engine.add_request(request)
