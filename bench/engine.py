@@ -7,7 +7,10 @@ process CPU time (``time.process_time``) of the engine calls only:
   unique tokens (a full 8192-token budget on H100, a 2048-token chunk on A100);
 - ``decode B``: ``step()`` with B requests decoding (B = 1, 32, 128);
 - ``advance B``: the same batches through ``advance()``, which coalesces decode steps;
-- ``replay``: a Poisson mix of shared-prefix requests through ``advance()``.
+- ``replay``: a Poisson mix of shared-prefix requests through ``advance()``;
+- ``mooncake`` (with ``--mooncake N``): the first N rows of the Mooncake conversation trace
+  (synthetic tokens per hash id, ``sim.synthetic_tokens``) round-robin over ``--workers``
+  H100 engines, advanced to every arrival and every 0.2 s as the simulator does.
 
 "real-time workers" is the virtual time per CPU second: how many such engines one core
 could step at real time. Writes ``engine.json`` and ``engine.png`` to ``--out``.
@@ -32,6 +35,9 @@ from workers.engine.core import EngineCore
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
 
 DECODE_BATCHES = (1, 32, 128)
+DEFAULT_TRACE = (Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
+                 / "mooncake_conversation_trace.jsonl.gz")
+SCRAPE_INTERVAL_S = 0.2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay-requests", type=int, default=400)
     parser.add_argument("--hash-algo", default="sha256",
                         help="sha256 (vLLM's, the emulator's) or builtin (the simulator's)")
+    parser.add_argument("--mooncake", type=int, default=0, metavar="N",
+                        help="also replay the first N Mooncake rows (0: skip; 12031: all)")
+    parser.add_argument("--workers", type=int, default=10)
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
 
 
 def _engine(gpu: str, hash_algo: str, **overrides: Any) -> EngineCore:
@@ -146,6 +156,48 @@ def bench_replay(count: int, hash_algo: str) -> dict[str, Any]:
     return row
 
 
+def bench_mooncake(path: Path, count: int, workers: int, hash_algo: str) -> dict[str, Any]:
+    import gzip
+
+    from sim.synthetic_tokens import mooncake_prompt
+
+    with gzip.open(path, "rt") as f:
+        rows = [json.loads(line) for _, line in zip(range(count), f, strict=False)]
+    requests = [EngineRequest(f"m{i}", mooncake_prompt(0, row["hash_ids"], row["input_length"]),
+                              [7] * max(1, row["output_length"]),
+                              arrival_time=row["timestamp"] / 1000.0)
+                for i, row in enumerate(rows)]
+    engines = [_engine("h100", hash_algo) for _ in range(workers)]
+    clocks = [0.0] * workers
+
+    def advance_all(t: float) -> None:
+        for k, engine in enumerate(engines):
+            if clocks[k] < t and engine.has_unfinished_requests():
+                clocks[k], _ = engine.advance(clocks[k], t)
+
+    def go() -> float:
+        next_scrape = 0.0
+        for i, request in enumerate(requests):
+            while next_scrape <= request.arrival_time:
+                advance_all(next_scrape)
+                next_scrape += SCRAPE_INTERVAL_S
+            advance_all(request.arrival_time)
+            k = i % workers
+            if not engines[k].has_unfinished_requests():
+                clocks[k] = max(clocks[k], request.arrival_time)
+            engines[k].add_request(request)
+        advance_all(float("inf"))
+        return sum(clocks)
+
+    cpu_s, virtual_s = _cpu(go)
+    row = _row(f"mooncake {count} rows, {workers} workers (advance)", count, cpu_s, virtual_s)
+    row["cpu_s_total"] = cpu_s
+    row["mean_prompt_tokens"] = sum(len(r.prompt_token_ids) for r in requests) / count
+    hits = sum(e.stats.prefix_cache_hits for e in engines)
+    row["prefix_hit_rate"] = hits / max(1, sum(e.stats.prefix_cache_queries for e in engines))
+    return row
+
+
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -190,6 +242,9 @@ def run(args: argparse.Namespace) -> int:
         plan.append((f"advance B={batch}", lambda b=batch: bench_decode(  # type: ignore[misc]
             b, args.steps, args.hash_algo, coalesce=True)))
     plan.append(("replay", lambda: bench_replay(args.replay_requests, args.hash_algo)))
+    if args.mooncake:
+        plan.append(("mooncake", lambda: bench_mooncake(args.trace, args.mooncake,
+                                                        args.workers, args.hash_algo)))
     for index, (label, fn) in enumerate(plan, 1):
         print(f"[{index}/{len(plan)}] {label} ...", file=sys.stderr, flush=True)
         rows.append(fn())
