@@ -143,6 +143,7 @@ class Director:
         model = decision.model
         if model not in self._registry.known_models():
             known = ", ".join(sorted(self._registry.known_models()))
+            self._metrics.record_request(model, "", "", decision.profile, 404)
             return ModelNotFound(f"The model `{model}` does not exist. Valid models: {known}.",
                                  param="model", headers=headers)
         self._metrics.record_request(model, "", "", decision.profile, 503)
@@ -150,7 +151,8 @@ class Director:
                                  headers=headers)
 
     def _kvroute_headers(self, decision: Decision, semantic_class: str | None) -> dict[str, str]:
-        headers = {"x-kvroute-worker": decision.worker_id or "none",
+        headers = {self._header: decision.request_id,
+                   "x-kvroute-worker": decision.worker_id or "none",
                    "x-kvroute-profile": decision.profile,
                    "x-kvroute-reason": _header_safe(decision.reason)}
         if semantic_class:

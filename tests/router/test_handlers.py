@@ -30,6 +30,7 @@ def assert_kvroute_headers(headers: object) -> None:
     assert get("x-kvroute-worker") in WORKER_IDS
     assert get("x-kvroute-profile") == "default"
     assert get("x-kvroute-reason")
+    assert get("x-request-id")
 
 
 async def test_chat_completion(router: RouterHandle) -> None:
@@ -86,6 +87,14 @@ async def test_completions(router: RouterHandle, prompt: object) -> None:
     n = len(prompt) if isinstance(prompt, list) and isinstance(prompt[0], str) else 1
     assert len(reply.choices) == n
     assert reply.usage is not None and reply.usage.completion_tokens == 4 * n
+
+
+async def test_client_request_id_is_kept(router: RouterHandle) -> None:
+    raw = await client(router).chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=2,  # type: ignore[arg-type]
+        extra_headers={"x-request-id": "trace-42"})
+    assert raw.headers["x-request-id"] == "trace-42"
+    assert raw.parse().id == "chatcmpl-trace-42"       # the worker used it as its request id
 
 
 async def test_streaming_completion(router: RouterHandle) -> None:
