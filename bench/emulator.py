@@ -9,6 +9,10 @@ every worker stays below ``--max-lag-ms``. Also reported: the process's CPU seco
 and per streamed token. Writes ``emulator.json`` and ``emulator.png`` to ``--out``.
 
     python -m bench.emulator --workers 1,2,4,8 --duration 5 --out bench-results/emulator
+
+``--idle-latency`` instead reports what an idle worker's ``/metrics`` says its TTFT for a
+2,048-token prompt and its decode step are, on each built-in GPU (compare with
+``vllm-interface.md`` §5.4), into ``emulator-idle-latency.json``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measured seconds per worker count (default 5)")
     parser.add_argument("--max-lag-ms", type=float, default=10.0,
                         help="p99 step lag that still counts as real time (default 10 ms)")
+    parser.add_argument("--idle-latency", action="store_true",
+                        help="instead: an idle worker's TTFT (2048-token prompt) and decode step "
+                             "on h100, a100 and l40s, read from /metrics (time scale 0.01)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR")
 
 
@@ -140,6 +147,41 @@ def _plot(results: list[dict[str, Any]], max_lag_ms: float, path: Path) -> None:
     plt.close(fig)
 
 
+def idle_latency(gpus: tuple[str, ...] = ("h100", "a100", "l40s"), prompt_tokens: int = 2048,
+                 requests: int = 3) -> dict[str, dict[str, float]]:
+    """Mean TTFT and inter-token latency an idle Llama-3-8B worker reports in ``/metrics``."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from workers.emulator.process import EmulatorProcess
+
+    out: dict[str, dict[str, float]] = {}
+    for gpu in gpus:
+        rng = random.Random(1)
+        with EmulatorProcess(gpu=gpu, model="llama-3-8b", time_scale=0.01) as proc:
+            for _ in range(requests):
+                body = {"prompt": _prompt(rng, prompt_tokens), "max_tokens": 2,
+                        "ignore_eos": True}
+                req = urllib.request.Request(f"{proc.url}/v1/completions",
+                                             data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    resp.read()
+            with urllib.request.urlopen(f"{proc.url}/metrics", timeout=10) as resp:
+                text = resp.read().decode()
+        values = {s.name: s.value for f in text_string_to_metric_families(text)
+                  for s in f.samples if "le" not in s.labels}
+
+        out[gpu] = {key: 1e3 * values[f"{name}_sum"] / values[f"{name}_count"]
+                    for key, name in (("ttft_ms", "vllm:time_to_first_token_seconds"),
+                                      ("inter_token_ms", "vllm:inter_token_latency_seconds"),
+                                      ("queue_ms", "vllm:request_queue_time_seconds"))}
+        _progress(f"{gpu}: TTFT {out[gpu]['ttft_ms']:.1f} ms, inter-token "
+                  f"{out[gpu]['inter_token_ms']:.2f} ms")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     import uvloop
 
@@ -147,6 +189,12 @@ def run(args: argparse.Namespace) -> int:
 
     counts = [int(x) for x in str(args.workers).split(",") if x.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.idle_latency:
+        result = {"command": "python -m bench.emulator "
+                  + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                  "prompt_tokens": 2048, "model": "llama-3-8b", "idle_latency": idle_latency()}
+        (args.out / "emulator-idle-latency.json").write_text(json.dumps(result, indent=2))
+        return 0
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in counts:
