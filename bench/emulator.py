@@ -190,10 +190,10 @@ def run(args: argparse.Namespace) -> int:
     counts = [int(x) for x in str(args.workers).split(",") if x.strip()]
     args.out.mkdir(parents=True, exist_ok=True)
     if args.idle_latency:
-        result = {"command": "python -m bench.emulator "
-                  + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-                  "prompt_tokens": 2048, "model": "llama-3-8b", "idle_latency": idle_latency()}
-        (args.out / "emulator-idle-latency.json").write_text(json.dumps(result, indent=2))
+        idle = {"command": "python -m bench.emulator "
+                + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                "prompt_tokens": 2048, "model": "llama-3-8b", "idle_latency": idle_latency()}
+        (args.out / "emulator-idle-latency.json").write_text(json.dumps(idle, indent=2))
         return 0
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
