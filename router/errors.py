@@ -105,8 +105,13 @@ def error_body(message: str, type_: str, code: str | None, param: str | None = N
 
 
 def error_response(exc: RouterError) -> web.Response:
+    """The error as a response; errors raised before any routing decision say so."""
+    headers = exc.headers
+    if "x-kvroute-worker" not in headers:
+        headers = {**headers, "x-kvroute-worker": "none", "x-kvroute-profile": "none",
+                   "x-kvroute-reason": f"rejected before routing: {exc.code}"}
     return web.Response(status=exc.status, body=exc.body(), content_type="application/json",
-                        headers=exc.headers)
+                        headers=headers)
 
 
 def _from_http_exception(exc: web.HTTPException) -> RouterError:

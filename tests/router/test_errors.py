@@ -69,6 +69,15 @@ async def test_errors_render_openai_bodies(client: TestClient[web.Request, web.A
 async def test_error_headers_are_kept(client: TestClient[web.Request, web.Application]) -> None:
     resp = await client.get("/raise/model")
     assert resp.headers["x-kvroute-worker"] == "none"
+    assert "x-kvroute-profile" not in resp.headers      # the raiser's headers win
+
+
+async def test_errors_before_routing_say_so(
+        client: TestClient[web.Request, web.Application]) -> None:
+    resp = await client.get("/raise/invalid")
+    assert (resp.headers["x-kvroute-worker"], resp.headers["x-kvroute-profile"],
+            resp.headers["x-kvroute-reason"]) == (
+        "none", "none", "rejected before routing: invalid_request")
 
 
 async def test_framework_errors_become_openai_errors(
