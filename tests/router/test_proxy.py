@@ -113,24 +113,28 @@ async def test_client_disconnect_cancels_upstream(emulated_fleet: FleetConfig,
     router = await make_router(subset(emulated_fleet, ["slow"]))
     body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 4000, "stream": True}
     async with aiohttp.ClientSession() as session:
+        await wait_running(session, slow.url, 0)       # requests of earlier tests are gone
         resp = await session.post(router.url + "/v1/chat/completions", json=body)
         assert resp.status == 200
         await resp.content.readuntil(b"\n\n")          # the stream has started
-        assert (await running(session, slow.url)) == 1
+        await wait_running(session, slow.url, 1)
         resp.close()                                    # the client goes away
-        deadline = time.monotonic() + 5.0
-        while await running(session, slow.url) != 0:
-            assert time.monotonic() < deadline, "upstream request still running"
-            await asyncio.sleep(0.05)
+        await wait_running(session, slow.url, 0)
     # 4000 tokens at real time would take far longer than the deadline above
     await asyncio.sleep(0.1)
     assert router.metric("kvroute_requests_total", model=MODEL, worker="slow",
                          gpu="L40S-48GB", profile="default", status="499") == 1.0
 
 
-async def running(session: aiohttp.ClientSession, url: str) -> int:
-    async with session.get(url + "/metrics") as resp:
-        return parse_metrics(await resp.text()).running
+async def wait_running(session: aiohttp.ClientSession, url: str, count: int) -> None:
+    """Wait (5 s at most) until the worker reports ``count`` running requests."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        async with session.get(url + "/metrics") as resp:
+            if parse_metrics(await resp.text()).running == count:
+                return
+        assert time.monotonic() < deadline, f"worker never had {count} running request(s)"
+        await asyncio.sleep(0.05)
 
 
 async def test_no_healthy_worker_is_503(make_router: RouterFactory) -> None:
