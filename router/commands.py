@@ -35,6 +35,8 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--redis-url", default=None,
                        help="share in-flight state between replicas through Redis")
     serve.add_argument("--replica-id", default="router-0")
+    serve.add_argument("--processes", type=int, default=1,
+                       help="router processes sharing the port (SO_REUSEPORT), one per core")
     serve.set_defaults(func=_serve)
 
 
@@ -78,7 +80,12 @@ def _serve(args: argparse.Namespace) -> int:
     fleet = _load(args)
     if fleet is None:
         return 2
-    run_router(_settings(args, redis_url=args.redis_url, replica_id=args.replica_id), fleet)
+    settings = _settings(args, redis_url=args.redis_url, replica_id=args.replica_id)
+    if args.processes > 1:
+        from router.replicas import run_replicas
+        run_replicas(settings, args.processes, args.log_level)
+    else:
+        run_router(settings, fleet)
     return 0
 
 

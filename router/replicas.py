@@ -1,0 +1,53 @@
+"""Several router processes on one port (``kvroute serve --processes N``).
+
+Python runs one request at a time per process; to use more cores, N processes each run a
+full router (own scraper, own policy engine) on the same address with ``SO_REUSEPORT``, and
+the kernel spreads connections among them. Each process counts only its own in-flight
+requests unless ``--redis-url`` makes them share (``router.state.redis_store``). The parent
+serves too; when it stops (SIGINT/SIGTERM) it stops its children by pid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import os
+import signal
+
+from router.app import run_router
+from router.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def _child(settings: Settings, log_level: str) -> None:
+    logging.basicConfig(level=log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run_router(settings)
+
+
+def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") -> None:
+    """Serve with ``processes`` router processes; returns when the parent's router stops."""
+    context = multiprocessing.get_context("spawn")
+    children = []
+    for index in range(1, processes):
+        child_settings = dataclasses.replace(settings,
+                                             replica_id=f"{settings.replica_id}-{index}")
+        child = context.Process(target=_child, args=(child_settings, log_level),
+                                name=f"kvroute-replica-{index}", daemon=True)
+        child.start()
+        children.append(child)
+    log.info("started %d extra router process(es): %s", len(children),
+             ", ".join(str(c.pid) for c in children))
+    try:
+        run_router(dataclasses.replace(settings, replica_id=f"{settings.replica_id}-0"))
+    finally:
+        for child in children:
+            if child.pid is not None and child.is_alive():
+                os.kill(child.pid, signal.SIGTERM)
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive() and child.pid is not None:
+                os.kill(child.pid, signal.SIGKILL)
+                child.join()

@@ -1,0 +1,77 @@
+"""``kvroute serve --processes N``: N router processes share one port and stop together."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+from tests.router.gateway_support import MODEL, REPO_ROOT
+from workers.emulator.process import EmulatorProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
+    with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(yaml.safe_dump({
+            "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+            "workers": [{"id": "w0", "gpu": "h100", "models": [MODEL], "url": worker.url}]}))
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet), "--routing",
+             str(REPO_ROOT / "config/routing.yaml"), "--port", str(port), "--processes", "2"],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert proc.poll() is None and time.monotonic() < deadline
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            children = _children(proc.pid)
+            assert len(children) >= 1
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+            for _ in range(6):
+                reply = client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+                assert reply.usage is not None and reply.usage.completion_tokens == 2
+            os.kill(proc.pid, signal.SIGINT)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        deadline = time.monotonic() + 5       # the spawn resource tracker exits on its own
+        while any(Path(f"/proc/{c}").exists() for c in children):
+            assert time.monotonic() < deadline, [
+                (Path(f"/proc/{c}/cmdline").read_bytes()) for c in children
+                if Path(f"/proc/{c}").exists()]
+            time.sleep(0.05)
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) != 0
