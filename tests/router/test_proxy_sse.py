@@ -32,6 +32,8 @@ def _pieces(mode: str) -> Sequence[bytes]:
         return [data[i:i + 1] for i in range(len(data))]
     if mode == "no-done":
         return [events]
+    if mode == "empty":
+        return []
     raise AssertionError(mode)
 
 
@@ -130,3 +132,12 @@ async def test_4xx_passes_through_and_5xx_is_retryable(
     failure = results[-1]
     assert isinstance(failure, RetryableUpstream)
     assert (failure.reason, failure.status) == ("http_5xx", 503)
+
+
+async def test_stream_closed_before_any_byte_is_retryable(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    url, results = relay_url
+    status, _, _ = await _get(url, "mode=empty")
+    assert status == 599
+    [failure] = results
+    assert isinstance(failure, RetryableUpstream) and failure.reason == "disconnect"
