@@ -166,11 +166,14 @@ class EmulatorFleet:
             common += ["--time-scale", repr(time_scale)]
         if overrides:
             common += ["--emulate-json", json.dumps(dict(overrides))]
+        # Workers configured to refuse connections from the start are not waited for.
+        ready = {w.info.id: w.info.url for w in self.fleet.workers if w.emulate is not None
+                 and not (w.emulate.get("faults") or {}).get("refuse_connections")}
         if one_process:
-            self._children = [(_Subprocess(common), list(self.urls.values()))]
+            self._children = [(_Subprocess(common), list(ready.values()))]
         else:
-            self._children = [(_Subprocess([*common, "--worker", wid]), [url])
-                              for wid, url in self.urls.items()]
+            self._children = [(_Subprocess([*common, "--worker", wid]),
+                               [url] if wid in ready else []) for wid, url in self.urls.items()]
         self.ready_timeout_s = ready_timeout_s
 
     @property

@@ -169,3 +169,18 @@ def test_client_disconnect_aborts_the_request(worker: EmulatorProcess) -> None:
             break
         time.sleep(0.05)
     assert (aborted, running) == (before + 1, 0)
+
+
+def test_request_id_header_and_continuous_usage(worker: EmulatorProcess) -> None:
+    req = urllib.request.Request(
+        f"{worker.url}/v1/completions", headers={"Content-Type": "application/json",
+                                                 "X-Request-Id": "trace-7"},
+        data=json.dumps({"prompt": [1, 2], "max_tokens": 3, "ignore_eos": True, "stream": True,
+                         "stream_options": {"include_usage": True,
+                                            "continuous_usage_stats": True}}).encode())
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        events = resp.read().decode().split("\n\n")
+    bodies = [json.loads(e[len("data: "):]) for e in events if e.startswith("data: {")]
+    assert {b["id"] for b in bodies} == {"cmpl-trace-7"}
+    assert [b["usage"]["completion_tokens"] for b in bodies] == [1, 2, 3, 3]
+    assert [b["usage"]["prompt_tokens"] for b in bodies] == [2, 2, 2, 2]
