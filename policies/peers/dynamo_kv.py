@@ -110,13 +110,19 @@ class DynamoKvCostScorer:
         self._prefill_blocks: dict[str, float] = {}
         self._decode_blocks: dict[str, int] = {}
         self._block_sizes: dict[str, int] = {}
+        self._memo: tuple[str, int, Sequence[int]] | None = None   # last request's hashes
 
     def _hashes(self, request: RoutingRequest, block_size: int) -> Sequence[int]:
         produced = request.block_hashes.get(block_size)
         if produced is not None:
             return produced
-        return chained_block_hashes(request.model, prompt_units(request), block_size,
-                                    max_blocks=1 << 30)
+        memo = self._memo
+        if memo is not None and memo[0] == request.request_id and memo[1] == block_size:
+            return memo[2]
+        hashes = chained_block_hashes(request.model, prompt_units(request), block_size,
+                                      max_blocks=1 << 30)
+        self._memo = (request.request_id, block_size, hashes)
+        return hashes
 
     def _prompt_tokens(self, request: RoutingRequest) -> int:
         return request.num_prompt_tokens or len(prompt_units(request))

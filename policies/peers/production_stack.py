@@ -11,7 +11,8 @@ peer-routers.md §2.1):
   prompt is inserted under the chosen endpoint. A match shorter than
   ``prefix_min_match_length`` (default 0) goes to the endpoint with the lowest router-side QPS
   instead (and is still inserted). Chat prompt = message contents joined by ``\\n``. No
-  eviction, as upstream.
+  eviction, as upstream. A prompt given only as token ids (the simulator's) is chunked in
+  ``chunk_size / 4`` tokens (about the same text length) instead of characters.
 * ``session``: consistent hashing of the session key (``x-session-id`` / ``user``) over the
   endpoint URLs (upstream: ``uhashring``, no bounded load); no key → lowest router-side QPS.
 
@@ -37,6 +38,7 @@ from policies.peers.prompt import prompt_text
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
+AVERAGE_CHARACTERS_PER_TOKEN = 4
 PREFIX_TYPE = "production-stack-prefix"
 SESSION_TYPE = "production-stack-session"
 
@@ -81,17 +83,22 @@ class HashTrie:
         self.chunk_size = chunk_size
         self._root = _TrieNode()
 
-    def _chunk_hashes(self, text: str) -> list[int]:
-        return [hash(text[i:i + self.chunk_size]) for i in range(0, len(text), self.chunk_size)]
+    def _chunk_hashes(self, text: str | Sequence[int]) -> list[int]:
+        if isinstance(text, str):
+            size = self.chunk_size
+            return [hash(text[i:i + size]) for i in range(0, len(text), size)]
+        size = max(1, self.chunk_size // AVERAGE_CHARACTERS_PER_TOKEN)
+        return [hash(tuple(text[i:i + size])) for i in range(0, len(text), size)]
 
-    def insert(self, text: str, endpoint: str) -> None:
+    def insert(self, text: str | Sequence[int], endpoint: str) -> None:
         node = self._root
         node.endpoints.add(endpoint)
         for chunk_hash in self._chunk_hashes(text):
             node = node.children.setdefault(chunk_hash, _TrieNode())
             node.endpoints.add(endpoint)
 
-    def longest_prefix_match(self, text: str, available: set[str]) -> tuple[int, set[str]]:
+    def longest_prefix_match(self, text: str | Sequence[int],
+                             available: set[str]) -> tuple[int, set[str]]:
         node, match_length, selected = self._root, 0, set(available)
         for chunk_hash in self._chunk_hashes(text):
             child = node.children.get(chunk_hash)
@@ -127,6 +134,14 @@ class _QpsWindow:
         return min(workers, key=lambda view: self.qps(view.id, now)).id
 
 
+def _routing_key(request: RoutingRequest) -> str | Sequence[int]:
+    """The prompt text; a token-id prompt (no text at all) as its token ids."""
+    text = prompt_text(request, "\n")
+    if text or request.prompt_token_ids is None:
+        return text
+    return request.prompt_token_ids
+
+
 def _one_hot(workers: Sequence[WorkerView], choice: str | None) -> dict[str, float]:
     return {view.id: 1.0 if view.id == choice else 0.0 for view in workers}
 
@@ -144,8 +159,8 @@ class ProductionStackPrefixScorer:
     def choose(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> str | None:
         if not workers:
             return None
-        text = prompt_text(request, "\n")
-        match_length, holders = self.trie.longest_prefix_match(text, {w.id for w in workers})
+        match_length, holders = self.trie.longest_prefix_match(_routing_key(request),
+                                                               {w.id for w in workers})
         if match_length < self.prefix_min_match_length:
             return self._qps.lowest(workers, request.arrival_time)
         return self._random.choice(sorted(holders))
@@ -157,7 +172,7 @@ class ProductionStackPrefixScorer:
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
         if decision.worker_id is None:
             return
-        self.trie.insert(prompt_text(request, "\n"), decision.worker_id)
+        self.trie.insert(_routing_key(request), decision.worker_id)
         self._qps.record(decision.worker_id, request.arrival_time)
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:

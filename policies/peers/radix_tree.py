@@ -50,7 +50,7 @@ class ApproxRadixTree:
 
     def match_length(self, units: Sequence[int], now: float) -> int:
         """Longest prefix of ``units`` in the tree; touches the nodes on the matched path."""
-        key = tuple(units)
+        key = units if isinstance(units, tuple) else tuple(units)
         node, position = self._root, 0
         while position < len(key):
             child = node.children.get(key[position])
@@ -65,7 +65,7 @@ class ApproxRadixTree:
         return position
 
     def insert(self, units: Sequence[int], now: float) -> None:
-        key = tuple(units)
+        key = units if isinstance(units, tuple) else tuple(units)
         node, position = self._root, 0
         node.last_access = now
         while position < len(key):

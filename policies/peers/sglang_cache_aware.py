@@ -97,7 +97,7 @@ class SglangCacheAwareScorer:
         if (max_load - min_load > self.balance_abs_threshold
                 and max_load > self.balance_rel_threshold * min_load):
             return shortest, "balance", 0
-        units = prompt_units(request)
+        units = tuple(prompt_units(request))
         if not units:
             return shortest, "min-load", 0
         best_id, best_match = shortest, 0

@@ -54,3 +54,14 @@ def test_session_hash_is_stable_and_no_key_goes_to_lowest_qps() -> None:
         r = make_request(worker, at=1.0)
         scorer.on_routed(r, routed(r, worker))
     assert scorer.choose(make_request(at=2.0), views) == "w2"
+
+
+def test_token_only_prompts_are_chunked_in_quarter_chunks_of_tokens() -> None:
+    trie = HashTrie(chunk_size=8)              # 2 tokens per chunk
+    trie.insert([1, 2, 3, 4, 5], "x")
+    assert trie.longest_prefix_match([1, 2, 3, 4, 9], {"x", "y"}) == (16, {"x"})
+    scorer = ProductionStackPrefixScorer(PrefixParams(chunk_size=8), random.Random(0))
+    first = make_request("1", tokens=[1, 2, 3, 4])
+    scorer.on_routed(first, routed(first, "w1"))
+    views = [make_view("w0"), make_view("w1")]
+    assert scorer.choose(make_request("2", tokens=[1, 2, 3, 4, 7, 7]), views) == "w1"
