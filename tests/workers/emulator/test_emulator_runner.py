@@ -1,0 +1,83 @@
+"""EngineRunner with a scripted engine: the emulated clock, delivery, and engine failure."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from workers.emulator.config import parse_emulate
+from workers.emulator.metrics import EmulatorMetrics
+from workers.emulator.runner import EngineRunner
+from workers.engine.api import EngineRequest, EngineStats, RequestOutput, StepResult
+from workers.engine.profiles import H100_80GB, LLAMA_3_8B
+
+STEP_S = 0.01
+
+
+class ScriptedEngine:
+    """Emits one token per request per step of ``STEP_S``; records each step's ``now``."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.requests: dict[str, list[int]] = {}
+        self.step_times: list[float] = []
+        self.fail = fail
+        self.stats = EngineStats()
+
+    def add_request(self, request: EngineRequest) -> None:
+        self.requests[request.request_id] = list(request.output_token_ids)
+
+    def abort_request(self, request_id: str) -> bool:
+        return self.requests.pop(request_id, None) is not None
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    def step(self, now: float) -> StepResult:
+        if self.fail:
+            raise RuntimeError("boom")
+        self.step_times.append(now)
+        outputs = []
+        for rid, remaining in list(self.requests.items()):
+            token = remaining.pop(0)
+            outputs.append(RequestOutput(rid, (token,), first=False, finished=not remaining,
+                                         finish_reason="length" if not remaining else None,
+                                         num_cached_tokens=0))
+            if not remaining:
+                del self.requests[rid]
+        return StepResult(duration_s=STEP_S, outputs=tuple(outputs))
+
+
+def make_runner(engine: ScriptedEngine) -> EngineRunner:
+    config = parse_emulate({"port": 1, "time_scale": 0}, gpu=H100_80GB, model=LLAMA_3_8B,
+                           models=["m"])
+    return EngineRunner(engine, 0.0, EmulatorMetrics(config, 100, 8192))
+
+
+async def test_busy_steps_follow_the_step_durations_exactly() -> None:
+    engine = ScriptedEngine()
+    runner = make_runner(engine)
+    runner.start()
+    try:
+        queue = runner.submit(EngineRequest("a", (1, 2, 3), (7, 8, 9), arrival_time=runner.now()),
+                              max_tokens=3)
+        got = [await asyncio.wait_for(queue.get(), 5) for _ in range(3)]
+    finally:
+        await runner.stop()
+    assert [o.new_token_ids for o in got if o is not None] == [(7,), (8,), (9,)]
+    assert engine.step_times == pytest.approx([0.0, 0.01, 0.02], abs=1e-12)
+    assert runner.now() == pytest.approx(0.03)
+    assert runner.num_inflight == 0
+
+
+async def test_engine_failure_marks_the_worker_unhealthy() -> None:
+    runner = make_runner(ScriptedEngine(fail=True))
+    runner.start()
+    try:
+        queue = runner.submit(EngineRequest("a", (1,), (7,)), max_tokens=1)
+        assert await asyncio.wait_for(queue.get(), 5) is None
+        assert runner.healthy is False
+        with pytest.raises(RuntimeError, match="engine is dead"):
+            runner.submit(EngineRequest("b", (1,), (7,)), max_tokens=1)
+    finally:
+        await runner.stop()
