@@ -10,6 +10,7 @@ equivalent, minimal logging, Prometheus (where a peer has one) on loopback.
 * ``direct``: the first backend itself, no proxy.
 * ``kvroute``: ``kvroute serve`` with the repository's ``config/routing.yaml``.
 * ``kvroute-rr``: ``kvroute serve`` with the ``round-robin`` peer preset (least policy work).
+* ``kvroute-token-aware``: ``kvroute serve`` with ``config/examples/token-aware.yaml``.
 * ``sglang-router``, ``vllm-router``: ``--policy round_robin`` (``cache_aware`` for replay).
 * ``litellm``: LiteLLM proxy, ``simple-shuffle`` over both backends, one uvicorn worker.
 * ``nginx``: round-robin upstream, keepalive 128, no buffering, 1 worker when pinned.
@@ -173,6 +174,8 @@ TARGETS: Mapping[str, PlanBuilder] = {
     "direct": _direct,
     "kvroute": _kvroute("kvroute", REPO / "config" / "routing.yaml"),
     "kvroute-rr": _kvroute("kvroute-rr", REPO / "config" / "policies" / "round-robin.yaml"),
+    "kvroute-token-aware": _kvroute("kvroute-token-aware",
+                                    REPO / "config" / "examples" / "token-aware.yaml"),
     "sglang-router": _sglang,
     "vllm-router": _vllm_router,
     "litellm": _litellm,
