@@ -132,11 +132,13 @@ class BlockPool:
             append(curr)
             h = curr.block_hash
             if h is not None:
-                if index.get(h) is curr:
-                    del index[h]
+                entry = index.pop(h, None)
+                if entry is curr:
                     curr.block_hash = None
                     evicted += 1
-                else:
+                else:                          # a duplicated hash: the general path
+                    if entry is not None:
+                        index[h] = entry
                     self._maybe_evict_cached_block(curr)
             curr.ref_cnt = 1                   # a free block has no references
             # Its links go stale rather than being cleared: ref_cnt > 0 says "not free".
@@ -184,7 +186,7 @@ class BlockPool:
         num_appended = 0
         for block in ordered_blocks:
             block.ref_cnt -= 1
-            if block.ref_cnt == 0 and not block.is_null:
+            if not block.ref_cnt and not block.is_null:
                 if block.block_hash is None or not caching:
                     to_evict_first.append(block)
                 else:                                       # append to the tail, inlined

@@ -38,7 +38,7 @@ def mixed_workload(seed: int, count: int, rate: float) -> list[EngineRequest]:
 
 
 def replay(config: EngineConfig, requests: list[EngineRequest], coalesce: bool,
-           ) -> tuple[list[RequestStats], list[KVEvent], EngineStats, int]:
+           ) -> tuple[list[RequestStats], list[KVEvent], EngineStats, int, list[int]]:
     engine = EngineCore(config)
     t, i, outputs = 0.0, 0, 0
     finished: list[RequestStats] = []
@@ -59,27 +59,32 @@ def replay(config: EngineConfig, requests: list[EngineRequest], coalesce: bool,
         finished += result.finished
         events += result.kv_events
         outputs += len(result.outputs)
-    return finished, events, engine.stats, outputs
+    free_order = [b.block_id for b in engine.block_pool.free_block_queue.get_all_free_blocks()]
+    return finished, events, engine.stats, outputs, free_order
 
 
-@pytest.mark.parametrize(("num_gpu_blocks", "max_num_seqs", "rate"), [
-    (120, 16, 20.0),       # KV-bound: preemptions and a blocked waiting head
-    (400, 6, 30.0),        # max_num_seqs-bound
-    (5000, 256, 5.0),      # roomy: long pure-decode stretches between arrivals
+@pytest.mark.parametrize(("num_gpu_blocks", "max_num_seqs", "rate", "algo", "events"), [
+    (120, 16, 20.0, "sha256", True),      # KV-bound: preemptions and a blocked waiting head
+    (120, 16, 20.0, "builtin", False),    # the same through the event-free allocation path
+    (400, 6, 30.0, "sha256", True),       # max_num_seqs-bound
+    (5000, 256, 5.0, "builtin", True),    # roomy: long pure-decode stretches
 ])
 def test_advance_finishes_exactly_like_single_steps(num_gpu_blocks: int, max_num_seqs: int,
-                                                    rate: float) -> None:
+                                                    rate: float, algo: str,
+                                                    events: bool) -> None:
     config = EngineConfig(model=BUILTIN_MODELS["llama-3-8b"], gpu=BUILTIN_GPUS["a100"],
                           num_gpu_blocks=num_gpu_blocks, max_num_seqs=max_num_seqs,
-                          enable_kv_events=True, step_jitter=0.05, seed=7)
+                          enable_kv_events=events, hash_algo=algo, step_jitter=0.05, seed=7)
     requests = mixed_workload(seed=num_gpu_blocks, count=150, rate=rate)
     stepped = replay(config, requests, coalesce=False)
     advanced = replay(config, requests, coalesce=True)
     assert len(stepped[0]) == 150
     assert advanced[0] == stepped[0]                    # every timestamp and token time
     assert advanced[1] == stepped[1]                    # KV events, in order
+    assert bool(stepped[1]) == events
     assert advanced[2] == stepped[2]
     assert advanced[3] < stepped[3]                     # coalesced steps carry no outputs
+    assert advanced[4] == stepped[4]                    # the same blocks in the same LRU order
     if num_gpu_blocks == 120:
         assert stepped[2].num_preemptions > 0
 
