@@ -163,10 +163,14 @@ class WorkerScraper:
         self._models: dict[str, tuple[float, ModelsSample]] = {}
 
     async def run(self) -> None:
-        """Scrape forever, one round every interval (until cancelled)."""
+        """Scrape forever (until cancelled): one loop per worker, so a slow worker delays
+        only its own snapshots."""
+        await asyncio.gather(*(self._loop(info) for info in self._registry.infos))
+
+    async def _loop(self, info: WorkerInfo) -> None:
         while True:
             started = self._clock()
-            await self.scrape_once()
+            await self._scrape(info)
             await asyncio.sleep(max(0.0, self._interval - (self._clock() - started)))
 
     async def scrape_once(self) -> None:

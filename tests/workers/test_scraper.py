@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -203,3 +206,30 @@ def test_declared_gauges_without_samples_read_as_zero() -> None:
             "# TYPE vllm:kv_cache_usage_perc gauge\n")
     sample = parse_metrics(text)
     assert (sample.running, sample.waiting, sample.kv_usage) == (0, 0, 0.0)
+
+
+async def test_run_loops_per_worker_so_a_slow_worker_delays_only_itself(
+        worker: tuple[_Worker, str]) -> None:
+    state, url = worker
+    slow = web.Application()
+
+    async def hang(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.Response(text="")
+    slow.router.add_get("/metrics", hang)
+    server = TestServer(slow, host="127.0.0.1")
+    await server.start_server()
+    fast_info = _info(url)
+    slow_info = dataclasses.replace(_info(str(server.make_url("")).rstrip("/")), id="slow")
+    registry = WorkerRegistry([fast_info, slow_info], InflightTracker())
+    async with aiohttp.ClientSession() as session:
+        scraper = WorkerScraper(registry, session, interval_s=0.05, timeout_s=2.0,
+                                models_interval_s=5.0, fail_threshold=3)
+        task = asyncio.create_task(scraper.run())
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await server.close()
+    assert state.hits.count("metrics") >= 5        # not held back by the hanging worker
+    assert registry.snapshot("slow") is None       # its first scrape has not even ended
