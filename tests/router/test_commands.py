@@ -70,3 +70,15 @@ def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     assert f'OpenAI(base_url="http://localhost:{port}/v1"' in text
     assert not _listening(port)
     assert not any(_listening(p) for p in ports.values())
+
+
+@pytest.mark.parametrize("command", ["serve", "up"])
+def test_invalid_files_exit_2_with_the_reason(command: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+    bad = tmp_path / "routing.yaml"
+    bad.write_text("profiles:\n  default:\n    picker: {type: nope}\ndefault_profile: default\n")
+    assert main([command, "--routing", str(bad)]) == 2
+    assert "profiles.default.picker.type: unknown picker type 'nope'" in capsys.readouterr().err
+    assert main([command, "--fleet", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read fleet file" in capsys.readouterr().err
