@@ -58,17 +58,23 @@ def _plot(path: Path, results: Sequence[ReplayResult]) -> Path:
     done = [r for r in results if r.skipped is None]
     names = [r.name for r in done]
     figure, axes = plt.subplots(1, 3, figsize=(13, 4))
-    panels = (("TTFT p50 / p99 (emulated s)", [[r.ttft_p50_s or 0 for r in done],
-                                              [r.ttft_p99_s or 0 for r in done]]),
-              ("SLO attainment", [[r.slo_attainment or 0 for r in done]]),
-              ("worker prefix-cache hit rate", [[r.prefix_hit_rate or 0 for r in done]]))
+    panels = (("TTFT (emulated s)", [("p50", [r.ttft_p50_s or 0 for r in done]),
+                                     ("p99", [r.ttft_p99_s or 0 for r in done])]),
+              ("SLO attainment", [("", [r.slo_attainment or 0 for r in done])]),
+              ("worker prefix-cache hit rate",
+               [("", [r.prefix_hit_rate or 0 for r in done])]))
     for axis, (title, series) in zip(axes, panels, strict=True):
         width = 0.8 / len(series)
-        for i, values in enumerate(series):
-            axis.bar([p + i * width for p in range(len(names))], values, width)
+        for i, (label, values) in enumerate(series):
+            axis.bar([p + i * width for p in range(len(names))], values, width,
+                     label=label or None)
         axis.set_xticks([p + width * (len(series) - 1) / 2 for p in range(len(names))],
                         names, rotation=20)
         axis.set_title(title)
+        if len(series) > 1:
+            axis.legend(fontsize=8)
+        else:
+            axis.set_ylim(0, 1.05)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
