@@ -16,18 +16,21 @@ workers:
     models: [meta-llama/Llama-3.1-8B-Instruct]
     url: http://10.0.0.7:8000        # ... or a real vLLM server
     kv_events: tcp://10.0.0.7:5557   # optional KV-event stream
+    launch: {model: /models/llama-3.1-8b}   # optional: how `kvroute launch-vllm` starts it
 ```
 
 ``emulate:`` keys belong to the emulator (``workers.emulator.config``); this module keeps them
-as a mapping and only reads ``port`` and ``host`` to derive the worker URL.
+as a mapping and only reads ``port`` and ``host`` to derive the worker URL. ``launch:`` keys
+belong to the vLLM launcher (``workers.launch.settings``) and are kept as a mapping too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -40,16 +43,18 @@ class FleetConfigError(ValueError):
 
 
 _WORKER_KEYS = {"id", "gpu", "models", "model", "labels", "emulate", "url", "kv_events",
-                "tensor_parallel", "price_per_hour"}
+                "tensor_parallel", "price_per_hour", "launch"}
 _MODEL_KEYS = {"arch"}
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
-    """One worker entry: its info plus, for emulated workers, the raw ``emulate`` block."""
+    """One worker entry: its info plus, for emulated workers, the raw ``emulate`` block, and
+    for real workers that ``kvroute launch-vllm`` starts, the raw ``launch`` block."""
 
     info: WorkerInfo
     emulate: Mapping[str, Any] | None = None
+    launch: Mapping[str, Any] | None = None
 
     @property
     def emulated(self) -> bool:
@@ -153,7 +158,7 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     if gpu_name not in gpus:
         raise FleetConfigError(f"{where}.gpu: unknown GPU class {gpu_name!r} "
                                f"(known: {', '.join(sorted(gpus))})")
-    gpu = gpus[gpu_name]
+    gpu = gpus[str(gpu_name)]
     served = raw.get("models", raw.get("model"))
     if isinstance(served, str):
         served = [served]
@@ -179,10 +184,14 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
             raise FleetConfigError(f"{where}.emulate.port: required, an integer")
         url = f"http://{emulate.get('host', '127.0.0.1')}:{emulate['port']}"
     assert isinstance(url, str)
+    launch = raw.get("launch")
+    if launch is not None and (emulate is not None or not isinstance(launch, Mapping)):
+        raise FleetConfigError(f"{where}.launch: must be a mapping, on a worker with url:")
     info = WorkerInfo(
         id=wid, url=url.rstrip("/"), gpu=gpu, models=tuple(served), model_spec=spec,
         price_per_hour=price, tensor_parallel=tp,
         labels=MappingProxyType({str(k): str(v) for k, v in labels.items()}),
         kv_events_endpoint=raw.get("kv_events"),
     )
-    return WorkerSpec(info=info, emulate=MappingProxyType(dict(emulate)) if emulate else None)
+    return WorkerSpec(info=info, emulate=MappingProxyType(dict(emulate)) if emulate else None,
+                      launch=MappingProxyType(dict(launch)) if launch is not None else None)

@@ -1,0 +1,98 @@
+"""The vLLM argv built per GPU profile (H100, A100, L40S) and its environment."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from workers.fleet import parse_fleet
+from workers.launch.command import VLLM_MODULE, build_command, kv_events_config
+from workers.launch.settings import LaunchConfigError
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def fleet_with(worker: dict[str, Any]) -> Any:
+    return parse_fleet({"models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192},
+                                   "tiny": {"arch": "llama-3-8b", "max_model_len": 2048}},
+                        "workers": [worker]})
+
+
+def flag(argv: tuple[str, ...], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+@pytest.mark.parametrize(("gpu", "seqs", "batched"), [
+    ("h100", "1024", "8192"), ("a100", "256", "2048"), ("l40s", "256", "2048")])
+def test_gpu_profile_defaults(gpu: str, seqs: str, batched: str) -> None:
+    fleet = fleet_with({"id": f"{gpu}-0", "gpu": gpu, "models": [MODEL],
+                        "url": "http://127.0.0.1:8001", "launch": {"python": "/opt/py"}})
+    cmd = build_command(fleet.workers[0])
+    assert cmd.argv == (
+        "/opt/py", "-m", VLLM_MODULE, "--model", MODEL, "--served-model-name", MODEL,
+        "--host", "127.0.0.1", "--port", "8001", "--tensor-parallel-size", "1",
+        "--max-num-seqs", seqs, "--max-num-batched-tokens", batched, "--max-model-len", "8192",
+        "--gpu-memory-utilization", "0.9", "--enable-prefix-caching")
+    assert dict(cmd.env) == {}
+    assert cmd.url == "http://127.0.0.1:8001"
+
+
+def test_h100_tensor_parallel_devices_and_kv_events_remote_host() -> None:
+    fleet = fleet_with({
+        "id": "h100-tp2", "gpu": "h100", "models": [MODEL, "llama-8b"], "tensor_parallel": 2,
+        "url": "http://10.0.0.7:8000", "kv_events": "tcp://10.0.0.7:5557",
+        "launch": {"model": "/models/llama", "devices": [2, 3], "gpu_memory_utilization": 0.85,
+                   "max_num_seqs": 512, "extra_args": ["--enforce-eager"]}})
+    cmd = build_command(fleet.workers[0])
+    argv = cmd.argv
+    assert flag(argv, "--model") == "/models/llama"
+    assert argv[argv.index("--served-model-name") + 1:argv.index("--host")] == (MODEL, "llama-8b")
+    assert flag(argv, "--host") == "0.0.0.0"
+    assert flag(argv, "--tensor-parallel-size") == "2"
+    assert flag(argv, "--gpu-memory-utilization") == "0.85"
+    assert flag(argv, "--max-num-seqs") == "512"
+    assert flag(argv, "--max-num-batched-tokens") == "8192"
+    assert json.loads(flag(argv, "--kv-events-config")) == {
+        "enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:5557",
+        "topic": "kv-events"}
+    assert argv[-1] == "--enforce-eager"
+    assert dict(cmd.env) == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    assert cmd.kv_events_endpoint == "tcp://10.0.0.7:5557"
+
+
+def test_cpu_worker_for_tests() -> None:
+    fleet = fleet_with({
+        "id": "cpu-0", "gpu": "l40s", "models": ["tiny"], "url": "http://127.0.0.1:9001",
+        "kv_events": "tcp://127.0.0.1:5601",
+        "launch": {"model": "/tmp/tiny", "device": "cpu", "max_model_len": 2048,
+                   "num_gpu_blocks_override": 40, "dev_mode": True,
+                   "env": {"HF_HUB_OFFLINE": "1"}}})
+    cmd = build_command(fleet.workers[0])
+    assert "--gpu-memory-utilization" not in cmd.argv
+    assert flag(cmd.argv, "--num-gpu-blocks-override") == "40"
+    assert flag(cmd.argv, "--max-model-len") == "2048"
+    assert json.loads(flag(cmd.argv, "--kv-events-config"))["endpoint"] == "tcp://127.0.0.1:5601"
+    assert dict(cmd.env) == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                             "VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1"}
+    assert cmd.shell().startswith("VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind ")
+
+
+def test_prefix_caching_off_and_kv_events_conflict() -> None:
+    base = {"id": "a", "gpu": "a100", "models": [MODEL], "url": "http://127.0.0.1:8001",
+            "launch": {"enable_prefix_caching": False}}
+    assert "--no-enable-prefix-caching" in build_command(fleet_with(base).workers[0]).argv
+    with pytest.raises(LaunchConfigError, match=r"workers\[a\]\.kv_events: needs prefix"):
+        build_command(fleet_with({**base, "kv_events": "tcp://127.0.0.1:5557"}).workers[0])
+
+
+def test_emulated_worker_is_refused() -> None:
+    fleet = fleet_with({"id": "e", "gpu": "a100", "models": [MODEL], "emulate": {"port": 8101}})
+    with pytest.raises(LaunchConfigError, match="emulated worker is not launched"):
+        build_command(fleet.workers[0])
+
+
+def test_kv_events_endpoint_must_be_tcp() -> None:
+    with pytest.raises(LaunchConfigError, match="must look like tcp://HOST:PORT"):
+        kv_events_config("ipc:///tmp/x", "t", "w.kv_events")

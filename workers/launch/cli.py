@@ -1,0 +1,72 @@
+"""``kvroute launch-vllm --fleet FILE``: start a vLLM server for every real worker of a fleet.
+
+Workers with ``url:`` and a ``launch:`` block are started (``--worker ID`` picks some), each
+with the command ``workers.launch.command`` builds from its GPU profile; the command waits
+until every ``/health`` answers, then keeps the servers running until SIGINT/SIGTERM and
+stops them by pid. ``--dry-run`` prints the commands and starts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "launch-vllm", help="start vLLM servers for the real workers of a fleet",
+        description=__doc__.split("\n\n")[1] if __doc__ else None)
+    parser.add_argument("--fleet", required=True, type=Path, help="fleet file (YAML)")
+    parser.add_argument("--worker", action="append", default=[], metavar="ID",
+                        help="launch only this worker (repeatable)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--log-dir", type=Path, default=Path("logs"),
+                        help="where each server's output goes (default: ./logs)")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds to wait for every /health (default 900)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from workers.fleet import FleetConfigError, load_fleet
+    from workers.launch.command import build_command
+    from workers.launch.process import LaunchError, VllmFleet
+    from workers.launch.settings import LaunchConfigError
+
+    try:
+        fleet = load_fleet(args.fleet)
+        chosen = [w for w in fleet.workers if w.launch is not None
+                  and (not args.worker or w.info.id in args.worker)]
+        missing = sorted(set(args.worker) - {w.info.id for w in chosen})
+        if missing:
+            raise LaunchConfigError(f"--worker: no launchable worker {', '.join(missing)} "
+                                    "(a real worker needs a launch: block)")
+        if not chosen:
+            raise LaunchConfigError(f"{args.fleet}: no worker has a launch: block")
+        commands = [build_command(w) for w in chosen]
+    except (FleetConfigError, LaunchConfigError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for command in commands:
+        print(f"# {command.worker_id} -> {command.url}\n{command.shell()}", flush=True)
+    if args.dry_run:
+        return 0
+    servers = VllmFleet(commands, args.log_dir)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        servers.start(timeout_s=args.timeout)
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{len(commands)} vLLM server(s) healthy; Ctrl-C stops them", flush=True)
+    try:
+        stop.wait()
+    finally:
+        servers.stop()
+    return 0

