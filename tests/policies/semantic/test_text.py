@@ -71,7 +71,7 @@ def test_invalid_unicode_is_replaced_not_raised() -> None:
 
 
 def test_malformed_messages_are_skipped() -> None:
-    weird = RoutingRequest(request_id="r", model="m",
-                           messages=["not a mapping", {"role": "user", "content": 5},
-                                     {"role": "user", "content": [{"type": "text", "text": 7}]}])
+    messages: list[Any] = ["not a mapping", {"role": "user", "content": 5},
+                           {"role": "user", "content": [{"type": "text", "text": 7}]}]
+    weird = RoutingRequest(request_id="r", model="m", messages=messages)
     assert request_text(weird, "all-user", 100) == ""

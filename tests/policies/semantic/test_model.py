@@ -1,0 +1,136 @@
+"""The trained example classifier: held-out accuracy, bad input, micro-batching, cache."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from policies.base import RoutingRequest
+from policies.semantic.evaluation import evaluate
+from policies.semantic.model import SemanticModel, embed_all, load_examples, read_labelled_jsonl
+from policies.semantic.producer import SemanticProducer
+from policies.semantic.text import clean_text
+from tests.policies.semantic.conftest import EXAMPLE_ROUTING, HELDOUT
+
+pytestmark = pytest.mark.semantic
+
+
+def test_examples_respect_the_limit_and_are_not_in_the_heldout_set(
+        example_model: SemanticModel) -> None:
+    texts, labels = load_examples(example_model.section, EXAMPLE_ROUTING.parent)
+    assert max(Counter(labels).values()) <= 20
+    heldout = {json.loads(line)["text"].strip().lower()[:40]
+               for line in HELDOUT.read_text().splitlines()}
+    assert not {t.strip().lower()[:40] for t in texts} & heldout
+
+
+def test_heldout_accuracy_is_at_least_90_percent(example_model: SemanticModel) -> None:
+    section = example_model.section
+    rows = read_labelled_jsonl(HELDOUT, "heldout")
+    assert len(rows) >= 250 and {label for _, label in rows} == set(section.labels)
+    texts, labels = load_examples(section, EXAMPLE_ROUTING.parent)
+    result = evaluate(section, example_model.report,
+                      embed_all(example_model.embedder, texts), labels,
+                      embed_all(example_model.embedder,
+                                [clean_text(t, section.max_chars) for t, _ in rows]),
+                      [label for _, label in rows])
+    assert result.accuracy >= 0.9
+    assert set(result.methods) == {"logistic-regression", "nearest-centroid"}
+    assert sum(map(sum, result.confusion())) == len(rows)
+
+
+def test_each_class_gets_its_obvious_prompt(example_model: SemanticModel) -> None:
+    prompts = {
+        "code": "Write a Go function that parses a JSON config file and returns a struct.",
+        "math": "What is the derivative of x^2 * sin(x)?",
+        "support": "I was charged twice for order 5512, how do I get a refund?",
+        "chat": "Suggest a relaxing weekend itinerary for a trip to Lisbon.",
+    }
+    for label, text in prompts.items():
+        assert example_model.classify(text).label == label, text
+
+
+BAD_INPUTS: list[tuple[str, Any]] = [
+    ("empty", [{"role": "user", "content": ""}]),
+    ("whitespace", [{"role": "user", "content": "   \n\t "}]),
+    ("only images", [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]),
+    ("only tool calls", [{"role": "assistant", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "1", "content": "result"}]),
+    ("no messages", []),
+]
+
+
+@pytest.mark.parametrize(("case", "messages"), BAD_INPUTS, ids=[c for c, _ in BAD_INPUTS])
+async def test_inputs_without_text_get_the_default_class(
+        example_model: SemanticModel, case: str, messages: Any) -> None:
+    producer = SemanticProducer("semantic", example_model)
+    request = RoutingRequest(request_id=case, model="auto", messages=messages)
+    assert not producer.should_offload(request)
+    await producer.produce_async(request, ())
+    assert request.semantic_class == "chat"
+    assert request.attributes["semantic_outcome"] == "empty"
+
+
+async def test_huge_and_invalid_prompts_are_classified_not_refused(
+        example_model: SemanticModel) -> None:
+    producer = SemanticProducer("semantic", example_model)
+    huge = "def handler(event):\n    return parse(event)\n" * 25_000      # about 1 MB
+    cases = {"huge": huge, "surrogate": "how do I cancel my order \ud800 please",
+             "bytes": b"how do I cancel my order \xff\xfe please"}
+    for name, content in cases.items():
+        request = RoutingRequest(request_id=name, model="auto",
+                                 messages=[{"role": "user", "content": content}])
+        producer.produce(request, ())
+        assert request.attributes["semantic_outcome"] in ("classified", "unsure"), name
+        assert request.semantic_class in example_model.section.labels
+    request = RoutingRequest(request_id="huge2", model="auto",
+                             messages=[{"role": "user", "content": huge}])
+    await producer.produce_async(request, ())
+    assert request.semantic_class == "code"
+
+
+async def test_concurrent_requests_share_one_batch_and_repeat_text_hits_the_cache(
+        example_model: SemanticModel) -> None:
+    section = dataclasses.replace(
+        example_model.section,
+        batch=dataclasses.replace(example_model.section.batch, window_ms=40.0))
+    model = SemanticModel(section, example_model.embedder, example_model.classifier,
+                          example_model.report)
+    producer = SemanticProducer("semantic", model)
+    texts = ["Sort a list in Rust", "Integrate x^3 from 0 to 2", "Where is my parcel 77?",
+             "Tell me a story about a dragon"]
+    requests = [RoutingRequest(request_id=str(i), model="auto",
+                               messages=[{"role": "user", "content": t}])
+                for i, t in enumerate(texts)]
+    try:
+        await asyncio.gather(*(producer.produce_async(r, ()) for r in requests))
+        assert model.batcher.stats.batch_sizes == [4]
+        again = RoutingRequest(request_id="again", model="auto",
+                               messages=[{"role": "user", "content": texts[0]}])
+        assert not producer.should_offload(again)      # cached: answered inline
+        producer.produce(again, ())
+    finally:
+        model.close()
+    assert model.batcher.stats.batch_sizes == [4]
+    assert model.batcher.cache.hits >= 1
+    assert again.semantic_class == requests[0].semantic_class == "code"
+    assert all(isinstance(r.attributes["semantic_classify_s"], float) for r in requests)
+
+
+def test_low_confidence_goes_to_the_default_class(example_model: SemanticModel) -> None:
+    strict = SemanticModel(dataclasses.replace(example_model.section, threshold=1.0),
+                           example_model.embedder, example_model.classifier,
+                           example_model.report)
+    try:
+        result = strict.classify("Write a Python function that reverses a string")
+    finally:
+        strict.close()
+    assert result.outcome == "unsure" and result.label == "chat"
+    assert result.predicted == "code"
