@@ -11,7 +11,8 @@ encoder (``policies.semantic.bert_forward``: the model's own modules without the
 per-call overhead), mean-pools over the attention mask and L2-normalises, which is exactly what
 sentence-transformers' pipeline for this model (``Transformer → Pooling(mean) → Normalize``)
 does. ``quantize`` converts the linear layers to dynamic int8 (faster on CPU; each text then runs
-alone, see ``embed``; docs/semantic.md has its effect on accuracy and speed). ``threads`` sets torch's intra-op threads.
+alone, see ``embed``; docs/semantic.md has its effect on accuracy and speed). ``threads``
+sets torch's intra-op threads.
 """
 
 from __future__ import annotations
