@@ -103,6 +103,12 @@ class EngineCore:
         self._aborted.append(request_stats(request))
         return True
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's ``/reset_prefix_cache``: forget every cached block (``AllBlocksCleared``
+        comes with the next step's events); refused (False) while requests hold blocks."""
+        self._end_decode_run()
+        return self.block_pool.reset_prefix_cache()
+
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
 

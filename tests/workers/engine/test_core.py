@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from workers.engine.api import BlockStored, EngineConfig, EngineRequest, RequestStats
+from workers.engine.api import (
+    AllBlocksCleared,
+    BlockStored,
+    EngineConfig,
+    EngineRequest,
+    RequestStats,
+)
 from workers.engine.core import EngineCore
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
 
@@ -126,3 +132,16 @@ def test_builtin_engine_hashes_equal_the_public_builtin_chain() -> None:
     public = block_hash_chain(tokens, 16, algo="builtin")
     assert isinstance(event, BlockStored)
     assert event.block_hashes == tuple(int.from_bytes(h, "big") for h in public)
+
+
+def test_reset_prefix_cache_only_when_idle_and_then_misses() -> None:
+    engine = make_engine(num_gpu_blocks=50, enable_kv_events=True)
+    engine.add_request(EngineRequest("a", list(range(40)), [1, 2]))
+    engine.step(0.0)
+    assert engine.reset_prefix_cache() is False
+    engine.step(1.0)
+    assert engine.reset_prefix_cache() is True
+    engine.add_request(EngineRequest("b", list(range(40)), [1]))
+    result = engine.step(2.0)
+    assert result.kv_events[0] == AllBlocksCleared()
+    assert engine.stats.prefix_cache_hits == 0
