@@ -1,9 +1,16 @@
 """Deterministic synthetic token ids for traces that carry lengths but no text.
 
-Token ids are drawn by a counter-based PRNG (SplitMix64's finaliser) keyed by
-``(seed, domain, key, position)``, so the same key always gives the same tokens, whatever
-worker block size later cuts them into blocks. Ids lie in cl100k_base's regular vocabulary
-(``0 .. 100255``), so they are real token ids a tokenizer could decode.
+``SyntheticTokens(seed)`` draws a pool of 2**18 token ids once (numpy PRNG seeded by
+``seed``, uniform over cl100k_base's regular vocabulary ``0 .. 100255``). A token stream
+keyed by ``(domain, key)`` is a chain of 128-token segments of that pool, each starting at an
+offset given by SplitMix64 of ``(seed, domain, key, segment)``: the same key always gives the
+same tokens, different keys give different ones (72 bits of offsets per 512-token block), and
+building a prompt is list slicing rather than per-token work. The ids are real token ids a
+tokenizer could decode.
+
+A Mooncake hash id is the key of one 512-token block (``DOMAIN_BLOCK``), so rows that share
+leading hash ids share an identical token prefix, whatever worker block size later cuts the
+prompt into blocks.
 """
 
 from __future__ import annotations
@@ -11,58 +18,73 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import numpy.typing as npt
 
 CL100K_REGULAR_VOCAB = 100_256
 MOONCAKE_BLOCK_TOKENS = 512
+SEGMENT_TOKENS = 128
+POOL_BITS = 18
 
 DOMAIN_BLOCK = 1        # a Mooncake hash id's 512-token block
 DOMAIN_PROMPT = 2       # a request's own unique prompt (no prefix identity)
 DOMAIN_OUTPUT = 3       # a request's generated tokens
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MASK_64 = (1 << 64) - 1
+_POOL_MASK = (1 << POOL_BITS) - 1
 
 
-def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    x = (x ^ (x >> np.uint64(30))) * _M1
-    x = (x ^ (x >> np.uint64(27))) * _M2
-    return x ^ (x >> np.uint64(31))
+def mix64(x: int) -> int:
+    """SplitMix64's finaliser: a bijective, well-mixed 64-bit hash."""
+    x &= _MASK_64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK_64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK_64
+    return x ^ (x >> 31)
 
 
-def _stream_bases(seed: int, domain: int, keys: Sequence[int]) -> npt.NDArray[np.uint64]:
-    """One stream start per key: a mixed (seed, domain) salt xor'ed with the mixed key."""
-    salt = _mix64(np.array([(seed * 0x1F3D5B79 + domain) & 0xFFFFFFFFFFFFFFFF],
-                           dtype=np.uint64))
-    mixed_keys = _mix64(np.array([k & 0xFFFFFFFFFFFFFFFF for k in keys], dtype=np.uint64))
-    return mixed_keys ^ salt
+class SyntheticTokens:
+    """Token streams keyed by integers; see the module docstring."""
 
+    __slots__ = ("_pool", "_salt")
 
-def token_stream(seed: int, domain: int, key: int, length: int) -> list[int]:
-    """``length`` token ids of the stream keyed by ``(seed, domain, key)``."""
-    if length <= 0:
-        return []
-    with np.errstate(over="ignore"):
-        base = _stream_bases(seed, domain, [key])
-        counters = (np.arange(length, dtype=np.uint64) + base[0]) * _GOLDEN
-        values = _mix64(counters) % np.uint64(CL100K_REGULAR_VOCAB)
-    result: list[int] = values.astype(np.int64).tolist()
-    return result
+    def __init__(self, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        values = rng.integers(0, CL100K_REGULAR_VOCAB, (1 << POOL_BITS) + SEGMENT_TOKENS)
+        vocabulary = list(range(CL100K_REGULAR_VOCAB))      # one int object per token id
+        self._pool: list[int] = [vocabulary[v] for v in values.tolist()]
+        self._salt = mix64(seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019)
 
+    def _extend(self, out: list[int], domain: int, key: int, length: int) -> None:
+        pool = self._pool
+        base = mix64(self._salt ^ (domain << 56) ^ (key & 0xFFFFFFFFFFFFFF))
+        segment = 0
+        while length > 0:
+            offsets = mix64(base + segment)
+            for shift in (0, POOL_BITS, 2 * POOL_BITS):
+                if length <= 0:
+                    break
+                start = (offsets >> shift) & _POOL_MASK
+                take = SEGMENT_TOKENS if length > SEGMENT_TOKENS else length
+                out += pool[start:start + take]
+                length -= take
+            segment += 1
 
-def mooncake_prompt(seed: int, hash_ids: Sequence[int], input_length: int) -> list[int]:
-    """The prompt of a Mooncake row: one 512-token block per hash id, the last truncated.
+    def stream(self, domain: int, key: int, length: int) -> list[int]:
+        """``length`` token ids of the stream keyed by ``(domain, key)``."""
+        out: list[int] = []
+        self._extend(out, domain, key, length)
+        return out
 
-    Block ``k`` depends only on ``(seed, hash_ids[k])``, so rows sharing leading hash ids share
-    an identical token prefix.
-    """
-    if not hash_ids or input_length <= 0:
-        return []
-    with np.errstate(over="ignore"):
-        bases = _stream_bases(seed, DOMAIN_BLOCK, hash_ids)
-        positions = np.arange(MOONCAKE_BLOCK_TOKENS, dtype=np.uint64)
-        counters = (bases[:, None] + positions[None, :]) * _GOLDEN
-        values = _mix64(counters.reshape(-1)) % np.uint64(CL100K_REGULAR_VOCAB)
-    result: list[int] = values[:input_length].astype(np.int64).tolist()
-    return result
+    def mooncake_prompt(self, hash_ids: Sequence[int], input_length: int) -> list[int]:
+        """One 512-token block per hash id, the last truncated to ``input_length``.
+
+        Block ``k`` depends only on ``hash_ids[k]``, so rows sharing leading hash ids share
+        an identical token prefix.
+        """
+        out: list[int] = []
+        remaining = input_length
+        for hash_id in hash_ids:
+            if remaining <= 0:
+                break
+            take = MOONCAKE_BLOCK_TOKENS if remaining > MOONCAKE_BLOCK_TOKENS else remaining
+            self._extend(out, DOMAIN_BLOCK, hash_id, take)
+            remaining -= take
+        return out

@@ -44,8 +44,7 @@ from sim.synthetic_tokens import (
     DOMAIN_OUTPUT,
     DOMAIN_PROMPT,
     MOONCAKE_BLOCK_TOKENS,
-    mooncake_prompt,
-    token_stream,
+    SyntheticTokens,
 )
 
 TraceFormat = Literal["auto", "mooncake", "azure", "jsonl"]
@@ -73,18 +72,18 @@ class TraceRequest:
 class Trace:
     name: str
     requests: tuple[TraceRequest, ...]
-    seed: int = 0
+    tokens: SyntheticTokens
 
     def prompt_token_ids(self, request: TraceRequest) -> list[int]:
         """The request's prompt tokens, identical on every call."""
         if request.token_ids is not None:
             return list(request.token_ids)
         if request.hash_ids is not None:
-            return mooncake_prompt(self.seed, request.hash_ids, request.num_prompt_tokens)
-        return token_stream(self.seed, DOMAIN_PROMPT, request.index, request.num_prompt_tokens)
+            return self.tokens.mooncake_prompt(request.hash_ids, request.num_prompt_tokens)
+        return self.tokens.stream(DOMAIN_PROMPT, request.index, request.num_prompt_tokens)
 
     def output_token_ids(self, request: TraceRequest) -> list[int]:
-        return token_stream(self.seed, DOMAIN_OUTPUT, request.index, request.output_tokens)
+        return self.tokens.stream(DOMAIN_OUTPUT, request.index, request.output_tokens)
 
     @property
     def span_s(self) -> float:
@@ -117,7 +116,7 @@ def load_trace(path: str | Path, *, fmt: TraceFormat = "auto", limit: int | None
         if duration_s is not None and at > duration_s:
             break
         sliced.append(replace(row, index=len(sliced), arrival_s=at / rate_scale))
-    return Trace(name=p.name, requests=tuple(sliced), seed=seed)
+    return Trace(name=p.name, requests=tuple(sliced), tokens=SyntheticTokens(seed))
 
 
 def rescale(trace: Trace, factor: float) -> Trace:
