@@ -29,7 +29,7 @@ def refused(url: str) -> bool:
     return False
 
 
-def write_fleet(tmp_path: Path) -> tuple[Path, list[int]]:
+def write_fleet(tmp_path: Path, with_refusing_worker: bool) -> tuple[Path, list[int]]:
     ports = [free_port(), free_port(), free_port()]
     fleet = {
         "gpu_classes": {"h200": {"memory_gb": 141, "tflops_bf16": 989.4, "bandwidth_gbps": 4800,
@@ -40,8 +40,9 @@ def write_fleet(tmp_path: Path) -> tuple[Path, list[int]]:
              "emulate": {"port": ports[0], "num_gpu_blocks": 500}},
             {"id": "w-l40s", "gpu": "l40s", "models": ["org/model-a"],
              "emulate": {"port": ports[1]}},
-            {"id": "w-down", "gpu": "a100", "models": ["org/model-a"],
-             "emulate": {"port": ports[2], "faults": {"refuse_connections": True}}},
+            *([{"id": "w-down", "gpu": "a100", "models": ["org/model-a"],
+                "emulate": {"port": ports[2], "faults": {"refuse_connections": True}}}]
+              if with_refusing_worker else []),
             {"id": "remote", "gpu": "a100", "models": ["org/model-a"],
              "url": "http://10.0.0.9:8000"},
         ]}
@@ -52,13 +53,16 @@ def write_fleet(tmp_path: Path) -> tuple[Path, list[int]]:
 
 @pytest.mark.parametrize("one_process", [True, False])
 def test_fleet_hosts_every_emulated_worker(tmp_path: Path, one_process: bool) -> None:
-    path, ports = write_fleet(tmp_path)
+    # One process: also a worker configured to refuse connections (not waited for).
+    path, ports = write_fleet(tmp_path, with_refusing_worker=one_process)
     with EmulatorFleet(path, time_scale=0.0, one_process=one_process) as fleet:
-        assert fleet.urls == {"w-h200": f"http://127.0.0.1:{ports[0]}",
-                              "w-l40s": f"http://127.0.0.1:{ports[1]}",
-                              "w-down": f"http://127.0.0.1:{ports[2]}"}
-        assert len(fleet.pids) == (1 if one_process else 3)
-        assert refused(fleet.urls["w-down"])      # configured to refuse: not waited for
+        expected = {"w-h200": f"http://127.0.0.1:{ports[0]}",
+                    "w-l40s": f"http://127.0.0.1:{ports[1]}"}
+        if one_process:
+            expected["w-down"] = f"http://127.0.0.1:{ports[2]}"
+            assert refused(fleet.urls["w-down"])
+        assert fleet.urls == expected
+        assert len(fleet.pids) == (1 if one_process else 2)
         for url in (fleet.urls["w-h200"], fleet.urls["w-l40s"]):
             models = get_json(f"{url}/v1/models")
             assert isinstance(models, dict)
