@@ -56,6 +56,7 @@ BUILTIN_PLUGIN_MODULES: tuple[str, ...] = (
     "policies.scorers.prefix",
     "policies.scorers.estimated_time",
     "policies.scorers.cost",
+    "policies.scorers.routed_share",
     "policies.pickers.slo_cost",
     "policies.semantic",
     "policies.peers",
