@@ -113,7 +113,11 @@ def _replay(args: argparse.Namespace) -> int:
                           time_scale=args.time_scale, max_output_tokens=args.max_output_tokens,
                           routing=args.routing)
     results = run_replay(config, _progress)
-    paths = write_replay(args.out, config, results, _command_line())
+    from sim.traces import load_trace, prefix_ceiling
+    ceiling = prefix_ceiling(load_trace(args.trace, limit=args.limit,
+                                        rate_scale=args.rate_scale), 16)
+    paths = write_replay(args.out, config, results, _command_line(), ceiling)
+    print(f"infinite-cache prefix ceiling of the slice: {ceiling:.3f}")
     print(markdown_table(results))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

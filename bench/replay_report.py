@@ -35,18 +35,22 @@ def markdown_table(results: Sequence[ReplayResult]) -> str:
 
 
 def write_replay(out_dir: Path, config: ReplayConfig, results: Sequence[ReplayResult],
-                 command: str) -> list[Path]:
+                 command: str, prefix_ceiling: float | None = None) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     document = {"command": command,
                 "config": {"trace": str(config.trace), "targets": list(config.targets),
                            "fleet": str(config.fleet), "limit": config.limit,
                            "rate_scale": config.rate_scale, "time_scale": config.time_scale,
                            "max_output_tokens": config.max_output_tokens},
+                "trace_prefix_ceiling": prefix_ceiling,
                 "results": [r.to_json() for r in results]}
     json_path = out_dir / "replay.json"
     json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     md_path = out_dir / "replay.md"
-    md_path.write_text(f"Command: `{command}`\n\n{markdown_table(results)}")
+    ceiling = ("" if prefix_ceiling is None else
+               f"Infinite-cache prefix ceiling of the slice (16-token blocks): "
+               f"{prefix_ceiling:.3f}\n\n")
+    md_path.write_text(f"Command: `{command}`\n\n{ceiling}{markdown_table(results)}")
     return [json_path, md_path, _plot(out_dir / "replay.png", results)]
 
 
