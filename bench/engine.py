@@ -16,6 +16,8 @@ process CPU time (``time.process_time``) of the engine calls only:
 could step at real time. Writes ``engine.json`` and ``engine.png`` to ``--out``.
 
     python -m bench.engine --out bench-results/engine
+
+Prefill and decode scenarios report the fastest of ``--repeat`` fresh runs.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=400,
                         help="decode steps measured per batch size (default 400)")
     parser.add_argument("--prefill-steps", type=int, default=40)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="fresh runs per prefill/decode scenario; the fastest counts")
     parser.add_argument("--replay-requests", type=int, default=400)
     parser.add_argument("--hash-algo", default="sha256",
                         help="sha256 (vLLM's, the emulator's) or builtin (the simulator's)")
@@ -71,6 +75,12 @@ def _row(name: str, steps: int, cpu_s: float, virtual_s: float) -> dict[str, Any
     return {"scenario": name, "steps": steps, "cpu_us_per_step": 1e6 * cpu_s / steps,
             "virtual_ms_per_step": 1e3 * virtual_s / steps,
             "realtime_workers_per_core": virtual_s / cpu_s if cpu_s > 0 else float("inf")}
+
+
+def best_of(repeat: int, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The fastest of ``repeat`` fresh runs (the others lost time to other processes)."""
+    rows = [measure() for _ in range(max(1, repeat))]
+    return min(rows, key=lambda r: float(r["cpu_us_per_step"]))
 
 
 def bench_prefill(gpu: str, tokens: int, steps: int, hash_algo: str) -> dict[str, Any]:
@@ -159,11 +169,13 @@ def bench_replay(count: int, hash_algo: str) -> dict[str, Any]:
 def bench_mooncake(path: Path, count: int, workers: int, hash_algo: str) -> dict[str, Any]:
     import gzip
 
-    from sim.synthetic_tokens import mooncake_prompt
+    from sim.synthetic_tokens import SyntheticTokens
 
     with gzip.open(path, "rt") as f:
         rows = [json.loads(line) for _, line in zip(range(count), f, strict=False)]
-    requests = [EngineRequest(f"m{i}", mooncake_prompt(0, row["hash_ids"], row["input_length"]),
+    tokens = SyntheticTokens(0)
+    requests = [EngineRequest(f"m{i}", tokens.mooncake_prompt(row["hash_ids"],
+                                                              row["input_length"]),
                               [7] * max(1, row["output_length"]),
                               arrival_time=row["timestamp"] / 1000.0)
                 for i, row in enumerate(rows)]
@@ -231,16 +243,16 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("prefill h100", lambda: bench_prefill("h100", 8192, args.prefill_steps,
-                                               args.hash_algo)),
-        ("prefill a100", lambda: bench_prefill("a100", 2048, args.prefill_steps,
-                                               args.hash_algo)),
+        ("prefill h100", lambda: best_of(args.repeat, lambda: bench_prefill(
+            "h100", 8192, args.prefill_steps, args.hash_algo))),
+        ("prefill a100", lambda: best_of(args.repeat, lambda: bench_prefill(
+            "a100", 2048, args.prefill_steps, args.hash_algo))),
     ]
     for batch in DECODE_BATCHES:
-        plan.append((f"step B={batch}", lambda b=batch: bench_decode(  # type: ignore[misc]
-            b, args.steps, args.hash_algo, coalesce=False)))
-        plan.append((f"advance B={batch}", lambda b=batch: bench_decode(  # type: ignore[misc]
-            b, args.steps, args.hash_algo, coalesce=True)))
+        for coalesce in (False, True):
+            label = f"{'advance' if coalesce else 'step'} B={batch}"
+            plan.append((label, lambda b=batch, c=coalesce: best_of(  # type: ignore[misc]
+                args.repeat, lambda: bench_decode(b, args.steps, args.hash_algo, c))))
     plan.append(("replay", lambda: bench_replay(args.replay_requests, args.hash_algo)))
     if args.mooncake:
         plan.append(("mooncake", lambda: bench_mooncake(args.trace, args.mooncake,

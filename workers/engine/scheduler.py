@@ -103,7 +103,11 @@ class Scheduler:
             computed = request.num_computed_tokens
             if request.num_tokens - computed == 1 and computed % bs and (computed + 1) % bs:
                 # A decode inside a block: allocate_slots would neither allocate nor cache.
-                self._record(out, request, 1)
+                out.scheduled.append((request, 1))
+                if request.num_output_tokens:
+                    out.num_decode_tokens += 1
+                else:
+                    out.num_prefill_tokens += 1          # the last token of a prefill
                 budget -= 1
                 index += 1
                 continue
@@ -173,28 +177,33 @@ class Scheduler:
         are now all computed, and finish those that reached their last output token."""
         update = StepUpdate()
         record = self.record_outputs
+        outputs_append = update.outputs.append
+        generated = prompt_completed = 0
         for request, num_new in out.scheduled:
-            request.num_computed_tokens += num_new
-            if request.num_computed_tokens < request.num_tokens:
+            computed = request.num_computed_tokens + num_new
+            request.num_computed_tokens = computed
+            num_tokens = request.num_tokens
+            if computed < num_tokens:
                 continue                                   # a prefill chunk, nothing sampled
-            first = request.num_output_tokens == 0
+            num_output = request.num_output_tokens + 1
+            first = num_output == 1
             if first:
                 request.first_token_time = end_time
-                update.num_prompt_tokens_completed += request.num_prompt_tokens
-            request.num_output_tokens += 1
-            request.num_tokens += 1
+                prompt_completed += request.num_prompt_tokens
+            request.num_output_tokens = num_output
+            request.num_tokens = num_tokens + 1
             request.token_times.append(end_time)
-            update.num_generation_tokens += 1
-            finished = request.num_output_tokens >= request.max_output_tokens
+            generated += 1
+            finished = num_output >= request.max_output_tokens
             if record:
-                token = request.all_token_ids[request.num_tokens - 1]
-                update.outputs.append(RequestOutput(
-                    request_id=request.request_id, new_token_ids=(token,), first=first,
-                    finished=finished,
-                    finish_reason=request.finish_reason if finished else None,
-                    num_cached_tokens=max(request.num_cached_tokens, 0)))
+                cached = request.num_cached_tokens
+                outputs_append(RequestOutput(
+                    request.request_id, (request.all_token_ids[num_tokens],), first, finished,
+                    request.finish_reason if finished else None, cached if cached > 0 else 0))
             if finished:
                 update.finished.append(request)
+        update.num_generation_tokens = generated
+        update.num_prompt_tokens_completed = prompt_completed
         for request in update.finished:
             self._free_finished(request)
         return update
