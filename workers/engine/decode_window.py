@@ -9,16 +9,16 @@ and writes the per-request counters back (``flush``) only before the full schedu
 
 A run stops before any step that the full scheduler would treat differently: a step that
 would start at or after ``until``, one whose new blocks would not fit (preemption), one at
-which the waiting head might fit, or one that caches a block the waiting head could hit;
-and it returns after a step in which a request finished while others wait. The schedule,
-block ids, events, jitter draws and token times equal step-by-step ones.
+which the waiting head would fit, one that evicts a block the head would hit or caches one
+it could hit; and it returns after a step in which a request finished while others wait.
+The schedule, block ids, events, jitter draws and token times equal step-by-step ones.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workers.engine.kv_cache_utils import BlockHash
+from workers.engine.kv_cache_utils import BlockHash, FreeKVCacheBlockQueue
 from workers.engine.request import Request, RequestStatus
 
 if TYPE_CHECKING:
@@ -63,9 +63,13 @@ class DecodeRun:
                 return None
         return cls(core, list(running))
 
-    def _head_need_lower_bound(self) -> tuple[int, Request] | None:
-        """Lower bound of the free blocks the waiting head needs to be admitted, or None
-        when the scheduler would not try to admit it in a decode-only step."""
+    def _waiting_head(self) -> tuple[int, Request, set[int]] | None:
+        """(free blocks it needs, head, ids of its free cache-hit blocks) for the waiting
+        head, or None when the scheduler would not try to admit it in a decode-only step.
+
+        The need stays exact while none of those hit blocks is evicted (``run`` checks the
+        blocks each step pops), no block it would hit is cached, and nothing is freed.
+        """
         scheduler = self.core.scheduler
         if not scheduler.waiting or self.num_alive >= scheduler.max_num_seqs:
             return None
@@ -73,15 +77,18 @@ class DecodeRun:
         if budget <= 0:
             return None
         head = scheduler.waiting[0]
-        hit, _ = self.core.kv_cache_manager.get_computed_blocks(head)
-        pinned = sum(1 for b in hit if b.ref_cnt > 0)
-        return -(-min(head.num_tokens, budget) // self.core.block_size) - pinned, head
+        manager = self.core.kv_cache_manager
+        hit, num_hit = manager.get_computed_blocks(head)
+        num_new = min(head.num_tokens - num_hit, budget)
+        need = manager.num_blocks_needed(head, num_new, num_hit, hit)
+        return need, head, {b.block_id for b in hit if b.ref_cnt == 0}
 
     def run(self, t: float, until: float) -> tuple[float, list[Request], int]:
         """Run steps from ``t``: (time reached, requests finished in order, tokens)."""
         core = self.core
-        head_bound = self._head_need_lower_bound()
-        need_lb, head = head_bound if head_bound is not None else (0, None)
+        waiting_head = self._waiting_head()
+        head_need, head, head_free_hits = (
+            waiting_head if waiting_head is not None else (0, None, set()))
         others_waiting = bool(core.scheduler.waiting)
         pool = core.block_pool
         queue = pool.free_block_queue
@@ -102,8 +109,11 @@ class DecodeRun:
                 free = queue.num_free_blocks
                 if len(needs) > free:
                     break                                  # the full step would preempt
-            if head is not None and need_lb <= queue.num_free_blocks - len(needs):
-                break                                      # the head might be admitted
+            if head is not None:
+                if head_need <= queue.num_free_blocks - len(needs):
+                    break                                  # the head would be admitted
+                if head_free_hits and needs and _pops_any(queue, len(needs), head_free_hits):
+                    break                                  # its cache hit would shrink
             fulls = buckets[-j % bs] if caching else needs[:0]
             if head is not None and fulls and self._caches_head_block(fulls, j,
                                                                       head.block_hashes):
@@ -186,6 +196,17 @@ class DecodeRun:
             for i, r in enumerate(self.reqs):
                 if self.alive[i]:
                     _commit(r, self.start[i], self.step, self.ends)
+
+
+def _pops_any(queue: FreeKVCacheBlockQueue, count: int, block_ids: set[int]) -> bool:
+    """Whether popping ``count`` blocks from the front would take one of ``block_ids``."""
+    block = queue.fake_head.next_free_block
+    for _ in range(count):
+        assert block is not None
+        if block.block_id in block_ids:
+            return True
+        block = block.next_free_block
+    return False
 
 
 def _commit(request: Request, start: int, steps: int, ends: list[float]) -> None:
