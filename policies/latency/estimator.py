@@ -21,6 +21,7 @@ corrections learnt from observed outcomes (``policies.latency.online``).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,12 +29,13 @@ from dataclasses import dataclass
 from policies.base import CycleState, RoutingRequest
 from policies.latency.online import OnlineCorrection, Prediction
 from policies.latency.step_model import StepCoefficients
-from policies.prefix.matching import cached_tokens
+from policies.prefix.matching import MATCH_KEY, PrefixMatch, cached_tokens
 from workers.models import WorkerInfo, WorkerView
 
 ESTIMATES_KEY = "latency.estimates"   # CycleState key -> dict[worker id, Estimate]
 IDLE_PREFILL_KEY = "latency.idle_prefill_s"   # the prompt's prefill on the fastest idle GPU
 MAX_PREFILL_SHARE = 0.9
+SHORTLIST = 32                        # larger fleets are estimated on a shortlist
 
 CoefficientsFn = Callable[[WorkerInfo], StepCoefficients]
 
@@ -47,6 +49,7 @@ class Estimate:
     cached_tokens: int
     raw_ttft_s: float          # before the online correction
     raw_tpot_s: float
+    prefill_s: float = 0.0     # its own prefill compute (the part of TTFT without waiting)
 
 
 class PrefillArrivals:
@@ -133,10 +136,12 @@ class TimeEstimator:
         gpu_class = view.gpu.name
         ttft = raw_ttft * self.correction.factor(view.id, gpu_class, "ttft")
         tpot = raw_tpot * self.correction.factor(view.id, gpu_class, "tpot")
-        gpu_s = k.prefill_s(uncached, cached) + output * tpot / (in_batch + 1)
+        own_prefill = k.prefill_s(uncached, cached)
+        gpu_s = own_prefill + output * tpot / (in_batch + 1)
         return Estimate(ttft_s=ttft, tpot_s=tpot, gpu_s=gpu_s,
                         cost_usd=view.price_per_hour / 3600.0 * gpu_s, cached_tokens=cached,
-                        raw_ttft_s=raw_ttft, raw_tpot_s=raw_tpot)
+                        raw_ttft_s=raw_ttft, raw_tpot_s=raw_tpot,
+                        prefill_s=min(own_prefill, ttft))
 
     def idle_prefill_s(self, request: RoutingRequest, views: Sequence[WorkerView]) -> float:
         """The prompt's uncached prefill time on the fastest idle candidate (SLO yardstick)."""
@@ -158,13 +163,40 @@ class TimeEstimator:
 
 def estimates_for(cycle: CycleState, request: RoutingRequest, workers: Sequence[WorkerView],
                   estimator: TimeEstimator) -> dict[str, Estimate]:
-    """This decision's estimates, computed once and shared by every plugin through the cycle."""
+    """This decision's estimates, computed once and shared by every plugin through the cycle.
+
+    Fleets larger than ``SHORTLIST`` are estimated on a shortlist: the workers caching the
+    longest prefix, the soonest by a one-line TTFT bound, and the cheapest by that bound
+    times price. The others get no estimate (score 0; the picker passes them over).
+    """
     known: dict[str, Estimate] | None = cycle.read(ESTIMATES_KEY)
     if known is None:
         known = {}
         cycle.write(ESTIMATES_KEY, known)
         cycle.write(IDLE_PREFILL_KEY, estimator.idle_prefill_s(request, workers))
-    for view in workers:
-        if view.id not in known:
+        chosen = workers if len(workers) <= SHORTLIST else shortlist(cycle, request, workers,
+                                                                      estimator)
+        for view in chosen:
             known[view.id] = estimator.estimate(request, view, cached_tokens(cycle, view.id))
     return known
+
+
+def shortlist(cycle: CycleState, request: RoutingRequest, workers: Sequence[WorkerView],
+              estimator: TimeEstimator) -> list[WorkerView]:
+    prompt = request.num_prompt_tokens
+    coefficients = estimator.coefficients
+    bound: dict[str, float] = {}
+    for view in workers:
+        k = coefficients(view.info)
+        bound[view.id] = (k.per_token_s * (view.inflight_prefill_tokens + prompt
+                                           - cached_tokens(cycle, view.id))
+                          + k.floor_s * (1 + view.running / 32))
+    by_id = {view.id: view for view in workers}
+    picked = set(heapq.nsmallest(SHORTLIST * 3 // 4, bound, key=bound.__getitem__))
+    picked.update(heapq.nsmallest(SHORTLIST // 4, bound,
+                                  key=lambda w: bound[w] * by_id[w].price_per_hour))
+    match: PrefixMatch | None = cycle.read(MATCH_KEY)
+    if match is not None:
+        picked.update(w for w in heapq.nlargest(SHORTLIST // 4, match.tokens,
+                                                key=match.tokens.__getitem__) if w in by_id)
+    return [by_id[w] for w in picked]

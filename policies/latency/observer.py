@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.latency.estimator import Estimate, TimeEstimator, estimates_for
@@ -18,6 +19,29 @@ from policies.latency.step_model import coefficients_for_worker
 from workers.models import WorkerView
 
 MAX_UNROUTED = 4096   # decisions kept until their on_routed (a rejected one never comes)
+
+
+@dataclass(slots=True)
+class LatencySample:
+    """One routed request's inputs, predictions and (once finished) observed latency, for
+    evaluating estimators offline (``policies.latency.evaluate``)."""
+
+    arrival_s: float
+    gpu_class: str
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    inflight_prefill_tokens: int
+    running: int
+    waiting: int
+    inflight_requests: int
+    kv_usage: float
+    raw_ttft_s: float
+    raw_tpot_s: float
+    ttft_s: float                  # with the online correction in force at the time
+    tpot_s: float
+    observed_ttft_s: float | None = None
+    observed_tpot_s: float | None = None
 
 
 class EstimatingPlugin:
@@ -29,6 +53,7 @@ class EstimatingPlugin:
                                        default_output_tokens=default_output_tokens)
         self._recent: OrderedDict[str, tuple[dict[str, Estimate], Sequence[WorkerView]]] = (
             OrderedDict())
+        self.samples: dict[str, LatencySample] | None = None   # set to a dict to record
 
     def estimates(self, request: RoutingRequest, workers: Sequence[WorkerView],
                   cycle: CycleState) -> dict[str, Estimate]:
@@ -47,10 +72,20 @@ class EstimatingPlugin:
         view = next((v for v in workers if v.id == decision.worker_id), None)
         if estimate is not None and view is not None:
             self.estimator.on_routed(request, view.id, view.gpu.name, estimate)
+            if self.samples is not None:
+                self.samples[request.request_id] = LatencySample(
+                    request.arrival_time, view.gpu.name, request.num_prompt_tokens,
+                    estimate.cached_tokens, self.estimator.output_tokens(request),
+                    view.inflight_prefill_tokens, view.running, view.waiting,
+                    view.inflight_requests, view.kv_usage, estimate.raw_ttft_s,
+                    estimate.raw_tpot_s, estimate.ttft_s, estimate.tpot_s)
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         if outcome.status == 200:
             self.estimator.observe(outcome.request_id, outcome.ttft_s, outcome.tpot_s)
+            sample = self.samples.get(outcome.request_id) if self.samples is not None else None
+            if sample is not None:
+                sample.observed_ttft_s, sample.observed_tpot_s = outcome.ttft_s, outcome.tpot_s
         else:
             self.estimator.correction.forget(outcome.request_id)
 

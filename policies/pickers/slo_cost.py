@@ -7,16 +7,23 @@ Reads the estimates the ``estimated-time`` / ``cost`` scorers left in the decisi
   fastest idle candidate)``: a long prompt is allowed proportionally longer;
 * TPOT ≤ ``tpot_s``.
 
-``ttft_s`` / ``tpot_s`` default to the ``slo:`` section of routing.yaml. A candidate meets
-the SLO when its estimates are within ``headroom`` × the objective (room for estimate
-error). Among those, the ones holding the longest cached prefix (within
-``prefix_tolerance`` of the best share of the prompt) are kept: affinity is what lets the
-next turn of a conversation hit the cache. Among those the cheapest wins
-(``estimated_cost_usd``); costs within
-``cost_tolerance`` of the cheapest tie, and ties go to the highest total score (prefix,
-load), then the earliest TTFT. When no candidate meets the SLO the one closest to it wins
-(smallest ``max(ttft/objective, tpot/objective)``): the fastest. Without estimates the
-highest total wins.
+``ttft_s`` / ``tpot_s`` default to the ``slo:`` section of routing.yaml. The choice:
+
+1. **Within the SLO**: a candidate's estimated wait (TTFT less its own prefill compute,
+   which the model prices closely) divided by ``headroom``, plus that compute, meets the
+   TTFT objective, and its TPOT divided by ``headroom`` meets the TPOT objective.
+2. **Sticky on the prefix**: keep those whose cached share of the prompt is within
+   ``prefix_tolerance`` of the best; affinity is what lets the next turn of a conversation
+   hit the cache.
+3. **Fast GPUs in reserve** (``reserve_fast``): keep those on the slowest hardware that still
+   meets the SLO (own prefill within 10 % of the slowest); a fast GPU is the one resource
+   long prompts cannot do without, so requests a slower GPU serves in time leave it free.
+4. **Cheapest**: lowest ``estimated_cost_usd``; costs within ``cost_tolerance`` tie, and ties
+   go to the highest total score, then the earliest TTFT.
+
+When no candidate meets the SLO, the one closest to it wins (smallest
+``max(ttft/objective, tpot/objective)``): the fastest. Without estimates the highest total
+wins.
 
 The reason names the deciding term (``prefix``, ``price``, ``load``, ``slo-fallback``)::
 
@@ -29,7 +36,7 @@ profiles:
     picker:
       type: slo-cost
       params: {ttft_idle_prefill_multiple: 3.0, headroom: 0.8, cost_tolerance: 0.05,
-               prefix_tolerance: 0.1}
+               prefix_tolerance: 0.1, reserve_fast: true}
 ```
 """
 
@@ -40,8 +47,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CandidateScore, CycleState, RoutingRequest
-from policies.cycle_keys import record_worker_attribute, set_reason
+from policies.cycle_keys import set_reason
 from policies.errors import ParamError
+from policies.latency.attributes import LazyAttribute, record_attribute
 from policies.latency.estimator import ESTIMATES_KEY, IDLE_PREFILL_KEY, Estimate
 from policies.registry import BuildContext, PluginRegistry
 
@@ -56,6 +64,7 @@ class SloCostParams:
     headroom: float = 0.8
     cost_tolerance: float = 0.05
     prefix_tolerance: float = 0.1
+    reserve_fast: bool = True
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "tpot_s"):
@@ -82,6 +91,7 @@ class SloCostPicker:
         self.headroom = params.headroom
         self.tolerance = params.cost_tolerance
         self.prefix_tolerance = params.prefix_tolerance
+        self.reserve_fast = params.reserve_fast
 
     def objectives(self, cycle: CycleState) -> tuple[float, float]:
         idle: float = cycle.read(IDLE_PREFILL_KEY, 0.0)
@@ -92,20 +102,29 @@ class SloCostPicker:
     def pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
              cycle: CycleState) -> CandidateScore:
         estimates: Mapping[str, Estimate] | None = cycle.read(ESTIMATES_KEY)
-        if not estimates or any(c.worker_id not in estimates for c in candidates):
+        if not estimates:
+            return max(candidates, key=lambda c: c.total)
+        candidates = [c for c in candidates if c.worker_id in estimates] or candidates
+        if any(c.worker_id not in estimates for c in candidates):
             return max(candidates, key=lambda c: c.total)
         ttft_goal, tpot_goal = self.objectives(cycle)
-        limit_ttft, limit_tpot = self.headroom * ttft_goal, self.headroom * tpot_goal
+        headroom = self.headroom
+        limit_tpot = headroom * tpot_goal
         feasible = [c for c in candidates
-                    if estimates[c.worker_id].ttft_s <= limit_ttft
+                    if _padded_ttft(estimates[c.worker_id], headroom) <= ttft_goal
                     and estimates[c.worker_id].tpot_s <= limit_tpot]
-        for c in candidates:
-            e = estimates[c.worker_id]
-            record_worker_attribute(cycle, "estimated_cost_usd", c.worker_id, e.cost_usd)
-            record_worker_attribute(cycle, "estimated_ttft_s", c.worker_id, e.ttft_s)
-            record_worker_attribute(cycle, "estimated_tpot_s", c.worker_id, e.tpot_s)
+        record_attribute(cycle, "estimated_cost_usd",
+                         LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
+        record_attribute(cycle, "estimated_ttft_s",
+                         LazyAttribute(estimates, lambda w: estimates[w].ttft_s))
+        record_attribute(cycle, "estimated_tpot_s",
+                         LazyAttribute(estimates, lambda w: estimates[w].tpot_s))
         if feasible:
             sticky = self._longest_prefix(request, feasible, estimates)
+            if self.reserve_fast:
+                slowest = max(estimates[c.worker_id].prefill_s for c in sticky)
+                sticky = [c for c in sticky
+                          if estimates[c.worker_id].prefill_s >= 0.9 * slowest]
             chosen = self._cheapest(sticky, estimates)
             others = [c for c in feasible if c is not chosen]
             runner = self._cheapest(others, estimates) if others else None
@@ -135,6 +154,12 @@ class SloCostPicker:
         near = [c for c in group
                 if estimates[c.worker_id].cost_usd <= cheapest * (1.0 + self.tolerance)]
         return max(near, key=lambda c: (c.total, -estimates[c.worker_id].ttft_s))
+
+
+def _padded_ttft(estimate: Estimate, headroom: float) -> float:
+    """TTFT with room for error: the model prices a worker's own prefill closely; the
+    uncertainty is in the waiting (queue, batch), which is divided by ``headroom``."""
+    return estimate.prefill_s + (estimate.ttft_s - estimate.prefill_s) / headroom
 
 
 def _deciding_term(chosen: Estimate, runner: Estimate | None) -> str:

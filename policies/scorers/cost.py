@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CycleState, RoutingRequest
-from policies.cycle_keys import record_worker_attribute
 from policies.errors import ParamError
+from policies.latency.attributes import LazyAttribute, record_attribute
 from policies.latency.observer import EstimatingPlugin
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
@@ -46,13 +46,13 @@ class CostScorer(EstimatingPlugin):
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
         estimates = self.estimates(request, workers, cycle)
+        if not estimates:
+            return {}
         cheapest = min(e.cost_usd for e in estimates.values())
-        scores: dict[str, float] = {}
-        for view in workers:
-            cost = estimates[view.id].cost_usd
-            record_worker_attribute(cycle, "estimated_cost_usd", view.id, cost)
-            scores[view.id] = cheapest / cost if cost > 0 else 1.0
-        return scores
+        record_attribute(cycle, "estimated_cost_usd",
+                         LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
+        return {worker_id: cheapest / e.cost_usd if e.cost_usd > 0 else 1.0
+                for worker_id, e in estimates.items()}
 
 
 def register(registry: PluginRegistry) -> None:

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CycleState, RoutingRequest
-from policies.cycle_keys import record_worker_attribute
 from policies.errors import ParamError
+from policies.latency.attributes import LazyAttribute, record_attribute
 from policies.latency.observer import EstimatingPlugin
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
@@ -55,17 +55,18 @@ class EstimatedTimeScorer(EstimatingPlugin):
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
         estimates = self.estimates(request, workers, cycle)
+        if not estimates:
+            return {}
         best_ttft = min(e.ttft_s for e in estimates.values())
         best_tpot = min(e.tpot_s for e in estimates.values())
-        scores: dict[str, float] = {}
+        record_attribute(cycle, "estimated_ttft_s",
+                         LazyAttribute(estimates, lambda w: estimates[w].ttft_s))
+        record_attribute(cycle, "estimated_tpot_s",
+                         LazyAttribute(estimates, lambda w: estimates[w].tpot_s))
         share = self.tpot_share
-        for view in workers:
-            estimate = estimates[view.id]
-            record_worker_attribute(cycle, "estimated_ttft_s", view.id, estimate.ttft_s)
-            record_worker_attribute(cycle, "estimated_tpot_s", view.id, estimate.tpot_s)
-            scores[view.id] = ((1.0 - share) * best_ttft / max(estimate.ttft_s, 1e-9)
-                               + share * best_tpot / max(estimate.tpot_s, 1e-9))
-        return scores
+        return {worker_id: ((1.0 - share) * best_ttft / max(e.ttft_s, 1e-9)
+                            + share * best_tpot / max(e.tpot_s, 1e-9))
+                for worker_id, e in estimates.items()}
 
 
 def register(registry: PluginRegistry) -> None:

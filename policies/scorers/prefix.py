@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
-from policies.cycle_keys import record_worker_attribute
 from policies.errors import ParamError
+from policies.latency.attributes import LazyAttribute, record_attribute
 from policies.prefix.approximate import ApproximatePrefixIndex
 from policies.prefix.matching import MATCH_KEY, match_prefix
 from policies.registry import PluginRegistry
@@ -79,11 +79,9 @@ class PrefixScorer:
         match = match_prefix(request, workers, self.index, self.exact)
         cycle.write(MATCH_KEY, match)
         prompt = max(1, request.num_prompt_tokens)
-        scores: dict[str, float] = {}
-        for view in workers:
-            cached = match.tokens.get(view.id, 0)
-            record_worker_attribute(cycle, ATTRIBUTE, view.id, cached)
-            scores[view.id] = cached / prompt
+        tokens = match.tokens
+        scores = {view.id: tokens.get(view.id, 0) / prompt for view in workers}
+        record_attribute(cycle, ATTRIBUTE, LazyAttribute(scores, lambda w: tokens.get(w, 0)))
         return scores
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:

@@ -80,3 +80,19 @@ def test_arrival_rate_decays() -> None:
     assert arrivals.rate("w", 0.0) == pytest.approx(100.0)
     assert arrivals.rate("w", 10.0) == pytest.approx(100.0 / 2.718281828, rel=1e-6)
     assert arrivals.rate("other", 0.0) == 0.0
+
+
+def test_large_fleets_are_estimated_on_a_shortlist_that_keeps_the_cached_worker() -> None:
+    from policies.base import CycleState
+    from policies.latency.estimator import SHORTLIST, estimates_for
+    from policies.prefix.matching import MATCH_KEY, PrefixMatch
+
+    est = estimator()
+    views = [make_view(f"w{i}", inflight_prefill_tokens=1_000 * (i % 50)) for i in range(200)]
+    cycle = CycleState()
+    cycle.write(MATCH_KEY, PrefixMatch(tokens={"w199": 4_000}, exact=frozenset()))
+    known = estimates_for(cycle, request_of(5_000), views, est)
+    assert len(known) <= SHORTLIST
+    assert "w199" in known and "w0" in known          # cached prefix, and an idle worker
+    assert known["w199"].cached_tokens == 4_000
+    assert estimates_for(cycle, request_of(5_000), views, est) is known

@@ -1,0 +1,242 @@
+"""Decision time of a routing policy at 8 to 1,000 workers, and prefix-index memory per block.
+
+For each fleet size a synthetic fleet (H100 : A100 : L40S = 1 : 2 : 2, Llama-3-8B) is built
+with random but plausible load (running, waiting, KV usage, in-flight prefill) and the
+policy routes a stream of requests drawn from a shared-prefix workload (``--prefixes``
+system prompts, each followed by a unique tail). Producers (tokens are given; the block
+hashes) run before the clock starts, as in the router, and the first ``--warmup`` decisions
+fill the prefix index; then ``PolicyEngine.decide`` is timed alone (``perf_counter_ns``)
+for ``--decisions`` requests, each followed by ``on_routed`` (untimed) so the index keeps
+learning. Memory: ``tracemalloc`` around filling an approximate index, and an exact
+(KV-event) index, with a known number of blocks.
+
+Writes ``decision.json`` and ``decision.png`` to ``--out`` and prints a Markdown table.
+
+    python -m bench.decision --out out/decision
+    kvroute bench decision --workers 8,10,64,1000 --decisions 2000 --out out/decision
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+DEFAULT_ROUTING = Path(__file__).resolve().parent.parent / "config" / "routing.yaml"
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@dataclass(frozen=True, slots=True)
+class SizeResult:
+    workers: int
+    decisions: int
+    p50_us: float
+    p90_us: float
+    p99_us: float
+    mean_us: float
+    producer_p50_us: float
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--routing", type=Path, default=DEFAULT_ROUTING,
+                        help="routing YAML to time (default config/routing.yaml)")
+    parser.add_argument("--workers", default="8,10,64,1000",
+                        help="comma-separated fleet sizes (default 8,10,64,1000)")
+    parser.add_argument("--decisions", type=int, default=2000, help="timed decisions per size")
+    parser.add_argument("--warmup", type=int, default=300, help="untimed decisions first")
+    parser.add_argument("--prompt-tokens", type=int, default=2048)
+    parser.add_argument("--prefixes", type=int, default=50,
+                        help="distinct shared prefixes (half of each prompt)")
+    parser.add_argument("--index-blocks", type=int, default=200_000,
+                        help="blocks inserted for the bytes-per-block measurement")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+
+
+def run(args: argparse.Namespace) -> int:
+    from policies.loader import load_routing
+
+    sizes = [int(s) for s in str(args.workers).split(",") if s.strip()]
+    routing = load_routing(args.routing)
+    results = []
+    for size in sizes:
+        print(f"[decision] {size} workers: {args.warmup} warm-up + {args.decisions} timed",
+              file=sys.stderr, flush=True)
+        results.append(time_decisions(routing, size, args))
+    memory = index_memory(args.index_blocks, args.seed)
+    report = {
+        "routing": str(args.routing), "prompt_tokens": args.prompt_tokens,
+        "prefixes": args.prefixes, "decisions": args.decisions, "warmup": args.warmup,
+        "python": sys.version.split()[0],
+        "sizes": [{name: getattr(r, name) for name in SizeResult.__slots__} for r in results],
+        "memory": memory,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "decision.json").write_text(json.dumps(report, indent=2) + "\n")
+    plot(results, args.out / "decision.png")
+    print(markdown(results, memory))
+    return 0
+
+
+def synthetic_fleet(size: int) -> Any:
+    from workers.engine.profiles import A100_80GB, BUILTIN_MODELS, H100_80GB, L40S_48GB
+    from workers.fleet import FleetConfig, WorkerSpec
+    from workers.models import WorkerInfo
+
+    gpus = (H100_80GB, A100_80GB, A100_80GB, L40S_48GB, L40S_48GB)
+    spec = BUILTIN_MODELS["llama-3.1-8b"]
+    workers = []
+    for i in range(size):
+        gpu = gpus[i % len(gpus)]
+        workers.append(WorkerSpec(WorkerInfo(
+            id=f"w{i}", url=f"http://127.0.0.1:{9000 + i}", gpu=gpu, models=(MODEL,),
+            model_spec=spec, price_per_hour=gpu.price_per_hour,
+            labels=MappingProxyType({}))))
+    return FleetConfig(gpu_classes=MappingProxyType({}),
+                       models=MappingProxyType({MODEL: spec}), workers=tuple(workers))
+
+
+def synthetic_views(fleet: Any, rng: random.Random) -> list[Any]:
+    from workers.models import WorkerView
+
+    views = []
+    for spec in fleet.workers:
+        running = rng.randint(0, 48)
+        views.append(WorkerView(
+            info=spec.info, running=running, waiting=rng.randint(0, 4),
+            kv_usage=rng.uniform(0.05, 0.9), block_size=16,
+            num_gpu_blocks=29_000 if spec.info.gpu.memory_gb >= 80 else 12_500,
+            max_model_len=131_072, inflight_requests=running,
+            inflight_tokens=rng.randint(0, 40_000), healthy=True, staleness_s=0.1,
+            served_models=(MODEL,), inflight_prefill_tokens=rng.randint(0, 20_000)))
+    return views
+
+
+def time_decisions(routing: Any, size: int, args: argparse.Namespace) -> SizeResult:
+    from policies.base import RoutingRequest
+    from policies.engine import PolicyEngine
+
+    rng = random.Random(args.seed + size)
+    fleet = synthetic_fleet(size)
+    engine = PolicyEngine.build(routing, fleet, seed=args.seed)
+    views = synthetic_views(fleet, rng)
+    half = args.prompt_tokens // 2
+    prefixes = [[rng.randrange(100_000) for _ in range(half)] for _ in range(args.prefixes)]
+    timings: list[float] = []
+    producer_timings: list[float] = []
+    for n in range(args.warmup + args.decisions):
+        tokens = rng.choice(prefixes) + [rng.randrange(100_000) for _ in range(half)]
+        request = RoutingRequest(request_id=f"r{n}", model=MODEL, path="/v1/completions",
+                                 prompt=tokens, max_tokens=rng.randint(16, 512),
+                                 arrival_time=n * 0.01)
+        request.prompt_token_ids = tokens
+        request.num_prompt_tokens = len(tokens)
+        started = time.perf_counter_ns()
+        for producer in engine.producers:
+            if producer.name != "tokens":
+                producer.produce(request, views)
+        produced = time.perf_counter_ns()
+        decision = engine.decide(request, views)
+        decided = time.perf_counter_ns()
+        engine.on_routed(request, decision)
+        if n >= args.warmup:
+            timings.append((decided - produced) / 1e3)
+            producer_timings.append((produced - started) / 1e3)
+    ordered = sorted(timings)
+    return SizeResult(
+        workers=size, decisions=len(timings), p50_us=_pct(ordered, 50),
+        p90_us=_pct(ordered, 90), p99_us=_pct(ordered, 99), mean_us=statistics.fmean(ordered),
+        producer_p50_us=_pct(sorted(producer_timings), 50))
+
+
+def index_memory(blocks: int, seed: int) -> dict[str, float]:
+    """Bytes per indexed block of the approximate and the exact index."""
+    from policies.prefix.approximate import ApproximatePrefixIndex
+    from workers.engine.api import BlockStored
+    from workers.kv_events.exact_index import ExactPrefixIndex
+
+    rng = random.Random(seed)
+    workers = 8
+    per_worker = blocks // workers
+    chunks = [tuple(rng.getrandbits(64) for _ in range(per_worker)) for _ in range(workers)]
+    events = [[BlockStored(block_hashes=chunk, parent_block_hash=None, token_ids=(),
+                           block_size=16)] for chunk in chunks]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    approximate = ApproximatePrefixIndex(default_capacity_blocks=per_worker)
+    for w, chunk in enumerate(chunks):
+        for start in range(0, len(chunk), 64):
+            approximate.insert(f"w{w}", chunk[start:start + 64])
+    approximate_bytes = tracemalloc.get_traced_memory()[0] - before
+    before = tracemalloc.get_traced_memory()[0]
+    exact = ExactPrefixIndex()
+    for w, batch in enumerate(events):
+        exact.apply_events(f"w{w}", batch)
+    exact_bytes = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    indexed = approximate.total_blocks()
+    return {"blocks": float(indexed),
+            "approximate_bytes_per_block": approximate_bytes / indexed,
+            "exact_bytes_per_block": exact_bytes / indexed}
+
+
+def _pct(ordered: list[float], q: float) -> float:
+    if not ordered:
+        return 0.0
+    position = (len(ordered) - 1) * q / 100.0
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def markdown(results: list[SizeResult], memory: dict[str, float]) -> str:
+    lines = ["| workers | decisions | p50 µs | p90 µs | p99 µs | mean µs "
+             "| blocks producer p50 µs |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r.workers} | {r.decisions} | {r.p50_us:.0f} | {r.p90_us:.0f} | "
+                     f"{r.p99_us:.0f} | {r.mean_us:.0f} | {r.producer_p50_us:.0f} |")
+    lines.append("")
+    lines.append(f"Prefix index memory ({memory['blocks']:.0f} blocks over 8 workers): "
+                 f"approximate {memory['approximate_bytes_per_block']:.0f} B/block, "
+                 f"exact (KV events) {memory['exact_bytes_per_block']:.0f} B/block.")
+    return "\n".join(lines)
+
+
+def plot(results: list[SizeResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [r.workers for r in results]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(sizes, [r.p50_us for r in results], marker="o", label="p50")
+    ax.plot(sizes, [r.p99_us for r in results], marker="o", label="p99")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("workers")
+    ax.set_ylabel("decision time (µs)")
+    ax.set_title("PolicyEngine.decide time by fleet size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.decision", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
