@@ -189,7 +189,8 @@ class EngineCore:
         """
         t = now
         outputs: list[RequestOutput] = []
-        finished: list[RequestStats] = []
+        finished: list[RequestStats] = list(self._aborted)
+        self._aborted.clear()
         events: list[KVEvent] = []
         prefill = decode = preemptions = 0
         while t < until and self.scheduler.has_unfinished_requests():

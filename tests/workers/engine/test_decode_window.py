@@ -104,3 +104,19 @@ def test_advance_stops_before_until_and_reports_the_time_reached() -> None:
     assert rest.finished[0].finished_time == pytest.approx(t2)
     assert len(rest.finished[0].token_times) == 50
     assert engine.advance(t2, t2 + 1.0) == (t2, StepResult(duration_s=0.0))
+
+
+def test_abort_during_a_decode_run_is_reported_by_the_next_advance() -> None:
+    config = EngineConfig(model=BUILTIN_MODELS["llama-3-8b"], gpu=BUILTIN_GPUS["h100"],
+                          num_gpu_blocks=500)
+    engine = EngineCore(config)
+    engine.add_request(EngineRequest("a", [1] * 40, [2] * 30))
+    engine.add_request(EngineRequest("b", [3] * 40, [4] * 30))
+    t, _ = engine.advance(0.0, 0.05)                     # prefill, then coalesced decodes
+    assert engine.abort_request("a")
+    assert engine.scheduler.running[0].num_output_tokens == len(
+        engine.scheduler.running[0].token_times)         # the run was written back
+    t, result = engine.advance(t, float("inf"))
+    assert [(s.request_id, s.finish_reason) for s in result.finished] == [
+        ("a", "abort"), ("b", "length")]
+    assert result.finished[1].num_generation_tokens == 30
