@@ -93,7 +93,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     scraper = WorkerScraper(
         app[REGISTRY], session, interval_s=settings.scrape_interval_s,
         timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
-        fail_threshold=settings.fail_threshold)
+        fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s)
     app[SCRAPER] = scraper
     proxy = Proxy(session, settings.connect_timeout_s, settings.upstream_timeout_s)
     reloader = app[POLICY]

@@ -8,8 +8,11 @@ Defaults and why:
   worker's cost of rendering ``/metrics`` negligible and bounds snapshot age at ~200 ms.
 * ``models_interval_s = 5.0``: ``/v1/models`` (served names, ``max_model_len``, LoRA cards)
   changes only on restarts or adapter loads.
-* ``fail_threshold = 3``: three consecutive failed scrapes (~0.6 s) mark a worker down; one
-  success brings it back.
+* ``fail_threshold = 3``: three consecutive failed scrapes (~0.6 s: refused, HTTP error,
+  garbage) mark a worker down; one success brings it back.
+* ``slow_grace_s = 10``: scrapes that only time out (a worker too busy to answer
+  ``/metrics`` quickly) keep the worker up, its numbers growing stale, for this long after
+  its last good scrape; marking busy workers down would pile their load onto the others.
 * ``upstream_timeout_s = 300``: longest wait for a worker's response headers and between two
   stream chunks before answering 504. Non-streamed generations answer only when done.
 * ``max_retries = 2``: a connect error or a 5xx before the first byte is retried on another
@@ -33,6 +36,7 @@ class Settings:
     scrape_timeout_s: float = 1.0
     models_interval_s: float = 5.0
     fail_threshold: int = 3
+    slow_grace_s: float = 10.0
     connect_timeout_s: float = 2.0
     upstream_timeout_s: float = 300.0
     max_retries: int = 2

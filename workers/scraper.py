@@ -5,7 +5,8 @@ Reads vLLM's metric names old and new (``kv_cache_usage_perc`` / ``gpu_cache_usa
 ``num_gpu_blocks``, and ``lora_requests_info`` for adapters. A failed or unparsable scrape
 keeps the last good numbers (their staleness grows) and counts a failure; after
 ``fail_threshold`` consecutive failures the worker is marked down, and the next good scrape
-brings it back. Nothing a worker sends can crash the loop.
+brings it back. A scrape that times out means a busy worker, not a dead one: it stays up
+until its last good scrape is ``slow_grace_s`` old. Nothing a worker sends can crash the loop.
 """
 
 from __future__ import annotations
@@ -152,13 +153,15 @@ class WorkerScraper:
 
     def __init__(self, registry: WorkerRegistry, session: aiohttp.ClientSession, *,
                  interval_s: float, timeout_s: float, models_interval_s: float,
-                 fail_threshold: int, clock: Callable[[], float] = time.monotonic) -> None:
+                 fail_threshold: int, slow_grace_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._registry = registry
         self._session = session
         self._interval = interval_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._models_interval = models_interval_s
         self._fail_threshold = fail_threshold
+        self._slow_grace = slow_grace_s
         self._clock = clock
         self._models: dict[str, tuple[float, ModelsSample]] = {}
 
@@ -182,11 +185,16 @@ class WorkerScraper:
             text = await self._get_text(f"{info.url}/metrics")
             sample = parse_metrics(text)
             models = await self._models_of(info, now)
-        except (TimeoutError, aiohttp.ClientError, OSError, MetricsParseError,
-                orjson.JSONDecodeError, UnicodeDecodeError) as exc:
-            self._record_failure(info, now, _describe(exc))
+        except TimeoutError:
+            self._record_failure(info, now, "timed out", slow=True)
+            return
+        except (aiohttp.ClientError, OSError, MetricsParseError, orjson.JSONDecodeError,
+                UnicodeDecodeError) as exc:
+            self._record_failure(info, now, _describe(exc), slow=False)
             return
         prev = self._registry.snapshot(info.id)
+        if prev is not None and not prev.healthy:
+            log.info("worker %s: scrape succeeded again; healthy", info.id)
         self._registry.update(self._snapshot(info, now, sample, models, prev), fresh=True)
 
     def _snapshot(self, info: WorkerInfo, now: float, sample: MetricsSample,
@@ -206,14 +214,21 @@ class WorkerScraper:
             prefix_cache_hits=sample.prefix_cache_hits,
             num_preemptions=sample.num_preemptions)
 
-    def _record_failure(self, info: WorkerInfo, now: float, error: str) -> None:
+    def _record_failure(self, info: WorkerInfo, now: float, error: str, slow: bool) -> None:
+        """Count a failed scrape. A worker that answers too slowly is busy, not gone: it
+        stays up (its numbers growing stale) for ``slow_grace_s`` after its last good scrape;
+        one that refuses or answers garbage goes down after ``fail_threshold`` failures."""
         prev = self._registry.snapshot(info.id)
         if prev is None:
             snap = WorkerSnapshot(worker_id=info.id, healthy=False, scraped_at=-math.inf,
                                   consecutive_failures=1, error=error)
         else:
             failures = prev.consecutive_failures + 1
-            snap = replace(prev, healthy=prev.healthy and failures < self._fail_threshold,
+            if slow:
+                still_up = now - prev.scraped_at < self._slow_grace
+            else:
+                still_up = failures < self._fail_threshold
+            snap = replace(prev, healthy=prev.healthy and still_up,
                            consecutive_failures=failures, error=error)
         if snap.healthy != (prev.healthy if prev else False) or prev is None:
             log.warning("worker %s: scrape failed (%s); healthy=%s", info.id, error,

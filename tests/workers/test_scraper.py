@@ -108,6 +108,8 @@ class _Worker:
             return web.Response(text="vllm:num_requests_running{{{ not prometheus\n")
         if self.mode == "error":
             return web.Response(status=500, text="boom")
+        if self.mode == "slow":
+            await asyncio.sleep(1.0)
         return web.Response(text=SAMPLE.read_text())
 
     async def models(self, request: web.Request) -> web.Response:
@@ -233,3 +235,23 @@ async def test_run_loops_per_worker_so_a_slow_worker_delays_only_itself(
     await server.close()
     assert state.hits.count("metrics") >= 5        # not held back by the hanging worker
     assert registry.snapshot("slow") is None       # its first scrape has not even ended
+
+
+async def test_slow_worker_stays_up_for_the_grace_period(worker: tuple[_Worker, str]) -> None:
+    state, url = worker
+    registry = WorkerRegistry([_info(url)], InflightTracker())
+    clock = _Clock()
+    async with aiohttp.ClientSession() as session:
+        scraper = WorkerScraper(registry, session, interval_s=0.2, timeout_s=0.1,
+                                models_interval_s=5.0, fail_threshold=3, slow_grace_s=10.0,
+                                clock=clock)
+        await scraper.scrape_once()
+        state.mode = "slow"
+        for at, healthy in ((101.0, True), (103.0, True), (105.0, True), (109.9, True),
+                            (110.0, False)):
+            clock.now = at
+            await scraper.scrape_once()
+            snap = registry.snapshot("w0")
+            assert snap is not None and snap.healthy is healthy, at
+            assert snap.error == "timed out" and snap.scraped_at == 100.0
+
