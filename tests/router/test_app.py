@@ -4,13 +4,18 @@ good one keeps serving."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
+from aiohttp import web
 
-from tests.router.gateway_support import MODEL, RouterFactory, RouterHandle, subset
+from router.app import create_app
+from router.settings import Settings
+from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, RouterHandle, subset
 from workers.fleet import FleetConfig
 
 pytestmark = pytest.mark.integration
@@ -90,3 +95,28 @@ async def inflight_seen(session: aiohttp.ClientSession, router: RouterHandle) ->
     async with session.get(router.url + "/debug/fleet") as resp:
         [worker] = (await resp.json())["data"]
         return int(worker["inflight_requests"])
+
+
+async def test_client_connections_use_tcp_nodelay(emulated_fleet: FleetConfig) -> None:
+    fleet = subset(emulated_fleet, ["h100-fast"])
+    settings = Settings(fleet_path=Path(fleet.source), routing_path=REPO_ROOT /
+                        "config/routing.yaml", port=0)
+    app = create_app(settings, fleet)
+    seen: list[int] = []
+
+    async def record(request: web.Request, response: web.StreamResponse) -> None:
+        sock = request.transport.get_extra_info("socket") if request.transport else None
+        seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) if sock else -1)
+    app.on_response_prepare.append(record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        async with aiohttp.ClientSession() as session, session.get(
+                f"http://127.0.0.1:{port}/health") as resp:
+            assert resp.status == 200
+    finally:
+        await runner.cleanup()
+    assert seen == [1]
