@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from policies.reloader import PolicyReloader
+from router.decision_sinks import open_decision_sinks
 from router.decisions import DecisionLog
 from router.director import Director
 from router.errors import error_middleware
@@ -97,13 +99,15 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     app[SCRAPER] = scraper
     proxy = Proxy(session, settings.connect_timeout_s, settings.upstream_timeout_s)
     reloader = app[POLICY]
+    sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
-                             proxy, app[METRICS], app[DECISIONS])
+                             proxy, app[METRICS], app[DECISIONS], sinks=sinks)
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
     yield
     await _stop(task)
     await session.close()
+    close_sinks()
 
 
 async def _policy_reloader(app: web.Application) -> AsyncIterator[None]:

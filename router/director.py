@@ -23,6 +23,7 @@ from yarl import URL
 from policies.base import Decision, RequestOutcome, RoutingRequest
 from policies.engine import PolicyEngine
 from policies.producers.runner import run_producers
+from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
 from router.errors import (
     ModelNotFound,
@@ -66,7 +67,8 @@ class Director:
 
     def __init__(self, settings: Settings, registry: WorkerRegistry, store: StateStore,
                  policy: PolicySource, proxy: Proxy, metrics: RouterMetrics,
-                 decisions: DecisionLog, clock: Callable[[], float] = time.monotonic) -> None:
+                 decisions: DecisionLog, clock: Callable[[], float] = time.monotonic,
+                 sinks: Sequence[DecisionSink] = ()) -> None:
         self._settings = settings
         self._registry = registry
         self._store = store
@@ -79,6 +81,7 @@ class Director:
         self._id_prefix = os.urandom(4).hex()
         self._header = settings.request_id_header
         self._urls: dict[tuple[str, str], URL] = {}
+        self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         arrival = self._clock()
@@ -133,6 +136,8 @@ class Director:
             at=time.time(), decision=decision, requested_model=routing.model, path=routing.path,
             attempt=attempt, duration_s=seconds, num_prompt_tokens=routing.num_prompt_tokens,
             semantic_class=routing.semantic_class))
+        for sink in self._sinks:
+            sink.on_decision(routing, decision, attempt, seconds)
         return decision
 
     def _gpu_of(self, worker_id: str | None) -> str:

@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from policies.base import Decision, RequestOutcome
+from router.pool_demand import pool_demand
 from workers.models import WorkerView
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
@@ -24,6 +25,7 @@ TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4
 DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
                     0.1)
 CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
+SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 ViewSource = Callable[[], Sequence[WorkerView]]
 
@@ -50,6 +52,33 @@ class _WorkerCollector(Collector):
             reqs.add_metric([*labels, "waiting"], float(view.waiting))
             reqs.add_metric([*labels, "inflight"], float(view.inflight_requests))
         return [up, kv, reqs]
+
+
+class _PoolDemandCollector(Collector):
+    """Renders ``kvroute_pool_demand_*`` autoscaling gauges per pool and model."""
+
+    def __init__(self, views: ViewSource) -> None:
+        self._views = views
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["pool", "model"]
+        queued = GaugeMetricFamily("kvroute_pool_demand_queued_tokens", "Tokens dispatched "
+                                   "and not yet served (prefill not started + decode left).",
+                                   labels=labels)
+        kv = GaugeMetricFamily("kvroute_pool_demand_kv_usage",
+                               "Mean KV-cache usage of the pool's healthy workers (0..1).",
+                               labels=labels)
+        waiting = GaugeMetricFamily("kvroute_pool_demand_waiting_requests",
+                                    "Requests waiting at the pool's workers.", labels=labels)
+        healthy = GaugeMetricFamily("kvroute_pool_demand_healthy_workers",
+                                    "Healthy workers in the pool.", labels=labels)
+        for demand in pool_demand(self._views()):
+            key = [demand.pool, demand.model]
+            queued.add_metric(key, float(demand.queued_tokens))
+            kv.add_metric(key, demand.kv_usage)
+            waiting.add_metric(key, float(demand.waiting_requests))
+            healthy.add_metric(key, float(demand.healthy_workers))
+        return [queued, kv, waiting, healthy]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +125,23 @@ class RouterMetrics:
         self.semantic_classify = Histogram("kvroute_semantic_classify_seconds",
                                            "Time to classify a request.",
                                            buckets=CLASSIFY_BUCKETS, registry=r)
+        self.winner_score = Histogram("kvroute_decision_winner_score",
+                                      "Each scorer's score (0..1) of the chosen worker.",
+                                      ["profile", "scorer"], buckets=SCORE_BUCKETS, registry=r)
+        self.prefix_ceiling_hit_tokens = Counter(
+            "kvroute_prefix_ceiling_hit_tokens", "Prompt tokens an infinite prefix cache shared "
+            "by the whole fleet would have served (leading blocks seen before).", registry=r)
+        self.prefix_ceiling_query_tokens = Counter(
+            "kvroute_prefix_ceiling_query_tokens", "Prompt tokens looked up in the infinite "
+            "prefix cache.", registry=r)
         if views is not None:
             r.register(_WorkerCollector(views))
+            r.register(_PoolDemandCollector(views))
         # labelled children cached by label values: ``labels()`` is slow on the request path
         self._request_children: dict[tuple[str, ...], Counter] = {}
         self._decision_children: dict[tuple[str, ...], Counter] = {}
         self._worker_children: dict[tuple[str, str], _WorkerSeries] = {}
+        self._score_children: dict[tuple[str, str], Histogram] = {}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -115,6 +155,22 @@ class RouterMetrics:
         if child is None:
             child = self._decision_children[key] = self.decisions.labels(*key)
         child.inc()
+        self._record_winner_scores(decision)
+
+    def _record_winner_scores(self, decision: Decision) -> None:
+        for candidate in decision.candidates:
+            if candidate.worker_id == decision.worker_id:
+                for scorer, score in candidate.scores.items():
+                    key = (decision.profile, scorer)
+                    child = self._score_children.get(key)
+                    if child is None:
+                        child = self._score_children[key] = self.winner_score.labels(*key)
+                    child.observe(score)
+                return
+
+    def record_prefix_ceiling(self, hit_tokens: int, query_tokens: int) -> None:
+        self.prefix_ceiling_hit_tokens.inc(hit_tokens)
+        self.prefix_ceiling_query_tokens.inc(query_tokens)
 
     def record_request(self, model: str, worker: str, gpu: str, profile: str,
                        status: int) -> None:

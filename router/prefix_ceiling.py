@@ -1,0 +1,51 @@
+"""The infinite-cache prefix ceiling: the hit rate one fleet-wide prefix cache would reach.
+
+For every first routing attempt whose request carries block hashes (the ``blocks`` producer
+runs whenever a prefix-aware plugin is configured), the leading blocks already seen in an
+earlier request count as hits. Workers' own ``vllm:prefix_cache_hits`` / ``queries`` show what
+routing achieved; this shows what was there to win. "Infinite" is bounded by ``capacity``
+block hashes (least recently seen forgotten first) so memory stays fixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from policies.base import Decision, RoutingRequest
+from router.metrics import RouterMetrics
+
+DEFAULT_CAPACITY = 1 << 18      # 262,144 blocks: 4.2 M prompt tokens at 16-token blocks
+
+
+class PrefixCeiling:
+    """Counts ceiling hits into ``RouterMetrics``; a decision sink of the director."""
+
+    __slots__ = ("_capacity", "_metrics", "_seen")
+
+    def __init__(self, metrics: RouterMetrics, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity <= 0:
+            raise ValueError("capacity: must be positive")
+        self._metrics = metrics
+        self._capacity = capacity
+        self._seen: dict[int, None] = {}     # insertion order = recency
+
+    def observe(self, block_hashes: Sequence[int], block_size: int) -> int:
+        """Record one prompt's full blocks; return how many leading blocks were seen before."""
+        seen = self._seen
+        hits = 0
+        while hits < len(block_hashes) and block_hashes[hits] in seen:
+            hits += 1
+        for h in block_hashes:
+            seen.pop(h, None)
+            seen[h] = None
+        while len(seen) > self._capacity:
+            del seen[next(iter(seen))]
+        return hits
+
+    def on_decision(self, request: RoutingRequest, decision: Decision, attempt: int,
+                    seconds: float) -> None:
+        if attempt != 0 or not request.block_hashes or request.num_prompt_tokens <= 0:
+            return
+        block_size = min(request.block_hashes)
+        hits = self.observe(request.block_hashes[block_size], block_size)
+        self._metrics.record_prefix_ceiling(hits * block_size, request.num_prompt_tokens)
