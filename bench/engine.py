@@ -220,7 +220,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.barh(names, values, color="#4477aa")
     ax.set_xscale("log")
-    ax.set_xlabel("CPU µs per engine step (per request for replay), log scale")
+    ax.set_xlabel("CPU µs per engine step (per request for the replay rows), log scale")
     ax.set_title("kvroute engine model: CPU cost")
     ax.invert_yaxis()
     fig.tight_layout()
