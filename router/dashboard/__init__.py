@@ -1,0 +1,1 @@
+"""Grafana dashboards of kvroute: their definitions, and PNG snapshots rendered from Prometheus."""

@@ -1,0 +1,168 @@
+"""kvroute's three Grafana dashboards: routing decisions, fleet, cost and tenants.
+
+Queries filter by the template variables ``$model``, ``$gpu`` and ``$worker`` and use
+``$__rate_interval``. Router series carry ``worker``/``gpu`` (and ``model`` where it applies);
+vLLM series carry ``model_name`` plus the ``worker``/``gpu`` target labels of the Prometheus
+scrape config. SLO lines and alert thresholds come from the ``kvroute:slo:*`` and
+``kvroute:threshold:*`` recording rules (config/prometheus/recording.yml).
+Regenerate the JSON files with ``kvroute dashboard build``.
+"""
+
+from __future__ import annotations
+
+from router.dashboard.spec import Dashboard, Panel, Query
+
+RI = "$__rate_interval"
+WG = 'gpu=~"$gpu", worker=~"$worker"'             # router series with worker and gpu
+MWG = f'model=~"$model", {WG}'                    # router series with a model label too
+VLLM = f'model_name=~"$model", {WG}'              # vLLM series from the workers
+
+
+def _rate(metric: str, selector: str, by: str) -> str:
+    return f"sum by ({by}) (rate({metric}{{{selector}}}[{RI}]))"
+
+
+def _quantile(q: float, metric: str, selector: str, by: str) -> str:
+    return (f"histogram_quantile({q}, sum by ({by}, le) "
+            f"(rate({metric}_bucket{{{selector}}}[{RI}])))")
+
+
+def _decisions_by(label: str, title: str) -> Panel:
+    return Panel(f"Decisions/s by {title}",
+                 (Query(_rate("kvroute_decisions_total", WG, label), f"{{{{{label}}}}}"),),
+                 unit="reqps", stacked=True, width=8,
+                 description=f"Routing decisions per second, split by {title}.")
+
+
+ROUTING = Dashboard(
+    uid="kvroute-routing", title="kvroute / Routing decisions", file_name="routing.json",
+    description="Why traffic goes where it goes: deciding terms, rules, profiles, semantic "
+                "classes, prefix affinity against the infinite-cache ceiling, winning scores.",
+    panels=(
+        _decisions_by("reason", "deciding term"),
+        _decisions_by("rule", "rule"),
+        _decisions_by("profile", "profile"),
+        _decisions_by("class", "semantic class"),
+        _decisions_by("gpu", "GPU class"),
+        Panel("Traffic share per worker", (Query(
+            f"{_rate('kvroute_requests_total', MWG, 'worker')} / scalar("
+            f"sum(rate(kvroute_requests_total{{{MWG}, worker!=\"\"}}[{RI}])))", "{{worker}}"),),
+            unit="percentunit", stacked=True, width=8,
+            description="Share of answered requests each worker served."),
+        Panel("Prefix cache hit rate vs infinite-cache ceiling", (
+            Query(f"sum(rate(vllm:prefix_cache_hits_total{{{VLLM}}}[{RI}])) / "
+                  f"sum(rate(vllm:prefix_cache_queries_total{{{VLLM}}}[{RI}]))",
+                  "workers' prefix cache hits"),
+            Query(f"sum(rate(kvroute_prefix_ceiling_hit_tokens_total[{RI}])) / "
+                  f"sum(rate(kvroute_prefix_ceiling_query_tokens_total[{RI}]))",
+                  "infinite-cache ceiling", reference_line=True)),
+            unit="percentunit",
+            description="Prompt tokens served from the workers' prefix caches (vLLM "
+                        "prefix_cache_hits / queries) against what one infinite cache shared by "
+                        "the whole fleet would have served: the gap is what routing lost."),
+        Panel("Winning scores (mean, per scorer)", (Query(
+            "sum by (scorer) (rate(kvroute_decision_winner_score_sum[" + RI + "])) / "
+            "sum by (scorer) (rate(kvroute_decision_winner_score_count[" + RI + "]))",
+            "{{scorer}}"),), unit="short",
+            description="Mean score (0..1) each scorer gave the worker that was chosen."),
+        Panel("Decision latency", (
+            Query(f"histogram_quantile(0.5, sum by (le) (rate("
+                  f"kvroute_decision_duration_seconds_bucket[{RI}])))", "p50"),
+            Query(f"histogram_quantile(0.99, sum by (le) (rate("
+                  f"kvroute_decision_duration_seconds_bucket[{RI}])))", "p99")),
+            unit="s", description="Time to run rules, filters, scorers and the picker."),
+        Panel("Retries/s by worker and reason", (Query(
+            _rate("kvroute_retries_total", 'worker=~"$worker"', "worker, reason"),
+            "{{worker}} {{reason}}"),), unit="reqps",
+            description="Requests retried on another worker after a connect error or a 5xx "
+                        "before the first byte, by the worker that failed."),
+        Panel("Ejected workers", (Query(
+            f'sum by (gpu) (1 - kvroute_worker_up{{{MWG}}})', "{{gpu}}"),), unit="short",
+            stacked=True,
+            description="Workers the router marked down (failed scrapes), per GPU class."),
+    ))
+
+FLEET = Dashboard(
+    uid="kvroute-fleet", title="kvroute / Fleet", file_name="fleet.json",
+    description="Load, KV cache, preemptions (vLLM's own metrics), latency against the SLO, "
+                "throughput and the autoscaling demand signals.",
+    panels=(
+        Panel("Running requests per worker", (Query(
+            f"sum by (worker) (vllm:num_requests_running{{{VLLM}}})", "{{worker}}"),),
+            width=8),
+        Panel("Waiting requests per worker", (Query(
+            f"sum by (worker) (vllm:num_requests_waiting{{{VLLM}}})", "{{worker}}"),),
+            width=8),
+        Panel("KV cache usage per worker", (
+            Query(f"max by (worker) (vllm:kv_cache_usage_perc{{{VLLM}}})", "{{worker}}"),
+            Query("kvroute:threshold:kv_usage_warning", "warning threshold",
+                  reference_line=True)),
+            unit="percentunit", width=8),
+        Panel("Preemptions/s per worker", (Query(
+            _rate("vllm:num_preemptions_total", VLLM, "worker"), "{{worker}}"),),
+            unit="short", width=8),
+        Panel("Worker up", (Query(f"kvroute_worker_up{{{MWG}}}", "{{worker}}"),),
+              kind="stat", width=8),
+        Panel("Tokens/s in and out", (
+            Query(_rate("kvroute_prompt_tokens_total", WG, "gpu"), "in {{gpu}}"),
+            Query(_rate("kvroute_completion_tokens_total", WG, "gpu"), "out {{gpu}}")),
+            unit="short", width=8),
+        Panel("TTFT p50 / p99 per GPU class", (
+            Query(_quantile(0.5, "kvroute_ttft_seconds", WG, "gpu"), "p50 {{gpu}}"),
+            Query(_quantile(0.99, "kvroute_ttft_seconds", WG, "gpu"), "p99 {{gpu}}"),
+            Query("kvroute:slo:ttft_seconds", "SLO", reference_line=True)),
+            unit="s", description="Time to first token seen by the router."),
+        Panel("TPOT p50 / p99 per GPU class", (
+            Query(_quantile(0.5, "kvroute_tpot_seconds", WG, "gpu"), "p50 {{gpu}}"),
+            Query(_quantile(0.99, "kvroute_tpot_seconds", WG, "gpu"), "p99 {{gpu}}"),
+            Query("kvroute:slo:tpot_seconds", "SLO", reference_line=True)),
+            unit="s", description="Mean time per output token after the first."),
+        Panel("Pool demand: queued tokens", (Query(
+            'sum by (pool) (kvroute_pool_demand_queued_tokens{model=~"$model"})',
+            "{{pool}}"),), width=8,
+            description="Autoscaling signal: tokens dispatched and not yet served."),
+        Panel("Pool demand: waiting requests", (Query(
+            'sum by (pool) (kvroute_pool_demand_waiting_requests{model=~"$model"})',
+            "{{pool}}"),), width=8),
+        Panel("Pool demand: KV usage", (Query(
+            'max by (pool) (kvroute_pool_demand_kv_usage{model=~"$model"})', "{{pool}}"),),
+            unit="percentunit", width=8),
+    ))
+
+_TOKENS = "kvroute_prompt_tokens_total", "kvroute_completion_tokens_total"
+
+
+def _per_mtok(by: str) -> str:
+    tokens = " + ".join(_rate(m, WG, by) for m in _TOKENS)
+    return f"{_rate('kvroute_cost_dollars_total', WG, by)} / ({tokens}) * 1e6"
+
+
+COST = Dashboard(
+    uid="kvroute-cost", title="kvroute / Cost and tenants", file_name="cost.json",
+    description="Estimated spend of served requests (price x estimated GPU-seconds, from the "
+                "cost scorer) per hour and per million tokens, by GPU class, worker, tenant.",
+    panels=(
+        Panel("$/hour by GPU class", (Query(
+            f"{_rate('kvroute_cost_dollars_total', WG, 'gpu')} * 3600", "{{gpu}}"),),
+            unit="currencyUSD", stacked=True, width=8),
+        Panel("$/hour by worker", (Query(
+            f"{_rate('kvroute_cost_dollars_total', WG, 'worker')} * 3600", "{{worker}}"),),
+            unit="currencyUSD", stacked=True, width=8),
+        Panel("$/hour by tenant", (Query(
+            f"{_rate('kvroute_cost_dollars_total', WG, 'tenant')} * 3600", "{{tenant}}"),),
+            unit="currencyUSD", stacked=True, width=8),
+        Panel("$/Mtok by GPU class", (Query(_per_mtok("gpu"), "{{gpu}}"),),
+              unit="currencyUSD"),
+        Panel("$/Mtok by worker", (Query(_per_mtok("worker"), "{{worker}}"),),
+              unit="currencyUSD"),
+        Panel("Tenant share of spend", (Query(
+            f"{_rate('kvroute_cost_dollars_total', WG, 'tenant')} / scalar("
+            f"sum(rate(kvroute_cost_dollars_total{{{WG}}}[{RI}])))", "{{tenant}}"),),
+            unit="percentunit", stacked=True),
+        Panel("Requests/s by tenant-visible status", (Query(
+            _rate("kvroute_requests_total", 'model=~"$model"', "status"), "{{status}}"),),
+            unit="reqps", stacked=True,
+            description="Answered requests by HTTP status (errors before routing included)."),
+    ))
+
+DASHBOARDS: tuple[Dashboard, ...] = (ROUTING, FLEET, COST)
