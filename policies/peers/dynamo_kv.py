@@ -150,6 +150,15 @@ class DynamoKvCostScorer:
         costs = self.costs(request, workers, cycle)
         return min_max_inverse(costs)
 
+    def inherit_state(self, previous: object) -> None:
+        """On a routing reload, keep the predicted cache and the active load."""
+        if isinstance(previous, DynamoKvCostScorer):
+            self.indexer = previous.indexer
+            self._active = previous._active
+            self._prefill_blocks = previous._prefill_blocks
+            self._decode_blocks = previous._decode_blocks
+            self._block_sizes = previous._block_sizes
+
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
         worker_id = decision.worker_id
         if worker_id is None:

@@ -123,6 +123,12 @@ class PrefixCacheScorer:
                                         matched[view.id] * per_block)
         return {view.id: matched.get(view.id, 0) / len(hashes) for view in workers}
 
+    def inherit_state(self, previous: object) -> None:
+        """On a routing reload, keep the previous index when the block size is unchanged."""
+        if (isinstance(previous, PrefixCacheScorer)
+                and previous.block_size_tokens == self.block_size_tokens):
+            self.index = previous.index
+
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
         if decision.worker_id is not None:
             self.index.add(self.hashes(request), decision.worker_id)

@@ -169,6 +169,14 @@ class ProductionStackPrefixScorer:
               cycle: CycleState) -> Mapping[str, float]:
         return _one_hot(workers, self.choose(request, workers))
 
+    def inherit_state(self, previous: object) -> None:
+        """On a routing reload, keep the trie (same chunk size) and the QPS windows."""
+        if not isinstance(previous, ProductionStackPrefixScorer):
+            return
+        if previous.trie.chunk_size == self.trie.chunk_size:
+            self.trie = previous.trie
+        self._qps = previous._qps
+
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
         if decision.worker_id is None:
             return

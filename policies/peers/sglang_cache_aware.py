@@ -118,6 +118,12 @@ class SglangCacheAwareScorer:
                 record_worker_attribute(cycle, "prefix_match_tokens", choice, matched)
         return {view.id: 1.0 if view.id == choice else 0.0 for view in workers}
 
+    def inherit_state(self, previous: object) -> None:
+        """On a routing reload, keep the trees the previous instance built."""
+        if isinstance(previous, SglangCacheAwareScorer):
+            self._trees = previous._trees
+            self._last_eviction = previous._last_eviction
+
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
         if decision.worker_id is None:
             return

@@ -40,3 +40,22 @@ def test_each_preset_builds_an_engine_that_routes(name: str) -> None:
     assert decision.worker_id in {"w0", "w1"}
     assert decision.profile == "default"
     engine.on_routed(request, decision)
+
+
+def test_a_rebuilt_engine_keeps_the_sglang_trees() -> None:
+    from peer_fixtures import make_request, make_view
+
+    from policies.engine import PolicyEngine
+
+    fleet = load_fleet(REPO / "config" / "fleet.yaml")
+    first = PolicyEngine.build(routing_for("sglang-cache-aware"), fleet, seed=1)
+    views = [make_view("w0", inflight=1), make_view("w1")]
+    request = make_request("r1", tokens=range(64), at=1.0)
+    decision = first.decide(request, views)
+    assert decision.worker_id == "w1"                       # miss: least loaded
+    first.on_routed(request, decision)
+    second = PolicyEngine.build(routing_for("sglang-cache-aware"), fleet, seed=1,
+                                previous=first)
+    loaded = [make_view("w0"), make_view("w1", inflight=3)]
+    again = second.decide(make_request("r2", tokens=range(64), at=2.0), loaded)
+    assert (again.worker_id, again.attributes["decided_by"]) == ("w1", "cache")
