@@ -152,7 +152,7 @@ class Scheduler:
             self.running.append(request)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_hit
-            if request.num_preemptions == 0:
+            if request.num_preemptions == 0 and manager.enable_caching:
                 out.prefix_cache_queries += request.num_tokens
                 out.prefix_cache_hits += num_hit
             if request.num_cached_tokens < 0:

@@ -145,3 +145,12 @@ def test_reset_prefix_cache_only_when_idle_and_then_misses() -> None:
     result = engine.step(2.0)
     assert result.kv_events[0] == AllBlocksCleared()
     assert engine.stats.prefix_cache_hits == 0
+
+
+def test_without_prefix_caching_nothing_is_queried_or_hit() -> None:
+    engine = make_engine(num_gpu_blocks=50, enable_prefix_caching=False)
+    for name in ("a", "b"):
+        engine.add_request(EngineRequest(name, list(range(40)), [1]))
+        engine.step(0.0)
+    assert (engine.stats.prefix_cache_queries, engine.stats.prefix_cache_hits) == (0, 0)
+    assert engine.stats.prompt_tokens == 80
