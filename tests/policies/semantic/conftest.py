@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from policies.semantic.extras import missing_extra_packages
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
-EXAMPLE_ROUTING = REPO_ROOT / "config/examples/semantic.yaml"
-EXAMPLE_FLEET = REPO_ROOT / "config/examples/semantic-fleet.yaml"
-HELDOUT = REPO_ROOT / "config/examples/semantic-eval/heldout.jsonl"
+from tests.policies.semantic.semantic_support import EXAMPLE_ROUTING
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from router.cli import main
-from tests.policies.semantic.conftest import EXAMPLE_ROUTING
+from tests.policies.semantic.semantic_support import EXAMPLE_ROUTING
 
 pytestmark = pytest.mark.semantic
 

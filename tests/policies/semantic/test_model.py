@@ -15,7 +15,7 @@ from policies.semantic.evaluation import evaluate
 from policies.semantic.model import SemanticModel, embed_all, load_examples, read_labelled_jsonl
 from policies.semantic.producer import SemanticProducer
 from policies.semantic.text import clean_text
-from tests.policies.semantic.conftest import EXAMPLE_ROUTING, HELDOUT
+from tests.policies.semantic.semantic_support import EXAMPLE_ROUTING, HELDOUT
 
 pytestmark = pytest.mark.semantic
 

@@ -16,7 +16,7 @@ from policies.semantic.model import SemanticModel
 from policies.semantic.producer import PROVIDES, SemanticProducer, SemanticProducerParams
 from policies.semantic.section import SECTION_NAME, parse_semantic_section
 from tests.policies.conftest import make_view
-from tests.policies.semantic.conftest import EXAMPLE_FLEET, EXAMPLE_ROUTING
+from tests.policies.semantic.semantic_support import EXAMPLE_FLEET, EXAMPLE_ROUTING
 from workers.fleet import load_fleet
 from workers.models import WorkerView
 

@@ -14,7 +14,7 @@ import yaml
 from router.app import start_router
 from router.keys import METRICS, REGISTRY
 from router.settings import Settings
-from tests.policies.semantic.conftest import EXAMPLE_FLEET, EXAMPLE_ROUTING
+from tests.policies.semantic.semantic_support import EXAMPLE_FLEET, EXAMPLE_ROUTING
 from workers.emulator.process import EmulatorFleet, free_port
 from workers.fleet import FleetConfig, load_fleet
 
