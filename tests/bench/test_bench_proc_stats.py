@@ -5,9 +5,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from bench.proc_stats import cpu_seconds, rss_bytes, tree_pids
 
 
+@pytest.mark.integration
 def test_tree_includes_children_and_their_cpu() -> None:
     burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
     parent = subprocess.Popen(
