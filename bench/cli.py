@@ -31,6 +31,11 @@ def register(subparsers: Any) -> None:
     overhead.add_argument("--concurrency", type=int, default=32)
     overhead.add_argument("--unpinned", action="store_true",
                           help="do not pin the router to CPU 1 and the load to CPU 0")
+    overhead.add_argument("--backends", type=int, default=2,
+                          help="zero-latency emulated workers (default 2)")
+    overhead.add_argument("--router-cpus", default="1", help="taskset list for the router")
+    overhead.add_argument("--load-cpus", default="0", help="taskset list for the load")
+    overhead.add_argument("--backend-cpus", default="0", help="CPU list for the workers")
     overhead.add_argument("--out", type=Path, required=True, metavar="DIR")
     overhead.set_defaults(func=_overhead)
     replay = commands.add_parser("replay", help="replay a trace slice through each router")
@@ -87,12 +92,14 @@ def _overhead(args: argparse.Namespace) -> int:
     from bench.overhead import OverheadConfig, run_overhead
     from bench.overhead_report import markdown_table, write_overhead
 
-    if args.duration <= 0 or args.concurrency <= 0:
-        print("kvroute bench overhead: --duration and --concurrency must be > 0",
+    if args.duration <= 0 or args.concurrency <= 0 or args.backends <= 0:
+        print("kvroute bench overhead: --duration, --concurrency and --backends must be > 0",
               file=sys.stderr)
         return 2
     config = OverheadConfig(targets=_targets(args.targets), duration_s=args.duration,
-                            concurrency=args.concurrency, pinned=not args.unpinned)
+                            concurrency=args.concurrency, pinned=not args.unpinned,
+                            backends=args.backends, router_cpus=args.router_cpus,
+                            load_cpus=args.load_cpus, backend_cpus=args.backend_cpus)
     results = run_overhead(config, _progress)
     paths = write_overhead(args.out, config, results, _command_line())
     print(markdown_table(results))

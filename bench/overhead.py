@@ -3,7 +3,8 @@
 Method of shared/reference/overhead-anchors.md, made one command: two emulated workers
 answering at once (time scale 0, 16 output tokens), the router under test pinned to CPU 1
 (``taskset -c 1``), the load generator and the workers on CPU 0, load from a separate
-process. Per target: a warm-up, then a closed-loop non-streamed phase and a streamed phase of
+process (worker count and CPU lists are options, for hosts with more cores). Per target: a
+warm-up, then a closed-loop non-streamed phase and a streamed phase of
 ``duration_s`` each at ``concurrency``. Router CPU is user + system time of its whole process
 tree from ``/proc`` over the phase, divided by the completed requests; RSS is the tree's peak,
 sampled every 0.5 s. A target that is not installed or fails to start is reported as skipped
@@ -29,8 +30,6 @@ from bench.proc_stats import RssSampler, cpu_seconds
 from bench.targets import Skipped, TargetContext, TargetPlan, plan_target
 
 Progress = Callable[[str], None]
-ROUTER_CPU = "1"
-LOAD_CPU = "0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +40,19 @@ class OverheadConfig:
     warmup_s: float = 1.0
     output_tokens: int = 16
     pinned: bool = True
+    backends: int = 2
+    router_cpus: str = "1"          # taskset list for the router under test
+    load_cpus: str = "0"            # the load generator
+    backend_cpus: str = "0"         # the emulated workers
+
+    @staticmethod
+    def cpu_set(text: str) -> tuple[int, ...]:
+        """``"0,2-4"`` → (0, 2, 3, 4)."""
+        cpus: list[int] = []
+        for part in text.split(","):
+            low, _, high = part.strip().partition("-")
+            cpus.extend(range(int(low), int(high or low) + 1))
+        return tuple(cpus)
 
 
 @dataclass(slots=True)
@@ -94,7 +106,7 @@ def _phase(plan: TargetPlan, root_pid: int | None, stream: bool, config: Overhea
                     body=chat_body(max_tokens=config.output_tokens, stream=stream),
                     stream=stream, concurrency=config.concurrency, duration_s=duration_s,
                     headers=dict(plan.headers))
-    load_cpus = LOAD_CPU if config.pinned else None
+    load_cpus = config.load_cpus if config.pinned else None
     if root_pid is None:
         return PhaseResult(run_load_process(spec, scratch, load_cpus), None, None, None), 0
     with RssSampler(root_pid) as rss:
@@ -122,7 +134,7 @@ def measure_target(name: str, backends: Sequence[str], config: OverheadConfig, w
     process = None
     if plan.argv is not None:
         process = Launched(name, plan.argv, workdir / name / "server.log",
-                           cpus=ROUTER_CPU if config.pinned else None, env=plan.env)
+                           cpus=config.router_cpus if config.pinned else None, env=plan.env)
     try:
         if process is not None:
             process.start()
@@ -156,8 +168,9 @@ def measure_target(name: str, backends: Sequence[str], config: OverheadConfig, w
 def run_overhead(config: OverheadConfig, progress: Progress) -> list[TargetResult]:
     results: list[TargetResult] = []
     with tempfile.TemporaryDirectory(prefix="kvroute-bench-") as tmp, \
-            ZeroLatencyBackends(2, config.output_tokens,
-                                cpus=(int(LOAD_CPU),) if config.pinned else None) as backends:
+            ZeroLatencyBackends(config.backends, config.output_tokens,
+                                cpus=config.cpu_set(config.backend_cpus) if config.pinned
+                                else None) as backends:
         progress(f"backends up: {', '.join(backends.urls)}")
         for name in config.targets:
             results.append(measure_target(name, backends.urls, config, Path(tmp), progress))

@@ -63,7 +63,9 @@ def write_overhead(out_dir: Path, config: OverheadConfig, results: Sequence[Targ
         "command": command, "config": {
             "targets": list(config.targets), "duration_s": config.duration_s,
             "concurrency": config.concurrency, "output_tokens": config.output_tokens,
-            "pinned": config.pinned},
+            "pinned": config.pinned, "backends": config.backends,
+            "router_cpus": config.router_cpus, "load_cpus": config.load_cpus,
+            "backend_cpus": config.backend_cpus},
         "machine": {"python": platform.python_version(), "cpus": _cpu_count(),
                     "platform": platform.platform()},
         "bar_us": {"non_stream": BAR_US_NON_STREAM, "stream_16_chunks": BAR_US_STREAM},

@@ -27,4 +27,11 @@ def test_bad_numbers_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     parser = build_parser()
     args = parser.parse_args(["bench", "overhead", "--out", "x", "--duration", "0"])
     assert args.func(args) == 2
-    assert "--duration and --concurrency must be > 0" in capsys.readouterr().err
+    assert "--duration, --concurrency and --backends must be > 0" in capsys.readouterr().err
+
+
+def test_cpu_lists() -> None:
+    from bench.overhead import OverheadConfig
+
+    assert OverheadConfig.cpu_set("0,2-4") == (0, 2, 3, 4)
+    assert OverheadConfig.cpu_set("7") == (7,)
