@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -39,7 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JSONL of {text, label}: the prompts to send")
     parser.add_argument("--rate", type=float, default=50.0, help="requests per second")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
-    parser.add_argument("--max-prompt-tokens", type=int, default=512)
+    parser.add_argument("--max-prompt-tokens", type=int, default=512,
+                        help="cut each prompt to this many tokens before sending")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="override the section's max_tokens (tokens the embedder reads)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True, metavar="DIR")
 
@@ -79,6 +83,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     section = load_routing(args.routing).section(SECTION_NAME)
     if section is None:
         raise SystemExit(f"{args.routing}: no semantic: section")
+    if args.max_tokens is not None:
+        section = dataclasses.replace(section, max_tokens=args.max_tokens)
     model = build_semantic_model(section, args.routing.resolve().parent)
     producer = SemanticProducer("semantic", model)
     rows = read_labelled_jsonl(args.data, "--data")
