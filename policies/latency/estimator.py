@@ -50,27 +50,46 @@ class Estimate:
     raw_ttft_s: float          # before the online correction
     raw_tpot_s: float
     prefill_s: float = 0.0     # its own prefill compute (the part of TTFT without waiting)
+    ttft_upper_s: float | None = None   # the learnt 90th percentile, once known
+    tpot_upper_s: float | None = None
 
 
 class PrefillArrivals:
-    """Exponentially decayed rate of uncached prefill tokens routed to each worker."""
+    """Exponentially decayed rates of uncached prefill tokens routed to each worker, at a few
+    time constants: a request's TPOT suffers from the prefill that arrives while it decodes,
+    so ``rate`` answers for the time constant nearest that request's decode horizon (a burst
+    matters to a 30-token answer, a steady stream to a 500-token one)."""
 
-    __slots__ = ("_state", "tau_s")
+    __slots__ = ("_state", "taus_s")
 
-    def __init__(self, tau_s: float = 10.0) -> None:
-        self.tau_s = tau_s
-        self._state: dict[str, tuple[float, float]] = {}   # worker -> (rate, at)
+    def __init__(self, taus_s: tuple[float, ...] = (1.0, 4.0, 16.0)) -> None:
+        self.taus_s = taus_s
+        self._state: dict[str, tuple[list[float], float]] = {}   # worker -> (rates, at)
 
     def add(self, worker_id: str, tokens: int, now: float) -> None:
-        rate = self.rate(worker_id, now)
-        self._state[worker_id] = (rate + tokens / self.tau_s, now)
+        rates = self._decayed(worker_id, now)
+        self._state[worker_id] = ([r + tokens / tau for r, tau in zip(rates, self.taus_s,
+                                                                         strict=True)], now)
 
-    def rate(self, worker_id: str, now: float) -> float:
+    def rate(self, worker_id: str, now: float, horizon_s: float | None = None) -> float:
+        """Tokens per second, over the time constant nearest ``horizon_s`` (longest if None)."""
         entry = self._state.get(worker_id)
         if entry is None:
             return 0.0
-        rate, at = entry
-        return rate * math.exp(-max(0.0, now - at) / self.tau_s)
+        index = len(self.taus_s) - 1
+        if horizon_s is not None:
+            index = min(range(len(self.taus_s)),
+                        key=lambda i: abs(math.log(self.taus_s[i] / max(horizon_s, 1e-3))))
+        rates, at = entry
+        return rates[index] * math.exp(-max(0.0, now - at) / self.taus_s[index])
+
+    def _decayed(self, worker_id: str, now: float) -> list[float]:
+        entry = self._state.get(worker_id)
+        if entry is None:
+            return [0.0] * len(self.taus_s)
+        rates, at = entry
+        elapsed = max(0.0, now - at)
+        return [r * math.exp(-elapsed / tau) for r, tau in zip(rates, self.taus_s, strict=True)]
 
 
 class TimeEstimator:
@@ -130,18 +149,23 @@ class TimeEstimator:
         # TPOT: the decode step, diluted by prefill chunks that keep arriving
         full_step = k.step_s(chunk + in_batch + 1, 0.0, in_batch + 1, context_sum)
         prefill_rate = chunk / full_step
+        horizon = raw_ttft + output * decode_step
         share = min(MAX_PREFILL_SHARE,
-                    self.arrivals.rate(view.id, request.arrival_time) / prefill_rate)
+                    self.arrivals.rate(view.id, request.arrival_time, horizon) / prefill_rate)
         raw_tpot = 1.0 / ((1.0 - share) / decode_step + share / full_step)
         gpu_class = view.gpu.name
         ttft = raw_ttft * self.correction.factor(view.id, gpu_class, "ttft")
         tpot = raw_tpot * self.correction.factor(view.id, gpu_class, "tpot")
         own_prefill = k.prefill_s(uncached, cached)
         gpu_s = own_prefill + output * tpot / (in_batch + 1)
+        ttft_upper = self.correction.upper(view.id, gpu_class, "ttft")
+        tpot_upper = self.correction.upper(view.id, gpu_class, "tpot")
         return Estimate(ttft_s=ttft, tpot_s=tpot, gpu_s=gpu_s,
                         cost_usd=view.price_per_hour / 3600.0 * gpu_s, cached_tokens=cached,
                         raw_ttft_s=raw_ttft, raw_tpot_s=raw_tpot,
-                        prefill_s=min(own_prefill, ttft))
+                        prefill_s=min(own_prefill, ttft),
+                        ttft_upper_s=raw_ttft * ttft_upper if ttft_upper else None,
+                        tpot_upper_s=raw_tpot * tpot_upper if tpot_upper else None)
 
     def idle_prefill_s(self, request: RoutingRequest, views: Sequence[WorkerView]) -> float:
         """The prompt's uncached prefill time on the fastest idle candidate (SLO yardstick)."""

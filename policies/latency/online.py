@@ -5,6 +5,12 @@ the log of observed/predicted updates an exponentially weighted mean per worker 
 class. A worker's correction factor is ``exp(mean)`` once it has ``min_samples`` of its own,
 its GPU class's before that (a new H100 starts with what the other H100s taught), and 1.0
 with nothing learnt. Factors are clamped to ``[1/max_factor, max_factor]``.
+
+Beside the mean, the ``quantile`` (0.9 by default) of the same log ratio is tracked by
+stochastic approximation: ``upper()`` is the factor a prediction must be multiplied by to be
+exceeded by only one request in ten. The SLO picker tests candidates against that
+conservative estimate, so that the share of requests meeting the SLO is what the goodput
+target (90 %) asks for, whatever the model's error on this workload.
 """
 
 from __future__ import annotations
@@ -15,6 +21,21 @@ from dataclasses import dataclass
 from typing import Literal
 
 Metric = Literal["ttft", "tpot"]
+
+
+@dataclass(slots=True)
+class _Quantile:
+    """Stochastic-approximation tracker of one quantile of a stream (in log space)."""
+
+    value: float = 0.0
+    samples: int = 0
+
+    def update(self, x: float, tau: float, step: float) -> None:
+        self.samples += 1
+        if self.samples == 1:
+            self.value = x
+            return
+        self.value += step * (tau - (1.0 if x < self.value else 0.0))
 
 
 @dataclass(slots=True)
@@ -41,12 +62,18 @@ class Prediction:
 class OnlineCorrection:
     """Learns multiplicative corrections of predicted TTFT and TPOT per worker and class."""
 
-    __slots__ = ("_by_class", "_by_worker", "_pending", "alpha", "max_factor", "max_pending",
-                 "min_samples")
+    __slots__ = ("_by_class", "_by_worker", "_pending", "_upper_by_class", "_upper_by_worker",
+                 "alpha", "max_factor", "max_pending", "min_samples", "quantile",
+                 "quantile_step")
 
     def __init__(self, alpha: float = 0.05, min_samples: int = 20, max_factor: float = 4.0,
-                 max_pending: int = 100_000) -> None:
+                 max_pending: int = 100_000, quantile: float = 0.9,
+                 quantile_step: float = 0.05) -> None:
         self.alpha = alpha
+        self.quantile = quantile
+        self.quantile_step = quantile_step
+        self._upper_by_worker: dict[tuple[str, Metric], _Quantile] = {}
+        self._upper_by_class: dict[tuple[str, Metric], _Quantile] = {}
         self.min_samples = min_samples
         self.max_factor = max_factor
         self.max_pending = max_pending
@@ -62,6 +89,17 @@ class OnlineCorrection:
         if shared is not None and shared.samples > 0:
             return self._clamp(math.exp(shared.value))
         return 1.0
+
+    def upper(self, worker_id: str, gpu_class: str, metric: Metric) -> float | None:
+        """The ``quantile`` (0.9) of observed/predicted: a prediction times this is exceeded
+        by one request in ten. None until something was learnt."""
+        own = self._upper_by_worker.get((worker_id, metric))
+        if own is not None and own.samples >= self.min_samples:
+            return self._clamp(math.exp(own.value))
+        shared = self._upper_by_class.get((gpu_class, metric))
+        if shared is not None and shared.samples >= self.min_samples:
+            return self._clamp(math.exp(shared.value))
+        return None
 
     def remember(self, request_id: str, prediction: Prediction) -> None:
         self._pending[request_id] = prediction
@@ -86,6 +124,9 @@ class OnlineCorrection:
                 x, self.alpha)
             self._by_class.setdefault((prediction.gpu_class, key_metric), _Mean()).update(
                 x, self.alpha)
+            for table, key in ((self._upper_by_worker, (prediction.worker_id, key_metric)),
+                               (self._upper_by_class, (prediction.gpu_class, key_metric))):
+                table.setdefault(key, _Quantile()).update(x, self.quantile, self.quantile_step)
 
     def samples(self, worker_id: str, metric: Metric) -> int:
         own = self._by_worker.get((worker_id, metric))

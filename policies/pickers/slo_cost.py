@@ -9,9 +9,11 @@ Reads the estimates the ``estimated-time`` / ``cost`` scorers left in the decisi
 
 ``ttft_s`` / ``tpot_s`` default to the ``slo:`` section of routing.yaml. The choice:
 
-1. **Within the SLO**: a candidate's estimated wait (TTFT less its own prefill compute,
-   which the model prices closely) divided by ``headroom``, plus that compute, meets the
-   TTFT objective, and its TPOT divided by ``headroom`` meets the TPOT objective.
+1. **Within the SLO**: the 90th percentile of a candidate's TTFT and TPOT, learnt online
+   from observed/predicted ratios (``policies.latency.online``), meets the objectives. Until
+   enough outcomes are known: its estimated wait (TTFT less its own prefill compute, which
+   the model prices closely) divided by ``headroom`` plus that compute, and its TPOT
+   divided by ``headroom``.
 2. **Sticky on the prefix**: keep those whose cached share of the prompt is within
    ``prefix_tolerance`` of the best; affinity is what lets the next turn of a conversation
    hit the cache.
@@ -109,10 +111,9 @@ class SloCostPicker:
             return max(candidates, key=lambda c: c.total)
         ttft_goal, tpot_goal = self.objectives(cycle)
         headroom = self.headroom
-        limit_tpot = headroom * tpot_goal
         feasible = [c for c in candidates
                     if _padded_ttft(estimates[c.worker_id], headroom) <= ttft_goal
-                    and estimates[c.worker_id].tpot_s <= limit_tpot]
+                    and _padded_tpot(estimates[c.worker_id], headroom) <= tpot_goal]
         record_attribute(cycle, "estimated_cost_usd",
                          LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
         record_attribute(cycle, "estimated_ttft_s",
@@ -157,9 +158,17 @@ class SloCostPicker:
 
 
 def _padded_ttft(estimate: Estimate, headroom: float) -> float:
-    """TTFT with room for error: the model prices a worker's own prefill closely; the
-    uncertainty is in the waiting (queue, batch), which is divided by ``headroom``."""
+    """TTFT with room for error: the learnt 90th percentile once known; before that the
+    model's own prefill (priced closely) plus its estimated wait divided by ``headroom``."""
+    if estimate.ttft_upper_s is not None:
+        return estimate.ttft_upper_s
     return estimate.prefill_s + (estimate.ttft_s - estimate.prefill_s) / headroom
+
+
+def _padded_tpot(estimate: Estimate, headroom: float) -> float:
+    if estimate.tpot_upper_s is not None:
+        return estimate.tpot_upper_s
+    return estimate.tpot_s / headroom
 
 
 def _deciding_term(chosen: Estimate, runner: Estimate | None) -> str:

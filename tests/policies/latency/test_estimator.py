@@ -74,11 +74,13 @@ def test_routed_prefill_dilutes_the_tpot_it_predicts() -> None:
     assert busy.tpot_s > 1.3 * quiet.tpot_s
 
 
-def test_arrival_rate_decays() -> None:
-    arrivals = PrefillArrivals(tau_s=10.0)
+def test_arrival_rate_decays_at_the_time_constant_nearest_the_horizon() -> None:
+    arrivals = PrefillArrivals(taus_s=(1.0, 10.0))
     arrivals.add("w", 1000, now=0.0)
     assert arrivals.rate("w", 0.0) == pytest.approx(100.0)
     assert arrivals.rate("w", 10.0) == pytest.approx(100.0 / 2.718281828, rel=1e-6)
+    assert arrivals.rate("w", 0.0, horizon_s=0.8) == pytest.approx(1000.0)
+    assert arrivals.rate("w", 1.0, horizon_s=0.8) == pytest.approx(1000.0 / 2.718281828)
     assert arrivals.rate("other", 0.0) == 0.0
 
 
