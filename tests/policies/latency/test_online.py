@@ -42,3 +42,17 @@ def test_pending_predictions_are_bounded() -> None:
     for i in range(3):
         correction.remember(f"r{i}", Prediction("w", "g", 1.0, 1.0))
     assert correction.forget("r0") is None and correction.forget("r2") is not None
+
+
+def test_upper_tracks_the_ninetieth_percentile_of_the_ratio() -> None:
+    correction = OnlineCorrection(min_samples=10, quantile=0.9, quantile_step=0.02)
+    assert correction.upper("w1", "H100", "tpot") is None
+    ratios = [1.0] * 9 + [3.0]          # nine requests as predicted, one three times slower
+    for i in range(3000):
+        correction.remember(f"r{i}", Prediction("w1", "H100", ttft_s=1.0, tpot_s=0.01))
+        correction.observe(f"r{i}", ttft_s=None, tpot_s=0.01 * ratios[i % 10])
+    upper = correction.upper("w1", "H100", "tpot")
+    assert upper is not None and 1.0 <= upper <= 3.0
+    borrowed = correction.upper("w9", "H100", "tpot")     # a new H100 uses its class's
+    assert borrowed is not None and 1.0 <= borrowed <= 3.0
+    assert correction.upper("w9", "L40S", "tpot") is None
