@@ -111,9 +111,11 @@ def _snapshot(args: argparse.Namespace) -> int:
         for path in files:
             dashboard = json.loads(path.read_text())
             values = resolve_variables(dashboard, client, chosen)
-            out = render_dashboard(dashboard, client, values, window,
-                                   args.out / f"{path.stem}.png")
-            print(out)
+            snapshot = render_dashboard(dashboard, client, values, window,
+                                        args.out / f"{path.stem}.png")
+            print(f"{snapshot.path}: {snapshot.panels} panels")
+            for title in snapshot.empty_panels:
+                print(f"{path.name}: panel {title!r}: no data", file=sys.stderr)
     except (PrometheusError, VariableError, ValueError) as exc:
         print(f"kvroute dashboard snapshot: {exc}", file=sys.stderr)
         return 1

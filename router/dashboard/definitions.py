@@ -2,10 +2,10 @@
 
 Queries filter by the template variables ``$model``, ``$gpu`` and ``$worker`` and use
 ``$__rate_interval``. Router series carry ``worker``/``gpu`` (and ``model`` where it applies);
-vLLM series carry ``model_name`` plus the ``worker``/``gpu`` target labels of the Prometheus
-scrape config. SLO lines and alert thresholds come from the ``kvroute:slo:*`` and
-``kvroute:threshold:*`` recording rules (config/prometheus/recording.yml).
-Regenerate the JSON files with ``kvroute dashboard build``.
+vLLM series carry ``model_name`` plus the ``worker`` target label of the Prometheus scrape
+config, and are filtered by worker only (``$worker`` already follows ``$gpu``). SLO lines and
+alert thresholds come from the ``kvroute:slo:*`` and ``kvroute:threshold:*`` recording rules
+(config/prometheus/recording.yml). Regenerate the JSON files with ``kvroute dashboard build``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from router.dashboard.spec import Dashboard, Panel, Query
 RI = "$__rate_interval"
 WG = 'gpu=~"$gpu", worker=~"$worker"'             # router series with worker and gpu
 MWG = f'model=~"$model", {WG}'                    # router series with a model label too
-VLLM = f'model_name=~"$model", {WG}'              # vLLM series from the workers
+VLLM = 'model_name=~"$model", worker=~"$worker"'  # vLLM series (worker is a target label)
 
 
 def _rate(metric: str, selector: str, by: str) -> str:

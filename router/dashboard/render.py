@@ -33,6 +33,13 @@ class PanelQuery:
 
 
 @dataclass(frozen=True, slots=True)
+class Snapshot:
+    path: Path
+    panels: int
+    empty_panels: tuple[str, ...]       # titles of panels drawn as "no data"
+
+
+@dataclass(frozen=True, slots=True)
 class QueryWindow:
     start: float
     end: float
@@ -90,7 +97,8 @@ def _scale(unit: str) -> tuple[float, str]:
 
 
 def _draw_panel(ax: Any, title: str, queries: Sequence[PanelQuery],
-                results: Sequence[Sequence[Series]]) -> None:
+                results: Sequence[Sequence[Series]]) -> int:
+    """Draw one panel; return how many series (or stat values) it shows."""
     import matplotlib.dates as mdates
 
     factor, suffix = _scale(queries[0].unit if queries else "short")
@@ -133,12 +141,13 @@ def _draw_panel(ax: Any, title: str, queries: Sequence[PanelQuery],
     if drawn == 0:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes,
                 fontsize=12, color="gray")
+    return drawn
 
 
 def render_dashboard(dashboard: Mapping[str, Any], client: PrometheusClient,
                      values: Mapping[str, Sequence[str]], window: QueryWindow,
-                     out: Path) -> Path:
-    """Query every panel and write ``out`` (PNG); return it."""
+                     out: Path) -> Snapshot:
+    """Query every panel and write ``out`` (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,19 +158,23 @@ def render_dashboard(dashboard: Mapping[str, Any], client: PrometheusClient,
     rows = max(1, math.ceil(len(titles) / COLUMNS))
     fig, axes = plt.subplots(rows, COLUMNS, figsize=(8 * COLUMNS, 3.6 * rows + 0.8),
                              squeeze=False)
+    empty = []
     for index, title in enumerate(titles):
         mine = [q for q in queries if q.panel == title]
         results = [client.query_range(q.expr, window.start, window.end, window.step)
                    for q in mine]
-        _draw_panel(axes[index // COLUMNS][index % COLUMNS], title, mine, results)
+        if _draw_panel(axes[index // COLUMNS][index % COLUMNS], title, mine, results) == 0:
+            empty.append(title)
     for index in range(len(titles), rows * COLUMNS):
         axes[index // COLUMNS][index % COLUMNS].axis("off")
     span = (f"{datetime.fromtimestamp(window.start, UTC):%Y-%m-%d %H:%M:%S} to "
             f"{datetime.fromtimestamp(window.end, UTC):%H:%M:%S} UTC")
     fig.suptitle(f"{dashboard.get('title', '')}    ({span})", fontsize=14, x=0.01,
                  ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.6 * rows + 0.8)))
+    height = 3.6 * rows + 0.8          # inches; fixed margins (tight_layout costs a draw)
+    fig.subplots_adjust(left=0.05, right=0.98, bottom=0.35 / height, top=1 - 1.0 / height,
+                        wspace=0.15, hspace=0.45)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80)
     plt.close(fig)
-    return out
+    return Snapshot(out, len(titles), tuple(empty))

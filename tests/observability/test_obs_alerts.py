@@ -1,0 +1,57 @@
+"""Alert tiers against the live stack (rules copied with every ``for:`` set to 0s): the
+overloaded 16-block worker fires the KV-usage warning; stopping the only worker of a model
+fires the no-healthy-worker emergency."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.observability.obs_stack import MODEL, TINY_MODEL, TINY_WORKER, Stack
+
+pytestmark = [pytest.mark.observability, pytest.mark.integration]
+
+
+def test_kv_usage_warning_fired_for_the_overloaded_worker(live_stack: Stack) -> None:
+    series = live_stack.prometheus.query_range(
+        'ALERTS{alertname="KvCacheUsageHigh", alertstate="firing"}',
+        live_stack.started_at, live_stack.traffic_done_at, 1.0)
+    assert {s.labels["worker"] for s in series} == {TINY_WORKER}
+    assert {s.labels["severity"] for s in series} == {"warning"}
+    peak = live_stack.prometheus.query_range(
+        f'vllm:kv_cache_usage_perc{{worker="{TINY_WORKER}"}}',
+        live_stack.started_at, live_stack.traffic_done_at, 1.0)
+    assert max(v for s in peak for _, v in s.points) > 0.8
+
+
+def _firing(alerts: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [a for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
+def test_no_healthy_worker_emergency_fires_when_a_models_workers_are_gone(
+        live_stack: Stack) -> None:
+    deadline = time.monotonic() + 20
+    firing: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not firing:
+        firing = _firing(live_stack.prometheus.alerts(), "NoHealthyWorker")
+        time.sleep(0.5)
+    assert [a["labels"] for a in firing] == [
+        {"alertname": "NoHealthyWorker", "model": TINY_MODEL, "severity": "emergency"}]
+
+
+def test_the_model_with_workers_left_has_no_emergency(live_stack: Stack) -> None:
+    models = {a["labels"].get("model") for a in
+              _firing(live_stack.prometheus.alerts(), "NoHealthyWorker")}
+    assert MODEL not in models
+
+
+def test_injected_errors_fire_the_success_rate_emergency(live_stack: Stack) -> None:
+    # every worker of MODEL answers 15 % of generations with a 500 (retried by the router)
+    ratio = live_stack.prometheus.query("model:kvroute_requests_success:ratio5m")
+    by_model = {r["metric"]["model"]: float(r["value"][1]) for r in ratio}
+    assert by_model[MODEL] < 0.999
+    firing = _firing(live_stack.prometheus.alerts(), "SuccessRateLow")
+    assert {a["labels"]["model"] for a in firing} >= {MODEL}
+    assert {a["labels"]["severity"] for a in firing} == {"emergency"}

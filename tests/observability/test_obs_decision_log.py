@@ -1,0 +1,44 @@
+"""The live router's decision log (``KVROUTE_DECISION_LOG``, sample 1) and its demand gauges."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.observability.obs_stack import MODEL, TINY_MODEL, Stack
+
+pytestmark = [pytest.mark.observability, pytest.mark.integration]
+
+
+def test_one_line_per_decision_with_the_candidates_scores(live_stack: Stack) -> None:
+    lines = [json.loads(line) for line in live_stack.decision_log.read_text().splitlines()]
+    decided = [r for r in lines if r["worker"] is not None]
+    # one line per decision: first attempts plus one per retry
+    retries = sum(float(r["value"][1]) for r in live_stack.prometheus.query(
+        "kvroute_retries_total"))
+    first = [r for r in lines if r["attempt"] == 0]
+    assert len(lines) - len(first) == retries
+    assert {r["request_id"] for r in first} >= set(live_stack.request_ids) - {""}
+    main = [r for r in decided if r["model"] == MODEL]
+    assert {r["profile"] for r in main} == {"default", "economy"}
+    assert {r["tenant"] for r in main} == {"tenant-a", "tenant-b", "batch"}
+    for record in main:
+        totals = {c["worker"]: c["total"] for c in record["candidates"]}
+        assert totals[record["worker"]] == max(totals.values())     # max-score picker
+        scorers = {"prefix", "inflight", "cost"} if record["profile"] == "default" else {
+            "cost", "queue-depth"}
+        assert all(set(c["scores"]) == scorers for c in record["candidates"])
+    unknown = [r for r in lines if r["model"] == "no-such-model"]
+    assert [r["reason_code"] for r in unknown] == ["no-candidate"]
+
+
+def test_pool_demand_gauges_per_pool(live_stack: Stack) -> None:
+    healthy = {(r["metric"]["pool"], r["metric"]["model"]): float(r["value"][1]) for r in
+               live_stack.prometheus.query("kvroute_pool_demand_healthy_workers")}
+    assert healthy == {("premium", MODEL): 1.0, ("standard", MODEL): 1.0,
+                       ("economy", MODEL): 1.0, ("overload", TINY_MODEL): 0.0}
+    queued = live_stack.prometheus.query_range(
+        'kvroute_pool_demand_queued_tokens{pool="overload"}', live_stack.started_at,
+        live_stack.traffic_done_at, 1.0)
+    assert max(v for s in queued for _, v in s.points) > 0

@@ -1,0 +1,70 @@
+"""The rule files pass ``promtool check rules``; every alert threshold is a parameter of
+recording.yml; the tiers are the documented ones."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.observability.obs_stack import RULE_FILES, shortened_rules
+
+pytestmark = pytest.mark.observability
+
+RECORDING, ALERTS = RULE_FILES
+
+
+def _rules(path: Path) -> list[dict[str, Any]]:
+    return [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
+
+
+def test_promtool_check_rules_passes() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "promtool missing: make test-observability installs it"
+    result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 15 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
+
+
+def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool is not None
+    copies = shortened_rules(tmp_path)
+    assert all(r.get("for") == "0s" for r in _rules(copies[1]))
+    result = subprocess.run([promtool, "check", "rules", *map(str, copies)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_alert_tiers() -> None:
+    tiers = {r["alert"]: r["labels"]["severity"] for r in _rules(ALERTS)}
+    assert tiers == {
+        "KvCacheUsageHigh": "warning", "TtftP99AboveBaseline": "warning",
+        "PreemptionStorm": "critical", "WorkerFlapping": "critical",
+        "TtftP99FarAboveBaseline": "critical",
+        "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency"}
+
+
+def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
+    recorded = [r["record"] for r in _rules(RECORDING)]
+    thresholds = {name for name in recorded if name.startswith("kvroute:threshold:")}
+    assert len(recorded) == len(set(recorded))
+    used = set()
+    for rule in _rules(ALERTS):
+        expr = rule["expr"]
+        assert not re.search(r"[<>]=?\s*[0-9.]+\s*$", expr.strip()), rule["alert"]
+        used.update(re.findall(r"kvroute:threshold:\w+", expr))
+    # NoHealthyWorker compares with 0 healthy workers; every other alert names its parameter
+    assert used == thresholds
+    values = {r["record"]: r["expr"] for r in _rules(RECORDING)}
+    assert values["kvroute:threshold:kv_usage_warning"] == "vector(0.8)"
+    assert values["kvroute:threshold:ttft_sigma_warning"] == "vector(2)"
+    assert values["kvroute:threshold:ttft_sigma_critical"] == "vector(4)"
+    assert values["kvroute:threshold:success_ratio_emergency"] == "vector(0.999)"
