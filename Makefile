@@ -41,6 +41,13 @@ test: $(VENV)/.dev services
 test-fast: $(VENV)/.dev
 	$(VENV)/bin/pytest -q -m 'not integration' $(PYTEST_ARGS)
 
+# Dashboards and alerts proven against Debian's prometheus (installed when missing) scraping a
+# live router and emulated fleet; also renders the dashboard snapshots (tests/observability/).
+test-observability: $(VENV)/.dev
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq prometheus >/dev/null)
+	$(VENV)/bin/pytest -q -o addopts='' -m observability tests/observability $(PYTEST_ARGS)
+
 # Peer routers for `kvroute bench` (never part of the base install): a separate venv plus Debian
 # packages. Versions match the ones measured in shared/reference/overhead-anchors.md.
 BENCH_VENV ?= .venv-bench
