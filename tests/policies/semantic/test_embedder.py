@@ -25,8 +25,10 @@ def test_matches_sentence_transformers_encode() -> None:
     assert np.all(cosine > 0.9999)
 
 
-def test_quantized_embeddings_stay_close_and_do_not_depend_on_the_batch() -> None:
-    exact = MiniLmEmbedder(max_tokens=64, quantize=False)
+def test_quantized_embeddings_stay_close_and_do_not_depend_on_the_batch(
+        example_model: SemanticModel) -> None:
+    exact = example_model.embedder         # fp32, 64 tokens
+    assert example_model.section.max_tokens == 64 and not example_model.section.quantize
     quantized = MiniLmEmbedder(max_tokens=64, quantize=True)
     together = quantized.embed(TEXTS)
     assert np.all((exact.embed(TEXTS) * together).sum(axis=1) > 0.85)   # measured 0.90-0.97
