@@ -1,0 +1,104 @@
+"""The JSON decision log: line contents, sampling by request id, configuration errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from policies.base import CandidateScore, Decision, RoutingRequest
+from router.decision_log import (
+    DecisionLogConfig,
+    DecisionLogConfigError,
+    DecisionLogWriter,
+    decision_line,
+    sampled,
+)
+from router.decision_sinks import open_decision_sinks
+from router.metrics import RouterMetrics
+from router.prefix_ceiling import PrefixCeiling
+
+
+def _decision(request_id: str = "req-1") -> Decision:
+    return Decision(
+        request_id=request_id, worker_id="b", model="m", profile="default", rule="gold",
+        reason="highest score", filtered_out={"c": "healthy"},
+        candidates=(CandidateScore("a", 0.5, {"prefix": 0.25}),
+                    CandidateScore("b", 1.5, {"prefix": 1.0})),
+        attributes={"decided_by": "prefix", "estimated_ttft_s": 0.125,
+                    "bad": math.inf, "obj": object()})
+
+
+def test_line_holds_the_decision_and_candidates_best_first() -> None:
+    request = RoutingRequest(request_id="req-1", model="m", tenant="acme", num_prompt_tokens=42,
+                             semantic_class="code")
+    line = decision_line(request, _decision(), 1, 2.5e-5, 1700000000.25)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert json.loads(line) == {
+        "ts": 1700000000.25, "request_id": "req-1", "attempt": 1, "model": "m",
+        "profile": "default", "rule": "gold", "worker": "b", "reason_code": "prefix",
+        "reason": "highest score", "class": "code", "tenant": "acme", "prompt_tokens": 42,
+        "decision_us": 25.0,
+        "candidates": [{"worker": "b", "total": 1.5, "scores": {"prefix": 1.0}},
+                       {"worker": "a", "total": 0.5, "scores": {"prefix": 0.25}}],
+        "filtered_out": {"c": "healthy"},
+        "attributes": {"decided_by": "prefix", "estimated_ttft_s": 0.125, "bad": None}}
+
+
+def test_sampling_is_by_request_id() -> None:
+    ids = [f"r{i}" for i in range(2000)]
+    kept = [i for i in ids if sampled(i, 0.25)]
+    assert 400 < len(kept) < 600
+    assert kept == [i for i in ids if sampled(i, 0.25)]       # same answer every time
+    assert all(sampled(i, 1.0) for i in ids) and not any(sampled(i, 0.0) for i in ids)
+
+
+def test_writer_writes_only_sampled_requests() -> None:
+    stream = io.StringIO()
+    writer = DecisionLogWriter(stream, 0.5, clock=lambda: 1.0)
+    request = RoutingRequest(request_id="x", model="m")
+    ids = [f"id-{i}" for i in range(50)]
+    for rid in ids:
+        writer.on_decision(request, _decision(rid), 0, 0.0)
+    logged = [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()]
+    assert logged == [rid for rid in ids if sampled(rid, 0.5)]
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"KVROUTE_DECISION_LOG_SAMPLE": "lots"},
+     "KVROUTE_DECISION_LOG_SAMPLE: must be a number between 0 and 1, got 'lots'"),
+    ({"KVROUTE_DECISION_LOG_SAMPLE": "1.5"},
+     "KVROUTE_DECISION_LOG_SAMPLE: must be between 0 and 1, got 1.5"),
+])
+def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(DecisionLogConfigError) as info:
+        DecisionLogConfig.from_env(env)
+    assert str(info.value) == message
+
+
+def test_config_from_env() -> None:
+    assert DecisionLogConfig.from_env({}) == DecisionLogConfig(None, 1.0)
+    assert DecisionLogConfig.from_env({"KVROUTE_DECISION_LOG": " - ",
+                                       "KVROUTE_DECISION_LOG_SAMPLE": "0.1"}) == \
+        DecisionLogConfig("-", 0.1)
+
+
+def test_sinks_from_env_append_to_the_file_and_close_it(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    path.write_text('{"earlier": true}\n')
+    sinks, close = open_decision_sinks(RouterMetrics(), {"KVROUTE_DECISION_LOG": str(path)})
+    assert [type(s) for s in sinks] == [PrefixCeiling, DecisionLogWriter]
+    for sink in sinks:
+        sink.on_decision(RoutingRequest(request_id="q", model="m"), _decision("q"), 0, 0.0)
+    close()
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["request_id"] == "q"
+
+
+def test_without_a_path_only_the_ceiling_runs() -> None:
+    sinks, close = open_decision_sinks(RouterMetrics(), {"KVROUTE_DECISION_LOG_SAMPLE": "0.5"})
+    assert [type(s) for s in sinks] == [PrefixCeiling]
+    close()

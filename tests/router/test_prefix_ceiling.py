@@ -1,0 +1,56 @@
+"""The infinite-cache prefix ceiling: leading blocks seen before, bounded memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.base import Decision, RoutingRequest
+from router.metrics import RouterMetrics
+from router.prefix_ceiling import PrefixCeiling
+
+
+def _decision() -> Decision:
+    return Decision(request_id="r", worker_id="w", model="m", profile="p", rule=None, reason="")
+
+
+def _request(blocks: list[int], tokens: int) -> RoutingRequest:
+    return RoutingRequest(request_id="r", model="m", num_prompt_tokens=tokens,
+                          block_hashes={16: blocks, 32: blocks[::2]})
+
+
+def _counts(metrics: RouterMetrics) -> tuple[float, float]:
+    return (metrics.prefix_ceiling_hit_tokens._value.get(),
+            metrics.prefix_ceiling_query_tokens._value.get())
+
+
+def test_leading_blocks_seen_before_are_hits() -> None:
+    ceiling = PrefixCeiling(RouterMetrics())
+    assert ceiling.observe([1, 2, 3], 16) == 0
+    assert ceiling.observe([1, 2, 4, 5], 16) == 2
+    assert ceiling.observe([9, 1, 2], 16) == 0          # only a leading run counts
+    assert ceiling.observe([1, 2, 4, 5, 6], 16) == 4
+
+
+def test_decisions_count_tokens_at_the_smallest_block_size_first_attempt_only() -> None:
+    metrics = RouterMetrics()
+    ceiling = PrefixCeiling(metrics)
+    ceiling.on_decision(_request([1, 2, 3], 50), _decision(), 0, 0.0)
+    ceiling.on_decision(_request([1, 2, 7], 40), _decision(), 0, 0.0)
+    ceiling.on_decision(_request([1, 2, 7], 40), _decision(), 1, 0.0)   # a retry: ignored
+    ceiling.on_decision(RoutingRequest(request_id="x", model="m", num_prompt_tokens=9),
+                        _decision(), 0, 0.0)                            # no hashes: ignored
+    assert _counts(metrics) == (32.0, 90.0)
+
+
+def test_capacity_forgets_the_least_recently_seen_block() -> None:
+    ceiling = PrefixCeiling(RouterMetrics(), capacity=3)
+    ceiling.observe([1, 2, 3], 16)
+    ceiling.observe([1], 16)                 # 1 is now the most recent
+    ceiling.observe([4], 16)                 # evicts 2
+    assert ceiling.observe([1], 16) == 1
+    assert ceiling.observe([2], 16) == 0
+
+
+def test_capacity_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="capacity: must be positive"):
+        PrefixCeiling(RouterMetrics(), capacity=0)
