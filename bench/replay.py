@@ -146,14 +146,31 @@ async def _send(session: aiohttp.ClientSession, url: str, model: str, request: R
 
 
 async def _drive(url: str, model: str, requests: Sequence[ReplayRequest],
-                 headers: Mapping[str, str]) -> list[tuple[float | None, float, str | None]]:
+                 headers: Mapping[str, str], progress: Progress,
+                 every_s: float = 10.0) -> list[tuple[float | None, float, str | None]]:
     timeout = aiohttp.ClientTimeout(total=3600)
     connector = aiohttp.TCPConnector(limit=0)
+    finished = [0]
+
+    async def tracked(request: ReplayRequest) -> tuple[float | None, float, str | None]:
+        outcome = await _send(session, url, model, request, start, headers)
+        finished[0] += 1
+        return outcome
+
+    async def report() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            progress(f"  {finished[0]}/{len(requests)} finished after "
+                     f"{time.perf_counter() - start:.0f}s")
+
     async with aiohttp.ClientSession(timeout=timeout, connector=connector,
                                      headers={"content-type": "application/json"}) as session:
         start = time.perf_counter()
-        return await asyncio.gather(*(_send(session, url, model, r, start, headers)
-                                      for r in requests))
+        reporter = asyncio.create_task(report())
+        try:
+            return await asyncio.gather(*(tracked(r) for r in requests))
+        finally:
+            reporter.cancel()
 
 
 def summarize(name: str, requests: Sequence[ReplayRequest],
@@ -223,7 +240,7 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
                      f"{requests[-1].at_s if requests else 0:.1f}s")
             started = time.perf_counter()
             outcomes = asyncio.run(_drive(f"{plan.base_url}/v1/completions", model, requests,
-                                          plan.headers))
+                                          plan.headers, progress))
             wall = time.perf_counter() - started
             after = scrape_counters(urls)
         except LaunchError as exc:
