@@ -1,0 +1,26 @@
+"""The decision-time benchmark runs end to end on a tiny configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.decision import main
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_decision_benchmark_writes_json_and_plot(tmp_path: Path) -> None:
+    routing = REPO_ROOT / "config" / "examples" / "token-aware.yaml"
+    code = main(["--routing", str(routing), "--workers", "8,40", "--decisions", "20",
+                 "--warmup", "5", "--prompt-tokens", "256", "--index-blocks", "800",
+                 "--out", str(tmp_path)])
+    assert code == 0
+    report = json.loads((tmp_path / "decision.json").read_text())
+    assert [size["workers"] for size in report["sizes"]] == [8, 40]
+    assert all(size["decisions"] == 20 for size in report["sizes"])
+    assert all(0 < size["p50_us"] <= size["p99_us"] for size in report["sizes"])
+    memory = report["memory"]
+    assert memory["blocks"] == 800
+    assert memory["approximate_bytes_per_block"] > memory["exact_bytes_per_block"] > 0
+    assert (tmp_path / "decision.png").stat().st_size > 0
