@@ -57,6 +57,7 @@ BUILTIN_PLUGIN_MODULES: tuple[str, ...] = (
     "policies.scorers.estimated_time",
     "policies.scorers.cost",
     "policies.scorers.routed_share",
+    "policies.scorers.prefix_affinity",
     "policies.pickers.slo_cost",
     "policies.semantic",
     "policies.peers",

@@ -68,3 +68,28 @@ def test_reload_inherits_loads_and_params_are_checked() -> None:
     assert scores(new)["w1"] == 0.0
     with pytest.raises(ParamError, match="half_life_requests"):
         RoutedShareParams(half_life_requests=0)
+
+
+def routed_family(scorer: RoutedShareScorer, worker_id: str, first_block: int) -> None:
+    request = RoutingRequest(request_id="r", model="m")
+    request.num_prompt_tokens = 100
+    request.block_hashes = {16: [first_block, 7]}
+    scorer.on_routed(request, Decision(request_id="r", worker_id=worker_id, model="m",
+                                       profile="default", rule=None, reason=""))
+
+
+def test_families_count_distinct_first_blocks_in_the_window() -> None:
+    scorer = RoutedShareScorer("s", RoutedShareParams(unit="families", half_life_requests=1e9,
+                                                      family_window_requests=4))
+    for _ in range(3):
+        routed_family(scorer, "w1", 1)          # one family, three requests
+    routed_family(scorer, "w2", 2)
+    # loads: w1 = 1 family + 300/400 tokens, w2 = 1 + 100/400, w3 = 0
+    assert scores(scorer) == pytest.approx({"w1": 0.0, "w2": 1 - 1.25 / 1.75, "w3": 1.0})
+    routed_family(scorer, "w2", 3)
+    routed_family(scorer, "w2", 2)
+    assert scorer.families.active("w1") == 1    # its last request is one of the last 4
+    routed_family(scorer, "w2", 2)              # now it is not
+    # w1 = 0 families + 300/700 tokens, w2 = 2 families + 400/700
+    assert scores(scorer) == pytest.approx({"w1": 1 - (3 / 7) / (2 + 4 / 7), "w2": 0.0,
+                                            "w3": 1.0})
