@@ -4,6 +4,7 @@
 kvroute sim --trace ../shared/traces/mooncake_conversation_trace.jsonl.gz \\
     --fleet config/fleets/bench-mixed.yaml --policies kvroute,round-robin,dynamo-kv \\
     --out out/sim-mooncake [--rate-scale 1.0] [--goodput] [--limit N] [--duration S] [--seed N]
+    [--jitter S] [--jobs N]
 ```
 
 Writes ``OUT/summary.json`` (schema in ``docs/sim.md``), ``OUT/summary.md``, the plots
@@ -39,6 +40,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--duration", type=float, default=None,
                         help="requests of the first S seconds of the trace only")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jitter", type=float, default=0.0,
+                        help="add a seeded uniform delay in [0, S) s to every arrival "
+                             "(3 spreads Mooncake's 3 s timestamp buckets)")
     parser.add_argument("--scrape-interval", type=float, default=None,
                         help="seconds between worker snapshots (default: the router's)")
     parser.add_argument("--jobs", type=int, default=1, help="policies simulated in parallel")
@@ -57,6 +61,9 @@ def main(args: argparse.Namespace) -> int:
         if value is not None and value <= low:
             print(f"kvroute sim: {name}: must be > 0", file=sys.stderr)
             return 2
+    if args.jitter < 0:
+        print("kvroute sim: --jitter: must be >= 0", file=sys.stderr)
+        return 2
     if args.limit is not None and args.limit <= 0:
         print("kvroute sim: --limit: must be > 0", file=sys.stderr)
         return 2
@@ -64,5 +71,5 @@ def main(args: argparse.Namespace) -> int:
         trace=args.trace, trace_format=args.trace_format, fleet=args.fleet,
         policies=tuple(policies), out=args.out, rate_scale=args.rate_scale,
         goodput=args.goodput, limit=args.limit, duration_s=args.duration, seed=args.seed,
-        scrape_interval_s=args.scrape_interval, jobs=max(1, args.jobs))
+        scrape_interval_s=args.scrape_interval, jobs=max(1, args.jobs), jitter_s=args.jitter)
     return run_session(request)

@@ -37,6 +37,7 @@ class PolicyJob:
     seed: int = 0
     scrape_interval_s: float = 0.2
     goodput: bool = False
+    jitter_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -51,7 +52,7 @@ class PolicyRun:
 def load_job_trace(job: PolicyJob) -> Trace:
     """The job's trace sliced on its own clock, at rate scale 1."""
     return load_trace(job.trace_path, fmt=job.trace_format, limit=job.limit,
-                      duration_s=job.duration_s, seed=job.seed)
+                      duration_s=job.duration_s, seed=job.seed, jitter_s=job.jitter_s)
 
 
 def run_policy(job: PolicyJob, progress: Progress | None = None,
@@ -103,6 +104,7 @@ def trace_meta(job: PolicyJob, trace: Trace, ceiling: float) -> dict[str, Any]:
     return {"name": Path(job.trace_path).name, "path": job.trace_path,
             "requests": len(trace.requests), "span_s": trace.span_s,
             "rate_scale": job.rate_scale, "limit": job.limit, "duration_s": job.duration_s,
+            "jitter_s": job.jitter_s,
             "seed": job.seed, "prefix_hit_ceiling": ceiling,
             "prompt_tokens": sum(r.num_prompt_tokens for r in trace.requests),
             "output_tokens": sum(r.output_tokens for r in trace.requests)}

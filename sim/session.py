@@ -48,6 +48,7 @@ class SimulationRequest:
     seed: int = 0
     scrape_interval_s: float | None = None
     jobs: int = 1
+    jitter_s: float = 0.0
 
 
 def run_session(request: SimulationRequest) -> int:
@@ -62,7 +63,7 @@ def run_session(request: SimulationRequest) -> int:
             policy="", trace_path=request.trace, fleet_path=request.fleet,
             trace_format=request.trace_format, limit=request.limit,
             duration_s=request.duration_s, rate_scale=request.rate_scale, seed=request.seed,
-            scrape_interval_s=interval, goodput=request.goodput)
+            scrape_interval_s=interval, goodput=request.goodput, jitter_s=request.jitter_s)
         trace = load_job_trace(template)
     except (TraceError, FleetConfigError, RoutingConfigError, UnknownPolicyError) as exc:
         print(f"kvroute sim: {exc}", file=sys.stderr)

@@ -26,6 +26,9 @@ Formats (``.gz`` is read transparently):
 Slicing happens on the trace's own clock: ``limit`` keeps the first N requests, ``duration``
 those arriving within the first S seconds; ``rate_scale`` then divides every arrival time
 (2.0 = twice the request rate), so a goodput search replays the same requests at each scale.
+``jitter_s`` first adds a seeded uniform delay in ``[0, jitter_s)`` to every arrival: the
+Mooncake trace's timestamps come in ~3 s buckets, and a 3 s jitter spreads each bucket over
+its interval instead of replaying it as one burst.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import csv
 import gzip
 import io
 import json
+import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -92,11 +96,13 @@ class Trace:
 
 def load_trace(path: str | Path, *, fmt: TraceFormat = "auto", limit: int | None = None,
                duration_s: float | None = None, rate_scale: float = 1.0,
-               seed: int = 0) -> Trace:
-    """Read a trace, slice it on its own clock, then scale its arrival rate."""
+               seed: int = 0, jitter_s: float = 0.0) -> Trace:
+    """Read a trace, optionally jitter it, slice it on its own clock, then scale its rate."""
     p = Path(path)
     if rate_scale <= 0:
         raise TraceError(f"rate scale must be > 0, got {rate_scale}")
+    if jitter_s < 0:
+        raise TraceError(f"jitter must be >= 0 seconds, got {jitter_s}")
     kind = _detect_format(p) if fmt == "auto" else fmt
     if kind == "mooncake":
         rows = list(_read_mooncake(p))
@@ -106,6 +112,9 @@ def load_trace(path: str | Path, *, fmt: TraceFormat = "auto", limit: int | None
         rows = list(_read_generic(p))
     else:
         raise TraceError(f"{p}: unknown trace format {fmt!r}")
+    if jitter_s > 0:
+        rng = random.Random(seed)
+        rows = [replace(r, arrival_s=r.arrival_s + rng.random() * jitter_s) for r in rows]
     rows.sort(key=lambda r: r.arrival_s)
     origin = rows[0].arrival_s if rows else 0.0
     sliced: list[TraceRequest] = []

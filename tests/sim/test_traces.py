@@ -97,3 +97,21 @@ def test_shared_traces_load_with_the_documented_shape() -> None:
     assert prefix_ceiling(mooncake) == pytest.approx(0.3734, abs=5e-4)
     azure = load_trace(SHARED / "azure_llm_2023_code.csv.gz", limit=100)
     assert len(azure.requests) == 100 and azure.requests[0].num_prompt_tokens == 4808
+
+
+def test_jitter_spreads_a_burst_within_its_interval_deterministically(tmp_path: Path) -> None:
+    rows = [{"arrival_s": 10.0 * (i // 5), "prompt_tokens": 10, "output_tokens": 1}
+            for i in range(20)]                      # four bursts of five at 0, 10, 20, 30
+    path = _write_jsonl(tmp_path / "g.jsonl", rows)
+    plain = load_trace(path)
+    jittered = load_trace(path, jitter_s=3.0, seed=7)
+    assert [r.arrival_s for r in plain.requests] == [10.0 * (i // 5) for i in range(20)]
+    times = [r.arrival_s for r in jittered.requests]
+    assert times == sorted(times) and len(set(times)) == 20
+    # raw arrival = burst start + u, u in [0, 3); times are relative to the earliest (< 3 s)
+    for burst in range(4):
+        assert all(10 * burst - 3 <= t < 10 * burst + 3 for t in times[5 * burst:5 * burst + 5])
+    assert [r.arrival_s for r in load_trace(path, jitter_s=3.0, seed=7).requests] == times
+    assert [r.arrival_s for r in load_trace(path, jitter_s=3.0, seed=8).requests] != times
+    with pytest.raises(TraceError, match="jitter must be >= 0"):
+        load_trace(path, jitter_s=-1.0)
