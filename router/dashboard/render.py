@@ -86,7 +86,7 @@ def panel_queries(dashboard: Mapping[str, Any], values: Mapping[str, Sequence[st
 def series_name(series: Series, legend: str) -> str:
     if legend and legend != "__auto":
         return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: series.labels.get(m.group(1), ""),
-                      legend).strip() or "value"
+                      legend).strip() or "(none)"
     inner = ", ".join(f'{k}="{v}"' for k, v in sorted(series.labels.items()))
     return inner or "value"
 
