@@ -4,7 +4,7 @@ For every first routing attempt whose request carries block hashes (the ``blocks
 runs whenever a prefix-aware plugin is configured), the leading blocks already seen in an
 earlier request count as hits. Workers' own ``vllm:prefix_cache_hits`` / ``queries`` show what
 routing achieved; this shows what was there to win. "Infinite" is bounded by ``capacity``
-block hashes (least recently seen forgotten first) so memory stays fixed.
+block hashes (the first seen forgotten first) so memory stays fixed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class PrefixCeiling:
             raise ValueError("capacity: must be positive")
         self._metrics = metrics
         self._capacity = capacity
-        self._seen: dict[int, None] = {}     # insertion order = recency
+        self._seen: dict[int, None] = {}     # insertion order = first seen
 
     def observe(self, block_hashes: Sequence[int], block_size: int) -> int:
         """Record one prompt's full blocks; return how many leading blocks were seen before."""
@@ -35,9 +35,9 @@ class PrefixCeiling:
         hits = 0
         while hits < len(block_hashes) and block_hashes[hits] in seen:
             hits += 1
-        for h in block_hashes:
-            seen.pop(h, None)
-            seen[h] = None
+        for h in block_hashes[hits:]:      # the leading hits are known already
+            if h not in seen:
+                seen[h] = None
         while len(seen) > self._capacity:
             del seen[next(iter(seen))]
         return hits

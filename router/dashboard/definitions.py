@@ -159,7 +159,7 @@ COST = Dashboard(
             f"{_rate('kvroute_cost_dollars_total', WG, 'tenant')} / scalar("
             f"sum(rate(kvroute_cost_dollars_total{{{WG}}}[{RI}])))", "{{tenant}}"),),
             unit="percentunit", stacked=True),
-        Panel("Requests/s by tenant-visible status", (Query(
+        Panel("Requests/s by HTTP status", (Query(
             _rate("kvroute_requests_total", 'model=~"$model"', "status"), "{{status}}"),),
             unit="reqps", stacked=True,
             description="Answered requests by HTTP status (errors before routing included)."),

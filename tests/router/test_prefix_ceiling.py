@@ -42,13 +42,13 @@ def test_decisions_count_tokens_at_the_smallest_block_size_first_attempt_only() 
     assert _counts(metrics) == (32.0, 90.0)
 
 
-def test_capacity_forgets_the_least_recently_seen_block() -> None:
+def test_capacity_forgets_the_first_seen_block() -> None:
     ceiling = PrefixCeiling(RouterMetrics(), capacity=3)
     ceiling.observe([1, 2, 3], 16)
-    ceiling.observe([1], 16)                 # 1 is now the most recent
-    ceiling.observe([4], 16)                 # evicts 2
-    assert ceiling.observe([1], 16) == 1
-    assert ceiling.observe([2], 16) == 0
+    assert ceiling.observe([1], 16) == 1     # a hit does not refresh it
+    ceiling.observe([4], 16)                 # evicts 1
+    assert ceiling.observe([2, 3, 4], 16) == 3
+    assert ceiling.observe([1], 16) == 0
 
 
 def test_capacity_must_be_positive() -> None:
