@@ -55,7 +55,8 @@ class MiniLmEmbedder:
         if threads > 0:
             torch.set_num_threads(threads)
         st_model = SentenceTransformer(str(model_directory()), device="cpu",
-                                       local_files_only=True)
+                                       local_files_only=True,
+                                       model_kwargs={"dtype": torch.float32})
         self._tokenizer: Any = st_model.tokenizer
         encoder: Any = st_model[0].auto_model
         encoder.eval()
