@@ -81,7 +81,7 @@ class Decision:
     profile: str
     rule: str | None
     reason: str                          # human-readable, also the x-kvroute-reason header
-    candidates: tuple[CandidateScore, ...] = ()
+    candidates: Sequence[CandidateScore] = ()    # ranked by total; may be built lazily
     filtered_out: Mapping[str, str] = field(default_factory=dict)   # worker -> filter name
     attributes: Mapping[str, Any] = field(default_factory=dict)     # e.g. estimated ttft, cost
 

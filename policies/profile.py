@@ -5,6 +5,12 @@ nothing, a picker is replaced by the highest total (first in view order on ties)
 clamped to [0, 1] (NaN and missing workers count 0); the total is the weighted sum, not
 normalised. The result carries every candidate's per-scorer scores and which filter
 removed each worker, plus a short explanation of what decided.
+
+Cost at a thousand workers: a scorer may offer ``score_column(request, workers, cycle) ->
+list[float]``, its scores in view order (the built-in load scorers do), which saves the
+id-keyed dict; scores and totals stay in columns (``policies.candidates``) and candidate
+objects are built only when read: the picker's choice at once, the rest for
+``/debug/decisions`` or the decision log.
 """
 
 from __future__ import annotations
@@ -14,11 +20,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import add, attrgetter, is_, mul
+from operator import add, attrgetter, mul
 from types import MappingProxyType
 from typing import Any
 
 from policies.base import CandidateScore, CycleState, Filter, Picker, RoutingRequest, Scorer
+from policies.candidates import CandidateTable, RankedCandidates, new_candidate
 from policies.cycle_keys import REASON
 from workers.models import WorkerView
 
@@ -34,7 +41,7 @@ class WeightedScorer:
 @dataclass(frozen=True, slots=True)
 class ProfileResult:
     chosen: CandidateScore | None
-    candidates: tuple[CandidateScore, ...]
+    candidates: Sequence[CandidateScore]    # ranked by total (``RankedCandidates``)
     filtered_out: Mapping[str, str]
     reason: str
     decided_by: str
@@ -57,12 +64,12 @@ class Profile:
             return ProfileResult(None, (), MappingProxyType(removed),
                                  _no_candidate_reason(removed), "no-candidate",
                                  tuple(skipped))
-        candidates = self._score(request, remaining, cycle, skipped)
-        chosen = self._pick(request, candidates, cycle, skipped)
-        ranked = tuple(sorted(candidates, key=_total, reverse=True))   # stable: view order on ties
-        reason, decided_by = _explain(chosen, ranked, self.scorers, self.picker, cycle)
-        return ProfileResult(chosen, ranked, MappingProxyType(removed), reason, decided_by,
-                             tuple(skipped))
+        table = self._score(request, remaining, cycle, skipped)
+        position = self._pick(request, table, cycle, skipped)
+        chosen = table.at(position)
+        reason, decided_by = _explain(position, table, self.scorers, self.picker, cycle)
+        return ProfileResult(chosen, RankedCandidates(table), MappingProxyType(removed), reason,
+                             decided_by, tuple(skipped))
 
     def _filter(self, request: RoutingRequest, workers: Sequence[WorkerView], cycle: CycleState,
                 removed: dict[str, str], skipped: list[str]) -> list[WorkerView]:
@@ -90,15 +97,14 @@ class Profile:
         return remaining
 
     def _score(self, request: RoutingRequest, workers: Sequence[WorkerView], cycle: CycleState,
-               skipped: list[str]) -> list[CandidateScore]:
-        ids = [view.info.id for view in workers]
+               skipped: list[str]) -> CandidateTable:
+        ids = list(map(_worker_id, workers))
         names: list[str] = []
         columns: list[list[float]] = []
         totals = [0.0] * len(ids)
         for weighted in self.scorers:
             try:
-                raw = weighted.scorer.score(request, workers, cycle)
-                column = _clamped(list(map(raw.get, ids, repeat(0.0))))
+                column = _clamped(_score_column(weighted.scorer, request, workers, cycle, ids))
             except Exception:
                 log.exception("scorer %s failed; skipped", weighted.scorer.name)
                 skipped.append(weighted.scorer.name)
@@ -106,39 +112,40 @@ class Profile:
             names.append(weighted.scorer.name)
             columns.append(column)
             totals = list(map(add, totals, map(mul, column, repeat(weighted.weight))))
-        rows = zip(*columns, strict=True) if columns else repeat(())
-        return list(map(_new_candidate, ids, totals, map(dict, map(zip, repeat(names), rows))))
+        return CandidateTable(ids, totals, names, columns)
 
-    def _pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
-              cycle: CycleState, skipped: list[str]) -> CandidateScore:
+    def _pick(self, request: RoutingRequest, table: CandidateTable, cycle: CycleState,
+              skipped: list[str]) -> int:
+        """The chosen candidate's position in ``table``."""
         try:
-            chosen = self.picker.pick(request, candidates, cycle)
-            if any(map(is_, candidates, repeat(chosen))):
-                return chosen
+            chosen = self.picker.pick(request, table, cycle)
+            position = table.position_of(chosen)
+            if position is not None:
+                return position
             log.error("picker %s returned a non-candidate; using the best total",
                       self.picker.name)
         except Exception:
             log.exception("picker %s failed; using the best total", self.picker.name)
         skipped.append(self.picker.name)
-        return max(candidates, key=_total)
+        return table.totals.index(max(table.totals))
 
 
-_total = attrgetter("total")
-
-# CandidateScore is a frozen slots dataclass without __post_init__: filling its slots through
-# their descriptors builds the same object as its __init__, about 2.5x faster, which matters
-# at a thousand candidates per decision.
-_set_worker_id = vars(CandidateScore)["worker_id"].__set__
-_set_total = vars(CandidateScore)["total"].__set__
-_set_scores = vars(CandidateScore)["scores"].__set__
+_new_candidate = new_candidate   # its former home; the profile tests build candidates with it
+_worker_id = attrgetter("info.id")
 
 
-def _new_candidate(worker_id: str, total: float, scores: Mapping[str, float]) -> CandidateScore:
-    candidate: CandidateScore = object.__new__(CandidateScore)
-    _set_worker_id(candidate, worker_id)
-    _set_total(candidate, total)
-    _set_scores(candidate, scores)
-    return candidate
+def _score_column(scorer: Scorer, request: RoutingRequest, workers: Sequence[WorkerView],
+                  cycle: CycleState, ids: list[str]) -> list[Any]:
+    """One scorer's raw scores in view order: its ``score_column`` when it has one (the
+    built-in load scorers: no dict), else its ``score`` mapping read by worker id (0 when
+    missing)."""
+    score_column = getattr(scorer, "score_column", None)
+    if score_column is None:
+        return list(map(scorer.score(request, workers, cycle).get, ids, repeat(0.0)))
+    column = list(score_column(request, workers, cycle))
+    if len(column) != len(ids):
+        raise ValueError(f"score_column gave {len(column)} scores for {len(ids)} workers")
+    return column
 
 
 def _clamped(column: list[Any]) -> list[float]:
@@ -169,27 +176,36 @@ def _no_candidate_reason(removed: Mapping[str, str]) -> str:
     return f"no candidate: {len(removed)} worker(s) filtered out ({parts})"
 
 
-def _explain(chosen: CandidateScore, ranked: Sequence[CandidateScore],
-             scorers: Sequence[WeightedScorer], picker: Picker,
-             cycle: CycleState) -> tuple[str, str]:
+def _explain(chosen: int, table: CandidateTable, scorers: Sequence[WeightedScorer],
+             picker: Picker, cycle: CycleState) -> tuple[str, str]:
     """The reason text and the deciding term: the scorer that most separated the chosen
-    worker from the runner-up, or the picker when scores did not separate them."""
+    worker (at position ``chosen``) from the runner-up (the next one by total, view order on
+    ties), or the picker when scores did not separate them."""
     override: tuple[str, str] | None = cycle.read(REASON)
     if override is not None:
         return override
-    if len(ranked) == 1:
-        return f"{chosen.worker_id}: only candidate", "only-candidate"
-    runner_up = ranked[1] if ranked[0] is chosen else ranked[0]
+    chosen_id = table.ids[chosen]
+    if len(table) == 1:
+        return f"{chosen_id}: only candidate", "only-candidate"
+    runner_up = table.runner_up(chosen)
+    runner_id = table.ids[runner_up]
+    chosen_total, runner_total = table.totals[chosen], table.totals[runner_up]
+    # a scores dict keeps the last column of a repeated scorer name; so does this index
+    column_of = {name: column for name, column in zip(table.names, table.columns, strict=True)}
     best_name, best_gap = "", 0.0
     for weighted in scorers:
         name = weighted.scorer.name
-        gap = weighted.weight * (chosen.scores.get(name, 0.0) - runner_up.scores.get(name, 0.0))
+        column = column_of.get(name)
+        if column is None:
+            continue
+        gap = weighted.weight * (column[chosen] - column[runner_up])
         if gap > best_gap:
             best_name, best_gap = name, gap
-    if not best_name or chosen.total <= runner_up.total:
-        return (f"{chosen.worker_id} by {picker.name} "
-                f"(total {chosen.total:.2f} vs {runner_up.total:.2f} on {runner_up.worker_id})",
+    if not best_name or chosen_total <= runner_total:
+        return (f"{chosen_id} by {picker.name} "
+                f"(total {chosen_total:.2f} vs {runner_total:.2f} on {runner_id})",
                 picker.name)
-    return (f"{best_name} {chosen.scores[best_name]:.2f} on {chosen.worker_id} vs "
-            f"{runner_up.scores.get(best_name, 0.0):.2f} on {runner_up.worker_id}; "
-            f"total {chosen.total:.2f} vs {runner_up.total:.2f}", best_name)
+    best = column_of[best_name]
+    return (f"{best_name} {best[chosen]:.2f} on {chosen_id} vs "
+            f"{best[runner_up]:.2f} on {runner_id}; "
+            f"total {chosen_total:.2f} vs {runner_total:.2f}", best_name)

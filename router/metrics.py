@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from policies.base import Decision, RequestOutcome
+from policies.candidates import scores_of
 from router.pool_demand import pool_demand
 from workers.models import WorkerView
 
@@ -158,15 +159,17 @@ class RouterMetrics:
         self._record_winner_scores(decision)
 
     def _record_winner_scores(self, decision: Decision) -> None:
-        for candidate in decision.candidates:
-            if candidate.worker_id == decision.worker_id:
-                for scorer, score in candidate.scores.items():
-                    key = (decision.profile, scorer)
-                    child = self._score_children.get(key)
-                    if child is None:
-                        child = self._score_children[key] = self.winner_score.labels(*key)
-                    child.observe(score)
-                return
+        if decision.worker_id is None:
+            return
+        scores = scores_of(decision.candidates, decision.worker_id)
+        if scores is None:
+            return
+        for scorer, score in scores.items():
+            key = (decision.profile, scorer)
+            child = self._score_children.get(key)
+            if child is None:
+                child = self._score_children[key] = self.winner_score.labels(*key)
+            child.observe(score)
 
     def record_prefix_ceiling(self, hit_tokens: int, query_tokens: int) -> None:
         self.prefix_ceiling_hit_tokens.inc(hit_tokens)

@@ -16,9 +16,11 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, le
 
 from policies.base import CandidateScore, CycleState, RoutingRequest
+from policies.candidates import CandidateTable
 from policies.errors import ParamError
 from policies.pickers.seeding import SeededParams, picker_rng
 from policies.registry import PluginRegistry
@@ -44,10 +46,12 @@ class MaxScorePicker:
 
     def pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
              cycle: CycleState) -> CandidateScore:
-        best = max(map(_total, candidates))
-        floor = best - self.tie_tolerance
-        tied = [c for c in candidates if c.total >= floor]
-        return tied[0] if len(tied) == 1 else self._rng.choice(tied)
+        # a lazy table gives its totals column; candidate objects are built only for the pick
+        totals = (candidates.totals if isinstance(candidates, CandidateTable)
+                  else list(map(_total, candidates)))
+        floor = max(totals) - self.tie_tolerance
+        tied = list(compress(range(len(totals)), map(le, repeat(floor), totals)))
+        return candidates[tied[0] if len(tied) == 1 else self._rng.choice(tied)]
 
 
 def register(registry: PluginRegistry) -> None:

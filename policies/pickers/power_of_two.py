@@ -38,7 +38,9 @@ class PowerOfTwoPicker:
              cycle: CycleState) -> CandidateScore:
         if len(candidates) == 1:
             return candidates[0]
-        first, second = self._rng.sample(list(candidates), 2)
+        # positions drawn as sample() draws list items: the same pair, no list built
+        first_at, second_at = self._rng.sample(range(len(candidates)), 2)
+        first, second = candidates[first_at], candidates[second_at]
         return second if second.total > first.total else first
 
 

@@ -32,7 +32,8 @@ class RandomPicker:
 
     def pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
              cycle: CycleState) -> CandidateScore:
-        return self._rng.choice(list(candidates))
+        # a position drawn as choice() draws an item: the same candidate, no list built
+        return candidates[self._rng.choice(range(len(candidates)))]
 
 
 def register(registry: PluginRegistry) -> None:

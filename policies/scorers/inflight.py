@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Literal
 
 from policies.base import CycleState, RoutingRequest
 from policies.errors import ParamError
 from policies.registry import PluginRegistry
-from policies.scorers.normalize import Normalization, normalize
+from policies.scorers.normalize import Normalization, normalize_column
 from workers.models import WorkerView
 
 TYPE_NAME = "inflight"
@@ -47,10 +48,20 @@ class InflightScorer:
 
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
-        tokens = self.params.unit == "tokens"
-        loads = {view.info.id: float(view.inflight_tokens if tokens else view.inflight_requests)
-                 for view in workers}
-        return normalize(loads, self.params.mode, self.params.threshold)
+        return dict(zip(map(_id, workers), self.score_column(request, workers, cycle),
+                        strict=True))
+
+    def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
+                     cycle: CycleState) -> list[float]:
+        """The same scores as a list in view order (no dict; ``policies.profile``)."""
+        load = _tokens if self.params.unit == "tokens" else _requests
+        return normalize_column(list(map(float, map(load, workers))), self.params.mode,
+                                self.params.threshold)
+
+
+_id = attrgetter("info.id")
+_tokens = attrgetter("inflight_tokens")
+_requests = attrgetter("inflight_requests")
 
 
 def register(registry: PluginRegistry) -> None:

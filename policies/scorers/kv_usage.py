@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.registry import PluginRegistry
@@ -33,7 +34,19 @@ class KvUsageScorer:
 
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
-        return {view.info.id: 1.0 - min(1.0, max(0.0, view.kv_usage)) for view in workers}
+        return dict(zip(map(_id, workers), self.score_column(request, workers, cycle),
+                        strict=True))
+
+    def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
+                     cycle: CycleState) -> list[float]:
+        """The same scores as a list in view order (no dict; ``policies.profile``):
+        ``1 - min(1, max(0, usage))``, where NaN counts as 0 as ``max(0.0, nan)`` does."""
+        return [1.0 if not usage > 0.0 else 0.0 if usage >= 1.0 else 1.0 - usage
+                for usage in map(_usage, workers)]
+
+
+_id = attrgetter("info.id")
+_usage = attrgetter("kv_usage")
 
 
 def register(registry: PluginRegistry) -> None:

@@ -4,33 +4,51 @@
   ``score = (max - x) / (max - min)``; when every candidate has the same load, all score 1.
 * ``absolute`` (against a fixed threshold, as llm-d's load-aware scorer):
   ``score = 1 - min(x, threshold) / threshold``.
+
+Each works on a dict (worker id -> load) or, for the scorers' ``score_column``, on a list of
+loads in view order (``normalize_column``); both give the same numbers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import repeat
+from operator import sub, truediv
 from typing import Literal
 
 Normalization = Literal["relative", "absolute"]
 
 
-def inverse_min_max(loads: Mapping[str, float]) -> dict[str, float]:
+def inverse_min_max_column(loads: list[float]) -> list[float]:
     if not loads:
-        return {}
-    low, high = min(loads.values()), max(loads.values())
+        return []
+    low, high = min(loads), max(loads)
     if high <= low:
-        return dict.fromkeys(loads, 1.0)
-    span = high - low
-    return {worker_id: (high - load) / span for worker_id, load in loads.items()}
+        return [1.0] * len(loads)
+    # (high - load) / span for each load, computed in C
+    return list(map(truediv, map(sub, repeat(high), loads), repeat(high - low)))
+
+
+def inverse_threshold_column(loads: list[float], threshold: float) -> list[float]:
+    return [1.0 - min(max(load, 0.0), threshold) / threshold for load in loads]
+
+
+def normalize_column(loads: list[float], mode: Normalization, threshold: float) -> list[float]:
+    if mode == "relative":
+        return inverse_min_max_column(loads)
+    return inverse_threshold_column(loads, threshold)
+
+
+def inverse_min_max(loads: Mapping[str, float]) -> dict[str, float]:
+    return dict(zip(loads, inverse_min_max_column(list(loads.values())), strict=True))
 
 
 def inverse_threshold(loads: Mapping[str, float], threshold: float) -> dict[str, float]:
-    return {worker_id: 1.0 - min(max(load, 0.0), threshold) / threshold
-            for worker_id, load in loads.items()}
+    return dict(zip(loads, inverse_threshold_column(list(loads.values()), threshold),
+                    strict=True))
 
 
 def normalize(loads: Mapping[str, float], mode: Normalization,
               threshold: float) -> dict[str, float]:
-    if mode == "relative":
-        return inverse_min_max(loads)
-    return inverse_threshold(loads, threshold)
+    return dict(zip(loads, normalize_column(list(loads.values()), mode, threshold),
+                    strict=True))

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import add, attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.errors import ParamError
 from policies.registry import PluginRegistry
-from policies.scorers.normalize import Normalization, normalize
+from policies.scorers.normalize import Normalization, normalize_column
 from workers.models import WorkerView
 
 TYPE_NAME = "queue-depth"
@@ -46,10 +47,21 @@ class QueueDepthScorer:
 
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
-        running = self.params.include_running
-        loads = {view.info.id: float(view.waiting + (view.running if running else 0))
-                 for view in workers}
-        return normalize(loads, self.params.mode, float(self.params.threshold))
+        return dict(zip(map(_id, workers), self.score_column(request, workers, cycle),
+                        strict=True))
+
+    def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
+                     cycle: CycleState) -> list[float]:
+        """The same scores as a list in view order (no dict; ``policies.profile``)."""
+        waiting = map(_waiting, workers)
+        loads = list(map(float, map(add, waiting, map(_running, workers))
+                         if self.params.include_running else waiting))
+        return normalize_column(loads, self.params.mode, float(self.params.threshold))
+
+
+_id = attrgetter("info.id")
+_waiting = attrgetter("waiting")
+_running = attrgetter("running")
 
 
 def register(registry: PluginRegistry) -> None:
