@@ -4,8 +4,8 @@ Loads a routing file's ``semantic:`` section (default ``config/examples/semantic
 trains its classifier, then sends ``--rate`` requests per second for ``--duration`` seconds
 through ``SemanticProducer.produce_async`` on one asyncio loop, exactly as the router does
 (the embedding thread micro-batches concurrent requests). Each request is a chat message
-drawn from ``--data`` (cut to ``--max-prompt-tokens`` model tokens) with a unique suffix, so
-no request hits the embedding cache: the numbers are the uncached cost. The latency of a
+drawn from ``--data`` (cut to ``--max-prompt-tokens`` model tokens) behind a unique request
+number, so no request hits the embedding cache: the numbers are the uncached cost. The latency of a
 request is from its arrival to its class being set.
 
 Pin it to one core for the one-core figure::
@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
           f"p50 {summary['p50']:.2f} ms, p90 {summary['p90']:.2f} ms, "
           f"p99 {summary['p99']:.2f} ms, max {summary['max']:.2f} ms; "
           f"mean batch {result['mean_batch']:.2f}; embedding CPU "
-          f"{result['embed_cpu_ms_per_request']:.2f} ms/request; outcomes {result['outcomes']}; "
+          f"{result['embed_cpu_ms_per_request']:.2f} ms/request; cache hits {result['cache_hits']}; "
+          f"outcomes {result['outcomes']}; "
           f"accuracy {100 * result['accuracy']:.1f}%; load average {result['load_average']}")
     print(f"wrote {args.out / 'semantic.json'} and {args.out / 'semantic.png'}")
     return 0
@@ -120,7 +121,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(delay)
         text, label = prompts[i % len(prompts)]
         sent_at[i] = time.perf_counter() - begin
-        tasks.append(asyncio.create_task(one(i, f"{text} (#{i})", label)))
+        tasks.append(asyncio.create_task(one(i, f"#{i}: {text}", label)))
     await asyncio.gather(*tasks)
     progress.close()
     stats = model.batcher.stats
@@ -136,7 +137,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
                        "max": float(ms.max())},
         "outcomes": outcomes, "load_average": os.getloadavg(),
         "embed_cpu_ms_per_request": 1000.0 * stats.cpu_s / max(1, stats.texts),
-        "batches": stats.batches, "mean_batch": stats.texts / max(1, stats.batches),
+        "cache_hits": model.batcher.cache.hits, "batches": stats.batches, "mean_batch": stats.texts / max(1, stats.batches),
         "largest_batch": stats.largest_batch, "accuracy": correct / total,
         "classifier": model.report.summary(),
         "series": {"sent_at_s": sent_at, "latency_ms": ms.tolist()},
