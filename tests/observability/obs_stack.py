@@ -1,7 +1,7 @@
 """A live observability stack for the dashboard and alert tests.
 
 Starts, all on 127.0.0.1 with free ports: an emulated fleet (H100, A100, L40S serving the
-Llama model at 10x speed, each answering 15 % of generations with a 500 so the router
+Llama model at 10x speed, each answering 25 % of generations with a 500 so the router
 retries), one real-time L40S worker serving a second model with only 16 KV blocks (the
 overload target), ``kvroute serve`` (subprocess, decision log on) and Debian's
 ``prometheus`` scraping the router and every worker every second, with kvroute's recording
@@ -110,7 +110,7 @@ def _fleet_file(tmp: Path, ports: list[int], tiny_url: str) -> Path:
     workers: list[dict[str, Any]] = [
         {"id": wid, "gpu": gpu, "models": [MODEL], "labels": {"pool": pool},
          "emulate": {"port": port, "enable_prompt_tokens_details": True,
-                     "faults": {"error_rate": 0.15}}}
+                     "faults": {"error_rate": 0.25}}}
         for (wid, gpu, pool), port in zip(main, ports, strict=True)]
     workers.append({"id": TINY_WORKER, "gpu": "l40s", "models": [TINY_MODEL],
                     "labels": {"pool": "overload"}, "url": tiny_url})
