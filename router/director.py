@@ -22,7 +22,7 @@ from yarl import URL
 
 from policies.base import Decision, RequestOutcome, RoutingRequest
 from policies.engine import PolicyEngine
-from policies.producers.runner import run_producers
+from policies.producers.runner import produce
 from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
 from router.errors import (
@@ -90,9 +90,8 @@ class Director:
         parsed = parse_request(body, path, request_id, request.headers, arrival)
         engine = self._policy()
         views = self._registry.views(arrival)
-        if engine.producers:
-            await self._produce(engine, parsed.routing, views)
-            views = self._registry.views(self._clock())
+        if engine.producers and await self._produce(engine, parsed.routing, views):
+            views = self._registry.views(self._clock())   # a producer ran off the loop
         tried: set[str] = set()
         last_failure: RetryableUpstream | None = None
         for attempt in range(self._settings.max_retries + 1):
@@ -117,12 +116,15 @@ class Director:
                             f"last error: {last_failure}")
 
     async def _produce(self, engine: PolicyEngine, routing: RoutingRequest,
-                       views: Sequence[WorkerView]) -> None:
-        await run_producers(engine.producers, routing, views)
+                       views: Sequence[WorkerView]) -> bool:
+        """Run the producers; True when one ran in a thread (other requests ran meanwhile,
+        so the views are out of date)."""
+        offloaded = (await produce(engine.producers, routing, views)).offloaded > 0
         seconds = routing.attributes.get("semantic_classify_s")   # set by the semantic producer
         if routing.semantic_class is not None or isinstance(seconds, float):
             self._metrics.record_semantic(
                 routing.semantic_class, seconds if isinstance(seconds, float) else None)
+        return offloaded
 
     def _decide(self, engine: PolicyEngine, routing: RoutingRequest,
                 views: Sequence[WorkerView], attempt: int) -> Decision:

@@ -4,7 +4,8 @@ A producer that exposes ``should_offload(request) -> bool`` (see ``OffloadHint``
 producer does, by text length) runs in ``executor`` (the loop's default thread pool when
 None) when it says so; the others run inline. A producer that raises is logged and skipped:
 the decision then runs on whatever the request already carries. Returns the names of the
-producers that failed, for the caller's logs or metrics.
+producers that failed, for the caller's logs or metrics; ``produce`` also says how many ran
+off the loop (when none did, nothing else ran meanwhile and the caller's views still hold).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from policies.base import Producer, RoutingRequest
@@ -27,29 +29,48 @@ class OffloadHint(Protocol):
 
 
 def wants_offload(producer: Producer, request: RoutingRequest) -> bool:
+    # ``isinstance(producer, OffloadHint)`` checks exactly this (a non-None attribute), but a
+    # runtime-protocol check costs microseconds on every request
+    should_offload = getattr(producer, "should_offload", None)
+    if should_offload is None:
+        return False
     try:
-        return isinstance(producer, OffloadHint) and bool(producer.should_offload(request))
+        return bool(should_offload(request))
     except Exception:
         log.exception("should_offload of producer %s failed; running inline", producer.name)
         return False
 
 
-async def run_producers(producers: Sequence[Producer], request: RoutingRequest,
-                        workers: Sequence[WorkerView],
-                        executor: Executor | None = None) -> list[str]:
-    loop = asyncio.get_running_loop()
-    failed: list[str] = []
+@dataclass(slots=True)
+class ProduceResult:
+    failed: list[str] = field(default_factory=list)   # names of the producers that raised
+    offloaded: int = 0                                # producers run in the executor
+
+
+async def produce(producers: Sequence[Producer], request: RoutingRequest,
+                  workers: Sequence[WorkerView], executor: Executor | None = None
+                  ) -> ProduceResult:
+    result = ProduceResult()
+    loop: asyncio.AbstractEventLoop | None = None
     for producer in producers:
         try:
             if wants_offload(producer, request):
+                loop = loop or asyncio.get_running_loop()
+                result.offloaded += 1
                 await loop.run_in_executor(executor, producer.produce, request, workers)
             else:
                 producer.produce(request, workers)
         except Exception:
             log.exception("producer %s failed on request %s; skipped", producer.name,
                           request.request_id)
-            failed.append(producer.name)
-    return failed
+            result.failed.append(producer.name)
+    return result
+
+
+async def run_producers(producers: Sequence[Producer], request: RoutingRequest,
+                        workers: Sequence[WorkerView],
+                        executor: Executor | None = None) -> list[str]:
+    return (await produce(producers, request, workers, executor)).failed
 
 
 def run_producers_sync(producers: Sequence[Producer], request: RoutingRequest,

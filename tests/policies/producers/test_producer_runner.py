@@ -6,7 +6,7 @@ import threading
 from collections.abc import Sequence
 
 from policies.base import RoutingRequest
-from policies.producers.runner import run_producers, run_producers_sync
+from policies.producers.runner import produce, run_producers, run_producers_sync
 from workers.models import WorkerView
 
 
@@ -41,3 +41,21 @@ def test_sync_runner_runs_all_inline() -> None:
     request = RoutingRequest("r", "m")
     assert run_producers_sync([_Broken(), _Marker("heavy", True)], request, []) == ["broken"]
     assert request.attributes == {"heavy": True}
+
+
+class _NoHint:
+    name = "no-hint"
+    should_offload = None      # not an OffloadHint: runs inline
+
+    def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
+        request.attributes[self.name] = threading.current_thread() is threading.main_thread()
+
+
+async def test_produce_counts_the_producers_run_off_the_loop() -> None:
+    request = RoutingRequest("r", "m")
+    inline = await produce([_Marker("inline", False), _NoHint(), _Broken()], request, [])
+    assert (inline.failed, inline.offloaded) == (["broken"], 0)
+    assert request.attributes == {"inline": True, "no-hint": True}
+    mixed = await produce([_Marker("heavy", True), _Marker("light", False)], request, [])
+    assert (mixed.failed, mixed.offloaded) == ([], 1)
+    assert request.attributes["heavy"] is False
