@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
           f"p50 {summary['p50']:.2f} ms, p90 {summary['p90']:.2f} ms, "
           f"p99 {summary['p99']:.2f} ms, max {summary['max']:.2f} ms; "
           f"mean batch {result['mean_batch']:.2f}; embedding CPU "
-          f"{result['embed_cpu_ms_per_request']:.2f} ms/request; cache hits {result['cache_hits']}; "
+          f"{result['embed_cpu_ms_per_request']:.2f} ms/request; "
+          f"cache hits {result['cache_hits']}; "
           f"outcomes {result['outcomes']}; "
           f"accuracy {100 * result['accuracy']:.1f}%; load average {result['load_average']}")
     print(f"wrote {args.out / 'semantic.json'} and {args.out / 'semantic.png'}")
@@ -137,7 +138,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
                        "max": float(ms.max())},
         "outcomes": outcomes, "load_average": os.getloadavg(),
         "embed_cpu_ms_per_request": 1000.0 * stats.cpu_s / max(1, stats.texts),
-        "cache_hits": model.batcher.cache.hits, "batches": stats.batches, "mean_batch": stats.texts / max(1, stats.batches),
+        "cache_hits": model.batcher.cache.hits, "batches": stats.batches,
+        "mean_batch": stats.texts / max(1, stats.batches),
         "largest_batch": stats.largest_batch, "accuracy": correct / total,
         "classifier": model.report.summary(),
         "series": {"sent_at_s": sent_at, "latency_ms": ms.tolist()},
