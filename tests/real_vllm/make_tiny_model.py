@@ -23,7 +23,8 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n"
     "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
 )
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
+                   "special_tokens_map.json")
 
 
 def tokenizer_source() -> Path:
@@ -58,9 +59,10 @@ def write_model(out: Path, vocab_size: int) -> None:
     config = LlamaConfig(
         vocab_size=vocab_size, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        bos_token_id=101, eos_token_id=102, pad_token_id=0, torch_dtype="bfloat16",
+        bos_token_id=101, eos_token_id=102, pad_token_id=0,
+        torch_dtype="bfloat16",  # type: ignore[call-arg]  # accepted by every transformers
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]
     model.save_pretrained(out)
 
 

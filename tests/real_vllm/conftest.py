@@ -1,0 +1,165 @@
+"""Real-vLLM fixtures: the tiny model, two real vLLM (CPU) engines, routers in front of them.
+
+Run by ``make test-real-vllm``, which sets ``KVROUTE_VLLM_PYTHON`` to the python of the vLLM
+environment; without it every test here is skipped. For the whole session: the tiny model is
+made into a temporary folder, then two engines start in parallel (``kvroute launch-vllm``'s
+code, ``workers.launch``) on free 127.0.0.1 ports, each with a KV-event stream, a 40-block KV
+cache (``--num-gpu-blocks-override 40``: cache pressure) and dev mode
+(``/reset_prefix_cache``); they are stopped by pid at the end. Routers are in-process and
+per test.
+
+``KVROUTE_REAL_VLLM_FLEET=FILE`` uses engines already running instead (a fleet file like
+``fleet_data``'s, e.g. started with ``kvroute launch-vllm --fleet FILE``): nothing is started
+or stopped, and the model folder is the first worker's ``launch.model``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+
+from router.app import start_router
+from router.settings import Settings
+from workers.emulator.process import free_port
+from workers.fleet import FleetConfig, load_fleet
+from workers.launch.command import build_command
+from workers.launch.process import VllmFleet
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent.parent
+SHARED_DIR = REPO_ROOT.parent / "shared"
+MODEL = "tiny"
+GPU_BLOCKS = 40
+START_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True, slots=True)
+class RealFleet:
+    fleet: FleetConfig
+    model_dir: Path
+    servers: VllmFleet
+
+    @property
+    def urls(self) -> list[str]:
+        return [w.info.url for w in self.fleet.workers]
+
+    def reset_prefix_caches(self) -> None:
+        for url in self.urls:
+            request = urllib.request.Request(url + "/reset_prefix_cache", method="POST")
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert response.status == 200
+
+
+@dataclass(frozen=True, slots=True)
+class RouterHandle:
+    app: web.Application
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+RouterFactory = Callable[[str], Awaitable[RouterHandle]]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.real_vllm)
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    python = os.environ.get("KVROUTE_VLLM_PYTHON")
+    if not python or not Path(python).exists():
+        pytest.skip("KVROUTE_VLLM_PYTHON is not set (run make test-real-vllm)")
+    return python
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-model")
+    subprocess.run([vllm_python, str(HERE / "make_tiny_model.py"), str(out)], check=True,
+                   capture_output=True, timeout=600)
+    return out
+
+
+def fleet_data(model_dir: Path, python: str) -> dict[str, Any]:
+    launch = {"model": str(model_dir), "python": python, "device": "cpu",
+              "max_model_len": 2048, "num_gpu_blocks_override": GPU_BLOCKS, "dev_mode": True,
+              "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
+    return {
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 2048}},
+        "workers": [{"id": f"cpu-{name}", "gpu": "l40s", "models": [MODEL],
+                     "url": f"http://127.0.0.1:{free_port()}",
+                     "kv_events": f"tcp://127.0.0.1:{free_port()}", "launch": launch}
+                    for name in ("a", "b")],
+    }
+
+
+@pytest.fixture(scope="session")
+def real_fleet(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealFleet]:
+    running = os.environ.get("KVROUTE_REAL_VLLM_FLEET")
+    if running:
+        fleet = load_fleet(running)
+        launch = fleet.workers[0].launch or {}
+        yield RealFleet(fleet, Path(str(launch.get("model"))), VllmFleet([], Path(".")))
+        return
+    vllm_python: str = request.getfixturevalue("vllm_python")
+    tiny_model: Path = request.getfixturevalue("tiny_model")
+    folder = tmp_path_factory.mktemp("real-fleet")
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet_data(tiny_model, vllm_python)))
+    fleet = load_fleet(path)
+    servers = VllmFleet([build_command(w) for w in fleet.workers], folder / "logs")
+    servers.start(timeout_s=START_TIMEOUT_S)
+    try:
+        yield RealFleet(fleet, tiny_model, servers)
+    finally:
+        servers.stop()
+
+
+def prefix_routing(model_dir: Path) -> str:
+    """Prefix affinity on the model's own tokens: what is cached now (``prefix``), where each
+    family lives (``prefix-affinity``), new families to the worker with fewest (``routed-share``
+    by families)."""
+    return yaml.safe_dump({
+        "producers": [{"type": "tokens", "params": {"models": {MODEL: str(model_dir)}}}],
+        "profiles": {"default": {
+            "filters": [{"type": "model"}, {"type": "healthy"}, {"type": "context-length"}],
+            "scorers": [{"type": "prefix", "weight": 1.0},
+                        {"type": "prefix-affinity", "weight": 2.0},
+                        {"type": "routed-share", "weight": 1.0,
+                         "params": {"unit": "families", "family_window_requests": 96}}],
+            "picker": {"type": "max-score"}}},
+        "default_profile": "default"})
+
+
+@pytest.fixture
+async def make_router(real_fleet: RealFleet, tmp_path: Path) -> AsyncIterator[RouterFactory]:
+    runners: list[web.AppRunner] = []
+
+    async def make(routing: str) -> RouterHandle:
+        routing_path = tmp_path / f"routing-{len(runners)}.yaml"
+        routing_path.write_text(routing)
+        settings = Settings(fleet_path=Path(real_fleet.fleet.source), routing_path=routing_path,
+                            port=0, scrape_interval_s=0.1)
+        runner, port = await start_router(settings, real_fleet.fleet)
+        runners.append(runner)
+        return RouterHandle(runner.app, port)
+
+    yield make
+    for runner in runners:
+        await runner.cleanup()
