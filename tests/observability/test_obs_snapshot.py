@@ -25,7 +25,7 @@ def test_snapshot_renders_every_dashboard(live_stack: Stack, tmp_path: Path) -> 
          "--step", "1s", "--rate-interval", "5s"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stderr == ""          # no panel drawn as "no data"
+    assert "no data" not in result.stderr      # every panel drawn with data
     import matplotlib.image
 
     for name, panels in (("routing", 11), ("fleet", 11), ("cost", 7)):
