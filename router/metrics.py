@@ -2,13 +2,16 @@
 
 Call sites use the ``record_*`` methods; they never touch metric objects. Worker gauges
 (``kvroute_worker_*``) are computed at scrape time from the live worker views, so they are
-always exactly what the policies saw last.
+always exactly what the policies saw last. The series updated per request live in lock-free
+loop metrics (``router.loop_metrics``), the others in ``prometheus_client`` metrics; both
+render through the same registry, in declaration order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -16,6 +19,13 @@ from prometheus_client.registry import Collector
 
 from policies.base import Decision, RequestOutcome
 from policies.candidates import scores_of
+from router.loop_metrics import (
+    CounterCell,
+    HistogramCell,
+    LoopCounter,
+    LoopHistogram,
+    LoopMetricsCollector,
+)
 from router.pool_demand import pool_demand
 from workers.models import WorkerView
 
@@ -29,6 +39,7 @@ CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.2
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 ViewSource = Callable[[], Sequence[WorkerView]]
+_Loop = TypeVar("_Loop", LoopCounter, LoopHistogram)
 
 
 class _WorkerCollector(Collector):
@@ -84,11 +95,11 @@ class _PoolDemandCollector(Collector):
 
 @dataclass(frozen=True, slots=True)
 class _WorkerSeries:
-    ttft: Histogram
-    tpot: Histogram
-    prompt_tokens: Counter
-    completion_tokens: Counter
-    cached_tokens: Counter
+    ttft: HistogramCell
+    tpot: HistogramCell
+    prompt_tokens: CounterCell
+    completion_tokens: CounterCell
+    cached_tokens: CounterCell
 
 
 class RouterMetrics:
@@ -97,38 +108,46 @@ class RouterMetrics:
     def __init__(self, views: ViewSource | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("kvroute_requests", "Requests answered.",
-                                ["model", "worker", "gpu", "profile", "status"], registry=r)
-        self.decision_duration = Histogram("kvroute_decision_duration_seconds",
-                                           "Time to decide (rules, filters, scorers, picker).",
-                                           buckets=DECISION_BUCKETS, registry=r)
-        self.decisions = Counter("kvroute_decisions", "Routing decisions.",
-                                 ["profile", "rule", "worker", "gpu", "reason", "class"],
-                                 registry=r)
-        self.ttft = Histogram("kvroute_ttft_seconds", "Time to first token seen by the router.",
-                              ["worker", "gpu"], buckets=TTFT_BUCKETS, registry=r)
-        self.tpot = Histogram("kvroute_tpot_seconds", "Mean time per output token after the "
-                              "first.", ["worker", "gpu"], buckets=TPOT_BUCKETS, registry=r)
-        self.prompt_tokens = Counter("kvroute_prompt_tokens", "Prompt tokens served.",
-                                     ["worker", "gpu"], registry=r)
-        self.completion_tokens = Counter("kvroute_completion_tokens", "Tokens generated.",
-                                         ["worker", "gpu"], registry=r)
-        self.cached_tokens = Counter("kvroute_cached_tokens", "Prompt tokens served from the "
-                                     "worker's prefix cache.", ["worker", "gpu"], registry=r)
-        self.retries = Counter("kvroute_retries", "Requests retried on another worker.",
-                               ["worker", "reason"], registry=r)
+
+        def loop(metric: _Loop) -> _Loop:
+            r.register(LoopMetricsCollector([metric]))
+            return metric
+
+        self.requests = loop(LoopCounter("kvroute_requests", "Requests answered.",
+                                         ["model", "worker", "gpu", "profile", "status"]))
+        self.decision_duration = loop(LoopHistogram(
+            "kvroute_decision_duration_seconds",
+            "Time to decide (rules, filters, scorers, picker).", buckets=DECISION_BUCKETS))
+        self.decisions = loop(LoopCounter(
+            "kvroute_decisions", "Routing decisions.",
+            ["profile", "rule", "worker", "gpu", "reason", "class"]))
+        self.ttft = loop(LoopHistogram("kvroute_ttft_seconds",
+                                       "Time to first token seen by the router.",
+                                       ["worker", "gpu"], buckets=TTFT_BUCKETS))
+        self.tpot = loop(LoopHistogram("kvroute_tpot_seconds",
+                                       "Mean time per output token after the first.",
+                                       ["worker", "gpu"], buckets=TPOT_BUCKETS))
+        self.prompt_tokens = loop(LoopCounter("kvroute_prompt_tokens", "Prompt tokens served.",
+                                              ["worker", "gpu"]))
+        self.completion_tokens = loop(LoopCounter("kvroute_completion_tokens",
+                                                  "Tokens generated.", ["worker", "gpu"]))
+        self.cached_tokens = loop(LoopCounter(
+            "kvroute_cached_tokens", "Prompt tokens served from the worker's prefix cache.",
+            ["worker", "gpu"]))
+        self.retries = loop(LoopCounter("kvroute_retries", "Requests retried on another worker.",
+                                        ["worker", "reason"]))
         self.config_reloads = Counter("kvroute_config_reloads", "Routing config reloads.",
                                       ["result"], registry=r)
-        self.cost = Counter("kvroute_cost_dollars", "Estimated cost of served requests.",
-                            ["gpu", "worker", "tenant"], registry=r)
+        self.cost = loop(LoopCounter("kvroute_cost_dollars", "Estimated cost of served requests.",
+                                     ["gpu", "worker", "tenant"]))
         self.semantic_class = Counter("kvroute_semantic_class", "Requests by semantic class.",
                                       ["class"], registry=r)
         self.semantic_classify = Histogram("kvroute_semantic_classify_seconds",
                                            "Time to classify a request.",
                                            buckets=CLASSIFY_BUCKETS, registry=r)
-        self.winner_score = Histogram("kvroute_decision_winner_score",
-                                      "Each scorer's score (0..1) of the chosen worker.",
-                                      ["profile", "scorer"], buckets=SCORE_BUCKETS, registry=r)
+        self.winner_score = loop(LoopHistogram(
+            "kvroute_decision_winner_score", "Each scorer's score (0..1) of the chosen worker.",
+            ["profile", "scorer"], buckets=SCORE_BUCKETS))
         self.prefix_ceiling_hit_tokens = Counter(
             "kvroute_prefix_ceiling_hit_tokens", "Prompt tokens an infinite prefix cache shared "
             "by the whole fleet would have served (leading blocks seen before).", registry=r)
@@ -139,10 +158,10 @@ class RouterMetrics:
             r.register(_WorkerCollector(views))
             r.register(_PoolDemandCollector(views))
         # labelled children cached by label values: ``labels()`` is slow on the request path
-        self._request_children: dict[tuple[str, ...], Counter] = {}
-        self._decision_children: dict[tuple[str, ...], Counter] = {}
+        self._request_children: dict[tuple[str, ...], CounterCell] = {}
+        self._decision_children: dict[tuple[str, ...], CounterCell] = {}
         self._worker_children: dict[tuple[str, str], _WorkerSeries] = {}
-        self._score_children: dict[tuple[str, str], Histogram] = {}
+        self._score_children: dict[tuple[str, str], HistogramCell] = {}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
