@@ -22,6 +22,7 @@ corrections learnt from observed outcomes (``policies.latency.online``).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,10 +61,12 @@ class PrefillArrivals:
     so ``rate`` answers for the time constant nearest that request's decode horizon (a burst
     matters to a 30-token answer, a steady stream to a 500-token one)."""
 
-    __slots__ = ("_state", "taus_s")
+    __slots__ = ("_bounds", "_state", "taus_s")
 
     def __init__(self, taus_s: tuple[float, ...] = (1.0, 4.0, 16.0)) -> None:
         self.taus_s = taus_s
+        # horizon below bounds[i] -> taus_s[i] (geometric midpoints: nearest in log terms)
+        self._bounds = tuple(math.sqrt(a * b) for a, b in itertools.pairwise(taus_s))
         self._state: dict[str, tuple[list[float], float]] = {}   # worker -> (rates, at)
 
     def add(self, worker_id: str, tokens: int, now: float) -> None:
@@ -78,8 +81,10 @@ class PrefillArrivals:
             return 0.0
         index = len(self.taus_s) - 1
         if horizon_s is not None:
-            index = min(range(len(self.taus_s)),
-                        key=lambda i: abs(math.log(self.taus_s[i] / max(horizon_s, 1e-3))))
+            for i, bound in enumerate(self._bounds):
+                if horizon_s < bound:
+                    index = i
+                    break
         rates, at = entry
         return rates[index] * math.exp(-max(0.0, now - at) / self.taus_s[index])
 
@@ -121,45 +126,58 @@ class TimeEstimator:
 
     def estimate(self, request: RoutingRequest, view: WorkerView, cached: int) -> Estimate:
         k = self.coefficients(view.info)
-        prompt = max(1, request.num_prompt_tokens)
-        cached = min(cached, prompt - 1)
+        fixed, base, per_token = k.fixed_s, k.floor_s - k.fixed_s, k.per_token_s
+        per_pair, per_ctx, per_seq = k.per_pair_s, k.per_ctx_token_s, k.per_seq_s
+        prompt = request.num_prompt_tokens if request.num_prompt_tokens > 1 else 1
+        if cached > prompt - 1:
+            cached = prompt - 1
         uncached = prompt - cached
-        output = max(1, self.output_tokens(request))
-        decoding = max(view.running, 0)
+        output = request.max_tokens if request.max_tokens is not None else (
+            self.default_output_tokens)
+        output = output if output > 1 else 1
+        decoding = view.running if view.running > 0 else 0
         in_batch = max(view.running + view.waiting, view.inflight_requests)
         context_sum = view.kv_usage * view.num_gpu_blocks * view.block_size
         mean_context = context_sum / decoding if decoding else float(prompt)
+        # shared by every step while this worker decodes its running batch
+        decode_part = per_ctx * context_sum + per_seq * decoding
         # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
-        ahead = max(0, view.inflight_prefill_tokens) + uncached
-        chunk = max(1.0, k.max_batched_tokens - min(decoding, k.max_batched_tokens - 1))
+        ahead = (view.inflight_prefill_tokens if view.inflight_prefill_tokens > 0 else 0) + (
+            uncached)
+        chunk = float(max(1, k.max_batched_tokens - min(decoding, k.max_batched_tokens - 1)))
         own_pairs = uncached * cached + uncached * uncached / 2.0
         if ahead <= chunk:
-            prefill = k.step_s(ahead + decoding, own_pairs, decoding + 1, context_sum)
+            prefill = (fixed + max(base, per_token * (ahead + decoding)) + decode_part
+                       + per_pair * own_pairs)
         else:
             steps = math.ceil(ahead / chunk)
-            full = k.step_s(chunk + decoding, 0.0, decoding + 1, context_sum)
-            last = k.step_s(ahead - (steps - 1) * chunk + decoding, 0.0, decoding + 1,
-                            context_sum)
-            prefill = (steps - 1) * full + last + k.per_pair_s * own_pairs
-        decode_step = k.decode_step_s(in_batch + 1, mean_context)
+            full = fixed + max(base, per_token * (chunk + decoding)) + decode_part
+            rest = ahead - (steps - 1) * chunk + decoding
+            prefill = ((steps - 1) * full + fixed + max(base, per_token * rest) + decode_part
+                       + per_pair * own_pairs)
+        joined = in_batch + 1
+        decode_step = (fixed + max(base, per_token * joined) + per_ctx * joined * mean_context
+                       + per_seq * in_batch)
         slot_wait = 0.0
         if in_batch >= k.max_num_seqs:
             slot_wait = (in_batch - k.max_num_seqs + 1) / k.max_num_seqs * output * decode_step
         raw_ttft = prefill + slot_wait
         # TPOT: the decode step, diluted by prefill chunks that keep arriving
-        full_step = k.step_s(chunk + in_batch + 1, 0.0, in_batch + 1, context_sum)
-        prefill_rate = chunk / full_step
+        full_step = (fixed + max(base, per_token * (chunk + joined)) + per_ctx * context_sum
+                     + per_seq * in_batch)
         horizon = raw_ttft + output * decode_step
-        share = min(MAX_PREFILL_SHARE,
-                    self.arrivals.rate(view.id, request.arrival_time, horizon) / prefill_rate)
+        share = self.arrivals.rate(view.id, request.arrival_time, horizon) * full_step / chunk
+        if share > MAX_PREFILL_SHARE:
+            share = MAX_PREFILL_SHARE
         raw_tpot = 1.0 / ((1.0 - share) / decode_step + share / full_step)
         gpu_class = view.gpu.name
-        ttft = raw_ttft * self.correction.factor(view.id, gpu_class, "ttft")
-        tpot = raw_tpot * self.correction.factor(view.id, gpu_class, "tpot")
+        correction = self.correction
+        ttft = raw_ttft * correction.factor(view.id, gpu_class, "ttft")
+        tpot = raw_tpot * correction.factor(view.id, gpu_class, "tpot")
         own_prefill = k.prefill_s(uncached, cached)
-        gpu_s = own_prefill + output * tpot / (in_batch + 1)
-        ttft_upper = self.correction.upper(view.id, gpu_class, "ttft")
-        tpot_upper = self.correction.upper(view.id, gpu_class, "tpot")
+        gpu_s = own_prefill + output * tpot / joined
+        ttft_upper = correction.upper(view.id, gpu_class, "ttft")
+        tpot_upper = correction.upper(view.id, gpu_class, "tpot")
         return Estimate(ttft_s=ttft, tpot_s=tpot, gpu_s=gpu_s,
                         cost_usd=view.price_per_hour / 3600.0 * gpu_s, cached_tokens=cached,
                         raw_ttft_s=raw_ttft, raw_tpot_s=raw_tpot,
