@@ -93,14 +93,14 @@ def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None) -> V
 
 
 def kv_events_config(endpoint: str, topic: str, where: str) -> dict[str, object]:
-    """vLLM's ``KVEventsConfig`` publishing on ``endpoint``'s port: bound on that address for
-    a local endpoint, on every interface (``tcp://*:PORT``) for a remote one."""
+    """vLLM's ``KVEventsConfig`` publishing on ``endpoint``'s port. The endpoint is always
+    ``tcp://*:PORT``: vLLM's PUB socket binds only to ``*`` (or ``::``) addresses and
+    *connects* to any other, which would leave kvroute's subscriber with nothing to join."""
     parts = urlsplit(endpoint)
     if parts.scheme != "tcp" or parts.hostname is None or parts.port is None:
         raise LaunchConfigError(f"{where}: must look like tcp://HOST:PORT, got {endpoint!r}")
-    bind = parts.hostname if parts.hostname in LOCAL_HOSTS else "*"
     return {"enable_kv_cache_events": True, "publisher": "zmq",
-            "endpoint": f"tcp://{bind}:{parts.port}", "topic": topic}
+            "endpoint": f"tcp://*:{parts.port}", "topic": topic}
 
 
 def _host_port(url: str, where: str) -> tuple[str, int]:

@@ -73,7 +73,8 @@ def test_cpu_worker_for_tests() -> None:
     assert "--gpu-memory-utilization" not in cmd.argv
     assert flag(cmd.argv, "--num-gpu-blocks-override") == "40"
     assert flag(cmd.argv, "--max-model-len") == "2048"
-    assert json.loads(flag(cmd.argv, "--kv-events-config"))["endpoint"] == "tcp://127.0.0.1:5601"
+    # vLLM binds its PUB socket only for "*" addresses; it would connect to 127.0.0.1
+    assert json.loads(flag(cmd.argv, "--kv-events-config"))["endpoint"] == "tcp://*:5601"
     assert dict(cmd.env) == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                              "VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1"}
     assert cmd.shell().startswith("VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind ")
