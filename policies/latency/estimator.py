@@ -227,18 +227,18 @@ def shortlist(cycle: CycleState, request: RoutingRequest, workers: Sequence[Work
               estimator: TimeEstimator) -> list[WorkerView]:
     prompt = request.num_prompt_tokens
     coefficients = estimator.coefficients
+    match: PrefixMatch | None = cycle.read(MATCH_KEY)
+    cached = match.tokens if match is not None else {}
     bound: dict[str, float] = {}
     for view in workers:
         k = coefficients(view.info)
         bound[view.id] = (k.per_token_s * (view.inflight_prefill_tokens + prompt
-                                           - cached_tokens(cycle, view.id))
+                                           - cached.get(view.id, 0))
                           + k.floor_s * (1 + view.running / 32))
     by_id = {view.id: view for view in workers}
     picked = set(heapq.nsmallest(SHORTLIST * 3 // 4, bound, key=bound.__getitem__))
     picked.update(heapq.nsmallest(SHORTLIST // 4, bound,
                                   key=lambda w: bound[w] * by_id[w].price_per_hour))
-    match: PrefixMatch | None = cycle.read(MATCH_KEY)
-    if match is not None:
-        picked.update(w for w in heapq.nlargest(SHORTLIST // 4, match.tokens,
-                                                key=match.tokens.__getitem__) if w in by_id)
+    picked.update(w for w in heapq.nlargest(SHORTLIST // 4, cached, key=cached.__getitem__)
+                  if w in by_id)
     return [by_id[w] for w in picked]
