@@ -117,7 +117,8 @@ def completion_chunk(h: ResponseHeader, index: int, text: str,
 
 def usage_chunk(h: ResponseHeader, chat: bool, usage: Usage) -> dict[str, Any]:
     return {"id": h.id, "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": h.created, "model": h.model, "choices": [], "usage": usage.compact()}
+            "created": h.created, "model": h.model, "choices": [],
+            "system_fingerprint": h.fingerprint, "usage": usage.compact()}
 
 
 def error_chunk(message: str, err_type: str, code: int) -> bytes:
