@@ -12,10 +12,14 @@ from bench.proc_stats import cpu_seconds, rss_bytes, tree_pids
 
 @pytest.mark.integration
 def test_tree_includes_children_and_their_cpu() -> None:
-    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+    # The child burns CPU, then blocks on stdin (inherited from the parent) until the test
+    # closes it, so it is still alive when its CPU and memory are read, however slow the machine.
+    burn = ("import sys, time\nend = time.process_time() + 0.3\n"
+            "while time.process_time() < end: pass\nsys.stdin.read()\n")
     parent = subprocess.Popen(
         [sys.executable, "-c",
-         f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"])
+         f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"],
+        stdin=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 10
         while len(tree_pids(parent.pid)) < 2 and time.monotonic() < deadline:
@@ -28,6 +32,8 @@ def test_tree_includes_children_and_their_cpu() -> None:
         assert cpu_seconds(parent.pid) >= cpu_seconds(child) >= 0.25
         assert rss_bytes(parent.pid) > rss_bytes(child) > 0
     finally:
+        assert parent.stdin is not None
+        parent.stdin.close()
         parent.wait(20)
     assert tree_pids(parent.pid) == [parent.pid]     # gone: only the root id is echoed
     assert cpu_seconds(parent.pid) == 0.0
