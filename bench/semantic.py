@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cut each prompt to this many tokens before sending")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="override the section's max_tokens (tokens the embedder reads)")
+    parser.add_argument("--quantize", action="store_true",
+                        help="override the section's quantize with true (int8, text by text)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True, metavar="DIR")
 
@@ -87,6 +89,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"{args.routing}: no semantic: section")
     if args.max_tokens is not None:
         section = dataclasses.replace(section, max_tokens=args.max_tokens)
+    if args.quantize:
+        section = dataclasses.replace(section, quantize=True)
     model = build_semantic_model(section, args.routing.resolve().parent)
     producer = SemanticProducer("semantic", model)
     rows = read_labelled_jsonl(args.data, "--data")
