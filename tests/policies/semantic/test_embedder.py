@@ -25,11 +25,16 @@ def test_matches_sentence_transformers_encode() -> None:
     assert np.all(cosine > 0.9999)
 
 
+@pytest.fixture(scope="module")
+def fp32_embedder() -> MiniLmEmbedder:
+    return MiniLmEmbedder(max_tokens=64, quantize=False)
+
+
 def test_quantized_embeddings_stay_close_and_do_not_depend_on_the_batch(
-        example_model: SemanticModel) -> None:
-    exact = example_model.embedder         # fp32, 64 tokens
-    assert example_model.section.max_tokens == 64 and not example_model.section.quantize
-    quantized = MiniLmEmbedder(max_tokens=64, quantize=True)
+        example_model: SemanticModel, fp32_embedder: MiniLmEmbedder) -> None:
+    exact = fp32_embedder
+    assert example_model.section.max_tokens == 64 and example_model.section.quantize
+    quantized = example_model.embedder
     together = quantized.embed(TEXTS)
     assert np.all((exact.embed(TEXTS) * together).sum(axis=1) > 0.85)   # measured 0.90-0.97
     assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-4)
@@ -38,9 +43,9 @@ def test_quantized_embeddings_stay_close_and_do_not_depend_on_the_batch(
     assert quantized.embed([]).shape == (0, 384)
 
 
-def test_fp32_batches_do_not_change_a_text_embedding(example_model: SemanticModel) -> None:
-    together = example_model.embedder.embed(TEXTS)
-    alone = np.concatenate([example_model.embedder.embed([text]) for text in TEXTS])
+def test_fp32_batches_do_not_change_a_text_embedding(fp32_embedder: MiniLmEmbedder) -> None:
+    together = fp32_embedder.embed(TEXTS)
+    alone = np.concatenate([fp32_embedder.embed([text]) for text in TEXTS])
     assert np.allclose(together, alone, atol=1e-5)
 
 
