@@ -53,6 +53,14 @@ async def stream_events(url: str, body: dict[str, Any]) -> list[Any]:
     return events
 
 
+def same_shapes(through: list[Any], direct: list[Any]) -> None:
+    """Same kinds of events in the same places (the engine may merge tokens into fewer
+    chunks when busy, so the number of content chunks can differ)."""
+    assert shape(through[0]) == shape(direct[0])
+    assert [shape(e) for e in through[-3:]] == [shape(e) for e in direct[-3:]]
+    assert {shape(e) for e in through} == {shape(e) for e in direct}
+
+
 def shape(event: Any) -> Any:
     """Keys of an event and of its choices and deltas (values ignored)."""
     if not isinstance(event, dict):
@@ -83,19 +91,19 @@ async def test_chat_streaming_keeps_vllm_chunk_shapes(real_fleet: RealFleet,
     client = client_for(router.url)
     stream = await client.chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=6, temperature=0,
-        stream=True, stream_options={"include_usage": True})
+        stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
     chunks = [chunk async for chunk in stream]
     assert chunks[0].choices[0].delta.role == "assistant"
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert chunks[-2].choices[0].finish_reason in ("length", "stop")
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert chunks[-1].usage.completion_tokens == 6 or chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-1].usage.completion_tokens == 6
     body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 6, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
     through = await stream_events(router.url + "/v1/chat/completions", body)
     direct = await stream_events(real_fleet.urls[0] + "/v1/chat/completions", body)
     assert through[-1] == direct[-1] == "[DONE]"
-    assert [shape(e) for e in through] == [shape(e) for e in direct]
+    same_shapes(through, direct)
     assert isinstance(text, str)
 
 
@@ -107,10 +115,23 @@ async def test_completions_and_streamed_completions(real_fleet: RealFleet,
     assert reply.object == "text_completion"
     assert reply.usage is not None and reply.usage.prompt_tokens == 4   # [CLS] hello world [SEP]
     body = {"model": MODEL, "prompt": "hello world", "max_tokens": 5, "temperature": 0,
-            "stream": True}
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
     through = await stream_events(router.url + "/v1/completions", body)
     direct = await stream_events(real_fleet.urls[0] + "/v1/completions", body)
-    assert [shape(e) for e in through] == [shape(e) for e in direct]
+    same_shapes(through, direct)
+
+
+@pytest.mark.xfail(strict=True, reason="kvroute asks the worker for the usage chunk and strips "
+                   "it; vLLM puts system_fingerprint on that chunk instead of the last choice "
+                   "chunk, so a client that did not ask for usage never sees the fingerprint")
+async def test_stream_without_usage_keeps_the_fingerprint(real_fleet: RealFleet,
+                                                          router: RouterHandle) -> None:
+    body = {"model": MODEL, "prompt": "hello world", "max_tokens": 5, "temperature": 0,
+            "stream": True, "ignore_eos": True}
+    through = await stream_events(router.url + "/v1/completions", body)
+    direct = await stream_events(real_fleet.urls[0] + "/v1/completions", body)
+    assert "system_fingerprint" in direct[-2]
+    same_shapes(through, direct)
 
 
 async def test_prompt_too_long_is_vllms_400(real_fleet: RealFleet, router: RouterHandle) -> None:

@@ -1,0 +1,137 @@
+"""Fidelity: the emulator and real vLLM get the same requests; every response field, stream
+event shape, error field and core metric family real vLLM has must be in the emulator's."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.real_vllm.conftest import MODEL, RealFleet
+from tests.real_vllm.engine_metrics import cache_config, families
+from workers.emulator.process import EmulatorProcess
+
+MESSAGES = [{"role": "user", "content": "Say something."}]
+CORE_FAMILIES = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:cache_config_info", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+    "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:generation_tokens",
+    "vllm:request_success", "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
+    "vllm:request_decode_time_seconds", "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens", "vllm:iteration_tokens_total",
+)
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorProcess]:
+    with EmulatorProcess(gpu="l40s", model="llama-3-8b", served_model_names=[MODEL],
+                         time_scale=0.01, extra_args=["--max-model-len", "2048"]) as process:
+        yield process
+
+
+async def call(url: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    """Status and decoded body; a stream becomes its list of ``data:`` events."""
+    async with aiohttp.ClientSession() as session, session.post(url + path, json=body) as resp:
+        if not resp.headers.get("content-type", "").startswith("text/event-stream"):
+            return resp.status, await resp.json(content_type=None)
+        events: list[Any] = []
+        async for raw in resp.content:
+            line = raw.decode().strip()
+            if line.startswith("data: "):
+                data = line.removeprefix("data: ")
+                events.append(data if data == "[DONE]" else json.loads(data))
+        return resp.status, events
+
+
+def paths(value: Any, prefix: str = "") -> set[str]:
+    """Every key path of a JSON value (list items merged under ``[]``)."""
+    out: set[str] = set()
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.add(prefix + key)
+            out |= paths(item, prefix + key + ".")
+    elif isinstance(value, list):
+        for item in value:
+            out |= paths(item, prefix + "[].")
+    return out
+
+
+def missing(real: Any, emulated: Any) -> set[str]:
+    return paths(real) - paths(emulated)
+
+
+def stream_kinds(events: list[Any]) -> dict[str, Any]:
+    """The events by role: first, content, finish, usage; and the terminator."""
+    kinds: dict[str, Any] = {"done": events[-1]}
+    chunks = [e for e in events if isinstance(e, dict)]
+    kinds["first"] = chunks[0]
+    finishing = [c for c in chunks if c.get("choices") and c["choices"][0].get("finish_reason")]
+    kinds["finish"] = finishing[0] if finishing else None
+    middle = [c for c in chunks[1:] if c.get("choices") and c not in finishing]
+    kinds["content"] = middle[0] if middle else None
+    usage = [c for c in chunks if not c.get("choices") and "usage" in c]
+    kinds["usage"] = usage[0] if usage else None
+    return kinds
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 5}),
+    ("/v1/completions", {"prompt": "hello world", "max_tokens": 5}),
+])
+async def test_response_fields(real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
+                               body: dict[str, Any]) -> None:
+    body = {"model": MODEL, "temperature": 0, **body}
+    real_status, real = await call(real_fleet.urls[0], path, body)
+    emu_status, emu = await call(emulator.url, path, body)
+    assert real_status == emu_status == 200
+    assert missing(real, emu) == set()
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 5}),
+    ("/v1/completions", {"prompt": "hello world", "max_tokens": 5}),
+])
+async def test_stream_event_shapes(real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
+                                   body: dict[str, Any], include_usage: bool) -> None:
+    body = {"model": MODEL, "temperature": 0, "stream": True, "ignore_eos": True,
+            "stream_options": {"include_usage": include_usage}, **body}
+    _, real = await call(real_fleet.urls[0], path, body)
+    _, emu = await call(emulator.url, path, body)
+    real_kinds, emu_kinds = stream_kinds(real), stream_kinds(emu)
+    assert real_kinds["done"] == emu_kinds["done"] == "[DONE]"
+    for kind, event in real_kinds.items():
+        if isinstance(event, dict):
+            assert isinstance(emu_kinds[kind], dict), f"{kind} event missing"
+            assert missing(event, emu_kinds[kind]) == set(), kind
+
+
+@pytest.mark.parametrize(("path", "body", "status"), [
+    ("/v1/chat/completions", {"model": "nope", "messages": MESSAGES}, 404),
+    ("/v1/completions", {"model": MODEL, "prompt": "word " * 2100, "max_tokens": 4}, 400),
+])
+async def test_error_fields(real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
+                            body: dict[str, Any], status: int) -> None:
+    real_status, real = await call(real_fleet.urls[0], path, body)
+    emu_status, emu = await call(emulator.url, path, body)
+    assert real_status == emu_status == status
+    assert missing(real, emu) == set()
+    assert real["error"]["type"] == emu["error"]["type"]
+
+
+def test_core_metric_families(real_fleet: RealFleet, emulator: EmulatorProcess) -> None:
+    with urllib.request.urlopen(emulator.url + "/health", timeout=10):
+        pass
+    real, emu = families(real_fleet.urls[0]), families(emulator.url)
+    assert set(CORE_FAMILIES) <= set(real), "the core list names what real vLLM exposes"
+    assert {f: real[f] for f in CORE_FAMILIES if emu.get(f) != real[f]} == {}
+    for label in ("block_size", "num_gpu_blocks", "enable_prefix_caching",
+                  "prefix_caching_hash_algo"):
+        assert label in cache_config(real_fleet.urls[0])
+        assert label in cache_config(emulator.url)
