@@ -40,6 +40,7 @@ SHARED_DIR = REPO_ROOT.parent / "shared"
 MODEL = "tiny"
 GPU_BLOCKS = 40
 START_TIMEOUT_S = 900.0
+TEST_TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if HERE in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.real_vllm)
             item.add_marker(pytest.mark.integration)
+            # engines start inside the first test's setup and the workload run takes
+            # minutes on a 2-core machine: far above the suite's default 300 s
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")
