@@ -1,0 +1,57 @@
+"""Starting, health-checking and stopping server processes by pid (a stand-in HTTP server
+plays vLLM: the launcher only needs ``/health``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from workers.emulator.process import free_port
+from workers.launch.command import VllmCommand
+from workers.launch.process import LaunchError, VllmFleet, VllmProcess
+
+HEALTH_SERVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+print("serving", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def command(worker_id: str, port: int, script: str = HEALTH_SERVER) -> VllmCommand:
+    return VllmCommand(worker_id=worker_id, argv=(sys.executable, "-c", script, str(port)),
+                       env={"KVROUTE_TEST": "1"}, url=f"http://127.0.0.1:{port}",
+                       kv_events_endpoint=None)
+
+
+@pytest.mark.integration
+def test_fleet_starts_all_waits_for_health_and_stops_by_pid(tmp_path: Path) -> None:
+    fleet = VllmFleet([command("a", free_port()), command("b", free_port())], tmp_path)
+    with fleet:
+        assert all(p.poll_healthy() for p in fleet.processes)
+        pids = [p.pid for p in fleet.processes]
+    assert all(pid is not None for pid in pids)
+    assert [p.stop() for p in fleet.processes] == [-15, -15]      # ended by SIGTERM
+    assert (tmp_path / "vllm-a.log").read_text() == "serving\n"
+
+
+@pytest.mark.integration
+def test_early_exit_is_reported_with_the_log(tmp_path: Path) -> None:
+    process = VllmProcess(command("x", free_port(), "print('bad flag'); raise SystemExit(3)"),
+                          tmp_path / "x.log")
+    with process, pytest.raises(LaunchError, match=r"(?s)x: vLLM exited with code 3.*bad flag"):
+        process.wait_healthy(timeout_s=30, poll_s=0.1)
+
+
+@pytest.mark.integration
+def test_not_healthy_in_time(tmp_path: Path) -> None:
+    silent = "import time; time.sleep(60)"
+    fleet = VllmFleet([command("slow", free_port(), silent)], tmp_path)
+    with pytest.raises(LaunchError, match=r"not healthy after 0\.5 s: slow"):
+        fleet.start(timeout_s=0.5)
+    assert fleet.processes[0].stop() == -15                      # already stopped by start()
