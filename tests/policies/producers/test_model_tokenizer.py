@@ -71,7 +71,7 @@ def test_chat_template_file_beside_the_config_wins(model_dir: Path) -> None:
 
 
 def test_missing_tokenizer_and_template(tmp_path: Path, model_dir: Path) -> None:
-    with pytest.raises(ModelTokenizerError, match="no tokenizer.json"):
+    with pytest.raises(ModelTokenizerError, match=r"no tokenizer\.json"):
         ModelTokenizer.from_dir(tmp_path)
     (model_dir / "tokenizer_config.json").write_text("{}")
     with pytest.raises(ModelTokenizerError, match="no chat template"):
