@@ -7,6 +7,7 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_truncation_of_the_shipped_file_is_switched_off(model_dir: Path) -> None
 
 def test_chat_rendering_and_special_tokens(model_dir: Path) -> None:
     tokenizer = ModelTokenizer.from_dir(model_dir)
-    messages = [{"role": "system", "content": "Be brief."},
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Be brief."},
                 {"role": "user", "content": [{"type": "text", "text": "hello"},
                                              {"type": "image_url", "image_url": {"url": "x"}},
                                              {"type": "text", "text": "world"}]}]
