@@ -100,13 +100,16 @@ class PrefillArrivals:
 class TimeEstimator:
     """Estimates per worker; learns from outcomes through ``observe``."""
 
-    __slots__ = ("_coefficients", "_source", "arrivals", "correction", "default_output_tokens")
+    __slots__ = ("_coefficients", "_prefill_memo", "_source", "arrivals", "correction",
+                 "default_output_tokens")
 
     def __init__(self, coefficients: CoefficientsFn, correction: OnlineCorrection | None = None,
                  arrivals: PrefillArrivals | None = None,
                  default_output_tokens: int = 256) -> None:
         self._source = coefficients
         self._coefficients: dict[str, StepCoefficients] = {}
+        # one decision's prefill times by (coefficients, uncached, cached); see estimates_for
+        self._prefill_memo: dict[tuple[int, int, int], float] = {}
         self.correction = correction if correction is not None else OnlineCorrection()
         self.arrivals = arrivals if arrivals is not None else PrefillArrivals()
         self.default_output_tokens = default_output_tokens
@@ -174,7 +177,10 @@ class TimeEstimator:
         correction = self.correction
         ttft = raw_ttft * correction.factor(view.id, gpu_class, "ttft")
         tpot = raw_tpot * correction.factor(view.id, gpu_class, "tpot")
-        own_prefill = k.prefill_s(uncached, cached)
+        memo_key = (id(k), uncached, cached)
+        own_prefill = self._prefill_memo.get(memo_key)
+        if own_prefill is None:
+            own_prefill = self._prefill_memo[memo_key] = k.prefill_s(uncached, cached)
         gpu_s = own_prefill + output * tpot / joined
         ttft_upper = correction.upper(view.id, gpu_class, "ttft")
         tpot_upper = correction.upper(view.id, gpu_class, "tpot")
@@ -189,7 +195,11 @@ class TimeEstimator:
         """The prompt's uncached prefill time on the fastest idle candidate (SLO yardstick)."""
         prompt = max(1, request.num_prompt_tokens)
         distinct = {id(k): k for k in (self.coefficients(v.info) for v in views)}
-        return min((k.prefill_s(prompt) for k in distinct.values()), default=0.0)
+        best = math.inf
+        for key, k in distinct.items():
+            value = self._prefill_memo[(key, prompt, 0)] = k.prefill_s(prompt)
+            best = min(best, value)
+        return best if distinct else 0.0
 
     # --- learning --------------------------------------------------------------------------
     def on_routed(self, request: RoutingRequest, view_id: str, gpu_class: str,
@@ -215,6 +225,7 @@ def estimates_for(cycle: CycleState, request: RoutingRequest, workers: Sequence[
     if known is None:
         known = {}
         cycle.write(ESTIMATES_KEY, known)
+        estimator._prefill_memo.clear()
         cycle.write(IDLE_PREFILL_KEY, estimator.idle_prefill_s(request, workers))
         chosen = workers if len(workers) <= SHORTLIST else shortlist(cycle, request, workers,
                                                                       estimator)
