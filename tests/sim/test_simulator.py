@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from policies.base import Decision
 from policies.engine import PolicyEngine
 from policies.loader import load_routing
 from policies.peers.presets import routing_for
@@ -99,40 +100,41 @@ def test_request_larger_than_the_kv_cache_is_rejected_and_counted(tmp_path: Path
 
 
 def test_same_policy_object_decides_identically_on_live_built_views(tmp_path: Path) -> None:
+    """At every arrival, views built the live way (``WorkerRegistry`` over the same snapshots
+    and in-flight counts) equal the simulator's, and the policy object, asked again at that
+    moment, makes the same decision (ties aside: the picker draws at random among equals)."""
     fleet = _fleet(["h100", "a100", "l40s"])
     rows = [{"arrival_s": 0.05 * i, "prompt_tokens": 500 + 300 * (i % 5), "output_tokens": 50}
             for i in range(40)]
     policy = PolicyEngine.build(load_routing(ROOT / "config" / "routing.yaml"), fleet, seed=1)
-    snapshots: list[tuple[DecisionPoint, dict[str, object], dict[str, tuple[int, ...]]]] = []
+    pairs: list[tuple[Decision, Decision]] = []
 
     def probe(point: DecisionPoint) -> None:
-        snapshots.append((point, {w.info.id: w.snapshot for w in sim.workers},
-                          {w.info.id: _counters(sim.tracker, w.info.id) for w in sim.workers}))
+        tracker = InflightTracker()
+        registry = WorkerRegistry([w.info for w in sim.workers], tracker)
+        for worker in sim.workers:
+            if worker.snapshot is not None:
+                registry.update(worker.snapshot, fresh=False)
+            _copy_inflight(sim.tracker, tracker, worker.info.id)
+        live_views = registry.views(point.now)
+        assert tuple(live_views) == point.views
+        pairs.append((point.decision, policy.decide(point.request, live_views)))
 
     sim = Simulation(_trace(tmp_path, rows), fleet, policy, on_decision=probe)
     sim.run()
     compared = 0
-    for point, snaps, counters in snapshots:
-        tracker = InflightTracker()
-        registry = WorkerRegistry([w.info for w in sim.workers], tracker)
-        for worker_id, snap in snaps.items():
-            registry.update(snap, fresh=False)  # type: ignore[arg-type]
-            entry = tracker.get(worker_id)
-            (entry.requests, entry.prefill_tokens, entry.decode_tokens,
-             entry.dispatched_since_scrape) = counters[worker_id]
-        live_views = registry.views(point.now)
-        assert tuple(live_views) == point.views
-        best = sorted(c.total for c in point.decision.candidates)
-        if len(best) > 1 and best[-1] == best[-2]:
+    for simulated, live in pairs:
+        totals = sorted(c.total for c in simulated.candidates)
+        if len(totals) > 1 and totals[-1] == totals[-2]:
             continue                     # a tie: the picker's random draw decides
-        live = policy.decide(point.request, live_views)
-        assert live.worker_id == point.decision.worker_id
-        assert live.candidates == point.decision.candidates
+        assert live.worker_id == simulated.worker_id
+        assert live.candidates == simulated.candidates
+        assert live.reason == simulated.reason
         compared += 1
-    assert compared >= 20
+    assert len(pairs) == 40 and compared >= 20
 
 
-def _counters(tracker: InflightTracker, worker_id: str) -> tuple[int, ...]:
-    entry = tracker.get(worker_id)
-    return (entry.requests, entry.prefill_tokens, entry.decode_tokens,
-            entry.dispatched_since_scrape)
+def _copy_inflight(source: InflightTracker, target: InflightTracker, worker_id: str) -> None:
+    src, dst = source.get(worker_id), target.get(worker_id)
+    dst.requests, dst.prefill_tokens = src.requests, src.prefill_tokens
+    dst.decode_tokens, dst.dispatched_since_scrape = src.decode_tokens, src.dispatched_since_scrape
