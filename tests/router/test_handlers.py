@@ -8,7 +8,8 @@ import openai
 import orjson
 import pytest
 
-from tests.router.gateway_support import MODEL, RouterFactory, RouterHandle, subset
+from policies.loader import load_routing
+from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, RouterHandle, subset
 from workers.fleet import FleetConfig
 
 pytestmark = pytest.mark.integration
@@ -175,8 +176,9 @@ async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
             [decision] = (await resp.json())["data"]
             assert decision["worker"] in WORKER_IDS and decision["profile"] == "default"
             assert {c["worker"] for c in decision["candidates"]} == WORKER_IDS
-            assert all(set(c["scores"]) == {"queue-depth", "kv-usage", "inflight"}
-                       for c in decision["candidates"])
+            default = load_routing(REPO_ROOT / "config/routing.yaml").profiles["default"]
+            scorer_names = {scorer.name for scorer in default.scorers}
+            assert all(set(c["scores"]) == scorer_names for c in decision["candidates"])
             assert decision["reason"] and decision["reason_code"]
         async with session.get(router.url + "/debug/decisions?limit=x") as resp:
             assert resp.status == 400
