@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CandidateScore, CycleState, RoutingRequest
+from policies.candidates import CandidateTable
 from policies.cycle_keys import set_reason
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
@@ -106,7 +107,7 @@ class SloCostPicker:
         estimates: Mapping[str, Estimate] | None = cycle.read(ESTIMATES_KEY)
         if not estimates:
             return max(candidates, key=lambda c: c.total)
-        candidates = [c for c in candidates if c.worker_id in estimates] or candidates
+        candidates = _estimated(candidates, estimates) or candidates
         if any(c.worker_id not in estimates for c in candidates):
             return max(candidates, key=lambda c: c.total)
         ttft_goal, tpot_goal = self.objectives(cycle)
@@ -155,6 +156,17 @@ class SloCostPicker:
         near = [c for c in group
                 if estimates[c.worker_id].cost_usd <= cheapest * (1.0 + self.tolerance)]
         return max(near, key=lambda c: (c.total, -estimates[c.worker_id].ttft_s))
+
+
+def _estimated(candidates: Sequence[CandidateScore],
+               estimates: Mapping[str, Estimate]) -> list[CandidateScore]:
+    """The candidates that have an estimate, in candidate order. From the engine's column
+    table only those are built as objects (a large fleet is estimated on a shortlist)."""
+    if isinstance(candidates, CandidateTable):
+        at = candidates.at
+        return [at(position) for position, worker_id in enumerate(candidates.ids)
+                if worker_id in estimates]
+    return [c for c in candidates if c.worker_id in estimates]
 
 
 def _padded_ttft(estimate: Estimate, headroom: float) -> float:
