@@ -24,13 +24,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from policies.base import CycleState, RoutingRequest
 from policies.latency.online import OnlineCorrection, Prediction
 from policies.latency.step_model import StepCoefficients
-from policies.prefix.matching import MATCH_KEY, PrefixMatch, cached_tokens
+from policies.prefix.matching import MATCH_KEY, PrefixMatch
 from workers.models import WorkerInfo, WorkerView
 
 ESTIMATES_KEY = "latency.estimates"   # CycleState key -> dict[worker id, Estimate]
@@ -191,10 +193,19 @@ class TimeEstimator:
                         ttft_upper_s=raw_ttft * ttft_upper if ttft_upper else None,
                         tpot_upper_s=raw_tpot * tpot_upper if tpot_upper else None)
 
-    def idle_prefill_s(self, request: RoutingRequest, views: Sequence[WorkerView]) -> float:
-        """The prompt's uncached prefill time on the fastest idle candidate (SLO yardstick)."""
+    def coefficients_of(self, views: Sequence[WorkerView]) -> list[StepCoefficients]:
+        """Each view's coefficients, in view order (one dict lookup per known worker)."""
+        known = self._coefficients.get
+        return [known(view.info.id) or self.coefficients(view.info) for view in views]
+
+    def idle_prefill_s(self, request: RoutingRequest, views: Sequence[WorkerView],
+                       coefficients: Sequence[StepCoefficients] | None = None) -> float:
+        """The prompt's uncached prefill time on the fastest idle candidate (SLO yardstick).
+
+        ``coefficients``: the views' own (``coefficients_of``), when already at hand."""
         prompt = max(1, request.num_prompt_tokens)
-        distinct = {id(k): k for k in (self.coefficients(v.info) for v in views)}
+        ks = coefficients if coefficients is not None else self.coefficients_of(views)
+        distinct = dict(zip(map(id, ks), ks, strict=True))     # one per GPU class
         best = math.inf
         for key, k in distinct.items():
             value = self._prefill_memo[(key, prompt, 0)] = k.prefill_s(prompt)
@@ -226,30 +237,38 @@ def estimates_for(cycle: CycleState, request: RoutingRequest, workers: Sequence[
         known = {}
         cycle.write(ESTIMATES_KEY, known)
         estimator._prefill_memo.clear()
-        cycle.write(IDLE_PREFILL_KEY, estimator.idle_prefill_s(request, workers))
-        chosen = workers if len(workers) <= SHORTLIST else shortlist(cycle, request, workers,
-                                                                      estimator)
+        ks = estimator.coefficients_of(workers)
+        cycle.write(IDLE_PREFILL_KEY, estimator.idle_prefill_s(request, workers, ks))
+        match: PrefixMatch | None = cycle.read(MATCH_KEY)
+        cached = match.tokens if match is not None else {}
+        chosen = workers if len(workers) <= SHORTLIST else shortlist(
+            request, workers, ks, cached)
+        estimate = estimator.estimate
         for view in chosen:
-            known[view.id] = estimator.estimate(request, view, cached_tokens(cycle, view.id))
+            worker_id = view.info.id
+            known[worker_id] = estimate(request, view, cached.get(worker_id, 0))
     return known
 
 
-def shortlist(cycle: CycleState, request: RoutingRequest, workers: Sequence[WorkerView],
-              estimator: TimeEstimator) -> list[WorkerView]:
+def shortlist(request: RoutingRequest, workers: Sequence[WorkerView],
+              coefficients: Sequence[StepCoefficients],
+              cached: Mapping[str, int]) -> list[WorkerView]:
+    """The workers worth estimating, in view order: the ``SHORTLIST · 3/4`` soonest by the
+    bound ``per_token · (queued prefill + uncached prompt) + floor · (1 + running / 32)``,
+    the ``SHORTLIST / 4`` cheapest by bound × price, and the ``SHORTLIST / 4`` caching the
+    most (ties to the earlier worker in each ranking)."""
     prompt = request.num_prompt_tokens
-    coefficients = estimator.coefficients
-    match: PrefixMatch | None = cycle.read(MATCH_KEY)
-    cached = match.tokens if match is not None else {}
-    bound: dict[str, float] = {}
-    for view in workers:
-        k = coefficients(view.info)
-        bound[view.id] = (k.per_token_s * (view.inflight_prefill_tokens + prompt
-                                           - cached.get(view.id, 0))
-                          + k.floor_s * (1 + view.running / 32))
-    by_id = {view.id: view for view in workers}
-    picked = set(heapq.nsmallest(SHORTLIST * 3 // 4, bound, key=bound.__getitem__))
-    picked.update(heapq.nsmallest(SHORTLIST // 4, bound,
-                                  key=lambda w: bound[w] * by_id[w].price_per_hour))
-    picked.update(w for w in heapq.nlargest(SHORTLIST // 4, cached, key=cached.__getitem__)
-                  if w in by_id)
-    return [by_id[w] for w in picked]
+    ids = [view.info.id for view in workers]
+    cached_of = cached.get
+    bound = np.array([k.per_token_s * (view.inflight_prefill_tokens + prompt
+                                       - cached_of(worker_id, 0))
+                      + k.floor_s * (1 + view.running / 32)
+                      for view, k, worker_id in zip(workers, coefficients, ids, strict=True)])
+    price = np.array([view.info.price_per_hour for view in workers])
+    picked = set(np.argsort(bound, kind="stable")[:SHORTLIST * 3 // 4].tolist())
+    picked.update(np.argsort(bound * price, kind="stable")[:SHORTLIST // 4].tolist())
+    position = dict(zip(ids, range(len(ids)), strict=True))
+    picked.update(position[w] for w in heapq.nlargest(SHORTLIST // 4, cached,
+                                                      key=cached.__getitem__)
+                  if w in position)
+    return [workers[i] for i in sorted(picked)]
