@@ -33,34 +33,49 @@ def cached_tokens(cycle: CycleState, worker_id: str) -> int:
 
 
 def match_prefix(request: RoutingRequest, workers: Sequence[WorkerView],
-                 approximate: ApproximatePrefixIndex,
-                 exact: ExactPrefixIndex | None) -> PrefixMatch:
-    """Cached prompt tokens per worker for this request."""
+                 approximate: ApproximatePrefixIndex, exact: ExactPrefixIndex | None,
+                 worker_ids: Sequence[str] | None = None) -> PrefixMatch:
+    """Cached prompt tokens per worker for this request (``worker_ids``: the views' ids, in
+    view order, when already at hand)."""
     tokens: dict[str, int] = {}
     exact_ids: set[str] = set()
-    by_size: dict[int, list[str]] = {}
-    for view in workers:
-        by_size.setdefault(view.block_size, []).append(view.id)
+    ids = worker_ids if worker_ids is not None else [view.info.id for view in workers]
     limit = request.num_prompt_tokens - 1
-    for block_size, ids in by_size.items():
+    for block_size, group in _by_block_size(workers, ids).items():
         chain = request.block_hashes.get(block_size)
         if not chain or block_size <= 0:
             continue
-        fallback: list[str] = []
+        fallback: Sequence[str] = ()
         if exact is not None:
-            for worker_id in ids:
+            missing: list[str] = []
+            for worker_id in group:
                 blocks = exact.match(worker_id, chain)
                 if blocks is None:
-                    fallback.append(worker_id)
+                    missing.append(worker_id)
                 else:
                     exact_ids.add(worker_id)
                     if blocks:
                         tokens[worker_id] = min(blocks * block_size,
                                                 limit // block_size * block_size)
+            fallback = missing
         else:
-            fallback = ids
+            fallback = group
         if fallback:
             for worker_id, blocks in approximate.match(chain, fallback).items():
                 tokens[worker_id] = min(blocks * block_size, limit // block_size * block_size)
     return PrefixMatch(tokens={k: v for k, v in tokens.items() if v > 0},
                        exact=frozenset(exact_ids))
+
+
+def _by_block_size(workers: Sequence[WorkerView],
+                   ids: Sequence[str]) -> dict[int, Sequence[str]]:
+    """Worker ids by block size, in view order (one group when the fleet shares a size)."""
+    sizes = [view.block_size for view in workers]
+    if not sizes:
+        return {}
+    if sizes.count(sizes[0]) == len(sizes):
+        return {sizes[0]: ids}
+    groups: dict[int, list[str]] = {}
+    for size, worker_id in zip(sizes, ids, strict=True):
+        groups.setdefault(size, []).append(worker_id)
+    return dict(groups)

@@ -75,14 +75,27 @@ class PrefixScorer:
 
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
-        self._track(workers)
-        match = match_prefix(request, workers, self.index, self.exact)
+        ids = [view.info.id for view in workers]
+        return dict(zip(ids, self._column(request, workers, cycle, ids), strict=True))
+
+    def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
+                     cycle: CycleState) -> list[float]:
+        """``score`` as a list in view order (no per-worker dict)."""
+        return self._column(request, workers, cycle, [view.info.id for view in workers])
+
+    def _column(self, request: RoutingRequest, workers: Sequence[WorkerView],
+                cycle: CycleState, ids: list[str]) -> list[float]:
+        self._track(workers, ids)
+        match = match_prefix(request, workers, self.index, self.exact, ids)
         cycle.write(MATCH_KEY, match)
         prompt = max(1, request.num_prompt_tokens)
         tokens = match.tokens
-        scores = {view.id: tokens.get(view.id, 0) / prompt for view in workers}
-        record_attribute(cycle, ATTRIBUTE, LazyAttribute(scores, lambda w: tokens.get(w, 0)))
-        return scores
+        position = dict(zip(ids, range(len(ids)), strict=True))
+        column = [0.0] * len(ids)
+        for worker_id, count in tokens.items():
+            column[position[worker_id]] = count / prompt
+        record_attribute(cycle, ATTRIBUTE, LazyAttribute(position, lambda w: tokens.get(w, 0)))
+        return column
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
         worker_id = decision.worker_id
@@ -95,12 +108,16 @@ class PrefixScorer:
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         return None
 
-    def _track(self, workers: Sequence[WorkerView]) -> None:
-        for view in workers:
-            if self._gpu_blocks.get(view.id) != view.num_gpu_blocks:
-                self._gpu_blocks[view.id] = view.num_gpu_blocks
-                self._block_size[view.id] = view.block_size
-                self.index.set_capacity(view.id, view.num_gpu_blocks)
+    def _track(self, workers: Sequence[WorkerView], ids: list[str]) -> None:
+        """Resize the LRUs of workers whose ``num_gpu_blocks`` changed (or are new)."""
+        blocks = [view.num_gpu_blocks for view in workers]
+        if blocks == list(map(self._gpu_blocks.get, ids)):
+            return
+        for view, worker_id, count in zip(workers, ids, blocks, strict=True):
+            if self._gpu_blocks.get(worker_id) != count:
+                self._gpu_blocks[worker_id] = count
+                self._block_size[worker_id] = view.block_size
+                self.index.set_capacity(worker_id, count)
 
 
 def register(registry: PluginRegistry) -> None:
