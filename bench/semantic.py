@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override the section's max_tokens (tokens the embedder reads)")
     parser.add_argument("--quantize", action="store_true",
                         help="override the section's quantize with true (int8, text by text)")
+    parser.add_argument("--runtime", choices=("torch", "onnx"), default=None,
+                        help="override the section's runtime (what runs the encoder)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True, metavar="DIR")
 
@@ -91,6 +93,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         section = dataclasses.replace(section, max_tokens=args.max_tokens)
     if args.quantize:
         section = dataclasses.replace(section, quantize=True)
+    if args.runtime is not None:
+        section = dataclasses.replace(section, runtime=args.runtime)
     model = build_semantic_model(section, args.routing.resolve().parent)
     producer = SemanticProducer("semantic", model)
     rows = read_labelled_jsonl(args.data, "--data")
@@ -136,7 +140,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         "routing": str(args.routing), "data": str(args.data), "rate": args.rate,
         "duration_s": args.duration, "requests": total, "cpus": sorted(os.sched_getaffinity(0)),
         "max_prompt_tokens": args.max_prompt_tokens, "max_tokens": section.max_tokens,
-        "quantize": section.quantize, "batch_window_ms": section.batch.window_ms,
+        "quantize": section.quantize, "runtime": section.runtime,
+        "batch_window_ms": section.batch.window_ms,
         "latency_ms": {"p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90)),
                        "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean()),
                        "max": float(ms.max())},

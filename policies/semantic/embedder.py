@@ -12,7 +12,9 @@ per-call overhead), mean-pools over the attention mask and L2-normalises, which 
 sentence-transformers' pipeline for this model (``Transformer → Pooling(mean) → Normalize``)
 does. ``quantize`` converts the linear layers to dynamic int8 (faster on CPU; each text then runs
 alone, see ``embed``; docs/semantic.md has its effect on accuracy and speed). ``threads``
-sets torch's intra-op threads.
+sets torch's intra-op threads. ``runtime="onnx"`` runs the same encoder as an ONNX Runtime
+session (``policies.semantic.onnx_encoder``, exported on first use, int8 by ONNX Runtime's
+dynamic quantization when ``quantize``); tokenizing and pooling are unchanged.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +32,7 @@ from policies.semantic.bert_forward import bert_last_hidden_state
 from policies.semantic.embedder_limits import EMBEDDING_DIM, MODEL_WINDOW_TOKENS
 
 Matrix = npt.NDArray[np.float32]
-
+Runtime = Literal["torch", "onnx"]
 
 
 def model_directory() -> Path:
@@ -43,7 +45,8 @@ def model_directory() -> Path:
 class MiniLmEmbedder:
     """Batch embedding of texts into unit vectors of ``EMBEDDING_DIM`` floats."""
 
-    def __init__(self, max_tokens: int = 128, threads: int = 1, quantize: bool = False) -> None:
+    def __init__(self, max_tokens: int = 128, threads: int = 1, quantize: bool = False,
+                 runtime: Runtime = "torch") -> None:
         if not 8 <= max_tokens <= MODEL_WINDOW_TOKENS:
             raise ValueError(f"max_tokens must be within 8..{MODEL_WINDOW_TOKENS}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -60,7 +63,13 @@ class MiniLmEmbedder:
         self._tokenizer: Any = st_model.tokenizer
         encoder: Any = st_model[0].auto_model
         encoder.eval()
-        if quantize:
+        self._onnx: Any = None
+        if runtime == "onnx":
+            from policies.semantic.onnx_encoder import OnnxEncoder
+
+            self._onnx = OnnxEncoder.load(encoder, model_directory(), quantize=quantize,
+                                          threads=max(1, threads))
+        elif quantize:
             quantize_dynamic: Any = torch.ao.quantization.quantize_dynamic
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -68,6 +77,7 @@ class MiniLmEmbedder:
         self._encoder = encoder
         self.max_tokens = max_tokens
         self.quantized = quantize
+        self.runtime = runtime
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         """One L2-normalised row per text (an empty text gets the embedding of "").
@@ -83,6 +93,8 @@ class MiniLmEmbedder:
         return self._embed_batch(texts)
 
     def _embed_batch(self, texts: Sequence[str]) -> Matrix:
+        if self._onnx is not None:
+            return self._embed_batch_onnx(texts)
         torch = self._torch
         batch = self._tokenizer(list(texts), padding=True, truncation=True,
                                 max_length=self.max_tokens, return_tensors="pt")
@@ -93,6 +105,17 @@ class MiniLmEmbedder:
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
         result: Matrix = pooled.numpy().astype(np.float32, copy=False)
+        return result
+
+    def _embed_batch_onnx(self, texts: Sequence[str]) -> Matrix:
+        batch = self._tokenizer(list(texts), padding=True, truncation=True,
+                                max_length=self.max_tokens, return_tensors="np")
+        mask = batch["attention_mask"].astype(np.int64)
+        hidden = self._onnx.run(batch["input_ids"].astype(np.int64), mask)
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        result: Matrix = (pooled / norms).astype(np.float32, copy=False)
         return result
 
     def count_tokens(self, text: str) -> int:

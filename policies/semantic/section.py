@@ -11,6 +11,7 @@ semantic:
   cache_size: 4096             # embeddings kept, by content hash (0: no cache)
   threads: 1                   # torch threads of the embedding thread
   quantize: false              # dynamic int8 linear layers (see docs/semantic.md)
+  runtime: torch               # torch | onnx (ONNX Runtime, exported on first use)
   timeout_ms: 250              # longer than this: default class (outcome "timeout")
   batch: {window_ms: 2.0, max_size: 16, max_queue: 256}   # beyond max_queue: default class
   classes:
@@ -37,6 +38,7 @@ from policies.semantic.text import TextMode
 
 SECTION_NAME = "semantic"
 CHARS_PER_TOKEN_BOUND = 16   # text beyond max_tokens × this is never looked at
+RUNTIMES = ("torch", "onnx")   # what runs the encoder (policies.semantic.embedder)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,7 @@ class SemanticSection:
     cache_size: int = 4096
     threads: int = 1
     quantize: bool = False
+    runtime: str = "torch"
     timeout_ms: float = 250.0
     batch: BatchParams = field(default_factory=BatchParams)
 
@@ -91,6 +94,8 @@ class SemanticSection:
             raise ParamError("cache_size", "must be >= 0")
         if self.timeout_ms <= 0:
             raise ParamError("timeout_ms", "must be > 0")
+        if self.runtime not in RUNTIMES:
+            raise ParamError("runtime", f"must be one of {', '.join(RUNTIMES)}")
         if not 1 <= self.threads <= 64:
             raise ParamError("threads", "must be within 1..64")
 
