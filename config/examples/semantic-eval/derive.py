@@ -22,6 +22,10 @@ Every row goes to ``pool.jsonl`` or ``heldout.jsonl`` by a hash of ``source:id``
 independent of its text and label; a held-out row whose text also occurs in the pool (the
 sets share a few questions) is dropped. The ``examples:`` of ``config/examples/semantic.yaml`` were
 written from ``pool.jsonl`` only; ``heldout.jsonl`` is the evaluation set.
+
+``blind.jsonl`` (``write_blind``) was added after the example configuration was frozen: rows
+that neither file uses (by ``source:id`` and by text), labelled by source category alone
+and never reviewed, scored once (docs/semantic.md).
 """
 
 from __future__ import annotations
@@ -99,6 +103,38 @@ ARENA_CHAT = (
 ARENA = {**{c: "code" for c in ARENA_CODE}, **{c: "math" for c in ARENA_MATH},
          **{c: "chat" for c in ARENA_CHAT}}
 
+# Blind test set (blind.jsonl): Arena-Hard clusters that pool and heldout never used, mapped
+# by name only after the example configuration was frozen, and Bitext rows past the first
+# SUPPORT_PER_INTENT of each intent. Its rows are not reviewed.
+BLIND_CODE = (
+    "Web Development & APIs", "E-Commerce Web Development", "Word Position in String",
+    "Character Indexing and Counting", "Array Pair Sum Optimization",
+    "HLSL Shader Decompilation Refactoring", "HDL Design and Verification",
+    "GIS Scripting and Customization", "Odoo File Handling & Customization",
+    "Video Download & Bot Scripts", "Excel VBA and Formulas",
+    "Kubernetes Management & Configuration", "Docker Deployment & Configuration",
+    "Automated Testing & Tools", "Game Development Engines", "JAX Sharding & Neural Networks",
+    "Databricks & Spark Integration", "Random Number Generation",
+    "Advanced Random Number Techniques", "Chatbot Development & Integration",
+)
+BLIND_MATH = (
+    "Prime and Perfect Number Calculations", "Computing Standard Deviation",
+    "Optimal Walking and Step Count", "Number Substitution Patterns",
+    "Circular Motion and Revolutions", "Investment Growth and Taxes",
+)
+BLIND_CHAT = (
+    "Aspiring Data Scientist Guidance", "Business Operations Analysis",
+    "CIO Biotech IT Strategy", "Cybersecurity Research and Trends",
+    "Digital Advertising Insights", "Elo Rating System Explained", "Expert Panel Discussion",
+    "Finance and Banking Operations", "Generative AI Essentials",
+    "GenAI in Enterprise Operations", "Options Trading Strategies",
+    "Radiology AI in Healthcare", "Stock Market Strategies & Outcomes",
+    "Taxation Knowledge and Queries", "Weather Forecast Accuracy",
+)
+BLIND_ARENA = {**{c: "code" for c in BLIND_CODE}, **{c: "math" for c in BLIND_MATH},
+               **{c: "chat" for c in BLIND_CHAT}}
+BLIND_SUPPORT_PER_INTENT = 4   # Bitext rows per intent after the SUPPORT_PER_INTENT used
+
 # Arena-Hard uid prefix -> reviewed label (None: fits none of the classes; dropped)
 HELDOUT_REVIEW: dict[str, str | None] = {
     "a89e93c6": "code",   # "act as an experienced software developer ... web app"
@@ -125,12 +161,12 @@ def bench_rows(name: str, mapping: dict[str, str]) -> Iterator[Row]:
                        "label": mapping[q["category"]], "text": q["turns"][0]}
 
 
-def arena_rows() -> Iterator[Row]:
+def arena_rows(mapping: dict[str, str] = ARENA) -> Iterator[Row]:
     with gzip.open(PROMPTS / "arena_hard_v0.1_questions.jsonl.gz", "rt", encoding="utf-8") as fh:
         for line in fh:
             q = json.loads(line)
-            if q["cluster"] in ARENA:
-                yield {"source": "arena_hard", "id": q["uid"], "label": ARENA[q["cluster"]],
+            if q["cluster"] in mapping:
+                yield {"source": "arena_hard", "id": q["uid"], "label": mapping[q["cluster"]],
                        "text": q["prompt"]}
 
 
@@ -142,14 +178,15 @@ def reviewed(row: Row) -> Row | None:
     return None if label is None else {**row, "label": label}
 
 
-def bitext_rows() -> Iterator[Row]:
-    kept: dict[str, int] = defaultdict(int)
+def bitext_rows(skip: int = 0, keep: int = SUPPORT_PER_INTENT) -> Iterator[Row]:
+    """Per intent, the rows after the first ``skip``, at most ``keep`` of them."""
+    seen: dict[str, int] = defaultdict(int)
     path = PROMPTS / "bitext_customer_support_4.5k.csv.gz"
     with gzip.open(path, "rt", encoding="utf-8", newline="") as fh:
         for i, row in enumerate(csv.DictReader(fh)):
-            if kept[row["intent"]] >= SUPPORT_PER_INTENT:
+            seen[row["intent"]] += 1
+            if not skip < seen[row["intent"]] <= skip + keep:
                 continue
-            kept[row["intent"]] += 1
             yield {"source": "bitext", "id": str(i), "label": "support",
                    "text": row["instruction"]}
 
@@ -183,6 +220,24 @@ def main() -> None:
             fh.close()
     for (side, label), n in sorted(counts.items()):
         print(f"{'heldout' if side else 'pool':8s} {label:8s} {n}")
+    write_blind({f"{r['source']}:{r['id']}" for r in rows},
+                {normalized(r["text"]) for r in rows})
+
+
+def write_blind(used_ids: set[str], used_texts: set[str]) -> None:
+    """``blind.jsonl``: rows of neither pool nor heldout (by source:id and by text)."""
+    blind = [*arena_rows(BLIND_ARENA),
+             *bitext_rows(skip=SUPPORT_PER_INTENT, keep=BLIND_SUPPORT_PER_INTENT)]
+    counts: dict[str, int] = defaultdict(int)
+    with (HERE / "blind.jsonl").open("w", encoding="utf-8") as fh:
+        for row in blind:
+            if (f"{row['source']}:{row['id']}" in used_ids
+                    or normalized(row["text"]) in used_texts):
+                continue
+            counts[row["label"]] += 1
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    for label, n in sorted(counts.items()):
+        print(f"blind    {label:8s} {n}")
 
 
 if __name__ == "__main__":
