@@ -21,15 +21,13 @@ corrections learnt from observed outcomes (``policies.latency.online``).
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from policies.base import CycleState, RoutingRequest
+from policies.latency.candidate_arrays import CandidateArrays, infos_of, shortlist_positions
 from policies.latency.online import OnlineCorrection, Prediction
 from policies.latency.step_model import StepCoefficients
 from policies.prefix.matching import MATCH_KEY, PrefixMatch
@@ -102,7 +100,7 @@ class PrefillArrivals:
 class TimeEstimator:
     """Estimates per worker; learns from outcomes through ``observe``."""
 
-    __slots__ = ("_coefficients", "_prefill_memo", "_source", "arrivals", "correction",
+    __slots__ = ("_arrays", "_coefficients", "_prefill_memo", "_source", "arrivals", "correction",
                  "default_output_tokens")
 
     def __init__(self, coefficients: CoefficientsFn, correction: OnlineCorrection | None = None,
@@ -110,6 +108,7 @@ class TimeEstimator:
                  default_output_tokens: int = 256) -> None:
         self._source = coefficients
         self._coefficients: dict[str, StepCoefficients] = {}
+        self._arrays: CandidateArrays | None = None   # the last decision's candidates
         # one decision's prefill times by (coefficients, uncached, cached); see estimates_for
         self._prefill_memo: dict[tuple[int, int, int], float] = {}
         self.correction = correction if correction is not None else OnlineCorrection()
@@ -193,19 +192,21 @@ class TimeEstimator:
                         ttft_upper_s=raw_ttft * ttft_upper if ttft_upper else None,
                         tpot_upper_s=raw_tpot * tpot_upper if tpot_upper else None)
 
-    def coefficients_of(self, views: Sequence[WorkerView]) -> list[StepCoefficients]:
-        """Each view's coefficients, in view order (one dict lookup per known worker)."""
-        known = self._coefficients.get
-        return [known(view.info.id) or self.coefficients(view.info) for view in views]
+    def candidate_arrays(self, views: Sequence[WorkerView]) -> CandidateArrays:
+        """The views' per-worker constants, rebuilt only when the candidate list changed."""
+        infos = infos_of(views)
+        arrays = self._arrays
+        if arrays is None or not arrays.matches(infos):
+            arrays = self._arrays = CandidateArrays(infos, self.coefficients)
+        return arrays
 
     def idle_prefill_s(self, request: RoutingRequest, views: Sequence[WorkerView],
-                       coefficients: Sequence[StepCoefficients] | None = None) -> float:
+                       arrays: CandidateArrays | None = None) -> float:
         """The prompt's uncached prefill time on the fastest idle candidate (SLO yardstick).
 
-        ``coefficients``: the views' own (``coefficients_of``), when already at hand."""
+        ``arrays``: the views' ``candidate_arrays``, when already at hand."""
         prompt = max(1, request.num_prompt_tokens)
-        ks = coefficients if coefficients is not None else self.coefficients_of(views)
-        distinct = dict(zip(map(id, ks), ks, strict=True))     # one per GPU class
+        distinct = (arrays if arrays is not None else self.candidate_arrays(views)).distinct
         best = math.inf
         for key, k in distinct.items():
             value = self._prefill_memo[(key, prompt, 0)] = k.prefill_s(prompt)
@@ -237,12 +238,12 @@ def estimates_for(cycle: CycleState, request: RoutingRequest, workers: Sequence[
         known = {}
         cycle.write(ESTIMATES_KEY, known)
         estimator._prefill_memo.clear()
-        ks = estimator.coefficients_of(workers)
-        cycle.write(IDLE_PREFILL_KEY, estimator.idle_prefill_s(request, workers, ks))
+        arrays = estimator.candidate_arrays(workers)
+        cycle.write(IDLE_PREFILL_KEY, estimator.idle_prefill_s(request, workers, arrays))
         match: PrefixMatch | None = cycle.read(MATCH_KEY)
         cached = match.tokens if match is not None else {}
         chosen = workers if len(workers) <= SHORTLIST else shortlist(
-            request, workers, ks, cached)
+            request, workers, arrays, cached)
         estimate = estimator.estimate
         for view in chosen:
             worker_id = view.info.id
@@ -250,25 +251,11 @@ def estimates_for(cycle: CycleState, request: RoutingRequest, workers: Sequence[
     return known
 
 
-def shortlist(request: RoutingRequest, workers: Sequence[WorkerView],
-              coefficients: Sequence[StepCoefficients],
+def shortlist(request: RoutingRequest, workers: Sequence[WorkerView], arrays: CandidateArrays,
               cached: Mapping[str, int]) -> list[WorkerView]:
-    """The workers worth estimating, in view order: the ``SHORTLIST · 3/4`` soonest by the
-    bound ``per_token · (queued prefill + uncached prompt) + floor · (1 + running / 32)``,
-    the ``SHORTLIST / 4`` cheapest by bound × price, and the ``SHORTLIST / 4`` caching the
-    most (ties to the earlier worker in each ranking)."""
-    prompt = request.num_prompt_tokens
-    ids = [view.info.id for view in workers]
-    cached_of = cached.get
-    bound = np.array([k.per_token_s * (view.inflight_prefill_tokens + prompt
-                                       - cached_of(worker_id, 0))
-                      + k.floor_s * (1 + view.running / 32)
-                      for view, k, worker_id in zip(workers, coefficients, ids, strict=True)])
-    price = np.array([view.info.price_per_hour for view in workers])
-    picked = set(np.argsort(bound, kind="stable")[:SHORTLIST * 3 // 4].tolist())
-    picked.update(np.argsort(bound * price, kind="stable")[:SHORTLIST // 4].tolist())
-    position = dict(zip(ids, range(len(ids)), strict=True))
-    picked.update(position[w] for w in heapq.nlargest(SHORTLIST // 4, cached,
-                                                      key=cached.__getitem__)
-                  if w in position)
-    return [workers[i] for i in sorted(picked)]
+    """The workers worth estimating, in view order: the ``SHORTLIST · 3/4`` soonest by a
+    one-line TTFT bound, the ``SHORTLIST / 4`` cheapest by bound × price, and the
+    ``SHORTLIST / 4`` caching the most (``candidate_arrays.shortlist_positions``)."""
+    positions = shortlist_positions(arrays, workers, request.num_prompt_tokens, cached,
+                                    SHORTLIST * 3 // 4, SHORTLIST // 4, SHORTLIST // 4)
+    return [workers[i] for i in positions]
