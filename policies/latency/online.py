@@ -101,6 +101,16 @@ class OnlineCorrection:
             return self._clamp(math.exp(shared.value))
         return None
 
+    def factors(self, worker_id: str,
+                gpu_class: str) -> tuple[float, float, float | None, float | None]:
+        """``factor`` and ``upper`` of TTFT and TPOT: (ttft, tpot, ttft upper, tpot upper)."""
+        if not self._by_class:      # nothing observed yet (every table fills together)
+            return 1.0, 1.0, None, None
+        return (self.factor(worker_id, gpu_class, "ttft"),
+                self.factor(worker_id, gpu_class, "tpot"),
+                self.upper(worker_id, gpu_class, "ttft"),
+                self.upper(worker_id, gpu_class, "tpot"))
+
     def remember(self, request_id: str, prediction: Prediction) -> None:
         self._pending[request_id] = prediction
         while len(self._pending) > self.max_pending:

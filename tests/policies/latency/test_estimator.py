@@ -98,3 +98,14 @@ def test_large_fleets_are_estimated_on_a_shortlist_that_keeps_the_cached_worker(
     assert "w199" in known and "w0" in known          # cached prefix, and an idle worker
     assert known["w199"].cached_tokens == 4_000
     assert estimates_for(cycle, request_of(5_000), views, est) is known
+
+
+def test_new_estimate_builds_the_same_estimate_as_its_constructor() -> None:
+    from policies.latency.estimator import Estimate, new_estimate
+
+    values = (0.3, 0.02, 1.5, 0.0004, 512, 0.25, 0.018, 0.1, None, 0.03)
+    built = new_estimate(*values)
+    assert built == Estimate(*values)
+    assert built.ttft_upper_s is None and built.tpot_upper_s == 0.03
+    with pytest.raises(AttributeError):
+        built.ttft_s = 1.0  # type: ignore[misc]

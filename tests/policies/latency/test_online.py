@@ -56,3 +56,19 @@ def test_upper_tracks_the_ninetieth_percentile_of_the_ratio() -> None:
     borrowed = correction.upper("w9", "H100", "tpot")     # a new H100 uses its class's
     assert borrowed is not None and 1.0 <= borrowed <= 3.0
     assert correction.upper("w9", "L40S", "tpot") is None
+
+
+def test_factors_equal_factor_and_upper_of_both_metrics() -> None:
+    correction = OnlineCorrection(min_samples=3)
+    assert correction.factors("w1", "h100") == (1.0, 1.0, None, None)
+    for n in range(5):
+        correction.remember(f"r{n}", Prediction("w1", "h100", 0.1, 0.02))
+        correction.observe(f"r{n}", 0.1 * (1.5 + n / 10), 0.02 * 0.8)
+    for worker_id, gpu_class in (("w1", "h100"), ("w2", "h100"), ("w3", "a100")):
+        assert correction.factors(worker_id, gpu_class) == (
+            correction.factor(worker_id, gpu_class, "ttft"),
+            correction.factor(worker_id, gpu_class, "tpot"),
+            correction.upper(worker_id, gpu_class, "ttft"),
+            correction.upper(worker_id, gpu_class, "tpot"))
+    assert correction.factors("w1", "h100")[2] is not None
+    assert correction.factors("w3", "a100") == (1.0, 1.0, None, None)
