@@ -96,8 +96,9 @@ async def test_huge_and_invalid_prompts_are_classified_not_refused(
     assert request.semantic_class == "code"
 
 
-async def test_concurrent_requests_share_one_batch_and_repeat_text_hits_the_cache(
+async def test_int8_texts_resolve_one_by_one_and_repeat_text_hits_the_cache(
         example_model: SemanticModel) -> None:
+    assert example_model.section.quantize   # int8 runs each text alone: no gathering wait
     section = dataclasses.replace(
         example_model.section,
         batch=dataclasses.replace(example_model.section.batch, window_ms=40.0))
@@ -111,14 +112,14 @@ async def test_concurrent_requests_share_one_batch_and_repeat_text_hits_the_cach
                 for i, t in enumerate(texts)]
     try:
         await asyncio.gather(*(producer.produce_async(r, ()) for r in requests))
-        assert model.batcher.stats.batch_sizes == [4]
+        assert model.batcher.stats.batch_sizes == [1, 1, 1, 1]
         again = RoutingRequest(request_id="again", model="auto",
                                messages=[{"role": "user", "content": texts[0]}])
         assert not producer.should_offload(again)      # cached: answered inline
         producer.produce(again, ())
     finally:
         model.close()
-    assert model.batcher.stats.batch_sizes == [4]
+    assert model.batcher.stats.batch_sizes == [1, 1, 1, 1]
     assert model.batcher.cache.hits >= 1
     assert again.semantic_class == requests[0].semantic_class == "code"
     assert all(isinstance(r.attributes["semantic_classify_s"], float) for r in requests)

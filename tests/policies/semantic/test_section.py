@@ -36,6 +36,8 @@ def test_defaults_and_labels() -> None:
      "semantic.classes.code.examples: must not contain empty strings"),
     ({"default_class": "chat", "classes": CLASSES, "batch": {"window_ms": 500}},
      "semantic.batch.window_ms: must be within 0..50"),
+    ({"default_class": "chat", "classes": CLASSES, "runtime": "tensorrt"},
+     "semantic.runtime: must be one of torch, onnx"),
     ({"classes": CLASSES}, "semantic.default_class: required"),
     ({"default_class": "chat", "classes": CLASSES, "colour": "red"},
      "semantic.colour: unknown key"),
