@@ -45,7 +45,7 @@ profiles:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CandidateScore, CycleState, RoutingRequest
@@ -107,66 +107,70 @@ class SloCostPicker:
         estimates: Mapping[str, Estimate] | None = cycle.read(ESTIMATES_KEY)
         if not estimates:
             return max(candidates, key=lambda c: c.total)
-        candidates = _estimated(candidates, estimates) or candidates
-        if any(c.worker_id not in estimates for c in candidates):
+        ids, totals, at = _columns(candidates)
+        # positions with an estimate, in candidate order (a large fleet is estimated on a
+        # shortlist); decided on ids and totals so that only the chosen object is built
+        positions = [p for p, worker_id in enumerate(ids) if worker_id in estimates]
+        if not positions:
             return max(candidates, key=lambda c: c.total)
         ttft_goal, tpot_goal = self.objectives(cycle)
         headroom = self.headroom
-        feasible = [c for c in candidates
-                    if _padded_ttft(estimates[c.worker_id], headroom) <= ttft_goal
-                    and _padded_tpot(estimates[c.worker_id], headroom) <= tpot_goal]
+        feasible = [p for p in positions
+                    if _padded_ttft(estimates[ids[p]], headroom) <= ttft_goal
+                    and _padded_tpot(estimates[ids[p]], headroom) <= tpot_goal]
         record_attribute(cycle, "estimated_cost_usd",
                          LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
         record_attribute(cycle, "estimated_ttft_s",
                          LazyAttribute(estimates, lambda w: estimates[w].ttft_s))
         record_attribute(cycle, "estimated_tpot_s",
                          LazyAttribute(estimates, lambda w: estimates[w].tpot_s))
+        runner: int | None
         if feasible:
-            sticky = self._longest_prefix(request, feasible, estimates)
+            sticky = self._longest_prefix(request, feasible, ids, estimates)
             if self.reserve_fast:
-                slowest = max(estimates[c.worker_id].prefill_s for c in sticky)
-                sticky = [c for c in sticky
-                          if estimates[c.worker_id].prefill_s >= 0.9 * slowest]
-            chosen = self._cheapest(sticky, estimates)
-            others = [c for c in feasible if c is not chosen]
-            runner = self._cheapest(others, estimates) if others else None
-            term = _deciding_term(estimates[chosen.worker_id],
-                                  estimates[runner.worker_id] if runner else None)
+                slowest = max(estimates[ids[p]].prefill_s for p in sticky)
+                sticky = [p for p in sticky if estimates[ids[p]].prefill_s >= 0.9 * slowest]
+            chosen = self._cheapest(sticky, ids, totals, estimates)
+            others = [p for p in feasible if p != chosen]
+            runner = self._cheapest(others, ids, totals, estimates) if others else None
+            term = _deciding_term(estimates[ids[chosen]],
+                                  estimates[ids[runner]] if runner is not None else None)
         else:
-            def lateness(c: CandidateScore) -> float:
-                e = estimates[c.worker_id]
+            def lateness(p: int) -> float:
+                e = estimates[ids[p]]
                 return max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
-            ranked = sorted(candidates, key=lateness)
+            ranked = sorted(positions, key=lateness)
             chosen, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
             term = "slo-fallback"
-        set_reason(cycle, _reason(request, term, chosen, runner, estimates), term)
-        return chosen
+        set_reason(cycle, _reason(request, term, ids[chosen],
+                                  ids[runner] if runner is not None else None, estimates),
+                   term)
+        return at(chosen)
 
-    def _longest_prefix(self, request: RoutingRequest, group: Sequence[CandidateScore],
-                        estimates: Mapping[str, Estimate]) -> list[CandidateScore]:
-        """Candidates whose cached share is within ``prefix_tolerance`` of the best one."""
+    def _longest_prefix(self, request: RoutingRequest, group: Sequence[int],
+                        ids: Sequence[str], estimates: Mapping[str, Estimate]) -> list[int]:
+        """Positions whose cached share is within ``prefix_tolerance`` of the best one."""
         prompt = max(1, request.num_prompt_tokens)
-        best = max(estimates[c.worker_id].cached_tokens for c in group) / prompt
+        best = max(estimates[ids[p]].cached_tokens for p in group) / prompt
         floor = best - self.prefix_tolerance
-        return [c for c in group if estimates[c.worker_id].cached_tokens / prompt >= floor]
+        return [p for p in group if estimates[ids[p]].cached_tokens / prompt >= floor]
 
-    def _cheapest(self, group: Sequence[CandidateScore],
-                  estimates: Mapping[str, Estimate]) -> CandidateScore:
-        cheapest = min(estimates[c.worker_id].cost_usd for c in group)
-        near = [c for c in group
-                if estimates[c.worker_id].cost_usd <= cheapest * (1.0 + self.tolerance)]
-        return max(near, key=lambda c: (c.total, -estimates[c.worker_id].ttft_s))
+    def _cheapest(self, group: Sequence[int], ids: Sequence[str], totals: Sequence[float],
+                  estimates: Mapping[str, Estimate]) -> int:
+        cheapest = min(estimates[ids[p]].cost_usd for p in group)
+        near = [p for p in group
+                if estimates[ids[p]].cost_usd <= cheapest * (1.0 + self.tolerance)]
+        return max(near, key=lambda p: (totals[p], -estimates[ids[p]].ttft_s))
 
 
-def _estimated(candidates: Sequence[CandidateScore],
-               estimates: Mapping[str, Estimate]) -> list[CandidateScore]:
-    """The candidates that have an estimate, in candidate order. From the engine's column
-    table only those are built as objects (a large fleet is estimated on a shortlist)."""
+def _columns(candidates: Sequence[CandidateScore]) -> tuple[
+        Sequence[str], Sequence[float], Callable[[int], CandidateScore]]:
+    """Ids, totals and the candidate at a position; from the engine's column table without
+    building a candidate object per worker."""
     if isinstance(candidates, CandidateTable):
-        at = candidates.at
-        return [at(position) for position, worker_id in enumerate(candidates.ids)
-                if worker_id in estimates]
-    return [c for c in candidates if c.worker_id in estimates]
+        return candidates.ids, candidates.totals, candidates.at
+    return ([c.worker_id for c in candidates], [c.total for c in candidates],
+            candidates.__getitem__)
 
 
 def _padded_ttft(estimate: Estimate, headroom: float) -> float:
@@ -193,17 +197,17 @@ def _deciding_term(chosen: Estimate, runner: Estimate | None) -> str:
     return "load"
 
 
-def _reason(request: RoutingRequest, term: str, chosen: CandidateScore,
-            runner: CandidateScore | None, estimates: Mapping[str, Estimate]) -> str:
-    mine = estimates[chosen.worker_id]
+def _reason(request: RoutingRequest, term: str, chosen_id: str, runner_id: str | None,
+            estimates: Mapping[str, Estimate]) -> str:
+    mine = estimates[chosen_id]
     share = mine.cached_tokens / max(1, request.num_prompt_tokens)
-    head = f"{term}: prefix {share:.2f} on {chosen.worker_id}"
-    if runner is None:
+    head = f"{term}: prefix {share:.2f} on {chosen_id}"
+    if runner_id is None:
         return (f"{head}; est ttft {mine.ttft_s:.2f}s; tpot {mine.tpot_s * 1e3:.0f}ms; "
                 f"cost ${mine.cost_usd:.4f}")
-    other = estimates[runner.worker_id]
+    other = estimates[runner_id]
     return (f"{head}; est ttft {mine.ttft_s:.2f}s vs {other.ttft_s:.2f}s on "
-            f"{runner.worker_id}; tpot {mine.tpot_s * 1e3:.0f}ms vs {other.tpot_s * 1e3:.0f}ms; "
+            f"{runner_id}; tpot {mine.tpot_s * 1e3:.0f}ms vs {other.tpot_s * 1e3:.0f}ms; "
             f"cost ${mine.cost_usd:.4f} vs ${other.cost_usd:.4f}")
 
 
