@@ -170,7 +170,9 @@ class TimeEstimator:
         output = output if output > 1 else 1
         running = view.running
         decoding = running if running > 0 else 0
-        in_batch = max(running + view.waiting, view.inflight_requests)
+        # (conditional expressions below stand for max/min, with their tie and NaN rules)
+        queued_batch, inflight = running + view.waiting, view.inflight_requests
+        in_batch = inflight if inflight > queued_batch else queued_batch
         context_sum = view.kv_usage * view.num_gpu_blocks * view.block_size
         mean_context = context_sum / decoding if decoding else float(prompt)
         # shared by every step while this worker decodes its running batch
@@ -178,26 +180,32 @@ class TimeEstimator:
         # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
         queued = view.inflight_prefill_tokens
         ahead = (queued if queued > 0 else 0) + uncached
-        chunk = float(max(1, k.max_batched_tokens - min(decoding, k.max_batched_tokens - 1)))
+        most = k.max_batched_tokens - 1
+        room = k.max_batched_tokens - (most if most < decoding else decoding)
+        chunk = float(room if room > 1 else 1)
         own_pairs = uncached * cached + uncached * uncached / 2.0
         if ahead <= chunk:
-            prefill = (fixed + max(base, per_token * (ahead + decoding)) + decode_part
+            linear = per_token * (ahead + decoding)
+            prefill = (fixed + (linear if linear > base else base) + decode_part
                        + per_pair * own_pairs)
         else:
             steps = math.ceil(ahead / chunk)
-            full = fixed + max(base, per_token * (chunk + decoding)) + decode_part
-            rest = ahead - (steps - 1) * chunk + decoding
-            prefill = ((steps - 1) * full + fixed + max(base, per_token * rest) + decode_part
-                       + per_pair * own_pairs)
+            linear = per_token * (chunk + decoding)
+            full = fixed + (linear if linear > base else base) + decode_part
+            linear = per_token * (ahead - (steps - 1) * chunk + decoding)
+            prefill = ((steps - 1) * full + fixed + (linear if linear > base else base)
+                       + decode_part + per_pair * own_pairs)
         joined = in_batch + 1
-        decode_step = (fixed + max(base, per_token * joined) + per_ctx * joined * mean_context
-                       + per_seq * in_batch)
+        linear = per_token * joined
+        decode_step = (fixed + (linear if linear > base else base)
+                       + per_ctx * joined * mean_context + per_seq * in_batch)
         slot_wait = 0.0
         if in_batch >= k.max_num_seqs:
             slot_wait = (in_batch - k.max_num_seqs + 1) / k.max_num_seqs * output * decode_step
         raw_ttft = prefill + slot_wait
         # TPOT: the decode step, diluted by prefill chunks that keep arriving
-        full_step = (fixed + max(base, per_token * (chunk + joined)) + per_ctx * context_sum
+        linear = per_token * (chunk + joined)
+        full_step = (fixed + (linear if linear > base else base) + per_ctx * context_sum
                      + per_seq * in_batch)
         horizon = raw_ttft + output * decode_step
         share = self.arrivals.rate(worker_id, request.arrival_time, horizon) * full_step / chunk
@@ -214,7 +222,7 @@ class TimeEstimator:
             own_prefill = self._prefill_memo[memo_key] = k.prefill_s(uncached, cached)
         gpu_s = own_prefill + output * tpot / joined
         return new_estimate(ttft, tpot, gpu_s, info.price_per_hour / 3600.0 * gpu_s, cached,
-                            raw_ttft, raw_tpot, min(own_prefill, ttft),
+                            raw_ttft, raw_tpot, ttft if ttft < own_prefill else own_prefill,
                             raw_ttft * ttft_upper if ttft_upper else None,
                             raw_tpot * tpot_upper if tpot_upper else None)
 
