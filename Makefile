@@ -46,7 +46,7 @@ test-fast: $(VENV)/.dev
 test-observability: $(VENV)/.dev
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
 		(apt-get update -qq && apt-get install -y -qq prometheus >/dev/null)
-	$(VENV)/bin/pytest -q -o addopts='' -m observability tests/observability $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -o addopts='--import-mode=importlib' -m observability tests/observability $(PYTEST_ARGS)
 
 # Peer routers for `kvroute bench` (never part of the base install): a separate venv plus Debian
 # packages. Versions match the ones measured in shared/reference/overhead-anchors.md.
@@ -76,7 +76,7 @@ $(VLLM_VENV)/.ready: tests/real_vllm/vllm_requirements.py
 
 test-real-vllm: $(VENV)/.dev $(VLLM_VENV)/.ready
 	KVROUTE_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python \
-		$(VENV)/bin/pytest -q -o addopts='' -m real_vllm tests/real_vllm $(PYTEST_ARGS)
+		$(VENV)/bin/pytest -q -o addopts='--import-mode=importlib' -m real_vllm tests/real_vllm $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .cache .pytest_cache .mypy_cache .ruff_cache

@@ -2,12 +2,11 @@ from __future__ import annotations
 
 import random
 
-from peer_fixtures import MODEL, make_request, make_view, routed
-
 from policies.base import CandidateScore, CycleState
 from policies.peers.dynamo_kv import DynamoKvCostScorer, DynamoKvParams
 from policies.peers.llm_d import chained_block_hashes
 from policies.peers.softmax_picker import SoftmaxParams, SoftmaxPicker
+from tests.policies.peers.peer_fixtures import MODEL, make_request, make_view, routed
 
 PROMPT = list(range(160))          # 10 blocks of 16
 

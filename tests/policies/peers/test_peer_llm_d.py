@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from peer_fixtures import make_request, make_view, routed
-
 from policies.base import CycleState
 from policies.peers.block_lru_index import BlockLruIndex
 from policies.peers.llm_d import (
@@ -10,6 +8,7 @@ from policies.peers.llm_d import (
     PrefixCacheScorer,
     QueueScorer,
 )
+from tests.policies.peers.peer_fixtures import make_request, make_view, routed
 
 
 def test_queue_scorer_is_min_max_over_waiting() -> None:

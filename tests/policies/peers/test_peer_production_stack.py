@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import random
 
-from peer_fixtures import make_request, make_view, routed
-
 from policies.base import CycleState
 from policies.peers.production_stack import (
     HashTrie,
@@ -11,6 +9,7 @@ from policies.peers.production_stack import (
     ProductionStackPrefixScorer,
     ProductionStackSessionScorer,
 )
+from tests.policies.peers.peer_fixtures import make_request, make_view, routed
 
 
 def test_hash_trie_matches_whole_chunks_among_available_endpoints() -> None:

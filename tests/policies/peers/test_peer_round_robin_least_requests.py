@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from peer_fixtures import make_request, make_view
-
 from policies.base import CycleState
 from policies.peers.least_requests import LeastRequestsScorer
 from policies.peers.round_robin import RoundRobinScorer
+from tests.policies.peers.peer_fixtures import make_request, make_view
 
 
 def test_round_robin_cycles_in_url_order_and_restarts_on_a_new_set() -> None:

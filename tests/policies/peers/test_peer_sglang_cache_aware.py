@@ -1,9 +1,8 @@
 from __future__ import annotations
 
-from peer_fixtures import make_request, make_view, routed
-
 from policies.base import CycleState
 from policies.peers.sglang_cache_aware import SglangCacheAwareParams, SglangCacheAwareScorer
+from tests.policies.peers.peer_fixtures import make_request, make_view, routed
 
 
 def _scorer(**params: float) -> SglangCacheAwareScorer:

@@ -10,10 +10,10 @@ from typing import Any
 import aiohttp
 import pytest
 import tiktoken
-from emulator_fixtures import MODEL, emulator
 from prometheus_client.parser import text_string_to_metric_families
 
 from policies.producers.chat_template import render_chat
+from tests.workers.emulator.emulator_fixtures import MODEL, emulator
 from workers.emulator.process import EmulatorProcess
 
 pytestmark = pytest.mark.integration

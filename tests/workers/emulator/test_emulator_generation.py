@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 import tiktoken
-from emulator_fixtures import MODEL, counter, emulator
 
+from tests.workers.emulator.emulator_fixtures import MODEL, counter, emulator
 from workers.emulator.process import EmulatorProcess
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ import msgpack
 import pytest
 import tiktoken
 import zmq
-from emulator_fixtures import emulator
 
+from tests.workers.emulator.emulator_fixtures import emulator
 from workers.emulator.kv_events import END_OF_REPLAY, encode_batch, encode_event
 from workers.emulator.process import free_port
 from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored

@@ -10,8 +10,15 @@ import aiohttp
 import openai
 import pytest
 import tiktoken
-from emulator_fixtures import MODEL, counter, emulator, families, metrics_text, sample
 
+from tests.workers.emulator.emulator_fixtures import (
+    MODEL,
+    counter,
+    emulator,
+    families,
+    metrics_text,
+    sample,
+)
 from workers.emulator.metrics import (
     ITL_BUCKETS,
     REQUEST_LATENCY_BUCKETS,

@@ -7,8 +7,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from emulator_fixtures import MODEL, emulator
 
+from tests.workers.emulator.emulator_fixtures import MODEL, emulator
 from workers.emulator.errors import ApiError
 from workers.emulator.process import EmulatorProcess
 from workers.emulator.protocol import decode_json, parse_generation

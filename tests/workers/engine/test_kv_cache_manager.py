@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from engine_builders import free_ids, make_kv_cache_manager, make_request
 
+from tests.workers.engine.engine_builders import free_ids, make_kv_cache_manager, make_request
 from workers.engine.api import BlockRemoved, BlockStored
 from workers.engine.block_hash import to_event_int
 

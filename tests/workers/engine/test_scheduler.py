@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from engine_builders import free_ids, make_kv_cache_manager, make_request
-
+from tests.workers.engine.engine_builders import free_ids, make_kv_cache_manager, make_request
 from workers.engine.request import RequestStatus
 from workers.engine.scheduler import Scheduler, SchedulerOutput
 
