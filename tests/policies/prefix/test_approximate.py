@@ -81,3 +81,33 @@ def test_clear_worker_keeps_capacity() -> None:
 def test_rejects_zero_default_capacity() -> None:
     with pytest.raises(ValueError, match="default_capacity_blocks"):
         ApproximatePrefixIndex(default_capacity_blocks=0)
+
+
+def _reference_match(index: ApproximatePrefixIndex, chain: list[int],
+                     worker_ids: list[str]) -> dict[str, int]:
+    """The definition: per worker, the leading blocks it holds, up to its first miss."""
+    result = {}
+    for worker_id in worker_ids:
+        blocks = 0
+        while blocks < len(chain) and index.holds(worker_id, chain[blocks]):
+            blocks += 1
+        if blocks:
+            result[worker_id] = blocks
+    return result
+
+
+def test_match_agrees_with_the_definition_on_random_fleets_and_long_chains() -> None:
+    import random
+
+    rng = random.Random(3)
+    for trial in range(60):
+        index = ApproximatePrefixIndex(default_capacity_blocks=10_000)
+        chain = [rng.getrandbits(64) for _ in range(rng.choice((1, 5, 63, 64, 65, 200, 700)))]
+        workers = [f"w{i}" for i in range(rng.randint(1, 12))]
+        for worker_id in workers:
+            held = rng.randint(0, len(chain))
+            index.insert(worker_id, chain[:held])
+            if rng.random() < 0.3 and held < len(chain):   # a later block held past a miss
+                index.insert(worker_id, chain[rng.randrange(held, len(chain)):][:3])
+        asked = rng.sample(workers, rng.randint(1, len(workers)))
+        assert index.match(chain, asked) == _reference_match(index, chain, asked), trial
