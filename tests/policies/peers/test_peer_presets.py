@@ -27,7 +27,7 @@ def test_unknown_peer_names_the_known_ones() -> None:
 
 @pytest.mark.parametrize("name", PEER_NAMES)
 def test_each_preset_builds_an_engine_that_routes(name: str) -> None:
-    from peer_fixtures import make_request, make_view
+    from tests.policies.peers.peer_fixtures import make_request, make_view
 
     from policies.engine import PolicyEngine
     from workers.views import build_view  # noqa: F401  (the live path builds views this way)
@@ -43,7 +43,7 @@ def test_each_preset_builds_an_engine_that_routes(name: str) -> None:
 
 
 def test_a_rebuilt_engine_keeps_the_sglang_trees() -> None:
-    from peer_fixtures import make_request, make_view
+    from tests.policies.peers.peer_fixtures import make_request, make_view
 
     from policies.engine import PolicyEngine
 
