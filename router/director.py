@@ -22,10 +22,12 @@ from yarl import URL
 
 from policies.base import Decision, RequestOutcome, RoutingRequest
 from policies.engine import PolicyEngine
+from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
 from policies.producers.runner import produce
 from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
 from router.errors import (
+    InvalidRequest,
     ModelNotFound,
     NoWorkerAvailable,
     RouterError,
@@ -101,7 +103,7 @@ class Director:
             if decision.worker_id is None:
                 if last_failure is not None:
                     break
-                raise self._no_candidate(decision)
+                raise self._no_candidate(decision, parsed.routing)
             try:
                 return await self._attempt(request, engine, parsed, body, decision)
             except RetryableUpstream as failure:
@@ -145,7 +147,7 @@ class Director:
     def _gpu_of(self, worker_id: str | None) -> str:
         return self._registry.info(worker_id).gpu.name if worker_id is not None else ""
 
-    def _no_candidate(self, decision: Decision) -> RouterError:
+    def _no_candidate(self, decision: Decision, routing: RoutingRequest) -> RouterError:
         headers = self._kvroute_headers(decision, None)
         model = decision.model
         if model not in self._registry.known_models():
@@ -153,6 +155,13 @@ class Director:
             self._metrics.record_request(model, "", "", decision.profile, 404)
             return ModelNotFound(f"The model `{model}` does not exist. Valid models: {known}.",
                                  param="model", headers=headers)
+        too_long = [worker for worker, by in decision.filtered_out.items()
+                    if by == CONTEXT_LENGTH_FILTER]
+        if too_long:   # the request fits no worker of its model: the client must shorten it
+            self._metrics.record_request(model, "", "", decision.profile, 400)
+            return _context_length_error(routing, max(
+                self._registry.info(worker).model_spec.max_model_len for worker in too_long),
+                headers)
         self._metrics.record_request(model, "", "", decision.profile, 503)
         return NoWorkerAvailable(f"No worker available for model `{model}`: {decision.reason}",
                                  headers=headers)
@@ -252,3 +261,18 @@ class Director:
             cached_tokens=usage.cached_tokens if usage else None,
             ttft_s=ttft, tpot_s=tpot, e2e_s=e2e)
 
+
+def _context_length_error(routing: RoutingRequest, max_model_len: int,
+                          headers: dict[str, str]) -> InvalidRequest:
+    """vLLM's wording for a request that does not fit the model's context window."""
+    prompt = routing.num_prompt_tokens
+    if routing.max_tokens is None or prompt >= max_model_len:
+        message = (f"This model's maximum context length is {max_model_len} tokens. However, "
+                   f"your prompt contains {prompt} input tokens, which exceeds this limit even "
+                   "without any output tokens. Please reduce the length of the input prompt.")
+        return InvalidRequest(message, param="input_tokens", headers=headers)
+    message = (f"This model's maximum context length is {max_model_len} tokens. However, you "
+               f"requested {prompt + routing.max_tokens} tokens ({prompt} in the messages, "
+               f"{routing.max_tokens} in the completion). Please reduce the length of the "
+               "messages or completion.")
+    return InvalidRequest(message, param="max_tokens", headers=headers)

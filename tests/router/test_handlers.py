@@ -131,6 +131,22 @@ async def test_negative_max_tokens_is_400(router: RouterHandle) -> None:
                                "code": "invalid_request"}
 
 
+async def test_request_longer_than_the_context_window_is_400(router: RouterHandle) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        await client(router).completions.create(model=MODEL, prompt=[7] * 8300, max_tokens=4)
+    assert info.value.body == {
+        "message": "This model's maximum context length is 8192 tokens. However, your prompt "
+                   "contains 8300 input tokens, which exceeds this limit even without any output "
+                   "tokens. Please reduce the length of the input prompt.",
+        "type": "invalid_request_error", "param": "input_tokens", "code": "invalid_request"}
+    with pytest.raises(openai.BadRequestError) as info:
+        await client(router).completions.create(model=MODEL, prompt=[7] * 8000, max_tokens=500)
+    assert isinstance(info.value.body, dict) and info.value.body["param"] == "max_tokens"
+    assert info.value.body["message"].startswith(
+        "This model's maximum context length is 8192 tokens. However, you requested 8500 tokens "
+        "(8000 in the messages, 500 in the completion).")
+
+
 @pytest.mark.parametrize(("path", "body", "status", "message"), [
     ("/v1/chat/completions", b"{\"model\": ", 400, "Request body is not valid JSON"),
     ("/v1/chat/completions", b"\xc3\x28\xa0\xa1", 400, "Request body is not valid UTF-8."),
