@@ -66,7 +66,9 @@ class ApproximatePrefixIndex:
             raise ValueError("default_capacity_blocks must be >= 1")
         self._default_capacity = default_capacity_blocks
         self._workers: dict[str, WorkerBlockLru] = {}
-        self._holders: dict[int, set[str]] = {}
+        # block -> its one holder, or a set when several hold it (most blocks have one: a
+        # string is no container for the garbage collector to scan, a set per block is)
+        self._holders: dict[int, str | set[str]] = {}
 
     # --- sizing ----------------------------------------------------------------------------
     @staticmethod
@@ -91,7 +93,10 @@ class ApproximatePrefixIndex:
             if lru.touch(block_hash):
                 owners = holders.get(block_hash)
                 if owners is None:
-                    holders[block_hash] = {worker_id}
+                    holders[block_hash] = worker_id
+                elif isinstance(owners, str):
+                    if owners != worker_id:
+                        holders[block_hash] = {owners, worker_id}
                 else:
                     owners.add(worker_id)
         self._forget(worker_id, lru.evict_overflow())
@@ -124,13 +129,19 @@ class ApproximatePrefixIndex:
         first = holders.get(block_hashes[0])
         if not first:
             return result
-        alive = first.intersection(worker_ids)
+        alive = ({first} if isinstance(first, str) else first).intersection(worker_ids)
         position = 1
         while alive and position < len(block_hashes):
             owners = holders.get(block_hashes[position])
             if owners is None:
                 break
-            if not alive <= owners:
+            if isinstance(owners, str):       # one holder: the match of every other ends
+                if len(alive) > 1 or owners not in alive:
+                    for worker_id in alive:
+                        if worker_id != owners:
+                            result[worker_id] = position
+                    alive = {owners} if owners in alive else set()
+            elif not alive <= owners:
                 for worker_id in alive - owners:
                     result[worker_id] = position
                 alive &= owners
@@ -170,6 +181,12 @@ class ApproximatePrefixIndex:
             owners = holders.get(block_hash)
             if owners is None:
                 continue
+            if isinstance(owners, str):
+                if owners == worker_id:
+                    del holders[block_hash]
+                continue
             owners.discard(worker_id)
-            if not owners:
+            if len(owners) == 1:
+                holders[block_hash] = next(iter(owners))
+            elif not owners:
                 del holders[block_hash]
