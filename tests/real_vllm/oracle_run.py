@@ -31,7 +31,8 @@ from tests.real_vllm.workload import (  # noqa: E402
 HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
 
 
-async def run(model_dir: Path, urls: list[str]) -> str:
+async def oracle_hit_rate(model_dir: Path, urls: list[str]) -> tuple[float, dict[str, int]]:
+    """Run the workload tenant-pinned; return the engines' hit rate and requests per engine."""
     tokenizer = ModelTokenizer.from_dir(model_dir)
     convs = conversations(REPO_ROOT.parent / "shared", system_prompts(
         REPO_ROOT.parent / "shared", lambda text: len(tokenizer.encode(
@@ -66,7 +67,12 @@ async def run(model_dir: Path, urls: list[str]) -> str:
     after = {url: scrape(url) for url in urls}
     hits = sum(after[u][HITS] - before[u][HITS] for u in urls)
     queries = sum(after[u][QUERIES] - before[u][QUERIES] for u in urls)
-    return f"oracle hit rate {hits / queries:.3f} ({hits:.0f}/{queries:.0f}) requests {counts}"
+    return hits / queries, counts
+
+
+async def run(model_dir: Path, urls: list[str]) -> str:
+    hit_rate, counts = await oracle_hit_rate(model_dir, urls)
+    return f"oracle hit rate {hit_rate:.3f} requests {counts}"
 
 
 if __name__ == "__main__":
