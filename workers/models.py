@@ -10,9 +10,9 @@ Three layers, from static to per-decision:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from workers.engine.profiles import GpuProfile, ModelSpec
 

@@ -27,9 +27,8 @@ def test_unknown_peer_names_the_known_ones() -> None:
 
 @pytest.mark.parametrize("name", PEER_NAMES)
 def test_each_preset_builds_an_engine_that_routes(name: str) -> None:
-    from tests.policies.peers.peer_fixtures import make_request, make_view
-
     from policies.engine import PolicyEngine
+    from tests.policies.peers.peer_fixtures import make_request, make_view
     from workers.views import build_view  # noqa: F401  (the live path builds views this way)
 
     fleet = load_fleet(REPO / "config" / "fleet.yaml")
@@ -43,9 +42,8 @@ def test_each_preset_builds_an_engine_that_routes(name: str) -> None:
 
 
 def test_a_rebuilt_engine_keeps_the_sglang_trees() -> None:
-    from tests.policies.peers.peer_fixtures import make_request, make_view
-
     from policies.engine import PolicyEngine
+    from tests.policies.peers.peer_fixtures import make_request, make_view
 
     fleet = load_fleet(REPO / "config" / "fleet.yaml")
     first = PolicyEngine.build(routing_for("sglang-cache-aware"), fleet, seed=1)
