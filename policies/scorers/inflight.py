@@ -16,7 +16,7 @@ scorers:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Literal
@@ -24,6 +24,7 @@ from typing import Literal
 from policies.base import CycleState, RoutingRequest
 from policies.errors import ParamError
 from policies.registry import PluginRegistry
+from policies.scorers.column import ColumnScorer
 from policies.scorers.normalize import Normalization, normalize_column
 from workers.models import WorkerView
 
@@ -41,15 +42,10 @@ class InflightParams:
             raise ParamError("threshold", "must be > 0")
 
 
-class InflightScorer:
+class InflightScorer(ColumnScorer):
     def __init__(self, name: str, params: InflightParams) -> None:
         self.name = name
         self.params = params
-
-    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
-              cycle: CycleState) -> Mapping[str, float]:
-        return dict(zip(map(_id, workers), self.score_column(request, workers, cycle),
-                        strict=True))
 
     def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
                      cycle: CycleState) -> list[float]:
@@ -59,7 +55,6 @@ class InflightScorer:
                                 self.params.threshold)
 
 
-_id = attrgetter("info.id")
 _tokens = attrgetter("inflight_tokens")
 _requests = attrgetter("inflight_requests")
 

@@ -12,12 +12,13 @@ scorers:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.registry import PluginRegistry
+from policies.scorers.column import ColumnScorer
 from workers.models import WorkerView
 
 TYPE_NAME = "kv-usage"
@@ -28,14 +29,9 @@ class KvUsageParams:
     pass
 
 
-class KvUsageScorer:
+class KvUsageScorer(ColumnScorer):
     def __init__(self, name: str) -> None:
         self.name = name
-
-    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
-              cycle: CycleState) -> Mapping[str, float]:
-        return dict(zip(map(_id, workers), self.score_column(request, workers, cycle),
-                        strict=True))
 
     def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
                      cycle: CycleState) -> list[float]:
@@ -45,7 +41,6 @@ class KvUsageScorer:
                 for usage in map(_usage, workers)]
 
 
-_id = attrgetter("info.id")
 _usage = attrgetter("kv_usage")
 
 

@@ -16,13 +16,14 @@ scorers:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import add, attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.errors import ParamError
 from policies.registry import PluginRegistry
+from policies.scorers.column import ColumnScorer
 from policies.scorers.normalize import Normalization, normalize_column
 from workers.models import WorkerView
 
@@ -40,15 +41,10 @@ class QueueDepthParams:
             raise ParamError("threshold", "must be > 0")
 
 
-class QueueDepthScorer:
+class QueueDepthScorer(ColumnScorer):
     def __init__(self, name: str, params: QueueDepthParams) -> None:
         self.name = name
         self.params = params
-
-    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
-              cycle: CycleState) -> Mapping[str, float]:
-        return dict(zip(map(_id, workers), self.score_column(request, workers, cycle),
-                        strict=True))
 
     def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
                      cycle: CycleState) -> list[float]:
@@ -59,7 +55,6 @@ class QueueDepthScorer:
         return normalize_column(loads, self.params.mode, float(self.params.threshold))
 
 
-_id = attrgetter("info.id")
 _waiting = attrgetter("waiting")
 _running = attrgetter("running")
 
