@@ -15,7 +15,9 @@ recently used.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+
+from policies.base import RoutingRequest
 
 NULL_BLOCKS = 1   # vLLM reserves block 0 of the pool; it never holds a cached block
 
@@ -190,3 +192,14 @@ class ApproximatePrefixIndex:
                 holders[block_hash] = next(iter(owners))
             elif not owners:
                 del holders[block_hash]
+
+
+def remember_routed(index: ApproximatePrefixIndex, block_sizes: Mapping[str, int],
+                    request: RoutingRequest, worker_id: str | None) -> None:
+    """Record that ``worker_id`` now holds the request's blocks, hashed at its block size
+    (vLLM's default 16 until a view of that worker has been seen)."""
+    if worker_id is None:
+        return
+    chain = request.block_hashes.get(block_sizes.get(worker_id, 16))
+    if chain:
+        index.insert(worker_id, chain)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
-from policies.prefix.approximate import ApproximatePrefixIndex
+from policies.prefix.approximate import ApproximatePrefixIndex, remember_routed
 from policies.prefix.matching import MATCH_KEY, match_prefix
 from policies.registry import PluginRegistry
 from workers.kv_events.exact_index import ExactPrefixIndex
@@ -98,12 +98,7 @@ class PrefixScorer:
         return column
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
-        worker_id = decision.worker_id
-        if worker_id is None:
-            return
-        chain = request.block_hashes.get(self._block_size.get(worker_id, 16))
-        if chain:
-            self.index.insert(worker_id, chain)
+        remember_routed(self.index, self._block_size, request, decision.worker_id)
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         return None

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.errors import ParamError
-from policies.prefix.approximate import NULL_BLOCKS, ApproximatePrefixIndex
+from policies.prefix.approximate import NULL_BLOCKS, ApproximatePrefixIndex, remember_routed
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
@@ -85,12 +85,7 @@ class PrefixAffinityScorer:
         return scores
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
-        worker_id = decision.worker_id
-        if worker_id is None:
-            return
-        chain = request.block_hashes.get(self._block_size.get(worker_id, 16))
-        if chain:
-            self.index.insert(worker_id, chain)
+        remember_routed(self.index, self._block_size, request, decision.worker_id)
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         return None
