@@ -20,6 +20,7 @@ Writes ``decision.json`` and ``decision.png`` to ``--out`` and prints a Markdown
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -61,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index-blocks", type=int, default=200_000,
                         help="blocks inserted for the bytes-per-block measurement")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
+                        help="leave start-up objects to the garbage collector (the router "
+                             "freezes them once started, router/app.py)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR")
 
 
@@ -136,6 +140,9 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace) -> SizeRes
     timings: list[float] = []
     producer_timings: list[float] = []
     cpu_timings: list[float] = []
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
     for n in range(args.warmup + args.decisions):
         tokens = rng.choice(prefixes) + [rng.randrange(100_000) for _ in range(half)]
         request = RoutingRequest(request_id=f"r{n}", model=MODEL, path="/v1/completions",
