@@ -25,7 +25,9 @@ written from ``pool.jsonl`` only; ``heldout.jsonl`` is the evaluation set.
 
 ``blind.jsonl`` (``write_blind``) was added after the example configuration was frozen: rows
 that neither file uses (by ``source:id`` and by text), labelled by source category alone
-and never reviewed, scored once (docs/semantic.md).
+and never reviewed, scored once (docs/semantic.md). It stays as that unreviewed record;
+``blind-reviewed.jsonl`` is the same rows after ``BLIND_REVIEW``, a reading of its Arena-Hard
+rows by the rule of ``HELDOUT_REVIEW``, done before any per-row prediction on it was seen.
 """
 
 from __future__ import annotations
@@ -149,6 +151,39 @@ HELDOUT_REVIEW: dict[str, str | None] = {
     "d35117b1": None,     # business ML task description: neither code, math nor chat
 }
 
+# Review of blind.jsonl's Arena-Hard rows (written to blind-reviewed.jsonl; blind.jsonl stays the
+# unreviewed record). Each row was read once, before any prediction on blind.jsonl was seen, by
+# the rule of HELDOUT_REVIEW: relabel when the request plainly belongs to another class (code:
+# asks for writing, fixing or explaining code or programming tools; math: asks to compute, prove
+# or solve a quantitative problem; support: a customer asking a business about their order,
+# account or service; chat: everything else), drop (None) when it plainly fits none or is
+# ambiguous between two. Rows not listed keep their cluster label. Bitext rows are not reviewed.
+BLIND_REVIEW: dict[str, str | None] = {
+    "4587e8a3": "code",   # chat: "output a Python script in OOP for a contextual ... bandit"
+    "4a608737": "chat",   # code: asks whether a statistical stop-out method exists; no code
+    "e7e76d4b": "chat",   # code: "write a service catalogue for a Microsoft M365 consultancy"
+    "ab10af34": "math",   # chat: "What is the minimum cost ... for this transhipment problem?"
+    "33166da9": "math",   # chat: two equations: "How long does each of the workout plans last?"
+    "4ef42cc8": "code",   # math: "create a slider for a website" (circle radius UI)
+    "40b8576c": "code",   # math: "Write a python class Circle that inherits from class Shape"
+    "2c41e83c": "code",   # math: GluonTS forecasts, how to compute MSE in that code
+    "f881bfef": None,     # math: design ideas for an alerting module: code or chat
+    "ccebedca": "code",   # chat: "Give outline and a concept code for such a system"
+    "53f4338f": "chat",   # code: WordPress themes, plugins and a market-entry strategy, lists
+    "3bd60ed6": "code",   # chat: rewrite a JavaScript function
+    "3735ce11": "code",   # chat: "Write a program to compute the Elo scores"
+    "b7e2e311": "code",   # chat: "Develop a Python program snippet ..."
+    "f9111d1c": "code",   # chat: "Write a python program that implements ... blockchain"
+    "73e36294": "code",   # chat: edge test cases for "FICO > 750 && FICO <= 900 AND N_INQ < 2"
+    "e64ca084": "chat",   # math: how to estimate a capacity plan under unknowns (advice)
+    "f2d3430a": None,     # math: flat or mutual funds, "what should i do now?": math or chat
+    "08d2f411": "code",   # math: "Write a Python function that takes user input as a string"
+    "4086b666": "chat",   # math: "steps ... to become a legal corporation in Virginia"
+    "9d668b3e": "code",   # math: "Write a java program ... greatest common divisor"
+    "b4b1c3f7": "code",   # math: "Write a Scheme program to decide whether a number is odd"
+    "2a6a198f": "code",   # chat: "Write sql request to calculate rolling avarage stock"
+}
+
 Row = dict[str, str]
 
 
@@ -170,11 +205,11 @@ def arena_rows(mapping: dict[str, str] = ARENA) -> Iterator[Row]:
                        "text": q["prompt"]}
 
 
-def reviewed(row: Row) -> Row | None:
-    """Apply ``HELDOUT_REVIEW`` to a held-out Arena-Hard row."""
-    if row["source"] != "arena_hard" or row["id"][:8] not in HELDOUT_REVIEW:
+def reviewed(row: Row, review: dict[str, str | None] = HELDOUT_REVIEW) -> Row | None:
+    """Apply a review table (``HELDOUT_REVIEW`` by default) to an Arena-Hard row."""
+    if row["source"] != "arena_hard" or row["id"][:8] not in review:
         return row
-    label = HELDOUT_REVIEW[row["id"][:8]]
+    label = review[row["id"][:8]]
     return None if label is None else {**row, "label": label}
 
 
@@ -226,18 +261,24 @@ def main() -> None:
 
 def write_blind(used_ids: set[str], used_texts: set[str]) -> None:
     """``blind.jsonl``: rows of neither pool nor heldout (by source:id and by text)."""
-    blind = [*arena_rows(BLIND_ARENA),
-             *bitext_rows(skip=SUPPORT_PER_INTENT, keep=BLIND_SUPPORT_PER_INTENT)]
+    blind = [row for row in [*arena_rows(BLIND_ARENA),
+                             *bitext_rows(skip=SUPPORT_PER_INTENT, keep=BLIND_SUPPORT_PER_INTENT)]
+             if f"{row['source']}:{row['id']}" not in used_ids
+             and normalized(row["text"]) not in used_texts]
+    write_rows("blind", blind)
+    write_rows("blind-reviewed",
+               [r for r in (reviewed(row, BLIND_REVIEW) for row in blind) if r is not None])
+
+
+def write_rows(name: str, rows: list[Row]) -> None:
+    """Write ``<name>.jsonl`` and print its count per label."""
     counts: dict[str, int] = defaultdict(int)
-    with (HERE / "blind.jsonl").open("w", encoding="utf-8") as fh:
-        for row in blind:
-            if (f"{row['source']}:{row['id']}" in used_ids
-                    or normalized(row["text"]) in used_texts):
-                continue
+    with (HERE / f"{name}.jsonl").open("w", encoding="utf-8") as fh:
+        for row in rows:
             counts[row["label"]] += 1
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     for label, n in sorted(counts.items()):
-        print(f"blind    {label:8s} {n}")
+        print(f"{name:14s} {label:8s} {n}")
 
 
 if __name__ == "__main__":
