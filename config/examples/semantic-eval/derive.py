@@ -4,7 +4,8 @@ Run from the repository root (it reads ``../shared/traces/prompts``)::
 
     .venv/bin/python config/examples/semantic-eval/derive.py
 
-Labels come from each source's own categories, never from reading the prompts:
+Labels of pool, heldout and blind come from each source's own categories, never from reading
+the prompts (except the reviews below; ``blind2.jsonl`` is labelled by reading):
 
 * MT-Bench (first turns) and Vicuna-Bench: ``coding`` → code, ``math`` → math,
   ``writing``/``roleplay``/``humanities`` (MT-Bench) and ``generic``/``knowledge``/``roleplay``/
@@ -23,11 +24,18 @@ independent of its text and label; a held-out row whose text also occurs in the 
 sets share a few questions) is dropped. The ``examples:`` of ``config/examples/semantic.yaml`` were
 written from ``pool.jsonl`` only; ``heldout.jsonl`` is the evaluation set.
 
-``blind.jsonl`` (``write_blind``) was added after the example configuration was frozen: rows
+``blind.jsonl`` (``blind_rows``) was added after the example configuration was frozen: rows
 that neither file uses (by ``source:id`` and by text), labelled by source category alone
 and never reviewed, scored once (docs/semantic.md). It stays as that unreviewed record;
 ``blind-reviewed.jsonl`` is the same rows after ``BLIND_REVIEW``, a reading of its Arena-Hard
 rows by the rule of ``HELDOUT_REVIEW``, done before any per-row prediction on it was seen.
+
+``blind2.jsonl`` (``blind2_rows``) is a second never-seen set, written before it was scored:
+rows that none of pool, heldout and blind uses (by ``source:id`` and by text). Its MT-Bench,
+Vicuna and Arena-Hard rows come from the categories and clusters left out above and were
+labelled by reading each prompt, by the review rule of ``BLIND_REVIEW``, without any prediction
+(``blind2-labels.tsv``: one line per row, ``drop`` where it fits none or two classes); its
+Bitext rows (support) are the next ``BLIND2_SUPPORT_PER_INTENT`` of each intent.
 """
 
 from __future__ import annotations
@@ -137,6 +145,13 @@ BLIND_ARENA = {**{c: "code" for c in BLIND_CODE}, **{c: "math" for c in BLIND_MA
                **{c: "chat" for c in BLIND_CHAT}}
 BLIND_SUPPORT_PER_INTENT = 4   # Bitext rows per intent after the SUPPORT_PER_INTENT used
 
+# Second blind set (blind2.jsonl): every source row left unused by the sets above, labelled by
+# reading (blind2-labels.tsv). MT-Bench second turns are left out: they depend on the first.
+BLIND2_MT_BENCH = ("reasoning", "extraction", "stem")
+BLIND2_VICUNA = ("fermi",)
+BLIND2_SUPPORT_PER_INTENT = 4   # Bitext rows per intent after those of pool, heldout and blind
+BLIND2_LABELS = HERE / "blind2-labels.tsv"
+
 # Arena-Hard uid prefix -> reviewed label (None: fits none of the classes; dropped)
 HELDOUT_REVIEW: dict[str, str | None] = {
     "a89e93c6": "code",   # "act as an experienced software developer ... web app"
@@ -205,6 +220,11 @@ def arena_rows(mapping: dict[str, str] = ARENA) -> Iterator[Row]:
                        "text": q["prompt"]}
 
 
+def arena_clusters() -> list[str]:
+    with gzip.open(PROMPTS / "arena_hard_v0.1_questions.jsonl.gz", "rt", encoding="utf-8") as fh:
+        return [json.loads(line)["cluster"] for line in fh]
+
+
 def reviewed(row: Row, review: dict[str, str | None] = HELDOUT_REVIEW) -> Row | None:
     """Apply a review table (``HELDOUT_REVIEW`` by default) to an Arena-Hard row."""
     if row["source"] != "arena_hard" or row["id"][:8] not in review:
@@ -235,39 +255,78 @@ def normalized(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def main() -> None:
+def key(row: Row) -> str:
+    return f"{row['source']}:{row['id']}"
+
+
+def split(rows: list[Row]) -> tuple[list[Row], list[Row]]:
+    """(pool, heldout): by ``in_heldout``; held-out rows reviewed, pool duplicates dropped."""
+    pool_texts = {normalized(r["text"]) for r in rows if not in_heldout(r)}
+    pool: list[Row] = []
+    heldout: list[Row] = []
+    for original in rows:
+        if not in_heldout(original):
+            pool.append(original)
+            continue
+        row = reviewed(original)
+        if row is not None and normalized(row["text"]) not in pool_texts:
+            heldout.append(row)
+    return pool, heldout
+
+
+def blind_rows(used_ids: set[str], used_texts: set[str]) -> list[Row]:
+    """The rows of ``blind.jsonl``: of neither pool nor heldout (by source:id and by text)."""
+    return [row for row in [*arena_rows(BLIND_ARENA),
+                            *bitext_rows(skip=SUPPORT_PER_INTENT, keep=BLIND_SUPPORT_PER_INTENT)]
+            if key(row) not in used_ids and normalized(row["text"]) not in used_texts]
+
+
+def derived() -> dict[str, list[Row]]:
+    """Every file this script writes (name without ``.jsonl`` -> rows), in writing order."""
     rows = [*bench_rows("mt_bench", MT_BENCH), *bench_rows("vicuna_bench", VICUNA),
             *arena_rows(), *bitext_rows()]
-    pool_texts = {normalized(r["text"]) for r in rows if not in_heldout(r)}
-    outputs = {True: HERE / "heldout.jsonl", False: HERE / "pool.jsonl"}
-    counts: dict[tuple[bool, str], int] = defaultdict(int)
-    handles = {k: p.open("w", encoding="utf-8") for k, p in outputs.items()}
-    try:
-        for original in rows:
-            side = in_heldout(original)
-            row = reviewed(original) if side else original
-            if row is None or (side and normalized(row["text"]) in pool_texts):
-                continue
-            counts[(side, row["label"])] += 1
-            handles[side].write(json.dumps(row, ensure_ascii=False) + "\n")
-    finally:
-        for fh in handles.values():
-            fh.close()
-    for (side, label), n in sorted(counts.items()):
-        print(f"{'heldout' if side else 'pool':8s} {label:8s} {n}")
-    write_blind({f"{r['source']}:{r['id']}" for r in rows},
-                {normalized(r["text"]) for r in rows})
+    pool, heldout = split(rows)
+    blind = blind_rows({key(r) for r in rows}, {normalized(r["text"]) for r in rows})
+    blind_reviewed = [r for r in (reviewed(row, BLIND_REVIEW) for row in blind) if r is not None]
+    blind2 = blind2_rows({key(r) for r in [*rows, *blind]},
+                         {normalized(r["text"]) for r in [*rows, *blind]})
+    return {"pool": pool, "heldout": heldout, "blind": blind,
+            "blind-reviewed": blind_reviewed, "blind2": blind2}
 
 
-def write_blind(used_ids: set[str], used_texts: set[str]) -> None:
-    """``blind.jsonl``: rows of neither pool nor heldout (by source:id and by text)."""
-    blind = [row for row in [*arena_rows(BLIND_ARENA),
-                             *bitext_rows(skip=SUPPORT_PER_INTENT, keep=BLIND_SUPPORT_PER_INTENT)]
-             if f"{row['source']}:{row['id']}" not in used_ids
-             and normalized(row["text"]) not in used_texts]
-    write_rows("blind", blind)
-    write_rows("blind-reviewed",
-               [r for r in (reviewed(row, BLIND_REVIEW) for row in blind) if r is not None])
+def main() -> None:
+    for name, rows in derived().items():
+        write_rows(name, rows)
+
+
+def read_blind2_labels() -> dict[str, str]:
+    """``source:id`` -> label (``drop``: left out) from ``blind2-labels.tsv``."""
+    with BLIND2_LABELS.open(encoding="utf-8", newline="") as fh:
+        return {line["source:id"]: line["label"]
+                for line in csv.DictReader(fh, delimiter="\t")}
+
+
+def blind2_rows(used_ids: set[str], used_texts: set[str]) -> list[Row]:
+    """The rows of ``blind2.jsonl``: unused by the other files, each text once."""
+    labels = read_blind2_labels()
+    unlabelled = [*bench_rows("mt_bench", dict.fromkeys(BLIND2_MT_BENCH, "")),
+                  *bench_rows("vicuna_bench", dict.fromkeys(BLIND2_VICUNA, "")),
+                  *arena_rows(dict.fromkeys(set(arena_clusters()) - set(ARENA)
+                                            - set(BLIND_ARENA), ""))]
+    if {key(r) for r in unlabelled} != set(labels):
+        raise ValueError(f"{BLIND2_LABELS.name} does not list exactly the unused rows")
+    candidates = [*({**r, "label": labels[key(r)]} for r in unlabelled),
+                  *bitext_rows(skip=SUPPORT_PER_INTENT + BLIND_SUPPORT_PER_INTENT,
+                               keep=BLIND2_SUPPORT_PER_INTENT)]
+    rows: list[Row] = []
+    texts = set(used_texts)
+    for row in candidates:
+        text = normalized(row["text"])
+        if row["label"] == "drop" or key(row) in used_ids or text in texts:
+            continue
+        texts.add(text)
+        rows.append(row)
+    return rows
 
 
 def write_rows(name: str, rows: list[Row]) -> None:

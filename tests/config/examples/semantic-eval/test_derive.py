@@ -1,0 +1,73 @@
+"""derive.py's labelled files: reproducible from the shared prompt sets and disjoint."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from itertools import combinations
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+EVAL_DIR = Path(__file__).resolve().parents[4] / "config/examples/semantic-eval"
+NEVER_SHARED = ("pool", "heldout", "blind", "blind2")
+LABELS = {"chat", "code", "math", "support"}
+
+
+@pytest.fixture(scope="module")
+def derive() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("semantic_eval_derive", EVAL_DIR / "derive.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def derived(derive: ModuleType) -> dict[str, list[dict[str, str]]]:
+    rows: dict[str, list[dict[str, str]]] = derive.derived()
+    return rows
+
+
+def committed(name: str) -> list[dict[str, str]]:
+    with (EVAL_DIR / f"{name}.jsonl").open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_committed_files_are_what_the_script_derives(
+        derived: dict[str, list[dict[str, str]]]) -> None:
+    assert list(derived) == ["pool", "heldout", "blind", "blind-reviewed", "blind2"]
+    for name, rows in derived.items():
+        assert committed(name) == rows, name
+
+
+def test_files_share_no_source_id_and_no_text(
+        derive: ModuleType, derived: dict[str, list[dict[str, str]]]) -> None:
+    for a, b in combinations(NEVER_SHARED, 2):
+        assert not {derive.key(r) for r in derived[a]} & {derive.key(r) for r in derived[b]}, (a, b)
+        assert not ({derive.normalized(r["text"]) for r in derived[a]}
+                    & {derive.normalized(r["text"]) for r in derived[b]}), (a, b)
+
+
+def test_blind2_has_every_class_and_support_is_at_most_40_percent(
+        derived: dict[str, list[dict[str, str]]]) -> None:
+    labels = [r["label"] for r in derived["blind2"]]
+    assert set(labels) == LABELS
+    assert labels.count("support") <= 0.4 * len(labels)
+
+
+def test_blind_review_changes_only_the_listed_rows(
+        derive: ModuleType, derived: dict[str, list[dict[str, str]]]) -> None:
+    reviewed = {derive.key(r): r["label"] for r in derived["blind-reviewed"]}
+    for row in derived["blind"]:
+        listed = row["source"] == "arena_hard" and row["id"][:8] in derive.BLIND_REVIEW
+        expected = derive.BLIND_REVIEW[row["id"][:8]] if listed else row["label"]
+        assert reviewed.get(derive.key(row)) == expected, row["id"]
+    assert len(reviewed) == len(derived["blind"]) - list(derive.BLIND_REVIEW.values()).count(None)
+
+
+def test_every_blind_review_entry_names_a_blind_row(
+        derive: ModuleType, derived: dict[str, list[dict[str, str]]]) -> None:
+    prefixes = {r["id"][:8] for r in derived["blind"] if r["source"] == "arena_hard"}
+    assert set(derive.BLIND_REVIEW) <= prefixes
