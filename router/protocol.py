@@ -166,5 +166,7 @@ def upstream_body(parsed: ParsedRequest, raw: bytes, model: str) -> bytes:
     if needs_usage:
         options = dict(payload.get("stream_options") or {})
         options["include_usage"] = True
+        # vLLM ignores continuous_usage_stats without include_usage: keep it off
+        options.pop("continuous_usage_stats", None)
         payload["stream_options"] = options
     return orjson.dumps(payload)

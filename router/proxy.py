@@ -1,8 +1,10 @@
 """Forward one request to one worker and relay its answer, bytes in, bytes out.
 
 Non-streamed answers are read whole and passed on with the worker's status. Streams (SSE)
-are relayed as they arrive, cut only at event boundaries; the only JSON work is on the final
-usage chunk, which the router always asks for and drops again when the client did not.
+are relayed as they arrive, cut only at event boundaries; the only rewrite is of the final usage
+chunk, which the router always asks for and, when the client did not, turns back into what
+vLLM sends without it (``router.proxy_usage``: the chunk dropped, its ``system_fingerprint``
+moved onto the finish chunks). Each worker's fingerprint is remembered from its answers.
 
 Failure semantics:
 
@@ -27,10 +29,10 @@ from aiohttp import web
 from yarl import URL
 
 from router.errors import UpstreamTimeout, error_body
+from router.proxy_usage import Usage, UsageRewrite, parse_usage
 
 _EVENT_END = b"\n\n"
 _DONE = b"data: [DONE]"
-_USAGE_MARKS = (b'"choices":[]', b'"choices": []')
 _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -45,29 +47,12 @@ class RetryableUpstream(Exception):
 
 
 @dataclass(slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int | None = None
-
-
-@dataclass(slots=True)
 class ProxyResult:
     response: web.StreamResponse
     status: int                         # as seen by the client (499: the client left)
     usage: Usage | None
     first_byte_at: float | None         # monotonic, None for non-streamed answers
     finished_at: float
-
-
-def parse_usage(raw: object) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    details = raw.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return Usage(prompt_tokens=int(raw.get("prompt_tokens") or 0),
-                 completion_tokens=int(raw.get("completion_tokens") or 0),
-                 cached_tokens=cached if isinstance(cached, int) else None)
 
 
 class Proxy:
@@ -81,6 +66,8 @@ class Proxy:
                                               sock_read=upstream_timeout_s)
         self._upstream_timeout_s = upstream_timeout_s
         self._clock = clock
+        # each worker's system_fingerprint (fixed for a server's lifetime), by origin
+        self._fingerprints: dict[URL, str | None] = {}
 
     async def forward(self, request: web.Request, url: str | URL, body: bytes,
                       headers: Mapping[str, str], response_headers: Mapping[str, str],
@@ -126,7 +113,12 @@ class Proxy:
                 parsed = orjson.loads(data)
             except orjson.JSONDecodeError:
                 parsed = None
-            usage = parse_usage(parsed.get("usage")) if isinstance(parsed, dict) else None
+            if isinstance(parsed, dict):
+                usage = parse_usage(parsed.get("usage"))
+                if "system_fingerprint" in parsed:
+                    fingerprint = parsed["system_fingerprint"]
+                    self._fingerprints[upstream.url.origin()] = (
+                        fingerprint if isinstance(fingerprint, str) else None)
         response = web.Response(status=upstream.status, body=data, headers=response_headers,
                                 content_type=upstream.content_type or "application/json")
         return ProxyResult(response, upstream.status, usage, None, self._clock())
@@ -134,7 +126,17 @@ class Proxy:
     async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
                             response_headers: Mapping[str, str], wants_usage: bool,
                             on_first_byte: Callable[[], None]) -> ProxyResult:
-        relay = _StreamRelay(request, response_headers, wants_usage)
+        origin = upstream.url.origin()
+        rewrite = UsageRewrite(wants_usage, self._fingerprints.get(origin))
+        relay = _StreamRelay(request, response_headers, rewrite)
+        try:
+            return await self._relay_events(upstream, relay, on_first_byte)
+        finally:
+            if rewrite.saw_usage:
+                self._fingerprints[origin] = rewrite.fingerprint
+
+    async def _relay_events(self, upstream: aiohttp.ClientResponse, relay: _StreamRelay,
+                            on_first_byte: Callable[[], None]) -> ProxyResult:
         first_byte_at: float | None = None
         try:
             async for chunk in upstream.content.iter_any():
@@ -165,18 +167,20 @@ class Proxy:
 class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
-    __slots__ = ("_headers", "_pending", "_request", "_response", "_wants_usage", "done",
-                 "usage")
+    __slots__ = ("_headers", "_pending", "_request", "_response", "_rewrite", "done")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
-                 wants_usage: bool) -> None:
+                 rewrite: UsageRewrite) -> None:
         self._request = request
         self._headers = headers
-        self._wants_usage = wants_usage
+        self._rewrite = rewrite
         self._pending = b""
         self._response: web.StreamResponse | None = None
         self.done = False
-        self.usage: Usage | None = None
+
+    @property
+    def usage(self) -> Usage | None:
+        return self._rewrite.usage
 
     @property
     def started(self) -> bool:
@@ -193,23 +197,12 @@ class _StreamRelay:
             self._pending = buf
             return True
         out, self._pending = buf[:cut + 2], buf[cut + 2:]
-        if b'"usage"' in out:
-            out = self._take_usage(out)
+        if self._rewrite.needs_events(out):
+            events = self._rewrite.events(out.split(_EVENT_END)[:-1])
+            out = b"".join(event + _EVENT_END for event in events)
         if _DONE in out:
             self.done = True
         return await self._write(out)
-
-    def _take_usage(self, out: bytes) -> bytes:
-        events = out.split(_EVENT_END)
-        kept: list[bytes] = []
-        for event in events[:-1]:
-            if event.startswith(b"data: {") and any(m in event for m in _USAGE_MARKS):
-                with contextlib.suppress(orjson.JSONDecodeError, AttributeError):
-                    self.usage = parse_usage(orjson.loads(event[6:]).get("usage"))
-                if not self._wants_usage:
-                    continue
-            kept.append(event + _EVENT_END)
-        return b"".join(kept)
 
     async def _write(self, data: bytes) -> bool:
         try:
@@ -226,7 +219,8 @@ class _StreamRelay:
 
     async def fail(self, message: str) -> None:
         body = error_body(message, "upstream_error", "upstream_error")
-        await self._write(b"data: " + body + b"\n\ndata: [DONE]\n\n")
+        held = b"".join(event + _EVENT_END for event in self._rewrite.flush())
+        await self._write(held + b"data: " + body + b"\n\ndata: [DONE]\n\n")
         await self.finish()
 
     async def finish(self) -> None:

@@ -105,6 +105,14 @@ def test_upstream_body_asks_for_usage_and_rewrites_model() -> None:
     assert body["messages"] == CHAT["messages"]
 
 
+def test_upstream_body_keeps_continuous_usage_off_when_the_client_did_not_ask_for_usage() -> None:
+    raw = orjson.dumps({**CHAT, "stream": True,
+                        "stream_options": {"include_usage": False,
+                                           "continuous_usage_stats": True}})
+    body = orjson.loads(upstream_body(parse(raw), raw, MODEL))
+    assert body["stream_options"] == {"include_usage": True}
+
+
 def test_upstream_body_keeps_client_usage_request() -> None:
     raw = orjson.dumps({**CHAT, "stream": True, "stream_options": {"include_usage": True}})
     assert upstream_body(parse(raw), raw, MODEL) is raw

@@ -19,6 +19,9 @@ CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%d"}}]}\n\n'
 USAGE = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":7,"total_tokens":10,'
          b'"completion_tokens":3}}\n\n')
 DONE = b"data: [DONE]\n\n"
+FINISH = b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
+FP_USAGE = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":7,"total_tokens":10,'
+            b'"completion_tokens":3},"system_fingerprint":"vllm-0.32.0-3efed959"}\n\n')
 
 
 def _pieces(mode: str) -> Sequence[bytes]:
@@ -30,6 +33,9 @@ def _pieces(mode: str) -> Sequence[bytes]:
     if mode == "byte-by-byte":
         data = events + USAGE + DONE
         return [data[i:i + 1] for i in range(len(data))]
+    if mode == "fingerprint":
+        data = b"".join(CHUNK % i for i in range(2)) + FINISH + FP_USAGE + DONE
+        return [data[i:i + 7] for i in range(0, len(data), 7)]
     if mode == "no-done":
         return [events]
     if mode == "empty":
@@ -105,6 +111,20 @@ async def test_relay_reads_and_strips_usage(relay_url: tuple[str, list[ProxyResu
     assert result.usage is not None
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (7, 3)
     assert result.first_byte_at is not None and result.finished_at >= result.first_byte_at
+
+
+@pytest.mark.parametrize("wants_usage", [False, True], ids=["usage stripped", "usage kept"])
+async def test_fingerprint_moves_to_the_finish_chunk_when_usage_is_stripped(
+        relay_url: tuple[str, list[ProxyResult | Exception]], wants_usage: bool) -> None:
+    url, results = relay_url
+    status, body, _ = await _get(url, f"mode=fingerprint&usage={int(wants_usage)}")
+    tokens = b"".join(CHUNK % i for i in range(2))
+    stamped = FINISH[:-3] + b',"system_fingerprint":"vllm-0.32.0-3efed959"}\n\n'
+    expected = tokens + (FINISH + FP_USAGE if wants_usage else stamped) + DONE
+    assert status == 200 and body == expected
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.usage is not None
+    assert result.usage.completion_tokens == 3
 
 
 async def test_stream_without_done_ends_with_error_event(

@@ -1,0 +1,126 @@
+"""The one rewrite the router makes to a relayed stream: the usage chunk it asked for.
+
+The router always asks a streaming worker for the final usage chunk
+(``stream_options.include_usage``): it needs the token counts. When the client did not ask
+for it, the client must get exactly what vLLM sends without ``include_usage``, which is more
+than the stream minus that chunk: vLLM stamps ``system_fingerprint`` on the usage chunk when
+there is one, and otherwise on every chunk that carries a ``finish_reason`` (one per choice).
+So, for such a client, ``UsageRewrite``
+
+* drops the usage chunk (after reading its counts and fingerprint);
+* holds back a chunk carrying a ``finish_reason`` until the next event arrives (ordinary
+  token chunks are never delayed): when that event is the usage chunk, the held chunks get
+  its fingerprint; when it is anything else (with ``n > 1`` another choice may still be
+  generating), they get the fingerprint this worker sent last (``known_fingerprint``: it is
+  fixed for a server's lifetime), or stay as they are when none is known.
+
+The fingerprint goes last in the chunk's JSON object, where vLLM serializes it (after
+``choices``; continuous usage is never on for such a client). Events are ``data: …`` lines
+without the blank-line terminator; the caller cuts the byte stream at event boundaries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import orjson
+
+_USAGE_MARKS = (b'"choices":[]', b'"choices": []')
+_FINISH_MARKS = (b'"finish_reason":"', b'"finish_reason": "')
+_FINGERPRINT_KEY = b'"system_fingerprint"'
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int | None = None
+
+
+def parse_usage(raw: object) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(prompt_tokens=int(raw.get("prompt_tokens") or 0),
+                 completion_tokens=int(raw.get("completion_tokens") or 0),
+                 cached_tokens=cached if isinstance(cached, int) else None)
+
+
+def is_usage_chunk(event: bytes) -> bool:
+    return (event.startswith(b"data: {") and b'"usage"' in event
+            and any(mark in event for mark in _USAGE_MARKS))
+
+
+def carries_finish_reason(event: bytes) -> bool:
+    return event.startswith(b"data: {") and any(mark in event for mark in _FINISH_MARKS)
+
+
+def with_fingerprint(event: bytes, fingerprint: str) -> bytes:
+    """``event`` with ``"system_fingerprint"`` added as the last key of its JSON object
+    (unchanged when it already has one or is not a JSON object)."""
+    body = event.rstrip()
+    if not body.endswith(b"}") or _FINGERPRINT_KEY in body:
+        return event
+    return body[:-1] + b',"system_fingerprint":' + orjson.dumps(fingerprint) + b"}"
+
+
+class UsageRewrite:
+    """One stream's usage handling: counts for the router, vLLM's own events for the client."""
+
+    __slots__ = ("_held", "_known_fingerprint", "_wants_usage", "fingerprint", "saw_usage",
+                 "usage")
+
+    def __init__(self, wants_usage: bool, known_fingerprint: str | None = None) -> None:
+        self._wants_usage = wants_usage
+        self._known_fingerprint = known_fingerprint
+        self._held: list[bytes] = []
+        self.usage: Usage | None = None
+        self.saw_usage = False
+        self.fingerprint: str | None = None      # the usage chunk's, once it has arrived
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
+    def needs_events(self, data: bytes) -> bool:
+        """Whether complete events ``data`` must go through ``events`` (else: relay as is)."""
+        if self._held or b'"usage"' in data:
+            return True
+        return not self._wants_usage and any(mark in data for mark in _FINISH_MARKS)
+
+    def events(self, events: list[bytes]) -> list[bytes]:
+        """The events to send the client now, in order; finish chunks may be held back."""
+        out: list[bytes] = []
+        for event in events:
+            if is_usage_chunk(event):
+                self._read_usage(event)
+                out += self._release(self.fingerprint)
+                if self._wants_usage:
+                    out.append(event)
+            elif not self._wants_usage and carries_finish_reason(event):
+                self._held.append(event)
+            else:
+                out += self._release(self._known_fingerprint)
+                out.append(event)
+        return out
+
+    def flush(self) -> list[bytes]:
+        """The held events, when the stream ends or breaks before another event."""
+        return self._release(self._known_fingerprint)
+
+    def _read_usage(self, event: bytes) -> None:
+        self.saw_usage = True
+        with contextlib.suppress(orjson.JSONDecodeError):
+            parsed = orjson.loads(event[6:])
+            if isinstance(parsed, dict):
+                self.usage = parse_usage(parsed.get("usage"))
+                fingerprint = parsed.get("system_fingerprint")
+                self.fingerprint = fingerprint if isinstance(fingerprint, str) else None
+
+    def _release(self, fingerprint: str | None) -> list[bytes]:
+        held, self._held = self._held, []
+        if fingerprint is None:
+            return held
+        return [with_fingerprint(event, fingerprint) for event in held]

@@ -1,0 +1,104 @@
+"""``router.proxy_usage``: the usage chunk the router asked for is read, and for a client that
+did not ask for it the stream becomes what vLLM sends without ``include_usage``. The events
+are vLLM 0.32.0's own (captured from a real engine, ids shortened)."""
+
+from __future__ import annotations
+
+from router.proxy_usage import (
+    UsageRewrite,
+    carries_finish_reason,
+    is_usage_chunk,
+    with_fingerprint,
+)
+
+FP = "vllm-0.32.0-3efed959"
+HEAD = b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"tiny",'
+TOKEN = HEAD + (b'"choices":[{"index":%d,"text":" t","logprobs":null,"finish_reason":null,'
+                b'"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}')
+FINISH = HEAD + (b'"choices":[{"index":%d,"text":" x","logprobs":null,'
+                 b'"finish_reason":"length","stop_reason":null,"prompt_token_ids":null,'
+                 b'"token_ids":null}]}')
+STAMP = b',"system_fingerprint":"' + FP.encode() + b'"}'
+USAGE = HEAD + (b'"choices":[],"usage":{"prompt_tokens":4,"total_tokens":10,'
+                b'"completion_tokens":6,"prompt_tokens_details":{"cached_tokens":2}},'
+                b'"system_fingerprint":"' + FP.encode() + b'"}')
+DONE = b"data: [DONE]"
+
+
+def stamped(event: bytes) -> bytes:
+    return event[:-1] + STAMP
+
+
+def test_event_kinds() -> None:
+    assert is_usage_chunk(USAGE) and not is_usage_chunk(TOKEN % 0)
+    assert carries_finish_reason(FINISH % 0)
+    assert not carries_finish_reason(TOKEN % 0) and not carries_finish_reason(DONE)
+
+
+def test_fingerprint_goes_last_once() -> None:
+    assert with_fingerprint(FINISH % 0, FP) == stamped(FINISH % 0)
+    assert with_fingerprint(stamped(FINISH % 0), "other") == stamped(FINISH % 0)
+    assert with_fingerprint(DONE, FP) == DONE
+
+
+def test_usage_stripped_and_its_fingerprint_moved_to_the_finish_chunk() -> None:
+    rewrite = UsageRewrite(wants_usage=False)
+    assert rewrite.events([TOKEN % 0, TOKEN % 0]) == [TOKEN % 0, TOKEN % 0]
+    assert rewrite.events([FINISH % 0]) == []            # held until the next event
+    assert rewrite.holding
+    assert rewrite.events([USAGE, DONE]) == [stamped(FINISH % 0), DONE]
+    assert rewrite.usage is not None
+    assert (rewrite.usage.prompt_tokens, rewrite.usage.completion_tokens,
+            rewrite.usage.cached_tokens) == (4, 6, 2)
+    assert rewrite.saw_usage and rewrite.fingerprint == FP and not rewrite.holding
+
+
+def test_two_choices_finishing_together_both_get_the_fingerprint() -> None:
+    rewrite = UsageRewrite(wants_usage=False)
+    out = rewrite.events([TOKEN % 0, TOKEN % 1, FINISH % 0, FINISH % 1, USAGE, DONE])
+    assert out == [TOKEN % 0, TOKEN % 1, stamped(FINISH % 0), stamped(FINISH % 1), DONE]
+
+
+def test_a_choice_finishing_early_is_released_with_the_workers_known_fingerprint() -> None:
+    rewrite = UsageRewrite(wants_usage=False, known_fingerprint=FP)
+    assert rewrite.events([FINISH % 0]) == []
+    assert rewrite.events([TOKEN % 1]) == [stamped(FINISH % 0), TOKEN % 1]
+    assert rewrite.events([FINISH % 1, USAGE, DONE]) == [stamped(FINISH % 1), DONE]
+
+
+def test_without_a_known_fingerprint_an_early_finish_is_released_unchanged() -> None:
+    rewrite = UsageRewrite(wants_usage=False)
+    rewrite.events([FINISH % 0])
+    assert rewrite.events([TOKEN % 1]) == [FINISH % 0, TOKEN % 1]
+
+
+def test_usage_kept_when_the_client_asked() -> None:
+    rewrite = UsageRewrite(wants_usage=True, known_fingerprint=FP)
+    events = [TOKEN % 0, FINISH % 0, USAGE, DONE]
+    assert rewrite.events(events) == events
+    assert rewrite.usage is not None and rewrite.usage.completion_tokens == 6
+
+
+def test_usage_without_fingerprint_leaves_finish_chunks_alone() -> None:
+    usage = USAGE.replace(b',"system_fingerprint":"' + FP.encode() + b'"', b"")
+    rewrite = UsageRewrite(wants_usage=False, known_fingerprint=FP)
+    rewrite.events([FINISH % 0])
+    assert rewrite.events([usage, DONE]) == [FINISH % 0, DONE]
+    assert rewrite.saw_usage and rewrite.fingerprint is None
+
+
+def test_held_chunk_flushed_when_the_stream_breaks() -> None:
+    rewrite = UsageRewrite(wants_usage=False, known_fingerprint=FP)
+    rewrite.events([FINISH % 0])
+    assert rewrite.flush() == [stamped(FINISH % 0)]
+    assert rewrite.flush() == []
+
+
+def test_needs_events_only_for_usage_finish_or_held() -> None:
+    rewrite = UsageRewrite(wants_usage=False)
+    assert not rewrite.needs_events(TOKEN % 0 + b"\n\n")
+    assert rewrite.needs_events(FINISH % 0 + b"\n\n")
+    assert rewrite.needs_events(USAGE + b"\n\n")
+    rewrite.events([FINISH % 0])
+    assert rewrite.needs_events(DONE + b"\n\n")
+    assert not UsageRewrite(wants_usage=True).needs_events(FINISH % 0 + b"\n\n")
