@@ -245,8 +245,9 @@ async def _stream(request: web.Request, worker: WorkerState, body: GenerationBod
                                                                     reason)
         if body.include_usage and body.continuous_usage:
             chunk["usage"] = _usage(worker, admitted).compact()
-        if finished and remaining == 1 and not body.include_usage:
-            chunk["system_fingerprint"] = header.fingerprint   # vLLM: on the terminal chunk
+        if finished and not body.include_usage:
+            # vLLM: on every choice's finish chunk, unless a usage chunk follows
+            chunk["system_fingerprint"] = header.fingerprint
         await response.write(sse(chunk))
         streamed += len(token_ids)
         if stall is not None and streamed >= stall:

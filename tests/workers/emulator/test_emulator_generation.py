@@ -118,6 +118,25 @@ def test_streaming_without_usage_has_no_usage_chunk(client: openai.OpenAI) -> No
     assert len(chunks) == 2 and all(c.usage is None and c.choices for c in chunks)
 
 
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_stream_fingerprint_on_every_finish_chunk_or_on_the_usage_chunk(
+        worker: EmulatorProcess, include_usage: bool) -> None:
+    """vLLM 0.32: without include_usage each choice's finish chunk carries system_fingerprint
+    (last key); with it only the usage chunk does."""
+    raw = post_raw(f"{worker.url}/v1/completions", {
+        "model": MODEL, "prompt": "abc", "max_tokens": 2, "n": 2, "temperature": 1.0,
+        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": include_usage}})
+    bodies = [json.loads(e[len("data: "):]) for e in raw.decode().split("\n\n")[:-2]]
+    finishes = [b for b in bodies if b["choices"] and b["choices"][0]["finish_reason"]]
+    assert sorted(b["choices"][0]["index"] for b in finishes) == [0, 1]
+    stamped = [b for b in bodies if "system_fingerprint" in b]
+    if include_usage:
+        assert stamped == [bodies[-1]] and bodies[-1]["choices"] == []
+    else:
+        assert stamped == finishes
+        assert all(list(b)[-1] == "system_fingerprint" for b in finishes)
+
+
 def test_non_streaming_body_has_every_vllm_field(worker: EmulatorProcess) -> None:
     body = json.loads(post_raw(f"{worker.url}/v1/chat/completions", {
         "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}))
