@@ -153,7 +153,7 @@ class Director:
         if model not in self._registry.known_models():
             known = ", ".join(sorted(self._registry.known_models()))
             self._metrics.record_request(model, "", "", decision.profile, 404)
-            return ModelNotFound(f"The model `{model}` does not exist. Valid models: {known}.",
+            return ModelNotFound(f"The model `{model}` does not exist. Valid aliases: {known}.",
                                  param="model", headers=headers)
         too_long = [worker for worker, by in decision.filtered_out.items()
                     if by == CONTEXT_LENGTH_FILTER]

@@ -13,7 +13,9 @@ RouterError                      (abstract: status, type, code)
 ```
 
 ``error_middleware`` is the only place that turns exceptions into responses; everything else
-raises. The body follows OpenAI: ``{"error": {"message", "type", "param", "code"}}``.
+raises. The body follows OpenAI: ``{"error": {"message", "type", "param", "code"}}``. An
+unknown model is answered in vLLM's own words and shape (``type: "NotFoundError"``, the status
+as ``code``), as a worker would have answered it.
 """
 
 from __future__ import annotations
@@ -58,9 +60,16 @@ class InvalidRequest(RouterError):
 
 
 class ModelNotFound(RouterError):
+    """vLLM's body: ``{"message": "The model `x` does not exist. Valid aliases: ...",
+    "type": "NotFoundError", "param": "model", "code": 404}``; ``code`` here is the short
+    rejection reason of the router's own headers and metrics."""
+
     status = 404
-    type = "invalid_request_error"
+    type = "NotFoundError"
     code = "model_not_found"
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.type, self.status, self.param)
 
 
 class RouteNotFound(RouterError):
@@ -99,7 +108,8 @@ class UpstreamTimeout(RouterError):
     code = "upstream_timeout"
 
 
-def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> bytes:
+def error_body(message: str, type_: str, code: str | int | None,
+               param: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param,
                                    "code": code}})
 

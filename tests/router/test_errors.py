@@ -47,7 +47,7 @@ async def client() -> AsyncIterator[TestClient[web.Request, web.Application]]:
 
 @pytest.mark.parametrize(("what", "status", "type_", "code", "param"), [
     ("invalid", 400, "invalid_request_error", "invalid_request", "messages"),
-    ("model", 404, "invalid_request_error", "model_not_found", "model"),
+    ("model", 404, "NotFoundError", 404, "model"),          # vLLM's own body
     ("busy", 503, "service_unavailable", "no_worker_available", None),
     ("upstream", 502, "upstream_error", "upstream_error", None),
     ("timeout", 504, "timeout_error", "upstream_timeout", None),
