@@ -2,7 +2,8 @@
 
 Nothing lives in module globals: every component is created here, kept in a typed
 ``web.AppKey`` (``router.keys``) and, when it owns a resource, opened and closed by one
-``cleanup_ctx`` generator (state store; client session, scraper and director; policy reloader).
+``cleanup_ctx`` generator (state store; client session, scraper and director; policy reloader;
+the KV-event feed when the fleet names KV-event streams).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from router.keys import (
     DECISIONS,
     DIRECTOR,
     FLEET,
+    KV_EVENTS,
     METRICS,
     POLICY,
     REGISTRY,
@@ -37,6 +39,7 @@ from router.keys import (
     SETTINGS,
     STORE,
 )
+from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
 from router.proxy import Proxy
 from router.settings import Settings
@@ -56,9 +59,12 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Appl
     store = _make_store(settings)
     registry = WorkerRegistry([w.info for w in fleet.workers], store.inflight)
     metrics = RouterMetrics(lambda: registry.views(time.monotonic()))
+    kv_events = KvEventFeed(w.info for w in fleet.workers)
     reloader = PolicyReloader.load(settings.routing_path, fleet,
                                    interval_s=settings.reload_interval_s,
-                                   on_result=lambda r: metrics.record_reload(r.result))
+                                   on_result=lambda r: metrics.record_reload(r.result),
+                                   on_swap=kv_events.on_new_engine)
+    kv_events.attach(reloader.engine)
     app = web.Application(client_max_size=settings.max_body_bytes,
                           middlewares=[error_middleware])
     app[SETTINGS] = settings
@@ -68,9 +74,12 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Appl
     app[METRICS] = metrics
     app[POLICY] = reloader
     app[DECISIONS] = DecisionLog(settings.decisions_ring_size)
+    app[KV_EVENTS] = kv_events
     app.cleanup_ctx.append(_state_store)
     app.cleanup_ctx.append(_workers)
     app.cleanup_ctx.append(_policy_reloader)
+    if kv_events.enabled:
+        app.cleanup_ctx.append(_kv_event_feed)
     add_routes(app)
     return app
 
@@ -115,6 +124,14 @@ async def _policy_reloader(app: web.Application) -> AsyncIterator[None]:
     app[POLICY].start()
     yield
     await app[POLICY].stop()
+
+
+async def _kv_event_feed(app: web.Application) -> AsyncIterator[None]:
+    feed = app[KV_EVENTS]
+    await feed.start()
+    log.info("following KV events of %d worker(s)", len(feed.sources))
+    yield
+    await feed.stop()
 
 
 async def _stop(task: asyncio.Task[None]) -> None:

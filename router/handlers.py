@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from router.errors import InvalidRequest
-from router.keys import DECISIONS, DIRECTOR, METRICS, REGISTRY, STORE
+from router.keys import DECISIONS, DIRECTOR, KV_EVENTS, METRICS, REGISTRY, STORE
 from router.protocol import CHAT_PATH, COMPLETIONS_PATH
 from workers.models import WorkerView
 
@@ -83,6 +83,7 @@ def _finite(value: float) -> float | None:
 
 async def debug_fleet(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY]
+    kv_events = request.app[KV_EVENTS].status()
     workers = []
     for view in registry.views(time.monotonic()):
         snap = registry.snapshot(view.id)
@@ -99,6 +100,7 @@ async def debug_fleet(request: web.Request) -> web.Response:
             "last_error": snap.error if snap else None,
             "prefix_cache_queries": snap.prefix_cache_queries if snap else 0.0,
             "prefix_cache_hits": snap.prefix_cache_hits if snap else 0.0,
+            "kv_events": kv_events.get(view.id),
         })
     return _json({"object": "list", "data": workers})
 

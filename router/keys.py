@@ -8,6 +8,7 @@ from aiohttp import web
 from policies.reloader import PolicyReloader
 from router.decisions import DecisionLog
 from router.director import Director
+from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
 from router.settings import Settings
 from router.state.store import StateStore
@@ -25,3 +26,4 @@ SESSION = web.AppKey("session", aiohttp.ClientSession)
 SCRAPER = web.AppKey("scraper", WorkerScraper)
 DIRECTOR = web.AppKey("director", Director)
 POLICY = web.AppKey("policy", PolicyReloader)
+KV_EVENTS = web.AppKey("kv_events", KvEventFeed)

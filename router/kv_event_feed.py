@@ -1,0 +1,78 @@
+"""The router's KV-event feed: the fleet's KV-event streams kept as one exact prefix index.
+
+Workers whose fleet entry names a ``kv_events:`` endpoint (vLLM's ``--kv-events-config``
+publisher, or the emulator's ``--kv-events``) are followed by one ``KvEventSubscriber``; the
+``ExactPrefixIndex`` it feeds is handed to every prefix plugin of every policy engine the
+router builds, the first one and each hot-reloaded one (``attach``). Prefix scorers then use
+a worker's exact block set while its stream is whole and fall back to their approximate
+routing history when a gap is open (``workers/kv_events/exact_index.py``). With no such
+worker the feed is inert: no index, no sockets.
+
+```python
+feed = KvEventFeed([spec.info for spec in fleet.workers])
+feed.attach(engine)                  # PolicyReloader(on_swap=feed.on_new_engine) after reloads
+await feed.start()
+feed.status()                        # per worker: exact?, blocks, batches, gaps
+await feed.stop()
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from workers.kv_events.exact_index import ExactPrefixIndex
+from workers.kv_events.subscriber import KvEventSubscriber
+from workers.kv_events.wiring import attach, sources_for
+from workers.models import WorkerInfo
+
+
+class KvEventFeed:
+    """One exact index for the fleet, its subscriber, and the engines it is attached to."""
+
+    def __init__(self, workers: Iterable[WorkerInfo]) -> None:
+        self.sources = sources_for(workers)
+        self.index: ExactPrefixIndex | None = ExactPrefixIndex() if self.sources else None
+        self._subscriber: KvEventSubscriber | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.index is not None
+
+    def attach(self, engine: Any) -> int:
+        """Hand the index to ``engine``'s prefix plugins; how many took it (0 when inert)."""
+        return attach(engine, self.index) if self.index is not None else 0
+
+    def on_new_engine(self, engine: Any) -> None:
+        """``PolicyReloader``'s ``on_swap`` hook: a hot-reloaded engine gets the index too."""
+        self.attach(engine)
+
+    async def start(self) -> None:
+        """Connect to every stream (returns once each SUB socket is connected)."""
+        if self.index is None or self._subscriber is not None:
+            return
+        self._subscriber = KvEventSubscriber(self.index, self.sources)
+        await self._subscriber.start()
+
+    async def stop(self) -> None:
+        if self._subscriber is not None:
+            await self._subscriber.stop()
+            self._subscriber = None
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per followed worker: whether its block set is exact now, and its counters."""
+        if self.index is None:
+            return {}
+        counters = self._subscriber.counters if self._subscriber is not None else {}
+        out: dict[str, dict[str, Any]] = {}
+        for source in self.sources:
+            state = self.index.state(source.worker_id)
+            counted = counters.get(source.worker_id)
+            out[source.worker_id] = {
+                "endpoint": source.endpoint, "exact": state.exact,
+                "blocks": len(state.blocks), "batches": state.batches, "gaps": state.gaps,
+                "decode_errors": counted.decode_errors if counted else 0,
+                "replays": counted.replays if counted else 0,
+            }
+        return out

@@ -1,0 +1,120 @@
+"""router/kv_event_feed.py: the router follows its workers' KV-event streams and routes on them.
+
+Two emulator processes publish KV events over ZMQ on 127.0.0.1. Prompts are sent to one
+worker directly, behind the router's back, so only the KV events can tell the router where
+they are cached; routed through the router they must then land on that worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+
+from router.keys import KV_EVENTS
+from router.kv_event_feed import KvEventFeed
+from tests.router.gateway_support import MODEL, RouterFactory, RouterHandle
+from workers.emulator.process import EmulatorProcess, free_port
+from workers.fleet import FleetConfig, parse_fleet
+
+pytestmark = pytest.mark.integration
+
+PREFIX_ONLY = """\
+profiles:
+  default:
+    filters: [{type: model}, {type: healthy}]
+    scorers: [{type: prefix, weight: 1.0}]
+    picker: {type: max-score}
+default_profile: default
+"""
+
+
+@pytest.fixture(scope="module")
+def event_fleet() -> Iterator[FleetConfig]:
+    workers = []
+    processes = []
+    try:
+        for wid in ("w0", "w1"):
+            pub, replay = free_port(), free_port()
+            proc = EmulatorProcess(time_scale=0.0, served_model_names=[MODEL], extra_args=[
+                "--kv-events", f"tcp://127.0.0.1:{pub}",
+                "--kv-events-replay", f"tcp://127.0.0.1:{replay}", "--kv-events-topic", "kv"])
+            proc.start()
+            processes.append(proc)
+            workers.append({"id": wid, "gpu": "h100", "models": [MODEL], "url": proc.url,
+                            "kv_events": f"tcp://127.0.0.1:{pub}",
+                            "labels": {"kv_events_replay": f"tcp://127.0.0.1:{replay}",
+                                       "kv_events_topic": "kv"}})
+        yield parse_fleet({"models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+                           "workers": workers})
+    finally:
+        for proc in processes:
+            proc.stop()
+
+
+async def complete(session: aiohttp.ClientSession, url: str,
+                   prompt: list[int]) -> aiohttp.ClientResponse:
+    async with session.post(f"{url}/v1/completions",
+                            json={"model": MODEL, "prompt": prompt, "max_tokens": 1}) as resp:
+        await resp.read()
+        assert resp.status == 200, await resp.text()
+        return resp
+
+
+async def wait_for_blocks(router: RouterHandle, worker: str, at_least: int) -> None:
+    feed = router.app[KV_EVENTS]
+    deadline = time.monotonic() + 15.0
+    while feed.status()[worker]["blocks"] < at_least:
+        assert time.monotonic() < deadline, feed.status()
+        await asyncio.sleep(0.05)
+
+
+async def test_prompts_cached_behind_the_routers_back_are_found_by_their_events(
+        event_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(event_fleet, PREFIX_ONLY)
+    urls = {w.info.id: w.info.url for w in event_fleet.workers}
+    async with aiohttp.ClientSession() as session:
+        for n, worker in enumerate(("w1", "w0", "w1")):
+            prompt = [5000 + 100 * n + i for i in range(64)]      # four 16-token blocks
+            before = router.app[KV_EVENTS].status()[worker]["blocks"]
+            await complete(session, urls[worker], prompt)
+            await wait_for_blocks(router, worker, before + 4)
+            routed = await complete(session, router.url, prompt)
+            assert routed.headers["x-kvroute-worker"] == worker
+        async with session.get(f"{router.url}/debug/fleet") as resp:
+            fleet = {w["id"]: w for w in (await resp.json())["data"]}
+    for worker in ("w0", "w1"):
+        status = fleet[worker]["kv_events"]
+        assert status["exact"] is True and status["decode_errors"] == 0
+        assert status["blocks"] >= 4
+
+
+async def test_a_hot_reloaded_engine_keeps_following_the_events(
+        event_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(event_fleet, PREFIX_ONLY, reload_interval_s=0.05)
+    router.routing_path.write_text(PREFIX_ONLY.replace("weight: 1.0", "weight: 2.0")
+                                   + "# reloaded\n")
+    deadline = time.monotonic() + 10.0
+    while router.metric("kvroute_config_reloads_total", result="success") < 1:
+        assert time.monotonic() < deadline, "the routing file was not reloaded"
+        await asyncio.sleep(0.05)
+    urls = {w.info.id: w.info.url for w in event_fleet.workers}
+    prompt = [9000 + i for i in range(64)]
+    async with aiohttp.ClientSession() as session:
+        before = router.app[KV_EVENTS].status()["w1"]["blocks"]
+        await complete(session, urls["w1"], prompt)
+        await wait_for_blocks(router, "w1", before + 4)
+        routed = await complete(session, router.url, prompt)
+    assert routed.headers["x-kvroute-worker"] == "w1"
+
+
+def test_a_fleet_without_streams_makes_an_inert_feed(event_fleet: FleetConfig) -> None:
+    without = parse_fleet({"models": {MODEL: {"arch": "llama-3-8b"}},
+                           "workers": [{"id": "x", "gpu": "h100", "models": [MODEL],
+                                        "url": "http://127.0.0.1:1"}]})
+    feed = KvEventFeed(w.info for w in without.workers)
+    assert not feed.enabled and feed.index is None and feed.status() == {}
+    followed = KvEventFeed(w.info for w in event_fleet.workers)
+    assert followed.enabled and [s.worker_id for s in followed.sources] == ["w0", "w1"]
