@@ -50,6 +50,10 @@ def register(subparsers: Any) -> None:
     replay.add_argument("--max-output-tokens", type=int, default=None)
     replay.add_argument("--routing", type=Path, default=None,
                         help="kvroute routing file (default config/routing.yaml)")
+    replay.add_argument("--launch", choices=("serve", "up"), default="serve",
+                        help="serve: the harness starts the emulated fleet, then kvroute serve "
+                             "(default); up: one kvroute up process starts both (kvroute "
+                             "targets only)")
     replay.add_argument("--out", type=Path, required=True, metavar="DIR")
     replay.set_defaults(func=_replay)
     for name, module_name in OPTIONAL_MODULES:
@@ -118,7 +122,7 @@ def _replay(args: argparse.Namespace) -> int:
     config = ReplayConfig(trace=args.trace, targets=_targets(args.targets), fleet=args.fleet,
                           limit=args.limit, rate_scale=args.rate_scale,
                           time_scale=args.time_scale, max_output_tokens=args.max_output_tokens,
-                          routing=args.routing)
+                          routing=args.routing, launch=args.launch)
     results = run_replay(config, _progress)
     from sim.traces import load_trace, prefix_ceiling
     ceiling = prefix_ceiling(load_trace(args.trace, limit=args.limit,

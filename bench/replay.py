@@ -13,17 +13,23 @@ end-to-end, divided by the emulator's ``time_scale`` to read in emulated seconds
 attainment as in ``sim.metrics`` (TTFT ≤ max(0.5 s, 3 × idle-H100 prefill), TPOT ≤ 50 ms).
 Worker side: the change of every worker's ``vllm:prefix_cache_hits`` / ``queries`` and
 ``vllm:prompt_tokens`` counters over the run.
+
+``launch`` says how a kvroute target is started: ``serve`` (the harness starts the emulated
+fleet with ``EmulatorFleet``, then ``kvroute serve`` in front of it) or ``up`` (one
+``kvroute up`` process starts both, as a user would; the peers have no ``up`` and are
+skipped). Both run the same ``EmulatorFleet`` and ``run_router``; ``up`` is the literal command.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import orjson
@@ -35,6 +41,8 @@ from bench.targets import Skipped, TargetContext, plan_target
 from workers.fleet import FleetConfig, load_fleet
 
 Progress = Callable[[str], None]
+Launch = Literal["serve", "up"]
+LAUNCHES: tuple[Launch, ...] = ("serve", "up")
 COUNTERS = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:prompt_tokens")
 
 
@@ -48,6 +56,7 @@ class ReplayConfig:
     time_scale: float = 1.0
     max_output_tokens: int | None = None
     routing: Path | None = None
+    launch: Launch = "serve"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +157,7 @@ async def _send(session: aiohttp.ClientSession, url: str, model: str, request: R
 async def _drive(url: str, model: str, requests: Sequence[ReplayRequest],
                  headers: Mapping[str, str], progress: Progress,
                  every_s: float = 10.0) -> list[tuple[float | None, float, str | None]]:
-    timeout = aiohttp.ClientTimeout(total=3600)
+    timeout = aiohttp.ClientTimeout(total=3600, sock_read=120)
     connector = aiohttp.TCPConnector(limit=0)
     finished = [0]
 
@@ -213,6 +222,14 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
         wall_s=round(wall_s, 1), first_error=errors[0] if errors else None)
 
 
+def up_argv(serve_argv: Sequence[str], time_scale: float) -> tuple[str, ...] | None:
+    """``kvroute up`` with the same arguments as a kvroute target's ``kvroute serve`` command
+    (None for any other command), at the emulator time scale of the run."""
+    if tuple(serve_argv[1:4]) != ("-m", "router.cli", "serve"):
+        return None
+    return (*serve_argv[:3], "up", *serve_argv[4:], "--time-scale", repr(time_scale))
+
+
 def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
                   requests: Sequence[ReplayRequest], workdir: Path,
                   progress: Progress) -> ReplayResult:
@@ -227,12 +244,24 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
     if isinstance(plan, Skipped):
         progress(f"{name}: skipped ({plan.reason})")
         return ReplayResult(name, skipped=plan.reason)
-    progress(f"{name}: starting {len(urls)} emulated workers (time scale {config.time_scale})")
-    with EmulatorFleet(fleet, time_scale=config.time_scale):
+    argv = plan.argv
+    workers: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    if config.launch == "up":
+        argv = up_argv(plan.argv or (), config.time_scale)
+        if argv is None:
+            progress(f"{name}: skipped (--launch up runs kvroute targets only)")
+            return ReplayResult(name, skipped="--launch up runs kvroute targets only")
+        progress(f"{name}: kvroute up with {len(urls)} emulated workers "
+                 f"(time scale {config.time_scale})")
+    else:
+        workers = EmulatorFleet(fleet, time_scale=config.time_scale)
+        progress(f"{name}: starting {len(urls)} emulated workers "
+                 f"(time scale {config.time_scale})")
+    with workers:
         process = None
         try:
-            if plan.argv is not None:
-                process = Launched(name, plan.argv, workdir / name / "server.log", env=plan.env)
+            if argv is not None:
+                process = Launched(name, argv, workdir / name / "server.log", env=plan.env)
                 process.start()
                 process.wait_http(plan.ready_url, timeout_s=60.0, headers=plan.headers)
             before = scrape_counters(urls)

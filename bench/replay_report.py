@@ -41,7 +41,9 @@ def write_replay(out_dir: Path, config: ReplayConfig, results: Sequence[ReplayRe
                 "config": {"trace": str(config.trace), "targets": list(config.targets),
                            "fleet": str(config.fleet), "limit": config.limit,
                            "rate_scale": config.rate_scale, "time_scale": config.time_scale,
-                           "max_output_tokens": config.max_output_tokens},
+                           "max_output_tokens": config.max_output_tokens,
+                           "routing": None if config.routing is None else str(config.routing),
+                           "launch": config.launch},
                 "trace_prefix_ceiling": prefix_ceiling,
                 "results": [r.to_json() for r in results]}
     json_path = out_dir / "replay.json"
