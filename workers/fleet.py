@@ -187,11 +187,33 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     launch = raw.get("launch")
     if launch is not None and (emulate is not None or not isinstance(launch, Mapping)):
         raise FleetConfigError(f"{where}.launch: must be a mapping, on a worker with url:")
+    labels = {str(k): str(v) for k, v in labels.items()}
+    kv_events = raw.get("kv_events")
+    if kv_events is None and emulate is not None:
+        kv_events = _emulated_kv_events(emulate, labels)
     info = WorkerInfo(
         id=wid, url=url.rstrip("/"), gpu=gpu, models=tuple(served), model_spec=spec,
-        price_per_hour=price, tensor_parallel=tp,
-        labels=MappingProxyType({str(k): str(v) for k, v in labels.items()}),
-        kv_events_endpoint=raw.get("kv_events"),
+        price_per_hour=price, tensor_parallel=tp, labels=MappingProxyType(labels),
+        kv_events_endpoint=kv_events,
     )
     return WorkerSpec(info=info, emulate=MappingProxyType(dict(emulate)) if emulate else None,
                       launch=MappingProxyType(dict(launch)) if launch is not None else None)
+
+
+def _emulated_kv_events(emulate: Mapping[str, Any], labels: dict[str, str]) -> str | None:
+    """An emulated worker that publishes KV events is followed at its own endpoints.
+
+    The emulator binds ``emulate.kv_events`` (a wildcard host such as ``tcp://*:5557`` is
+    reached on the worker's host); its replay endpoint and topic become the
+    ``kv_events_replay`` / ``kv_events_topic`` labels unless the entry sets them."""
+    host = str(emulate.get("host", "127.0.0.1"))
+    endpoint = emulate.get("kv_events")
+    if not isinstance(endpoint, str) or "://" not in endpoint:
+        return None
+    replay = emulate.get("kv_events_replay")
+    if isinstance(replay, str) and "://" in replay:
+        labels.setdefault("kv_events_replay", replay.replace("://*:", f"://{host}:"))
+    topic = emulate.get("kv_events_topic")
+    if isinstance(topic, str) and topic:
+        labels.setdefault("kv_events_topic", topic)
+    return endpoint.replace("://*:", f"://{host}:")

@@ -1,0 +1,56 @@
+"""workers/fleet.py: fleet entries, errors naming the field, and where KV events are read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from workers.fleet import FleetConfigError, parse_fleet
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def one_worker(**entry: Any) -> dict[str, Any]:
+    return {"models": {MODEL: {"arch": "llama-3.1-8b"}},
+            "workers": [{"id": "w0", "gpu": "h100", "models": [MODEL], **entry}]}
+
+
+def test_a_url_worker_keeps_its_stream_and_labels() -> None:
+    fleet = parse_fleet(one_worker(url="http://10.0.0.7:8000/", kv_events="tcp://10.0.0.7:5557",
+                                   labels={"pool": "premium", "kv_events_topic": "kv"}))
+    info = fleet.workers[0].info
+    assert info.url == "http://10.0.0.7:8000"
+    assert info.kv_events_endpoint == "tcp://10.0.0.7:5557"
+    assert dict(info.labels) == {"pool": "premium", "kv_events_topic": "kv"}
+
+
+def test_an_emulated_publisher_is_followed_at_its_own_endpoints() -> None:
+    fleet = parse_fleet(one_worker(emulate={
+        "port": 8101, "kv_events": "tcp://*:5557", "kv_events_replay": "tcp://*:5558",
+        "kv_events_topic": "kv"}))
+    info = fleet.workers[0].info
+    assert info.kv_events_endpoint == "tcp://127.0.0.1:5557"
+    assert dict(info.labels) == {"kv_events_replay": "tcp://127.0.0.1:5558",
+                                 "kv_events_topic": "kv"}
+
+
+def test_the_entry_wins_over_the_emulator_and_off_means_none() -> None:
+    fleet = parse_fleet(one_worker(emulate={"port": 8101, "kv_events": "tcp://*:5557"},
+                                   kv_events="tcp://127.0.0.2:6000",
+                                   labels={"kv_events_topic": "mine"}))
+    assert fleet.workers[0].info.kv_events_endpoint == "tcp://127.0.0.2:6000"
+    quiet = parse_fleet(one_worker(emulate={"port": 8101, "kv_events": "off"}))
+    assert quiet.workers[0].info.kv_events_endpoint is None
+    assert dict(quiet.workers[0].info.labels) == {}
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({}, r"workers\[0\]: exactly one of url: or emulate: is required"),
+    ({"url": "http://a", "emulate": {"port": 1}}, "exactly one of url: or emulate:"),
+    ({"emulate": {"port": "x"}}, r"workers\[0\]\.emulate\.port: required, an integer"),
+    ({"url": "http://a", "colour": "red"}, r"workers\[0\]: unknown key\(s\): colour"),
+])
+def test_bad_entries_name_the_field(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(FleetConfigError, match=message):
+        parse_fleet(one_worker(**entry))
