@@ -69,13 +69,14 @@ class CandidateTable(_LazySequence):
     __slots__ = ("_index", "_made", "columns", "ids", "names", "totals")
 
     def __init__(self, ids: list[str], totals: list[float], names: list[str],
-                 columns: list[list[float]]) -> None:
-        self.ids = ids
+                 columns: list[list[float]], position: Mapping[str, int] | None = None) -> None:
+        self.ids = ids                  # read-only: may be shared with later decisions
         self.totals = totals
         self.names = names              # scorer names, one per column (as ``scores`` keys)
         self.columns = columns
         self._made: list[CandidateScore | None] = [None] * len(ids)
-        self._index: dict[str, int] | None = None
+        # id -> position, when given (``policies.candidate_index``) or first needed
+        self._index: Mapping[str, int] | None = position
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -112,10 +113,7 @@ class CandidateTable(_LazySequence):
 
     def position_of(self, candidate: CandidateScore) -> int | None:
         """Where ``candidate`` (this very object) sits, or None when it is not one of ours."""
-        try:
-            position = self.ids.index(getattr(candidate, "worker_id", None))  # type: ignore[arg-type]
-        except ValueError:
-            position = -1
+        position = self.positions().get(getattr(candidate, "worker_id", None), -1)  # type: ignore[arg-type]
         if position >= 0 and self._made[position] is candidate:
             return position
         for position, made in enumerate(self._made):
@@ -125,10 +123,17 @@ class CandidateTable(_LazySequence):
 
     def scores_of(self, worker_id: str) -> dict[str, float] | None:
         """The scores of ``worker_id``, without building candidate objects."""
-        if self._index is None:
-            self._index = {worker_id: i for i, worker_id in enumerate(self.ids)}
-        position = self._index.get(worker_id)
+        position = self.positions().get(worker_id)
         return self.scores_at(position) if position is not None else None
+
+    def positions(self) -> Mapping[str, int]:
+        """Worker id -> position (the first one, should an id repeat)."""
+        if self._index is None:
+            index: dict[str, int] = {}
+            for position, worker_id in enumerate(self.ids):
+                index.setdefault(worker_id, position)
+            self._index = index
+        return self._index
 
     def ranked_order(self) -> list[int]:
         """Positions by descending total, view order on ties."""

@@ -15,7 +15,8 @@ recently used.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from itertools import takewhile
 
 from policies.base import RoutingRequest
 
@@ -36,6 +37,11 @@ class WorkerBlockLru:
 
     def __contains__(self, block_hash: int) -> bool:
         return block_hash in self._blocks
+
+    @property
+    def holds(self) -> Callable[[int], bool]:
+        """``block_hash in self`` as a C-level callable (for ``itertools.takewhile``)."""
+        return self._blocks.__contains__
 
     def touch(self, block_hash: int) -> bool:
         """Mark a block most recently used; returns True when it was new."""
@@ -118,38 +124,28 @@ class ApproximatePrefixIndex:
 
     # --- queries ---------------------------------------------------------------------------
     def match(self, block_hashes: Sequence[int],
-              worker_ids: Iterable[str]) -> dict[str, int]:
-        """Leading blocks of the chain each worker holds, in O(matched blocks).
+              worker_ids: Collection[str]) -> dict[str, int]:
+        """Leading blocks of the chain each worker holds, in O(matched blocks) per holder of
+        block 0.
 
         Workers absent from the result hold none; a worker's match stops at its first miss,
-        as vLLM's ``find_longest_cache_hit`` does.
+        as vLLM's ``find_longest_cache_hit`` does. The holders of block 0 are looked up once
+        (the reverse map); each one's run is then counted in its own LRU at C speed (a
+        worker's LRU holds a block exactly when the reverse map names it). ``worker_ids``:
+        any collection; a set or a dict keyed by id answers ``in`` fastest.
         """
         result: dict[str, int] = {}
-        holders = self._holders
         if not block_hashes:
             return result
-        first = holders.get(block_hashes[0])
+        first = self._holders.get(block_hashes[0])
         if not first:
             return result
-        alive = ({first} if isinstance(first, str) else first).intersection(worker_ids)
-        position = 1
-        while alive and position < len(block_hashes):
-            owners = holders.get(block_hashes[position])
-            if owners is None:
-                break
-            if isinstance(owners, str):       # one holder: the match of every other ends
-                if len(alive) > 1 or owners not in alive:
-                    for worker_id in alive:
-                        if worker_id != owners:
-                            result[worker_id] = position
-                    alive = {owners} if owners in alive else set()
-            elif not alive <= owners:
-                for worker_id in alive - owners:
-                    result[worker_id] = position
-                alive &= owners
-            position += 1
-        for worker_id in alive:
-            result[worker_id] = position
+        workers = self._workers
+        for worker_id in ((first,) if isinstance(first, str) else sorted(first)):
+            if worker_id in worker_ids:
+                lru = workers.get(worker_id)
+                if lru is not None:
+                    result[worker_id] = len(list(takewhile(lru.holds, block_hashes)))
         return result
 
     def blocks(self, worker_id: str) -> int:

@@ -9,8 +9,9 @@ later plugins of the same decision (estimated time, cost, the SLO picker) reuse 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.prefix.approximate import ApproximatePrefixIndex
@@ -34,9 +35,11 @@ def cached_tokens(cycle: CycleState, worker_id: str) -> int:
 
 def match_prefix(request: RoutingRequest, workers: Sequence[WorkerView],
                  approximate: ApproximatePrefixIndex, exact: ExactPrefixIndex | None,
-                 worker_ids: Sequence[str] | None = None) -> PrefixMatch:
+                 worker_ids: Sequence[str] | None = None,
+                 members: Collection[str] | None = None) -> PrefixMatch:
     """Cached prompt tokens per worker for this request (``worker_ids``: the views' ids, in
-    view order, when already at hand)."""
+    view order, when already at hand; ``members``: the same ids as a set or dict, for fast
+    membership)."""
     tokens: dict[str, int] = {}
     exact_ids: set[str] = set()
     ids = worker_ids if worker_ids is not None else [view.info.id for view in workers]
@@ -45,7 +48,7 @@ def match_prefix(request: RoutingRequest, workers: Sequence[WorkerView],
         chain = request.block_hashes.get(block_size)
         if not chain or block_size <= 0:
             continue
-        fallback: Sequence[str] = ()
+        fallback: Collection[str] = ()
         if exact is not None:
             missing: list[str] = []
             for worker_id in group:
@@ -59,18 +62,23 @@ def match_prefix(request: RoutingRequest, workers: Sequence[WorkerView],
                                                 limit // block_size * block_size)
             fallback = missing
         else:
-            fallback = group
+            fallback = members if members is not None and group is ids else group
         if fallback:
+            cap = limit // block_size * block_size
             for worker_id, blocks in approximate.match(chain, fallback).items():
-                tokens[worker_id] = min(blocks * block_size, limit // block_size * block_size)
+                tokens[worker_id] = min(blocks * block_size, cap)
     return PrefixMatch(tokens={k: v for k, v in tokens.items() if v > 0},
                        exact=frozenset(exact_ids))
 
 
+_block_size = attrgetter("block_size")
+
+
 def _by_block_size(workers: Sequence[WorkerView],
                    ids: Sequence[str]) -> dict[int, Sequence[str]]:
-    """Worker ids by block size, in view order (one group when the fleet shares a size)."""
-    sizes = [view.block_size for view in workers]
+    """Worker ids by block size, in view order (one group, ``ids`` itself, when the fleet
+    shares a size)."""
+    sizes = list(map(_block_size, workers))
     if not sizes:
         return {}
     if sizes.count(sizes[0]) == len(sizes):

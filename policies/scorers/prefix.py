@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
+from policies.candidate_index import CandidateIndex, candidate_index
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
 from policies.prefix.approximate import ApproximatePrefixIndex, remember_routed
@@ -53,6 +55,8 @@ class PrefixScorerParams:
 class PrefixScorer:
     """Scores prefix-cache overlap and keeps the approximate index current."""
 
+    clamped_column = True      # score_column: cached / prompt tokens, in [0, 1)
+
     def __init__(self, name: str, params: PrefixScorerParams) -> None:
         self.name = name
         self.use_kv_events = params.use_kv_events
@@ -60,6 +64,9 @@ class PrefixScorer:
         self.exact: ExactPrefixIndex | None = None
         self._block_size: dict[str, int] = {}
         self._gpu_blocks: dict[str, int] = {}
+        # the candidates and pool sizes _track last brought into the LRUs
+        self._tracked_index: CandidateIndex | None = None
+        self._tracked_blocks: list[int] = []
 
     def attach_exact_index(self, index: ExactPrefixIndex | None) -> None:
         """Use KV-event knowledge for workers whose stream is whole (None: detach)."""
@@ -72,26 +79,25 @@ class PrefixScorer:
             self.exact = previous.exact if self.use_kv_events else None
             self._block_size = previous._block_size
             self._gpu_blocks = previous._gpu_blocks
+            self._tracked_index = None
 
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
-        ids = [view.info.id for view in workers]
-        return dict(zip(ids, self._column(request, workers, cycle, ids), strict=True))
+        index = candidate_index(cycle, workers)
+        return dict(zip(index.ids, self.score_column(request, workers, cycle), strict=True))
 
     def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
                      cycle: CycleState) -> list[float]:
         """``score`` as a list in view order (no per-worker dict)."""
-        return self._column(request, workers, cycle, [view.info.id for view in workers])
-
-    def _column(self, request: RoutingRequest, workers: Sequence[WorkerView],
-                cycle: CycleState, ids: list[str]) -> list[float]:
-        self._track(workers, ids)
-        match = match_prefix(request, workers, self.index, self.exact, ids)
+        index = candidate_index(cycle, workers)
+        self._track(workers, index)
+        match = match_prefix(request, workers, self.index, self.exact, index.ids,
+                             index.position)
         cycle.write(MATCH_KEY, match)
         prompt = max(1, request.num_prompt_tokens)
         tokens = match.tokens
-        position = dict(zip(ids, range(len(ids)), strict=True))
-        column = [0.0] * len(ids)
+        position = index.position
+        column = [0.0] * len(index.ids)
         for worker_id, count in tokens.items():
             column[position[worker_id]] = count / prompt
         record_attribute(cycle, ATTRIBUTE, LazyAttribute(position, lambda w: tokens.get(w, 0)))
@@ -103,16 +109,21 @@ class PrefixScorer:
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         return None
 
-    def _track(self, workers: Sequence[WorkerView], ids: list[str]) -> None:
+    def _track(self, workers: Sequence[WorkerView], index: CandidateIndex) -> None:
         """Resize the LRUs of workers whose ``num_gpu_blocks`` changed (or are new)."""
-        blocks = [view.num_gpu_blocks for view in workers]
-        if blocks == list(map(self._gpu_blocks.get, ids)):
-            return
-        for view, worker_id, count in zip(workers, ids, blocks, strict=True):
-            if self._gpu_blocks.get(worker_id) != count:
-                self._gpu_blocks[worker_id] = count
-                self._block_size[worker_id] = view.block_size
-                self.index.set_capacity(worker_id, count)
+        blocks = list(map(_num_gpu_blocks, workers))
+        if index is self._tracked_index and blocks == self._tracked_blocks:
+            return      # the same workers with the same pools as last time: nothing to do
+        if blocks != list(map(self._gpu_blocks.get, index.ids)):
+            for view, worker_id, count in zip(workers, index.ids, blocks, strict=True):
+                if self._gpu_blocks.get(worker_id) != count:
+                    self._gpu_blocks[worker_id] = count
+                    self._block_size[worker_id] = view.block_size
+                    self.index.set_capacity(worker_id, count)
+        self._tracked_index, self._tracked_blocks = index, blocks
+
+
+_num_gpu_blocks = attrgetter("num_gpu_blocks")
 
 
 def register(registry: PluginRegistry) -> None:
