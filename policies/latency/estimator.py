@@ -23,11 +23,19 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CycleState, RoutingRequest
-from policies.latency.candidate_arrays import CandidateArrays, infos_of, shortlist_positions
+from policies.candidate_index import CandidateIndex, candidate_index
+from policies.latency.candidate_arrays import (
+    CandidateArrays,
+    WorkerConstants,
+    infos_of,
+    shortlist_positions,
+    worker_constants,
+)
 from policies.latency.online import OnlineCorrection, Prediction
 from policies.latency.step_model import StepCoefficients
 from policies.prefix.matching import MATCH_KEY, PrefixMatch
@@ -106,12 +114,9 @@ class PrefillArrivals:
         entry = self._state.get(worker_id)
         if entry is None:
             return 0.0
-        index = len(self.taus_s) - 1
-        if horizon_s is not None:
-            for i, bound in enumerate(self._bounds):
-                if horizon_s < bound:
-                    index = i
-                    break
+        # the first bound above the horizon (the last time constant when none is, or NaN)
+        index = len(self.taus_s) - 1 if horizon_s is None else bisect_right(self._bounds,
+                                                                            horizon_s)
         rates, at = entry
         return rates[index] * math.exp(-max(0.0, now - at) / self.taus_s[index])
 
@@ -157,81 +162,103 @@ class TimeEstimator:
 
     def estimate(self, request: RoutingRequest, view: WorkerView, cached: int) -> Estimate:
         info = view.info
-        worker_id = info.id
-        k = self.coefficients(info)
-        fixed, base, per_token = k.fixed_s, k.floor_s - k.fixed_s, k.per_token_s
-        per_pair, per_ctx, per_seq = k.per_pair_s, k.per_ctx_token_s, k.per_seq_s
+        known: dict[str, Estimate] = {}
+        self.estimate_into(known, request, (view,),
+                           (worker_constants(info, self.coefficients(info)),),
+                           {info.id: cached})
+        return known[info.id]
+
+    def estimate_into(self, known: dict[str, Estimate], request: RoutingRequest,
+                      views: Iterable[WorkerView], constants: Iterable[WorkerConstants],
+                      cached_tokens: Mapping[str, int]) -> None:
+        """``known[id] = the estimate`` for each view (``constants``: its worker's, in the
+        same order; ``cached_tokens``: cached prompt tokens by id, absent 0)."""
         prompt = request.num_prompt_tokens if request.num_prompt_tokens > 1 else 1
-        if cached > prompt - 1:
-            cached = prompt - 1
-        uncached = prompt - cached
         output = request.max_tokens if request.max_tokens is not None else (
             self.default_output_tokens)
         output = output if output > 1 else 1
-        running = view.running
-        decoding = running if running > 0 else 0
-        # (conditional expressions below stand for max/min, with their tie and NaN rules)
-        queued_batch, inflight = running + view.waiting, view.inflight_requests
-        in_batch = inflight if inflight > queued_batch else queued_batch
-        context_sum = view.kv_usage * view.num_gpu_blocks * view.block_size
-        mean_context = context_sum / decoding if decoding else float(prompt)
-        # shared by every step while this worker decodes its running batch
-        decode_part = per_ctx * context_sum + per_seq * decoding
-        # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
-        queued = view.inflight_prefill_tokens
-        ahead = (queued if queued > 0 else 0) + uncached
-        most = k.max_batched_tokens - 1
-        room = k.max_batched_tokens - (most if most < decoding else decoding)
-        chunk = float(room if room > 1 else 1)
-        own_pairs = uncached * cached + uncached * uncached / 2.0
-        if ahead <= chunk:
-            linear = per_token * (ahead + decoding)
-            prefill = (fixed + (linear if linear > base else base) + decode_part
-                       + per_pair * own_pairs)
-        else:
-            steps = math.ceil(ahead / chunk)
-            linear = per_token * (chunk + decoding)
-            full = fixed + (linear if linear > base else base) + decode_part
-            linear = per_token * (ahead - (steps - 1) * chunk + decoding)
-            prefill = ((steps - 1) * full + fixed + (linear if linear > base else base)
-                       + decode_part + per_pair * own_pairs)
-        joined = in_batch + 1
-        linear = per_token * joined
-        decode_step = (fixed + (linear if linear > base else base)
-                       + per_ctx * joined * mean_context + per_seq * in_batch)
-        slot_wait = 0.0
-        if in_batch >= k.max_num_seqs:
-            slot_wait = (in_batch - k.max_num_seqs + 1) / k.max_num_seqs * output * decode_step
-        raw_ttft = prefill + slot_wait
-        # TPOT: the decode step, diluted by prefill chunks that keep arriving
-        linear = per_token * (chunk + joined)
-        full_step = (fixed + (linear if linear > base else base) + per_ctx * context_sum
-                     + per_seq * in_batch)
-        horizon = raw_ttft + output * decode_step
-        share = self.arrivals.rate(worker_id, request.arrival_time, horizon) * full_step / chunk
-        if share > MAX_PREFILL_SHARE:
-            share = MAX_PREFILL_SHARE
-        raw_tpot = 1.0 / ((1.0 - share) / decode_step + share / full_step)
-        ttft_factor, tpot_factor, ttft_upper, tpot_upper = self.correction.factors(
-            worker_id, info.gpu.name)
-        ttft = raw_ttft * ttft_factor
-        tpot = raw_tpot * tpot_factor
-        memo_key = (id(k), uncached, cached)
-        own_prefill = self._prefill_memo.get(memo_key)
-        if own_prefill is None:
-            own_prefill = self._prefill_memo[memo_key] = k.prefill_s(uncached, cached)
-        gpu_s = own_prefill + output * tpot / joined
-        return new_estimate(ttft, tpot, gpu_s, info.price_per_hour / 3600.0 * gpu_s, cached,
-                            raw_ttft, raw_tpot, ttft if ttft < own_prefill else own_prefill,
-                            raw_ttft * ttft_upper if ttft_upper else None,
-                            raw_tpot * tpot_upper if tpot_upper else None)
+        now = request.arrival_time
+        rate = self.arrivals.rate
+        factors = self.correction.factors
+        memo = self._prefill_memo
+        cached_of = cached_tokens.get
+        for view, (worker_id, gpu_class, price_per_s, k, k_id, fixed, base, per_token, per_pair,
+                   per_ctx, per_seq, max_batched, most, max_num_seqs) in zip(views, constants,
+                                                                             strict=True):
+            cached = cached_of(worker_id, 0)
+            if cached > prompt - 1:
+                cached = prompt - 1
+            uncached = prompt - cached
+            running = view.running
+            decoding = running if running > 0 else 0
+            # (conditional expressions below stand for max/min, with their tie and NaN rules)
+            queued_batch, inflight = running + view.waiting, view.inflight_requests
+            in_batch = inflight if inflight > queued_batch else queued_batch
+            context_sum = view.kv_usage * view.num_gpu_blocks * view.block_size
+            mean_context = context_sum / decoding if decoding else float(prompt)
+            # shared by every step while this worker decodes its running batch
+            decode_part = per_ctx * context_sum + per_seq * decoding
+            # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
+            queued = view.inflight_prefill_tokens
+            ahead = (queued if queued > 0 else 0) + uncached
+            room = max_batched - (most if most < decoding else decoding)
+            chunk = float(room if room > 1 else 1)
+            own_pairs = uncached * cached + uncached * uncached / 2.0
+            if ahead <= chunk:
+                linear = per_token * (ahead + decoding)
+                prefill = (fixed + (linear if linear > base else base) + decode_part
+                           + per_pair * own_pairs)
+            else:
+                steps = math.ceil(ahead / chunk)
+                linear = per_token * (chunk + decoding)
+                full = fixed + (linear if linear > base else base) + decode_part
+                linear = per_token * (ahead - (steps - 1) * chunk + decoding)
+                prefill = ((steps - 1) * full + fixed + (linear if linear > base else base)
+                           + decode_part + per_pair * own_pairs)
+            joined = in_batch + 1
+            linear = per_token * joined
+            decode_step = (fixed + (linear if linear > base else base)
+                           + per_ctx * joined * mean_context + per_seq * in_batch)
+            slot_wait = 0.0
+            if in_batch >= max_num_seqs:
+                slot_wait = (in_batch - max_num_seqs + 1) / max_num_seqs * output * decode_step
+            raw_ttft = prefill + slot_wait
+            # TPOT: the decode step, diluted by prefill chunks that keep arriving
+            linear = per_token * (chunk + joined)
+            full_step = (fixed + (linear if linear > base else base) + per_ctx * context_sum
+                         + per_seq * in_batch)
+            horizon = raw_ttft + output * decode_step
+            share = rate(worker_id, now, horizon) * full_step / chunk
+            if share > MAX_PREFILL_SHARE:
+                share = MAX_PREFILL_SHARE
+            raw_tpot = 1.0 / ((1.0 - share) / decode_step + share / full_step)
+            ttft_factor, tpot_factor, ttft_upper, tpot_upper = factors(worker_id, gpu_class)
+            ttft = raw_ttft * ttft_factor
+            tpot = raw_tpot * tpot_factor
+            memo_key = (k_id, uncached, cached)
+            own_prefill = memo.get(memo_key)
+            if own_prefill is None:
+                own_prefill = memo[memo_key] = k.prefill_s(uncached, cached)
+            gpu_s = own_prefill + output * tpot / joined
+            known[worker_id] = new_estimate(
+                ttft, tpot, gpu_s, price_per_s * gpu_s, cached, raw_ttft, raw_tpot,
+                ttft if ttft < own_prefill else own_prefill,
+                raw_ttft * ttft_upper if ttft_upper else None,
+                raw_tpot * tpot_upper if tpot_upper else None)
 
-    def candidate_arrays(self, views: Sequence[WorkerView]) -> CandidateArrays:
-        """The views' per-worker constants, rebuilt only when the candidate list changed."""
-        infos = infos_of(views)
+    def candidate_arrays(self, views: Sequence[WorkerView],
+                         index: CandidateIndex | None = None) -> CandidateArrays:
+        """The views' per-worker constants, rebuilt only when the candidate list changed
+        (``index``: the views' ``CandidateIndex``, when at hand)."""
         arrays = self._arrays
+        if index is not None and arrays is not None and arrays.index is index:
+            return arrays
+        infos = index.infos if index is not None else infos_of(views)
         if arrays is None or not arrays.matches(infos):
-            arrays = self._arrays = CandidateArrays(infos, self.coefficients)
+            arrays = self._arrays = CandidateArrays(
+                index if index is not None else CandidateIndex(infos), self.coefficients)
+        elif index is not None:
+            arrays.index = index     # the same infos, hence the same ids and positions
         return arrays
 
     def idle_prefill_s(self, request: RoutingRequest, views: Sequence[WorkerView],
@@ -272,16 +299,18 @@ def estimates_for(cycle: CycleState, request: RoutingRequest, workers: Sequence[
         known = {}
         cycle.write(ESTIMATES_KEY, known)
         estimator._prefill_memo.clear()
-        arrays = estimator.candidate_arrays(workers)
+        arrays = estimator.candidate_arrays(workers, candidate_index(cycle, workers))
         cycle.write(IDLE_PREFILL_KEY, estimator.idle_prefill_s(request, workers, arrays))
         match: PrefixMatch | None = cycle.read(MATCH_KEY)
         cached = match.tokens if match is not None else {}
-        chosen = workers if len(workers) <= SHORTLIST else shortlist(
-            request, workers, arrays, cached)
-        estimate = estimator.estimate
-        for view in chosen:
-            worker_id = view.info.id
-            known[worker_id] = estimate(request, view, cached.get(worker_id, 0))
+        if len(workers) <= SHORTLIST:
+            estimator.estimate_into(known, request, workers, arrays.constants, cached)
+        else:
+            positions = shortlist_positions(arrays, workers, request.num_prompt_tokens, cached,
+                                            SHORTLIST * 3 // 4, SHORTLIST // 4, SHORTLIST // 4)
+            constants = arrays.constants
+            estimator.estimate_into(known, request, [workers[i] for i in positions],
+                                    [constants[i] for i in positions], cached)
     return known
 
 

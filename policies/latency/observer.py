@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
@@ -42,6 +42,18 @@ class LatencySample:
     tpot_s: float
     observed_ttft_s: float | None = None
     observed_tpot_s: float | None = None
+
+
+def unit_column(position: Mapping[str, int], estimates: Mapping[str, Estimate],
+                scores: Sequence[float]) -> list[float]:
+    """A column in view order (``position``: id -> position) holding ``scores`` (in the
+    order of ``estimates``) clamped to [0, 1] as the profile clamps (NaN counts 0), and 0.0
+    for workers without an estimate."""
+    column = [0.0] * len(position)
+    for worker_id, value in zip(estimates, scores, strict=True):
+        column[position[worker_id]] = (
+            value if 0.0 < value <= 1.0 else 0.0 if not value > 0.0 else 1.0)
+    return column
 
 
 class EstimatingPlugin:

@@ -66,9 +66,15 @@ class StepCoefficients:
         chunk = float(self.max_batched_tokens)
         steps = -(-new_tokens // chunk)
         pairs = new_tokens * cached_tokens + new_tokens * new_tokens / 2.0
-        full = self.step_s(min(new_tokens, chunk))
-        last = new_tokens - (steps - 1) * chunk
-        return ((steps - 1) * full + self.step_s(last) + self.per_pair_s * pairs)
+        # step_s(tokens) of a one-sequence prefill chunk, inlined term by term (same sums)
+        fixed, base, per_token = self.fixed_s, self.floor_s - self.fixed_s, self.per_token_s
+        no_pairs, no_context, no_seqs = (self.per_pair_s * 0.0, self.per_ctx_token_s * 0.0,
+                                         self.per_seq_s * 0.0)
+        linear = per_token * min(new_tokens, chunk)
+        full = fixed + (linear if base < linear else base) + no_pairs + no_context + no_seqs
+        linear = per_token * (new_tokens - (steps - 1) * chunk)
+        last = fixed + (linear if base < linear else base) + no_pairs + no_context + no_seqs
+        return ((steps - 1) * full + last + self.per_pair_s * pairs)
 
 
 def solve_coefficients(timer: StepTimer, max_batched_tokens: int,

@@ -21,9 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CycleState, RoutingRequest
+from policies.candidate_index import candidate_index
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
-from policies.latency.observer import EstimatingPlugin
+from policies.latency.estimator import Estimate
+from policies.latency.observer import EstimatingPlugin, unit_column
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
@@ -40,19 +42,32 @@ class CostParams:
 
 
 class CostScorer(EstimatingPlugin):
+    clamped_column = True      # score_column: floats in [0, 1] (policies.profile)
+
     def __init__(self, name: str, params: CostParams) -> None:
         super().__init__(name, params.default_output_tokens)
 
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
         estimates = self.estimates(request, workers, cycle)
+        return dict(zip(estimates, self._scores(estimates, cycle), strict=True))
+
+    def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
+                     cycle: CycleState) -> list[float]:
+        """``score`` in view order, clamped to [0, 1] (0 for workers without an estimate)."""
+        estimates = self.estimates(request, workers, cycle)
+        return unit_column(candidate_index(cycle, workers).position, estimates,
+                           self._scores(estimates, cycle))
+
+    def _scores(self, estimates: Mapping[str, Estimate], cycle: CycleState) -> list[float]:
+        """Scores in the order of ``estimates``."""
         if not estimates:
-            return {}
-        cheapest = min(e.cost_usd for e in estimates.values())
+            return []
+        costs = [e.cost_usd for e in estimates.values()]
+        cheapest = min(costs)
         record_attribute(cycle, "estimated_cost_usd",
                          LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
-        return {worker_id: cheapest / e.cost_usd if e.cost_usd > 0 else 1.0
-                for worker_id, e in estimates.items()}
+        return [cheapest / cost if cost > 0 else 1.0 for cost in costs]
 
 
 def register(registry: PluginRegistry) -> None:

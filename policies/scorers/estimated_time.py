@@ -26,9 +26,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CycleState, RoutingRequest
+from policies.candidate_index import candidate_index
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
-from policies.latency.observer import EstimatingPlugin
+from policies.latency.estimator import Estimate
+from policies.latency.observer import EstimatingPlugin, unit_column
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
@@ -48,6 +50,8 @@ class EstimatedTimeParams:
 
 
 class EstimatedTimeScorer(EstimatingPlugin):
+    clamped_column = True      # score_column: floats in [0, 1] (policies.profile)
+
     def __init__(self, name: str, params: EstimatedTimeParams) -> None:
         super().__init__(name, params.default_output_tokens)
         self.tpot_share = params.tpot_share
@@ -55,18 +59,29 @@ class EstimatedTimeScorer(EstimatingPlugin):
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
         estimates = self.estimates(request, workers, cycle)
+        return dict(zip(estimates, self._scores(estimates, cycle), strict=True))
+
+    def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
+                     cycle: CycleState) -> list[float]:
+        """``score`` in view order, clamped to [0, 1] (0 for workers without an estimate)."""
+        estimates = self.estimates(request, workers, cycle)
+        return unit_column(candidate_index(cycle, workers).position, estimates,
+                           self._scores(estimates, cycle))
+
+    def _scores(self, estimates: Mapping[str, Estimate], cycle: CycleState) -> list[float]:
+        """Scores in the order of ``estimates``."""
         if not estimates:
-            return {}
-        best_ttft = min(e.ttft_s for e in estimates.values())
-        best_tpot = min(e.tpot_s for e in estimates.values())
+            return []
+        ttfts = [e.ttft_s for e in estimates.values()]
+        tpots = [e.tpot_s for e in estimates.values()]
+        best_ttft, best_tpot = min(ttfts), min(tpots)
         record_attribute(cycle, "estimated_ttft_s",
                          LazyAttribute(estimates, lambda w: estimates[w].ttft_s))
         record_attribute(cycle, "estimated_tpot_s",
                          LazyAttribute(estimates, lambda w: estimates[w].tpot_s))
         share = self.tpot_share
-        return {worker_id: ((1.0 - share) * best_ttft / max(e.ttft_s, 1e-9)
-                            + share * best_tpot / max(e.tpot_s, 1e-9))
-                for worker_id, e in estimates.items()}
+        return [(1.0 - share) * best_ttft / max(ttft, 1e-9) + share * best_tpot / max(tpot, 1e-9)
+                for ttft, tpot in zip(ttfts, tpots, strict=True)]
 
 
 def register(registry: PluginRegistry) -> None:
