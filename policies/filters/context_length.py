@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.errors import ParamError
@@ -41,6 +42,9 @@ def required_context(request: RoutingRequest, margin_tokens: int = 0) -> int:
     return request.num_prompt_tokens + max(output, 1) + margin_tokens
 
 
+_max_model_len = attrgetter("max_model_len")
+
+
 class ContextLengthFilter:
     def __init__(self, name: str, params: ContextLengthFilterParams) -> None:
         self.name = name
@@ -49,6 +53,8 @@ class ContextLengthFilter:
     def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
                cycle: CycleState) -> Sequence[WorkerView]:
         needed = required_context(request, self.margin_tokens)
+        if needed <= min(map(_max_model_len, workers), default=needed):   # all fit (in C)
+            return list(workers)
         return [view for view in workers
                 if view.max_model_len <= 0 or needed <= view.max_model_len]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.errors import ParamError
@@ -32,6 +33,9 @@ class HealthyFilterParams:
             raise ParamError("max_staleness_s", "must be > 0")
 
 
+_healthy = attrgetter("healthy")
+
+
 class HealthyFilter:
     def __init__(self, name: str, params: HealthyFilterParams) -> None:
         self.name = name
@@ -40,6 +44,8 @@ class HealthyFilter:
     def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
                cycle: CycleState) -> Sequence[WorkerView]:
         limit = self.max_staleness_s
+        if limit is None and all(map(_healthy, workers)):    # checked in C
+            return list(workers)
         return [view for view in workers
                 if view.healthy and (limit is None or view.staleness_s <= limit)]
 

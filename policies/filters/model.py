@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter, contains
 from typing import Literal
 
 from policies.base import CycleState, RoutingRequest
@@ -33,6 +35,9 @@ class ModelFilterParams:
     adapter: Literal["prefer-loaded", "require-loaded", "any"] = "prefer-loaded"
 
 
+_served_models = attrgetter("served_models")
+
+
 class ModelFilter:
     def __init__(self, name: str, params: ModelFilterParams) -> None:
         self.name = name
@@ -42,7 +47,11 @@ class ModelFilter:
                cycle: CycleState) -> Sequence[WorkerView]:
         model = target_model(cycle, request.model)
         adapter = target_adapter(cycle)
-        if adapter is None:   # WorkerView.serves, inlined (a call per worker counts at 1,000)
+        if adapter is None:
+            # usually every worker lists the model among its served ones: checked in C
+            if all(map(contains, map(_served_models, workers), repeat(model))):
+                return list(workers)
+            # WorkerView.serves, inlined (a call per worker counts at 1,000)
             return [view for view in workers
                     if model in (view.served_models or view.info.models)
                     or model in view.lora_adapters]

@@ -110,14 +110,21 @@ class SloCostPicker:
         ids, totals, at = _columns(candidates)
         # positions with an estimate, in candidate order (a large fleet is estimated on a
         # shortlist); decided on ids and totals so that only the chosen object is built
-        positions = [p for p, worker_id in enumerate(ids) if worker_id in estimates]
+        positions = _estimated_positions(candidates, ids, estimates)
         if not positions:
             return max(candidates, key=lambda c: c.total)
         ttft_goal, tpot_goal = self.objectives(cycle)
         headroom = self.headroom
-        feasible = [p for p in positions
-                    if _padded_ttft(estimates[ids[p]], headroom) <= ttft_goal
-                    and _padded_tpot(estimates[ids[p]], headroom) <= tpot_goal]
+        feasible = []
+        for p in positions:     # _padded_ttft and _padded_tpot, inlined
+            e = estimates[ids[p]]
+            ttft = e.ttft_upper_s
+            if ttft is None:
+                ttft = e.prefill_s + (e.ttft_s - e.prefill_s) / headroom
+            if ttft <= ttft_goal:
+                tpot = e.tpot_upper_s
+                if (tpot if tpot is not None else e.tpot_s / headroom) <= tpot_goal:
+                    feasible.append(p)
         record_attribute(cycle, "estimated_cost_usd",
                          LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
         record_attribute(cycle, "estimated_ttft_s",
@@ -171,6 +178,17 @@ def _columns(candidates: Sequence[CandidateScore]) -> tuple[
         return candidates.ids, candidates.totals, candidates.at
     return ([c.worker_id for c in candidates], [c.total for c in candidates],
             candidates.__getitem__)
+
+
+def _estimated_positions(candidates: Sequence[CandidateScore], ids: Sequence[str],
+                         estimates: Mapping[str, Estimate]) -> list[int]:
+    """Positions in ``ids`` of the workers with an estimate, ascending. From the table's
+    id -> position map when it has one (O(estimates), not O(candidates))."""
+    if isinstance(candidates, CandidateTable):
+        position = candidates.positions()
+        if len(position) == len(ids):      # no id repeats: one position per estimate
+            return sorted(position[w] for w in estimates if w in position)
+    return [p for p, worker_id in enumerate(ids) if worker_id in estimates]
 
 
 def _padded_ttft(estimate: Estimate, headroom: float) -> float:
