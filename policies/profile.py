@@ -121,10 +121,10 @@ class Profile:
                 continue
             names.append(scorer.name)
             columns.append(column)
-            # a clamped column holds floats in [0, 1] without -0.0, so that 0.0 + x and
-            # x * 1.0 are x: the same totals as the general sum, with fewer passes
-            if clamped and weight == 1.0:
-                totals = list(column) if totals is None else list(map(add, totals, column))
+            # x * 1.0 is x for any float: the same totals as the general sum, one pass less
+            if weight == 1.0:
+                totals = list(map(add, totals if totals is not None else repeat(0.0, len(ids)),
+                                  column))
             else:
                 totals = list(map(add, totals if totals is not None else repeat(0.0, len(ids)),
                                   map(mul, column, repeat(weight))))
@@ -154,8 +154,8 @@ def _score_column(scorer: Scorer, request: RoutingRequest, workers: Sequence[Wor
                   cycle: CycleState, ids: list[str]) -> list[Any]:
     """One scorer's raw scores in view order: its ``score_column`` when it has one (the
     built-in scorers: no dict), else its ``score`` mapping read by worker id (0 when
-    missing). A scorer whose ``clamped_column`` is True promises floats in [0, 1], never NaN
-    nor -0.0, so the profile neither copies nor clamps its column."""
+    missing). A scorer whose ``clamped_column`` is True promises a fresh list clamped as
+    ``_clamped`` would leave it, so the profile neither copies nor clamps its column."""
     score_column = getattr(scorer, "score_column", None)
     if score_column is None:
         return list(map(scorer.score(request, workers, cycle).get, ids, repeat(0.0)))

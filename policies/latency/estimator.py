@@ -25,7 +25,7 @@ import itertools
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from policies.base import CycleState, RoutingRequest
 from policies.candidate_index import CandidateIndex, candidate_index
@@ -49,8 +49,11 @@ SHORTLIST = 32                        # larger fleets are estimated on a shortli
 CoefficientsFn = Callable[[WorkerInfo], StepCoefficients]
 
 
-@dataclass(frozen=True, slots=True)
-class Estimate:
+class Estimate(NamedTuple):
+    """One worker's estimates for one request. A named tuple: one is built per estimated
+    worker per decision, and a tuple is built in C (``new_estimate``) where a frozen
+    dataclass sets its fields one by one."""
+
     ttft_s: float
     tpot_s: float
     gpu_s: float
@@ -63,31 +66,15 @@ class Estimate:
     tpot_upper_s: float | None = None
 
 
-# Estimate is a frozen slots dataclass without __post_init__: filling its slots through their
-# descriptors builds the same object as its __init__ (which goes through object.__setattr__
-# per field), about 5x faster; one is built per estimated worker per decision.
-(_set_ttft, _set_tpot, _set_gpu_s, _set_cost, _set_cached, _set_raw_ttft, _set_raw_tpot,
- _set_prefill, _set_ttft_upper, _set_tpot_upper) = (vars(Estimate)[name].__set__ for name in (
-    "ttft_s", "tpot_s", "gpu_s", "cost_usd", "cached_tokens", "raw_ttft_s", "raw_tpot_s",
-    "prefill_s", "ttft_upper_s", "tpot_upper_s"))
-
-
 def new_estimate(ttft_s: float, tpot_s: float, gpu_s: float, cost_usd: float,
                  cached_tokens: int, raw_ttft_s: float, raw_tpot_s: float, prefill_s: float,
                  ttft_upper_s: float | None, tpot_upper_s: float | None) -> Estimate:
-    """``Estimate(...)`` with every field given, positionally, built through its slots."""
-    estimate: Estimate = object.__new__(Estimate)
-    _set_ttft(estimate, ttft_s)
-    _set_tpot(estimate, tpot_s)
-    _set_gpu_s(estimate, gpu_s)
-    _set_cost(estimate, cost_usd)
-    _set_cached(estimate, cached_tokens)
-    _set_raw_ttft(estimate, raw_ttft_s)
-    _set_raw_tpot(estimate, raw_tpot_s)
-    _set_prefill(estimate, prefill_s)
-    _set_ttft_upper(estimate, ttft_upper_s)
-    _set_tpot_upper(estimate, tpot_upper_s)
-    return estimate
+    """``Estimate(...)`` with every field given, positionally."""
+    return _new_tuple(Estimate, (ttft_s, tpot_s, gpu_s, cost_usd, cached_tokens, raw_ttft_s,
+                                 raw_tpot_s, prefill_s, ttft_upper_s, tpot_upper_s))
+
+
+_new_tuple = tuple.__new__
 
 
 class PrefillArrivals:
@@ -178,10 +165,12 @@ class TimeEstimator:
             self.default_output_tokens)
         output = output if output > 1 else 1
         now = request.arrival_time
-        rate = self.arrivals.rate
-        factors = self.correction.factors
+        arrivals = self.arrivals
+        arrivals_of, bounds, taus = arrivals._state.get, arrivals._bounds, arrivals.taus_s
+        factors = self.correction.factors if self.correction.has_learnt() else None
         memo = self._prefill_memo
         cached_of = cached_tokens.get
+        new_tuple = _new_tuple      # new_estimate, inlined
         for view, (worker_id, gpu_class, price_per_s, k, k_id, fixed, base, per_token, per_pair,
                    per_ctx, per_seq, max_batched, most, max_num_seqs) in zip(views, constants,
                                                                              strict=True):
@@ -228,11 +217,21 @@ class TimeEstimator:
             full_step = (fixed + (linear if linear > base else base) + per_ctx * context_sum
                          + per_seq * in_batch)
             horizon = raw_ttft + output * decode_step
-            share = rate(worker_id, now, horizon) * full_step / chunk
+            entry = arrivals_of(worker_id)     # PrefillArrivals.rate, inlined
+            if entry is None:
+                arrival_rate = 0.0
+            else:
+                nearest = bisect_right(bounds, horizon)
+                rates, at = entry
+                arrival_rate = rates[nearest] * math.exp(-max(0.0, now - at) / taus[nearest])
+            share = arrival_rate * full_step / chunk
             if share > MAX_PREFILL_SHARE:
                 share = MAX_PREFILL_SHARE
             raw_tpot = 1.0 / ((1.0 - share) / decode_step + share / full_step)
-            ttft_factor, tpot_factor, ttft_upper, tpot_upper = factors(worker_id, gpu_class)
+            if factors is None:
+                ttft_factor, tpot_factor, ttft_upper, tpot_upper = 1.0, 1.0, None, None
+            else:
+                ttft_factor, tpot_factor, ttft_upper, tpot_upper = factors(worker_id, gpu_class)
             ttft = raw_ttft * ttft_factor
             tpot = raw_tpot * tpot_factor
             memo_key = (k_id, uncached, cached)
@@ -240,11 +239,11 @@ class TimeEstimator:
             if own_prefill is None:
                 own_prefill = memo[memo_key] = k.prefill_s(uncached, cached)
             gpu_s = own_prefill + output * tpot / joined
-            known[worker_id] = new_estimate(
+            known[worker_id] = new_tuple(Estimate, (
                 ttft, tpot, gpu_s, price_per_s * gpu_s, cached, raw_ttft, raw_tpot,
                 ttft if ttft < own_prefill else own_prefill,
                 raw_ttft * ttft_upper if ttft_upper else None,
-                raw_tpot * tpot_upper if tpot_upper else None)
+                raw_tpot * tpot_upper if tpot_upper else None))
 
     def candidate_arrays(self, views: Sequence[WorkerView],
                          index: CandidateIndex | None = None) -> CandidateArrays:

@@ -14,8 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
+from policies.candidate_index import CandidateIndex
 from policies.latency.estimator import Estimate, TimeEstimator, estimates_for
 from policies.latency.step_model import coefficients_for_worker
+from policies.profile import _clamped
 from workers.models import WorkerView
 
 MAX_UNROUTED = 4096   # decisions kept until their on_routed (a rejected one never comes)
@@ -44,15 +46,20 @@ class LatencySample:
     observed_tpot_s: float | None = None
 
 
-def unit_column(position: Mapping[str, int], estimates: Mapping[str, Estimate],
-                scores: Sequence[float]) -> list[float]:
-    """A column in view order (``position``: id -> position) holding ``scores`` (in the
-    order of ``estimates``) clamped to [0, 1] as the profile clamps (NaN counts 0), and 0.0
-    for workers without an estimate."""
-    column = [0.0] * len(position)
+def unit_column(index: CandidateIndex, estimates: Mapping[str, Estimate],
+                scores: list[float]) -> list[float]:
+    """A column in view order holding ``scores`` (in the order of ``estimates``) clamped as
+    the profile clamps (``policies.profile``: as they are when every one is in [0, 1], else
+    each clamped, NaN counting 0), and 0.0 for workers without an estimate. When every
+    candidate has an estimate, in view order (fleets up to the shortlist size), that is
+    ``scores`` itself."""
+    scores = _clamped(scores)
+    if len(scores) == len(index.ids) and list(estimates) == index.ids:
+        return scores
+    column = [0.0] * len(index.ids)
+    position = index.position
     for worker_id, value in zip(estimates, scores, strict=True):
-        column[position[worker_id]] = (
-            value if 0.0 < value <= 1.0 else 0.0 if not value > 0.0 else 1.0)
+        column[position[worker_id]] = value
     return column
 
 

@@ -101,6 +101,10 @@ class OnlineCorrection:
             return self._clamp(math.exp(shared.value))
         return None
 
+    def has_learnt(self) -> bool:
+        """Whether any outcome was observed (before that every factor is 1, no upper)."""
+        return bool(self._by_class)
+
     def factors(self, worker_id: str,
                 gpu_class: str) -> tuple[float, float, float | None, float | None]:
         """``factor`` and ``upper`` of TTFT and TPOT: (ttft, tpot, ttft upper, tpot upper)."""

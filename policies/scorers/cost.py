@@ -54,9 +54,10 @@ class CostScorer(EstimatingPlugin):
 
     def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
                      cycle: CycleState) -> list[float]:
-        """``score`` in view order, clamped to [0, 1] (0 for workers without an estimate)."""
+        """``score`` in view order, clamped as the profile clamps (0 for workers without an
+        estimate)."""
         estimates = self.estimates(request, workers, cycle)
-        return unit_column(candidate_index(cycle, workers).position, estimates,
+        return unit_column(candidate_index(cycle, workers), estimates,
                            self._scores(estimates, cycle))
 
     def _scores(self, estimates: Mapping[str, Estimate], cycle: CycleState) -> list[float]:

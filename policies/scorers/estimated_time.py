@@ -63,9 +63,10 @@ class EstimatedTimeScorer(EstimatingPlugin):
 
     def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
                      cycle: CycleState) -> list[float]:
-        """``score`` in view order, clamped to [0, 1] (0 for workers without an estimate)."""
+        """``score`` in view order, clamped as the profile clamps (0 for workers without an
+        estimate)."""
         estimates = self.estimates(request, workers, cycle)
-        return unit_column(candidate_index(cycle, workers).position, estimates,
+        return unit_column(candidate_index(cycle, workers), estimates,
                            self._scores(estimates, cycle))
 
     def _scores(self, estimates: Mapping[str, Estimate], cycle: CycleState) -> list[float]:
@@ -80,7 +81,10 @@ class EstimatedTimeScorer(EstimatingPlugin):
         record_attribute(cycle, "estimated_tpot_s",
                          LazyAttribute(estimates, lambda w: estimates[w].tpot_s))
         share = self.tpot_share
-        return [(1.0 - share) * best_ttft / max(ttft, 1e-9) + share * best_tpot / max(tpot, 1e-9)
+        ttft_part, tpot_part = (1.0 - share) * best_ttft, share * best_tpot
+        # (the conditional expressions stand for max(x, 1e-9), with its tie and NaN rules)
+        return [ttft_part / (1e-9 if 1e-9 > ttft else ttft)
+                + tpot_part / (1e-9 if 1e-9 > tpot else tpot)
                 for ttft, tpot in zip(ttfts, tpots, strict=True)]
 
 
