@@ -171,12 +171,14 @@ class TimeEstimator:
         memo = self._prefill_memo
         cached_of = cached_tokens.get
         new_tuple = _new_tuple      # new_estimate, inlined
+        exp, ceil, max_share = math.exp, math.ceil, MAX_PREFILL_SHARE
+        most_cached, prompt_tokens = prompt - 1, float(prompt)
         for view, (worker_id, gpu_class, price_per_s, k, k_id, fixed, base, per_token, per_pair,
                    per_ctx, per_seq, max_batched, most, max_num_seqs) in zip(views, constants,
                                                                              strict=True):
             cached = cached_of(worker_id, 0)
-            if cached > prompt - 1:
-                cached = prompt - 1
+            if cached > most_cached:
+                cached = most_cached
             uncached = prompt - cached
             running = view.running
             decoding = running if running > 0 else 0
@@ -184,7 +186,7 @@ class TimeEstimator:
             queued_batch, inflight = running + view.waiting, view.inflight_requests
             in_batch = inflight if inflight > queued_batch else queued_batch
             context_sum = view.kv_usage * view.num_gpu_blocks * view.block_size
-            mean_context = context_sum / decoding if decoding else float(prompt)
+            mean_context = context_sum / decoding if decoding else prompt_tokens
             # shared by every step while this worker decodes its running batch
             decode_part = per_ctx * context_sum + per_seq * decoding
             # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
@@ -198,7 +200,7 @@ class TimeEstimator:
                 prefill = (fixed + (linear if linear > base else base) + decode_part
                            + per_pair * own_pairs)
             else:
-                steps = math.ceil(ahead / chunk)
+                steps = ceil(ahead / chunk)
                 linear = per_token * (chunk + decoding)
                 full = fixed + (linear if linear > base else base) + decode_part
                 linear = per_token * (ahead - (steps - 1) * chunk + decoding)
@@ -223,17 +225,19 @@ class TimeEstimator:
             else:
                 nearest = bisect_right(bounds, horizon)
                 rates, at = entry
-                arrival_rate = rates[nearest] * math.exp(-max(0.0, now - at) / taus[nearest])
+                elapsed = now - at
+                arrival_rate = rates[nearest] * exp(-(elapsed if elapsed > 0.0 else 0.0)
+                                                    / taus[nearest])
             share = arrival_rate * full_step / chunk
-            if share > MAX_PREFILL_SHARE:
-                share = MAX_PREFILL_SHARE
+            if share > max_share:
+                share = max_share
             raw_tpot = 1.0 / ((1.0 - share) / decode_step + share / full_step)
-            if factors is None:
-                ttft_factor, tpot_factor, ttft_upper, tpot_upper = 1.0, 1.0, None, None
+            if factors is None:     # every factor 1 (x * 1.0 is x), no upper bound yet
+                ttft, tpot, ttft_upper, tpot_upper = raw_ttft, raw_tpot, None, None
             else:
                 ttft_factor, tpot_factor, ttft_upper, tpot_upper = factors(worker_id, gpu_class)
-            ttft = raw_ttft * ttft_factor
-            tpot = raw_tpot * tpot_factor
+                ttft = raw_ttft * ttft_factor
+                tpot = raw_tpot * tpot_factor
             memo_key = (k_id, uncached, cached)
             own_prefill = memo.get(memo_key)
             if own_prefill is None:

@@ -83,8 +83,8 @@ class EstimatedTimeScorer(EstimatingPlugin):
         share = self.tpot_share
         ttft_part, tpot_part = (1.0 - share) * best_ttft, share * best_tpot
         # (the conditional expressions stand for max(x, 1e-9), with its tie and NaN rules)
-        return [ttft_part / (1e-9 if 1e-9 > ttft else ttft)
-                + tpot_part / (1e-9 if 1e-9 > tpot else tpot)
+        return [ttft_part / (1e-9 if ttft < 1e-9 else ttft)
+                + tpot_part / (1e-9 if tpot < 1e-9 else tpot)
                 for ttft, tpot in zip(ttfts, tpots, strict=True)]
 
 
