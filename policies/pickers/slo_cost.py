@@ -142,12 +142,12 @@ class SloCostPicker:
             runner = self._cheapest(others, ids, totals, estimates) if others else None
             term = _deciding_term(estimates[ids[chosen]],
                                   estimates[ids[runner]] if runner is not None else None)
-        else:
-            def lateness(p: int) -> float:
-                e = estimates[ids[p]]
-                return max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
-            ranked = sorted(positions, key=lateness)
-            chosen, runner = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+        else:      # the closest to the SLO: least max(ttft / goal, tpot / goal), stable
+            lateness = [max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
+                        for e in map(estimates.__getitem__, map(ids.__getitem__, positions))]
+            ranked = sorted(range(len(positions)), key=lateness.__getitem__)
+            chosen = positions[ranked[0]]
+            runner = positions[ranked[1]] if len(ranked) > 1 else None
             term = "slo-fallback"
         set_reason(cycle, _reason(request, term, ids[chosen],
                                   ids[runner] if runner is not None else None, estimates),
@@ -187,6 +187,8 @@ def _estimated_positions(candidates: Sequence[CandidateScore], ids: Sequence[str
     if isinstance(candidates, CandidateTable):
         position = candidates.positions()
         if len(position) == len(ids):      # no id repeats: one position per estimate
+            if estimates.keys() <= position.keys():
+                return sorted(map(position.__getitem__, estimates))
             return sorted(position[w] for w in estimates if w in position)
     return [p for p, worker_id in enumerate(ids) if worker_id in estimates]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.candidate_index import candidate_index
@@ -39,6 +40,9 @@ class CostParams:
     def __post_init__(self) -> None:
         if self.default_output_tokens < 1:
             raise ParamError("default_output_tokens", "must be >= 1")
+
+
+_cost = attrgetter("cost_usd")
 
 
 class CostScorer(EstimatingPlugin):
@@ -64,7 +68,7 @@ class CostScorer(EstimatingPlugin):
         """Scores in the order of ``estimates``."""
         if not estimates:
             return []
-        costs = [e.cost_usd for e in estimates.values()]
+        costs = list(map(_cost, estimates.values()))
         cheapest = min(costs)
         record_attribute(cycle, "estimated_cost_usd",
                          LazyAttribute(estimates, lambda w: estimates[w].cost_usd))

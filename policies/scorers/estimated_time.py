@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.candidate_index import candidate_index
@@ -47,6 +48,10 @@ class EstimatedTimeParams:
             raise ParamError("tpot_share", "must be between 0 and 1")
         if self.default_output_tokens < 1:
             raise ParamError("default_output_tokens", "must be >= 1")
+
+
+_ttft = attrgetter("ttft_s")
+_tpot = attrgetter("tpot_s")
 
 
 class EstimatedTimeScorer(EstimatingPlugin):
@@ -73,8 +78,8 @@ class EstimatedTimeScorer(EstimatingPlugin):
         """Scores in the order of ``estimates``."""
         if not estimates:
             return []
-        ttfts = [e.ttft_s for e in estimates.values()]
-        tpots = [e.tpot_s for e in estimates.values()]
+        ttfts = list(map(_ttft, estimates.values()))
+        tpots = list(map(_tpot, estimates.values()))
         best_ttft, best_tpot = min(ttfts), min(tpots)
         record_attribute(cycle, "estimated_ttft_s",
                          LazyAttribute(estimates, lambda w: estimates[w].ttft_s))
