@@ -6,11 +6,15 @@ clamped to [0, 1] (NaN and missing workers count 0); the total is the weighted s
 normalised. The result carries every candidate's per-scorer scores and which filter
 removed each worker, plus a short explanation of what decided.
 
-Cost at a thousand workers: a scorer may offer ``score_column(request, workers, cycle) ->
-list[float]``, its scores in view order (the built-in load scorers do), which saves the
-id-keyed dict; scores and totals stay in columns (``policies.candidates``) and candidate
-objects are built only when read: the picker's choice at once, the rest for
-``/debug/decisions`` or the decision log.
+Cost at a thousand workers: the candidates' ids and positions come from a per-profile
+``CandidateIndex`` (``policies.candidate_index``), rebuilt only when the fleet changes and
+shared with the plugins through the ``CycleState``. A scorer may offer
+``score_column(request, workers, cycle) -> list[float]``, its scores in view order (the
+built-in scorers do), which saves the id-keyed dict; one that also sets
+``clamped_column = True`` returns a fresh list already clamped as ``_clamped`` would leave
+it, so the profile takes it as it is. Scores and totals stay in columns
+(``policies.candidates``) and candidate objects are built only when read: the picker's
+choice at once, the rest for ``/debug/decisions`` or the decision log.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The candidates' per-worker constants as arrays, kept across decisions while they repeat.
 
 A decision at a thousand workers must not walk every view in Python more than it has to.
-What is fixed per worker (its id, step-model coefficients and price) is gathered once into
-``CandidateArrays`` and reused for as long as the decision's views carry the same
-``WorkerInfo`` objects in the same order (a C-level list comparison by identity); what
-changes per decision (queued prefill, running requests, cached tokens) is read into numpy
-arrays, and the shortlist is ranked there with stable sorts (ties to the earlier view, as
-``heapq.nsmallest`` breaks them).
+What is fixed per worker (its id, step-model coefficients and price, and the tuple of
+constants the estimator unpacks per worker) is gathered once into ``CandidateArrays`` and
+reused for as long as the decision's views carry the same ``WorkerInfo`` objects in the same
+order (the profile's ``CandidateIndex``); what changes per decision (queued prefill, running
+requests, cached tokens) is read into numpy arrays, and the shortlist takes the smallest
+bounds there by a partition, ties to the earlier view (the head of a stable argsort).
 """
 
 from __future__ import annotations

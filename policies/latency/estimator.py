@@ -315,13 +315,3 @@ def estimates_for(cycle: CycleState, request: RoutingRequest, workers: Sequence[
             estimator.estimate_into(known, request, [workers[i] for i in positions],
                                     [constants[i] for i in positions], cached)
     return known
-
-
-def shortlist(request: RoutingRequest, workers: Sequence[WorkerView], arrays: CandidateArrays,
-              cached: Mapping[str, int]) -> list[WorkerView]:
-    """The workers worth estimating, in view order: the ``SHORTLIST · 3/4`` soonest by a
-    one-line TTFT bound, the ``SHORTLIST / 4`` cheapest by bound × price, and the
-    ``SHORTLIST / 4`` caching the most (``candidate_arrays.shortlist_positions``)."""
-    positions = shortlist_positions(arrays, workers, request.num_prompt_tokens, cached,
-                                    SHORTLIST * 3 // 4, SHORTLIST // 4, SHORTLIST // 4)
-    return [workers[i] for i in positions]
