@@ -15,7 +15,7 @@ recently used.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import takewhile
 
 from policies.base import RoutingRequest
@@ -37,11 +37,6 @@ class WorkerBlockLru:
 
     def __contains__(self, block_hash: int) -> bool:
         return block_hash in self._blocks
-
-    @property
-    def holds(self) -> Callable[[int], bool]:
-        """``block_hash in self`` as a C-level callable (for ``itertools.takewhile``)."""
-        return self._blocks.__contains__
 
     def touch(self, block_hash: int) -> bool:
         """Mark a block most recently used; returns True when it was new."""
@@ -144,8 +139,9 @@ class ApproximatePrefixIndex:
         for worker_id in ((first,) if isinstance(first, str) else sorted(first)):
             if worker_id in worker_ids:
                 lru = workers.get(worker_id)
-                if lru is not None:
-                    result[worker_id] = len(list(takewhile(lru.holds, block_hashes)))
+                if lru is not None:     # its run of held blocks from block 0, counted in C
+                    result[worker_id] = len(list(takewhile(lru._blocks.__contains__,
+                                                           block_hashes)))
         return result
 
     def blocks(self, worker_id: str) -> int:
