@@ -113,4 +113,8 @@ def test_match_agrees_with_the_definition_on_random_fleets_and_long_chains() -> 
         if rng.random() < 0.3:
             index.remove_worker(rng.choice(workers))
         asked = rng.sample(workers, rng.randint(1, len(workers)))
-        assert index.match(chain, asked) == _reference_match(index, chain, asked), trial
+        expected = _reference_match(index, chain, asked)
+        assert index.match(chain, asked) == expected, trial
+        # any collection of ids asks the same (the profile passes its id -> position dict)
+        assert index.match(chain, dict.fromkeys(asked, 0)) == expected, trial
+        assert index.match(chain, frozenset(asked)) == expected, trial
