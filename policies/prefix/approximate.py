@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from itertools import takewhile
 
 from policies.base import RoutingRequest
 
@@ -120,28 +119,43 @@ class ApproximatePrefixIndex:
     # --- queries ---------------------------------------------------------------------------
     def match(self, block_hashes: Sequence[int],
               worker_ids: Collection[str]) -> dict[str, int]:
-        """Leading blocks of the chain each worker holds, in O(matched blocks) per holder of
-        block 0.
+        """Leading blocks of the chain each worker holds, in O(matched blocks).
 
         Workers absent from the result hold none; a worker's match stops at its first miss,
-        as vLLM's ``find_longest_cache_hit`` does. The holders of block 0 are looked up once
-        (the reverse map); each one's run is then counted in its own LRU at C speed (a
-        worker's LRU holds a block exactly when the reverse map names it). ``worker_ids``:
-        any collection; a set or a dict keyed by id answers ``in`` fastest.
+        as vLLM's ``find_longest_cache_hit`` does. One reverse-map lookup per block serves
+        every worker at once (a lookup per worker and block, even in C, touches far more
+        memory). ``worker_ids``: any collection; a set or a dict keyed by id answers ``in``
+        fastest.
         """
         result: dict[str, int] = {}
+        holders = self._holders
         if not block_hashes:
             return result
-        first = self._holders.get(block_hashes[0])
+        first = holders.get(block_hashes[0])
         if not first:
             return result
-        workers = self._workers
-        for worker_id in ((first,) if isinstance(first, str) else sorted(first)):
-            if worker_id in worker_ids:
-                lru = workers.get(worker_id)
-                if lru is not None:     # its run of held blocks from block 0, counted in C
-                    result[worker_id] = len(list(takewhile(lru._blocks.__contains__,
-                                                           block_hashes)))
+        if isinstance(first, str):
+            alive = {first} if first in worker_ids else set()
+        else:
+            alive = {worker_id for worker_id in first if worker_id in worker_ids}
+        position = 1
+        while alive and position < len(block_hashes):
+            owners = holders.get(block_hashes[position])
+            if owners is None:
+                break
+            if isinstance(owners, str):       # one holder: the match of every other ends
+                if len(alive) > 1 or owners not in alive:
+                    for worker_id in alive:
+                        if worker_id != owners:
+                            result[worker_id] = position
+                    alive = {owners} if owners in alive else set()
+            elif not alive <= owners:
+                for worker_id in alive - owners:
+                    result[worker_id] = position
+                alive &= owners
+            position += 1
+        for worker_id in alive:
+            result[worker_id] = position
         return result
 
     def blocks(self, worker_id: str) -> int:
