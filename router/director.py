@@ -27,7 +27,7 @@ from policies.producers.runner import produce
 from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
 from router.errors import (
-    InvalidRequest,
+    ContextLengthExceeded,
     ModelNotFound,
     NoWorkerAvailable,
     RouterError,
@@ -263,16 +263,13 @@ class Director:
 
 
 def _context_length_error(routing: RoutingRequest, max_model_len: int,
-                          headers: dict[str, str]) -> InvalidRequest:
-    """vLLM's wording for a request that does not fit the model's context window."""
-    prompt = routing.num_prompt_tokens
-    if routing.max_tokens is None or prompt >= max_model_len:
-        message = (f"This model's maximum context length is {max_model_len} tokens. However, "
-                   f"your prompt contains {prompt} input tokens, which exceeds this limit even "
-                   "without any output tokens. Please reduce the length of the input prompt.")
-        return InvalidRequest(message, param="input_tokens", headers=headers)
-    message = (f"This model's maximum context length is {max_model_len} tokens. However, you "
-               f"requested {prompt + routing.max_tokens} tokens ({prompt} in the messages, "
-               f"{routing.max_tokens} in the completion). Please reduce the length of the "
-               "messages or completion.")
-    return InvalidRequest(message, param="max_tokens", headers=headers)
+                          headers: dict[str, str]) -> ContextLengthExceeded:
+    """vLLM's answer (v0.33 wording) to a prompt that no worker's context window holds.
+
+    The ``context-length`` filter leaves nothing only when the prompt itself does not fit;
+    a prompt that fits with a too-large ``max_tokens`` is served, clamped, as vLLM does."""
+    message = (f"This model's maximum context length is {max_model_len} tokens. However, your "
+               f"prompt contains {routing.num_prompt_tokens} input tokens, which exceeds this "
+               "limit even without any output tokens. Please reduce the length of the input "
+               "prompt.")
+    return ContextLengthExceeded(message, param="input_tokens", headers=headers)

@@ -3,6 +3,7 @@
 ```
 RouterError                      (abstract: status, type, code)
 ├── InvalidRequest         400   malformed JSON, wrong types, missing fields, non-UTF-8
+│   └── ContextLengthExceeded 400 the prompt (+ max_tokens) fits no serving worker's window
 ├── ModelNotFound          404   no worker of the fleet serves the requested model
 ├── RouteNotFound          404   unknown path
 ├── MethodNotAllowed       405
@@ -14,8 +15,9 @@ RouterError                      (abstract: status, type, code)
 
 ``error_middleware`` is the only place that turns exceptions into responses; everything else
 raises. The body follows OpenAI: ``{"error": {"message", "type", "param", "code"}}``. An
-unknown model is answered in vLLM's own words and shape (``type: "NotFoundError"``, the status
-as ``code``), as a worker would have answered it.
+unknown model and a request longer than the context window are answered in vLLM's own words
+and shape (``type: "NotFoundError"`` / ``"BadRequestError"``, the status as ``code``), as a
+worker would have answered them.
 """
 
 from __future__ import annotations
@@ -57,6 +59,18 @@ class InvalidRequest(RouterError):
     status = 400
     type = "invalid_request_error"
     code = "invalid_request"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    """vLLM's body: ``{"message": "This model's maximum context length is N tokens. ...",
+    "type": "BadRequestError", "param": "input_tokens" | "max_tokens", "code": 400}``;
+    ``code`` here is the short rejection reason of the router's own headers and metrics."""
+
+    type = "BadRequestError"
+    code = "context_length_exceeded"
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.type, self.status, self.param)
 
 
 class ModelNotFound(RouterError):

@@ -2,9 +2,13 @@
 
 A worker fits when ``num_prompt_tokens + max_tokens + margin_tokens <= max_model_len``,
 counting ``max_tokens`` as 1 when the request does not set it (the worker then generates
-up to its limit). A worker with an unknown ``max_model_len`` (0) is kept. Needs
-``num_prompt_tokens`` (the tokens producer is added automatically). ``margin_tokens``
-absorbs the difference between the router's token count and the worker's tokenizer.
+up to its limit). When no worker fits the whole request, the workers whose window still
+holds the prompt and one output token are kept: vLLM serves such a request, clamping
+``max_tokens`` to what is left of the window, so refusing it would refuse what the engine
+accepts. Only a prompt that fits no window leaves nothing (the router then answers vLLM's
+400). A worker with an unknown ``max_model_len`` (0) is kept. Needs ``num_prompt_tokens``
+(the tokens producer is added automatically). ``margin_tokens`` absorbs the difference
+between the router's token count and the worker's tokenizer.
 
 ```yaml
 filters:
@@ -55,8 +59,12 @@ class ContextLengthFilter:
         needed = required_context(request, self.margin_tokens)
         if needed <= min(map(_max_model_len, workers), default=needed):   # all fit (in C)
             return list(workers)
-        return [view for view in workers
-                if view.max_model_len <= 0 or needed <= view.max_model_len]
+        fitting = [view for view in workers
+                   if view.max_model_len <= 0 or needed <= view.max_model_len]
+        if fitting:
+            return fitting
+        prompt_only = request.num_prompt_tokens + 1 + self.margin_tokens    # max_tokens clamped
+        return [view for view in workers if prompt_only <= view.max_model_len]
 
 
 def register(registry: PluginRegistry) -> None:

@@ -12,7 +12,13 @@ import pytest
 import yaml
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.real_vllm.conftest import MODEL, RealFleet, RouterFactory, RouterHandle
+from tests.real_vllm.conftest import (
+    MODEL,
+    RealFleet,
+    RouterFactory,
+    RouterHandle,
+    prefix_routing,
+)
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "system", "content": "You answer briefly."},
             {"role": "user", "content": "Name three colours."}]
@@ -189,6 +195,35 @@ async def test_prompt_too_long_is_vllms_400(real_fleet: RealFleet, router: Route
     assert info.value.status_code == 400
     assert info.value.body == direct["error"]
     assert "maximum context length is 2048 tokens" in direct["error"]["message"]
+
+
+async def test_kvroutes_own_context_length_refusal_is_vllms_400(
+        real_fleet: RealFleet, make_router: RouterFactory) -> None:
+    """With the model's tokenizer and the context-length filter, kvroute refuses a prompt
+    longer than the window itself (no worker is asked) with the engine's status, error keys,
+    type, param and message opening (the engine's release words the count differently), and
+    forwards a prompt that fits with a too-large ``max_tokens``, which the engine serves."""
+    router = await make_router(prefix_routing(real_fleet.model_dir))
+    body = {"model": MODEL, "prompt": "word " * 2100, "max_tokens": 4}
+    status, direct = await post_json(real_fleet.urls[0] + "/v1/completions", body)
+    assert status == 400
+    async with aiohttp.ClientSession() as session, session.post(
+            router.url + "/v1/completions", json=body) as resp:
+        assert resp.status == 400
+        assert resp.headers["x-kvroute-worker"] == "none"        # refused by kvroute itself
+        through = await resp.json(content_type=None)
+    assert list(through["error"]) == list(direct["error"])
+    for key in ("type", "param", "code"):
+        assert through["error"][key] == direct["error"][key]
+    opening = "This model's maximum context length is 2048 tokens. However, your prompt contains"
+    assert direct["error"]["message"].startswith(opening)
+    assert through["error"]["message"].startswith(opening)
+    body = {"model": MODEL, "prompt": "word " * 1000, "max_tokens": 1500, "temperature": 0}
+    status, served = await post_json(real_fleet.urls[0] + "/v1/completions", body)
+    assert status == 200
+    status, routed = await post_json(router.url + "/v1/completions", body)
+    assert status == 200
+    assert routed["usage"]["prompt_tokens"] == served["usage"]["prompt_tokens"] == 1002
 
 
 async def test_unknown_model_is_a_404_naming_the_model(real_fleet: RealFleet,

@@ -28,3 +28,17 @@ def test_fits_prompt_plus_output(view: ViewFactory, prompt: int, max_tokens: int
     request = RoutingRequest("r", "m", max_tokens=max_tokens, num_prompt_tokens=prompt)
     plugin = ContextLengthFilter("context-length", ContextLengthFilterParams(margin_tokens=margin))
     assert [v.id for v in plugin.filter(request, views, CycleState())] == expected
+
+
+@pytest.mark.parametrize(("prompt", "max_tokens", "expected"), [
+    (1000, 3500, ["small", "big"]),       # no window holds 4500: both hold the prompt, clamped
+    (3000, 1500, ["big"]),                # only the bigger window holds the prompt + 1 token
+    (4096, 1500, []),                     # the prompt fills every window: nothing left
+    (1000, 1100, ["big"]),                # 2100 fits the big window: the small one is out
+])
+def test_when_no_window_holds_the_request_the_prompt_alone_decides(
+        view: ViewFactory, prompt: int, max_tokens: int, expected: list[str]) -> None:
+    views = [view("small", max_model_len=2048), view("big", max_model_len=4096)]
+    request = RoutingRequest("r", "m", max_tokens=max_tokens, num_prompt_tokens=prompt)
+    plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
+    assert [v.id for v in plugin.filter(request, views, CycleState())] == expected
