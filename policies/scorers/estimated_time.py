@@ -22,18 +22,16 @@ scorers:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 
-from policies.base import CycleState, RoutingRequest
-from policies.candidate_index import candidate_index
+from policies.base import CycleState
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
 from policies.latency.estimator import Estimate
-from policies.latency.observer import EstimatingPlugin, unit_column
 from policies.registry import PluginRegistry
-from workers.models import WorkerView
+from policies.scorers.estimate_scorer import EstimateScorer
 
 TYPE_NAME = "estimated-time"
 
@@ -54,25 +52,12 @@ _ttft = attrgetter("ttft_s")
 _tpot = attrgetter("tpot_s")
 
 
-class EstimatedTimeScorer(EstimatingPlugin):
+class EstimatedTimeScorer(EstimateScorer):
     clamped_column = True      # score_column: floats in [0, 1] (policies.profile)
 
     def __init__(self, name: str, params: EstimatedTimeParams) -> None:
         super().__init__(name, params.default_output_tokens)
         self.tpot_share = params.tpot_share
-
-    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
-              cycle: CycleState) -> Mapping[str, float]:
-        estimates = self.estimates(request, workers, cycle)
-        return dict(zip(estimates, self._scores(estimates, cycle), strict=True))
-
-    def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
-                     cycle: CycleState) -> list[float]:
-        """``score`` in view order, clamped as the profile clamps (0 for workers without an
-        estimate)."""
-        estimates = self.estimates(request, workers, cycle)
-        return unit_column(candidate_index(cycle, workers), estimates,
-                           self._scores(estimates, cycle))
 
     def _scores(self, estimates: Mapping[str, Estimate], cycle: CycleState) -> list[float]:
         """Scores in the order of ``estimates``."""
