@@ -40,6 +40,9 @@ class RouterError(Exception):
     status: ClassVar[int] = 500
     type: ClassVar[str] = "internal_error"
     code: ClassVar[str] = "internal_error"
+    # answered as a vLLM worker would: the body's ``code`` is the HTTP status, and ``code``
+    # above stays the short rejection reason of the router's own headers and metrics
+    vllm_shaped: ClassVar[bool] = False
 
     def __init__(self, message: str, *, param: str | None = None,
                  headers: Mapping[str, str] | None = None) -> None:
@@ -49,7 +52,8 @@ class RouterError(Exception):
         self.headers: dict[str, str] = dict(headers or {})
 
     def body(self) -> bytes:
-        return error_body(self.message, self.type, self.code, self.param)
+        return error_body(self.message, self.type,
+                          self.status if self.vllm_shaped else self.code, self.param)
 
     def __str__(self) -> str:
         return f"{self.status}: {self.message}"
@@ -63,27 +67,21 @@ class InvalidRequest(RouterError):
 
 class ContextLengthExceeded(InvalidRequest):
     """vLLM's body: ``{"message": "This model's maximum context length is N tokens. ...",
-    "type": "BadRequestError", "param": "input_tokens" | "max_tokens", "code": 400}``;
-    ``code`` here is the short rejection reason of the router's own headers and metrics."""
+    "type": "BadRequestError", "param": "input_tokens", "code": 400}``."""
 
     type = "BadRequestError"
     code = "context_length_exceeded"
-
-    def body(self) -> bytes:
-        return error_body(self.message, self.type, self.status, self.param)
+    vllm_shaped = True
 
 
 class ModelNotFound(RouterError):
     """vLLM's body: ``{"message": "The model `x` does not exist. Valid aliases: ...",
-    "type": "NotFoundError", "param": "model", "code": 404}``; ``code`` here is the short
-    rejection reason of the router's own headers and metrics."""
+    "type": "NotFoundError", "param": "model", "code": 404}``."""
 
     status = 404
     type = "NotFoundError"
     code = "model_not_found"
-
-    def body(self) -> bytes:
-        return error_body(self.message, self.type, self.status, self.param)
+    vllm_shaped = True
 
 
 class RouteNotFound(RouterError):
