@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from aiohttp import web
 
 from router.app import start_router
 from router.settings import Settings
+from tests.real_vllm.engine_metrics import reset_prefix_caches
 from workers.emulator.process import free_port
 from workers.fleet import FleetConfig, load_fleet
 from workers.launch.command import build_command
@@ -54,10 +54,7 @@ class RealFleet:
         return [w.info.url for w in self.fleet.workers]
 
     def reset_prefix_caches(self) -> None:
-        for url in self.urls:
-            request = urllib.request.Request(url + "/reset_prefix_cache", method="POST")
-            with urllib.request.urlopen(request, timeout=30) as response:
-                assert response.status == 200
+        reset_prefix_caches(self.urls)
 
 
 @dataclass(frozen=True, slots=True)

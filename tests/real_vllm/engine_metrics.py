@@ -1,10 +1,19 @@
-"""Read counters and labels from a real vLLM engine's ``/metrics`` (tests only)."""
+"""Read counters and labels from a real vLLM engine's ``/metrics``, and reset its prefix cache
+(tests only)."""
 
 from __future__ import annotations
 
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
+
+
+def reset_prefix_caches(urls: list[str]) -> None:
+    """Empty each engine's prefix cache (``POST /reset_prefix_cache``, engines in dev mode)."""
+    for url in urls:
+        request = urllib.request.Request(url + "/reset_prefix_cache", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
 
 
 def scrape(url: str) -> dict[str, float]:

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,17 +29,15 @@ import aiohttp
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from policies.producers.model_tokenizer import ModelTokenizer  # noqa: E402
 from router.app import start_router  # noqa: E402
 from router.settings import Settings  # noqa: E402
 from tests.real_vllm.conftest import MODEL, prefix_routing  # noqa: E402
-from tests.real_vllm.engine_metrics import scrape  # noqa: E402
+from tests.real_vllm.engine_metrics import reset_prefix_caches, scrape  # noqa: E402
 from tests.real_vllm.oracle_run import oracle_hit_rate  # noqa: E402
 from tests.real_vllm.workload import (  # noqa: E402
     Conversation,
-    conversations,
+    model_conversations,
     run_workload,
-    system_prompts,
 )
 from workers.emulator.process import free_port  # noqa: E402
 from workers.fleet import load_fleet  # noqa: E402
@@ -48,12 +45,6 @@ from workers.fleet import load_fleet  # noqa: E402
 HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
 REQUESTS, PROMPT = "vllm:request_success_total", "vllm:prompt_tokens_total"
 Runner = Callable[[], Awaitable[str]]
-
-
-def reset(urls: list[str]) -> None:
-    for url in urls:
-        request = urllib.request.Request(url + "/reset_prefix_cache", method="POST")
-        urllib.request.urlopen(request, timeout=30).read()
 
 
 def report(name: str, urls: list[str], before: dict[str, dict[str, float]],
@@ -72,7 +63,7 @@ def report(name: str, urls: list[str], before: dict[str, dict[str, float]],
 
 
 async def measured(name: str, urls: list[str], run: Callable[[], Awaitable[str]]) -> str:
-    reset(urls)
+    reset_prefix_caches(urls)
     before = {u: scrape(u) for u in urls}
     started = time.monotonic()
     extra = await run()
@@ -146,22 +137,18 @@ async def main(fleet_path: Path, binary: str, rounds: int) -> None:
     fleet = load_fleet(fleet_path)
     urls = [w.info.url for w in fleet.workers]
     model_dir = Path(str((fleet.workers[0].launch or {}).get("model")))
-    tokenizer = ModelTokenizer.from_dir(model_dir)
-    shared = REPO_ROOT.parent / "shared"
-    prompts = system_prompts(shared, lambda text: len(tokenizer.encode(
-        tokenizer.render_chat([{"role": "system", "content": text}], False), False)))
+    convs = model_conversations(REPO_ROOT.parent / "shared", model_dir)
 
     async def oracle() -> str:
         async def run() -> str:
-            await oracle_hit_rate(model_dir, urls)      # resets the caches again, harmless
+            await oracle_hit_rate(urls, convs)      # resets the caches again, harmless
             return ""
         return await measured("oracle (tenant mod 2)", urls, run)
 
     runners: list[tuple[str, Runner]] = [
         ("oracle", oracle),
-        ("kvroute", lambda: kvroute_run(fleet_path, model_dir, urls,
-                                        conversations(shared, prompts))),
-        ("sglang", lambda: sglang_run(binary, urls, conversations(shared, prompts))),
+        ("kvroute", lambda: kvroute_run(fleet_path, model_dir, urls, convs)),
+        ("sglang", lambda: sglang_run(binary, urls, convs)),
     ]
     for round_ in range(rounds):
         order = runners[round_ % 3:] + runners[:round_ % 3]

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from policies.producers.model_tokenizer import ModelTokenizer
 from tests.real_vllm.conftest import MODEL, SHARED_DIR, RealFleet, RouterFactory, prefix_routing
 from tests.real_vllm.engine_metrics import scrape
 from tests.real_vllm.oracle_run import oracle_hit_rate
-from tests.real_vllm.workload import conversations, run_workload, system_prompts
+from tests.real_vllm.workload import model_conversations, run_workload
 
 ORACLE_HIT_RATE = 0.828
 SGLANG_CACHE_AWARE_HIT_RATE = 0.818
@@ -34,11 +33,8 @@ QUERIES = "vllm:prefix_cache_queries_total"
 
 async def test_prefix_affinity_under_cache_pressure(real_fleet: RealFleet,
                                                     make_router: RouterFactory) -> None:
-    tokenizer = ModelTokenizer.from_dir(real_fleet.model_dir)
-    prompts = system_prompts(SHARED_DIR, lambda text: len(tokenizer.encode(
-        tokenizer.render_chat([{"role": "system", "content": text}], False), False)))
-    convs = conversations(SHARED_DIR, prompts)
-    oracle, oracle_counts = await oracle_hit_rate(real_fleet.model_dir, list(real_fleet.urls))
+    convs = model_conversations(SHARED_DIR, real_fleet.model_dir)
+    oracle, oracle_counts = await oracle_hit_rate(list(real_fleet.urls), convs)
     router = await make_router(prefix_routing(real_fleet.model_dir))
     real_fleet.reset_prefix_caches()
     before = {url: scrape(url) for url in real_fleet.urls}

@@ -23,6 +23,8 @@ from typing import Any
 
 import aiohttp
 
+from policies.producers.model_tokenizer import ModelTokenizer
+
 SEED = 20261129
 TENANTS = 8
 CONVERSATIONS_PER_TENANT = 12
@@ -80,9 +82,19 @@ def conversations(shared: Path, prompts: list[str]) -> list[Conversation]:
     return convs
 
 
+def model_conversations(shared: Path, model_dir: Path) -> list[Conversation]:
+    """The workload with system prompts sized by the served model's tokenizer and template."""
+    tokenizer = ModelTokenizer.from_dir(model_dir)
+    prompts = system_prompts(shared, lambda text: len(tokenizer.encode(
+        tokenizer.render_chat([{"role": "system", "content": text}], False), False)))
+    return conversations(shared, prompts)
+
+
 async def run_workload(base_url: str, model: str, convs: list[Conversation],
-                       timeout_s: float = 180.0) -> RunResult:
-    """Send every conversation through ``base_url`` with ``CONCURRENCY`` client workers."""
+                       timeout_s: float = 180.0,
+                       route: Callable[[Conversation], str] | None = None) -> RunResult:
+    """Send every conversation through ``base_url`` (or ``route(conversation)``, e.g. an
+    engine chosen per tenant) with ``CONCURRENCY`` client workers."""
     result = RunResult()
     queue: asyncio.Queue[Conversation] = asyncio.Queue()
     for conv in convs:
@@ -93,7 +105,8 @@ async def run_workload(base_url: str, model: str, convs: list[Conversation],
         async def chat(conv: Conversation, messages: list[dict[str, str]]) -> str:
             body: dict[str, Any] = {"model": model, "messages": messages,
                                     "max_tokens": MAX_TOKENS, "temperature": 0}
-            async with session.post(f"{base_url}/v1/chat/completions", json=body) as resp:
+            url = route(conv) if route is not None else base_url
+            async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
                 worker = resp.headers.get("x-kvroute-worker", "")
                 result.requests.append((conv.tenant, worker, resp.status))
                 data = await resp.json(content_type=None)
