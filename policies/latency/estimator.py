@@ -64,14 +64,17 @@ class Estimate(NamedTuple):
     prefill_s: float = 0.0     # its own prefill compute (the part of TTFT without waiting)
     ttft_upper_s: float | None = None   # the learnt 90th percentile, once known
     tpot_upper_s: float | None = None
+    prefill_steps: int = 1     # engine steps its own uncached prefill spans (chunked prefill)
 
 
 def new_estimate(ttft_s: float, tpot_s: float, gpu_s: float, cost_usd: float,
                  cached_tokens: int, raw_ttft_s: float, raw_tpot_s: float, prefill_s: float,
-                 ttft_upper_s: float | None, tpot_upper_s: float | None) -> Estimate:
+                 ttft_upper_s: float | None, tpot_upper_s: float | None,
+                 prefill_steps: int = 1) -> Estimate:
     """``Estimate(...)`` with every field given, positionally."""
     return _new_tuple(Estimate, (ttft_s, tpot_s, gpu_s, cost_usd, cached_tokens, raw_ttft_s,
-                                 raw_tpot_s, prefill_s, ttft_upper_s, tpot_upper_s))
+                                 raw_tpot_s, prefill_s, ttft_upper_s, tpot_upper_s,
+                                 prefill_steps))
 
 
 _new_tuple = tuple.__new__
@@ -247,7 +250,8 @@ class TimeEstimator:
                 ttft, tpot, gpu_s, price_per_s * gpu_s, cached, raw_ttft, raw_tpot,
                 ttft if ttft < own_prefill else own_prefill,
                 raw_ttft * ttft_upper if ttft_upper else None,
-                raw_tpot * tpot_upper if tpot_upper else None))
+                raw_tpot * tpot_upper if tpot_upper else None,
+                ceil(uncached / chunk) if uncached > chunk else 1))
 
     def candidate_arrays(self, views: Sequence[WorkerView],
                          index: CandidateIndex | None = None) -> CandidateArrays:

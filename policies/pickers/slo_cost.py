@@ -14,6 +14,10 @@ Reads the estimates the ``estimated-time`` / ``cost`` scorers left in the decisi
    enough outcomes are known: its estimated wait (TTFT less its own prefill compute, which
    the model prices closely) divided by ``headroom`` plus that compute, and its TPOT
    divided by ``headroom``.
+   **Promises kept** (``protect_decodes``): of those, the workers where this prompt's
+   prefill leaves every request already decoding there within the TPOT objective
+   (``policies.latency.decode_guard``); only when none is left are they all kept. A request
+   that meets no SLO anywhere also goes, if it can, where it breaks no other's.
 2. **Sticky on the prefix**: keep those whose cached share of the prompt is within
    ``prefix_tolerance`` of the best; affinity is what lets the next turn of a conversation
    hit the cache.
@@ -38,7 +42,7 @@ profiles:
     picker:
       type: slo-cost
       params: {ttft_idle_prefill_multiple: 3.0, headroom: 0.8, cost_tolerance: 0.05,
-               prefix_tolerance: 0.1, reserve_fast: true}
+               prefix_tolerance: 0.1, reserve_fast: true, protect_decodes: true}
 ```
 """
 
@@ -48,11 +52,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from policies.base import CandidateScore, CycleState, RoutingRequest
+from policies.base import CandidateScore, CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.candidates import CandidateTable
 from policies.cycle_keys import set_reason
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
+from policies.latency.decode_guard import DecodeGuard
 from policies.latency.estimator import ESTIMATES_KEY, IDLE_PREFILL_KEY, Estimate
 from policies.registry import BuildContext, PluginRegistry
 
@@ -68,6 +73,7 @@ class SloCostParams:
     cost_tolerance: float = 0.05
     prefix_tolerance: float = 0.1
     reserve_fast: bool = True
+    protect_decodes: bool = True
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "tpot_s"):
@@ -95,6 +101,9 @@ class SloCostPicker:
         self.tolerance = params.cost_tolerance
         self.prefix_tolerance = params.prefix_tolerance
         self.reserve_fast = params.reserve_fast
+        self.guard = (DecodeGuard(tpot_s) if params.protect_decodes and tpot_s is not None
+                      else None)
+        self._placed: tuple[str, str, Estimate] | None = None   # the last pick, until routed
 
     def objectives(self, cycle: CycleState) -> tuple[float, float]:
         idle: float = cycle.read(IDLE_PREFILL_KEY, 0.0)
@@ -115,6 +124,7 @@ class SloCostPicker:
             return max(candidates, key=lambda c: c.total)
         ttft_goal, tpot_goal = self.objectives(cycle)
         headroom = self.headroom
+        guard = self.guard
         feasible = []
         for p in positions:     # _padded_ttft and _padded_tpot, inlined
             e = estimates[ids[p]]
@@ -125,6 +135,11 @@ class SloCostPicker:
                 tpot = e.tpot_upper_s
                 if (tpot if tpot is not None else e.tpot_s / headroom) <= tpot_goal:
                     feasible.append(p)
+        if guard is not None and feasible:
+            now = request.arrival_time
+            kept = [p for p in feasible if guard.fits(ids[p], now, estimates[ids[p]])]
+            if kept:
+                feasible = kept
         record_attribute(cycle, "estimated_cost_usd",
                          LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
         record_attribute(cycle, "estimated_ttft_s",
@@ -143,16 +158,41 @@ class SloCostPicker:
             term = _deciding_term(estimates[ids[chosen]],
                                   estimates[ids[runner]] if runner is not None else None)
         else:      # the closest to the SLO: least max(ttft / goal, tpot / goal), stable
+            if guard is not None:    # a request late anyway should not make others late
+                now = request.arrival_time
+                kept = [p for p in positions if guard.fits(ids[p], now, estimates[ids[p]])]
+                if kept:
+                    positions = kept
             lateness = [max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
                         for e in map(estimates.__getitem__, map(ids.__getitem__, positions))]
             ranked = sorted(range(len(positions)), key=lateness.__getitem__)
             chosen = positions[ranked[0]]
             runner = positions[ranked[1]] if len(ranked) > 1 else None
             term = "slo-fallback"
+        if guard is not None:
+            self._placed = (request.request_id, ids[chosen], estimates[ids[chosen]])
         set_reason(cycle, _reason(request, term, ids[chosen],
                                   ids[runner] if runner is not None else None, estimates),
                    term)
         return at(chosen)
+
+    def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
+        placed, self._placed = self._placed, None
+        if (self.guard is not None and placed is not None and placed[0] == request.request_id
+                and placed[1] == decision.worker_id):
+            self.guard.admit(placed[0], placed[1], request.arrival_time, placed[2],
+                             request.expected_output_tokens)
+
+    def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
+        if self.guard is not None:
+            self.guard.complete(outcome.request_id)
+
+    def inherit_state(self, previous: object) -> None:
+        """Keep the incumbents of the engine this one replaces (a hot reload)."""
+        old = getattr(previous, "guard", None)
+        if self.guard is not None and isinstance(old, DecodeGuard):
+            old.tpot_objective_s = self.guard.tpot_objective_s
+            self.guard = old
 
     def _longest_prefix(self, request: RoutingRequest, group: Sequence[int],
                         ids: Sequence[str], estimates: Mapping[str, Estimate]) -> list[int]:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from policies.base import CandidateScore, CycleState, RoutingRequest
+from policies.base import CandidateScore, CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.cycle_keys import REASON
 from policies.errors import ParamError
 from policies.latency.estimator import ESTIMATES_KEY, IDLE_PREFILL_KEY, Estimate
@@ -85,3 +85,64 @@ def test_bad_params_name_the_field(kwargs: dict[str, float], field: str) -> None
     with pytest.raises(ParamError) as info:
         SloCostParams(**kwargs)
     assert info.value.field == field
+
+
+def _picker_with_a_short_answer_on(worker: str) -> SloCostPicker:
+    """A picker that placed an 11-token answer (slack 0.3 s) on ``worker`` at t=0."""
+    picker = SloCostPicker("slo-cost", SloCostParams(), ttft_s=0.5, tpot_s=0.05)
+    cycle = CycleState()
+    cycle.write(ESTIMATES_KEY, {worker: Estimate(0.1, 0.02, 1.0, 0.0001, 0, 0.1, 0.02, 0.1)})
+    request = RoutingRequest(request_id="short", model="m", max_tokens=11, arrival_time=0.0)
+    request.num_prompt_tokens = 100
+    chosen = picker.pick(request, [CandidateScore(worker, 0.0, {})], cycle)
+    picker.on_routed(request, Decision("short", chosen.worker_id, "m", "default", None, ""))
+    return picker
+
+
+def _pick_at(picker: SloCostPicker, estimates: dict[str, Estimate], now: float) -> str:
+    cycle = CycleState()
+    cycle.write(ESTIMATES_KEY, estimates)
+    request = RoutingRequest(request_id=f"r{now}", model="m", max_tokens=100, arrival_time=now)
+    request.num_prompt_tokens = 2_000
+    return picker.pick(request, [CandidateScore(w, 0.0, {}) for w in estimates],
+                       cycle).worker_id
+
+
+def test_a_prefill_that_would_break_a_decoding_answer_goes_elsewhere() -> None:
+    picker = _picker_with_a_short_answer_on("l40s")
+    long_prefill = Estimate(0.4, 0.03, 1.0, 0.0004, 0, 0.4, 0.03, prefill_s=0.35)
+    on_h100 = Estimate(0.15, 0.01, 1.0, 0.0009, 0, 0.15, 0.01, prefill_s=0.12)
+    assert _pick_at(picker, {"l40s": long_prefill, "h100": on_h100}, now=0.15) == "h100"
+    without_guard = SloCostPicker("slo-cost", SloCostParams(protect_decodes=False),
+                                  ttft_s=0.5, tpot_s=0.05)
+    assert _pick_at(without_guard, {"l40s": long_prefill, "h100": on_h100}, 0.15) == "l40s"
+
+
+def test_when_every_worker_would_break_a_promise_the_slo_choice_stands() -> None:
+    picker = _picker_with_a_short_answer_on("l40s")
+    long_prefill = Estimate(0.4, 0.03, 1.0, 0.0004, 0, 0.4, 0.03, prefill_s=0.35)
+    assert _pick_at(picker, {"l40s": long_prefill}, now=0.15) == "l40s"
+
+
+def test_a_request_late_everywhere_goes_where_it_breaks_no_promise() -> None:
+    picker = _picker_with_a_short_answer_on("h100")
+    on_h100 = Estimate(1.0, 0.01, 1.0, 0.0009, 0, 1.0, 0.01, prefill_s=0.9)
+    on_l40s = Estimate(2.0, 0.03, 1.0, 0.0004, 0, 2.0, 0.03, prefill_s=1.9)
+    assert _pick_at(picker, {"h100": on_h100, "l40s": on_l40s}, now=0.15) == "l40s"
+
+
+def test_completed_answers_release_their_worker() -> None:
+    picker = _picker_with_a_short_answer_on("l40s")
+    picker.on_completed(RoutingRequest(request_id="short", model="m"),
+                        RequestOutcome(request_id="short", worker_id="l40s", status=200))
+    long_prefill = Estimate(0.4, 0.03, 1.0, 0.0004, 0, 0.4, 0.03, prefill_s=0.35)
+    on_h100 = Estimate(0.15, 0.01, 1.0, 0.0009, 0, 0.15, 0.01, prefill_s=0.12)
+    assert _pick_at(picker, {"l40s": long_prefill, "h100": on_h100}, now=0.15) == "l40s"
+
+
+def test_a_reloaded_picker_keeps_the_promises_of_the_one_it_replaces() -> None:
+    old = _picker_with_a_short_answer_on("l40s")
+    new = SloCostPicker("slo-cost", SloCostParams(), ttft_s=0.5, tpot_s=0.05)
+    new.inherit_state(old)
+    assert new.guard is old.guard and new.guard is not None
+    assert new.guard.incumbents("l40s") == 1

@@ -1,0 +1,100 @@
+"""Decode guard: the TPOT promises already made on each worker, and what a new prefill costs them.
+
+A request's TPOT is its decode time divided by its output tokens, so every prefill chunk
+that lands in the same engine steps while it decodes stretches it (chunked prefill shares
+each step between the running decodes and one chunk of the new prompt). A short answer is
+the most fragile: one 2,000-token prompt admitted beside a 10-token answer can double its
+TPOT. Those later prefills are the router's own choices, so the router can keep the promise
+it made when it placed a request: each routed request becomes an *incumbent* of its worker
+with a TPOT *slack*, the decode time it may still lose before its mean inter-token time
+passes the objective::
+
+    slack = (tpot objective - estimated tpot) x (output tokens - 1)
+
+A new prompt placed on the worker stalls every incumbent still decoding when its prefill
+starts by its own prefill compute, or by the share of it that falls in the engine steps
+the incumbent has left (``prefill_s x min(1, steps left / prefill steps)``). ``fits`` says
+whether every incumbent keeps a non-negative slack; ``admit`` spends the slack and records
+the new incumbent. Windows are estimates (arrival + estimated TTFT, then estimated TPOT per
+token), so an incumbent is forgotten at its estimated end or when it completes, whichever
+comes first; memory is bounded by the requests in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from policies.latency.estimator import Estimate
+
+
+@dataclass(slots=True)
+class Incumbent:
+    request_id: str
+    start_s: float        # estimated first token
+    end_s: float          # estimated last token
+    tpot_s: float         # estimated seconds per output token
+    slack_s: float        # decode time it may still lose and meet the TPOT objective
+
+
+@dataclass(slots=True)
+class DecodeGuard:
+    """Per worker, the incumbents still decoding (see the module docstring)."""
+
+    tpot_objective_s: float
+    _by_worker: dict[str, list[Incumbent]] = field(default_factory=dict)
+    _worker_of: dict[str, str] = field(default_factory=dict)
+
+    def fits(self, worker_id: str, now: float, estimate: Estimate) -> bool:
+        """Whether ``estimate``'s prefill, placed on ``worker_id`` at ``now``, leaves every
+        incumbent there within its TPOT objective."""
+        incumbents = self._by_worker.get(worker_id)
+        if not incumbents:
+            return True
+        starts = now + max(0.0, estimate.ttft_s - estimate.prefill_s)
+        for incumbent in incumbents:
+            stall = _stall(incumbent, starts, estimate)
+            if stall > incumbent.slack_s:
+                return False
+        return True
+
+    def admit(self, request_id: str, worker_id: str, now: float, estimate: Estimate,
+              output_tokens: int) -> None:
+        """``request_id`` was routed to ``worker_id`` with ``estimate``: spend the incumbents'
+        slack and make it one of them."""
+        incumbents = self._by_worker.setdefault(worker_id, [])
+        if incumbents:
+            incumbents[:] = [i for i in incumbents if i.end_s > now]
+            starts = now + max(0.0, estimate.ttft_s - estimate.prefill_s)
+            for incumbent in incumbents:     # each stall also pushes its last token back
+                stall = _stall(incumbent, starts, estimate)
+                incumbent.slack_s -= stall
+                incumbent.end_s += stall
+        intervals = max(0, output_tokens - 1)
+        if intervals == 0:
+            return
+        start = now + estimate.ttft_s
+        incumbents.append(Incumbent(
+            request_id, start, start + intervals * estimate.tpot_s, estimate.tpot_s,
+            (self.tpot_objective_s - estimate.tpot_s) * intervals))
+        self._worker_of[request_id] = worker_id
+
+    def complete(self, request_id: str) -> None:
+        worker_id = self._worker_of.pop(request_id, None)
+        if worker_id is None:
+            return
+        incumbents = self._by_worker.get(worker_id)
+        if incumbents:
+            incumbents[:] = [i for i in incumbents if i.request_id != request_id]
+
+    def incumbents(self, worker_id: str) -> int:
+        return len(self._by_worker.get(worker_id, ()))
+
+
+def _stall(incumbent: Incumbent, starts: float, estimate: Estimate) -> float:
+    """Decode time ``incumbent`` loses to a prefill that starts at ``starts``."""
+    if starts >= incumbent.end_s or estimate.prefill_s <= 0.0:
+        return 0.0
+    left = (incumbent.end_s - max(starts, incumbent.start_s)) / incumbent.tpot_s \
+        if incumbent.tpot_s > 0 else float(estimate.prefill_steps)
+    steps = estimate.prefill_steps
+    return estimate.prefill_s * (1.0 if left >= steps else left / steps)

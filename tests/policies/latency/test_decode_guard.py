@@ -1,0 +1,77 @@
+"""The decode guard: TPOT slack of the requests decoding on a worker, spent by new prefills."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.latency.decode_guard import DecodeGuard
+from policies.latency.estimator import Estimate
+
+
+def estimate(ttft: float, tpot: float, prefill: float, steps: int = 1) -> Estimate:
+    return Estimate(ttft_s=ttft, tpot_s=tpot, gpu_s=1.0, cost_usd=0.0, cached_tokens=0,
+                    raw_ttft_s=ttft, raw_tpot_s=tpot, prefill_s=prefill, prefill_steps=steps)
+
+
+def test_an_idle_worker_fits_anything() -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    assert guard.fits("w", 0.0, estimate(0.3, 0.02, 5.0))
+
+
+def test_a_short_answer_is_protected_from_a_prefill_that_would_exceed_its_slack() -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    # 11 tokens at 20 ms: 10 intervals, slack (50 - 20) ms x 10 = 0.3 s; decodes 0.1-0.3 s
+    guard.admit("short", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
+    assert guard.incumbents("w") == 1
+    assert guard.fits("w", 0.15, estimate(0.2, 0.02, prefill=0.25))
+    assert not guard.fits("w", 0.15, estimate(0.4, 0.02, prefill=0.35))
+    assert guard.fits("other", 0.15, estimate(0.4, 0.02, prefill=0.35))
+
+
+def test_admitted_stalls_spend_the_slack_and_push_the_last_token_back() -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    guard.admit("short", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
+    guard.admit("a", "w", 0.15, estimate(0.2, 0.02, prefill=0.2), output_tokens=1)
+    # 0.1 s of slack left; the window now ends at 0.3 + 0.2 s
+    assert guard.fits("w", 0.45, estimate(0.1, 0.02, prefill=0.1))
+    assert not guard.fits("w", 0.45, estimate(0.15, 0.02, prefill=0.15))
+    assert guard.fits("w", 0.55, estimate(0.15, 0.02, prefill=0.15))   # after its end
+
+
+def test_a_long_prefill_stalls_only_the_steps_an_incumbent_has_left() -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    # 3 tokens at 20 ms: 2 intervals, slack 60 ms, decoding 0.1-0.14 s
+    guard.admit("tail", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=3)
+    # starting at 0.12 s it has one step left; a 4-step 0.2 s prefill costs it 0.05 s
+    assert guard.fits("w", 0.12, estimate(0.0, 0.02, prefill=0.2, steps=4))
+    assert not guard.fits("w", 0.12, estimate(0.0, 0.02, prefill=0.2, steps=1))
+
+
+def test_a_prefill_that_starts_after_the_decodes_end_costs_nothing() -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    guard.admit("short", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
+    # waits 0.5 s in the queue before its 1 s prefill: the incumbent is done by 0.3 s
+    assert guard.fits("w", 0.0, estimate(1.5, 0.02, prefill=1.0))
+
+
+def test_completed_requests_are_forgotten() -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    guard.admit("short", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
+    guard.complete("short")
+    guard.complete("never-admitted")
+    assert guard.incumbents("w") == 0
+    assert guard.fits("w", 0.15, estimate(0.4, 0.02, prefill=5.0))
+
+
+@pytest.mark.parametrize("tokens", [0, 1])
+def test_a_single_token_answer_has_no_tpot_to_protect(tokens: int) -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    guard.admit("one", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=tokens)
+    assert guard.incumbents("w") == 0
+
+
+def test_expired_incumbents_are_dropped_on_the_next_admission() -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    guard.admit("old", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
+    guard.admit("new", "w", 10.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
+    assert guard.incumbents("w") == 1
