@@ -55,6 +55,13 @@ def markdown_table(entries: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pooled_note(pooled: float | None) -> str:
+    """The ceiling of one LRU cache the size of the fleet's KV (absent in older summaries)."""
+    if pooled is None:
+        return ""
+    return f" (one LRU cache of the whole fleet's KV: {pooled:.1%})"
+
+
 def write_summary(out_dir: Path, meta: Mapping[str, Any],
                   entries: Mapping[str, Mapping[str, Any]]) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -65,7 +72,8 @@ def write_summary(out_dir: Path, meta: Mapping[str, Any],
     header = (f"Trace `{trace.get('name')}`: {trace.get('requests')} requests at rate scale "
               f"{trace.get('rate_scale')}; fleet `{meta.get('fleet', {}).get('source')}`; "
               f"infinite-cache prefix ceiling "
-              f"{'–' if ceiling is None else f'{ceiling:.1%}'}; "
+              f"{'–' if ceiling is None else f'{ceiling:.1%}'}"
+              f"{_pooled_note(trace.get('prefix_hit_ceiling_pooled'))}; "
               "SLO: TTFT ≤ max(0.5 s, 3 × idle-H100 "
               f"prefill) and TPOT ≤ {SLO_TPOT_S * 1000:.0f} ms.\n\n")
     (out_dir / "summary.md").write_text(header + markdown_table(entries))

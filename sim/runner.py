@@ -100,11 +100,13 @@ def fleet_meta(fleet: FleetConfig) -> dict[str, Any]:
     }
 
 
-def trace_meta(job: PolicyJob, trace: Trace, ceiling: float) -> dict[str, Any]:
+def trace_meta(job: PolicyJob, trace: Trace, ceiling: float,
+               pooled_ceiling: float | None = None) -> dict[str, Any]:
     return {"name": Path(job.trace_path).name, "path": job.trace_path,
             "requests": len(trace.requests), "span_s": trace.span_s,
             "rate_scale": job.rate_scale, "limit": job.limit, "duration_s": job.duration_s,
             "jitter_s": job.jitter_s,
             "seed": job.seed, "prefix_hit_ceiling": ceiling,
+            "prefix_hit_ceiling_pooled": pooled_ceiling,
             "prompt_tokens": sum(r.num_prompt_tokens for r in trace.requests),
             "output_tokens": sum(r.output_tokens for r in trace.requests)}

@@ -27,7 +27,7 @@ from sim.runner import (
     run_policy,
     trace_meta,
 )
-from sim.simulator import SimulationSettings, router_scrape_interval
+from sim.simulator import SimulationSettings, fleet_kv_tokens, router_scrape_interval
 from sim.traces import TraceError, TraceFormat, prefix_ceiling
 from workers.fleet import FleetConfigError, load_fleet
 
@@ -72,11 +72,12 @@ def run_session(request: SimulationRequest) -> int:
         print(f"kvroute sim: {request.trace}: no requests after slicing", file=sys.stderr)
         return 2
     ceiling = prefix_ceiling(trace)
+    pooled = prefix_ceiling(trace, capacity_tokens=fleet_kv_tokens(fleet)) if ceiling else 0.0
     jobs = [replace(template, policy=name) for name in request.policies]
     runs = _run_all(jobs, len(trace.requests), request.jobs, ceiling)
     out = Path(request.out)
     entries = {policy_label(run.policy): run.summary for run in runs}
-    meta = {"trace": trace_meta(template, trace, ceiling), "fleet": fleet_meta(fleet),
+    meta = {"trace": trace_meta(template, trace, ceiling, pooled), "fleet": fleet_meta(fleet),
             "settings": {"scrape_interval_s": interval, "seed": request.seed,
                          "hash_algo": SimulationSettings().hash_algo}}
     path = write_summary(out, meta, entries)

@@ -31,6 +31,7 @@ from sim.prefill_clock import PrefillClock
 from sim.traces import Trace, TraceRequest
 from sim.worker import FirstToken, SimWorker
 from workers.engine.api import EngineConfig, EngineRequest, RequestStats
+from workers.engine.capacity import resolve_limits
 from workers.engine.core import EngineCore
 from workers.fleet import FleetConfig
 from workers.inflight import InflightTracker
@@ -78,6 +79,23 @@ class DecisionPoint:
 class SimulationResult:
     records: list[RequestRecord]
     usage: list[WorkerUsage]
+
+
+def fleet_kv_tokens(fleet: FleetConfig, settings: SimulationSettings | None = None) -> int:
+    """Prompt tokens the whole fleet's KV caches hold, as its simulated engines size them."""
+    settings = settings or SimulationSettings()
+    total = 0
+    for spec in fleet.workers:
+        info = spec.info
+        config = EngineConfig(model=info.model_spec, gpu=info.gpu,
+                              tensor_parallel=info.tensor_parallel,
+                              num_gpu_blocks=settings.num_gpu_blocks)
+        limits = resolve_limits(
+            config.gpu, config.model, config.tensor_parallel, config.block_size,
+            config.num_gpu_blocks, config.gpu_memory_utilization, config.max_num_seqs,
+            config.max_num_batched_tokens, config.max_model_len)
+        total += limits.num_gpu_blocks * limits.block_size
+    return total
 
 
 def build_workers(fleet: FleetConfig, settings: SimulationSettings) -> list[SimWorker]:

@@ -38,6 +38,7 @@ import gzip
 import io
 import json
 import random
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -297,13 +298,17 @@ def block_keys(trace: Trace, request: TraceRequest,
     return keys
 
 
-def prefix_ceiling(trace: Trace, block_size: int = 16) -> float:
+def prefix_ceiling(trace: Trace, block_size: int = 16,
+                   capacity_tokens: int | None = None) -> float:
     """Prompt-token hit rate with an infinite prefix cache, at block granularity.
 
     A request's cached tokens are its leading full blocks already seen in earlier requests
     (Mooncake: its 512-token hash-id blocks; other traces: ``block_size``-token blocks).
+    ``capacity_tokens``: instead, one LRU cache of that many tokens shared by every request
+    (each block held once, evicted least recently used first, as vLLM evicts): with the
+    whole fleet's KV capacity, what a router could reach if the fleet were one engine.
     """
-    seen: set[object] = set()
+    seen: OrderedDict[object, None] = OrderedDict()
     cached = total = 0
     for request in trace.requests:
         total += request.num_prompt_tokens
@@ -315,5 +320,12 @@ def prefix_ceiling(trace: Trace, block_size: int = 16) -> float:
         while hits < len(keys) and keys[hits] in seen:
             hits += 1
         cached += hits * size
-        seen.update(keys)
+        if capacity_tokens is None:
+            seen.update(dict.fromkeys(keys))
+            continue
+        for key in keys:
+            seen[key] = None
+            seen.move_to_end(key)
+        while len(seen) * size > capacity_tokens:
+            seen.popitem(last=False)
     return cached / total if total else 0.0

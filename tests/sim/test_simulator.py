@@ -138,3 +138,17 @@ def _copy_inflight(source: InflightTracker, target: InflightTracker, worker_id: 
     src, dst = source.get(worker_id), target.get(worker_id)
     dst.requests, dst.prefill_tokens = src.requests, src.prefill_tokens
     dst.decode_tokens, dst.dispatched_since_scrape = src.decode_tokens, src.dispatched_since_scrape
+
+
+def test_fleet_kv_tokens_add_up_the_simulated_engines_caches() -> None:
+    from sim.simulator import SimulationSettings, build_workers, fleet_kv_tokens
+    from workers.fleet import load_fleet
+
+    fleet = load_fleet(Path(__file__).resolve().parents[2] / "config" / "fleets"
+                       / "bench-mixed.yaml")
+    settings = SimulationSettings()
+    engines = [w.engine for w in build_workers(fleet, settings)]
+    assert fleet_kv_tokens(fleet, settings) == sum(
+        e.num_gpu_blocks * e.block_size for e in engines)
+    assert fleet_kv_tokens(fleet, SimulationSettings(num_gpu_blocks=100)) == (
+        100 * 16 * len(fleet.workers))
