@@ -36,6 +36,8 @@ _TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cost_per_mtok_busy", "$/Mtok busy", "{:.3f}"),
     ("throughput_tok_s", "tok/s", "{:,.0f}"),
 )
+# shown only when a goodput search ran: $/Mtok busy at each policy's goodput rate scale
+_GOODPUT_COST = ("goodput_cost_per_mtok_busy", "$/Mtok busy at goodput", "{:.3f}")
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -47,10 +49,13 @@ def _cell(value: Any, fmt: str) -> str:
 
 
 def markdown_table(entries: Mapping[str, Mapping[str, Any]]) -> str:
-    headers = ["policy", *(h for _, h, _ in _TABLE_COLUMNS)]
+    columns = _TABLE_COLUMNS
+    if any(_GOODPUT_COST[0] in entry for entry in entries.values()):
+        columns = (*columns, _GOODPUT_COST)
+    headers = ["policy", *(h for _, h, _ in columns)]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for name, entry in entries.items():
-        cells = [name, *(_cell(entry.get(k), f) for k, _, f in _TABLE_COLUMNS)]
+        cells = [name, *(_cell(entry.get(k), f) for k, _, f in columns)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

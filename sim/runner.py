@@ -75,15 +75,22 @@ def run_policy(job: PolicyJob, progress: Progress | None = None,
 
     summary, records = simulate(job.rate_scale)
     if job.goodput:
+        busy_cost = {job.rate_scale: summary["cost_per_mtok_busy"]}
+
         def attainment_at(scale: float) -> float:
             if scale == job.rate_scale:
                 return attainment(summary)
             if progress is not None:
                 progress("total", len(base.requests))
-            return attainment(simulate(scale)[0])
+            probe = simulate(scale)[0]
+            busy_cost[scale] = probe["cost_per_mtok_busy"]
+            return attainment(probe)
         search = find_goodput(attainment_at, job.rate_scale)
         summary["goodput_rate_scale"] = search.rate_scale
         summary["goodput_probes"] = [[s, a] for s, a in search.probes]
+        # the price of a token when running as fast as the SLO allows: the same attainment
+        # (the goodput target) for every policy, each at its own rate
+        summary["goodput_cost_per_mtok_busy"] = busy_cost.get(search.rate_scale)
     wall = time.perf_counter() - started
     summary["sim_wall_s"] = wall
     return PolicyRun(job.policy, summary, ttft_values(records), records, wall)

@@ -76,3 +76,19 @@ def test_parallel_jobs_give_the_same_results_as_sequential(tmp_path: Path) -> No
     for name in seq:
         for key in ("ttft_p50", "ttft_p99", "tpot_p50", "e2e_p99", "requests_per_worker"):
             assert seq[name][key] == par[name][key]
+
+
+def test_goodput_search_reports_the_busy_cost_at_the_scale_it_found(tmp_path: Path) -> None:
+    trace = str(_trace(tmp_path))
+    searched = tmp_path / "searched"
+    assert main(["sim", "--trace", trace, "--fleet", str(FLEET), "--policies", "kvroute",
+                 "--out", str(searched), "--limit", "10", "--goodput"]) == 0
+    entry = json.loads((searched / "summary.json").read_text())["policies"]["kvroute"]
+    scale = entry["goodput_rate_scale"]
+    assert scale > 0 and scale in [s for s, _ in entry["goodput_probes"]]
+    again = tmp_path / "again"
+    assert main(["sim", "--trace", trace, "--fleet", str(FLEET), "--policies", "kvroute",
+                 "--out", str(again), "--limit", "10", "--rate-scale", str(scale)]) == 0
+    at_scale = json.loads((again / "summary.json").read_text())["policies"]["kvroute"]
+    assert entry["goodput_cost_per_mtok_busy"] == at_scale["cost_per_mtok_busy"]
+    assert "$/Mtok busy at goodput" in (searched / "summary.md").read_text()

@@ -31,3 +31,21 @@ def test_summary_and_plots_are_written(tmp_path: Path) -> None:
     written = write_plots(tmp_path, data["policies"], {"rr": [0.1, 0.2], "ll": [0.3]})
     assert [p.name for p in written] == ["ttft_cdf.png", "goodput.png", "cost.png"]
     assert all(p.stat().st_size > 5000 for p in written)
+
+
+def test_goodput_runs_add_the_cost_at_the_goodput_rate() -> None:
+    assert "at goodput" not in markdown_table({"rr": ENTRY})
+    searched = {**ENTRY, "goodput_rate_scale": 1.5, "goodput_cost_per_mtok_busy": 0.0625}
+    table = markdown_table({"rr": ENTRY, "ta": searched}).splitlines()
+    assert table[0].endswith("| tok/s | $/Mtok busy at goodput |")
+    assert table[2].endswith("| 12,346 | – |")          # a policy without a passing scale
+    assert table[3].endswith("| 1.50 | 25.0% | 1.500 | 0.750 | 12,346 | 0.062 |")
+
+
+def test_the_header_names_the_pooled_cache_ceiling(tmp_path: Path) -> None:
+    meta = {"trace": {"name": "t", "requests": 10, "rate_scale": 1.0,
+                      "prefix_hit_ceiling": 0.3, "prefix_hit_ceiling_pooled": 0.125},
+            "fleet": {"source": "f.yaml"}}
+    write_summary(tmp_path, meta, {"rr": ENTRY})
+    assert ("infinite-cache prefix ceiling 30.0% (one LRU cache of the whole fleet's KV: "
+            "12.5%);") in (tmp_path / "summary.md").read_text()
