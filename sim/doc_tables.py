@@ -1,0 +1,96 @@
+"""The compact tables of ``docs/`` rendered from ``kvroute sim`` summaries (never typed by hand).
+
+``summary.md`` holds every column; the docs show the few that a comparison needs. Two
+layouts:
+
+* ``rate`` (a run at one rate scale): policy, SLO met, goodput, prefix hit, TTFT p99,
+  TPOT p99, $/Mtok busy;
+* ``goodput`` (a ``--goodput`` run): policy, SLO met at the first scale, goodput, the
+  attainment at each probed scale, prefix hit, $/Mtok busy, and $/Mtok busy at the goodput
+  scale.
+
+    python -m sim.doc_tables out/ta2/azure1500/summary.json --layout goodput
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _goodput(entry: Mapping[str, Any]) -> str:
+    return _num(entry.get("goodput_rate_scale"), 2)
+
+
+def _probes(entry: Mapping[str, Any]) -> str:
+    """Every probe of the search, highest scale first."""
+    probes = sorted(entry.get("goodput_probes") or (), key=lambda p: -p[0])
+    return ", ".join(f"×{scale:g} {value:.1%}" for scale, value in probes)
+
+
+def header_line(summary: Mapping[str, Any]) -> str:
+    """The trace, slice, rate and ceilings the table was measured on."""
+    trace = summary.get("trace", {})
+    pooled = trace.get("prefix_hit_ceiling_pooled")
+    line = (f"{trace.get('requests')} requests at rate scale {trace.get('rate_scale')}; "
+            f"infinite-cache prefix ceiling {_pct(trace.get('prefix_hit_ceiling'))}")
+    if pooled is not None:
+        line += f", one LRU cache of the whole fleet's KV {_pct(pooled)}"
+    return line + "."
+
+
+def table(summary: Mapping[str, Any], layout: str) -> str:
+    policies: Mapping[str, Mapping[str, Any]] = summary.get("policies", {})
+    if layout == "rate":
+        head = ["policy", "SLO met", "goodput ×rate", "prefix hit", "TTFT p99 s",
+                "TPOT p99 ms", "$/Mtok busy"]
+        rows = [[name, _pct(e.get("slo_attainment")), _goodput(e),
+                 _pct(e.get("prefix_hit_rate")), _num(e.get("ttft_p99"), 2),
+                 _num(None if e.get("tpot_p99") is None else e["tpot_p99"] * 1000, 0),
+                 _num(e.get("cost_per_mtok_busy"), 3)] for name, e in policies.items()]
+    elif layout == "goodput":
+        head = ["policy", "SLO met at ×1.0", "goodput ×rate",
+                "SLO attainment at each probed scale", "prefix hit", "$/Mtok busy",
+                "$/Mtok busy at goodput"]
+        rows = [[name, _pct(e.get("slo_attainment")), _goodput(e), _probes(e),
+                 _pct(e.get("prefix_hit_rate")), _num(e.get("cost_per_mtok_busy"), 3),
+                 _num(e.get("goodput_cost_per_mtok_busy"), 3)]
+                for name, e in policies.items()]
+    else:
+        raise ValueError(f"unknown layout {layout!r} (rate or goodput)")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.doc_tables", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("summary", type=Path, help="a summary.json written by kvroute sim")
+    parser.add_argument("--layout", choices=("rate", "goodput"), default="rate")
+    args = parser.parse_args(argv)
+    try:
+        summary = json.loads(args.summary.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"sim.doc_tables: {args.summary}: {exc}", file=sys.stderr)
+        return 2
+    print(header_line(summary))
+    print()
+    print(table(summary, args.layout), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

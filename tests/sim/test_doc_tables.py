@@ -1,0 +1,60 @@
+"""The compact doc tables come from summary.json, column for column."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.doc_tables import header_line, main, table
+
+SUMMARY = {
+    "trace": {"requests": 500, "rate_scale": 1.0, "prefix_hit_ceiling": 0.164,
+              "prefix_hit_ceiling_pooled": 0.132},
+    "policies": {
+        "rr": {"slo_attainment": 0.322, "goodput_rate_scale": 0.0, "prefix_hit_rate": 0.053,
+               "ttft_p99": 36.06, "tpot_p99": 0.2325, "cost_per_mtok_busy": 0.109,
+               "goodput_probes": [[1.0, 0.322], [0.5, 0.462]],
+               "goodput_cost_per_mtok_busy": None},
+        "ta": {"slo_attainment": 0.822, "goodput_rate_scale": 0.625, "prefix_hit_rate": 0.059,
+               "ttft_p99": 17.53, "tpot_p99": 0.0895, "cost_per_mtok_busy": 0.093,
+               "goodput_probes": [[1.0, 0.822], [0.5, 0.922], [0.625, 0.906]],
+               "goodput_cost_per_mtok_busy": 0.0871}},
+}
+
+
+def test_rate_layout() -> None:
+    lines = table(SUMMARY, "rate").splitlines()
+    assert lines[0] == ("| policy | SLO met | goodput ×rate | prefix hit | TTFT p99 s | "
+                        "TPOT p99 ms | $/Mtok busy |")
+    assert lines[2] == "| rr | 32.2% | 0.00 | 5.3% | 36.06 | 232 | 0.109 |"
+
+
+def test_goodput_layout_lists_probes_highest_scale_first() -> None:
+    lines = table(SUMMARY, "goodput").splitlines()
+    assert lines[3] == ("| ta | 82.2% | 0.62 | ×1 82.2%, ×0.625 90.6%, ×0.5 92.2% | 5.9% | "
+                        "0.093 | 0.087 |")
+    assert lines[2].endswith("| 0.109 | – |")
+
+
+def test_header_names_both_ceilings_and_old_summaries_still_render() -> None:
+    assert header_line(SUMMARY) == ("500 requests at rate scale 1.0; infinite-cache prefix "
+                                    "ceiling 16.4%, one LRU cache of the whole fleet's KV "
+                                    "13.2%.")
+    old = {"trace": {"requests": 10, "rate_scale": 0.5, "prefix_hit_ceiling": 0.2},
+           "policies": {}}
+    assert header_line(old) == ("10 requests at rate scale 0.5; infinite-cache prefix "
+                                "ceiling 20.0%.")
+
+
+def test_cli_prints_and_refuses_bad_files(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(SUMMARY))
+    assert main([str(path), "--layout", "goodput"]) == 0
+    assert "| ta | 82.2% | 0.62 |" in capsys.readouterr().out
+    assert main([str(tmp_path / "missing.json")]) == 2
+    assert "missing.json" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown layout"):
+        table(SUMMARY, "wide")
