@@ -4,7 +4,7 @@
 layouts:
 
 * ``rate`` (a run at one rate scale): policy, SLO met, goodput, prefix hit, TTFT p99,
-  TPOT p99, $/Mtok busy;
+  TPOT p99, $/Mtok busy (and $/Mtok busy at the goodput scale after a goodput search);
 * ``goodput`` (a ``--goodput`` run): policy, SLO met at the first scale, goodput, the
   attainment at each probed scale, prefix hit, $/Mtok busy, and $/Mtok busy at the goodput
   scale.
@@ -60,6 +60,10 @@ def table(summary: Mapping[str, Any], layout: str) -> str:
                  _pct(e.get("prefix_hit_rate")), _num(e.get("ttft_p99"), 2),
                  _num(None if e.get("tpot_p99") is None else e["tpot_p99"] * 1000, 0),
                  _num(e.get("cost_per_mtok_busy"), 3)] for name, e in policies.items()]
+        if any("goodput_cost_per_mtok_busy" in e for e in policies.values()):
+            head.append("$/Mtok busy at goodput")
+            for row, entry in zip(rows, policies.values(), strict=True):
+                row.append(_num(entry.get("goodput_cost_per_mtok_busy"), 3))
     elif layout == "goodput":
         head = ["policy", "SLO met at ×1.0", "goodput ×rate",
                 "SLO attainment at each probed scale", "prefix hit", "$/Mtok busy",
