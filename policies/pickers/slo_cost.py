@@ -31,7 +31,9 @@ When no candidate meets the SLO, the one closest to it wins (smallest
 ``max(ttft/objective, tpot/objective)``): the fastest. Without estimates the highest total
 wins.
 
-The reason names the deciding term (``prefix``, ``price``, ``load``, ``slo-fallback``)::
+The reason names the deciding term (``prefix``, ``price``, ``load``, ``protect-decodes``
+when the guard moved the request off the worker it would otherwise have taken, which the
+reason then names as the runner-up, ``slo-fallback``)::
 
     prefix 0.82 on a100-1; est ttft 0.21s vs 0.64s on h100-0; cost $0.0004 vs $0.0009
 
@@ -135,11 +137,12 @@ class SloCostPicker:
                 tpot = e.tpot_upper_s
                 if (tpot if tpot is not None else e.tpot_s / headroom) <= tpot_goal:
                     feasible.append(p)
+        spared: list[int] = []     # within the SLO, passed over by the decode guard
         if guard is not None and feasible:
             now = request.arrival_time
             kept = [p for p in feasible if guard.fits(ids[p], now, estimates[ids[p]])]
-            if kept:
-                feasible = kept
+            if kept and len(kept) < len(feasible):
+                spared, feasible = feasible, kept
         record_attribute(cycle, "estimated_cost_usd",
                          LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
         record_attribute(cycle, "estimated_ttft_s",
@@ -148,15 +151,16 @@ class SloCostPicker:
                          LazyAttribute(estimates, lambda w: estimates[w].tpot_s))
         runner: int | None
         if feasible:
-            sticky = self._longest_prefix(request, feasible, ids, estimates)
-            if self.reserve_fast:
-                slowest = max(estimates[ids[p]].prefill_s for p in sticky)
-                sticky = [p for p in sticky if estimates[ids[p]].prefill_s >= 0.9 * slowest]
-            chosen = self._cheapest(sticky, ids, totals, estimates)
-            others = [p for p in feasible if p != chosen]
-            runner = self._cheapest(others, ids, totals, estimates) if others else None
-            term = _deciding_term(estimates[ids[chosen]],
-                                  estimates[ids[runner]] if runner is not None else None)
+            chosen = self._within_slo(request, feasible, ids, totals, estimates)
+            unguarded = (self._within_slo(request, spared, ids, totals, estimates)
+                         if spared else chosen)
+            if unguarded != chosen:     # the guard decided: name the worker it spared
+                runner, term = unguarded, "protect-decodes"
+            else:
+                others = [p for p in feasible if p != chosen]
+                runner = self._cheapest(others, ids, totals, estimates) if others else None
+                term = _deciding_term(estimates[ids[chosen]],
+                                      estimates[ids[runner]] if runner is not None else None)
         else:      # the closest to the SLO: least max(ttft / goal, tpot / goal), stable
             if guard is not None:    # a request late anyway should not make others late
                 now = request.arrival_time
@@ -193,6 +197,16 @@ class SloCostPicker:
         if self.guard is not None and isinstance(old, DecodeGuard):
             old.tpot_objective_s = self.guard.tpot_objective_s
             self.guard = old
+
+    def _within_slo(self, request: RoutingRequest, feasible: Sequence[int], ids: Sequence[str],
+                    totals: Sequence[float], estimates: Mapping[str, Estimate]) -> int:
+        """Of the positions within the SLO: sticky on the prefix, fast GPUs in reserve, then
+        the cheapest."""
+        sticky = self._longest_prefix(request, feasible, ids, estimates)
+        if self.reserve_fast:
+            slowest = max(estimates[ids[p]].prefill_s for p in sticky)
+            sticky = [p for p in sticky if estimates[ids[p]].prefill_s >= 0.9 * slowest]
+        return self._cheapest(sticky, ids, totals, estimates)
 
     def _longest_prefix(self, request: RoutingRequest, group: Sequence[int],
                         ids: Sequence[str], estimates: Mapping[str, Estimate]) -> list[int]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +13,9 @@ from policies.cycle_keys import REASON
 from policies.errors import ParamError
 from policies.latency.estimator import ESTIMATES_KEY, IDLE_PREFILL_KEY, Estimate
 from policies.pickers.slo_cost import SloCostParams, SloCostPicker
+from workers.models import WorkerView
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def estimate(ttft: float, tpot: float, cost: float, cached: int = 0,
@@ -146,3 +151,65 @@ def test_a_reloaded_picker_keeps_the_promises_of_the_one_it_replaces() -> None:
     new.inherit_state(old)
     assert new.guard is old.guard and new.guard is not None
     assert new.guard.incumbents("l40s") == 1
+
+
+def _two_gpu_engine(protect_decodes: bool) -> tuple[Any, list[WorkerView]]:
+    """The default routing.yaml over an idle H100 and an idle L40S."""
+    from types import MappingProxyType
+
+    from policies.engine import PolicyEngine
+    from policies.loader import parse_routing_text
+    from workers.engine.profiles import BUILTIN_MODELS, H100_80GB, L40S_48GB
+    from workers.fleet import FleetConfig, WorkerSpec
+    from workers.models import WorkerInfo
+
+    spec = BUILTIN_MODELS["llama-3.1-8b"]
+    infos = [WorkerInfo(id=name, url="http://127.0.0.1:1", gpu=gpu, models=("m",),
+                        model_spec=spec, price_per_hour=gpu.price_per_hour,
+                        labels=MappingProxyType({}))
+             for name, gpu in (("h100", H100_80GB), ("l40s", L40S_48GB))]
+    fleet = FleetConfig(gpu_classes=MappingProxyType({}), models=MappingProxyType({"m": spec}),
+                        workers=tuple(WorkerSpec(info) for info in infos))
+    text = (REPO_ROOT / "config" / "routing.yaml").read_text()
+    assert "protect_decodes: true" in text
+    routing = parse_routing_text(text.replace(
+        "protect_decodes: true", f"protect_decodes: {str(protect_decodes).lower()}"))
+    views = [WorkerView(info=info, running=0, waiting=0, kv_usage=0.0, block_size=16,
+                        num_gpu_blocks=20_000, max_model_len=131_072, inflight_requests=0,
+                        inflight_tokens=0, healthy=True, staleness_s=0.0,
+                        served_models=("m",)) for info in infos]
+    return PolicyEngine.build(routing, fleet, seed=0), views
+
+
+def _route(engine: Any, views: list[WorkerView], request_id: str, tokens: int,
+           max_tokens: int, at: float, first_token: int = 0) -> Decision:
+    prompt = list(range(first_token, first_token + tokens))
+    request = RoutingRequest(request_id=request_id, model="m", path="/v1/completions",
+                             prompt=prompt, max_tokens=max_tokens, arrival_time=at)
+    request.prompt_token_ids = prompt
+    request.num_prompt_tokens = tokens
+    for producer in engine.producers:
+        if producer.name != "tokens":
+            producer.produce(request, views)
+    decision: Decision = engine.decide(request, views)
+    engine.on_routed(request, decision)
+    return decision
+
+
+def test_the_default_profile_moves_a_long_prompt_off_a_worker_finishing_a_short_answer() -> None:
+    engine, views = _two_gpu_engine(protect_decodes=True)
+    assert _route(engine, views, "short", 500, 11, at=0.0).worker_id == "l40s"
+    moved = _route(engine, views, "long", 4_000, 200, at=0.1)
+    assert moved.worker_id == "h100"
+    assert moved.reason.startswith("protect-decodes: prefix 0.00 on h100; ")
+    assert " on l40s; " in moved.reason
+    assert moved.attributes["decided_by"] == "protect-decodes"
+    # once the short answer has finished, the cheaper L40S takes such a prompt again
+    engine.on_completed(RoutingRequest(request_id="short", model="m"),
+                        RequestOutcome(request_id="short", worker_id="l40s", status=200))
+    assert _route(engine, views, "again", 4_000, 200, at=0.12,
+                  first_token=50_000).worker_id == "l40s"
+
+    unguarded, views = _two_gpu_engine(protect_decodes=False)
+    assert _route(unguarded, views, "short", 500, 11, at=0.0).worker_id == "l40s"
+    assert _route(unguarded, views, "long", 4_000, 200, at=0.1).worker_id == "l40s"
