@@ -15,13 +15,17 @@ A new prompt placed on the worker stalls every incumbent still decoding when its
 starts by its own prefill compute, or by the share of it that falls in the engine steps
 the incumbent has left (``prefill_s x min(1, steps left / prefill steps)``). ``fits`` says
 whether every incumbent keeps a non-negative slack; ``admit`` spends the slack and records
-the new incumbent. Windows are estimates (arrival + estimated TTFT, then estimated TPOT per
-token), so an incumbent is forgotten at its estimated end or when it completes, whichever
-comes first; memory is bounded by the requests in flight.
+the new incumbent. An incumbent whose slack is already spent (a stall the guard could not
+avoid) refuses any further stall, but not a prefill that starts after its decode ends.
+Windows are estimates (arrival +
+estimated TTFT, then estimated TPOT per token), so an incumbent is forgotten at its
+estimated end or when it completes, whichever comes first; memory is bounded by the
+requests in flight.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from policies.latency.estimator import Estimate
@@ -37,23 +41,42 @@ class Incumbent:
 
 
 @dataclass(slots=True)
+class _Incumbents:
+    """One worker's incumbents, with the bounds that answer most ``fits`` at once."""
+
+    members: list[Incumbent] = field(default_factory=list)
+    least_slack_s: float = math.inf     # no stall up to this breaks a member
+    last_end_s: float = -math.inf       # a prefill starting after this stalls none
+
+    def refresh(self) -> None:
+        members = self.members
+        self.least_slack_s = min((i.slack_s for i in members), default=math.inf)
+        self.last_end_s = max((i.end_s for i in members), default=-math.inf)
+
+
+@dataclass(slots=True)
 class DecodeGuard:
     """Per worker, the incumbents still decoding (see the module docstring)."""
 
     tpot_objective_s: float
-    _by_worker: dict[str, list[Incumbent]] = field(default_factory=dict)
+    _by_worker: dict[str, _Incumbents] = field(default_factory=dict)
     _worker_of: dict[str, str] = field(default_factory=dict)
 
     def fits(self, worker_id: str, now: float, estimate: Estimate) -> bool:
         """Whether ``estimate``'s prefill, placed on ``worker_id`` at ``now``, leaves every
         incumbent there within its TPOT objective."""
         incumbents = self._by_worker.get(worker_id)
-        if not incumbents:
+        if incumbents is None:
             return True
-        starts = now + max(0.0, estimate.ttft_s - estimate.prefill_s)
-        for incumbent in incumbents:
+        prefill = estimate.prefill_s
+        starts = now + max(0.0, estimate.ttft_s - prefill)
+        # no stall exceeds the prefill itself, and none falls after the last decode ends:
+        # most answers need no look at the members
+        if prefill <= incumbents.least_slack_s or starts >= incumbents.last_end_s:
+            return True
+        for incumbent in incumbents.members:
             stall = _stall(incumbent, starts, estimate)
-            if stall > incumbent.slack_s:
+            if stall > 0.0 and stall > incumbent.slack_s:
                 return False
         return True
 
@@ -61,33 +84,52 @@ class DecodeGuard:
               output_tokens: int) -> None:
         """``request_id`` was routed to ``worker_id`` with ``estimate``: spend the incumbents'
         slack and make it one of them."""
-        incumbents = self._by_worker.setdefault(worker_id, [])
-        if incumbents:
-            incumbents[:] = [i for i in incumbents if i.end_s > now]
+        incumbents = self._by_worker.get(worker_id)
+        if incumbents is None:
+            incumbents = self._by_worker[worker_id] = _Incumbents()
+        members = incumbents.members
+        if members:
+            if incumbents.last_end_s <= now:      # all done by their estimates
+                self._forget(members)
+                members.clear()
+            elif any(i.end_s <= now for i in members):
+                self._forget([i for i in members if i.end_s <= now])
+                members[:] = [i for i in members if i.end_s > now]
             starts = now + max(0.0, estimate.ttft_s - estimate.prefill_s)
-            for incumbent in incumbents:     # each stall also pushes its last token back
+            for incumbent in members:     # each stall also pushes its last token back
                 stall = _stall(incumbent, starts, estimate)
                 incumbent.slack_s -= stall
                 incumbent.end_s += stall
         intervals = max(0, output_tokens - 1)
-        if intervals == 0:
-            return
-        start = now + estimate.ttft_s
-        incumbents.append(Incumbent(
-            request_id, start, start + intervals * estimate.tpot_s, estimate.tpot_s,
-            (self.tpot_objective_s - estimate.tpot_s) * intervals))
-        self._worker_of[request_id] = worker_id
+        if intervals > 0:
+            start = now + estimate.ttft_s
+            members.append(Incumbent(
+                request_id, start, start + intervals * estimate.tpot_s, estimate.tpot_s,
+                (self.tpot_objective_s - estimate.tpot_s) * intervals))
+            self._worker_of[request_id] = worker_id
+        incumbents.refresh()
 
     def complete(self, request_id: str) -> None:
         worker_id = self._worker_of.pop(request_id, None)
         if worker_id is None:
             return
         incumbents = self._by_worker.get(worker_id)
-        if incumbents:
-            incumbents[:] = [i for i in incumbents if i.request_id != request_id]
+        if incumbents is not None:
+            incumbents.members[:] = [i for i in incumbents.members
+                                     if i.request_id != request_id]
+            incumbents.refresh()
 
     def incumbents(self, worker_id: str) -> int:
-        return len(self._by_worker.get(worker_id, ()))
+        incumbents = self._by_worker.get(worker_id)
+        return len(incumbents.members) if incumbents is not None else 0
+
+    def tracked(self) -> int:
+        """Requests held in all (bounded by the requests in flight)."""
+        return len(self._worker_of)
+
+    def _forget(self, finished: list[Incumbent]) -> None:
+        for incumbent in finished:
+            self._worker_of.pop(incumbent.request_id, None)
 
 
 def _stall(incumbent: Incumbent, starts: float, estimate: Estimate) -> float:

@@ -75,3 +75,19 @@ def test_expired_incumbents_are_dropped_on_the_next_admission() -> None:
     guard.admit("old", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
     guard.admit("new", "w", 10.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
     assert guard.incumbents("w") == 1
+
+
+def test_an_answer_past_its_objective_refuses_stalls_but_not_later_prefills() -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    guard.admit("short", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=11)   # slack 0.3
+    guard.admit("big", "w", 0.12, estimate(0.5, 0.02, prefill=0.5), output_tokens=1)
+    # slack now -0.2, its window pushed to end at 0.8 s
+    assert not guard.fits("w", 0.2, estimate(0.01, 0.02, prefill=0.01))
+    assert guard.fits("w", 0.2, estimate(1.0, 0.02, prefill=0.2))   # starts at 1.0 s
+
+
+def test_requests_forgotten_by_their_estimated_end_are_not_kept_for_completion() -> None:
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    for n in range(50):     # completions never reported: each ends by 0.3 s after arrival
+        guard.admit(f"r{n}", "w", float(n), estimate(0.1, 0.02, 0.1), output_tokens=11)
+    assert guard.incumbents("w") == 1 and guard.tracked() == 1
