@@ -44,13 +44,14 @@ class Incumbent:
 class _Incumbents:
     """One worker's incumbents, with the bounds that answer most ``fits`` at once."""
 
-    members: list[Incumbent] = field(default_factory=list)
+    members: list[Incumbent] = field(default_factory=list)   # least slack first
     least_slack_s: float = math.inf     # no stall up to this breaks a member
     last_end_s: float = -math.inf       # a prefill starting after this stalls none
 
     def refresh(self) -> None:
         members = self.members
-        self.least_slack_s = min((i.slack_s for i in members), default=math.inf)
+        members.sort(key=_slack)
+        self.least_slack_s = members[0].slack_s if members else math.inf
         self.last_end_s = max((i.end_s for i in members), default=-math.inf)
 
 
@@ -74,9 +75,12 @@ class DecodeGuard:
         # most answers need no look at the members
         if prefill <= incumbents.least_slack_s or starts >= incumbents.last_end_s:
             return True
-        for incumbent in incumbents.members:
+        for incumbent in incumbents.members:      # least slack first
+            slack = incumbent.slack_s
+            if slack >= prefill:      # neither it nor any after it can be broken
+                return True
             stall = _stall(incumbent, starts, estimate)
-            if stall > 0.0 and stall > incumbent.slack_s:
+            if stall > 0.0 and stall > slack:
                 return False
         return True
 
@@ -130,6 +134,10 @@ class DecodeGuard:
     def _forget(self, finished: list[Incumbent]) -> None:
         for incumbent in finished:
             self._worker_of.pop(incumbent.request_id, None)
+
+
+def _slack(incumbent: Incumbent) -> float:
+    return incumbent.slack_s
 
 
 def _stall(incumbent: Incumbent, starts: float, estimate: Estimate) -> float:
