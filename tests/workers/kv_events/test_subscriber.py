@@ -22,7 +22,8 @@ def stored_payload(hashes: list[int]) -> bytes:
                                  "block_size": 16, "medium": "GPU"}], 0])
 
 
-async def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+# generous bounds: a slow or busy machine must not fail these, a broken subscriber still does
+async def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not condition():
             await asyncio.sleep(0.01)
@@ -31,7 +32,7 @@ async def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> N
 async def publish_until_seen(pub: zmq.asyncio.Socket, index: ExactPrefixIndex,
                              seq: int, payload: bytes) -> None:
     """PUB drops messages until the subscription propagates: resend seq 0 until applied."""
-    async with asyncio.timeout(5.0):
+    async with asyncio.timeout(30.0):
         while index.state("w").last_seq is None:
             await pub.send_multipart([TOPIC, seq.to_bytes(8, "big"), payload])
             await asyncio.sleep(0.02)
