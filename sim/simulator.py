@@ -31,11 +31,11 @@ from sim.prefill_clock import PrefillClock
 from sim.traces import Trace, TraceRequest
 from sim.worker import FirstToken, SimWorker
 from workers.engine.api import EngineConfig, EngineRequest, RequestStats
-from workers.engine.capacity import resolve_limits
+from workers.engine.capacity import config_limits
 from workers.engine.core import EngineCore
 from workers.fleet import FleetConfig
 from workers.inflight import InflightTracker
-from workers.models import WorkerView
+from workers.models import WorkerInfo, WorkerView
 from workers.views import build_view
 
 DEFAULT_HASH_ALGO = "builtin"      # in-process only; ~10x cheaper than vLLM's sha256
@@ -85,29 +85,22 @@ def fleet_kv_tokens(fleet: FleetConfig, settings: SimulationSettings | None = No
     """Prompt tokens the whole fleet's KV caches hold, as its simulated engines size them."""
     settings = settings or SimulationSettings()
     total = 0
-    for spec in fleet.workers:
-        info = spec.info
-        config = EngineConfig(model=info.model_spec, gpu=info.gpu,
-                              tensor_parallel=info.tensor_parallel,
-                              num_gpu_blocks=settings.num_gpu_blocks)
-        limits = resolve_limits(
-            config.gpu, config.model, config.tensor_parallel, config.block_size,
-            config.num_gpu_blocks, config.gpu_memory_utilization, config.max_num_seqs,
-            config.max_num_batched_tokens, config.max_model_len)
+    for i, spec in enumerate(fleet.workers):
+        limits = config_limits(engine_config(spec.info, settings, i))
         total += limits.num_gpu_blocks * limits.block_size
     return total
 
 
+def engine_config(info: WorkerInfo, settings: SimulationSettings, index: int) -> EngineConfig:
+    """The engine configuration of the fleet's ``index``-th worker in a simulation."""
+    return EngineConfig(model=info.model_spec, gpu=info.gpu,
+                        tensor_parallel=info.tensor_parallel, hash_algo=settings.hash_algo,
+                        seed=settings.seed + index, num_gpu_blocks=settings.num_gpu_blocks)
+
+
 def build_workers(fleet: FleetConfig, settings: SimulationSettings) -> list[SimWorker]:
-    workers: list[SimWorker] = []
-    for i, spec in enumerate(fleet.workers):
-        info = spec.info
-        config = EngineConfig(model=info.model_spec, gpu=info.gpu,
-                              tensor_parallel=info.tensor_parallel,
-                              hash_algo=settings.hash_algo, seed=settings.seed + i,
-                              num_gpu_blocks=settings.num_gpu_blocks)
-        workers.append(SimWorker(info, EngineCore(config)))
-    return workers
+    return [SimWorker(spec.info, EngineCore(engine_config(spec.info, settings, i)))
+            for i, spec in enumerate(fleet.workers)]
 
 
 class Simulation:

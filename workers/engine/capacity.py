@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workers.engine.api import EngineConfig
 from workers.engine.profiles import GpuProfile, ModelSpec
 
 GIB = 1 << 30
@@ -84,3 +85,11 @@ def resolve_limits(gpu: GpuProfile, model: ModelSpec, tensor_parallel: int = 1,
     model_len = min(max_model_len or model.max_model_len, (blocks - 1) * block_size)
     return EngineLimits(num_gpu_blocks=blocks, block_size=block_size, max_model_len=model_len,
                         max_num_seqs=seqs, max_num_batched_tokens=tokens)
+
+
+def config_limits(config: EngineConfig) -> EngineLimits:
+    """``resolve_limits`` for an engine's whole configuration (what ``EngineCore`` runs with)."""
+    return resolve_limits(
+        config.gpu, config.model, config.tensor_parallel, config.block_size,
+        config.num_gpu_blocks, config.gpu_memory_utilization, config.max_num_seqs,
+        config.max_num_batched_tokens, config.max_model_len)

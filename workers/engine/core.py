@@ -22,7 +22,7 @@ from workers.engine.api import (
 )
 from workers.engine.block_hash import get_hash_function, none_hash
 from workers.engine.block_pool import BlockPool
-from workers.engine.capacity import resolve_limits
+from workers.engine.capacity import config_limits
 from workers.engine.decode_window import DecodeRun
 from workers.engine.kv_cache_manager import KVCacheManager
 from workers.engine.latency import StepTimeModel
@@ -49,10 +49,7 @@ class EngineCore:
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        limits = resolve_limits(
-            config.gpu, config.model, config.tensor_parallel, config.block_size,
-            config.num_gpu_blocks, config.gpu_memory_utilization, config.max_num_seqs,
-            config.max_num_batched_tokens, config.max_model_len)
+        limits = config_limits(config)
         self.limits = limits
         self.num_gpu_blocks = limits.num_gpu_blocks
         self.block_size = limits.block_size
