@@ -17,10 +17,9 @@ the incumbent has left (``prefill_s x min(1, steps left / prefill steps)``). ``f
 whether every incumbent keeps a non-negative slack; ``admit`` spends the slack and records
 the new incumbent. An incumbent whose slack is already spent (a stall the guard could not
 avoid) refuses any further stall, but not a prefill that starts after its decode ends.
-Windows are estimates (arrival +
-estimated TTFT, then estimated TPOT per token), so an incumbent is forgotten at its
-estimated end or when it completes, whichever comes first; memory is bounded by the
-requests in flight.
+Windows are estimates (arrival + estimated TTFT, then estimated TPOT per token), so an
+incumbent is forgotten at its estimated end or when it completes, whichever comes first;
+memory is bounded by the requests in flight.
 """
 
 from __future__ import annotations
@@ -93,11 +92,9 @@ class DecodeGuard:
             incumbents = self._by_worker[worker_id] = _Incumbents()
         members = incumbents.members
         if members:
-            if incumbents.last_end_s <= now:      # all done by their estimates
-                self._forget(members)
-                members.clear()
-            elif any(i.end_s <= now for i in members):
-                self._forget([i for i in members if i.end_s <= now])
+            finished = [i for i in members if i.end_s <= now]    # done by their estimates
+            if finished:
+                self._forget(finished)
                 members[:] = [i for i in members if i.end_s > now]
             starts = now + max(0.0, estimate.ttft_s - estimate.prefill_s)
             for incumbent in members:     # each stall also pushes its last token back

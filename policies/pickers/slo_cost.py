@@ -137,12 +137,11 @@ class SloCostPicker:
                 tpot = e.tpot_upper_s
                 if (tpot if tpot is not None else e.tpot_s / headroom) <= tpot_goal:
                     feasible.append(p)
-        spared: list[int] = []     # within the SLO, passed over by the decode guard
+        unguarded: list[int] = []     # every position within the SLO, when the guard cut some
         if guard is not None and feasible:
-            now = request.arrival_time
-            kept = [p for p in feasible if guard.fits(ids[p], now, estimates[ids[p]])]
+            kept = _unbroken(guard, request, feasible, ids, estimates)
             if kept and len(kept) < len(feasible):
-                spared, feasible = feasible, kept
+                unguarded, feasible = feasible, kept
         record_attribute(cycle, "estimated_cost_usd",
                          LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
         record_attribute(cycle, "estimated_ttft_s",
@@ -152,10 +151,10 @@ class SloCostPicker:
         runner: int | None
         if feasible:
             chosen = self._within_slo(request, feasible, ids, totals, estimates)
-            unguarded = (self._within_slo(request, spared, ids, totals, estimates)
-                         if spared else chosen)
-            if unguarded != chosen:     # the guard decided: name the worker it spared
-                runner, term = unguarded, "protect-decodes"
+            without_guard = (self._within_slo(request, unguarded, ids, totals, estimates)
+                             if unguarded else chosen)
+            if without_guard != chosen:     # the guard decided: name the worker it spared
+                runner, term = without_guard, "protect-decodes"
             else:
                 others = [p for p in feasible if p != chosen]
                 runner = self._cheapest(others, ids, totals, estimates) if others else None
@@ -163,10 +162,7 @@ class SloCostPicker:
                                       estimates[ids[runner]] if runner is not None else None)
         else:      # the closest to the SLO: least max(ttft / goal, tpot / goal), stable
             if guard is not None:    # a request late anyway should not make others late
-                now = request.arrival_time
-                kept = [p for p in positions if guard.fits(ids[p], now, estimates[ids[p]])]
-                if kept:
-                    positions = kept
+                positions = _unbroken(guard, request, positions, ids, estimates) or positions
             lateness = [max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
                         for e in map(estimates.__getitem__, map(ids.__getitem__, positions))]
             ranked = sorted(range(len(positions)), key=lateness.__getitem__)
@@ -222,6 +218,14 @@ class SloCostPicker:
         near = [p for p in group
                 if estimates[ids[p]].cost_usd <= cheapest * (1.0 + self.tolerance)]
         return max(near, key=lambda p: (totals[p], -estimates[ids[p]].ttft_s))
+
+
+def _unbroken(guard: DecodeGuard, request: RoutingRequest, positions: Sequence[int],
+              ids: Sequence[str], estimates: Mapping[str, Estimate]) -> list[int]:
+    """The positions whose worker can take this request's prefill and keep every TPOT
+    promise the guard holds there."""
+    now = request.arrival_time
+    return [p for p in positions if guard.fits(ids[p], now, estimates[ids[p]])]
 
 
 def _columns(candidates: Sequence[CandidateScore]) -> tuple[
