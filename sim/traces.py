@@ -320,12 +320,9 @@ def prefix_ceiling(trace: Trace, block_size: int = 16,
         while hits < len(keys) and keys[hits] in seen:
             hits += 1
         cached += hits * size
-        if capacity_tokens is None:
-            seen.update(dict.fromkeys(keys))
-            continue
-        for key in keys:
+        for key in keys:          # most recently used last
             seen[key] = None
             seen.move_to_end(key)
-        while len(seen) * size > capacity_tokens:
+        while capacity_tokens is not None and len(seen) * size > capacity_tokens:
             seen.popitem(last=False)
     return cached / total if total else 0.0
