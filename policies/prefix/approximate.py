@@ -3,13 +3,19 @@
 Every routed request's block hashes are inserted for the worker it went to. Each worker has
 a bounded LRU sized from its KV capacity (``num_gpu_blocks`` of its view, less vLLM's null
 block), and a reverse map ``hash → workers`` answers "who holds this block" in one lookup, so
-a longest-prefix match costs O(matched blocks) whatever the fleet size. Memory is bounded by
-the sum of the workers' capacities, whatever the traffic.
+a longest-prefix match costs a few lookups per worker whatever the fleet size. Memory is
+bounded by the sum of the workers' capacities, whatever the traffic.
 
 Eviction imitates vLLM's free queue (``vllm-interface.md`` §4.2): a finished request's blocks
 return to the LRU tail in reverse order, so within one request the tail blocks are evicted
 before the head. Insertion therefore touches a chain tail first, leaving block 0 the most
 recently used.
+
+Chains are chained hashes (each block's hash covers every block before it, as vLLM's do and
+``policies.producers.blocks`` makes them), so a block is only ever inserted together with all
+the blocks before it, and touched before them. Each of those is then at least as recently used
+as it, and the LRU drops it first. What a worker holds of any chain is therefore a prefix of
+that chain, which is what lets ``match`` bisect instead of walking every block.
 """
 
 from __future__ import annotations
@@ -119,17 +125,22 @@ class ApproximatePrefixIndex:
     # --- queries ---------------------------------------------------------------------------
     def match(self, block_hashes: Sequence[int],
               worker_ids: Collection[str]) -> dict[str, int]:
-        """Leading blocks of the chain each worker holds, in O(matched blocks).
+        """Leading blocks of the chain each worker holds, in O(log chain) lookups per worker.
 
         Workers absent from the result hold none; a worker's match stops at its first miss,
-        as vLLM's ``find_longest_cache_hit`` does. One reverse-map lookup per block serves
-        every worker at once (a lookup per worker and block, even in C, touches far more
-        memory). ``worker_ids``: any collection; a set or a dict keyed by id answers ``in``
-        fastest.
+        as vLLM's ``find_longest_cache_hit`` does. ``worker_ids``: any collection; a set or
+        a dict keyed by id answers ``in`` fastest.
+
+        What a worker holds of a chain is always a prefix of it (see the module docstring),
+        so "every worker still matching holds block k" is true up to some k and false after:
+        the end of the run they share is found by bisection, then the workers that miss the
+        next block drop out and the rest search on. One reverse-map lookup per probe serves
+        every worker at once.
         """
         result: dict[str, int] = {}
         holders = self._holders
-        if not block_hashes:
+        length = len(block_hashes)
+        if not length:
             return result
         first = holders.get(block_hashes[0])
         if not first:
@@ -138,24 +149,38 @@ class ApproximatePrefixIndex:
             alive = {first} if first in worker_ids else set()
         else:
             alive = {worker_id for worker_id in first if worker_id in worker_ids}
-        position = 1
-        while alive and position < len(block_hashes):
-            owners = holders.get(block_hashes[position])
-            if owners is None:
+        held = 1       # every worker in ``alive`` holds blocks [0, held)
+        while alive:
+            low, high = held, length     # the first block some alive worker misses
+            single = next(iter(alive)) if len(alive) == 1 else None
+            while low < high:
+                middle = (low + high) // 2
+                owners = holders.get(block_hashes[middle])
+                if owners is None:
+                    shared = False
+                elif isinstance(owners, str):
+                    shared = owners == single
+                else:
+                    shared = alive <= owners
+                if shared:
+                    low = middle + 1
+                else:
+                    high = middle
+            if low == length:
+                for worker_id in alive:
+                    result[worker_id] = length
                 break
-            if isinstance(owners, str):       # one holder: the match of every other ends
-                if len(alive) > 1 or owners not in alive:
-                    for worker_id in alive:
-                        if worker_id != owners:
-                            result[worker_id] = position
-                    alive = {owners} if owners in alive else set()
-            elif not alive <= owners:
-                for worker_id in alive - owners:
-                    result[worker_id] = position
-                alive &= owners
-            position += 1
-        for worker_id in alive:
-            result[worker_id] = position
+            owners = holders.get(block_hashes[low])
+            if owners is None:
+                kept: set[str] = set()
+            elif isinstance(owners, str):
+                kept = {owners} if owners in alive else set()
+            else:
+                kept = alive & owners
+            for worker_id in alive:
+                if worker_id not in kept:
+                    result[worker_id] = low
+            alive, held = kept, low + 1
         return result
 
     def blocks(self, worker_id: str) -> int:

@@ -14,12 +14,24 @@ def test_match_counts_leading_blocks_per_worker() -> None:
     assert index.match([1, 2, 3, 4, 5], ["w1", "w2", "w3"]) == {"w1": 4, "w2": 2}
 
 
-def test_match_stops_at_first_miss_even_if_later_blocks_are_held() -> None:
+def test_match_stops_at_first_miss() -> None:
     index = ApproximatePrefixIndex(default_capacity_blocks=100)
     index.insert("w1", [1, 2, 3])
     index.insert("w1", [7, 8])
-    assert index.match([1, 9, 3], ["w1"]) == {"w1": 1}
+    assert index.match([1, 2, 9, 10], ["w1"]) == {"w1": 2}
     assert index.match([5, 1, 2], ["w1"]) == {}
+    assert index.match([7, 8, 30], ["w1"]) == {"w1": 2}
+
+
+def test_match_of_branching_chains_ends_each_worker_where_its_branch_leaves() -> None:
+    index = ApproximatePrefixIndex(default_capacity_blocks=1000)
+    trunk = list(range(100, 160))
+    index.insert("w1", trunk)                       # all 60
+    index.insert("w2", [*trunk[:41], 900, 901])     # branches off after 41
+    index.insert("w3", trunk[:7])                   # 7
+    index.insert("w4", [5, 6, 7])                   # another chain
+    assert index.match(trunk, ["w1", "w2", "w3", "w4"]) == {"w1": 60, "w2": 41, "w3": 7}
+    assert index.match([*trunk, 1, 2], {"w2": 0, "w3": 1}) == {"w2": 41, "w3": 7}
 
 
 def test_match_only_reports_requested_workers() -> None:
@@ -108,8 +120,9 @@ def test_match_agrees_with_the_definition_on_random_fleets_and_long_chains() -> 
         for worker_id in workers:
             held = rng.randint(0, len(chain))
             index.insert(worker_id, chain[:held])
-            if rng.random() < 0.3 and held < len(chain):   # a later block held past a miss
-                index.insert(worker_id, chain[rng.randrange(held, len(chain)):][:3])
+            if rng.random() < 0.3:     # a branch of the chain: its head, then other blocks
+                index.insert(worker_id, chain[:rng.randint(0, held)]
+                             + [rng.getrandbits(64) for _ in range(rng.randint(1, 90))])
         if rng.random() < 0.3:
             index.remove_worker(rng.choice(workers))
         asked = rng.sample(workers, rng.randint(1, len(workers)))
@@ -118,3 +131,30 @@ def test_match_agrees_with_the_definition_on_random_fleets_and_long_chains() -> 
         # any collection of ids asks the same (the profile passes its id -> position dict)
         assert index.match(chain, dict.fromkeys(asked, 0)) == expected, trial
         assert index.match(chain, frozenset(asked)) == expected, trial
+
+
+def test_what_a_worker_holds_of_a_chain_is_a_prefix_of_it_under_eviction() -> None:
+    """The property ``match`` bisects on: chained inserts and LRU eviction never leave a
+    worker holding a block of a chain without every block before it."""
+    import random
+
+    rng = random.Random(11)
+    index = ApproximatePrefixIndex(default_capacity_blocks=150)
+    trunks = [[rng.getrandbits(64) for _ in range(80)] for _ in range(6)]
+    chains: list[list[int]] = []
+    for step in range(600):
+        trunk = rng.choice(trunks)
+        chain = trunk[:rng.randint(1, len(trunk))] + [rng.getrandbits(64)
+                                                      for _ in range(rng.randint(0, 40))]
+        chains.append(chain)
+        worker_id = f"w{rng.randrange(4)}"
+        index.insert(worker_id, chain)
+        if step % 97 == 0:
+            index.set_capacity(worker_id, rng.randint(20, 200))
+        for probe in (chain, rng.choice(chains), rng.choice(trunks)):
+            for worker in ("w0", "w1", "w2", "w3"):
+                held = [index.holds(worker, block) for block in probe]
+                run = held.index(False) if False in held else len(held)
+                assert not any(held[run:]), (step, worker)
+            assert index.match(probe, ["w0", "w1", "w2", "w3"]) == _reference_match(
+                index, probe, ["w0", "w1", "w2", "w3"])
