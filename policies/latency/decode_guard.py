@@ -25,6 +25,7 @@ memory is bounded by the requests in flight.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from policies.latency.estimator import Estimate
@@ -46,12 +47,20 @@ class _Incumbents:
     members: list[Incumbent] = field(default_factory=list)   # least slack first
     least_slack_s: float = math.inf     # no stall up to this breaks a member
     last_end_s: float = -math.inf       # a prefill starting after this stalls none
+    # members whose slack is spent (<= 0) are broken by any stall at all, that is by any
+    # prefill starting before their last token: the latest of those tokens answers for all
+    # of them, and only the others (``open``, least slack first) need a look one by one
+    spent_last_end_s: float = -math.inf
+    open: list[Incumbent] = field(default_factory=list)
 
     def refresh(self) -> None:
         members = self.members
         members.sort(key=_slack)
         self.least_slack_s = members[0].slack_s if members else math.inf
         self.last_end_s = max((i.end_s for i in members), default=-math.inf)
+        self.spent_last_end_s = max((i.end_s for i in members if i.slack_s <= 0.0),
+                                    default=-math.inf)
+        self.open = [i for i in members if not i.slack_s <= 0.0]
 
 
 @dataclass(slots=True)
@@ -66,22 +75,16 @@ class DecodeGuard:
         """Whether ``estimate``'s prefill, placed on ``worker_id`` at ``now``, leaves every
         incumbent there within its TPOT objective."""
         incumbents = self._by_worker.get(worker_id)
-        if incumbents is None:
-            return True
-        prefill = estimate.prefill_s
-        starts = now + max(0.0, estimate.ttft_s - prefill)
-        # no stall exceeds the prefill itself, and none falls after the last decode ends:
-        # most answers need no look at the members
-        if prefill <= incumbents.least_slack_s or starts >= incumbents.last_end_s:
-            return True
-        for incumbent in incumbents.members:      # least slack first
-            slack = incumbent.slack_s
-            if slack >= prefill:      # neither it nor any after it can be broken
-                return True
-            stall = _stall(incumbent, starts, estimate)
-            if stall > 0.0 and stall > slack:
-                return False
-        return True
+        return incumbents is None or _spares(incumbents, now, estimate)
+
+    def fitting(self, positions: Iterable[int], ids: Sequence[str],
+                estimates: Mapping[str, Estimate], now: float) -> list[int]:
+        """The positions ``p`` whose worker ``ids[p]`` ``fits`` ``estimates[ids[p]]``, in
+        order: ``fits`` for a whole candidate list in one call."""
+        incumbents_of = self._by_worker.get
+        return [p for p in positions
+                if (incumbents := incumbents_of(ids[p])) is None
+                or _spares(incumbents, now, estimates[ids[p]])]
 
     def admit(self, request_id: str, worker_id: str, now: float, estimate: Estimate,
               output_tokens: int) -> None:
@@ -135,6 +138,28 @@ class DecodeGuard:
 
 def _slack(incumbent: Incumbent) -> float:
     return incumbent.slack_s
+
+
+def _spares(incumbents: _Incumbents, now: float, estimate: Estimate) -> bool:
+    """``fits`` on one worker's incumbents."""
+    prefill = estimate.prefill_s
+    # no stall exceeds the prefill itself: most answers need no look at the members
+    if prefill <= incumbents.least_slack_s:
+        return True
+    wait = estimate.ttft_s - prefill
+    starts = now + wait if wait > 0.0 else now
+    if starts >= incumbents.last_end_s:      # it starts after the last decode ends
+        return True
+    if starts < incumbents.spent_last_end_s and prefill > 0.0:   # it stalls a spent one
+        return False
+    for incumbent in incumbents.open:      # least slack first
+        slack = incumbent.slack_s
+        if slack >= prefill:      # neither it nor any after it can be broken
+            return True
+        stall = _stall(incumbent, starts, estimate)
+        if stall > 0.0 and stall > slack:
+            return False
+    return True
 
 
 def _stall(incumbent: Incumbent, starts: float, estimate: Estimate) -> float:

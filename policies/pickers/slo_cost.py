@@ -224,8 +224,7 @@ def _unbroken(guard: DecodeGuard, request: RoutingRequest, positions: Sequence[i
               ids: Sequence[str], estimates: Mapping[str, Estimate]) -> list[int]:
     """The positions whose worker can take this request's prefill and keep every TPOT
     promise the guard holds there."""
-    now = request.arrival_time
-    return [p for p in positions if guard.fits(ids[p], now, estimates[ids[p]])]
+    return guard.fitting(positions, ids, estimates, request.arrival_time)
 
 
 def _columns(candidates: Sequence[CandidateScore]) -> tuple[

@@ -91,3 +91,42 @@ def test_requests_forgotten_by_their_estimated_end_are_not_kept_for_completion()
     for n in range(50):     # completions never reported: each ends by 0.3 s after arrival
         guard.admit(f"r{n}", "w", float(n), estimate(0.1, 0.02, 0.1), output_tokens=11)
     assert guard.incumbents("w") == 1 and guard.tracked() == 1
+
+
+def _breaks_someone(guard: DecodeGuard, worker_id: str, now: float, new: Estimate) -> bool:
+    """The definition ``fits`` answers: some incumbent loses more than its slack."""
+    from policies.latency.decode_guard import _stall
+
+    incumbents = guard._by_worker.get(worker_id)
+    starts = now + max(0.0, new.ttft_s - new.prefill_s)
+    return incumbents is not None and any(
+        (stall := _stall(i, starts, new)) > 0.0 and stall > i.slack_s
+        for i in incumbents.members)
+
+
+def test_fits_and_fitting_agree_with_the_definition_under_random_traffic() -> None:
+    """Spent incumbents are answered by their latest end, the rest one by one: the same
+    verdict as checking every incumbent, on busy workers with spent and open slack."""
+    import random
+
+    rng = random.Random(5)
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    workers = ["a", "b", "c"]
+    now = 0.0
+    verdicts = set()
+    for n in range(1500):
+        now += rng.expovariate(20.0)
+        new = estimate(ttft=rng.uniform(0.0, 1.5), tpot=rng.uniform(0.01, 0.07),
+                       prefill=rng.choice((0.0, rng.uniform(0.0, 0.8))),
+                       steps=rng.randint(1, 6))
+        expected = [not _breaks_someone(guard, w, now, new) for w in workers]
+        assert [guard.fits(w, now, new) for w in workers] == expected, n
+        ids = workers
+        estimates = dict.fromkeys(workers, new)
+        assert guard.fitting(range(3), ids, estimates, now) == [
+            p for p in range(3) if expected[p]], n
+        verdicts.update(expected)
+        guard.admit(f"r{n}", rng.choice(workers), now, new, rng.randint(1, 300))
+        if rng.random() < 0.3:
+            guard.complete(f"r{rng.randrange(n + 1)}")
+    assert verdicts == {True, False}
