@@ -80,6 +80,46 @@ def new_estimate(ttft_s: float, tpot_s: float, gpu_s: float, cost_usd: float,
 _new_tuple = tuple.__new__
 
 
+ViewTerms = tuple[int, float, int, float, int, int, float | None, float, float | None]
+"""(decoding, decode_part, queued prefill, chunk, in_batch, joined, decode step or None when
+nothing decodes, full step, slot ratio or None when a batch slot is free): the parts of a
+worker's estimates that depend on its view alone (``view_terms``)."""
+
+
+def view_terms(state: tuple[int, int, int, float, int, int, int],
+               constants: WorkerConstants) -> ViewTerms:
+    """The view-only parts of ``TimeEstimator.estimate_into`` for one worker, from its
+    (running, waiting, inflight_requests, kv_usage, num_gpu_blocks, block_size,
+    inflight_prefill_tokens) and its constants; the same expressions, evaluated in the same
+    order, so the estimates are the same to the last bit."""
+    (_, _, _, _, _, fixed, base, per_token, _, per_ctx, per_seq, max_batched, most,
+     max_num_seqs) = constants
+    running, waiting, inflight, kv_usage, num_gpu_blocks, block_size, queued = state
+    decoding = running if running > 0 else 0
+    # (conditional expressions below stand for max/min, with their tie and NaN rules)
+    queued_batch = running + waiting
+    in_batch = inflight if inflight > queued_batch else queued_batch
+    context_sum = kv_usage * num_gpu_blocks * block_size
+    # shared by every step while this worker decodes its running batch
+    decode_part = per_ctx * context_sum + per_seq * decoding
+    room = max_batched - (most if most < decoding else decoding)
+    chunk = float(room if room > 1 else 1)
+    joined = in_batch + 1
+    decode_step: float | None = None
+    if decoding:
+        mean_context = context_sum / decoding
+        linear = per_token * joined
+        decode_step = (fixed + (linear if linear > base else base)
+                       + per_ctx * joined * mean_context + per_seq * in_batch)
+    slot_ratio = ((in_batch - max_num_seqs + 1) / max_num_seqs if in_batch >= max_num_seqs
+                  else None)
+    linear = per_token * (chunk + joined)
+    full_step = (fixed + (linear if linear > base else base) + per_ctx * context_sum
+                 + per_seq * in_batch)
+    return (decoding, decode_part, queued if queued > 0 else 0, chunk, in_batch, joined,
+            decode_step, full_step, slot_ratio)
+
+
 class PrefillArrivals:
     """Exponentially decayed rates of uncached prefill tokens routed to each worker, at a few
     time constants: a request's TPOT suffers from the prefill that arrives while it decodes,
@@ -122,8 +162,8 @@ class PrefillArrivals:
 class TimeEstimator:
     """Estimates per worker; learns from outcomes through ``observe``."""
 
-    __slots__ = ("_arrays", "_coefficients", "_prefill_memo", "_source", "arrivals", "correction",
-                 "default_output_tokens")
+    __slots__ = ("_arrays", "_coefficients", "_prefill_memo", "_source", "_view_terms",
+                 "arrivals", "correction", "default_output_tokens")
 
     def __init__(self, coefficients: CoefficientsFn, correction: OnlineCorrection | None = None,
                  arrivals: PrefillArrivals | None = None,
@@ -133,6 +173,10 @@ class TimeEstimator:
         self._arrays: CandidateArrays | None = None   # the last decision's candidates
         # one decision's prefill times by (coefficients, uncached, cached); see estimates_for
         self._prefill_memo: dict[tuple[int, int, int], float] = {}
+        # worker id -> (its constants, the view state, view_terms of them): most views repeat
+        # between decisions (only the worker last routed to and freshly scraped ones change)
+        self._view_terms: dict[str, tuple[WorkerConstants, tuple[int, int, int, float, int,
+                                                                 int, int], ViewTerms]] = {}
         self.correction = correction if correction is not None else OnlineCorrection()
         self.arrivals = arrivals if arrivals is not None else PrefillArrivals()
         self.default_output_tokens = default_output_tokens
@@ -176,27 +220,27 @@ class TimeEstimator:
         new_tuple = _new_tuple      # new_estimate, inlined
         exp, ceil, max_share = math.exp, math.ceil, MAX_PREFILL_SHARE
         most_cached, prompt_tokens = prompt - 1, float(prompt)
-        for view, (worker_id, gpu_class, price_per_s, k, k_id, fixed, base, per_token, per_pair,
-                   per_ctx, per_seq, max_batched, most, max_num_seqs) in zip(views, constants,
-                                                                             strict=True):
+        remembered = self._view_terms
+        terms_of = remembered.get
+        for view, constants_of_worker in zip(views, constants, strict=True):
+            (worker_id, gpu_class, price_per_s, k, k_id, fixed, base, per_token, per_pair,
+             per_ctx, per_seq, _, _, _) = constants_of_worker
+            # what depends on the view alone is kept while the worker's view repeats
+            state = (view.running, view.waiting, view.inflight_requests, view.kv_usage,
+                     view.num_gpu_blocks, view.block_size, view.inflight_prefill_tokens)
+            known_terms = terms_of(worker_id)
+            if (known_terms is None or known_terms[0] is not constants_of_worker
+                    or known_terms[1] != state):
+                known_terms = remembered[worker_id] = (constants_of_worker, state,
+                                                       view_terms(state, constants_of_worker))
+            (decoding, decode_part, queued, chunk, in_batch, joined, decode_step, full_step,
+             slot_ratio) = known_terms[2]
             cached = cached_of(worker_id, 0)
             if cached > most_cached:
                 cached = most_cached
             uncached = prompt - cached
-            running = view.running
-            decoding = running if running > 0 else 0
-            # (conditional expressions below stand for max/min, with their tie and NaN rules)
-            queued_batch, inflight = running + view.waiting, view.inflight_requests
-            in_batch = inflight if inflight > queued_batch else queued_batch
-            context_sum = view.kv_usage * view.num_gpu_blocks * view.block_size
-            mean_context = context_sum / decoding if decoding else prompt_tokens
-            # shared by every step while this worker decodes its running batch
-            decode_part = per_ctx * context_sum + per_seq * decoding
             # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
-            queued = view.inflight_prefill_tokens
-            ahead = (queued if queued > 0 else 0) + uncached
-            room = max_batched - (most if most < decoding else decoding)
-            chunk = float(room if room > 1 else 1)
+            ahead = queued + uncached
             own_pairs = uncached * cached + uncached * uncached / 2.0
             if ahead <= chunk:
                 linear = per_token * (ahead + decoding)
@@ -209,18 +253,14 @@ class TimeEstimator:
                 linear = per_token * (ahead - (steps - 1) * chunk + decoding)
                 prefill = ((steps - 1) * full + fixed + (linear if linear > base else base)
                            + decode_part + per_pair * own_pairs)
-            joined = in_batch + 1
-            linear = per_token * joined
-            decode_step = (fixed + (linear if linear > base else base)
-                           + per_ctx * joined * mean_context + per_seq * in_batch)
+            if decode_step is None:       # nothing decoding: the mean context is this prompt
+                linear = per_token * joined
+                decode_step = (fixed + (linear if linear > base else base)
+                               + per_ctx * joined * prompt_tokens + per_seq * in_batch)
             slot_wait = 0.0
-            if in_batch >= max_num_seqs:
-                slot_wait = (in_batch - max_num_seqs + 1) / max_num_seqs * output * decode_step
+            if slot_ratio is not None:
+                slot_wait = slot_ratio * output * decode_step
             raw_ttft = prefill + slot_wait
-            # TPOT: the decode step, diluted by prefill chunks that keep arriving
-            linear = per_token * (chunk + joined)
-            full_step = (fixed + (linear if linear > base else base) + per_ctx * context_sum
-                         + per_seq * in_batch)
             horizon = raw_ttft + output * decode_step
             entry = arrivals_of(worker_id)     # PrefillArrivals.rate, inlined
             if entry is None:
@@ -264,6 +304,7 @@ class TimeEstimator:
         if arrays is None or not arrays.matches(infos):
             arrays = self._arrays = CandidateArrays(
                 index if index is not None else CandidateIndex(infos), self.coefficients)
+            self._view_terms.clear()     # bounded by the candidates of one list
         elif index is not None:
             arrays.index = index     # the same infos, hence the same ids and positions
         return arrays

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from policies.base import RoutingRequest
-from policies.latency.estimator import PrefillArrivals, TimeEstimator
+from policies.latency.estimator import Estimate, PrefillArrivals, TimeEstimator
 from policies.latency.step_model import coefficients_for_worker
 from tests.policies.conftest import make_view
 from workers.engine.profiles import A100_80GB, H100_80GB, L40S_48GB
@@ -109,3 +111,38 @@ def test_new_estimate_builds_the_same_estimate_as_its_constructor() -> None:
     assert built.ttft_upper_s is None and built.tpot_upper_s == 0.03
     with pytest.raises(AttributeError):
         built.ttft_s = 1.0  # type: ignore[misc]
+
+
+def test_view_terms_kept_between_decisions_give_the_estimates_of_a_fresh_estimator() -> None:
+    """The view-only terms are reused while a worker's view repeats and recomputed when any
+    field they read changes: every estimate equals a fresh estimator's to the last bit."""
+    import dataclasses
+    import random
+
+    rng = random.Random(7)
+    views = [make_view(f"w{i}", gpu=gpu) for i, gpu in
+             enumerate((H100_80GB, A100_80GB, L40S_48GB, L40S_48GB))]
+    kept = estimator()
+    for n in range(300):
+        position = rng.randrange(len(views))
+        field, value = rng.choice((
+            ("running", rng.choice((0, 0, 3, 40, 300))),
+            ("waiting", rng.randint(0, 400)),
+            ("inflight_requests", rng.randint(0, 600)),
+            ("kv_usage", rng.choice((0.0, rng.random()))),
+            ("num_gpu_blocks", rng.choice((1000, 29_000))),
+            ("block_size", rng.choice((16, 32))),
+            ("inflight_prefill_tokens", rng.randint(0, 30_000)),
+        ))
+        changes: dict[str, Any] = {field: value}
+        views[position] = dataclasses.replace(views[position], **changes)
+        request = request_of(rng.randint(1, 20_000), output=rng.randint(1, 900), at=n * 0.05)
+        cached = {views[0].id: rng.randrange(request.num_prompt_tokens)}
+        fresh = TimeEstimator(coefficients_for_worker, arrivals=kept.arrivals)
+        mine: dict[str, Estimate] = {}
+        kept.estimate_into(mine, request, views, kept.candidate_arrays(views).constants, cached)
+        theirs: dict[str, Estimate] = {}
+        fresh.estimate_into(theirs, request, views, fresh.candidate_arrays(views).constants,
+                            cached)
+        assert mine == theirs, (n, field, value)
+        kept.arrivals.add(rng.choice(("w1", "w3")), rng.randint(0, 4000), n * 0.05)
