@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from workers.models import WorkerView
 
@@ -47,19 +47,21 @@ class RoutingRequest:
         return self.max_tokens if self.max_tokens is not None else 256
 
 
-class CycleState:
-    """Per-decision scratchpad shared by the plugins of one scheduling cycle."""
+class CycleState(dict[str, Any]):
+    """Per-decision scratchpad shared by the plugins of one scheduling cycle.
 
-    __slots__ = ("_data",)
+    A dict whose ``read`` and ``write`` are its own ``get`` and item assignment: plugins read
+    it some twenty times per decision, and a call into C costs less than a Python method."""
 
-    def __init__(self) -> None:
-        self._data: dict[str, Any] = {}
+    __slots__ = ()
 
-    def read(self, key: str, default: Any = None) -> Any:
-        return self._data.get(key, default)
+    if TYPE_CHECKING:
+        def read(self, key: str, default: Any = None) -> Any: ...
 
-    def write(self, key: str, value: Any) -> None:
-        self._data[key] = value
+        def write(self, key: str, value: Any) -> None: ...
+    else:
+        read = dict.get
+        write = dict.__setitem__
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 from policies.base import CandidateScore, CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.candidates import CandidateTable
-from policies.cycle_keys import set_reason
+from policies.cycle_keys import WORKER_ATTRIBUTES, set_reason
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
 from policies.latency.decode_guard import DecodeGuard
@@ -142,12 +142,17 @@ class SloCostPicker:
             kept = _unbroken(guard, request, feasible, ids, estimates)
             if kept and len(kept) < len(feasible):
                 unguarded, feasible = feasible, kept
-        record_attribute(cycle, "estimated_cost_usd",
-                         LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
-        record_attribute(cycle, "estimated_ttft_s",
-                         LazyAttribute(estimates, lambda w: estimates[w].ttft_s))
-        record_attribute(cycle, "estimated_tpot_s",
-                         LazyAttribute(estimates, lambda w: estimates[w].tpot_s))
+        # the estimated-time and cost scorers record these from the same estimates; a profile
+        # without them still explains the chosen worker's estimates
+        recorded = cycle.read(WORKER_ATTRIBUTES) or {}
+        if "estimated_cost_usd" not in recorded:
+            record_attribute(cycle, "estimated_cost_usd",
+                             LazyAttribute(estimates, lambda w: estimates[w].cost_usd))
+        if "estimated_ttft_s" not in recorded or "estimated_tpot_s" not in recorded:
+            record_attribute(cycle, "estimated_ttft_s",
+                             LazyAttribute(estimates, lambda w: estimates[w].ttft_s))
+            record_attribute(cycle, "estimated_tpot_s",
+                             LazyAttribute(estimates, lambda w: estimates[w].tpot_s))
         runner: int | None
         if feasible:
             chosen = self._within_slo(request, feasible, ids, totals, estimates)

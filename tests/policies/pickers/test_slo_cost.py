@@ -86,7 +86,7 @@ def test_without_estimates_the_highest_total_wins() -> None:
 @pytest.mark.parametrize(("kwargs", "field"), [
     ({"headroom": 0.0}, "headroom"), ({"ttft_s": -1.0}, "ttft_s"),
     ({"prefix_tolerance": 2.0}, "prefix_tolerance")])
-def test_bad_params_name_the_field(kwargs: dict[str, float], field: str) -> None:
+def test_bad_params_name_the_field(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ParamError) as info:
         SloCostParams(**kwargs)
     assert info.value.field == field
@@ -213,3 +213,44 @@ def test_the_default_profile_moves_a_long_prompt_off_a_worker_finishing_a_short_
     unguarded, views = _two_gpu_engine(protect_decodes=False)
     assert _route(unguarded, views, "short", 500, 11, at=0.0).worker_id == "l40s"
     assert _route(unguarded, views, "long", 4_000, 200, at=0.1).worker_id == "l40s"
+
+
+@pytest.mark.parametrize("scorers", ["estimated-time", "cost", "estimated-time,cost"])
+def test_the_chosen_workers_estimates_are_explained_whichever_estimate_scorers_run(
+        scorers: str) -> None:
+    """The picker records the estimates the profile's scorers did not (a profile with only
+    the cost scorer still explains the TTFT and TPOT it chose by)."""
+    from types import MappingProxyType
+
+    from policies.engine import PolicyEngine
+    from policies.loader import parse_routing_text
+    from workers.engine.profiles import BUILTIN_MODELS, H100_80GB
+    from workers.fleet import FleetConfig, WorkerSpec
+    from workers.models import WorkerInfo
+
+    spec = BUILTIN_MODELS["llama-3.1-8b"]
+    info = WorkerInfo(id="h100", url="http://127.0.0.1:1", gpu=H100_80GB, models=("m",),
+                      model_spec=spec, price_per_hour=H100_80GB.price_per_hour,
+                      labels=MappingProxyType({}))
+    fleet = FleetConfig(gpu_classes=MappingProxyType({}), models=MappingProxyType({"m": spec}),
+                        workers=(WorkerSpec(info),))
+    listed = "\n".join(f"      - type: {name}" for name in scorers.split(","))
+    routing = parse_routing_text(
+        "slo: {ttft_s: 0.5, tpot_s: 0.05}\nprofiles:\n  default:\n    scorers:\n"
+        f"{listed}\n    picker: {{type: slo-cost}}\ndefault_profile: default\n")
+    view = WorkerView(info=info, running=3, waiting=0, kv_usage=0.1, block_size=16,
+                      num_gpu_blocks=20_000, max_model_len=131_072, inflight_requests=3,
+                      inflight_tokens=0, healthy=True, staleness_s=0.0, served_models=("m",))
+    engine = PolicyEngine.build(routing, fleet, seed=0)
+    request = RoutingRequest(request_id="r", model="m", max_tokens=50)
+    request.num_prompt_tokens = 1_000
+    decision = engine.decide(request, [view])
+    assert decision.worker_id == "h100"
+    from policies.scorers.estimate_scorer import EstimateScorer
+
+    scorer = engine.profiles["default"].scorers[0].scorer
+    assert isinstance(scorer, EstimateScorer)
+    estimate = scorer.estimator.estimate(request, view, cached=0)
+    assert decision.attributes["estimated_cost_usd"] == pytest.approx(estimate.cost_usd)
+    assert decision.attributes["estimated_ttft_s"] == pytest.approx(estimate.ttft_s)
+    assert decision.attributes["estimated_tpot_s"] == pytest.approx(estimate.tpot_s)
