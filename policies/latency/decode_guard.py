@@ -49,9 +49,9 @@ class _Incumbents:
     last_end_s: float = -math.inf       # a prefill starting after this stalls none
     # members whose slack is spent (<= 0) are broken by any stall at all, that is by any
     # prefill starting before their last token: the latest of those tokens answers for all
-    # of them, and only the others (``open``, least slack first) need a look one by one
+    # of them, and only the others (``unspent``, least slack first) need a look one by one
     spent_last_end_s: float = -math.inf
-    open: list[Incumbent] = field(default_factory=list)
+    unspent: list[Incumbent] = field(default_factory=list)
 
     def refresh(self) -> None:
         members = self.members
@@ -60,7 +60,7 @@ class _Incumbents:
         self.last_end_s = max((i.end_s for i in members), default=-math.inf)
         self.spent_last_end_s = max((i.end_s for i in members if i.slack_s <= 0.0),
                                     default=-math.inf)
-        self.open = [i for i in members if not i.slack_s <= 0.0]
+        self.unspent = [i for i in members if not i.slack_s <= 0.0]
 
 
 @dataclass(slots=True)
@@ -152,7 +152,7 @@ def _spares(incumbents: _Incumbents, now: float, estimate: Estimate) -> bool:
         return True
     if starts < incumbents.spent_last_end_s and prefill > 0.0:   # it stalls a spent one
         return False
-    for incumbent in incumbents.open:      # least slack first
+    for incumbent in incumbents.unspent:      # least slack first
         slack = incumbent.slack_s
         if slack >= prefill:      # neither it nor any after it can be broken
             return True
