@@ -16,7 +16,10 @@ For worker ``w`` with the request's cached prefix ``p`` there and ``U`` uncached
 
 Step times come from ``StepCoefficients`` solved from the engine's latency model per GPU
 class (``policies.latency.engine_model``); TTFT and TPOT are multiplied by the online
-corrections learnt from observed outcomes (``policies.latency.online``).
+corrections learnt from observed outcomes (``policies.latency.online``). The terms that depend
+on a worker's view alone (its decode step, full step, chunk and batch: ``view_terms``) are kept
+while the view fields they read repeat, which between two decisions is every worker but the
+one routed to last and those scraped since.
 """
 
 from __future__ import annotations
