@@ -9,6 +9,7 @@ block hashes (the first seen forgotten first) so memory stays fixed.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 from policies.base import Decision, RoutingRequest
@@ -20,26 +21,30 @@ DEFAULT_CAPACITY = 1 << 18      # 262,144 blocks: 4.2 M prompt tokens at 16-toke
 class PrefixCeiling:
     """Counts ceiling hits into ``RouterMetrics``; a decision sink of the director."""
 
-    __slots__ = ("_capacity", "_metrics", "_seen")
+    __slots__ = ("_capacity", "_metrics", "_order", "_seen")
 
     def __init__(self, metrics: RouterMetrics, capacity: int = DEFAULT_CAPACITY) -> None:
         if capacity <= 0:
             raise ValueError("capacity: must be positive")
         self._metrics = metrics
         self._capacity = capacity
-        self._seen: dict[int, None] = {}     # insertion order = first seen
+        self._seen: set[int] = set()
+        # first seen first: forgetting pops the left end in O(1) (deleting a dict's first key
+        # would walk every slot deleted before it, quadratic once the capacity is reached)
+        self._order: deque[int] = deque()
 
     def observe(self, block_hashes: Sequence[int], block_size: int) -> int:
         """Record one prompt's full blocks; return how many leading blocks were seen before."""
-        seen = self._seen
+        seen, order = self._seen, self._order
         hits = 0
         while hits < len(block_hashes) and block_hashes[hits] in seen:
             hits += 1
         for h in block_hashes[hits:]:      # the leading hits are known already
             if h not in seen:
-                seen[h] = None
-        while len(seen) > self._capacity:
-            del seen[next(iter(seen))]
+                seen.add(h)
+                order.append(h)
+        while len(order) > self._capacity:
+            seen.discard(order.popleft())
         return hits
 
     def on_decision(self, request: RoutingRequest, decision: Decision, attempt: int,

@@ -54,3 +54,16 @@ def test_capacity_forgets_the_first_seen_block() -> None:
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity: must be positive"):
         PrefixCeiling(RouterMetrics(), capacity=0)
+
+
+def test_a_long_stream_of_new_blocks_keeps_the_most_recent_capacity_of_them() -> None:
+    """Far past the capacity, exactly the last ``capacity`` first-seen blocks are known, and
+    the ones before them are forgotten in the order they were first seen."""
+    ceiling = PrefixCeiling(RouterMetrics(), capacity=1000)
+    for start in range(0, 50_000, 100):
+        assert ceiling.observe(list(range(start, start + 100)), 16) == 0
+    assert ceiling.observe(list(range(49_000, 50_000)), 16) == 1000     # all still known
+    assert ceiling.observe([48_999], 16) == 0     # forgotten long ago: new again, and it
+    assert ceiling.observe([49_000], 16) == 0     # pushed out the oldest known one, 49,000
+    assert ceiling.observe([49_002], 16) == 1     # (which pushed out 49,001)
+    assert ceiling.observe([49_001], 16) == 0
