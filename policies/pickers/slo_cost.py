@@ -139,7 +139,7 @@ class SloCostPicker:
                     feasible.append(p)
         unguarded: list[int] = []     # every position within the SLO, when the guard cut some
         if guard is not None and feasible:
-            kept = _unbroken(guard, request, feasible, ids, estimates)
+            kept = guard.fitting(feasible, ids, estimates, request.arrival_time)
             if kept and len(kept) < len(feasible):
                 unguarded, feasible = feasible, kept
         # the estimated-time and cost scorers record these from the same estimates; a profile
@@ -167,7 +167,8 @@ class SloCostPicker:
                                       estimates[ids[runner]] if runner is not None else None)
         else:      # the closest to the SLO: least max(ttft / goal, tpot / goal), stable
             if guard is not None:    # a request late anyway should not make others late
-                positions = _unbroken(guard, request, positions, ids, estimates) or positions
+                positions = (guard.fitting(positions, ids, estimates, request.arrival_time)
+                             or positions)
             lateness = [max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
                         for e in map(estimates.__getitem__, map(ids.__getitem__, positions))]
             ranked = sorted(range(len(positions)), key=lateness.__getitem__)
@@ -223,13 +224,6 @@ class SloCostPicker:
         near = [p for p in group
                 if estimates[ids[p]].cost_usd <= cheapest * (1.0 + self.tolerance)]
         return max(near, key=lambda p: (totals[p], -estimates[ids[p]].ttft_s))
-
-
-def _unbroken(guard: DecodeGuard, request: RoutingRequest, positions: Sequence[int],
-              ids: Sequence[str], estimates: Mapping[str, Estimate]) -> list[int]:
-    """The positions whose worker can take this request's prefill and keep every TPOT
-    promise the guard holds there."""
-    return guard.fitting(positions, ids, estimates, request.arrival_time)
 
 
 def _columns(candidates: Sequence[CandidateScore]) -> tuple[
