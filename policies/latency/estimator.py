@@ -68,16 +68,19 @@ class Estimate(NamedTuple):
     ttft_upper_s: float | None = None   # the learnt 90th percentile, once known
     tpot_upper_s: float | None = None
     prefill_steps: int = 1     # engine steps its own uncached prefill spans (chunked prefill)
+    # the whole prompt's prefill compute here with nothing cached: the hardware's speed on
+    # this prompt, the same on every worker of one GPU class whatever each has cached
+    full_prefill_s: float | None = None
 
 
 def new_estimate(ttft_s: float, tpot_s: float, gpu_s: float, cost_usd: float,
                  cached_tokens: int, raw_ttft_s: float, raw_tpot_s: float, prefill_s: float,
                  ttft_upper_s: float | None, tpot_upper_s: float | None,
-                 prefill_steps: int = 1) -> Estimate:
+                 prefill_steps: int = 1, full_prefill_s: float | None = None) -> Estimate:
     """``Estimate(...)`` with every field given, positionally."""
     return _new_tuple(Estimate, (ttft_s, tpot_s, gpu_s, cost_usd, cached_tokens, raw_ttft_s,
                                  raw_tpot_s, prefill_s, ttft_upper_s, tpot_upper_s,
-                                 prefill_steps))
+                                 prefill_steps, full_prefill_s))
 
 
 _new_tuple = tuple.__new__
@@ -288,13 +291,20 @@ class TimeEstimator:
             own_prefill = memo.get(memo_key)
             if own_prefill is None:
                 own_prefill = memo[memo_key] = k.prefill_s(uncached, cached)
+            if cached:
+                memo_key = (k_id, prompt, 0)
+                full_prefill = memo.get(memo_key)
+                if full_prefill is None:
+                    full_prefill = memo[memo_key] = k.prefill_s(prompt, 0)
+            else:
+                full_prefill = own_prefill
             gpu_s = own_prefill + output * tpot / joined
             known[worker_id] = new_tuple(Estimate, (
                 ttft, tpot, gpu_s, price_per_s * gpu_s, cached, raw_ttft, raw_tpot,
                 ttft if ttft < own_prefill else own_prefill,
                 raw_ttft * ttft_upper if ttft_upper else None,
                 raw_tpot * tpot_upper if tpot_upper else None,
-                ceil(uncached / chunk) if uncached > chunk else 1))
+                ceil(uncached / chunk) if uncached > chunk else 1, full_prefill))
 
     def candidate_arrays(self, views: Sequence[WorkerView],
                          index: CandidateIndex | None = None) -> CandidateArrays:

@@ -22,8 +22,10 @@ Reads the estimates the ``estimated-time`` / ``cost`` scorers left in the decisi
    ``prefix_tolerance`` of the best; affinity is what lets the next turn of a conversation
    hit the cache.
 3. **Fast GPUs in reserve** (``reserve_fast``): keep those on the slowest hardware that still
-   meets the SLO (own prefill within 10 % of the slowest); a fast GPU is the one resource
-   long prompts cannot do without, so requests a slower GPU serves in time leave it free.
+   meets the SLO (the whole prompt's prefill compute there, nothing cached, within 10 % of
+   the slowest); a fast GPU is the one resource long prompts cannot do without, so requests
+   a slower GPU serves in time leave it free. Hardware only: on one GPU class every sticky
+   candidate stays, and the one holding more of the prompt is the cheaper.
 4. **Cheapest**: lowest ``estimated_cost_usd``; costs within ``cost_tolerance`` tie, and ties
    go to the highest total score, then the earliest TTFT.
 
@@ -205,9 +207,10 @@ class SloCostPicker:
         """Of the positions within the SLO: sticky on the prefix, fast GPUs in reserve, then
         the cheapest."""
         sticky = self._longest_prefix(request, feasible, ids, estimates)
-        if self.reserve_fast:
-            slowest = max(estimates[ids[p]].prefill_s for p in sticky)
-            sticky = [p for p in sticky if estimates[ids[p]].prefill_s >= 0.9 * slowest]
+        if self.reserve_fast:    # by hardware speed: what each has cached must not count
+            speed = [_hardware_prefill_s(estimates[ids[p]]) for p in sticky]
+            slowest = max(speed)
+            sticky = [p for p, s in zip(sticky, speed, strict=True) if s >= 0.9 * slowest]
         return self._cheapest(sticky, ids, totals, estimates)
 
     def _longest_prefix(self, request: RoutingRequest, group: Sequence[int],
@@ -247,6 +250,14 @@ def _estimated_positions(candidates: Sequence[CandidateScore], ids: Sequence[str
                 return sorted(map(position.__getitem__, estimates))
             return sorted(position[w] for w in estimates if w in position)
     return [p for p, worker_id in enumerate(ids) if worker_id in estimates]
+
+
+def _hardware_prefill_s(estimate: Estimate) -> float:
+    """The whole prompt's prefill compute on the candidate's GPU with nothing cached (its
+    own prefill when the estimate does not carry that): comparing own prefills would take
+    a worker holding more of the prompt for faster hardware and pass it over."""
+    full = estimate.full_prefill_s
+    return full if full is not None else estimate.prefill_s
 
 
 def _padded_ttft(estimate: Estimate, headroom: float) -> float:

@@ -56,6 +56,18 @@ def test_cached_prefix_cuts_ttft_and_cost() -> None:
     assert est.estimate(request, make_view("h"), cached=9_000).cached_tokens == 7_999
 
 
+def test_the_hardware_prefill_ignores_what_a_worker_has_cached() -> None:
+    est = estimator()
+    request = request_of(8_000)
+    busy_warm = est.estimate(request, make_view("h", running=30, kv_usage=0.4), cached=4_096)
+    cold = est.estimate(request, make_view("h"), cached=0)
+    k = est.coefficients(make_view("h").info)
+    assert busy_warm.full_prefill_s == cold.full_prefill_s == k.prefill_s(8_000, 0)
+    assert busy_warm.prefill_s < cold.prefill_s
+    l40s = est.estimate(request, make_view("l", gpu=L40S_48GB), cached=4_096)
+    assert l40s.full_prefill_s is not None and l40s.full_prefill_s > 2.5 * k.prefill_s(8_000)
+
+
 def test_cost_is_price_times_gpu_seconds_and_a_shared_batch_is_cheaper() -> None:
     est = estimator()
     request = request_of(500, output=300)
@@ -105,10 +117,11 @@ def test_large_fleets_are_estimated_on_a_shortlist_that_keeps_the_cached_worker(
 def test_new_estimate_builds_the_same_estimate_as_its_constructor() -> None:
     from policies.latency.estimator import Estimate, new_estimate
 
-    values = (0.3, 0.02, 1.5, 0.0004, 512, 0.25, 0.018, 0.1, None, 0.03)
+    values = (0.3, 0.02, 1.5, 0.0004, 512, 0.25, 0.018, 0.1, None, 0.03, 2, 0.12)
     built = new_estimate(*values)
     assert built == Estimate(*values)
     assert built.ttft_upper_s is None and built.tpot_upper_s == 0.03
+    assert built.prefill_steps == 2 and built.full_prefill_s == 0.12
     with pytest.raises(AttributeError):
         built.ttft_s = 1.0  # type: ignore[misc]
 

@@ -56,6 +56,28 @@ def test_longest_cached_prefix_is_kept_before_comparing_cost() -> None:
     assert text.startswith("prefix: prefix 0.82 on w3; est ttft 0.20s vs 0.20s on w1")
 
 
+def test_fast_gpus_are_kept_in_reserve_for_prompts_a_slower_one_serves_in_time() -> None:
+    # the H100 is cheaper for this request, but the L40S meets the SLO too
+    on_h100 = Estimate(0.12, 0.01, 0.5, 0.0003, 0, 0.12, 0.01, prefill_s=0.1,
+                       full_prefill_s=0.1)
+    on_l40s = Estimate(0.35, 0.03, 1.5, 0.0004, 0, 0.35, 0.03, prefill_s=0.3,
+                       full_prefill_s=0.3)
+    assert decide({"h100": on_h100, "l40s": on_l40s})[0] == "l40s"
+    assert decide({"h100": on_h100, "l40s": on_l40s},
+                  params=SloCostParams(reserve_fast=False))[0] == "h100"
+
+
+def test_holding_more_of_the_prompt_does_not_make_a_worker_look_fast() -> None:
+    """Two workers of one GPU class: the one caching part of the prompt prefills less of
+    it, which is not faster hardware; it stays a candidate and, cheaper, wins."""
+    cached = Estimate(0.24, 0.01, 0.9, 0.0002, 80, 0.24, 0.01, prefill_s=0.24,
+                      full_prefill_s=0.3)
+    uncached = Estimate(0.3, 0.01, 1.0, 0.00025, 0, 0.3, 0.01, prefill_s=0.3,
+                        full_prefill_s=0.3)
+    chosen, (_, term) = decide({"cold": uncached, "warm": cached})
+    assert chosen == "warm" and term == "prefix"
+
+
 def test_long_prompts_get_a_proportional_ttft_objective() -> None:
     estimates = {"h100": estimate(1.0, 0.02, 0.002), "l40s": estimate(2.0, 0.02, 0.001)}
     assert decide(estimates, idle_prefill=0.5)[0] == "h100"      # objective 1.5 s
