@@ -54,6 +54,8 @@ def register(subparsers: Any) -> None:
                         help="serve: the harness starts the emulated fleet, then kvroute serve "
                              "(default); up: one kvroute up process starts both (kvroute "
                              "targets only)")
+    replay.add_argument("--emulator-processes", choices=("one", "each"), default="one",
+                        help="emulated workers in one process (default) or one process each")
     replay.add_argument("--out", type=Path, required=True, metavar="DIR")
     replay.set_defaults(func=_replay)
     for name, module_name in OPTIONAL_MODULES:
@@ -122,7 +124,8 @@ def _replay(args: argparse.Namespace) -> int:
     config = ReplayConfig(trace=args.trace, targets=_targets(args.targets), fleet=args.fleet,
                           limit=args.limit, rate_scale=args.rate_scale,
                           time_scale=args.time_scale, max_output_tokens=args.max_output_tokens,
-                          routing=args.routing, launch=args.launch)
+                          routing=args.routing, launch=args.launch,
+                          emulator_processes=args.emulator_processes)
     results = run_replay(config, _progress)
     from sim.traces import load_trace, prefix_ceiling
     ceiling = prefix_ceiling(load_trace(args.trace, limit=args.limit,

@@ -42,6 +42,7 @@ from workers.fleet import FleetConfig, load_fleet
 
 Progress = Callable[[str], None]
 Launch = Literal["serve", "up"]
+EmulatorProcesses = Literal["one", "each"]     # one process hosts every worker, or one each
 LAUNCHES: tuple[Launch, ...] = ("serve", "up")
 COUNTERS = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:prompt_tokens")
 
@@ -57,6 +58,7 @@ class ReplayConfig:
     max_output_tokens: int | None = None
     routing: Path | None = None
     launch: Launch = "serve"
+    emulator_processes: EmulatorProcesses = "one"
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +224,14 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
         wall_s=round(wall_s, 1), first_error=errors[0] if errors else None)
 
 
-def up_argv(serve_argv: Sequence[str], time_scale: float) -> tuple[str, ...] | None:
+def up_argv(serve_argv: Sequence[str], time_scale: float,
+            emulator_processes: EmulatorProcesses = "one") -> tuple[str, ...] | None:
     """``kvroute up`` with the same arguments as a kvroute target's ``kvroute serve`` command
-    (None for any other command), at the emulator time scale of the run."""
+    (None for any other command), at the emulator time scale and process layout of the run."""
     if tuple(serve_argv[1:4]) != ("-m", "router.cli", "serve"):
         return None
-    return (*serve_argv[:3], "up", *serve_argv[4:], "--time-scale", repr(time_scale))
+    return (*serve_argv[:3], "up", *serve_argv[4:], "--time-scale", repr(time_scale),
+            "--emulator-processes", emulator_processes)
 
 
 def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
@@ -247,14 +251,15 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
     argv = plan.argv
     workers: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     if config.launch == "up":
-        argv = up_argv(plan.argv or (), config.time_scale)
+        argv = up_argv(plan.argv or (), config.time_scale, config.emulator_processes)
         if argv is None:
             progress(f"{name}: skipped (--launch up runs kvroute targets only)")
             return ReplayResult(name, skipped="--launch up runs kvroute targets only")
         progress(f"{name}: kvroute up with {len(urls)} emulated workers "
                  f"(time scale {config.time_scale})")
     else:
-        workers = EmulatorFleet(fleet, time_scale=config.time_scale)
+        workers = EmulatorFleet(fleet, time_scale=config.time_scale,
+                                one_process=config.emulator_processes == "one")
         progress(f"{name}: starting {len(urls)} emulated workers "
                  f"(time scale {config.time_scale})")
     with workers:

@@ -29,6 +29,10 @@ def register(subparsers: Any) -> None:
     up.add_argument("--time-scale", type=float, default=None,
                     help="emulator speed: 1 real time, 0.1 ten times faster (default: the "
                          "fleet file's value)")
+    up.add_argument("--emulator-processes", choices=("one", "each"), default="one",
+                    help="one process hosting every emulated worker (default), or one "
+                         "process each: on several cores, workers then step without waiting "
+                         "for each other's event loop")
     up.set_defaults(func=_up)
     serve = subparsers.add_parser("serve", help="run the router in front of a real fleet")
     _common_arguments(serve)
@@ -98,7 +102,9 @@ def _up(args: argparse.Namespace) -> int:
     if fleet is None:
         return 2
     emulated = sum(1 for w in fleet.workers if w.emulated)
-    options = {} if args.time_scale is None else {"time_scale": args.time_scale}
+    options: dict[str, Any] = {"one_process": args.emulator_processes == "one"}
+    if args.time_scale is not None:
+        options["time_scale"] = args.time_scale
     model = fleet.workers[0].info.models[0]
 
     def ready(port: int) -> None:

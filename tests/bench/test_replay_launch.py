@@ -15,7 +15,9 @@ def test_up_argv_keeps_the_serve_arguments_and_adds_the_time_scale() -> None:
              "--port", "9000")
     assert up_argv(serve, 0.5) == ("/py", "-m", "router.cli", "up", "--fleet", "f.yaml",
                                    "--routing", "r.yaml", "--port", "9000",
-                                   "--time-scale", "0.5")
+                                   "--time-scale", "0.5", "--emulator-processes", "one")
+    each = up_argv(serve, 1.0, "each")
+    assert each is not None and each[-2:] == ("--emulator-processes", "each")
     assert up_argv(("/usr/sbin/nginx", "-p", "x"), 1.0) is None
     assert up_argv((), 1.0) is None
 

@@ -41,7 +41,13 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> 
     raise AssertionError("router never became healthy")
 
 
-def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+def _children(pid: int) -> list[int]:
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@pytest.mark.parametrize(("layout", "emulators"), [("one", 1), ("each", 2)])
+def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path, layout: str,
+                                                  emulators: int) -> None:
     ports = {"h100-0": free_port(), "l40s-0": free_port()}
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(fleet_data(
@@ -49,10 +55,12 @@ def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
-         str(REPO_ROOT / "config/routing.yaml"), "--port", str(port)],
+         str(REPO_ROOT / "config/routing.yaml"), "--port", str(port),
+         "--emulator-processes", layout],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         _wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30.0)
+        assert len(_children(proc.pid)) == emulators     # the router runs in kvroute up itself
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
         reply = client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3)
