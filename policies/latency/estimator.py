@@ -291,13 +291,10 @@ class TimeEstimator:
             own_prefill = memo.get(memo_key)
             if own_prefill is None:
                 own_prefill = memo[memo_key] = k.prefill_s(uncached, cached)
-            if cached:
-                memo_key = (k_id, prompt, 0)
-                full_prefill = memo.get(memo_key)
-                if full_prefill is None:
-                    full_prefill = memo[memo_key] = k.prefill_s(prompt, 0)
-            else:
-                full_prefill = own_prefill
+            memo_key = (k_id, prompt, 0)      # own_prefill's key when nothing is cached
+            full_prefill = memo.get(memo_key)
+            if full_prefill is None:
+                full_prefill = memo[memo_key] = k.prefill_s(prompt, 0)
             gpu_s = own_prefill + output * tpot / joined
             known[worker_id] = new_tuple(Estimate, (
                 ttft, tpot, gpu_s, price_per_s * gpu_s, cached, raw_ttft, raw_tpot,
