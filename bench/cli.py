@@ -39,15 +39,23 @@ def register(subparsers: Any) -> None:
     overhead.add_argument("--out", type=Path, required=True, metavar="DIR")
     overhead.set_defaults(func=_overhead)
     replay = commands.add_parser("replay", help="replay a trace slice through each router")
-    replay.add_argument("--trace", type=Path, required=True)
-    replay.add_argument("--targets", default="kvroute,sglang-router,vllm-router")
-    replay.add_argument("--fleet", type=Path, default=Path("config/fleet.yaml"))
-    replay.add_argument("--limit", type=int, default=100)
+    replay.add_argument("--trace", type=Path, required=True,
+                        help="Mooncake JSONL or Azure CSV trace (.gz read as is)")
+    replay.add_argument("--targets", default="kvroute,sglang-router,vllm-router",
+                        help="comma-separated routers, in the order they run; the hit-rate "
+                             "ratios compare the first with each other "
+                             "(default kvroute,sglang-router,vllm-router)")
+    replay.add_argument("--fleet", type=Path, default=Path("config/fleet.yaml"),
+                        help="fleet file; every worker needs an emulate: block "
+                             "(default config/fleet.yaml)")
+    replay.add_argument("--limit", type=int, default=100,
+                        help="the trace's first N requests (default 100)")
     replay.add_argument("--rate-scale", type=float, default=1.0,
                         help="arrival-rate multiplier (2 = twice as fast)")
     replay.add_argument("--time-scale", type=float, default=1.0,
                         help="emulator time scale (1 real time, 0.1 ten times faster)")
-    replay.add_argument("--max-output-tokens", type=int, default=None)
+    replay.add_argument("--max-output-tokens", type=int, default=None,
+                        help="cap each request's output length (default: the trace's)")
     replay.add_argument("--routing", type=Path, default=None,
                         help="kvroute routing file (default config/routing.yaml)")
     replay.add_argument("--launch", choices=("serve", "up"), default="serve",
@@ -56,7 +64,12 @@ def register(subparsers: Any) -> None:
                              "targets only)")
     replay.add_argument("--emulator-processes", choices=("one", "each"), default="one",
                         help="emulated workers in one process (default) or one process each")
-    replay.add_argument("--out", type=Path, required=True, metavar="DIR")
+    replay.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run every target N times, round after round (A B A B), and "
+                             "report each one's spread and the hit-rate ratios per round "
+                             "(default 1)")
+    replay.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for replay.json, replay.md and replay.png")
     replay.set_defaults(func=_replay)
     for name, module_name in OPTIONAL_MODULES:
         try:
@@ -117,15 +130,15 @@ def _replay(args: argparse.Namespace) -> int:
     from bench.replay import ReplayConfig, run_replay
     from bench.replay_report import markdown_table, write_replay
 
-    if args.limit <= 0 or args.rate_scale <= 0 or args.time_scale < 0:
-        print("kvroute bench replay: --limit and --rate-scale must be > 0, --time-scale >= 0",
-              file=sys.stderr)
+    if args.limit <= 0 or args.rate_scale <= 0 or args.time_scale < 0 or args.repeat < 1:
+        print("kvroute bench replay: --limit and --rate-scale must be > 0, --time-scale >= 0, "
+              "--repeat >= 1", file=sys.stderr)
         return 2
     config = ReplayConfig(trace=args.trace, targets=_targets(args.targets), fleet=args.fleet,
                           limit=args.limit, rate_scale=args.rate_scale,
                           time_scale=args.time_scale, max_output_tokens=args.max_output_tokens,
                           routing=args.routing, launch=args.launch,
-                          emulator_processes=args.emulator_processes)
+                          emulator_processes=args.emulator_processes, repeat=args.repeat)
     results = run_replay(config, _progress)
     from sim.traces import load_trace, prefix_ceiling
     ceiling = prefix_ceiling(load_trace(args.trace, limit=args.limit,

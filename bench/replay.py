@@ -14,6 +14,10 @@ attainment as in ``sim.metrics`` (TTFT ≤ max(0.5 s, 3 × idle-H100 prefill), T
 Worker side: the change of every worker's ``vllm:prefix_cache_hits`` / ``queries`` and
 ``vllm:prompt_tokens`` counters over the run.
 
+With ``repeat`` > 1 the targets run again, round after round in the same order (A B A B),
+so that slow drifts of the machine fall on every target alike; ``bench.replay_rounds``
+gives each target's spread over the rounds and the hit-rate ratios round by round.
+
 ``launch`` says how a kvroute target is started: ``serve`` (the harness starts the emulated
 fleet with ``EmulatorFleet``, then ``kvroute serve`` in front of it) or ``up`` (one
 ``kvroute up`` process starts both, as a user would; the peers have no ``up`` and are
@@ -59,6 +63,7 @@ class ReplayConfig:
     routing: Path | None = None
     launch: Launch = "serve"
     emulator_processes: EmulatorProcesses = "one"
+    repeat: int = 1       # rounds: every target once per round, in the given order
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,7 @@ class ReplayRequest:
 class ReplayResult:
     name: str
     skipped: str | None = None
+    round: int = 1
     requests: int = 0
     completed: int = 0
     errors: int = 0
@@ -298,6 +304,15 @@ def run_replay(config: ReplayConfig, progress: Progress) -> list[ReplayResult]:
                          "emulate: block")
     progress(f"loading {config.limit} requests of {config.trace}")
     requests = build_requests(config, fleet)
+    rounds = max(1, config.repeat)
+    results: list[ReplayResult] = []
     with tempfile.TemporaryDirectory(prefix="kvroute-replay-") as tmp:
-        return [replay_target(name, config, fleet, requests, Path(tmp), progress)
-                for name in config.targets]
+        for number in range(1, rounds + 1):
+            if rounds > 1:
+                progress(f"round {number} of {rounds}")
+            for name in config.targets:
+                result = replay_target(name, config, fleet, requests,
+                                       Path(tmp) / f"round-{number}", progress)
+                result.round = number
+                results.append(result)
+    return results

@@ -28,6 +28,10 @@ def test_bad_numbers_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     args = parser.parse_args(["bench", "overhead", "--out", "x", "--duration", "0"])
     assert args.func(args) == 2
     assert "--duration, --concurrency and --backends must be > 0" in capsys.readouterr().err
+    args = parser.parse_args(["bench", "replay", "--trace", "t.jsonl", "--out", "y",
+                              "--repeat", "0"])
+    assert args.func(args) == 2
+    assert "--repeat >= 1" in capsys.readouterr().err
 
 
 def test_cpu_lists() -> None:
