@@ -46,6 +46,15 @@ class RoutingRequest:
         """max_tokens if given, else a conservative default used for estimates."""
         return self.max_tokens if self.max_tokens is not None else 256
 
+    def output_tokens_within(self, max_model_len: int) -> int:
+        """``expected_output_tokens`` as a worker with this context window serves them: vLLM
+        clamps max_tokens to what the prompt leaves of the window (at least 1; a window of
+        0, unknown, clamps nothing)."""
+        expected = self.expected_output_tokens
+        if max_model_len <= 0 or self.num_prompt_tokens + expected <= max_model_len:
+            return expected
+        return max(1, max_model_len - self.num_prompt_tokens)
+
 
 class CycleState(dict[str, Any]):
     """Per-decision scratchpad shared by the plugins of one scheduling cycle.

@@ -184,7 +184,8 @@ class Director:
         cached = prefix if isinstance(prefix, int) else 0
         attempt = _Attempt(decision, info.gpu.name,
                            prefill_tokens=max(0, routing.num_prompt_tokens - cached),
-                           decode_tokens=routing.expected_output_tokens,
+                           decode_tokens=routing.output_tokens_within(
+                               info.model_spec.max_model_len),
                            started_at=self._clock())
         self._store.on_dispatch(info.id, attempt.prefill_tokens, attempt.decode_tokens)
         engine.on_routed(routing, decision)

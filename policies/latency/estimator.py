@@ -245,6 +245,10 @@ class TimeEstimator:
             if cached > most_cached:
                 cached = most_cached
             uncached = prompt - cached
+            # vLLM clamps max_tokens to what the prompt leaves of the worker's window
+            window = view.max_model_len
+            out = output if window <= 0 or prompt + output <= window else (
+                window - prompt if window - prompt > 1 else 1)
             # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
             ahead = queued + uncached
             own_pairs = uncached * cached + uncached * uncached / 2.0
@@ -265,9 +269,9 @@ class TimeEstimator:
                                + per_ctx * joined * prompt_tokens + per_seq * in_batch)
             slot_wait = 0.0
             if slot_ratio is not None:
-                slot_wait = slot_ratio * output * decode_step
+                slot_wait = slot_ratio * out * decode_step
             raw_ttft = prefill + slot_wait
-            horizon = raw_ttft + output * decode_step
+            horizon = raw_ttft + out * decode_step
             entry = arrivals_of(worker_id)     # PrefillArrivals.rate, inlined
             if entry is None:
                 arrival_rate = 0.0
@@ -295,7 +299,7 @@ class TimeEstimator:
             full_prefill = memo.get(memo_key)
             if full_prefill is None:
                 full_prefill = memo[memo_key] = k.prefill_s(prompt, 0)
-            gpu_s = own_prefill + output * tpot / joined
+            gpu_s = own_prefill + out * tpot / joined
             known[worker_id] = new_tuple(Estimate, (
                 ttft, tpot, gpu_s, price_per_s * gpu_s, cached, raw_ttft, raw_tpot,
                 ttft if ttft < own_prefill else own_prefill,

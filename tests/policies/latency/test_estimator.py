@@ -68,6 +68,18 @@ def test_the_hardware_prefill_ignores_what_a_worker_has_cached() -> None:
     assert l40s.full_prefill_s is not None and l40s.full_prefill_s > 2.5 * k.prefill_s(8_000)
 
 
+def test_max_tokens_beyond_the_window_is_estimated_as_the_worker_clamps_it() -> None:
+    est = estimator()
+    busy: dict[str, Any] = {"running": 8, "inflight_requests": 8, "kv_usage": 0.3}
+    huge = est.estimate(request_of(2_000, output=10_000_000), make_view("h", **busy), cached=0)
+    clamped = est.estimate(request_of(2_000, output=8_192 - 2_000), make_view("h", **busy),
+                           cached=0)
+    assert huge == clamped                          # the view's window is 8,192 tokens
+    unknown = est.estimate(request_of(2_000, output=10_000_000),
+                           make_view("h", max_model_len=0, **busy), cached=0)
+    assert unknown.gpu_s > 100 * clamped.gpu_s     # an unknown window clamps nothing
+
+
 def test_cost_is_price_times_gpu_seconds_and_a_shared_batch_is_cheaper() -> None:
     est = estimator()
     request = request_of(500, output=300)
