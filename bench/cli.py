@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
     overhead.set_defaults(func=_overhead)
     replay = commands.add_parser("replay", help="replay a trace slice through each router")
     replay.add_argument("--trace", type=Path, required=True,
-                        help="Mooncake JSONL or Azure CSV trace (.gz read as is)")
+                        help="Mooncake JSONL or Azure CSV trace, gzipped or not")
     replay.add_argument("--targets", default="kvroute,sglang-router,vllm-router",
                         help="comma-separated routers, in the order they run; the hit-rate "
                              "ratios compare the first with each other "
