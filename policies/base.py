@@ -47,13 +47,18 @@ class RoutingRequest:
         return self.max_tokens if self.max_tokens is not None else 256
 
     def output_tokens_within(self, max_model_len: int) -> int:
-        """``expected_output_tokens`` as a worker with this context window serves them: vLLM
-        clamps max_tokens to what the prompt leaves of the window (at least 1; a window of
-        0, unknown, clamps nothing)."""
-        expected = self.expected_output_tokens
-        if max_model_len <= 0 or self.num_prompt_tokens + expected <= max_model_len:
-            return expected
-        return max(1, max_model_len - self.num_prompt_tokens)
+        """``expected_output_tokens`` as a worker with this context window serves them
+        (``output_tokens_in_window``)."""
+        return output_tokens_in_window(self.expected_output_tokens, self.num_prompt_tokens,
+                                       max_model_len)
+
+
+def output_tokens_in_window(output_tokens: int, prompt_tokens: int, max_model_len: int) -> int:
+    """The output tokens a worker serves: vLLM clamps max_tokens to what the prompt leaves of
+    the context window (at least 1; a window of 0, unknown, clamps nothing)."""
+    if max_model_len <= 0 or prompt_tokens + output_tokens <= max_model_len:
+        return output_tokens
+    return max(1, max_model_len - prompt_tokens)
 
 
 class CycleState(dict[str, Any]):

@@ -30,7 +30,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from policies.base import CycleState, RoutingRequest
+from policies.base import CycleState, RoutingRequest, output_tokens_in_window
 from policies.candidate_index import CandidateIndex, candidate_index
 from policies.latency.candidate_arrays import (
     CandidateArrays,
@@ -245,10 +245,7 @@ class TimeEstimator:
             if cached > most_cached:
                 cached = most_cached
             uncached = prompt - cached
-            # vLLM clamps max_tokens to what the prompt leaves of the worker's window
-            window = view.max_model_len
-            out = output if window <= 0 or prompt + output <= window else (
-                window - prompt if window - prompt > 1 else 1)
+            out = output_tokens_in_window(output, prompt, view.max_model_len)
             # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
             ahead = queued + uncached
             own_pairs = uncached * cached + uncached * uncached / 2.0
