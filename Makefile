@@ -8,7 +8,7 @@ ROUTING ?= config/routing.yaml
 PYTEST_ARGS ?=
 
 .PHONY: run install install-dev test test-fast lint services bench-setup \
-        test-real-vllm test-observability clean
+        test-real-vllm test-observability clean semantic-example
 
 $(VENV)/.base: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,10 +35,15 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy router workers policies sim bench
 
-test: $(VENV)/.dev services
+# The semantic example fine-tunes its encoder once (minutes on CPU, then cached under
+# ~/.cache/kvroute or $$KVROUTE_CACHE_DIR): done up front, with a progress bar, not inside a test.
+semantic-example: $(VENV)/.dev
+	$(VENV)/bin/kvroute semantic train --routing config/examples/semantic.yaml
+
+test: $(VENV)/.dev services semantic-example
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
-test-fast: $(VENV)/.dev
+test-fast: $(VENV)/.dev semantic-example
 	$(VENV)/bin/pytest -q -m 'not integration' $(PYTEST_ARGS)
 
 # Dashboards and alerts proven against Debian's prometheus (installed when missing) scraping a

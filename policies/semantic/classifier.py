@@ -3,7 +3,8 @@
 ``train_classifier(vectors, labels, method)`` fits on the labelled example embeddings. With
 ``method="auto"`` both candidates are scored by stratified k-fold cross-validation on those
 examples (k = min(5, smallest class size)) and the one with the higher mean accuracy is kept
-(a tie keeps nearest centroid, the simpler one); the ``TrainingReport`` carries both scores.
+(a tie keeps nearest centroid, the simpler one; on an encoder fine-tuned on the examples,
+logistic regression: see ``train_classifier``); the ``TrainingReport`` carries both scores.
 
 Prediction is plain numpy on the fitted parameters (no scikit-learn call per request):
 
@@ -68,9 +69,13 @@ class TrainingReport:
     cv_accuracy: Mapping[str, float | None]
     folds: int
     examples_per_class: Mapping[str, int]
+    tuned_encoder: bool = False     # the encoder was fine-tuned on these very examples
 
     def summary(self) -> str:
         scores = ", ".join(f"{m} {_pct(a)}" for m, a in self.cv_accuracy.items())
+        if self.tuned_encoder:
+            return (f"chose {self.chosen} ({self.folds}-fold CV accuracy: {scores}; the "
+                    f"encoder was tuned on every example, so this cannot choose)")
         return f"chose {self.chosen} ({self.folds}-fold CV accuracy: {scores})"
 
 
@@ -114,20 +119,29 @@ def cross_validate(method: str, vectors: Matrix, labels: Sequence[str],
 
 
 def train_classifier(vectors: Matrix, labels: Sequence[str],
-                     method: ClassifierMethod = "auto") -> tuple[LinearClassifier, TrainingReport]:
-    """Fit the classifier to use, and report both methods' cross-validated accuracy."""
+                     method: ClassifierMethod = "auto", *,
+                     tuned_encoder: bool = False) -> tuple[LinearClassifier, TrainingReport]:
+    """Fit the classifier to use, and report both methods' cross-validated accuracy.
+
+    ``tuned_encoder``: the embeddings come from an encoder fine-tuned on these examples
+    (``policies.semantic.fine_tune``). Every held-out fold was then part of the encoder's
+    training, so cross-validation scores both methods near 100 % and cannot choose; ``auto``
+    takes logistic regression, the head SetFit trains on its tuned encoder."""
     counts = {label: labels.count(label) for label in sorted(set(labels))}
     folds = min(MAX_FOLDS, min(counts.values())) if counts else 0
     scores: dict[str, float | None] = {
         m: cross_validate(m, vectors, labels, folds) if folds >= 2 and len(counts) >= 2 else None
         for m in METHODS}
-    if method == "auto":
+    if method == "auto" and tuned_encoder:
+        chosen = "logistic-regression"
+    elif method == "auto":
         lr, nc = scores["logistic-regression"], scores["nearest-centroid"]
         chosen = "logistic-regression" if lr is not None and nc is not None and lr > nc \
             else "nearest-centroid"
     else:
         chosen = method
-    report = TrainingReport(chosen, MappingProxyType(scores), folds, MappingProxyType(counts))
+    report = TrainingReport(chosen, MappingProxyType(scores), folds, MappingProxyType(counts),
+                            tuned_encoder)
     return fit(chosen, vectors, labels), report
 
 

@@ -1,19 +1,29 @@
-"""``kvroute semantic eval``: accuracy and confusion matrix of a routing file's classifier.
+"""``kvroute semantic eval`` and ``train``: a routing file's classifier, measured or prepared.
 
     kvroute semantic eval --routing config/examples/semantic.yaml \
         --data config/examples/semantic-eval/heldout.jsonl
+    kvroute semantic train --routing config/examples/semantic.yaml
 
-``--data`` is JSONL with ``text`` and ``label`` per line. Prints both classifiers' scores
-(cross-validated on the examples, and on the data), the accuracy of the one the file uses,
-and its confusion matrix. Exit code 0, or 2 for a bad routing or data file.
+``eval``: ``--data`` is JSONL with ``text`` and ``label`` per line. Prints both classifiers'
+scores (cross-validated on the examples, and on the data), the accuracy of the one the file
+uses, and its confusion matrix. ``train`` builds the classifier as the router would, which
+fine-tunes the encoder when the file sets ``fine_tune`` and its result is not cached yet, and
+prints where the tuned weights are and the training report. Both draw a progress bar while
+fine-tuning. Exit code 0, or 2 for a bad routing or data file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from policies.semantic.model import SemanticModel
+    from policies.semantic.section import SemanticSection
 
 
 def register(subparsers: Any) -> None:
@@ -24,30 +34,62 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--routing", required=True, help="routing.yaml with a semantic: section")
     evaluate.add_argument("--data", required=True, help="JSONL of {\"text\", \"label\"}")
     evaluate.set_defaults(func=run_eval)
+    train = commands.add_parser(
+        "train", help="fine-tune the encoder (when the file asks for it) and train the "
+                      "classifier now, so that the router starts from the cache")
+    train.add_argument("--routing", required=True, help="routing.yaml with a semantic: section")
+    train.set_defaults(func=run_train)
     parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from policies.errors import RoutingConfigError
+
+    try:
+        section, base_dir = _section(args.routing)
+        model = _build(section, base_dir)
+    except RoutingConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        weights = model.embedder_weights
+        print(f"encoder: {'fine-tuned, ' + str(weights) if weights else 'not fine-tuned'}")
+        print(f"training: {model.report.summary()}")
+    finally:
+        model.close()
+    return 0
+
+
+def _section(routing_path: str) -> tuple[SemanticSection, Path]:
+    """(the semantic section of a routing file, the file's folder); ``RoutingConfigError``."""
+    from policies.errors import RoutingConfigError
+    from policies.loader import load_routing
+    from policies.semantic.section import SECTION_NAME, SemanticSection
+
+    section = load_routing(routing_path).section(SECTION_NAME)
+    if not isinstance(section, SemanticSection):
+        raise RoutingConfigError(f"{routing_path}: has no '{SECTION_NAME}:' section")
+    return section, Path(routing_path).resolve().parent
+
+
+def _build(section: SemanticSection, base_dir: Path) -> SemanticModel:
+    """The trained model, with a progress bar while the encoder is fine-tuned."""
+    from policies.semantic.model import build_semantic_model
+
+    with progress_bar("fine-tuning the encoder") as progress:
+        return build_semantic_model(section, base_dir, progress)
 
 
 def run_eval(args: argparse.Namespace) -> int:
     from policies.errors import RoutingConfigError
-    from policies.loader import load_routing
     from policies.semantic.evaluation import evaluate, format_result
-    from policies.semantic.model import (
-        build_semantic_model,
-        embed_all,
-        load_examples,
-        read_labelled_jsonl,
-    )
-    from policies.semantic.section import SECTION_NAME, SemanticSection
+    from policies.semantic.model import embed_all, load_examples, read_labelled_jsonl
     from policies.semantic.text import clean_text
 
     try:
-        routing = load_routing(args.routing)
-        section = routing.section(SECTION_NAME)
-        if not isinstance(section, SemanticSection):
-            raise RoutingConfigError(f"{args.routing}: has no '{SECTION_NAME}:' section")
+        section, base_dir = _section(args.routing)
         rows = read_labelled_jsonl(Path(args.data), "--data")
-        base_dir = Path(args.routing).resolve().parent
-        model = build_semantic_model(section, base_dir)
+        model = _build(section, base_dir)
     except RoutingConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -63,6 +105,27 @@ def run_eval(args: argparse.Namespace) -> int:
         model.close()
     print(format_result(result))
     return 0
+
+
+@contextlib.contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A ``(done, total)`` callback drawing a bar on stderr from its first call (fine-tuning
+    reports progress only when it trains, not when its result is cached)."""
+    bars: list[Any] = []
+
+    def update(done: int, total: int) -> None:
+        if not bars:
+            from tqdm import tqdm
+
+            bars.append(tqdm(total=total, unit="step", desc=description, file=sys.stderr,
+                             dynamic_ncols=True, mininterval=1.0))
+        bars[0].update(done - bars[0].n)
+
+    try:
+        yield update
+    finally:
+        for bar in bars:
+            bar.close()
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

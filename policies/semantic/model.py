@@ -1,8 +1,10 @@
 """A trained semantic classifier: embedder + micro-batcher + classifier + threshold.
 
-``build_semantic_model(section, base_dir)`` loads the embedder, embeds the examples of the
-``semantic:`` section (and of its ``examples_file``, resolved against ``base_dir``), trains the
-classifier (``policies.semantic.classifier``) and starts the embedding thread.
+``build_semantic_model(section, base_dir)`` loads the embedder (fine-tuned on the examples
+first when the section sets ``fine_tune``: ``policies.semantic.fine_tune``), embeds the
+examples of the ``semantic:`` section (and of its ``examples_file``, resolved against
+``base_dir``), trains the classifier (``policies.semantic.classifier``) and starts the
+embedding thread.
 
 ``classify(text)`` (blocking) and ``classify_async(text)`` (awaitable; the event loop only
 waits) return a ``Classification``. They never raise: empty text is the default class
@@ -29,6 +31,7 @@ from policies.errors import RoutingConfigError
 from policies.semantic.batcher import BatcherOverloaded, MicroBatcher
 from policies.semantic.cache import EmbeddingCache, Vector
 from policies.semantic.classifier import LinearClassifier, TrainingReport, train_classifier
+from policies.semantic.fine_tune import Progress
 from policies.semantic.section import SemanticSection
 
 log = logging.getLogger(__name__)
@@ -53,9 +56,11 @@ class SemanticModel:
     """Classifies texts; owns the embedding thread (``close()`` stops it)."""
 
     def __init__(self, section: SemanticSection, embedder: Embedder,
-                 classifier: LinearClassifier, report: TrainingReport) -> None:
+                 classifier: LinearClassifier, report: TrainingReport,
+                 embedder_weights: Path | None = None) -> None:
         self.section = section
         self.embedder = embedder
+        self.embedder_weights = embedder_weights   # the fine-tuned weights, when fine-tuned
         self.classifier = classifier
         self.report = report
         # an int8 embedder runs texts one by one anyway: resolving each as soon as its own
@@ -169,22 +174,42 @@ def embed_all(embedder: Embedder, texts: Sequence[str]) -> npt.NDArray[np.float3
     return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
 
 
-def train_model(section: SemanticSection, base_dir: Path, embedder: Embedder) -> SemanticModel:
-    """Train on the section's examples with an already loaded embedder."""
+def training_examples(section: SemanticSection, base_dir: Path) -> tuple[list[str], list[str]]:
+    """``load_examples``, refused unless at least two classes have examples."""
     texts, labels = load_examples(section, base_dir)
     if len(set(labels)) < 2:
         raise RoutingConfigError(
             "semantic.classes: examples of at least two classes are required")
-    classifier, report = train_classifier(embed_all(embedder, texts), labels, section.classifier)
+    return texts, labels
+
+
+def train_model(section: SemanticSection, base_dir: Path, embedder: Embedder,
+                embedder_weights: Path | None = None) -> SemanticModel:
+    """Train the classifier on the section's examples with an already loaded embedder
+    (``embedder_weights``: the fine-tuned weights it was loaded with, if any)."""
+    texts, labels = training_examples(section, base_dir)
+    classifier, report = train_classifier(embed_all(embedder, texts), labels, section.classifier,
+                                          tuned_encoder=embedder_weights is not None)
     log.info("semantic classifier: %s", report.summary())
-    return SemanticModel(section, embedder, classifier, report)
+    return SemanticModel(section, embedder, classifier, report, embedder_weights)
 
 
-def build_semantic_model(section: SemanticSection, base_dir: Path) -> SemanticModel:
-    """Load all-MiniLM-L6-v2 (imports torch) and train on the section's examples."""
+def build_semantic_model(section: SemanticSection, base_dir: Path,
+                         progress: Progress | None = None) -> SemanticModel:
+    """Load all-MiniLM-L6-v2 (imports torch), fine-tuned on the section's examples when
+    ``fine_tune`` is set (``progress`` follows that training, which runs only when its
+    result is not cached), and train the classifier on the examples."""
     from policies.semantic.embedder import MiniLmEmbedder
 
+    weights = None
+    if section.fine_tune is not None:
+        from policies.semantic.fine_tune import fine_tuned_weights
+
+        texts, labels = training_examples(section, base_dir)
+        weights = fine_tuned_weights(texts, labels, section.fine_tune, section.max_tokens,
+                                     progress=progress)
     embedder = MiniLmEmbedder(max_tokens=section.max_tokens, threads=section.threads,
                               quantize=section.quantize,
-                              runtime="onnx" if section.runtime == "onnx" else "torch")
-    return train_model(section, base_dir, embedder)
+                              runtime="onnx" if section.runtime == "onnx" else "torch",
+                              weights=weights)
+    return train_model(section, base_dir, embedder, weights)

@@ -64,18 +64,22 @@ class OnnxEncoder:
 
     @classmethod
     def load(cls, torch_encoder: Any, model_dir: Path, *, quantize: bool, threads: int,
-             cache_dir: Path | None = None) -> OnnxEncoder:
+             cache_dir: Path | None = None, weights: Path | None = None) -> OnnxEncoder:
+        """``weights``: the fine-tuned weights file ``torch_encoder`` was loaded with
+        (``policies.semantic.fine_tune``); its name, a digest that covers the base model
+        and the library versions, names the exported files."""
         import onnxruntime
 
         directory = cache_dir or cache_directory()
-        fp32_path = directory / f"minilm-{model_digest(model_dir)}-fp32.onnx"
+        stem = weights.stem if weights is not None else f"minilm-{model_digest(model_dir)}"
+        fp32_path = directory / f"{stem}-fp32.onnx"
         if not fp32_path.is_file():
-            _write_atomically(fp32_path, lambda tmp: _export(torch_encoder, tmp))
+            write_atomically(fp32_path, lambda tmp: _export(torch_encoder, tmp))
         path = fp32_path
         if quantize:
             path = fp32_path.with_name(fp32_path.name.replace("-fp32", "-int8"))
             if not path.is_file():
-                _write_atomically(path, lambda tmp: _quantize(fp32_path, tmp))
+                write_atomically(path, lambda tmp: _quantize(fp32_path, tmp))
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -94,7 +98,7 @@ class OnnxEncoder:
         return hidden
 
 
-def _write_atomically(path: Path, write: Any) -> None:
+def write_atomically(path: Path, write: Any) -> None:
     """Write via ``write(tmp_path)`` next to ``path``, then rename: no reader sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=path.parent)

@@ -82,11 +82,13 @@ class SemanticProducer:
         self._record(request, result, time.perf_counter() - start)
 
     def inherit_state(self, previous: SemanticProducer) -> None:
-        """On reload: keep the embedding cache when the embeddings are the same, and stop the
-        previous embedding thread (without waiting: this runs on the event loop)."""
+        """On reload: keep the embedding cache when the embeddings are the same (same text
+        window, arithmetic and encoder weights: a fine-tuned encoder changes with its
+        examples), and stop the previous embedding thread (without waiting: this runs on
+        the event loop)."""
         old, new = previous.model.section, self.model.section
-        if ((old.max_tokens, old.quantize, old.runtime)
-                == (new.max_tokens, new.quantize, new.runtime)):
+        if ((old.max_tokens, old.quantize, old.runtime, previous.model.embedder_weights)
+                == (new.max_tokens, new.quantize, new.runtime, self.model.embedder_weights)):
             self.model.batcher.cache = previous.model.batcher.cache
         previous.model.batcher.close(timeout=None)
 

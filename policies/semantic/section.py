@@ -13,6 +13,8 @@ semantic:
   quantize: false              # dynamic int8 linear layers (see docs/semantic.md)
   runtime: torch               # torch | onnx (ONNX Runtime, exported on first use)
   timeout_ms: 250              # longer than this: default class (outcome "timeout")
+  fine_tune: null              # a mapping (e.g. {}) to fine-tune the encoder on the examples
+                               # first (SetFit; cached on disk): policies.semantic.fine_tune
   batch: {window_ms: 2.0, max_size: 16, max_queue: 256}   # beyond max_queue: default class
   classes:
     code: {examples: ["Write a Python function that ...", "..."]}
@@ -34,6 +36,7 @@ from policies.params import build_params
 from policies.semantic.classifier import ClassifierMethod
 from policies.semantic.embedder_limits import MODEL_WINDOW_TOKENS
 from policies.semantic.extras import extra_missing_message
+from policies.semantic.fine_tune import FineTuneParams
 from policies.semantic.text import TextMode
 
 SECTION_NAME = "semantic"
@@ -80,6 +83,7 @@ class SemanticSection:
     runtime: str = "torch"
     timeout_ms: float = 250.0
     batch: BatchParams = field(default_factory=BatchParams)
+    fine_tune: FineTuneParams | None = None
 
     def __post_init__(self) -> None:
         if not self.classes:

@@ -43,6 +43,20 @@ def test_auto_reports_both_scores_and_keeps_the_better() -> None:
     assert "CV accuracy" in report.summary()
 
 
+def test_on_an_encoder_tuned_on_the_examples_auto_takes_logistic_regression() -> None:
+    x, y = clusters(0, 0.05)            # tuned embeddings: both methods score 100 % in CV
+    _, untuned = train_classifier(x, y, "auto")
+    assert untuned.chosen == "nearest-centroid"          # a tie keeps the simpler one
+    model, report = train_classifier(x, y, "auto", tuned_encoder=True)
+    assert report.cv_accuracy == untuned.cv_accuracy == {"logistic-regression": 1.0,
+                                                          "nearest-centroid": 1.0}
+    assert model.method == report.chosen == "logistic-regression"
+    assert report.summary().endswith("the encoder was tuned on every example, so this "
+                                     "cannot choose)")
+    forced, _ = train_classifier(x, y, "nearest-centroid", tuned_encoder=True)
+    assert forced.method == "nearest-centroid"
+
+
 def test_forced_method_and_too_few_examples_for_cv() -> None:
     x, y = clusters(2, 0.1, per_class=1)
     model, report = train_classifier(x, y, "logistic-regression")

@@ -46,3 +46,49 @@ def test_eval_refuses_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[st
     plain.write_text("profiles: {default: {}}\n")
     assert main(["semantic", "eval", "--routing", str(plain), "--data", str(bad)]) == 2
     assert "has no 'semantic:' section" in capsys.readouterr().err
+
+
+TINY_ROUTING = """
+profiles: {{default: {{}}}}
+semantic:
+  default_class: chat
+  max_tokens: 16
+  {fine_tune}
+  classes:
+    code: {{examples: ["write a python function", "fix this javascript bug"]}}
+    chat: {{examples: ["tell me a joke", "how was your day"]}}
+"""
+
+
+def test_train_fine_tunes_once_then_starts_from_the_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KVROUTE_CACHE_DIR", str(tmp_path / "cache"))
+    routing = tmp_path / "routing.yaml"
+    routing.write_text(TINY_ROUTING.format(
+        fine_tune="fine_tune: {pairs_per_example: 1, batch_size: 4}"))
+    assert main(["semantic", "train", "--routing", str(routing)]) == 0
+    first = capsys.readouterr()
+    assert "fine-tuning the encoder" in first.err and "2/2" in first.err   # 8 pairs, 2 steps
+    weights_line = next(line for line in first.out.splitlines()
+                        if line.startswith("encoder: fine-tuned, "))
+    weights = Path(weights_line.removeprefix("encoder: fine-tuned, "))
+    assert weights.is_file() and weights.parent == tmp_path / "cache" / "semantic"
+    assert "training: chose" in first.out
+
+    assert main(["semantic", "train", "--routing", str(routing)]) == 0
+    again = capsys.readouterr()
+    assert "fine-tuning the encoder" not in again.err      # from the cache: no training
+    assert weights_line in again.out.splitlines()
+
+    routing.write_text(TINY_ROUTING.format(fine_tune=""))
+    assert main(["semantic", "train", "--routing", str(routing)]) == 0
+    assert "encoder: not fine-tuned" in capsys.readouterr().out
+
+
+def test_train_refuses_a_file_without_a_semantic_section(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("profiles: {default: {}}\n")
+    assert main(["semantic", "train", "--routing", str(plain)]) == 2
+    assert "has no 'semantic:' section" in capsys.readouterr().err

@@ -1,0 +1,217 @@
+"""Contrastive fine-tuning of the encoder on a section's examples, cached on disk.
+
+With a few examples per class, a linear classifier on frozen all-MiniLM-L6-v2 embeddings
+separates the classes only as far as the pretrained space already does. SetFit (Tunstall et
+al., 2022, "Efficient Few-Shot Learning Without Prompts") first fine-tunes the sentence
+encoder itself on pairs of the examples: two examples of one class should embed with cosine
+similarity 1, two of different classes with 0 (mean squared error on the cosine). The
+classifier is then trained, as without fine-tuning, on the tuned encoder's embeddings.
+
+``fine_tuned_weights(texts, labels, params, max_tokens)`` returns a ``safetensors`` file of
+the tuned encoder's weights. Training runs once per distinct input: the file is named by a
+digest of the base model files, the library versions, ``TRAINING_FORMAT``, the parameters,
+``max_tokens`` and every (text, label) pair, written atomically under the semantic cache
+directory (``policies.semantic.onnx_encoder.cache_directory``), and a lock file makes a
+second process wait for the first instead of training the same thing again. Training is
+seeded (pairs, dropout and batch order), so the same input gives the same weights.
+
+Pairs are drawn as SetFit draws them: for each of ``pairs_per_example`` rounds, every
+example gets one partner of its own class (another example when the class has one) and one
+of another class, so a round has twice as many pairs as there are examples. The defaults
+are SetFit's (20 rounds, batch 16, learning rate 2e-5, one epoch).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from policies.errors import ParamError, RoutingConfigError
+
+log = logging.getLogger(__name__)
+
+TRAINING_FORMAT = "setfit-cosine-mse-v1"
+Progress = Callable[[int, int], None]   # (batches done, batches in all)
+
+
+@dataclass(frozen=True, slots=True)
+class FineTuneParams:
+    """The ``semantic.fine_tune`` mapping of routing.yaml."""
+
+    # rounds: each gives every example one partner of its class and one of another
+    pairs_per_example: int = 20
+    epochs: int = 1
+    learning_rate: float = 2e-5
+    batch_size: int = 16            # pairs per optimiser step
+    seed: int = 0
+    threads: int = 0                # torch threads while training; 0: every usable core
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.pairs_per_example <= 200:
+            raise ParamError("pairs_per_example", "must be within 1..200")
+        if not 1 <= self.epochs <= 20:
+            raise ParamError("epochs", "must be within 1..20")
+        if not 0.0 < self.learning_rate <= 1e-2:
+            raise ParamError("learning_rate", "must be within (0, 0.01]")
+        if not 1 <= self.batch_size <= 256:
+            raise ParamError("batch_size", "must be within 1..256")
+        if not 0 <= self.threads <= 256:
+            raise ParamError("threads", "must be within 0..256 (0: every usable core)")
+
+    def torch_threads(self) -> int:
+        return self.threads or len(os.sched_getaffinity(0))
+
+
+def training_pairs(labels: Sequence[str], rounds: int,
+                   rng: random.Random) -> list[tuple[int, int, float]]:
+    """(i, j, target cosine) pairs over example indices: per round, per example, one partner
+    of its own class (target 1.0) and, when another class exists, one of another (0.0)."""
+    by_label: dict[str, list[int]] = {}
+    for index, label in enumerate(labels):
+        by_label.setdefault(label, []).append(index)
+    others = {label: [i for i in range(len(labels)) if labels[i] != label]
+              for label in by_label}
+    pairs: list[tuple[int, int, float]] = []
+    for _ in range(rounds):
+        for index, label in enumerate(labels):
+            same = [i for i in by_label[label] if i != index] or [index]
+            pairs.append((index, rng.choice(same), 1.0))
+            if others[label]:
+                pairs.append((index, rng.choice(others[label]), 0.0))
+    return pairs
+
+
+def weights_digest(texts: Sequence[str], labels: Sequence[str], params: FineTuneParams,
+                   max_tokens: int, base_digest: str) -> str:
+    """Names the tuned weights: everything that changes what training produces."""
+    digest = hashlib.blake2b(digest_size=12)
+    learning = {k: v for k, v in asdict(params).items() if k != "threads"}   # speed only
+    header = {"format": TRAINING_FORMAT, "base": base_digest, "max_tokens": max_tokens,
+              "params": learning}
+    digest.update(json.dumps(header, sort_keys=True).encode())
+    for text, label in zip(texts, labels, strict=True):
+        digest.update(json.dumps([text, label]).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def fine_tuned_weights(texts: Sequence[str], labels: Sequence[str], params: FineTuneParams,
+                       max_tokens: int, *, cache_dir: Path | None = None,
+                       progress: Progress | None = None) -> Path:
+    """The tuned encoder's weights for these examples: from the cache, else trained now."""
+    from policies.semantic.embedder import model_directory
+    from policies.semantic.onnx_encoder import CACHE_ENV, cache_directory, model_digest
+
+    directory = cache_dir or cache_directory()
+    name = weights_digest(texts, labels, params, max_tokens, model_digest(model_directory()))
+    path = directory / f"minilm-tuned-{name}.safetensors"
+    if path.is_file():
+        return path
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = (directory / f"{path.name}.lock").open("w")
+    except OSError as exc:
+        raise RoutingConfigError(
+            f"semantic.fine_tune: cannot write the cache directory {directory} "
+            f"({exc.strerror}); point {CACHE_ENV} at a writable one") from exc
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)      # another process may be training the same
+        if not path.is_file():
+            log.info("fine-tuning the encoder on %d examples (%d pair rounds); the result is "
+                     "kept in %s", len(texts), params.pairs_per_example, path)
+            _train_and_save(texts, labels, params, max_tokens, path,
+                            progress if progress is not None else LoggedProgress())
+            log.info("fine-tuned encoder saved to %s", path)
+    return path
+
+
+class LoggedProgress:
+    """A ``Progress`` that logs every tenth of the way (for a router building its policy)."""
+
+    def __init__(self) -> None:
+        self._logged = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        tenth = 10 * done // total if total else 10
+        if tenth > self._logged:
+            self._logged = tenth
+            log.info("fine-tuning the encoder: %d%% (%d of %d steps)", 10 * tenth, done, total)
+
+
+def _train_and_save(texts: Sequence[str], labels: Sequence[str], params: FineTuneParams,
+                    max_tokens: int, path: Path, progress: Progress | None) -> None:
+    from safetensors.torch import save_file
+
+    from policies.semantic.onnx_encoder import write_atomically
+
+    encoder = train_encoder(texts, labels, params, max_tokens, progress)
+    state = {key: value.detach().contiguous() for key, value in encoder.state_dict().items()}
+    write_atomically(path, lambda tmp: save_file(state, str(tmp)))
+
+
+def train_encoder(texts: Sequence[str], labels: Sequence[str], params: FineTuneParams,
+                  max_tokens: int, progress: Progress | None = None) -> Any:
+    """The base encoder (a ``BertModel``) after contrastive training on the examples, on
+    ``params.torch_threads()`` torch threads (the process's setting is restored after)."""
+    import torch
+
+    previous_threads = torch.get_num_threads()    # process-wide: an embedder may have set it
+    torch.set_num_threads(params.torch_threads())
+    try:
+        return _train(torch, texts, labels, params, max_tokens, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train(torch: Any, texts: Sequence[str], labels: Sequence[str], params: FineTuneParams,
+           max_tokens: int, progress: Progress | None) -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    from policies.semantic.embedder import model_directory
+
+    rng = random.Random(params.seed)
+    torch.manual_seed(params.seed)
+    st_model = SentenceTransformer(str(model_directory()), device="cpu", local_files_only=True,
+                                   model_kwargs={"dtype": torch.float32})
+    tokenizer: Any = st_model.tokenizer
+    encoder: Any = st_model[0].auto_model
+    encoder.train()                                   # dropout on, as in SetFit
+    optimiser = torch.optim.AdamW(encoder.parameters(), lr=params.learning_rate)
+    pairs = training_pairs(labels, params.pairs_per_example, rng)
+    size = params.batch_size
+    total = params.epochs * ((len(pairs) + size - 1) // size)
+    done = 0
+
+    def embed(indices: list[int]) -> Any:
+        batch = tokenizer([texts[i] for i in indices], padding=True, truncation=True,
+                          max_length=max_tokens, return_tensors="pt")
+        hidden = encoder(input_ids=batch["input_ids"],
+                         attention_mask=batch["attention_mask"]).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+    for _ in range(params.epochs):
+        rng.shuffle(pairs)
+        for start in range(0, len(pairs), size):
+            chunk = pairs[start:start + size]
+            left = embed([i for i, _, _ in chunk])
+            right = embed([j for _, j, _ in chunk])
+            target = torch.tensor([t for _, _, t in chunk], dtype=torch.float32)
+            cosine = torch.nn.functional.cosine_similarity(left, right)
+            loss: Any = torch.nn.functional.mse_loss(cosine, target)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            done += 1
+            if progress is not None:
+                progress(done, total)
+    encoder.eval()
+    return encoder
