@@ -15,7 +15,7 @@ directory (``policies.semantic.onnx_encoder.cache_directory``), and a lock file 
 second process wait for the first instead of training the same thing again. Training is
 seeded (pairs, dropout and batch order), so the same input gives the same weights.
 
-Pairs are drawn as SetFit draws them: for each of ``pairs_per_example`` rounds, every
+Pairs are drawn like SetFit's: for each of ``pairs_per_example`` rounds, every
 example gets one partner of its own class (another example when the class has one) and one
 of another class, so a round has twice as many pairs as there are examples. The defaults
 are SetFit's (20 rounds, batch 16, learning rate 2e-5, one epoch).
