@@ -9,6 +9,9 @@ examples (as a routing file may hold at most 20 per class), and the same logisti
 * ``fine-tuned``: the embeddings after ``policies.semantic.fine_tune`` trained the encoder on
   those examples (``--pairs-per-example`` rounds, the other parameters at their defaults).
 
+``--pick kmeans`` takes instead the rows nearest 20 k-means centroids of each class (on the
+frozen embeddings), as ``ceiling.py``'s ``kmeans20`` does.
+
 Both embed as the example configuration does (ONNX Runtime int8, first ``--max-tokens``
 tokens). Tuned weights and their ONNX exports go to a temporary cache. Run from the
 repository root (about five minutes of training per fold on two cores)::
@@ -29,7 +32,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ceiling import PER_CLASS, load_rows  # noqa: E402
+from ceiling import PER_CLASS, kmeans_rows, load_rows  # noqa: E402
 
 
 def main() -> None:
@@ -38,6 +41,9 @@ def main() -> None:
     parser.add_argument("--pairs-per-example", type=int, default=20)
     parser.add_argument("--folds", type=int, default=5, help="folds run (of 5)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pick", choices=("random", "kmeans"), default="random",
+                        help="examples per class: random rows, or the rows nearest 20 k-means "
+                             "centroids of the class (frozen embeddings), as ceiling.py does")
     args = parser.parse_args()
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
@@ -50,7 +56,7 @@ def main() -> None:
     texts = [row["text"] for row in rows]
     labels = np.array([row["label"] for row in rows])
     params = FineTuneParams(pairs_per_example=args.pairs_per_example)
-    print(f"{len(rows)} labelled prompts; {PER_CLASS} random examples per class; {params}")
+    print(f"{len(rows)} labelled prompts; {PER_CLASS} {args.pick} examples per class; {params}")
     with tempfile.TemporaryDirectory() as cache:
         os.environ["KVROUTE_CACHE_DIR"] = cache
 
@@ -68,8 +74,9 @@ def main() -> None:
             picked: list[int] = []
             for label in sorted(set(labels.tolist())):
                 candidates = train[labels[train] == label]
-                picked += [int(i) for i in rng.choice(candidates, min(PER_CLASS, len(candidates)),
-                                                      replace=False)]
+                count = min(PER_CLASS, len(candidates))
+                picked += (kmeans_rows(frozen, candidates, count) if args.pick == "kmeans" else
+                           [int(i) for i in rng.choice(candidates, count, replace=False)])
             with tqdm(desc=f"fold {fold + 1}: fine-tuning", unit="step", file=sys.stderr,
                       mininterval=2.0) as bar:
                 def progress(done: int, total: int) -> None:
