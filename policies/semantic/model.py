@@ -174,26 +174,6 @@ def embed_all(embedder: Embedder, texts: Sequence[str]) -> npt.NDArray[np.float3
     return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
 
 
-def training_examples(section: SemanticSection, base_dir: Path) -> tuple[list[str], list[str]]:
-    """``load_examples``, refused unless at least two classes have examples."""
-    texts, labels = load_examples(section, base_dir)
-    if len(set(labels)) < 2:
-        raise RoutingConfigError(
-            "semantic.classes: examples of at least two classes are required")
-    return texts, labels
-
-
-def train_model(section: SemanticSection, base_dir: Path, embedder: Embedder,
-                embedder_weights: Path | None = None) -> SemanticModel:
-    """Train the classifier on the section's examples with an already loaded embedder
-    (``embedder_weights``: the fine-tuned weights it was loaded with, if any)."""
-    texts, labels = training_examples(section, base_dir)
-    classifier, report = train_classifier(embed_all(embedder, texts), labels, section.classifier,
-                                          tuned_encoder=embedder_weights is not None)
-    log.info("semantic classifier: %s", report.summary())
-    return SemanticModel(section, embedder, classifier, report, embedder_weights)
-
-
 def build_semantic_model(section: SemanticSection, base_dir: Path,
                          progress: Progress | None = None) -> SemanticModel:
     """Load all-MiniLM-L6-v2 (imports torch), fine-tuned on the section's examples when
@@ -201,15 +181,21 @@ def build_semantic_model(section: SemanticSection, base_dir: Path,
     result is not cached), and train the classifier on the examples."""
     from policies.semantic.embedder import MiniLmEmbedder
 
+    texts, labels = load_examples(section, base_dir)
+    if len(set(labels)) < 2:
+        raise RoutingConfigError(
+            "semantic.classes: examples of at least two classes are required")
     weights = None
     if section.fine_tune is not None:
         from policies.semantic.fine_tune import fine_tuned_weights
 
-        texts, labels = training_examples(section, base_dir)
         weights = fine_tuned_weights(texts, labels, section.fine_tune, section.max_tokens,
                                      progress=progress)
     embedder = MiniLmEmbedder(max_tokens=section.max_tokens, threads=section.threads,
                               quantize=section.quantize,
                               runtime="onnx" if section.runtime == "onnx" else "torch",
                               weights=weights)
-    return train_model(section, base_dir, embedder, weights)
+    classifier, report = train_classifier(embed_all(embedder, texts), labels, section.classifier,
+                                          tuned_encoder=weights is not None)
+    log.info("semantic classifier: %s", report.summary())
+    return SemanticModel(section, embedder, classifier, report, weights)

@@ -5,8 +5,10 @@ same last hidden state as ``policies.semantic.bert_forward.bert_last_hidden_stat
 use the loaded ``BertModel`` is exported with ``torch.onnx`` (dynamic batch and token axes)
 and, for ``quantize``, converted to dynamic int8 by ``onnxruntime.quantization``; both files
 are written atomically under ``cache_directory()`` and named by a digest of the model files,
-the torch and onnxruntime versions, and this module's ``EXPORT_FORMAT``, so a later start (or
-another process) reuses them and a new model or library version exports afresh.
+the torch and onnxruntime versions, and this module's ``EXPORT_FORMAT`` (an encoder
+fine-tuned by ``policies.semantic.fine_tune``: by its weights file's name, a digest that
+covers the same), so a later start (or another process) reuses them and a new model or
+library version exports afresh.
 
 ONNX Runtime runs sequentially on ``threads`` intra-op threads with every graph optimisation
 on. Its dynamic int8 quantizes activations per tensor, so (as with torch's) a text's vector

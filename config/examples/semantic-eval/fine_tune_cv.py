@@ -47,8 +47,8 @@ def main() -> None:
     args = parser.parse_args()
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
-    from tqdm import tqdm
 
+    from policies.semantic.cli import progress_bar
     from policies.semantic.embedder import MiniLmEmbedder
     from policies.semantic.fine_tune import FineTuneParams, fine_tuned_weights
 
@@ -77,12 +77,7 @@ def main() -> None:
                 count = min(PER_CLASS, len(candidates))
                 picked += (kmeans_rows(frozen, candidates, count) if args.pick == "kmeans" else
                            [int(i) for i in rng.choice(candidates, count, replace=False)])
-            with tqdm(desc=f"fold {fold + 1}: fine-tuning", unit="step", file=sys.stderr,
-                      mininterval=2.0) as bar:
-                def progress(done: int, total: int) -> None:
-                    bar.total = total
-                    bar.update(done - bar.n)
-
+            with progress_bar(f"fold {fold + 1}: fine-tuning") as progress:
                 weights = fine_tuned_weights([texts[i] for i in picked],
                                              [str(labels[i]) for i in picked], params,
                                              args.max_tokens, progress=progress)
