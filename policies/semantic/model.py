@@ -101,7 +101,9 @@ class SemanticModel:
         try:
             future = asyncio.wrap_future(self.batcher.submit(text, self.timeout_s))
             # shield: a timeout here must not cancel a computation other requests share
-            vector = await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
+            # (asyncio.timeout, not wait_for, which can swallow a cancel of this request)
+            async with asyncio.timeout(self.timeout_s):
+                vector = await asyncio.shield(future)
         except BatcherOverloaded:
             return self._fallback("overloaded")
         except TimeoutError:

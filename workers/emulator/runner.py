@@ -193,7 +193,8 @@ class EngineRunner:
             self._next_wall = None
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=0.05)
+                async with asyncio.timeout(0.05):   # not wait_for: it can swallow a cancel
+                    await self._wake.wait()
         else:
             await asyncio.sleep(0)
         self._freeze(end)

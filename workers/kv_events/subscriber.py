@@ -125,7 +125,10 @@ class KvEventSubscriber:
             return
         counters.replays += 1
         try:
-            await asyncio.wait_for(self._replay(source, replay_from), self.replay_timeout_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that lands as
+            # the replay completes, and stop() would then wait forever on this task
+            async with asyncio.timeout(self.replay_timeout_s):
+                await self._replay(source, replay_from)
         except TimeoutError:
             _log.warning("kv events: replay from %s timed out", source.worker_id)
         self.index.on_replay_done(source.worker_id)

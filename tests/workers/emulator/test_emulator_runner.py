@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -48,6 +49,14 @@ class ScriptedEngine:
         return StepResult(duration_s=STEP_S, outputs=tuple(outputs))
 
 
+class StalledEngine(ScriptedEngine):
+    """Holds its requests but can schedule none of them: the runner waits for a wake-up."""
+
+    def step(self, now: float) -> StepResult:
+        self.step_times.append(now)
+        return StepResult(duration_s=0.0, outputs=())
+
+
 def make_runner(engine: ScriptedEngine) -> EngineRunner:
     config = parse_emulate({"port": 1, "time_scale": 0}, gpu=H100_80GB, model=LLAMA_3_8B,
                            models=["m"])
@@ -81,3 +90,24 @@ async def test_engine_failure_marks_the_worker_unhealthy() -> None:
             runner.submit(EngineRequest("b", (1,), (7,)), max_tokens=1)
     finally:
         await runner.stop()
+
+
+async def test_stop_lands_even_as_a_wake_up_arrives() -> None:
+    """A request arriving in the same loop iteration as ``stop()`` must not swallow the cancel
+    (``asyncio.wait_for`` on 3.11 did: the runner kept stepping and ``stop()`` never returned)."""
+    engine = StalledEngine()
+    runner = make_runner(engine)
+    runner.start()
+    runner.submit(EngineRequest("a", (1,), (7,)), max_tokens=1)
+    async with asyncio.timeout(5):
+        while not engine.step_times:          # the runner now waits for a wake-up
+            await asyncio.sleep(0.001)
+    runner.submit(EngineRequest("b", (1,), (7,)), max_tokens=1)   # wakes it ...
+    stopping = asyncio.create_task(runner.stop())                 # ... as it is stopped
+    try:
+        done, _ = await asyncio.wait({stopping}, timeout=5)   # asyncio.wait cancels nothing
+        assert stopping in done, "stop() did not return: the runner swallowed its cancel"
+    finally:
+        stopping.cancel()   # a stuck stop(): cancelling it cancels the runner it awaits
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopping

@@ -12,14 +12,16 @@ import zmq.asyncio
 
 from workers.engine.block_hash import block_hash_chain, to_event_int
 from workers.kv_events import ExactPrefixIndex, KvEventSource, KvEventSubscriber
+from workers.kv_events.decode import decode_batch
 
 TOPIC = b"kv-events"
 
 
 def stored_payload(hashes: list[int]) -> bytes:
-    return msgpack.packb([1.0, [{"type": "BlockStored", "block_hashes": hashes,
-                                 "parent_block_hash": None, "token_ids": [],
-                                 "block_size": 16, "medium": "GPU"}], 0])
+    payload: bytes = msgpack.packb([1.0, [{"type": "BlockStored", "block_hashes": hashes,
+                                           "parent_block_hash": None, "token_ids": [],
+                                           "block_size": 16, "medium": "GPU"}], 0])
+    return payload
 
 
 # generous bounds: a slow or busy machine must not fail these, a broken subscriber still does
@@ -99,3 +101,29 @@ async def test_gap_without_replay_endpoint_marks_worker_inexact() -> None:
         await subscriber.stop()
         pub.close(linger=0)
         context.term()
+
+
+async def test_stop_while_a_replay_is_ending_still_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel that lands as the replay completes must end the task, not be swallowed
+    (``asyncio.wait_for`` on 3.11 returned the replay's result instead, so ``stop()`` then
+    waited forever on a task still reading its stream)."""
+    index = ExactPrefixIndex()
+    source = KvEventSource("w", "tcp://127.0.0.1:9", replay_endpoint="tcp://127.0.0.1:9")
+    subscriber = KvEventSubscriber(index, [source])
+    index.on_batch("w", 0, decode_batch(stored_payload([1])))
+    release = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def replay_until_released(_source: KvEventSource, _start: int) -> None:
+        entered.set()
+        await release.wait()
+
+    monkeypatch.setattr(subscriber, "_replay", replay_until_released)
+    taking = asyncio.create_task(subscriber._take(source, (2).to_bytes(8, "big"),
+                                                  stored_payload([3]), replaying=False))
+    await entered.wait()
+    release.set()          # the replay finishes in the same loop iteration ...
+    taking.cancel()        # ... as the subscriber is stopped
+    async with asyncio.timeout(5.0):
+        with pytest.raises(asyncio.CancelledError):
+            await taking
