@@ -13,7 +13,6 @@ The new engine takes over stateful plugins' state from the old one (``inherit_st
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
@@ -28,6 +27,7 @@ from policies.loader import parse_routing_text, read_routing_text
 from policies.registry import PluginRegistry, default_registry
 from policies.summary import summarize
 from workers.fleet import FleetConfig
+from workers.task_cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +142,7 @@ class PolicyReloader:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

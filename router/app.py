@@ -9,7 +9,6 @@ the KV-event feed when the fleet names KV-event streams).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import os
@@ -49,6 +48,7 @@ from router.state.store import StateStore
 from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
+from workers.task_cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +135,7 @@ async def _kv_event_feed(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await cancel_and_wait(task)
 
 
 async def start_router(settings: Settings, fleet: FleetConfig | None = None

@@ -23,6 +23,7 @@ import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from workers.inflight import InflightTracker, WorkerInflight
+from workers.task_cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,7 @@ class RedisStateStore:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         if self._client is not None:
             with contextlib.suppress(RedisError, OSError):
                 await self._client.delete(self._key)

@@ -22,6 +22,7 @@ import zmq.asyncio
 
 from workers.emulator.config import KvEventsConfig
 from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from workers.task_cancel import cancel_and_wait
 
 END_OF_REPLAY = (2**64 - 1).to_bytes(8, "big")
 
@@ -110,9 +111,7 @@ class KvEventPublisher:
 
     async def close(self) -> None:
         if self._replay_task is not None:
-            self._replay_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._replay_task
+            await cancel_and_wait(self._replay_task)
         self._pub.close(linger=0)
         if self._replay is not None:
             self._replay.close(linger=0)

@@ -26,6 +26,7 @@ from typing import Protocol
 from workers.emulator.kv_events import KvEventPublisher
 from workers.emulator.metrics import EmulatorMetrics
 from workers.engine.api import EngineRequest, EngineStats, RequestOutput, StepResult
+from workers.task_cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +139,7 @@ class EngineRunner:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:

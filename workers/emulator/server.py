@@ -8,7 +8,6 @@ never listens, and ``refuse_after_s``/``refuse_for_s`` close its socket for a wi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from aiohttp import web
 from workers.emulator.app import create_app
 from workers.emulator.config import EmulatorConfig
 from workers.emulator.tokens import Tokenizer
+from workers.task_cancel import cancel_and_wait
 
 READY_LINE = "emulator ready"
 
@@ -80,9 +80,7 @@ async def _refuse_window(worker: HostedWorker, after_s: float, for_s: float | No
 async def stop_workers(hosted: Sequence[HostedWorker]) -> None:
     for worker in hosted:
         for task in worker.tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         await worker.runner.cleanup()
 
 

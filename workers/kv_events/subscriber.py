@@ -20,7 +20,6 @@ await subscriber.stop()
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import zmq.asyncio
 
 from workers.kv_events.decode import KvEventBatch, KvEventDecodeError, decode_batch
 from workers.kv_events.exact_index import ExactPrefixIndex
+from workers.task_cancel import cancel_and_wait
 
 END_OF_REPLAY = 0xFFFF_FFFF_FFFF_FFFF
 _log = logging.getLogger(__name__)
@@ -75,10 +75,9 @@ class KvEventSubscriber:
 
     async def stop(self) -> None:
         for task in self._tasks:
-            task.cancel()
+            task.cancel()           # all at once, then wait for each
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self._tasks.clear()
         if self._context is not None:
             self._context.term()
