@@ -2,8 +2,8 @@
 
 Pools every labelled file of this folder (as ``ceiling.py`` does) and runs a stratified
 5-fold cross-validation. In each fold, 20 random rows per class of the training folds are the
-examples (as a routing file may hold at most 20 per class), and the same logistic regression
-(``C=10``) is fitted on them twice and scored on the held-out fold:
+examples (as a routing file may hold at most 20 per class), and the router's logistic regression
+(``C=LOGREG_C``) is fitted on them twice and scored on the held-out fold:
 
 * ``frozen``: the base all-MiniLM-L6-v2 embeddings;
 * ``fine-tuned``: the embeddings after ``policies.semantic.fine_tune`` trained the encoder on
@@ -48,9 +48,11 @@ def main() -> None:
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
 
+    from policies.semantic.classifier import LOGREG_C
     from policies.semantic.cli import progress_bar
     from policies.semantic.embedder import MiniLmEmbedder
     from policies.semantic.fine_tune import FineTuneParams, fine_tuned_weights
+    from policies.semantic.model import embed_all
 
     rows = load_rows()
     texts = [row["text"] for row in rows]
@@ -59,12 +61,8 @@ def main() -> None:
     print(f"{len(rows)} labelled prompts; {PER_CLASS} {args.pick} examples per class; {params}")
     with tempfile.TemporaryDirectory() as cache:
         os.environ["KVROUTE_CACHE_DIR"] = cache
-
-        def embed(embedder: MiniLmEmbedder) -> np.ndarray:
-            return np.vstack([embedder.embed(texts[i:i + 32]) for i in range(0, len(texts), 32)])
-
-        frozen = embed(MiniLmEmbedder(max_tokens=args.max_tokens, quantize=True,
-                                      runtime="onnx"))
+        frozen = embed_all(MiniLmEmbedder(max_tokens=args.max_tokens, quantize=True,
+                                          runtime="onnx"), texts)
         rng = np.random.default_rng(args.seed)
         scores: dict[str, list[float]] = {"frozen": [], "fine-tuned": []}
         folds = StratifiedKFold(5, shuffle=True, random_state=args.seed)
@@ -81,11 +79,11 @@ def main() -> None:
                 weights = fine_tuned_weights([texts[i] for i in picked],
                                              [str(labels[i]) for i in picked], params,
                                              args.max_tokens, progress=progress)
-            tuned = embed(MiniLmEmbedder(max_tokens=args.max_tokens, quantize=True,
-                                         runtime="onnx", weights=weights))
+            tuned = embed_all(MiniLmEmbedder(max_tokens=args.max_tokens, quantize=True,
+                                             runtime="onnx", weights=weights), texts)
             for name, vectors in (("frozen", frozen), ("fine-tuned", tuned)):
-                model = LogisticRegression(C=10.0, max_iter=2000).fit(vectors[picked],
-                                                                      labels[picked])
+                model = LogisticRegression(C=LOGREG_C, max_iter=2000).fit(vectors[picked],
+                                                                          labels[picked])
                 scores[name].append(float((model.predict(vectors[test]) == labels[test]).mean()))
             print(f"fold {fold + 1}: " + ", ".join(
                 f"{name} {100 * values[-1]:.1f}%" for name, values in scores.items()), flush=True)
