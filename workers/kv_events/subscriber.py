@@ -75,8 +75,6 @@ class KvEventSubscriber:
 
     async def stop(self) -> None:
         for task in self._tasks:
-            task.cancel()           # all at once, then wait for each
-        for task in self._tasks:
             await cancel_and_wait(task)
         self._tasks.clear()
         if self._context is not None:
