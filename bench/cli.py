@@ -1,8 +1,9 @@
 """``kvroute bench``: live benchmarks against emulated workers.
 
 Sub-commands: ``overhead`` (the router overhead race) and ``replay`` (a trace slice through
-each router in turn), plus ``engine``, ``emulator``, ``decision`` and ``semantic`` when those
-modules are installed (each exposes ``add_arguments(parser)`` and ``run(args) -> int``).
+each router in turn), plus ``engine``, ``emulator``, ``decision``, ``semantic`` and
+``block-hashes`` when those modules are installed (each exposes ``add_arguments(parser)``
+and ``run(args) -> int``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 DESCRIPTION = "Live benchmarks: router overhead race, trace replay, component benchmarks."
 OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
     ("engine", "bench.engine"), ("emulator", "bench.emulator"),
-    ("decision", "bench.decision"), ("semantic", "bench.semantic"))
+    ("decision", "bench.decision"), ("semantic", "bench.semantic"),
+    ("block-hashes", "bench.block_hashes"))
 DEFAULT_OVERHEAD_TARGETS = "direct,kvroute,kvroute-rr,nginx,sglang-router,vllm-router,litellm"
 
 

@@ -9,9 +9,12 @@ the exact (KV-event) indexes key on the same numbers. Hashes match a worker's on
 router tokenizes as the worker does (same tokenizer and chat template); ``seed`` must equal
 the workers' ``PYTHONHASHSEED`` when they set one.
 
-Chains are cached in an LRU keyed by (block size, digest of the token ids), bounded by
-``cache_max_blocks`` hashes in total. Hashing costs about 3 µs per block, so prompts with
-more than ``offload_min_blocks`` uncached blocks ask to run off the event loop.
+The hashes of prefixes seen lately are remembered (``policies.producers.hash_memo``): a
+prompt that extends one seen before (a conversation's next turn, a long shared system prompt)
+looks up its leading blocks at about 1 µs each and hashes only the rest with vLLM's hash
+(about 3 µs a block). The memo holds at most ``cache_max_blocks`` hashes (about 130 bytes
+each). Prompts of at least ``offload_min_blocks`` full 16-token blocks ask to run off the event
+loop.
 
 ```yaml
 producers:
@@ -20,27 +23,25 @@ producers:
       algo: sha256            # sha256 (vLLM's default), sha256_cbor or builtin
       seed: null              # null: $PYTHONHASHSEED if set, else vLLM's "vllm-none-hash"
       extra_block_sizes: []   # also hash at these sizes (e.g. for workers not yet scraped)
-      cache_max_blocks: 2000000
+      cache_max_blocks: 500000  # about 65 MB; 8M prompt tokens of prefixes
       offload_min_blocks: 256
 ```
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from array import array
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from policies.base import RoutingRequest
 from policies.errors import ParamError
+from policies.producers.hash_memo import PrefixHashMemo, fingerprints
 from policies.registry import PluginRegistry
-from workers.engine.block_hash import HASH_ALGOS, block_hash_chain, to_event_int
+from workers.engine.block_hash import HASH_ALGOS, block_hash_chain, get_hash_function
 from workers.models import WorkerView
 
 TYPE_NAME = "blocks"
+_MASK_64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ class BlocksParams:
     algo: str = "sha256"
     seed: str | None = None
     extra_block_sizes: tuple[int, ...] = ()
-    cache_max_blocks: int = 2_000_000
+    cache_max_blocks: int = 500_000
     offload_min_blocks: int = 256
 
     def __post_init__(self) -> None:
@@ -62,49 +63,6 @@ class BlocksParams:
             raise ParamError("offload_min_blocks", "must be >= 0")
 
 
-class ChainCache:
-    """LRU of hash chains bounded by the total number of hashes held. Thread-safe."""
-
-    __slots__ = ("_entries", "_lock", "_size", "max_blocks")
-
-    def __init__(self, max_blocks: int) -> None:
-        self.max_blocks = max_blocks
-        self._entries: OrderedDict[tuple[int, bytes], tuple[int, ...]] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def blocks(self) -> int:
-        return self._size
-
-    def get(self, key: tuple[int, bytes]) -> tuple[int, ...] | None:
-        with self._lock:
-            chain = self._entries.get(key)
-            if chain is not None:
-                self._entries.move_to_end(key)
-            return chain
-
-    def contains(self, key: tuple[int, bytes]) -> bool:
-        with self._lock:
-            return key in self._entries
-
-    def put(self, key: tuple[int, bytes], chain: tuple[int, ...]) -> None:
-        if len(chain) > self.max_blocks:
-            return
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._size -= len(old)
-            self._entries[key] = chain
-            self._size += len(chain)
-            while self._size > self.max_blocks:
-                _, dropped = self._entries.popitem(last=False)
-                self._size -= len(dropped)
-
-
 class BlocksProducer:
     """Computes ``request.block_hashes`` for the workers' block sizes."""
 
@@ -114,7 +72,10 @@ class BlocksProducer:
         self.seed = params.seed
         self.extra_block_sizes = tuple(sorted(set(params.extra_block_sizes)))
         self.offload_min_blocks = params.offload_min_blocks
-        self.cache = ChainCache(params.cache_max_blocks)
+        self.cache_max_blocks = params.cache_max_blocks
+        self.memos: dict[int, PrefixHashMemo] = {}     # per block size (read for stats)
+        # bytes of one block hash (8 for builtin), to turn a remembered one back into bytes
+        self._digest_size = len(get_hash_function(self.algo)((b"", (0,), None)))
 
     def block_sizes(self, workers: Sequence[WorkerView]) -> list[int]:
         sizes = {view.block_size for view in workers if view.block_size > 0}
@@ -125,34 +86,35 @@ class BlocksProducer:
         tokens = request.prompt_token_ids
         if not tokens:
             return
-        digest = token_digest(tokens)
         for size in self.block_sizes(workers):
-            request.block_hashes[size] = self.chain(tokens, size, digest)
+            request.block_hashes[size] = self.chain(tokens, size)
 
-    def chain(self, tokens: Sequence[int], block_size: int,
-              digest: bytes | None = None) -> tuple[int, ...]:
-        key = (block_size, digest if digest is not None else token_digest(tokens))
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached
-        ids = tokens if isinstance(tokens, list | tuple) else list(tokens)
-        chain = tuple(to_event_int(h) for h in block_hash_chain(
-            ids, block_size, algo=self.algo, seed=self.seed))
-        self.cache.put(key, chain)
-        return chain
+    def chain(self, tokens: Sequence[int], block_size: int) -> tuple[int, ...]:
+        """The published hashes of ``tokens``' full blocks: the leading ones from the memo,
+        the rest hashed (and remembered)."""
+        memo = self.memos.get(block_size)
+        if memo is None:
+            memo = self.memos.setdefault(block_size, PrefixHashMemo(self.cache_max_blocks))
+        prefixes = fingerprints(tokens, block_size)
+        hashes = memo.leading(prefixes)
+        known = len(hashes)
+        if known < len(prefixes):
+            ids = tokens if isinstance(tokens, list | tuple) else list(tokens)
+            parent = (hashes[-1].to_bytes(self._digest_size, "big") if hashes else None)
+            new = [int.from_bytes(h, "big") for h in block_hash_chain(
+                ids[known * block_size:len(prefixes) * block_size], block_size,
+                algo=self.algo, seed=self.seed, parent=parent)]
+            memo.store(prefixes[known:], new)
+            hashes.extend(new)
+        return tuple([h & _MASK_64 for h in hashes])     # to_event_int of each
 
     def should_offload(self, request: RoutingRequest) -> bool:
-        """True when hashing this prompt would hold the event loop for long."""
+        """True for prompts long enough to hold the event loop for long, cached or not (the
+        lookups alone take about 1 µs a block)."""
         tokens = request.prompt_token_ids
-        if not tokens or len(tokens) // 16 < self.offload_min_blocks:
+        if not tokens:
             return False
-        return not self.cache.contains((16, token_digest(tokens)))
-
-
-def token_digest(tokens: Sequence[int]) -> bytes:
-    """A 16-byte digest of a token-id sequence (the cache key)."""
-    data = tokens.tobytes() if isinstance(tokens, array) else array("q", tokens).tobytes()
-    return hashlib.blake2b(data, digest_size=16).digest()
+        return len(tokens) // 16 >= self.offload_min_blocks
 
 
 def register(registry: PluginRegistry) -> None:

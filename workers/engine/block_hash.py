@@ -90,21 +90,26 @@ def hash_block_tokens(parent: bytes, token_ids: Sequence[int],
 def block_hash_chain(token_ids: Sequence[int], block_size: int, algo: str = "sha256",
                      seed: str | None = None,
                      extra_keys: tuple[Any, ...] | None = None,
-                     cache_salt: str | None = None) -> list[bytes]:
+                     cache_salt: str | None = None,
+                     parent: bytes | None = None) -> list[bytes]:
     """Hashes of every full block of ``token_ids``; a trailing partial block is not hashed.
 
     ``extra_keys`` applies to every block (e.g. a LoRA ``(("lora", name, path),)``);
-    ``cache_salt`` is appended to block 0's keys only, as vLLM does.
+    ``cache_salt`` is appended to block 0's keys only, as vLLM does. ``parent``: the hash of
+    the block before ``token_ids`` when they continue a chain hashed earlier (then the first
+    block is not block 0: no ``cache_salt``, and ``seed`` is not used).
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     hash_fn = get_hash_function(algo)
-    parent = none_hash(algo, seed)
+    continued = parent is not None
+    if parent is None:
+        parent = none_hash(algo, seed)
     hashes: list[bytes] = []
     tokens = token_ids if isinstance(token_ids, list | tuple) else list(token_ids)
     for start in range(0, len(tokens) - block_size + 1, block_size):
         keys = extra_keys
-        if start == 0 and cache_salt is not None:
+        if start == 0 and cache_salt is not None and not continued:
             keys = (*(extra_keys or ()), ("cache_salt", cache_salt))
         parent = hash_fn((parent, tuple(tokens[start:start + block_size]), keys))
         hashes.append(parent)
@@ -116,4 +121,4 @@ def to_event_int(h: bytes | int) -> int:
     hash, as the engine keeps ``builtin`` ones, is read as its big-endian bytes' value)."""
     if isinstance(h, int):
         return h & _MASK_64
-    return int.from_bytes(h, "big") & _MASK_64
+    return int.from_bytes(h[-8:], "big")      # the last 8 bytes are the lower 64 bits

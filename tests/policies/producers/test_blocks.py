@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from policies.base import RoutingRequest
@@ -39,12 +41,56 @@ def test_seed_and_algorithm_are_the_workers() -> None:
         to_event_int(h) for h in block_hash_chain(tokens, 16, algo="sha256_cbor", seed="0")]
 
 
-def test_chains_are_cached_and_bounded() -> None:
-    producer = BlocksProducer("blocks", BlocksParams(cache_max_blocks=3))
-    first = producer.chain(list(range(32)), 16)
-    assert producer.chain(list(range(32)), 16) is first
-    producer.chain(list(range(100, 148)), 16)           # 3 blocks: evicts the first chain
-    assert producer.cache.blocks == 3 and len(producer.cache) == 1
+def reference(tokens: list[int], block_size: int = 16, **kwargs: str) -> tuple[int, ...]:
+    return tuple(to_event_int(h) for h in block_hash_chain(tokens, block_size, **kwargs))
+
+
+@pytest.mark.parametrize("algo", ["sha256", "sha256_cbor", "builtin"])
+def test_a_prompt_extending_one_seen_hashes_only_its_new_blocks(algo: str) -> None:
+    producer = BlocksProducer("blocks", BlocksParams(algo=algo, seed="7"))
+    first = list(range(1000, 1000 + 16 * 5 + 3))
+    turn = first + list(range(5000, 5000 + 16 * 3))
+    assert producer.chain(first, 16) == reference(first, algo=algo, seed="7")
+    memo = producer.memos[16]
+    assert (memo.looked_up, memo.hashed) == (0, 5)
+    # the next turn: 5 blocks found, then the partial block of the first turn is completed
+    assert producer.chain(turn, 16) == reference(turn, algo=algo, seed="7")
+    assert (memo.looked_up, memo.hashed) == (5, 5 + 3)
+    diverged = first[:40] + [7] * 40       # shares 2 whole blocks, then differs
+    assert producer.chain(diverged, 16) == reference(diverged, algo=algo, seed="7")
+    assert (memo.looked_up, memo.hashed) == (5 + 2, 8 + 3)
+    assert producer.chain(first[:35], 16) == reference(first[:35], algo=algo, seed="7")
+    assert (memo.looked_up, memo.hashed) == (9, 11)
+
+
+def test_block_sizes_are_remembered_apart() -> None:
+    producer = BlocksProducer("blocks", BlocksParams())
+    tokens = list(range(64))
+    assert producer.chain(tokens, 16) == reference(tokens, 16)
+    assert producer.chain(tokens, 32) == reference(tokens, 32)
+    assert producer.chain(tokens, 16) == reference(tokens, 16)
+    assert (producer.memos[16].looked_up, producer.memos[32].looked_up) == (4, 0)
+
+
+def test_the_memo_is_bounded_and_chains_stay_exact() -> None:
+    producer = BlocksProducer("blocks", BlocksParams(cache_max_blocks=4))
+    prompts = [list(range(start, start + 16 * 3)) for start in range(0, 400, 50)]
+    for tokens in prompts + prompts[::-1]:
+        assert producer.chain(tokens, 16) == reference(tokens)
+        assert len(producer.memos[16]) <= 4
+    long = list(range(16 * 9))      # more blocks than the memo holds
+    assert producer.chain(long, 16) == reference(long)
+    assert producer.chain(long, 16) == reference(long) and len(producer.memos[16]) <= 4
+
+
+def test_threads_hashing_overlapping_prompts_get_exact_chains() -> None:
+    producer = BlocksProducer("blocks", BlocksParams(cache_max_blocks=64))
+    shared = list(range(16 * 6))
+    prompts = [shared[:16 * (1 + i % 6)] + [i] * 40 for i in range(60)]
+    expected = [reference(tokens) for tokens in prompts]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda tokens: producer.chain(tokens, 16), prompts))
+    assert got == expected
 
 
 def test_no_tokens_no_hashes_and_extra_sizes() -> None:
@@ -57,13 +103,12 @@ def test_no_tokens_no_hashes_and_extra_sizes() -> None:
     assert sorted(request.block_hashes) == [16, 32] and len(request.block_hashes[32]) == 2
 
 
-def test_long_uncached_prompts_ask_to_run_off_the_loop() -> None:
+def test_long_prompts_ask_to_run_off_the_loop() -> None:
     producer = BlocksProducer("blocks", BlocksParams(offload_min_blocks=4))
     request = request_with(list(range(64)))
     assert producer.should_offload(request)
-    producer.produce(request, [make_view("a")])
-    assert not producer.should_offload(request)
-    assert not producer.should_offload(request_with(list(range(32))))
+    assert not producer.should_offload(request_with(list(range(63))))
+    assert not producer.should_offload(request_with([]))
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [

@@ -73,6 +73,15 @@ def test_cache_salt_changes_only_block_zero_key() -> None:
     assert salted[1] == hash_block_tokens(salted[0], tokens[16:])
 
 
+@pytest.mark.parametrize("algo", ["sha256", "builtin"])
+def test_a_chain_continued_from_a_parent_equals_the_whole_chain(algo: str) -> None:
+    tokens = list(range(100, 180))
+    whole = block_hash_chain(tokens, 16, algo=algo, seed="s", cache_salt="t")
+    rest = block_hash_chain(tokens[32:], 16, algo=algo, seed="other", cache_salt="t",
+                            parent=whole[1])
+    assert whole[2:] == rest
+
+
 def test_sha256_cbor_is_sha256_of_canonical_cbor() -> None:
     cbor2 = pytest.importorskip("cbor2")
     parent = none_hash("sha256_cbor")
