@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -61,6 +62,17 @@ def test_a_prompt_extending_one_seen_hashes_only_its_new_blocks(algo: str) -> No
     assert (memo.looked_up, memo.hashed) == (5 + 2, 8 + 3)
     assert producer.chain(first[:35], 16) == reference(first[:35], algo=algo, seed="7")
     assert (memo.looked_up, memo.hashed) == (9, 11)
+
+
+def test_token_arrays_hash_as_lists_do() -> None:
+    producer = BlocksProducer("blocks", BlocksParams())
+    tokens = list(range(300, 380))
+    request = RoutingRequest(request_id="r", model="m")
+    request.prompt_token_ids = array("i", tokens)       # what the tokens producer sets
+    request.num_prompt_tokens = len(tokens)
+    producer.produce(request, [make_view("a", block_size=16), make_view("b", block_size=32)])
+    assert request.block_hashes[16] == reference(tokens, 16)
+    assert request.block_hashes[32] == reference(tokens, 32)
 
 
 def test_block_sizes_are_remembered_apart() -> None:
