@@ -45,6 +45,7 @@ from router.settings import Settings
 from router.state.memory_store import MemoryStateStore
 from router.state.redis_store import RedisStateStore
 from router.state.store import StateStore
+from router.upstream import UpstreamClient
 from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
@@ -97,7 +98,8 @@ async def _state_store(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _workers(app: web.Application) -> AsyncIterator[None]:
-    """The shared keep-alive session to workers, the scraper loop and the director."""
+    """The keep-alive connections to workers (the scraper's session, the proxy's client), the
+    scraper loop and the director."""
     settings = app[SETTINGS]
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0)
     session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
@@ -107,7 +109,8 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
         timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
         fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s)
     app[SCRAPER] = scraper
-    proxy = Proxy(session, settings.connect_timeout_s, settings.upstream_timeout_s)
+    upstream = UpstreamClient(settings.connect_timeout_s, settings.upstream_timeout_s)
+    proxy = Proxy(upstream, settings.upstream_timeout_s)
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
@@ -116,6 +119,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
     yield
     await _stop(task)
+    await upstream.close()
     await session.close()
     close_sinks()
 

@@ -30,6 +30,15 @@ from yarl import URL
 
 from router.errors import UpstreamTimeout, error_body
 from router.proxy_usage import Usage, UsageRewrite, parse_usage
+from router.upstream import (
+    UpstreamClient,
+    UpstreamConnectError,
+    UpstreamConnectTimeout,
+    UpstreamDisconnected,
+    UpstreamError,
+    UpstreamPayloadError,
+    UpstreamResponse,
+)
 
 _EVENT_END = b"\n\n"
 _DONE = b"data: [DONE]"
@@ -56,14 +65,11 @@ class ProxyResult:
 
 
 class Proxy:
-    """Talks to workers over one shared keep-alive ``ClientSession``."""
+    """Talks to workers through one keep-alive ``UpstreamClient``."""
 
-    def __init__(self, session: aiohttp.ClientSession, connect_timeout_s: float,
-                 upstream_timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._session = session
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s,
-                                              connect=connect_timeout_s,
-                                              sock_read=upstream_timeout_s)
+    def __init__(self, client: UpstreamClient, upstream_timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._client = client
         self._upstream_timeout_s = upstream_timeout_s
         self._clock = clock
         # each worker's system_fingerprint (fixed for a server's lifetime), by origin
@@ -74,15 +80,14 @@ class Proxy:
                       stream: bool, wants_usage: bool,
                       on_first_byte: Callable[[], None]) -> ProxyResult:
         try:
-            upstream = await self._session.post(url, data=body, headers=headers,
-                                                timeout=self._timeout)
+            upstream = await self._client.post(url, body, headers)
+        except UpstreamConnectTimeout as exc:
+            raise RetryableUpstream("connect", 502, f"connect timeout to {url}") from exc
         except TimeoutError as exc:
-            if isinstance(exc, aiohttp.ConnectionTimeoutError):
-                raise RetryableUpstream("connect", 502, f"connect timeout to {url}") from exc
             raise self._timeout_error() from exc
-        except aiohttp.ServerDisconnectedError as exc:
+        except (UpstreamDisconnected, UpstreamPayloadError) as exc:
             raise RetryableUpstream("disconnect", 502, f"{url}: {exc}") from exc
-        except (aiohttp.ClientError, OSError) as exc:
+        except (UpstreamConnectError, OSError) as exc:
             raise RetryableUpstream("connect", 502, f"{url}: {exc}") from exc
         try:
             if upstream.status >= 500:
@@ -95,16 +100,15 @@ class Proxy:
             return await self._relay_whole(upstream, response_headers)
         except TimeoutError as exc:
             raise self._timeout_error() from exc
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                aiohttp.ClientOSError) as exc:
+        except (UpstreamError, OSError) as exc:
             raise RetryableUpstream("disconnect", 502, f"{url}: {exc}") from exc
         finally:
-            upstream.close()     # a no-op once fully read; otherwise drops the connection
+            upstream.close()     # a finished answer's connection goes back to the pool
 
     def _timeout_error(self) -> UpstreamTimeout:
         return UpstreamTimeout(f"The worker did not answer within {self._upstream_timeout_s:g} s.")
 
-    async def _relay_whole(self, upstream: aiohttp.ClientResponse,
+    async def _relay_whole(self, upstream: UpstreamResponse,
                            response_headers: Mapping[str, str]) -> ProxyResult:
         data = await upstream.read()
         usage = None
@@ -117,16 +121,16 @@ class Proxy:
                 usage = parse_usage(parsed.get("usage"))
                 if "system_fingerprint" in parsed:
                     fingerprint = parsed["system_fingerprint"]
-                    self._fingerprints[upstream.url.origin()] = (
+                    self._fingerprints[upstream.origin] = (
                         fingerprint if isinstance(fingerprint, str) else None)
         response = web.Response(status=upstream.status, body=data, headers=response_headers,
                                 content_type=upstream.content_type or "application/json")
         return ProxyResult(response, upstream.status, usage, None, self._clock())
 
-    async def _relay_stream(self, request: web.Request, upstream: aiohttp.ClientResponse,
+    async def _relay_stream(self, request: web.Request, upstream: UpstreamResponse,
                             response_headers: Mapping[str, str], wants_usage: bool,
                             on_first_byte: Callable[[], None]) -> ProxyResult:
-        origin = upstream.url.origin()
+        origin = upstream.origin
         rewrite = UsageRewrite(wants_usage, self._fingerprints.get(origin))
         relay = _StreamRelay(request, response_headers, rewrite)
         try:
@@ -135,19 +139,18 @@ class Proxy:
             if rewrite.saw_usage:
                 self._fingerprints[origin] = rewrite.fingerprint
 
-    async def _relay_events(self, upstream: aiohttp.ClientResponse, relay: _StreamRelay,
+    async def _relay_events(self, upstream: UpstreamResponse, relay: _StreamRelay,
                             on_first_byte: Callable[[], None]) -> ProxyResult:
         first_byte_at: float | None = None
         try:
-            async for chunk in upstream.content.iter_any():
+            async for chunk in upstream.chunks():
                 if first_byte_at is None:
                     first_byte_at = self._clock()
                     on_first_byte()
                 if not await relay.feed(chunk):
                     return ProxyResult(relay.response_or_new(), 499, relay.usage,
                                        first_byte_at, self._clock())
-        except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError,
-                aiohttp.ClientOSError) as exc:
+        except (TimeoutError, UpstreamError, OSError) as exc:
             if not relay.started:
                 raise
             await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")

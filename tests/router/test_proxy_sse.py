@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from router.proxy import Proxy, ProxyResult, RetryableUpstream
+from router.upstream import UpstreamClient
 
 CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%d"}}]}\n\n'
 USAGE = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":7,"total_tokens":10,'
@@ -62,8 +63,8 @@ async def relay_url() -> AsyncIterator[tuple[str, list[ProxyResult | Exception]]
     upstream = TestServer(_make_app("/v1/chat/completions", _upstream), host="127.0.0.1")
     await upstream.start_server()
     results: list[ProxyResult | Exception] = []
-    session = aiohttp.ClientSession()
-    proxy = Proxy(session, connect_timeout_s=1.0, upstream_timeout_s=2.0)
+    client = UpstreamClient(connect_timeout_s=1.0, read_timeout_s=2.0)
+    proxy = Proxy(client, upstream_timeout_s=2.0)
 
     async def relay(request: web.Request) -> web.StreamResponse:
         url = str(upstream.make_url("/v1/chat/completions")) + "?" + request.query_string
@@ -80,7 +81,7 @@ async def relay_url() -> AsyncIterator[tuple[str, list[ProxyResult | Exception]]
     front = TestServer(_make_app("/relay", relay), host="127.0.0.1")
     await front.start_server()
     yield str(front.make_url("/relay")), results
-    await session.close()
+    await client.close()
     await front.close()
     await upstream.close()
 

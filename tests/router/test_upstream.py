@@ -1,0 +1,405 @@
+"""``router.upstream``: the proxy's HTTP/1.1 client against raw loopback servers that send
+exactly the bytes each test needs (framing split at awkward places, connections dropped,
+kept alive or closed)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from router.upstream import (
+    UpstreamClient,
+    UpstreamConnectError,
+    UpstreamDisconnected,
+    UpstreamPayloadError,
+)
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+class RawServer:
+    """A loopback server running ``handler(reader, writer, connection_number)`` per
+    connection; remembers the requests' heads and how many connections were made."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.heads: list[bytes] = []
+        self.bodies: list[bytes] = []
+        self.closed_by_client = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._handlers:
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def read_request(self, reader: asyncio.StreamReader) -> bool:
+        """One request head and body; False at the end of the connection."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.closed_by_client.set()
+            return False
+        self.heads.append(head)
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        self.bodies.append(await reader.readexactly(length))
+        return True
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self.handler(reader, writer, self.connections)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+            self._handlers.discard(task)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[UpstreamClient]:
+    upstream = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0)
+    yield upstream
+    await upstream.close()
+
+
+async def serve(handler: Handler) -> tuple[RawServer, str]:
+    server = RawServer(handler)
+    return server, await server.start()
+
+
+def answer(body: bytes, extra: bytes = b"") -> bytes:
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\n"
+            b"Content-Length: %d\r\n%s\r\n" % (len(body), extra) + body)
+
+
+def chunked(*parts: bytes) -> bytes:
+    out = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n")
+    for part in parts:
+        out += b"%x\r\n" % len(part) + part + b"\r\n"
+    return out + b"0\r\n\r\n"
+
+
+async def test_keep_alive_answers_reuse_one_connection(client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b'{"n": %d}' % len(server.bodies)))
+
+    server, base = await serve(handler)
+    for n in (1, 2, 3):
+        response = await client.post(f"{base}/v1/chat/completions?x=1", b'{"a": 1}',
+                                     {"Content-Type": "application/json", "X-Request-Id": "r"})
+        assert (response.status, response.content_type) == (200, "application/json")
+        assert await response.read() == b'{"n": %d}' % n
+        response.close()
+    assert server.connections == 1 and client.idle_connections() == 1
+    head = server.heads[0].decode()
+    assert head.startswith("POST /v1/chat/completions?x=1 HTTP/1.1\r\n")
+    assert f"Host: {base.removeprefix('http://')}\r\n" in head
+    assert "Content-Length: 8\r\n" in head and "X-Request-Id: r\r\n" in head
+    assert server.bodies == [b'{"a": 1}'] * 3
+    await server.stop()
+
+
+@pytest.mark.parametrize("split", [1, 3, 7, 1000])
+async def test_chunked_bodies_are_decoded_however_they_are_cut(
+        client: UpstreamClient, split: int) -> None:
+    events = [b"data: %d\n\n" % i for i in range(5)]
+    wire = chunked(*events)
+    # a chunk extension and a trailer on the last chunk
+    wire = wire.replace(b"\r\n0\r\n\r\n", b"\r\n0;ext=1\r\nTrailer: x\r\n\r\n")
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            for start in range(0, len(wire), split):
+                writer.write(wire[start:start + split])
+                await writer.drain()
+                await asyncio.sleep(0)
+
+    server, base = await serve(handler)
+    for _ in range(2):
+        response = await client.post(f"{base}/s", b"{}", {})
+        assert response.content_type == "text/event-stream"
+        got = [chunk async for chunk in response.chunks()]
+        assert b"".join(got) == b"".join(events) and all(got)
+        response.close()
+    assert server.connections == 1          # reused after a complete chunked body
+    await server.stop()
+
+
+async def test_a_body_read_until_the_connection_ends_is_not_kept(
+        client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil ")
+        await writer.drain()
+        writer.write(b"the end")
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/", b"", {})
+    assert await response.read() == b"until the end"
+    response.close()
+    assert client.idle_connections() == 0
+    await server.stop()
+
+
+async def test_connection_close_and_204_answers(client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        await server.read_request(reader)
+        writer.write(answer(b"bye", b"Connection: close\r\n"))
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/", b"", {})
+    assert response.status == 204 and await response.read() == b""
+    response.close()
+    response = await client.post(f"{base}/", b"", {})
+    assert await response.read() == b"bye"
+    response.close()
+    assert server.connections == 1 and client.idle_connections() == 0
+    await server.stop()
+
+
+async def test_a_pooled_connection_ending_before_any_answer_is_replaced(
+        client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(answer(b"one"))
+        await writer.drain()
+        if n == 1:      # the keep-alive race: closed as the next request arrives
+            await server.read_request(reader)
+            return
+        while await server.read_request(reader):
+            writer.write(answer(b"again"))
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/", b"", {})
+    assert await response.read() == b"one"
+    response.close()
+    response = await client.post(f"{base}/", b"", {})
+    assert await response.read() == b"one"        # the second connection's first answer
+    response.close()
+    assert server.connections == 2 and len(server.heads) == 3
+    await server.stop()
+
+
+async def test_a_closed_idle_connection_is_not_used_again(client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(answer(b"%d" % n))
+        await writer.drain()        # then closes
+
+    server, base = await serve(handler)
+    for n in (1, 2):
+        response = await client.post(f"{base}/", b"", {})
+        assert await response.read() == b"%d" % n
+        response.close()
+        await asyncio.wait_for(_until_idle_closed(client), 5.0)
+    assert server.connections == 2 and len(server.heads) == 2
+    await server.stop()
+
+
+async def _until_idle_closed(client: UpstreamClient) -> None:
+    while any(not c.closed for pool in client._idle.values() for c in pool):
+        await asyncio.sleep(0.01)
+
+
+async def test_bytes_after_an_answer_keep_its_connection_out_of_the_pool(
+        client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(answer(b"body") + b"HTTP/1.1 200 OK\r\n")
+        await server.read_request(reader)
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/", b"", {})
+    assert await response.read() == b"body"
+    response.close()
+    assert client.idle_connections() == 0
+    await server.stop()
+
+
+async def test_a_new_connection_closed_before_the_head_is_an_error(
+        client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-")
+
+    server, base = await serve(handler)
+    with pytest.raises(UpstreamDisconnected):
+        await client.post(f"{base}/", b"", {})
+    assert server.connections == 1
+    await server.stop()
+
+
+@pytest.mark.parametrize(("wire", "message"), [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", "before the body ended"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabc", "before the body ended"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd\r\n",
+     "longer than its size"),
+])
+async def test_bodies_cut_short_or_badly_framed_raise(
+        client: UpstreamClient, wire: bytes, message: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(wire)
+        await writer.drain()
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/", b"", {})
+    with pytest.raises(UpstreamPayloadError, match=message):
+        await response.read()
+    response.close()
+    assert client.idle_connections() == 0
+    await server.stop()
+
+
+async def test_a_bad_status_line_is_a_payload_error(client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
+        await asyncio.sleep(1)
+
+    server, base = await serve(handler)
+    with pytest.raises(UpstreamPayloadError, match="bad status line"):
+        await client.post(f"{base}/", b"", {})
+    await server.stop()
+
+
+async def test_refused_connections_and_other_schemes_are_connect_errors(
+        client: UpstreamClient) -> None:
+    server, base = await serve(lambda reader, writer, n: asyncio.sleep(0))
+    await server.stop()
+    with pytest.raises(UpstreamConnectError, match="cannot connect"):
+        await client.post(f"{base}/", b"", {})
+    with pytest.raises(UpstreamConnectError, match="only http://"):
+        await client.post("https://127.0.0.1:1/", b"", {})
+
+
+async def test_silence_is_a_timeout_and_the_connection_is_dropped() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        if n == 2:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab")
+            await writer.drain()
+        await server.read_request(reader)        # waits for the client to hang up
+
+    server, base = await serve(handler)
+    client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=0.2)
+    with pytest.raises(TimeoutError):
+        await client.post(f"{base}/", b"", {})                # no head at all
+    await asyncio.wait_for(server.closed_by_client.wait(), 5.0)
+    response = await client.post(f"{base}/", b"", {})
+    with pytest.raises(TimeoutError):
+        await response.read()                                  # the body stalls
+    response.close()
+    assert client.idle_connections() == 0
+    await client.close()
+    await server.stop()
+
+
+async def test_closing_an_unfinished_answer_hangs_up(client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+        await writer.drain()
+        await server.read_request(reader)        # EOF once the client hangs up
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/", b"", {})
+    async for chunk in response.chunks():
+        assert chunk == b"abc"
+        break
+    response.close()
+    await asyncio.wait_for(server.closed_by_client.wait(), 5.0)
+    assert client.idle_connections() == 0
+    await server.stop()
+
+
+async def test_a_large_body_is_read_whole_under_flow_control() -> None:
+    body = bytes(range(256)) * 16_384             # 4 MiB, held at most 64 KiB at a time
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(answer(body))
+        await writer.drain()
+
+    server, base = await serve(handler)
+    client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=5.0, high_water=64 * 1024)
+    response = await client.post(f"{base}/", b"", {})
+    received = bytearray()
+    async for chunk in response.chunks():
+        received += chunk
+        await asyncio.sleep(0)
+    assert bytes(received) == body
+    response.close()
+    await client.close()
+    await server.stop()
+
+
+async def test_idle_connections_expire_and_are_bounded() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"ok"))
+
+    server, base = await serve(handler)
+    client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0, keepalive_s=0.0,
+                            max_idle=1)
+    for _ in range(2):
+        response = await client.post(f"{base}/", b"", {})
+        await response.read()
+        response.close()
+        await asyncio.sleep(0.01)
+    assert server.connections == 2                 # the idle one had expired
+    first = await client.post(f"{base}/", b"", {})
+    second = await client.post(f"{base}/", b"", {})
+    for response in (first, second):
+        await response.read()
+        response.close()
+    assert client.idle_connections() == 1          # the second one beyond max_idle closed
+    await client.close()
+    assert client.idle_connections() == 0
+    await server.stop()
+
+
+def test_header_values_with_line_breaks_are_refused() -> None:
+    async def post() -> None:
+        client = UpstreamClient(connect_timeout_s=1.0, read_timeout_s=1.0)
+        await client.post("http://127.0.0.1:9/", b"", {"X-Bad": "a\r\nInjected: 1"})
+
+    with pytest.raises(ValueError, match="line break"):
+        asyncio.run(post())
