@@ -338,7 +338,7 @@ class UpstreamClient:
             raise UpstreamConnectError(f"only http:// URLs are supported, not {str(target)!r}")
         port = target.port or 80
         key = (target.host, port)
-        request = _request_bytes(target, body, headers)
+        request = encode_request(target, body, headers)
         while True:
             connection = self._pooled(key)
             reused = connection is not None
@@ -408,9 +408,13 @@ class UpstreamClient:
         connections.append(connection)
 
 
-def _request_bytes(url: URL, body: bytes, headers: Mapping[str, str]) -> bytes:
+def encode_request(url: URL, body: bytes, headers: Mapping[str, str]) -> bytes:
+    """The request's bytes: ``POST``, ``Host``, the given headers (less the hop-by-hop and
+    framing ones this client sets itself), ``Content-Length``, the body."""
     target = url.raw_path_qs or "/"
     host = url.raw_host or ""
+    if ":" in host:
+        host = f"[{host}]"          # an IPv6 literal
     if url.port is not None and not url.is_default_port():
         host = f"{host}:{url.port}"
     lines = [f"POST {target} HTTP/1.1", f"Host: {host}"]

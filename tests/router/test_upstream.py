@@ -8,12 +8,14 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from yarl import URL
 
 from router.upstream import (
     UpstreamClient,
     UpstreamConnectError,
     UpstreamDisconnected,
     UpstreamPayloadError,
+    encode_request,
 )
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
@@ -394,6 +396,17 @@ async def test_idle_connections_expire_and_are_bounded() -> None:
     await client.close()
     assert client.idle_connections() == 0
     await server.stop()
+
+
+def test_request_heads() -> None:
+    head = encode_request(URL("http://[::1]:8001/v1/completions?a=b%20c"), b"xy",
+                          {"Content-Type": "application/json", "Connection": "close",
+                           "content-length": "99", "Authorization": "Bearer k"})
+    assert head == (b"POST /v1/completions?a=b%20c HTTP/1.1\r\nHost: [::1]:8001\r\n"
+                    b"Content-Type: application/json\r\nAuthorization: Bearer k\r\n"
+                    b"Content-Length: 2\r\n\r\nxy")
+    assert encode_request(URL("http://worker/"), b"", {}).startswith(
+        b"POST / HTTP/1.1\r\nHost: worker\r\n")
 
 
 def test_header_values_with_line_breaks_are_refused() -> None:
