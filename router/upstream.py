@@ -66,6 +66,8 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -181,12 +183,15 @@ class _Connection(asyncio.Protocol):
             self._feed_chunked(data)
 
     def _feed_chunked(self, data: bytes) -> None:
+        if self._line:        # a size or end-of-chunk line split across reads
+            data = bytes(self._line) + data
+            self._line = bytearray()
         position, end = 0, len(data)
         while position < end and not self.complete:
             state = self._chunk_state
             if state == "data":
                 take = min(self._remaining, end - position)
-                self._push(data[position:position + take])
+                self._push(data[position:position + take] if take < end else data)
                 position += take
                 self._remaining -= take
                 if self._remaining == 0:
@@ -198,10 +203,9 @@ class _Connection(asyncio.Protocol):
                 if len(self._line) > MAX_HEAD:
                     raise UpstreamPayloadError("chunk line too long")
                 return
-            self._line += data[position:newline]
+            stop = newline - 1 if newline > position and data[newline - 1] == 13 else newline
+            line = data[position:stop]         # without its CR LF
             position = newline + 1
-            line = bytes(self._line).rstrip(b"\r")
-            self._line = bytearray()
             if state == "size":
                 size_text = line.split(b";", 1)[0].strip()
                 try:
@@ -243,13 +247,35 @@ class _Connection(asyncio.Protocol):
 
     # --- for UpstreamResponse ------------------------------------------------------------
     async def wait(self, timeout_s: float) -> None:
-        """Until something changes (data, the end, an error), at most ``timeout_s``."""
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        """Until something changes (data, the end, an error); ``TimeoutError`` when nothing
+        does for ``timeout_s``. One timer per connection, moved lazily: it is armed when
+        none is pending and, when it fires before the deadline, armed again for it, so a
+        stream of reads does not create and cancel a timer each."""
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + timeout_s
+        if self._timer is None:
+            self._timer = loop.call_at(self._deadline, self._on_timer)
+        waiter = self._waiter = loop.create_future()
         try:
-            async with asyncio.timeout(timeout_s):
-                await waiter
+            await waiter
         finally:
             self._waiter = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        loop = waiter.get_loop()
+        if loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._on_timer)
+        else:
+            waiter.set_exception(TimeoutError())
+
+    def stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def take(self) -> bytes:
         """The body bytes received and not yet taken."""
@@ -311,6 +337,7 @@ class UpstreamResponse:
         connection, self._connection = self._connection, None
         if connection is None:
             return
+        connection.stop_timer()
         if connection.complete and connection.reusable and not connection.closed:
             self._client._release(self._key, connection)
         elif connection.transport is not None:
@@ -352,9 +379,11 @@ class UpstreamClient:
                     await connection.wait(self.read_timeout_s)
             except UpstreamDisconnected:
                 if reused and not connection.received_any:
+                    connection.stop_timer()
                     continue        # the worker closed this idle connection: send anew
                 raise
             except BaseException:
+                connection.stop_timer()
                 if connection.transport is not None:
                     connection.transport.close()
                 raise
