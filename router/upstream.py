@@ -406,7 +406,9 @@ class UpstreamClient:
         oldest_allowed = time.monotonic() - self.keepalive_s
         while connections:
             connection = connections.pop()
-            if not connection.closed and connection.idle_since >= oldest_allowed:
+            transport = connection.transport
+            if (not connection.closed and connection.idle_since >= oldest_allowed
+                    and transport is not None and not transport.is_closing()):
                 return connection
             if connection.transport is not None:
                 connection.transport.close()
