@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
 
+from workers.exposition import ExpositionError, parse_sample_line
 from workers.models import WorkerInfo, WorkerSnapshot
 from workers.registry import WorkerRegistry
 
@@ -78,34 +78,35 @@ def _as_int(value: str | None) -> int | None:
 
 def parse_metrics(text: str) -> MetricsSample:
     """Parse the vLLM gauges and counters the router uses (summed over engines)."""
-    lines = [line for line in text.splitlines() if line.startswith(_WANTED)]
     totals: dict[str, float] = {}
     kv_values: list[float] = []
     block_size: int | None = None
     num_blocks: int | None = None
     loras: set[str] = set()
     try:
-        families = list(text_string_to_metric_families("\n".join(lines) + "\n"))
-    except Exception as exc:
-        raise MetricsParseError(f"unparsable metrics: {exc}") from exc
-    for family in families:
-        for sample in family.samples:
+        samples = [parse_sample_line(line) for line in text.splitlines()
+                   if line.startswith(_WANTED)]
+        for sample in samples:
             name = _metric_name(sample.name)
             if name.endswith("_created") or math.isnan(sample.value):
                 continue
             if name in _KV_NAMES:
                 kv_values.append(sample.value)
             elif name == "vllm:cache_config_info":
-                block_size = block_size or _as_int(sample.labels.get("block_size"))
-                blocks = _as_int(sample.labels.get("num_gpu_blocks"))
+                labels = sample.labels()
+                block_size = block_size or _as_int(labels.get("block_size"))
+                blocks = _as_int(labels.get("num_gpu_blocks"))
                 if blocks is not None:
                     num_blocks = (num_blocks or 0) + blocks
             elif name == "vllm:lora_requests_info":
+                labels = sample.labels()
                 for key in ("running_lora_adapters", "waiting_lora_adapters"):
-                    loras.update(a for a in sample.labels.get(key, "").split(",") if a)
+                    loras.update(a for a in labels.get(key, "").split(",") if a)
             else:
                 key = name.replace("vllm:gpu_prefix_cache_", "vllm:prefix_cache_")
                 totals[key] = totals.get(key, 0.0) + sample.value
+    except ExpositionError as exc:
+        raise MetricsParseError(f"unparsable metrics: {exc}") from exc
     for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
         if name not in totals and _declared(text, name):
             totals[name] = 0.0          # declared, no sample yet: nothing has run
