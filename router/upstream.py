@@ -116,7 +116,6 @@ class _Connection(asyncio.Protocol):
             self._fail(exc)
             if self.transport is not None:
                 self.transport.close()
-            return
         self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -407,7 +406,8 @@ class UpstreamClient:
         while connections:
             connection = connections.pop()
             transport = connection.transport
-            if (not connection.closed and connection.idle_since >= oldest_allowed
+            if (connection.reusable and not connection.closed
+                    and connection.idle_since >= oldest_allowed
                     and transport is not None and not transport.is_closing()):
                 return connection
             if connection.transport is not None:

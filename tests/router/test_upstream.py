@@ -231,6 +231,29 @@ async def _until_idle_closed(client: UpstreamClient) -> None:
         await asyncio.sleep(0.01)
 
 
+async def test_bytes_on_an_idle_connection_keep_it_from_being_used_again(
+        client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(answer(b"%d" % n))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"HTTP/1.1 200 OK\r\n")      # unasked for, while the connection idles
+        while await server.read_request(reader):
+            writer.write(answer(b"late"))
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/", b"", {})
+    assert await response.read() == b"1"
+    response.close()
+    await asyncio.sleep(0.2)
+    response = await client.post(f"{base}/", b"", {})
+    assert await response.read() == b"2"           # a new connection
+    response.close()
+    await server.stop()
+
+
 async def test_bytes_after_an_answer_keep_its_connection_out_of_the_pool(
         client: UpstreamClient) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
