@@ -1,5 +1,5 @@
 """CPU per request of the proxy's hop to a worker: aiohttp's ClientSession against
-``router.upstream.UpstreamClient``, the client the proxy uses.
+``workers.upstream.UpstreamClient``, the client the proxy uses.
 
 A local aiohttp server in its own process (the emulator's server stack) answers a POST with
 a 190-byte JSON body, or with an 18-event SSE stream written event by event. In this process
@@ -70,7 +70,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
 
     from bench.launch import free_port, pinned
-    from router.upstream import UpstreamClient
+    from workers.upstream import UpstreamClient
 
     _pin(args.client_cpu)
     port = free_port()

@@ -16,7 +16,6 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable
 
-import aiohttp
 from aiohttp import web
 
 from policies.reloader import PolicyReloader
@@ -34,7 +33,6 @@ from router.keys import (
     POLICY,
     REGISTRY,
     SCRAPER,
-    SESSION,
     SETTINGS,
     STORE,
 )
@@ -45,11 +43,11 @@ from router.settings import Settings
 from router.state.memory_store import MemoryStateStore
 from router.state.redis_store import RedisStateStore
 from router.state.store import StateStore
-from router.upstream import UpstreamClient
 from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
 from workers.task_cancel import cancel_and_wait
+from workers.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +96,12 @@ async def _state_store(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _workers(app: web.Application) -> AsyncIterator[None]:
-    """The keep-alive connections to workers (the scraper's session, the proxy's client), the
+    """The keep-alive connections to workers (the scraper's and the proxy's clients), the
     scraper loop and the director."""
     settings = app[SETTINGS]
-    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0)
-    session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
-    app[SESSION] = session
+    scrapes = UpstreamClient(settings.connect_timeout_s, settings.scrape_timeout_s)
     scraper = WorkerScraper(
-        app[REGISTRY], session, interval_s=settings.scrape_interval_s,
+        app[REGISTRY], scrapes, interval_s=settings.scrape_interval_s,
         timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
         fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s)
     app[SCRAPER] = scraper
@@ -120,7 +116,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     yield
     await _stop(task)
     await upstream.close()
-    await session.close()
+    await scrapes.close()
     close_sinks()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import aiohttp
 from aiohttp import web
 
 from policies.reloader import PolicyReloader
@@ -22,7 +21,6 @@ METRICS = web.AppKey("metrics", RouterMetrics)
 REGISTRY = web.AppKey("registry", WorkerRegistry)
 STORE = web.AppKey("store", StateStore)
 DECISIONS = web.AppKey("decisions", DecisionLog)
-SESSION = web.AppKey("session", aiohttp.ClientSession)
 SCRAPER = web.AppKey("scraper", WorkerScraper)
 DIRECTOR = web.AppKey("director", Director)
 POLICY = web.AppKey("policy", PolicyReloader)

@@ -30,7 +30,7 @@ from yarl import URL
 
 from router.errors import UpstreamTimeout, error_body
 from router.proxy_usage import Usage, UsageRewrite, parse_usage
-from router.upstream import (
+from workers.upstream import (
     UpstreamClient,
     UpstreamConnectError,
     UpstreamConnectTimeout,

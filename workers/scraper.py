@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-import aiohttp
 import orjson
 
 from workers.exposition import ExpositionError, parse_sample_line
 from workers.models import WorkerInfo, WorkerSnapshot
 from workers.registry import WorkerRegistry
+from workers.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -152,14 +152,14 @@ def parse_models(payload: Any, default_model: str) -> ModelsSample:
 class WorkerScraper:
     """One polling loop over all workers of a registry."""
 
-    def __init__(self, registry: WorkerRegistry, session: aiohttp.ClientSession, *,
+    def __init__(self, registry: WorkerRegistry, client: UpstreamClient, *,
                  interval_s: float, timeout_s: float, models_interval_s: float,
                  fail_threshold: int, slow_grace_s: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._registry = registry
-        self._session = session
+        self._client = client
         self._interval = interval_s
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s        # for a whole GET, connect to last byte
         self._models_interval = models_interval_s
         self._fail_threshold = fail_threshold
         self._slow_grace = slow_grace_s
@@ -189,7 +189,7 @@ class WorkerScraper:
         except TimeoutError:
             self._record_failure(info, now, "timed out", slow=True)
             return
-        except (aiohttp.ClientError, OSError, MetricsParseError, orjson.JSONDecodeError,
+        except (UpstreamError, OSError, MetricsParseError, orjson.JSONDecodeError,
                 UnicodeDecodeError) as exc:
             self._record_failure(info, now, _describe(exc), slow=False)
             return
@@ -243,7 +243,7 @@ class WorkerScraper:
         try:
             body = await self._get_bytes(f"{info.url}/v1/models")
             sample = parse_models(orjson.loads(body), info.models[0])
-        except (TimeoutError, aiohttp.ClientError, MetricsParseError,
+        except (TimeoutError, UpstreamError, OSError, MetricsParseError,
                 orjson.JSONDecodeError) as exc:
             log.debug("worker %s: /v1/models failed: %s", info.id, _describe(exc))
             return cached[1] if cached else None
@@ -251,10 +251,14 @@ class WorkerScraper:
         return sample
 
     async def _get_bytes(self, url: str) -> bytes:
-        async with self._session.get(url, timeout=self._timeout) as resp:
-            if resp.status != 200:
-                raise MetricsParseError(f"GET {url}: HTTP {resp.status}")
-            return await resp.read()
+        async with asyncio.timeout(self._timeout_s):
+            response = await self._client.get(url)
+            try:
+                if response.status != 200:
+                    raise MetricsParseError(f"GET {url}: HTTP {response.status}")
+                return await response.read()
+            finally:
+                response.close()
 
     async def _get_text(self, url: str) -> str:
         return (await self._get_bytes(url)).decode("utf-8")

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from router.proxy import Proxy, ProxyResult, RetryableUpstream
-from router.upstream import UpstreamClient
+from workers.upstream import UpstreamClient
 
 CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%d"}}]}\n\n'
 USAGE = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":7,"total_tokens":10,'

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -20,6 +19,7 @@ from workers.inflight import InflightTracker
 from workers.models import WorkerInfo
 from workers.registry import WorkerRegistry
 from workers.scraper import MetricsParseError, WorkerScraper, parse_metrics, parse_models
+from workers.upstream import UpstreamClient
 
 SAMPLE = Path(__file__).resolve().parents[2].parent / "shared/reference/vllm-metrics-sample.txt"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -142,14 +142,23 @@ class _Clock:
         return self.now
 
 
+@contextlib.asynccontextmanager
+async def upstream_client() -> AsyncIterator[UpstreamClient]:
+    client = UpstreamClient(connect_timeout_s=1.0, read_timeout_s=5.0)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
 async def test_scraper_marks_down_after_threshold_and_up_on_recovery(
         worker: tuple[_Worker, str]) -> None:
     state, url = worker
     inflight = InflightTracker()
     registry = WorkerRegistry([_info(url)], inflight)
     clock = _Clock()
-    async with aiohttp.ClientSession() as session:
-        scraper = WorkerScraper(registry, session, interval_s=0.2, timeout_s=2.0,
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
                                 models_interval_s=5.0, fail_threshold=3, clock=clock)
         inflight.on_dispatch("w0", 10, 20)
         await scraper.scrape_once()
@@ -182,8 +191,8 @@ async def test_scraper_marks_down_after_threshold_and_up_on_recovery(
 
 async def test_scraper_unreachable_worker_never_healthy() -> None:
     registry = WorkerRegistry([_info("http://127.0.0.1:9")], InflightTracker())
-    async with aiohttp.ClientSession() as session:
-        scraper = WorkerScraper(registry, session, interval_s=0.2, timeout_s=1.0,
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=1.0,
                                 models_interval_s=5.0, fail_threshold=3)
         await scraper.scrape_once()
     snap = registry.snapshot("w0")
@@ -195,8 +204,8 @@ async def test_scraper_http_error_counts_as_failure(worker: tuple[_Worker, str])
     state, url = worker
     state.mode = "error"
     registry = WorkerRegistry([_info(url)], InflightTracker())
-    async with aiohttp.ClientSession() as session:
-        scraper = WorkerScraper(registry, session, interval_s=0.2, timeout_s=1.0,
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=1.0,
                                 models_interval_s=5.0, fail_threshold=3)
         await scraper.scrape_once()
     snap = registry.snapshot("w0")
@@ -224,8 +233,8 @@ async def test_run_loops_per_worker_so_a_slow_worker_delays_only_itself(
     fast_info = _info(url)
     slow_info = dataclasses.replace(_info(str(server.make_url("")).rstrip("/")), id="slow")
     registry = WorkerRegistry([fast_info, slow_info], InflightTracker())
-    async with aiohttp.ClientSession() as session:
-        scraper = WorkerScraper(registry, session, interval_s=0.05, timeout_s=2.0,
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.05, timeout_s=2.0,
                                 models_interval_s=5.0, fail_threshold=3)
         task = asyncio.create_task(scraper.run())
         await asyncio.sleep(0.5)
@@ -241,8 +250,8 @@ async def test_slow_worker_stays_up_for_the_grace_period(worker: tuple[_Worker, 
     state, url = worker
     registry = WorkerRegistry([_info(url)], InflightTracker())
     clock = _Clock()
-    async with aiohttp.ClientSession() as session:
-        scraper = WorkerScraper(registry, session, interval_s=0.2, timeout_s=0.1,
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=0.1,
                                 models_interval_s=5.0, fail_threshold=3, slow_grace_s=10.0,
                                 clock=clock)
         await scraper.scrape_once()

@@ -1,14 +1,15 @@
-"""The proxy's HTTP/1.1 client for its one hop to a worker: POST a body, relay the answer.
+"""The HTTP/1.1 client for the router's hops to workers: the proxy's POSTs, the scraper's GETs.
 
 aiohttp's ``ClientSession`` spends about 150 µs of CPU on each request it sends (request and
 response objects, timers, tracing and cookie hooks, a stream reader per body): a third of
-what the router spends per request. This client does only what the proxy needs. It keeps
+what the router spends per request. This client does only what those hops need. It keeps
 pools of keep-alive connections per worker (``asyncio.Protocol`` objects), writes each
 request in one write, reads the response head once and hands the body on as it arrives,
 framed by ``Content-Length``, by the chunked transfer coding, or by the end of the
 connection.
 
-* ``post(url, body, headers)`` returns an ``UpstreamResponse`` once the response head is in:
+* ``post(url, body, headers)`` (and ``get(url)``) returns an ``UpstreamResponse`` once the
+  response head is in:
   ``status``, ``content_type``, ``headers``; then ``read()`` (the whole body) or ``chunks()``
   (body bytes as they arrive), and ``close()``, which returns a finished connection to its
   pool and drops an unfinished one (closing the connection is what makes vLLM abort).
@@ -45,8 +46,8 @@ class UpstreamConnectError(UpstreamError):
     """No connection could be made."""
 
 
-class UpstreamConnectTimeout(UpstreamError):
-    """No connection within the connect timeout."""
+class UpstreamConnectTimeout(UpstreamError, TimeoutError):
+    """No connection within the connect timeout (a ``TimeoutError`` too)."""
 
 
 class UpstreamDisconnected(UpstreamError):
@@ -359,12 +360,21 @@ class UpstreamClient:
 
     async def post(self, url: str | URL, body: bytes,
                    headers: Mapping[str, str]) -> UpstreamResponse:
+        return await self.request("POST", url, body, headers)
+
+    async def get(self, url: str | URL) -> UpstreamResponse:
+        return await self.request("GET", url, None, {})
+
+    async def request(self, method: str, url: str | URL, body: bytes | None,
+                      headers: Mapping[str, str]) -> UpstreamResponse:
+        """Send ``method`` (``body``: None sends none and no ``Content-Length``) and return
+        the answer once its head is in."""
         target = url if isinstance(url, URL) else URL(url)
         if target.scheme != "http" or not target.host:
             raise UpstreamConnectError(f"only http:// URLs are supported, not {str(target)!r}")
         port = target.port or 80
         key = (target.host, port)
-        request = encode_request(target, body, headers)
+        request = encode_request(target, body, headers, method)
         while True:
             connection = self._pooled(key)
             reused = connection is not None
@@ -439,16 +449,18 @@ class UpstreamClient:
         connections.append(connection)
 
 
-def encode_request(url: URL, body: bytes, headers: Mapping[str, str]) -> bytes:
-    """The request's bytes: ``POST``, ``Host``, the given headers (less the hop-by-hop and
-    framing ones this client sets itself), ``Content-Length``, the body."""
+def encode_request(url: URL, body: bytes | None, headers: Mapping[str, str],
+                   method: str = "POST") -> bytes:
+    """The request's bytes: the request line, ``Host``, the given headers (less the
+    hop-by-hop and framing ones this client sets itself), ``Content-Length`` when there is a
+    body, the body."""
     target = url.raw_path_qs or "/"
     host = url.raw_host or ""
     if ":" in host:
         host = f"[{host}]"          # an IPv6 literal
     if url.port is not None and not url.is_default_port():
         host = f"{host}:{url.port}"
-    lines = [f"POST {target} HTTP/1.1", f"Host: {host}"]
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     for name, value in headers.items():
         lowered = name.lower()
         if lowered in ("host", "content-length", "transfer-encoding", "connection"):
@@ -456,5 +468,6 @@ def encode_request(url: URL, body: bytes, headers: Mapping[str, str]) -> bytes:
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
             raise ValueError(f"header {name!r} contains a line break")
         lines.append(f"{name}: {value}")
-    lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + body
+    if body is not None:
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + (body or b"")

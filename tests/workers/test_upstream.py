@@ -1,4 +1,4 @@
-"""``router.upstream``: the proxy's HTTP/1.1 client against raw loopback servers that send
+"""``workers.upstream``: the proxy's HTTP/1.1 client against raw loopback servers that send
 exactly the bytes each test needs (framing split at awkward places, connections dropped,
 kept alive or closed)."""
 
@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from yarl import URL
 
-from router.upstream import (
+from workers.upstream import (
     UpstreamClient,
     UpstreamConnectError,
     UpstreamDisconnected,
@@ -55,8 +55,8 @@ class RawServer:
             self.closed_by_client.set()
             return False
         self.heads.append(head)
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
         self.bodies.append(await reader.readexactly(length))
         return True
 
@@ -430,6 +430,25 @@ def test_request_heads() -> None:
                     b"Content-Length: 2\r\n\r\nxy")
     assert encode_request(URL("http://worker/"), b"", {}).startswith(
         b"POST / HTTP/1.1\r\nHost: worker\r\n")
+    assert encode_request(URL("http://worker:80/metrics"), None, {}, "GET") == (
+        b"GET /metrics HTTP/1.1\r\nHost: worker\r\n\r\n")
+
+
+async def test_gets_share_the_keep_alive_pool(client: UpstreamClient) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"metrics %d" % len(server.heads)))
+
+    server, base = await serve(handler)
+    for n in (1, 2):
+        response = await client.get(f"{base}/metrics")
+        assert (response.status, await response.read()) == (200, b"metrics %d" % n)
+        response.close()
+    assert server.connections == 1
+    assert server.heads[0].startswith(b"GET /metrics HTTP/1.1\r\n")
+    assert b"Content-Length" not in server.heads[0] and server.bodies == [b"", b""]
+    await server.stop()
 
 
 def test_header_values_with_line_breaks_are_refused() -> None:
