@@ -3,6 +3,7 @@ the openai client, and stops everything on Ctrl-C (SIGINT)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -45,6 +46,26 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
+def _stop_with_children(proc: subprocess.Popen[bytes], fleet: Path) -> None:
+    """After a failed check: stop ``kvroute up`` as Ctrl-C would; if that does not end it,
+    kill it and then the emulator processes it started for ``fleet`` (by pid, each checked
+    by its command line first), so that none outlives the test."""
+    if proc.poll() is not None:
+        return
+    children = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=15)
+        return
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for pid in children:
+        with contextlib.suppress(OSError):
+            if str(fleet).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize(("layout", "emulators"), [("one", 1), ("each", 2)])
 def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path, layout: str,
                                                   emulators: int) -> None:
@@ -69,9 +90,7 @@ def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path, layout: str,
         os.kill(proc.pid, signal.SIGINT)
         stdout, _ = proc.communicate(timeout=15)
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _stop_with_children(proc, fleet)
     assert proc.returncode == 0
     text = stdout.decode()
     assert f"curl -s http://localhost:{port}/v1/chat/completions" in text
