@@ -4,7 +4,7 @@
 kvroute sim --trace ../shared/traces/mooncake_conversation_trace.jsonl.gz \\
     --fleet config/fleets/bench-mixed.yaml --policies kvroute,round-robin,dynamo-kv \\
     --out out/sim-mooncake [--rate-scale 1.0] [--goodput] [--limit N] [--duration S] [--seed N]
-    [--jitter S] [--jobs N]
+    [--jitter S] [--jobs N] [--kv-events]
 ```
 
 Writes ``OUT/summary.json`` (schema in ``docs/sim.md``), ``OUT/summary.md``, the plots
@@ -45,6 +45,9 @@ def register(subparsers: Any) -> None:
                              "(3 spreads Mooncake's 3 s timestamp buckets)")
     parser.add_argument("--scrape-interval", type=float, default=None,
                         help="seconds between worker snapshots (default: the router's)")
+    parser.add_argument("--kv-events", action="store_true",
+                        help="engines publish KV events and the policies' prefix plugins "
+                             "follow them (exact index), as with workers' --kv-events")
     parser.add_argument("--jobs", type=int, default=1, help="policies simulated in parallel")
     parser.set_defaults(func=main)
 
@@ -71,5 +74,6 @@ def main(args: argparse.Namespace) -> int:
         trace=args.trace, trace_format=args.trace_format, fleet=args.fleet,
         policies=tuple(policies), out=args.out, rate_scale=args.rate_scale,
         goodput=args.goodput, limit=args.limit, duration_s=args.duration, seed=args.seed,
-        scrape_interval_s=args.scrape_interval, jobs=max(1, args.jobs), jitter_s=args.jitter)
+        scrape_interval_s=args.scrape_interval, jobs=max(1, args.jobs), jitter_s=args.jitter,
+        kv_events=args.kv_events)
     return run_session(request)

@@ -38,6 +38,7 @@ class PolicyJob:
     scrape_interval_s: float = 0.2
     goodput: bool = False
     jitter_s: float = 0.0
+    kv_events: bool = False
 
 
 @dataclass(slots=True)
@@ -61,7 +62,8 @@ def run_policy(job: PolicyJob, progress: Progress | None = None,
     base = load_job_trace(job)
     fleet = load_fleet(job.fleet_path)
     routing = resolve_policy(job.policy)
-    settings = SimulationSettings(scrape_interval_s=job.scrape_interval_s, seed=job.seed)
+    settings = SimulationSettings(scrape_interval_s=job.scrape_interval_s, seed=job.seed,
+                                  kv_events=job.kv_events)
     clock = PrefillClock(fleet.workers[0].info.model_spec)
     if ceiling is None:
         ceiling = prefix_ceiling(base)

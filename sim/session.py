@@ -49,6 +49,7 @@ class SimulationRequest:
     scrape_interval_s: float | None = None
     jobs: int = 1
     jitter_s: float = 0.0
+    kv_events: bool = False
 
 
 def run_session(request: SimulationRequest) -> int:
@@ -63,7 +64,8 @@ def run_session(request: SimulationRequest) -> int:
             policy="", trace_path=request.trace, fleet_path=request.fleet,
             trace_format=request.trace_format, limit=request.limit,
             duration_s=request.duration_s, rate_scale=request.rate_scale, seed=request.seed,
-            scrape_interval_s=interval, goodput=request.goodput, jitter_s=request.jitter_s)
+            scrape_interval_s=interval, goodput=request.goodput, jitter_s=request.jitter_s,
+            kv_events=request.kv_events)
         trace = load_job_trace(template)
     except (TraceError, FleetConfigError, RoutingConfigError, UnknownPolicyError) as exc:
         print(f"kvroute sim: {exc}", file=sys.stderr)
@@ -79,7 +81,8 @@ def run_session(request: SimulationRequest) -> int:
     entries = {policy_label(run.policy): run.summary for run in runs}
     meta = {"trace": trace_meta(template, trace, ceiling, pooled), "fleet": fleet_meta(fleet),
             "settings": {"scrape_interval_s": interval, "seed": request.seed,
-                         "hash_algo": SimulationSettings().hash_algo}}
+                         "hash_algo": SimulationSettings().hash_algo,
+                         "kv_events": request.kv_events}}
     path = write_summary(out, meta, entries)
     for run in runs:
         write_requests_csv(out / "requests" / f"{policy_label(run.policy)}.csv", run.records)

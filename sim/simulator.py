@@ -12,6 +12,12 @@ Events, in virtual seconds from the first arrival:
   outputs of the steps that ended meanwhile update the tracker (first token, completion)
   and the policy's observers (``on_completed``).
 
+With ``kv_events`` on, every engine publishes KV events as a live vLLM does, and they reach an
+``ExactPrefixIndex`` attached to the policy's prefix plugins when the steps that made them
+end, as the router's subscriber feeds it (``router/kv_event_feed.py``). The engines then
+hash blocks with the policy's ``blocks`` producer algorithm and seed, as workers and router
+must agree live. Without it the prefix plugins know only their routing history.
+
 A request the policy finds no worker for, or that exceeds the chosen worker's context or KV
 cache, is rejected and recorded as such.
 """
@@ -20,21 +26,24 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from policies.base import Decision, RequestOutcome, RoutingRequest
 from policies.engine import PolicyEngine
+from policies.producers.blocks import BlocksProducer
 from policies.producers.runner import run_producers_sync
 from policies.producers.tokens import TokensProducer
 from sim.metrics import RequestRecord, WorkerUsage, allocate_costs, slo_ttft_target
 from sim.prefill_clock import PrefillClock
 from sim.traces import Trace, TraceRequest
-from sim.worker import FirstToken, SimWorker
+from sim.worker import FirstToken, KvEventsLanding, SimWorker
 from workers.engine.api import EngineConfig, EngineRequest, RequestStats
 from workers.engine.capacity import config_limits
 from workers.engine.core import EngineCore
 from workers.fleet import FleetConfig
 from workers.inflight import InflightTracker
+from workers.kv_events.exact_index import ExactPrefixIndex
+from workers.kv_events.wiring import attach
 from workers.models import WorkerInfo, WorkerView
 from workers.views import build_view
 
@@ -54,6 +63,8 @@ class SimulationSettings:
     hash_algo: str = DEFAULT_HASH_ALGO
     seed: int = 0
     num_gpu_blocks: int | None = None      # None: derived from each GPU's memory
+    kv_events: bool = False                # engines publish KV events to the policy
+    hash_seed: str | None = None           # the engines' NONE_HASH seed (vLLM's default)
 
 
 @dataclass(slots=True)
@@ -95,7 +106,20 @@ def engine_config(info: WorkerInfo, settings: SimulationSettings, index: int) ->
     """The engine configuration of the fleet's ``index``-th worker in a simulation."""
     return EngineConfig(model=info.model_spec, gpu=info.gpu,
                         tensor_parallel=info.tensor_parallel, hash_algo=settings.hash_algo,
+                        hash_seed=settings.hash_seed, enable_kv_events=settings.kv_events,
                         seed=settings.seed + index, num_gpu_blocks=settings.num_gpu_blocks)
+
+
+def kv_event_settings(settings: SimulationSettings, policy: PolicyEngine) -> SimulationSettings:
+    """``settings`` for ``policy``: with KV events on, the engines hash blocks as the policy's
+    ``blocks`` producer does (else the exact index could never match); a policy without one
+    has no use for events, which are then left off."""
+    if not settings.kv_events:
+        return settings
+    producer = next((p for p in policy.producers if isinstance(p, BlocksProducer)), None)
+    if producer is None:
+        return replace(settings, kv_events=False)
+    return replace(settings, hash_algo=producer.algo, hash_seed=producer.seed)
 
 
 def build_workers(fleet: FleetConfig, settings: SimulationSettings) -> list[SimWorker]:
@@ -113,8 +137,12 @@ class Simulation:
                  on_decision: Callable[[DecisionPoint], None] | None = None) -> None:
         self.trace = trace
         self.policy = policy
-        self.settings = settings or SimulationSettings()
-        self.workers = build_workers(fleet, self.settings)
+        self.settings = settings = kv_event_settings(settings or SimulationSettings(), policy)
+        self.exact_index: ExactPrefixIndex | None = None
+        if settings.kv_events:
+            self.exact_index = ExactPrefixIndex()
+            attach(policy, self.exact_index)
+        self.workers = build_workers(fleet, settings)
         self._by_id = {w.info.id: w for w in self.workers}
         self.tracker = InflightTracker()
         self._model = fleet.workers[0].info.models[0]
@@ -126,7 +154,8 @@ class Simulation:
         self._producers = [p for p in policy.producers if not isinstance(p, TokensProducer)]
         self._live: dict[str, _Dispatched] = {}
         self._records: list[RequestRecord] = []
-        self._landings: list[tuple[float, int, int, FirstToken | RequestStats]] = []
+        self._landings: list[tuple[float, int, int,
+                                   FirstToken | RequestStats | KvEventsLanding]] = []
         self._sequence = 0
 
     def run(self) -> SimulationResult:
@@ -158,6 +187,9 @@ class Simulation:
             _, _, index, item = heapq.heappop(heap)
             if isinstance(item, FirstToken):
                 self._first_token(self.workers[index], item.request_id)
+            elif isinstance(item, KvEventsLanding):
+                if self.exact_index is not None:
+                    self.exact_index.apply_events(item.worker_id, item.events)
             else:
                 self._finish(item)
 

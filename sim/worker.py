@@ -4,15 +4,16 @@ The engine is clock-free; this class owns its clock. A step started at ``t`` wit
 ``d`` makes its outputs visible at ``t + d``; requests submitted meanwhile join the next step,
 as in a live vLLM whose busy loop picks them up between steps. ``advance_to(t)`` runs every
 step that starts before ``t`` (``EngineCore.advance`` coalesces pure-decode stretches) and
-returns what those steps made visible, each with its own time — first tokens and finished
-requests — so the simulator can apply them in global time order.
+returns what those steps made visible, each with its own time — first tokens, finished
+requests and, when the engine publishes them, KV events — so the simulator can apply them
+in global time order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.engine.api import EngineRequest, RequestStats
+from workers.engine.api import EngineRequest, KVEvent, RequestStats
 from workers.engine.core import EngineCore
 from workers.models import WorkerInfo, WorkerSnapshot
 
@@ -26,7 +27,16 @@ class FirstToken:
     request_id: str
 
 
-Landing = tuple[float, FirstToken | RequestStats]
+@dataclass(frozen=True, slots=True)
+class KvEventsLanding:
+    """The KV events of the steps one ``advance_to`` ran, visible when the last one ends
+    (a live publisher sends each step's events as that step ends)."""
+
+    worker_id: str
+    events: tuple[KVEvent, ...]
+
+
+Landing = tuple[float, FirstToken | RequestStats | KvEventsLanding]
 
 
 class SimWorker:
@@ -78,6 +88,8 @@ class SimWorker:
                       else request.first_token_time if request is not None else reached)
                 landings.append((at, FirstToken(output.request_id)))
         landings.extend((stats.finished_time, stats) for stats in result.finished)
+        if result.kv_events:
+            landings.append((reached, KvEventsLanding(self.info.id, result.kv_events)))
         return landings
 
     def scrape(self, now: float) -> WorkerSnapshot:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,25 @@ def test_goodput_search_reports_the_busy_cost_at_the_scale_it_found(tmp_path: Pa
     at_scale = json.loads((again / "summary.json").read_text())["policies"]["kvroute"]
     assert entry["goodput_cost_per_mtok_busy"] == at_scale["cost_per_mtok_busy"]
     assert "$/Mtok busy at goodput" in (searched / "summary.md").read_text()
+
+
+def test_kv_events_reach_every_simulation_of_the_run(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import sim.runner
+    from sim.simulator import Simulation
+
+    seen: list[bool] = []
+
+    class Recording(Simulation):
+        def run(self) -> Any:
+            seen.append(self.exact_index is not None)
+            return super().run()
+
+    monkeypatch.setattr(sim.runner, "Simulation", Recording)
+    out = tmp_path / "out"
+    assert main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", "round-robin,kvroute", "--out", str(out), "--limit", "10",
+                 "--kv-events"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["kv_events"] is True
+    assert seen == [False, True]         # round-robin hashes no blocks: no events for it
