@@ -1,7 +1,8 @@
 """How many prompt tokens each worker already caches, from the best index that knows.
 
 For each worker: the exact KV-event index when one is attached and that worker's stream is
-whole, otherwise the approximate (routing-learnt) index. Hits are counted as vLLM counts them:
+whole (or, when longer, the prefix its unfinished requests hold: ``policies.prefix.inflight``),
+otherwise the approximate (routing-learnt) index. Hits are counted as vLLM counts them:
 whole blocks from block 0 up to the first miss, capped so that at least one prompt token is
 recomputed (``vllm-interface.md`` §4.2). The result is written into the ``CycleState`` so that
 later plugins of the same decision (estimated time, cost, the SLO picker) reuse it.
@@ -15,6 +16,7 @@ from operator import attrgetter
 
 from policies.base import CycleState, RoutingRequest
 from policies.prefix.approximate import ApproximatePrefixIndex
+from policies.prefix.inflight import InflightBlocks
 from workers.kv_events.exact_index import ExactPrefixIndex
 from workers.models import WorkerView
 
@@ -36,10 +38,11 @@ def cached_tokens(cycle: CycleState, worker_id: str) -> int:
 def match_prefix(request: RoutingRequest, workers: Sequence[WorkerView],
                  approximate: ApproximatePrefixIndex, exact: ExactPrefixIndex | None,
                  worker_ids: Sequence[str] | None = None,
-                 members: Collection[str] | None = None) -> PrefixMatch:
+                 members: Collection[str] | None = None,
+                 inflight: InflightBlocks | None = None) -> PrefixMatch:
     """Cached prompt tokens per worker for this request (``worker_ids``: the views' ids, in
     view order, when already at hand; ``members``: the same ids as a set or dict, for fast
-    membership)."""
+    membership; ``inflight``: the unfinished requests' blocks, counted for exact workers)."""
     tokens: dict[str, int] = {}
     exact_ids: set[str] = set()
     ids = worker_ids if worker_ids is not None else [view.info.id for view in workers]
@@ -57,6 +60,10 @@ def match_prefix(request: RoutingRequest, workers: Sequence[WorkerView],
                     missing.append(worker_id)
                 else:
                     exact_ids.add(worker_id)
+                    if inflight is not None:
+                        pending = inflight.match(worker_id, chain)
+                        if pending > blocks:
+                            blocks = pending
                     if blocks:
                         tokens[worker_id] = min(blocks * block_size,
                                                 limit // block_size * block_size)

@@ -19,7 +19,14 @@ scorers:
     params:
       default_capacity_blocks: 16384   # LRU size for workers whose KV capacity is unknown
       use_kv_events: true              # prefer the exact index when one is attached
+      inflight_blocks: true            # with it, count the blocks of unfinished requests too
 ```
+
+With KV events, a prompt's blocks are reported only as its prefill computes them, so a
+request with the same prefix arriving meanwhile would find them nowhere. ``inflight_blocks``
+closes that window: for a worker followed by events, the cached prefix is the longer of what
+the events say and what the requests routed there and not yet finished hold (their blocks
+cannot be evicted before they end; ``policies.prefix.inflight``).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from policies.candidate_index import CandidateIndex, candidate_index
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
 from policies.prefix.approximate import ApproximatePrefixIndex, remember_routed
+from policies.prefix.inflight import InflightBlocks
 from policies.prefix.matching import MATCH_KEY, match_prefix
 from policies.registry import PluginRegistry
 from workers.kv_events.exact_index import ExactPrefixIndex
@@ -46,6 +54,7 @@ ATTRIBUTE = "prefix_match_tokens"
 class PrefixScorerParams:
     default_capacity_blocks: int = 16384
     use_kv_events: bool = True
+    inflight_blocks: bool = True
 
     def __post_init__(self) -> None:
         if self.default_capacity_blocks < 1:
@@ -62,6 +71,7 @@ class PrefixScorer:
         self.use_kv_events = params.use_kv_events
         self.index = ApproximatePrefixIndex(params.default_capacity_blocks)
         self.exact: ExactPrefixIndex | None = None
+        self.inflight: InflightBlocks | None = InflightBlocks() if params.inflight_blocks else None
         self._block_size: dict[str, int] = {}
         self._gpu_blocks: dict[str, int] = {}
         # the candidates and pool sizes _track last brought into the LRUs
@@ -77,6 +87,8 @@ class PrefixScorer:
         if isinstance(previous, PrefixScorer):
             self.index = previous.index
             self.exact = previous.exact if self.use_kv_events else None
+            if self.inflight is not None and previous.inflight is not None:
+                self.inflight = previous.inflight
             self._block_size = previous._block_size
             self._gpu_blocks = previous._gpu_blocks
             self._tracked_index = None
@@ -92,7 +104,7 @@ class PrefixScorer:
         index = candidate_index(cycle, workers)
         self._track(workers, index)
         match = match_prefix(request, workers, self.index, self.exact, index.ids,
-                             index.position)
+                             index.position, self.inflight)
         cycle.write(MATCH_KEY, match)
         prompt = max(1, request.num_prompt_tokens)
         tokens = match.tokens
@@ -104,10 +116,16 @@ class PrefixScorer:
         return column
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
-        remember_routed(self.index, self._block_size, request, decision.worker_id)
+        worker_id = decision.worker_id
+        remember_routed(self.index, self._block_size, request, worker_id)
+        if self.exact is not None and self.inflight is not None and worker_id is not None:
+            chain = request.block_hashes.get(self._block_size.get(worker_id, 16))
+            if chain:
+                self.inflight.add(request.request_id, worker_id, chain)
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
-        return None
+        if self.inflight is not None and outcome.worker_id is not None:
+            self.inflight.remove(request.request_id, outcome.worker_id)
 
     def _track(self, workers: Sequence[WorkerView], index: CandidateIndex) -> None:
         """Resize the LRUs of workers whose ``num_gpu_blocks`` changed (or are new)."""

@@ -8,6 +8,7 @@ import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import pytest
 import yaml
 
 from policies.engine import PolicyEngine
@@ -113,3 +114,33 @@ def test_a_policy_without_block_hashes_runs_without_events(tmp_path: Path) -> No
     assert sim.exact_index is None and not sim.settings.kv_events
     assert not any(w.engine.config.enable_kv_events for w in sim.workers)
     assert all(r.completed for r in sim.run().records)
+
+
+def test_a_burst_sharing_a_new_prefix_finds_it_before_its_events_arrive(tmp_path: Path) -> None:
+    """Requests sharing a prefix nobody caches yet, arriving together: the events of the
+    first one's blocks come only after its prefill is scheduled, so without counting the
+    unfinished requests' blocks the others see the prefix nowhere and spread."""
+    rng = random.Random(5)
+    rows: list[dict[str, object]] = []
+    for burst in range(12):
+        prefix = [rng.randrange(1, 50_000) for _ in range(4096)]
+        rows += [{"arrival_s": 2.0 * burst + 0.005 * k, "output_tokens": 200,
+                  "prompt_token_ids": prefix + [rng.randrange(1, 50_000) for _ in range(64)]}
+                 for k in range(8)]
+    fleet = _fleet(6)
+    hit_share = {}
+    for inflight in (True, False):
+        routing = yaml.safe_load((ROOT / "config" / "routing.yaml").read_text())
+        for scorer in routing["profiles"]["default"]["scorers"]:
+            if scorer["type"] == "prefix":
+                scorer["params"] = {"inflight_blocks": inflight}
+        path = tmp_path / f"routing-{inflight}.yaml"
+        path.write_text(yaml.safe_dump(routing))
+        policy = PolicyEngine.build(load_routing(path), fleet, seed=0)
+        records = Simulation(_trace(tmp_path, rows), fleet, policy,
+                             SimulationSettings(kv_events=True)).run().records
+        hit_share[inflight] = (sum(r.cached_tokens for r in records)
+                               / sum(r.prompt_tokens for r in records))
+    # every request of a burst but the first reuses the whole prefix on the first's worker
+    assert hit_share[True] == pytest.approx(7 / 8 * 4096 / (4096 + 64))
+    assert hit_share[False] < hit_share[True] - 0.05

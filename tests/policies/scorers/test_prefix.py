@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.base import CycleState, Decision, RoutingRequest
+from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.cycle_keys import worker_attributes
 from policies.prefix.matching import cached_tokens
 from policies.scorers.prefix import PrefixScorer, PrefixScorerParams
@@ -53,6 +53,7 @@ def test_exact_index_wins_while_whole_and_approximate_covers_gaps() -> None:
     warm = request_with("a", [1, 2, 3], 64)
     scorer.score(warm, views, CycleState())
     scorer.on_routed(warm, routed(warm, "w1"))              # approximate: w1 holds 1, 2, 3
+    scorer.on_completed(warm, RequestOutcome("a", "w1", 200))  # and may evict them now
     exact.apply_events("w2", [BlockStored(block_hashes=(1, 2), parent_block_hash=None,
                                           token_ids=(), block_size=16)])
     exact.apply_events("w1", [])                             # w1's stream: whole and empty
@@ -79,3 +80,62 @@ def test_reload_keeps_the_learnt_index() -> None:
     new.inherit_state(old)
     assert new.score(request_with("b", [1, 2], 40), [make_view("w1")], CycleState()) == {
         "w1": 32 / 40}
+
+
+def test_unfinished_requests_blocks_count_until_their_events_arrive() -> None:
+    """A worker followed by KV events reports a prompt's blocks only once its prefill has
+    been scheduled; meanwhile (and while the request runs, pinning them) the blocks of the
+    requests routed there count as cached."""
+    scorer = PrefixScorer("prefix", PrefixScorerParams())
+    exact = ExactPrefixIndex()
+    scorer.attach_exact_index(exact)
+    views = [make_view("w1"), make_view("w2")]
+    for worker in ("w1", "w2"):
+        exact.apply_events(worker, [])                       # both whole and empty
+    first = request_with("a", [1, 2, 3, 4], 70)
+    scorer.score(first, views, CycleState())
+    scorer.on_routed(first, routed(first, "w1"))
+    assert scorer.score(request_with("b", [1, 2, 3, 9], 80), views, CycleState()) == {
+        "w1": 48 / 80, "w2": 0.0}
+    # the events arrive: blocks 1 and 2 stored (block 3's chunk not yet computed)
+    exact.apply_events("w1", [BlockStored(block_hashes=(1, 2), parent_block_hash=None,
+                                          token_ids=(), block_size=16)])
+    assert scorer.score(request_with("c", [1, 2, 3, 9], 80), views, CycleState()) == {
+        "w1": 48 / 80, "w2": 0.0}
+    scorer.on_completed(first, RequestOutcome("a", "w1", 200))
+    assert scorer.score(request_with("d", [1, 2, 3, 9], 80), views, CycleState()) == {
+        "w1": 32 / 80, "w2": 0.0}
+
+
+def test_unfinished_requests_do_not_count_without_kv_events_or_when_turned_off() -> None:
+    views = [make_view("w1")]
+    for params, exact in ((PrefixScorerParams(), None),
+                          (PrefixScorerParams(inflight_blocks=False), ExactPrefixIndex())):
+        scorer = PrefixScorer("prefix", params)
+        scorer.attach_exact_index(exact)
+        if exact is not None:
+            exact.apply_events("w1", [])
+        first = request_with("a", [1, 2, 3], 64)
+        scorer.score(first, views, CycleState())
+        scorer.on_routed(first, routed(first, "w1"))
+        assert scorer.inflight is None or len(scorer.inflight) == 0
+        expected = 0.0 if exact is not None else 32 / 40   # exact and empty / history
+        assert scorer.score(request_with("b", [1, 2, 3], 40), views, CycleState()) == {
+            "w1": expected}
+
+
+def test_reload_keeps_the_unfinished_requests_blocks() -> None:
+    exact = ExactPrefixIndex()
+    exact.apply_events("w1", [])
+    old = PrefixScorer("prefix", PrefixScorerParams())
+    old.attach_exact_index(exact)
+    first = request_with("a", [1, 2, 3], 64)
+    old.score(first, [make_view("w1")], CycleState())
+    old.on_routed(first, routed(first, "w1"))
+    new = PrefixScorer("prefix", PrefixScorerParams())
+    new.inherit_state(old)
+    assert new.score(request_with("b", [1, 2, 3], 64), [make_view("w1")], CycleState()) == {
+        "w1": 0.75}
+    new.on_completed(first, RequestOutcome("a", "w1", 200))   # finished under the new one
+    assert new.score(request_with("c", [1, 2, 3], 64), [make_view("w1")], CycleState()) == {
+        "w1": 0.0}
