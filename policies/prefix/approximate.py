@@ -225,12 +225,18 @@ class ApproximatePrefixIndex:
                 del holders[block_hash]
 
 
+def routed_chain(block_sizes: Mapping[str, int], request: RoutingRequest,
+                 worker_id: str) -> Sequence[int] | None:
+    """The request's block hashes at ``worker_id``'s block size (vLLM's default 16 until a
+    view of that worker has been seen); None or empty when it has none."""
+    return request.block_hashes.get(block_sizes.get(worker_id, 16))
+
+
 def remember_routed(index: ApproximatePrefixIndex, block_sizes: Mapping[str, int],
                     request: RoutingRequest, worker_id: str | None) -> None:
-    """Record that ``worker_id`` now holds the request's blocks, hashed at its block size
-    (vLLM's default 16 until a view of that worker has been seen)."""
+    """Record that ``worker_id`` now holds the request's blocks, hashed at its block size."""
     if worker_id is None:
         return
-    chain = request.block_hashes.get(block_sizes.get(worker_id, 16))
+    chain = routed_chain(block_sizes, request, worker_id)
     if chain:
         index.insert(worker_id, chain)

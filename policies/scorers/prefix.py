@@ -39,7 +39,7 @@ from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.candidate_index import CandidateIndex, candidate_index
 from policies.errors import ParamError
 from policies.latency.attributes import LazyAttribute, record_attribute
-from policies.prefix.approximate import ApproximatePrefixIndex, remember_routed
+from policies.prefix.approximate import ApproximatePrefixIndex, routed_chain
 from policies.prefix.inflight import InflightBlocks
 from policies.prefix.matching import MATCH_KEY, match_prefix
 from policies.registry import PluginRegistry
@@ -117,14 +117,17 @@ class PrefixScorer:
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
         worker_id = decision.worker_id
-        remember_routed(self.index, self._block_size, request, worker_id)
-        if self.exact is not None and self.inflight is not None and worker_id is not None:
-            chain = request.block_hashes.get(self._block_size.get(worker_id, 16))
-            if chain:
-                self.inflight.add(request.request_id, worker_id, chain)
+        if worker_id is None:
+            return
+        chain = routed_chain(self._block_size, request, worker_id)
+        if not chain:
+            return
+        self.index.insert(worker_id, chain)
+        if self.exact is not None and self.inflight is not None:
+            self.inflight.add(request.request_id, worker_id, chain)
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
-        if self.inflight is not None and outcome.worker_id is not None:
+        if self.inflight is not None:
             self.inflight.remove(request.request_id, outcome.worker_id)
 
     def _track(self, workers: Sequence[WorkerView], index: CandidateIndex) -> None:
