@@ -2,9 +2,10 @@
 
 Every routed request's block hashes are inserted for the worker it went to. Each worker has
 a bounded LRU sized from its KV capacity (``num_gpu_blocks`` of its view, less vLLM's null
-block), and a reverse map ``hash → workers`` answers "who holds this block" in one lookup, so
-a longest-prefix match costs a few lookups per worker whatever the fleet size. Memory is
-bounded by the sum of the workers' capacities, whatever the traffic.
+block), and a reverse map ``hash → holders`` (a bit mask, one bit per worker) answers "who
+holds this block" in one lookup, so a longest-prefix match costs a few lookups per worker
+whatever the fleet size. Memory is bounded by the sum of the workers' capacities, whatever
+the traffic.
 
 Eviction imitates vLLM's free queue (``vllm-interface.md`` §4.2): a finished request's blocks
 return to the LRU tail in reverse order, so within one request the tail blocks are evicted
@@ -20,12 +21,14 @@ that chain, which is what lets ``match`` bisect instead of walking every block.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from policies.base import RoutingRequest
 
 NULL_BLOCKS = 1   # vLLM reserves block 0 of the pool; it never holds a cached block
+MASK_CACHE_IDS = 65_536   # worker ids kept for the holder masks seen last (see _ids_in)
 
 
 class WorkerBlockLru:
@@ -65,18 +68,32 @@ class WorkerBlockLru:
 
 
 class ApproximatePrefixIndex:
-    """Per-worker LRUs of block hashes plus a reverse map for fleet-wide prefix matching."""
+    """Per-worker LRUs of block hashes plus a reverse map for fleet-wide prefix matching.
 
-    __slots__ = ("_default_capacity", "_holders", "_workers")
+    The reverse map holds, per block, a bit mask of its holders: each worker known to the
+    index has a slot, and bit ``slot`` is set when it holds the block. A mask is an ``int``,
+    which the garbage collector does not track, so blocks shared by several workers add no
+    container for it to scan, and "every worker still matching holds this block" is one
+    ``&``. A block with a single holder maps to that worker's own bit object (no allocation).
+    """
+
+    __slots__ = ("_bits", "_cached_ids", "_default_capacity", "_free_slots", "_holders",
+                 "_ids_of_mask", "_slot_bits", "_slot_ids", "_workers")
 
     def __init__(self, default_capacity_blocks: int = 16384) -> None:
         if default_capacity_blocks < 1:
             raise ValueError("default_capacity_blocks must be >= 1")
         self._default_capacity = default_capacity_blocks
         self._workers: dict[str, WorkerBlockLru] = {}
-        # block -> its one holder, or a set when several hold it (most blocks have one: a
-        # string is no container for the garbage collector to scan, a set per block is)
-        self._holders: dict[int, str | set[str]] = {}
+        self._holders: dict[int, int] = {}          # block -> mask of its holders' bits
+        self._bits: dict[str, int] = {}             # worker id -> its bit, 1 << slot
+        self._slot_bits: list[int] = []             # slot -> 1 << slot (one object each)
+        self._slot_ids: list[str | None] = []       # slot -> worker id (None: free)
+        self._free_slots: list[int] = []            # heap: the lowest free slot is reused
+        # mask -> its workers' ids: the same few masks (who holds a popular prefix) come back
+        # decision after decision; emptied when a slot changes hands or it grows too large
+        self._ids_of_mask: dict[int, tuple[str, ...]] = {}
+        self._cached_ids = 0                        # ids held in _ids_of_mask, bounded
 
     # --- sizing ----------------------------------------------------------------------------
     @staticmethod
@@ -96,23 +113,24 @@ class ApproximatePrefixIndex:
     def insert(self, worker_id: str, block_hashes: Sequence[int]) -> None:
         """Record that ``worker_id`` now caches this chain (head most recently used)."""
         lru = self._lru(worker_id)
+        bit = self._bits[worker_id]
         holders = self._holders
         for block_hash in reversed(block_hashes):
             if lru.touch(block_hash):
                 owners = holders.get(block_hash)
-                if owners is None:
-                    holders[block_hash] = worker_id
-                elif isinstance(owners, str):
-                    if owners != worker_id:
-                        holders[block_hash] = {owners, worker_id}
-                else:
-                    owners.add(worker_id)
+                holders[block_hash] = bit if owners is None else owners | bit
         self._forget(worker_id, lru.evict_overflow())
 
     def remove_worker(self, worker_id: str) -> None:
         lru = self._workers.pop(worker_id, None)
         if lru is not None:
             self._forget(worker_id, lru.hashes())
+        bit = self._bits.pop(worker_id, None)
+        if bit is not None:
+            slot = bit.bit_length() - 1
+            self._slot_ids[slot] = None
+            heapq.heappush(self._free_slots, slot)
+            self._forget_masks()
 
     def clear_worker(self, worker_id: str) -> None:
         """Forget everything a worker holds but keep its capacity (e.g. its cache was reset)."""
@@ -120,7 +138,7 @@ class ApproximatePrefixIndex:
         if lru is not None:
             capacity = lru.capacity
             self.remove_worker(worker_id)
-            self._workers[worker_id] = WorkerBlockLru(capacity)
+            self._lru(worker_id).capacity = capacity
 
     # --- queries ---------------------------------------------------------------------------
     def match(self, block_hashes: Sequence[int],
@@ -134,8 +152,8 @@ class ApproximatePrefixIndex:
         What a worker holds of a chain is always a prefix of it (see the module docstring),
         so "every worker still matching holds block k" is true up to some k and false after:
         the end of the run they share is found by bisection, then the workers that miss the
-        next block drop out and the rest search on. One reverse-map lookup per probe serves
-        every worker at once.
+        next block drop out and the rest search on. One reverse-map lookup and one ``&`` per
+        probe serve every worker at once.
         """
         result: dict[str, int] = {}
         holders = self._holders
@@ -145,41 +163,25 @@ class ApproximatePrefixIndex:
         first = holders.get(block_hashes[0])
         if not first:
             return result
-        if isinstance(first, str):
-            alive = {first} if first in worker_ids else set()
-        else:
-            alive = {worker_id for worker_id in first if worker_id in worker_ids}
+        alive = self._restricted(first, worker_ids)
         held = 1       # every worker in ``alive`` holds blocks [0, held)
         while alive:
             low, high = held, length     # the first block some alive worker misses
-            single = next(iter(alive)) if len(alive) == 1 else None
             while low < high:
                 middle = (low + high) // 2
                 owners = holders.get(block_hashes[middle])
-                if owners is None:
-                    shared = False
-                elif isinstance(owners, str):
-                    shared = owners == single
-                else:
-                    shared = alive <= owners
-                if shared:
+                if owners is not None and (owners & alive) == alive:
                     low = middle + 1
                 else:
                     high = middle
             if low == length:
-                for worker_id in alive:
+                for worker_id in self._ids_in(alive):
                     result[worker_id] = length
                 break
             owners = holders.get(block_hashes[low])
-            if owners is None:
-                kept: set[str] = set()
-            elif isinstance(owners, str):
-                kept = {owners} if owners in alive else set()
-            else:
-                kept = alive & owners
-            for worker_id in alive:
-                if worker_id not in kept:
-                    result[worker_id] = low
+            kept = alive & owners if owners is not None else 0
+            for worker_id in self._ids_in(alive ^ kept):     # those that miss block ``low``
+                result[worker_id] = low
             alive, held = kept, low + 1
         return result
 
@@ -206,23 +208,69 @@ class ApproximatePrefixIndex:
         lru = self._workers.get(worker_id)
         if lru is None:
             lru = self._workers[worker_id] = WorkerBlockLru(self._default_capacity)
+            self._assign_slot(worker_id)
         return lru
 
+    def _assign_slot(self, worker_id: str) -> None:
+        if self._free_slots:
+            slot = heapq.heappop(self._free_slots)
+            self._slot_ids[slot] = worker_id
+        else:
+            slot = len(self._slot_ids)
+            self._slot_ids.append(worker_id)
+            self._slot_bits.append(1 << slot)
+        self._bits[worker_id] = self._slot_bits[slot]
+        self._forget_masks()
+
     def _forget(self, worker_id: str, dropped: Iterable[int]) -> None:
+        bit = self._bits.get(worker_id)
+        if bit is None:
+            return
         holders = self._holders
+        slot_bits = self._slot_bits
         for block_hash in dropped:
             owners = holders.get(block_hash)
-            if owners is None:
+            if owners is None or not owners & bit:
                 continue
-            if isinstance(owners, str):
-                if owners == worker_id:
-                    del holders[block_hash]
-                continue
-            owners.discard(worker_id)
-            if len(owners) == 1:
-                holders[block_hash] = next(iter(owners))
-            elif not owners:
+            rest = owners ^ bit
+            if not rest:
                 del holders[block_hash]
+            elif rest & (rest - 1):
+                holders[block_hash] = rest
+            else:      # one holder left: its own bit object, not a copy
+                holders[block_hash] = slot_bits[rest.bit_length() - 1]
+
+    def _restricted(self, mask: int, worker_ids: Collection[str]) -> int:
+        """The bits of ``mask`` whose workers are in ``worker_ids`` (cost: the holders)."""
+        bits = self._bits
+        for worker_id in [w for w in self._ids_in(mask) if w not in worker_ids]:
+            mask ^= bits[worker_id]
+        return mask
+
+    def _ids_in(self, mask: int) -> tuple[str, ...]:
+        """The ids of the workers whose bits are set in ``mask``."""
+        known = self._ids_of_mask.get(mask)
+        if known is not None:
+            return known
+        slot_ids = self._slot_ids
+        text = bin(mask)               # "0b1...": bit 0 is the last character
+        last = len(text) - 1
+        ids = []
+        at = text.find("1", 2)
+        while at != -1:
+            worker_id = slot_ids[last - at]
+            if worker_id is not None:
+                ids.append(worker_id)
+            at = text.find("1", at + 1)
+        if self._cached_ids + len(ids) > MASK_CACHE_IDS:
+            self._forget_masks()
+        known = self._ids_of_mask[mask] = tuple(ids)
+        self._cached_ids += len(known)
+        return known
+
+    def _forget_masks(self) -> None:
+        self._ids_of_mask.clear()
+        self._cached_ids = 0
 
 
 def routed_chain(block_sizes: Mapping[str, int], request: RoutingRequest,

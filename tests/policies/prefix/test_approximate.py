@@ -158,3 +158,42 @@ def test_what_a_worker_holds_of_a_chain_is_a_prefix_of_it_under_eviction() -> No
                 assert not any(held[run:]), (step, worker)
             assert index.match(probe, ["w0", "w1", "w2", "w3"]) == _reference_match(
                 index, probe, ["w0", "w1", "w2", "w3"])
+
+
+def test_a_worker_that_takes_a_removed_workers_slot_inherits_none_of_its_blocks() -> None:
+    index = ApproximatePrefixIndex(default_capacity_blocks=100)
+    index.insert("w1", [1, 2])
+    assert index.match([1, 2], ["w1"]) == {"w1": 2}
+    index.remove_worker("w1")
+    index.insert("w3", [7])                    # the slot w1 had
+    assert index.match([1, 2], ["w1", "w3"]) == {}
+    index.insert("w3", [1, 2])
+    assert index.match([1, 2], ["w1", "w3"]) == {"w3": 2}
+    assert index.match([1, 2], {"w3"}) == {"w3": 2}
+
+
+def test_match_agrees_with_the_definition_on_fleets_of_hundreds_with_churn() -> None:
+    """Holders as bit masks wider than a machine word, slots freed and reused as workers
+    leave and join, caches reset, evictions: every match as the definition says."""
+    import random
+
+    rng = random.Random(5)
+    index = ApproximatePrefixIndex(default_capacity_blocks=400)
+    trunks = [[rng.getrandbits(64) for _ in range(120)] for _ in range(8)]
+    fleet = [f"w{i}" for i in range(300)]
+    joined = 300
+    for step in range(1500):
+        trunk = rng.choice(trunks)
+        chain = trunk[:rng.randint(1, len(trunk))] + [rng.getrandbits(64)
+                                                      for _ in range(rng.randint(0, 30))]
+        index.insert(rng.choice(fleet), chain)
+        if step % 50 == 0:            # one leaves, another joins (and takes a free slot)
+            index.remove_worker(fleet.pop(rng.randrange(len(fleet))))
+            fleet.append(f"w{joined}")
+            joined += 1
+        if step % 170 == 0:
+            index.clear_worker(rng.choice(fleet))
+        if step % 10 == 0:
+            asked = rng.sample(fleet, rng.choice((1, 7, 60, len(fleet))))
+            probe = rng.choice((chain, trunk))
+            assert index.match(probe, set(asked)) == _reference_match(index, probe, asked), step
