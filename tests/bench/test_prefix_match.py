@@ -23,7 +23,7 @@ def test_reports_match_time_and_bytes_per_held_block(tmp_path: Path) -> None:
         # every tail block is held once; trunks by one worker or more
         assert 60 * 4 < size["distinct_blocks"] <= 60 * 4 + 4 * 8
         assert size["blocks_held"] >= size["distinct_blocks"]
-        assert size["bytes_per_block"] > 0
+        assert size["bytes_per_block"] > 0 and size["insert_us"] > 0
     # three workers share the four trunks more than forty do
     three, forty = report["sizes"]
     assert three["blocks_held"] - three["distinct_blocks"] <= (
