@@ -37,8 +37,11 @@ def load_runs(directory: Path) -> dict[str, list[dict[str, Any]]]:
 
 def table(runs: dict[str, list[dict[str, Any]]], order: list[str] | None = None) -> str:
     """One row per prompt length, fleet size and label (labels in ``order``, else by name):
-    the CPU p50 and p99 of every run."""
+    the CPU p50 and p99 of every run, and the CPU of ``on_routed`` when every run has it."""
     labels = order if order is not None else sorted(runs)
+    every = [size for reports in runs.values() for report in reports for size in report["sizes"]]
+    # reports that time on_routed too get a column for it (older ones do not)
+    routed = bool(every) and all("routed_p50_us" in size for size in every)
     rows: list[tuple[int, int, int, str]] = []
     for rank, label in enumerate(labels):
         reports = runs.get(label)
@@ -49,12 +52,17 @@ def table(runs: dict[str, list[dict[str, Any]]], order: list[str] | None = None)
                      for size in report["sizes"]]
             for workers in sorted({size["workers"] for size in sizes}):
                 chosen = [size for size in sizes if size["workers"] == workers]
-                p50 = " / ".join(f"{size['cpu_p50_us']:.0f}" for size in chosen)
-                p99 = " / ".join(f"{size['cpu_p99_us']:.0f}" for size in chosen)
+                cells = [" / ".join(f"{size[key]:.0f}" for size in chosen)
+                         for key in ("cpu_p50_us", "cpu_p99_us")
+                         + (("routed_p50_us",) if routed else ())]
                 rows.append((prompt, workers, rank,
-                             f"| {prompt} | {workers} | {label} | {p50} | {p99} |"))
-    lines = ["| prompt tokens | workers | label | CPU p50 µs (runs) | CPU p99 µs (runs) |",
-             "|---|---|---|---|---|"]
+                             f"| {prompt} | {workers} | {label} | {' | '.join(cells)} |"))
+    header = "| prompt tokens | workers | label | CPU p50 µs (runs) | CPU p99 µs (runs) |"
+    rule = "|---|---|---|---|---|"
+    if routed:
+        header += " on_routed CPU p50 µs (runs) |"
+        rule += "---|"
+    lines = [header, rule]
     lines.extend(row[3] for row in sorted(rows))
     return "\n".join(lines)
 

@@ -36,7 +36,7 @@ from policies.base import (
     RequestOutcome,
     RoutingRequest,
 )
-from policies.config import PluginSpec, RoutingConfig, Rule
+from policies.config import PluginSpec, ProfileSpec, RoutingConfig, Rule
 from policies.cycle_keys import RULE, TARGET_ADAPTER, TARGET_MODEL, worker_attributes
 from policies.errors import RoutingConfigError
 from policies.profile import Profile, WeightedScorer
@@ -81,13 +81,8 @@ class PolicyEngine:
         check_against_fleet(routing, fleet)
         builder = _Builder(routing, fleet, registry, seed)
         producers = [builder.build(spec, "producer") for spec in routing.producers]
-        profiles = {name: Profile(
-            name=name,
-            filters=tuple(builder.build(s, "filter") for s in spec.filters),
-            scorers=tuple(WeightedScorer(builder.build(s, "scorer"), s.weight)
-                          for s in spec.scorers),
-            picker=builder.build(spec.picker, "picker"))
-            for name, spec in routing.profiles.items()}
+        profiles = {name: builder.build_profile(name, spec)
+                    for name, spec in routing.profiles.items()}
         engine = cls(routing, producers, profiles, builder.plugins)
         if previous is not None:
             engine.take_state_from(previous)
@@ -178,11 +173,23 @@ class _Builder:
         self.routing, self.fleet, self.registry, self.seed = routing, fleet, registry, seed
         self.plugins: dict[str, tuple[str, Any]] = {}
 
-    def build(self, spec: PluginSpec, kind: PluginKind) -> Any:
+    def build_profile(self, name: str, spec: ProfileSpec) -> Profile:
+        """A profile's plugins, in declared order, sharing one ``profile_state``."""
+        shared: dict[str, Any] = {}
+        return Profile(
+            name=name,
+            filters=tuple(self.build(s, "filter", shared) for s in spec.filters),
+            scorers=tuple(WeightedScorer(self.build(s, "scorer", shared), s.weight)
+                          for s in spec.scorers),
+            picker=self.build(spec.picker, "picker", shared))
+
+    def build(self, spec: PluginSpec, kind: PluginKind,
+              profile_state: dict[str, Any] | None = None) -> Any:
         plugin_type = self.registry.get(spec.type)
         if plugin_type is None or plugin_type.kind != kind:
             raise RoutingConfigError(f"{spec.path}.type: unknown {kind} type {spec.type!r}")
-        context = BuildContext(spec.name, spec.path, self.routing, self.fleet, self.seed)
+        context = BuildContext(spec.name, spec.path, self.routing, self.fleet, self.seed,
+                               profile_state if profile_state is not None else {})
         try:
             plugin = plugin_type.factory(spec.params, context)
         except RoutingConfigError:

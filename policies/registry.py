@@ -20,7 +20,7 @@ import logging
 import random
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from policies.base import Filter, Picker, Producer, Scorer
@@ -73,6 +73,9 @@ class BuildContext:
     routing: RoutingConfig
     fleet: FleetConfig
     seed: int | None = None     # engine-wide seed; None: nondeterministic
+    # state the plugins of one profile share, by key (e.g. one time estimator for the
+    # estimated-time and cost scorers); empty for producers, which belong to no profile
+    profile_state: dict[str, Any] = field(default_factory=dict)
 
     def rng(self) -> random.Random:
         """A random generator for this instance: reproducible when the engine is seeded."""

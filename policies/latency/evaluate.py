@@ -43,7 +43,7 @@ def collect(trace_path: str, fleet_path: str, routing_path: str, limit: int | No
 
     fleet = load_fleet(fleet_path)
     policy = PolicyEngine.build(load_routing(routing_path), fleet, seed=seed)
-    recorders = [p for _, _, p in policy.plugins() if isinstance(p, EstimatingPlugin)]
+    recorders = [p for _, _, p in policy.plugins() if isinstance(p, EstimatingPlugin) and p.learns]
     if not recorders:
         raise SystemExit(f"{routing_path}: no estimated-time / cost plugin to evaluate")
     recorder = recorders[0]

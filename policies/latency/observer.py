@@ -4,22 +4,26 @@
 (computed once per decision and shared through the ``CycleState``), the learning hooks
 (``on_routed`` records the chosen worker's raw prediction and prefill arrival;
 ``on_completed`` feeds the observed TTFT/TPOT to the online correction) and
-``inherit_state`` so a hot reload keeps what was learnt.
+``inherit_state`` so a hot reload keeps what was learnt. The plugins of one profile share one
+estimator, and only the first of them learns.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.candidate_index import CandidateIndex
+from policies.errors import ParamError
 from policies.latency.estimator import Estimate, TimeEstimator, estimates_for
 from policies.latency.step_model import coefficients_for_worker
 from policies.profile import _clamped
 from workers.models import WorkerView
 
+ESTIMATOR_STATE_KEY = "latency.estimator"   # BuildContext.profile_state key -> SharedEstimator
 MAX_UNROUTED = 4096   # decisions kept until their on_routed (a rejected one never comes)
 
 
@@ -63,23 +67,63 @@ def unit_column(index: CandidateIndex, estimates: Mapping[str, Estimate],
     return column
 
 
-class EstimatingPlugin:
-    """Base of the estimated-time / cost scorers and the slo-cost picker."""
+class SharedEstimator:
+    """The one ``TimeEstimator`` of a profile, held in a box so that a hot reload can hand
+    the learnt one to every plugin of the new profile at once."""
 
-    def __init__(self, name: str, default_output_tokens: int = 256) -> None:
+    __slots__ = ("estimator",)
+
+    def __init__(self, estimator: TimeEstimator) -> None:
+        self.estimator = estimator
+
+
+class EstimatingPlugin:
+    """Base of the estimated-time and cost scorers.
+
+    The estimating plugins of one profile share one estimator (``shared``: the profile's
+    ``BuildContext.profile_state``): the first one built owns it and is the only one that
+    learns (``learns``), so each routed and each finished request is learnt from once. The
+    others read the same estimates and must ask for the same ``default_output_tokens``.
+    """
+
+    def __init__(self, name: str, default_output_tokens: int = 256,
+                 shared: MutableMapping[str, Any] | None = None) -> None:
         self.name = name
-        self.estimator = TimeEstimator(coefficients_for_worker,
-                                       default_output_tokens=default_output_tokens)
+        box = shared.get(ESTIMATOR_STATE_KEY) if shared is not None else None
+        if isinstance(box, SharedEstimator):
+            owned = box.estimator.default_output_tokens
+            if owned != default_output_tokens:
+                raise ParamError("default_output_tokens",
+                                 f"{default_output_tokens} differs from the {owned} of this "
+                                 "profile's first estimated-time/cost plugin (they share "
+                                 "one estimator)")
+            self.learns = False
+        else:
+            box = SharedEstimator(TimeEstimator(coefficients_for_worker,
+                                                default_output_tokens=default_output_tokens))
+            if shared is not None:
+                shared[ESTIMATOR_STATE_KEY] = box
+            self.learns = True
+        self._box = box
         self._recent: OrderedDict[str, tuple[dict[str, Estimate], Sequence[WorkerView]]] = (
             OrderedDict())
         self.samples: dict[str, LatencySample] | None = None   # set to a dict to record
 
+    @property
+    def estimator(self) -> TimeEstimator:
+        return self._box.estimator
+
+    @estimator.setter
+    def estimator(self, estimator: TimeEstimator) -> None:
+        self._box.estimator = estimator
+
     def estimates(self, request: RoutingRequest, workers: Sequence[WorkerView],
                   cycle: CycleState) -> dict[str, Estimate]:
         known = estimates_for(cycle, request, workers, self.estimator)
-        self._recent[request.request_id] = (known, workers)
-        while len(self._recent) > MAX_UNROUTED:
-            self._recent.popitem(last=False)
+        if self.learns:
+            self._recent[request.request_id] = (known, workers)
+            while len(self._recent) > MAX_UNROUTED:
+                self._recent.popitem(last=False)
         return known
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:
@@ -100,6 +144,8 @@ class EstimatingPlugin:
                     estimate.raw_tpot_s, estimate.ttft_s, estimate.tpot_s)
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
+        if not self.learns:
+            return
         if outcome.status == 200:
             self.estimator.observe(outcome.request_id, outcome.ttft_s, outcome.tpot_s)
             sample = self.samples.get(outcome.request_id) if self.samples is not None else None
@@ -109,7 +155,9 @@ class EstimatingPlugin:
             self.estimator.correction.forget(outcome.request_id)
 
     def inherit_state(self, previous: object) -> None:
-        if isinstance(previous, EstimatingPlugin):
+        """Take over what the previous configuration's estimator learnt (the owner does, for
+        every plugin of the profile)."""
+        if self.learns and isinstance(previous, EstimatingPlugin):
             default_output = self.estimator.default_output_tokens
             self.estimator = previous.estimator
             self.estimator.default_output_tokens = default_output

@@ -17,9 +17,10 @@ scorers:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Any
 
 from policies.base import CycleState
 from policies.errors import ParamError
@@ -46,8 +47,9 @@ _cost = attrgetter("cost_usd")
 class CostScorer(EstimateScorer):
     clamped_column = True      # score_column: floats in [0, 1] (policies.profile)
 
-    def __init__(self, name: str, params: CostParams) -> None:
-        super().__init__(name, params.default_output_tokens)
+    def __init__(self, name: str, params: CostParams,
+                 shared: MutableMapping[str, Any] | None = None) -> None:
+        super().__init__(name, params.default_output_tokens, shared)
 
     def _scores(self, estimates: Mapping[str, Estimate], cycle: CycleState) -> list[float]:
         """Scores in the order of ``estimates``."""
@@ -62,5 +64,6 @@ class CostScorer(EstimateScorer):
 
 def register(registry: PluginRegistry) -> None:
     registry.register(TYPE_NAME, "scorer", CostParams,
-                      lambda params, ctx: CostScorer(ctx.name, params),
+                      lambda params, ctx: CostScorer(ctx.name, params,
+                                                      ctx.profile_state),
                       needs=("num_prompt_tokens",))

@@ -22,9 +22,10 @@ scorers:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Any
 
 from policies.base import CycleState
 from policies.errors import ParamError
@@ -55,8 +56,9 @@ _tpot = attrgetter("tpot_s")
 class EstimatedTimeScorer(EstimateScorer):
     clamped_column = True      # score_column: floats in [0, 1] (policies.profile)
 
-    def __init__(self, name: str, params: EstimatedTimeParams) -> None:
-        super().__init__(name, params.default_output_tokens)
+    def __init__(self, name: str, params: EstimatedTimeParams,
+                 shared: MutableMapping[str, Any] | None = None) -> None:
+        super().__init__(name, params.default_output_tokens, shared)
         self.tpot_share = params.tpot_share
 
     def _scores(self, estimates: Mapping[str, Estimate], cycle: CycleState) -> list[float]:
@@ -80,5 +82,6 @@ class EstimatedTimeScorer(EstimateScorer):
 
 def register(registry: PluginRegistry) -> None:
     registry.register(TYPE_NAME, "scorer", EstimatedTimeParams,
-                      lambda params, ctx: EstimatedTimeScorer(ctx.name, params),
+                      lambda params, ctx: EstimatedTimeScorer(ctx.name, params,
+                                                      ctx.profile_state),
                       needs=("num_prompt_tokens",))

@@ -20,6 +20,7 @@ def test_decision_benchmark_writes_json_and_plot(tmp_path: Path) -> None:
     assert [size["workers"] for size in report["sizes"]] == [8, 40]
     assert all(size["decisions"] == 20 for size in report["sizes"])
     assert all(0 < size["p50_us"] <= size["p99_us"] for size in report["sizes"])
+    assert all(size["routed_p50_us"] > 0 for size in report["sizes"])   # the index learns
     memory = report["memory"]
     assert memory["blocks"] == 800
     assert memory["approximate_bytes_per_block"] > memory["exact_bytes_per_block"] > 0

@@ -60,3 +60,17 @@ def test_cli_prints_the_table_and_refuses_unknown_labels_and_empty_folders(
         load_runs(tmp_path)
     assert main([str(tmp_path)]) == 2
     assert "bad-run1.json: not a bench.decision report" in capsys.readouterr().err
+
+
+def test_the_on_routed_column_appears_only_when_every_run_has_it(tmp_path: Path,
+                                                                 report: Path) -> None:
+    data = json.loads(report.read_text())
+    (tmp_path / "new-run1.json").write_text(json.dumps(data))
+    lines = table(load_runs(tmp_path)).splitlines()
+    assert lines[0].endswith("| on_routed CPU p50 µs (runs) |")
+    routed = {size["workers"]: size["routed_p50_us"] for size in data["sizes"]}
+    assert lines[2].endswith(f"| {routed[8]:.0f} |")
+    older = {**data, "sizes": [{k: v for k, v in size.items() if k != "routed_p50_us"}
+                               for size in data["sizes"]]}
+    (tmp_path / "old-run1.json").write_text(json.dumps(older))
+    assert "on_routed" not in table(load_runs(tmp_path))
