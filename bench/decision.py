@@ -11,6 +11,9 @@ does not inflate), each followed by ``on_routed`` (outside the decision's time, 
 CPU reported apart) so the index keeps learning. Memory: ``tracemalloc`` around filling an
 approximate index, and an exact (KV-event) index, with a known number of blocks.
 
+Last, a fixed loop is timed the same way (``machine_floor``): its p99 / p50 is the tail the
+machine itself adds, against which the decisions' p99 reads.
+
 Writes ``decision.json`` and ``decision.png`` to ``--out`` and prints a Markdown table.
 
     python -m bench.decision --out out/decision
@@ -80,18 +83,46 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         results.append(time_decisions(routing, size, args))
     memory = index_memory(args.index_blocks, args.seed)
+    floor = machine_floor(args.decisions)
     report = {
         "routing": str(args.routing), "prompt_tokens": args.prompt_tokens,
         "prefixes": args.prefixes, "decisions": args.decisions, "warmup": args.warmup,
         "python": sys.version.split()[0],
         "sizes": [{name: getattr(r, name) for name in SizeResult.__slots__} for r in results],
         "memory": memory,
+        "machine_floor": floor,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "decision.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(results, args.out / "decision.png")
     print(markdown(results, memory))
+    print(f"This machine's own tail: a fixed loop timed the same way took {floor['p50_us']:.0f} "
+          f"µs at p50 and {floor['p99_us']:.0f} at p99 (p99 / p50 = "
+          f"{floor['p99_over_p50']:.2f}).")
     return 0
+
+
+def _fixed_work() -> float:
+    """The same pure-Python arithmetic every call (no allocation that survives it)."""
+    total = 0.0
+    for i in range(2500):
+        total += i * 0.5
+    return total
+
+
+def machine_floor(samples: int) -> dict[str, float]:
+    """Thread CPU of a fixed loop, ``samples`` times after 200 warm-up calls: the tail this
+    machine adds to any code path whatever it does (time slices, caches, frequency), to read
+    the decisions' p99 against."""
+    timings: list[float] = []
+    for n in range(200 + max(1, samples)):
+        started = time.thread_time_ns()
+        _fixed_work()
+        if n >= 200:
+            timings.append((time.thread_time_ns() - started) / 1e3)
+    ordered = sorted(timings)
+    p50, p99 = _pct(ordered, 50), _pct(ordered, 99)
+    return {"p50_us": p50, "p99_us": p99, "p99_over_p50": p99 / p50 if p50 > 0 else 0.0}
 
 
 def synthetic_fleet(size: int) -> Any:

@@ -25,3 +25,6 @@ def test_decision_benchmark_writes_json_and_plot(tmp_path: Path) -> None:
     assert memory["blocks"] == 800
     assert memory["approximate_bytes_per_block"] > memory["exact_bytes_per_block"] > 0
     assert (tmp_path / "decision.png").stat().st_size > 0
+    floor = report["machine_floor"]
+    assert 0 < floor["p50_us"] <= floor["p99_us"]
+    assert floor["p99_over_p50"] == floor["p99_us"] / floor["p50_us"]
