@@ -69,12 +69,13 @@ def unit_column(index: CandidateIndex, estimates: Mapping[str, Estimate],
 
 class SharedEstimator:
     """The one ``TimeEstimator`` of a profile, held in a box so that a hot reload can hand
-    the learnt one to every plugin of the new profile at once."""
+    the learnt one to every plugin of the new profile at once (``inherited``: it has)."""
 
-    __slots__ = ("estimator",)
+    __slots__ = ("estimator", "inherited")
 
     def __init__(self, estimator: TimeEstimator) -> None:
         self.estimator = estimator
+        self.inherited = False
 
 
 class EstimatingPlugin:
@@ -155,9 +156,12 @@ class EstimatingPlugin:
             self.estimator.correction.forget(outcome.request_id)
 
     def inherit_state(self, previous: object) -> None:
-        """Take over what the previous configuration's estimator learnt (the owner does, for
-        every plugin of the profile)."""
-        if self.learns and isinstance(previous, EstimatingPlugin):
-            default_output = self.estimator.default_output_tokens
-            self.estimator = previous.estimator
-            self.estimator.default_output_tokens = default_output
+        """Take over what the previous configuration's estimator learnt, for every plugin of
+        the profile: from the first of them (in declared order) that has a predecessor."""
+        box = self._box
+        if box.inherited or not isinstance(previous, EstimatingPlugin):
+            return
+        default_output = box.estimator.default_output_tokens
+        box.estimator = previous.estimator
+        box.estimator.default_output_tokens = default_output
+        box.inherited = True

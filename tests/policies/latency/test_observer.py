@@ -95,3 +95,20 @@ def test_a_reload_hands_the_learnt_estimator_to_every_plugin_of_the_profile() ->
     worker_id = route_and_finish(new, "r2", now=2.0)
     assert learnt.correction.samples(worker_id, "ttft") >= 1
     assert sum(learnt.correction.samples(w, "ttft") for w in ("w1", "w2")) == 2
+
+
+def test_a_reload_keeps_what_was_learnt_when_only_the_second_plugin_had_a_predecessor() -> None:
+    registry = default_registry()
+    before = parse_routing_text(textwrap.dedent("""
+        slo: {ttft_s: 0.5, tpot_s: 0.05}
+        profiles:
+          default:
+            scorers: [{type: prefix}, {type: cost}]
+            picker: {type: slo-cost}
+        """), registry)
+    old = PolicyEngine.build(before, FleetConfig({}, {}, ()), registry, seed=0)
+    (learnt_by,) = estimating(old, "default")
+    new = engine_for(previous=old)      # estimated-time takes scorers[0], cost stays at [1]
+    owner, follower = estimating(new, "default")
+    assert owner.learns and not follower.learns
+    assert owner.estimator is follower.estimator is learnt_by.estimator
