@@ -17,7 +17,7 @@ knee of the roofline blend is where it differs most; see ``tests``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from workers.engine.latency import StepTimeModel
@@ -44,6 +44,11 @@ class StepCoefficients:
     per_seq_s: float
     max_batched_tokens: int
     max_num_seqs: int
+    # step_s(max_batched_tokens): one full prefill chunk, every chunk but a prompt's last
+    _full_chunk_s: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_full_chunk_s", self.step_s(float(self.max_batched_tokens)))
 
     def step_s(self, tokens: float, prefill_pairs: float = 0.0, sequences: float = 1.0,
                decode_context: float = 0.0) -> float:
@@ -60,21 +65,20 @@ class StepCoefficients:
 
     def prefill_s(self, new_tokens: float, cached_tokens: float = 0.0) -> float:
         """Compute seconds of one request's uncached prompt, chunked as the scheduler does
-        (without queueing or decodes sharing the steps)."""
+        (without queueing or decodes sharing the steps): every full chunk a
+        ``step_s(max_batched_tokens)``, the last one a ``step_s`` of what is left, plus the
+        prompt's attention over its cached prefix and itself."""
         if new_tokens <= 0:
             return 0.0
-        chunk = float(self.max_batched_tokens)
+        chunk = self.max_batched_tokens
         steps = -(-new_tokens // chunk)
+        base = self.floor_s - self.fixed_s
+        # step_s(n) of a one-sequence chunk is fixed + max(base, per_token * n): its other
+        # terms are 0.0, which leave a sum of non-negative floats unchanged to the last bit
+        linear = self.per_token_s * (new_tokens - (steps - 1) * chunk)
+        last = self.fixed_s + (linear if base < linear else base)
         pairs = new_tokens * cached_tokens + new_tokens * new_tokens / 2.0
-        # step_s(tokens) of a one-sequence prefill chunk, inlined term by term (same sums)
-        fixed, base, per_token = self.fixed_s, self.floor_s - self.fixed_s, self.per_token_s
-        no_pairs, no_context, no_seqs = (self.per_pair_s * 0.0, self.per_ctx_token_s * 0.0,
-                                         self.per_seq_s * 0.0)
-        linear = per_token * min(new_tokens, chunk)
-        full = fixed + (linear if base < linear else base) + no_pairs + no_context + no_seqs
-        linear = per_token * (new_tokens - (steps - 1) * chunk)
-        last = fixed + (linear if base < linear else base) + no_pairs + no_context + no_seqs
-        return ((steps - 1) * full + last + self.per_pair_s * pairs)
+        return (steps - 1) * self._full_chunk_s + last + self.per_pair_s * pairs
 
 
 def solve_coefficients(timer: StepTimer, max_batched_tokens: int,

@@ -31,3 +31,22 @@ def test_prefill_is_chunked_and_attention_makes_it_superlinear() -> None:
         2 * k.step_s(2048) + k.per_pair_s * 4096 * 4096 / 2)
     assert k.prefill_s(32768) > 8 * k.prefill_s(4096)
     assert k.prefill_s(1024, cached_tokens=8192) > k.prefill_s(1024)
+
+
+@pytest.mark.parametrize("gpu", [H100_80GB, A100_80GB, L40S_48GB])
+def test_prefill_equals_its_chunked_steps_to_the_last_bit(gpu: GpuProfile) -> None:
+    """The definition, step by step: full chunks, the last chunk, the attention pairs."""
+    import random
+
+    k = solve_coefficients(StepTimeModel(gpu, LLAMA_3_8B), gpu.default_max_num_batched_tokens,
+                           gpu.default_max_num_seqs)
+    chunk = float(k.max_batched_tokens)
+    rng = random.Random(7)
+    for _ in range(2000):
+        new = rng.choice((1, 15, 16, int(chunk) - 1, int(chunk), int(chunk) + 1,
+                          rng.randint(1, 200_000)))
+        cached = rng.choice((0, 16, rng.randint(0, 100_000)))
+        steps = -(-new // chunk)
+        expected = ((steps - 1) * k.step_s(min(new, chunk)) + k.step_s(new - (steps - 1) * chunk)
+                    + k.per_pair_s * (new * cached + new * new / 2.0))
+        assert k.prefill_s(new, cached) == expected, (new, cached)
