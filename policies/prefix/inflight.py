@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from workers.kv_events.exact_index import leading_blocks
+
 
 class InflightBlocks:
     """Per worker, how many unfinished routed requests hold each block hash."""
@@ -66,14 +68,7 @@ class InflightBlocks:
     def match(self, worker_id: str, chain: Sequence[int]) -> int:
         """Leading blocks of ``chain`` that an unfinished request on ``worker_id`` holds."""
         counts = self._counts.get(worker_id)
-        if not counts:
-            return 0
-        matched = 0
-        for block_hash in chain:
-            if block_hash not in counts:
-                break
-            matched += 1
-        return matched
+        return leading_blocks(chain, counts) if counts else 0
 
     def blocks(self, worker_id: str) -> int:
         """Distinct block hashes held by ``worker_id``'s unfinished requests."""

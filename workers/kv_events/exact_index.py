@@ -18,7 +18,7 @@ approximate index instead. Only GPU-resident blocks count (medium ``GPU``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 
 from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
@@ -122,13 +122,7 @@ class ExactPrefixIndex:
         entry = self._workers.get(worker_id)
         if entry is None or not entry.exact:
             return None
-        blocks = entry.blocks
-        matched = 0
-        for block_hash in block_hashes:
-            if block_hash not in blocks:
-                break
-            matched += 1
-        return matched
+        return leading_blocks(block_hashes, entry.blocks)
 
     def blocks(self, worker_id: str) -> int:
         entry = self._workers.get(worker_id)
@@ -172,3 +166,11 @@ class ExactPrefixIndex:
         entry.gap_open = False
         entry.lost = False
         entry.last_seq = None
+
+
+def leading_blocks(block_hashes: Sequence[int], held: Container[int]) -> int:
+    """How many blocks of the chain, from block 0 up to the first missing one, ``held`` has."""
+    for matched, block_hash in enumerate(block_hashes):
+        if block_hash not in held:
+            return matched
+    return len(block_hashes)
