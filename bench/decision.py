@@ -8,8 +8,9 @@ hashes) run before the clock starts, as in the router, and the first ``--warmup`
 fill the prefix index; then ``PolicyEngine.decide`` is timed alone (``perf_counter_ns``)
 for ``--decisions`` requests (wall clock, and the thread's CPU time, which a busy machine
 does not inflate), each followed by ``on_routed`` (outside the decision's time, its own
-CPU reported apart) so the index keeps learning. Memory: ``tracemalloc`` around filling an
-approximate index, and an exact (KV-event) index, with a known number of blocks.
+CPU reported apart) so the index keeps learning; garbage collections that start inside a
+timed ``decide`` are counted (``collections_in_decide``). Memory: ``tracemalloc`` around
+filling an approximate index, and an exact (KV-event) index, with a known number of blocks.
 
 Last, a fixed loop is timed the same way (``machine_floor``): its p99 / p50 is the tail the
 machine itself adds, against which the decisions' p99 reads.
@@ -51,6 +52,7 @@ class SizeResult:
     cpu_p50_us: float          # thread CPU time of decide(): robust to a busy machine
     cpu_p99_us: float
     routed_p50_us: float       # thread CPU of engine.on_routed (the plugins' learning)
+    collections_in_decide: int  # garbage collections that started inside a timed decide()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -176,6 +178,14 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace) -> SizeRes
     if args.gc_freeze:
         gc.collect()
         gc.freeze()
+    collections = [0]            # started so far (the callback allocates nothing)
+    in_decide = 0
+
+    def count_collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections[0] += 1
+
+    gc.callbacks.append(count_collection)
     for n in range(args.warmup + args.decisions):
         tokens = rng.choice(prefixes) + [rng.randrange(100_000) for _ in range(half)]
         request = RoutingRequest(request_id=f"r{n}", model=MODEL, path="/v1/completions",
@@ -188,25 +198,29 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace) -> SizeRes
             if producer.name != "tokens":
                 producer.produce(request, views)
         produced = time.perf_counter_ns()
+        before = collections[0]
         cpu_started = time.thread_time_ns()
         decision = engine.decide(request, views)
         cpu_done = time.thread_time_ns()
         decided = time.perf_counter_ns()
+        started_inside = collections[0] - before
         routed_started = time.thread_time_ns()
         engine.on_routed(request, decision)
         routed_done = time.thread_time_ns()
         if n >= args.warmup:
+            in_decide += started_inside
             routed_timings.append((routed_done - routed_started) / 1e3)
             timings.append((decided - produced) / 1e3)
             cpu_timings.append((cpu_done - cpu_started) / 1e3)
             producer_timings.append((produced - started) / 1e3)
+    gc.callbacks.remove(count_collection)
     ordered = sorted(timings)
     return SizeResult(
         workers=size, decisions=len(timings), p50_us=_pct(ordered, 50),
         p90_us=_pct(ordered, 90), p99_us=_pct(ordered, 99), mean_us=statistics.fmean(ordered),
         producer_p50_us=_pct(sorted(producer_timings), 50),
         cpu_p50_us=_pct(sorted(cpu_timings), 50), cpu_p99_us=_pct(sorted(cpu_timings), 99),
-        routed_p50_us=_pct(sorted(routed_timings), 50))
+        routed_p50_us=_pct(sorted(routed_timings), 50), collections_in_decide=in_decide)
 
 
 def index_memory(blocks: int, seed: int) -> dict[str, float]:

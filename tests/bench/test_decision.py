@@ -28,3 +28,21 @@ def test_decision_benchmark_writes_json_and_plot(tmp_path: Path) -> None:
     floor = report["machine_floor"]
     assert 0 < floor["p50_us"] <= floor["p99_us"]
     assert floor["p99_over_p50"] == floor["p99_us"] / floor["p50_us"]
+
+
+def test_collections_that_start_inside_a_decision_are_counted(tmp_path: Path) -> None:
+    import gc
+
+    routing = REPO_ROOT / "config" / "routing.yaml"
+    arguments = ["--routing", str(routing), "--workers", "8", "--decisions", "20",
+                 "--warmup", "5", "--prompt-tokens", "256", "--index-blocks", "80"]
+    assert main([*arguments, "--out", str(tmp_path / "default")]) == 0
+    default = json.loads((tmp_path / "default" / "decision.json").read_text())["sizes"][0]
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1)            # a young collection at nearly every allocation
+    try:
+        assert main([*arguments, "--out", str(tmp_path / "eager")]) == 0
+    finally:
+        gc.set_threshold(*thresholds)
+    eager = json.loads((tmp_path / "eager" / "decision.json").read_text())["sizes"][0]
+    assert eager["collections_in_decide"] >= 20 > default["collections_in_decide"]
