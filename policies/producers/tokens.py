@@ -205,7 +205,8 @@ class TokensProducer:
         texts, _ = prompt_parts(request)
         key_prefix = self._tokenizer_key(request.model)
         tokenizer = self._by_model.get(request.model, self._default)
-        return sum(len(part) for text in texts for part in self._chunks(tokenizer, text)
+        return sum(len(part) for text in texts
+                   for part in text_chunks(tokenizer, text, self.chunk_chars)
                    if not self.cache.contains((key_prefix, _digest(part))))
 
     def should_offload(self, request: RoutingRequest) -> bool:
@@ -218,9 +219,6 @@ class TokensProducer:
     def _encode_cached(self, model: str, text: str) -> array[int]:
         return cached_encode(self.cache, self._tokenizer_key(model),
                              self._by_model.get(model, self._default), text, self.chunk_chars)
-
-    def _chunks(self, tokenizer: TextTokenizer, text: str) -> list[str]:
-        return text_chunks(tokenizer, text, self.chunk_chars)
 
     def _model_token_ids(self, folder: ModelTokenizer, request: RoutingRequest) -> Sequence[int]:
         """Tokens exactly as vLLM makes them from the model's own folder."""
