@@ -31,11 +31,15 @@ class RequestRecord:
     slo_ttft_s: float                    # this prompt's TTFT target
     worker_id: str | None = None         # None: rejected
     reject_reason: str | None = None
+    reason: str = ""                     # the policy's reason for its decision (x-kvroute-reason)
     ttft_s: float | None = None
     tpot_s: float | None = None          # mean time per output token after the first
     e2e_s: float | None = None
     queue_s: float | None = None         # arrival -> first scheduled
-    cached_tokens: int = 0
+    cached_tokens: int = 0               # prompt tokens its worker found cached
+    # when it was routed: the longest cached prefix on its worker, and on any worker
+    cached_here_tokens: int = 0
+    cached_anywhere_tokens: int = 0
     preemptions: int = 0
     finished_s: float | None = None
     cost_usd: float = 0.0                # share of its worker's busy cost, by tokens computed
@@ -117,6 +121,12 @@ def summarize(policy: str, records: Sequence[RequestRecord], usage: Sequence[Wor
         "goodput_rate_scale": None,
         "prefix_hit_rate": cached / prompt if prompt else 0.0,
         "prefix_hit_ceiling": prefix_ceiling,
+        # what the workers' caches held when each request was routed: on any worker, and on
+        # the one chosen (the gap between the two is lost to the routing decision)
+        "prefix_cached_anywhere": (sum(r.cached_anywhere_tokens for r in done) / prompt
+                                   if prompt else 0.0),
+        "prefix_cached_chosen": (sum(r.cached_here_tokens for r in done) / prompt
+                                 if prompt else 0.0),
         "preemptions": sum(r.preemptions for r in done),
         "prompt_tokens": prompt,
         "cached_tokens": cached,

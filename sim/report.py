@@ -32,6 +32,7 @@ _TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("slo_attainment", "SLO met", "{:.1%}"),
     ("goodput_rate_scale", "goodput ×rate", "{:.2f}"),
     ("prefix_hit_rate", "prefix hit", "{:.1%}"),
+    ("prefix_cached_anywhere", "cached anywhere", "{:.1%}"),
     ("cost_per_mtok_fleet", "$/Mtok fleet", "{:.3f}"),
     ("cost_per_mtok_busy", "$/Mtok busy", "{:.3f}"),
     ("throughput_tok_s", "tok/s", "{:,.0f}"),
@@ -89,7 +90,8 @@ def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fields = ["index", "arrival_s", "worker_id", "prompt_tokens", "cached_tokens",
               "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions",
-              "slo_ttft_s", "meets_slo", "cost_usd", "reject_reason"]
+              "slo_ttft_s", "meets_slo", "cost_usd", "reject_reason", "reason",
+              "cached_here_tokens", "cached_anywhere_tokens"]
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(fields)
@@ -98,7 +100,8 @@ def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:
                              r.cached_tokens, r.output_tokens, _num(r.ttft_s), _num(r.tpot_s),
                              _num(r.e2e_s), _num(r.queue_s), r.preemptions,
                              f"{r.slo_ttft_s:.4f}", int(r.meets_slo), f"{r.cost_usd:.6f}",
-                             r.reject_reason or ""])
+                             r.reject_reason or "", r.reason, r.cached_here_tokens,
+                             r.cached_anywhere_tokens])
 
 
 def _num(value: float | None) -> str:

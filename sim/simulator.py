@@ -40,6 +40,7 @@ from sim.worker import FirstToken, KvEventsLanding, SimWorker
 from workers.engine.api import EngineConfig, EngineRequest, RequestStats
 from workers.engine.capacity import config_limits
 from workers.engine.core import EngineCore
+from workers.engine.request import Request
 from workers.fleet import FleetConfig
 from workers.inflight import InflightTracker
 from workers.kv_events.exact_index import ExactPrefixIndex
@@ -221,6 +222,7 @@ class Simulation:
         decision = self.policy.decide(routing, views)
         if self._on_decision is not None:
             self._on_decision(DecisionPoint(now, routing, tuple(views), decision))
+        record.reason = decision.reason
         worker = self._by_id.get(decision.worker_id) if decision.worker_id else None
         if worker is None:
             record.reject_reason = decision.reason or "no candidate"
@@ -230,6 +232,8 @@ class Simulation:
             record.reject_reason = f"{worker.info.id}: {unfit}"
             return
         record.worker_id = worker.info.id
+        record.cached_here_tokens, record.cached_anywhere_tokens = self._cached_prefix(
+            tokens, worker)
         # the same accounting as router.director: estimate, dispatch, then observers
         matched = decision.attributes.get("prefix_match_tokens")
         estimate = max(0, routing.num_prompt_tokens - (matched if isinstance(matched, int) else 0))
@@ -239,6 +243,22 @@ class Simulation:
         worker.submit(EngineRequest(
             request_id=routing.request_id, prompt_token_ids=tokens,
             output_token_ids=self.trace.output_token_ids(request), arrival_time=now), now)
+
+    def _cached_prefix(self, tokens: list[int], chosen: SimWorker) -> tuple[int, int]:
+        """The longest prefix of ``tokens`` cached now on ``chosen`` and on any worker. The
+        engines hash alike but for their block size, so one probe per block size serves."""
+        probes: dict[int, Request] = {}
+        here = anywhere = 0
+        for worker in self.workers:
+            engine = worker.engine
+            probe = probes.get(engine.block_size)
+            if probe is None:
+                probe = probes[engine.block_size] = engine.prefix_probe(tokens)
+            cached = engine.cached_prefix_tokens(probe)
+            anywhere = max(anywhere, cached)
+            if worker is chosen:
+                here = cached
+        return here, anywhere
 
     def _first_token(self, worker: SimWorker, request_id: str) -> None:
         entry = self._live.get(request_id)

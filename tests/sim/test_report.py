@@ -10,6 +10,7 @@ from sim.report import markdown_table, write_plots, write_summary
 ENTRY = {"requests": 10, "rejected": 1, "ttft_p50": 0.1234, "ttft_p90": 0.5, "ttft_p99": 1.0,
          "tpot_p50": 0.0125, "tpot_p99": 0.05, "e2e_p50": 2.0, "e2e_p99": 3.0,
          "slo_attainment": 0.9, "goodput_rate_scale": None, "prefix_hit_rate": 0.25,
+         "prefix_cached_anywhere": 0.375,
          "cost_per_mtok_fleet": 1.5, "cost_per_mtok_busy": 0.75, "throughput_tok_s": 12345.6}
 
 
@@ -17,7 +18,7 @@ def test_markdown_table_formats_units() -> None:
     table = markdown_table({"rr": ENTRY})
     row = table.splitlines()[2]
     assert row.startswith("| rr | 10 | 1 | 0.123 | 0.500 | 1.000 | 12.5 | 50.0 | 2.00 | 3.00 "
-                          "| 90.0% | – | 25.0% | 1.500 | 0.750 | 12,346 |")
+                          "| 90.0% | – | 25.0% | 37.5% | 1.500 | 0.750 | 12,346 |")
 
 
 def test_summary_and_plots_are_written(tmp_path: Path) -> None:
@@ -39,7 +40,7 @@ def test_goodput_runs_add_the_cost_at_the_goodput_rate() -> None:
     table = markdown_table({"rr": ENTRY, "ta": searched}).splitlines()
     assert table[0].endswith("| tok/s | $/Mtok busy at goodput |")
     assert table[2].endswith("| 12,346 | – |")          # a policy without a passing scale
-    assert table[3].endswith("| 1.50 | 25.0% | 1.500 | 0.750 | 12,346 | 0.062 |")
+    assert table[3].endswith("| 1.50 | 25.0% | 37.5% | 1.500 | 0.750 | 12,346 | 0.062 |")
 
 
 def test_the_header_names_the_pooled_cache_ceiling(tmp_path: Path) -> None:

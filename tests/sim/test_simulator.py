@@ -73,6 +73,27 @@ def test_second_request_hits_the_shared_block_aligned_prefix(tmp_path: Path) -> 
     assert second.ttft_s == pytest.approx(model.prefill_time(1400 - 1024, 1024), rel=1e-12)
 
 
+def test_cached_prefix_on_the_chosen_worker_and_on_any_worker_when_routed(
+        tmp_path: Path) -> None:
+    rows = [{"timestamp": 0, "input_length": 1500, "output_length": 3, "hash_ids": [1, 2, 3]},
+            {"timestamp": 10_000, "input_length": 1400, "output_length": 3,
+             "hash_ids": [1, 2, 9]}]
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # round-robin sends the second request to the other worker: the prefix was cached, elsewhere
+    first, second = _run(load_trace(path), _fleet(["h100", "h100"]))
+    assert (first.worker_id, second.worker_id) == ("w0", "w1")
+    assert (first.cached_here_tokens, first.cached_anywhere_tokens) == (0, 0)
+    assert (second.cached_here_tokens, second.cached_anywhere_tokens) == (0, 1024)
+    assert second.cached_tokens == 0
+    assert "round-robin" in second.reason
+    # a cache-aware policy follows the prefix: cached where it went, and hit there
+    first, second = _run(load_trace(path), _fleet(["h100", "h100"]), "sglang-cache-aware")
+    assert second.worker_id == first.worker_id
+    assert (second.cached_here_tokens, second.cached_anywhere_tokens) == (1024, 1024)
+    assert second.cached_tokens == 1024
+
+
 def test_overload_preempts_the_latest_request_and_both_finish(tmp_path: Path) -> None:
     # 64 blocks of 16 tokens = 1024 tokens of KV; two 300-token prompts generating 400 each
     # need 2 x 700: once both pass 512 tokens (32 blocks each) the next block preempts one.

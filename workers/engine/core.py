@@ -10,6 +10,7 @@ and the finished-request stats that stepping one at a time reaches.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from workers.engine.api import (
     EngineConfig,
@@ -105,6 +106,26 @@ class EngineCore:
         comes with the next step's events); refused (False) while requests hold blocks."""
         self._end_decode_run()
         return self.block_pool.reset_prefix_cache()
+
+    def prefix_probe(self, prompt_token_ids: Sequence[int]) -> Request:
+        """A request that is never scheduled, to ask ``cached_prefix_tokens`` about a prompt."""
+        return Request(EngineRequest(request_id="prefix-probe", prompt_token_ids=prompt_token_ids,
+                                     output_token_ids=(0,), arrival_time=0.0),
+                       self.max_model_len)
+
+    def cached_prefix_tokens(self, probe: Request) -> int:
+        """Leading prompt tokens of ``probe`` the prefix cache holds now, counted as a hit
+        would count them (full blocks; the last token is always recomputed). Read-only:
+        no block is touched or evicted. The probe keeps its block hashes once computed, so
+        one probe may be asked of every engine that hashes alike (same algorithm, seed and
+        block size)."""
+        manager = self.kv_cache_manager
+        if not manager.enable_caching:
+            return 0
+        max_blocks = (probe.num_tokens - 1) // self.block_size
+        manager.hasher.extend(probe, max_blocks)
+        return len(manager.find_longest_cache_hit(probe.block_hashes, max_blocks)) \
+            * self.block_size
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()

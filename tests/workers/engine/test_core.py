@@ -70,6 +70,27 @@ def test_same_prompt_twice_hits_block_aligned_tokens() -> None:
     assert stats.num_running == stats.num_waiting == 0 and stats.kv_cache_usage == 0.0
 
 
+def test_cached_prefix_probe_counts_what_the_next_request_hits_and_touches_nothing() -> None:
+    engine = make_engine(num_gpu_blocks=200)
+    prompt = list(range(1000, 1100))                      # 100 tokens: 6 full blocks
+    probe = engine.prefix_probe([*prompt, 5, 6])
+    assert engine.cached_prefix_tokens(probe) == 0
+    engine.add_request(EngineRequest("a", prompt, [1]))
+    t = 0.0
+    while engine.has_unfinished_requests():
+        t += engine.step(t).duration_s
+    free_before = engine.block_pool.get_num_free_blocks()
+    assert engine.cached_prefix_tokens(probe) == 96
+    # a prompt of exactly 6 blocks: the last token is recomputed, so 5 blocks hit
+    assert engine.cached_prefix_tokens(engine.prefix_probe(prompt[:96])) == 80
+    assert engine.cached_prefix_tokens(engine.prefix_probe([9, *prompt])) == 0
+    assert engine.block_pool.get_num_free_blocks() == free_before
+    engine.add_request(EngineRequest("b", [*prompt, 5, 6], [1]))
+    while engine.has_unfinished_requests():
+        t += engine.step(t).duration_s
+    assert engine.stats.prefix_cache_hits == 96           # what the probe said "b" would hit
+
+
 def test_kv_events_report_blocks_stored_in_the_step_that_computes_them() -> None:
     engine = make_engine(num_gpu_blocks=50, enable_kv_events=True)
     engine.add_request(EngineRequest("a", list(range(1, 33)), [1, 2]))
