@@ -7,7 +7,10 @@ layouts:
   TPOT p99, $/Mtok busy (and $/Mtok busy at the goodput scale after a goodput search);
 * ``goodput`` (a ``--goodput`` run): policy, SLO met at the first scale, goodput, the
   attainment at each probed scale, prefix hit, $/Mtok busy, and $/Mtok busy at the goodput
-  scale.
+  scale;
+* ``prefix`` (where prefix hits are lost, ``docs/sim.md``): policy, SLO met, the prefix hit
+  rate, what the chosen worker and any worker held when each request was routed, and per
+  GPU class its share of the prompt tokens and the hit rate of its workers.
 
     python -m sim.doc_tables out/ta2/azure1500/summary.json --layout goodput
 """
@@ -38,6 +41,22 @@ def _probes(entry: Mapping[str, Any]) -> str:
     """Every probe of the search, highest scale first."""
     probes = sorted(entry.get("goodput_probes") or (), key=lambda p: -p[0])
     return ", ".join(f"×{scale:g} {value:.1%}" for scale, value in probes)
+
+
+def _by_gpu_class(entry: Mapping[str, Any], gpu_of: Mapping[str, str]) -> str:
+    """Each GPU class's share of the prompt tokens, and the hit rate of its workers."""
+    prompt: dict[str, int] = {}
+    cached: dict[str, int] = {}
+    for worker, tokens in (entry.get("prompt_tokens_per_worker") or {}).items():
+        gpu = gpu_of.get(worker, worker)
+        prompt[gpu] = prompt.get(gpu, 0) + tokens
+        cached[gpu] = cached.get(gpu, 0) + (entry.get("cached_tokens_per_worker") or {}).get(
+            worker, 0)
+    total = sum(prompt.values())
+    if not total:
+        return "–"
+    return ", ".join(f"{gpu} {tokens / total:.0%} ({cached[gpu] / tokens:.1%})"
+                     for gpu, tokens in sorted(prompt.items(), key=lambda kv: -kv[1]))
 
 
 def header_line(summary: Mapping[str, Any]) -> str:
@@ -72,8 +91,15 @@ def table(summary: Mapping[str, Any], layout: str) -> str:
                  _pct(e.get("prefix_hit_rate")), _num(e.get("cost_per_mtok_busy"), 3),
                  _num(e.get("goodput_cost_per_mtok_busy"), 3)]
                 for name, e in policies.items()]
+    elif layout == "prefix":
+        gpu_of = {w["id"]: w["gpu"] for w in summary.get("fleet", {}).get("workers", ())}
+        head = ["policy", "SLO met", "prefix hit", "cached on the chosen worker",
+                "cached anywhere", "prompt tokens (hit rate) by GPU class"]
+        rows = [[name, _pct(e.get("slo_attainment")), _pct(e.get("prefix_hit_rate")),
+                 _pct(e.get("prefix_cached_chosen")), _pct(e.get("prefix_cached_anywhere")),
+                 _by_gpu_class(e, gpu_of)] for name, e in policies.items()]
     else:
-        raise ValueError(f"unknown layout {layout!r} (rate or goodput)")
+        raise ValueError(f"unknown layout {layout!r} (rate, goodput or prefix)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
@@ -83,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.doc_tables", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("summary", type=Path, help="a summary.json written by kvroute sim")
-    parser.add_argument("--layout", choices=("rate", "goodput"), default="rate")
+    parser.add_argument("--layout", choices=("rate", "goodput", "prefix"), default="rate")
     args = parser.parse_args(argv)
     try:
         summary = json.loads(args.summary.read_text())

@@ -103,9 +103,13 @@ def summarize(policy: str, records: Sequence[RequestRecord], usage: Sequence[Wor
     fleet_cost = sum(u.price_per_hour for u in usage) * makespan / 3600.0
     busy_cost = sum(u.price_per_hour * u.busy_s for u in usage) / 3600.0
     per_worker: dict[str, int] = {}
+    prompt_by_worker: dict[str, int] = {}
+    cached_by_worker: dict[str, int] = {}
     for r in done:
         assert r.worker_id is not None
         per_worker[r.worker_id] = per_worker.get(r.worker_id, 0) + 1
+        prompt_by_worker[r.worker_id] = prompt_by_worker.get(r.worker_id, 0) + r.prompt_tokens
+        cached_by_worker[r.worker_id] = cached_by_worker.get(r.worker_id, 0) + r.cached_tokens
     return {
         "policy": policy,
         "rate_scale": rate_scale,
@@ -138,6 +142,8 @@ def summarize(policy: str, records: Sequence[RequestRecord], usage: Sequence[Wor
         "cost_per_mtok_busy": busy_cost / served * 1e6 if served else None,
         "throughput_tok_s": served / makespan if makespan > 0 else None,
         "requests_per_worker": dict(sorted(per_worker.items())),
+        "prompt_tokens_per_worker": dict(sorted(prompt_by_worker.items())),
+        "cached_tokens_per_worker": dict(sorted(cached_by_worker.items())),
         "worker_busy_s": {u.worker_id: u.busy_s for u in usage},
     }
 

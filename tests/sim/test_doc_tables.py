@@ -40,6 +40,22 @@ def test_goodput_layout_lists_probes_highest_scale_first() -> None:
     assert lines[2].endswith("| 0.109 | – |")
 
 
+def test_prefix_layout_splits_prompt_tokens_and_hits_by_gpu_class() -> None:
+    summary = {
+        "fleet": {"workers": [{"id": "h0", "gpu": "h100"}, {"id": "h1", "gpu": "h100"},
+                              {"id": "a0", "gpu": "a100"}]},
+        "policies": {"ta": {"slo_attainment": 0.9, "prefix_hit_rate": 0.085,
+                            "prefix_cached_chosen": 0.0846, "prefix_cached_anywhere": 0.096,
+                            "prompt_tokens_per_worker": {"h0": 500, "h1": 300, "a0": 200},
+                            "cached_tokens_per_worker": {"h0": 10, "h1": 30, "a0": 60}},
+                     "old": {"slo_attainment": 0.5, "prefix_hit_rate": 0.05}}}
+    lines = table(summary, "prefix").splitlines()
+    assert lines[0] == ("| policy | SLO met | prefix hit | cached on the chosen worker | "
+                        "cached anywhere | prompt tokens (hit rate) by GPU class |")
+    assert lines[2] == "| ta | 90.0% | 8.5% | 8.5% | 9.6% | h100 80% (5.0%), a100 20% (30.0%) |"
+    assert lines[3] == "| old | 50.0% | 5.0% | – | – | – |"     # a summary from before
+
+
 def test_header_names_both_ceilings_and_old_summaries_still_render() -> None:
     assert header_line(SUMMARY) == ("500 requests at rate scale 1.0; infinite-cache prefix "
                                     "ceiling 16.4%, one LRU cache of the whole fleet's KV "
