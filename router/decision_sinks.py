@@ -1,6 +1,7 @@
-"""Observers of every routing decision beyond the metrics: the decision log and the
-infinite-cache prefix ceiling. The director calls each sink after each decision; this module
-builds them for one app and closes what they opened.
+"""Observers of every routing decision beyond the metrics: the decision log, the
+infinite-cache prefix ceiling, and the known cached prefix chosen against the best on offer.
+The director calls each sink after each decision; this module builds them for one app and
+closes what they opened.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from policies.base import Decision, RoutingRequest
 from router.decision_log import DecisionLogConfig, DecisionLogWriter
 from router.metrics import RouterMetrics
 from router.prefix_ceiling import PrefixCeiling
+from router.prefix_choice import PrefixChoice
 
 
 class DecisionSink(Protocol):
@@ -28,7 +30,7 @@ def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str]
 
     Raises ``DecisionLogConfigError`` on an invalid setting and ``OSError`` on a log file
     that cannot be opened."""
-    sinks: list[DecisionSink] = [PrefixCeiling(metrics)]
+    sinks: list[DecisionSink] = [PrefixCeiling(metrics), PrefixChoice(metrics)]
     config = DecisionLogConfig.from_env(env)
     stream: TextIO | None = None
     if config.path is not None and config.sample_rate > 0:

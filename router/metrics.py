@@ -154,6 +154,13 @@ class RouterMetrics:
         self.prefix_ceiling_query_tokens = Counter(
             "kvroute_prefix_ceiling_query_tokens", "Prompt tokens looked up in the infinite "
             "prefix cache.", registry=r)
+        self.prefix_known_chosen_tokens = Counter(
+            "kvroute_prefix_known_chosen_tokens", "Prompt tokens the router believed the "
+            "chosen worker had cached (first attempts of decisions with a prefix scorer).",
+            registry=r)
+        self.prefix_known_best_tokens = Counter(
+            "kvroute_prefix_known_best_tokens", "Prompt tokens the router believed the "
+            "best-placed candidate had cached (the same decisions).", registry=r)
         if views is not None:
             r.register(_WorkerCollector(views))
             r.register(_PoolDemandCollector(views))
@@ -193,6 +200,10 @@ class RouterMetrics:
     def record_prefix_ceiling(self, hit_tokens: int, query_tokens: int) -> None:
         self.prefix_ceiling_hit_tokens.inc(hit_tokens)
         self.prefix_ceiling_query_tokens.inc(query_tokens)
+
+    def record_prefix_choice(self, chosen_tokens: int, best_tokens: int) -> None:
+        self.prefix_known_chosen_tokens.inc(chosen_tokens)
+        self.prefix_known_best_tokens.inc(best_tokens)
 
     def record_request(self, model: str, worker: str, gpu: str, profile: str,
                        status: int) -> None:

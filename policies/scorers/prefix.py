@@ -9,7 +9,9 @@ from that worker's ``num_gpu_blocks`` (``policies.prefix.approximate``).
 
 The per-worker counts are also left in the decision's ``CycleState`` (``prefix.match``) for
 the ``estimated-time`` and ``cost`` scorers and the ``slo-cost`` picker, and the chosen
-worker's count becomes ``Decision.attributes["prefix_match_tokens"]``. Declare ``prefix``
+worker's count becomes ``Decision.attributes["prefix_match_tokens"]``, the longest count of
+any candidate ``Decision.attributes["prefix_best_tokens"]`` (the router's
+``kvroute_prefix_known_*_tokens`` counters compare the two). Declare ``prefix``
 before those plugins. Needs ``block_hashes`` (the ``blocks`` producer is added automatically).
 
 ```yaml
@@ -48,6 +50,7 @@ from workers.models import WorkerView
 
 TYPE_NAME = "prefix"
 ATTRIBUTE = "prefix_match_tokens"
+BEST_ATTRIBUTE = "prefix_best_tokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,8 @@ class PrefixScorer:
         for worker_id, count in tokens.items():
             column[position[worker_id]] = count / prompt
         record_attribute(cycle, ATTRIBUTE, LazyAttribute(position, lambda w: tokens.get(w, 0)))
+        record_attribute(cycle, BEST_ATTRIBUTE,
+                         LazyAttribute(position, lambda w: max(tokens.values(), default=0)))
         return column
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:

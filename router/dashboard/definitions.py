@@ -55,11 +55,20 @@ ROUTING = Dashboard(
                   "workers' prefix cache hits"),
             Query(f"sum(rate(kvroute_prefix_ceiling_hit_tokens_total[{RI}])) / "
                   f"sum(rate(kvroute_prefix_ceiling_query_tokens_total[{RI}]))",
-                  "infinite-cache ceiling", reference_line=True)),
+                  "infinite-cache ceiling", reference_line=True),
+            Query(f"sum(rate(kvroute_prefix_known_best_tokens_total[{RI}])) / "
+                  f"sum(rate(kvroute_prefix_ceiling_query_tokens_total[{RI}]))",
+                  "known cached on the best candidate"),
+            Query(f"sum(rate(kvroute_prefix_known_chosen_tokens_total[{RI}])) / "
+                  f"sum(rate(kvroute_prefix_ceiling_query_tokens_total[{RI}]))",
+                  "known cached on the chosen worker")),
             unit="percentunit",
             description="Prompt tokens served from the workers' prefix caches (vLLM "
                         "prefix_cache_hits / queries) against what one infinite cache shared by "
-                        "the whole fleet would have served: the gap is what routing lost."),
+                        "the whole fleet would have served: the gap is what routing lost. The "
+                        "two 'known' lines are the router's own belief at each decision: the "
+                        "most any candidate held, and what the chosen worker held; the gap "
+                        "between them is what the decisions passed over."),
         Panel("Winning scores (mean, per scorer)", (Query(
             "sum by (scorer) (rate(kvroute_decision_winner_score_sum[" + RI + "])) / "
             "sum by (scorer) (rate(kvroute_decision_winner_score_count[" + RI + "]))",

@@ -20,6 +20,7 @@ from router.decision_log import (
 from router.decision_sinks import open_decision_sinks
 from router.metrics import RouterMetrics
 from router.prefix_ceiling import PrefixCeiling
+from router.prefix_choice import PrefixChoice
 
 
 def _decision(request_id: str = "req-1") -> Decision:
@@ -90,7 +91,7 @@ def test_sinks_from_env_append_to_the_file_and_close_it(tmp_path: Path) -> None:
     path = tmp_path / "decisions.jsonl"
     path.write_text('{"earlier": true}\n')
     sinks, close = open_decision_sinks(RouterMetrics(), {"KVROUTE_DECISION_LOG": str(path)})
-    assert [type(s) for s in sinks] == [PrefixCeiling, DecisionLogWriter]
+    assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice, DecisionLogWriter]
     for sink in sinks:
         sink.on_decision(RoutingRequest(request_id="q", model="m"), _decision("q"), 0, 0.0)
     close()
@@ -98,7 +99,7 @@ def test_sinks_from_env_append_to_the_file_and_close_it(tmp_path: Path) -> None:
     assert len(lines) == 2 and json.loads(lines[1])["request_id"] == "q"
 
 
-def test_without_a_path_only_the_ceiling_runs() -> None:
+def test_without_a_path_only_the_prefix_sinks_run() -> None:
     sinks, close = open_decision_sinks(RouterMetrics(), {"KVROUTE_DECISION_LOG_SAMPLE": "0.5"})
-    assert [type(s) for s in sinks] == [PrefixCeiling]
+    assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice]
     close()

@@ -33,7 +33,15 @@ def test_routing_history_makes_the_same_worker_score_the_prefix_share() -> None:
     scores = scorer.score(request_with("b", [1, 2, 3, 9], 80), views, cycle)
     assert scores == {"w1": 48 / 80, "w2": 0.0}
     assert cached_tokens(cycle, "w1") == 48
-    assert worker_attributes(cycle, "w1") == {"prefix_match_tokens": 48}
+    assert worker_attributes(cycle, "w1") == {"prefix_match_tokens": 48,
+                                              "prefix_best_tokens": 48}
+    # whichever worker is chosen, the decision also says what the best-placed one held
+    assert worker_attributes(cycle, "w2") == {"prefix_match_tokens": 0,
+                                              "prefix_best_tokens": 48}
+    cycle = CycleState()
+    scorer.score(request_with("c", [7, 8], 40), views, cycle)
+    assert worker_attributes(cycle, "w2") == {"prefix_match_tokens": 0,
+                                              "prefix_best_tokens": 0}
 
 
 def test_hit_leaves_at_least_one_token_to_compute() -> None:
