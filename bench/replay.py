@@ -12,7 +12,9 @@ Client side: TTFT (first ``data:`` event), TPOT ((end − TTFT) / (output tokens
 end-to-end, divided by the emulator's ``time_scale`` to read in emulated seconds; SLO
 attainment as in ``sim.metrics`` (TTFT ≤ max(0.5 s, 3 × idle-H100 prefill), TPOT ≤ 50 ms).
 Worker side: the change of every worker's ``vllm:prefix_cache_hits`` / ``queries`` and
-``vllm:prompt_tokens`` counters over the run.
+``vllm:prompt_tokens`` counters over the run. Router side, for kvroute targets with a prefix
+plugin: the change of its ``kvroute_prefix_known_*`` counters, the cached prefix it believed
+the chosen workers and the best-placed candidates held (``bench.metrics_scrape``).
 
 With ``repeat`` > 1 the targets run again, round after round in the same order (A B A B),
 so that slow drifts of the machine fall on every target alike; ``bench.replay_rounds``
@@ -29,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,9 +38,9 @@ from typing import Any, Literal
 
 import aiohttp
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.launch import Launched, LaunchError
+from bench.metrics_scrape import ROUTER_PREFIX_COUNTERS, known_prefix_shares, scrape_totals
 from bench.stats import percentile
 from bench.targets import Skipped, TargetContext, plan_target
 from workers.fleet import FleetConfig, load_fleet
@@ -92,6 +93,10 @@ class ReplayResult:
     e2e_p99_s: float | None = None
     slo_attainment: float | None = None
     prefix_hit_rate: float | None = None
+    # a kvroute router's own belief (``kvroute_prefix_known_*``): the cached prefix of the
+    # chosen workers and of the best-placed candidates, over the prompt tokens looked up
+    router_known_chosen_share: float | None = None
+    router_known_best_share: float | None = None
     prompt_token_share: dict[str, float] = field(default_factory=dict)
     wall_s: float | None = None
     first_error: str | None = None
@@ -122,21 +127,11 @@ def build_requests(config: ReplayConfig, fleet: FleetConfig) -> list[ReplayReque
 
 
 def scrape_counters(urls: Mapping[str, str]) -> dict[str, dict[str, float]]:
-    """worker id → counter family → summed ``_total`` value."""
+    """worker id → counter family → summed ``_total`` value (0 when unreadable)."""
     result: dict[str, dict[str, float]] = {}
     for worker, url in urls.items():
-        values = dict.fromkeys(COUNTERS, 0.0)
-        try:
-            with urllib.request.urlopen(f"{url}/metrics", timeout=5.0) as response:
-                text = response.read().decode()
-        except OSError:
-            result[worker] = values
-            continue
-        for family in text_string_to_metric_families(text):
-            if family.name in values:
-                values[family.name] = sum(s.value for s in family.samples
-                                          if s.name.endswith("_total"))
-        result[worker] = values
+        totals = scrape_totals(f"{url}/metrics", COUNTERS) or {}
+        result[worker] = {name: totals.get(name, 0.0) for name in COUNTERS}
     return result
 
 
@@ -193,7 +188,8 @@ async def _drive(url: str, model: str, requests: Sequence[ReplayRequest],
 def summarize(name: str, requests: Sequence[ReplayRequest],
               outcomes: Sequence[tuple[float | None, float, str | None]], time_scale: float,
               before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]],
-              wall_s: float) -> ReplayResult:
+              wall_s: float, router_before: Mapping[str, float] | None = None,
+              router_after: Mapping[str, float] | None = None) -> ReplayResult:
     scale = time_scale if time_scale > 0 else 1.0
     ttfts, tpots, e2es, met = [], [], [], 0
     errors = [error for _, _, error in outcomes if error is not None]
@@ -215,6 +211,8 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
     queries = sum(d["vllm:prefix_cache_queries"] for d in delta.values())
     prompt_total = sum(d["vllm:prompt_tokens"] for d in delta.values())
 
+    known_chosen, known_best = known_prefix_shares(router_before, router_after)
+
     def r(value: float | None) -> float | None:
         return None if value is None else round(value, 4)
     return ReplayResult(
@@ -225,6 +223,7 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
         e2e_p99_s=r(percentile(e2es, 99)),
         slo_attainment=round(met / len(requests), 4) if requests else None,
         prefix_hit_rate=round(hits / queries, 4) if queries else None,
+        router_known_chosen_share=known_chosen, router_known_best_share=known_best,
         prompt_token_share={w: round(d["vllm:prompt_tokens"] / prompt_total, 3)
                             for w, d in delta.items()} if prompt_total else {},
         wall_s=round(wall_s, 1), first_error=errors[0] if errors else None)
@@ -275,7 +274,9 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
                 process = Launched(name, argv, workdir / name / "server.log", env=plan.env)
                 process.start()
                 process.wait_http(plan.ready_url, timeout_s=60.0, headers=plan.headers)
+            router_metrics = f"{plan.base_url}/metrics"
             before = scrape_counters(urls)
+            router_before = scrape_totals(router_metrics, ROUTER_PREFIX_COUNTERS, plan.headers)
             progress(f"{name}: replaying {len(requests)} requests over "
                      f"{requests[-1].at_s if requests else 0:.1f}s")
             started = time.perf_counter()
@@ -283,13 +284,15 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
                                           plan.headers, progress))
             wall = time.perf_counter() - started
             after = scrape_counters(urls)
+            router_after = scrape_totals(router_metrics, ROUTER_PREFIX_COUNTERS, plan.headers)
         except LaunchError as exc:
             progress(f"{name}: failed ({exc})")
             return ReplayResult(name, skipped=f"failed: {str(exc)[:300]}")
         finally:
             if process is not None:
                 process.stop()
-    result = summarize(name, requests, outcomes, config.time_scale, before, after, wall)
+    result = summarize(name, requests, outcomes, config.time_scale, before, after, wall,
+                       router_before, router_after)
     progress(f"{name}: {result.completed}/{result.requests} ok, TTFT p50 {result.ttft_p50_s}s, "
              f"SLO {result.slo_attainment}, prefix hits {result.prefix_hit_rate}")
     return result

@@ -25,12 +25,12 @@ def markdown_table(results: Sequence[ReplayResult]) -> str:
     head = "| Round " if repeated else ""
     rows = [f"{head}| Router | OK / sent | TTFT p50 / p90 / p99 s | TPOT p50 / p99 ms "
             "| E2E p50 / p99 s | SLO attainment | Worker prefix-cache hit rate "
-            "| Max prompt-token share |",
-            "|" + "---|" * (9 if repeated else 8)]
+            "| Router-known cached prefix, chosen / best | Max prompt-token share |",
+            "|" + "---|" * (10 if repeated else 9)]
     for r in results:
         lead = f"| {r.round} " if repeated else ""
         if r.skipped is not None:
-            rows.append(f"{lead}| {r.name} | skipped: {r.skipped} |" + " |" * 6)
+            rows.append(f"{lead}| {r.name} | skipped: {r.skipped} |" + " |" * 7)
             continue
         tpot = (f"{_f(r.tpot_p50_s and r.tpot_p50_s * 1000, 1)} / "
                 f"{_f(r.tpot_p99_s and r.tpot_p99_s * 1000, 1)}")
@@ -39,7 +39,9 @@ def markdown_table(results: Sequence[ReplayResult]) -> str:
             f"{lead}| {r.name} | {r.completed} / {r.requests} "
             f"| {_f(r.ttft_p50_s)} / {_f(r.ttft_p90_s)} / {_f(r.ttft_p99_s)} | {tpot} "
             f"| {_f(r.e2e_p50_s, 2)} / {_f(r.e2e_p99_s, 2)} | {_f(r.slo_attainment)} "
-            f"| {_f(r.prefix_hit_rate)} | {_f(share)} |")
+            f"| {_f(r.prefix_hit_rate)} "
+            f"| {_f(r.router_known_chosen_share)} / {_f(r.router_known_best_share)} "
+            f"| {_f(share)} |")
     table = "\n".join(rows) + "\n"
     summary = markdown_rounds(results)
     return f"{table}\n{summary}" if summary else table

@@ -31,6 +31,7 @@ def test_summary_in_emulated_seconds_with_slo_and_worker_hits() -> None:
     assert result.prefix_hit_rate == 0.3                     # (30 + 30) / (100 + 100)
     assert result.prompt_token_share == {"w0": 0.75, "w1": 0.25}
     assert result.wall_s == 2.0
+    assert (result.router_known_chosen_share, result.router_known_best_share) == (None, None)
 
 
 def test_replay_files(tmp_path: Path) -> None:
@@ -40,6 +41,16 @@ def test_replay_files(tmp_path: Path) -> None:
                        {"w0": _counters(0, 0, 0)}, counters, 1.0)
     table = markdown_table([result])
     assert "| vllm-router | 1 / 1 | 0.100 / 0.100 / 0.100 | 100.0 / 100.0 |" in table
+    assert "| 0.000 | – / – | 1.000 |" in table           # hit rate, no router counters, share
+    router = summarize("kvroute", requests, [(0.1, 0.2, None)], 1.0,
+                       {"w0": _counters(0, 0, 0)}, counters, 1.0,
+                       {"kvroute_prefix_known_chosen_tokens": 0.0,
+                        "kvroute_prefix_known_best_tokens": 0.0,
+                        "kvroute_prefix_ceiling_query_tokens": 0.0},
+                       {"kvroute_prefix_known_chosen_tokens": 2.0,
+                        "kvroute_prefix_known_best_tokens": 5.0,
+                        "kvroute_prefix_ceiling_query_tokens": 10.0})
+    assert "| 0.200 / 0.500 |" in markdown_table([router])
     config = ReplayConfig(trace=Path("t"), targets=("vllm-router",), fleet=Path("f"))
     paths = write_replay(tmp_path, config, [result], "kvroute bench replay ...")
     assert [p.name for p in paths] == ["replay.json", "replay.md", "replay.png"]

@@ -73,3 +73,8 @@ def test_token_aware_hit_rate_is_at_least_twice_round_robin(tmp_path: Path) -> N
     assert token_aware.prefix_hit_rate > 0.35, (token_aware, round_robin)
     assert token_aware.prefix_hit_rate >= 2 * round_robin.prefix_hit_rate, (
         token_aware, round_robin)
+    # the router's own counters: it knew of the second visits' prefixes and kept them;
+    # round-robin has no prefix plugin, so nothing to say
+    chosen, best = token_aware.router_known_chosen_share, token_aware.router_known_best_share
+    assert chosen is not None and best is not None and 0.35 < chosen <= best, token_aware
+    assert round_robin.router_known_best_share is None
