@@ -9,8 +9,9 @@ layouts:
   attainment at each probed scale, prefix hit, $/Mtok busy, and $/Mtok busy at the goodput
   scale;
 * ``prefix`` (where prefix hits are lost, ``docs/sim.md``): policy, SLO met, the prefix hit
-  rate, what the chosen worker and any worker held when each request was routed, and per
-  GPU class its share of the prompt tokens and the hit rate of its workers.
+  rate, what the chosen worker and any worker held when each request was routed, the gap
+  split by the decisions' deciding term, and per GPU class its share of the prompt tokens
+  and the hit rate of its workers.
 
     python -m sim.doc_tables out/ta2/azure1500/summary.json --layout goodput
 """
@@ -41,6 +42,22 @@ def _probes(entry: Mapping[str, Any]) -> str:
     """Every probe of the search, highest scale first."""
     probes = sorted(entry.get("goodput_probes") or (), key=lambda p: -p[0])
     return ", ".join(f"×{scale:g} {value:.1%}" for scale, value in probes)
+
+
+def _passed_over(entry: Mapping[str, Any], shown: int = 3) -> str:
+    """The deciding terms of the decisions that passed a cached prefix over, largest first."""
+    terms = entry.get("prefix_passed_over_by_term")
+    if terms is None:
+        return "–"
+    items = list(terms.items())
+    text = ", ".join(f"{term or '?'} {_share(share)}" for term, share in items[:shown])
+    rest = sum(share for _, share in items[shown:])
+    return (text + (f", others {_share(rest)}" if rest else "")) or "none"
+
+
+def _share(value: float) -> str:
+    """A percentage with one decimal; a share too small to show one is ``<0.1%``."""
+    return f"{value:.1%}" if value >= 0.0005 else "<0.1%"
 
 
 def _by_gpu_class(entry: Mapping[str, Any], gpu_of: Mapping[str, str]) -> str:
@@ -94,10 +111,11 @@ def table(summary: Mapping[str, Any], layout: str) -> str:
     elif layout == "prefix":
         gpu_of = {w["id"]: w["gpu"] for w in summary.get("fleet", {}).get("workers", ())}
         head = ["policy", "SLO met", "prefix hit", "cached on the chosen worker",
-                "cached anywhere", "prompt tokens (hit rate) by GPU class"]
+                "cached anywhere", "passed over, by deciding term",
+                "prompt tokens (hit rate) by GPU class"]
         rows = [[name, _pct(e.get("slo_attainment")), _pct(e.get("prefix_hit_rate")),
                  _pct(e.get("prefix_cached_chosen")), _pct(e.get("prefix_cached_anywhere")),
-                 _by_gpu_class(e, gpu_of)] for name, e in policies.items()]
+                 _passed_over(e), _by_gpu_class(e, gpu_of)] for name, e in policies.items()]
     else:
         raise ValueError(f"unknown layout {layout!r} (rate, goodput or prefix)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -32,6 +32,7 @@ class RequestRecord:
     worker_id: str | None = None         # None: rejected
     reject_reason: str | None = None
     reason: str = ""                     # the policy's reason for its decision (x-kvroute-reason)
+    decided_by: str = ""                 # its deciding term (prefix, load, slo-fallback, ...)
     ttft_s: float | None = None
     tpot_s: float | None = None          # mean time per output token after the first
     e2e_s: float | None = None
@@ -131,6 +132,7 @@ def summarize(policy: str, records: Sequence[RequestRecord], usage: Sequence[Wor
                                    if prompt else 0.0),
         "prefix_cached_chosen": (sum(r.cached_here_tokens for r in done) / prompt
                                  if prompt else 0.0),
+        "prefix_passed_over_by_term": _passed_over_by_term(done, prompt),
         "preemptions": sum(r.preemptions for r in done),
         "prompt_tokens": prompt,
         "cached_tokens": cached,
@@ -146,6 +148,18 @@ def summarize(policy: str, records: Sequence[RequestRecord], usage: Sequence[Wor
         "cached_tokens_per_worker": dict(sorted(cached_by_worker.items())),
         "worker_busy_s": {u.worker_id: u.busy_s for u in usage},
     }
+
+
+def _passed_over_by_term(done: Sequence[RequestRecord], prompt: int) -> dict[str, float]:
+    """Per deciding term, the prefix cached elsewhere but not on the chosen worker when the
+    request was routed, over all prompt tokens; largest first."""
+    lost: dict[str, int] = {}
+    for r in done:
+        gap = r.cached_anywhere_tokens - r.cached_here_tokens
+        if gap > 0:
+            lost[r.decided_by] = lost.get(r.decided_by, 0) + gap
+    return {term: tokens / prompt
+            for term, tokens in sorted(lost.items(), key=lambda kv: -kv[1])} if prompt else {}
 
 
 def ttft_values(records: Sequence[RequestRecord]) -> list[float]:

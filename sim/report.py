@@ -91,7 +91,7 @@ def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:
     fields = ["index", "arrival_s", "worker_id", "prompt_tokens", "cached_tokens",
               "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions",
               "slo_ttft_s", "meets_slo", "cost_usd", "reject_reason", "reason",
-              "cached_here_tokens", "cached_anywhere_tokens"]
+              "decided_by", "cached_here_tokens", "cached_anywhere_tokens"]
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(fields)
@@ -100,8 +100,8 @@ def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:
                              r.cached_tokens, r.output_tokens, _num(r.ttft_s), _num(r.tpot_s),
                              _num(r.e2e_s), _num(r.queue_s), r.preemptions,
                              f"{r.slo_ttft_s:.4f}", int(r.meets_slo), f"{r.cost_usd:.6f}",
-                             r.reject_reason or "", r.reason, r.cached_here_tokens,
-                             r.cached_anywhere_tokens])
+                             r.reject_reason or "", r.reason, r.decided_by,
+                             r.cached_here_tokens, r.cached_anywhere_tokens])
 
 
 def _num(value: float | None) -> str:

@@ -223,6 +223,8 @@ class Simulation:
         if self._on_decision is not None:
             self._on_decision(DecisionPoint(now, routing, tuple(views), decision))
         record.reason = decision.reason
+        decided_by = decision.attributes.get("decided_by")
+        record.decided_by = decided_by if isinstance(decided_by, str) else ""
         worker = self._by_id.get(decision.worker_id) if decision.worker_id else None
         if worker is None:
             record.reject_reason = decision.reason or "no candidate"

@@ -46,14 +46,19 @@ def test_prefix_layout_splits_prompt_tokens_and_hits_by_gpu_class() -> None:
                               {"id": "a0", "gpu": "a100"}]},
         "policies": {"ta": {"slo_attainment": 0.9, "prefix_hit_rate": 0.085,
                             "prefix_cached_chosen": 0.0846, "prefix_cached_anywhere": 0.096,
+                            "prefix_passed_over_by_term": {"load": 0.006, "slo-fallback": 0.003,
+                                                           "price": 0.0004, "prefix": 0.0005,
+                                                           "protect-decodes": 0.0004},
                             "prompt_tokens_per_worker": {"h0": 500, "h1": 300, "a0": 200},
                             "cached_tokens_per_worker": {"h0": 10, "h1": 30, "a0": 60}},
                      "old": {"slo_attainment": 0.5, "prefix_hit_rate": 0.05}}}
     lines = table(summary, "prefix").splitlines()
     assert lines[0] == ("| policy | SLO met | prefix hit | cached on the chosen worker | "
-                        "cached anywhere | prompt tokens (hit rate) by GPU class |")
-    assert lines[2] == "| ta | 90.0% | 8.5% | 8.5% | 9.6% | h100 80% (5.0%), a100 20% (30.0%) |"
-    assert lines[3] == "| old | 50.0% | 5.0% | – | – | – |"     # a summary from before
+                        "cached anywhere | passed over, by deciding term | "
+                        "prompt tokens (hit rate) by GPU class |")
+    assert lines[2] == ("| ta | 90.0% | 8.5% | 8.5% | 9.6% | load 0.6%, slo-fallback 0.3%, "
+                        "price <0.1%, others 0.1% | h100 80% (5.0%), a100 20% (30.0%) |")
+    assert lines[3] == "| old | 50.0% | 5.0% | – | – | – | – |"     # a summary from before
 
 
 def test_header_names_both_ceilings_and_old_summaries_still_render() -> None:

@@ -55,3 +55,20 @@ def test_summary_counts_costs_and_hit_rate() -> None:
 def test_single_token_outputs_have_no_tpot_and_can_meet_slo() -> None:
     record = _done(0, "a", ttft=0.3, tpot=None, finished=0.3, output=1)
     assert record.meets_slo
+
+
+def test_prefix_passed_over_is_split_by_deciding_term() -> None:
+    def routed(index: int, term: str, here: int, anywhere: int) -> RequestRecord:
+        return RequestRecord(index=index, arrival_s=0.0, prompt_tokens=1000, output_tokens=2,
+                             slo_ttft_s=0.5, worker_id="w0", ttft_s=0.1, tpot_s=0.01,
+                             e2e_s=0.2, finished_s=0.2, decided_by=term,
+                             cached_here_tokens=here, cached_anywhere_tokens=anywhere)
+
+    records = [routed(0, "load", 0, 512), routed(1, "prefix", 512, 512),
+               routed(2, "slo-fallback", 0, 128), routed(3, "load", 256, 512)]
+    entry = summarize("p", records, [], 0.5, 1.0)
+    assert entry["prefix_cached_anywhere"] == 1664 / 4000
+    assert entry["prefix_cached_chosen"] == 768 / 4000
+    assert entry["prefix_passed_over_by_term"] == {"load": 768 / 4000,
+                                                   "slo-fallback": 128 / 4000}
+    assert list(entry["prefix_passed_over_by_term"]) == ["load", "slo-fallback"]

@@ -86,7 +86,7 @@ def test_cached_prefix_on_the_chosen_worker_and_on_any_worker_when_routed(
     assert (first.cached_here_tokens, first.cached_anywhere_tokens) == (0, 0)
     assert (second.cached_here_tokens, second.cached_anywhere_tokens) == (0, 1024)
     assert second.cached_tokens == 0
-    assert "round-robin" in second.reason
+    assert "round-robin" in second.reason and second.decided_by == "peer-round-robin"
     # a cache-aware policy follows the prefix: cached where it went, and hit there
     first, second = _run(load_trace(path), _fleet(["h100", "h100"]), "sglang-cache-aware")
     assert second.worker_id == first.worker_id
