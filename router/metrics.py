@@ -156,11 +156,12 @@ class RouterMetrics:
             "prefix cache.", registry=r)
         self.prefix_known_chosen_tokens = Counter(
             "kvroute_prefix_known_chosen_tokens", "Prompt tokens the router believed the "
-            "chosen worker had cached (first attempts of decisions with a prefix scorer).",
-            registry=r)
+            "chosen worker had cached (first attempts of decisions with a prefix scorer), by "
+            "the decision's deciding term.", ["reason"], registry=r)
         self.prefix_known_best_tokens = Counter(
             "kvroute_prefix_known_best_tokens", "Prompt tokens the router believed the "
-            "best-placed candidate had cached (the same decisions).", registry=r)
+            "best-placed candidate had cached (the same decisions), by the decision's deciding "
+            "term.", ["reason"], registry=r)
         if views is not None:
             r.register(_WorkerCollector(views))
             r.register(_PoolDemandCollector(views))
@@ -169,6 +170,7 @@ class RouterMetrics:
         self._decision_children: dict[tuple[str, ...], CounterCell] = {}
         self._worker_children: dict[tuple[str, str], _WorkerSeries] = {}
         self._score_children: dict[tuple[str, str], HistogramCell] = {}
+        self._prefix_children: dict[str, tuple[Counter, Counter]] = {}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -201,9 +203,14 @@ class RouterMetrics:
         self.prefix_ceiling_hit_tokens.inc(hit_tokens)
         self.prefix_ceiling_query_tokens.inc(query_tokens)
 
-    def record_prefix_choice(self, chosen_tokens: int, best_tokens: int) -> None:
-        self.prefix_known_chosen_tokens.inc(chosen_tokens)
-        self.prefix_known_best_tokens.inc(best_tokens)
+    def record_prefix_choice(self, chosen_tokens: int, best_tokens: int, reason: str) -> None:
+        children = self._prefix_children.get(reason)
+        if children is None:
+            children = self._prefix_children[reason] = (
+                self.prefix_known_chosen_tokens.labels(reason),
+                self.prefix_known_best_tokens.labels(reason))
+        children[0].inc(chosen_tokens)
+        children[1].inc(best_tokens)
 
     def record_request(self, model: str, worker: str, gpu: str, profile: str,
                        status: int) -> None:
