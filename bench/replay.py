@@ -14,7 +14,8 @@ attainment as in ``sim.metrics`` (TTFT ≤ max(0.5 s, 3 × idle-H100 prefill), T
 Worker side: the change of every worker's ``vllm:prefix_cache_hits`` / ``queries`` and
 ``vllm:prompt_tokens`` counters over the run. Router side, for kvroute targets with a prefix
 plugin: the change of its ``kvroute_prefix_known_*`` counters, the cached prefix it believed
-the chosen workers and the best-placed candidates held (``bench.metrics_scrape``).
+the chosen workers and the best-placed candidates held, and the gap by deciding term
+(``bench.metrics_scrape``).
 
 With ``repeat`` > 1 the targets run again, round after round in the same order (A B A B),
 so that slow drifts of the machine fall on every target alike; ``bench.replay_rounds``
@@ -40,7 +41,12 @@ import aiohttp
 import orjson
 
 from bench.launch import Launched, LaunchError
-from bench.metrics_scrape import ROUTER_PREFIX_COUNTERS, known_prefix_shares, scrape_totals
+from bench.metrics_scrape import (
+    RouterPrefixCounters,
+    known_prefix,
+    scrape_router_prefix,
+    scrape_totals,
+)
 from bench.stats import percentile
 from bench.targets import Skipped, TargetContext, plan_target
 from workers.fleet import FleetConfig, load_fleet
@@ -97,6 +103,7 @@ class ReplayResult:
     # chosen workers and of the best-placed candidates, over the prompt tokens looked up
     router_known_chosen_share: float | None = None
     router_known_best_share: float | None = None
+    router_passed_over_by_term: dict[str, float] = field(default_factory=dict)
     prompt_token_share: dict[str, float] = field(default_factory=dict)
     wall_s: float | None = None
     first_error: str | None = None
@@ -188,8 +195,8 @@ async def _drive(url: str, model: str, requests: Sequence[ReplayRequest],
 def summarize(name: str, requests: Sequence[ReplayRequest],
               outcomes: Sequence[tuple[float | None, float, str | None]], time_scale: float,
               before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]],
-              wall_s: float, router_before: Mapping[str, float] | None = None,
-              router_after: Mapping[str, float] | None = None) -> ReplayResult:
+              wall_s: float, router_before: RouterPrefixCounters | None = None,
+              router_after: RouterPrefixCounters | None = None) -> ReplayResult:
     scale = time_scale if time_scale > 0 else 1.0
     ttfts, tpots, e2es, met = [], [], [], 0
     errors = [error for _, _, error in outcomes if error is not None]
@@ -211,7 +218,7 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
     queries = sum(d["vllm:prefix_cache_queries"] for d in delta.values())
     prompt_total = sum(d["vllm:prompt_tokens"] for d in delta.values())
 
-    known_chosen, known_best = known_prefix_shares(router_before, router_after)
+    known = known_prefix(router_before, router_after)
 
     def r(value: float | None) -> float | None:
         return None if value is None else round(value, 4)
@@ -223,7 +230,9 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
         e2e_p99_s=r(percentile(e2es, 99)),
         slo_attainment=round(met / len(requests), 4) if requests else None,
         prefix_hit_rate=round(hits / queries, 4) if queries else None,
-        router_known_chosen_share=known_chosen, router_known_best_share=known_best,
+        router_known_chosen_share=known.chosen if known else None,
+        router_known_best_share=known.best if known else None,
+        router_passed_over_by_term=known.passed_over_by_term if known else {},
         prompt_token_share={w: round(d["vllm:prompt_tokens"] / prompt_total, 3)
                             for w, d in delta.items()} if prompt_total else {},
         wall_s=round(wall_s, 1), first_error=errors[0] if errors else None)
@@ -276,7 +285,7 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
                 process.wait_http(plan.ready_url, timeout_s=60.0, headers=plan.headers)
             router_metrics = f"{plan.base_url}/metrics"
             before = scrape_counters(urls)
-            router_before = scrape_totals(router_metrics, ROUTER_PREFIX_COUNTERS, plan.headers)
+            router_before = scrape_router_prefix(router_metrics, plan.headers)
             progress(f"{name}: replaying {len(requests)} requests over "
                      f"{requests[-1].at_s if requests else 0:.1f}s")
             started = time.perf_counter()
@@ -284,7 +293,7 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
                                           plan.headers, progress))
             wall = time.perf_counter() - started
             after = scrape_counters(urls)
-            router_after = scrape_totals(router_metrics, ROUTER_PREFIX_COUNTERS, plan.headers)
+            router_after = scrape_router_prefix(router_metrics, plan.headers)
         except LaunchError as exc:
             progress(f"{name}: failed ({exc})")
             return ReplayResult(name, skipped=f"failed: {str(exc)[:300]}")

@@ -43,8 +43,26 @@ def markdown_table(results: Sequence[ReplayResult]) -> str:
             f"| {_f(r.router_known_chosen_share)} / {_f(r.router_known_best_share)} "
             f"| {_f(share)} |")
     table = "\n".join(rows) + "\n"
+    passed = _passed_over(results, repeated)
+    if passed:
+        table += "\n" + passed
     summary = markdown_rounds(results)
     return f"{table}\n{summary}" if summary else table
+
+
+def _passed_over(results: Sequence[ReplayResult], repeated: bool) -> str:
+    """One line per run whose router counted known prefix it passed over, by deciding term."""
+    lines = []
+    for r in results:
+        if r.router_passed_over_by_term:
+            terms = ", ".join(f"{term or '?'} {share:.3f}"
+                              for term, share in r.router_passed_over_by_term.items())
+            lead = f"round {r.round}, " if repeated else ""
+            lines.append(f"- {lead}{r.name}: {terms}")
+    if not lines:
+        return ""
+    return ("Router-known cached prefix passed over (best − chosen, over the prompt tokens "
+            "looked up), by deciding term:\n\n" + "\n".join(lines) + "\n")
 
 
 def write_replay(out_dir: Path, config: ReplayConfig, results: Sequence[ReplayResult],

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.metrics_scrape import RouterPrefixCounters
 from bench.replay import COUNTERS, ReplayConfig, ReplayRequest, summarize
 from bench.replay_report import markdown_table, write_replay
 
@@ -44,13 +45,14 @@ def test_replay_files(tmp_path: Path) -> None:
     assert "| 0.000 | – / – | 1.000 |" in table           # hit rate, no router counters, share
     router = summarize("kvroute", requests, [(0.1, 0.2, None)], 1.0,
                        {"w0": _counters(0, 0, 0)}, counters, 1.0,
-                       {"kvroute_prefix_known_chosen_tokens": 0.0,
-                        "kvroute_prefix_known_best_tokens": 0.0,
-                        "kvroute_prefix_ceiling_query_tokens": 0.0},
-                       {"kvroute_prefix_known_chosen_tokens": 2.0,
-                        "kvroute_prefix_known_best_tokens": 5.0,
-                        "kvroute_prefix_ceiling_query_tokens": 10.0})
-    assert "| 0.200 / 0.500 |" in markdown_table([router])
+                       RouterPrefixCounters({}, {}, 0.0),
+                       RouterPrefixCounters({"load": 0.0, "prefix": 2.0},
+                                            {"load": 3.0, "prefix": 2.0}, 10.0))
+    assert router.router_passed_over_by_term == {"load": 0.3}
+    table = markdown_table([router])
+    assert "| 0.200 / 0.500 |" in table
+    assert "- kvroute: load 0.300" in table
+    assert "passed over" not in markdown_table([result])
     config = ReplayConfig(trace=Path("t"), targets=("vllm-router",), fleet=Path("f"))
     paths = write_replay(tmp_path, config, [result], "kvroute bench replay ...")
     assert [p.name for p in paths] == ["replay.json", "replay.md", "replay.png"]

@@ -8,7 +8,13 @@ from threading import Thread
 
 import pytest
 
-from bench.metrics_scrape import ROUTER_PREFIX_COUNTERS, known_prefix_shares, scrape_totals
+from bench.metrics_scrape import (
+    KnownPrefix,
+    RouterPrefixCounters,
+    known_prefix,
+    scrape_router_prefix,
+    scrape_totals,
+)
 from router.metrics import RouterMetrics
 
 PAGE = b"""# HELP vllm:prefix_cache_hits_total Prefix cache hits, in cached tokens.
@@ -58,12 +64,42 @@ def test_an_unreadable_page_is_none(page_server: str) -> None:
     assert scrape_totals("http://127.0.0.1:9/metrics", ["x"], timeout_s=1.0) is None
 
 
-def test_known_prefix_shares_from_router_counters() -> None:
-    text = RouterMetrics().render().decode()   # every family is on the page from the start
-    assert all(f"# TYPE {name}_total counter" in text for name in ROUTER_PREFIX_COUNTERS)
-    before = dict.fromkeys(ROUTER_PREFIX_COUNTERS, 100.0)
-    after = dict(zip(ROUTER_PREFIX_COUNTERS, (400.0, 700.0, 1100.0), strict=True))
-    assert known_prefix_shares(before, after) == (0.3, 0.6)
-    assert known_prefix_shares(before, before) == (None, None)       # nothing looked up
-    assert known_prefix_shares(None, after) == (None, None)          # not a kvroute router
-    assert known_prefix_shares({}, {}) == (None, None)
+def test_router_prefix_counters_from_a_live_router_page(page_server: str) -> None:
+    metrics = RouterMetrics()
+    before = _router_counters(metrics)
+    assert before == RouterPrefixCounters({}, {}, 0.0)      # families there, no samples yet
+    metrics.record_prefix_choice(512, 512, "prefix")
+    metrics.record_prefix_choice(0, 1024, "load")
+    metrics.record_prefix_choice(256, 512, "slo-fallback")
+    metrics.record_prefix_ceiling(0, 4000)
+    after = _router_counters(metrics)
+    known = known_prefix(before, after)
+    assert known == KnownPrefix(chosen=0.192, best=0.512,
+                                passed_over_by_term={"load": 0.256, "slo-fallback": 0.064})
+    assert known_prefix(after, after) is None                  # nothing looked up
+    assert known_prefix(None, after) is None                   # not a kvroute router
+    # a worker's page is not a router's
+    assert scrape_router_prefix(page_server, {"authorization": "Bearer t"}) is None
+
+
+def _router_counters(metrics: RouterMetrics) -> RouterPrefixCounters | None:
+    """Serve ``metrics`` on 127.0.0.1 once and scrape it as a replay does."""
+    body = metrics.render()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        return scrape_router_prefix(f"http://127.0.0.1:{server.server_address[1]}/metrics")
+    finally:
+        thread.join(timeout=5)
+        server.server_close()
