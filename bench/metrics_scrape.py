@@ -66,8 +66,8 @@ def scrape_router_prefix(url: str, headers: Mapping[str, str] | None = None,
                 terms[term] = terms.get(term, 0.0) + s.value
         return terms
 
-    queried = sum(s.value for s in by_name[QUERIED].samples if s.name.endswith("_total"))
-    return RouterPrefixCounters(by_term(KNOWN_CHOSEN), by_term(KNOWN_BEST), queried)
+    return RouterPrefixCounters(by_term(KNOWN_CHOSEN), by_term(KNOWN_BEST),
+                                sum(by_term(QUERIED).values()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,11 +64,11 @@ def _by_gpu_class(entry: Mapping[str, Any], gpu_of: Mapping[str, str]) -> str:
     """Each GPU class's share of the prompt tokens, and the hit rate of its workers."""
     prompt: dict[str, int] = {}
     cached: dict[str, int] = {}
+    cached_of = entry.get("cached_tokens_per_worker") or {}
     for worker, tokens in (entry.get("prompt_tokens_per_worker") or {}).items():
         gpu = gpu_of.get(worker, worker)
         prompt[gpu] = prompt.get(gpu, 0) + tokens
-        cached[gpu] = cached.get(gpu, 0) + (entry.get("cached_tokens_per_worker") or {}).get(
-            worker, 0)
+        cached[gpu] = cached.get(gpu, 0) + cached_of.get(worker, 0)
     total = sum(prompt.values())
     if not total:
         return "–"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from threading import Thread
-
-import pytest
 
 from bench.metrics_scrape import (
     KnownPrefix,
@@ -27,20 +26,23 @@ vllm:prefix_cache_hits_created{engine="0",model_name="m"} 1.7e9
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="m"} 3.0
 """
+AUTH = {"authorization": "Bearer t"}
 
 
-@pytest.fixture
-def page_server() -> Iterator[str]:
+@contextmanager
+def serving(body: Callable[[], bytes], token: str | None = None) -> Iterator[str]:
+    """A /metrics page on 127.0.0.1 returning ``body()`` (401 without ``token`` when one is
+    set), stopped on exit; yields its URL."""
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.headers.get("authorization") != "Bearer t":
+            if token is not None and self.headers.get("authorization") != f"Bearer {token}":
                 self.send_response(401)
                 self.end_headers()
                 return
             self.send_response(200)
             self.send_header("content-type", "text/plain")
             self.end_headers()
-            self.wfile.write(PAGE)
+            self.wfile.write(body())
 
         def log_message(self, *args: object) -> None:
             pass
@@ -48,58 +50,39 @@ def page_server() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    server.shutdown()
-    server.server_close()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
-def test_sums_total_samples_sends_headers_and_omits_missing_families(page_server: str) -> None:
-    totals = scrape_totals(page_server, ["vllm:prefix_cache_hits", "vllm:prompt_tokens"],
-                           {"authorization": "Bearer t"})
+def test_sums_total_samples_sends_headers_and_omits_missing_families() -> None:
+    with serving(lambda: PAGE, token="t") as url:
+        totals = scrape_totals(url, ["vllm:prefix_cache_hits", "vllm:prompt_tokens"], AUTH)
     assert totals == {"vllm:prefix_cache_hits": 42.0}
 
 
-def test_an_unreadable_page_is_none(page_server: str) -> None:
-    assert scrape_totals(page_server, ["vllm:prefix_cache_hits"]) is None     # 401
+def test_an_unreadable_page_is_none() -> None:
+    with serving(lambda: PAGE, token="t") as url:
+        assert scrape_totals(url, ["vllm:prefix_cache_hits"]) is None     # 401
     assert scrape_totals("http://127.0.0.1:9/metrics", ["x"], timeout_s=1.0) is None
 
 
-def test_router_prefix_counters_from_a_live_router_page(page_server: str) -> None:
+def test_router_prefix_counters_from_a_live_router_page() -> None:
     metrics = RouterMetrics()
-    before = _router_counters(metrics)
-    assert before == RouterPrefixCounters({}, {}, 0.0)      # families there, no samples yet
-    metrics.record_prefix_choice(512, 512, "prefix")
-    metrics.record_prefix_choice(0, 1024, "load")
-    metrics.record_prefix_choice(256, 512, "slo-fallback")
-    metrics.record_prefix_ceiling(0, 4000)
-    after = _router_counters(metrics)
+    with serving(metrics.render) as url:
+        before = scrape_router_prefix(url)
+        assert before == RouterPrefixCounters({}, {}, 0.0)   # families there, no samples yet
+        metrics.record_prefix_choice(512, 512, "prefix")
+        metrics.record_prefix_choice(0, 1024, "load")
+        metrics.record_prefix_choice(256, 512, "slo-fallback")
+        metrics.record_prefix_ceiling(0, 4000)
+        after = scrape_router_prefix(url)
     known = known_prefix(before, after)
     assert known == KnownPrefix(chosen=0.192, best=0.512,
                                 passed_over_by_term={"load": 0.256, "slo-fallback": 0.064})
     assert known_prefix(after, after) is None                  # nothing looked up
     assert known_prefix(None, after) is None                   # not a kvroute router
-    # a worker's page is not a router's
-    assert scrape_router_prefix(page_server, {"authorization": "Bearer t"}) is None
-
-
-def _router_counters(metrics: RouterMetrics) -> RouterPrefixCounters | None:
-    """Serve ``metrics`` on 127.0.0.1 once and scrape it as a replay does."""
-    body = metrics.render()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = Thread(target=server.handle_request, daemon=True)
-    thread.start()
-    try:
-        return scrape_router_prefix(f"http://127.0.0.1:{server.server_address[1]}/metrics")
-    finally:
-        thread.join(timeout=5)
-        server.server_close()
+    with serving(lambda: PAGE) as url:                         # a worker's page is not a
+        assert scrape_router_prefix(url) is None               # router's
