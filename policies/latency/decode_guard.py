@@ -25,8 +25,10 @@ memory is bounded by the requests in flight.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from policies.latency.estimator import Estimate
 
@@ -56,11 +58,17 @@ class _Incumbents:
     def refresh(self) -> None:
         members = self.members
         members.sort(key=_slack)
-        self.least_slack_s = members[0].slack_s if members else math.inf
-        self.last_end_s = max((i.end_s for i in members), default=-math.inf)
-        self.spent_last_end_s = max((i.end_s for i in members if i.slack_s <= 0.0),
-                                    default=-math.inf)
-        self.unspent = [i for i in members if not i.slack_s <= 0.0]
+        if not members:
+            self.least_slack_s = math.inf
+            self.last_end_s = self.spent_last_end_s = -math.inf
+            self.unspent = []
+            return
+        self.least_slack_s = members[0].slack_s
+        self.last_end_s = max(map(_end, members))
+        # least slack first, so the spent members (slack <= 0) are the leading ones
+        spent = bisect_right(members, 0.0, key=_slack)
+        self.spent_last_end_s = max(map(_end, members[:spent]), default=-math.inf)
+        self.unspent = members[spent:]
 
 
 @dataclass(slots=True)
@@ -95,15 +103,7 @@ class DecodeGuard:
             incumbents = self._by_worker[worker_id] = _Incumbents()
         members = incumbents.members
         if members:
-            finished = [i for i in members if i.end_s <= now]    # done by their estimates
-            if finished:
-                self._forget(finished)
-                members[:] = [i for i in members if i.end_s > now]
-            starts = now + max(0.0, estimate.ttft_s - estimate.prefill_s)
-            for incumbent in members:     # each stall also pushes its last token back
-                stall = _stall(incumbent, starts, estimate)
-                incumbent.slack_s -= stall
-                incumbent.end_s += stall
+            members = incumbents.members = self._stalled(members, now, estimate)
         intervals = max(0, output_tokens - 1)
         if intervals > 0:
             start = now + estimate.ttft_s
@@ -118,9 +118,15 @@ class DecodeGuard:
         if worker_id is None:
             return
         incumbents = self._by_worker.get(worker_id)
-        if incumbents is not None:
-            incumbents.members[:] = [i for i in incumbents.members
-                                     if i.request_id != request_id]
+        if incumbents is None:
+            return
+        members = incumbents.members
+        ids = list(map(_request_id, members))
+        if request_id in ids:     # found in C; one member by that id is the usual case
+            if ids.count(request_id) == 1:
+                del members[ids.index(request_id)]
+            else:
+                members[:] = [i for i in members if i.request_id != request_id]
             incumbents.refresh()
 
     def incumbents(self, worker_id: str) -> int:
@@ -131,13 +137,42 @@ class DecodeGuard:
         """Requests held in all (bounded by the requests in flight)."""
         return len(self._worker_of)
 
-    def _forget(self, finished: list[Incumbent]) -> None:
-        for incumbent in finished:
-            self._worker_of.pop(incumbent.request_id, None)
+    def _stalled(self, members: list[Incumbent], now: float,
+                 estimate: Estimate) -> list[Incumbent]:
+        """The members still decoding at ``now`` (by their estimates; the others are
+        forgotten), each stalled by ``estimate``'s prefill as ``_stall`` prices it: its slack
+        spent and its last token pushed back. One pass, ``_stall`` inlined: a busy worker
+        holds hundreds of incumbents, and every request routed there visits each."""
+        forget = self._worker_of.pop
+        kept: list[Incumbent] = []
+        keep = kept.append
+        prefill = estimate.prefill_s
+        steps = estimate.prefill_steps
+        wait = estimate.ttft_s - prefill
+        starts = now + (wait if wait > 0.0 else 0.0)
+        for incumbent in members:
+            end = incumbent.end_s
+            if end <= now:                     # done by its estimate
+                forget(incumbent.request_id, None)
+                continue
+            keep(incumbent)
+            if starts >= end or prefill <= 0.0:
+                continue
+            tpot = incumbent.tpot_s
+            if tpot > 0:
+                begin = incumbent.start_s
+                left = (end - (starts if starts > begin else begin)) / tpot
+                stall = prefill if left >= steps else prefill * (left / steps)
+            else:
+                stall = prefill
+            incumbent.slack_s -= stall
+            incumbent.end_s = end + stall
+        return kept
 
 
-def _slack(incumbent: Incumbent) -> float:
-    return incumbent.slack_s
+_slack = attrgetter("slack_s")
+_end = attrgetter("end_s")
+_request_id = attrgetter("request_id")
 
 
 def _spares(incumbents: _Incumbents, now: float, estimate: Estimate) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from policies.latency.decode_guard import DecodeGuard
@@ -130,3 +132,56 @@ def test_fits_and_fitting_agree_with_the_definition_under_random_traffic() -> No
         if rng.random() < 0.3:
             guard.complete(f"r{rng.randrange(n + 1)}")
     assert verdicts == {True, False}
+
+
+
+def test_admit_and_complete_keep_the_incumbents_the_definition_gives() -> None:
+    """Under random traffic (ids reused on one worker included) the incumbents are those a
+    plain model keeps: on each admission the ones past their end are dropped and every
+    other is stalled by ``_stall``; a completion drops every member of that id."""
+    import random
+
+    from policies.latency.decode_guard import Incumbent, _stall
+
+    rng = random.Random(11)
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    model: list[tuple[str, Incumbent]] = []      # (worker, a copy of its incumbent)
+    now = 0.0
+    for n in range(2000):
+        now += rng.expovariate(30.0)
+        new = estimate(ttft=rng.uniform(0.0, 1.0), tpot=rng.uniform(0.0, 0.06),
+                       prefill=rng.choice((0.0, rng.uniform(0.0, 0.5))),
+                       steps=rng.randint(1, 5))
+        worker = rng.choice("ab")
+        request_id = f"r{rng.randrange(n + 1)}" if rng.random() < 0.05 else f"r{n}"
+        tokens = rng.randint(0, 200)
+        guard.admit(request_id, worker, now, new, tokens)
+        starts = now + max(0.0, new.ttft_s - new.prefill_s)
+        model = [(w, i) for w, i in model if w != worker or i.end_s > now]
+        for w, incumbent in model:
+            if w == worker:
+                stall = _stall(incumbent, starts, new)
+                incumbent.slack_s -= stall
+                incumbent.end_s += stall
+        if tokens > 1:
+            start = now + new.ttft_s
+            model.append((worker, Incumbent(request_id, start,
+                                            start + (tokens - 1) * new.tpot_s, new.tpot_s,
+                                            (0.05 - new.tpot_s) * (tokens - 1))))
+        if rng.random() < 0.3:
+            done = f"r{rng.randrange(n + 1)}"
+            owner = guard._worker_of.get(done)
+            guard.complete(done)
+            model = [(w, i) for w, i in model if not (i.request_id == done and w == owner)]
+        for w in "ab":
+            held = guard._by_worker.get(w)
+            members = held.members if held is not None else []
+            assert sorted((i.request_id, i.end_s, i.slack_s) for i in members) == sorted(
+                (i.request_id, i.end_s, i.slack_s) for m, i in model if m == w), (n, w)
+            if held is not None and members:
+                assert held.least_slack_s == min(i.slack_s for i in members)
+                assert held.last_end_s == max(i.end_s for i in members)
+                assert held.spent_last_end_s == max(
+                    (i.end_s for i in members if i.slack_s <= 0.0), default=-math.inf)
+                assert [i.request_id for i in held.unspent] == [
+                    i.request_id for i in members if i.slack_s > 0.0]
