@@ -33,10 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=2000,
                         help="the trace's first N requests (default 2000)")
     parser.add_argument("--algo", default="sha256", help="block hash (default sha256)")
-    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--block-size", type=int, default=16,
+                        help="tokens per hashed block, the workers' KV block size "
+                             "(default %(default)s)")
     parser.add_argument("--again", action="store_true",
                         help="produce every prompt a second time and report those calls apart")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for block_hashes.json")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,8 +31,12 @@ def register(subparsers: Any) -> None:
     overhead = commands.add_parser("overhead", help="router overhead race (CPU µs/req, RPS)")
     overhead.add_argument("--duration", type=float, default=5.0, metavar="S",
                           help="seconds per phase and target (default 5)")
-    overhead.add_argument("--targets", default=DEFAULT_OVERHEAD_TARGETS)
-    overhead.add_argument("--concurrency", type=int, default=32)
+    overhead.add_argument("--targets", default=DEFAULT_OVERHEAD_TARGETS,
+                          help="comma-separated routers, in the order they run; direct: the "
+                               "first worker itself, no router (default %(default)s)")
+    overhead.add_argument("--concurrency", type=int, default=32,
+                          help="requests kept in flight in each closed-loop phase "
+                               "(default %(default)s)")
     overhead.add_argument("--unpinned", action="store_true",
                           help="do not pin the router to CPU 1 and the load to CPU 0")
     overhead.add_argument("--backends", type=int, default=2,
@@ -40,7 +44,8 @@ def register(subparsers: Any) -> None:
     overhead.add_argument("--router-cpus", default="1", help="taskset list for the router")
     overhead.add_argument("--load-cpus", default="0", help="taskset list for the load")
     overhead.add_argument("--backend-cpus", default="0", help="CPU list for the workers")
-    overhead.add_argument("--out", type=Path, required=True, metavar="DIR")
+    overhead.add_argument("--out", type=Path, required=True, metavar="DIR",
+                          help="folder for overhead.json, overhead.md and overhead.png")
     overhead.set_defaults(func=_overhead)
     replay = commands.add_parser("replay", help="replay a trace slice through each router")
     replay.add_argument("--trace", type=Path, required=True,

@@ -62,16 +62,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated fleet sizes (default 8,10,64,1000)")
     parser.add_argument("--decisions", type=int, default=2000, help="timed decisions per size")
     parser.add_argument("--warmup", type=int, default=300, help="untimed decisions first")
-    parser.add_argument("--prompt-tokens", type=int, default=2048)
+    parser.add_argument("--prompt-tokens", type=int, default=2048,
+                        help="tokens per prompt, half a shared prefix and half a unique tail "
+                             "(default %(default)s)")
     parser.add_argument("--prefixes", type=int, default=50,
                         help="distinct shared prefixes (half of each prompt)")
     parser.add_argument("--index-blocks", type=int, default=200_000,
                         help="blocks inserted for the bytes-per-block measurement")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the fleets' load, the prompts, the policy and the index "
+                             "memory measurement (default %(default)s)")
     parser.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
                         help="leave start-up objects to the garbage collector (the router "
                              "freezes them once started, router/app.py)")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for decision.json and decision.png")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,8 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"worker counts to try, comma-separated (default {DEFAULT_WORKERS})")
     parser.add_argument("--concurrency", type=int, default=8,
                         help="concurrent streams per worker (default 8)")
-    parser.add_argument("--prompt-tokens", type=int, default=512)
-    parser.add_argument("--output-tokens", type=int, default=128)
+    parser.add_argument("--prompt-tokens", type=int, default=512,
+                        help="random prompt tokens of each request (default %(default)s)")
+    parser.add_argument("--output-tokens", type=int, default=128,
+                        help="tokens each request generates, with ignore_eos "
+                             "(default %(default)s)")
     parser.add_argument("--duration", type=float, default=5.0, metavar="S",
                         help="measured seconds per worker count (default 5)")
     parser.add_argument("--max-lag-ms", type=float, default=10.0,
@@ -47,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-latency", action="store_true",
                         help="instead: an idle worker's TTFT (2048-token prompt) and decode step "
                              "on h100, a100 and l40s, read from /metrics (time scale 0.01)")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for emulator.json and emulator.png (with --idle-latency: "
+                             "emulator-idle-latency.json)")
 
 
 def _progress(message: str) -> None:

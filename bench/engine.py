@@ -43,19 +43,29 @@ SCRAPE_INTERVAL_S = 0.2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for engine.json and engine.png")
     parser.add_argument("--steps", type=int, default=400,
                         help="decode steps measured per batch size (default 400)")
-    parser.add_argument("--prefill-steps", type=int, default=40)
+    parser.add_argument("--prefill-steps", type=int, default=40,
+                        help="steps measured per prefill scenario, each prefilling a fresh "
+                             "prompt (8192 tokens on h100, 2048 on a100) (default %(default)s)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="fresh runs per prefill/decode scenario; the fastest counts")
-    parser.add_argument("--replay-requests", type=int, default=400)
+    parser.add_argument("--replay-requests", type=int, default=400,
+                        help="shared-prefix requests of the replay scenario "
+                             "(default %(default)s)")
     parser.add_argument("--hash-algo", default="sha256",
                         help="sha256 (vLLM's, the emulator's) or builtin (the simulator's)")
     parser.add_argument("--mooncake", type=int, default=0, metavar="N",
                         help="also replay the first N Mooncake rows (0: skip; 12031: all)")
-    parser.add_argument("--workers", type=int, default=10)
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--workers", type=int, default=10,
+                        help="H100 engines the --mooncake rows go to, round-robin "
+                             "(default %(default)s)")
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE,
+                        help="gzipped Mooncake JSONL trace for --mooncake (default "
+                             "../shared/traces/mooncake_conversation_trace.jsonl.gz, relative "
+                             "to the repository)")
 
 
 def _engine(gpu: str, hash_algo: str, **overrides: Any) -> EngineCore:

@@ -36,12 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queries", type=int, default=2000, help="matches timed per pass")
     parser.add_argument("--repeat", type=int, default=5, help="timed passes; the best counts")
     parser.add_argument("--prefixes", type=int, default=50, help="distinct trunks")
-    parser.add_argument("--prefix-blocks", type=int, default=64)
-    parser.add_argument("--tail-blocks", type=int, default=64)
+    parser.add_argument("--prefix-blocks", type=int, default=64,
+                        help="blocks per trunk, the shared prefix of each chain "
+                             "(default %(default)s)")
+    parser.add_argument("--tail-blocks", type=int, default=64,
+                        help="blocks unique to each chain, after its trunk (default %(default)s)")
     parser.add_argument("--capacity-blocks", type=int, default=20_000,
                         help="each worker's LRU capacity (default 20000)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the trunks, the chains, their workers and the queries "
+                             "(default %(default)s)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for prefix_match.json")
 
 
 def measure(workers: int, args: argparse.Namespace) -> dict[str, Any]:

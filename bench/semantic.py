@@ -35,7 +35,9 @@ DEFAULT_DATA = Path("config/examples/semantic-eval/heldout.jsonl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--routing", type=Path, default=DEFAULT_ROUTING)
+    parser.add_argument("--routing", type=Path, default=DEFAULT_ROUTING,
+                        help="routing file whose semantic: section is trained and timed "
+                             "(default %(default)s)")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="JSONL of {text, label}: the prompts to send")
     parser.add_argument("--rate", type=float, default=50.0, help="requests per second")
@@ -48,8 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override the section's quantize with true (int8, text by text)")
     parser.add_argument("--runtime", choices=("torch", "onnx"), default=None,
                         help="override the section's runtime (what runs the encoder)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the Poisson arrival times (default %(default)s)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for semantic.json and semantic.png")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "0: whole texts only)")
     parser.add_argument("--cache-max-tokens", type=int, default=None,
                         help="the producer's cache bound (default: TokensParams' own)")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for tokenize.json")
 
 
 def run(args: argparse.Namespace) -> int:

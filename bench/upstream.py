@@ -42,12 +42,15 @@ CLIENTS = ("aiohttp", "upstream")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=3000,
                         help="requests per client, kind and round (default 3000)")
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=32,
+                        help="concurrent tasks sending each client's requests "
+                             "(default %(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     parser.add_argument("--client-cpu", default="1", help="CPU list for this process")
     parser.add_argument("--server-cpu", default="0", help="CPU list for the server")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="folder for upstream.json (required)")
 
 
 def run(args: argparse.Namespace) -> int:

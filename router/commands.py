@@ -38,21 +38,36 @@ def register(subparsers: Any) -> None:
     _common_arguments(serve)
     serve.add_argument("--redis-url", default=None,
                        help="share in-flight state between replicas through Redis")
-    serve.add_argument("--replica-id", default="router-0")
+    serve.add_argument("--replica-id", default="router-0",
+                       help="this replica's name in the shared Redis state, suffixed -0, -1, "
+                            "... with --processes > 1 (default: %(default)s)")
     serve.add_argument("--processes", type=int, default=1,
                        help="router processes sharing the port (SO_REUSEPORT), one per core")
     serve.set_defaults(func=_serve)
 
 
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fleet", type=Path, default=Path("config/fleet.yaml"))
-    parser.add_argument("--routing", type=Path, default=Path("config/routing.yaml"))
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--scrape-interval", type=float, default=0.2, metavar="SECONDS")
-    parser.add_argument("--upstream-timeout", type=float, default=300.0, metavar="SECONDS")
-    parser.add_argument("--max-retries", type=int, default=2)
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--fleet", type=Path, default=Path("config/fleet.yaml"),
+                        help="fleet file listing the workers (GPU, models, url: or emulate:) "
+                             "(default: %(default)s)")
+    parser.add_argument("--routing", type=Path, default=Path("config/routing.yaml"),
+                        help="routing policy file, reloaded when it changes while running "
+                             "(default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address the router listens on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000,
+                        help="port the router listens on (default: %(default)s)")
+    parser.add_argument("--scrape-interval", type=float, default=0.2, metavar="SECONDS",
+                        help="period of each worker's /metrics poll (default: %(default)s)")
+    parser.add_argument("--upstream-timeout", type=float, default=300.0, metavar="SECONDS",
+                        help="longest wait for a worker's response headers and between two "
+                             "stream chunks before answering 504 (default: %(default)s)")
+    parser.add_argument("--max-retries", type=int, default=2,
+                        help="times a request is retried on another worker after a connect "
+                             "error or a 5xx before the first byte (default: %(default)s)")
+    parser.add_argument("--log-level", default="INFO",
+                        help="Python logging level: DEBUG, INFO, WARNING, ERROR "
+                             "(default: %(default)s)")
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Any:

@@ -27,7 +27,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--trace", required=True,
                         help="Mooncake JSONL, Azure CSV or generic JSONL (.gz ok)")
     parser.add_argument("--trace-format", default="auto",
-                        choices=["auto", "mooncake", "azure", "jsonl"])
+                        choices=["auto", "mooncake", "azure", "jsonl"],
+                        help="auto: .csv is Azure, JSONL whose first row has hash_ids and "
+                             "timestamp is Mooncake, other JSONL the generic format "
+                             "(default: %(default)s)")
     parser.add_argument("--fleet", required=True, help="fleet YAML (e.g. config/fleets/...)")
     parser.add_argument("--policies", required=True,
                         help="comma-separated: peer names, 'kvroute', or routing YAML paths")
@@ -39,7 +42,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N requests only")
     parser.add_argument("--duration", type=float, default=None,
                         help="requests of the first S seconds of the trace only")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the synthetic token ids, the --jitter delays and the "
+                             "policies' random choices (default: %(default)s)")
     parser.add_argument("--jitter", type=float, default=0.0,
                         help="add a seeded uniform delay in [0, S) s to every arrival "
                              "(3 spreads Mooncake's 3 s timestamp buckets)")

@@ -39,14 +39,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                    "render PNG snapshots from Prometheus")
     sub = parser.add_subparsers(dest="dashboard_command", metavar="ACTION", required=True)
     build = sub.add_parser("build", help="write the dashboards' Grafana JSON")
-    build.add_argument("--out", type=Path, default=DEFAULT_DIR)
+    build.add_argument("--out", type=Path, default=DEFAULT_DIR,
+                       help="folder the dashboards' JSON files are written to, or compared "
+                            "with under --check (default %(default)s)")
     build.add_argument("--check", action="store_true",
                        help="exit 1 if the files differ from the definitions; write nothing")
     build.set_defaults(func=_build)
     snap = sub.add_parser("snapshot", help="render each dashboard's panels to PNG")
-    snap.add_argument("--prometheus", required=True, metavar="URL")
-    snap.add_argument("--out", type=Path, required=True, metavar="DIR")
-    snap.add_argument("--dashboards", type=Path, default=DEFAULT_DIR, metavar="DIR")
+    snap.add_argument("--prometheus", required=True, metavar="URL",
+                      help="base URL of the Prometheus to query, e.g. http://127.0.0.1:9090")
+    snap.add_argument("--out", type=Path, required=True, metavar="DIR",
+                      help="folder for one PNG per dashboard, named after its JSON file")
+    snap.add_argument("--dashboards", type=Path, default=DEFAULT_DIR, metavar="DIR",
+                      help="folder whose *.json dashboards are rendered (default %(default)s)")
     snap.add_argument("--range", type=duration_s, default=900.0, dest="range_s",
                       help="time span ending at --end (default 15m)")
     snap.add_argument("--end", type=float, default=None, help="unix seconds (default now)")

@@ -30,16 +30,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model architecture: llama-3-8b, llama-3.1-8b, llama-3-70b, ...")
     p.add_argument("--served-model-name", action="append", dest="served_model_names",
                    help="name(s) the worker answers to (default: --model); repeatable")
-    p.add_argument("--tensor-parallel", type=int, default=1)
+    p.add_argument("--tensor-parallel", type=int, default=1,
+                   help="tensor-parallel size: GPUs the model is split over, which sets "
+                        "KV-cache room and step times (default 1; with --fleet: each worker's "
+                        "tensor_parallel)")
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listening port (default 8000)")
     p.add_argument("--time-scale", type=float,
                    help="1 real time, 0.1 ten times faster, 0 answer at once")
-    for flag, kind in (("--block-size", int), ("--num-gpu-blocks", int),
-                       ("--max-num-seqs", int), ("--max-num-batched-tokens", int),
-                       ("--max-model-len", int), ("--seed", int),
-                       ("--gpu-memory-utilization", float), ("--step-jitter", float)):
-        p.add_argument(flag, type=kind)
+    p.add_argument("--block-size", type=int, help="tokens per KV-cache block (default 16)")
+    p.add_argument("--num-gpu-blocks", type=int,
+                   help="KV-cache blocks (default: derived from GPU memory as vLLM does)")
+    p.add_argument("--max-num-seqs", type=int,
+                   help="most requests running at once (default: the GPU class's, 1024 on "
+                        "h100, 256 on a100 and l40s)")
+    p.add_argument("--max-num-batched-tokens", type=int,
+                   help="token budget of one engine step (default: the GPU class's, 8192 on "
+                        "h100, 2048 on a100 and l40s)")
+    p.add_argument("--max-model-len", type=int,
+                   help="context length in tokens, capped by the KV cache (default: the "
+                        "model's)")
+    p.add_argument("--seed", type=int,
+                   help="seed of output lengths and tokens, fault draws and step jitter "
+                        "(default 0)")
+    p.add_argument("--gpu-memory-utilization", type=float,
+                   help="share of GPU memory used when deriving --num-gpu-blocks "
+                        "(default 0.92)")
+    p.add_argument("--step-jitter", type=float,
+                   help="sigma of a lognormal factor (mean 1) on each engine step's time "
+                        "(default 0: none)")
     p.add_argument("--hash-seed", help="PYTHONHASHSEED-style seed of the block hash chain")
     p.add_argument("--enable-prompt-tokens-details", action="store_true", default=None,
                    help="report usage.prompt_tokens_details.cached_tokens")
@@ -48,17 +67,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-events", metavar="ENDPOINT",
                    help="publish KV-cache events on this ZMQ endpoint (PUB, bound)")
     p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="ZMQ ROUTER replay endpoint")
-    p.add_argument("--kv-events-topic")
-    p.add_argument("--kv-events-encoding", choices=("map", "array"))
+    p.add_argument("--kv-events-topic",
+                   help="topic frame of every KV-event message (with --kv-events; default "
+                        "empty)")
+    p.add_argument("--kv-events-encoding", choices=("map", "array"),
+                   help="KV events as maps (vLLM v0.33) or tagged arrays (earlier releases) "
+                        "(with --kv-events; default map)")
     p.add_argument("--output-len", metavar="SPEC",
                    help="fixed:N, uniform:MIN:MAX or lognormal:MEAN:SIGMA")
     p.add_argument("--lora", action="append", default=[], metavar="NAME[=PATH]",
                    help="a LoRA adapter the worker serves (repeatable)")
     p.add_argument("--error-rate", type=float, help="share of requests answered with a 500")
-    p.add_argument("--refuse-connections", action="store_true", default=None)
-    p.add_argument("--stall-after-tokens", type=int)
-    p.add_argument("--metrics-delay", type=float, dest="metrics_delay_s")
-    p.add_argument("--metrics-broken", choices=("error", "garbage"))
+    p.add_argument("--refuse-connections", action="store_true", default=None,
+                   help="refuse every connection: the worker never listens")
+    p.add_argument("--stall-after-tokens", type=int,
+                   help="streams go silent after N generated tokens, the connection left "
+                        "open (non-streamed answers never come)")
+    p.add_argument("--metrics-delay", type=float, dest="metrics_delay_s",
+                   help="/metrics answers after this many seconds (wall clock)")
+    p.add_argument("--metrics-broken", choices=("error", "garbage"),
+                   help="/metrics answers 500 (error) or malformed text (garbage)")
     p.add_argument("--emulate-json", metavar="JSON",
                    help="further emulate: keys as a JSON object (same names as the fleet file)")
 
