@@ -3,7 +3,7 @@
 Every scenario runs an ``EngineCore`` (Llama-3.1-8B) on a virtual clock and measures the
 process CPU time (``time.process_time``) of the engine calls only:
 
-- ``prefill``: each step admits and prefills one fresh prompt of ``--prefill-tokens``
+- ``prefill``: each of ``--prefill-steps`` steps admits and prefills one fresh prompt of
   unique tokens (a full 8192-token budget on H100, a 2048-token chunk on A100);
 - ``decode B``: ``step()`` with B requests decoding (B = 1, 32, 128);
 - ``advance B``: the same batches through ``advance()``, which coalesces decode steps;
