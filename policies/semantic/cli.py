@@ -6,16 +6,18 @@
 
 ``eval``: ``--data`` is JSONL with ``text`` and ``label`` per line. Prints both classifiers'
 scores (cross-validated on the examples, and on the data), the accuracy of the one the file
-uses, and its confusion matrix. ``train`` builds the classifier as the router would, which
-fine-tunes the encoder when the file sets ``fine_tune`` and its result is not cached yet, and
-prints where the tuned weights are and the training report. Both draw a progress bar while
-fine-tuning. Exit code 0, or 2 for a bad routing or data file.
+uses, its confusion matrix and each class's precision and recall; ``--errors N`` lists up to
+N prompts it got wrong, ``--json FILE`` writes all of it. ``train`` builds the classifier as
+the router would, which fine-tunes the encoder when the file sets ``fine_tune`` and its
+result is not cached yet, and prints where the tuned weights are and the training report.
+Both draw a progress bar while fine-tuning. Exit code 0, or 2 for a bad routing or data file.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +35,12 @@ def register(subparsers: Any) -> None:
         "eval", help="accuracy and confusion matrix of a routing file's semantic classifier")
     evaluate.add_argument("--routing", required=True, help="routing.yaml with a semantic: section")
     evaluate.add_argument("--data", required=True, help="JSONL of {\"text\", \"label\"}")
+    evaluate.add_argument("--errors", type=int, default=0, metavar="N",
+                          help="also list up to N misclassified prompts, by true class, the "
+                               "most confident first (default: %(default)s)")
+    evaluate.add_argument("--json", type=Path, default=None, metavar="FILE",
+                          help="also write the whole report, every misclassified prompt "
+                               "included, as JSON to FILE")
     evaluate.set_defaults(func=run_eval)
     train = commands.add_parser(
         "train", help="fine-tune the encoder (when the file asks for it) and train the "
@@ -82,10 +90,13 @@ def _build(section: SemanticSection, base_dir: Path) -> SemanticModel:
 
 def run_eval(args: argparse.Namespace) -> int:
     from policies.errors import RoutingConfigError
-    from policies.semantic.evaluation import evaluate, format_result
+    from policies.semantic.evaluation import evaluate, format_result, result_json
     from policies.semantic.model import embed_all, load_examples, read_labelled_jsonl
     from policies.semantic.text import clean_text
 
+    if args.errors < 0:
+        print("error: --errors must be >= 0", file=sys.stderr)
+        return 2
     try:
         section, base_dir = _section(args.routing)
         rows = read_labelled_jsonl(Path(args.data), "--data")
@@ -103,7 +114,15 @@ def run_eval(args: argparse.Namespace) -> int:
         return 2
     finally:
         model.close()
-    print(format_result(result))
+    texts = [text for text, _ in rows]
+    print(format_result(result, texts, args.errors))
+    if args.json is not None:
+        try:
+            args.json.write_text(json.dumps(result_json(result, texts), indent=2,
+                                            ensure_ascii=False) + "\n")
+        except OSError as exc:
+            print(f"error: --json: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

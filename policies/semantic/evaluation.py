@@ -2,8 +2,10 @@
 
 Both classifier methods are trained on the configuration's examples and scored on the data;
 the one the configuration would use (``classifier: auto`` → the better cross-validated one)
-is reported with its confusion matrix. Rows of the data whose label is neither a class nor
-the default class are refused: they could never be right.
+is reported with its confusion matrix, each class's precision and recall, and, on request,
+the prompts it got wrong with its confidence in each answer (the classes whose examples to
+revise). Rows of the data whose label is neither a class nor the default class are refused:
+they could never be right.
 """
 
 from __future__ import annotations
@@ -28,6 +30,33 @@ class MethodResult:
     accuracy_no_threshold: float
     unsure: int                  # prompts sent to the default class by the threshold
     predictions: tuple[str, ...]
+    confidences: tuple[float, ...]   # the classifier's probability of its top class, per row
+
+
+@dataclass(frozen=True, slots=True)
+class ClassResult:
+    label: str
+    prompts: int          # rows of this true class
+    predicted: int        # rows predicted as this class
+    correct: int
+
+    @property
+    def precision(self) -> float | None:
+        """Share of the rows predicted as this class that are (None: none predicted)."""
+        return self.correct / self.predicted if self.predicted else None
+
+    @property
+    def recall(self) -> float | None:
+        """Share of this class's rows predicted as it (None: the data has none)."""
+        return self.correct / self.prompts if self.prompts else None
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    row: int              # 0-based line of the data file
+    truth: str
+    predicted: str
+    confidence: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +80,23 @@ class EvaluationResult:
             matrix[index[true]][index[predicted]] += 1
         return matrix
 
+    def per_class(self) -> list[ClassResult]:
+        """Each class's prompts, predictions and correct ones, in ``labels`` order."""
+        matrix = self.confusion()
+        return [ClassResult(label, sum(matrix[i]), sum(row[i] for row in matrix), matrix[i][i])
+                for i, label in enumerate(self.labels)]
+
+    def misses(self) -> list[Miss]:
+        """The rows the chosen classifier got wrong: by true class (``labels`` order), the
+        most confident first (the errors its examples invite most strongly)."""
+        chosen = self.methods[self.chosen]
+        order = {label: i for i, label in enumerate(self.labels)}
+        wrong = [Miss(row, true, predicted, confidence)
+                 for row, (true, predicted, confidence) in enumerate(zip(
+                     self.truth, chosen.predictions, chosen.confidences, strict=True))
+                 if true != predicted]
+        return sorted(wrong, key=lambda m: (order[m.truth], -m.confidence, m.row))
+
 
 def evaluate(section: SemanticSection, training: TrainingReport, example_vectors: Matrix,
              example_labels: Sequence[str], data_vectors: Matrix,
@@ -73,12 +119,16 @@ def evaluate(section: SemanticSection, training: TrainingReport, example_vectors
             accuracy=_accuracy(final, data_labels),
             accuracy_no_threshold=_accuracy(raw, data_labels),
             unsure=sum(f != r for f, r in zip(final, raw, strict=True)),
-            predictions=tuple(final))
+            predictions=tuple(final),
+            confidences=tuple(float(probs[row, best[row]]) for row in range(len(raw))))
     return EvaluationResult(labels, tuple(data_labels), training.chosen, training,
                             MappingProxyType(results))
 
 
-def format_result(result: EvaluationResult) -> str:
+def format_result(result: EvaluationResult, texts: Sequence[str] = (), misses: int = 0,
+                  width_chars: int = 100) -> str:
+    """The report ``kvroute semantic eval`` prints; with ``texts`` (the data's, in order) and
+    ``misses`` > 0, also up to that many misclassified prompts, cut to ``width_chars``."""
     lines = [f"prompts: {len(result.truth)}",
              f"training: {result.training.summary()}"]
     for method, r in result.methods.items():
@@ -92,7 +142,50 @@ def format_result(result: EvaluationResult) -> str:
     lines.append(" " * width + "".join(f"{label:>{width}}" for label in result.labels))
     for label, row in zip(result.labels, result.confusion(), strict=True):
         lines.append(f"{label:<{width}}" + "".join(f"{n:>{width}}" for n in row))
+    lines.append("per class (precision: of the prompts predicted as it; recall: of its prompts)")
+    lines.append(f"{'':<{width}}{'prompts':>9}{'precision':>11}{'recall':>8}")
+    for c in result.per_class():
+        lines.append(f"{c.label:<{width}}{c.prompts:>9}{_percent(c.precision):>11}"
+                     f"{_percent(c.recall):>8}")
+    if misses > 0 and texts:
+        wrong = result.misses()
+        lines.append(f"misclassified: {len(wrong)}"
+                     + (f" (the first {misses} shown)" if len(wrong) > misses else ""))
+        for miss in wrong[:misses]:
+            text = " ".join(texts[miss.row].split())
+            if len(text) > width_chars:
+                text = text[:width_chars - 1] + "…"
+            lines.append(f"  line {miss.row + 1}: {miss.truth} -> {miss.predicted} "
+                         f"({100 * miss.confidence:.0f}%): {text}")
     return "\n".join(lines)
+
+
+def result_json(result: EvaluationResult, texts: Sequence[str] = ()) -> dict[str, object]:
+    """The report as JSON-ready data: every method's scores, the chosen one's confusion
+    matrix, per-class results and misclassified rows (with their text when given)."""
+    return {
+        "prompts": len(result.truth),
+        "labels": list(result.labels),
+        "chosen": result.chosen,
+        "accuracy": result.accuracy,
+        "training": result.training.summary(),
+        "methods": {method: {"accuracy": r.accuracy,
+                             "accuracy_no_threshold": r.accuracy_no_threshold,
+                             "unsure": r.unsure}
+                    for method, r in result.methods.items()},
+        "confusion": result.confusion(),
+        "per_class": [{"label": c.label, "prompts": c.prompts, "predicted": c.predicted,
+                       "correct": c.correct, "precision": c.precision, "recall": c.recall}
+                      for c in result.per_class()],
+        "misclassified": [{"line": m.row + 1, "label": m.truth, "predicted": m.predicted,
+                           "confidence": m.confidence,
+                           **({"text": texts[m.row]} if texts else {})}
+                          for m in result.misses()],
+    }
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
 
 
 def _accuracy(predicted: Sequence[str], truth: Sequence[str]) -> float:

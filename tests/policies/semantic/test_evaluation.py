@@ -1,0 +1,111 @@
+"""``kvroute semantic eval``'s report: per-class precision and recall, the misclassified
+prompts (most confident first) and the JSON form, from predictions made up for the test."""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+
+import numpy as np
+
+from policies.semantic.classifier import TrainingReport
+from policies.semantic.evaluation import (
+    EvaluationResult,
+    MethodResult,
+    evaluate,
+    format_result,
+    result_json,
+)
+
+LABELS = ("code", "math", "chat")
+TRUTH = ("code", "code", "code", "math", "chat", "chat")
+PREDICTED = ("code", "math", "chat", "math", "math", "chat")
+CONFIDENCE = (0.9, 0.55, 0.8, 0.7, 0.95, 0.6)
+TEXTS = ("def f(): pass", "integrate   x\nplease", "a poem about code " * 20, "2 + 2",
+         "how are you", "tell me a joke")
+
+
+def result() -> EvaluationResult:
+    chosen = MethodResult("logistic-regression", accuracy=0.5, accuracy_no_threshold=0.5,
+                          unsure=0, predictions=PREDICTED, confidences=CONFIDENCE)
+    report = TrainingReport("logistic-regression", {"logistic-regression": 0.9}, 5,
+                            {"code": 2, "math": 2, "chat": 2})
+    return EvaluationResult(LABELS, TRUTH, "logistic-regression", report,
+                            MappingProxyType({"logistic-regression": chosen}))
+
+
+def test_per_class_counts_precision_and_recall() -> None:
+    by_label = {c.label: c for c in result().per_class()}
+    assert (by_label["code"].prompts, by_label["code"].predicted, by_label["code"].correct) == (
+        3, 1, 1)
+    assert by_label["code"].precision == 1.0 and by_label["code"].recall == 1 / 3
+    assert by_label["math"].precision == 1 / 3 and by_label["math"].recall == 1.0
+    assert by_label["chat"].precision == 0.5 and by_label["chat"].recall == 0.5
+
+
+def test_a_class_never_predicted_or_absent_has_no_precision_or_recall() -> None:
+    chosen = MethodResult("m", 0.0, 0.0, 0, ("code",), (0.5,))
+    empty = EvaluationResult(("code", "math"), ("math",), "m",
+                             TrainingReport("m", {"m": None}, 0, {}),
+                             MappingProxyType({"m": chosen}))
+    by_label = {c.label: c for c in empty.per_class()}
+    assert by_label["code"].precision == 0.0 and by_label["code"].recall is None
+    assert by_label["math"].precision is None and by_label["math"].recall == 0.0
+    assert "–" in format_result(empty)
+
+
+def test_misses_by_true_class_most_confident_first() -> None:
+    misses = result().misses()
+    assert [(m.row, m.truth, m.predicted) for m in misses] == [
+        (2, "code", "chat"), (1, "code", "math"), (4, "chat", "math")]
+    assert [m.confidence for m in misses] == [0.8, 0.55, 0.95]
+
+
+def test_the_report_lists_up_to_n_misses_on_one_line_each() -> None:
+    text = format_result(result(), TEXTS, misses=2, width_chars=30)
+    lines = text.splitlines()
+    assert "misclassified: 3 (the first 2 shown)" in lines
+    first = lines.index("misclassified: 3 (the first 2 shown)")
+    assert lines[first + 1].startswith("  line 3: code -> chat (80%): a poem about code")
+    assert lines[first + 1].endswith("…") and len(lines[first + 1].split(": ", 2)[2]) == 30
+    assert lines[first + 2] == "  line 2: code -> math (55%): integrate x please"
+    assert len(lines) == first + 3
+    assert "misclassified" not in format_result(result(), TEXTS)     # misses=0: none
+    header = lines.index("per class (precision: of the prompts predicted as it; recall: of "
+                         "its prompts)")
+    assert lines[header + 2].split() == ["code", "3", "100.0%", "33.3%"]
+
+
+def test_the_json_report_holds_every_miss_with_its_text() -> None:
+    data = json.loads(json.dumps(result_json(result(), TEXTS)))
+    assert data["accuracy"] == 0.5 and data["chosen"] == "logistic-regression"
+    assert data["confusion"] == [[1, 1, 1], [0, 1, 0], [0, 1, 1]]
+    assert [m["line"] for m in data["misclassified"]] == [3, 2, 5]
+    assert data["misclassified"][2] == {"line": 5, "label": "chat", "predicted": "math",
+                                        "confidence": 0.95, "text": "how are you"}
+    assert data["per_class"][1] == {"label": "math", "prompts": 1, "predicted": 3,
+                                    "correct": 1, "precision": 1 / 3, "recall": 1.0}
+
+
+def test_evaluate_records_the_top_class_probability_per_prompt() -> None:
+    from policies.loader import parse_routing_text
+    from policies.semantic.section import SemanticSection
+
+    section = parse_routing_text(
+        "profiles: {default: {}}\n"
+        "semantic:\n"
+        "  default_class: chat\n"
+        "  threshold: 0.0\n"
+        "  classes:\n"
+        "    code: {examples: [a, b]}\n"
+        "    math: {examples: [c, d]}\n").section("semantic")
+    assert isinstance(section, SemanticSection)
+    examples = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], dtype=np.float32)
+    data = np.array([[1, 0], [0, 1], [0.6, 0.4]], dtype=np.float32)
+    outcome = evaluate(section, TrainingReport("logistic-regression", {}, 0, {}), examples,
+                       ["code", "code", "math", "math"], data, ["code", "code", "code"])
+    chosen = outcome.methods["logistic-regression"]
+    assert chosen.predictions == ("code", "math", "code")
+    assert all(0.5 < c <= 1.0 for c in chosen.confidences)
+    assert chosen.confidences[0] > chosen.confidences[2]     # the clearer prompt, surer
+    assert [m.row for m in outcome.misses()] == [1]
