@@ -12,7 +12,7 @@ Plugins explain themselves through two helpers, which the engine folds into the
 * ``record_worker_attribute(cycle, key, worker_id, value)``: a per-worker number (e.g.
   ``estimated_ttft_s``); the chosen worker's value lands in ``Decision.attributes[key]``.
 * ``set_reason(cycle, text, decided_by)``: replaces the engine's generated reason (e.g. a
-  picker that chose by SLO: ``"cheapest within SLO: est ttft 0.21s, cost $0.0004"``) and the
+  picker that chose by SLO: ``"cheapest within SLO: est ttft 0.21s, cost $0.00040"``) and the
   short ``decided_by`` word.
 """
 

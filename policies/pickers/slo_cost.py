@@ -35,9 +35,11 @@ wins.
 
 The reason names the deciding term (``prefix``, ``price``, ``load``, ``protect-decodes``
 when the guard moved the request off the worker it would otherwise have taken, which the
-reason then names as the runner-up, ``slo-fallback``)::
+reason then names as the runner-up, ``reserve-fast`` when keeping faster GPUs free did, the
+runner-up then being the faster GPU it would otherwise have taken, ``only-within-slo``,
+``slo-fallback``)::
 
-    prefix 0.82 on a100-1; est ttft 0.21s vs 0.64s on h100-0; cost $0.0004 vs $0.0009
+    prefix 0.82 on a100-1; est ttft 0.21s vs 0.64s on h100-0; cost $0.00040 vs $0.00090
 
 ```yaml
 slo: {ttft_s: 0.5, tpot_s: 0.05}
@@ -157,11 +159,13 @@ class SloCostPicker:
                              LazyAttribute(estimates, lambda w: estimates[w].tpot_s))
         runner: int | None
         if feasible:
-            chosen = self._within_slo(request, feasible, ids, totals, estimates)
-            without_guard = (self._within_slo(request, unguarded, ids, totals, estimates)
+            chosen, unreserved = self._within_slo(request, feasible, ids, totals, estimates)
+            without_guard = (self._within_slo(request, unguarded, ids, totals, estimates)[0]
                              if unguarded else chosen)
             if without_guard != chosen:     # the guard decided: name the worker it spared
                 runner, term = without_guard, "protect-decodes"
+            elif unreserved != chosen:      # a faster GPU was kept free: name it
+                runner, term = unreserved, "reserve-fast"
             else:
                 others = [p for p in feasible if p != chosen]
                 runner = self._cheapest(others, ids, totals, estimates) if others else None
@@ -203,15 +207,21 @@ class SloCostPicker:
             self.guard = old
 
     def _within_slo(self, request: RoutingRequest, feasible: Sequence[int], ids: Sequence[str],
-                    totals: Sequence[float], estimates: Mapping[str, Estimate]) -> int:
+                    totals: Sequence[float], estimates: Mapping[str, Estimate]
+                    ) -> tuple[int, int]:
         """Of the positions within the SLO: sticky on the prefix, fast GPUs in reserve, then
-        the cheapest."""
+        the cheapest. Returns the choice and the one without the reserve (the same position
+        when the reserve left every sticky candidate)."""
         sticky = self._longest_prefix(request, feasible, ids, estimates)
         if self.reserve_fast:    # by hardware speed: what each has cached must not count
             speed = [_hardware_prefill_s(estimates[ids[p]]) for p in sticky]
             slowest = max(speed)
-            sticky = [p for p, s in zip(sticky, speed, strict=True) if s >= 0.9 * slowest]
-        return self._cheapest(sticky, ids, totals, estimates)
+            reserved = [p for p, s in zip(sticky, speed, strict=True) if s >= 0.9 * slowest]
+            if len(reserved) < len(sticky):
+                return (self._cheapest(reserved, ids, totals, estimates),
+                        self._cheapest(sticky, ids, totals, estimates))
+        chosen = self._cheapest(sticky, ids, totals, estimates)
+        return chosen, chosen
 
     def _longest_prefix(self, request: RoutingRequest, group: Sequence[int],
                         ids: Sequence[str], estimates: Mapping[str, Estimate]) -> list[int]:
@@ -291,11 +301,19 @@ def _reason(request: RoutingRequest, term: str, chosen_id: str, runner_id: str |
     head = f"{term}: prefix {share:.2f} on {chosen_id}"
     if runner_id is None:
         return (f"{head}; est ttft {mine.ttft_s:.2f}s; tpot {mine.tpot_s * 1e3:.0f}ms; "
-                f"cost ${mine.cost_usd:.4f}")
+                f"cost {_dollars(mine.cost_usd)}")
     other = estimates[runner_id]
     return (f"{head}; est ttft {mine.ttft_s:.2f}s vs {other.ttft_s:.2f}s on "
             f"{runner_id}; tpot {mine.tpot_s * 1e3:.0f}ms vs {other.tpot_s * 1e3:.0f}ms; "
-            f"cost ${mine.cost_usd:.4f} vs ${other.cost_usd:.4f}")
+            f"cost {_dollars(mine.cost_usd)} vs {_dollars(other.cost_usd)}")
+
+
+def _dollars(value: float) -> str:
+    """A request's cost for the reason: four decimals from $0.001 up, two significant digits
+    below (a short request costs millionths, and "price" must not show $0.0000 twice)."""
+    if not value > 0.0 or value >= 0.001 or math.isinf(value):
+        return f"${value:.4f}"
+    return f"${value:.{1 - math.floor(math.log10(value))}f}"
 
 
 def build_slo_cost(params: SloCostParams, context: BuildContext) -> SloCostPicker:

@@ -45,7 +45,20 @@ def test_cheapest_candidate_within_the_slo_wins() -> None:
         "a100": estimate(0.45, 0.030, 0.0001)})       # over 0.8 x 0.5 s: not within
     assert chosen == "l40s" and term == "price"
     assert text == ("price: prefix 0.00 on l40s; est ttft 0.35s vs 0.10s on h100; "
-                    "tpot 30ms vs 10ms; cost $0.0004 vs $0.0009")
+                    "tpot 30ms vs 10ms; cost $0.00040 vs $0.00090")
+
+
+def test_a_short_request_s_cost_shows_two_significant_digits() -> None:
+    # millionths of a dollar: four decimals would show $0.0000 for both and hide the price
+    chosen, (text, term) = decide({
+        "h100": estimate(0.10, 0.010, 0.0000213, gpu_s=1.0),
+        "l40s": estimate(0.35, 0.030, 0.0000071, gpu_s=1.5)})
+    assert chosen == "l40s" and term == "price"
+    assert text.endswith("cost $0.0000071 vs $0.000021")
+    _, (alone, _) = decide({"a100": estimate(0.2, 0.02, 0.00042)})
+    assert alone.endswith("cost $0.00042")
+    _, (free, _) = decide({"a100": estimate(0.2, 0.02, 0.0)})
+    assert free.endswith("cost $0.0000")
 
 
 def test_longest_cached_prefix_is_kept_before_comparing_cost() -> None:
@@ -62,9 +75,16 @@ def test_fast_gpus_are_kept_in_reserve_for_prompts_a_slower_one_serves_in_time()
                        full_prefill_s=0.1)
     on_l40s = Estimate(0.35, 0.03, 1.5, 0.0004, 0, 0.35, 0.03, prefill_s=0.3,
                        full_prefill_s=0.3)
-    assert decide({"h100": on_h100, "l40s": on_l40s})[0] == "l40s"
-    assert decide({"h100": on_h100, "l40s": on_l40s},
-                  params=SloCostParams(reserve_fast=False))[0] == "h100"
+    chosen, (text, term) = decide({"h100": on_h100, "l40s": on_l40s})
+    assert chosen == "l40s" and term == "reserve-fast"     # the reserve decided, not load
+    assert text.startswith("reserve-fast: prefix 0.00 on l40s; est ttft 0.35s vs 0.12s on "
+                           "h100;")
+    chosen, (_, term) = decide({"h100": on_h100, "l40s": on_l40s},
+                               params=SloCostParams(reserve_fast=False))
+    assert chosen == "h100" and term == "load"       # cheaper by being faster
+    # the reserve keeps the L40S alone, but it was the cheapest anyway: price decided
+    cheaper_l40s = on_l40s._replace(cost_usd=0.0002)
+    assert decide({"h100": on_h100, "l40s": cheaper_l40s})[1][1] == "price"
 
 
 def test_holding_more_of_the_prompt_does_not_make_a_worker_look_fast() -> None:
