@@ -31,6 +31,7 @@ class MethodResult:
     unsure: int                  # prompts sent to the default class by the threshold
     predictions: tuple[str, ...]
     confidences: tuple[float, ...]   # the classifier's probability of its top class, per row
+    top_classes: tuple[str, ...] = ()   # that class, per row (the prediction unless unsure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,8 @@ class Miss:
     row: int              # 0-based line of the data file
     truth: str
     predicted: str
-    confidence: float
+    confidence: float     # the classifier's probability of ``top``
+    top: str              # its most likely class: ``predicted`` unless the threshold said unsure
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +93,10 @@ class EvaluationResult:
         most confident first (the errors its examples invite most strongly)."""
         chosen = self.methods[self.chosen]
         order = {label: i for i, label in enumerate(self.labels)}
-        wrong = [Miss(row, true, predicted, confidence)
-                 for row, (true, predicted, confidence) in enumerate(zip(
-                     self.truth, chosen.predictions, chosen.confidences, strict=True))
+        tops = chosen.top_classes or chosen.predictions
+        wrong = [Miss(row, true, predicted, confidence, top)
+                 for row, (true, predicted, confidence, top) in enumerate(zip(
+                     self.truth, chosen.predictions, chosen.confidences, tops, strict=True))
                  if true != predicted]
         return sorted(wrong, key=lambda m: (order[m.truth], -m.confidence, m.row))
 
@@ -120,7 +123,8 @@ def evaluate(section: SemanticSection, training: TrainingReport, example_vectors
             accuracy_no_threshold=_accuracy(raw, data_labels),
             unsure=sum(f != r for f, r in zip(final, raw, strict=True)),
             predictions=tuple(final),
-            confidences=tuple(float(probs[row, best[row]]) for row in range(len(raw))))
+            confidences=tuple(float(probs[row, best[row]]) for row in range(len(raw))),
+            top_classes=tuple(raw))
     return EvaluationResult(labels, tuple(data_labels), training.chosen, training,
                             MappingProxyType(results))
 
@@ -155,8 +159,10 @@ def format_result(result: EvaluationResult, texts: Sequence[str] = (), misses: i
             text = " ".join(texts[miss.row].split())
             if len(text) > width_chars:
                 text = text[:width_chars - 1] + "…"
+            sure = (f"{100 * miss.confidence:.0f}%" if miss.top == miss.predicted
+                    else f"unsure: {100 * miss.confidence:.0f}% {miss.top}")
             lines.append(f"  line {miss.row + 1}: {miss.truth} -> {miss.predicted} "
-                         f"({100 * miss.confidence:.0f}%): {text}")
+                         f"({sure}): {text}")
     return "\n".join(lines)
 
 
@@ -178,7 +184,7 @@ def result_json(result: EvaluationResult, texts: Sequence[str] = ()) -> dict[str
                        "correct": c.correct, "precision": c.precision, "recall": c.recall}
                       for c in result.per_class()],
         "misclassified": [{"line": m.row + 1, "label": m.truth, "predicted": m.predicted,
-                           "confidence": m.confidence,
+                           "confidence": m.confidence, "top_class": m.top,
                            **({"text": texts[m.row]} if texts else {})}
                           for m in result.misses()],
     }

@@ -76,13 +76,23 @@ def test_the_report_lists_up_to_n_misses_on_one_line_each() -> None:
     assert lines[header + 2].split() == ["code", "3", "100.0%", "33.3%"]
 
 
+def test_a_prompt_sent_to_the_default_class_says_it_was_unsure_and_of_what() -> None:
+    chosen = MethodResult("m", 0.0, 0.5, 1, ("chat",), (0.41,), ("math",))
+    unsure = EvaluationResult(("code", "math", "chat"), ("code",), "m",
+                              TrainingReport("m", {"m": None}, 0, {}),
+                              MappingProxyType({"m": chosen}))
+    lines = format_result(unsure, ("sum of a list",), misses=1).splitlines()
+    assert lines[-1] == "  line 1: code -> chat (unsure: 41% math): sum of a list"
+
+
 def test_the_json_report_holds_every_miss_with_its_text() -> None:
     data = json.loads(json.dumps(result_json(result(), TEXTS)))
     assert data["accuracy"] == 0.5 and data["chosen"] == "logistic-regression"
     assert data["confusion"] == [[1, 1, 1], [0, 1, 0], [0, 1, 1]]
     assert [m["line"] for m in data["misclassified"]] == [3, 2, 5]
     assert data["misclassified"][2] == {"line": 5, "label": "chat", "predicted": "math",
-                                        "confidence": 0.95, "text": "how are you"}
+                                        "confidence": 0.95, "top_class": "math",
+                                        "text": "how are you"}
     assert data["per_class"][1] == {"label": "math", "prompts": 1, "predicted": 3,
                                     "correct": 1, "precision": 1 / 3, "recall": 1.0}
 
