@@ -118,15 +118,9 @@ class DecodeGuard:
         if worker_id is None:
             return
         incumbents = self._by_worker.get(worker_id)
-        if incumbents is None:
-            return
-        members = incumbents.members
-        ids = list(map(_request_id, members))
-        if request_id in ids:     # found in C; one member by that id is the usual case
-            if ids.count(request_id) == 1:
-                del members[ids.index(request_id)]
-            else:
-                members[:] = [i for i in members if i.request_id != request_id]
+        if incumbents is not None:
+            incumbents.members[:] = [i for i in incumbents.members
+                                     if i.request_id != request_id]
             incumbents.refresh()
 
     def incumbents(self, worker_id: str) -> int:
@@ -172,7 +166,6 @@ class DecodeGuard:
 
 _slack = attrgetter("slack_s")
 _end = attrgetter("end_s")
-_request_id = attrgetter("request_id")
 
 
 def _spares(incumbents: _Incumbents, now: float, estimate: Estimate) -> bool:

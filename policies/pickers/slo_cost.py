@@ -311,7 +311,7 @@ def _reason(request: RoutingRequest, term: str, chosen_id: str, runner_id: str |
 def _dollars(value: float) -> str:
     """A request's cost for the reason: four decimals from $0.001 up, two significant digits
     below (a short request costs millionths, and "price" must not show $0.0000 twice)."""
-    if not value > 0.0 or value >= 0.001 or math.isinf(value):
+    if not 0.0 < value < 0.001:
         return f"${value:.4f}"
     return f"${value:.{1 - math.floor(math.log10(value))}f}"
 

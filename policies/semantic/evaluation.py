@@ -31,7 +31,7 @@ class MethodResult:
     unsure: int                  # prompts sent to the default class by the threshold
     predictions: tuple[str, ...]
     confidences: tuple[float, ...]   # the classifier's probability of its top class, per row
-    top_classes: tuple[str, ...] = ()   # that class, per row (the prediction unless unsure)
+    top_classes: tuple[str, ...]     # that class, per row (the prediction unless unsure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +93,10 @@ class EvaluationResult:
         most confident first (the errors its examples invite most strongly)."""
         chosen = self.methods[self.chosen]
         order = {label: i for i, label in enumerate(self.labels)}
-        tops = chosen.top_classes or chosen.predictions
         wrong = [Miss(row, true, predicted, confidence, top)
                  for row, (true, predicted, confidence, top) in enumerate(zip(
-                     self.truth, chosen.predictions, chosen.confidences, tops, strict=True))
+                     self.truth, chosen.predictions, chosen.confidences, chosen.top_classes,
+                     strict=True))
                  if true != predicted]
         return sorted(wrong, key=lambda m: (order[m.truth], -m.confidence, m.row))
 

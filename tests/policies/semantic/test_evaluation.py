@@ -27,7 +27,8 @@ TEXTS = ("def f(): pass", "integrate   x\nplease", "a poem about code " * 20, "2
 
 def result() -> EvaluationResult:
     chosen = MethodResult("logistic-regression", accuracy=0.5, accuracy_no_threshold=0.5,
-                          unsure=0, predictions=PREDICTED, confidences=CONFIDENCE)
+                          unsure=0, predictions=PREDICTED, confidences=CONFIDENCE,
+                          top_classes=PREDICTED)
     report = TrainingReport("logistic-regression", {"logistic-regression": 0.9}, 5,
                             {"code": 2, "math": 2, "chat": 2})
     return EvaluationResult(LABELS, TRUTH, "logistic-regression", report,
@@ -44,7 +45,7 @@ def test_per_class_counts_precision_and_recall() -> None:
 
 
 def test_a_class_never_predicted_or_absent_has_no_precision_or_recall() -> None:
-    chosen = MethodResult("m", 0.0, 0.0, 0, ("code",), (0.5,))
+    chosen = MethodResult("m", 0.0, 0.0, 0, ("code",), (0.5,), ("code",))
     empty = EvaluationResult(("code", "math"), ("math",), "m",
                              TrainingReport("m", {"m": None}, 0, {}),
                              MappingProxyType({"m": chosen}))
