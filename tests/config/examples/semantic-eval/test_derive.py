@@ -71,3 +71,62 @@ def test_every_blind_review_entry_names_a_blind_row(
         derive: ModuleType, derived: dict[str, list[dict[str, str]]]) -> None:
     prefixes = {r["id"][:8] for r in derived["blind"] if r["source"] == "arena_hard"}
     assert set(derive.BLIND_REVIEW) <= prefixes
+
+
+@pytest.fixture(scope="module")
+def derive_blind3() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("semantic_eval_derive_blind3",
+                                                  EVAL_DIR / "derive_blind3.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_blind3_shares_no_source_id_and_no_text_with_the_other_files(
+        derive: ModuleType, derived: dict[str, list[dict[str, str]]]) -> None:
+    blind3 = committed("blind3")
+    texts = [derive.normalized(r["text"]) for r in blind3]
+    assert len(set(texts)) == len(texts)
+    for name, rows in derived.items():
+        assert not {derive.key(r) for r in rows} & {derive.key(r) for r in blind3}, name
+        assert not {derive.normalized(r["text"]) for r in rows} & set(texts), name
+
+
+def test_blind3_labels_come_from_its_evals_and_each_eval_contributes(
+        derive_blind3: ModuleType) -> None:
+    blind3 = committed("blind3")
+    assert {r["label"] for r in blind3} == LABELS
+    from_evals = [r for r in blind3 if r["source"] == "openai_evals"]
+    per_eval: dict[str, int] = {}
+    for row in from_evals:
+        name = row["id"].rsplit(":", 1)[0]
+        assert row["label"] == derive_blind3.BLIND3_EVALS[name], row["id"]
+        per_eval[name] = per_eval.get(name, 0) + 1
+    assert max(per_eval.values()) <= derive_blind3.PER_EVAL
+    # every listed eval gives rows, except those whose samples have no user turn (sql)
+    assert len(per_eval) >= len(derive_blind3.BLIND3_EVALS) - 1
+    labels = [r["label"] for r in blind3]
+    assert labels.count("support") <= 0.4 * len(labels)
+
+
+def test_blind3_support_rows_are_the_next_bitext_rows_of_each_intent(
+        derive: ModuleType, derive_blind3: ModuleType) -> None:
+    skip = (derive.SUPPORT_PER_INTENT + derive.BLIND_SUPPORT_PER_INTENT
+            + derive.BLIND2_SUPPORT_PER_INTENT)
+    expected = {derive.key(r) for r in derive.bitext_rows(
+        skip=skip, keep=derive_blind3.BLIND3_SUPPORT_PER_INTENT)}
+    bitext = {derive.key(r) for r in committed("blind3") if r["source"] == "bitext"}
+    assert bitext <= expected
+    assert len(bitext) >= len(expected) - 3      # a duplicate text may be skipped
+
+
+def test_blind3_reads_the_last_user_turn(derive_blind3: ModuleType) -> None:
+    read = derive_blind3.last_user_text
+    assert read({"input": "plain"}) == "plain"
+    assert read({"input": [{"role": "system", "content": "task"},
+                           {"role": "user", "content": "first"},
+                           {"role": "assistant", "content": "answer"},
+                           {"role": "user", "content": "second"}]}) == "second"
+    assert read({"input": [{"role": "system", "content": "only the task"}]}) is None
+    assert read({"input": None}) is None
