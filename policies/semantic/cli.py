@@ -7,9 +7,11 @@
 ``eval``: ``--data`` is JSONL with ``text`` and ``label`` per line. Prints both classifiers'
 scores (cross-validated on the examples, and on the data), the accuracy of the one the file
 uses, its confusion matrix and each class's precision and recall; ``--errors N`` lists up to
-N prompts it got wrong, ``--json FILE`` writes all of it. ``train`` builds the classifier as
-the router would, which fine-tunes the encoder when the file sets ``fine_tune`` and its
-result is not cached yet, and prints where the tuned weights are and the training report.
+N prompts it got wrong, ``--by FIELD`` the accuracy per value of a field of the data's rows
+(a source, say: where the classifier fails), ``--json FILE`` writes all of it. ``train``
+builds the classifier as the router would, which fine-tunes the encoder when the file sets
+``fine_tune`` and its result is not cached yet, and prints where the tuned weights are and
+the training report.
 Both draw a progress bar while fine-tuning. Exit code 0, or 2 for a bad routing or data file.
 """
 
@@ -38,6 +40,9 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--errors", type=int, default=0, metavar="N",
                           help="also list up to N misclassified prompts, by true class, the "
                                "most confident first (default: %(default)s)")
+    evaluate.add_argument("--by", default=None, metavar="FIELD",
+                          help="also print the accuracy per value of FIELD of the data's rows "
+                               "(e.g. source), the least accurate first")
     evaluate.add_argument("--json", type=Path, default=None, metavar="FILE",
                           help="also write the whole report, every misclassified prompt "
                                "included, as JSON to FILE")
@@ -91,7 +96,12 @@ def _build(section: SemanticSection, base_dir: Path) -> SemanticModel:
 def run_eval(args: argparse.Namespace) -> int:
     from policies.errors import RoutingConfigError
     from policies.semantic.evaluation import evaluate, format_result, result_json
-    from policies.semantic.model import embed_all, load_examples, read_labelled_jsonl
+    from policies.semantic.model import (
+        embed_all,
+        load_examples,
+        read_jsonl_field,
+        read_labelled_jsonl,
+    )
     from policies.semantic.text import clean_text
 
     if args.errors < 0:
@@ -100,6 +110,8 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         section, base_dir = _section(args.routing)
         rows = read_labelled_jsonl(Path(args.data), "--data")
+        groups = None if args.by is None else read_jsonl_field(Path(args.data), args.by,
+                                                               "--data")
         model = _build(section, base_dir)
     except RoutingConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -115,11 +127,12 @@ def run_eval(args: argparse.Namespace) -> int:
     finally:
         model.close()
     texts = [text for text, _ in rows]
-    print(format_result(result, texts, args.errors))
+    group_field = args.by or "group"
+    print(format_result(result, texts, args.errors, groups=groups, group_field=group_field))
     if args.json is not None:
         try:
-            args.json.write_text(json.dumps(result_json(result, texts), indent=2,
-                                            ensure_ascii=False) + "\n")
+            report = result_json(result, texts, groups, group_field)
+            args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             print(f"error: --json: {exc}", file=sys.stderr)
             return 2

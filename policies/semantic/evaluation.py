@@ -4,8 +4,8 @@ Both classifier methods are trained on the configuration's examples and scored o
 the one the configuration would use (``classifier: auto`` → the better cross-validated one)
 is reported with its confusion matrix, each class's precision and recall, and, on request,
 the prompts it got wrong with its confidence in each answer (the classes whose examples to
-revise). Rows of the data whose label is neither a class nor the default class are refused:
-they could never be right.
+revise) and the accuracy per group of rows (a source, say), worst first. Rows of the data
+whose label is neither a class nor the default class are refused: they could never be right.
 """
 
 from __future__ import annotations
@@ -62,6 +62,18 @@ class Miss:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupResult:
+    name: str             # the rows' value of the grouping field
+    prompts: int
+    correct: int
+    labels: tuple[str, ...]   # the true classes of its rows, in the configuration's order
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.prompts if self.prompts else 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class EvaluationResult:
     labels: tuple[str, ...]
     truth: tuple[str, ...]
@@ -100,6 +112,24 @@ class EvaluationResult:
                  if true != predicted]
         return sorted(wrong, key=lambda m: (order[m.truth], -m.confidence, m.row))
 
+    def by_group(self, groups: Sequence[str]) -> list[GroupResult]:
+        """The chosen classifier's accuracy per group (``groups``: each row's group, in data
+        order), the least accurate first, then the larger, then by name."""
+        if len(groups) != len(self.truth):
+            raise ValueError(f"{len(groups)} groups for {len(self.truth)} rows")
+        prompts: dict[str, int] = {}
+        correct: dict[str, int] = {}
+        labels: dict[str, set[str]] = {}
+        for group, true, predicted in zip(groups, self.truth,
+                                          self.methods[self.chosen].predictions, strict=True):
+            prompts[group] = prompts.get(group, 0) + 1
+            correct[group] = correct.get(group, 0) + (true == predicted)
+            labels.setdefault(group, set()).add(true)
+        results = [GroupResult(name, prompts[name], correct[name],
+                               tuple(label for label in self.labels if label in labels[name]))
+                   for name in prompts]
+        return sorted(results, key=lambda g: (g.accuracy, -g.prompts, g.name))
+
 
 def evaluate(section: SemanticSection, training: TrainingReport, example_vectors: Matrix,
              example_labels: Sequence[str], data_vectors: Matrix,
@@ -130,9 +160,11 @@ def evaluate(section: SemanticSection, training: TrainingReport, example_vectors
 
 
 def format_result(result: EvaluationResult, texts: Sequence[str] = (), misses: int = 0,
-                  width_chars: int = 100) -> str:
+                  width_chars: int = 100, groups: Sequence[str] | None = None,
+                  group_field: str = "group") -> str:
     """The report ``kvroute semantic eval`` prints; with ``texts`` (the data's, in order) and
-    ``misses`` > 0, also up to that many misclassified prompts, cut to ``width_chars``."""
+    ``misses`` > 0, also up to that many misclassified prompts, cut to ``width_chars``; with
+    ``groups`` (each row's value of ``group_field``), the accuracy per group."""
     lines = [f"prompts: {len(result.truth)}",
              f"training: {result.training.summary()}"]
     for method, r in result.methods.items():
@@ -151,6 +183,14 @@ def format_result(result: EvaluationResult, texts: Sequence[str] = (), misses: i
     for c in result.per_class():
         lines.append(f"{c.label:<{width}}{c.prompts:>9}{_percent(c.precision):>11}"
                      f"{_percent(c.recall):>8}")
+    if groups is not None:
+        rows = result.by_group(groups)
+        name_width = max(8, *(len(g.name) for g in rows))
+        lines.append(f"by {group_field} (the least accurate first)")
+        lines.append(f"{'':<{name_width}}{'prompts':>9}{'correct':>9}{'accuracy':>10}  classes")
+        for g in rows:
+            lines.append(f"{g.name:<{name_width}}{g.prompts:>9}{g.correct:>9}"
+                         f"{_percent(g.accuracy):>10}  {' '.join(g.labels)}")
     if misses > 0 and texts:
         wrong = result.misses()
         lines.append(f"misclassified: {len(wrong)}"
@@ -166,9 +206,17 @@ def format_result(result: EvaluationResult, texts: Sequence[str] = (), misses: i
     return "\n".join(lines)
 
 
-def result_json(result: EvaluationResult, texts: Sequence[str] = ()) -> dict[str, object]:
+def result_json(result: EvaluationResult, texts: Sequence[str] = (),
+                groups: Sequence[str] | None = None,
+                group_field: str = "group") -> dict[str, object]:
     """The report as JSON-ready data: every method's scores, the chosen one's confusion
-    matrix, per-class results and misclassified rows (with their text when given)."""
+    matrix, per-class results, misclassified rows (with their text when given) and, with
+    ``groups``, the accuracy per group."""
+    by_group: dict[str, object] = {} if groups is None else {"by": {
+        "field": group_field,
+        "groups": [{"name": g.name, "prompts": g.prompts, "correct": g.correct,
+                    "accuracy": g.accuracy, "labels": list(g.labels)}
+                   for g in result.by_group(groups)]}}
     return {
         "prompts": len(result.truth),
         "labels": list(result.labels),
@@ -187,6 +235,7 @@ def result_json(result: EvaluationResult, texts: Sequence[str] = ()) -> dict[str
                            "confidence": m.confidence, "top_class": m.top,
                            **({"text": texts[m.row]} if texts else {})}
                           for m in result.misses()],
+        **by_group,
     }
 
 

@@ -170,6 +170,23 @@ def read_labelled_jsonl(path: Path, where: str) -> list[tuple[str, str]]:
     return rows
 
 
+def read_jsonl_field(path: Path, field: str, where: str) -> list[str]:
+    """Each non-blank row's value of ``field`` (the rows of ``read_labelled_jsonl``, in order):
+    a string as it is, another JSON value as JSON, ``(none)`` where the row lacks it."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RoutingConfigError(f"{where}: cannot read {path}: {exc}") from exc
+    values: list[str] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        value = json.loads(line).get(field)
+        values.append("(none)" if value is None else
+                      value if isinstance(value, str) else json.dumps(value))
+    return values
+
+
 def embed_all(embedder: Embedder, texts: Sequence[str]) -> npt.NDArray[np.float32]:
     parts = [embedder.embed(texts[i:i + TRAINING_BATCH])
              for i in range(0, len(texts), TRAINING_BATCH)]

@@ -20,7 +20,8 @@ whose task is only in the system message, such as a bare time for ``crontab``, w
 out: the router classifies the last user message). By the conventions of ``blind2``, code
 read or written is code, and questions about computing that ask for no code are left out.
 
-From each eval the ``PER_EVAL`` rows whose SHA-256 of ``eval/file:line`` is smallest are
+Each row's ``origin`` names its eval (or ``bitext``), for ``kvroute semantic eval --by
+origin``. From each eval the ``PER_EVAL`` rows whose SHA-256 of ``eval/file:line`` is smallest are
 kept (so that no eval dominates), skipping rows without a user turn and texts another file
 holds; Bitext contributes the next ``BLIND3_SUPPORT_PER_INTENT`` rows of each intent after
 those pool, heldout, blind and blind2 drew from.
@@ -126,7 +127,8 @@ def eval_rows(wheel: Path, used_texts: set[str]) -> list[Row]:
                     continue
                 place = f"{name}:{number}"
                 candidates.append((hashlib.sha256(place.encode()).digest(),
-                                   {"source": "openai_evals", "id": place, "label": label,
+                                   {"source": "openai_evals", "id": place,
+                                    "origin": name.split("/", 1)[0], "label": label,
                                     "text": text}))
             candidates.sort(key=lambda pair: pair[0])
             kept = 0
@@ -155,7 +157,7 @@ def blind3_rows(wheel: Path) -> list[Row]:
         if key(row) in used_ids or text in used_texts:
             continue
         used_texts.add(text)
-        rows.append(row)
+        rows.append({**row, "origin": "bitext"})
     return rows
 
 

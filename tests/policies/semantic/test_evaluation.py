@@ -120,3 +120,35 @@ def test_evaluate_records_the_top_class_probability_per_prompt() -> None:
     assert all(0.5 < c <= 1.0 for c in chosen.confidences)
     assert chosen.confidences[0] > chosen.confidences[2]     # the clearer prompt, surer
     assert [m.row for m in outcome.misses()] == [1]
+
+
+GROUPS = ("web", "web", "contest", "contest", "forum", "forum")
+
+
+def test_accuracy_per_group_least_accurate_first() -> None:
+    groups = result().by_group(GROUPS)
+    assert [(g.name, g.prompts, g.correct, g.labels) for g in groups] == [
+        ("contest", 2, 1, ("code", "math")), ("forum", 2, 1, ("chat",)),
+        ("web", 2, 1, ("code",))]
+    assert [g.accuracy for g in groups] == [0.5, 0.5, 0.5]
+    skewed = result().by_group(("a", "a", "a", "b", "b", "b"))     # a: 1 of 3, b: 2 of 3
+    assert [(g.name, g.correct) for g in skewed] == [("a", 1), ("b", 2)]
+    try:
+        result().by_group(GROUPS[:-1])
+    except ValueError as exc:
+        assert "5 groups for 6 rows" in str(exc)
+    else:
+        raise AssertionError("a group list of the wrong length was accepted")
+
+
+def test_the_report_and_json_show_the_groups_only_when_asked() -> None:
+    lines = format_result(result(), TEXTS, groups=GROUPS, group_field="source").splitlines()
+    first = lines.index("by source (the least accurate first)")
+    assert lines[first + 1].split() == ["prompts", "correct", "accuracy", "classes"]
+    assert lines[first + 2].split() == ["contest", "2", "1", "50.0%", "code", "math"]
+    assert "by " not in format_result(result(), TEXTS)
+    data = json.loads(json.dumps(result_json(result(), TEXTS, GROUPS, "source")))
+    assert data["by"]["field"] == "source"
+    assert data["by"]["groups"][2] == {"name": "web", "prompts": 2, "correct": 1,
+                                       "accuracy": 0.5, "labels": ["code"]}
+    assert "by" not in result_json(result(), TEXTS)

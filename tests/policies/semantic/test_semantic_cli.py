@@ -39,22 +39,26 @@ def test_eval_prints_accuracy_both_classifiers_and_confusion(
 def test_eval_lists_the_misclassified_and_writes_json(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "data.jsonl"
-    rows = [("Solve for x in the equation 3x + 10 = 5(x - 2).", "math"),
-            ("how do I cancel my pro account?", "math"),       # labelled wrong on purpose
-            ("What are the most effective ways to deal with stress?", "chat")]
-    data.write_text("".join(json.dumps({"text": t, "label": label}) + "\n"
-                            for t, label in rows))
+    rows = [("Solve for x in the equation 3x + 10 = 5(x - 2).", "math", "exam"),
+            ("how do I cancel my pro account?", "math", "shop"),  # labelled wrong on purpose
+            ("What are the most effective ways to deal with stress?", "chat", None)]
+    data.write_text("".join(json.dumps({"text": t, "label": label}
+                                       | ({"origin": origin} if origin else {})) + "\n"
+                            for t, label, origin in rows))
     report = tmp_path / "report.json"
     assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING), "--data", str(data),
-                 "--errors", "5", "--json", str(report)]) == 0
+                 "--errors", "5", "--by", "origin", "--json", str(report)]) == 0
     lines = capsys.readouterr().out.splitlines()
+    by_origin = lines.index("by origin (the least accurate first)")
+    assert [line.split()[:4] for line in lines[by_origin + 2:by_origin + 5]] == [
+        ["shop", "1", "0", "0.0%"], ["(none)", "1", "1", "100.0%"], ["exam", "1", "1", "100.0%"]]
     assert "misclassified: 1" in lines
     miss = lines[lines.index("misclassified: 1") + 1]
     assert miss.startswith("  line 2: math -> support (")
     assert miss.endswith("): how do I cancel my pro account?")
     per_class = {line.split()[0]: line.split()[1:] for line in lines[
         lines.index("per class (precision: of the prompts predicted as it; recall: of its "
-                    "prompts)") + 2:lines.index("misclassified: 1")]}
+                    "prompts)") + 2:by_origin]}
     assert per_class["math"] == ["2", "100.0%", "50.0%"]
     assert per_class["support"] == ["0", "0.0%", "–"]
     written = json.loads(report.read_text())
@@ -62,6 +66,7 @@ def test_eval_lists_the_misclassified_and_writes_json(
     assert [(m["line"], m["predicted"], m["text"]) for m in written["misclassified"]] == [
         (2, "support", "how do I cancel my pro account?")]
     assert 0.0 < written["misclassified"][0]["confidence"] <= 1.0
+    assert [g["name"] for g in written["by"]["groups"]] == ["shop", "(none)", "exam"]
 
 
 def test_eval_refuses_a_negative_error_count(

@@ -102,6 +102,7 @@ def test_blind3_labels_come_from_its_evals_and_each_eval_contributes(
     for row in from_evals:
         name = row["id"].rsplit(":", 1)[0]
         assert row["label"] == derive_blind3.BLIND3_EVALS[name], row["id"]
+        assert row["origin"] == name.split("/", 1)[0], row["id"]
         per_eval[name] = per_eval.get(name, 0) + 1
     assert max(per_eval.values()) <= derive_blind3.PER_EVAL
     # every listed eval gives rows, except those whose samples have no user turn (sql)
@@ -118,6 +119,7 @@ def test_blind3_support_rows_are_the_next_bitext_rows_of_each_intent(
         skip=skip, keep=derive_blind3.BLIND3_SUPPORT_PER_INTENT)}
     bitext = {derive.key(r) for r in committed("blind3") if r["source"] == "bitext"}
     assert bitext <= expected
+    assert {r["origin"] for r in committed("blind3") if r["source"] == "bitext"} == {"bitext"}
     assert len(bitext) >= len(expected) - 3      # a duplicate text may be skipped
 
 
