@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from ceiling import PER_CLASS, load_rows  # noqa: E402
+from fine_tune_cv import tuned_embeddings  # noqa: E402
 
 CLASS_ORDER = ("code", "math", "support", "chat")    # the example file's order
 
@@ -86,10 +87,8 @@ def main() -> None:
     from sklearn.linear_model import LogisticRegression
 
     from policies.semantic.classifier import LOGREG_C
-    from policies.semantic.cli import progress_bar
     from policies.semantic.embedder import MiniLmEmbedder
-    from policies.semantic.fine_tune import FineTuneParams, fine_tuned_weights
-    from policies.semantic.model import embed_all
+    from policies.semantic.fine_tune import FineTuneParams
 
     rows = load_rows()
     tokenizer = MiniLmEmbedder(max_tokens=args.max_tokens)._tokenizer
@@ -103,12 +102,8 @@ def main() -> None:
         for seed in args.seeds:
             picked = draw(labels, seed)
             rest = np.setdiff1d(np.arange(len(rows)), picked)
-            with progress_bar(f"seed {seed}: fine-tuning") as progress:
-                weights = fine_tuned_weights([texts[i] for i in picked],
-                                             [str(labels[i]) for i in picked], params,
-                                             args.max_tokens, progress=progress)
-            vectors = embed_all(MiniLmEmbedder(max_tokens=args.max_tokens, quantize=True,
-                                               runtime="onnx", weights=weights), texts)
+            vectors = tuned_embeddings(texts, labels, picked, params, args.max_tokens,
+                                       f"seed {seed}: fine-tuning")
             model = LogisticRegression(C=LOGREG_C, max_iter=2000).fit(vectors[picked],
                                                                       labels[picked])
             right = model.predict(vectors[rest]) == labels[rest]

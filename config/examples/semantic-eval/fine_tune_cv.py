@@ -26,13 +26,37 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from ceiling import PER_CLASS, kmeans_rows, load_rows  # noqa: E402
+
+if TYPE_CHECKING:
+    from policies.semantic.fine_tune import FineTuneParams
+
+
+def tuned_embeddings(texts: list[str], labels: npt.NDArray[np.str_], picked: list[int],
+                     params: FineTuneParams, max_tokens: int,
+                     description: str) -> npt.NDArray[np.float32]:
+    """Every text embedded as the example file does (ONNX Runtime int8, the first
+    ``max_tokens`` tokens) by the encoder fine-tuned on the ``picked`` rows, with a progress
+    bar while it trains (the weights land in ``$KVROUTE_CACHE_DIR``)."""
+    from policies.semantic.cli import progress_bar
+    from policies.semantic.embedder import MiniLmEmbedder
+    from policies.semantic.fine_tune import fine_tuned_weights
+    from policies.semantic.model import embed_all
+
+    with progress_bar(description) as progress:
+        weights = fine_tuned_weights([texts[i] for i in picked],
+                                     [str(labels[i]) for i in picked], params, max_tokens,
+                                     progress=progress)
+    return embed_all(MiniLmEmbedder(max_tokens=max_tokens, quantize=True, runtime="onnx",
+                                    weights=weights), texts)
 
 
 def main() -> None:
@@ -49,9 +73,8 @@ def main() -> None:
     from sklearn.model_selection import StratifiedKFold
 
     from policies.semantic.classifier import LOGREG_C
-    from policies.semantic.cli import progress_bar
     from policies.semantic.embedder import MiniLmEmbedder
-    from policies.semantic.fine_tune import FineTuneParams, fine_tuned_weights
+    from policies.semantic.fine_tune import FineTuneParams
     from policies.semantic.model import embed_all
 
     rows = load_rows()
@@ -75,12 +98,8 @@ def main() -> None:
                 count = min(PER_CLASS, len(candidates))
                 picked += (kmeans_rows(frozen, candidates, count) if args.pick == "kmeans" else
                            [int(i) for i in rng.choice(candidates, count, replace=False)])
-            with progress_bar(f"fold {fold + 1}: fine-tuning") as progress:
-                weights = fine_tuned_weights([texts[i] for i in picked],
-                                             [str(labels[i]) for i in picked], params,
-                                             args.max_tokens, progress=progress)
-            tuned = embed_all(MiniLmEmbedder(max_tokens=args.max_tokens, quantize=True,
-                                             runtime="onnx", weights=weights), texts)
+            tuned = tuned_embeddings(texts, labels, picked, params, args.max_tokens,
+                                     f"fold {fold + 1}: fine-tuning")
             for name, vectors in (("frozen", frozen), ("fine-tuned", tuned)):
                 model = LogisticRegression(C=LOGREG_C, max_iter=2000).fit(vectors[picked],
                                                                           labels[picked])
