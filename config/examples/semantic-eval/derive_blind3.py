@@ -169,7 +169,14 @@ def main() -> None:
     args = parser.parse_args()
     if not args.evals_wheel.is_file():
         parser.error(f"no such file: {args.evals_wheel}")
-    write_rows("blind3", blind3_rows(args.evals_wheel))
+    try:
+        rows = blind3_rows(args.evals_wheel)
+    except zipfile.BadZipFile:
+        parser.error(f"{args.evals_wheel} is not a wheel (a zip file)")
+    except KeyError:
+        parser.error(f"{args.evals_wheel} lacks the eval samples of BLIND3_EVALS: is it the "
+                     "evals 3.0.1.post1 wheel?")
+    write_rows("blind3", rows)
 
 
 if __name__ == "__main__":
