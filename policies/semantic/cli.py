@@ -98,6 +98,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from policies.semantic.evaluation import evaluate, format_result, result_json
     from policies.semantic.model import (
         embed_all,
+        jsonl_line_numbers,
         load_examples,
         read_jsonl_field,
         read_labelled_jsonl,
@@ -110,6 +111,7 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         section, base_dir = _section(args.routing)
         rows = read_labelled_jsonl(Path(args.data), "--data")
+        lines = jsonl_line_numbers(Path(args.data), "--data")
         groups = None if args.by is None else read_jsonl_field(Path(args.data), args.by,
                                                                "--data")
         model = _build(section, base_dir)
@@ -128,10 +130,11 @@ def run_eval(args: argparse.Namespace) -> int:
         model.close()
     texts = [text for text, _ in rows]
     group_field = args.by or "group"
-    print(format_result(result, texts, args.errors, groups=groups, group_field=group_field))
+    print(format_result(result, texts, args.errors, groups=groups, group_field=group_field,
+                        lines=lines))
     if args.json is not None:
         try:
-            report = result_json(result, texts, groups, group_field)
+            report = result_json(result, texts, groups, group_field, lines)
             args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             print(f"error: --json: {exc}", file=sys.stderr)

@@ -161,57 +161,60 @@ def evaluate(section: SemanticSection, training: TrainingReport, example_vectors
 
 def format_result(result: EvaluationResult, texts: Sequence[str] = (), misses: int = 0,
                   width_chars: int = 100, groups: Sequence[str] | None = None,
-                  group_field: str = "group") -> str:
+                  group_field: str = "group", lines: Sequence[int] | None = None) -> str:
     """The report ``kvroute semantic eval`` prints; with ``texts`` (the data's, in order) and
-    ``misses`` > 0, also up to that many misclassified prompts, cut to ``width_chars``; with
-    ``groups`` (each row's value of ``group_field``), the accuracy per group."""
-    lines = [f"prompts: {len(result.truth)}",
-             f"training: {result.training.summary()}"]
+    ``misses`` > 0, also up to that many misclassified prompts, cut to ``width_chars``, each
+    named by its line in the data file (``lines``, per row; row + 1 without); with ``groups``
+    (each row's value of ``group_field``), the accuracy per group."""
+    line_of = _line_numbers(len(result.truth), lines)
+    out = [f"prompts: {len(result.truth)}", f"training: {result.training.summary()}"]
     for method, r in result.methods.items():
         mark = "*" if method == result.chosen else " "
-        lines.append(f"{mark} {method:20s} accuracy {100 * r.accuracy:5.1f}%  "
-                     f"(without threshold {100 * r.accuracy_no_threshold:5.1f}%, "
-                     f"unsure -> default: {r.unsure})")
-    lines.append(f"accuracy: {100 * result.accuracy:.1f}% ({result.chosen})")
+        out.append(f"{mark} {method:20s} accuracy {100 * r.accuracy:5.1f}%  "
+                   f"(without threshold {100 * r.accuracy_no_threshold:5.1f}%, "
+                   f"unsure -> default: {r.unsure})")
+    out.append(f"accuracy: {100 * result.accuracy:.1f}% ({result.chosen})")
     width = max(8, *(len(label) for label in result.labels))
-    lines.append("confusion matrix (rows: true class, columns: predicted)")
-    lines.append(" " * width + "".join(f"{label:>{width}}" for label in result.labels))
+    out.append("confusion matrix (rows: true class, columns: predicted)")
+    out.append(" " * width + "".join(f"{label:>{width}}" for label in result.labels))
     for label, row in zip(result.labels, result.confusion(), strict=True):
-        lines.append(f"{label:<{width}}" + "".join(f"{n:>{width}}" for n in row))
-    lines.append("per class (precision: of the prompts predicted as it; recall: of its prompts)")
-    lines.append(f"{'':<{width}}{'prompts':>9}{'precision':>11}{'recall':>8}")
+        out.append(f"{label:<{width}}" + "".join(f"{n:>{width}}" for n in row))
+    out.append("per class (precision: of the prompts predicted as it; recall: of its prompts)")
+    out.append(f"{'':<{width}}{'prompts':>9}{'precision':>11}{'recall':>8}")
     for c in result.per_class():
-        lines.append(f"{c.label:<{width}}{c.prompts:>9}{_percent(c.precision):>11}"
-                     f"{_percent(c.recall):>8}")
+        out.append(f"{c.label:<{width}}{c.prompts:>9}{_percent(c.precision):>11}"
+                   f"{_percent(c.recall):>8}")
     if groups is not None:
         rows = result.by_group(groups)
         name_width = max(8, *(len(g.name) for g in rows))
-        lines.append(f"by {group_field} (the least accurate first)")
-        lines.append(f"{'':<{name_width}}{'prompts':>9}{'correct':>9}{'accuracy':>10}  classes")
+        out.append(f"by {group_field} (the least accurate first)")
+        out.append(f"{'':<{name_width}}{'prompts':>9}{'correct':>9}{'accuracy':>10}  classes")
         for g in rows:
-            lines.append(f"{g.name:<{name_width}}{g.prompts:>9}{g.correct:>9}"
-                         f"{_percent(g.accuracy):>10}  {' '.join(g.labels)}")
+            out.append(f"{g.name:<{name_width}}{g.prompts:>9}{g.correct:>9}"
+                       f"{_percent(g.accuracy):>10}  {' '.join(g.labels)}")
     if misses > 0 and texts:
         wrong = result.misses()
-        lines.append(f"misclassified: {len(wrong)}"
-                     + (f" (the first {misses} shown)" if len(wrong) > misses else ""))
+        out.append(f"misclassified: {len(wrong)}"
+                   + (f" (the first {misses} shown)" if len(wrong) > misses else ""))
         for miss in wrong[:misses]:
             text = " ".join(texts[miss.row].split())
             if len(text) > width_chars:
                 text = text[:width_chars - 1] + "…"
             sure = (f"{100 * miss.confidence:.0f}%" if miss.top == miss.predicted
                     else f"unsure: {100 * miss.confidence:.0f}% {miss.top}")
-            lines.append(f"  line {miss.row + 1}: {miss.truth} -> {miss.predicted} "
-                         f"({sure}): {text}")
-    return "\n".join(lines)
+            out.append(f"  line {line_of[miss.row]}: {miss.truth} -> {miss.predicted} "
+                       f"({sure}): {text}")
+    return "\n".join(out)
 
 
 def result_json(result: EvaluationResult, texts: Sequence[str] = (),
-                groups: Sequence[str] | None = None,
-                group_field: str = "group") -> dict[str, object]:
+                groups: Sequence[str] | None = None, group_field: str = "group",
+                lines: Sequence[int] | None = None) -> dict[str, object]:
     """The report as JSON-ready data: every method's scores, the chosen one's confusion
-    matrix, per-class results, misclassified rows (with their text when given) and, with
-    ``groups``, the accuracy per group."""
+    matrix, per-class results, misclassified rows (by their line in the data file, as in
+    ``format_result``, with their text when given) and, with ``groups``, the accuracy per
+    group."""
+    line_of = _line_numbers(len(result.truth), lines)
     by_group: dict[str, object] = {} if groups is None else {"by": {
         "field": group_field,
         "groups": [{"name": g.name, "prompts": g.prompts, "correct": g.correct,
@@ -231,12 +234,20 @@ def result_json(result: EvaluationResult, texts: Sequence[str] = (),
         "per_class": [{"label": c.label, "prompts": c.prompts, "predicted": c.predicted,
                        "correct": c.correct, "precision": c.precision, "recall": c.recall}
                       for c in result.per_class()],
-        "misclassified": [{"line": m.row + 1, "label": m.truth, "predicted": m.predicted,
+        "misclassified": [{"line": line_of[m.row], "label": m.truth, "predicted": m.predicted,
                            "confidence": m.confidence, "top_class": m.top,
                            **({"text": texts[m.row]} if texts else {})}
                           for m in result.misses()],
         **by_group,
     }
+
+
+def _line_numbers(rows: int, lines: Sequence[int] | None) -> Sequence[int]:
+    if lines is None:
+        return range(1, rows + 1)
+    if len(lines) != rows:
+        raise ValueError(f"{len(lines)} line numbers for {rows} rows")
+    return lines
 
 
 def _percent(value: float | None) -> str:

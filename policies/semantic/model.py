@@ -170,21 +170,29 @@ def read_labelled_jsonl(path: Path, where: str) -> list[tuple[str, str]]:
     return rows
 
 
-def read_jsonl_field(path: Path, field: str, where: str) -> list[str]:
-    """Each non-blank row's value of ``field`` (the rows of ``read_labelled_jsonl``, in order):
-    a string as it is, another JSON value as JSON, ``(none)`` where the row lacks it."""
+def _nonblank_lines(path: Path, where: str) -> list[tuple[int, str]]:
+    """(1-based line number, line) of each non-blank line of a UTF-8 file."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise RoutingConfigError(f"{where}: cannot read {path}: {exc}") from exc
+    return [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+
+
+def read_jsonl_field(path: Path, field: str, where: str) -> list[str]:
+    """Each non-blank row's value of ``field`` (the rows of ``read_labelled_jsonl``, in order):
+    a string as it is, another JSON value as JSON, ``(none)`` where the row lacks it."""
     values: list[str] = []
-    for line in lines:
-        if not line.strip():
-            continue
+    for _, line in _nonblank_lines(path, where):
         value = json.loads(line).get(field)
         values.append("(none)" if value is None else
                       value if isinstance(value, str) else json.dumps(value))
     return values
+
+
+def jsonl_line_numbers(path: Path, where: str) -> list[int]:
+    """The line number of each row of ``read_labelled_jsonl`` (blank lines are skipped)."""
+    return [number for number, _ in _nonblank_lines(path, where)]
 
 
 def embed_all(embedder: Embedder, texts: Sequence[str]) -> npt.NDArray[np.float32]:

@@ -152,3 +152,17 @@ def test_the_report_and_json_show_the_groups_only_when_asked() -> None:
     assert data["by"]["groups"][2] == {"name": "web", "prompts": 2, "correct": 1,
                                        "accuracy": 0.5, "labels": ["code"]}
     assert "by" not in result_json(result(), TEXTS)
+
+
+def test_misses_are_named_by_their_line_in_the_data_file_when_given() -> None:
+    lines = (1, 3, 5, 7, 9, 11)                  # blank lines between the rows
+    text = format_result(result(), TEXTS, misses=1, lines=lines)
+    assert text.splitlines()[-1].startswith("  line 5: code -> chat (80%)")
+    assert [m["line"] for m in result_json(result(), TEXTS, lines=lines)["misclassified"]] == [
+        5, 3, 9]
+    try:
+        format_result(result(), TEXTS, misses=1, lines=lines[:-1])
+    except ValueError as exc:
+        assert "5 line numbers for 6 rows" in str(exc)
+    else:
+        raise AssertionError("line numbers of the wrong length were accepted")

@@ -42,9 +42,9 @@ def test_eval_lists_the_misclassified_and_writes_json(
     rows = [("Solve for x in the equation 3x + 10 = 5(x - 2).", "math", "exam"),
             ("how do I cancel my pro account?", "math", "shop"),  # labelled wrong on purpose
             ("What are the most effective ways to deal with stress?", "chat", None)]
-    data.write_text("".join(json.dumps({"text": t, "label": label}
-                                       | ({"origin": origin} if origin else {})) + "\n"
-                            for t, label, origin in rows))
+    data.write_text("\n".join(json.dumps({"text": t, "label": label}
+                                         | ({"origin": origin} if origin else {})) + "\n"
+                              for t, label, origin in rows))    # a blank line between rows
     report = tmp_path / "report.json"
     assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING), "--data", str(data),
                  "--errors", "5", "--by", "origin", "--json", str(report)]) == 0
@@ -54,7 +54,7 @@ def test_eval_lists_the_misclassified_and_writes_json(
         ["shop", "1", "0", "0.0%"], ["(none)", "1", "1", "100.0%"], ["exam", "1", "1", "100.0%"]]
     assert "misclassified: 1" in lines
     miss = lines[lines.index("misclassified: 1") + 1]
-    assert miss.startswith("  line 2: math -> support (")
+    assert miss.startswith("  line 3: math -> support (")     # its line in the file
     assert miss.endswith("): how do I cancel my pro account?")
     per_class = {line.split()[0]: line.split()[1:] for line in lines[
         lines.index("per class (precision: of the prompts predicted as it; recall: of its "
@@ -64,7 +64,7 @@ def test_eval_lists_the_misclassified_and_writes_json(
     written = json.loads(report.read_text())
     assert written["prompts"] == 3 and written["accuracy"] == pytest.approx(2 / 3)
     assert [(m["line"], m["predicted"], m["text"]) for m in written["misclassified"]] == [
-        (2, "support", "how do I cancel my pro account?")]
+        (3, "support", "how do I cancel my pro account?")]
     assert 0.0 < written["misclassified"][0]["confidence"] <= 1.0
     assert [g["name"] for g in written["by"]["groups"]] == ["shop", "(none)", "exam"]
 
