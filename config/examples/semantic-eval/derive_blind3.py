@@ -112,11 +112,13 @@ def last_user_text(sample: dict[str, Any]) -> str | None:
     return None
 
 
-def eval_rows(wheel: Path, used_texts: set[str]) -> list[Row]:
-    """``PER_EVAL`` rows of each eval of ``BLIND3_EVALS``, by smallest hash of their place."""
+def eval_rows(wheel: Path, used_texts: set[str], evals: dict[str, str] | None = None,
+              per_eval: int = PER_EVAL) -> list[Row]:
+    """``per_eval`` rows of each eval of ``evals`` (``BLIND3_EVALS`` by default), by smallest
+    hash of their place, skipping texts in ``used_texts`` (which gains those kept)."""
     rows: list[Row] = []
     with zipfile.ZipFile(wheel) as archive:
-        for name, label in BLIND3_EVALS.items():
+        for name, label in (BLIND3_EVALS if evals is None else evals).items():
             lines = archive.read(f"{REGISTRY}/{name}").decode("utf-8").splitlines()
             candidates: list[tuple[bytes, Row]] = []
             for number, line in enumerate(lines, 1):
@@ -139,7 +141,7 @@ def eval_rows(wheel: Path, used_texts: set[str]) -> list[Row]:
                 used_texts.add(text)
                 rows.append(row)
                 kept += 1
-                if kept == PER_EVAL:
+                if kept == per_eval:
                     break
     return rows
 

@@ -132,3 +132,48 @@ def test_blind3_reads_the_last_user_turn(derive_blind3: ModuleType) -> None:
                            {"role": "user", "content": "second"}]}) == "second"
     assert read({"input": [{"role": "system", "content": "only the task"}]}) is None
     assert read({"input": None}) is None
+
+
+@pytest.fixture(scope="module")
+def derive_blind4() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("semantic_eval_derive_blind4",
+                                                  EVAL_DIR / "derive_blind4.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_blind4_shares_no_source_id_and_no_text_with_any_other_file(
+        derive: ModuleType, derived: dict[str, list[dict[str, str]]]) -> None:
+    blind4 = committed("blind4")
+    texts = [derive.normalized(r["text"]) for r in blind4]
+    assert len(set(texts)) == len(texts)
+    for name, rows in [*derived.items(), ("blind3", committed("blind3"))]:
+        assert not {derive.key(r) for r in rows} & {derive.key(r) for r in blind4}, name
+        assert not {derive.normalized(r["text"]) for r in rows} & set(texts), name
+
+
+def test_blind4_labels_come_from_its_sources(derive_blind3: ModuleType,
+                                             derive_blind4: ModuleType) -> None:
+    blind4 = committed("blind4")
+    assert {r["label"] for r in blind4} == LABELS
+    assert not ((set(derive_blind4.BLIND4_EVALS) - {"banking77/samples.jsonl"})
+                & set(derive_blind3.BLIND3_EVALS))
+    per_origin: dict[str, int] = {}
+    for row in blind4:
+        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+        if row["source"] == "openai_evals":
+            name = row["id"].rsplit(":", 1)[0]
+            assert row["label"] == derive_blind4.BLIND4_EVALS[name], row["id"]
+            assert row["origin"] == name.split("/", 1)[0]
+        elif row["source"] == "human_eval":
+            assert row["label"] == "code" and row["id"].startswith("HumanEval/")
+        else:
+            assert (row["source"], row["label"], row["origin"]) == ("bitext", "support",
+                                                                   "bitext")
+    assert per_origin["human_eval"] == derive_blind4.HUMAN_EVAL_ROWS
+    assert max(n for origin, n in per_origin.items()
+               if origin not in {"human_eval", "bitext"}) <= derive_blind4.PER_EVAL
+    labels = [r["label"] for r in blind4]
+    assert labels.count("support") <= 0.4 * len(labels)
