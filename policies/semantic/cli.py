@@ -96,13 +96,7 @@ def _build(section: SemanticSection, base_dir: Path) -> SemanticModel:
 def run_eval(args: argparse.Namespace) -> int:
     from policies.errors import RoutingConfigError
     from policies.semantic.evaluation import evaluate, format_result, result_json
-    from policies.semantic.model import (
-        embed_all,
-        jsonl_line_numbers,
-        load_examples,
-        read_jsonl_field,
-        read_labelled_jsonl,
-    )
+    from policies.semantic.model import embed_all, field_text, load_examples, read_labelled_rows
     from policies.semantic.text import clean_text
 
     if args.errors < 0:
@@ -110,26 +104,25 @@ def run_eval(args: argparse.Namespace) -> int:
         return 2
     try:
         section, base_dir = _section(args.routing)
-        rows = read_labelled_jsonl(Path(args.data), "--data")
-        lines = jsonl_line_numbers(Path(args.data), "--data")
-        groups = None if args.by is None else read_jsonl_field(Path(args.data), args.by,
-                                                               "--data")
+        rows = read_labelled_rows(Path(args.data), "--data")
         model = _build(section, base_dir)
     except RoutingConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         texts, labels = load_examples(section, base_dir)
-        data_texts = [clean_text(text, section.max_chars) for text, _ in rows]
+        data_texts = [clean_text(row.text, section.max_chars) for row in rows]
         result = evaluate(section, model.report, embed_all(model.embedder, texts), labels,
-                          embed_all(model.embedder, data_texts), [label for _, label in rows])
+                          embed_all(model.embedder, data_texts), [row.label for row in rows])
     except ValueError as exc:
         print(f"error: {args.data}: {exc}", file=sys.stderr)
         return 2
     finally:
         model.close()
-    texts = [text for text, _ in rows]
+    texts = [row.text for row in rows]
+    lines = [row.line for row in rows]
     group_field = args.by or "group"
+    groups = None if args.by is None else [field_text(row, args.by) for row in rows]
     print(format_result(result, texts, args.errors, groups=groups, group_field=group_field,
                         lines=lines))
     if args.json is not None:

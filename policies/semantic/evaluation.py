@@ -54,7 +54,7 @@ class ClassResult:
 
 @dataclass(frozen=True, slots=True)
 class Miss:
-    row: int              # 0-based line of the data file
+    row: int              # 0-based index of the data's row
     truth: str
     predicted: str
     confidence: float     # the classifier's probability of ``top``

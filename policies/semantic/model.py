@@ -19,7 +19,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -146,15 +146,25 @@ def load_examples(section: SemanticSection, base_dir: Path) -> tuple[list[str], 
     return texts, labels
 
 
-def read_labelled_jsonl(path: Path, where: str) -> list[tuple[str, str]]:
-    """Rows ``{"text": ..., "label": ...}`` of a JSONL file (other keys are ignored)."""
+@dataclass(frozen=True, slots=True)
+class LabelledRow:
+    """One row of a labelled JSONL file."""
+
+    line: int                        # its 1-based line in the file (blank lines count)
+    text: str
+    label: str
+    fields: Mapping[str, object]     # the whole row, ``text`` and ``label`` included
+
+
+def read_labelled_rows(path: Path, where: str) -> list[LabelledRow]:
+    """Rows ``{"text": ..., "label": ...}`` of a JSONL file, blank lines skipped."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise RoutingConfigError(f"{where}: cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise RoutingConfigError(f"{where}: {path} is not UTF-8 ({exc.reason})") from exc
-    rows: list[tuple[str, str]] = []
+    rows: list[LabelledRow] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -166,33 +176,20 @@ def read_labelled_jsonl(path: Path, where: str) -> list[tuple[str, str]]:
         if not isinstance(text, str) or not isinstance(label, str) or not text.strip():
             raise RoutingConfigError(
                 f"{where}: {path} line {number}: needs a non-empty \"text\" and a \"label\"")
-        rows.append((text, label))
+        rows.append(LabelledRow(number, text, label, row))
     return rows
 
 
-def _nonblank_lines(path: Path, where: str) -> list[tuple[int, str]]:
-    """(1-based line number, line) of each non-blank line of a UTF-8 file."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RoutingConfigError(f"{where}: cannot read {path}: {exc}") from exc
-    return [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+def read_labelled_jsonl(path: Path, where: str) -> list[tuple[str, str]]:
+    """(text, label) of each row of ``read_labelled_rows`` (other keys are ignored)."""
+    return [(row.text, row.label) for row in read_labelled_rows(path, where)]
 
 
-def read_jsonl_field(path: Path, field: str, where: str) -> list[str]:
-    """Each non-blank row's value of ``field`` (the rows of ``read_labelled_jsonl``, in order):
-    a string as it is, another JSON value as JSON, ``(none)`` where the row lacks it."""
-    values: list[str] = []
-    for _, line in _nonblank_lines(path, where):
-        value = json.loads(line).get(field)
-        values.append("(none)" if value is None else
-                      value if isinstance(value, str) else json.dumps(value))
-    return values
-
-
-def jsonl_line_numbers(path: Path, where: str) -> list[int]:
-    """The line number of each row of ``read_labelled_jsonl`` (blank lines are skipped)."""
-    return [number for number, _ in _nonblank_lines(path, where)]
+def field_text(row: LabelledRow, field: str) -> str:
+    """The row's ``field`` as text: a string as it is, another JSON value as JSON, ``(none)``
+    where the row lacks it."""
+    value = row.fields.get(field)
+    return "(none)" if value is None else value if isinstance(value, str) else json.dumps(value)
 
 
 def embed_all(embedder: Embedder, texts: Sequence[str]) -> npt.NDArray[np.float32]:

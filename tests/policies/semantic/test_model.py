@@ -6,13 +6,21 @@ import asyncio
 import dataclasses
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from policies.base import RoutingRequest
 from policies.semantic.evaluation import evaluate
-from policies.semantic.model import SemanticModel, embed_all, load_examples, read_labelled_jsonl
+from policies.semantic.model import (
+    SemanticModel,
+    embed_all,
+    field_text,
+    load_examples,
+    read_labelled_jsonl,
+    read_labelled_rows,
+)
 from policies.semantic.producer import SemanticProducer
 from policies.semantic.text import clean_text
 from tests.policies.semantic.semantic_support import EXAMPLE_ROUTING, HELDOUT
@@ -135,3 +143,14 @@ def test_low_confidence_goes_to_the_default_class(example_model: SemanticModel) 
         strict.close()
     assert result.outcome == "unsure" and result.label == "chat"
     assert result.predicted == "code"
+
+
+def test_labelled_rows_keep_their_line_and_fields(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text('\n{"text": "a", "label": "code", "source": "x", "n": 3}\n\n'
+                    '{"text": "b", "label": "chat"}\n')
+    rows = read_labelled_rows(data, "--data")
+    assert [(r.line, r.text, r.label) for r in rows] == [(2, "a", "code"), (4, "b", "chat")]
+    assert [field_text(r, "source") for r in rows] == ["x", "(none)"]
+    assert field_text(rows[0], "n") == "3"
+    assert read_labelled_jsonl(data, "--data") == [("a", "code"), ("b", "chat")]
