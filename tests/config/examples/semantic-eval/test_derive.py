@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from itertools import combinations
@@ -139,36 +140,83 @@ def derive_blind4() -> ModuleType:
     return load_script("derive_blind4")
 
 
-def test_blind4_shares_no_source_id_and_no_text_with_any_other_file(
-        derive: ModuleType, derived: dict[str, list[dict[str, str]]]) -> None:
-    blind4 = committed("blind4")
-    texts = [derive.normalized(r["text"]) for r in blind4]
+@pytest.fixture(scope="module")
+def derive_blind5() -> ModuleType:
+    return load_script("derive_blind5")
+
+
+@pytest.mark.parametrize("name, earlier", [("blind4", ["blind3"]),
+                                           ("blind5", ["blind3", "blind4"])])
+def test_later_blind_sets_share_no_source_id_and_no_text_with_any_other_file(
+        derive: ModuleType, derived: dict[str, list[dict[str, str]]], name: str,
+        earlier: list[str]) -> None:
+    rows_of = committed(name)
+    texts = [derive.normalized(r["text"]) for r in rows_of]
     assert len(set(texts)) == len(texts)
-    for name, rows in [*derived.items(), ("blind3", committed("blind3"))]:
-        assert not {derive.key(r) for r in rows} & {derive.key(r) for r in blind4}, name
-        assert not {derive.normalized(r["text"]) for r in rows} & set(texts), name
+    for other, rows in [*derived.items(), *((e, committed(e)) for e in earlier)]:
+        assert not {derive.key(r) for r in rows} & {derive.key(r) for r in rows_of}, other
+        assert not {derive.normalized(r["text"]) for r in rows} & set(texts), other
 
 
-def test_blind4_labels_come_from_its_sources(derive_blind3: ModuleType,
-                                             derive_blind4: ModuleType) -> None:
-    blind4 = committed("blind4")
-    assert {r["label"] for r in blind4} == LABELS
-    assert not ((set(derive_blind4.BLIND4_EVALS) - {"banking77/samples.jsonl"})
-                & set(derive_blind3.BLIND3_EVALS))
+def check_labels_follow_sources(rows: list[dict[str, str]], evals: dict[str, str],
+                                human_eval_rows: int, per_eval: int) -> dict[str, int]:
+    """Each row's label is its eval's (HumanEval: code; Bitext: support); rows per origin."""
+    assert {r["label"] for r in rows} == LABELS
     per_origin: dict[str, int] = {}
-    for row in blind4:
+    for row in rows:
         per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
         if row["source"] == "openai_evals":
             name = row["id"].rsplit(":", 1)[0]
-            assert row["label"] == derive_blind4.BLIND4_EVALS[name], row["id"]
+            assert row["label"] == evals[name], row["id"]
             assert row["origin"] == name.split("/", 1)[0]
         elif row["source"] == "human_eval":
             assert row["label"] == "code" and row["id"].startswith("HumanEval/")
         else:
             assert (row["source"], row["label"], row["origin"]) == ("bitext", "support",
                                                                    "bitext")
-    assert per_origin["human_eval"] == derive_blind4.HUMAN_EVAL_ROWS
+    assert per_origin["human_eval"] == human_eval_rows
     assert max(n for origin, n in per_origin.items()
-               if origin not in {"human_eval", "bitext"}) <= derive_blind4.PER_EVAL
-    labels = [r["label"] for r in blind4]
+               if origin not in {"human_eval", "bitext"}) <= per_eval
+    labels = [r["label"] for r in rows]
     assert labels.count("support") <= 0.4 * len(labels)
+    return per_origin
+
+
+def test_blind4_labels_come_from_its_sources(derive_blind3: ModuleType,
+                                             derive_blind4: ModuleType) -> None:
+    assert not ((set(derive_blind4.BLIND4_EVALS) - {"banking77/samples.jsonl"})
+                & set(derive_blind3.BLIND3_EVALS))
+    check_labels_follow_sources(committed("blind4"), derive_blind4.BLIND4_EVALS,
+                                derive_blind4.HUMAN_EVAL_ROWS, derive_blind4.PER_EVAL)
+
+
+def test_blind5_labels_come_from_its_sources_and_each_eval_contributes(
+        derive_blind3: ModuleType, derive_blind4: ModuleType,
+        derive_blind5: ModuleType) -> None:
+    evals = derive_blind5.BLIND5_EVALS
+    assert not set(evals) & (set(derive_blind3.BLIND3_EVALS) | set(derive_blind4.BLIND4_EVALS))
+    per_origin = check_labels_follow_sources(committed("blind5"), evals,
+                                             derive_blind4.HUMAN_EVAL_ROWS,
+                                             derive_blind5.PER_EVAL)
+    assert {name.split("/", 1)[0] for name in evals} <= set(per_origin)
+
+
+def test_blind5_takes_the_human_eval_prompts_after_blind4s(derive_blind4: ModuleType) -> None:
+    def hashed(task_id: str) -> bytes:
+        return hashlib.sha256(task_id.encode()).digest()
+    blind4 = sorted(hashed(r["id"]) for r in committed("blind4") if r["source"] == "human_eval")
+    blind5 = sorted(hashed(r["id"]) for r in committed("blind5") if r["source"] == "human_eval")
+    assert blind4[-1] < blind5[0]
+
+
+def test_blind5_support_rows_are_the_next_bitext_rows_of_each_intent(
+        derive: ModuleType, derive_blind3: ModuleType, derive_blind4: ModuleType,
+        derive_blind5: ModuleType) -> None:
+    skip = (derive.SUPPORT_PER_INTENT + derive.BLIND_SUPPORT_PER_INTENT
+            + derive.BLIND2_SUPPORT_PER_INTENT + derive_blind3.BLIND3_SUPPORT_PER_INTENT
+            + derive_blind4.BLIND4_SUPPORT_PER_INTENT)
+    expected = {derive.key(r) for r in derive.bitext_rows(
+        skip=skip, keep=derive_blind5.BLIND5_SUPPORT_PER_INTENT)}
+    bitext = {derive.key(r) for r in committed("blind5") if r["source"] == "bitext"}
+    assert bitext <= expected
+    assert len(bitext) >= len(expected) - 3      # a duplicate text may be skipped
