@@ -17,8 +17,8 @@ def test_eval_prints_accuracy_both_classifiers_and_confusion(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "data.jsonl"
     rows = [   # training examples of the file: this checks the command, not the classifier
-        ("Implement a binary search algorithm to find a specific element in a sorted array.",
-         "code"),
+        ("Implement a Python function to find the longest common subsequence of two input "
+         "strings using dynamic programming.", "code"),
         ("Solve for x in the equation 3x + 10 = 5(x - 2).", "math"),
         ("how do I cancel my pro account?", "support"),
         ("What are the most effective ways to deal with stress?", "chat")]
