@@ -4,7 +4,8 @@
         --data config/examples/semantic-eval/heldout.jsonl
     kvroute semantic train --routing config/examples/semantic.yaml
 
-``eval``: ``--data`` is JSONL with ``text`` and ``label`` per line. Prints both classifiers'
+``eval``: ``--data`` is JSONL with ``text`` and ``label`` per line (several files: each is
+reported in turn, then their accuracies side by side with their mean). Prints both classifiers'
 scores (cross-validated on the examples, and on the data), the accuracy of the one the file
 uses, its confusion matrix and each class's precision and recall; ``--errors N`` lists up to
 N prompts it got wrong, ``--by FIELD`` the accuracy per value of a field of the data's rows
@@ -36,7 +37,9 @@ def register(subparsers: Any) -> None:
     evaluate = commands.add_parser(
         "eval", help="accuracy and confusion matrix of a routing file's semantic classifier")
     evaluate.add_argument("--routing", required=True, help="routing.yaml with a semantic: section")
-    evaluate.add_argument("--data", required=True, help="JSONL of {\"text\", \"label\"}")
+    evaluate.add_argument("--data", required=True, nargs="+", metavar="FILE",
+                          help="JSONL of {\"text\", \"label\"}; several files are each "
+                               "reported, then their accuracies side by side with the mean")
     evaluate.add_argument("--errors", type=int, default=0, metavar="N",
                           help="also list up to N misclassified prompts, by true class, the "
                                "most confident first (default: %(default)s)")
@@ -102,37 +105,78 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.errors < 0:
         print("error: --errors must be >= 0", file=sys.stderr)
         return 2
+    several = len(args.data) > 1
     try:
         section, base_dir = _section(args.routing)
-        rows = read_labelled_rows(Path(args.data), "--data")
+        data = [(path, read_labelled_rows(Path(path), "--data"))
+                for path in args.data]
         model = _build(section, base_dir)
     except RoutingConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    group_field = args.by or "group"
+    reports: list[dict[str, Any]] = []
+    summary: list[tuple[str, int, int]] = []        # (file, prompts, correct)
     try:
         texts, labels = load_examples(section, base_dir)
-        data_texts = [clean_text(row.text, section.max_chars) for row in rows]
-        result = evaluate(section, model.report, embed_all(model.embedder, texts), labels,
-                          embed_all(model.embedder, data_texts), [row.label for row in rows])
-    except ValueError as exc:
-        print(f"error: {args.data}: {exc}", file=sys.stderr)
-        return 2
+        example_vectors = embed_all(model.embedder, texts)
+        for path, rows in data:
+            try:
+                result = evaluate(
+                    section, model.report, example_vectors, labels,
+                    embed_all(model.embedder,
+                              [clean_text(row.text, section.max_chars) for row in rows]),
+                    [row.label for row in rows])
+            except ValueError as exc:
+                print(f"error: {path}: {exc}", file=sys.stderr)
+                return 2
+            row_texts = [row.text for row in rows]
+            lines = [row.line for row in rows]
+            groups = None if args.by is None else [field_text(row, args.by) for row in rows]
+            if several:
+                print(f"== {path}")
+            print(format_result(result, row_texts, args.errors, groups=groups,
+                                group_field=group_field, lines=lines))
+            predictions = result.methods[result.chosen].predictions
+            summary.append((path, len(rows),
+                            sum(p == t for p, t in zip(predictions, result.truth, strict=True))))
+            if args.json is not None:
+                reports.append(result_json(result, row_texts, groups, group_field, lines))
     finally:
         model.close()
-    texts = [row.text for row in rows]
-    lines = [row.line for row in rows]
-    group_field = args.by or "group"
-    groups = None if args.by is None else [field_text(row, args.by) for row in rows]
-    print(format_result(result, texts, args.errors, groups=groups, group_field=group_field,
-                        lines=lines))
+    if several:
+        print(format_summary(summary, model.report.chosen))
     if args.json is not None:
         try:
-            report = result_json(result, texts, groups, group_field, lines)
+            files = [{"data": path, **one}
+                     for (path, _, _), one in zip(summary, reports, strict=True)]
+            report = reports[0] if not several else {"files": files,
+                                                     "mean_accuracy": mean_accuracy(summary)}
             args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             print(f"error: --json: {exc}", file=sys.stderr)
             return 2
     return 0
+
+
+def mean_accuracy(summary: list[tuple[str, int, int]]) -> float:
+    """The unweighted mean of the files' accuracies (each file counts once)."""
+    return sum(correct / prompts for _, prompts, correct in summary) / len(summary)
+
+
+def format_summary(summary: list[tuple[str, int, int]], method: str) -> str:
+    """The files' accuracies side by side, their mean, and the accuracy over all prompts."""
+    width = max(len("file"), *(len(path) for path, _, _ in summary))
+    lines = [f"== accuracy per data file ({method})",
+             f"{'file':<{width}}  prompts  correct  accuracy"]
+    lines += [f"{path:<{width}}  {prompts:7d}  {correct:7d}  {100 * correct / prompts:7.1f}%"
+              for path, prompts, correct in summary]
+    total = sum(prompts for _, prompts, _ in summary)
+    right = sum(correct for _, _, correct in summary)
+    lines.append(f"{f'mean of {len(summary)} files':<{width}}  {'':7}  {'':7}  "
+                 f"{100 * mean_accuracy(summary):7.1f}%")
+    lines.append(f"{'all prompts':<{width}}  {total:7d}  {right:7d}  {100 * right / total:7.1f}%")
+    return "\n".join(lines)
 
 
 @contextlib.contextmanager

@@ -69,6 +69,47 @@ def test_eval_lists_the_misclassified_and_writes_json(
     assert [g["name"] for g in written["by"]["groups"]] == ["shop", "(none)", "exam"]
 
 
+def test_eval_reports_several_files_then_their_accuracies_side_by_side(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    right = tmp_path / "right.jsonl"
+    right.write_text(json.dumps({"text": "Solve for x in the equation 3x + 10 = 5(x - 2).",
+                                 "label": "math"}) + "\n")
+    half = tmp_path / "half.jsonl"
+    half.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"text": "how do I cancel my pro account?", "label": "support"},
+        {"text": "What are the most effective ways to deal with stress?",
+         "label": "math"}]))                                  # labelled wrong on purpose
+    report = tmp_path / "report.json"
+    assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING),
+                 "--data", str(right), str(half), "--json", str(report)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines.index(f"== {right}") < lines.index(f"== {half}")
+    assert "prompts: 1" in lines and "prompts: 2" in lines     # each file's own report
+    summary = lines[next(i for i, line in enumerate(lines)
+                         if line.startswith("== accuracy per data file (")) + 2:]
+    assert [line.split()[-3:] for line in summary[:2]] == [
+        ["1", "1", "100.0%"], ["2", "1", "50.0%"]]
+    assert summary[2].split() == ["mean", "of", "2", "files", "75.0%"]   # each file once
+    assert summary[3].split() == ["all", "prompts", "3", "2", "66.7%"]
+    written = json.loads(report.read_text())
+    assert written["mean_accuracy"] == pytest.approx(0.75)
+    assert [(f["data"], f["prompts"]) for f in written["files"]] == [(str(right), 1),
+                                                                      (str(half), 2)]
+    assert [m["line"] for m in written["files"][1]["misclassified"]] == [2]
+
+
+def test_eval_names_the_bad_one_of_several_files(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"text": "hello", "label": "chat"}\n')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "hello"}\n')
+    assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING),
+                 "--data", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"--data: {bad} line 1: needs a non-empty" in err and str(good) not in err
+
+
 def test_eval_refuses_a_negative_error_count(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "data.jsonl"
