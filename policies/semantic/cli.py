@@ -9,7 +9,8 @@ reported in turn, then their accuracies side by side with their mean). Prints bo
 scores (cross-validated on the examples, and on the data), the accuracy of the one the file
 uses, its confusion matrix and each class's precision and recall; ``--errors N`` lists up to
 N prompts it got wrong, ``--by FIELD`` the accuracy per value of a field of the data's rows
-(a source, say: where the classifier fails), ``--json FILE`` writes all of it. ``train``
+(a source, say: where the classifier fails), ``--thresholds`` the accuracy at other
+confidence thresholds, ``--json FILE`` writes all of it. ``train``
 builds the classifier as the router would, which fine-tunes the encoder when the file sets
 ``fine_tune`` and its result is not cached yet, and prints where the tuned weights are and
 the training report.
@@ -22,7 +23,8 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +48,9 @@ def register(subparsers: Any) -> None:
     evaluate.add_argument("--by", default=None, metavar="FIELD",
                           help="also print the accuracy per value of FIELD of the data's rows "
                                "(e.g. source), the least accurate first")
+    evaluate.add_argument("--thresholds", type=threshold_list, default=(), metavar="T,T,...",
+                          help="also print the accuracy the chosen classifier would have at "
+                               "these confidence thresholds (e.g. 0.3,0.5,0.7)")
     evaluate.add_argument("--json", type=Path, default=None, metavar="FILE",
                           help="also write the whole report, every misclassified prompt "
                                "included, as JSON to FILE")
@@ -98,7 +103,13 @@ def _build(section: SemanticSection, base_dir: Path) -> SemanticModel:
 
 def run_eval(args: argparse.Namespace) -> int:
     from policies.errors import RoutingConfigError
-    from policies.semantic.evaluation import evaluate, format_result, result_json
+    from policies.semantic.evaluation import (
+        at_thresholds,
+        evaluate,
+        format_result,
+        format_thresholds,
+        result_json,
+    )
     from policies.semantic.model import embed_all, field_text, load_examples, read_labelled_rows
     from policies.semantic.text import clean_text
 
@@ -116,7 +127,7 @@ def run_eval(args: argparse.Namespace) -> int:
         return 2
     group_field = args.by or "group"
     reports: list[dict[str, Any]] = []
-    summary: list[tuple[str, int, int]] = []        # (file, prompts, correct)
+    summary: list[FileScore] = []
     try:
         texts, labels = load_examples(section, base_dir)
         example_vectors = embed_all(model.embedder, texts)
@@ -137,19 +148,28 @@ def run_eval(args: argparse.Namespace) -> int:
                 print(f"== {path}")
             print(format_result(result, row_texts, args.errors, groups=groups,
                                 group_field=group_field, lines=lines))
+            swept = at_thresholds(result, args.thresholds, section.default_class)
+            if swept:
+                print(format_thresholds(swept, result.chosen, section.default_class))
             predictions = result.methods[result.chosen].predictions
-            summary.append((path, len(rows),
-                            sum(p == t for p, t in zip(predictions, result.truth, strict=True))))
+            summary.append(FileScore(
+                path, len(rows),
+                sum(p == t for p, t in zip(predictions, result.truth, strict=True)),
+                tuple(row.accuracy for row in swept)))
             if args.json is not None:
-                reports.append(result_json(result, row_texts, groups, group_field, lines))
+                one = result_json(result, row_texts, groups, group_field, lines)
+                if swept:
+                    one["thresholds"] = [{"threshold": row.threshold, "accuracy": row.accuracy,
+                                          "unsure": row.unsure} for row in swept]
+                reports.append(one)
     finally:
         model.close()
     if several:
-        print(format_summary(summary, model.report.chosen))
+        print(format_summary(summary, model.report.chosen, args.thresholds))
     if args.json is not None:
         try:
-            files = [{"data": path, **one}
-                     for (path, _, _), one in zip(summary, reports, strict=True)]
+            files = [{"data": score.path, **one}
+                     for score, one in zip(summary, reports, strict=True)]
             report = reports[0] if not several else {"files": files,
                                                      "mean_accuracy": mean_accuracy(summary)}
             args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
@@ -159,22 +179,55 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def mean_accuracy(summary: list[tuple[str, int, int]]) -> float:
+@dataclass(frozen=True, slots=True)
+class FileScore:
+    """One data file's result, for the side-by-side table of several files."""
+
+    path: str
+    prompts: int
+    correct: int
+    at_thresholds: tuple[float, ...] = ()     # accuracy at each of ``--thresholds``
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.prompts
+
+
+def threshold_list(text: str) -> tuple[float, ...]:
+    """``--thresholds``: comma-separated probabilities in [0, 1]."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of numbers: {text!r}") from None
+    if not all(0.0 <= value <= 1.0 for value in values):
+        raise argparse.ArgumentTypeError(f"thresholds are probabilities in [0, 1]: {text!r}")
+    return values
+
+
+def mean_accuracy(summary: Sequence[FileScore]) -> float:
     """The unweighted mean of the files' accuracies (each file counts once)."""
-    return sum(correct / prompts for _, prompts, correct in summary) / len(summary)
+    return sum(score.accuracy for score in summary) / len(summary)
 
 
-def format_summary(summary: list[tuple[str, int, int]], method: str) -> str:
-    """The files' accuracies side by side, their mean, and the accuracy over all prompts."""
-    width = max(len("file"), *(len(path) for path, _, _ in summary))
+def format_summary(summary: Sequence[FileScore], method: str,
+                   thresholds: Sequence[float] = ()) -> str:
+    """The files' accuracies side by side (and at each of ``thresholds``), their mean, and the
+    accuracy over all prompts."""
+    width = max(len("file"), *(len(score.path) for score in summary))
+    extra = "".join(f"  {f'at {t:.2f}':>8}" for t in thresholds)
     lines = [f"== accuracy per data file ({method})",
-             f"{'file':<{width}}  prompts  correct  accuracy"]
-    lines += [f"{path:<{width}}  {prompts:7d}  {correct:7d}  {100 * correct / prompts:7.1f}%"
-              for path, prompts, correct in summary]
-    total = sum(prompts for _, prompts, _ in summary)
-    right = sum(correct for _, _, correct in summary)
+             f"{'file':<{width}}  prompts  correct  accuracy{extra}"]
+    for score in summary:
+        swept = "".join(f"  {100 * a:7.1f}%" for a in score.at_thresholds)
+        lines.append(f"{score.path:<{width}}  {score.prompts:7d}  {score.correct:7d}  "
+                     f"{100 * score.accuracy:7.1f}%{swept}")
+    means = "".join(f"  {100 * sum(s.at_thresholds[k] for s in summary) / len(summary):7.1f}%"
+                    for k in range(len(thresholds)))
     lines.append(f"{f'mean of {len(summary)} files':<{width}}  {'':7}  {'':7}  "
-                 f"{100 * mean_accuracy(summary):7.1f}%")
+                 f"{100 * mean_accuracy(summary):7.1f}%{means}")
+    total = sum(score.prompts for score in summary)
+    right = sum(score.correct for score in summary)
     lines.append(f"{'all prompts':<{width}}  {total:7d}  {right:7d}  {100 * right / total:7.1f}%")
     return "\n".join(lines)
 

@@ -4,8 +4,10 @@ Both classifier methods are trained on the configuration's examples and scored o
 the one the configuration would use (``classifier: auto`` → the better cross-validated one)
 is reported with its confusion matrix, each class's precision and recall, and, on request,
 the prompts it got wrong with its confidence in each answer (the classes whose examples to
-revise) and the accuracy per group of rows (a source, say), worst first. Rows of the data
-whose label is neither a class nor the default class are refused: they could never be right.
+revise) and the accuracy per group of rows (a source, say), worst first, and the accuracy the
+chosen classifier would have at other confidence thresholds (from the same probabilities). Rows
+of the data whose label is neither a class nor the default class are refused: they could never
+be right.
 """
 
 from __future__ import annotations
@@ -157,6 +159,38 @@ def evaluate(section: SemanticSection, training: TrainingReport, example_vectors
             top_classes=tuple(raw))
     return EvaluationResult(labels, tuple(data_labels), training.chosen, training,
                             MappingProxyType(results))
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdResult:
+    threshold: float
+    accuracy: float
+    unsure: int           # prompts the threshold sends to the default class from another
+
+
+def at_thresholds(result: EvaluationResult, thresholds: Sequence[float],
+                  default_class: str) -> list[ThresholdResult]:
+    """The chosen classifier's accuracy had the confidence threshold been each of
+    ``thresholds``: a prompt whose top class has a lower probability goes to
+    ``default_class``, as the router would send it."""
+    chosen = result.methods[result.chosen]
+    out: list[ThresholdResult] = []
+    for threshold in thresholds:
+        final = [default_class if confidence < threshold else top
+                 for confidence, top in zip(chosen.confidences, chosen.top_classes, strict=True)]
+        out.append(ThresholdResult(
+            threshold, _accuracy(final, result.truth),
+            sum(f != top for f, top in zip(final, chosen.top_classes, strict=True))))
+    return out
+
+
+def format_thresholds(rows: Sequence[ThresholdResult], method: str, default_class: str) -> str:
+    """``at_thresholds``' rows as the table ``kvroute semantic eval --thresholds`` prints."""
+    lines = [f"accuracy at other thresholds ({method}; unsure -> {default_class})",
+             "threshold  accuracy  unsure -> default"]
+    lines += [f"{row.threshold:9.2f}  {100 * row.accuracy:7.1f}%  {row.unsure:6d}"
+              for row in rows]
+    return "\n".join(lines)
 
 
 def format_result(result: EvaluationResult, texts: Sequence[str] = (), misses: int = 0,

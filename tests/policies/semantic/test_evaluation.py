@@ -12,8 +12,10 @@ from policies.semantic.classifier import TrainingReport
 from policies.semantic.evaluation import (
     EvaluationResult,
     MethodResult,
+    at_thresholds,
     evaluate,
     format_result,
+    format_thresholds,
     result_json,
 )
 
@@ -166,3 +168,15 @@ def test_misses_are_named_by_their_line_in_the_data_file_when_given() -> None:
         assert "5 line numbers for 6 rows" in str(exc)
     else:
         raise AssertionError("line numbers of the wrong length were accepted")
+
+
+def test_accuracy_at_other_thresholds_sends_the_less_confident_to_the_default_class() -> None:
+    rows = at_thresholds(result(), (0.0, 0.65, 0.75, 0.96), "chat")
+    assert [(r.threshold, r.accuracy) for r in rows] == [
+        (0.0, 3 / 6), (0.65, 3 / 6), (0.75, 2 / 6), (0.96, 2 / 6)]
+    # only a prompt whose top class was not already the default class counts as sent there
+    assert [r.unsure for r in rows] == [0, 1, 2, 4]
+    table = format_thresholds(rows, "logistic-regression", "chat").splitlines()
+    assert table[0] == "accuracy at other thresholds (logistic-regression; unsure -> chat)"
+    assert table[3].split() == ["0.65", "50.0%", "1"]
+    assert at_thresholds(result(), (), "chat") == []

@@ -81,21 +81,41 @@ def test_eval_reports_several_files_then_their_accuracies_side_by_side(
          "label": "math"}]))                                  # labelled wrong on purpose
     report = tmp_path / "report.json"
     assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING),
-                 "--data", str(right), str(half), "--json", str(report)]) == 0
+                 "--data", str(right), str(half), "--json", str(report),
+                 "--thresholds", "0.3,1.0"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines.index(f"== {right}") < lines.index(f"== {half}")
     assert "prompts: 1" in lines and "prompts: 2" in lines     # each file's own report
     summary = lines[next(i for i, line in enumerate(lines)
                          if line.startswith("== accuracy per data file (")) + 2:]
-    assert [line.split()[-3:] for line in summary[:2]] == [
-        ["1", "1", "100.0%"], ["2", "1", "50.0%"]]
-    assert summary[2].split() == ["mean", "of", "2", "files", "75.0%"]   # each file once
+    header = lines.index(summary[0]) - 1
+    assert lines[header].split()[-4:] == ["at", "0.30", "at", "1.00"]
+    # at 1.0 every prompt goes to the default class (chat), and none of these is labelled chat
+    assert [line.split()[-5:] for line in summary[:2]] == [
+        ["1", "1", "100.0%", "100.0%", "0.0%"], ["2", "1", "50.0%", "50.0%", "0.0%"]]
+    assert summary[2].split() == ["mean", "of", "2", "files", "75.0%", "75.0%", "0.0%"]
     assert summary[3].split() == ["all", "prompts", "3", "2", "66.7%"]
+    assert lines.count("accuracy at other thresholds (logistic-regression; unsure -> chat)") == 2
     written = json.loads(report.read_text())
     assert written["mean_accuracy"] == pytest.approx(0.75)
     assert [(f["data"], f["prompts"]) for f in written["files"]] == [(str(right), 1),
                                                                       (str(half), 2)]
     assert [m["line"] for m in written["files"][1]["misclassified"]] == [2]
+    assert [t["threshold"] for t in written["files"][0]["thresholds"]] == [0.3, 1.0]
+    assert written["files"][1]["thresholds"][1] == {"threshold": 1.0, "accuracy": 0.0,
+                                                    "unsure": 1}
+
+
+@pytest.mark.parametrize("value", ["0.3,x", "1.5", ""])
+def test_eval_refuses_thresholds_that_are_not_probabilities(
+        value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"text": "hello", "label": "chat"}\n')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING), "--data", str(data),
+              "--thresholds", value])
+    assert exit_info.value.code == 2
+    assert "argument --thresholds:" in capsys.readouterr().err
 
 
 def test_eval_names_the_bad_one_of_several_files(
