@@ -23,13 +23,13 @@ import argparse
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from policies.semantic.model import SemanticModel
+    from policies.semantic.evaluation import FileScore, Matrix
+    from policies.semantic.model import LabelledRow, SemanticModel
     from policies.semantic.section import SemanticSection
 
 
@@ -103,15 +103,8 @@ def _build(section: SemanticSection, base_dir: Path) -> SemanticModel:
 
 def run_eval(args: argparse.Namespace) -> int:
     from policies.errors import RoutingConfigError
-    from policies.semantic.evaluation import (
-        at_thresholds,
-        evaluate,
-        format_result,
-        format_thresholds,
-        result_json,
-    )
-    from policies.semantic.model import embed_all, field_text, load_examples, read_labelled_rows
-    from policies.semantic.text import clean_text
+    from policies.semantic.evaluation import format_summary, mean_accuracy
+    from policies.semantic.model import embed_all, load_examples, read_labelled_rows
 
     if args.errors < 0:
         print("error: --errors must be >= 0", file=sys.stderr)
@@ -125,7 +118,6 @@ def run_eval(args: argparse.Namespace) -> int:
     except RoutingConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    group_field = args.by or "group"
     reports: list[dict[str, Any]] = []
     summary: list[FileScore] = []
     try:
@@ -133,43 +125,21 @@ def run_eval(args: argparse.Namespace) -> int:
         example_vectors = embed_all(model.embedder, texts)
         for path, rows in data:
             try:
-                result = evaluate(
-                    section, model.report, example_vectors, labels,
-                    embed_all(model.embedder,
-                              [clean_text(row.text, section.max_chars) for row in rows]),
-                    [row.label for row in rows])
+                score, one = _evaluate_file(args, section, model, example_vectors, labels,
+                                            path, rows, several)
             except ValueError as exc:
                 print(f"error: {path}: {exc}", file=sys.stderr)
                 return 2
-            row_texts = [row.text for row in rows]
-            lines = [row.line for row in rows]
-            groups = None if args.by is None else [field_text(row, args.by) for row in rows]
-            if several:
-                print(f"== {path}")
-            print(format_result(result, row_texts, args.errors, groups=groups,
-                                group_field=group_field, lines=lines))
-            swept = at_thresholds(result, args.thresholds, section.default_class)
-            if swept:
-                print(format_thresholds(swept, result.chosen, section.default_class))
-            predictions = result.methods[result.chosen].predictions
-            summary.append(FileScore(
-                path, len(rows),
-                sum(p == t for p, t in zip(predictions, result.truth, strict=True)),
-                tuple(row.accuracy for row in swept)))
-            if args.json is not None:
-                one = result_json(result, row_texts, groups, group_field, lines)
-                if swept:
-                    one["thresholds"] = [{"threshold": row.threshold, "accuracy": row.accuracy,
-                                          "unsure": row.unsure} for row in swept]
-                reports.append(one)
+            summary.append(score)
+            reports.append(one)
     finally:
         model.close()
     if several:
         print(format_summary(summary, model.report.chosen, args.thresholds))
     if args.json is not None:
         try:
-            files = [{"data": score.path, **one}
-                     for score, one in zip(summary, reports, strict=True)]
+            files = [{"data": score.path, **file_report}
+                     for score, file_report in zip(summary, reports, strict=True)]
             report = reports[0] if not several else {"files": files,
                                                      "mean_accuracy": mean_accuracy(summary)}
             args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
@@ -179,18 +149,42 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-@dataclass(frozen=True, slots=True)
-class FileScore:
-    """One data file's result, for the side-by-side table of several files."""
+def _evaluate_file(args: argparse.Namespace, section: SemanticSection, model: SemanticModel,
+                   example_vectors: Matrix, labels: list[str], path: str,
+                   rows: list[LabelledRow], several: bool) -> tuple[FileScore, dict[str, Any]]:
+    """Score one data file, print its report (and its threshold table when asked), and return
+    its score and JSON report; ``ValueError`` for labels that are not classes."""
+    from policies.semantic.evaluation import (
+        FileScore,
+        at_thresholds,
+        evaluate,
+        format_result,
+        format_thresholds,
+        result_json,
+    )
+    from policies.semantic.model import embed_all, field_text
+    from policies.semantic.text import clean_text
 
-    path: str
-    prompts: int
-    correct: int
-    at_thresholds: tuple[float, ...] = ()     # accuracy at each of ``--thresholds``
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / self.prompts
+    result = evaluate(section, model.report, example_vectors, labels,
+                      embed_all(model.embedder,
+                                [clean_text(row.text, section.max_chars) for row in rows]),
+                      [row.label for row in rows])
+    texts = [row.text for row in rows]
+    lines = [row.line for row in rows]
+    group_field = args.by or "group"
+    groups = None if args.by is None else [field_text(row, args.by) for row in rows]
+    if several:
+        print(f"== {path}")
+    print(format_result(result, texts, args.errors, groups=groups, group_field=group_field,
+                        lines=lines))
+    swept = at_thresholds(result, args.thresholds, section.default_class)
+    if swept:
+        print(format_thresholds(swept, result.chosen, section.default_class))
+    report = result_json(result, texts, groups, group_field, lines)
+    if swept:
+        report["thresholds"] = [{"threshold": row.threshold, "accuracy": row.accuracy,
+                                 "unsure": row.unsure} for row in swept]
+    return FileScore.of(path, result, swept), report
 
 
 def threshold_list(text: str) -> tuple[float, ...]:
@@ -203,33 +197,6 @@ def threshold_list(text: str) -> tuple[float, ...]:
     if not all(0.0 <= value <= 1.0 for value in values):
         raise argparse.ArgumentTypeError(f"thresholds are probabilities in [0, 1]: {text!r}")
     return values
-
-
-def mean_accuracy(summary: Sequence[FileScore]) -> float:
-    """The unweighted mean of the files' accuracies (each file counts once)."""
-    return sum(score.accuracy for score in summary) / len(summary)
-
-
-def format_summary(summary: Sequence[FileScore], method: str,
-                   thresholds: Sequence[float] = ()) -> str:
-    """The files' accuracies side by side (and at each of ``thresholds``), their mean, and the
-    accuracy over all prompts."""
-    width = max(len("file"), *(len(score.path) for score in summary))
-    extra = "".join(f"  {f'at {t:.2f}':>8}" for t in thresholds)
-    lines = [f"== accuracy per data file ({method})",
-             f"{'file':<{width}}  prompts  correct  accuracy{extra}"]
-    for score in summary:
-        swept = "".join(f"  {100 * a:7.1f}%" for a in score.at_thresholds)
-        lines.append(f"{score.path:<{width}}  {score.prompts:7d}  {score.correct:7d}  "
-                     f"{100 * score.accuracy:7.1f}%{swept}")
-    means = "".join(f"  {100 * sum(s.at_thresholds[k] for s in summary) / len(summary):7.1f}%"
-                    for k in range(len(thresholds)))
-    lines.append(f"{f'mean of {len(summary)} files':<{width}}  {'':7}  {'':7}  "
-                 f"{100 * mean_accuracy(summary):7.1f}%{means}")
-    total = sum(score.prompts for score in summary)
-    right = sum(score.correct for score in summary)
-    lines.append(f"{'all prompts':<{width}}  {total:7d}  {right:7d}  {100 * right / total:7.1f}%")
-    return "\n".join(lines)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ the one the configuration would use (``classifier: auto`` → the better cross-v
 is reported with its confusion matrix, each class's precision and recall, and, on request,
 the prompts it got wrong with its confidence in each answer (the classes whose examples to
 revise) and the accuracy per group of rows (a source, say), worst first, and the accuracy the
-chosen classifier would have at other confidence thresholds (from the same probabilities). Rows
+chosen classifier would have at other confidence thresholds (from the same probabilities);
+for several data files, their accuracies side by side with their mean. Rows
 of the data whose label is neither a class nor the default class are refused: they could never
 be right.
 """
@@ -190,6 +191,55 @@ def format_thresholds(rows: Sequence[ThresholdResult], method: str, default_clas
              "threshold  accuracy  unsure -> default"]
     lines += [f"{row.threshold:9.2f}  {100 * row.accuracy:7.1f}%  {row.unsure:6d}"
               for row in rows]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class FileScore:
+    """One data file's result, for the side-by-side table of several files."""
+
+    path: str
+    prompts: int
+    correct: int
+    at_thresholds: tuple[float, ...] = ()     # accuracy at each of ``--thresholds``
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.prompts
+
+    @classmethod
+    def of(cls, path: str, result: EvaluationResult,
+           swept: Sequence[ThresholdResult] = ()) -> FileScore:
+        predictions = result.methods[result.chosen].predictions
+        return cls(path, len(result.truth),
+                   sum(p == t for p, t in zip(predictions, result.truth, strict=True)),
+                   tuple(row.accuracy for row in swept))
+
+
+def mean_accuracy(summary: Sequence[FileScore]) -> float:
+    """The unweighted mean of the files' accuracies (each file counts once)."""
+    return sum(score.accuracy for score in summary) / len(summary)
+
+
+def format_summary(summary: Sequence[FileScore], method: str,
+                   thresholds: Sequence[float] = ()) -> str:
+    """The files' accuracies side by side (and at each of ``thresholds``), their mean, and the
+    accuracy over all prompts."""
+    width = max(len("file"), *(len(score.path) for score in summary))
+    extra = "".join(f"  {f'at {t:.2f}':>8}" for t in thresholds)
+    lines = [f"== accuracy per data file ({method})",
+             f"{'file':<{width}}  prompts  correct  accuracy{extra}"]
+    for score in summary:
+        swept = "".join(f"  {100 * a:7.1f}%" for a in score.at_thresholds)
+        lines.append(f"{score.path:<{width}}  {score.prompts:7d}  {score.correct:7d}  "
+                     f"{100 * score.accuracy:7.1f}%{swept}")
+    means = "".join(f"  {100 * sum(s.at_thresholds[k] for s in summary) / len(summary):7.1f}%"
+                    for k in range(len(thresholds)))
+    lines.append(f"{f'mean of {len(summary)} files':<{width}}  {'':7}  {'':7}  "
+                 f"{100 * mean_accuracy(summary):7.1f}%{means}")
+    total = sum(score.prompts for score in summary)
+    right = sum(score.correct for score in summary)
+    lines.append(f"{'all prompts':<{width}}  {total:7d}  {right:7d}  {100 * right / total:7.1f}%")
     return "\n".join(lines)
 
 
