@@ -166,7 +166,10 @@ def synthetic_views(fleet: Any, rng: random.Random) -> list[Any]:
     return views
 
 
-def time_decisions(routing: Any, size: int, args: argparse.Namespace) -> SizeResult:
+def time_decisions(routing: Any, size: int, args: argparse.Namespace,
+                   record: list[float] | None = None) -> SizeResult:
+    """Time ``args.decisions`` decisions at ``size`` workers; ``record`` (when given) gets
+    each timed decision's thread CPU time in µs, in order."""
     from policies.base import RoutingRequest
     from policies.engine import PolicyEngine
 
@@ -219,6 +222,8 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace) -> SizeRes
             cpu_timings.append((cpu_done - cpu_started) / 1e3)
             producer_timings.append((produced - started) / 1e3)
     gc.callbacks.remove(count_collection)
+    if record is not None:
+        record.extend(cpu_timings)
     ordered = sorted(timings)
     return SizeResult(
         workers=size, decisions=len(timings), p50_us=_pct(ordered, 50),
