@@ -61,9 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=10, help="fleet size (default 10)")
     parser.add_argument("--decisions", type=int, default=1000, help="timed decisions per run")
     parser.add_argument("--warmup", type=int, default=200, help="untimed decisions first")
-    parser.add_argument("--prompt-tokens", type=int, default=2048)
-    parser.add_argument("--prefixes", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompt-tokens", type=int, default=2048,
+                        help="tokens per prompt, half a shared prefix and half a unique tail "
+                             "(default %(default)s)")
+    parser.add_argument("--prefixes", type=int, default=50,
+                        help="distinct shared prefixes (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the fleet's load, the prompts and the policy, the same for "
+                             "both runs (default %(default)s)")
     parser.add_argument("--share", type=float, default=0.03,
                         help="the slowest share of decisions compared (default %(default)s)")
     parser.add_argument("--window", type=int, default=25,
