@@ -55,18 +55,26 @@ class SizeResult:
     collections_in_decide: int  # garbage collections that started inside a timed decide()
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_workload_arguments(parser: argparse.ArgumentParser, decisions: int,
+                           warmup: int) -> None:
+    """The options of ``time_decisions``' workload, shared with ``bench.decision_tail``."""
     parser.add_argument("--routing", type=Path, default=DEFAULT_ROUTING,
                         help="routing YAML to time (default config/routing.yaml)")
-    parser.add_argument("--workers", default="8,10,64,1000",
-                        help="comma-separated fleet sizes (default 8,10,64,1000)")
-    parser.add_argument("--decisions", type=int, default=2000, help="timed decisions per size")
-    parser.add_argument("--warmup", type=int, default=300, help="untimed decisions first")
+    parser.add_argument("--decisions", type=int, default=decisions,
+                        help="timed decisions per fleet size (default %(default)s)")
+    parser.add_argument("--warmup", type=int, default=warmup,
+                        help="untimed decisions first (default %(default)s)")
     parser.add_argument("--prompt-tokens", type=int, default=2048,
                         help="tokens per prompt, half a shared prefix and half a unique tail "
                              "(default %(default)s)")
     parser.add_argument("--prefixes", type=int, default=50,
                         help="distinct shared prefixes (half of each prompt)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_workload_arguments(parser, decisions=2000, warmup=300)
+    parser.add_argument("--workers", default="8,10,64,1000",
+                        help="comma-separated fleet sizes (default 8,10,64,1000)")
     parser.add_argument("--index-blocks", type=int, default=200_000,
                         help="blocks inserted for the bytes-per-block measurement")
     parser.add_argument("--seed", type=int, default=0,

@@ -28,7 +28,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.decision import DEFAULT_ROUTING, _pct, time_decisions
+from bench.decision import _pct, add_workload_arguments, time_decisions
 
 
 def slowest(timings: list[float], share: float) -> set[int]:
@@ -56,16 +56,8 @@ def tail_overlap(first: list[float], second: list[float], share: float) -> float
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.decision_tail",
                                      description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--routing", type=Path, default=DEFAULT_ROUTING,
-                        help="routing YAML to time (default config/routing.yaml)")
+    add_workload_arguments(parser, decisions=1000, warmup=200)
     parser.add_argument("--workers", type=int, default=10, help="fleet size (default 10)")
-    parser.add_argument("--decisions", type=int, default=1000, help="timed decisions per run")
-    parser.add_argument("--warmup", type=int, default=200, help="untimed decisions first")
-    parser.add_argument("--prompt-tokens", type=int, default=2048,
-                        help="tokens per prompt, half a shared prefix and half a unique tail "
-                             "(default %(default)s)")
-    parser.add_argument("--prefixes", type=int, default=50,
-                        help="distinct shared prefixes (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seeds the fleet's load, the prompts and the policy, the same for "
                              "both runs (default %(default)s)")

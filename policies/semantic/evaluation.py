@@ -148,15 +148,15 @@ def evaluate(section: SemanticSection, training: TrainingReport, example_vectors
         probs = model.probabilities(data_vectors)
         best = np.argmax(probs, axis=1)
         raw = [model.labels[i] for i in best]
-        final = [label if probs[row, best[row]] >= section.threshold else section.default_class
-                 for row, label in enumerate(raw)]
+        confidences = [float(probs[row, best[row]]) for row in range(len(raw))]
+        final = _thresholded(confidences, raw, section.threshold, section.default_class)
         results[method] = MethodResult(
             method=method,
             accuracy=_accuracy(final, data_labels),
             accuracy_no_threshold=_accuracy(raw, data_labels),
-            unsure=sum(f != r for f, r in zip(final, raw, strict=True)),
+            unsure=_moved(final, raw),
             predictions=tuple(final),
-            confidences=tuple(float(probs[row, best[row]]) for row in range(len(raw))),
+            confidences=tuple(confidences),
             top_classes=tuple(raw))
     return EvaluationResult(labels, tuple(data_labels), training.chosen, training,
                             MappingProxyType(results))
@@ -177,11 +177,9 @@ def at_thresholds(result: EvaluationResult, thresholds: Sequence[float],
     chosen = result.methods[result.chosen]
     out: list[ThresholdResult] = []
     for threshold in thresholds:
-        final = [default_class if confidence < threshold else top
-                 for confidence, top in zip(chosen.confidences, chosen.top_classes, strict=True)]
-        out.append(ThresholdResult(
-            threshold, _accuracy(final, result.truth),
-            sum(f != top for f, top in zip(final, chosen.top_classes, strict=True))))
+        final = _thresholded(chosen.confidences, chosen.top_classes, threshold, default_class)
+        out.append(ThresholdResult(threshold, _accuracy(final, result.truth),
+                                   _moved(final, chosen.top_classes)))
     return out
 
 
@@ -201,7 +199,7 @@ class FileScore:
     path: str
     prompts: int
     correct: int
-    at_thresholds: tuple[float, ...] = ()     # accuracy at each of ``--thresholds``
+    threshold_accuracies: tuple[float, ...] = ()    # accuracy at each of ``--thresholds``
 
     @property
     def accuracy(self) -> float:
@@ -210,9 +208,8 @@ class FileScore:
     @classmethod
     def of(cls, path: str, result: EvaluationResult,
            swept: Sequence[ThresholdResult] = ()) -> FileScore:
-        predictions = result.methods[result.chosen].predictions
         return cls(path, len(result.truth),
-                   sum(p == t for p, t in zip(predictions, result.truth, strict=True)),
+                   _correct(result.methods[result.chosen].predictions, result.truth),
                    tuple(row.accuracy for row in swept))
 
 
@@ -230,11 +227,12 @@ def format_summary(summary: Sequence[FileScore], method: str,
     lines = [f"== accuracy per data file ({method})",
              f"{'file':<{width}}  prompts  correct  accuracy{extra}"]
     for score in summary:
-        swept = "".join(f"  {100 * a:7.1f}%" for a in score.at_thresholds)
+        swept = "".join(f"  {100 * a:7.1f}%" for a in score.threshold_accuracies)
         lines.append(f"{score.path:<{width}}  {score.prompts:7d}  {score.correct:7d}  "
                      f"{100 * score.accuracy:7.1f}%{swept}")
-    means = "".join(f"  {100 * sum(s.at_thresholds[k] for s in summary) / len(summary):7.1f}%"
-                    for k in range(len(thresholds)))
+    means = "".join(
+        f"  {100 * sum(s.threshold_accuracies[k] for s in summary) / len(summary):7.1f}%"
+        for k in range(len(thresholds)))
     lines.append(f"{f'mean of {len(summary)} files':<{width}}  {'':7}  {'':7}  "
                  f"{100 * mean_accuracy(summary):7.1f}%{means}")
     total = sum(score.prompts for score in summary)
@@ -338,7 +336,22 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
 
 
+def _thresholded(confidences: Sequence[float], top_classes: Sequence[str], threshold: float,
+                 default_class: str) -> list[str]:
+    """Each row's class after the threshold: its top class, or the default class where the
+    classifier's probability of it is below ``threshold`` (as the router decides)."""
+    return [top if confidence >= threshold else default_class
+            for confidence, top in zip(confidences, top_classes, strict=True)]
+
+
+def _moved(final: Sequence[str], top_classes: Sequence[str]) -> int:
+    """Rows the threshold moved to the default class from another."""
+    return sum(f != top for f, top in zip(final, top_classes, strict=True))
+
+
+def _correct(predicted: Sequence[str], truth: Sequence[str]) -> int:
+    return sum(p == t for p, t in zip(predicted, truth, strict=True))
+
+
 def _accuracy(predicted: Sequence[str], truth: Sequence[str]) -> float:
-    if not truth:
-        return 0.0
-    return sum(p == t for p, t in zip(predicted, truth, strict=True)) / len(truth)
+    return _correct(predicted, truth) / len(truth) if truth else 0.0
