@@ -145,8 +145,14 @@ def derive_blind5() -> ModuleType:
     return load_script("derive_blind5")
 
 
+@pytest.fixture(scope="module")
+def derive_blind6() -> ModuleType:
+    return load_script("derive_blind6")
+
+
 @pytest.mark.parametrize("name, earlier", [("blind4", ["blind3"]),
-                                           ("blind5", ["blind3", "blind4"])])
+                                           ("blind5", ["blind3", "blind4"]),
+                                           ("blind6", ["blind3", "blind4", "blind5"])])
 def test_later_blind_sets_share_no_source_id_and_no_text_with_any_other_file(
         derive: ModuleType, derived: dict[str, list[dict[str, str]]], name: str,
         earlier: list[str]) -> None:
@@ -201,22 +207,48 @@ def test_blind5_labels_come_from_its_sources_and_each_eval_contributes(
     assert {name.split("/", 1)[0] for name in evals} <= set(per_origin)
 
 
-def test_blind5_takes_the_human_eval_prompts_after_blind4s(derive_blind4: ModuleType) -> None:
-    def hashed(task_id: str) -> bytes:
-        return hashlib.sha256(task_id.encode()).digest()
-    blind4 = sorted(hashed(r["id"]) for r in committed("blind4") if r["source"] == "human_eval")
-    blind5 = sorted(hashed(r["id"]) for r in committed("blind5") if r["source"] == "human_eval")
-    assert blind4[-1] < blind5[0]
+@pytest.mark.parametrize("earlier, later", [("blind4", "blind5"), ("blind5", "blind6")])
+def test_human_eval_prompts_come_after_the_earlier_sets_by_hash(earlier: str, later: str) -> None:
+    def hashed(rows: list[dict[str, str]]) -> list[bytes]:
+        return sorted(hashlib.sha256(r["id"].encode()).digest() for r in rows
+                      if r["source"] == "human_eval")
+    assert hashed(committed(earlier))[-1] < hashed(committed(later))[0]
 
 
-def test_blind5_support_rows_are_the_next_bitext_rows_of_each_intent(
+def bitext_after(derive: ModuleType, skip: int, keep: int, name: str) -> None:
+    """``name``'s support rows are the Bitext rows after the first ``skip`` of each intent."""
+    expected = {derive.key(r) for r in derive.bitext_rows(skip=skip, keep=keep)}
+    bitext = {derive.key(r) for r in committed(name) if r["source"] == "bitext"}
+    assert bitext <= expected
+    assert len(bitext) >= len(expected) - 3      # a duplicate text may be skipped
+
+
+def test_blind5_and_blind6_support_rows_are_the_next_bitext_rows_of_each_intent(
         derive: ModuleType, derive_blind3: ModuleType, derive_blind4: ModuleType,
-        derive_blind5: ModuleType) -> None:
+        derive_blind5: ModuleType, derive_blind6: ModuleType) -> None:
     skip = (derive.SUPPORT_PER_INTENT + derive.BLIND_SUPPORT_PER_INTENT
             + derive.BLIND2_SUPPORT_PER_INTENT + derive_blind3.BLIND3_SUPPORT_PER_INTENT
             + derive_blind4.BLIND4_SUPPORT_PER_INTENT)
-    expected = {derive.key(r) for r in derive.bitext_rows(
-        skip=skip, keep=derive_blind5.BLIND5_SUPPORT_PER_INTENT)}
-    bitext = {derive.key(r) for r in committed("blind5") if r["source"] == "bitext"}
-    assert bitext <= expected
-    assert len(bitext) >= len(expected) - 3      # a duplicate text may be skipped
+    bitext_after(derive, skip, derive_blind5.BLIND5_SUPPORT_PER_INTENT, "blind5")
+    skip += derive_blind5.BLIND5_SUPPORT_PER_INTENT
+    bitext_after(derive, skip, derive_blind6.BLIND6_SUPPORT_PER_INTENT, "blind6")
+
+
+def test_blind6_labels_come_from_its_sources(derive_blind4: ModuleType,
+                                            derive_blind6: ModuleType) -> None:
+    label_of_source = {"human_eval": "code", "ipi_coding_agent": "code",
+                       "mathematics_dataset": "math", "freshqa": "chat",
+                       "writingbench": "chat", "bitext": "support"}
+    rows = committed("blind6")
+    per_origin: dict[str, int] = {}
+    for row in rows:
+        assert row["label"] == label_of_source[row["source"]], row["id"]
+        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    modules = {f"{group}__{name}" for group, name in derive_blind6.MATH_MODULES}
+    assert {o for o in per_origin if o.startswith("writingbench:")} and modules <= set(per_origin)
+    per_source = derive_blind6.PER_SOURCE
+    assert per_origin["human_eval"] == derive_blind4.HUMAN_EVAL_ROWS
+    assert per_origin["freshqa"] == derive_blind6.FRESHQA_ROWS
+    assert all(n == per_source for o, n in per_origin.items()
+               if o in modules or o.startswith("writingbench:") or o == "ipi_coding_agent")
+    assert [r["label"] for r in rows].count("support") <= 0.4 * len(rows)
