@@ -31,8 +31,8 @@ import numpy.typing as npt
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
+from policies.loader import load_routing  # noqa: E402
 from policies.semantic.classifier import fit  # noqa: E402
-from policies.semantic.cli import _section  # noqa: E402
 from policies.semantic.embedder import MiniLmEmbedder  # noqa: E402
 from policies.semantic.model import (  # noqa: E402
     build_semantic_model,
@@ -40,6 +40,7 @@ from policies.semantic.model import (  # noqa: E402
     load_examples,
     read_labelled_rows,
 )
+from policies.semantic.section import SECTION_NAME, SemanticSection  # noqa: E402
 from policies.semantic.text import clean_text  # noqa: E402
 
 ROUTING = HERE.parent / "semantic.yaml"
@@ -65,7 +66,9 @@ def gate_bounds(examples: Matrix, labels: npt.NDArray[np.str_]) -> dict[str, flo
 
 
 def main() -> None:
-    section, base_dir = _section(str(ROUTING))
+    section = load_routing(ROUTING).section(SECTION_NAME)
+    assert isinstance(section, SemanticSection), f"{ROUTING}: no semantic section"
+    base_dir = ROUTING.parent
     model = build_semantic_model(section, base_dir)
     frozen = MiniLmEmbedder(max_tokens=section.max_tokens, threads=section.threads,
                             quantize=section.quantize,
