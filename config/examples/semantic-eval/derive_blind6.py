@@ -93,19 +93,24 @@ def _digest(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
-def _first(candidates: Iterable[tuple[str, Row]], count: int, used_texts: set[str]) -> list[Row]:
-    """The ``count`` rows of smallest id hash whose text is unused (``used_texts`` gains
-    theirs)."""
-    rows: list[Row] = []
-    for _, row in sorted(candidates, key=lambda pair: _digest(pair[0])):
+def _kept(rows: Iterable[Row], count: int, used_texts: set[str]) -> list[Row]:
+    """The first ``count`` of ``rows`` whose text is unused (``used_texts`` gains theirs)."""
+    kept: list[Row] = []
+    for row in rows:
         text = normalized(row["text"])
         if not text or text in used_texts:
             continue
         used_texts.add(text)
-        rows.append(row)
-        if len(rows) == count:
+        kept.append(row)
+        if len(kept) == count:
             break
-    return rows
+    return kept
+
+
+def _first(candidates: Iterable[tuple[str, Row]], count: int, used_texts: set[str]) -> list[Row]:
+    """``_kept`` of the candidates (id, row) by smallest id hash."""
+    return _kept((row for _, row in sorted(candidates, key=lambda pair: _digest(pair[0]))),
+                 count, used_texts)
 
 
 def coding_agent_rows(archive: zipfile.ZipFile, used_texts: set[str]) -> list[Row]:
@@ -167,19 +172,12 @@ def _print_generated_questions() -> None:
 
 
 def math_rows(math_lib: Path, used_texts: set[str]) -> list[Row]:
-    """``PER_SOURCE`` generated questions of each of ``MATH_MODULES``."""
+    """``PER_SOURCE`` generated questions of each of ``MATH_MODULES``, in generated order."""
     rows: list[Row] = []
     for module, questions in generated_questions(math_lib).items():
-        kept = 0
-        for n, text in enumerate(questions):
-            if normalized(text) in used_texts:
-                continue
-            used_texts.add(normalized(text))
-            rows.append({"source": "mathematics_dataset", "id": f"{module}:{n}",
-                         "origin": module, "label": "math", "text": text})
-            kept += 1
-            if kept == PER_SOURCE:
-                break
+        rows += _kept(({"source": "mathematics_dataset", "id": f"{module}:{n}",
+                        "origin": module, "label": "math", "text": text}
+                       for n, text in enumerate(questions)), PER_SOURCE, used_texts)
     return rows
 
 
