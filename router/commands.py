@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from router.label_values import DEFAULT_TENANT_LABELS
+
 CURL_EXAMPLE = """\
 curl -s http://localhost:{port}/v1/chat/completions -H 'Content-Type: application/json' \\
   -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], \
@@ -65,17 +67,27 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-retries", type=int, default=2,
                         help="times a request is retried on another worker after a connect "
                              "error or a 5xx before the first byte (default: %(default)s)")
+    parser.add_argument("--tenant-labels", type=int, default=DEFAULT_TENANT_LABELS, metavar="N",
+                        help="tenants with a series of their own in kvroute_cost_dollars_total, "
+                             "the first seen first; later ones count as (other) "
+                             "(default: %(default)s)")
     parser.add_argument("--log-level", default="INFO",
                         help="Python logging level: DEBUG, INFO, WARNING, ERROR "
                              "(default: %(default)s)")
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Any:
+    """The process settings, or None after a one-line error (an option out of range)."""
     from router.settings import Settings
-    return Settings(fleet_path=args.fleet, routing_path=args.routing, host=args.host,
-                    port=args.port, scrape_interval_s=args.scrape_interval,
-                    upstream_timeout_s=args.upstream_timeout, max_retries=args.max_retries,
-                    **extra)
+    try:
+        return Settings(fleet_path=args.fleet, routing_path=args.routing, host=args.host,
+                        port=args.port, scrape_interval_s=args.scrape_interval,
+                        upstream_timeout_s=args.upstream_timeout,
+                        max_retries=args.max_retries, tenant_labels=args.tenant_labels,
+                        **extra)
+    except ValueError as exc:
+        print(f"kvroute: {exc}", file=sys.stderr)
+        return None
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -100,6 +112,8 @@ def _serve(args: argparse.Namespace) -> int:
     if fleet is None:
         return 2
     settings = _settings(args, redis_url=args.redis_url, replica_id=args.replica_id)
+    if settings is None:
+        return 2
     if args.processes > 1:
         from router.replicas import run_replicas
         run_replicas(settings, args.processes, args.log_level)
@@ -114,7 +128,8 @@ def _up(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     fleet = _load(args)
-    if fleet is None:
+    settings = _settings(args)
+    if fleet is None or settings is None:
         return 2
     emulated = sum(1 for w in fleet.workers if w.emulated)
     options: dict[str, Any] = {"one_process": args.emulator_processes == "one"}
@@ -131,7 +146,7 @@ def _up(args: argparse.Namespace) -> int:
 
     try:
         with EmulatorFleet(fleet, **options):
-            run_router(_settings(args), fleet, on_ready=ready)
+            run_router(settings, fleet, on_ready=ready)
     except EmulatorStartError as exc:
         print(f"kvroute: the emulated workers did not start: {exc}", file=sys.stderr)
         return 1

@@ -33,7 +33,7 @@ from router.errors import (
     RouterError,
     UpstreamError,
 )
-from router.metrics import RouterMetrics
+from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import ParsedRequest, parse_request, upstream_body
 from router.proxy import Proxy, ProxyResult, RetryableUpstream
 from router.settings import Settings
@@ -152,7 +152,7 @@ class Director:
         model = decision.model
         if model not in self._registry.known_models():
             known = ", ".join(sorted(self._registry.known_models()))
-            self._metrics.record_request(model, "", "", decision.profile, 404)
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", decision.profile, 404)
             return ModelNotFound(f"The model `{model}` does not exist. Valid aliases: {known}.",
                                  param="model", headers=headers)
         too_long = [worker for worker, by in decision.filtered_out.items()

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from policies.base import Decision, RequestOutcome
 from policies.candidates import scores_of
+from router.label_values import DEFAULT_TENANT_LABELS, BoundedLabelValues
 from router.loop_metrics import (
     CounterCell,
     HistogramCell,
@@ -37,6 +38,9 @@ DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 
                     0.1)
 CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+# the ``model`` label of requests for a model no worker serves: the name is the client's
+# choice, so it never becomes a label value (one series per invented name)
+UNKNOWN_MODEL = "(unknown)"
 
 ViewSource = Callable[[], Sequence[WorkerView]]
 _Loop = TypeVar("_Loop", LoopCounter, LoopHistogram)
@@ -93,6 +97,22 @@ class _PoolDemandCollector(Collector):
         return [queued, kv, waiting, healthy]
 
 
+class _FoldedLabelsCollector(Collector):
+    """Renders ``kvroute_label_values_folded_total``: requests counted under ``(other)``."""
+
+    def __init__(self, labels: Sequence[BoundedLabelValues]) -> None:
+        self._labels = tuple(labels)
+
+    def collect(self) -> Iterable[Metric]:
+        folded = CounterMetricFamily(
+            "kvroute_label_values_folded", "Requests counted under the label value (other): "
+            "the label's bounded set of values was full, or the value too long.",
+            labels=["label"])
+        for bounded in self._labels:
+            folded.add_metric([bounded.name], float(bounded.folded))
+        return [folded]
+
+
 @dataclass(frozen=True, slots=True)
 class _WorkerSeries:
     ttft: HistogramCell
@@ -105,7 +125,8 @@ class _WorkerSeries:
 class RouterMetrics:
     """The router's metrics on their own ``CollectorRegistry``."""
 
-    def __init__(self, views: ViewSource | None = None) -> None:
+    def __init__(self, views: ViewSource | None = None,
+                 tenant_labels: int = DEFAULT_TENANT_LABELS) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
 
@@ -162,6 +183,8 @@ class RouterMetrics:
             "kvroute_prefix_known_best_tokens", "Prompt tokens the router believed the "
             "best-placed candidate had cached (the same decisions), by the decision's deciding "
             "term.", ["reason"], registry=r)
+        self.tenants = BoundedLabelValues("tenant", tenant_labels)
+        r.register(_FoldedLabelsCollector([self.tenants]))
         if views is not None:
             r.register(_WorkerCollector(views))
             r.register(_PoolDemandCollector(views))
@@ -241,7 +264,7 @@ class RouterMetrics:
         if outcome.cached_tokens:
             series.cached_tokens.inc(outcome.cached_tokens)
         if cost_usd:
-            self.cost.labels(gpu, worker, tenant or "").inc(cost_usd)
+            self.cost.labels(gpu, worker, self.tenants.label(tenant or "")).inc(cost_usd)
 
     def record_retry(self, worker: str, reason: str) -> None:
         self.retries.labels(worker, reason).inc()

@@ -19,6 +19,9 @@ from router.errors import InvalidRequest
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+# longer than any served model name or adapter; the recent-decisions ring keeps the requested
+# name, so a longer one (up to the body limit) is refused rather than held
+MAX_MODEL_CHARS = 1024
 
 
 @dataclass(slots=True)
@@ -54,6 +57,9 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     if not isinstance(model, str) or not model:
         raise InvalidRequest("You must provide a model parameter (a non-empty string).",
                              param="model")
+    if len(model) > MAX_MODEL_CHARS:
+        raise InvalidRequest(f"model: must be at most {MAX_MODEL_CHARS} characters, got "
+                             f"{len(model)}.", param="model")
     messages = None
     prompt = None
     if path == CHAT_PATH:

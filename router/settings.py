@@ -18,12 +18,18 @@ Defaults and why:
 * ``max_retries = 2``: a connect error or a 5xx before the first byte is retried on another
   worker at most twice (three workers tried in all).
 * ``max_body_bytes = 32 MiB``: larger bodies get 413 before they are read whole.
+* ``tenant_labels = 100``: tenants (``x-tenant``, or a digest of the API key) given a
+  ``tenant`` series of their own in ``kvroute_cost_dollars_total``, the first seen first;
+  later ones count as ``(other)``. Clients choose tenants, and every label value is a series
+  kept for the life of the process: the bound keeps memory and scrapes bounded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from router.label_values import DEFAULT_TENANT_LABELS
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +48,7 @@ class Settings:
     max_retries: int = 2
     max_body_bytes: int = 32 * 1024 * 1024
     decisions_ring_size: int = 256
+    tenant_labels: int = DEFAULT_TENANT_LABELS
     request_id_header: str = "x-request-id"
     reload_interval_s: float = 1.0
     redis_url: str | None = None
@@ -56,3 +63,5 @@ class Settings:
             raise ValueError("max_body_bytes: must be positive")
         if self.decisions_ring_size <= 0:
             raise ValueError("decisions_ring_size: must be positive")
+        if self.tenant_labels < 0:
+            raise ValueError("tenant_labels: must be >= 0")

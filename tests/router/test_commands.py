@@ -109,3 +109,16 @@ def test_invalid_files_exit_2_with_the_reason(command: str, tmp_path: Path,
     assert "profiles.default.picker.type: unknown picker type 'nope'" in capsys.readouterr().err
     assert main([command, "--fleet", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read fleet file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["serve", "up"])
+@pytest.mark.parametrize(("option", "message"), [
+    (["--tenant-labels", "-1"], "kvroute: tenant_labels: must be >= 0"),
+    (["--max-retries", "-1"], "kvroute: max_retries: must be >= 0"),
+], ids=["tenant-labels", "max-retries"])
+def test_options_out_of_range_exit_2_with_the_reason(command: str, option: list[str],
+                                                     message: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+    assert main([command, *option]) == 2     # nothing started: no emulator, no port
+    assert capsys.readouterr().err.strip() == message

@@ -123,6 +123,37 @@ async def test_unknown_model_is_404(router: RouterHandle) -> None:
     assert info.value.response.headers["x-kvroute-worker"] == "none"
 
 
+async def test_names_clients_choose_do_not_grow_the_metrics(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """Every distinct tenant or unknown model name would be a series kept for the life of
+    the process: the first tenants get one, the rest count as (other); unknown models share
+    one."""
+    router = await make_router(subset(emulated_fleet, sorted(WORKER_IDS)), tenant_labels=3)
+    requests = 12
+    async with aiohttp.ClientSession() as session:
+        for n in range(requests):
+            async with session.post(router.url + "/v1/chat/completions", json={
+                    "model": MODEL, "messages": MESSAGES, "max_tokens": 2},
+                    headers={"x-tenant": f"tenant-{n}"}) as resp:
+                assert resp.status == 200
+            async with session.post(router.url + "/v1/chat/completions", json={
+                    "model": f"invented-{n}", "messages": MESSAGES}) as resp:
+                assert resp.status == 404
+        async with session.get(router.url + "/metrics") as resp:
+            text = await resp.text()
+    cost_series = [line for line in text.splitlines()
+                   if line.startswith("kvroute_cost_dollars_total{")]
+    tenants = {line.split('tenant="')[1].split('"')[0] for line in cost_series}
+    assert tenants == {"tenant-0", "tenant-1", "tenant-2", "(other)"}
+    assert "invented-" not in text
+    assert router.metric("kvroute_requests_total", model="(unknown)", worker="", gpu="",
+                         profile="default", status="404") == requests
+    assert router.metric("kvroute_label_values_folded_total", label="tenant") == requests - 3
+    spent = sum(float(line.rsplit(" ", 1)[1]) for line in cost_series)
+    other = sum(float(line.rsplit(" ", 1)[1]) for line in cost_series if "(other)" in line)
+    assert 0 < other < spent      # nothing lost: the folded tenants' cost is still counted
+
+
 async def test_negative_max_tokens_is_400(router: RouterHandle) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]

@@ -53,6 +53,8 @@ def test_completion_prompts_accepted(prompt: object) -> None:
     (b"[1, 2]", CHAT_PATH, "Request body must be a JSON object.", None),
     ({"messages": []}, CHAT_PATH, "You must provide a model parameter", "model"),
     ({"model": 3, "messages": []}, CHAT_PATH, "You must provide a model parameter", "model"),
+    ({**CHAT, "model": "m" * 1025}, CHAT_PATH,
+     "model: must be at most 1024 characters, got 1025.", "model"),
     ({"model": MODEL}, CHAT_PATH, "Missing required parameter: 'messages'.", "messages"),
     ({"model": MODEL, "messages": "hi"}, CHAT_PATH, "messages: must be a non-empty array.",
      "messages"),
@@ -72,6 +74,7 @@ def test_completion_prompts_accepted(prompt: object) -> None:
      "prompt"),
     ({"model": MODEL, "prompt": []}, COMPLETIONS_PATH, "prompt: must be a string", "prompt"),
 ], ids=["empty", "malformed", "non-utf8", "array body", "no model", "model not string",
+        "model too long",
         "no messages", "messages not list", "message without role", "bad content",
         "negative max_tokens", "max_tokens string", "max_tokens bool", "stream not bool",
         "include_usage not bool", "no prompt", "mixed prompt", "empty prompt"])
@@ -82,6 +85,10 @@ def test_invalid_bodies(body: bytes | dict[str, object], path: str, message: str
     assert info.value.message.startswith(message)
     assert info.value.param == param
     assert info.value.status == 400
+
+
+def test_a_model_name_of_the_longest_length_is_accepted() -> None:
+    assert parse({**CHAT, "model": "m" * 1024}).routing.model == "m" * 1024
 
 
 def test_tenant_from_header_or_hashed_key() -> None:

@@ -65,3 +65,18 @@ def test_each_app_has_its_own_registry() -> None:
                                          {"result": "success"}) == 1.0
     assert two.registry.get_sample_value("kvroute_config_reloads_total",
                                          {"result": "success"}) is None
+
+
+def test_tenants_beyond_the_limit_are_counted_as_other() -> None:
+    metrics = RouterMetrics(tenant_labels=2)
+    gpu = INFO.gpu.name
+    for tenant in ("acme", "globex", "initech", "umbrella", "acme", None):
+        metrics.record_outcome(RequestOutcome("r", "w1", 200), gpu, tenant, 0.5)
+    get = metrics.registry.get_sample_value
+
+    def spent(tenant: str) -> float | None:
+        return get("kvroute_cost_dollars_total", {"gpu": gpu, "worker": "w1", "tenant": tenant})
+
+    assert [spent(t) for t in ("acme", "globex", "(other)", "")] == [1.0, 0.5, 1.0, 0.5]
+    assert spent("initech") is None and spent("umbrella") is None
+    assert get("kvroute_label_values_folded_total", {"label": "tenant"}) == 2.0
