@@ -10,9 +10,7 @@ worker, excluding the ones already tried, at most ``Settings.max_retries`` times
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from router.errors import (
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import ParsedRequest, parse_request, upstream_body
 from router.proxy import Proxy, ProxyResult, RetryableUpstream
+from router.request_ids import RequestIds
 from router.settings import Settings
 from router.state.store import StateStore
 from workers.models import WorkerView
@@ -79,16 +78,22 @@ class Director:
         self._metrics = metrics
         self._decisions = decisions
         self._clock = clock
-        self._ids = itertools.count(1)
-        self._id_prefix = os.urandom(4).hex()
+        self._ids = RequestIds()
         self._header = settings.request_id_header
         self._urls: dict[tuple[str, str], URL] = {}
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
+        request_id = self._ids.claim(request.headers.get(self._header))
+        try:
+            return await self._handle(request, path, request_id)
+        finally:
+            self._ids.release(request_id)
+
+    async def _handle(self, request: web.Request, path: str,
+                      request_id: str) -> web.StreamResponse:
         arrival = self._clock()
         body = await request.read()
-        request_id = request.headers.get(self._header) or f"{self._id_prefix}-{next(self._ids)}"
         parsed = parse_request(body, path, request_id, request.headers, arrival)
         engine = self._policy()
         views = self._registry.views(arrival)

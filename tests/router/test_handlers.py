@@ -3,6 +3,8 @@ official ``openai`` client: chat, streaming chat, completions, models, errors, d
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import openai
 import orjson
@@ -152,6 +154,30 @@ async def test_names_clients_choose_do_not_grow_the_metrics(
     spent = sum(float(line.rsplit(" ", 1)[1]) for line in cost_series)
     other = sum(float(line.rsplit(" ", 1)[1]) for line in cost_series if "(other)" in line)
     assert 0 < other < spent      # nothing lost: the folded tenants' cost is still counted
+
+
+async def test_one_request_id_sent_at_once_by_several_requests(router: RouterHandle) -> None:
+    """vLLM refuses a request whose id is running: each request in flight gets its own id
+    (the first keeps the client's), and the id is the client's again once they are done."""
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 8}
+    headers = {"x-request-id": "retry-storm"}
+
+    async def send(session: aiohttp.ClientSession) -> tuple[int, str]:
+        async with session.post(router.url + "/v1/chat/completions", json=body,
+                                headers=headers) as resp:
+            await resp.read()
+            return resp.status, resp.headers["x-request-id"]
+
+    async with aiohttp.ClientSession() as session:
+        answers = await asyncio.gather(*(send(session) for _ in range(6)))
+        assert [status for status, _ in answers] == [200] * 6
+        echoed = [request_id for _, request_id in answers]
+        assert len(set(echoed)) == 6 and all(e.startswith("retry-storm") for e in echoed)
+        assert "retry-storm" in echoed
+        assert await send(session) == (200, "retry-storm")
+        async with session.get(router.url + "/debug/decisions?limit=7") as resp:
+            logged = {d["request_id"] for d in (await resp.json())["data"]}
+    assert logged == set(echoed)
 
 
 async def test_negative_max_tokens_is_400(router: RouterHandle) -> None:

@@ -156,6 +156,9 @@ def _admit(worker: WorkerState, response_id: str, body: GenerationBody,
            prompts: list[list[int]], texts: list[str], max_tokens: int,
            lora_name: str | None) -> _Admitted:
     runner, tok, cfg = worker.runner, worker.tokenizer, worker.config
+    for request_id in _choice_ids(response_id, len(prompts), body.n):
+        if runner.running(request_id):     # as vLLM: its request states are keyed by id
+            raise bad_request(f"Request id {request_id} already running.")
     queue: OutputQueue = asyncio.Queue()
     by_request: dict[str, _ChoiceState] = {}
     for p, ids in enumerate(prompts):
@@ -163,13 +166,22 @@ def _admit(worker: WorkerState, response_id: str, body: GenerationBody,
         for i in range(body.n):
             plan = plan_output(worker.rng, cfg.output_len, max_tokens, body.ignore_eos,
                                tok.output_vocabulary, tok.eos_token_id)
-            request_id = f"{response_id}-{p}-{i}"
+            request_id = _choice_id(response_id, p, i)
             by_request[request_id] = _ChoiceState(index=p * body.n + i, prompt_index=p)
             runner.submit(EngineRequest(
                 request_id=request_id, prompt_token_ids=ids, output_token_ids=plan.token_ids,
                 finish_reason=plan.finish_reason, arrival_time=runner.now(),
                 lora_name=lora_name, cache_salt=body.cache_salt), max_tokens, queue)
     return _Admitted(queue, by_request, [len(p) for p in prompts], texts)
+
+
+def _choice_id(response_id: str, prompt: int, choice: int) -> str:
+    """The engine request id of one choice of one prompt."""
+    return f"{response_id}-{prompt}-{choice}"
+
+
+def _choice_ids(response_id: str, prompts: int, n: int) -> list[str]:
+    return [_choice_id(response_id, p, i) for p in range(prompts) for i in range(n)]
 
 
 async def _next(admitted: _Admitted) -> tuple[_ChoiceState, list[int], bool] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -203,3 +204,29 @@ def test_request_id_header_and_continuous_usage(worker: EmulatorProcess) -> None
     assert {b["id"] for b in bodies} == {"cmpl-trace-7"}
     assert [b["usage"]["completion_tokens"] for b in bodies] == [1, 2, 3, 3]
     assert [b["usage"]["prompt_tokens"] for b in bodies] == [2, 2, 2, 2]
+
+
+def test_a_request_id_already_running_is_refused_as_vllm_does() -> None:
+    def request(stream: bool) -> urllib.request.Request:
+        return urllib.request.Request(
+            f"{real_time.url}/v1/completions", headers={"Content-Type": "application/json",
+                                                        "X-Request-Id": "twice"},
+            data=json.dumps({"prompt": [1, 2], "max_tokens": 2000, "ignore_eos": True,
+                             "stream": stream}).encode())
+
+    with emulator(time_scale=1.0) as real_time:
+        with urllib.request.urlopen(request(True), timeout=30) as first:
+            assert first.readline().startswith(b"data: ")     # it is running
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(request(False), timeout=30)
+            assert info.value.code == 400
+            assert json.loads(info.value.read())["error"] == {
+                "message": "Request id cmpl-twice-0-0 already running.",
+                "type": "BadRequestError", "param": None, "code": 400}
+            assert first.readline()                             # and still streams
+        deadline = time.monotonic() + 10
+        while counter(real_time.url, "vllm:num_requests_running") != 0:
+            assert time.monotonic() < deadline, "the closed stream was never aborted"
+            time.sleep(0.05)
+        with urllib.request.urlopen(request(True), timeout=30) as again:   # the id is free
+            assert again.status == 200 and again.readline().startswith(b"data: ")

@@ -1,0 +1,44 @@
+"""Request ids: the client's own (``x-request-id``) or generated, unique among the requests
+in flight at this router.
+
+The id keys the policies' per-request state (in-flight prefixes, the decode guard's
+incumbents, the latency predictions awaiting their outcome) and travels to the worker as
+``X-Request-Id``, which vLLM uses as its own request id and refuses while a request with the
+same id is running. Clients may send the same id twice at once (a retry that does not wait,
+a fixed id in a script): the second gets the first's id with a suffix, which the response's
+``x-request-id`` then reports.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+
+class RequestIds:
+    """Hands out ids unique among the requests in flight; ``release`` when one ends."""
+
+    __slots__ = ("_counter", "_in_flight", "_prefix")
+
+    def __init__(self, prefix: str | None = None) -> None:
+        self._prefix = prefix if prefix is not None else os.urandom(4).hex()
+        self._counter = itertools.count(1)
+        self._in_flight: set[str] = set()
+
+    def claim(self, given: str | None) -> str:
+        """``given`` when no request in flight has it, else ``given`` with a suffix; a new
+        id when ``given`` is None or empty."""
+        request_id = given or self._generated()
+        if request_id in self._in_flight:
+            request_id = f"{request_id}-{self._generated()}"
+        self._in_flight.add(request_id)
+        return request_id
+
+    def release(self, request_id: str) -> None:
+        self._in_flight.discard(request_id)
+
+    def __len__(self) -> int:
+        return len(self._in_flight)
+
+    def _generated(self) -> str:
+        return f"{self._prefix}-{next(self._counter)}"

@@ -1,0 +1,42 @@
+"""``RequestIds``: ids unique among the requests in flight, the client's own kept when free."""
+
+from __future__ import annotations
+
+from router.request_ids import RequestIds
+
+
+def test_the_clients_id_is_kept_while_no_request_in_flight_has_it() -> None:
+    ids = RequestIds(prefix="r")
+    first = ids.claim("trace-7")
+    assert first == "trace-7"
+    ids.release(first)
+    assert ids.claim("trace-7") == "trace-7"
+
+
+def test_an_id_in_flight_gets_a_suffix_until_released() -> None:
+    ids = RequestIds(prefix="r")
+    claimed = [ids.claim("same") for _ in range(3)]
+    assert claimed[0] == "same"
+    assert len(set(claimed)) == 3 and all(c.startswith("same-r-") for c in claimed[1:])
+    assert len(ids) == 3
+    for request_id in claimed:
+        ids.release(request_id)
+    assert len(ids) == 0
+    assert ids.claim("same") == "same"
+
+
+def test_without_a_client_id_each_request_gets_a_new_one() -> None:
+    ids = RequestIds(prefix="r")
+    assert [ids.claim(None), ids.claim(""), ids.claim(None)] == ["r-1", "r-2", "r-3"]
+
+
+def test_a_generated_id_sent_back_by_a_client_stays_unique() -> None:
+    ids = RequestIds(prefix="r")
+    generated = ids.claim(None)
+    assert ids.claim(generated) != generated
+
+
+def test_releasing_an_unknown_id_is_harmless() -> None:
+    ids = RequestIds()
+    ids.release("never-claimed")
+    assert len(ids) == 0
