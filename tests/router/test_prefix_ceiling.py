@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from policies.base import Decision, RoutingRequest
@@ -40,6 +42,16 @@ def test_decisions_count_tokens_at_the_smallest_block_size_first_attempt_only() 
     ceiling.on_decision(RoutingRequest(request_id="x", model="m", num_prompt_tokens=9),
                         _decision(), 0, 0.0)                            # no hashes: ignored
     assert _counts(metrics) == (32.0, 90.0)
+
+
+def test_requests_no_worker_takes_are_not_counted() -> None:
+    metrics = RouterMetrics()
+    ceiling = PrefixCeiling(metrics)
+    unserved = dataclasses.replace(_decision(), worker_id=None)
+    ceiling.on_decision(_request([1, 2, 3], 50), unserved, 0, 0.0)
+    assert _counts(metrics) == (0.0, 0.0)
+    ceiling.on_decision(_request([1, 2, 3], 50), _decision(), 0, 0.0)
+    assert _counts(metrics) == (0.0, 50.0)      # its blocks were not remembered either
 
 
 def test_capacity_forgets_the_first_seen_block() -> None:
