@@ -153,7 +153,7 @@ class Director:
         return self._registry.info(worker_id).gpu.name if worker_id is not None else ""
 
     def _no_candidate(self, decision: Decision, routing: RoutingRequest) -> RouterError:
-        headers = self._kvroute_headers(decision, None)
+        headers = self._kvroute_headers(decision, routing.semantic_class)
         model = decision.model
         if model not in self._registry.known_models():
             known = ", ".join(sorted(self._registry.known_models()))

@@ -8,6 +8,7 @@ field the way OpenAI does (``param``) so clients can show them.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,10 +42,13 @@ def parse_body(body: bytes) -> dict[str, Any]:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         try:
-            body.decode("utf-8")
+            text = body.decode("utf-8")
         except UnicodeDecodeError:
             raise InvalidRequest("Request body is not valid UTF-8.") from None
-        raise InvalidRequest(f"Request body is not valid JSON: {exc}") from None
+        try:     # JSON orjson refuses and vLLM's parser takes: an escaped lone surrogate
+            data = json.loads(text)
+        except ValueError:
+            raise InvalidRequest(f"Request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRequest("Request body must be a JSON object.")
     return data
@@ -171,4 +175,7 @@ def upstream_body(parsed: ParsedRequest, raw: bytes, model: str) -> bytes:
         # vLLM ignores continuous_usage_stats without include_usage: keep it off
         options.pop("continuous_usage_stats", None)
         payload["stream_options"] = options
-    return orjson.dumps(payload)
+    try:
+        return orjson.dumps(payload)
+    except TypeError:       # a lone surrogate (parse_body took it): JSON escapes it again
+        return json.dumps(payload).encode()

@@ -4,6 +4,7 @@ official ``openai`` client: chat, streaming chat, completions, models, errors, d
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
 import openai
@@ -178,6 +179,26 @@ async def test_one_request_id_sent_at_once_by_several_requests(router: RouterHan
         async with session.get(router.url + "/debug/decisions?limit=7") as resp:
             logged = {d["request_id"] for d in (await resp.json())["data"]}
     assert logged == set(echoed)
+
+
+async def test_a_lone_surrogate_is_routed_and_the_worker_answers(
+        router: RouterHandle, emulated_fleet: FleetConfig) -> None:
+    """Valid JSON (an escaped lone surrogate) that vLLM's parser takes is not refused by the
+    router: it is routed, and the client gets what the worker answers the same body."""
+    body = (b'{"model": "' + MODEL.encode() + b'", "max_tokens": 2, '
+            b'"messages": [{"role": "user", "content": "hello \\ud800 there"}]}')
+    assert json.loads(body)["messages"][0]["content"] == "hello \ud800 there"
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + "/v1/chat/completions", data=body,
+                                headers=headers) as resp:
+            worker = resp.headers["x-kvroute-worker"]
+            routed = (resp.status, (await resp.json()).get("error"))
+        url = next(w.info.url for w in emulated_fleet.workers if w.info.id == worker)
+        async with session.post(url + "/v1/chat/completions", data=body,
+                                headers=headers) as resp:
+            direct = (resp.status, (await resp.json()).get("error"))
+    assert routed == direct
 
 
 async def test_negative_max_tokens_is_400(router: RouterHandle) -> None:

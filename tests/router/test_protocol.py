@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
 
@@ -123,3 +125,19 @@ def test_upstream_body_keeps_continuous_usage_off_when_the_client_did_not_ask_fo
 def test_upstream_body_keeps_client_usage_request() -> None:
     raw = orjson.dumps({**CHAT, "stream": True, "stream_options": {"include_usage": True}})
     assert upstream_body(parse(raw), raw, MODEL) is raw
+
+
+def test_an_escaped_lone_surrogate_is_valid_json_and_kept() -> None:
+    """RFC 8259 allows it and vLLM's parser (Python's json) takes it; orjson does not."""
+    raw = b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "a\\ud800b"}]}'
+    parsed = parse_request(raw, CHAT_PATH, "req-1", {}, 0.0)
+    assert parsed.routing.messages == [{"role": "user", "content": "a\ud800b"}]
+    # the body sent on is rewritten (usage asked for): the surrogate is escaped again
+    sent = upstream_body(parsed, raw, "other-model")
+    assert json.loads(sent)["messages"][0]["content"] == "a\ud800b"
+    assert json.loads(sent)["model"] == "other-model"
+
+
+def test_what_no_json_parser_takes_is_still_refused() -> None:
+    with pytest.raises(InvalidRequest, match="Request body is not valid JSON"):
+        parse(b'{"model": "m", "messages": [}')

@@ -91,7 +91,14 @@ async def test_classes_reach_their_models_and_replicas_stay_token_aware(
             # within the class the prefix scorer keeps a repeated long prompt where it is cached
             first = await ask(LONG_CODE_PROMPT)
             repeats = [await ask(LONG_CODE_PROMPT) for _ in range(3)]
+            # a prompt no worker's context holds is refused, and the answer still says its class
+            too_long = {"model": "auto", "max_tokens": 4, "messages": [
+                {"role": "user", "content": "Solve for x: 3x + 7 = 22. " * 2000}]}
+            async with session.post(url, json=too_long) as response:
+                assert response.status == 400
+                refused_class = response.headers.get("x-kvroute-class")
         assert first[0] == "code" and first[1] in {"coder-0", "coder-1"}
+        assert refused_class in PROMPTS
         assert {r[1] for r in repeats} == {first[1]}
         metrics = runner.app[METRICS].registry
         assert metrics.get_sample_value("kvroute_semantic_class_total", {"class": "code"}) == 6
