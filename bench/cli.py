@@ -2,8 +2,8 @@
 
 Sub-commands: ``overhead`` (the router overhead race) and ``replay`` (a trace slice through
 each router in turn), plus ``engine``, ``emulator``, ``decision``, ``semantic``,
-``block-hashes``, ``tokenize``, ``upstream`` and ``prefix-match`` when those modules are
-installed (each exposes ``add_arguments(parser)`` and ``run(args) -> int``).
+``block-hashes``, ``tokenize``, ``upstream``, ``prefix-match`` and ``loop-stall`` when those
+modules are installed (each exposes ``add_arguments(parser)`` and ``run(args) -> int``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
     ("decision", "bench.decision"), ("semantic", "bench.semantic"),
     ("block-hashes", "bench.block_hashes"), ("tokenize", "bench.tokenize_prompts"),
     ("upstream", "bench.upstream"),
-    ("prefix-match", "bench.prefix_match"))
+    ("prefix-match", "bench.prefix_match"), ("loop-stall", "bench.loop_stall"))
 DEFAULT_OVERHEAD_TARGETS = "direct,kvroute,kvroute-rr,nginx,sglang-router,vllm-router,litellm"
 
 

@@ -1,0 +1,243 @@
+"""How long one oversized or odd request holds the router's event loop.
+
+The router serves every connection from one event loop, so whatever a request costs on that
+loop (reading and parsing its body, validating it, the producers that run inline) every other
+client waits for. This starts ``kvroute up`` (the fleet file's emulated workers and the
+router, each on a free loopback port; all stopped at the end) and, case by case, sends one
+request ``--repeat`` times while a prober asks ``GET /health`` every 10 ms. A case's stall is
+the longest ``/health`` round trip among the probes in flight while its request was: how long
+the loop could not answer anyone else (0 when no probe was in flight, a request shorter than
+the probes' spacing). Cases (``--cases``):
+
+* ``chat``: a short chat request, for reference;
+* ``token-ids``: a completion of 1,000,000 token ids (a 2.9 MB body);
+* ``messages``: a chat of 50,000 short messages;
+* ``text``: a completion of 3 MB of text;
+* ``batch``: a completion of 1,000 prompts;
+* ``surrogate``: a chat whose text holds an escaped lone surrogate (valid JSON).
+
+Prints a Markdown table and writes ``loop_stall.json`` to ``--out``.
+
+    python -m bench.loop_stall --out out/loop-stall
+    kvroute bench loop-stall --repeat 10 --cases token-ids,messages --out out/loop-stall
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from bench.launch import Launched, LaunchError, free_port
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+PROBE_INTERVAL_S = 0.01
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def _body(payload: dict[str, Any]) -> bytes:
+    return orjson.dumps(payload)
+
+
+def _surrogate(model: str) -> bytes:
+    # written by hand: no JSON encoder writes a lone surrogate, and a client's may send one
+    return (b'{"model": ' + orjson.dumps(model) + b', "max_tokens": 2, "messages": '
+            b'[{"role": "user", "content": "hello \\ud800 there"}]}')
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    key: str
+    name: str
+    path: str
+    body: Callable[[str], bytes]       # the model's name -> the request body
+
+
+CASES: tuple[Case, ...] = (
+    Case("chat", "short chat (reference)", CHAT, lambda m: _body(
+        {"model": m, "max_tokens": 2, "messages": [{"role": "user", "content": "Say hello."}]})),
+    Case("token-ids", "1,000,000 token ids", COMPLETIONS, lambda m: _body(
+        {"model": m, "max_tokens": 2, "prompt": [17] * 1_000_000})),
+    Case("messages", "50,000 chat messages", CHAT, lambda m: _body(
+        {"model": m, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}] * 50_000})),
+    Case("text", "3 MB of text", COMPLETIONS, lambda m: _body(
+        {"model": m, "max_tokens": 2, "prompt": "word " * 600_000})),
+    Case("batch", "1,000 prompts in one request", COMPLETIONS, lambda m: _body(
+        {"model": m, "max_tokens": 2, "prompt": ["hello world"] * 1_000})),
+    Case("surrogate", "an escaped lone surrogate", CHAT, _surrogate),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    key: str
+    name: str
+    body_bytes: int
+    statuses: list[int]
+    request_s: list[float]     # each request's time, sent to answered
+    stall_ms: list[float]      # each request's longest /health round trip meanwhile
+
+    @property
+    def stall_median_ms(self) -> float:
+        return statistics.median(self.stall_ms)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fleet", type=Path, default=REPO_ROOT / "config" / "fleet.yaml",
+                        help="fleet file of emulated workers; their ports are replaced by free "
+                             "ones (default config/fleet.yaml)")
+    parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml",
+                        help="routing file (default config/routing.yaml)")
+    parser.add_argument("--cases", default=",".join(c.key for c in CASES),
+                        help="comma-separated cases, in order (default: all: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="requests per case (default %(default)s)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="folder for loop_stall.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    by_key = {case.key: case for case in CASES}
+    keys = [k.strip() for k in str(args.cases).split(",") if k.strip()]
+    unknown = [k for k in keys if k not in by_key]
+    if unknown or not keys:
+        print(f"kvroute bench loop-stall: unknown case(s) {', '.join(unknown) or '(none)'}; "
+              f"choose from {', '.join(by_key)}", file=sys.stderr)
+        return 2
+    if args.repeat < 1:
+        print("kvroute bench loop-stall: --repeat must be at least 1", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="kvroute-loop-stall-") as tmp:
+        fleet_path, model = _fleet_on_free_ports(args.fleet, Path(tmp))
+        port = free_port()
+        router = Launched("kvroute up", [
+            sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet_path),
+            "--routing", str(args.routing), "--port", str(port), "--log-level", "WARNING"],
+            Path(tmp) / "kvroute-up.log", cwd=REPO_ROOT)
+        try:
+            with router:
+                base_url = f"http://127.0.0.1:{port}"
+                router.wait_http(base_url + "/health", timeout_s=60.0)
+                results = asyncio.run(_measure_all(base_url, model,
+                                                   [by_key[k] for k in keys], args.repeat))
+        except LaunchError as exc:
+            print(f"kvroute bench loop-stall: {exc}", file=sys.stderr)
+            return 1
+    report = {"fleet": str(args.fleet), "routing": str(args.routing), "repeat": args.repeat,
+              "probe_interval_s": PROBE_INTERVAL_S,
+              "cases": [asdict(r) for r in results]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "loop_stall.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown(results))
+    return 0
+
+
+def _fleet_on_free_ports(fleet: Path, folder: Path) -> tuple[Path, str]:
+    """A copy of ``fleet`` whose emulated workers listen on free ports, and its first model."""
+    data = yaml.safe_load(fleet.read_text())
+    workers = data.get("workers") or []
+    if not workers or not all(isinstance(w, dict) and "emulate" in w for w in workers):
+        raise SystemExit(f"kvroute bench loop-stall: {fleet}: every worker needs an emulate: "
+                         "block")
+    for worker in workers:
+        worker["emulate"] = {**(worker["emulate"] or {}), "port": free_port()}
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, str(workers[0]["models"][0])
+
+
+async def _measure_all(base_url: str, model: str, cases: Sequence[Case],
+                       repeat: int) -> list[CaseResult]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        await _wait_all_healthy(session, base_url)
+        return [await _measure(session, base_url, model, case, repeat) for case in cases]
+
+
+async def _wait_all_healthy(session: Any, base_url: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        async with session.get(base_url + "/health") as resp:
+            health = await resp.json()
+        if health.get("workers") and health.get("healthy_workers") == health.get("workers"):
+            return
+        if time.monotonic() > deadline:
+            raise LaunchError(f"not every worker became healthy: {health}")
+        await asyncio.sleep(0.1)
+
+
+async def _measure(session: Any, base_url: str, model: str, case: Case,
+                   repeat: int) -> CaseResult:
+    body = case.body(model)
+    statuses: list[int] = []
+    request_s: list[float] = []
+    stall_ms: list[float] = []
+    for _ in range(repeat):
+        probes: list[tuple[float, float]] = []      # (sent, answered), perf_counter seconds
+        stop = asyncio.Event()
+        prober = asyncio.create_task(_probe(session, base_url, stop, probes))
+        await asyncio.sleep(5 * PROBE_INTERVAL_S)
+        sent = time.perf_counter()
+        async with session.post(base_url + case.path, data=body,
+                                headers=JSON_HEADERS) as resp:
+            await resp.read()
+            statuses.append(resp.status)
+        answered = time.perf_counter()
+        await asyncio.sleep(5 * PROBE_INTERVAL_S)
+        stop.set()
+        await prober
+        overlapping = [end - start for start, end in probes if start < answered and end > sent]
+        request_s.append(answered - sent)
+        stall_ms.append(max(overlapping, default=0.0) * 1e3)
+    return CaseResult(case.key, case.name, len(body), statuses, request_s, stall_ms)
+
+
+async def _probe(session: Any, base_url: str, stop: asyncio.Event,
+                 probes: list[tuple[float, float]]) -> None:
+    while not stop.is_set():
+        started = time.perf_counter()
+        async with session.get(base_url + "/health") as resp:
+            await resp.read()
+        probes.append((started, time.perf_counter()))
+        await asyncio.sleep(PROBE_INTERVAL_S)
+
+
+def markdown(results: Sequence[CaseResult]) -> str:
+    lines = ["| case | body | status | request s (median) | loop stall ms (median / max) |",
+             "|---|--:|---|--:|--:|"]
+    for r in results:
+        statuses = ", ".join(str(s) for s in sorted(set(r.statuses)))
+        lines.append(f"| {r.name} | {_size(r.body_bytes)} | {statuses} | "
+                     f"{statistics.median(r.request_s):.3f} | "
+                     f"{r.stall_median_ms:.0f} / {max(r.stall_ms):.0f} |")
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n / 2**10:.0f} kB" if n >= 2**10 \
+        else f"{n} B"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.loop_stall", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
