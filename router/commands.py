@@ -106,8 +106,10 @@ def _load(args: argparse.Namespace) -> Any:
 
 def _serve(args: argparse.Namespace) -> int:
     from router.app import run_router
+    from router.fd_limit import raise_open_file_limit
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
+    raise_open_file_limit()
     fleet = _load(args)
     if fleet is None:
         return 2
@@ -124,9 +126,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     from router.app import run_router
+    from router.fd_limit import raise_open_file_limit
     from workers.emulator.process import EmulatorFleet, EmulatorStartError
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
+    raise_open_file_limit()     # before the emulated workers start: they inherit it
     fleet = _load(args)
     settings = _settings(args)
     if fleet is None or settings is None:
