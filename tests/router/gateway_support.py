@@ -4,6 +4,9 @@ the handle of a running router (fixtures live in ``conftest.py``)."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,3 +79,19 @@ class RouterHandle:
 
 
 RouterFactory = Callable[..., Awaitable[RouterHandle]]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """Poll ``url``/health until it answers 200; fail if ``proc`` (a ``kvroute up``) exits
+    first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "kvroute up exited early"
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("router never became healthy")

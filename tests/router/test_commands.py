@@ -9,15 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import openai
 import pytest
 import yaml
 
-from tests.router.gateway_support import FAST, MODEL, REPO_ROOT, fleet_data
+from tests.router.gateway_support import FAST, MODEL, REPO_ROOT, fleet_data, wait_healthy
 from workers.emulator.process import free_port
 
 pytestmark = pytest.mark.integration
@@ -26,20 +24,6 @@ pytestmark = pytest.mark.integration
 def _listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "kvroute up exited early"
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("router never became healthy")
 
 
 def _children(pid: int) -> list[int]:
@@ -80,7 +64,7 @@ def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path, layout: str,
          "--emulator-processes", layout],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30.0)
+        wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30.0)
         assert len(_children(proc.pid)) == emulators     # the router runs in kvroute up itself
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
         reply = client.chat.completions.create(

@@ -10,8 +10,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +18,7 @@ import pytest
 import yaml
 
 from router.fd_limit import raise_open_file_limit
-from tests.router.gateway_support import FAST, MODEL, REPO_ROOT, fleet_data
+from tests.router.gateway_support import FAST, MODEL, REPO_ROOT, fleet_data, wait_healthy
 from workers.emulator.process import free_port
 
 
@@ -81,7 +79,7 @@ def test_kvroute_up_started_with_a_low_limit_serves_more_streams_than_it(
         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}", proc)
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
         assert _limits(proc.pid) > 256
         statuses = asyncio.run(_streams(f"http://127.0.0.1:{port}/v1/chat/completions", 300))
     finally:
@@ -92,20 +90,6 @@ def test_kvroute_up_started_with_a_low_limit_serves_more_streams_than_it(
             proc.kill()
             proc.wait()
     assert statuses == collections.Counter({200: 300})
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "kvroute up exited early"
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1.0) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("kvroute up never became healthy")
 
 
 async def _streams(url: str, count: int) -> collections.Counter[object]:
