@@ -6,6 +6,7 @@ closes what they opened.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, TextIO
@@ -40,6 +41,7 @@ def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str]
 
     def close() -> None:
         if stream is not None and stream is not sys.stdout:
-            stream.close()
+            with contextlib.suppress(OSError):     # what could not be written is lost
+                stream.close()
 
     return sinks, close

@@ -82,6 +82,7 @@ class Director:
         self._header = settings.request_id_header
         self._urls: dict[tuple[str, str], URL] = {}
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
+        self._sink_failures: dict[int, int] = {}     # id(sink) -> failures so far
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         request_id = self._ids.claim(request.headers.get(self._header))
@@ -146,8 +147,18 @@ class Director:
             attempt=attempt, duration_s=seconds, num_prompt_tokens=routing.num_prompt_tokens,
             semantic_class=routing.semantic_class))
         for sink in self._sinks:
-            sink.on_decision(routing, decision, attempt, seconds)
+            try:
+                sink.on_decision(routing, decision, attempt, seconds)
+            except Exception:      # observability never fails a request (a full disk, ...)
+                self._sink_failed(sink)
         return decision
+
+    def _sink_failed(self, sink: DecisionSink) -> None:
+        """Log a decision sink's failure: the first, then one in every 1,000."""
+        failures = self._sink_failures[id(sink)] = self._sink_failures.get(id(sink), 0) + 1
+        if failures % 1000 == 1:
+            log.exception("decision sink %s failed (%d time(s) so far); the request goes on",
+                          type(sink).__name__, failures)
 
     def _gpu_of(self, worker_id: str | None) -> str:
         return self._registry.info(worker_id).gpu.name if worker_id is not None else ""

@@ -64,6 +64,8 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     if len(model) > MAX_MODEL_CHARS:
         raise InvalidRequest(f"model: must be at most {MAX_MODEL_CHARS} characters, got "
                              f"{len(model)}.", param="model")
+    if not model.isprintable():     # no served name has control characters or lone surrogates
+        raise InvalidRequest("model: must be printable text.", param="model")
     messages = None
     prompt = None
     if path == CHAT_PATH:
@@ -91,11 +93,12 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
 def tenant_of(headers: Mapping[str, str]) -> str | None:
     """``x-tenant`` if given, else a short digest of the API key (never the key itself)."""
     tenant = headers.get("x-tenant")
-    if tenant:
-        return tenant
+    if tenant:     # bytes that are not UTF-8 (kept by aiohttp as escapes) become U+FFFD
+        return tenant.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     auth = headers.get("authorization", "")
     if auth.lower().startswith("bearer ") and len(auth) > 7:
-        return "key-" + hashlib.sha256(auth[7:].encode()).hexdigest()[:8]
+        # the key as the client sent it (aiohttp keeps bytes that are not UTF-8 as escapes)
+        return "key-" + hashlib.sha256(auth[7:].encode("utf-8", "surrogateescape")).hexdigest()[:8]
     return None
 
 

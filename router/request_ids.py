@@ -6,7 +6,7 @@ incumbents, the latency predictions awaiting their outcome) and travels to the w
 ``X-Request-Id``, which vLLM uses as its own request id and refuses while a request with the
 same id is running. Clients may send the same id twice at once (a retry that does not wait,
 a fixed id in a script): the second gets the first's id with a suffix, which the response's
-``x-request-id`` then reports.
+``x-request-id`` then reports. An id that is not printable text is replaced by a new one.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ class RequestIds:
 
     def claim(self, given: str | None) -> str:
         """``given`` when no request in flight has it, else ``given`` with a suffix; a new
-        id when ``given`` is None or empty."""
-        request_id = given or self._generated()
+        id when ``given`` is None, empty or not printable text (control characters, bytes
+        that are not UTF-8: it is echoed in a header, logged and sent on)."""
+        request_id = given if given and given.isprintable() else self._generated()
         if request_id in self._in_flight:
             request_id = f"{request_id}-{self._generated()}"
         self._in_flight.add(request_id)

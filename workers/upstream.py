@@ -470,4 +470,6 @@ def encode_request(url: URL, body: bytes | None, headers: Mapping[str, str],
         lines.append(f"{name}: {value}")
     if body is not None:
         lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + (body or b"")
+    # surrogateescape: a header's bytes that are not UTF-8 (aiohttp decoded them with it) go
+    # out as they came in
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + (body or b"")

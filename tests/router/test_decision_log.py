@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from policies.base import CandidateScore, Decision, RoutingRequest
@@ -21,6 +22,8 @@ from router.decision_sinks import open_decision_sinks
 from router.metrics import RouterMetrics
 from router.prefix_ceiling import PrefixCeiling
 from router.prefix_choice import PrefixChoice
+from tests.router.gateway_support import MODEL, RouterFactory, subset
+from workers.fleet import FleetConfig
 
 
 def _decision(request_id: str = "req-1") -> Decision:
@@ -103,3 +106,21 @@ def test_without_a_path_only_the_prefix_sinks_run() -> None:
     sinks, close = open_decision_sinks(RouterMetrics(), {"KVROUTE_DECISION_LOG_SAMPLE": "0.5"})
     assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice]
     close()
+
+
+@pytest.mark.integration
+async def test_a_log_that_cannot_be_written_never_fails_a_request(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The decision log on a full disk (``/dev/full``: every write fails with ENOSPC): the
+    requests are served, the failure is logged once."""
+    monkeypatch.setenv("KVROUTE_DECISION_LOG", "/dev/full")
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]))
+    body = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            async with session.post(router.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+    failures = [r for r in caplog.records if "decision sink DecisionLogWriter failed" in
+                r.getMessage()]
+    assert len(failures) == 1

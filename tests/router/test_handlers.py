@@ -201,6 +201,25 @@ async def test_a_lone_surrogate_is_routed_and_the_worker_answers(
     assert routed == direct
 
 
+async def test_header_bytes_that_are_not_utf8_are_served(router: RouterHandle) -> None:
+    """A request id and an API key with bytes that are not UTF-8 (HTTP allows them): served;
+    the id, which the answer echoes and the logs keep, is replaced by a generated one."""
+    body = orjson.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 2})
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: kvroute\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+                 b"x-request-id: id-\xff\xfe\r\nAuthorization: Bearer k\xff\r\n"
+                 b"Connection: close\r\n\r\n%s" % (len(body), body))
+    answer = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    head = answer.partition(b"\r\n\r\n")[0]
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 200 OK", answer[:300]
+    [echoed] = [line for line in lines if line.lower().startswith(b"x-request-id:")]
+    assert b"\xff" not in echoed and echoed.split(b": ", 1)[1]
+
+
 async def test_negative_max_tokens_is_400(router: RouterHandle) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]

@@ -11,17 +11,18 @@ from router.errors import InvalidRequest
 from router.protocol import (
     CHAT_PATH,
     COMPLETIONS_PATH,
+    ParsedRequest,
     parse_request,
     tenant_of,
     upstream_body,
 )
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+CHAT: dict[str, object] = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
 
 
 def parse(body: bytes | dict[str, object], path: str = CHAT_PATH,
-          headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+          headers: dict[str, str] | None = None) -> ParsedRequest:
     raw = body if isinstance(body, bytes) else orjson.dumps(body)
     return parse_request(raw, path, "req-1", headers or {}, 12.5)
 
@@ -57,6 +58,7 @@ def test_completion_prompts_accepted(prompt: object) -> None:
     ({"model": 3, "messages": []}, CHAT_PATH, "You must provide a model parameter", "model"),
     ({**CHAT, "model": "m" * 1025}, CHAT_PATH,
      "model: must be at most 1024 characters, got 1025.", "model"),
+    ({**CHAT, "model": "m\tx"}, CHAT_PATH, "model: must be printable text.", "model"),
     ({"model": MODEL}, CHAT_PATH, "Missing required parameter: 'messages'.", "messages"),
     ({"model": MODEL, "messages": "hi"}, CHAT_PATH, "messages: must be a non-empty array.",
      "messages"),
@@ -76,7 +78,7 @@ def test_completion_prompts_accepted(prompt: object) -> None:
      "prompt"),
     ({"model": MODEL, "prompt": []}, COMPLETIONS_PATH, "prompt: must be a string", "prompt"),
 ], ids=["empty", "malformed", "non-utf8", "array body", "no model", "model not string",
-        "model too long",
+        "model too long", "model not printable",
         "no messages", "messages not list", "message without role", "bad content",
         "negative max_tokens", "max_tokens string", "max_tokens bool", "stream not bool",
         "include_usage not bool", "no prompt", "mixed prompt", "empty prompt"])
@@ -141,3 +143,16 @@ def test_an_escaped_lone_surrogate_is_valid_json_and_kept() -> None:
 def test_what_no_json_parser_takes_is_still_refused() -> None:
     with pytest.raises(InvalidRequest, match="Request body is not valid JSON"):
         parse(b'{"model": "m", "messages": [}')
+
+
+def test_a_model_with_a_lone_surrogate_is_refused_by_name() -> None:
+    raw = b'{"model": "m\\ud800", "messages": [{"role": "user", "content": "hi"}]}'
+    with pytest.raises(InvalidRequest, match="model: must be printable text"):
+        parse(raw)
+
+
+def test_tenant_bytes_that_are_not_utf8_become_replacement_characters() -> None:
+    received = b"t\xc3\xa9nant\xff".decode("utf-8", "surrogateescape")   # as aiohttp has it
+    assert parse(CHAT, headers={"x-tenant": received}).routing.tenant == "t\u00e9nant\ufffd"
+    key = "Bearer k\xff".encode("latin-1").decode("utf-8", "surrogateescape")
+    assert str(parse(CHAT, headers={"authorization": key}).routing.tenant).startswith("key-")

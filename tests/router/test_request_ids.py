@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from router.request_ids import RequestIds
 
 
@@ -40,3 +42,11 @@ def test_releasing_an_unknown_id_is_harmless() -> None:
     ids = RequestIds()
     ids.release("never-claimed")
     assert len(ids) == 0
+
+
+@pytest.mark.parametrize("given", ["id\udcff\udcfe", "tab\there", "nul\x00", "line\nbreak"],
+                         ids=["bytes not utf-8", "tab", "nul", "newline"])
+def test_an_id_that_is_not_printable_text_is_replaced(given: str) -> None:
+    ids = RequestIds(prefix="r")
+    assert ids.claim(given) == "r-1"
+    assert ids.claim("caf\u00e9") == "caf\u00e9"         # any printable text is kept

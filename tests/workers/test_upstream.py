@@ -434,6 +434,17 @@ def test_request_heads() -> None:
         b"GET /metrics HTTP/1.1\r\nHost: worker\r\n\r\n")
 
 
+def test_header_bytes_that_are_not_utf8_go_out_as_they_came_in() -> None:
+    """aiohttp hands a client's header bytes that are not UTF-8 over as surrogate escapes;
+    the hop to the worker writes those bytes again, unchanged."""
+    received = b"Bearer k\xff\xfe"
+    value = received.decode("utf-8", "surrogateescape")
+    head = encode_request(URL("http://worker/v1/completions"), b"{}",
+                          {"Authorization": value, "X-Tenant": "t\u00e9"})
+    assert b"\r\nAuthorization: Bearer k\xff\xfe\r\n" in head
+    assert b"\r\nX-Tenant: t\xc3\xa9\r\n" in head
+
+
 async def test_gets_share_the_keep_alive_pool(client: UpstreamClient) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       n: int) -> None:
