@@ -188,7 +188,8 @@ class ProductionStackPrefixScorer:
 
 
 def _ring_point(key: str) -> int:
-    return int.from_bytes(hashlib.md5(key.encode()).digest()[:8], "big")
+    # surrogatepass: a session id with bytes that are not UTF-8 (or a lone surrogate) hashes too
+    return int.from_bytes(hashlib.md5(key.encode("utf-8", "surrogatepass")).digest()[:8], "big")
 
 
 class ProductionStackSessionScorer:

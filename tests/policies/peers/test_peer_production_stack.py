@@ -55,6 +55,14 @@ def test_session_hash_is_stable_and_no_key_goes_to_lowest_qps() -> None:
     assert scorer.choose(make_request(at=2.0), views) == "w2"
 
 
+def test_a_session_id_with_bytes_that_are_not_utf8_hashes_too() -> None:
+    scorer = ProductionStackSessionScorer()
+    views = [make_view("w0"), make_view("w1"), make_view("w2")]
+    odd = b"user-\xff".decode("utf-8", "surrogateescape")     # as aiohttp has the header
+    picks = {scorer.choose(make_request(session=odd), views) for _ in range(3)}
+    assert len(picks) == 1 and picks <= {"w0", "w1", "w2"}
+
+
 def test_token_only_prompts_are_chunked_in_quarter_chunks_of_tokens() -> None:
     trie = HashTrie(chunk_size=8)              # 2 tokens per chunk
     trie.insert([1, 2, 3, 4, 5], "x")
