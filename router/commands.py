@@ -104,12 +104,18 @@ def _load(args: argparse.Namespace) -> Any:
     return fleet
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from router.app import run_router
+def _start_process(args: argparse.Namespace) -> None:
+    """Logging at ``--log-level``, and the open-file limit raised before anything starts
+    (the emulated workers of ``up`` and the replicas of ``serve`` inherit it)."""
     from router.fd_limit import raise_open_file_limit
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
                         "%(message)s")
     raise_open_file_limit()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from router.app import run_router
+    _start_process(args)
     fleet = _load(args)
     if fleet is None:
         return 2
@@ -126,11 +132,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     from router.app import run_router
-    from router.fd_limit import raise_open_file_limit
     from workers.emulator.process import EmulatorFleet, EmulatorStartError
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
-                        "%(message)s")
-    raise_open_file_limit()     # before the emulated workers start: they inherit it
+    _start_process(args)
     fleet = _load(args)
     settings = _settings(args)
     if fleet is None or settings is None:

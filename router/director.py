@@ -82,7 +82,7 @@ class Director:
         self._header = settings.request_id_header
         self._urls: dict[tuple[str, str], URL] = {}
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
-        self._sink_failures: dict[int, int] = {}     # id(sink) -> failures so far
+        self._sink_failures: dict[DecisionSink, int] = {}     # failures so far, by sink
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         request_id = self._ids.claim(request.headers.get(self._header))
@@ -155,7 +155,7 @@ class Director:
 
     def _sink_failed(self, sink: DecisionSink) -> None:
         """Log a decision sink's failure: the first, then one in every 1,000."""
-        failures = self._sink_failures[id(sink)] = self._sink_failures.get(id(sink), 0) + 1
+        failures = self._sink_failures[sink] = self._sink_failures.get(sink, 0) + 1
         if failures % 1000 == 1:
             log.exception("decision sink %s failed (%d time(s) so far); the request goes on",
                           type(sink).__name__, failures)

@@ -106,7 +106,8 @@ class _FoldedLabelsCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         folded = CounterMetricFamily(
             "kvroute_label_values_folded", "Requests counted under the label value (other): "
-            "the label's bounded set of values was full, or the value too long.",
+            "the label's bounded set of values was full, or the value was too long or not "
+            "printable.",
             labels=["label"])
         for bounded in self._labels:
             folded.add_metric([bounded.name], float(bounded.folded))
