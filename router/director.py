@@ -1,9 +1,9 @@
 """Per-request orchestration: parse → produce → decide → reserve → proxy → complete.
 
-One uniform, awaited path for every generation request. Producers (tokenizing, hashing,
-classifying) run before the decision, in a thread when a producer says its input is long
-(``policies.producers.runner``); the decision itself is
-pure and synchronous. A connect error or 5xx before the first byte is retried on another
+One uniform, awaited path for every generation and embeddings request. Producers
+(tokenizing, hashing, classifying) run before the decision, in a thread when a producer says
+its input is long (``policies.producers.runner``); the decision itself is pure and
+synchronous. A connect error or 5xx before the first byte is retried on another
 worker, excluding the ones already tried, at most ``Settings.max_retries`` times.
 """
 
@@ -26,13 +26,14 @@ from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
 from router.errors import (
     ContextLengthExceeded,
+    InvalidRequest,
     ModelNotFound,
     NoWorkerAvailable,
     RouterError,
     UpstreamError,
 )
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
-from router.protocol import ParsedRequest, parse_request, upstream_body
+from router.protocol import RUNNER_OF_PATH, ParsedRequest, parse_request, upstream_body
 from router.proxy import Proxy, ProxyResult, RetryableUpstream
 from router.request_ids import RequestIds
 from router.settings import Settings
@@ -96,6 +97,7 @@ class Director:
         arrival = self._clock()
         body = await request.read()
         parsed = parse_request(body, path, request_id, request.headers, arrival)
+        self._check_runner(parsed.routing)
         engine = self._policy()
         views = self._registry.views(arrival)
         if engine.producers and await self._produce(engine, parsed.routing, views):
@@ -122,6 +124,22 @@ class Director:
         assert last_failure is not None
         raise UpstreamError(f"No worker could serve the request after {len(tried)} attempt(s); "
                             f"last error: {last_failure}")
+
+    def _check_runner(self, routing: RoutingRequest) -> None:
+        """A request for a model the fleet runs for something else is the client's mistake
+        (vLLM has no such route for it: a bare 404); say so, and which path serves it."""
+        runners = self._registry.runners_of(routing.model)
+        needed = RUNNER_OF_PATH[routing.path]
+        if not runners or needed in runners:
+            return
+        if needed == "pooling":
+            raise InvalidRequest(
+                f"The model `{routing.model}` does not serve embeddings: the fleet runs it for "
+                "generation (runner: generate). Use /v1/chat/completions or /v1/completions, "
+                "or declare it with `runner: pooling` in the fleet file.", param="model")
+        raise InvalidRequest(
+            f"The model `{routing.model}` serves embeddings only (runner: pooling): use "
+            "/v1/embeddings.", param="model")
 
     async def _produce(self, engine: PolicyEngine, routing: RoutingRequest,
                        views: Sequence[WorkerView]) -> bool:

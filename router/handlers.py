@@ -1,7 +1,8 @@
 """HTTP handlers: thin wrappers that hand generation requests to the director.
 
-``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``,
-``GET /metrics``, ``GET /debug/decisions``, ``GET /debug/fleet``.
+``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
+``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``GET /debug/decisions``,
+``GET /debug/fleet``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from router.errors import InvalidRequest
 from router.keys import DECISIONS, DIRECTOR, KV_EVENTS, METRICS, REGISTRY, STORE
-from router.protocol import CHAT_PATH, COMPLETIONS_PATH
+from router.protocol import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH
 from workers.models import WorkerView
 
 
@@ -32,6 +33,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     return await request.app[DIRECTOR].handle(request, COMPLETIONS_PATH)
+
+
+async def embeddings(request: web.Request) -> web.StreamResponse:
+    return await request.app[DIRECTOR].handle(request, EMBEDDINGS_PATH)
 
 
 def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
@@ -108,6 +113,7 @@ async def debug_fleet(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_post(CHAT_PATH, chat_completions)
     app.router.add_post(COMPLETIONS_PATH, completions)
+    app.router.add_post(EMBEDDINGS_PATH, embeddings)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

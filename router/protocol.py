@@ -1,8 +1,9 @@
 """OpenAI request bodies → ``RoutingRequest``: one orjson parse and strict, cheap validation.
 
-Only the fields the router needs are checked (model, messages/prompt, max_tokens, stream,
-stream_options, user); everything else travels to the worker untouched. Errors name the
-field the way OpenAI does (``param``) so clients can show them.
+Only the fields the router needs are checked (model, messages/prompt/input, max_tokens,
+stream, stream_options, user); everything else travels to the worker untouched. Errors name
+the field the way OpenAI does (``param``) so clients can show them. An embeddings request is
+routed as one prefill with a single output step (``max_tokens`` 1), never streamed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from router.errors import InvalidRequest
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+EMBEDDINGS_PATH = "/v1/embeddings"
+# what each path needs its model to run as (vLLM's --runner)
+RUNNER_OF_PATH = {CHAT_PATH: "generate", COMPLETIONS_PATH: "generate",
+                  EMBEDDINGS_PATH: "pooling"}
 # longer than any served model name or adapter; the recent-decisions ring keeps the requested
 # name, so a longer one (up to the body limit) is refused rather than held
 MAX_MODEL_CHARS = 1024
@@ -68,17 +73,22 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         raise InvalidRequest("model: must be printable text.", param="model")
     messages = None
     prompt = None
-    if path == CHAT_PATH:
-        messages = _check_messages(data.get("messages"))
+    if path == EMBEDDINGS_PATH:       # one prefill, no decode, never streamed
+        messages, prompt = _check_embedding_input(data)
+        max_tokens: int | None = 1
+        stream, wants_usage = False, False
     else:
-        prompt = _check_prompt(data.get("prompt"))
-    max_tokens = _check_max_tokens(data)
-    stream = data.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise InvalidRequest("stream: must be a boolean.", param="stream")
-    wants_usage = _check_stream_options(data.get("stream_options"))
+        if path == CHAT_PATH:
+            messages = _check_messages(data.get("messages"))
+        else:
+            prompt = _check_prompt(data.get("prompt"))
+        max_tokens = _check_max_tokens(data)
+        stream = data.get("stream", False)
+        if stream is None:
+            stream = False
+        if not isinstance(stream, bool):
+            raise InvalidRequest("stream: must be a boolean.", param="stream")
+        wants_usage = _check_stream_options(data.get("stream_options"))
     user = data.get("user")
     if user is not None and not isinstance(user, str):
         raise InvalidRequest("user: must be a string.", param="user")
@@ -102,21 +112,21 @@ def tenant_of(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-def _check_messages(messages: Any) -> list[Mapping[str, Any]]:
+def _check_messages(messages: Any, name: str = "messages") -> list[Mapping[str, Any]]:
     if messages is None:
-        raise InvalidRequest("Missing required parameter: 'messages'.", param="messages")
+        raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
     if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("messages: must be a non-empty array.", param="messages")
+        raise InvalidRequest(f"{name}: must be a non-empty array.", param=name)
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            raise InvalidRequest(f"messages[{i}]: must be an object.", param=f"messages[{i}]")
+            raise InvalidRequest(f"{name}[{i}]: must be an object.", param=f"{name}[{i}]")
         if not isinstance(message.get("role"), str):
-            raise InvalidRequest(f"messages[{i}].role: required, a string.",
-                                 param=f"messages[{i}].role")
+            raise InvalidRequest(f"{name}[{i}].role: required, a string.",
+                                 param=f"{name}[{i}].role")
         content = message.get("content")
         if content is not None and not isinstance(content, (str, list)):
-            raise InvalidRequest(f"messages[{i}].content: must be a string or an array.",
-                                 param=f"messages[{i}].content")
+            raise InvalidRequest(f"{name}[{i}].content: must be a string or an array.",
+                                 param=f"{name}[{i}].content")
     return messages
 
 
@@ -132,6 +142,32 @@ def _check_prompt(prompt: Any) -> Any:
             return prompt
     raise InvalidRequest("prompt: must be a string, an array of strings, an array of token ids "
                          "or an array of arrays of token ids.", param="prompt")
+
+
+def _check_embedding_input(data: Mapping[str, Any]
+                           ) -> tuple[list[Mapping[str, Any]] | None, Any]:
+    """(messages, prompt) of an embeddings request, as vLLM takes them: ``input`` a string,
+    strings, token ids or lists of them, or chat messages (one conversation or several; also
+    under ``messages``). Several conversations are routed as their messages in one list."""
+    raw = data.get("messages")
+    param = "messages"
+    if raw is None:
+        raw, param = data.get("input"), "input"
+    if raw is None:
+        raise InvalidRequest("Missing required parameter: 'input'.", param="input")
+    if isinstance(raw, list) and raw and all(isinstance(m, dict) for m in raw):
+        return _check_messages(raw, param), None
+    if (isinstance(raw, list) and raw
+            and all(isinstance(c, list) and c and all(isinstance(m, dict) for m in c)
+                    for c in raw)):
+        return _check_messages([m for conversation in raw for m in conversation], param), None
+    if param == "input":
+        try:
+            return None, _check_prompt(raw)
+        except InvalidRequest:
+            pass
+    raise InvalidRequest(f"{param}: must be a string, an array of strings, an array of token "
+                         "ids, an array of arrays of token ids, or chat messages.", param=param)
 
 
 def _check_max_tokens(data: Mapping[str, Any]) -> int | None:

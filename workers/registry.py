@@ -61,6 +61,11 @@ class WorkerRegistry:
         return [build_view(info, snapshots.get(info.id), inflight.get(info.id), now)
                 for info in self._infos]
 
+    def runners_of(self, model: str) -> set[str]:
+        """What the fleet file declares the workers serving ``model`` run it as
+        (``generate``, ``pooling``); empty when no worker is declared with that name."""
+        return {info.model_spec.runner for info in self._infos if model in info.models}
+
     def known_models(self) -> set[str]:
         """Every model name some worker of the fleet serves or has served (incl. adapters)."""
         models: set[str] = set()

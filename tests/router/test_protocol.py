@@ -11,6 +11,7 @@ from router.errors import InvalidRequest
 from router.protocol import (
     CHAT_PATH,
     COMPLETIONS_PATH,
+    EMBEDDINGS_PATH,
     ParsedRequest,
     parse_request,
     tenant_of,
@@ -156,3 +157,39 @@ def test_tenant_bytes_that_are_not_utf8_become_replacement_characters() -> None:
     assert parse(CHAT, headers={"x-tenant": received}).routing.tenant == "t\u00e9nant\ufffd"
     key = "Bearer k\xff".encode("latin-1").decode("utf-8", "surrogateescape")
     assert str(parse(CHAT, headers={"authorization": key}).routing.tenant).startswith("key-")
+
+
+@pytest.mark.parametrize(("body", "messages", "prompt"), [
+    ({"input": "hello"}, None, "hello"),
+    ({"input": ["a", "b"]}, None, ["a", "b"]),
+    ({"input": [1, 2, 3]}, None, [1, 2, 3]),
+    ({"input": [[1, 2], [3]]}, None, [[1, 2], [3]]),
+    ({"input": [{"role": "user", "content": "hi"}]}, [{"role": "user", "content": "hi"}], None),
+    ({"messages": [{"role": "user", "content": "hi"}]}, [{"role": "user", "content": "hi"}],
+     None),
+    ({"input": [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]},
+     [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], None),
+])
+def test_embeddings_inputs_are_routed_as_one_prefill(body: dict[str, object],
+                                                     messages: object, prompt: object) -> None:
+    parsed = parse({"model": MODEL, "stream": True, "max_tokens": 99, **body}, EMBEDDINGS_PATH)
+    r = parsed.routing
+    assert (r.path, r.messages, r.prompt) == (EMBEDDINGS_PATH, messages, prompt)
+    assert (r.max_tokens, r.stream, parsed.wants_usage) == (1, False, False)
+    raw = orjson.dumps({"model": MODEL, **body})
+    assert upstream_body(parse(raw, EMBEDDINGS_PATH), raw, MODEL) is raw
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({}, "input"),
+    ({"input": None}, "input"),
+    ({"input": []}, "input"),
+    ({"input": {"text": "x"}}, "input"),
+    ({"input": [1, "a"]}, "input"),
+    ({"messages": "hi"}, "messages"),
+    ({"input": [{"content": "no role"}]}, "input[0].role"),
+])
+def test_embeddings_inputs_refused_by_name(body: dict[str, object], param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        parse({"model": MODEL, **body}, EMBEDDINGS_PATH)
+    assert info.value.param == param

@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from workers.emulator.config import EmulatorConfig, EmulatorConfigError, parse_faults
+from workers.emulator.embeddings import embeddings
 from workers.emulator.errors import ApiError, bad_request
 from workers.emulator.generation import chat_completions, completions
 from workers.emulator.kv_events import KvEventPublisher
@@ -67,8 +68,12 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer | None = None) -> we
             await publisher.close()
 
     app.cleanup_ctx.append(lifetime)
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/v1/completions", completions)
+    # as vLLM: a model's routes are those of what it runs (others are a plain 404 Not Found)
+    if config.model.runner == "pooling":
+        app.router.add_post("/v1/embeddings", embeddings)
+    else:
+        app.router.add_post("/v1/chat/completions", chat_completions)
+        app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)

@@ -83,9 +83,15 @@ BUILTIN_GPUS: Mapping[str, GpuProfile] = {
 }
 
 
+RUNNERS = ("generate", "pooling")
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """A dense decoder-only transformer (Llama family), enough to cost a forward pass."""
+    """A dense transformer (Llama family), enough to cost a forward pass.
+
+    ``runner`` is what vLLM serves it as (its ``--runner``): ``generate`` (chat and
+    completions) or ``pooling`` (embeddings; the vector has ``hidden`` dimensions)."""
 
     name: str
     layers: int
@@ -97,6 +103,12 @@ class ModelSpec:
     vocab: int
     max_model_len: int = 8192
     dtype_bytes: int = 2
+    runner: str = "generate"
+
+    def __post_init__(self) -> None:
+        if self.runner not in RUNNERS:
+            raise ValueError(f"model {self.name!r}: runner must be one of "
+                             f"{', '.join(RUNNERS)}, got {self.runner!r}")
 
     @property
     def linear_params_per_layer(self) -> int:
@@ -127,10 +139,20 @@ LLAMA_3_8B = ModelSpec(name="llama-3-8b", layers=32, hidden=4096, heads=32, kv_h
                        head_dim=128, ffn=14336, vocab=128256, max_model_len=8192)
 LLAMA_3_70B = ModelSpec(name="llama-3-70b", layers=80, hidden=8192, heads=64, kv_heads=8,
                         head_dim=128, ffn=28672, vocab=128256, max_model_len=8192)
+# embedding models (vLLM ``--runner pooling``): a decoder (last-token pooling) and an encoder,
+# costed as the same stack of layers
+QWEN3_EMBEDDING_06B = ModelSpec(name="qwen3-embedding-0.6b", layers=28, hidden=1024, heads=16,
+                                kv_heads=8, head_dim=128, ffn=3072, vocab=151669,
+                                max_model_len=32768, runner="pooling")
+ALL_MINILM_L6_V2 = ModelSpec(name="all-minilm-l6-v2", layers=6, hidden=384, heads=12,
+                             kv_heads=12, head_dim=32, ffn=1536, vocab=30522, max_model_len=512,
+                             runner="pooling")
 
 BUILTIN_MODELS: Mapping[str, ModelSpec] = {
     "llama-3-8b": LLAMA_3_8B,
     "llama-3.1-8b": replace(LLAMA_3_8B, name="llama-3.1-8b", max_model_len=131072),
     "llama-3-70b": LLAMA_3_70B,
     "llama-3.1-70b": replace(LLAMA_3_70B, name="llama-3.1-70b", max_model_len=131072),
+    "qwen3-embedding-0.6b": QWEN3_EMBEDDING_06B,
+    "all-minilm-l6-v2": ALL_MINILM_L6_V2,
 }

@@ -1,0 +1,110 @@
+"""``POST /v1/embeddings`` through the router: a fleet of one generative and two pooling
+(embedding) workers, emulated in their own process, and the official ``openai`` client."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+import yaml
+
+from tests.router.gateway_support import MODEL, RouterFactory
+from workers.emulator.process import EmulatorFleet, free_port
+from workers.fleet import FleetConfig, load_fleet
+
+pytestmark = pytest.mark.integration
+EMBEDDER = "Qwen/Qwen3-Embedding-0.6B"
+POOLING_WORKERS = {"embed-h100", "embed-l40s"}
+FAST = {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 8}}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    path: Path = tmp_path_factory.mktemp("embeddings") / "fleet.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192},
+                   EMBEDDER: {"arch": "qwen3-embedding-0.6b", "max_model_len": 512}},
+        "workers": [
+            {"id": "gen-h100", "gpu": "h100", "models": [MODEL],
+             "emulate": {**FAST, "port": free_port()}},
+            {"id": "embed-h100", "gpu": "h100", "models": [EMBEDDER],
+             "emulate": {**FAST, "port": free_port()}},
+            {"id": "embed-l40s", "gpu": "l40s", "models": [EMBEDDER],
+             "emulate": {**FAST, "port": free_port()}},
+        ]}))
+    loaded = load_fleet(path)
+    with EmulatorFleet(loaded, one_process=True):
+        yield loaded
+
+
+async def test_the_openai_client_gets_embeddings_from_a_pooling_worker(
+        fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(fleet)
+    client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+    raw = await client.embeddings.with_raw_response.create(   # the SDK asks for base64
+        model=EMBEDDER, input=["where is my order", "reset my password"])
+    answer = raw.parse()
+    assert raw.headers["x-kvroute-worker"] in POOLING_WORKERS
+    assert raw.headers["x-kvroute-reason"]
+    assert [item.index for item in answer.data] == [0, 1]
+    for item in answer.data:
+        assert len(item.embedding) == 1024
+        assert math.isclose(sum(x * x for x in item.embedding), 1.0, rel_tol=1e-3)
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens > 4
+    floats = await client.embeddings.create(model=EMBEDDER, input="where is my order",
+                                            encoding_format="float", dimensions=16)
+    assert floats.data[0].embedding == pytest.approx(
+        [x / math.sqrt(sum(y * y for y in answer.data[0].embedding[:16]))
+         for x in answer.data[0].embedding[:16]], abs=1e-5)
+    worker = raw.headers["x-kvroute-worker"]
+    gpu = "H100-80GB" if worker == "embed-h100" else "L40S-48GB"
+    assert router.metric("kvroute_requests_total", model=EMBEDDER, worker=worker, gpu=gpu,
+                         profile="default", status="200") >= 1
+    assert router.metric("kvroute_prompt_tokens_total", worker=worker, gpu=gpu) >= 5
+    await client.close()
+
+
+async def test_concurrent_embeddings_spread_over_the_pooling_workers_only(
+        fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(fleet)
+    text = "a longer passage to embed, " * 30
+
+    async def one(session: aiohttp.ClientSession, i: int) -> tuple[int, str]:
+        async with session.post(f"{router.url}/v1/embeddings",
+                                json={"model": EMBEDDER, "input": f"{i} {text}"}) as resp:
+            await resp.read()
+            return resp.status, resp.headers["x-kvroute-worker"]
+
+    async with aiohttp.ClientSession() as session:
+        answers = await asyncio.gather(*(one(session, i) for i in range(24)))
+    assert {status for status, _ in answers} == {200}
+    assert {worker for _, worker in answers} <= POOLING_WORKERS
+
+
+@pytest.mark.parametrize(("path", "body", "message"), [
+    ("/v1/embeddings", {"model": MODEL, "input": "x"}, "does not serve embeddings"),
+    ("/v1/chat/completions", {"model": EMBEDDER, "messages": [{"role": "user", "content": "x"}]},
+     "serves embeddings only"),
+    ("/v1/completions", {"model": EMBEDDER, "prompt": "x"}, "serves embeddings only"),
+    ("/v1/embeddings", {"model": EMBEDDER}, "Missing required parameter: 'input'"),
+    ("/v1/embeddings", {"model": EMBEDDER, "input": {"text": "x"}}, "input: must be"),
+    ("/v1/embeddings", {"model": EMBEDDER, "input": "word " * 600},
+     "maximum context length is 512"),
+])
+async def test_requests_for_what_a_model_does_not_serve_get_a_clear_400(
+        fleet: FleetConfig, make_router: RouterFactory, path: str, body: dict[str, object],
+        message: str) -> None:
+    router = await make_router(fleet)
+    async with aiohttp.ClientSession() as session, session.post(router.url + path,
+                                                                json=body) as resp:
+        answer = await resp.json()
+    assert resp.status == 400, answer
+    assert message in answer["error"]["message"]
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{router.url}/v1/embeddings", json={"model": EMBEDDER, "input": "still fine"}) as resp:
+        assert resp.status == 200          # the router keeps serving

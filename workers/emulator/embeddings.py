@@ -1,0 +1,178 @@
+"""``POST /v1/embeddings`` of an emulated pooling model (vLLM ``--runner pooling``).
+
+Each input is one engine request that ends after its prefill (the pooled output), so an
+embedding takes the time its prompt's prefill takes on this GPU, batched with everything else
+the engine runs. The vector is made from the token ids: the mean of a fixed pseudo-random unit
+vector per token id, normalised; the same input always gives the same vector and inputs that
+share tokens point the same way. ``dimensions`` keeps the first N values, normalised again
+(Matryoshka-style, as vLLM does for models that support it).
+
+Inputs as vLLM 0.32 takes them: ``input`` a string, a list of strings, token ids or lists of
+token ids, or chat messages (one conversation, or a list of them; also under ``messages``).
+``encoding_format`` ``float`` (default) or ``base64`` (little-endian float32, what the OpenAI
+SDK asks for by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import orjson
+from aiohttp import web
+
+from workers.emulator.errors import ApiError, bad_request, internal_error, validation_error
+from workers.emulator.protocol import decode_json
+from workers.emulator.runner import OutputQueue
+from workers.emulator.state import WORKER, WorkerState
+from workers.engine.api import EngineRequest
+
+ENCODING_FORMATS = ("float", "base64")
+
+
+async def embeddings(request: web.Request) -> web.Response:
+    worker = request.app[WORKER]
+    ctype = request.headers.get("Content-Type", "application/json")
+    if ctype.split(";")[0].strip().lower() != "application/json":
+        raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed",
+                       "Bad Request")
+    data = decode_json(await request.read())
+    model_field = data.get("model")
+    if model_field is not None and not isinstance(model_field, str):
+        raise validation_error("model", "Input should be a valid string", "string_type",
+                               model_field)
+    model, _ = worker.resolve_model(model_field)
+    encoding = data.get("encoding_format", "float")
+    if encoding not in ENCODING_FORMATS:
+        raise bad_request(f"encoding_format: must be one of {', '.join(ENCODING_FORMATS)} "
+                          f"(the emulator's), got {encoding!r}", "encoding_format")
+    dimensions = _dimensions(data.get("dimensions"), worker.config.model.hidden)
+    if not worker.runner.healthy:
+        raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
+    prompts = [_token_ids(worker, item) for item in _inputs(data)]
+    request_id = worker.new_request_id("embd", request)
+    ids = [f"{request_id}-{i}" for i in range(len(prompts))]
+    for engine_id in ids:
+        if worker.runner.running(engine_id):
+            raise bad_request(f"Request id {engine_id} already running.")
+    queue: OutputQueue = asyncio.Queue()
+    eos = worker.tokenizer.eos_token_id
+    for engine_id, tokens in zip(ids, prompts, strict=True):
+        worker.runner.submit(EngineRequest(
+            request_id=engine_id, prompt_token_ids=tokens, output_token_ids=[eos],
+            finish_reason="stop", arrival_time=worker.runner.now()), 1, queue)
+    worker.server_load += 1
+    try:
+        remaining = len(ids)
+        while remaining:
+            output = await queue.get()
+            if output is None:
+                raise internal_error("EngineCore encountered an issue.")
+            remaining -= output.finished
+    finally:
+        worker.server_load -= 1
+        for engine_id in ids:
+            worker.runner.abort(engine_id)
+    total = sum(len(tokens) for tokens in prompts)
+    body = {
+        "id": request_id, "object": "list", "created": int(time.time()), "model": model,
+        "data": [{"index": i, "object": "embedding",
+                  "embedding": _encoded(embedding_of(tokens, dimensions,
+                                                     worker.config.model.hidden), encoding)}
+                 for i, tokens in enumerate(prompts)],
+        "usage": {"prompt_tokens": total, "total_tokens": total, "completion_tokens": 0,
+                  "prompt_tokens_details": None},
+    }
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _dimensions(raw: Any, hidden: int) -> int:
+    if raw is None:
+        return hidden
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise validation_error("dimensions", "Input should be a valid integer", "int_type", raw)
+    if not 1 <= raw <= hidden:
+        raise bad_request(f"dimensions: must be between 1 and {hidden} (the model's "
+                          f"embedding size), got {raw}", "dimensions")
+    return raw
+
+
+def _inputs(data: Mapping[str, Any]) -> list[str | list[int] | list[Mapping[str, Any]]]:
+    """Each input to embed: a text, token ids, or one chat conversation."""
+    messages = data.get("messages")
+    raw = messages if messages is not None else data.get("input")
+    if raw is None:
+        raise validation_error("input", "Field required", "missing", data)
+    if isinstance(raw, str):
+        return [raw]
+    if isinstance(raw, list) and raw:
+        if all(isinstance(item, str) for item in raw):
+            return list(raw)
+        if _is_token_ids(raw):
+            return [list(raw)]
+        if all(isinstance(item, list) and _is_token_ids(item) for item in raw):
+            return [list(item) for item in raw]
+        if _is_conversation(raw):
+            return [raw]
+        if all(isinstance(item, list) and _is_conversation(item) for item in raw):
+            return [list(item) for item in raw]
+    raise validation_error("input", "Input should be a string, a list of strings, token ids, "
+                           "lists of token ids or chat messages", "union_type", raw)
+
+
+def _is_token_ids(values: Sequence[Any]) -> bool:
+    return bool(values) and all(type(v) is int for v in values)
+
+
+def _is_conversation(values: Sequence[Any]) -> bool:
+    return bool(values) and all(isinstance(m, dict) and isinstance(m.get("role"), str)
+                                for m in values)
+
+
+def _token_ids(worker: WorkerState,
+               item: str | list[int] | list[Mapping[str, Any]]) -> list[int]:
+    tok, limit = worker.tokenizer, worker.max_model_len
+    if isinstance(item, str):
+        tokens = tok.encode(item)
+    elif _is_conversation(item):
+        tokens = tok.encode(tok.render_chat([m for m in item if isinstance(m, Mapping)], False))
+    else:
+        tokens = [t for t in item if isinstance(t, int)]
+        bad = next((t for t in tokens if not 0 <= t < tok.vocab_size), None)
+        if bad is not None:
+            raise bad_request(f"Token id {bad} is out of vocabulary", "input")
+    if not tokens:
+        raise bad_request("The prompt cannot be empty", "input")
+    if len(tokens) > limit:
+        raise bad_request(
+            f"This model's maximum context length is {limit} tokens. However, your request has "
+            f"{len(tokens)} input tokens. Please reduce the length of the input messages.",
+            "input_tokens")
+    return tokens
+
+
+@lru_cache(maxsize=65536)
+def _token_vector(token_id: int, size: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    vector = np.random.default_rng(token_id).standard_normal(size).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def embedding_of(tokens: Sequence[int], dimensions: int, hidden: int) -> list[float]:
+    """The emulated embedding of ``tokens``: deterministic, unit length, ``dimensions`` long."""
+    total = np.zeros(hidden, dtype=np.float32)
+    for token in tokens:
+        total += _token_vector(token, hidden)
+    head = total[:dimensions]
+    norm = float(np.linalg.norm(head))
+    return [float(x) for x in (head / norm if norm > 0 else head)]
+
+
+def _encoded(vector: list[float], encoding: str) -> list[float] | str:
+    if encoding == "float":
+        return vector
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
