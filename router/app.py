@@ -35,6 +35,7 @@ from router.keys import (
     SCRAPER,
     SETTINGS,
     STORE,
+    UTILITY,
 )
 from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
@@ -43,6 +44,7 @@ from router.settings import Settings
 from router.state.memory_store import MemoryStateStore
 from router.state.redis_store import RedisStateStore
 from router.state.store import StateStore
+from router.utility_requests import UtilityRequests
 from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
@@ -111,6 +113,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], sinks=sinks)
+    app[UTILITY] = UtilityRequests(settings, app[REGISTRY], proxy, app[METRICS])
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
     yield

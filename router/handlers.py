@@ -1,6 +1,7 @@
 """HTTP handlers: thin wrappers that hand generation requests to the director.
 
-``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
+``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings`` (the
+director), ``POST /tokenize``, ``POST /detokenize`` (``router.utility_requests``),
 ``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``GET /debug/decisions``,
 ``GET /debug/fleet``.
 """
@@ -17,8 +18,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from router.errors import InvalidRequest
-from router.keys import DECISIONS, DIRECTOR, KV_EVENTS, METRICS, REGISTRY, STORE
+from router.keys import DECISIONS, DIRECTOR, KV_EVENTS, METRICS, REGISTRY, STORE, UTILITY
 from router.protocol import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH
+from router.utility_requests import DETOKENIZE_PATH, TOKENIZE_PATH
 from workers.models import WorkerView
 
 
@@ -37,6 +39,14 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def embeddings(request: web.Request) -> web.StreamResponse:
     return await request.app[DIRECTOR].handle(request, EMBEDDINGS_PATH)
+
+
+async def tokenize(request: web.Request) -> web.StreamResponse:
+    return await request.app[UTILITY].handle(request, TOKENIZE_PATH)
+
+
+async def detokenize(request: web.Request) -> web.StreamResponse:
+    return await request.app[UTILITY].handle(request, DETOKENIZE_PATH)
 
 
 def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
@@ -114,6 +124,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(CHAT_PATH, chat_completions)
     app.router.add_post(COMPLETIONS_PATH, completions)
     app.router.add_post(EMBEDDINGS_PATH, embeddings)
+    app.router.add_post(TOKENIZE_PATH, tokenize)
+    app.router.add_post(DETOKENIZE_PATH, detokenize)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

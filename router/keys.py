@@ -11,6 +11,7 @@ from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
 from router.settings import Settings
 from router.state.store import StateStore
+from router.utility_requests import UtilityRequests
 from workers.fleet import FleetConfig
 from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
@@ -23,5 +24,6 @@ STORE = web.AppKey("store", StateStore)
 DECISIONS = web.AppKey("decisions", DecisionLog)
 SCRAPER = web.AppKey("scraper", WorkerScraper)
 DIRECTOR = web.AppKey("director", Director)
+UTILITY = web.AppKey("utility", UtilityRequests)
 POLICY = web.AppKey("policy", PolicyReloader)
 KV_EVENTS = web.AppKey("kv_events", KvEventFeed)

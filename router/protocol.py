@@ -62,15 +62,7 @@ def parse_body(body: bytes) -> dict[str, Any]:
 def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str, str],
                   arrival_time: float) -> ParsedRequest:
     data = parse_body(body)
-    model = data.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("You must provide a model parameter (a non-empty string).",
-                             param="model")
-    if len(model) > MAX_MODEL_CHARS:
-        raise InvalidRequest(f"model: must be at most {MAX_MODEL_CHARS} characters, got "
-                             f"{len(model)}.", param="model")
-    if not model.isprintable():     # no served name has control characters or lone surrogates
-        raise InvalidRequest("model: must be printable text.", param="model")
+    model = check_model(data.get("model"))
     messages = None
     prompt = None
     if path == EMBEDDINGS_PATH:       # one prefill, no decode, never streamed
@@ -98,6 +90,19 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         session=headers.get("x-session-id") or user, headers=headers,
         arrival_time=arrival_time)
     return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage)
+
+
+def check_model(model: Any) -> str:
+    """The requested model name, or a 400 saying what is wrong with it."""
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("You must provide a model parameter (a non-empty string).",
+                             param="model")
+    if len(model) > MAX_MODEL_CHARS:
+        raise InvalidRequest(f"model: must be at most {MAX_MODEL_CHARS} characters, got "
+                             f"{len(model)}.", param="model")
+    if not model.isprintable():     # no served name has control characters or lone surrogates
+        raise InvalidRequest("model: must be printable text.", param="model")
+    return model
 
 
 def tenant_of(headers: Mapping[str, str]) -> str | None:

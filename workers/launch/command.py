@@ -75,6 +75,8 @@ def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None) -> V
         str(settings.max_num_batched_tokens or gpu.default_max_num_batched_tokens),
         "--max-model-len", str(settings.max_model_len or info.model_spec.max_model_len),
     ]
+    if info.model_spec.runner != "generate":     # an embedding model: vLLM's pooling runner
+        argv += ["--runner", info.model_spec.runner]
     if settings.device == "cuda":
         argv += ["--gpu-memory-utilization", f"{settings.gpu_memory_utilization:g}"]
     argv.append("--enable-prefix-caching" if settings.enable_prefix_caching

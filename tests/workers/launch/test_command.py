@@ -97,3 +97,26 @@ def test_emulated_worker_is_refused() -> None:
 def test_kv_events_endpoint_must_be_tcp() -> None:
     with pytest.raises(LaunchConfigError, match="must look like tcp://HOST:PORT"):
         kv_events_config("ipc:///tmp/x", "t", "w.kv_events")
+
+
+def test_an_embedding_model_runs_on_the_pooling_runner() -> None:
+    fleet = parse_fleet({"models": {"Qwen/Qwen3-Embedding-0.6B": {"arch": "qwen3-embedding-0.6b"},
+                                    "minilm": {"arch": "all-minilm-l6-v2"}},
+                         "workers": [{"id": "e", "gpu": "l40s",
+                                      "models": ["Qwen/Qwen3-Embedding-0.6B"],
+                                      "url": "http://127.0.0.1:8001"},
+                                     {"id": "m", "gpu": "l40s", "models": ["minilm"],
+                                      "url": "http://127.0.0.1:8002"}]})
+    embed, minilm = (build_command(worker).argv for worker in fleet.workers)
+    assert flag(embed, "--runner") == "pooling"
+    assert flag(embed, "--max-model-len") == "32768"
+    assert flag(minilm, "--max-model-len") == "512"
+
+
+def test_a_model_declared_with_an_unknown_runner_is_refused() -> None:
+    from workers.fleet import FleetConfigError
+
+    with pytest.raises(FleetConfigError, match="runner must be one of generate, pooling"):
+        parse_fleet({"models": {"m": {"arch": "llama-3-8b", "runner": "embed"}},
+                     "workers": [{"id": "w", "gpu": "h100", "models": ["m"],
+                                  "url": "http://127.0.0.1:8001"}]})

@@ -1,0 +1,98 @@
+"""Requests that use no GPU: ``POST /tokenize`` and ``POST /detokenize``.
+
+vLLM answers them in its API server, from the model's tokenizer, without the engine. They
+are not routing decisions: no policy runs, nothing is reserved, nothing is learnt. The
+request goes to the healthy worker serving its ``model`` with the fewest requests in flight
+(ties taken in turn), and on a connect error or a 5xx to the next one, at most
+``Settings.max_retries`` times. ``model`` may be left out, as vLLM allows, when every worker
+of the fleet serves one model. Counted in ``kvroute_requests_total`` under the profile
+``utility``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+from yarl import URL
+
+from router.errors import InvalidRequest, ModelNotFound, NoWorkerAvailable, UpstreamError
+from router.metrics import UNKNOWN_MODEL, RouterMetrics
+from router.protocol import check_model, parse_body
+from router.proxy import Proxy, RetryableUpstream
+from router.settings import Settings
+from workers.models import WorkerView
+from workers.registry import WorkerRegistry
+
+PROFILE = "utility"
+TOKENIZE_PATH = "/tokenize"
+DETOKENIZE_PATH = "/detokenize"
+
+
+class UtilityRequests:
+    """Forwards tokenizer requests to a worker of their model; needs no policy."""
+
+    def __init__(self, settings: Settings, registry: WorkerRegistry, proxy: Proxy,
+                 metrics: RouterMetrics, clock: Callable[[], float] = time.monotonic) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._proxy = proxy
+        self._metrics = metrics
+        self._clock = clock
+        self._turn = itertools.count()
+
+    async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
+        body = await request.read()
+        data = parse_body(body)
+        raw_model = data.get("model")
+        model = None if raw_model is None else check_model(raw_model)
+        candidates = self._candidates(model)
+        headers = {"Content-Type": "application/json"}
+        for name in ("Authorization", self._settings.request_id_header):
+            value = request.headers.get(name)
+            if value:
+                headers[name] = value
+        last_failure: RetryableUpstream | None = None
+        for view in candidates[:self._settings.max_retries + 1]:
+            response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE}
+            try:
+                result = await self._proxy.forward(
+                    request, URL(view.info.url + path), body, headers, response_headers,
+                    stream=False, wants_usage=False, on_first_byte=lambda: None)
+            except RetryableUpstream as failure:
+                last_failure = failure
+                self._metrics.record_retry(view.id, failure.reason)
+                continue
+            self._metrics.record_request(model or view.info.models[0], view.id,
+                                         view.gpu.name, PROFILE, result.status)
+            return result.response
+        assert last_failure is not None
+        raise UpstreamError(f"No worker could serve the request; last error: {last_failure}")
+
+    def _candidates(self, model: str | None) -> list[WorkerView]:
+        """The healthy workers of ``model``, fewest requests in flight first, ties in turn."""
+        views = self._registry.views(self._clock())
+        if model is None:
+            models = {name for view in views for name in view.info.models}
+            if len(models) > 1:
+                raise InvalidRequest("model: required, the fleet serves several models ("
+                                     f"{', '.join(sorted(models))}).", param="model")
+            serving = views
+        else:
+            serving = [view for view in views if view.serves(model)]
+        if not serving:
+            known = ", ".join(sorted(self._registry.known_models()))
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", PROFILE, 404)
+            raise ModelNotFound(f"The model `{model}` does not exist. Valid aliases: {known}.",
+                                param="model")
+        healthy = [view for view in serving if view.healthy]
+        if not healthy:
+            self._metrics.record_request(model or serving[0].info.models[0], "", "", PROFILE,
+                                         503)
+            raise NoWorkerAvailable(f"No healthy worker serves the model `{model}`.")
+        turn, count = next(self._turn), len(healthy)
+        ranked = sorted(range(count), key=lambda i: (healthy[i].inflight_requests,
+                                                     (i - turn) % count))
+        return [healthy[i] for i in ranked]
