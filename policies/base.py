@@ -53,6 +53,10 @@ class RoutingRequest:
                                        max_model_len)
 
 
+# the request paths a decision is taken for (``RoutingRequest.path``; ``when: {path: ...}``)
+ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+
+
 def is_token_ids(values: Sequence[Any]) -> bool:
     """Whether ``values`` is a non-empty list of token ids: every item an ``int``, no ``bool``
     (JSON's ``true`` is not a token). Checked by type in C: a client's million-token prompt

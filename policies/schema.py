@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from policies.base import ROUTED_PATHS
 from policies.config import (
     PluginSpec,
     ProfileSpec,
@@ -175,7 +176,7 @@ def _parse_when(raw: Any, path: str) -> RuleMatch:
     header = coerce(Mapping[str, str], body.get("header", {}), f"{path}.header")
     return RuleMatch(
         model=_one_or_many(body.get("model"), f"{path}.model"),
-        path=_one_or_many(body.get("path"), f"{path}.path"),
+        path=_routed_paths(body.get("path"), f"{path}.path"),
         header=MappingProxyType({k.lower(): v for k, v in header.items()}),
         tenant=_one_or_many(body.get("tenant"), f"{path}.tenant"),
         min_prompt_tokens=min_tokens, max_prompt_tokens=max_tokens,
@@ -207,6 +208,15 @@ def _one_or_many(raw: Any, path: str) -> tuple[str, ...]:
     if isinstance(raw, list) and raw and all(isinstance(x, str) for x in raw):
         return tuple(raw)
     raise RoutingConfigError(f"{path}: must be a string or a non-empty list of strings")
+
+
+def _routed_paths(raw: Any, path: str) -> tuple[str, ...]:
+    paths = _one_or_many(raw, path)
+    unknown = [p for p in paths if p not in ROUTED_PATHS]
+    if unknown:
+        raise RoutingConfigError(f"{path}: {unknown[0]!r} is not a routed path (one of "
+                                 f"{', '.join(ROUTED_PATHS)})")
+    return paths
 
 
 def _optional_count(raw: Any, path: str) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from policies.base import RoutingRequest, is_token_ids
+from policies.base import ROUTED_PATHS, RoutingRequest, is_token_ids
 from router.errors import InvalidRequest
 
 CHAT_PATH = "/v1/chat/completions"
@@ -25,6 +25,7 @@ EMBEDDINGS_PATH = "/v1/embeddings"
 # what each path needs its model to run as (vLLM's --runner)
 RUNNER_OF_PATH = {CHAT_PATH: "generate", COMPLETIONS_PATH: "generate",
                   EMBEDDINGS_PATH: "pooling"}
+assert set(RUNNER_OF_PATH) == set(ROUTED_PATHS)
 # longer than any served model name or adapter; the recent-decisions ring keeps the requested
 # name, so a longer one (up to the body limit) is refused rather than held
 MAX_MODEL_CHARS = 1024

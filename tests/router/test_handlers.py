@@ -254,7 +254,7 @@ async def test_request_longer_than_the_context_window_is_400(router: RouterHandl
     ("/v1/completions", orjson.dumps({"model": MODEL, "prompt": {"a": 1}}), 400,
      "prompt: must be a string"),
     ("/v1/chat/completions", b"x" * (50 * 1024 * 1024), 413, "Request body too large"),
-    ("/v1/embeddings", b"{}", 404, "Not found: no such endpoint"),
+    ("/v1/audio/transcriptions", b"{}", 404, "Not found: no such endpoint"),
 ], ids=["malformed json", "non-utf8", "missing messages", "wrong type", "bad prompt",
         "50 MB body", "unknown path"])
 async def test_bad_requests_get_openai_errors(router: RouterHandle, path: str, body: bytes,
