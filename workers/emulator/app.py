@@ -43,6 +43,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPRequestEntityTooLarge as exc:
         return ApiError(413, f"Request body too large: {exc.text}", "Request Entity Too Large"
                         ).response()
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed) as exc:   # FastAPI's bodies, as vLLM
+        return web.Response(body=orjson.dumps({"detail": exc.reason}), status=exc.status,
+                            content_type="application/json")
     except web.HTTPException:
         raise
     except (ConnectionResetError, asyncio.CancelledError):

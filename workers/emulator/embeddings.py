@@ -5,7 +5,8 @@ embedding takes the time its prompt's prefill takes on this GPU, batched with ev
 the engine runs. The vector is made from the token ids: the mean of a fixed pseudo-random unit
 vector per token id, normalised; the same input always gives the same vector and inputs that
 share tokens point the same way. ``dimensions`` keeps the first N values, normalised again
-(Matryoshka-style, as vLLM does for models that support it).
+(as vLLM does for Matryoshka models such as Qwen3-Embedding; it refuses ``dimensions`` for
+others, which the emulator does not tell apart).
 
 Inputs as vLLM 0.32 takes them: ``input`` a string, a list of strings, token ids or lists of
 token ids, or chat messages (one conversation, or a list of them; also under ``messages``).
@@ -86,7 +87,7 @@ async def embeddings(request: web.Request) -> web.Response:
                                                      worker.config.model.hidden), encoding)}
                  for i, tokens in enumerate(prompts)],
         "usage": {"prompt_tokens": total, "total_tokens": total, "completion_tokens": 0,
-                  "prompt_tokens_details": None},
+                  "prompt_tokens_details": None, "completion_tokens_details": None},
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
@@ -148,11 +149,12 @@ def _token_ids(worker: WorkerState,
             raise bad_request(f"Token id {bad} is out of vocabulary", "input")
     if not tokens:
         raise bad_request("The prompt cannot be empty", "input")
-    if len(tokens) > limit:
+    if len(tokens) > limit:     # vLLM 0.32's words: it tokenizes up to one token past the limit
         raise bad_request(
-            f"This model's maximum context length is {limit} tokens. However, your request has "
-            f"{len(tokens)} input tokens. Please reduce the length of the input messages.",
-            "input_tokens")
+            f"This model's maximum context length is {limit} tokens. However, your prompt "
+            f"contains at least {limit + 1} input tokens, which exceeds this limit even without "
+            "any output tokens. Please reduce the length of the input prompt. "
+            f"(parameter=input_tokens, value={limit + 1})", "input_tokens")
     return tokens
 
 

@@ -145,7 +145,7 @@ QWEN3_EMBEDDING_06B = ModelSpec(name="qwen3-embedding-0.6b", layers=28, hidden=1
                                 kv_heads=8, head_dim=128, ffn=3072, vocab=151669,
                                 max_model_len=32768, runner="pooling")
 ALL_MINILM_L6_V2 = ModelSpec(name="all-minilm-l6-v2", layers=6, hidden=384, heads=12,
-                             kv_heads=12, head_dim=32, ffn=1536, vocab=30522, max_model_len=512,
+                             kv_heads=12, head_dim=32, ffn=1536, vocab=30522, max_model_len=256,
                              runner="pooling")
 
 BUILTIN_MODELS: Mapping[str, ModelSpec] = {

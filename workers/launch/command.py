@@ -15,7 +15,9 @@ flag                           value
 ``--max-num-seqs``             ``launch.max_num_seqs``, else the GPU's ``default_max_num_seqs``
 ``--max-num-batched-tokens``   likewise from ``default_max_num_batched_tokens``
 ``--max-model-len``            ``launch.max_model_len``, else the model's ``max_model_len``
-``--enable-prefix-caching``    unless ``launch.enable_prefix_caching: false``
+``--enable-prefix-caching``    unless ``launch.enable_prefix_caching: false``; for a pooling
+                               model only when set (vLLM refuses it for encoder-only models)
+``--runner pooling``           for a model declared ``runner: pooling`` (embeddings)
 ``--kv-events-config``         when the worker has ``kv_events:`` (ZMQ PUB bound on its port)
 =============================  ============================================================
 
@@ -79,12 +81,16 @@ def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None) -> V
         argv += ["--runner", info.model_spec.runner]
     if settings.device == "cuda":
         argv += ["--gpu-memory-utilization", f"{settings.gpu_memory_utilization:g}"]
-    argv.append("--enable-prefix-caching" if settings.enable_prefix_caching
-                else "--no-enable-prefix-caching")
+    prefix_caching = settings.enable_prefix_caching
+    if prefix_caching is None and info.model_spec.runner == "generate":
+        prefix_caching = True
+    if prefix_caching is not None:
+        argv.append("--enable-prefix-caching" if prefix_caching
+                    else "--no-enable-prefix-caching")
     if settings.num_gpu_blocks_override is not None:
         argv += ["--num-gpu-blocks-override", str(settings.num_gpu_blocks_override)]
     if info.kv_events_endpoint:
-        if not settings.enable_prefix_caching:
+        if not prefix_caching:
             raise LaunchConfigError(f"workers[{info.id}].kv_events: needs prefix caching")
         argv += ["--kv-events-config", json.dumps(kv_events_config(
             info.kv_events_endpoint, settings.kv_events_topic, f"workers[{info.id}].kv_events"),

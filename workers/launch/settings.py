@@ -20,7 +20,7 @@ workers:
       max_num_seqs: 1024
       max_num_batched_tokens: 8192
       max_model_len: 8192
-      enable_prefix_caching: true
+      enable_prefix_caching: true             # default: on, or vLLM's for a pooling model
       num_gpu_blocks_override: null           # shrink the KV cache (tests, experiments)
       cpu_kvcache_space_gb: 1                 # VLLM_CPU_KVCACHE_SPACE (cpu only)
       dev_mode: false                         # VLLM_SERVER_DEV_MODE=1 (/reset_prefix_cache)
@@ -56,7 +56,8 @@ class LaunchSettings:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool | None = None     # None: on for generation, vLLM's default
+                                                  # for a pooling model (off for encoders)
     num_gpu_blocks_override: int | None = None
     cpu_kvcache_space_gb: int = 1
     dev_mode: bool = False

@@ -80,7 +80,8 @@ async def test_base64_dimensions_token_ids_and_chat_input(embedder: EmulatorProc
     ({"model": EMBEDDER, "input": {"text": "x"}}, "input"),
     ({"model": EMBEDDER, "input": "x", "dimensions": 4096}, "dimensions"),
     ({"model": EMBEDDER, "input": "x", "encoding_format": "bytes"}, "encoding_format"),
-    ({"model": EMBEDDER, "input": "word " * 100}, "maximum context length is 64"),
+    ({"model": EMBEDDER, "input": "word " * 100},
+     "maximum context length is 64 tokens. However, your prompt contains at least 65"),
     ({"model": EMBEDDER, "input": [[10 ** 9]]}, "out of vocabulary"),
 ])
 async def test_bad_input_is_a_400_naming_what_is_wrong(embedder: EmulatorProcess,
@@ -92,10 +93,12 @@ async def test_bad_input_is_a_400_naming_what_is_wrong(embedder: EmulatorProcess
 
 async def test_a_pooling_model_serves_no_generation_and_a_generative_one_no_embeddings(
         embedder: EmulatorProcess) -> None:
-    status, _ = await post(f"{embedder.url}/v1/completions", {"model": EMBEDDER, "prompt": "x"})
-    assert status == 404
-    status, _ = await post(f"{embedder.url}/v1/embeddings", {"model": "other", "input": "x"})
-    assert status == 404
+    status, body = await post(f"{embedder.url}/v1/completions",
+                              {"model": EMBEDDER, "prompt": "x"})
+    assert (status, body) == (404, {"detail": "Not Found"})       # FastAPI's: no such route
+    status, body = await post(f"{embedder.url}/v1/embeddings", {"model": "other", "input": "x"})
+    assert status == 404 and "The model `other` does not exist" in body["error"]["message"]
     with emulator(time_scale=0.01) as generative:
-        status, _ = await post(f"{generative.url}/v1/embeddings", {"model": MODEL, "input": "x"})
-        assert status == 404
+        status, body = await post(f"{generative.url}/v1/embeddings",
+                                  {"model": MODEL, "input": "x"})
+        assert (status, body) == (404, {"detail": "Not Found"})

