@@ -24,6 +24,7 @@ from workers.emulator.generation import chat_completions, completions
 from workers.emulator.kv_events import KvEventPublisher
 from workers.emulator.metrics import VLLM_VERSION
 from workers.emulator.protocol import decode_json, token_list
+from workers.emulator.responses_api import cancel_response, create_response, retrieve_response
 from workers.emulator.runner import StepLag
 from workers.emulator.state import WORKER, WorkerState, build_state
 from workers.emulator.tokens import Tokenizer, message_text
@@ -77,6 +78,9 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer | None = None) -> we
     else:
         app.router.add_post("/v1/chat/completions", chat_completions)
         app.router.add_post("/v1/completions", completions)
+        app.router.add_post("/v1/responses", create_response)
+        app.router.add_get("/v1/responses/{response_id}", retrieve_response)
+        app.router.add_post("/v1/responses/{response_id}/cancel", cancel_response)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)

@@ -19,6 +19,7 @@ emulate:
   step_jitter: 0.0               # lognormal sigma applied to each step time
   enable_prompt_tokens_details: false   # usage.prompt_tokens_details.cached_tokens
   server_load_tracking: false    # /load counts in-flight requests (vLLM's flag)
+  responses_store: false         # keep /v1/responses answers (VLLM_ENABLE_RESPONSES_API_STORE)
   kv_events: off                 # or a ZMQ endpoint to bind, e.g. tcp://127.0.0.1:5557
   kv_events_replay: null         # ZMQ ROUTER endpoint for replay
   kv_events_topic: ""
@@ -119,6 +120,7 @@ class EmulatorConfig:
     step_jitter: float = 0.0
     enable_prompt_tokens_details: bool = False
     server_load_tracking: bool = False
+    responses_store: bool = False
     kv_events: KvEventsConfig | None = None
     output_len: OutputLengthConfig = field(default_factory=OutputLengthConfig)
     seed: int = 0
@@ -145,7 +147,8 @@ _TOP_KEYS = frozenset({
     "port", "host", "served_model_names", "served_model_name", "time_scale", "block_size",
     "num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
     "max_model_len", "enable_prefix_caching", "hash_seed", "step_jitter",
-    "enable_prompt_tokens_details", "server_load_tracking", "kv_events", "kv_events_replay",
+    "enable_prompt_tokens_details", "server_load_tracking", "responses_store", "kv_events",
+    "kv_events_replay",
     "kv_events_topic", "kv_events_encoding", "output_len", "seed", "lora_adapters", "faults",
 })
 _FAULT_KEYS = frozenset({"error_rate", "refuse_connections", "refuse_after_s", "refuse_for_s",
@@ -193,6 +196,7 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
         step_jitter=r.number("step_jitter", 0.0, lo=0.0),
         enable_prompt_tokens_details=r.boolean("enable_prompt_tokens_details", False),
         server_load_tracking=r.boolean("server_load_tracking", False),
+        responses_store=r.boolean("responses_store", False),
         kv_events=_parse_kv_events(r, where),
         output_len=_parse_output_len(raw.get("output_len"), f"{where}.output_len"),
         seed=_required(r.integer("seed", 0), where),

@@ -2,6 +2,8 @@
 
 Each choice of each prompt is one engine request; all of a response's engine requests share one
 output queue. A client that goes away (the handler is cancelled) aborts its engine requests.
+``tokenize_body``, ``check_lengths``, ``admit`` and ``next_output`` are the steps, shared with
+``/v1/responses`` (``workers.emulator.responses_api``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ LONG_PROMPT_CHARS = 20_000      # tokenize longer prompts off the event loop
 
 
 @dataclass(slots=True)
-class _ChoiceState:
+class ChoiceState:
     index: int
     prompt_index: int
     texts: list[str] = field(default_factory=list)
@@ -50,9 +52,9 @@ class _ChoiceState:
 
 
 @dataclass(slots=True)
-class _Admitted:
+class Admitted:
     queue: OutputQueue
-    by_request: dict[str, _ChoiceState]
+    by_request: dict[str, ChoiceState]
     prompt_lens: list[int]
     prompt_texts: list[str]
 
@@ -77,12 +79,12 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
         raise internal_error("Emulated internal server error (fault injection: error_rate).")
     if not worker.runner.healthy:
         raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
-    prompts, texts = await _tokenize(worker, body)
-    max_tokens = _check_lengths(worker, prompts, body.max_tokens)
+    prompts, texts = await tokenize_body(worker, body)
+    max_tokens = check_lengths(worker, prompts, body.max_tokens)
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
     header = ResponseHeader(id=worker.new_request_id(prefix, request), created=int(time.time()),
                             model=model, fingerprint=worker.fingerprint)
-    admitted = _admit(worker, header.id, body, prompts, texts, max_tokens, lora_name)
+    admitted = admit(worker, header.id, body, prompts, texts, max_tokens, lora_name)
     worker.server_load += 1
     try:
         if body.stream:
@@ -94,7 +96,7 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
             worker.runner.abort(request_id)
 
 
-async def _tokenize(worker: WorkerState, body: GenerationBody
+async def tokenize_body(worker: WorkerState, body: GenerationBody
                     ) -> tuple[list[list[int]], list[str]]:
     tok = worker.tokenizer
     limit = worker.max_model_len * tok.max_chars_per_token
@@ -129,7 +131,7 @@ async def _tokenize(worker: WorkerState, body: GenerationBody
     return prompts, texts
 
 
-def _check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int | None) -> int:
+def check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int | None) -> int:
     """The effective max_tokens (vLLM v0.33 clamps to the room left); 400 when none is left."""
     m = worker.max_model_len
     room = m
@@ -152,27 +154,27 @@ def _check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int
     return room if requested is None else min(requested, room)
 
 
-def _admit(worker: WorkerState, response_id: str, body: GenerationBody,
+def admit(worker: WorkerState, response_id: str, body: GenerationBody,
            prompts: list[list[int]], texts: list[str], max_tokens: int,
-           lora_name: str | None) -> _Admitted:
+           lora_name: str | None) -> Admitted:
     runner, tok, cfg = worker.runner, worker.tokenizer, worker.config
     for request_id in _choice_ids(response_id, len(prompts), body.n):
         if runner.running(request_id):     # as vLLM: its request states are keyed by id
             raise bad_request(f"Request id {request_id} already running.")
     queue: OutputQueue = asyncio.Queue()
-    by_request: dict[str, _ChoiceState] = {}
+    by_request: dict[str, ChoiceState] = {}
     for p, ids in enumerate(prompts):
         worker.metrics.observe_admitted(body.n, max_tokens)
         for i in range(body.n):
             plan = plan_output(worker.rng, cfg.output_len, max_tokens, body.ignore_eos,
                                tok.output_vocabulary, tok.eos_token_id)
             request_id = _choice_id(response_id, p, i)
-            by_request[request_id] = _ChoiceState(index=p * body.n + i, prompt_index=p)
+            by_request[request_id] = ChoiceState(index=p * body.n + i, prompt_index=p)
             runner.submit(EngineRequest(
                 request_id=request_id, prompt_token_ids=ids, output_token_ids=plan.token_ids,
                 finish_reason=plan.finish_reason, arrival_time=runner.now(),
                 lora_name=lora_name, cache_salt=body.cache_salt), max_tokens, queue)
-    return _Admitted(queue, by_request, [len(p) for p in prompts], texts)
+    return Admitted(queue, by_request, [len(p) for p in prompts], texts)
 
 
 def _choice_id(response_id: str, prompt: int, choice: int) -> str:
@@ -184,7 +186,7 @@ def _choice_ids(response_id: str, prompts: int, n: int) -> list[str]:
     return [_choice_id(response_id, p, i) for p in range(prompts) for i in range(n)]
 
 
-async def _next(admitted: _Admitted) -> tuple[_ChoiceState, list[int], bool] | None:
+async def next_output(admitted: Admitted) -> tuple[ChoiceState, list[int], bool] | None:
     """The next output of any choice: (choice, new token ids, finished); None if the engine died."""
     output = await admitted.queue.get()
     if output is None:
@@ -199,7 +201,7 @@ async def _next(admitted: _Admitted) -> tuple[_ChoiceState, list[int], bool] | N
     return choice, list(output.new_token_ids), output.finished
 
 
-def _usage(worker: WorkerState, admitted: _Admitted) -> Usage:
+def _usage(worker: WorkerState, admitted: Admitted) -> Usage:
     choices = list(admitted.by_request.values())
     cached: int | None = None
     if worker.config.enable_prompt_tokens_details:
@@ -210,11 +212,11 @@ def _usage(worker: WorkerState, admitted: _Admitted) -> Usage:
 
 
 async def _complete(worker: WorkerState, body: GenerationBody, header: ResponseHeader,
-                    admitted: _Admitted) -> web.Response:
+                    admitted: Admitted) -> web.Response:
     tok, stall = worker.tokenizer, worker.faults.stall_after_tokens
     remaining = len(admitted.by_request)
     while remaining:
-        item = await _next(admitted)
+        item = await next_output(admitted)
         if item is None:
             raise internal_error("EngineCore encountered an issue.")
         choice, token_ids, finished = item
@@ -232,14 +234,14 @@ async def _complete(worker: WorkerState, body: GenerationBody, header: ResponseH
 
 
 async def _stream(request: web.Request, worker: WorkerState, body: GenerationBody,
-                  header: ResponseHeader, admitted: _Admitted) -> web.StreamResponse:
+                  header: ResponseHeader, admitted: Admitted) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
     await response.prepare(request)
     tok, chat, stall = worker.tokenizer, body.kind == "chat", worker.faults.stall_after_tokens
     remaining, sent_roles, streamed = len(admitted.by_request), False, 0
     while remaining:
-        item = await _next(admitted)
+        item = await next_output(admitted)
         if item is None:
             await response.write(error_chunk("EngineCore encountered an issue.",
                                              "InternalServerError", 500))

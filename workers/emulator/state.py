@@ -7,6 +7,7 @@ import importlib
 import random
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -33,6 +34,9 @@ class WorkerState:
     server_load: int = 0
     created: int = 0
     lora_paths: dict[str, str] = field(default_factory=dict)
+    # /v1/responses kept (with responses_store): id -> (the conversation so far, the answer)
+    stored_responses: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = field(
+        default_factory=dict)
 
     def resolve_model(self, name: str | None) -> tuple[str, str | None]:
         """(model name to answer with, LoRA adapter or None); unknown names are a 404."""
