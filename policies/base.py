@@ -54,7 +54,7 @@ class RoutingRequest:
 
 
 # the request paths a decision is taken for (``RoutingRequest.path``; ``when: {path: ...}``)
-ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
 
 
 def is_token_ids(values: Sequence[Any]) -> bool:

@@ -113,7 +113,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], sinks=sinks)
-    app[UTILITY] = UtilityRequests(settings, app[REGISTRY], proxy, app[METRICS])
+    app[UTILITY] = UtilityRequests(settings, app[REGISTRY], app[STORE], proxy, app[METRICS])
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
     yield

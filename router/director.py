@@ -1,6 +1,7 @@
 """Per-request orchestration: parse → produce → decide → reserve → proxy → complete.
 
-One uniform, awaited path for every generation and embeddings request. Producers
+One uniform, awaited path for every generation, embeddings and Responses API request (a
+response that continues another goes to the worker holding that one). Producers
 (tokenizing, hashing, classifying) run before the decision, in a thread when a producer says
 its input is long (``policies.producers.runner``); the decision itself is pure and
 synchronous. A connect error or 5xx before the first byte is retried on another
@@ -33,8 +34,20 @@ from router.errors import (
     UpstreamError,
 )
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
-from router.protocol import RUNNER_OF_PATH, ParsedRequest, parse_request, upstream_body
-from router.proxy import Proxy, ProxyResult, RetryableUpstream
+from router.protocol import (
+    RESPONSES_PATH,
+    RUNNER_OF_PATH,
+    ParsedRequest,
+    parse_request,
+    upstream_body,
+)
+from router.proxy import (
+    COMPLETION_STREAM,
+    RESPONSES_STREAM,
+    Proxy,
+    ProxyResult,
+    RetryableUpstream,
+)
 from router.request_ids import RequestIds
 from router.settings import Settings
 from router.state.store import StateStore
@@ -99,14 +112,15 @@ class Director:
         parsed = parse_request(body, path, request_id, request.headers, arrival)
         self._check_runner(parsed.routing)
         engine = self._policy()
-        views = self._registry.views(arrival)
+        pinned = await self._response_owner(parsed)
+        views = self._views(arrival, pinned)
         if engine.producers and await self._produce(engine, parsed.routing, views):
-            views = self._registry.views(self._clock())   # a producer ran off the loop
+            views = self._views(self._clock(), pinned)   # a producer ran off the loop
         tried: set[str] = set()
         last_failure: RetryableUpstream | None = None
         for attempt in range(self._settings.max_retries + 1):
             if tried:
-                views = [v for v in self._registry.views(self._clock()) if v.id not in tried]
+                views = [v for v in self._views(self._clock(), pinned) if v.id not in tried]
             decision = self._decide(engine, parsed.routing, views, attempt)
             if decision.worker_id is None:
                 if last_failure is not None:
@@ -140,6 +154,27 @@ class Director:
         raise InvalidRequest(
             f"The model `{routing.model}` serves embeddings only (runner: pooling): use "
             "/v1/embeddings.", param="model")
+
+    async def _response_owner(self, parsed: ParsedRequest) -> str | None:
+        """The worker a Responses API request must go to: the one holding the response it
+        continues (None: no such constraint, or the owner is not known to this router, and
+        the chosen worker answers for it)."""
+        previous = parsed.previous_response_id
+        if previous is None:
+            return None
+        owner = await self._store.response_owner(previous)
+        if owner is None:
+            return None
+        view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)
+        if view is None or not view.healthy:
+            raise NoWorkerAvailable(
+                f"The worker `{owner}` holding response `{previous}` is not available; only "
+                "it can continue that response.")
+        return owner
+
+    def _views(self, now: float, pinned: str | None) -> list[WorkerView]:
+        views = self._registry.views(now)
+        return views if pinned is None else [v for v in views if v.id == pinned]
 
     async def _produce(self, engine: PolicyEngine, routing: RoutingRequest,
                        views: Sequence[WorkerView]) -> bool:
@@ -221,6 +256,8 @@ class Director:
                            decode_tokens=routing.output_tokens_within(
                                info.model_spec.max_model_len),
                            started_at=self._clock())
+        if parsed.response_id is not None:      # follow-ups to this response go here
+            await self._store.remember_response(parsed.response_id, info.id)
         self._store.on_dispatch(info.id, attempt.prefill_tokens, attempt.decode_tokens)
         engine.on_routed(routing, decision)
         headers = {"Content-Type": "application/json", "X-Request-Id": routing.request_id}
@@ -234,7 +271,8 @@ class Director:
                 request, self._url(info.url, routing.path),
                 upstream_body(parsed, raw, decision.model),
                 headers, self._kvroute_headers(decision, routing.semantic_class), routing.stream,
-                parsed.wants_usage, lambda: self._on_first_byte(attempt))
+                parsed.wants_usage, lambda: self._on_first_byte(attempt),
+                RESPONSES_STREAM if routing.path == RESPONSES_PATH else COMPLETION_STREAM)
             status = result.status
             return result.response
         except RetryableUpstream as failure:

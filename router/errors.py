@@ -84,6 +84,16 @@ class ModelNotFound(RouterError):
     vllm_shaped = True
 
 
+class ResponseNotFound(RouterError):
+    """vLLM's body: ``{"message": "Response with id 'x' not found.", "type":
+    "invalid_request_error", "param": "response_id", "code": 404}``."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "response_not_found"
+    vllm_shaped = True
+
+
 class RouteNotFound(RouterError):
     status = 404
     type = "invalid_request_error"

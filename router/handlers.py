@@ -1,7 +1,8 @@
 """HTTP handlers: thin wrappers that hand generation requests to the director.
 
-``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings`` (the
-director), ``POST /tokenize``, ``POST /detokenize`` (``router.utility_requests``),
+``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
+``POST /v1/responses`` (the director), ``POST /tokenize``, ``POST /detokenize``,
+``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
 ``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``GET /debug/decisions``,
 ``GET /debug/fleet``.
 """
@@ -19,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from router.errors import InvalidRequest
 from router.keys import DECISIONS, DIRECTOR, KV_EVENTS, METRICS, REGISTRY, STORE, UTILITY
-from router.protocol import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH
+from router.protocol import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH, RESPONSES_PATH
 from router.utility_requests import DETOKENIZE_PATH, TOKENIZE_PATH
 from workers.models import WorkerView
 
@@ -39,6 +40,19 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def embeddings(request: web.Request) -> web.StreamResponse:
     return await request.app[DIRECTOR].handle(request, EMBEDDINGS_PATH)
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    return await request.app[DIRECTOR].handle(request, RESPONSES_PATH)
+
+
+async def retrieve_response(request: web.Request) -> web.StreamResponse:
+    return await request.app[UTILITY].handle_response(request, request.match_info["id"])
+
+
+async def cancel_response(request: web.Request) -> web.StreamResponse:
+    return await request.app[UTILITY].handle_response(request, request.match_info["id"],
+                                                      "/cancel")
 
 
 async def tokenize(request: web.Request) -> web.StreamResponse:
@@ -124,6 +138,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(CHAT_PATH, chat_completions)
     app.router.add_post(COMPLETIONS_PATH, completions)
     app.router.add_post(EMBEDDINGS_PATH, embeddings)
+    app.router.add_post(RESPONSES_PATH, responses)
+    app.router.add_get(RESPONSES_PATH + "/{id}", retrieve_response)
+    app.router.add_post(RESPONSES_PATH + "/{id}/cancel", cancel_response)
     app.router.add_post(TOKENIZE_PATH, tokenize)
     app.router.add_post(DETOKENIZE_PATH, detokenize)
     app.router.add_get("/v1/models", list_models)

@@ -3,13 +3,16 @@
 Only the fields the router needs are checked (model, messages/prompt/input, max_tokens,
 stream, stream_options, user); everything else travels to the worker untouched. Errors name
 the field the way OpenAI does (``param``) so clients can show them. An embeddings request is
-routed as one prefill with a single output step (``max_tokens`` 1), never streamed.
+routed as one prefill with a single output step (``max_tokens`` 1), never streamed. A
+Responses API request is routed as its chat turn; it gets a ``request_id`` (vLLM's response
+id) when it has none, so the router knows which worker makes which response.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +25,10 @@ from router.errors import InvalidRequest
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 EMBEDDINGS_PATH = "/v1/embeddings"
+RESPONSES_PATH = "/v1/responses"
 # what each path needs its model to run as (vLLM's --runner)
 RUNNER_OF_PATH = {CHAT_PATH: "generate", COMPLETIONS_PATH: "generate",
-                  EMBEDDINGS_PATH: "pooling"}
+                  EMBEDDINGS_PATH: "pooling", RESPONSES_PATH: "generate"}
 assert set(RUNNER_OF_PATH) == set(ROUTED_PATHS)
 # longer than any served model name or adapter; the recent-decisions ring keeps the requested
 # name, so a longer one (up to the body limit) is refused rather than held
@@ -38,6 +42,11 @@ class ParsedRequest:
     payload: dict[str, Any]
     routing: RoutingRequest
     wants_usage: bool          # stream: the client asked for the final usage chunk
+    # the Responses API: this response's id (the client's ``request_id``, else one the router
+    # gives it, ``assigned``) and the one it continues, whose worker must serve it
+    response_id: str | None = None
+    previous_response_id: str | None = None
+    response_id_assigned: bool = False
 
 
 def parse_body(body: bytes) -> dict[str, Any]:
@@ -66,21 +75,28 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     model = check_model(data.get("model"))
     messages = None
     prompt = None
+    response_id = previous_id = None
+    assigned = False
     if path == EMBEDDINGS_PATH:       # one prefill, no decode, never streamed
         messages, prompt = _check_embedding_input(data)
         max_tokens: int | None = 1
         stream, wants_usage = False, False
+    elif path == RESPONSES_PATH:      # relayed as the worker sends it (usage in its last event)
+        messages = _responses_messages(data)
+        max_tokens = _check_max_tokens(data, ("max_output_tokens",))
+        stream = _check_bool(data, "stream")
+        wants_usage = True
+        previous_id = _optional_text(data, "previous_response_id")
+        response_id = _optional_text(data, "request_id")
+        if response_id is None:
+            response_id, assigned = f"resp_{secrets.token_hex(16)}", True
     else:
         if path == CHAT_PATH:
             messages = _check_messages(data.get("messages"))
         else:
             prompt = _check_prompt(data.get("prompt"))
         max_tokens = _check_max_tokens(data)
-        stream = data.get("stream", False)
-        if stream is None:
-            stream = False
-        if not isinstance(stream, bool):
-            raise InvalidRequest("stream: must be a boolean.", param="stream")
+        stream = _check_bool(data, "stream")
         wants_usage = _check_stream_options(data.get("stream_options"))
     user = data.get("user")
     if user is not None and not isinstance(user, str):
@@ -90,7 +106,9 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         max_tokens=max_tokens, stream=stream, tenant=tenant_of(headers),
         session=headers.get("x-session-id") or user, headers=headers,
         arrival_time=arrival_time)
-    return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage)
+    return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage,
+                         response_id=response_id, previous_response_id=previous_id,
+                         response_id_assigned=assigned)
 
 
 def check_model(model: Any) -> str:
@@ -176,9 +194,58 @@ def _check_embedding_input(data: Mapping[str, Any]
                          "ids, an array of arrays of token ids, or chat messages.", param=param)
 
 
-def _check_max_tokens(data: Mapping[str, Any]) -> int | None:
+def _check_bool(data: Mapping[str, Any], key: str) -> bool:
+    value = data.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{key}: must be a boolean.", param=key)
+    return value
+
+
+def _optional_text(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or not value.isprintable() or len(value) > 256:
+        raise InvalidRequest(f"{key}: must be printable text of at most 256 characters.",
+                             param=key)
+    return value
+
+
+def _responses_messages(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The turn as chat messages, to count and hash its tokens: ``instructions`` as the
+    system message, then ``input`` (a string, or items; those with a role and text content
+    count). The worker validates the rest of the input."""
+    raw = data.get("input")
+    if raw is None:
+        raise InvalidRequest("Missing required parameter: 'input'.", param="input")
+    instructions = data.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise InvalidRequest("instructions: must be a string.", param="instructions")
+    messages: list[Mapping[str, Any]] = (
+        [{"role": "system", "content": instructions}] if instructions else [])
+    if isinstance(raw, str):
+        return [*messages, {"role": "user", "content": raw}]
+    if not isinstance(raw, list) or not raw:
+        raise InvalidRequest("input: must be a string or a non-empty array of items.",
+                             param="input")
+    for item in raw:
+        if isinstance(item, dict) and isinstance(item.get("role"), str):
+            content = item.get("content")
+            if isinstance(content, list):
+                content = "".join(part["text"] for part in content if isinstance(part, dict)
+                                  and isinstance(part.get("text"), str))
+            if isinstance(content, str):
+                messages.append({"role": item["role"], "content": content})
+    return messages
+
+
+def _check_max_tokens(data: Mapping[str, Any],
+                      keys: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
+                      ) -> int | None:
     result: int | None = None
-    for key in ("max_completion_tokens", "max_tokens"):
+    for key in keys:
         value = data.get(key)
         if value is None:
             continue
@@ -210,10 +277,12 @@ def upstream_body(parsed: ParsedRequest, raw: bytes, model: str) -> bytes:
     counts); ``router.proxy`` strips it again when the client did not ask for it.
     """
     needs_usage = parsed.routing.stream and not parsed.wants_usage
-    if not needs_usage and model == parsed.routing.model:
+    if not needs_usage and model == parsed.routing.model and not parsed.response_id_assigned:
         return raw
     payload = dict(parsed.payload)
     payload["model"] = model
+    if parsed.response_id_assigned:       # the id is known before the worker answers
+        payload["request_id"] = parsed.response_id
     if needs_usage:
         options = dict(payload.get("stream_options") or {})
         options["include_usage"] = True

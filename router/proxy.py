@@ -41,8 +41,24 @@ from workers.upstream import (
 )
 
 _EVENT_END = b"\n\n"
-_DONE = b"data: [DONE]"
 _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFormat:
+    """How a stream ends, and which bytes are its first token (None: its first byte)."""
+
+    end_marks: tuple[bytes, ...]
+    first_token_mark: bytes | None = None
+
+
+# chat and completions: ``data: [DONE]`` ends the stream; every chunk carries tokens
+COMPLETION_STREAM = StreamFormat((b"data: [DONE]",))
+# the Responses API: no [DONE]; the response's last event ends it, and the first event with
+# output is a ``….delta`` (``response.created`` and the like come before any token)
+RESPONSES_STREAM = StreamFormat(
+    (b"event: response.completed", b"event: response.incomplete", b"event: response.failed"),
+    b".delta\ndata: ")
 
 
 class RetryableUpstream(Exception):
@@ -75,12 +91,16 @@ class Proxy:
         # each worker's system_fingerprint (fixed for a server's lifetime), by origin
         self._fingerprints: dict[URL, str | None] = {}
 
-    async def forward(self, request: web.Request, url: str | URL, body: bytes,
+    async def forward(self, request: web.Request, url: str | URL, body: bytes | None,
                       headers: Mapping[str, str], response_headers: Mapping[str, str],
                       stream: bool, wants_usage: bool,
-                      on_first_byte: Callable[[], None]) -> ProxyResult:
+                      on_first_byte: Callable[[], None],
+                      stream_format: StreamFormat = COMPLETION_STREAM,
+                      method: str = "POST") -> ProxyResult:
+        """Send ``body`` (None: a request without one, e.g. a GET) and relay the answer;
+        ``on_first_byte`` is called when the first token is relayed (``stream_format``)."""
         try:
-            upstream = await self._client.post(url, body, headers)
+            upstream = await self._client.request(method, url, body, headers)
         except UpstreamConnectTimeout as exc:
             raise RetryableUpstream("connect", 502, f"connect timeout to {url}") from exc
         except TimeoutError as exc:
@@ -96,7 +116,7 @@ class Proxy:
             is_sse = upstream.content_type == "text/event-stream"
             if stream and upstream.status == 200 and is_sse:
                 return await self._relay_stream(request, upstream, response_headers,
-                                                wants_usage, on_first_byte)
+                                                wants_usage, on_first_byte, stream_format)
             return await self._relay_whole(upstream, response_headers)
         except TimeoutError as exc:
             raise self._timeout_error() from exc
@@ -129,22 +149,26 @@ class Proxy:
 
     async def _relay_stream(self, request: web.Request, upstream: UpstreamResponse,
                             response_headers: Mapping[str, str], wants_usage: bool,
-                            on_first_byte: Callable[[], None]) -> ProxyResult:
+                            on_first_byte: Callable[[], None],
+                            stream_format: StreamFormat) -> ProxyResult:
         origin = upstream.origin
         rewrite = UsageRewrite(wants_usage, self._fingerprints.get(origin))
-        relay = _StreamRelay(request, response_headers, rewrite)
+        relay = _StreamRelay(request, response_headers, rewrite, stream_format.end_marks)
         try:
-            return await self._relay_events(upstream, relay, on_first_byte)
+            return await self._relay_events(upstream, relay, on_first_byte,
+                                            stream_format.first_token_mark)
         finally:
             if rewrite.saw_usage:
                 self._fingerprints[origin] = rewrite.fingerprint
 
     async def _relay_events(self, upstream: UpstreamResponse, relay: _StreamRelay,
-                            on_first_byte: Callable[[], None]) -> ProxyResult:
+                            on_first_byte: Callable[[], None],
+                            first_token_mark: bytes | None) -> ProxyResult:
         first_byte_at: float | None = None
         try:
             async for chunk in upstream.chunks():
-                if first_byte_at is None:
+                if first_byte_at is None and (first_token_mark is None
+                                              or first_token_mark in chunk):
                     first_byte_at = self._clock()
                     on_first_byte()
                 if not await relay.feed(chunk):
@@ -170,11 +194,13 @@ class Proxy:
 class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
-    __slots__ = ("_headers", "_pending", "_request", "_response", "_rewrite", "done")
+    __slots__ = ("_end_marks", "_headers", "_pending", "_request", "_response", "_rewrite",
+                 "done")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
-                 rewrite: UsageRewrite) -> None:
+                 rewrite: UsageRewrite, end_marks: tuple[bytes, ...]) -> None:
         self._request = request
+        self._end_marks = end_marks
         self._headers = headers
         self._rewrite = rewrite
         self._pending = b""
@@ -203,7 +229,7 @@ class _StreamRelay:
         if self._rewrite.needs_events(out):
             events = self._rewrite.events(out.split(_EVENT_END)[:-1])
             out = b"".join(event + _EVENT_END for event in events)
-        if _DONE in out:
+        if any(mark in out for mark in self._end_marks):
             self.done = True
         return await self._write(out)
 

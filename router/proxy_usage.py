@@ -17,6 +17,9 @@ So, for such a client, ``UsageRewrite``
 The fingerprint goes last in the chunk's JSON object, where vLLM serializes it (after
 ``choices``; continuous usage is never on for such a client). Events are ``data: …`` lines
 without the blank-line terminator; the caller cuts the byte stream at event boundaries.
+
+A Responses API stream (``event: response.…`` / ``data: …`` pairs) is relayed untouched; its
+usage is read from the event that carries the finished response.
 """
 
 from __future__ import annotations
@@ -39,13 +42,26 @@ class Usage:
 
 
 def parse_usage(raw: object) -> Usage | None:
+    """Chat / completions / embeddings usage, or the Responses API's (``input_tokens``,
+    ``output_tokens``, ``input_tokens_details.cached_tokens``)."""
     if not isinstance(raw, dict):
         return None
+    if "input_tokens" in raw:
+        details = raw.get("input_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return Usage(prompt_tokens=int(raw.get("input_tokens") or 0),
+                     completion_tokens=int(raw.get("output_tokens") or 0),
+                     cached_tokens=cached if isinstance(cached, int) else None)
     details = raw.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(prompt_tokens=int(raw.get("prompt_tokens") or 0),
                  completion_tokens=int(raw.get("completion_tokens") or 0),
                  cached_tokens=cached if isinstance(cached, int) else None)
+
+
+def is_response_event_with_usage(event: bytes) -> bool:
+    """A Responses API event (``event: response.…``) whose response carries its usage."""
+    return event.startswith(b"event: response.") and b'"usage":{' in event
 
 
 def is_usage_chunk(event: bytes) -> bool:
@@ -99,6 +115,10 @@ class UsageRewrite:
                 out += self._release(self.fingerprint)
                 if self._wants_usage:
                     out.append(event)
+            elif is_response_event_with_usage(event):       # the Responses API's last event
+                self._read_response_usage(event)
+                out += self._release(self._known_fingerprint)
+                out.append(event)
             elif not self._wants_usage and carries_finish_reason(event):
                 self._held.append(event)
             else:
@@ -118,6 +138,14 @@ class UsageRewrite:
                 self.usage = parse_usage(parsed.get("usage"))
                 fingerprint = parsed.get("system_fingerprint")
                 self.fingerprint = fingerprint if isinstance(fingerprint, str) else None
+
+    def _read_response_usage(self, event: bytes) -> None:
+        start = event.find(b"\ndata: ")
+        with contextlib.suppress(orjson.JSONDecodeError):
+            parsed = orjson.loads(event[start + 7:]) if start >= 0 else None
+            response = parsed.get("response") if isinstance(parsed, dict) else None
+            if isinstance(response, dict):
+                self.usage = parse_usage(response.get("usage"))
 
     def _release(self, fingerprint: str | None) -> list[bytes]:
         held, self._held = self._held, []

@@ -1,12 +1,17 @@
-"""Requests that use no GPU: ``POST /tokenize`` and ``POST /detokenize``.
+"""Requests that take no routing decision.
 
-vLLM answers them in its API server, from the model's tokenizer, without the engine. They
-are not routing decisions: no policy runs, nothing is reserved, nothing is learnt. The
-request goes to the healthy worker serving its ``model`` with the fewest requests in flight
-(ties taken in turn), and on a connect error or a 5xx to the next one, at most
-``Settings.max_retries`` times. ``model`` may be left out, as vLLM allows, when every worker
-of the fleet serves one model. Counted in ``kvroute_requests_total`` under the profile
-``utility``.
+``POST /tokenize`` and ``POST /detokenize``: vLLM answers them in its API server, from the
+model's tokenizer, without the engine. No policy runs, nothing is reserved, nothing is
+learnt. The request goes to the healthy worker serving its ``model`` with the fewest
+requests in flight (ties taken in turn), and on a connect error or a 5xx to the next one, at
+most ``Settings.max_retries`` times. ``model`` may be left out, as vLLM allows, when every
+worker of the fleet serves one model.
+
+``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: only the worker that made
+the response holds it, so they go there (the state store's ``response_owner``); a response
+this router never routed is vLLM's 404, and an owner that is down a 503.
+
+Counted in ``kvroute_requests_total`` under the profile ``utility``.
 """
 
 from __future__ import annotations
@@ -14,15 +19,23 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from urllib.parse import quote
 
 from aiohttp import web
 from yarl import URL
 
-from router.errors import InvalidRequest, ModelNotFound, NoWorkerAvailable, UpstreamError
+from router.errors import (
+    InvalidRequest,
+    ModelNotFound,
+    NoWorkerAvailable,
+    ResponseNotFound,
+    UpstreamError,
+)
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
-from router.protocol import check_model, parse_body
-from router.proxy import Proxy, RetryableUpstream
+from router.protocol import RESPONSES_PATH, check_model, parse_body
+from router.proxy import RESPONSES_STREAM, Proxy, RetryableUpstream
 from router.settings import Settings
+from router.state.store import StateStore
 from workers.models import WorkerView
 from workers.registry import WorkerRegistry
 
@@ -34,10 +47,12 @@ DETOKENIZE_PATH = "/detokenize"
 class UtilityRequests:
     """Forwards tokenizer requests to a worker of their model; needs no policy."""
 
-    def __init__(self, settings: Settings, registry: WorkerRegistry, proxy: Proxy,
-                 metrics: RouterMetrics, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: Settings, registry: WorkerRegistry, store: StateStore,
+                 proxy: Proxy, metrics: RouterMetrics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._settings = settings
         self._registry = registry
+        self._store = store
         self._proxy = proxy
         self._metrics = metrics
         self._clock = clock
@@ -49,11 +64,7 @@ class UtilityRequests:
         raw_model = data.get("model")
         model = None if raw_model is None else check_model(raw_model)
         candidates = self._candidates(model)
-        headers = {"Content-Type": "application/json"}
-        for name in ("Authorization", self._settings.request_id_header):
-            value = request.headers.get(name)
-            if value:
-                headers[name] = value
+        headers = self._headers(request)
         last_failure: RetryableUpstream | None = None
         for view in candidates[:self._settings.max_retries + 1]:
             response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE}
@@ -70,6 +81,44 @@ class UtilityRequests:
             return result.response
         assert last_failure is not None
         raise UpstreamError(f"No worker could serve the request; last error: {last_failure}")
+
+    async def handle_response(self, request: web.Request, response_id: str,
+                              action: str = "") -> web.StreamResponse:
+        """``GET /v1/responses/{id}`` (``action`` "") or ``POST …/cancel``, at its owner."""
+        owner = await self._store.response_owner(response_id)
+        if owner is None:
+            raise ResponseNotFound(f"Response with id '{response_id}' not found.",
+                                   param="response_id")
+        view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)
+        if view is None or not view.healthy:
+            raise NoWorkerAvailable(f"The worker `{owner}` holding response `{response_id}` "
+                                    "is not available.")
+        url = URL(f"{view.info.url}{RESPONSES_PATH}/{quote(response_id, safe='')}{action}")
+        if request.query_string:
+            url = url.with_query(request.query_string)
+        body = await request.read() if request.method == "POST" else None
+        stream = request.query.get("stream", "").lower() in ("true", "1")
+        response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE}
+        try:
+            result = await self._proxy.forward(
+                request, url, body, self._headers(request), response_headers, stream=stream,
+                wants_usage=True, on_first_byte=lambda: None, stream_format=RESPONSES_STREAM,
+                method=request.method)
+        except RetryableUpstream as failure:
+            self._metrics.record_retry(view.id, failure.reason)
+            raise UpstreamError(f"The worker holding response `{response_id}` failed: "
+                                f"{failure}") from None
+        self._metrics.record_request(view.info.models[0], view.id, view.gpu.name, PROFILE,
+                                     result.status)
+        return result.response
+
+    def _headers(self, request: web.Request) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        for name in ("Authorization", self._settings.request_id_header):
+            value = request.headers.get(name)
+            if value:
+                headers[name] = value
+        return headers
 
     def _candidates(self, model: str | None) -> list[WorkerView]:
         """The healthy workers of ``model``, fewest requests in flight first, ties in turn."""

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from router.state.response_owners import ResponseOwners
 from workers.inflight import InflightTracker
 
 
 class MemoryStateStore:
-    """In-flight counters held in a local ``InflightTracker``."""
+    """In-flight counters held in a local ``InflightTracker``; response owners in a
+    ``ResponseOwners`` map."""
 
-    __slots__ = ("_inflight",)
+    __slots__ = ("_inflight", "_owners")
 
     def __init__(self) -> None:
         self._inflight = InflightTracker()
+        self._owners = ResponseOwners()
 
     @property
     def inflight(self) -> InflightTracker:
@@ -35,3 +38,9 @@ class MemoryStateStore:
 
     def on_complete(self, worker_id: str, prefill_tokens_left: int, decode_tokens: int) -> None:
         self._inflight.on_complete(worker_id, prefill_tokens_left, decode_tokens)
+
+    async def remember_response(self, response_id: str, worker_id: str) -> None:
+        self._owners.remember(response_id, worker_id)
+
+    async def response_owner(self, response_id: str) -> str | None:
+        return self._owners.owner(response_id)

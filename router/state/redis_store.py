@@ -7,6 +7,11 @@ with a time-to-live, then reads the other replicas' hashes. Views add the others
 the local ones, so a burst spread over replicas is still seen whole. A replica that dies
 stops refreshing its hash and its counts expire.
 
+Responses API owners (``response id -> worker``) are written to ``kvroute:response:<id>``
+(a week's time-to-live) as well as a local ``ResponseOwners`` map, and read from the local map
+first, then Redis: a follow-up reaching another replica still goes to the worker holding
+the response. That read is the one Redis round trip on a request path, for such requests only.
+
 Redis is never awaited inside a decision. When it is unreachable the store says so
 (``degraded``; ``/health`` shows it), drops the remote counts and routes on local ones,
 retrying every interval.
@@ -22,12 +27,15 @@ from typing import Any
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
+from router.state.response_owners import ResponseOwners
 from workers.inflight import InflightTracker, WorkerInflight
 from workers.task_cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "kvroute:inflight:"
+RESPONSE_PREFIX = "kvroute:response:"
+RESPONSE_TTL_S = 7 * 24 * 3600      # a kept response outlives no week of its server's memory
 
 
 class MergedInflight:
@@ -80,6 +88,7 @@ class RedisStateStore:
         self._client: Any = None
         self._task: asyncio.Task[None] | None = None
         self._degraded = False
+        self._owners = ResponseOwners()
 
     @property
     def inflight(self) -> MergedInflight:
@@ -113,6 +122,34 @@ class RedisStateStore:
     def on_complete(self, worker_id: str, prefill_tokens_left: int, decode_tokens: int) -> None:
         self._local.on_complete(worker_id, prefill_tokens_left, decode_tokens)
 
+    async def remember_response(self, response_id: str, worker_id: str) -> None:
+        self._owners.remember(response_id, worker_id)
+        if self._degraded:       # unreachable: the sync loop says when it is back
+            return
+        try:
+            await self._client.set(RESPONSE_PREFIX + response_id, worker_id, ex=RESPONSE_TTL_S)
+        except (RedisError, OSError) as exc:
+            self._lost_redis(exc)
+
+    async def response_owner(self, response_id: str) -> str | None:
+        owner = self._owners.owner(response_id)
+        if owner is not None or self._degraded:
+            return owner
+        try:
+            owner = await self._client.get(RESPONSE_PREFIX + response_id)
+        except (RedisError, OSError) as exc:
+            self._lost_redis(exc)
+            return None
+        if isinstance(owner, str):
+            self._owners.remember(response_id, owner)
+            return owner
+        return None
+
+    def _lost_redis(self, exc: Exception) -> None:
+        if not self._degraded:
+            log.warning("redis %s unreachable (%s): routing on local state", self._url, exc)
+        self._degraded = True
+
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
@@ -124,9 +161,7 @@ class RedisStateStore:
             await self._publish()
             self.inflight.remote = await self._read_others()
         except (RedisError, OSError) as exc:
-            if not self._degraded:
-                log.warning("redis %s unreachable (%s): routing on local state", self._url, exc)
-            self._degraded = True
+            self._lost_redis(exc)
             self.inflight.remote = {}
             return
         if self._degraded:

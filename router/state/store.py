@@ -4,6 +4,10 @@ A store owns the in-flight accounting the policies see through ``WorkerView``s. 
 path reads and writes only the local ``inflight`` tracker (never awaits a store); a shared
 store (several replicas) synchronises it off the request path, so a decision never waits
 on the network. The memory store is the default for one replica.
+
+One thing is awaited on the request path, and only by Responses API requests that continue
+or read a response: which worker made it (``response_owner``), since only that worker can
+serve them.
 """
 
 from __future__ import annotations
@@ -36,3 +40,11 @@ class StateStore(Protocol):
 
     def on_complete(self, worker_id: str, prefill_tokens_left: int,
                     decode_tokens: int) -> None: ...
+
+    async def remember_response(self, response_id: str, worker_id: str) -> None:
+        """Record that ``worker_id`` makes the Responses API response ``response_id``."""
+        ...
+
+    async def response_owner(self, response_id: str) -> str | None:
+        """The worker that made ``response_id``, if known (``router.state.response_owners``)."""
+        ...

@@ -12,6 +12,7 @@ from router.protocol import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
+    RESPONSES_PATH,
     ParsedRequest,
     parse_request,
     tenant_of,
@@ -192,4 +193,43 @@ def test_embeddings_inputs_are_routed_as_one_prefill(body: dict[str, object],
 def test_embeddings_inputs_refused_by_name(body: dict[str, object], param: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         parse({"model": MODEL, **body}, EMBEDDINGS_PATH)
+    assert info.value.param == param
+
+
+def test_a_responses_request_is_routed_as_its_chat_turn_and_gets_an_id() -> None:
+    body = {"model": MODEL, "instructions": "Be brief.", "max_output_tokens": 9,
+            "stream": True, "previous_response_id": "resp_prev",
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                      {"type": "function_call_output", "call_id": "c", "output": "42"}]}
+    raw = orjson.dumps(body)
+    parsed = parse(raw, RESPONSES_PATH)
+    r = parsed.routing
+    assert r.messages == [{"role": "system", "content": "Be brief."},
+                          {"role": "user", "content": "hi"}]
+    assert (r.max_tokens, r.stream, parsed.wants_usage) == (9, True, True)
+    assert parsed.previous_response_id == "resp_prev"
+    assert parsed.response_id is not None and parsed.response_id.startswith("resp_")
+    assert parsed.response_id_assigned
+    sent = orjson.loads(upstream_body(parsed, raw, MODEL))
+    assert sent == {**body, "request_id": parsed.response_id}     # the rest as it came
+    mine = orjson.dumps({"model": MODEL, "input": "hi", "request_id": "resp_mine"})
+    kept = parse(mine, RESPONSES_PATH)
+    assert (kept.response_id, kept.response_id_assigned) == ("resp_mine", False)
+    assert kept.routing.messages == [{"role": "user", "content": "hi"}]
+    assert upstream_body(kept, mine, MODEL) is mine
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({}, "input"),
+    ({"input": []}, "input"),
+    ({"input": 3}, "input"),
+    ({"input": "x", "instructions": 1}, "instructions"),
+    ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"input": "x", "previous_response_id": ""}, "previous_response_id"),
+    ({"input": "x", "request_id": "a\nb"}, "request_id"),
+    ({"input": "x", "stream": "yes"}, "stream"),
+])
+def test_responses_fields_refused_by_name(body: dict[str, object], param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        parse({"model": MODEL, **body}, RESPONSES_PATH)
     assert info.value.param == param

@@ -5,9 +5,11 @@ are vLLM 0.32.0's own (captured from a real engine, ids shortened)."""
 from __future__ import annotations
 
 from router.proxy_usage import (
+    Usage,
     UsageRewrite,
     carries_finish_reason,
     is_usage_chunk,
+    parse_usage,
     with_fingerprint,
 )
 
@@ -102,3 +104,24 @@ def test_needs_events_only_for_usage_finish_or_held() -> None:
     rewrite.events([FINISH % 0])
     assert rewrite.needs_events(DONE + b"\n\n")
     assert not UsageRewrite(wants_usage=True).needs_events(FINISH % 0 + b"\n\n")
+
+
+def test_the_responses_apis_usage_is_read_from_its_last_event_and_nothing_changes() -> None:
+    created = (b'event: response.created\ndata: {"response":{"id":"resp_1","usage":null},'
+               b'"sequence_number":0,"type":"response.created"}')
+    delta = (b'event: response.output_text.delta\ndata: {"delta":"hi","sequence_number":1,'
+             b'"type":"response.output_text.delta"}')
+    completed = (b'event: response.completed\ndata: {"response":{"id":"resp_1","usage":'
+                 b'{"input_tokens":12,"input_tokens_details":{"cached_tokens":8},'
+                 b'"output_tokens":3,"total_tokens":15}},"sequence_number":2,'
+                 b'"type":"response.completed"}')
+    rewrite = UsageRewrite(wants_usage=True)
+    assert rewrite.events([created, delta, completed]) == [created, delta, completed]
+    assert rewrite.usage == Usage(prompt_tokens=12, completion_tokens=3, cached_tokens=8)
+
+
+def test_parse_usage_takes_both_shapes() -> None:
+    assert parse_usage({"prompt_tokens": 5, "completion_tokens": 2}) == Usage(5, 2, None)
+    assert parse_usage({"input_tokens": 5, "output_tokens": 2,
+                        "input_tokens_details": {"cached_tokens": 4}}) == Usage(5, 2, 4)
+    assert parse_usage(None) is None

@@ -86,3 +86,31 @@ async def test_unreachable_redis_degrades_to_local_state() -> None:
         assert store.inflight.get("w1").requests == 1
     finally:
         await store.close()
+
+
+async def test_replicas_share_the_owners_of_responses(redis_url: str) -> None:
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    await one.start()
+    await two.start()
+    try:
+        await one.remember_response("resp_a", "w2")
+        assert await two.response_owner("resp_a") == "w2"
+        assert await two.response_owner("resp_b") is None
+        await two.remember_response("resp_a", "w3")     # a retry made it elsewhere
+        assert await two.response_owner("resp_a") == "w3"
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_response_owners_stay_local_while_redis_is_unreachable() -> None:
+    store = RedisStateStore(f"redis://127.0.0.1:{free_port()}/0", "r1", sync_interval_s=60)
+    await store.start()
+    try:
+        assert store.degraded
+        await store.remember_response("resp_a", "w1")
+        assert await store.response_owner("resp_a") == "w1"
+        assert await store.response_owner("resp_b") is None
+    finally:
+        await store.close()

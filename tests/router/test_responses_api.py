@@ -1,0 +1,159 @@
+"""OpenAI's Responses API through the router, with the official ``openai`` client: a response
+is continued (``previous_response_id``), read back and cancelled at the worker that made it,
+also through a second replica sharing Redis; the rest is routed by the policy as usual.
+
+The fleet: three emulated workers keeping responses (vLLM's VLLM_ENABLE_RESPONSES_API_STORE),
+in their own process. The routing is round-robin, which on its own would send each follow-up
+to another worker, where the response does not exist (404)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+import yaml
+
+from tests.router.gateway_support import MODEL, ROUTING_ROUND_ROBIN, RouterFactory
+from workers.emulator.process import EmulatorFleet, free_port
+from workers.fleet import FleetConfig, load_fleet
+
+pytestmark = pytest.mark.integration
+KEEPING = {"time_scale": 0.01, "responses_store": True,
+           "output_len": {"dist": "fixed", "value": 64}}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    path: Path = tmp_path_factory.mktemp("responses") / "fleet.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": f"w{i}", "gpu": "h100", "models": [MODEL],
+                     "emulate": {**KEEPING, "port": free_port()}} for i in range(3)]}))
+    loaded = load_fleet(path)
+    with EmulatorFleet(loaded, one_process=True):
+        yield loaded
+
+
+def client_of(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+async def test_a_conversation_stays_on_the_worker_holding_it(
+        fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(fleet, ROUTING_ROUND_ROBIN)
+    client = client_of(router.url)
+    raw = await client.responses.with_raw_response.create(
+        model=MODEL, input="Tell me about the sea.", max_output_tokens=8)
+    first = raw.parse()
+    owner = raw.headers["x-kvroute-worker"]
+    assert first.id.startswith("resp_") and first.usage is not None
+    previous, prompt_tokens = first, first.usage.input_tokens
+    for turn in range(4):
+        raw = await client.responses.with_raw_response.create(
+            model=MODEL, input=f"And then? ({turn})", max_output_tokens=8,
+            previous_response_id=previous.id)
+        answer = raw.parse()
+        assert raw.headers["x-kvroute-worker"] == owner
+        assert answer.previous_response_id == previous.id
+        assert answer.usage is not None and answer.usage.input_tokens > prompt_tokens
+        previous, prompt_tokens = answer, answer.usage.input_tokens
+    # new conversations are still spread by the policy (round-robin here)
+    others = set()
+    for _ in range(3):
+        raw = await client.responses.with_raw_response.create(model=MODEL, input="hi",
+                                                              max_output_tokens=2)
+        others.add(raw.headers["x-kvroute-worker"])
+    assert others == {"w0", "w1", "w2"}
+    read = await client.responses.retrieve(previous.id)
+    assert read.id == previous.id and read.output_text == previous.output_text
+    with pytest.raises(openai.BadRequestError, match="Cannot cancel a synchronous response"):
+        await client.responses.cancel(previous.id)
+    with pytest.raises(openai.NotFoundError, match="Response with id 'resp_nope' not found"):
+        await client.responses.retrieve("resp_nope")
+    await client.close()
+
+
+async def test_a_stream_is_relayed_whole_and_counted(fleet: FleetConfig,
+                                                     make_router: RouterFactory) -> None:
+    router = await make_router(fleet, ROUTING_ROUND_ROBIN)
+    client = client_of(router.url)
+    kinds = []
+    async with await client.responses.create(model=MODEL, input="Stream, please.",
+                                             max_output_tokens=6, stream=True) as events:
+        async for event in events:
+            kinds.append(event.type)
+            if event.type == "response.completed":
+                done = event.response
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert kinds.count("response.output_text.delta") >= 1
+    assert done.usage is not None and done.usage.output_tokens == 6
+    follow = await client.responses.create(model=MODEL, input="More.", max_output_tokens=2,
+                                           previous_response_id=done.id)
+    assert follow.previous_response_id == done.id
+    await client.close()
+    workers = {"w0", "w1", "w2"}
+    output = sum(router.metric("kvroute_completion_tokens_total", worker=w, gpu="H100-80GB")
+                 for w in workers)
+    assert output >= 6 + 2
+    first_tokens = sum(router.metric("kvroute_ttft_seconds_count", worker=w, gpu="H100-80GB")
+                       for w in workers)
+    assert first_tokens >= 1           # the stream's first delta, not its first event
+
+
+async def test_the_client_request_id_is_the_response_id(fleet: FleetConfig,
+                                                        make_router: RouterFactory) -> None:
+    router = await make_router(fleet, ROUTING_ROUND_ROBIN)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/v1/responses", json={
+                "model": MODEL, "input": "x", "max_output_tokens": 2,
+                "request_id": "resp_client-chosen"}) as resp:
+            body = await resp.json()
+            owner = resp.headers["x-kvroute-worker"]
+        assert (resp.status, body["id"]) == (200, "resp_client-chosen")
+        async with session.get(f"{router.url}/v1/responses/resp_client-chosen") as resp:
+            assert resp.status == 200 and resp.headers["x-kvroute-worker"] == owner
+        async with session.post(f"{router.url}/v1/responses", json={
+                "model": MODEL, "input": "x", "previous_response_id": 7}) as resp:
+            error = await resp.json()
+        assert resp.status == 400 and error["error"]["param"] == "previous_response_id"
+
+
+async def test_a_second_replica_sharing_redis_finds_the_owner(
+        fleet: FleetConfig, make_router: RouterFactory, redis_url: str,
+        tmp_path: Path) -> None:
+    one = await make_router(fleet, ROUTING_ROUND_ROBIN, redis_url=redis_url,
+                            replica_id="one")
+    two = await make_router(fleet, ROUTING_ROUND_ROBIN, redis_url=redis_url,
+                            replica_id="two")
+    first_client, second_client = client_of(one.url), client_of(two.url)
+    raw = await first_client.responses.with_raw_response.create(
+        model=MODEL, input="Remember this.", max_output_tokens=2)
+    owner, first = raw.headers["x-kvroute-worker"], raw.parse()
+    for _ in range(3):       # round-robin alone would leave the owner at least twice
+        raw = await second_client.responses.with_raw_response.create(
+            model=MODEL, input="What was it?", max_output_tokens=2,
+            previous_response_id=first.id)
+        assert raw.headers["x-kvroute-worker"] == owner
+    assert (await second_client.responses.retrieve(first.id)).id == first.id
+    await first_client.close()
+    await second_client.close()
+    # a replica that cannot reach the owner says so rather than asking another worker
+    path = tmp_path / "owner-down.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": w.info.id, "gpu": "h100", "models": [MODEL],
+                     "url": (f"http://127.0.0.1:{free_port()}" if w.info.id == owner
+                             else w.info.url)} for w in fleet.workers]}))
+    three = await make_router(load_fleet(path), ROUTING_ROUND_ROBIN, redis_url=redis_url,
+                              replica_id="three")
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{three.url}/v1/responses", json={
+                "model": MODEL, "input": "x", "previous_response_id": first.id}) as resp:
+            error = await resp.json()
+        assert resp.status == 503, error
+        assert f"The worker `{owner}` holding response `{first.id}`" in error["error"]["message"]
+        async with session.get(f"{three.url}/v1/responses/{first.id}") as resp:
+            assert resp.status == 503
