@@ -4,8 +4,8 @@ Run by ``make test-real-vllm``, which sets ``KVROUTE_VLLM_PYTHON`` to the python
 environment; without it every test here is skipped. For the whole session: the tiny model is
 made into a temporary folder, then two engines start in parallel (``kvroute launch-vllm``'s
 code, ``workers.launch``) on free 127.0.0.1 ports, each with a KV-event stream, a 40-block KV
-cache (``--num-gpu-blocks-override 40``: cache pressure) and dev mode
-(``/reset_prefix_cache``); they are stopped by pid at the end. Routers are in-process and
+cache (``--num-gpu-blocks-override 40``: cache pressure), dev mode (``/reset_prefix_cache``)
+and the Responses API's store; they are stopped by pid at the end. Routers are in-process and
 per test.
 
 ``KVROUTE_REAL_VLLM_FLEET=FILE`` uses engines already running instead (a fleet file like
@@ -99,7 +99,8 @@ def tiny_model(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Pa
 def fleet_data(model_dir: Path, python: str) -> dict[str, Any]:
     launch = {"model": str(model_dir), "python": python, "device": "cpu",
               "max_model_len": 2048, "num_gpu_blocks_override": GPU_BLOCKS, "dev_mode": True,
-              "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}
+              "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                      "VLLM_ENABLE_RESPONSES_API_STORE": "1"}}   # /v1/responses kept
     return {
         "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 2048}},
         "workers": [{"id": f"cpu-{name}", "gpu": "l40s", "models": [MODEL],
