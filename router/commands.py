@@ -124,6 +124,12 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.processes > 1:
         from router.replicas import run_replicas
+        if settings.redis_url is None:
+            logging.getLogger(__name__).warning(
+                "%d processes without --redis-url: each counts only its own in-flight "
+                "requests, and a Responses API follow-up (previous_response_id) reaching "
+                "another process than the one that routed the response goes by the policy, "
+                "to a worker that may not hold it", args.processes)
         run_replicas(settings, args.processes, args.log_level)
     else:
         run_router(settings, fleet)

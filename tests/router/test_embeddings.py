@@ -1,5 +1,6 @@
-"""``POST /v1/embeddings`` through the router: a fleet of one generative and two pooling
-(embedding) workers, emulated in their own process, and the official ``openai`` client."""
+"""``POST /v1/embeddings`` through the router: the example fleet of two generative and two
+pooling (embedding) workers (``config/examples/embeddings-fleet.yaml``), emulated in their
+own process, and the official ``openai`` client."""
 
 from __future__ import annotations
 
@@ -13,30 +14,25 @@ import openai
 import pytest
 import yaml
 
-from tests.router.gateway_support import MODEL, RouterFactory
+from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory
 from workers.emulator.process import EmulatorFleet, free_port
 from workers.fleet import FleetConfig, load_fleet
 
 pytestmark = pytest.mark.integration
 EMBEDDER = "Qwen/Qwen3-Embedding-0.6B"
 POOLING_WORKERS = {"embed-h100", "embed-l40s"}
+EXAMPLE = REPO_ROOT / "config/examples/embeddings-fleet.yaml"
 FAST = {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 8}}
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """The example fleet, on free ports."""
+    data = yaml.safe_load(EXAMPLE.read_text())
+    for worker in data["workers"]:
+        worker["emulate"] = {**worker["emulate"], **FAST, "port": free_port()}
     path: Path = tmp_path_factory.mktemp("embeddings") / "fleet.yaml"
-    path.write_text(yaml.safe_dump({
-        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192},
-                   EMBEDDER: {"arch": "qwen3-embedding-0.6b", "max_model_len": 512}},
-        "workers": [
-            {"id": "gen-h100", "gpu": "h100", "models": [MODEL],
-             "emulate": {**FAST, "port": free_port()}},
-            {"id": "embed-h100", "gpu": "h100", "models": [EMBEDDER],
-             "emulate": {**FAST, "port": free_port()}},
-            {"id": "embed-l40s", "gpu": "l40s", "models": [EMBEDDER],
-             "emulate": {**FAST, "port": free_port()}},
-        ]}))
+    path.write_text(yaml.safe_dump(data))
     loaded = load_fleet(path)
     with EmulatorFleet(loaded, one_process=True):
         yield loaded
@@ -93,8 +89,8 @@ async def test_concurrent_embeddings_spread_over_the_pooling_workers_only(
     ("/v1/completions", {"model": EMBEDDER, "prompt": "x"}, "serves embeddings only"),
     ("/v1/embeddings", {"model": EMBEDDER}, "Missing required parameter: 'input'"),
     ("/v1/embeddings", {"model": EMBEDDER, "input": {"text": "x"}}, "input: must be"),
-    ("/v1/embeddings", {"model": EMBEDDER, "input": "word " * 600},
-     "maximum context length is 512"),
+    ("/v1/embeddings", {"model": EMBEDDER, "input": "word " * 9000},
+     "maximum context length is 8192"),
 ])
 async def test_requests_for_what_a_model_does_not_serve_get_a_clear_400(
         fleet: FleetConfig, make_router: RouterFactory, path: str, body: dict[str, object],

@@ -41,10 +41,11 @@ def test_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
             "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
             "workers": [{"id": "w0", "gpu": "h100", "models": [MODEL], "url": worker.url}]}))
         port = free_port()
+        log = (tmp_path / "serve.log").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet), "--routing",
              str(REPO_ROOT / "config/routing.yaml"), "--port", str(port), "--processes", "2"],
-            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log)
         try:
             deadline = time.monotonic() + 30
             while True:
@@ -67,6 +68,9 @@ def test_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
+            log.close()
+        # without shared state, the operator is told what it costs
+        assert "2 processes without --redis-url" in (tmp_path / "serve.log").read_text()
         deadline = time.monotonic() + 5       # the spawn resource tracker exits on its own
         while any(Path(f"/proc/{c}").exists() for c in children):
             assert time.monotonic() < deadline, [
