@@ -27,8 +27,8 @@ import numpy as np
 import orjson
 from aiohttp import web
 
-from workers.emulator.errors import ApiError, bad_request, internal_error, validation_error
-from workers.emulator.protocol import decode_json
+from workers.emulator.errors import bad_request, internal_error, validation_error
+from workers.emulator.protocol import read_json_body
 from workers.emulator.runner import OutputQueue
 from workers.emulator.state import WORKER, WorkerState
 from workers.engine.api import EngineRequest
@@ -38,11 +38,7 @@ ENCODING_FORMATS = ("float", "base64")
 
 async def embeddings(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
-    ctype = request.headers.get("Content-Type", "application/json")
-    if ctype.split(";")[0].strip().lower() != "application/json":
-        raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed",
-                       "Bad Request")
-    data = decode_json(await request.read())
+    data = await read_json_body(request)
     model_field = data.get("model")
     if model_field is not None and not isinstance(model_field, str):
         raise validation_error("model", "Input should be a valid string", "string_type",

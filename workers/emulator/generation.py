@@ -18,7 +18,12 @@ from aiohttp import web
 
 from workers.emulator.errors import ApiError, bad_request, internal_error
 from workers.emulator.outputs import plan_output
-from workers.emulator.protocol import GenerationBody, RequestKind, decode_json, parse_generation
+from workers.emulator.protocol import (
+    GenerationBody,
+    RequestKind,
+    parse_generation,
+    read_json_body,
+)
 from workers.emulator.responses import (
     DONE,
     Choice,
@@ -69,11 +74,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 async def _generate(request: web.Request, kind: RequestKind) -> web.StreamResponse:
     worker = request.app[WORKER]
-    ctype = request.headers.get("Content-Type", "application/json")
-    if ctype.split(";")[0].strip().lower() != "application/json":
-        raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed",
-                       "Bad Request")
-    body = parse_generation(decode_json(await request.read()), kind)
+    body = parse_generation(await read_json_body(request), kind)
     model, lora_name = worker.resolve_model(body.model)
     if worker.faults.error_rate > 0 and worker.rng.random() < worker.faults.error_rate:
         raise internal_error("Emulated internal server error (fault injection: error_rate).")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
+from aiohttp import web
 
 from workers.emulator.errors import ApiError, validation_error
 
@@ -35,6 +36,15 @@ class GenerationBody:
     continuous_usage: bool
     cache_salt: str | None
     echo: bool
+
+
+async def read_json_body(request: web.Request) -> Mapping[str, Any]:
+    """The JSON object of a POST, as vLLM takes it: a JSON content type, else 400."""
+    ctype = request.headers.get("Content-Type", "application/json")
+    if ctype.split(";")[0].strip().lower() != "application/json":
+        raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed",
+                       "Bad Request")
+    return decode_json(await request.read())
 
 
 def decode_json(raw: bytes) -> Mapping[str, Any]:

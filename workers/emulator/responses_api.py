@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
@@ -33,12 +33,13 @@ from aiohttp import web
 from workers.emulator.errors import ApiError, bad_request, internal_error, validation_error
 from workers.emulator.generation import (
     Admitted,
+    ChoiceState,
     admit,
     check_lengths,
     next_output,
     tokenize_body,
 )
-from workers.emulator.protocol import GenerationBody, decode_json
+from workers.emulator.protocol import GenerationBody, read_json_body
 from workers.emulator.state import WORKER, WorkerState
 
 
@@ -49,11 +50,7 @@ def not_found(response_id: str) -> ApiError:
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
-    ctype = request.headers.get("Content-Type", "application/json")
-    if ctype.split(";")[0].strip().lower() != "application/json":
-        raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed",
-                       "Bad Request")
-    data = decode_json(await request.read())
+    data = await read_json_body(request)
     fields = _Fields(data)
     model, _ = worker.resolve_model(fields.optional_str("model"))
     stream = fields.boolean("stream", False)
@@ -183,23 +180,29 @@ def _output_text(answer: Mapping[str, Any]) -> str:
                    for part in item.get("content", []))
 
 
-async def _generated(worker: WorkerState, admitted: Admitted) -> tuple[str, str, int, int]:
-    """Run the turn to its end: (text, status, cached prompt tokens, output tokens)."""
-    texts: list[str] = []
+async def _deltas(worker: WorkerState, admitted: Admitted) -> AsyncIterator[str]:
+    """Each engine step's text of the turn's one choice, until it finishes."""
     while True:
         item = await next_output(admitted)
         if item is None:
             raise internal_error("EngineCore encountered an issue.")
-        choice, token_ids, finished = item
-        texts.extend(worker.tokenizer.piece(t) for t in token_ids)
+        _, token_ids, finished = item
+        yield "".join(worker.tokenizer.piece(t) for t in token_ids)
         if finished:
-            status = "incomplete" if choice.finish_reason == "length" else "completed"
-            return "".join(texts), status, choice.cached_tokens, choice.num_tokens
+            return
+
+
+def _finished(turn: _Turn, admitted: Admitted, text: str) -> dict[str, Any]:
+    """The response once its one choice has finished."""
+    choice: ChoiceState = next(iter(admitted.by_request.values()))
+    status = "incomplete" if choice.finish_reason == "length" else "completed"
+    return turn.body(status, [turn.item(text)],
+                     _usage(admitted.prompt_lens[0], choice.cached_tokens, choice.num_tokens))
 
 
 async def _whole(worker: WorkerState, turn: _Turn, admitted: Admitted) -> dict[str, Any]:
-    text, status, cached, output = await _generated(worker, admitted)
-    return turn.body(status, [turn.item(text)], _usage(admitted.prompt_lens[0], cached, output))
+    text = "".join([delta async for delta in _deltas(worker, admitted)])
+    return _finished(turn, admitted, text)
 
 
 async def _stream(request: web.Request, worker: WorkerState, turn: _Turn, admitted: Admitted,
@@ -214,20 +217,12 @@ async def _stream(request: web.Request, worker: WorkerState, turn: _Turn, admitt
     await events.send("response.content_part.added", {
         "content_index": 0, "item_id": turn.item_id, "output_index": 0, "part": _part("", [])})
     texts: list[str] = []
-    while True:
-        item = await next_output(admitted)
-        if item is None:
-            raise internal_error("EngineCore encountered an issue.")
-        choice, token_ids, finished = item
-        delta = "".join(worker.tokenizer.piece(t) for t in token_ids)
+    async for delta in _deltas(worker, admitted):
         texts.append(delta)
         await events.send("response.output_text.delta", {
             "content_index": 0, "delta": delta, "item_id": turn.item_id, "logprobs": [],
             "output_index": 0})
-        if finished:
-            break
     text = "".join(texts)
-    status = "incomplete" if choice.finish_reason == "length" else "completed"
     await events.send("response.output_text.done", {
         "content_index": 0, "item_id": turn.item_id, "logprobs": [], "output_index": 0,
         "text": text})
@@ -235,8 +230,7 @@ async def _stream(request: web.Request, worker: WorkerState, turn: _Turn, admitt
         "content_index": 0, "item_id": turn.item_id, "output_index": 0,
         "part": _part(text, None)})
     await events.send("response.output_item.done", {"item": turn.item(text), "output_index": 0})
-    answer = turn.body(status, [turn.item(text)],
-                       _usage(admitted.prompt_lens[0], choice.cached_tokens, choice.num_tokens))
+    answer = _finished(turn, admitted, text)
     if store:
         worker.stored_responses[turn.id] = (messages, answer)
     await events.send("response.completed", {"response": answer})
