@@ -40,6 +40,7 @@ from router.keys import (
 from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
 from router.proxy import Proxy
+from router.response_locator import ResponseLocator
 from router.settings import Settings
 from router.state.memory_store import MemoryStateStore
 from router.state.redis_store import RedisStateStore
@@ -111,9 +112,10 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     proxy = Proxy(upstream, settings.upstream_timeout_s)
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
+    responses = ResponseLocator(app[STORE], app[REGISTRY], scrapes)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
-                             proxy, app[METRICS], app[DECISIONS], sinks=sinks)
-    app[UTILITY] = UtilityRequests(settings, app[REGISTRY], app[STORE], proxy, app[METRICS])
+                             proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks)
+    app[UTILITY] = UtilityRequests(settings, app[REGISTRY], responses, proxy, app[METRICS])
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
     yield

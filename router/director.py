@@ -49,6 +49,7 @@ from router.proxy import (
     RetryableUpstream,
 )
 from router.request_ids import RequestIds
+from router.response_locator import ResponseLocator
 from router.settings import Settings
 from router.state.store import StateStore
 from workers.models import WorkerView
@@ -82,7 +83,8 @@ class Director:
 
     def __init__(self, settings: Settings, registry: WorkerRegistry, store: StateStore,
                  policy: PolicySource, proxy: Proxy, metrics: RouterMetrics,
-                 decisions: DecisionLog, clock: Callable[[], float] = time.monotonic,
+                 decisions: DecisionLog, responses: ResponseLocator,
+                 clock: Callable[[], float] = time.monotonic,
                  sinks: Sequence[DecisionSink] = ()) -> None:
         self._settings = settings
         self._registry = registry
@@ -91,6 +93,7 @@ class Director:
         self._proxy = proxy
         self._metrics = metrics
         self._decisions = decisions
+        self._responses = responses
         self._clock = clock
         self._ids = RequestIds()
         self._header = settings.request_id_header
@@ -157,12 +160,12 @@ class Director:
 
     async def _response_owner(self, parsed: ParsedRequest) -> str | None:
         """The worker a Responses API request must go to: the one holding the response it
-        continues (None: no such constraint, or the owner is not known to this router, and
-        the chosen worker answers for it)."""
+        continues (None: no such constraint, or no worker holds it, and the chosen worker
+        answers vLLM's 404)."""
         previous = parsed.previous_response_id
         if previous is None:
             return None
-        owner = await self._store.response_owner(previous)
+        owner = await self._responses.owner(previous)
         if owner is None:
             return None
         view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)

@@ -8,8 +8,8 @@ most ``Settings.max_retries`` times. ``model`` may be left out, as vLLM allows, 
 worker of the fleet serves one model.
 
 ``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: only the worker that made
-the response holds it, so they go there (the state store's ``response_owner``); a response
-this router never routed is vLLM's 404, and an owner that is down a 503.
+the response holds it, so they go there (``router.response_locator``); a response no worker
+holds is vLLM's 404, and an owner that is down a 503.
 
 Counted in ``kvroute_requests_total`` under the profile ``utility``.
 """
@@ -34,8 +34,8 @@ from router.errors import (
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import RESPONSES_PATH, check_model, parse_body
 from router.proxy import RESPONSES_STREAM, Proxy, RetryableUpstream
+from router.response_locator import ResponseLocator
 from router.settings import Settings
-from router.state.store import StateStore
 from workers.models import WorkerView
 from workers.registry import WorkerRegistry
 
@@ -47,12 +47,12 @@ DETOKENIZE_PATH = "/detokenize"
 class UtilityRequests:
     """Forwards tokenizer requests to a worker of their model; needs no policy."""
 
-    def __init__(self, settings: Settings, registry: WorkerRegistry, store: StateStore,
+    def __init__(self, settings: Settings, registry: WorkerRegistry, responses: ResponseLocator,
                  proxy: Proxy, metrics: RouterMetrics,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._settings = settings
         self._registry = registry
-        self._store = store
+        self._responses = responses
         self._proxy = proxy
         self._metrics = metrics
         self._clock = clock
@@ -85,7 +85,7 @@ class UtilityRequests:
     async def handle_response(self, request: web.Request, response_id: str,
                               action: str = "") -> web.StreamResponse:
         """``GET /v1/responses/{id}`` (``action`` "") or ``POST …/cancel``, at its owner."""
-        owner = await self._store.response_owner(response_id)
+        owner = await self._responses.owner(response_id)
         if owner is None:
             raise ResponseNotFound(f"Response with id '{response_id}' not found.",
                                    param="response_id")

@@ -157,3 +157,26 @@ async def test_a_second_replica_sharing_redis_finds_the_owner(
         assert f"The worker `{owner}` holding response `{first.id}`" in error["error"]["message"]
         async with session.get(f"{three.url}/v1/responses/{first.id}") as resp:
             assert resp.status == 503
+
+
+async def test_a_router_with_no_record_finds_the_worker_holding_the_response(
+        fleet: FleetConfig, make_router: RouterFactory) -> None:
+    one = await make_router(fleet, ROUTING_ROUND_ROBIN)
+    client = client_of(one.url)
+    raw = await client.responses.with_raw_response.create(model=MODEL, input="Remember me.",
+                                                          max_output_tokens=2)
+    owner, first = raw.headers["x-kvroute-worker"], raw.parse()
+    second = await client.responses.create(model=MODEL, input="And me.", max_output_tokens=2)
+    await client.close()
+    # a router that never saw them, as after a restart without Redis
+    restarted = client_of((await make_router(fleet, ROUTING_ROUND_ROBIN)).url)
+    for _ in range(3):        # round-robin alone would leave the owner at least twice
+        raw = await restarted.responses.with_raw_response.create(
+            model=MODEL, input="Still there?", max_output_tokens=2,
+            previous_response_id=first.id)
+        assert raw.headers["x-kvroute-worker"] == owner
+    assert (await restarted.responses.retrieve(second.id)).id == second.id
+    with pytest.raises(openai.NotFoundError, match="Response with id 'resp_gone' not found"):
+        await restarted.responses.create(model=MODEL, input="x", max_output_tokens=2,
+                                         previous_response_id="resp_gone")
+    await restarted.close()

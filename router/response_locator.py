@@ -1,0 +1,66 @@
+"""Where a Responses API response lives: the state store's record, else the worker that has it.
+
+Only the worker that made a response can continue, read or cancel it. The state store
+remembers the owner of every response this router (or, with Redis, any replica) sent. A
+response it has no record of (made before a restart without Redis, or through another
+router) is looked for: every healthy generative worker is asked ``GET /v1/responses/{id}``
+at once, on the scraper's short-timeout connections; the first that has it becomes its
+recorded owner. No worker having it is vLLM's own answer, 404, given by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from urllib.parse import quote
+
+from yarl import URL
+
+from router.protocol import RESPONSES_PATH
+from router.state.store import StateStore
+from workers.models import WorkerView
+from workers.registry import WorkerRegistry
+from workers.upstream import UpstreamClient, UpstreamError
+
+log = logging.getLogger(__name__)
+
+
+class ResponseLocator:
+    """The owner of a response id: recorded, or found by asking the workers."""
+
+    def __init__(self, store: StateStore, registry: WorkerRegistry, client: UpstreamClient,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._registry = registry
+        self._client = client
+        self._clock = clock
+
+    async def owner(self, response_id: str) -> str | None:
+        owner = await self._store.response_owner(response_id)
+        if owner is not None:
+            return owner
+        views = [view for view in self._registry.views(self._clock())
+                 if view.healthy and view.info.model_spec.runner == "generate"]
+        path = f"{RESPONSES_PATH}/{quote(response_id, safe='')}"
+        found = await asyncio.gather(*(self._holds(view, path) for view in views))
+        holders = [view.id for view, holds in zip(views, found, strict=True) if holds]
+        if not holders:
+            return None
+        await self._store.remember_response(response_id, holders[0])
+        log.info("response %s: no record of its worker; found on %s", response_id, holders[0])
+        return holders[0]
+
+    async def _holds(self, view: WorkerView, path: str) -> bool:
+        try:
+            answer = await self._client.get(URL(view.info.url + path))
+        except (UpstreamError, OSError, TimeoutError):
+            return False
+        try:
+            await answer.read()        # the connection goes back to the pool whole
+            return answer.status == 200
+        except (UpstreamError, OSError, TimeoutError):
+            return False
+        finally:
+            answer.close()
