@@ -123,8 +123,9 @@ async def test_the_emulator_answers_embeddings_as_vllm_does(
             assert list(emulated["usage"]) == list(real["usage"])
             assert type(emulated["data"][0]["embedding"]) is type(real["data"][0]["embedding"])
             assert len(emulated["data"]) == len(real["data"])
-        assert (await post(f"{emulator.url}/v1/embeddings", too_long)
-                == await post(f"{engine}/v1/embeddings", too_long))
+        for refused in (too_long, {"model": EMBEDDER, "input": "x", "dimensions": 8}):
+            assert (await post(f"{emulator.url}/v1/embeddings", refused)
+                    == await post(f"{engine}/v1/embeddings", refused))
         wrong_route = {"model": EMBEDDER, "prompt": "x"}
         assert (await post(f"{emulator.url}/v1/completions", wrong_route)
                 == await post(f"{engine}/v1/completions", wrong_route))

@@ -4,9 +4,8 @@ Each input is one engine request that ends after its prefill (the pooled output)
 embedding takes the time its prompt's prefill takes on this GPU, batched with everything else
 the engine runs. The vector is made from the token ids: the mean of a fixed pseudo-random unit
 vector per token id, normalised; the same input always gives the same vector and inputs that
-share tokens point the same way. ``dimensions`` keeps the first N values, normalised again
-(as vLLM does for Matryoshka models such as Qwen3-Embedding; it refuses ``dimensions`` for
-others, which the emulator does not tell apart).
+share tokens point the same way. ``dimensions`` keeps the first N values, normalised again, for a
+model declared ``matryoshka`` (Qwen3-Embedding); any other refuses it, as vLLM does.
 
 Inputs as vLLM 0.32 takes them: ``input`` a string, a list of strings, token ids or lists of
 token ids, or chat messages (one conversation, or a list of them; also under ``messages``).
@@ -32,6 +31,7 @@ from workers.emulator.protocol import read_json_body
 from workers.emulator.runner import OutputQueue
 from workers.emulator.state import WORKER, WorkerState
 from workers.engine.api import EngineRequest
+from workers.engine.profiles import ModelSpec
 
 ENCODING_FORMATS = ("float", "base64")
 
@@ -48,7 +48,7 @@ async def embeddings(request: web.Request) -> web.Response:
     if encoding not in ENCODING_FORMATS:
         raise bad_request(f"encoding_format: must be one of {', '.join(ENCODING_FORMATS)} "
                           f"(the emulator's), got {encoding!r}", "encoding_format")
-    dimensions = _dimensions(data.get("dimensions"), worker.config.model.hidden)
+    dimensions = _dimensions(data.get("dimensions"), worker.config.model, model)
     if not worker.runner.healthy:
         raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
     prompts = [_token_ids(worker, item) for item in _inputs(data)]
@@ -88,13 +88,16 @@ async def embeddings(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
-def _dimensions(raw: Any, hidden: int) -> int:
+def _dimensions(raw: Any, spec: ModelSpec, model: str) -> int:
     if raw is None:
-        return hidden
+        return spec.hidden
     if not isinstance(raw, int) or isinstance(raw, bool):
         raise validation_error("dimensions", "Input should be a valid integer", "int_type", raw)
-    if not 1 <= raw <= hidden:
-        raise bad_request(f"dimensions: must be between 1 and {hidden} (the model's "
+    if not spec.matryoshka:          # vLLM 0.32's words
+        raise bad_request(f"Model '{model}' does not support Matryoshka embeddings; dimensions "
+                          f"must be unset (received dimensions={raw}).")
+    if not 1 <= raw <= spec.hidden:
+        raise bad_request(f"dimensions: must be between 1 and {spec.hidden} (the model's "
                           f"embedding size), got {raw}", "dimensions")
     return raw
 

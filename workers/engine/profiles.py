@@ -91,7 +91,8 @@ class ModelSpec:
     """A dense transformer (Llama family), enough to cost a forward pass.
 
     ``runner`` is what vLLM serves it as (its ``--runner``): ``generate`` (chat and
-    completions) or ``pooling`` (embeddings; the vector has ``hidden`` dimensions)."""
+    completions) or ``pooling`` (embeddings; the vector has ``hidden`` dimensions, fewer on
+    request, ``dimensions``, only for a ``matryoshka`` model)."""
 
     name: str
     layers: int
@@ -104,11 +105,14 @@ class ModelSpec:
     max_model_len: int = 8192
     dtype_bytes: int = 2
     runner: str = "generate"
+    matryoshka: bool = False
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNERS:
             raise ValueError(f"model {self.name!r}: runner must be one of "
                              f"{', '.join(RUNNERS)}, got {self.runner!r}")
+        if not isinstance(self.matryoshka, bool):
+            raise ValueError(f"model {self.name!r}: matryoshka must be true or false")
 
     @property
     def linear_params_per_layer(self) -> int:
@@ -143,7 +147,7 @@ LLAMA_3_70B = ModelSpec(name="llama-3-70b", layers=80, hidden=8192, heads=64, kv
 # costed as the same stack of layers
 QWEN3_EMBEDDING_06B = ModelSpec(name="qwen3-embedding-0.6b", layers=28, hidden=1024, heads=16,
                                 kv_heads=8, head_dim=128, ffn=3072, vocab=151669,
-                                max_model_len=32768, runner="pooling")
+                                max_model_len=32768, runner="pooling", matryoshka=True)
 ALL_MINILM_L6_V2 = ModelSpec(name="all-minilm-l6-v2", layers=6, hidden=384, heads=12,
                              kv_heads=12, head_dim=32, ffn=1536, vocab=30522, max_model_len=256,
                              runner="pooling")

@@ -102,3 +102,16 @@ async def test_a_pooling_model_serves_no_generation_and_a_generative_one_no_embe
         status, body = await post(f"{generative.url}/v1/embeddings",
                                   {"model": MODEL, "input": "x"})
         assert (status, body) == (404, {"detail": "Not Found"})
+
+
+async def test_dimensions_only_for_a_matryoshka_model() -> None:
+    with EmulatorProcess(gpu="l40s", model="all-minilm-l6-v2", served_model_names=["minilm"],
+                         time_scale=0.01) as minilm:
+        status, body = await post(f"{minilm.url}/v1/embeddings",
+                                  {"model": "minilm", "input": "x", "dimensions": 8})
+        assert (status, body["error"]["message"]) == (
+            400, "Model 'minilm' does not support Matryoshka embeddings; dimensions must be "
+                 "unset (received dimensions=8).")
+        status, body = await post(f"{minilm.url}/v1/embeddings", {"model": "minilm",
+                                                                  "input": "x"})
+        assert status == 200 and len(body["data"][0]["embedding"]) == 384

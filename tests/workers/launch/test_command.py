@@ -115,10 +115,14 @@ def test_an_embedding_model_runs_on_the_pooling_runner() -> None:
     assert not {"--enable-prefix-caching", "--no-enable-prefix-caching"} & set(minilm)
 
 
-def test_a_model_declared_with_an_unknown_runner_is_refused() -> None:
+def test_a_model_with_an_unknown_runner_or_a_matryoshka_not_boolean_is_refused() -> None:
     from workers.fleet import FleetConfigError
 
-    with pytest.raises(FleetConfigError, match="runner must be one of generate, pooling"):
-        parse_fleet({"models": {"m": {"arch": "llama-3-8b", "runner": "embed"}},
-                     "workers": [{"id": "w", "gpu": "h100", "models": ["m"],
-                                  "url": "http://127.0.0.1:8001"}]})
+    for model, message in (({"arch": "llama-3-8b", "runner": "embed"},
+                             "runner must be one of generate, pooling"),
+                            ({"arch": "all-minilm-l6-v2", "matryoshka": "yes"},
+                             "matryoshka must be true or false")):
+        with pytest.raises(FleetConfigError, match=message):
+            parse_fleet({"models": {"m": model},
+                         "workers": [{"id": "w", "gpu": "h100", "models": ["m"],
+                                      "url": "http://127.0.0.1:8001"}]})
