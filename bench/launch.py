@@ -4,7 +4,8 @@ Every process the harness runs goes through ``Launched``: routers, nginx, emulat
 It is started in its own session with output to a log file, pinned with ``taskset -c`` when
 ``cpus`` is given (``taskset`` execs the program, so the pid is the server's own), and stopped
 with SIGTERM to its pid and then to each remaining descendant it spawned (SIGKILL after a
-grace period). ``free_port`` picks a free loopback port.
+grace period). ``free_port`` picks a free loopback port; ``emulated_fleet_on_free_ports``
+copies a fleet file of emulated workers onto free ones.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from bench.proc_stats import tree_pids
 
@@ -33,6 +37,20 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def emulated_fleet_on_free_ports(fleet: Path, folder: Path) -> tuple[Path, dict[str, Any]]:
+    """A copy of ``fleet`` (in ``folder``) whose emulated workers listen on free ports, and
+    its contents. Raises ``ValueError`` when a worker has no ``emulate:`` block."""
+    data = yaml.safe_load(fleet.read_text())
+    workers = data.get("workers") or []
+    if not workers or not all(isinstance(w, dict) and "emulate" in w for w in workers):
+        raise ValueError(f"{fleet}: every worker needs an emulate: block")
+    for worker in workers:
+        worker["emulate"] = {**(worker["emulate"] or {}), "port": free_port()}
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, data
 
 
 def pinned(argv: Sequence[str], cpus: str | None) -> list[str]:

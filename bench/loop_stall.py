@@ -37,9 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
-from bench.launch import Launched, LaunchError, free_port
+from bench.launch import Launched, LaunchError, emulated_fleet_on_free_ports, free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
@@ -143,16 +142,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _fleet_on_free_ports(fleet: Path, folder: Path) -> tuple[Path, str]:
     """A copy of ``fleet`` whose emulated workers listen on free ports, and its first model."""
-    data = yaml.safe_load(fleet.read_text())
-    workers = data.get("workers") or []
-    if not workers or not all(isinstance(w, dict) and "emulate" in w for w in workers):
-        raise SystemExit(f"kvroute bench loop-stall: {fleet}: every worker needs an emulate: "
-                         "block")
-    for worker in workers:
-        worker["emulate"] = {**(worker["emulate"] or {}), "port": free_port()}
-    path = folder / "fleet.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path, str(workers[0]["models"][0])
+    try:
+        path, data = emulated_fleet_on_free_ports(fleet, folder)
+    except ValueError as exc:
+        raise SystemExit(f"kvroute bench loop-stall: {exc}") from None
+    return path, str(data["workers"][0]["models"][0])
 
 
 async def _measure_all(base_url: str, model: str, cases: Sequence[Case],
