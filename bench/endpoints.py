@@ -36,7 +36,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.launch import Launched, LaunchError, emulated_fleet_on_free_ports, free_port
+from bench.launch import (
+    Launched,
+    LaunchError,
+    emulated_fleet_on_free_ports,
+    free_port,
+    wait_all_workers_healthy,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FLEET = REPO_ROOT / "config" / "examples" / "embeddings-fleet.yaml"
@@ -160,21 +166,9 @@ async def _measure_all(base_url: str, urls: dict[str, str], models: dict[str, st
     import aiohttp
 
     async with aiohttp.ClientSession() as session:
-        await _wait_all_healthy(session, base_url)
+        await wait_all_workers_healthy(session, base_url)
         return [await _measure(session, base_url, urls, models[case.runner], case, repeat,
                                warmup) for case in cases]
-
-
-async def _wait_all_healthy(session: Any, base_url: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        async with session.get(base_url + "/health") as resp:
-            health = await resp.json()
-        if health.get("workers") and health.get("healthy_workers") == health.get("workers"):
-            return
-        if time.monotonic() > deadline:
-            raise LaunchError(f"not every worker became healthy: {health}")
-        await asyncio.sleep(0.1)
 
 
 async def _measure(session: Any, base_url: str, urls: dict[str, str], model: str, case: Case,

@@ -10,6 +10,7 @@ copies a fleet file of emulated workers onto free ones.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -51,6 +52,20 @@ def emulated_fleet_on_free_ports(fleet: Path, folder: Path) -> tuple[Path, dict[
     path = folder / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
     return path, data
+
+
+async def wait_all_workers_healthy(session: Any, base_url: str, timeout_s: float = 30.0) -> None:
+    """Poll a router's ``/health`` (``session``: an aiohttp client session) until every worker
+    of its fleet is healthy; ``LaunchError`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        async with session.get(base_url + "/health") as resp:
+            health = await resp.json()
+        if health.get("workers") and health.get("healthy_workers") == health.get("workers"):
+            return
+        if time.monotonic() > deadline:
+            raise LaunchError(f"not every worker became healthy: {health}")
+        await asyncio.sleep(0.1)
 
 
 def pinned(argv: Sequence[str], cpus: str | None) -> list[str]:

@@ -38,7 +38,13 @@ from typing import Any
 
 import orjson
 
-from bench.launch import Launched, LaunchError, emulated_fleet_on_free_ports, free_port
+from bench.launch import (
+    Launched,
+    LaunchError,
+    emulated_fleet_on_free_ports,
+    free_port,
+    wait_all_workers_healthy,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
@@ -154,20 +160,8 @@ async def _measure_all(base_url: str, model: str, cases: Sequence[Case],
     import aiohttp
 
     async with aiohttp.ClientSession() as session:
-        await _wait_all_healthy(session, base_url)
+        await wait_all_workers_healthy(session, base_url)
         return [await _measure(session, base_url, model, case, repeat) for case in cases]
-
-
-async def _wait_all_healthy(session: Any, base_url: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        async with session.get(base_url + "/health") as resp:
-            health = await resp.json()
-        if health.get("workers") and health.get("healthy_workers") == health.get("workers"):
-            return
-        if time.monotonic() > deadline:
-            raise LaunchError(f"not every worker became healthy: {health}")
-        await asyncio.sleep(0.1)
 
 
 async def _measure(session: Any, base_url: str, model: str, case: Case,
