@@ -58,6 +58,9 @@ from workers.registry import WorkerRegistry
 log = logging.getLogger(__name__)
 
 PolicySource = Callable[[], PolicyEngine]
+# the profile label of a request refused before any profile ran: the worker it was bound to
+# (the one holding the response it continues) is down
+PINNED_PROFILE = "pinned"
 
 
 def _header_safe(text: str) -> str:
@@ -169,7 +172,10 @@ class Director:
         if owner is None:
             return None
         view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)
-        if view is None or not view.healthy:
+        if view is None or not view.healthy:      # counted: a 5xx the alerts see
+            self._metrics.record_request(
+                UNKNOWN_MODEL if view is None else view.info.models[0], owner,
+                "" if view is None else view.gpu.name, PINNED_PROFILE, 503)
             raise NoWorkerAvailable(
                 f"The worker `{owner}` holding response `{previous}` is not available; only "
                 "it can continue that response.")

@@ -91,6 +91,9 @@ class UtilityRequests:
                                    param="response_id")
         view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)
         if view is None or not view.healthy:
+            self._metrics.record_request(UNKNOWN_MODEL if view is None else view.info.models[0],
+                                         owner, "" if view is None else view.gpu.name, PROFILE,
+                                         503)
             raise NoWorkerAvailable(f"The worker `{owner}` holding response `{response_id}` "
                                     "is not available.")
         url = URL(f"{view.info.url}{RESPONSES_PATH}/{quote(response_id, safe='')}{action}")

@@ -157,6 +157,11 @@ async def test_a_second_replica_sharing_redis_finds_the_owner(
         assert f"The worker `{owner}` holding response `{first.id}`" in error["error"]["message"]
         async with session.get(f"{three.url}/v1/responses/{first.id}") as resp:
             assert resp.status == 503
+    # both counted where the 5xx alerts look
+    assert three.metric("kvroute_requests_total", model=MODEL, worker=owner, gpu="H100-80GB",
+                        profile="pinned", status="503") == 1
+    assert three.metric("kvroute_requests_total", model=MODEL, worker=owner, gpu="H100-80GB",
+                        profile="utility", status="503") == 1
 
 
 async def test_a_router_with_no_record_finds_the_worker_holding_the_response(
