@@ -6,6 +6,10 @@ response it has no record of (made before a restart without Redis, or through an
 router) is looked for: every healthy generative worker is asked ``GET /v1/responses/{id}``
 at once, on the scraper's short-timeout connections; the first that has it becomes its
 recorded owner. No worker having it is vLLM's own answer, 404, given by the caller.
+
+A search costs a request to every worker, and any client can send ids nobody made: searches
+are limited to ``SEARCHES_PER_S`` a second (a bucket of as many); past that, an unrecorded id
+is left to the policy's choice, whose worker answers for it.
 """
 
 from __future__ import annotations
@@ -25,22 +29,54 @@ from workers.registry import WorkerRegistry
 from workers.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger(__name__)
+SEARCHES_PER_S = 20.0
+
+
+class SearchBudget:
+    """A token bucket: ``rate`` searches a second on average, at most ``rate`` at once."""
+
+    __slots__ = ("_at", "_clock", "_rate", "_tokens")
+
+    def __init__(self, rate: float, clock: Callable[[], float]) -> None:
+        self._rate = rate
+        self._clock = clock
+        self._tokens = rate
+        self._at = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self._rate, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
 
 class ResponseLocator:
     """The owner of a response id: recorded, or found by asking the workers."""
 
     def __init__(self, store: StateStore, registry: WorkerRegistry, client: UpstreamClient,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 searches_per_s: float = SEARCHES_PER_S) -> None:
         self._store = store
         self._registry = registry
         self._client = client
         self._clock = clock
+        self._searches_per_s = searches_per_s
+        self._budget = SearchBudget(searches_per_s, clock)
+        self._refused = 0      # searches refused by the budget so far
 
     async def owner(self, response_id: str) -> str | None:
         owner = await self._store.response_owner(response_id)
         if owner is not None:
             return owner
+        if not self._budget.take():
+            self._refused += 1
+            if self._refused % 1000 == 1:
+                log.warning("response ids without a record come faster than %g a second: "
+                            "%d left to the policy so far", self._searches_per_s, self._refused)
+            return None
         views = [view for view in self._registry.views(self._clock())
                  if view.healthy and view.info.model_spec.runner == "generate"]
         path = f"{RESPONSES_PATH}/{quote(response_id, safe='')}"
