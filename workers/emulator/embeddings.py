@@ -4,7 +4,8 @@ Each input is one engine request that ends after its prefill (the pooled output)
 embedding takes the time its prompt's prefill takes on this GPU, batched with everything else
 the engine runs. The vector is made from the token ids: the mean of a fixed pseudo-random unit
 vector per token id, normalised; the same input always gives the same vector and inputs that
-share tokens point the same way. ``dimensions`` keeps the first N values, normalised again, for a
+share tokens point the same way (inputs of more than ``LONG_PROMPT_CHARS`` characters in all
+are tokenized off the event loop). ``dimensions`` keeps the first N values, normalised again, for a
 model declared ``matryoshka`` (Qwen3-Embedding); any other refuses it, as vLLM does.
 
 Inputs as vLLM 0.32 takes them: ``input`` a string, a list of strings, token ids or lists of
@@ -20,13 +21,14 @@ import base64
 import time
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import orjson
 from aiohttp import web
 
 from workers.emulator.errors import bad_request, internal_error, validation_error
+from workers.emulator.generation import LONG_PROMPT_CHARS
 from workers.emulator.protocol import read_json_body
 from workers.emulator.runner import OutputQueue
 from workers.emulator.state import WORKER, WorkerState
@@ -51,7 +53,12 @@ async def embeddings(request: web.Request) -> web.Response:
     dimensions = _dimensions(data.get("dimensions"), worker.config.model, model)
     if not worker.runner.healthy:
         raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
-    prompts = [_token_ids(worker, item) for item in _inputs(data)]
+    items = _inputs(data)
+    if sum(len(item) for item in items if isinstance(item, str)) > LONG_PROMPT_CHARS:
+        prompts = await asyncio.get_running_loop().run_in_executor(   # off the event loop
+            None, _all_token_ids, worker, items)
+    else:
+        prompts = _all_token_ids(worker, items)
     request_id = worker.new_request_id("embd", request)
     ids = [f"{request_id}-{i}" for i in range(len(prompts))]
     for engine_id in ids:
@@ -134,9 +141,16 @@ def _is_conversation(values: Sequence[Any]) -> bool:
                                 for m in values)
 
 
+def _all_token_ids(worker: WorkerState,
+                   items: list[str | list[int] | list[Mapping[str, Any]]]) -> list[list[int]]:
+    return [_token_ids(worker, item) for item in items]
+
+
 def _token_ids(worker: WorkerState,
                item: str | list[int] | list[Mapping[str, Any]]) -> list[int]:
     tok, limit = worker.tokenizer, worker.max_model_len
+    if isinstance(item, str) and len(item) > limit * tok.max_chars_per_token:
+        _too_long(limit)     # longer than any text of `limit` tokens: not worth tokenizing
     if isinstance(item, str):
         tokens = tok.encode(item)
     elif _is_conversation(item):
@@ -148,13 +162,18 @@ def _token_ids(worker: WorkerState,
             raise bad_request(f"Token id {bad} is out of vocabulary", "input")
     if not tokens:
         raise bad_request("The prompt cannot be empty", "input")
-    if len(tokens) > limit:     # vLLM 0.32's words: it tokenizes up to one token past the limit
-        raise bad_request(
-            f"This model's maximum context length is {limit} tokens. However, your prompt "
-            f"contains at least {limit + 1} input tokens, which exceeds this limit even without "
-            "any output tokens. Please reduce the length of the input prompt. "
-            f"(parameter=input_tokens, value={limit + 1})", "input_tokens")
+    if len(tokens) > limit:
+        _too_long(limit)
     return tokens
+
+
+def _too_long(limit: int) -> NoReturn:
+    """vLLM 0.32's words (it tokenizes up to one token past the limit)."""
+    raise bad_request(
+        f"This model's maximum context length is {limit} tokens. However, your prompt "
+        f"contains at least {limit + 1} input tokens, which exceeds this limit even without "
+        "any output tokens. Please reduce the length of the input prompt. "
+        f"(parameter=input_tokens, value={limit + 1})", "input_tokens")
 
 
 @lru_cache(maxsize=65536)

@@ -115,3 +115,16 @@ async def test_dimensions_only_for_a_matryoshka_model() -> None:
         status, body = await post(f"{minilm.url}/v1/embeddings", {"model": "minilm",
                                                                   "input": "x"})
         assert status == 200 and len(body["data"][0]["embedding"]) == 384
+
+
+async def test_a_large_batch_is_tokenized_off_the_loop_with_the_same_vectors(
+        embedder: EmulatorProcess) -> None:
+    texts = [f"passage {i}: " + "where is my parcel " * 3 for i in range(600)]   # > 20,000 chars
+    assert sum(map(len, texts)) > 20_000
+    status, batch = await post(f"{embedder.url}/v1/embeddings",
+                               {"model": EMBEDDER, "input": texts})
+    assert status == 200 and len(batch["data"]) == 600, batch
+    status, alone = await post(f"{embedder.url}/v1/embeddings",
+                               {"model": EMBEDDER, "input": texts[123]})
+    assert status == 200
+    assert batch["data"][123]["embedding"] == alone["data"][0]["embedding"]
