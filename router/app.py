@@ -112,7 +112,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     proxy = Proxy(upstream, settings.upstream_timeout_s)
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
-    responses = ResponseLocator(app[STORE], app[REGISTRY], scrapes)
+    responses = ResponseLocator(app[STORE], app[REGISTRY], scrapes, app[METRICS])
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks)
     app[UTILITY] = UtilityRequests(settings, app[REGISTRY], responses, proxy, app[METRICS])

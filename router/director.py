@@ -168,18 +168,8 @@ class Director:
         previous = parsed.previous_response_id
         if previous is None:
             return None
-        owner = await self._responses.owner(previous)
-        if owner is None:
-            return None
-        view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)
-        if view is None or not view.healthy:      # counted: a 5xx the alerts see
-            self._metrics.record_request(
-                UNKNOWN_MODEL if view is None else view.info.models[0], owner,
-                "" if view is None else view.gpu.name, PINNED_PROFILE, 503)
-            raise NoWorkerAvailable(
-                f"The worker `{owner}` holding response `{previous}` is not available; only "
-                "it can continue that response.")
-        return owner
+        holder = await self._responses.holder(previous, PINNED_PROFILE)
+        return None if holder is None else holder.id
 
     def _views(self, now: float, pinned: str | None) -> list[WorkerView]:
         views = self._registry.views(now)

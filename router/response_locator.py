@@ -5,7 +5,9 @@ remembers the owner of every response this router (or, with Redis, any replica) 
 response it has no record of (made before a restart without Redis, or through another
 router) is looked for: every healthy generative worker is asked ``GET /v1/responses/{id}``
 at once, on the scraper's short-timeout connections; the first that has it becomes its
-recorded owner. No worker having it is vLLM's own answer, 404, given by the caller.
+recorded owner. No worker having it is vLLM's own answer, 404, given by the caller. A
+holder that is down is a 503 naming it, counted in ``kvroute_requests_total`` (status 503,
+the holder's worker, the caller's profile) where the 5xx alerts look.
 
 A search costs a request to every worker, and any client can send ids nobody made: searches
 are limited to ``SEARCHES_PER_S`` a second (a bucket of as many); past that, an unrecorded id
@@ -22,6 +24,8 @@ from urllib.parse import quote
 
 from yarl import URL
 
+from router.errors import NoWorkerAvailable
+from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import RESPONSES_PATH
 from router.state.store import StateStore
 from workers.models import WorkerView
@@ -57,15 +61,31 @@ class ResponseLocator:
     """The owner of a response id: recorded, or found by asking the workers."""
 
     def __init__(self, store: StateStore, registry: WorkerRegistry, client: UpstreamClient,
-                 clock: Callable[[], float] = time.monotonic,
+                 metrics: RouterMetrics, clock: Callable[[], float] = time.monotonic,
                  searches_per_s: float = SEARCHES_PER_S) -> None:
         self._store = store
         self._registry = registry
         self._client = client
+        self._metrics = metrics
         self._clock = clock
         self._searches_per_s = searches_per_s
         self._budget = SearchBudget(searches_per_s, clock)
         self._refused = 0      # searches refused by the budget so far
+
+    async def holder(self, response_id: str, profile: str) -> WorkerView | None:
+        """The healthy worker holding ``response_id``, None when no worker holds it; a holder
+        that is down raises ``NoWorkerAvailable``, counted under ``profile``."""
+        owner = await self.owner(response_id)
+        if owner is None:
+            return None
+        view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)
+        if view is None or not view.healthy:
+            self._metrics.record_request(UNKNOWN_MODEL if view is None else view.info.models[0],
+                                         owner, "" if view is None else view.gpu.name, profile,
+                                         503)
+            raise NoWorkerAvailable(f"The worker `{owner}` holding response `{response_id}` "
+                                    "is not available; only it holds that response.")
+        return view
 
     async def owner(self, response_id: str) -> str | None:
         owner = await self._store.response_owner(response_id)

@@ -85,17 +85,10 @@ class UtilityRequests:
     async def handle_response(self, request: web.Request, response_id: str,
                               action: str = "") -> web.StreamResponse:
         """``GET /v1/responses/{id}`` (``action`` "") or ``POST …/cancel``, at its owner."""
-        owner = await self._responses.owner(response_id)
-        if owner is None:
+        view = await self._responses.holder(response_id, PROFILE)
+        if view is None:
             raise ResponseNotFound(f"Response with id '{response_id}' not found.",
                                    param="response_id")
-        view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)
-        if view is None or not view.healthy:
-            self._metrics.record_request(UNKNOWN_MODEL if view is None else view.info.models[0],
-                                         owner, "" if view is None else view.gpu.name, PROFILE,
-                                         503)
-            raise NoWorkerAvailable(f"The worker `{owner}` holding response `{response_id}` "
-                                    "is not available.")
         url = URL(f"{view.info.url}{RESPONSES_PATH}/{quote(response_id, safe='')}{action}")
         if request.query_string:
             url = url.with_query(request.query_string)

@@ -27,13 +27,19 @@ class InflightSource(Protocol):
 class WorkerRegistry:
     """Current snapshots of a fixed set of workers. Owned by one event loop."""
 
-    __slots__ = ("_by_id", "_infos", "_snapshots", "inflight")
+    __slots__ = ("_by_id", "_infos", "_runners", "_snapshots", "inflight")
 
     def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightSource) -> None:
         self._infos = tuple(infos)
         self._by_id = {info.id: info for info in self._infos}
         if len(self._by_id) != len(self._infos):
             raise ValueError("worker ids must be unique")
+        # model name -> what the fleet file declares it runs as: fixed, so read once
+        self._runners: dict[str, frozenset[str]] = {}
+        for info in self._infos:
+            for model in info.models:
+                self._runners[model] = self._runners.get(model, frozenset()) | {
+                    info.model_spec.runner}
         self._snapshots: dict[str, WorkerSnapshot] = {}
         self.inflight = inflight
 
@@ -61,10 +67,10 @@ class WorkerRegistry:
         return [build_view(info, snapshots.get(info.id), inflight.get(info.id), now)
                 for info in self._infos]
 
-    def runners_of(self, model: str) -> set[str]:
+    def runners_of(self, model: str) -> frozenset[str]:
         """What the fleet file declares the workers serving ``model`` run it as
         (``generate``, ``pooling``); empty when no worker is declared with that name."""
-        return {info.model_spec.runner for info in self._infos if model in info.models}
+        return self._runners.get(model, frozenset())
 
     def known_models(self) -> set[str]:
         """Every model name some worker of the fleet serves or has served (incl. adapters)."""

@@ -52,3 +52,14 @@ def test_unknown_worker_and_duplicate_ids_rejected() -> None:
         registry.update(WorkerSnapshot(worker_id="zz", healthy=True, scraped_at=0.0), fresh=True)
     with pytest.raises(ValueError, match="unique"):
         WorkerRegistry([_info("a"), _info("a")], InflightTracker())
+
+
+def test_runners_of_a_model_as_the_fleet_declares_them() -> None:
+    import dataclasses
+
+    embedder = dataclasses.replace(_info("e"), models=("embedder",),
+                                   model_spec=BUILTIN_MODELS["all-minilm-l6-v2"])
+    registry = WorkerRegistry([_info("a"), embedder, _info("b")], InflightTracker())
+    assert registry.runners_of(MODEL) == {"generate"}
+    assert registry.runners_of("embedder") == {"pooling"}
+    assert registry.runners_of("nope") == frozenset()
