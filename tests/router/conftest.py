@@ -67,20 +67,37 @@ def redis_url(tmp_path: object) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (make test installs it)")
-    port = free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc, port = _start_redis(binary)
     try:
-        deadline = time.monotonic() + 10.0
-        while True:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert proc.poll() is None, "redis-server exited"
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.02)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
+
+
+def _start_redis(binary: str, attempts: int = 3) -> tuple[subprocess.Popen[bytes], int]:
+    """A ``redis-server`` answering PING on a free port. A port taken by another process
+    between ``free_port`` and redis binding it makes redis exit: then another port is tried."""
+    for _ in range(attempts):
+        port = free_port()
+        proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save",
+                                 "", "--appendonly", "no"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30.0
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _answers_ping(port):
+                return proc, port
+            time.sleep(0.02)
+        if proc.poll() is None:      # alive but silent for 30 s: give up on it
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+    raise AssertionError(f"redis-server did not start on a free port in {attempts} attempts")
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
