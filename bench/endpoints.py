@@ -2,9 +2,9 @@
 straight to the worker kvroute chose, one after the other.
 
 This starts ``kvroute up`` on a fleet of emulated workers answering at once (``--time-scale
-0``; default ``config/examples/embeddings-fleet.yaml``, which serves chat, the Responses API
-and embeddings), each on a free loopback port; all are stopped at the end. For each case it
-sends ``--warmup`` requests, then ``--repeat`` pairs, one request through the router, then the
+0``; default ``config/examples/embeddings-fleet.yaml``, which serves chat, the Responses and
+Messages APIs and embeddings), each on a free loopback port; all are stopped at the end. For
+each case it sends ``--warmup`` requests, then ``--repeat`` pairs, one request through the router, then the
 same one to the worker named in its ``x-kvroute-worker`` header, and times each whole answer
 on the client. The difference of the medians is what the router adds, on this machine, with
 everything sharing its cores. Cases (``--cases``):
@@ -14,7 +14,8 @@ everything sharing its cores. Cases (``--cases``):
 * ``tokenize``: ``POST /tokenize`` (no routing decision);
 * ``responses``: a new Responses API turn, one output token;
 * ``responses-follow-up``: a turn continuing one response (``previous_response_id``): through
-  the router, its owner is looked up and the decision is taken on that worker alone.
+  the router, its owner is looked up and the decision is taken on that worker alone;
+* ``messages``: an Anthropic Messages API turn, one output token.
 
 Prints a Markdown table and writes ``endpoints.json`` to ``--out``.
 
@@ -69,6 +70,9 @@ CASES = (
     Case("responses-follow-up", "/v1/responses", "generate",
          lambda model, previous: {"model": model, "input": "And then?", "max_output_tokens": 1,
                                   "previous_response_id": previous}),
+    Case("messages", "/v1/messages", "generate",
+         lambda model, _: {"model": model, "max_tokens": 1,
+                           "messages": [{"role": "user", "content": TEXT}]}),
 )
 
 

@@ -54,7 +54,8 @@ class RoutingRequest:
 
 
 # the request paths a decision is taken for (``RoutingRequest.path``; ``when: {path: ...}``)
-ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
+                "/v1/messages")
 
 
 def is_token_ids(values: Sequence[Any]) -> bool:

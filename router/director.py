@@ -1,9 +1,9 @@
 """Per-request orchestration: parse → produce → decide → reserve → proxy → complete.
 
-One uniform, awaited path for every generation, embeddings and Responses API request (a
-response that continues another goes to the worker holding that one). Producers
-(tokenizing, hashing, classifying) run before the decision, in a thread when a producer says
-its input is long (``policies.producers.runner``); the decision itself is pure and
+One uniform, awaited path for every generation, embeddings, Responses API and Anthropic
+Messages API request (a response that continues another goes to the worker holding that
+one). Producers (tokenizing, hashing, classifying) run before the decision, in a thread when a
+producer says its input is long (``policies.producers.runner``); the decision itself is pure and
 synchronous. A connect error or 5xx before the first byte is retried on another
 worker, excluding the ones already tried, at most ``Settings.max_retries`` times.
 """
@@ -35,6 +35,7 @@ from router.errors import (
 )
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import (
+    MESSAGES_PATH,
     RESPONSES_PATH,
     RUNNER_OF_PATH,
     ParsedRequest,
@@ -43,6 +44,7 @@ from router.protocol import (
 )
 from router.proxy import (
     COMPLETION_STREAM,
+    MESSAGES_STREAM,
     RESPONSES_STREAM,
     Proxy,
     ProxyResult,
@@ -61,6 +63,7 @@ PolicySource = Callable[[], PolicyEngine]
 # the profile label of a request refused before any profile ran: the worker it was bound to
 # (the one holding the response it continues) is down
 PINNED_PROFILE = "pinned"
+_STREAM_FORMATS = {RESPONSES_PATH: RESPONSES_STREAM, MESSAGES_PATH: MESSAGES_STREAM}
 
 
 def _header_safe(text: str) -> str:
@@ -271,7 +274,7 @@ class Director:
                 upstream_body(parsed, raw, decision.model),
                 headers, self._kvroute_headers(decision, routing.semantic_class), routing.stream,
                 parsed.wants_usage, lambda: self._on_first_byte(attempt),
-                RESPONSES_STREAM if routing.path == RESPONSES_PATH else COMPLETION_STREAM)
+                _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM))
             status = result.status
             return result.response
         except RetryableUpstream as failure:

@@ -17,7 +17,10 @@ RouterError                      (abstract: status, type, code)
 raises. The body follows OpenAI: ``{"error": {"message", "type", "param", "code"}}``. An
 unknown model and a request longer than the context window are answered in vLLM's own words
 and shape (``type: "NotFoundError"`` / ``"BadRequestError"``, the status as ``code``), as a
-worker would have answered them.
+worker would have answered them. On Anthropic's Messages API (``/v1/messages…``) the same
+errors take Anthropic's shape, as vLLM renders them there:
+``{"type": "error", "error": {"type", "message"}}`` (vLLM's own error type for the
+vLLM-shaped ones, Anthropic's for the router's own).
 """
 
 from __future__ import annotations
@@ -130,20 +133,39 @@ class UpstreamTimeout(RouterError):
     code = "upstream_timeout"
 
 
+ANTHROPIC_PATH_PREFIX = "/v1/messages"
+# Anthropic's error types by status, for the router's own errors
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error",
+                    405: "invalid_request_error", 413: "request_too_large", 502: "api_error",
+                    503: "overloaded_error", 504: "api_error"}
+
+
+def anthropic_error_body(message: str, type_: str) -> bytes:
+    return orjson.dumps({"type": "error", "error": {"type": type_, "message": message}})
+
+
+def anthropic_body(exc: RouterError) -> bytes:
+    """``exc`` as the Messages API answers it: vLLM's type for what a worker would have said
+    (an unknown model, an over-long prompt), else Anthropic's type for the status."""
+    type_ = exc.type if exc.vllm_shaped else _ANTHROPIC_TYPES.get(exc.status, "api_error")
+    return anthropic_error_body(exc.message, type_)
+
+
 def error_body(message: str, type_: str, code: str | int | None,
                param: str | None = None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type_, "param": param,
                                    "code": code}})
 
 
-def error_response(exc: RouterError) -> web.Response:
-    """The error as a response; errors raised before any routing decision say so."""
+def error_response(exc: RouterError, anthropic: bool = False) -> web.Response:
+    """The error as a response (``anthropic``: in the Messages API's shape); errors raised
+    before any routing decision say so."""
     headers = exc.headers
     if "x-kvroute-worker" not in headers:
         headers = {**headers, "x-kvroute-worker": "none", "x-kvroute-profile": "none",
                    "x-kvroute-reason": f"rejected before routing: {exc.code}"}
-    return web.Response(status=exc.status, body=exc.body(), content_type="application/json",
-                        headers=headers)
+    return web.Response(status=exc.status, body=anthropic_body(exc) if anthropic else exc.body(),
+                        content_type="application/json", headers=headers)
 
 
 def _from_http_exception(exc: web.HTTPException) -> RouterError:
@@ -158,15 +180,20 @@ def _from_http_exception(exc: web.HTTPException) -> RouterError:
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render every error as an OpenAI error body; never let an exception become a crash."""
+    """Render every error as an OpenAI error body (Anthropic's on the Messages API); never let
+    an exception become a crash."""
     try:
         return await handler(request)
     except RouterError as exc:
-        return error_response(exc)
+        return error_response(exc, _is_anthropic(request))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return error_response(_from_http_exception(exc))
+        return error_response(_from_http_exception(exc), _is_anthropic(request))
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(RouterError("Internal router error"))
+        return error_response(RouterError("Internal router error"), _is_anthropic(request))
+
+
+def _is_anthropic(request: web.Request) -> bool:
+    return request.path.startswith(ANTHROPIC_PATH_PREFIX)

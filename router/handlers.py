@@ -1,8 +1,9 @@
 """HTTP handlers: thin wrappers that hand generation requests to the director.
 
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
-``POST /v1/responses`` (the director), ``POST /tokenize``, ``POST /detokenize``,
-``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
+``POST /v1/responses``, ``POST /v1/messages`` (the director), ``POST /tokenize``,
+``POST /detokenize``, ``POST /v1/messages/count_tokens``, ``GET /v1/responses/{id}``,
+``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
 ``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``GET /debug/decisions``,
 ``GET /debug/fleet``.
 """
@@ -20,8 +21,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from router.errors import InvalidRequest
 from router.keys import DECISIONS, DIRECTOR, KV_EVENTS, METRICS, REGISTRY, STORE, UTILITY
-from router.protocol import CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH, RESPONSES_PATH
-from router.utility_requests import DETOKENIZE_PATH, TOKENIZE_PATH
+from router.protocol import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    EMBEDDINGS_PATH,
+    MESSAGES_PATH,
+    RESPONSES_PATH,
+)
+from router.utility_requests import COUNT_TOKENS_PATH, DETOKENIZE_PATH, TOKENIZE_PATH
 from workers.models import WorkerView
 
 
@@ -44,6 +51,14 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 
 async def responses(request: web.Request) -> web.StreamResponse:
     return await request.app[DIRECTOR].handle(request, RESPONSES_PATH)
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    return await request.app[DIRECTOR].handle(request, MESSAGES_PATH)
+
+
+async def count_tokens(request: web.Request) -> web.StreamResponse:
+    return await request.app[UTILITY].handle(request, COUNT_TOKENS_PATH)
 
 
 async def retrieve_response(request: web.Request) -> web.StreamResponse:
@@ -141,6 +156,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(RESPONSES_PATH, responses)
     app.router.add_get(RESPONSES_PATH + "/{id}", retrieve_response)
     app.router.add_post(RESPONSES_PATH + "/{id}/cancel", cancel_response)
+    app.router.add_post(MESSAGES_PATH, messages)
+    app.router.add_post(COUNT_TOKENS_PATH, count_tokens)
     app.router.add_post(TOKENIZE_PATH, tokenize)
     app.router.add_post(DETOKENIZE_PATH, detokenize)
     app.router.add_get("/v1/models", list_models)

@@ -26,9 +26,11 @@ CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 EMBEDDINGS_PATH = "/v1/embeddings"
 RESPONSES_PATH = "/v1/responses"
+MESSAGES_PATH = "/v1/messages"          # Anthropic's Messages API
 # what each path needs its model to run as (vLLM's --runner)
 RUNNER_OF_PATH = {CHAT_PATH: "generate", COMPLETIONS_PATH: "generate",
-                  EMBEDDINGS_PATH: "pooling", RESPONSES_PATH: "generate"}
+                  EMBEDDINGS_PATH: "pooling", RESPONSES_PATH: "generate",
+                  MESSAGES_PATH: "generate"}
 assert set(RUNNER_OF_PATH) == set(ROUTED_PATHS)
 # longer than any served model name or adapter; the recent-decisions ring keeps the requested
 # name, so a longer one (up to the body limit) is refused rather than held
@@ -90,6 +92,13 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         response_id = _optional_text(data, "request_id")
         if response_id is None:
             response_id, assigned = f"resp_{secrets.token_hex(16)}", True
+    elif path == MESSAGES_PATH:       # relayed as the worker sends it (usage in message_delta)
+        messages = anthropic_messages(data)
+        max_tokens = _check_max_tokens(data, ("max_tokens",))
+        if max_tokens is None:
+            raise InvalidRequest("Missing required parameter: 'max_tokens'.", param="max_tokens")
+        stream = _check_bool(data, "stream")
+        wants_usage = True
     else:
         if path == CHAT_PATH:
             messages = _check_messages(data.get("messages"))
@@ -125,15 +134,21 @@ def check_model(model: Any) -> str:
 
 
 def tenant_of(headers: Mapping[str, str]) -> str | None:
-    """``x-tenant`` if given, else a short digest of the API key (never the key itself)."""
+    """``x-tenant`` if given, else a short digest of the API key (never the key itself): the
+    bearer token, or Anthropic clients' ``x-api-key``."""
     tenant = headers.get("x-tenant")
     if tenant:     # bytes that are not UTF-8 (kept by aiohttp as escapes) become U+FFFD
         return tenant.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     auth = headers.get("authorization", "")
     if auth.lower().startswith("bearer ") and len(auth) > 7:
-        # the key as the client sent it (aiohttp keeps bytes that are not UTF-8 as escapes)
-        return "key-" + hashlib.sha256(auth[7:].encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    return None
+        return _key_digest(auth[7:])
+    key = headers.get("x-api-key")
+    return _key_digest(key) if key else None
+
+
+def _key_digest(key: str) -> str:
+    # the key as the client sent it (aiohttp keeps bytes that are not UTF-8 as escapes)
+    return "key-" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
 def _check_messages(messages: Any, name: str = "messages") -> list[Mapping[str, Any]]:
@@ -239,6 +254,44 @@ def _responses_messages(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
             if isinstance(content, str):
                 messages.append({"role": item["role"], "content": content})
     return messages
+
+
+def anthropic_messages(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """An Anthropic Messages API turn as chat messages, to count and hash its tokens:
+    ``system`` (a string or text blocks) as the system message, then each message with the
+    text of its content (a string, or blocks: ``text`` blocks count). The worker validates
+    the rest (roles, tool blocks, images)."""
+    system = data.get("system")
+    messages: list[Mapping[str, Any]] = []
+    if system is not None:
+        if not isinstance(system, (str, list)):
+            raise InvalidRequest("system: must be a string or an array of content blocks.",
+                                 param="system")
+        text = system if isinstance(system, str) else _block_text(system)
+        if text:
+            messages.append({"role": "system", "content": text})
+    raw = data.get("messages")
+    if raw is None:
+        raise InvalidRequest("Missing required parameter: 'messages'.", param="messages")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidRequest("messages: must be a non-empty array.", param="messages")
+    for i, message in enumerate(raw):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidRequest(f"messages[{i}]: must be an object with a string role.",
+                                 param=f"messages[{i}]")
+        content = message.get("content")
+        if isinstance(content, list):
+            content = _block_text(content)
+        elif not isinstance(content, str):
+            raise InvalidRequest(f"messages[{i}].content: must be a string or an array of "
+                                 "content blocks.", param=f"messages[{i}].content")
+        messages.append({"role": message["role"], "content": content})
+    return messages
+
+
+def _block_text(blocks: list[Any]) -> str:
+    return "".join(block["text"] for block in blocks if isinstance(block, dict)
+                   and block.get("type") == "text" and isinstance(block.get("text"), str))
 
 
 def _check_max_tokens(data: Mapping[str, Any],

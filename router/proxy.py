@@ -12,7 +12,8 @@ Failure semantics:
   ``RetryableUpstream`` (the director tries another worker);
 * no response headers (or no next chunk) within the upstream timeout: ``UpstreamTimeout``
   before the first byte; after it, the stream is ended as below;
-* the worker breaks mid-stream: the client gets an OpenAI error event, then ``[DONE]``;
+* the worker breaks mid-stream: the client gets an OpenAI error event, then ``[DONE]`` (on
+  the Messages API, an Anthropic ``event: error``, as vLLM sends one);
 * the client goes away: the upstream response is closed at once, which makes vLLM abort.
 """
 
@@ -28,7 +29,7 @@ import orjson
 from aiohttp import web
 from yarl import URL
 
-from router.errors import UpstreamTimeout, error_body
+from router.errors import UpstreamTimeout, anthropic_error_body, error_body
 from router.proxy_usage import Usage, UsageRewrite, parse_usage
 from workers.upstream import (
     UpstreamClient,
@@ -44,12 +45,25 @@ _EVENT_END = b"\n\n"
 _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
+def openai_failure(message: str) -> bytes:
+    """The events that end a chat, completion or Responses stream the worker broke."""
+    return (b"data: " + error_body(message, "upstream_error", "upstream_error")
+            + b"\n\ndata: [DONE]\n\n")
+
+
+def anthropic_failure(message: str) -> bytes:
+    """The Messages API's: one ``error`` event, of vLLM's type for a failure mid-stream."""
+    return b"event: error\ndata: " + anthropic_error_body(message, "internal_error") + b"\n\n"
+
+
 @dataclass(frozen=True, slots=True)
 class StreamFormat:
-    """How a stream ends, and which bytes are its first token (None: its first byte)."""
+    """How a stream ends, which bytes are its first token (None: its first byte), and the
+    events that end it when the worker breaks it."""
 
     end_marks: tuple[bytes, ...]
     first_token_mark: bytes | None = None
+    failure: Callable[[str], bytes] = openai_failure
 
 
 # chat and completions: ``data: [DONE]`` ends the stream; every chunk carries tokens
@@ -59,6 +73,10 @@ COMPLETION_STREAM = StreamFormat((b"data: [DONE]",))
 RESPONSES_STREAM = StreamFormat(
     (b"event: response.completed", b"event: response.incomplete", b"event: response.failed"),
     b".delta\ndata: ")
+# Anthropic's Messages API: ``message_stop`` ends it; ``message_start`` and
+# ``content_block_start`` come before any token, the first ``content_block_delta`` carries one
+MESSAGES_STREAM = StreamFormat((b"event: message_stop",), b"event: content_block_delta",
+                               anthropic_failure)
 
 
 class RetryableUpstream(Exception):
@@ -153,7 +171,7 @@ class Proxy:
                             stream_format: StreamFormat) -> ProxyResult:
         origin = upstream.origin
         rewrite = UsageRewrite(wants_usage, self._fingerprints.get(origin))
-        relay = _StreamRelay(request, response_headers, rewrite, stream_format.end_marks)
+        relay = _StreamRelay(request, response_headers, rewrite, stream_format)
         try:
             return await self._relay_events(upstream, relay, on_first_byte,
                                             stream_format.first_token_mark)
@@ -194,13 +212,14 @@ class Proxy:
 class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
-    __slots__ = ("_end_marks", "_headers", "_pending", "_request", "_response", "_rewrite",
-                 "done")
+    __slots__ = ("_end_marks", "_failure", "_headers", "_pending", "_request", "_response",
+                 "_rewrite", "done")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
-                 rewrite: UsageRewrite, end_marks: tuple[bytes, ...]) -> None:
+                 rewrite: UsageRewrite, stream_format: StreamFormat) -> None:
         self._request = request
-        self._end_marks = end_marks
+        self._end_marks = stream_format.end_marks
+        self._failure = stream_format.failure
         self._headers = headers
         self._rewrite = rewrite
         self._pending = b""
@@ -247,9 +266,8 @@ class _StreamRelay:
         return True
 
     async def fail(self, message: str) -> None:
-        body = error_body(message, "upstream_error", "upstream_error")
         held = b"".join(event + _EVENT_END for event in self._rewrite.flush())
-        await self._write(held + b"data: " + body + b"\n\ndata: [DONE]\n\n")
+        await self._write(held + self._failure(message))
         await self.finish()
 
     async def finish(self) -> None:

@@ -19,7 +19,8 @@ The fingerprint goes last in the chunk's JSON object, where vLLM serializes it (
 without the blank-line terminator; the caller cuts the byte stream at event boundaries.
 
 A Responses API stream (``event: response.…`` / ``data: …`` pairs) is relayed untouched; its
-usage is read from the event that carries the finished response.
+usage is read from the event that carries the finished response. So is a Messages API stream
+(Anthropic's events), whose usage is read from its ``message_delta`` event.
 """
 
 from __future__ import annotations
@@ -42,10 +43,19 @@ class Usage:
 
 
 def parse_usage(raw: object) -> Usage | None:
-    """Chat / completions / embeddings usage, or the Responses API's (``input_tokens``,
-    ``output_tokens``, ``input_tokens_details.cached_tokens``)."""
+    """Chat / completions / embeddings usage, the Responses API's (``input_tokens``,
+    ``output_tokens``, ``input_tokens_details.cached_tokens``) or the Messages API's, whose
+    ``input_tokens`` leave out ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens`` (vLLM sends those only with prompt token details on)."""
     if not isinstance(raw, dict):
         return None
+    if "cache_read_input_tokens" in raw or "cache_creation_input_tokens" in raw:
+        read = raw.get("cache_read_input_tokens")
+        read = read if isinstance(read, int) else None
+        created = raw.get("cache_creation_input_tokens")
+        return Usage(prompt_tokens=int(raw.get("input_tokens") or 0) + (read or 0)
+                     + (created if isinstance(created, int) else 0),
+                     completion_tokens=int(raw.get("output_tokens") or 0), cached_tokens=read)
     if "input_tokens" in raw:
         details = raw.get("input_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
@@ -62,6 +72,11 @@ def parse_usage(raw: object) -> Usage | None:
 def is_response_event_with_usage(event: bytes) -> bool:
     """A Responses API event (``event: response.…``) whose response carries its usage."""
     return event.startswith(b"event: response.") and b'"usage":{' in event
+
+
+def is_message_delta_with_usage(event: bytes) -> bool:
+    """The Messages API's ``message_delta`` event, which carries the final usage."""
+    return event.startswith(b"event: message_delta") and b'"usage":{' in event
 
 
 def is_usage_chunk(event: bytes) -> bool:
@@ -116,8 +131,11 @@ class UsageRewrite:
                 if self._wants_usage:
                     out.append(event)
             elif is_response_event_with_usage(event):       # the Responses API's last event
-                self._read_response_usage(event)
+                self._read_response_usage(event, "response")
                 out += self._release(self._known_fingerprint)
+                out.append(event)
+            elif is_message_delta_with_usage(event):        # the Messages API's usage
+                self._read_response_usage(event, None)
                 out.append(event)
             elif not self._wants_usage and carries_finish_reason(event):
                 self._held.append(event)
@@ -139,13 +157,15 @@ class UsageRewrite:
                 fingerprint = parsed.get("system_fingerprint")
                 self.fingerprint = fingerprint if isinstance(fingerprint, str) else None
 
-    def _read_response_usage(self, event: bytes) -> None:
+    def _read_response_usage(self, event: bytes, key: str | None) -> None:
+        """The usage of an ``event: …`` / ``data: {…}`` pair: under ``data[key]`` (None: in
+        ``data`` itself)."""
         start = event.find(b"\ndata: ")
         with contextlib.suppress(orjson.JSONDecodeError):
             parsed = orjson.loads(event[start + 7:]) if start >= 0 else None
-            response = parsed.get("response") if isinstance(parsed, dict) else None
-            if isinstance(response, dict):
-                self.usage = parse_usage(response.get("usage"))
+            holder = parsed.get(key) if key is not None and isinstance(parsed, dict) else parsed
+            if isinstance(holder, dict):
+                self.usage = parse_usage(holder.get("usage"))
 
     def _release(self, fingerprint: str | None) -> list[bytes]:
         held, self._held = self._held, []

@@ -1,11 +1,11 @@
 """Requests that take no routing decision.
 
-``POST /tokenize`` and ``POST /detokenize``: vLLM answers them in its API server, from the
-model's tokenizer, without the engine. No policy runs, nothing is reserved, nothing is
-learnt. The request goes to the healthy worker serving its ``model`` with the fewest
-requests in flight (ties taken in turn), and on a connect error or a 5xx to the next one, at
-most ``Settings.max_retries`` times. ``model`` may be left out, as vLLM allows, when every
-worker of the fleet serves one model.
+``POST /tokenize``, ``POST /detokenize`` and ``POST /v1/messages/count_tokens`` (Anthropic's):
+vLLM answers them in its API server, from the model's tokenizer, without the engine. No
+policy runs, nothing is reserved, nothing is learnt. The request goes to the healthy worker
+serving its ``model`` with the fewest requests in flight (ties taken in turn), and on a
+connect error or a 5xx to the next one, at most ``Settings.max_retries`` times. ``model`` may
+be left out, as vLLM allows, when every worker of the fleet serves one model.
 
 ``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: only the worker that made
 the response holds it, so they go there (``router.response_locator``); a response no worker
@@ -42,6 +42,7 @@ from workers.registry import WorkerRegistry
 PROFILE = "utility"
 TOKENIZE_PATH = "/tokenize"
 DETOKENIZE_PATH = "/detokenize"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 
 
 class UtilityRequests:

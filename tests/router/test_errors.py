@@ -37,6 +37,7 @@ async def _raise(request: web.Request) -> web.Response:
 async def client() -> AsyncIterator[TestClient[web.Request, web.Application]]:
     app = web.Application(middlewares=[error_middleware], client_max_size=10)
     app.router.add_get("/raise/{what}", _raise)
+    app.router.add_get("/v1/messages/raise/{what}", _raise)
 
     async def echo(request: web.Request) -> web.Response:
         return web.Response(body=await request.read())
@@ -64,6 +65,25 @@ async def test_errors_render_openai_bodies(client: TestClient[web.Request, web.A
     assert body["error"]["param"] == param
     expected = "Internal router error" if what == "crash" else str(RAISED[what].args[0])
     assert body["error"]["message"] == expected
+
+
+@pytest.mark.parametrize(("what", "status", "type_"), [
+    ("invalid", 400, "invalid_request_error"),
+    ("model", 404, "NotFoundError"),          # vLLM's type, as its Messages API answers
+    ("busy", 503, "overloaded_error"),
+    ("upstream", 502, "api_error"),
+    ("timeout", 504, "api_error"),
+    ("crash", 500, "api_error"),
+])
+async def test_errors_on_the_messages_api_take_anthropics_shape(
+        client: TestClient[web.Request, web.Application], what: str, status: int,
+        type_: str) -> None:
+    resp = await client.get(f"/v1/messages/raise/{what}")
+    expected = "Internal router error" if what == "crash" else str(RAISED[what].args[0])
+    assert (resp.status, await resp.json()) == (status, {
+        "type": "error", "error": {"type": type_, "message": expected}})
+    resp = await client.get("/v1/messages/nowhere")
+    assert (resp.status, (await resp.json())["error"]["type"]) == (404, "not_found_error")
 
 
 async def test_error_headers_are_kept(client: TestClient[web.Request, web.Application]) -> None:

@@ -12,6 +12,7 @@ from router.protocol import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
+    MESSAGES_PATH,
     RESPONSES_PATH,
     ParsedRequest,
     parse_request,
@@ -233,3 +234,46 @@ def test_responses_fields_refused_by_name(body: dict[str, object], param: str) -
     with pytest.raises(InvalidRequest) as info:
         parse({"model": MODEL, **body}, RESPONSES_PATH)
     assert info.value.param == param
+
+
+def test_a_messages_api_request_is_routed_as_its_chat_turn() -> None:
+    body = {"model": MODEL, "max_tokens": 7, "stream": True,
+            "system": [{"type": "text", "text": "Be brief."}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"},
+                                                      {"type": "image", "source": {}}]},
+                         {"role": "assistant", "content": "hello"},
+                         {"role": "user", "content": "more"}]}
+    raw = orjson.dumps(body)
+    parsed = parse(raw, MESSAGES_PATH)
+    assert parsed.routing.messages == [{"role": "system", "content": "Be brief."},
+                                       {"role": "user", "content": "hi"},
+                                       {"role": "assistant", "content": "hello"},
+                                       {"role": "user", "content": "more"}]
+    assert (parsed.routing.max_tokens, parsed.routing.stream, parsed.wants_usage) == (
+        7, True, True)
+    assert upstream_body(parsed, raw, MODEL) is raw      # vLLM streams its usage itself
+    rewritten = orjson.loads(upstream_body(parsed, raw, "other"))
+    assert rewritten == {**body, "model": "other"}
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
+    ({"max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
+    ({"max_tokens": 5}, "messages"),
+    ({"max_tokens": 5, "messages": []}, "messages"),
+    ({"max_tokens": 5, "messages": [{"content": "x"}]}, "messages[0]"),
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+    ({"max_tokens": 5, "system": 3, "messages": [{"role": "user", "content": "x"}]}, "system"),
+    ({"max_tokens": 5, "stream": "yes", "messages": [{"role": "user", "content": "x"}]},
+     "stream"),
+])
+def test_messages_api_fields_refused_by_name(body: dict[str, object], param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        parse({"model": MODEL, **body}, MESSAGES_PATH)
+    assert info.value.param == param
+
+
+def test_an_anthropic_api_key_names_the_tenant() -> None:
+    tenant = tenant_of({"x-api-key": "sk-ant-secret"})
+    assert tenant is not None and tenant.startswith("key-") and "secret" not in tenant
+    assert tenant_of({"authorization": "Bearer sk-ant-secret"}) == tenant

@@ -8,6 +8,7 @@ from router.proxy_usage import (
     Usage,
     UsageRewrite,
     carries_finish_reason,
+    is_message_delta_with_usage,
     is_usage_chunk,
     parse_usage,
     with_fingerprint,
@@ -125,3 +126,30 @@ def test_parse_usage_takes_both_shapes() -> None:
     assert parse_usage({"input_tokens": 5, "output_tokens": 2,
                         "input_tokens_details": {"cached_tokens": 4}}) == Usage(5, 2, 4)
     assert parse_usage(None) is None
+
+
+# the Messages API's events (vLLM 0.32.0, captured from a real engine)
+MESSAGE_START = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"c",'
+                 b'"type":"message","role":"assistant","content":[],"model":"tiny",'
+                 b'"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":6,'
+                 b'"output_tokens":0}}}')
+MESSAGE_DELTA = (b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":'
+                 b'"max_tokens","stop_sequence":null},"usage":{"input_tokens":6,'
+                 b'"output_tokens":3}}')
+
+
+def test_the_messages_api_usage_is_read_from_message_delta_and_relayed_untouched() -> None:
+    assert is_message_delta_with_usage(MESSAGE_DELTA)
+    assert not is_message_delta_with_usage(MESSAGE_START)
+    rewrite = UsageRewrite(wants_usage=True)
+    events = [MESSAGE_START, b'event: content_block_delta\ndata: {"type":"content_block_delta"}',
+              MESSAGE_DELTA, b'event: message_stop\ndata: {"type":"message_stop"}']
+    assert rewrite.events(events) == events
+    assert rewrite.usage == Usage(prompt_tokens=6, completion_tokens=3)
+
+
+def test_messages_api_input_tokens_leave_out_the_cache() -> None:
+    usage = parse_usage({"input_tokens": 4, "output_tokens": 9, "cache_read_input_tokens": 32,
+                         "cache_creation_input_tokens": 2})
+    assert usage == Usage(prompt_tokens=38, completion_tokens=9, cached_tokens=32)
+    assert parse_usage({"input_tokens": 4, "output_tokens": 9}) == Usage(4, 9)

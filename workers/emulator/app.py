@@ -22,6 +22,7 @@ from workers.emulator.embeddings import embeddings
 from workers.emulator.errors import ApiError, bad_request
 from workers.emulator.generation import chat_completions, completions
 from workers.emulator.kv_events import KvEventPublisher
+from workers.emulator.messages_api import count_tokens, create_message
 from workers.emulator.metrics import VLLM_VERSION
 from workers.emulator.protocol import decode_json, token_list
 from workers.emulator.responses_api import cancel_response, create_response, retrieve_response
@@ -81,6 +82,8 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer | None = None) -> we
         app.router.add_post("/v1/responses", create_response)
         app.router.add_get("/v1/responses/{response_id}", retrieve_response)
         app.router.add_post("/v1/responses/{response_id}/cancel", cancel_response)
+        app.router.add_post("/v1/messages", create_message)
+        app.router.add_post("/v1/messages/count_tokens", count_tokens)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)

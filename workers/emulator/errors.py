@@ -40,9 +40,9 @@ def validation_error(param: str, msg: str, kind: str, value: Any) -> ApiError:
     shown = repr(value)
     if len(shown) > 200:
         shown = shown[:200] + "..."
-    loc = ("body", *param.split(".")) if param else ("body",)
-    detail = f"{{'type': '{kind}', 'loc': {loc!r}, 'msg': '{msg}', 'input': {shown}}}"
-    return ApiError(400, f"1 validation error:\n  {detail}", "Bad Request", param or None)
+    loc = f"body.{param}" if param else "body"     # vLLM 0.32: one dotted string
+    detail = f"{{'type': '{kind}', 'loc': '{loc}', 'msg': '{msg}', 'input': {shown}}}"
+    return ApiError(400, f"1 validation error:\n  {detail}", "Bad Request", loc)
 
 
 def model_not_found(name: str, valid: list[str]) -> ApiError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -76,10 +76,7 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
     worker = request.app[WORKER]
     body = parse_generation(await read_json_body(request), kind)
     model, lora_name = worker.resolve_model(body.model)
-    if worker.faults.error_rate > 0 and worker.rng.random() < worker.faults.error_rate:
-        raise internal_error("Emulated internal server error (fault injection: error_rate).")
-    if not worker.runner.healthy:
-        raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
+    check_serving(worker)
     prompts, texts = await tokenize_body(worker, body)
     max_tokens = check_lengths(worker, prompts, body.max_tokens)
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
@@ -95,6 +92,34 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
         worker.server_load -= 1
         for request_id in admitted.by_request:
             worker.runner.abort(request_id)
+
+
+def check_serving(worker: WorkerState) -> None:
+    """A 500 when the engine is down, or when the ``error_rate`` fault picks this request."""
+    if worker.faults.error_rate > 0 and worker.rng.random() < worker.faults.error_rate:
+        raise internal_error("Emulated internal server error (fault injection: error_rate).")
+    if not worker.runner.healthy:
+        raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
+
+
+async def text_deltas(worker: WorkerState, admitted: Admitted) -> AsyncIterator[str]:
+    """Each engine step's text of a request's one choice, until it finishes (the Responses
+    and Messages APIs). With the ``stall_after_tokens`` fault, silent for good after that many
+    tokens, the connection left open."""
+    stall, streamed = worker.faults.stall_after_tokens, 0
+    while True:
+        item = await next_output(admitted)
+        if item is None:
+            raise internal_error("EngineCore encountered an issue.")
+        _, token_ids, finished = item
+        yield "".join(worker.tokenizer.piece(t) for t in token_ids)
+        streamed += len(token_ids)
+        if stall is not None and streamed >= stall:
+            for request_id in admitted.by_request:
+                worker.runner.abort(request_id)
+            await asyncio.Event().wait()
+        if finished:
+            return
 
 
 async def tokenize_body(worker: WorkerState, body: GenerationBody

@@ -24,19 +24,20 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from workers.emulator.errors import ApiError, bad_request, internal_error, validation_error
+from workers.emulator.errors import ApiError, bad_request, validation_error
 from workers.emulator.generation import (
     Admitted,
     ChoiceState,
     admit,
     check_lengths,
-    next_output,
+    check_serving,
+    text_deltas,
     tokenize_body,
 )
 from workers.emulator.protocol import GenerationBody, read_json_body
@@ -78,8 +79,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         history.append({"role": "assistant", "content": _output_text(answer)})
     messages = ([{"role": "system", "content": instructions}] if instructions else [])
     messages += history + _input_messages(data.get("input"))
-    if not worker.runner.healthy:
-        raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
+    check_serving(worker)
     body = GenerationBody(kind="chat", model=model, prompts=(), messages=tuple(messages),
                           add_generation_prompt=True, max_tokens=max_output, ignore_eos=False,
                           n=1, stream=stream, include_usage=False, continuous_usage=False,
@@ -180,18 +180,6 @@ def _output_text(answer: Mapping[str, Any]) -> str:
                    for part in item.get("content", []))
 
 
-async def _deltas(worker: WorkerState, admitted: Admitted) -> AsyncIterator[str]:
-    """Each engine step's text of the turn's one choice, until it finishes."""
-    while True:
-        item = await next_output(admitted)
-        if item is None:
-            raise internal_error("EngineCore encountered an issue.")
-        _, token_ids, finished = item
-        yield "".join(worker.tokenizer.piece(t) for t in token_ids)
-        if finished:
-            return
-
-
 def _finished(turn: _Turn, admitted: Admitted, text: str) -> dict[str, Any]:
     """The response once its one choice has finished."""
     choice: ChoiceState = next(iter(admitted.by_request.values()))
@@ -201,7 +189,7 @@ def _finished(turn: _Turn, admitted: Admitted, text: str) -> dict[str, Any]:
 
 
 async def _whole(worker: WorkerState, turn: _Turn, admitted: Admitted) -> dict[str, Any]:
-    text = "".join([delta async for delta in _deltas(worker, admitted)])
+    text = "".join([delta async for delta in text_deltas(worker, admitted)])
     return _finished(turn, admitted, text)
 
 
@@ -217,7 +205,7 @@ async def _stream(request: web.Request, worker: WorkerState, turn: _Turn, admitt
     await events.send("response.content_part.added", {
         "content_index": 0, "item_id": turn.item_id, "output_index": 0, "part": _part("", [])})
     texts: list[str] = []
-    async for delta in _deltas(worker, admitted):
+    async for delta in text_deltas(worker, admitted):
         texts.append(delta)
         await events.send("response.output_text.delta", {
             "content_index": 0, "delta": delta, "item_id": turn.item_id, "logprobs": [],

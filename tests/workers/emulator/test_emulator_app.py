@@ -59,7 +59,7 @@ async def test_tokenize_and_detokenize(worker: EmulatorProcess) -> None:
     status, body = await call("POST", f"{worker.url}/detokenize", {"tokens": ENC.encode("a b")})
     assert (status, body) == (200, {"prompt": "a b"})
     status, body = await call("POST", f"{worker.url}/detokenize", {"tokens": "a b"})
-    assert status == 400 and body["error"]["param"] == "tokens"
+    assert status == 400 and body["error"]["param"] == "body.tokens"
     status, body = await call("POST", f"{worker.url}/tokenize", {"prompt": 5})
     assert status == 400 and body["error"]["param"] == "prompt"
 

@@ -1,0 +1,102 @@
+"""Anthropic's Messages API on the real engines: through kvroute with the ``anthropic``
+client (whole, streamed, ``count_tokens``, an unknown model), and the emulator's bodies,
+stream events and errors against the real engine's."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+import anthropic
+
+from router.keys import METRICS
+from tests.real_vllm.conftest import MODEL, RealFleet, RouterFactory
+from tests.real_vllm.test_emulator_fidelity import paths
+from tests.real_vllm.test_openai_client import ROUND_ROBIN_ROUTING
+from workers.emulator.process import EmulatorProcess
+
+BODY = {"model": MODEL, "max_tokens": 3, "system": "Be kind.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hi"}]}]}
+
+
+async def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session, session.post(url, json=body) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def stream_events(url: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
+    async with aiohttp.ClientSession() as session, session.post(
+            url, json={**body, "stream": True}) as resp:
+        text = (await resp.read()).decode()
+    events = []
+    for block in text.strip().split("\n\n"):
+        kind, data = block.split("\n", 1)
+        events.append((kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return events
+
+
+async def test_the_anthropic_client_through_kvroute(real_fleet: RealFleet,
+                                                    make_router: RouterFactory) -> None:
+    router = await make_router(ROUND_ROBIN_ROUTING)
+    client = anthropic.AsyncAnthropic(base_url=router.url, api_key="unused", max_retries=0)
+    engines = set()
+    for turn in range(2):
+        raw = await client.messages.with_raw_response.create(
+            model=MODEL, max_tokens=4, messages=[{"role": "user", "content": f"Hi ({turn})"}])
+        message = await raw.parse()
+        engines.add(raw.headers["x-kvroute-worker"])
+        assert message.usage.output_tokens == 4 and message.stop_reason == "max_tokens"
+    assert len(engines) == 2
+    async with client.messages.stream(model=MODEL, max_tokens=3,
+                                      messages=[{"role": "user", "content": "Hi"}]) as stream:
+        final = await stream.get_final_message()
+    assert final.usage.output_tokens == 3 and final.content[0].type == "text"
+    counted = await client.messages.count_tokens(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}])
+    assert counted.input_tokens == final.usage.input_tokens
+    try:
+        await client.messages.create(model="nope", max_tokens=2,
+                                     messages=[{"role": "user", "content": "Hi"}])
+    except anthropic.NotFoundError as error:
+        assert error.body == {"type": "error", "error": {
+            "type": "NotFoundError",
+            "message": f"The model `nope` does not exist. Valid aliases: {MODEL}."}}
+    else:
+        raise AssertionError("an unknown model was served")
+    await client.close()
+    registry = router.app[METRICS].registry
+    assert sum(registry.get_sample_value("kvroute_completion_tokens_total", {
+        "worker": w.info.id, "gpu": w.info.gpu.name}) or 0.0
+        for w in real_fleet.fleet.workers) == 2 * 4 + 3
+
+
+async def test_the_emulator_answers_the_messages_api_as_vllm_does(
+        real_fleet: RealFleet) -> None:
+    engine = real_fleet.urls[0]
+    with EmulatorProcess(gpu="l40s", model="llama-3-8b", served_model_names=[MODEL],
+                         time_scale=0.01, emulate={"output_len": {
+                             "dist": "fixed", "value": 64}}) as emulator:
+        real_status, real = await post(f"{engine}/v1/messages", BODY)
+        emulated_status, emulated = await post(f"{emulator.url}/v1/messages", BODY)
+        assert (emulated_status, paths(emulated)) == (real_status, paths(real))
+        assert list(emulated) == list(real) and list(emulated["usage"]) == list(real["usage"])
+        real_events = await stream_events(f"{engine}/v1/messages", BODY)
+        emulated_events = await stream_events(f"{emulator.url}/v1/messages", BODY)
+        assert [kind for kind, _ in emulated_events] == [kind for kind, _ in real_events]
+        for (kind, mine), (_, theirs) in zip(emulated_events, real_events, strict=True):
+            assert paths(mine) == paths(theirs), kind
+            assert list(mine) == list(theirs), kind
+        counts = [await post(f"{url}/v1/messages/count_tokens",
+                             {key: BODY[key] for key in ("model", "system", "messages")})
+                  for url in (engine, emulator.url)]
+        assert [(status, paths(body)) for status, body in counts] == [
+            (200, paths(counts[0][1]))] * 2
+        for url in (engine, emulator.url):
+            status, error = await post(f"{url}/v1/messages", {**BODY, "model": "nope"})
+            assert (status, error) == (404, {"type": "error", "error": {
+                "type": "NotFoundError",
+                "message": f"The model `nope` does not exist. Valid aliases: {MODEL}."}})
+            status, error = await post(f"{url}/v1/messages",
+                                       {key: BODY[key] for key in ("model", "messages")})
+            assert status == 400 and error["error"]["param"] == "body.max_tokens"
