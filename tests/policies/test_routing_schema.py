@@ -128,7 +128,8 @@ def test_declared_producer_keeps_its_params() -> None:
     pytest.param(BASE + "rules:\n  - {name: r, when: {path: /v1/embedding}, "
                         "then: {profile: default}}\n",
                  "rules[0].when.path: '/v1/embedding' is not a routed path (one of "
-                 "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses)",
+                 "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, "
+                 "/v1/messages)",
                  id="unknown path"),
     pytest.param(BASE + "rules:\n  - {name: r, when: {min_prompt_tokens: 10.5}, "
                         "then: {profile: default}}\n",
