@@ -4,10 +4,10 @@ straight to the worker kvroute chose, one after the other.
 This starts ``kvroute up`` on a fleet of emulated workers answering at once (``--time-scale
 0``; default ``config/examples/embeddings-fleet.yaml``, which serves chat, the Responses and
 Messages APIs and embeddings), each on a free loopback port; all are stopped at the end. For
-each case it sends ``--warmup`` requests, then ``--repeat`` pairs, one request through the router, then the
-same one to the worker named in its ``x-kvroute-worker`` header, and times each whole answer
-on the client. The difference of the medians is what the router adds, on this machine, with
-everything sharing its cores. Cases (``--cases``):
+each case it sends ``--warmup`` requests, then ``--repeat`` pairs, one request through the
+router, then the same one to the worker named in its ``x-kvroute-worker`` header, and times
+each whole answer on the client. The difference of the medians is what the router adds, on
+this machine, with everything sharing its cores. Cases (``--cases``):
 
 * ``chat``: a short chat completion, one output token;
 * ``embeddings``: one short input;

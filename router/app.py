@@ -22,11 +22,13 @@ from policies.reloader import PolicyReloader
 from router.decision_sinks import open_decision_sinks
 from router.decisions import DecisionLog
 from router.director import Director
+from router.ejection import WorkerEjection
 from router.errors import error_middleware
 from router.handlers import add_routes
 from router.keys import (
     DECISIONS,
     DIRECTOR,
+    EJECTION,
     FLEET,
     KV_EVENTS,
     METRICS,
@@ -61,6 +63,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Appl
     store = _make_store(settings)
     registry = WorkerRegistry([w.info for w in fleet.workers], store.inflight)
     metrics = RouterMetrics(lambda: registry.views(time.monotonic()), settings.tenant_labels)
+    metrics.start_ejection_counts(w.info.id for w in fleet.workers)
     kv_events = KvEventFeed(w.info for w in fleet.workers)
     reloader = PolicyReloader.load(settings.routing_path, fleet,
                                    interval_s=settings.reload_interval_s,
@@ -113,9 +116,13 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
     responses = ResponseLocator(app[STORE], app[REGISTRY], scrapes, app[METRICS])
+    ejection = app[EJECTION] = WorkerEjection(settings.eject_after, settings.eject_for_s,
+                                              on_eject=app[METRICS].record_ejection)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
-                             proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks)
-    app[UTILITY] = UtilityRequests(settings, app[REGISTRY], responses, proxy, app[METRICS])
+                             proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks,
+                             ejection=ejection)
+    app[UTILITY] = UtilityRequests(settings, app[REGISTRY], responses, proxy, app[METRICS],
+                                   ejection=ejection)
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
     yield

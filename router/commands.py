@@ -67,6 +67,14 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-retries", type=int, default=2,
                         help="times a request is retried on another worker after a connect "
                              "error or a 5xx before the first byte (default: %(default)s)")
+    parser.add_argument("--eject-after", type=int, default=5, metavar="N",
+                        help="consecutive failed requests (connect error, 5xx before the "
+                             "answer, timeout) that set a worker aside; 0: never "
+                             "(default: %(default)s)")
+    parser.add_argument("--eject-for", type=float, default=10.0, metavar="SECONDS",
+                        help="how long an ejected worker is set aside at first; doubled each "
+                             "time it fails again on coming back, up to 300 s "
+                             "(default: %(default)s)")
     parser.add_argument("--tenant-labels", type=int, default=DEFAULT_TENANT_LABELS, metavar="N",
                         help="tenants with a series of their own in kvroute_cost_dollars_total, "
                              "the first seen first; later ones count as (other) "
@@ -84,7 +92,7 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         port=args.port, scrape_interval_s=args.scrape_interval,
                         upstream_timeout_s=args.upstream_timeout,
                         max_retries=args.max_retries, tenant_labels=args.tenant_labels,
-                        **extra)
+                        eject_after=args.eject_after, eject_for_s=args.eject_for, **extra)
     except ValueError as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return None

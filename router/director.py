@@ -5,12 +5,15 @@ Messages API request (a response that continues another goes to the worker holdi
 one). Producers (tokenizing, hashing, classifying) run before the decision, in a thread when a
 producer says its input is long (``policies.producers.runner``); the decision itself is pure and
 synchronous. A connect error or 5xx before the first byte is retried on another
-worker, excluding the ones already tried, at most ``Settings.max_retries`` times.
+worker, excluding the ones already tried, at most ``Settings.max_retries`` times. Each
+request's fate is recorded in ``router.ejection``: workers ejected after failing request
+after request are shown to the policy as unhealthy, unless that leaves it no candidate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +28,7 @@ from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
 from policies.producers.runner import produce
 from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
+from router.ejection import WorkerEjection
 from router.errors import (
     ContextLengthExceeded,
     InvalidRequest,
@@ -32,6 +36,7 @@ from router.errors import (
     NoWorkerAvailable,
     RouterError,
     UpstreamError,
+    UpstreamTimeout,
 )
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import (
@@ -91,7 +96,8 @@ class Director:
                  policy: PolicySource, proxy: Proxy, metrics: RouterMetrics,
                  decisions: DecisionLog, responses: ResponseLocator,
                  clock: Callable[[], float] = time.monotonic,
-                 sinks: Sequence[DecisionSink] = ()) -> None:
+                 sinks: Sequence[DecisionSink] = (),
+                 ejection: WorkerEjection | None = None) -> None:
         self._settings = settings
         self._registry = registry
         self._store = store
@@ -106,6 +112,7 @@ class Director:
         self._urls: dict[tuple[str, str], URL] = {}
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
         self._sink_failures: dict[DecisionSink, int] = {}     # failures so far, by sink
+        self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         request_id = self._ids.claim(request.headers.get(self._header))
@@ -130,7 +137,10 @@ class Director:
         for attempt in range(self._settings.max_retries + 1):
             if tried:
                 views = [v for v in self._views(self._clock(), pinned) if v.id not in tried]
-            decision = self._decide(engine, parsed.routing, views, attempt)
+            shown = views if pinned is not None else self._ejected_unhealthy(views)
+            decision = self._decide(engine, parsed.routing, shown, attempt)
+            if decision.worker_id is None and shown is not views:     # fail open
+                decision = self._decide(engine, parsed.routing, views, attempt)
             if decision.worker_id is None:
                 if last_failure is not None:
                     break
@@ -173,6 +183,14 @@ class Director:
             return None
         holder = await self._responses.holder(previous, PINNED_PROFILE)
         return None if holder is None else holder.id
+
+    def _ejected_unhealthy(self, views: list[WorkerView]) -> list[WorkerView]:
+        """``views`` with the ejected workers' marked unhealthy (``views`` itself when none
+        of them is ejected)."""
+        ejected = self._ejection.ejected(self._clock())
+        if not ejected or not any(v.id in ejected for v in views):
+            return views
+        return [dataclasses.replace(v, healthy=False) if v.id in ejected else v for v in views]
 
     def _views(self, now: float, pinned: str | None) -> list[WorkerView]:
         views = self._registry.views(now)
@@ -276,12 +294,19 @@ class Director:
                 parsed.wants_usage, lambda: self._on_first_byte(attempt),
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM))
             status = result.status
+            if status >= 500:         # the worker broke the stream it had begun
+                self._ejection.failed(info.id, self._clock())
+            elif status != 499:       # (499: the client left; says nothing of the worker)
+                self._ejection.answered(info.id)
             return result.response
         except RetryableUpstream as failure:
             status = failure.status
+            self._ejection.failed(info.id, self._clock())
             raise
         except RouterError as error:
             status = error.status
+            if status == UpstreamTimeout.status:      # no answer in time
+                self._ejection.failed(info.id, self._clock())
             error.headers.update(self._kvroute_headers(decision, routing.semantic_class))
             raise
         except asyncio.CancelledError:

@@ -20,7 +20,16 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from router.errors import InvalidRequest
-from router.keys import DECISIONS, DIRECTOR, KV_EVENTS, METRICS, REGISTRY, STORE, UTILITY
+from router.keys import (
+    DECISIONS,
+    DIRECTOR,
+    EJECTION,
+    KV_EVENTS,
+    METRICS,
+    REGISTRY,
+    STORE,
+    UTILITY,
+)
 from router.protocol import (
     CHAT_PATH,
     COMPLETIONS_PATH,
@@ -128,8 +137,10 @@ def _finite(value: float) -> float | None:
 async def debug_fleet(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY]
     kv_events = request.app[KV_EVENTS].status()
+    ejection = request.app[EJECTION]
+    now = time.monotonic()
     workers = []
-    for view in registry.views(time.monotonic()):
+    for view in registry.views(now):
         snap = registry.snapshot(view.id)
         workers.append({
             "id": view.id, "url": view.info.url, "gpu": view.gpu.name,
@@ -141,6 +152,7 @@ async def debug_fleet(request: web.Request) -> web.Response:
             "max_model_len": view.max_model_len, "inflight_requests": view.inflight_requests,
             "inflight_tokens": view.inflight_tokens,
             "consecutive_failures": snap.consecutive_failures if snap else 0,
+            "ejected_for_s": _finite(ejection.ejected_for(view.id, now)),
             "last_error": snap.error if snap else None,
             "prefix_cache_queries": snap.prefix_cache_queries if snap else 0.0,
             "prefix_cache_hits": snap.prefix_cache_hits if snap else 0.0,

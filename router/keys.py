@@ -7,6 +7,7 @@ from aiohttp import web
 from policies.reloader import PolicyReloader
 from router.decisions import DecisionLog
 from router.director import Director
+from router.ejection import WorkerEjection
 from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
 from router.settings import Settings
@@ -27,3 +28,4 @@ DIRECTOR = web.AppKey("director", Director)
 UTILITY = web.AppKey("utility", UtilityRequests)
 POLICY = web.AppKey("policy", PolicyReloader)
 KV_EVENTS = web.AppKey("kv_events", KvEventFeed)
+EJECTION = web.AppKey("ejection", WorkerEjection)

@@ -158,6 +158,9 @@ class RouterMetrics:
             ["worker", "gpu"]))
         self.retries = loop(LoopCounter("kvroute_retries", "Requests retried on another worker.",
                                         ["worker", "reason"]))
+        self.ejections = Counter("kvroute_worker_ejections",
+                                 "Workers set aside after consecutive failed requests.",
+                                 ["worker"], registry=r)
         self.config_reloads = Counter("kvroute_config_reloads", "Routing config reloads.",
                                       ["result"], registry=r)
         self.cost = loop(LoopCounter("kvroute_cost_dollars", "Estimated cost of served requests.",
@@ -269,6 +272,15 @@ class RouterMetrics:
 
     def record_retry(self, worker: str, reason: str) -> None:
         self.retries.labels(worker, reason).inc()
+
+    def start_ejection_counts(self, workers: Iterable[str]) -> None:
+        """Each worker's ejection count at 0, so its first ejection is an increase."""
+        for worker in workers:
+            self.ejections.labels(worker)
+
+    def record_ejection(self, worker: str, seconds: float) -> None:
+        """``router.ejection``'s report (``seconds``: how long it is set aside, logged)."""
+        self.ejections.labels(worker).inc()
 
     def record_reload(self, result: str) -> None:
         self.config_reloads.labels(result).inc()

@@ -17,6 +17,12 @@ Defaults and why:
   stream chunks before answering 504. Non-streamed generations answer only when done.
 * ``max_retries = 2``: a connect error or a 5xx before the first byte is retried on another
   worker at most twice (three workers tried in all).
+* ``eject_after = 5``, ``eject_for_s = 10``: five requests in a row failing on a worker
+  (connect error, dropped connection, 5xx before the answer began, timeout) set it aside for
+  10 s, twice as long each time it fails again on coming back, up to 5 minutes
+  (``router.ejection``); 0 never ejects. Five keeps a burst of one-off failures from ejecting
+  a worker that scrapes fine; 10 s is long enough to spare clients a retry each, short
+  enough to find a recovered worker soon.
 * ``max_body_bytes = 32 MiB``: larger bodies get 413 before they are read whole.
 * ``tenant_labels = 100``: tenants (``x-tenant``, or a digest of the API key) given a
   ``tenant`` series of their own in ``kvroute_cost_dollars_total``, the first seen first;
@@ -46,6 +52,8 @@ class Settings:
     connect_timeout_s: float = 2.0
     upstream_timeout_s: float = 300.0
     max_retries: int = 2
+    eject_after: int = 5
+    eject_for_s: float = 10.0
     max_body_bytes: int = 32 * 1024 * 1024
     decisions_ring_size: int = 256
     tenant_labels: int = DEFAULT_TENANT_LABELS
@@ -59,6 +67,10 @@ class Settings:
             raise ValueError("scrape_interval_s: must be positive")
         if self.max_retries < 0:
             raise ValueError("max_retries: must be >= 0")
+        if self.eject_after < 0:
+            raise ValueError("eject_after: must be >= 0 (0: never eject)")
+        if self.eject_for_s <= 0:
+            raise ValueError("eject_for_s: must be positive")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes: must be positive")
         if self.decisions_ring_size <= 0:

@@ -3,9 +3,10 @@
 ``POST /tokenize``, ``POST /detokenize`` and ``POST /v1/messages/count_tokens`` (Anthropic's):
 vLLM answers them in its API server, from the model's tokenizer, without the engine. No
 policy runs, nothing is reserved, nothing is learnt. The request goes to the healthy worker
-serving its ``model`` with the fewest requests in flight (ties taken in turn), and on a
-connect error or a 5xx to the next one, at most ``Settings.max_retries`` times. ``model`` may
-be left out, as vLLM allows, when every worker of the fleet serves one model.
+serving its ``model`` with the fewest requests in flight (ties taken in turn; workers ejected
+by ``router.ejection`` last), and on a connect error or a 5xx to the next one, at most
+``Settings.max_retries`` times. ``model`` may be left out, as vLLM allows, when every worker
+of the fleet serves one model.
 
 ``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: only the worker that made
 the response holds it, so they go there (``router.response_locator``); a response no worker
@@ -24,6 +25,7 @@ from urllib.parse import quote
 from aiohttp import web
 from yarl import URL
 
+from router.ejection import WorkerEjection
 from router.errors import (
     InvalidRequest,
     ModelNotFound,
@@ -50,7 +52,8 @@ class UtilityRequests:
 
     def __init__(self, settings: Settings, registry: WorkerRegistry, responses: ResponseLocator,
                  proxy: Proxy, metrics: RouterMetrics,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 ejection: WorkerEjection | None = None) -> None:
         self._settings = settings
         self._registry = registry
         self._responses = responses
@@ -58,6 +61,7 @@ class UtilityRequests:
         self._metrics = metrics
         self._clock = clock
         self._turn = itertools.count()
+        self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         body = await request.read()
@@ -76,7 +80,9 @@ class UtilityRequests:
             except RetryableUpstream as failure:
                 last_failure = failure
                 self._metrics.record_retry(view.id, failure.reason)
+                self._ejection.failed(view.id, self._clock())
                 continue
+            self._ejection.answered(view.id)
             self._metrics.record_request(model or view.info.models[0], view.id,
                                          view.gpu.name, PROFILE, result.status)
             return result.response
@@ -118,7 +124,8 @@ class UtilityRequests:
         return headers
 
     def _candidates(self, model: str | None) -> list[WorkerView]:
-        """The healthy workers of ``model``, fewest requests in flight first, ties in turn."""
+        """The healthy workers of ``model``, fewest requests in flight first, ties in turn,
+        ejected ones last."""
         views = self._registry.views(self._clock())
         if model is None:
             models = {name for view in views for name in view.info.models}
@@ -139,6 +146,8 @@ class UtilityRequests:
                                          503)
             raise NoWorkerAvailable(f"No healthy worker serves the model `{model}`.")
         turn, count = next(self._turn), len(healthy)
-        ranked = sorted(range(count), key=lambda i: (healthy[i].inflight_requests,
+        ejected = self._ejection.ejected(self._clock())
+        ranked = sorted(range(count), key=lambda i: (healthy[i].id in ejected,
+                                                     healthy[i].inflight_requests,
                                                      (i - turn) % count))
         return [healthy[i] for i in ranked]

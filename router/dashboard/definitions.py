@@ -85,10 +85,13 @@ ROUTING = Dashboard(
             "{{worker}} {{reason}}"),), unit="reqps",
             description="Requests retried on another worker after a connect error or a 5xx "
                         "before the first byte, by the worker that failed."),
-        Panel("Ejected workers", (Query(
-            f'sum by (gpu) (1 - kvroute_worker_up{{{MWG}}})', "{{gpu}}"),), unit="short",
-            stacked=True,
-            description="Workers the router marked down (failed scrapes), per GPU class."),
+        Panel("Workers down or set aside", (
+            Query(f'sum by (gpu) (1 - kvroute_worker_up{{{MWG}}})', "{{gpu}} down"),
+            Query('sum by (worker) (increase(kvroute_worker_ejections_total{worker=~"$worker"}['
+                  + RI + "]))", "{{worker}} set aside")), unit="short", stacked=True,
+            description="Workers the router marked down (failed scrapes), per GPU class; and "
+                        "ejections: workers set aside after failing request after request "
+                        "while their scrapes succeed (kvroute serve --eject-after)."),
     ))
 
 FLEET = Dashboard(

@@ -29,8 +29,8 @@ def test_promtool_check_rules_passes() -> None:
     result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 15 rules found" in result.stdout
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 16 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -46,7 +46,8 @@ def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
 def test_alert_tiers() -> None:
     tiers = {r["alert"]: r["labels"]["severity"] for r in _rules(ALERTS)}
     assert tiers == {
-        "KvCacheUsageHigh": "warning", "TtftP99AboveBaseline": "warning",
+        "KvCacheUsageHigh": "warning", "WorkerEjected": "warning",
+        "TtftP99AboveBaseline": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency"}
@@ -68,3 +69,43 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
     assert values["kvroute:threshold:ttft_sigma_warning"] == "vector(2)"
     assert values["kvroute:threshold:ttft_sigma_critical"] == "vector(4)"
     assert values["kvroute:threshold:success_ratio_emergency"] == "vector(0.999)"
+    assert values["kvroute:threshold:worker_ejections_warning"] == "vector(1)"
+
+
+def test_worker_ejected_fires_on_an_ejection_and_clears_ten_minutes_later(
+        tmp_path: Path) -> None:
+    """``promtool test rules`` evaluates the alert over a series the router exports: each
+    worker's count starts at 0 (``RouterMetrics.start_ejection_counts``), so its first
+    ejection is an increase."""
+    promtool = shutil.which("promtool")
+    assert promtool is not None
+    tests = {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'kvroute_worker_ejections_total{worker="w1"}',
+                 "values": "0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1"},
+                {"series": 'kvroute_worker_ejections_total{worker="w2"}',
+                 "values": "0x15"},
+                # a count that first appears at 1 shows no increase: hence the zeros
+                {"series": 'kvroute_worker_ejections_total{worker="w3"}',
+                 "values": "_ _ 1 1 1 1 1 1 1 1 1 1 1 1 1 1"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "1m", "alertname": "WorkerEjected", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "WorkerEjected", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "worker": "w1"},
+                    "exp_annotations": {"summary": (
+                        "w1 was set aside 1 times in 10m: its requests fail while its "
+                        "/metrics answers")}}]},
+                {"eval_time": "14m", "alertname": "WorkerEjected", "exp_alerts": []},
+            ],
+        }],
+    }
+    path = tmp_path / "ejection-test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

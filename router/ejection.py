@@ -1,0 +1,89 @@
+"""Workers whose requests keep failing are set aside for a while (a circuit breaker).
+
+A worker is marked down only when its ``/metrics`` scrapes fail (``workers.scraper``). One
+whose scrapes succeed while its requests fail (an engine that answers every generation with a
+500, a port that refuses connections behind a live metrics endpoint) would go on getting
+first attempts, each costing the client a round trip before the retry. So every request's
+fate is recorded here: ``after`` consecutive failures (a connect error, a dropped connection
+or a 5xx before the answer began: what the director retries elsewhere) **eject** the worker
+for ``cooldown_s``; a worker ejected again right after coming back (its next request fails
+too) stays out twice as long, up to ``max_cooldown_s``. Any answer that is not such a failure
+(a 200, a 4xx: the worker is serving) closes the count and the doubling.
+
+The director shows ejected workers to the policy as unhealthy (the ``healthy`` filter passes
+them over, and a decision's ``filtered_out`` says so); when that leaves a request no
+candidate, it decides again with them (fail open: an ejected worker is still better than none).
+State is per router process, like the in-flight counts without Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Record:
+    failures: int = 0             # consecutive, since the last answer that was not a failure
+    cooldown_s: float = 0.0       # the last ejection's length (0: none since the last success)
+    until: float = 0.0            # ejected until this monotonic time
+
+
+class WorkerEjection:
+    """Consecutive request failures per worker, and which workers are ejected now."""
+
+    __slots__ = ("_after", "_base_s", "_max_s", "_on_eject", "_records")
+
+    def __init__(self, after: int, cooldown_s: float, max_cooldown_s: float = 300.0,
+                 on_eject: Callable[[str, float], None] | None = None) -> None:
+        """``after`` consecutive failures eject a worker (0: never); ``on_eject(worker,
+        seconds)`` is told of each ejection (metrics)."""
+        self._after = after
+        self._base_s = cooldown_s
+        self._max_s = max(cooldown_s, max_cooldown_s)
+        self._on_eject = on_eject
+        self._records: dict[str, _Record] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self._after > 0
+
+    def failed(self, worker: str, now: float) -> None:
+        """A request to ``worker`` failed before its answer began."""
+        if not self.enabled:
+            return
+        record = self._records.get(worker)
+        if record is None:
+            record = self._records[worker] = _Record()
+        record.failures += 1
+        if record.failures < self._after or now < record.until:
+            return
+        record.cooldown_s = (self._base_s if record.cooldown_s == 0.0
+                             else min(self._max_s, record.cooldown_s * 2.0))
+        record.until = now + record.cooldown_s
+        log.warning("worker %s: %d requests failed in a row; ejected for %g s", worker,
+                    record.failures, record.cooldown_s)
+        if self._on_eject is not None:
+            self._on_eject(worker, record.cooldown_s)
+
+    def answered(self, worker: str) -> None:
+        """A request to ``worker`` got an answer (any status but a retried failure)."""
+        record = self._records.get(worker)
+        if record is not None and (record.failures or record.cooldown_s):
+            if record.cooldown_s:
+                log.info("worker %s: answering again; no longer ejected", worker)
+            del self._records[worker]
+
+    def ejected_for(self, worker: str, now: float) -> float:
+        """Seconds ``worker`` stays ejected (0.0: it is not)."""
+        record = self._records.get(worker)
+        return max(0.0, record.until - now) if record is not None else 0.0
+
+    def ejected(self, now: float) -> frozenset[str]:
+        """The workers ejected at ``now``."""
+        if not self._records:
+            return frozenset()
+        return frozenset(w for w, r in self._records.items() if now < r.until)

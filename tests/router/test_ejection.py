@@ -1,0 +1,125 @@
+"""``router.ejection``: the failure count and cooldowns (a clock given by the test), then a live
+router over emulated workers: a worker answering every request with a 500 while its
+``/metrics`` scrapes fine is set aside, tried again after its cooldown, and still tried when
+it is the only worker left (fail open)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from router.ejection import WorkerEjection
+from router.keys import METRICS
+from tests.router.gateway_support import (
+    MODEL,
+    ROUTING_ROUND_ROBIN,
+    RouterFactory,
+    RouterHandle,
+    subset,
+)
+from workers.fleet import FleetConfig
+
+
+def test_consecutive_failures_eject_for_a_cooldown_that_doubles_up_to_its_cap() -> None:
+    told: list[tuple[str, float]] = []
+    ejection = WorkerEjection(3, 10.0, max_cooldown_s=25.0,
+                              on_eject=lambda w, s: told.append((w, s)))
+    for now in (0.0, 1.0):
+        ejection.failed("w", now)
+    assert ejection.ejected(1.0) == frozenset() and ejection.ejected_for("w", 1.0) == 0.0
+    ejection.failed("w", 2.0)
+    assert ejection.ejected(2.0) == {"w"} and ejection.ejected_for("w", 5.0) == 7.0
+    ejection.failed("w", 3.0)                 # a fail-open request while out: no extension
+    assert ejection.ejected_for("w", 3.0) == 9.0
+    assert ejection.ejected(12.0) == frozenset()
+    ejection.failed("w", 13.0)                # back, and failing at once: twice as long
+    assert ejection.ejected_for("w", 13.0) == 20.0
+    ejection.failed("w", 40.0)                # and again: capped
+    assert ejection.ejected_for("w", 40.0) == 25.0
+    assert told == [("w", 10.0), ("w", 20.0), ("w", 25.0)]
+
+
+def test_an_answer_closes_the_count_and_the_doubling() -> None:
+    ejection = WorkerEjection(2, 10.0)
+    ejection.failed("w", 0.0)
+    ejection.answered("w")
+    ejection.failed("w", 1.0)
+    assert ejection.ejected(1.0) == frozenset()      # not two in a row
+    ejection.failed("w", 2.0)
+    assert ejection.ejected_for("w", 2.0) == 10.0
+    ejection.answered("w")                            # a fail-open request got through
+    assert ejection.ejected(3.0) == frozenset()
+    ejection.failed("w", 4.0)
+    ejection.failed("w", 5.0)
+    assert ejection.ejected_for("w", 5.0) == 10.0    # the base cooldown again
+    ejection.failed("other", 5.0)
+    assert ejection.ejected(5.0) == {"w"}
+
+
+def test_zero_never_ejects() -> None:
+    ejection = WorkerEjection(0, 10.0)
+    for now in range(100):
+        ejection.failed("w", float(now))
+    assert not ejection.enabled and ejection.ejected(50.0) == frozenset()
+
+
+async def _chat(session: aiohttp.ClientSession, router: RouterHandle) -> tuple[int, str]:
+    async with session.post(f"{router.url}/v1/chat/completions", json={
+            "model": MODEL, "max_tokens": 2,
+            "messages": [{"role": "user", "content": "hi"}]}) as resp:
+        await resp.read()
+        return resp.status, resp.headers["x-kvroute-worker"]
+
+
+async def _first_attempts_on(router: RouterHandle, worker: str) -> int:
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{router.url}/debug/decisions") as resp:
+        data = (await resp.json())["data"]
+    return sum(1 for d in data if d["worker"] == worker and d["attempt"] == 0)
+
+
+async def _ejected_for(router: RouterHandle, worker: str) -> float:
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{router.url}/debug/fleet") as resp:
+        data = (await resp.json())["data"]
+    return float(next(w["ejected_for_s"] for w in data if w["id"] == worker))
+
+
+@pytest.mark.integration
+async def test_a_worker_failing_every_request_is_set_aside_then_tried_again(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["failing", "h100-fast"]),
+                               ROUTING_ROUND_ROBIN, eject_after=3, eject_for_s=0.6)
+    async with aiohttp.ClientSession() as session:
+        answers = [await _chat(session, router) for _ in range(12)]
+        assert answers == [(200, "h100-fast")] * 12       # each failure retried elsewhere
+        # round-robin alone would put half the first attempts on it; three eject it
+        assert await _first_attempts_on(router, "failing") == 3
+        assert router.metric("kvroute_worker_ejections_total", worker="failing") == 1
+        assert 0.0 < await _ejected_for(router, "failing") <= 0.6
+        assert await _ejected_for(router, "h100-fast") == 0.0
+        # every worker's count is exported from 0 (an alert reads its first increase)
+        assert router.app[METRICS].registry.get_sample_value(
+            "kvroute_worker_ejections_total", {"worker": "h100-fast"}) == 0.0
+        await asyncio.sleep(0.7)                             # the cooldown ends
+        answers = [await _chat(session, router) for _ in range(4)]
+        assert answers == [(200, "h100-fast")] * 4
+    # tried once more on coming back, failed, and set aside again, for twice as long
+    assert await _first_attempts_on(router, "failing") == 4
+    assert router.metric("kvroute_worker_ejections_total", worker="failing") == 2
+    assert 0.6 < await _ejected_for(router, "failing") <= 1.2
+
+
+@pytest.mark.integration
+async def test_an_ejected_worker_is_still_tried_when_no_other_can_serve(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["failing"]), ROUTING_ROUND_ROBIN,
+                               eject_after=1, eject_for_s=60.0, max_retries=0)
+    async with aiohttp.ClientSession() as session:
+        statuses = [(await _chat(session, router))[0] for _ in range(3)]
+    # the worker's 500 each time, retried nowhere (502): never 503 "no worker available"
+    assert statuses == [502] * 3
+    assert router.metric("kvroute_worker_ejections_total", worker="failing") == 1
+    assert await _first_attempts_on(router, "failing") == 3
