@@ -4,36 +4,17 @@ stream events and errors against the real engine's."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-import aiohttp
 import anthropic
 
 from router.keys import METRICS
 from tests.real_vllm.conftest import MODEL, RealFleet, RouterFactory
 from tests.real_vllm.test_emulator_fidelity import paths
 from tests.real_vllm.test_openai_client import ROUND_ROBIN_ROUTING
+from tests.real_vllm.test_responses_api import post, stream_events
 from workers.emulator.process import EmulatorProcess
 
 BODY = {"model": MODEL, "max_tokens": 3, "system": "Be kind.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hi"}]}]}
-
-
-async def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as session, session.post(url, json=body) as resp:
-        return resp.status, await resp.json(content_type=None)
-
-
-async def stream_events(url: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
-    async with aiohttp.ClientSession() as session, session.post(
-            url, json={**body, "stream": True}) as resp:
-        text = (await resp.read()).decode()
-    events = []
-    for block in text.strip().split("\n\n"):
-        kind, data = block.split("\n", 1)
-        events.append((kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
-    return events
 
 
 async def test_the_anthropic_client_through_kvroute(real_fleet: RealFleet,

@@ -18,7 +18,7 @@ a body that fails validation gets vLLM's usual (OpenAI-shaped) 400, as there.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
@@ -68,16 +68,8 @@ def _anthropic_errors(handler: Callable[[web.Request], Awaitable[web.StreamRespo
 async def create_message(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
     data = await read_json_body(request)
-    model_name = data.get("model")
-    if not isinstance(model_name, str):
-        raise validation_error("model", "Field required" if model_name is None
-                               else "Input should be a valid string",
-                               "missing" if model_name is None else "string_type", model_name)
-    max_tokens = data.get("max_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
-        raise validation_error("max_tokens", "Field required" if max_tokens is None
-                               else "Input should be a valid integer",
-                               "missing" if max_tokens is None else "int_type", max_tokens)
+    model_name = _required(data, "model", str)
+    max_tokens = _required(data, "max_tokens", int)
     stream = data.get("stream") is True
     messages = chat_messages(data)
     model, _ = worker.resolve_model(model_name)
@@ -106,9 +98,7 @@ async def create_message(request: web.Request) -> web.StreamResponse:
 async def count_tokens(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     data = await read_json_body(request)
-    model_name = data.get("model")
-    if not isinstance(model_name, str):
-        raise validation_error("model", "Field required", "missing", model_name)
+    model_name = _required(data, "model", str)
     worker.resolve_model(model_name)
     body = GenerationBody(kind="chat", model=model_name, prompts=(),
                           messages=tuple(chat_messages(data)), add_generation_prompt=True,
@@ -119,6 +109,22 @@ async def count_tokens(request: web.Request) -> web.Response:
     count = len(prompts[0])
     return web.Response(body=orjson.dumps({"input_tokens": count, "context_management": {
         "original_input_tokens": count}}), content_type="application/json")
+
+
+_T = TypeVar("_T", str, int)
+_TYPE_ERRORS = {str: ("string_type", "Input should be a valid string"),
+                int: ("int_type", "Input should be a valid integer")}
+
+
+def _required(data: Mapping[str, Any], name: str, kind: type[_T]) -> _T:
+    """A required field of ``kind`` (a bool is no int), else vLLM's validation error."""
+    value = data.get(name)
+    if isinstance(value, kind) and not isinstance(value, bool):
+        return value
+    if value is None:
+        raise validation_error(name, "Field required", "missing", value)
+    error_type, message = _TYPE_ERRORS[kind]
+    raise validation_error(name, message, error_type, value)
 
 
 def chat_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
