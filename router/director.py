@@ -138,9 +138,8 @@ class Director:
             if tried:
                 views = [v for v in self._views(self._clock(), pinned) if v.id not in tried]
             shown = views if pinned is not None else self._ejected_unhealthy(views)
-            decision = self._decide(engine, parsed.routing, shown, attempt)
-            if decision.worker_id is None and shown is not views:     # fail open
-                decision = self._decide(engine, parsed.routing, views, attempt)
+            decision = self._decide(engine, parsed.routing, shown, attempt,
+                                    fail_open=views if shown is not views else None)
             if decision.worker_id is None:
                 if last_failure is not None:
                     break
@@ -208,9 +207,14 @@ class Director:
         return offloaded
 
     def _decide(self, engine: PolicyEngine, routing: RoutingRequest,
-                views: Sequence[WorkerView], attempt: int) -> Decision:
+                views: Sequence[WorkerView], attempt: int,
+                fail_open: Sequence[WorkerView] | None = None) -> Decision:
+        """Decide on ``views``, and when that leaves no candidate, on ``fail_open`` (the views
+        with the ejected workers as they are); the one decision is recorded."""
         started = time.perf_counter()
         decision = engine.decide(routing, views)
+        if decision.worker_id is None and fail_open is not None:
+            decision = engine.decide(routing, fail_open)
         seconds = time.perf_counter() - started
         gpu = self._gpu_of(decision.worker_id)
         self._metrics.record_decision(decision, gpu, reason_code(decision),

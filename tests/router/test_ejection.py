@@ -123,3 +123,7 @@ async def test_an_ejected_worker_is_still_tried_when_no_other_can_serve(
     assert statuses == [502] * 3
     assert router.metric("kvroute_worker_ejections_total", worker="failing") == 1
     assert await _first_attempts_on(router, "failing") == 3
+    # one decision recorded per request (the one that found no candidate is not)
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{router.url}/debug/decisions") as resp:
+        assert [d["worker"] for d in (await resp.json())["data"]] == ["failing"] * 3
