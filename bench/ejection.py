@@ -1,0 +1,182 @@
+"""What setting aside a failing worker saves clients: the same requests through ``kvroute up``
+with ejection on (``--eject-after``) and off (0), one emulated worker of the fleet faulty.
+
+The fleet: ``--workers`` emulated H100s serving Llama-3.1-8B (``--time-scale``), each on a
+free loopback port; the first is given a fault whose requests fail while its ``/metrics``
+keeps answering (so it is never marked down by scrapes):
+
+* ``error``: every generation answered with a 500 (the router retries it elsewhere, so the
+  client pays a failed round trip);
+* ``stall``: every generation stops after its first token and never finishes (the client
+  waits for ``--upstream-timeout`` and gets a 504: not retried, the answer had begun).
+
+For each setting a fresh ``kvroute up`` (the routing file given, default
+``config/routing.yaml``) gets ``--requests`` short chat completions from ``--concurrency``
+clients; the report gives their statuses, latency p50 / p99 / max, and the router's own
+counts of retries and ejections. Writes ``ejection.json`` to ``--out`` and prints a table.
+
+    python -m bench.ejection --fault stall --requests 300 --out out/ejection
+    kvroute bench ejection --fault error --out out/ejection-error
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from bench.launch import Launched, LaunchError, free_port, wait_all_workers_healthy
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+FAULTS = {"error": {"error_rate": 1.0}, "stall": {"stall_after_tokens": 1}}
+
+
+@dataclass(frozen=True, slots=True)
+class SettingResult:
+    eject_after: int
+    statuses: dict[str, int]          # status -> requests
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    retries: float                    # kvroute_retries_total, all workers
+    ejections: float                  # kvroute_worker_ejections_total, all workers
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--fault", choices=sorted(FAULTS), default="stall",
+                        help="what is wrong with the first worker (default %(default)s)")
+    parser.add_argument("--workers", type=int, default=3, help="emulated workers (default 3)")
+    parser.add_argument("--requests", type=int, default=300,
+                        help="chat completions per setting (default %(default)s)")
+    parser.add_argument("--concurrency", type=int, default=4,
+                        help="clients sending them (default %(default)s)")
+    parser.add_argument("--upstream-timeout", type=float, default=2.0,
+                        help="the router's --upstream-timeout, seconds (default %(default)s)")
+    parser.add_argument("--eject-after", type=int, default=5,
+                        help="the setting compared with 0 (default %(default)s)")
+    parser.add_argument("--time-scale", type=float, default=0.05,
+                        help="the emulated workers' time scale (default %(default)s)")
+    parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml")
+    parser.add_argument("--out", type=Path, required=True, help="folder for ejection.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers < 2 or args.requests < 1 or args.concurrency < 1 or args.eject_after < 1:
+        print("kvroute bench ejection: --workers must be at least 2, --requests, "
+              "--concurrency and --eject-after at least 1", file=sys.stderr)
+        return 2
+    results = []
+    for eject_after in (args.eject_after, 0):
+        print(f"[ejection] --eject-after {eject_after}: {args.requests} requests, "
+              f"{args.fault} fault", file=sys.stderr, flush=True)
+        try:
+            results.append(_one_setting(args, eject_after))
+        except LaunchError as exc:
+            print(f"kvroute bench ejection: {exc}", file=sys.stderr)
+            return 1
+    report = {"fault": args.fault, "workers": args.workers, "requests": args.requests,
+              "concurrency": args.concurrency, "upstream_timeout_s": args.upstream_timeout,
+              "time_scale": args.time_scale, "routing": str(args.routing),
+              "settings": [asdict(r) for r in results]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "ejection.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown(results))
+    return 0
+
+
+def _fleet(folder: Path, workers: int, fault: str, time_scale: float) -> Path:
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": f"h100-{i}", "gpu": "h100", "models": [MODEL],
+                     "emulate": {"port": free_port(), "time_scale": time_scale,
+                                 "output_len": {"dist": "fixed", "value": 16},
+                                 **({"faults": FAULTS[fault]} if i == 0 else {})}}
+                    for i in range(workers)]}))
+    return path
+
+
+def _one_setting(args: argparse.Namespace, eject_after: int) -> SettingResult:
+    with tempfile.TemporaryDirectory(prefix="kvroute-ejection-") as tmp:
+        fleet = _fleet(Path(tmp), args.workers, args.fault, args.time_scale)
+        port = free_port()
+        router = Launched("kvroute up", [
+            sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
+            str(args.routing), "--port", str(port), "--time-scale", str(args.time_scale),
+            "--upstream-timeout", str(args.upstream_timeout), "--eject-after",
+            str(eject_after), "--log-level", "WARNING"], Path(tmp) / "kvroute-up.log",
+            cwd=REPO_ROOT)
+        with router:
+            base_url = f"http://127.0.0.1:{port}"
+            router.wait_http(base_url + "/health", timeout_s=60.0)
+            return asyncio.run(_measure(base_url, args, eject_after))
+
+
+async def _measure(base_url: str, args: argparse.Namespace, eject_after: int
+                   ) -> SettingResult:
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=args.upstream_timeout + 30.0)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await wait_all_workers_healthy(session, base_url)
+        remaining = iter(range(args.requests))
+        latencies: list[float] = []
+        statuses: dict[str, int] = {}
+
+        async def client() -> None:
+            for n in remaining:
+                started = time.perf_counter()
+                async with session.post(base_url + "/v1/chat/completions", json={
+                        "model": MODEL, "max_tokens": 16, "messages": [
+                            {"role": "user", "content": f"Request {n}: say something."}]}
+                        ) as resp:
+                    await resp.read()
+                latencies.append((time.perf_counter() - started) * 1e3)
+                statuses[str(resp.status)] = statuses.get(str(resp.status), 0) + 1
+
+        await asyncio.gather(*(client() for _ in range(args.concurrency)))
+        async with session.get(base_url + "/metrics") as resp:
+            metrics = await resp.text()
+    ordered = sorted(latencies)
+    return SettingResult(
+        eject_after=eject_after, statuses=dict(sorted(statuses.items())),
+        p50_ms=statistics.median(ordered), p99_ms=ordered[min(len(ordered) - 1,
+                                                             int(0.99 * len(ordered)))],
+        max_ms=ordered[-1], retries=_total(metrics, "kvroute_retries_total"),
+        ejections=_total(metrics, "kvroute_worker_ejections_total"))
+
+
+def _total(metrics: str, name: str) -> float:
+    """The sum of every sample of counter ``name`` in a Prometheus text answer."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def markdown(results: list[SettingResult]) -> str:
+    lines = ["| --eject-after | statuses | p50 ms | p99 ms | max ms | retries | ejections |",
+             "|--:|---|--:|--:|--:|--:|--:|"]
+    for r in results:
+        statuses = ", ".join(f"{status}: {count}" for status, count in r.statuses.items())
+        lines.append(f"| {r.eject_after} | {statuses} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | "
+                     f"{r.max_ms:.1f} | {r.retries:.0f} | {r.ejections:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ejection",
+                                     description=__doc__.split("\n", 1)[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
