@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from workers.models import WorkerView
@@ -53,9 +54,12 @@ class RoutingRequest:
                                        max_model_len)
 
 
-# the request paths a decision is taken for (``RoutingRequest.path``; ``when: {path: ...}``)
-ROUTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
-                "/v1/messages")
+# the request paths a decision is taken for (``RoutingRequest.path``; ``when: {path: ...}``),
+# each with what its model must run as (vLLM's ``--runner``)
+RUNNER_OF_PATH: Mapping[str, str] = MappingProxyType({
+    "/v1/chat/completions": "generate", "/v1/completions": "generate",
+    "/v1/embeddings": "pooling", "/v1/responses": "generate", "/v1/messages": "generate"})
+ROUTED_PATHS = tuple(RUNNER_OF_PATH)
 
 
 def is_token_ids(values: Sequence[Any]) -> bool:

@@ -46,7 +46,11 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"{args.file}: invalid: {exc}", file=sys.stderr)
         return 1
     print(f"{args.file}: ok: {summarize(routing)}")
-    for warning in warnings(routing):
+    runners: dict[str, set[str]] = {}
+    for worker in fleet.workers:
+        for model in worker.info.models:
+            runners.setdefault(model, set()).add(worker.info.model_spec.runner)
+    for warning in warnings(routing, {model: sorted(kinds) for model, kinds in runners.items()}):
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
     if args.time_decisions > 0:
         if not fleet.workers:

@@ -3,6 +3,9 @@ it, for ``kvroute validate`` and logs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+from policies.base import ROUTED_PATHS, RUNNER_OF_PATH
 from policies.config import RoutingConfig
 
 
@@ -15,8 +18,11 @@ def summarize(routing: RoutingConfig) -> str:
             f"default profile {routing.default_profile}; producers: {producers}")
 
 
-def warnings(routing: RoutingConfig) -> list[str]:
-    """Valid but probably unintended: a profile that never checks the model or health."""
+def warnings(routing: RoutingConfig,
+             runners: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """Valid but probably unintended: a profile that never checks the model or health; with
+    the fleet's ``runners`` (model -> what it runs as), a rule sending requests of some path
+    to a model that cannot serve them (the router answers those 500)."""
     found: list[str] = []
     for name, profile in routing.profiles.items():
         types = {spec.type for spec in profile.filters}
@@ -25,5 +31,25 @@ def warnings(routing: RoutingConfig) -> list[str]:
                          "workers that do not serve their model")
         if "healthy" not in types:
             found.append(f"profiles.{name}.filters: no healthy filter: requests may go to "
-                         "workers whose last scrape failed")
+                         "workers whose last scrape failed or that keep failing requests")
+    return found + _misrouting_rules(routing, runners or {})
+
+
+def _misrouting_rules(routing: RoutingConfig, runners: Mapping[str, Sequence[str]]
+                      ) -> list[str]:
+    """Rules rewriting the model for paths its target cannot serve, among the paths some
+    model of the fleet serves (an embeddings path on a fleet without embedding models is no
+    concern of a rule)."""
+    served = {runner for kinds in runners.values() for runner in kinds}
+    found = []
+    for i, rule in enumerate(routing.rules):
+        target = rule.then.model
+        if target is None or target not in runners:
+            continue
+        paths = [path for path in (rule.when.path or ROUTED_PATHS)
+                 if RUNNER_OF_PATH[path] in served and RUNNER_OF_PATH[path] not in runners[target]]
+        if paths:
+            found.append(f"rules[{i}] ({rule.name}): sends {', '.join(paths)} requests to "
+                         f"`{target}`, which runs {'/'.join(sorted(runners[target]))}: they "
+                         "would be answered 500; scope the rule with when.path")
     return found

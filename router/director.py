@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from yarl import URL
 
-from policies.base import Decision, RequestOutcome, RoutingRequest
+from policies.base import RUNNER_OF_PATH, Decision, RequestOutcome, RoutingRequest
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
 from policies.producers.runner import produce
@@ -35,6 +35,7 @@ from router.errors import (
     ModelNotFound,
     NoWorkerAvailable,
     RouterError,
+    RoutingMisconfigured,
     UpstreamError,
     UpstreamTimeout,
 )
@@ -42,7 +43,6 @@ from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import (
     MESSAGES_PATH,
     RESPONSES_PATH,
-    RUNNER_OF_PATH,
     ParsedRequest,
     parse_request,
     upstream_body,
@@ -113,6 +113,7 @@ class Director:
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
         self._sink_failures: dict[DecisionSink, int] = {}     # failures so far, by sink
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
+        self._misrouted: set[tuple[str | None, str]] = set()    # (rule, path), logged once
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         request_id = self._ids.claim(request.headers.get(self._header))
@@ -144,6 +145,8 @@ class Director:
                 if last_failure is not None:
                     break
                 raise self._no_candidate(decision, parsed.routing)
+            if decision.model != parsed.routing.model:
+                self._check_rewritten_runner(decision, parsed.routing)
             try:
                 return await self._attempt(request, engine, parsed, body, decision)
             except RetryableUpstream as failure:
@@ -172,6 +175,27 @@ class Director:
         raise InvalidRequest(
             f"The model `{routing.model}` serves embeddings only (runner: pooling): use "
             "/v1/embeddings.", param="model")
+
+    def _check_rewritten_runner(self, decision: Decision, routing: RoutingRequest) -> None:
+        """A rule that sent the request to a model running something else (a semantic rule
+        meant for chat matching an embeddings request) is the routing file's mistake: the
+        worker would answer a bare 404. Refuse it naming the rule, and count it."""
+        needed = RUNNER_OF_PATH[routing.path]
+        runners = self._registry.runners_of(decision.model)
+        if not runners or needed in runners:
+            return
+        self._metrics.record_request(decision.model, "", "", decision.profile,
+                                     RoutingMisconfigured.status)
+        if (decision.rule, routing.path) not in self._misrouted:
+            self._misrouted.add((decision.rule, routing.path))
+            log.error("routing rule %s sends %s requests to %s, which cannot serve them; "
+                      "they are answered 500 (scope the rule with when.path)", decision.rule,
+                      routing.path, decision.model)
+        raise RoutingMisconfigured(
+            f"The routing rule `{decision.rule}` sends this {routing.path} request to the model "
+            f"`{decision.model}`, which runs {'/'.join(sorted(runners))}, not {needed}: scope "
+            "the rule with `when: {path: ...}` (kvroute validate --fleet warns of it).",
+            headers=self._kvroute_headers(decision, routing.semantic_class))
 
     async def _response_owner(self, parsed: ParsedRequest) -> str | None:
         """The worker a Responses API request must go to: the one holding the response it

@@ -8,6 +8,7 @@ RouterError                      (abstract: status, type, code)
 ├── RouteNotFound          404   unknown path
 ├── MethodNotAllowed       405
 ├── RequestTooLarge        413   body over ``Settings.max_body_bytes``
+├── RoutingMisconfigured   500   a routing rule sent the request to a model that cannot serve it
 ├── UpstreamError          502   the chosen workers failed before answering
 ├── NoWorkerAvailable      503   the policy found no candidate (none healthy, none fits)
 └── UpstreamTimeout        504   the worker did not answer in time
@@ -113,6 +114,12 @@ class RequestTooLarge(RouterError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class RoutingMisconfigured(RouterError):
+    status = 500
+    type = "internal_error"
+    code = "routing_misconfigured"
 
 
 class UpstreamError(RouterError):

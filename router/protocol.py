@@ -27,11 +27,8 @@ COMPLETIONS_PATH = "/v1/completions"
 EMBEDDINGS_PATH = "/v1/embeddings"
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"          # Anthropic's Messages API
-# what each path needs its model to run as (vLLM's --runner)
-RUNNER_OF_PATH = {CHAT_PATH: "generate", COMPLETIONS_PATH: "generate",
-                  EMBEDDINGS_PATH: "pooling", RESPONSES_PATH: "generate",
-                  MESSAGES_PATH: "generate"}
-assert set(RUNNER_OF_PATH) == set(ROUTED_PATHS)
+assert {CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH, RESPONSES_PATH, MESSAGES_PATH} == set(
+    ROUTED_PATHS)
 # longer than any served model name or adapter; the recent-decisions ring keeps the requested
 # name, so a longer one (up to the body limit) is refused rather than held
 MAX_MODEL_CHARS = 1024

@@ -52,6 +52,33 @@ def test_fleet_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "invalid: rules[0].then.model: no worker of the fleet serves 'nope'\n")
 
 
+def test_a_rule_sending_embeddings_to_a_generative_model_is_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = ROOT / "config" / "examples" / "embeddings-fleet.yaml"
+    path = tmp_path / "routing.yaml"
+    path.write_text(
+        "profiles: {default: {filters: [model, healthy]}}\n"
+        "rules:\n"
+        "  - {name: all-to-llama, then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n"
+        "  - {name: chat-only, when: {path: [/v1/chat/completions, /v1/messages]},\n"
+        "     then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n"
+        "  - {name: to-embedder, when: {path: /v1/responses},\n"
+        "     then: {model: Qwen/Qwen3-Embedding-0.6B}}\n")
+    assert main(["validate", str(path), "--fleet", str(fleet)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: rules[0] (all-to-llama): sends /v1/embeddings requests to "
+        "`meta-llama/Llama-3.1-8B-Instruct`, which runs generate: they would be answered 500; "
+        "scope the rule with when.path\n"
+        f"{path}: warning: rules[2] (to-embedder): sends /v1/responses requests to "
+        "`Qwen/Qwen3-Embedding-0.6B`, which runs pooling: they would be answered 500; "
+        "scope the rule with when.path\n")
+    # on a fleet without embedding models an unscoped rewrite is no concern
+    path.write_text("profiles: {default: {filters: [model, healthy]}}\n"
+                    "rules: [{name: r, then: {model: meta-llama/Llama-3.1-8B-Instruct}}]\n")
+    assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 0
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.integration
 def test_missing_file_exits_1_in_a_real_process(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "router.cli", "validate",

@@ -104,3 +104,26 @@ async def test_requests_for_what_a_model_does_not_serve_get_a_clear_400(
     async with aiohttp.ClientSession() as session, session.post(
             f"{router.url}/v1/embeddings", json={"model": EMBEDDER, "input": "still fine"}) as resp:
         assert resp.status == 200          # the router keeps serving
+
+
+async def test_a_rule_rewriting_embeddings_to_a_generative_model_is_a_500_naming_it(
+        fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A routing file's mistake (an unscoped model rewrite, as `kvroute validate --fleet`
+    warns): the generative worker would answer a bare 404; the router says which rule."""
+    routing = ("profiles: {default: {filters: [model, healthy]}}\n"
+               f"rules: [{{name: all-to-llama, then: {{model: {MODEL}}}}}]\n")
+    router = await make_router(fleet, routing)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/v1/embeddings",
+                                json={"model": EMBEDDER, "input": "hello"}) as resp:
+            answer = await resp.json()
+        assert resp.status == 500, answer
+        assert answer["error"]["code"] == "routing_misconfigured"
+        assert "`all-to-llama`" in answer["error"]["message"]
+        assert resp.headers["x-kvroute-worker"] != "none"     # decided, then refused
+        async with session.post(f"{router.url}/v1/chat/completions", json={
+                "model": MODEL, "max_tokens": 2,
+                "messages": [{"role": "user", "content": "hi"}]}) as resp:
+            assert resp.status == 200          # the rule is right for chat: served
+    assert router.metric("kvroute_requests_total", model=MODEL, worker="", gpu="",
+                         profile="default", status="500") == 1
