@@ -1,5 +1,6 @@
 """What setting aside a failing worker saves clients: the same requests through ``kvroute up``
-with ejection on (``--eject-after``) and off (0), one emulated worker of the fleet faulty.
+with ejection and stall detection on (``--eject-after``, ``--stall-after``) and off (0, 0),
+one emulated worker of the fleet faulty.
 
 The fleet: ``--workers`` emulated H100s serving Llama-3.1-8B (``--time-scale``), each on a
 free loopback port; the first is given a fault whose requests fail while its ``/metrics``
@@ -13,7 +14,7 @@ keeps answering (so it is never marked down by scrapes):
 For each setting a fresh ``kvroute up`` (the routing file given, default
 ``config/routing.yaml``) gets ``--requests`` short chat completions from ``--concurrency``
 clients; the report gives their statuses, latency p50 / p99 / max, and the router's own
-counts of retries and ejections. Writes ``ejection.json`` to ``--out`` and prints a table.
+counts of retries, ejections and stalls. Writes ``ejection.json`` to ``--out`` and prints a table.
 
     python -m bench.ejection --fault stall --requests 300 --out out/ejection
     kvroute bench ejection --fault error --out out/ejection-error
@@ -43,12 +44,14 @@ FAULTS = {"error": {"error_rate": 1.0}, "stall": {"stall_after_tokens": 1}}
 @dataclass(frozen=True, slots=True)
 class SettingResult:
     eject_after: int
+    stall_after_s: float
     statuses: dict[str, int]          # status -> requests
     p50_ms: float
     p99_ms: float
     max_ms: float
     retries: float                    # kvroute_retries_total, all workers
     ejections: float                  # kvroute_worker_ejections_total, all workers
+    stalls: float                     # kvroute_worker_stalls_total, all workers
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,27 +66,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the router's --upstream-timeout, seconds (default %(default)s)")
     parser.add_argument("--eject-after", type=int, default=5,
                         help="the setting compared with 0 (default %(default)s)")
+    parser.add_argument("--stall-after", type=float, default=1.0,
+                        help="the router's --stall-after with ejection on, seconds (default "
+                             "%(default)s; off: 0)")
     parser.add_argument("--time-scale", type=float, default=0.05,
                         help="the emulated workers' time scale (default %(default)s)")
-    parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml")
+    parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml",
+                        help="routing file of the router (default config/routing.yaml)")
     parser.add_argument("--out", type=Path, required=True, help="folder for ejection.json")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.workers < 2 or args.requests < 1 or args.concurrency < 1 or args.eject_after < 1:
+    if (args.workers < 2 or args.requests < 1 or args.concurrency < 1 or args.eject_after < 1
+            or args.stall_after < 0):
         print("kvroute bench ejection: --workers must be at least 2, --requests, "
-              "--concurrency and --eject-after at least 1", file=sys.stderr)
+              "--concurrency and --eject-after at least 1, --stall-after at least 0",
+              file=sys.stderr)
         return 2
     results = []
-    for eject_after in (args.eject_after, 0):
-        print(f"[ejection] --eject-after {eject_after}: {args.requests} requests, "
-              f"{args.fault} fault", file=sys.stderr, flush=True)
+    for eject_after, stall_after in ((args.eject_after, args.stall_after), (0, 0.0)):
+        print(f"[ejection] --eject-after {eject_after} --stall-after {stall_after:g}: "
+              f"{args.requests} requests, {args.fault} fault", file=sys.stderr, flush=True)
         try:
-            results.append(_one_setting(args, eject_after))
+            results.append(_one_setting(args, eject_after, stall_after))
         except LaunchError as exc:
             print(f"kvroute bench ejection: {exc}", file=sys.stderr)
             return 1
     report = {"fault": args.fault, "workers": args.workers, "requests": args.requests,
+              "stall_after_s": args.stall_after,
               "concurrency": args.concurrency, "upstream_timeout_s": args.upstream_timeout,
               "time_scale": args.time_scale, "routing": str(args.routing),
               "settings": [asdict(r) for r in results]}
@@ -105,7 +115,8 @@ def _fleet(folder: Path, workers: int, fault: str, time_scale: float) -> Path:
     return path
 
 
-def _one_setting(args: argparse.Namespace, eject_after: int) -> SettingResult:
+def _one_setting(args: argparse.Namespace, eject_after: int, stall_after: float
+                 ) -> SettingResult:
     with tempfile.TemporaryDirectory(prefix="kvroute-ejection-") as tmp:
         fleet = _fleet(Path(tmp), args.workers, args.fault, args.time_scale)
         port = free_port()
@@ -113,16 +124,17 @@ def _one_setting(args: argparse.Namespace, eject_after: int) -> SettingResult:
             sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
             str(args.routing), "--port", str(port), "--time-scale", str(args.time_scale),
             "--upstream-timeout", str(args.upstream_timeout), "--eject-after",
-            str(eject_after), "--log-level", "WARNING"], Path(tmp) / "kvroute-up.log",
+            str(eject_after), "--stall-after", str(stall_after), "--log-level", "WARNING"],
+            Path(tmp) / "kvroute-up.log",
             cwd=REPO_ROOT)
         with router:
             base_url = f"http://127.0.0.1:{port}"
             router.wait_http(base_url + "/health", timeout_s=60.0)
-            return asyncio.run(_measure(base_url, args, eject_after))
+            return asyncio.run(_measure(base_url, args, eject_after, stall_after))
 
 
-async def _measure(base_url: str, args: argparse.Namespace, eject_after: int
-                   ) -> SettingResult:
+async def _measure(base_url: str, args: argparse.Namespace, eject_after: int,
+                   stall_after: float) -> SettingResult:
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=args.upstream_timeout + 30.0)
@@ -148,11 +160,13 @@ async def _measure(base_url: str, args: argparse.Namespace, eject_after: int
             metrics = await resp.text()
     ordered = sorted(latencies)
     return SettingResult(
-        eject_after=eject_after, statuses=dict(sorted(statuses.items())),
+        eject_after=eject_after, stall_after_s=stall_after,
+        statuses=dict(sorted(statuses.items())),
         p50_ms=statistics.median(ordered), p99_ms=ordered[min(len(ordered) - 1,
                                                              int(0.99 * len(ordered)))],
         max_ms=ordered[-1], retries=_total(metrics, "kvroute_retries_total"),
-        ejections=_total(metrics, "kvroute_worker_ejections_total"))
+        ejections=_total(metrics, "kvroute_worker_ejections_total"),
+        stalls=_total(metrics, "kvroute_worker_stalls_total"))
 
 
 def _total(metrics: str, name: str) -> float:
@@ -162,12 +176,13 @@ def _total(metrics: str, name: str) -> float:
 
 
 def markdown(results: list[SettingResult]) -> str:
-    lines = ["| --eject-after | statuses | p50 ms | p99 ms | max ms | retries | ejections |",
-             "|--:|---|--:|--:|--:|--:|--:|"]
+    lines = ["| --eject-after | --stall-after | statuses | p50 ms | p99 ms | max ms | retries "
+             "| ejections | stalls |", "|--:|--:|---|--:|--:|--:|--:|--:|--:|"]
     for r in results:
         statuses = ", ".join(f"{status}: {count}" for status, count in r.statuses.items())
-        lines.append(f"| {r.eject_after} | {statuses} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | "
-                     f"{r.max_ms:.1f} | {r.retries:.0f} | {r.ejections:.0f} |")
+        lines.append(f"| {r.eject_after} | {r.stall_after_s:g} | {statuses} | {r.p50_ms:.1f} | "
+                     f"{r.p99_ms:.1f} | {r.max_ms:.1f} | {r.retries:.0f} | {r.ejections:.0f} | "
+                     f"{r.stalls:.0f} |")
     return "\n".join(lines)
 
 

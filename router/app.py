@@ -44,6 +44,7 @@ from router.metrics import RouterMetrics
 from router.proxy import Proxy
 from router.response_locator import ResponseLocator
 from router.settings import Settings
+from router.stalls import StallWatch
 from router.state.memory_store import MemoryStateStore
 from router.state.redis_store import RedisStateStore
 from router.state.store import StateStore
@@ -116,8 +117,11 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
     responses = ResponseLocator(app[STORE], app[REGISTRY], scrapes, app[METRICS])
+    stalls = StallWatch(settings.stall_after_s, settings.upstream_timeout_s,
+                        on_stall=app[METRICS].record_stall)
     ejection = app[EJECTION] = WorkerEjection(settings.eject_after, settings.eject_for_s,
-                                              on_eject=app[METRICS].record_ejection)
+                                              on_eject=app[METRICS].record_ejection,
+                                              stalls=stalls)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks,
                              ejection=ejection)

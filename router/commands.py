@@ -75,6 +75,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how long an ejected worker is set aside at first; doubled each "
                              "time it fails again on coming back, up to 300 s "
                              "(default: %(default)s)")
+    parser.add_argument("--stall-after", type=float, default=120.0, metavar="SECONDS",
+                        help="a request still unanswered this long after it was sent (and 10x "
+                             "past the estimate) sets its worker aside until it settles; 0: "
+                             "never (default: %(default)s)")
     parser.add_argument("--tenant-labels", type=int, default=DEFAULT_TENANT_LABELS, metavar="N",
                         help="tenants with a series of their own in kvroute_cost_dollars_total, "
                              "the first seen first; later ones count as (other) "
@@ -92,7 +96,8 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         port=args.port, scrape_interval_s=args.scrape_interval,
                         upstream_timeout_s=args.upstream_timeout,
                         max_retries=args.max_retries, tenant_labels=args.tenant_labels,
-                        eject_after=args.eject_after, eject_for_s=args.eject_for, **extra)
+                        eject_after=args.eject_after, eject_for_s=args.eject_for,
+                        stall_after_s=args.stall_after, **extra)
     except ValueError as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return None

@@ -79,6 +79,11 @@ def _header_safe(text: str) -> str:
     return cleaned[:300]
 
 
+# the longest a token is expected to take when the policy gave no estimate (for how long a
+# non-streamed answer may take before its worker counts as stalled: ``router.stalls``)
+UNESTIMATED_TOKEN_S = 0.1
+
+
 @dataclass(slots=True)
 class _Attempt:
     decision: Decision
@@ -87,6 +92,7 @@ class _Attempt:
     decode_tokens: int
     started_at: float
     first_token_seen: bool = False
+    stall_ticket: int = -1          # router.stalls: watched until its first byte
 
 
 class Director:
@@ -307,6 +313,9 @@ class Director:
         if parsed.response_id is not None:      # follow-ups to this response go here
             await self._store.remember_response(parsed.response_id, info.id)
         self._store.on_dispatch(info.id, attempt.prefill_tokens, attempt.decode_tokens)
+        attempt.stall_ticket = self._ejection.stalls.waiting(
+            info.id, attempt.started_at, _expected_first_byte_s(decision, routing.stream,
+                                                                attempt.decode_tokens))
         engine.on_routed(routing, decision)
         headers = {"Content-Type": "application/json", "X-Request-Id": routing.request_id}
         auth = request.headers.get("Authorization")
@@ -352,6 +361,7 @@ class Director:
 
     def _on_first_byte(self, attempt: _Attempt) -> None:
         attempt.first_token_seen = True
+        self._ejection.stalls.settled(attempt.stall_ticket)
         assert attempt.decision.worker_id is not None
         self._store.on_first_token(attempt.decision.worker_id, attempt.prefill_tokens)
 
@@ -360,6 +370,7 @@ class Director:
         decision = attempt.decision
         worker = decision.worker_id
         assert worker is not None
+        self._ejection.stalls.settled(attempt.stall_ticket)
         self._store.on_complete(worker, 0 if attempt.first_token_seen
                                 else attempt.prefill_tokens, attempt.decode_tokens)
         outcome = self._outcome(routing, attempt, result, status)
@@ -388,6 +399,18 @@ class Director:
             completion_tokens=usage.completion_tokens if usage else 0,
             cached_tokens=usage.cached_tokens if usage else None,
             ttft_s=ttft, tpot_s=tpot, e2e_s=e2e)
+
+
+def _expected_first_byte_s(decision: Decision, stream: bool, decode_tokens: int) -> float | None:
+    """How long the attempt's first byte should take: a stream's first token (the estimated
+    TTFT), a whole answer's arrival (the TTFT and every token); None when unknown."""
+    ttft = decision.attributes.get("estimated_ttft_s")
+    tpot = decision.attributes.get("estimated_tpot_s")
+    if stream:
+        return ttft if isinstance(ttft, float) else None
+    if isinstance(ttft, float) and isinstance(tpot, float):
+        return ttft + decode_tokens * tpot
+    return decode_tokens * UNESTIMATED_TOKEN_S
 
 
 def _context_length_error(routing: RoutingRequest, max_model_len: int,

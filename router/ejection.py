@@ -13,7 +13,9 @@ too) stays out twice as long, up to ``max_cooldown_s``. Any answer that is not s
 The director shows ejected workers to the policy as unhealthy (the ``healthy`` filter passes
 them over, and a decision's ``filtered_out`` says so); when that leaves a request no
 candidate, it decides again with them (fail open: an ejected worker is still better than none).
-State is per router process, like the in-flight counts without Redis.
+Workers whose requests stop answering at all (``router.stalls``) are set aside the same way,
+without waiting for those requests to time out. State is per router process, like the
+in-flight counts without Redis.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from router.stalls import StallWatch
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +39,15 @@ class _Record:
 class WorkerEjection:
     """Consecutive request failures per worker, and which workers are ejected now."""
 
-    __slots__ = ("_after", "_base_s", "_max_s", "_on_eject", "_records")
+    __slots__ = ("_after", "_base_s", "_max_s", "_on_eject", "_records", "stalls")
 
     def __init__(self, after: int, cooldown_s: float, max_cooldown_s: float = 300.0,
-                 on_eject: Callable[[str, float], None] | None = None) -> None:
+                 on_eject: Callable[[str, float], None] | None = None,
+                 stalls: StallWatch | None = None) -> None:
         """``after`` consecutive failures eject a worker (0: never); ``on_eject(worker,
-        seconds)`` is told of each ejection (metrics)."""
+        seconds)`` is told of each ejection (metrics); ``stalls``: the attempts watched for
+        an answer that never comes (none watched when not given)."""
+        self.stalls = stalls if stalls is not None else StallWatch(0.0, 0.0)
         self._after = after
         self._base_s = cooldown_s
         self._max_s = max(cooldown_s, max_cooldown_s)
@@ -83,7 +90,8 @@ class WorkerEjection:
         return max(0.0, record.until - now) if record is not None else 0.0
 
     def ejected(self, now: float) -> frozenset[str]:
-        """The workers ejected at ``now``."""
+        """The workers set aside at ``now``: ejected after failures, or stalled."""
+        stalled = self.stalls.stalled(now)
         if not self._records:
-            return frozenset()
-        return frozenset(w for w, r in self._records.items() if now < r.until)
+            return stalled
+        return stalled | {w for w, r in self._records.items() if now < r.until}

@@ -161,6 +161,9 @@ class RouterMetrics:
         self.ejections = Counter("kvroute_worker_ejections",
                                  "Workers set aside after consecutive failed requests.",
                                  ["worker"], registry=r)
+        self.stalls = Counter("kvroute_worker_stalls",
+                              "Times a worker was set aside with a request waiting past its "
+                              "deadline for a first byte.", ["worker"], registry=r)
         self.config_reloads = Counter("kvroute_config_reloads", "Routing config reloads.",
                                       ["result"], registry=r)
         self.cost = loop(LoopCounter("kvroute_cost_dollars", "Estimated cost of served requests.",
@@ -274,9 +277,13 @@ class RouterMetrics:
         self.retries.labels(worker, reason).inc()
 
     def start_ejection_counts(self, workers: Iterable[str]) -> None:
-        """Each worker's ejection count at 0, so its first ejection is an increase."""
+        """Each worker's ejection and stall counts at 0, so the first is an increase."""
         for worker in workers:
             self.ejections.labels(worker)
+            self.stalls.labels(worker)
+
+    def record_stall(self, worker: str) -> None:
+        self.stalls.labels(worker).inc()
 
     def record_ejection(self, worker: str, seconds: float) -> None:
         """``router.ejection``'s report (``seconds``: how long it is set aside, logged)."""

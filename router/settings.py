@@ -23,6 +23,12 @@ Defaults and why:
   (``router.ejection``); 0 never ejects. Five keeps a burst of one-off failures from ejecting
   a worker that scrapes fine; 10 s is long enough to spare clients a retry each, short
   enough to find a recovered worker soon.
+* ``stall_after_s = 120``: a request still without its first byte this long after it was
+  sent, and ten times longer than the policy estimated, sets its worker aside until it
+  settles (``router.stalls``): a hung engine is found in two minutes, not after five
+  upstream timeouts of 300 s each. Two minutes, because a fleet slower than its declared
+  GPUs (vLLM on CPUs declared as an L40S) runs far behind the estimates and must not look
+  hung; 0 never watches.
 * ``max_body_bytes = 32 MiB``: larger bodies get 413 before they are read whole.
 * ``tenant_labels = 100``: tenants (``x-tenant``, or a digest of the API key) given a
   ``tenant`` series of their own in ``kvroute_cost_dollars_total``, the first seen first;
@@ -54,6 +60,7 @@ class Settings:
     max_retries: int = 2
     eject_after: int = 5
     eject_for_s: float = 10.0
+    stall_after_s: float = 120.0
     max_body_bytes: int = 32 * 1024 * 1024
     decisions_ring_size: int = 256
     tenant_labels: int = DEFAULT_TENANT_LABELS
@@ -71,6 +78,8 @@ class Settings:
             raise ValueError("eject_after: must be >= 0 (0: never eject)")
         if self.eject_for_s <= 0:
             raise ValueError("eject_for_s: must be positive")
+        if self.stall_after_s < 0:
+            raise ValueError("stall_after_s: must be >= 0 (0: never)")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes: must be positive")
         if self.decisions_ring_size <= 0:

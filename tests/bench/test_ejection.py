@@ -28,13 +28,14 @@ def test_a_stalled_worker_times_out_fewer_requests_with_ejection(
     report = json.loads((tmp_path / "out" / "ejection.json").read_text())
     on, off = report["settings"]
     assert (on["eject_after"], off["eject_after"]) == (2, 0)
+    assert (on["stall_after_s"], off["stall_after_s"]) == (1.0, 0.0) and off["stalls"] == 0
     for setting in (on, off):
         assert sum(setting["statuses"].values()) == 16
         assert set(setting["statuses"]) <= {"200", "504"}
         assert setting["p50_ms"] <= setting["p99_ms"] <= setting["max_ms"]
     assert on["ejections"] >= 1 and off["ejections"] == 0
     assert on["statuses"].get("504", 0) < off["statuses"].get("504", 0)
-    assert "| 2 | 200: " in capsys.readouterr().out
+    assert "| 2 | 1 | 200: " in capsys.readouterr().out
     assert set(_children()) <= before     # each kvroute up and its workers were stopped
 
 

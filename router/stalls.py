@@ -1,0 +1,97 @@
+"""Workers that stop answering: requests waiting far past what was expected of them.
+
+A hung engine (a GPU or collective stuck, the API server still up) answers ``/metrics`` but
+never the requests sent to it. Its scraped load looks idle, and with prefix affinity the
+policy keeps sending it more; each request fails only when the upstream timeout (300 s by
+default) ends it, and only failures set a worker aside (``router.ejection``). So each attempt
+is watched from dispatch to its first byte (a stream's first token, a whole answer's
+arrival): when one waits past its deadline, ``max(floor_s, multiple × expected_s)`` (the
+decision's estimate of that wait, when the policy gave one) but at most ``ceiling_s`` (the
+upstream timeout, which ends such a wait anyway), its worker counts as **stalled** until every
+overdue attempt there has settled. The director treats a stalled worker as it
+treats an ejected one: unhealthy to the policy, unless no other worker is left.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MULTIPLE = 10.0
+
+
+class StallWatch:
+    """Attempts awaiting their first byte, by worker, and which workers have overdue ones."""
+
+    __slots__ = ("_awaiting", "_ceiling_s", "_deadlines", "_floor_s", "_multiple",
+                 "_on_stall", "_overdue", "_tickets")
+
+    def __init__(self, floor_s: float, ceiling_s: float, multiple: float = DEFAULT_MULTIPLE,
+                 on_stall: Callable[[str], None] | None = None) -> None:
+        """``floor_s``: the least wait that counts as a stall (0: never watch); ``ceiling_s``:
+        the most; ``on_stall(worker)`` is told when a worker becomes stalled (metrics)."""
+        self._floor_s = floor_s
+        self._ceiling_s = max(floor_s, ceiling_s)
+        self._multiple = multiple
+        self._on_stall = on_stall
+        self._tickets = itertools.count()
+        self._awaiting: dict[int, tuple[str, float]] = {}   # ticket -> (worker, deadline)
+        self._deadlines: list[tuple[float, int]] = []        # heap of (deadline, ticket)
+        self._overdue: dict[str, set[int]] = {}             # worker -> overdue tickets
+
+    @property
+    def enabled(self) -> bool:
+        return self._floor_s > 0.0
+
+    def waiting(self, worker: str, now: float, expected_s: float | None) -> int:
+        """An attempt was sent to ``worker`` at ``now``; returns its ticket for ``settled``."""
+        ticket = next(self._tickets)
+        if self.enabled:
+            bound = self._multiple * expected_s if expected_s is not None else 0.0
+            deadline = now + min(self._ceiling_s, max(self._floor_s, bound))
+            self._awaiting[ticket] = (worker, deadline)
+            heapq.heappush(self._deadlines, (deadline, ticket))
+            if len(self._deadlines) > 4 * len(self._awaiting) + 1024:    # mostly settled ones
+                self._deadlines = [(d, t) for t, (_, d) in self._awaiting.items()]
+                heapq.heapify(self._deadlines)
+        return ticket
+
+    def settled(self, ticket: int) -> None:
+        """The attempt got its first byte, or ended."""
+        entry = self._awaiting.pop(ticket, None)
+        if entry is None:
+            return
+        worker = entry[0]
+        overdue = self._overdue.get(worker)
+        if overdue is not None and ticket in overdue:
+            overdue.discard(ticket)
+            if not overdue:
+                del self._overdue[worker]
+                log.info("worker %s: its overdue requests have settled; no longer stalled",
+                         worker)
+
+    def stalled(self, now: float) -> frozenset[str]:
+        """The workers with an attempt past its deadline at ``now``."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, ticket = heapq.heappop(deadlines)
+            entry = self._awaiting.get(ticket)
+            if entry is None:           # settled in time
+                continue
+            worker = entry[0]
+            overdue = self._overdue.get(worker)
+            if overdue is None:
+                overdue = self._overdue[worker] = set()
+                log.warning("worker %s: a request has waited past its deadline for its first "
+                            "byte; set aside while it stays unanswered", worker)
+                if self._on_stall is not None:
+                    self._on_stall(worker)
+            overdue.add(ticket)
+        return frozenset(self._overdue) if self._overdue else frozenset()
+
+    def is_stalled(self, worker: str, now: float) -> bool:
+        return worker in self.stalled(now)

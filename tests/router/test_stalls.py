@@ -1,0 +1,102 @@
+"""``router.stalls``: deadlines and settling on a test clock, then a live router whose worker
+stops answering (its ``/metrics`` still fine) setting it aside long before the upstream
+timeout, and taking it back once its requests have settled."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from router.stalls import StallWatch
+from tests.router.gateway_support import (
+    MODEL,
+    ROUTING_ROUND_ROBIN,
+    RouterFactory,
+    RouterHandle,
+    subset,
+)
+from workers.fleet import FleetConfig
+
+
+def test_a_worker_is_stalled_while_an_attempt_is_past_its_deadline() -> None:
+    told: list[str] = []
+    watch = StallWatch(2.0, 100.0, on_stall=told.append)
+    quick = watch.waiting("a", 0.0, 0.1)            # deadline max(2, 10 x 0.1) = 2
+    slow = watch.waiting("a", 0.0, 0.5)             # 10 x 0.5 = 5
+    other = watch.waiting("b", 0.0, None)           # the floor: 2
+    watch.settled(quick)                            # answered in time
+    watch.settled(other)
+    assert watch.stalled(4.0) == frozenset()
+    assert watch.stalled(5.0) == {"a"} and watch.is_stalled("a", 5.0)
+    late = watch.waiting("a", 5.0, None)
+    assert watch.stalled(7.5) == {"a"} and told == ["a"]    # one episode, told once
+    watch.settled(slow)
+    assert watch.stalled(7.5) == {"a"}              # the later attempt is overdue too
+    watch.settled(late)
+    assert watch.stalled(8.0) == frozenset() and not watch.is_stalled("a", 8.0)
+    watch.stalled(100.0)
+
+
+def test_the_deadline_is_capped_and_zero_never_watches() -> None:
+    watch = StallWatch(1.0, 30.0)
+    watch.waiting("a", 0.0, 1000.0)                 # 10 x 1000 s, capped at 30 s
+    assert watch.stalled(29.0) == frozenset() and watch.stalled(30.0) == {"a"}
+    off = StallWatch(0.0, 30.0)
+    off.settled(off.waiting("a", 0.0, None))
+    off.waiting("a", 0.0, None)
+    assert not off.enabled and off.stalled(1e9) == frozenset()
+
+
+def test_settled_attempts_do_not_pile_up() -> None:
+    watch = StallWatch(1.0, 10.0)
+    for n in range(20_000):
+        watch.settled(watch.waiting(f"w{n % 3}", n * 1e-4, None))
+    stuck = watch.waiting("w1", 2.0, None)
+    assert len(watch._deadlines) < 2_000            # compacted as it went
+    assert watch.stalled(3.5) == {"w1"}
+    watch.settled(stuck)
+    assert watch.stalled(3.5) == frozenset()
+
+
+async def _chat(session: aiohttp.ClientSession, router: RouterHandle, max_tokens: int
+                ) -> tuple[int, str]:
+    async with session.post(f"{router.url}/v1/chat/completions", json={
+            "model": MODEL, "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": "hi"}]}) as resp:
+        await resp.read()
+        return resp.status, resp.headers["x-kvroute-worker"]
+
+
+async def _stalled(router: RouterHandle, worker: str) -> bool:
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{router.url}/debug/fleet") as resp:
+        data = (await resp.json())["data"]
+    return bool(next(w["stalled"] for w in data if w["id"] == worker))
+
+
+@pytest.mark.integration
+async def test_a_worker_that_stops_answering_is_set_aside_before_the_timeout(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["stall", "h100-fast"]),
+                               ROUTING_ROUND_ROBIN, upstream_timeout_s=60.0,
+                               stall_after_s=0.2)
+    async with aiohttp.ClientSession() as session:
+        # round-robin sends one of these to the worker that never answers (3 tokens, then
+        # silence): with no estimate, its deadline is 10 x 3 tokens x 0.1 s = 3 s
+        hanging = [asyncio.create_task(_chat(session, router, 3)) for _ in range(2)]
+        await asyncio.sleep(3.5)
+        assert sum(task.done() for task in hanging) == 1
+        assert await _stalled(router, "stall")
+        answers = [await _chat(session, router, 3) for _ in range(6)]
+        assert answers == [(200, "h100-fast")] * 6     # round-robin alone would alternate
+        assert router.metric("kvroute_worker_stalls_total", worker="stall") == 1
+        for task in hanging:                           # the client gives up: it settles
+            task.cancel()
+        await asyncio.gather(*hanging, return_exceptions=True)
+        for _ in range(50):
+            if not await _stalled(router, "stall"):
+                break
+            await asyncio.sleep(0.05)
+        assert not await _stalled(router, "stall")
