@@ -1,22 +1,24 @@
 """What setting aside a failing worker saves clients: the same requests through ``kvroute up``
-with ejection and stall detection on (``--eject-after``, ``--stall-after``) and off (0, 0),
-one emulated worker of the fleet faulty.
+with both protections on (``--eject-after`` and ``--stall-after``), with ejection only, and
+with neither, while one emulated worker of the fleet fails.
 
 The fleet: ``--workers`` emulated H100s serving Llama-3.1-8B (``--time-scale``), each on a
 free loopback port; the first is given a fault whose requests fail while its ``/metrics``
-keeps answering (so it is never marked down by scrapes):
+keeps answering (so scrapes never mark it down):
 
+* ``stall``: every generation stops after its first token and never finishes (a hung engine:
+  the client waits for ``--upstream-timeout`` and gets a 504, not retried since the answer
+  had begun);
 * ``error``: every generation answered with a 500 (the router retries it elsewhere, so the
-  client pays a failed round trip);
-* ``stall``: every generation stops after its first token and never finishes (the client
-  waits for ``--upstream-timeout`` and gets a 504: not retried, the answer had begun).
+  client pays a failed round trip).
 
 For each setting a fresh ``kvroute up`` (the routing file given, default
-``config/routing.yaml``) gets ``--requests`` short chat completions from ``--concurrency``
-clients; the report gives their statuses, latency p50 / p99 / max, and the router's own
-counts of retries, ejections and stalls. Writes ``ejection.json`` to ``--out`` and prints a table.
+``config/routing.yaml``) gets ``--requests`` short chat completions arriving at ``--rate`` a
+second (open loop: one does not wait for another); the report gives their statuses, latency
+p50 / p99 / max, and the router's own counts of retries, ejections and stalls. Writes
+``ejection.json`` to ``--out`` and prints a table.
 
-    python -m bench.ejection --fault stall --requests 300 --out out/ejection
+    python -m bench.ejection --fault stall --upstream-timeout 10 --out out/ejection
     kvroute bench ejection --fault error --out out/ejection-error
 """
 
@@ -42,7 +44,15 @@ FAULTS = {"error": {"error_rate": 1.0}, "stall": {"stall_after_tokens": 1}}
 
 
 @dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    eject_after: int
+    stall_after_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class SettingResult:
+    name: str
     eject_after: int
     stall_after_s: float
     statuses: dict[str, int]          # status -> requests
@@ -60,15 +70,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=3, help="emulated workers (default 3)")
     parser.add_argument("--requests", type=int, default=300,
                         help="chat completions per setting (default %(default)s)")
-    parser.add_argument("--concurrency", type=int, default=4,
-                        help="clients sending them (default %(default)s)")
-    parser.add_argument("--upstream-timeout", type=float, default=2.0,
+    parser.add_argument("--rate", type=float, default=50.0,
+                        help="their arrivals a second, evenly spaced (default %(default)s)")
+    parser.add_argument("--upstream-timeout", type=float, default=10.0,
                         help="the router's --upstream-timeout, seconds (default %(default)s)")
     parser.add_argument("--eject-after", type=int, default=5,
-                        help="the setting compared with 0 (default %(default)s)")
+                        help="the router's --eject-after when on (default %(default)s)")
     parser.add_argument("--stall-after", type=float, default=1.0,
-                        help="the router's --stall-after with ejection on, seconds (default "
-                             "%(default)s; off: 0)")
+                        help="the router's --stall-after when on, seconds (default "
+                             "%(default)s)")
     parser.add_argument("--time-scale", type=float, default=0.05,
                         help="the emulated workers' time scale (default %(default)s)")
     parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml",
@@ -77,24 +87,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if (args.workers < 2 or args.requests < 1 or args.concurrency < 1 or args.eject_after < 1
-            or args.stall_after < 0):
-        print("kvroute bench ejection: --workers must be at least 2, --requests, "
-              "--concurrency and --eject-after at least 1, --stall-after at least 0",
-              file=sys.stderr)
+    if (args.workers < 2 or args.requests < 1 or args.rate <= 0 or args.eject_after < 1
+            or args.stall_after <= 0 or args.upstream_timeout <= 0):
+        print("kvroute bench ejection: --workers must be at least 2, --requests and "
+              "--eject-after at least 1, --rate, --stall-after and --upstream-timeout "
+              "positive", file=sys.stderr)
         return 2
+    settings = (Setting("both", args.eject_after, args.stall_after),
+                Setting("ejection only", args.eject_after, 0.0), Setting("neither", 0, 0.0))
     results = []
-    for eject_after, stall_after in ((args.eject_after, args.stall_after), (0, 0.0)):
-        print(f"[ejection] --eject-after {eject_after} --stall-after {stall_after:g}: "
-              f"{args.requests} requests, {args.fault} fault", file=sys.stderr, flush=True)
+    for setting in settings:
+        print(f"[ejection] {setting.name}: --eject-after {setting.eject_after} --stall-after "
+              f"{setting.stall_after_s:g}, {args.requests} requests, {args.fault} fault",
+              file=sys.stderr, flush=True)
         try:
-            results.append(_one_setting(args, eject_after, stall_after))
+            results.append(_one_setting(args, setting))
         except LaunchError as exc:
             print(f"kvroute bench ejection: {exc}", file=sys.stderr)
             return 1
     report = {"fault": args.fault, "workers": args.workers, "requests": args.requests,
-              "stall_after_s": args.stall_after,
-              "concurrency": args.concurrency, "upstream_timeout_s": args.upstream_timeout,
+              "rate": args.rate, "upstream_timeout_s": args.upstream_timeout,
               "time_scale": args.time_scale, "routing": str(args.routing),
               "settings": [asdict(r) for r in results]}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -115,8 +127,7 @@ def _fleet(folder: Path, workers: int, fault: str, time_scale: float) -> Path:
     return path
 
 
-def _one_setting(args: argparse.Namespace, eject_after: int, stall_after: float
-                 ) -> SettingResult:
+def _one_setting(args: argparse.Namespace, setting: Setting) -> SettingResult:
     with tempfile.TemporaryDirectory(prefix="kvroute-ejection-") as tmp:
         fleet = _fleet(Path(tmp), args.workers, args.fault, args.time_scale)
         port = free_port()
@@ -124,47 +135,51 @@ def _one_setting(args: argparse.Namespace, eject_after: int, stall_after: float
             sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
             str(args.routing), "--port", str(port), "--time-scale", str(args.time_scale),
             "--upstream-timeout", str(args.upstream_timeout), "--eject-after",
-            str(eject_after), "--stall-after", str(stall_after), "--log-level", "WARNING"],
-            Path(tmp) / "kvroute-up.log",
-            cwd=REPO_ROOT)
+            str(setting.eject_after), "--stall-after", str(setting.stall_after_s),
+            "--log-level", "WARNING"], Path(tmp) / "kvroute-up.log", cwd=REPO_ROOT)
         with router:
             base_url = f"http://127.0.0.1:{port}"
             router.wait_http(base_url + "/health", timeout_s=60.0)
-            return asyncio.run(_measure(base_url, args, eject_after, stall_after))
+            return asyncio.run(_measure(base_url, args, setting))
 
 
-async def _measure(base_url: str, args: argparse.Namespace, eject_after: int,
-                   stall_after: float) -> SettingResult:
+async def _measure(base_url: str, args: argparse.Namespace, setting: Setting
+                   ) -> SettingResult:
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=args.upstream_timeout + 30.0)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         await wait_all_workers_healthy(session, base_url)
-        remaining = iter(range(args.requests))
-        latencies: list[float] = []
-        statuses: dict[str, int] = {}
 
-        async def client() -> None:
-            for n in remaining:
-                started = time.perf_counter()
-                async with session.post(base_url + "/v1/chat/completions", json={
-                        "model": MODEL, "max_tokens": 16, "messages": [
-                            {"role": "user", "content": f"Request {n}: say something."}]}
-                        ) as resp:
-                    await resp.read()
-                latencies.append((time.perf_counter() - started) * 1e3)
-                statuses[str(resp.status)] = statuses.get(str(resp.status), 0) + 1
+        async def one(n: int) -> tuple[float, int]:
+            started = time.perf_counter()
+            async with session.post(base_url + "/v1/chat/completions", json={
+                    "model": MODEL, "max_tokens": 16, "messages": [
+                        {"role": "user", "content": f"Request {n}: say something."}]}) as resp:
+                await resp.read()
+            return (time.perf_counter() - started) * 1e3, resp.status
 
-        await asyncio.gather(*(client() for _ in range(args.concurrency)))
+        tasks = []
+        began = time.perf_counter()
+        for n in range(args.requests):
+            delay = began + n / args.rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(n)))
+        answers = await asyncio.gather(*tasks)
         async with session.get(base_url + "/metrics") as resp:
             metrics = await resp.text()
-    ordered = sorted(latencies)
+    statuses: dict[str, int] = {}
+    for _, status in answers:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    ordered = sorted(ms for ms, _ in answers)
     return SettingResult(
-        eject_after=eject_after, stall_after_s=stall_after,
-        statuses=dict(sorted(statuses.items())),
-        p50_ms=statistics.median(ordered), p99_ms=ordered[min(len(ordered) - 1,
-                                                             int(0.99 * len(ordered)))],
-        max_ms=ordered[-1], retries=_total(metrics, "kvroute_retries_total"),
+        name=setting.name, eject_after=setting.eject_after,
+        stall_after_s=setting.stall_after_s, statuses=dict(sorted(statuses.items())),
+        p50_ms=statistics.median(ordered),
+        p99_ms=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], max_ms=ordered[-1],
+        retries=_total(metrics, "kvroute_retries_total"),
         ejections=_total(metrics, "kvroute_worker_ejections_total"),
         stalls=_total(metrics, "kvroute_worker_stalls_total"))
 
@@ -176,13 +191,13 @@ def _total(metrics: str, name: str) -> float:
 
 
 def markdown(results: list[SettingResult]) -> str:
-    lines = ["| --eject-after | --stall-after | statuses | p50 ms | p99 ms | max ms | retries "
-             "| ejections | stalls |", "|--:|--:|---|--:|--:|--:|--:|--:|--:|"]
+    lines = ["| setting | --eject-after | --stall-after | statuses | p50 ms | p99 ms | max ms | "
+             "retries | ejections | stalls |", "|---|--:|--:|---|--:|--:|--:|--:|--:|--:|"]
     for r in results:
         statuses = ", ".join(f"{status}: {count}" for status, count in r.statuses.items())
-        lines.append(f"| {r.eject_after} | {r.stall_after_s:g} | {statuses} | {r.p50_ms:.1f} | "
-                     f"{r.p99_ms:.1f} | {r.max_ms:.1f} | {r.retries:.0f} | {r.ejections:.0f} | "
-                     f"{r.stalls:.0f} |")
+        lines.append(f"| {r.name} | {r.eject_after} | {r.stall_after_s:g} | {statuses} | "
+                     f"{r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.max_ms:.1f} | {r.retries:.0f} | "
+                     f"{r.ejections:.0f} | {r.stalls:.0f} |")
     return "\n".join(lines)
 
 

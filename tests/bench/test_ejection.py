@@ -1,5 +1,6 @@
-"""``bench.ejection``: through a real ``kvroute up`` per setting, a stalled worker costs fewer
-timeouts with ejection than without, the counts add up, and everything is stopped."""
+"""``bench.ejection``: through a real ``kvroute up`` per setting, a stalled worker times out
+fewer requests with both protections than with ejection alone, and fewer with that than with
+neither; the counts add up, and everything is stopped."""
 
 from __future__ import annotations
 
@@ -19,23 +20,24 @@ def _children() -> list[int]:
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def test_a_stalled_worker_times_out_fewer_requests_with_ejection(
+def test_a_stalled_worker_times_out_fewer_requests_with_each_protection(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = set(_children())
-    assert main(["--fault", "stall", "--requests", "16", "--concurrency", "2",
-                 "--upstream-timeout", "0.5", "--eject-after", "2",
+    assert main(["--fault", "stall", "--requests", "60", "--rate", "30",
+                 "--upstream-timeout", "3", "--stall-after", "0.3", "--eject-after", "2",
                  "--out", str(tmp_path / "out")]) == 0
     report = json.loads((tmp_path / "out" / "ejection.json").read_text())
-    on, off = report["settings"]
-    assert (on["eject_after"], off["eject_after"]) == (2, 0)
-    assert (on["stall_after_s"], off["stall_after_s"]) == (1.0, 0.0) and off["stalls"] == 0
-    for setting in (on, off):
-        assert sum(setting["statuses"].values()) == 16
+    both, ejection_only, neither = report["settings"]
+    assert [s["name"] for s in report["settings"]] == ["both", "ejection only", "neither"]
+    for setting in (both, ejection_only, neither):
+        assert sum(setting["statuses"].values()) == 60
         assert set(setting["statuses"]) <= {"200", "504"}
         assert setting["p50_ms"] <= setting["p99_ms"] <= setting["max_ms"]
-    assert on["ejections"] >= 1 and off["ejections"] == 0
-    assert on["statuses"].get("504", 0) < off["statuses"].get("504", 0)
-    assert "| 2 | 1 | 200: " in capsys.readouterr().out
+    assert both["stalls"] >= 1 and ejection_only["stalls"] == neither["stalls"] == 0
+    assert neither["ejections"] == 0
+    timeouts = [s["statuses"].get("504", 0) for s in (both, ejection_only, neither)]
+    assert timeouts[0] < timeouts[1] <= timeouts[2], timeouts
+    assert "| both | 2 | 0.3 | " in capsys.readouterr().out
     assert set(_children()) <= before     # each kvroute up and its workers were stopped
 
 
