@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 KEY_PREFIX = "kvroute:inflight:"
 RESPONSE_PREFIX = "kvroute:response:"
 RESPONSE_TTL_S = 7 * 24 * 3600      # a kept response outlives no week of its server's memory
+CLOSE_TIMEOUT_S = 2.0
 
 
 class MergedInflight:
@@ -105,12 +106,15 @@ class RedisStateStore:
         self._task = asyncio.create_task(self._run(), name="kvroute-redis-sync")
 
     async def close(self) -> None:
+        """Stop syncing and remove this replica's counts; a Redis that does not answer
+        within ``CLOSE_TIMEOUT_S`` is left to expire them (shutdown never waits on it)."""
         if self._task is not None:
             await cancel_and_wait(self._task)
         if self._client is not None:
-            with contextlib.suppress(RedisError, OSError):
-                await self._client.delete(self._key)
-            await self._client.aclose()
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(self._client.delete(self._key), CLOSE_TIMEOUT_S)
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(self._client.aclose(), CLOSE_TIMEOUT_S)
 
     def on_dispatch(self, worker_id: str, prefill_tokens: int, decode_tokens: int) -> None:
         self._workers.add(worker_id)

@@ -71,7 +71,8 @@ async def test_reload_applies_good_file_and_refuses_bad_one(
 
 
 async def test_two_replicas_share_inflight_through_redis(
-        emulated_fleet: FleetConfig, make_router: RouterFactory, redis_url: str) -> None:
+        redis_url: str, emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    # (redis_url first: its server outlives the routers, which are stopped before it)
     fleet = subset(emulated_fleet, ["slow"])
     first = await make_router(fleet, redis_url=redis_url, replica_id="r1")
     second = await make_router(fleet, redis_url=redis_url, replica_id="r2")

@@ -122,8 +122,9 @@ async def test_the_client_request_id_is_the_response_id(fleet: FleetConfig,
 
 
 async def test_a_second_replica_sharing_redis_finds_the_owner(
-        fleet: FleetConfig, make_router: RouterFactory, redis_url: str,
+        redis_url: str, fleet: FleetConfig, make_router: RouterFactory,
         tmp_path: Path) -> None:
+    # (redis_url first: its server outlives the routers, which are stopped before it)
     one = await make_router(fleet, ROUTING_ROUND_ROBIN, redis_url=redis_url,
                             replica_id="one")
     two = await make_router(fleet, ROUTING_ROUND_ROBIN, redis_url=redis_url,
