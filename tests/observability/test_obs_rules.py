@@ -72,11 +72,11 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
     assert values["kvroute:threshold:worker_ejections_warning"] == "vector(1)"
 
 
-def test_worker_ejected_fires_on_an_ejection_and_clears_ten_minutes_later(
+def test_worker_ejected_fires_on_an_ejection_or_a_stall_and_clears_ten_minutes_later(
         tmp_path: Path) -> None:
-    """``promtool test rules`` evaluates the alert over a series the router exports: each
-    worker's count starts at 0 (``RouterMetrics.start_ejection_counts``), so its first
-    ejection is an increase."""
+    """``promtool test rules`` evaluates the alert over the series the router exports: each
+    worker's counts start at 0 (``RouterMetrics.start_ejection_counts``), so its first
+    ejection or stall is an increase."""
     promtool = shutil.which("promtool")
     assert promtool is not None
     tests = {
@@ -87,6 +87,11 @@ def test_worker_ejected_fires_on_an_ejection_and_clears_ten_minutes_later(
             "input_series": [
                 {"series": 'kvroute_worker_ejections_total{worker="w1"}',
                  "values": "0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1"},
+                {"series": 'kvroute_worker_stalls_total{worker="w1"}', "values": "0x15"},
+                {"series": 'kvroute_worker_stalls_total{worker="w2"}', "values": "0x15"},
+                {"series": 'kvroute_worker_ejections_total{worker="w4"}', "values": "0x15"},
+                {"series": 'kvroute_worker_stalls_total{worker="w4"}',
+                 "values": "0 0 0 0 1 1 1 1 1 1 1 1 1 1 1 1"},
                 {"series": 'kvroute_worker_ejections_total{worker="w2"}',
                  "values": "0x15"},
                 # a count that first appears at 1 shows no increase: hence the zeros
@@ -98,8 +103,17 @@ def test_worker_ejected_fires_on_an_ejection_and_clears_ten_minutes_later(
                 {"eval_time": "3m", "alertname": "WorkerEjected", "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "worker": "w1"},
                     "exp_annotations": {"summary": (
-                        "w1 was set aside 1 times in 10m: its requests fail while its "
+                        "w1 was set aside 1 times in 10m: its requests fail or hang while its "
                         "/metrics answers")}}]},
+                {"eval_time": "5m", "alertname": "WorkerEjected", "exp_alerts": [
+                    {"exp_labels": {"severity": "warning", "worker": "w1"},
+                     "exp_annotations": {"summary": (
+                         "w1 was set aside 1 times in 10m: its requests fail or hang while "
+                         "its /metrics answers")}},
+                    {"exp_labels": {"severity": "warning", "worker": "w4"},
+                     "exp_annotations": {"summary": (
+                         "w4 was set aside 1 times in 10m: its requests fail or hang while "
+                         "its /metrics answers")}}]},
                 {"eval_time": "14m", "alertname": "WorkerEjected", "exp_alerts": []},
             ],
         }],
