@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from router.keys import METRICS
@@ -95,3 +96,21 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.
             pass
         time.sleep(0.1)
     raise AssertionError("router never became healthy")
+
+
+async def short_chat(session: aiohttp.ClientSession, router: RouterHandle,
+                     max_tokens: int = 2) -> tuple[int, str]:
+    """One short chat completion through ``router``: its status and the worker it went to."""
+    async with session.post(f"{router.url}/v1/chat/completions", json={
+            "model": MODEL, "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": "hi"}]}) as resp:
+        await resp.read()
+        return resp.status, resp.headers["x-kvroute-worker"]
+
+
+async def fleet_entry(router: RouterHandle, worker: str) -> dict[str, Any]:
+    """``worker``'s entry of the router's ``/debug/fleet``."""
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{router.url}/debug/fleet") as resp:
+        data: list[dict[str, Any]] = (await resp.json())["data"]
+    return next(w for w in data if w["id"] == worker)

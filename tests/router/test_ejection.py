@@ -13,10 +13,11 @@ import pytest
 from router.ejection import WorkerEjection
 from router.keys import METRICS
 from tests.router.gateway_support import (
-    MODEL,
     ROUTING_ROUND_ROBIN,
     RouterFactory,
     RouterHandle,
+    fleet_entry,
+    short_chat,
     subset,
 )
 from workers.fleet import FleetConfig
@@ -65,14 +66,6 @@ def test_zero_never_ejects() -> None:
     assert not ejection.enabled and ejection.ejected(50.0) == frozenset()
 
 
-async def _chat(session: aiohttp.ClientSession, router: RouterHandle) -> tuple[int, str]:
-    async with session.post(f"{router.url}/v1/chat/completions", json={
-            "model": MODEL, "max_tokens": 2,
-            "messages": [{"role": "user", "content": "hi"}]}) as resp:
-        await resp.read()
-        return resp.status, resp.headers["x-kvroute-worker"]
-
-
 async def _first_attempts_on(router: RouterHandle, worker: str) -> int:
     async with aiohttp.ClientSession() as session, session.get(
             f"{router.url}/debug/decisions") as resp:
@@ -81,10 +74,7 @@ async def _first_attempts_on(router: RouterHandle, worker: str) -> int:
 
 
 async def _ejected_for(router: RouterHandle, worker: str) -> float:
-    async with aiohttp.ClientSession() as session, session.get(
-            f"{router.url}/debug/fleet") as resp:
-        data = (await resp.json())["data"]
-    return float(next(w["ejected_for_s"] for w in data if w["id"] == worker))
+    return float((await fleet_entry(router, worker))["ejected_for_s"])
 
 
 @pytest.mark.integration
@@ -93,7 +83,7 @@ async def test_a_worker_failing_every_request_is_set_aside_then_tried_again(
     router = await make_router(subset(emulated_fleet, ["failing", "h100-fast"]),
                                ROUTING_ROUND_ROBIN, eject_after=3, eject_for_s=0.6)
     async with aiohttp.ClientSession() as session:
-        answers = [await _chat(session, router) for _ in range(12)]
+        answers = [await short_chat(session, router) for _ in range(12)]
         assert answers == [(200, "h100-fast")] * 12       # each failure retried elsewhere
         # round-robin alone would put half the first attempts on it; three eject it
         assert await _first_attempts_on(router, "failing") == 3
@@ -104,7 +94,7 @@ async def test_a_worker_failing_every_request_is_set_aside_then_tried_again(
         assert router.app[METRICS].registry.get_sample_value(
             "kvroute_worker_ejections_total", {"worker": "h100-fast"}) == 0.0
         await asyncio.sleep(0.7)                             # the cooldown ends
-        answers = [await _chat(session, router) for _ in range(4)]
+        answers = [await short_chat(session, router) for _ in range(4)]
         assert answers == [(200, "h100-fast")] * 4
     # tried once more on coming back, failed, and set aside again, for twice as long
     assert await _first_attempts_on(router, "failing") == 4
@@ -118,7 +108,7 @@ async def test_an_ejected_worker_is_still_tried_when_no_other_can_serve(
     router = await make_router(subset(emulated_fleet, ["failing"]), ROUTING_ROUND_ROBIN,
                                eject_after=1, eject_for_s=60.0, max_retries=0)
     async with aiohttp.ClientSession() as session:
-        statuses = [(await _chat(session, router))[0] for _ in range(3)]
+        statuses = [(await short_chat(session, router))[0] for _ in range(3)]
     # the worker's 500 each time, retried nowhere (502): never 503 "no worker available"
     assert statuses == [502] * 3
     assert router.metric("kvroute_worker_ejections_total", worker="failing") == 1

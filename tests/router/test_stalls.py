@@ -11,10 +11,11 @@ import pytest
 
 from router.stalls import StallWatch
 from tests.router.gateway_support import (
-    MODEL,
     ROUTING_ROUND_ROBIN,
     RouterFactory,
     RouterHandle,
+    fleet_entry,
+    short_chat,
     subset,
 )
 from workers.fleet import FleetConfig
@@ -60,20 +61,8 @@ def test_settled_attempts_do_not_pile_up() -> None:
     assert watch.stalled(3.5) == frozenset()
 
 
-async def _chat(session: aiohttp.ClientSession, router: RouterHandle, max_tokens: int
-                ) -> tuple[int, str]:
-    async with session.post(f"{router.url}/v1/chat/completions", json={
-            "model": MODEL, "max_tokens": max_tokens,
-            "messages": [{"role": "user", "content": "hi"}]}) as resp:
-        await resp.read()
-        return resp.status, resp.headers["x-kvroute-worker"]
-
-
 async def _stalled(router: RouterHandle, worker: str) -> bool:
-    async with aiohttp.ClientSession() as session, session.get(
-            f"{router.url}/debug/fleet") as resp:
-        data = (await resp.json())["data"]
-    return bool(next(w["stalled"] for w in data if w["id"] == worker))
+    return bool((await fleet_entry(router, worker))["stalled"])
 
 
 @pytest.mark.integration
@@ -85,11 +74,11 @@ async def test_a_worker_that_stops_answering_is_set_aside_before_the_timeout(
     async with aiohttp.ClientSession() as session:
         # round-robin sends one of these to the worker that never answers (3 tokens, then
         # silence): with no estimate, its deadline is 10 x 3 tokens x 0.1 s = 3 s
-        hanging = [asyncio.create_task(_chat(session, router, 3)) for _ in range(2)]
+        hanging = [asyncio.create_task(short_chat(session, router, 3)) for _ in range(2)]
         await asyncio.sleep(3.5)
         assert sum(task.done() for task in hanging) == 1
         assert await _stalled(router, "stall")
-        answers = [await _chat(session, router, 3) for _ in range(6)]
+        answers = [await short_chat(session, router, 3) for _ in range(6)]
         assert answers == [(200, "h100-fast")] * 6     # round-robin alone would alternate
         assert router.metric("kvroute_worker_stalls_total", worker="stall") == 1
         for task in hanging:                           # the client gives up: it settles
