@@ -313,9 +313,6 @@ class Director:
         if parsed.response_id is not None:      # follow-ups to this response go here
             await self._store.remember_response(parsed.response_id, info.id)
         self._store.on_dispatch(info.id, attempt.prefill_tokens, attempt.decode_tokens)
-        attempt.stall_ticket = self._ejection.stalls.waiting(
-            info.id, attempt.started_at, _expected_first_byte_s(decision, routing.stream,
-                                                                attempt.decode_tokens))
         engine.on_routed(routing, decision)
         headers = {"Content-Type": "application/json", "X-Request-Id": routing.request_id}
         auth = request.headers.get("Authorization")
@@ -323,7 +320,10 @@ class Director:
             headers["Authorization"] = auth
         result: ProxyResult | None = None
         status = 502
-        try:
+        try:       # watched until its first byte; settled in _complete, whatever happens
+            attempt.stall_ticket = self._ejection.stalls.waiting(
+                info.id, attempt.started_at, _expected_first_byte_s(decision, routing.stream,
+                                                                    attempt.decode_tokens))
             result = await self._proxy.forward(
                 request, self._url(info.url, routing.path),
                 upstream_body(parsed, raw, decision.model),
