@@ -5,10 +5,11 @@ whose scrapes succeed while its requests fail (an engine that answers every gene
 500, a port that refuses connections behind a live metrics endpoint) would go on getting
 first attempts, each costing the client a round trip before the retry. So every request's
 fate is recorded here: ``after`` consecutive failures (a connect error, a dropped connection
-or a 5xx before the answer began: what the director retries elsewhere) **eject** the worker
-for ``cooldown_s``; a worker ejected again right after coming back (its next request fails
-too) stays out twice as long, up to ``max_cooldown_s``. Any answer that is not such a failure
-(a 200, a 4xx: the worker is serving) closes the count and the doubling.
+or a 5xx before the answer began, which the director retries elsewhere; a stream broken
+mid-way; no answer within the upstream timeout) **eject** the worker for ``cooldown_s``; a
+worker ejected again right after coming back (its next request fails too) stays out twice as
+long, up to ``max_cooldown_s``. Any answer that is not such a failure (a 200, a 4xx: the
+worker is serving) closes the count and the doubling.
 
 The director shows ejected workers to the policy as unhealthy (the ``healthy`` filter passes
 them over, and a decision's ``filtered_out`` says so); when that leaves a request no
@@ -59,7 +60,7 @@ class WorkerEjection:
         return self._after > 0
 
     def failed(self, worker: str, now: float) -> None:
-        """A request to ``worker`` failed before its answer began."""
+        """A request to ``worker`` failed (see the module docstring for what counts)."""
         if not self.enabled:
             return
         record = self._records.get(worker)
