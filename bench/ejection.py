@@ -37,10 +37,12 @@ from pathlib import Path
 import yaml
 
 from bench.launch import Launched, LaunchError, free_port, wait_all_workers_healthy
+from bench.metrics_scrape import scrape_totals
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FAULTS = {"error": {"error_rate": 1.0}, "stall": {"stall_after_tokens": 1}}
+COUNTERS = ("kvroute_retries", "kvroute_worker_ejections", "kvroute_worker_stalls")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +142,24 @@ def _one_setting(args: argparse.Namespace, setting: Setting) -> SettingResult:
         with router:
             base_url = f"http://127.0.0.1:{port}"
             router.wait_http(base_url + "/health", timeout_s=60.0)
-            return asyncio.run(_measure(base_url, args, setting))
+            answers = asyncio.run(_send(base_url, args))
+            counts = scrape_totals(base_url + "/metrics", COUNTERS) or {}
+    statuses: dict[str, int] = {}
+    for _, status in answers:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    ordered = sorted(ms for ms, _ in answers)
+    return SettingResult(
+        name=setting.name, eject_after=setting.eject_after,
+        stall_after_s=setting.stall_after_s, statuses=dict(sorted(statuses.items())),
+        p50_ms=statistics.median(ordered),
+        p99_ms=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], max_ms=ordered[-1],
+        retries=counts.get("kvroute_retries", 0.0),
+        ejections=counts.get("kvroute_worker_ejections", 0.0),
+        stalls=counts.get("kvroute_worker_stalls", 0.0))
 
 
-async def _measure(base_url: str, args: argparse.Namespace, setting: Setting
-                   ) -> SettingResult:
+async def _send(base_url: str, args: argparse.Namespace) -> list[tuple[float, int]]:
+    """Every request's latency (ms) and status, sent open loop at ``args.rate``."""
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=args.upstream_timeout + 30.0)
@@ -167,27 +182,7 @@ async def _measure(base_url: str, args: argparse.Namespace, setting: Setting
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(one(n)))
-        answers = await asyncio.gather(*tasks)
-        async with session.get(base_url + "/metrics") as resp:
-            metrics = await resp.text()
-    statuses: dict[str, int] = {}
-    for _, status in answers:
-        statuses[str(status)] = statuses.get(str(status), 0) + 1
-    ordered = sorted(ms for ms, _ in answers)
-    return SettingResult(
-        name=setting.name, eject_after=setting.eject_after,
-        stall_after_s=setting.stall_after_s, statuses=dict(sorted(statuses.items())),
-        p50_ms=statistics.median(ordered),
-        p99_ms=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], max_ms=ordered[-1],
-        retries=_total(metrics, "kvroute_retries_total"),
-        ejections=_total(metrics, "kvroute_worker_ejections_total"),
-        stalls=_total(metrics, "kvroute_worker_stalls_total"))
-
-
-def _total(metrics: str, name: str) -> float:
-    """The sum of every sample of counter ``name`` in a Prometheus text answer."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
+        return list(await asyncio.gather(*tasks))
 
 
 def markdown(results: list[SettingResult]) -> str:
