@@ -33,6 +33,7 @@ def validate_command(args: argparse.Namespace) -> int:
     from policies.loader import load_routing
     from policies.summary import summarize, warnings
     from workers.fleet import FleetConfig, FleetConfigError, load_fleet
+    from workers.registry import runners_by_model
 
     try:
         fleet = load_fleet(args.fleet) if args.fleet else FleetConfig({}, {}, ())
@@ -46,11 +47,8 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"{args.file}: invalid: {exc}", file=sys.stderr)
         return 1
     print(f"{args.file}: ok: {summarize(routing)}")
-    runners: dict[str, set[str]] = {}
-    for worker in fleet.workers:
-        for model in worker.info.models:
-            runners.setdefault(model, set()).add(worker.info.model_spec.runner)
-    for warning in warnings(routing, {model: sorted(kinds) for model, kinds in runners.items()}):
+    runners = runners_by_model(worker.info for worker in fleet.workers)
+    for warning in warnings(routing, runners):
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
     if args.time_decisions > 0:
         if not fleet.workers:

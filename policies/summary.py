@@ -3,7 +3,7 @@ it, for ``kvroute validate`` and logs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Set
 
 from policies.base import ROUTED_PATHS, RUNNER_OF_PATH
 from policies.config import RoutingConfig
@@ -19,7 +19,7 @@ def summarize(routing: RoutingConfig) -> str:
 
 
 def warnings(routing: RoutingConfig,
-             runners: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+             runners: Mapping[str, Set[str]] | None = None) -> list[str]:
     """Valid but probably unintended: a profile that never checks the model or health; with
     the fleet's ``runners`` (model -> what it runs as), a rule sending requests of some path
     to a model that cannot serve them (the router answers those 500)."""
@@ -35,7 +35,7 @@ def warnings(routing: RoutingConfig,
     return found + _misrouting_rules(routing, runners or {})
 
 
-def _misrouting_rules(routing: RoutingConfig, runners: Mapping[str, Sequence[str]]
+def _misrouting_rules(routing: RoutingConfig, runners: Mapping[str, Set[str]]
                       ) -> list[str]:
     """Rules rewriting the model for paths its target cannot serve, among the paths some
     model of the fleet serves (an embeddings path on a fleet without embedding models is no

@@ -7,7 +7,7 @@ corrected by what the router dispatched since it was taken (``workers.views.buil
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from workers.inflight import WorkerInflight
@@ -24,6 +24,16 @@ class InflightSource(Protocol):
     def on_scrape(self, worker_id: str) -> None: ...
 
 
+def runners_by_model(infos: Iterable[WorkerInfo]) -> dict[str, frozenset[str]]:
+    """What the fleet declares each served model runs as (vLLM's ``--runner``: ``generate``,
+    ``pooling``), over the workers serving it."""
+    runners: dict[str, frozenset[str]] = {}
+    for info in infos:
+        for model in info.models:
+            runners[model] = runners.get(model, frozenset()) | {info.model_spec.runner}
+    return runners
+
+
 class WorkerRegistry:
     """Current snapshots of a fixed set of workers. Owned by one event loop."""
 
@@ -35,11 +45,7 @@ class WorkerRegistry:
         if len(self._by_id) != len(self._infos):
             raise ValueError("worker ids must be unique")
         # model name -> what the fleet file declares it runs as: fixed, so read once
-        self._runners: dict[str, frozenset[str]] = {}
-        for info in self._infos:
-            for model in info.models:
-                self._runners[model] = self._runners.get(model, frozenset()) | {
-                    info.model_spec.runner}
+        self._runners = runners_by_model(self._infos)
         self._snapshots: dict[str, WorkerSnapshot] = {}
         self.inflight = inflight
 
