@@ -139,6 +139,7 @@ async def debug_fleet(request: web.Request) -> web.Response:
     kv_events = request.app[KV_EVENTS].status()
     ejection = request.app[EJECTION]
     now = time.monotonic()
+    stalled = ejection.stalls.stalled(now)
     workers = []
     for view in registry.views(now):
         snap = registry.snapshot(view.id)
@@ -153,7 +154,7 @@ async def debug_fleet(request: web.Request) -> web.Response:
             "inflight_tokens": view.inflight_tokens,
             "consecutive_failures": snap.consecutive_failures if snap else 0,
             "ejected_for_s": _finite(ejection.ejected_for(view.id, now)),
-            "stalled": ejection.stalls.is_stalled(view.id, now),
+            "stalled": view.id in stalled,
             "last_error": snap.error if snap else None,
             "prefix_cache_queries": snap.prefix_cache_queries if snap else 0.0,
             "prefix_cache_hits": snap.prefix_cache_hits if snap else 0.0,

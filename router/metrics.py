@@ -286,7 +286,8 @@ class RouterMetrics:
         self.stalls.labels(worker).inc()
 
     def record_ejection(self, worker: str, seconds: float) -> None:
-        """``router.ejection``'s report (``seconds``: how long it is set aside, logged)."""
+        """``router.ejection``'s report (``seconds``, how long it is set aside, is in its log
+        line, not in a series)."""
         self.ejections.labels(worker).inc()
 
     def record_reload(self, result: str) -> None:
