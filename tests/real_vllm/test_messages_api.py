@@ -8,9 +8,9 @@ import anthropic
 
 from router.keys import METRICS
 from tests.real_vllm.conftest import MODEL, RealFleet, RouterFactory
+from tests.real_vllm.event_streams import assert_answers_alike, post
 from tests.real_vllm.test_emulator_fidelity import paths
 from tests.real_vllm.test_openai_client import ROUND_ROBIN_ROUTING
-from tests.real_vllm.test_responses_api import post, stream_events
 from workers.emulator.process import EmulatorProcess
 
 BODY = {"model": MODEL, "max_tokens": 3, "system": "Be kind.",
@@ -58,16 +58,8 @@ async def test_the_emulator_answers_the_messages_api_as_vllm_does(
     with EmulatorProcess(gpu="l40s", model="llama-3-8b", served_model_names=[MODEL],
                          time_scale=0.01, emulate={"output_len": {
                              "dist": "fixed", "value": 64}}) as emulator:
-        real_status, real = await post(f"{engine}/v1/messages", BODY)
-        emulated_status, emulated = await post(f"{emulator.url}/v1/messages", BODY)
-        assert (emulated_status, paths(emulated)) == (real_status, paths(real))
-        assert list(emulated) == list(real) and list(emulated["usage"]) == list(real["usage"])
-        real_events = await stream_events(f"{engine}/v1/messages", BODY)
-        emulated_events = await stream_events(f"{emulator.url}/v1/messages", BODY)
-        assert [kind for kind, _ in emulated_events] == [kind for kind, _ in real_events]
-        for (kind, mine), (_, theirs) in zip(emulated_events, real_events, strict=True):
-            assert paths(mine) == paths(theirs), kind
-            assert list(mine) == list(theirs), kind
+        await assert_answers_alike(f"{engine}/v1/messages", f"{emulator.url}/v1/messages",
+                                   BODY, event_key_order=True)
         counts = [await post(f"{url}/v1/messages/count_tokens",
                              {key: BODY[key] for key in ("model", "system", "messages")})
                   for url in (engine, emulator.url)]

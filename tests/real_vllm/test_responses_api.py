@@ -4,32 +4,12 @@ continue; and the emulator's bodies and stream events have the real engine's key
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-import aiohttp
 import openai
 
 from tests.real_vllm.conftest import MODEL, RealFleet, RouterFactory
-from tests.real_vllm.test_emulator_fidelity import paths
+from tests.real_vllm.event_streams import assert_answers_alike, post
 from tests.real_vllm.test_openai_client import ROUND_ROBIN_ROUTING
 from workers.emulator.process import EmulatorProcess
-
-
-async def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as session, session.post(url, json=body) as resp:
-        return resp.status, await resp.json(content_type=None)
-
-
-async def stream_events(url: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
-    async with aiohttp.ClientSession() as session, session.post(
-            url, json={**body, "stream": True}) as resp:
-        text = (await resp.read()).decode()
-    events = []
-    for block in text.strip().split("\n\n"):
-        kind, data = block.split("\n", 1)
-        events.append((kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
-    return events
 
 
 async def test_a_conversation_through_kvroute_stays_on_its_engine(
@@ -71,15 +51,8 @@ async def test_the_emulator_answers_the_responses_api_as_vllm_does(
     with EmulatorProcess(gpu="l40s", model="llama-3-8b", served_model_names=[MODEL],
                          time_scale=0.01, emulate={"responses_store": True, "output_len": {
                              "dist": "fixed", "value": 64}}) as emulator:
-        real_status, real = await post(f"{engine}/v1/responses", body)
-        emulated_status, emulated = await post(f"{emulator.url}/v1/responses", body)
-        assert (emulated_status, paths(emulated)) == (real_status, paths(real))
-        assert list(emulated) == list(real) and list(emulated["usage"]) == list(real["usage"])
-        real_events = await stream_events(f"{engine}/v1/responses", body)
-        emulated_events = await stream_events(f"{emulator.url}/v1/responses", body)
-        assert [kind for kind, _ in emulated_events] == [kind for kind, _ in real_events]
-        for (kind, mine), (_, theirs) in zip(emulated_events, real_events, strict=True):
-            assert paths(mine) == paths(theirs), kind
+        await assert_answers_alike(f"{engine}/v1/responses", f"{emulator.url}/v1/responses",
+                                   body)
         for url in (engine, emulator.url):
             status, error = await post(f"{url}/v1/responses", {
                 "model": MODEL, "input": "x", "previous_response_id": "resp_nope"})

@@ -1,0 +1,47 @@
+"""Requests to an engine or emulator and the comparison of their answers, shared by the
+real-vLLM tests of the Responses and Messages APIs (``event: KIND`` / ``data: {...}``
+streams)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+from tests.real_vllm.test_emulator_fidelity import paths
+
+
+async def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session, session.post(url, json=body) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def stream_events(url: str, body: dict[str, Any]) -> list[tuple[str, Any]]:
+    async with aiohttp.ClientSession() as session, session.post(
+            url, json={**body, "stream": True}) as resp:
+        text = (await resp.read()).decode()
+    events = []
+    for block in text.strip().split("\n\n"):
+        kind, data = block.split("\n", 1)
+        events.append((kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return events
+
+
+async def assert_answers_alike(engine_url: str, emulator_url: str, body: dict[str, Any],
+                               event_key_order: bool = False) -> None:
+    """The emulator answers ``body`` (whole, then streamed) as the engine does: the same
+    status and key paths, top-level and usage keys in order, the same event kinds in order,
+    each event with the engine's key paths (and keys in its order, with ``event_key_order``).
+    The URLs name the endpoint (``…/v1/responses``)."""
+    real_status, real = await post(engine_url, body)
+    emulated_status, emulated = await post(emulator_url, body)
+    assert (emulated_status, paths(emulated)) == (real_status, paths(real))
+    assert list(emulated) == list(real) and list(emulated["usage"]) == list(real["usage"])
+    real_events = await stream_events(engine_url, body)
+    emulated_events = await stream_events(emulator_url, body)
+    assert [kind for kind, _ in emulated_events] == [kind for kind, _ in real_events]
+    for (kind, mine), (_, theirs) in zip(emulated_events, real_events, strict=True):
+        assert paths(mine) == paths(theirs), kind
+        if event_key_order:
+            assert list(mine) == list(theirs), kind
