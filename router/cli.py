@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workers.emulator.cli",     # emulate
     "workers.launch.cli",       # launch-vllm
     "sim.cli",                  # sim
+    "sim.trace_cli",            # trace
     "bench.cli",                # bench
     "policies.semantic.cli",    # semantic
     "router.dashboard.cli",     # dashboard

@@ -1,0 +1,81 @@
+"""``kvroute trace``: make request traces for ``kvroute sim`` and ``kvroute bench replay``.
+
+```
+kvroute trace servegen --archive ../shared/traces/servegen/servegen_reason_deepseek-r1.tar.gz \\
+    --start 0 --duration 600 [--seed N] --out servegen-r1.jsonl.gz
+```
+
+``servegen`` draws requests from ServeGen's per-client statistics (``sim.servegen``) and
+writes them in the simulator's generic JSONL, one ``tenant`` per client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "trace", help="make request traces for kvroute sim",
+        description="Make request traces (the simulator's generic JSONL).")
+    kinds = parser.add_subparsers(dest="trace_kind", metavar="KIND")
+    servegen = kinds.add_parser(
+        "servegen", help="draw requests from ServeGen's per-client statistics",
+        description="Draw requests from ServeGen's per-client arrival and length "
+                    "distributions (a .tar.gz of chunk-<client>-{trace.csv,dataset.json}, "
+                    "or a folder of them).")
+    servegen.add_argument("--archive", required=True,
+                          help="ServeGen .tar.gz or folder with chunk-* files")
+    servegen.add_argument("--start", type=float, default=0.0,
+                          help="first second of the span, on ServeGen's clock (default: 0)")
+    servegen.add_argument("--duration", type=float, default=600.0,
+                          help="seconds of the span (default: %(default)s)")
+    servegen.add_argument("--seed", type=int, default=0,
+                          help="seeds the arrivals and lengths (default: %(default)s)")
+    servegen.add_argument("--out", required=True,
+                          help="JSONL file to write (.gz: gzip)")
+    servegen.set_defaults(func=main_servegen)
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def main_servegen(args: argparse.Namespace) -> int:
+    from sim.servegen import (
+        RATE_WINDOW_S,
+        ServeGenError,
+        read_archive,
+        servegen_requests,
+        write_jsonl,
+    )
+
+    if args.duration <= 0:
+        print("kvroute trace servegen: --duration: must be > 0", file=sys.stderr)
+        return 2
+    try:
+        workload = read_archive(args.archive)
+        requests = servegen_requests(workload, args.start, args.duration, seed=args.seed)
+    except ServeGenError as exc:
+        print(f"kvroute trace servegen: {exc}", file=sys.stderr)
+        return 2
+    skipped = (f"; {len(workload.without_lengths)} client(s) without length distributions "
+               "skipped" if workload.without_lengths else "")
+    if not requests:
+        last = max(w.start_s for c in workload.clients for w in c.windows) + RATE_WINDOW_S
+        print(f"kvroute trace servegen: no request in [{args.start:g}, "
+              f"{args.start + args.duration:g}) s (the data spans 0 to {last:g} s){skipped}; "
+              "nothing written", file=sys.stderr)
+        return 2
+    write_jsonl(requests, args.out)
+    tenants = len({r.tenant for r in requests})
+    print(f"wrote {args.out}: {len(requests)} requests from {tenants} clients over "
+          f"{args.duration:g} s ({len(requests) / args.duration:.2f} req/s); prompt tokens "
+          f"mean {statistics.fmean(r.prompt_tokens for r in requests):.0f}, output tokens "
+          f"mean {statistics.fmean(r.output_tokens for r in requests):.0f}{skipped}")
+    return 0
