@@ -18,6 +18,12 @@ Reads the estimates the ``estimated-time`` / ``cost`` scorers left in the decisi
    prefill leaves every request already decoding there within the TPOT objective
    (``policies.latency.decode_guard``); only when none is left are they all kept. A request
    that meets no SLO anywhere also goes, if it can, where it breaks no other's.
+   **Room in the KV cache** (``protect_kv``, off by default): before that, of those within
+   the SLO, only the workers whose KV cache is expected to hold this request to its end
+   beside what runs there (``_kv_loads``); a worker that runs out of KV blocks preempts
+   what it runs, newest first, and recomputes it later. When none has room the request is
+   treated as meeting the SLO nowhere, and among the closest to it goes where the KV cache
+   has room, or else where it has the most.
 2. **Sticky on the prefix**: keep those whose cached share of the prompt is within
    ``prefix_tolerance`` of the best; affinity is what lets the next turn of a conversation
    hit the cache.
@@ -35,9 +41,9 @@ wins.
 
 The reason names the deciding term (``prefix``, ``price``, ``load``, ``protect-decodes``
 when the guard moved the request off the worker it would otherwise have taken, which the
-reason then names as the runner-up, ``reserve-fast`` when keeping faster GPUs free did, the
-runner-up then being the faster GPU it would otherwise have taken, ``only-within-slo``,
-``slo-fallback``)::
+reason then names as the runner-up, ``protect-kv`` when the KV check did, ``reserve-fast``
+when keeping faster GPUs free did, the runner-up then being the faster GPU it would
+otherwise have taken, ``only-within-slo``, ``slo-fallback``)::
 
     prefix 0.82 on a100-1; est ttft 0.21s vs 0.64s on h100-0; cost $0.00040 vs $0.00090
 
@@ -48,7 +54,8 @@ profiles:
     picker:
       type: slo-cost
       params: {ttft_idle_prefill_multiple: 3.0, headroom: 0.8, cost_tolerance: 0.05,
-               prefix_tolerance: 0.1, reserve_fast: true, protect_decodes: true}
+               prefix_tolerance: 0.1, reserve_fast: true, protect_decodes: true,
+               protect_kv: false}
 ```
 """
 
@@ -59,6 +66,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.base import CandidateScore, CycleState, Decision, RequestOutcome, RoutingRequest
+from policies.candidate_index import CANDIDATES_KEY
 from policies.candidates import CandidateTable
 from policies.cycle_keys import WORKER_ATTRIBUTES, set_reason
 from policies.errors import ParamError
@@ -80,6 +88,7 @@ class SloCostParams:
     prefix_tolerance: float = 0.1
     reserve_fast: bool = True
     protect_decodes: bool = True
+    protect_kv: bool = False
 
     def __post_init__(self) -> None:
         for name in ("ttft_s", "tpot_s"):
@@ -107,6 +116,7 @@ class SloCostPicker:
         self.tolerance = params.cost_tolerance
         self.prefix_tolerance = params.prefix_tolerance
         self.reserve_fast = params.reserve_fast
+        self.protect_kv = params.protect_kv
         self.guard = (DecodeGuard(tpot_s) if params.protect_decodes and tpot_s is not None
                       else None)
         self._placed: tuple[str, str, Estimate] | None = None   # the last pick, until routed
@@ -141,6 +151,11 @@ class SloCostPicker:
                 tpot = e.tpot_upper_s
                 if (tpot if tpot is not None else e.tpot_s / headroom) <= tpot_goal:
                     feasible.append(p)
+        overflowing: list[int] = []   # every position within the SLO, when the KV check cut some
+        if self.protect_kv and feasible:
+            fitting = _kv_fitting(request, feasible, ids, estimates, cycle)
+            if len(fitting) < len(feasible):
+                overflowing, feasible = feasible, fitting
         unguarded: list[int] = []     # every position within the SLO, when the guard cut some
         if guard is not None and feasible:
             kept = guard.fitting(feasible, ids, estimates, request.arrival_time)
@@ -162,7 +177,11 @@ class SloCostPicker:
             chosen, unreserved = self._within_slo(request, feasible, ids, totals, estimates)
             without_guard = (self._within_slo(request, unguarded, ids, totals, estimates)[0]
                              if unguarded else chosen)
-            if without_guard != chosen:     # the guard decided: name the worker it spared
+            without_kv = (self._within_slo(request, overflowing, ids, totals, estimates)[0]
+                          if overflowing else chosen)
+            if without_kv != chosen:        # the KV check decided: name the worker it spared
+                runner, term = without_kv, "protect-kv"
+            elif without_guard != chosen:   # the guard decided: name the worker it spared
                 runner, term = without_guard, "protect-decodes"
             elif unreserved != chosen:      # a faster GPU was kept free: name it
                 runner, term = unreserved, "reserve-fast"
@@ -175,12 +194,23 @@ class SloCostPicker:
             if guard is not None:    # a request late anyway should not make others late
                 positions = (guard.fitting(positions, ids, estimates, request.arrival_time)
                              or positions)
+            if self.protect_kv:     # nor preempt what runs there: the most room if none fits
+                loads = _kv_loads(request, positions, ids, estimates, cycle)
+                if min(loads) <= 1.0:
+                    positions = [p for p, load in zip(positions, loads, strict=True)
+                                 if load <= 1.0]
+                else:
+                    positions = [positions[loads.index(min(loads))]]
             lateness = [max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
                         for e in map(estimates.__getitem__, map(ids.__getitem__, positions))]
             ranked = sorted(range(len(positions)), key=lateness.__getitem__)
             chosen = positions[ranked[0]]
             runner = positions[ranked[1]] if len(ranked) > 1 else None
             term = "slo-fallback"
+            if overflowing:   # within the SLO only where its KV would not hold: name the best
+                spared = self._within_slo(request, overflowing, ids, totals, estimates)[0]
+                if spared != chosen:
+                    runner, term = spared, "protect-kv"
         if guard is not None:
             self._placed = (request.request_id, ids[chosen], estimates[ids[chosen]])
         set_reason(cycle, _reason(request, term, ids[chosen],
@@ -260,6 +290,47 @@ def _estimated_positions(candidates: Sequence[CandidateScore], ids: Sequence[str
                 return sorted(map(position.__getitem__, estimates))
             return sorted(position[w] for w in estimates if w in position)
     return [p for p, worker_id in enumerate(ids) if worker_id in estimates]
+
+
+def _kv_fitting(request: RoutingRequest, positions: Sequence[int], ids: Sequence[str],
+                estimates: Mapping[str, Estimate], cycle: CycleState) -> list[int]:
+    """Positions whose KV cache is expected to hold this request to its end beside what
+    already runs there."""
+    loads = _kv_loads(request, positions, ids, estimates, cycle)
+    return [p for p, load in zip(positions, loads, strict=True) if load <= 1.0]
+
+
+def _kv_loads(request: RoutingRequest, positions: Sequence[int], ids: Sequence[str],
+              estimates: Mapping[str, Estimate], cycle: CycleState) -> list[float]:
+    """Per position, the KV tokens its worker is expected to hold at this request's end,
+    over its cache's size: what it holds now (``kv_usage``), the prefill the router has sent
+    and not yet seen start, this request's uncached prompt and its output, and what the
+    sequences decoding there add meanwhile: one token per step each, for as many steps as
+    this request's output or their own mean remaining output, whichever is fewer (the
+    router's in-flight requests there, taken as half done). Requests that end meanwhile
+    are not subtracted: an upper bound while they last. 0 where the cache size is unknown.
+    """
+    entry = cycle.read(CANDIDATES_KEY)
+    if entry is None:
+        return [0.0] * len(positions)
+    views = entry[0]
+    output = request.expected_output_tokens
+    prompt = request.num_prompt_tokens
+    loads = []
+    for p in positions:
+        v = views[p]
+        capacity = v.num_gpu_blocks * v.block_size
+        if capacity <= 0:
+            loads.append(0.0)
+            continue
+        decoding = v.running if v.running > 0 else 0
+        pending = v.inflight_tokens - v.inflight_prefill_tokens
+        mean_left = pending / v.inflight_requests / 2.0 if v.inflight_requests > 0 else 0.0
+        growth = decoding * min(output, mean_left)
+        need = (v.kv_usage * capacity + v.inflight_prefill_tokens
+                + prompt - estimates[ids[p]].cached_tokens + output + growth)
+        loads.append(need / capacity)
+    return loads
 
 
 def _hardware_prefill_s(estimate: Estimate) -> float:

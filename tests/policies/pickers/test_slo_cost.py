@@ -134,6 +134,71 @@ def test_bad_params_name_the_field(kwargs: dict[str, Any], field: str) -> None:
     assert info.value.field == field
 
 
+def _kv_view(worker: str, kv_usage: float, running: int = 0, inflight: int = 0,
+             inflight_decode: int = 0) -> WorkerView:
+    """A view of ``worker`` with a 100,000-token KV cache (6,250 blocks of 16)."""
+    from types import MappingProxyType
+
+    from workers.engine.profiles import BUILTIN_MODELS, H100_80GB
+    from workers.models import WorkerInfo
+
+    info = WorkerInfo(id=worker, url="http://127.0.0.1:1", gpu=H100_80GB, models=("m",),
+                      model_spec=BUILTIN_MODELS["llama-3.1-8b"], price_per_hour=1.0,
+                      labels=MappingProxyType({}))
+    return WorkerView(info=info, running=running, waiting=0, kv_usage=kv_usage, block_size=16,
+                      num_gpu_blocks=6_250, max_model_len=131_072, inflight_requests=inflight,
+                      inflight_tokens=inflight_decode, healthy=True, staleness_s=0.0,
+                      served_models=("m",))
+
+
+def _decide_with_views(estimates: dict[str, Estimate], views: list[WorkerView],
+                       max_tokens: int, protect_kv: bool = True) -> tuple[str, tuple[str, str]]:
+    from policies.candidate_index import CandidateIndex, share_index
+
+    picker = SloCostPicker("slo-cost", SloCostParams(protect_kv=protect_kv,
+                                                     protect_decodes=False),
+                           ttft_s=0.5, tpot_s=0.05)
+    cycle = CycleState()
+    cycle.write(ESTIMATES_KEY, estimates)
+    share_index(cycle, views, CandidateIndex([v.info for v in views]))
+    request = RoutingRequest(request_id="r", model="m", max_tokens=max_tokens)
+    request.num_prompt_tokens = 1_000
+    chosen = picker.pick(request, [CandidateScore(v.id, 0.0, {}) for v in views], cycle)
+    return chosen.worker_id, cycle.read(REASON)
+
+
+def test_a_worker_whose_kv_cache_would_overflow_is_passed_over() -> None:
+    # "cheap" holds 80,000 of its 100,000 KV tokens, with 10 answers decoding whose mean
+    # remaining output (the router's 40,000 in-flight output tokens over 10, half done) is
+    # 2,000: a 1,000-token prompt with 3,000 output tokens would need 80,000 + 4,000 +
+    # 10 x 2,000 = 104,000; "roomy" holds 20,000
+    estimates = {"cheap": estimate(0.1, 0.02, 0.0001), "roomy": estimate(0.1, 0.02, 0.0009)}
+    views = [_kv_view("cheap", 0.8, running=10, inflight=10, inflight_decode=40_000),
+             _kv_view("roomy", 0.2)]
+    chosen, (text, term) = _decide_with_views(estimates, views, max_tokens=3_000)
+    assert chosen == "roomy" and term == "protect-kv"
+    assert text.startswith("protect-kv: prefix 0.00 on roomy; ") and " on cheap; " in text
+    # a short answer ends before the decodes there fill the cache: 80,000 + 1,100 + 10 x 100
+    assert _decide_with_views(estimates, views, max_tokens=100)[0] == "cheap"
+    # off by default: the cheaper worker, whatever its cache holds
+    assert _decide_with_views(estimates, views, max_tokens=3_000, protect_kv=False)[0] == (
+        "cheap")
+    assert SloCostParams().protect_kv is False
+
+
+def test_when_no_cache_has_room_the_request_goes_where_it_has_the_most() -> None:
+    estimates = {"fast": estimate(0.1, 0.02, 0.0001), "slow": estimate(0.3, 0.04, 0.0001)}
+    views = [_kv_view("fast", 0.99), _kv_view("slow", 0.97)]
+    chosen, (_, term) = _decide_with_views(estimates, views, max_tokens=3_000)
+    assert chosen == "slow" and term == "protect-kv"
+    # late everywhere: the closest to the SLO among those with room
+    late = {"fast": estimate(2.0, 0.02, 0.0001), "slow": estimate(3.0, 0.02, 0.0001),
+            "third": estimate(4.0, 0.02, 0.0001)}
+    views = [_kv_view("fast", 0.99), _kv_view("slow", 0.5), _kv_view("third", 0.1)]
+    chosen, (_, term) = _decide_with_views(late, views, max_tokens=3_000)
+    assert chosen == "slow" and term == "slo-fallback"
+
+
 def _picker_with_a_short_answer_on(worker: str) -> SloCostPicker:
     """A picker that placed an 11-token answer (slack 0.3 s) on ``worker`` at t=0."""
     picker = SloCostPicker("slo-cost", SloCostParams(), ttft_s=0.5, tpot_s=0.05)
