@@ -59,8 +59,7 @@ class RateWindow:
     start_s: float
     rate: float            # requests per second, measured
     pattern: str           # "Gamma", "Weibull" or "" (idle)
-    shape: float
-    scale: float
+    shape: float           # of the fitted law (its scale is replaced by the measured rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +72,6 @@ class LengthLaw:
     def draw(self, rng: random.Random) -> int:
         u = rng.random() * self.cumulative[-1]
         return self.values[min(bisect.bisect_right(self.cumulative, u), len(self.values) - 1)]
-
-    def mean(self) -> float:
-        total, previous = 0.0, 0.0
-        for value, cumulative in zip(self.values, self.cumulative, strict=True):
-            total += value * (cumulative - previous)
-            previous = cumulative
-        return total / self.cumulative[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,39 +180,26 @@ def write_jsonl(requests: list[ServeGenRequest], path: str | Path) -> None:
 
 
 def _window_arrivals(window: RateWindow, rng: random.Random) -> Iterator[float]:
-    """One window's arrivals: a renewal process of its gaps, started at a uniform point of
-    the first gap."""
-    gaps = _gap_sampler(window, rng)
-    if gaps is None:
-        return
-    window_end = window.start_s + RATE_WINDOW_S
-    at = window.start_s + rng.random() * next(gaps)
-    while at < window_end:
-        yield at
-        at += next(gaps)
-
-
-def _gap_sampler(window: RateWindow, rng: random.Random) -> Iterator[float] | None:
-    """Gaps of the window's fitted law, rescaled to a mean of 1 / measured rate."""
+    """One window's arrivals: a renewal process whose gaps follow the window's fitted law
+    rescaled to a mean of 1 / measured rate, started at a uniform point of the first gap."""
     if window.rate <= 0 or not window.pattern:
-        return None
-    mean_gap = 1.0 / window.rate
-    shape = window.shape
+        return
+    mean_gap, shape = 1.0 / window.rate, window.shape
     if window.pattern == "Gamma":
-        unit = 1.0 / shape                      # Gamma(shape, 1 / shape) has mean 1
+        unit = 1.0 / shape                            # Gamma(shape, 1 / shape) has mean 1
 
-        def draw() -> float:
-            return rng.gammavariate(shape, unit)
+        def gap() -> float:
+            return rng.gammavariate(shape, unit) * mean_gap
     else:
         unit = 1.0 / math.gamma(1.0 + 1.0 / shape)   # Weibull(unit, shape) has mean 1
 
-        def draw() -> float:
-            return rng.weibullvariate(unit, shape)
-
-    def gaps() -> Iterator[float]:
-        while True:
-            yield draw() * mean_gap
-    return gaps()
+        def gap() -> float:
+            return rng.weibullvariate(unit, shape) * mean_gap
+    window_end = window.start_s + RATE_WINDOW_S
+    at = window.start_s + rng.random() * gap()
+    while at < window_end:
+        yield at
+        at += gap()
 
 
 def _rate_windows(text: str, where: str) -> tuple[RateWindow, ...]:
@@ -234,14 +213,13 @@ def _rate_windows(text: str, where: str) -> tuple[RateWindow, ...]:
             start, rate = float(row[0]), float(row[1])
             pattern = row[3].strip()
             shape = float(row[4]) if pattern else 0.0
-            scale = float(row[5]) if pattern else 0.0
         except ValueError as exc:
             raise ServeGenError(f"{where}:{lineno}: {exc}") from exc
         if pattern not in ("", "Gamma", "Weibull"):
             raise ServeGenError(f"{where}:{lineno}: unknown pattern {pattern!r}")
         if pattern and rate > 0 and not (shape > 0 and math.isfinite(shape)):
             raise ServeGenError(f"{where}:{lineno}: shape must be > 0, got {row[4]}")
-        windows.append(RateWindow(start, rate, pattern, shape, scale))
+        windows.append(RateWindow(start, rate, pattern, shape))
     windows.sort(key=lambda w: w.start_s)
     return tuple(windows)
 

@@ -153,7 +153,7 @@ class SloCostPicker:
                     feasible.append(p)
         overflowing: list[int] = []   # every position within the SLO, when the KV check cut some
         if self.protect_kv and feasible:
-            fitting = _kv_fitting(request, feasible, ids, estimates, cycle)
+            fitting = _with_room(feasible, _kv_loads(request, feasible, ids, estimates, cycle))
             if len(fitting) < len(feasible):
                 overflowing, feasible = feasible, fitting
         unguarded: list[int] = []     # every position within the SLO, when the guard cut some
@@ -196,11 +196,8 @@ class SloCostPicker:
                              or positions)
             if self.protect_kv:     # nor preempt what runs there: the most room if none fits
                 loads = _kv_loads(request, positions, ids, estimates, cycle)
-                if min(loads) <= 1.0:
-                    positions = [p for p, load in zip(positions, loads, strict=True)
-                                 if load <= 1.0]
-                else:
-                    positions = [positions[loads.index(min(loads))]]
+                positions = (_with_room(positions, loads)
+                             or [positions[loads.index(min(loads))]])
             lateness = [max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
                         for e in map(estimates.__getitem__, map(ids.__getitem__, positions))]
             ranked = sorted(range(len(positions)), key=lateness.__getitem__)
@@ -292,11 +289,8 @@ def _estimated_positions(candidates: Sequence[CandidateScore], ids: Sequence[str
     return [p for p, worker_id in enumerate(ids) if worker_id in estimates]
 
 
-def _kv_fitting(request: RoutingRequest, positions: Sequence[int], ids: Sequence[str],
-                estimates: Mapping[str, Estimate], cycle: CycleState) -> list[int]:
-    """Positions whose KV cache is expected to hold this request to its end beside what
-    already runs there."""
-    loads = _kv_loads(request, positions, ids, estimates, cycle)
+def _with_room(positions: Sequence[int], loads: Sequence[float]) -> list[int]:
+    """The positions whose KV load (``_kv_loads``) fits their cache."""
     return [p for p, load in zip(positions, loads, strict=True) if load <= 1.0]
 
 
