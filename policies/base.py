@@ -40,11 +40,19 @@ class RoutingRequest:
     num_prompt_tokens: int = 0
     block_hashes: dict[int, Sequence[int]] = field(default_factory=dict)   # block_size -> chain
     semantic_class: str | None = None
+    predicted_output_tokens: int | None = None   # learnt from finished requests, <= max_tokens
     attributes: dict[str, Any] = field(default_factory=dict)   # free-form producer outputs
 
     @property
     def expected_output_tokens(self) -> int:
-        """max_tokens if given, else a conservative default used for estimates."""
+        """The tokens it should generate: the producers' prediction when there is one, else
+        ``output_tokens_bound``."""
+        predicted = self.predicted_output_tokens
+        return predicted if predicted is not None else self.output_tokens_bound
+
+    @property
+    def output_tokens_bound(self) -> int:
+        """max_tokens if given, else a conservative default: what to wait for at most."""
         return self.max_tokens if self.max_tokens is not None else 256
 
     def output_tokens_within(self, max_model_len: int) -> int:

@@ -11,7 +11,8 @@ synchronous and never raises:
 3. the ``Decision`` carries the chosen worker (None when no candidate is left), the
    target model (the adapter when one is set), every candidate's scores, the rule, the
    profile, a short reason, and ``attributes`` (``decided_by``: the deciding term, plus
-   per-worker numbers plugins recorded for the chosen worker).
+   per-worker numbers plugins recorded for the chosen worker, and the request's
+   ``predicted_output_tokens`` when a producer predicted it).
 
 ``on_routed`` / ``on_completed`` are forwarded to every plugin that implements them
 (``RoutingObserver``); a plugin error there is logged and swallowed too. A rebuilt engine
@@ -138,6 +139,8 @@ class PolicyEngine:
             attributes.update(worker_attributes(cycle, result.chosen.worker_id))
         if result.skipped:
             attributes["skipped_plugins"] = result.skipped
+        if request.predicted_output_tokens is not None:
+            attributes["predicted_output_tokens"] = request.predicted_output_tokens
         return _new_decision(
             request.request_id, result.chosen.worker_id if result.chosen else None,
             adapter or model, profile.name, _rule_name(rule), result.reason, result.candidates,

@@ -53,6 +53,7 @@ BUILTIN_PLUGIN_MODULES: tuple[str, ...] = (
     "policies.pickers.random_choice",
     # token-aware, semantic and peer plugins, present when those parts are installed
     "policies.producers.blocks",
+    "policies.producers.output_length",
     "policies.scorers.prefix",
     "policies.scorers.estimated_time",
     "policies.scorers.cost",

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from aiohttp import web
 from yarl import URL
 
-from policies.base import RUNNER_OF_PATH, Decision, RequestOutcome, RoutingRequest
+from policies.base import (
+    RUNNER_OF_PATH,
+    Decision,
+    RequestOutcome,
+    RoutingRequest,
+    output_tokens_in_window,
+)
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
 from policies.producers.runner import produce
@@ -321,9 +327,12 @@ class Director:
         result: ProxyResult | None = None
         status = 502
         try:       # watched until its first byte; settled in _complete, whatever happens
+            # a whole answer is waited for up to its bound, not its expected length
             attempt.stall_ticket = self._ejection.stalls.waiting(
-                info.id, attempt.started_at, _expected_first_byte_s(decision, routing.stream,
-                                                                    attempt.decode_tokens))
+                info.id, attempt.started_at, _expected_first_byte_s(
+                    decision, routing.stream, output_tokens_in_window(
+                        routing.output_tokens_bound, routing.num_prompt_tokens,
+                        info.model_spec.max_model_len)))
             result = await self._proxy.forward(
                 request, self._url(info.url, routing.path),
                 upstream_body(parsed, raw, decision.model),

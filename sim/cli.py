@@ -4,7 +4,7 @@
 kvroute sim --trace ../shared/traces/mooncake_conversation_trace.jsonl.gz \\
     --fleet config/fleets/bench-mixed.yaml --policies kvroute,round-robin,dynamo-kv \\
     --out out/sim-mooncake [--rate-scale 1.0] [--goodput] [--limit N] [--duration S] [--seed N]
-    [--jitter S] [--jobs N] [--kv-events]
+    [--jitter S] [--jobs N] [--kv-events] [--client-max-tokens exact|none|N]
 ```
 
 Writes ``OUT/summary.json`` (schema in ``docs/sim.md``), ``OUT/summary.md``, the plots
@@ -53,11 +53,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kv-events", action="store_true",
                         help="engines publish KV events and the policies' prefix plugins "
                              "follow them (exact index), as with workers' --kv-events")
+    parser.add_argument("--client-max-tokens", default="exact", metavar="exact|none|N",
+                        help="what clients send as max_tokens: each answer's recorded length "
+                             "(exact), nothing (none), or one cap N for all, raised to an "
+                             "answer that was longer; the answers stay the trace's "
+                             "(default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=1, help="policies simulated in parallel")
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    from sim.client_max_tokens import ClientMaxTokens
     from sim.session import SimulationRequest, run_session
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -75,10 +81,15 @@ def main(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit <= 0:
         print("kvroute sim: --limit: must be > 0", file=sys.stderr)
         return 2
+    try:
+        client_max_tokens = ClientMaxTokens.parse(args.client_max_tokens)
+    except ValueError as exc:
+        print(f"kvroute sim: --client-max-tokens: {exc}", file=sys.stderr)
+        return 2
     request = SimulationRequest(
         trace=args.trace, trace_format=args.trace_format, fleet=args.fleet,
         policies=tuple(policies), out=args.out, rate_scale=args.rate_scale,
         goodput=args.goodput, limit=args.limit, duration_s=args.duration, seed=args.seed,
         scrape_interval_s=args.scrape_interval, jobs=max(1, args.jobs), jitter_s=args.jitter,
-        kv_events=args.kv_events)
+        kv_events=args.kv_events, client_max_tokens=client_max_tokens)
     return run_session(request)

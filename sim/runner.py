@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from policies.engine import PolicyEngine
+from sim.client_max_tokens import EXACT, ClientMaxTokens
 from sim.goodput import find_goodput
 from sim.metrics import RequestRecord, attainment, summarize, ttft_values
 from sim.policy_names import resolve_policy
@@ -39,6 +40,7 @@ class PolicyJob:
     goodput: bool = False
     jitter_s: float = 0.0
     kv_events: bool = False
+    client_max_tokens: ClientMaxTokens = EXACT
 
 
 @dataclass(slots=True)
@@ -63,7 +65,8 @@ def run_policy(job: PolicyJob, progress: Progress | None = None,
     fleet = load_fleet(job.fleet_path)
     routing = resolve_policy(job.policy)
     settings = SimulationSettings(scrape_interval_s=job.scrape_interval_s, seed=job.seed,
-                                  kv_events=job.kv_events)
+                                  kv_events=job.kv_events,
+                                  client_max_tokens=job.client_max_tokens)
     clock = PrefillClock(fleet.workers[0].info.model_spec)
     if ceiling is None:
         ceiling = prefix_ceiling(base)

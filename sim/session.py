@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sim.client_max_tokens import EXACT, ClientMaxTokens
 from sim.policy_names import UnknownPolicyError, policy_label, resolve_policy
 from sim.report import write_plots, write_requests_csv, write_summary
 from sim.runner import (
@@ -50,6 +51,7 @@ class SimulationRequest:
     jobs: int = 1
     jitter_s: float = 0.0
     kv_events: bool = False
+    client_max_tokens: ClientMaxTokens = EXACT
 
 
 def run_session(request: SimulationRequest) -> int:
@@ -65,7 +67,7 @@ def run_session(request: SimulationRequest) -> int:
             trace_format=request.trace_format, limit=request.limit,
             duration_s=request.duration_s, rate_scale=request.rate_scale, seed=request.seed,
             scrape_interval_s=interval, goodput=request.goodput, jitter_s=request.jitter_s,
-            kv_events=request.kv_events)
+            kv_events=request.kv_events, client_max_tokens=request.client_max_tokens)
         trace = load_job_trace(template)
     except (TraceError, FleetConfigError, RoutingConfigError, UnknownPolicyError) as exc:
         print(f"kvroute sim: {exc}", file=sys.stderr)
@@ -82,7 +84,8 @@ def run_session(request: SimulationRequest) -> int:
     meta = {"trace": trace_meta(template, trace, ceiling, pooled), "fleet": fleet_meta(fleet),
             "settings": {"scrape_interval_s": interval, "seed": request.seed,
                          "hash_algo": SimulationSettings().hash_algo,
-                         "kv_events": request.kv_events}}
+                         "kv_events": request.kv_events,
+                         "client_max_tokens": request.client_max_tokens.label()}}
     path = write_summary(out, meta, entries)
     for run in runs:
         write_requests_csv(out / "requests" / f"{policy_label(run.policy)}.csv", run.records)

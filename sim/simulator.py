@@ -33,6 +33,7 @@ from policies.engine import PolicyEngine
 from policies.producers.blocks import BlocksProducer
 from policies.producers.runner import run_producers_sync
 from policies.producers.tokens import TokensProducer
+from sim.client_max_tokens import EXACT, ClientMaxTokens
 from sim.metrics import RequestRecord, WorkerUsage, allocate_costs, slo_ttft_target
 from sim.prefill_clock import PrefillClock
 from sim.traces import Trace, TraceRequest
@@ -66,6 +67,8 @@ class SimulationSettings:
     num_gpu_blocks: int | None = None      # None: derived from each GPU's memory
     kv_events: bool = False                # engines publish KV events to the policy
     hash_seed: str | None = None           # the engines' NONE_HASH seed (vLLM's default)
+    # what clients send as max_tokens (the answers stay the trace's): sim.client_max_tokens
+    client_max_tokens: ClientMaxTokens = EXACT
 
 
 @dataclass(slots=True)
@@ -208,7 +211,9 @@ class Simulation:
         tokens = self.trace.prompt_token_ids(request)
         routing = RoutingRequest(
             request_id=f"trace-{request.index}", model=self._model, path="/v1/completions",
-            prompt=tokens, max_tokens=request.output_tokens, tenant=request.tenant,
+            prompt=tokens,
+            max_tokens=self.settings.client_max_tokens.for_output(request.output_tokens),
+            tenant=request.tenant,
             session=request.session, arrival_time=now)
         routing.prompt_token_ids = tokens
         routing.num_prompt_tokens = len(tokens)

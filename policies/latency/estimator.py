@@ -198,6 +198,11 @@ class TimeEstimator:
         return known
 
     def output_tokens(self, request: RoutingRequest) -> int:
+        """The predicted output (``output-length`` producer), else max_tokens, else the
+        default."""
+        predicted = request.predicted_output_tokens
+        if predicted is not None:
+            return predicted
         return request.max_tokens if request.max_tokens is not None else self.default_output_tokens
 
     def estimate(self, request: RoutingRequest, view: WorkerView, cached: int) -> Estimate:
@@ -214,8 +219,10 @@ class TimeEstimator:
         """``known[id] = the estimate`` for each view (``constants``: its worker's, in the
         same order; ``cached_tokens``: cached prompt tokens by id, absent 0)."""
         prompt = request.num_prompt_tokens if request.num_prompt_tokens > 1 else 1
-        output = request.max_tokens if request.max_tokens is not None else (
-            self.default_output_tokens)
+        output = request.predicted_output_tokens       # self.output_tokens, inlined
+        if output is None:
+            output = request.max_tokens if request.max_tokens is not None else (
+                self.default_output_tokens)
         output = output if output > 1 else 1
         now = request.arrival_time
         arrivals = self.arrivals

@@ -390,4 +390,4 @@ def build_slo_cost(params: SloCostParams, context: BuildContext) -> SloCostPicke
 
 def register(registry: PluginRegistry) -> None:
     registry.register(TYPE_NAME, "picker", SloCostParams, build_slo_cost,
-                      needs=("num_prompt_tokens",))
+                      needs=("num_prompt_tokens", "predicted_output_tokens"))

@@ -66,4 +66,4 @@ def register(registry: PluginRegistry) -> None:
     registry.register(TYPE_NAME, "scorer", CostParams,
                       lambda params, ctx: CostScorer(ctx.name, params,
                                                       ctx.profile_state),
-                      needs=("num_prompt_tokens",))
+                      needs=("num_prompt_tokens", "predicted_output_tokens"))

@@ -84,4 +84,4 @@ def register(registry: PluginRegistry) -> None:
     registry.register(TYPE_NAME, "scorer", EstimatedTimeParams,
                       lambda params, ctx: EstimatedTimeScorer(ctx.name, params,
                                                       ctx.profile_state),
-                      needs=("num_prompt_tokens",))
+                      needs=("num_prompt_tokens", "predicted_output_tokens"))

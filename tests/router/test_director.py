@@ -1,16 +1,21 @@
-"""The director's own bookkeeping of a dispatched request, over real sockets against an
-emulated worker: the decode tokens it counts in flight are the ones the worker will serve."""
+"""The director's own bookkeeping of a dispatched request, over real sockets against emulated
+workers: the decode tokens it counts in flight are the ones the worker will serve, and the
+usage a worker reports teaches the policy how long answers are."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
-from tests.router.gateway_support import MODEL, RouterFactory, subset
-from workers.fleet import FleetConfig
+from tests.router.gateway_support import MODEL, RouterFactory, fleet_data, subset
+from workers.emulator.process import EmulatorFleet, free_port
+from workers.fleet import FleetConfig, load_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -34,3 +39,44 @@ async def test_in_flight_tokens_count_max_tokens_as_the_window_clamps_them(
             await asyncio.sleep(0.05)
         resp.close()
     assert 0 < worker["inflight_tokens"] <= 8_192
+
+
+@pytest.fixture(scope="module")
+def short_answers_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """One emulated worker whose answers end after 12 tokens, whatever max_tokens allows."""
+    path = tmp_path_factory.mktemp("short-answers") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet_data(
+        {"short": ("h100", {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 12}})},
+        {"short": free_port()})))
+    fleet = load_fleet(path)
+    with EmulatorFleet(fleet, one_process=True):
+        yield fleet
+
+
+async def test_the_output_length_is_learnt_from_the_usage_workers_report(
+        short_answers_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(short_answers_fleet)     # the default profile
+    body = {"model": MODEL, "prompt": "Name a prime number.", "max_tokens": 1000}
+
+    async def last_decision(session: aiohttp.ClientSession) -> dict[str, Any]:
+        async with session.get(router.url + "/debug/decisions?limit=1") as resp:
+            [decision] = (await resp.json())["data"]
+        return decision
+
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["usage"]["completion_tokens"] == 12
+        # nothing has finished yet when the first is routed: max_tokens stands
+        assert "predicted_output_tokens" not in (await last_decision(session))["attributes"]
+        # 20 finished make the producer's min_samples; one more, in case the last answer
+        # reached this client before the router's own bookkeeping of it ran
+        for _ in range(20):
+            async with session.post(router.url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+        async with session.post(router.url + "/v1/completions",
+                                json={**body, "max_tokens": 500}) as resp:
+            assert resp.status == 200
+        attributes = (await last_decision(session))["attributes"]
+    # each used 12 of its 1,000 tokens: 6 of this one's 500
+    assert attributes["predicted_output_tokens"] == 6

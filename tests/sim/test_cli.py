@@ -46,6 +46,10 @@ def test_sim_writes_summary_table_plots_and_request_rows(tmp_path: Path) -> None
     (["--policies", "no-such-policy"], "unknown peer policy 'no-such-policy'"),
     (["--policies", "kvroute", "--rate-scale", "0"], "--rate-scale: must be > 0"),
     (["--policies", "kvroute", "--fleet", "/nonexistent.yaml"], "cannot read fleet file"),
+    (["--policies", "kvroute", "--client-max-tokens", "lots"],
+     "--client-max-tokens: 'lots': give exact, none or a number of tokens"),
+    (["--policies", "kvroute", "--client-max-tokens", "0"],
+     "--client-max-tokens: '0': a cap must be at least 1 token"),
 ])
 def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, args: list[str], message: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,171 @@
+"""``output-length`` producer: how many tokens a request is expected to generate.
+
+Clients rarely send their answer's length: most send a generous ``max_tokens``, or none. The
+time and cost estimates, the decode guard and the KV check all need the output length, and
+taking ``max_tokens`` (or 256 without it) for it can be wrong by a hundred times: a code
+completion capped at 4,096 tokens that answers in 30. This producer learns from the requests
+that finished (``on_completed``: the completion tokens the worker reported) and sets
+``request.predicted_output_tokens``:
+
+* with ``max_tokens``: the typical share of its ``max_tokens`` that such requests used
+  (the geometric mean of their shares), times this request's ``max_tokens``; clients that
+  send their answer's length get it back, since each of their shares is 1;
+* without: the typical output of such requests (the geometric mean of their outputs).
+
+A geometric mean rather than an arithmetic one: output lengths spread over orders of
+magnitude (on Azure's code trace the mean is twice the median), and what the estimates
+decide on is the typical request's, above all the decode guard, which asks how much stall
+a request can absorb before its TPOT misses: a mean that long answers pull up gives the many
+short ones slack they do not have.
+
+"Such requests" are those of the same tenant and model once ``min_samples`` of them finished,
+else those of the model, else none: the field stays None and the estimates take
+``max_tokens`` (or the scorers' ``default_output_tokens``) as before. Means are running means
+over the first ``window`` outcomes, then exponentially weighted with weight ``1 / window``,
+so they follow a workload that changes. At most ``max_tenants`` (tenant, model) pairs are
+kept, the least recently finished forgotten first. Only successful requests (status 200)
+that generated at least one token teach it.
+
+```yaml
+producers:
+  - type: output-length
+    params: {min_samples: 20, window: 200, max_tenants: 10000}
+```
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policies.base import RequestOutcome, RoutingRequest
+from policies.errors import ParamError
+from policies.registry import PluginRegistry
+from workers.models import WorkerView
+
+TYPE_NAME = "output-length"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLengthParams:
+    min_samples: int = 20      # outcomes before a mean is used
+    window: int = 200          # outcomes a mean weighs equally before it starts forgetting
+    max_tenants: int = 10_000  # (tenant, model) pairs remembered
+
+    def __post_init__(self) -> None:
+        if self.min_samples < 1:
+            raise ParamError("min_samples", "must be >= 1")
+        if self.window < 1:
+            raise ParamError("window", "must be >= 1")
+        if self.max_tenants < 0:
+            raise ParamError("max_tenants", "must be >= 0")
+
+
+class RunningMean:
+    """The mean of the first ``window`` values, then an exponentially weighted one."""
+
+    __slots__ = ("count", "value")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.value = 0.0
+
+    def add(self, x: float, window: int) -> None:
+        self.count += 1
+        self.value += (x - self.value) / (self.count if self.count < window else window)
+
+
+class OutputStats:
+    """What the finished requests of one tenant or model generated, as means of logarithms
+    (``exp`` of one is a geometric mean)."""
+
+    __slots__ = ("log_share_of_cap", "log_uncapped_tokens")
+
+    def __init__(self) -> None:
+        self.log_share_of_cap = RunningMean()     # ln(completion / max_tokens), with a cap
+        self.log_uncapped_tokens = RunningMean()  # ln(completion tokens), without
+
+    def predict(self, max_tokens: int | None, min_samples: int) -> int | None:
+        if max_tokens is not None:
+            share = self.log_share_of_cap
+            if share.count < min_samples:
+                return None
+            if share.value >= 0.0:       # every request used its whole cap
+                return max_tokens
+            return min(max_tokens, max(1, round(math.exp(share.value) * max_tokens)))
+        tokens = self.log_uncapped_tokens
+        if tokens.count < min_samples:
+            return None
+        return max(1, round(math.exp(tokens.value)))
+
+    def learn(self, max_tokens: int | None, completion_tokens: int, window: int) -> None:
+        if max_tokens is not None and max_tokens > 0:
+            share = completion_tokens / max_tokens
+            self.log_share_of_cap.add(math.log(share) if share < 1.0 else 0.0, window)
+        else:
+            self.log_uncapped_tokens.add(math.log(completion_tokens), window)
+
+
+class OutputLengthProducer:
+    """Sets ``request.predicted_output_tokens`` from what similar requests generated."""
+
+    def __init__(self, name: str, params: OutputLengthParams) -> None:
+        self.name = name
+        self.params = params
+        self._by_tenant: OrderedDict[tuple[str, str], OutputStats] = OrderedDict()
+        self._by_model: dict[str, OutputStats] = {}
+
+    def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
+        max_tokens, least = request.max_tokens, self.params.min_samples
+        predicted = None
+        if request.tenant is not None:
+            stats = self._by_tenant.get((request.tenant, request.model))
+            if stats is not None:
+                predicted = stats.predict(max_tokens, least)
+        if predicted is None:
+            pooled = self._by_model.get(request.model)
+            if pooled is not None:
+                predicted = pooled.predict(max_tokens, least)
+        request.predicted_output_tokens = predicted
+
+    def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
+        if outcome.status != 200 or outcome.completion_tokens < 1:
+            return
+        window, tokens = self.params.window, outcome.completion_tokens
+        pooled = self._by_model.get(request.model)
+        if pooled is None:
+            pooled = self._by_model[request.model] = OutputStats()
+        pooled.learn(request.max_tokens, tokens, window)
+        if request.tenant is None or self.params.max_tenants == 0:
+            return
+        key = (request.tenant, request.model)
+        stats = self._by_tenant.get(key)
+        if stats is None:
+            stats = self._by_tenant[key] = OutputStats()
+            if len(self._by_tenant) > self.params.max_tenants:
+                self._by_tenant.popitem(last=False)
+        else:
+            self._by_tenant.move_to_end(key)
+        stats.learn(request.max_tokens, tokens, window)
+
+    def stats_for(self, model: str, tenant: str | None = None) -> OutputStats | None:
+        """The learnt numbers of a model, or of a tenant's requests for it (for inspection)."""
+        if tenant is None:
+            return self._by_model.get(model)
+        return self._by_tenant.get((tenant, model))
+
+    def inherit_state(self, previous: object) -> None:
+        """Keep what the engine this one replaces has learnt (a hot reload)."""
+        if isinstance(previous, OutputLengthProducer):
+            self._by_tenant = previous._by_tenant
+            self._by_model = previous._by_model
+            while len(self._by_tenant) > self.params.max_tenants:
+                self._by_tenant.popitem(last=False)
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register(TYPE_NAME, "producer", OutputLengthParams,
+                      lambda params, ctx: OutputLengthProducer(ctx.name, params),
+                      provides=("predicted_output_tokens",))

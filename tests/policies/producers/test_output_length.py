@@ -1,0 +1,148 @@
+"""The output-length producer: expected output tokens learnt from finished requests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from policies.base import RequestOutcome, RoutingRequest
+from policies.errors import ParamError
+from policies.producers.output_length import (
+    OutputLengthParams,
+    OutputLengthProducer,
+    RunningMean,
+)
+
+
+def request(n: int, max_tokens: int | None, tenant: str | None = None,
+            model: str = "m") -> RoutingRequest:
+    return RoutingRequest(request_id=f"r{n}", model=model, max_tokens=max_tokens,
+                          tenant=tenant)
+
+
+def finish(producer: OutputLengthProducer, routed: RoutingRequest, tokens: int,
+           status: int = 200) -> None:
+    producer.on_completed(routed, RequestOutcome(request_id=routed.request_id, worker_id="w",
+                                                 status=status, completion_tokens=tokens))
+
+
+def predicted(producer: OutputLengthProducer, routed: RoutingRequest) -> int | None:
+    producer.produce(routed, [])
+    return routed.predicted_output_tokens
+
+
+def geometric_mean(*values: float) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def test_nothing_is_predicted_before_min_samples_finished() -> None:
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=3))
+    for n in range(2):
+        finish(producer, request(n, 4096), 40)
+    assert predicted(producer, request(9, 4096)) is None
+    assert request(9, 4096).expected_output_tokens == 4096      # the bound, as before
+    finish(producer, request(2, 4096), 320)
+    # shares 40, 40 and 320 of 4096: typical share 80/4096 (geometric mean), of this cap
+    assert predicted(producer, request(9, 4096)) == 80
+    assert predicted(producer, request(10, 2048)) == 40
+    routed = request(11, 4096)
+    producer.produce(routed, [])
+    assert routed.expected_output_tokens == 80
+    assert routed.output_tokens_bound == 4096
+
+
+def test_clients_sending_their_answers_length_get_it_back() -> None:
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
+    for n, tokens in enumerate((17, 350, 2)):
+        finish(producer, request(n, tokens), tokens)
+    for cap in (1, 5, 123, 100_000):
+        routed = request(50, cap)
+        assert predicted(producer, routed) == cap
+        assert routed.expected_output_tokens == cap
+
+
+def test_a_prediction_never_exceeds_max_tokens_nor_falls_below_one() -> None:
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=1))
+    finish(producer, request(0, 100), 1)          # share 0.01
+    assert predicted(producer, request(1, 10)) == 1
+    finish(producer, request(2, 10), 50)          # generated past its cap: counts as a share of 1
+    assert predicted(producer, request(3, 1000)) == round(geometric_mean(0.01, 1.0) * 1000)
+    assert predicted(producer, request(4, 1)) == 1
+
+
+def test_without_max_tokens_the_typical_output_is_predicted() -> None:
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
+    finish(producer, request(0, None), 10)
+    assert predicted(producer, request(1, None)) is None
+    assert request(1, None).expected_output_tokens == 256
+    finish(producer, request(2, None), 1000)
+    routed = request(3, None)
+    assert predicted(producer, routed) == 100      # not the arithmetic mean, 505
+    assert routed.expected_output_tokens == 100
+    assert routed.output_tokens_bound == 256
+    # capped and uncapped requests are learnt apart
+    assert predicted(producer, request(4, 500)) is None
+
+
+def test_a_tenant_uses_its_own_numbers_once_it_has_enough() -> None:
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
+    for n in range(4):
+        finish(producer, request(n, 1000, tenant="chat"), 500)
+    finish(producer, request(10, 1000, tenant="code"), 10)
+    # one finished request of "code": the model's pooled shares 4 x 0.5 and 0.01
+    pooled = geometric_mean(0.5, 0.5, 0.5, 0.5, 0.01)
+    assert predicted(producer, request(20, 1000, tenant="code")) == round(pooled * 1000)
+    finish(producer, request(11, 1000, tenant="code"), 40)
+    assert predicted(producer, request(21, 1000, tenant="code")) == 20
+    assert predicted(producer, request(22, 1000, tenant="chat")) == 500
+    pooled = geometric_mean(0.5, 0.5, 0.5, 0.5, 0.01, 0.04)
+    assert predicted(producer, request(23, 1000, tenant="new")) == round(pooled * 1000)
+    assert predicted(producer, request(24, 1000)) == round(pooled * 1000)
+    assert predicted(producer, request(25, 1000, model="other")) is None
+
+
+def test_failures_and_empty_answers_teach_nothing() -> None:
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=1))
+    finish(producer, request(0, 100), 80, status=502)
+    finish(producer, request(1, 100), 0)
+    assert predicted(producer, request(2, 100)) is None
+    assert producer.stats_for("m") is None
+
+
+def test_the_mean_forgets_after_its_window() -> None:
+    mean = RunningMean()
+    for x in (10.0, 20.0, 30.0):
+        mean.add(x, window=4)
+    assert mean.value == pytest.approx(20.0)          # a plain mean within the window
+    for _ in range(60):
+        mean.add(100.0, window=4)
+    # from the window's 4th value on, each new one weighs 1/4: the gap shrinks by 3/4 each
+    assert mean.value == pytest.approx(100.0 - 80.0 * 0.75 ** 60)
+
+
+def test_tenants_are_bounded_least_recently_finished_first() -> None:
+    producer = OutputLengthProducer("output-length",
+                                    OutputLengthParams(min_samples=1, max_tenants=2))
+    finish(producer, request(0, 100, tenant="a"), 10)
+    finish(producer, request(1, 100, tenant="b"), 20)
+    finish(producer, request(2, 100, tenant="a"), 10)     # a is now the most recent
+    finish(producer, request(3, 100, tenant="c"), 30)
+    assert producer.stats_for("m", "b") is None
+    assert producer.stats_for("m", "a") is not None
+    assert producer.stats_for("m", "c") is not None
+
+
+def test_a_reloaded_engine_keeps_what_was_learnt() -> None:
+    old = OutputLengthProducer("output-length", OutputLengthParams(min_samples=1))
+    finish(old, request(0, 1000, tenant="t"), 250)
+    new = OutputLengthProducer("output-length", OutputLengthParams(min_samples=1))
+    new.inherit_state(old)
+    assert predicted(new, request(1, 1000, tenant="t")) == 250
+
+
+@pytest.mark.parametrize(("field", "value"), [("min_samples", 0), ("window", 0),
+                                              ("max_tenants", -1)])
+def test_bad_params_are_refused(field: str, value: int) -> None:
+    with pytest.raises(ParamError, match=field):
+        OutputLengthParams(**{field: value})
