@@ -92,8 +92,7 @@ class OutputStats:
             share = self.log_share_of_cap
             if share.count < min_samples:
                 return None
-            if share.value >= 0.0:       # every request used its whole cap
-                return max_tokens
+            # a share of 1 (ln 0.0) gives max_tokens exactly: exp(0.0) is 1.0
             return min(max_tokens, max(1, round(math.exp(share.value) * max_tokens)))
         tokens = self.log_uncapped_tokens
         if tokens.count < min_samples:
@@ -149,12 +148,6 @@ class OutputLengthProducer:
         else:
             self._by_tenant.move_to_end(key)
         stats.learn(request.max_tokens, tokens, window)
-
-    def stats_for(self, model: str, tenant: str | None = None) -> OutputStats | None:
-        """The learnt numbers of a model, or of a tenant's requests for it (for inspection)."""
-        if tenant is None:
-            return self._by_model.get(model)
-        return self._by_tenant.get((tenant, model))
 
     def inherit_state(self, previous: object) -> None:
         """Keep what the engine this one replaces has learnt (a hot reload)."""

@@ -107,7 +107,7 @@ def test_failures_and_empty_answers_teach_nothing() -> None:
     finish(producer, request(0, 100), 80, status=502)
     finish(producer, request(1, 100), 0)
     assert predicted(producer, request(2, 100)) is None
-    assert producer.stats_for("m") is None
+    assert predicted(producer, request(3, None)) is None
 
 
 def test_the_mean_forgets_after_its_window() -> None:
@@ -128,9 +128,11 @@ def test_tenants_are_bounded_least_recently_finished_first() -> None:
     finish(producer, request(1, 100, tenant="b"), 20)
     finish(producer, request(2, 100, tenant="a"), 10)     # a is now the most recent
     finish(producer, request(3, 100, tenant="c"), 30)
-    assert producer.stats_for("m", "b") is None
-    assert producer.stats_for("m", "a") is not None
-    assert producer.stats_for("m", "c") is not None
+    # b is forgotten: it gets the model's pooled share; a and c keep their own
+    pooled = round(geometric_mean(0.1, 0.2, 0.1, 0.3) * 100)
+    assert predicted(producer, request(4, 100, tenant="b")) == pooled != 20
+    assert predicted(producer, request(5, 100, tenant="a")) == 10
+    assert predicted(producer, request(6, 100, tenant="c")) == 30
 
 
 def test_a_reloaded_engine_keeps_what_was_learnt() -> None:
