@@ -389,6 +389,10 @@ class Director:
         cost = decision.attributes.get("estimated_cost_usd")
         self._metrics.record_outcome(outcome, attempt.worker_gpu, routing.tenant,
                                      cost if isinstance(cost, float) and status == 200 else None)
+        predicted = routing.predicted_output_tokens
+        if predicted is not None and status == 200:
+            self._metrics.record_output_prediction(decision.model, predicted,
+                                                   outcome.completion_tokens)
 
     def _outcome(self, routing: RoutingRequest, attempt: _Attempt, result: ProxyResult | None,
                  status: int) -> RequestOutcome:

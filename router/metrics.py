@@ -38,6 +38,8 @@ DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 
                     0.1)
 CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+# generated / predicted output tokens: 1 is exact, below 1 the prediction was too long
+PREDICTION_RATIO_BUCKETS = (0.0625, 0.125, 0.25, 0.5, 0.8, 1.25, 2.0, 4.0, 8.0, 16.0)
 # the ``model`` label of requests for a model no worker serves: the name is the client's
 # choice, so it never becomes a label value (one series per invented name)
 UNKNOWN_MODEL = "(unknown)"
@@ -173,6 +175,11 @@ class RouterMetrics:
         self.semantic_classify = Histogram("kvroute_semantic_classify_seconds",
                                            "Time to classify a request.",
                                            buckets=CLASSIFY_BUCKETS, registry=r)
+        self.output_prediction_ratio = loop(LoopHistogram(
+            "kvroute_output_tokens_predicted_ratio",
+            "Tokens generated over the output length the decision predicted (requests the "
+            "output-length producer predicted for): 1 is exact, below 1 predicted too long.",
+            ["model"], buckets=PREDICTION_RATIO_BUCKETS))
         self.winner_score = loop(LoopHistogram(
             "kvroute_decision_winner_score", "Each scorer's score (0..1) of the chosen worker.",
             ["profile", "scorer"], buckets=SCORE_BUCKETS))
@@ -201,6 +208,7 @@ class RouterMetrics:
         self._worker_children: dict[tuple[str, str], _WorkerSeries] = {}
         self._score_children: dict[tuple[str, str], HistogramCell] = {}
         self._prefix_children: dict[str, tuple[Counter, Counter]] = {}
+        self._prediction_children: dict[str, HistogramCell] = {}
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -272,6 +280,16 @@ class RouterMetrics:
             series.cached_tokens.inc(outcome.cached_tokens)
         if cost_usd:
             self.cost.labels(gpu, worker, self.tenants.label(tenant or "")).inc(cost_usd)
+
+    def record_output_prediction(self, model: str, predicted_tokens: int,
+                                 completion_tokens: int) -> None:
+        """A finished request the output-length producer had predicted for."""
+        if predicted_tokens < 1 or completion_tokens < 1:
+            return
+        child = self._prediction_children.get(model)
+        if child is None:
+            child = self._prediction_children[model] = self.output_prediction_ratio.labels(model)
+        child.observe(completion_tokens / predicted_tokens)
 
     def record_retry(self, worker: str, reason: str) -> None:
         self.retries.labels(worker, reason).inc()

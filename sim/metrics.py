@@ -44,6 +44,7 @@ class RequestRecord:
     preemptions: int = 0
     finished_s: float | None = None
     cost_usd: float = 0.0                # share of its worker's busy cost, by tokens computed
+    predicted_output_tokens: int | None = None   # the output-length producer's prediction
 
     @property
     def completed(self) -> bool:
@@ -147,6 +148,24 @@ def summarize(policy: str, records: Sequence[RequestRecord], usage: Sequence[Wor
         "prompt_tokens_per_worker": dict(sorted(prompt_by_worker.items())),
         "cached_tokens_per_worker": dict(sorted(cached_by_worker.items())),
         "worker_busy_s": {u.worker_id: u.busy_s for u in usage},
+        "output_prediction": output_prediction(done),
+    }
+
+
+def output_prediction(done: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """How the output-length predictions compared with what was generated: the ratio
+    generated / predicted over the completed requests that had a prediction (1 is exact,
+    below 1 predicted too long). None when no request had one."""
+    ratios = [r.output_tokens / r.predicted_output_tokens for r in done
+              if r.predicted_output_tokens and r.output_tokens > 0]
+    if not ratios:
+        return None
+    return {
+        "predicted": len(ratios),
+        "share_of_completed": len(ratios) / len(done),
+        "ratio_p10": _pct(ratios, 10), "ratio_p50": _pct(ratios, 50),
+        "ratio_p90": _pct(ratios, 90),
+        "within_2x": sum(1 for x in ratios if 0.5 <= x <= 2.0) / len(ratios),
     }
 
 

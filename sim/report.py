@@ -61,6 +61,22 @@ def markdown_table(entries: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def prediction_table(entries: Mapping[str, Mapping[str, Any]]) -> str:
+    """The output-length predictions of the policies that made any ("" when none did)."""
+    rows = [(name, entry["output_prediction"]) for name, entry in entries.items()
+            if entry.get("output_prediction")]
+    if not rows:
+        return ""
+    lines = ["| policy | requests predicted | generated / predicted p10 | p50 | p90 "
+             "| within 2 × |", "|---|---|---|---|---|---|"]
+    for name, p in rows:
+        lines.append(f"| {name} | {p['predicted']} ({p['share_of_completed']:.0%}) "
+                     f"| {p['ratio_p10']:.2f} | {p['ratio_p50']:.2f} | {p['ratio_p90']:.2f} "
+                     f"| {p['within_2x']:.0%} |")
+    return ("\nOutput-length predictions (`output-length` producer), over the completed "
+            "requests it predicted for:\n\n" + "\n".join(lines) + "\n")
+
+
 def _pooled_note(pooled: float | None) -> str:
     """The ceiling of one LRU cache the size of the fleet's KV (absent in older summaries)."""
     if pooled is None:
@@ -82,7 +98,8 @@ def write_summary(out_dir: Path, meta: Mapping[str, Any],
               f"{_pooled_note(trace.get('prefix_hit_ceiling_pooled'))}; "
               "SLO: TTFT ≤ max(0.5 s, 3 × idle-H100 "
               f"prefill) and TPOT ≤ {SLO_TPOT_S * 1000:.0f} ms.\n\n")
-    (out_dir / "summary.md").write_text(header + markdown_table(entries))
+    (out_dir / "summary.md").write_text(header + markdown_table(entries)
+                                        + prediction_table(entries))
     return path
 
 
@@ -91,7 +108,8 @@ def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:
     fields = ["index", "arrival_s", "worker_id", "prompt_tokens", "cached_tokens",
               "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions",
               "slo_ttft_s", "meets_slo", "cost_usd", "reject_reason", "reason",
-              "decided_by", "cached_here_tokens", "cached_anywhere_tokens"]
+              "decided_by", "cached_here_tokens", "cached_anywhere_tokens",
+              "predicted_output_tokens"]
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(fields)
@@ -101,7 +119,9 @@ def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:
                              _num(r.e2e_s), _num(r.queue_s), r.preemptions,
                              f"{r.slo_ttft_s:.4f}", int(r.meets_slo), f"{r.cost_usd:.6f}",
                              r.reject_reason or "", r.reason, r.decided_by,
-                             r.cached_here_tokens, r.cached_anywhere_tokens])
+                             r.cached_here_tokens, r.cached_anywhere_tokens,
+                             "" if r.predicted_output_tokens is None
+                             else r.predicted_output_tokens])
 
 
 def _num(value: float | None) -> str:

@@ -224,6 +224,7 @@ class Simulation:
         self._records.append(record)
         views = self.views(now)
         run_producers_sync(self._producers, routing, views)
+        record.predicted_output_tokens = routing.predicted_output_tokens
         decision = self.policy.decide(routing, views)
         if self._on_decision is not None:
             self._on_decision(DecisionPoint(now, routing, tuple(views), decision))

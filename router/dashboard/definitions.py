@@ -80,6 +80,14 @@ ROUTING = Dashboard(
             Query(f"histogram_quantile(0.99, sum by (le) (rate("
                   f"kvroute_decision_duration_seconds_bucket[{RI}])))", "p99")),
             unit="s", description="Time to run rules, filters, scorers and the picker."),
+        Panel("Output length: generated / predicted", tuple(
+            Query(_quantile(q, "kvroute_output_tokens_predicted_ratio", 'model=~"$model"',
+                            "model"), f"p{round(q * 100)} {{{{model}}}}")
+            for q in (0.1, 0.5, 0.9)), unit="short",
+            description="Tokens each answer generated over the length the output-length "
+                        "producer predicted when it was routed (1: exact; below 1: predicted "
+                        "too long, so the estimates were pessimistic). Only requests with a "
+                        "prediction count: none before min_samples have finished."),
         Panel("Retries/s by worker and reason", (Query(
             _rate("kvroute_retries_total", 'worker=~"$worker"', "worker, reason"),
             "{{worker}} {{reason}}"),), unit="reqps",

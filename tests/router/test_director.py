@@ -1,6 +1,7 @@
 """The director's own bookkeeping of a dispatched request, over real sockets against emulated
-workers: the decode tokens it counts in flight are the ones the worker will serve, and the
-usage a worker reports teaches the policy how long answers are."""
+workers: the decode tokens it counts in flight are the ones the worker will serve, the usage a
+worker reports teaches the policy how long answers are, and ``/metrics`` says how far the
+predictions were from the answers."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.router.gateway_support import MODEL, RouterFactory, fleet_data, subset
 from workers.emulator.process import EmulatorFleet, free_port
@@ -78,5 +80,38 @@ async def test_the_output_length_is_learnt_from_the_usage_workers_report(
                                 json={**body, "max_tokens": 500}) as resp:
             assert resp.status == 200
         attributes = (await last_decision(session))["attributes"]
+        ratios = await prediction_ratios(session, router.url)
     # each used 12 of its 1,000 tokens: 6 of this one's 500
     assert attributes["predicted_output_tokens"] == 6
+    # that one generated 12 of the 6 predicted: a ratio of 2.0, in the bucket le=2 and not
+    # in le=1.25; the capped-at-1,000 ones the producer predicted for (12 of 12) are all 1.0
+    exact = ratios["1.25"]
+    assert ratios["2.0"] == exact + 1 == ratios["count"]
+    assert ratios["sum"] == pytest.approx(exact * 1.0 + 2.0)
+
+
+async def prediction_ratios(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """``kvroute_output_tokens_predicted_ratio`` of the model (count, sum and the cumulative
+    buckets le=1.25 and le=2), once it holds an observation above 1.25 (the router records
+    an answer just after the client has it)."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        async with session.get(url + "/metrics") as resp:
+            text = await resp.text()
+        values = {"count": 0.0, "sum": 0.0, "1.25": 0.0, "2.0": 0.0}
+        for family in text_string_to_metric_families(text):
+            if family.name != "kvroute_output_tokens_predicted_ratio":
+                continue
+            for sample in family.samples:
+                if sample.labels.get("model") != MODEL:
+                    continue
+                if sample.name.endswith("_count"):
+                    values["count"] = sample.value
+                elif sample.name.endswith("_sum"):
+                    values["sum"] = sample.value
+                elif sample.labels.get("le") in values:
+                    values[sample.labels["le"]] = sample.value
+        if values["count"] > values["1.25"]:
+            return values
+        assert time.monotonic() < deadline, "the predicted answer was never recorded"
+        await asyncio.sleep(0.02)

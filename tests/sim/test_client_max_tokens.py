@@ -1,17 +1,22 @@
 """What simulated clients send as ``max_tokens``: the answers stay the trace's, only what
-the router is told changes, and kvroute learns the output length from finished requests."""
+the router is told changes, kvroute learns the output length from finished requests, and the
+outputs say how far its predictions were."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from policies.engine import PolicyEngine
 from policies.loader import load_routing
 from policies.peers.presets import routing_for
 from sim.client_max_tokens import ClientMaxTokens
+from sim.metrics import summarize
+from sim.report import write_requests_csv
 from sim.simulator import DecisionPoint, Simulation, SimulationSettings
 from sim.traces import Trace, load_trace
 from workers.fleet import FleetConfig, load_fleet
@@ -85,6 +90,30 @@ def test_kvroute_learns_the_output_length_clients_do_not_send(tmp_path: Path) ->
     assert all(5 <= p <= 40 for p in learnt), learnt
     assert all(p.request.expected_output_tokens == (p.request.predicted_output_tokens or 4096)
                for p in points)
+
+
+def test_the_summary_and_the_request_rows_say_how_far_predictions_were(tmp_path: Path) -> None:
+    fleet = load_fleet(ROOT / "config" / "fleets" / "bench-mixed.yaml")
+    engine = PolicyEngine.build(load_routing(ROOT / "config" / "routing.yaml"), fleet, seed=0)
+    settings = SimulationSettings(client_max_tokens=ClientMaxTokens.parse("none"))
+    points: list[DecisionPoint] = []
+    result = Simulation(_trace(tmp_path), fleet, engine, settings,
+                        on_decision=points.append).run()
+    predicted = [p.request.predicted_output_tokens for p in points]
+    assert [r.predicted_output_tokens for r in result.records] == predicted
+    pairs = [(r.output_tokens, r.predicted_output_tokens) for r in result.records
+             if r.predicted_output_tokens is not None]
+    assert pairs
+    summary = summarize("kvroute", result.records, result.usage, 0.0, 1.0)
+    ratios = sorted(out / pred for out, pred in pairs)
+    assert summary["output_prediction"]["predicted"] == len(pairs)
+    assert summary["output_prediction"]["ratio_p50"] == pytest.approx(
+        float(np.percentile(ratios, 50)))
+    csv_path = tmp_path / "requests.csv"
+    write_requests_csv(csv_path, result.records)
+    with csv_path.open() as fh:
+        column = [row["predicted_output_tokens"] for row in csv.DictReader(fh)]
+    assert column == ["" if p is None else str(p) for p in predicted]
 
 
 def test_clients_that_send_their_answers_length_change_nothing(tmp_path: Path) -> None:

@@ -72,3 +72,26 @@ def test_prefix_passed_over_is_split_by_deciding_term() -> None:
     assert entry["prefix_passed_over_by_term"] == {"load": 768 / 4000,
                                                    "slo-fallback": 128 / 4000}
     assert list(entry["prefix_passed_over_by_term"]) == ["load", "slo-fallback"]
+
+
+def test_output_prediction_compares_generated_with_predicted() -> None:
+    usage = [WorkerUsage("a", "H100", 3.6, busy_s=1.0)]
+    outputs_and_predictions = [(10, 10), (10, 40), (30, 10), (8, 10), (5, None)]
+    records = []
+    for i, (output, predicted) in enumerate(outputs_and_predictions):
+        record = _done(i, "a", ttft=0.1, tpot=0.02, finished=1.0, output=output)
+        record.predicted_output_tokens = predicted
+        records.append(record)
+    rejected = RequestRecord(index=9, arrival_s=0.0, prompt_tokens=10, output_tokens=7,
+                             slo_ttft_s=0.5, reject_reason="no candidate",
+                             predicted_output_tokens=7)
+    s = summarize("p", [*records, rejected], usage, prefix_ceiling=0.0, rate_scale=1.0)
+    prediction = s["output_prediction"]
+    # ratios generated / predicted of the completed requests with a prediction: 1, 0.25, 3, 0.8
+    assert prediction["predicted"] == 4
+    assert prediction["share_of_completed"] == pytest.approx(4 / 5)
+    assert prediction["ratio_p50"] == pytest.approx(0.9)
+    assert prediction["ratio_p10"] == pytest.approx(0.25 + 0.3 * (0.8 - 0.25))
+    assert prediction["ratio_p90"] == pytest.approx(1.0 + 0.7 * (3.0 - 1.0))
+    assert prediction["within_2x"] == pytest.approx(2 / 4)      # 1 and 0.8
+    assert summarize("p", records[4:], usage, 0.0, 1.0)["output_prediction"] is None

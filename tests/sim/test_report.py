@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.report import markdown_table, write_plots, write_summary
+from sim.report import markdown_table, prediction_table, write_plots, write_summary
 
 ENTRY = {"requests": 10, "rejected": 1, "ttft_p50": 0.1234, "ttft_p90": 0.5, "ttft_p99": 1.0,
          "tpot_p50": 0.0125, "tpot_p99": 0.05, "e2e_p50": 2.0, "e2e_p99": 3.0,
@@ -50,3 +50,17 @@ def test_the_header_names_the_pooled_cache_ceiling(tmp_path: Path) -> None:
     write_summary(tmp_path, meta, {"rr": ENTRY})
     assert ("infinite-cache prefix ceiling 30.0% (one LRU cache of the whole fleet's KV: "
             "12.5%);") in (tmp_path / "summary.md").read_text()
+
+
+def test_the_summary_shows_the_policies_output_length_predictions(tmp_path: Path) -> None:
+    predicted = {**ENTRY, "output_prediction": {
+        "predicted": 90, "share_of_completed": 0.9, "ratio_p10": 0.25, "ratio_p50": 1.04,
+        "ratio_p90": 3.5, "within_2x": 0.6}}
+    assert prediction_table({"rr": ENTRY}) == ""
+    meta = {"trace": {"name": "t", "requests": 10, "rate_scale": 1.0}, "fleet": {}}
+    write_summary(tmp_path, meta, {"rr": {**ENTRY, "output_prediction": None},
+                                   "kvroute": predicted})
+    lines = (tmp_path / "summary.md").read_text().splitlines()
+    assert lines[-1] == "| kvroute | 90 (90%) | 0.25 | 1.04 | 3.50 | 60% |"
+    # rr predicted nothing: its one row is the main table's
+    assert sum(line.startswith("| rr |") for line in lines) == 1
