@@ -67,6 +67,11 @@ def register(subparsers: Any) -> None:
                         help="emulator time scale (1 real time, 0.1 ten times faster)")
     replay.add_argument("--max-output-tokens", type=int, default=None,
                         help="cap each request's output length (default: the trace's)")
+    replay.add_argument("--client-max-tokens", default="exact", metavar="exact|none|N",
+                        help="what clients send as max_tokens: exact (the trace's length, with "
+                             "ignore_eos; default), none, or a cap N (raised to longer "
+                             "answers); other than exact, the answers keep the trace's "
+                             "lengths through min_tokens")
     replay.add_argument("--routing", type=Path, default=None,
                         help="kvroute routing file (default config/routing.yaml)")
     replay.add_argument("--launch", choices=("serve", "up"), default="serve",
@@ -145,11 +150,18 @@ def _replay(args: argparse.Namespace) -> int:
         print("kvroute bench replay: --limit and --rate-scale must be > 0, --time-scale >= 0, "
               "--repeat >= 1", file=sys.stderr)
         return 2
+    from sim.client_max_tokens import ClientMaxTokens
+    try:
+        client_max_tokens = ClientMaxTokens.parse(args.client_max_tokens)
+    except ValueError as exc:
+        print(f"kvroute bench replay: --client-max-tokens: {exc}", file=sys.stderr)
+        return 2
     config = ReplayConfig(trace=args.trace, targets=_targets(args.targets), fleet=args.fleet,
                           limit=args.limit, rate_scale=args.rate_scale,
                           time_scale=args.time_scale, max_output_tokens=args.max_output_tokens,
                           routing=args.routing, launch=args.launch,
-                          emulator_processes=args.emulator_processes, repeat=args.repeat)
+                          emulator_processes=args.emulator_processes, repeat=args.repeat,
+                          client_max_tokens=client_max_tokens)
     results = run_replay(config, _progress)
     from sim.traces import load_trace, prefix_ceiling
     ceiling = prefix_ceiling(load_trace(args.trace, limit=args.limit,

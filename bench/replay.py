@@ -4,18 +4,24 @@ For every target a fresh emulated fleet is started (so no router inherits anothe
 caches), the router is put in front of it (``kvroute serve`` with the fleet file; the peers
 with ``--policy cache_aware`` and the fleet's worker URLs), and the slice is sent open-loop at
 the trace's arrival times (divided by ``rate_scale``) as streamed ``/v1/completions`` with
-``ignore_eos``, so every request generates its trace output length. Prompts are the trace's
+``ignore_eos``, so every request generates its trace output length. With
+``client_max_tokens`` other than ``exact`` the clients send no ``max_tokens`` or a cap
+(``sim.client_max_tokens``) and ``min_tokens`` = length − 1 without ``ignore_eos``, to an
+emulated fleet whose own answers end at once (``output_len`` fixed at 1): the answers keep the
+trace's lengths, and the router is told only what such clients tell it. Those requests are
+chat completions (the prompt as one user message), since a completions request without
+``max_tokens`` gets 16 tokens from vLLM. Prompts are the trace's
 token ids (Mooncake ``hash_ids`` become deterministic blocks, ``sim.traces``) decoded to text
 with ``cl100k_base``, so every router sees the same text and equal prefixes stay equal.
 
 Client side: TTFT (first ``data:`` event), TPOT ((end − TTFT) / (output tokens − 1)) and
 end-to-end, divided by the emulator's ``time_scale`` to read in emulated seconds; SLO
 attainment as in ``sim.metrics`` (TTFT ≤ max(0.5 s, 3 × idle-H100 prefill), TPOT ≤ 50 ms).
-Worker side: the change of every worker's ``vllm:prefix_cache_hits`` / ``queries`` and
-``vllm:prompt_tokens`` counters over the run. Router side, for kvroute targets with a prefix
-plugin: the change of its ``kvroute_prefix_known_*`` counters, the cached prefix it believed
-the chosen workers and the best-placed candidates held, and the gap by deciding term
-(``bench.metrics_scrape``).
+Worker side: the change of every worker's ``vllm:prefix_cache_hits`` / ``queries``,
+``vllm:prompt_tokens`` and ``vllm:generation_tokens`` counters over the run. Router side,
+for kvroute targets with a prefix plugin: the change of its ``kvroute_prefix_known_*``
+counters, the cached prefix it believed the chosen workers and the best-placed candidates
+held, and the gap by deciding term (``bench.metrics_scrape``).
 
 With ``repeat`` > 1 the targets run again, round after round in the same order (A B A B),
 so that slow drifts of the machine fall on every target alike; ``bench.replay_rounds``
@@ -33,12 +39,13 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
 import orjson
+import yaml
 
 from bench.launch import Launched, LaunchError
 from bench.metrics_scrape import (
@@ -49,13 +56,15 @@ from bench.metrics_scrape import (
 )
 from bench.stats import percentile
 from bench.targets import Skipped, TargetContext, plan_target
+from sim.client_max_tokens import EXACT, ClientMaxTokens
 from workers.fleet import FleetConfig, load_fleet
 
 Progress = Callable[[str], None]
 Launch = Literal["serve", "up"]
 EmulatorProcesses = Literal["one", "each"]     # one process hosts every worker, or one each
 LAUNCHES: tuple[Launch, ...] = ("serve", "up")
-COUNTERS = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:prompt_tokens")
+COUNTERS = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:prompt_tokens",
+            "vllm:generation_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,7 @@ class ReplayConfig:
     launch: Launch = "serve"
     emulator_processes: EmulatorProcesses = "one"
     repeat: int = 1       # rounds: every target once per round, in the given order
+    client_max_tokens: ClientMaxTokens = EXACT     # what the clients send as max_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +109,7 @@ class ReplayResult:
     e2e_p99_s: float | None = None
     slo_attainment: float | None = None
     prefix_hit_rate: float | None = None
+    generated_tokens: int = 0            # the workers' own count over the run
     # a kvroute router's own belief (``kvroute_prefix_known_*``): the cached prefix of the
     # chosen workers and of the best-placed candidates, over the prompt tokens looked up
     router_known_chosen_share: float | None = None
@@ -142,18 +153,50 @@ def scrape_counters(urls: Mapping[str, str]) -> dict[str, dict[str, float]]:
     return result
 
 
-async def _send(session: aiohttp.ClientSession, url: str, model: str, request: ReplayRequest,
-                start: float, headers: Mapping[str, str]) -> tuple[float | None, float, str | None]:
+def request_body(model: str, request: ReplayRequest,
+                 client_max_tokens: ClientMaxTokens) -> dict[str, Any]:
+    """What a client sends for one replayed request (to ``request_path``). Exact: a completion
+    whose ``max_tokens`` is the trace's length, with ``ignore_eos``. Otherwise a chat
+    completion with the client's ``max_tokens`` (none, or a cap) and ``min_tokens`` = length
+    − 1: on a fleet whose answers end at once (``answers_end_at_once``) EOS then comes as the
+    length-th token."""
+    if client_max_tokens.mode == "exact":
+        return {"model": model, "prompt": request.prompt, "stream": True,
+                "max_tokens": request.output_tokens, "ignore_eos": True}
+    body: dict[str, Any] = {"model": model, "stream": True,
+                            "messages": [{"role": "user", "content": request.prompt}]}
+    max_tokens = client_max_tokens.for_output(request.output_tokens)
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return {**body, "min_tokens": request.output_tokens - 1}
+
+
+def request_path(client_max_tokens: ClientMaxTokens) -> str:
+    return "/v1/completions" if client_max_tokens.mode == "exact" else "/v1/chat/completions"
+
+
+def answers_end_at_once(fleet_text: str) -> str:
+    """The fleet file with every emulated worker's own answer length fixed at 1 token, so
+    that a request's ``min_tokens`` alone sets how long its answer is."""
+    data = yaml.safe_load(fleet_text)
+    for worker in data.get("workers") or []:
+        worker["emulate"] = {**(worker.get("emulate") or {}),
+                             "output_len": {"dist": "fixed", "value": 1}}
+    return str(yaml.safe_dump(data, sort_keys=False))
+
+
+async def _send(session: aiohttp.ClientSession, url: str, body: Mapping[str, Any],
+                request: ReplayRequest, start: float,
+                headers: Mapping[str, str]) -> tuple[float | None, float, str | None]:
     delay = start + request.at_s - time.perf_counter()
     if delay > 0:
         await asyncio.sleep(delay)
-    body = orjson.dumps({"model": model, "prompt": request.prompt, "stream": True,
-                         "max_tokens": request.output_tokens, "ignore_eos": True})
+    payload = orjson.dumps(body)
     sent = time.perf_counter()
     ttft: float | None = None
     done = False
     try:
-        async with session.post(url, data=body, headers=dict(headers)) as response:
+        async with session.post(url, data=payload, headers=dict(headers)) as response:
             async for chunk in response.content.iter_any():
                 if ttft is None and b"data:" in chunk:
                     ttft = time.perf_counter() - sent
@@ -166,13 +209,15 @@ async def _send(session: aiohttp.ClientSession, url: str, model: str, request: R
 
 async def _drive(url: str, model: str, requests: Sequence[ReplayRequest],
                  headers: Mapping[str, str], progress: Progress,
+                 client_max_tokens: ClientMaxTokens = EXACT,
                  every_s: float = 10.0) -> list[tuple[float | None, float, str | None]]:
     timeout = aiohttp.ClientTimeout(total=3600, sock_read=120)
     connector = aiohttp.TCPConnector(limit=0)
     finished = [0]
 
     async def tracked(request: ReplayRequest) -> tuple[float | None, float, str | None]:
-        outcome = await _send(session, url, model, request, start, headers)
+        outcome = await _send(session, url, request_body(model, request, client_max_tokens),
+                              request, start, headers)
         finished[0] += 1
         return outcome
 
@@ -230,6 +275,7 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
         e2e_p99_s=r(percentile(e2es, 99)),
         slo_attainment=round(met / len(requests), 4) if requests else None,
         prefix_hit_rate=round(hits / queries, 4) if queries else None,
+        generated_tokens=round(sum(d["vllm:generation_tokens"] for d in delta.values())),
         router_known_chosen_share=known.chosen if known else None,
         router_known_best_share=known.best if known else None,
         router_passed_over_by_term=known.passed_over_by_term if known else {},
@@ -289,8 +335,9 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
             progress(f"{name}: replaying {len(requests)} requests over "
                      f"{requests[-1].at_s if requests else 0:.1f}s")
             started = time.perf_counter()
-            outcomes = asyncio.run(_drive(f"{plan.base_url}/v1/completions", model, requests,
-                                          plan.headers, progress))
+            path = request_path(config.client_max_tokens)
+            outcomes = asyncio.run(_drive(f"{plan.base_url}{path}", model, requests,
+                                          plan.headers, progress, config.client_max_tokens))
             wall = time.perf_counter() - started
             after = scrape_counters(urls)
             router_after = scrape_router_prefix(router_metrics, plan.headers)
@@ -319,6 +366,13 @@ def run_replay(config: ReplayConfig, progress: Progress) -> list[ReplayResult]:
     rounds = max(1, config.repeat)
     results: list[ReplayResult] = []
     with tempfile.TemporaryDirectory(prefix="kvroute-replay-") as tmp:
+        if config.client_max_tokens.mode != "exact":
+            emulated = Path(tmp) / config.fleet.name
+            emulated.write_text(answers_end_at_once(config.fleet.read_text()))
+            config = replace(config, fleet=emulated)
+            fleet = load_fleet(emulated)
+            progress(f"clients send max_tokens {config.client_max_tokens.label()} and "
+                     "min_tokens; the emulated answers end at once otherwise")
         for number in range(1, rounds + 1):
             if rounds > 1:
                 progress(f"round {number} of {rounds}")

@@ -75,7 +75,8 @@ def write_replay(out_dir: Path, config: ReplayConfig, results: Sequence[ReplayRe
                    "max_output_tokens": config.max_output_tokens,
                    "routing": None if config.routing is None else str(config.routing),
                    "launch": config.launch, "emulator_processes": config.emulator_processes,
-                   "repeat": config.repeat},
+                   "repeat": config.repeat,
+                   "client_max_tokens": config.client_max_tokens.label()},
         "trace_prefix_ceiling": prefix_ceiling,
         "results": [r.to_json() for r in results]}
     if rounds(results) > 1:

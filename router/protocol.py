@@ -4,6 +4,8 @@ Only the fields the router needs are checked (model, messages/prompt/input, max_
 stream, stream_options, user); everything else travels to the worker untouched. Errors name
 the field the way OpenAI does (``param``) so clients can show them. An embeddings request is
 routed as one prefill with a single output step (``max_tokens`` 1), never streamed. A
+completions request without ``max_tokens`` is routed as the 16 tokens vLLM gives it
+(``CompletionRequest``'s default); a chat one without it may run to the context window. A
 Responses API request is routed as its chat turn; it gets a ``request_id`` (vLLM's response
 id) when it has none, so the router knows which worker makes which response.
 """
@@ -24,6 +26,7 @@ from router.errors import InvalidRequest
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16     # vLLM's CompletionRequest.max_tokens default
 EMBEDDINGS_PATH = "/v1/embeddings"
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"          # Anthropic's Messages API
@@ -102,6 +105,8 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         else:
             prompt = _check_prompt(data.get("prompt"))
         max_tokens = _check_max_tokens(data)
+        if max_tokens is None and path == COMPLETIONS_PATH:
+            max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         stream = _check_bool(data, "stream")
         wants_usage = _check_stream_options(data.get("stream_options"))
     user = data.get("user")

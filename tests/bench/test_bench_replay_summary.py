@@ -7,8 +7,9 @@ from bench.replay import COUNTERS, ReplayConfig, ReplayRequest, summarize
 from bench.replay_report import markdown_table, write_replay
 
 
-def _counters(hits: float, queries: float, prompt: float) -> dict[str, float]:
-    return dict(zip(COUNTERS, (hits, queries, prompt), strict=True))
+def _counters(hits: float, queries: float, prompt: float,
+              generated: float = 0.0) -> dict[str, float]:
+    return dict(zip(COUNTERS, (hits, queries, prompt, generated), strict=True))
 
 
 def test_summary_in_emulated_seconds_with_slo_and_worker_hits() -> None:
@@ -21,8 +22,8 @@ def test_summary_in_emulated_seconds_with_slo_and_worker_hits() -> None:
                 (0.3, 0.35, None),       # ttft 0.6 > 0.5 → misses
                 (0.05, 0.05, None),      # one output token: TTFT only → meets
                 (None, 1.0, "HTTP 500")]
-    before = {"w0": _counters(0, 0, 0), "w1": _counters(10, 100, 100)}
-    after = {"w0": _counters(30, 100, 300), "w1": _counters(40, 200, 200)}
+    before = {"w0": _counters(0, 0, 0), "w1": _counters(10, 100, 100, 5)}
+    after = {"w0": _counters(30, 100, 300, 12), "w1": _counters(40, 200, 200, 27)}
     result = summarize("kvroute", requests, outcomes, 0.5, before, after, wall_s=2.04)
     assert (result.requests, result.completed, result.errors) == (4, 3, 1)
     assert result.first_error == "HTTP 500"
@@ -31,6 +32,7 @@ def test_summary_in_emulated_seconds_with_slo_and_worker_hits() -> None:
     assert result.slo_attainment == 0.5                      # 2 of 4 sent
     assert result.prefix_hit_rate == 0.3                     # (30 + 30) / (100 + 100)
     assert result.prompt_token_share == {"w0": 0.75, "w1": 0.25}
+    assert result.generated_tokens == 12 + 22
     assert result.wall_s == 2.0
     assert (result.router_known_chosen_share, result.router_known_best_share) == (None, None)
 

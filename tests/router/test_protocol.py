@@ -45,6 +45,13 @@ def test_max_completion_tokens_preferred() -> None:
     assert r.max_tokens == 5
 
 
+def test_a_completion_without_max_tokens_is_routed_as_vllms_16_tokens() -> None:
+    assert parse({"model": MODEL, "prompt": "x"}, COMPLETIONS_PATH).routing.max_tokens == 16
+    assert parse({"model": MODEL, "prompt": "x", "max_tokens": 300},
+                 COMPLETIONS_PATH).routing.max_tokens == 300
+    assert parse(CHAT).routing.max_tokens is None           # chat: up to the window
+
+
 @pytest.mark.parametrize("prompt", ["hello", ["a", "b"], [1, 2, 3], [[1, 2], [3]]],
                          ids=["string", "list of strings", "token ids", "lists of token ids"])
 def test_completion_prompts_accepted(prompt: object) -> None:

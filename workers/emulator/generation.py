@@ -79,6 +79,7 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
     check_serving(worker)
     prompts, texts = await tokenize_body(worker, body)
     max_tokens = check_lengths(worker, prompts, body.max_tokens)
+    check_min_tokens(body.min_tokens, max_tokens)
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
     header = ResponseHeader(id=worker.new_request_id(prefix, request), created=int(time.time()),
                             model=model, fingerprint=worker.fingerprint)
@@ -180,6 +181,16 @@ def check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int 
     return room if requested is None else min(requested, room)
 
 
+def check_min_tokens(min_tokens: int, max_tokens: int) -> None:
+    """vLLM's ``SamplingParams`` checks of ``min_tokens``, against the effective max_tokens."""
+    if min_tokens < 0:
+        raise bad_request(f"min_tokens must be greater than or equal to 0, got {min_tokens}.",
+                          "min_tokens")
+    if min_tokens > max_tokens:
+        raise bad_request(f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
+                          f"got {min_tokens}.", "min_tokens")
+
+
 def admit(worker: WorkerState, response_id: str, body: GenerationBody,
            prompts: list[list[int]], texts: list[str], max_tokens: int,
            lora_name: str | None) -> Admitted:
@@ -193,7 +204,7 @@ def admit(worker: WorkerState, response_id: str, body: GenerationBody,
         worker.metrics.observe_admitted(body.n, max_tokens)
         for i in range(body.n):
             plan = plan_output(worker.rng, cfg.output_len, max_tokens, body.ignore_eos,
-                               tok.output_vocabulary, tok.eos_token_id)
+                               tok.output_vocabulary, tok.eos_token_id, body.min_tokens)
             request_id = _choice_id(response_id, p, i)
             by_request[request_id] = ChoiceState(index=p * body.n + i, prompt_index=p)
             runner.submit(EngineRequest(

@@ -36,6 +36,7 @@ class GenerationBody:
     continuous_usage: bool
     cache_salt: str | None
     echo: bool
+    min_tokens: int = 0      # tokens generated before EOS may end the answer (vLLM's)
 
 
 async def read_json_body(request: web.Request) -> Mapping[str, Any]:
@@ -96,6 +97,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         include_usage=so.boolean("include_usage", False),
         continuous_usage=so.boolean("continuous_usage_stats", False),
         cache_salt=f.opt_str("cache_salt"), echo=f.boolean("echo", False),
+        min_tokens=f.opt_int("min_tokens", default=0) or 0,
     )
 
 

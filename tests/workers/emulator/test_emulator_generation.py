@@ -73,6 +73,27 @@ def test_output_length_distribution_and_eos(client: openai.OpenAI) -> None:
     assert capped.usage is not None and capped.usage.completion_tokens == 3
 
 
+def test_min_tokens_holds_eos_back_as_vllm_does(client: openai.OpenAI) -> None:
+    # the fixed draw is 5; min_tokens 11 holds EOS back to the 12th token
+    held = client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=100,
+                                     extra_body={"min_tokens": 11})
+    assert held.choices[0].finish_reason == "stop"
+    assert held.usage is not None and held.usage.completion_tokens == 12
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}],
+        extra_body={"min_tokens": 2})                   # no max_tokens: the room left
+    assert chat.usage is not None and chat.usage.completion_tokens == 5
+    for body, message in (
+            ({"max_tokens": 4, "min_tokens": 5},
+             "min_tokens must be less than or equal to max_tokens=4, got 5."),
+            ({"max_tokens": 4, "min_tokens": -1},
+             "min_tokens must be greater than or equal to 0, got -1.")):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(model=MODEL, prompt="Once", extra_body=body)
+        assert refused.value.status_code == 400
+        assert message in str(refused.value)
+
+
 def test_max_completion_tokens_wins_over_max_tokens(client: openai.OpenAI) -> None:
     resp = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "x"}], max_completion_tokens=2,

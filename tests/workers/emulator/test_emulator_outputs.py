@@ -1,4 +1,5 @@
-"""Output plans: exact lengths with ignore_eos, EOS endings below max_tokens."""
+"""Output plans: exact lengths with ignore_eos, EOS endings below max_tokens and not before
+min_tokens."""
 
 from __future__ import annotations
 
@@ -30,6 +31,22 @@ def test_long_draw_is_capped_by_max_tokens() -> None:
                        VOCAB, EOS)
     assert len(plan.token_ids) == 10 and plan.finish_reason == "length"
     assert EOS not in plan.token_ids
+
+
+def test_min_tokens_keeps_eos_away_until_that_many_were_generated() -> None:
+    one = OutputLengthConfig(dist="fixed", value=1)
+    # 6 tokens before EOS may come: EOS is the 7th
+    plan = plan_output(random.Random(1), one, 100, False, VOCAB, EOS, min_tokens=6)
+    assert len(plan.token_ids) == 7 and plan.finish_reason == "stop"
+    assert plan.token_ids[-1] == EOS and EOS not in plan.token_ids[:-1]
+    # a longer draw is kept; max_tokens still cuts
+    longer = plan_output(random.Random(1), OutputLengthConfig(dist="fixed", value=20), 100,
+                         False, VOCAB, EOS, min_tokens=6)
+    assert len(longer.token_ids) == 20
+    capped = plan_output(random.Random(1), one, 6, False, VOCAB, EOS, min_tokens=6)
+    assert len(capped.token_ids) == 6 and capped.finish_reason == "length"
+    assert len(plan_output(random.Random(1), one, 9, False, VOCAB, EOS, min_tokens=0)
+               .token_ids) == 1
 
 
 def test_tokens_follow_the_vocabulary_cyclically() -> None:
