@@ -13,9 +13,14 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.router.gateway_support import MODEL, RouterFactory, fleet_data, subset
+from tests.router.gateway_support import (
+    MODEL,
+    RouterFactory,
+    RouterHandle,
+    fleet_data,
+    subset,
+)
 from workers.emulator.process import EmulatorFleet, free_port
 from workers.fleet import FleetConfig, load_fleet
 
@@ -80,7 +85,7 @@ async def test_the_output_length_is_learnt_from_the_usage_workers_report(
                                 json={**body, "max_tokens": 500}) as resp:
             assert resp.status == 200
         attributes = (await last_decision(session))["attributes"]
-        ratios = await prediction_ratios(session, router.url)
+        ratios = await prediction_ratios(router)
     # each used 12 of its 1,000 tokens: 6 of this one's 500
     assert attributes["predicted_output_tokens"] == 6
     # that one generated 12 of the 6 predicted: a ratio of 2.0, in the bucket le=2 and not
@@ -90,27 +95,17 @@ async def test_the_output_length_is_learnt_from_the_usage_workers_report(
     assert ratios["sum"] == pytest.approx(exact * 1.0 + 2.0)
 
 
-async def prediction_ratios(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+async def prediction_ratios(router: RouterHandle) -> dict[str, float]:
     """``kvroute_output_tokens_predicted_ratio`` of the model (count, sum and the cumulative
     buckets le=1.25 and le=2), once it holds an observation above 1.25 (the router records
     an answer just after the client has it)."""
+    name = "kvroute_output_tokens_predicted_ratio"
     deadline = time.monotonic() + 5.0
     while True:
-        async with session.get(url + "/metrics") as resp:
-            text = await resp.text()
-        values = {"count": 0.0, "sum": 0.0, "1.25": 0.0, "2.0": 0.0}
-        for family in text_string_to_metric_families(text):
-            if family.name != "kvroute_output_tokens_predicted_ratio":
-                continue
-            for sample in family.samples:
-                if sample.labels.get("model") != MODEL:
-                    continue
-                if sample.name.endswith("_count"):
-                    values["count"] = sample.value
-                elif sample.name.endswith("_sum"):
-                    values["sum"] = sample.value
-                elif sample.labels.get("le") in values:
-                    values[sample.labels["le"]] = sample.value
+        values = {"count": router.metric(f"{name}_count", model=MODEL),
+                  "sum": router.metric(f"{name}_sum", model=MODEL),
+                  **{le: router.metric(f"{name}_bucket", model=MODEL, le=le)
+                     for le in ("1.25", "2.0")}}
         if values["count"] > values["1.25"]:
             return values
         assert time.monotonic() < deadline, "the predicted answer was never recorded"
