@@ -19,56 +19,24 @@ the new incumbent. An incumbent whose slack is already spent (a stall the guard 
 avoid) refuses any further stall, but not a prefill that starts after its decode ends.
 Windows are estimates (arrival + estimated TTFT, then estimated TPOT per token), so an
 incumbent is forgotten at its estimated end or when it completes, whichever comes first;
-memory is bounded by the requests in flight.
+memory is bounded by the requests in flight. A worker's incumbents are kept in the layout
+that is cheapest for their count (``policies.latency.incumbents``): a busy worker decodes
+hundreds of requests, and every request routed there stalls each of them.
 """
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 
 from policies.latency.estimator import Estimate
-
-
-@dataclass(slots=True)
-class Incumbent:
-    request_id: str
-    start_s: float        # estimated first token
-    end_s: float          # estimated last token
-    tpot_s: float         # estimated seconds per output token
-    slack_s: float        # decode time it may still lose and meet the TPOT objective
-
-
-@dataclass(slots=True)
-class _Incumbents:
-    """One worker's incumbents, with the bounds that answer most ``fits`` at once."""
-
-    members: list[Incumbent] = field(default_factory=list)   # least slack first
-    least_slack_s: float = math.inf     # no stall up to this breaks a member
-    last_end_s: float = -math.inf       # a prefill starting after this stalls none
-    # members whose slack is spent (<= 0) are broken by any stall at all, that is by any
-    # prefill starting before their last token: the latest of those tokens answers for all
-    # of them, and only the others (``unspent``, least slack first) need a look one by one
-    spent_last_end_s: float = -math.inf
-    unspent: list[Incumbent] = field(default_factory=list)
-
-    def refresh(self) -> None:
-        members = self.members
-        members.sort(key=_slack)
-        if not members:
-            self.least_slack_s = math.inf
-            self.last_end_s = self.spent_last_end_s = -math.inf
-            self.unspent = []
-            return
-        self.least_slack_s = members[0].slack_s
-        self.last_end_s = max(map(_end, members))
-        # least slack first, so the spent members (slack <= 0) are the leading ones
-        spent = bisect_right(members, 0.0, key=_slack)
-        self.spent_last_end_s = max(map(_end, members[:spent]), default=-math.inf)
-        self.unspent = members[spent:]
+from policies.latency.incumbents import (
+    Incumbent,
+    Incumbents,
+    ListedIncumbents,
+    prefill_start,
+    resized,
+)
 
 
 @dataclass(slots=True)
@@ -76,7 +44,7 @@ class DecodeGuard:
     """Per worker, the incumbents still decoding (see the module docstring)."""
 
     tpot_objective_s: float
-    _by_worker: dict[str, _Incumbents] = field(default_factory=dict)
+    _by_worker: dict[str, Incumbents] = field(default_factory=dict)
     _worker_of: dict[str, str] = field(default_factory=dict)
 
     def fits(self, worker_id: str, now: float, estimate: Estimate) -> bool:
@@ -100,18 +68,18 @@ class DecodeGuard:
         slack and make it one of them."""
         incumbents = self._by_worker.get(worker_id)
         if incumbents is None:
-            incumbents = self._by_worker[worker_id] = _Incumbents()
-        members = incumbents.members
-        if members:
-            members = incumbents.members = self._stalled(members, now, estimate)
+            incumbents = ListedIncumbents()
         intervals = max(0, output_tokens - 1)
+        new = None
         if intervals > 0:
             start = now + estimate.ttft_s
-            members.append(Incumbent(
-                request_id, start, start + intervals * estimate.tpot_s, estimate.tpot_s,
-                (self.tpot_objective_s - estimate.tpot_s) * intervals))
+            new = Incumbent(request_id, start, start + intervals * estimate.tpot_s,
+                            estimate.tpot_s,
+                            (self.tpot_objective_s - estimate.tpot_s) * intervals)
+        incumbents.admit(now, estimate, new, self._worker_of.pop)
+        if new is not None:
             self._worker_of[request_id] = worker_id
-        incumbents.refresh()
+        self._by_worker[worker_id] = resized(incumbents)
 
     def complete(self, request_id: str) -> None:
         worker_id = self._worker_of.pop(request_id, None)
@@ -119,82 +87,32 @@ class DecodeGuard:
             return
         incumbents = self._by_worker.get(worker_id)
         if incumbents is not None:
-            incumbents.members[:] = [i for i in incumbents.members
-                                     if i.request_id != request_id]
-            incumbents.refresh()
+            incumbents.remove(request_id)
+            self._by_worker[worker_id] = resized(incumbents)
 
     def incumbents(self, worker_id: str) -> int:
         incumbents = self._by_worker.get(worker_id)
-        return len(incumbents.members) if incumbents is not None else 0
+        return incumbents.count if incumbents is not None else 0
+
+    def members(self, worker_id: str) -> list[Incumbent]:
+        """A worker's incumbents, least slack first (copies, for inspection)."""
+        incumbents = self._by_worker.get(worker_id)
+        return incumbents.members() if incumbents is not None else []
 
     def tracked(self) -> int:
         """Requests held in all (bounded by the requests in flight)."""
         return len(self._worker_of)
 
-    def _stalled(self, members: list[Incumbent], now: float,
-                 estimate: Estimate) -> list[Incumbent]:
-        """The members still decoding at ``now`` (by their estimates; the others are
-        forgotten), each stalled by ``estimate``'s prefill as ``_stall`` prices it: its slack
-        spent and its last token pushed back. One pass, ``_stall`` inlined: a busy worker
-        holds hundreds of incumbents, and every request routed there visits each."""
-        forget = self._worker_of.pop
-        kept: list[Incumbent] = []
-        keep = kept.append
-        prefill = estimate.prefill_s
-        steps = estimate.prefill_steps
-        wait = estimate.ttft_s - prefill
-        starts = now + (wait if wait > 0.0 else 0.0)
-        for incumbent in members:
-            end = incumbent.end_s
-            if end <= now:                     # done by its estimate
-                forget(incumbent.request_id, None)
-                continue
-            keep(incumbent)
-            if starts >= end or prefill <= 0.0:
-                continue
-            tpot = incumbent.tpot_s
-            if tpot > 0:
-                begin = incumbent.start_s
-                left = (end - (starts if starts > begin else begin)) / tpot
-                stall = prefill if left >= steps else prefill * (left / steps)
-            else:
-                stall = prefill
-            incumbent.slack_s -= stall
-            incumbent.end_s = end + stall
-        return kept
 
-
-_slack = attrgetter("slack_s")
-_end = attrgetter("end_s")
-
-
-def _spares(incumbents: _Incumbents, now: float, estimate: Estimate) -> bool:
+def _spares(incumbents: Incumbents, now: float, estimate: Estimate) -> bool:
     """``fits`` on one worker's incumbents."""
     prefill = estimate.prefill_s
     # no stall exceeds the prefill itself: most answers need no look at the members
     if prefill <= incumbents.least_slack_s:
         return True
-    wait = estimate.ttft_s - prefill
-    starts = now + wait if wait > 0.0 else now
+    starts = prefill_start(now, estimate)
     if starts >= incumbents.last_end_s:      # it starts after the last decode ends
         return True
     if starts < incumbents.spent_last_end_s and prefill > 0.0:   # it stalls a spent one
         return False
-    for incumbent in incumbents.unspent:      # least slack first
-        slack = incumbent.slack_s
-        if slack >= prefill:      # neither it nor any after it can be broken
-            return True
-        stall = _stall(incumbent, starts, estimate)
-        if stall > 0.0 and stall > slack:
-            return False
-    return True
-
-
-def _stall(incumbent: Incumbent, starts: float, estimate: Estimate) -> float:
-    """Decode time ``incumbent`` loses to a prefill that starts at ``starts``."""
-    if starts >= incumbent.end_s or estimate.prefill_s <= 0.0:
-        return 0.0
-    left = (incumbent.end_s - max(starts, incumbent.start_s)) / incumbent.tpot_s \
-        if incumbent.tpot_s > 0 else float(estimate.prefill_steps)
-    steps = estimate.prefill_steps
-    return estimate.prefill_s * (1.0 if left >= steps else left / steps)
+    return not incumbents.unspent_broken(starts, estimate)

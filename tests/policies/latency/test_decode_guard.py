@@ -6,8 +6,26 @@ import math
 
 import pytest
 
+from policies.latency import incumbents as layouts
 from policies.latency.decode_guard import DecodeGuard
 from policies.latency.estimator import Estimate
+from policies.latency.incumbents import Incumbent, stall_of
+
+# the thresholds of each layout: lists only, arrays only (every check at risk vectorised),
+# and a worker moving between the two every few admissions
+LAYOUTS = {"listed": (10**9, 0, 16), "arrays": (0, 0, 0), "switching": (70, 50, 2)}
+
+
+@pytest.fixture(params=sorted(LAYOUTS))
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    arrays_from, lists_below, walked = LAYOUTS[request.param]
+    monkeypatch.setattr(layouts, "ARRAYS_FROM", arrays_from)
+    monkeypatch.setattr(layouts, "LISTS_BELOW", lists_below)
+    monkeypatch.setattr(layouts, "WALKED_ONE_BY_ONE", walked)
+    return str(request.param)
+
+
+pytestmark = pytest.mark.usefixtures("layout")
 
 
 def estimate(ttft: float, tpot: float, prefill: float, steps: int = 1) -> Estimate:
@@ -97,13 +115,9 @@ def test_requests_forgotten_by_their_estimated_end_are_not_kept_for_completion()
 
 def _breaks_someone(guard: DecodeGuard, worker_id: str, now: float, new: Estimate) -> bool:
     """The definition ``fits`` answers: some incumbent loses more than its slack."""
-    from policies.latency.decode_guard import _stall
-
-    incumbents = guard._by_worker.get(worker_id)
     starts = now + max(0.0, new.ttft_s - new.prefill_s)
-    return incumbents is not None and any(
-        (stall := _stall(i, starts, new)) > 0.0 and stall > i.slack_s
-        for i in incumbents.members)
+    return any((stall := stall_of(i, starts, new)) > 0.0 and stall > i.slack_s
+               for i in guard.members(worker_id))
 
 
 def test_fits_and_fitting_agree_with_the_definition_under_random_traffic() -> None:
@@ -135,20 +149,22 @@ def test_fits_and_fitting_agree_with_the_definition_under_random_traffic() -> No
 
 
 
-def test_admit_and_complete_keep_the_incumbents_the_definition_gives() -> None:
-    """Under random traffic (ids reused on one worker included) the incumbents are those a
-    plain model keeps: on each admission the ones past their end are dropped and every
-    other is stalled by ``_stall``; a completion drops every member of that id."""
+def test_admit_and_complete_keep_the_incumbents_the_definition_gives(layout: str) -> None:
+    """Under random traffic in waves (ids reused on one worker included) the incumbents are
+    those a plain model keeps: on each admission the ones past their end are dropped and
+    every other is stalled by ``stall_of``; a completion drops every member of that id. To
+    the bit, in either layout and moving between them."""
     import random
-
-    from policies.latency.decode_guard import Incumbent, _stall
 
     rng = random.Random(11)
     guard = DecodeGuard(tpot_objective_s=0.05)
     model: list[tuple[str, Incumbent]] = []      # (worker, a copy of its incumbent)
     now = 0.0
+    kinds: dict[str, str] = {}
+    moves: set[tuple[str, str]] = set()
     for n in range(2000):
-        now += rng.expovariate(30.0)
+        # a quiet minute every 400 admissions: the workers' incumbents run out
+        now += rng.expovariate(30.0) + (60.0 if n % 400 == 399 else 0.0)
         new = estimate(ttft=rng.uniform(0.0, 1.0), tpot=rng.uniform(0.0, 0.06),
                        prefill=rng.choice((0.0, rng.uniform(0.0, 0.5))),
                        steps=rng.randint(1, 5))
@@ -160,7 +176,7 @@ def test_admit_and_complete_keep_the_incumbents_the_definition_gives() -> None:
         model = [(w, i) for w, i in model if w != worker or i.end_s > now]
         for w, incumbent in model:
             if w == worker:
-                stall = _stall(incumbent, starts, new)
+                stall = stall_of(incumbent, starts, new)
                 incumbent.slack_s -= stall
                 incumbent.end_s += stall
         if tokens > 1:
@@ -175,13 +191,22 @@ def test_admit_and_complete_keep_the_incumbents_the_definition_gives() -> None:
             model = [(w, i) for w, i in model if not (i.request_id == done and w == owner)]
         for w in "ab":
             held = guard._by_worker.get(w)
-            members = held.members if held is not None else []
+            members = guard.members(w)
             assert sorted((i.request_id, i.end_s, i.slack_s) for i in members) == sorted(
                 (i.request_id, i.end_s, i.slack_s) for m, i in model if m == w), (n, w)
+            slacks = [i.slack_s for i in members]
+            assert slacks == sorted(slacks)          # least slack first
             if held is not None and members:
-                assert held.least_slack_s == min(i.slack_s for i in members)
+                assert held.least_slack_s == min(slacks)
                 assert held.last_end_s == max(i.end_s for i in members)
                 assert held.spent_last_end_s == max(
                     (i.end_s for i in members if i.slack_s <= 0.0), default=-math.inf)
-                assert [i.request_id for i in held.unspent] == [
-                    i.request_id for i in members if i.slack_s > 0.0]
+            kind = type(held).__name__
+            if held is not None and w in kinds and kinds[w] != kind:
+                moves.add((kinds[w], kind))
+            if held is not None:
+                kinds[w] = kind
+    expected = {"listed": set(), "arrays": set(),
+                "switching": {("ListedIncumbents", "ArrayIncumbents"),
+                              ("ArrayIncumbents", "ListedIncumbents")}}
+    assert moves == expected[layout]
