@@ -3,8 +3,8 @@
 Sub-commands: ``overhead`` (the router overhead race) and ``replay`` (a trace slice through
 each router in turn), plus ``engine``, ``emulator``, ``decision``, ``semantic``,
 ``block-hashes``, ``tokenize``, ``upstream``, ``prefix-match``, ``decode-guard``,
-``loop-stall``, ``endpoints`` and ``ejection`` when those modules are installed (each exposes ``add_arguments(parser)`` and
-``run(args) -> int``).
+``loop-stall``, ``endpoints`` and ``ejection`` when those modules are installed (each
+exposes ``add_arguments(parser)`` and ``run(args) -> int``).
 """
 
 from __future__ import annotations

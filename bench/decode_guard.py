@@ -50,13 +50,9 @@ def _estimate(rng: random.Random, prefill_s: float) -> Any:
                     prefill_steps=rng.randint(1, 4))
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100.0 * len(ordered)))]
-
-
 def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
     """One incumbent count: CPU µs per admission and per completion."""
+    from bench.stats import percentile
     from policies.latency.decode_guard import DecodeGuard
 
     rng = random.Random(args.seed + count)
@@ -78,9 +74,9 @@ def measure(count: int, args: argparse.Namespace) -> dict[str, Any]:
         admit.append((admitted - started) / 1e3)
         complete.append((completed - admitted) / 1e3)
     return {"incumbents": count, "incumbents_after": guard.incumbents("w"),
-            "admit_p50_us": _percentile(admit, 50), "admit_p99_us": _percentile(admit, 99),
-            "complete_p50_us": _percentile(complete, 50),
-            "complete_p99_us": _percentile(complete, 99)}
+            "admit_p50_us": percentile(admit, 50), "admit_p99_us": percentile(admit, 99),
+            "complete_p50_us": percentile(complete, 50),
+            "complete_p99_us": percentile(complete, 99)}
 
 
 def markdown(counts: list[dict[str, Any]]) -> str:

@@ -22,7 +22,7 @@ that chain, which is what lets ``match`` bisect instead of walking every block.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from policies.base import RoutingRequest
@@ -115,10 +115,25 @@ class ApproximatePrefixIndex:
         lru = self._lru(worker_id)
         bit = self._bits[worker_id]
         holders = self._holders
-        for block_hash in reversed(block_hashes):
-            if lru.touch(block_hash):
-                owners = holders.get(block_hash)
-                holders[block_hash] = bit if owners is None else owners | bit
+        blocks = lru._blocks
+        # ``touch`` each block, tail first. What a worker holds of a chain is a prefix of it
+        # (module docstring), so the new tail is added block by block and the held head
+        # moved to the end in one C-level pass
+        held = len(block_hashes)
+        while held and (block_hash := block_hashes[held - 1]) not in blocks:
+            blocks[block_hash] = None
+            owners = holders.get(block_hash)
+            holders[block_hash] = bit if owners is None else owners | bit
+            held -= 1
+        if held:
+            head = block_hashes[:held]
+            try:
+                deque(map(blocks.move_to_end, reversed(head)), maxlen=0)
+            except KeyError:     # not a held prefix after all: block by block, the same order
+                for block_hash in reversed(head):     # (moving again leaves the same order)
+                    if lru.touch(block_hash):
+                        owners = holders.get(block_hash)
+                        holders[block_hash] = bit if owners is None else owners | bit
         self._forget(worker_id, lru.evict_overflow())
 
     def remove_worker(self, worker_id: str) -> None:

@@ -197,3 +197,35 @@ def test_match_agrees_with_the_definition_on_fleets_of_hundreds_with_churn() -> 
             asked = rng.sample(fleet, rng.choice((1, 7, 60, len(fleet))))
             probe = rng.choice((chain, trunk))
             assert index.match(probe, set(asked)) == _reference_match(index, probe, asked), step
+
+
+def test_insert_leaves_the_order_and_holders_of_touching_each_block_tail_first() -> None:
+    """The C-level pass over a held head gives the LRU order, and the holders, of touching
+    the blocks one by one, tail first; also for sequences whose held blocks are not a prefix
+    (the fallback), with evictions in between."""
+    import random
+
+    from policies.prefix.approximate import WorkerBlockLru
+
+    rng = random.Random(3)
+    index = ApproximatePrefixIndex(default_capacity_blocks=60)
+    others = set(range(0, 80, 3))
+    index.insert("other", sorted(others))
+    model = WorkerBlockLru(capacity=60)
+    fallbacks = 0
+    for _ in range(3000):
+        blocks = [rng.randrange(80) for _ in range(rng.randint(0, 12))]
+        held = len(blocks)
+        while held and not index.holds("w", blocks[held - 1]):
+            held -= 1
+        fallbacks += not all(index.holds("w", b) for b in blocks[:held])
+        for block in reversed(blocks):
+            model.touch(block)
+        model.evict_overflow()
+        index.insert("w", blocks)
+        assert index._lru("w").hashes() == model.hashes()
+        # the reverse map agrees: each block's holder mask has the worker's bit
+        holders, bit, other = index._holders, index._bits["w"], index._bits["other"]
+        assert {b for b in range(80) if holders.get(b, 0) & bit} == set(model.hashes())
+        assert {b for b in range(80) if holders.get(b, 0) & other} == others
+    assert fallbacks > 100        # the block-by-block fallback ran, and agreed
