@@ -244,7 +244,7 @@ class ArrayIncumbents:
         prefill = estimate.prefill_s
         if self._count and prefill > 0.0:
             starts = prefill_start(now, estimate)
-            if starts < self.last_end_s:      # the bound before the done left: still >= all
+            if starts < self.last_end_s:      # (set before the done left: still >= every end)
                 stalled = starts < live[_END]
                 stall = _stalls(live, starts, prefill, estimate.prefill_steps)
                 np.subtract(live[_SLACK], stall, out=live[_SLACK], where=stalled)
