@@ -249,9 +249,9 @@ class ArrayIncumbents:
                 stall = _stalls(live, starts, prefill, estimate.prefill_steps)
                 np.subtract(live[_SLACK], stall, out=live[_SLACK], where=stalled)
                 np.add(live[_END], stall, out=live[_END], where=stalled)
-        sorted_ = self._sort()
+        self._sort()
         if new is not None:
-            self._insert(new, sorted_)
+            self._insert(new)
         self._set_bounds()
 
     def remove(self, request_id: str) -> None:
@@ -297,9 +297,9 @@ class ArrayIncumbents:
         return [Incumbent(*member) for member in zip(
             self._ids[:self._count].tolist(), start, end, tpot, slack, strict=True)]
 
-    def _insert(self, new: Incumbent, sorted_: bool) -> None:
-        """``new`` in its place by slack, after any equal (where a stable sort of the
-        members with it last puts it)."""
+    def _insert(self, new: Incumbent) -> None:
+        """``new`` in its place by slack among sorted members, after any equal (where a
+        stable sort of the members with it last puts it)."""
         n = self._count
         if n == self._ids.shape[0]:
             ids: npt.NDArray[np.object_] = np.empty(2 * n, dtype=object)
@@ -308,7 +308,7 @@ class ArrayIncumbents:
             columns[:, :n] = self._columns
             self._ids, self._columns = ids, columns
         columns = self._columns
-        at = int(columns[_SLACK, :n].searchsorted(new.slack_s, side="right")) if sorted_ else n
+        at = int(columns[_SLACK, :n].searchsorted(new.slack_s, side="right"))
         if at < n:
             columns[:, at + 1:n + 1] = columns[:, at:n]
             self._ids[at + 1:n + 1] = self._ids[at:n]
@@ -320,8 +320,6 @@ class ArrayIncumbents:
         column[_START], column[_END], column[_TPOT], column[_SLACK], column[_KEY] = (
             new.start_s, new.end_s, new.tpot_s, new.slack_s, key)
         self._count = n + 1
-        if not sorted_:
-            self._sort()
 
     def _keep(self, kept: npt.NDArray[np.bool_]) -> None:
         """Keep the members where ``kept`` is true, in their order."""
@@ -332,18 +330,16 @@ class ArrayIncumbents:
         self._ids[left:n] = None       # no reference kept to the ids dropped
         self._count = left
 
-    def _sort(self) -> bool:
-        """Least slack first again (a stable sort, as the members came). Whether they
-        already were."""
+    def _sort(self) -> None:
+        """Least slack first again (a stable sort, as the members came)."""
         n = self._count
         live = self._columns[:, :n]
         slack = live[_SLACK]
         if n < 2 or bool((slack[1:] >= slack[:-1]).all()):
-            return True
+            return
         order = np.argsort(slack, kind="stable")
         live[:] = live[:, order]
         self._ids[:n] = self._ids[:n][order]
-        return False
 
     def _set_bounds(self) -> None:
         n = self._count
