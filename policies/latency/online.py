@@ -11,6 +11,11 @@ stochastic approximation: ``upper()`` is the factor a prediction must be multipl
 exceeded by only one request in ten. The SLO picker tests candidates against that
 conservative estimate, so that the share of requests meeting the SLO is what the goodput
 target (90 %) asks for, whatever the model's error on this workload.
+
+Every decision reads the four factors of each candidate (``factors``), and they change only
+when a request completes (``observe``), so they are kept per worker: an observation drops
+the kept factors of its worker, and of the workers that borrowed its GPU class's, and the
+next decision computes those again. The parameters are fixed at construction.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Metric = Literal["ttft", "tpot"]
+Factors = tuple[float, float, float | None, float | None]
+"""(TTFT factor, TPOT factor, TTFT upper, TPOT upper): ``OnlineCorrection.factors``."""
 
 
 @dataclass(slots=True)
@@ -62,9 +69,9 @@ class Prediction:
 class OnlineCorrection:
     """Learns multiplicative corrections of predicted TTFT and TPOT per worker and class."""
 
-    __slots__ = ("_by_class", "_by_worker", "_pending", "_upper_by_class", "_upper_by_worker",
-                 "alpha", "max_factor", "max_pending", "min_samples", "quantile",
-                 "quantile_step")
+    __slots__ = ("_borrowers", "_by_class", "_by_worker", "_kept", "_pending",
+                 "_upper_by_class", "_upper_by_worker", "alpha", "max_factor", "max_pending",
+                 "min_samples", "quantile", "quantile_step")
 
     def __init__(self, alpha: float = 0.05, min_samples: int = 20, max_factor: float = 4.0,
                  max_pending: int = 100_000, quantile: float = 0.9,
@@ -80,6 +87,10 @@ class OnlineCorrection:
         self._by_worker: dict[tuple[str, Metric], _Mean] = {}
         self._by_class: dict[tuple[str, Metric], _Mean] = {}
         self._pending: OrderedDict[str, Prediction] = OrderedDict()
+        # worker id -> (its GPU class, its ``factors``), as long as nothing they read changed
+        self._kept: dict[str, tuple[str, Factors]] = {}
+        # GPU class -> the workers whose kept factors read some of the class's statistics
+        self._borrowers: dict[str, set[str]] = {}
 
     def factor(self, worker_id: str, gpu_class: str, metric: Metric) -> float:
         own = self._by_worker.get((worker_id, metric))
@@ -105,15 +116,31 @@ class OnlineCorrection:
         """Whether any outcome was observed (before that every factor is 1, no upper)."""
         return bool(self._by_class)
 
-    def factors(self, worker_id: str,
-                gpu_class: str) -> tuple[float, float, float | None, float | None]:
+    def factors(self, worker_id: str, gpu_class: str) -> Factors:
         """``factor`` and ``upper`` of TTFT and TPOT: (ttft, tpot, ttft upper, tpot upper)."""
+        kept = self._kept.get(worker_id)
+        if kept is not None and kept[0] == gpu_class:
+            return kept[1]
         if not self._by_class:      # nothing observed yet (every table fills together)
             return 1.0, 1.0, None, None
-        return (self.factor(worker_id, gpu_class, "ttft"),
-                self.factor(worker_id, gpu_class, "tpot"),
-                self.upper(worker_id, gpu_class, "ttft"),
-                self.upper(worker_id, gpu_class, "tpot"))
+        found = (self.factor(worker_id, gpu_class, "ttft"),
+                 self.factor(worker_id, gpu_class, "tpot"),
+                 self.upper(worker_id, gpu_class, "ttft"),
+                 self.upper(worker_id, gpu_class, "tpot"))
+        self._kept[worker_id] = (gpu_class, found)
+        if not self._all_own(worker_id):      # some of them are its class's
+            self._borrowers.setdefault(gpu_class, set()).add(worker_id)
+        return found
+
+    def _all_own(self, worker_id: str) -> bool:
+        """Whether all four factors of ``worker_id`` come from its own statistics."""
+        least = self.min_samples
+        for table in (self._by_worker, self._upper_by_worker):
+            for metric in ("ttft", "tpot"):
+                own = table.get((worker_id, metric))
+                if own is None or own.samples < least:
+                    return False
+        return True
 
     def remember(self, request_id: str, prediction: Prediction) -> None:
         self._pending[request_id] = prediction
@@ -128,6 +155,9 @@ class OnlineCorrection:
         prediction = self._pending.pop(request_id, None)
         if prediction is None:
             return
+        self._kept.pop(prediction.worker_id, None)
+        for borrower in self._borrowers.pop(prediction.gpu_class, ()):
+            self._kept.pop(borrower, None)
         for metric, observed, predicted in (("ttft", ttft_s, prediction.ttft_s),
                                             ("tpot", tpot_s, prediction.tpot_s)):
             if observed is None or observed <= 0 or predicted <= 0:

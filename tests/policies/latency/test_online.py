@@ -72,3 +72,52 @@ def test_factors_equal_factor_and_upper_of_both_metrics() -> None:
             correction.upper(worker_id, gpu_class, "tpot"))
     assert correction.factors("w1", "h100")[2] is not None
     assert correction.factors("w3", "a100") == (1.0, 1.0, None, None)
+
+
+def _computed(correction: OnlineCorrection, worker_id: str,
+              gpu_class: str) -> tuple[float, float, float | None, float | None]:
+    return (correction.factor(worker_id, gpu_class, "ttft"),
+            correction.factor(worker_id, gpu_class, "tpot"),
+            correction.upper(worker_id, gpu_class, "ttft"),
+            correction.upper(worker_id, gpu_class, "tpot"))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_kept_factors_equal_the_computed_ones_as_outcomes_arrive(seed: int) -> None:
+    """``factors`` keeps each worker's four until an outcome changes what they read: read
+    between random observations (of a worker, of its class's other workers, with a metric
+    missing, of unknown requests), they equal ``factor`` and ``upper`` computed afresh."""
+    import random
+
+    rng = random.Random(seed)
+    correction = OnlineCorrection(alpha=0.2, min_samples=4)
+    workers = [("h0", "H100"), ("h1", "H100"), ("h2", "H100"), ("a0", "A100"), ("l0", "L40S")]
+    kept_reads = 0
+    for n in range(600):
+        worker_id, gpu_class = rng.choice(workers)
+        correction.remember(f"r{n}", Prediction(worker_id, gpu_class, 0.1, 0.02))
+        if rng.random() < 0.8:
+            correction.observe(f"r{n}" if rng.random() < 0.95 else "unknown",
+                               0.1 * rng.lognormvariate(0.2, 0.5) if rng.random() < 0.9
+                               else None,
+                               0.02 * rng.lognormvariate(-0.1, 0.3))
+        for _ in range(rng.randint(0, 3)):
+            worker_id, gpu_class = rng.choice([*workers, ("new", "H100"), ("x0", "B200")])
+            kept_reads += worker_id in correction._kept
+            assert correction.factors(worker_id, gpu_class) == _computed(
+                correction, worker_id, gpu_class)
+    assert kept_reads > 100          # the kept factors were read, not only computed
+
+
+def test_an_observation_renews_the_factors_of_the_workers_that_borrow_its_class() -> None:
+    correction = OnlineCorrection(min_samples=3)
+    for n in range(3):
+        correction.remember(f"r{n}", Prediction("w1", "h100", 0.1, 0.02))
+        correction.observe(f"r{n}", 0.2, 0.02)
+    borrowed = correction.factors("w2", "h100")      # w2 has nothing of its own
+    own = correction.factors("w1", "h100")
+    correction.remember("later", Prediction("w1", "h100", 0.1, 0.02))
+    correction.observe("later", 0.8, 0.02)
+    assert correction.factors("w2", "h100") != borrowed     # the class's mean moved
+    assert correction.factors("w1", "h100") != own
+    assert correction.factors("w2", "h100") == _computed(correction, "w2", "h100")
