@@ -3,13 +3,25 @@
 For each fleet size a synthetic fleet (H100 : A100 : L40S = 1 : 2 : 2, Llama-3-8B) is built
 with random but plausible load (running, waiting, KV usage, in-flight prefill) and the
 policy routes a stream of requests drawn from a shared-prefix workload (``--prefixes``
-system prompts, each followed by a unique tail). Producers (tokens are given; the block
+system prompts, each followed by a unique tail, as the ``array('i')`` of token ids the tokens
+producer makes of a text). Producers (tokens are given; the block
 hashes) run before the clock starts, as in the router, and the first ``--warmup`` decisions
 fill the prefix index; then ``PolicyEngine.decide`` is timed alone (``perf_counter_ns``)
 for ``--decisions`` requests (wall clock, and the thread's CPU time, which a busy machine
 does not inflate), each followed by ``on_routed`` (outside the decision's time, its own
 CPU reported apart) so the index keeps learning; garbage collections that start inside a
-timed ``decide`` are counted (``collections_in_decide``). Memory: ``tracemalloc`` around
+timed ``decide`` are counted (``collections_in_decide``).
+
+Requests arrive 10 ms apart. By default none of them finishes: the decode guard forgets
+each at its estimated end, and the online correction of the estimates never learns, so every
+decision takes its path for an estimator with nothing learnt. With ``--complete`` each one
+finishes as a router would see it: at its arrival plus an observed TTFT and decode time,
+each its estimate times a seeded log-normal error (σ ``--observed-spread``), reported to
+``on_completed`` before the first decision that arrives after it (outside the timing). The
+correction and the output-length producer then learn (``corrected``), and the routed
+requests stay alive until they finish, as in a router, for the garbage collector to walk.
+``held_incumbents`` reports the most incumbents the guard held on one worker at the end.
+Memory: ``tracemalloc`` around
 filling an approximate index, and an exact (KV-event) index, with a known number of blocks.
 
 Last, a fixed loop is timed the same way (``machine_floor``): its p99 / p50 is the tail the
@@ -25,12 +37,15 @@ from __future__ import annotations
 
 import argparse
 import gc
+import heapq
+import itertools
 import json
 import random
 import statistics
 import sys
 import time
 import tracemalloc
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -53,6 +68,9 @@ class SizeResult:
     cpu_p99_us: float
     routed_p50_us: float       # thread CPU of engine.on_routed (the plugins' learning)
     collections_in_decide: int  # garbage collections that started inside a timed decide()
+    completed: int = 0         # requests reported finished (``--complete``)
+    held_incumbents: int = 0   # the most decode-guard incumbents on one worker at the end
+    corrected: bool = False    # whether the estimator's online correction had learnt
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, decisions: int,
@@ -69,6 +87,13 @@ def add_workload_arguments(parser: argparse.ArgumentParser, decisions: int,
                              "(default %(default)s)")
     parser.add_argument("--prefixes", type=int, default=50,
                         help="distinct shared prefixes (half of each prompt)")
+    parser.add_argument("--complete", action="store_true",
+                        help="let each routed request finish after its estimated TTFT and "
+                             "decode time (times a seeded error) and report it to "
+                             "on_completed, as a router does (default: none finishes)")
+    parser.add_argument("--observed-spread", type=float, default=0.25,
+                        help="with --complete, the sigma of the log-normal error between the "
+                             "estimated and the observed TTFT and TPOT (default %(default)s)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
     from policies.loader import load_routing
 
     sizes = [int(s) for s in str(args.workers).split(",") if s.strip()]
+    if args.observed_spread < 0:
+        print("error: --observed-spread must be >= 0", file=sys.stderr)
+        return 2
     routing = load_routing(args.routing)
     results = []
     for size in sizes:
@@ -102,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "routing": str(args.routing), "prompt_tokens": args.prompt_tokens,
         "prefixes": args.prefixes, "decisions": args.decisions, "warmup": args.warmup,
+        "complete": bool(getattr(args, "complete", False)),
         "python": sys.version.split()[0],
         "sizes": [{name: getattr(r, name) for name in SizeResult.__slots__} for r in results],
         "memory": memory,
@@ -201,12 +230,15 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
         if phase == "start":
             collections[0] += 1
 
+    completions = Completions(args.seed + size, args.observed_spread) if args.complete else None
     gc.callbacks.append(count_collection)
     for n in range(args.warmup + args.decisions):
-        tokens = rng.choice(prefixes) + [rng.randrange(100_000) for _ in range(half)]
+        tokens = array("i", rng.choice(prefixes) + [rng.randrange(100_000) for _ in range(half)])
         request = RoutingRequest(request_id=f"r{n}", model=MODEL, path="/v1/completions",
                                  prompt=tokens, max_tokens=rng.randint(16, 512),
                                  arrival_time=n * 0.01)
+        if completions is not None:
+            completions.report_until(engine, request.arrival_time)
         request.prompt_token_ids = tokens
         request.num_prompt_tokens = len(tokens)
         started = time.perf_counter_ns()
@@ -223,6 +255,8 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
         routed_started = time.thread_time_ns()
         engine.on_routed(request, decision)
         routed_done = time.thread_time_ns()
+        if completions is not None:
+            completions.add(request, decision)
         if n >= args.warmup:
             in_decide += started_inside
             routed_timings.append((routed_done - routed_started) / 1e3)
@@ -238,7 +272,63 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
         p90_us=_pct(ordered, 90), p99_us=_pct(ordered, 99), mean_us=statistics.fmean(ordered),
         producer_p50_us=_pct(sorted(producer_timings), 50),
         cpu_p50_us=_pct(sorted(cpu_timings), 50), cpu_p99_us=_pct(sorted(cpu_timings), 99),
-        routed_p50_us=_pct(sorted(routed_timings), 50), collections_in_decide=in_decide)
+        routed_p50_us=_pct(sorted(routed_timings), 50), collections_in_decide=in_decide,
+        completed=completions.reported if completions is not None else 0,
+        held_incumbents=held_incumbents(engine, fleet), corrected=corrected(engine))
+
+
+class Completions:
+    """Routed requests in order of their end, reported to ``on_completed`` once a later
+    request arrives: the observed TTFT and TPOT are the chosen worker's estimates times
+    ``exp(N(0, spread))`` (seeded), the output is ``max_tokens``."""
+
+    def __init__(self, seed: int, spread: float) -> None:
+        self._rng = random.Random(seed)
+        self._spread = spread
+        self._pending: list[tuple[float, int, Any, Any]] = []   # (end, order, request, outcome)
+        self._order = itertools.count()     # ties in end time are reported in routing order
+        self.reported = 0
+
+    def add(self, request: Any, decision: Any) -> None:
+        from policies.base import RequestOutcome
+
+        ttft = decision.attributes.get("estimated_ttft_s")
+        tpot = decision.attributes.get("estimated_tpot_s")
+        if decision.worker_id is None or ttft is None or tpot is None:
+            return
+        ttft *= self._rng.lognormvariate(0.0, self._spread)
+        tpot *= self._rng.lognormvariate(0.0, self._spread)
+        output = request.max_tokens
+        outcome = RequestOutcome(
+            request_id=request.request_id, worker_id=decision.worker_id, status=200,
+            prompt_tokens=request.num_prompt_tokens, completion_tokens=output, ttft_s=ttft,
+            tpot_s=tpot, e2e_s=ttft + tpot * (output - 1))
+        heapq.heappush(self._pending, (request.arrival_time + outcome.e2e_s,
+                                       next(self._order), request, outcome))
+
+    def report_until(self, engine: Any, now: float) -> None:
+        """Report every request that ended by ``now``."""
+        pending = self._pending
+        while pending and pending[0][0] <= now:
+            _, _, request, outcome = heapq.heappop(pending)
+            engine.on_completed(request, outcome)
+            self.reported += 1
+
+
+def corrected(engine: Any) -> bool:
+    """Whether some plugin's time estimator learnt a correction from completed requests."""
+    return any(plugin.estimator.correction.has_learnt()
+               for _, _, plugin in engine.plugins() if hasattr(plugin, "estimator"))
+
+
+def held_incumbents(engine: Any, fleet: Any) -> int:
+    """The most requests a plugin's decode guard holds on one worker (0 without a guard)."""
+    most = 0
+    for _, _, plugin in engine.plugins():
+        guard = getattr(plugin, "guard", None)
+        if guard is not None and hasattr(guard, "incumbents"):
+            most = max([most, *(guard.incumbents(spec.info.id) for spec in fleet.workers)])
+    return most
 
 
 def index_memory(blocks: int, seed: int) -> dict[str, float]:

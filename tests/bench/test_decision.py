@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.decision import main
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -46,3 +48,31 @@ def test_collections_that_start_inside_a_decision_are_counted(tmp_path: Path) ->
         gc.set_threshold(*thresholds)
     eager = json.loads((tmp_path / "eager" / "decision.json").read_text())["sizes"][0]
     assert eager["collections_in_decide"] >= 20 > default["collections_in_decide"]
+
+
+def test_completed_requests_teach_the_estimator_its_correction(
+        tmp_path: Path) -> None:
+    """With ``--complete`` routed requests finish after their (perturbed) estimated times and
+    reach ``on_completed``, so the estimator's online correction learns; without, it never
+    does."""
+    routing = REPO_ROOT / "config" / "routing.yaml"
+    arguments = ["--routing", str(routing), "--workers", "8", "--decisions", "400",
+                 "--warmup", "0", "--prompt-tokens", "256", "--index-blocks", "80"]
+    assert main([*arguments, "--out", str(tmp_path / "held")]) == 0
+    assert main([*arguments, "--complete", "--out", str(tmp_path / "complete")]) == 0
+    held = json.loads((tmp_path / "held" / "decision.json").read_text())
+    complete = json.loads((tmp_path / "complete" / "decision.json").read_text())
+    assert held["complete"] is False and complete["complete"] is True
+    held_size, complete_size = held["sizes"][0], complete["sizes"][0]
+    assert held_size["completed"] == 0 and held_size["corrected"] is False
+    assert 0 < complete_size["completed"] < 400 and complete_size["corrected"] is True
+    assert held_size["held_incumbents"] > 0 and complete_size["held_incumbents"] > 0
+
+
+def test_a_negative_observed_spread_is_refused(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--workers", "8", "--complete", "--observed-spread", "-1",
+                 "--out", str(tmp_path)])
+    assert code == 2
+    assert "--observed-spread must be >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "decision.json").exists()
