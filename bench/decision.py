@@ -10,7 +10,8 @@ fill the prefix index; then ``PolicyEngine.decide`` is timed alone (``perf_count
 for ``--decisions`` requests (wall clock, and the thread's CPU time, which a busy machine
 does not inflate), each followed by ``on_routed`` (outside the decision's time, its own
 CPU reported apart) so the index keeps learning; garbage collections that start inside a
-timed ``decide`` are counted (``collections_in_decide``).
+timed ``decide`` are counted (``collections_in_decide``; ``--no-gc`` disables the collector
+while the decisions run, to tell its share of the tail).
 
 Requests arrive 10 ms apart. By default none of them finishes: the decode guard forgets
 each at its estimated end, and the online correction of the estimates never learns, so every
@@ -108,6 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
                         help="leave start-up objects to the garbage collector (the router "
                              "freezes them once started, router/app.py)")
+    parser.add_argument("--no-gc", dest="gc_enabled", action="store_false",
+                        help="disable the garbage collector while the decisions run, to tell "
+                             "its share of the tail from the decisions' own")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="folder for decision.json and decision.png")
 
@@ -131,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         "routing": str(args.routing), "prompt_tokens": args.prompt_tokens,
         "prefixes": args.prefixes, "decisions": args.decisions, "warmup": args.warmup,
         "complete": bool(getattr(args, "complete", False)),
+        "gc_enabled": bool(getattr(args, "gc_enabled", True)),
         "python": sys.version.split()[0],
         "sizes": [{name: getattr(r, name) for name in SizeResult.__slots__} for r in results],
         "memory": memory,
@@ -232,6 +237,9 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
 
     completions = Completions(args.seed + size, args.observed_spread) if args.complete else None
     gc.callbacks.append(count_collection)
+    collecting = gc.isenabled()
+    if not getattr(args, "gc_enabled", True):
+        gc.disable()
     for n in range(args.warmup + args.decisions):
         tokens = array("i", rng.choice(prefixes) + [rng.randrange(100_000) for _ in range(half)])
         request = RoutingRequest(request_id=f"r{n}", model=MODEL, path="/v1/completions",
@@ -264,6 +272,8 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
             cpu_timings.append((cpu_done - cpu_started) / 1e3)
             producer_timings.append((produced - started) / 1e3)
     gc.callbacks.remove(count_collection)
+    if collecting:
+        gc.enable()
     if record is not None:
         record.extend(cpu_timings)
     ordered = sorted(timings)

@@ -76,3 +76,23 @@ def test_a_negative_observed_spread_is_refused(tmp_path: Path,
     assert code == 2
     assert "--observed-spread must be >= 0" in capsys.readouterr().err
     assert not (tmp_path / "decision.json").exists()
+
+
+def test_no_gc_keeps_collections_out_of_the_decisions_and_restores_the_collector(
+        tmp_path: Path) -> None:
+    import gc
+
+    routing = REPO_ROOT / "config" / "routing.yaml"
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1)            # a collection at nearly every allocation, unless disabled
+    try:
+        code = main(["--routing", str(routing), "--workers", "8", "--decisions", "20",
+                     "--warmup", "5", "--prompt-tokens", "256", "--index-blocks", "80",
+                     "--complete", "--no-gc", "--out", str(tmp_path)])
+        assert gc.isenabled()
+    finally:
+        gc.set_threshold(*thresholds)
+    assert code == 0
+    report = json.loads((tmp_path / "decision.json").read_text())
+    assert report["gc_enabled"] is False
+    assert report["sizes"][0]["collections_in_decide"] == 0
