@@ -342,7 +342,11 @@ def held_incumbents(engine: Any, fleet: Any) -> int:
 
 
 def index_memory(blocks: int, seed: int) -> dict[str, float]:
-    """Bytes per indexed block of the approximate and the exact index."""
+    """Bytes per indexed block of the approximate and the exact index: what each keeps, the
+    int objects of its keys included. Hashes reach an index as ints made for them (a
+    prompt's chain from the blocks producer, a KV event's from its decoder), so the blocks
+    are kept as ``array('Q')`` and each batch becomes ints inside the measured window,
+    where what the index does not keep is freed again."""
     from policies.prefix.approximate import ApproximatePrefixIndex
     from workers.engine.api import BlockStored
     from workers.kv_events.exact_index import ExactPrefixIndex
@@ -350,20 +354,21 @@ def index_memory(blocks: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
     workers = 8
     per_worker = blocks // workers
-    chunks = [tuple(rng.getrandbits(64) for _ in range(per_worker)) for _ in range(workers)]
-    events = [[BlockStored(block_hashes=chunk, parent_block_hash=None, token_ids=(),
-                           block_size=16)] for chunk in chunks]
+    chunks = [array("Q", [rng.getrandbits(64) for _ in range(per_worker)])
+              for _ in range(workers)]
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     approximate = ApproximatePrefixIndex(default_capacity_blocks=per_worker)
     for w, chunk in enumerate(chunks):
         for start in range(0, len(chunk), 64):
-            approximate.insert(f"w{w}", chunk[start:start + 64])
+            approximate.insert(f"w{w}", tuple(chunk[start:start + 64]))
     approximate_bytes = tracemalloc.get_traced_memory()[0] - before
     before = tracemalloc.get_traced_memory()[0]
     exact = ExactPrefixIndex()
-    for w, batch in enumerate(events):
-        exact.apply_events(f"w{w}", batch)
+    for w, chunk in enumerate(chunks):
+        exact.apply_events(f"w{w}", [BlockStored(block_hashes=tuple(chunk),
+                                                 parent_block_hash=None, token_ids=(),
+                                                 block_size=16)])
     exact_bytes = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     indexed = approximate.total_blocks()

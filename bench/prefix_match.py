@@ -4,9 +4,12 @@ A shared-prefix workload fills an ``ApproximatePrefixIndex``: ``--requests`` cha
 ``--prefix-blocks`` trunk drawn from ``--prefixes`` trunks followed by ``--tail-blocks``
 blocks of its own, inserted for a worker drawn at random, so the trunks' blocks end up
 held by many workers and the tails by one. Memory is ``tracemalloc``'s count over that
-filling, divided by the blocks the workers hold. Then ``--queries`` new chains of the same
-shape are matched against every worker (the ids as a dict, as the prefix scorer passes
-them), ``--repeat`` times; the best pass gives the time per match (the thread's CPU time).
+filling, divided by the blocks the workers hold. Each chain is inserted as the blocks
+producer gives it, a tuple of int objects made for this request, so the ints the index keeps
+as its keys count in its bytes (the chains are stored as ``array('Q')`` until then). Then
+``--queries`` new chains of the same shape are matched against every worker (the ids as a
+dict, as the prefix scorer passes them), ``--repeat`` times; the best pass gives the time
+per match (the thread's CPU time).
 Inserting is timed too (CPU per chain), by the same inserts into a second index without
 ``tracemalloc``.
 
@@ -24,6 +27,7 @@ import random
 import sys
 import time
 import tracemalloc
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -62,22 +66,23 @@ def measure(workers: int, args: argparse.Namespace) -> dict[str, Any]:
     def chain() -> list[int]:
         return rng.choice(trunks) + [rng.getrandbits(64) for _ in range(args.tail_blocks)]
 
-    chains = [chain() for _ in range(args.requests)]
+    stored = [array("Q", chain()) for _ in range(args.requests)]
     owners = [rng.choice(ids) for _ in range(args.requests)]
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     index = ApproximatePrefixIndex(default_capacity_blocks=args.capacity_blocks)
-    for worker_id, blocks in zip(owners, chains, strict=True):
-        index.insert(worker_id, blocks)
+    for worker_id, packed in zip(owners, stored, strict=True):
+        index.insert(worker_id, tuple(packed))     # fresh ints, as hashing a prompt makes
     index_bytes = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     held = index.total_blocks()
     # the same inserts again, timed, into an index of their own (tracemalloc slows them)
+    chains = [tuple(packed) for packed in stored]
     gc.collect()
     timed = ApproximatePrefixIndex(default_capacity_blocks=args.capacity_blocks)
     started = time.thread_time_ns()
-    for worker_id, blocks in zip(owners, chains, strict=True):
-        timed.insert(worker_id, blocks)
+    for worker_id, chain_ints in zip(owners, chains, strict=True):
+        timed.insert(worker_id, chain_ints)
     insert_us = (time.thread_time_ns() - started) / 1e3 / len(chains)
     members = dict.fromkeys(ids, 0)
     queries = [chain() for _ in range(args.queries)]
@@ -85,8 +90,8 @@ def measure(workers: int, args: argparse.Namespace) -> dict[str, Any]:
     passes = []
     for _ in range(args.repeat):
         started = time.thread_time_ns()
-        for blocks in queries:
-            index.match(blocks, members)
+        for query in queries:
+            index.match(query, members)
         passes.append((time.thread_time_ns() - started) / 1e3 / len(queries))
     return {"workers": float(workers), "match_us": min(passes), "insert_us": insert_us,
             "match_us_passes": passes,
