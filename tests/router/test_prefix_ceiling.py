@@ -79,3 +79,17 @@ def test_a_long_stream_of_new_blocks_keeps_the_most_recent_capacity_of_them() ->
     assert ceiling.observe([49_000], 16) == 0     # pushed out the oldest known one, 49,000
     assert ceiling.observe([49_002], 16) == 1     # (which pushed out 49,001)
     assert ceiling.observe([49_001], 16) == 0
+
+
+def test_what_the_ceiling_remembers_is_not_walked_by_the_garbage_collector() -> None:
+    """A full collection walks every tracked container's items: the seen hashes sit in an
+    untracked dict and their order in an array of raw values, so neither adds to the pause."""
+    import gc
+
+    ceiling = PrefixCeiling(RouterMetrics(), capacity=1000)
+    for start in range(0, 5000, 100):
+        ceiling.observe([(1 << 40) + n for n in range(start, start + 100)], 16)
+    gc.collect()
+    assert len(ceiling._seen) == 1000
+    assert not gc.is_tracked(ceiling._seen)
+    assert not [item for item in gc.get_referents(ceiling._order) if isinstance(item, int)]

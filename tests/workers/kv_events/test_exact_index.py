@@ -102,3 +102,18 @@ def test_in_process_events_keep_the_worker_exact() -> None:
                                          token_ids=(), block_size=16)])
     index.apply_events("w", [BlockRemoved(block_hashes=(2,))])
     assert index.is_exact("w") and index.match("w", [1, 2]) == 1
+
+
+def test_held_blocks_are_not_walked_by_the_garbage_collector() -> None:
+    """A full collection walks every tracked container's items; a worker's blocks, removals
+    included, stay in a container the collector leaves untracked."""
+    import gc
+
+    index = ExactPrefixIndex()
+    hashes = [(1 << 40) + n for n in range(5000)]
+    assert index.on_batch("w", 0, stored(*hashes)) is None
+    assert index.on_batch("w", 1, removed(*hashes[2500:], 12345)) is None   # 12345: unknown
+    gc.collect()
+    assert index.blocks("w") == 2500 and index.match("w", hashes) == 2500
+    blocks = index._workers["w"].blocks
+    assert not gc.is_tracked(blocks)
