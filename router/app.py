@@ -3,6 +3,7 @@
 Nothing lives in module globals: every component is created here, kept in a typed
 ``web.AppKey`` (``router.keys``) and, when it owns a resource, opened and closed by one
 ``cleanup_ctx`` generator (state store; client session, scraper and director; policy reloader;
+the garbage-collection pause hook;
 the KV-event feed when the fleet names KV-event streams).
 """
 
@@ -24,6 +25,7 @@ from router.decisions import DecisionLog
 from router.director import Director
 from router.ejection import WorkerEjection
 from router.errors import error_middleware
+from router.gc_pauses import GcPauses
 from router.handlers import add_routes
 from router.keys import (
     DECISIONS,
@@ -84,6 +86,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Appl
     app.cleanup_ctx.append(_state_store)
     app.cleanup_ctx.append(_workers)
     app.cleanup_ctx.append(_policy_reloader)
+    app.cleanup_ctx.append(_gc_pauses)
     if kv_events.enabled:
         app.cleanup_ctx.append(_kv_event_feed)
     add_routes(app)
@@ -140,6 +143,14 @@ async def _policy_reloader(app: web.Application) -> AsyncIterator[None]:
     app[POLICY].start()
     yield
     await app[POLICY].stop()
+
+
+async def _gc_pauses(app: web.Application) -> AsyncIterator[None]:
+    """``kvroute_gc_pause_seconds``: the garbage collector's pauses while the app runs."""
+    pauses = GcPauses(app[METRICS].gc_pause)
+    pauses.install()
+    yield
+    pauses.remove()
 
 
 async def _kv_event_feed(app: web.Application) -> AsyncIterator[None]:

@@ -36,6 +36,8 @@ TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4
                 1.0, 2.5, 5.0)
 DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
                     0.1)
+# a young collection takes tens of microseconds, a full one milliseconds to seconds
+GC_PAUSE_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 # generated / predicted output tokens: 1 is exact, below 1 the prediction was too long
@@ -142,6 +144,10 @@ class RouterMetrics:
         self.decision_duration = loop(LoopHistogram(
             "kvroute_decision_duration_seconds",
             "Time to decide (rules, filters, scorers, picker).", buckets=DECISION_BUCKETS))
+        self.gc_pause = loop(LoopHistogram(
+            "kvroute_gc_pause_seconds",
+            "Garbage collections of the router process (the event loop stands still), by "
+            "generation.", ["generation"], buckets=GC_PAUSE_BUCKETS))
         self.decisions = loop(LoopCounter(
             "kvroute_decisions", "Routing decisions.",
             ["profile", "rule", "worker", "gpu", "reason", "class"]))
