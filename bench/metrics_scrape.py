@@ -1,6 +1,7 @@
 """Counter totals read from a Prometheus ``/metrics`` page, for the benchmarks' before/after
-deltas: the workers' ``vllm:*`` prefix-cache counters, and a kvroute router's own prefix
-counters (``kvroute_prefix_known_*`` by deciding term, and the ceiling's query tokens)."""
+deltas: the workers' ``vllm:*`` prefix-cache counters, a kvroute router's own prefix
+counters (``kvroute_prefix_known_*`` by deciding term, and the ceiling's query tokens) and
+its garbage-collection pauses (``kvroute_gc_pause_seconds`` by generation)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ KNOWN_CHOSEN = "kvroute_prefix_known_chosen_tokens"
 KNOWN_BEST = "kvroute_prefix_known_best_tokens"
 QUERIED = "kvroute_prefix_ceiling_query_tokens"
 ROUTER_PREFIX_COUNTERS = (KNOWN_CHOSEN, KNOWN_BEST, QUERIED)
+GC_PAUSES = "kvroute_gc_pause_seconds"
+LONG_PAUSE_S = 0.01          # a bucket bound of GC_PAUSES: pauses above it are counted apart
 
 
 def _families(url: str, headers: Mapping[str, str] | None,
@@ -99,3 +102,50 @@ def known_prefix(before: RouterPrefixCounters | None,
         best=round(sum(best.values()) / queried, 4),
         passed_over_by_term={term: round(gap, 4) for term, gap in
                              sorted(gaps.items(), key=lambda kv: -kv[1]) if gap > 0})
+
+
+@dataclass(frozen=True, slots=True)
+class GcPauseTotals:
+    """A kvroute router's garbage collections so far, in one generation."""
+
+    collections: float = 0.0
+    seconds: float = 0.0
+    over_10ms: float = 0.0       # collections that took longer than ``LONG_PAUSE_S``
+
+
+def scrape_router_gc(url: str, headers: Mapping[str, str] | None = None,
+                     timeout_s: float = 5.0) -> dict[str, GcPauseTotals] | None:
+    """``kvroute_gc_pause_seconds`` on a router's ``/metrics``, by generation; None when the
+    page cannot be read or has no such histogram."""
+    families = _families(url, headers, timeout_s)
+    if families is None:
+        return None
+    family = next((f for f in families if f.name == GC_PAUSES), None)
+    if family is None:
+        return None
+    count: dict[str, float] = {}
+    total: dict[str, float] = {}
+    within: dict[str, float] = {}
+    for sample in family.samples:
+        generation = sample.labels.get("generation", "")
+        if sample.name.endswith("_count"):
+            count[generation] = sample.value
+        elif sample.name.endswith("_sum"):
+            total[generation] = sample.value
+        elif (sample.name.endswith("_bucket")
+              and float(sample.labels.get("le", "nan")) == LONG_PAUSE_S):
+            within[generation] = sample.value
+    return {g: GcPauseTotals(count[g], total.get(g, 0.0), count[g] - within.get(g, count[g]))
+            for g in sorted(count)}
+
+
+def gc_pauses_between(before: Mapping[str, GcPauseTotals] | None,
+                      after: Mapping[str, GcPauseTotals] | None) -> dict[str, GcPauseTotals]:
+    """The collections of each generation between two scrapes (empty when either is None)."""
+    if before is None or after is None:
+        return {}
+    empty = GcPauseTotals()
+    return {g: GcPauseTotals(a.collections - before.get(g, empty).collections,
+                             a.seconds - before.get(g, empty).seconds,
+                             a.over_10ms - before.get(g, empty).over_10ms)
+            for g, a in after.items()}

@@ -49,8 +49,11 @@ import yaml
 
 from bench.launch import Launched, LaunchError
 from bench.metrics_scrape import (
+    GcPauseTotals,
     RouterPrefixCounters,
+    gc_pauses_between,
     known_prefix,
+    scrape_router_gc,
     scrape_router_prefix,
     scrape_totals,
 )
@@ -115,6 +118,9 @@ class ReplayResult:
     router_known_chosen_share: float | None = None
     router_known_best_share: float | None = None
     router_passed_over_by_term: dict[str, float] = field(default_factory=dict)
+    # a kvroute router's garbage collections over the run, by generation: collections,
+    # seconds, and those over 10 ms (``kvroute_gc_pause_seconds``)
+    router_gc: dict[str, dict[str, float]] = field(default_factory=dict)
     prompt_token_share: dict[str, float] = field(default_factory=dict)
     wall_s: float | None = None
     first_error: str | None = None
@@ -241,7 +247,8 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
               outcomes: Sequence[tuple[float | None, float, str | None]], time_scale: float,
               before: Mapping[str, Mapping[str, float]], after: Mapping[str, Mapping[str, float]],
               wall_s: float, router_before: RouterPrefixCounters | None = None,
-              router_after: RouterPrefixCounters | None = None) -> ReplayResult:
+              router_after: RouterPrefixCounters | None = None,
+              gc_pauses: Mapping[str, GcPauseTotals] | None = None) -> ReplayResult:
     scale = time_scale if time_scale > 0 else 1.0
     ttfts, tpots, e2es, met = [], [], [], 0
     errors = [error for _, _, error in outcomes if error is not None]
@@ -279,6 +286,9 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
         router_known_chosen_share=known.chosen if known else None,
         router_known_best_share=known.best if known else None,
         router_passed_over_by_term=known.passed_over_by_term if known else {},
+        router_gc={g: {"collections": round(p.collections), "seconds": round(p.seconds, 4),
+                       "over_10ms": round(p.over_10ms)}
+                   for g, p in (gc_pauses or {}).items()},
         prompt_token_share={w: round(d["vllm:prompt_tokens"] / prompt_total, 3)
                             for w, d in delta.items()} if prompt_total else {},
         wall_s=round(wall_s, 1), first_error=errors[0] if errors else None)
@@ -332,6 +342,7 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
             router_metrics = f"{plan.base_url}/metrics"
             before = scrape_counters(urls)
             router_before = scrape_router_prefix(router_metrics, plan.headers)
+            gc_before = scrape_router_gc(router_metrics, plan.headers)
             progress(f"{name}: replaying {len(requests)} requests over "
                      f"{requests[-1].at_s if requests else 0:.1f}s")
             started = time.perf_counter()
@@ -341,6 +352,8 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
             wall = time.perf_counter() - started
             after = scrape_counters(urls)
             router_after = scrape_router_prefix(router_metrics, plan.headers)
+            gc_pauses = gc_pauses_between(gc_before,
+                                          scrape_router_gc(router_metrics, plan.headers))
         except LaunchError as exc:
             progress(f"{name}: failed ({exc})")
             return ReplayResult(name, skipped=f"failed: {str(exc)[:300]}")
@@ -348,7 +361,7 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
             if process is not None:
                 process.stop()
     result = summarize(name, requests, outcomes, config.time_scale, before, after, wall,
-                       router_before, router_after)
+                       router_before, router_after, gc_pauses)
     progress(f"{name}: {result.completed}/{result.requests} ok, TTFT p50 {result.ttft_p50_s}s, "
              f"SLO {result.slo_attainment}, prefix hits {result.prefix_hit_rate}")
     return result

@@ -46,6 +46,9 @@ def markdown_table(results: Sequence[ReplayResult]) -> str:
     passed = _passed_over(results, repeated)
     if passed:
         table += "\n" + passed
+    pauses = _gc_pauses(results, repeated)
+    if pauses:
+        table += "\n" + pauses
     summary = markdown_rounds(results)
     return f"{table}\n{summary}" if summary else table
 
@@ -63,6 +66,22 @@ def _passed_over(results: Sequence[ReplayResult], repeated: bool) -> str:
         return ""
     return ("Router-known cached prefix passed over (best − chosen, over the prompt tokens "
             "looked up), by deciding term:\n\n" + "\n".join(lines) + "\n")
+
+
+def _gc_pauses(results: Sequence[ReplayResult], repeated: bool) -> str:
+    """One line per run whose router reported its garbage collections, by generation."""
+    lines = []
+    for r in results:
+        if r.router_gc:
+            parts = ", ".join(
+                f"generation {g}: {p['collections']:.0f} taking {p['seconds'] * 1000:.0f} ms "
+                f"({p['over_10ms']:.0f} over 10 ms)" for g, p in sorted(r.router_gc.items()))
+            lead = f"round {r.round}, " if repeated else ""
+            lines.append(f"- {lead}{r.name}: {parts}")
+    if not lines:
+        return ""
+    return ("The router's garbage collections during the run (its event loop stood still "
+            "meanwhile):\n\n" + "\n".join(lines) + "\n")
 
 
 def write_replay(out_dir: Path, config: ReplayConfig, results: Sequence[ReplayResult],

@@ -148,6 +148,8 @@ class RouterMetrics:
             "kvroute_gc_pause_seconds",
             "Garbage collections of the router process (the event loop stands still), by "
             "generation.", ["generation"], buckets=GC_PAUSE_BUCKETS))
+        for generation in ("0", "1", "2"):          # every series shown from the start
+            self.gc_pause.labels(generation)
         self.decisions = loop(LoopCounter(
             "kvroute_decisions", "Routing decisions.",
             ["profile", "rule", "worker", "gpu", "reason", "class"]))

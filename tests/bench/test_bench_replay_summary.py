@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.metrics_scrape import RouterPrefixCounters
+from bench.metrics_scrape import GcPauseTotals, RouterPrefixCounters
 from bench.replay import COUNTERS, ReplayConfig, ReplayRequest, summarize
 from bench.replay_report import markdown_table, write_replay
 
@@ -55,6 +55,14 @@ def test_replay_files(tmp_path: Path) -> None:
     assert "| 0.200 / 0.500 |" in table
     assert "- kvroute: load 0.300" in table
     assert "passed over" not in markdown_table([result])
+    assert "garbage collections" not in markdown_table([result])     # no router's pauses
+    collected = summarize("kvroute", requests, [(0.1, 0.2, None)], 1.0,
+                          {"w0": _counters(0, 0, 0)}, counters, 1.0,
+                          gc_pauses={"0": GcPauseTotals(40, 0.012, 0),
+                                     "2": GcPauseTotals(3, 0.045, 1)})
+    assert collected.router_gc["2"] == {"collections": 3, "seconds": 0.045, "over_10ms": 1}
+    assert ("- kvroute: generation 0: 40 taking 12 ms (0 over 10 ms), generation 2: 3 taking "
+            "45 ms (1 over 10 ms)") in markdown_table([collected])
     config = ReplayConfig(trace=Path("t"), targets=("vllm-router",), fleet=Path("f"))
     paths = write_replay(tmp_path, config, [result], "kvroute bench replay ...")
     assert [p.name for p in paths] == ["replay.json", "replay.md", "replay.png"]

@@ -8,9 +8,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from threading import Thread
 
 from bench.metrics_scrape import (
+    GcPauseTotals,
     KnownPrefix,
     RouterPrefixCounters,
+    gc_pauses_between,
     known_prefix,
+    scrape_router_gc,
     scrape_router_prefix,
     scrape_totals,
 )
@@ -86,3 +89,25 @@ def test_router_prefix_counters_from_a_live_router_page() -> None:
     assert known_prefix(None, after) is None                   # not a kvroute router
     with serving(lambda: PAGE) as url:                         # a worker's page is not a
         assert scrape_router_prefix(url) is None               # router's
+
+
+def test_router_gc_pauses_between_two_scrapes_by_generation() -> None:
+    metrics = RouterMetrics()
+    with serving(metrics.render) as url:
+        before = scrape_router_gc(url)
+        assert before == {g: GcPauseTotals() for g in "012"}    # the series exist at 0
+        young = metrics.gc_pause.labels("0")
+        young.observe(0.0002)
+        young.observe(0.0003)
+        full = metrics.gc_pause.labels("2")
+        full.observe(0.004)
+        full.observe(0.03)           # over 10 ms
+        after = scrape_router_gc(url)
+    pauses = gc_pauses_between(before, after)
+    assert pauses["0"].collections == 2 and pauses["0"].over_10ms == 0
+    assert abs(pauses["0"].seconds - 0.0005) < 1e-12
+    assert pauses["2"].collections == 2 and pauses["2"].over_10ms == 1
+    assert pauses["1"] == GcPauseTotals()
+    assert gc_pauses_between(None, after) == {}
+    with serving(lambda: PAGE) as url:            # a worker's page has no such histogram
+        assert scrape_router_gc(url) is None
