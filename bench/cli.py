@@ -3,7 +3,7 @@
 Sub-commands: ``overhead`` (the router overhead race) and ``replay`` (a trace slice through
 each router in turn), plus ``engine``, ``emulator``, ``decision``, ``semantic``,
 ``block-hashes``, ``tokenize``, ``upstream``, ``prefix-match``, ``decode-guard``,
-``loop-stall``, ``endpoints`` and ``ejection`` when those modules are installed (each
+``gc-walk``, ``loop-stall``, ``endpoints`` and ``ejection`` when those modules are installed (each
 exposes ``add_arguments(parser)`` and ``run(args) -> int``).
 """
 
@@ -23,6 +23,7 @@ OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
     ("block-hashes", "bench.block_hashes"), ("tokenize", "bench.tokenize_prompts"),
     ("upstream", "bench.upstream"),
     ("prefix-match", "bench.prefix_match"), ("decode-guard", "bench.decode_guard"),
+    ("gc-walk", "bench.gc_walk"),
     ("loop-stall", "bench.loop_stall"),
     ("endpoints", "bench.endpoints"), ("ejection", "bench.ejection"))
 DEFAULT_OVERHEAD_TARGETS = "direct,kvroute,kvroute-rr,nginx,sglang-router,vllm-router,litellm"
