@@ -150,9 +150,16 @@ def derive_blind6() -> ModuleType:
     return load_script("derive_blind6")
 
 
+@pytest.fixture(scope="module")
+def derive_blind7() -> ModuleType:
+    return load_script("derive_blind7")
+
+
 @pytest.mark.parametrize("name, earlier", [("blind4", ["blind3"]),
                                            ("blind5", ["blind3", "blind4"]),
-                                           ("blind6", ["blind3", "blind4", "blind5"])])
+                                           ("blind6", ["blind3", "blind4", "blind5"]),
+                                           ("blind7", ["blind3", "blind4", "blind5",
+                                                       "blind6"])])
 def test_later_blind_sets_share_no_source_id_and_no_text_with_any_other_file(
         derive: ModuleType, derived: dict[str, list[dict[str, str]]], name: str,
         earlier: list[str]) -> None:
@@ -207,7 +214,8 @@ def test_blind5_labels_come_from_its_sources_and_each_eval_contributes(
     assert {name.split("/", 1)[0] for name in evals} <= set(per_origin)
 
 
-@pytest.mark.parametrize("earlier, later", [("blind4", "blind5"), ("blind5", "blind6")])
+@pytest.mark.parametrize("earlier, later", [("blind4", "blind5"), ("blind5", "blind6"),
+                                            ("blind6", "blind7")])
 def test_human_eval_prompts_come_after_the_earlier_sets_by_hash(earlier: str, later: str) -> None:
     def hashed(rows: list[dict[str, str]]) -> list[bytes]:
         return sorted(hashlib.sha256(r["id"].encode()).digest() for r in rows
@@ -252,3 +260,26 @@ def test_blind6_labels_come_from_its_sources(derive_blind4: ModuleType,
     assert all(n == per_source for o, n in per_origin.items()
                if o in modules or o.startswith("writingbench:") or o == "ipi_coding_agent")
     assert [r["label"] for r in rows].count("support") <= 0.4 * len(rows)
+
+
+def test_blind7_labels_come_from_its_sources(derive_blind6: ModuleType,
+                                            derive_blind7: ModuleType) -> None:
+    label_of_source = {"human_eval": "code", "ipi_coding_agent": "code",
+                       "mathematics_dataset": "math", "persistbench": "chat",
+                       "stealth_tickets": "support"}
+    rows = committed("blind7")
+    per_origin: dict[str, int] = {}
+    for row in rows:
+        assert row["label"] == label_of_source[row["source"]], row["id"]
+        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    modules = {f"{group}__{name}" for group, name in derive_blind7.MATH_MODULES}
+    assert not modules & {f"{group}__{name}" for group, name in derive_blind6.MATH_MODULES}
+    assert per_origin["human_eval"] == derive_blind7.HUMAN_EVAL_ROWS
+    assert per_origin["ipi_coding_agent"] == derive_blind7.CODING_AGENT_ROWS
+    assert all(per_origin[m] == derive_blind7.PER_SOURCE for m in modules)
+    domains = [o for o in per_origin if o.startswith("persistbench:")]
+    assert len(domains) == 9 and all(per_origin[d] == derive_blind7.PER_SOURCE for d in domains)
+    kinds = [o for o in per_origin if o.startswith("stealth_tickets:")]
+    assert len(kinds) == 4 and all(per_origin[k] == derive_blind7.TICKETS_PER_TYPE for k in kinds)
+    blind6_agent = {r["id"] for r in committed("blind6") if r["source"] == "ipi_coding_agent"}
+    assert not blind6_agent & {r["id"] for r in rows if r["source"] == "ipi_coding_agent"}
