@@ -53,35 +53,34 @@ def markdown_table(results: Sequence[ReplayResult]) -> str:
     return f"{table}\n{summary}" if summary else table
 
 
-def _passed_over(results: Sequence[ReplayResult], repeated: bool) -> str:
-    """One line per run whose router counted known prefix it passed over, by deciding term."""
+def _per_run(results: Sequence[ReplayResult], repeated: bool, title: str,
+             line: Callable[[ReplayResult], str | None]) -> str:
+    """``title`` and one list item per run that ``line`` has something to say of."""
     lines = []
     for r in results:
-        if r.router_passed_over_by_term:
-            terms = ", ".join(f"{term or '?'} {share:.3f}"
-                              for term, share in r.router_passed_over_by_term.items())
+        text = line(r)
+        if text:
             lead = f"round {r.round}, " if repeated else ""
-            lines.append(f"- {lead}{r.name}: {terms}")
-    if not lines:
-        return ""
-    return ("Router-known cached prefix passed over (best − chosen, over the prompt tokens "
-            "looked up), by deciding term:\n\n" + "\n".join(lines) + "\n")
+            lines.append(f"- {lead}{r.name}: {text}")
+    return f"{title}:\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def _passed_over(results: Sequence[ReplayResult], repeated: bool) -> str:
+    """One line per run whose router counted known prefix it passed over, by deciding term."""
+    return _per_run(results, repeated, "Router-known cached prefix passed over (best − chosen, "
+                    "over the prompt tokens looked up), by deciding term",
+                    lambda r: ", ".join(f"{term or '?'} {share:.3f}"
+                                        for term, share in r.router_passed_over_by_term.items()))
 
 
 def _gc_pauses(results: Sequence[ReplayResult], repeated: bool) -> str:
     """One line per run whose router reported its garbage collections, by generation."""
-    lines = []
-    for r in results:
-        if r.router_gc:
-            parts = ", ".join(
-                f"generation {g}: {p['collections']:.0f} taking {p['seconds'] * 1000:.0f} ms "
-                f"({p['over_10ms']:.0f} over 10 ms)" for g, p in sorted(r.router_gc.items()))
-            lead = f"round {r.round}, " if repeated else ""
-            lines.append(f"- {lead}{r.name}: {parts}")
-    if not lines:
-        return ""
-    return ("The router's garbage collections during the run (its event loop stood still "
-            "meanwhile):\n\n" + "\n".join(lines) + "\n")
+    return _per_run(results, repeated, "The router's garbage collections during the run (its "
+                    "event loop stood still meanwhile)",
+                    lambda r: ", ".join(
+                        f"generation {g}: {p['collections']:.0f} taking "
+                        f"{p['seconds'] * 1000:.0f} ms ({p['over_10ms']:.0f} over 10 ms)"
+                        for g, p in sorted(r.router_gc.items())))
 
 
 def write_replay(out_dir: Path, config: ReplayConfig, results: Sequence[ReplayResult],
