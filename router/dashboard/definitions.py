@@ -80,6 +80,13 @@ ROUTING = Dashboard(
             Query(f"histogram_quantile(0.99, sum by (le) (rate("
                   f"kvroute_decision_duration_seconds_bucket[{RI}])))", "p99")),
             unit="s", description="Time to run rules, filters, scorers and the picker."),
+        Panel("Event loop stopped for garbage collection", (Query(
+            "sum by (generation) (rate(kvroute_gc_pause_seconds_sum[" + RI + "]))",
+            "generation {{generation}}"),), unit="percentunit", stacked=True,
+            description="Share of the time the router process spent in garbage collections, "
+                        "by generation (0: young objects; 2: a full collection, which walks "
+                        "every live container). Its event loop serves no one meanwhile; "
+                        "kvroute_gc_pause_seconds has each collection's duration."),
         Panel("Output length: generated / predicted", tuple(
             Query(_quantile(q, "kvroute_output_tokens_predicted_ratio", 'model=~"$model"',
                             "model"), f"p{round(q * 100)} {{{{model}}}}")
