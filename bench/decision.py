@@ -22,8 +22,9 @@ each its estimate times a seeded log-normal error (σ ``--observed-spread``), re
 correction and the output-length producer then learn (``corrected``), and the routed
 requests stay alive until they finish, as in a router, for the garbage collector to walk.
 ``held_incumbents`` reports the most incumbents the guard held on one worker at the end.
-Memory: ``tracemalloc`` around
-filling an approximate index, and an exact (KV-event) index, with a known number of blocks.
+
+Memory: ``tracemalloc`` around filling an approximate index, and an exact (KV-event) index,
+with a known number of blocks.
 
 Last, a fixed loop is timed the same way (``machine_floor``): its p99 / p50 is the tail the
 machine itself adds, against which the decisions' p99 reads.
@@ -134,8 +135,7 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "routing": str(args.routing), "prompt_tokens": args.prompt_tokens,
         "prefixes": args.prefixes, "decisions": args.decisions, "warmup": args.warmup,
-        "complete": bool(getattr(args, "complete", False)),
-        "gc_enabled": bool(getattr(args, "gc_enabled", True)),
+        "complete": args.complete, "gc_enabled": args.gc_enabled,
         "python": sys.version.split()[0],
         "sizes": [{name: getattr(r, name) for name in SizeResult.__slots__} for r in results],
         "memory": memory,

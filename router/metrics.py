@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from policies.base import Decision, RequestOutcome
 from policies.candidates import scores_of
+from router.gc_pauses import GENERATIONS
 from router.label_values import DEFAULT_TENANT_LABELS, BoundedLabelValues
 from router.loop_metrics import (
     CounterCell,
@@ -36,7 +37,7 @@ TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4
                 1.0, 2.5, 5.0)
 DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
                     0.1)
-# a young collection takes tens of microseconds, a full one milliseconds to seconds
+# young collections take a tenth of a millisecond to a few, full ones milliseconds to seconds
 GC_PAUSE_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -148,7 +149,7 @@ class RouterMetrics:
             "kvroute_gc_pause_seconds",
             "Garbage collections of the router process (the event loop stands still), by "
             "generation.", ["generation"], buckets=GC_PAUSE_BUCKETS))
-        for generation in ("0", "1", "2"):          # every series shown from the start
+        for generation in GENERATIONS:              # every series shown from the start
             self.gc_pause.labels(generation)
         self.decisions = loop(LoopCounter(
             "kvroute_decisions", "Routing decisions.",
