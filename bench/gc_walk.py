@@ -60,8 +60,9 @@ def full_collection_ms(repeat: int) -> float:
 
 
 def _chains(rng: random.Random, blocks: int) -> list[tuple[int, ...]]:
-    return [tuple(rng.getrandbits(64) for _ in range(CHAIN_BLOCKS))
-            for _ in range(-(-blocks // CHAIN_BLOCKS))]
+    """``blocks`` random block hashes, in chains of ``CHAIN_BLOCKS`` (the last one shorter)."""
+    return [tuple(rng.getrandbits(64) for _ in range(min(CHAIN_BLOCKS, blocks - start)))
+            for start in range(0, blocks, CHAIN_BLOCKS)]
 
 
 def build_approximate(workers: int, blocks: int, rng: random.Random) -> Any:

@@ -24,3 +24,13 @@ def test_each_structure_is_built_and_timed(tmp_path: Path) -> None:
 def test_sizes_below_one_are_refused(tmp_path: Path) -> None:
     assert main(["--blocks", "0", "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "gc_walk.json").exists()
+
+
+def test_the_exact_index_holds_exactly_the_blocks_reported() -> None:
+    """Chains are cut to the size asked for, so the reported blocks are the blocks held."""
+    import random
+
+    from bench.gc_walk import build_exact
+
+    index = build_exact(2, 300, random.Random(0))
+    assert index.blocks("w0") == index.blocks("w1") == 300
