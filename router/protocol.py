@@ -64,7 +64,7 @@ def parse_body(body: bytes) -> dict[str, Any]:
             raise InvalidRequest("Request body is not valid UTF-8.") from None
         try:     # JSON orjson refuses and vLLM's parser takes: an escaped lone surrogate
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):    # nested deeper than either parser goes
             raise InvalidRequest(f"Request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRequest("Request body must be a JSON object.")
@@ -346,5 +346,10 @@ def upstream_body(parsed: ParsedRequest, raw: bytes, model: str) -> bytes:
         payload["stream_options"] = options
     try:
         return orjson.dumps(payload)
-    except TypeError:       # a lone surrogate (parse_body took it): JSON escapes it again
-        return json.dumps(payload).encode()
+    except TypeError:       # a lone surrogate (parse_body took it), or past orjson's depth
+        try:
+            return json.dumps(payload).encode()
+        except RecursionError:
+            raise InvalidRequest(
+                "Request body is nested too deeply to forward: the router re-encodes it "
+                "(to set the model, the response id or the stream's usage request).") from None

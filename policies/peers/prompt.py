@@ -12,13 +12,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.base import RoutingRequest
+from policies.producers.chat_template import part_text
 
 
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence):   # OpenAI content parts: [{"type": "text", "text": ...}]
-        return "".join(str(part.get("text", "")) for part in content
+        return "".join(part_text(part.get("text")) for part in content
                        if isinstance(part, Mapping))
     return ""
 

@@ -30,7 +30,7 @@ def render_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bo
     for message in messages:
         role = message.get("role") if isinstance(message, Mapping) else None
         content = message.get("content") if isinstance(message, Mapping) else message
-        parts.append(f"{START_HEADER}{_text(role) or 'user'}{END_HEADER}\n\n"
+        parts.append(f"{START_HEADER}{part_text(role) or 'user'}{END_HEADER}\n\n"
                      f"{message_text(content)}{END_OF_TURN}")
     if add_generation_prompt:
         parts.append(f"{START_HEADER}assistant{END_HEADER}\n\n")
@@ -44,13 +44,15 @@ def message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = [_text(part.get("text")) for part in content
+        texts = [part_text(part.get("text")) for part in content
                  if isinstance(part, Mapping) and part.get("type", "text") == "text"]
         return "\n".join(texts)
-    return str(content)
+    return part_text(content)
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else str(value)
+def part_text(value: Any) -> str:
+    """A text field's text: a string as it is, a number as written; nothing for None or a
+    container (not text to a worker, and a deeply nested one has no ``str``)."""
+    if isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, (int, float)) else ""

@@ -247,6 +247,11 @@ async def test_request_longer_than_the_context_window_is_400(router: RouterHandl
 @pytest.mark.parametrize(("path", "body", "status", "message"), [
     ("/v1/chat/completions", b"{\"model\": ", 400, "Request body is not valid JSON"),
     ("/v1/chat/completions", b"\xc3\x28\xa0\xa1", 400, "Request body is not valid UTF-8."),
+    ("/v1/chat/completions", b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000
+     + b"}", 400, "Request body is not valid JSON: depth limit exceeded"),
+    ("/v1/chat/completions", b'{"model": "' + MODEL.encode() + b'", "stream": true, '
+     b'"messages": [{"role": "user", "content": "hi"}], "x": ' + b'{"a": ' * 1000 + b"1"
+     + b"}" * 1000 + b"}", 400, "Request body is nested too deeply to forward"),
     ("/v1/chat/completions", orjson.dumps({"model": MODEL}), 400,
      "Missing required parameter: 'messages'."),
     ("/v1/chat/completions", orjson.dumps({"model": MODEL, "messages": MESSAGES,
@@ -255,8 +260,9 @@ async def test_request_longer_than_the_context_window_is_400(router: RouterHandl
      "prompt: must be a string"),
     ("/v1/chat/completions", b"x" * (50 * 1024 * 1024), 413, "Request body too large"),
     ("/v1/audio/transcriptions", b"{}", 404, "Not found: no such endpoint"),
-], ids=["malformed json", "non-utf8", "missing messages", "wrong type", "bad prompt",
-        "50 MB body", "unknown path"])
+], ids=["malformed json", "non-utf8", "nested 100,000 deep", "too deep to re-encode",
+        "missing messages", "wrong type",
+        "bad prompt", "50 MB body", "unknown path"])
 async def test_bad_requests_get_openai_errors(router: RouterHandle, path: str, body: bytes,
                                               status: int, message: str) -> None:
     async with aiohttp.ClientSession() as session, session.post(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import orjson
 import pytest
@@ -153,6 +154,37 @@ def test_an_escaped_lone_surrogate_is_valid_json_and_kept() -> None:
 def test_what_no_json_parser_takes_is_still_refused() -> None:
     with pytest.raises(InvalidRequest, match="Request body is not valid JSON"):
         parse(b'{"model": "m", "messages": [}')
+
+
+def test_json_nested_deeper_than_both_parsers_go_is_refused_not_raised() -> None:
+    """orjson stops at 1,024 levels and Python's json, the fallback, at the recursion limit:
+    the client is told its body is not valid JSON (a RecursionError would be a 500)."""
+    raw = b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(InvalidRequest, match="not valid JSON: depth limit exceeded"):
+        parse(raw)
+
+
+@pytest.mark.parametrize("depth", [300, 5_000])
+def test_a_body_too_deep_to_encode_again_is_refused_when_it_must_be(depth: int) -> None:
+    """orjson parses 1,024 levels but writes 254; Python's json writes up to its recursion
+    limit. A stream must be re-encoded (usage asked for): past both, a clear 400."""
+    raw = (b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}], '
+           b'"x": ' + b'{"a": ' * 1000 + b"1" + b"}" * 1000 + b"}")
+    parsed = parse_request(raw, CHAT_PATH, "req-1", {}, 0.0)
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(depth)
+        if depth > 1000 + 100:        # Python's json still writes it
+            assert json.loads(upstream_body(parsed, raw, "m"))["stream_options"] == {
+                "include_usage": True}
+        else:
+            with pytest.raises(InvalidRequest, match="nested too deeply to forward"):
+                upstream_body(parsed, raw, "m")
+    finally:
+        sys.setrecursionlimit(limit)
+    # a body sent as it came is never re-encoded, however deep
+    plain = raw.replace(b'"stream": true', b'"stream": false')
+    assert upstream_body(parse_request(plain, CHAT_PATH, "r", {}, 0.0), plain, "m") is plain
 
 
 def test_a_model_with_a_lone_surrogate_is_refused_by_name() -> None:

@@ -5,6 +5,7 @@ Body (vLLM v0.33): ``{"error": {"message": ..., "type": ..., "param": ..., "code
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 import orjson
@@ -37,7 +38,10 @@ def bad_request(message: str, param: str | None = None) -> ApiError:
 
 def validation_error(param: str, msg: str, kind: str, value: Any) -> ApiError:
     """A request-validation failure, shaped like vLLM's pydantic error (type "Bad Request")."""
-    shown = repr(value)
+    try:
+        shown = repr(value)
+    except RecursionError:          # nested past Python's limit: the first levels only
+        shown = reprlib.repr(value)
     if len(shown) > 200:
         shown = shown[:200] + "..."
     loc = f"body.{param}" if param else "body"     # vLLM 0.32: one dotted string

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.producers.chat_template import message_text, render_chat
+from policies.producers.chat_template import message_text, part_text, render_chat
 
 
 def test_renders_roles_and_generation_prompt() -> None:
@@ -12,6 +12,17 @@ def test_renders_roles_and_generation_prompt() -> None:
                     "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
                     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                     "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_text_nested_past_the_recursion_limit_is_no_text() -> None:
+    """A text field holding a container is not text (vLLM refuses it); one nested 1,000 deep
+    has no ``str`` (RecursionError), so it is never converted."""
+    deep: list[object] = []
+    for _ in range(1000):
+        deep = [deep]
+    assert message_text([{"type": "text", "text": deep}, {"type": "text", "text": "b"}]) == "\nb"
+    assert message_text({"a": deep}) == ""
+    assert part_text(3) == "3" and part_text(None) == "" and part_text(deep) == ""
 
 
 def test_without_generation_prompt() -> None:

@@ -60,6 +60,12 @@ CHAT_CASES = [
      "body.temperature"),
     (b'{"messages": [{"role": "user", "content": "x"}], "model": 7}', "Bad Request", "body.model"),
     (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "Bad Request", None),
+    # a value nested past Python's recursion limit is named in the message without a repr
+    # that would raise (a 500)
+    (b'{"messages": [{"role": "user", "content": ' + b"[" * 1000 + b"]" * 1000 + b"}]}",
+     "Bad Request", "body.messages.0.content"),
+    (b'{"messages": [{"role": "user", "content": [{"type": "text", "text": '
+     + b"[" * 1000 + b"]" * 1000 + b"}]}]}", "Bad Request", "body.messages.0.content.0.text"),
 ]
 
 
