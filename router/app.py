@@ -3,7 +3,7 @@
 Nothing lives in module globals: every component is created here, kept in a typed
 ``web.AppKey`` (``router.keys``) and, when it owns a resource, opened and closed by one
 ``cleanup_ctx`` generator (state store; client session, scraper and director; policy reloader;
-the garbage-collection pause hook;
+the garbage-collection pause hook; the one-line log of requests the HTTP parser refuses;
 the KV-event feed when the fleet names KV-event streams).
 """
 
@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from policies.reloader import PolicyReloader
+from router.bad_http_log import OneLineBadHttp
 from router.decision_sinks import open_decision_sinks
 from router.decisions import DecisionLog
 from router.director import Director
@@ -87,6 +88,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Appl
     app.cleanup_ctx.append(_workers)
     app.cleanup_ctx.append(_policy_reloader)
     app.cleanup_ctx.append(_gc_pauses)
+    app.cleanup_ctx.append(_bad_http_log)
     if kv_events.enabled:
         app.cleanup_ctx.append(_kv_event_feed)
     add_routes(app)
@@ -151,6 +153,14 @@ async def _gc_pauses(app: web.Application) -> AsyncIterator[None]:
     pauses.install()
     yield
     pauses.remove()
+
+
+async def _bad_http_log(app: web.Application) -> AsyncIterator[None]:
+    """Requests the HTTP parser refuses: one warning line each, not a traceback."""
+    one_line = OneLineBadHttp()
+    one_line.install()
+    yield
+    one_line.remove()
 
 
 async def _kv_event_feed(app: web.Application) -> AsyncIterator[None]:

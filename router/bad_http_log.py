@@ -1,0 +1,41 @@
+"""Requests the HTTP parser refuses, logged as one line instead of a traceback.
+
+aiohttp answers a request its parser cannot take (a header line over 8,190 bytes, as nginx's
+default refuses too; a broken request line; a bad chunked body) with a plain-text 400 before
+any handler runs, and logs it on ``aiohttp.server`` at ERROR with the parser's traceback, so
+any client could fill the router's log with tracebacks. ``OneLineBadHttp`` keeps each such
+record as one WARNING line naming the client and the parser's reason (cut to 200
+characters); every other record of that logger (a failure of the server itself) passes as
+it is. It is installed while the app runs (``router.app``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp.http_exceptions import HttpProcessingError
+
+SERVER_LOGGER = "aiohttp.server"
+MAX_REASON_CHARS = 200
+
+
+class OneLineBadHttp(logging.Filter):
+    """Turns the server logger's records of client HTTP errors (4xx) into one-line warnings."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError) and 400 <= error.code < 500:
+            reason = " ".join(str(error.message).split())
+            if len(reason) > MAX_REASON_CHARS:
+                reason = reason[:MAX_REASON_CHARS] + "..."
+            record.msg, record.args = "%s (answered %d): %s", (
+                record.getMessage(), error.code, reason)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+        return True
+
+    def install(self) -> None:
+        logging.getLogger(SERVER_LOGGER).addFilter(self)
+
+    def remove(self) -> None:
+        logging.getLogger(SERVER_LOGGER).removeFilter(self)

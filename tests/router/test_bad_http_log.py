@@ -1,0 +1,59 @@
+"""Requests the HTTP parser refuses are answered 400 and logged as one warning line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+import pytest
+from aiohttp.http_exceptions import LineTooLong
+
+from router.bad_http_log import SERVER_LOGGER, OneLineBadHttp
+from tests.router.gateway_support import RouterFactory, subset
+from workers.fleet import FleetConfig
+
+
+def _record(error: BaseException | None, level: int = logging.ERROR) -> logging.LogRecord:
+    return logging.LogRecord(SERVER_LOGGER, level, __file__, 1, "Error handling request from %s",
+                             ("127.0.0.1",), (type(error), error, None) if error else None)
+
+
+def test_a_client_error_becomes_one_warning_line_and_a_server_error_stays() -> None:
+    one_line = OneLineBadHttp()
+    refused = _record(LineTooLong(b"x" * 5000, 8190))
+    assert one_line.filter(refused)
+    assert (refused.levelno, refused.levelname, refused.exc_info) == (
+        logging.WARNING, "WARNING", None)
+    message = refused.getMessage()
+    assert message.startswith("Error handling request from 127.0.0.1 (answered 400): "
+                              "Got more than 8190 bytes when reading")
+    assert "\n" not in message and len(message) < 300
+    broken = _record(RuntimeError("a bug of the server"))
+    assert one_line.filter(broken)
+    assert broken.levelno == logging.ERROR and broken.exc_info is not None
+    plain = _record(None, logging.INFO)
+    assert one_line.filter(plain) and plain.levelno == logging.INFO
+
+
+@pytest.mark.integration
+async def test_a_header_over_the_limit_is_refused_in_one_line_and_the_router_serves_on(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]))
+    caplog.set_level(logging.DEBUG, logger=SERVER_LOGGER)
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    try:
+        writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Tenant: " + b"a" * 10_000
+                     + b"\r\n\r\n")
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), 10)
+    finally:
+        writer.close()
+    assert status_line.split(b" ")[1] == b"400"
+    records = [r for r in caplog.records if r.name == SERVER_LOGGER]
+    assert [(r.levelname, r.exc_info) for r in records] == [("WARNING", None)]
+    assert "Got more than 8190 bytes" in records[0].getMessage()
+    async with aiohttp.ClientSession() as session, \
+            session.get(router.url + "/health") as resp:
+        assert resp.status == 200
