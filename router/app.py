@@ -73,6 +73,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Appl
                                    interval_s=settings.reload_interval_s,
                                    on_result=lambda r: metrics.record_reload(r.result),
                                    on_swap=kv_events.on_new_engine)
+    metrics.record_config_loaded()
     kv_events.attach(reloader.engine)
     app = web.Application(client_max_size=settings.max_body_bytes,
                           middlewares=[error_middleware])

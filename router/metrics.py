@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -177,6 +177,15 @@ class RouterMetrics:
                               "deadline for a first byte.", ["worker"], registry=r)
         self.config_reloads = Counter("kvroute_config_reloads", "Routing config reloads.",
                                       ["result"], registry=r)
+        # as Prometheus's own prometheus_config_last_reload_*: the file on disk is (1) or is
+        # not (0) the config in force, and since when the one in force was loaded
+        self.config_last_reload_successful = Gauge(
+            "kvroute_config_last_reload_successful",
+            "Whether the last load of the routing file succeeded (0: it was refused and the "
+            "last good config serves).", registry=r)
+        self.config_last_reload_success_time = Gauge(
+            "kvroute_config_last_reload_success_timestamp_seconds",
+            "When the routing config in force was loaded.", registry=r)
         self.cost = loop(LoopCounter("kvroute_cost_dollars", "Estimated cost of served requests.",
                                      ["gpu", "worker", "tenant"]))
         self.semantic_class = Counter("kvroute_semantic_class", "Requests by semantic class.",
@@ -317,8 +326,16 @@ class RouterMetrics:
         line, not in a series)."""
         self.ejections.labels(worker).inc()
 
+    def record_config_loaded(self) -> None:
+        """The routing file was read at start: the config in force."""
+        self.config_last_reload_successful.set(1)
+        self.config_last_reload_success_time.set_to_current_time()
+
     def record_reload(self, result: str) -> None:
         self.config_reloads.labels(result).inc()
+        self.config_last_reload_successful.set(1 if result == "success" else 0)
+        if result == "success":
+            self.config_last_reload_success_time.set_to_current_time()
 
     def record_semantic(self, semantic_class: str | None, seconds: float | None) -> None:
         if semantic_class:

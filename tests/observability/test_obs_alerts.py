@@ -1,7 +1,7 @@
 """Alert tiers against the live stack (rules copied with every ``for:`` set to 0s): the
 overloaded 16-block worker fires the KV-usage warning; stopping the only worker of a model
-fires the no-healthy-worker emergency; the garbage-collection alerts read the router's own
-series."""
+fires the no-healthy-worker emergency; the alerts on the router's own series (garbage
+collection, a refused routing file) read what it exports."""
 
 from __future__ import annotations
 
@@ -71,16 +71,17 @@ def test_success_rate_emergency_follows_the_recorded_ratio(live_stack: Stack) ->
     assert {a["labels"]["severity"] for a in firing} <= {"emergency"}
 
 
-@pytest.mark.parametrize("alert", ["RouterGcPauseShareHigh", "RouterGcPauseLong"])
-def test_gc_alerts_read_the_series_the_router_exports(live_stack: Stack, alert: str) -> None:
-    """The measured side of each garbage-collection alert (its expression up to the
-    threshold) gives one finite, non-negative value for the router: the metric name, the
+@pytest.mark.parametrize("alert", ["RouterGcPauseShareHigh", "RouterGcPauseLong",
+                                   "RoutingConfigRefused"])
+def test_router_alerts_read_the_series_the_router_exports(live_stack: Stack, alert: str) -> None:
+    """The measured side of each alert on the router's own series (its expression up to the
+    comparison) gives one finite, non-negative value for the router: the metric name, the
     ``le`` bucket and the labels it sums by are the ones ``kvroute serve`` exports. That
     these alerts fire past their thresholds is ``test_obs_rules``' promtool tests."""
     rules = [rule for group in yaml.safe_load(RULE_FILES[1].read_text())["groups"]
              for rule in group["rules"] if rule.get("alert") == alert]
-    measured = re.split(r"\s>=?\s+on \(\)", rules[0]["expr"])[0]
-    assert "kvroute:threshold" not in measured
+    measured = re.split(r"\s(?:>=?|==)\s", rules[0]["expr"])[0]
+    assert "kvroute:threshold" not in measured and measured.strip()
     router = live_stack.router_url.split("://", 1)[1]
     values = {r["metric"].get("instance"): float(r["value"][1])
               for r in live_stack.prometheus.query(measured)}

@@ -30,7 +30,7 @@ def test_promtool_check_rules_passes() -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 18 rules found" in result.stdout
-    assert "SUCCESS: 10 rules found" in result.stdout
+    assert "SUCCESS: 11 rules found" in result.stdout
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ def test_alert_tiers() -> None:
     assert tiers == {
         "KvCacheUsageHigh": "warning", "WorkerEjected": "warning",
         "TtftP99AboveBaseline": "warning", "RouterGcPauseShareHigh": "warning",
-        "RouterGcPauseLong": "warning",
+        "RouterGcPauseLong": "warning", "RoutingConfigRefused": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency"}
@@ -63,7 +63,8 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
         expr = rule["expr"]
         assert not re.search(r"[<>]=?\s*[0-9.]+\s*$", expr.strip()), rule["alert"]
         used.update(re.findall(r"kvroute:threshold:\w+", expr))
-    # NoHealthyWorker compares with 0 healthy workers; every other alert names its parameter
+    # NoHealthyWorker compares with 0 healthy workers and RoutingConfigRefused with a refused
+    # load (0); every other alert names its parameter
     assert used == thresholds
     values = {r["record"]: r["expr"] for r in _rules(RECORDING)}
     assert values["kvroute:threshold:kv_usage_warning"] == "vector(0.8)"
@@ -85,7 +86,7 @@ def _promtool_test(tmp_path: Path, name: str, tests: dict[str, Any]) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _gc_alert(instance: str, summary: str) -> dict[str, Any]:
+def _warning(instance: str, summary: str) -> dict[str, Any]:
     return {"exp_labels": {"severity": "warning", "instance": instance},
             "exp_annotations": {"summary": summary}}
 
@@ -112,7 +113,7 @@ def test_gc_pause_share_fires_after_five_minutes_above_two_percent(tmp_path: Pat
                 {"eval_time": "6m", "alertname": "RouterGcPauseShareHigh", "exp_alerts": []},
                 {"eval_time": "10m", "alertname": "RouterGcPauseShareHigh", "exp_alerts": []},
                 {"eval_time": "15m", "alertname": "RouterGcPauseShareHigh",
-                 "exp_alerts": [_gc_alert("r1", summary) | {"exp_annotations": {
+                 "exp_alerts": [_warning("r1", summary) | {"exp_annotations": {
                      "summary": summary,
                      "description": (
                          "Every request it holds waits while it collects. The objects it "
@@ -155,10 +156,43 @@ def test_gc_long_pause_fires_on_one_collection_over_100ms_and_clears_ten_minutes
             "alert_rule_test": [
                 {"eval_time": "2m", "alertname": "RouterGcPauseLong", "exp_alerts": []},
                 {"eval_time": "3m", "alertname": "RouterGcPauseLong",
-                 "exp_alerts": [_gc_alert("r1", summary)]},
+                 "exp_alerts": [_warning("r1", summary)]},
                 {"eval_time": "12m", "alertname": "RouterGcPauseLong",
-                 "exp_alerts": [_gc_alert("r1", summary)]},
+                 "exp_alerts": [_warning("r1", summary)]},
                 {"eval_time": "14m", "alertname": "RouterGcPauseLong", "exp_alerts": []},
+            ],
+        }],
+    })
+
+
+def test_routing_config_refused_fires_after_a_minute_and_clears_on_the_next_good_load(
+        tmp_path: Path) -> None:
+    """r1's operator saves a bad routing file at 2m and a good one at 6m: pending at 2m,
+    firing from 3m, gone at 6m; a refusal mended within the minute (r2) never fires."""
+    refused = _warning("r1", "The router at r1 refused its routing file and serves the last "
+                       "good config")
+    refused["exp_annotations"]["description"] = (
+        "The file on disk is not the policy in force. `kvroute validate FILE` says why; "
+        "kvroute_config_last_reload_success_timestamp_seconds says since when the config in "
+        "force serves.\n")
+    _promtool_test(tmp_path, "config-refused", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'kvroute_config_last_reload_successful{instance="r1"}',
+                 "values": "1 1 0 0 0 0 1 1"},
+                {"series": 'kvroute_config_last_reload_successful{instance="r2"}',
+                 "values": "1 1 0 1 1 1 1 1"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "RoutingConfigRefused", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "RoutingConfigRefused",
+                 "exp_alerts": [refused]},
+                {"eval_time": "5m", "alertname": "RoutingConfigRefused",
+                 "exp_alerts": [refused]},
+                {"eval_time": "6m", "alertname": "RoutingConfigRefused", "exp_alerts": []},
             ],
         }],
     })

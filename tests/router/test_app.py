@@ -59,15 +59,27 @@ async def test_reload_applies_good_file_and_refuses_bad_one(
     router = await make_router(subset(emulated_fleet, ["h100-fast", "a100-fast"]),
                                reload_interval_s=0.05)
     assert await profile_of(router) == "default"
+    assert router.metric("kvroute_config_last_reload_successful") == 1.0
+    started = router.metric("kvroute_config_last_reload_success_timestamp_seconds")
+    assert abs(started - time.time()) < 60
 
     router.routing_path.write_text(FAST_PROFILE)
     await wait_for_reloads(router, "success", 1)
     assert await profile_of(router) == "fast"
+    swapped = router.metric("kvroute_config_last_reload_success_timestamp_seconds")
+    assert swapped >= started
 
     router.routing_path.write_text(BAD)
     await wait_for_reloads(router, "failure", 1)
     assert await profile_of(router) == "fast"          # the last good config keeps serving
     assert router.metric("kvroute_config_reloads_total", result="success") == 1.0
+    # the file on disk is not the config in force, and since when that one serves
+    assert router.metric("kvroute_config_last_reload_successful") == 0.0
+    assert router.metric("kvroute_config_last_reload_success_timestamp_seconds") == swapped
+
+    router.routing_path.write_text(FAST_PROFILE.replace("fast", "quick"))
+    await wait_for_reloads(router, "success", 2)
+    assert router.metric("kvroute_config_last_reload_successful") == 1.0
 
 
 async def test_two_replicas_share_inflight_through_redis(

@@ -47,6 +47,7 @@ def test_records_under_the_agreed_names() -> None:
                                               "tenant": "acme"}) == 0.002
     assert get("kvroute_retries_total", {"worker": "w1", "reason": "connect"}) == 1.0
     assert get("kvroute_config_reloads_total", {"result": "failure"}) == 1.0
+    assert get("kvroute_config_last_reload_successful", {}) == 0.0
     assert get("kvroute_semantic_class_total", {"class": "code"}) == 1.0
     assert get("kvroute_semantic_classify_seconds_count", {}) == 1.0
     worker = {"worker": "w1", "gpu": gpu, "model": "m"}
