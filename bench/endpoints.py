@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.cases import chosen_cases
 from bench.launch import (
     Launched,
     LaunchError,
@@ -106,12 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    by_key = {case.key: case for case in CASES}
-    keys = [k.strip() for k in str(args.cases).split(",") if k.strip()]
-    unknown = [k for k in keys if k not in by_key]
-    if unknown or not keys:
-        return _refuse(f"unknown case(s) {', '.join(unknown) or '(none)'}; choose from "
-                       f"{', '.join(by_key)}")
+    try:
+        cases = chosen_cases(str(args.cases), CASES)
+    except ValueError as exc:
+        return _refuse(str(exc))
     if args.repeat < 1 or args.warmup < 0:
         return _refuse("--repeat must be at least 1 and --warmup at least 0")
     with tempfile.TemporaryDirectory(prefix="kvroute-endpoints-") as tmp:
@@ -120,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             models = _models_by_runner(fleet)
         except ValueError as exc:
             return _refuse(str(exc))
-        missing = sorted({by_key[k].runner for k in keys} - set(models))
+        missing = sorted({case.runner for case in cases} - set(models))
         if missing:
             return _refuse(f"{args.fleet}: no model declared with runner {', '.join(missing)} "
                            "for the cases asked")
@@ -135,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 base_url = f"http://127.0.0.1:{port}"
                 router.wait_http(base_url + "/health", timeout_s=60.0)
                 results = asyncio.run(_measure_all(
-                    base_url, urls, models, [by_key[k] for k in keys], args.repeat,
+                    base_url, urls, models, cases, args.repeat,
                     args.warmup))
         except LaunchError as exc:
             print(f"kvroute bench endpoints: {exc}", file=sys.stderr)

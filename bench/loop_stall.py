@@ -38,6 +38,7 @@ from typing import Any
 
 import orjson
 
+from bench.cases import chosen_cases
 from bench.launch import (
     Launched,
     LaunchError,
@@ -111,12 +112,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    by_key = {case.key: case for case in CASES}
-    keys = [k.strip() for k in str(args.cases).split(",") if k.strip()]
-    unknown = [k for k in keys if k not in by_key]
-    if unknown or not keys:
-        print(f"kvroute bench loop-stall: unknown case(s) {', '.join(unknown) or '(none)'}; "
-              f"choose from {', '.join(by_key)}", file=sys.stderr)
+    try:
+        cases = chosen_cases(str(args.cases), CASES)
+    except ValueError as exc:
+        print(f"kvroute bench loop-stall: {exc}", file=sys.stderr)
         return 2
     if args.repeat < 1:
         print("kvroute bench loop-stall: --repeat must be at least 1", file=sys.stderr)
@@ -132,8 +131,7 @@ def run(args: argparse.Namespace) -> int:
             with router:
                 base_url = f"http://127.0.0.1:{port}"
                 router.wait_http(base_url + "/health", timeout_s=60.0)
-                results = asyncio.run(_measure_all(base_url, model,
-                                                   [by_key[k] for k in keys], args.repeat))
+                results = asyncio.run(_measure_all(base_url, model, cases, args.repeat))
         except LaunchError as exc:
             print(f"kvroute bench loop-stall: {exc}", file=sys.stderr)
             return 1
