@@ -7,9 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,7 @@ from tests.router.gateway_support import (
     RouterHandle,
     fleet_data,
 )
+from tests.router.redis_support import start_redis
 from workers.emulator.process import EmulatorFleet, free_port
 from workers.fleet import FleetConfig, load_fleet
 
@@ -67,37 +65,9 @@ def redis_url(tmp_path: object) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (make test installs it)")
-    proc, port = _start_redis(binary)
+    proc, port = start_redis(binary)
     try:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
-
-
-def _start_redis(binary: str, attempts: int = 3) -> tuple[subprocess.Popen[bytes], int]:
-    """A ``redis-server`` answering PING on a free port. A port taken by another process
-    between ``free_port`` and redis binding it makes redis exit: then another port is tried."""
-    for _ in range(attempts):
-        port = free_port()
-        proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save",
-                                 "", "--appendonly", "no"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30.0
-        while proc.poll() is None and time.monotonic() < deadline:
-            if _answers_ping(port):
-                return proc, port
-            time.sleep(0.02)
-        if proc.poll() is None:      # alive but silent for 30 s: give up on it
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-    raise AssertionError(f"redis-server did not start on a free port in {attempts} attempts")
-
-
-def _answers_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False

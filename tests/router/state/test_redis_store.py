@@ -1,13 +1,19 @@
 """The Redis state store against a real redis-server: replicas see each other's in-flight
-counts, a closed or dead replica's counts go away, an unreachable Redis degrades to local."""
+counts, a closed or dead replica's counts go away, an unreachable Redis degrades to local,
+and a Redis restarted on its address is used again."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import signal
+import subprocess
 
 import pytest
 
 from router.state.redis_store import RedisStateStore
+from tests.router.redis_support import start_redis
 from workers.emulator.process import free_port
 
 pytestmark = pytest.mark.integration
@@ -114,3 +120,49 @@ async def test_response_owners_stay_local_while_redis_is_unreachable() -> None:
         assert await store.response_owner("resp_b") is None
     finally:
         await store.close()
+
+
+async def _sync_until(stores: list[RedisStateStore], degraded: bool) -> None:
+    """Sync each store until all are (or are not) degraded: a connection the restart broke is
+    found broken by the command that uses it, and the next one opens a new connection."""
+    for _ in range(20):
+        for store in stores:
+            await store.sync_once()
+        if all(store.degraded == degraded for store in stores):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"stores still {'not ' if degraded else ''}degraded")
+
+
+async def test_a_redis_restarted_on_its_address_is_shared_again() -> None:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it)")
+    proc, port = start_redis(binary)
+    url = f"redis://127.0.0.1:{port}/0"
+    one = RedisStateStore(url, "r1", sync_interval_s=60)
+    two = RedisStateStore(url, "r2", sync_interval_s=60)
+    procs: list[subprocess.Popen[bytes]] = [proc]
+    try:
+        await one.start()
+        await two.start()
+        one.on_dispatch("w1", 10, 1)
+        await _sync_until([one, two], degraded=False)
+        assert two.inflight.get("w1").requests == 1
+
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+        await _sync_until([one, two], degraded=True)
+        assert two.inflight.get("w1").requests == 0      # routes on its own counts
+        assert one.inflight.get("w1").requests == 1
+
+        procs.append(start_redis(binary, port=port)[0])  # the same address, empty
+        await _sync_until([one, two], degraded=False)
+        assert two.inflight.get("w1").requests == 1      # r1 published its counts again
+    finally:
+        await one.close()
+        await two.close()
+        for started in procs:
+            if started.poll() is None:
+                os.kill(started.pid, signal.SIGTERM)
+                started.wait(timeout=10)
