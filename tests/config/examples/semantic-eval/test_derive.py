@@ -155,11 +155,18 @@ def derive_blind7() -> ModuleType:
     return load_script("derive_blind7")
 
 
+@pytest.fixture(scope="module")
+def derive_blind8() -> ModuleType:
+    return load_script("derive_blind8")
+
+
 @pytest.mark.parametrize("name, earlier", [("blind4", ["blind3"]),
                                            ("blind5", ["blind3", "blind4"]),
                                            ("blind6", ["blind3", "blind4", "blind5"]),
                                            ("blind7", ["blind3", "blind4", "blind5",
-                                                       "blind6"])])
+                                                       "blind6"]),
+                                           ("blind8", ["blind3", "blind4", "blind5",
+                                                       "blind6", "blind7"])])
 def test_later_blind_sets_share_no_source_id_and_no_text_with_any_other_file(
         derive: ModuleType, derived: dict[str, list[dict[str, str]]], name: str,
         earlier: list[str]) -> None:
@@ -215,7 +222,7 @@ def test_blind5_labels_come_from_its_sources_and_each_eval_contributes(
 
 
 @pytest.mark.parametrize("earlier, later", [("blind4", "blind5"), ("blind5", "blind6"),
-                                            ("blind6", "blind7")])
+                                            ("blind6", "blind7"), ("blind7", "blind8")])
 def test_human_eval_prompts_come_after_the_earlier_sets_by_hash(earlier: str, later: str) -> None:
     def hashed(rows: list[dict[str, str]]) -> list[bytes]:
         return sorted(hashlib.sha256(r["id"].encode()).digest() for r in rows
@@ -283,3 +290,29 @@ def test_blind7_labels_come_from_its_sources(derive_blind6: ModuleType,
     assert len(kinds) == 4 and all(per_origin[k] == derive_blind7.TICKETS_PER_TYPE for k in kinds)
     blind6_agent = {r["id"] for r in committed("blind6") if r["source"] == "ipi_coding_agent"}
     assert not blind6_agent & {r["id"] for r in rows if r["source"] == "ipi_coding_agent"}
+
+
+def test_blind8_labels_come_from_its_sources(derive_blind6: ModuleType,
+                                            derive_blind7: ModuleType,
+                                            derive_blind8: ModuleType) -> None:
+    label_of_source = {"human_eval": "code", "agent_bench_os": "code",
+                       "mathematics_dataset": "math", "writingbench": "chat",
+                       "stealth_tickets": "support"}
+    rows = committed("blind8")
+    per_origin: dict[str, int] = {}
+    for row in rows:
+        assert row["label"] == label_of_source[row["source"]], row["id"]
+        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    modules = {f"{group}__{name}" for group, name in derive_blind8.MATH_MODULES}
+    assert not modules & {f"{group}__{name}" for earlier in (derive_blind6, derive_blind7)
+                          for group, name in earlier.MATH_MODULES}
+    assert per_origin["human_eval"] == derive_blind8.HUMAN_EVAL_ROWS
+    assert per_origin["agent_bench_os"] == derive_blind8.AGENT_BENCH_ROWS
+    assert all(per_origin[m] == derive_blind8.PER_SOURCE for m in modules)
+    domains = [o for o in per_origin if o.startswith("writingbench:")]
+    assert len(domains) == 6 and all(per_origin[d] == derive_blind8.PER_SOURCE for d in domains)
+    kinds = [o for o in per_origin if o.startswith("stealth_tickets:")]
+    assert len(kinds) == 4 and all(per_origin[k] == derive_blind8.TICKETS_PER_TYPE for k in kinds)
+    earlier = {r["id"] for name in ("blind6", "blind7") for r in committed(name)
+               if r["source"] in {"writingbench", "stealth_tickets"}}
+    assert not earlier & {r["id"] for r in rows}
