@@ -19,6 +19,14 @@ Pairs are drawn like SetFit's: for each of ``pairs_per_example`` rounds, every
 example gets one partner of its own class (another example when the class has one) and one
 of another class, so a round has twice as many pairs as there are examples. The defaults
 are SetFit's (20 rounds, batch 16, learning rate 2e-5, one epoch).
+
+The encoder the router embeds with is then ``mix`` of the way from the base model to the
+tuned one, weight by weight: ``(1 - mix) * base + mix * tuned`` (Wortsman et al., 2022,
+"Robust fine-tuning of zero-shot models", WiSE-FT, whose default is an even mix, 0.5). Tuned
+on 80 examples, the encoder forgets some of what the base model knew about prompts unlike
+them; the average keeps it and still separates the examples. ``mix: 1.0`` is the tuned
+encoder itself. The mixed weights are a file of their own next to the tuned ones (named by
+the same digest and the mix), so changing ``mix`` trains nothing again.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ class FineTuneParams:
     batch_size: int = 16            # pairs per optimiser step
     seed: int = 0
     threads: int = 0                # torch threads while training; 0: every usable core
+    mix: float = 0.5                # share of the tuned weights in the encoder used (WiSE-FT)
 
     def __post_init__(self) -> None:
         if not 1 <= self.pairs_per_example <= 200:
@@ -65,6 +74,8 @@ class FineTuneParams:
             raise ParamError("batch_size", "must be within 1..256")
         if not 0 <= self.threads <= 256:
             raise ParamError("threads", "must be within 0..256 (0: every usable core)")
+        if not 0.0 < self.mix <= 1.0:
+            raise ParamError("mix", "must be within (0, 1] (1: the tuned encoder itself)")
 
     def torch_threads(self) -> int:
         return self.threads or len(os.sched_getaffinity(0))
@@ -93,7 +104,8 @@ def weights_digest(texts: Sequence[str], labels: Sequence[str], params: FineTune
                    max_tokens: int, base_digest: str) -> str:
     """Names the tuned weights: everything that changes what training produces."""
     digest = hashlib.blake2b(digest_size=12)
-    learning = {k: v for k, v in asdict(params).items() if k != "threads"}   # speed only
+    # threads change only the speed, mix only what is made of the result
+    learning = {k: v for k, v in asdict(params).items() if k not in ("threads", "mix")}
     header = {"format": TRAINING_FORMAT, "base": base_digest, "max_tokens": max_tokens,
               "params": learning}
     digest.update(json.dumps(header, sort_keys=True).encode())
@@ -106,15 +118,18 @@ def weights_digest(texts: Sequence[str], labels: Sequence[str], params: FineTune
 def fine_tuned_weights(texts: Sequence[str], labels: Sequence[str], params: FineTuneParams,
                        max_tokens: int, *, cache_dir: Path | None = None,
                        progress: Progress | None = None) -> Path:
-    """The tuned encoder's weights for these examples: from the cache, else trained now."""
+    """The encoder's weights for these examples, ``params.mix`` of the way from the base
+    model to the one tuned on them: from the cache, else trained (and mixed) now."""
     from policies.semantic.embedder import model_directory
     from policies.semantic.onnx_encoder import CACHE_ENV, cache_directory, model_digest
 
     directory = cache_dir or cache_directory()
     name = weights_digest(texts, labels, params, max_tokens, model_digest(model_directory()))
     path = directory / f"minilm-tuned-{name}.safetensors"
-    if path.is_file():
-        return path
+    mixed = (path if params.mix == 1.0
+             else directory / f"minilm-tuned-{name}-mix{params.mix:g}.safetensors")
+    if mixed.is_file():
+        return mixed
     try:
         directory.mkdir(parents=True, exist_ok=True)
         lock = (directory / f"{path.name}.lock").open("w")
@@ -130,7 +145,9 @@ def fine_tuned_weights(texts: Sequence[str], labels: Sequence[str], params: Fine
             _train_and_save(texts, labels, params, max_tokens, path,
                             progress if progress is not None else LoggedProgress())
             log.info("fine-tuned encoder saved to %s", path)
-    return path
+        if not mixed.is_file():
+            _mix_and_save(path, params.mix, mixed)
+    return mixed
 
 
 class LoggedProgress:
@@ -155,6 +172,26 @@ def _train_and_save(texts: Sequence[str], labels: Sequence[str], params: FineTun
     encoder = train_encoder(texts, labels, params, max_tokens, progress)
     state = {key: value.detach().contiguous() for key, value in encoder.state_dict().items()}
     write_atomically(path, lambda tmp: save_file(state, str(tmp)))
+
+
+def mixed_state(base: dict[str, Any], tuned: dict[str, Any], mix: float) -> dict[str, Any]:
+    """``(1 - mix) * base + mix * tuned`` for every floating-point tensor of ``tuned`` (the
+    others, e.g. position ids, as tuned)."""
+    return {key: ((1.0 - mix) * base[key].float() + mix * value.float()).contiguous()
+            if value.is_floating_point() else value for key, value in tuned.items()}
+
+
+def _mix_and_save(tuned_path: Path, mix: float, path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModel
+
+    from policies.semantic.embedder import model_directory
+    from policies.semantic.onnx_encoder import write_atomically
+
+    base = AutoModel.from_pretrained(str(model_directory()), local_files_only=True).state_dict()
+    state = mixed_state(base, load_file(str(tuned_path)), mix)
+    write_atomically(path, lambda tmp: save_file(state, str(tmp)))
+    log.info("encoder %g of the way to the tuned one saved to %s", mix, path)
 
 
 def train_encoder(texts: Sequence[str], labels: Sequence[str], params: FineTuneParams,

@@ -1,5 +1,6 @@
 """Fine-tuning the encoder on the examples: pairs, the cache key, training once, the lock,
-and the tuned encoder used by the embedder (ONNX files named after it)."""
+the mix with the base model's weights, and the encoder used by the embedder (ONNX files named
+after it)."""
 
 from __future__ import annotations
 
@@ -62,8 +63,11 @@ def test_the_weights_are_named_by_everything_training_depends_on() -> None:
         weights_digest(TEXTS[::-1], LABELS[::-1], TINY, 32, "base"),
     ]
     assert base not in changed and len(set(changed)) == len(changed)
-    # the number of threads changes how fast it trains, not what (up to float rounding)
+    # the number of threads changes how fast it trains, not what (up to float rounding);
+    # the mix, only what is made of the trained weights
     assert weights_digest(TEXTS, LABELS, FineTuneParams(2, batch_size=8, threads=1), 32,
+                          "base") == base
+    assert weights_digest(TEXTS, LABELS, FineTuneParams(2, batch_size=8, mix=1.0), 32,
                           "base") == base
 
 
@@ -75,17 +79,62 @@ def test_the_section_takes_fine_tune_as_a_mapping() -> None:
         {"default_class": "chat", "classes": classes, "fine_tune": {}}, "semantic")
     assert defaults.fine_tune == FineTuneParams()
     assert defaults.fine_tune.pairs_per_example == 20 and defaults.fine_tune.batch_size == 16
+    assert defaults.fine_tune.mix == 0.5        # WiSE-FT's even mix
     for raw, message in [
         ({"pairs_per_example": 0}, "semantic.fine_tune.pairs_per_example: must be within"),
         ({"learning_rate": 0.5}, "semantic.fine_tune.learning_rate: must be within"),
         ({"rounds": 3}, "semantic.fine_tune.rounds: unknown key"),
         ({"threads": -1}, "semantic.fine_tune.threads: must be within 0..256"),
+        ({"mix": 0}, "semantic.fine_tune.mix: must be within (0, 1]"),
+        ({"mix": 1.5}, "semantic.fine_tune.mix: must be within (0, 1]"),
         (True, "semantic.fine_tune: must be a mapping or null"),
     ]:
         with pytest.raises(RoutingConfigError) as info:
             parse_semantic_section({"default_class": "chat", "classes": classes,
                                     "fine_tune": raw}, "semantic")
         assert str(info.value).startswith(message), str(info.value)
+
+
+@pytest.mark.semantic
+def test_the_mixed_state_is_the_weighted_mean_of_every_float_tensor() -> None:
+    import torch
+
+    from policies.semantic.fine_tune import mixed_state
+
+    base = {"w": torch.tensor([0.0, 2.0]), "ids": torch.tensor([0, 1])}
+    tuned = {"w": torch.tensor([4.0, 6.0]), "ids": torch.tensor([0, 1])}
+    mixed = mixed_state(base, tuned, 0.25)
+    assert torch.equal(mixed["w"], torch.tensor([1.0, 3.0]))
+    assert mixed["ids"] is tuned["ids"]
+    assert torch.equal(mixed_state(base, tuned, 1.0)["w"], tuned["w"])
+
+
+@pytest.mark.semantic
+def test_a_mix_is_made_from_the_trained_weights_without_training_again(
+        tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    from policies.semantic.embedder import model_directory
+    from policies.semantic.fine_tune import fine_tuned_weights
+
+    steps: list[int] = []
+    tuned = fine_tuned_weights(TEXTS, LABELS, FineTuneParams(2, batch_size=8, mix=1.0), 32,
+                               cache_dir=tmp_path, progress=lambda done, _: steps.append(done))
+    half = fine_tuned_weights(TEXTS, LABELS, TINY, 32, cache_dir=tmp_path,
+                              progress=lambda done, _: steps.append(done))
+    quarter = fine_tuned_weights(TEXTS, LABELS, FineTuneParams(2, batch_size=8, mix=0.25), 32,
+                                 cache_dir=tmp_path)
+    assert steps == [1, 2, 3]                       # trained once, for the first call
+    assert half.name == tuned.name.replace(".safetensors", "-mix0.5.safetensors")
+    assert quarter.name.endswith("-mix0.25.safetensors")
+    base = AutoModel.from_pretrained(str(model_directory()), local_files_only=True).state_dict()
+    t, h = load_file(str(tuned)), load_file(str(half))
+    key = "encoder.layer.0.attention.self.query.weight"
+    assert not torch.equal(t[key], base[key])       # training moved it
+    assert torch.allclose(h[key], (base[key] + t[key]) / 2)
+    assert h.keys() == t.keys()
 
 
 def test_logged_progress_logs_each_tenth_once(caplog: pytest.LogCaptureFixture) -> None:
