@@ -94,7 +94,7 @@ def main() -> None:
     tokenizer = MiniLmEmbedder(max_tokens=args.max_tokens)._tokenizer
     texts = [encoder_text(row["text"], tokenizer, args.max_tokens) for row in rows]
     labels = np.array([row["label"] for row in rows])
-    params = FineTuneParams()
+    params = FineTuneParams(mix=1.0)     # the tuned encoder itself, as measured (no mix)
     print(f"{len(rows)} labelled prompts; {PER_CLASS} random examples per class; {params}")
     report: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as cache:

@@ -7,7 +7,10 @@ examples (as a routing file may hold at most 20 per class), and the router's log
 
 * ``frozen``: the base all-MiniLM-L6-v2 embeddings;
 * ``fine-tuned``: the embeddings after ``policies.semantic.fine_tune`` trained the encoder on
-  those examples (``--pairs-per-example`` rounds, the other parameters at their defaults).
+  those examples (``--pairs-per-example`` rounds, the other parameters at their defaults), the
+  tuned encoder itself (``mix: 1.0``);
+* ``mix M``: for each other value of ``--mixes``, the encoder ``M`` of the way from the base
+  model to that tuned one (the same training).
 
 ``--pick kmeans`` takes instead the rows nearest 20 k-means centroids of each class (on the
 frozen embeddings), as ``ceiling.py``'s ``kmeans20`` does.
@@ -22,6 +25,7 @@ repository root (about five minutes of training per fold on two cores)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -65,6 +69,9 @@ def main() -> None:
     parser.add_argument("--pairs-per-example", type=int, default=20)
     parser.add_argument("--folds", type=int, default=5, help="folds run (of 5)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mixes", default="1.0",
+                        help="comma-separated fine_tune.mix values to score (1.0: the tuned "
+                             "encoder, reported as fine-tuned; default %(default)s)")
     parser.add_argument("--pick", choices=("random", "kmeans"), default="random",
                         help="examples per class: random rows, or the rows nearest 20 k-means "
                              "centroids of the class (frozen embeddings), as ceiling.py does")
@@ -80,14 +87,16 @@ def main() -> None:
     rows = load_rows()
     texts = [row["text"] for row in rows]
     labels = np.array([row["label"] for row in rows])
-    params = FineTuneParams(pairs_per_example=args.pairs_per_example)
+    mixes = [float(m) for m in str(args.mixes).split(",") if m.strip()]
+    params = FineTuneParams(pairs_per_example=args.pairs_per_example, mix=1.0)
     print(f"{len(rows)} labelled prompts; {PER_CLASS} {args.pick} examples per class; {params}")
     with tempfile.TemporaryDirectory() as cache:
         os.environ["KVROUTE_CACHE_DIR"] = cache
         frozen = embed_all(MiniLmEmbedder(max_tokens=args.max_tokens, quantize=True,
                                           runtime="onnx"), texts)
         rng = np.random.default_rng(args.seed)
-        scores: dict[str, list[float]] = {"frozen": [], "fine-tuned": []}
+        names = {mix: "fine-tuned" if mix == 1.0 else f"mix {mix:g}" for mix in mixes}
+        scores: dict[str, list[float]] = {"frozen": [], **{name: [] for name in names.values()}}
         folds = StratifiedKFold(5, shuffle=True, random_state=args.seed)
         for fold, (train, test) in enumerate(folds.split(frozen, labels)):
             if fold >= args.folds:
@@ -98,9 +107,12 @@ def main() -> None:
                 count = min(PER_CLASS, len(candidates))
                 picked += (kmeans_rows(frozen, candidates, count) if args.pick == "kmeans" else
                            [int(i) for i in rng.choice(candidates, count, replace=False)])
-            tuned = tuned_embeddings(texts, labels, picked, params, args.max_tokens,
-                                     f"fold {fold + 1}: fine-tuning")
-            for name, vectors in (("frozen", frozen), ("fine-tuned", tuned)):
+            embedded = [("frozen", frozen)] + [
+                (names[mix], tuned_embeddings(texts, labels, picked,
+                                              dataclasses.replace(params, mix=mix),
+                                              args.max_tokens, f"fold {fold + 1}: fine-tuning"))
+                for mix in mixes]
+            for name, vectors in embedded:
                 model = LogisticRegression(C=LOGREG_C, max_iter=2000).fit(vectors[picked],
                                                                           labels[picked])
                 scores[name].append(float((model.predict(vectors[test]) == labels[test]).mean()))

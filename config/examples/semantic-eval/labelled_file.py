@@ -31,6 +31,8 @@ import numpy.typing as npt
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
+from variants import tuned_itself  # noqa: E402
+
 from policies.loader import load_routing  # noqa: E402
 from policies.semantic.classifier import fit  # noqa: E402
 from policies.semantic.embedder import MiniLmEmbedder  # noqa: E402
@@ -90,6 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     section = load_routing(ROUTING).section(SECTION_NAME)
     assert isinstance(section, SemanticSection), f"{ROUTING}: no semantic section"
+    section = tuned_itself(section)
     examples = load_examples(section, ROUTING.parent)
     names = DEVELOPMENT + (NEVER_SEEN if args.blind else ())
     model = build_semantic_model(section, ROUTING.parent)

@@ -22,6 +22,7 @@ train``; writes the table to stdout)::
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -65,9 +66,19 @@ def gate_bounds(examples: Matrix, labels: npt.NDArray[np.str_]) -> dict[str, flo
     return bounds
 
 
+def tuned_itself(section: SemanticSection) -> SemanticSection:
+    """The section with the tuned encoder itself (``mix: 1.0``): what this script measured,
+    before the example file mixed it with the base model."""
+    if section.fine_tune is None:
+        return section
+    return dataclasses.replace(section, fine_tune=dataclasses.replace(section.fine_tune,
+                                                                      mix=1.0))
+
+
 def main() -> None:
     section = load_routing(ROUTING).section(SECTION_NAME)
     assert isinstance(section, SemanticSection), f"{ROUTING}: no semantic section"
+    section = tuned_itself(section)
     base_dir = ROUTING.parent
     model = build_semantic_model(section, base_dir)
     frozen = MiniLmEmbedder(max_tokens=section.max_tokens, threads=section.threads,
