@@ -249,16 +249,23 @@ def test_blind5_and_blind6_support_rows_are_the_next_bitext_rows_of_each_intent(
     bitext_after(derive, skip, derive_blind6.BLIND6_SUPPORT_PER_INTENT, "blind6")
 
 
+def labelled_by_source(rows: list[dict[str, str]],
+                       label_of_source: dict[str, str]) -> dict[str, int]:
+    """Checks that each row has its source's label; returns the rows per origin."""
+    per_origin: dict[str, int] = {}
+    for row in rows:
+        assert row["label"] == label_of_source[row["source"]], row["id"]
+        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    return per_origin
+
+
 def test_blind6_labels_come_from_its_sources(derive_blind4: ModuleType,
                                             derive_blind6: ModuleType) -> None:
     label_of_source = {"human_eval": "code", "ipi_coding_agent": "code",
                        "mathematics_dataset": "math", "freshqa": "chat",
                        "writingbench": "chat", "bitext": "support"}
     rows = committed("blind6")
-    per_origin: dict[str, int] = {}
-    for row in rows:
-        assert row["label"] == label_of_source[row["source"]], row["id"]
-        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    per_origin = labelled_by_source(rows, label_of_source)
     modules = {f"{group}__{name}" for group, name in derive_blind6.MATH_MODULES}
     assert {o for o in per_origin if o.startswith("writingbench:")} and modules <= set(per_origin)
     per_source = derive_blind6.PER_SOURCE
@@ -275,10 +282,7 @@ def test_blind7_labels_come_from_its_sources(derive_blind6: ModuleType,
                        "mathematics_dataset": "math", "persistbench": "chat",
                        "stealth_tickets": "support"}
     rows = committed("blind7")
-    per_origin: dict[str, int] = {}
-    for row in rows:
-        assert row["label"] == label_of_source[row["source"]], row["id"]
-        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    per_origin = labelled_by_source(rows, label_of_source)
     modules = {f"{group}__{name}" for group, name in derive_blind7.MATH_MODULES}
     assert not modules & {f"{group}__{name}" for group, name in derive_blind6.MATH_MODULES}
     assert per_origin["human_eval"] == derive_blind7.HUMAN_EVAL_ROWS
@@ -299,10 +303,7 @@ def test_blind8_labels_come_from_its_sources(derive_blind6: ModuleType,
                        "mathematics_dataset": "math", "writingbench": "chat",
                        "stealth_tickets": "support"}
     rows = committed("blind8")
-    per_origin: dict[str, int] = {}
-    for row in rows:
-        assert row["label"] == label_of_source[row["source"]], row["id"]
-        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    per_origin = labelled_by_source(rows, label_of_source)
     modules = {f"{group}__{name}" for group, name in derive_blind8.MATH_MODULES}
     assert not modules & {f"{group}__{name}" for earlier in (derive_blind6, derive_blind7)
                           for group, name in earlier.MATH_MODULES}
