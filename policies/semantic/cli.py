@@ -12,7 +12,8 @@ N prompts it got wrong, ``--by FIELD`` the accuracy per value of a field of the 
 (a source, say: where the classifier fails), ``--thresholds`` the accuracy at other
 confidence thresholds, ``--json FILE`` writes all of it. ``train``
 builds the classifier as the router would, which fine-tunes the encoder when the file sets
-``fine_tune`` and its result is not cached yet, and prints where the tuned weights are and
+``fine_tune`` and its result is not cached yet, and prints the weights file the encoder uses
+(tuned, or mixed with the base model: ``fine_tune.mix``) and
 the training report.
 Both draw a progress bar while fine-tuning. Exit code 0, or 2 for a bad routing or data file.
 """
@@ -73,8 +74,12 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        weights = model.embedder_weights
-        print(f"encoder: {'fine-tuned, ' + str(weights) if weights else 'not fine-tuned'}")
+        weights, tuning = model.embedder_weights, section.fine_tune
+        if weights is None or tuning is None:
+            print("encoder: not fine-tuned")
+        else:
+            print(f"encoder: fine-tuned, mixed {tuning.mix:g} with the base model, {weights}"
+                  if tuning.mix < 1.0 else f"encoder: fine-tuned, {weights}")
         print(f"training: {model.report.summary()}")
     finally:
         model.close()

@@ -173,10 +173,11 @@ def test_train_fine_tunes_once_then_starts_from_the_cache(
     assert main(["semantic", "train", "--routing", str(routing)]) == 0
     first = capsys.readouterr()
     assert "fine-tuning the encoder" in first.err and "2/2" in first.err   # 8 pairs, 2 steps
-    weights_line = next(line for line in first.out.splitlines()
-                        if line.startswith("encoder: fine-tuned, "))
-    weights = Path(weights_line.removeprefix("encoder: fine-tuned, "))
+    said = "encoder: fine-tuned, mixed 0.5 with the base model, "     # the default mix
+    weights_line = next(line for line in first.out.splitlines() if line.startswith(said))
+    weights = Path(weights_line.removeprefix(said))
     assert weights.is_file() and weights.parent == tmp_path / "cache" / "semantic"
+    assert weights.name.endswith("-mix0.5.safetensors")
     assert "training: chose" in first.out
 
     assert main(["semantic", "train", "--routing", str(routing)]) == 0
