@@ -70,6 +70,9 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     prompts: tuple[str | tuple[int, ...], ...] = ()
     if kind == "chat":
         messages = _messages(data)
+        tools = data.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise validation_error("tools", "Input should be a valid list", "list_type", tools)
         max_tokens = f.opt_int("max_completion_tokens", lo=1)
         if max_tokens is None:
             max_tokens = f.opt_int("max_tokens", lo=1)

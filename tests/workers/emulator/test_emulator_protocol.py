@@ -59,6 +59,8 @@ CHAT_CASES = [
     (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', "Bad Request",
      "body.temperature"),
     (b'{"messages": [{"role": "user", "content": "x"}], "model": 7}', "Bad Request", "body.model"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tools": "x"}', "Bad Request",
+     "body.tools"),
     (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "Bad Request", None),
     # a value nested past Python's recursion limit is named in the message without a repr
     # that would raise (a 500)
