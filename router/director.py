@@ -159,8 +159,10 @@ class Director:
                 raise self._no_candidate(decision, parsed.routing)
             if decision.model != parsed.routing.model:
                 self._check_rewritten_runner(decision, parsed.routing)
+            # before anything counts it as sent: a body too deep to re-encode is refused here
+            sent = upstream_body(parsed, body, decision.model)
             try:
-                return await self._attempt(request, engine, parsed, body, decision)
+                return await self._attempt(request, engine, parsed, sent, decision)
             except RetryableUpstream as failure:
                 last_failure = failure
                 tried.add(decision.worker_id)
@@ -305,7 +307,7 @@ class Director:
         return headers
 
     async def _attempt(self, request: web.Request, engine: PolicyEngine, parsed: ParsedRequest,
-                       raw: bytes, decision: Decision) -> web.StreamResponse:
+                       sent: bytes, decision: Decision) -> web.StreamResponse:
         routing = parsed.routing
         assert decision.worker_id is not None
         info = self._registry.info(decision.worker_id)
@@ -335,7 +337,7 @@ class Director:
                         info.model_spec.max_model_len)))
             result = await self._proxy.forward(
                 request, self._url(info.url, routing.path),
-                upstream_body(parsed, raw, decision.model),
+                sent,
                 headers, self._kvroute_headers(decision, routing.semantic_class), routing.stream,
                 parsed.wants_usage, lambda: self._on_first_byte(attempt),
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM))

