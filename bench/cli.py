@@ -3,8 +3,8 @@
 Sub-commands: ``overhead`` (the router overhead race) and ``replay`` (a trace slice through
 each router in turn), plus ``engine``, ``emulator``, ``decision``, ``semantic``,
 ``block-hashes``, ``tokenize``, ``upstream``, ``prefix-match``, ``decode-guard``,
-``gc-walk``, ``loop-stall``, ``endpoints`` and ``ejection`` when those modules are installed (each
-exposes ``add_arguments(parser)`` and ``run(args) -> int``).
+``gc-walk``, ``loop-stall``, ``endpoints``, ``ejection`` and ``soak`` when those modules are
+installed (each exposes ``add_arguments(parser)`` and ``run(args) -> int``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
     ("prefix-match", "bench.prefix_match"), ("decode-guard", "bench.decode_guard"),
     ("gc-walk", "bench.gc_walk"),
     ("loop-stall", "bench.loop_stall"),
-    ("endpoints", "bench.endpoints"), ("ejection", "bench.ejection"))
+    ("endpoints", "bench.endpoints"), ("ejection", "bench.ejection"),
+    ("soak", "bench.soak"))
 DEFAULT_OVERHEAD_TARGETS = "direct,kvroute,kvroute-rr,nginx,sglang-router,vllm-router,litellm"
 
 

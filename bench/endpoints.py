@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="kvroute-endpoints-") as tmp:
         try:
             fleet_path, fleet = emulated_fleet_on_free_ports(args.fleet, Path(tmp))
-            models = _models_by_runner(fleet)
+            models = models_by_runner(fleet)
         except ValueError as exc:
             return _refuse(str(exc))
         missing = sorted({case.runner for case in cases} - set(models))
@@ -153,7 +153,7 @@ def _refuse(message: str) -> int:
     return 2
 
 
-def _models_by_runner(fleet: dict[str, Any]) -> dict[str, str]:
+def models_by_runner(fleet: dict[str, Any]) -> dict[str, str]:
     """The first served model of each runner (``generate`` unless declared, or its arch's)."""
     from workers.fleet import parse_fleet
 

@@ -3,7 +3,8 @@
 The overhead race charges a router with everything its process tree spends: a Rust router's
 threads, nginx's workers, LiteLLM's uvicorn children. ``tree_pids`` walks ``/proc/*/stat``
 parent links from a root pid; ``cpu_seconds`` sums user + system time of the tree (threads are
-included in their process's counters); ``rss_bytes`` sums resident pages. ``RssSampler``
+included in their process's counters); ``rss_bytes`` sums resident pages
+(``process_rss_bytes``: one process's). ``RssSampler``
 samples the tree's RSS in a thread while a measurement runs and keeps the peak.
 """
 
@@ -57,15 +58,18 @@ def cpu_seconds(root: int) -> float:
     return sum(process_cpu_seconds(pid) for pid in tree_pids(root))
 
 
+def process_rss_bytes(pid: int) -> int:
+    """Resident memory of one process (its threads included, not its children); 0 once it
+    is gone."""
+    try:
+        return int((PROC / str(pid) / "statm").read_text().split()[1]) * PAGE_SIZE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def rss_bytes(root: int) -> int:
-    total = 0
-    for pid in tree_pids(root):
-        try:
-            resident = int((PROC / str(pid) / "statm").read_text().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        total += resident * PAGE_SIZE
-    return total
+    """Resident memory of the live process tree under ``root``."""
+    return sum(process_rss_bytes(pid) for pid in tree_pids(root))
 
 
 class RssSampler:
