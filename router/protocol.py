@@ -45,7 +45,8 @@ class ParsedRequest:
     routing: RoutingRequest
     wants_usage: bool          # stream: the client asked for the final usage chunk
     # the Responses API: this response's id (the client's ``request_id``, else one the router
-    # gives it, ``assigned``) and the one it continues, whose worker must serve it
+    # gives it, ``assigned``; None when the request says ``store: false``) and the one it
+    # continues, whose worker must serve it
     response_id: str | None = None
     previous_response_id: str | None = None
     response_id_assigned: bool = False
@@ -89,9 +90,10 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         stream = _check_bool(data, "stream")
         wants_usage = True
         previous_id = _optional_text(data, "previous_response_id")
-        response_id = _optional_text(data, "request_id")
-        if response_id is None:
-            response_id, assigned = f"resp_{secrets.token_hex(16)}", True
+        if _kept_by_worker(data):
+            response_id = _optional_text(data, "request_id")
+            if response_id is None:
+                response_id, assigned = f"resp_{secrets.token_hex(16)}", True
     elif path == MESSAGES_PATH:       # relayed as the worker sends it (usage in message_delta)
         messages = anthropic_messages(data)
         max_tokens = _check_max_tokens(data, ("max_tokens",))
@@ -218,6 +220,15 @@ def _check_bool(data: Mapping[str, Any], key: str) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequest(f"{key}: must be a boolean.", param=key)
     return value
+
+
+def _kept_by_worker(data: Mapping[str, Any]) -> bool:
+    """Whether a Responses request asks its worker to keep the response (``store``, true
+    when absent): one that is not kept cannot be continued, read back or cancelled, so the
+    router records no owner for it (nor gives it an id to record). The type of ``store`` is
+    the worker's to check."""
+    store = data.get("store", True)
+    return store is not False and store is not None
 
 
 def _optional_text(data: Mapping[str, Any], key: str) -> str | None:

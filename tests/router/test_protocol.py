@@ -259,6 +259,21 @@ def test_a_responses_request_is_routed_as_its_chat_turn_and_gets_an_id() -> None
     assert upstream_body(kept, mine, MODEL) is mine
 
 
+@pytest.mark.parametrize("store", [False, None])
+def test_a_response_the_worker_will_not_keep_gets_no_id_to_record(store: bool | None) -> None:
+    raw = orjson.dumps({"model": MODEL, "input": "hi", "store": store,
+                        "previous_response_id": "resp_prev"})
+    parsed = parse(raw, RESPONSES_PATH)
+    assert (parsed.response_id, parsed.response_id_assigned) == (None, False)
+    assert parsed.previous_response_id == "resp_prev"     # still served where it lives
+    assert upstream_body(parsed, raw, MODEL) is raw       # forwarded as it came
+    mine = parse(orjson.dumps({"model": MODEL, "input": "hi", "store": store,
+                               "request_id": "resp_mine"}), RESPONSES_PATH)
+    assert mine.response_id is None
+    kept = parse(orjson.dumps({"model": MODEL, "input": "hi", "store": True}), RESPONSES_PATH)
+    assert kept.response_id is not None and kept.response_id_assigned
+
+
 @pytest.mark.parametrize(("body", "param"), [
     ({}, "input"),
     ({"input": []}, "input"),

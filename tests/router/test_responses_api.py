@@ -186,3 +186,25 @@ async def test_a_router_with_no_record_finds_the_worker_holding_the_response(
         await restarted.responses.create(model=MODEL, input="x", max_output_tokens=2,
                                          previous_response_id="resp_gone")
     await restarted.close()
+
+
+async def test_a_response_the_worker_does_not_keep_leaves_no_record(
+        redis_url: str, fleet: FleetConfig, make_router: RouterFactory) -> None:
+    import redis.asyncio as aioredis
+
+    from router.state.redis_store import RESPONSE_PREFIX
+
+    router = await make_router(fleet, ROUTING_ROUND_ROBIN, redis_url=redis_url)
+    client = client_of(router.url)
+    kept = await client.responses.create(model=MODEL, input="Keep it.", max_output_tokens=2)
+    passing = await client.responses.create(model=MODEL, input="Do not.", max_output_tokens=2,
+                                            store=False)
+    await client.close()
+    store = aioredis.from_url(redis_url)
+    try:
+        # the owner of a kept response is shared; one nobody can continue is not recorded
+        assert await store.get(RESPONSE_PREFIX + kept.id) is not None
+        assert await store.keys(RESPONSE_PREFIX + "*") == [(RESPONSE_PREFIX + kept.id).encode()]
+    finally:
+        await store.aclose()
+    assert passing.id.startswith("resp_") and passing.id != kept.id    # answered as usual
