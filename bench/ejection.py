@@ -36,10 +36,9 @@ from pathlib import Path
 
 import yaml
 
-from bench.launch import Launched, LaunchError, free_port, wait_all_workers_healthy
+from bench.launch import REPO_ROOT, KvrouteUp, LaunchError, free_port, wait_all_workers_healthy
 from bench.metrics_scrape import scrape_totals
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FAULTS = {"error": {"error_rate": 1.0}, "stall": {"stall_after_tokens": 1}}
 COUNTERS = ("kvroute_retries", "kvroute_worker_ejections", "kvroute_worker_stalls")
@@ -132,18 +131,12 @@ def _fleet(folder: Path, workers: int, fault: str, time_scale: float) -> Path:
 def _one_setting(args: argparse.Namespace, setting: Setting) -> SettingResult:
     with tempfile.TemporaryDirectory(prefix="kvroute-ejection-") as tmp:
         fleet = _fleet(Path(tmp), args.workers, args.fault, args.time_scale)
-        port = free_port()
-        router = Launched("kvroute up", [
-            sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
-            str(args.routing), "--port", str(port), "--time-scale", str(args.time_scale),
-            "--upstream-timeout", str(args.upstream_timeout), "--eject-after",
-            str(setting.eject_after), "--stall-after", str(setting.stall_after_s),
-            "--log-level", "WARNING"], Path(tmp) / "kvroute-up.log", cwd=REPO_ROOT)
-        with router:
-            base_url = f"http://127.0.0.1:{port}"
-            router.wait_http(base_url + "/health", timeout_s=60.0)
-            answers = asyncio.run(_send(base_url, args))
-            counts = scrape_totals(base_url + "/metrics", COUNTERS) or {}
+        with KvrouteUp(fleet, args.routing, Path(tmp), "--time-scale", str(args.time_scale),
+                       "--upstream-timeout", str(args.upstream_timeout), "--eject-after",
+                       str(setting.eject_after), "--stall-after",
+                       str(setting.stall_after_s)) as router:
+            answers = asyncio.run(_send(router.base_url, args))
+            counts = scrape_totals(router.base_url + "/metrics", COUNTERS) or {}
     statuses: dict[str, int] = {}
     for _, status in answers:
         statuses[str(status)] = statuses.get(str(status), 0) + 1

@@ -39,14 +39,13 @@ from typing import Any
 
 from bench.cases import chosen_cases
 from bench.launch import (
-    Launched,
+    REPO_ROOT,
+    KvrouteUp,
     LaunchError,
     emulated_fleet_on_free_ports,
-    free_port,
     wait_all_workers_healthy,
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FLEET = REPO_ROOT / "config" / "examples" / "embeddings-fleet.yaml"
 TEXT = "Where is my parcel? It was due on Monday."
 
@@ -124,17 +123,10 @@ def run(args: argparse.Namespace) -> int:
             return _refuse(f"{args.fleet}: no model declared with runner {', '.join(missing)} "
                            "for the cases asked")
         urls = {w["id"]: f"http://127.0.0.1:{w['emulate']['port']}" for w in fleet["workers"]}
-        port = free_port()
-        router = Launched("kvroute up", [
-            sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet_path),
-            "--routing", str(args.routing), "--port", str(port), "--time-scale", "0",
-            "--log-level", "WARNING"], Path(tmp) / "kvroute-up.log", cwd=REPO_ROOT)
         try:
-            with router:
-                base_url = f"http://127.0.0.1:{port}"
-                router.wait_http(base_url + "/health", timeout_s=60.0)
+            with KvrouteUp(fleet_path, args.routing, Path(tmp), "--time-scale", "0") as router:
                 results = asyncio.run(_measure_all(
-                    base_url, urls, models, cases, args.repeat,
+                    router.base_url, urls, models, cases, args.repeat,
                     args.warmup))
         except LaunchError as exc:
             print(f"kvroute bench endpoints: {exc}", file=sys.stderr)

@@ -4,8 +4,9 @@ Every process the harness runs goes through ``Launched``: routers, nginx, emulat
 It is started in its own session with output to a log file, pinned with ``taskset -c`` when
 ``cpus`` is given (``taskset`` execs the program, so the pid is the server's own), and stopped
 with SIGTERM to its pid and then to each remaining descendant it spawned (SIGKILL after a
-grace period). ``free_port`` picks a free loopback port; ``emulated_fleet_on_free_ports``
-copies a fleet file of emulated workers onto free ones.
+grace period). ``KvrouteUp`` is ``kvroute up`` on a free loopback port, ready once entered.
+``free_port`` picks a free loopback port; ``emulated_fleet_on_free_ports`` copies a fleet
+file of emulated workers onto free ones.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +29,8 @@ from typing import Any
 import yaml
 
 from bench.proc_stats import tree_pids
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class LaunchError(RuntimeError):
@@ -148,3 +152,27 @@ class Launched:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class KvrouteUp(Launched):
+    """``kvroute up`` (the fleet's emulated workers and the router) on a free loopback port,
+    logging to ``folder/kvroute-up.log``; ``options``: more of its command-line options.
+    Entering starts it and waits until ``/health`` answers (stopping it if it never does)."""
+
+    def __init__(self, fleet: Path, routing: Path, folder: Path, *options: str,
+                 log_level: str = "WARNING") -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        super().__init__("kvroute up", [
+            sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
+            str(routing), "--port", str(self.port), *options, "--log-level", log_level],
+            folder / "kvroute-up.log", cwd=REPO_ROOT)
+
+    def __enter__(self) -> KvrouteUp:
+        self.start()
+        try:
+            self.wait_http(self.base_url + "/health", timeout_s=60.0)
+        except BaseException:
+            self.stop()
+            raise
+        return self

@@ -40,14 +40,13 @@ import orjson
 
 from bench.cases import chosen_cases
 from bench.launch import (
-    Launched,
+    REPO_ROOT,
+    KvrouteUp,
     LaunchError,
     emulated_fleet_on_free_ports,
-    free_port,
     wait_all_workers_healthy,
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 PROBE_INTERVAL_S = 0.01
@@ -122,16 +121,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="kvroute-loop-stall-") as tmp:
         fleet_path, model = _fleet_on_free_ports(args.fleet, Path(tmp))
-        port = free_port()
-        router = Launched("kvroute up", [
-            sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet_path),
-            "--routing", str(args.routing), "--port", str(port), "--log-level", "WARNING"],
-            Path(tmp) / "kvroute-up.log", cwd=REPO_ROOT)
         try:
-            with router:
-                base_url = f"http://127.0.0.1:{port}"
-                router.wait_http(base_url + "/health", timeout_s=60.0)
-                results = asyncio.run(_measure_all(base_url, model, cases, args.repeat))
+            with KvrouteUp(fleet_path, args.routing, Path(tmp)) as router:
+                results = asyncio.run(_measure_all(router.base_url, model, cases, args.repeat))
         except LaunchError as exc:
             print(f"kvroute bench loop-stall: {exc}", file=sys.stderr)
             return 1

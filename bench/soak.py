@@ -43,15 +43,14 @@ from typing import Any
 
 from bench.endpoints import models_by_runner
 from bench.launch import (
-    Launched,
+    REPO_ROOT,
+    KvrouteUp,
     LaunchError,
     emulated_fleet_on_free_ports,
-    free_port,
     wait_all_workers_healthy,
 )
 from bench.proc_stats import process_rss_bytes
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FLEET = REPO_ROOT / "config" / "fleets" / "reference-h100.yaml"
 VOCABULARY = ("the router sends each request to the worker whose cache holds its prefix and "
               "whose queue lets it start soonest while a cheaper card serves what it can in "
@@ -122,17 +121,11 @@ def run(args: argparse.Namespace) -> int:
             return _refuse(str(exc))
         if model is None:
             return _refuse(f"{args.fleet}: no worker serves a generative model")
-        port = free_port()
-        router = Launched("kvroute up", [
-            sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet_path),
-            "--routing", str(args.routing), "--port", str(port), "--time-scale", "0",
-            "--log-level", "ERROR"], Path(tmp) / "kvroute-up.log", cwd=REPO_ROOT)
         result = SoakResult(args.requests, args.concurrency)
         try:
-            with router:
-                base_url = f"http://127.0.0.1:{port}"
-                router.wait_http(base_url + "/health", timeout_s=60.0)
-                asyncio.run(_soak(base_url, router.pid, model, args, result))
+            with KvrouteUp(fleet_path, args.routing, Path(tmp), "--time-scale", "0",
+                           log_level="ERROR") as router:
+                asyncio.run(_soak(router.base_url, router.pid, model, args, result))
         except LaunchError as exc:
             print(f"kvroute bench soak: {exc}", file=sys.stderr)
             return 1

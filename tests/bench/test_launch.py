@@ -1,0 +1,43 @@
+"""``bench.launch.KvrouteUp``: ``kvroute up`` on a free port, ready once entered, stopped on
+leaving, and stopped too when it never becomes ready."""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from bench.launch import REPO_ROOT, KvrouteUp, LaunchError, emulated_fleet_on_free_ports
+
+pytestmark = pytest.mark.integration
+
+
+def _children() -> set[int]:
+    pid = os.getpid()
+    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def test_it_serves_once_entered_and_is_stopped_on_leaving(tmp_path: Path) -> None:
+    fleet, _ = emulated_fleet_on_free_ports(REPO_ROOT / "config" / "fleets" /
+                                           "reference-h100.yaml", tmp_path)
+    before = _children()
+    with KvrouteUp(fleet, REPO_ROOT / "config" / "routing.yaml", tmp_path,
+                   "--time-scale", "0") as router:
+        with urllib.request.urlopen(router.base_url + "/v1/models", timeout=5) as answer:
+            assert answer.status == 200
+        assert router.pid in _children()
+    assert _children() <= before
+
+
+def test_one_that_never_becomes_ready_is_stopped_and_says_why(tmp_path: Path) -> None:
+    fleet, _ = emulated_fleet_on_free_ports(REPO_ROOT / "config" / "fleets" /
+                                           "reference-h100.yaml", tmp_path)
+    routing = tmp_path / "routing.yaml"
+    routing.write_text("profiles: {default: {picker: {type: no-such-picker}}}\n")
+    before = _children()
+    with (pytest.raises(LaunchError, match="kvroute up exited with"),
+          KvrouteUp(fleet, routing, tmp_path)):
+        pass
+    assert _children() <= before
