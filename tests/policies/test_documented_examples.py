@@ -64,3 +64,16 @@ def _word_level_tokenizer(path: Path) -> None:
         "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
         "decoder": None, "model": {"type": "WordLevel", "vocab": {"[UNK]": 0},
                                    "unk_token": "[UNK]"}}))
+
+
+def test_every_plugin_type_is_documented() -> None:
+    docs = "".join(path.read_text() for path in sorted((ROOT / "docs").glob("*.md")))
+    undocumented = [plugin.type_name for plugin in default_registry().types()
+                    if f"`{plugin.type_name}`" not in docs]
+    assert not undocumented, f"plugin types named nowhere in docs/*.md: {undocumented}"
+    # the producers' parameter table of docs/policies.md lists each built-in producer
+    text = (ROOT / "docs" / "policies.md").read_text()
+    table = text.split("| type | provides | params (default) |", 1)[1].split("\n\n", 1)[0]
+    listed = {row.split("`")[1] for row in table.splitlines()[2:]}
+    assert {plugin.type_name for plugin in default_registry().types("producer")} - {
+        "semantic"} <= listed      # (the semantic producer has docs/semantic.md)
