@@ -98,7 +98,8 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Appl
 
 def _make_store(settings: Settings) -> StateStore:
     if settings.redis_url:
-        return RedisStateStore(settings.redis_url, settings.replica_id)
+        return RedisStateStore(settings.redis_url, settings.replica_id,
+                               response_ttl_s=settings.response_ttl_s)
     return MemoryStateStore()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from router.label_values import DEFAULT_TENANT_LABELS
+from router.settings import DEFAULT_RESPONSE_TTL_S
 
 CURL_EXAMPLE = """\
 curl -s http://localhost:{port}/v1/chat/completions -H 'Content-Type: application/json' \\
@@ -43,6 +44,10 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--replica-id", default="router-0",
                        help="this replica's name in the shared Redis state, suffixed -0, -1, "
                             "... with --processes > 1 (default: %(default)s)")
+    serve.add_argument("--response-ttl", type=float, default=DEFAULT_RESPONSE_TTL_S, metavar="S",
+                       help="with --redis-url: how long the owner of a Responses API response "
+                            "is kept in Redis (about 180 bytes each; default a week, "
+                            "%(default).0f s)")
     serve.add_argument("--processes", type=int, default=1,
                        help="router processes sharing the port (SO_REUSEPORT), one per core")
     serve.set_defaults(func=_serve)
@@ -132,7 +137,8 @@ def _serve(args: argparse.Namespace) -> int:
     fleet = _load(args)
     if fleet is None:
         return 2
-    settings = _settings(args, redis_url=args.redis_url, replica_id=args.replica_id)
+    settings = _settings(args, redis_url=args.redis_url, replica_id=args.replica_id,
+                         response_ttl_s=args.response_ttl)
     if settings is None:
         return 2
     if args.processes > 1:

@@ -34,6 +34,10 @@ Defaults and why:
   ``tenant`` series of their own in ``kvroute_cost_dollars_total``, the first seen first;
   later ones count as ``(other)``. Clients choose tenants, and every label value is a series
   kept for the life of the process: the bound keeps memory and scrapes bounded.
+* ``response_ttl_s = 7 days``: with Redis, how long the owner of each Responses API response
+  is kept there (``kvroute:response:<id>``, about 180 bytes a key): Redis holds one key for
+  every response kept by a worker in that time, so a fleet making many responses a second
+  sets it to how long its conversations are continued.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from router.label_values import DEFAULT_TENANT_LABELS
+
+# how long Redis keeps the owner of a Responses API response: a kept response is not expected
+# to outlive a week of its server's memory
+DEFAULT_RESPONSE_TTL_S = 7 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,7 @@ class Settings:
     reload_interval_s: float = 1.0
     redis_url: str | None = None
     replica_id: str = "router-0"
+    response_ttl_s: float = DEFAULT_RESPONSE_TTL_S
 
     def __post_init__(self) -> None:
         if self.scrape_interval_s <= 0:
@@ -86,3 +95,5 @@ class Settings:
             raise ValueError("decisions_ring_size: must be positive")
         if self.tenant_labels < 0:
             raise ValueError("tenant_labels: must be >= 0")
+        if self.response_ttl_s < 1:
+            raise ValueError("response_ttl_s: must be at least 1 second")

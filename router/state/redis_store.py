@@ -27,6 +27,7 @@ from typing import Any
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
+from router.settings import DEFAULT_RESPONSE_TTL_S
 from router.state.response_owners import ResponseOwners
 from workers.inflight import InflightTracker, WorkerInflight
 from workers.task_cancel import cancel_and_wait
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 
 KEY_PREFIX = "kvroute:inflight:"
 RESPONSE_PREFIX = "kvroute:response:"
-RESPONSE_TTL_S = 7 * 24 * 3600      # a kept response outlives no week of its server's memory
 CLOSE_TIMEOUT_S = 2.0
 
 
@@ -77,8 +77,12 @@ class RedisStateStore:
     """In-flight counters shared between replicas; see the module docstring."""
 
     def __init__(self, url: str, replica_id: str, sync_interval_s: float = 0.1,
-                 ttl_s: float | None = None) -> None:
+                 ttl_s: float | None = None,
+                 response_ttl_s: float = DEFAULT_RESPONSE_TTL_S) -> None:
+        if response_ttl_s < 1:
+            raise ValueError("response_ttl_s: must be at least 1 second")
         self._url = url
+        self._response_ttl_s = int(response_ttl_s)
         self.replica_id = replica_id
         self._key = KEY_PREFIX + replica_id
         self._interval = sync_interval_s
@@ -131,7 +135,8 @@ class RedisStateStore:
         if self._degraded:       # unreachable: the sync loop says when it is back
             return
         try:
-            await self._client.set(RESPONSE_PREFIX + response_id, worker_id, ex=RESPONSE_TTL_S)
+            await self._client.set(RESPONSE_PREFIX + response_id, worker_id,
+                                   ex=self._response_ttl_s)
         except (RedisError, OSError) as exc:
             self._lost_redis(exc)
 

@@ -106,3 +106,11 @@ def test_options_out_of_range_exit_2_with_the_reason(command: str, option: list[
     from router.cli import main
     assert main([command, *option]) == 2     # nothing started: no emulator, no port
     assert capsys.readouterr().err.strip() == message
+
+
+def test_a_response_ttl_under_a_second_exits_2_with_the_reason(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+    assert main(["serve", "--redis-url", "redis://127.0.0.1:1/0", "--response-ttl", "0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kvroute: response_ttl_s: must be at least 1 second")

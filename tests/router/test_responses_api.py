@@ -188,13 +188,14 @@ async def test_a_router_with_no_record_finds_the_worker_holding_the_response(
     await restarted.close()
 
 
-async def test_a_response_the_worker_does_not_keep_leaves_no_record(
+async def test_a_response_the_worker_does_not_keep_leaves_no_record_and_a_kept_one_expires(
         redis_url: str, fleet: FleetConfig, make_router: RouterFactory) -> None:
     import redis.asyncio as aioredis
 
     from router.state.redis_store import RESPONSE_PREFIX
 
-    router = await make_router(fleet, ROUTING_ROUND_ROBIN, redis_url=redis_url)
+    router = await make_router(fleet, ROUTING_ROUND_ROBIN, redis_url=redis_url,
+                               response_ttl_s=600)
     client = client_of(router.url)
     kept = await client.responses.create(model=MODEL, input="Keep it.", max_output_tokens=2)
     passing = await client.responses.create(model=MODEL, input="Do not.", max_output_tokens=2,
@@ -204,6 +205,7 @@ async def test_a_response_the_worker_does_not_keep_leaves_no_record(
     try:
         # the owner of a kept response is shared; one nobody can continue is not recorded
         assert await store.get(RESPONSE_PREFIX + kept.id) is not None
+        assert 590 <= await store.ttl(RESPONSE_PREFIX + kept.id) <= 600    # --response-ttl
         assert await store.keys(RESPONSE_PREFIX + "*") == [(RESPONSE_PREFIX + kept.id).encode()]
     finally:
         await store.aclose()

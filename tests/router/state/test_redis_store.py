@@ -110,6 +110,30 @@ async def test_replicas_share_the_owners_of_responses(redis_url: str) -> None:
         await two.close()
 
 
+async def test_a_response_owner_expires_from_redis_after_its_time_to_live(
+        redis_url: str) -> None:
+    import redis.asyncio as aioredis
+
+    from router.state.redis_store import RESPONSE_PREFIX
+
+    default = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    short = RedisStateStore(redis_url, "r2", sync_interval_s=60, response_ttl_s=90)
+    await default.start()
+    await short.start()
+    client = aioredis.from_url(redis_url)
+    try:
+        await default.remember_response("resp_week", "w1")
+        await short.remember_response("resp_short", "w2")
+        assert 7 * 24 * 3600 - 5 <= await client.ttl(RESPONSE_PREFIX + "resp_week") <= 7 * 24 * 3600
+        assert 85 <= await client.ttl(RESPONSE_PREFIX + "resp_short") <= 90
+    finally:
+        await client.aclose()
+        await default.close()
+        await short.close()
+    with pytest.raises(ValueError, match="response_ttl_s: must be at least 1 second"):
+        RedisStateStore(redis_url, "r3", response_ttl_s=0.5)
+
+
 async def test_response_owners_stay_local_while_redis_is_unreachable() -> None:
     store = RedisStateStore(f"redis://127.0.0.1:{free_port()}/0", "r1", sync_interval_s=60)
     await store.start()
