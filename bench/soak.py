@@ -205,8 +205,11 @@ def _count_error(result: SoakResult, message: str) -> None:
 def inflight_requests(exposition: str) -> float | None:
     """The sum of ``kvroute_worker_requests{state="inflight"}`` in a /metrics text (None
     when it has no such series)."""
-    values = [float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines()
-              if line.startswith("kvroute_worker_requests{") and 'state="inflight"' in line]
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = [sample.value for family in text_string_to_metric_families(exposition)
+              if family.name == "kvroute_worker_requests" for sample in family.samples
+              if sample.labels.get("state") == "inflight"]
     return sum(values) if values else None
 
 

@@ -8,9 +8,10 @@ the local ones, so a burst spread over replicas is still seen whole. A replica t
 stops refreshing its hash and its counts expire.
 
 Responses API owners (``response id -> worker``) are written to ``kvroute:response:<id>``
-(a week's time-to-live) as well as a local ``ResponseOwners`` map, and read from the local map
-first, then Redis: a follow-up reaching another replica still goes to the worker holding
-the response. That read is the one Redis round trip on a request path, for such requests only.
+(time-to-live ``response_ttl_s``, a week by default) as well as a local ``ResponseOwners``
+map, and read from the local map first, then Redis: a follow-up reaching another replica
+still goes to the worker holding the response. That read is the one Redis round trip on a
+request path, for such requests only.
 
 Redis is never awaited inside a decision. When it is unreachable the store says so
 (``degraded``; ``/health`` shows it), drops the remote counts and routes on local ones,
