@@ -15,12 +15,14 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from policies.reloader import PolicyReloader
 from router.bad_http_log import OneLineBadHttp
+from router.client_auth import ClientKeys, client_auth_middleware
 from router.decision_sinks import open_decision_sinks
 from router.decisions import DecisionLog
 from router.director import Director
@@ -41,6 +43,7 @@ from router.keys import (
     SETTINGS,
     STORE,
     UTILITY,
+    WORKER_AUTHORIZATIONS,
 )
 from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
@@ -52,6 +55,7 @@ from router.state.memory_store import MemoryStateStore
 from router.state.redis_store import RedisStateStore
 from router.state.store import StateStore
 from router.utility_requests import UtilityRequests
+from workers.credentials import worker_authorizations
 from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
@@ -61,9 +65,13 @@ from workers.upstream import UpstreamClient
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Application:
-    """Build the router application. Raises on an invalid fleet or routing file."""
+def create_app(settings: Settings, fleet: FleetConfig | None = None,
+               environ: Mapping[str, str] | None = None) -> web.Application:
+    """Build the router application. Raises on an invalid fleet or routing file, and on a
+    worker whose ``api_key_env`` is not set in ``environ`` (default: the process's)."""
     fleet = fleet if fleet is not None else load_fleet(settings.fleet_path)
+    authorizations = worker_authorizations((w.info for w in fleet.workers),
+                                           os.environ if environ is None else environ)
     store = _make_store(settings)
     registry = WorkerRegistry([w.info for w in fleet.workers], store.inflight)
     metrics = RouterMetrics(lambda: registry.views(time.monotonic()), settings.tenant_labels)
@@ -75,9 +83,13 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None) -> web.Appl
                                    on_swap=kv_events.on_new_engine)
     metrics.record_config_loaded()
     kv_events.attach(reloader.engine)
-    app = web.Application(client_max_size=settings.max_body_bytes,
-                          middlewares=[error_middleware])
+    middlewares: list[Middleware] = [error_middleware]
+    if settings.api_keys:
+        middlewares.append(client_auth_middleware(ClientKeys(settings.api_keys),
+                                                  metrics.record_unauthorized))
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     app[SETTINGS] = settings
+    app[WORKER_AUTHORIZATIONS] = authorizations
     app[FLEET] = fleet
     app[STORE] = store
     app[REGISTRY] = registry
@@ -113,13 +125,16 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     """The keep-alive connections to workers (the scraper's and the proxy's clients), the
     scraper loop and the director."""
     settings = app[SETTINGS]
-    scrapes = UpstreamClient(settings.connect_timeout_s, settings.scrape_timeout_s)
+    authorizations = app[WORKER_AUTHORIZATIONS]
+    scrapes = UpstreamClient(settings.connect_timeout_s, settings.scrape_timeout_s,
+                             authorizations=authorizations)
     scraper = WorkerScraper(
         app[REGISTRY], scrapes, interval_s=settings.scrape_interval_s,
         timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
         fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s)
     app[SCRAPER] = scraper
-    upstream = UpstreamClient(settings.connect_timeout_s, settings.upstream_timeout_s)
+    upstream = UpstreamClient(settings.connect_timeout_s, settings.upstream_timeout_s,
+                              authorizations=authorizations)
     proxy = Proxy(upstream, settings.upstream_timeout_s)
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from router.label_values import DEFAULT_TENANT_LABELS
 from router.settings import DEFAULT_RESPONSE_TTL_S
+
+CLIENT_KEY_ENV = "KVROUTE_API_KEY"      # the key asked of clients when --api-key is not given
 
 CURL_EXAMPLE = """\
 curl -s http://localhost:{port}/v1/chat/completions -H 'Content-Type: application/json' \\
@@ -88,9 +91,22 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tenants with a series of their own in kvroute_cost_dollars_total, "
                              "the first seen first; later ones count as (other) "
                              "(default: %(default)s)")
+    parser.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                        help="ask clients for this key (Authorization: Bearer KEY, or "
+                             "x-api-key) on /v1, /tokenize, /detokenize and /debug; repeat for "
+                             "several. Default: $KVROUTE_API_KEY if set, else no key is asked "
+                             "(an option is visible to other local users: prefer the variable)")
     parser.add_argument("--log-level", default="INFO",
                         help="Python logging level: DEBUG, INFO, WARNING, ERROR "
                              "(default: %(default)s)")
+
+
+def _client_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--api-key`` values, else ``$KVROUTE_API_KEY`` (one key), else none."""
+    if args.api_key is not None:
+        return tuple(args.api_key)
+    key = os.environ.get(CLIENT_KEY_ENV, "")
+    return (key,) if key else ()
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Any:
@@ -102,7 +118,7 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         upstream_timeout_s=args.upstream_timeout,
                         max_retries=args.max_retries, tenant_labels=args.tenant_labels,
                         eject_after=args.eject_after, eject_for_s=args.eject_for,
-                        stall_after_s=args.stall_after, **extra)
+                        stall_after_s=args.stall_after, api_keys=_client_keys(args), **extra)
     except ValueError as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return None
@@ -112,9 +128,11 @@ def _load(args: argparse.Namespace) -> Any:
     """Load the fleet and check the routing file up front, with a one-line error."""
     from policies.errors import RoutingConfigError
     from policies.loader import load_routing
+    from workers.credentials import worker_authorizations
     from workers.fleet import FleetConfigError, load_fleet
     try:
         fleet = load_fleet(args.fleet)
+        worker_authorizations((w.info for w in fleet.workers), os.environ)
         load_routing(args.routing)
     except (FleetConfigError, RoutingConfigError) as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
@@ -175,6 +193,9 @@ def _up(args: argparse.Namespace) -> int:
         print("Try it:\n\n" + CURL_EXAMPLE.format(port=port, model=model) + "\n")
         print("Or with the openai client:\n\n"
               + OPENAI_EXAMPLE.format(port=port, model=model) + "\n", flush=True)
+        if settings.api_keys:
+            print("Clients must send one of the router's API keys: add -H 'Authorization: "
+                  "Bearer <key>' to curl, api_key=<key> to the client.\n", flush=True)
 
     try:
         with EmulatorFleet(fleet, **options):

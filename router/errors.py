@@ -4,6 +4,7 @@
 RouterError                      (abstract: status, type, code)
 ├── InvalidRequest         400   malformed JSON, wrong types, missing fields, non-UTF-8
 │   └── ContextLengthExceeded 400 the prompt (+ max_tokens) fits no serving worker's window
+├── Unauthorized           401   no API key, or not one of the router's (``--api-key``)
 ├── ModelNotFound          404   no worker of the fleet serves the requested model
 ├── RouteNotFound          404   unknown path
 ├── MethodNotAllowed       405
@@ -78,6 +79,15 @@ class ContextLengthExceeded(InvalidRequest):
     vllm_shaped = True
 
 
+class Unauthorized(RouterError):
+    """OpenAI's answer to a missing or wrong key: ``type: "invalid_request_error"``,
+    ``code: "invalid_api_key"`` (Anthropic's ``authentication_error`` on the Messages API)."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
 class ModelNotFound(RouterError):
     """vLLM's body: ``{"message": "The model `x` does not exist. Valid aliases: ...",
     "type": "NotFoundError", "param": "model", "code": 404}``."""
@@ -142,9 +152,10 @@ class UpstreamTimeout(RouterError):
 
 ANTHROPIC_PATH_PREFIX = "/v1/messages"
 # Anthropic's error types by status, for the router's own errors
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error",
-                    405: "invalid_request_error", 413: "request_too_large", 502: "api_error",
-                    503: "overloaded_error", 504: "api_error"}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    404: "not_found_error", 405: "invalid_request_error",
+                    413: "request_too_large", 502: "api_error", 503: "overloaded_error",
+                    504: "api_error"}
 
 
 def anthropic_error_body(message: str, type_: str) -> bytes:

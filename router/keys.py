@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from aiohttp import web
 
 from policies.reloader import PolicyReloader
@@ -16,6 +18,7 @@ from router.utility_requests import UtilityRequests
 from workers.fleet import FleetConfig
 from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
+from workers.upstream import Origin
 
 SETTINGS = web.AppKey("settings", Settings)
 FLEET = web.AppKey("fleet", FleetConfig)
@@ -29,3 +32,5 @@ UTILITY = web.AppKey("utility", UtilityRequests)
 POLICY = web.AppKey("policy", PolicyReloader)
 KV_EVENTS = web.AppKey("kv_events", KvEventFeed)
 EJECTION = web.AppKey("ejection", WorkerEjection)
+# the Authorization header sent to each worker started with --api-key (workers.credentials)
+WORKER_AUTHORIZATIONS: web.AppKey[Mapping[Origin, str]] = web.AppKey("worker_authorizations")

@@ -276,6 +276,10 @@ class RouterMetrics:
             child = self._request_children[key] = self.requests.labels(*key)
         child.inc()
 
+    def record_unauthorized(self) -> None:
+        """A request refused for its API key, before anything of it was read."""
+        self.record_request(UNKNOWN_MODEL, "", "", "none", 401)
+
     def record_outcome(self, outcome: RequestOutcome, gpu: str, tenant: str | None,
                        cost_usd: float | None) -> None:
         worker = outcome.worker_id

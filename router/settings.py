@@ -38,11 +38,14 @@ Defaults and why:
   is kept there (``kvroute:response:<id>``, about 180 bytes a key): Redis holds one key for
   every response kept by a worker in that time, so a fleet making many responses a second
   sets it to how long its conversations are continued.
+* ``api_keys = ()``: no key is asked of clients. Given keys, ``/v1/…``, ``/tokenize``,
+  ``/detokenize`` and ``/debug/…`` answer 401 to a client without one of them
+  (``router.client_auth``); the CLI reads them from ``--api-key`` or ``KVROUTE_API_KEY``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from router.label_values import DEFAULT_TENANT_LABELS
@@ -77,6 +80,7 @@ class Settings:
     redis_url: str | None = None
     replica_id: str = "router-0"
     response_ttl_s: float = DEFAULT_RESPONSE_TTL_S
+    api_keys: tuple[str, ...] = field(default=(), repr=False)    # never printed
 
     def __post_init__(self) -> None:
         if self.scrape_interval_s <= 0:
@@ -97,3 +101,5 @@ class Settings:
             raise ValueError("tenant_labels: must be >= 0")
         if self.response_ttl_s < 1:
             raise ValueError("response_ttl_s: must be at least 1 second")
+        if not all(isinstance(key, str) and key.strip() for key in self.api_keys):
+            raise ValueError("api_keys: every API key must be a non-empty string")

@@ -16,6 +16,8 @@ workers:
     models: [meta-llama/Llama-3.1-8B-Instruct]
     url: http://10.0.0.7:8000        # ... or a real vLLM server
     kv_events: tcp://10.0.0.7:5557   # optional KV-event stream
+    api_key_env: VLLM_API_KEY        # optional: the worker was started with --api-key; the
+                                     # router sends it the key held by this variable
     launch: {model: /models/llama-3.1-8b}   # optional: how `kvroute launch-vllm` starts it
 ```
 
@@ -26,6 +28,7 @@ belong to the vLLM launcher (``workers.launch.settings``) and are kept as a mapp
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +46,8 @@ class FleetConfigError(ValueError):
 
 
 _WORKER_KEYS = {"id", "gpu", "models", "model", "labels", "emulate", "url", "kv_events",
-                "tensor_parallel", "price_per_hour", "launch"}
+                "tensor_parallel", "price_per_hour", "launch", "api_key_env"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODEL_KEYS = {"arch"}
 
 
@@ -191,10 +195,15 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     kv_events = raw.get("kv_events")
     if kv_events is None and emulate is not None:
         kv_events = _emulated_kv_events(emulate, labels)
+    api_key_env = raw.get("api_key_env")
+    if api_key_env is not None and (not isinstance(api_key_env, str)
+                                    or not _ENV_NAME.fullmatch(api_key_env)):
+        raise FleetConfigError(f"{where}.api_key_env: must be the name of an environment "
+                               f"variable (letters, digits, _), got {api_key_env!r}")
     info = WorkerInfo(
         id=wid, url=url.rstrip("/"), gpu=gpu, models=tuple(served), model_spec=spec,
         price_per_hour=price, tensor_parallel=tp, labels=MappingProxyType(labels),
-        kv_events_endpoint=kv_events,
+        kv_events_endpoint=kv_events, api_key_env=api_key_env,
     )
     return WorkerSpec(info=info, emulate=MappingProxyType(dict(emulate)) if emulate else None,
                       launch=MappingProxyType(dict(launch)) if launch is not None else None)

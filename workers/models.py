@@ -32,6 +32,7 @@ class WorkerInfo:
     tensor_parallel: int = 1
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_LABELS)
     kv_events_endpoint: str | None = None   # e.g. "tcp://127.0.0.1:5557" when KV events are on
+    api_key_env: str | None = None  # environment variable holding the worker's API key
 
 
 @dataclass(frozen=True, slots=True)

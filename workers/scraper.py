@@ -45,6 +45,14 @@ class MetricsParseError(ValueError):
     """The body is not a usable vLLM metrics exposition."""
 
 
+class ScrapeStatusError(MetricsParseError):
+    """The worker answered a poll with a status other than 200."""
+
+    def __init__(self, url: str, status: int) -> None:
+        super().__init__(f"GET {url}: HTTP {status}")
+        self.status = status
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsSample:
     running: int
@@ -165,6 +173,7 @@ class WorkerScraper:
         self._slow_grace = slow_grace_s
         self._clock = clock
         self._models: dict[str, tuple[float, ModelsSample]] = {}
+        self._refused: set[str] = set()      # workers whose refusal was logged
 
     async def run(self) -> None:
         """Scrape forever (until cancelled): one loop per worker, so a slow worker delays
@@ -245,17 +254,32 @@ class WorkerScraper:
             sample = parse_models(orjson.loads(body), info.models[0])
         except (TimeoutError, UpstreamError, OSError, MetricsParseError,
                 orjson.JSONDecodeError) as exc:
+            if isinstance(exc, ScrapeStatusError) and exc.status in (401, 403):
+                self._warn_refused(info, exc.status)
             log.debug("worker %s: /v1/models failed: %s", info.id, _describe(exc))
             return cached[1] if cached else None
         self._models[info.id] = (now, sample)
         return sample
+
+    def _warn_refused(self, info: WorkerInfo, status: int) -> None:
+        """Once per worker: a worker started with ``--api-key`` refuses the router's
+        ``/v1/models`` polls (and every request) unless the fleet file gives its key."""
+        if info.id in self._refused:
+            return
+        self._refused.add(info.id)
+        how = ("its key (api_key_env) is not the one it was started with"
+               if info.api_key_env else "give its key with api_key_env in the fleet file")
+        log.warning("worker %s: /v1/models answered HTTP %d: the worker asks for an API key; "
+                    "%s. Until then the router goes by the fleet file's models and "
+                    "max_model_len, and sees only the LoRA adapters /metrics reports as "
+                    "running.", info.id, status, how)
 
     async def _get_bytes(self, url: str) -> bytes:
         async with asyncio.timeout(self._timeout_s):
             response = await self._client.get(url)
             try:
                 if response.status != 200:
-                    raise MetricsParseError(f"GET {url}: HTTP {response.status}")
+                    raise ScrapeStatusError(url, response.status)
                 return await response.read()
             finally:
                 response.close()

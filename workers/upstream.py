@@ -21,6 +21,9 @@ connection.
   such a request is sent again once on a new connection (the worker never saw it).
 * Idle connections are kept for ``keepalive_s`` and at most ``max_idle`` per worker; a body
   not read yet is held up to ``high_water`` bytes, then the socket stops being read.
+* ``authorizations`` maps a worker's origin (``origin_of(url)``) to the ``Authorization``
+  header every request to it carries, replacing one the caller passed on (a client's): how
+  the router reaches workers started with ``--api-key`` (``workers.credentials``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Final, cast
 
 from yarl import URL
+
+Origin = tuple[str, int]             # (host, port): one pool of connections, one credential
 
 MAX_HEAD: Final = 64 * 1024          # response head size limit (status line and headers)
 _CRLF: Final = b"\r\n"
@@ -349,7 +354,8 @@ class UpstreamClient:
 
     def __init__(self, connect_timeout_s: float, read_timeout_s: float,
                  keepalive_s: float = 60.0, max_idle: int = 256,
-                 high_water: int = 1 << 20) -> None:
+                 high_water: int = 1 << 20,
+                 authorizations: Mapping[Origin, str] | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.keepalive_s = keepalive_s
@@ -357,6 +363,7 @@ class UpstreamClient:
         self.high_water = high_water
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._closed = False
+        self._authorizations = dict(authorizations or {})
 
     async def post(self, url: str | URL, body: bytes,
                    headers: Mapping[str, str]) -> UpstreamResponse:
@@ -372,8 +379,10 @@ class UpstreamClient:
         target = url if isinstance(url, URL) else URL(url)
         if target.scheme != "http" or not target.host:
             raise UpstreamConnectError(f"only http:// URLs are supported, not {str(target)!r}")
-        port = target.port or 80
-        key = (target.host, port)
+        key = (target.host, target.port or 80)
+        authorization = self._authorizations.get(key)
+        if authorization is not None:
+            headers = _with_authorization(headers, authorization)
         request = encode_request(target, body, headers, method)
         while True:
             connection = self._pooled(key)
@@ -447,6 +456,18 @@ class UpstreamClient:
             return
         connection.idle_since = time.monotonic()
         connections.append(connection)
+
+
+def origin_of(url: str | URL) -> Origin:
+    """The (host, port) a request to ``url`` connects to: its pool and its credential."""
+    target = url if isinstance(url, URL) else URL(url)
+    return (target.host or "", target.port or 80)
+
+
+def _with_authorization(headers: Mapping[str, str], value: str) -> dict[str, str]:
+    kept = {name: v for name, v in headers.items() if name.lower() != "authorization"}
+    kept["Authorization"] = value
+    return kept
 
 
 def encode_request(url: URL, body: bytes | None, headers: Mapping[str, str],

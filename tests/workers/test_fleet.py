@@ -54,3 +54,14 @@ def test_the_entry_wins_over_the_emulator_and_off_means_none() -> None:
 def test_bad_entries_name_the_field(entry: dict[str, Any], message: str) -> None:
     with pytest.raises(FleetConfigError, match=message):
         parse_fleet(one_worker(**entry))
+
+
+def test_api_key_env_names_a_variable_never_a_key() -> None:
+    info = parse_fleet(one_worker(url="http://10.0.0.7:8000",
+                                  api_key_env="VLLM_API_KEY")).workers[0].info
+    assert info.api_key_env == "VLLM_API_KEY"
+    assert parse_fleet(one_worker(url="http://10.0.0.7:8000")).workers[0].info.api_key_env is None
+    for bad in ("sk-abc123", "", "1KEY", 42):
+        with pytest.raises(FleetConfigError, match=r"workers\[0\]\.api_key_env: must be the "
+                                                   "name of an environment variable"):
+            parse_fleet(one_worker(url="http://10.0.0.7:8000", api_key_env=bad))

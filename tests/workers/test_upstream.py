@@ -16,6 +16,7 @@ from workers.upstream import (
     UpstreamDisconnected,
     UpstreamPayloadError,
     encode_request,
+    origin_of,
 )
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
@@ -469,3 +470,39 @@ def test_header_values_with_line_breaks_are_refused() -> None:
 
     with pytest.raises(ValueError, match="line break"):
         asyncio.run(post())
+
+
+async def test_a_workers_own_authorization_replaces_the_clients() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"{}"))
+
+    server, base = await serve(handler)
+    keyed = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0,
+                           authorizations={origin_of(base): "Bearer worker-key"})
+    plain = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0)
+    try:
+        for client, headers in ((keyed, {"authorization": "Bearer client-key", "X-A": "1"}),
+                                (keyed, {}),
+                                (plain, {"Authorization": "Bearer client-key"})):
+            response = await client.post(f"{base}/v1/completions", b"{}", headers)
+            await response.read()
+            response.close()
+            response = await client.get(f"{base}/v1/models")
+            await response.read()
+            response.close()
+    finally:
+        await keyed.close()
+        await plain.close()
+        await server.stop()
+    auth = [[line for line in head.split(b"\r\n") if line.lower().startswith(b"authorization")]
+            for head in server.heads]
+    assert auth == [[b"Authorization: Bearer worker-key"]] * 4 + [
+        [b"Authorization: Bearer client-key"], []]
+    assert b"X-A: 1" in server.heads[0]        # the other headers pass as they were
+
+
+def test_origin_of_is_the_pool_key() -> None:
+    assert origin_of("http://127.0.0.1:8101/v1/models") == ("127.0.0.1", 8101)
+    assert origin_of("http://worker.local") == ("worker.local", 80)

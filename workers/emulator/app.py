@@ -1,12 +1,14 @@
 """The aiohttp app of one emulated worker: vLLM's HTTP surface plus a fault-control endpoint.
 
 ``create_app(config)`` builds the engine, its runner, the metrics registry and (when enabled)
-the KV-event publisher, all held in the app; the runner starts and stops with the app.
+the KV-event publisher, all held in the app; the runner starts and stops with the app. With
+``config.api_key`` it checks clients' keys as vLLM started with ``--api-key`` does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import secrets
 import time
@@ -15,6 +17,7 @@ from dataclasses import asdict
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from workers.emulator.config import EmulatorConfig, EmulatorConfigError, parse_faults
@@ -57,8 +60,33 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return ApiError(500, "Internal server error", "InternalServerError").response()
 
 
+# vLLM's AuthenticationMiddleware (``--api-key``): these paths need the bearer token
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+
+
+def api_key_middleware(api_key: str) -> Middleware:
+    """As vLLM with ``--api-key``: a guarded path without ``Authorization: Bearer <key>``
+    (any case of ``Bearer``) is answered ``401 {"error": "Unauthorized"}``; ``/health``,
+    ``/metrics`` and the other paths stay open, as do ``OPTIONS`` requests."""
+    expected = hashlib.sha256(api_key.encode("utf-8")).digest()
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method != "OPTIONS" and request.path.startswith(GUARDED_PREFIXES):
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+            if scheme.lower() != "bearer" or not secrets.compare_digest(digest, expected):
+                return _json({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return authenticate
+
+
 def create_app(config: EmulatorConfig, tokenizer: Tokenizer | None = None) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    middlewares: list[Middleware] = [error_middleware]
+    if config.api_key:
+        middlewares.append(api_key_middleware(config.api_key))
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     tok = tokenizer or Tokenizer()
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:

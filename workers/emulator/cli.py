@@ -87,6 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="/metrics answers after this many seconds (wall clock)")
     p.add_argument("--metrics-broken", choices=("error", "garbage"),
                    help="/metrics answers 500 (error) or malformed text (garbage)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="as vLLM's --api-key: /v1 requests without 'Authorization: Bearer "
+                        "KEY' are answered 401 (with --fleet: each worker's api_key_env)")
     p.add_argument("--emulate-json", metavar="JSON",
                    help="further emulate: keys as a JSON object (same names as the fleet file)")
 
@@ -154,6 +157,9 @@ def build_configs(args: argparse.Namespace) -> list[Any]:
     if args.fleet:
         if "port" in overrides:
             raise ValueError("--port cannot be combined with --fleet (ports come from the file)")
+        if args.api_key is not None:
+            raise ValueError("--api-key cannot be combined with --fleet (each worker's key is "
+                             "read from the variable its api_key_env names)")
         return fleet_worker_configs(load_fleet(args.fleet), overrides, only=args.worker)
     gpu = BUILTIN_GPUS.get(args.gpu)
     if gpu is None:
@@ -164,9 +170,12 @@ def build_configs(args: argparse.Namespace) -> list[Any]:
         raise ValueError(f"--model: unknown architecture {args.model!r} "
                          f"(known: {', '.join(sorted(BUILTIN_MODELS))})")
     overrides.setdefault("port", 8000)
+    if args.api_key is not None and not args.api_key:
+        raise ValueError("--api-key: must not be empty")
     return [parse_emulate(overrides, gpu=gpu, model=model, models=[args.model],
                           worker_id=f"{args.gpu}-{overrides['port']}",
-                          tensor_parallel=args.tensor_parallel, where="emulate")]
+                          tensor_parallel=args.tensor_parallel, where="emulate",
+                          api_key=args.api_key)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -39,15 +39,21 @@ emulate:
 ```
 
 Unknown keys are an error naming the key (``EmulatorConfigError``).
+
+The worker's API key is not an ``emulate:`` key (a fleet file holds no secrets): a worker
+with ``api_key_env`` (``workers.fleet``) asks, as vLLM started with ``--api-key`` does, for the
+key that variable holds (``kvroute emulate --api-key`` for a worker without a fleet file).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workers.credentials import worker_api_key
 from workers.engine.api import EngineConfig
 from workers.engine.profiles import GpuProfile, ModelSpec
 from workers.fleet import FleetConfig
@@ -126,6 +132,7 @@ class EmulatorConfig:
     seed: int = 0
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     faults: FaultConfig = field(default_factory=FaultConfig)
+    api_key: str | None = field(default=None, repr=False)    # as vLLM's --api-key
 
     @property
     def model_name(self) -> str:
@@ -158,8 +165,10 @@ _OUTPUT_KEYS = frozenset({"dist", "value", "min", "max", "mean", "sigma"})
 
 def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
                   models: Sequence[str], worker_id: str = "emulator",
-                  tensor_parallel: int = 1, where: str = "emulate") -> EmulatorConfig:
-    """Validate one ``emulate:`` mapping for a worker of ``gpu`` serving ``models``."""
+                  tensor_parallel: int = 1, where: str = "emulate",
+                  api_key: str | None = None) -> EmulatorConfig:
+    """Validate one ``emulate:`` mapping for a worker of ``gpu`` serving ``models`` (asking
+    clients for ``api_key`` when given)."""
     if not isinstance(raw, Mapping):
         raise EmulatorConfigError(f"{where}: must be a mapping")
     unknown = sorted(str(k) for k in set(raw) - _TOP_KEYS)
@@ -202,6 +211,7 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
         seed=_required(r.integer("seed", 0), where),
         lora_adapters=_parse_lora(raw.get("lora_adapters"), f"{where}.lora_adapters"),
         faults=parse_faults(raw.get("faults") or {}, f"{where}.faults"),
+        api_key=api_key or None,
     )
 
 
@@ -347,12 +357,15 @@ class _Reader:
 
 
 def fleet_worker_configs(fleet: FleetConfig, overrides: Mapping[str, Any] | None = None,
-                         only: Sequence[str] = ()) -> list[EmulatorConfig]:
+                         only: Sequence[str] = (),
+                         environ: Mapping[str, str] | None = None) -> list[EmulatorConfig]:
     """The emulator config of every emulated worker of ``fleet`` (or of the ids in ``only``).
 
     ``overrides`` (e.g. ``{"time_scale": 0.1}`` from the command line) replace the same keys of
-    every worker's ``emulate:`` block.
+    every worker's ``emulate:`` block. A worker's ``api_key_env`` is read from ``environ``
+    (default: the process's); unset, it is an error (``MissingApiKey``).
     """
+    env = os.environ if environ is None else environ
     configs: list[EmulatorConfig] = []
     wanted = set(only)
     for i, spec in enumerate(fleet.workers):
@@ -362,7 +375,8 @@ def fleet_worker_configs(fleet: FleetConfig, overrides: Mapping[str, Any] | None
         configs.append(parse_emulate(
             raw, gpu=spec.info.gpu, model=spec.info.model_spec, models=spec.info.models,
             worker_id=spec.info.id, tensor_parallel=spec.info.tensor_parallel,
-            where=f"{fleet.source}: workers[{i}].emulate"))
+            where=f"{fleet.source}: workers[{i}].emulate",
+            api_key=worker_api_key(spec.info, env)))
     missing = wanted - {c.worker_id for c in configs}
     if missing:
         raise EmulatorConfigError(

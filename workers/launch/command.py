@@ -23,21 +23,26 @@ flag                           value
 
 Environment: ``CUDA_VISIBLE_DEVICES`` from ``launch.devices``; on ``device: cpu``
 ``VLLM_CPU_KVCACHE_SPACE`` and ``VLLM_CPU_OMP_THREADS_BIND=nobind``; ``dev_mode`` sets
-``VLLM_SERVER_DEV_MODE=1``; ``launch.env`` last.
+``VLLM_SERVER_DEV_MODE=1``; ``launch.env`` last. A worker with ``api_key_env`` is started with
+``VLLM_API_KEY`` set to that variable's value (vLLM's ``--api-key`` without the key on a
+command line others can read; ``shell()`` prints ``VLLM_API_KEY="$NAME"``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from workers.credentials import worker_api_key
 from workers.fleet import WorkerSpec
 from workers.launch.settings import LaunchConfigError, LaunchSettings, parse_launch
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+API_KEY_VARIABLE = "VLLM_API_KEY"          # vLLM's --api-key, read from its environment
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -48,18 +53,32 @@ class VllmCommand:
     env: Mapping[str, str]          # additions to the launcher's environment
     url: str                        # where /health answers once it is up
     kv_events_endpoint: str | None  # where kvroute subscribes
+    api_key_env: str | None = None  # its value becomes the server's VLLM_API_KEY
 
     def shell(self) -> str:
-        """The command as one copy-pasteable shell line."""
+        """The command as one copy-pasteable shell line (the API key by its variable)."""
         import shlex
 
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv)
+        words = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        if self.api_key_env:
+            words.append(f'{API_KEY_VARIABLE}="${self.api_key_env}"')
+        return " ".join([*words, shlex.join(self.argv)])
+
+    def process_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The server's whole environment: ``environ``, the additions, the API key."""
+        env = {**environ, **self.env}
+        if self.api_key_env:
+            env[API_KEY_VARIABLE] = environ.get(self.api_key_env, "")
+        return env
 
 
-def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None) -> VllmCommand:
-    """The server command for a real (``url:``) worker. Raises ``LaunchConfigError``."""
+def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None,
+                  environ: Mapping[str, str] | None = None) -> VllmCommand:
+    """The server command for a real (``url:``) worker. Raises ``LaunchConfigError``, and
+    ``MissingApiKey`` when its ``api_key_env`` is not set in ``environ`` (default: the
+    process's)."""
     info = spec.info
+    worker_api_key(info, os.environ if environ is None else environ)
     where = f"workers[{info.id}].launch"
     if spec.emulated:
         raise LaunchConfigError(f"workers[{info.id}]: an emulated worker is not launched")
@@ -97,7 +116,8 @@ def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None) -> V
             separators=(",", ":"))]
     argv += settings.extra_args
     return VllmCommand(worker_id=info.id, argv=tuple(argv), env=_env(settings),
-                       url=info.url, kv_events_endpoint=info.kv_events_endpoint)
+                       url=info.url, kv_events_endpoint=info.kv_events_endpoint,
+                       api_key_env=info.api_key_env)
 
 
 def kv_events_config(endpoint: str, topic: str, where: str) -> dict[str, object]:

@@ -47,7 +47,7 @@ class VllmProcess:
         if self._proc is not None:
             return
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.command.env}
+        env = self.command.process_env(os.environ)
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(self.command.argv, env=env, stdout=log,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

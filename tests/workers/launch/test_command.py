@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from workers.credentials import MissingApiKey
 from workers.fleet import parse_fleet
 from workers.launch.command import VLLM_MODULE, build_command, kv_events_config
 from workers.launch.settings import LaunchConfigError
@@ -126,3 +127,25 @@ def test_a_model_with_an_unknown_runner_or_a_matryoshka_not_boolean_is_refused()
             parse_fleet({"models": {"m": model},
                          "workers": [{"id": "w", "gpu": "h100", "models": ["m"],
                                       "url": "http://127.0.0.1:8001"}]})
+
+
+def test_a_keyed_worker_gets_vllm_api_key_from_its_variable_never_in_print() -> None:
+    fleet = fleet_with({"id": "real-0", "gpu": "l40s", "models": [MODEL],
+                        "url": "http://127.0.0.1:8001", "api_key_env": "FLEET_KEY_0",
+                        "launch": {"python": "/opt/py", "env": {"HF_HUB_OFFLINE": "1"}}})
+    cmd = build_command(fleet.workers[0], environ={"FLEET_KEY_0": "sk-secret"})
+    assert "--api-key" not in cmd.argv and "sk-secret" not in cmd.shell()
+    assert cmd.shell().startswith('HF_HUB_OFFLINE=1 VLLM_API_KEY="$FLEET_KEY_0" /opt/py -m ')
+    env = cmd.process_env({"PATH": "/bin", "FLEET_KEY_0": "sk-secret"})
+    assert env["VLLM_API_KEY"] == "sk-secret"
+    assert env["HF_HUB_OFFLINE"] == "1" and env["PATH"] == "/bin"
+    plain = build_command(fleet_with({"id": "real-1", "gpu": "l40s", "models": [MODEL],
+                                      "url": "http://127.0.0.1:8002"}).workers[0])
+    assert "VLLM_API_KEY" not in plain.process_env({"PATH": "/bin"})
+
+
+def test_a_keyed_worker_whose_variable_is_unset_is_not_launched() -> None:
+    fleet = fleet_with({"id": "real-0", "gpu": "l40s", "models": [MODEL],
+                        "url": "http://127.0.0.1:8001", "api_key_env": "FLEET_KEY_0"})
+    with pytest.raises(MissingApiKey, match="FLEET_KEY_0"):
+        build_command(fleet.workers[0], environ={})

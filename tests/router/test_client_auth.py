@@ -1,0 +1,122 @@
+"""router/client_auth.py: with ``--api-key``, clients without one of the router's keys are
+refused 401 in their API's shape (OpenAI, Anthropic), counted, and never served; ``/health``
+and ``/metrics`` stay open. Through the official ``openai`` and ``anthropic`` clients, over
+the router suite's emulated workers (their own process)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+
+from router.client_auth import ClientKeys, guarded
+from router.settings import Settings
+from tests.router.gateway_support import MODEL, RouterFactory, subset
+from workers.fleet import FleetConfig
+
+KEYS = ("sk-router-one", "sk-router-two")
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+
+
+def test_guarded_paths_are_the_apis_tokenizers_and_debug() -> None:
+    for path in ("/v1/chat/completions", "/v1/models", "/v1/messages", "/v1/responses/r1",
+                 "/v1", "/tokenize", "/detokenize", "/debug/decisions", "/debug/fleet"):
+        assert guarded(path), path
+    for path in ("/health", "/metrics", "/", "/v2x"):
+        assert not guarded(path), path
+
+
+def test_keys_are_matched_exactly_and_never_shown() -> None:
+    keys = ClientKeys(KEYS)
+    assert keys.accepts("sk-router-two") and not keys.accepts("sk-router-tw")
+    assert not keys.accepts("SK-ROUTER-ONE") and not keys.accepts("")
+    with pytest.raises(ValueError, match="non-empty"):
+        ClientKeys(["sk-a", ""])
+    settings = Settings(fleet_path=Path("f"), routing_path=Path("r"), api_keys=KEYS)
+    assert "sk-router" not in repr(settings)
+    with pytest.raises(ValueError, match="api_keys: every API key must be a non-empty string"):
+        Settings(fleet_path=Path("f"), routing_path=Path("r"), api_keys=(" ",))
+
+
+@pytest.mark.integration
+async def test_a_client_without_a_key_is_refused_in_its_apis_shape(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), api_keys=KEYS)
+    refused = 0
+    async with aiohttp.ClientSession() as http:
+        for headers, reason in (({}, "You didn't provide an API key"),
+                                ({"Authorization": "Bearer sk-wrong"}, "Incorrect API key"),
+                                ({"Authorization": "Basic sk-router-one"}, "didn't provide"),
+                                ({"x-api-key": "sk-router-on"}, "Incorrect API key")):
+            async with http.post(f"{router.url}/v1/chat/completions", json=CHAT,
+                                 headers=headers) as resp:
+                body = await resp.json()
+                refused += 1
+                assert resp.status == 401 and resp.headers["WWW-Authenticate"] == "Bearer"
+                assert resp.headers["x-kvroute-worker"] == "none"
+                assert body["error"]["code"] == "invalid_api_key"
+                assert body["error"]["type"] == "invalid_request_error"
+                assert reason in body["error"]["message"]
+        async with http.post(f"{router.url}/v1/messages", json=CHAT) as resp:
+            refused += 1
+            assert resp.status == 401
+            assert await resp.json() == {"type": "error", "error": {
+                "type": "authentication_error", "message": "You didn't provide an API key. "
+                "Send it as `Authorization: Bearer <key>` (or `x-api-key: <key>`)."}}
+        for method, path in (("GET", "/v1/models"), ("GET", "/debug/decisions"),
+                             ("GET", "/debug/fleet"), ("POST", "/tokenize")):
+            async with http.request(method, router.url + path, json={"model": MODEL,
+                                                                     "prompt": "a"}) as resp:
+                refused += 1
+                assert resp.status == 401, path
+        for path in ("/health", "/metrics"):       # load balancers and Prometheus
+            async with http.get(router.url + path) as resp:
+                assert resp.status == 200, path
+        async with http.post(f"{router.url}/v1/chat/completions", json=CHAT,
+                             headers={"authorization": "bearer sk-router-two"}) as resp:
+            assert resp.status == 200 and resp.headers["x-kvroute-worker"] == "h100-fast"
+    assert router.metric("kvroute_requests_total", model="(unknown)", worker="", gpu="",
+                         profile="none", status="401") == refused
+    assert router.metric("kvroute_requests_total", model=MODEL, worker="h100-fast",
+                         gpu="H100-80GB", profile="default", status="200") == 1
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "sk-router" not in logged and "sk-wrong" not in logged
+
+
+@pytest.mark.integration
+async def test_the_official_clients_pass_with_a_key_and_fail_without(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), api_keys=KEYS)
+    client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key=KEYS[0], max_retries=0)
+    reply = await client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
+    assert reply.choices[0].message.content
+    assert [m.id for m in (await client.models.list()).data] == [MODEL]
+    wrong = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="sk-other", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as raised:
+        await wrong.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
+    assert raised.value.code == "invalid_api_key"
+    claude = anthropic.AsyncAnthropic(base_url=router.url, api_key=KEYS[1], max_retries=0)
+    message = await claude.messages.create(
+        model=MODEL, max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+    assert message.content[0].type == "text"
+    stranger = anthropic.AsyncAnthropic(base_url=router.url, api_key="sk-x", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError):
+        await stranger.messages.create(
+            model=MODEL, max_tokens=3, messages=[{"role": "user", "content": "Hi"}])
+
+
+@pytest.mark.integration
+async def test_without_keys_nothing_is_asked(emulated_fleet: FleetConfig,
+                                             make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]))
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{router.url}/v1/chat/completions", json=CHAT) as resp:
+        assert resp.status == 200

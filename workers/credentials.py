@@ -1,0 +1,60 @@
+"""The API keys of workers started with ``--api-key``, read from the environment.
+
+vLLM started with ``--api-key`` (or ``VLLM_API_KEY``) refuses every ``/v1`` request without
+``Authorization: Bearer <key>``, the router's own ``/v1/models`` polls and Responses lookups
+included. A fleet file names, per worker, the environment variable that holds its key
+(``api_key_env``), never the key itself.
+
+* ``worker_api_key(info, environ)``: the key of one worker, or None when it declares none;
+  ``MissingApiKey`` (a ``FleetConfigError``) names the worker and the variable when that
+  variable is unset or empty.
+* ``worker_authorizations(infos, environ)``: each such worker's origin (host, port) mapped to
+  the ``Authorization`` value the router's HTTP client sends there (``workers.upstream``) in
+  place of whatever a client sent. Every missing variable is named in one error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from workers.fleet import FleetConfigError
+from workers.models import WorkerInfo
+from workers.upstream import Origin, origin_of
+
+
+class MissingApiKey(FleetConfigError):
+    """A worker's ``api_key_env`` names a variable that is unset or empty."""
+
+
+def worker_api_key(info: WorkerInfo, environ: Mapping[str, str]) -> str | None:
+    if info.api_key_env is None:
+        return None
+    key = environ.get(info.api_key_env, "")
+    if not key:
+        raise MissingApiKey(_missing([info]))
+    return key
+
+
+def worker_authorizations(infos: Iterable[WorkerInfo],
+                          environ: Mapping[str, str]) -> dict[Origin, str]:
+    authorizations: dict[Origin, str] = {}
+    missing: list[WorkerInfo] = []
+    for info in infos:
+        if info.api_key_env is None:
+            continue
+        key = environ.get(info.api_key_env, "")
+        if key:
+            authorizations[origin_of(info.url)] = f"Bearer {key}"
+        else:
+            missing.append(info)
+    if missing:
+        raise MissingApiKey(_missing(missing))
+    return authorizations
+
+
+def _missing(infos: list[WorkerInfo]) -> str:
+    names = sorted({info.api_key_env or "" for info in infos})
+    workers = ", ".join(info.id for info in infos)
+    return (f"worker(s) {workers}: api_key_env names {', '.join(names)}, which "
+            f"{'is' if len(names) == 1 else 'are'} not set in the environment (set it to the "
+            "key the worker was started with, --api-key or VLLM_API_KEY)")
