@@ -44,6 +44,7 @@ from router.keys import (
     STORE,
     UTILITY,
     WORKER_AUTHORIZATIONS,
+    WORKER_TLS,
 )
 from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
@@ -60,6 +61,7 @@ from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
 from workers.task_cancel import cancel_and_wait
+from workers.tls import server_tls_context, worker_tls_contexts
 from workers.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     fleet = fleet if fleet is not None else load_fleet(settings.fleet_path)
     authorizations = worker_authorizations((w.info for w in fleet.workers),
                                            os.environ if environ is None else environ)
+    tls = worker_tls_contexts(w.info for w in fleet.workers)
     store = _make_store(settings)
     registry = WorkerRegistry([w.info for w in fleet.workers], store.inflight)
     metrics = RouterMetrics(lambda: registry.views(time.monotonic()), settings.tenant_labels)
@@ -90,6 +93,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     app[SETTINGS] = settings
     app[WORKER_AUTHORIZATIONS] = authorizations
+    app[WORKER_TLS] = tls
     app[FLEET] = fleet
     app[STORE] = store
     app[REGISTRY] = registry
@@ -125,16 +129,16 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     """The keep-alive connections to workers (the scraper's and the proxy's clients), the
     scraper loop and the director."""
     settings = app[SETTINGS]
-    authorizations = app[WORKER_AUTHORIZATIONS]
+    authorizations, tls = app[WORKER_AUTHORIZATIONS], app[WORKER_TLS]
     scrapes = UpstreamClient(settings.connect_timeout_s, settings.scrape_timeout_s,
-                             authorizations=authorizations)
+                             authorizations=authorizations, tls=tls)
     scraper = WorkerScraper(
         app[REGISTRY], scrapes, interval_s=settings.scrape_interval_s,
         timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
         fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s)
     app[SCRAPER] = scraper
     upstream = UpstreamClient(settings.connect_timeout_s, settings.upstream_timeout_s,
-                              authorizations=authorizations)
+                              authorizations=authorizations, tls=tls)
     proxy = Proxy(upstream, settings.upstream_timeout_s)
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
@@ -194,11 +198,16 @@ async def _stop(task: asyncio.Task[None]) -> None:
 
 async def start_router(settings: Settings, fleet: FleetConfig | None = None
                        ) -> tuple[web.AppRunner, int]:
-    """Start serving on ``settings.host:settings.port`` (0: a free port); return the port."""
+    """Start serving on ``settings.host:settings.port`` (0: a free port), over TLS with
+    ``settings.ssl_certfile``; return the port. ``TlsFilesError`` if those files cannot be
+    used."""
     app = create_app(settings, fleet)
+    tls = None
+    if settings.ssl_certfile is not None:
+        tls = server_tls_context(settings.ssl_certfile, settings.ssl_keyfile)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True)
+    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True, ssl_context=tls)
     await site.start()
     port = runner.addresses[0][1]
     return runner, int(port)
@@ -217,7 +226,7 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
         runner, port = await start_router(settings, fleet)
         gc.collect()
         gc.freeze()
-        log.info("kvroute listening on http://%s:%d", settings.host, port)
+        log.info("kvroute listening on %s://%s:%d", settings.scheme, settings.host, port)
         if on_ready is not None:
             on_ready(port)
         stop = asyncio.Event()

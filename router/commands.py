@@ -16,13 +16,13 @@ from router.settings import DEFAULT_RESPONSE_TTL_S
 CLIENT_KEY_ENV = "KVROUTE_API_KEY"      # the key asked of clients when --api-key is not given
 
 CURL_EXAMPLE = """\
-curl -s http://localhost:{port}/v1/chat/completions -H 'Content-Type: application/json' \\
+curl -s {scheme}://localhost:{port}/v1/chat/completions -H 'Content-Type: application/json' \\
   -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], \
 "max_tokens": 32}}' -i"""
 
 OPENAI_EXAMPLE = """\
 from openai import OpenAI
-client = OpenAI(base_url="http://localhost:{port}/v1", api_key="unused")
+client = OpenAI(base_url="{scheme}://localhost:{port}/v1", api_key="unused")
 reply = client.chat.completions.create(
     model="{model}", messages=[{{"role": "user", "content": "Hello!"}}], max_tokens=32)
 print(reply.choices[0].message.content)"""
@@ -96,6 +96,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                              "x-api-key) on /v1, /tokenize, /detokenize and /debug; repeat for "
                              "several. Default: $KVROUTE_API_KEY if set, else no key is asked "
                              "(an option is visible to other local users: prefer the variable)")
+    parser.add_argument("--ssl-certfile", type=Path, default=None, metavar="FILE",
+                        help="serve HTTPS with this certificate (PEM; its chain too)")
+    parser.add_argument("--ssl-keyfile", type=Path, default=None, metavar="FILE",
+                        help="the certificate's private key, unless --ssl-certfile holds it")
     parser.add_argument("--log-level", default="INFO",
                         help="Python logging level: DEBUG, INFO, WARNING, ERROR "
                              "(default: %(default)s)")
@@ -118,7 +122,8 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         upstream_timeout_s=args.upstream_timeout,
                         max_retries=args.max_retries, tenant_labels=args.tenant_labels,
                         eject_after=args.eject_after, eject_for_s=args.eject_for,
-                        stall_after_s=args.stall_after, api_keys=_client_keys(args), **extra)
+                        stall_after_s=args.stall_after, api_keys=_client_keys(args),
+                        ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, **extra)
     except ValueError as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return None
@@ -130,11 +135,15 @@ def _load(args: argparse.Namespace) -> Any:
     from policies.loader import load_routing
     from workers.credentials import worker_authorizations
     from workers.fleet import FleetConfigError, load_fleet
+    from workers.tls import TlsFilesError, server_tls_context, worker_tls_contexts
     try:
         fleet = load_fleet(args.fleet)
         worker_authorizations((w.info for w in fleet.workers), os.environ)
+        worker_tls_contexts(w.info for w in fleet.workers)
+        if args.ssl_certfile is not None:
+            server_tls_context(args.ssl_certfile, args.ssl_keyfile)
         load_routing(args.routing)
-    except (FleetConfigError, RoutingConfigError) as exc:
+    except (FleetConfigError, RoutingConfigError, TlsFilesError) as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return None
     return fleet
@@ -188,11 +197,14 @@ def _up(args: argparse.Namespace) -> int:
     model = fleet.workers[0].info.models[0]
 
     def ready(port: int) -> None:
+        scheme = settings.scheme
         print(f"\nkvroute: {emulated} emulated worker(s) and the router are up: "
-              f"http://{args.host}:{port}/v1  (Ctrl-C stops everything)\n")
-        print("Try it:\n\n" + CURL_EXAMPLE.format(port=port, model=model) + "\n")
+              f"{scheme}://{args.host}:{port}/v1  (Ctrl-C stops everything)\n")
+        print("Try it:\n\n" + CURL_EXAMPLE.format(scheme=scheme, port=port, model=model)
+              + "\n")
         print("Or with the openai client:\n\n"
-              + OPENAI_EXAMPLE.format(port=port, model=model) + "\n", flush=True)
+              + OPENAI_EXAMPLE.format(scheme=scheme, port=port, model=model) + "\n",
+              flush=True)
         if settings.api_keys:
             print("Clients must send one of the router's API keys: add -H 'Authorization: "
                   "Bearer <key>' to curl, api_key=<key> to the client.\n", flush=True)

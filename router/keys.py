@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 
 from aiohttp import web
@@ -34,3 +35,5 @@ KV_EVENTS = web.AppKey("kv_events", KvEventFeed)
 EJECTION = web.AppKey("ejection", WorkerEjection)
 # the Authorization header sent to each worker started with --api-key (workers.credentials)
 WORKER_AUTHORIZATIONS: web.AppKey[Mapping[Origin, str]] = web.AppKey("worker_authorizations")
+# the TLS context verifying each https:// worker (workers.tls)
+WORKER_TLS: web.AppKey[Mapping[Origin, ssl.SSLContext]] = web.AppKey("worker_tls")

@@ -41,6 +41,8 @@ Defaults and why:
 * ``api_keys = ()``: no key is asked of clients. Given keys, ``/v1/…``, ``/tokenize``,
   ``/detokenize`` and ``/debug/…`` answer 401 to a client without one of them
   (``router.client_auth``); the CLI reads them from ``--api-key`` or ``KVROUTE_API_KEY``.
+* ``ssl_certfile = ssl_keyfile = None``: the router listens in plain HTTP. Given a
+  certificate (and its key, unless the certificate file holds it), it serves HTTPS only.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ class Settings:
     replica_id: str = "router-0"
     response_ttl_s: float = DEFAULT_RESPONSE_TTL_S
     api_keys: tuple[str, ...] = field(default=(), repr=False)    # never printed
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
 
     def __post_init__(self) -> None:
         if self.scrape_interval_s <= 0:
@@ -103,3 +107,10 @@ class Settings:
             raise ValueError("response_ttl_s: must be at least 1 second")
         if not all(isinstance(key, str) and key.strip() for key in self.api_keys):
             raise ValueError("api_keys: every API key must be a non-empty string")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile: needs ssl_certfile, the certificate it belongs to")
+
+    @property
+    def scheme(self) -> str:
+        """How clients reach the router: ``https`` with a certificate, else ``http``."""
+        return "http" if self.ssl_certfile is None else "https"

@@ -14,7 +14,8 @@ workers:
   - id: real-0
     gpu: a100
     models: [meta-llama/Llama-3.1-8B-Instruct]
-    url: http://10.0.0.7:8000        # ... or a real vLLM server
+    url: http://10.0.0.7:8000        # ... or a real vLLM server (https:// for one behind TLS,
+                                     # tls_ca_file: CA bundle to verify it, else the system's)
     kv_events: tcp://10.0.0.7:5557   # optional KV-event stream
     api_key_env: VLLM_API_KEY        # optional: the worker was started with --api-key; the
                                      # router sends it the key held by this variable
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -46,7 +48,8 @@ class FleetConfigError(ValueError):
 
 
 _WORKER_KEYS = {"id", "gpu", "models", "model", "labels", "emulate", "url", "kv_events",
-                "tensor_parallel", "price_per_hour", "launch", "api_key_env"}
+                "tensor_parallel", "price_per_hour", "launch", "api_key_env",
+                "tls_ca_file"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODEL_KEYS = {"arch"}
 
@@ -186,8 +189,18 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     if emulate is not None:
         if not isinstance(emulate, Mapping) or not isinstance(emulate.get("port"), int):
             raise FleetConfigError(f"{where}.emulate.port: required, an integer")
-        url = f"http://{emulate.get('host', '127.0.0.1')}:{emulate['port']}"
+        scheme = "https" if emulate.get("ssl_certfile") else "http"
+        url = f"{scheme}://{emulate.get('host', '127.0.0.1')}:{emulate['port']}"
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise FleetConfigError(f"{where}.url: must look like http://HOST:PORT or "
+                               f"https://HOST:PORT, got {url!r}")
     assert isinstance(url, str)
+    tls_ca_file = raw.get("tls_ca_file")
+    if tls_ca_file is not None and (not isinstance(tls_ca_file, str) or not tls_ca_file
+                                    or parts.scheme != "https"):
+        raise FleetConfigError(f"{where}.tls_ca_file: a CA bundle's path, for a worker "
+                               "served over https://")
     launch = raw.get("launch")
     if launch is not None and (emulate is not None or not isinstance(launch, Mapping)):
         raise FleetConfigError(f"{where}.launch: must be a mapping, on a worker with url:")
@@ -203,7 +216,7 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     info = WorkerInfo(
         id=wid, url=url.rstrip("/"), gpu=gpu, models=tuple(served), model_spec=spec,
         price_per_hour=price, tensor_parallel=tp, labels=MappingProxyType(labels),
-        kv_events_endpoint=kv_events, api_key_env=api_key_env,
+        kv_events_endpoint=kv_events, api_key_env=api_key_env, tls_ca_file=tls_ca_file,
     )
     return WorkerSpec(info=info, emulate=MappingProxyType(dict(emulate)) if emulate else None,
                       launch=MappingProxyType(dict(launch)) if launch is not None else None)

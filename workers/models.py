@@ -33,6 +33,7 @@ class WorkerInfo:
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_LABELS)
     kv_events_endpoint: str | None = None   # e.g. "tcp://127.0.0.1:5557" when KV events are on
     api_key_env: str | None = None  # environment variable holding the worker's API key
+    tls_ca_file: str | None = None  # CA bundle verifying an https:// worker (else the system's)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,9 @@ connection.
   such a request is sent again once on a new connection (the worker never saw it).
 * Idle connections are kept for ``keepalive_s`` and at most ``max_idle`` per worker; a body
   not read yet is held up to ``high_water`` bytes, then the socket stops being read.
+* ``https://`` URLs are reached over TLS: with the context ``tls`` maps their origin to
+  (``workers.tls.worker_tls_contexts``), else one trusting the system's CAs. A certificate
+  that does not verify is an ``UpstreamConnectError`` saying why.
 * ``authorizations`` maps a worker's origin (``origin_of(url)``) to the ``Authorization``
   header every request to it carries, replacing one the caller passed on (a client's): how
   the router reaches workers started with ``--api-key`` (``workers.credentials``).
@@ -29,6 +32,7 @@ connection.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -350,12 +354,13 @@ class UpstreamResponse:
 
 
 class UpstreamClient:
-    """Keep-alive HTTP/1.1 POSTs to workers (``http://`` only)."""
+    """Keep-alive HTTP/1.1 requests to workers (``http://`` and ``https://``)."""
 
     def __init__(self, connect_timeout_s: float, read_timeout_s: float,
                  keepalive_s: float = 60.0, max_idle: int = 256,
                  high_water: int = 1 << 20,
-                 authorizations: Mapping[Origin, str] | None = None) -> None:
+                 authorizations: Mapping[Origin, str] | None = None,
+                 tls: Mapping[Origin, ssl.SSLContext] | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.keepalive_s = keepalive_s
@@ -364,6 +369,8 @@ class UpstreamClient:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._closed = False
         self._authorizations = dict(authorizations or {})
+        self._tls = dict(tls or {})
+        self._system_tls: ssl.SSLContext | None = None
 
     async def post(self, url: str | URL, body: bytes,
                    headers: Mapping[str, str]) -> UpstreamResponse:
@@ -377,8 +384,9 @@ class UpstreamClient:
         """Send ``method`` (``body``: None sends none and no ``Content-Length``) and return
         the answer once its head is in."""
         target = url if isinstance(url, URL) else URL(url)
-        if target.scheme != "http" or not target.host:
-            raise UpstreamConnectError(f"only http:// URLs are supported, not {str(target)!r}")
+        if target.scheme not in ("http", "https") or not target.host:
+            raise UpstreamConnectError(
+                f"only http:// and https:// URLs are supported, not {str(target)!r}")
         key = (target.host, target.port or 80)
         authorization = self._authorizations.get(key)
         if authorization is not None:
@@ -388,7 +396,8 @@ class UpstreamClient:
             connection = self._pooled(key)
             reused = connection is not None
             if connection is None:
-                connection = await self._connect(key)
+                connection = await self._connect(
+                    key, self._tls_for(key) if target.scheme == "https" else None)
             connection.start(request)
             try:
                 while connection.head is None:
@@ -433,13 +442,23 @@ class UpstreamClient:
                 connection.transport.close()
         return None
 
-    async def _connect(self, key: tuple[str, int]) -> _Connection:
+    def _tls_for(self, key: Origin) -> ssl.SSLContext:
+        context = self._tls.get(key)
+        if context is None:
+            if self._system_tls is None:
+                self._system_tls = ssl.create_default_context()
+            context = self._system_tls
+        return context
+
+    async def _connect(self, key: tuple[str, int],
+                       tls: ssl.SSLContext | None = None) -> _Connection:
         loop = asyncio.get_running_loop()
         high_water = self.high_water
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 _, connection = await loop.create_connection(
-                    lambda: _Connection(high_water), key[0], key[1])
+                    lambda: _Connection(high_water), key[0], key[1], ssl=tls,
+                    server_hostname=key[0] if tls is not None else None)
         except TimeoutError:
             raise UpstreamConnectTimeout(
                 f"no connection to {key[0]}:{key[1]} within {self.connect_timeout_s:g} s"

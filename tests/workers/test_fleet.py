@@ -65,3 +65,22 @@ def test_api_key_env_names_a_variable_never_a_key() -> None:
         with pytest.raises(FleetConfigError, match=r"workers\[0\]\.api_key_env: must be the "
                                                    "name of an environment variable"):
             parse_fleet(one_worker(url="http://10.0.0.7:8000", api_key_env=bad))
+
+
+def test_a_worker_url_is_http_or_https_with_a_host() -> None:
+    for bad in ("10.0.0.7:8000", "ftp://10.0.0.7", "http://", "localhost"):
+        with pytest.raises(FleetConfigError, match=r"workers\[0\]\.url: must look like "
+                                                   "http://HOST:PORT or https://HOST:PORT"):
+            parse_fleet(one_worker(url=bad))
+    info = parse_fleet(one_worker(url="https://10.0.0.7:8443",
+                                  tls_ca_file="/etc/kvroute/ca.pem")).workers[0].info
+    assert (info.url, info.tls_ca_file) == ("https://10.0.0.7:8443", "/etc/kvroute/ca.pem")
+    with pytest.raises(FleetConfigError, match=r"tls_ca_file: a CA bundle's path, for a worker "
+                                               "served over https://"):
+        parse_fleet(one_worker(url="http://10.0.0.7:8000", tls_ca_file="/etc/ca.pem"))
+
+
+def test_an_emulated_worker_serving_tls_is_reached_over_https() -> None:
+    info = parse_fleet(one_worker(emulate={"port": 8443, "ssl_certfile": "c.pem"},
+                                  tls_ca_file="ca.pem")).workers[0].info
+    assert info.url == "https://127.0.0.1:8443"

@@ -5,11 +5,15 @@ kept alive or closed)."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from yarl import URL
 
+from tests.workers.tls_support import make_tls_files
+from workers.tls import server_tls_context
 from workers.upstream import (
     UpstreamClient,
     UpstreamConnectError,
@@ -26,8 +30,9 @@ class RawServer:
     """A loopback server running ``handler(reader, writer, connection_number)`` per
     connection; remembers the requests' heads and how many connections were made."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, tls: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.tls = tls
         self.connections = 0
         self.heads: list[bytes] = []
         self.bodies: list[bytes] = []
@@ -36,9 +41,9 @@ class RawServer:
         self._handlers: set[asyncio.Task[None]] = set()
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
 
     async def stop(self) -> None:
         assert self._server is not None
@@ -328,8 +333,8 @@ async def test_refused_connections_and_other_schemes_are_connect_errors(
     await server.stop()
     with pytest.raises(UpstreamConnectError, match="cannot connect"):
         await client.post(f"{base}/", b"", {})
-    with pytest.raises(UpstreamConnectError, match="only http://"):
-        await client.post("https://127.0.0.1:1/", b"", {})
+    with pytest.raises(UpstreamConnectError, match="only http:// and https://"):
+        await client.post("ftp://127.0.0.1:1/", b"", {})
 
 
 async def test_silence_is_a_timeout_and_the_connection_is_dropped() -> None:
@@ -506,3 +511,54 @@ async def test_a_workers_own_authorization_replaces_the_clients() -> None:
 def test_origin_of_is_the_pool_key() -> None:
     assert origin_of("http://127.0.0.1:8101/v1/models") == ("127.0.0.1", 8101)
     assert origin_of("http://worker.local") == ("worker.local", 80)
+
+
+async def test_https_workers_are_reached_over_tls_with_keep_alive(tmp_path: Path) -> None:
+    files = make_tls_files(tmp_path)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(chunked(b"data: 1\n\n", b"data: [DONE]\n\n"))
+
+    server = RawServer(handler, server_tls_context(files.certfile, files.keyfile))
+    base = await server.start()
+    verifying = ssl.create_default_context(cafile=str(files.ca_file))
+    client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0,
+                            tls={origin_of(base): verifying})
+    stranger = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0)   # system CAs only
+    try:
+        for _ in range(3):
+            response = await client.post(f"{base}/v1/completions", b"{}", {})
+            assert response.status == 200
+            assert b"".join([c async for c in response.chunks()]) == \
+                b"data: 1\n\ndata: [DONE]\n\n"
+            response.close()
+        assert server.connections == 1        # one TLS handshake for the three
+        with pytest.raises(UpstreamConnectError, match="certificate verify failed"):
+            await stranger.get(f"{base}/metrics")
+    finally:
+        await client.close()
+        await stranger.close()
+        await server.stop()
+    assert server.heads[0].startswith(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:")
+
+
+async def test_a_certificate_for_another_host_is_refused(tmp_path: Path) -> None:
+    files = make_tls_files(tmp_path, hosts=("worker.example.com",))
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"{}"))
+
+    server = RawServer(handler, server_tls_context(files.certfile, files.keyfile))
+    base = await server.start()
+    client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0, tls={
+        origin_of(base): ssl.create_default_context(cafile=str(files.ca_file))})
+    try:
+        with pytest.raises(UpstreamConnectError, match=r"IP address mismatch|doesn't match"):
+            await client.get(f"{base}/metrics")
+    finally:
+        await client.close()
+        await server.stop()

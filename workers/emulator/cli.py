@@ -90,6 +90,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", metavar="KEY",
                    help="as vLLM's --api-key: /v1 requests without 'Authorization: Bearer "
                         "KEY' are answered 401 (with --fleet: each worker's api_key_env)")
+    p.add_argument("--ssl-certfile", metavar="FILE",
+                   help="as vLLM's: serve HTTPS with this certificate (PEM)")
+    p.add_argument("--ssl-keyfile", metavar="FILE",
+                   help="as vLLM's: the certificate's key, unless --ssl-certfile holds it")
     p.add_argument("--emulate-json", metavar="JSON",
                    help="further emulate: keys as a JSON object (same names as the fleet file)")
 
@@ -112,7 +116,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 "max_num_batched_tokens", "max_model_len", "seed", "gpu_memory_utilization",
                 "step_jitter", "hash_seed", "enable_prompt_tokens_details",
                 "server_load_tracking", "kv_events", "kv_events_replay", "kv_events_topic",
-                "kv_events_encoding", "served_model_names"):
+                "kv_events_encoding", "served_model_names", "ssl_certfile", "ssl_keyfile"):
         value = getattr(args, key)
         if value is not None:
             out[key] = value
@@ -184,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
     from workers.emulator.config import EmulatorConfigError
     from workers.emulator.server import serve
     from workers.fleet import FleetConfigError
+    from workers.tls import TlsFilesError
 
     try:
         configs = build_configs(args)
@@ -195,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         uvloop.run(serve(configs))
+    except TlsFilesError as exc:
+        print(f"kvroute emulate: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"kvroute emulate: cannot listen: {exc}", file=sys.stderr)
         return 1

@@ -6,6 +6,8 @@ Every key of the block, with its default::
 emulate:
   port: 8101                     # required
   host: 127.0.0.1
+  ssl_certfile: null             # serve HTTPS with this certificate (vLLM's --ssl-certfile);
+  ssl_keyfile: null              # the worker's url is then https://
   served_model_names: [...]      # default: the worker's models (first = metrics model_name)
   time_scale: 1.0                # 1 real time, 0.1 ten times faster, 0 answer at once
   block_size: 16
@@ -133,6 +135,12 @@ class EmulatorConfig:
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     faults: FaultConfig = field(default_factory=FaultConfig)
     api_key: str | None = field(default=None, repr=False)    # as vLLM's --api-key
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.ssl_certfile is None else "https"
 
     @property
     def model_name(self) -> str:
@@ -157,6 +165,7 @@ _TOP_KEYS = frozenset({
     "enable_prompt_tokens_details", "server_load_tracking", "responses_store", "kv_events",
     "kv_events_replay",
     "kv_events_topic", "kv_events_encoding", "output_len", "seed", "lora_adapters", "faults",
+    "ssl_certfile", "ssl_keyfile",
 })
 _FAULT_KEYS = frozenset({"error_rate", "refuse_connections", "refuse_after_s", "refuse_for_s",
                          "stall_after_tokens", "metrics_delay_s", "metrics_broken"})
@@ -212,7 +221,16 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
         lora_adapters=_parse_lora(raw.get("lora_adapters"), f"{where}.lora_adapters"),
         faults=parse_faults(raw.get("faults") or {}, f"{where}.faults"),
         api_key=api_key or None,
+        ssl_certfile=r.optional_string("ssl_certfile") or None,
+        ssl_keyfile=_keyfile(r, where),
     )
+
+
+def _keyfile(r: _Reader, where: str) -> str | None:
+    keyfile = r.optional_string("ssl_keyfile") or None
+    if keyfile is not None and not r.optional_string("ssl_certfile"):
+        raise EmulatorConfigError(f"{where}.ssl_keyfile: needs ssl_certfile")
+    return keyfile
 
 
 def parse_faults(raw: Any, where: str = "faults", base: FaultConfig | None = None) -> FaultConfig:

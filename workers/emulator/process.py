@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from workers.fleet import FleetConfig, load_fleet
+from workers.tls import readiness_probe_context
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,8 +41,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _healthy(url: str) -> bool:
+    # the worker just started here, maybe with a certificate this process does not trust
+    tls = readiness_probe_context() if url.startswith("https://") else None
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=1.0) as resp:
+        with urllib.request.urlopen(f"{url}/health", timeout=1.0, context=tls) as resp:
             return int(resp.status) == 200
     except (urllib.error.URLError, OSError):
         return False
@@ -112,7 +115,8 @@ class EmulatorProcess:
                  served_model_names: Sequence[str] = (), extra_args: Sequence[str] = (),
                  ready_timeout_s: float = 30.0, wait_ready: bool = True) -> None:
         self.port = port if port is not None else free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        tls = bool((emulate or {}).get("ssl_certfile")) or "--ssl-certfile" in extra_args
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         argv = ["--gpu", gpu, "--model", model, "--host", "127.0.0.1", "--port", str(self.port)]
         if time_scale is not None:
             argv += ["--time-scale", repr(time_scale)]

@@ -19,6 +19,7 @@ from workers.emulator.app import create_app
 from workers.emulator.config import EmulatorConfig
 from workers.emulator.tokens import Tokenizer
 from workers.task_cancel import cancel_and_wait
+from workers.tls import server_tls_context
 
 READY_LINE = "emulator ready"
 
@@ -32,8 +33,12 @@ class HostedWorker:
 
     async def listen(self) -> None:
         if self.site is None:
-            self.site = web.TCPSite(self.runner, self.config.host, self.config.port,
-                                    reuse_address=True)
+            config = self.config
+            tls = None
+            if config.ssl_certfile is not None:
+                tls = server_tls_context(config.ssl_certfile, config.ssl_keyfile)
+            self.site = web.TCPSite(self.runner, config.host, config.port,
+                                    reuse_address=True, ssl_context=tls)
             await self.site.start()
 
     async def refuse(self) -> None:
@@ -95,7 +100,7 @@ async def serve(configs: Sequence[EmulatorConfig]) -> None:
         for worker in hosted:
             c = worker.config
             print(f"{READY_LINE}: {c.worker_id} {c.gpu.name} {c.model_name} "
-                  f"http://{c.host}:{c.port} time_scale={c.time_scale}", file=sys.stderr,
+                  f"{c.scheme}://{c.host}:{c.port} time_scale={c.time_scale}", file=sys.stderr,
                   flush=True)
         await stop.wait()
     finally:

@@ -1,0 +1,64 @@
+"""TLS on the router's hops: to workers served over ``https://``, and on a listening socket.
+
+* ``worker_tls_contexts(infos)``: each ``https://`` worker's origin (host, port) mapped to the
+  client context that verifies it: against the CA bundle its fleet entry names
+  (``tls_ca_file``), else the system's trusted CAs; the certificate must name the host of the
+  worker's URL. An unreadable bundle is a ``FleetConfigError`` naming the worker and the file.
+* ``server_tls_context(certfile, keyfile)``: the context a server (the router, an emulated
+  worker) listens with, as vLLM's ``--ssl-certfile`` / ``--ssl-keyfile``; ``TlsFilesError``
+  says which file could not be used.
+* ``readiness_probe_context()``: for a process's own loopback readiness probe only: it
+  encrypts without verifying (the caller just started that server, with a certificate it
+  may not trust itself).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterable
+from os import PathLike
+
+from workers.fleet import FleetConfigError
+from workers.models import WorkerInfo
+from workers.upstream import Origin, origin_of
+
+
+class TlsFilesError(ValueError):
+    """A certificate, key or CA file could not be read or used."""
+
+
+def worker_tls_contexts(infos: Iterable[WorkerInfo]) -> dict[Origin, ssl.SSLContext]:
+    contexts: dict[Origin, ssl.SSLContext] = {}
+    for info in infos:
+        if not info.url.startswith("https://"):
+            continue
+        try:
+            contexts[origin_of(info.url)] = ssl.create_default_context(cafile=info.tls_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise FleetConfigError(f"worker {info.id}: tls_ca_file {info.tls_ca_file!r} "
+                                   f"cannot be used: {_reason(exc)}") from exc
+    return contexts
+
+
+def server_tls_context(certfile: str | PathLike[str],
+                       keyfile: str | PathLike[str] | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        files = certfile if keyfile is None else f"{certfile} and {keyfile}"
+        raise TlsFilesError(f"cannot serve TLS with {files}: {_reason(exc)}") from exc
+    return context
+
+
+def readiness_probe_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
