@@ -7,7 +7,10 @@ each client sends ``--requests`` requests from ``--concurrency`` concurrent task
 every answer whole (streams chunk by chunk, as the proxy relays them), in alternating rounds
 (``--rounds``). The client process's CPU time (``time.process_time``) per request is the
 client's own cost: the server's is in the other process. Pin the two apart for steady
-numbers (``--client-cpu`` / ``--server-cpu``, default 1 and 0).
+numbers (``--client-cpu`` / ``--server-cpu``, default 1 and 0). ``--tls`` adds
+``UpstreamClient`` over TLS (``upstream-tls``): a second server process with a certificate
+from a throwaway CA (``trustme``, a dev dependency), reached over keep-alive connections as
+an ``https://`` worker is.
 
 Writes ``upstream.json`` to ``--out`` and prints a Markdown table.
 
@@ -22,9 +25,11 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -37,6 +42,7 @@ EVENT = (b'data: {"id":"cmpl-1","object":"chat.completion.chunk","choices":[{"in
          b'"delta":{"content":"tok"}}]}\n\n')
 STREAM_EVENTS = 17          # then [DONE]: 18 events, as the overhead race's streams
 CLIENTS = ("aiohttp", "upstream")
+TLS_CLIENT = "upstream-tls"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,18 +54,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     parser.add_argument("--client-cpu", default="1", help="CPU list for this process")
     parser.add_argument("--server-cpu", default="0", help="CPU list for the server")
+    parser.add_argument("--tls", action="store_true",
+                        help="also measure UpstreamClient over TLS (needs trustme)")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-tls", nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="folder for upstream.json (required)")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.serve is not None:
-        _serve(args.serve)
+        _serve(args.serve, args.serve_tls)
         return 0
     if args.out is None:
         print("bench upstream: --out DIR is required", file=sys.stderr)
         return 2
+    if args.tls:
+        try:
+            import trustme  # noqa: F401
+        except ModuleNotFoundError:
+            print("bench upstream: --tls needs trustme (pip install -e '.[dev]')",
+                  file=sys.stderr)
+            return 2
     import uvloop
 
     report = uvloop.run(_measure(args))
@@ -77,14 +93,36 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
     _pin(args.client_cpu)
     port = free_port()
-    server = subprocess.Popen(
+    servers = [subprocess.Popen(
         pinned([sys.executable, "-m", "bench.upstream", "--serve", str(port)],
-               args.server_cpu or None), stdout=subprocess.DEVNULL)
+               args.server_cpu or None), stdout=subprocess.DEVNULL)]
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                     auto_decompress=False)
     upstream = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=30.0)
     base = f"http://127.0.0.1:{port}/v1/chat/completions"
     headers = {"Content-Type": "application/json"}
+    names = list(CLIENTS)
+    tls_client: UpstreamClient | None = None
+    tls_base = ""
+    folder = tempfile.TemporaryDirectory()
+    if args.tls:
+        tls_port = free_port()
+        certfile, keyfile, verifying = _tls_files(Path(folder.name))
+        servers.append(subprocess.Popen(
+            pinned([sys.executable, "-m", "bench.upstream", "--serve", str(tls_port),
+                    "--serve-tls", str(certfile), str(keyfile)], args.server_cpu or None),
+            stdout=subprocess.DEVNULL))
+        tls_client = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=30.0,
+                                    tls={("127.0.0.1", tls_port): verifying})
+        tls_base = f"https://127.0.0.1:{tls_port}/v1/chat/completions"
+        names.append(TLS_CLIENT)
+
+    async def with_upstream_tls(url: str) -> None:
+        assert tls_client is not None
+        response = await tls_client.post(url.replace(base, tls_base), b"{}", headers)
+        async for _ in response.chunks():
+            pass
+        response.close()
 
     async def with_aiohttp(url: str) -> None:
         response = await session.post(url, data=b"{}", headers=headers)
@@ -99,14 +137,15 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         response.close()
 
     clients: dict[str, Callable[[str], Awaitable[None]]] = {
-        "aiohttp": with_aiohttp, "upstream": with_upstream}
-    samples: dict[str, list[float]] = {f"{c}-{k}": [] for c in CLIENTS
+        "aiohttp": with_aiohttp, "upstream": with_upstream, TLS_CLIENT: with_upstream_tls}
+    samples: dict[str, list[float]] = {f"{c}-{k}": [] for c in names
                                        for k in ("whole", "stream")}
     try:
-        await _wait_ready(with_upstream, base)
+        for name in names:
+            await _wait_ready(clients[name], base)
         for round_number in range(args.rounds):
             for kind, url in (("whole", base), ("stream", base + "?stream=1")):
-                for name in CLIENTS:
+                for name in names:
                     cpu_us = await _round(clients[name], url, args.requests, args.concurrency)
                     samples[f"{name}-{kind}"].append(cpu_us)
                     print(f"[upstream] round {round_number + 1}/{args.rounds} {kind} {name}: "
@@ -114,8 +153,12 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await session.close()
         await upstream.close()
-        server.terminate()
-        server.wait(10)
+        if tls_client is not None:
+            await tls_client.close()
+        for server in servers:
+            server.terminate()
+            server.wait(10)
+        folder.cleanup()
     return {"requests": args.requests, "concurrency": args.concurrency,
             "rounds": args.rounds, "stream_events": STREAM_EVENTS + 1,
             "client_cpu_us_per_request": samples,
@@ -149,9 +192,25 @@ async def _wait_ready(send: Callable[[str], Awaitable[None]], url: str) -> None:
             await asyncio.sleep(0.05)
 
 
-def _serve(port: int) -> None:
+def _tls_files(folder: Path) -> tuple[Path, Path, ssl.SSLContext]:
+    """A certificate for 127.0.0.1 from a throwaway CA, and a context trusting that CA."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    certfile, keyfile = folder / "cert.pem", folder / "key.pem"
+    certfile.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    verifying = ssl.create_default_context()
+    ca.configure_trust(verifying)
+    return certfile, keyfile, verifying
+
+
+def _serve(port: int, tls_files: list[str] | None = None) -> None:
     import uvloop
     from aiohttp import web
+
+    from workers.tls import server_tls_context
 
     async def answer(request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -170,7 +229,8 @@ def _serve(port: int) -> None:
         app.router.add_post("/v1/chat/completions", answer)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        tls = server_tls_context(*tls_files) if tls_files else None
+        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=tls).start()
         await asyncio.Event().wait()
 
     uvloop.run(main())
@@ -185,16 +245,24 @@ def _pin(cpus: str) -> None:
 
 def markdown(report: dict[str, Any]) -> str:
     samples = report["client_cpu_us_per_request"]
-    lines = ["| answer | aiohttp ClientSession µs | UpstreamClient µs | saved |",
-             "|---|---|---|---|"]
+    tls = f"{TLS_CLIENT}-whole" in samples
+    lines = ["| answer | aiohttp ClientSession µs | UpstreamClient µs | saved |"
+             + (" UpstreamClient over TLS µs |" if tls else ""),
+             "|---|---|---|---|" + ("---|" if tls else "")]
     for kind, label in (("whole", "JSON, read whole"),
                         ("stream", f"SSE, {report['stream_events']} events")):
         old, new = samples[f"aiohttp-{kind}"], samples[f"upstream-{kind}"]
         old_median, new_median = statistics.median(old), statistics.median(new)
-        lines.append(f"| {label} | {old_median:.0f} ({min(old):.0f}–{max(old):.0f}) "
-                     f"| {new_median:.0f} ({min(new):.0f}–{max(new):.0f}) "
-                     f"| {1 - new_median / old_median:.0%} |")
+        line = (f"| {label} | {_spread(old)} | {_spread(new)} "
+                f"| {1 - new_median / old_median:.0%} |")
+        if tls:
+            line += f" {_spread(samples[f'{TLS_CLIENT}-{kind}'])} |"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"
 
 
 def main(argv: list[str] | None = None) -> int:
