@@ -4,7 +4,9 @@ Nothing lives in module globals: every component is created here, kept in a type
 ``web.AppKey`` (``router.keys``) and, when it owns a resource, opened and closed by one
 ``cleanup_ctx`` generator (state store; client session, scraper and director; policy reloader;
 the garbage-collection pause hook; the one-line log of requests the HTTP parser refuses;
-the KV-event feed when the fleet names KV-event streams).
+the KV-event feed when the fleet names KV-event streams). The workers' keys and TLS contexts
+are read here, before anything starts; with ``Settings.api_keys`` a middleware inside the
+error middleware asks clients for a key (``router.client_auth``).
 """
 
 from __future__ import annotations
