@@ -207,7 +207,8 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None
     tls = None
     if settings.ssl_certfile is not None:
         tls = server_tls_context(settings.ssl_certfile, settings.ssl_keyfile)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=settings.drain_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True, ssl_context=tls)
     await site.start()
@@ -215,9 +216,19 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None
     return runner, int(port)
 
 
+def _log_drain(app: web.Application, timeout_s: float) -> None:
+    views = app[REGISTRY].views(time.monotonic())
+    inflight = sum(view.inflight_requests for view in views)
+    log.info("stopping: no new connections; %d request(s) in flight get up to %g s to finish",
+             inflight, timeout_s)
+
+
 def run_router(settings: Settings, fleet: FleetConfig | None = None,
-               on_ready: Callable[[int], None] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM, on uvloop; ``on_ready(port)`` once accepting requests.
+               on_ready: Callable[[int], None] | None = None,
+               on_stop: Callable[[], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, on uvloop; ``on_ready(port)`` once accepting requests,
+    ``on_stop()`` when the signal comes, before the requests in flight are drained
+    (``Settings.drain_timeout_s``).
 
     Everything built at start-up (modules, tokenizer tables, the policy, the app) is moved
     out of the garbage collector's reach (``gc.freeze``): a full collection would otherwise
@@ -237,6 +248,9 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
             loop.add_signal_handler(sig, stop.set)
         try:
             await stop.wait()
+            if on_stop is not None:
+                on_stop()
+            _log_drain(runner.app, settings.drain_timeout_s)
         finally:
             await runner.cleanup()
 

@@ -96,6 +96,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                              "x-api-key) on /v1, /tokenize, /detokenize and /debug; repeat for "
                              "several. Default: $KVROUTE_API_KEY if set, else no key is asked "
                              "(an option is visible to other local users: prefer the variable)")
+    parser.add_argument("--drain-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="on SIGTERM/SIGINT: stop listening, then give the requests in "
+                             "flight this long to finish before cutting them "
+                             "(default: %(default)s)")
     parser.add_argument("--ssl-certfile", type=Path, default=None, metavar="FILE",
                         help="serve HTTPS with this certificate (PEM; its chain too)")
     parser.add_argument("--ssl-keyfile", type=Path, default=None, metavar="FILE",
@@ -123,7 +127,8 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         max_retries=args.max_retries, tenant_labels=args.tenant_labels,
                         eject_after=args.eject_after, eject_for_s=args.eject_for,
                         stall_after_s=args.stall_after, api_keys=_client_keys(args),
-                        ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile, **extra)
+                        drain_timeout_s=args.drain_timeout, ssl_certfile=args.ssl_certfile,
+                        ssl_keyfile=args.ssl_keyfile, **extra)
     except ValueError as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return None

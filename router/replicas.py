@@ -4,7 +4,9 @@ Python runs one request at a time per process; to use more cores, N processes ea
 full router (own scraper, own policy engine) on the same address with ``SO_REUSEPORT``, and
 the kernel spreads connections among them. Each process counts only its own in-flight
 requests unless ``--redis-url`` makes them share (``router.state.redis_store``). The parent
-serves too; when it stops (SIGINT/SIGTERM) it stops its children by pid.
+serves too; when it stops (SIGINT/SIGTERM) it passes SIGTERM on to its children by pid at
+once, so that every process stops listening and drains its own requests in flight at the
+same time (``Settings.drain_timeout_s``); a child still running 10 s past that is killed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import time
 
 from router.app import run_router
 from router.settings import Settings
@@ -40,14 +43,19 @@ def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") ->
         children.append(child)
     log.info("started %d extra router process(es): %s", len(children),
              ", ".join(str(c.pid) for c in children))
-    try:
-        run_router(dataclasses.replace(settings, replica_id=f"{settings.replica_id}-0"))
-    finally:
+    def stop_children() -> None:
         for child in children:
             if child.pid is not None and child.is_alive():
                 os.kill(child.pid, signal.SIGTERM)
+
+    try:
+        run_router(dataclasses.replace(settings, replica_id=f"{settings.replica_id}-0"),
+                   on_stop=stop_children)
+    finally:
+        stop_children()             # again, if the parent stopped without a signal
+        deadline = time.monotonic() + settings.drain_timeout_s + 10
         for child in children:
-            child.join(timeout=10)
+            child.join(timeout=max(0.0, deadline - time.monotonic()))
             if child.is_alive() and child.pid is not None:
                 os.kill(child.pid, signal.SIGKILL)
                 child.join()

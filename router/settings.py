@@ -41,6 +41,11 @@ Defaults and why:
 * ``api_keys = ()``: no key is asked of clients. Given keys, ``/v1/…``, ``/tokenize``,
   ``/detokenize`` and ``/debug/…`` answer 401 to a client without one of them
   (``router.client_auth``); the CLI reads them from ``--api-key`` or ``KVROUTE_API_KEY``.
+* ``drain_timeout_s = 60``: on SIGTERM or SIGINT the router stops listening at once (new
+  connections are refused, so a load balancer moves on) and lets the requests in flight
+  finish for up to this long; what is still running then is cut (its worker connection
+  closed, so vLLM aborts it). A minute lets most generations end; a stream longer than
+  that is cut.
 * ``ssl_certfile = ssl_keyfile = None``: the router listens in plain HTTP. Given a
   certificate (and its key, unless the certificate file holds it), it serves HTTPS only.
 """
@@ -83,6 +88,7 @@ class Settings:
     replica_id: str = "router-0"
     response_ttl_s: float = DEFAULT_RESPONSE_TTL_S
     api_keys: tuple[str, ...] = field(default=(), repr=False)    # never printed
+    drain_timeout_s: float = 60.0
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
 
@@ -107,6 +113,8 @@ class Settings:
             raise ValueError("response_ttl_s: must be at least 1 second")
         if not all(isinstance(key, str) and key.strip() for key in self.api_keys):
             raise ValueError("api_keys: every API key must be a non-empty string")
+        if self.drain_timeout_s < 0:
+            raise ValueError("drain_timeout_s: must be >= 0 (0: cut at once)")
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
             raise ValueError("ssl_keyfile: needs ssl_certfile, the certificate it belongs to")
 

@@ -1,0 +1,175 @@
+"""Stopping the router gracefully: on SIGTERM it stops listening at once (new connections
+are refused) and lets the streams in flight finish, up to ``--drain-timeout``; past it they
+are cut, and the process still exits 0. With ``serve --processes N`` every process drains.
+
+Real processes: ``kvroute up`` (router and one emulated H100 in real time), and
+``kvroute serve --processes 2`` in front of an emulated worker of its own process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from tests.router.gateway_support import MODEL, REPO_ROOT, fleet_data, wait_healthy
+from tests.router.test_commands import _children, _stop_with_children
+from workers.emulator.process import EmulatorProcess, free_port
+
+pytestmark = pytest.mark.integration
+REAL_TIME = {"time_scale": 1.0}
+
+
+def stream_body(tokens: int) -> dict[str, object]:
+    return {"model": MODEL, "prompt": "Tell me a story.", "max_tokens": tokens,
+            "ignore_eos": True, "stream": True}
+
+
+async def read_stream(url: str, tokens: int, started: asyncio.Event | None = None) -> list[bytes]:
+    """The ``data:`` lines of one streamed completion, as far as the router sends them."""
+    lines: list[bytes] = []
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{url}/v1/completions", json=stream_body(tokens)) as resp:
+        assert resp.status == 200
+        try:
+            async for line in resp.content:
+                if line.startswith(b"data:"):
+                    lines.append(line.strip())
+                    if started is not None and len(lines) == 3:
+                        started.set()
+        except aiohttp.ClientPayloadError:
+            pass                 # cut: the connection ended mid-stream
+    return lines
+
+
+async def refused(url: str) -> bool:
+    try:
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/health") as resp:
+            await resp.read()
+            return False
+    except aiohttp.ClientConnectorError:
+        return True
+
+
+def listening_sockets(port: int) -> int:
+    """How many sockets listen on 127.0.0.1:``port`` (one per ``SO_REUSEPORT`` process)."""
+    wanted = f"0100007F:{port:04X}"
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for row in rows if row.split()[1] == wanted and row.split()[3] == "0A")
+
+
+def gone(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether ``pid`` has ended (or is a zombie waiting for init) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def start_up(tmp_path: Path, port: int, *extra: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data({"h100-0": ("h100", REAL_TIME)},
+                                               {"h100-0": free_port()})))
+    log = tmp_path / "router.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
+             str(REPO_ROOT / "config/routing.yaml"), "--port", str(port), *extra],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=out)
+    return proc, fleet, log
+
+
+async def test_sigterm_refuses_new_connections_and_lets_streams_finish(
+        tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc, fleet, log = start_up(tmp_path, port)
+    try:
+        wait_healthy(url, proc, timeout_s=30.0)
+        started = asyncio.Event()
+        stream = asyncio.create_task(read_stream(url, 200, started))   # about 2 s on an H100
+        await asyncio.wait_for(started.wait(), 20)
+        os.kill(proc.pid, signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        assert await refused(url)                 # no longer listening ...
+        lines = await asyncio.wait_for(stream, 30)
+        assert lines[-1] == b"data: [DONE]" and len(lines) == 201    # ... but it finished
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        _stop_with_children(proc, fleet)
+    assert ("stopping: no new connections; 1 request(s) in flight get up to 60 s to finish"
+            in log.read_text())
+
+
+async def test_a_stream_longer_than_the_drain_timeout_is_cut(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc, fleet, log = start_up(tmp_path, port, "--drain-timeout", "0.5")
+    try:
+        wait_healthy(url, proc, timeout_s=30.0)
+        started = asyncio.Event()
+        stream = asyncio.create_task(read_stream(url, 4000, started))   # about 40 s
+        await asyncio.wait_for(started.wait(), 20)
+        signalled = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        lines = await asyncio.wait_for(stream, 30)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        assert time.monotonic() - signalled < 15
+        assert b"data: [DONE]" not in lines and 3 <= len(lines) < 4000
+    finally:
+        _stop_with_children(proc, fleet)
+    assert "get up to 0.5 s to finish" in log.read_text()
+
+
+async def test_every_router_process_drains(tmp_path: Path) -> None:
+    with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
+                         time_scale=1.0) as worker:
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(yaml.safe_dump({
+            "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+            "workers": [{"id": "h100-0", "gpu": "h100", "models": [MODEL],
+                         "url": worker.url}]}))
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet), "--routing",
+             str(REPO_ROOT / "config/routing.yaml"), "--port", str(port), "--processes", "2"],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_healthy(url, proc, timeout_s=30.0)
+            for _ in range(300):                   # the second process is listening too
+                if listening_sockets(port) == 2:
+                    break
+                await asyncio.sleep(0.1)
+            assert listening_sockets(port) == 2
+            children = _children(proc.pid)
+            events = [asyncio.Event() for _ in range(6)]
+            streams = [asyncio.create_task(read_stream(url, 200, e)) for e in events]
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 30)
+            os.kill(proc.pid, signal.SIGTERM)
+            await asyncio.sleep(0.5)
+            assert listening_sockets(port) == 0          # neither process listens any more
+            results = await asyncio.wait_for(asyncio.gather(*streams), 60)
+            assert all(lines[-1] == b"data: [DONE]" and len(lines) == 201
+                       for lines in results)
+            assert await asyncio.to_thread(proc.wait, 30) == 0
+            assert children
+            for pid in children:              # the replica and multiprocessing's tracker
+                assert await asyncio.to_thread(gone, pid), Path(f"/proc/{pid}/cmdline").read_bytes()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
