@@ -65,3 +65,10 @@ def test_grafana_provisioning_files_parse() -> None:
     assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
     provider = yaml.safe_load((base / "dashboards/kvroute.yml").read_text())
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def test_the_router_is_given_time_to_drain_before_it_is_killed() -> None:
+    command = SERVICES["router"]["command"]
+    drain_s = build_parser().parse_args(command[1:]).drain_timeout
+    grace = SERVICES["router"]["stop_grace_period"]
+    assert grace.endswith("s") and float(grace[:-1]) > drain_s
