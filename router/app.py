@@ -64,7 +64,7 @@ from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
 from workers.task_cancel import cancel_and_wait
 from workers.tls import server_tls_context, worker_tls_contexts
-from workers.upstream import UpstreamClient
+from workers.upstream import Origin, UpstreamClient, origin_of
 
 log = logging.getLogger(__name__)
 
@@ -132,15 +132,24 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     scraper loop and the director."""
     settings = app[SETTINGS]
     authorizations, tls = app[WORKER_AUTHORIZATIONS], app[WORKER_TLS]
+    workers_at = {origin_of(w.info.url): w.info.id for w in app[FLEET].workers}
+    metrics = app[METRICS]
+
+    def on_certificate(origin: Origin, not_after: float) -> None:
+        metrics.record_certificate(workers_at.get(origin, f"{origin[0]}:{origin[1]}"),
+                                   not_after)
+
     scrapes = UpstreamClient(settings.connect_timeout_s, settings.scrape_timeout_s,
-                             authorizations=authorizations, tls=tls)
+                             authorizations=authorizations, tls=tls,
+                             on_certificate=on_certificate)
     scraper = WorkerScraper(
         app[REGISTRY], scrapes, interval_s=settings.scrape_interval_s,
         timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
         fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s)
     app[SCRAPER] = scraper
     upstream = UpstreamClient(settings.connect_timeout_s, settings.upstream_timeout_s,
-                              authorizations=authorizations, tls=tls)
+                              authorizations=authorizations, tls=tls,
+                              on_certificate=on_certificate)
     proxy = Proxy(upstream, settings.upstream_timeout_s)
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)

@@ -175,6 +175,11 @@ class RouterMetrics:
         self.stalls = Counter("kvroute_worker_stalls",
                               "Times a worker was set aside with a request waiting past its "
                               "deadline for a first byte.", ["worker"], registry=r)
+        # as the blackbox exporter's probe_ssl_earliest_cert_expiry, per https:// worker
+        self.worker_certificate_expiry = Gauge(
+            "kvroute_worker_tls_cert_expiry_timestamp_seconds",
+            "When the certificate an https:// worker last presented expires (Unix time).",
+            ["worker"], registry=r)
         self.config_reloads = Counter("kvroute_config_reloads", "Routing config reloads.",
                                       ["result"], registry=r)
         # as Prometheus's own prometheus_config_last_reload_*: the file on disk is (1) or is
@@ -321,6 +326,10 @@ class RouterMetrics:
         for worker in workers:
             self.ejections.labels(worker)
             self.stalls.labels(worker)
+
+    def record_certificate(self, worker: str, not_after: float) -> None:
+        """The certificate a worker presented on a new TLS connection (its expiry)."""
+        self.worker_certificate_expiry.labels(worker).set(not_after)
 
     def record_stall(self, worker: str) -> None:
         self.stalls.labels(worker).inc()

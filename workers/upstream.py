@@ -23,7 +23,8 @@ connection.
   not read yet is held up to ``high_water`` bytes, then the socket stops being read.
 * ``https://`` URLs are reached over TLS: with the context ``tls`` maps their origin to
   (``workers.tls.worker_tls_contexts``), else one trusting the system's CAs. A certificate
-  that does not verify is an ``UpstreamConnectError`` saying why.
+  that does not verify is an ``UpstreamConnectError`` saying why; one that does is reported
+  to ``on_certificate(origin, not_after)`` (its expiry, Unix seconds) on each new connection.
 * ``authorizations`` maps a worker's origin (``origin_of(url)``) to the ``Authorization``
   header every request to it carries, replacing one the caller passed on (a client's): how
   the router reaches workers started with ``--api-key`` (``workers.credentials``).
@@ -35,7 +36,7 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final, cast
 
 from yarl import URL
@@ -360,7 +361,8 @@ class UpstreamClient:
                  keepalive_s: float = 60.0, max_idle: int = 256,
                  high_water: int = 1 << 20,
                  authorizations: Mapping[Origin, str] | None = None,
-                 tls: Mapping[Origin, ssl.SSLContext] | None = None) -> None:
+                 tls: Mapping[Origin, ssl.SSLContext] | None = None,
+                 on_certificate: Callable[[Origin, float], None] | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.keepalive_s = keepalive_s
@@ -371,6 +373,7 @@ class UpstreamClient:
         self._authorizations = dict(authorizations or {})
         self._tls = dict(tls or {})
         self._system_tls: ssl.SSLContext | None = None
+        self._on_certificate = on_certificate
 
     async def post(self, url: str | URL, body: bytes,
                    headers: Mapping[str, str]) -> UpstreamResponse:
@@ -465,6 +468,10 @@ class UpstreamClient:
             ) from None
         except OSError as exc:
             raise UpstreamConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
+        if tls is not None and self._on_certificate is not None:
+            not_after = _certificate_expiry(connection.transport)
+            if not_after is not None:
+                self._on_certificate(key, not_after)
         return connection
 
     def _release(self, key: tuple[str, int], connection: _Connection) -> None:
@@ -475,6 +482,14 @@ class UpstreamClient:
             return
         connection.idle_since = time.monotonic()
         connections.append(connection)
+
+
+def _certificate_expiry(transport: asyncio.Transport | None) -> float | None:
+    """The verified peer certificate's ``notAfter`` as Unix seconds, if there is one."""
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    certificate = ssl_object.getpeercert() if ssl_object is not None else None
+    not_after = certificate.get("notAfter") if certificate else None
+    return float(ssl.cert_time_to_seconds(not_after)) if isinstance(not_after, str) else None
 
 
 def origin_of(url: str | URL) -> Origin:

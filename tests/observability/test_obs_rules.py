@@ -29,8 +29,8 @@ def test_promtool_check_rules_passes() -> None:
     result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 18 rules found" in result.stdout
-    assert "SUCCESS: 11 rules found" in result.stdout
+    assert "SUCCESS: 19 rules found" in result.stdout
+    assert "SUCCESS: 12 rules found" in result.stdout
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -49,6 +49,7 @@ def test_alert_tiers() -> None:
         "KvCacheUsageHigh": "warning", "WorkerEjected": "warning",
         "TtftP99AboveBaseline": "warning", "RouterGcPauseShareHigh": "warning",
         "RouterGcPauseLong": "warning", "RoutingConfigRefused": "warning",
+        "WorkerCertificateExpiresSoon": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency"}
@@ -249,3 +250,44 @@ def test_worker_ejected_fires_on_an_ejection_or_a_stall_and_clears_ten_minutes_l
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_certificate_expiry_fires_a_week_before_and_for_an_expired_one(tmp_path: Path) -> None:
+    """In promtool's clock (Unix time from 0): w1's certificate expires at 7 days and 30
+    minutes, and two routers report it; w2's at 30 days; w3's expired at 10 minutes. At 20m
+    w1 has more than 7 days left: only w3 fires. From 30m w1 is inside the week, and after the
+    5 minutes' wait both fire, one alert for w1 whatever the number of routers; w2 never."""
+    description = ("Once it expires the router no longer trusts the worker: it is marked down "
+                   "and gets no requests. Renew the certificate the worker serves.\n")
+
+    def expiring(worker: str, left: str) -> dict[str, Any]:
+        return {"exp_labels": {"severity": "warning", "worker": worker},
+                "exp_annotations": {
+                    "summary": f"The TLS certificate of {worker} expires in {left}",
+                    "description": description}}
+
+    week = 7 * 24 * 3600
+    series = "kvroute_worker_tls_cert_expiry_timestamp_seconds"
+    _promtool_test(tmp_path, "certificate-expiry", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'{series}{{instance="r1", worker="w1"}}',
+                 "values": f"{week + 1800}x60"},
+                {"series": f'{series}{{instance="r2", worker="w1"}}',
+                 "values": f"{week + 1800}x60"},
+                {"series": f'{series}{{instance="r1", worker="w2"}}',
+                 "values": f"{30 * 24 * 3600}x60"},
+                {"series": f'{series}{{instance="r1", worker="w3"}}', "values": "600x60"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "20m", "alertname": "WorkerCertificateExpiresSoon",
+                 "exp_alerts": [expiring("w3", "-10m 0s")]},
+                {"eval_time": "40m", "alertname": "WorkerCertificateExpiresSoon",
+                 "exp_alerts": [expiring("w1", "6d 23h 50m 0s"),
+                                expiring("w3", "-30m 0s")]},
+            ],
+        }],
+    })

@@ -17,6 +17,7 @@ import aiohttp
 import openai
 import pytest
 import yaml
+from cryptography import x509
 
 from router.cli import main
 from router.keys import REGISTRY
@@ -57,6 +58,9 @@ async def test_https_on_both_sides(tls_fleet: FleetConfig, tls_files: TlsFiles,
     snapshot = router.app[REGISTRY].snapshot("tls-0")
     assert snapshot is not None and snapshot.healthy           # scraped over TLS
     assert snapshot.served_models == (MODEL,)
+    certificate = x509.load_pem_x509_certificate(tls_files.certfile.read_bytes())
+    assert router.metric("kvroute_worker_tls_cert_expiry_timestamp_seconds", worker="tls-0") \
+        == certificate.not_valid_after_utc.timestamp()
     base = f"https://127.0.0.1:{router.port}/v1"
     client = openai.AsyncOpenAI(
         base_url=base, api_key="unused", max_retries=0,
@@ -96,6 +100,9 @@ async def test_a_worker_whose_certificate_does_not_verify_is_down_with_the_reaso
             model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
     assert raised.value.status_code == 503
     await client.close()
+    # a certificate that was not trusted is not reported
+    assert router.metric("kvroute_worker_tls_cert_expiry_timestamp_seconds",
+                         worker="tls-0") == 0.0
 
 
 def test_unusable_certificate_files_stop_the_start(tls_fleet: FleetConfig, tmp_path: Path,

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 from yarl import URL
 
 from tests.workers.tls_support import make_tls_files
@@ -524,8 +525,11 @@ async def test_https_workers_are_reached_over_tls_with_keep_alive(tmp_path: Path
     server = RawServer(handler, server_tls_context(files.certfile, files.keyfile))
     base = await server.start()
     verifying = ssl.create_default_context(cafile=str(files.ca_file))
+    certificates: list[tuple[tuple[str, int], float]] = []
     client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0,
-                            tls={origin_of(base): verifying})
+                            tls={origin_of(base): verifying},
+                            on_certificate=lambda origin, not_after: certificates.append(
+                                (origin, not_after)))
     stranger = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0)   # system CAs only
     try:
         for _ in range(3):
@@ -535,6 +539,8 @@ async def test_https_workers_are_reached_over_tls_with_keep_alive(tmp_path: Path
                 b"data: 1\n\ndata: [DONE]\n\n"
             response.close()
         assert server.connections == 1        # one TLS handshake for the three
+        expiry = x509.load_pem_x509_certificate(files.certfile.read_bytes()).not_valid_after_utc
+        assert certificates == [(origin_of(base), expiry.timestamp())]
         with pytest.raises(UpstreamConnectError, match="certificate verify failed"):
             await stranger.get(f"{base}/metrics")
     finally:
