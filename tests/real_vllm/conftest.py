@@ -6,7 +6,8 @@ made into a temporary folder, then two engines start in parallel (``kvroute laun
 code, ``workers.launch``) on free 127.0.0.1 ports, each with a KV-event stream, a 40-block KV
 cache (``--num-gpu-blocks-override 40``: cache pressure), dev mode (``/reset_prefix_cache``)
 and the Responses API's store; they are stopped by pid at the end. Routers are in-process and
-per test.
+per test. ``launched_fleet(data, folder)`` starts and stops the engines of any fleet: the
+session's, and a module's own third engine (embeddings, an API key).
 
 ``KVROUTE_REAL_VLLM_FLEET=FILE`` uses engines already running instead (a fleet file like
 ``fleet_data``'s, e.g. started with ``kvroute launch-vllm --fleet FILE``): nothing is started
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,6 @@ TEST_TIMEOUT_S = 1800
 class RealFleet:
     fleet: FleetConfig
     model_dir: Path
-    servers: VllmFleet
 
     @property
     def urls(self) -> list[str]:
@@ -110,6 +111,21 @@ def fleet_data(model_dir: Path, python: str) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def launched_fleet(data: dict[str, Any], folder: Path) -> Iterator[FleetConfig]:
+    """The engines of the fleet ``data`` (written to ``folder``), started with
+    ``workers.launch`` and waited for, logs under ``folder``; stopped by pid on exit."""
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    fleet = load_fleet(path)
+    servers = VllmFleet([build_command(w) for w in fleet.workers], folder / "logs")
+    servers.start(timeout_s=START_TIMEOUT_S)
+    try:
+        yield fleet
+    finally:
+        servers.stop()
+
+
 @pytest.fixture(scope="session")
 def real_fleet(request: pytest.FixtureRequest,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealFleet]:
@@ -117,20 +133,13 @@ def real_fleet(request: pytest.FixtureRequest,
     if running:
         fleet = load_fleet(running)
         launch = fleet.workers[0].launch or {}
-        yield RealFleet(fleet, Path(str(launch.get("model"))), VllmFleet([], Path(".")))
+        yield RealFleet(fleet, Path(str(launch.get("model"))))
         return
     vllm_python: str = request.getfixturevalue("vllm_python")
     tiny_model: Path = request.getfixturevalue("tiny_model")
-    folder = tmp_path_factory.mktemp("real-fleet")
-    path = folder / "fleet.yaml"
-    path.write_text(yaml.safe_dump(fleet_data(tiny_model, vllm_python)))
-    fleet = load_fleet(path)
-    servers = VllmFleet([build_command(w) for w in fleet.workers], folder / "logs")
-    servers.start(timeout_s=START_TIMEOUT_S)
-    try:
-        yield RealFleet(fleet, tiny_model, servers)
-    finally:
-        servers.stop()
+    with launched_fleet(fleet_data(tiny_model, vllm_python),
+                        tmp_path_factory.mktemp("real-fleet")) as fleet:
+        yield RealFleet(fleet, tiny_model)
 
 
 def prefix_routing(model_dir: Path) -> str:

@@ -13,17 +13,14 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
-import yaml
 
 from router.app import start_router
 from router.keys import REGISTRY
 from router.settings import Settings
-from tests.real_vllm.conftest import MODEL, START_TIMEOUT_S, fleet_data
+from tests.real_vllm.conftest import MODEL, fleet_data, launched_fleet
 from tests.real_vllm.test_openai_client import ROUND_ROBIN_ROUTING
 from workers.emulator.process import EmulatorProcess
-from workers.fleet import FleetConfig, load_fleet
-from workers.launch.command import build_command
-from workers.launch.process import VllmFleet
+from workers.fleet import FleetConfig
 
 VARIABLE = "KVROUTE_TEST_ENGINE_KEY"
 ENGINE_KEY = "sk-real-engine"
@@ -32,21 +29,13 @@ ENGINE_KEY = "sk-real-engine"
 @pytest.fixture(scope="module")
 def keyed_engine(vllm_python: str, tiny_model: Path,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
-    folder = tmp_path_factory.mktemp("keyed-engine")
     data = fleet_data(tiny_model, vllm_python)
     data["workers"] = [{**data["workers"][0], "id": "cpu-keyed", "api_key_env": VARIABLE}]
     del data["workers"][0]["kv_events"]
-    path = folder / "fleet.yaml"
-    path.write_text(yaml.safe_dump(data))
     with pytest.MonkeyPatch.context() as env:
         env.setenv(VARIABLE, ENGINE_KEY)
-        fleet = load_fleet(path)
-        servers = VllmFleet([build_command(w) for w in fleet.workers], folder / "logs")
-        servers.start(timeout_s=START_TIMEOUT_S)
-        try:
+        with launched_fleet(data, tmp_path_factory.mktemp("keyed-engine")) as fleet:
             yield fleet
-        finally:
-            servers.stop()
 
 
 async def get_status(url: str, headers: dict[str, str]) -> tuple[int, object]:

@@ -17,17 +17,14 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
-import yaml
 from aiohttp import web
 
 from router.app import start_router
 from router.settings import Settings
-from tests.real_vllm.conftest import REPO_ROOT, START_TIMEOUT_S
+from tests.real_vllm.conftest import REPO_ROOT, launched_fleet
 from tests.real_vllm.test_emulator_fidelity import paths
 from workers.emulator.process import EmulatorProcess, free_port
-from workers.fleet import FleetConfig, load_fleet
-from workers.launch.command import build_command
-from workers.launch.process import VllmFleet
+from workers.fleet import FleetConfig
 
 EMBEDDER = "minilm"
 FIND_MODEL = ("import importlib.util, pathlib; "
@@ -41,22 +38,14 @@ def embedding_fleet(vllm_python: str,
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
     model_dir = subprocess.run([vllm_python, "-c", FIND_MODEL], capture_output=True, text=True,
                                check=True, timeout=60).stdout.strip()
-    folder = tmp_path_factory.mktemp("embedding-fleet")
-    path = folder / "fleet.yaml"
-    path.write_text(yaml.safe_dump({
+    with launched_fleet({
         "models": {EMBEDDER: {"arch": "all-minilm-l6-v2"}},
         "workers": [{"id": "cpu-embed", "gpu": "l40s", "models": [EMBEDDER],
                      "url": f"http://127.0.0.1:{free_port()}",
                      "launch": {"model": model_dir, "python": vllm_python, "device": "cpu",
                                 "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}}],
-    }))
-    fleet = load_fleet(path)
-    servers = VllmFleet([build_command(w) for w in fleet.workers], folder / "logs")
-    servers.start(timeout_s=START_TIMEOUT_S)
-    try:
+    }, tmp_path_factory.mktemp("embedding-fleet")) as fleet:
         yield fleet
-    finally:
-        servers.stop()
 
 
 @pytest.fixture
