@@ -3,7 +3,9 @@
 Parses the file strictly, then builds every plugin (against the fleet when ``--fleet`` is
 given, which also checks that rule rewrites name models and pools the fleet has). Exit 0
 with a one-line summary (and warnings, such as a profile without a model filter, on
-stderr); exit 1 with the reason, naming the field, on stderr.
+stderr); exit 1 with the reason, naming the field, on stderr. With ``--fleet``, what
+``kvroute serve`` would also refuse in that fleet on this host (a worker's ``api_key_env``
+unset, an unusable ``tls_ca_file``) is a warning: the routing file is still valid.
 ``--time-decisions N [--workers W]`` then times producers and decisions
 (``policies.timing``) and prints one more line.
 """
@@ -25,6 +27,25 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--workers", type=int, default=0, metavar="W",
                         help="with --time-decisions: number of worker views (default: fleet)")
     parser.set_defaults(func=validate_command)
+
+
+def _fleet_start_problems(fleet: Any) -> list[str]:
+    """What the router checks of a fleet only at start: workers' keys and CA bundles."""
+    import os
+
+    from workers.credentials import worker_authorizations
+    from workers.fleet import FleetConfigError
+    from workers.tls import worker_tls_contexts
+
+    problems = []
+    infos = [worker.info for worker in fleet.workers]
+    for check in (lambda: worker_authorizations(infos, os.environ),
+                  lambda: worker_tls_contexts(infos)):
+        try:
+            check()
+        except FleetConfigError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def validate_command(args: argparse.Namespace) -> int:
@@ -50,6 +71,10 @@ def validate_command(args: argparse.Namespace) -> int:
     runners = runners_by_model(worker.info for worker in fleet.workers)
     for warning in warnings(routing, runners):
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
+    if args.fleet:
+        for problem in _fleet_start_problems(fleet):
+            print(f"{args.fleet}: warning: kvroute serve would not start here: {problem}",
+                  file=sys.stderr)
     if args.time_decisions > 0:
         if not fleet.workers:
             print("--time-decisions needs --fleet", file=sys.stderr)

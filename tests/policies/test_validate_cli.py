@@ -86,3 +86,29 @@ def test_missing_file_exits_1_in_a_real_process(tmp_path: Path) -> None:
                           text=True, timeout=60, check=False)
     assert done.returncode == 1
     assert done.stderr.strip().endswith("cannot read routing file: No such file or directory")
+
+
+def test_a_fleet_that_serve_would_refuse_here_is_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "models: {m: {arch: llama-3-8b}}\n"
+        "workers:\n"
+        "  - {id: w0, gpu: h100, models: [m], url: 'http://10.0.0.7:8000',"
+        " api_key_env: VALIDATE_TEST_KEY}\n"
+        f"  - {{id: w1, gpu: h100, models: [m], url: 'https://10.0.0.8:8443',"
+        f" tls_ca_file: '{tmp_path / 'none.pem'}'}}\n")
+    routing = ROOT / "config" / "routing.yaml"
+    monkeypatch.delenv("VALIDATE_TEST_KEY", raising=False)
+    assert main(["validate", str(routing), "--fleet", str(fleet)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"{fleet}: warning: kvroute serve would not start here: worker(s) w0: api_key_env "
+        "names VALIDATE_TEST_KEY, which is not set in the environment (set it to the key the "
+        "worker was started with, --api-key or VLLM_API_KEY)",
+        f"{fleet}: warning: kvroute serve would not start here: worker w1: tls_ca_file "
+        f"'{tmp_path / 'none.pem'}' cannot be used: No such file or directory"]
+    monkeypatch.setenv("VALIDATE_TEST_KEY", "sk-x")
+    assert main(["validate", str(routing), "--fleet", str(fleet)]) == 0
+    assert "api_key_env" not in capsys.readouterr().err
