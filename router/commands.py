@@ -14,6 +14,7 @@ from router.label_values import DEFAULT_TENANT_LABELS
 from router.settings import DEFAULT_RESPONSE_TTL_S
 
 CLIENT_KEY_ENV = "KVROUTE_API_KEY"      # the key asked of clients when --api-key is not given
+REDIS_URL_ENV = "KVROUTE_REDIS_URL"     # --redis-url when not given
 
 CURL_EXAMPLE = """\
 curl -s {scheme}://localhost:{port}/v1/chat/completions -H 'Content-Type: application/json' \\
@@ -42,8 +43,10 @@ def register(subparsers: Any) -> None:
     up.set_defaults(func=_up)
     serve = subparsers.add_parser("serve", help="run the router in front of a real fleet")
     _common_arguments(serve)
-    serve.add_argument("--redis-url", default=None,
-                       help="share in-flight state between replicas through Redis")
+    serve.add_argument("--redis-url", default=os.environ.get(REDIS_URL_ENV) or None,
+                       help="share in-flight state between replicas through Redis "
+                            "(redis://[:PASSWORD@]HOST:PORT/DB, rediss:// for TLS; default: "
+                            f"${REDIS_URL_ENV}, which keeps a password off the command line)")
     serve.add_argument("--replica-id", default="router-0",
                        help="this replica's name in the shared Redis state, suffixed -0, -1, "
                             "... with --processes > 1 (default: %(default)s)")

@@ -27,6 +27,7 @@ from typing import Any
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
+from yarl import URL
 
 from router.settings import DEFAULT_RESPONSE_TTL_S
 from router.state.response_owners import ResponseOwners
@@ -74,6 +75,15 @@ def _decode(raw: str) -> WorkerInflight:
     return WorkerInflight(requests, prefill, decode, since)
 
 
+def shown_url(url: str) -> str:
+    """``url`` as it may be logged: a password it carries (``redis://:PASS@host``) masked."""
+    try:
+        parsed = URL(url)
+    except ValueError:
+        return "<redis url>"
+    return str(parsed.with_password("***")) if parsed.password else url
+
+
 class RedisStateStore:
     """In-flight counters shared between replicas; see the module docstring."""
 
@@ -83,6 +93,7 @@ class RedisStateStore:
         if response_ttl_s < 1:
             raise ValueError("response_ttl_s: must be at least 1 second")
         self._url = url
+        self._shown = shown_url(url)       # for the log: never the password
         self._response_ttl_s = int(response_ttl_s)
         self.replica_id = replica_id
         self._key = KEY_PREFIX + replica_id
@@ -157,7 +168,7 @@ class RedisStateStore:
 
     def _lost_redis(self, exc: Exception) -> None:
         if not self._degraded:
-            log.warning("redis %s unreachable (%s): routing on local state", self._url, exc)
+            log.warning("redis %s unreachable (%s): routing on local state", self._shown, exc)
         self._degraded = True
 
     async def _run(self) -> None:
@@ -175,7 +186,7 @@ class RedisStateStore:
             self.inflight.remote = {}
             return
         if self._degraded:
-            log.info("redis %s reachable again: sharing state", self._url)
+            log.info("redis %s reachable again: sharing state", self._shown)
         self._degraded = False
 
     async def _publish(self) -> None:

@@ -114,3 +114,14 @@ def test_a_response_ttl_under_a_second_exits_2_with_the_reason(
     assert main(["serve", "--redis-url", "redis://127.0.0.1:1/0", "--response-ttl", "0"]) == 2
     assert capsys.readouterr().err.strip() == (
         "kvroute: response_ttl_s: must be at least 1 second")
+
+
+def test_the_redis_url_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from router.cli import build_parser
+
+    monkeypatch.setenv("KVROUTE_REDIS_URL", "redis://:pw@10.0.0.9:6379/0")
+    assert build_parser().parse_args(["serve"]).redis_url == "redis://:pw@10.0.0.9:6379/0"
+    assert build_parser().parse_args(["serve", "--redis-url", "redis://r/1"]).redis_url == \
+        "redis://r/1"
+    monkeypatch.delenv("KVROUTE_REDIS_URL")
+    assert build_parser().parse_args(["serve"]).redis_url is None

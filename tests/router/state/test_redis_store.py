@@ -5,6 +5,7 @@ and a Redis restarted on its address is used again."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import signal
@@ -12,7 +13,7 @@ import subprocess
 
 import pytest
 
-from router.state.redis_store import RedisStateStore
+from router.state.redis_store import RedisStateStore, shown_url
 from tests.router.redis_support import start_redis
 from workers.emulator.process import free_port
 
@@ -92,6 +93,23 @@ async def test_unreachable_redis_degrades_to_local_state() -> None:
         assert store.inflight.get("w1").requests == 1
     finally:
         await store.close()
+
+
+async def test_the_log_never_shows_the_redis_password(caplog: pytest.LogCaptureFixture) -> None:
+    port = free_port()
+    store = RedisStateStore(f"redis://:s3cret-pass@127.0.0.1:{port}/0", "r1",
+                            sync_interval_s=60)
+    with caplog.at_level(logging.WARNING, logger="router.state.redis_store"):
+        await store.start()
+    try:
+        assert store.degraded
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line.startswith(f"redis redis://:***@127.0.0.1:{port}/0 unreachable (")
+        assert "s3cret" not in line
+    finally:
+        await store.close()
+    assert shown_url("redis://h:6379/0") == "redis://h:6379/0"
+    assert shown_url("rediss://user:pw@h/1") == "rediss://user:***@h/1"
 
 
 async def test_replicas_share_the_owners_of_responses(redis_url: str) -> None:
