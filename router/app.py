@@ -24,7 +24,7 @@ from aiohttp.typedefs import Middleware
 
 from policies.reloader import PolicyReloader
 from router.bad_http_log import OneLineBadHttp
-from router.client_auth import ClientKeys, client_auth_middleware
+from router.client_auth import ClientKeys, client_auth_middleware, load_tenant_keys
 from router.decision_sinks import open_decision_sinks
 from router.decisions import DecisionLog
 from router.director import Director
@@ -89,8 +89,10 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     metrics.record_config_loaded()
     kv_events.attach(reloader.engine)
     middlewares: list[Middleware] = [error_middleware]
-    if settings.api_keys:
-        middlewares.append(client_auth_middleware(ClientKeys(settings.api_keys),
+    if settings.api_keys or settings.api_keys_file is not None:
+        tenants = (load_tenant_keys(settings.api_keys_file)
+                   if settings.api_keys_file is not None else {})
+        middlewares.append(client_auth_middleware(ClientKeys(settings.api_keys, tenants),
                                                   metrics.record_unauthorized))
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     app[SETTINGS] = settings

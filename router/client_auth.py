@@ -8,14 +8,27 @@ Anthropic APIs (``/v1/…``), ``/tokenize`` and ``/detokenize`` (they spend work
 ``/debug/…`` (what the router knows of traffic and workers). Open: ``/health`` and
 ``/metrics``, for load balancers and Prometheus. Keys are compared as SHA-256 digests in
 constant time; no key is ever logged or echoed.
+
+Keys may be named by tenant (``load_tenant_keys``, ``kvroute serve --api-keys-file``): a
+request holding a tenant's key is that tenant's (``TENANT``, read by the director), whatever
+``x-tenant`` it sends, so cost and statistics per tenant cannot be claimed by another client.
+A request holding an unnamed key keeps the usual tenant (``x-tenant``, else the key's digest).
+
+```yaml
+acme: [sk-acme-1, sk-acme-2]     # tenant: key, or list of keys (two while rotating one)
+globex: sk-globex
+```
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
+import yaml
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
@@ -24,6 +37,7 @@ from router.errors import Unauthorized
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 GUARDED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/debug/")
+TENANT = web.RequestKey("kvroute_tenant", str)     # the tenant a named key belongs to
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
@@ -40,20 +54,59 @@ def presented_key(request: web.Request) -> str | None:
     return request.headers.get("x-api-key") or None
 
 
-class ClientKeys:
-    """The router's accepted keys, as digests."""
+class TenantKeysError(ValueError):
+    """A tenant keys file is unreadable or malformed; the message names the entry."""
 
-    def __init__(self, keys: Sequence[str]) -> None:
-        if not keys or not all(keys):
+
+def load_tenant_keys(path: Path) -> dict[str, str]:
+    """``key -> tenant`` from a YAML mapping of tenant names to a key or a list of keys."""
+    try:
+        data: Any = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TenantKeysError(f"{path}: cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise TenantKeysError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, Mapping) or not data:
+        raise TenantKeysError(f"{path}: must map tenant names to a key or a list of keys")
+    tenants: dict[str, str] = {}
+    for tenant, keys in data.items():
+        if not isinstance(tenant, str) or not tenant.isprintable() or not tenant.strip():
+            raise TenantKeysError(f"{path}: tenant {tenant!r}: a name must be printable text")
+        listed = [keys] if isinstance(keys, str) else keys
+        if (not isinstance(listed, list) or not listed
+                or not all(isinstance(k, str) and k.strip() for k in listed)):
+            raise TenantKeysError(f"{path}: {tenant}: must be a key or a list of keys "
+                                  "(non-empty strings)")
+        for key in listed:
+            if key in tenants:
+                raise TenantKeysError(f"{path}: {tenant}: a key of {tenants[key]} too: a "
+                                      "key names one tenant")
+            tenants[key] = tenant
+    return tenants
+
+
+class ClientKeys:
+    """The router's accepted keys, as digests, each with its tenant's name or None."""
+
+    def __init__(self, keys: Sequence[str], tenants: Mapping[str, str] | None = None) -> None:
+        named = dict(tenants or {})
+        if (not keys and not named) or not all(keys):
             raise ValueError("api_keys: every key must be a non-empty string")
-        self._digests = tuple(_digest(key) for key in keys)
+        entries = [(key, None) for key in keys if key not in named]
+        self._entries = tuple((_digest(key), tenant)
+                              for key, tenant in [*entries, *named.items()])
+
+    def lookup(self, key: str) -> tuple[bool, str | None]:
+        """Whether ``key`` is accepted, and the tenant it names (None: unnamed)."""
+        digest = _digest(key)
+        matched, tenant = False, None
+        for known, name in self._entries:     # every key compared, whichever matches
+            if secrets.compare_digest(digest, known):
+                matched, tenant = True, name
+        return matched, tenant
 
     def accepts(self, key: str) -> bool:
-        digest = _digest(key)
-        matched = False
-        for known in self._digests:       # every key compared, whichever matches
-            matched |= secrets.compare_digest(digest, known)
-        return matched
+        return self.lookup(key)[0]
 
 
 def guarded(path: str) -> bool:
@@ -75,9 +128,12 @@ def client_auth_middleware(keys: ClientKeys,
             raise Unauthorized("You didn't provide an API key. Send it as "
                                "`Authorization: Bearer <key>` (or `x-api-key: <key>`).",
                                headers=_CHALLENGE)
-        if not keys.accepts(key):
+        accepted, tenant = keys.lookup(key)
+        if not accepted:
             on_refused()
             raise Unauthorized("Incorrect API key provided.", headers=_CHALLENGE)
+        if tenant is not None:
+            request[TENANT] = tenant
         return await handler(request)
 
     return client_auth

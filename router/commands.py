@@ -99,6 +99,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                              "x-api-key) on /v1, /tokenize, /detokenize and /debug; repeat for "
                              "several. Default: $KVROUTE_API_KEY if set, else no key is asked "
                              "(an option is visible to other local users: prefer the variable)")
+    parser.add_argument("--api-keys-file", type=Path, default=None, metavar="FILE",
+                        help="more keys asked of clients, named by tenant (YAML: tenant: key or "
+                             "[keys]); a request with one is that tenant's, whatever x-tenant "
+                             "it sends")
     parser.add_argument("--drain-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="on SIGTERM/SIGINT: stop listening, then give the requests in "
                              "flight this long to finish before cutting them "
@@ -130,6 +134,7 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         max_retries=args.max_retries, tenant_labels=args.tenant_labels,
                         eject_after=args.eject_after, eject_for_s=args.eject_for,
                         stall_after_s=args.stall_after, api_keys=_client_keys(args),
+                        api_keys_file=args.api_keys_file,
                         drain_timeout_s=args.drain_timeout, ssl_certfile=args.ssl_certfile,
                         ssl_keyfile=args.ssl_keyfile, **extra)
     except ValueError as exc:
@@ -141,6 +146,7 @@ def _load(args: argparse.Namespace) -> Any:
     """Load the fleet and check the routing file up front, with a one-line error."""
     from policies.errors import RoutingConfigError
     from policies.loader import load_routing
+    from router.client_auth import TenantKeysError, load_tenant_keys
     from workers.credentials import worker_authorizations
     from workers.fleet import FleetConfigError, load_fleet
     from workers.tls import TlsFilesError, server_tls_context, worker_tls_contexts
@@ -150,8 +156,10 @@ def _load(args: argparse.Namespace) -> Any:
         worker_tls_contexts(w.info for w in fleet.workers)
         if args.ssl_certfile is not None:
             server_tls_context(args.ssl_certfile, args.ssl_keyfile)
+        if args.api_keys_file is not None:
+            load_tenant_keys(args.api_keys_file)
         load_routing(args.routing)
-    except (FleetConfigError, RoutingConfigError, TlsFilesError) as exc:
+    except (FleetConfigError, RoutingConfigError, TlsFilesError, TenantKeysError) as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return None
     return fleet
@@ -213,7 +221,7 @@ def _up(args: argparse.Namespace) -> int:
         print("Or with the openai client:\n\n"
               + OPENAI_EXAMPLE.format(scheme=scheme, port=port, model=model) + "\n",
               flush=True)
-        if settings.api_keys:
+        if settings.api_keys or settings.api_keys_file is not None:
             print("Clients must send one of the router's API keys: add -H 'Authorization: "
                   "Bearer <key>' to curl, api_key=<key> to the client.\n", flush=True)
 

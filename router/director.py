@@ -32,6 +32,7 @@ from policies.base import (
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
 from policies.producers.runner import produce
+from router.client_auth import TENANT
 from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
 from router.ejection import WorkerEjection
@@ -138,7 +139,8 @@ class Director:
                       request_id: str) -> web.StreamResponse:
         arrival = self._clock()
         body = await request.read()
-        parsed = parse_request(body, path, request_id, request.headers, arrival)
+        parsed = parse_request(body, path, request_id, request.headers, arrival,
+                               request.get(TENANT))
         self._check_runner(parsed.routing)
         engine = self._policy()
         pinned = await self._response_owner(parsed)

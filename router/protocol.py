@@ -73,7 +73,9 @@ def parse_body(body: bytes) -> dict[str, Any]:
 
 
 def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str, str],
-                  arrival_time: float) -> ParsedRequest:
+                  arrival_time: float, tenant: str | None = None) -> ParsedRequest:
+    """The request, checked; its tenant is ``tenant`` when given (the one its API key
+    names), else ``tenant_of(headers)``."""
     data = parse_body(body)
     model = check_model(data.get("model"))
     messages = None
@@ -116,7 +118,7 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         raise InvalidRequest("user: must be a string.", param="user")
     routing = RoutingRequest(
         request_id=request_id, model=model, path=path, messages=messages, prompt=prompt,
-        max_tokens=max_tokens, stream=stream, tenant=tenant_of(headers),
+        max_tokens=max_tokens, stream=stream, tenant=tenant or tenant_of(headers),
         session=headers.get("x-session-id") or user, headers=headers,
         arrival_time=arrival_time)
     return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage,

@@ -41,6 +41,7 @@ Defaults and why:
 * ``api_keys = ()``: no key is asked of clients. Given keys, ``/v1/…``, ``/tokenize``,
   ``/detokenize`` and ``/debug/…`` answer 401 to a client without one of them
   (``router.client_auth``); the CLI reads them from ``--api-key`` or ``KVROUTE_API_KEY``.
+  ``api_keys_file``: more keys, each named by its tenant (a YAML file).
 * ``drain_timeout_s = 60``: on SIGTERM or SIGINT the router stops listening at once (new
   connections are refused, so a load balancer moves on) and lets the requests in flight
   finish for up to this long; what is still running then is cut (its worker connection
@@ -88,6 +89,7 @@ class Settings:
     replica_id: str = "router-0"
     response_ttl_s: float = DEFAULT_RESPONSE_TTL_S
     api_keys: tuple[str, ...] = field(default=(), repr=False)    # never printed
+    api_keys_file: Path | None = None
     drain_timeout_s: float = 60.0
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None

@@ -13,7 +13,8 @@ import anthropic
 import openai
 import pytest
 
-from router.client_auth import ClientKeys, guarded
+from router.client_auth import ClientKeys, TenantKeysError, guarded, load_tenant_keys
+from router.keys import METRICS
 from router.settings import Settings
 from tests.router.gateway_support import MODEL, RouterFactory, subset
 from workers.fleet import FleetConfig
@@ -120,3 +121,55 @@ async def test_without_keys_nothing_is_asked(emulated_fleet: FleetConfig,
     async with aiohttp.ClientSession() as http, http.post(
             f"{router.url}/v1/chat/completions", json=CHAT) as resp:
         assert resp.status == 200
+
+
+def test_a_tenant_keys_file_names_each_key_once(tmp_path: Path) -> None:
+    path = tmp_path / "keys.yaml"
+    path.write_text("acme: [sk-acme-1, sk-acme-2]\nglobex: sk-globex\n")
+    assert load_tenant_keys(path) == {"sk-acme-1": "acme", "sk-acme-2": "acme",
+                                      "sk-globex": "globex"}
+    keys = ClientKeys(["sk-plain", "sk-globex"], load_tenant_keys(path))
+    assert keys.lookup("sk-acme-2") == (True, "acme")
+    assert keys.lookup("sk-globex") == (True, "globex")     # named, though also given bare
+    assert keys.lookup("sk-plain") == (True, None)
+    assert keys.lookup("sk-none") == (False, None)
+    for text, reason in (("- sk-a\n", "must map tenant names"),
+                         ("acme: []\n", "acme: must be a key or a list of keys"),
+                         ("acme: [sk-a, 3]\n", "acme: must be a key or a list of keys"),
+                         ("acme: sk-a\nglobex: [sk-b, sk-a]\n", "globex: a key of acme too"),
+                         ("42: sk-a\n", "a name must be printable text"),
+                         ("acme: [\n", "invalid YAML")):
+        path.write_text(text)
+        with pytest.raises(TenantKeysError, match=reason):
+            load_tenant_keys(path)
+    with pytest.raises(TenantKeysError, match="cannot read: No such file"):
+        load_tenant_keys(tmp_path / "missing.yaml")
+
+
+@pytest.mark.integration
+async def test_a_named_key_sets_the_tenant_whatever_x_tenant_says(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys.yaml"
+    keys_file.write_text("acme: [sk-acme-1, sk-acme-2]\nglobex: sk-globex\n")
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), api_keys=("sk-plain",),
+                               api_keys_file=keys_file)
+    async with aiohttp.ClientSession() as http:
+        for key, claimed in (("sk-acme-1", "globex"), ("sk-acme-2", None),
+                             ("sk-globex", None), ("sk-plain", "team-x")):
+            headers = {"Authorization": f"Bearer {key}"}
+            if claimed:
+                headers["x-tenant"] = claimed
+            async with http.post(f"{router.url}/v1/chat/completions", json=CHAT,
+                                 headers=headers) as resp:
+                assert resp.status == 200
+        async with http.post(f"{router.url}/v1/chat/completions", json=CHAT,
+                             headers={"Authorization": "Bearer sk-acme-3"}) as resp:
+            assert resp.status == 401
+
+    def requests_of(tenant: str) -> int:
+        return sum(1 for line in router.app[METRICS].render().decode().splitlines()
+                   if line.startswith("kvroute_cost_dollars_total{")
+                   and f'tenant="{tenant}"' in line and not line.endswith(" 0.0"))
+
+    assert requests_of("acme") == 1 and requests_of("globex") == 1
+    assert requests_of("team-x") == 1            # an unnamed key: x-tenant as before
