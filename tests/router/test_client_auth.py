@@ -173,3 +173,15 @@ async def test_a_named_key_sets_the_tenant_whatever_x_tenant_says(
 
     assert requests_of("acme") == 1 and requests_of("globex") == 1
     assert requests_of("team-x") == 1            # an unnamed key: x-tenant as before
+
+
+def test_a_bad_tenant_keys_file_stops_the_start(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("acme: sk-a\nglobex: sk-a\n")
+    root = Path(__file__).resolve().parents[2]
+    assert main(["serve", "--fleet", str(root / "config/fleet.yaml"), "--routing",
+                 str(root / "config/routing.yaml"), "--api-keys-file", str(keys)]) == 2
+    assert "globex: a key of acme too" in capsys.readouterr().err
