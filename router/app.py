@@ -6,7 +6,8 @@ Nothing lives in module globals: every component is created here, kept in a type
 the garbage-collection pause hook; the one-line log of requests the HTTP parser refuses;
 the KV-event feed when the fleet names KV-event streams). The workers' keys and TLS contexts
 are read here, before anything starts; with ``Settings.api_keys`` a middleware inside the
-error middleware asks clients for a key (``router.client_auth``).
+error middleware asks clients for a key (``router.client_auth``), the tenant keys file
+watched for changes (``router.client_keys_reloader``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from aiohttp.typedefs import Middleware
 
 from policies.reloader import PolicyReloader
 from router.bad_http_log import OneLineBadHttp
-from router.client_auth import ClientKeys, client_auth_middleware, load_tenant_keys
+from router.client_auth import client_auth_middleware
+from router.client_keys_reloader import ClientKeysReloader
 from router.decision_sinks import open_decision_sinks
 from router.decisions import DecisionLog
 from router.director import Director
@@ -33,6 +35,7 @@ from router.errors import error_middleware
 from router.gc_pauses import GcPauses
 from router.handlers import add_routes
 from router.keys import (
+    CLIENT_KEYS,
     DECISIONS,
     DIRECTOR,
     EJECTION,
@@ -89,10 +92,11 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     metrics.record_config_loaded()
     kv_events.attach(reloader.engine)
     middlewares: list[Middleware] = [error_middleware]
+    client_keys = None
     if settings.api_keys or settings.api_keys_file is not None:
-        tenants = (load_tenant_keys(settings.api_keys_file)
-                   if settings.api_keys_file is not None else {})
-        middlewares.append(client_auth_middleware(ClientKeys(settings.api_keys, tenants),
+        client_keys = ClientKeysReloader(settings.api_keys, settings.api_keys_file,
+                                         settings.reload_interval_s)
+        middlewares.append(client_auth_middleware(lambda: client_keys.keys,
                                                   metrics.record_unauthorized))
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     app[SETTINGS] = settings
@@ -105,6 +109,9 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app[POLICY] = reloader
     app[DECISIONS] = DecisionLog(settings.decisions_ring_size)
     app[KV_EVENTS] = kv_events
+    if client_keys is not None:
+        app[CLIENT_KEYS] = client_keys
+        app.cleanup_ctx.append(_client_keys_reloader)
     app.cleanup_ctx.append(_state_store)
     app.cleanup_ctx.append(_workers)
     app.cleanup_ctx.append(_policy_reloader)
@@ -121,6 +128,12 @@ def _make_store(settings: Settings) -> StateStore:
         return RedisStateStore(settings.redis_url, settings.replica_id,
                                response_ttl_s=settings.response_ttl_s)
     return MemoryStateStore()
+
+
+async def _client_keys_reloader(app: web.Application) -> AsyncIterator[None]:
+    app[CLIENT_KEYS].start()
+    yield
+    await app[CLIENT_KEYS].stop()
 
 
 async def _state_store(app: web.Application) -> AsyncIterator[None]:

@@ -13,6 +13,7 @@ Keys may be named by tenant (``load_tenant_keys``, ``kvroute serve --api-keys-fi
 request holding a tenant's key is that tenant's (``TENANT``, read by the director), whatever
 ``x-tenant`` it sends, so cost and statistics per tenant cannot be claimed by another client.
 A request holding an unnamed key keeps the usual tenant (``x-tenant``, else the key's digest).
+The file is read again when it changes (``router.client_keys_reloader``).
 
 ```yaml
 acme: [sk-acme-1, sk-acme-2]     # tenant: key, or list of keys (two while rotating one)
@@ -64,8 +65,10 @@ def load_tenant_keys(path: Path) -> dict[str, str]:
         data: Any = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise TenantKeysError(f"{path}: cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise TenantKeysError(f"{path}: invalid YAML: {exc}") from exc
+    except yaml.YAMLError as exc:        # its message quotes the file: keys too
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise TenantKeysError(f"{path}: invalid YAML{where}") from None
     if not isinstance(data, Mapping) or not data:
         raise TenantKeysError(f"{path}: must map tenant names to a key or a list of keys")
     tenants: dict[str, str] = {}
@@ -113,10 +116,11 @@ def guarded(path: str) -> bool:
     return path.startswith(GUARDED_PREFIXES) or path in ("/v1", "/debug")
 
 
-def client_auth_middleware(keys: ClientKeys,
+def client_auth_middleware(current: Callable[[], ClientKeys],
                            on_refused: Callable[[], None]) -> Middleware:
-    """The middleware refusing guarded requests without an accepted key (placed inside
-    ``router.errors.error_middleware``, which renders the 401 in the path's error shape)."""
+    """The middleware refusing guarded requests without a key of ``current()`` (placed
+    inside ``router.errors.error_middleware``, which renders the 401 in the path's error
+    shape)."""
 
     @web.middleware
     async def client_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -128,7 +132,7 @@ def client_auth_middleware(keys: ClientKeys,
             raise Unauthorized("You didn't provide an API key. Send it as "
                                "`Authorization: Bearer <key>` (or `x-api-key: <key>`).",
                                headers=_CHALLENGE)
-        accepted, tenant = keys.lookup(key)
+        accepted, tenant = current().lookup(key)
         if not accepted:
             on_refused()
             raise Unauthorized("Incorrect API key provided.", headers=_CHALLENGE)

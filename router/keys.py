@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from policies.reloader import PolicyReloader
+from router.client_keys_reloader import ClientKeysReloader
 from router.decisions import DecisionLog
 from router.director import Director
 from router.ejection import WorkerEjection
@@ -22,6 +23,7 @@ from workers.scraper import WorkerScraper
 from workers.upstream import Origin
 
 SETTINGS = web.AppKey("settings", Settings)
+CLIENT_KEYS = web.AppKey("client_keys", ClientKeysReloader)
 FLEET = web.AppKey("fleet", FleetConfig)
 METRICS = web.AppKey("metrics", RouterMetrics)
 REGISTRY = web.AppKey("registry", WorkerRegistry)

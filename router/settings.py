@@ -41,7 +41,8 @@ Defaults and why:
 * ``api_keys = ()``: no key is asked of clients. Given keys, ``/v1/…``, ``/tokenize``,
   ``/detokenize`` and ``/debug/…`` answer 401 to a client without one of them
   (``router.client_auth``); the CLI reads them from ``--api-key`` or ``KVROUTE_API_KEY``.
-  ``api_keys_file``: more keys, each named by its tenant (a YAML file).
+  ``api_keys_file``: more keys, each named by its tenant (a YAML file, read again when it
+  changes, every ``reload_interval_s``).
 * ``drain_timeout_s = 60``: on SIGTERM or SIGINT the router stops listening at once (new
   connections are refused, so a load balancer moves on) and lets the requests in flight
   finish for up to this long; what is still running then is cut (its worker connection

@@ -1,0 +1,78 @@
+"""router/client_keys_reloader.py: a tenant's key added or retired in the keys file takes
+effect without a restart; a broken file leaves the keys in force."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from router.client_auth import TenantKeysError
+from router.client_keys_reloader import ClientKeysReloader
+from tests.router.gateway_support import MODEL, RouterFactory, subset
+from workers.fleet import FleetConfig
+
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+
+
+def rewrite(path: Path, text: str) -> None:
+    """Write ``text`` and move the modification time on (a rewrite within one clock tick
+    would otherwise look unchanged when the size is the same)."""
+    before = path.stat().st_mtime_ns if path.exists() else 0
+    path.write_text(text)
+    os.utime(path, ns=(before + 10**9, before + 10**9))
+
+
+def test_a_changed_file_replaces_its_keys_and_a_broken_one_is_refused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "keys.yaml"
+    rewrite(path, "acme: sk-acme-1\n")
+    reloader = ClientKeysReloader(["sk-bare"], path)
+    assert reloader.keys.lookup("sk-acme-1") == (True, "acme")
+    assert not reloader.check()                           # nothing changed
+    rewrite(path, "acme: [sk-acme-2]\nglobex: sk-globex\n")
+    assert reloader.check()
+    assert reloader.keys.lookup("sk-acme-1") == (False, None)     # retired
+    assert reloader.keys.lookup("sk-acme-2") == (True, "acme")
+    assert reloader.keys.lookup("sk-bare") == (True, None)        # --api-key stays
+    with caplog.at_level(logging.ERROR, logger="router.client_keys_reloader"):
+        rewrite(path, "acme: [sk-acme-2\n")
+        assert not reloader.check()
+        path.unlink()
+        assert not reloader.check()
+    assert reloader.keys.lookup("sk-acme-2") == (True, "acme")    # the keys in force stay
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and "invalid YAML" in messages[0]
+    assert "cannot read" in messages[1]
+    assert all("sk-" not in m for m in messages)
+    with pytest.raises(TenantKeysError):                          # at start: no keys to keep
+        ClientKeysReloader([], path)
+    assert not ClientKeysReloader(["sk-bare"], None).check()
+
+
+@pytest.mark.integration
+async def test_a_key_added_and_retired_while_the_router_runs(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    path = tmp_path / "keys.yaml"
+    rewrite(path, "acme: sk-acme-1\n")
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), api_keys_file=path,
+                               reload_interval_s=0.05)
+
+    async def status(key: str) -> int:
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{router.url}/v1/chat/completions", json=CHAT,
+                headers={"Authorization": f"Bearer {key}"}) as resp:
+            await resp.read()
+            return resp.status
+
+    assert (await status("sk-acme-1"), await status("sk-acme-2")) == (200, 401)
+    rewrite(path, "acme: sk-acme-2\n")
+    for _ in range(100):                  # the watcher polls every 0.05 s
+        if await status("sk-acme-2") == 200:
+            break
+        await asyncio.sleep(0.05)
+    assert (await status("sk-acme-1"), await status("sk-acme-2")) == (401, 200)
