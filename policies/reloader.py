@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +25,8 @@ from policies.errors import RoutingConfigError
 from policies.loader import parse_routing_text, read_routing_text
 from policies.registry import PluginRegistry, default_registry
 from policies.summary import summarize
+from workers.file_watch import PeriodicCheck, file_stamp
 from workers.fleet import FleetConfig
-from workers.task_cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +56,10 @@ class PolicyReloader:
         self._seed = seed
         self._on_result = on_result
         self._on_swap = on_swap
-        self._stamp = _stamp(self.path)
+        self._stamp = file_stamp(self.path)
         self._digest = _digest_of(self.path)
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = PeriodicCheck(self.check, interval_s, f"policy-reloader:{self.path}",
+                                       "routing reload")
 
     @classmethod
     def load(cls, path: str | Path, fleet: FleetConfig, *,
@@ -77,7 +77,7 @@ class PolicyReloader:
 
     def changed(self) -> bool:
         """Whether the file's mtime or size moved since the last check (and remember it)."""
-        stamp = _stamp(self.path)
+        stamp = file_stamp(self.path)
         if stamp == self._stamp:
             return False
         self._stamp = stamp
@@ -125,32 +125,12 @@ class PolicyReloader:
                 log.exception("reload result callback failed")
         return result
 
-    async def run(self) -> None:
-        """Poll forever (until cancelled)."""
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await self.check()
-            except Exception:  # never let the watcher die: the next change gets another try
-                log.exception("routing reload crashed; will retry on the next change")
-
     def start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(
-                self.run(), name=f"policy-reloader:{self.path}")
+        """Poll the file every ``interval_s`` on the running loop, until ``stop()``."""
+        self._periodic.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            await cancel_and_wait(task)
-
-
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
+        await self._periodic.stop()
 
 
 def _digest_of(path: Path) -> bytes | None:

@@ -10,14 +10,12 @@ keys in force stay, and the refusal is logged once per change of the file. No ke
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from router.client_auth import ClientKeys, TenantKeysError, load_tenant_keys
-from workers.task_cancel import cancel_and_wait
+from workers.file_watch import PeriodicCheck, file_stamp
 
 log = logging.getLogger(__name__)
 
@@ -30,16 +28,17 @@ class ClientKeysReloader:
         self._bare = tuple(bare)
         self.path = path
         self.interval_s = interval_s
-        self._stamp = _stamp(path) if path is not None else None
+        self._stamp = file_stamp(path) if path is not None else None
         tenants = load_tenant_keys(path) if path is not None else {}
         self.keys = ClientKeys(self._bare, tenants)       # raises on a bad file at start
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = PeriodicCheck(self._check, interval_s,
+                                       f"client-keys-reloader:{path}", "tenant keys reload")
 
     def check(self) -> bool:
         """Read the file again if it changed; whether new keys took over."""
         if self.path is None:
             return False
-        stamp = _stamp(self.path)
+        stamp = file_stamp(self.path)
         if stamp == self._stamp:
             return False
         self._stamp = stamp
@@ -53,28 +52,13 @@ class ClientKeysReloader:
                  len(tenants), len(set(tenants.values())))
         return True
 
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                self.check()
-            except Exception:      # never let the watcher die: the next change gets a try
-                log.exception("tenant keys reload crashed; will retry on the next change")
+    async def _check(self) -> bool:
+        return self.check()
 
     def start(self) -> None:
-        if self.path is not None and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(
-                self.run(), name=f"client-keys-reloader:{self.path}")
+        """Watch the file (when there is one) until ``stop()``."""
+        if self.path is not None:
+            self._periodic.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            await cancel_and_wait(task)
-
-
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
+        await self._periodic.stop()

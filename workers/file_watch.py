@@ -1,0 +1,58 @@
+"""Watching a file by polling: its stamp, and a check run every few seconds.
+
+* ``file_stamp(path)``: the file's modification time and size, or None when it cannot be
+  read: what the routing file's and the tenant keys file's reloaders compare.
+* ``PeriodicCheck``: runs an async ``check()`` every ``interval_s`` on the running loop
+  until stopped. A check that raises is logged (``what``, e.g. "routing reload") and the next
+  one runs as usual: a watcher never dies of one bad change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from workers.task_cancel import cancel_and_wait
+
+log = logging.getLogger(__name__)
+
+
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+class PeriodicCheck:
+    """``check()`` every ``interval_s``, from ``start()`` until ``stop()``."""
+
+    def __init__(self, check: Callable[[], Awaitable[object]], interval_s: float,
+                 name: str, what: str) -> None:
+        self._check = check
+        self.interval_s = interval_s
+        self._name = name
+        self._what = what
+        self._task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        """Check forever (until cancelled)."""
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self._check()
+            except Exception:     # the next change gets another try
+                log.exception("%s crashed; will retry on the next change", self._what)
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.run(), name=self._name)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            await cancel_and_wait(task)
