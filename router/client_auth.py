@@ -108,9 +108,6 @@ class ClientKeys:
                 matched, tenant = True, name
         return matched, tenant
 
-    def accepts(self, key: str) -> bool:
-        return self.lookup(key)[0]
-
 
 def guarded(path: str) -> bool:
     return path.startswith(GUARDED_PREFIXES) or path in ("/v1", "/debug")

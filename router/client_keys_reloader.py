@@ -27,7 +27,6 @@ class ClientKeysReloader:
                  interval_s: float = 1.0) -> None:
         self._bare = tuple(bare)
         self.path = path
-        self.interval_s = interval_s
         self._stamp = file_stamp(path) if path is not None else None
         tenants = load_tenant_keys(path) if path is not None else {}
         self.keys = ClientKeys(self._bare, tenants)       # raises on a bad file at start

@@ -27,29 +27,24 @@ class MissingApiKey(FleetConfigError):
 
 
 def worker_api_key(info: WorkerInfo, environ: Mapping[str, str]) -> str | None:
-    if info.api_key_env is None:
-        return None
-    key = environ.get(info.api_key_env, "")
-    if not key:
-        raise MissingApiKey(_missing([info]))
-    return key
+    keys = _keys_of([info], environ)
+    return keys[0][1] if keys else None
 
 
 def worker_authorizations(infos: Iterable[WorkerInfo],
                           environ: Mapping[str, str]) -> dict[Origin, str]:
-    authorizations: dict[Origin, str] = {}
-    missing: list[WorkerInfo] = []
-    for info in infos:
-        if info.api_key_env is None:
-            continue
-        key = environ.get(info.api_key_env, "")
-        if key:
-            authorizations[origin_of(info.url)] = f"Bearer {key}"
-        else:
-            missing.append(info)
+    return {origin_of(info.url): f"Bearer {key}" for info, key in _keys_of(infos, environ)}
+
+
+def _keys_of(infos: Iterable[WorkerInfo],
+             environ: Mapping[str, str]) -> list[tuple[WorkerInfo, str]]:
+    """Each keyed worker with its key; every variable unset or empty named in one error."""
+    keyed = [(info, environ.get(info.api_key_env, "")) for info in infos
+             if info.api_key_env is not None]
+    missing = [info for info, key in keyed if not key]
     if missing:
         raise MissingApiKey(_missing(missing))
-    return authorizations
+    return keyed
 
 
 def _missing(infos: list[WorkerInfo]) -> str:

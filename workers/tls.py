@@ -7,9 +7,9 @@
 * ``server_tls_context(certfile, keyfile)``: the context a server (the router, an emulated
   worker) listens with, as vLLM's ``--ssl-certfile`` / ``--ssl-keyfile``; ``TlsFilesError``
   says which file could not be used.
-* ``readiness_probe_context()``: for a process's own loopback readiness probe only: it
-  encrypts without verifying (the caller just started that server, with a certificate it
-  may not trust itself).
+* ``readiness_probe_context(url)``: for a process's own loopback readiness probe only: for
+  an ``https://`` URL a context that encrypts without verifying (the caller just started
+  that server, with a certificate it may not trust itself), else None.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ def server_tls_context(certfile: str | PathLike[str],
     return context
 
 
-def readiness_probe_context() -> ssl.SSLContext:
+def readiness_probe_context(url: str) -> ssl.SSLContext | None:
+    if not url.startswith("https://"):
+        return None
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE

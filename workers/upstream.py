@@ -390,7 +390,7 @@ class UpstreamClient:
         if target.scheme not in ("http", "https") or not target.host:
             raise UpstreamConnectError(
                 f"only http:// and https:// URLs are supported, not {str(target)!r}")
-        key = (target.host, target.port or 80)
+        key = origin_of(target)
         authorization = self._authorizations.get(key)
         if authorization is not None:
             headers = _with_authorization(headers, authorization)

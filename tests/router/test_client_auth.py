@@ -33,8 +33,8 @@ def test_guarded_paths_are_the_apis_tokenizers_and_debug() -> None:
 
 def test_keys_are_matched_exactly_and_never_shown() -> None:
     keys = ClientKeys(KEYS)
-    assert keys.accepts("sk-router-two") and not keys.accepts("sk-router-tw")
-    assert not keys.accepts("SK-ROUTER-ONE") and not keys.accepts("")
+    assert keys.lookup("sk-router-two")[0] and not keys.lookup("sk-router-tw")[0]
+    assert not keys.lookup("SK-ROUTER-ONE")[0] and not keys.lookup("")[0]
     with pytest.raises(ValueError, match="non-empty"):
         ClientKeys(["sk-a", ""])
     settings = Settings(fleet_path=Path("f"), routing_path=Path("r"), api_keys=KEYS)

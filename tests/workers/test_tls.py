@@ -55,3 +55,12 @@ def test_a_server_context_from_separate_or_combined_files(tmp_path: Path) -> Non
         server_tls_context(tmp_path / "missing.pem")
     with pytest.raises(TlsFilesError, match="cannot serve TLS with"):
         server_tls_context(files.certfile)          # no key in it
+
+
+def test_a_readiness_probe_encrypts_https_without_verifying_and_leaves_http_alone() -> None:
+    from workers.tls import readiness_probe_context
+
+    assert readiness_probe_context("http://127.0.0.1:8101") is None
+    context = readiness_probe_context("https://127.0.0.1:8443")
+    assert context is not None
+    assert (context.verify_mode, context.check_hostname) == (ssl.CERT_NONE, False)

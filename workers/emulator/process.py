@@ -41,10 +41,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _healthy(url: str) -> bool:
-    # the worker just started here, maybe with a certificate this process does not trust
-    tls = readiness_probe_context() if url.startswith("https://") else None
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=1.0, context=tls) as resp:
+        with urllib.request.urlopen(f"{url}/health", timeout=1.0,
+                                    context=readiness_probe_context(url)) as resp:
             return int(resp.status) == 200
     except (urllib.error.URLError, OSError):
         return False

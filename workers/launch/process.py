@@ -62,11 +62,9 @@ class VllmProcess:
         if code is not None:
             raise LaunchError(f"{self.command.worker_id}: vLLM exited with code {code}; "
                               f"log tail:\n{self.log_tail()}")
-        # the server just started here, maybe with a certificate this process does not trust
-        tls = readiness_probe_context() if self.url.startswith("https://") else None
         try:
             with urllib.request.urlopen(self.url + "/health", timeout=2.0,
-                                        context=tls) as response:
+                                        context=readiness_probe_context(self.url)) as response:
                 return int(response.status) == 200
         except (urllib.error.URLError, OSError):
             return False
