@@ -51,6 +51,7 @@ BUILTIN_PLUGIN_MODULES: tuple[str, ...] = (
     "policies.pickers.power_of_two",
     "policies.pickers.round_robin",
     "policies.pickers.random_choice",
+    "policies.admission",
     # token-aware, semantic and peer plugins, present when those parts are installed
     "policies.producers.blocks",
     "policies.producers.output_length",

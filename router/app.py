@@ -24,6 +24,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from policies.reloader import PolicyReloader
+from router.admission.controller import Admission
 from router.bad_http_log import OneLineBadHttp
 from router.client_auth import client_auth_middleware
 from router.client_keys_reloader import ClientKeysReloader
@@ -176,7 +177,8 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                                               stalls=stalls)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks,
-                             ejection=ejection)
+                             ejection=ejection,
+                             admission=Admission(app[STORE].usage, app[METRICS]))
     app[UTILITY] = UtilityRequests(settings, app[REGISTRY], responses, proxy, app[METRICS],
                                    ejection=ejection)
     await scraper.scrape_once()      # the first request already sees a fleet picture

@@ -1,11 +1,13 @@
-"""Per-request orchestration: parse → produce → decide → reserve → proxy → complete.
+"""Per-request orchestration: parse → admit → produce → decide → reserve → proxy → complete.
 
 One uniform, awaited path for every generation, embeddings, Responses API and Anthropic
 Messages API request (a response that continues another goes to the worker holding that
 one). Producers (tokenizing, hashing, classifying) run before the decision, in a thread when a
 producer says its input is long (``policies.producers.runner``); the decision itself is pure and
 synchronous. A connect error or 5xx before the first byte is retried on another
-worker, excluding the ones already tried, at most ``Settings.max_retries`` times. Each
+worker, excluding the ones already tried, at most ``Settings.max_retries`` times. Admission
+(``router.admission``: tenants' budgets, the in-flight limit) runs right after parsing, and
+the request holds its ticket until it is answered. Each
 request's fate is recorded in ``router.ejection``: workers ejected after failing request
 after request are shown to the policy as unhealthy, unless that leaves it no candidate.
 """
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from yarl import URL
 
+from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from policies.base import (
     RUNNER_OF_PATH,
     Decision,
@@ -32,6 +35,8 @@ from policies.base import (
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
 from policies.producers.runner import produce
+from router.admission.controller import Admission, AdmissionTicket
+from router.admission.usage import TenantUsage
 from router.client_auth import TENANT
 from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
@@ -110,7 +115,8 @@ class Director:
                  decisions: DecisionLog, responses: ResponseLocator,
                  clock: Callable[[], float] = time.monotonic,
                  sinks: Sequence[DecisionSink] = (),
-                 ejection: WorkerEjection | None = None) -> None:
+                 ejection: WorkerEjection | None = None,
+                 admission: Admission | None = None) -> None:
         self._settings = settings
         self._registry = registry
         self._store = store
@@ -127,6 +133,8 @@ class Director:
         self._sink_failures: dict[DecisionSink, int] = {}     # failures so far, by sink
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
         self._misrouted: set[tuple[str | None, str]] = set()    # (rule, path), logged once
+        self._admission = (admission if admission is not None
+                           else Admission(TenantUsage(), metrics, clock))
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         request_id = self._ids.claim(request.headers.get(self._header))
@@ -143,10 +151,29 @@ class Director:
                                request.get(TENANT))
         self._check_runner(parsed.routing)
         engine = self._policy()
+        ticket = await self._admission.admit(engine.routing.section(ADMISSION_SECTION),
+                                             parsed.routing.tenant,
+                                             self._model_label(parsed.routing.model))
+        try:
+            return await self._admitted(request, parsed, body, engine, ticket)
+        finally:
+            self._admission.finish(ticket)
+
+    def _model_label(self, model: str) -> str:
+        """``model`` as a metric label: a fleet's model, else ``UNKNOWN_MODEL``."""
+        return model if model in self._registry.known_models() else UNKNOWN_MODEL
+
+    async def _admitted(self, request: web.Request, parsed: ParsedRequest, body: bytes,
+                        engine: PolicyEngine, ticket: AdmissionTicket) -> web.StreamResponse:
+        """The request past admission: produce, decide, forward (retrying on failure)."""
+        request_id = parsed.routing.request_id
+        if ticket.waited_s > 0:       # the policy sees it arrive when it may go on
+            parsed.routing.arrival_time = self._clock()
         pinned = await self._response_owner(parsed)
-        views = self._views(arrival, pinned)
+        views = self._views(self._clock(), pinned)
         if engine.producers and await self._produce(engine, parsed.routing, views):
             views = self._views(self._clock(), pinned)   # a producer ran off the loop
+        self._admission.charge_prompt(ticket, parsed.routing.num_prompt_tokens)
         tried: set[str] = set()
         last_failure: RetryableUpstream | None = None
         for attempt in range(self._settings.max_retries + 1):
@@ -164,7 +191,7 @@ class Director:
             # before anything counts it as sent: a body too deep to re-encode is refused here
             sent = upstream_body(parsed, body, decision.model)
             try:
-                return await self._attempt(request, engine, parsed, sent, decision)
+                return await self._attempt(request, engine, parsed, sent, decision, ticket)
             except RetryableUpstream as failure:
                 last_failure = failure
                 tried.add(decision.worker_id)
@@ -309,7 +336,8 @@ class Director:
         return headers
 
     async def _attempt(self, request: web.Request, engine: PolicyEngine, parsed: ParsedRequest,
-                       sent: bytes, decision: Decision) -> web.StreamResponse:
+                       sent: bytes, decision: Decision,
+                       ticket: AdmissionTicket) -> web.StreamResponse:
         routing = parsed.routing
         assert decision.worker_id is not None
         info = self._registry.info(decision.worker_id)
@@ -363,7 +391,7 @@ class Director:
             status = 499
             raise
         finally:
-            self._complete(engine, routing, attempt, result, status)
+            self._complete(engine, routing, attempt, result, status, ticket)
 
     def _url(self, base: str, path: str) -> URL:
         """Parsed once per worker and path (parsing a URL string costs on every request)."""
@@ -379,7 +407,7 @@ class Director:
         self._store.on_first_token(attempt.decision.worker_id, attempt.prefill_tokens)
 
     def _complete(self, engine: PolicyEngine, routing: RoutingRequest, attempt: _Attempt,
-                  result: ProxyResult | None, status: int) -> None:
+                  result: ProxyResult | None, status: int, ticket: AdmissionTicket) -> None:
         decision = attempt.decision
         worker = decision.worker_id
         assert worker is not None
@@ -387,6 +415,7 @@ class Director:
         self._store.on_complete(worker, 0 if attempt.first_token_seen
                                 else attempt.prefill_tokens, attempt.decode_tokens)
         outcome = self._outcome(routing, attempt, result, status)
+        ticket.tokens_served += outcome.prompt_tokens + outcome.completion_tokens
         engine.on_completed(routing, outcome)
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
                                      decision.profile, status)

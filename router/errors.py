@@ -9,9 +9,13 @@ RouterError                      (abstract: status, type, code)
 ├── RouteNotFound          404   unknown path
 ├── MethodNotAllowed       405
 ├── RequestTooLarge        413   body over ``Settings.max_body_bytes``
+├── RateLimited            429   the tenant's budget is spent (``admission.tenants``)
+│   ├── RequestRateLimited         requests per minute
+│   └── TokenRateLimited           tokens per minute
 ├── RoutingMisconfigured   500   a routing rule sent the request to a model that cannot serve it
 ├── UpstreamError          502   the chosen workers failed before answering
 ├── NoWorkerAvailable      503   the policy found no candidate (none healthy, none fits)
+├── Overloaded             503   the in-flight limit's queue is full, or the wait too long
 └── UpstreamTimeout        504   the worker did not answer in time
 ```
 
@@ -126,6 +130,24 @@ class RequestTooLarge(RouterError):
     code = "request_too_large"
 
 
+class RateLimited(RouterError):
+    """OpenAI's answer to a spent rate limit: status 429, ``code: "rate_limit_exceeded"``,
+    ``type`` the limit's unit (Anthropic's ``rate_limit_error`` on the Messages API); the
+    headers carry ``Retry-After``."""
+
+    status = 429
+    type = "requests"
+    code = "rate_limit_exceeded"
+
+
+class RequestRateLimited(RateLimited):
+    type = "requests"
+
+
+class TokenRateLimited(RateLimited):
+    type = "tokens"
+
+
 class RoutingMisconfigured(RouterError):
     status = 500
     type = "internal_error"
@@ -144,6 +166,15 @@ class NoWorkerAvailable(RouterError):
     code = "no_worker_available"
 
 
+class Overloaded(RouterError):
+    """The router holds as many requests as ``admission`` lets it (Anthropic's
+    ``overloaded_error`` on the Messages API); the headers carry ``Retry-After``."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "overloaded"
+
+
 class UpstreamTimeout(RouterError):
     status = 504
     type = "timeout_error"
@@ -154,8 +185,8 @@ ANTHROPIC_PATH_PREFIX = "/v1/messages"
 # Anthropic's error types by status, for the router's own errors
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                     404: "not_found_error", 405: "invalid_request_error",
-                    413: "request_too_large", 502: "api_error", 503: "overloaded_error",
-                    504: "api_error"}
+                    413: "request_too_large", 429: "rate_limit_error", 502: "api_error",
+                    503: "overloaded_error", 504: "api_error"}
 
 
 def anthropic_error_body(message: str, type_: str) -> bytes:

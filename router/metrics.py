@@ -42,6 +42,7 @@ GC_PAUSE_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 
 CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 # generated / predicted output tokens: 1 is exact, below 1 the prediction was too long
+ADMISSION_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 PREDICTION_RATIO_BUCKETS = (0.0625, 0.125, 0.25, 0.5, 0.8, 1.25, 2.0, 4.0, 8.0, 16.0)
 # the ``model`` label of requests for a model no worker serves: the name is the client's
 # choice, so it never becomes a label value (one series per invented name)
@@ -220,6 +221,20 @@ class RouterMetrics:
             "kvroute_prefix_known_best_tokens", "Prompt tokens the router believed the "
             "best-placed candidate had cached (the same decisions), by the decision's deciding "
             "term.", ["reason"], registry=r)
+        self.admission_rejections = Counter(
+            "kvroute_admission_rejections", "Requests refused before routing by the routing "
+            "file's admission section: a tenant's budget spent (requests_per_minute, "
+            "tokens_per_minute) or the in-flight limit's queue (queue_full, wait_timeout).",
+            ["reason", "tenant"], registry=r)
+        self.admission_wait = Histogram(
+            "kvroute_admission_wait_seconds", "Time requests waited for an in-flight slot "
+            "(those let through; 0 when none was waited for).", buckets=ADMISSION_WAIT_BUCKETS,
+            registry=r)
+        self.admission_in_flight = Gauge(
+            "kvroute_admission_in_flight", "Requests this router process is serving (admitted "
+            "and not yet answered).", registry=r)
+        self.admission_waiting = Gauge(
+            "kvroute_admission_waiting", "Requests waiting for an in-flight slot.", registry=r)
         self.tenants = BoundedLabelValues("tenant", tenant_labels)
         r.register(_FoldedLabelsCollector([self.tenants]))
         if views is not None:
@@ -284,6 +299,18 @@ class RouterMetrics:
     def record_unauthorized(self) -> None:
         """A request refused for its API key, before anything of it was read."""
         self.record_request(UNKNOWN_MODEL, "", "", "none", 401)
+
+    def watch_admission(self, in_flight: Callable[[], float],
+                        waiting: Callable[[], float]) -> None:
+        """Read the admission gauges from these at each scrape."""
+        self.admission_in_flight.set_function(in_flight)
+        self.admission_waiting.set_function(waiting)
+
+    def record_admission_rejection(self, reason: str, tenant: str | None, model: str,
+                                   status: int) -> None:
+        """A request refused by admission: counted by reason and tenant, and as answered."""
+        self.admission_rejections.labels(reason, self.tenants.label(tenant or "")).inc()
+        self.record_request(model, "", "", "none", status)
 
     def record_outcome(self, outcome: RequestOutcome, gpu: str, tenant: str | None,
                        cost_usd: float | None) -> None:

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+from router.admission.usage import TenantUsage
 from router.state.response_owners import ResponseOwners
 from workers.inflight import InflightTracker
 
 
 class MemoryStateStore:
-    """In-flight counters held in a local ``InflightTracker``; response owners in a
-    ``ResponseOwners`` map."""
+    """In-flight counters held in a local ``InflightTracker``, budgets' usage in a
+    ``TenantUsage``, response owners in a ``ResponseOwners`` map."""
 
-    __slots__ = ("_inflight", "_owners")
+    __slots__ = ("_inflight", "_owners", "_usage")
 
     def __init__(self) -> None:
         self._inflight = InflightTracker()
         self._owners = ResponseOwners()
+        self._usage = TenantUsage()
 
     @property
     def inflight(self) -> InflightTracker:
         return self._inflight
+
+    @property
+    def usage(self) -> TenantUsage:
+        return self._usage
 
     @property
     def degraded(self) -> bool:

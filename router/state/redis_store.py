@@ -1,11 +1,16 @@
 """A ``StateStore`` shared by several router replicas through Redis.
 
-Each replica keeps exact counts of its own dispatches in a local ``InflightTracker`` and, off
-the request path every ``sync_interval_s``, publishes them to the hash
+Each replica keeps exact counts of its own dispatches in a local ``InflightTracker``, and of
+its tenants' budgets in a local ``TenantUsage``. Off the request path every
+``sync_interval_s`` it publishes them, in one transaction, to the hashes
 ``kvroute:inflight:<replica>`` (field per worker: ``requests,prefill,decode,since_scrape``)
-with a time-to-live, then reads the other replicas' hashes. Views add the others' counts to
-the local ones, so a burst spread over replicas is still seen whole. A replica that dies
-stops refreshing its hash and its counts expire.
+and ``kvroute:usage:<replica>`` (field per budget: ``requests,tokens`` over the last
+minute), both with a time-to-live, and marks itself alive in the sorted set
+``kvroute:replicas``; then it reads the other live replicas' hashes. Views add the others'
+counts to the local ones, so a burst spread over replicas is still seen whole, and a budget
+is judged on every replica's spending. A replica that dies stops refreshing its hashes and
+its counts expire. (The replicas are found through that set, not by scanning the keyspace,
+whose Responses API owners can number millions.)
 
 Responses API owners (``response id -> worker``) are written to ``kvroute:response:<id>``
 (time-to-live ``response_ttl_s``, a week by default) as well as a local ``ResponseOwners``
@@ -23,12 +28,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 from yarl import URL
 
+from router.admission.usage import TenantUsage
 from router.settings import DEFAULT_RESPONSE_TTL_S
 from router.state.response_owners import ResponseOwners
 from workers.inflight import InflightTracker, WorkerInflight
@@ -37,6 +44,11 @@ from workers.task_cancel import cancel_and_wait
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "kvroute:inflight:"
+USAGE_PREFIX = "kvroute:usage:"
+REPLICAS_KEY = "kvroute:replicas"     # sorted set: replica id -> when it last published (ms)
+# a replica silent this long leaves the set (its hashes expired long before; the margin
+# covers clocks that disagree between hosts)
+REPLICA_FORGET_MS = 600_000
 RESPONSE_PREFIX = "kvroute:response:"
 CLOSE_TIMEOUT_S = 2.0
 
@@ -97,11 +109,13 @@ class RedisStateStore:
         self._response_ttl_s = int(response_ttl_s)
         self.replica_id = replica_id
         self._key = KEY_PREFIX + replica_id
+        self._usage_key = USAGE_PREFIX + replica_id
         self._interval = sync_interval_s
         self._ttl_ms = int(1000 * (ttl_s if ttl_s is not None else max(1.0, 10 * sync_interval_s)))
         self._local = InflightTracker()
         self._workers: set[str] = set()      # workers this replica has dispatched to
         self._merged = MergedInflight(self._local)
+        self._usage = TenantUsage()
         self._client: Any = None
         self._task: asyncio.Task[None] | None = None
         self._degraded = False
@@ -110,6 +124,10 @@ class RedisStateStore:
     @property
     def inflight(self) -> MergedInflight:
         return self._merged
+
+    @property
+    def usage(self) -> TenantUsage:
+        return self._usage
 
     @property
     def degraded(self) -> bool:
@@ -128,7 +146,7 @@ class RedisStateStore:
             await cancel_and_wait(self._task)
         if self._client is not None:
             with contextlib.suppress(RedisError, OSError, TimeoutError):
-                await asyncio.wait_for(self._client.delete(self._key), CLOSE_TIMEOUT_S)
+                await asyncio.wait_for(self._withdraw(), CLOSE_TIMEOUT_S)
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await asyncio.wait_for(self._client.aclose(), CLOSE_TIMEOUT_S)
 
@@ -179,36 +197,55 @@ class RedisStateStore:
     async def sync_once(self) -> None:
         """Publish this replica's counts and read everyone else's."""
         try:
-            await self._publish()
-            self.inflight.remote = await self._read_others()
+            others = await self._publish()
+            self.inflight.remote, self._usage.remote = await self._read(others)
         except (RedisError, OSError) as exc:
             self._lost_redis(exc)
             self.inflight.remote = {}
+            self._usage.remote = {}
             return
         if self._degraded:
             log.info("redis %s reachable again: sharing state", self._shown)
         self._degraded = False
 
-    async def _publish(self) -> None:
-        fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
+    async def _withdraw(self) -> None:
         async with self._client.pipeline(transaction=True) as pipe:
-            pipe.delete(self._key)
+            pipe.delete(self._key, self._usage_key)
+            pipe.zrem(REPLICAS_KEY, self.replica_id)
+            await pipe.execute()
+
+    async def _publish(self) -> list[str]:
+        """Publish this replica's counts; returns the other replicas alive."""
+        fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
+        usage = {key: f"{requests},{tokens}" for key, (requests, tokens)
+                 in self._usage.published(time.monotonic()).items()}
+        now_ms = int(time.time() * 1000)
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.delete(self._key, self._usage_key)
             if fields:
                 pipe.hset(self._key, mapping=fields)
                 pipe.pexpire(self._key, self._ttl_ms)
-            await pipe.execute()
+            if usage:
+                pipe.hset(self._usage_key, mapping=usage)
+                pipe.pexpire(self._usage_key, self._ttl_ms)
+            pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms})
+            pipe.zremrangebyscore(REPLICAS_KEY, "-inf", now_ms - REPLICA_FORGET_MS)
+            pipe.zrange(REPLICAS_KEY, 0, -1)
+            replies = await pipe.execute()
+        return [r for r in replies[-1] if r != self.replica_id]
 
-    async def _read_others(self) -> dict[str, WorkerInflight]:
-        keys = [k async for k in self._client.scan_iter(match=KEY_PREFIX + "*", count=100)
-                if k != self._key]
-        if not keys:
-            return {}
+    async def _read(self, others: list[str]) -> tuple[dict[str, WorkerInflight],
+                                                        dict[str, tuple[int, int]]]:
+        """The other replicas' in-flight counts by worker and budgets' usage by key."""
+        if not others:
+            return {}, {}
         async with self._client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.hgetall(key)
+            for replica in others:
+                pipe.hgetall(KEY_PREFIX + replica)
+                pipe.hgetall(USAGE_PREFIX + replica)
             tables = await pipe.execute()
         totals: dict[str, WorkerInflight] = {}
-        for table in tables:
+        for table in tables[0::2]:
             for worker, raw in table.items():
                 try:
                     entry = _decode(raw)
@@ -219,4 +256,13 @@ class RedisStateStore:
                 total.prefill_tokens += entry.prefill_tokens
                 total.decode_tokens += entry.decode_tokens
                 total.dispatched_since_scrape += entry.dispatched_since_scrape
-        return totals
+        usage: dict[str, tuple[int, int]] = {}
+        for table in tables[1::2]:
+            for key, raw in table.items():
+                try:
+                    requests, tokens = (int(x) for x in raw.split(","))
+                except ValueError:
+                    continue
+                known = usage.get(key, (0, 0))
+                usage[key] = (known[0] + requests, known[1] + tokens)
+        return totals, usage

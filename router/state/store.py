@@ -14,15 +14,21 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from router.admission.usage import TenantUsage
 from workers.registry import InflightSource
 
 
 class StateStore(Protocol):
-    """In-flight counters (and, later, prefix index, ejections, budgets, sessions)."""
+    """In-flight counters, tenant budgets' usage and Responses API owners."""
 
     @property
     def inflight(self) -> InflightSource:
         """The counts the worker registry builds views from."""
+        ...
+
+    @property
+    def usage(self) -> TenantUsage:
+        """What each tenant budget spent over the last minute (``router.admission``)."""
         ...
 
     @property

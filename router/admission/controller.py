@@ -1,0 +1,143 @@
+"""Admission: whether a request may go on, before anything is spent routing it.
+
+``Admission.admit`` applies the routing file's ``admission:`` section in force
+(``policies.admission.section``) to one request:
+
+1. its tenant's budget (the listed tenant's own, else the shared ``other_tenants`` one): a
+   budget whose requests or tokens over the last minute reached its limit refuses the
+   request, 429 with ``Retry-After`` (``RequestRateLimited`` / ``TokenRateLimited``);
+2. the in-flight limit: over ``max_in_flight`` the request waits its turn by the budget's
+   ``priority`` (``router.admission.gate``); a full queue or a wait over ``wait_timeout_s``
+   is answered 503 with ``Retry-After`` (``Overloaded``);
+3. once through, the budget is checked again (others spent it while this one waited) and
+   charged one request.
+
+The request's tokens are charged as they become known: its prompt as the router counted it
+(``charge_prompt``, after the producers), then at the end the difference to what the
+worker reported, plus the completion (``finish``): a budget counts the tokens served. Every
+request holds its ``AdmissionTicket`` until ``finish``, which frees its slot. Budgets are
+counted in a ``TenantUsage`` the state store shares between replicas.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from policies.admission.section import AdmissionSection, TenantBudget
+from router.admission.gate import ConcurrencyGate, GateFull, GateTimeout
+from router.admission.usage import OTHER, TenantUsage
+from router.errors import Overloaded, RateLimited, RequestRateLimited, TokenRateLimited
+from router.metrics import RouterMetrics
+
+# Retry-After of a 503 for a full queue or a timed-out wait: long enough for a slot to free
+OVERLOADED_RETRY_AFTER_S = 1
+
+
+@dataclass(slots=True)
+class AdmissionTicket:
+    """One admitted request: the budget it spends (None: unlimited) and what it charged."""
+
+    usage_key: str | None
+    waited_s: float = 0.0        # time spent waiting for an in-flight slot
+    tokens_charged: int = 0
+    tokens_served: int = 0       # prompt + completion of the attempts the workers answered
+
+
+class Admission:
+    """Applies the admission section in force; holds the gate and the budgets' usage."""
+
+    __slots__ = ("_clock", "_metrics", "gate", "usage")
+
+    def __init__(self, usage: TenantUsage, metrics: RouterMetrics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.usage = usage
+        self.gate = ConcurrencyGate()
+        self._metrics = metrics
+        self._clock = clock
+        metrics.watch_admission(lambda: self.gate.in_flight, lambda: self.gate.waiting)
+
+    async def admit(self, section: AdmissionSection | None, tenant: str | None,
+                    model: str) -> AdmissionTicket:
+        """Let the request on, or raise ``RateLimited`` / ``Overloaded`` (``model``: the
+        request's model as metrics may label it)."""
+        if section is None:
+            await self.gate.enter(0, 0, 1.0)      # counted in flight; no limit
+            return AdmissionTicket(None)
+        key = section.budget_key(tenant)
+        budget = section.budget(key)
+        usage_key = (OTHER if key is None else key) if budget.limited else None
+        if usage_key is not None:
+            self._check(budget, usage_key, key, tenant, model)
+        try:
+            waited = await self.gate.enter(section.max_in_flight, section.max_waiting,
+                                           section.wait_timeout_s, budget.priority)
+        except GateFull:
+            self._metrics.record_admission_rejection("queue_full", tenant, model,
+                                                     Overloaded.status)
+            raise Overloaded(
+                f"The router is serving as many requests as it may ({section.max_in_flight}) "
+                f"and {section.max_waiting} more are waiting: try again later.",
+                headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)}) from None
+        except GateTimeout:
+            self._metrics.record_admission_rejection("wait_timeout", tenant, model,
+                                                     Overloaded.status)
+            raise Overloaded(
+                f"The request waited {section.wait_timeout_s:g} s for one of the router's "
+                f"{section.max_in_flight} in-flight slots: try again later.",
+                headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)}) from None
+        if usage_key is not None:
+            if waited > 0:
+                try:
+                    self._check(budget, usage_key, key, tenant, model)
+                except RateLimited:
+                    self.gate.leave()
+                    raise
+            self.usage.add(usage_key, self._clock(), requests=1)
+        if section.max_in_flight > 0:
+            self._metrics.admission_wait.observe(waited)
+        return AdmissionTicket(usage_key, waited)
+
+    def charge_prompt(self, ticket: AdmissionTicket, prompt_tokens: int) -> None:
+        """Charge the prompt's tokens as the router counted them (before it is served)."""
+        if ticket.usage_key is not None and prompt_tokens > 0:
+            self.usage.add(ticket.usage_key, self._clock(), tokens=prompt_tokens)
+            ticket.tokens_charged += prompt_tokens
+
+    def finish(self, ticket: AdmissionTicket) -> None:
+        """The request is over: settle its tokens with what the workers served, free its
+        slot."""
+        self.gate.leave()
+        if ticket.usage_key is not None and ticket.tokens_served != ticket.tokens_charged:
+            self.usage.add(ticket.usage_key, self._clock(),
+                           tokens=ticket.tokens_served - ticket.tokens_charged)
+
+    def _check(self, budget: TenantBudget, usage_key: str, key: str | None,
+               tenant: str | None, model: str) -> None:
+        now = self._clock()
+        requests, tokens = self.usage.totals(usage_key, now)
+        over_requests = (budget.requests_per_minute is not None
+                         and requests >= budget.requests_per_minute)
+        over_tokens = budget.tokens_per_minute is not None and tokens >= budget.tokens_per_minute
+        if not over_requests and not over_tokens:
+            return
+        wait = self.usage.seconds_until(usage_key, now, budget.requests_per_minute,
+                                        budget.tokens_per_minute)
+        whose = f"tenant `{key}`" if key is not None else "tenants without a budget of their own"
+        error: type[RateLimited]
+        if over_requests:
+            limit, used, unit, error = (budget.requests_per_minute, requests, "requests",
+                                        RequestRateLimited)
+        else:
+            limit, used, unit, error = (budget.tokens_per_minute, tokens, "tokens",
+                                        TokenRateLimited)
+        assert limit is not None
+        reason = f"{unit}_per_minute"
+        self._metrics.record_admission_rejection(reason, tenant, model, error.status)
+        raise error(
+            f"Rate limit reached for {whose} on {unit} per minute: limit {limit}, used "
+            f"{used}. Please try again in {wait}s.",
+            headers={"Retry-After": str(wait), f"x-ratelimit-limit-{unit}": str(limit),
+                     f"x-ratelimit-remaining-{unit}": str(max(0, limit - used)),
+                     f"x-ratelimit-reset-{unit}": f"{wait}s"})

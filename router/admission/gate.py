@@ -1,0 +1,84 @@
+"""The in-flight limit: at most ``limit`` requests pass at once; the others wait in order.
+
+``ConcurrencyGate.enter`` lets a request through while fewer than ``limit`` are in flight,
+and otherwise queues it: highest priority first, first come first served within a priority.
+A request that finds ``max_waiting`` already waiting is refused at once (``GateFull``); one
+that waits ``timeout_s`` is refused then (``GateTimeout``). ``leave`` hands the freed slot
+to the next waiter. A waiter whose client goes away (its task cancelled) leaves the queue,
+and a slot handed to it in that same instant is passed on, so no slot is ever lost.
+
+The limit is given with every ``enter`` (the routing file may change it on reload); raising
+it, or setting it to 0 (no limit), lets waiters through at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+
+
+class GateFull(Exception):
+    """``max_waiting`` requests were already waiting."""
+
+
+class GateTimeout(Exception):
+    """The request waited ``timeout_s`` without a slot."""
+
+
+class ConcurrencyGate:
+    """Counts the requests in flight and queues the ones over the limit."""
+
+    __slots__ = ("_heap", "_order", "in_flight", "limit", "waiting")
+
+    def __init__(self) -> None:
+        # (-priority, arrival order, future): a done future is a waiter that left
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self.in_flight = 0
+        self.waiting = 0
+        self.limit = 0            # 0: no limit
+
+    async def enter(self, limit: int, max_waiting: int, timeout_s: float,
+                    priority: int = 0) -> float:
+        """Take a slot (waiting for one if need be); returns the seconds waited."""
+        self.limit = limit
+        self._hand_over()          # the limit may have risen since the last call
+        if limit <= 0 or (self.in_flight < limit and self.waiting == 0):
+            self.in_flight += 1
+            return 0.0
+        if self.waiting >= max_waiting:
+            raise GateFull
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        granted: asyncio.Future[None] = loop.create_future()
+        heapq.heappush(self._heap, (-priority, next(self._order), granted))
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(granted)
+        except BaseException as exc:
+            if granted.done() and not granted.cancelled():
+                self.leave()           # handed a slot as it gave up: pass it on
+            else:
+                granted.cancel()       # stays in the heap, skipped when its turn comes
+                self.waiting -= 1
+            if isinstance(exc, TimeoutError):
+                raise GateTimeout from None
+            raise
+        return loop.time() - started
+
+    def leave(self) -> None:
+        """Give back a slot taken by ``enter``."""
+        self.in_flight -= 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        heap = self._heap
+        while heap and (self.limit <= 0 or self.in_flight < self.limit):
+            _, _, granted = heapq.heappop(heap)
+            if granted.done():            # left the queue before its turn
+                continue
+            granted.set_result(None)
+            self.waiting -= 1
+            self.in_flight += 1

@@ -1,0 +1,150 @@
+"""Admission applied to requests (a fake clock, the gate and the usage for real): budgets
+refuse with OpenAI's 429 and its headers, tokens are charged as the router counts them and
+settled with what the workers served, the shared budget of unlisted tenants, a budget
+spent by others while a request waited, and every refusal counted."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from policies.admission.section import AdmissionSection, TenantBudget
+from router.admission.controller import Admission
+from router.admission.usage import OTHER, TenantUsage
+from router.errors import Overloaded, RequestRateLimited, TokenRateLimited
+from router.metrics import RouterMetrics
+
+MODEL = "m"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _admission() -> tuple[Admission, RouterMetrics, Clock]:
+    metrics, clock = RouterMetrics(), Clock()
+    return Admission(TenantUsage(), metrics, clock), metrics, clock
+
+
+def _rejections(metrics: RouterMetrics, reason: str, tenant: str) -> float:
+    value = metrics.registry.get_sample_value("kvroute_admission_rejections_total",
+                                              {"reason": reason, "tenant": tenant})
+    return value or 0.0
+
+
+async def test_without_a_section_everything_passes_and_is_counted_in_flight() -> None:
+    admission, metrics, _ = _admission()
+    tickets = [await admission.admit(None, "acme", MODEL) for _ in range(50)]
+    assert metrics.registry.get_sample_value("kvroute_admission_in_flight") == 50
+    for ticket in tickets:
+        admission.charge_prompt(ticket, 100)
+        admission.finish(ticket)
+    assert metrics.registry.get_sample_value("kvroute_admission_in_flight") == 0
+    assert len(admission.usage) == 0           # nothing limited, nothing counted
+
+
+async def test_requests_per_minute_refuses_with_retry_after() -> None:
+    admission, metrics, clock = _admission()
+    section = AdmissionSection(tenants={"acme": TenantBudget(requests_per_minute=3)})
+    for _ in range(3):
+        admission.finish(await admission.admit(section, "acme", MODEL))
+        clock.now += 10
+    with pytest.raises(RequestRateLimited) as raised:
+        await admission.admit(section, "acme", MODEL)
+    error = raised.value
+    assert error.status == 429
+    body = orjson.loads(error.body())["error"]
+    assert (body["type"], body["code"]) == ("requests", "rate_limit_exceeded")
+    assert "tenant `acme`" in body["message"] and "limit 3, used 3" in body["message"]
+    # the first request (at 1000) leaves the window at 1060, 30 s after now (1030)
+    assert error.headers["Retry-After"] == "30"
+    assert error.headers["x-ratelimit-limit-requests"] == "3"
+    assert error.headers["x-ratelimit-remaining-requests"] == "0"
+    assert _rejections(metrics, "requests_per_minute", "acme") == 1
+    assert metrics.registry.get_sample_value(
+        "kvroute_requests_total", {"model": MODEL, "worker": "", "gpu": "", "profile": "none",
+                                   "status": "429"}) == 1
+    clock.now += 30
+    admission.finish(await admission.admit(section, "acme", MODEL))   # back under it
+    # another tenant is not held back by acme's budget
+    admission.finish(await admission.admit(section, "globex", MODEL))
+
+
+async def test_tokens_are_charged_then_settled_with_what_was_served() -> None:
+    admission, _, clock = _admission()
+    section = AdmissionSection(tenants={"acme": TenantBudget(tokens_per_minute=1000)})
+    ticket = await admission.admit(section, "acme", MODEL)
+    admission.charge_prompt(ticket, 600)           # the router's own count of the prompt
+    assert admission.usage.totals("acme", clock.now) == (1, 600)
+    ticket.tokens_served = 590 + 300               # the worker's prompt and completion
+    admission.finish(ticket)
+    assert admission.usage.totals("acme", clock.now) == (1, 890)
+    ticket = await admission.admit(section, "acme", MODEL)    # 890 < 1000: still admitted
+    admission.charge_prompt(ticket, 200)
+    admission.finish(ticket)                       # it failed: nothing served, refunded
+    assert admission.usage.totals("acme", clock.now) == (2, 890)
+    ticket = await admission.admit(section, "acme", MODEL)
+    ticket.tokens_served = 500                     # served past the budget: a debt
+    admission.finish(ticket)
+    with pytest.raises(TokenRateLimited) as raised:
+        await admission.admit(section, "acme", MODEL)
+    body = orjson.loads(raised.value.body())["error"]
+    assert body["type"] == "tokens" and "used 1390" in body["message"]
+    assert raised.value.headers["x-ratelimit-remaining-tokens"] == "0"
+    assert raised.value.headers["Retry-After"] == "60"
+
+
+async def test_unlisted_tenants_share_one_budget() -> None:
+    admission, metrics, _ = _admission()
+    section = AdmissionSection(tenants={"acme": TenantBudget()},
+                               other_tenants=TenantBudget(requests_per_minute=2))
+    admission.finish(await admission.admit(section, "globex", MODEL))
+    admission.finish(await admission.admit(section, None, MODEL))
+    with pytest.raises(RequestRateLimited) as raised:
+        await admission.admit(section, "initech", MODEL)
+    assert "tenants without a budget of their own" in raised.value.message
+    assert admission.usage.totals(OTHER, 1000.0) == (2, 0)
+    assert _rejections(metrics, "requests_per_minute", "initech") == 1
+    for _ in range(5):                         # acme is listed, without a limit
+        admission.finish(await admission.admit(section, "acme", MODEL))
+
+
+async def test_a_budget_spent_while_a_request_waited_refuses_it_and_frees_the_slot() -> None:
+    admission, _, _ = _admission()
+    section = AdmissionSection(max_in_flight=1,
+                               tenants={"acme": TenantBudget(requests_per_minute=2)})
+    first = await admission.admit(section, "acme", MODEL)
+    waiting = asyncio.create_task(admission.admit(section, "acme", MODEL))
+    await asyncio.sleep(0.01)
+    admission.usage.remote = {"acme": (5, 0)}      # another replica spent it meanwhile
+    admission.finish(first)
+    with pytest.raises(RequestRateLimited):
+        await waiting
+    assert (admission.gate.in_flight, admission.gate.waiting) == (0, 0)
+
+
+async def test_the_queue_full_and_a_wait_too_long_are_503_with_retry_after() -> None:
+    admission, metrics, _ = _admission()
+    section = AdmissionSection(max_in_flight=1, max_waiting=1, wait_timeout_s=0.05)
+    first = await admission.admit(section, "acme", MODEL)
+    waiting = asyncio.create_task(admission.admit(section, "acme", MODEL))
+    await asyncio.sleep(0)
+    with pytest.raises(Overloaded) as full:
+        await admission.admit(section, "acme", MODEL)
+    with pytest.raises(Overloaded) as late:
+        await waiting
+    for error in (full.value, late.value):
+        assert error.status == 503 and error.headers["Retry-After"] == "1"
+        assert orjson.loads(error.body())["error"]["code"] == "overloaded"
+    assert "2 more are waiting" not in full.value.message and "1 more" in full.value.message
+    assert "waited 0.05 s" in late.value.message
+    assert _rejections(metrics, "queue_full", "acme") == 1
+    assert _rejections(metrics, "wait_timeout", "acme") == 1
+    admission.finish(first)
+    assert admission.gate.in_flight == 0

@@ -1,0 +1,88 @@
+"""Budgets' usage over the last minute: slots expire a minute after they were written, the
+totals follow, the time until a budget is back under its limit, and what is published to
+the other replicas (and read back from them)."""
+
+from __future__ import annotations
+
+import random
+
+from router.admission.usage import WINDOW_S, TenantUsage, UsageWindow
+
+
+def test_counts_leave_the_window_a_minute_after_they_were_made() -> None:
+    window = UsageWindow()
+    window.add(100.2, requests=1, tokens=10)
+    window.add(130.9, requests=2, tokens=5)
+    assert window.totals(130.9) == (3, 15)
+    assert window.totals(159.99) == (3, 15)     # second 100 is still inside [100, 159]
+    assert window.totals(160.0) == (2, 5)       # second 100 left
+    assert window.totals(190.5) == (0, 0)
+    assert window.totals(10_000.0) == (0, 0)    # a long silence clears everything at once
+
+
+def test_totals_match_a_plain_count_of_the_last_minute() -> None:
+    rng = random.Random(7)
+    window = UsageWindow()
+    events: list[tuple[float, int, int]] = []
+    now = 0.0
+    for _ in range(3000):
+        now += rng.expovariate(20.0) if rng.random() < 0.97 else rng.uniform(0, 90)
+        requests, tokens = rng.randint(0, 2), rng.randint(-5, 500)
+        window.add(now, requests, tokens)
+        events.append((now, requests, tokens))
+        second = int(now)
+        inside = [e for e in events if int(e[0]) > second - WINDOW_S]
+        assert window.totals(now) == (sum(e[1] for e in inside), sum(e[2] for e in inside))
+
+
+def test_left_after_says_what_remains_as_the_old_slots_expire() -> None:
+    window = UsageWindow()
+    window.add(0.5, requests=3, tokens=30)
+    window.add(20.5, requests=1, tokens=10)
+    assert window.left_after(30.0, 1) == (4, 40)
+    assert window.left_after(30.0, 29) == (4, 40)
+    assert window.left_after(30.0, 30) == (1, 10)     # second 0 leaves at 60
+    assert window.left_after(30.0, 49) == (1, 10)
+    assert window.left_after(30.0, 50) == (0, 0)      # second 20 at 80
+
+
+def test_seconds_until_a_budget_is_under_its_limit() -> None:
+    usage = TenantUsage()
+    usage.add("acme", 10.0, requests=5)
+    usage.add("acme", 40.0, requests=5)
+    # 10 requests, limit 10: the five of second 10 leave at 70, 30 s after 40
+    assert usage.seconds_until("acme", 40.0, 10, None) == 30
+    # limit 6: the same slot has to go
+    assert usage.seconds_until("acme", 40.0, 6, None) == 30
+    # limit 5: the second slot must go too (at 100)
+    assert usage.seconds_until("acme", 40.0, 5, None) == WINDOW_S
+    usage.add("acme", 40.0, tokens=1000)
+    assert usage.seconds_until("acme", 40.0, None, 2000) == 1   # already under it
+    assert usage.seconds_until("nobody", 40.0, 1, 1) == 1
+
+
+def test_other_replicas_count_and_fade_evenly() -> None:
+    usage = TenantUsage()
+    usage.add("acme", 0.0, requests=2)
+    usage.remote = {"acme": (8, 100)}
+    assert usage.totals("acme", 0.0) == (10, 100)
+    assert usage.totals("globex", 0.0) == (0, 0)
+    usage.remote = {"globex": (3, 0)}
+    assert usage.totals("globex", 0.0) == (3, 0)
+    # only the others' 30 requests: under 15 once half of them faded, after 30 s
+    usage.remote = {"initech": (30, 0)}
+    assert usage.seconds_until("initech", 0.0, 15, None) == 31
+
+
+def test_published_totals_drop_the_windows_that_emptied() -> None:
+    usage = TenantUsage()
+    usage.add("acme", 0.0, requests=1, tokens=7)
+    usage.add("*", 30.0, requests=1)
+    assert usage.published(30.0) == {"acme": (1, 7), "*": (1, 0)}
+    assert len(usage) == 2
+    assert usage.published(61.0) == {"*": (1, 0)}
+    assert len(usage) == 1
+    usage.add("*", 62.0, tokens=5)
+    usage.add("*", 62.0, tokens=-5)           # a refund that cancels the charge
+    assert usage.published(95.0) == {}
+    assert len(usage) == 0
