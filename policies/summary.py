@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 
+from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
+from policies.admission.section import AdmissionSection
 from policies.base import ROUTED_PATHS, RUNNER_OF_PATH
 from policies.config import RoutingConfig
 
@@ -15,7 +17,19 @@ def summarize(routing: RoutingConfig) -> str:
         for name, p in routing.profiles.items())
     producers = ", ".join(spec.type for spec in routing.producers) or "none"
     return (f"{len(routing.profiles)} profile(s): {profiles}; {len(routing.rules)} rule(s); "
-            f"default profile {routing.default_profile}; producers: {producers}")
+            f"default profile {routing.default_profile}; producers: {producers}"
+            + _admission(routing))
+
+
+def _admission(routing: RoutingConfig) -> str:
+    section = routing.section(ADMISSION_SECTION)
+    if not isinstance(section, AdmissionSection):
+        return ""
+    limit = (f"at most {section.max_in_flight} in flight, {section.max_waiting} waiting"
+             if section.max_in_flight else "no in-flight limit")
+    budgets = sum(budget.limited for budget in section.tenants.values())
+    other = "limited" if section.other_tenants.limited else "unlimited"
+    return f"; admission: {limit}, {budgets} tenant budget(s), other tenants {other}"
 
 
 def warnings(routing: RoutingConfig,

@@ -112,3 +112,21 @@ def test_a_fleet_that_serve_would_refuse_here_is_a_warning(
     monkeypatch.setenv("VALIDATE_TEST_KEY", "sk-x")
     assert main(["validate", str(routing), "--fleet", str(fleet)]) == 0
     assert "api_key_env" not in capsys.readouterr().err
+
+
+def test_the_admission_section_is_checked_and_summarised(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "routing.yaml"
+    base = (ROOT / "config" / "routing.yaml").read_text()
+    path.write_text(base + "admission:\n  max_in_flight: 64\n  tenants:\n"
+                    "    acme: {requests_per_minute: 600}\n    gold: {priority: 3}\n"
+                    "  other_tenants: {tokens_per_minute: 100000}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out.endswith(
+        "; admission: at most 64 in flight, 1024 waiting, 1 tenant budget(s), other tenants "
+        "limited\n")
+    path.write_text(base + "admission:\n  tenants:\n    acme: {requests_per_minute: -1}\n")
+    assert main(["validate", str(path)]) == 1
+    assert capsys.readouterr().err == (
+        f"{path}: invalid: admission.tenants.acme.requests_per_minute: must be >= 1 (leave it "
+        "out for no limit)\n")

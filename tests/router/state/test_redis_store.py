@@ -10,10 +10,12 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 
 import pytest
+import redis.asyncio as redis
 
-from router.state.redis_store import RedisStateStore, shown_url
+from router.state.redis_store import REPLICAS_KEY, RedisStateStore, shown_url
 from tests.router.redis_support import start_redis
 from workers.emulator.process import free_port
 
@@ -208,3 +210,52 @@ async def test_a_redis_restarted_on_its_address_is_shared_again() -> None:
             if started.poll() is None:
                 os.kill(started.pid, signal.SIGTERM)
                 started.wait(timeout=10)
+
+
+async def test_replicas_share_the_budgets_usage(redis_url: str) -> None:
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    await one.start()
+    await two.start()
+    try:
+        now = time.monotonic()
+        one.usage.add("acme", now, requests=2, tokens=300)
+        two.usage.add("acme", now, requests=1, tokens=50)
+        two.usage.add("*", now, requests=4)
+        await one.sync_once()
+        await two.sync_once()
+        await one.sync_once()
+        assert one.usage.totals("acme", now) == (3, 350)
+        assert two.usage.totals("acme", now) == (3, 350)
+        assert one.usage.totals("*", now) == (4, 0)
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        assert sorted(await client.zrange(REPLICAS_KEY, 0, -1)) == ["r1", "r2"]
+        await client.aclose()
+        await two.close()                 # a replica that stops takes its usage away
+        await one.sync_once()
+        assert one.usage.totals("acme", now) == (2, 300)
+        assert one.usage.remote == {}
+    finally:
+        await one.close()
+        await two.close()
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert await client.zrange(REPLICAS_KEY, 0, -1) == []
+    await client.aclose()
+
+
+async def test_a_dead_replicas_usage_expires(redis_url: str) -> None:
+    dead = RedisStateStore(redis_url, "dead", sync_interval_s=60, ttl_s=0.2)
+    alive = RedisStateStore(redis_url, "alive", sync_interval_s=60)
+    await dead.start()
+    await alive.start()
+    try:
+        dead.usage.add("acme", time.monotonic(), requests=5)
+        await dead.sync_once()           # then never again, as if the process died
+        await alive.sync_once()
+        assert alive.usage.totals("acme", time.monotonic())[0] == 5
+        await asyncio.sleep(0.3)
+        await alive.sync_once()
+        assert alive.usage.totals("acme", time.monotonic())[0] == 0
+    finally:
+        await alive.close()
+        await dead.close()

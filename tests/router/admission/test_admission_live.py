@@ -1,0 +1,191 @@
+"""Admission in a running router, over emulated workers on loopback: the official clients
+see a spent budget as their own ``RateLimitError`` (OpenAI's and Anthropic's shapes), a
+tokens budget counts what the worker served, the in-flight limit lets waiters on by
+priority and holds a stream's slot to its end, a full queue is 503, a waiter whose client
+leaves frees its place, a reload changes the limits, and two routers share a budget
+through Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from functools import partial
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+
+from router.keys import STORE
+from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, RouterHandle, subset
+from workers.fleet import FleetConfig
+
+pytestmark = pytest.mark.integration
+
+DEFAULT = (REPO_ROOT / "config/routing.yaml").read_text()
+
+
+def _routing(admission: str) -> str:
+    return DEFAULT + "admission:\n" + "".join(f"  {line}\n" for line in admission.splitlines())
+
+
+def _openai(router: RouterHandle, tenant: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0,
+                              default_headers={"x-tenant": tenant})
+
+
+async def _complete(session: aiohttp.ClientSession, router: RouterHandle, tenant: str,
+                    max_tokens: int = 2, stream: bool = False) -> tuple[int, dict[str, str], str]:
+    async with session.post(f"{router.url}/v1/completions", headers={"x-tenant": tenant},
+                            json={"model": MODEL, "prompt": "Once upon a time",
+                                  "max_tokens": max_tokens, "stream": stream}) as response:
+        return response.status, dict(response.headers), await response.text()
+
+
+def _waiting(router: RouterHandle, count: int) -> bool:
+    return router.metric("kvroute_admission_waiting") == count
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.02)
+
+
+async def test_a_spent_budget_is_the_clients_rate_limit_error(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), _routing(
+        "tenants:\n  acme: {requests_per_minute: 2}"))
+    acme, globex = _openai(router, "acme"), _openai(router, "globex")
+    for _ in range(2):
+        await acme.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    with pytest.raises(openai.RateLimitError) as raised:
+        await acme.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert raised.value.status_code == 429
+    assert raised.value.code == "rate_limit_exceeded"
+    assert 55 <= int(raised.value.response.headers["retry-after"]) <= 60
+    assert raised.value.response.headers["x-kvroute-worker"] == "none"
+    # another tenant is served, and so are the Messages API's clients until theirs is spent
+    await globex.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    claude = anthropic.AsyncAnthropic(base_url=router.url, api_key="unused", max_retries=0,
+                                      default_headers={"x-tenant": "acme"})
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        await claude.messages.create(model=MODEL, max_tokens=2,
+                                     messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.body["error"]["type"] == "rate_limit_error"       # type: ignore[index]
+    assert router.metric("kvroute_admission_rejections_total", reason="requests_per_minute",
+                         tenant="acme") == 2
+    assert router.metric("kvroute_requests_total", model=MODEL, worker="", gpu="",
+                         profile="none", status="429") == 2
+
+
+async def test_a_tokens_budget_counts_what_the_worker_served(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), _routing(
+        "tenants:\n  acme: {tokens_per_minute: 60}"))
+    client = _openai(router, "acme")
+    answer = await client.completions.create(model=MODEL, prompt="Once upon a time",
+                                             max_tokens=20)
+    assert answer.usage is not None
+    served = answer.usage.prompt_tokens + answer.usage.completion_tokens
+    assert router.app[STORE].usage.totals("acme", time.monotonic()) == (1, served)
+    streamed = await client.completions.create(model=MODEL, prompt="Once upon a time",
+                                               max_tokens=40, stream=True)
+    async for _ in streamed:
+        pass
+    spent = router.app[STORE].usage.totals("acme", time.monotonic())[1]
+    assert spent == served + answer.usage.prompt_tokens + 40 > 60     # a stream counts too
+    with pytest.raises(openai.RateLimitError) as raised:
+        await client.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=2)
+    assert raised.value.response.headers["x-ratelimit-limit-tokens"] == "60"
+    assert f"used {spent}" in str(raised.value)
+
+
+async def test_waiters_go_on_by_priority_and_a_stream_holds_its_slot_to_the_end(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["slow"]), _routing(
+        "max_in_flight: 1\ntenants:\n  gold: {priority: 5}\n  batch: {priority: -1}"))
+    finished: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        async def one(name: str, tenant: str, max_tokens: int = 3, stream: bool = False) -> None:
+            status, _, body = await _complete(session, router, tenant, max_tokens, stream)
+            assert status == 200, body
+            finished.append(name)
+
+        holder = asyncio.create_task(one("holder", "anyone", 40, stream=True))
+        await _until(lambda: router.metric("kvroute_admission_in_flight") == 1, "no stream")
+        tasks = []
+        for name, tenant in [("batch", "batch"), ("plain-1", "x"), ("gold", "gold"),
+                             ("plain-2", "y")]:
+            tasks.append(asyncio.create_task(one(name, tenant)))
+            await _until(partial(_waiting, router, len(tasks)), "not waiting")
+        assert finished == []          # the stream still holds the one slot
+        await asyncio.gather(holder, *tasks)
+    assert finished == ["holder", "gold", "plain-1", "plain-2", "batch"]
+    assert router.metric("kvroute_admission_wait_seconds_count") == 5
+    assert router.metric("kvroute_admission_in_flight") == 0
+
+
+async def test_a_full_queue_is_503_and_a_client_that_leaves_frees_its_place(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["slow"]), _routing(
+        "max_in_flight: 1\nmax_waiting: 1\nwait_timeout_s: 0.3"))
+    async with aiohttp.ClientSession() as session:
+        holder = asyncio.create_task(_complete(session, router, "a", 60))
+        await _until(lambda: router.metric("kvroute_admission_in_flight") == 1, "no holder")
+        leaving = asyncio.create_task(_complete(session, router, "b"))
+        await _until(lambda: router.metric("kvroute_admission_waiting") == 1, "not waiting")
+        status, headers, body = await _complete(session, router, "c")
+        assert (status, headers["Retry-After"]) == (503, "1") and "overloaded" in body
+        leaving.cancel()                  # the client goes away while it waits
+        await _until(lambda: router.metric("kvroute_admission_waiting") == 0, "still queued")
+        status, _, body = await _complete(session, router, "d")     # waits 0.3 s, then 503
+        assert status == 503 and "waited 0.3 s" in body
+        assert (await holder)[0] == 200
+        assert (await _complete(session, router, "e"))[0] == 200    # it keeps serving
+    assert router.metric("kvroute_admission_rejections_total", reason="queue_full",
+                         tenant="c") == 1
+    assert router.metric("kvroute_admission_rejections_total", reason="wait_timeout",
+                         tenant="d") == 1
+    assert router.metric("kvroute_admission_in_flight") == 0
+
+
+async def test_a_reload_changes_the_budgets(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), _routing(
+        "tenants:\n  acme: {requests_per_minute: 1}"), reload_interval_s=0.05)
+    async with aiohttp.ClientSession() as session:
+        assert (await _complete(session, router, "acme"))[0] == 200
+        assert (await _complete(session, router, "acme"))[0] == 429
+        router.routing_path.write_text(_routing("tenants:\n  acme: {requests_per_minute: 3}"))
+        await _until(lambda: router.metric("kvroute_config_reloads_total",
+                                           result="success") >= 1, "no reload")
+        assert [(await _complete(session, router, "acme"))[0] for _ in range(3)] == [
+            200, 200, 429]
+        router.routing_path.write_text(DEFAULT)        # no section: nothing is limited
+        await _until(lambda: router.metric("kvroute_config_reloads_total",
+                                           result="success") >= 2, "no reload")
+        assert (await _complete(session, router, "acme"))[0] == 200
+
+
+async def test_two_routers_share_a_budget_through_redis(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, redis_url: str) -> None:
+    routing = _routing("tenants:\n  acme: {requests_per_minute: 3}")
+    fleet = subset(emulated_fleet, ["h100-fast"])
+    one = await make_router(fleet, routing, redis_url=redis_url, replica_id="one")
+    two = await make_router(fleet, routing, redis_url=redis_url, replica_id="two")
+    async with aiohttp.ClientSession() as session:
+        assert (await _complete(session, one, "acme"))[0] == 200
+        assert (await _complete(session, one, "acme"))[0] == 200
+        await _until(lambda: two.app[STORE].usage.totals("acme", time.monotonic())[0] == 2,
+                     "the other router's requests were not seen")
+        assert (await _complete(session, two, "acme"))[0] == 200
+        await _until(lambda: one.app[STORE].usage.totals("acme", time.monotonic())[0] == 3,
+                     "the other router's requests were not seen")
+        status, _, body = await _complete(session, one, "acme")
+        assert status == 429 and "used 3" in body
