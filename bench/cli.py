@@ -3,8 +3,8 @@
 Sub-commands: ``overhead`` (the router overhead race) and ``replay`` (a trace slice through
 each router in turn), plus ``engine``, ``emulator``, ``decision``, ``semantic``,
 ``block-hashes``, ``tokenize``, ``upstream``, ``prefix-match``, ``decode-guard``,
-``gc-walk``, ``loop-stall``, ``endpoints``, ``ejection`` and ``soak`` when those modules are
-installed (each exposes ``add_arguments(parser)`` and ``run(args) -> int``).
+``gc-walk``, ``loop-stall``, ``endpoints``, ``ejection``, ``soak``, ``admission`` and
+``redis-sync`` when those modules are installed (each exposes ``add_arguments(parser)`` and ``run(args) -> int``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
     ("gc-walk", "bench.gc_walk"),
     ("loop-stall", "bench.loop_stall"),
     ("endpoints", "bench.endpoints"), ("ejection", "bench.ejection"),
-    ("soak", "bench.soak"))
+    ("soak", "bench.soak"), ("admission", "bench.admission"),
+    ("redis-sync", "bench.redis_sync"))
 DEFAULT_OVERHEAD_TARGETS = "direct,kvroute,kvroute-rr,nginx,sglang-router,vllm-router,litellm"
 
 

@@ -111,7 +111,9 @@ def engine_config(info: WorkerInfo, settings: SimulationSettings, index: int) ->
     return EngineConfig(model=info.model_spec, gpu=info.gpu,
                         tensor_parallel=info.tensor_parallel, hash_algo=settings.hash_algo,
                         hash_seed=settings.hash_seed, enable_kv_events=settings.kv_events,
-                        seed=settings.seed + index, num_gpu_blocks=settings.num_gpu_blocks)
+                        seed=settings.seed + index, num_gpu_blocks=settings.num_gpu_blocks,
+                        max_num_seqs=info.max_num_seqs,
+                        max_num_batched_tokens=info.max_num_batched_tokens)
 
 
 def kv_event_settings(settings: SimulationSettings, policy: PolicyEngine) -> SimulationSettings:

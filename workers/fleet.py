@@ -20,11 +20,16 @@ workers:
     api_key_env: VLLM_API_KEY        # optional: the worker was started with --api-key; the
                                      # router sends it the key held by this variable
     launch: {model: /models/llama-3.1-8b}   # optional: how `kvroute launch-vllm` starts it
+    max_num_seqs: 128                # optional: the engine's --max-num-seqs and
+    max_num_batched_tokens: 4096     # --max-num-batched-tokens, when not the GPU's defaults
 ```
 
 ``emulate:`` keys belong to the emulator (``workers.emulator.config``); this module keeps them
 as a mapping and only reads ``port`` and ``host`` to derive the worker URL. ``launch:`` keys
-belong to the vLLM launcher (``workers.launch.settings``) and are kept as a mapping too.
+belong to the vLLM launcher (``workers.launch.settings``) and are kept as a mapping too. The
+engine's batch limits (``max_num_seqs``, ``max_num_batched_tokens``), which the router's time
+estimates and the simulator need, are the entry's own keys, else those of its ``emulate:`` or
+``launch:`` block, else the GPU class's vLLM defaults.
 """
 
 from __future__ import annotations
@@ -47,9 +52,10 @@ class FleetConfigError(ValueError):
     """A fleet file is invalid; the message names the offending field."""
 
 
+_BATCH_LIMITS = ("max_num_seqs", "max_num_batched_tokens")
 _WORKER_KEYS = {"id", "gpu", "models", "model", "labels", "emulate", "url", "kv_events",
                 "tensor_parallel", "price_per_hour", "launch", "api_key_env",
-                "tls_ca_file"}
+                "tls_ca_file", *_BATCH_LIMITS}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODEL_KEYS = {"arch"}
 
@@ -213,13 +219,32 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
                                     or not _ENV_NAME.fullmatch(api_key_env)):
         raise FleetConfigError(f"{where}.api_key_env: must be the name of an environment "
                                f"variable (letters, digits, _), got {api_key_env!r}")
+    limits = _batch_limits(raw, emulate if emulate is not None else launch, where)
     info = WorkerInfo(
         id=wid, url=url.rstrip("/"), gpu=gpu, models=tuple(served), model_spec=spec,
         price_per_hour=price, tensor_parallel=tp, labels=MappingProxyType(labels),
         kv_events_endpoint=kv_events, api_key_env=api_key_env, tls_ca_file=tls_ca_file,
+        max_num_seqs=limits["max_num_seqs"],
+        max_num_batched_tokens=limits["max_num_batched_tokens"],
     )
     return WorkerSpec(info=info, emulate=MappingProxyType(dict(emulate)) if emulate else None,
                       launch=MappingProxyType(dict(launch)) if launch is not None else None)
+
+
+def _batch_limits(raw: Mapping[str, Any], block: Mapping[str, Any] | None,
+                  where: str) -> dict[str, int | None]:
+    """The engine's batch limits: the entry's own keys, else its emulate/launch block's."""
+    limits: dict[str, int | None] = {}
+    for key in _BATCH_LIMITS:
+        value, path = raw.get(key), f"{where}.{key}"
+        if value is None and block is not None:
+            value = block.get(key)
+            path = f"{where}.{'emulate' if 'port' in block else 'launch'}.{key}"
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise FleetConfigError(f"{path}: must be a positive integer, got {value!r}")
+        limits[key] = value
+    return limits
 
 
 def _emulated_kv_events(emulate: Mapping[str, Any], labels: dict[str, str]) -> str | None:

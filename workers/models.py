@@ -34,6 +34,10 @@ class WorkerInfo:
     kv_events_endpoint: str | None = None   # e.g. "tcp://127.0.0.1:5557" when KV events are on
     api_key_env: str | None = None  # environment variable holding the worker's API key
     tls_ca_file: str | None = None  # CA bundle verifying an https:// worker (else the system's)
+    # the engine's batch limits (vLLM --max-num-seqs, --max-num-batched-tokens); None: its
+    # GPU class's vLLM defaults
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,7 +190,8 @@ class TimeEstimator:
     def coefficients(self, info: WorkerInfo) -> StepCoefficients:
         known = self._coefficients.get(info.id)
         if known is None:
-            key = f"{info.gpu!r}|{info.model_spec!r}|{info.tensor_parallel}"
+            key = (f"{info.gpu!r}|{info.model_spec!r}|{info.tensor_parallel}|"
+                   f"{info.max_num_seqs}|{info.max_num_batched_tokens}")
             known = self._coefficients.get(key)
             if known is None:
                 known = self._coefficients[key] = self._source(info)

@@ -107,7 +107,8 @@ def solve_coefficients(timer: StepTimer, max_batched_tokens: int,
 
 def coefficients_for_worker(info: WorkerInfo) -> StepCoefficients:
     """Coefficients of a fleet worker from its GPU profile through the engine's model, with
-    vLLM's batch defaults for that GPU class."""
+    its batch limits (the fleet file's, else vLLM's defaults for its GPU class)."""
     timer = StepTimeModel(info.gpu, info.model_spec, info.tensor_parallel)
-    return solve_coefficients(timer, info.gpu.default_max_num_batched_tokens,
-                              info.gpu.default_max_num_seqs)
+    return solve_coefficients(
+        timer, info.max_num_batched_tokens or info.gpu.default_max_num_batched_tokens,
+        info.max_num_seqs or info.gpu.default_max_num_seqs)

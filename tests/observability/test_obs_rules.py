@@ -29,8 +29,8 @@ def test_promtool_check_rules_passes() -> None:
     result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 19 rules found" in result.stdout
-    assert "SUCCESS: 12 rules found" in result.stdout
+    assert "SUCCESS: 20 rules found" in result.stdout
+    assert "SUCCESS: 13 rules found" in result.stdout
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ def test_alert_tiers() -> None:
         "KvCacheUsageHigh": "warning", "WorkerEjected": "warning",
         "TtftP99AboveBaseline": "warning", "RouterGcPauseShareHigh": "warning",
         "RouterGcPauseLong": "warning", "RoutingConfigRefused": "warning",
-        "WorkerCertificateExpiresSoon": "warning",
+        "WorkerCertificateExpiresSoon": "warning", "RouterShedsLoad": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency"}
@@ -288,6 +288,49 @@ def test_certificate_expiry_fires_a_week_before_and_for_an_expired_one(tmp_path:
                 {"eval_time": "40m", "alertname": "WorkerCertificateExpiresSoon",
                  "exp_alerts": [expiring("w1", "6d 23h 50m 0s"),
                                 expiring("w3", "-30m 0s")]},
+            ],
+        }],
+    })
+
+
+def test_router_sheds_load_fires_after_five_minutes_above_one_percent(tmp_path: Path) -> None:
+    description = (
+        "Its admission.max_in_flight slots stay full and the queue overflows or waits past "
+        "wait_timeout_s. Add workers (and raise max_in_flight with them), or lower the "
+        "budgets of the tenants that fill it (kvroute_admission_wait_seconds, "
+        "kvroute_admission_waiting).\n")
+    requests = "kvroute_requests_total"
+    rejections = "kvroute_admission_rejections_total"
+    _promtool_test(tmp_path, "sheds-load", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                # r1: 100 requests a minute, 5 of them turned away from minute 10 on (5 %)
+                {"series": f'{requests}{{instance="r1", status="200", profile="default"}}',
+                 "values": "0+100x40"},
+                {"series": f'{rejections}{{instance="r1", reason="queue_full", tenant="a"}}',
+                 "values": "0x10 0+5x30"},
+                # r2: the same traffic, 1 in 1,000 turned away: under the threshold
+                {"series": f'{requests}{{instance="r2", status="200", profile="default"}}',
+                 "values": "0+1000x40"},
+                {"series": f'{rejections}{{instance="r2", reason="wait_timeout", tenant="a"}}',
+                 "values": "0+1x40"},
+                # r3: budgets refuse a fifth of its requests: a tenant's limit, not overload
+                {"series": f'{requests}{{instance="r3", status="200", profile="default"}}',
+                 "values": "0+100x40"},
+                {"series": f'{rejections}{{instance="r3", reason="requests_per_minute", '
+                           'tenant="a"}', "values": "0+20x40"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "13m", "alertname": "RouterShedsLoad", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "RouterShedsLoad", "exp_alerts": [
+                    {"exp_labels": {"severity": "warning", "instance": "r1"},
+                     "exp_annotations": {
+                         "summary": "The router at r1 turned away 5% of its requests (503) "
+                                    "for want of an in-flight slot",
+                         "description": description}}]},
             ],
         }],
     })

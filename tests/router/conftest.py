@@ -15,6 +15,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from bench.redis_server import start_redis
 from router.app import start_router
 from router.settings import Settings
 from tests.router.gateway_support import (
@@ -24,7 +25,6 @@ from tests.router.gateway_support import (
     RouterHandle,
     fleet_data,
 )
-from tests.router.redis_support import start_redis
 from workers.emulator.process import EmulatorFleet, free_port
 from workers.fleet import FleetConfig, load_fleet
 

@@ -13,7 +13,7 @@ from policies.engine import PolicyEngine
 from policies.loader import load_routing
 from policies.peers.presets import routing_for
 from sim.metrics import RequestRecord
-from sim.simulator import DecisionPoint, Simulation, SimulationSettings
+from sim.simulator import DecisionPoint, Simulation, SimulationSettings, engine_config
 from sim.traces import Trace, load_trace
 from workers.engine.latency import StepTimeModel
 from workers.engine.profiles import BUILTIN_MODELS, H100_80GB
@@ -173,3 +173,17 @@ def test_fleet_kv_tokens_add_up_the_simulated_engines_caches() -> None:
         e.num_gpu_blocks * e.block_size for e in engines)
     assert fleet_kv_tokens(fleet, SimulationSettings(num_gpu_blocks=100)) == (
         100 * 16 * len(fleet.workers))
+
+
+def test_engines_take_the_batch_limits_the_fleet_file_gives() -> None:
+    fleet = parse_fleet({
+        "models": {MODEL: {"arch": "llama-3.1-8b"}},
+        "workers": [{"id": "small", "gpu": "h100", "models": [MODEL],
+                     "emulate": {"port": 9000, "max_num_seqs": 8,
+                                 "max_num_batched_tokens": 1024}},
+                    {"id": "default", "gpu": "h100", "models": [MODEL],
+                     "emulate": {"port": 9001}}]})
+    small, default = (engine_config(w.info, SimulationSettings(), i)
+                      for i, w in enumerate(fleet.workers))
+    assert (small.max_num_seqs, small.max_num_batched_tokens) == (8, 1024)
+    assert (default.max_num_seqs, default.max_num_batched_tokens) == (None, None)

@@ -84,3 +84,23 @@ def test_an_emulated_worker_serving_tls_is_reached_over_https() -> None:
     info = parse_fleet(one_worker(emulate={"port": 8443, "ssl_certfile": "c.pem"},
                                   tls_ca_file="ca.pem")).workers[0].info
     assert info.url == "https://127.0.0.1:8443"
+
+
+def test_batch_limits_come_from_the_entry_else_its_emulate_or_launch_block() -> None:
+    def limits(**entry: Any) -> tuple[int | None, int | None]:
+        info = parse_fleet(one_worker(**entry)).workers[0].info
+        return info.max_num_seqs, info.max_num_batched_tokens
+
+    assert limits(url="http://10.0.0.7:8000") == (None, None)      # the GPU's defaults
+    assert limits(url="http://10.0.0.7:8000", max_num_seqs=64) == (64, None)
+    assert limits(emulate={"port": 8101, "max_num_seqs": 8,
+                           "max_num_batched_tokens": 1024}) == (8, 1024)
+    assert limits(url="http://10.0.0.7:8000",
+                  launch={"model": "/m", "max_num_batched_tokens": 4096}) == (None, 4096)
+    assert limits(emulate={"port": 8101, "max_num_seqs": 8}, max_num_seqs=16) == (16, None)
+    with pytest.raises(FleetConfigError, match=r"workers\[0\]\.emulate\.max_num_seqs: must be "
+                                               r"a positive integer, got 0"):
+        parse_fleet(one_worker(emulate={"port": 8101, "max_num_seqs": 0}))
+    with pytest.raises(FleetConfigError, match=r"workers\[0\]\.max_num_batched_tokens: must "
+                                               r"be a positive integer, got '4k'"):
+        parse_fleet(one_worker(url="http://10.0.0.7:8000", max_num_batched_tokens="4k"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -171,3 +172,19 @@ def test_view_terms_kept_between_decisions_give_the_estimates_of_a_fresh_estimat
                             cached)
         assert mine == theirs, (n, field, value)
         kept.arrivals.add(rng.choice(("w1", "w3")), rng.randint(0, 4000), n * 0.05)
+
+
+def test_a_worker_full_at_its_own_max_num_seqs_makes_a_request_wait_for_a_slot() -> None:
+    est = estimator()
+    request = request_of(200)
+    default = make_view("d", running=8, kv_usage=0.1)
+    small = dataclasses.replace(default, info=dataclasses.replace(
+        default.info, id="s", max_num_seqs=8))
+    roomy = dataclasses.replace(small, running=7)
+    assert est.coefficients(small.info).max_num_seqs == 8
+    assert est.coefficients(default.info).max_num_seqs == H100_80GB.default_max_num_seqs
+    full, free = (est.estimate(request, view, cached=0) for view in (small, roomy))
+    unbounded = est.estimate(request, default, cached=0)
+    # 8 running on an 8-sequence engine: the request waits for one of them to end
+    assert full.ttft_s > 10 * unbounded.ttft_s
+    assert free.ttft_s < 2 * unbounded.ttft_s

@@ -15,8 +15,8 @@ import time
 import pytest
 import redis.asyncio as redis
 
+from bench.redis_server import start_redis
 from router.state.redis_store import REPLICAS_KEY, RedisStateStore, shown_url
-from tests.router.redis_support import start_redis
 from workers.emulator.process import free_port
 
 pytestmark = pytest.mark.integration

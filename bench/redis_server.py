@@ -1,4 +1,5 @@
-"""A real ``redis-server`` on 127.0.0.1 for the router's tests, started and found answering."""
+"""A real ``redis-server`` on 127.0.0.1 for the benchmarks and the router's tests, started
+and found answering (the caller stops it by its pid)."""
 
 from __future__ import annotations
 
