@@ -15,7 +15,11 @@ In each, ``--flood`` clients of tenant ``batch`` send streamed requests back to 
 prompt of their own, a quarter of ``--flood-tokens`` to all of it out), and tenant ``chat`` sends a streamed
 request every ``--probe-interval`` seconds (``--probe-tokens`` out) for ``--seconds``
 after a ``--warmup``. Reported per setting: the chat requests' time to first token and to
-the end (p50 / p90 / p99), the batch tenant's tokens per second, and the statuses. Writes
+the end (p50 / p90 / p99), the batch tenant's tokens per second, and the statuses. First,
+``--cost-requests`` requests go through ``Admission`` alone, in this process (a tenant with
+both budgets, an in-flight limit, nothing waiting: admit, charge the prompt, settle at the
+end), and the thread CPU time per request is reported: what admission adds to a request's
+path. Writes
 ``admission.json`` and ``admission.png`` (the chat TTFT distributions) to ``--out`` and prints
 a Markdown table; a line per setting on stderr shows progress.
 
@@ -73,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cost-requests", type=int, default=50_000)
     parser.add_argument("--out", type=Path, required=True)
 
 
@@ -166,6 +171,34 @@ async def run_setting(setting: str, base_url: str, args: argparse.Namespace) -> 
     return result
 
 
+def cost_per_request_us(requests: int) -> dict[str, float]:
+    """Thread CPU µs per request of admit + charge_prompt + finish, budgets and a limit on
+    (median of 5 rounds of ``requests``), and with no section at all."""
+    from policies.admission.section import AdmissionSection, TenantBudget
+    from router.admission.controller import Admission
+    from router.admission.usage import TenantUsage
+    from router.metrics import RouterMetrics
+
+    section = AdmissionSection(max_in_flight=1_000_000, tenants={
+        "acme": TenantBudget(requests_per_minute=10**9, tokens_per_minute=10**12)})
+
+    async def rounds(configured: AdmissionSection | None) -> float:
+        admission = Admission(TenantUsage(), RouterMetrics())
+        timings = []
+        for _ in range(5):
+            started = time.thread_time_ns()
+            for _ in range(requests):
+                ticket = await admission.admit(configured, "acme", MODEL)
+                admission.charge_prompt(ticket, 1000)
+                ticket.tokens_served = 1200
+                admission.finish(ticket)
+            timings.append((time.thread_time_ns() - started) / 1e3 / requests)
+        return statistics.median(timings)
+
+    return {"budgets_and_limit_us": asyncio.run(rounds(section)),
+            "no_section_us": asyncio.run(rounds(None))}
+
+
 def _pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -180,6 +213,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: unknown setting(s) {', '.join(unknown)} (known: {', '.join(SETTINGS)})",
               file=sys.stderr)
         return 2
+    cost = cost_per_request_us(args.cost_requests) if args.cost_requests > 0 else {}
+    if cost:
+        print(f"[admission] cost per request: {cost['budgets_and_limit_us']:.1f} µs with "
+              f"budgets and a limit, {cost['no_section_us']:.1f} µs without a section",
+              file=sys.stderr)
     results = []
     with tempfile.TemporaryDirectory(prefix="kvroute-admission-") as tmp:
         folder = Path(tmp)
@@ -194,11 +232,16 @@ def run(args: argparse.Namespace) -> int:
                   f"{result.batch_tokens / args.seconds:.0f} tok/s", file=sys.stderr)
     report = {"arguments": {k: str(v) if isinstance(v, Path) else v
                             for k, v in vars(args).items()},
-              "results": [asdict(r) for r in results]}
+              "cost_per_request": cost, "results": [asdict(r) for r in results]}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "admission.json").write_text(json.dumps(report, indent=2) + "\n")
-    plot(results, args.out / "admission.png")
-    print(markdown(results, args.seconds))
+    if results:
+        plot(results, args.out / "admission.png")
+        print(markdown(results, args.seconds))
+    if cost:
+        print(f"\nAdmission's own cost per request (thread CPU, median of 5 rounds of "
+              f"{args.cost_requests:,}): {cost['budgets_and_limit_us']:.1f} µs with budgets "
+              f"and a limit, {cost['no_section_us']:.1f} µs without a section.")
     return 0
 
 

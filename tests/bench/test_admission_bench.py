@@ -32,7 +32,8 @@ def test_a_short_run_answers_every_request(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     args = argparse.Namespace(workers=1, max_num_seqs=2, flood=4, flood_tokens=16,
                               probe_interval=0.4, probe_tokens=4, seconds=2.0, warmup=0.5,
-                              settings="limit-priority", seed=0, out=tmp_path / "out")
+                              settings="limit-priority", seed=0, cost_requests=200,
+                              out=tmp_path / "out")
     assert run(args) == 0
     report = json.loads((tmp_path / "out" / "admission.json").read_text())
     (result,) = report["results"]
@@ -41,11 +42,13 @@ def test_a_short_run_answers_every_request(tmp_path: Path,
     assert len(result["chat_ttft_s"]) == result["chat_sent"]
     assert set(result["statuses"]) == {"200"} and result["batch_tokens"] > 0
     assert (tmp_path / "out" / "admission.png").stat().st_size > 0
+    cost = report["cost_per_request"]
+    assert 0 < cost["no_section_us"] and 0 < cost["budgets_and_limit_us"]
     assert "| limit-priority |" in capsys.readouterr().out
 
 
 def test_an_unknown_setting_is_refused(tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    args = argparse.Namespace(settings="none,lifo", out=tmp_path)
+    args = argparse.Namespace(settings="none,lifo", cost_requests=0, out=tmp_path)
     assert run(args) == 2
     assert "unknown setting(s) lifo" in capsys.readouterr().err
