@@ -190,6 +190,20 @@ COST = Dashboard(
             _rate("kvroute_requests_total", 'model=~"$model"', "status"), "{{status}}"),),
             unit="reqps", stacked=True,
             description="Answered requests by HTTP status (errors before routing included)."),
+        Panel("Refused by admission, by tenant and reason", (Query(
+            f"sum by (tenant, reason) (rate(kvroute_admission_rejections_total[{RI}]))",
+            "{{tenant}} {{reason}}"),),
+            unit="reqps", stacked=True,
+            description="Requests refused before routing by the routing file's admission "
+                        "section: 429 for a spent budget (requests_per_minute, "
+                        "tokens_per_minute), 503 for want of an in-flight slot (queue_full, "
+                        "wait_timeout)."),
+        Panel("Admission: in flight and waiting", (
+            Query("sum by (instance) (kvroute_admission_in_flight)", "in flight {{instance}}"),
+            Query("sum by (instance) (kvroute_admission_waiting)", "waiting {{instance}}")),
+            unit="short",
+            description="Requests each router process serves, and those waiting for one of "
+                        "its admission.max_in_flight slots."),
     ))
 
 DASHBOARDS: tuple[Dashboard, ...] = (ROUTING, FLEET, COST)
