@@ -12,10 +12,11 @@ loopback ports, all stopped at the end), once per setting:
 * ``limit-priority``: the same limit, tenant ``chat`` at priority 1 and ``batch`` at -1.
 
 In each, ``--flood`` clients of tenant ``batch`` send streamed requests back to back (a
-prompt of their own, a quarter of ``--flood-tokens`` to all of it out), and tenant ``chat`` sends a streamed
-request every ``--probe-interval`` seconds (``--probe-tokens`` out) for ``--seconds``
-after a ``--warmup``. Reported per setting: the chat requests' time to first token and to
-the end (p50 / p90 / p99), the batch tenant's tokens per second, and the statuses. First,
+prompt of their own, a quarter of ``--flood-tokens`` to all of it out), and tenant ``chat``
+sends a streamed request every ``--probe-interval`` seconds (``--probe-tokens`` out) for
+``--seconds`` after a ``--warmup``. Reported per setting: the chat requests' time to first
+token and to the end (p50 / p90 / p99), the batch tenant's tokens per second, and the
+statuses. First,
 ``--cost-requests`` requests go through ``Admission`` alone, in this process (a tenant with
 both budgets, an in-flight limit, nothing waiting: admit, charge the prompt, settle at the
 end), and the thread CPU time per request is reported: what admission adds to a request's
@@ -48,8 +49,9 @@ from bench.launch import KvrouteUp, free_port, wait_all_workers_healthy
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SETTINGS = ("none", "limit-fifo", "limit-priority")
 ROUTING = Path(__file__).resolve().parents[1] / "config" / "routing.yaml"
-WORDS = ("tokens blocks decode prefill latency budget tenant session answer worker queue cache "
-         "router fleet stream batch priority slot").split()
+WORDS = ("tokens", "blocks", "decode", "prefill", "latency", "budget", "tenant", "session",
+         "answer", "worker", "queue", "cache", "router", "fleet", "stream", "batch", "priority",
+         "slot")
 
 
 @dataclass
@@ -162,7 +164,7 @@ async def run_setting(setting: str, base_url: str, args: argparse.Namespace) -> 
 
         floods = [asyncio.create_task(flood(i)) for i in range(args.flood)]
         await asyncio.sleep(max(0.0, measure_from - time.monotonic()))
-        probes = []
+        probes: list[asyncio.Task[None]] = []
         while time.monotonic() < stop_at:
             probes.append(asyncio.create_task(probe(len(probes))))
             await asyncio.sleep(args.probe_interval)

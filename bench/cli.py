@@ -4,7 +4,8 @@ Sub-commands: ``overhead`` (the router overhead race) and ``replay`` (a trace sl
 each router in turn), plus ``engine``, ``emulator``, ``decision``, ``semantic``,
 ``block-hashes``, ``tokenize``, ``upstream``, ``prefix-match``, ``decode-guard``,
 ``gc-walk``, ``loop-stall``, ``endpoints``, ``ejection``, ``soak``, ``admission`` and
-``redis-sync`` when those modules are installed (each exposes ``add_arguments(parser)`` and ``run(args) -> int``).
+``redis-sync`` when those modules are installed (each exposes ``add_arguments(parser)`` and
+``run(args) -> int``).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def _fill(url: str, count: int) -> None:
     import redis.asyncio as redis
 
-    client = redis.Redis.from_url(url)
+    client: Any = redis.Redis.from_url(url)     # (the stubs lack aclose)
     try:
         for start in range(0, count, WRITE_BATCH):
             async with client.pipeline(transaction=False) as pipe:

@@ -43,7 +43,7 @@ def test_a_short_run_answers_every_request(tmp_path: Path,
     assert set(result["statuses"]) == {"200"} and result["batch_tokens"] > 0
     assert (tmp_path / "out" / "admission.png").stat().st_size > 0
     cost = report["cost_per_request"]
-    assert 0 < cost["no_section_us"] and 0 < cost["budgets_and_limit_us"]
+    assert cost["no_section_us"] > 0 and cost["budgets_and_limit_us"] > 0
     assert "| limit-priority |" in capsys.readouterr().out
 
 
