@@ -74,19 +74,15 @@ class Admission:
             waited = await self.gate.enter(section.max_in_flight, section.max_waiting,
                                            section.wait_timeout_s, budget.priority)
         except GateFull:
-            self._metrics.record_admission_rejection("queue_full", tenant, model,
-                                                     Overloaded.status)
-            raise Overloaded(
+            raise self._overloaded(
+                "queue_full", tenant, model,
                 f"The router is serving as many requests as it may ({section.max_in_flight}) "
-                f"and {section.max_waiting} more are waiting: try again later.",
-                headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)}) from None
+                f"and {section.max_waiting} more are waiting: try again later.") from None
         except GateTimeout:
-            self._metrics.record_admission_rejection("wait_timeout", tenant, model,
-                                                     Overloaded.status)
-            raise Overloaded(
+            raise self._overloaded(
+                "wait_timeout", tenant, model,
                 f"The request waited {section.wait_timeout_s:g} s for one of the router's "
-                f"{section.max_in_flight} in-flight slots: try again later.",
-                headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)}) from None
+                f"{section.max_in_flight} in-flight slots: try again later.") from None
         if usage_key is not None:
             if waited > 0:
                 try:
@@ -112,6 +108,12 @@ class Admission:
         if ticket.usage_key is not None and ticket.tokens_served != ticket.tokens_charged:
             self.usage.add(ticket.usage_key, self._clock(),
                            tokens=ticket.tokens_served - ticket.tokens_charged)
+
+    def _overloaded(self, reason: str, tenant: str | None, model: str,
+                    message: str) -> Overloaded:
+        """The 503 of a request the in-flight limit turned away, counted."""
+        self._metrics.record_admission_rejection(reason, tenant, model, Overloaded.status)
+        return Overloaded(message, headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)})
 
     def _check(self, budget: TenantBudget, usage_key: str, key: str | None,
                tenant: str | None, model: str) -> None:
