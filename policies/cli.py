@@ -52,7 +52,7 @@ def validate_command(args: argparse.Namespace) -> int:
     from policies.engine import PolicyEngine
     from policies.errors import RoutingConfigError
     from policies.loader import load_routing
-    from policies.summary import summarize, warnings
+    from policies.summary import admission_warnings, summarize, warnings
     from workers.fleet import FleetConfig, FleetConfigError, load_fleet
     from workers.registry import runners_by_model
 
@@ -69,7 +69,9 @@ def validate_command(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.file}: ok: {summarize(routing)}")
     runners = runners_by_model(worker.info for worker in fleet.workers)
-    for warning in warnings(routing, runners):
+    sequences = sum(w.info.max_num_seqs or w.info.gpu.default_max_num_seqs
+                    for w in fleet.workers)
+    for warning in warnings(routing, runners) + admission_warnings(routing, sequences):
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
     if args.fleet:
         for problem in _fleet_start_problems(fleet):

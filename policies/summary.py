@@ -49,6 +49,20 @@ def warnings(routing: RoutingConfig,
     return found + _misrouting_rules(routing, runners or {})
 
 
+def admission_warnings(routing: RoutingConfig, fleet_sequences: int) -> list[str]:
+    """An in-flight limit above what the fleet runs at once (``fleet_sequences``: its
+    workers' ``max_num_seqs`` together) lets the excess wait in the workers' own queues,
+    first come first served, where the section's priorities do not reach."""
+    section = routing.section(ADMISSION_SECTION)
+    if (not isinstance(section, AdmissionSection) or not fleet_sequences
+            or section.max_in_flight <= fleet_sequences):
+        return []
+    return [f"admission.max_in_flight: {section.max_in_flight} is above the "
+            f"{fleet_sequences} sequences the fleet's workers run at once (their max_num_seqs "
+            "together): past that, requests wait in the workers' own queues, where tenants' "
+            "priorities do not apply"]
+
+
 def _misrouting_rules(routing: RoutingConfig, runners: Mapping[str, Set[str]]
                       ) -> list[str]:
     """Rules rewriting the model for paths its target cannot serve, among the paths some

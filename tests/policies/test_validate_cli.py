@@ -130,3 +130,23 @@ def test_the_admission_section_is_checked_and_summarised(
     assert capsys.readouterr().err == (
         f"{path}: invalid: admission.tenants.acme.requests_per_minute: must be >= 1 (leave it "
         "out for no limit)\n")
+
+
+def test_an_in_flight_limit_above_what_the_fleet_runs_is_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "models: {m: {arch: llama-3.1-8b}}\nworkers:\n"
+        "  - {id: a, gpu: h100, models: [m], url: 'http://10.0.0.1:8000', max_num_seqs: 8}\n"
+        "  - {id: b, gpu: h100, models: [m], emulate: {port: 9001, max_num_seqs: 8}}\n")
+    path = tmp_path / "routing.yaml"
+    base = (ROOT / "config" / "routing.yaml").read_text()
+    path.write_text(base + "admission: {max_in_flight: 16}\n")
+    assert main(["validate", str(path), "--fleet", str(fleet)]) == 0
+    assert "max_in_flight" not in capsys.readouterr().err
+    path.write_text(base + "admission: {max_in_flight: 17}\n")
+    assert main(["validate", str(path), "--fleet", str(fleet)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: admission.max_in_flight: 17 is above the 16 sequences the fleet's "
+        "workers run at once (their max_num_seqs together): past that, requests wait in the "
+        "workers' own queues, where tenants' priorities do not apply\n")
