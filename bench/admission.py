@@ -68,19 +68,27 @@ class SettingResult:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=2, help="emulated H100 workers")
+    parser.add_argument("--max-num-seqs", type=int, default=8,
+                        help="sequences each worker runs at once (the fleet file's)")
     parser.add_argument("--flood", type=int, default=32, help="concurrent batch clients")
     parser.add_argument("--flood-tokens", type=int, default=512,
                         help="a batch request's output: uniform from a quarter of this to this")
-    parser.add_argument("--probe-interval", type=float, default=0.5)
-    parser.add_argument("--probe-tokens", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=40.0)
-    parser.add_argument("--warmup", type=float, default=5.0)
-    parser.add_argument("--settings", default=",".join(SETTINGS))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cost-requests", type=int, default=50_000)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--probe-interval", type=float, default=0.5,
+                        help="seconds between two chat requests")
+    parser.add_argument("--probe-tokens", type=int, default=32,
+                        help="a chat request's output tokens")
+    parser.add_argument("--seconds", type=float, default=40.0,
+                        help="seconds measured per setting")
+    parser.add_argument("--warmup", type=float, default=5.0,
+                        help="seconds of flood before measuring")
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help="comma-separated settings to run (empty: only the cost)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the prompts and lengths")
+    parser.add_argument("--cost-requests", type=int, default=50_000,
+                        help="requests timed through Admission alone (0: skip)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="folder for admission.json and admission.png")
 
 
 def fleet_file(folder: Path, workers: int, max_num_seqs: int) -> Path:

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="response-owner keys in Redis, comma-separated counts")
     parser.add_argument("--replicas", type=int, default=4, help="router replicas sharing counts")
     parser.add_argument("--syncs", type=int, default=100, help="timed syncs (and scans) each")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="folder for redis_sync.json")
 
 
 async def _fill(url: str, count: int) -> None:
