@@ -3,6 +3,7 @@ which budget a tenant's requests count against."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -77,3 +78,19 @@ def test_listed_tenants_have_their_own_budget_the_others_share_one() -> None:
     for tenant in ("globex", None, ""):
         assert section.budget_key(tenant) is None
         assert section.budget(section.budget_key(tenant)).requests_per_minute == 5
+
+
+@pytest.mark.parametrize("where", ["docs/operations.md", "policies/admission/section.py",
+                                   "config/routing.yaml"])
+def test_the_documented_examples_are_valid(where: str) -> None:
+    text = (REPO_ROOT / where).read_text()
+    if where.endswith(".yaml"):        # the commented example at the end of the file
+        block = text.split("# admission:", 1)[1]
+        example = "admission:" + "\n".join(line.removeprefix("#") for line in
+                                           block.splitlines())
+    else:
+        example = re.findall(r"```yaml\n(admission:.*?)```", text, re.DOTALL)[0]
+    section = parse_routing(_routing(yaml.safe_load(example)["admission"]),
+                            default_registry()).section("admission")
+    assert section.max_in_flight == 256
+    assert section.tenants["acme"].requests_per_minute == 600
