@@ -104,8 +104,10 @@ async def test_without_the_key_the_workers_401_reaches_the_client_and_the_log_sa
         assert (snapshot.served_models, snapshot.max_model_len) == ((), 0)
     warnings = [r.getMessage() for r in caplog.records if "asks for an API key" in r.getMessage()]
     assert len(warnings) == 2            # once per worker, not once per poll
+    warnings.sort()                      # the two workers are polled concurrently
     assert "w0: /v1/models answered HTTP 401" in warnings[0]
-    assert "give its key with api_key_env in the fleet file" in warnings[0]
+    assert "w1: /v1/models answered HTTP 401" in warnings[1]
+    assert all("give its key with api_key_env in the fleet file" in w for w in warnings)
 
 
 def test_an_unset_variable_stops_the_start_with_its_name(
