@@ -326,6 +326,15 @@ class Director:
         return NoWorkerAvailable(f"No worker available for model `{model}`: {decision.reason}",
                                  headers=headers)
 
+    def _answer_headers(self, decision: Decision, routing: RoutingRequest,
+                        ticket: AdmissionTicket) -> dict[str, str]:
+        """The headers the router adds to a worker's answer: its own, and what is left of the
+        tenant's budget."""
+        headers = self._kvroute_headers(decision, routing.semantic_class)
+        if ticket.budget is not None:
+            headers.update(self._admission.rate_limit_headers(ticket))
+        return headers
+
     def _kvroute_headers(self, decision: Decision, semantic_class: str | None) -> dict[str, str]:
         headers = {self._header: decision.request_id,
                    "x-kvroute-worker": decision.worker_id or "none",
@@ -368,7 +377,7 @@ class Director:
             result = await self._proxy.forward(
                 request, self._url(info.url, routing.path),
                 sent,
-                headers, self._kvroute_headers(decision, routing.semantic_class), routing.stream,
+                headers, self._answer_headers(decision, routing, ticket), routing.stream,
                 parsed.wants_usage, lambda: self._on_first_byte(attempt),
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM))
             status = result.status

@@ -14,7 +14,8 @@
 
 The request's tokens are charged as they become known: its prompt as the router counted it
 (``charge_prompt``, after the producers), then at the end the difference to what the
-worker reported, plus the completion (``finish``): a budget counts the tokens served. Every
+worker reported, plus the completion (``finish``): a budget counts the tokens served. An
+answer carries what is left of its budget (``rate_limit_headers``, OpenAI's headers). Every
 request holds its ``AdmissionTicket`` until ``finish``, which frees its slot. Budgets are
 counted in a ``TenantUsage`` the state store shares between replicas.
 """
@@ -41,6 +42,7 @@ class AdmissionTicket:
 
     usage_key: str | None
     waited_s: float = 0.0        # time spent waiting for an in-flight slot
+    budget: TenantBudget | None = None     # the budget it spends, when limited
     tokens_charged: int = 0
     tokens_served: int = 0       # prompt + completion of the attempts the workers answered
 
@@ -93,13 +95,28 @@ class Admission:
             self.usage.add(usage_key, self._clock(), requests=1)
         if section.max_in_flight > 0:
             self._metrics.admission_wait.observe(waited)
-        return AdmissionTicket(usage_key, waited)
+        return AdmissionTicket(usage_key, waited, budget if usage_key is not None else None)
 
     def charge_prompt(self, ticket: AdmissionTicket, prompt_tokens: int) -> None:
         """Charge the prompt's tokens as the router counted them (before it is served)."""
         if ticket.usage_key is not None and prompt_tokens > 0:
             self.usage.add(ticket.usage_key, self._clock(), tokens=prompt_tokens)
             ticket.tokens_charged += prompt_tokens
+
+    def rate_limit_headers(self, ticket: AdmissionTicket) -> dict[str, str]:
+        """OpenAI's ``x-ratelimit-limit-*`` and ``x-ratelimit-remaining-*`` of the budget the
+        request spends, this request counted (none for an unlimited one)."""
+        budget = ticket.budget
+        if ticket.usage_key is None or budget is None:
+            return {}
+        requests, tokens = self.usage.totals(ticket.usage_key, self._clock())
+        headers = {}
+        for unit, limit, used in (("requests", budget.requests_per_minute, requests),
+                                  ("tokens", budget.tokens_per_minute, tokens)):
+            if limit is not None:
+                headers[f"x-ratelimit-limit-{unit}"] = str(limit)
+                headers[f"x-ratelimit-remaining-{unit}"] = str(max(0, limit - used))
+        return headers
 
     def finish(self, ticket: AdmissionTicket) -> None:
         """The request is over: settle its tokens with what the workers served, free its

@@ -59,9 +59,11 @@ async def test_a_spent_budget_is_the_clients_rate_limit_error(
     router = await make_router(subset(emulated_fleet, ["h100-fast"]), _routing(
         "tenants:\n  acme: {requests_per_minute: 2}"))
     acme, globex = _openai(router, "acme"), _openai(router, "globex")
-    for _ in range(2):
-        await acme.chat.completions.create(
+    for left in ("1", "0"):           # each answer says what is left of the budget
+        raw = await acme.chat.completions.with_raw_response.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        assert raw.headers["x-ratelimit-limit-requests"] == "2"
+        assert raw.headers["x-ratelimit-remaining-requests"] == left
     with pytest.raises(openai.RateLimitError) as raised:
         await acme.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
@@ -69,9 +71,11 @@ async def test_a_spent_budget_is_the_clients_rate_limit_error(
     assert raised.value.code == "rate_limit_exceeded"
     assert 55 <= int(raised.value.response.headers["retry-after"]) <= 60
     assert raised.value.response.headers["x-kvroute-worker"] == "none"
-    # another tenant is served, and so are the Messages API's clients until theirs is spent
-    await globex.chat.completions.create(
+    # another tenant is served (without a budget, without the headers), and so are the
+    # Messages API's clients until theirs is spent
+    raw = await globex.chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert "x-ratelimit-limit-requests" not in raw.headers
     claude = anthropic.AsyncAnthropic(base_url=router.url, api_key="unused", max_retries=0,
                                       default_headers={"x-tenant": "acme"})
     with pytest.raises(anthropic.RateLimitError) as refused:

@@ -148,3 +148,22 @@ async def test_the_queue_full_and_a_wait_too_long_are_503_with_retry_after() -> 
     assert _rejections(metrics, "wait_timeout", "acme") == 1
     admission.finish(first)
     assert admission.gate.in_flight == 0
+
+
+async def test_an_answer_says_what_is_left_of_its_budget() -> None:
+    admission, _, _ = _admission()
+    section = AdmissionSection(tenants={"acme": TenantBudget(requests_per_minute=5,
+                                                             tokens_per_minute=1000),
+                                        "globex": TenantBudget(requests_per_minute=5)})
+    ticket = await admission.admit(section, "acme", MODEL)
+    admission.charge_prompt(ticket, 300)
+    assert admission.rate_limit_headers(ticket) == {
+        "x-ratelimit-limit-requests": "5", "x-ratelimit-remaining-requests": "4",
+        "x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "700"}
+    ticket.tokens_served = 2000
+    admission.finish(ticket)
+    ticket = await admission.admit(section, "globex", MODEL)
+    assert admission.rate_limit_headers(ticket) == {
+        "x-ratelimit-limit-requests": "5", "x-ratelimit-remaining-requests": "4"}
+    unlimited = await admission.admit(section, "initech", MODEL)
+    assert unlimited.budget is None and admission.rate_limit_headers(unlimited) == {}
