@@ -200,7 +200,7 @@ def cost_per_request_us(requests: int) -> dict[str, float]:
             for _ in range(requests):
                 ticket = await admission.admit(configured, "acme", MODEL)
                 admission.charge_prompt(ticket, 1000)
-                ticket.tokens_served = 1200
+                admission.record_attempt(ticket, True, 1000, 200)
                 admission.finish(ticket)
             timings.append((time.thread_time_ns() - started) / 1e3 / requests)
         return statistics.median(timings)

@@ -424,7 +424,8 @@ class Director:
         self._store.on_complete(worker, 0 if attempt.first_token_seen
                                 else attempt.prefill_tokens, attempt.decode_tokens)
         outcome = self._outcome(routing, attempt, result, status)
-        ticket.tokens_served += outcome.prompt_tokens + outcome.completion_tokens
+        self._admission.record_attempt(ticket, attempt.first_token_seen, outcome.prompt_tokens,
+                                       outcome.completion_tokens)
         engine.on_completed(routing, outcome)
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
                                      decision.profile, status)

@@ -14,7 +14,8 @@
 
 The request's tokens are charged as they become known: its prompt as the router counted it
 (``charge_prompt``, after the producers), then at the end the difference to what the
-worker reported, plus the completion (``finish``): a budget counts the tokens served. An
+worker reported, plus the completion (``record_attempt``, ``finish``): a budget counts the
+tokens served (a stream whose client left before its usage keeps its prompt's charge). An
 answer carries what is left of its budget (``rate_limit_headers``, OpenAI's headers). Every
 request holds its ``AdmissionTicket`` until ``finish``, which frees its slot. Budgets are
 counted in a ``TenantUsage`` the state store shares between replicas.
@@ -44,7 +45,9 @@ class AdmissionTicket:
     waited_s: float = 0.0        # time spent waiting for an in-flight slot
     budget: TenantBudget | None = None     # the budget it spends, when limited
     tokens_charged: int = 0
-    tokens_served: int = 0       # prompt + completion of the attempts the workers answered
+    tokens_served: int = 0       # prompt + completion the workers reported (their usage)
+    usage_reported: bool = False  # some attempt's answer carried its usage
+    answered: bool = False        # some worker began answering (its first byte came)
 
 
 class Admission:
@@ -118,13 +121,27 @@ class Admission:
                 headers[f"x-ratelimit-remaining-{unit}"] = str(max(0, limit - used))
         return headers
 
+    def record_attempt(self, ticket: AdmissionTicket, first_byte: bool, prompt_tokens: int,
+                       completion_tokens: int) -> None:
+        """One attempt ended: whether its worker began answering, and the usage it reported
+        (0 and 0: none)."""
+        ticket.answered = ticket.answered or first_byte
+        if prompt_tokens or completion_tokens:
+            ticket.tokens_served += prompt_tokens + completion_tokens
+            ticket.usage_reported = True
+
     def finish(self, ticket: AdmissionTicket) -> None:
         """The request is over: settle its tokens with what the workers served, free its
-        slot."""
+        slot. Without a reported usage, an answer that began (a stream its client left)
+        keeps its prompt's charge; a request no worker answered is refunded."""
         self.gate.leave()
-        if ticket.usage_key is not None and ticket.tokens_served != ticket.tokens_charged:
-            self.usage.add(ticket.usage_key, self._clock(),
-                           tokens=ticket.tokens_served - ticket.tokens_charged)
+        if ticket.usage_key is None:
+            return
+        served = ticket.tokens_served
+        if not ticket.usage_reported and ticket.answered:
+            served = ticket.tokens_charged
+        if served != ticket.tokens_charged:
+            self.usage.add(ticket.usage_key, self._clock(), tokens=served - ticket.tokens_charged)
 
     def _overloaded(self, reason: str, tenant: str | None, model: str,
                     message: str) -> Overloaded:

@@ -8,6 +8,7 @@ through Redis."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from functools import partial
@@ -193,3 +194,24 @@ async def test_two_routers_share_a_budget_through_redis(
                      "the other router's requests were not seen")
         status, _, body = await _complete(session, one, "acme")
         assert status == 429 and "used 3" in body
+
+
+async def test_a_stream_its_client_leaves_keeps_its_prompts_charge(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["slow"]), _routing(
+        "tenants:\n  acme: {tokens_per_minute: 100000}"))
+    usage = router.app[STORE].usage
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/v1/completions", headers={"x-tenant": "acme"},
+                                json={"model": MODEL, "prompt": "Once upon a time",
+                                      "max_tokens": 500, "stream": True}) as response:
+            assert response.status == 200
+            await response.content.readline()          # the first event, then leave
+        await _until(lambda: router.metric("kvroute_admission_in_flight") == 0, "still held")
+        charged = usage.totals("acme", time.monotonic())[1]
+        assert charged > 0                 # the prompt, as the router counted it
+        # a whole answer is charged what its worker reported
+        status, _, body = await _complete(session, router, "acme", 3)
+        assert status == 200
+        served = json.loads(body)["usage"]["total_tokens"]
+        assert usage.totals("acme", time.monotonic())[1] == charged + served

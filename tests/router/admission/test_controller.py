@@ -82,20 +82,26 @@ async def test_tokens_are_charged_then_settled_with_what_was_served() -> None:
     ticket = await admission.admit(section, "acme", MODEL)
     admission.charge_prompt(ticket, 600)           # the router's own count of the prompt
     assert admission.usage.totals("acme", clock.now) == (1, 600)
-    ticket.tokens_served = 590 + 300               # the worker's prompt and completion
+    admission.record_attempt(ticket, True, 590, 300)   # the worker's prompt and completion
     admission.finish(ticket)
     assert admission.usage.totals("acme", clock.now) == (1, 890)
     ticket = await admission.admit(section, "acme", MODEL)    # 890 < 1000: still admitted
     admission.charge_prompt(ticket, 200)
-    admission.finish(ticket)                       # it failed: nothing served, refunded
+    admission.record_attempt(ticket, False, 0, 0)
+    admission.finish(ticket)                       # no worker answered: refunded
     assert admission.usage.totals("acme", clock.now) == (2, 890)
     ticket = await admission.admit(section, "acme", MODEL)
-    ticket.tokens_served = 500                     # served past the budget: a debt
+    admission.charge_prompt(ticket, 50)
+    admission.record_attempt(ticket, True, 0, 0)   # a stream its client left, no usage
+    admission.finish(ticket)                       # keeps its prompt's charge
+    assert admission.usage.totals("acme", clock.now) == (3, 940)
+    ticket = await admission.admit(section, "acme", MODEL)
+    admission.record_attempt(ticket, True, 100, 400)   # served past the budget: a debt
     admission.finish(ticket)
     with pytest.raises(TokenRateLimited) as raised:
         await admission.admit(section, "acme", MODEL)
     body = orjson.loads(raised.value.body())["error"]
-    assert body["type"] == "tokens" and "used 1390" in body["message"]
+    assert body["type"] == "tokens" and "used 1440" in body["message"]
     assert raised.value.headers["x-ratelimit-remaining-tokens"] == "0"
     assert raised.value.headers["Retry-After"] == "60"
 
@@ -160,7 +166,7 @@ async def test_an_answer_says_what_is_left_of_its_budget() -> None:
     assert admission.rate_limit_headers(ticket) == {
         "x-ratelimit-limit-requests": "5", "x-ratelimit-remaining-requests": "4",
         "x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "700"}
-    ticket.tokens_served = 2000
+    admission.record_attempt(ticket, True, 300, 1700)
     admission.finish(ticket)
     ticket = await admission.admit(section, "globex", MODEL)
     assert admission.rate_limit_headers(ticket) == {
