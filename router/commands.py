@@ -189,9 +189,11 @@ def _serve(args: argparse.Namespace) -> int:
         if settings.redis_url is None:
             logging.getLogger(__name__).warning(
                 "%d processes without --redis-url: each counts only its own in-flight "
-                "requests, and a Responses API follow-up (previous_response_id) reaching "
-                "another process than the one that routed the response goes by the policy, "
-                "to a worker that may not hold it", args.processes)
+                "requests and its own spending of the tenants' budgets (each process allows "
+                "a tenant its whole budget), and a Responses API follow-up "
+                "(previous_response_id) reaching another process than the one that routed "
+                "the response goes by the policy, to a worker that may not hold it",
+                args.processes)
         run_replicas(settings, args.processes, args.log_level)
     else:
         run_router(settings, fleet)
