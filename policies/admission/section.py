@@ -31,6 +31,7 @@ from policies.params import build_params
 
 SECTION_NAME = "admission"
 MAX_PRIORITY = 1000
+OTHER_TENANTS_KEY = "*"    # how the other_tenants budget is keyed where budgets are counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +76,9 @@ class AdmissionSection:
         if not 0 < self.wait_timeout_s <= 3600:
             raise ParamError("wait_timeout_s", "must be within (0, 3600] seconds")
         for name in self.tenants:
-            if not name:
-                raise ParamError("tenants", "a tenant name must not be empty")
+            if not name or name == OTHER_TENANTS_KEY:
+                raise ParamError("tenants", f"a tenant name must not be empty or "
+                                            f"{OTHER_TENANTS_KEY!r} (use other_tenants)")
 
     def budget_key(self, tenant: str | None) -> str | None:
         """The budget a request of ``tenant`` counts against: its own name when listed,

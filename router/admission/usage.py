@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 
+from policies.admission.section import OTHER_TENANTS_KEY
+
 WINDOW_S = 60
-OTHER = "*"            # the key of the ``other_tenants`` budget (no tenant name has it)
+OTHER = OTHER_TENANTS_KEY    # the key of the ``other_tenants`` budget (no tenant is named so)
 
 
 class UsageWindow:

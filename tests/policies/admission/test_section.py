@@ -61,6 +61,8 @@ def test_a_file_without_the_section_has_none() -> None:
     ({"tenants": {"acme": {"priority": 5000}}}, "admission.tenants.acme.priority"),
     ({"tenants": {"acme": {"rpm": 5}}}, "admission.tenants.acme.rpm: unknown key"),
     ({"other_tenant": {}}, "admission.other_tenant: unknown key"),
+    ({"tenants": {"*": {"requests_per_minute": 5}}},
+     "admission.tenants: a tenant name must not be empty or '*' (use other_tenants)"),
     ("yes", "admission: must be a mapping"),
     (None, "admission: must be a mapping"),
 ])
