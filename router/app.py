@@ -36,6 +36,7 @@ from router.errors import error_middleware
 from router.gc_pauses import GcPauses
 from router.handlers import add_routes
 from router.keys import (
+    ADMISSION,
     CLIENT_KEYS,
     DECISIONS,
     DIRECTOR,
@@ -105,6 +106,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app[WORKER_TLS] = tls
     app[FLEET] = fleet
     app[STORE] = store
+    app[ADMISSION] = Admission(store.usage, metrics)
     app[REGISTRY] = registry
     app[METRICS] = metrics
     app[POLICY] = reloader
@@ -177,8 +179,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                                               stalls=stalls)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks,
-                             ejection=ejection,
-                             admission=Admission(app[STORE].usage, app[METRICS]))
+                             ejection=ejection, admission=app[ADMISSION])
     app[UTILITY] = UtilityRequests(settings, app[REGISTRY], responses, proxy, app[METRICS],
                                    ejection=ejection)
     await scraper.scrape_once()      # the first request already sees a fleet picture

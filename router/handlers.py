@@ -5,7 +5,7 @@
 ``POST /detokenize``, ``POST /v1/messages/count_tokens``, ``GET /v1/responses/{id}``,
 ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
 ``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``GET /debug/decisions``,
-``GET /debug/fleet``.
+``GET /debug/fleet``, ``GET /debug/admission``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,16 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from router.errors import InvalidRequest
 from router.keys import (
+    ADMISSION,
     DECISIONS,
     DIRECTOR,
     EJECTION,
     KV_EVENTS,
     METRICS,
+    POLICY,
     REGISTRY,
     STORE,
     UTILITY,
@@ -163,6 +166,11 @@ async def debug_fleet(request: web.Request) -> web.Response:
     return _json({"object": "list", "data": workers})
 
 
+async def debug_admission(request: web.Request) -> web.Response:
+    section = request.app[POLICY].engine.routing.section(ADMISSION_SECTION)
+    return _json({"object": "admission", **request.app[ADMISSION].status(section)})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_post(CHAT_PATH, chat_completions)
     app.router.add_post(COMPLETIONS_PATH, completions)
@@ -179,3 +187,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/debug/decisions", debug_decisions)
     app.router.add_get("/debug/fleet", debug_fleet)
+    app.router.add_get("/debug/admission", debug_admission)

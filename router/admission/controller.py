@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from policies.admission.section import AdmissionSection, TenantBudget
 from router.admission.gate import ConcurrencyGate, GateFull, GateTimeout
@@ -142,6 +143,32 @@ class Admission:
             served = ticket.tokens_charged
         if served != ticket.tokens_charged:
             self.usage.add(ticket.usage_key, self._clock(), tokens=served - ticket.tokens_charged)
+
+    def status(self, section: AdmissionSection | None) -> dict[str, Any]:
+        """``GET /debug/admission``: the section in force, the slots, and each limited
+        budget's spending over the last minute (every replica's) and what is left of it."""
+        gate = self.gate
+        status: dict[str, Any] = {"configured": section is not None,
+                                  "in_flight": gate.in_flight, "waiting": gate.waiting}
+        if section is None:
+            return status
+        now = self._clock()
+        budgets = []
+        for key, budget in [*section.tenants.items(), (None, section.other_tenants)]:
+            entry: dict[str, Any] = {"tenant": key, "priority": budget.priority,
+                                     "requests_per_minute": budget.requests_per_minute,
+                                     "tokens_per_minute": budget.tokens_per_minute}
+            if budget.limited:
+                requests, tokens = self.usage.totals(OTHER if key is None else key, now)
+                entry.update(requests_used=requests, tokens_used=tokens)
+                for unit, limit, used in (("requests", budget.requests_per_minute, requests),
+                                          ("tokens", budget.tokens_per_minute, tokens)):
+                    entry[f"{unit}_remaining"] = (None if limit is None
+                                                  else max(0, limit - used))
+            budgets.append(entry)
+        status.update(max_in_flight=section.max_in_flight, max_waiting=section.max_waiting,
+                      wait_timeout_s=section.wait_timeout_s, budgets=budgets)
+        return status
 
     def _overloaded(self, reason: str, tenant: str | None, model: str,
                     message: str) -> Overloaded:

@@ -172,10 +172,20 @@ async def test_a_reload_changes_the_budgets(
                                            result="success") >= 1, "no reload")
         assert [(await _complete(session, router, "acme"))[0] for _ in range(3)] == [
             200, 200, 429]
+        async with session.get(f"{router.url}/debug/admission") as response:
+            status = await response.json()
+        assert status["object"] == "admission" and status["configured"]
+        assert status["budgets"][0] == {
+            "tenant": "acme", "priority": 0, "requests_per_minute": 3,
+            "tokens_per_minute": None, "requests_used": 3,
+            "tokens_used": status["budgets"][0]["tokens_used"], "requests_remaining": 0,
+            "tokens_remaining": None}
         router.routing_path.write_text(DEFAULT)        # no section: nothing is limited
         await _until(lambda: router.metric("kvroute_config_reloads_total",
                                            result="success") >= 2, "no reload")
         assert (await _complete(session, router, "acme"))[0] == 200
+        async with session.get(f"{router.url}/debug/admission") as response:
+            assert (await response.json())["configured"] is False
 
 
 async def test_two_routers_share_a_budget_through_redis(

@@ -173,3 +173,26 @@ async def test_an_answer_says_what_is_left_of_its_budget() -> None:
         "x-ratelimit-limit-requests": "5", "x-ratelimit-remaining-requests": "4"}
     unlimited = await admission.admit(section, "initech", MODEL)
     assert unlimited.budget is None and admission.rate_limit_headers(unlimited) == {}
+
+
+async def test_status_shows_each_budgets_spending_and_what_is_left() -> None:
+    admission, _, _ = _admission()
+    assert admission.status(None) == {"configured": False, "in_flight": 0, "waiting": 0}
+    section = AdmissionSection(max_in_flight=4, tenants={
+        "acme": TenantBudget(requests_per_minute=5, tokens_per_minute=1000, priority=2),
+        "gold": TenantBudget(priority=9)}, other_tenants=TenantBudget(requests_per_minute=3))
+    held = await admission.admit(section, "acme", MODEL)
+    admission.charge_prompt(held, 250)
+    admission.finish(await admission.admit(section, "globex", MODEL))
+    admission.usage.remote = {"acme": (1, 100)}          # another replica's spending
+    status = admission.status(section)
+    assert (status["configured"], status["in_flight"], status["max_in_flight"]) == (True, 1, 4)
+    assert status["budgets"] == [
+        {"tenant": "acme", "priority": 2, "requests_per_minute": 5, "tokens_per_minute": 1000,
+         "requests_used": 2, "tokens_used": 350, "requests_remaining": 3,
+         "tokens_remaining": 650},
+        {"tenant": "gold", "priority": 9, "requests_per_minute": None,
+         "tokens_per_minute": None},
+        {"tenant": None, "priority": 0, "requests_per_minute": 3, "tokens_per_minute": None,
+         "requests_used": 1, "tokens_used": 0, "requests_remaining": 2,
+         "tokens_remaining": None}]
