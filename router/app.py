@@ -24,7 +24,6 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from policies.reloader import PolicyReloader
-from router.admission.controller import Admission
 from router.bad_http_log import OneLineBadHttp
 from router.client_auth import client_auth_middleware
 from router.client_keys_reloader import ClientKeysReloader
@@ -36,7 +35,6 @@ from router.errors import error_middleware
 from router.gc_pauses import GcPauses
 from router.handlers import add_routes
 from router.keys import (
-    ADMISSION,
     CLIENT_KEYS,
     DECISIONS,
     DIRECTOR,
@@ -106,7 +104,6 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app[WORKER_TLS] = tls
     app[FLEET] = fleet
     app[STORE] = store
-    app[ADMISSION] = Admission(store.usage, metrics)
     app[REGISTRY] = registry
     app[METRICS] = metrics
     app[POLICY] = reloader
@@ -179,7 +176,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                                               stalls=stalls)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks,
-                             ejection=ejection, admission=app[ADMISSION])
+                             ejection=ejection)
     app[UTILITY] = UtilityRequests(settings, app[REGISTRY], responses, proxy, app[METRICS],
                                    ejection=ejection)
     await scraper.scrape_once()      # the first request already sees a fleet picture

@@ -36,7 +36,6 @@ from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
 from policies.producers.runner import produce
 from router.admission.controller import Admission, AdmissionTicket
-from router.admission.usage import TenantUsage
 from router.client_auth import TENANT
 from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
@@ -115,8 +114,7 @@ class Director:
                  decisions: DecisionLog, responses: ResponseLocator,
                  clock: Callable[[], float] = time.monotonic,
                  sinks: Sequence[DecisionSink] = (),
-                 ejection: WorkerEjection | None = None,
-                 admission: Admission | None = None) -> None:
+                 ejection: WorkerEjection | None = None) -> None:
         self._settings = settings
         self._registry = registry
         self._store = store
@@ -133,8 +131,8 @@ class Director:
         self._sink_failures: dict[DecisionSink, int] = {}     # failures so far, by sink
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
         self._misrouted: set[tuple[str | None, str]] = set()    # (rule, path), logged once
-        self._admission = (admission if admission is not None
-                           else Admission(TenantUsage(), metrics, clock))
+        # tenants' budgets (the store's, shared between replicas) and the in-flight limit
+        self.admission = Admission(store.usage, metrics, clock, self._model_label)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         request_id = self._ids.claim(request.headers.get(self._header))
@@ -151,13 +149,12 @@ class Director:
                                request.get(TENANT))
         self._check_runner(parsed.routing)
         engine = self._policy()
-        ticket = await self._admission.admit(engine.routing.section(ADMISSION_SECTION),
-                                             parsed.routing.tenant,
-                                             self._model_label(parsed.routing.model))
+        ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),
+                                            parsed.routing.tenant, parsed.routing.model)
         try:
             return await self._admitted(request, parsed, body, engine, ticket)
         finally:
-            self._admission.finish(ticket)
+            self.admission.finish(ticket)
 
     def _model_label(self, model: str) -> str:
         """``model`` as a metric label: a fleet's model, else ``UNKNOWN_MODEL``."""
@@ -173,7 +170,7 @@ class Director:
         views = self._views(self._clock(), pinned)
         if engine.producers and await self._produce(engine, parsed.routing, views):
             views = self._views(self._clock(), pinned)   # a producer ran off the loop
-        self._admission.charge_prompt(ticket, parsed.routing.num_prompt_tokens)
+        self.admission.charge_prompt(ticket, parsed.routing.num_prompt_tokens)
         tried: set[str] = set()
         last_failure: RetryableUpstream | None = None
         for attempt in range(self._settings.max_retries + 1):
@@ -332,7 +329,7 @@ class Director:
         tenant's budget."""
         headers = self._kvroute_headers(decision, routing.semantic_class)
         if ticket.budget is not None:
-            headers.update(self._admission.rate_limit_headers(ticket))
+            headers.update(self.admission.rate_limit_headers(ticket))
         return headers
 
     def _kvroute_headers(self, decision: Decision, semantic_class: str | None) -> dict[str, str]:
@@ -424,7 +421,7 @@ class Director:
         self._store.on_complete(worker, 0 if attempt.first_token_seen
                                 else attempt.prefill_tokens, attempt.decode_tokens)
         outcome = self._outcome(routing, attempt, result, status)
-        self._admission.record_attempt(ticket, attempt.first_token_seen, outcome.prompt_tokens,
+        self.admission.record_attempt(ticket, attempt.first_token_seen, outcome.prompt_tokens,
                                        outcome.completion_tokens)
         engine.on_completed(routing, outcome)
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,

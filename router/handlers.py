@@ -22,7 +22,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from router.errors import InvalidRequest
 from router.keys import (
-    ADMISSION,
     DECISIONS,
     DIRECTOR,
     EJECTION,
@@ -168,7 +167,7 @@ async def debug_fleet(request: web.Request) -> web.Response:
 
 async def debug_admission(request: web.Request) -> web.Response:
     section = request.app[POLICY].engine.routing.section(ADMISSION_SECTION)
-    return _json({"object": "admission", **request.app[ADMISSION].status(section)})
+    return _json({"object": "admission", **request.app[DIRECTOR].admission.status(section)})
 
 
 def add_routes(app: web.Application) -> None:

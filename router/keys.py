@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from policies.reloader import PolicyReloader
-from router.admission.controller import Admission
 from router.client_keys_reloader import ClientKeysReloader
 from router.decisions import DecisionLog
 from router.director import Director
@@ -36,7 +35,6 @@ UTILITY = web.AppKey("utility", UtilityRequests)
 POLICY = web.AppKey("policy", PolicyReloader)
 KV_EVENTS = web.AppKey("kv_events", KvEventFeed)
 EJECTION = web.AppKey("ejection", WorkerEjection)
-ADMISSION = web.AppKey("admission", Admission)
 # the Authorization header sent to each worker started with --api-key (workers.credentials)
 WORKER_AUTHORIZATIONS: web.AppKey[Mapping[Origin, str]] = web.AppKey("worker_authorizations")
 # the TLS context verifying each https:// worker (workers.tls)

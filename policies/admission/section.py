@@ -21,6 +21,7 @@ is optional; an absent section admits everything. The section reloads with the f
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -88,13 +89,16 @@ class AdmissionSection:
     def budget(self, key: str | None) -> TenantBudget:
         return self.other_tenants if key is None else self.tenants[key]
 
+    @staticmethod
+    def counted_as(key: str | None) -> str:
+        """Where the budget ``key`` (``budget_key``'s) is counted: the tenant's name, or
+        ``OTHER_TENANTS_KEY`` for the shared budget."""
+        return OTHER_TENANTS_KEY if key is None else key
+
 
 def parse_admission_section(raw: Any, path: str) -> AdmissionSection:
     """Section parser registered with the policy registry."""
     if raw is None:
         raise RoutingConfigError(f"{path}: must be a mapping")
     section = build_params(AdmissionSection, raw, path)
-    return AdmissionSection(
-        max_in_flight=section.max_in_flight, max_waiting=section.max_waiting,
-        wait_timeout_s=section.wait_timeout_s,
-        tenants=MappingProxyType(dict(section.tenants)), other_tenants=section.other_tenants)
+    return dataclasses.replace(section, tenants=MappingProxyType(dict(section.tenants)))

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from policies.admission.section import AdmissionSection, TenantBudget
+from policies.admission.section import OTHER_TENANTS_KEY, AdmissionSection, TenantBudget
 from router.admission.gate import ConcurrencyGate, GateFull, GateTimeout
-from router.admission.usage import OTHER, TenantUsage
+from router.admission.usage import TenantUsage
 from router.errors import Overloaded, RateLimited, RequestRateLimited, TokenRateLimited
 from router.metrics import RouterMetrics
 
@@ -54,28 +54,31 @@ class AdmissionTicket:
 class Admission:
     """Applies the admission section in force; holds the gate and the budgets' usage."""
 
-    __slots__ = ("_clock", "_metrics", "gate", "usage")
+    __slots__ = ("_clock", "_metrics", "_model_label", "gate", "usage")
 
     def __init__(self, usage: TenantUsage, metrics: RouterMetrics,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 model_label: Callable[[str], str] = str) -> None:
+        """``model_label``: a request's model as the metrics may label it (read only for a
+        refused request)."""
         self.usage = usage
         self.gate = ConcurrencyGate()
         self._metrics = metrics
         self._clock = clock
+        self._model_label = model_label
         metrics.watch_admission(lambda: self.gate.in_flight, lambda: self.gate.waiting)
 
     async def admit(self, section: AdmissionSection | None, tenant: str | None,
                     model: str) -> AdmissionTicket:
-        """Let the request on, or raise ``RateLimited`` / ``Overloaded`` (``model``: the
-        request's model as metrics may label it)."""
+        """Let the request on, or raise ``RateLimited`` / ``Overloaded``."""
         if section is None:
             await self.gate.enter(0, 0, 1.0)      # counted in flight; no limit
             return AdmissionTicket(None)
         key = section.budget_key(tenant)
         budget = section.budget(key)
-        usage_key = (OTHER if key is None else key) if budget.limited else None
+        usage_key = section.counted_as(key) if budget.limited else None
         if usage_key is not None:
-            self._check(budget, usage_key, key, tenant, model)
+            self._check(budget, usage_key, tenant, model)
         try:
             waited = await self.gate.enter(section.max_in_flight, section.max_waiting,
                                            section.wait_timeout_s, budget.priority)
@@ -92,7 +95,7 @@ class Admission:
         if usage_key is not None:
             if waited > 0:
                 try:
-                    self._check(budget, usage_key, key, tenant, model)
+                    self._check(budget, usage_key, tenant, model)
                 except RateLimited:
                     self.gate.leave()
                     raise
@@ -159,7 +162,7 @@ class Admission:
                                      "requests_per_minute": budget.requests_per_minute,
                                      "tokens_per_minute": budget.tokens_per_minute}
             if budget.limited:
-                requests, tokens = self.usage.totals(OTHER if key is None else key, now)
+                requests, tokens = self.usage.totals(section.counted_as(key), now)
                 entry.update(requests_used=requests, tokens_used=tokens)
                 for unit, limit, used in (("requests", budget.requests_per_minute, requests),
                                           ("tokens", budget.tokens_per_minute, tokens)):
@@ -173,11 +176,12 @@ class Admission:
     def _overloaded(self, reason: str, tenant: str | None, model: str,
                     message: str) -> Overloaded:
         """The 503 of a request the in-flight limit turned away, counted."""
-        self._metrics.record_admission_rejection(reason, tenant, model, Overloaded.status)
+        self._metrics.record_admission_rejection(reason, tenant, self._model_label(model),
+                                                 Overloaded.status)
         return Overloaded(message, headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)})
 
-    def _check(self, budget: TenantBudget, usage_key: str, key: str | None,
-               tenant: str | None, model: str) -> None:
+    def _check(self, budget: TenantBudget, usage_key: str, tenant: str | None,
+               model: str) -> None:
         now = self._clock()
         requests, tokens = self.usage.totals(usage_key, now)
         over_requests = (budget.requests_per_minute is not None
@@ -187,7 +191,8 @@ class Admission:
             return
         wait = self.usage.seconds_until(usage_key, now, budget.requests_per_minute,
                                         budget.tokens_per_minute)
-        whose = f"tenant `{key}`" if key is not None else "tenants without a budget of their own"
+        whose = ("tenants without a budget of their own" if usage_key == OTHER_TENANTS_KEY
+                 else f"tenant `{usage_key}`")
         error: type[RateLimited]
         if over_requests:
             limit, used, unit, error = (budget.requests_per_minute, requests, "requests",
@@ -197,7 +202,8 @@ class Admission:
                                         TokenRateLimited)
         assert limit is not None
         reason = f"{unit}_per_minute"
-        self._metrics.record_admission_rejection(reason, tenant, model, error.status)
+        self._metrics.record_admission_rejection(reason, tenant, self._model_label(model),
+                                                 error.status)
         raise error(
             f"Rate limit reached for {whose} on {unit} per minute: limit {limit}, used "
             f"{used}. Please try again in {wait}s.",

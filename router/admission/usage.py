@@ -3,8 +3,8 @@
 A ``UsageWindow`` keeps one budget's counts in a ring of ``WINDOW_S`` one-second slots and
 their running totals; a slot older than the window is zeroed (and taken off the totals)
 when time moves past it, so every read and write costs O(1) amortised. ``TenantUsage``
-holds one window per budget key (a listed tenant's name, or ``OTHER`` for the shared
-budget of every other request) and what the other router replicas published for the same
+holds one window per budget key (a listed tenant's name, or ``OTHER_TENANTS_KEY`` for the
+shared budget of every other request) and what the other router replicas published for the same
 keys (``remote``, set by a shared ``StateStore``); a budget is judged on both.
 
 Only budgets with a limit are counted, so memory is bounded by the routing file, not by the
@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import math
 
-from policies.admission.section import OTHER_TENANTS_KEY
-
 WINDOW_S = 60
-OTHER = OTHER_TENANTS_KEY    # the key of the ``other_tenants`` budget (no tenant is named so)
 
 
 class UsageWindow:

@@ -10,9 +10,9 @@ import asyncio
 import orjson
 import pytest
 
-from policies.admission.section import AdmissionSection, TenantBudget
+from policies.admission.section import OTHER_TENANTS_KEY, AdmissionSection, TenantBudget
 from router.admission.controller import Admission
-from router.admission.usage import OTHER, TenantUsage
+from router.admission.usage import TenantUsage
 from router.errors import Overloaded, RequestRateLimited, TokenRateLimited
 from router.metrics import RouterMetrics
 
@@ -115,7 +115,7 @@ async def test_unlisted_tenants_share_one_budget() -> None:
     with pytest.raises(RequestRateLimited) as raised:
         await admission.admit(section, "initech", MODEL)
     assert "tenants without a budget of their own" in raised.value.message
-    assert admission.usage.totals(OTHER, 1000.0) == (2, 0)
+    assert admission.usage.totals(OTHER_TENANTS_KEY, 1000.0) == (2, 0)
     assert _rejections(metrics, "requests_per_minute", "initech") == 1
     for _ in range(5):                         # acme is listed, without a limit
         admission.finish(await admission.admit(section, "acme", MODEL))
