@@ -11,7 +11,8 @@ for ``--decisions`` requests (wall clock, and the thread's CPU time, which a bus
 does not inflate), each followed by ``on_routed`` (outside the decision's time, its own
 CPU reported apart) so the index keeps learning; garbage collections that start inside a
 timed ``decide`` are counted (``collections_in_decide``; ``--no-gc`` disables the collector
-while the decisions run, to tell its share of the tail).
+while the decisions run, to tell its share of the tail), and every collection while the
+timed decisions run, inside ``decide`` or not, is timed (thread CPU, by generation).
 
 Requests arrive 10 ms apart. By default none of them finishes: the decode guard forgets
 each at its estimated end, and the online correction of the estimates never learns, so every
@@ -73,6 +74,13 @@ class SizeResult:
     completed: int = 0         # requests reported finished (``--complete``)
     held_incumbents: int = 0   # the most decode-guard incumbents on one worker at the end
     corrected: bool = False    # whether the estimator's online correction had learnt
+    # collections that ran while the timed decisions did (inside decide or not), and the
+    # thread CPU each took: what the collector costs the loop, wherever it lands
+    young_collections: int = 0
+    young_pause_p50_us: float = 0.0
+    young_pause_max_us: float = 0.0
+    older_collections: int = 0   # of generations 1 and 2
+    older_pause_max_us: float = 0.0
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, decisions: int,
@@ -228,12 +236,19 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
     if args.gc_freeze:
         gc.collect()
         gc.freeze()
-    collections = [0]            # started so far (the callback allocates nothing)
+    collections = [0]            # started so far
     in_decide = 0
+    timing = [False]             # inside the timed decisions (after the warm-up)
+    pause_started = [0]
+    pauses: list[tuple[int, float]] = []    # (generation, thread CPU µs) while timing
 
     def count_collection(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             collections[0] += 1
+            pause_started[0] = time.thread_time_ns()
+        elif timing[0]:
+            pauses.append((info["generation"],
+                           (time.thread_time_ns() - pause_started[0]) / 1e3))
 
     completions = Completions(args.seed + size, args.observed_spread) if args.complete else None
     gc.callbacks.append(count_collection)
@@ -241,6 +256,7 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
     if not getattr(args, "gc_enabled", True):
         gc.disable()
     for n in range(args.warmup + args.decisions):
+        timing[0] = n >= args.warmup
         tokens = array("i", rng.choice(prefixes) + [rng.randrange(100_000) for _ in range(half)])
         request = RoutingRequest(request_id=f"r{n}", model=MODEL, path="/v1/completions",
                                  prompt=tokens, max_tokens=rng.randint(16, 512),
@@ -277,6 +293,8 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
     if record is not None:
         record.extend(cpu_timings)
     ordered = sorted(timings)
+    young = sorted(pause for generation, pause in pauses if generation == 0)
+    older = [pause for generation, pause in pauses if generation > 0]
     return SizeResult(
         workers=size, decisions=len(timings), p50_us=_pct(ordered, 50),
         p90_us=_pct(ordered, 90), p99_us=_pct(ordered, 99), mean_us=statistics.fmean(ordered),
@@ -284,7 +302,10 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
         cpu_p50_us=_pct(sorted(cpu_timings), 50), cpu_p99_us=_pct(sorted(cpu_timings), 99),
         routed_p50_us=_pct(sorted(routed_timings), 50), collections_in_decide=in_decide,
         completed=completions.reported if completions is not None else 0,
-        held_incumbents=held_incumbents(engine, fleet), corrected=corrected(engine))
+        held_incumbents=held_incumbents(engine, fleet), corrected=corrected(engine),
+        young_collections=len(young), young_pause_p50_us=_pct(young, 50),
+        young_pause_max_us=young[-1] if young else 0.0, older_collections=len(older),
+        older_pause_max_us=max(older, default=0.0))
 
 
 class Completions:
@@ -361,7 +382,7 @@ def index_memory(blocks: int, seed: int) -> dict[str, float]:
     approximate = ApproximatePrefixIndex(default_capacity_blocks=per_worker)
     for w, chunk in enumerate(chunks):
         for start in range(0, len(chunk), 64):
-            approximate.insert(f"w{w}", tuple(chunk[start:start + 64]))
+            approximate.insert(f"w{w}", chunk[start:start + 64])     # as the producer gives
     approximate_bytes = tracemalloc.get_traced_memory()[0] - before
     before = tracemalloc.get_traced_memory()[0]
     exact = ExactPrefixIndex()
@@ -388,12 +409,15 @@ def _pct(ordered: list[float], q: float) -> float:
 
 def markdown(results: list[SizeResult], memory: dict[str, float]) -> str:
     lines = ["| workers | decisions | wall p50 µs | wall p99 µs | CPU p50 µs | CPU p99 µs "
-             "| blocks producer p50 µs | on_routed CPU p50 µs |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| blocks producer p50 µs | on_routed CPU p50 µs | young collections (p50 / max µs) "
+             "| older collections (max µs) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r.workers} | {r.decisions} | {r.p50_us:.0f} | {r.p99_us:.0f} | "
                      f"{r.cpu_p50_us:.0f} | {r.cpu_p99_us:.0f} | {r.producer_p50_us:.0f} | "
-                     f"{r.routed_p50_us:.0f} |")
+                     f"{r.routed_p50_us:.0f} | {r.young_collections} "
+                     f"({r.young_pause_p50_us:.0f} / {r.young_pause_max_us:.0f}) | "
+                     f"{r.older_collections} ({r.older_pause_max_us:.0f}) |")
     lines.append("")
     lines.append(f"Prefix index memory ({memory['blocks']:.0f} blocks over 8 workers): "
                  f"approximate {memory['approximate_bytes_per_block']:.0f} B/block, "

@@ -37,11 +37,15 @@ def load_runs(directory: Path) -> dict[str, list[dict[str, Any]]]:
 
 def table(runs: dict[str, list[dict[str, Any]]], order: list[str] | None = None) -> str:
     """One row per prompt length, fleet size and label (labels in ``order``, else by name):
-    the CPU p50 and p99 of every run, and the CPU of ``on_routed`` when every run has it."""
+    the CPU p50 and p99 of every run, the CPU of ``on_routed`` and the young collections'
+    median pause when every run has them."""
     labels = order if order is not None else sorted(runs)
     every = [size for reports in runs.values() for report in reports for size in report["sizes"]]
     # reports that time on_routed too get a column for it (older ones do not)
     routed = bool(every) and all("routed_p50_us" in size for size in every)
+    young = bool(every) and all("young_pause_p50_us" in size for size in every)
+    keys = (("cpu_p50_us", "cpu_p99_us") + (("routed_p50_us",) if routed else ())
+            + (("young_pause_p50_us",) if young else ()))
     rows: list[tuple[int, int, int, str]] = []
     for rank, label in enumerate(labels):
         reports = runs.get(label)
@@ -52,15 +56,16 @@ def table(runs: dict[str, list[dict[str, Any]]], order: list[str] | None = None)
                      for size in report["sizes"]]
             for workers in sorted({size["workers"] for size in sizes}):
                 chosen = [size for size in sizes if size["workers"] == workers]
-                cells = [" / ".join(f"{size[key]:.0f}" for size in chosen)
-                         for key in ("cpu_p50_us", "cpu_p99_us")
-                         + (("routed_p50_us",) if routed else ())]
+                cells = [" / ".join(f"{size[key]:.0f}" for size in chosen) for key in keys]
                 rows.append((prompt, workers, rank,
                              f"| {prompt} | {workers} | {label} | {' | '.join(cells)} |"))
     header = "| prompt tokens | workers | label | CPU p50 µs (runs) | CPU p99 µs (runs) |"
     rule = "|---|---|---|---|---|"
     if routed:
         header += " on_routed CPU p50 µs (runs) |"
+        rule += "---|"
+    if young:
+        header += " young collection CPU p50 µs (runs) |"
         rule += "---|"
     lines = [header, rule]
     lines.extend(row[3] for row in sorted(rows))

@@ -5,8 +5,8 @@ A shared-prefix workload fills an ``ApproximatePrefixIndex``: ``--requests`` cha
 blocks of its own, inserted for a worker drawn at random, so the trunks' blocks end up
 held by many workers and the tails by one. Memory is ``tracemalloc``'s count over that
 filling, divided by the blocks the workers hold. Each chain is inserted as the blocks
-producer gives it, a tuple of int objects made for this request, so the ints the index keeps
-as its keys count in its bytes (the chains are stored as ``array('Q')`` until then). Then
+producer gives it, an ``array('Q')``, whose hashes become int objects as the index reads
+them, so the ints the index keeps as its keys count in its bytes. Then
 ``--queries`` new chains of the same shape are matched against every worker (the ids as a
 dict, as the prefix scorer passes them), ``--repeat`` times; the best pass gives the time
 per match (the thread's CPU time).
@@ -72,20 +72,19 @@ def measure(workers: int, args: argparse.Namespace) -> dict[str, Any]:
     before = tracemalloc.get_traced_memory()[0]
     index = ApproximatePrefixIndex(default_capacity_blocks=args.capacity_blocks)
     for worker_id, packed in zip(owners, stored, strict=True):
-        index.insert(worker_id, tuple(packed))     # fresh ints, as hashing a prompt makes
+        index.insert(worker_id, packed)
     index_bytes = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     held = index.total_blocks()
     # the same inserts again, timed, into an index of their own (tracemalloc slows them)
-    chains = [tuple(packed) for packed in stored]
     gc.collect()
     timed = ApproximatePrefixIndex(default_capacity_blocks=args.capacity_blocks)
     started = time.thread_time_ns()
-    for worker_id, chain_ints in zip(owners, chains, strict=True):
-        timed.insert(worker_id, chain_ints)
-    insert_us = (time.thread_time_ns() - started) / 1e3 / len(chains)
+    for worker_id, packed in zip(owners, stored, strict=True):
+        timed.insert(worker_id, packed)
+    insert_us = (time.thread_time_ns() - started) / 1e3 / len(stored)
     members = dict.fromkeys(ids, 0)
-    queries = [chain() for _ in range(args.queries)]
+    queries = [array("Q", chain()) for _ in range(args.queries)]
     gc.collect()
     passes = []
     for _ in range(args.repeat):

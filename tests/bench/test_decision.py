@@ -48,6 +48,10 @@ def test_collections_that_start_inside_a_decision_are_counted(tmp_path: Path) ->
         gc.set_threshold(*thresholds)
     eager = json.loads((tmp_path / "eager" / "decision.json").read_text())["sizes"][0]
     assert eager["collections_in_decide"] >= 20 > default["collections_in_decide"]
+    # every collection of the timed window is timed, inside decide or not
+    assert eager["young_collections"] + eager["older_collections"] >= eager[
+        "collections_in_decide"]
+    assert 0 < eager["young_pause_p50_us"] <= eager["young_pause_max_us"]
 
 
 def test_completed_requests_teach_the_estimator_its_correction(
@@ -96,3 +100,5 @@ def test_no_gc_keeps_collections_out_of_the_decisions_and_restores_the_collector
     report = json.loads((tmp_path / "decision.json").read_text())
     assert report["gc_enabled"] is False
     assert report["sizes"][0]["collections_in_decide"] == 0
+    assert report["sizes"][0]["young_collections"] == 0
+    assert report["sizes"][0]["older_collections"] == 0

@@ -65,12 +65,31 @@ def test_cli_prints_the_table_and_refuses_unknown_labels_and_empty_folders(
 def test_the_on_routed_column_appears_only_when_every_run_has_it(tmp_path: Path,
                                                                  report: Path) -> None:
     data = json.loads(report.read_text())
-    (tmp_path / "new-run1.json").write_text(json.dumps(data))
+    without_pauses = {**data, "sizes": [
+        {k: v for k, v in size.items() if k != "young_pause_p50_us"} for size in data["sizes"]]}
+    (tmp_path / "new-run1.json").write_text(json.dumps(without_pauses))
     lines = table(load_runs(tmp_path)).splitlines()
     assert lines[0].endswith("| on_routed CPU p50 µs (runs) |")
     routed = {size["workers"]: size["routed_p50_us"] for size in data["sizes"]}
     assert lines[2].endswith(f"| {routed[8]:.0f} |")
-    older = {**data, "sizes": [{k: v for k, v in size.items() if k != "routed_p50_us"}
-                               for size in data["sizes"]]}
+    older = {**without_pauses, "sizes": [
+        {k: v for k, v in size.items() if k != "routed_p50_us"}
+        for size in without_pauses["sizes"]]}
     (tmp_path / "old-run1.json").write_text(json.dumps(older))
     assert "on_routed" not in table(load_runs(tmp_path))
+
+
+def test_the_young_collections_column_appears_only_when_every_run_has_it(
+        tmp_path: Path, report: Path) -> None:
+    data = json.loads(report.read_text())
+    paused = {**data, "sizes": [{**size, "young_pause_p50_us": 123.4 + size["workers"]}
+                                for size in data["sizes"]]}
+    (tmp_path / "new-run1.json").write_text(json.dumps(paused))
+    lines = table(load_runs(tmp_path)).splitlines()
+    assert lines[0].endswith("| on_routed CPU p50 µs (runs) | young collection CPU p50 µs "
+                             "(runs) |")
+    assert lines[2].endswith(f"| {data['sizes'][0]['routed_p50_us']:.0f} | 131 |")
+    older = {**data, "sizes": [{k: v for k, v in size.items() if k != "young_pause_p50_us"}
+                               for size in data["sizes"]]}
+    (tmp_path / "old-run1.json").write_text(json.dumps(older))
+    assert "young collection" not in table(load_runs(tmp_path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from array import array
 from concurrent.futures import ThreadPoolExecutor
 
@@ -42,8 +43,16 @@ def test_seed_and_algorithm_are_the_workers() -> None:
         to_event_int(h) for h in block_hash_chain(tokens, 16, algo="sha256_cbor", seed="0")]
 
 
-def reference(tokens: list[int], block_size: int = 16, **kwargs: str) -> tuple[int, ...]:
-    return tuple(to_event_int(h) for h in block_hash_chain(tokens, block_size, **kwargs))
+def reference(tokens: list[int], block_size: int = 16, **kwargs: str) -> array[int]:
+    return array("Q", [to_event_int(h) for h in block_hash_chain(tokens, block_size, **kwargs)])
+
+
+def test_a_chain_is_one_buffer_the_garbage_collector_does_not_walk() -> None:
+    # a tuple of 128 ints would make the next young collection visit each int
+    chain = BlocksProducer("blocks", BlocksParams()).chain(list(range(16 * 128)), 16)
+    assert len(chain) == 128
+    assert not [ref for ref in gc.get_referents(chain) if isinstance(ref, int)]
+    assert chain == reference(list(range(16 * 128)))
 
 
 @pytest.mark.parametrize("algo", ["sha256", "sha256_cbor", "builtin"])
