@@ -3,11 +3,12 @@
 The router hashes every prompt into vLLM's chained block hashes before it decides
 (``policies.producers.blocks``). This replays a trace's prompts (Mooncake: token ids built
 from its 512-token block ids, so that conversations share their earlier turns as in the
-trace) through one producer, in order, and times ``produce`` per request with the thread's
-CPU clock. It reports the time per request (p50, p90, p99, mean), per 1,000 prompt tokens,
-and the share of blocks the producer found remembered instead of hashing them. With
-``--again`` every prompt is produced a second time right after its first, and that second
-call (every block remembered, when the producer remembers) is reported on its own row.
+trace) through one producer, in order, as the ``array('i')`` the tokens producer gives a
+text, and times ``produce`` per request with the thread's CPU clock. It reports the time per
+request (p50, p90, p99, mean), per 1,000 prompt tokens, and the share of blocks the producer
+found remembered instead of hashing them. With ``--again`` every prompt is produced a second
+time right after its first, and that second call (every block remembered, when the producer
+remembers) is reported on its own row.
 
 Writes ``block_hashes.json`` to ``--out`` and prints a Markdown table.
 
@@ -23,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +121,7 @@ def _produce_us(producer: Any, tokens: list[int], views: Any, request_id: str) -
     from policies.base import RoutingRequest
 
     request = RoutingRequest(request_id=request_id, model="m")
-    request.prompt_token_ids = tokens
+    request.prompt_token_ids = array("i", tokens)    # what the tokens producer gives a text
     request.num_prompt_tokens = len(tokens)
     started = time.thread_time_ns()
     producer.produce(request, views)

@@ -84,6 +84,14 @@ def test_token_arrays_hash_as_lists_do() -> None:
     assert request.block_hashes[32] == reference(tokens, 32)
 
 
+def test_client_ids_beyond_32_bits_hash_exactly_and_are_found_again() -> None:
+    producer = BlocksProducer("blocks", BlocksParams())
+    tokens = [2**40 + i for i in range(16 * 4)]
+    assert producer.chain(tokens, 16) == reference(tokens)
+    assert producer.chain(tokens + [1] * 16, 16) == reference(tokens + [1] * 16)
+    assert (producer.memos[16].looked_up, producer.memos[16].hashed) == (4, 5)
+
+
 def test_block_sizes_are_remembered_apart() -> None:
     producer = BlocksProducer("blocks", BlocksParams())
     tokens = list(range(64))

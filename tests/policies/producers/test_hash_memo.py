@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 from policies.producers.hash_memo import PrefixHashMemo, fingerprints
 
 
@@ -15,6 +17,28 @@ def test_fingerprints_cover_whole_prefixes() -> None:
     assert all(a != b for a, b in zip(fingerprints(changed_first, 16), prints, strict=True))
     assert fingerprints(tuple(tokens), 16) == prints
     assert fingerprints(tokens, 8)[1] != prints[0]           # block size is part of it
+
+
+def test_a_token_array_and_a_client_list_of_the_same_ids_share_fingerprints() -> None:
+    tokens = [0, 1, 2**31 - 1, 100_000, *range(60)]
+    assert fingerprints(array("i", tokens), 16) == fingerprints(tokens, 16)
+    assert len(fingerprints(array("i", tokens), 16)) == 4
+    # the buffer is read whole blocks at a time: a change in any id of a block changes it
+    for position in range(64):
+        changed = [*tokens]
+        changed[position] += 1
+        moved = fingerprints(changed, 16)
+        assert moved[:position // 16] == fingerprints(tokens, 16)[:position // 16]
+        assert moved[position // 16] != fingerprints(tokens, 16)[position // 16]
+
+
+def test_ids_beyond_32_bits_are_fingerprinted_as_ints_and_still_cover_whole_prefixes() -> None:
+    tokens = [2**40 + i for i in range(50)]
+    prints = fingerprints(tokens, 16)
+    assert len(prints) == 3
+    assert fingerprints(tokens[:32] + [-1] * 16, 16)[:2] == prints[:2]
+    assert fingerprints(tokens[:32] + [-1] * 16, 16)[2] != prints[2]
+    assert fingerprints(tuple(tokens), 16) == prints
 
 
 def test_leading_stops_at_the_first_block_not_held() -> None:
