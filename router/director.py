@@ -138,6 +138,10 @@ class Director:
         request_id = self._ids.claim(request.headers.get(self._header))
         try:
             return await self._handle(request, path, request_id)
+        except RouterError as error:
+            # a refusal names its request too: what a client quotes when it asks why
+            error.headers.setdefault(self._header, request_id)
+            raise
         finally:
             self._ids.release(request_id)
 

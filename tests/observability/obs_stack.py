@@ -258,7 +258,8 @@ def _send(stack: Stack, path: str, body: dict[str, Any] | bytes,
     status, _, resp_headers = _http(f"{stack.router_url}{path}", body, headers)
     stack.statuses.append(status)
     rid = resp_headers.get("x-request-id") or resp_headers.get("X-Request-Id")
-    if rid:
+    worker = resp_headers.get("x-kvroute-worker") or resp_headers.get("X-Kvroute-Worker")
+    if rid and worker not in (None, "none"):      # decided (refusals name their id too)
         stack.request_ids.append(rid)
     return status
 

@@ -116,6 +116,21 @@ async def test_models_lists_healthy_workers_models(router: RouterHandle) -> None
     assert models.data[0].model_extra == {"max_model_len": 8192}
 
 
+async def test_a_refusal_carries_its_request_id_given_or_generated(
+        router: RouterHandle) -> None:
+    body = orjson.dumps({"model": "no-such-model", "messages": MESSAGES})
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + "/v1/chat/completions", data=body,
+                                headers={"x-request-id": "ask-why-7"}) as resp:
+            assert resp.status == 404
+            assert resp.headers["x-request-id"] == "ask-why-7"
+        async with session.post(router.url + "/v1/chat/completions", data=body) as resp:
+            assert resp.status == 404
+            generated = resp.headers["x-request-id"]
+        async with session.post(router.url + "/v1/chat/completions", data=body) as resp:
+            assert resp.headers["x-request-id"] not in ("", generated)
+
+
 async def test_unknown_model_is_404(router: RouterHandle) -> None:
     with pytest.raises(openai.NotFoundError) as info:
         await client(router).chat.completions.create(model="gpt-nope", messages=MESSAGES)  # type: ignore[arg-type]
@@ -268,11 +283,15 @@ async def test_bad_requests_get_openai_errors(router: RouterHandle, path: str, b
                                               status: int, message: str) -> None:
     async with aiohttp.ClientSession() as session, session.post(
             router.url + path, data=body,
-            headers={"Content-Type": "application/json"}) as resp:
+            headers={"Content-Type": "application/json", "x-request-id": "bad-1"}) as resp:
         assert resp.status == status
         error = (await resp.json())["error"]
         assert error["message"].startswith(message)
         assert set(error) == {"message", "type", "param", "code"}
+        # a request the router took names itself in its refusal (an unknown path, or a body
+        # over the size limit, is refused without one)
+        if status == 400:
+            assert resp.headers["x-request-id"] == "bad-1"
     # the router keeps serving
     reply = await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]
                                                          max_tokens=2)

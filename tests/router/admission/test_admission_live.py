@@ -72,6 +72,7 @@ async def test_a_spent_budget_is_the_clients_rate_limit_error(
     assert raised.value.code == "rate_limit_exceeded"
     assert 55 <= int(raised.value.response.headers["retry-after"]) <= 60
     assert raised.value.response.headers["x-kvroute-worker"] == "none"
+    assert raised.value.request_id           # the SDK's, read from x-request-id
     # another tenant is served (without a budget, without the headers), and so are the
     # Messages API's clients until theirs is spent
     raw = await globex.chat.completions.with_raw_response.create(
