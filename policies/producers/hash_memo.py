@@ -13,8 +13,9 @@ A block's fingerprint chains its parent's with the block's token ids, read as on
 process (unless ``PYTHONHASHSEED`` fixes it), so a client cannot aim a prompt at another's
 fingerprint; should one collide, what it gains is a wrong routing estimate for that prompt
 (its blocks taken for the other's), nothing a worker serves. Reading the block as bytes
-makes no int object per token: a 20,000-token prompt is fingerprinted in a third of the time
-a tuple of ints per block took, and without a list copy of the prompt. Token ids that do not
+makes no int object per token and no list copy of the prompt: a prompt whose blocks are all
+remembered costs less than half what it did with a tuple of ints per block
+(``docs/benchmarks.md``, "Fingerprints read from the packed prompt"). Token ids that do not
 fit in 32 bits (only a client's own ids can) are fingerprinted as tuples of ints instead:
 the same prompt then has other fingerprints, so it is not found again, and nothing else
 changes. The fingerprints of one prompt come from ``fingerprints`` and are only meaningful
