@@ -118,6 +118,7 @@ class RedisStateStore:
         self._usage = TenantUsage()
         self._client: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         self._degraded = False
         self._owners = ResponseOwners()
 
@@ -142,6 +143,7 @@ class RedisStateStore:
     async def close(self) -> None:
         """Stop syncing and remove this replica's counts; a Redis that does not answer
         within ``CLOSE_TIMEOUT_S`` is left to expire them (shutdown never waits on it)."""
+        self._closing = True     # ends the sync loop even if a command swallows the cancel
         if self._task is not None:
             await cancel_and_wait(self._task)
         if self._client is not None:
@@ -190,9 +192,10 @@ class RedisStateStore:
         self._degraded = True
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing:
             await asyncio.sleep(self._interval)
-            await self.sync_once()
+            if not self._closing:
+                await self.sync_once()
 
     async def sync_once(self) -> None:
         """Publish this replica's counts and read everyone else's."""

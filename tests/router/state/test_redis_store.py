@@ -69,6 +69,24 @@ async def test_closed_replica_counts_disappear(redis_url: str) -> None:
     await two.close()
 
 
+async def test_closing_ends_the_sync_loop_even_if_a_sync_swallows_the_cancellation(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = RedisStateStore(redis_url, "r1", sync_interval_s=0.01)
+    await store.start()
+    syncing = asyncio.Event()
+
+    async def swallowing_sync() -> None:      # as a client library may, mid-command
+        syncing.set()
+        try:
+            await asyncio.sleep(0.5)
+        except asyncio.CancelledError:
+            return
+
+    monkeypatch.setattr(store, "sync_once", swallowing_sync)
+    await asyncio.wait_for(syncing.wait(), 5)
+    await asyncio.wait_for(store.close(), 5)    # the loop ended instead of syncing for ever
+
+
 async def test_dead_replica_counts_expire(redis_url: str) -> None:
     dead = RedisStateStore(redis_url, "dead", sync_interval_s=60, ttl_s=0.2)
     alive = RedisStateStore(redis_url, "alive", sync_interval_s=60)
