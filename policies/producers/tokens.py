@@ -95,33 +95,32 @@ class TextTokenizer(Protocol):
     # whether a text may be tokenized in chunks cut by ``policies.producers.text_chunks``
     splittable: bool
 
-    def encode(self, text: str) -> Sequence[int]: ...
+    def encode(self, text: str) -> array[int]: ...
 
 
 class TiktokenTokenizer:
     def __init__(self, encoding: str) -> None:
-        import numpy
         import tiktoken
 
-        self._int32 = numpy.int32
         try:
             self._encoding = tiktoken.get_encoding(encoding)
         except ValueError as exc:
             raise ValueError(f"unknown tiktoken encoding {encoding!r}") from exc
         self.splittable = is_splittable(self._encoding._pat_str)
 
-    def encode(self, text: str) -> Sequence[int]:
-        """``encode_ordinary``'s ids, as an ``array('i')`` read from tiktoken's own buffer:
-        no int object per token (the list ``encode_ordinary`` returns costs about 40 ns a
-        token to build and again to pack). No special token is recognised in either, and a
-        lone surrogate is replaced as ``encode_ordinary`` replaces it."""
+    def encode(self, text: str) -> array[int]:
+        """``encode_ordinary``'s ids, read from tiktoken's own buffer: no int object per
+        token (the list ``encode_ordinary`` returns cost 61-86 ns a token more,
+        ``docs/benchmarks.md``). No special token is recognised in either, and a lone
+        surrogate is replaced as ``encode_ordinary`` replaces it. The buffer holds unsigned
+        32-bit ids; every vocabulary's ids are below 2**31, so its bytes are the array's."""
         try:
             buffer = self._encoding.encode_to_numpy(text, disallowed_special=())
         except UnicodeEncodeError:
             text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
             buffer = self._encoding.encode_to_numpy(text, disallowed_special=())
         ids = array("i")
-        ids.frombytes(buffer.astype(self._int32).tobytes())
+        ids.frombytes(buffer.tobytes())
         return ids
 
 
@@ -138,9 +137,8 @@ class HuggingFaceTokenizer:
         self._tokenizer.no_truncation()   # a shipped max_length would cut long prompts
         self._tokenizer.no_padding()
 
-    def encode(self, text: str) -> Sequence[int]:
-        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
-        return ids
+    def encode(self, text: str) -> array[int]:
+        return array("i", self._tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 class TokenCache:
@@ -295,9 +293,7 @@ def _encode_chunk(cache: TokenCache, key_prefix: str, tokenizer: TextTokenizer,
     cached = cache.get(key)
     if cached is not None:
         return cached
-    encoded = tokenizer.encode(text)
-    ids = (encoded if isinstance(encoded, array) and encoded.typecode == "i"
-           else array("i", encoded))
+    ids = tokenizer.encode(text)
     cache.put(key, ids)
     return ids
 

@@ -192,10 +192,11 @@ class RedisStateStore:
         self._degraded = True
 
     async def _run(self) -> None:
-        while not self._closing:
+        while True:
             await asyncio.sleep(self._interval)
-            if not self._closing:
-                await self.sync_once()
+            if self._closing:
+                return
+            await self.sync_once()
 
     async def sync_once(self) -> None:
         """Publish this replica's counts and read everyone else's."""
