@@ -127,7 +127,7 @@ def run_eval(args: argparse.Namespace) -> int:
     summary: list[FileScore] = []
     try:
         texts, labels = load_examples(section, base_dir)
-        example_vectors = embed_all(model.embedder, texts)
+        example_vectors = model.inputs(embed_all(model.embedder, texts), texts)
         for path, rows in data:
             try:
                 score, one = _evaluate_file(args, section, model, example_vectors, labels,
@@ -170,9 +170,9 @@ def _evaluate_file(args: argparse.Namespace, section: SemanticSection, model: Se
     from policies.semantic.model import embed_all, field_text
     from policies.semantic.text import clean_text
 
+    cleaned = [clean_text(row.text, section.max_chars) for row in rows]
     result = evaluate(section, model.report, example_vectors, labels,
-                      embed_all(model.embedder,
-                                [clean_text(row.text, section.max_chars) for row in rows]),
+                      model.inputs(embed_all(model.embedder, cleaned), cleaned),
                       [row.label for row in rows])
     texts = [row.text for row in rows]
     lines = [row.line for row in rows]

@@ -3,8 +3,9 @@
 ``build_semantic_model(section, base_dir)`` loads the embedder (fine-tuned on the examples
 first when the section sets ``fine_tune``: ``policies.semantic.fine_tune``), embeds the
 examples of the ``semantic:`` section (and of its ``examples_file``, resolved against
-``base_dir``), trains the classifier (``policies.semantic.classifier``) and starts the
-embedding thread.
+``base_dir``), trains the classifier (``policies.semantic.classifier``) on those embeddings
+with the section's surface features appended (``policies.semantic.surface``; the same
+``inputs`` at request time) and starts the embedding thread.
 
 ``classify(text)`` (blocking) and ``classify_async(text)`` (awaitable; the event loop only
 waits) return a ``Classification``. They never raise: empty text is the default class
@@ -33,6 +34,7 @@ from policies.semantic.cache import EmbeddingCache, Vector
 from policies.semantic.classifier import LinearClassifier, TrainingReport, train_classifier
 from policies.semantic.fine_tune import Progress
 from policies.semantic.section import SemanticSection
+from policies.semantic.surface import Matrix, classifier_inputs
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +76,13 @@ class SemanticModel:
             max_queue=section.batch.max_queue)
         self.timeout_s = section.timeout_ms / 1000.0
 
-    def decide(self, vector: Vector) -> Classification:
-        """Apply the classifier and the confidence threshold to one embedding."""
-        label, confidence = self.classifier.classify(vector)
+    def inputs(self, vectors: Matrix, texts: Sequence[str]) -> Matrix:
+        """What the classifier reads for ``texts``, from their embeddings ``vectors``."""
+        return classifier_inputs(vectors, texts, self.section.digit_weight)
+
+    def decide(self, vector: Vector, text: str) -> Classification:
+        """Apply the classifier and the confidence threshold to one text's embedding."""
+        label, confidence = self.classifier.classify(self.inputs(vector, (text,)))
         if confidence < self.section.threshold:
             return Classification(self.section.default_class, confidence, label, "unsure")
         return Classification(label, confidence, label, "classified")
@@ -93,7 +99,7 @@ class SemanticModel:
         except Exception:
             log.exception("semantic classification failed; using the default class")
             return self._fallback("error")
-        return self.decide(vector)
+        return self.decide(vector, text)
 
     async def classify_async(self, text: str) -> Classification:
         if not text:
@@ -112,7 +118,7 @@ class SemanticModel:
         except Exception:
             log.exception("semantic classification failed; using the default class")
             return self._fallback("error")
-        return self.decide(vector)
+        return self.decide(vector, text)
 
     def close(self) -> None:
         self.batcher.close()
@@ -219,7 +225,8 @@ def build_semantic_model(section: SemanticSection, base_dir: Path,
                               quantize=section.quantize,
                               runtime="onnx" if section.runtime == "onnx" else "torch",
                               weights=weights)
-    classifier, report = train_classifier(embed_all(embedder, texts), labels, section.classifier,
+    vectors = classifier_inputs(embed_all(embedder, texts), texts, section.digit_weight)
+    classifier, report = train_classifier(vectors, labels, section.classifier,
                                           tuned_encoder=weights is not None)
     log.info("semantic classifier: %s", report.summary())
     return SemanticModel(section, embedder, classifier, report, weights)

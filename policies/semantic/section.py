@@ -7,6 +7,8 @@ semantic:
   text: last-user              # last-user | all-user | system+last-user
   max_tokens: 64               # tokens of that text the embedder reads (8..256)
   classifier: auto             # auto | logistic-regression | nearest-centroid
+  digit_weight: 0.0            # w × √(digit share of the text) appended to each embedding
+                               # before the classifier (0: nothing): policies.semantic.surface
   examples_file: null          # optional JSONL of {"text", "label"}, relative to this file
   cache_size: 4096             # embeddings kept, by content hash (0: no cache)
   threads: 1                   # torch threads of the embedding thread
@@ -76,6 +78,7 @@ class SemanticSection:
     text: TextMode = "last-user"
     max_tokens: int = 64
     classifier: ClassifierMethod = "auto"
+    digit_weight: float = 0.0
     examples_file: str | None = None
     cache_size: int = 4096
     threads: int = 1
@@ -94,6 +97,8 @@ class SemanticSection:
             raise ParamError("threshold", "must be within 0..1")
         if not 8 <= self.max_tokens <= MODEL_WINDOW_TOKENS:
             raise ParamError("max_tokens", f"must be within 8..{MODEL_WINDOW_TOKENS}")
+        if not 0.0 <= self.digit_weight <= 100.0:
+            raise ParamError("digit_weight", "must be within 0..100")
         if self.cache_size < 0:
             raise ParamError("cache_size", "must be >= 0")
         if self.timeout_ms <= 0:

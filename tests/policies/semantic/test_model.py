@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from policies.base import RoutingRequest
+from policies.semantic.classifier import train_classifier
 from policies.semantic.evaluation import evaluate
 from policies.semantic.model import (
     SemanticModel,
@@ -42,10 +43,11 @@ def test_heldout_accuracy_is_at_least_90_percent(example_model: SemanticModel) -
     rows = read_labelled_jsonl(HELDOUT, "heldout")
     assert len(rows) >= 250 and {label for _, label in rows} == set(section.labels)
     texts, labels = load_examples(section, EXAMPLE_ROUTING.parent)
+    cleaned = [clean_text(t, section.max_chars) for t, _ in rows]
     result = evaluate(section, example_model.report,
-                      embed_all(example_model.embedder, texts), labels,
-                      embed_all(example_model.embedder,
-                                [clean_text(t, section.max_chars) for t, _ in rows]),
+                      example_model.inputs(embed_all(example_model.embedder, texts), texts),
+                      labels,
+                      example_model.inputs(embed_all(example_model.embedder, cleaned), cleaned),
                       [label for _, label in rows])
     assert result.accuracy >= 0.9
     assert set(result.methods) == {"logistic-regression", "nearest-centroid"}
@@ -143,6 +145,27 @@ def test_low_confidence_goes_to_the_default_class(example_model: SemanticModel) 
         strict.close()
     assert result.outcome == "unsure" and result.label == "chat"
     assert result.predicted == "code"
+
+
+def test_the_example_classifier_reads_the_digit_feature(example_model: SemanticModel) -> None:
+    """The example file weighs digits (``digit_weight``): its classifier is trained on the
+    embedding plus that column, and a terse numeric question is math with it and more likely
+    math than for the same examples' classifier without it."""
+    section = example_model.section
+    assert section.digit_weight > 0
+    texts, labels = load_examples(section, EXAMPLE_ROUTING.parent)
+    embeddings = embed_all(example_model.embedder, texts)
+    assert example_model.classifier.weights.shape[1] == embeddings.shape[1] + 1
+    without, _ = train_classifier(embeddings, labels, "logistic-regression",
+                                  tuned_encoder=True)
+    question = "Order 17, -3.5, 2/9, 0.04 and 88 from the largest to the smallest."
+    vector = embed_all(example_model.embedder, [question])
+    with_digits = example_model.classifier.probabilities(example_model.inputs(vector,
+                                                                                [question]))
+    math_column = example_model.classifier.labels.index("math")
+    assert with_digits[0, math_column] > without.probabilities(vector)[
+        0, without.labels.index("math")]
+    assert example_model.classify(question).label == "math"
 
 
 def test_labelled_rows_keep_their_line_and_fields(tmp_path: Path) -> None:

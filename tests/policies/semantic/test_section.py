@@ -23,6 +23,13 @@ def test_defaults_and_labels() -> None:
     assert section.batch.window_ms == 2.0 and section.batch.max_size == 16
     assert section.labels == ("code", "chat", "other")
     assert section.classes["code"].examples == ("write a function",)
+    assert section.digit_weight == 0.0
+
+
+def test_an_integer_digit_weight_is_read_as_a_number() -> None:
+    section = parse_semantic_section({"default_class": "chat", "classes": CLASSES,
+                                      "digit_weight": 4}, "semantic")
+    assert section.digit_weight == 4.0
 
 
 @pytest.mark.parametrize(("raw", "message"), [
@@ -38,6 +45,10 @@ def test_defaults_and_labels() -> None:
      "semantic.batch.window_ms: must be within 0..50"),
     ({"default_class": "chat", "classes": CLASSES, "runtime": "tensorrt"},
      "semantic.runtime: must be one of torch, onnx"),
+    ({"default_class": "chat", "classes": CLASSES, "digit_weight": -1},
+     "semantic.digit_weight: must be within 0..100"),
+    ({"default_class": "chat", "classes": CLASSES, "digit_weight": "many"},
+     "semantic.digit_weight"),
     ({"classes": CLASSES}, "semantic.default_class: required"),
     ({"default_class": "chat", "classes": CLASSES, "colour": "red"},
      "semantic.colour: unknown key"),
