@@ -160,13 +160,20 @@ def derive_blind8() -> ModuleType:
     return load_script("derive_blind8")
 
 
+@pytest.fixture(scope="module")
+def derive_blind9() -> ModuleType:
+    return load_script("derive_blind9")
+
+
 @pytest.mark.parametrize("name, earlier", [("blind4", ["blind3"]),
                                            ("blind5", ["blind3", "blind4"]),
                                            ("blind6", ["blind3", "blind4", "blind5"]),
                                            ("blind7", ["blind3", "blind4", "blind5",
                                                        "blind6"]),
                                            ("blind8", ["blind3", "blind4", "blind5",
-                                                       "blind6", "blind7"])])
+                                                       "blind6", "blind7"]),
+                                           ("blind9", ["blind3", "blind4", "blind5",
+                                                       "blind6", "blind7", "blind8"])])
 def test_later_blind_sets_share_no_source_id_and_no_text_with_any_other_file(
         derive: ModuleType, derived: dict[str, list[dict[str, str]]], name: str,
         earlier: list[str]) -> None:
@@ -222,7 +229,8 @@ def test_blind5_labels_come_from_its_sources_and_each_eval_contributes(
 
 
 @pytest.mark.parametrize("earlier, later", [("blind4", "blind5"), ("blind5", "blind6"),
-                                            ("blind6", "blind7"), ("blind7", "blind8")])
+                                            ("blind6", "blind7"), ("blind7", "blind8"),
+                                            ("blind8", "blind9")])
 def test_human_eval_prompts_come_after_the_earlier_sets_by_hash(earlier: str, later: str) -> None:
     def hashed(rows: list[dict[str, str]]) -> list[bytes]:
         return sorted(hashlib.sha256(r["id"].encode()).digest() for r in rows
@@ -317,3 +325,65 @@ def test_blind8_labels_come_from_its_sources(derive_blind6: ModuleType,
     earlier = {r["id"] for name in ("blind6", "blind7") for r in committed(name)
                if r["source"] in {"writingbench", "stealth_tickets"}}
     assert not earlier & {r["id"] for r in rows}
+
+
+def test_blind9_labels_come_from_its_sources(derive_blind9: ModuleType) -> None:
+    label_of_source = {"human_eval": "code", "agent_bench_os": "code", "icalfa_nl2bash": "code",
+                       "reasoning_gym": "math", "bfcl_web_search": "chat",
+                       "writingbench": "chat", "bfcl_memory_customer": "support",
+                       "stealth_tickets": "support"}
+    label_of_topic = {"chatterbot_corpus:coding": "code", "chatterbot_corpus:trivia": "chat"}
+    rows = committed("blind9")
+    corpus = [r for r in rows if r["source"] == "chatterbot_corpus"]
+    assert all(r["label"] == label_of_topic[r["origin"]] for r in corpus)
+    per_origin = labelled_by_source([r for r in rows if r["source"] != "chatterbot_corpus"],
+                                    label_of_source)
+    for row in corpus:
+        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    b9 = derive_blind9
+    expected = {"human_eval": b9.HUMAN_EVAL_ROWS, "agent_bench_os:dev": b9.AGENT_BENCH_DEV_ROWS,
+                "icalfa_nl2bash": b9.NL2BASH_ROWS, "chatterbot_corpus:coding": b9.CODING_ROWS,
+                f"reasoning_gym:{b9.GSM_SYMBOLIC}": b9.GSM_SYMBOLIC_ROWS,
+                **{f"reasoning_gym:{g}": b9.PER_GENERATOR for g in b9.MATH_GENERATORS},
+                "bfcl_web_search": b9.WEB_SEARCH_ROWS, "chatterbot_corpus:trivia": b9.TRIVIA_ROWS,
+                "bfcl_memory_customer": b9.CUSTOMER_TURNS}
+    assert {o: per_origin.get(o) for o in expected} == expected
+    domains = [o for o in per_origin if o.startswith("writingbench:")]
+    assert len(domains) == 6
+    assert all(per_origin[d] == b9.WRITINGBENCH_PER_DOMAIN for d in domains)
+    kinds = [o for o in per_origin if o.startswith("stealth_tickets:")]
+    assert len(kinds) == 4 and all(per_origin[k] == b9.TICKETS_PER_TYPE for k in kinds)
+    labels = [r["label"] for r in rows]
+    assert {label: labels.count(label) for label in LABELS} == dict.fromkeys(LABELS, 48)
+    # a conversation's first turn (the customer's introduction) is never drawn
+    assert all(int(r["id"].rsplit(":", 1)[1]) > 0 for r in rows
+               if r["source"] == "bfcl_memory_customer")
+
+
+def test_blind9_draws_half_of_each_class_from_sources_no_other_file_uses(
+        derived: dict[str, list[dict[str, str]]]) -> None:
+    earlier = [row for rows in derived.values() for row in rows] + [
+        row for name in ("blind3", "blind4", "blind5", "blind6", "blind7", "blind8")
+        for row in committed(name)]
+    used_origins = {r.get("origin", r["source"]) for r in earlier}
+    rows = committed("blind9")
+    for label in LABELS:
+        of_label = [r for r in rows if r["label"] == label]
+        new = [r for r in of_label if r["origin"] not in used_origins]
+        assert 2 * len(new) >= len(of_label), label
+    assert not [r for r in rows if r["source"] == "mathematics_dataset"]
+    earlier_ids = {r["id"] for r in earlier
+                   if r["source"] in {"writingbench", "stealth_tickets", "agent_bench_os"}}
+    assert not earlier_ids & {r["id"] for r in rows}
+
+
+def test_blind9_reads_the_user_turn_and_keeps_the_first_rows_of_each_origin(
+        derive: ModuleType, derive_blind9: ModuleType) -> None:
+    read = derive_blind9.user_text
+    assert read([{"role": "user", "content": "question"}]) == "question"
+    assert read([{"role": "system", "content": "task"}]) == ""
+    rows = [{"origin": origin, "text": f"{origin} {n}"} for origin in "ab" for n in range(3)]
+    used: set[str] = set()
+    kept = derive_blind9.first_per_origin(rows, 2, used)
+    assert [r["text"] for r in kept] == ["a 0", "a 1", "b 0", "b 1"]
+    assert used == {derive.normalized(r["text"]) for r in kept}
