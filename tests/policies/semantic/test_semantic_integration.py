@@ -64,7 +64,11 @@ async def wait_for_adapter(registry: object, worker: str, adapter: str) -> None:
 async def test_classes_reach_their_models_and_replicas_stay_token_aware(
         semantic_fleet: FleetConfig, tmp_path: Path) -> None:
     routing = tmp_path / "semantic.yaml"
-    routing.write_text(EXAMPLE_ROUTING.read_text())
+    # what is checked is where each class goes: a classification slower than the default
+    # timeout_ms on a loaded test machine would answer the default class instead
+    text = EXAMPLE_ROUTING.read_text()
+    assert "\nsemantic:\n" in text and "timeout_ms" not in text
+    routing.write_text(text.replace("\nsemantic:\n", "\nsemantic:\n  timeout_ms: 10000\n", 1))
     settings = Settings(fleet_path=Path(semantic_fleet.source), routing_path=routing, port=0,
                         scrape_interval_s=0.05, models_interval_s=0.1)
     runner, port = await start_router(settings, semantic_fleet)
