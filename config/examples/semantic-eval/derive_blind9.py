@@ -75,6 +75,7 @@ from derive_blind3 import used_by  # noqa: E402
 from derive_blind4 import committed_rows, human_eval_rows  # noqa: E402
 from derive_blind6 import _digest, _first, writingbench_rows  # noqa: E402
 from derive_blind7 import ticket_rows  # noqa: E402
+from derive_blind8 import agent_bench_rows  # noqa: E402
 
 HUMAN_EVAL_ROWS = 8
 AGENT_BENCH_DEV_ROWS = 8
@@ -117,12 +118,8 @@ CUSTOMER = "bfcl_eval/data/memory_prereq_conversation/memory_customer.json"
 
 
 def agent_bench_dev_rows(archive: zipfile.ZipFile, used_texts: set[str]) -> list[Row]:
-    tasks: list[dict[str, Any]] = json.loads(archive.read(AGENT_BENCH_DEV))
-    return _first(((f"os_dev:{task['id']}",
-                    {"source": "agent_bench_os", "id": f"os_dev:{task['id']}",
-                     "origin": "agent_bench_os:dev", "label": "code",
-                     "text": task["description"]})
-                   for task in tasks), AGENT_BENCH_DEV_ROWS, used_texts)
+    return agent_bench_rows(archive, used_texts, AGENT_BENCH_DEV, "os_dev",
+                            "agent_bench_os:dev", AGENT_BENCH_DEV_ROWS)
 
 
 def nl2bash_rows(archive: zipfile.ZipFile, used_texts: set[str]) -> list[Row]:

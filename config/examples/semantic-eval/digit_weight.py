@@ -26,6 +26,8 @@ import numpy.typing as npt
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
+from variants import routed_accuracy  # noqa: E402
+
 from policies.loader import load_routing  # noqa: E402
 from policies.semantic.classifier import fit  # noqa: E402
 from policies.semantic.embedder import MiniLmEmbedder  # noqa: E402
@@ -65,17 +67,8 @@ class Embedded:
         inputs = {name: classifier_inputs(vectors, self.texts[name], weight)
                   for name, vectors in self.vectors.items()}
         classifier = fit("logistic-regression", inputs[""], self.labels[""])
-        classes = np.array(classifier.labels)
-        scores = {}
-        for name in self.texts:
-            if not name:
-                continue
-            probabilities = classifier.probabilities(inputs[name])
-            predicted = np.where(probabilities.max(axis=1) >= self.section.threshold,
-                                 classes[probabilities.argmax(axis=1)],
-                                 self.section.default_class)
-            scores[name] = float((predicted == np.array(self.labels[name])).mean())
-        return scores
+        return {name: routed_accuracy(classifier, inputs[name], self.labels[name], self.section)
+                for name in self.texts if name}
 
 
 def weight_list(text: str) -> tuple[float, ...]:

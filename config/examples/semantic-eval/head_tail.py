@@ -27,6 +27,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
+from variants import routed_accuracy  # noqa: E402
+
 from policies.loader import load_routing  # noqa: E402
 from policies.semantic.classifier import fit  # noqa: E402
 from policies.semantic.embedder import model_directory  # noqa: E402
@@ -82,16 +84,9 @@ def main() -> None:
             for weight in WEIGHTS:
                 classifier = fit("logistic-regression",
                                  classifier_inputs(example_vectors, examples, weight), labels)
-                classes = np.array(classifier.labels)
-                scores = []
-                for name in FILES:
-                    probabilities = classifier.probabilities(
-                        classifier_inputs(vectors[name], cut_files[name], weight))
-                    predicted = np.where(probabilities.max(axis=1) >= section.threshold,
-                                         classes[probabilities.argmax(axis=1)],
-                                         section.default_class)
-                    scores.append(float((predicted == np.array(
-                        [row.label for row in rows[name]])).mean()))
+                scores = [routed_accuracy(
+                    classifier, classifier_inputs(vectors[name], cut_files[name], weight),
+                    [row.label for row in rows[name]], section) for name in FILES]
                 print(f"{head:4d} {tail:4d} {weight:6g} "
                       + " ".join(f"{100 * s:7.1f}%" for s in scores)
                       + f" {100 * np.mean(scores):5.1f}%", flush=True)

@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
 from policies.loader import load_routing  # noqa: E402
-from policies.semantic.classifier import fit  # noqa: E402
+from policies.semantic.classifier import LinearClassifier, fit  # noqa: E402
 from policies.semantic.embedder import MiniLmEmbedder  # noqa: E402
 from policies.semantic.model import (  # noqa: E402
     build_semantic_model,
@@ -66,9 +66,22 @@ def gate_bounds(examples: Matrix, labels: npt.NDArray[np.str_]) -> dict[str, flo
     return bounds
 
 
+def routed_accuracy(classifier: LinearClassifier, inputs: Matrix, truth: list[str],
+                    section: SemanticSection) -> float:
+    """``classifier``'s accuracy on ``inputs`` as the router answers: below the section's
+    threshold, its default class."""
+    probabilities = classifier.probabilities(inputs)
+    predicted = np.where(probabilities.max(axis=1) >= section.threshold,
+                         np.array(classifier.labels)[probabilities.argmax(axis=1)],
+                         section.default_class)
+    return float((predicted == np.array(truth)).mean())
+
+
 def tuned_itself(section: SemanticSection) -> SemanticSection:
-    """The section with the tuned encoder itself (``mix: 1.0``): what this script measured,
-    before the example file mixed it with the base model."""
+    """The section with the tuned encoder itself (``mix: 1.0``) and no digit feature: what
+    this script measured, before the example file mixed the encoder with the base model and
+    added the feature."""
+    section = dataclasses.replace(section, digit_weight=0.0)
     if section.fine_tune is None:
         return section
     return dataclasses.replace(section, fine_tune=dataclasses.replace(section.fine_tune,
