@@ -109,7 +109,7 @@ def _build(section: SemanticSection, base_dir: Path) -> SemanticModel:
 def run_eval(args: argparse.Namespace) -> int:
     from policies.errors import RoutingConfigError
     from policies.semantic.evaluation import format_summary, mean_accuracy
-    from policies.semantic.model import embed_all, load_examples, read_labelled_rows
+    from policies.semantic.model import load_examples, read_labelled_rows
 
     if args.errors < 0:
         print("error: --errors must be >= 0", file=sys.stderr)
@@ -127,7 +127,7 @@ def run_eval(args: argparse.Namespace) -> int:
     summary: list[FileScore] = []
     try:
         texts, labels = load_examples(section, base_dir)
-        example_vectors = model.inputs(embed_all(model.embedder, texts), texts)
+        example_vectors = model.embed_inputs(texts)
         for path, rows in data:
             try:
                 score, one = _evaluate_file(args, section, model, example_vectors, labels,
@@ -167,12 +167,12 @@ def _evaluate_file(args: argparse.Namespace, section: SemanticSection, model: Se
         format_thresholds,
         result_json,
     )
-    from policies.semantic.model import embed_all, field_text
+    from policies.semantic.model import field_text
     from policies.semantic.text import clean_text
 
     cleaned = [clean_text(row.text, section.max_chars) for row in rows]
     result = evaluate(section, model.report, example_vectors, labels,
-                      model.inputs(embed_all(model.embedder, cleaned), cleaned),
+                      model.embed_inputs(cleaned),
                       [row.label for row in rows])
     texts = [row.text for row in rows]
     lines = [row.line for row in rows]

@@ -80,6 +80,10 @@ class SemanticModel:
         """What the classifier reads for ``texts``, from their embeddings ``vectors``."""
         return classifier_inputs(vectors, texts, self.section.digit_weight)
 
+    def embed_inputs(self, texts: Sequence[str]) -> Matrix:
+        """What the classifier reads for ``texts``, embedding them first (``embed_all``)."""
+        return self.inputs(embed_all(self.embedder, texts), texts)
+
     def decide(self, vector: Vector, text: str) -> Classification:
         """Apply the classifier and the confidence threshold to one text's embedding."""
         label, confidence = self.classifier.classify(self.inputs(vector, (text,)))

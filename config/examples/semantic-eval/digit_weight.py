@@ -21,54 +21,37 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
+from labelled_file import Encoded  # noqa: E402
 from variants import routed_accuracy  # noqa: E402
 
 from policies.loader import load_routing  # noqa: E402
 from policies.semantic.classifier import fit  # noqa: E402
 from policies.semantic.embedder import MiniLmEmbedder  # noqa: E402
 from policies.semantic.model import (  # noqa: E402
-    Embedder,
     build_semantic_model,
-    embed_all,
     load_examples,
-    read_labelled_rows,
 )
 from policies.semantic.section import SECTION_NAME, SemanticSection  # noqa: E402
 from policies.semantic.surface import classifier_inputs  # noqa: E402
-from policies.semantic.text import clean_text  # noqa: E402
 
 ROUTING = HERE.parent / "semantic.yaml"
 FILES = ("heldout", "blind", "blind-reviewed", "blind2", "blind3", "blind4", "blind5",
          "blind6", "blind7", "blind8", "blind9")
-Matrix = npt.NDArray[np.float32]
 
 
-class Embedded:
-    """One encoder's embeddings of the examples and of each file, with their texts."""
-
-    def __init__(self, embedder: Embedder, section: SemanticSection, files: tuple[str, ...],
-                 examples: tuple[list[str], list[str]]) -> None:
-        self.section = section
-        self.texts = {"": examples[0]}
-        self.labels = {"": examples[1]}
-        for name in files:
-            rows = read_labelled_rows(HERE / f"{name}.jsonl", name)
-            self.texts[name] = [clean_text(row.text, section.max_chars) for row in rows]
-            self.labels[name] = [row.label for row in rows]
-        self.vectors = {name: embed_all(embedder, texts) for name, texts in self.texts.items()}
-
-    def accuracies(self, weight: float) -> dict[str, float]:
-        """Each file's accuracy with the classifier fitted at ``weight``."""
-        inputs = {name: classifier_inputs(vectors, self.texts[name], weight)
-                  for name, vectors in self.vectors.items()}
-        classifier = fit("logistic-regression", inputs[""], self.labels[""])
-        return {name: routed_accuracy(classifier, inputs[name], self.labels[name], self.section)
-                for name in self.texts if name}
+def accuracies(encoded: Encoded, weight: float) -> dict[str, float]:
+    """Each file's accuracy with the classifier fitted on the examples at ``weight``."""
+    classifier = fit("logistic-regression",
+                     classifier_inputs(encoded.examples, encoded.example_texts, weight),
+                     encoded.example_labels)
+    return {name: routed_accuracy(classifier,
+                                  classifier_inputs(vectors, encoded.texts[name], weight),
+                                  encoded.labels[name], encoded.section)
+            for name, vectors in encoded.vectors.items()}
 
 
 def weight_list(text: str) -> tuple[float, ...]:
@@ -96,15 +79,15 @@ def main() -> None:
                             quantize=section.quantize,
                             runtime="onnx" if section.runtime == "onnx" else "torch")
     try:
-        encoders = {"mixed": Embedded(model.embedder, section, FILES, examples),
-                    "frozen": Embedded(frozen, section, FILES, examples)}
+        encoders = {"mixed": Encoded(model.embedder, section, FILES, examples),
+                    "frozen": Encoded(frozen, section, FILES, examples)}
     finally:
         model.close()
     print(f"{'encoder':7s} {'weight':>6s} " + " ".join(f"{n[-8:]:>8s}" for n in FILES)
           + f" {'blind5-8':>8s} {'mean':>6s}")
-    for label, embedded in encoders.items():
+    for label, encoded in encoders.items():
         for weight in args.weights:
-            scores = embedded.accuracies(weight)
+            scores = accuracies(encoded, weight)
             never = np.mean([scores[n] for n in ("blind5", "blind6", "blind7", "blind8")])
             print(f"{label:7s} {weight:6g} " + " ".join(f"{100 * scores[n]:7.1f}%" for n in FILES)
                   + f" {100 * never:7.1f}% {100 * np.mean(list(scores.values())):5.1f}%")

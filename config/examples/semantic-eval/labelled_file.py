@@ -31,7 +31,7 @@ import numpy.typing as npt
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from variants import tuned_itself  # noqa: E402
+from variants import routed_accuracy, tuned_itself  # noqa: E402
 
 from policies.loader import load_routing  # noqa: E402
 from policies.semantic.classifier import fit  # noqa: E402
@@ -53,19 +53,22 @@ Matrix = npt.NDArray[np.float32]
 
 
 class Encoded:
-    """One encoder's embeddings of the examples and of every labelled file."""
+    """One encoder's embeddings of the examples and of every labelled file (with the texts
+    embedded, cut as the router cuts them)."""
 
     def __init__(self, embedder: Embedder, section: SemanticSection, names: tuple[str, ...],
                  examples: tuple[list[str], list[str]]) -> None:
         self.section = section
+        self.example_texts = examples[0]
         self.examples = embed_all(embedder, examples[0])
         self.example_labels = examples[1]
+        self.texts: dict[str, list[str]] = {}
         self.vectors: dict[str, Matrix] = {}
         self.labels: dict[str, list[str]] = {}
         for name in names:
             rows = read_labelled_rows(HERE / f"{name}.jsonl", name)
-            self.vectors[name] = embed_all(
-                embedder, [clean_text(row.text, section.max_chars) for row in rows])
+            self.texts[name] = [clean_text(row.text, section.max_chars) for row in rows]
+            self.vectors[name] = embed_all(embedder, self.texts[name])
             self.labels[name] = [row.label for row in rows]
 
     def accuracy(self, trained_on: tuple[str, ...], scored: str) -> float:
@@ -74,11 +77,8 @@ class Encoded:
         vectors = np.vstack([self.examples, *(self.vectors[n] for n in trained_on)])
         labels = self.example_labels + [label for n in trained_on for label in self.labels[n]]
         classifier = fit("logistic-regression", vectors, labels)
-        probabilities = classifier.probabilities(self.vectors[scored])
-        classes = np.array(classifier.labels)
-        predicted = np.where(probabilities.max(axis=1) >= self.section.threshold,
-                             classes[probabilities.argmax(axis=1)], self.section.default_class)
-        return float((predicted == np.array(self.labels[scored])).mean())
+        return routed_accuracy(classifier, self.vectors[scored], self.labels[scored],
+                               self.section)
 
     def leave_one_out(self) -> dict[str, float]:
         return {held: self.accuracy(tuple(n for n in DEVELOPMENT if n != held), held)

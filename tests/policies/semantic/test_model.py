@@ -47,9 +47,8 @@ def test_heldout_accuracy_is_at_least_90_percent(example_model: SemanticModel) -
     texts, labels = load_examples(section, EXAMPLE_ROUTING.parent)
     cleaned = [clean_text(t, section.max_chars) for t, _ in rows]
     result = evaluate(section, example_model.report,
-                      example_model.inputs(embed_all(example_model.embedder, texts), texts),
-                      labels,
-                      example_model.inputs(embed_all(example_model.embedder, cleaned), cleaned),
+                      example_model.embed_inputs(texts), labels,
+                      example_model.embed_inputs(cleaned),
                       [label for _, label in rows])
     assert result.accuracy >= 0.9
     assert set(result.methods) == {"logistic-regression", "nearest-centroid"}

@@ -29,7 +29,7 @@ def test_defaults_and_labels() -> None:
 def test_an_integer_digit_weight_is_read_as_a_number() -> None:
     section = parse_semantic_section({"default_class": "chat", "classes": CLASSES,
                                       "digit_weight": 4}, "semantic")
-    assert section.digit_weight == 4.0
+    assert section.digit_weight == 4.0 and isinstance(section.digit_weight, float)
 
 
 @pytest.mark.parametrize(("raw", "message"), [
