@@ -170,7 +170,7 @@ def _evaluate_file(args: argparse.Namespace, section: SemanticSection, model: Se
     from policies.semantic.model import field_text
     from policies.semantic.text import clean_text
 
-    cleaned = [clean_text(row.text, section.max_chars) for row in rows]
+    cleaned = [clean_text(row.text, section.max_chars, section.tail_chars) for row in rows]
     result = evaluate(section, model.report, example_vectors, labels,
                       model.embed_inputs(cleaned),
                       [row.label for row in rows])

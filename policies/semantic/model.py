@@ -228,7 +228,7 @@ def build_semantic_model(section: SemanticSection, base_dir: Path,
     embedder = MiniLmEmbedder(max_tokens=section.max_tokens, threads=section.threads,
                               quantize=section.quantize,
                               runtime="onnx" if section.runtime == "onnx" else "torch",
-                              weights=weights)
+                              weights=weights, tail_tokens=section.tail_tokens)
     vectors = classifier_inputs(embed_all(embedder, texts), texts, section.digit_weight)
     classifier, report = train_classifier(vectors, labels, section.classifier,
                                           tuned_encoder=weights is not None)

@@ -87,8 +87,10 @@ class SemanticProducer:
         examples), and stop the previous embedding thread (without waiting: this runs on
         the event loop)."""
         old, new = previous.model.section, self.model.section
-        if ((old.max_tokens, old.quantize, old.runtime, previous.model.embedder_weights)
-                == (new.max_tokens, new.quantize, new.runtime, self.model.embedder_weights)):
+        if ((old.max_tokens, old.tail_tokens, old.quantize, old.runtime,
+             previous.model.embedder_weights)
+                == (new.max_tokens, new.tail_tokens, new.quantize, new.runtime,
+                    self.model.embedder_weights)):
             self.model.batcher.cache = previous.model.batcher.cache
         previous.model.batcher.close(timeout=None)
 
@@ -97,7 +99,7 @@ class SemanticProducer:
 
     def _text(self, request: RoutingRequest) -> str:
         section = self.model.section
-        return request_text(request, section.text, section.max_chars)
+        return request_text(request, section.text, section.max_chars, section.tail_chars)
 
     @staticmethod
     def _record(request: RoutingRequest, result: Classification, elapsed_s: float) -> None:

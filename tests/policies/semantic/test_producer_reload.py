@@ -38,6 +38,7 @@ def model(section: SemanticSection, weights: Path | None) -> SemanticModel:
     ({}, None, True),
     ({"threshold": 0.9}, None, True),                # the classifier, not the embeddings
     ({"max_tokens": 32}, None, False),
+    ({"tail_tokens": 20}, None, False),              # a long text's window changes
     ({"fine_tune": {}}, Path("/cache/minilm-tuned-b.safetensors"), False),
 ])
 def test_the_cache_survives_a_reload_only_with_the_same_embeddings(

@@ -24,6 +24,13 @@ def test_defaults_and_labels() -> None:
     assert section.labels == ("code", "chat", "other")
     assert section.classes["code"].examples == ("write a function",)
     assert section.digit_weight == 0.0
+    assert section.tail_tokens == 0 and section.tail_chars == 0
+
+
+def test_tail_tokens_keep_the_end_of_long_texts_in_characters_too() -> None:
+    section = parse_semantic_section({"default_class": "chat", "classes": CLASSES,
+                                      "max_tokens": 64, "tail_tokens": 31}, "semantic")
+    assert section.max_chars == 64 * 16 and section.tail_chars == 31 * 16
 
 
 def test_an_integer_digit_weight_is_read_as_a_number() -> None:
@@ -49,6 +56,10 @@ def test_an_integer_digit_weight_is_read_as_a_number() -> None:
      "semantic.digit_weight: must be within 0..100"),
     ({"default_class": "chat", "classes": CLASSES, "digit_weight": "many"},
      "semantic.digit_weight"),
+    ({"default_class": "chat", "classes": CLASSES, "max_tokens": 64, "tail_tokens": 62},
+     "semantic.tail_tokens: must be within 0..61"),
+    ({"default_class": "chat", "classes": CLASSES, "tail_tokens": -1},
+     "semantic.tail_tokens: must be within 0..61"),
     ({"classes": CLASSES}, "semantic.default_class: required"),
     ({"default_class": "chat", "classes": CLASSES, "colour": "red"},
      "semantic.colour: unknown key"),

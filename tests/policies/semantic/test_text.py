@@ -62,6 +62,25 @@ def test_a_megabyte_prompt_is_cut_to_max_chars() -> None:
     assert request_text(huge, "last-user", 1024) == "x" * 1024
 
 
+def test_a_tail_keeps_the_end_of_a_long_prompt_and_leaves_short_ones_whole() -> None:
+    huge = chat({"role": "user", "content": "x" * 1_000_000 + "the question?"})
+    assert request_text(huge, "last-user", 1024, 64) == \
+        "x" * 1024 + "\n" + "x" * (64 - len("the question?")) + "the question?"
+    short = chat({"role": "user", "content": "y" * 1000 + " end"})
+    assert request_text(short, "last-user", 1000, 64) == "y" * 1000 + " end"
+    assert clean_text(b"head " + b"z" * 10_000 + b" \xc3\xa9nd", 5, 4) == "head\n\u00e9nd"
+
+
+def test_a_tail_reads_the_last_text_parts_of_a_message() -> None:
+    parts = [{"type": "text", "text": f"part {i}"} for i in range(10_000)]
+    parts.insert(5000, {"type": "image_url", "image_url": {"url": "data:,"}})
+    text = request_text(chat({"role": "user", "content": parts}), "last-user", 13, 13)
+    assert text == "part 0\npart 1\n998\npart 9999"   # 13 characters from each end
+    few = [{"type": "text", "text": "first"}, {"type": "text", "text": "last"}]
+    assert request_text(chat({"role": "user", "content": few}), "last-user", 100, 100) == \
+        "first\nlast"
+
+
 def test_invalid_unicode_is_replaced_not_raised() -> None:
     assert clean_text(b"caf\xc3\xa9 \xff\xfe ok", 100) == "café \ufffd\ufffd ok"
     lone_surrogate = "bad \ud800 text"
