@@ -71,8 +71,9 @@ def main() -> None:
     args = parser.parse_args()
     section = load_routing(ROUTING).section(SECTION_NAME)
     assert isinstance(section, SemanticSection), f"{ROUTING}: no semantic section"
-    # the encoder is the same whatever the weight; the weight is applied below
-    section = dataclasses.replace(section, digit_weight=0.0)
+    # the encoder is the same whatever the weight; the weight is applied below, and the
+    # window is a text's start, as when this was measured
+    section = dataclasses.replace(section, digit_weight=0.0, tail_tokens=0)
     examples = load_examples(section, ROUTING.parent)
     model = build_semantic_model(section, ROUTING.parent)
     frozen = MiniLmEmbedder(max_tokens=section.max_tokens, threads=section.threads,

@@ -65,7 +65,8 @@ def cutter(tokenizer: Any, head: int, tail: int, max_chars: int) -> Callable[[st
 def main() -> None:
     section = load_routing(ROUTING).section(SECTION_NAME)
     assert isinstance(section, SemanticSection), f"{ROUTING}: no semantic section"
-    section = dataclasses.replace(section, digit_weight=0.0)   # applied below
+    # the digit weights and the windows are applied below
+    section = dataclasses.replace(section, digit_weight=0.0, tail_tokens=0)
     texts, labels = load_examples(section, ROUTING.parent)
     model = build_semantic_model(section, ROUTING.parent)
     from transformers import AutoTokenizer

@@ -78,10 +78,10 @@ def routed_accuracy(classifier: LinearClassifier, inputs: Matrix, truth: list[st
 
 
 def tuned_itself(section: SemanticSection) -> SemanticSection:
-    """The section with the tuned encoder itself (``mix: 1.0``) and no digit feature: what
-    this script measured, before the example file mixed the encoder with the base model and
-    added the feature."""
-    section = dataclasses.replace(section, digit_weight=0.0)
+    """The section with the tuned encoder itself (``mix: 1.0``), no digit feature and the
+    window at the start of a text: what this script measured, before the example file mixed
+    the encoder with the base model, added the feature and read the end of long texts."""
+    section = dataclasses.replace(section, digit_weight=0.0, tail_tokens=0)
     if section.fine_tune is None:
         return section
     return dataclasses.replace(section, fine_tune=dataclasses.replace(section.fine_tune,
