@@ -16,7 +16,8 @@ evidence": the classifier answers the default class without embedding anything.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from typing import Any, Literal
 
 from policies.base import RoutingRequest
@@ -86,11 +87,12 @@ def _content_text(content: Any, max_chars: int, tail_chars: int) -> str:
     head, used = _part_texts(content, max_chars)
     if tail_chars <= 0 or used == len(content):
         return "\n".join(head)
-    tail, _ = _part_texts(content[used:][::-1], tail_chars, from_end=True)
+    tail, _ = _part_texts(islice(reversed(content), len(content) - used), tail_chars,
+                          from_end=True)
     return "\n".join(head + tail[::-1])
 
 
-def _part_texts(parts: Sequence[Any], budget: int,
+def _part_texts(parts: Iterable[Any], budget: int,
                 from_end: bool = False) -> tuple[list[str], int]:
     """The non-empty texts of ``parts`` in order until ``budget`` characters are spent, and
     how many parts were looked at."""
