@@ -60,8 +60,6 @@ and reasoning-gym's ``aiw`` (a puzzle of family and colleagues: between chat and
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import os
 import re
@@ -81,8 +79,7 @@ from derive_blind6 import _first, writingbench_rows  # noqa: E402
 from derive_blind7 import ticket_rows  # noqa: E402
 from derive_blind8 import agent_bench_rows  # noqa: E402
 from derive_blind9 import (  # noqa: E402
-    REASONING_GYM_VERSION,
-    _package_files,
+    checked_arguments,
     derive_or_explain,
     first_per_origin,
 )
@@ -256,43 +253,11 @@ def blind11_rows(wheels: dict[str, Path], reasoning_gym_lib: Path,
     return rows
 
 
-def checked_arguments(description: str) -> tuple[argparse.ArgumentParser, dict[str, Path],
-                                                  Path]:
-    """The command line: the wheels of ``WHEELS`` (each checked by its SHA-256) and the
-    reasoning-gym folder (checked against its wheel's RECORD)."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--wheel-dir", type=Path, required=True,
-                        help="a folder holding the wheels of WHEELS (pip download --no-deps)")
-    parser.add_argument("--reasoning-gym-lib", type=Path, required=True,
-                        help=f"a folder holding reasoning-gym {REASONING_GYM_VERSION} and the "
-                             "libraries it imports (pip install --target)")
-    args = parser.parse_args()
-    wheels: dict[str, Path] = {}
-    for name, (file_name, digest) in WHEELS.items():
-        path = args.wheel_dir / file_name
-        if not path.is_file():
-            parser.error(f"no such file: {path}")
-        found = hashlib.sha256(path.read_bytes()).hexdigest()
-        if found != digest:
-            parser.error(f"{path}: SHA-256 {found}, not the {digest} of the wheel this set "
-                         "was derived from")
-        wheels[name] = path
-    lib = args.reasoning_gym_lib
-    record = lib / f"reasoning_gym-{REASONING_GYM_VERSION}.dist-info" / "RECORD"
-    if not record.is_file():
-        parser.error(f"{lib}: has no reasoning-gym {REASONING_GYM_VERSION}")
-    with zipfile.ZipFile(wheels["reasoning_gym"]) as archive:
-        shipped = archive.read(f"reasoning_gym-{REASONING_GYM_VERSION}.dist-info/RECORD")
-    if _package_files(record.read_text(encoding="utf-8")) != _package_files(shipped.decode()):
-        parser.error(f"{lib}: its reasoning-gym was not installed from {wheels['reasoning_gym']}")
-    return parser, wheels, lib
-
-
 def main() -> None:
     if sys.argv[1:2] == ["--generate"]:          # the child of generated_questions
         _print_generated_questions(sys.argv[2])
         return
-    parser, wheels, lib = checked_arguments(__doc__.split("\n", 1)[0])
+    parser, wheels, lib = checked_arguments(__doc__.split("\n", 1)[0], WHEELS)
     earlier = [row for name in ("blind3", "blind4", "blind5", "blind6", "blind7", "blind8",
                                 "blind9", "blind10")
                for row in committed_rows(name)]

@@ -61,7 +61,7 @@ import subprocess
 import sys
 import zipfile
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -269,10 +269,12 @@ def blind9_rows(wheels: dict[str, Path], reasoning_gym_lib: Path,
     return rows
 
 
-def checked_arguments(description: str) -> tuple[argparse.ArgumentParser, dict[str, Path],
-                                                  Path]:
-    """The command line: the wheels of ``WHEELS`` (each checked by its SHA-256) and the
-    reasoning-gym folder."""
+def checked_arguments(description: str,
+                      expected: Mapping[str, tuple[str, str]] | None = None,
+                      ) -> tuple[argparse.ArgumentParser, dict[str, Path], Path]:
+    """The command line: the wheels of ``expected`` (name: file name and SHA-256; this set's
+    ``WHEELS`` by default), each checked by its SHA-256, and the reasoning-gym folder, checked
+    against its wheel's RECORD."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--wheel-dir", type=Path, required=True,
                         help="a folder holding the wheels of WHEELS (pip download --no-deps)")
@@ -281,7 +283,7 @@ def checked_arguments(description: str) -> tuple[argparse.ArgumentParser, dict[s
                              "libraries it imports (pip install --target)")
     args = parser.parse_args()
     wheels: dict[str, Path] = {}
-    for name, (file_name, digest) in WHEELS.items():
+    for name, (file_name, digest) in (WHEELS if expected is None else expected).items():
         path = args.wheel_dir / file_name
         if not path.is_file():
             parser.error(f"no such file: {path}")
