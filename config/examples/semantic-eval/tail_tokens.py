@@ -67,17 +67,17 @@ def main() -> None:
         model = build_semantic_model(section, ROUTING.parent)
         try:
             scores = []
-            counts = []
+            texts = {name: [clean_text(row.text, section.max_chars, section.tail_chars)
+                            for row in rows[name]] for name in FILES}
             for name in FILES:
-                texts = [clean_text(row.text, section.max_chars, section.tail_chars)
-                         for row in rows[name]]
                 truth = [row.label for row in rows[name]]
-                scores.append(routed_accuracy(model.classifier, model.embed_inputs(texts),
+                scores.append(routed_accuracy(model.classifier, model.embed_inputs(texts[name]),
                                               truth, section))
+            if long_counts is None:       # counted once, on the texts of the first value
                 window = section.max_tokens - SPECIAL_TOKENS
-                counts.append(sum(model.embedder.count_tokens(text) - SPECIAL_TOKENS > window
-                                  for text in texts))  # type: ignore[attr-defined]
-            long_counts = long_counts or counts
+                count_tokens = model.embedder.count_tokens  # type: ignore[attr-defined]
+                long_counts = [sum(count_tokens(text) - SPECIAL_TOKENS > window
+                                   for text in texts[name]) for name in FILES]
         finally:
             model.close()
         print(f"{tail:4d} " + " ".join(f"{100 * s:7.1f}%" for s in scores)
