@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
+import zipfile
 from itertools import combinations
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
 EVAL_DIR = Path(__file__).resolve().parents[4] / "config/examples/semantic-eval"
 NEVER_SHARED = ("pool", "heldout", "blind", "blind2")
@@ -175,6 +178,11 @@ def derive_blind11() -> ModuleType:
     return load_script("derive_blind11")
 
 
+@pytest.fixture(scope="module")
+def derive_blind12() -> ModuleType:
+    return load_script("derive_blind12")
+
+
 @pytest.mark.parametrize("name, earlier", [("blind4", ["blind3"]),
                                            ("blind5", ["blind3", "blind4"]),
                                            ("blind6", ["blind3", "blind4", "blind5"]),
@@ -189,7 +197,10 @@ def derive_blind11() -> ModuleType:
                                                         "blind9"]),
                                            ("blind11", ["blind3", "blind4", "blind5",
                                                         "blind6", "blind7", "blind8",
-                                                        "blind9", "blind10"])])
+                                                        "blind9", "blind10"]),
+                                           ("blind12", ["blind3", "blind4", "blind5",
+                                                        "blind6", "blind7", "blind8",
+                                                        "blind9", "blind10", "blind11"])])
 def test_later_blind_sets_share_no_source_id_and_no_text_with_any_other_file(
         derive: ModuleType, derived: dict[str, list[dict[str, str]]], name: str,
         earlier: list[str]) -> None:
@@ -558,3 +569,108 @@ def test_blind11_reads_bfcl_questions_and_the_customers_opening(
     assert opening('1. **Opening:** "Hi, my card was charged twice."\n2. ...') \
         == "Hi, my card was charged twice."
     assert opening("**Your situation:** no quoted opening") == ""
+
+
+def test_blind12_labels_come_from_its_sources(derive_blind12: ModuleType) -> None:
+    label_of_source = {"awb": "code", "examshell": "code", "bfcl_java": "code",
+                       "bfcl_javascript": "code", "bfcl_sql": "code", "agent_bench_os": "code",
+                       "icalfa_nl2bash": "code", "openai_evals": "math",
+                       "longbench_write": "chat", "writingbench": "chat", "persistbench": "chat",
+                       "mindmeld_kwik_e_mart": "support", "tau2": "support",
+                       "stealth_tickets": "support", "bfcl_memory_customer": "support",
+                       "bitext": "support"}
+    b12 = derive_blind12
+    label_of_origin = {"asdiv": "math", "boolq": "chat", "medicationqa": "chat", "fiqa": "chat",
+                       "truthful_qa": "chat",
+                       **{f"reasoning_gym:{g}": "math" for g in b12.MATH_GENERATORS}}
+    rows = committed("blind12")
+    per_origin = labelled_by_source_or_origin(rows, label_of_source, label_of_origin)
+    evals = {name.split("/", 1)[0] for name in b12.WORD_PROBLEM_EVALS}
+    expected = {"examshell": b12.EXAMSHELL_ROWS, "bfcl_java": b12.JAVA_ROWS,
+                "bfcl_javascript": b12.JAVASCRIPT_ROWS, "bfcl_sql": b12.SQL_ROWS,
+                "agent_bench_os": b12.AGENT_BENCH_ROWS, "icalfa_nl2bash": b12.NL2BASH_ROWS,
+                **{f"reasoning_gym:{g}": b12.NEW_PER_GENERATOR for g in b12.MATH_GENERATORS},
+                "asdiv": b12.ASDIV_ROWS, **dict.fromkeys(evals, b12.PER_EVAL),
+                "longbench_write": b12.LONGBENCH_WRITE_ROWS, "boolq": b12.BOOLQ_ROWS,
+                "medicationqa": b12.MEDICATION_QA_ROWS, "fiqa": b12.FIQA_ROWS,
+                "truthful_qa": b12.TRUTHFUL_QA_ROWS,
+                **{f"kwik_e_mart:{intent}": b12.KWIK_E_MART_PER_INTENT
+                   for _, intent in b12.KWIK_E_MART_INTENTS},
+                "tau2:airline": b12.TAU2_PER_DOMAIN, "tau2:retail": b12.TAU2_PER_DOMAIN,
+                "tau2:banking_knowledge": b12.BANKING_ROWS,
+                "bfcl_memory_customer": b12.CUSTOMER_TURNS, "bitext": b12.BITEXT_ROWS}
+    assert {o: per_origin.get(o) for o in expected} == expected
+    for prefix, count, n in (("awb:", b12.AWB_PER_CATEGORY, 8),
+                             ("writingbench:", b12.WRITINGBENCH_PER_DOMAIN, 6),
+                             ("persistbench:", b12.PERSISTBENCH_PER_DOMAIN, 9),
+                             ("stealth_tickets:", b12.TICKETS_PER_TYPE, 4)):
+        groups = [o for o in per_origin if o.startswith(prefix)]
+        assert len(groups) == n and all(per_origin[g] == count for g in groups), prefix
+    assert {r["origin"] for r in rows if r["source"] == "openai_evals"} == evals
+    labels = [r["label"] for r in rows]
+    assert {label: labels.count(label) for label in LABELS} == dict.fromkeys(LABELS, 80)
+    # the rows read to choose the sources are never drawn
+    assert not {r["id"] for r in rows} & b12.SAMPLED
+    assert all(f":seed{b12.MATH_SEED}:" in r["id"] for r in rows
+               if r["source"] == "reasoning_gym")
+    # the application's greetings, goodbyes and help requests are no request for service
+    assert not {intent for _, intent in b12.KWIK_E_MART_INTENTS} & {"greet", "exit", "help"}
+
+
+def test_blind12_draws_half_of_each_class_from_sources_no_other_file_uses(
+        derived: dict[str, list[dict[str, str]]], derive_blind12: ModuleType) -> None:
+    earlier = rows_before("blind12", derived)
+    rows = committed("blind12")
+    assert_new_origins_share(rows, earlier, 1 / 2)
+    used_origins = {r.get("origin", r["source"]) for r in earlier}
+    for label in LABELS:
+        new = [r for r in rows if r["label"] == label and r["origin"] not in used_origins]
+        assert len(new) == derive_blind12.NEW_PER_CLASS, label
+    # whole packages or benchmarks new, not only new splits of used ones
+    assert not {"awb", "examshell", "longbench_write", "mindmeld_kwik_e_mart"} & {
+        r["source"] for r in earlier}
+    generators = {f"reasoning_gym:{g}" for g in derive_blind12.MATH_GENERATORS}
+    assert not ({"boolq", "medicationqa"} | generators) & used_origins
+    earlier_keys = {(r["source"], r["id"]) for r in earlier}
+    assert not earlier_keys & {(r["source"], r["id"]) for r in rows}
+
+
+def test_blind12_bitext_rows_come_from_blind10s_candidates(
+        derive: ModuleType, derive_blind12: ModuleType) -> None:
+    assert derive_blind12.BITEXT_SKIP == 28
+    expected = {derive.key(r) for r in derive.bitext_rows(skip=derive_blind12.BITEXT_SKIP,
+                                                          keep=derive_blind12.BITEXT_KEEP)}
+    rows = committed("blind12")
+    bitext = {derive.key(r) for r in rows if r["source"] == "bitext"}
+    assert bitext <= expected
+    assert not bitext & {derive.key(r) for name in ("blind10", "blind11")
+                         for r in committed(name)}
+    assert 10 * len(bitext) <= len([r for r in rows if r["label"] == "support"])
+
+
+def test_blind12_reads_the_task_the_subject_and_the_query_of_its_new_sources(
+        derive_blind12: ModuleType) -> None:
+    unmarked = derive_blind12.unmarked
+    assert unmarked("when does the {elm street|store_name} store open?") \
+        == "when does the elm street store open?"
+    assert unmarked("move {$50|sys_amount|money} to {savings|account_type|to}") \
+        == "move $50 to savings"
+    task = {"description": {"en": "Write a function.", "de": "Schreibe eine Funktion."},
+            "signature": "def f(x: int) -> int:",
+            "examples": [{"input": "f(1)", "output": "2"}, {"input": "f(2)", "output": "3"}]}
+    assert derive_blind12.examshell_subject(task) == (
+        "Write a function.\n\ndef f(x: int) -> int:\n\nf(1)\n2\n\nf(2)\n3\n\n")
+    buffer = io.BytesIO()
+    sampled = "WF-028"                           # the awb task read to choose the source
+    assert sampled in derive_blind12.SAMPLED
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for task_id, category in (("BF-101", "bug-fix"), (sampled, "bug-fix"),
+                                  ("RF-101", "refactoring")):
+            archive.writestr(f"awb/tasks/{category}/{task_id}.yaml", yaml.safe_dump(
+                {"id": task_id, "category": category, "title": "a title",
+                 "issue": {"description": f"Fix {task_id}."}}))
+        archive.writestr("awb/tasks/_template.yaml", yaml.safe_dump({"id": "XX-000"}))
+    with zipfile.ZipFile(buffer) as archive:
+        rows = derive_blind12.awb_rows(archive, set())
+    assert [(r["id"], r["origin"], r["text"]) for r in rows] == [
+        ("BF-101", "awb:bug-fix", "Fix BF-101."), ("RF-101", "awb:refactoring", "Fix RF-101.")]
