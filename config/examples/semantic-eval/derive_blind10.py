@@ -184,21 +184,25 @@ def tau2_rows(archive: zipfile.ZipFile, used_texts: set[str]) -> list[Row]:
     return rows
 
 
-def unused_bitext_rows(used_ids: set[str], used_texts: set[str]) -> list[Row]:
-    """``BITEXT_ROWS`` Bitext rows by hash of their id, among the ``BITEXT_KEEP`` after the
-    first ``BITEXT_SKIP`` of each intent whose key is unused."""
+def unused_bitext_rows(used_ids: set[str], used_texts: set[str],
+                       count: int = BITEXT_ROWS) -> list[Row]:
+    """``count`` Bitext rows by hash of their id, among the ``BITEXT_KEEP`` after the first
+    ``BITEXT_SKIP`` of each intent whose key is unused (blind11-13 draw on the same
+    candidates)."""
     candidates = ((row["id"], {**row, "origin": "bitext"})
                   for row in bitext_rows(skip=BITEXT_SKIP, keep=BITEXT_KEEP)
                   if key(row) not in used_ids)
-    return _first(candidates, BITEXT_ROWS, used_texts)
+    return _first(candidates, count, used_texts)
 
 
-def generated_questions(lib: Path, sizes: dict[str, int]) -> dict[str, list[str]]:
+def generated_questions(lib: Path, sizes: dict[str, int],
+                        seed: int = MATH_SEED) -> dict[str, list[str]]:
     """Per reasoning-gym dataset of ``sizes``, the questions of its first ``size`` items made
-    with ``MATH_SEED``, generated in a child process with the libraries of ``lib`` (what the
-    generators print, as ``bf``'s interpreter does, goes to its standard error)."""
+    with ``seed``, generated in a child process (this script with ``--generate``) with the
+    libraries of ``lib`` (what the generators print, as ``bf``'s interpreter does, goes to its
+    standard error)."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(lib)}
-    spec = json.dumps({"sizes": sizes, "seed": MATH_SEED})
+    spec = json.dumps({"sizes": sizes, "seed": seed})
     done = subprocess.run([sys.executable, __file__, "--generate", spec], env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0 or not done.stdout.strip():

