@@ -95,6 +95,10 @@ from derive_blind10 import (  # noqa: E402
     tau2_rows,
     unused_bitext_rows,
 )
+
+# the Bitext candidates its rows are drawn from (blind10's), read by its tests
+from derive_blind10 import BITEXT_KEEP as BITEXT_KEEP  # noqa: E402
+from derive_blind10 import BITEXT_SKIP as BITEXT_SKIP  # noqa: E402
 from derive_blind10 import SAMPLED as BLIND10_SAMPLED  # noqa: E402
 from derive_blind10 import TAU2_PER_DOMAIN as TAU2_PER_DOMAIN  # noqa: E402
 
