@@ -44,7 +44,8 @@ from typing import Any
 
 import yaml
 
-from bench.launch import KvrouteUp, free_port, wait_all_workers_healthy
+from bench.launch import KvrouteUp, wait_all_workers_healthy
+from workers.ports import free_port
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SETTINGS = ("none", "limit-fifo", "limit-priority")

@@ -36,8 +36,9 @@ from pathlib import Path
 
 import yaml
 
-from bench.launch import REPO_ROOT, KvrouteUp, LaunchError, free_port, wait_all_workers_healthy
+from bench.launch import REPO_ROOT, KvrouteUp, LaunchError, wait_all_workers_healthy
 from bench.metrics_scrape import scrape_totals
+from workers.ports import free_port
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FAULTS = {"error": {"error_rate": 1.0}, "stall": {"stall_after_tokens": 1}}

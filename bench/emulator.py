@@ -118,7 +118,7 @@ async def _measure(urls: list[str], pid: int, args: argparse.Namespace) -> dict[
 
 
 def _write_fleet(directory: Path, n: int) -> Path:
-    from workers.emulator.process import free_port
+    from workers.ports import free_port
 
     fleet = {"models": {"bench/llama-3-8b": {"arch": "llama-3-8b", "max_model_len": 8192}},
              "workers": [{"id": f"h100-{i}", "gpu": "h100", "models": ["bench/llama-3-8b"],

@@ -5,8 +5,8 @@ It is started in its own session with output to a log file, pinned with ``taskse
 ``cpus`` is given (``taskset`` execs the program, so the pid is the server's own), and stopped
 with SIGTERM to its pid and then to each remaining descendant it spawned (SIGKILL after a
 grace period). ``KvrouteUp`` is ``kvroute up`` on a free loopback port, ready once entered.
-``free_port`` picks a free loopback port; ``emulated_fleet_on_free_ports`` copies a fleet
-file of emulated workers onto free ones.
+``emulated_fleet_on_free_ports`` copies a fleet file of emulated workers onto free loopback
+ports (``workers.ports.free_port``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,19 +28,13 @@ from typing import Any
 import yaml
 
 from bench.proc_stats import tree_pids
+from workers.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class LaunchError(RuntimeError):
     """A process exited early or never became ready; the message ends with its log tail."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def emulated_fleet_on_free_ports(fleet: Path, folder: Path) -> tuple[Path, dict[str, Any]]:

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 
-from workers.emulator.process import free_port
+from workers.ports import free_port
 
 
 def start_redis(binary: str, attempts: int = 3,

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.launch import free_port
+from workers.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_VENV = REPO / ".venv-bench"

@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
 
-    from bench.launch import free_port, pinned
+    from bench.launch import pinned
+    from workers.ports import free_port
     from workers.upstream import UpstreamClient
 
     _pin(args.client_cpu)

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from bench.backends import chat_body
-from bench.launch import Launched, free_port
+from bench.launch import Launched
 from bench.loadgen import LoadSpec, run_load
 from bench.overhead import run_load_process
 from bench.proc_stats import cpu_seconds
 from bench.targets import url_fleet_text
 from workers.emulator.process import EmulatorProcess
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.launch import free_port
 from bench.replay import ReplayConfig, run_replay
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

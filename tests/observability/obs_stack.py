@@ -34,7 +34,8 @@ from typing import Any
 import yaml
 
 from router.dashboard.prometheus_api import PrometheusClient
-from workers.emulator.process import EmulatorFleet, EmulatorProcess, free_port
+from workers.emulator.process import EmulatorFleet, EmulatorProcess
+from workers.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RULE_FILES = (REPO_ROOT / "config/prometheus/recording.yml",

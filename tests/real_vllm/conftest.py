@@ -31,10 +31,10 @@ from aiohttp import web
 from router.app import start_router
 from router.settings import Settings
 from tests.real_vllm.engine_metrics import reset_prefix_caches
-from workers.emulator.process import free_port
 from workers.fleet import FleetConfig, load_fleet
 from workers.launch.command import build_command
 from workers.launch.process import VllmFleet
+from workers.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent

@@ -39,8 +39,8 @@ from tests.real_vllm.workload import (  # noqa: E402
     model_conversations,
     run_workload,
 )
-from workers.emulator.process import free_port  # noqa: E402
 from workers.fleet import load_fleet  # noqa: E402
+from workers.ports import free_port  # noqa: E402
 
 HITS, QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
 REQUESTS, PROMPT = "vllm:request_success_total", "vllm:prompt_tokens_total"

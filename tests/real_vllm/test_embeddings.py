@@ -23,8 +23,9 @@ from router.app import start_router
 from router.settings import Settings
 from tests.real_vllm.conftest import REPO_ROOT, launched_fleet
 from tests.real_vllm.test_emulator_fidelity import paths
-from workers.emulator.process import EmulatorProcess, free_port
+from workers.emulator.process import EmulatorProcess
 from workers.fleet import FleetConfig
+from workers.ports import free_port
 
 EMBEDDER = "minilm"
 FIND_MODEL = ("import importlib.util, pathlib; "

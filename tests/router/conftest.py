@@ -25,8 +25,9 @@ from tests.router.gateway_support import (
     RouterHandle,
     fleet_data,
 )
-from workers.emulator.process import EmulatorFleet, free_port
+from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.router.gateway_support import FAST, MODEL, REPO_ROOT, fleet_data, wait_healthy
-from workers.emulator.process import free_port
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,9 @@ from tests.router.gateway_support import (
     fleet_data,
     subset,
 )
-from workers.emulator.process import EmulatorFleet, free_port
+from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,8 @@ import yaml
 
 from tests.router.gateway_support import MODEL, REPO_ROOT, fleet_data, wait_healthy
 from tests.router.test_commands import _children, _stop_with_children
-from workers.emulator.process import EmulatorProcess, free_port
+from workers.emulator.process import EmulatorProcess
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 REAL_TIME = {"time_scale": 1.0}

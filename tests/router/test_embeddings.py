@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory
-from workers.emulator.process import EmulatorFleet, free_port
+from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 EMBEDDER = "Qwen/Qwen3-Embedding-0.6B"

@@ -19,7 +19,7 @@ import yaml
 
 from router.fd_limit import raise_open_file_limit
 from tests.router.gateway_support import FAST, MODEL, REPO_ROOT, fleet_data, wait_healthy
-from workers.emulator.process import free_port
+from workers.ports import free_port
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ import pytest
 from router.keys import KV_EVENTS
 from router.kv_event_feed import KvEventFeed
 from tests.router.gateway_support import MODEL, RouterFactory, RouterHandle
-from workers.emulator.process import EmulatorProcess, free_port
+from workers.emulator.process import EmulatorProcess
 from workers.fleet import FleetConfig, parse_fleet
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

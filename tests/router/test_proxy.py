@@ -20,8 +20,9 @@ from tests.router.gateway_support import (
     subset,
     url_fleet,
 )
-from workers.emulator.process import EmulatorProcess, free_port
+from workers.emulator.process import EmulatorProcess
 from workers.fleet import FleetConfig
+from workers.ports import free_port
 from workers.scraper import parse_metrics
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from tests.router.gateway_support import MODEL, REPO_ROOT
-from workers.emulator.process import EmulatorProcess, free_port
+from workers.emulator.process import EmulatorProcess
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

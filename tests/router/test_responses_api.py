@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from tests.router.gateway_support import MODEL, ROUTING_ROUND_ROBIN, RouterFactory
-from workers.emulator.process import EmulatorFleet, free_port
+from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 KEEPING = {"time_scale": 0.01, "responses_store": True,

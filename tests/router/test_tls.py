@@ -23,8 +23,9 @@ from router.cli import main
 from router.keys import REGISTRY
 from tests.router.gateway_support import MODEL, ROUTING_ROUND_ROBIN, RouterFactory
 from tests.workers.tls_support import TlsFiles, make_tls_files
-from workers.emulator.process import EmulatorFleet, free_port
+from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from tests.router.gateway_support import MODEL, RouterFactory
-from workers.emulator.process import EmulatorFleet, free_port
+from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 EMBEDDER = "Qwen/Qwen3-Embedding-0.6B"

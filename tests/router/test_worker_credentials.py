@@ -24,8 +24,9 @@ from router.keys import REGISTRY
 from router.settings import Settings
 from tests.router.gateway_support import MODEL, ROUTING_ROUND_ROBIN, RouterFactory
 from workers.credentials import MissingApiKey
-from workers.emulator.process import EmulatorFleet, free_port
+from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 VARIABLE = "KVROUTE_TEST_WORKER_KEY"

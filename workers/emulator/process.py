@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 from workers.tls import readiness_probe_context
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -31,13 +31,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 class EmulatorStartError(RuntimeError):
     """An emulator process exited or did not become healthy in time."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _healthy(url: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -26,6 +27,19 @@ from workers.tls import readiness_probe_context
 
 class LaunchError(RuntimeError):
     """A server exited or did not become healthy in time."""
+
+
+# ``zmq.error.ZMQError: Address already in use``, after vLLM's ``(EngineCore pid=1) ERROR ...]``
+_EXCEPTION_LINE = re.compile(r"(?:^|\] )((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception): .+)$")
+
+
+def first_exception(lines: Sequence[str]) -> str | None:
+    """The first ``SomeError: message`` line of a log (the root cause), without its prefix."""
+    for line in lines:
+        match = _EXCEPTION_LINE.search(line.strip())
+        if match:
+            return match.group(1)
+    return None
 
 
 class VllmProcess:
@@ -94,8 +108,13 @@ class VllmProcess:
         return proc.returncode
 
     def log_tail(self, lines: int = 30) -> str:
+        """The log's last ``lines`` lines, preceded by the first exception it records (vLLM's
+        engine logs the root cause well before the API server's own traceback ends the log)."""
         with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            logged = self.log_path.read_text(errors="replace").splitlines()
+            tail = "\n".join(logged[-lines:])
+            cause = first_exception(logged)
+            return f"first exception: {cause}\n{tail}" if cause else tail
         return "(no log)"
 
     def __enter__(self) -> VllmProcess:

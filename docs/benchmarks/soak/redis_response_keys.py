@@ -23,8 +23,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import redis.asyncio as aioredis  # noqa: E402
 
-from bench.launch import free_port  # noqa: E402
 from router.state.redis_store import RedisStateStore  # noqa: E402
+from workers.ports import free_port  # noqa: E402
 
 
 async def measure(url: str, keys: int) -> None:

@@ -15,8 +15,9 @@ from router.app import start_router
 from router.keys import METRICS, REGISTRY
 from router.settings import Settings
 from tests.policies.semantic.semantic_support import EXAMPLE_FLEET, EXAMPLE_ROUTING
-from workers.emulator.process import EmulatorFleet, free_port
+from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 
 pytestmark = [pytest.mark.semantic, pytest.mark.integration]
 

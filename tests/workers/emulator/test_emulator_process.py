@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workers.emulator.process import EmulatorFleet, EmulatorProcess, EmulatorStartError, free_port
+from workers.emulator.process import EmulatorFleet, EmulatorProcess, EmulatorStartError
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,10 @@ import urllib.request
 
 import pytest
 
-from workers.emulator.process import EmulatorProcess, free_port
+from workers.emulator.process import EmulatorProcess
 from workers.engine.block_hash import block_hash_chain, to_event_int
 from workers.kv_events import ExactPrefixIndex, KvEventSource, KvEventSubscriber
+from workers.ports import free_port
 
 PROMPT = list(range(1000, 1040))         # two full 16-token blocks and a partial one
 

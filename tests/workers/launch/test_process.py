@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workers.emulator.process import free_port
 from workers.launch.command import VllmCommand
-from workers.launch.process import LaunchError, VllmFleet, VllmProcess
+from workers.launch.process import LaunchError, VllmFleet, VllmProcess, first_exception
+from workers.ports import free_port
 
 HEALTH_SERVER = """
 import http.server, sys
@@ -55,3 +55,30 @@ def test_not_healthy_in_time(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match=r"not healthy after 0\.5 s: slow"):
         fleet.start(timeout_s=0.5)
     assert fleet.processes[0].stop() == -15                      # already stopped by start()
+
+
+ENGINE_LOG = """\
+(APIServer pid=1) WARNING [utils.py:255] this can cause `OSError: [Errno 24] Too many files`
+(EngineCore pid=2) ERROR [core.py:1510] EngineCore failed to start.
+(EngineCore pid=2) ERROR [core.py:1] zmq.error.ZMQError: Address already in use (addr='tcp://*:1')
+(APIServer pid=1) ERROR [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: see above
+""" + "\n".join(f"traceback line {i}" for i in range(40))
+
+
+def test_first_exception_is_the_root_cause_not_a_warning_that_names_one() -> None:
+    assert first_exception(ENGINE_LOG.splitlines()) == (
+        "zmq.error.ZMQError: Address already in use (addr='tcp://*:1')")
+    assert first_exception(["RuntimeError: boom", "ValueError: later"]) == "RuntimeError: boom"
+    assert first_exception(["all fine", "no errors here"]) is None
+
+
+@pytest.mark.integration
+def test_early_exit_names_the_first_exception_even_beyond_the_tail(tmp_path: Path) -> None:
+    script = f"print({ENGINE_LOG!r}); raise SystemExit(1)"
+    process = VllmProcess(command("e", free_port(), script), tmp_path / "e.log")
+    with process, pytest.raises(LaunchError) as raised:
+        process.wait_healthy(timeout_s=30, poll_s=0.1)
+    message = str(raised.value)
+    assert "first exception: zmq.error.ZMQError: Address already in use" in message
+    assert "EngineCore failed to start" not in message          # 30-line tail starts later
+    assert message.rstrip().endswith("traceback line 39")
