@@ -13,6 +13,9 @@ CPU reported apart) so the index keeps learning; garbage collections that start 
 timed ``decide`` are counted (``collections_in_decide``; ``--no-gc`` disables the collector
 while the decisions run, to tell its share of the tail), and every collection while the
 timed decisions run, inside ``decide`` or not, is timed (thread CPU, by generation).
+Collections run as in the router (``--gc loop``, ``router/collector.py``): the one due, if
+any, after each decision and its ``on_routed``, where the router's event loop runs it
+between requests; ``--gc allocations`` leaves them to CPython, inside whatever allocates.
 
 Requests arrive 10 ms apart. By default none of them finishes: the decode guard forgets
 each at its estimated end, and the online correction of the estimates never learns, so every
@@ -121,6 +124,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-gc", dest="gc_enabled", action="store_false",
                         help="disable the garbage collector while the decisions run, to tell "
                              "its share of the tail from the decisions' own")
+    parser.add_argument("--gc", dest="gc_mode", choices=("loop", "allocations"), default="loop",
+                        help="when collections run: 'loop' (the router's default, "
+                             "router/collector.py) runs the due one between decisions, "
+                             "'allocations' leaves them to CPython, inside whatever allocates "
+                             "(kvroute serve --gc-interval 0) (default %(default)s)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="folder for decision.json and decision.png")
 
@@ -144,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         "routing": str(args.routing), "prompt_tokens": args.prompt_tokens,
         "prefixes": args.prefixes, "decisions": args.decisions, "warmup": args.warmup,
         "complete": args.complete, "gc_enabled": args.gc_enabled,
+        "gc_mode": getattr(args, "gc_mode", "allocations"),
         "python": sys.version.split()[0],
         "sizes": [{name: getattr(r, name) for name in SizeResult.__slots__} for r in results],
         "memory": memory,
@@ -222,6 +231,7 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
     each timed decision's thread CPU time in µs, in order."""
     from policies.base import RoutingRequest
     from policies.engine import PolicyEngine
+    from router.collector import LoopCollector
 
     rng = random.Random(args.seed + size)
     fleet = synthetic_fleet(size)
@@ -251,6 +261,10 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
                            (time.thread_time_ns() - pause_started[0]) / 1e3))
 
     completions = Completions(args.seed + size, args.observed_spread) if args.complete else None
+    # the router runs due collections from its event loop, between requests
+    collector = LoopCollector() if getattr(args, "gc_mode", "allocations") == "loop" else None
+    if collector is not None:
+        collector.install()
     gc.callbacks.append(count_collection)
     collecting = gc.isenabled()
     if not getattr(args, "gc_enabled", True):
@@ -281,6 +295,8 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
         routed_done = time.thread_time_ns()
         if completions is not None:
             completions.add(request, decision)
+        if collector is not None and gc.isenabled():
+            collector.collect_due()
         if n >= args.warmup:
             in_decide += started_inside
             routed_timings.append((routed_done - routed_started) / 1e3)
@@ -288,6 +304,8 @@ def time_decisions(routing: Any, size: int, args: argparse.Namespace,
             cpu_timings.append((cpu_done - cpu_started) / 1e3)
             producer_timings.append((produced - started) / 1e3)
     gc.callbacks.remove(count_collection)
+    if collector is not None:
+        collector.uninstall()
     if collecting:
         gc.enable()
     if record is not None:

@@ -27,6 +27,7 @@ from policies.reloader import PolicyReloader
 from router.bad_http_log import OneLineBadHttp
 from router.client_auth import client_auth_middleware
 from router.client_keys_reloader import ClientKeysReloader
+from router.collector import LoopCollector
 from router.decision_sinks import open_decision_sinks
 from router.decisions import DecisionLog
 from router.director import Director
@@ -256,13 +257,17 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
 
     Everything built at start-up (modules, tokenizer tables, the policy, the app) is moved
     out of the garbage collector's reach (``gc.freeze``): a full collection would otherwise
-    walk those objects again every few thousand requests."""
+    walk those objects again every few thousand requests. From then on the collections run
+    from the event loop, between callbacks (``Settings.gc_interval_s``, ``router.collector``)."""
     import uvloop
 
     async def main() -> None:
         runner, port = await start_router(settings, fleet)
         gc.collect()
         gc.freeze()
+        collector = LoopCollector(settings.gc_interval_s) if settings.gc_interval_s else None
+        if collector is not None:
+            collector.start()
         log.info("kvroute listening on %s://%s:%d", settings.scheme, settings.host, port)
         if on_ready is not None:
             on_ready(port)
@@ -277,5 +282,7 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
             _log_drain(runner.app, settings.drain_timeout_s)
         finally:
             await runner.cleanup()
+            if collector is not None:
+                await collector.stop()
 
     uvloop.run(main())

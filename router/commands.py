@@ -107,6 +107,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM/SIGINT: stop listening, then give the requests in "
                              "flight this long to finish before cutting them "
                              "(default: %(default)s)")
+    parser.add_argument("--gc-interval", type=float, default=0.01, metavar="SECONDS",
+                        help="run the garbage collector's due collections from the event loop "
+                             "this often, between requests, not inside one; 0: where CPython "
+                             "runs them (default: %(default)s)")
     parser.add_argument("--ssl-certfile", type=Path, default=None, metavar="FILE",
                         help="serve HTTPS with this certificate (PEM; its chain too)")
     parser.add_argument("--ssl-keyfile", type=Path, default=None, metavar="FILE",
@@ -135,7 +139,8 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         eject_after=args.eject_after, eject_for_s=args.eject_for,
                         stall_after_s=args.stall_after, api_keys=_client_keys(args),
                         api_keys_file=args.api_keys_file,
-                        drain_timeout_s=args.drain_timeout, ssl_certfile=args.ssl_certfile,
+                        drain_timeout_s=args.drain_timeout, gc_interval_s=args.gc_interval,
+                        ssl_certfile=args.ssl_certfile,
                         ssl_keyfile=args.ssl_keyfile, **extra)
     except ValueError as exc:
         print(f"kvroute: {exc}", file=sys.stderr)

@@ -38,6 +38,7 @@ def test_collections_that_start_inside_a_decision_are_counted(tmp_path: Path) ->
     routing = REPO_ROOT / "config" / "routing.yaml"
     arguments = ["--routing", str(routing), "--workers", "8", "--decisions", "20",
                  "--warmup", "5", "--prompt-tokens", "256", "--index-blocks", "80"]
+    arguments += ["--gc", "allocations"]       # where CPython starts them
     assert main([*arguments, "--out", str(tmp_path / "default")]) == 0
     default = json.loads((tmp_path / "default" / "decision.json").read_text())["sizes"][0]
     thresholds = gc.get_threshold()
@@ -52,6 +53,28 @@ def test_collections_that_start_inside_a_decision_are_counted(tmp_path: Path) ->
     assert eager["young_collections"] + eager["older_collections"] >= eager[
         "collections_in_decide"]
     assert 0 < eager["young_pause_p50_us"] <= eager["young_pause_max_us"]
+
+
+def test_the_loop_collector_runs_due_collections_between_decisions(tmp_path: Path) -> None:
+    """``--gc loop`` (the router's way, ``router.collector``): with a young threshold of 1 a
+    collection is due after every decision, and it runs there, never inside one."""
+    import gc
+
+    arguments = ["--routing", str(REPO_ROOT / "config" / "routing.yaml"), "--workers", "8",
+                 "--decisions", "20", "--warmup", "5", "--prompt-tokens", "256",
+                 "--index-blocks", "80", "--gc", "loop", "--out", str(tmp_path)]
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        assert main(arguments) == 0
+        assert gc.get_threshold()[0] == 1           # given back
+    finally:
+        gc.set_threshold(*thresholds)
+    report = json.loads((tmp_path / "decision.json").read_text())
+    size = report["sizes"][0]
+    assert report["gc_mode"] == "loop"
+    assert size["collections_in_decide"] == 0
+    assert size["young_collections"] + size["older_collections"] >= 20
 
 
 def test_completed_requests_teach_the_estimator_its_correction(

@@ -99,7 +99,9 @@ def test_invalid_files_exit_2_with_the_reason(command: str, tmp_path: Path,
 @pytest.mark.parametrize(("option", "message"), [
     (["--tenant-labels", "-1"], "kvroute: tenant_labels: must be >= 0"),
     (["--max-retries", "-1"], "kvroute: max_retries: must be >= 0"),
-], ids=["tenant-labels", "max-retries"])
+    (["--gc-interval", "-1"],
+     "kvroute: gc_interval_s: must be >= 0 (0: collections as CPython runs them)"),
+], ids=["tenant-labels", "max-retries", "gc-interval"])
 def test_options_out_of_range_exit_2_with_the_reason(command: str, option: list[str],
                                                      message: str,
                                                      capsys: pytest.CaptureFixture[str]) -> None:

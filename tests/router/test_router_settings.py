@@ -17,6 +17,7 @@ def test_defaults() -> None:
         "127.0.0.1", 8000, 0.2, 3, 2)
     assert s.max_body_bytes == 32 * 1024 * 1024 and s.redis_url is None
     assert s.response_ttl_s == 7 * 24 * 3600
+    assert s.gc_interval_s == 0.01
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
@@ -25,6 +26,7 @@ def test_defaults() -> None:
     ("max_body_bytes", 0, "max_body_bytes: must be positive"),
     ("decisions_ring_size", 0, "decisions_ring_size: must be positive"),
     ("response_ttl_s", 0.5, "response_ttl_s: must be at least 1 second"),
+    ("gc_interval_s", -0.01, "gc_interval_s: must be >= 0"),
 ])
 def test_invalid_values(field: str, value: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
