@@ -115,3 +115,17 @@ def test_a_disabled_collector_stays_disabled(collections: list[int]) -> None:
             await collector.stop()
 
     assert asyncio.run(main()) == 0
+
+
+def test_the_interval_backs_off_while_idle_and_returns_when_busy() -> None:
+    collector = LoopCollector(interval_s=0.01)
+    collector.thresholds = (700, 10, 10)
+    waits = [0.01]
+    for _ in range(10):                                   # nothing allocated
+        waits.append(collector.next_interval(waits[-1], 0))
+    assert waits[:4] == [0.01, 0.02, 0.04, 0.08]
+    assert waits[-1] == 1.0                               # capped at the idle interval
+    assert collector.next_interval(1.0, 69) == 1.0        # under a tenth of 700
+    assert collector.next_interval(1.0, 70) == 0.01       # busy again: the fast interval
+    slow = LoopCollector(interval_s=2.0)
+    assert slow.next_interval(2.0, 0) == 2.0              # never below its own interval
