@@ -32,7 +32,12 @@ SAFETY_THRESHOLD = 70_000
 def due_generation(counts: tuple[int, int, int],
                    thresholds: tuple[int, int, int]) -> int | None:
     """The generation CPython collects for these counts (the oldest over its threshold, when
-    the young one is over its own), or ``None`` when none is due."""
+    the young one is over its own), or ``None`` when none is due.
+
+    CPython also puts off a full collection while the objects that reached the oldest
+    generation since the last one are under a quarter of those that live there; Python does
+    not expose those numbers, so here a full collection comes when its count is due. After
+    ``gc.freeze`` the oldest generation holds only what came after start-up."""
     if counts[0] <= thresholds[0]:
         return None
     for generation in (2, 1):
