@@ -11,6 +11,8 @@ equivalent, minimal logging, Prometheus (where a peer has one) on loopback.
 * ``kvroute``: ``kvroute serve`` with the repository's ``config/routing.yaml``.
 * ``kvroute-rr``: ``kvroute serve`` with the ``round-robin`` peer preset (least policy work).
 * ``kvroute-token-aware``: ``kvroute serve`` with ``config/examples/token-aware.yaml``.
+* ``kvroute-gc-cpython``: ``kvroute`` with ``--gc-interval 0``: collections where CPython
+  starts them, not from the event loop (an A/B of ``router/collector.py``).
 * ``sglang-router``, ``vllm-router``: ``--policy round_robin`` (``cache_aware`` for replay).
 * ``litellm``: LiteLLM proxy, ``simple-shuffle`` over both backends, one uvicorn worker.
 * ``nginx``: round-robin upstream, keepalive 128, no buffering, 1 worker when pinned.
@@ -80,14 +82,14 @@ def _direct(ctx: TargetContext) -> TargetPlan:
     return TargetPlan("direct", None, ctx.backends[0], f"{ctx.backends[0]}/health")
 
 
-def _kvroute(name: str, routing: Path) -> PlanBuilder:
+def _kvroute(name: str, routing: Path, options: tuple[str, ...] = ()) -> PlanBuilder:
     def build(ctx: TargetContext) -> TargetPlan:
         port = free_port()
         fleet = ctx.workdir / "fleet.yaml"
         fleet.write_text(ctx.fleet_text or url_fleet_text(ctx.backends))
         argv = (sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet),
                 "--routing", str(ctx.routing_path or routing), "--host", "127.0.0.1",
-                "--port", str(port), "--log-level", "WARNING")
+                "--port", str(port), "--log-level", "WARNING", *options)
         url = f"http://127.0.0.1:{port}"
         return TargetPlan(name, argv, url, f"{url}/health")
     return build
@@ -176,6 +178,8 @@ TARGETS: Mapping[str, PlanBuilder] = {
     "kvroute-rr": _kvroute("kvroute-rr", REPO / "config" / "policies" / "round-robin.yaml"),
     "kvroute-token-aware": _kvroute("kvroute-token-aware",
                                     REPO / "config" / "examples" / "token-aware.yaml"),
+    "kvroute-gc-cpython": _kvroute("kvroute-gc-cpython", REPO / "config" / "routing.yaml",
+                                   ("--gc-interval", "0")),
     "sglang-router": _sglang,
     "vllm-router": _vllm_router,
     "litellm": _litellm,

@@ -56,6 +56,10 @@ def test_target_plans(tmp_path: Path) -> None:
     assert kv.argv[kv.argv.index("--routing") + 1].endswith("config/policies/round-robin.yaml")
     fleet = load_fleet(Path(kv.argv[kv.argv.index("--fleet") + 1]))
     assert [w.info.url for w in fleet.workers] == list(ctx.backends)
+    gc_cpython = plan_target("kvroute-gc-cpython", ctx)
+    assert isinstance(gc_cpython, TargetPlan) and gc_cpython.argv is not None
+    assert gc_cpython.argv[-2:] == ("--gc-interval", "0")
+    assert "--gc-interval" not in (plan_target("kvroute", ctx).argv or ())
     for name in ("sglang-router", "vllm-router", "litellm", "nginx"):
         plan = plan_target(name, ctx)
         assert isinstance(plan, (TargetPlan, Skipped)) and plan.name == name
