@@ -5,10 +5,12 @@ Two zero-latency emulated workers (``bench.backends``, the overhead race's), ``k
 with ``config/routing.yaml`` pinned to CPU 1, 32 connections posting the race's 1,069-byte
 chat body (``stream`` or ``plain``) for 2 s of warm-up and 8 s measured; prints the requests,
 the router's CPU per request (``/proc``) and its collections by generation (count, ms) from
-``kvroute_gc_pause_seconds``. Run from the repository root, MODE ``loop`` or ``cpython``,
-KIND ``stream`` or ``plain``::
+``kvroute_gc_pause_seconds``. With a third argument, a rate, the load is an open loop
+instead: plain requests sent at that many a second (evenly spaced) for 8 s after 2 s of
+warm-up, and the latency percentiles of those answers printed too. Run from the repository
+root, MODE ``loop`` or ``cpython``, KIND ``stream`` or ``plain``::
 
-    .venv/bin/python docs/benchmarks/token-aware/loop-collector/closed_loop_ab.py MODE KIND
+    .venv/bin/python docs/benchmarks/token-aware/loop-collector/closed_loop_ab.py MODE KIND [RATE]
 """
 
 from __future__ import annotations
@@ -57,14 +59,7 @@ async def drive(url: str, router_pid: int, mode: str, stream: bool) -> None:
     body = chat_body(stream=stream)
     done = 0
     async with aiohttp.ClientSession() as session:
-        for _ in range(150):
-            try:
-                async with session.get(url + "/health") as response:
-                    if response.status == 200:
-                        break
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
+        await wait_healthy(session, url)
 
         async def client(deadline: float) -> None:
             nonlocal done
@@ -79,10 +74,65 @@ async def drive(url: str, router_pid: int, mode: str, stream: bool) -> None:
         await asyncio.gather(*(client(time.monotonic() + 8) for _ in range(CONNECTIONS)))
         cpu = cpu_seconds(router_pid) - cpu_before
         after = await collections(session, url)
+    report(mode, "stream" if stream else "plain", done, cpu, before, after)
+
+
+def report(mode: str, load: str, done: int, cpu: float, before: dict[str, tuple[float, float]],
+           after: dict[str, tuple[float, float]], extra: str = "") -> None:
     by_generation = {g: (after[g][0] - before[g][0], round((after[g][1] - before[g][1]) * 1e3, 1))
                      for g in "012"}
-    print(f"{mode:8s} {'stream' if stream else 'plain':6s} requests {done} "
-          f"cpu_us/req {cpu * 1e6 / done:.0f} gc (count, ms) by gen {by_generation}", flush=True)
+    print(f"{mode:8s} {load:6s} requests {done} cpu_us/req {cpu * 1e6 / done:.0f} "
+          f"gc (count, ms) by gen {by_generation}{extra}", flush=True)
+
+
+async def open_loop(url: str, router_pid: int, mode: str, rate: float) -> None:
+    """Plain requests at ``rate`` a second, each timed from its send to its last byte."""
+    body = chat_body(stream=False)
+    latencies: list[float] = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await wait_healthy(session, url)
+
+        async def one(timed: bool) -> None:
+            started = time.perf_counter()
+            async with session.post(url + "/v1/chat/completions", json=body) as response:
+                await response.read()
+                assert response.status == 200, response.status
+            if timed:
+                latencies.append(time.perf_counter() - started)
+
+        async def send(seconds: float, timed: bool) -> None:
+            start, tasks = time.perf_counter(), []
+            for n in range(int(seconds * rate)):
+                delay = start + n / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(timed)))
+            await asyncio.gather(*tasks)
+
+        await send(2.0, timed=False)
+        before, cpu_before = await collections(session, url), cpu_seconds(router_pid)
+        await send(8.0, timed=True)
+        cpu = cpu_seconds(router_pid) - cpu_before
+        after = await collections(session, url)
+    ordered = sorted(latencies)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+    report(mode, f"{rate:g}/s", len(ordered), cpu, before, after,
+           f" latency ms p50 {at(0.5):.2f} p99 {at(0.99):.2f} p99.9 {at(0.999):.2f} "
+           f"max {ordered[-1] * 1e3:.2f}")
+
+
+async def wait_healthy(session: aiohttp.ClientSession, url: str) -> None:
+    for _ in range(150):
+        try:
+            async with session.get(url + "/health") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.2)
 
 
 def main() -> None:
@@ -98,7 +148,11 @@ def main() -> None:
     router = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        asyncio.run(drive(f"http://127.0.0.1:{port}", router.pid, mode, kind == "stream"))
+        url = f"http://127.0.0.1:{port}"
+        if len(sys.argv) > 3:
+            asyncio.run(open_loop(url, router.pid, mode, float(sys.argv[3])))
+        else:
+            asyncio.run(drive(url, router.pid, mode, kind == "stream"))
     finally:
         router.send_signal(signal.SIGINT)
         try:
