@@ -2,16 +2,17 @@
 
 CPython starts a collection from inside whatever code allocates the object that crosses the
 young generation's threshold. In the router that is most often a request's own handler, in
-the middle of its routing decision: a young collection adds some 0.3–0.5 ms to that one
-request, an older one several ms. ``LoopCollector`` moves that work between callbacks: it
-raises the automatic young threshold far out of the way (a safety net that bounds memory
-should a burst allocate faster than the loop gets round) and, every ``interval_s``, runs the
-generation CPython would have run by then, by its own rule on the same counts and
-thresholds. A collection then lands where the loop would otherwise wait, or between two
-requests' steps, not inside one; the collector's total work is unchanged. While few new
-containers appear between ticks (an idle router: a timer waking it 100 times a second would
-cost some 1.5 % of a core) the interval doubles up to ``IDLE_INTERVAL_S``; it drops back to
-``interval_s`` at the first tick that finds a tenth of the young threshold allocated.
+the middle of its routing decision: a young collection adds some 0.15–0.25 ms to that one
+request (``bench.decision --complete``), an older one several ms. ``LoopCollector`` moves
+that work between callbacks: it raises the automatic young threshold far out of the way (a
+safety net that bounds memory should a burst allocate faster than the loop gets round) and,
+every ``interval_s``, runs the generation CPython would have run by then, by its own rule on
+the same counts and thresholds. A collection then lands where the loop would otherwise wait,
+or between two requests' steps, not inside one; the collections take about the same time in
+all. While few new containers appear between ticks (an idle router: a timer waking it 100
+times a second cost 1–2 % of a core) the interval doubles up to ``IDLE_INTERVAL_S``; it
+drops back to ``interval_s`` at the first tick that finds a tenth of the young threshold
+allocated.
 
 ``due_generation`` is that rule; ``collect_due`` applies it once (what the loop task does each
 tick, and what ``bench.decision`` does between decisions to time them as the router runs).
