@@ -24,6 +24,12 @@ Reads the estimates the ``estimated-time`` / ``cost`` scorers left in the decisi
    what it runs, newest first, and recomputes it later. When none has room the request is
    treated as meeting the SLO nowhere, and among the closest to it goes where the KV cache
    has room, or else where it has the most.
+   **The cache judged on expectation** (``prefix_on_expected``): a candidate holding more of
+   the prompt than every one within the SLO (by more than ``prefix_tolerance``) counts as
+   within it when its expected TTFT and TPOT (the corrected estimates, without the 90th
+   percentile's or ``headroom``'s margin) meet the objectives. The margin is insurance
+   against a late answer; passing over the cache costs this prompt's prefill of what is
+   cached and the next turn's hit for certain.
 2. **Sticky on the prefix**: keep those whose cached share of the prompt is within
    ``prefix_tolerance`` of the best; affinity is what lets the next turn of a conversation
    hit the cache.
@@ -54,8 +60,8 @@ profiles:
     picker:
       type: slo-cost
       params: {ttft_idle_prefill_multiple: 3.0, headroom: 0.8, cost_tolerance: 0.05,
-               prefix_tolerance: 0.1, reserve_fast: true, protect_decodes: true,
-               protect_kv: false}
+               prefix_tolerance: 0.1, prefix_on_expected: true, reserve_fast: true,
+               protect_decodes: true, protect_kv: false}
 ```
 """
 
@@ -86,6 +92,7 @@ class SloCostParams:
     headroom: float = 0.8
     cost_tolerance: float = 0.05
     prefix_tolerance: float = 0.1
+    prefix_on_expected: bool = True
     reserve_fast: bool = True
     protect_decodes: bool = True
     protect_kv: bool = False
@@ -115,6 +122,7 @@ class SloCostPicker:
         self.headroom = params.headroom
         self.tolerance = params.cost_tolerance
         self.prefix_tolerance = params.prefix_tolerance
+        self.prefix_on_expected = params.prefix_on_expected
         self.reserve_fast = params.reserve_fast
         self.protect_kv = params.protect_kv
         self.guard = (DecodeGuard(tpot_s) if params.protect_decodes and tpot_s is not None
@@ -151,6 +159,9 @@ class SloCostPicker:
                 tpot = e.tpot_upper_s
                 if (tpot if tpot is not None else e.tpot_s / headroom) <= tpot_goal:
                     feasible.append(p)
+        if self.prefix_on_expected and feasible and len(feasible) < len(positions):
+            feasible = self._with_expected_prefix(request, positions, feasible, ids, estimates,
+                                                  ttft_goal, tpot_goal)
         overflowing: list[int] = []   # every position within the SLO, when the KV check cut some
         if self.protect_kv and feasible:
             fitting = _with_room(feasible, _kv_loads(request, feasible, ids, estimates, cycle))
@@ -232,6 +243,22 @@ class SloCostPicker:
         if self.guard is not None and isinstance(old, DecodeGuard):
             old.tpot_objective_s = self.guard.tpot_objective_s
             self.guard = old
+
+    def _with_expected_prefix(self, request: RoutingRequest, positions: Sequence[int],
+                              feasible: list[int], ids: Sequence[str],
+                              estimates: Mapping[str, Estimate], ttft_goal: float,
+                              tpot_goal: float) -> list[int]:
+        """``feasible`` and, in position order, the candidates outside it that hold more of
+        the prompt than every one in it (by more than ``prefix_tolerance``) and whose
+        expected TTFT and TPOT meet the objectives."""
+        prompt = max(1, request.num_prompt_tokens)
+        floor = (max(estimates[ids[p]].cached_tokens for p in feasible)
+                 + self.prefix_tolerance * prompt)
+        within = set(feasible)
+        added = [p for p in positions
+                 if p not in within and (e := estimates[ids[p]]).cached_tokens > floor
+                 and e.ttft_s <= ttft_goal and e.tpot_s <= tpot_goal]
+        return sorted(feasible + added) if added else feasible
 
     def _within_slo(self, request: RoutingRequest, feasible: Sequence[int], ids: Sequence[str],
                     totals: Sequence[float], estimates: Mapping[str, Estimate]

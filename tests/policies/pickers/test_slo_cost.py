@@ -98,6 +98,60 @@ def test_holding_more_of_the_prompt_does_not_make_a_worker_look_fast() -> None:
     assert chosen == "warm" and term == "prefix"
 
 
+def busy_but_cached(ttft_upper: float, cached: int = 600, tpot_upper: float = 0.04
+                    ) -> Estimate:
+    """Expected TTFT 0.35 s and TPOT 30 ms (within 0.5 s and 50 ms); ``ttft_upper`` and
+    ``tpot_upper`` their learnt 90th percentiles."""
+    return Estimate(0.35, 0.03, 1.0, 0.0003, cached, 0.35, 0.03, prefill_s=0.1,
+                    ttft_upper_s=ttft_upper, tpot_upper_s=tpot_upper, full_prefill_s=0.2)
+
+
+def idle_and_cold(cached: int = 0) -> Estimate:
+    return Estimate(0.2, 0.02, 1.0, 0.0003, cached, 0.2, 0.02, prefill_s=0.2,
+                    ttft_upper_s=0.25, tpot_upper_s=0.025, full_prefill_s=0.2)
+
+
+def test_a_cached_worker_expected_within_the_slo_is_kept_over_a_cold_one() -> None:
+    """Its 90th percentile misses the TTFT objective, its expected TTFT meets it: the
+    worker holding 60 % of the prompt is kept, and the reason says the prefix decided."""
+    estimates = {"cold": idle_and_cold(), "warm": busy_but_cached(ttft_upper=0.7)}
+    chosen, (text, term) = decide(estimates)
+    assert chosen == "warm" and term == "prefix"
+    assert text.startswith("prefix: prefix 0.60 on warm; est ttft 0.35s vs 0.20s on cold")
+    # off: only the cold worker is within the SLO by its 90th percentile
+    off = SloCostParams(prefix_on_expected=False)
+    assert decide(estimates, params=off)[0] == "cold"
+    # the TPOT objective is judged the same way: a 90th percentile over 50 ms, expected 30 ms
+    tpot_bound = {"cold": idle_and_cold(), "warm": busy_but_cached(0.4, tpot_upper=0.06)}
+    assert decide(tpot_bound)[0] == "warm"
+    assert decide(tpot_bound, params=off)[0] == "cold"
+
+
+def test_a_cached_worker_expected_to_miss_the_slo_is_still_passed_over() -> None:
+    late = busy_but_cached(ttft_upper=1.2)._replace(ttft_s=0.6)      # expected 0.6 s > 0.5 s
+    assert decide({"cold": idle_and_cold(), "warm": late}) == (
+        "cold", ("only-within-slo: prefix 0.00 on cold; est ttft 0.20s; tpot 20ms; "
+                 "cost $0.00030", "only-within-slo"))
+    slow_decode = busy_but_cached(ttft_upper=0.7)._replace(tpot_s=0.055)
+    assert decide({"cold": idle_and_cold(), "warm": slow_decode})[0] == "cold"
+
+
+def test_only_a_prefix_longer_than_the_tolerance_buys_the_expectation() -> None:
+    """Within ``prefix_tolerance`` (0.1) of what a worker within the SLO holds, the busy
+    worker is no better placed: it stays out."""
+    estimates = {"cold": idle_and_cold(cached=520), "warm": busy_but_cached(0.7, cached=600)}
+    assert decide(estimates)[0] == "cold"
+    assert decide(estimates, params=SloCostParams(prefix_tolerance=0.05))[0] == "warm"
+
+
+def test_with_nothing_within_the_slo_the_expectation_changes_nothing() -> None:
+    """The rule adds to the candidates within the SLO; when there are none the closest to
+    it wins, judged on the expected times already."""
+    late_cold = idle_and_cold()._replace(ttft_s=0.9, ttft_upper_s=1.0)
+    chosen, (_, term) = decide({"cold": late_cold, "warm": busy_but_cached(ttft_upper=0.7)})
+    assert chosen == "warm" and term == "slo-fallback"
+
+
 def test_long_prompts_get_a_proportional_ttft_objective() -> None:
     estimates = {"h100": estimate(1.0, 0.02, 0.002), "l40s": estimate(2.0, 0.02, 0.001)}
     assert decide(estimates, idle_prefill=0.5)[0] == "h100"      # objective 1.5 s
