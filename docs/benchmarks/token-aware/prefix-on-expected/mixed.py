@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from seeds import seeds_of  # this folder's seeds.py (the script's own folder is on sys.path)
+
 REPO = Path(__file__).resolve().parents[4]
 TRACE = REPO.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl.gz"
 METRICS = (("goodput_rate_scale", "goodput", "{:.2f}"), ("slo_attainment", "SLO", "{:.1%}"),
@@ -82,11 +84,6 @@ def table(args: argparse.Namespace, slices: list[str], seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
-def spans(text: str) -> list[int]:
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policies", required=True, help="as kvroute sim's --policies")
@@ -98,7 +95,7 @@ def main() -> int:
     args = parser.parse_args()
     args.out = args.out.resolve()
     slices = [s for s in args.slices.split(",") if s]
-    seeds = spans(args.seeds)
+    seeds = seeds_of(args.seeds)
     if args.run:
         run(args, slices, seeds)
     print(table(args, slices, seeds))
