@@ -16,10 +16,11 @@ For worker ``w`` with the request's cached prefix ``p`` there and ``U`` uncached
 
 Step times come from ``StepCoefficients`` solved from the engine's latency model per GPU
 class (``policies.latency.engine_model``); TTFT and TPOT are multiplied by the online
-corrections learnt from observed outcomes (``policies.latency.online``). The terms that depend
-on a worker's view alone (its decode step, full step, chunk and batch: ``view_terms``) are kept
-while the view fields they read repeat, which between two decisions is every worker but the
-one routed to last and those scraped since.
+corrections learnt from observed outcomes (``policies.latency.online``; TTFT's in the
+request's regime on that worker: its uncached tokens and whether prefill is queued ahead).
+The terms that depend on a worker's view alone (its decode step, full step, chunk and batch:
+``view_terms``) are kept while the view fields they read repeat, which between two decisions
+is every worker but the one routed to last and those scraped since.
 """
 
 from __future__ import annotations
@@ -71,16 +72,19 @@ class Estimate(NamedTuple):
     # the whole prompt's prefill compute here with nothing cached: the hardware's speed on
     # this prompt, the same on every worker of one GPU class whatever each has cached
     full_prefill_s: float | None = None
+    # the regime TTFT's online correction was read in (``policies.latency.online.ttft_regime``)
+    ttft_regime: int | None = None
 
 
 def new_estimate(ttft_s: float, tpot_s: float, gpu_s: float, cost_usd: float,
                  cached_tokens: int, raw_ttft_s: float, raw_tpot_s: float, prefill_s: float,
                  ttft_upper_s: float | None, tpot_upper_s: float | None,
-                 prefill_steps: int = 1, full_prefill_s: float | None = None) -> Estimate:
+                 prefill_steps: int = 1, full_prefill_s: float | None = None,
+                 ttft_regime: int | None = None) -> Estimate:
     """``Estimate(...)`` with every field given, positionally."""
     return _new_tuple(Estimate, (ttft_s, tpot_s, gpu_s, cost_usd, cached_tokens, raw_ttft_s,
                                  raw_tpot_s, prefill_s, ttft_upper_s, tpot_upper_s,
-                                 prefill_steps, full_prefill_s))
+                                 prefill_steps, full_prefill_s, ttft_regime))
 
 
 _new_tuple = tuple.__new__
@@ -290,10 +294,13 @@ class TimeEstimator:
             if share > max_share:
                 share = max_share
             raw_tpot = 1.0 / ((1.0 - share) / decode_step + share / full_step)
+            # online.ttft_regime(uncached, queued), inlined (uncached >= 1 here)
+            regime = (uncached.bit_length() >> 1) * 2 + (1 if queued > 0 else 0)
             if factors is None:     # every factor 1 (x * 1.0 is x), no upper bound yet
                 ttft, tpot, ttft_upper, tpot_upper = raw_ttft, raw_tpot, None, None
             else:
-                ttft_factor, tpot_factor, ttft_upper, tpot_upper = factors(worker_id, gpu_class)
+                ttft_factor, tpot_factor, ttft_upper, tpot_upper = factors(worker_id, gpu_class,
+                                                                           regime)
                 ttft = raw_ttft * ttft_factor
                 tpot = raw_tpot * tpot_factor
             memo_key = (k_id, uncached, cached)
@@ -310,7 +317,7 @@ class TimeEstimator:
                 ttft if ttft < own_prefill else own_prefill,
                 raw_ttft * ttft_upper if ttft_upper else None,
                 raw_tpot * tpot_upper if tpot_upper else None,
-                ceil(uncached / chunk) if uncached > chunk else 1, full_prefill))
+                ceil(uncached / chunk) if uncached > chunk else 1, full_prefill, regime))
 
     def candidate_arrays(self, views: Sequence[WorkerView],
                          index: CandidateIndex | None = None) -> CandidateArrays:
@@ -347,7 +354,7 @@ class TimeEstimator:
         self.arrivals.add(view_id, request.num_prompt_tokens - estimate.cached_tokens,
                           request.arrival_time)
         self.correction.remember(request.request_id, Prediction(
-            view_id, gpu_class, estimate.raw_ttft_s, estimate.raw_tpot_s))
+            view_id, gpu_class, estimate.raw_ttft_s, estimate.raw_tpot_s, estimate.ttft_regime))
 
     def observe(self, request_id: str, ttft_s: float | None, tpot_s: float | None) -> None:
         self.correction.observe(request_id, ttft_s, tpot_s)

@@ -7,6 +7,12 @@ the first ``--train`` share trains the scikit-learn models, the rest is held bac
 estimator is scored on it. The online estimator's held-back predictions are the ones it
 made live, having learnt only from requests that had finished by then.
 
+The online correction is also replayed on the same requests, as the router would have
+learnt it from them (each prediction made at the request's arrival from the outcomes of the
+requests finished by then), in its two forms: one TTFT factor per worker (``ttft_regimes``
+off) and TTFT's per regime (on, the default). The live row and the replays see the same
+requests, so the two forms compare on equal terms whichever one routed them.
+
 Error measures, on the held-back requests: mean |ln(predicted/observed)| (0.10 ≈ 10 % off)
 and median absolute percentage error.
 
@@ -75,6 +81,34 @@ def errors(predicted: Sequence[float], observed: Sequence[float]) -> dict[str, f
             "median_ape": statistics.median(abs(p - o) / o for p, o in pairs)}
 
 
+def replay(samples: Sequence[LatencySample], ttft_regimes: bool) -> list[tuple[float, float]]:
+    """(TTFT, TPOT) each sample would have been predicted by an ``OnlineCorrection`` learning
+    from the samples before it, in order of arrival and of completion (arrival + observed
+    TTFT + observed TPOT × its output tokens); in the order of ``samples``."""
+    from policies.latency.online import OnlineCorrection, Prediction, ttft_regime
+
+    correction = OnlineCorrection(ttft_regimes=ttft_regimes)
+    events: list[tuple[float, int, int]] = []        # (time, 0 arrival / 1 completion, index)
+    for index, s in enumerate(samples):
+        events.append((s.arrival_s, 0, index))
+        if s.observed_ttft_s:
+            events.append((s.arrival_s + s.observed_ttft_s
+                           + (s.observed_tpot_s or 0.0) * s.output_tokens, 1, index))
+    predicted: list[tuple[float, float]] = [(0.0, 0.0)] * len(samples)
+    for _, kind, index in sorted(events):
+        s = samples[index]
+        key = str(index)
+        if kind == 0:
+            regime = ttft_regime(s.prompt_tokens - s.cached_tokens, s.inflight_prefill_tokens)
+            ttft_factor, tpot_factor, _, _ = correction.factors(s.worker_id, s.gpu_class, regime)
+            predicted[index] = (s.raw_ttft_s * ttft_factor, s.raw_tpot_s * tpot_factor)
+            correction.remember(key, Prediction(s.worker_id, s.gpu_class, s.raw_ttft_s,
+                                                s.raw_tpot_s, regime))
+        else:
+            correction.observe(key, s.observed_ttft_s, s.observed_tpot_s)
+    return predicted
+
+
 def evaluate(samples: list[LatencySample], train_share: float, seed: int) -> dict[str, Any]:
     from sklearn.ensemble import GradientBoostingRegressor
     from sklearn.linear_model import LinearRegression
@@ -82,6 +116,8 @@ def evaluate(samples: list[LatencySample], train_share: float, seed: int) -> dic
     cut = int(len(samples) * train_share)
     train, test = samples[:cut], samples[cut:]
     report: dict[str, Any] = {"train": len(train), "test": len(test)}
+    replays = {name: dict(zip(map(id, samples), replay(samples, regimes), strict=True))
+               for name, regimes in (("online_per_worker", False), ("online_per_regime", True))}
     for metric in ("ttft", "tpot"):
         def observed(s: LatencySample, m: str = metric) -> float | None:
             return s.observed_ttft_s if m == "ttft" else s.observed_tpot_s
@@ -95,6 +131,9 @@ def evaluate(samples: list[LatencySample], train_share: float, seed: int) -> dic
         results: dict[str, Any] = {
             "raw_model": errors([getattr(s, f"raw_{metric}_s") for s in held], truth),
             "online_corrected": errors([getattr(s, f"{metric}_s") for s in held], truth)}
+        column = 0 if metric == "ttft" else 1
+        for name, predictions in replays.items():
+            results[name] = errors([predictions[id(s)][column] for s in held], truth)
         if len(fit) >= 20 and held:
             for name, model in (
                     ("sklearn_linear", LinearRegression()),

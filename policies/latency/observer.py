@@ -48,6 +48,7 @@ class LatencySample:
     tpot_s: float
     observed_ttft_s: float | None = None
     observed_tpot_s: float | None = None
+    worker_id: str = ""
 
 
 def unit_column(index: CandidateIndex, estimates: Mapping[str, Estimate],
@@ -142,7 +143,8 @@ class EstimatingPlugin:
                     estimate.cached_tokens, self.estimator.output_tokens(request),
                     view.inflight_prefill_tokens, view.running, view.waiting,
                     view.inflight_requests, view.kv_usage, estimate.raw_ttft_s,
-                    estimate.raw_tpot_s, estimate.ttft_s, estimate.tpot_s)
+                    estimate.raw_tpot_s, estimate.ttft_s, estimate.tpot_s,
+                    worker_id=view.id)
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         if not self.learns:

@@ -12,10 +12,22 @@ exceeded by only one request in ten. The SLO picker tests candidates against tha
 conservative estimate, so that the share of requests meeting the SLO is what the goodput
 target (90 %) asks for, whatever the model's error on this workload.
 
+TTFT's error is not one factor per worker: it depends on the request. A prompt with little
+left to prefill is late by the step already running when it arrives, which the model leaves
+out, so its TTFT comes out several times the estimate; a prompt arriving behind other
+prefills is early, because part of the queued prefill is done by then. So with
+``ttft_regimes`` (on by default) TTFT's mean and quantile are also learnt per **regime**
+(``ttft_regime``: the uncached tokens in buckets of a factor of 4, and whether prefill is
+queued ahead), per worker and per GPU class, and read in this order: the worker's in the
+request's regime, the class's in that regime, then the worker's and the class's over all
+regimes (each once it has ``min_samples``; the class's over all regimes from the first).
+TPOT keeps one factor per worker: keyed by regime it predicted no better.
+
 Every decision reads the four factors of each candidate (``factors``), and they change only
-when a request completes (``observe``), so they are kept per worker: an observation drops
-the kept factors of its worker, and of the workers that borrowed its GPU class's, and the
-next decision computes those again. The parameters are fixed at construction.
+when a request completes (``observe``), so they are kept per worker and regime: an
+observation drops the kept factors of its worker, and of the workers that borrowed its GPU
+class's, and the next decision computes those again. The parameters are fixed at
+construction.
 """
 
 from __future__ import annotations
@@ -26,8 +38,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 Metric = Literal["ttft", "tpot"]
+Key = tuple[str, Metric] | tuple[str, Metric, int]
+"""(worker id or GPU class, metric) over all regimes, or (…, metric, regime)."""
 Factors = tuple[float, float, float | None, float | None]
 """(TTFT factor, TPOT factor, TTFT upper, TPOT upper): ``OnlineCorrection.factors``."""
+
+
+def ttft_regime(uncached_tokens: int, queued_tokens: int) -> int:
+    """The regime TTFT's correction is learnt in: ``2 × b + q`` with ``b`` the bucket of the
+    uncached prompt tokens (``bit_length // 2``: 1, 2–3 | 4–15 | 16–63 | … | 16,384–65,535 …,
+    a factor of 4 each) and ``q`` 1 when prefill is queued ahead on the worker."""
+    bucket = uncached_tokens.bit_length() >> 1 if uncached_tokens > 0 else 0
+    return bucket * 2 + (1 if queued_tokens > 0 else 0)
 
 
 @dataclass(slots=True)
@@ -58,12 +80,14 @@ class _Mean:
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
-    """The model's uncorrected prediction for one request (the error is learnt on it)."""
+    """The model's uncorrected prediction for one request (the error is learnt on it), and
+    its TTFT regime (``ttft_regime``; None: learnt over all regimes only)."""
 
     worker_id: str
     gpu_class: str
     ttft_s: float
     tpot_s: float
+    regime: int | None = None
 
 
 class OnlineCorrection:
@@ -71,28 +95,39 @@ class OnlineCorrection:
 
     __slots__ = ("_borrowers", "_by_class", "_by_worker", "_kept", "_pending",
                  "_upper_by_class", "_upper_by_worker", "alpha", "max_factor", "max_pending",
-                 "min_samples", "quantile", "quantile_step")
+                 "min_samples", "quantile", "quantile_step", "ttft_regimes")
 
     def __init__(self, alpha: float = 0.05, min_samples: int = 20, max_factor: float = 4.0,
                  max_pending: int = 100_000, quantile: float = 0.9,
-                 quantile_step: float = 0.05) -> None:
+                 quantile_step: float = 0.05, ttft_regimes: bool = True) -> None:
         self.alpha = alpha
+        self.ttft_regimes = ttft_regimes
         self.quantile = quantile
         self.quantile_step = quantile_step
-        self._upper_by_worker: dict[tuple[str, Metric], _Quantile] = {}
-        self._upper_by_class: dict[tuple[str, Metric], _Quantile] = {}
+        self._upper_by_worker: dict[Key, _Quantile] = {}
+        self._upper_by_class: dict[Key, _Quantile] = {}
         self.min_samples = min_samples
         self.max_factor = max_factor
         self.max_pending = max_pending
-        self._by_worker: dict[tuple[str, Metric], _Mean] = {}
-        self._by_class: dict[tuple[str, Metric], _Mean] = {}
+        self._by_worker: dict[Key, _Mean] = {}
+        self._by_class: dict[Key, _Mean] = {}
         self._pending: OrderedDict[str, Prediction] = OrderedDict()
-        # worker id -> (its GPU class, its ``factors``), as long as nothing they read changed
-        self._kept: dict[str, tuple[str, Factors]] = {}
+        # worker id -> (its GPU class, its ``factors`` by regime), as long as nothing they
+        # read changed
+        self._kept: dict[str, tuple[str, dict[int | None, Factors]]] = {}
         # GPU class -> the workers whose kept factors read some of the class's statistics
         self._borrowers: dict[str, set[str]] = {}
 
-    def factor(self, worker_id: str, gpu_class: str, metric: Metric) -> float:
+    def factor(self, worker_id: str, gpu_class: str, metric: Metric,
+               regime: int | None = None) -> float:
+        """exp(mean log observed/predicted), from the most specific statistics learnt enough
+        (``regime``: TTFT's, ``ttft_regime``; ignored for TPOT and without ``ttft_regimes``)."""
+        if regime is not None and metric == "ttft" and self.ttft_regimes:
+            for table, key in ((self._by_worker, (worker_id, metric, regime)),
+                               (self._by_class, (gpu_class, metric, regime))):
+                mean = table.get(key)
+                if mean is not None and mean.samples >= self.min_samples:
+                    return self._clamp(math.exp(mean.value))
         own = self._by_worker.get((worker_id, metric))
         if own is not None and own.samples >= self.min_samples:
             return self._clamp(math.exp(own.value))
@@ -101,9 +136,16 @@ class OnlineCorrection:
             return self._clamp(math.exp(shared.value))
         return 1.0
 
-    def upper(self, worker_id: str, gpu_class: str, metric: Metric) -> float | None:
+    def upper(self, worker_id: str, gpu_class: str, metric: Metric,
+              regime: int | None = None) -> float | None:
         """The ``quantile`` (0.9) of observed/predicted: a prediction times this is exceeded
-        by one request in ten. None until something was learnt."""
+        by one request in ten. None until something was learnt. ``regime`` as in ``factor``."""
+        if regime is not None and metric == "ttft" and self.ttft_regimes:
+            for table, key in ((self._upper_by_worker, (worker_id, metric, regime)),
+                               (self._upper_by_class, (gpu_class, metric, regime))):
+                tracked = table.get(key)
+                if tracked is not None and tracked.samples >= self.min_samples:
+                    return self._clamp(math.exp(tracked.value))
         own = self._upper_by_worker.get((worker_id, metric))
         if own is not None and own.samples >= self.min_samples:
             return self._clamp(math.exp(own.value))
@@ -116,27 +158,41 @@ class OnlineCorrection:
         """Whether any outcome was observed (before that every factor is 1, no upper)."""
         return bool(self._by_class)
 
-    def factors(self, worker_id: str, gpu_class: str) -> Factors:
-        """``factor`` and ``upper`` of TTFT and TPOT: (ttft, tpot, ttft upper, tpot upper)."""
+    def factors(self, worker_id: str, gpu_class: str, regime: int | None = None) -> Factors:
+        """``factor`` and ``upper`` of TTFT and TPOT: (ttft, tpot, ttft upper, tpot upper);
+        ``regime``: the request's ``ttft_regime`` on this worker."""
         kept = self._kept.get(worker_id)
         if kept is not None and kept[0] == gpu_class:
-            return kept[1]
+            found = kept[1].get(regime)
+            if found is not None:
+                return found
         if not self._by_class:      # nothing observed yet (every table fills together)
             return 1.0, 1.0, None, None
-        found = (self.factor(worker_id, gpu_class, "ttft"),
+        found = (self.factor(worker_id, gpu_class, "ttft", regime),
                  self.factor(worker_id, gpu_class, "tpot"),
-                 self.upper(worker_id, gpu_class, "ttft"),
+                 self.upper(worker_id, gpu_class, "ttft", regime),
                  self.upper(worker_id, gpu_class, "tpot"))
-        self._kept[worker_id] = (gpu_class, found)
-        if not self._all_own(worker_id):      # some of them are its class's
+        if kept is None or kept[0] != gpu_class:
+            kept = self._kept[worker_id] = (gpu_class, {})
+        kept[1][regime] = found
+        if not self._all_own(worker_id, regime):      # some of them are its class's
             self._borrowers.setdefault(gpu_class, set()).add(worker_id)
         return found
 
-    def _all_own(self, worker_id: str) -> bool:
-        """Whether all four factors of ``worker_id`` come from its own statistics."""
+    def _all_own(self, worker_id: str, regime: int | None) -> bool:
+        """Whether all four factors of ``worker_id`` in ``regime`` come from its own
+        statistics and stay there whatever its class learns (``factor``'s and ``upper``'s
+        order): then no observation of another worker can change them."""
         least = self.min_samples
         for table in (self._by_worker, self._upper_by_worker):
             for metric in ("ttft", "tpot"):
+                if regime is not None and self.ttft_regimes and metric == "ttft":
+                    # below its own regime's statistics come the class's in that regime,
+                    # which any worker of the class may teach
+                    own = table.get((worker_id, "ttft", regime))
+                    if own is None or own.samples < least:
+                        return False
+                    continue
                 own = table.get((worker_id, metric))
                 if own is None or own.samples < least:
                     return False
@@ -164,13 +220,18 @@ class OnlineCorrection:
                 continue
             x = math.log(observed / predicted)
             key_metric: Metric = metric  # type: ignore[assignment]
-            self._by_worker.setdefault((prediction.worker_id, key_metric), _Mean()).update(
-                x, self.alpha)
-            self._by_class.setdefault((prediction.gpu_class, key_metric), _Mean()).update(
-                x, self.alpha)
-            for table, key in ((self._upper_by_worker, (prediction.worker_id, key_metric)),
-                               (self._upper_by_class, (prediction.gpu_class, key_metric))):
-                table.setdefault(key, _Quantile()).update(x, self.quantile, self.quantile_step)
+            keys: list[tuple[Key, Key]] = [((prediction.worker_id, key_metric),
+                                            (prediction.gpu_class, key_metric))]
+            if metric == "ttft" and self.ttft_regimes and prediction.regime is not None:
+                keys.append(((prediction.worker_id, key_metric, prediction.regime),
+                             (prediction.gpu_class, key_metric, prediction.regime)))
+            for worker_key, class_key in keys:
+                self._by_worker.setdefault(worker_key, _Mean()).update(x, self.alpha)
+                self._by_class.setdefault(class_key, _Mean()).update(x, self.alpha)
+                for table, key in ((self._upper_by_worker, worker_key),
+                                   (self._upper_by_class, class_key)):
+                    table.setdefault(key, _Quantile()).update(x, self.quantile,
+                                                              self.quantile_step)
 
     def samples(self, worker_id: str, metric: Metric) -> int:
         own = self._by_worker.get((worker_id, metric))

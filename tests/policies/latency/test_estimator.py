@@ -130,11 +130,11 @@ def test_large_fleets_are_estimated_on_a_shortlist_that_keeps_the_cached_worker(
 def test_new_estimate_builds_the_same_estimate_as_its_constructor() -> None:
     from policies.latency.estimator import Estimate, new_estimate
 
-    values = (0.3, 0.02, 1.5, 0.0004, 512, 0.25, 0.018, 0.1, None, 0.03, 2, 0.12)
+    values = (0.3, 0.02, 1.5, 0.0004, 512, 0.25, 0.018, 0.1, None, 0.03, 2, 0.12, 9)
     built = new_estimate(*values)
     assert built == Estimate(*values)
     assert built.ttft_upper_s is None and built.tpot_upper_s == 0.03
-    assert built.prefill_steps == 2 and built.full_prefill_s == 0.12
+    assert built.prefill_steps == 2 and built.full_prefill_s == 0.12 and built.ttft_regime == 9
     with pytest.raises(AttributeError):
         built.ttft_s = 1.0  # type: ignore[misc]
 
@@ -188,3 +188,30 @@ def test_a_worker_full_at_its_own_max_num_seqs_makes_a_request_wait_for_a_slot()
     # 8 running on an 8-sequence engine: the request waits for one of them to end
     assert full.ttft_s > 10 * unbounded.ttft_s
     assert free.ttft_s < 2 * unbounded.ttft_s
+
+
+def test_each_estimate_reads_and_teaches_ttft_in_its_regime() -> None:
+    """The estimate carries the request's regime on that worker (its uncached tokens, a
+    queue ahead or not); TTFT is corrected by what was learnt in that regime, and routing
+    and an outcome teach the correction in the regime the estimate was made in."""
+    from policies.latency.online import ttft_regime
+
+    est = estimator()
+    idle, queued = make_view("a"), make_view("a", inflight_prefill_tokens=4_000)
+    request = request_of(8_000)
+    cold = est.estimate(request, idle, cached=0)
+    warm = est.estimate(request, idle, cached=7_936)
+    behind = est.estimate(request, queued, cached=0)
+    assert cold.ttft_regime == ttft_regime(8_000, 0)
+    assert warm.ttft_regime == ttft_regime(64, 0) != cold.ttft_regime
+    assert behind.ttft_regime == ttft_regime(8_000, 4_000) == cold.ttft_regime + 1
+    for n in range(30):         # requests with little to prefill come in three times late
+        routed = request_of(8_000)
+        routed.request_id = f"warm{n}"
+        estimate = est.estimate(routed, idle, cached=7_936)
+        est.on_routed(routed, "a", idle.gpu.name, estimate)
+        est.observe(routed.request_id, 3 * estimate.raw_ttft_s, estimate.raw_tpot_s)
+    corrected_warm = est.estimate(request, idle, cached=7_936)
+    assert corrected_warm.ttft_s == pytest.approx(3 * corrected_warm.raw_ttft_s)
+    corrected_cold = est.estimate(request, idle, cached=0)   # a regime with nothing of its own
+    assert corrected_cold.ttft_s < 3 * corrected_cold.raw_ttft_s

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-from policies.latency.evaluate import collect, errors, evaluate, main
+from policies.latency.evaluate import collect, errors, evaluate, main, replay
 from policies.latency.observer import LatencySample
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -36,7 +37,7 @@ def sample(index: int, raw_ttft: float, observed_ttft: float, raw_tpot: float,
         running=index % 5, waiting=0, inflight_requests=index % 5, kv_usage=0.1,
         raw_ttft_s=raw_ttft, raw_tpot_s=raw_tpot, ttft_s=raw_ttft * corrected,
         tpot_s=raw_tpot * corrected, observed_ttft_s=observed_ttft,
-        observed_tpot_s=observed_tpot)
+        observed_tpot_s=observed_tpot, worker_id="w1")
 
 
 def test_errors_are_the_mean_log_ratio_and_the_median_percentage() -> None:
@@ -67,7 +68,8 @@ def test_evaluate_scores_every_estimator_on_the_requests_after_the_cut() -> None
 
 def test_too_few_finished_requests_skip_the_trained_models() -> None:
     report = evaluate([sample(i, 0.1, 0.2, 0.02, 0.03) for i in range(10)], 0.5, seed=0)
-    assert set(report["ttft"]) == {"raw_model", "online_corrected"}
+    assert set(report["ttft"]) == {"raw_model", "online_corrected", "online_per_worker",
+                                   "online_per_regime"}
 
 
 def test_main_writes_the_report_and_refuses_a_bad_share(
@@ -89,3 +91,31 @@ def test_main_writes_the_report_and_refuses_a_bad_share(
         main(["--trace", str(trace), "--train", "1.5", "--out", str(out)])
     assert exit_info.value.code == 2
     assert "--train must be between 0 and 1" in capsys.readouterr().err
+
+
+def test_replay_learns_only_from_requests_finished_before_each_arrival() -> None:
+    """Every request three times later than the model says, each finishing 0.3 s after it
+    arrives, one arriving every 0.125 s: the first three are predicted before any outcome
+    (the model's raw numbers); later ones from the outcomes in by then."""
+    samples = [dataclasses.replace(sample(i, 0.1, 0.3, 0.01, None), arrival_s=0.125 * i)
+               for i in range(60)]
+    for regimes in (False, True):
+        predicted = replay(samples, regimes)
+        assert [ttft for ttft, _ in predicted[:3]] == [0.1, 0.1, 0.1]
+        assert predicted[3][0] == pytest.approx(0.3)       # r0's outcome is in at 0.3 s
+        assert predicted[-1][0] == pytest.approx(0.3)
+
+
+def test_the_per_regime_replay_predicts_a_regime_dependent_error_better() -> None:
+    """Short prefills (96 tokens) three times late, long ones (8,000) on time, alternating
+    on one worker: one factor per worker splits the difference, per regime each is learnt."""
+    samples = []
+    for i in range(200):
+        short = i % 2 == 0
+        raw = 0.02 if short else 0.5
+        row = sample(i, raw, raw * (3.0 if short else 1.0), 0.01, 0.01)
+        samples.append(dataclasses.replace(row, prompt_tokens=96 if short else 8_000,
+                                           inflight_prefill_tokens=0))
+    ttft = evaluate(samples, train_share=0.5, seed=0)["ttft"]
+    assert ttft["online_per_regime"]["mean_abs_log"] < 0.05
+    assert ttft["online_per_worker"]["mean_abs_log"] > 0.3

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from policies.latency.online import OnlineCorrection, Prediction
+from policies.latency.online import OnlineCorrection, Prediction, ttft_regime
 
 
 def test_worker_factor_converges_to_observed_over_predicted() -> None:
@@ -74,19 +74,22 @@ def test_factors_equal_factor_and_upper_of_both_metrics() -> None:
     assert correction.factors("w3", "a100") == (1.0, 1.0, None, None)
 
 
-def _computed(correction: OnlineCorrection, worker_id: str,
-              gpu_class: str) -> tuple[float, float, float | None, float | None]:
-    return (correction.factor(worker_id, gpu_class, "ttft"),
-            correction.factor(worker_id, gpu_class, "tpot"),
-            correction.upper(worker_id, gpu_class, "ttft"),
-            correction.upper(worker_id, gpu_class, "tpot"))
+def _computed(correction: OnlineCorrection, worker_id: str, gpu_class: str,
+              regime: int | None = None) -> tuple[float, float, float | None, float | None]:
+    return (correction.factor(worker_id, gpu_class, "ttft", regime),
+            correction.factor(worker_id, gpu_class, "tpot", regime),
+            correction.upper(worker_id, gpu_class, "ttft", regime),
+            correction.upper(worker_id, gpu_class, "tpot", regime))
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_kept_factors_equal_the_computed_ones_as_outcomes_arrive(seed: int) -> None:
-    """``factors`` keeps each worker's four until an outcome changes what they read: read
-    between random observations (of a worker, of its class's other workers, with a metric
-    missing, of unknown requests), they equal ``factor`` and ``upper`` computed afresh."""
+@pytest.mark.parametrize("regimes", [(None,), (None, 0, 1, 6, 7, 13)])
+def test_kept_factors_equal_the_computed_ones_as_outcomes_arrive(
+        seed: int, regimes: tuple[int | None, ...]) -> None:
+    """``factors`` keeps each worker's four (per TTFT regime) until an outcome changes what
+    they read: read between random observations (of a worker, of its class's other workers,
+    in any regime, with a metric missing, of unknown requests), they equal ``factor`` and
+    ``upper`` computed afresh."""
     import random
 
     rng = random.Random(seed)
@@ -95,7 +98,8 @@ def test_kept_factors_equal_the_computed_ones_as_outcomes_arrive(seed: int) -> N
     kept_reads = 0
     for n in range(600):
         worker_id, gpu_class = rng.choice(workers)
-        correction.remember(f"r{n}", Prediction(worker_id, gpu_class, 0.1, 0.02))
+        correction.remember(f"r{n}", Prediction(worker_id, gpu_class, 0.1, 0.02,
+                                                rng.choice(regimes)))
         if rng.random() < 0.8:
             correction.observe(f"r{n}" if rng.random() < 0.95 else "unknown",
                                0.1 * rng.lognormvariate(0.2, 0.5) if rng.random() < 0.9
@@ -103,9 +107,11 @@ def test_kept_factors_equal_the_computed_ones_as_outcomes_arrive(seed: int) -> N
                                0.02 * rng.lognormvariate(-0.1, 0.3))
         for _ in range(rng.randint(0, 3)):
             worker_id, gpu_class = rng.choice([*workers, ("new", "H100"), ("x0", "B200")])
-            kept_reads += worker_id in correction._kept
-            assert correction.factors(worker_id, gpu_class) == _computed(
-                correction, worker_id, gpu_class)
+            regime = rng.choice(regimes)
+            kept = correction._kept.get(worker_id)
+            kept_reads += kept is not None and regime in kept[1]
+            assert correction.factors(worker_id, gpu_class, regime) == _computed(
+                correction, worker_id, gpu_class, regime)
     assert kept_reads > 100          # the kept factors were read, not only computed
 
 
@@ -121,3 +127,59 @@ def test_an_observation_renews_the_factors_of_the_workers_that_borrow_its_class(
     assert correction.factors("w2", "h100") != borrowed     # the class's mean moved
     assert correction.factors("w1", "h100") != own
     assert correction.factors("w2", "h100") == _computed(correction, "w2", "h100")
+
+
+def test_ttft_regime_buckets_uncached_tokens_by_four_and_marks_a_queue() -> None:
+    assert [ttft_regime(n, 0) >> 1 for n in (1, 3, 4, 15, 16, 63, 64, 255, 256)] == [
+        0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert ttft_regime(20_000, 0) == 2 * 7 and ttft_regime(20_000, 1) == 2 * 7 + 1
+    assert ttft_regime(0, 0) == 0
+
+
+def _teach(correction: OnlineCorrection, worker_id: str, gpu_class: str, regime: int | None,
+           ttft_ratio: float, tpot_ratio: float, count: int, tag: str) -> None:
+    for n in range(count):
+        correction.remember(f"{tag}{n}", Prediction(worker_id, gpu_class, 0.1, 0.02, regime))
+        correction.observe(f"{tag}{n}", 0.1 * ttft_ratio, 0.02 * tpot_ratio)
+
+
+def test_ttft_is_corrected_per_regime_and_tpot_per_worker() -> None:
+    """Short prefills three times late and long ones on time, on one worker: each regime
+    gets its own TTFT factor (and 90th percentile); TPOT one factor whatever the regime."""
+    correction = OnlineCorrection(alpha=0.1, min_samples=5)
+    short, long = ttft_regime(100, 0), ttft_regime(20_000, 0)
+    for _ in range(20):
+        _teach(correction, "w1", "H100", short, 3.0, 1.0, 1, f"s{_}-")
+        _teach(correction, "w1", "H100", long, 1.0, 0.5, 1, f"l{_}-")
+    ttft_short, tpot_short, upper_short, _ = correction.factors("w1", "H100", short)
+    ttft_long, tpot_long, upper_long, _ = correction.factors("w1", "H100", long)
+    assert ttft_short == pytest.approx(3.0) and ttft_long == pytest.approx(1.0)
+    assert upper_short is not None and upper_long is not None and upper_short > 2 * upper_long
+    assert tpot_short == tpot_long == correction.factor("w1", "H100", "tpot")
+    # a regime never seen reads the worker's factor over all regimes, between the two
+    assert 1.0 < correction.factors("w1", "H100", ttft_regime(100, 5))[0] < 3.0
+    assert correction.factors("w1", "H100")[0] == correction.factors(
+        "w1", "H100", ttft_regime(100, 5))[0]
+
+
+def test_a_regime_reads_the_worker_then_its_class_then_all_regimes() -> None:
+    correction = OnlineCorrection(alpha=0.5, min_samples=3)
+    short = ttft_regime(100, 1)
+    _teach(correction, "w1", "H100", None, 1.0, 1.0, 10, "all")     # no regime: on time
+    _teach(correction, "w2", "H100", short, 2.0, 1.0, 3, "w2-")     # w2: twice late
+    # w1 has nothing of its own in that regime: its class's (learnt from w2) comes first
+    assert correction.factor("w1", "H100", "ttft", short) == pytest.approx(2.0)
+    _teach(correction, "w1", "H100", short, 4.0, 1.0, 3, "w1-")
+    assert correction.factor("w1", "H100", "ttft", short) == pytest.approx(4.0)
+    assert correction.factor("a1", "A100", "ttft", short) == 1.0    # another class: nothing
+
+
+def test_regimes_off_learn_and_read_one_factor_per_worker() -> None:
+    on, off = OnlineCorrection(min_samples=3), OnlineCorrection(min_samples=3,
+                                                                ttft_regimes=False)
+    for correction in (on, off):
+        _teach(correction, "w1", "H100", ttft_regime(100, 0), 3.0, 1.0, 10, "s")
+        _teach(correction, "w1", "H100", ttft_regime(20_000, 0), 1.0, 1.0, 10, "l")
+    regime = ttft_regime(100, 0)
+    assert off.factors("w1", "H100", regime) == off.factors("w1", "H100")
+    assert on.factors("w1", "H100", regime)[0] > off.factors("w1", "H100", regime)[0]
