@@ -21,7 +21,9 @@ prefills is early, because part of the queued prefill is done by then. So with
 queued ahead), per worker and per GPU class, and read in this order: the worker's in the
 request's regime, the class's in that regime, then the worker's and the class's over all
 regimes (each once it has ``min_samples``; the class's over all regimes from the first).
-TPOT keeps one factor per worker: keyed by regime it predicted no better.
+TPOT keeps one factor per worker: keyed by regime its error moved both ways across traces.
+Regimes are few (100,000 uncached tokens are in bucket 8), so the tables stay bounded by the
+workers and classes seen.
 
 Every decision reads the four factors of each candidate (``factors``), and they change only
 when a request completes (``observe``), so they are kept per worker and regime: an
