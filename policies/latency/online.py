@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -125,11 +126,10 @@ class OnlineCorrection:
         """exp(mean log observed/predicted), from the most specific statistics learnt enough
         (``regime``: TTFT's, ``ttft_regime``; ignored for TPOT and without ``ttft_regimes``)."""
         if regime is not None and metric == "ttft" and self.ttft_regimes:
-            for table, key in ((self._by_worker, (worker_id, metric, regime)),
-                               (self._by_class, (gpu_class, metric, regime))):
-                mean = table.get(key)
-                if mean is not None and mean.samples >= self.min_samples:
-                    return self._clamp(math.exp(mean.value))
+            found = self._in_regime(self._by_worker, self._by_class, worker_id, gpu_class,
+                                    regime)
+            if found is not None:
+                return found
         own = self._by_worker.get((worker_id, metric))
         if own is not None and own.samples >= self.min_samples:
             return self._clamp(math.exp(own.value))
@@ -143,17 +143,29 @@ class OnlineCorrection:
         """The ``quantile`` (0.9) of observed/predicted: a prediction times this is exceeded
         by one request in ten. None until something was learnt. ``regime`` as in ``factor``."""
         if regime is not None and metric == "ttft" and self.ttft_regimes:
-            for table, key in ((self._upper_by_worker, (worker_id, metric, regime)),
-                               (self._upper_by_class, (gpu_class, metric, regime))):
-                tracked = table.get(key)
-                if tracked is not None and tracked.samples >= self.min_samples:
-                    return self._clamp(math.exp(tracked.value))
+            found = self._in_regime(self._upper_by_worker, self._upper_by_class, worker_id,
+                                    gpu_class, regime)
+            if found is not None:
+                return found
         own = self._upper_by_worker.get((worker_id, metric))
         if own is not None and own.samples >= self.min_samples:
             return self._clamp(math.exp(own.value))
         shared = self._upper_by_class.get((gpu_class, metric))
         if shared is not None and shared.samples >= self.min_samples:
             return self._clamp(math.exp(shared.value))
+        return None
+
+    def _in_regime(self, by_worker: Mapping[Key, _Mean] | Mapping[Key, _Quantile],
+                   by_class: Mapping[Key, _Mean] | Mapping[Key, _Quantile], worker_id: str,
+                   gpu_class: str, regime: int) -> float | None:
+        """TTFT's statistic in ``regime``, the worker's else its class's, once learnt enough
+        (None: neither has ``min_samples`` there)."""
+        ttft: Metric = "ttft"
+        for table, key in ((by_worker, (worker_id, ttft, regime)),
+                           (by_class, (gpu_class, ttft, regime))):
+            learnt = table.get(key)
+            if learnt is not None and learnt.samples >= self.min_samples:
+                return self._clamp(math.exp(learnt.value))
         return None
 
     def has_learnt(self) -> bool:
