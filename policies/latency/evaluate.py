@@ -14,7 +14,8 @@ off) and TTFT's per regime (on, the default). The live row and the replays see t
 requests, so the two forms compare on equal terms whichever one routed them.
 
 Error measures, on the held-back requests: mean |ln(predicted/observed)| (0.10 ≈ 10 % off)
-and median absolute percentage error.
+and median absolute percentage error; for the scikit-learn models also the median time of
+one ``predict`` on ten held-back rows (``predict_10_rows_us``: a decision among ten workers).
 
     python -m policies.latency.evaluate --trace ../shared/traces/azure_llm_2023_code.csv.gz \\
         --fleet config/fleets/bench-mixed.yaml --routing config/routing.yaml \\
@@ -28,6 +29,7 @@ import json
 import math
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,17 @@ def replay(samples: Sequence[LatencySample], ttft_regimes: bool) -> list[tuple[f
     return predicted
 
 
+def predict_time_us(model: Any, rows: list[list[float]], calls: int = 200) -> float:
+    """Median wall time of ``model.predict(rows)`` in µs: what using the model would add to a
+    decision estimating ``len(rows)`` workers."""
+    timings = []
+    for _ in range(calls):
+        started = time.perf_counter_ns()
+        model.predict(rows)
+        timings.append((time.perf_counter_ns() - started) / 1e3)
+    return statistics.median(timings)
+
+
 def evaluate(samples: list[LatencySample], train_share: float, seed: int) -> dict[str, Any]:
     from sklearn.ensemble import GradientBoostingRegressor
     from sklearn.linear_model import LinearRegression
@@ -141,6 +154,7 @@ def evaluate(samples: list[LatencySample], train_share: float, seed: int) -> dic
                 model.fit(x_train, y_train)
                 predicted = [math.exp(v) for v in model.predict(x_test)]
                 results[name] = errors(predicted, truth)
+                results[name]["predict_10_rows_us"] = predict_time_us(model, x_test[:10])
         report[metric] = results
     return report
 

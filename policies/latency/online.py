@@ -174,7 +174,10 @@ class OnlineCorrection:
 
     def factors(self, worker_id: str, gpu_class: str, regime: int | None = None) -> Factors:
         """``factor`` and ``upper`` of TTFT and TPOT: (ttft, tpot, ttft upper, tpot upper);
-        ``regime``: the request's ``ttft_regime`` on this worker."""
+        ``regime``: the request's ``ttft_regime`` on this worker (read as None, and kept once
+        per worker, without ``ttft_regimes``)."""
+        if not self.ttft_regimes:
+            regime = None
         kept = self._kept.get(worker_id)
         if kept is not None and kept[0] == gpu_class:
             found = kept[1].get(regime)
@@ -200,7 +203,7 @@ class OnlineCorrection:
         least = self.min_samples
         for table in (self._by_worker, self._upper_by_worker):
             for metric in ("ttft", "tpot"):
-                if regime is not None and self.ttft_regimes and metric == "ttft":
+                if regime is not None and metric == "ttft":
                     # below its own regime's statistics come the class's in that regime,
                     # which any worker of the class may teach
                     own = table.get((worker_id, "ttft", regime))

@@ -61,7 +61,7 @@ def test_evaluate_scores_every_estimator_on_the_requests_after_the_cut() -> None
     assert ttft["online_corrected"]["mean_abs_log"] == pytest.approx(0.0, abs=1e-12)
     # log(observed) = log(raw) + log 2 is a feature plus a constant: the linear fit is exact
     assert ttft["sklearn_linear"]["mean_abs_log"] == pytest.approx(0.0, abs=1e-6)
-    assert "sklearn_gbr" in ttft
+    assert "sklearn_gbr" in ttft and ttft["sklearn_gbr"]["predict_10_rows_us"] > 0
     # requests without an observed TPOT (one output token) are left out of the TPOT scores
     assert report["tpot"]["raw_model"]["n"] == sum(1 for s in samples[30:] if s.observed_tpot_s)
 

@@ -76,6 +76,12 @@ def table(out: Path) -> str:
                 cells.append(f"**{text}**" if value == best else text)
             lines.append(f"| {case} | {metric.upper()} | {results['raw_model']['n']:.0f} | "
                          + " | ".join(cells) + " |")
+    timings = [json.loads((out / case / "latency_eval.json").read_text())[metric]["sklearn_gbr"]
+               .get("predict_10_rows_us") for case in CASES for metric in ("ttft", "tpot")]
+    known = [t for t in timings if t is not None]
+    if known:
+        lines.append(f"\nscikit-learn GBR `predict` on ten rows (median of 200 calls, "
+                     f"per case and metric): {min(known):.0f}–{max(known):.0f} µs")
     return "\n".join(lines) + "\n"
 
 
