@@ -28,8 +28,9 @@ workers and classes seen.
 Every decision reads the four factors of each candidate (``factors``), and they change only
 when a request completes (``observe``), so they are kept per worker and regime: an
 observation drops the kept factors of its worker, and of the workers that borrowed its GPU
-class's, and the next decision computes those again. The parameters are fixed at
-construction.
+class's, and the next decision computes those again. Each statistic keeps the clamped factor
+it stands for, refreshed when it learns (outside any decision), so computing a worker's
+factors again is a few dictionary reads. The parameters are fixed at construction.
 """
 
 from __future__ import annotations
@@ -55,30 +56,43 @@ def ttft_regime(uncached_tokens: int, queued_tokens: int) -> int:
     return bucket * 2 + (1 if queued_tokens > 0 else 0)
 
 
+def _factor_of(log_value: float, max_factor: float) -> float:
+    """``exp(log_value)`` clamped to ``[1/max_factor, max_factor]``."""
+    return min(max_factor, max(1.0 / max_factor, math.exp(log_value)))
+
+
 @dataclass(slots=True)
 class _Quantile:
-    """Stochastic-approximation tracker of one quantile of a stream (in log space)."""
+    """Stochastic-approximation tracker of one quantile of a stream (in log space), and the
+    clamped factor it stands for (``factor``, refreshed by each update)."""
 
     value: float = 0.0
     samples: int = 0
+    factor: float = 1.0
 
-    def update(self, x: float, tau: float, step: float) -> None:
+    def update(self, x: float, tau: float, step: float, max_factor: float) -> None:
         self.samples += 1
         if self.samples == 1:
             self.value = x
-            return
-        self.value += step * (tau - (1.0 if x < self.value else 0.0))
+        else:
+            self.value += step * (tau - (1.0 if x < self.value else 0.0))
+        self.factor = _factor_of(self.value, max_factor)
 
 
 @dataclass(slots=True)
 class _Mean:
+    """Exponentially weighted mean of a stream (in log space), and the clamped factor it
+    stands for (``factor``, refreshed by each update)."""
+
     value: float = 0.0
     samples: int = 0
+    factor: float = 1.0
 
-    def update(self, x: float, alpha: float) -> None:
+    def update(self, x: float, alpha: float, max_factor: float) -> None:
         self.samples += 1
         weight = max(alpha, 1.0 / self.samples)     # plain mean while few samples
         self.value += weight * (x - self.value)
+        self.factor = _factor_of(self.value, max_factor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,48 +139,42 @@ class OnlineCorrection:
                regime: int | None = None) -> float:
         """exp(mean log observed/predicted), from the most specific statistics learnt enough
         (``regime``: TTFT's, ``ttft_regime``; ignored for TPOT and without ``ttft_regimes``)."""
-        if regime is not None and metric == "ttft" and self.ttft_regimes:
-            found = self._in_regime(self._by_worker, self._by_class, worker_id, gpu_class,
-                                    regime)
-            if found is not None:
-                return found
-        own = self._by_worker.get((worker_id, metric))
-        if own is not None and own.samples >= self.min_samples:
-            return self._clamp(math.exp(own.value))
-        shared = self._by_class.get((gpu_class, metric))
-        if shared is not None and shared.samples > 0:
-            return self._clamp(math.exp(shared.value))
-        return 1.0
+        found = self._read(self._by_worker, self._by_class, worker_id, gpu_class, metric,
+                           regime if metric == "ttft" and self.ttft_regimes else None, 1)[0]
+        return found if found is not None else 1.0
 
     def upper(self, worker_id: str, gpu_class: str, metric: Metric,
               regime: int | None = None) -> float | None:
         """The ``quantile`` (0.9) of observed/predicted: a prediction times this is exceeded
         by one request in ten. None until something was learnt. ``regime`` as in ``factor``."""
-        if regime is not None and metric == "ttft" and self.ttft_regimes:
-            found = self._in_regime(self._upper_by_worker, self._upper_by_class, worker_id,
-                                    gpu_class, regime)
-            if found is not None:
-                return found
-        own = self._upper_by_worker.get((worker_id, metric))
-        if own is not None and own.samples >= self.min_samples:
-            return self._clamp(math.exp(own.value))
-        shared = self._upper_by_class.get((gpu_class, metric))
-        if shared is not None and shared.samples >= self.min_samples:
-            return self._clamp(math.exp(shared.value))
-        return None
+        return self._read(self._upper_by_worker, self._upper_by_class, worker_id, gpu_class,
+                          metric, regime if metric == "ttft" and self.ttft_regimes else None,
+                          self.min_samples)[0]
 
-    def _in_regime(self, by_worker: Mapping[Key, _Mean] | Mapping[Key, _Quantile],
-                   by_class: Mapping[Key, _Mean] | Mapping[Key, _Quantile], worker_id: str,
-                   gpu_class: str, regime: int) -> float | None:
-        """TTFT's statistic in ``regime``, the worker's else its class's, once learnt enough
-        (None: neither has ``min_samples`` there)."""
-        ttft: Metric = "ttft"
-        for table, key in ((by_worker, (worker_id, ttft, regime)),
-                           (by_class, (gpu_class, ttft, regime))):
-            learnt = table.get(key)
-            if learnt is not None and learnt.samples >= self.min_samples:
-                return self._clamp(math.exp(learnt.value))
-        return None
+    def _read(self, by_worker: Mapping[Key, _Mean] | Mapping[Key, _Quantile],
+              by_class: Mapping[Key, _Mean] | Mapping[Key, _Quantile], worker_id: str,
+              gpu_class: str, metric: Metric, regime: int | None,
+              class_least: int) -> tuple[float | None, bool]:
+        """One statistic's factor, from the first of: the worker's in ``regime``, the
+        class's in ``regime`` (when ``regime`` is given), the worker's over all regimes (each
+        with ``min_samples``), the class's over all regimes (with ``class_least``); None when
+        none is learnt enough. And whether it is the worker's own, which nothing the class
+        learns can change (its own in ``regime``, or over all regimes when none is given)."""
+        least = self.min_samples
+        if regime is not None:
+            learnt = by_worker.get((worker_id, metric, regime))
+            if learnt is not None and learnt.samples >= least:
+                return learnt.factor, True
+            learnt = by_class.get((gpu_class, metric, regime))
+            if learnt is not None and learnt.samples >= least:
+                return learnt.factor, False
+        learnt = by_worker.get((worker_id, metric))
+        if learnt is not None and learnt.samples >= least:
+            return learnt.factor, regime is None
+        learnt = by_class.get((gpu_class, metric))
+        if learnt is not None and learnt.samples >= class_least:
+            return learnt.factor, False
+        return None, False
 
     def has_learnt(self) -> bool:
         """Whether any outcome was observed (before that every factor is 1, no upper)."""
@@ -185,35 +193,24 @@ class OnlineCorrection:
                 return found
         if not self._by_class:      # nothing observed yet (every table fills together)
             return 1.0, 1.0, None, None
-        found = (self.factor(worker_id, gpu_class, "ttft", regime),
-                 self.factor(worker_id, gpu_class, "tpot"),
-                 self.upper(worker_id, gpu_class, "ttft", regime),
-                 self.upper(worker_id, gpu_class, "tpot"))
+        read, least = self._read, self.min_samples
+        by_worker, by_class = self._by_worker, self._by_class
+        upper_by_worker, upper_by_class = self._upper_by_worker, self._upper_by_class
+        ttft, own_ttft = read(by_worker, by_class, worker_id, gpu_class, "ttft", regime, 1)
+        tpot, own_tpot = read(by_worker, by_class, worker_id, gpu_class, "tpot", None, 1)
+        ttft_upper, own_ttft_upper = read(upper_by_worker, upper_by_class, worker_id,
+                                          gpu_class, "ttft", regime, least)
+        tpot_upper, own_tpot_upper = read(upper_by_worker, upper_by_class, worker_id,
+                                          gpu_class, "tpot", None, least)
+        found = (ttft if ttft is not None else 1.0, tpot if tpot is not None else 1.0,
+                 ttft_upper, tpot_upper)
         if kept is None or kept[0] != gpu_class:
             kept = self._kept[worker_id] = (gpu_class, {})
         kept[1][regime] = found
-        if not self._all_own(worker_id, regime):      # some of them are its class's
+        if not (own_ttft and own_tpot and own_ttft_upper and own_tpot_upper):
+            # some of them are its class's, or may become so when the class learns more
             self._borrowers.setdefault(gpu_class, set()).add(worker_id)
         return found
-
-    def _all_own(self, worker_id: str, regime: int | None) -> bool:
-        """Whether all four factors of ``worker_id`` in ``regime`` come from its own
-        statistics and stay there whatever its class learns (``factor``'s and ``upper``'s
-        order): then no observation of another worker can change them."""
-        least = self.min_samples
-        for table in (self._by_worker, self._upper_by_worker):
-            for metric in ("ttft", "tpot"):
-                if regime is not None and metric == "ttft":
-                    # below its own regime's statistics come the class's in that regime,
-                    # which any worker of the class may teach
-                    own = table.get((worker_id, "ttft", regime))
-                    if own is None or own.samples < least:
-                        return False
-                    continue
-                own = table.get((worker_id, metric))
-                if own is None or own.samples < least:
-                    return False
-        return True
 
     def remember(self, request_id: str, prediction: Prediction) -> None:
         self._pending[request_id] = prediction
@@ -242,17 +239,15 @@ class OnlineCorrection:
             if metric == "ttft" and self.ttft_regimes and prediction.regime is not None:
                 keys.append(((prediction.worker_id, key_metric, prediction.regime),
                              (prediction.gpu_class, key_metric, prediction.regime)))
+            bound = self.max_factor
             for worker_key, class_key in keys:
-                self._by_worker.setdefault(worker_key, _Mean()).update(x, self.alpha)
-                self._by_class.setdefault(class_key, _Mean()).update(x, self.alpha)
+                self._by_worker.setdefault(worker_key, _Mean()).update(x, self.alpha, bound)
+                self._by_class.setdefault(class_key, _Mean()).update(x, self.alpha, bound)
                 for table, key in ((self._upper_by_worker, worker_key),
                                    (self._upper_by_class, class_key)):
                     table.setdefault(key, _Quantile()).update(x, self.quantile,
-                                                              self.quantile_step)
+                                                              self.quantile_step, bound)
 
     def samples(self, worker_id: str, metric: Metric) -> int:
         own = self._by_worker.get((worker_id, metric))
         return own.samples if own is not None else 0
-
-    def _clamp(self, factor: float) -> float:
-        return min(self.max_factor, max(1.0 / self.max_factor, factor))
