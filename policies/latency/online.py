@@ -95,6 +95,23 @@ class _Mean:
         self.factor = _factor_of(self.value, max_factor)
 
 
+@dataclass(slots=True)
+class _Judge:
+    """How far off the raw model and the correction were on the requests observed so far:
+    the mean |log observed/predicted| of each (plain means over the first ``window``
+    comparisons, then exponentially weighted with weight ``1 / window``)."""
+
+    raw: float = 0.0
+    corrected: float = 0.0
+    samples: int = 0
+
+    def update(self, raw_error: float, corrected_error: float, window: int) -> None:
+        self.samples += 1
+        weight = 1.0 / min(self.samples, window)
+        self.raw += weight * (raw_error - self.raw)
+        self.corrected += weight * (corrected_error - self.corrected)
+
+
 @dataclass(frozen=True, slots=True)
 class Prediction:
     """The model's uncorrected prediction for one request (the error is learnt on it), and
@@ -110,15 +127,23 @@ class Prediction:
 class OnlineCorrection:
     """Learns multiplicative corrections of predicted TTFT and TPOT per worker and class."""
 
-    __slots__ = ("_borrowers", "_by_class", "_by_worker", "_kept", "_pending",
-                 "_upper_by_class", "_upper_by_worker", "alpha", "max_factor", "max_pending",
-                 "min_samples", "quantile", "quantile_step", "ttft_regimes")
+    __slots__ = ("_borrowers", "_by_class", "_by_worker", "_judges", "_kept", "_pending",
+                 "_trusted", "_upper_by_class", "_upper_by_worker", "alpha", "judge_window",
+                 "judged", "max_factor", "max_pending", "min_samples", "quantile",
+                 "quantile_step", "ttft_regimes")
 
     def __init__(self, alpha: float = 0.05, min_samples: int = 20, max_factor: float = 4.0,
                  max_pending: int = 100_000, quantile: float = 0.9,
-                 quantile_step: float = 0.05, ttft_regimes: bool = True) -> None:
+                 quantile_step: float = 0.05, ttft_regimes: bool = True,
+                 judged: bool = True, judge_window: int = 200) -> None:
         self.alpha = alpha
         self.ttft_regimes = ttft_regimes
+        self.judged = judged
+        self.judge_window = judge_window
+        # per metric: the raw model's and the correction's error so far, and whether the
+        # correction is in force (until ``min_samples`` comparisons, it is)
+        self._judges: dict[Metric, _Judge] = {"ttft": _Judge(), "tpot": _Judge()}
+        self._trusted: dict[Metric, bool] = {"ttft": True, "tpot": True}
         self.quantile = quantile
         self.quantile_step = quantile_step
         self._upper_by_worker: dict[Key, _Quantile] = {}
@@ -128,7 +153,10 @@ class OnlineCorrection:
         self.max_pending = max_pending
         self._by_worker: dict[Key, _Mean] = {}
         self._by_class: dict[Key, _Mean] = {}
-        self._pending: OrderedDict[str, Prediction] = OrderedDict()
+        # request id -> its prediction and the learnt TTFT and TPOT factors at routing (the
+        # correction's own prediction, judged against the raw model's when it completes)
+        self._pending: OrderedDict[str, tuple[Prediction, float | None, float | None]] = (
+            OrderedDict())
         # worker id -> (its GPU class, its ``factors`` by regime), as long as nothing they
         # read changed
         self._kept: dict[str, tuple[str, dict[int | None, Factors]]] = {}
@@ -138,7 +166,10 @@ class OnlineCorrection:
     def factor(self, worker_id: str, gpu_class: str, metric: Metric,
                regime: int | None = None) -> float:
         """exp(mean log observed/predicted), from the most specific statistics learnt enough
-        (``regime``: TTFT's, ``ttft_regime``; ignored for TPOT and without ``ttft_regimes``)."""
+        (``regime``: TTFT's, ``ttft_regime``; ignored for TPOT and without ``ttft_regimes``);
+        1.0 while the metric's correction predicts worse than the raw model (``judged``)."""
+        if not self._trusted[metric]:
+            return 1.0
         found = self._read(self._by_worker, self._by_class, worker_id, gpu_class, metric,
                            regime if metric == "ttft" and self.ttft_regimes else None, 1)[0]
         return found if found is not None else 1.0
@@ -202,8 +233,9 @@ class OnlineCorrection:
                                           gpu_class, "ttft", regime, least)
         tpot_upper, own_tpot_upper = read(upper_by_worker, upper_by_class, worker_id,
                                           gpu_class, "tpot", None, least)
-        found = (ttft if ttft is not None else 1.0, tpot if tpot is not None else 1.0,
-                 ttft_upper, tpot_upper)
+        trusted = self._trusted
+        found = (ttft if ttft is not None and trusted["ttft"] else 1.0,
+                 tpot if tpot is not None and trusted["tpot"] else 1.0, ttft_upper, tpot_upper)
         if kept is None or kept[0] != gpu_class:
             kept = self._kept[worker_id] = (gpu_class, {})
         kept[1][regime] = found
@@ -213,27 +245,45 @@ class OnlineCorrection:
         return found
 
     def remember(self, request_id: str, prediction: Prediction) -> None:
-        self._pending[request_id] = prediction
+        """``request_id`` was routed as ``prediction`` says; with ``judged``, also note what
+        the correction learnt so far would predict for it (in force or not)."""
+        learnt: tuple[float | None, float | None] = (None, None)
+        if self.judged:
+            learnt = (self._learnt(prediction, "ttft"), self._learnt(prediction, "tpot"))
+        self._pending[request_id] = (prediction, *learnt)
         while len(self._pending) > self.max_pending:
             self._pending.popitem(last=False)
 
     def forget(self, request_id: str) -> Prediction | None:
-        return self._pending.pop(request_id, None)
+        entry = self._pending.pop(request_id, None)
+        return entry[0] if entry is not None else None
+
+    def _learnt(self, prediction: Prediction, metric: Metric) -> float | None:
+        """The learnt factor for ``prediction``'s worker (and TTFT regime), whether in force
+        or not; None before anything was learnt for it."""
+        return self._read(self._by_worker, self._by_class, prediction.worker_id,
+                          prediction.gpu_class, metric,
+                          prediction.regime if metric == "ttft" and self.ttft_regimes
+                          else None, 1)[0]
 
     def observe(self, request_id: str, ttft_s: float | None, tpot_s: float | None) -> None:
         """Compare a finished request's TTFT/TPOT with what was predicted for it."""
-        prediction = self._pending.pop(request_id, None)
-        if prediction is None:
+        entry = self._pending.pop(request_id, None)
+        if entry is None:
             return
+        prediction, ttft_learnt, tpot_learnt = entry
         self._kept.pop(prediction.worker_id, None)
         for borrower in self._borrowers.pop(prediction.gpu_class, ()):
             self._kept.pop(borrower, None)
-        for metric, observed, predicted in (("ttft", ttft_s, prediction.ttft_s),
-                                            ("tpot", tpot_s, prediction.tpot_s)):
+        for metric, observed, predicted, learnt in (
+                ("ttft", ttft_s, prediction.ttft_s, ttft_learnt),
+                ("tpot", tpot_s, prediction.tpot_s, tpot_learnt)):
             if observed is None or observed <= 0 or predicted <= 0:
                 continue
             x = math.log(observed / predicted)
             key_metric: Metric = metric  # type: ignore[assignment]
+            if self.judged:
+                self._judge(key_metric, x, learnt)
             keys: list[tuple[Key, Key]] = [((prediction.worker_id, key_metric),
                                             (prediction.gpu_class, key_metric))]
             if metric == "ttft" and self.ttft_regimes and prediction.regime is not None:
@@ -247,6 +297,33 @@ class OnlineCorrection:
                                    (self._upper_by_class, class_key)):
                     table.setdefault(key, _Quantile()).update(x, self.quantile,
                                                               self.quantile_step, bound)
+
+    def _judge(self, metric: Metric, x: float, learnt: float | None) -> None:
+        """Score the raw model (error ``|x|``, ``x`` the log of observed/raw) and the
+        correction as it stood when the request was routed (``learnt``: its factor then, None
+        for none) on one finished request, which neither had seen; put the correction in
+        force, or out of it, by which was nearer so far."""
+        judge = self._judges[metric]
+        judge.update(abs(x), abs(x - math.log(learnt)) if learnt is not None else abs(x),
+                     self.judge_window)
+        if judge.samples < self.min_samples:
+            return
+        trusted = judge.corrected <= judge.raw
+        if trusted != self._trusted[metric]:
+            self._trusted[metric] = trusted
+            self._kept.clear()          # every kept factor of the metric changes
+            self._borrowers.clear()
+
+    def correcting(self, metric: Metric) -> bool:
+        """Whether ``metric``'s correction is in force (it predicted the observed requests
+        better than the raw model so far, or too few were compared yet)."""
+        return self._trusted[metric]
+
+    def judgement(self, metric: Metric) -> tuple[float, float, int]:
+        """(the raw model's, the correction's) mean |log observed/predicted| so far, and
+        over how many requests."""
+        judge = self._judges[metric]
+        return judge.raw, judge.corrected, judge.samples
 
     def samples(self, worker_id: str, metric: Metric) -> int:
         own = self._by_worker.get((worker_id, metric))
