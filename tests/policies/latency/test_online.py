@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -183,3 +184,76 @@ def test_regimes_off_learn_and_read_one_factor_per_worker() -> None:
     regime = ttft_regime(100, 0)
     assert off.factors("w1", "H100", regime) == off.factors("w1", "H100")
     assert on.factors("w1", "H100", regime)[0] > off.factors("w1", "H100", regime)[0]
+
+
+def _observe(correction: OnlineCorrection, tag: str, worker_id: str, gpu_class: str,
+             ttft_ratio: float | None, tpot_ratio: float | None,
+             regime: int | None = None) -> None:
+    correction.remember(tag, Prediction(worker_id, gpu_class, 0.1, 0.02, regime))
+    correction.observe(tag, 0.1 * ttft_ratio if ttft_ratio is not None else None,
+                       0.02 * tpot_ratio if tpot_ratio is not None else None)
+
+
+def test_a_correction_that_predicts_worse_than_the_raw_model_is_not_in_force() -> None:
+    """TPOT's raw prediction right on average, each request e^0.3 off either way in turn:
+    a learnt mean only adds its own error, and after ``min_samples`` comparisons TPOT is
+    read uncorrected; TTFT, twice late every time, keeps its correction. The 90th
+    percentile is learnt and read as before."""
+    correction = OnlineCorrection(alpha=0.1, min_samples=10)
+    for n in range(60):
+        _observe(correction, f"r{n}", "w1", "H100", 2.0, math.exp(0.3 if n % 2 else -0.3))
+    raw, corrected, compared = correction.judgement("tpot")
+    assert compared == 60 and corrected > raw == pytest.approx(0.3)
+    assert not correction.correcting("tpot") and correction.correcting("ttft")
+    assert correction.factor("w1", "H100", "tpot") == 1.0
+    assert correction.factor("w1", "H100", "ttft") == pytest.approx(2.0)
+    ttft, tpot, _, tpot_upper = correction.factors("w1", "H100")
+    assert ttft == pytest.approx(2.0) and tpot == 1.0
+    assert tpot_upper is not None and tpot_upper > 1.0       # the upper is unaffected
+    # judged off, the same observations keep the learnt TPOT mean in force
+    unjudged = OnlineCorrection(alpha=0.1, min_samples=10, judged=False)
+    for n in range(60):
+        _observe(unjudged, f"r{n}", "w1", "H100", 2.0, math.exp(0.3 if n % 2 else -0.3))
+    assert unjudged.correcting("tpot") and unjudged.factor("w1", "H100", "tpot") != 1.0
+
+
+def test_the_correction_is_judged_on_what_it_had_learnt_when_the_request_was_routed() -> None:
+    """Each request is routed before the previous one finishes and is twice late: the
+    correction as it stood at routing (learnt from the requests finished by then) is what
+    is compared with the raw model, and it wins once it has learnt anything."""
+    correction = OnlineCorrection(min_samples=5)
+    correction.remember("r0", Prediction("w1", "H100", 0.1, 0.02))
+    for n in range(1, 30):
+        correction.remember(f"r{n}", Prediction("w1", "H100", 0.1, 0.02))
+        correction.observe(f"r{n - 1}", 0.2, 0.02)
+    raw, corrected, compared = correction.judgement("ttft")
+    assert compared == 29 and raw == pytest.approx(math.log(2.0))
+    # r0 and r1 were routed with nothing learnt (error ln 2 each), the rest with factor 2
+    assert corrected == pytest.approx(2 * math.log(2.0) / 29)
+    assert correction.correcting("ttft")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kept_factors_follow_the_judgement_as_it_turns(seed: int) -> None:
+    """Phases where the correction helps (TPOT 1.5 x late) and where it hurts (right on
+    average, off either way in turn): the judgement turns both ways, and the kept factors
+    equal the computed ones throughout."""
+    import random
+
+    rng = random.Random(seed)
+    correction = OnlineCorrection(alpha=0.2, min_samples=4, judge_window=20)
+    workers = [("h0", "H100"), ("h1", "H100"), ("a0", "A100")]
+    states = []
+    for n in range(800):
+        helps = (n // 100) % 2 == 0
+        worker_id, gpu_class = rng.choice(workers)
+        ratio = 1.5 if helps else math.exp(0.4 if n % 2 else -0.4)
+        _observe(correction, f"r{n}", worker_id, gpu_class, 1.0, ratio * rng.uniform(0.95, 1.05),
+                 rng.choice((None, 2, 7)))
+        states.append(correction.correcting("tpot"))
+        for worker_id, gpu_class in rng.sample(workers, 2):
+            regime = rng.choice((None, 2, 7))
+            assert correction.factors(worker_id, gpu_class, regime) == _computed(
+                correction, worker_id, gpu_class, regime)
+    turns = sum(a != b for a, b in itertools.pairwise(states))
+    assert turns >= 2 and True in states and False in states
