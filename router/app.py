@@ -91,6 +91,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
                                    on_result=lambda r: metrics.record_reload(r.result),
                                    on_swap=kv_events.on_new_engine)
     metrics.record_config_loaded()
+    metrics.watch_estimates(lambda: reloader.engine)
     kv_events.attach(reloader.engine)
     middlewares: list[Middleware] = [error_middleware]
     client_keys = None

@@ -19,6 +19,8 @@ from prometheus_client.registry import Collector
 
 from policies.base import Decision, RequestOutcome
 from policies.candidates import scores_of
+from policies.engine import PolicyEngine
+from router.estimate_metrics import EstimateCollector
 from router.gc_pauses import GENERATIONS
 from router.label_values import DEFAULT_TENANT_LABELS, BoundedLabelValues
 from router.loop_metrics import (
@@ -347,6 +349,11 @@ class RouterMetrics:
 
     def record_retry(self, worker: str, reason: str) -> None:
         self.retries.labels(worker, reason).inc()
+
+    def watch_estimates(self, engine: Callable[[], PolicyEngine]) -> None:
+        """Render the ``kvroute_estimate_*`` series (``router.estimate_metrics``) from the
+        engine in force, ``engine()`` at each scrape."""
+        self.registry.register(EstimateCollector(engine))
 
     def start_ejection_counts(self, workers: Iterable[str]) -> None:
         """Each worker's ejection and stall counts at 0, so the first is an increase."""
