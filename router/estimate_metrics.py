@@ -2,16 +2,15 @@
 
 Each profile's learning estimator (``policies.latency``: the estimated-time / cost plugins'
 shared ``TimeEstimator``) judges, on every finished request, its raw model against the online
-correction it had learnt when the request was routed (``OnlineCorrection.judgement``). This
-collector reads those running errors from the engine in force (a hot reload hands the learnt
-estimator over, so the series go on), per profile and metric:
+correction it had learnt when the request was routed (``OnlineCorrection.judgement``); the
+estimates apply the correction. This collector reads those running errors from the engine in
+force (a hot reload hands the learnt estimator over, so the series go on), per profile and
+metric:
 
 * ``kvroute_estimate_error{profile,metric,estimate}``: mean |ln(observed / estimated)| over the
   recent finished requests (plain mean of the first 200, then weighted 1/200), for
   ``estimate="raw"`` and ``"corrected"``; 0.1 is about 10 % off. Shown once a request was
   compared.
-* ``kvroute_estimate_correction_in_force{profile,metric}``: 1 while the correction is applied
-  (it predicted better, or too few requests were compared yet), 0 while the raw model is.
 * ``kvroute_estimate_compared_requests_total{profile,metric}``: requests compared so far.
 """
 
@@ -58,20 +57,14 @@ class EstimateCollector(Collector):
             "kvroute_estimate_error", "Mean |ln(observed / estimated)| of TTFT or TPOT over the "
             "recent finished requests, of the raw model and of its online correction (0.1 is "
             "about 10 % off).", labels=["profile", "metric", "estimate"])
-        in_force = GaugeMetricFamily(
-            "kvroute_estimate_correction_in_force", "1 while the online correction of TTFT or "
-            "TPOT is applied to the estimates (it predicted the finished requests better than "
-            "the raw model), 0 while the raw model is.", labels=["profile", "metric"])
         compared = CounterMetricFamily(
             "kvroute_estimate_compared_requests", "Finished requests on which the raw model "
             "and the online correction were compared.", labels=["profile", "metric"])
         for profile, correction in learning_corrections(self._engine()):
             for metric in METRICS:
                 raw, corrected, samples = correction.judgement(metric)
-                in_force.add_metric([profile, metric],
-                                    1.0 if correction.correcting(metric) else 0.0)
                 compared.add_metric([profile, metric], float(samples))
                 if samples:
                     error.add_metric([profile, metric, "raw"], raw)
                     error.add_metric([profile, metric, "corrected"], corrected)
-        return [error, in_force, compared]
+        return [error, compared]

@@ -9,8 +9,10 @@ made live, having learnt only from requests that had finished by then.
 
 The online correction is also replayed on the same requests, as the router would have
 learnt it from them (each prediction made at the request's arrival from the outcomes of the
-requests finished by then), in its two forms: one TTFT factor per worker (``ttft_regimes``
-off) and TTFT's per regime (on, the default). The live row and the replays see the same
+requests finished by then), in three forms: one TTFT factor per worker (``ttft_regimes``
+off), TTFT's per regime (on, the default), and per regime following its own judgement
+(``follow_judgement``: each metric's correction applied only while it predicted the finished
+requests better than the raw model). The live row and the replays see the same
 requests, so the two forms compare on equal terms whichever one routed them.
 
 Error measures, on the held-back requests: mean |ln(predicted/observed)| (0.10 ≈ 10 % off)
@@ -83,13 +85,16 @@ def errors(predicted: Sequence[float], observed: Sequence[float]) -> dict[str, f
             "median_ape": statistics.median(abs(p - o) / o for p, o in pairs)}
 
 
-def replay(samples: Sequence[LatencySample], ttft_regimes: bool) -> list[tuple[float, float]]:
+def replay(samples: Sequence[LatencySample], ttft_regimes: bool,
+           follow_judgement: bool = False) -> list[tuple[float, float]]:
     """(TTFT, TPOT) each sample would have been predicted by an ``OnlineCorrection`` learning
     from the samples before it, in order of arrival and of completion (arrival + observed
-    TTFT + observed TPOT × its output tokens); in the order of ``samples``."""
+    TTFT + observed TPOT × its output tokens); in the order of ``samples``.
+    ``follow_judgement``: the correction's own (each metric's correction applied only while
+    it predicted the finished requests better than the raw model)."""
     from policies.latency.online import OnlineCorrection, Prediction, ttft_regime
 
-    correction = OnlineCorrection(ttft_regimes=ttft_regimes)
+    correction = OnlineCorrection(ttft_regimes=ttft_regimes, follow_judgement=follow_judgement)
     events: list[tuple[float, int, int]] = []        # (time, 0 arrival / 1 completion, index)
     for index, s in enumerate(samples):
         events.append((s.arrival_s, 0, index))
@@ -129,8 +134,10 @@ def evaluate(samples: list[LatencySample], train_share: float, seed: int) -> dic
     cut = int(len(samples) * train_share)
     train, test = samples[:cut], samples[cut:]
     report: dict[str, Any] = {"train": len(train), "test": len(test)}
-    replays = {name: dict(zip(map(id, samples), replay(samples, regimes), strict=True))
-               for name, regimes in (("online_per_worker", False), ("online_per_regime", True))}
+    replays = {name: dict(zip(map(id, samples), replay(samples, regimes, judged), strict=True))
+               for name, regimes, judged in (("online_per_worker", False, False),
+                                             ("online_per_regime", True, False),
+                                             ("online_judged", True, True))}
     for metric in ("ttft", "tpot"):
         def observed(s: LatencySample, m: str = metric) -> float | None:
             return s.observed_ttft_s if m == "ttft" else s.observed_tpot_s

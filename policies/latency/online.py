@@ -25,6 +25,18 @@ TPOT keeps one factor per worker: keyed by regime its error moved both ways acro
 Regimes are few (100,000 uncached tokens are in bucket 8), so the tables stay bounded by the
 workers and classes seen.
 
+Each metric's correction is **judged** against the model alone: every finished request
+scores the raw model (``|ln observed/raw|``) and the correction as it had learnt it when the
+request was routed (the factor for that worker and regime then), neither having seen that
+request; their mean errors run over the last ``judge_window`` (200) requests
+(``judgement``, exported as ``kvroute_estimate_error``). With ``follow_judgement`` (off by
+default) a metric's mean factor is applied only while the correction's error is the smaller
+(and until ``min_samples`` requests were compared), else it reads 1; the 90th percentile is
+learnt on the raw prediction and read either way. It is off because the smaller error is not
+the better routing: on a decode-heavy trace TPOT's correction has the larger mean |ln| error
+yet keeps more requests within the SLO, its mean leaning the decode guard to the cautious
+side (``docs/benchmarks.md``, "The correction judged against the raw model").
+
 Every decision reads the four factors of each candidate (``factors``), and they change only
 when a request completes (``observe``), so they are kept per worker and regime: an
 observation drops the kept factors of its worker, and of the workers that borrowed its GPU
@@ -128,20 +140,20 @@ class OnlineCorrection:
     """Learns multiplicative corrections of predicted TTFT and TPOT per worker and class."""
 
     __slots__ = ("_borrowers", "_by_class", "_by_worker", "_judges", "_kept", "_pending",
-                 "_trusted", "_upper_by_class", "_upper_by_worker", "alpha", "judge_window",
-                 "judged", "max_factor", "max_pending", "min_samples", "quantile",
-                 "quantile_step", "ttft_regimes")
+                 "_trusted", "_upper_by_class", "_upper_by_worker", "alpha",
+                 "follow_judgement", "judge_window", "max_factor", "max_pending", "min_samples",
+                 "quantile", "quantile_step", "ttft_regimes")
 
     def __init__(self, alpha: float = 0.05, min_samples: int = 20, max_factor: float = 4.0,
                  max_pending: int = 100_000, quantile: float = 0.9,
                  quantile_step: float = 0.05, ttft_regimes: bool = True,
-                 judged: bool = True, judge_window: int = 200) -> None:
+                 follow_judgement: bool = False, judge_window: int = 200) -> None:
         self.alpha = alpha
         self.ttft_regimes = ttft_regimes
-        self.judged = judged
+        self.follow_judgement = follow_judgement
         self.judge_window = judge_window
         # per metric: the raw model's and the correction's error so far, and whether the
-        # correction is in force (until ``min_samples`` comparisons, it is)
+        # correction is in force (always, unless ``follow_judgement`` puts it out)
         self._judges: dict[Metric, _Judge] = {"ttft": _Judge(), "tpot": _Judge()}
         self._trusted: dict[Metric, bool] = {"ttft": True, "tpot": True}
         self.quantile = quantile
@@ -167,7 +179,8 @@ class OnlineCorrection:
                regime: int | None = None) -> float:
         """exp(mean log observed/predicted), from the most specific statistics learnt enough
         (``regime``: TTFT's, ``ttft_regime``; ignored for TPOT and without ``ttft_regimes``);
-        1.0 while the metric's correction predicts worse than the raw model (``judged``)."""
+        1.0 while the metric's correction predicts worse than the raw model and
+        ``follow_judgement`` is on."""
         if not self._trusted[metric]:
             return 1.0
         found = self._read(self._by_worker, self._by_class, worker_id, gpu_class, metric,
@@ -245,12 +258,10 @@ class OnlineCorrection:
         return found
 
     def remember(self, request_id: str, prediction: Prediction) -> None:
-        """``request_id`` was routed as ``prediction`` says; with ``judged``, also note what
-        the correction learnt so far would predict for it (in force or not)."""
-        learnt: tuple[float | None, float | None] = (None, None)
-        if self.judged:
-            learnt = (self._learnt(prediction, "ttft"), self._learnt(prediction, "tpot"))
-        self._pending[request_id] = (prediction, *learnt)
+        """``request_id`` was routed as ``prediction`` says; also note what the correction
+        learnt so far would predict for it (in force or not), to judge it by."""
+        self._pending[request_id] = (prediction, self._learnt(prediction, "ttft"),
+                                     self._learnt(prediction, "tpot"))
         while len(self._pending) > self.max_pending:
             self._pending.popitem(last=False)
 
@@ -282,8 +293,7 @@ class OnlineCorrection:
                 continue
             x = math.log(observed / predicted)
             key_metric: Metric = metric  # type: ignore[assignment]
-            if self.judged:
-                self._judge(key_metric, x, learnt)
+            self._judge(key_metric, x, learnt)
             keys: list[tuple[Key, Key]] = [((prediction.worker_id, key_metric),
                                             (prediction.gpu_class, key_metric))]
             if metric == "ttft" and self.ttft_regimes and prediction.regime is not None:
@@ -301,12 +311,12 @@ class OnlineCorrection:
     def _judge(self, metric: Metric, x: float, learnt: float | None) -> None:
         """Score the raw model (error ``|x|``, ``x`` the log of observed/raw) and the
         correction as it stood when the request was routed (``learnt``: its factor then, None
-        for none) on one finished request, which neither had seen; put the correction in
-        force, or out of it, by which was nearer so far."""
+        for none) on one finished request, which neither had seen; with ``follow_judgement``,
+        put the correction in force, or out of it, by which was nearer so far."""
         judge = self._judges[metric]
         judge.update(abs(x), abs(x - math.log(learnt)) if learnt is not None else abs(x),
                      self.judge_window)
-        if judge.samples < self.min_samples:
+        if not self.follow_judgement or judge.samples < self.min_samples:
             return
         trusted = judge.corrected <= judge.raw
         if trusted != self._trusted[metric]:
@@ -315,8 +325,8 @@ class OnlineCorrection:
             self._borrowers.clear()
 
     def correcting(self, metric: Metric) -> bool:
-        """Whether ``metric``'s correction is in force (it predicted the observed requests
-        better than the raw model so far, or too few were compared yet)."""
+        """Whether ``metric``'s correction is in force: always, unless ``follow_judgement`` put
+        it out for predicting the finished requests worse than the raw model."""
         return self._trusted[metric]
 
     def judgement(self, metric: Metric) -> tuple[float, float, int]:

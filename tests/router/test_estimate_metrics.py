@@ -28,8 +28,7 @@ def test_series_follow_the_judgement_of_the_engine_in_force() -> None:
     get = metrics.registry.get_sample_value
     ttft = {"profile": "default", "metric": "ttft"}
     tpot = {"profile": "default", "metric": "tpot"}
-    # nothing finished yet: both corrections in force, nothing compared, no error shown
-    assert get("kvroute_estimate_correction_in_force", ttft) == 1.0
+    # nothing finished yet: nothing compared, no error shown
     assert get("kvroute_estimate_compared_requests_total", tpot) == 0.0
     assert get("kvroute_estimate_error", {**ttft, "estimate": "raw"}) is None
     [(profile, correction)] = learning_corrections(engine)
@@ -44,8 +43,11 @@ def test_series_follow_the_judgement_of_the_engine_in_force() -> None:
         correction.judgement("ttft")[0])
     assert get("kvroute_estimate_error", {**tpot, "estimate": "corrected"}) == (
         correction.judgement("tpot")[1])
-    assert get("kvroute_estimate_correction_in_force", ttft) == 1.0
-    assert get("kvroute_estimate_correction_in_force", tpot) == 0.0
+    errors = {(labels["metric"], estimate): get("kvroute_estimate_error",
+                                                {**labels, "estimate": estimate}) or 0.0
+              for labels in (ttft, tpot) for estimate in ("raw", "corrected")}
+    assert errors["ttft", "corrected"] < errors["ttft", "raw"]
+    assert errors["tpot", "corrected"] > errors["tpot", "raw"] > 0
     # a reload that starts afresh: the series are the new engine's
     holder[0] = _engine()
     assert get("kvroute_estimate_compared_requests_total", ttft) == 0.0
@@ -62,4 +64,4 @@ def test_a_profile_without_time_estimates_has_no_series() -> None:
     metrics = RouterMetrics()
     metrics.watch_estimates(lambda: engine)
     assert list(learning_corrections(engine)) == []
-    assert "kvroute_estimate_correction_in_force{" not in metrics.render().decode()
+    assert "kvroute_estimate_compared_requests_total{" not in metrics.render().decode()

@@ -326,7 +326,6 @@ async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
             for name in ("kvroute_requests_total", "kvroute_decision_duration_seconds_bucket",
                          "kvroute_decisions_total", "kvroute_worker_up",
                          "kvroute_worker_kv_usage", "kvroute_worker_requests",
-                         "kvroute_estimate_correction_in_force",
                          "kvroute_estimate_compared_requests_total"):
                 assert f"\n{name}{{" in text, name
         async with session.get(router.url + "/debug/decisions?limit=1") as resp:

@@ -69,7 +69,7 @@ def test_evaluate_scores_every_estimator_on_the_requests_after_the_cut() -> None
 def test_too_few_finished_requests_skip_the_trained_models() -> None:
     report = evaluate([sample(i, 0.1, 0.2, 0.02, 0.03) for i in range(10)], 0.5, seed=0)
     assert set(report["ttft"]) == {"raw_model", "online_corrected", "online_per_worker",
-                                   "online_per_regime"}
+                                   "online_per_regime", "online_judged"}
 
 
 def test_main_writes_the_report_and_refuses_a_bad_share(

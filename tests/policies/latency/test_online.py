@@ -194,12 +194,12 @@ def _observe(correction: OnlineCorrection, tag: str, worker_id: str, gpu_class: 
                        0.02 * tpot_ratio if tpot_ratio is not None else None)
 
 
-def test_a_correction_that_predicts_worse_than_the_raw_model_is_not_in_force() -> None:
+def test_a_correction_that_predicts_worse_than_the_raw_model_can_be_put_out() -> None:
     """TPOT's raw prediction right on average, each request e^0.3 off either way in turn:
-    a learnt mean only adds its own error, and after ``min_samples`` comparisons TPOT is
-    read uncorrected; TTFT, twice late every time, keeps its correction. The 90th
-    percentile is learnt and read as before."""
-    correction = OnlineCorrection(alpha=0.1, min_samples=10)
+    a learnt mean only adds its own error, and with ``follow_judgement`` after
+    ``min_samples`` comparisons TPOT is read uncorrected; TTFT, twice late every time, keeps
+    its correction. The 90th percentile is learnt and read as before."""
+    correction = OnlineCorrection(alpha=0.1, min_samples=10, follow_judgement=True)
     for n in range(60):
         _observe(correction, f"r{n}", "w1", "H100", 2.0, math.exp(0.3 if n % 2 else -0.3))
     raw, corrected, compared = correction.judgement("tpot")
@@ -210,10 +210,12 @@ def test_a_correction_that_predicts_worse_than_the_raw_model_is_not_in_force() -
     ttft, tpot, _, tpot_upper = correction.factors("w1", "H100")
     assert ttft == pytest.approx(2.0) and tpot == 1.0
     assert tpot_upper is not None and tpot_upper > 1.0       # the upper is unaffected
-    # judged off, the same observations keep the learnt TPOT mean in force
-    unjudged = OnlineCorrection(alpha=0.1, min_samples=10, judged=False)
+    # by default the same observations are judged alike, and the learnt TPOT mean stays in
+    # force
+    unjudged = OnlineCorrection(alpha=0.1, min_samples=10)
     for n in range(60):
         _observe(unjudged, f"r{n}", "w1", "H100", 2.0, math.exp(0.3 if n % 2 else -0.3))
+    assert unjudged.judgement("tpot") == correction.judgement("tpot")
     assert unjudged.correcting("tpot") and unjudged.factor("w1", "H100", "tpot") != 1.0
 
 
@@ -241,7 +243,8 @@ def test_kept_factors_follow_the_judgement_as_it_turns(seed: int) -> None:
     import random
 
     rng = random.Random(seed)
-    correction = OnlineCorrection(alpha=0.2, min_samples=4, judge_window=20)
+    correction = OnlineCorrection(alpha=0.2, min_samples=4, judge_window=20,
+                                  follow_judgement=True)
     workers = [("h0", "H100"), ("h1", "H100"), ("a0", "A100")]
     states = []
     for n in range(800):
