@@ -28,6 +28,7 @@ CASES = ("azure-first1500", "mooncake-first1000", "mooncake-6001-7000", "mooncak
 ESTIMATORS = (("raw_model", "raw model"), ("online_corrected", "online (routed)"),
               ("online_per_worker", "online, per worker"),
               ("online_per_regime", "online, per regime"),
+              ("online_judged", "online, judged"),
               ("sklearn_linear", "scikit-learn linear"), ("sklearn_gbr", "scikit-learn GBR"))
 
 
