@@ -33,9 +33,10 @@ request; their mean errors run over the last ``judge_window`` (200) requests
 default) a metric's mean factor is applied only while the correction's error is the smaller
 (and until ``min_samples`` requests were compared), else it reads 1; the 90th percentile is
 learnt on the raw prediction and read either way. It is off because the smaller error is not
-the better routing: on a decode-heavy trace TPOT's correction has the larger mean |ln| error
-yet keeps more requests within the SLO, its mean leaning the decode guard to the cautious
-side (``docs/benchmarks.md``, "The correction judged against the raw model").
+the better routing: TPOT's raw estimate sits at the median of a right-skewed error, which the
+mean |ln| rewards, and the correction at its mean, higher; on a decode-heavy trace the
+higher expected TPOT kept more requests within the SLO (``docs/benchmarks.md``, "The
+correction judged against the raw model").
 
 Every decision reads the four factors of each candidate (``factors``), and they change only
 when a request completes (``observe``), so they are kept per worker and regime: an
