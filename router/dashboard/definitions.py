@@ -95,6 +95,14 @@ ROUTING = Dashboard(
                         "producer predicted when it was routed (1: exact; below 1: predicted "
                         "too long, so the estimates were pessimistic). Only requests with a "
                         "prediction count: none before min_samples have finished."),
+        Panel("Time estimates: error of the raw model and its correction", (Query(
+            "avg by (profile, metric, estimate) (kvroute_estimate_error)",
+            "{{profile}} {{metric}} {{estimate}}"),), unit="short",
+            description="Mean |ln(observed / estimated)| of TTFT and TPOT over the recent "
+                        "finished requests (0.1 is about 10 % off), of the raw model and of "
+                        "the online correction the estimates apply. A raw error rising alone "
+                        "is a fleet drifting from its GPU profiles, absorbed by the "
+                        "correction."),
         Panel("Retries/s by worker and reason", (Query(
             _rate("kvroute_retries_total", 'worker=~"$worker"', "worker, reason"),
             "{{worker}} {{reason}}"),), unit="reqps",
