@@ -184,8 +184,7 @@ class OnlineCorrection:
         ``follow_judgement`` is on."""
         if not self._trusted[metric]:
             return 1.0
-        found = self._read(self._by_worker, self._by_class, worker_id, gpu_class, metric,
-                           regime if metric == "ttft" and self.ttft_regimes else None, 1)[0]
+        found = self._learnt(worker_id, gpu_class, metric, regime)
         return found if found is not None else 1.0
 
     def upper(self, worker_id: str, gpu_class: str, metric: Metric,
@@ -193,8 +192,18 @@ class OnlineCorrection:
         """The ``quantile`` (0.9) of observed/predicted: a prediction times this is exceeded
         by one request in ten. None until something was learnt. ``regime`` as in ``factor``."""
         return self._read(self._upper_by_worker, self._upper_by_class, worker_id, gpu_class,
-                          metric, regime if metric == "ttft" and self.ttft_regimes else None,
-                          self.min_samples)[0]
+                          metric, self._regime_of(metric, regime), self.min_samples)[0]
+
+    def _learnt(self, worker_id: str, gpu_class: str, metric: Metric,
+                regime: int | None) -> float | None:
+        """The learnt mean factor, in force or not (``factor`` before the judgement and the
+        default of 1.0); None before anything was learnt for the worker or its class."""
+        return self._read(self._by_worker, self._by_class, worker_id, gpu_class, metric,
+                          self._regime_of(metric, regime), 1)[0]
+
+    def _regime_of(self, metric: Metric, regime: int | None) -> int | None:
+        """The regime ``metric`` is read in: TTFT's with ``ttft_regimes``, else None."""
+        return regime if metric == "ttft" and self.ttft_regimes else None
 
     def _read(self, by_worker: Mapping[Key, _Mean] | Mapping[Key, _Quantile],
               by_class: Mapping[Key, _Mean] | Mapping[Key, _Quantile], worker_id: str,
@@ -261,22 +270,16 @@ class OnlineCorrection:
     def remember(self, request_id: str, prediction: Prediction) -> None:
         """``request_id`` was routed as ``prediction`` says; also note what the correction
         learnt so far would predict for it (in force or not), to judge it by."""
-        self._pending[request_id] = (prediction, self._learnt(prediction, "ttft"),
-                                     self._learnt(prediction, "tpot"))
+        worker_id, gpu_class, regime = prediction.worker_id, prediction.gpu_class, prediction.regime
+        self._pending[request_id] = (prediction,
+                                     self._learnt(worker_id, gpu_class, "ttft", regime),
+                                     self._learnt(worker_id, gpu_class, "tpot", regime))
         while len(self._pending) > self.max_pending:
             self._pending.popitem(last=False)
 
     def forget(self, request_id: str) -> Prediction | None:
         entry = self._pending.pop(request_id, None)
         return entry[0] if entry is not None else None
-
-    def _learnt(self, prediction: Prediction, metric: Metric) -> float | None:
-        """The learnt factor for ``prediction``'s worker (and TTFT regime), whether in force
-        or not; None before anything was learnt for it."""
-        return self._read(self._by_worker, self._by_class, prediction.worker_id,
-                          prediction.gpu_class, metric,
-                          prediction.regime if metric == "ttft" and self.ttft_regimes
-                          else None, 1)[0]
 
     def observe(self, request_id: str, ttft_s: float | None, tpot_s: float | None) -> None:
         """Compare a finished request's TTFT/TPOT with what was predicted for it."""
