@@ -3,7 +3,8 @@
 ```
 kvroute sim --trace ../shared/traces/mooncake_conversation_trace.jsonl.gz \\
     --fleet config/fleets/bench-mixed.yaml --policies kvroute,round-robin,dynamo-kv \\
-    --out out/sim-mooncake [--rate-scale 1.0] [--goodput] [--limit N] [--duration S] [--seed N]
+    --out out/sim-mooncake [--rate-scale 1.0] [--goodput] [--skip N] [--limit N] [--duration S]
+    [--seed N]
     [--jitter S] [--jobs N] [--kv-events] [--client-max-tokens exact|none|N]
 ```
 
@@ -39,6 +40,10 @@ def register(subparsers: Any) -> None:
                         help="multiply the arrival rate (2.0 = twice as many requests/s)")
     parser.add_argument("--goodput", action="store_true",
                         help="also search the largest rate scale with >= 90%% SLO attainment")
+    parser.add_argument("--skip", type=int, default=0, metavar="N",
+                        help="leave out the first N requests (in arrival order, after "
+                             "--jitter); the slice's clock starts at the next one, and --limit "
+                             "and --duration count from it (default: %(default)s)")
     parser.add_argument("--limit", type=int, default=None, help="first N requests only")
     parser.add_argument("--duration", type=float, default=None,
                         help="requests of the first S seconds of the trace only")
@@ -78,6 +83,9 @@ def main(args: argparse.Namespace) -> int:
     if args.jitter < 0:
         print("kvroute sim: --jitter: must be >= 0", file=sys.stderr)
         return 2
+    if args.skip < 0:
+        print("kvroute sim: --skip: must be >= 0", file=sys.stderr)
+        return 2
     if args.limit is not None and args.limit <= 0:
         print("kvroute sim: --limit: must be > 0", file=sys.stderr)
         return 2
@@ -89,7 +97,8 @@ def main(args: argparse.Namespace) -> int:
     request = SimulationRequest(
         trace=args.trace, trace_format=args.trace_format, fleet=args.fleet,
         policies=tuple(policies), out=args.out, rate_scale=args.rate_scale,
-        goodput=args.goodput, limit=args.limit, duration_s=args.duration, seed=args.seed,
+        goodput=args.goodput, skip=args.skip, limit=args.limit, duration_s=args.duration,
+        seed=args.seed,
         scrape_interval_s=args.scrape_interval, jobs=max(1, args.jobs), jitter_s=args.jitter,
         kv_events=args.kv_events, client_max_tokens=client_max_tokens)
     return run_session(request)

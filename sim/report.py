@@ -91,7 +91,9 @@ def write_summary(out_dir: Path, meta: Mapping[str, Any],
     path.write_text(json.dumps({**meta, "policies": entries}, indent=2) + "\n")
     trace = meta.get("trace", {})
     ceiling = trace.get("prefix_hit_ceiling")
-    header = (f"Trace `{trace.get('name')}`: {trace.get('requests')} requests at rate scale "
+    skipped = trace.get("skip") or 0
+    after = f" after its first {skipped}" if skipped else ""
+    header = (f"Trace `{trace.get('name')}`: {trace.get('requests')} requests{after} at rate scale "
               f"{trace.get('rate_scale')}; fleet `{meta.get('fleet', {}).get('source')}`; "
               f"infinite-cache prefix ceiling "
               f"{'–' if ceiling is None else f'{ceiling:.1%}'}"

@@ -34,6 +34,7 @@ class PolicyJob:
     trace_format: TraceFormat = "auto"
     limit: int | None = None
     duration_s: float | None = None
+    skip: int = 0
     rate_scale: float = 1.0
     seed: int = 0
     scrape_interval_s: float = 0.2
@@ -55,7 +56,8 @@ class PolicyRun:
 def load_job_trace(job: PolicyJob) -> Trace:
     """The job's trace sliced on its own clock, at rate scale 1."""
     return load_trace(job.trace_path, fmt=job.trace_format, limit=job.limit,
-                      duration_s=job.duration_s, seed=job.seed, jitter_s=job.jitter_s)
+                      duration_s=job.duration_s, seed=job.seed, jitter_s=job.jitter_s,
+                      skip=job.skip)
 
 
 def run_policy(job: PolicyJob, progress: Progress | None = None,
@@ -116,7 +118,8 @@ def trace_meta(job: PolicyJob, trace: Trace, ceiling: float,
                pooled_ceiling: float | None = None) -> dict[str, Any]:
     return {"name": Path(job.trace_path).name, "path": job.trace_path,
             "requests": len(trace.requests), "span_s": trace.span_s,
-            "rate_scale": job.rate_scale, "limit": job.limit, "duration_s": job.duration_s,
+            "rate_scale": job.rate_scale, "skip": job.skip, "limit": job.limit,
+            "duration_s": job.duration_s,
             "jitter_s": job.jitter_s,
             "seed": job.seed, "prefix_hit_ceiling": ceiling,
             "prefix_hit_ceiling_pooled": pooled_ceiling,

@@ -46,6 +46,7 @@ class SimulationRequest:
     goodput: bool = False
     limit: int | None = None
     duration_s: float | None = None
+    skip: int = 0
     seed: int = 0
     scrape_interval_s: float | None = None
     jobs: int = 1
@@ -64,7 +65,7 @@ def run_session(request: SimulationRequest) -> int:
         interval = request.scrape_interval_s or router_scrape_interval()
         template = PolicyJob(
             policy="", trace_path=request.trace, fleet_path=request.fleet,
-            trace_format=request.trace_format, limit=request.limit,
+            trace_format=request.trace_format, skip=request.skip, limit=request.limit,
             duration_s=request.duration_s, rate_scale=request.rate_scale, seed=request.seed,
             scrape_interval_s=interval, goodput=request.goodput, jitter_s=request.jitter_s,
             kv_events=request.kv_events, client_max_tokens=request.client_max_tokens)

@@ -97,11 +97,16 @@ class Trace:
 
 def load_trace(path: str | Path, *, fmt: TraceFormat = "auto", limit: int | None = None,
                duration_s: float | None = None, rate_scale: float = 1.0,
-               seed: int = 0, jitter_s: float = 0.0) -> Trace:
-    """Read a trace, optionally jitter it, slice it on its own clock, then scale its rate."""
+               seed: int = 0, jitter_s: float = 0.0, skip: int = 0) -> Trace:
+    """Read a trace, optionally jitter it, slice it on its own clock, then scale its rate.
+
+    ``skip`` leaves out the first requests in arrival order (after the jitter): the slice's
+    clock starts at the first request kept, and ``limit`` and ``duration_s`` count from it."""
     p = Path(path)
     if rate_scale <= 0:
         raise TraceError(f"rate scale must be > 0, got {rate_scale}")
+    if skip < 0:
+        raise TraceError(f"skip must be >= 0 requests, got {skip}")
     if jitter_s < 0:
         raise TraceError(f"jitter must be >= 0 seconds, got {jitter_s}")
     kind = _detect_format(p) if fmt == "auto" else fmt
@@ -117,6 +122,9 @@ def load_trace(path: str | Path, *, fmt: TraceFormat = "auto", limit: int | None
         rng = random.Random(seed)
         rows = [replace(r, arrival_s=r.arrival_s + rng.random() * jitter_s) for r in rows]
     rows.sort(key=lambda r: r.arrival_s)
+    if skip >= len(rows) and rows:
+        raise TraceError(f"{p}: skip {skip} leaves none of its {len(rows)} requests")
+    del rows[:skip]
     origin = rows[0].arrival_s if rows else 0.0
     sliced: list[TraceRequest] = []
     for row in rows:

@@ -42,9 +42,23 @@ def test_sim_writes_summary_table_plots_and_request_rows(tmp_path: Path) -> None
     assert len(rows) == 11 and rows[0].startswith("index,arrival_s,worker_id")
 
 
+def test_skip_simulates_the_requests_after_the_first_n(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", "round-robin", "--out", str(out), "--skip", "9"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trace"]["requests"] == 3 and summary["trace"]["skip"] == 9
+    # the trace's last three requests: 200 + 50 * i prompt tokens for i = 9, 10, 11
+    assert summary["trace"]["prompt_tokens"] == 650 + 700 + 750
+    assert "3 requests after its first 9 at rate scale" in (out / "summary.md").read_text()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--policies", "no-such-policy"], "unknown peer policy 'no-such-policy'"),
     (["--policies", "kvroute", "--rate-scale", "0"], "--rate-scale: must be > 0"),
+    (["--policies", "kvroute", "--skip", "-1"], "--skip: must be >= 0"),
+    (["--policies", "kvroute", "--skip", "12"], "skip 12 leaves none of its 12 requests"),
     (["--policies", "kvroute", "--fleet", "/nonexistent.yaml"], "cannot read fleet file"),
     (["--policies", "kvroute", "--client-max-tokens", "lots"],
      "--client-max-tokens: 'lots': give exact, none or a number of tokens"),

@@ -46,6 +46,36 @@ def test_slicing_happens_before_rate_scaling(tmp_path: Path) -> None:
         0.0, 0.25, 0.5]
 
 
+def test_skip_leaves_out_the_first_requests_and_restarts_the_clock(tmp_path: Path) -> None:
+    rows = [{"arrival_s": 2.0 * t, "prompt_tokens": 10 + t, "output_tokens": 2}
+            for t in range(10)]
+    path = _write_jsonl(tmp_path / "g.jsonl", rows)
+    trace = load_trace(path, skip=4, limit=3)
+    # rows 5-7 of the file, on a clock that starts at the first of them, indexed from 0
+    assert [r.num_prompt_tokens for r in trace.requests] == [14, 15, 16]
+    assert [r.arrival_s for r in trace.requests] == [0.0, 2.0, 4.0]
+    assert [r.index for r in trace.requests] == [0, 1, 2]
+    assert [r.num_prompt_tokens for r in load_trace(path, skip=4, duration_s=5.0).requests] == [
+        14, 15, 16]
+    with pytest.raises(TraceError, match="skip must be >= 0"):
+        load_trace(path, skip=-1)
+    with pytest.raises(TraceError, match="skip 10 leaves none of its 10 requests"):
+        load_trace(path, skip=10)
+
+
+def test_skip_counts_requests_in_arrival_order_after_the_jitter(tmp_path: Path) -> None:
+    rows = [{"arrival_s": 10.0 * (i // 5), "prompt_tokens": 10 + i, "output_tokens": 1}
+            for i in range(20)]
+    path = _write_jsonl(tmp_path / "g.jsonl", rows)
+    whole = load_trace(path, jitter_s=3.0, seed=7)
+    tail = load_trace(path, jitter_s=3.0, seed=7, skip=7)
+    assert [r.num_prompt_tokens for r in tail.requests] == [
+        r.num_prompt_tokens for r in whole.requests[7:]]
+    origin = whole.requests[7].arrival_s
+    assert [r.arrival_s for r in tail.requests] == pytest.approx(
+        [r.arrival_s - origin for r in whole.requests[7:]])
+
+
 def test_generic_jsonl_accepts_lengths_text_and_token_ids(tmp_path: Path) -> None:
     rows = [{"arrival_s": 5.0, "prompt_tokens": 30, "output_tokens": 4, "tenant": "a"},
             {"arrival_s": 5.5, "prompt": "hello world", "output_tokens": 2, "session": "s"},
