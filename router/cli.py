@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workers.launch.cli",       # launch-vllm
     "sim.cli",                  # sim
     "sim.trace_cli",            # trace
+    "sim.scorecard_cli",        # scorecard
     "bench.cli",                # bench
     "policies.semantic.cli",    # semantic
     "router.dashboard.cli",     # dashboard

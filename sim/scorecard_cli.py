@@ -1,0 +1,142 @@
+"""``kvroute scorecard``: simulate the goal cases of token-aware routing and judge each.
+
+```
+kvroute scorecard --out docs/benchmarks/token-aware/scorecard [--traces ../shared/traces]
+    [--cases mooncake-1-1000,azure-1-1500] [--peers round-robin,llm-d-default] [--jobs 2]
+    [--judge-only]
+```
+
+Each case (``sim.scorecard.DEFAULT_CASES``) is a ``kvroute sim`` run with a goodput search
+of kvroute (``config/routing.yaml``) and the peers on ``config/fleets/bench-mixed.yaml``,
+written to ``OUT/<case>/``; a ServeGen case first draws its trace into ``OUT/traces/``. Then
+``OUT/scorecard.md`` and ``OUT/scorecard.json`` hold every goal's verdict. ``--judge-only``
+re-reads the cases' summaries without simulating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sim.scorecard import DEFAULT_CASES, KVROUTE, PEERS, Case, Verdict, judge, markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_FLEET = ROOT / "config" / "fleets" / "bench-mixed.yaml"
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "scorecard", help="simulate the goal cases of token-aware routing and judge each",
+        description="Run kvroute and the peer policies over slices of the Mooncake, Azure "
+                    "code and ServeGen traces with a goodput search, and judge kvroute "
+                    "against each goal (goodput, prefix hits, cost at the same SLO "
+                    "attainment). Writes OUT/<case>/ and OUT/scorecard.{md,json}.")
+    parser.add_argument("--out", required=True, type=Path, help="output directory")
+    parser.add_argument("--traces", type=Path, default=Path("../shared/traces"),
+                        help="directory holding the traces (default: %(default)s)")
+    parser.add_argument("--fleet", type=Path, default=DEFAULT_FLEET,
+                        help="fleet YAML (default: config/fleets/bench-mixed.yaml)")
+    parser.add_argument("--cases", default=",".join(c.name for c in DEFAULT_CASES),
+                        help="comma-separated case names (default: all: %(default)s)")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help="comma-separated peer policies (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=2, help="policies simulated in parallel")
+    parser.add_argument("--judge-only", action="store_true",
+                        help="judge the cases already simulated in OUT, simulate nothing")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    known = {case.name: case for case in DEFAULT_CASES}
+    names = [n.strip() for n in args.cases.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        print(f"kvroute scorecard: --cases: unknown case(s) {', '.join(unknown) or '(none)'}; "
+              f"choose from {', '.join(known)}", file=sys.stderr)
+        return 2
+    cases = [known[n] for n in names]
+    peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+    if args.jobs < 1:
+        print("kvroute scorecard: --jobs: must be >= 1", file=sys.stderr)
+        return 2
+    if not args.judge_only:
+        missing = [str(p) for p in (_source(args.traces, case) for case in cases)
+                   if not p.is_file()]
+        if missing:
+            print(f"kvroute scorecard: no such trace: {', '.join(missing)} (--traces names "
+                  "the directory that holds them)", file=sys.stderr)
+            return 2
+        for number, case in enumerate(cases, 1):
+            print(f"kvroute scorecard: case {number} of {len(cases)}: {case.name} "
+                  f"({case.about})", file=sys.stderr)
+            started = time.monotonic()
+            code = _simulate(case, args, (KVROUTE, *peers))
+            if code != 0:
+                print(f"kvroute scorecard: {case.name}: the simulation failed (exit {code})",
+                      file=sys.stderr)
+                return code
+            print(f"kvroute scorecard: {case.name} done in {time.monotonic() - started:.0f} s",
+                  file=sys.stderr)
+    verdicts: list[Verdict] = []
+    for case in cases:
+        summary_path = args.out / case.name / "summary.json"
+        if not summary_path.is_file():
+            print(f"kvroute scorecard: {summary_path}: missing (run without --judge-only)",
+                  file=sys.stderr)
+            return 2
+        try:
+            verdicts += judge(case, json.loads(summary_path.read_text()))
+        except (KeyError, ValueError) as exc:
+            print(f"kvroute scorecard: {summary_path}: {exc}", file=sys.stderr)
+            return 2
+    table = markdown(cases, verdicts)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "scorecard.md").write_text(table)
+    (args.out / "scorecard.json").write_text(json.dumps(
+        {"cases": [asdict(case) for case in cases],
+         "verdicts": [v.as_json() for v in verdicts]}, indent=2) + "\n")
+    print(table, end="")
+    print(f"wrote {args.out / 'scorecard.md'} and scorecard.json", file=sys.stderr)
+    return 0
+
+
+def _source(traces: Path, case: Case) -> Path:
+    """The file a case reads (its ServeGen archive when it draws its trace)."""
+    return traces / (case.servegen.archive if case.servegen is not None else case.trace)
+
+
+def _simulate(case: Case, args: argparse.Namespace, policies: tuple[str, ...]) -> int:
+    from sim.session import SimulationRequest, run_session
+
+    trace = _source(args.traces, case)
+    if case.servegen is not None:
+        trace = _draw_servegen(case, trace, args.out / "traces")
+    request = SimulationRequest(
+        trace=str(trace), fleet=str(args.fleet), policies=policies,
+        out=str(args.out / case.name), goodput=True, skip=case.skip, limit=case.limit,
+        jitter_s=case.jitter_s, jobs=args.jobs)
+    with contextlib.redirect_stdout(io.StringIO()):    # each case's table: in its summary.md
+        return run_session(request)
+
+
+def _draw_servegen(case: Case, archive: Path, directory: Path) -> Path:
+    from sim.servegen import read_archive, servegen_requests, write_jsonl
+
+    span = case.servegen
+    assert span is not None
+    path = directory / f"{case.name}.jsonl.gz"
+    if not path.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        requests = servegen_requests(read_archive(archive), span.start_s, span.duration_s)
+        write_jsonl(requests, path)
+    return path
+
+
+__all__ = ["main", "register"]

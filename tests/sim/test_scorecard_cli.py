@@ -1,0 +1,82 @@
+"""``kvroute scorecard`` end to end on small traces in the shared traces' formats."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from router.cli import main
+from sim.scorecard import AZURE_CODE, MOONCAKE
+
+
+def _traces(tmp_path: Path) -> Path:
+    """A Mooncake file whose conversations share prefixes and an Azure code CSV, 24 rows each."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    with gzip.open(traces / MOONCAKE, "wt") as fh:
+        for i in range(24):
+            conversation = i % 4
+            blocks = [1000 * conversation + b for b in range(2 + i // 4)]
+            fh.write(json.dumps({"timestamp": 250 * i, "input_length": 512 * len(blocks),
+                                 "output_length": 16, "hash_ids": blocks}) + "\n")
+    start = datetime(2023, 11, 16, 18, 0, 0)
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for i in range(24):
+        at = start + timedelta(seconds=0.3 * i)
+        rows.append(f"{at:%Y-%m-%d %H:%M:%S}.{at.microsecond:06d}0,{300 + 97 * i},{8 + i}")
+    with gzip.open(traces / AZURE_CODE, "wt") as fh:
+        fh.write("\n".join(rows) + "\n")
+    return traces
+
+
+def test_scorecard_simulates_each_case_and_judges_it(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    args = ["scorecard", "--out", str(out), "--traces", str(_traces(tmp_path)),
+            "--cases", "mooncake-1-1000,azure-1-1500", "--peers", "round-robin,llm-d-default",
+            "--jobs", "1"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "case 1 of 2: mooncake-1-1000" in captured.err
+    for case in ("mooncake-1-1000", "azure-1-1500"):
+        summary = json.loads((out / case / "summary.json").read_text())
+        assert list(summary["policies"]) == ["kvroute", "round-robin", "llm-d-default"]
+        assert summary["trace"]["requests"] == 24
+    mooncake = json.loads((out / "mooncake-1-1000" / "summary.json").read_text())
+    assert mooncake["trace"]["jitter_s"] == 3.0
+    card = json.loads((out / "scorecard.json").read_text())
+    goals = [(v["case"], v["goal"]) for v in card["verdicts"]]
+    assert goals == [
+        ("mooncake-1-1000", "goodput against the best peer"),
+        ("mooncake-1-1000", "goodput against round-robin"),
+        ("mooncake-1-1000", "prefix hit rate against the infinite-cache ceiling"),
+        ("mooncake-1-1000", "busy cost per Mtok at goodput against the cheapest peer's"),
+        ("azure-1-1500", "goodput against the best peer"),
+        ("azure-1-1500", "busy cost per Mtok at goodput against the cheapest peer's")]
+    # each verdict carries the numbers of the summary it was read from
+    prefix = card["verdicts"][2]
+    assert prefix["value"] == mooncake["policies"]["kvroute"]["prefix_hit_rate"]
+    assert prefix["reference"] == mooncake["policies"]["kvroute"]["prefix_hit_ceiling"] > 0
+    table = (out / "scorecard.md").read_text()
+    assert table in captured.out and "| goal | met | missed | not readable |" in table
+    # judged again from the files alone, the same verdicts
+    (out / "scorecard.json").unlink()
+    assert main([*args, "--judge-only"]) == 0
+    assert json.loads((out / "scorecard.json").read_text()) == card
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--cases", "no-such-case"], "unknown case(s) no-such-case; choose from mooncake-1-1000"),
+    (["--cases", "azure-1-1500", "--traces", "/nonexistent"],
+     "no such trace: /nonexistent/azure_llm_2023_code.csv.gz"),
+    (["--cases", "azure-1-1500", "--judge-only"], "summary.json: missing"),
+    (["--jobs", "0"], "--jobs: must be >= 1"),
+])
+def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, extra: list[str], message: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scorecard", "--out", str(tmp_path / "o"), *extra]) == 2
+    assert message in capsys.readouterr().err
