@@ -10,7 +10,7 @@ import pytest
 from router.cli import build_parser
 
 # always built in (the optional parts of kvroute are skipped when not installed)
-CORE_COMMANDS = {"up", "serve", "validate", "emulate", "sim", "bench", "dashboard"}
+CORE_COMMANDS = {"up", "serve", "validate", "emulate", "sim", "scorecard", "bench", "dashboard"}
 
 
 def _parsers(parser: argparse.ArgumentParser, path: str = "kvroute"
