@@ -7,7 +7,7 @@ FLEET  ?= config/fleet.yaml
 ROUTING ?= config/routing.yaml
 PYTEST_ARGS ?=
 
-.PHONY: run install install-dev test test-fast lint services bench-setup \
+.PHONY: run install install-dev test test-fast lint services bench-setup scorecard \
         test-real-vllm test-observability clean semantic-example
 
 $(VENV)/.base: pyproject.toml
@@ -52,6 +52,12 @@ test-observability: $(VENV)/.dev
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
 		(apt-get update -qq && apt-get install -y -qq prometheus >/dev/null)
 	$(VENV)/bin/pytest -q -o addopts='--import-mode=importlib' -m observability tests/observability $(PYTEST_ARGS)
+
+# Every simulated goal of token-aware routing judged on its seven cases (about 20 minutes on 2
+# cores; docs/sim.md, "The goals, judged").
+SCORECARD_OUT ?= out/scorecard
+scorecard: $(VENV)/.base
+	$(VENV)/bin/kvroute scorecard --out $(SCORECARD_OUT)
 
 # Peer routers for `kvroute bench` (never part of the base install): a separate venv plus Debian
 # packages. Versions match the ones measured in shared/reference/overhead-anchors.md.
