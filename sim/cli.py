@@ -4,8 +4,7 @@
 kvroute sim --trace ../shared/traces/mooncake_conversation_trace.jsonl.gz \\
     --fleet config/fleets/bench-mixed.yaml --policies kvroute,round-robin,dynamo-kv \\
     --out out/sim-mooncake [--rate-scale 1.0] [--goodput] [--skip N] [--limit N] [--duration S]
-    [--seed N]
-    [--jitter S] [--jobs N] [--kv-events] [--client-max-tokens exact|none|N]
+    [--seed N] [--jitter S] [--jobs N] [--kv-events] [--client-max-tokens exact|none|N]
 ```
 
 Writes ``OUT/summary.json`` (schema in ``docs/sim.md``), ``OUT/summary.md``, the plots

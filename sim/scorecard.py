@@ -28,6 +28,8 @@ from typing import Any, Literal
 Traffic = Literal["shared-prefix", "unique-prompt"]
 
 KVROUTE = "kvroute"
+# policies.peers.presets.PEER_NAMES, written out: importing the presets builds every plugin,
+# too slow for ``kvroute --help`` (a test keeps the two equal)
 PEERS: tuple[str, ...] = ("round-robin", "least-requests", "sglang-cache-aware", "llm-d-default",
                           "dynamo-kv", "production-stack-prefix")
 MOONCAKE = "mooncake_conversation_trace.jsonl.gz"

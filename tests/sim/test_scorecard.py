@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from sim.scorecard import DEFAULT_CASES, Case, Verdict, judge, markdown
+from policies.peers.presets import PEER_NAMES
+from sim.scorecard import DEFAULT_CASES, PEERS, Case, Verdict, judge, markdown
 
 SHARED = Case("shared", "shared-prefix", "t.jsonl.gz", "a shared-prefix slice")
 UNIQUE = Case("unique", "unique-prompt", "t.csv.gz", "a unique-prompt slice")
@@ -106,3 +107,7 @@ def test_the_default_cases_have_unique_names_and_spread_their_slices() -> None:
     mooncake = [c for c in DEFAULT_CASES if c.trace.startswith("mooncake")]
     assert all(c.jitter_s == 3.0 for c in mooncake)      # arrivals spread over 3 s buckets
     assert sorted(c.skip for c in mooncake) == [0, 6000, 9000]
+
+
+def test_the_peers_are_every_preset() -> None:
+    assert PEERS == PEER_NAMES
