@@ -3,14 +3,15 @@
 ```
 kvroute scorecard --out docs/benchmarks/token-aware/scorecard [--traces ../shared/traces]
     [--cases mooncake-1-1000,azure-1-1500] [--peers round-robin,llm-d-default] [--jobs 2]
-    [--judge-only]
+    [--client-max-tokens exact|none|N] [--judge-only]
 ```
 
 Each case (``sim.scorecard.DEFAULT_CASES``) is a ``kvroute sim`` run with a goodput search
 of kvroute (``config/routing.yaml``) and the peers on ``config/fleets/bench-mixed.yaml``,
 written to ``OUT/<case>/``; a ServeGen case first draws its trace into ``OUT/traces/``. Then
 ``OUT/scorecard.md`` and ``OUT/scorecard.json`` hold every goal's verdict. ``--judge-only``
-re-reads the cases' summaries without simulating.
+re-reads the cases' summaries without simulating. ``--client-max-tokens`` is ``kvroute sim``'s:
+what clients send as ``max_tokens`` (by default each answer's recorded length).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sim.client_max_tokens import ClientMaxTokens
 from sim.scorecard import DEFAULT_CASES, KVROUTE, PEERS, Case, Verdict, judge, markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +50,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--peers", default=",".join(PEERS),
                         help="comma-separated peer policies (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="policies simulated in parallel")
+    parser.add_argument("--client-max-tokens", default="exact", metavar="exact|none|N",
+                        help="what clients send as max_tokens, as for kvroute sim "
+                             "(default: %(default)s: each answer's recorded length)")
     parser.add_argument("--judge-only", action="store_true",
                         help="judge the cases already simulated in OUT, simulate nothing")
     parser.set_defaults(func=main)
@@ -66,6 +71,11 @@ def main(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         print("kvroute scorecard: --jobs: must be >= 1", file=sys.stderr)
         return 2
+    try:
+        client_max_tokens = ClientMaxTokens.parse(args.client_max_tokens)
+    except ValueError as exc:
+        print(f"kvroute scorecard: --client-max-tokens: {exc}", file=sys.stderr)
+        return 2
     if not args.judge_only:
         missing = [str(p) for p in (_source(args.traces, case) for case in cases)
                    if not p.is_file()]
@@ -77,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"kvroute scorecard: case {number} of {len(cases)}: {case.name} "
                   f"({case.about})", file=sys.stderr)
             started = time.monotonic()
-            code = _simulate(case, args, (KVROUTE, *peers))
+            code = _simulate(case, args, (KVROUTE, *peers), client_max_tokens)
             if code != 0:
                 print(f"kvroute scorecard: {case.name}: the simulation failed (exit {code})",
                       file=sys.stderr)
@@ -85,6 +95,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"kvroute scorecard: {case.name} done in {time.monotonic() - started:.0f} s",
                   file=sys.stderr)
     verdicts: list[Verdict] = []
+    sent: dict[str, str] = {}        # case -> what its clients sent as max_tokens
     for case in cases:
         summary_path = args.out / case.name / "summary.json"
         if not summary_path.is_file():
@@ -92,19 +103,31 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         try:
-            verdicts += judge(case, json.loads(summary_path.read_text()))
+            summary = json.loads(summary_path.read_text())
+            verdicts += judge(case, summary)
         except (KeyError, ValueError) as exc:
             print(f"kvroute scorecard: {summary_path}: {exc}", file=sys.stderr)
             return 2
-    table = markdown(cases, verdicts)
+        sent[case.name] = summary.get("settings", {}).get("client_max_tokens", "exact")
+    table = _max_tokens_line(sent) + markdown(cases, verdicts)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "scorecard.md").write_text(table)
     (args.out / "scorecard.json").write_text(json.dumps(
-        {"cases": [asdict(case) for case in cases],
+        {"cases": [asdict(case) for case in cases], "client_max_tokens": sent,
          "verdicts": [v.as_json() for v in verdicts]}, indent=2) + "\n")
     print(table, end="")
     print(f"wrote {args.out / 'scorecard.md'} and scorecard.json", file=sys.stderr)
     return 0
+
+
+def _max_tokens_line(sent: dict[str, str]) -> str:
+    """A line above the table when some case's clients did not send each answer's length."""
+    told = {label for label in sent.values() if label != "exact"}
+    if not told:
+        return ""
+    not_exact = sum(label != "exact" for label in sent.values())
+    return (f"`--client-max-tokens`: {', '.join(sorted(told))} in {not_exact} of {len(sent)} "
+            "cases (otherwise each answer's recorded length).\n\n")
 
 
 def _source(traces: Path, case: Case) -> Path:
@@ -112,7 +135,8 @@ def _source(traces: Path, case: Case) -> Path:
     return traces / (case.servegen.archive if case.servegen is not None else case.trace)
 
 
-def _simulate(case: Case, args: argparse.Namespace, policies: tuple[str, ...]) -> int:
+def _simulate(case: Case, args: argparse.Namespace, policies: tuple[str, ...],
+              client_max_tokens: ClientMaxTokens) -> int:
     from sim.session import SimulationRequest, run_session
 
     trace = _source(args.traces, case)
@@ -121,7 +145,7 @@ def _simulate(case: Case, args: argparse.Namespace, policies: tuple[str, ...]) -
     request = SimulationRequest(
         trace=str(trace), fleet=str(args.fleet), policies=policies,
         out=str(args.out / case.name), goodput=True, skip=case.skip, limit=case.limit,
-        jitter_s=case.jitter_s, jobs=args.jobs)
+        jitter_s=case.jitter_s, jobs=args.jobs, client_max_tokens=client_max_tokens)
     with contextlib.redirect_stdout(io.StringIO()):    # each case's table: in its summary.md
         return run_session(request)
 

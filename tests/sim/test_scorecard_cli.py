@@ -69,12 +69,27 @@ def test_scorecard_simulates_each_case_and_judges_it(tmp_path: Path,
     assert json.loads((out / "scorecard.json").read_text()) == card
 
 
+def test_clients_without_max_tokens_are_simulated_and_said(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["scorecard", "--out", str(out), "--traces", str(_traces(tmp_path)),
+                 "--cases", "azure-1-1500", "--peers", "round-robin", "--jobs", "1",
+                 "--client-max-tokens", "none"]) == 0
+    summary = json.loads((out / "azure-1-1500" / "summary.json").read_text())
+    assert summary["settings"]["client_max_tokens"] == "none"
+    assert json.loads((out / "scorecard.json").read_text())["client_max_tokens"] == {
+        "azure-1-1500": "none"}
+    assert (out / "scorecard.md").read_text().startswith(
+        "`--client-max-tokens`: none in 1 of 1 cases (otherwise each answer's recorded length).")
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--cases", "no-such-case"], "unknown case(s) no-such-case; choose from mooncake-1-1000"),
     (["--cases", "azure-1-1500", "--traces", "/nonexistent"],
      "no such trace: /nonexistent/azure_llm_2023_code.csv.gz"),
     (["--cases", "azure-1-1500", "--judge-only"], "summary.json: missing"),
     (["--jobs", "0"], "--jobs: must be >= 1"),
+    (["--client-max-tokens", "lots"],
+     "--client-max-tokens: 'lots': give exact, none or a number of tokens"),
 ])
 def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, extra: list[str], message: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
