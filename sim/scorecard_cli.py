@@ -67,7 +67,6 @@ def main(args: argparse.Namespace) -> int:
               f"choose from {', '.join(known)}", file=sys.stderr)
         return 2
     cases = [known[n] for n in names]
-    peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
     if args.jobs < 1:
         print("kvroute scorecard: --jobs: must be >= 1", file=sys.stderr)
         return 2
@@ -77,27 +76,42 @@ def main(args: argparse.Namespace) -> int:
         print(f"kvroute scorecard: --client-max-tokens: {exc}", file=sys.stderr)
         return 2
     if not args.judge_only:
-        missing = [str(p) for p in (_source(args.traces, case) for case in cases)
-                   if not p.is_file()]
-        if missing:
-            print(f"kvroute scorecard: no such trace: {', '.join(missing)} (--traces names "
-                  "the directory that holds them)", file=sys.stderr)
-            return 2
-        for number, case in enumerate(cases, 1):
-            print(f"kvroute scorecard: case {number} of {len(cases)}: {case.name} "
-                  f"({case.about})", file=sys.stderr)
-            started = time.monotonic()
-            code = _simulate(case, args, (KVROUTE, *peers), client_max_tokens)
-            if code != 0:
-                print(f"kvroute scorecard: {case.name}: the simulation failed (exit {code})",
-                      file=sys.stderr)
-                return code
-            print(f"kvroute scorecard: {case.name} done in {time.monotonic() - started:.0f} s",
+        peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+        code = _simulate_all(cases, args, (KVROUTE, *peers), client_max_tokens)
+        if code != 0:
+            return code
+    return _judge_all(cases, args.out)
+
+
+def _simulate_all(cases: list[Case], args: argparse.Namespace, policies: tuple[str, ...],
+                  client_max_tokens: ClientMaxTokens) -> int:
+    """Each case's ``kvroute sim`` run into ``OUT/<case>/``, one after the other."""
+    missing = [str(p) for p in (_source(args.traces, case) for case in cases) if not p.is_file()]
+    if missing:
+        print(f"kvroute scorecard: no such trace: {', '.join(missing)} (--traces names "
+              "the directory that holds them)", file=sys.stderr)
+        return 2
+    for number, case in enumerate(cases, 1):
+        print(f"kvroute scorecard: case {number} of {len(cases)}: {case.name} "
+              f"({case.about})", file=sys.stderr)
+        started = time.monotonic()
+        code = _simulate(case, args, policies, client_max_tokens)
+        if code != 0:
+            print(f"kvroute scorecard: {case.name}: the simulation failed (exit {code})",
                   file=sys.stderr)
+            return code
+        print(f"kvroute scorecard: {case.name} done in {time.monotonic() - started:.0f} s",
+              file=sys.stderr)
+    return 0
+
+
+def _judge_all(cases: list[Case], out: Path) -> int:
+    """Every case's verdicts from its ``summary.json``, written to ``OUT/scorecard.{md,json}``
+    and printed."""
     verdicts: list[Verdict] = []
     sent: dict[str, str] = {}        # case -> what its clients sent as max_tokens
     for case in cases:
-        summary_path = args.out / case.name / "summary.json"
+        summary_path = out / case.name / "summary.json"
         if not summary_path.is_file():
             print(f"kvroute scorecard: {summary_path}: missing (run without --judge-only)",
                   file=sys.stderr)
@@ -110,13 +124,13 @@ def main(args: argparse.Namespace) -> int:
             return 2
         sent[case.name] = summary.get("settings", {}).get("client_max_tokens", "exact")
     table = _max_tokens_line(sent) + markdown(cases, verdicts)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scorecard.md").write_text(table)
-    (args.out / "scorecard.json").write_text(json.dumps(
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scorecard.md").write_text(table)
+    (out / "scorecard.json").write_text(json.dumps(
         {"cases": [asdict(case) for case in cases], "client_max_tokens": sent,
          "verdicts": [v.as_json() for v in verdicts]}, indent=2) + "\n")
     print(table, end="")
-    print(f"wrote {args.out / 'scorecard.md'} and scorecard.json", file=sys.stderr)
+    print(f"wrote {out / 'scorecard.md'} and scorecard.json", file=sys.stderr)
     return 0
 
 
