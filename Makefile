@@ -53,7 +53,7 @@ test-observability: $(VENV)/.dev
 		(apt-get update -qq && apt-get install -y -qq prometheus >/dev/null)
 	$(VENV)/bin/pytest -q -o addopts='--import-mode=importlib' -m observability tests/observability $(PYTEST_ARGS)
 
-# Every simulated goal of token-aware routing judged on its seven cases (about 20 minutes on 2
+# Every simulated goal of token-aware routing judged on its seven cases (15-17 minutes on 2
 # cores; docs/sim.md, "The goals, judged").
 SCORECARD_OUT ?= out/scorecard
 scorecard: $(VENV)/.base

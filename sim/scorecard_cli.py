@@ -151,11 +151,16 @@ def _source(traces: Path, case: Case) -> Path:
 
 def _simulate(case: Case, args: argparse.Namespace, policies: tuple[str, ...],
               client_max_tokens: ClientMaxTokens) -> int:
+    from sim.servegen import ServeGenError
     from sim.session import SimulationRequest, run_session
 
     trace = _source(args.traces, case)
     if case.servegen is not None:
-        trace = _draw_servegen(case, trace, args.out / "traces")
+        try:
+            trace = _draw_servegen(case, trace, args.out / "traces")
+        except ServeGenError as exc:
+            print(f"kvroute scorecard: {exc}", file=sys.stderr)
+            return 2
     request = SimulationRequest(
         trace=str(trace), fleet=str(args.fleet), policies=policies,
         out=str(args.out / case.name), goodput=True, skip=case.skip, limit=case.limit,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from router.cli import main
-from sim.scorecard import AZURE_CODE, MOONCAKE
+from sim.scorecard import AZURE_CODE, MOONCAKE, SERVEGEN_R1
 
 
 def _traces(tmp_path: Path) -> Path:
@@ -80,6 +80,18 @@ def test_clients_without_max_tokens_are_simulated_and_said(tmp_path: Path) -> No
         "azure-1-1500": "none"}
     assert (out / "scorecard.md").read_text().startswith(
         "`--client-max-tokens`: none in 1 of 1 cases (otherwise each answer's recorded length).")
+
+
+def test_an_unreadable_servegen_archive_is_named(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    archive = tmp_path / "traces" / SERVEGEN_R1
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"not a tar archive")
+    assert main(["scorecard", "--out", str(tmp_path / "o"), "--traces", str(tmp_path / "traces"),
+                 "--cases", "servegen-r1-43200-300", "--peers", "round-robin"]) == 2
+    err = capsys.readouterr().err
+    assert "kvroute scorecard: " in err and str(archive) in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(("extra", "message"), [

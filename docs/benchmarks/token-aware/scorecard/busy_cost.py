@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
-import io
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -29,10 +28,9 @@ def bucket(serving: int) -> str:
 
 def read_rows(directory: Path, policy: str) -> list[dict[str, str]]:
     plain = directory / "requests" / f"{policy}.csv"
-    if plain.is_file():
-        return list(csv.DictReader(plain.open()))
-    with gzip.open(plain.with_suffix(".csv.gz"), "rt") as fh:
-        return list(csv.DictReader(io.StringIO(fh.read())))
+    with (plain.open(newline="") if plain.is_file()
+          else gzip.open(plain.with_suffix(".csv.gz"), "rt", newline="")) as fh:
+        return list(csv.DictReader(fh))
 
 
 def busy_cost(rows: list[dict[str, str]], price_per_h: dict[str, float]
