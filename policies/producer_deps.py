@@ -6,7 +6,8 @@ Plugin types declare the request fields they read (``needs``: ``num_prompt_token
 and a ``class`` condition needs ``semantic_class``. Producers declared under ``producers:``
 keep their params; a needed field nobody declared is provided by the first registered
 producer type that provides it, with default params. The result is ordered so that each
-producer runs after the producers of the fields it needs.
+producer runs after the producers of the fields it needs, and of the fields it ``uses``
+(reads when some other plugin's need brought their producer in, without bringing it in).
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ def _type_needs(registry: PluginRegistry, spec: PluginSpec) -> tuple[str, ...]:
     return plugin_type.needs if plugin_type is not None else ()
 
 
+def _type_uses(registry: PluginRegistry, spec: PluginSpec) -> tuple[str, ...]:
+    plugin_type = registry.get(spec.type)
+    return plugin_type.uses if plugin_type is not None else ()
+
+
 def _provider(specs: list[PluginSpec], field: str, registry: PluginRegistry) -> PluginSpec | None:
     for spec in specs:
         plugin_type = registry.get(spec.type)
@@ -86,7 +92,7 @@ def _ordered(specs: list[PluginSpec], registry: PluginRegistry) -> list[PluginSp
         if spec.path in visiting:
             raise RoutingConfigError(f"{spec.path}: producers depend on each other in a cycle")
         visiting.add(spec.path)
-        for field in _type_needs(registry, spec):
+        for field in _type_needs(registry, spec) + _type_uses(registry, spec):
             provider = _provider(specs, field, registry)
             if provider is not None and provider is not spec:
                 visit(provider)

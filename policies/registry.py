@@ -98,6 +98,7 @@ class PluginType:
     factory: PluginFactory
     needs: tuple[str, ...] = ()       # request fields it reads, filled by producers
     provides: tuple[str, ...] = ()    # producers: request fields it fills
+    uses: tuple[str, ...] = ()        # fields it reads when present: its producers run first
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +119,14 @@ class PluginRegistry:
 
     def register(self, type_name: str, kind: PluginKind, params_type: type,
                  factory: PluginFactory, *, needs: Iterable[str] = (),
-                 provides: Iterable[str] = ()) -> None:
+                 provides: Iterable[str] = (), uses: Iterable[str] = ()) -> None:
         """Add a plugin type. Registering a taken name is a programming error."""
         if type_name in self._types:
             raise ValueError(f"plugin type {type_name!r} is already registered")
         if kind not in PLUGIN_KINDS:
             raise ValueError(f"plugin type {type_name!r}: unknown kind {kind!r}")
         self._types[type_name] = PluginType(type_name, kind, params_type, factory,
-                                            tuple(needs), tuple(provides))
+                                            tuple(needs), tuple(provides), tuple(uses))
 
     def register_section(self, name: str, parser: SectionParser, *,
                          needs: Iterable[str] = ()) -> None:

@@ -20,7 +20,16 @@ short ones slack they do not have.
 
 "Such requests" are those of the same tenant and model once ``min_samples`` of them finished,
 else those of the model, else none: the field stays None and the estimates take
-``max_tokens`` (or the scorers' ``default_output_tokens``) as before. Means are running means
+``max_tokens`` (or the scorers' ``default_output_tokens``) as before.
+
+**A conversation's previous turn** (``previous_turn``, on by default): a prompt that continues
+an earlier one (its block hashes hold that prompt's; ``policies.producers.previous_turns``)
+is predicted that turn's answer length, capped at its ``max_tokens``, once that has been the
+nearer of the two on ``min_samples`` such requests of the model (each finished continuation
+scores both: |ln(generated / predicted)|, running means over ``window``; the other being the
+typical share or output above, else ``max_tokens``, else 256). Clients that send their
+answer's length are never predicted less: the other way is exact for them. Without
+``block_hashes`` (no prefix plugin asks for them) nothing changes. Means are running means
 over the first ``window`` outcomes, then exponentially weighted with weight ``1 / window``,
 so they follow a workload that changes. At most ``max_tenants`` (tenant, model) pairs are
 kept, the least recently finished forgotten first. Only successful requests (status 200)
@@ -29,7 +38,8 @@ that generated at least one token teach it.
 ```yaml
 producers:
   - type: output-length
-    params: {min_samples: 20, window: 200, max_tenants: 10000}
+    params: {min_samples: 20, window: 200, max_tenants: 10000, previous_turn: true,
+             turns_remembered: 200000}
 ```
 """
 
@@ -42,6 +52,7 @@ from dataclasses import dataclass
 
 from policies.base import RequestOutcome, RoutingRequest
 from policies.errors import ParamError
+from policies.producers.previous_turns import PreviousTurns
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
@@ -53,6 +64,8 @@ class OutputLengthParams:
     min_samples: int = 20      # outcomes before a mean is used
     window: int = 200          # outcomes a mean weighs equally before it starts forgetting
     max_tenants: int = 10_000  # (tenant, model) pairs remembered
+    previous_turn: bool = True      # a conversation's next answer from its previous one
+    turns_remembered: int = 200_000   # block hashes kept for that (about 170 bytes each)
 
     def __post_init__(self) -> None:
         if self.min_samples < 1:
@@ -61,6 +74,8 @@ class OutputLengthParams:
             raise ParamError("window", "must be >= 1")
         if self.max_tenants < 0:
             raise ParamError("max_tenants", "must be >= 0")
+        if self.turns_remembered < 0:
+            raise ParamError("turns_remembered", "must be >= 0")
 
 
 class RunningMean:
@@ -107,6 +122,23 @@ class OutputStats:
             self.log_uncapped_tokens.add(math.log(completion_tokens), window)
 
 
+class TurnJudgement:
+    """How near a model's previous-turn predictions came, against the other way's."""
+
+    __slots__ = ("other_error", "turn_error")
+
+    def __init__(self) -> None:
+        self.turn_error = RunningMean()     # |ln(generated / previous turn's answer)|
+        self.other_error = RunningMean()    # |ln(generated / what was predicted otherwise)|
+
+    def turn_is_nearer(self, min_samples: int) -> bool:
+        return (self.turn_error.count >= min_samples
+                and self.turn_error.value < self.other_error.value)
+
+
+TURN_KEY = "output_length.turn"   # request.attributes: (previous turn's, the other) prediction
+
+
 class OutputLengthProducer:
     """Sets ``request.predicted_output_tokens`` from what similar requests generated."""
 
@@ -115,6 +147,9 @@ class OutputLengthProducer:
         self.params = params
         self._by_tenant: OrderedDict[tuple[str, str], OutputStats] = OrderedDict()
         self._by_model: dict[str, OutputStats] = {}
+        self._turns = (PreviousTurns(params.turns_remembered) if params.previous_turn
+                       else None)
+        self._judgements: dict[str, TurnJudgement] = {}    # by model
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
         max_tokens, least = request.max_tokens, self.params.min_samples
@@ -127,12 +162,24 @@ class OutputLengthProducer:
             pooled = self._by_model.get(request.model)
             if pooled is not None:
                 predicted = pooled.predict(max_tokens, least)
+        if self._turns is not None and request.block_hashes:
+            answer = self._turns.answer_before(request.block_hashes[min(request.block_hashes)])
+            if answer is not None:
+                turn = answer if max_tokens is None or answer < max_tokens else max_tokens
+                request.attributes[TURN_KEY] = (
+                    turn, predicted if predicted is not None else request.output_tokens_bound)
+                judgement = self._judgements.get(request.model)
+                if judgement is not None and judgement.turn_is_nearer(least):
+                    predicted = turn
         request.predicted_output_tokens = predicted
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         if outcome.status != 200 or outcome.completion_tokens < 1:
             return
         window, tokens = self.params.window, outcome.completion_tokens
+        if self._turns is not None and request.block_hashes:
+            self._turns.remember(request.block_hashes[min(request.block_hashes)], tokens)
+            self._judge(request, tokens, window)
         pooled = self._by_model.get(request.model)
         if pooled is None:
             pooled = self._by_model[request.model] = OutputStats()
@@ -149,6 +196,18 @@ class OutputLengthProducer:
             self._by_tenant.move_to_end(key)
         stats.learn(request.max_tokens, tokens, window)
 
+    def _judge(self, request: RoutingRequest, tokens: int, window: int) -> None:
+        """Score both predictions a continuation had on what it generated."""
+        predictions: tuple[int, int] | None = request.attributes.get(TURN_KEY)
+        if predictions is None:
+            return
+        turn, other = predictions
+        judgement = self._judgements.get(request.model)
+        if judgement is None:
+            judgement = self._judgements[request.model] = TurnJudgement()
+        judgement.turn_error.add(abs(math.log(tokens / turn)), window)
+        judgement.other_error.add(abs(math.log(tokens / other)), window)
+
     def inherit_state(self, previous: object) -> None:
         """Keep what the engine this one replaces has learnt (a hot reload)."""
         if isinstance(previous, OutputLengthProducer):
@@ -156,9 +215,13 @@ class OutputLengthProducer:
             self._by_model = previous._by_model
             while len(self._by_tenant) > self.params.max_tenants:
                 self._by_tenant.popitem(last=False)
+            self._judgements = previous._judgements
+            if self._turns is not None and previous._turns is not None:
+                previous._turns.capacity = self._turns.capacity
+                self._turns = previous._turns
 
 
 def register(registry: PluginRegistry) -> None:
     registry.register(TYPE_NAME, "producer", OutputLengthParams,
                       lambda params, ctx: OutputLengthProducer(ctx.name, params),
-                      provides=("predicted_output_tokens",))
+                      provides=("predicted_output_tokens",), uses=("block_hashes",))

@@ -65,3 +65,21 @@ def test_dependency_cycle_is_an_error() -> None:
     with pytest.raises(RoutingConfigError) as info:
         parse_routing_text("producers: [{type: loop-a}]\nprofiles: {default: {}}\n", _registry())
     assert str(info.value) == "producers[0]: producers depend on each other in a cycle"
+
+
+def test_a_field_a_producer_uses_orders_without_pulling_in() -> None:
+    registry = _registry()
+
+    def nop(params: _P, context: BuildContext) -> _Nop:
+        return _Nop(context.name)
+
+    registry.register("lengths", "producer", _P, nop, provides=["predicted"],
+                      uses=["block_hashes"])
+    alone = parse_routing_text("producers: [{type: lengths}]\nprofiles: {default: {}}\n",
+                               registry)
+    assert [p.type for p in alone.producers] == ["lengths"]
+    with_prefix = parse_routing_text("""
+producers: [{type: lengths}]
+profiles: {default: {scorers: [{type: prefix}]}}
+""", registry)
+    assert [p.type for p in with_prefix.producers] == ["tokens", "blocks", "lengths"]

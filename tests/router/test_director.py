@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 import yaml
 
+from tests.conftest import REPO_ROOT
 from tests.router.gateway_support import (
     MODEL,
     RouterFactory,
@@ -94,6 +95,68 @@ async def test_the_output_length_is_learnt_from_the_usage_workers_report(
     exact = ratios["1.25"]
     assert ratios["2.0"] == exact + 1 == ratios["count"]
     assert ratios["sum"] == pytest.approx(exact * 1.0 + 2.0)
+
+
+@pytest.fixture(scope="module")
+def chosen_lengths_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """One emulated worker whose answers end as soon as ``min_tokens`` allows."""
+    path = tmp_path_factory.mktemp("chosen-lengths") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet_data(
+        {"chosen": ("h100", {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 1}})},
+        {"chosen": free_port()})))
+    fleet = load_fleet(path)
+    with EmulatorFleet(fleet, one_process=True):
+        yield fleet
+
+
+async def test_a_conversation_is_expected_to_answer_as_long_as_its_last_turn(
+        chosen_lengths_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    routing = ((REPO_ROOT / "config/routing.yaml").read_text()
+               + "producers:\n  - type: output-length\n    params: {min_samples: 4}\n")
+    router = await make_router(chosen_lengths_fleet, routing)
+    answered = 0
+
+    async with aiohttp.ClientSession() as session:
+        async def turn(messages: list[dict[str, str]], length: int) -> tuple[str, int, Any]:
+            """One turn that generates at least ``length`` tokens of its 1,000 (the emulated
+            engine stops as soon as it may): its answer, the tokens it generated and the
+            decision's attributes, once the router has booked it as finished."""
+            nonlocal answered
+            body = {"model": MODEL, "messages": messages, "max_tokens": 1000,
+                    "min_tokens": length}
+            async with session.post(router.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                reply = await resp.json()
+            generated = reply["usage"]["completion_tokens"]
+            assert length <= generated <= length + 1
+            async with session.get(router.url + "/debug/decisions?limit=1") as resp:
+                [decision] = (await resp.json())["data"]
+            answered += 1
+            deadline = time.monotonic() + 5.0
+            while router.metric("kvroute_requests_total", model=MODEL, worker="chosen",
+                                gpu="H100-80GB", profile="default", status="200") < answered:
+                assert time.monotonic() < deadline, "the answer was never booked"
+                await asyncio.sleep(0.02)
+            return reply["choices"][0]["message"]["content"], generated, decision["attributes"]
+
+        async def conversation(number: int, length: int) -> tuple[int, Any]:
+            """Two turns of ``length`` tokens each: the first's answer length and the
+            second's decision attributes."""
+            question = [{"role": "user", "content": f"Conversation {number}: tell me about "
+                         + "the sea, the mountains and the rivers between them. " * 12}]
+            answer, generated, _ = await turn(question, length)
+            _, _, attributes = await turn(
+                [*question, {"role": "assistant", "content": answer},
+                 {"role": "user", "content": "And what happened next?"}], length)
+            return generated, attributes
+
+        for number, length in enumerate((3, 200, 3, 200, 3)):
+            await conversation(number, length)
+        # five second turns judged: each was exactly as long as its first
+        long_first, long_follow_up = await conversation(5, 200)
+        short_first, short_follow_up = await conversation(6, 3)
+    assert long_follow_up["predicted_output_tokens"] == long_first >= 200
+    assert short_follow_up["predicted_output_tokens"] == short_first <= 4
 
 
 async def prediction_ratios(router: RouterHandle) -> dict[str, float]:

@@ -9,6 +9,7 @@ import pytest
 from policies.base import RequestOutcome, RoutingRequest
 from policies.errors import ParamError
 from policies.producers.output_length import (
+    TURN_KEY,
     OutputLengthParams,
     OutputLengthProducer,
     RunningMean,
@@ -16,9 +17,12 @@ from policies.producers.output_length import (
 
 
 def request(n: int, max_tokens: int | None, tenant: str | None = None,
-            model: str = "m") -> RoutingRequest:
-    return RoutingRequest(request_id=f"r{n}", model=model, max_tokens=max_tokens,
-                          tenant=tenant)
+            model: str = "m", blocks: list[int] | None = None) -> RoutingRequest:
+    routed = RoutingRequest(request_id=f"r{n}", model=model, max_tokens=max_tokens,
+                            tenant=tenant)
+    if blocks is not None:
+        routed.block_hashes[16] = blocks
+    return routed
 
 
 def finish(producer: OutputLengthProducer, routed: RoutingRequest, tokens: int,
@@ -143,8 +147,80 @@ def test_a_reloaded_engine_keeps_what_was_learnt() -> None:
     assert predicted(new, request(1, 1000, tenant="t")) == 250
 
 
+def opening(c: int) -> list[int]:
+    """The block hashes of conversation ``c``'s first prompt (8 blocks: the 8th is kept)."""
+    return [c * 100 + k for k in range(8)]
+
+
+def follow_up(c: int, turn: int = 1) -> list[int]:
+    """The block hashes of its next prompt: the first, then the answer and a new message."""
+    return opening(c) + [c * 100 + 50 + k for k in range(turn)]
+
+
+def conversation_turns(producer: OutputLengthProducer, conversations: int,
+                       max_tokens: int | None, first: int = 0) -> None:
+    """``conversations`` two-turn conversations: each second turn generates what its first
+    did (10, 1,000, 10, 1,000, ...); both turns finish."""
+    for c in range(first, first + conversations):
+        answer = 10 if c % 2 == 0 else 1000
+        first_turn = request(2 * c, max_tokens, blocks=opening(c))
+        producer.produce(first_turn, [])
+        finish(producer, first_turn, answer)
+        second_turn = request(2 * c + 1, max_tokens, blocks=follow_up(c))
+        producer.produce(second_turn, [])
+        finish(producer, second_turn, answer)
+
+
+def test_a_conversation_is_predicted_its_previous_answer_once_that_proves_nearer() -> None:
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=4))
+    conversation_turns(producer, 3, None)        # 3 continuations judged: not yet
+    third_turn = request(100, None, blocks=follow_up(1, 2))   # continues conversation 1 (1,000)
+    typical = round(geometric_mean(10, 10, 1000, 1000, 10, 10))
+    assert predicted(producer, third_turn) == typical == 46
+    assert third_turn.attributes[TURN_KEY] == (1000, typical)
+    conversation_turns(producer, 1, None, first=3)
+    assert predicted(producer, request(101, None, blocks=follow_up(1, 3))) == 1000
+    assert predicted(producer, request(102, None, blocks=follow_up(2, 2))) == 10
+    # not a continuation: the typical output, as before (of 4 x 10 and 4 x 1,000)
+    assert predicted(producer, request(103, None, blocks=opening(77))) == 100
+    # a cap is kept
+    assert predicted(producer, request(104, 300, blocks=follow_up(1, 2))) == 300
+
+
+def test_clients_sending_their_answers_length_are_never_predicted_less() -> None:
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
+    for c in range(6):        # exact max_tokens, and second turns longer than the first
+        first_turn = request(2 * c, 10, blocks=opening(c))
+        producer.produce(first_turn, [])
+        finish(producer, first_turn, 10)
+        second_turn = request(2 * c + 1, 50, blocks=follow_up(c))
+        producer.produce(second_turn, [])
+        assert second_turn.predicted_output_tokens in (None, 50)
+        finish(producer, second_turn, 50)
+    third_turn = request(99, 700, blocks=follow_up(1, 9))     # continues the second (50)
+    assert predicted(producer, third_turn) == 700
+    assert third_turn.attributes[TURN_KEY] == (50, 700)
+
+
+def test_previous_turns_can_be_switched_off() -> None:
+    producer = OutputLengthProducer("output-length",
+                                    OutputLengthParams(min_samples=1, previous_turn=False))
+    conversation_turns(producer, 4, None)
+    second_turn = request(100, None, blocks=follow_up(1, 2))
+    assert predicted(producer, second_turn) == 100
+    assert TURN_KEY not in second_turn.attributes
+
+
+def test_a_reloaded_engine_keeps_the_turns_and_their_judgement() -> None:
+    old = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
+    conversation_turns(old, 2, None)
+    new = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
+    new.inherit_state(old)
+    assert predicted(new, request(9, None, blocks=follow_up(1, 2))) == 1000
+
+
 @pytest.mark.parametrize(("field", "value"), [("min_samples", 0), ("window", 0),
-                                              ("max_tenants", -1)])
+                                              ("max_tenants", -1), ("turns_remembered", -1)])
 def test_bad_params_are_refused(field: str, value: int) -> None:
     with pytest.raises(ParamError, match=field):
         OutputLengthParams(**{field: value})
