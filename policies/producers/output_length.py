@@ -20,7 +20,11 @@ short ones slack they do not have.
 
 "Such requests" are those of the same tenant and model once ``min_samples`` of them finished,
 else those of the model, else none: the field stays None and the estimates take
-``max_tokens`` (or the scorers' ``default_output_tokens``) as before.
+``max_tokens`` (or the scorers' ``default_output_tokens``) as before. Means are running means
+over the first ``window`` outcomes, then exponentially weighted with weight ``1 / window``,
+so they follow a workload that changes. At most ``max_tenants`` (tenant, model) pairs are
+kept, the least recently finished forgotten first. Only successful requests (status 200)
+that generated at least one token teach it.
 
 **A conversation's previous turn** (``previous_turn``, on by default): a prompt that continues
 an earlier one (its block hashes hold that prompt's; ``policies.producers.previous_turns``)
@@ -29,11 +33,7 @@ nearer of the two on ``min_samples`` such requests of the model (each finished c
 scores both: |ln(generated / predicted)|, running means over ``window``; the other being the
 typical share or output above, else ``max_tokens``, else 256). Clients that send their
 answer's length are never predicted less: the other way is exact for them. Without
-``block_hashes`` (no prefix plugin asks for them) nothing changes. Means are running means
-over the first ``window`` outcomes, then exponentially weighted with weight ``1 / window``,
-so they follow a workload that changes. At most ``max_tenants`` (tenant, model) pairs are
-kept, the least recently finished forgotten first. Only successful requests (status 200)
-that generated at least one token teach it.
+``block_hashes`` (no prefix plugin asks for them) nothing changes.
 
 ```yaml
 producers:
