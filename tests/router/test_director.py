@@ -50,16 +50,24 @@ async def test_in_flight_tokens_count_max_tokens_as_the_window_clamps_them(
     assert 0 < worker["inflight_tokens"] <= 8_192
 
 
-@pytest.fixture(scope="module")
-def short_answers_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
-    """One emulated worker whose answers end after 12 tokens, whatever max_tokens allows."""
-    path = tmp_path_factory.mktemp("short-answers") / "fleet.yaml"
+def one_worker_fleet(tmp_path_factory: pytest.TempPathFactory, worker: str,
+                     answer_tokens: int) -> Iterator[FleetConfig]:
+    """One emulated H100 ``worker`` whose answers end after ``answer_tokens`` tokens (or
+    ``min_tokens``, if more), whatever max_tokens allows; stopped when the fixture ends."""
+    path = tmp_path_factory.mktemp(worker) / "fleet.yaml"
     path.write_text(yaml.safe_dump(fleet_data(
-        {"short": ("h100", {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 12}})},
-        {"short": free_port()})))
+        {worker: ("h100", {"time_scale": 0.01,
+                           "output_len": {"dist": "fixed", "value": answer_tokens}})},
+        {worker: free_port()})))
     fleet = load_fleet(path)
     with EmulatorFleet(fleet, one_process=True):
         yield fleet
+
+
+@pytest.fixture(scope="module")
+def short_answers_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """One emulated worker whose answers end after 12 tokens, whatever max_tokens allows."""
+    yield from one_worker_fleet(tmp_path_factory, "short", 12)
 
 
 async def test_the_output_length_is_learnt_from_the_usage_workers_report(
@@ -100,13 +108,7 @@ async def test_the_output_length_is_learnt_from_the_usage_workers_report(
 @pytest.fixture(scope="module")
 def chosen_lengths_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
     """One emulated worker whose answers end as soon as ``min_tokens`` allows."""
-    path = tmp_path_factory.mktemp("chosen-lengths") / "fleet.yaml"
-    path.write_text(yaml.safe_dump(fleet_data(
-        {"chosen": ("h100", {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 1}})},
-        {"chosen": free_port()})))
-    fleet = load_fleet(path)
-    with EmulatorFleet(fleet, one_process=True):
-        yield fleet
+    yield from one_worker_fleet(tmp_path_factory, "chosen", 1)
 
 
 async def test_a_conversation_is_expected_to_answer_as_long_as_its_last_turn(
