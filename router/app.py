@@ -92,6 +92,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
                                    on_swap=kv_events.on_new_engine)
     metrics.record_config_loaded()
     metrics.watch_estimates(lambda: reloader.engine)
+    metrics.watch_output_lengths(lambda: reloader.engine)
     kv_events.attach(reloader.engine)
     middlewares: list[Middleware] = [error_middleware]
     client_keys = None

@@ -30,6 +30,7 @@ from router.loop_metrics import (
     LoopHistogram,
     LoopMetricsCollector,
 )
+from router.output_length_metrics import OutputLengthCollector
 from router.pool_demand import pool_demand
 from workers.models import WorkerView
 
@@ -354,6 +355,11 @@ class RouterMetrics:
         """Render the ``kvroute_estimate_*`` series (``router.estimate_metrics``) from the
         engine in force, ``engine()`` at each scrape."""
         self.registry.register(EstimateCollector(engine))
+
+    def watch_output_lengths(self, engine: Callable[[], PolicyEngine]) -> None:
+        """Render the ``kvroute_output_length_*`` series (``router.output_length_metrics``)
+        from the engine in force, ``engine()`` at each scrape."""
+        self.registry.register(OutputLengthCollector(engine))
 
     def start_ejection_counts(self, workers: Iterable[str]) -> None:
         """Each worker's ejection and stall counts at 0, so the first is an increase."""

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from policies.base import RequestOutcome, RoutingRequest
@@ -207,6 +207,14 @@ class OutputLengthProducer:
             judgement = self._judgements[request.model] = TurnJudgement()
         judgement.turn_error.add(abs(math.log(tokens / turn)), window)
         judgement.other_error.add(abs(math.log(tokens / other)), window)
+
+    def turn_judgements(self) -> Iterator[tuple[str, float, float, int]]:
+        """(model, mean error of the previous turn's answer, of the other prediction,
+        continuations judged) for each model with a judged continuation: the running means of
+        |ln(generated / predicted)| that decide which is used."""
+        for model, judgement in self._judgements.items():
+            yield (model, judgement.turn_error.value, judgement.other_error.value,
+                   judgement.turn_error.count)
 
     def inherit_state(self, previous: object) -> None:
         """Keep what the engine this one replaces has learnt (a hot reload)."""

@@ -159,6 +159,11 @@ async def test_a_conversation_is_expected_to_answer_as_long_as_its_last_turn(
         short_first, short_follow_up = await conversation(6, 3)
     assert long_follow_up["predicted_output_tokens"] == long_first >= 200
     assert short_follow_up["predicted_output_tokens"] == short_first <= 4
+    # /metrics says why: seven second turns judged, the previous turn the nearer
+    assert router.metric("kvroute_output_length_judged_requests_total", model=MODEL) == 7
+    errors = {way: router.metric("kvroute_output_length_error", model=MODEL, prediction=way)
+              for way in ("previous_turn", "typical")}
+    assert errors["previous_turn"] < 0.1 < errors["typical"]
 
 
 async def prediction_ratios(router: RouterHandle) -> dict[str, float]:
