@@ -36,7 +36,8 @@ def run_seed(seed: int, args: argparse.Namespace) -> None:
     subprocess.run([sys.executable, "-m", "router.cli", "sim", "--trace", str(args.trace),
                     "--fleet", args.fleet, "--policies", args.policies,
                     "--limit", str(args.limit), "--jitter", str(args.jitter),
-                    "--seed", str(seed), "--jobs", "2", "--out", str(args.out / f"seed-{seed}")],
+                    "--seed", str(seed), "--client-max-tokens", args.client_max_tokens,
+                    "--jobs", "2", "--out", str(args.out / f"seed-{seed}")],
                    cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -98,6 +99,8 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=1756)
     parser.add_argument("--fleet", default="config/fleets/reference-h100.yaml")
     parser.add_argument("--trace", type=Path, default=TRACE)
+    parser.add_argument("--client-max-tokens", default="exact",
+                        help="as kvroute sim's (default exact)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-run", dest="run", action="store_false",
                         help="only read the runs already in --out")
