@@ -178,10 +178,11 @@ def _ratio(case: Case, goal: str, value: float | None, reference: float | None,
                    met)
 
 
-def markdown(cases: Sequence[Case], verdicts: Sequence[Verdict]) -> str:
-    """The verdicts as one table (a row per case and goal), then each goal's count."""
+def markdown(cases: Sequence[Case], verdicts: Sequence[Verdict], policy: str = KVROUTE) -> str:
+    """The verdicts as one table (a row per case and goal; ``policy``: the judged one's
+    name, its column's head), then each goal's count."""
     about = {case.name: case.about for case in cases}
-    lines = ["| case | goal | kvroute | reference | ratio | target | met |",
+    lines = [f"| case | goal | {policy} | reference | ratio | target | met |",
              "|---|---|--:|---|--:|--:|---|"]
     for v in verdicts:
         reference = (f"{v.reference_name} {_number(v.reference)}" if v.reference is not None

@@ -2,12 +2,13 @@
 
 ```
 kvroute scorecard --out docs/benchmarks/token-aware/scorecard [--traces ../shared/traces]
-    [--cases mooncake-1-1000,azure-1-1500] [--peers round-robin,llm-d-default] [--jobs 2]
-    [--client-max-tokens exact|none|N] [--judge-only]
+    [--routing FILE] [--cases mooncake-1-1000,azure-1-1500] [--peers round-robin,llm-d-default]
+    [--jobs 2] [--client-max-tokens exact|none|N] [--judge-only]
 ```
 
 Each case (``sim.scorecard.DEFAULT_CASES``) is a ``kvroute sim`` run with a goodput search
-of kvroute (``config/routing.yaml``) and the peers on ``config/fleets/bench-mixed.yaml``,
+of kvroute (``config/routing.yaml``, or the routing file ``--routing`` names, judged under its
+file name's stem) and the peers on ``config/fleets/bench-mixed.yaml``,
 written to ``OUT/<case>/``; a ServeGen case first draws its trace into ``OUT/traces/``. Then
 ``OUT/scorecard.md`` and ``OUT/scorecard.json`` hold every goal's verdict. ``--judge-only``
 re-reads the cases' summaries without simulating. ``--client-max-tokens`` is ``kvroute sim``'s:
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.client_max_tokens import ClientMaxTokens
+from sim.policy_names import policy_label
 from sim.scorecard import DEFAULT_CASES, KVROUTE, PEERS, Case, Verdict, judge, markdown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +47,9 @@ def register(subparsers: Any) -> None:
                         help="directory holding the traces (default: %(default)s)")
     parser.add_argument("--fleet", type=Path, default=DEFAULT_FLEET,
                         help="fleet YAML (default: config/fleets/bench-mixed.yaml)")
+    parser.add_argument("--routing", type=Path, metavar="FILE",
+                        help="judge this routing file instead of config/routing.yaml (its "
+                             "rows are named by the file's stem)")
     parser.add_argument("--cases", default=",".join(c.name for c in DEFAULT_CASES),
                         help="comma-separated case names (default: all: %(default)s)")
     parser.add_argument("--peers", default=",".join(PEERS),
@@ -75,12 +80,42 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kvroute scorecard: --client-max-tokens: {exc}", file=sys.stderr)
         return 2
+    judged = KVROUTE if args.routing is None else policy_label(str(args.routing))
     if not args.judge_only:
         peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
-        code = _simulate_all(cases, args, (KVROUTE, *peers), client_max_tokens)
+        if args.routing is not None:
+            code = _check_routing(args.routing, judged, peers)
+            if code != 0:
+                return code
+        own = KVROUTE if args.routing is None else str(args.routing)
+        code = _simulate_all(cases, args, (own, *peers), client_max_tokens)
         if code != 0:
             return code
-    return _judge_all(cases, args.out)
+    return _judge_all(cases, args.out, judged)
+
+
+def _check_routing(routing: Path, judged: str, peers: tuple[str, ...]) -> int:
+    """The routing file to judge must load, and its name must not be one of the peers'."""
+    from policies.errors import RoutingConfigError
+    from policies.loader import load_routing
+
+    if routing.suffix not in (".yaml", ".yml"):
+        print(f"kvroute scorecard: --routing: {routing}: give a .yaml or .yml file",
+              file=sys.stderr)
+        return 2
+    if not routing.is_file():
+        print(f"kvroute scorecard: --routing: {routing}: no such file", file=sys.stderr)
+        return 2
+    try:
+        load_routing(routing)
+    except RoutingConfigError as exc:
+        print(f"kvroute scorecard: --routing: {routing}: {exc}", file=sys.stderr)
+        return 2
+    if judged in peers:
+        print(f"kvroute scorecard: --routing: {routing} would be named {judged!r}, as a peer "
+              "in --peers is; rename the file", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _simulate_all(cases: list[Case], args: argparse.Namespace, policies: tuple[str, ...],
@@ -105,9 +140,9 @@ def _simulate_all(cases: list[Case], args: argparse.Namespace, policies: tuple[s
     return 0
 
 
-def _judge_all(cases: list[Case], out: Path) -> int:
-    """Every case's verdicts from its ``summary.json``, written to ``OUT/scorecard.{md,json}``
-    and printed."""
+def _judge_all(cases: list[Case], out: Path, judged: str) -> int:
+    """Every case's verdicts for the policy ``judged`` from its ``summary.json``, written to
+    ``OUT/scorecard.{md,json}`` and printed."""
     verdicts: list[Verdict] = []
     sent: dict[str, str] = {}        # case -> what its clients sent as max_tokens
     for case in cases:
@@ -118,16 +153,17 @@ def _judge_all(cases: list[Case], out: Path) -> int:
             return 2
         try:
             summary = json.loads(summary_path.read_text())
-            verdicts += judge(case, summary)
+            verdicts += judge(case, summary, judged)
         except (KeyError, ValueError) as exc:
             print(f"kvroute scorecard: {summary_path}: {exc}", file=sys.stderr)
             return 2
         sent[case.name] = summary.get("settings", {}).get("client_max_tokens", "exact")
-    table = _max_tokens_line(sent) + markdown(cases, verdicts)
+    table = _max_tokens_line(sent) + markdown(cases, verdicts, judged)
     out.mkdir(parents=True, exist_ok=True)
     (out / "scorecard.md").write_text(table)
     (out / "scorecard.json").write_text(json.dumps(
-        {"cases": [asdict(case) for case in cases], "client_max_tokens": sent,
+        {"policy": judged, "cases": [asdict(case) for case in cases],
+         "client_max_tokens": sent,
          "verdicts": [v.as_json() for v in verdicts]}, indent=2) + "\n")
     print(table, end="")
     print(f"wrote {out / 'scorecard.md'} and scorecard.json", file=sys.stderr)

@@ -12,6 +12,8 @@ import pytest
 from router.cli import main
 from sim.scorecard import AZURE_CODE, MOONCAKE, SERVEGEN_R1
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _traces(tmp_path: Path) -> Path:
     """A Mooncake file whose conversations share prefixes and an Azure code CSV, 24 rows each."""
@@ -82,6 +84,34 @@ def test_clients_without_max_tokens_are_simulated_and_said(tmp_path: Path) -> No
         "`--client-max-tokens`: none in 1 of 1 cases (otherwise each answer's recorded length).")
 
 
+def test_a_routing_file_is_judged_under_its_name(tmp_path: Path) -> None:
+    routing = tmp_path / "edited.yaml"
+    routing.write_text((ROOT / "config" / "routing.yaml").read_text().replace(
+        "cost_tolerance: 0.05", "cost_tolerance: 0.2"))
+    out = tmp_path / "out"
+    args = ["scorecard", "--out", str(out), "--traces", str(_traces(tmp_path)),
+            "--cases", "azure-1-1500", "--peers", "round-robin,kvroute", "--jobs", "1",
+            "--routing", str(routing)]
+    assert main(args) == 0
+    summary = json.loads((out / "azure-1-1500" / "summary.json").read_text())
+    # the edited file first, the repository's default beside the peers
+    assert list(summary["policies"]) == ["edited", "round-robin", "kvroute"]
+    card = json.loads((out / "scorecard.json").read_text())
+    assert card["policy"] == "edited"
+    goodput = card["verdicts"][0]
+    assert goodput["value"] == summary["policies"]["edited"]["goodput_rate_scale"]
+    peers = {name: entry["goodput_rate_scale"] for name, entry in summary["policies"].items()
+             if name != "edited"}
+    best = max(peers, key=lambda name: peers[name])
+    assert (goodput["reference_name"], goodput["reference"]) == (best, peers[best])
+    table = (out / "scorecard.md").read_text()
+    assert table.startswith("| case | goal | edited | reference | ratio | target | met |")
+    # judged again from the files alone, under the same name
+    (out / "scorecard.json").unlink()
+    assert main([*args, "--judge-only"]) == 0
+    assert json.loads((out / "scorecard.json").read_text()) == card
+
+
 def test_an_unreadable_servegen_archive_is_named(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     archive = tmp_path / "traces" / SERVEGEN_R1
@@ -102,6 +132,12 @@ def test_an_unreadable_servegen_archive_is_named(tmp_path: Path,
     (["--jobs", "0"], "--jobs: must be >= 1"),
     (["--client-max-tokens", "lots"],
      "--client-max-tokens: 'lots': give exact, none or a number of tokens"),
+    (["--routing", "/nonexistent/mine.yaml"], "--routing: /nonexistent/mine.yaml: no such file"),
+    (["--routing", str(ROOT / "config" / "fleet.yaml")], "fleet.yaml: "),
+    (["--routing", "README.md"], "--routing: README.md: give a .yaml or .yml file"),
+    (["--routing", str(ROOT / "config" / "examples" / "token-aware.yaml"),
+      "--peers", "token-aware"],
+     "would be named 'token-aware', as a peer in --peers is; rename the file"),
 ])
 def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, extra: list[str], message: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
