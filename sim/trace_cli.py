@@ -1,4 +1,5 @@
-"""``kvroute trace``: make request traces for ``kvroute sim`` and ``kvroute bench replay``.
+"""``kvroute trace``: make request traces for ``kvroute sim`` and ``kvroute bench replay``,
+and read what a trace asks of a fleet's caches.
 
 ```
 kvroute trace servegen --archive ../shared/traces/servegen/servegen_reason_deepseek-r1.tar.gz \\
@@ -6,7 +7,8 @@ kvroute trace servegen --archive ../shared/traces/servegen/servegen_reason_deeps
 ```
 
 ``servegen`` draws requests from ServeGen's per-client statistics (``sim.servegen``) and
-writes them in the simulator's generic JSONL, one ``tenant`` per client.
+writes them in the simulator's generic JSONL, one ``tenant`` per client. ``cache-curve``
+(``sim.cache_curve_cli``) reads a trace's prefix reuse against cache sizes.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import statistics
 import sys
 from typing import Any
 
+from sim import cache_curve_cli
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "trace", help="make request traces for kvroute sim",
-        description="Make request traces (the simulator's generic JSONL).")
+        "trace", help="make request traces for kvroute sim, or read their prefix reuse",
+        description="Make request traces (the simulator's generic JSONL), or read how much "
+                    "cache a trace's prefix reuse needs.")
     kinds = parser.add_subparsers(dest="trace_kind", metavar="KIND")
     servegen = kinds.add_parser(
         "servegen", help="draw requests from ServeGen's per-client statistics",
@@ -38,6 +43,7 @@ def register(subparsers: Any) -> None:
     servegen.add_argument("--out", required=True,
                           help="JSONL file to write (.gz: gzip)")
     servegen.set_defaults(func=main_servegen)
+    cache_curve_cli.add_parser(kinds)
     parser.set_defaults(func=lambda args: _usage(parser))
 
 
