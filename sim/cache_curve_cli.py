@@ -4,12 +4,14 @@
 kvroute trace cache-curve --trace ../shared/traces/mooncake_conversation_trace.jsonl.gz \\
     --fleet config/fleets/bench-mixed.yaml --limit 1000 --jitter 3 [--skip N] [--duration S]
     [--seed N] [--multiples 0.1,0.5,1,2] [--shares 0.85,0.9] [--out DIR]
+kvroute trace cache-curve --trace T --kv-tokens 2800000     # a live fleet's KV, as measured
 ```
 
 Slices the trace as ``kvroute sim`` does, sizes the fleet's KV as the simulator sizes its
-engines, and prints the prefix hit rate of one pooled cache at multiples of that size, with
-LRU eviction (vLLM's) and with the optimal evictions (``sim.cache_curve``), then the cache
-each needs to reach shares of the infinite-cache ceiling. ``--out`` also writes
+engines (or takes ``--kv-tokens``: a real fleet's, from its engines), and prints the prefix
+hit rate of one pooled cache at multiples of that size, with LRU eviction (vLLM's) and with
+the optimal evictions (``sim.cache_curve``), then the cache each needs to reach shares of
+the infinite-cache ceiling. ``--out`` also writes
 ``cache_curve.json``, ``cache_curve.md`` and ``cache_curve.png`` (both curves over a fine
 grid, the ceiling and the fleet's KV marked).
 """
@@ -41,8 +43,14 @@ def add_parser(kinds: Any) -> None:
     parser.add_argument("--trace-format", default="auto",
                         choices=["auto", "mooncake", "azure", "jsonl"],
                         help="as kvroute sim's (default: %(default)s)")
-    parser.add_argument("--fleet", required=True,
-                        help="fleet YAML whose KV capacity is the unit of the cache sizes")
+    unit = parser.add_mutually_exclusive_group(required=True)
+    unit.add_argument("--fleet",
+                      help="fleet YAML whose KV capacity, as the simulator sizes its engines, "
+                           "is the unit of the cache sizes")
+    unit.add_argument("--kv-tokens", type=int, default=None, metavar="N",
+                      help="instead, the fleet's KV in tokens: for real vLLM engines the sum "
+                           "of num_gpu_blocks x block_size over the workers (/debug/fleet), or "
+                           "of the 'GPU KV cache size: N tokens' each logs at start")
     parser.add_argument("--skip", type=int, default=0, metavar="N",
                         help="leave out the first N requests (default: %(default)s)")
     parser.add_argument("--limit", type=int, default=None, metavar="N",
@@ -81,7 +89,10 @@ def main(args: argparse.Namespace) -> int:
         shares = _numbers(args.shares, "--shares", upper=1.0)
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit: must be at least 1")
-        fleet = load_fleet(args.fleet)
+        if args.kv_tokens is not None and args.kv_tokens < 1:
+            raise ValueError("--kv-tokens: must be at least 1")
+        kv_tokens = (args.kv_tokens if args.kv_tokens is not None
+                     else fleet_kv_tokens(load_fleet(args.fleet)))
         trace = load_trace(args.trace, fmt=args.trace_format, limit=args.limit,
                            duration_s=args.duration, seed=args.seed, jitter_s=args.jitter,
                            skip=args.skip)
@@ -92,8 +103,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"kvroute trace cache-curve: {args.trace}: no requests after slicing",
               file=sys.stderr)
         return 2
-    report = cache_report(trace, fleet_kv_tokens(fleet), multiples, shares,
-                          trace_name=Path(args.trace).name, fleet_name=Path(args.fleet).name,
+    fleet_name = Path(args.fleet).name if args.fleet is not None else None
+    report = cache_report(trace, kv_tokens, multiples, shares,
+                          trace_name=Path(args.trace).name, fleet_name=fleet_name,
                           progress=_progress)
     text = markdown(report)
     print(text, end="")
@@ -127,10 +139,11 @@ def _numbers(text: str, option: str, upper: float | None) -> list[float]:
 
 
 def cache_report(trace: Any, fleet_kv: int, multiples: Sequence[float],
-                 shares: Sequence[float], *, trace_name: str, fleet_name: str,
+                 shares: Sequence[float], *, trace_name: str, fleet_name: str | None,
                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Everything the command prints and writes, as JSON-ready values (``progress``: told
-    each stage as it starts)."""
+    """Everything the command prints and writes, as JSON-ready values (``fleet_name``: None
+    when ``fleet_kv`` was given, not read from a fleet file; ``progress``: told each stage
+    as it starts)."""
     from sim.cache_curve import (
         block_accesses,
         capacity_for,
@@ -180,8 +193,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"Trace `{trace['name']}`: {trace['requests']:,} requests, "
              f"{trace['prompt_tokens']:,} prompt tokens, {trace['distinct_blocks']:,} distinct "
              f"{trace['block_tokens']}-token blocks; infinite-cache prefix ceiling "
-             f"{ceiling:.1%}. Fleet `{fleet['name']}`: KV for {fleet['kv_tokens']:,} tokens "
-             "(as the simulator sizes its engines).", ""]
+             f"{ceiling:.1%}. {_fleet_words(fleet)}.", ""]
     if not report["points"]:
         lines.append("No request shares a leading block with an earlier one: a cache of any "
                      "size hits nothing." if ceiling == 0 else "The fleet has no KV capacity.")
@@ -206,6 +218,13 @@ def markdown(report: dict[str, Any]) -> str:
               "split between workers, hits more blocks (a bound shown as ≤ where it differs "
               "from the prefix hits they reach)."]
     return "\n".join(lines) + "\n"
+
+
+def _fleet_words(fleet: dict[str, Any]) -> str:
+    if fleet["name"] is None:
+        return f"The fleet's KV: {fleet['kv_tokens']:,} tokens (as given)"
+    return (f"Fleet `{fleet['name']}`: KV for {fleet['kv_tokens']:,} tokens (as the simulator "
+            "sizes its engines)")
 
 
 def _needed(multiple: float | None, tokens: int | None) -> str:

@@ -98,3 +98,29 @@ def test_bad_input_is_refused_with_its_reason(tmp_path: Path, option: str, value
     assert captured.out == ""
     assert captured.err.startswith("kvroute trace cache-curve: ")
     assert message in captured.err
+
+
+def test_a_kv_size_given_in_tokens_stands_for_the_fleet_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = str(_conversations(tmp_path))
+    kv = fleet_kv_tokens(load_fleet(FLEET))
+    multiples = "0.0002,0.0005,0.001,1"
+    assert main(["trace", "cache-curve", "--trace", trace, "--fleet", str(FLEET),
+                 "--multiples", multiples, "--out", str(tmp_path / "fleet")]) == 0
+    assert main(["trace", "cache-curve", "--trace", trace, "--kv-tokens", str(kv),
+                 "--multiples", multiples, "--out", str(tmp_path / "given")]) == 0
+    printed = capsys.readouterr().out
+    assert f"The fleet's KV: {kv:,} tokens (as given)." in printed
+    by_fleet = json.loads((tmp_path / "fleet" / "cache_curve.json").read_text())
+    given = json.loads((tmp_path / "given" / "cache_curve.json").read_text())
+    assert given["fleet"] == {"name": None, "kv_tokens": kv}
+    assert {k: v for k, v in given.items() if k != "fleet"} == {
+        k: v for k, v in by_fleet.items() if k != "fleet"}
+
+    assert main(["trace", "cache-curve", "--trace", trace, "--kv-tokens", "0"]) == 2
+    assert "--kv-tokens: must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:      # one unit or the other, not both
+        main(["trace", "cache-curve", "--trace", trace, "--kv-tokens", "5",
+              "--fleet", str(FLEET)])
+    assert exited.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
