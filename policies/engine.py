@@ -107,10 +107,14 @@ class PolicyEngine:
             except Exception:
                 log.exception("%s: could not take over the previous state; starting fresh", path)
 
-    def decide(self, request: RoutingRequest, views: Sequence[WorkerView]) -> Decision:
-        """Choose a worker for ``request`` among ``views``. Never raises."""
+    def decide(self, request: RoutingRequest, views: Sequence[WorkerView], *,
+               follow_rules: bool = True) -> Decision:
+        """Choose a worker for ``request`` among ``views``. Never raises.
+
+        ``follow_rules=False``: as if no rule matched (the default profile, the requested
+        model), for a request whose target is fixed elsewhere (a response's continuation)."""
         try:
-            return self._decide(request, views)
+            return self._decide(request, views, follow_rules)
         except Exception:
             request_id = str(getattr(request, "request_id", "?"))
             log.exception("policy engine failed on request %s", request_id)
@@ -120,8 +124,9 @@ class PolicyEngine:
                             reason="no candidate: internal policy error",
                             attributes=MappingProxyType({"decided_by": "error"}))
 
-    def _decide(self, request: RoutingRequest, views: Sequence[WorkerView]) -> Decision:
-        rule = first_match(self.routing.rules, request)
+    def _decide(self, request: RoutingRequest, views: Sequence[WorkerView],
+                follow_rules: bool = True) -> Decision:
+        rule = first_match(self.routing.rules, request) if follow_rules else None
         action = rule.then if rule is not None else None
         profile = self.profiles[(action.profile if action else None) or self.default_profile]
         model = (action.model if action else None) or request.model

@@ -174,6 +174,7 @@ class Director:
         views = self._views(self._clock(), pinned)
         if engine.producers and await self._produce(engine, parsed.routing, views):
             views = self._views(self._clock(), pinned)   # a producer ran off the loop
+        continued = continuation_model(views, parsed.routing.model) if pinned else None
         self.admission.charge_prompt(ticket, parsed.routing.num_prompt_tokens)
         tried: set[str] = set()
         last_failure: RetryableUpstream | None = None
@@ -182,7 +183,8 @@ class Director:
                 views = [v for v in self._views(self._clock(), pinned) if v.id not in tried]
             shown = views if pinned is not None else self._ejected_unhealthy(views)
             decision = self._decide(engine, parsed.routing, shown, attempt,
-                                    fail_open=views if shown is not views else None)
+                                    fail_open=views if shown is not views else None,
+                                    continued=continued)
             if decision.worker_id is None:
                 if last_failure is not None:
                     break
@@ -276,13 +278,18 @@ class Director:
 
     def _decide(self, engine: PolicyEngine, routing: RoutingRequest,
                 views: Sequence[WorkerView], attempt: int,
-                fail_open: Sequence[WorkerView] | None = None) -> Decision:
+                fail_open: Sequence[WorkerView] | None = None,
+                continued: str | None = None) -> Decision:
         """Decide on ``views``, and when that leaves no candidate, on ``fail_open`` (the views
-        with the ejected workers as they are); the one decision is recorded."""
+        with the ejected workers as they are), or, for a request continuing a response
+        (``views``: its holder alone), as that continuation (``continuation_decision``, with
+        the model ``continued``); the one decision is recorded."""
         started = time.perf_counter()
         decision = engine.decide(routing, views)
         if decision.worker_id is None and fail_open is not None:
             decision = engine.decide(routing, fail_open)
+        if decision.worker_id is None and continued is not None:
+            decision = continuation_decision(engine, routing, views, decision, continued)
         seconds = time.perf_counter() - started
         gpu = self._gpu_of(decision.worker_id)
         self._metrics.record_decision(decision, gpu, reason_code(decision),
@@ -481,3 +488,33 @@ def _context_length_error(routing: RoutingRequest, max_model_len: int,
                "limit even without any output tokens. Please reduce the length of the input "
                "prompt.")
     return ContextLengthExceeded(message, param="input_tokens", headers=headers)
+
+
+def continuation_model(holder: Sequence[WorkerView], requested: str) -> str | None:
+    """The model a request continuing a response is sent to its holder with, when the
+    routing's own choice leaves that worker out: the requested model if the holder serves it,
+    else the first model its fleet entry lists (the one its responses are made with); None
+    when the holder is not among the views."""
+    if not holder:
+        return None
+    view = holder[0]
+    return requested if view.serves(requested) else view.info.models[0]
+
+
+def continuation_decision(engine: PolicyEngine, routing: RoutingRequest,
+                          holder: Sequence[WorkerView], refused: Decision,
+                          model: str) -> Decision:
+    """The decision for a request continuing a response that only its holder can continue,
+    when the routing's own decision (``refused``) left the holder out: a rule sent it to a
+    model, adapter or pool the holder does not have (a semantic class that changed between
+    turns). The rules are set aside and the holder decided on with ``model``; its reason
+    says so. A continuation the holder cannot take either (too long for its window) keeps
+    this decision's refusal."""
+    target = routing if model == routing.model else dataclasses.replace(routing, model=model)
+    decision = engine.decide(target, holder, follow_rules=False)
+    if decision.worker_id is None:
+        return decision
+    rule = f"rule {refused.rule}" if refused.rule is not None else "the routing"
+    return dataclasses.replace(decision, reason=(
+        f"continues a response only {decision.worker_id} holds, which {rule} left out "
+        f"(target {refused.model}): {decision.reason}"))

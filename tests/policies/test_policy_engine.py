@@ -107,6 +107,14 @@ def test_token_rule_switches_profile_and_rewrites_the_model(view: ViewFactory) -
     assert dict(decision.filtered_out) == {"small": "model"}
 
 
+def test_rules_can_be_set_aside_for_a_request_whose_target_is_fixed(view: ViewFactory) -> None:
+    views = [view("small", waiting=0), view("big", models=("big-model",), waiting=9)]
+    decision = engine_for().decide(request(num_prompt_tokens=1500), views, follow_rules=False)
+    assert (decision.rule, decision.profile, decision.model) == (None, "default", MODEL)
+    assert decision.worker_id == "small"
+    assert dict(decision.filtered_out) == {"big": "model"}
+
+
 def test_adapter_prefers_workers_that_have_it_loaded(view: ViewFactory) -> None:
     views = [view("w1", waiting=0), view("w2", waiting=5, lora_adapters=("sql-lora",))]
     decision = engine_for().decide(request(tenant="analysts"), views)

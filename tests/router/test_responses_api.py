@@ -211,3 +211,57 @@ async def test_a_response_the_worker_does_not_keep_leaves_no_record_and_a_kept_o
     finally:
         await store.aclose()
     assert passing.id.startswith("resp_") and passing.id != kept.id    # answered as usual
+
+
+ROUTING_BY_TURN = ROUTING_ROUND_ROBIN + """\
+rules:
+  - name: beta-turns
+    when: {header: {x-turn: beta}}
+    then: {model: beta}
+"""
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """Two workers keeping responses, each serving its own model."""
+    path: Path = tmp_path_factory.mktemp("responses-two-models") / "fleet.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": {name: {"arch": "llama-3-8b", "max_model_len": 8192}
+                   for name in ("alpha", "beta")},
+        "workers": [{"id": f"{name}-0", "gpu": "h100", "models": [name],
+                     "emulate": {**KEEPING, "port": free_port()}}
+                    for name in ("alpha", "beta")]}))
+    loaded = load_fleet(path)
+    with EmulatorFleet(loaded, one_process=True):
+        yield loaded
+
+
+async def test_a_rule_that_would_move_a_conversation_is_set_aside_for_its_holder(
+        two_models: FleetConfig, make_router: RouterFactory) -> None:
+    """A rule (a semantic class, here a header) sends a later turn to a model its holder does
+    not serve: the turn still goes to the holder, with the model it serves."""
+    router = await make_router(two_models, ROUTING_BY_TURN)
+    client = client_of(router.url)
+    raw = await client.responses.with_raw_response.create(
+        model="alpha", input="First turn.", max_output_tokens=4)
+    first = raw.parse()
+    assert raw.headers["x-kvroute-worker"] == "alpha-0" and first.model == "alpha"
+    # on its own the rule sends this turn to beta-0, which does not hold the response
+    raw = await client.responses.with_raw_response.create(
+        model="alpha", input="Second turn.", max_output_tokens=4,
+        previous_response_id=first.id, extra_headers={"x-turn": "beta"})
+    second = raw.parse()
+    assert raw.headers["x-kvroute-worker"] == "alpha-0"
+    assert second.model == "alpha" and second.previous_response_id == first.id
+    reason = raw.headers["x-kvroute-reason"]
+    assert reason.startswith("continues a response only alpha-0 holds, which rule "
+                             "beta-turns left out (target beta): ")
+    # asked for a model the holder does not serve, the turn goes with the holder's
+    third = await client.responses.create(model="beta", input="Third turn.",
+                                          max_output_tokens=4, previous_response_id=second.id)
+    assert third.model == "alpha" and third.previous_response_id == second.id
+    # a new conversation follows the rule as before
+    raw = await client.responses.with_raw_response.create(
+        model="alpha", input="Elsewhere.", max_output_tokens=4, extra_headers={"x-turn": "beta"})
+    assert raw.headers["x-kvroute-worker"] == "beta-0" and raw.parse().model == "beta"
+    await client.close()
