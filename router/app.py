@@ -227,8 +227,9 @@ async def _stop(task: asyncio.Task[None]) -> None:
 
 async def start_router(settings: Settings, fleet: FleetConfig | None = None
                        ) -> tuple[web.AppRunner, int]:
-    """Start serving on ``settings.host:settings.port`` (0: a free port), over TLS with
-    ``settings.ssl_certfile``; return the port. ``TlsFilesError`` if those files cannot be
+    """Start serving on ``settings.host:settings.port`` (0: a free port), and on
+    ``settings.process_port`` when set, over TLS with ``settings.ssl_certfile``; return the
+    shared port. ``TlsFilesError`` if those files cannot be
     used."""
     app = create_app(settings, fleet)
     tls = None
@@ -240,6 +241,10 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None
     site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True, ssl_context=tls)
     await site.start()
     port = runner.addresses[0][1]
+    if settings.process_port is not None:     # this process alone: what Prometheus scrapes
+        await web.TCPSite(runner, settings.host, settings.process_port, ssl_context=tls).start()
+        log.info("this process also answers on port %d alone (its own /metrics)",
+                 settings.process_port)
     return runner, int(port)
 
 

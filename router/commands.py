@@ -56,6 +56,11 @@ def register(subparsers: Any) -> None:
                             "%(default).0f s)")
     serve.add_argument("--processes", type=int, default=1,
                        help="router processes sharing the port (SO_REUSEPORT), one per core")
+    serve.add_argument("--metrics-port", type=int, default=None, metavar="P",
+                       help="each process also answers on a port of its own, P + its index "
+                            "(P alone with one process): scrape /metrics there, once per "
+                            "process; on the shared port /metrics is whichever process takes "
+                            "the connection")
     serve.set_defaults(func=_serve)
 
 
@@ -185,8 +190,13 @@ def _serve(args: argparse.Namespace) -> int:
     fleet = _load(args)
     if fleet is None:
         return 2
+    if args.metrics_port is not None and args.metrics_port + args.processes - 1 > 65535:
+        print(f"kvroute: --metrics-port: {args.processes} processes need ports "
+              f"{args.metrics_port}..{args.metrics_port + args.processes - 1}, past 65535",
+              file=sys.stderr)
+        return 2
     settings = _settings(args, redis_url=args.redis_url, replica_id=args.replica_id,
-                         response_ttl_s=args.response_ttl)
+                         response_ttl_s=args.response_ttl, process_port=args.metrics_port)
     if settings is None:
         return 2
     if args.processes > 1:

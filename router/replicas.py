@@ -35,8 +35,10 @@ def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") ->
     context = multiprocessing.get_context("spawn")
     children = []
     for index in range(1, processes):
-        child_settings = dataclasses.replace(settings,
-                                             replica_id=f"{settings.replica_id}-{index}")
+        child_settings = dataclasses.replace(
+            settings, replica_id=f"{settings.replica_id}-{index}",
+            process_port=None if settings.process_port is None
+            else settings.process_port + index)
         child = context.Process(target=_child, args=(child_settings, log_level),
                                 name=f"kvroute-replica-{index}", daemon=True)
         child.start()

@@ -102,6 +102,9 @@ class Settings:
     gc_interval_s: float = 0.01
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
+    # a port of this process's own (every endpoint; its /metrics are this process's alone),
+    # besides the port it shares with the other processes of `serve --processes N`
+    process_port: int | None = None
 
     def __post_init__(self) -> None:
         if self.scrape_interval_s <= 0:
@@ -130,6 +133,8 @@ class Settings:
             raise ValueError("gc_interval_s: must be >= 0 (0: collections as CPython runs them)")
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
             raise ValueError("ssl_keyfile: needs ssl_certfile, the certificate it belongs to")
+        if self.process_port is not None and not 1 <= self.process_port <= 65535:
+            raise ValueError("process_port: must be within 1..65535")
 
     @property
     def scheme(self) -> str:

@@ -80,3 +80,79 @@ def test_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
             time.sleep(0.05)
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _requests_answered(url: str) -> float:
+    """The sum of kvroute_requests_total in ``url``'s /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("kvroute_requests_total{"))
+
+
+def test_each_process_answers_for_its_own_metrics_on_a_port_of_its_own(tmp_path: Path) -> None:
+    with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(yaml.safe_dump({
+            "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+            "workers": [{"id": "w0", "gpu": "h100", "models": [MODEL], "url": worker.url}]}))
+        port = free_port()
+        metrics_port = free_port()
+        while not _bindable(metrics_port + 1) or metrics_port + 1 == port:
+            metrics_port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet), "--routing",
+             str(REPO_ROOT / "config/routing.yaml"), "--port", str(port), "--processes", "2",
+             "--metrics-port", str(metrics_port)],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        own = [f"http://127.0.0.1:{metrics_port + i}" for i in range(2)]
+        try:
+            deadline = time.monotonic() + 30
+            for url in (f"http://127.0.0.1:{port}", *own):
+                while True:
+                    assert proc.poll() is None and time.monotonic() < deadline
+                    try:
+                        urllib.request.urlopen(f"{url}/health", timeout=1)
+                        break
+                    except OSError:
+                        time.sleep(0.1)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
+                                   max_retries=0)
+            for _ in range(12):
+                client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+            # each port answers for one process, the same on every scrape; together, all (a
+            # request is counted as its answer ends: the last may lag the client a moment)
+            settled = time.monotonic() + 5
+            while sum(by_process := [_requests_answered(url) for url in own]) < 12:
+                assert time.monotonic() < settled, by_process
+                time.sleep(0.05)
+            assert sum(by_process) == 12
+            assert [_requests_answered(url) for url in own] == by_process
+            os.kill(proc.pid, signal.SIGINT)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--metrics-port", "65535", "--processes", "2"],
+     "--metrics-port: 2 processes need ports 65535..65536, past 65535"),
+    (["--metrics-port", "0"], "process_port: must be within 1..65535"),
+])
+def test_a_metrics_port_out_of_range_exits_2_with_the_reason(
+        args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+    assert main(["serve", "--fleet", str(REPO_ROOT / "config/fleet.yaml"), *args]) == 2
+    assert message in capsys.readouterr().err
