@@ -207,7 +207,8 @@ def _serve(args: argparse.Namespace) -> int:
                 "requests and its own spending of the tenants' budgets (each process allows "
                 "a tenant its whole budget), and a Responses API follow-up "
                 "(previous_response_id) reaching another process than the one that routed "
-                "the response goes by the policy, to a worker that may not hold it",
+                "the response is looked for on every worker (at most 20 such searches a "
+                "second; past that it goes by the policy, to a worker that may not hold it)",
                 args.processes)
         run_replicas(settings, args.processes, args.log_level)
     else:
