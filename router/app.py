@@ -225,12 +225,26 @@ async def _stop(task: asyncio.Task[None]) -> None:
     await cancel_and_wait(task)
 
 
+class ListenError(OSError):
+    """The router cannot listen where it was told (the port taken, an address not this
+    host's); the message says where and why, without a traceback."""
+
+
+async def _listen(site: web.TCPSite, runner: web.AppRunner, host: str, port: int) -> None:
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ListenError(f"cannot listen on {host}:{port}: {why}") from exc
+
+
 async def start_router(settings: Settings, fleet: FleetConfig | None = None
                        ) -> tuple[web.AppRunner, int]:
     """Start serving on ``settings.host:settings.port`` (0: a free port), and on
     ``settings.process_port`` when set, over TLS with ``settings.ssl_certfile``; return the
-    shared port. ``TlsFilesError`` if those files cannot be
-    used."""
+    shared port. ``TlsFilesError`` if those files cannot be used, ``ListenError`` if a port
+    cannot be listened on."""
     app = create_app(settings, fleet)
     tls = None
     if settings.ssl_certfile is not None:
@@ -239,10 +253,11 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None
                            shutdown_timeout=settings.drain_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True, ssl_context=tls)
-    await site.start()
+    await _listen(site, runner, settings.host, settings.port)
     port = runner.addresses[0][1]
     if settings.process_port is not None:     # this process alone: what Prometheus scrapes
-        await web.TCPSite(runner, settings.host, settings.process_port, ssl_context=tls).start()
+        await _listen(web.TCPSite(runner, settings.host, settings.process_port,
+                                  ssl_context=tls), runner, settings.host, settings.process_port)
         log.info("this process also answers on port %d alone (its own /metrics)",
                  settings.process_port)
     return runner, int(port)

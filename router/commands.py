@@ -185,7 +185,7 @@ def _start_process(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from router.app import run_router
+    from router.app import ListenError, run_router
     _start_process(args)
     fleet = _load(args)
     if fleet is None:
@@ -210,14 +210,19 @@ def _serve(args: argparse.Namespace) -> int:
                 "the response is looked for on every worker (at most 20 such searches a "
                 "second; past that it goes by the policy, to a worker that may not hold it)",
                 args.processes)
-        run_replicas(settings, args.processes, args.log_level)
-    else:
-        run_router(settings, fleet)
+    try:
+        if args.processes > 1:
+            run_replicas(settings, args.processes, args.log_level)
+        else:
+            run_router(settings, fleet)
+    except ListenError as exc:
+        print(f"kvroute: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
 def _up(args: argparse.Namespace) -> int:
-    from router.app import run_router
+    from router.app import ListenError, run_router
     from workers.emulator.process import EmulatorFleet, EmulatorStartError
     _start_process(args)
     fleet = _load(args)
@@ -249,6 +254,9 @@ def _up(args: argparse.Namespace) -> int:
     except EmulatorStartError as exc:
         print(f"kvroute: the emulated workers did not start: {exc}", file=sys.stderr)
         return 1
+    except ListenError as exc:
+        print(f"kvroute: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     return 0

@@ -493,8 +493,8 @@ def _context_length_error(routing: RoutingRequest, max_model_len: int,
 def continuation_model(holder: Sequence[WorkerView], requested: str) -> str | None:
     """The model a request continuing a response is sent to its holder with, when the
     routing's own choice leaves that worker out: the requested model if the holder serves it,
-    else the first model its fleet entry lists (the one its responses are made with); None
-    when the holder is not among the views."""
+    else the first model its fleet entry lists; None when the holder is not among the
+    views."""
     if not holder:
         return None
     view = holder[0]

@@ -18,7 +18,7 @@ import os
 import signal
 import time
 
-from router.app import run_router
+from router.app import ListenError, run_router
 from router.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,11 @@ log = logging.getLogger(__name__)
 def _child(settings: Settings, log_level: str) -> None:
     logging.basicConfig(level=log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_router(settings)
+    try:
+        run_router(settings)
+    except ListenError as exc:
+        log.error("router process %s: %s", settings.replica_id, exc)
+        raise SystemExit(2) from None
 
 
 def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") -> None:

@@ -95,6 +95,24 @@ def test_invalid_files_exit_2_with_the_reason(command: str, tmp_path: Path,
     assert "cannot read fleet file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("command", "extra"), [
+    ("serve", []), ("serve", ["--processes", "2"]), ("up", [])])
+def test_a_port_taken_exits_2_with_the_reason(command: str, extra: list[str], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+    ports = {"h100-0": free_port()}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data({"h100-0": ("h100", FAST)}, ports)))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main([command, "--fleet", str(fleet), "--port", str(port), *extra]) == 2
+    assert f"kvroute: cannot listen on 127.0.0.1:{port}: Address already in use" in (
+        capsys.readouterr().err)
+    assert not _listening(ports["h100-0"])       # up stopped the workers it started
+
+
 @pytest.mark.parametrize("command", ["serve", "up"])
 @pytest.mark.parametrize(("option", "message"), [
     (["--tenant-labels", "-1"], "kvroute: tenant_labels: must be >= 0"),
