@@ -35,12 +35,31 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _fleet_of(url: str, tmp_path: Path) -> Path:
+    """A fleet file of the one worker at ``url``."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": "w0", "gpu": "h100", "models": [MODEL], "url": url}]}))
+    return fleet
+
+
+def _wait_healthy(urls: list[str], proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    """Until each of ``urls`` answers /health; fails if ``proc`` exits first."""
+    deadline = time.monotonic() + timeout_s
+    for url in urls:
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
 def test_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
-        fleet = tmp_path / "fleet.yaml"
-        fleet.write_text(yaml.safe_dump({
-            "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
-            "workers": [{"id": "w0", "gpu": "h100", "models": [MODEL], "url": worker.url}]}))
+        fleet = _fleet_of(worker.url, tmp_path)
         port = free_port()
         log = (tmp_path / "serve.log").open("wb")
         proc = subprocess.Popen(
@@ -48,14 +67,7 @@ def test_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
              str(REPO_ROOT / "config/routing.yaml"), "--port", str(port), "--processes", "2"],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                assert proc.poll() is None and time.monotonic() < deadline
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.1)
+            _wait_healthy([f"http://127.0.0.1:{port}"], proc)
             children = _children(proc.pid)
             assert len(children) >= 1
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
@@ -101,10 +113,7 @@ def _requests_answered(url: str) -> float:
 
 def test_each_process_answers_for_its_own_metrics_on_a_port_of_its_own(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
-        fleet = tmp_path / "fleet.yaml"
-        fleet.write_text(yaml.safe_dump({
-            "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
-            "workers": [{"id": "w0", "gpu": "h100", "models": [MODEL], "url": worker.url}]}))
+        fleet = _fleet_of(worker.url, tmp_path)
         port = free_port()
         metrics_port = free_port()
         while not _bindable(metrics_port + 1) or metrics_port + 1 == port:
@@ -116,15 +125,7 @@ def test_each_process_answers_for_its_own_metrics_on_a_port_of_its_own(tmp_path:
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         own = [f"http://127.0.0.1:{metrics_port + i}" for i in range(2)]
         try:
-            deadline = time.monotonic() + 30
-            for url in (f"http://127.0.0.1:{port}", *own):
-                while True:
-                    assert proc.poll() is None and time.monotonic() < deadline
-                    try:
-                        urllib.request.urlopen(f"{url}/health", timeout=1)
-                        break
-                    except OSError:
-                        time.sleep(0.1)
+            _wait_healthy([f"http://127.0.0.1:{port}", *own], proc)
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused",
                                    max_retries=0)
             for _ in range(12):
