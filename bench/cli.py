@@ -168,9 +168,10 @@ def _replay(args: argparse.Namespace) -> int:
                           emulator_processes=args.emulator_processes, repeat=args.repeat,
                           client_max_tokens=client_max_tokens)
     results = run_replay(config, _progress)
-    from sim.traces import load_trace, prefix_ceiling
+    from sim.cache_curve import prefix_ceiling
+    from sim.traces import load_trace
     ceiling = prefix_ceiling(load_trace(args.trace, limit=args.limit,
-                                        rate_scale=args.rate_scale), 16)
+                                        rate_scale=args.rate_scale))
     paths = write_replay(args.out, config, results, _command_line(), ceiling)
     print(f"infinite-cache prefix ceiling of the slice: {ceiling:.3f}")
     print(markdown_table(results))

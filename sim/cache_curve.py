@@ -1,8 +1,8 @@
 """Prefix hit rate against cache size: LRU eviction and the offline optimum.
 
-The simulator reads a trace's prefix reuse against two yardsticks: the infinite-cache
-ceiling (every block seen before is a hit) and one LRU cache the size of the whole fleet's
-KV (``sim.traces.prefix_ceiling``). This module draws the curve between them: the hit rate a
+The simulator reads a trace's prefix reuse against two yardsticks, both ``prefix_ceiling``
+here: the infinite-cache ceiling (every block seen before is a hit) and one LRU cache the
+size of the whole fleet's KV. This module also draws the curve between them: the hit rate a
 pooled cache of any size reaches
 
 * with **LRU** eviction, as vLLM evicts (the least recently used free block first), and
@@ -69,6 +69,21 @@ def block_accesses(trace: Trace) -> BlockAccesses:
         raise ValueError("a trace mixing Mooncake hash ids and token ids has two block sizes")
     size = sizes.pop() if sizes else MOONCAKE_BLOCK_TOKENS
     return BlockAccesses(keys, starts, size, prompt_tokens)
+
+
+def prefix_ceiling(trace: Trace, capacity_tokens: int | None = None) -> float:
+    """Prompt-token hit rate with an infinite prefix cache, at block granularity.
+
+    A request's cached tokens are its leading full blocks already seen in earlier requests
+    (Mooncake: its 512-token hash-id blocks; other traces: 16-token blocks).
+    ``capacity_tokens``: instead, one LRU cache of that many tokens shared by every request
+    (each block held once, evicted least recently used first, as vLLM evicts): with the
+    whole fleet's KV capacity, what a router could reach if the fleet were one engine.
+    """
+    accesses = block_accesses(trace)
+    blocks = (len(accesses.keys) if capacity_tokens is None
+              else capacity_tokens // accesses.block_tokens)
+    return rate(accesses, lru_hits(accesses, blocks))
 
 
 def infinite_hits(accesses: BlockAccesses) -> int:

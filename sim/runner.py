@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from policies.engine import PolicyEngine
+from sim.cache_curve import prefix_ceiling
 from sim.client_max_tokens import EXACT, ClientMaxTokens
 from sim.goodput import find_goodput
 from sim.metrics import RequestRecord, attainment, summarize, ttft_values
 from sim.policy_names import resolve_policy
 from sim.prefill_clock import PrefillClock
 from sim.simulator import Simulation, SimulationSettings
-from sim.traces import Trace, TraceFormat, load_trace, prefix_ceiling, rescale
+from sim.traces import Trace, TraceFormat, load_trace, rescale
 from workers.fleet import FleetConfig, load_fleet
 
 Progress = Callable[[str, int], None]      # ("done", n requests) or ("total", n more)

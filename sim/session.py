@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sim.cache_curve import prefix_ceiling
 from sim.client_max_tokens import EXACT, ClientMaxTokens
 from sim.policy_names import UnknownPolicyError, policy_label, resolve_policy
 from sim.report import write_plots, write_requests_csv, write_summary
@@ -29,7 +30,7 @@ from sim.runner import (
     trace_meta,
 )
 from sim.simulator import SimulationSettings, fleet_kv_tokens, router_scrape_interval
-from sim.traces import TraceError, TraceFormat, prefix_ceiling
+from sim.traces import TraceError, TraceFormat
 from workers.fleet import FleetConfigError, load_fleet
 
 _PROGRESS_BATCH = 100

@@ -38,7 +38,6 @@ import gzip
 import io
 import json
 import random
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -304,33 +303,3 @@ def block_keys(trace: Trace, request: TraceRequest,
         parent = hash((parent, tuple(tokens[start:start + block_size])))
         keys.append(parent)
     return keys
-
-
-def prefix_ceiling(trace: Trace, block_size: int = 16,
-                   capacity_tokens: int | None = None) -> float:
-    """Prompt-token hit rate with an infinite prefix cache, at block granularity.
-
-    A request's cached tokens are its leading full blocks already seen in earlier requests
-    (Mooncake: its 512-token hash-id blocks; other traces: ``block_size``-token blocks).
-    ``capacity_tokens``: instead, one LRU cache of that many tokens shared by every request
-    (each block held once, evicted least recently used first, as vLLM evicts): with the
-    whole fleet's KV capacity, what a router could reach if the fleet were one engine.
-    """
-    seen: OrderedDict[object, None] = OrderedDict()
-    cached = total = 0
-    for request in trace.requests:
-        total += request.num_prompt_tokens
-        if request.hash_ids is None and request.token_ids is None:
-            continue        # a unique random prompt: it shares no block with any other
-        keys = block_keys(trace, request, block_size)
-        size = MOONCAKE_BLOCK_TOKENS if request.hash_ids is not None else block_size
-        hits = 0
-        while hits < len(keys) and keys[hits] in seen:
-            hits += 1
-        cached += hits * size
-        for key in keys:          # most recently used last
-            seen[key] = None
-            seen.move_to_end(key)
-        while capacity_tokens is not None and len(seen) * size > capacity_tokens:
-            seen.popitem(last=False)
-    return cached / total if total else 0.0

@@ -20,9 +20,10 @@ from sim.cache_curve import (
     infinite_hits,
     lru_hits,
     optimal_hits,
+    prefix_ceiling,
     rate,
 )
-from sim.traces import Trace, load_trace, prefix_ceiling
+from sim.traces import Trace, load_trace
 
 
 def mooncake(tmp_path: Path, requests: Sequence[Sequence[int]], name: str = "m") -> Trace:
@@ -66,15 +67,59 @@ def brute_force(accesses: BlockAccesses, capacity: int) -> tuple[int, int]:
     return best(0, frozenset(), True)
 
 
-def test_the_lru_count_is_the_pooled_ceiling_the_simulator_reports(tmp_path: Path) -> None:
+def lru_by_definition(requests: Sequence[Sequence[int]], capacity: int | None) -> int:
+    """Prefix-hit blocks of an LRU cache of ``capacity`` blocks (None: unbounded), by the
+    definition: a request hits its leading blocks held before it; then its blocks are the
+    most recently used, in order, and the least recently used beyond ``capacity`` go."""
+    recency: list[int] = []              # least recently used first
+    hits = 0
+    for blocks in requests:
+        leading = 0
+        while leading < len(blocks) and blocks[leading] in recency:
+            leading += 1
+        hits += leading
+        for block in blocks:
+            if block in recency:
+                recency.remove(block)
+            recency.append(block)
+        if capacity is not None:
+            del recency[:max(0, len(recency) - capacity)]
+    return hits
+
+
+def test_the_lru_count_and_the_pooled_ceiling_follow_their_definition(tmp_path: Path) -> None:
     rng = random.Random(3)
     for trial in range(20):
-        trace = mooncake(tmp_path, random_requests(rng, 12, 9, 5), f"t{trial}")
+        requests = random_requests(rng, 12, 9, 5)
+        trace = mooncake(tmp_path, requests, f"t{trial}")
         accesses = block_accesses(trace)
-        assert rate(accesses, infinite_hits(accesses)) == pytest.approx(prefix_ceiling(trace))
+        total = 512 * sum(map(len, requests))
+        assert infinite_hits(accesses) == lru_by_definition(requests, None)
+        assert prefix_ceiling(trace) == pytest.approx(512 * infinite_hits(accesses) / total)
         for blocks in (0, 1, 2, 4, 7):
-            assert rate(accesses, lru_hits(accesses, blocks)) == pytest.approx(
-                prefix_ceiling(trace, capacity_tokens=512 * blocks))
+            assert lru_hits(accesses, blocks) == lru_by_definition(requests, blocks)
+            assert prefix_ceiling(trace, capacity_tokens=512 * blocks) == pytest.approx(
+                512 * lru_by_definition(requests, blocks) / total)
+
+
+def test_a_finite_pooled_cache_evicts_least_recently_used_blocks(tmp_path: Path) -> None:
+    # blocks of 512 tokens: A B, then C D, then A B again
+    rows = [{"timestamp": t, "input_length": 1024, "output_length": 1, "hash_ids": ids}
+            for t, ids in ((0, [1, 2]), (1000, [3, 4]), (2000, [1, 2]))]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace = load_trace(path)
+    total = 3 * 1024
+    assert prefix_ceiling(trace) == pytest.approx(1024 / total)
+    # room for all four blocks: the same as infinite
+    assert prefix_ceiling(trace, capacity_tokens=4 * 512) == pytest.approx(1024 / total)
+    # room for two: C D evict A B before they come back
+    assert prefix_ceiling(trace, capacity_tokens=2 * 512) == 0.0
+    # a hit refreshes its block: X Y X Z X with room for two, Z evicts Y (not X)
+    rows = [{"timestamp": t * 1000, "input_length": 512, "output_length": 1, "hash_ids": [i]}
+            for t, i in enumerate((7, 8, 7, 9, 7))]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert prefix_ceiling(load_trace(path), capacity_tokens=2 * 512) == pytest.approx(2 / 5)
 
 
 def test_belady_hits_as_many_blocks_as_any_evictions_can(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from router.cli import main
+from sim.cache_curve import prefix_ceiling
 from sim.simulator import fleet_kv_tokens
-from sim.traces import load_trace, prefix_ceiling
+from sim.traces import load_trace
 from workers.fleet import load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.traces import TraceError, load_trace, prefix_ceiling, rescale
+from sim.cache_curve import prefix_ceiling
+from sim.traces import TraceError, load_trace, rescale
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 
@@ -145,23 +146,3 @@ def test_jitter_spreads_a_burst_within_its_interval_deterministically(tmp_path: 
     assert [r.arrival_s for r in load_trace(path, jitter_s=3.0, seed=8).requests] != times
     with pytest.raises(TraceError, match="jitter must be >= 0"):
         load_trace(path, jitter_s=-1.0)
-
-
-def test_a_finite_pooled_cache_evicts_least_recently_used_blocks(tmp_path: Path) -> None:
-    # blocks of 512 tokens: A B, then C D, then A B again
-    rows = [{"timestamp": t, "input_length": 1024, "output_length": 1, "hash_ids": ids}
-            for t, ids in ((0, [1, 2]), (1000, [3, 4]), (2000, [1, 2]))]
-    path = tmp_path / "m.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    trace = load_trace(path)
-    total = 3 * 1024
-    assert prefix_ceiling(trace) == pytest.approx(1024 / total)
-    # room for all four blocks: the same as infinite
-    assert prefix_ceiling(trace, capacity_tokens=4 * 512) == pytest.approx(1024 / total)
-    # room for two: C D evict A B before they come back
-    assert prefix_ceiling(trace, capacity_tokens=2 * 512) == 0.0
-    # a hit refreshes its block: X Y X Z X with room for two, Z evicts Y (not X)
-    rows = [{"timestamp": t * 1000, "input_length": 512, "output_length": 1, "hash_ids": [i]}
-            for t, i in enumerate((7, 8, 7, 9, 7))]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert prefix_ceiling(load_trace(path), capacity_tokens=2 * 512) == pytest.approx(2 / 5)
