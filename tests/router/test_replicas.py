@@ -57,6 +57,13 @@ def _wait_healthy(urls: list[str], proc: subprocess.Popen[bytes], timeout_s: flo
                 time.sleep(0.1)
 
 
+def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:
+    """After a failed check: no router process outlives the test."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
         fleet = _fleet_of(worker.url, tmp_path)
@@ -78,9 +85,7 @@ def test_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
             os.kill(proc.pid, signal.SIGINT)
             assert proc.wait(timeout=20) == 0
         finally:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _kill_if_running(proc)
             log.close()
         # without shared state, the operator is told what it costs
         assert "2 processes without --redis-url" in (tmp_path / "serve.log").read_text()
@@ -142,9 +147,7 @@ def test_each_process_answers_for_its_own_metrics_on_a_port_of_its_own(tmp_path:
             os.kill(proc.pid, signal.SIGINT)
             assert proc.wait(timeout=20) == 0
         finally:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _kill_if_running(proc)
 
 
 @pytest.mark.parametrize(("args", "message"), [
