@@ -7,7 +7,8 @@ the garbage-collection pause hook; the one-line log of requests the HTTP parser 
 the KV-event feed when the fleet names KV-event streams). The workers' keys and TLS contexts
 are read here, before anything starts; with ``Settings.api_keys`` a middleware inside the
 error middleware asks clients for a key (``router.client_auth``), the tenant keys file
-watched for changes (``router.client_keys_reloader``).
+watched for changes (``router.client_keys_reloader``); browsers' cross-origin requests are
+answered outside both (``router.cors``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
@@ -28,9 +30,11 @@ from router.bad_http_log import OneLineBadHttp
 from router.client_auth import client_auth_middleware
 from router.client_keys_reloader import ClientKeysReloader
 from router.collector import LoopCollector
+from router.cors import Cors
 from router.decision_sinks import open_decision_sinks
 from router.decisions import DecisionLog
 from router.director import Director
+from router.drain import RequestTasks
 from router.ejection import WorkerEjection
 from router.errors import error_middleware
 from router.gc_pauses import GcPauses
@@ -45,6 +49,7 @@ from router.keys import (
     METRICS,
     POLICY,
     REGISTRY,
+    REQUEST_TASKS,
     SCRAPER,
     SETTINGS,
     STORE,
@@ -94,7 +99,13 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     metrics.watch_estimates(lambda: reloader.engine)
     metrics.watch_output_lengths(lambda: reloader.engine)
     kv_events.attach(reloader.engine)
-    middlewares: list[Middleware] = [error_middleware]
+    request_tasks = RequestTasks()
+    middlewares: list[Middleware] = [request_tasks.middleware]
+    cors = Cors(settings.allowed_origins, settings.request_id_header) if (
+        settings.allowed_origins) else None
+    if cors is not None:
+        middlewares.append(cors.middleware)
+    middlewares.append(error_middleware)
     client_keys = None
     if settings.api_keys or settings.api_keys_file is not None:
         client_keys = ClientKeysReloader(settings.api_keys, settings.api_keys_file,
@@ -102,6 +113,8 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
         middlewares.append(client_auth_middleware(lambda: client_keys.keys,
                                                   metrics.record_unauthorized))
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
+    if cors is not None:
+        app.on_response_prepare.append(cors.on_response_prepare)
     app[SETTINGS] = settings
     app[WORKER_AUTHORIZATIONS] = authorizations
     app[WORKER_TLS] = tls
@@ -112,6 +125,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app[POLICY] = reloader
     app[DECISIONS] = DecisionLog(settings.decisions_ring_size)
     app[KV_EVENTS] = kv_events
+    app[REQUEST_TASKS] = request_tasks
     if client_keys is not None:
         app[CLIENT_KEYS] = client_keys
         app.cleanup_ctx.append(_client_keys_reloader)
@@ -225,6 +239,9 @@ async def _stop(task: asyncio.Task[None]) -> None:
     await cancel_and_wait(task)
 
 
+AIOHTTP_DRAIN_SLACK_S = 5.0
+
+
 class ListenError(OSError):
     """The router cannot listen where it was told (the port taken, an address not this
     host's); the message says where and why, without a traceback."""
@@ -249,10 +266,13 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None
     tls = None
     if settings.ssl_certfile is not None:
         tls = server_tls_context(settings.ssl_certfile, settings.ssl_keyfile)
+    # the drain's cut is ``RequestTasks.cut_after`` (``run_router``); aiohttp's own timeout,
+    # later, only stands behind it (when both fired together aiohttp's wait broke)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=settings.drain_timeout_s)
+                           shutdown_timeout=settings.drain_timeout_s + AIOHTTP_DRAIN_SLACK_S)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=True, ssl_context=tls)
+    site = web.TCPSite(runner, settings.host, settings.port, reuse_port=settings.share_port,
+                       ssl_context=tls)
     await _listen(site, runner, settings.host, settings.port)
     port = runner.addresses[0][1]
     if settings.process_port is not None:     # this process alone: what Prometheus scrapes
@@ -263,11 +283,26 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None
     return runner, int(port)
 
 
+def check_port_free(host: str, port: int) -> None:
+    """``ListenError`` when a process listens on ``host:port`` already. The processes of
+    ``serve --processes N`` share their port by ``SO_REUSEPORT``, which would let them join
+    another router's port as well; bound without it, this probe fails on any listener."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ListenError(f"cannot listen on {host}:{port}: {why}") from exc
+
+
 def _log_drain(app: web.Application, timeout_s: float) -> None:
-    views = app[REGISTRY].views(time.monotonic())
-    inflight = sum(view.inflight_requests for view in views)
+    """This process's requests only: the registry's in-flight counts are the fleet's, every
+    replica's together when they share a state store."""
     log.info("stopping: no new connections; %d request(s) in flight get up to %g s to finish",
-             inflight, timeout_s)
+             len(app[REQUEST_TASKS]), timeout_s)
 
 
 def run_router(settings: Settings, fleet: FleetConfig | None = None,
@@ -303,7 +338,12 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
                 on_stop()
             _log_drain(runner.app, settings.drain_timeout_s)
         finally:
-            await runner.cleanup()
+            # aiohttp alone would let a stream run for twice the drain (``router.drain``)
+            cut = runner.app[REQUEST_TASKS].cut_after(settings.drain_timeout_s)
+            try:
+                await runner.cleanup()
+            finally:
+                cut.cancel()
             if collector is not None:
                 await collector.stop()
 

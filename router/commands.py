@@ -116,6 +116,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run the garbage collector's due collections from the event loop "
                              "this often, between requests, not inside one; 0: where CPython "
                              "runs them (default: %(default)s)")
+    parser.add_argument("--allowed-origins", default="*", metavar="ORIGINS",
+                        help="origins whose web pages may call the router (CORS), "
+                             "comma-separated, as vLLM's --allowed-origins; '*': any; "
+                             "'': none (default: %(default)s)")
     parser.add_argument("--ssl-certfile", type=Path, default=None, metavar="FILE",
                         help="serve HTTPS with this certificate (PEM; its chain too)")
     parser.add_argument("--ssl-keyfile", type=Path, default=None, metavar="FILE",
@@ -146,7 +150,10 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         api_keys_file=args.api_keys_file,
                         drain_timeout_s=args.drain_timeout, gc_interval_s=args.gc_interval,
                         ssl_certfile=args.ssl_certfile,
-                        ssl_keyfile=args.ssl_keyfile, **extra)
+                        ssl_keyfile=args.ssl_keyfile,
+                        allowed_origins=tuple(origin.strip() for origin in
+                                              args.allowed_origins.split(",") if origin.strip()),
+                        **extra)
     except ValueError as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return None

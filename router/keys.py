@@ -11,6 +11,7 @@ from policies.reloader import PolicyReloader
 from router.client_keys_reloader import ClientKeysReloader
 from router.decisions import DecisionLog
 from router.director import Director
+from router.drain import RequestTasks
 from router.ejection import WorkerEjection
 from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
@@ -35,6 +36,7 @@ UTILITY = web.AppKey("utility", UtilityRequests)
 POLICY = web.AppKey("policy", PolicyReloader)
 KV_EVENTS = web.AppKey("kv_events", KvEventFeed)
 EJECTION = web.AppKey("ejection", WorkerEjection)
+REQUEST_TASKS = web.AppKey("request_tasks", RequestTasks)
 # the Authorization header sent to each worker started with --api-key (workers.credentials)
 WORKER_AUTHORIZATIONS: web.AppKey[Mapping[Origin, str]] = web.AppKey("worker_authorizations")
 # the TLS context verifying each https:// worker (workers.tls)

@@ -2,8 +2,10 @@
 
 Python runs one request at a time per process; to use more cores, N processes each run a
 full router (own scraper, own policy engine) on the same address with ``SO_REUSEPORT``, and
-the kernel spreads connections among them. Each process counts only its own in-flight
-requests unless ``--redis-url`` makes them share (``router.state.redis_store``). The parent
+the kernel spreads connections among them; the parent first checks that no other process
+listens there (with ``SO_REUSEPORT`` they would join another router's port). Each process
+counts only its own in-flight requests unless ``--redis-url`` makes them share
+(``router.state.redis_store``). The parent
 serves too; when it stops (SIGINT/SIGTERM) it passes SIGTERM on to its children by pid at
 once, so that every process stops listening and drains its own requests in flight at the
 same time (``Settings.drain_timeout_s``); a child still running 10 s past that is killed.
@@ -18,7 +20,7 @@ import os
 import signal
 import time
 
-from router.app import ListenError, run_router
+from router.app import ListenError, check_port_free, run_router
 from router.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,8 @@ def _child(settings: Settings, log_level: str) -> None:
 
 def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") -> None:
     """Serve with ``processes`` router processes; returns when the parent's router stops."""
+    check_port_free(settings.host, settings.port)
+    settings = dataclasses.replace(settings, share_port=True)
     context = multiprocessing.get_context("spawn")
     children = []
     for index in range(1, processes):

@@ -61,6 +61,7 @@ Defaults and why:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,10 +106,24 @@ class Settings:
     # a port of this process's own (every endpoint; its /metrics are this process's alone),
     # besides the port it shares with the other processes of `serve --processes N`
     process_port: int | None = None
+    # listen with SO_REUSEPORT, which the processes of `serve --processes N` share the port
+    # by; off, a port another process listens on is refused (`ListenError`)
+    share_port: bool = False
+    # origins whose web pages may call the router ("*": any, as vLLM's default; empty: no
+    # cross-origin headers, OPTIONS a 405)
+    allowed_origins: tuple[str, ...] = ("*",)
 
     def __post_init__(self) -> None:
+        for name in ("scrape_interval_s", "upstream_timeout_s", "eject_for_s", "stall_after_s",
+                     "response_ttl_s", "drain_timeout_s", "gc_interval_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name}: must be a finite number of seconds")
+        if not 0 <= self.port <= 65535:
+            raise ValueError("port: must be within 0..65535 (0: any free port)")
         if self.scrape_interval_s <= 0:
             raise ValueError("scrape_interval_s: must be positive")
+        if self.upstream_timeout_s <= 0:
+            raise ValueError("upstream_timeout_s: must be positive")
         if self.max_retries < 0:
             raise ValueError("max_retries: must be >= 0")
         if self.eject_after < 0:

@@ -113,13 +113,48 @@ def test_a_port_taken_exits_2_with_the_reason(command: str, extra: list[str], tm
     assert not _listening(ports["h100-0"])       # up stopped the workers it started
 
 
+@pytest.mark.parametrize(("command", "extra"), [
+    ("serve", []), ("serve", ["--processes", "2"]), ("up", [])])
+def test_a_port_another_router_listens_on_is_refused(command: str, extra: list[str],
+                                                     tmp_path: Path) -> None:
+    """Another router's socket (``SO_REUSEPORT``, as ``serve --processes N`` listens) would
+    let a second router join its port and take half its connections: refused as taken."""
+    ports = {"h100-0": free_port()}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data({"h100-0": ("h100", FAST)}, ports)))
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "router.cli", command, "--fleet", str(fleet), "--port",
+             str(port), *extra], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE)
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:      # it listened: stop it and its children
+                _stop_with_children(proc, fleet)
+    assert proc.returncode == 2
+    assert f"kvroute: cannot listen on 127.0.0.1:{port}: Address already in use" in (
+        err.decode())
+
+
 @pytest.mark.parametrize("command", ["serve", "up"])
 @pytest.mark.parametrize(("option", "message"), [
     (["--tenant-labels", "-1"], "kvroute: tenant_labels: must be >= 0"),
     (["--max-retries", "-1"], "kvroute: max_retries: must be >= 0"),
     (["--gc-interval", "-1"],
      "kvroute: gc_interval_s: must be >= 0 (0: collections as CPython runs them)"),
-], ids=["tenant-labels", "max-retries", "gc-interval"])
+    (["--port", "70000"], "kvroute: port: must be within 0..65535 (0: any free port)"),
+    (["--port", "-1"], "kvroute: port: must be within 0..65535 (0: any free port)"),
+    (["--scrape-interval", "nan"],
+     "kvroute: scrape_interval_s: must be a finite number of seconds"),
+    (["--drain-timeout", "inf"], "kvroute: drain_timeout_s: must be a finite number of seconds"),
+    (["--upstream-timeout", "0"], "kvroute: upstream_timeout_s: must be positive"),
+], ids=["tenant-labels", "max-retries", "gc-interval", "port-past-65535", "port-negative",
+        "scrape-interval-nan", "drain-timeout-inf", "upstream-timeout-0"])
 def test_options_out_of_range_exit_2_with_the_reason(command: str, option: list[str],
                                                      message: str,
                                                      capsys: pytest.CaptureFixture[str]) -> None:

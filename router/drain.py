@@ -1,0 +1,55 @@
+"""The requests being handled, and cutting them when the drain at shutdown runs out.
+
+aiohttp's own shutdown waits ``shutdown_timeout`` for each connection's handler, then asks
+the request to stop and waits ``shutdown_timeout`` again before it cancels the handler, so
+a stream that does not read its request body runs for twice the drain it was given.
+``RequestTasks`` keeps the task of every request being handled (its middleware, outermost)
+and ``cut_after(s)`` cancels those still running ``s`` seconds later: a stream is cut when
+``--drain-timeout`` says, and aiohttp's wait ends with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+log = logging.getLogger(__name__)
+
+
+class RequestTasks:
+    """The tasks of the requests this process is handling now."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[object]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    @web.middleware
+    async def middleware(self, request: web.Request,
+                         handler: Handler) -> web.StreamResponse:
+        task = asyncio.current_task()
+        if task is None:          # not inside a task: nothing to cut later
+            return await handler(request)
+        self._tasks.add(task)
+        try:
+            return await handler(request)
+        finally:
+            self._tasks.discard(task)
+
+    def cut_after(self, timeout_s: float) -> asyncio.TimerHandle:
+        """Cancel, ``timeout_s`` seconds from now, every request still being handled (the
+        handle cancels the cut)."""
+        return asyncio.get_running_loop().call_later(timeout_s, self.cut)
+
+    def cut(self) -> int:
+        """Cancel every request still being handled; how many were."""
+        running = [task for task in self._tasks if not task.done()]
+        if running:
+            log.warning("drain timeout: cutting %d request(s) still in flight", len(running))
+        for task in running:
+            task.cancel()
+        return len(running)

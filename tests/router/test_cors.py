@@ -1,0 +1,83 @@
+"""router/cors.py: a browser's preflight and the allowing headers, as vLLM's server answers
+them (any origin by default), on plain answers, streams and refusals; a list of origins; off."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+
+from tests.router.gateway_support import MODEL, RouterFactory, subset
+from workers.fleet import FleetConfig
+
+pytestmark = pytest.mark.integration
+PAGE = "https://chat.example.com"
+PREFLIGHT = {"Origin": PAGE, "Access-Control-Request-Method": "POST",
+             "Access-Control-Request-Headers": "authorization, content-type"}
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+
+
+async def test_any_origin_by_default_on_answers_streams_and_refusals(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), api_keys=("k1",))
+    async with aiohttp.ClientSession() as session:
+        # the preflight carries no key: answered before the key is asked
+        async with session.options(router.url + "/v1/chat/completions",
+                                   headers=PREFLIGHT) as resp:
+            assert resp.status == 200
+            assert resp.headers["Access-Control-Allow-Origin"] == "*"
+            assert "POST" in resp.headers["Access-Control-Allow-Methods"]
+            assert resp.headers["Access-Control-Allow-Headers"] == "authorization, content-type"
+        auth = {"Origin": PAGE, "Authorization": "Bearer k1"}
+        async with session.post(router.url + "/v1/chat/completions", json=CHAT,
+                                headers=auth) as resp:
+            assert resp.status == 200
+            assert resp.headers["Access-Control-Allow-Origin"] == "*"
+            exposed = resp.headers["Access-Control-Expose-Headers"]
+            assert "x-kvroute-worker" in exposed and "x-request-id" in exposed
+        async with session.post(router.url + "/v1/chat/completions",
+                                json={**CHAT, "stream": True}, headers=auth) as resp:
+            assert resp.status == 200
+            assert resp.headers["Access-Control-Allow-Origin"] == "*"
+            assert (await resp.read()).rstrip().endswith(b"data: [DONE]")
+        async with session.post(router.url + "/v1/chat/completions", json=CHAT,
+                                headers={"Origin": PAGE}) as resp:      # no key: 401
+            assert resp.status == 401
+            assert resp.headers["Access-Control-Allow-Origin"] == "*"   # the page can read why
+        async with session.post(router.url + "/v1/chat/completions", json=CHAT,
+                                headers={"Authorization": "Bearer k1"}) as resp:
+            assert "Access-Control-Allow-Origin" not in resp.headers    # not a browser's call
+
+
+async def test_only_the_listed_origins(emulated_fleet: FleetConfig,
+                                       make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]),
+                               allowed_origins=(PAGE,))
+    async with aiohttp.ClientSession() as session:
+        async with session.options(router.url + "/v1/chat/completions",
+                                   headers=PREFLIGHT) as resp:
+            assert resp.status == 200
+            assert resp.headers["Access-Control-Allow-Origin"] == PAGE
+            assert resp.headers["Vary"] == "Origin"
+        async with session.options(router.url + "/v1/chat/completions",
+                                   headers={**PREFLIGHT, "Origin": "https://evil.example"}
+                                   ) as resp:
+            assert resp.status == 400
+            assert "Access-Control-Allow-Origin" not in resp.headers
+        async with session.post(router.url + "/v1/chat/completions", json=CHAT,
+                                headers={"Origin": "https://evil.example"}) as resp:
+            assert resp.status == 200
+            assert "Access-Control-Allow-Origin" not in resp.headers
+
+
+async def test_no_origins_no_cross_origin_answers(emulated_fleet: FleetConfig,
+                                                  make_router: RouterFactory) -> None:
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), allowed_origins=())
+    async with aiohttp.ClientSession() as session:
+        async with session.options(router.url + "/v1/chat/completions",
+                                   headers=PREFLIGHT) as resp:
+            assert resp.status == 405
+            assert "Access-Control-Allow-Origin" not in resp.headers
+        async with session.post(router.url + "/v1/chat/completions", json=CHAT,
+                                headers={"Origin": PAGE}) as resp:
+            assert resp.status == 200
+            assert "Access-Control-Allow-Origin" not in resp.headers
