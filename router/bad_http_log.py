@@ -3,10 +3,12 @@
 aiohttp answers a request its parser cannot take (a header line over 8,190 bytes, as nginx's
 default refuses too; a broken request line; a bad chunked body) with a plain-text 400 before
 any handler runs, and logs it on ``aiohttp.server`` at ERROR with the parser's traceback, so
-any client could fill the router's log with tracebacks. ``OneLineBadHttp`` keeps each such
-record as one WARNING line naming the client and the parser's reason (cut to 200
-characters); every other record of that logger (a failure of the server itself) passes as
-it is. It is installed while the app runs (``router.app``).
+any client could fill the router's log with tracebacks. A body whose ``Content-Encoding``
+does not decode is answered by the router (``router.errors``), and the error of reading the
+rest of it away is logged the same way. ``OneLineBadHttp`` keeps each such record as one
+WARNING line naming the client and the parser's reason (cut to 200 characters); every other
+record of that logger (a failure of the server itself) passes as it is. It is installed
+while the app runs (``router.app``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 SERVER_LOGGER = "aiohttp.server"
 MAX_REASON_CHARS = 200
@@ -24,6 +27,9 @@ class OneLineBadHttp(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, RequestPayloadError) and isinstance(error.__cause__,
+                                                                 HttpProcessingError):
+            error = error.__cause__     # the rest of a body that could not be decoded
         if isinstance(error, HttpProcessingError) and 400 <= error.code < 500:
             reason = " ".join(str(error.message).split())
             if len(reason) > MAX_REASON_CHARS:

@@ -150,7 +150,7 @@ class Director:
         arrival = self._clock()
         body = await request.read()
         parsed = parse_request(body, path, request_id, request.headers, arrival,
-                               request.get(TENANT))
+                               request.get(TENANT), self._registry.default_model())
         self._check_runner(parsed.routing)
         engine = self._policy()
         ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),

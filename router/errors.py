@@ -37,6 +37,8 @@ from typing import ClassVar
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 log = logging.getLogger(__name__)
 
@@ -239,9 +241,20 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         return error_response(_from_http_exception(exc), _is_anthropic(request))
+    except RequestPayloadError as exc:   # a body aiohttp cannot read (a bad Content-Encoding)
+        return error_response(InvalidRequest(f"Cannot read the request body: "
+                                             f"{payload_error_reason(exc)}"),
+                              _is_anthropic(request))
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(RouterError("Internal router error"), _is_anthropic(request))
+
+
+def payload_error_reason(exc: BaseException) -> str:
+    """The parser's reason behind an unreadable request body, on one line."""
+    cause = exc.__cause__
+    reason = cause.message if isinstance(cause, HttpProcessingError) else str(exc)
+    return " ".join(str(reason).split())
 
 
 def _is_anthropic(request: web.Request) -> bool:

@@ -73,11 +73,15 @@ def parse_body(body: bytes) -> dict[str, Any]:
 
 
 def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str, str],
-                  arrival_time: float, tenant: str | None = None) -> ParsedRequest:
+                  arrival_time: float, tenant: str | None = None,
+                  default_model: str | None = None) -> ParsedRequest:
     """The request, checked; its tenant is ``tenant`` when given (the one its API key
-    names), else ``tenant_of(headers)``."""
+    names), else ``tenant_of(headers)``. A request that names no model is for
+    ``default_model`` when given (a fleet of one model: vLLM serves its own model then)."""
     data = parse_body(body)
-    model = check_model(data.get("model"))
+    raw_model = data.get("model")
+    model = (default_model if raw_model is None and default_model is not None
+             else check_model(raw_model))
     messages = None
     prompt = None
     response_id = previous_id = None
@@ -113,6 +117,9 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
             max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         stream = _check_bool(data, "stream")
         wants_usage = _check_stream_options(data.get("stream_options"))
+        if data.get("stream_options") and not stream:      # as vLLM refuses it
+            raise InvalidRequest("Stream options can only be defined when `stream=True`.",
+                                 param="stream_options")
     user = data.get("user")
     if user is not None and not isinstance(user, str):
         raise InvalidRequest("user: must be a string.", param="user")

@@ -12,7 +12,9 @@ of the fleet serves one model.
 the response holds it, so they go there (``router.response_locator``); a response no worker
 holds is vLLM's 404, and an owner that is down a 503.
 
-Counted in ``kvroute_requests_total`` under the profile ``utility``.
+Counted in ``kvroute_requests_total`` under the profile ``utility``. Their answers carry the
+headers routed ones do: ``x-kvroute-worker``, ``x-kvroute-profile`` (``utility``),
+``x-kvroute-reason`` (why that worker) and the request id (the client's, else a new one).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from router.errors import (
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import RESPONSES_PATH, check_model, parse_body
 from router.proxy import RESPONSES_STREAM, Proxy, RetryableUpstream
+from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
 from workers.models import WorkerView
@@ -61,6 +64,7 @@ class UtilityRequests:
         self._metrics = metrics
         self._clock = clock
         self._turn = itertools.count()
+        self._ids = RequestIds()
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
@@ -69,10 +73,24 @@ class UtilityRequests:
         raw_model = data.get("model")
         model = None if raw_model is None else check_model(raw_model)
         candidates = self._candidates(model)
-        headers = self._headers(request)
+        request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
+        try:
+            return await self._forward(request, path, body, model, candidates, request_id)
+        finally:
+            self._ids.release(request_id)
+
+    async def _forward(self, request: web.Request, path: str, body: bytes, model: str | None,
+                       candidates: list[WorkerView], request_id: str) -> web.StreamResponse:
+        headers = self._headers(request, request_id)
         last_failure: RetryableUpstream | None = None
-        for view in candidates[:self._settings.max_retries + 1]:
-            response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE}
+        for attempt, view in enumerate(candidates[:self._settings.max_retries + 1]):
+            reason = (f"{view.id}: fewest requests in flight of {len(candidates)} healthy "
+                      f"worker(s) of {model or view.info.models[0]} (no policy for {path})")
+            if attempt:
+                reason += f", after {attempt} failed attempt(s)"
+            response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE,
+                                "x-kvroute-reason": reason,
+                                self._settings.request_id_header: request_id}
             try:
                 result = await self._proxy.forward(
                     request, URL(view.info.url + path), body, headers, response_headers,
@@ -101,26 +119,32 @@ class UtilityRequests:
             url = url.with_query(request.query_string)
         body = await request.read() if request.method == "POST" else None
         stream = request.query.get("stream", "").lower() in ("true", "1")
-        response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE}
+        request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
+        response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE,
+                            "x-kvroute-reason": f"{view.id}: holds response {response_id}",
+                            self._settings.request_id_header: request_id}
         try:
             result = await self._proxy.forward(
-                request, url, body, self._headers(request), response_headers, stream=stream,
+                request, url, body, self._headers(request, request_id), response_headers,
+                stream=stream,
                 wants_usage=True, on_first_byte=lambda: None, stream_format=RESPONSES_STREAM,
                 method=request.method)
         except RetryableUpstream as failure:
             self._metrics.record_retry(view.id, failure.reason)
             raise UpstreamError(f"The worker holding response `{response_id}` failed: "
                                 f"{failure}") from None
+        finally:
+            self._ids.release(request_id)
         self._metrics.record_request(view.info.models[0], view.id, view.gpu.name, PROFILE,
                                      result.status)
         return result.response
 
-    def _headers(self, request: web.Request) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        for name in ("Authorization", self._settings.request_id_header):
-            value = request.headers.get(name)
-            if value:
-                headers[name] = value
+    def _headers(self, request: web.Request, request_id: str) -> dict[str, str]:
+        headers = {"Content-Type": "application/json",
+                   self._settings.request_id_header: request_id}
+        authorization = request.headers.get("Authorization")
+        if authorization:
+            headers["Authorization"] = authorization
         return headers
 
     def _candidates(self, model: str | None) -> list[WorkerView]:

@@ -37,7 +37,7 @@ def runners_by_model(infos: Iterable[WorkerInfo]) -> dict[str, frozenset[str]]:
 class WorkerRegistry:
     """Current snapshots of a fixed set of workers. Owned by one event loop."""
 
-    __slots__ = ("_by_id", "_infos", "_runners", "_snapshots", "inflight")
+    __slots__ = ("_by_id", "_default_model", "_infos", "_runners", "_snapshots", "inflight")
 
     def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightSource) -> None:
         self._infos = tuple(infos)
@@ -46,12 +46,19 @@ class WorkerRegistry:
             raise ValueError("worker ids must be unique")
         # model name -> what the fleet file declares it runs as: fixed, so read once
         self._runners = runners_by_model(self._infos)
+        models = {model for info in self._infos for model in info.models}
+        self._default_model = next(iter(models)) if len(models) == 1 else None
         self._snapshots: dict[str, WorkerSnapshot] = {}
         self.inflight = inflight
 
     @property
     def infos(self) -> tuple[WorkerInfo, ...]:
         return self._infos
+
+    def default_model(self) -> str | None:
+        """The model a request that names none is for, as vLLM serves its own: the one model
+        of the fleet file when every worker serves that one alone; else None."""
+        return self._default_model
 
     def info(self, worker_id: str) -> WorkerInfo:
         return self._by_id[worker_id]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import aiohttp
 import pytest
@@ -57,3 +58,32 @@ async def test_a_header_over_the_limit_is_refused_in_one_line_and_the_router_ser
     async with aiohttp.ClientSession() as session, \
             session.get(router.url + "/health") as resp:
         assert resp.status == 200
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("path", "body_of"), [
+    ("/v1/chat/completions", lambda error: error["error"]["message"]),
+    ("/v1/messages", lambda error: error["error"]["message"]),
+    ("/tokenize", lambda error: error["error"]["message"]),
+])
+async def test_a_body_that_does_not_decode_is_a_400_in_the_api_s_shape(
+        path: str, body_of: Any, emulated_fleet: FleetConfig, make_router: RouterFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``Content-Encoding: gzip`` on a body that is not gzip: the client is told, in its
+    API's error shape, and the log keeps one warning line per request, no traceback."""
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]))
+    caplog.set_level(logging.DEBUG)
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}'
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + path, data=body, headers={
+                "Content-Type": "application/json", "Content-Encoding": "gzip"}) as resp:
+            assert resp.status == 400
+            assert resp.headers["x-kvroute-reason"] == "rejected before routing: invalid_request"
+            error = await resp.json()
+        assert body_of(error) == ("Cannot read the request body: Can not decode "
+                                  "content-encoding: gzip")
+        if path == "/v1/messages":
+            assert error["type"] == "error"
+        async with session.get(router.url + "/health") as health:
+            assert health.status == 200
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]

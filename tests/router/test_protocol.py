@@ -84,6 +84,10 @@ def test_completion_prompts_accepted(prompt: object) -> None:
     ({**CHAT, "stream": "yes"}, CHAT_PATH, "stream: must be a boolean.", "stream"),
     ({**CHAT, "stream_options": {"include_usage": 1}}, CHAT_PATH,
      "stream_options.include_usage: must be a boolean.", "stream_options.include_usage"),
+    ({**CHAT, "stream_options": {"include_usage": True}}, CHAT_PATH,
+     "Stream options can only be defined when `stream=True`.", "stream_options"),
+    ({**CHAT, "stream": False, "stream_options": {"include_usage": False}}, CHAT_PATH,
+     "Stream options can only be defined when `stream=True`.", "stream_options"),
     ({"model": MODEL}, COMPLETIONS_PATH, "Missing required parameter: 'prompt'.", "prompt"),
     ({"model": MODEL, "prompt": [1, "a"]}, COMPLETIONS_PATH, "prompt: must be a string",
      "prompt"),
@@ -92,7 +96,8 @@ def test_completion_prompts_accepted(prompt: object) -> None:
         "model too long", "model not printable",
         "no messages", "messages not list", "message without role", "bad content",
         "negative max_tokens", "max_tokens string", "max_tokens bool", "stream not bool",
-        "include_usage not bool", "no prompt", "mixed prompt", "empty prompt"])
+        "include_usage not bool", "stream_options without stream",
+        "stream_options with stream false", "no prompt", "mixed prompt", "empty prompt"])
 def test_invalid_bodies(body: bytes | dict[str, object], path: str, message: str,
                         param: str | None) -> None:
     with pytest.raises(InvalidRequest) as info:
@@ -100,6 +105,21 @@ def test_invalid_bodies(body: bytes | dict[str, object], path: str, message: str
     assert info.value.message.startswith(message)
     assert info.value.param == param
     assert info.value.status == 400
+
+
+def test_a_request_without_a_model_is_for_the_fleets_one_model() -> None:
+    raw = orjson.dumps({"messages": [{"role": "user", "content": "hi"}]})
+    parsed = parse_request(raw, CHAT_PATH, "req-1", {}, 0.0, default_model=MODEL)
+    assert parsed.routing.model == MODEL
+    with pytest.raises(InvalidRequest, match="You must provide a model parameter"):
+        parse_request(raw, CHAT_PATH, "req-1", {}, 0.0)        # several models: say which
+    with pytest.raises(InvalidRequest, match="You must provide a model parameter"):
+        parse_request(orjson.dumps({"model": "", "messages": []}), CHAT_PATH, "req-1", {},
+                      0.0, default_model=MODEL)               # named, but empty: still an error
+
+
+def test_empty_stream_options_without_a_stream_pass_as_vllm_lets_them() -> None:
+    assert parse({**CHAT, "stream_options": {}}).routing.stream is False
 
 
 def test_a_model_name_of_the_longest_length_is_accepted() -> None:

@@ -67,6 +67,25 @@ async def test_tokenize_and_detokenize_round_trip_in_turn_over_the_workers(
                          gpu="H100-80GB", profile="utility", status="200") >= 2
 
 
+async def test_utility_answers_carry_the_reason_and_the_request_id(
+        fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(fleet)
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/tokenize", json={"model": MODEL, "prompt": "hi"},
+                                headers={"x-request-id": "mine-1"}) as resp:
+            assert resp.status == 200
+            worker = resp.headers["x-kvroute-worker"]
+            assert resp.headers["x-request-id"] == "mine-1"
+            assert resp.headers["x-kvroute-reason"] == (
+                f"{worker}: fewest requests in flight of 2 healthy worker(s) of {MODEL} "
+                "(no policy for /tokenize)")
+        async with session.post(f"{router.url}/detokenize",
+                                json={"model": MODEL, "tokens": [1, 2]}) as resp:
+            assert resp.status == 200
+            assert resp.headers["x-request-id"]              # none given: a new one
+            assert resp.headers["x-kvroute-reason"].endswith("(no policy for /detokenize)")
+
+
 async def test_the_least_busy_worker_tokenizes(fleet: FleetConfig,
                                                make_router: RouterFactory) -> None:
     router = await make_router(fleet)

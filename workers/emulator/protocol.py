@@ -13,10 +13,11 @@ from typing import Any, Literal
 import orjson
 from aiohttp import web
 
-from workers.emulator.errors import ApiError, validation_error
+from workers.emulator.errors import ApiError, bad_request, validation_error
 
 RequestKind = Literal["chat", "completion"]
 MAX_N = 128
+STREAM_OPTIONS_WITHOUT_STREAM = "Stream options can only be defined when `stream=True`."
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,8 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         raise validation_error("stream_options", "Input should be a valid dictionary",
                                "model_type", stream_options)
     so = _Fields(stream_options or {}, prefix="stream_options.")
+    if stream_options and not data.get("stream"):     # vLLM's validate_stream_options
+        raise bad_request(STREAM_OPTIONS_WITHOUT_STREAM, "stream_options")
     n = f.opt_int("n", lo=1, default=1)
     assert n is not None
     if n > MAX_N:

@@ -89,6 +89,8 @@ COMPLETION_CASES = [
     (b'{"prompt": [true]}', "Bad Request", "body.prompt"),
     (b'{"prompt": [99999999]}', "BadRequestError", "prompt"),
     (b'{"prompt": [-1]}', "BadRequestError", "prompt"),
+    (b'{"prompt": "a", "stream_options": {"include_usage": true}}', "BadRequestError",
+     "stream_options"),          # vLLM: "Stream options can only be defined when `stream=True`."
 ]
 
 
