@@ -15,6 +15,7 @@ Supported field types: ``bool``, ``int``, ``float`` (ints accepted), ``str``, ``
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -67,6 +68,8 @@ def _try_coerce(tp: Any, value: object, path: str) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:
         return value
+    if isinstance(value, float) and not math.isfinite(value):   # YAML's .nan, .inf
+        raise RoutingConfigError(f"{path}: must be a finite number, not {value}")
     if origin is typing.Union or origin is types.UnionType:
         return _coerce_union(typing.get_args(tp), value, path)
     if origin is typing.Literal:

@@ -4,7 +4,9 @@ An asyncio task polls the file's modification time and size every ``interval_s``
 change whose content differs, it parses the file and builds a new ``PolicyEngine`` off the
 event loop (plugins such as a classifier may take a while to build), then swaps
 ``reloader.engine`` in one assignment. A bad file is refused: the last good engine keeps
-serving and the failure is reported once per change of the file. Every attempt is reported
+serving and the failure is reported once per change of the file; a file that comes back to
+the content in force (after an edit was refused, or after it was missing) is reported as a
+success without a rebuild. Every attempt is reported
 through ``on_result(ReloadResult)`` (the router counts
 ``kvroute_config_reloads_total{result}``); a successful swap also calls ``on_swap(engine)``.
 The new engine takes over stateful plugins' state from the old one (``inherit_state``).
@@ -57,7 +59,8 @@ class PolicyReloader:
         self._on_result = on_result
         self._on_swap = on_swap
         self._stamp = file_stamp(self.path)
-        self._digest = _digest_of(self.path)
+        self._digest = _digest_of(self.path)      # of the content last read (None: unread)
+        self._in_force = self._digest             # of the content the engine was built from
         self._periodic = PeriodicCheck(self.check, interval_s, f"policy-reloader:{self.path}",
                                        "routing reload")
 
@@ -90,11 +93,16 @@ class PolicyReloader:
         try:
             text = read_routing_text(self.path)
         except RoutingConfigError as exc:
+            self._digest = None       # whatever is read next is new, even the same content
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
         digest = hashlib.sha256(text.encode()).digest()
         if digest == self._digest:
             return None
         self._digest = digest
+        if digest == self._in_force:  # back to the config in force (after a refused edit)
+            return self._report(ReloadResult(
+                "success", str(self.path),
+                f"the file is the config in force again: {summarize(self.engine.routing)}"))
         try:
             engine = await asyncio.to_thread(self._build, text)
         except RoutingConfigError as exc:
@@ -105,6 +113,7 @@ class PolicyReloader:
                                              f"{type(exc).__name__}: {exc}"))
         engine.take_state_from(self.engine)     # on the loop, with no await before the swap
         self.engine = engine
+        self._in_force = digest
         if self._on_swap is not None:
             self._on_swap(engine)
         return self._report(ReloadResult("success", str(self.path), summarize(engine.routing)))

@@ -69,6 +69,47 @@ async def test_good_bad_and_back(routing_file: Path) -> None:
     assert [r.result for r in results] == ["success", "failure", "failure", "success"]
 
 
+async def test_the_file_restored_unchanged_after_it_was_missing_is_a_success(
+        routing_file: Path) -> None:
+    """Moved away and back (an editor's or a deploy's rename): the refusal it caused ends
+    with a success, so ``kvroute_config_last_reload_successful`` is 1 again; no rebuild."""
+    results: list[ReloadResult] = []
+    reloader = PolicyReloader.load(routing_file, FLEET, on_result=results.append)
+    engine = reloader.engine
+    routing_file.rename(routing_file.with_suffix(".tmp"))
+    result = await reloader.check()
+    assert result is not None and result.result == "failure"
+    routing_file.with_suffix(".tmp").rename(routing_file)
+    os.utime(routing_file)              # the same content, a new mtime
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert result.message.startswith("the file is the config in force again: ")
+    assert reloader.engine is engine
+    assert await reloader.check() is None
+    assert [r.result for r in results] == ["failure", "success"]
+
+
+async def test_back_to_the_config_in_force_after_a_refused_edit(routing_file: Path) -> None:
+    results: list[ReloadResult] = []
+    reloader = PolicyReloader.load(routing_file, FLEET, on_result=results.append)
+    engine = reloader.engine
+    write(routing_file, BAD, 1_000_000)
+    assert (await reloader.check() or ReloadResult("success", "", "")).result == "failure"
+    write(routing_file, GOOD, 2_000_000)
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert reloader.engine is engine          # what serves is what the file says: no rebuild
+    write(routing_file, OTHER, 3_000_000)
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert reloader.engine.default_profile == "fast"
+    write(routing_file, GOOD, 4_000_000)      # the first content, no longer in force: built
+    result = await reloader.check()
+    assert result is not None and not result.message.startswith("the file is the config")
+    assert reloader.engine.default_profile == "default" and reloader.engine is not engine
+    assert [r.result for r in results] == ["failure", "success", "success", "success"]
+
+
 async def test_touch_without_content_change_does_not_rebuild(routing_file: Path) -> None:
     reloader = PolicyReloader.load(routing_file, FLEET)
     engine = reloader.engine
