@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,6 +21,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from workers.emulator import PID_HEADER
 from workers.emulator.config import EmulatorConfig, EmulatorConfigError, parse_faults
 from workers.emulator.embeddings import embeddings
 from workers.emulator.errors import ApiError, bad_request
@@ -133,7 +135,10 @@ def _json(data: object, status: int = 200) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    return web.Response(status=200 if request.app[WORKER].runner.healthy else 503)
+    # the process id tells whoever started this emulator that it answers, not another
+    # server that holds the port (``workers.emulator.process``)
+    return web.Response(status=200 if request.app[WORKER].runner.healthy else 503,
+                        headers={PID_HEADER: str(os.getpid())})
 
 
 async def version(request: web.Request) -> web.Response:

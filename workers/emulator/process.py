@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from workers.emulator import PID_HEADER
 from workers.fleet import FleetConfig, load_fleet
 from workers.ports import free_port
 from workers.tls import readiness_probe_context
@@ -33,13 +34,29 @@ class EmulatorStartError(RuntimeError):
     """An emulator process exited or did not become healthy in time."""
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, pid: int) -> bool:
+    """Whether ``url`` answers ``/health`` from the emulator process ``pid``: a server of
+    another process on that port is not the worker that was started."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=1.0,
                                     context=readiness_probe_context(url)) as resp:
-            return int(resp.status) == 200
+            return int(resp.status) == 200 and resp.headers.get(PID_HEADER) == str(pid)
     except (urllib.error.URLError, OSError):
         return False
+
+
+def _held_by_another(urls: Sequence[str], pid: int) -> str:
+    """`` (... answered by another process)`` when one of ``urls`` answers ``/health`` but
+    not from ``pid``; else empty."""
+    for url in urls:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1.0,
+                                        context=readiness_probe_context(url)) as resp:
+                if resp.headers.get(PID_HEADER) != str(pid):
+                    return f" ({url} is answered by another process: is its port taken?)"
+        except (urllib.error.URLError, OSError):
+            continue
+    return ""
 
 
 class _Subprocess:
@@ -75,13 +92,14 @@ class _Subprocess:
                 raise EmulatorStartError(
                     f"emulator exited with status {self.proc.returncode}: "
                     f"{self.stderr_text().strip()[-2000:]}")
-            pending = [u for u in pending if not _healthy(u)]
+            pending = [u for u in pending if not _healthy(u, self.proc.pid)]
             if not pending:
                 return
             if time.monotonic() > deadline:
                 self.stop()
                 raise EmulatorStartError(
-                    f"emulator not healthy after {timeout_s:.0f}s at {', '.join(pending)}: "
+                    f"emulator not healthy after {timeout_s:.0f}s at {', '.join(pending)}"
+                    f"{_held_by_another(pending, self.proc.pid)}: "
                     f"{self.stderr_text().strip()[-2000:]}")
             time.sleep(0.05)
 

@@ -86,3 +86,21 @@ def test_process_stops_by_pid_and_reports_start_errors() -> None:
         os.kill(proc.pid, 0)
     with pytest.raises(EmulatorStartError, match=r"emulate: unknown key\(s\): bogus"):
         EmulatorProcess(emulate={"bogus": 1}).start()
+
+
+@pytest.mark.parametrize("one_process", [True, False])
+def test_a_port_another_server_answers_on_is_not_taken_for_the_worker(
+        tmp_path: Path, one_process: bool) -> None:
+    """Another emulator holds a worker's port and answers its /health: that is not the
+    worker started here (its process could not listen and exited), so the start fails."""
+    path, ports = write_fleet(tmp_path, with_refusing_worker=False)
+    with EmulatorProcess(port=ports[0], time_scale=0.0) as other:
+        fleet = EmulatorFleet(path, time_scale=0.0, one_process=one_process,
+                              ready_timeout_s=20.0)
+        try:
+            with pytest.raises(EmulatorStartError, match="address already in use"):
+                fleet.start()
+        finally:
+            fleet.stop()
+        assert get_json(f"{other.url}/version") == {"version": "0.33.0"}   # untouched
+    assert all(refused(f"http://127.0.0.1:{port}") for port in ports[:2])
