@@ -65,7 +65,8 @@ def validate_command(args: argparse.Namespace) -> int:
         routing = load_routing(args.file)
         PolicyEngine.build(routing, fleet)
     except RoutingConfigError as exc:
-        print(f"{args.file}: invalid: {exc}", file=sys.stderr)
+        reason = str(exc).removeprefix(f"{args.file}: ")    # the file is named once
+        print(f"{args.file}: invalid: {reason}", file=sys.stderr)
         return 1
     print(f"{args.file}: ok: {summarize(routing)}")
     runners = runners_by_model(worker.info for worker in fleet.workers)

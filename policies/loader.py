@@ -1,19 +1,19 @@
 """Read ``routing.yaml`` from disk: ``load_routing(path) -> RoutingConfig``.
 
 File and YAML errors become ``RoutingConfigError`` too, so callers (the reloader,
-``kvroute validate``, the router at start-up) handle one exception type.
+``kvroute validate``, the router at start-up) handle one exception type; the YAML is read
+strictly (a repeated key is refused) and its errors are one line (``workers.yaml_text``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from policies.config import RoutingConfig
 from policies.errors import RoutingConfigError
 from policies.registry import PluginRegistry, default_registry
 from policies.schema import parse_routing
+from workers.yaml_text import YamlTextError, load_config_yaml
 
 
 def load_routing(path: str | Path, registry: PluginRegistry | None = None) -> RoutingConfig:
@@ -33,7 +33,7 @@ def read_routing_text(path: str | Path) -> str:
 def parse_routing_text(text: str, registry: PluginRegistry | None = None,
                        source: str = "<memory>") -> RoutingConfig:
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        data = load_config_yaml(text)
+    except YamlTextError as exc:
         raise RoutingConfigError(f"{source}: invalid YAML: {exc}") from exc
     return parse_routing(data, registry if registry is not None else default_registry(), source)

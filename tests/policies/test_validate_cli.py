@@ -33,6 +33,23 @@ def test_invalid_file_exits_1_naming_the_field(tmp_path: Path,
                             "must be a number\n")
 
 
+@pytest.mark.parametrize(("text", "reason"), [
+    ("profiles:\n  default: {scorers: [{type: kv-usage}]}\ndefault_profile: default\n"
+     "default_profile: other\n",
+     "invalid YAML: line 4, column 1: duplicate key 'default_profile' (first at line 3; a "
+     "repeated key would silently replace it)"),
+    ("profiles:\n  default:\n    scorers: [{type: kv-usage}\n",
+     "invalid YAML: line 4, column 1: expected ',' or ']', but got '<stream end>' while "
+     "parsing a flow sequence"),
+], ids=["repeated key", "unclosed list"])
+def test_a_yaml_fault_is_one_line_naming_the_file_once(
+        text: str, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 1
+    assert capsys.readouterr().err == f"{path}: invalid: {reason}\n"
+
+
 def test_warnings_do_not_fail_validation(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"

@@ -1,0 +1,37 @@
+"""workers/yaml_text.py: a repeated key is refused where it is, errors are one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.yaml_text import YamlTextError, load_config_yaml
+
+
+def test_the_document_as_safe_load_reads_it() -> None:
+    assert load_config_yaml("a: 1\nb: [x, {c: 2.5}]\n") == {"a": 1, "b": ["x", {"c": 2.5}]}
+    assert load_config_yaml("") is None
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: 1\nb: 2\na: 3\n",
+     "line 3, column 1: duplicate key 'a' (first at line 1; a repeated key would silently "
+     "replace it)"),
+    ("p: {x: 1, y: 2, x: 3}\n", "line 1, column 17: duplicate key 'x' (first at line 1"),
+    ("outer:\n  inner:\n    k: 1\n    k: 2\n", "line 4, column 5: duplicate key 'k'"),
+])
+def test_a_repeated_key_is_refused_where_it_is(text: str, message: str) -> None:
+    with pytest.raises(YamlTextError) as info:
+        load_config_yaml(text)
+    assert str(info.value).startswith(message)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: [1, 2\nb: 3\n", "line 2, column 2: expected ',' or ']', but got ':' "),
+    ("a: b: c\n", "line 1, column 5: mapping values are not allowed here"),
+    ("a: !!python/object:os.system x\n", "line 1, column 4: could not determine a constructor"),
+])
+def test_bad_yaml_is_one_line_saying_where(text: str, message: str) -> None:
+    with pytest.raises(YamlTextError) as info:
+        load_config_yaml(text)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)

@@ -1,0 +1,56 @@
+"""YAML configuration text read strictly, with errors on one line.
+
+PyYAML's ``safe_load`` keeps the last of two equal keys of a mapping without a word (two
+``default_profile:`` lines: the second wins), and its errors span several lines with a
+quote of the text. ``load_config_yaml`` refuses a repeated key and says where, and
+``YamlTextError``'s message is one line: ``line L, column C: what is wrong``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode
+
+
+class YamlTextError(ValueError):
+    """The text is not valid YAML, or repeats a key; the message is one line."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``SafeLoader`` that refuses a key a mapping already has."""
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)   # type: ignore[no-untyped-call]
+            try:
+                first = seen.get(key)
+            except TypeError:         # an unhashable key: the constructor says so below
+                continue
+            if first is None:
+                seen[key] = key_node.start_mark.line
+            else:
+                raise YamlTextError(
+                    f"line {key_node.start_mark.line + 1}, column "
+                    f"{key_node.start_mark.column + 1}: duplicate key {key!r} (first at "
+                    f"line {first + 1}; a repeated key would silently replace it)")
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_config_yaml(text: str) -> Any:
+    """The document of ``text``; ``YamlTextError`` for bad YAML or a repeated key."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as exc:
+        raise YamlTextError(_one_line(exc)) from None
+    except yaml.YAMLError as exc:
+        raise YamlTextError(" ".join(str(exc).split())) from None
+
+
+def _one_line(exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = " ".join(part for part in (exc.problem, exc.context) if part)
+    return where + " ".join((what or str(exc)).split())
