@@ -192,7 +192,14 @@ class Proxy:
                 if not await relay.feed(chunk):
                     return ProxyResult(relay.response_or_new(), 499, relay.usage,
                                        first_byte_at, self._clock())
-        except (TimeoutError, UpstreamError, OSError) as exc:
+        except TimeoutError:
+            if not relay.started:
+                raise
+            await relay.fail(f"The worker stopped mid-stream: nothing came for "
+                             f"{self._upstream_timeout_s:g} s.")
+            return ProxyResult(relay.response_or_new(), 504, relay.usage, first_byte_at,
+                               self._clock())
+        except (UpstreamError, OSError) as exc:
             if not relay.started:
                 raise
             await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")

@@ -188,9 +188,9 @@ async def test_a_request_naming_no_model_is_served_by_a_fleet_of_one_model(
     """As vLLM serves its own model to a request without ``model``: through a fleet whose
     workers all serve one model, the request goes to it (routed like any other)."""
     router = await make_router(subset(emulated_fleet, ["h100-fast"]))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(router.url + "/v1/chat/completions", json={
-                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}) as resp:
-            assert resp.status == 200, await resp.text()
-            assert (await resp.json())["model"] == MODEL
-            assert resp.headers["x-kvroute-worker"] == "h100-fast"
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    async with aiohttp.ClientSession() as session, session.post(
+            router.url + "/v1/chat/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["model"] == MODEL
+        assert resp.headers["x-kvroute-worker"] == "h100-fast"
