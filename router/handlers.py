@@ -90,16 +90,25 @@ async def detokenize(request: web.Request) -> web.StreamResponse:
 
 
 def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
-    """The union of the healthy workers' models (and adapters), with ``max_model_len``."""
+    """The union of the healthy workers' models (and adapters), with ``max_model_len``;
+    as vLLM's cards, an adapter's ``parent`` is the base model it runs on (``root``: the
+    model itself, since the router does not see the workers' weight paths)."""
     lengths: dict[str, int] = {}
+    parents: dict[str, str | None] = {}
     for view in views:
         if not view.healthy:
             continue
-        for model in (*(view.served_models or view.info.models), *view.lora_adapters):
+        served = view.served_models or view.info.models
+        for model in served:
             lengths[model] = max(lengths.get(model, 0), view.max_model_len)
+            parents.setdefault(model, None)
+        for adapter in view.lora_adapters:
+            lengths[adapter] = max(lengths.get(adapter, 0), view.max_model_len)
+            parents.setdefault(adapter, served[0] if served else None)
     return {"object": "list", "data": [
         {"id": model, "object": "model", "created": created, "owned_by": "kvroute",
-         "max_model_len": length or None} for model, length in sorted(lengths.items())]}
+         "root": model, "parent": parents[model], "max_model_len": length or None}
+        for model, length in sorted(lengths.items())]}
 
 
 async def list_models(request: web.Request) -> web.Response:

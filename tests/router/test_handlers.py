@@ -12,7 +12,9 @@ import orjson
 import pytest
 
 from policies.loader import load_routing
+from router.handlers import models_payload
 from router.keys import METRICS
+from tests.policies.conftest import make_view
 from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, RouterHandle, subset
 from workers.fleet import FleetConfig
 
@@ -113,7 +115,7 @@ async def test_streaming_completion(router: RouterHandle) -> None:
 async def test_models_lists_healthy_workers_models(router: RouterHandle) -> None:
     models = await client(router).models.list()
     assert [m.id for m in models.data] == [MODEL]
-    assert models.data[0].model_extra == {"max_model_len": 8192}
+    assert models.data[0].model_extra == {"max_model_len": 8192, "root": MODEL, "parent": None}
 
 
 async def test_a_refusal_carries_its_request_id_given_or_generated(
@@ -343,3 +345,15 @@ async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
             assert {w["id"] for w in fleet} == WORKER_IDS
             assert all(w["healthy"] and w["num_gpu_blocks"] > 0 and w["max_model_len"] == 8192
                        for w in fleet)
+
+
+def test_an_adapters_card_names_its_base_model_as_parent() -> None:
+    views = [make_view("w0", lora_adapters=("sql-lora",), max_model_len=4096),
+             make_view("w1", max_model_len=8192),
+             make_view("w2", models=("other",), lora_adapters=("x",), healthy=False)]
+    cards = {card["id"]: card for card in models_payload(views, 7)["data"]}
+    assert sorted(cards) == [MODEL, "sql-lora"]           # an unhealthy worker's are not listed
+    assert (cards[MODEL]["root"], cards[MODEL]["parent"], cards[MODEL]["max_model_len"]) == (
+        MODEL, None, 8192)
+    assert (cards["sql-lora"]["root"], cards["sql-lora"]["parent"],
+            cards["sql-lora"]["max_model_len"]) == ("sql-lora", MODEL, 4096)
