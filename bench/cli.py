@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from sim.cli import first_problem, range_problem
 
 DESCRIPTION = "Live benchmarks: router overhead race, trace replay, component benchmarks."
 OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
@@ -101,13 +105,36 @@ def register(subparsers: Any) -> None:
             raise
         parser = commands.add_parser(name, help=(module.__doc__ or name).strip().splitlines()[0])
         module.add_arguments(parser)
-        parser.set_defaults(func=module.run)
+        parser.set_defaults(func=_checked(name, module.run))
     bench.set_defaults(func=lambda args: _usage(bench))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return 2
+
+
+def _checked(name: str, run: Callable[[argparse.Namespace], int]
+             ) -> Callable[[argparse.Namespace], int]:
+    """An optional sub-command's ``run``: a NaN or infinite float option, a missing --fleet or
+    --routing file, or an unreadable or malformed trace, fleet or routing file ends in one
+    line and exit code 2, not a traceback (the module checks its options' own ranges)."""
+    def checked(args: argparse.Namespace) -> int:
+        for key, value in vars(args).items():
+            option = f"--{key.replace('_', '-')}"
+            if isinstance(value, float) and not math.isfinite(value):
+                return _refuse(name, f"{option}: must be a finite number, got {value:g}")
+            # read raw (bench.launch) or by a router process started later
+            if key in ("fleet", "routing") and isinstance(value, Path) and not value.is_file():
+                return _refuse(name, f"{option}: {value}: no such file")
+        from policies.errors import RoutingConfigError
+        from sim.traces import TraceError
+        from workers.fleet import FleetConfigError
+        try:
+            return run(args)
+        except (TraceError, FleetConfigError, RoutingConfigError) as exc:
+            return _refuse(name, str(exc))
+    return checked
 
 
 def _command_line() -> str:
@@ -119,24 +146,38 @@ def _progress(message: str) -> None:
 
 
 def _targets(text: str) -> tuple[str, ...]:
+    """The router names of ``--targets``; ValueError names the unknown ones."""
     from bench.targets import TARGETS
     names = tuple(t.strip() for t in text.split(",") if t.strip())
     unknown = [n for n in names if n not in TARGETS]
     if unknown:
-        raise SystemExit(f"kvroute bench: unknown target(s) {', '.join(unknown)} "
+        raise ValueError(f"--targets: unknown target(s) {', '.join(unknown)} "
                          f"(known: {', '.join(TARGETS)})")
+    if not names:
+        raise ValueError("--targets: give at least one target")
     return names
+
+
+def _refuse(command: str, problem: str) -> int:
+    """Bad input: one line on stderr, exit code 2 (as ``kvroute sim`` does)."""
+    print(f"kvroute bench {command}: {problem}", file=sys.stderr)
+    return 2
 
 
 def _overhead(args: argparse.Namespace) -> int:
     from bench.overhead import OverheadConfig, run_overhead
     from bench.overhead_report import markdown_table, write_overhead
 
-    if args.duration <= 0 or args.concurrency <= 0 or args.backends <= 0:
-        print("kvroute bench overhead: --duration, --concurrency and --backends must be > 0",
-              file=sys.stderr)
-        return 2
-    config = OverheadConfig(targets=_targets(args.targets), duration_s=args.duration,
+    problem = first_problem(range_problem("--duration", args.duration, 0, inclusive=False),
+                            range_problem("--concurrency", args.concurrency, 1),
+                            range_problem("--backends", args.backends, 1))
+    if problem:
+        return _refuse("overhead", problem)
+    try:
+        targets = _targets(args.targets)
+    except ValueError as exc:
+        return _refuse("overhead", str(exc))
+    config = OverheadConfig(targets=targets, duration_s=args.duration,
                             concurrency=args.concurrency, pinned=not args.unpinned,
                             backends=args.backends, router_cpus=args.router_cpus,
                             load_cpus=args.load_cpus, backend_cpus=args.backend_cpus)
@@ -151,17 +192,36 @@ def _replay(args: argparse.Namespace) -> int:
     from bench.replay import ReplayConfig, run_replay
     from bench.replay_report import markdown_table, write_replay
 
-    if args.limit <= 0 or args.rate_scale <= 0 or args.time_scale < 0 or args.repeat < 1:
-        print("kvroute bench replay: --limit and --rate-scale must be > 0, --time-scale >= 0, "
-              "--repeat >= 1", file=sys.stderr)
-        return 2
+    problem = first_problem(range_problem("--limit", args.limit, 0, inclusive=False),
+                            range_problem("--rate-scale", args.rate_scale, 0, inclusive=False),
+                            range_problem("--time-scale", args.time_scale, 0),
+                            range_problem("--max-output-tokens", args.max_output_tokens, 1),
+                            range_problem("--repeat", args.repeat, 1))
+    if problem:
+        return _refuse("replay", problem)
+    from policies.errors import RoutingConfigError
+    from policies.loader import load_routing
     from sim.client_max_tokens import ClientMaxTokens
+    from sim.traces import TraceError, load_trace
+    from workers.fleet import FleetConfigError, load_fleet
     try:
         client_max_tokens = ClientMaxTokens.parse(args.client_max_tokens)
     except ValueError as exc:
-        print(f"kvroute bench replay: --client-max-tokens: {exc}", file=sys.stderr)
-        return 2
-    config = ReplayConfig(trace=args.trace, targets=_targets(args.targets), fleet=args.fleet,
+        return _refuse("replay", f"--client-max-tokens: {exc}")
+    # the files are read before any fleet starts: a typo fails in a second, not mid-run
+    try:
+        targets = _targets(args.targets)
+        fleet = load_fleet(args.fleet)
+        if not fleet.workers or not all(w.emulated for w in fleet.workers):
+            raise FleetConfigError(f"{args.fleet}: every worker needs an emulate: block")
+        if args.routing is not None:
+            load_routing(args.routing)
+        trace = load_trace(args.trace, limit=args.limit, rate_scale=args.rate_scale)
+    except (ValueError, TraceError, FleetConfigError, RoutingConfigError) as exc:
+        return _refuse("replay", str(exc))
+    if not trace.requests:
+        return _refuse("replay", f"{args.trace}: no requests")
+    config = ReplayConfig(trace=args.trace, targets=targets, fleet=args.fleet,
                           limit=args.limit, rate_scale=args.rate_scale,
                           time_scale=args.time_scale, max_output_tokens=args.max_output_tokens,
                           routing=args.routing, launch=args.launch,
@@ -169,9 +229,7 @@ def _replay(args: argparse.Namespace) -> int:
                           client_max_tokens=client_max_tokens)
     results = run_replay(config, _progress)
     from sim.cache_curve import prefix_ceiling
-    from sim.traces import load_trace
-    ceiling = prefix_ceiling(load_trace(args.trace, limit=args.limit,
-                                        rate_scale=args.rate_scale))
+    ceiling = prefix_ceiling(trace)
     paths = write_replay(args.out, config, results, _command_line(), ceiling)
     print(f"infinite-cache prefix ceiling of the slice: {ceiling:.3f}")
     print(markdown_table(results))

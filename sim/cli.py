@@ -15,6 +15,7 @@ Progress goes to stderr. ``--jobs N`` runs N policies at once in separate proces
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
@@ -66,6 +67,25 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=main)
 
 
+def range_problem(name: str, value: float | None, low: float, *,
+                  inclusive: bool = True) -> str | None:
+    """``NAME: must be ...`` when an option's ``value`` is out of range, else None (also for an
+    option not given, None). A float must be finite; every value must be >= ``low``, or > it
+    when not ``inclusive``. Shared by the ``kvroute sim``, ``trace`` and ``bench`` commands."""
+    if value is None:
+        return None
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if finite and (value >= low if inclusive else value > low):
+        return None
+    kind = "a finite number " if isinstance(value, float) else ""
+    shown = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{name}: must be {kind}{'>=' if inclusive else '>'} {low:g}, got {shown}"
+
+
+def first_problem(*problems: str | None) -> str | None:
+    return next((p for p in problems if p), None)
+
+
 def main(args: argparse.Namespace) -> int:
     from sim.client_max_tokens import ClientMaxTokens
     from sim.session import SimulationRequest, run_session
@@ -74,19 +94,17 @@ def main(args: argparse.Namespace) -> int:
     if not policies:
         print("kvroute sim: --policies: give at least one policy", file=sys.stderr)
         return 2
-    for name, value, low in (("--rate-scale", args.rate_scale, 0.0),
-                             ("--scrape-interval", args.scrape_interval, 0.0)):
-        if value is not None and value <= low:
-            print(f"kvroute sim: {name}: must be > 0", file=sys.stderr)
-            return 2
-    if args.jitter < 0:
-        print("kvroute sim: --jitter: must be >= 0", file=sys.stderr)
-        return 2
-    if args.skip < 0:
-        print("kvroute sim: --skip: must be >= 0", file=sys.stderr)
-        return 2
-    if args.limit is not None and args.limit <= 0:
-        print("kvroute sim: --limit: must be > 0", file=sys.stderr)
+    problem = first_problem(
+        range_problem("--rate-scale", args.rate_scale, 0, inclusive=False),
+        range_problem("--skip", args.skip, 0),
+        range_problem("--limit", args.limit, 0, inclusive=False),
+        range_problem("--duration", args.duration, 0, inclusive=False),
+        range_problem("--seed", args.seed, 0),
+        range_problem("--jitter", args.jitter, 0),
+        range_problem("--scrape-interval", args.scrape_interval, 0, inclusive=False),
+        range_problem("--jobs", args.jobs, 1))
+    if problem:
+        print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2
     try:
         client_max_tokens = ClientMaxTokens.parse(args.client_max_tokens)
@@ -98,6 +116,6 @@ def main(args: argparse.Namespace) -> int:
         policies=tuple(policies), out=args.out, rate_scale=args.rate_scale,
         goodput=args.goodput, skip=args.skip, limit=args.limit, duration_s=args.duration,
         seed=args.seed,
-        scrape_interval_s=args.scrape_interval, jobs=max(1, args.jobs), jitter_s=args.jitter,
+        scrape_interval_s=args.scrape_interval, jobs=args.jobs, jitter_s=args.jitter,
         kv_events=args.kv_events, client_max_tokens=client_max_tokens)
     return run_session(request)

@@ -41,6 +41,7 @@ import math
 import random
 import re
 import tarfile
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +108,7 @@ def read_archive(path: str | Path) -> Workload:
                 if match:
                     members[(match.group(1), match.group(2))] = file.read_text()
         else:
-            with tarfile.open(p, "r:*") as archive:
+            with _open_tar(p) as archive:
                 for member in archive:
                     match = _MEMBER.search(member.name)
                     if not match or not member.isfile():
@@ -115,8 +116,16 @@ def read_archive(path: str | Path) -> Workload:
                     handle = archive.extractfile(member)
                     if handle is not None:
                         members[(match.group(1), match.group(2))] = handle.read().decode()
-    except (OSError, tarfile.TarError, UnicodeDecodeError) as exc:
-        raise ServeGenError(f"{p}: cannot read ServeGen data: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ServeGenError(f"{p}: cannot read ServeGen data: a chunk-* file is not UTF-8 "
+                            f"text ({exc.reason})") from exc
+    except OSError as exc:
+        raise ServeGenError(f"{p}: cannot read ServeGen data: {exc.strerror or exc}") from exc
+    except (EOFError, zlib.error, tarfile.TarError) as exc:
+        # a truncated or corrupt archive fails while it is read, in gzip, zlib or tarfile
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise ServeGenError(f"{p}: cannot read ServeGen data: truncated or corrupt archive "
+                            f"({reason})") from exc
     ids = sorted({client for client, _ in members}, key=int)
     if not any(kind == "trace.csv" for _, kind in members):
         raise ServeGenError(f"{p}: no chunk-<client>-trace.csv files")
@@ -140,11 +149,21 @@ def read_archive(path: str | Path) -> Workload:
     return Workload(tuple(clients), tuple(without))
 
 
+def _open_tar(p: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(p, "r:*")
+    except tarfile.ReadError as exc:        # its message lists every method it tried
+        raise ServeGenError(f"{p}: cannot read ServeGen data: not a readable tar archive "
+                            "(plain, .gz, .bz2 or .xz) nor a folder") from exc
+
+
 def servegen_requests(workload: Workload, start_s: float, duration_s: float,
                       seed: int = 0) -> list[ServeGenRequest]:
     """Requests arriving in ``[start_s, start_s + duration_s)``, sorted by arrival."""
-    if duration_s <= 0:
-        raise ServeGenError(f"duration must be > 0 seconds, got {duration_s}")
+    if not (duration_s > 0 and math.isfinite(duration_s)):
+        raise ServeGenError(f"duration must be a finite number > 0 seconds, got {duration_s}")
+    if not math.isfinite(start_s):
+        raise ServeGenError(f"start must be a finite number of seconds, got {start_s}")
     end_s = start_s + duration_s
     requests: list[ServeGenRequest] = []
     for client in workload.clients:
@@ -215,6 +234,12 @@ def _rate_windows(text: str, where: str) -> tuple[RateWindow, ...]:
             shape = float(row[4]) if pattern else 0.0
         except ValueError as exc:
             raise ServeGenError(f"{where}:{lineno}: {exc}") from exc
+        if not math.isfinite(start):
+            raise ServeGenError(f"{where}:{lineno}: window start must be a finite number, "
+                                f"got {row[0]}")
+        if not (rate >= 0 and math.isfinite(rate)):      # an infinite rate never ends
+            raise ServeGenError(f"{where}:{lineno}: rate must be a finite number >= 0, "
+                                f"got {row[1]}")
         if pattern not in ("", "Gamma", "Weibull"):
             raise ServeGenError(f"{where}:{lineno}: unknown pattern {pattern!r}")
         if pattern and rate > 0 and not (shape > 0 and math.isfinite(shape)):
@@ -236,10 +261,14 @@ def _length_laws(text: str, where: str) -> tuple[dict[int, LengthLaw], dict[int,
     for window, fields in data.items():
         if not isinstance(fields, dict):
             raise ServeGenError(f"{where}: window {window}: expected an object of fields")
+        try:
+            start = int(float(window))
+        except (ValueError, OverflowError) as exc:      # NaN, inf or not a number
+            raise ServeGenError(f"{where}: window {window!r}: not a start in seconds") from exc
         for name, target in (("input_tokens", inputs), ("output_tokens", outputs)):
             law = _law(fields.get(name), f"{where}: window {window}: {name}")
             if law is not None:
-                target[int(float(window))] = law
+                target[start] = law
     return inputs, outputs
 
 
@@ -252,15 +281,25 @@ def _law(literal: object, where: str) -> LengthLaw | None:
         raise ServeGenError(f"{where}: not a {{value: probability}} literal") from exc
     if not isinstance(table, dict):
         raise ServeGenError(f"{where}: not a {{value: probability}} literal")
+    try:
+        items = sorted(table.items())
+    except TypeError as exc:
+        raise ServeGenError(f"{where}: token counts of mixed types") from exc
     values: list[int] = []
     cumulative: list[float] = []
     total = 0.0
-    for value, probability in sorted(table.items()):
-        if not isinstance(probability, int | float) or probability < 0:
-            raise ServeGenError(f"{where}: probability of {value!r} must be >= 0")
+    for value, probability in items:
+        if (not isinstance(probability, int | float)
+                or not (probability >= 0 and math.isfinite(probability))):
+            raise ServeGenError(f"{where}: probability of {value!r} must be a finite "
+                                "number >= 0")
         if probability == 0:
             continue
+        try:
+            count = int(value)        # a JSON object's keys are strings: "10" is fine
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ServeGenError(f"{where}: {value!r} is not a token count") from exc
         total += float(probability)
-        values.append(int(value))
+        values.append(count)
         cumulative.append(total)
     return LengthLaw(tuple(values), tuple(cumulative)) if values else None

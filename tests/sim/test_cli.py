@@ -56,7 +56,8 @@ def test_skip_simulates_the_requests_after_the_first_n(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--policies", "no-such-policy"], "unknown peer policy 'no-such-policy'"),
-    (["--policies", "kvroute", "--rate-scale", "0"], "--rate-scale: must be > 0"),
+    (["--policies", "kvroute", "--rate-scale", "0"],
+     "--rate-scale: must be a finite number > 0, got 0"),
     (["--policies", "kvroute", "--skip", "-1"], "--skip: must be >= 0"),
     (["--policies", "kvroute", "--skip", "12"], "skip 12 leaves none of its 12 requests"),
     (["--policies", "kvroute", "--fleet", "/nonexistent.yaml"], "cannot read fleet file"),
@@ -71,6 +72,54 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, args: list[str],
             "--out", str(tmp_path / "o")]
     assert main(base + args) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--rate-scale", "nan"], "--rate-scale: must be a finite number > 0, got nan"),
+    (["--rate-scale", "inf"], "--rate-scale: must be a finite number > 0, got inf"),
+    (["--rate-scale", "-1"], "--rate-scale: must be a finite number > 0, got -1"),
+    (["--jitter", "inf"], "--jitter: must be a finite number >= 0, got inf"),
+    (["--jitter", "nan"], "--jitter: must be a finite number >= 0, got nan"),
+    (["--jitter", "-0.5"], "--jitter: must be a finite number >= 0, got -0.5"),
+    (["--scrape-interval", "nan"], "--scrape-interval: must be a finite number > 0, got nan"),
+    (["--scrape-interval", "0"], "--scrape-interval: must be a finite number > 0, got 0"),
+    (["--duration", "nan"], "--duration: must be a finite number > 0, got nan"),
+    (["--duration", "inf"], "--duration: must be a finite number > 0, got inf"),
+    (["--duration", "0"], "--duration: must be a finite number > 0, got 0"),
+    (["--seed", "-1"], "--seed: must be >= 0, got -1"),
+    (["--jobs", "0"], "--jobs: must be >= 1, got 0"),
+    (["--jobs", "-3"], "--jobs: must be >= 1, got -3"),
+    (["--skip", "-4"], "--skip: must be >= 0, got -4"),
+    (["--limit", "0"], "--limit: must be > 0, got 0"),
+])
+def test_out_of_range_numbers_are_one_line_and_exit_2(
+        tmp_path: Path, args: list[str], message: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import sim.session
+
+    def never(request: object) -> int:
+        raise AssertionError("the simulation started")
+
+    monkeypatch.setattr(sim.session, "run_session", never)
+    assert main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", "kvroute", "--out", str(tmp_path / "o"), *args]) == 2
+    assert capsys.readouterr().err == f"kvroute sim: {message}\n"
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("NaN", "NaN"), ("Infinity", "Infinity"), ("-Infinity", "-Infinity"), ("1e999", "Infinity"),
+])
+def test_a_non_finite_arrival_is_refused_naming_file_line_and_field(
+        tmp_path: Path, value: str, shown: str, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "nan.jsonl"
+    trace.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1}\n'
+                     f'{{"arrival_s": {value}, "prompt_tokens": 5, "output_tokens": 1}}\n')
+    code = main(["sim", "--trace", str(trace), "--fleet", str(FLEET), "--policies", "kvroute",
+                 "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"kvroute sim: {trace}:2: arrival_s: must be a finite number of seconds, got {shown}\n")
+    assert not (tmp_path / "o").exists()
 
 
 def test_malformed_trace_names_the_line(tmp_path: Path,

@@ -123,6 +123,28 @@ def test_a_client_without_lengths_is_skipped_and_counted(tmp_path: Path) -> None
     ({"chunk-1-trace.csv": "0,1.0,1.0,Gamma,1.0,1.0\n"},
      r"no client has both a trace.csv and a dataset.json"),
     ({"notes.txt": "hello"}, r"no chunk-<client>-trace.csv files"),
+    # an infinite rate would draw arrivals forever
+    ({"chunk-1-trace.csv": "0,inf,1.0,Gamma,1.0,1.0\n", "chunk-1-dataset.json": "{}"},
+     r"chunk-1-trace.csv:1: rate must be a finite number >= 0, got inf$"),
+    ({"chunk-1-trace.csv": "0,nan,1.0,Gamma,1.0,1.0\n", "chunk-1-dataset.json": "{}"},
+     r"chunk-1-trace.csv:1: rate must be a finite number >= 0, got nan$"),
+    ({"chunk-1-trace.csv": "nan,1.0,1.0,Gamma,1.0,1.0\n", "chunk-1-dataset.json": "{}"},
+     r"chunk-1-trace.csv:1: window start must be a finite number, got nan$"),
+    ({"chunk-1-trace.csv": "0,1.0,1.0,Gamma,1.0,1.0\n",
+      "chunk-1-dataset.json": '{"x": {"input_tokens": "{10: 1.0}"}}'},
+     r"chunk-1-dataset.json: window 'x': not a start in seconds$"),
+    ({"chunk-1-trace.csv": "0,1.0,1.0,Gamma,1.0,1.0\n",
+      "chunk-1-dataset.json": '{"0": {"input_tokens": {"10": NaN}}}'},
+     r"window 0: input_tokens: probability of '10' must be a finite number >= 0$"),
+    ({"chunk-1-trace.csv": "0,1.0,1.0,Gamma,1.0,1.0\n",
+      "chunk-1-dataset.json": '{"0": {"input_tokens": {"ten": 1.0}}}'},
+     r"window 0: input_tokens: 'ten' is not a token count$"),
+    ({"chunk-1-trace.csv": "0,1.0,1.0,Gamma,1.0,1.0\n",
+      "chunk-1-dataset.json": '{"0": {"input_tokens": "{1e999: 1.0}"}}'},
+     r"window 0: input_tokens: inf is not a token count$"),
+    ({"chunk-1-trace.csv": "0,1.0,1.0,Gamma,1.0,1.0\n",
+      "chunk-1-dataset.json": '{"0": {"input_tokens": "{10: 1e999}"}}'},
+     r"window 0: input_tokens: probability of 10 must be a finite number >= 0$"),
 ])
 def test_malformed_data_is_refused_naming_the_member(tmp_path: Path, members: dict[str, str],
                                                       message: str) -> None:
@@ -155,6 +177,83 @@ def test_the_command_writes_a_trace_the_simulator_reads(tmp_path: Path,
     assert kvroute(["trace", "servegen", "--archive", str(tmp_path / "missing.tar.gz"),
                     "--out", str(empty)]) == 2
     assert "cannot read ServeGen data" in capsys.readouterr().err
+
+
+def test_length_tables_may_be_json_objects_with_string_keys(tmp_path: Path) -> None:
+    archive = _archive(tmp_path / "sg.tar.gz", {
+        "chunk-1-trace.csv": _rates("0,1.0,1.0,Gamma,1.0,1.0"),
+        "chunk-1-dataset.json": json.dumps({"0": {"input_tokens": {"7": 1.0},
+                                                  "output_tokens": {"3": 1.0}}}),
+    })
+    requests = servegen_requests(read_archive(archive), 0, 600, seed=0)
+    assert requests and {(r.prompt_tokens, r.output_tokens) for r in requests} == {(7, 3)}
+
+
+def _good_archive(tmp_path: Path) -> Path:
+    return _archive(tmp_path / "sg.tar.gz", {
+        "chunk-4-trace.csv": _rates("0,2.0,1.0,Gamma,1.0,0.5"),
+        "chunk-4-dataset.json": _dataset({120: 1.0}, {40: 1.0}),
+    })
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--start", "nan"], "--start: must be a finite number >= 0, got nan"),
+    (["--start", "inf"], "--start: must be a finite number >= 0, got inf"),
+    (["--start", "-60"], "--start: must be a finite number >= 0, got -60"),
+    (["--duration", "nan"], "--duration: must be a finite number > 0, got nan"),
+    (["--duration", "inf"], "--duration: must be a finite number > 0, got inf"),
+    (["--duration", "0"], "--duration: must be a finite number > 0, got 0"),
+])
+def test_the_command_refuses_bad_numbers_in_one_line(tmp_path: Path, args: list[str],
+                                                     message: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "t.jsonl"
+    assert kvroute(["trace", "servegen", "--archive", str(_good_archive(tmp_path)),
+                    "--out", str(out), *args]) == 2
+    assert capsys.readouterr().err == f"kvroute trace servegen: {message}\n"
+    assert not out.exists()
+
+
+def test_the_command_refuses_a_file_that_is_not_an_archive_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    not_tar = tmp_path / "notes.txt"
+    not_tar.write_text("hello\n")
+    good = _good_archive(tmp_path).read_bytes()
+    truncated = tmp_path / "cut.tar.gz"
+    truncated.write_bytes(good[:len(good) // 2])
+    out = tmp_path / "t.jsonl"
+    assert kvroute(["trace", "servegen", "--archive", str(not_tar), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute trace servegen: {not_tar}: cannot read ServeGen data: not a readable tar "
+        "archive (plain, .gz, .bz2 or .xz) nor a folder\n")
+    assert kvroute(["trace", "servegen", "--archive", str(truncated), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute trace servegen: {truncated}: cannot read ServeGen data: truncated or corrupt "
+        "archive (Compressed file ended before the end-of-stream marker was reached)\n")
+    assert kvroute(["trace", "servegen", "--archive", str(tmp_path / "missing.tar.gz"),
+                    "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute trace servegen: {tmp_path / 'missing.tar.gz'}: cannot read ServeGen data: "
+        "No such file or directory\n")
+    assert not out.exists()
+
+
+def test_the_command_makes_missing_folders_of_out_and_names_an_unwritable_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = _good_archive(tmp_path)
+    # like every other --out of kvroute sim, trace and bench: missing folders are made
+    nested = tmp_path / "new" / "dir" / "t.jsonl"
+    assert kvroute(["trace", "servegen", "--archive", str(archive), "--duration", "60",
+                    "--out", str(nested)]) == 0
+    assert nested.stat().st_size > 0
+    capsys.readouterr()
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert kvroute(["trace", "servegen", "--archive", str(archive), "--duration", "60",
+                    "--out", str(blocked / "t.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvroute trace servegen: --out: cannot write {blocked / 't.jsonl'}: ")
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_write_jsonl_round_trips_through_the_generic_loader(tmp_path: Path) -> None:

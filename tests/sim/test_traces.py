@@ -102,6 +102,70 @@ def test_generic_jsonl_errors_name_line_and_field(tmp_path: Path, row: dict[str,
         load_trace(path)
 
 
+@pytest.mark.parametrize(("key", "value", "message"), [
+    # Python's json reads NaN, Infinity and an overflowing literal as non-finite floats
+    ("arrival_s", "NaN", "arrival_s: must be a finite number of seconds, got NaN"),
+    ("arrival_s", "Infinity", "arrival_s: must be a finite number of seconds, got Infinity"),
+    ("arrival_s", "-Infinity", "arrival_s: must be a finite number of seconds, got -Infinity"),
+    ("arrival_s", "1e999", "arrival_s: must be a finite number of seconds, got Infinity"),
+    ("arrival_s", "true", "arrival_s: must be a finite number of seconds, got true"),
+    ("prompt_tokens", "NaN", "prompt_tokens: must be an integer >= 1"),
+    ("prompt_tokens", "Infinity", "prompt_tokens: must be an integer >= 1"),
+    ("prompt_tokens", "-3", "prompt_tokens: must be an integer >= 1"),
+    ("output_tokens", "NaN", "output_tokens: must be an integer >= 1"),
+    ("output_tokens", "-Infinity", "output_tokens: must be an integer >= 1"),
+    ("output_tokens", "-1", "output_tokens: must be an integer >= 1"),
+])
+def test_generic_jsonl_refuses_non_finite_and_negative_numbers(
+        tmp_path: Path, key: str, value: str, message: str) -> None:
+    row = {"arrival_s": "0", "prompt_tokens": "5", "output_tokens": "1", key: value}
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1}\n'
+                    + "{" + ", ".join(f'"{k}": {v}' for k, v in row.items()) + "}\n")
+    with pytest.raises(TraceError) as error:
+        load_trace(path)
+    assert str(error.value) == f"{path}:2: {message}"
+
+
+def test_a_missing_arrival_is_named(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "bad.jsonl", [{"prompt_tokens": 5, "output_tokens": 1}])
+    with pytest.raises(TraceError) as error:
+        load_trace(path)
+    assert str(error.value) == f"{path}:1: arrival_s: required, a finite number of seconds"
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "1e999"])
+def test_mooncake_refuses_a_non_finite_timestamp(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n'
+                    f'{{"timestamp": {value}, "input_length": 5, "output_length": 1, '
+                    '"hash_ids": [1]}\n')
+    with pytest.raises(TraceError, match=r"m.jsonl:2: timestamp: must be a finite number of "
+                                         r"milliseconds, got (NaN|Infinity)$"):
+        load_trace(path, fmt="mooncake")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"rate_scale": float("nan")}, "rate scale must be a finite number > 0, got nan"),
+    ({"rate_scale": float("inf")}, "rate scale must be a finite number > 0, got inf"),
+    ({"jitter_s": float("nan")}, "jitter must be a finite number >= 0 seconds, got nan"),
+    ({"jitter_s": float("inf")}, "jitter must be a finite number >= 0 seconds, got inf"),
+    ({"duration_s": float("nan")}, "duration must be a finite number > 0 seconds, got nan"),
+    ({"duration_s": 0.0}, "duration must be a finite number > 0 seconds, got 0.0"),
+])
+def test_load_trace_refuses_non_finite_settings(tmp_path: Path, options: dict[str, float],
+                                                 message: str) -> None:
+    path = _write_jsonl(tmp_path / "g.jsonl",
+                        [{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 1}])
+    with pytest.raises(TraceError) as error:
+        load_trace(path, **options)  # type: ignore[arg-type]
+    assert str(error.value) == message
+    if "rate_scale" in options:
+        with pytest.raises(TraceError) as error:
+            rescale(load_trace(path), options["rate_scale"])
+        assert str(error.value) == message
+
+
 def test_mooncake_with_too_few_hash_ids_is_refused(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "m.jsonl", [
         {"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [0, 1]}])
@@ -144,5 +208,5 @@ def test_jitter_spreads_a_burst_within_its_interval_deterministically(tmp_path: 
         assert all(10 * burst - 3 <= t < 10 * burst + 3 for t in times[5 * burst:5 * burst + 5])
     assert [r.arrival_s for r in load_trace(path, jitter_s=3.0, seed=7).requests] == times
     assert [r.arrival_s for r in load_trace(path, jitter_s=3.0, seed=8).requests] != times
-    with pytest.raises(TraceError, match="jitter must be >= 0"):
+    with pytest.raises(TraceError, match="jitter must be a finite number >= 0 seconds"):
         load_trace(path, jitter_s=-1.0)
