@@ -26,14 +26,23 @@ workers:
 
 ``emulate:`` keys belong to the emulator (``workers.emulator.config``); this module keeps them
 as a mapping and only reads ``port`` and ``host`` to derive the worker URL. ``launch:`` keys
-belong to the vLLM launcher (``workers.launch.settings``) and are kept as a mapping too. The
+belong to the vLLM launcher (``workers.launch.settings``) and are kept as a mapping too. Both
+blocks are checked here with their owners' parsers, so that a fleet that loads (``kvroute
+validate --fleet``) is one that ``kvroute up`` and ``kvroute launch-vllm`` accept. The
 engine's batch limits (``max_num_seqs``, ``max_num_batched_tokens``), which the router's time
 estimates and the simulator need, are the entry's own keys, else those of its ``emulate:`` or
-``launch:`` block, else the GPU class's vLLM defaults.
+``launch:`` block, else the GPU class's vLLM defaults. Ids and URLs are each a worker's own:
+two entries with the same ``url:`` (or emulated on the same port) are refused.
+
+Every numeric field of a GPU class, a model and a worker is read through ``check_number``: a
+finite number, positive (a price may be 0), an integer where vLLM takes one (never a bool), a
+port within 1..65535; a bad one is a ``FleetConfigError`` naming the file, the key path and
+what the value must be.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,14 +51,67 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS, GpuProfile, ModelSpec
 from workers.models import WorkerInfo
+from workers.yaml_text import YamlTextError, load_config_yaml
 
 
 class FleetConfigError(ValueError):
     """A fleet file is invalid; the message names the offending field."""
+
+
+@dataclass(frozen=True, slots=True)
+class NumberRule:
+    """What a numeric fleet value must be: finite, an ``int`` when ``integer`` (never a bool),
+    above ``lo`` (or at it when ``lo_closed``), at most ``hi``, one of ``choices`` if any.
+    ``what`` is how error messages say it."""
+
+    what: str
+    integer: bool = False
+    lo: float = 0.0
+    lo_closed: bool = False
+    hi: float = math.inf
+    choices: tuple[int, ...] = ()
+
+
+POSITIVE = NumberRule("a positive number")
+NON_NEGATIVE = NumberRule("a number >= 0", lo_closed=True)
+FRACTION = NumberRule("a number in (0, 1]", hi=1.0)
+POSITIVE_INT = NumberRule("a positive integer", integer=True)
+PORT = NumberRule("an integer within [1, 65535]", integer=True, lo=1, lo_closed=True, hi=65535)
+TENSOR_PARALLEL = NumberRule("1, 2, 4 or 8", integer=True, choices=(1, 2, 4, 8))
+
+
+def check_number(value: Any, path: str, rule: NumberRule) -> int | float:
+    """``value`` if it keeps ``rule``, else ``FleetConfigError`` naming ``path`` and the rule:
+    every numeric field of a fleet file (GPU classes, models, workers) is read through here."""
+    ok = (not isinstance(value, bool)
+          and isinstance(value, int if rule.integer else int | float)
+          and math.isfinite(value)
+          and (value >= rule.lo if rule.lo_closed else value > rule.lo)
+          and value <= rule.hi
+          and (not rule.choices or value in rule.choices))
+    if not ok:
+        raise FleetConfigError(f"{path}: must be {rule.what}, got {value!r}")
+    number: int | float = value
+    return number
+
+
+# every numeric field of a GPU class and of a model architecture (``workers.engine.profiles``)
+GPU_FIELD_RULES: Mapping[str, NumberRule] = MappingProxyType({
+    "memory_gb": POSITIVE, "tflops_bf16": POSITIVE, "bandwidth_gbps": POSITIVE,
+    "price_per_hour": NON_NEGATIVE,          # 0: a GPU that costs nothing (owned, donated)
+    "eta_gemm": FRACTION, "eta_mem": FRACTION, "roofline_k": POSITIVE,
+    "eta_attn_prefill": FRACTION, "eta_attn_decode": FRACTION,
+    "allreduce_latency_s": NON_NEGATIVE, "step_overhead_s": NON_NEGATIVE,
+    "visible_memory_gb": POSITIVE,           # or null: all of memory_gb
+    "default_max_num_batched_tokens": POSITIVE_INT, "default_max_num_seqs": POSITIVE_INT,
+})
+_GPU_REQUIRED = ("memory_gb", "tflops_bf16", "bandwidth_gbps", "price_per_hour")
+MODEL_FIELD_RULES: Mapping[str, NumberRule] = MappingProxyType({
+    key: POSITIVE_INT for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn",
+                                  "vocab", "max_model_len", "dtype_bytes")})
+_MODEL_REQUIRED = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab")
 
 
 _BATCH_LIMITS = ("max_num_seqs", "max_num_batched_tokens")
@@ -93,10 +155,10 @@ def load_fleet(path: str | Path) -> FleetConfig:
     """Read and validate a fleet file."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = load_config_yaml(p.read_text())
     except OSError as exc:
         raise FleetConfigError(f"{p}: cannot read fleet file: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
+    except YamlTextError as exc:       # one line; a key written twice is refused
         raise FleetConfigError(f"{p}: invalid YAML: {exc}") from exc
     return parse_fleet(data, source=str(p))
 
@@ -114,11 +176,17 @@ def parse_fleet(data: Any, source: str = "<memory>") -> FleetConfig:
         raise FleetConfigError(f"{source}: workers: must be a non-empty list")
     workers: list[WorkerSpec] = []
     seen: set[str] = set()
+    url_owner: dict[str, str] = {}
     for i, raw in enumerate(raw_workers):
         spec = _parse_worker(raw, f"{source}: workers[{i}]", gpus, models)
         if spec.info.id in seen:
             raise FleetConfigError(f"{source}: workers[{i}].id: duplicate id {spec.info.id!r}")
         seen.add(spec.info.id)
+        owner = url_owner.setdefault(spec.info.url.lower(), spec.info.id)
+        if owner != spec.info.id:
+            where = "emulate.port" if spec.emulated else "url"
+            raise FleetConfigError(f"{source}: workers[{i}].{where}: {spec.info.url} is "
+                                   f"already worker {owner!r}'s; each worker needs its own")
         workers.append(spec)
     return FleetConfig(gpu_classes=MappingProxyType(gpus), models=MappingProxyType(models),
                        workers=tuple(workers), source=source)
@@ -129,10 +197,17 @@ def _parse_gpu_classes(raw: Any, source: str) -> dict[str, GpuProfile]:
         raise FleetConfigError(f"{source}: gpu_classes: must be a mapping")
     gpus = dict(BUILTIN_GPUS)
     for name, fields_ in raw.items():
+        where = f"{source}: gpu_classes.{name}"
         if not isinstance(fields_, Mapping):
-            raise FleetConfigError(f"{source}: gpu_classes.{name}: must be a mapping")
+            raise FleetConfigError(f"{where}: must be a mapping")
+        base = BUILTIN_GPUS.get(name)
+        _check_fields(fields_, GPU_FIELD_RULES, where, optional=("visible_memory_gb",),
+                      required=() if base is not None else _GPU_REQUIRED,
+                      missing="required for a GPU class that is not built in")
+        if "allreduce_bw_gbps" in fields_:
+            _check_allreduce_bw(fields_["allreduce_bw_gbps"], f"{where}.allreduce_bw_gbps")
         try:
-            gpus[str(name)] = GpuProfile.from_mapping(str(name), fields_, BUILTIN_GPUS.get(name))
+            gpus[str(name)] = GpuProfile.from_mapping(str(name), fields_, base)
         except (TypeError, ValueError) as exc:
             raise FleetConfigError(f"{source}: gpu_classes.{name}: {exc}") from exc
     return gpus
@@ -143,6 +218,9 @@ def _parse_models(raw: Any, source: str) -> dict[str, ModelSpec]:
         raise FleetConfigError(f"{source}: models: must be a mapping")
     models: dict[str, ModelSpec] = {}
     for name, fields_ in raw.items():
+        where = f"{source}: models.{name}"
+        if fields_ is not None and not isinstance(fields_, Mapping):
+            raise FleetConfigError(f"{where}: must be a mapping such as {{arch: llama-3-8b}}")
         fields_ = dict(fields_ or {})
         arch = fields_.pop("arch", None)
         base = BUILTIN_MODELS.get(str(arch)) if arch is not None else None
@@ -150,6 +228,9 @@ def _parse_models(raw: Any, source: str) -> dict[str, ModelSpec]:
             raise FleetConfigError(
                 f"{source}: models.{name}.arch: unknown architecture {arch!r} "
                 f"(known: {', '.join(sorted(BUILTIN_MODELS))})")
+        _check_fields(fields_, MODEL_FIELD_RULES, where,
+                      required=() if base is not None else _MODEL_REQUIRED,
+                      missing="required without arch:")
         try:
             models[str(name)] = ModelSpec.from_mapping(str(name), fields_, base)
         except (TypeError, ValueError) as exc:
@@ -181,10 +262,14 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     if spec is None:
         raise FleetConfigError(f"{where}.models: {served[0]!r} is not declared under models: "
                                "(give it an arch)")
-    tp = int(raw.get("tensor_parallel", 1))
-    if tp not in (1, 2, 4, 8):
-        raise FleetConfigError(f"{where}.tensor_parallel: must be 1, 2, 4 or 8")
-    price = float(raw.get("price_per_hour", gpu.price_per_hour * tp))
+    tp = int(check_number(raw.get("tensor_parallel", 1), f"{where}.tensor_parallel",
+                          TENSOR_PARALLEL))
+    if tp > 1 and tp not in (gpu.allreduce_bw_gbps or {}):
+        raise FleetConfigError(
+            f"{where}.tensor_parallel: GPU class {gpu_name!r} has no all-reduce bandwidth for "
+            f"{tp} GPUs (give gpu_classes.{gpu_name}.allreduce_bw_gbps: {{{tp}: GB/s}})")
+    price = float(check_number(raw.get("price_per_hour", gpu.price_per_hour * tp),
+                               f"{where}.price_per_hour", NON_NEGATIVE))
     labels = raw.get("labels") or {}
     if not isinstance(labels, Mapping):
         raise FleetConfigError(f"{where}.labels: must be a mapping")
@@ -193,8 +278,9 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     if (emulate is None) == (url is None):
         raise FleetConfigError(f"{where}: exactly one of url: or emulate: is required")
     if emulate is not None:
-        if not isinstance(emulate, Mapping) or not isinstance(emulate.get("port"), int):
-            raise FleetConfigError(f"{where}.emulate.port: required, an integer")
+        if not isinstance(emulate, Mapping) or emulate.get("port") is None:
+            raise FleetConfigError(f"{where}.emulate.port: required, {PORT.what}")
+        check_number(emulate["port"], f"{where}.emulate.port", PORT)
         scheme = "https" if emulate.get("ssl_certfile") else "http"
         url = f"{scheme}://{emulate.get('host', '127.0.0.1')}:{emulate['port']}"
     parts = urlsplit(url) if isinstance(url, str) else None
@@ -202,6 +288,12 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
         raise FleetConfigError(f"{where}.url: must look like http://HOST:PORT or "
                                f"https://HOST:PORT, got {url!r}")
     assert isinstance(url, str)
+    try:
+        port = parts.port
+    except ValueError:          # not a number, or past 65535
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise FleetConfigError(f"{where}.url: its port must be {PORT.what}, got {url!r}")
     tls_ca_file = raw.get("tls_ca_file")
     if tls_ca_file is not None and (not isinstance(tls_ca_file, str) or not tls_ca_file
                                     or parts.scheme != "https"):
@@ -220,6 +312,10 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
         raise FleetConfigError(f"{where}.api_key_env: must be the name of an environment "
                                f"variable (letters, digits, _), got {api_key_env!r}")
     limits = _batch_limits(raw, emulate if emulate is not None else launch, where)
+    if emulate is not None:
+        _check_emulate(emulate, where, gpu, spec, served, wid, tp)
+    if launch is not None:
+        _check_launch(launch, where, wid, tp)
     info = WorkerInfo(
         id=wid, url=url.rstrip("/"), gpu=gpu, models=tuple(served), model_spec=spec,
         price_per_hour=price, tensor_parallel=tp, labels=MappingProxyType(labels),
@@ -240,11 +336,58 @@ def _batch_limits(raw: Mapping[str, Any], block: Mapping[str, Any] | None,
         if value is None and block is not None:
             value = block.get(key)
             path = f"{where}.{'emulate' if 'port' in block else 'launch'}.{key}"
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            raise FleetConfigError(f"{path}: must be a positive integer, got {value!r}")
-        limits[key] = value
+        limits[key] = None if value is None else int(check_number(value, path, POSITIVE_INT))
     return limits
+
+
+def _check_emulate(emulate: Mapping[str, Any], where: str, gpu: GpuProfile, model: ModelSpec,
+                   served: list[str], wid: str, tp: int) -> None:
+    """The whole ``emulate:`` block, as ``kvroute up`` / ``kvroute emulate`` will read it, so
+    that a fleet that loads is one they start."""
+    from workers.emulator.config import EmulatorConfigError, parse_emulate
+
+    try:
+        parse_emulate(emulate, gpu=gpu, model=model, models=served, worker_id=wid,
+                      tensor_parallel=tp, where=f"{where}.emulate")
+    except EmulatorConfigError as exc:
+        raise FleetConfigError(str(exc)) from exc
+
+
+def _check_launch(launch: Mapping[str, Any], where: str, wid: str, tp: int) -> None:
+    """The whole ``launch:`` block, as ``kvroute launch-vllm`` will read it, and its
+    ``devices`` against the worker's ``tensor_parallel``."""
+    from workers.launch.settings import LaunchConfigError, check_devices, parse_launch
+
+    try:
+        check_devices(parse_launch(launch, f"{where}.launch"), tp, f"{where}.launch", wid)
+    except LaunchConfigError as exc:
+        raise FleetConfigError(str(exc)) from exc
+
+
+def _check_fields(fields_: Mapping[str, Any], rules: Mapping[str, NumberRule], where: str, *,
+                  required: tuple[str, ...], missing: str, optional: tuple[str, ...] = ()) -> None:
+    """The numeric fields of a GPU class or model entry, by ``rules``; ``required`` ones must be
+    given (``missing`` says why), ``optional`` ones may also be null."""
+    for key in required:
+        if key not in fields_:
+            raise FleetConfigError(f"{where}.{key}: {missing} ({rules[key].what})")
+    for key, rule in rules.items():
+        if key in fields_ and not (key in optional and fields_[key] is None):
+            check_number(fields_[key], f"{where}.{key}", rule)
+
+
+def _check_allreduce_bw(value: Any, where: str) -> None:
+    """``allreduce_bw_gbps``: tensor-parallel size -> all-reduce bandwidth (GB/s)."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise FleetConfigError(f"{where}: must map tensor-parallel sizes to GB/s, such as "
+                               f"{{2: 300, 4: 230, 8: 210}}, got {value!r}")
+    for tp, bandwidth in value.items():
+        if isinstance(tp, bool) or tp not in TENSOR_PARALLEL.choices:
+            raise FleetConfigError(f"{where}: {tp!r} is not a tensor-parallel size "
+                                   f"({TENSOR_PARALLEL.what})")
+        check_number(bandwidth, f"{where}.{tp}", POSITIVE)
 
 
 def _emulated_kv_events(emulate: Mapping[str, Any], labels: dict[str, str]) -> str | None:

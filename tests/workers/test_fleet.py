@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from workers.fleet import FleetConfigError, parse_fleet
+from workers.fleet import FleetConfigError, load_fleet, parse_fleet
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -48,7 +49,7 @@ def test_the_entry_wins_over_the_emulator_and_off_means_none() -> None:
 @pytest.mark.parametrize(("entry", "message"), [
     ({}, r"workers\[0\]: exactly one of url: or emulate: is required"),
     ({"url": "http://a", "emulate": {"port": 1}}, "exactly one of url: or emulate:"),
-    ({"emulate": {"port": "x"}}, r"workers\[0\]\.emulate\.port: required, an integer"),
+    ({"emulate": {}}, r"workers\[0\]\.emulate\.port: required, an integer"),
     ({"url": "http://a", "colour": "red"}, r"workers\[0\]: unknown key\(s\): colour"),
 ])
 def test_bad_entries_name_the_field(entry: dict[str, Any], message: str) -> None:
@@ -104,3 +105,209 @@ def test_batch_limits_come_from_the_entry_else_its_emulate_or_launch_block() -> 
     with pytest.raises(FleetConfigError, match=r"workers\[0\]\.max_num_batched_tokens: must "
                                                r"be a positive integer, got '4k'"):
         parse_fleet(one_worker(url="http://10.0.0.7:8000", max_num_batched_tokens="4k"))
+
+
+@pytest.mark.parametrize(("second", "message"), [
+    ({"url": "http://10.0.0.7:8000/"},
+     r"workers\[1\]\.url: http://10.0.0.7:8000 is already worker 'w0''s; each worker needs "
+     r"its own"),
+    ({"emulate": {"port": 8101}},
+     r"workers\[1\]\.emulate\.port: http://127.0.0.1:8101 is already worker 'w0''s"),
+])
+def test_two_workers_at_one_address_are_refused(second: dict[str, Any], message: str) -> None:
+    first = {"url": "http://10.0.0.7:8000"} if "url" in second else {"emulate": {"port": 8101}}
+    data = one_worker(**first)
+    data["workers"].append({"id": "w1", "gpu": "a100", "models": [MODEL], **second})
+    with pytest.raises(FleetConfigError, match=message):
+        parse_fleet(data)
+    data["workers"][1] = {"id": "w1", "gpu": "a100", "models": [MODEL],
+                          **({"url": "http://10.0.0.8:8000"} if "url" in second
+                             else {"emulate": {"port": 8102}})}
+    assert [w.info.id for w in parse_fleet(data).workers] == ["w0", "w1"]
+
+
+H200 = {"memory_gb": 141, "tflops_bf16": 989.4, "bandwidth_gbps": 4800, "price_per_hour": 4.5}
+
+
+def with_gpu(**fields_: Any) -> dict[str, Any]:
+    data = one_worker(emulate={"port": 8101})
+    data["gpu_classes"] = {"h200": {**H200, **fields_}}
+    data["workers"][0]["gpu"] = "h200"
+    return data
+
+
+def refusal(data: dict[str, Any]) -> str:
+    with pytest.raises(FleetConfigError) as err:
+        parse_fleet(data)
+    return str(err.value)
+
+
+@pytest.mark.parametrize(("fields_", "message"), [
+    ({"price_per_hour": "cheap"}, ".price_per_hour: must be a number >= 0, got 'cheap'"),
+    ({"price_per_hour": [1]}, ".price_per_hour: must be a number >= 0, got [1]"),
+    ({"price_per_hour": -3}, ".price_per_hour: must be a number >= 0, got -3"),
+    ({"price_per_hour": float("nan")}, ".price_per_hour: must be a number >= 0, got nan"),
+    ({"memory_gb": 0}, ".memory_gb: must be a positive number, got 0"),
+    ({"tflops_bf16": float("inf")}, ".tflops_bf16: must be a positive number, got inf"),
+    ({"bandwidth_gbps": "fast"}, ".bandwidth_gbps: must be a positive number, got 'fast'"),
+    ({"bandwidth_gbps": True}, ".bandwidth_gbps: must be a positive number, got True"),
+    ({"eta_gemm": 1.5}, ".eta_gemm: must be a number in (0, 1], got 1.5"),
+    ({"eta_attn_decode": 0}, ".eta_attn_decode: must be a number in (0, 1], got 0"),
+    ({"roofline_k": -1.2}, ".roofline_k: must be a positive number, got -1.2"),
+    ({"step_overhead_s": -0.001}, ".step_overhead_s: must be a number >= 0, got -0.001"),
+    ({"visible_memory_gb": 0}, ".visible_memory_gb: must be a positive number, got 0"),
+    ({"default_max_num_seqs": 2.5}, ".default_max_num_seqs: must be a positive integer, got 2.5"),
+    ({"default_max_num_batched_tokens": False},
+     ".default_max_num_batched_tokens: must be a positive integer, got False"),
+    ({"allreduce_bw_gbps": {2: 0}}, ".allreduce_bw_gbps.2: must be a positive number, got 0"),
+    ({"allreduce_bw_gbps": {3: 100}},
+     ".allreduce_bw_gbps: 3 is not a tensor-parallel size (1, 2, 4 or 8)"),
+    ({"allreduce_bw_gbps": [300]}, ".allreduce_bw_gbps: must map tensor-parallel sizes to GB/s, "
+                                   "such as {2: 300, 4: 230, 8: 210}, got [300]"),
+    ({"price_per_hour": None}, ".price_per_hour: must be a number >= 0, got None"),
+    ({"name": "h200x"}, ": gpu class 'h200': unknown field(s) name"),
+])
+def test_bad_gpu_class_numbers_name_the_key(fields_: dict[str, Any], message: str) -> None:
+    assert refusal(with_gpu(**fields_)) == f"<memory>: gpu_classes.h200{message}"
+
+
+def test_a_new_gpu_class_needs_its_numbers_and_a_free_gpu_is_fine() -> None:
+    data = with_gpu()
+    del data["gpu_classes"]["h200"]["price_per_hour"]
+    assert refusal(data) == ("<memory>: gpu_classes.h200.price_per_hour: required for a GPU "
+                             "class that is not built in (a number >= 0)")
+    free = parse_fleet(with_gpu(price_per_hour=0, visible_memory_gb=None)).workers[0].info
+    assert (free.price_per_hour, free.gpu.visible_memory_gb) == (0.0, None)
+    h100 = parse_fleet({**one_worker(emulate={"port": 8101}),
+                        "gpu_classes": {"h100": {"price_per_hour": 2}}})
+    assert h100.workers[0].info.gpu.price_per_hour == 2     # a built-in class: override one
+
+
+@pytest.mark.parametrize(("fields_", "message"), [
+    ({"arch": "llama-3.1-8b", "max_model_len": -5},
+     "max_model_len: must be a positive integer, got -5"),
+    ({"arch": "llama-3.1-8b", "max_model_len": 8192.0},
+     "max_model_len: must be a positive integer, got 8192.0"),
+    ({"arch": "llama-3.1-8b", "layers": "32"}, "layers: must be a positive integer, got '32'"),
+    ({"arch": "llama-3.1-8b", "dtype_bytes": True},
+     "dtype_bytes: must be a positive integer, got True"),
+    ({"layers": 32}, "hidden: required without arch: (a positive integer)"),
+])
+def test_bad_model_numbers_name_the_key(fields_: dict[str, Any], message: str) -> None:
+    data = one_worker(emulate={"port": 8101})
+    data["models"][MODEL] = fields_
+    assert refusal(data) == f"<memory>: models.{MODEL}.{message}"
+
+
+def test_a_model_entry_is_a_mapping() -> None:
+    data = one_worker(emulate={"port": 8101})
+    data["models"][MODEL] = "llama-3.1-8b"
+    assert refusal(data) == (f"<memory>: models.{MODEL}: must be a mapping such as "
+                             "{arch: llama-3-8b}")
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"tensor_parallel": "two"}, "tensor_parallel: must be 1, 2, 4 or 8, got 'two'"),
+    ({"tensor_parallel": 3}, "tensor_parallel: must be 1, 2, 4 or 8, got 3"),
+    ({"tensor_parallel": 2.0}, "tensor_parallel: must be 1, 2, 4 or 8, got 2.0"),
+    ({"tensor_parallel": True}, "tensor_parallel: must be 1, 2, 4 or 8, got True"),
+    ({"price_per_hour": "cheap"}, "price_per_hour: must be a number >= 0, got 'cheap'"),
+    ({"price_per_hour": [1]}, "price_per_hour: must be a number >= 0, got [1]"),
+    ({"price_per_hour": -3}, "price_per_hour: must be a number >= 0, got -3"),
+    ({"price_per_hour": float("nan")}, "price_per_hour: must be a number >= 0, got nan"),
+    ({"max_num_seqs": 1.5}, "max_num_seqs: must be a positive integer, got 1.5"),
+    ({"max_num_batched_tokens": True},
+     "max_num_batched_tokens: must be a positive integer, got True"),
+])
+def test_bad_worker_numbers_name_the_key(entry: dict[str, Any], message: str) -> None:
+    assert refusal(one_worker(emulate={"port": 8101}, **entry)) == \
+        f"<memory>: workers[0].{message}"
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"emulate": {"port": 99999}},
+     "emulate.port: must be an integer within [1, 65535], got 99999"),
+    ({"emulate": {"port": 0}}, "emulate.port: must be an integer within [1, 65535], got 0"),
+    ({"emulate": {"port": True}},
+     "emulate.port: must be an integer within [1, 65535], got True"),
+    ({"emulate": {"port": "x"}}, "emulate.port: must be an integer within [1, 65535], got 'x'"),
+    ({"emulate": {"host": "127.0.0.1"}},
+     "emulate.port: required, an integer within [1, 65535]"),
+    ({"url": "http://10.0.0.7:99999"},
+     "url: its port must be an integer within [1, 65535], got 'http://10.0.0.7:99999'"),
+    ({"url": "http://10.0.0.7:0"},
+     "url: its port must be an integer within [1, 65535], got 'http://10.0.0.7:0'"),
+    ({"url": "http://10.0.0.7:http"},
+     "url: its port must be an integer within [1, 65535], got 'http://10.0.0.7:http'"),
+])
+def test_ports_are_within_1_to_65535(entry: dict[str, Any], message: str) -> None:
+    assert refusal(one_worker(**entry)) == f"<memory>: workers[0].{message}"
+    assert parse_fleet(one_worker(emulate={"port": 65535})).workers[0].info.url == \
+        "http://127.0.0.1:65535"
+
+
+@pytest.mark.parametrize(("emulate", "message"), [
+    ({"time_scale": -1}, "time_scale: must be >= 0 (got -1)"),
+    ({"num_gpu_blocks": -5}, "num_gpu_blocks: must be >= 2 (got -5)"),
+    ({"max_model_len": -5}, "max_model_len: must be >= 2 (got -5)"),
+    ({"faults": {"error_rate": 1.5}}, "faults.error_rate: must be within [0, 1] (got 1.5)"),
+    ({"colour": "red"}, ": unknown key(s): colour"),
+])
+def test_the_emulate_block_is_read_as_kvroute_up_will(emulate: dict[str, Any],
+                                                       message: str) -> None:
+    sep = "" if message.startswith(":") else "."
+    assert refusal(one_worker(emulate={"port": 8101, **emulate})) == \
+        f"<memory>: workers[0].emulate{sep}{message}"
+
+
+def test_tensor_parallel_needs_the_gpu_class_all_reduce_bandwidth() -> None:
+    data = with_gpu()
+    data["workers"][0]["tensor_parallel"] = 2
+    assert refusal(data) == (
+        "<memory>: workers[0].tensor_parallel: GPU class 'h200' has no all-reduce bandwidth "
+        "for 2 GPUs (give gpu_classes.h200.allreduce_bw_gbps: {2: GB/s})")
+    data["gpu_classes"]["h200"]["allreduce_bw_gbps"] = {2: 400}
+    info = parse_fleet(data).workers[0].info
+    assert (info.tensor_parallel, info.price_per_hour) == (2, 9.0)
+
+
+def test_every_numeric_profile_field_has_a_rule() -> None:
+    from dataclasses import fields
+
+    from workers.engine.profiles import GpuProfile, ModelSpec
+    from workers.fleet import GPU_FIELD_RULES, MODEL_FIELD_RULES
+
+    special = {"name", "allreduce_bw_gbps", "runner", "matryoshka"}
+    assert {f.name for f in fields(GpuProfile)} - special == set(GPU_FIELD_RULES)
+    assert {f.name for f in fields(ModelSpec)} - special == set(MODEL_FIELD_RULES)
+
+
+def test_a_fleet_file_names_itself_and_validate_prints_one_line(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+    from workers.fleet import load_fleet
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text("gpu_classes:\n  h200: {memory_gb: 141, tflops_bf16: 989.4, "
+                    "bandwidth_gbps: 4800, price_per_hour: .nan}\n"
+                    "workers:\n  - {id: w, gpu: h200, models: [llama-3-8b], "
+                    "emulate: {port: 8101}}\n")
+    message = f"{path}: gpu_classes.h200.price_per_hour: must be a number >= 0, got nan"
+    with pytest.raises(FleetConfigError) as err:
+        load_fleet(path)
+    assert str(err.value) == message
+    assert main(["validate", "config/routing.yaml", "--fleet", str(path)]) != 0
+    err_lines = capsys.readouterr().err.splitlines()
+    assert len(err_lines) == 1 and err_lines[0].endswith(message)
+
+
+def test_a_fleet_file_with_a_key_written_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(f"models:\n  {MODEL}: {{arch: llama-3-8b}}\nworkers:\n"
+                    f"  - {{id: a, gpu: h100, models: [{MODEL}], emulate: {{port: 9001}}}}\n"
+                    f"  - {{id: b, gpu: a100, gpu: l40s, models: [{MODEL}], "
+                    f"emulate: {{port: 9002}}}}\n")
+    with pytest.raises(FleetConfigError, match=(
+            r"fleet\.yaml: invalid YAML: line 5, column 24: duplicate key 'gpu' \(first at "
+            r"line 5; a repeated key would silently replace it\)$")):
+        load_fleet(path)

@@ -108,7 +108,10 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The ``emulate:`` keys given on the command line."""
     out: dict[str, Any] = {}
     if args.emulate_json:
-        extra = json.loads(args.emulate_json)
+        try:
+            extra = json.loads(args.emulate_json)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--emulate-json: not valid JSON: {exc}") from None
         if not isinstance(extra, dict):
             raise ValueError("--emulate-json: must be a JSON object")
         out.update(extra)
@@ -173,6 +176,8 @@ def build_configs(args: argparse.Namespace) -> list[Any]:
     if model is None:
         raise ValueError(f"--model: unknown architecture {args.model!r} "
                          f"(known: {', '.join(sorted(BUILTIN_MODELS))})")
+    if args.tensor_parallel not in (1, 2, 4, 8):
+        raise ValueError(f"--tensor-parallel: must be 1, 2, 4 or 8, got {args.tensor_parallel}")
     overrides.setdefault("port", 8000)
     if args.api_key is not None and not args.api_key:
         raise ValueError("--api-key: must not be empty")

@@ -319,6 +319,15 @@ def _parse_lora(raw: Any, where: str) -> dict[str, str]:
     raise EmulatorConfigError(f"{where}: must be a list of names or a name -> path mapping")
 
 
+def _range(lo: float | None, hi: float | None) -> str:
+    """``must be >= 0``, ``must be <= 1``, ``must be within [0.01, 1]``."""
+    if hi is None:
+        return f"must be >= {lo:g}"
+    if lo is None:
+        return f"must be <= {hi:g}"
+    return f"must be within [{lo:g}, {hi:g}]"
+
+
 class _Reader:
     """Typed access to one mapping's keys with error messages naming ``where.key``."""
 
@@ -336,7 +345,7 @@ class _Reader:
                 or not math.isfinite(value):
             raise self._err(key, "must be a number")
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise self._err(key, f"must be within [{lo}, {hi}]")
+            raise self._err(key, _range(lo, hi))
         return float(value)
 
     def optional_number(self, key: str, default: float | None) -> float | None:
@@ -352,7 +361,7 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._err(key, "must be an integer")
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise self._err(key, f"must be within [{lo}, {hi}]")
+            raise self._err(key, _range(lo, hi))
         return value
 
     def boolean(self, key: str, default: bool) -> bool:

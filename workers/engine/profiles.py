@@ -1,7 +1,8 @@
 """GPU profiles and model architectures: the constants of the timing model.
 
 Numbers come from ``vllm-interface.md`` §5.1–5.3 (datasheets, vidur fits). A fleet file may
-define further GPU classes with the same fields; ``GpuProfile.from_mapping`` builds them.
+define further GPU classes with the same fields; ``GpuProfile.from_mapping`` builds them (after
+``workers.fleet`` has checked each numeric value).
 
 ```yaml
 gpu_classes:
@@ -45,8 +46,8 @@ class GpuProfile:
     def from_mapping(cls, name: str, data: Mapping[str, Any],
                      base: GpuProfile | None = None) -> GpuProfile:
         """Build a profile from YAML fields; unknown keys are an error naming the key."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        known = {f.name for f in fields(cls)} - {"name"}     # the name is the entry's key
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
             raise ValueError(f"gpu class {name!r}: unknown field(s) {', '.join(unknown)}")
         if base is not None:
@@ -130,8 +131,8 @@ class ModelSpec:
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any],
                      base: ModelSpec | None = None) -> ModelSpec:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        known = {f.name for f in fields(cls)} - {"name"}     # the name is the entry's key
+        unknown = sorted(map(str, set(data) - known))
         if unknown:
             raise ValueError(f"model {name!r}: unknown field(s) {', '.join(unknown)}")
         if base is not None:

@@ -15,6 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+PROG = "kvroute launch-vllm"      # the prefix of its error lines, as other commands' own
+
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
@@ -47,9 +49,12 @@ def run(args: argparse.Namespace) -> int:
                                     "(a real worker needs a launch: block)")
         if not chosen:
             raise LaunchConfigError(f"{args.fleet}: no worker has a launch: block")
-        commands = [build_command(w) for w in chosen]
+        try:
+            commands = [build_command(w) for w in chosen]
+        except LaunchConfigError as exc:     # a launch: block's key: name the file too
+            raise LaunchConfigError(f"{fleet.source}: {exc}") from exc
     except (FleetConfigError, LaunchConfigError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     for command in commands:
         print(f"# {command.worker_id} -> {command.url}\n{command.shell()}", flush=True)
@@ -62,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         servers.start(timeout_s=args.timeout)
     except LaunchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
     print(f"{len(commands)} vLLM server(s) healthy; Ctrl-C stops them", flush=True)
     try:

@@ -21,7 +21,8 @@ flag                           value
 ``--kv-events-config``         when the worker has ``kv_events:`` (ZMQ PUB bound on its port)
 =============================  ============================================================
 
-Environment: ``CUDA_VISIBLE_DEVICES`` from ``launch.devices``; on ``device: cpu``
+Environment: ``CUDA_VISIBLE_DEVICES`` from ``launch.devices`` (at least ``tensor_parallel`` of
+them when given; left out, vLLM takes the first GPUs it sees); on ``device: cpu``
 ``VLLM_CPU_KVCACHE_SPACE`` and ``VLLM_CPU_OMP_THREADS_BIND=nobind``; ``dev_mode`` sets
 ``VLLM_SERVER_DEV_MODE=1``; ``launch.env`` last. A worker with ``api_key_env`` is started with
 ``VLLM_API_KEY`` set to that variable's value (vLLM's ``--api-key`` without the key on a
@@ -39,7 +40,12 @@ from urllib.parse import urlsplit
 
 from workers.credentials import worker_api_key
 from workers.fleet import WorkerSpec
-from workers.launch.settings import LaunchConfigError, LaunchSettings, parse_launch
+from workers.launch.settings import (
+    LaunchConfigError,
+    LaunchSettings,
+    check_devices,
+    parse_launch,
+)
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 API_KEY_VARIABLE = "VLLM_API_KEY"          # vLLM's --api-key, read from its environment
@@ -83,6 +89,7 @@ def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None,
     if spec.emulated:
         raise LaunchConfigError(f"workers[{info.id}]: an emulated worker is not launched")
     settings = settings if settings is not None else parse_launch(spec.launch, where)
+    check_devices(settings, info.tensor_parallel, where, info.id)
     host, port = _host_port(info.url, f"workers[{info.id}].url")
     gpu = info.gpu
     argv = [

@@ -15,7 +15,8 @@ workers:
       model: /models/Llama-3.1-8B-Instruct   # path or hub id (default: the served name)
       python: /opt/vllm/bin/python            # default: this interpreter
       device: cuda                            # cuda | cpu
-      devices: [0]                            # CUDA_VISIBLE_DEVICES (cuda only)
+      devices: [0]                            # CUDA_VISIBLE_DEVICES (cuda only; at least
+                                              # tensor_parallel of them)
       gpu_memory_utilization: 0.9
       max_num_seqs: 1024
       max_num_batched_tokens: 8192
@@ -101,6 +102,8 @@ def parse_launch(raw: Mapping[str, Any] | None, where: str) -> LaunchSettings:
         if not isinstance(devices, list) or not all(
                 isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices):
             raise LaunchConfigError(f"{where}.devices: must be a list of GPU indexes")
+        if len(set(devices)) < len(devices):
+            raise LaunchConfigError(f"{where}.devices: lists a GPU twice: {devices}")
         values["devices"] = tuple(devices)
     if "gpu_memory_utilization" in raw:
         util = raw["gpu_memory_utilization"]
@@ -118,6 +121,19 @@ def parse_launch(raw: Mapping[str, Any] | None, where: str) -> LaunchSettings:
             raise LaunchConfigError(f"{where}.extra_args: must be a list of strings")
         values["extra_args"] = tuple(str(a) for a in extra)
     return LaunchSettings(**values)
+
+
+def check_devices(settings: LaunchSettings, tensor_parallel: int, where: str,
+                  worker_id: str) -> None:
+    """vLLM runs one tensor-parallel rank per GPU: ``devices``, when given for a cuda worker,
+    must list at least ``tensor_parallel`` of them (left out, vLLM takes the first it sees,
+    which this machine-independent check cannot count)."""
+    n = len(settings.devices)
+    if settings.device == "cuda" and 0 < n < tensor_parallel:
+        raise LaunchConfigError(
+            f"{where}.devices: {list(settings.devices)} is {n} GPU{'s' if n > 1 else ''}, but "
+            f"worker {worker_id!r} has tensor_parallel: {tensor_parallel}, which needs "
+            f"{tensor_parallel} (one per rank)")
 
 
 def _string(value: Any, where: str) -> str:

@@ -43,6 +43,40 @@ def test_unknown_gpu_and_bad_output_spec_are_errors() -> None:
         parse_output_len("poisson:3")
 
 
+def test_bad_emulate_json_names_the_option() -> None:
+    with pytest.raises(ValueError) as err:
+        overrides_from_args(parse("--emulate-json", "{bad"))
+    assert str(err.value) == ("--emulate-json: not valid JSON: Expecting property name "
+                              "enclosed in double quotes: line 1 column 2 (char 1)")
+    with pytest.raises(ValueError, match=r"^--emulate-json: must be a JSON object$"):
+        overrides_from_args(parse("--emulate-json", "[1]"))
+
+
+@pytest.mark.parametrize("size", ["0", "3", "16"])
+def test_tensor_parallel_flag_is_a_size_the_engine_models(size: str) -> None:
+    with pytest.raises(ValueError) as err:
+        build_configs(parse("--tensor-parallel", size))
+    assert str(err.value) == f"--tensor-parallel: must be 1, 2, 4 or 8, got {size}"
+    (cfg,) = build_configs(parse("--tensor-parallel", "2"))
+    assert cfg.tensor_parallel == 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--time-scale", "-1"], "kvroute emulate: emulate.time_scale: must be >= 0 (got -1.0)"),
+    (["--emulate-json", "{bad"], "kvroute emulate: --emulate-json: not valid JSON: Expecting "
+                                 "property name enclosed in double quotes: line 1 column 2 "
+                                 "(char 1)"),
+    (["--tensor-parallel", "3"], "kvroute emulate: --tensor-parallel: must be 1, 2, 4 or 8, "
+                                 "got 3"),
+])
+def test_bad_flags_exit_2_with_one_line(argv: list[str], message: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from workers.emulator.cli import main
+
+    assert main(argv) == 2
+    assert capsys.readouterr().err == message + "\n"
+
+
 def test_fleet_mode_rejects_port() -> None:
     with pytest.raises(ValueError, match="--port cannot be combined with --fleet"):
         build_configs(parse("--fleet", "config/fleet.yaml", "--port", "1"))

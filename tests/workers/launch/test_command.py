@@ -10,7 +10,7 @@ import pytest
 from workers.credentials import MissingApiKey
 from workers.fleet import parse_fleet
 from workers.launch.command import VLLM_MODULE, build_command, kv_events_config
-from workers.launch.settings import LaunchConfigError
+from workers.launch.settings import LaunchConfigError, parse_launch
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -61,6 +61,26 @@ def test_h100_tensor_parallel_devices_and_kv_events_remote_host() -> None:
     assert argv[-1] == "--enforce-eager"
     assert dict(cmd.env) == {"CUDA_VISIBLE_DEVICES": "2,3"}
     assert cmd.kv_events_endpoint == "tcp://10.0.0.7:5557"
+
+
+@pytest.mark.parametrize(("tp", "devices", "message"), [
+    (2, [0], "workers[h100-tp2].launch.devices: [0] is 1 GPU, but worker 'h100-tp2' has "
+             "tensor_parallel: 2, which needs 2 (one per rank)"),
+    (4, [0, 1], "workers[h100-tp2].launch.devices: [0, 1] is 2 GPUs, but worker 'h100-tp2' has "
+                "tensor_parallel: 4, which needs 4 (one per rank)"),
+])
+def test_fewer_devices_than_tensor_parallel_ranks_is_refused(tp: int, devices: list[int],
+                                                             message: str) -> None:
+    worker = {"id": "h100-tp2", "gpu": "h100", "models": [MODEL], "tensor_parallel": tp,
+              "url": "http://127.0.0.1:8001", "launch": {}}
+    spec = fleet_with(worker).workers[0]
+    with pytest.raises(LaunchConfigError) as err:
+        build_command(spec, parse_launch({"devices": devices}, "w"))
+    assert str(err.value) == message
+    # enough devices, or none given (vLLM takes the first it sees), or a CPU worker: started
+    for launch in ({"devices": list(range(tp))}, {}, {"device": "cpu", "devices": devices}):
+        cmd = build_command(fleet_with({**worker, "launch": launch}).workers[0])
+        assert flag(cmd.argv, "--tensor-parallel-size") == str(tp)
 
 
 def test_cpu_worker_for_tests() -> None:
