@@ -119,6 +119,10 @@ def run_eval(args: argparse.Namespace) -> int:
         section, base_dir = _section(args.routing)
         data = [(path, read_labelled_rows(Path(path), "--data"))
                 for path in args.data]
+        empty = [path for path, rows in data if not rows]
+        if empty:                  # before the model is built: nothing to score there
+            raise RoutingConfigError(f"--data: {empty[0]} has no labelled prompt (rows "
+                                     "{\"text\": ..., \"label\": ...})")
         model = _build(section, base_dir)
     except RoutingConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
