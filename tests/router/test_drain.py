@@ -94,6 +94,15 @@ def start_up(tmp_path: Path, port: int, *extra: str) -> tuple[subprocess.Popen[b
     return proc, fleet, log
 
 
+def url_fleet(tmp_path: Path, url: str) -> Path:
+    """A fleet file of one H100 worker at ``url`` (an emulator the test started)."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": "h100-0", "gpu": "h100", "models": [MODEL], "url": url}]}))
+    return fleet
+
+
 async def test_sigterm_refuses_new_connections_and_lets_streams_finish(
         tmp_path: Path) -> None:
     port = free_port()
@@ -143,11 +152,7 @@ async def test_a_stream_longer_than_the_drain_timeout_is_cut(tmp_path: Path) -> 
 async def test_every_router_process_drains(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
                          time_scale=1.0) as worker:
-        fleet = tmp_path / "fleet.yaml"
-        fleet.write_text(yaml.safe_dump({
-            "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
-            "workers": [{"id": "h100-0", "gpu": "h100", "models": [MODEL],
-                         "url": worker.url}]}))
+        fleet = url_fleet(tmp_path, worker.url)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         log = tmp_path / "router.log"
@@ -194,11 +199,7 @@ async def test_a_replica_counts_only_its_own_requests_in_flight(tmp_path: Path,
     one drains, and says it drains, only the requests it holds itself."""
     with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
                          time_scale=1.0) as worker:
-        fleet = tmp_path / "fleet.yaml"
-        fleet.write_text(yaml.safe_dump({
-            "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
-            "workers": [{"id": "h100-0", "gpu": "h100", "models": [MODEL],
-                         "url": worker.url}]}))
+        fleet = url_fleet(tmp_path, worker.url)
         procs: list[subprocess.Popen[bytes]] = []
         logs: list[Path] = []
         urls: list[str] = []
