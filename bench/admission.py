@@ -44,7 +44,8 @@ from typing import Any
 
 import yaml
 
-from bench.launch import KvrouteUp, wait_all_workers_healthy
+from bench.checks import first_problem, range_problem, refusal
+from bench.launch import KvrouteUp, LaunchError, wait_all_workers_healthy
 from workers.ports import free_port
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -217,13 +218,34 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
-def run(args: argparse.Namespace) -> int:
-    settings = [s for s in args.settings.split(",") if s]
-    unknown = [s for s in settings if s not in SETTINGS]
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``): checked before
+    Admission's cost is timed and any fleet starts."""
+    unknown = [s for s in _settings(args) if s not in SETTINGS]
     if unknown:
-        print(f"error: unknown setting(s) {', '.join(unknown)} (known: {', '.join(SETTINGS)})",
-              file=sys.stderr)
-        return 2
+        return (f"--settings: unknown setting(s) {', '.join(unknown)} "
+                f"(known: {', '.join(SETTINGS)})")
+    return first_problem(
+        range_problem("--workers", args.workers, 1),
+        range_problem("--max-num-seqs", args.max_num_seqs, 1),
+        range_problem("--flood", args.flood, 0),
+        range_problem("--flood-tokens", args.flood_tokens, 1),
+        range_problem("--probe-interval", args.probe_interval, 0, inclusive=False),
+        range_problem("--probe-tokens", args.probe_tokens, 1),
+        range_problem("--seconds", args.seconds, 0, inclusive=False),
+        range_problem("--warmup", args.warmup, 0),
+        range_problem("--cost-requests", args.cost_requests, 0))
+
+
+def _settings(args: argparse.Namespace) -> list[str]:
+    return [s.strip() for s in str(args.settings).split(",") if s.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    refused = refusal("admission", args, check)
+    if refused is not None:
+        return refused
+    settings = _settings(args)
     cost = cost_per_request_us(args.cost_requests) if args.cost_requests > 0 else {}
     if cost:
         print(f"[admission] cost per request: {cost['budgets_and_limit_us']:.1f} µs with "
@@ -235,8 +257,12 @@ def run(args: argparse.Namespace) -> int:
         for setting in settings:
             fleet = fleet_file(folder, args.workers, args.max_num_seqs)
             routing = routing_file(folder, setting, args.workers * args.max_num_seqs)
-            with KvrouteUp(fleet, routing, folder) as up:
-                result = asyncio.run(run_setting(setting, up.base_url, args))
+            try:
+                with KvrouteUp(fleet, routing, folder) as up:
+                    result = asyncio.run(run_setting(setting, up.base_url, args))
+            except LaunchError as exc:
+                print(f"kvroute bench admission: {exc}", file=sys.stderr)
+                return 1
             results.append(result)
             print(f"[admission] {setting}: chat TTFT p50 {_pct(result.chat_ttft_s, 50):.3f} s, "
                   f"p99 {_pct(result.chat_ttft_s, 99):.3f} s; batch "

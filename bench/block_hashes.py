@@ -28,6 +28,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from bench.checks import first_problem, range_problem, refusal
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", type=Path, required=True,
@@ -44,11 +46,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for block_hashes.json")
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    from workers.engine.block_hash import HASH_ALGOS
+
+    if args.algo not in HASH_ALGOS:
+        return f"--algo: must be one of {', '.join(HASH_ALGOS)}, got {args.algo!r}"
+    return first_problem(range_problem("--limit", args.limit, 0, inclusive=False),
+                         range_problem("--block-size", args.block_size, 1))
+
+
 def run(args: argparse.Namespace) -> int:
     from policies.producers.blocks import BlocksParams, BlocksProducer
     from sim.traces import load_trace
     from workers.models import WorkerView
 
+    refused = refusal("block-hashes", args, check)
+    if refused is not None:
+        return refused
     trace = load_trace(args.trace, limit=args.limit)
     producer = BlocksProducer("blocks", BlocksParams(algo=args.algo))
     view: Any = _View(args.block_size)

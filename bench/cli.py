@@ -19,7 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sim.cli import first_problem, range_problem
+from bench.checks import (
+    Check,
+    cpu_list_problem,
+    first_problem,
+    out_problem,
+    range_problem,
+    refusal,
+    refuse,
+)
 
 DESCRIPTION = "Live benchmarks: router overhead race, trace replay, component benchmarks."
 OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
@@ -105,7 +113,7 @@ def register(subparsers: Any) -> None:
             raise
         parser = commands.add_parser(name, help=(module.__doc__ or name).strip().splitlines()[0])
         module.add_arguments(parser)
-        parser.set_defaults(func=_checked(name, module.run))
+        parser.set_defaults(func=_checked(name, module.run, getattr(module, "check", None)))
     bench.set_defaults(func=lambda args: _usage(bench))
 
 
@@ -114,11 +122,13 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _checked(name: str, run: Callable[[argparse.Namespace], int]
+def _checked(name: str, run: Callable[[argparse.Namespace], int], check: Check | None = None
              ) -> Callable[[argparse.Namespace], int]:
     """An optional sub-command's ``run``: a NaN or infinite float option, a missing --fleet or
-    --routing file, or an unreadable or malformed trace, fleet or routing file ends in one
-    line and exit code 2, not a traceback (the module checks its options' own ranges)."""
+    --routing file, an option out of its range (the module's ``check``), an --out folder that
+    cannot be written, or an unreadable or malformed trace, fleet or routing file ends in one
+    line and exit code 2, not a traceback; all but the files' contents before ``run``
+    starts."""
     def checked(args: argparse.Namespace) -> int:
         for key, value in vars(args).items():
             option = f"--{key.replace('_', '-')}"
@@ -127,6 +137,9 @@ def _checked(name: str, run: Callable[[argparse.Namespace], int]
             # read raw (bench.launch) or by a router process started later
             if key in ("fleet", "routing") and isinstance(value, Path) and not value.is_file():
                 return _refuse(name, f"{option}: {value}: no such file")
+        refused = refusal(name, args, check)
+        if refused is not None:
+            return refused
         from policies.errors import RoutingConfigError
         from sim.traces import TraceError
         from workers.fleet import FleetConfigError
@@ -158,10 +171,7 @@ def _targets(text: str) -> tuple[str, ...]:
     return names
 
 
-def _refuse(command: str, problem: str) -> int:
-    """Bad input: one line on stderr, exit code 2 (as ``kvroute sim`` does)."""
-    print(f"kvroute bench {command}: {problem}", file=sys.stderr)
-    return 2
+_refuse = refuse
 
 
 def _overhead(args: argparse.Namespace) -> int:
@@ -170,13 +180,18 @@ def _overhead(args: argparse.Namespace) -> int:
 
     problem = first_problem(range_problem("--duration", args.duration, 0, inclusive=False),
                             range_problem("--concurrency", args.concurrency, 1),
-                            range_problem("--backends", args.backends, 1))
+                            range_problem("--backends", args.backends, 1),
+                            *(cpu_list_problem(f"--{kind}-cpus", getattr(args, f"{kind}_cpus"))
+                              for kind in ("router", "load", "backend")))
     if problem:
         return _refuse("overhead", problem)
     try:
         targets = _targets(args.targets)
     except ValueError as exc:
         return _refuse("overhead", str(exc))
+    problem = out_problem(args.out)
+    if problem:
+        return _refuse("overhead", problem)
     config = OverheadConfig(targets=targets, duration_s=args.duration,
                             concurrency=args.concurrency, pinned=not args.unpinned,
                             backends=args.backends, router_cpus=args.router_cpus,
@@ -221,6 +236,9 @@ def _replay(args: argparse.Namespace) -> int:
         return _refuse("replay", str(exc))
     if not trace.requests:
         return _refuse("replay", f"{args.trace}: no requests")
+    problem = out_problem(args.out)
+    if problem:
+        return _refuse("replay", problem)
     config = ReplayConfig(trace=args.trace, targets=targets, fleet=args.fleet,
                           limit=args.limit, rate_scale=args.rate_scale,
                           time_scale=args.time_scale, max_output_tokens=args.max_output_tokens,

@@ -57,6 +57,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from bench.checks import first_problem, int_list, int_list_problem, range_problem, refusal
+
 DEFAULT_ROUTING = Path(__file__).resolve().parent.parent / "config" / "routing.yaml"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -133,13 +135,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for decision.json and decision.png")
 
 
+def workload_problem(args: argparse.Namespace) -> str | None:
+    """The problem with ``add_workload_arguments``' options (shared with
+    ``bench.decision_tail``), else None."""
+    return first_problem(
+        range_problem("--decisions", args.decisions, 1),
+        range_problem("--warmup", args.warmup, 0),
+        # half a shared prefix and half a unique tail, each of one token at least
+        range_problem("--prompt-tokens", args.prompt_tokens, 2),
+        range_problem("--prefixes", args.prefixes, 1),
+        range_problem("--observed-spread", args.observed_spread, 0))
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    return first_problem(
+        int_list_problem("--workers", args.workers, 1), workload_problem(args),
+        # eight workers' indexes, a block each at least
+        range_problem("--index-blocks", args.index_blocks, 8))
+
+
 def run(args: argparse.Namespace) -> int:
     from policies.loader import load_routing
 
-    sizes = [int(s) for s in str(args.workers).split(",") if s.strip()]
-    if args.observed_spread < 0:
-        print("error: --observed-spread must be >= 0", file=sys.stderr)
-        return 2
+    refused = refusal("decision", args, check)
+    if refused is not None:
+        return refused
+    sizes = int_list(args.workers)
     routing = load_routing(args.routing)
     results = []
     for size in sizes:

@@ -28,7 +28,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.decision import _pct, add_workload_arguments, time_decisions
+from bench.checks import range_problem
+from bench.decision import _pct, add_workload_arguments, time_decisions, workload_problem
 
 
 def slowest(timings: list[float], share: float) -> set[int]:
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.decisions < 4 or not 0.0 < args.share < 1.0 or args.window < 1:
         parser.error("--decisions must be at least 4, --share within (0, 1), --window >= 1")
+    problem = workload_problem(args) or range_problem("--workers", args.workers, 1)
+    if problem:
+        parser.error(problem)
     args.gc_freeze = True
     from policies.loader import load_routing
 

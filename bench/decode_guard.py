@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.checks import first_problem, int_list, int_list_problem, range_problem, refusal
+
 TPOT_OBJECTIVE_S = 0.05
 
 
@@ -88,17 +90,17 @@ def markdown(counts: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    return first_problem(int_list_problem("--incumbents", args.incumbents, 0),
+                         range_problem("--requests", args.requests, 1))
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        counts = [int(s) for s in str(args.incumbents).split(",") if s.strip()]
-    except ValueError:
-        print(f"--incumbents: expected comma-separated integers, got {args.incumbents!r}",
-              file=sys.stderr)
-        return 2
-    if not counts or min(counts) < 0 or args.requests < 1:
-        print("--incumbents must list counts >= 0 and --requests be at least 1",
-              file=sys.stderr)
-        return 2
+    refused = refusal("decode-guard", args, check)
+    if refused is not None:
+        return refused
+    counts = int_list(args.incumbents)
     results = []
     for count in counts:
         print(f"[decode-guard] {count} incumbents", file=sys.stderr, flush=True)

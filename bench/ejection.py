@@ -36,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.checks import first_problem, range_problem, refusal
 from bench.launch import REPO_ROOT, KvrouteUp, LaunchError, wait_all_workers_healthy
 from bench.metrics_scrape import scrape_totals
 from workers.ports import free_port
@@ -88,13 +89,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for ejection.json")
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    return first_problem(
+        range_problem("--workers", args.workers, 2),    # a failing one and a healthy one
+        range_problem("--requests", args.requests, 1),
+        range_problem("--rate", args.rate, 0, inclusive=False),
+        range_problem("--upstream-timeout", args.upstream_timeout, 0, inclusive=False),
+        range_problem("--eject-after", args.eject_after, 1),
+        range_problem("--stall-after", args.stall_after, 0, inclusive=False),
+        range_problem("--time-scale", args.time_scale, 0))
+
+
 def run(args: argparse.Namespace) -> int:
-    if (args.workers < 2 or args.requests < 1 or args.rate <= 0 or args.eject_after < 1
-            or args.stall_after <= 0 or args.upstream_timeout <= 0):
-        print("kvroute bench ejection: --workers must be at least 2, --requests and "
-              "--eject-after at least 1, --rate, --stall-after and --upstream-timeout "
-              "positive", file=sys.stderr)
-        return 2
+    refused = refusal("ejection", args, check)
+    if refused is not None:
+        return refused
     settings = (Setting("both", args.eject_after, args.stall_after),
                 Setting("ejection only", args.eject_after, 0.0), Setting("neither", 0, 0.0))
     results = []

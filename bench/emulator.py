@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from bench.checks import first_problem, int_list, int_list_problem, range_problem, refusal
+
 DEFAULT_WORKERS = "1,2,4,8"
 
 
@@ -187,13 +189,26 @@ def idle_latency(gpus: tuple[str, ...] = ("h100", "a100", "l40s"), prompt_tokens
     return out
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    return first_problem(
+        int_list_problem("--workers", args.workers, 1),
+        range_problem("--concurrency", args.concurrency, 1),
+        range_problem("--prompt-tokens", args.prompt_tokens, 1),
+        range_problem("--output-tokens", args.output_tokens, 1),
+        range_problem("--duration", args.duration, 0, inclusive=False),
+        range_problem("--max-lag-ms", args.max_lag_ms, 0, inclusive=False))
+
+
 def run(args: argparse.Namespace) -> int:
     import uvloop
 
     from workers.emulator.process import EmulatorFleet
 
-    counts = [int(x) for x in str(args.workers).split(",") if x.strip()]
-    args.out.mkdir(parents=True, exist_ok=True)
+    refused = refusal("emulator", args, check)
+    if refused is not None:
+        return refused
+    counts = int_list(args.workers)
     if args.idle_latency:
         idle = {"command": "python -m bench.emulator "
                 + " ".join(shlex.quote(a) for a in sys.argv[1:]),

@@ -38,10 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.cases import chosen_cases
+from bench.checks import first_problem, range_problem, refusal, refuse
 from bench.launch import (
     REPO_ROOT,
     KvrouteUp,
     LaunchError,
+    emulated_fleet,
     emulated_fleet_on_free_ports,
     wait_all_workers_healthy,
 )
@@ -105,23 +107,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for endpoints.json")
 
 
-def run(args: argparse.Namespace) -> int:
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
     try:
-        cases = chosen_cases(str(args.cases), CASES)
+        chosen_cases(str(args.cases), CASES)
     except ValueError as exc:
-        return _refuse(str(exc))
-    if args.repeat < 1 or args.warmup < 0:
-        return _refuse("--repeat must be at least 1 and --warmup at least 0")
+        return f"--cases: {exc}"
+    problem = first_problem(range_problem("--repeat", args.repeat, 1),
+                            range_problem("--warmup", args.warmup, 0))
+    if problem:
+        return problem
+    try:
+        models = models_by_runner(emulated_fleet(args.fleet))
+    except ValueError as exc:
+        return str(exc)
+    missing = sorted({case.runner for case in chosen_cases(str(args.cases), CASES)}
+                     - set(models))
+    if missing:
+        return (f"{args.fleet}: no model declared with runner {', '.join(missing)} for the "
+                "cases asked")
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    refused = refusal("endpoints", args, check)
+    if refused is not None:
+        return refused
+    cases = chosen_cases(str(args.cases), CASES)
     with tempfile.TemporaryDirectory(prefix="kvroute-endpoints-") as tmp:
         try:
             fleet_path, fleet = emulated_fleet_on_free_ports(args.fleet, Path(tmp))
-            models = models_by_runner(fleet)
-        except ValueError as exc:
+        except ValueError as exc:           # (changed since check read it)
             return _refuse(str(exc))
-        missing = sorted({case.runner for case in cases} - set(models))
-        if missing:
-            return _refuse(f"{args.fleet}: no model declared with runner {', '.join(missing)} "
-                           "for the cases asked")
+        models = models_by_runner(fleet)
         urls = {w["id"]: f"http://127.0.0.1:{w['emulate']['port']}" for w in fleet["workers"]}
         try:
             with KvrouteUp(fleet_path, args.routing, Path(tmp), "--time-scale", "0") as router:
@@ -141,8 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _refuse(message: str) -> int:
-    print(f"kvroute bench endpoints: {message}", file=sys.stderr)
-    return 2
+    return refuse("endpoints", message)
 
 
 def models_by_runner(fleet: dict[str, Any]) -> dict[str, str]:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.checks import first_problem, range_problem, refusal
 from workers.engine.api import EngineConfig, EngineRequest
 from workers.engine.core import EngineCore
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
@@ -248,7 +249,42 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    from workers.engine.block_hash import HASH_ALGOS
+
+    if args.hash_algo not in HASH_ALGOS:
+        return f"--hash-algo: must be one of {', '.join(HASH_ALGOS)}, got {args.hash_algo!r}"
+    problem = first_problem(
+        range_problem("--steps", args.steps, 1),
+        range_problem("--prefill-steps", args.prefill_steps, 1),
+        range_problem("--repeat", args.repeat, 1),
+        range_problem("--replay-requests", args.replay_requests, 1),
+        range_problem("--mooncake", args.mooncake, 0),
+        range_problem("--workers", args.workers, 1))
+    if problem is None and args.mooncake:       # read last, after minutes of work
+        return _trace_problem(args.trace)
+    return problem
+
+
+def _trace_problem(path: Path) -> str | None:
+    """Whether ``path`` opens as the gzipped JSONL ``bench_mooncake`` reads."""
+    import gzip
+
+    if not path.is_file():
+        return f"--trace: {path}: no such file"
+    try:
+        with gzip.open(path, "rt") as f:
+            f.readline()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        return f"--trace: cannot read {path} as gzipped JSONL: {exc}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    refused = refusal("engine", args, check)
+    if refused is not None:
+        return refused
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.checks import first_problem, range_problem, refusal
+
 CHAIN_BLOCKS = 128
 
 
@@ -130,12 +132,18 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    return first_problem(range_problem("--workers", args.workers, 1),
+                         range_problem("--blocks", args.blocks, 1),
+                         range_problem("--ceiling-blocks", args.ceiling_blocks, 1),
+                         range_problem("--repeat", args.repeat, 1))
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.workers < 1 or args.blocks < 1 or args.repeat < 1 or (
-            args.ceiling_blocks is not None and args.ceiling_blocks < 1):
-        print("--workers, --blocks, --ceiling-blocks and --repeat must be at least 1",
-              file=sys.stderr)
-        return 2
+    refused = refusal("gc-walk", args, check)
+    if refused is not None:
+        return refused
     rows = measure(args)
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"workers": args.workers, "blocks_per_worker": args.blocks,

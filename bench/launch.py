@@ -39,16 +39,37 @@ class LaunchError(RuntimeError):
 
 def emulated_fleet_on_free_ports(fleet: Path, folder: Path) -> tuple[Path, dict[str, Any]]:
     """A copy of ``fleet`` (in ``folder``) whose emulated workers listen on free ports, and
-    its contents. Raises ``ValueError`` when a worker has no ``emulate:`` block."""
-    data = yaml.safe_load(fleet.read_text())
-    workers = data.get("workers") or []
-    if not workers or not all(isinstance(w, dict) and "emulate" in w for w in workers):
-        raise ValueError(f"{fleet}: every worker needs an emulate: block")
-    for worker in workers:
-        worker["emulate"] = {**(worker["emulate"] or {}), "port": free_port()}
+    its contents (``emulated_fleet``)."""
+    data = emulated_fleet(fleet)
     path = folder / "fleet.yaml"
     path.write_text(yaml.safe_dump(data))
     return path, data
+
+
+def emulated_fleet(fleet: Path) -> dict[str, Any]:
+    """The contents of ``fleet`` with its emulated workers moved to free ports. Raises
+    ``FleetConfigError`` (a ``ValueError``; ``kvroute bench`` refuses it in one line) when the
+    file cannot be read, is not a valid fleet once on those ports, or a worker has no
+    ``emulate:`` block; the benchmarks call it from their ``check``, before anything starts."""
+    from workers.fleet import FleetConfigError, parse_fleet
+    from workers.yaml_text import YamlTextError, load_config_yaml
+
+    try:                                # read as workers.fleet.load_fleet reads it
+        data = load_config_yaml(fleet.read_text())
+    except OSError as exc:
+        raise FleetConfigError(f"{fleet}: cannot read fleet file: {exc.strerror}") from exc
+    except YamlTextError as exc:
+        raise FleetConfigError(f"{fleet}: invalid YAML: {exc}") from exc
+    workers = data.get("workers") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(workers, list) or not workers or not all(
+            isinstance(w, dict) and "emulate" in w for w in workers):
+        parse_fleet(data, str(fleet))           # a malformed file: its own message
+        raise FleetConfigError(f"{fleet}: every worker needs an emulate: block")
+    for worker in workers:
+        if isinstance(worker["emulate"], dict) or worker["emulate"] is None:
+            worker["emulate"] = {**(worker["emulate"] or {}), "port": free_port()}
+    parse_fleet(data, str(fleet))       # (the user's ports, replaced, may not clash here)
+    return data
 
 
 async def wait_all_workers_healthy(session: Any, base_url: str, timeout_s: float = 30.0) -> None:

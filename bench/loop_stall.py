@@ -39,10 +39,12 @@ from typing import Any
 import orjson
 
 from bench.cases import chosen_cases
+from bench.checks import range_problem, refusal, refuse
 from bench.launch import (
     REPO_ROOT,
     KvrouteUp,
     LaunchError,
+    emulated_fleet,
     emulated_fleet_on_free_ports,
     wait_all_workers_healthy,
 )
@@ -110,17 +112,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for loop_stall.json")
 
 
-def run(args: argparse.Namespace) -> int:
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
     try:
-        cases = chosen_cases(str(args.cases), CASES)
+        chosen_cases(str(args.cases), CASES)
     except ValueError as exc:
-        print(f"kvroute bench loop-stall: {exc}", file=sys.stderr)
-        return 2
-    if args.repeat < 1:
-        print("kvroute bench loop-stall: --repeat must be at least 1", file=sys.stderr)
-        return 2
+        return f"--cases: {exc}"
+    problem = range_problem("--repeat", args.repeat, 1)
+    if problem:
+        return problem
+    try:
+        emulated_fleet(args.fleet)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    refused = refusal("loop-stall", args, check)
+    if refused is not None:
+        return refused
+    cases = chosen_cases(str(args.cases), CASES)
     with tempfile.TemporaryDirectory(prefix="kvroute-loop-stall-") as tmp:
-        fleet_path, model = _fleet_on_free_ports(args.fleet, Path(tmp))
+        try:
+            fleet_path, model = _fleet_on_free_ports(args.fleet, Path(tmp))
+        except ValueError as exc:
+            return refuse("loop-stall", str(exc))
         try:
             with KvrouteUp(fleet_path, args.routing, Path(tmp)) as router:
                 results = asyncio.run(_measure_all(router.base_url, model, cases, args.repeat))
@@ -137,12 +154,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fleet_on_free_ports(fleet: Path, folder: Path) -> tuple[Path, str]:
-    """A copy of ``fleet`` whose emulated workers listen on free ports, and its first model."""
-    try:
-        path, data = emulated_fleet_on_free_ports(fleet, folder)
-    except ValueError as exc:
-        raise SystemExit(f"kvroute bench loop-stall: {exc}") from None
-    return path, str(data["workers"][0]["models"][0])
+    """A copy of ``fleet`` whose emulated workers listen on free ports, and its first model
+    (``ValueError`` as ``emulated_fleet_on_free_ports``)."""
+    from workers.fleet import parse_fleet
+
+    path, data = emulated_fleet_on_free_ports(fleet, folder)
+    return path, parse_fleet(data, str(fleet)).workers[0].info.models[0]
 
 
 async def _measure_all(base_url: str, model: str, cases: Sequence[Case],

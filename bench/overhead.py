@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from bench.backends import ZeroLatencyBackends, chat_body
+from bench.checks import cpu_list
 from bench.launch import Launched, LaunchError, pinned
 from bench.loadgen import LoadResult, LoadSpec
 from bench.proc_stats import RssSampler, cpu_seconds
@@ -48,11 +49,7 @@ class OverheadConfig:
     @staticmethod
     def cpu_set(text: str) -> tuple[int, ...]:
         """``"0,2-4"`` → (0, 2, 3, 4)."""
-        cpus: list[int] = []
-        for part in text.split(","):
-            low, _, high = part.strip().partition("-")
-            cpus.extend(range(int(low), int(high or low) + 1))
-        return tuple(cpus)
+        return cpu_list(text)
 
 
 @dataclass(slots=True)
@@ -160,9 +157,16 @@ def measure_target(name: str, backends: Sequence[str], config: OverheadConfig, w
                           rss_peak_mb=round(rss / 2**20, 1) if rss else None,
                           idle_cpu_percent=round(idle * 100, 2) if root is not None else None)
     progress(f"{name}: {plain.load.requests_per_s} req/s, "
-             f"{plain.router_cpu_us_per_request} µs/req; stream "
-             f"{stream.load.requests_per_s} req/s, {stream.router_cpu_us_per_request} µs/req")
+             f"{_shown(plain.router_cpu_us_per_request)} µs/req; stream "
+             f"{stream.load.requests_per_s} req/s, "
+             f"{_shown(stream.router_cpu_us_per_request)} µs/req")
     return result
+
+
+def _shown(value: float | None) -> str:
+    """A progress line's number; ``–`` where none was measured (``direct``: no router), as
+    the Markdown table shows it."""
+    return "–" if value is None else str(value)
 
 
 def run_overhead(config: OverheadConfig, progress: Progress) -> list[TargetResult]:

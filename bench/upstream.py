@@ -35,6 +35,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bench.checks import cpu_list, cpu_list_problem, first_problem, range_problem, refusal
+
 BODY = (b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":'
         b'"assistant","content":"hello world"}}],"usage":{"prompt_tokens":10,'
         b'"completion_tokens":2,"total_tokens":12}}')
@@ -62,20 +64,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for upstream.json (required)")
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.serve is not None:
-        _serve(args.serve, args.serve_tls)
-        return 0
+def check(args: argparse.Namespace) -> str | None:
+    """The first problem with the options, else None (``bench.checks``)."""
+    if args.serve is not None:          # this module's own server process
+        return None
     if args.out is None:
-        print("bench upstream: --out DIR is required", file=sys.stderr)
-        return 2
+        return "--out DIR is required"
+    problem = first_problem(
+        range_problem("--concurrency", args.concurrency, 1),
+        range_problem("--rounds", args.rounds, 1),
+        cpu_list_problem("--client-cpu", args.client_cpu, empty=True),
+        cpu_list_problem("--server-cpu", args.server_cpu, empty=True))
+    if problem:
+        return problem
+    if args.requests < args.concurrency:    # each task sends --requests // --concurrency
+        return (f"--requests: must be >= --concurrency ({args.concurrency}), "
+                f"got {args.requests}")
     if args.tls:
         try:
             import trustme  # noqa: F401
         except ModuleNotFoundError:
-            print("bench upstream: --tls needs trustme (pip install -e '.[dev]')",
-                  file=sys.stderr)
-            return 2
+            return "--tls needs trustme (pip install -e '.[dev]')"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.serve is not None:
+        _serve(args.serve, args.serve_tls)
+        return 0
+    refused = refusal("upstream", args, check)
+    if refused is not None:
+        return refused
     import uvloop
 
     report = uvloop.run(_measure(args))
@@ -241,7 +260,7 @@ def _pin(cpus: str) -> None:
     if not cpus:
         return
     with contextlib.suppress(OSError, ValueError):      # fewer CPUs than asked: unpinned
-        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+        os.sched_setaffinity(0, set(cpu_list(cpus)))
 
 
 def markdown(report: dict[str, Any]) -> str:

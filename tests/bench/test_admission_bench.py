@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.admission import SETTINGS, fleet_file, routing_file, run
+from bench.admission import SETTINGS, fleet_file, main, routing_file, run
 from policies.loader import load_routing
 from workers.fleet import load_fleet
 
@@ -49,6 +49,5 @@ def test_a_short_run_answers_every_request(tmp_path: Path,
 
 def test_an_unknown_setting_is_refused(tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    args = argparse.Namespace(settings="none,lifo", cost_requests=0, out=tmp_path)
-    assert run(args) == 2
+    assert main(["--settings", "none,lifo", "--cost-requests", "0", "--out", str(tmp_path)]) == 2
     assert "unknown setting(s) lifo" in capsys.readouterr().err

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import _targets
+from bench.cli import OPTIONAL_MODULES, _targets
 from router.cli import build_parser
 from router.cli import main as kvroute
 
@@ -147,3 +147,236 @@ def test_component_benchmarks_refuse_bad_files_and_non_finite_numbers_in_one_lin
     assert kvroute(["bench", *args, "--out", str(tmp_path / "o")]) == 2
     expected = message.replace("{tmp}", str(tmp_path))
     assert capsys.readouterr().err == f"kvroute bench {expected}\n"
+
+
+def _bench_args(tmp_path: Path, args: list[str]) -> list[str]:
+    """``args`` with {tmp} and {root} filled in, and the fixture files they may name."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    (tmp_path / "real.yaml").write_text(
+        (ROOT / "config" / "fleet.yaml").read_text().replace(
+            "emulate: {port: 8101, responses_store: true}", "url: http://127.0.0.1:9"))
+    _trace(tmp_path)
+    return [a.replace("{tmp}", str(tmp_path)).replace("{root}", str(ROOT)) for a in args]
+
+
+def _never_run(monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    """Make the sub-command's benchmark fail the test if it starts."""
+    import importlib
+
+    import bench.cli
+
+    def never(*a: object, **k: object) -> int:
+        raise AssertionError("the benchmark started")
+
+    if command in ("overhead", "replay"):
+        import bench.overhead
+        import bench.replay
+
+        monkeypatch.setattr(bench.replay, "run_replay", never)
+        monkeypatch.setattr(bench.overhead, "run_overhead", never)
+    else:
+        module = importlib.import_module(dict(bench.cli.OPTIONAL_MODULES)[command])
+        monkeypatch.setattr(module, "run", never)
+
+
+# the options each sub-command needs besides --out (semantic's defaults are relative paths)
+NEEDED = {
+    "replay": ["--trace", "{tmp}/t.jsonl", "--fleet", "{root}/config/fleet.yaml"],
+    "block-hashes": ["--trace", "{tmp}/t.jsonl"], "tokenize": ["--trace", "{tmp}/t.jsonl"],
+    "semantic": ["--routing", "{root}/config/examples/semantic.yaml",
+                 "--data", "{root}/config/examples/semantic-eval/heldout.jsonl"],
+}
+COMMANDS = ("overhead", "replay", *(name for name, _ in OPTIONAL_MODULES))
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(("out", "reason"), [("{tmp}/file", "File exists"),
+                                             ("{tmp}/file/sub", "Not a directory")])
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(
+        tmp_path: Path, command: str, out: str, reason: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _never_run(monkeypatch, command)
+    if command == "redis-sync":         # (checked before --out, and may be absent here)
+        monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    args = _bench_args(tmp_path, [*NEEDED.get(command, []), "--out", out])
+    assert kvroute(["bench", command, *args]) == 2
+    where = out.replace("{tmp}", str(tmp_path))
+    assert capsys.readouterr().err == (
+        f"kvroute bench {command}: --out: cannot write {where}: {reason}\n")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    # bad options of every sub-command: refused before its benchmark starts
+    (["decision", "--workers", "a"], "--workers: expected comma-separated integers, got 'a'"),
+    (["decision", "--workers", "8,0"], "--workers: must be >= 1, got 0"),
+    (["decision", "--workers", " , "], "--workers: give at least one number"),
+    (["decision", "--decisions", "0"], "--decisions: must be >= 1, got 0"),
+    (["decision", "--warmup", "-1"], "--warmup: must be >= 0, got -1"),
+    (["decision", "--prefixes", "0"], "--prefixes: must be >= 1, got 0"),
+    (["decision", "--prompt-tokens", "1"], "--prompt-tokens: must be >= 2, got 1"),
+    (["decision", "--index-blocks", "0"], "--index-blocks: must be >= 8, got 0"),
+    (["decision", "--index-blocks", "-5"], "--index-blocks: must be >= 8, got -5"),
+    (["decision", "--observed-spread", "-1"],
+     "--observed-spread: must be a finite number >= 0, got -1"),
+    (["semantic", "--rate", "0"], "--rate: must be a finite number > 0, got 0"),
+    (["semantic", "--duration", "-1"], "--duration: must be a finite number > 0, got -1"),
+    (["semantic", "--rate", "0.1", "--duration", "1"],
+     "--rate x --duration: must send one request at least, got 0.1/s for 1 s"),
+    (["semantic", "--max-prompt-tokens", "0"], "--max-prompt-tokens: must be >= 1, got 0"),
+    (["semantic", "--max-tokens", "0"], "--max-tokens: must be >= 1, got 0"),
+    (["semantic", "--data", "{tmp}/missing.jsonl"], "--data: {tmp}/missing.jsonl: no such file"),
+    (["block-hashes", "--block-size", "0"], "--block-size: must be >= 1, got 0"),
+    (["block-hashes", "--algo", "bogus"],
+     "--algo: must be one of sha256, sha256_cbor, builtin, got 'bogus'"),
+    (["block-hashes", "--limit", "0"], "--limit: must be > 0, got 0"),
+    (["tokenize", "--limit", "0"], "--limit: must be > 0, got 0"),
+    (["tokenize", "--chunk-chars", "abc"],
+     "--chunk-chars: expected comma-separated integers, got 'abc'"),
+    (["tokenize", "--chunk-chars", "0,-1"], "--chunk-chars: must be >= 0, got -1"),
+    (["tokenize", "--cache-max-tokens", "-1"], "--cache-max-tokens: must be >= 0, got -1"),
+    (["upstream", "--concurrency", "0"], "--concurrency: must be >= 1, got 0"),
+    (["upstream", "--rounds", "0"], "--rounds: must be >= 1, got 0"),
+    (["upstream", "--requests", "0"], "--requests: must be >= --concurrency (32), got 0"),
+    (["upstream", "--server-cpu", "x"], "--server-cpu: expected a CPU list such as 0,2-4, got 'x'"),
+    (["prefix-match", "--requests", "0"], "--requests: must be >= 1, got 0"),
+    (["prefix-match", "--capacity-blocks", "0"], "--capacity-blocks: must be >= 1, got 0"),
+    (["prefix-match", "--prefixes", "0"], "--prefixes: must be >= 1, got 0"),
+    (["prefix-match", "--prefix-blocks", "0", "--tail-blocks", "0"],
+     "--prefix-blocks + --tail-blocks: must be >= 1 (blocks per chain), got 0"),
+    (["admission", "--seconds", "0"], "--seconds: must be a finite number > 0, got 0"),
+    (["admission", "--workers", "0"], "--workers: must be >= 1, got 0"),
+    (["admission", "--flood-tokens", "0"], "--flood-tokens: must be >= 1, got 0"),
+    (["admission", "--probe-interval", "0"],
+     "--probe-interval: must be a finite number > 0, got 0"),
+    (["admission", "--settings", "none,lifo"],
+     "--settings: unknown setting(s) lifo (known: none, limit-fifo, limit-priority)"),
+    (["engine", "--steps", "0"], "--steps: must be >= 1, got 0"),
+    (["engine", "--prefill-steps", "0"], "--prefill-steps: must be >= 1, got 0"),
+    (["engine", "--replay-requests", "0"], "--replay-requests: must be >= 1, got 0"),
+    (["engine", "--hash-algo", "md5"],
+     "--hash-algo: must be one of sha256, sha256_cbor, builtin, got 'md5'"),
+    (["engine", "--mooncake", "5", "--trace", "{tmp}/missing.jsonl.gz"],
+     "--trace: {tmp}/missing.jsonl.gz: no such file"),
+    (["engine", "--mooncake", "5", "--trace", "{tmp}/t.jsonl"],
+     "--trace: cannot read {tmp}/t.jsonl as gzipped JSONL: Not a gzipped file (b'{\"')"),
+    (["redis-sync", "--keys", "x"], "--keys: expected comma-separated integers, got 'x'"),
+    (["redis-sync", "--replicas", "0"], "--replicas: must be >= 1, got 0"),
+    (["redis-sync", "--syncs", "0"], "--syncs: must be >= 1, got 0"),
+    (["emulator", "--duration", "0", "--workers", "1"],
+     "--duration: must be a finite number > 0, got 0"),
+    (["emulator", "--workers", "0"], "--workers: must be >= 1, got 0"),
+    (["emulator", "--concurrency", "0"], "--concurrency: must be >= 1, got 0"),
+    (["decode-guard", "--incumbents", "8,x"],
+     "--incumbents: expected comma-separated integers, got '8,x'"),
+    (["gc-walk", "--ceiling-blocks", "0"], "--ceiling-blocks: must be >= 1, got 0"),
+    (["loop-stall", "--cases", "nope"],
+     "--cases: unknown case(s) nope; choose from chat, token-ids, "),
+    (["endpoints", "--warmup", "-1"], "--warmup: must be >= 0, got -1"),
+    (["ejection", "--time-scale", "-1"], "--time-scale: must be a finite number >= 0, got -1"),
+    (["soak", "--concurrency", "0"], "--concurrency: must be >= 1, got 0"),
+])
+def test_component_benchmarks_refuse_options_out_of_range_in_one_line(
+        tmp_path: Path, args: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _never_run(monkeypatch, args[0])
+    args = _bench_args(tmp_path, [args[0], *NEEDED.get(args[0], []), *args[1:]])
+    assert kvroute(["bench", *args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    expected = message.replace("{tmp}", str(tmp_path))
+    assert err.startswith(f"kvroute bench {args[0]}: {expected}") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["overhead", "--router-cpus", "1-"],
+     "--router-cpus: expected a CPU list such as 0,2-4, got '1-'"),
+    (["overhead", "--backend-cpus", "3-1"],
+     "--backend-cpus: expected a CPU list such as 0,2-4, got '3-1'"),
+])
+def test_overhead_refuses_a_bad_cpu_list(
+        tmp_path: Path, args: list[str], message: str, no_run: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert kvroute(["bench", *args, "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == f"kvroute bench overhead: {message}\n"
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    # a fleet the harness reads itself before kvroute up starts: one line, exit code 2
+    (["loop-stall", "--fleet", "{tmp}/real.yaml"],
+     "{tmp}/real.yaml: every worker needs an emulate: block"),
+    (["endpoints", "--fleet", "{tmp}/list.yaml"], "{tmp}/list.yaml: top level must be a mapping"),
+    (["soak", "--fleet", "{tmp}/list.yaml"], "{tmp}/list.yaml: top level must be a mapping"),
+    (["soak", "--fleet", "{tmp}/t.jsonl"], "{tmp}/t.jsonl: invalid YAML: "),
+])
+def test_a_fleet_without_emulated_workers_is_refused_before_kvroute_up(
+        tmp_path: Path, args: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    import bench.cli
+
+    module = importlib.import_module(dict(bench.cli.OPTIONAL_MODULES)[args[0]])
+
+    def never(*a: object, **k: object) -> None:
+        raise AssertionError("kvroute up started")
+
+    monkeypatch.setattr(module, "KvrouteUp", never)
+    args = _bench_args(tmp_path, args)
+    assert kvroute(["bench", *args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    expected = message.replace("{tmp}", str(tmp_path))
+    assert err.startswith(f"kvroute bench {args[0]}: {expected}") and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_routing_file_without_a_semantic_section_is_refused_before_the_model_loads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import policies.semantic.model
+
+    def never(*a: object, **k: object) -> None:
+        raise AssertionError("the model loaded")
+
+    monkeypatch.setattr(policies.semantic.model, "build_semantic_model", never)
+    routing = ROOT / "config" / "routing.yaml"
+    args = _bench_args(tmp_path, [*NEEDED["semantic"], "--routing", str(routing)])
+    assert kvroute(["bench", "semantic", *args, "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute bench semantic: {routing}: no semantic: section\n")
+
+
+@pytest.mark.parametrize(("module_name", "argv", "message"), [
+    # python -m bench.<module>: the module's run refuses the same way
+    ("bench.decision", ["--workers", "a"], "--workers: expected comma-separated integers"),
+    ("bench.engine", ["--steps", "0"], "--steps: must be >= 1, got 0"),
+    ("bench.redis_sync", ["--syncs", "0"], "--syncs: must be >= 1, got 0"),
+    ("bench.prefix_match", ["--capacity-blocks", "0"], "--capacity-blocks: must be >= 1, got 0"),
+])
+def test_each_modules_own_entry_point_refuses_too(
+        tmp_path: Path, module_name: str, argv: list[str], message: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib
+
+    module = importlib.import_module(module_name)
+    assert module.main([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_overhead_progress_line_shows_a_dash_where_no_router_cpu_was_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.overhead
+    from bench.loadgen import LoadResult
+    from bench.overhead import OverheadConfig, PhaseResult, measure_target
+    from bench.targets import TargetPlan
+
+    monkeypatch.setattr(bench.overhead, "plan_target", lambda name, context: TargetPlan(
+        name, None, "http://127.0.0.1:9", "http://127.0.0.1:9/health"))
+    monkeypatch.setattr(bench.overhead, "_phase", lambda *a, **k: (PhaseResult(
+        LoadResult(10, 0, 1.0, 526.2, 1.0, 2.0), None, None, None), 0))
+    lines: list[str] = []
+    result = measure_target("direct", [], OverheadConfig(targets=("direct",)), tmp_path,
+                            lines.append)
+    assert result.skipped is None
+    assert lines[-1] == "direct: 526.2 req/s, – µs/req; stream 526.2 req/s, – µs/req"

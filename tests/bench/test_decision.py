@@ -101,7 +101,8 @@ def test_a_negative_observed_spread_is_refused(tmp_path: Path,
     code = main(["--workers", "8", "--complete", "--observed-spread", "-1",
                  "--out", str(tmp_path)])
     assert code == 2
-    assert "--observed-spread must be >= 0" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--observed-spread: must be a finite number >= 0, got -1" in err
     assert not (tmp_path / "decision.json").exists()
 
 

@@ -43,5 +43,5 @@ def test_a_stalled_worker_times_out_fewer_requests_with_each_protection(
 
 def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--workers", "1", "--out", str(tmp_path / "out")]) == 2
-    assert "--workers must be at least 2" in capsys.readouterr().err
+    assert "--workers: must be >= 2, got 1" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -46,7 +46,7 @@ def test_every_case_is_timed_through_the_router_and_straight_to_its_worker(
 
 @pytest.mark.parametrize(("cases", "repeat", "fleet", "message"), [
     ("chat,nope", 1, DEFAULT_FLEET, "unknown case(s) nope"),
-    ("chat", 0, DEFAULT_FLEET, "--repeat must be at least 1"),
+    ("chat", 0, DEFAULT_FLEET, "--repeat: must be >= 1, got 0"),
     ("embeddings", 1, REPO_ROOT / "config" / "fleet.yaml", "no model declared with runner "
                                                            "pooling"),
 ])

@@ -61,7 +61,7 @@ def test_the_fleet_copy_listens_on_free_ports(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("cases", "repeat", "message"), [
     ("chat,nope", 1, "unknown case(s) nope"),
-    ("chat", 0, "--repeat must be at least 1"),
+    ("chat", 0, "--repeat: must be >= 1, got 0"),
 ])
 def test_bad_options_exit_2_before_starting_anything(tmp_path: Path, cases: str, repeat: int,
                                                      message: str,

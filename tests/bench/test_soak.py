@@ -102,8 +102,8 @@ workers:
 
 
 @pytest.mark.parametrize(("requests", "sample_every", "fleet_text", "message"), [
-    (0, 10, None, "must be at least 1"),
-    (10, 0, None, "must be at least 1"),
+    (0, 10, None, "--requests: must be >= 1, got 0"),
+    (10, 0, None, "--sample-every: must be >= 1, got 0"),
     (10, 10, EMBEDDINGS_ONLY, "no worker serves a generative model"),
 ])
 def test_bad_options_exit_2_before_starting_anything(
