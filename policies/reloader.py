@@ -57,7 +57,8 @@ class PolicyReloader:
         self._registry = registry if registry is not None else default_registry()
         self._seed = seed
         self._on_result = on_result
-        self._on_swap = on_swap
+        self._swap_listeners: list[Callable[[PolicyEngine], None]] = (
+            [on_swap] if on_swap is not None else [])
         self._stamp = file_stamp(self.path)
         self._digest = _digest_of(self.path)      # of the content last read (None: unread)
         self._in_force = self._digest             # of the content the engine was built from
@@ -114,9 +115,13 @@ class PolicyReloader:
         engine.take_state_from(self.engine)     # on the loop, with no await before the swap
         self.engine = engine
         self._in_force = digest
-        if self._on_swap is not None:
-            self._on_swap(engine)
+        for listener in self._swap_listeners:
+            listener(engine)
         return self._report(ReloadResult("success", str(self.path), summarize(engine.routing)))
+
+    def add_swap_listener(self, listener: Callable[[PolicyEngine], None]) -> None:
+        """Also call ``listener(engine)`` after each successful swap."""
+        self._swap_listeners.append(listener)
 
     def _build(self, text: str) -> PolicyEngine:
         routing = parse_routing_text(text, self._registry, str(self.path))

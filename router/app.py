@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from policies.reloader import PolicyReloader
 from router.bad_http_log import OneLineBadHttp
 from router.client_auth import client_auth_middleware
@@ -194,6 +195,9 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks,
                              ejection=ejection)
+    admission = app[DIRECTOR].admission
+    reloader.add_swap_listener(     # a raised in-flight limit lets the waiting through now
+        lambda engine: admission.apply(engine.routing.section(ADMISSION_SECTION)))
     app[UTILITY] = UtilityRequests(settings, app[REGISTRY], responses, proxy, app[METRICS],
                                    ejection=ejection)
     await scraper.scrape_once()      # the first request already sees a fleet picture

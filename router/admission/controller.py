@@ -104,6 +104,11 @@ class Admission:
             self._metrics.admission_wait.observe(waited)
         return AdmissionTicket(usage_key, waited, budget if usage_key is not None else None)
 
+    def apply(self, section: AdmissionSection | None) -> None:
+        """The section of a routing file just reloaded: its in-flight limit takes effect at
+        once for the requests already waiting."""
+        self.gate.set_limit(section.max_in_flight if section is not None else 0)
+
     def charge_prompt(self, ticket: AdmissionTicket, prompt_tokens: int) -> None:
         """Charge the prompt's tokens as the router counted them (before it is served)."""
         if ticket.usage_key is not None and prompt_tokens > 0:

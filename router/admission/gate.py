@@ -7,8 +7,8 @@ that waits ``timeout_s`` is refused then (``GateTimeout``). ``leave`` hands the 
 to the next waiter. A waiter whose client goes away (its task cancelled) leaves the queue,
 and a slot handed to it in that same instant is passed on, so no slot is ever lost.
 
-The limit is given with every ``enter`` (the routing file may change it on reload); raising
-it, or setting it to 0 (no limit), lets waiters through at once.
+The limit is given with every ``enter``, and by ``set_limit`` when the routing file is
+reloaded; raising it, or setting it to 0 (no limit), lets waiters through at once.
 """
 
 from __future__ import annotations
@@ -67,6 +67,12 @@ class ConcurrencyGate:
                 raise GateTimeout from None
             raise
         return loop.time() - started
+
+    def set_limit(self, limit: int) -> None:
+        """A new limit (a routing file reloaded): raised, or 0, lets waiters through now,
+        without waiting for the next request's ``enter``."""
+        self.limit = limit
+        self._hand_over()
 
     def leave(self) -> None:
         """Give back a slot taken by ``enter``."""

@@ -189,6 +189,25 @@ async def test_a_reload_changes_the_budgets(
             assert (await response.json())["configured"] is False
 
 
+async def test_a_reload_raising_the_in_flight_limit_lets_the_waiting_through_at_once(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """No new request comes to carry the new limit: the reload itself hands the slots."""
+    router = await make_router(subset(emulated_fleet, ["slow"]), _routing(
+        "max_in_flight: 1\nmax_waiting: 10\nwait_timeout_s: 30"), reload_interval_s=0.05)
+    async with aiohttp.ClientSession() as session:
+        holder = asyncio.create_task(_complete(session, router, "a", 400, stream=True))
+        await _until(lambda: router.metric("kvroute_admission_in_flight") == 1, "no holder")
+        waiters = [asyncio.create_task(_complete(session, router, f"w{i}")) for i in range(3)]
+        await _until(partial(_waiting, router, 3), "not waiting")
+        router.routing_path.write_text(_routing(
+            "max_in_flight: 4\nmax_waiting: 10\nwait_timeout_s: 30"))
+        await _until(lambda: router.metric("kvroute_admission_waiting") == 0,
+                     "the reload let none through")
+        assert not holder.done()               # the stream still holds its slot
+        assert [(await w)[0] for w in waiters] == [200, 200, 200]
+        holder.cancel()
+
+
 async def test_two_routers_share_a_budget_through_redis(
         emulated_fleet: FleetConfig, make_router: RouterFactory, redis_url: str) -> None:
     routing = _routing("tenants:\n  acme: {requests_per_minute: 3}")
