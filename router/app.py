@@ -112,7 +112,8 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
         client_keys = ClientKeysReloader(settings.api_keys, settings.api_keys_file,
                                          settings.reload_interval_s)
         middlewares.append(client_auth_middleware(lambda: client_keys.keys,
-                                                  metrics.record_unauthorized))
+                                                  metrics.record_unauthorized,
+                                                  settings.request_id_header))
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     if cors is not None:
         app.on_response_prepare.append(cors.on_response_prepare)

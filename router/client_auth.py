@@ -113,11 +113,17 @@ def guarded(path: str) -> bool:
     return path.startswith(GUARDED_PREFIXES) or path in ("/v1", "/debug")
 
 
-def client_auth_middleware(current: Callable[[], ClientKeys],
-                           on_refused: Callable[[], None]) -> Middleware:
+def client_auth_middleware(current: Callable[[], ClientKeys], on_refused: Callable[[], None],
+                           request_id_header: str = "x-request-id") -> Middleware:
     """The middleware refusing guarded requests without a key of ``current()`` (placed
     inside ``router.errors.error_middleware``, which renders the 401 in the path's error
-    shape)."""
+    shape, with the client's request id when it sent one, as every refusal has)."""
+
+    def refusal_headers(request: web.Request) -> dict[str, str]:
+        given = request.headers.get(request_id_header)
+        if given and given.isprintable():
+            return {**_CHALLENGE, request_id_header: given}
+        return dict(_CHALLENGE)
 
     @web.middleware
     async def client_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -128,11 +134,11 @@ def client_auth_middleware(current: Callable[[], ClientKeys],
             on_refused()
             raise Unauthorized("You didn't provide an API key. Send it as "
                                "`Authorization: Bearer <key>` (or `x-api-key: <key>`).",
-                               headers=_CHALLENGE)
+                               headers=refusal_headers(request))
         accepted, tenant = current().lookup(key)
         if not accepted:
             on_refused()
-            raise Unauthorized("Incorrect API key provided.", headers=_CHALLENGE)
+            raise Unauthorized("Incorrect API key provided.", headers=refusal_headers(request))
         if tenant is not None:
             request[TENANT] = tenant
         return await handler(request)

@@ -130,10 +130,15 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _client_keys(args: argparse.Namespace) -> tuple[str, ...]:
-    """``--api-key`` values, else ``$KVROUTE_API_KEY`` (one key), else none."""
+    """``--api-key`` values, else ``$KVROUTE_API_KEY`` (one key), else none. The variable
+    set but empty (a secret that rendered to nothing) is refused (``ValueError``): taken as
+    unset, it would start the router open to anyone."""
     if args.api_key is not None:
         return tuple(args.api_key)
-    key = os.environ.get(CLIENT_KEY_ENV, "")
+    key = os.environ.get(CLIENT_KEY_ENV)
+    if key is not None and not key.strip():
+        raise ValueError(f"{CLIENT_KEY_ENV} is set but empty: give the key, or unset the "
+                         "variable to ask clients for none")
     return (key,) if key else ()
 
 

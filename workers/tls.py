@@ -43,11 +43,22 @@ def worker_tls_contexts(infos: Iterable[WorkerInfo]) -> dict[Origin, ssl.SSLCont
 def server_tls_context(certfile: str | PathLike[str],
                        keyfile: str | PathLike[str] | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    encrypted: list[bool] = []
+
+    def no_passphrase() -> str:
+        """Called only for a key under a passphrase: no prompt on the terminal (a service
+        would block on it), a clear refusal instead."""
+        encrypted.append(True)
+        raise ValueError("encrypted key")
+
     try:
-        context.load_cert_chain(certfile, keyfile)
-    except (OSError, ssl.SSLError) as exc:
+        context.load_cert_chain(certfile, keyfile, password=no_passphrase)
+    except (OSError, ssl.SSLError, ValueError) as exc:
         files = certfile if keyfile is None else f"{certfile} and {keyfile}"
-        raise TlsFilesError(f"cannot serve TLS with {files}: {_reason(exc)}") from exc
+        reason = ("its private key is encrypted with a passphrase; give the key unencrypted "
+                  "(openssl pkey -in KEY -out PLAIN), readable by this user only"
+                  if encrypted else _reason(exc))
+        raise TlsFilesError(f"cannot serve TLS with {files}: {reason}") from exc
     return context
 
 

@@ -6,6 +6,9 @@ the router suite's emulated workers (their own process)."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +21,7 @@ from router.keys import METRICS
 from router.settings import Settings
 from tests.router.gateway_support import MODEL, RouterFactory, subset
 from workers.fleet import FleetConfig
+from workers.ports import free_port
 
 KEYS = ("sk-router-one", "sk-router-two")
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
@@ -64,6 +68,10 @@ async def test_a_client_without_a_key_is_refused_in_its_apis_shape(
                 assert body["error"]["code"] == "invalid_api_key"
                 assert body["error"]["type"] == "invalid_request_error"
                 assert reason in body["error"]["message"]
+        async with http.post(f"{router.url}/v1/chat/completions", json=CHAT,
+                             headers={"x-request-id": "mine-7"}) as resp:
+            refused += 1               # a refusal echoes the client's request id, as all do
+            assert resp.status == 401 and resp.headers["x-request-id"] == "mine-7"
         async with http.post(f"{router.url}/v1/messages", json=CHAT) as resp:
             refused += 1
             assert resp.status == 401
@@ -173,6 +181,27 @@ async def test_a_named_key_sets_the_tenant_whatever_x_tenant_says(
 
     assert requests_of("acme") == 1 and requests_of("globex") == 1
     assert requests_of("team-x") == 1            # an unnamed key: x-tenant as before
+
+
+def test_kvroute_api_key_set_but_empty_stops_the_start() -> None:
+    """A secret that rendered to nothing must not start a router open to anyone (in a
+    process of its own: were it to start, it is stopped, not left serving)."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "router.cli", "serve", "--fleet", str(root / "config/fleet.yaml"),
+         "--routing", str(root / "config/routing.yaml"), "--port", str(free_port())],
+        cwd=root, env={**os.environ, "KVROUTE_API_KEY": ""}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    try:
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2
+    assert err.decode().strip() == (
+        "kvroute: KVROUTE_API_KEY is set but empty: give the key, or unset the variable to ask "
+        "clients for none")
 
 
 def test_a_bad_tenant_keys_file_stops_the_start(tmp_path: Path,

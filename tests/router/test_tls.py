@@ -18,6 +18,7 @@ import openai
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from router.cli import main
 from router.keys import REGISTRY
@@ -117,6 +118,16 @@ def test_unusable_certificate_files_stop_the_start(tls_fleet: FleetConfig, tmp_p
     assert "cannot serve TLS with" in capsys.readouterr().err
     assert main([*common, "--ssl-keyfile", str(tls_files.keyfile)]) == 2
     assert "ssl_keyfile: needs ssl_certfile" in capsys.readouterr().err
+    # a key under a passphrase: refused at once, never a prompt a service would block on
+    encrypted = tmp_path / "encrypted-key.pem"
+    key = serialization.load_pem_private_key(tls_files.keyfile.read_bytes(), password=None)
+    encrypted.write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret")))
+    assert main([*common, "--ssl-certfile", str(tls_files.certfile),
+                 "--ssl-keyfile", str(encrypted)]) == 2
+    assert (f"cannot serve TLS with {tls_files.certfile} and {encrypted}: its private key is "
+            "encrypted with a passphrase") in capsys.readouterr().err
     broken = tmp_path / "fleet.yaml"
     data = yaml.safe_load(Path(tls_fleet.source).read_text())
     data["workers"][0]["tls_ca_file"] = str(tmp_path / "no-ca.pem")
