@@ -175,7 +175,10 @@ class Director:
         if engine.producers and await self._produce(engine, parsed.routing, views):
             views = self._views(self._clock(), pinned)   # a producer ran off the loop
         continued = continuation_model(views, parsed.routing.model) if pinned else None
-        self.admission.charge_prompt(ticket, parsed.routing.num_prompt_tokens)
+        routing = parsed.routing
+        self.admission.charge_expected(ticket, routing.num_prompt_tokens, (
+            routing.max_tokens if routing.max_tokens is not None
+            else routing.predicted_output_tokens or 0))
         tried: set[str] = set()
         last_failure: RetryableUpstream | None = None
         for attempt in range(self._settings.max_retries + 1):

@@ -12,10 +12,12 @@
 3. once through, the budget is checked again (others spent it while this one waited) and
    charged one request.
 
-The request's tokens are charged as they become known: its prompt as the router counted it
-(``charge_prompt``, after the producers), then at the end the difference to what the
-worker reported, plus the completion (``record_attempt``, ``finish``): a budget counts the
-tokens served (a stream whose client left before its usage keeps its prompt's charge). An
+The request's tokens are charged before it is served: its prompt as the router counted it
+and the answer it may take, its ``max_tokens`` or else the predicted length
+(``charge_expected``, after the producers), then settled at the end to what the worker
+reported (``record_attempt``, ``finish``): a budget counts the tokens served (a stream whose
+client left before its usage keeps its prompt's charge), and requests running at once see
+each other's expected spending. An
 answer carries what is left of its budget (``rate_limit_headers``, OpenAI's headers). Every
 request holds its ``AdmissionTicket`` until ``finish``, which frees its slot. Budgets are
 counted in a ``TenantUsage`` the state store shares between replicas.
@@ -45,7 +47,8 @@ class AdmissionTicket:
     usage_key: str | None
     waited_s: float = 0.0        # time spent waiting for an in-flight slot
     budget: TenantBudget | None = None     # the budget it spends, when limited
-    tokens_charged: int = 0
+    tokens_charged: int = 0      # charged so far: the prompt and the answer expected, ...
+    prompt_charged: int = 0      # ... of which the prompt
     tokens_served: int = 0       # prompt + completion the workers reported (their usage)
     usage_reported: bool = False  # some attempt's answer carried its usage
     answered: bool = False        # some worker began answering (its first byte came)
@@ -109,11 +112,19 @@ class Admission:
         once for the requests already waiting."""
         self.gate.set_limit(section.max_in_flight if section is not None else 0)
 
-    def charge_prompt(self, ticket: AdmissionTicket, prompt_tokens: int) -> None:
-        """Charge the prompt's tokens as the router counted them (before it is served)."""
-        if ticket.usage_key is not None and prompt_tokens > 0:
-            self.usage.add(ticket.usage_key, self._clock(), tokens=prompt_tokens)
-            ticket.tokens_charged += prompt_tokens
+    def charge_expected(self, ticket: AdmissionTicket, prompt_tokens: int,
+                        answer_tokens: int) -> None:
+        """Charge, before the request is served, its prompt as the router counted it and the
+        answer it may take (its ``max_tokens``, else the predicted length): requests running
+        at once then see each other's spending, instead of each passing a budget whose
+        answers are charged only as they end. ``finish`` settles to what was served."""
+        if ticket.usage_key is None:
+            return
+        expected = max(0, prompt_tokens) + max(0, answer_tokens)
+        if expected > 0:
+            self.usage.add(ticket.usage_key, self._clock(), tokens=expected)
+            ticket.tokens_charged += expected
+            ticket.prompt_charged += max(0, prompt_tokens)
 
     def rate_limit_headers(self, ticket: AdmissionTicket) -> dict[str, str]:
         """OpenAI's ``x-ratelimit-limit-*`` and ``x-ratelimit-remaining-*`` of the budget the
@@ -148,7 +159,7 @@ class Admission:
             return
         served = ticket.tokens_served
         if not ticket.usage_reported and ticket.answered:
-            served = ticket.tokens_charged
+            served = ticket.prompt_charged
         if served != ticket.tokens_charged:
             self.usage.add(ticket.usage_key, self._clock(), tokens=served - ticket.tokens_charged)
 

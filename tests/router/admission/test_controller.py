@@ -43,7 +43,7 @@ async def test_without_a_section_everything_passes_and_is_counted_in_flight() ->
     tickets = [await admission.admit(None, "acme", MODEL) for _ in range(50)]
     assert metrics.registry.get_sample_value("kvroute_admission_in_flight") == 50
     for ticket in tickets:
-        admission.charge_prompt(ticket, 100)
+        admission.charge_expected(ticket, 100, 0)
         admission.finish(ticket)
     assert metrics.registry.get_sample_value("kvroute_admission_in_flight") == 0
     assert len(admission.usage) == 0           # nothing limited, nothing counted
@@ -80,18 +80,18 @@ async def test_tokens_are_charged_then_settled_with_what_was_served() -> None:
     admission, _, clock = _admission()
     section = AdmissionSection(tenants={"acme": TenantBudget(tokens_per_minute=1000)})
     ticket = await admission.admit(section, "acme", MODEL)
-    admission.charge_prompt(ticket, 600)           # the router's own count of the prompt
+    admission.charge_expected(ticket, 600, 0)           # the router's own count of the prompt
     assert admission.usage.totals("acme", clock.now) == (1, 600)
     admission.record_attempt(ticket, True, 590, 300)   # the worker's prompt and completion
     admission.finish(ticket)
     assert admission.usage.totals("acme", clock.now) == (1, 890)
     ticket = await admission.admit(section, "acme", MODEL)    # 890 < 1000: still admitted
-    admission.charge_prompt(ticket, 200)
+    admission.charge_expected(ticket, 200, 0)
     admission.record_attempt(ticket, False, 0, 0)
     admission.finish(ticket)                       # no worker answered: refunded
     assert admission.usage.totals("acme", clock.now) == (2, 890)
     ticket = await admission.admit(section, "acme", MODEL)
-    admission.charge_prompt(ticket, 50)
+    admission.charge_expected(ticket, 50, 0)
     admission.record_attempt(ticket, True, 0, 0)   # a stream its client left, no usage
     admission.finish(ticket)                       # keeps its prompt's charge
     assert admission.usage.totals("acme", clock.now) == (3, 940)
@@ -104,6 +104,31 @@ async def test_tokens_are_charged_then_settled_with_what_was_served() -> None:
     assert body["type"] == "tokens" and "used 1440" in body["message"]
     assert raised.value.headers["x-ratelimit-remaining-tokens"] == "0"
     assert raised.value.headers["Retry-After"] == "60"
+
+
+async def test_requests_at_once_see_each_others_expected_answers() -> None:
+    """Twenty requests of max_tokens 200 at once on a budget of 300 tokens: each charges
+    its prompt and the answer it may take when routed, so the third is refused (charged at
+    their end, all twenty passed); each then settles to what was served."""
+    admission, _, clock = _admission()
+    section = AdmissionSection(tenants={"globex": TenantBudget(tokens_per_minute=300)})
+    admitted = []
+    refused = 0
+    for _ in range(20):
+        try:
+            ticket = await admission.admit(section, "globex", MODEL)
+        except TokenRateLimited:
+            refused += 1
+            continue
+        admission.charge_expected(ticket, 6, 200)
+        admitted.append(ticket)
+    assert (len(admitted), refused) == (2, 18)
+    assert admission.usage.totals("globex", clock.now) == (2, 412)
+    admission.record_attempt(admitted[0], True, 6, 150)    # answered shorter than allowed
+    admission.finish(admitted[0])
+    admission.record_attempt(admitted[1], True, 0, 0)      # a stream its client left
+    admission.finish(admitted[1])                          # keeps the prompt only
+    assert admission.usage.totals("globex", clock.now) == (2, 162)
 
 
 async def test_unlisted_tenants_share_one_budget() -> None:
@@ -162,7 +187,7 @@ async def test_an_answer_says_what_is_left_of_its_budget() -> None:
                                                              tokens_per_minute=1000),
                                         "globex": TenantBudget(requests_per_minute=5)})
     ticket = await admission.admit(section, "acme", MODEL)
-    admission.charge_prompt(ticket, 300)
+    admission.charge_expected(ticket, 300, 0)
     assert admission.rate_limit_headers(ticket) == {
         "x-ratelimit-limit-requests": "5", "x-ratelimit-remaining-requests": "4",
         "x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "700"}
@@ -182,7 +207,7 @@ async def test_status_shows_each_budgets_spending_and_what_is_left() -> None:
         "acme": TenantBudget(requests_per_minute=5, tokens_per_minute=1000, priority=2),
         "gold": TenantBudget(priority=9)}, other_tenants=TenantBudget(requests_per_minute=3))
     held = await admission.admit(section, "acme", MODEL)
-    admission.charge_prompt(held, 250)
+    admission.charge_expected(held, 250, 0)
     admission.finish(await admission.admit(section, "globex", MODEL))
     admission.usage.remote = {"acme": (1, 100)}          # another replica's spending
     status = admission.status(section)
