@@ -56,6 +56,7 @@ from router.protocol import (
     RESPONSES_PATH,
     ParsedRequest,
     parse_request,
+    upstream_authorization,
     upstream_body,
 )
 from router.proxy import (
@@ -373,7 +374,7 @@ class Director:
         self._store.on_dispatch(info.id, attempt.prefill_tokens, attempt.decode_tokens)
         engine.on_routed(routing, decision)
         headers = {"Content-Type": "application/json", "X-Request-Id": routing.request_id}
-        auth = request.headers.get("Authorization")
+        auth = upstream_authorization(request.headers)
         if auth:
             headers["Authorization"] = auth
         result: ProxyResult | None = None

@@ -146,6 +146,17 @@ def check_model(model: Any) -> str:
     return model
 
 
+def upstream_authorization(headers: Mapping[str, str]) -> str | None:
+    """The ``Authorization`` to send a worker that has no key of its own in the fleet file:
+    the client's, or its ``x-api-key`` (Anthropic's clients) as the bearer token vLLM's
+    ``--api-key`` asks for; None when it sent neither."""
+    auth = headers.get("Authorization")
+    if auth:
+        return auth
+    key = headers.get("x-api-key")
+    return f"Bearer {key}" if key else None
+
+
 def tenant_of(headers: Mapping[str, str]) -> str | None:
     """``x-tenant`` if given, else a short digest of the API key (never the key itself): the
     bearer token, or Anthropic clients' ``x-api-key``."""

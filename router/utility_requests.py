@@ -36,7 +36,7 @@ from router.errors import (
     UpstreamError,
 )
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
-from router.protocol import RESPONSES_PATH, check_model, parse_body
+from router.protocol import RESPONSES_PATH, check_model, parse_body, upstream_authorization
 from router.proxy import RESPONSES_STREAM, Proxy, RetryableUpstream
 from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
@@ -142,7 +142,7 @@ class UtilityRequests:
     def _headers(self, request: web.Request, request_id: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json",
                    self._settings.request_id_header: request_id}
-        authorization = request.headers.get("Authorization")
+        authorization = upstream_authorization(request.headers)
         if authorization:
             headers["Authorization"] = authorization
         return headers

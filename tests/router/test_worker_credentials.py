@@ -123,3 +123,20 @@ def test_an_unset_variable_stops_the_start_with_its_name(
     assert main(["serve", "--fleet", keyed_fleet.source, "--routing", str(routing),
                  "--port", str(free_port())]) == 2
     assert f"api_key_env names {VARIABLE}, which is not set" in capsys.readouterr().err
+
+
+async def test_a_shared_key_sent_as_x_api_key_reaches_a_worker_without_api_key_env(
+        keyed_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """Router and workers share one key, with no api_key_env: the client's key goes on to
+    the worker, and an Anthropic client's x-api-key as the bearer token vLLM asks for."""
+    unkeyed = dataclasses.replace(keyed_fleet, workers=tuple(
+        dataclasses.replace(w, info=dataclasses.replace(w.info, api_key_env=None))
+        for w in keyed_fleet.workers))
+    router = await make_router(unkeyed, ROUTING_ROUND_ROBIN, api_keys=(WORKER_KEY,))
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+    async with aiohttp.ClientSession() as http:
+        for headers in ({"x-api-key": WORKER_KEY},
+                        {"Authorization": f"Bearer {WORKER_KEY}"}):
+            for path in ("/v1/messages", "/v1/chat/completions", "/tokenize"):
+                async with http.post(router.url + path, json=body, headers=headers) as resp:
+                    assert resp.status == 200, (path, headers, await resp.text())
