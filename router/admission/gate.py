@@ -61,8 +61,11 @@ class ConcurrencyGate:
             if granted.done() and not granted.cancelled():
                 self.leave()           # handed a slot as it gave up: pass it on
             else:
-                granted.cancel()       # stays in the heap, skipped when its turn comes
+                granted.cancel()       # stays in the heap, skipped when its turn comes ...
                 self.waiting -= 1
+                if len(self._heap) > 2 * self.waiting + 64:    # ... unless they pile up
+                    self._heap = [entry for entry in self._heap if not entry[2].done()]
+                    heapq.heapify(self._heap)
             if isinstance(exc, TimeoutError):
                 raise GateTimeout from None
             raise

@@ -104,6 +104,24 @@ async def test_a_waiter_whose_client_left_takes_no_slot() -> None:
     assert (gate.in_flight, gate.waiting) == (1, 0)
 
 
+async def test_waiters_that_left_do_not_pile_up_behind_the_ones_that_stay() -> None:
+    """A slot held, a waiter of high priority staying, and 2,000 of low priority timing out
+    behind it: the queue keeps what waits, not every one that ever waited."""
+    gate = ConcurrencyGate()
+    await gate.enter(1, 10_000, 5.0)
+    stays = asyncio.create_task(gate.enter(1, 10_000, 5.0, priority=9))
+    await _settle()
+    for _ in range(20):
+        leaving = [asyncio.create_task(gate.enter(1, 10_000, 0.001)) for _ in range(100)]
+        results = await asyncio.gather(*leaving, return_exceptions=True)
+        assert all(isinstance(r, GateTimeout) for r in results)
+    assert gate.waiting == 1
+    assert len(gate._heap) <= 2 * gate.waiting + 64
+    gate.leave()
+    await stays
+    assert (gate.in_flight, gate.waiting) == (1, 0)
+
+
 async def test_a_slot_handed_to_a_waiter_as_it_leaves_is_passed_on() -> None:
     gate = ConcurrencyGate()
     await gate.enter(1, 10, 5.0)
