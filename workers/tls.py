@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Iterable
 from os import PathLike
@@ -51,13 +52,21 @@ def server_tls_context(certfile: str | PathLike[str],
         encrypted.append(True)
         raise ValueError("encrypted key")
 
+    files = certfile if keyfile is None else f"{certfile} and {keyfile}"
+    for path in (certfile, keyfile):
+        if path is not None and not os.path.isfile(path):
+            raise TlsFilesError(f"cannot serve TLS with {files}: {os.fspath(path)}: no such file")
     try:
         context.load_cert_chain(certfile, keyfile, password=no_passphrase)
     except (OSError, ssl.SSLError, ValueError) as exc:
-        files = certfile if keyfile is None else f"{certfile} and {keyfile}"
-        reason = ("its private key is encrypted with a passphrase; give the key unencrypted "
-                  "(openssl pkey -in KEY -out PLAIN), readable by this user only"
-                  if encrypted else _reason(exc))
+        if encrypted:
+            reason = ("its private key is encrypted with a passphrase; give the key "
+                      "unencrypted (openssl pkey -in KEY -out PLAIN), readable by this user only")
+        elif isinstance(exc, ssl.SSLError) and "PEM lib" in str(exc):   # no key read there
+            reason = (f"no private key in {os.fspath(certfile)} (give it with --ssl-keyfile)"
+                      if keyfile is None else "not a PEM certificate and its private key")
+        else:
+            reason = _reason(exc)
         raise TlsFilesError(f"cannot serve TLS with {files}: {reason}") from exc
     return context
 

@@ -115,7 +115,13 @@ def test_unusable_certificate_files_stop_the_start(tls_fleet: FleetConfig, tmp_p
     common = ["serve", "--fleet", tls_fleet.source, "--routing", str(routing),
               "--port", str(free_port())]
     assert main([*common, "--ssl-certfile", str(tmp_path / "none.pem")]) == 2
-    assert "cannot serve TLS with" in capsys.readouterr().err
+    assert f"{tmp_path / 'none.pem'}: no such file" in capsys.readouterr().err
+    assert main([*common, "--ssl-certfile", str(tls_files.certfile),
+                 "--ssl-keyfile", str(tmp_path / "no-key.pem")]) == 2
+    assert f"{tmp_path / 'no-key.pem'}: no such file" in capsys.readouterr().err   # which one
+    assert main([*common, "--ssl-certfile", str(tls_files.certfile)]) == 2
+    assert (f"no private key in {tls_files.certfile} (give it with --ssl-keyfile)"
+            in capsys.readouterr().err)
     assert main([*common, "--ssl-keyfile", str(tls_files.keyfile)]) == 2
     assert "ssl_keyfile: needs ssl_certfile" in capsys.readouterr().err
     # a key under a passphrase: refused at once, never a prompt a service would block on
