@@ -43,13 +43,15 @@ def _keys_of(infos: Iterable[WorkerInfo],
              if info.api_key_env is not None]
     missing = [info for info, key in keyed if not key]
     if missing:
-        raise MissingApiKey(_missing(missing))
+        raise MissingApiKey(_missing(missing, environ))
     return keyed
 
 
-def _missing(infos: list[WorkerInfo]) -> str:
+def _missing(infos: list[WorkerInfo], environ: Mapping[str, str]) -> str:
     names = sorted({info.api_key_env or "" for info in infos})
     workers = ", ".join(info.id for info in infos)
+    empty = all(name in environ for name in names)      # set, but to nothing
+    state = "set but empty" if empty else "not set in the environment"
     return (f"worker(s) {workers}: api_key_env names {', '.join(names)}, which "
-            f"{'is' if len(names) == 1 else 'are'} not set in the environment (set it to the "
+            f"{'is' if len(names) == 1 else 'are'} {state} (set it to the "
             "key the worker was started with, --api-key or VLLM_API_KEY)")

@@ -115,8 +115,12 @@ def test_an_unset_variable_stops_the_start_with_its_name(
         keyed_fleet: FleetConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     settings = Settings(fleet_path=Path(keyed_fleet.source), routing_path=tmp_path / "r.yaml")
-    with pytest.raises(MissingApiKey, match=f"w0, w1: api_key_env names {VARIABLE}"):
+    with pytest.raises(MissingApiKey, match=f"w0, w1: api_key_env names {VARIABLE}, which "
+                       "is not set in the environment"):
         create_app(settings, keyed_fleet, environ={})
+    with pytest.raises(MissingApiKey, match=f"api_key_env names {VARIABLE}, which is set but "
+                       "empty"):
+        create_app(settings, keyed_fleet, environ={VARIABLE: ""})
     monkeypatch.delenv(VARIABLE)
     routing = tmp_path / "routing.yaml"
     routing.write_text(ROUTING_ROUND_ROBIN)
