@@ -184,7 +184,7 @@ async def run_setting(setting: str, base_url: str, args: argparse.Namespace) -> 
 
 
 def cost_per_request_us(requests: int) -> dict[str, float]:
-    """Thread CPU µs per request of admit + charge_prompt + finish, budgets and a limit on
+    """Thread CPU µs per request of admit + charge_expected + finish, budgets and a limit on
     (median of 5 rounds of ``requests``), and with no section at all."""
     from policies.admission.section import AdmissionSection, TenantBudget
     from router.admission.controller import Admission
@@ -201,7 +201,7 @@ def cost_per_request_us(requests: int) -> dict[str, float]:
             started = time.thread_time_ns()
             for _ in range(requests):
                 ticket = await admission.admit(configured, "acme", MODEL)
-                admission.charge_prompt(ticket, 1000)
+                admission.charge_expected(ticket, 1000, 200)
                 admission.record_attempt(ticket, True, 1000, 200)
                 admission.finish(ticket)
             timings.append((time.thread_time_ns() - started) / 1e3 / requests)
