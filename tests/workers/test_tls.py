@@ -51,10 +51,13 @@ def test_a_server_context_from_separate_or_combined_files(tmp_path: Path) -> Non
     for context in (server_tls_context(files.certfile, files.keyfile),
                     server_tls_context(str(files.combined))):
         assert isinstance(context, ssl.SSLContext)
-    with pytest.raises(TlsFilesError, match=r"cannot serve TLS with .*missing\.pem: No such file"):
+    with pytest.raises(TlsFilesError, match=r"cannot serve TLS with .*missing\.pem: no such file"):
         server_tls_context(tmp_path / "missing.pem")
-    with pytest.raises(TlsFilesError, match="cannot serve TLS with"):
+    with pytest.raises(TlsFilesError, match=r"no private key in .*cert\.pem \(give it with "
+                       r"--ssl-keyfile\)"):
         server_tls_context(files.certfile)          # no key in it
+    with pytest.raises(TlsFilesError, match="not a PEM certificate and its private key"):
+        server_tls_context(files.certfile, files.ca_file)     # a certificate, not its key
 
 
 def test_a_readiness_probe_encrypts_https_without_verifying_and_leaves_http_alone() -> None:
