@@ -56,7 +56,9 @@ def test_every_request_is_answered_and_the_routers_memory_is_sampled(
 def test_a_process_alone_is_measured_apart_from_its_children() -> None:
     own = process_rss_bytes(os.getpid())
     assert own > 0
-    assert rss_bytes(os.getpid()) >= own
+    tree = rss_bytes(os.getpid())
+    # the tree holds this process; its RSS may shrink between two reads (pages returned)
+    assert tree >= min(own, process_rss_bytes(os.getpid()))
     assert process_rss_bytes(2 ** 22 + 1) == 0      # no such process (above pid_max)
 
 
