@@ -252,13 +252,17 @@ class ListenError(OSError):
     host's); the message says where and why, without a traceback."""
 
 
+def _listen_error(host: str, port: int, exc: OSError) -> ListenError:
+    why = os.strerror(exc.errno) if exc.errno else str(exc)
+    return ListenError(f"cannot listen on {host}:{port}: {why}")
+
+
 async def _listen(site: web.TCPSite, runner: web.AppRunner, host: str, port: int) -> None:
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise ListenError(f"cannot listen on {host}:{port}: {why}") from exc
+        raise _listen_error(host, port, exc) from exc
 
 
 async def start_router(settings: Settings, fleet: FleetConfig | None = None
@@ -299,8 +303,7 @@ def check_port_free(host: str, port: int) -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
     except OSError as exc:
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise ListenError(f"cannot listen on {host}:{port}: {why}") from exc
+        raise _listen_error(host, port, exc) from exc
 
 
 def _log_drain(app: web.Application, timeout_s: float) -> None:

@@ -152,8 +152,8 @@ class UtilityRequests:
         ejected ones last."""
         views = self._registry.views(self._clock())
         if model is None:
-            models = {name for view in views for name in view.info.models}
-            if len(models) > 1:
+            if self._registry.default_model() is None:
+                models = {name for view in views for name in view.info.models}
                 raise InvalidRequest("model: required, the fleet serves several models ("
                                      f"{', '.join(sorted(models))}).", param="model")
             serving = views

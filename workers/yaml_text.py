@@ -24,7 +24,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)   # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
             except TypeError:         # an unhashable key: the constructor says so below

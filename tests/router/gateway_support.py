@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 from aiohttp import web
 
 from router.keys import METRICS
@@ -56,12 +57,23 @@ def subset(fleet: FleetConfig, ids: list[str]) -> FleetConfig:
     return dataclasses.replace(fleet, workers=tuple(by_id[i] for i in ids))
 
 
+def url_fleet_data(urls: Mapping[str, str]) -> dict[str, Any]:
+    """The fleet file's data of H100 workers reached by URL (not started by the file)."""
+    return {"models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+            "workers": [{"id": wid, "gpu": "h100", "models": [MODEL], "url": url}
+                        for wid, url in urls.items()]}
+
+
 def url_fleet(urls: Mapping[str, str]) -> FleetConfig:
     """A fleet of workers reached by URL (not started by the fleet file)."""
-    return parse_fleet({
-        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
-        "workers": [{"id": wid, "gpu": "h100", "models": [MODEL], "url": url}
-                    for wid, url in urls.items()]})
+    return parse_fleet(url_fleet_data(urls))
+
+
+def url_fleet_file(folder: Path, urls: Mapping[str, str]) -> Path:
+    """``url_fleet``'s fleet as ``folder/fleet.yaml``, for a router in its own process."""
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(url_fleet_data(urls)))
+    return path
 
 
 @dataclass

@@ -20,7 +20,13 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.router.gateway_support import MODEL, REPO_ROOT, fleet_data, wait_healthy
+from tests.router.gateway_support import (
+    MODEL,
+    REPO_ROOT,
+    fleet_data,
+    url_fleet_file,
+    wait_healthy,
+)
 from tests.router.test_commands import _children, _stop_with_children
 from workers.emulator.process import EmulatorProcess
 from workers.ports import free_port
@@ -94,15 +100,6 @@ def start_up(tmp_path: Path, port: int, *extra: str) -> tuple[subprocess.Popen[b
     return proc, fleet, log
 
 
-def url_fleet(tmp_path: Path, url: str) -> Path:
-    """A fleet file of one H100 worker at ``url`` (an emulator the test started)."""
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump({
-        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
-        "workers": [{"id": "h100-0", "gpu": "h100", "models": [MODEL], "url": url}]}))
-    return fleet
-
-
 async def test_sigterm_refuses_new_connections_and_lets_streams_finish(
         tmp_path: Path) -> None:
     port = free_port()
@@ -152,7 +149,7 @@ async def test_a_stream_longer_than_the_drain_timeout_is_cut(tmp_path: Path) -> 
 async def test_every_router_process_drains(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
                          time_scale=1.0) as worker:
-        fleet = url_fleet(tmp_path, worker.url)
+        fleet = url_fleet_file(tmp_path, {"h100-0": worker.url})
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         log = tmp_path / "router.log"
@@ -199,7 +196,7 @@ async def test_a_replica_counts_only_its_own_requests_in_flight(tmp_path: Path,
     one drains, and says it drains, only the requests it holds itself."""
     with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
                          time_scale=1.0) as worker:
-        fleet = url_fleet(tmp_path, worker.url)
+        fleet = url_fleet_file(tmp_path, {"h100-0": worker.url})
         procs: list[subprocess.Popen[bytes]] = []
         logs: list[Path] = []
         urls: list[str] = []

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import openai
 import pytest
-import yaml
 
-from tests.router.gateway_support import MODEL, REPO_ROOT
+from tests.router.gateway_support import MODEL, REPO_ROOT, url_fleet_file
 from workers.emulator.process import EmulatorProcess
 from workers.ports import free_port
 
@@ -33,15 +32,6 @@ def _children(pid: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry.name))
     return found
-
-
-def _fleet_of(url: str, tmp_path: Path) -> Path:
-    """A fleet file of the one worker at ``url``."""
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump({
-        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
-        "workers": [{"id": "w0", "gpu": "h100", "models": [MODEL], "url": url}]}))
-    return fleet
 
 
 def _wait_healthy(urls: list[str], proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
@@ -66,7 +56,7 @@ def _kill_if_running(proc: subprocess.Popen[bytes]) -> None:
 
 def test_processes_share_the_port_and_stop_together(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
-        fleet = _fleet_of(worker.url, tmp_path)
+        fleet = url_fleet_file(tmp_path, {"w0": worker.url})
         port = free_port()
         log = (tmp_path / "serve.log").open("wb")
         proc = subprocess.Popen(
@@ -118,7 +108,7 @@ def _requests_answered(url: str) -> float:
 
 def test_each_process_answers_for_its_own_metrics_on_a_port_of_its_own(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
-        fleet = _fleet_of(worker.url, tmp_path)
+        fleet = url_fleet_file(tmp_path, {"w0": worker.url})
         port = free_port()
         metrics_port = free_port()
         while not _bindable(metrics_port + 1) or metrics_port + 1 == port:

@@ -34,28 +34,30 @@ class EmulatorStartError(RuntimeError):
     """An emulator process exited or did not become healthy in time."""
 
 
-def _healthy(url: str, pid: int) -> bool:
-    """Whether ``url`` answers ``/health`` from the emulator process ``pid``: a server of
-    another process on that port is not the worker that was started."""
+def _health(url: str) -> tuple[int, str | None] | None:
+    """``url``'s ``/health`` status and the emulator process id it names; None when nothing
+    answers there."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=1.0,
                                     context=readiness_probe_context(url)) as resp:
-            return int(resp.status) == 200 and resp.headers.get(PID_HEADER) == str(pid)
+            return int(resp.status), resp.headers.get(PID_HEADER)
     except (urllib.error.URLError, OSError):
-        return False
+        return None
+
+
+def _healthy(url: str, pid: int) -> bool:
+    """Whether ``url`` answers ``/health`` from the emulator process ``pid``: a server of
+    another process on that port is not the worker that was started."""
+    return _health(url) == (200, str(pid))
 
 
 def _held_by_another(urls: Sequence[str], pid: int) -> str:
     """`` (... answered by another process)`` when one of ``urls`` answers ``/health`` but
     not from ``pid``; else empty."""
     for url in urls:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1.0,
-                                        context=readiness_probe_context(url)) as resp:
-                if resp.headers.get(PID_HEADER) != str(pid):
-                    return f" ({url} is answered by another process: is its port taken?)"
-        except (urllib.error.URLError, OSError):
-            continue
+        health = _health(url)
+        if health is not None and health[1] != str(pid):
+            return f" ({url} is answered by another process: is its port taken?)"
     return ""
 
 
