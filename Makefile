@@ -16,9 +16,12 @@ $(VENV)/.base: pyproject.toml
 	$(PIP) install -q -e .
 	touch $@
 
-# torch is pinned to the CPU build on this machine's disk *before* anything can pull a CUDA one.
+# torch 2.13.0's CPU build goes in *before* the extras, so that nothing pulls a CUDA one. pip
+# takes it from a local wheel where it is configured with one; elsewhere PyPI's torch is the
+# CUDA build: pass TORCH_INDEX=https://download.pytorch.org/whl/cpu.
+TORCH_INDEX ?=
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) install -q -e '.[dev,semantic]'
 	touch $@
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from router.label_values import DEFAULT_TENANT_LABELS
 from router.settings import DEFAULT_RESPONSE_TTL_S
+from workers.project_files import DEFAULT_FLEET, DEFAULT_ROUTING
 
 CLIENT_KEY_ENV = "KVROUTE_API_KEY"      # the key asked of clients when --api-key is not given
 REDIS_URL_ENV = "KVROUTE_REDIS_URL"     # --redis-url when not given
@@ -65,12 +66,14 @@ def register(subparsers: Any) -> None:
 
 
 def _common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fleet", type=Path, default=Path("config/fleet.yaml"),
+    parser.add_argument("--fleet", type=Path, default=None,
                         help="fleet file listing the workers (GPU, models, url: or emulate:) "
-                             "(default: %(default)s)")
-    parser.add_argument("--routing", type=Path, default=Path("config/routing.yaml"),
+                             f"(default: {DEFAULT_FLEET}, in this directory, else in the "
+                             "kvroute checkout)")
+    parser.add_argument("--routing", type=Path, default=None,
                         help="routing policy file, reloaded when it changes while running "
-                             "(default: %(default)s)")
+                             f"(default: {DEFAULT_ROUTING}, in this directory, else in the "
+                             "kvroute checkout)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address the router listens on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000,
@@ -164,6 +167,21 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
         return None
 
 
+def _default_files(args: argparse.Namespace) -> bool:
+    """Fill in ``--fleet`` and ``--routing`` where not given (``workers.project_files``);
+    False after a one-line error when a default file is nowhere."""
+    from workers.project_files import MissingDefaultFile, default_file
+    try:
+        if args.fleet is None:
+            args.fleet = default_file(DEFAULT_FLEET, "--fleet")
+        if args.routing is None:
+            args.routing = default_file(DEFAULT_ROUTING, "--routing")
+    except MissingDefaultFile as exc:
+        print(f"kvroute: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
 def _load(args: argparse.Namespace) -> Any:
     """Load the fleet and check the routing file up front, with a one-line error."""
     from policies.errors import RoutingConfigError
@@ -199,6 +217,8 @@ def _start_process(args: argparse.Namespace) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from router.app import ListenError, run_router
     _start_process(args)
+    if not _default_files(args):
+        return 2
     fleet = _load(args)
     if fleet is None:
         return 2
@@ -237,6 +257,8 @@ def _up(args: argparse.Namespace) -> int:
     from router.app import ListenError, run_router
     from workers.emulator.process import EmulatorFleet, EmulatorStartError
     _start_process(args)
+    if not _default_files(args):
+        return 2
     fleet = _load(args)
     settings = _settings(args)
     if fleet is None or settings is None:

@@ -2,7 +2,8 @@
 
 A name is one of the peer presets (``policies.peers.presets``: round-robin, least-requests,
 sglang-cache-aware, llm-d-default, dynamo-kv, production-stack-prefix), ``kvroute`` (the
-repository's ``config/routing.yaml``), or a path to a routing YAML file.
+default routing file ``config/routing.yaml``, found as ``kvroute up`` finds it:
+``workers.project_files``), or a path to a routing YAML file.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from pathlib import Path
 from policies.config import RoutingConfig
 from policies.errors import RoutingConfigError
 from policies.loader import load_routing
+from workers.project_files import DEFAULT_ROUTING, MissingDefaultFile, default_file
 
 KVROUTE = "kvroute"
-DEFAULT_ROUTING = Path(__file__).resolve().parent.parent / "config" / "routing.yaml"
 
 
 class UnknownPolicyError(ValueError):
@@ -23,7 +24,11 @@ class UnknownPolicyError(ValueError):
 
 def resolve_policy(name: str) -> RoutingConfig:
     if name == KVROUTE:
-        return load_routing(DEFAULT_ROUTING)
+        try:
+            return load_routing(default_file(DEFAULT_ROUTING, "--policies"))
+        except MissingDefaultFile as exc:
+            raise UnknownPolicyError(f"policy {KVROUTE!r}: {exc} (a routing file's path)") \
+                from exc
     if name.endswith((".yaml", ".yml")) or "/" in name:
         if not Path(name).is_file():
             raise UnknownPolicyError(f"policy {name!r}: no such routing file")

@@ -30,9 +30,9 @@ from typing import Any
 from sim.client_max_tokens import ClientMaxTokens
 from sim.policy_names import policy_label
 from sim.scorecard import DEFAULT_CASES, KVROUTE, PEERS, Case, Verdict, judge, markdown
+from workers.project_files import MissingDefaultFile, default_file
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_FLEET = ROOT / "config" / "fleets" / "bench-mixed.yaml"
+DEFAULT_FLEET = "config/fleets/bench-mixed.yaml"
 
 
 def register(subparsers: Any) -> None:
@@ -45,8 +45,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--traces", type=Path, default=Path("../shared/traces"),
                         help="directory holding the traces (default: %(default)s)")
-    parser.add_argument("--fleet", type=Path, default=DEFAULT_FLEET,
-                        help="fleet YAML (default: config/fleets/bench-mixed.yaml)")
+    parser.add_argument("--fleet", type=Path, default=None,
+                        help=f"fleet YAML (default: {DEFAULT_FLEET}, in this directory, else "
+                             "in the kvroute checkout)")
     parser.add_argument("--routing", type=Path, metavar="FILE",
                         help="judge this routing file instead of config/routing.yaml (its "
                              "rows are named by the file's stem)")
@@ -72,6 +73,12 @@ def main(args: argparse.Namespace) -> int:
               f"choose from {', '.join(known)}", file=sys.stderr)
         return 2
     cases = [known[n] for n in names]
+    if args.fleet is None:
+        try:
+            args.fleet = default_file(DEFAULT_FLEET, "--fleet")
+        except MissingDefaultFile as exc:
+            print(f"kvroute scorecard: {exc}", file=sys.stderr)
+            return 2
     if args.jobs < 1:
         print("kvroute scorecard: --jobs: must be >= 1", file=sys.stderr)
         return 2

@@ -42,6 +42,17 @@ def test_mounted_paths_exist(name: str) -> None:
         assert (ROOT / host).exists(), f"{name}: {host} does not exist"
 
 
+def test_the_routing_file_is_seen_through_its_folder() -> None:
+    """A file bind mount keeps the inode it was given: a file saved by rename (vim, sed -i)
+    would never reach the router's hot reload. Its folder is mounted instead."""
+    command = SERVICES["router"]["command"]
+    routing = Path(command[command.index("--routing") + 1])
+    mounts = [volume.split(":") for volume in SERVICES["router"]["volumes"]]
+    assert not [m for m in mounts if Path(m[0]).name == routing.name]
+    assert any(Path("/app") / routing.parent == Path(target) and (ROOT / host).is_dir()
+               for host, target, *_ in mounts)
+
+
 def test_router_fleet_points_at_worker_services() -> None:
     command = SERVICES["router"]["command"]
     fleet = load_fleet(ROOT / command[command.index("--fleet") + 1])

@@ -69,22 +69,26 @@ def _build(args: argparse.Namespace) -> int:
     from router.dashboard.definitions import DASHBOARDS
     from router.dashboard.grafana import dashboard_json
 
-    stale = []
+    stale, missing = [], []
     for dashboard in DASHBOARDS:
         path = args.out / dashboard.file_name
         text = json.dumps(dashboard_json(dashboard), indent=2) + "\n"
         if args.check:
-            if not path.is_file() or path.read_text() != text:
+            if not path.is_file():
+                missing.append(str(path))
+            elif path.read_text() != text:
                 stale.append(str(path))
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print(path)
+    if missing:
+        print("missing (run kvroute dashboard build, or give --out): " + ", ".join(missing),
+              file=sys.stderr)
     if stale:
         print("out of date (run kvroute dashboard build): " + ", ".join(stale),
               file=sys.stderr)
-        return 1
-    return 0
+    return 1 if missing or stale else 0
 
 
 def _chosen(pairs: list[str]) -> dict[str, list[str]]:

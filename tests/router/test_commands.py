@@ -95,6 +95,38 @@ def test_invalid_files_exit_2_with_the_reason(command: str, tmp_path: Path,
     assert "cannot read fleet file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["serve", "up"])
+def test_without_default_files_the_option_to_pass_is_named(
+        command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An installed kvroute has no ``config/``: run where none is, it says which option to
+    pass (it said ``config/fleet.yaml: cannot read fleet file``)."""
+    from router.cli import main
+    from workers import project_files
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(project_files, "CHECKOUT", tmp_path / "site-packages")
+    assert main([command]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kvroute: config/fleet.yaml: no such file in this directory (an installed kvroute "
+        "carries no config/ folder); it is the default of --fleet: pass --fleet FILE")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text((REPO_ROOT / "config" / "fleet.yaml").read_text())
+    assert main([command, "--fleet", str(fleet)]) == 2
+    assert "it is the default of --routing: pass --routing FILE" in capsys.readouterr().err
+
+
+def test_from_another_directory_the_checkouts_files_are_the_defaults(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from router.cli import build_parser
+    from router.commands import _default_files
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["up"])
+    assert (args.fleet, args.routing) == (None, None)
+    assert _default_files(args)
+    assert (args.fleet, args.routing) == (REPO_ROOT / "config" / "fleet.yaml",
+                                          REPO_ROOT / "config" / "routing.yaml")
+
+
 @pytest.mark.parametrize(("command", "extra"), [
     ("serve", []), ("serve", ["--processes", "2"]), ("up", [])])
 def test_a_port_taken_exits_2_with_the_reason(command: str, extra: list[str], tmp_path: Path,

@@ -27,6 +27,8 @@ from workers.fleet import FleetConfig, load_fleet
 from workers.ports import free_port
 from workers.tls import readiness_probe_context
 
+# the folder holding the ``workers`` package, put first on the children's import path: they
+# run in the caller's working directory, where the fleet's relative paths (TLS files) are
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -67,12 +69,14 @@ class _Subprocess:
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         self.argv = [sys.executable, "-m", "workers.emulator", *argv]
         self.env = {**os.environ, **(env or {})}
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            part for part in (str(REPO_ROOT), self.env.get("PYTHONPATH", "")) if part)
         self.proc: subprocess.Popen[bytes] | None = None
         self._stderr: Any = None
 
     def start(self) -> None:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(self.argv, cwd=REPO_ROOT, env=self.env,
+        self.proc = subprocess.Popen(self.argv, env=self.env,
                                      stdout=subprocess.DEVNULL, stderr=self._stderr)
 
     @property

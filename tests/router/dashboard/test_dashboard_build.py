@@ -20,13 +20,21 @@ def test_committed_dashboards_match_the_definitions() -> None:
                  "--out", str(REPO_ROOT / "config/grafana/dashboards")]) == 0
 
 
-def test_check_reports_stale_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_reports_missing_and_stale_files(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dashboard", "build", "--check", "--out", str(tmp_path)]) == 1
-    assert "out of date (run kvroute dashboard build)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("missing (run kvroute dashboard build, or give --out): ")
+    assert "out of date" not in err
     assert main(["dashboard", "build", "--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cost.json", "fleet.json",
                                                           "routing.json"]
     assert main(["dashboard", "build", "--check", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    (tmp_path / "fleet.json").write_text("{}\n")
+    assert main(["dashboard", "build", "--check", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"out of date (run kvroute dashboard build): {tmp_path / 'fleet.json'}")
 
 
 def test_panels_tile_the_24_column_grid_without_overlap() -> None:

@@ -104,3 +104,21 @@ def test_a_port_another_server_answers_on_is_not_taken_for_the_worker(
             fleet.stop()
         assert get_json(f"{other.url}/version") == {"version": "0.33.0"}   # untouched
     assert all(refused(f"http://127.0.0.1:{port}") for port in ports[:2])
+
+
+def test_relative_paths_in_the_fleet_are_read_from_the_callers_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``kvroute emulate`` reads them there; ``kvroute up`` ran its emulators elsewhere.
+    from tests.workers.tls_support import make_tls_files
+
+    (tmp_path / "certs").mkdir()
+    make_tls_files(tmp_path / "certs")
+    port = free_port()
+    fleet = {"models": {"org/model-a": {"arch": "llama-3-8b", "max_model_len": 2048}},
+             "workers": [{"id": "w0", "gpu": "h100", "models": ["org/model-a"],
+                          "emulate": {"port": port, "ssl_certfile": "certs/cert.pem",
+                                      "ssl_keyfile": "certs/key.pem"}}]}
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    monkeypatch.chdir(tmp_path)
+    with EmulatorFleet(Path("fleet.yaml"), time_scale=0.0) as emulators:
+        assert emulators.urls == {"w0": f"https://127.0.0.1:{port}"}
