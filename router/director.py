@@ -35,6 +35,7 @@ from policies.base import (
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
 from policies.producers.runner import produce
+from policies.producers.tokens import AT_LEAST_KEY
 from router.admission.controller import Admission, AdmissionTicket
 from router.client_auth import TENANT
 from router.decision_sinks import DecisionSink
@@ -177,11 +178,15 @@ class Director:
             views = self._views(self._clock(), pinned)   # a producer ran off the loop
         continued = continuation_model(views, parsed.routing.model) if pinned else None
         routing = parsed.routing
-        self.admission.charge_expected(ticket, routing.num_prompt_tokens, (
+        # the answer it may take: vLLM clamps max_tokens to what the prompt leaves of the
+        # window, so 10**9 is charged as the largest window's rest, not as a billion tokens
+        self.admission.charge_expected(ticket, routing.num_prompt_tokens, output_tokens_in_window(
             routing.max_tokens if routing.max_tokens is not None
-            else routing.predicted_output_tokens or 0))
-        tried: set[str] = set()
+            else routing.predicted_output_tokens or 0, routing.num_prompt_tokens,
+            max((view.max_model_len for view in views), default=0)))
+        tried: dict[str, None] = {}        # the workers tried, in order
         last_failure: RetryableUpstream | None = None
+        failed: Decision | None = None     # the decision of the last failed attempt
         for attempt in range(self._settings.max_retries + 1):
             if tried:
                 views = [v for v in self._views(self._clock(), pinned) if v.id not in tried]
@@ -200,15 +205,18 @@ class Director:
             try:
                 return await self._attempt(request, engine, parsed, sent, decision, ticket)
             except RetryableUpstream as failure:
-                last_failure = failure
-                tried.add(decision.worker_id)
+                last_failure, failed = failure, decision
+                tried[decision.worker_id] = None
                 self._metrics.record_retry(decision.worker_id, failure.reason)
                 log.info("request %s: %s failed (%s); %s", request_id, decision.worker_id,
                          failure, "retrying" if attempt < self._settings.max_retries
                          else "giving up")
-        assert last_failure is not None
+        assert last_failure is not None and failed is not None
+        headers = self._kvroute_headers(failed, parsed.routing.semantic_class)
+        headers["x-kvroute-reason"] = _header_safe(
+            f"upstream-error: failed on {', '.join(tried)}; last: {last_failure}")
         raise UpstreamError(f"No worker could serve the request after {len(tried)} attempt(s); "
-                            f"last error: {last_failure}")
+                            f"last error: {last_failure}", headers=headers)
 
     def _check_runner(self, routing: RoutingRequest) -> None:
         """A request for a model the fleet runs for something else is the client's mistake
@@ -487,10 +495,12 @@ def _context_length_error(routing: RoutingRequest, max_model_len: int,
 
     The ``context-length`` filter leaves nothing only when the prompt itself does not fit;
     a prompt that fits with a too-large ``max_tokens`` is served, clamped, as vLLM does."""
+    # a prompt far past every window is counted from its length, not tokenized (tokens.py)
+    count = ("at least " if routing.attributes.get(AT_LEAST_KEY) else "") + str(
+        routing.num_prompt_tokens)
     message = (f"This model's maximum context length is {max_model_len} tokens. However, your "
-               f"prompt contains {routing.num_prompt_tokens} input tokens, which exceeds this "
-               "limit even without any output tokens. Please reduce the length of the input "
-               "prompt.")
+               f"prompt contains {count} input tokens, which exceeds this limit even without "
+               "any output tokens. Please reduce the length of the input prompt.")
     return ContextLengthExceeded(message, param="input_tokens", headers=headers)
 
 

@@ -134,9 +134,11 @@ async def debug_decisions(request: web.Request) -> web.Response:
     raw = request.query.get("limit")
     limit = None
     if raw is not None:
-        if not raw.isdigit():
+        if not (raw.isascii() and raw.isdigit()):     # not "²", which isdigit() takes
             raise InvalidRequest("limit: must be a non-negative integer.", param="limit")
-        limit = int(raw)
+        # past 18 digits (int() refuses past 4,300) it asks for more than any ring holds
+        digits = raw.lstrip("0") or "0"
+        limit = int(digits) if len(digits) <= 18 else None
     decisions = request.app[DECISIONS].render(limit)
     return _json({"object": "list", "data": decisions})
 

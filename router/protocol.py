@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,12 +65,34 @@ def parse_body(body: bytes) -> dict[str, Any]:
         except UnicodeDecodeError:
             raise InvalidRequest("Request body is not valid UTF-8.") from None
         try:     # JSON orjson refuses and vLLM's parser takes: an escaped lone surrogate
-            data = json.loads(text)
+            data = json.loads(text, parse_constant=_not_a_json_number,
+                              parse_float=_finite_float)
+        except _NotFinite as refused:
+            raise InvalidRequest(f"Request body is not valid JSON: {refused} is not a JSON "
+                                 "number (JSON has no NaN or Infinity, and no number past "
+                                 "±1.8e308)") from None
         except (ValueError, RecursionError):    # nested deeper than either parser goes
             raise InvalidRequest(f"Request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRequest("Request body must be a JSON object.")
     return data
+
+
+class _NotFinite(Exception):
+    """A number Python's JSON parser takes and JSON has not: NaN, Infinity, 1e400. orjson
+    refuses them; re-encoded by orjson for the worker they would become null, changing the
+    request silently, so they are refused here as orjson refuses them."""
+
+
+def _not_a_json_number(literal: str) -> Any:
+    raise _NotFinite(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _NotFinite(literal if len(literal) <= 40 else literal[:37] + "...")
+    return value
 
 
 def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str, str],
@@ -80,7 +103,8 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     ``default_model`` when given (a fleet of one model: vLLM serves its own model then)."""
     data = parse_body(body)
     raw_model = data.get("model")
-    model = (default_model if raw_model is None and default_model is not None
+    # vLLM serves its own model for a request naming none, or naming it "" (a falsy name)
+    model = (default_model if raw_model in (None, "") and default_model is not None
              else check_model(raw_model))
     messages = None
     prompt = None
@@ -335,6 +359,8 @@ def _check_max_tokens(data: Mapping[str, Any],
         value = data.get(key)
         if value is None:
             continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)     # as vLLM's request model takes 5.0 (and orjson reads 10**30)
         if not isinstance(value, int) or isinstance(value, bool):
             raise InvalidRequest(f"{key}: must be an integer.", param=key)
         if value < 1:
@@ -349,11 +375,12 @@ def _check_stream_options(options: Any) -> bool:
         return False
     if not isinstance(options, dict):
         raise InvalidRequest("stream_options: must be an object.", param="stream_options")
-    include = options.get("include_usage", False)
-    if not isinstance(include, bool):
-        raise InvalidRequest("stream_options.include_usage: must be a boolean.",
-                             param="stream_options.include_usage")
-    return include
+    for name in ("include_usage", "continuous_usage_stats"):   # vLLM: Optional[bool] each
+        if not isinstance(options.get(name), bool | None):
+            # (the worker would say so, but the second is taken off its body: see upstream_body)
+            raise InvalidRequest(f"stream_options.{name}: must be a boolean.",
+                                 param=f"stream_options.{name}")
+    return options.get("include_usage") is True
 
 
 def upstream_body(parsed: ParsedRequest, raw: bytes, model: str) -> bytes:

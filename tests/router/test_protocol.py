@@ -113,9 +113,12 @@ def test_a_request_without_a_model_is_for_the_fleets_one_model() -> None:
     assert parsed.routing.model == MODEL
     with pytest.raises(InvalidRequest, match="You must provide a model parameter"):
         parse_request(raw, CHAT_PATH, "req-1", {}, 0.0)        # several models: say which
+    # named, but empty: vLLM's _is_model_supported takes any falsy name for its own model
+    empty = orjson.dumps({"model": "", "messages": [{"role": "user", "content": "hi"}]})
+    assert parse_request(empty, CHAT_PATH, "req-1", {}, 0.0, default_model=MODEL).routing.model \
+        == MODEL
     with pytest.raises(InvalidRequest, match="You must provide a model parameter"):
-        parse_request(orjson.dumps({"model": "", "messages": []}), CHAT_PATH, "req-1", {},
-                      0.0, default_model=MODEL)               # named, but empty: still an error
+        parse_request(empty, CHAT_PATH, "req-1", {}, 0.0)      # several models: say which
 
 
 def test_empty_stream_options_without_a_stream_pass_as_vllm_lets_them() -> None:
@@ -169,6 +172,46 @@ def test_an_escaped_lone_surrogate_is_valid_json_and_kept() -> None:
     sent = upstream_body(parsed, raw, "other-model")
     assert json.loads(sent)["messages"][0]["content"] == "a\ud800b"
     assert json.loads(sent)["model"] == "other-model"
+
+
+@pytest.mark.parametrize("number", ["NaN", "-Infinity", "Infinity", "1e400", "-1e400",
+                                    "9" * 400 + ".0"])
+def test_numbers_json_has_not_are_refused_not_sent_on_as_null(number: str) -> None:
+    """Python's json (the fallback) takes them; re-encoded by orjson for the worker they
+    became null, so a stream ran with the default top_p where the client sent -Infinity."""
+    raw = ('{"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}], '
+           f'"top_p": {number}}}').encode()
+    with pytest.raises(InvalidRequest, match=r"Request body is not valid JSON: .+ is not a "
+                       r"JSON number \(JSON has no NaN or Infinity"):
+        parse_request(raw, CHAT_PATH, "req-1", {}, 0.0)
+
+
+@pytest.mark.parametrize(("written", "taken"), [("5.0", 5), ("1" + "0" * 30, int(1e30))])
+def test_a_whole_number_written_as_a_float_is_a_max_tokens(written: str, taken: int) -> None:
+    """vLLM's request model takes 5.0 for an integer; orjson reads an integer past 64 bits
+    as a float. Both were refused as "must be an integer"."""
+    raw = ('{"model": "m", "messages": [{"role": "user", "content": "hi"}], '
+           f'"max_tokens": {written}}}').encode()
+    assert parse_request(raw, CHAT_PATH, "req-1", {}, 0.0).routing.max_tokens == taken
+    with pytest.raises(InvalidRequest, match="max_tokens: must be an integer"):
+        parse_request(raw.replace(written.encode(), b"5.5"), CHAT_PATH, "req-1", {}, 0.0)
+
+
+@pytest.mark.parametrize("options", [{"continuous_usage_stats": "x"},
+                                     {"include_usage": 1}])
+def test_stream_options_of_the_wrong_type_are_refused(options: dict[str, object]) -> None:
+    """``continuous_usage_stats`` is taken off the worker's body (usage is asked for), so the
+    worker never saw the mistake: the answer was a 200."""
+    raw = orjson.dumps({**CHAT, "stream": True, "stream_options": options})
+    [name] = options
+    with pytest.raises(InvalidRequest, match=f"stream_options.{name}: must be a boolean"):
+        parse(raw)
+
+
+def test_stream_options_of_null_are_their_defaults() -> None:
+    raw = orjson.dumps({**CHAT, "stream": True, "stream_options": {
+        "include_usage": None, "continuous_usage_stats": None}})
+    assert not parse(raw).wants_usage
 
 
 def test_what_no_json_parser_takes_is_still_refused() -> None:

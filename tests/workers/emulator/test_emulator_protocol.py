@@ -107,6 +107,10 @@ async def test_vllm_messages_for_model_and_length(worker: EmulatorProcess) -> No
     status, body = await post(f"{worker.url}/v1/completions", b'{"model": "foo", "prompt": "a"}')
     assert assert_error(status, body, 404, "NotFoundError", "model") == \
         f"The model `foo` does not exist. Valid aliases: {MODEL}."
+    # an empty name is vLLM's own model, as no name is (any falsy name passes its check)
+    status, body = await post(f"{worker.url}/v1/completions",
+                              b'{"model": "", "prompt": "a", "max_tokens": 1}')
+    assert (status, body["model"]) == (200, MODEL)
     too_long = b'{"prompt": [' + b",".join([b"7"] * (MAX_MODEL_LEN + 1)) + b"]}"
     status, body = await post(f"{worker.url}/v1/completions", too_long)
     assert assert_error(status, body, 400, "BadRequestError", "input_tokens") == (

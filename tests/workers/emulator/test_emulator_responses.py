@@ -97,3 +97,19 @@ async def test_without_the_store_nothing_is_kept_as_in_vllm(keeper: EmulatorProc
         "model": MODEL, "input": "x", "previous_response_id": answer["id"]})
     assert (status, error["error"]["message"]) == (404, missing)
     assert error["error"]["param"] == "response_id"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("field", ["temperature", "top_p"])
+async def test_a_sampling_value_that_is_not_a_number_is_a_400(keeper: EmulatorProcess,
+                                                              field: str, stream: bool) -> None:
+    """vLLM's request model types them as floats: a 400 before any work (it was a 500, which
+    a router takes for the worker's failure, retries elsewhere and counts towards ejection)."""
+    status, error = await post(f"{keeper.url}/v1/responses", {
+        "model": MODEL, "input": "hi", "max_output_tokens": 2, "stream": stream, field: "x"})
+    assert status == 400, error
+    assert error["error"]["param"] == f"body.{field}"
+    assert "Input should be a valid number" in error["error"]["message"]
+    status, answer = await post(f"{keeper.url}/v1/responses", {
+        "model": MODEL, "input": "hi", "max_output_tokens": 2, field: 0.5})
+    assert (status, answer[field]) == (200, 0.5)
