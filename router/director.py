@@ -68,6 +68,7 @@ from router.proxy import (
     ProxyResult,
     RetryableUpstream,
 )
+from router.request_body import read_body
 from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
@@ -150,7 +151,7 @@ class Director:
     async def _handle(self, request: web.Request, path: str,
                       request_id: str) -> web.StreamResponse:
         arrival = self._clock()
-        body = await request.read()
+        body = await read_body(request, self._settings.body_timeout_s)
         parsed = parse_request(body, path, request_id, request.headers, arrival,
                                request.get(TENANT), self._registry.default_model())
         self._check_runner(parsed.routing)

@@ -8,6 +8,7 @@ RouterError                      (abstract: status, type, code)
 ├── ModelNotFound          404   no worker of the fleet serves the requested model
 ├── RouteNotFound          404   unknown path
 ├── MethodNotAllowed       405
+├── RequestTimeout         408   the body did not arrive within ``Settings.body_timeout_s``
 ├── RequestTooLarge        413   body over ``Settings.max_body_bytes``
 ├── RateLimited            429   the tenant's budget is spent (``admission.tenants``)
 │   ├── RequestRateLimited         requests per minute
@@ -124,6 +125,12 @@ class MethodNotAllowed(RouterError):
     status = 405
     type = "invalid_request_error"
     code = "method_not_allowed"
+
+
+class RequestTimeout(RouterError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
 
 
 class RequestTooLarge(RouterError):

@@ -30,6 +30,9 @@ Defaults and why:
   GPUs (vLLM on CPUs declared as an L40S) runs far behind the estimates and must not look
   hung; 0 never watches.
 * ``max_body_bytes = 32 MiB``: larger bodies get 413 before they are read whole.
+* ``body_timeout_s = 60``: a request body not received whole this long after its headers
+  gets 408: a client that stops sending mid-body (a stalled upload, or one holding
+  connections open on purpose) would otherwise hold its connection, and a drain, forever.
 * ``tenant_labels = 100``: tenants (``x-tenant``, or a digest of the API key) given a
   ``tenant`` series of their own in ``kvroute_cost_dollars_total``, the first seen first;
   later ones count as ``(other)``. Clients choose tenants, and every label value is a series
@@ -90,6 +93,7 @@ class Settings:
     eject_for_s: float = 10.0
     stall_after_s: float = 120.0
     max_body_bytes: int = 32 * 1024 * 1024
+    body_timeout_s: float = 60.0
     decisions_ring_size: int = 256
     tenant_labels: int = DEFAULT_TENANT_LABELS
     request_id_header: str = "x-request-id"
@@ -115,7 +119,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         for name in ("scrape_interval_s", "upstream_timeout_s", "eject_for_s", "stall_after_s",
-                     "response_ttl_s", "drain_timeout_s", "gc_interval_s"):
+                     "response_ttl_s", "drain_timeout_s", "gc_interval_s", "body_timeout_s"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name}: must be a finite number of seconds")
         if not 0 <= self.port <= 65535:
@@ -124,6 +128,8 @@ class Settings:
             raise ValueError("scrape_interval_s: must be positive")
         if self.upstream_timeout_s <= 0:
             raise ValueError("upstream_timeout_s: must be positive")
+        if self.body_timeout_s <= 0:
+            raise ValueError("body_timeout_s: must be positive")
         if self.max_retries < 0:
             raise ValueError("max_retries: must be >= 0")
         if self.eject_after < 0:

@@ -38,6 +38,7 @@ from router.errors import (
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import RESPONSES_PATH, check_model, parse_body, upstream_authorization
 from router.proxy import RESPONSES_STREAM, Proxy, RetryableUpstream
+from router.request_body import read_body
 from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
@@ -68,7 +69,7 @@ class UtilityRequests:
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
-        body = await request.read()
+        body = await read_body(request, self._settings.body_timeout_s)
         data = parse_body(body)
         raw_model = data.get("model")
         model = None if raw_model in (None, "") else check_model(raw_model)   # as vLLM: "" too
@@ -117,7 +118,8 @@ class UtilityRequests:
         url = URL(f"{view.info.url}{RESPONSES_PATH}/{quote(response_id, safe='')}{action}")
         if request.query_string:
             url = url.with_query(request.query_string)
-        body = await request.read() if request.method == "POST" else None
+        body = (await read_body(request, self._settings.body_timeout_s)
+                if request.method == "POST" else None)
         stream = request.query.get("stream", "").lower() in ("true", "1")
         request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
         response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE,
