@@ -293,6 +293,44 @@ def test_certificate_expiry_fires_a_week_before_and_for_an_expired_one(tmp_path:
     })
 
 
+def test_success_rate_counts_server_errors_only(tmp_path: Path) -> None:
+    """Worker 4xx answers (a client's unknown previous_response_id) and clients that left
+    (499) brought the ratio to 0.88 with no server error, and paged (SuccessRateLow)."""
+    requests = "kvroute_requests_total"
+    _promtool_test(tmp_path, "success-ratio", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                # m1: 100 good answers a minute, 10 worker 404s and 5 clients gone
+                {"series": f'{requests}{{model="m1", worker="w0", status="200"}}',
+                 "values": "0+100x20"},
+                {"series": f'{requests}{{model="m1", worker="w0", status="404"}}',
+                 "values": "0+10x20"},
+                {"series": f'{requests}{{model="m1", worker="w0", status="499"}}',
+                 "values": "0+5x20"},
+                # m2: 100 good answers and 1 server error a minute
+                {"series": f'{requests}{{model="m2", worker="w1", status="200"}}',
+                 "values": "0+99x20"},
+                {"series": f'{requests}{{model="m2", worker="w1", status="502"}}',
+                 "values": "0+1x20"},
+            ],
+            "promql_expr_test": [{
+                "expr": "model:kvroute_requests_success:ratio5m", "eval_time": "10m",
+                "exp_samples": [{"labels": 'model:kvroute_requests_success:ratio5m{model="m1"}',
+                                 "value": 1},
+                                {"labels": 'model:kvroute_requests_success:ratio5m{model="m2"}',
+                                 "value": 0.99}]}],
+            "alert_rule_test": [
+                {"eval_time": "15m", "alertname": "SuccessRateLow", "exp_alerts": [
+                    {"exp_labels": {"severity": "emergency", "model": "m2"},
+                     "exp_annotations": {
+                         "summary": "Only 99% of m2 requests succeed"}}]}],
+        }],
+    })
+
+
 def test_router_sheds_load_fires_after_five_minutes_above_one_percent(tmp_path: Path) -> None:
     description = (
         "Its admission.max_in_flight slots stay full and the queue overflows or waits past "
