@@ -316,7 +316,7 @@ def _log_drain(app: web.Application, timeout_s: float) -> None:
 def run_router(settings: Settings, fleet: FleetConfig | None = None,
                on_ready: Callable[[int], None] | None = None,
                on_stop: Callable[[], None] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM, on uvloop; ``on_ready(port)`` once accepting requests,
+    """Serve until SIGINT/SIGTERM/SIGHUP, on uvloop; ``on_ready(port)`` once accepting requests,
     ``on_stop()`` when the signal comes, before the requests in flight are drained
     (``Settings.drain_timeout_s``).
 
@@ -338,7 +338,9 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
             on_ready(port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP (a closed terminal) too: by default it would end the process at once, with
+        # no drain, leaving `kvroute up`'s emulators and `serve --processes`' children behind
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, stop.set)
         try:
             await stop.wait()

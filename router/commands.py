@@ -112,7 +112,7 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                              "[keys]); a request with one is that tenant's, whatever x-tenant "
                              "it sends")
     parser.add_argument("--drain-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="on SIGTERM/SIGINT: stop listening, then give the requests in "
+                        help="on SIGTERM/SIGINT/SIGHUP: stop listening, then give the requests in "
                              "flight this long to finish before cutting them "
                              "(default: %(default)s)")
     parser.add_argument("--gc-interval", type=float, default=0.01, metavar="SECONDS",
@@ -187,6 +187,7 @@ def _load(args: argparse.Namespace) -> Any:
     from policies.errors import RoutingConfigError
     from policies.loader import load_routing
     from router.client_auth import TenantKeysError, load_tenant_keys
+    from router.decision_sinks import decision_log_problem
     from workers.credentials import worker_authorizations
     from workers.fleet import FleetConfigError, load_fleet
     from workers.tls import TlsFilesError, server_tls_context, worker_tls_contexts
@@ -201,6 +202,10 @@ def _load(args: argparse.Namespace) -> Any:
         load_routing(args.routing)
     except (FleetConfigError, RoutingConfigError, TlsFilesError, TenantKeysError) as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
+        return None
+    problem = decision_log_problem(os.environ)
+    if problem is not None:
+        print(f"kvroute: {problem}", file=sys.stderr)
         return None
     return fleet
 

@@ -2,7 +2,8 @@
 
 Configured from the environment of the router process:
 
-* ``KVROUTE_DECISION_LOG``: where lines go: a file path (appended to) or ``-`` for stdout;
+* ``KVROUTE_DECISION_LOG``: where lines go: a file path (appended to, and reopened when it
+  is renamed or removed, as logrotate does: ``router.followed_file``) or ``-`` for stdout;
   unset or empty: no log.
 * ``KVROUTE_DECISION_LOG_SAMPLE``: share of requests logged, 0..1 (default 1). Sampling is by
   request id, so every attempt of a sampled request is logged and the same request is
@@ -21,7 +22,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, Protocol
 
 import orjson
 
@@ -98,12 +99,20 @@ def decision_line(request: RoutingRequest, decision: Decision, attempt: int, sec
     return orjson.dumps(record) + b"\n"
 
 
+class LineStream(Protocol):
+    """Where lines go: a text stream (stdout) or a ``router.followed_file.FollowedFile``."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
 class DecisionLogWriter:
     """A decision sink writing sampled lines to a text stream it does not own."""
 
     __slots__ = ("_clock", "_rate", "_stream")
 
-    def __init__(self, stream: TextIO, sample_rate: float = 1.0,
+    def __init__(self, stream: LineStream, sample_rate: float = 1.0,
                  clock: Callable[[], float] = time.time) -> None:
         self._stream = stream
         self._rate = sample_rate

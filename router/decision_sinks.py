@@ -9,10 +9,16 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, TextIO
+from typing import Protocol
 
 from policies.base import Decision, RoutingRequest
-from router.decision_log import DecisionLogConfig, DecisionLogWriter
+from router.decision_log import (
+    ENV_PATH,
+    DecisionLogConfig,
+    DecisionLogConfigError,
+    DecisionLogWriter,
+)
+from router.followed_file import FollowedFile
 from router.metrics import RouterMetrics
 from router.prefix_ceiling import PrefixCeiling
 from router.prefix_choice import PrefixChoice
@@ -33,15 +39,34 @@ def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str]
     that cannot be opened."""
     sinks: list[DecisionSink] = [PrefixCeiling(metrics), PrefixChoice(metrics)]
     config = DecisionLogConfig.from_env(env)
-    stream: TextIO | None = None
+    followed: FollowedFile | None = None
     if config.path is not None and config.sample_rate > 0:
-        stream = sys.stdout if config.path == "-" else open(  # noqa: SIM115 (closed below)
-            config.path, "a", encoding="utf-8")
-        sinks.append(DecisionLogWriter(stream, config.sample_rate))
+        if config.path == "-":
+            sinks.append(DecisionLogWriter(sys.stdout, config.sample_rate))
+        else:       # reopened after a rotation (``router.followed_file``)
+            followed = FollowedFile(config.path)
+            sinks.append(DecisionLogWriter(followed, config.sample_rate))
 
     def close() -> None:
-        if stream is not None and stream is not sys.stdout:
+        if followed is not None:
             with contextlib.suppress(OSError):     # what could not be written is lost
-                stream.close()
+                followed.close()
 
     return sinks, close
+
+
+def decision_log_problem(env: Mapping[str, str]) -> str | None:
+    """What would stop ``open_decision_sinks`` (a bad setting, a log file that cannot be
+    opened), in one line, else None: checked at start, before anything is launched."""
+    try:
+        config = DecisionLogConfig.from_env(env)
+    except DecisionLogConfigError as exc:
+        return str(exc)
+    if config.path is None or config.path == "-" or config.sample_rate == 0:
+        return None
+    try:
+        with open(config.path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        return f"{ENV_PATH}: cannot open {config.path}: {exc.strerror}"
+    return None

@@ -6,7 +6,7 @@ the kernel spreads connections among them; the parent first checks that no other
 listens there (with ``SO_REUSEPORT`` they would join another router's port). Each process
 counts only its own in-flight requests unless ``--redis-url`` makes them share
 (``router.state.redis_store``). The parent
-serves too; when it stops (SIGINT/SIGTERM) it passes SIGTERM on to its children by pid at
+serves too; when it stops (SIGINT/SIGTERM/SIGHUP) it passes SIGTERM on to its children by pid at
 once, so that every process stops listening and drains its own requests in flight at the
 same time (``Settings.drain_timeout_s``); a child still running 10 s past that is killed.
 """

@@ -50,9 +50,12 @@ def _stop_with_children(proc: subprocess.Popen[bytes], fleet: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize(("layout", "emulators"), [("one", 1), ("each", 2)])
-def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path, layout: str,
-                                                  emulators: int) -> None:
+@pytest.mark.parametrize(("layout", "emulators", "stop"), [
+    ("one", 1, signal.SIGINT), ("each", 2, signal.SIGINT),
+    # a closed terminal: SIGHUP ended the router at once and left the emulators running
+    ("each", 2, signal.SIGHUP)], ids=["one-ctrl-c", "each-ctrl-c", "each-hangup"])
+def test_up_serves_and_stops_everything_on_ctrl_c_or_a_hangup(
+        tmp_path: Path, layout: str, emulators: int, stop: signal.Signals) -> None:
     ports = {"h100-0": free_port(), "l40s-0": free_port()}
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(fleet_data(
@@ -71,7 +74,7 @@ def test_up_serves_and_stops_everything_on_ctrl_c(tmp_path: Path, layout: str,
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3)
         assert reply.usage is not None and reply.usage.completion_tokens == 3
         assert all(_listening(p) for p in ports.values())
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, stop)
         stdout, _ = proc.communicate(timeout=15)
     finally:
         _stop_with_children(proc, fleet)
@@ -93,6 +96,28 @@ def test_invalid_files_exit_2_with_the_reason(command: str, tmp_path: Path,
     assert "profiles.default.picker.type: unknown picker type 'nope'" in capsys.readouterr().err
     assert main([command, "--fleet", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read fleet file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["serve", "up"])
+def test_a_decision_log_that_cannot_be_opened_exits_2_before_anything_starts(
+        command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It ended in a 40-line traceback, after ``up`` had started its emulators."""
+    from router.cli import main
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.setenv("KVROUTE_DECISION_LOG", str(afile / "dlog.jsonl"))
+    ports = {"h100-0": free_port()}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data({"h100-0": ("h100", FAST)}, ports)))
+    assert main([command, "--fleet", str(fleet)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"kvroute: KVROUTE_DECISION_LOG: cannot open {afile / 'dlog.jsonl'}: Not a directory")
+    assert not _listening(ports["h100-0"])
+    monkeypatch.setenv("KVROUTE_DECISION_LOG_SAMPLE", "2")
+    assert main([command, "--fleet", str(fleet)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kvroute: KVROUTE_DECISION_LOG_SAMPLE: must be between 0 and 1, got 2.0")
 
 
 @pytest.mark.parametrize("command", ["serve", "up"])
