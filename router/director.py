@@ -151,9 +151,13 @@ class Director:
     async def _handle(self, request: web.Request, path: str,
                       request_id: str) -> web.StreamResponse:
         arrival = self._clock()
-        body = await read_body(request, self._settings.body_timeout_s)
-        parsed = parse_request(body, path, request_id, request.headers, arrival,
-                               request.get(TENANT), self._registry.default_model())
+        try:
+            body = await read_body(request, self._settings.body_timeout_s)
+            parsed = parse_request(body, path, request_id, request.headers, arrival,
+                                   request.get(TENANT), self._registry.default_model())
+        except RouterError as refused:   # a bad body: counted, under no model it could name
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status)
+            raise
         self._check_runner(parsed.routing)
         engine = self._policy()
         ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),

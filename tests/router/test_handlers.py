@@ -325,6 +325,23 @@ async def test_a_body_too_deep_to_re_encode_is_refused_before_any_worker_counts_
     assert counted == []
 
 
+async def test_a_bad_body_is_counted_under_no_model(router: RouterHandle) -> None:
+    """Bad bodies were answered 400 and counted nowhere: a client sending them was invisible
+    on the dashboards, though an unknown model's 404 was counted."""
+    from router.metrics import UNKNOWN_MODEL
+
+    labels = {"model": UNKNOWN_MODEL, "worker": "", "gpu": "", "profile": "none",
+              "status": "400"}
+    before = router.metric("kvroute_requests_total", **labels)
+    async with aiohttp.ClientSession() as session:
+        for body in (b"{", orjson.dumps({"model": MODEL, "messages": MESSAGES,
+                                         "max_tokens": -1})):
+            async with session.post(router.url + "/v1/chat/completions", data=body,
+                                    headers={"Content-Type": "application/json"}) as resp:
+                assert resp.status == 400
+    assert router.metric("kvroute_requests_total", **labels) == before + 2
+
+
 async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
     await client(router).chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)  # type: ignore[arg-type]
     async with aiohttp.ClientSession() as session:
