@@ -5,10 +5,11 @@ default refuses too; a broken request line; a bad chunked body) with a plain-tex
 any handler runs, and logs it on ``aiohttp.server`` at ERROR with the parser's traceback, so
 any client could fill the router's log with tracebacks. A body whose ``Content-Encoding``
 does not decode is answered by the router (``router.errors``), and the error of reading the
-rest of it away is logged the same way. ``OneLineBadHttp`` keeps each such record as one
-WARNING line naming the client and the parser's reason (cut to 200 characters); every other
-record of that logger (a failure of the server itself) passes as it is. It is installed
-while the app runs (``router.app``).
+rest of it away is logged the same way. ``OneLineBadHttp`` keeps such a record as one
+WARNING line naming the client and the parser's reason (cut to 200 characters): the first,
+then one in every ``EVERY`` with the count so far, so that a client sending garbage cannot
+flood the log; every other record of that logger (a failure of the server itself) passes as
+it is. It is installed while the app runs (``router.app``).
 """
 
 from __future__ import annotations
@@ -20,10 +21,16 @@ from aiohttp.web_protocol import RequestPayloadError
 
 SERVER_LOGGER = "aiohttp.server"
 MAX_REASON_CHARS = 200
+EVERY = 1000          # after the first, one line in this many client errors
 
 
 class OneLineBadHttp(logging.Filter):
-    """Turns the server logger's records of client HTTP errors (4xx) into one-line warnings."""
+    """Turns the server logger's records of client HTTP errors (4xx) into one-line warnings,
+    the first and then one in every ``EVERY``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client_errors = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
@@ -31,11 +38,15 @@ class OneLineBadHttp(logging.Filter):
                                                                  HttpProcessingError):
             error = error.__cause__     # the rest of a body that could not be decoded
         if isinstance(error, HttpProcessingError) and 400 <= error.code < 500:
+            self.client_errors += 1
+            if self.client_errors > 1 and self.client_errors % EVERY:
+                return False
             reason = " ".join(str(error.message).split())
             if len(reason) > MAX_REASON_CHARS:
                 reason = reason[:MAX_REASON_CHARS] + "..."
-            record.msg, record.args = "%s (answered %d): %s", (
-                record.getMessage(), error.code, reason)
+            record.args = (record.getMessage(), error.code, reason, self.client_errors, EVERY)
+            record.msg = ("%s (answered %d): %s [%d such request(s) so far; one line for "
+                          "the first, then one in %d]")
             record.levelno, record.levelname = logging.WARNING, "WARNING"
             record.exc_info = record.exc_text = None
         return True
