@@ -5,12 +5,19 @@ Sequence numbers (8-byte big-endian, from 0 per publisher) make the stream check
 * ``seq == last + 1``: apply.
 * ``seq == 0`` after something else: the publisher restarted, so its cache is empty: clear.
 * ``seq <= last``: a duplicate (a replay overlapping the live stream): ignore.
-* ``seq > last + 1`` (or a first batch after 0): a gap. The worker becomes *inexact*, later
-  batches are held back, and ``on_batch`` returns the sequence number to replay from. Replayed
-  batches fill the hole and the held ones follow in order; once contiguous the worker is exact
-  again. If the replay cannot fill the hole (``on_replay_done``), the held batches are applied
-  and the worker stays inexact until its cache is cleared (``AllBlocksCleared`` or a restart),
-  because a lost batch may have stored or removed anything.
+* ``seq > last + 1``: a gap. The worker becomes *inexact*, later batches are held back, and
+  ``on_batch`` returns the sequence number to replay from. Replayed batches fill the hole and
+  the held ones follow in order; once contiguous the worker is exact again. If the replay
+  cannot fill the hole (``on_replay_done``), the held batches are applied and the worker stays
+  inexact until its cache is cleared (``AllBlocksCleared`` or a restart), because a lost batch
+  may have stored or removed anything.
+* a first batch after 0: the router subscribed to an engine that was already serving (a
+  router restarted, or a replica added). A replay from 0 is asked for; what it cannot bring
+  back is the engine's history before the router joined, not a loss: the held batches (if
+  contiguous) are applied and the worker is exact from there. Blocks stored before the join
+  are unknown, so its count may fall short of what the engine holds, never above it (a removal
+  of an unknown block changes nothing), which the approximate index, as blind to that history,
+  does not promise.
 
 While a worker is inexact ``match`` returns ``None`` and the prefix scorer uses the
 approximate index instead. Only GPU-resident blocks count (medium ``GPU``).
@@ -107,13 +114,18 @@ class ExactPrefixIndex:
         self._apply(entry, seq, KvEventBatch(ts=0.0, events=tuple(events)))
 
     def on_replay_done(self, worker_id: str) -> None:
-        """The replay ended (or none is possible): apply what is held; unfilled hole ⇒ lost."""
+        """The replay ended (or none is possible): apply what is held; an unfilled hole
+        between batches ⇒ lost, one before the first batch seen (a late join) ⇒ exact from
+        there."""
         entry = self.state(worker_id)
         if not entry.gap_open and not entry.held:
             return
         if entry.held:
-            entry.lost = True
-            for seq in sorted(entry.held):
+            seqs = sorted(entry.held)
+            joined_late = entry.last_seq == -1 and seqs[-1] - seqs[0] == len(seqs) - 1
+            if not joined_late:
+                entry.lost = True
+            for seq in seqs:
                 self._apply(entry, seq, entry.held[seq])
             entry.held.clear()
         entry.gap_open = False

@@ -63,6 +63,25 @@ def test_unfilled_gap_applies_held_batches_and_stays_inexact_until_cleared() -> 
     assert index.is_exact("w") and index.match("w", [8]) == 1 and index.blocks("w") == 1
 
 
+def test_a_router_that_joins_a_running_engine_is_exact_from_its_first_batch() -> None:
+    """A router restarted (or a replica added) while the engine served saw seq 7 first: it
+    asked for a replay from 0, none came (no replay endpoint), and the worker stayed inexact
+    for good, silently. What precedes the join is history, not a loss."""
+    index = ExactPrefixIndex()
+    assert index.on_batch("w", 7, stored(1, 2)) == 0
+    index.on_batch("w", 8, stored(3))
+    index.on_batch("w", 9, removed(99))                  # a block stored before the join
+    index.on_replay_done("w")                            # no replay came
+    assert index.is_exact("w") and index.match("w", [1, 2, 3]) == 3
+    assert index.state("w").last_seq == 9
+    # a hole among the held batches is a loss, late join or not
+    late = ExactPrefixIndex()
+    late.on_batch("w", 7, stored(1))
+    late.on_batch("w", 9, stored(2))
+    late.on_replay_done("w")
+    assert not late.is_exact("w")
+
+
 def test_first_batch_after_zero_asks_for_replay_from_zero() -> None:
     index = ExactPrefixIndex()
     assert index.on_batch("w", 4, stored(4)) == 0

@@ -128,3 +128,28 @@ async def test_stop_while_a_replay_is_ending_still_stops(monkeypatch: pytest.Mon
     async with asyncio.timeout(5.0):
         with pytest.raises(asyncio.CancelledError):
             await taking
+
+
+@pytest.mark.integration
+async def test_a_router_joining_a_running_engine_without_replay_is_exact_from_there() -> None:
+    """The engine had published seq 0..6 before the router subscribed, and has no replay
+    endpoint: the worker was inexact for good (a router restart or a replica added)."""
+    context = zmq.asyncio.Context()
+    pub = context.socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    index = ExactPrefixIndex()
+    subscriber = KvEventSubscriber(index, [KvEventSource("w", f"tcp://127.0.0.1:{port}")])
+    try:
+        await subscriber.start()
+        async with asyncio.timeout(30.0):        # resend 7 until the subscription is up
+            while index.state("w").batches == 0:
+                await pub.send_multipart([TOPIC, (7).to_bytes(8, "big"),
+                                          stored_payload([21])])
+                await asyncio.sleep(0.02)
+        await pub.send_multipart([TOPIC, (8).to_bytes(8, "big"), stored_payload([22])])
+        await wait_until(lambda: index.state("w").last_seq == 8)
+        assert index.is_exact("w") and index.match("w", [21, 22]) == 2
+    finally:
+        await subscriber.stop()
+        pub.close(linger=0)
+        context.term()
