@@ -179,7 +179,8 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     scraper = WorkerScraper(
         app[REGISTRY], scrapes, interval_s=settings.scrape_interval_s,
         timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
-        fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s)
+        fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s,
+        on_engine_lost=app[KV_EVENTS].forget)
     app[SCRAPER] = scraper
     upstream = UpstreamClient(settings.connect_timeout_s, settings.upstream_timeout_s,
                               authorizations=authorizations, tls=tls,

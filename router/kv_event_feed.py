@@ -44,6 +44,14 @@ class KvEventFeed:
         """Hand the index to ``engine``'s prefix plugins; how many took it (0 when inert)."""
         return attach(engine, self.index) if self.index is not None else 0
 
+    def forget(self, worker_id: str) -> None:
+        """The worker's engine went down or restarted (``WorkerScraper``'s
+        ``on_engine_lost``): drop its block set and follow its stream afresh, so that a
+        restarted engine is not taken for the cache of the one before it until its first
+        batch arrives."""
+        if self.index is not None:
+            self.index.forget(worker_id)
+
     def on_new_engine(self, engine: Any) -> None:
         """``PolicyReloader``'s ``on_swap`` hook: a hot-reloaded engine gets the index too."""
         self.attach(engine)

@@ -163,8 +163,13 @@ class WorkerScraper:
     def __init__(self, registry: WorkerRegistry, client: UpstreamClient, *,
                  interval_s: float, timeout_s: float, models_interval_s: float,
                  fail_threshold: int, slow_grace_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_engine_lost: Callable[[str], None] | None = None) -> None:
+        """``on_engine_lost(worker id)``: the worker went down, or came back with its
+        engine's counters lower than before (a restarted engine): what was known of its
+        cache may be gone."""
         self._registry = registry
+        self._on_engine_lost = on_engine_lost
         self._client = client
         self._interval = interval_s
         self._timeout_s = timeout_s        # for a whole GET, connect to last byte
@@ -205,7 +210,16 @@ class WorkerScraper:
         prev = self._registry.snapshot(info.id)
         if prev is not None and not prev.healthy:
             log.info("worker %s: scrape succeeded again; healthy", info.id)
+        if prev is not None and sample.prefix_cache_queries < prev.prefix_cache_queries:
+            log.warning("worker %s: its prefix-cache counters went back (%g < %g): its engine "
+                        "restarted, with an empty cache", info.id,
+                        sample.prefix_cache_queries, prev.prefix_cache_queries)
+            self._engine_lost(info.id)
         self._registry.update(self._snapshot(info, now, sample, models, prev), fresh=True)
+
+    def _engine_lost(self, worker_id: str) -> None:
+        if self._on_engine_lost is not None:
+            self._on_engine_lost(worker_id)
 
     def _snapshot(self, info: WorkerInfo, now: float, sample: MetricsSample,
                   models: ModelsSample | None, prev: WorkerSnapshot | None) -> WorkerSnapshot:
@@ -243,6 +257,8 @@ class WorkerScraper:
         if snap.healthy != (prev.healthy if prev else False) or prev is None:
             log.warning("worker %s: scrape failed (%s); healthy=%s", info.id, error,
                         snap.healthy)
+        if prev is not None and prev.healthy and not snap.healthy:
+            self._engine_lost(info.id)     # it may come back as a new engine, cache empty
         self._registry.update(snap, fresh=False)
 
     async def _models_of(self, info: WorkerInfo, now: float) -> ModelsSample | None:

@@ -121,3 +121,18 @@ def test_a_fleet_without_streams_makes_an_inert_feed(event_fleet: FleetConfig) -
     assert not feed.enabled and feed.index is None and feed.status() == {}
     followed = KvEventFeed(w.info for w in event_fleet.workers)
     assert followed.enabled and [s.worker_id for s in followed.sources] == ["w0", "w1"]
+
+
+def test_forgetting_a_worker_drops_its_block_set(event_fleet: FleetConfig) -> None:
+    from workers.engine.api import BlockStored
+    from workers.kv_events.decode import KvEventBatch
+
+    feed = KvEventFeed(w.info for w in event_fleet.workers)
+    assert feed.index is not None
+    feed.index.on_batch("w0", 0, KvEventBatch(ts=0.0, events=(BlockStored(
+        block_hashes=(1,), parent_block_hash=None, token_ids=(), block_size=16,
+        medium="GPU"),)))
+    assert feed.status()["w0"]["exact"] and feed.status()["w0"]["blocks"] == 1
+    feed.forget("w0")
+    assert feed.status()["w0"]["blocks"] == 0 and not feed.status()["w0"]["exact"]
+    KvEventFeed([]).forget("w0")                       # an inert feed: nothing to do

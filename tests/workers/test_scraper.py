@@ -101,6 +101,7 @@ class _Worker:
     mode: str = "good"
     models_calls: int = 0
     hits: list[str] = field(default_factory=list)
+    text: str | None = None          # the /metrics text, else the shared vLLM sample
 
     async def metrics(self, request: web.Request) -> web.Response:
         self.hits.append("metrics")
@@ -110,7 +111,7 @@ class _Worker:
             return web.Response(status=500, text="boom")
         if self.mode == "slow":
             await asyncio.sleep(1.0)
-        return web.Response(text=SAMPLE.read_text())
+        return web.Response(text=self.text if self.text is not None else SAMPLE.read_text())
 
     async def models(self, request: web.Request) -> web.Response:
         self.models_calls += 1
@@ -264,3 +265,36 @@ async def test_slow_worker_stays_up_for_the_grace_period(worker: tuple[_Worker, 
             assert snap is not None and snap.healthy is healthy, at
             assert snap.error == "timed out" and snap.scraped_at == 100.0
 
+
+
+async def test_an_engine_that_went_down_or_restarted_is_reported_lost(
+        worker: tuple[_Worker, str]) -> None:
+    """What the router knew of its cache (its KV-event block set) must go: a restarted engine
+    was taken for the cache of the one before it until its first event batch arrived."""
+    state, url = worker
+    registry = WorkerRegistry([_info(url)], InflightTracker())
+    lost: list[str] = []
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
+                                models_interval_s=5.0, fail_threshold=2,
+                                on_engine_lost=lost.append)
+        await scraper.scrape_once()
+        state.mode = "error"
+        await scraper.scrape_once()
+        assert lost == []                    # one failure: still up
+        await scraper.scrape_once()
+        assert lost == ["w0"]                # down
+        await scraper.scrape_once()
+        assert lost == ["w0"]                # once per fall
+        state.mode = "good"
+        await scraper.scrape_once()
+        assert lost == ["w0"]                # back, the same counters
+        snap = registry.snapshot("w0")
+        assert snap is not None and snap.prefix_cache_queries > 0
+        # a restart within the failure threshold: the counters start again from 0
+        original = SAMPLE.read_text()
+        restarted = "\n".join(line for line in original.splitlines()
+                              if not line.startswith("vllm:prefix_cache_"))
+        state.text = restarted
+        await scraper.scrape_once()
+        assert lost == ["w0", "w0"]

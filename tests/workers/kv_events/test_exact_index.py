@@ -136,3 +136,19 @@ def test_held_blocks_are_not_walked_by_the_garbage_collector() -> None:
     assert index.blocks("w") == 2500 and index.match("w", hashes) == 2500
     blocks = index._workers["w"].blocks
     assert not gc.is_tracked(blocks)
+
+
+def test_a_forgotten_worker_starts_again_from_its_next_batch() -> None:
+    """Its engine went down or restarted: its old blocks must not be matched meanwhile."""
+    index = ExactPrefixIndex()
+    index.on_batch("w", 0, stored(1, 2))
+    index.on_batch("w", 1, stored(3))
+    index.forget("w")
+    assert not index.is_exact("w") and index.match("w", [1]) is None and index.blocks("w") == 0
+    index.on_batch("w", 0, stored(7))                  # the restarted engine's first batch
+    assert index.is_exact("w") and index.match("w", [1]) == 0 and index.match("w", [7]) == 1
+    index.forget("w")
+    assert index.on_batch("w", 5, stored(8)) == 0      # the same engine, back from a blip
+    index.on_replay_done("w")                          # a late join: exact from there
+    assert index.is_exact("w") and index.match("w", [8]) == 1
+    index.forget("unknown")                            # nothing to drop
