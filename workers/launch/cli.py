@@ -2,8 +2,10 @@
 
 Workers with ``url:`` and a ``launch:`` block are started (``--worker ID`` picks some), each
 with the command ``workers.launch.command`` builds from its GPU profile; the command waits
-until every ``/health`` answers, then keeps the servers running until SIGINT/SIGTERM and
-stops them by pid. ``--dry-run`` prints the commands and starts nothing.
+until every ``/health`` answers, then keeps the servers running until SIGINT/SIGTERM (also
+while they start) and stops them by pid. When a server ends on its own, the others are
+stopped and the command exits 1 with that server's log tail, so that a supervisor restarts
+the set. ``--dry-run`` prints the commands and starts nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from workers.fleet import FleetConfigError, load_fleet
     from workers.launch.command import build_command
-    from workers.launch.process import LaunchError, VllmFleet
+    from workers.launch.process import LaunchError, LaunchInterrupted, VllmFleet
     from workers.launch.settings import LaunchConfigError
 
     try:
@@ -65,13 +67,22 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        servers.start(timeout_s=args.timeout)
+        servers.start(timeout_s=args.timeout, stop=stop)
+    except LaunchInterrupted as exc:
+        print(f"{PROG}: {exc}; every server stopped", file=sys.stderr)
+        return 130
     except LaunchError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
     print(f"{len(commands)} vLLM server(s) healthy; Ctrl-C stops them", flush=True)
     try:
-        stop.wait()
+        while not stop.wait(1.0):
+            ended = servers.exited()
+            if ended:
+                process, code = ended[0]
+                print(f"{PROG}: {process.command.worker_id}: vLLM exited with code {code}; "
+                      f"stopping the others; log tail:\n{process.log_tail()}", file=sys.stderr)
+                return 1
     finally:
         servers.stop()
     return 0

@@ -4,7 +4,8 @@
 output to ``log_path``; ``wait_healthy`` polls ``GET /health`` until it answers 200, failing
 early (with the log's tail) when the process exits; ``stop`` sends SIGTERM to the pid's
 group, then SIGKILL after ``grace_s``. ``VllmFleet`` starts several at once (they load in
-parallel), waits for all, and stops all; both are context managers.
+parallel), waits for all (or until asked to stop), and stops all; ``exited`` tells a
+supervisor which servers have ended since. Both are context managers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,7 +28,11 @@ from workers.tls import readiness_probe_context
 
 
 class LaunchError(RuntimeError):
-    """A server exited or did not become healthy in time."""
+    """A server could not start, exited, or did not become healthy in time."""
+
+
+class LaunchInterrupted(LaunchError):
+    """Asked to stop (a signal) while the servers were starting; all were stopped."""
 
 
 # ``zmq.error.ZMQError: Address already in use``, after vLLM's ``(EngineCore pid=1) ERROR ...]``
@@ -64,9 +70,18 @@ class VllmProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = self.command.process_env(os.environ)
         with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(self.command.argv, env=env, stdout=log,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True)
+            try:
+                self._proc = subprocess.Popen(self.command.argv, env=env, stdout=log,
+                                              stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:      # launch.python not there, or not executable
+                raise LaunchError(f"{self.command.worker_id}: cannot run "
+                                  f"{self.command.argv[0]}: {exc.strerror} (launch.python is "
+                                  "read from the directory kvroute runs in)") from None
+
+    def exit_code(self) -> int | None:
+        """The process's exit status once it has ended, else None."""
+        return self._proc.poll() if self._proc is not None else None
 
     def poll_healthy(self) -> bool:
         """True once ``/health`` answers 200; raises ``LaunchError`` if the process died."""
@@ -132,8 +147,9 @@ class VllmFleet:
     def __init__(self, commands: Sequence[VllmCommand], log_dir: Path) -> None:
         self.processes = [VllmProcess(c, log_dir / f"vllm-{c.worker_id}.log") for c in commands]
 
-    def start(self, timeout_s: float = 600.0) -> None:
-        """Start every server, then wait until all are healthy (stopping all on failure)."""
+    def start(self, timeout_s: float = 600.0, stop: threading.Event | None = None) -> None:
+        """Start every server, then wait until all are healthy (stopping all on failure).
+        ``stop`` set meanwhile (a signal) stops them all and raises ``LaunchInterrupted``."""
         try:
             for process in self.processes:
                 process.start()
@@ -145,11 +161,15 @@ class VllmFleet:
                     names = ", ".join(p.command.worker_id for p in pending)
                     raise LaunchError(f"not healthy after {timeout_s:g} s: {names}; log tail:\n"
                                       f"{pending[0].log_tail()}")
-                if pending:
-                    time.sleep(1.0)
+                if pending and _wait(stop, 1.0):
+                    raise LaunchInterrupted("stopped before every server was healthy")
         except BaseException:
             self.stop()
             raise
+
+    def exited(self) -> list[tuple[VllmProcess, int]]:
+        """The servers that have ended, with their exit status."""
+        return [(p, code) for p in self.processes if (code := p.exit_code()) is not None]
 
     def stop(self) -> None:
         for process in self.processes:
@@ -162,6 +182,14 @@ class VllmFleet:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def _wait(stop: threading.Event | None, seconds: float) -> bool:
+    """Sleep ``seconds``, or until ``stop`` is set; whether it was."""
+    if stop is None:
+        time.sleep(seconds)
+        return False
+    return stop.wait(seconds)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from router.cli import main
+from workers.ports import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 FLEET = """
 models: {tiny: {arch: llama-3-8b, max_model_len: 2048}}
@@ -67,3 +75,92 @@ def test_bad_fleet_exits_2_with_one_line_naming_the_file(
     captured = capsys.readouterr()
     assert captured.err == f"kvroute launch-vllm: {fleet}: {message}\n"
     assert captured.out == ""
+
+
+FAKE_VLLM = """#!{python}
+# plays ``python -m vllm.entrypoints.openai.api_server ... --port P``: /health answers 200
+# (or never, with KVROUTE_FAKE_SLOW set)
+import http.server, os, sys, time
+if os.environ.get("KVROUTE_FAKE_SLOW"):
+    time.sleep(120)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404); self.end_headers()
+    def log_message(self, *a): pass
+port = int(sys.argv[sys.argv.index("--port") + 1])
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def _launcher(tmp_path: Path, slow: bool) -> subprocess.Popen[str]:
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_VLLM.format(python=sys.executable))
+    fake.chmod(0o755)
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"""
+models: {{tiny: {{arch: llama-3-8b, max_model_len: 2048}}}}
+workers:
+  - {{id: real-0, gpu: a100, models: [tiny], url: "http://127.0.0.1:{free_port()}",
+     launch: {{model: /m, python: {fake}, device: cpu}}}}
+""")
+    env = {**os.environ, **({"KVROUTE_FAKE_SLOW": "1"} if slow else {})}
+    return subprocess.Popen([sys.executable, "-m", "router.cli", "launch-vllm", "--fleet",
+                             str(fleet), "--log-dir", str(tmp_path / "logs")],
+                            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _server_pid(launcher: subprocess.Popen[str]) -> int:
+    deadline = time.monotonic() + 20
+    while True:
+        children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        assert time.monotonic() < deadline, "the launcher started no server"
+        time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+@pytest.mark.integration
+def test_a_server_that_ends_stops_the_launcher_with_its_log(tmp_path: Path) -> None:
+    """It went on saying "1 vLLM server(s) healthy" over a dead server, so no supervisor
+    restarted it."""
+    launcher = _launcher(tmp_path, slow=False)
+    try:
+        assert launcher.stdout is not None
+        while "healthy" not in launcher.stdout.readline():
+            assert launcher.poll() is None, launcher.communicate()
+        os.kill(_server_pid(launcher), signal.SIGKILL)
+        _, err = launcher.communicate(timeout=20)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 1
+    assert "kvroute launch-vllm: real-0: vLLM exited with code -9; stopping the others" in err
+
+
+@pytest.mark.integration
+def test_sigterm_while_the_servers_start_stops_them_at_once(tmp_path: Path) -> None:
+    """The launcher waited for /health until --timeout (900 s) whatever the signal."""
+    launcher = _launcher(tmp_path, slow=True)
+    try:
+        server = _server_pid(launcher)
+        time.sleep(0.5)
+        launcher.send_signal(signal.SIGTERM)
+        _, err = launcher.communicate(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert launcher.returncode == 130
+    assert err.strip().endswith("kvroute launch-vllm: stopped before every server was "
+                                "healthy; every server stopped")
+    assert _gone(server)

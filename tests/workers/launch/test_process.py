@@ -82,3 +82,47 @@ def test_early_exit_names_the_first_exception_even_beyond_the_tail(tmp_path: Pat
     assert "first exception: zmq.error.ZMQError: Address already in use" in message
     assert "EngineCore failed to start" not in message          # 30-line tail starts later
     assert message.rstrip().endswith("traceback line 39")
+
+
+def test_a_python_that_is_not_there_is_a_launch_error(tmp_path: Path) -> None:
+    """It was a FileNotFoundError traceback."""
+    missing = VllmCommand(worker_id="w", argv=(str(tmp_path / "no-python"), "-m", "vllm"),
+                          env={}, url="http://127.0.0.1:1", kv_events_endpoint=None)
+    with pytest.raises(LaunchError, match=r"^w: cannot run .*no-python: No such file or "
+                       r"directory \(launch.python is read from the directory kvroute runs "
+                       r"in\)$"):
+        VllmProcess(missing, tmp_path / "w.log").start()
+
+
+@pytest.mark.integration
+def test_a_stop_asked_while_starting_stops_every_server(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM while the servers load was ignored until --timeout (900 s)."""
+    import threading
+
+    from workers.launch.process import LaunchInterrupted
+
+    stop = threading.Event()
+    silent = "import time; time.sleep(60)"
+    fleet = VllmFleet([command("slow", free_port(), silent)], tmp_path)
+    threading.Timer(0.5, stop.set).start()
+    with pytest.raises(LaunchInterrupted):
+        fleet.start(timeout_s=60, stop=stop)
+    assert fleet.exited() == [(fleet.processes[0], -15)]     # stopped by start()
+
+
+@pytest.mark.integration
+def test_a_server_that_ends_is_reported_by_exited(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    with VllmFleet([command("a", free_port()), command("b", free_port())], tmp_path) as fleet:
+        assert fleet.exited() == []
+        pid = fleet.processes[1].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not fleet.exited():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert fleet.exited() == [(fleet.processes[1], -9)]
