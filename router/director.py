@@ -344,9 +344,12 @@ class Director:
                     if by == CONTEXT_LENGTH_FILTER]
         if too_long:   # the request fits no worker of its model: the client must shorten it
             self._metrics.record_request(model, "", "", decision.profile, 400)
+            # the windows the filter read: each engine's own (/v1/models), else the fleet's
+            windows = {view.id: view.max_model_len
+                       for view in self._registry.views(self._clock())}
             return _context_length_error(routing, max(
-                self._registry.info(worker).model_spec.max_model_len for worker in too_long),
-                headers)
+                windows.get(worker) or self._registry.info(worker).model_spec.max_model_len
+                for worker in too_long), headers)
         self._metrics.record_request(model, "", "", decision.profile, 503)
         return NoWorkerAvailable(f"No worker available for model `{model}`: {decision.reason}",
                                  headers=headers)

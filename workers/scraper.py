@@ -179,6 +179,7 @@ class WorkerScraper:
         self._clock = clock
         self._models: dict[str, tuple[float, ModelsSample]] = {}
         self._refused: set[str] = set()      # workers whose refusal was logged
+        self._misnamed: dict[str, tuple[str, ...]] = {}   # worker -> served names, as logged
 
     async def run(self) -> None:
         """Scrape forever (until cancelled): one loop per worker, so a slow worker delays
@@ -275,7 +276,23 @@ class WorkerScraper:
             log.debug("worker %s: /v1/models failed: %s", info.id, _describe(exc))
             return cached[1] if cached else None
         self._models[info.id] = (now, sample)
+        self._check_names(info, sample.served_models)
         return sample
+
+    def _check_names(self, info: WorkerInfo, served: tuple[str, ...]) -> None:
+        """Once per change: a worker serving none of the fleet file's names for it (its
+        ``--served-model-name`` differs) takes no request for them, and the router's 503
+        says only that every worker was filtered out by model."""
+        if not served or set(served) & set(info.models):
+            self._misnamed.pop(info.id, None)
+            return
+        if self._misnamed.get(info.id) == served:
+            return
+        self._misnamed[info.id] = served
+        log.warning("worker %s serves %s, none of the fleet file's models for it (%s): "
+                    "requests for those will not go there; requests for %s will. Give the "
+                    "fleet file the names it serves, or start it with --served-model-name",
+                    info.id, ", ".join(served), ", ".join(info.models), ", ".join(served))
 
     def _warn_refused(self, info: WorkerInfo, status: int) -> None:
         """Once per worker: a worker started with ``--api-key`` refuses the router's

@@ -13,7 +13,7 @@ import pytest
 
 from policies.loader import load_routing
 from router.handlers import models_payload
-from router.keys import METRICS
+from router.keys import METRICS, REGISTRY
 from tests.policies.conftest import make_view
 from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, RouterHandle, subset
 from workers.fleet import FleetConfig
@@ -269,6 +269,39 @@ async def test_request_longer_than_the_context_window_is_400(router: RouterHandl
     assert info.value.body["message"].startswith(
         "This model's maximum context length is 8192 tokens. However, your prompt contains "
         "at least 8193 input tokens")
+
+
+async def test_the_window_quoted_is_the_engines_own(make_router: RouterFactory,
+                                                     tmp_path_factory: pytest.TempPathFactory
+                                                     ) -> None:
+    """The fleet file says 8,192 and the engine serves 2,048: the filter read the engine's
+    window, and the 400 quoted the fleet file's ("8192 tokens. However, your prompt
+    contains 2382"), contradicting itself."""
+    import yaml
+
+    from tests.router.gateway_support import FAST, fleet_data
+    from workers.emulator.process import EmulatorFleet
+    from workers.fleet import load_fleet
+    from workers.ports import free_port
+
+    path = tmp_path_factory.mktemp("short") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet_data({"short": ("h100", {**FAST,
+                                                                  "max_model_len": 2048})},
+                                              {"short": free_port()})))
+    fleet = load_fleet(path)
+    with EmulatorFleet(fleet, one_process=True):
+        router = await make_router(fleet)
+        for _ in range(100):          # the engine's window, from its /v1/models
+            if router.app[REGISTRY].views(0.0)[0].max_model_len == 2048:
+                break
+            await asyncio.sleep(0.05)
+        with pytest.raises(openai.BadRequestError) as info:
+            await client(router).completions.create(model=MODEL, prompt=[7] * 3000,
+                                                    max_tokens=4)
+    assert isinstance(info.value.body, dict)
+    assert info.value.body["message"].startswith(
+        "This model's maximum context length is 2048 tokens. However, your prompt contains "
+        "3000 input tokens")
 
 
 @pytest.mark.parametrize(("path", "body", "status", "message"), [

@@ -298,3 +298,29 @@ async def test_an_engine_that_went_down_or_restarted_is_reported_lost(
         state.text = restarted
         await scraper.scrape_once()
         assert lost == ["w0", "w0"]
+
+
+async def test_a_worker_serving_other_names_than_the_fleet_files_is_logged_once(
+        worker: tuple[_Worker, str], caplog: pytest.LogCaptureFixture) -> None:
+    """It was taken silently: healthy, sent the other name's traffic, and a request for the
+    fleet file's name got a 503 saying only 'filtered out by model'."""
+    import dataclasses
+
+    state, url = worker
+    misnamed = dataclasses.replace(_info(url), models=("tiny-chat",))
+    registry = WorkerRegistry([misnamed], InflightTracker())
+    clock = _Clock()
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
+                                models_interval_s=1.0, fail_threshold=3, clock=clock)
+        with caplog.at_level("WARNING", logger="workers.scraper"):
+            for _ in range(3):
+                await scraper.scrape_once()
+                clock.now += 2.0                 # /v1/models read again each time
+    warnings = [r.getMessage() for r in caplog.records if "fleet file's models" in
+                r.getMessage()]
+    assert warnings == [f"worker w0 serves {MODEL}, none of the fleet file's models for it "
+                        f"(tiny-chat): requests for those will not go there; requests for "
+                        f"{MODEL} will. Give the fleet file the names it serves, or start it "
+                        "with --served-model-name"]
+    assert state.models_calls == 3
