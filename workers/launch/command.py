@@ -113,11 +113,6 @@ def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None,
     if prefix_caching is not None:
         argv.append("--enable-prefix-caching" if prefix_caching
                     else "--no-enable-prefix-caching")
-    if info.model_spec.runner == "generate":
-        # usage.prompt_tokens_details.cached_tokens in every answer: the router's
-        # kvroute_cached_tokens_total (and a client's own count of cache hits) read it; vLLM
-        # leaves it null without this flag
-        argv.append("--enable-prompt-tokens-details")
     if settings.num_gpu_blocks_override is not None:
         argv += ["--num-gpu-blocks-override", str(settings.num_gpu_blocks_override)]
     if info.kv_events_endpoint:

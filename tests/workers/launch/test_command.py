@@ -35,8 +35,7 @@ def test_gpu_profile_defaults(gpu: str, seqs: str, batched: str) -> None:
         "/opt/py", "-m", VLLM_MODULE, "--model", MODEL, "--served-model-name", MODEL,
         "--host", "127.0.0.1", "--port", "8001", "--tensor-parallel-size", "1",
         "--max-num-seqs", seqs, "--max-num-batched-tokens", batched, "--max-model-len", "8192",
-        "--gpu-memory-utilization", "0.9", "--enable-prefix-caching",
-        "--enable-prompt-tokens-details")
+        "--gpu-memory-utilization", "0.9", "--enable-prefix-caching")
     assert dict(cmd.env) == {}
     assert cmd.url == "http://127.0.0.1:8001"
 
