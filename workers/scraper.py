@@ -211,7 +211,9 @@ class WorkerScraper:
         prev = self._registry.snapshot(info.id)
         if prev is not None and not prev.healthy:
             log.info("worker %s: scrape succeeded again; healthy", info.id)
-        if prev is not None and sample.prefix_cache_queries < prev.prefix_cache_queries:
+        # a restart within the failure threshold (one that went down was dropped then)
+        if (prev is not None and prev.healthy
+                and sample.prefix_cache_queries < prev.prefix_cache_queries):
             log.warning("worker %s: its prefix-cache counters went back (%g < %g): its engine "
                         "restarted, with an empty cache", info.id,
                         sample.prefix_cache_queries, prev.prefix_cache_queries)

@@ -298,6 +298,15 @@ async def test_an_engine_that_went_down_or_restarted_is_reported_lost(
         state.text = restarted
         await scraper.scrape_once()
         assert lost == ["w0", "w0"]
+        state.text = original                # counting again
+        await scraper.scrape_once()
+        state.mode = "error"                 # down, then back restarted: reported once
+        await scraper.scrape_once()
+        await scraper.scrape_once()
+        assert lost == ["w0", "w0", "w0"]
+        state.mode, state.text = "good", restarted
+        await scraper.scrape_once()
+        assert lost == ["w0", "w0", "w0"]
 
 
 async def test_a_worker_serving_other_names_than_the_fleet_files_is_logged_once(
