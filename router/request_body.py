@@ -1,13 +1,18 @@
-"""Reading a request's body within ``Settings.body_timeout_s``.
+"""Reading a request's body while it keeps arriving: ``Settings.body_timeout_s`` of silence
+ends it.
 
 aiohttp waits for a body as long as its connection stays open: a client that sends its
 headers and part of its body, then nothing, held the connection (and, on SIGTERM, the drain)
-until it closed. Past the limit the request is answered 408 in the API's shape.
+until it closed it. The body is read as aiohttp reads it, and while it is incomplete the
+bytes received are checked every ``body_timeout_s``: when none came in that time the request
+is answered 408 in the API's shape. A slow upload that keeps sending is not cut. A body
+already received whole (most are, with their headers) is read at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from aiohttp import web
 
@@ -15,9 +20,23 @@ from router.errors import RequestTimeout
 
 
 async def read_body(request: web.Request, timeout_s: float) -> bytes:
-    """The whole body, or ``RequestTimeout`` when it is not all there within ``timeout_s``."""
+    """The whole body, or ``RequestTimeout`` when none of it arrives for ``timeout_s``."""
+    content = request.content
+    if content.is_eof():
+        return await request.read()
+    reading = asyncio.ensure_future(request.read())
+    received = content.total_bytes
     try:
-        async with asyncio.timeout(timeout_s):
-            return await request.read()
-    except TimeoutError:
-        raise RequestTimeout(f"Request body not received within {timeout_s:g} s.") from None
+        while True:
+            done, _ = await asyncio.wait((reading,), timeout=timeout_s)
+            if done:
+                return reading.result()
+            if content.total_bytes == received:
+                raise RequestTimeout(f"Request body not received: nothing of it came for "
+                                     f"{timeout_s:g} s.")
+            received = content.total_bytes
+    finally:
+        if not reading.done():
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading

@@ -30,9 +30,10 @@ Defaults and why:
   GPUs (vLLM on CPUs declared as an L40S) runs far behind the estimates and must not look
   hung; 0 never watches.
 * ``max_body_bytes = 32 MiB``: larger bodies get 413 before they are read whole.
-* ``body_timeout_s = 60``: a request body not received whole this long after its headers
-  gets 408: a client that stops sending mid-body (a stalled upload, or one holding
-  connections open on purpose) would otherwise hold its connection, and a drain, forever.
+* ``body_timeout_s = 60``: a request body of which nothing arrives for this long gets 408: a
+  client that stops sending mid-body (a stalled upload, or one holding connections open on
+  purpose) would otherwise hold its connection, and a drain, forever. A slow upload that
+  keeps sending is not cut.
 * ``tenant_labels = 100``: tenants (``x-tenant``, or a digest of the API key) given a
   ``tenant`` series of their own in ``kvroute_cost_dollars_total``, the first seen first;
   later ones count as ``(other)``. Clients choose tenants, and every label value is a series
