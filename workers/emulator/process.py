@@ -67,7 +67,8 @@ class _Subprocess:
     """One ``python -m workers.emulator`` child with its stderr in a temporary file."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
-        self.argv = [sys.executable, "-m", "workers.emulator", *argv]
+        # -P: the caller's directory is not on the path (a workers.py there would shadow it)
+        self.argv = [sys.executable, "-P", "-m", "workers.emulator", *argv]
         self.env = {**os.environ, **(env or {})}
         self.env["PYTHONPATH"] = os.pathsep.join(
             part for part in (str(REPO_ROOT), self.env.get("PYTHONPATH", "")) if part)

@@ -90,10 +90,12 @@ async def stop_workers(hosted: Sequence[HostedWorker]) -> None:
 
 
 async def serve(configs: Sequence[EmulatorConfig]) -> None:
-    """Run until SIGINT/SIGTERM; print one ready line per worker on stderr."""
+    """Run until SIGINT/SIGTERM/SIGHUP; print one ready line per worker on stderr. SIGHUP
+    too: a closed terminal sends it to `kvroute up`'s whole process group, and its default
+    ended the emulators at once, cutting the streams the router was draining."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     hosted = await start_workers(configs)
     try:

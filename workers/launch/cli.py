@@ -2,8 +2,8 @@
 
 Workers with ``url:`` and a ``launch:`` block are started (``--worker ID`` picks some), each
 with the command ``workers.launch.command`` builds from its GPU profile; the command waits
-until every ``/health`` answers, then keeps the servers running until SIGINT/SIGTERM (also
-while they start) and stops them by pid. When a server ends on its own, the others are
+until every ``/health`` answers, then keeps the servers running until SIGINT/SIGTERM/SIGHUP
+(also while they start) and stops them by pid. When a server ends on its own, the others are
 stopped and the command exits 1 with that server's log tail, so that a supervisor restarts
 the set. ``--dry-run`` prints the commands and starts nothing.
 """
@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     servers = VllmFleet(commands, args.log_dir)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP too (a closed terminal): by default it ended the launcher at once, and the
+    # servers, each in a session of its own, ran on without it
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
     try:
         servers.start(timeout_s=args.timeout, stop=stop)

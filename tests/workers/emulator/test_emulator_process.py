@@ -119,6 +119,23 @@ def test_relative_paths_in_the_fleet_are_read_from_the_callers_directory(
                           "emulate": {"port": port, "ssl_certfile": "certs/cert.pem",
                                       "ssl_keyfile": "certs/key.pem"}}]}
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    # a module of the caller's named like the package must not shadow it (python -P)
+    (tmp_path / "workers.py").write_text("raise SystemExit('the caller workers.py')\n")
     monkeypatch.chdir(tmp_path)
     with EmulatorFleet(Path("fleet.yaml"), time_scale=0.0) as emulators:
         assert emulators.urls == {"w0": f"https://127.0.0.1:{port}"}
+
+
+def test_a_hangup_stops_the_emulator_as_sigterm_does() -> None:
+    """A closed terminal sends SIGHUP to `kvroute up`'s whole group: the emulators ended at
+    once (status -1), cutting the streams the router was draining."""
+    import signal
+
+    process = EmulatorProcess(gpu="h100", time_scale=0.0).start()
+    try:
+        assert process.pid is not None
+        os.kill(process.pid, signal.SIGHUP)
+        assert process._child.proc is not None
+        assert process._child.proc.wait(timeout=15) == 0
+    finally:
+        process.stop()

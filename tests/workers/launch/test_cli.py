@@ -148,13 +148,16 @@ def test_a_server_that_ends_stops_the_launcher_with_its_log(tmp_path: Path) -> N
 
 
 @pytest.mark.integration
-def test_sigterm_while_the_servers_start_stops_them_at_once(tmp_path: Path) -> None:
-    """The launcher waited for /health until --timeout (900 s) whatever the signal."""
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_the_servers_start_stops_them_at_once(tmp_path: Path,
+                                                             stop: signal.Signals) -> None:
+    """The launcher waited for /health until --timeout (900 s) whatever the signal; SIGHUP
+    (a closed terminal) ended it at once and left the servers running."""
     launcher = _launcher(tmp_path, slow=True)
     try:
         server = _server_pid(launcher)
         time.sleep(0.5)
-        launcher.send_signal(signal.SIGTERM)
+        launcher.send_signal(stop)
         _, err = launcher.communicate(timeout=30)
     finally:
         if launcher.poll() is None:
