@@ -167,6 +167,18 @@ class PolicyEngine:
             except Exception:
                 log.exception("on_completed of %s failed", _plugin_name(hook))
 
+    def forget_worker(self, worker_id: str) -> None:
+        """The worker's engine restarted with an empty cache: each plugin with a
+        ``forget_worker(worker_id)`` drops what it believed that engine held."""
+        for _path, (_type_name, plugin) in self._plugins.items():
+            hook = getattr(plugin, "forget_worker", None)
+            if hook is None:
+                continue
+            try:
+                hook(worker_id)
+            except Exception:
+                log.exception("forget_worker of %s failed", _plugin_name(hook))
+
     def plugins(self) -> Iterator[tuple[str, str, Any]]:
         """(declared path, type name, instance) of every plugin, producers first."""
         for path, (type_name, plugin) in self._plugins.items():

@@ -180,7 +180,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
         app[REGISTRY], scrapes, interval_s=settings.scrape_interval_s,
         timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
         fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s,
-        on_engine_lost=app[KV_EVENTS].forget)
+        on_engine_lost=lambda worker_id: _engine_restarted(app, worker_id))
     app[SCRAPER] = scraper
     upstream = UpstreamClient(settings.connect_timeout_s, settings.upstream_timeout_s,
                               authorizations=authorizations, tls=tls,
@@ -312,6 +312,14 @@ def _log_drain(app: web.Application, timeout_s: float) -> None:
     replica's together when they share a state store."""
     log.info("stopping: no new connections; %d request(s) in flight get up to %g s to finish",
              len(app[REQUEST_TASKS]), timeout_s)
+
+
+def _engine_restarted(app: web.Application, worker_id: str) -> None:
+    """A worker's engine restarted with an empty cache: the KV-event block set and the
+    policy's routing history of what it held are dropped, so that no request goes there
+    for a prefix it lost."""
+    app[KV_EVENTS].forget(worker_id)
+    app[POLICY].engine.forget_worker(worker_id)
 
 
 def run_router(settings: Settings, fleet: FleetConfig | None = None,

@@ -165,9 +165,10 @@ class WorkerScraper:
                  fail_threshold: int, slow_grace_s: float = 10.0,
                  clock: Callable[[], float] = time.monotonic,
                  on_engine_lost: Callable[[str], None] | None = None) -> None:
-        """``on_engine_lost(worker id)``: the worker went down, or came back with its
-        engine's counters lower than before (a restarted engine): what was known of its
-        cache may be gone."""
+        """``on_engine_lost(worker id)``: the worker's prefix-cache counters went back since
+        its last good scrape (its engine restarted, whether or not it was marked down
+        meanwhile): what was known of its cache is gone. A worker that was only unreachable
+        for a while comes back with its counters where they were, and keeps what is known."""
         self._registry = registry
         self._on_engine_lost = on_engine_lost
         self._client = client
@@ -211,9 +212,8 @@ class WorkerScraper:
         prev = self._registry.snapshot(info.id)
         if prev is not None and not prev.healthy:
             log.info("worker %s: scrape succeeded again; healthy", info.id)
-        # a restart within the failure threshold (one that went down was dropped then)
-        if (prev is not None and prev.healthy
-                and sample.prefix_cache_queries < prev.prefix_cache_queries):
+        # its last good scrape's counters (a failed scrape keeps them): lower, a new engine
+        if prev is not None and sample.prefix_cache_queries < prev.prefix_cache_queries:
             log.warning("worker %s: its prefix-cache counters went back (%g < %g): its engine "
                         "restarted, with an empty cache", info.id,
                         sample.prefix_cache_queries, prev.prefix_cache_queries)
@@ -260,8 +260,6 @@ class WorkerScraper:
         if snap.healthy != (prev.healthy if prev else False) or prev is None:
             log.warning("worker %s: scrape failed (%s); healthy=%s", info.id, error,
                         snap.healthy)
-        if prev is not None and prev.healthy and not snap.healthy:
-            self._engine_lost(info.id)     # it may come back as a new engine, cache empty
         self._registry.update(snap, fresh=False)
 
     async def _models_of(self, info: WorkerInfo, now: float) -> ModelsSample | None:

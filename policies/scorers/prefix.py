@@ -131,6 +131,11 @@ class PrefixScorer:
         if self.exact is not None and self.inflight is not None:
             self.inflight.add(request.request_id, worker_id, chain)
 
+    def forget_worker(self, worker_id: str) -> None:
+        """Its engine restarted (``PolicyEngine.forget_worker``): the routing history of what
+        it caches is void. (The KV-event index is the router's feed's to drop.)"""
+        self.index.clear_worker(worker_id)
+
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         if self.inflight is not None:
             self.inflight.remove(request.request_id, outcome.worker_id)

@@ -133,3 +133,39 @@ async def test_client_connections_use_tcp_nodelay(emulated_fleet: FleetConfig) -
     finally:
         await runner.cleanup()
     assert seen == [1]
+
+
+async def test_an_engine_restarted_behind_the_router_loses_what_the_router_knew(
+        make_router: RouterFactory) -> None:
+    """A restarted engine's cache is empty: the prefix scorer's routing history of it went on
+    sending a conversation there for a prefix of 1,504 tokens it no longer held."""
+    from policies.scorers.prefix import PrefixScorer
+    from router.keys import POLICY
+    from tests.router.gateway_support import url_fleet
+    from workers.emulator.process import EmulatorProcess
+    from workers.ports import free_port
+
+    port = free_port()
+    first = EmulatorProcess(gpu="h100", port=port, time_scale=0.0,
+                            served_model_names=[MODEL]).start()
+    try:
+        router = await make_router(url_fleet({"k0": first.url}), scrape_interval_s=0.05)
+        prefix = next(plugin for _, _, plugin in router.app[POLICY].engine.plugins()
+                      if isinstance(plugin, PrefixScorer))
+        messages = [{"role": "user", "content": "a long system prompt " * 100}]
+        api = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused")
+        await api.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                          max_tokens=2)
+        assert prefix.index.blocks("k0") > 0
+        await asyncio.sleep(0.3)          # scraped with the first engine's counters
+    finally:
+        first.stop()
+    second = EmulatorProcess(gpu="h100", port=port, time_scale=0.0,
+                             served_model_names=[MODEL]).start()
+    try:
+        deadline = time.monotonic() + 15
+        while prefix.index.blocks("k0") > 0:
+            assert time.monotonic() < deadline, "the restart was not seen"
+            await asyncio.sleep(0.05)
+    finally:
+        second.stop()

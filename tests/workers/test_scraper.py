@@ -267,46 +267,44 @@ async def test_slow_worker_stays_up_for_the_grace_period(worker: tuple[_Worker, 
 
 
 
-async def test_an_engine_that_went_down_or_restarted_is_reported_lost(
+async def test_an_engine_that_restarted_is_reported_lost(
         worker: tuple[_Worker, str]) -> None:
-    """What the router knew of its cache (its KV-event block set) must go: a restarted engine
-    was taken for the cache of the one before it until its first event batch arrived."""
+    """What the router knew of its cache must go when its engine restarted (a restarted
+    engine was taken for the cache of the one before it), and only then: a worker that was
+    unreachable for a while and comes back with its counters keeps what is known."""
     state, url = worker
     registry = WorkerRegistry([_info(url)], InflightTracker())
     lost: list[str] = []
+    original = SAMPLE.read_text()
+    restarted = "\n".join(line for line in original.splitlines()
+                          if not line.startswith("vllm:prefix_cache_"))
     async with upstream_client() as client:
         scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
                                 models_interval_s=5.0, fail_threshold=2,
                                 on_engine_lost=lost.append)
         await scraper.scrape_once()
-        state.mode = "error"
-        await scraper.scrape_once()
-        assert lost == []                    # one failure: still up
-        await scraper.scrape_once()
-        assert lost == ["w0"]                # down
-        await scraper.scrape_once()
-        assert lost == ["w0"]                # once per fall
-        state.mode = "good"
-        await scraper.scrape_once()
-        assert lost == ["w0"]                # back, the same counters
+        state.mode = "error"                 # down ...
+        for _ in range(3):
+            await scraper.scrape_once()
         snap = registry.snapshot("w0")
-        assert snap is not None and snap.prefix_cache_queries > 0
-        # a restart within the failure threshold: the counters start again from 0
-        original = SAMPLE.read_text()
-        restarted = "\n".join(line for line in original.splitlines()
-                              if not line.startswith("vllm:prefix_cache_"))
-        state.text = restarted
+        assert snap is not None and not snap.healthy
+        state.mode = "good"                  # ... and back, the same engine: kept
         await scraper.scrape_once()
-        assert lost == ["w0", "w0"]
+        assert lost == []
+        state.text = restarted               # a restart within the failure threshold
+        await scraper.scrape_once()
+        assert lost == ["w0"]
         state.text = original                # counting again
         await scraper.scrape_once()
-        state.mode = "error"                 # down, then back restarted: reported once
-        await scraper.scrape_once()
-        await scraper.scrape_once()
-        assert lost == ["w0", "w0", "w0"]
+        state.mode = "error"                 # down, then back as a new engine
+        for _ in range(3):
+            await scraper.scrape_once()
+        assert lost == ["w0"]
         state.mode, state.text = "good", restarted
         await scraper.scrape_once()
-        assert lost == ["w0", "w0", "w0"]
+        assert lost == ["w0", "w0"]
+        await scraper.scrape_once()          # the same new engine: once
+        assert lost == ["w0", "w0"]
 
 
 async def test_a_worker_serving_other_names_than_the_fleet_files_is_logged_once(
