@@ -315,18 +315,26 @@ def test_success_rate_counts_server_errors_only(tmp_path: Path) -> None:
                  "values": "0+99x20"},
                 {"series": f'{requests}{{model="m2", worker="w1", status="502"}}',
                  "values": "0+1x20"},
+                # m3: every answer a server error (no other series: the ratio was missing)
+                {"series": f'{requests}{{model="m3", worker="w2", status="500"}}',
+                 "values": "0+10x20"},
             ],
             "promql_expr_test": [{
                 "expr": "model:kvroute_requests_success:ratio5m", "eval_time": "10m",
                 "exp_samples": [{"labels": 'model:kvroute_requests_success:ratio5m{model="m1"}',
                                  "value": 1},
                                 {"labels": 'model:kvroute_requests_success:ratio5m{model="m2"}',
-                                 "value": 0.99}]}],
+                                 "value": 0.99},
+                                {"labels": 'model:kvroute_requests_success:ratio5m{model="m3"}',
+                                 "value": 0}]}],
             "alert_rule_test": [
                 {"eval_time": "15m", "alertname": "SuccessRateLow", "exp_alerts": [
                     {"exp_labels": {"severity": "emergency", "model": "m2"},
                      "exp_annotations": {
-                         "summary": "Only 99% of m2 requests succeed"}}]}],
+                         "summary": "Only 99% of m2 requests succeed"}},
+                    {"exp_labels": {"severity": "emergency", "model": "m3"},
+                     "exp_annotations": {
+                         "summary": "Only 0% of m3 requests succeed"}}]}],
         }],
     })
 
