@@ -171,14 +171,22 @@ def _default_files(args: argparse.Namespace) -> bool:
     """Fill in ``--fleet`` and ``--routing`` where not given (``workers.project_files``);
     False after a one-line error when a default file is nowhere."""
     from workers.project_files import MissingDefaultFile, default_file
+    defaults = []
     try:
         if args.fleet is None:
             args.fleet = default_file(DEFAULT_FLEET, "--fleet")
+            defaults.append("fleet")
         if args.routing is None:
             args.routing = default_file(DEFAULT_ROUTING, "--routing")
+            defaults.append("routing")
     except MissingDefaultFile as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return False
+    # each default is found on its own (this directory, else the checkout): say which
+    logging.getLogger(__name__).info(
+        "fleet file %s%s; routing file %s%s", args.fleet,
+        " (default)" if "fleet" in defaults else "", args.routing,
+        " (default)" if "routing" in defaults else "")
     return True
 
 

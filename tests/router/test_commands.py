@@ -141,15 +141,23 @@ def test_without_default_files_the_option_to_pass_is_named(
 
 
 def test_from_another_directory_the_checkouts_files_are_the_defaults(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
     from router.cli import build_parser
     from router.commands import _default_files
+    (tmp_path / "config").mkdir()          # a routing file here, no fleet file
+    (tmp_path / "config" / "routing.yaml").write_text(
+        (REPO_ROOT / "config" / "routing.yaml").read_text())
     monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(["up"])
     assert (args.fleet, args.routing) == (None, None)
-    assert _default_files(args)
+    with caplog.at_level("INFO", logger="router.commands"):
+        assert _default_files(args)
     assert (args.fleet, args.routing) == (REPO_ROOT / "config" / "fleet.yaml",
-                                          REPO_ROOT / "config" / "routing.yaml")
+                                          Path("config/routing.yaml"))
+    # each found on its own: the log says which files are in use
+    assert caplog.messages == [f"fleet file {REPO_ROOT / 'config' / 'fleet.yaml'} (default); "
+                               "routing file config/routing.yaml (default)"]
 
 
 @pytest.mark.parametrize(("command", "extra"), [

@@ -119,6 +119,8 @@ _TYPE_ERRORS = {str: ("string_type", "Input should be a valid string"),
 def _required(data: Mapping[str, Any], name: str, kind: type[_T]) -> _T:
     """A required field of ``kind`` (a bool is no int), else vLLM's validation error."""
     value = data.get(name)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        return kind(value)         # pydantic's lax int takes a whole float, as vLLM does
     if isinstance(value, kind) and not isinstance(value, bool):
         return value
     if value is None:

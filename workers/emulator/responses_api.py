@@ -285,6 +285,8 @@ class _Fields:
         value = self._data.get(name)
         if value is None:
             return None
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)       # pydantic's lax int takes a whole float, as vLLM does
         if not isinstance(value, int) or isinstance(value, bool):
             raise validation_error(name, "Input should be a valid integer", "int_type", value)
         if value < 1:

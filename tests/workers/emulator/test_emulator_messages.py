@@ -100,3 +100,13 @@ async def test_errors(worker: EmulatorProcess) -> None:
         "model": MODEL, "max_tokens": 2,
         "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})
     assert status == 400 and "text blocks only" in image["error"]["message"]
+
+
+async def test_a_whole_float_is_a_max_tokens_as_in_vllm(worker: EmulatorProcess) -> None:
+    """pydantic's lax int takes 2.0: the emulator answered 400 int_type where vLLM answers."""
+    status, cut = await post(f"{worker.url}/v1/messages",
+                             {**conversation("Tell me about dragons."), "max_tokens": 2.0})
+    assert status == 200 and cut["usage"]["output_tokens"] == 2
+    status, error = await post(f"{worker.url}/v1/messages",
+                               {**conversation("x"), "max_tokens": 2.5})
+    assert status == 400 and "int" in str(error)

@@ -113,3 +113,10 @@ async def test_a_sampling_value_that_is_not_a_number_is_a_400(keeper: EmulatorPr
     status, answer = await post(f"{keeper.url}/v1/responses", {
         "model": MODEL, "input": "hi", "max_output_tokens": 2, field: 0.5})
     assert (status, answer[field]) == (200, 0.5)
+
+
+async def test_a_whole_float_is_a_max_output_tokens_as_in_vllm(keeper: EmulatorProcess) -> None:
+    status, answer = await post(f"{keeper.url}/v1/responses", {
+        "model": MODEL, "input": "hi", "max_output_tokens": 2.0})
+    assert status == 200 and answer["usage"]["output_tokens"] == 2
+    assert answer["max_output_tokens"] == 2
