@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 # sub-command module -> what it provides
@@ -50,7 +52,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    return int(func(args) or 0)
+    # SIGTERM stops a command as Ctrl-C does, so that what it started (a benchmark's
+    # routers and emulators, a simulation's worker processes) is stopped on the way out;
+    # it left them running. The servers (up, serve, emulate, launch-vllm) set their own.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = (signal.signal(signal.SIGTERM, signal.default_int_handler) if in_main_thread
+                else None)
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"kvroute {args.command}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
 
 
 if __name__ == "__main__":

@@ -124,15 +124,27 @@ def _apply(bar: Any, kind: str, n: int) -> None:
 def _run_parallel(jobs: Sequence[PolicyJob], parallel: int, ceiling: float,
                   bar: Any) -> list[PolicyRun]:
     context = multiprocessing.get_context("fork")
-    with context.Manager() as manager, ProcessPoolExecutor(
-            max_workers=min(parallel, len(jobs)), mp_context=context) as pool:
+    manager = context.Manager()
+    pool = ProcessPoolExecutor(max_workers=min(parallel, len(jobs)), mp_context=context)
+    try:
         updates: Any = manager.Queue()
         futures: list[Future[PolicyRun]] = [
             pool.submit(_child_run, job, ceiling, updates) for job in jobs]
         while not all(f.done() for f in futures):
             _drain(updates, bar, timeout=0.2)
         _drain(updates, bar, timeout=0.0)
-        return [f.result() for f in futures]
+        results = [f.result() for f in futures]
+    except BaseException:
+        # Ctrl-C (or SIGTERM, which the CLI turns into it): stop now. Leaving the pool's
+        # with-block ran every queued policy first, and a second Ctrl-C in that wait could
+        # hang the exit; workers left behind ran on after a SIGTERM.
+        for child in multiprocessing.active_children():     # the pool's workers, the manager
+            child.kill()      # their work is lost anyway; a SIGTERM would print tracebacks
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    manager.shutdown()
+    return results
 
 
 def _drain(updates: Any, bar: Any, timeout: float) -> None:

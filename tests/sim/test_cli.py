@@ -182,3 +182,75 @@ def test_kv_events_reach_every_simulation_of_the_run(tmp_path: Path,
     summary = json.loads((out / "summary.json").read_text())
     assert summary["settings"]["kv_events"] is True
     assert seen == [False, True]         # round-robin hashes no blocks: no events for it
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    pending = [pid]
+    while pending:
+        try:
+            children = Path(f"/proc/{pending.pop()}/task/").glob("*/children")
+            for path in children:
+                for child in map(int, path.read_text().split()):
+                    if child not in found:
+                        found.add(child)
+                        pending.append(child)
+        except OSError:
+            continue
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_parallel_simulation_stops_its_workers_at_once(
+        tmp_path: Path, stop: str) -> None:
+    """Ctrl-C waited for every queued policy to run (14-27 s of a 32 s run) and then printed
+    a traceback; SIGTERM left the pool's workers running for good."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "trace.jsonl"
+    rows = [{"arrival_s": 0.05 * i, "prompt_tokens": 2000 + 7 * i, "output_tokens": 200}
+            for i in range(3000)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "router.cli", "sim", "--trace", str(path), "--fleet", str(FLEET),
+         "--policies", "round-robin,least-requests,kvroute,sglang-cache-aware", "--jobs", "2",
+         "--goodput", "--out", str(tmp_path / "out")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    children: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(children) < 3:                   # the manager and two workers
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+            children = _descendants(proc.pid)
+        time.sleep(1.0)
+        children |= _descendants(proc.pid)
+        os.kill(proc.pid, getattr(signal, stop))
+        started = time.monotonic()
+        _, err = proc.communicate(timeout=20)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        left = [pid for pid in children if _running(pid)]
+        for pid in left:                            # ours: started by the simulation
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.strip().endswith("kvroute sim: interrupted")
+    assert "Traceback" not in err
+    assert took < 10
+    assert left == []
