@@ -380,3 +380,43 @@ def test_the_overhead_progress_line_shows_a_dash_where_no_router_cpu_was_measure
                             lines.append)
     assert result.skipped is None
     assert lines[-1] == "direct: 526.2 req/s, – µs/req; stream 526.2 req/s, – µs/req"
+
+
+@pytest.mark.integration
+def test_sigterm_stops_a_benchmark_and_the_servers_it_started(tmp_path: Path) -> None:
+    """SIGTERM ended the command at once and left its emulators (and routers) listening:
+    only Ctrl-C ran the cleanup. Now both do, in one line and exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "router.cli", "bench", "emulator", "--workers", "1",
+         "--concurrency", "1", "--duration", "60", "--out", str(tmp_path / "out")],
+        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not children:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no emulator started"
+            time.sleep(0.1)
+            children = [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                        .read_text().split()]
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        left = [pid for pid in children if Path(f"/proc/{pid}").exists()
+                and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"]
+        for pid in left:                    # the emulator it started
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.strip().endswith("kvroute bench: interrupted")
+    assert left == []
