@@ -187,15 +187,23 @@ def servegen_requests(workload: Workload, start_s: float, duration_s: float,
 
 
 def write_jsonl(requests: list[ServeGenRequest], path: str | Path) -> None:
-    """The simulator's generic JSONL (gzip when the name ends in ``.gz``)."""
+    """The simulator's generic JSONL (gzip when the name ends in ``.gz``), written beside
+    ``path`` and renamed over it once whole: an interrupted draw left a valid gzip of a few
+    dozen rows, which ``kvroute scorecard`` then took for the drawn trace on every run."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    partial = p.with_name(f".{p.name}.partial")
     opener = gzip.open if p.suffix == ".gz" else open
-    with opener(p, "wt") as out:
-        for r in requests:
-            out.write(json.dumps({"arrival_s": round(r.arrival_s, 6),
-                                  "prompt_tokens": r.prompt_tokens,
-                                  "output_tokens": r.output_tokens, "tenant": r.tenant}) + "\n")
+    try:
+        with opener(partial, "wt") as out:
+            for r in requests:
+                out.write(json.dumps({"arrival_s": round(r.arrival_s, 6),
+                                      "prompt_tokens": r.prompt_tokens,
+                                      "output_tokens": r.output_tokens,
+                                      "tenant": r.tenant}) + "\n")
+        partial.replace(p)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _window_arrivals(window: RateWindow, rng: random.Random) -> Iterator[float]:

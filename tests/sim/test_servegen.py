@@ -271,6 +271,29 @@ def test_write_jsonl_round_trips_through_the_generic_loader(tmp_path: Path) -> N
     assert {r.tenant for r in trace.requests} == {"client-4"}
 
 
+def test_an_interrupted_write_leaves_no_file_at_the_path(tmp_path: Path) -> None:
+    """An interrupted draw left a valid gzip of 20-39 rows of 3,314, which kvroute scorecard
+    then took for the drawn trace on every later run."""
+    archive = _archive(tmp_path / "sg.tar.gz", {
+        "chunk-4-trace.csv": _rates("0,1.0,1.0,Gamma,1.0,1.0"),
+        "chunk-4-dataset.json": _dataset({12: 0.5, 34: 0.5}, {5: 1.0}),
+    })
+    requests = servegen_requests(read_archive(archive), 0, 600, seed=1)
+
+    class Interrupted(list[object]):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            yield requests[0]
+            raise KeyboardInterrupt
+
+    target = tmp_path / "t.jsonl.gz"
+    with pytest.raises(KeyboardInterrupt):
+        write_jsonl(Interrupted(), target)  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sg.tar.gz"]
+    write_jsonl(requests, target)
+    assert len(load_trace(target).requests) == len(requests)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sg.tar.gz", "t.jsonl.gz"]
+
+
 @pytest.mark.skipif(not R1_ARCHIVE.exists(), reason="shared ServeGen archive not present")
 def test_the_deepseek_r1_day_matches_its_published_statistics() -> None:
     workload = read_archive(R1_ARCHIVE)
