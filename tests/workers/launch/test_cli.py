@@ -120,6 +120,17 @@ def _server_pid(launcher: subprocess.Popen[str]) -> int:
         time.sleep(0.05)
 
 
+def _stop(launcher: subprocess.Popen[str], servers: list[int]) -> None:
+    """After a failed check: the launcher, then the servers it started (each in a session
+    of its own, which its death would leave running), by pid."""
+    if launcher.poll() is None:
+        launcher.kill()
+        launcher.wait()
+    for pid in servers:
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -133,16 +144,16 @@ def test_a_server_that_ends_stops_the_launcher_with_its_log(tmp_path: Path) -> N
     """It went on saying "1 vLLM server(s) healthy" over a dead server, so no supervisor
     restarted it."""
     launcher = _launcher(tmp_path, slow=False)
+    servers: list[int] = []
     try:
         assert launcher.stdout is not None
         while "healthy" not in launcher.stdout.readline():
             assert launcher.poll() is None, launcher.communicate()
-        os.kill(_server_pid(launcher), signal.SIGKILL)
+        servers.append(_server_pid(launcher))
+        os.kill(servers[0], signal.SIGKILL)
         _, err = launcher.communicate(timeout=20)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
+        _stop(launcher, servers)
     assert launcher.returncode == 1
     assert "kvroute launch-vllm: real-0: vLLM exited with code -9; stopping the others" in err
 
@@ -154,16 +165,15 @@ def test_a_signal_while_the_servers_start_stops_them_at_once(tmp_path: Path,
     """The launcher waited for /health until --timeout (900 s) whatever the signal; SIGHUP
     (a closed terminal) ended it at once and left the servers running."""
     launcher = _launcher(tmp_path, slow=True)
+    servers: list[int] = []
     try:
-        server = _server_pid(launcher)
+        servers.append(_server_pid(launcher))
         time.sleep(0.5)
         launcher.send_signal(stop)
         _, err = launcher.communicate(timeout=30)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
+        _stop(launcher, servers)
     assert launcher.returncode == 130
     assert err.strip().endswith("kvroute launch-vllm: stopped before every server was "
                                 "healthy; every server stopped")
-    assert _gone(server)
+    assert _gone(servers[0])
