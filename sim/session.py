@@ -124,6 +124,7 @@ def _apply(bar: Any, kind: str, n: int) -> None:
 def _run_parallel(jobs: Sequence[PolicyJob], parallel: int, ceiling: float,
                   bar: Any) -> list[PolicyRun]:
     context = multiprocessing.get_context("fork")
+    others = set(multiprocessing.active_children())    # not ours to stop
     manager = context.Manager()
     pool = ProcessPoolExecutor(max_workers=min(parallel, len(jobs)), mp_context=context)
     try:
@@ -138,7 +139,7 @@ def _run_parallel(jobs: Sequence[PolicyJob], parallel: int, ceiling: float,
         # Ctrl-C (or SIGTERM, which the CLI turns into it): stop now. Leaving the pool's
         # with-block ran every queued policy first, and a second Ctrl-C in that wait could
         # hang the exit; workers left behind ran on after a SIGTERM.
-        for child in multiprocessing.active_children():     # the pool's workers, the manager
+        for child in set(multiprocessing.active_children()) - others:   # the pool, the manager
             child.kill()      # their work is lost anyway; a SIGTERM would print tracebacks
         pool.shutdown(wait=False, cancel_futures=True)
         raise
