@@ -182,12 +182,18 @@ def _default_files(args: argparse.Namespace) -> bool:
     except MissingDefaultFile as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return False
-    # each default is found on its own (this directory, else the checkout): say which
+    args.defaulted = tuple(defaults)
+    return True
+
+
+def _log_files(args: argparse.Namespace) -> None:
+    """Each default file is found on its own (this directory, else the checkout): once the
+    start is checked, say which files are in use."""
+    defaulted = getattr(args, "defaulted", ())
     logging.getLogger(__name__).info(
         "fleet file %s%s; routing file %s%s", args.fleet,
-        " (default)" if "fleet" in defaults else "", args.routing,
-        " (default)" if "routing" in defaults else "")
-    return True
+        " (default)" if "fleet" in defaulted else "", args.routing,
+        " (default)" if "routing" in defaulted else "")
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -244,6 +250,7 @@ def _serve(args: argparse.Namespace) -> int:
                          response_ttl_s=args.response_ttl, process_port=args.metrics_port)
     if settings is None:
         return 2
+    _log_files(args)
     if args.processes > 1:
         from router.replicas import run_replicas
         if settings.redis_url is None:
@@ -276,6 +283,7 @@ def _up(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if fleet is None or settings is None:
         return 2
+    _log_files(args)
     emulated = sum(1 for w in fleet.workers if w.emulated)
     options: dict[str, Any] = {"one_process": args.emulator_processes == "one"}
     if args.time_scale is not None:

@@ -144,17 +144,18 @@ def test_from_another_directory_the_checkouts_files_are_the_defaults(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     from router.cli import build_parser
-    from router.commands import _default_files
+    from router.commands import _default_files, _log_files
     (tmp_path / "config").mkdir()          # a routing file here, no fleet file
     (tmp_path / "config" / "routing.yaml").write_text(
         (REPO_ROOT / "config" / "routing.yaml").read_text())
     monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(["up"])
     assert (args.fleet, args.routing) == (None, None)
-    with caplog.at_level("INFO", logger="router.commands"):
-        assert _default_files(args)
+    assert _default_files(args)
     assert (args.fleet, args.routing) == (REPO_ROOT / "config" / "fleet.yaml",
                                           Path("config/routing.yaml"))
+    with caplog.at_level("INFO", logger="router.commands"):
+        _log_files(args)
     # each found on its own: the log says which files are in use
     assert caplog.messages == [f"fleet file {REPO_ROOT / 'config' / 'fleet.yaml'} (default); "
                                "routing file config/routing.yaml (default)"]
