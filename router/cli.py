@@ -68,6 +68,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-
 if __name__ == "__main__":
     sys.exit(main())

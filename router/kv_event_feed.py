@@ -45,10 +45,9 @@ class KvEventFeed:
         return attach(engine, self.index) if self.index is not None else 0
 
     def forget(self, worker_id: str) -> None:
-        """The worker's engine went down or restarted (``WorkerScraper``'s
-        ``on_engine_lost``): drop its block set and follow its stream afresh, so that a
-        restarted engine is not taken for the cache of the one before it until its first
-        batch arrives."""
+        """The worker's engine restarted (``WorkerScraper``'s ``on_engine_lost``): drop its
+        block set and follow its stream afresh, so that the new engine is not taken for the
+        cache of the one before it until its first batch arrives."""
         if self.index is not None:
             self.index.forget(worker_id)
 

@@ -217,12 +217,9 @@ class WorkerScraper:
             log.warning("worker %s: its prefix-cache counters went back (%g < %g): its engine "
                         "restarted, with an empty cache", info.id,
                         sample.prefix_cache_queries, prev.prefix_cache_queries)
-            self._engine_lost(info.id)
+            if self._on_engine_lost is not None:
+                self._on_engine_lost(info.id)
         self._registry.update(self._snapshot(info, now, sample, models, prev), fresh=True)
-
-    def _engine_lost(self, worker_id: str) -> None:
-        if self._on_engine_lost is not None:
-            self._on_engine_lost(worker_id)
 
     def _snapshot(self, info: WorkerInfo, now: float, sample: MetricsSample,
                   models: ModelsSample | None, prev: WorkerSnapshot | None) -> WorkerSnapshot:

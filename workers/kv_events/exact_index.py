@@ -131,8 +131,8 @@ class ExactPrefixIndex:
         entry.gap_open = False
 
     def forget(self, worker_id: str) -> None:
-        """Drop what is known of the worker (its engine went down or restarted): its next
-        batch starts it again, as a restart (seq 0) or a late join (``on_replay_done``)."""
+        """Drop what is known of the worker (its engine restarted): its next batch starts it
+        again, as a restart (seq 0) or a late join (``on_replay_done``)."""
         entry = self._workers.get(worker_id)
         if entry is not None:
             self._reset(entry)
