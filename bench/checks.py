@@ -11,12 +11,10 @@ its other callers (``python -m bench.<module>``, tests); it is cheap and idempot
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-from sim.cli import first_problem, range_problem
+from sim.cli import first_problem, out_problem, range_problem
 
 Check = Callable[[argparse.Namespace], str | None]
 
@@ -36,20 +34,6 @@ def refusal(command: str, args: argparse.Namespace, check: Check | None) -> int 
     problem = check(args) if check is not None else None
     problem = problem or out_problem(getattr(args, "out", None))
     return refuse(command, problem) if problem else None
-
-
-def out_problem(out: Path | None) -> str | None:
-    """``--out: cannot write DIR: <reason>`` when the folder cannot be made or written (it is
-    made here: a benchmark's results must not be lost to a typo after it ran)."""
-    if out is None:
-        return None
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return f"--out: cannot write {out}: {exc.strerror or exc}"
-    if not os.access(out, os.W_OK | os.X_OK):
-        return f"--out: cannot write {out}: Permission denied"
-    return None
 
 
 def int_list(text: str) -> list[int]:

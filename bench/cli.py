@@ -196,8 +196,10 @@ def _overhead(args: argparse.Namespace) -> int:
                             concurrency=args.concurrency, pinned=not args.unpinned,
                             backends=args.backends, router_cpus=args.router_cpus,
                             load_cpus=args.load_cpus, backend_cpus=args.backend_cpus)
-    results = run_overhead(config, _progress)
-    paths = write_overhead(args.out, config, results, _command_line())
+    command = _command_line()
+    results = run_overhead(config, _progress,            # written after each target too
+                           lambda so_far: write_overhead(args.out, config, so_far, command))
+    paths = write_overhead(args.out, config, results, command)
     print(markdown_table(results))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
@@ -245,10 +247,12 @@ def _replay(args: argparse.Namespace) -> int:
                           routing=args.routing, launch=args.launch,
                           emulator_processes=args.emulator_processes, repeat=args.repeat,
                           client_max_tokens=client_max_tokens)
-    results = run_replay(config, _progress)
     from sim.cache_curve import prefix_ceiling
     ceiling = prefix_ceiling(trace)
-    paths = write_replay(args.out, config, results, _command_line(), ceiling)
+    command = _command_line()
+    results = run_replay(config, _progress,              # written after each target too
+                         lambda so_far: write_replay(args.out, config, so_far, command, ceiling))
+    paths = write_replay(args.out, config, results, command, ceiling)
     print(f"infinite-cache prefix ceiling of the slice: {ceiling:.3f}")
     print(markdown_table(results))
     print("wrote " + ", ".join(str(p) for p in paths))

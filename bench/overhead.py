@@ -169,7 +169,11 @@ def _shown(value: float | None) -> str:
     return "–" if value is None else str(value)
 
 
-def run_overhead(config: OverheadConfig, progress: Progress) -> list[TargetResult]:
+def run_overhead(config: OverheadConfig, progress: Progress,
+                 measured: Callable[[list[TargetResult]], object] | None = None,
+                 ) -> list[TargetResult]:
+    """Each target in turn; ``measured`` gets the results so far after each one (the CLI
+    writes them, so an interrupted race keeps the targets already measured)."""
     results: list[TargetResult] = []
     with tempfile.TemporaryDirectory(prefix="kvroute-bench-") as tmp, \
             ZeroLatencyBackends(config.backends, config.output_tokens,
@@ -178,4 +182,6 @@ def run_overhead(config: OverheadConfig, progress: Progress) -> list[TargetResul
         progress(f"backends up: {', '.join(backends.urls)}")
         for name in config.targets:
             results.append(measure_target(name, backends.urls, config, Path(tmp), progress))
+            if measured is not None:
+                measured(results)
     return results

@@ -307,7 +307,7 @@ def up_argv(serve_argv: Sequence[str], time_scale: float,
 def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
                   requests: Sequence[ReplayRequest], workdir: Path,
                   progress: Progress) -> ReplayResult:
-    from workers.emulator.process import EmulatorFleet
+    from workers.emulator.process import EmulatorFleet, EmulatorStartError
 
     urls = {w.info.id: w.info.url for w in fleet.workers}
     model = fleet.workers[0].info.models[0]
@@ -332,7 +332,14 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
                                 one_process=config.emulator_processes == "one")
         progress(f"{name}: starting {len(urls)} emulated workers "
                  f"(time scale {config.time_scale})")
-    with workers:
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(workers)
+        except EmulatorStartError as exc:     # a port taken, a bad emulate: block
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            progress(f"{name}: failed (the emulated workers did not start: {reason})")
+            return ReplayResult(name, skipped="failed: the emulated workers did not start: "
+                                              f"{reason[:300]}")
         process = None
         try:
             if argv is not None:
@@ -367,7 +374,11 @@ def replay_target(name: str, config: ReplayConfig, fleet: FleetConfig,
     return result
 
 
-def run_replay(config: ReplayConfig, progress: Progress) -> list[ReplayResult]:
+def run_replay(config: ReplayConfig, progress: Progress,
+               measured: Callable[[list[ReplayResult]], object] | None = None,
+               ) -> list[ReplayResult]:
+    """Every target of every round; ``measured`` gets the results so far after each one (the
+    CLI writes them, so an interrupted replay keeps the targets already measured)."""
     import tempfile
 
     fleet = load_fleet(config.fleet)
@@ -394,4 +405,6 @@ def run_replay(config: ReplayConfig, progress: Progress) -> list[ReplayResult]:
                                        Path(tmp) / f"round-{number}", progress)
                 result.round = number
                 results.append(result)
+                if measured is not None:
+                    measured(results)
     return results

@@ -80,6 +80,7 @@ class NeededCache:
 
 
 def main(args: argparse.Namespace) -> int:
+    from sim.cli import out_problem
     from sim.simulator import fleet_kv_tokens
     from sim.traces import TraceError, load_trace
     from workers.fleet import FleetConfigError, load_fleet
@@ -96,6 +97,9 @@ def main(args: argparse.Namespace) -> int:
         trace = load_trace(args.trace, fmt=args.trace_format, limit=args.limit,
                            duration_s=args.duration, seed=args.seed, jitter_s=args.jitter,
                            skip=args.skip)
+        problem = out_problem(args.out)     # before the curve is computed, not after
+        if problem:
+            raise ValueError(problem)
     except (ValueError, TraceError, FleetConfigError, OSError) as exc:
         print(f"kvroute trace cache-curve: {exc}", file=sys.stderr)
         return 2

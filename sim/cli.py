@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -84,6 +86,22 @@ def range_problem(name: str, value: float | None, low: float, *,
 
 def first_problem(*problems: str | None) -> str | None:
     return next((p for p in problems if p), None)
+
+
+def out_problem(out: Path | str | None) -> str | None:
+    """``--out: cannot write DIR: <reason>`` when the folder cannot be made or written (it is
+    made here, before the run: results must not be lost to a typo after a long run). Shared
+    by the ``kvroute sim``, ``scorecard``, ``trace`` and ``bench`` commands."""
+    if out is None:
+        return None
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--out: cannot write {out}: {exc.strerror or exc}"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return f"--out: cannot write {out}: Permission denied"
+    return None
 
 
 def main(args: argparse.Namespace) -> int:

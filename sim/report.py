@@ -88,7 +88,9 @@ def write_summary(out_dir: Path, meta: Mapping[str, Any],
                   entries: Mapping[str, Mapping[str, Any]]) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "summary.json"
-    path.write_text(json.dumps({**meta, "policies": entries}, indent=2) + "\n")
+    partial = out_dir / "summary.json.partial"     # renamed once whole: never half a summary
+    partial.write_text(json.dumps({**meta, "policies": entries}, indent=2) + "\n")
+    partial.replace(path)
     trace = meta.get("trace", {})
     ceiling = trace.get("prefix_hit_ceiling")
     skipped = trace.get("skip") or 0

@@ -27,6 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sim.cli import out_problem
 from sim.client_max_tokens import ClientMaxTokens
 from sim.policy_names import policy_label
 from sim.scorecard import DEFAULT_CASES, KVROUTE, PEERS, Case, Verdict, judge, markdown
@@ -94,6 +95,10 @@ def main(args: argparse.Namespace) -> int:
             code = _check_routing(args.routing, judged, peers)
             if code != 0:
                 return code
+        problem = out_problem(args.out)     # before the cases run, not after them
+        if problem:
+            print(f"kvroute scorecard: {problem}", file=sys.stderr)
+            return 2
         own = KVROUTE if args.routing is None else str(args.routing)
         code = _simulate_all(cases, args, (own, *peers), client_max_tokens)
         if code != 0:

@@ -420,3 +420,86 @@ def test_sigterm_stops_a_benchmark_and_the_servers_it_started(tmp_path: Path) ->
     assert proc.returncode == 130, err
     assert err.strip().endswith("kvroute bench: interrupted")
     assert left == []
+
+
+def _one_request_trace(tmp_path: Path) -> Path:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 600, "output_length": 2,
+                                 "hash_ids": [1, 2]}) + "\n")
+    return trace
+
+
+def test_an_interrupted_replay_keeps_the_targets_already_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.replay
+
+    def measured_then_interrupted(name: str, *args: object) -> bench.replay.ReplayResult:
+        if name == "kvroute-rr":
+            raise KeyboardInterrupt          # Ctrl-C (or SIGTERM) during the second target
+        return bench.replay.ReplayResult(name, requests=1, completed=1)
+
+    monkeypatch.setattr(bench.replay, "replay_target", measured_then_interrupted)
+    out = tmp_path / "out"
+    code = kvroute(["bench", "replay", "--trace", str(_one_request_trace(tmp_path)),
+                    "--fleet", str(ROOT / "config" / "fleet.yaml"), "--targets",
+                    "direct,kvroute-rr", "--limit", "1", "--out", str(out)])
+    assert code == 130
+    written = json.loads((out / "replay.json").read_text())
+    assert [(r["name"], r["completed"]) for r in written["results"]] == [("direct", 1)]
+    assert "| direct |" in (out / "replay.md").read_text()
+
+
+def test_an_interrupted_overhead_race_keeps_the_targets_already_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    import bench.overhead
+
+    @contextlib.contextmanager
+    def no_backends(*args: object, **kwargs: object) -> object:
+        class Backends:
+            urls = ("http://127.0.0.1:9",)
+        yield Backends()
+
+    def measured_then_interrupted(name: str, *args: object) -> bench.overhead.TargetResult:
+        if name == "kvroute":
+            raise KeyboardInterrupt
+        return bench.overhead.TargetResult(name, skipped="not installed")
+
+    monkeypatch.setattr(bench.overhead, "ZeroLatencyBackends", no_backends)
+    monkeypatch.setattr(bench.overhead, "measure_target", measured_then_interrupted)
+    out = tmp_path / "out"
+    code = kvroute(["bench", "overhead", "--targets", "direct,kvroute", "--out", str(out)])
+    assert code == 130
+    written = json.loads((out / "overhead.json").read_text())
+    assert [r["name"] for r in written["results"]] == ["direct"]
+
+
+def test_a_replay_whose_emulated_workers_cannot_start_reports_the_target_failed(
+        tmp_path: Path) -> None:
+    """A fleet port already taken ended the replay in a traceback; now the target is
+    reported failed, with the emulator's reason, and the next target still runs."""
+    import socket
+
+    from bench.replay import ReplayConfig, run_replay
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text("models:\n  m: {arch: llama-3-8b, max_model_len: 8192}\n"
+                         "workers:\n  - id: w0\n    gpu: h100\n    models: [m]\n"
+                         f"    emulate: {{port: {port}}}\n")
+        config = ReplayConfig(trace=_one_request_trace(tmp_path), targets=("direct", "direct"),
+                              fleet=fleet, limit=1, time_scale=0.0)
+        messages: list[str] = []
+        so_far: list[int] = []
+        results = run_replay(config, messages.append, lambda done: so_far.append(len(done)))
+    assert so_far == [1, 2]
+    for result in results:
+        assert result.skipped is not None and result.skipped.startswith(
+            "failed: the emulated workers did not start: emulator exited with status 1: ")
+        assert "address already in use" in result.skipped
+    assert sum(m.startswith("direct: failed (the emulated workers did not start: ")
+               for m in messages) == 2

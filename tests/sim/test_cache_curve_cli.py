@@ -88,6 +88,7 @@ def test_a_trace_that_shares_no_prefix_has_nothing_to_cache(
     ("--limit", "0", "--limit: must be at least 1"),
     ("--fleet", "no/such/fleet.yaml", "cannot read fleet file"),
     ("--trace", "no/such/trace.jsonl", "no/such/trace.jsonl"),
+    ("--out", "/dev/null/out", "--out: cannot write /dev/null/out: Not a directory"),
 ])
 def test_bad_input_is_refused_with_its_reason(tmp_path: Path, option: str, value: str,
                                               message: str,

@@ -254,3 +254,32 @@ def test_an_interrupted_parallel_simulation_stops_its_workers_at_once(
     assert "Traceback" not in err
     assert took < 10
     assert left == []
+
+
+def test_an_out_folder_that_cannot_be_made_is_refused_before_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", "round-robin", "--out", str(blocker / "out")])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"kvroute sim: --out: cannot write {blocker / 'out'}: Not a directory\n"
+    assert captured.out == ""        # nothing simulated
+
+
+def test_summary_json_is_written_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped while it writes its plots leaves its CSVs but no summary.json, which
+    ``scorecard --judge-only`` would take for a finished run."""
+    import sim.session
+
+    def stopped(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.session, "write_plots", stopped)
+    out = tmp_path / "out"
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", "round-robin", "--out", str(out)])
+    assert code == 130       # "kvroute sim: interrupted"
+    assert (out / "requests" / "round-robin.csv").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["requests"]

@@ -28,6 +28,7 @@ def test_summary_and_plots_are_written(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert list(data["policies"]) == ["rr", "ll"]
     assert data["policies"]["rr"]["ttft_p50"] == 0.1234
+    assert not (tmp_path / "summary.json.partial").exists()    # written whole, then renamed
     assert "30.0%" in (tmp_path / "summary.md").read_text()
     written = write_plots(tmp_path, data["policies"], {"rr": [0.1, 0.2], "ll": [0.3]})
     assert [p.name for p in written] == ["ttft_cdf.png", "goodput.png", "cost.png"]

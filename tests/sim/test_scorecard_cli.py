@@ -143,3 +143,16 @@ def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, extra: list[str]
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scorecard", "--out", str(tmp_path / "o"), *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_out_folder_that_cannot_be_made_is_refused_before_any_case(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = main(["scorecard", "--out", str(blocker / "o"), "--cases", "azure-1-1500",
+                 "--traces", str(_traces(tmp_path))])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"kvroute scorecard: --out: cannot write {blocker / 'o'}: "
+                            "Not a directory\n")
+    assert captured.out == ""
