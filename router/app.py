@@ -99,6 +99,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     metrics.record_config_loaded()
     metrics.watch_estimates(lambda: reloader.engine)
     metrics.watch_output_lengths(lambda: reloader.engine)
+    metrics.watch_state_store(store)
     kv_events.attach(reloader.engine)
     request_tasks = RequestTasks()
     middlewares: list[Middleware] = [request_tasks.middleware]

@@ -32,6 +32,8 @@ from router.loop_metrics import (
 )
 from router.output_length_metrics import OutputLengthCollector
 from router.pool_demand import pool_demand
+from router.state.store import StateStore
+from router.state_store_metrics import StateStoreCollector
 from workers.models import WorkerView
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
@@ -355,6 +357,10 @@ class RouterMetrics:
         """Render the ``kvroute_estimate_*`` series (``router.estimate_metrics``) from the
         engine in force, ``engine()`` at each scrape."""
         self.registry.register(EstimateCollector(engine))
+
+    def watch_state_store(self, store: StateStore) -> None:
+        """Render the ``kvroute_state_store_*`` series (``router.state_store_metrics``)."""
+        self.registry.register(StateStoreCollector(store))
 
     def watch_output_lengths(self, engine: Callable[[], PolicyEngine]) -> None:
         """Render the ``kvroute_output_length_*`` series (``router.output_length_metrics``)

@@ -71,6 +71,7 @@ class ResponseLocator:
         self._searches_per_s = searches_per_s
         self._budget = SearchBudget(searches_per_s, clock)
         self._refused = 0      # searches refused by the budget so far
+        self._found = 0        # owners found by a search so far
 
     async def holder(self, response_id: str, profile: str) -> WorkerView | None:
         """The healthy worker holding ``response_id``, None when no worker holds it; a holder
@@ -105,7 +106,10 @@ class ResponseLocator:
         if not holders:
             return None
         await self._store.remember_response(response_id, holders[0])
-        log.info("response %s: no record of its worker; found on %s", response_id, holders[0])
+        self._found += 1
+        if self._found % 1000 == 1:      # one line, not one per follow-up, in an outage
+            log.info("response %s: no record of its worker; found on %s (%d found by "
+                     "searching so far)", response_id, holders[0], self._found)
         return holders[0]
 
     async def _holds(self, view: WorkerView, path: str) -> bool:

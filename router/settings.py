@@ -147,6 +147,8 @@ class Settings:
             raise ValueError("tenant_labels: must be >= 0")
         if self.response_ttl_s < 1:
             raise ValueError("response_ttl_s: must be at least 1 second")
+        if self.redis_url is not None:
+            _check_redis_url(self.redis_url)
         if not all(isinstance(key, str) and key.strip() for key in self.api_keys):
             raise ValueError("api_keys: every API key must be a non-empty string")
         if self.drain_timeout_s < 0:
@@ -162,3 +164,19 @@ class Settings:
     def scheme(self) -> str:
         """How clients reach the router: ``https`` with a certificate, else ``http``."""
         return "http" if self.ssl_certfile is None else "https"
+
+
+def _check_redis_url(url: str) -> None:
+    """ValueError naming ``--redis-url`` (never its password) when redis-py cannot parse it."""
+    from redis.connection import parse_url  # only where a URL is given
+
+    try:
+        parse_url(url)
+    except ValueError as exc:
+        raise ValueError(f"redis_url: {exc}") from None
+    scheme, _, rest = url.partition("://")
+    database = rest.split("?", 1)[0].partition("/")[2]
+    if scheme in ("redis", "rediss") and database and not (database.isascii()
+                                                             and database.isdigit()):
+        raise ValueError(f"redis_url: the database after the host must be a number "
+                         f"(redis://host:port/N), got {database!r}")

@@ -30,6 +30,18 @@ class MemoryStateStore:
     def degraded(self) -> bool:
         return False
 
+    @property
+    def replicas(self) -> int:
+        return 1
+
+    @property
+    def errors(self) -> int:
+        return 0
+
+    @property
+    def unsaved_owners(self) -> int:
+        return 0
+
     async def start(self) -> None:
         return None
 

@@ -12,27 +12,34 @@ is judged on every replica's spending. A replica that dies stops refreshing its 
 its counts expire. (The replicas are found through that set, not by scanning the keyspace,
 whose Responses API owners can number millions.)
 
-Responses API owners (``response id -> worker``) are written to ``kvroute:response:<id>``
-(time-to-live ``response_ttl_s``, a week by default) as well as a local ``ResponseOwners``
-map, and read from the local map first, then Redis: a follow-up reaching another replica
-still goes to the worker holding the response. That read is the one Redis round trip on a
-request path, for such requests only.
+Responses API owners (``response id -> worker``) are recorded in a local ``ResponseOwners``
+map at once and written to ``kvroute:response:<id>`` (time-to-live ``response_ttl_s``, a
+week by default, less the time the write waited) by a background task, never awaited by the
+request: a slow Redis does not slow the creation of responses. Owners not yet written (Redis
+slow or unreachable; at most ``MAX_UNSAVED_OWNERS``, the oldest dropped past that) are written
+when it answers again, so a follow-up reaching another replica after an outage still finds
+its worker. Owners are read from the local map first, then Redis: that read is the one Redis
+round trip on a request path, for follow-ups only.
 
-Redis is never awaited inside a decision. When it is unreachable the store says so
-(``degraded``; ``/health`` shows it), drops the remote counts and routes on local ones,
-retrying every interval.
+Redis is never awaited inside a decision. When it is unreachable (or refuses the commands:
+a wrong password, out of memory) the store says so (``degraded``; ``/health`` and
+``kvroute_state_store_degraded`` show it), drops the remote counts and routes on local ones,
+retrying every interval. ``replicas`` is how many replicas share their counts through it,
+this one included (1 when alone or degraded): replicas that disagree on it are not all on
+the same Redis database.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from typing import Any
 
 import redis.asyncio as redis
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from yarl import URL
 
 from router.admission.usage import TenantUsage
@@ -51,6 +58,8 @@ REPLICAS_KEY = "kvroute:replicas"     # sorted set: replica id -> when it last p
 REPLICA_FORGET_MS = 600_000
 RESPONSE_PREFIX = "kvroute:response:"
 CLOSE_TIMEOUT_S = 2.0
+MAX_UNSAVED_OWNERS = 100_000     # response owners waiting for Redis; the oldest dropped past it
+SAVE_BATCH = 1_000               # owners written in one pipeline
 
 
 class MergedInflight:
@@ -121,6 +130,12 @@ class RedisStateStore:
         self._closing = False
         self._degraded = False
         self._owners = ResponseOwners()
+        # response id -> (worker, monotonic time recorded): owners not yet written to Redis
+        self._unsaved: dict[str, tuple[str, float]] = {}
+        self._saving: asyncio.Task[None] | None = None
+        self._errors = 0          # Redis commands that failed
+        self._replicas = 1        # replicas sharing counts through Redis, this one included
+        self._replicas_logged: int | None = None
 
     @property
     def inflight(self) -> MergedInflight:
@@ -134,6 +149,18 @@ class RedisStateStore:
     def degraded(self) -> bool:
         return self._degraded
 
+    @property
+    def replicas(self) -> int:
+        return self._replicas
+
+    @property
+    def errors(self) -> int:
+        return self._errors
+
+    @property
+    def unsaved_owners(self) -> int:
+        return len(self._unsaved)
+
     async def start(self) -> None:
         self._client = redis.Redis.from_url(self._url, decode_responses=True,
                                             socket_timeout=1.0, socket_connect_timeout=1.0)
@@ -146,7 +173,12 @@ class RedisStateStore:
         self._closing = True     # ends the sync loop even if a command swallows the cancel
         if self._task is not None:
             await cancel_and_wait(self._task)
+        if self._saving is not None:
+            await cancel_and_wait(self._saving)
         if self._client is not None:
+            if not self._degraded:       # the owners recorded last, in the time allowed
+                with contextlib.suppress(RedisError, OSError, TimeoutError):
+                    await asyncio.wait_for(self._save_owners(), CLOSE_TIMEOUT_S)
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await asyncio.wait_for(self._withdraw(), CLOSE_TIMEOUT_S)
             with contextlib.suppress(RedisError, OSError, TimeoutError):
@@ -163,14 +195,42 @@ class RedisStateStore:
         self._local.on_complete(worker_id, prefill_tokens_left, decode_tokens)
 
     async def remember_response(self, response_id: str, worker_id: str) -> None:
+        """Recorded here at once; written to Redis in the background (never awaited)."""
         self._owners.remember(response_id, worker_id)
-        if self._degraded:       # unreachable: the sync loop says when it is back
+        unsaved = self._unsaved
+        unsaved.pop(response_id, None)         # re-recorded: its place is at the end
+        if len(unsaved) >= MAX_UNSAVED_OWNERS:
+            del unsaved[next(iter(unsaved))]
+        unsaved[response_id] = (worker_id, time.monotonic())
+        self._start_saving()
+
+    def _start_saving(self) -> None:
+        """Write the unsaved owners, unless a write is under way or Redis is away (the sync
+        loop starts it again when Redis answers)."""
+        if self._degraded or self._closing or self._client is None:
             return
-        try:
-            await self._client.set(RESPONSE_PREFIX + response_id, worker_id,
-                                   ex=self._response_ttl_s)
-        except (RedisError, OSError) as exc:
-            self._lost_redis(exc)
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.create_task(self._save_owners(),
+                                               name="kvroute-redis-owners")
+
+    async def _save_owners(self) -> None:
+        """Write the unsaved owners, oldest first, with what is left of their time-to-live."""
+        while self._unsaved and not self._degraded:
+            batch = list(itertools.islice(self._unsaved.items(), SAVE_BATCH))
+            now = time.monotonic()
+            try:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for response_id, (worker_id, recorded) in batch:
+                        left = int(self._response_ttl_s - (now - recorded))
+                        if left >= 1:         # else expired while it waited: not written
+                            pipe.set(RESPONSE_PREFIX + response_id, worker_id, ex=left)
+                    await pipe.execute()
+            except (RedisError, OSError) as exc:
+                self._lost_redis(exc)
+                return
+            for response_id, entry in batch:
+                if self._unsaved.get(response_id) is entry:
+                    del self._unsaved[response_id]
 
     async def response_owner(self, response_id: str) -> str | None:
         owner = self._owners.owner(response_id)
@@ -187,9 +247,11 @@ class RedisStateStore:
         return None
 
     def _lost_redis(self, exc: Exception) -> None:
+        self._errors += 1
         if not self._degraded:
-            log.warning("redis %s unreachable (%s): routing on local state", self._shown, exc)
+            log.warning("redis %s %s: routing on local state", self._shown, _failure(exc))
         self._degraded = True
+        self._replicas = 1
 
     async def _run(self) -> None:
         while True:
@@ -211,6 +273,13 @@ class RedisStateStore:
         if self._degraded:
             log.info("redis %s reachable again: sharing state", self._shown)
         self._degraded = False
+        self._replicas = len(others) + 1
+        if self._replicas != self._replicas_logged:      # at the first sync and on a change
+            log.info("redis %s: %d other replica(s) share state with this one%s", self._shown,
+                     len(others), f": {', '.join(sorted(others))}" if others else "")
+            self._replicas_logged = self._replicas
+        if self._unsaved:
+            self._start_saving()
 
     async def _withdraw(self) -> None:
         async with self._client.pipeline(transaction=True) as pipe:
@@ -270,3 +339,13 @@ class RedisStateStore:
                 known = usage.get(key, (0, 0))
                 usage[key] = (known[0] + requests, known[1] + tokens)
         return totals, usage
+
+
+def _failure(exc: Exception) -> str:
+    """What went wrong with Redis, for the log: not every failure is an unreachable server."""
+    text = str(exc)
+    if isinstance(exc, AuthenticationError) or "auth" in text.lower():
+        return f"refused this replica: authentication ({text}); check the password in --redis-url"
+    if isinstance(exc, ResponseError):
+        return f"refused a command ({text})"
+    return f"unreachable ({text})"

@@ -7,7 +7,7 @@ on the network. The memory store is the default for one replica.
 
 One thing is awaited on the request path, and only by Responses API requests that continue
 or read a response: which worker made it (``response_owner``), since only that worker can
-serve them.
+serve them. Recording an owner (``remember_response``) never waits on the network.
 """
 
 from __future__ import annotations
@@ -34,6 +34,21 @@ class StateStore(Protocol):
     @property
     def degraded(self) -> bool:
         """True when a shared backend is unreachable and only local state is used."""
+        ...
+
+    @property
+    def replicas(self) -> int:
+        """Replicas sharing their state through this store, this one included (1: alone)."""
+        ...
+
+    @property
+    def errors(self) -> int:
+        """Commands to a shared backend that failed so far."""
+        ...
+
+    @property
+    def unsaved_owners(self) -> int:
+        """Response owners recorded here and not yet written to a shared backend."""
         ...
 
     async def start(self) -> None: ...

@@ -30,7 +30,7 @@ def test_promtool_check_rules_passes() -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 20 rules found" in result.stdout
-    assert "SUCCESS: 13 rules found" in result.stdout
+    assert "SUCCESS: 15 rules found" in result.stdout
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -50,6 +50,7 @@ def test_alert_tiers() -> None:
         "TtftP99AboveBaseline": "warning", "RouterGcPauseShareHigh": "warning",
         "RouterGcPauseLong": "warning", "RoutingConfigRefused": "warning",
         "WorkerCertificateExpiresSoon": "warning", "RouterShedsLoad": "warning",
+        "StateStoreDegraded": "warning", "ReplicasDisagree": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency"}
@@ -64,8 +65,9 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
         expr = rule["expr"]
         assert not re.search(r"[<>]=?\s*[0-9.]+\s*$", expr.strip()), rule["alert"]
         used.update(re.findall(r"kvroute:threshold:\w+", expr))
-    # NoHealthyWorker compares with 0 healthy workers and RoutingConfigRefused with a refused
-    # load (0); every other alert names its parameter
+    # NoHealthyWorker compares with 0 healthy workers, RoutingConfigRefused with a refused
+    # load (0), StateStoreDegraded with a degraded store (1) and ReplicasDisagree two counts;
+    # every other alert names its parameter
     assert used == thresholds
     values = {r["record"]: r["expr"] for r in _rules(RECORDING)}
     assert values["kvroute:threshold:kv_usage_warning"] == "vector(0.8)"
@@ -377,6 +379,73 @@ def test_router_sheds_load_fires_after_five_minutes_above_one_percent(tmp_path: 
                          "summary": "The router at r1 turned away 5% of its requests (503) "
                                     "for want of an in-flight slot",
                          "description": description}}]},
+            ],
+        }],
+    })
+
+
+def test_state_store_degraded_fires_after_a_minute_without_redis(tmp_path: Path) -> None:
+    """r1 loses its Redis from 2m to 5m: firing from 3m, gone at 5m; r2's blip of less than
+    a minute never fires."""
+    degraded = _warning("r1", "The router at r1 cannot use its Redis and routes on its own "
+                        "state")
+    degraded["exp_annotations"]["description"] = (
+        "Replicas no longer see each other's in-flight requests, each admits a tenant its whole "
+        "budget, and Responses API owners it records wait to be written. Its log says why "
+        "(unreachable, a password refused, out of memory).\n")
+    _promtool_test(tmp_path, "store-degraded", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'kvroute_state_store_degraded{instance="r1"}',
+                 "values": "0 0 1 1 1 0 0"},
+                {"series": 'kvroute_state_store_degraded{instance="r2"}',
+                 "values": "0 0 1 0 0 0 0"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "StateStoreDegraded", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "StateStoreDegraded",
+                 "exp_alerts": [degraded]},
+                {"eval_time": "4m", "alertname": "StateStoreDegraded",
+                 "exp_alerts": [degraded]},
+                {"eval_time": "5m", "alertname": "StateStoreDegraded", "exp_alerts": []},
+            ],
+        }],
+    })
+
+
+def test_replicas_disagree_fires_for_a_router_on_another_database(tmp_path: Path) -> None:
+    """Three routers of one job: r3 starts at 1m on another Redis database (it sees only
+    itself, the others see each other): firing 5m later, until r3 joins them at 9m. A router
+    starting (its first sync a moment behind the others') never fires."""
+    disagree = {"exp_labels": {"severity": "warning", "job": "kvroute"},
+                "exp_annotations": {"summary": "The routers of kvroute do not all share "
+                                               "state: some see 2 replicas through Redis, "
+                                               "others fewer",
+                                    "description": "A router that counts fewer replicas than "
+                "the others is on another Redis or database (check --redis-url and its /N), or "
+                "has none: it routes and spends the tenants' budgets on its own. "
+                "kvroute_state_store_replicas by instance says which.\n"}}
+    _promtool_test(tmp_path, "replicas-disagree", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'kvroute_state_store_replicas{job="kvroute",instance="r1"}',
+                 "values": "2 2 2 2 2 2 2 2 2 3 3 3"},
+                {"series": 'kvroute_state_store_replicas{job="kvroute",instance="r2"}',
+                 "values": "2 2 2 2 2 2 2 2 2 3 3 3"},
+                {"series": 'kvroute_state_store_replicas{job="kvroute",instance="r3"}',
+                 "values": "_ 1 1 1 1 1 1 1 1 3 3 3"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": "ReplicasDisagree", "exp_alerts": []},
+                {"eval_time": "6m", "alertname": "ReplicasDisagree", "exp_alerts": [disagree]},
+                {"eval_time": "8m", "alertname": "ReplicasDisagree", "exp_alerts": [disagree]},
+                {"eval_time": "9m", "alertname": "ReplicasDisagree", "exp_alerts": []},
             ],
         }],
     })

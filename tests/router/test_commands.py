@@ -237,6 +237,16 @@ def test_a_response_ttl_under_a_second_exits_2_with_the_reason(
         "kvroute: response_ttl_s: must be at least 1 second")
 
 
+def test_a_malformed_redis_url_exits_2_in_one_line_before_anything_starts(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It was a 55-line traceback from the first connection, seconds into the start."""
+    from router.cli import main
+    assert main(["serve", "--redis-url", "redis//127.0.0.1:6379/0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kvroute: redis_url: Redis URL must specify one of the following schemes "
+        "(redis://, rediss://, unix://)")
+
+
 def test_the_redis_url_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from router.cli import build_parser
 

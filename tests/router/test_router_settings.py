@@ -27,6 +27,13 @@ def test_defaults() -> None:
     ("decisions_ring_size", 0, "decisions_ring_size: must be positive"),
     ("response_ttl_s", 0.5, "response_ttl_s: must be at least 1 second"),
     ("gc_interval_s", -0.01, "gc_interval_s: must be >= 0"),
+    ("redis_url", "redis//127.0.0.1:6379/0",
+     "redis_url: Redis URL must specify one of the following schemes"),
+    ("redis_url", "redis://:pw@127.0.0.1:63a9/0",
+     "redis_url: Port could not be cast to integer value as '63a9'"),
+    ("redis_url", "redis://127.0.0.1:6379/one",
+     r"redis_url: the database after the host must be a number \(redis://host:port/N\), "
+     "got 'one'"),
 ])
 def test_invalid_values(field: str, value: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 
 import pytest
 import redis.asyncio as redis
@@ -125,6 +126,7 @@ async def test_the_log_never_shows_the_redis_password(caplog: pytest.LogCaptureF
         assert store.degraded
         (line,) = [r.getMessage() for r in caplog.records]
         assert line.startswith(f"redis redis://:***@127.0.0.1:{port}/0 unreachable (")
+        assert line.endswith(": routing on local state")
         assert "s3cret" not in line
     finally:
         await store.close()
@@ -138,7 +140,8 @@ async def test_replicas_share_the_owners_of_responses(redis_url: str) -> None:
     await one.start()
     await two.start()
     try:
-        await one.remember_response("resp_a", "w2")
+        await one.remember_response("resp_a", "w2")      # written in the background
+        await _until(lambda: one.unsaved_owners == 0)
         assert await two.response_owner("resp_a") == "w2"
         assert await two.response_owner("resp_b") is None
         await two.remember_response("resp_a", "w3")     # a retry made it elsewhere
@@ -162,6 +165,7 @@ async def test_a_response_owner_expires_from_redis_after_its_time_to_live(
     try:
         await default.remember_response("resp_week", "w1")
         await short.remember_response("resp_short", "w2")
+        await _until(lambda: default.unsaved_owners == short.unsaved_owners == 0)
         assert 7 * 24 * 3600 - 5 <= await client.ttl(RESPONSE_PREFIX + "resp_week") <= 7 * 24 * 3600
         assert 85 <= await client.ttl(RESPONSE_PREFIX + "resp_short") <= 90
     finally:
@@ -182,6 +186,13 @@ async def test_response_owners_stay_local_while_redis_is_unreachable() -> None:
         assert await store.response_owner("resp_b") is None
     finally:
         await store.close()
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        await asyncio.sleep(0.01)
 
 
 async def _sync_until(stores: list[RedisStateStore], degraded: bool) -> None:
@@ -277,3 +288,112 @@ async def test_a_dead_replicas_usage_expires(redis_url: str) -> None:
     finally:
         await alive.close()
         await dead.close()
+
+
+async def test_owners_recorded_while_redis_was_away_are_written_when_it_returns() -> None:
+    """A replica that made responses during an outage wrote none of their owners, so after it
+    a follow-up reaching another replica was a 404 from a worker that never made them."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it)")
+    proc, port = start_redis(binary)
+    url = f"redis://127.0.0.1:{port}/0"
+    one = RedisStateStore(url, "r1", sync_interval_s=60)
+    two = RedisStateStore(url, "r2", sync_interval_s=60)
+    procs: list[subprocess.Popen[bytes]] = [proc]
+    try:
+        await one.start()
+        await two.start()
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+        await _sync_until([one, two], degraded=True)
+        await one.remember_response("resp_during", "w2")
+        assert one.unsaved_owners == 1 and one.errors >= 1
+        assert await one.response_owner("resp_during") == "w2"      # known here meanwhile
+
+        procs.append(start_redis(binary, port=port)[0])  # the same address, empty
+        await _sync_until([one, two], degraded=False)
+        await _until(lambda: one.unsaved_owners == 0)
+        assert await two.response_owner("resp_during") == "w2"
+    finally:
+        await one.close()
+        await two.close()
+        for started in procs:
+            if started.poll() is None:
+                os.kill(started.pid, signal.SIGTERM)
+                started.wait(timeout=10)
+
+
+async def test_recording_an_owner_does_not_wait_for_a_redis_that_does_not_answer() -> None:
+    """The owner's write was awaited before each response was sent to its worker: a Redis
+    that answered slowly delayed every creation by as much (up to the 1 s socket timeout)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it)")
+    proc, port = start_redis(binary)
+    store = RedisStateStore(f"redis://127.0.0.1:{port}/0", "r1", sync_interval_s=60)
+    try:
+        await store.start()
+        os.kill(proc.pid, signal.SIGSTOP)       # up, but answering nothing
+        started = time.monotonic()
+        for n in range(5):
+            await store.remember_response(f"resp_{n}", "w1")
+        assert time.monotonic() - started < 0.5      # each awaited write would take 1 s
+        assert await store.response_owner("resp_3") == "w1"
+        await _until(lambda: store.degraded)    # the background write timed out
+        os.kill(proc.pid, signal.SIGCONT)
+        await _sync_until([store], degraded=False)
+        await _until(lambda: store.unsaved_owners == 0)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        await store.close()
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+async def test_each_replica_counts_the_replicas_it_shares_state_with(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A replica on another database (a typo in --redis-url's /N) shares nothing and nothing
+    said so: each one now tells how many replicas it sees, in the log and in a gauge."""
+    from router.state_store_metrics import StateStoreCollector
+
+    other_db = redis_url.rsplit("/", 1)[0] + "/5"
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    apart = RedisStateStore(other_db, "r3", sync_interval_s=60)
+    with caplog.at_level(logging.INFO, logger="router.state.redis_store"):
+        for store in (one, two, apart):
+            await store.start()
+        try:
+            await one.sync_once()
+            assert (one.replicas, two.replicas, apart.replicas) == (2, 2, 1)
+            gauges = {m.name: m.samples[0].value for m in StateStoreCollector(two).collect()}
+            assert gauges == {"kvroute_state_store_degraded": 0.0,
+                              "kvroute_state_store_replicas": 2.0,
+                              "kvroute_state_store_errors": 0.0,
+                              "kvroute_state_store_unsaved_owners": 0.0}
+        finally:
+            for store in (one, two, apart):
+                await store.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"redis {redis_url}: 1 other replica(s) share state with this one: r1" in lines
+    assert f"redis {other_db}: 0 other replica(s) share state with this one" in lines
+
+
+async def test_a_redis_that_wants_a_password_is_said_to_refuse_not_to_be_unreachable(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    client = redis.Redis.from_url(redis_url)
+    await client.config_set("requirepass", "s3cret")
+    try:
+        store = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+        with caplog.at_level(logging.WARNING, logger="router.state.redis_store"):
+            await store.start()
+        await store.close()
+        assert store.degraded
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert line.startswith(f"redis {redis_url} refused this replica: authentication (")
+        assert "check the password in --redis-url" in line
+    finally:
+        await client.execute_command("AUTH", "s3cret")
+        await client.config_set("requirepass", "")
+        await client.aclose()
