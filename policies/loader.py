@@ -21,9 +21,20 @@ def load_routing(path: str | Path, registry: PluginRegistry | None = None) -> Ro
     return parse_routing_text(read_routing_text(path), registry, source=str(path))
 
 
+MAX_ROUTING_FILE_BYTES = 4 * 1024 * 1024     # a routing file is a few KB; a semantic one ~100 KB
+
+
 def read_routing_text(path: str | Path) -> str:
+    """The file's text; ``RoutingConfigError`` when it cannot be read, is not UTF-8 or is
+    larger than ``MAX_ROUTING_FILE_BYTES`` (parsing tens of MB would take a minute)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as fh:
+            data = fh.read(MAX_ROUTING_FILE_BYTES + 1)
+        if len(data) > MAX_ROUTING_FILE_BYTES:
+            raise RoutingConfigError(f"{path}: larger than {MAX_ROUTING_FILE_BYTES >> 20} MiB: "
+                                     "not a routing file (labelled examples go in the "
+                                     "semantic section's examples_file)")
+        return data.decode("utf-8")
     except OSError as exc:
         raise RoutingConfigError(f"{path}: cannot read routing file: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:

@@ -1,13 +1,15 @@
 """``PolicyReloader``: rebuild the policy engine when the routing file changes.
 
-An asyncio task polls the file's modification time and size every ``interval_s``; on a
-change whose content differs, it parses the file and builds a new ``PolicyEngine`` off the
-event loop (plugins such as a classifier may take a while to build), then swaps
-``reloader.engine`` in one assignment. A bad file is refused: the last good engine keeps
-serving and the failure is reported once per change of the file; a file that comes back to
-the content in force (after an edit was refused, or after it was missing) is reported as a
-success without a rebuild. Every attempt is reported
-through ``on_result(ReloadResult)`` (the router counts
+An asyncio task polls the file's stamp (``workers.file_watch.file_stamp``: identity, times,
+size) every ``interval_s``. A change is read once the stamp has held still for one poll, so
+a file written in place in several steps is not applied half-written (a reload takes one to
+two intervals). When the content differs, it reads and parses the file and builds a new
+``PolicyEngine`` off the event loop (plugins such as a classifier may take a while to
+build), then swaps ``reloader.engine`` in one assignment. A bad file is refused: the last
+good engine keeps serving and the failure is reported once per change of the file; a file
+that comes back to the content in force (after an edit was refused, or after it was missing)
+is reported as a success without a rebuild (``ReloadResult.rebuilt`` False). Every attempt is
+reported through ``on_result(ReloadResult)`` (the router counts
 ``kvroute_config_reloads_total{result}``); a successful swap also calls ``on_swap(engine)``.
 The new engine takes over stateful plugins' state from the old one (``inherit_state``).
 """
@@ -40,6 +42,7 @@ class ReloadResult:
     result: ReloadOutcome
     path: str
     message: str           # the summary of the new config, or the error naming the field
+    rebuilt: bool = True   # False: the file came back to the config already in force
 
 
 class PolicyReloader:
@@ -60,6 +63,7 @@ class PolicyReloader:
         self._swap_listeners: list[Callable[[PolicyEngine], None]] = (
             [on_swap] if on_swap is not None else [])
         self._stamp = file_stamp(self.path)
+        self._seen = self._stamp                  # at the last poll (settled when it holds)
         self._digest = _digest_of(self.path)      # of the content last read (None: unread)
         self._in_force = self._digest             # of the content the engine was built from
         self._periodic = PeriodicCheck(self.check, interval_s, f"policy-reloader:{self.path}",
@@ -80,9 +84,15 @@ class PolicyReloader:
                    on_result=on_result, on_swap=on_swap)
 
     def changed(self) -> bool:
-        """Whether the file's mtime or size moved since the last check (and remember it)."""
+        """Whether the file changed since it was last read and has held still since the
+        previous poll (then it is taken as read)."""
         stamp = file_stamp(self.path)
         if stamp == self._stamp:
+            self._seen = stamp
+            return False
+        settled = stamp == self._seen
+        self._seen = stamp
+        if not settled:           # still being written, perhaps: read it at the next poll
             return False
         self._stamp = stamp
         return True
@@ -91,19 +101,19 @@ class PolicyReloader:
         """Reload if the file changed; None when there was nothing new to load."""
         if not self.changed():
             return None
-        try:
-            text = read_routing_text(self.path)
+        try:     # off the loop: a file of a few MB takes a while to read and hash
+            text, digest = await asyncio.to_thread(_read_and_digest, self.path)
         except RoutingConfigError as exc:
             self._digest = None       # whatever is read next is new, even the same content
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
-        digest = hashlib.sha256(text.encode()).digest()
         if digest == self._digest:
             return None
         self._digest = digest
         if digest == self._in_force:  # back to the config in force (after a refused edit)
             return self._report(ReloadResult(
                 "success", str(self.path),
-                f"the file is the config in force again: {summarize(self.engine.routing)}"))
+                f"the file is the config in force again: {summarize(self.engine.routing)}",
+                rebuilt=False))
         try:
             engine = await asyncio.to_thread(self._build, text)
         except RoutingConfigError as exc:
@@ -131,7 +141,9 @@ class PolicyReloader:
         if result.result == "success":
             log.info("routing reloaded from %s: %s", result.path, result.message)
         else:
-            log.error("routing reload refused, keeping the last good config: %s", result.message)
+            named = (result.message if result.message.startswith(f"{result.path}: ")
+                     else f"{result.path}: {result.message}")
+            log.error("routing reload refused, keeping the last good config: %s", named)
         if self._on_result is not None:
             try:
                 self._on_result(result)
@@ -145,6 +157,11 @@ class PolicyReloader:
 
     async def stop(self) -> None:
         await self._periodic.stop()
+
+
+def _read_and_digest(path: Path) -> tuple[str, bytes]:
+    text = read_routing_text(path)
+    return text, hashlib.sha256(text.encode()).digest()
 
 
 def _digest_of(path: Path) -> bytes | None:

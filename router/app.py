@@ -94,7 +94,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     kv_events = KvEventFeed(w.info for w in fleet.workers)
     reloader = PolicyReloader.load(settings.routing_path, fleet,
                                    interval_s=settings.reload_interval_s,
-                                   on_result=lambda r: metrics.record_reload(r.result),
+                                   on_result=lambda r: metrics.record_reload(r.result, r.rebuilt),
                                    on_swap=kv_events.on_new_engine)
     metrics.record_config_loaded()
     metrics.watch_estimates(lambda: reloader.engine)

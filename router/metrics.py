@@ -390,12 +390,16 @@ class RouterMetrics:
         self.config_last_reload_successful.set(1)
         self.config_last_reload_success_time.set_to_current_time()
 
-    def record_reload(self, result: str) -> None:
+    def record_reload(self, result: str, rebuilt: bool = True) -> None:
+        """A reload attempt; ``rebuilt`` False: the file came back to the config in force,
+        whose load time stands."""
         self.config_reloads.labels(result).inc()
-        if result == "success":
+        if result != "success":
+            self.config_last_reload_successful.set(0)
+        elif rebuilt:
             self.record_config_loaded()
         else:
-            self.config_last_reload_successful.set(0)
+            self.config_last_reload_successful.set(1)
 
     def record_semantic(self, semantic_class: str | None, seconds: float | None) -> None:
         if semantic_class:

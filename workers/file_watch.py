@@ -1,7 +1,10 @@
 """Watching a file by polling: its stamp, and a check run every few seconds.
 
-* ``file_stamp(path)``: the file's modification time and size, or None when it cannot be
-  read: what the routing file's and the tenant keys file's reloaders compare.
+* ``file_stamp(path)``: the file's identity (device, inode), modification and change times
+  and size, or None when it cannot be read: what the routing file's and the tenant keys
+  file's reloaders compare. The change time moves on every write and rename and no tool can
+  set it, so a file replaced by one of the same size and modification time (``cp -p``,
+  ``rsync -a``, an archive, a ConfigMap's symlink swap) is still seen.
 * ``PeriodicCheck``: runs an async ``check()`` every ``interval_s`` on the running loop
   until stopped. A check that raises is logged (``what``, e.g. "routing reload") and the next
   one runs as usual: a watcher never dies of one bad change.
@@ -20,12 +23,15 @@ from workers.task_cancel import cancel_and_wait
 log = logging.getLogger(__name__)
 
 
-def file_stamp(path: Path) -> tuple[int, int] | None:
+FileStamp = tuple[int, int, int, int, int]
+
+
+def file_stamp(path: Path) -> FileStamp | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
 
 
 class PeriodicCheck:

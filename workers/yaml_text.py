@@ -47,6 +47,8 @@ def load_config_yaml(text: str) -> Any:
         raise YamlTextError(_one_line(exc)) from None
     except yaml.YAMLError as exc:
         raise YamlTextError(" ".join(str(exc).split())) from None
+    except RecursionError:     # thousands of [ or { inside each other
+        raise YamlTextError("lists or mappings nested too deeply to read") from None
 
 
 def _one_line(exc: yaml.MarkedYAMLError) -> str:

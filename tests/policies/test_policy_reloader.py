@@ -26,6 +26,12 @@ def write(path: Path, text: str, bump_ns: int) -> None:
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + bump_ns))
 
 
+async def settled(reloader: PolicyReloader) -> ReloadResult | None:
+    """One poll sees the change and waits for the file to hold still; the next reads it."""
+    assert await reloader.check() is None
+    return await reloader.check()
+
+
 @pytest.fixture
 def routing_file(tmp_path: Path) -> Path:
     path = tmp_path / "routing.yaml"
@@ -43,27 +49,27 @@ async def test_good_bad_and_back(routing_file: Path) -> None:
     assert await reloader.check() is None                       # nothing changed
 
     write(routing_file, OTHER, 1_000_000)
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result is not None and result.result == "success"
     assert reloader.engine is not first and reloader.engine.default_profile == "fast"
     assert swaps == [reloader.engine]
 
     good = reloader.engine
     write(routing_file, BAD, 2_000_000)
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result == ReloadResult("failure", str(routing_file),
                                   "profiles.default.scorers[0].weight: must be a number")
     assert reloader.engine is good                              # last good keeps serving
     assert await reloader.check() is None                       # reported once per change
 
     routing_file.unlink()
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result is not None and result.result == "failure"
     assert result.message.endswith("cannot read routing file: No such file or directory")
     assert reloader.engine is good
 
     write(routing_file, GOOD, 3_000_000)
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result is not None and result.result == "success"
     assert reloader.engine.default_profile == "default"
     assert [r.result for r in results] == ["success", "failure", "failure", "success"]
@@ -77,13 +83,14 @@ async def test_the_file_restored_unchanged_after_it_was_missing_is_a_success(
     reloader = PolicyReloader.load(routing_file, FLEET, on_result=results.append)
     engine = reloader.engine
     routing_file.rename(routing_file.with_suffix(".tmp"))
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result is not None and result.result == "failure"
     routing_file.with_suffix(".tmp").rename(routing_file)
     os.utime(routing_file)              # the same content, a new mtime
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result is not None and result.result == "success"
     assert result.message.startswith("the file is the config in force again: ")
+    assert not result.rebuilt
     assert reloader.engine is engine
     assert await reloader.check() is None
     assert [r.result for r in results] == ["failure", "success"]
@@ -94,17 +101,17 @@ async def test_back_to_the_config_in_force_after_a_refused_edit(routing_file: Pa
     reloader = PolicyReloader.load(routing_file, FLEET, on_result=results.append)
     engine = reloader.engine
     write(routing_file, BAD, 1_000_000)
-    assert (await reloader.check() or ReloadResult("success", "", "")).result == "failure"
+    assert (await settled(reloader) or ReloadResult("success", "", "")).result == "failure"
     write(routing_file, GOOD, 2_000_000)
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result is not None and result.result == "success"
     assert reloader.engine is engine          # what serves is what the file says: no rebuild
     write(routing_file, OTHER, 3_000_000)
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result is not None and result.result == "success"
     assert reloader.engine.default_profile == "fast"
     write(routing_file, GOOD, 4_000_000)      # the first content, no longer in force: built
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result is not None and not result.message.startswith("the file is the config")
     assert reloader.engine.default_profile == "default" and reloader.engine is not engine
     assert [r.result for r in results] == ["failure", "success", "success", "success"]
@@ -114,7 +121,7 @@ async def test_touch_without_content_change_does_not_rebuild(routing_file: Path)
     reloader = PolicyReloader.load(routing_file, FLEET)
     engine = reloader.engine
     write(routing_file, GOOD, 5_000_000)
-    assert await reloader.check() is None
+    assert await settled(reloader) is None
     assert reloader.engine is engine
 
 
@@ -157,6 +164,65 @@ async def test_reload_hands_state_to_the_new_engine(tmp_path: Path) -> None:
     views = [view("a"), view("b"), view("c")]
     assert reloader.engine.decide(RoutingRequest("r", "m"), views).worker_id == "a"
     write(path, "profiles: {default: {picker: round-robin, scorers: [kv-usage]}}\n", 1_000_000)
-    result = await reloader.check()
+    result = await settled(reloader)
     assert result is not None and result.result == "success"
     assert reloader.engine.decide(RoutingRequest("r", "m"), views).worker_id == "b"
+
+
+async def test_a_copy_with_the_same_size_and_modification_time_is_reloaded(
+        tmp_path: Path) -> None:
+    """``cp -p``, ``rsync -a`` or an archive keep the modification time; a copy of the same
+    size was never read again, and the old policy served on, silently."""
+    other = "profiles: {default: {scorers: [{type: queue-depth}]}}\n"
+    path = tmp_path / "routing.yaml"
+    path.write_text(GOOD + "#" * (len(other) - len(GOOD) - 1) + "\n")     # the same size
+    reloader = PolicyReloader.load(path, FLEET)
+    staged = tmp_path / "staged.yaml"
+    staged.write_text(other)
+    before = path.stat()
+    os.utime(staged, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(staged, path)
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    result = await settled(reloader)
+    assert result is not None and result.result == "success"
+    [scorer] = reloader.engine.routing.profiles["default"].scorers
+    assert scorer.type == "queue-depth"
+
+
+async def test_a_file_written_in_steps_is_read_once_it_holds_still(routing_file: Path) -> None:
+    """A file written in place in two steps, each valid YAML: the first half was applied
+    (without the rule the second half adds) until the next poll."""
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    first = "profiles: {default: {scorers: [{type: kv-usage}]}, fast: {}}\n"
+    write(routing_file, first, 1_000_000)
+    assert await reloader.check() is None           # changed since the last poll: wait
+    with routing_file.open("a") as fh:
+        fh.write("rules: [{name: gold, when: {header: {x-tier: gold}}, then: {profile: fast}}]\n")
+    assert await reloader.check() is None           # changed again: wait again
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert [rule.name for rule in reloader.engine.routing.rules] == ["gold"]
+
+
+async def test_a_refusal_is_logged_with_the_files_path(routing_file: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    write(routing_file, BAD, 1_000_000)
+    with caplog.at_level("ERROR", logger="policies.reloader"):
+        await settled(reloader)
+    assert [r.getMessage() for r in caplog.records] == [
+        "routing reload refused, keeping the last good config: "
+        f"{routing_file}: profiles.default.scorers[0].weight: must be a number"]
+
+
+async def test_a_file_of_several_megabytes_is_refused_unread(routing_file: Path) -> None:
+    from policies.loader import MAX_ROUTING_FILE_BYTES
+
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    write(routing_file, GOOD + "#" * MAX_ROUTING_FILE_BYTES, 1_000_000)
+    result = await settled(reloader)
+    assert result == ReloadResult(
+        "failure", str(routing_file),
+        f"{routing_file}: larger than 4 MiB: not a routing file (labelled examples go in the "
+        "semantic section's examples_file)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import MappingProxyType
 
 from policies.base import Decision, RequestOutcome
@@ -81,3 +82,19 @@ def test_tenants_beyond_the_limit_are_counted_as_other() -> None:
     assert [spent(t) for t in ("acme", "globex", "(other)", "")] == [1.0, 0.5, 1.0, 0.5]
     assert spent("initech") is None and spent("umbrella") is None
     assert get("kvroute_label_values_folded_total", {"label": "tenant"}) == 2.0
+
+
+def test_a_file_back_to_the_config_in_force_keeps_its_load_time() -> None:
+    """A refused edit undone is a success without a rebuild: the config in force was loaded
+    when it was, so its timestamp stays (it moved to the undo's time)."""
+    metrics = RouterMetrics()
+    get = metrics.registry.get_sample_value
+    metrics.record_config_loaded()
+    loaded = get("kvroute_config_last_reload_success_timestamp_seconds", {})
+    metrics.record_reload("failure")
+    time.sleep(0.01)      # the clock moves on before the undo
+    metrics.record_reload("success", rebuilt=False)
+    assert get("kvroute_config_last_reload_successful", {}) == 1.0
+    assert get("kvroute_config_last_reload_success_timestamp_seconds", {}) == loaded
+    metrics.record_reload("success")
+    assert get("kvroute_config_last_reload_success_timestamp_seconds", {}) > loaded

@@ -35,3 +35,10 @@ def test_bad_yaml_is_one_line_saying_where(text: str, message: str) -> None:
         load_config_yaml(text)
     assert str(info.value).startswith(message)
     assert "\n" not in str(info.value)
+
+
+def test_nesting_past_the_parsers_depth_is_one_line() -> None:
+    """A few thousand ``[`` inside each other ended in a RecursionError and a traceback of
+    thousands of lines, in ``kvroute validate``, at start and in the reload log."""
+    with pytest.raises(YamlTextError, match=r"^lists or mappings nested too deeply to read$"):
+        load_config_yaml("a: " + "[" * 5000 + "]" * 5000)
