@@ -84,6 +84,21 @@ def range_problem(name: str, value: float | None, low: float, *,
     return f"{name}: must be {kind}{'>=' if inclusive else '>'} {low:g}, got {shown}"
 
 
+def same_label_problem(policies: list[str]) -> str | None:
+    """The problem when two policies would share a row of the results (two files of one
+    name in different folders, a peer and its preset file, one policy given twice)."""
+    from sim.policy_names import policy_label
+
+    by_label: dict[str, list[str]] = {}
+    for name in policies:
+        by_label.setdefault(policy_label(name), []).append(name)
+    for label, names in by_label.items():
+        if len(names) > 1:
+            return (f"--policies: two policies would both be named {label!r} in the results "
+                    f"({', '.join(names)}); rename one")
+    return None
+
+
 def first_problem(*problems: str | None) -> str | None:
     return next((p for p in problems if p), None)
 
@@ -111,6 +126,10 @@ def main(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         print("kvroute sim: --policies: give at least one policy", file=sys.stderr)
+        return 2
+    problem = same_label_problem(policies)
+    if problem:
+        print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2
     problem = first_problem(
         range_problem("--rate-scale", args.rate_scale, 0, inclusive=False),

@@ -62,8 +62,14 @@ def run_session(request: SimulationRequest) -> int:
 
     try:
         fleet = load_fleet(request.fleet)
+        kv_tokens = fleet_kv_tokens(fleet)       # every worker has room for a KV cache
         for name in request.policies:
-            resolve_policy(name)
+            try:
+                resolve_policy(name)
+            except RoutingConfigError as exc:      # say which of the policies it is
+                text = str(exc)
+                raise RoutingConfigError(text if text.startswith(name)
+                                         else f"{name}: {text}") from None
         interval = request.scrape_interval_s or router_scrape_interval()
         template = PolicyJob(
             policy="", trace_path=request.trace, fleet_path=request.fleet,
@@ -83,7 +89,7 @@ def run_session(request: SimulationRequest) -> int:
         print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2
     ceiling = prefix_ceiling(trace)
-    pooled = prefix_ceiling(trace, capacity_tokens=fleet_kv_tokens(fleet)) if ceiling else 0.0
+    pooled = prefix_ceiling(trace, capacity_tokens=kv_tokens) if ceiling else 0.0
     jobs = [replace(template, policy=name) for name in request.policies]
     runs = _run_all(jobs, len(trace.requests), request.jobs, ceiling)
     out = Path(request.out)

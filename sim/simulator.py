@@ -25,8 +25,9 @@ cache, is rejected and recorded as such.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from policies.base import Decision, RequestOutcome, RoutingRequest
 from policies.engine import PolicyEngine
@@ -42,7 +43,7 @@ from workers.engine.api import EngineConfig, EngineRequest, RequestStats
 from workers.engine.capacity import config_limits
 from workers.engine.core import EngineCore
 from workers.engine.request import Request
-from workers.fleet import FleetConfig
+from workers.fleet import FleetConfig, FleetConfigError
 from workers.inflight import InflightTracker
 from workers.kv_events.exact_index import ExactPrefixIndex
 from workers.kv_events.wiring import attach
@@ -97,23 +98,39 @@ class SimulationResult:
 
 
 def fleet_kv_tokens(fleet: FleetConfig, settings: SimulationSettings | None = None) -> int:
-    """Prompt tokens the whole fleet's KV caches hold, as its simulated engines size them."""
+    """Prompt tokens the whole fleet's KV caches hold, as its simulated engines size them;
+    ``FleetConfigError`` naming the file and worker when one has no room for a KV cache."""
     settings = settings or SimulationSettings()
     total = 0
     for i, spec in enumerate(fleet.workers):
-        limits = config_limits(engine_config(spec.info, settings, i))
+        try:
+            limits = config_limits(engine_config(spec.info, settings, i, spec.emulate))
+        except ValueError as exc:
+            raise FleetConfigError(f"{fleet.source}: workers[{i}] ({spec.info.id}): "
+                                   f"{exc}") from None
         total += limits.num_gpu_blocks * limits.block_size
     return total
 
 
-def engine_config(info: WorkerInfo, settings: SimulationSettings, index: int) -> EngineConfig:
-    """The engine configuration of the fleet's ``index``-th worker in a simulation."""
+# the keys of a worker's ``emulate:`` block that size its engine, taken as ``kvroute up``
+# takes them (the fleet file checked their values)
+EMULATED_ENGINE_KEYS = ("block_size", "num_gpu_blocks", "gpu_memory_utilization",
+                        "max_model_len", "enable_prefix_caching")
+
+
+def engine_config(info: WorkerInfo, settings: SimulationSettings, index: int,
+                  emulate: Mapping[str, Any] | None = None) -> EngineConfig:
+    """The engine configuration of the fleet's ``index``-th worker in a simulation (its
+    ``emulate:`` block's KV-cache settings applied; ``settings.num_gpu_blocks`` wins)."""
+    sized = {key: emulate[key] for key in EMULATED_ENGINE_KEYS
+             if emulate is not None and emulate.get(key) is not None}
+    if settings.num_gpu_blocks is not None:
+        sized["num_gpu_blocks"] = settings.num_gpu_blocks
     return EngineConfig(model=info.model_spec, gpu=info.gpu,
                         tensor_parallel=info.tensor_parallel, hash_algo=settings.hash_algo,
                         hash_seed=settings.hash_seed, enable_kv_events=settings.kv_events,
-                        seed=settings.seed + index, num_gpu_blocks=settings.num_gpu_blocks,
-                        max_num_seqs=info.max_num_seqs,
-                        max_num_batched_tokens=info.max_num_batched_tokens)
+                        seed=settings.seed + index, max_num_seqs=info.max_num_seqs,
+                        max_num_batched_tokens=info.max_num_batched_tokens, **sized)
 
 
 def kv_event_settings(settings: SimulationSettings, policy: PolicyEngine) -> SimulationSettings:
@@ -129,7 +146,7 @@ def kv_event_settings(settings: SimulationSettings, policy: PolicyEngine) -> Sim
 
 
 def build_workers(fleet: FleetConfig, settings: SimulationSettings) -> list[SimWorker]:
-    return [SimWorker(spec.info, EngineCore(engine_config(spec.info, settings, i)))
+    return [SimWorker(spec.info, EngineCore(engine_config(spec.info, settings, i, spec.emulate)))
             for i, spec in enumerate(fleet.workers)]
 
 

@@ -29,6 +29,11 @@ those arriving within the first S seconds; ``rate_scale`` then divides every arr
 ``jitter_s`` first adds a seeded uniform delay in ``[0, jitter_s)`` to every arrival: the
 Mooncake trace's timestamps come in ~3 s buckets, and a 3 s jitter spreads each bucket over
 its interval instead of replaying it as one burst.
+
+Every row is checked as it is read (the message names the file and line): a prompt holds 1 to
+``MAX_PROMPT_TOKENS`` tokens (more than any model's window, and a generic row's length
+becomes a list of that many token ids), an answer 0 or more (0 is replayed as 1). A byte-order
+mark is skipped; a truncated gzip or bytes that are not UTF-8 are named, not a traceback.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import io
 import json
 import math
 import random
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -53,6 +59,7 @@ from sim.synthetic_tokens import (
 )
 
 TraceFormat = Literal["auto", "mooncake", "azure", "jsonl"]
+MAX_PROMPT_TOKENS = 10_000_000
 
 
 class TraceError(ValueError):
@@ -151,49 +158,68 @@ def _check_rate_scale(factor: float) -> None:
 
 
 def _open_text(p: Path) -> io.TextIOBase:
+    """The trace's text (a byte-order mark, as spreadsheets write, is skipped)."""
     try:
         if p.suffix == ".gz":
-            return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
-        return io.TextIOWrapper(open(p, "rb"), encoding="utf-8")
+            return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig")
+        return io.TextIOWrapper(open(p, "rb"), encoding="utf-8-sig")
     except OSError as exc:
         raise TraceError(f"{p}: cannot read trace: {exc.strerror}") from exc
+
+
+def _lines(p: Path) -> Iterator[str]:
+    """The trace's lines; a truncated or corrupt gzip, or bytes that are not UTF-8, are a
+    ``TraceError`` naming the file and where reading stopped, not a traceback."""
+    lineno = 0
+    try:
+        with _open_text(p) as fh:
+            for lineno, line in enumerate(fh, 1):     # noqa: B007 (read after the loop)
+                yield line
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise TraceError(f"{p}: cannot read trace: truncated or corrupt gzip after line "
+                         f"{lineno} ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{p}: not UTF-8 text ({exc.reason})") from exc   # read in blocks
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read trace: {exc.strerror or exc}") from exc
 
 
 def _detect_format(p: Path) -> TraceFormat:
     stem = p.name.removesuffix(".gz")
     if stem.endswith(".csv"):
         return "azure"
-    with _open_text(p) as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    first = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TraceError(f"{p}:1: not JSON: {exc.msg}") from exc
-                if isinstance(first, dict) and "hash_ids" in first and "timestamp" in first:
-                    return "mooncake"
-                return "jsonl"
+    for line in _lines(p):
+        if line.strip():
+            try:
+                first = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{p}:1: not JSON: {exc.msg}") from exc
+            if isinstance(first, dict) and "hash_ids" in first and "timestamp" in first:
+                return "mooncake"
+            return "jsonl"
     raise TraceError(f"{p}: empty trace")
 
 
 def _json_lines(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with _open_text(p) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{p}:{lineno}: not JSON: {exc.msg}") from exc
-            if not isinstance(obj, dict):
-                raise TraceError(f"{p}:{lineno}: each line must be a JSON object")
-            yield lineno, obj
+    for lineno, line in enumerate(_lines(p), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{p}:{lineno}: not JSON: {exc.msg}") from exc
+        if not isinstance(obj, dict):
+            raise TraceError(f"{p}:{lineno}: each line must be a JSON object")
+        yield lineno, obj
 
 
-def _int_field(obj: dict[str, Any], key: str, where: str, minimum: int = 0) -> int:
+def _int_field(obj: dict[str, Any], key: str, where: str, minimum: int = 0,
+               maximum: int | None = None) -> int:
     value = obj.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise TraceError(f"{where}: {key}: must be an integer >= {minimum}")
+    if (not isinstance(value, int) or isinstance(value, bool) or value < minimum
+            or (maximum is not None and value > maximum)):
+        bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+        raise TraceError(f"{where}: {key}: must be an integer {bound}")
     return value
 
 
@@ -214,7 +240,7 @@ def _read_mooncake(p: Path) -> Iterator[TraceRequest]:
     for lineno, obj in _json_lines(p):
         where = f"{p}:{lineno}"
         ts = _number_field(obj, "timestamp", where, "milliseconds")
-        length = _int_field(obj, "input_length", where, 1)
+        length = _int_field(obj, "input_length", where, 1, MAX_PROMPT_TOKENS)
         hash_ids = obj.get("hash_ids")
         if not isinstance(hash_ids, list) or not all(isinstance(h, int) for h in hash_ids):
             raise TraceError(f"{where}: hash_ids: must be a list of integers")
@@ -229,23 +255,24 @@ def _read_mooncake(p: Path) -> Iterator[TraceRequest]:
 
 
 def _read_azure(p: Path) -> Iterator[TraceRequest]:
-    with _open_text(p) as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:3]] != [
-                "TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
-            raise TraceError(f"{p}:1: expected header TIMESTAMP,ContextTokens,GeneratedTokens")
-        for lineno, row in enumerate(reader, 2):
-            if not row:
-                continue
-            try:
-                at = _parse_azure_time(row[0])
-                context, generated = int(row[1]), int(row[2])
-            except (ValueError, IndexError) as exc:
-                raise TraceError(f"{p}:{lineno}: malformed row {row!r}") from exc
-            yield TraceRequest(index=lineno - 2, arrival_s=at,
-                               num_prompt_tokens=max(1, context),
-                               output_tokens=max(1, generated))
+    reader = csv.reader(_lines(p))
+    header = next(reader, None)
+    if header is None or [h.strip() for h in header[:3]] != [
+            "TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
+        raise TraceError(f"{p}:1: expected header TIMESTAMP,ContextTokens,GeneratedTokens")
+    for lineno, row in enumerate(reader, 2):
+        if not row:
+            continue
+        try:
+            at = _parse_azure_time(row[0])
+            context, generated = int(row[1]), int(row[2])
+        except (ValueError, IndexError) as exc:
+            raise TraceError(f"{p}:{lineno}: malformed row {row!r}") from exc
+        if not 1 <= context <= MAX_PROMPT_TOKENS or generated < 0:
+            raise TraceError(f"{p}:{lineno}: ContextTokens must be 1..{MAX_PROMPT_TOKENS} and "
+                             f"GeneratedTokens >= 0, got {context} and {generated}")
+        yield TraceRequest(index=lineno - 2, arrival_s=at, num_prompt_tokens=context,
+                           output_tokens=max(1, generated))
 
 
 def _parse_azure_time(text: str) -> float:
@@ -267,7 +294,7 @@ def _read_generic(p: Path) -> Iterator[TraceRequest]:
                              "is required")
         token_ids: tuple[int, ...] | None = None
         if sources[0] == "prompt_tokens":
-            length = _int_field(obj, "prompt_tokens", where, 1)
+            length = _int_field(obj, "prompt_tokens", where, 1, MAX_PROMPT_TOKENS)
         elif sources[0] == "prompt":
             if not isinstance(obj["prompt"], str) or not obj["prompt"]:
                 raise TraceError(f"{where}: prompt: must be a non-empty string")

@@ -283,3 +283,46 @@ def test_summary_json_is_written_last(tmp_path: Path, monkeypatch: pytest.Monkey
     assert code == 130       # "kvroute sim: interrupted"
     assert (out / "requests" / "round-robin.csv").exists()
     assert sorted(p.name for p in out.iterdir()) == ["requests"]
+
+
+def test_a_fleet_with_no_room_for_a_kv_cache_names_the_worker(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was a traceback from inside the simulated engine."""
+    fleet = tmp_path / "small.yaml"
+    fleet.write_text(FLEET.read_text().replace("l40s: {price_per_hour: 1.00}",
+                                               "l40s: {price_per_hour: 1.00, "
+                                               "visible_memory_gb: 17}"))
+    assert "visible_memory_gb: 17" in fleet.read_text()
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(fleet),
+                 "--policies", "round-robin", "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"kvroute sim: {fleet}: workers[6] (l40s-0): meta-llama/Llama-3.1-8B-Instruct at TP1 "
+        "leaves no KV-cache memory on l40s (gpu_memory_utilization=0.92)\n")
+
+
+def test_two_routing_files_of_one_name_are_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Their rows shared one name: the second silently replaced the first."""
+    for folder, preset in (("a", "least-requests"), ("b", "round-robin")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mine.yaml").write_text(
+            (ROOT / "config" / "policies" / f"{preset}.yaml").read_text())
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET), "--policies",
+                 f"{tmp_path / 'a' / 'mine.yaml'},{tmp_path / 'b' / 'mine.yaml'}",
+                 "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "kvroute sim: --policies: two policies would both be named 'mine' in the results "
+        f"({tmp_path / 'a' / 'mine.yaml'}, {tmp_path / 'b' / 'mine.yaml'}); rename one\n")
+
+
+def test_a_bad_routing_file_among_the_policies_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profiles: {default: {scorers: [{type: no-such-scorer}]}}\n")
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", f"round-robin,{bad}", "--out", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvroute sim: {bad}: profiles.default.scorers[0].type: unknown "), err

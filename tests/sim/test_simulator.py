@@ -187,3 +187,29 @@ def test_engines_take_the_batch_limits_the_fleet_file_gives() -> None:
                       for i, w in enumerate(fleet.workers))
     assert (small.max_num_seqs, small.max_num_batched_tokens) == (8, 1024)
     assert (default.max_num_seqs, default.max_num_batched_tokens) == (None, None)
+
+
+def test_engines_take_the_kv_cache_settings_of_the_emulate_block() -> None:
+    """A worker's num_gpu_blocks, gpu_memory_utilization and max_model_len were checked and
+    then ignored: the simulation ran the fleet as if they were not there."""
+    from sim.simulator import fleet_kv_tokens
+
+    fleet = parse_fleet({
+        "models": {MODEL: {"arch": "llama-3.1-8b"}},
+        "workers": [{"id": "tiny", "gpu": "h100", "models": [MODEL],
+                     "emulate": {"port": 9000, "num_gpu_blocks": 64, "max_model_len": 1024}},
+                    {"id": "lean", "gpu": "h100", "models": [MODEL],
+                     "emulate": {"port": 9001, "gpu_memory_utilization": 0.5}},
+                    {"id": "plain", "gpu": "h100", "models": [MODEL],
+                     "emulate": {"port": 9002}}]})
+    tiny, lean, plain = (engine_config(w.info, SimulationSettings(), i, w.emulate)
+                         for i, w in enumerate(fleet.workers))
+    assert (tiny.num_gpu_blocks, tiny.max_model_len) == (64, 1024)
+    assert lean.gpu_memory_utilization == 0.5 and plain.gpu_memory_utilization == 0.92
+    from workers.engine.capacity import config_limits
+    assert config_limits(lean).num_gpu_blocks < config_limits(plain).num_gpu_blocks / 2
+    assert fleet_kv_tokens(fleet) == 64 * 16 + sum(
+        config_limits(c).num_gpu_blocks * 16 for c in (lean, plain))
+    # the simulation's own setting still wins
+    assert engine_config(fleet.workers[0].info, SimulationSettings(num_gpu_blocks=10), 0,
+                         fleet.workers[0].emulate).num_gpu_blocks == 10

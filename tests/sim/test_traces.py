@@ -109,9 +109,9 @@ def test_generic_jsonl_errors_name_line_and_field(tmp_path: Path, row: dict[str,
     ("arrival_s", "-Infinity", "arrival_s: must be a finite number of seconds, got -Infinity"),
     ("arrival_s", "1e999", "arrival_s: must be a finite number of seconds, got Infinity"),
     ("arrival_s", "true", "arrival_s: must be a finite number of seconds, got true"),
-    ("prompt_tokens", "NaN", "prompt_tokens: must be an integer >= 1"),
-    ("prompt_tokens", "Infinity", "prompt_tokens: must be an integer >= 1"),
-    ("prompt_tokens", "-3", "prompt_tokens: must be an integer >= 1"),
+    ("prompt_tokens", "NaN", "prompt_tokens: must be an integer in 1..10000000"),
+    ("prompt_tokens", "Infinity", "prompt_tokens: must be an integer in 1..10000000"),
+    ("prompt_tokens", "-3", "prompt_tokens: must be an integer in 1..10000000"),
     ("output_tokens", "NaN", "output_tokens: must be an integer >= 1"),
     ("output_tokens", "-Infinity", "output_tokens: must be an integer >= 1"),
     ("output_tokens", "-1", "output_tokens: must be an integer >= 1"),
@@ -210,3 +210,77 @@ def test_jitter_spreads_a_burst_within_its_interval_deterministically(tmp_path: 
     assert [r.arrival_s for r in load_trace(path, jitter_s=3.0, seed=8).requests] != times
     with pytest.raises(TraceError, match="jitter must be a finite number >= 0 seconds"):
         load_trace(path, jitter_s=-1.0)
+
+
+def _mooncake_rows(count: int) -> str:
+    return "".join(json.dumps({"timestamp": 1000 * i, "input_length": 600, "output_length": 5,
+                               "hash_ids": [i, i + 1]}) + "\n" for i in range(count))
+
+
+@pytest.mark.parametrize("name", ["cut.jsonl.gz", "cut.csv.gz"])
+def test_a_truncated_gzip_is_named_not_a_traceback(tmp_path: Path, name: str) -> None:
+    """A download cut short ended in ``EOFError: Compressed file ended before the
+    end-of-stream marker was reached`` and a traceback."""
+    if name.endswith(".csv.gz"):
+        text = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+            f"2023-11-16 18:17:{i % 60:02d}.0000000,{300 + i},{8 + i}\n" for i in range(3000))
+    else:
+        text = _mooncake_rows(3000)
+    whole = gzip.compress(text.encode())
+    path = tmp_path / name
+    path.write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(TraceError, match=rf"^{path}: cannot read trace: truncated or corrupt "
+                                         r"gzip after line \d+ \("):
+        load_trace(path)
+
+
+def test_bytes_that_are_not_utf8_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(_mooncake_rows(2).encode() + b'{"arrival_s": 0, "prompt": "caf\xe9"}\n')
+    with pytest.raises(TraceError, match=rf"^{path}: not UTF-8 text \(invalid"):
+        load_trace(path)
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    """Spreadsheets save CSV with one; the header was then said to be wrong."""
+    path = tmp_path / "excel.csv"
+    path.write_text("\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:17:03.9799600,374,44\n", encoding="utf-8")
+    assert [r.num_prompt_tokens for r in load_trace(path).requests] == [374]
+    jsonl = tmp_path / "bom.jsonl"
+    jsonl.write_text("\ufeff" + _mooncake_rows(2), encoding="utf-8")
+    assert len(load_trace(jsonl).requests) == 2
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ("2023-11-16 18:17:04.0,0,20", "ContextTokens must be 1..10000000 and GeneratedTokens >= 0, "
+                                   "got 0 and 20"),
+    ("2023-11-16 18:17:04.0,-50,10", "got -50 and 10"),
+    ("2023-11-16 18:17:04.0,100,-1", "got 100 and -1"),
+    ("2023-11-16 18:17:04.0,10000001,1", "got 10000001 and 1"),
+])
+def test_azure_rows_with_impossible_token_counts_are_refused(tmp_path: Path, row: str,
+                                                             message: str) -> None:
+    """They were made 1-token requests without a word (Mooncake and generic rows with the
+    same values are refused)."""
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    f"2023-11-16 18:17:03.0,374,44\n{row}\n")
+    with pytest.raises(TraceError, match=rf"^{path}:3: ") as info:
+        load_trace(path)
+    assert message in str(info.value)
+
+
+def test_an_answer_of_no_tokens_is_replayed_as_one(tmp_path: Path) -> None:
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.0,374,0\n")
+    assert [r.output_tokens for r in load_trace(path).requests] == [1]
+
+
+def test_a_prompt_longer_than_any_window_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    """A generic row of 1e9 prompt tokens took 28 s and 5.7 GB before a MemoryError."""
+    path = tmp_path / "huge.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt_tokens": 1000000000, "output_tokens": 10}\n')
+    with pytest.raises(TraceError, match=rf"^{path}:1: prompt_tokens: must be an integer in "
+                                         r"1\.\.10000000$"):
+        load_trace(path)
