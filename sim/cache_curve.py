@@ -14,9 +14,14 @@ pooled cache of any size reaches
   up to its first miss, what an engine reuses), it is what those evictions reach
   (``reached``).
 
-Both count as the ceilings do: each request's full blocks (Mooncake's 512-token hash ids,
-other traces' 16-token blocks) in arrival order, a request's hits judged before its own
-blocks enter the cache, rates over every prompt token of the trace. ``capacity_for`` finds by
+Both count as the pooled ceiling does: each request's full blocks (Mooncake's 512-token hash
+ids, other traces' 16-token blocks) in arrival order, a request's hits judged before its own
+blocks enter the cache, rates over every prompt token of the trace. The infinite-cache
+ceiling ``prefix_ceiling`` reports also counts, for Mooncake rows, the 16-token blocks of a
+prompt's last, partial 512-token block that an earlier prompt with the same hash ids held
+(an engine reuses those; counted in whole blocks, a trace of repeated prompts ending
+mid-block read hit rates above the ceiling; on the Mooncake conversation trace the two
+counts differ by 0.0002). ``capacity_for`` finds by
 bisection the smallest cache whose hits reach a share of the ceiling (both hit counts only
 grow with the cache: LRU and Belady's rule keep what a smaller cache would keep).
 """
@@ -75,15 +80,44 @@ def prefix_ceiling(trace: Trace, capacity_tokens: int | None = None) -> float:
     """Prompt-token hit rate with an infinite prefix cache, at block granularity.
 
     A request's cached tokens are its leading full blocks already seen in earlier requests
-    (Mooncake: its 512-token hash-id blocks; other traces: 16-token blocks).
+    (16-token blocks; for Mooncake rows, those of the 512-token hash-id blocks an earlier row
+    held, see ``_hash_id_ceiling``).
     ``capacity_tokens``: instead, one LRU cache of that many tokens shared by every request
     (each block held once, evicted least recently used first, as vLLM evicts): with the
     whole fleet's KV capacity, what a router could reach if the fleet were one engine.
     """
+    if capacity_tokens is None and any(r.hash_ids is not None for r in trace.requests):
+        return _hash_id_ceiling(trace)
     accesses = block_accesses(trace)
     blocks = (len(accesses.keys) if capacity_tokens is None
               else capacity_tokens // accesses.block_tokens)
     return rate(accesses, lru_hits(accesses, blocks))
+
+
+def _hash_id_ceiling(trace: Trace) -> float:
+    """The infinite-cache ceiling of a Mooncake trace in 16-token blocks: a hash id stands for
+    its block's prefix (as ``block_accesses`` keys it), so each id remembers how many of its
+    block's tokens some request held, and a later request reuses as many whole 16-token blocks
+    of them as it has, up to its first block not held whole."""
+    covered: dict[int, int] = {}          # hash id -> most tokens of its block seen
+    hit_tokens = prompt_tokens = 0
+    for request in trace.requests:
+        length = request.num_prompt_tokens
+        prompt_tokens += length
+        if request.hash_ids is None:
+            continue
+        reusing = True
+        for i, hash_id in enumerate(request.hash_ids):
+            tokens = min(MOONCAKE_BLOCK_TOKENS, length - i * MOONCAKE_BLOCK_TOKENS)
+            if tokens <= 0:
+                break
+            if reusing:
+                held = min(covered.get(hash_id, 0), tokens) // TOKEN_BLOCK_TOKENS
+                hit_tokens += held * TOKEN_BLOCK_TOKENS
+                reusing = held * TOKEN_BLOCK_TOKENS == tokens
+            if covered.get(hash_id, 0) < tokens:
+                covered[hash_id] = tokens
+    return hit_tokens / prompt_tokens if prompt_tokens else 0.0
 
 
 def infinite_hits(accesses: BlockAccesses) -> int:

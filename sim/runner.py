@@ -20,7 +20,7 @@ from sim.goodput import find_goodput
 from sim.metrics import RequestRecord, attainment, summarize, ttft_values
 from sim.policy_names import resolve_policy
 from sim.prefill_clock import PrefillClock
-from sim.simulator import Simulation, SimulationSettings
+from sim.simulator import Simulation, SimulationSettings, servable
 from sim.traces import Trace, TraceFormat, load_trace, rescale
 from workers.fleet import FleetConfig, load_fleet
 
@@ -72,7 +72,7 @@ def run_policy(job: PolicyJob, progress: Progress | None = None,
                                   client_max_tokens=job.client_max_tokens)
     clock = PrefillClock(fleet.workers[0].info.model_spec)
     if ceiling is None:
-        ceiling = prefix_ceiling(base)
+        ceiling = prefix_ceiling(servable(base, fleet))
 
     def simulate(scale: float) -> tuple[dict[str, Any], list[RequestRecord]]:
         policy = PolicyEngine.build(routing, fleet, seed=job.seed)

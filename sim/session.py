@@ -30,7 +30,12 @@ from sim.runner import (
     run_policy,
     trace_meta,
 )
-from sim.simulator import SimulationSettings, fleet_kv_tokens, router_scrape_interval
+from sim.simulator import (
+    SimulationSettings,
+    fleet_kv_tokens,
+    router_scrape_interval,
+    servable,
+)
 from sim.traces import TraceError, TraceFormat
 from workers.fleet import FleetConfigError, load_fleet
 
@@ -88,8 +93,9 @@ def run_session(request: SimulationRequest) -> int:
     if problem:
         print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2
-    ceiling = prefix_ceiling(trace)
-    pooled = prefix_ceiling(trace, capacity_tokens=kv_tokens) if ceiling else 0.0
+    served = servable(trace, fleet)       # the ceilings leave out what no worker can serve
+    ceiling = prefix_ceiling(served)
+    pooled = prefix_ceiling(served, capacity_tokens=kv_tokens) if ceiling else 0.0
     jobs = [replace(template, policy=name) for name in request.policies]
     runs = _run_all(jobs, len(trace.requests), request.jobs, ceiling)
     out = Path(request.out)

@@ -118,6 +118,25 @@ EMULATED_ENGINE_KEYS = ("block_size", "num_gpu_blocks", "gpu_memory_utilization"
                         "max_model_len", "enable_prefix_caching")
 
 
+def servable(trace: Trace, fleet: FleetConfig,
+             settings: SimulationSettings | None = None) -> Trace:
+    """``trace`` without the requests no worker of ``fleet`` can ever serve (longer than every
+    worker's window or KV cache, as ``SimWorker.fits`` judges): every policy rejects them, and
+    the hit rates count served requests only, so the prefix ceilings leave them out too."""
+    settings = settings or SimulationSettings()
+    limits = [config_limits(engine_config(spec.info, settings, i, spec.emulate))
+              for i, spec in enumerate(fleet.workers)]
+
+    def fits_somewhere(request: TraceRequest) -> bool:
+        prompt, total = request.num_prompt_tokens, request.num_prompt_tokens + (
+            request.output_tokens)
+        return any(prompt < k.max_model_len and total <= k.max_model_len
+                   and total <= k.num_gpu_blocks * k.block_size for k in limits)
+
+    kept = tuple(r for r in trace.requests if fits_somewhere(r))
+    return trace if len(kept) == len(trace.requests) else replace(trace, requests=kept)
+
+
 def engine_config(info: WorkerInfo, settings: SimulationSettings, index: int,
                   emulate: Mapping[str, Any] | None = None) -> EngineConfig:
     """The engine configuration of the fleet's ``index``-th worker in a simulation (its

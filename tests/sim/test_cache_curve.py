@@ -189,3 +189,22 @@ def test_requests_without_shared_blocks_count_only_in_the_denominator(tmp_path: 
     accesses = block_accesses(load_trace(path))
     assert list(accesses.keys) == [] and accesses.prompt_tokens == 2400
     assert infinite_hits(accesses) == 0 and rate(accesses, 0) == 0.0
+
+
+def test_the_ceiling_counts_what_a_partial_last_block_reuses(tmp_path: Path) -> None:
+    """Prompts of 1,500 tokens repeated (hash ids [0, 1, 2], the last block 476 tokens): in
+    whole 512-token blocks the ceiling was 66 % while the engines hit 96 % of the tokens."""
+    path = tmp_path / "repeat.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": 2000 * k, "input_length": 1500,
+                                        "output_length": 20, "hash_ids": [0, 1, 2]}) + "\n"
+                            for k in range(30)))
+    trace = load_trace(path)
+    # every repeat reuses 1,024 + 464 tokens (29 whole 16-token blocks of the last 476)
+    assert prefix_ceiling(trace) == pytest.approx(29 * (1024 + 464) / (30 * 1500))
+    # a shorter repeat reuses its own blocks, never more than it has
+    shorter = tmp_path / "shorter.jsonl"
+    shorter.write_text(json.dumps({"timestamp": 0, "input_length": 1500, "output_length": 1,
+                                   "hash_ids": [0, 1, 2]}) + "\n"
+                       + json.dumps({"timestamp": 1, "input_length": 1100, "output_length": 1,
+                                     "hash_ids": [0, 1, 2]}) + "\n")
+    assert prefix_ceiling(load_trace(shorter)) == pytest.approx((1024 + 64) / 2600)

@@ -326,3 +326,26 @@ def test_a_bad_routing_file_among_the_policies_is_named(
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith(f"kvroute sim: {bad}: profiles.default.scorers[0].type: unknown "), err
+
+
+def test_the_ceilings_leave_out_what_no_worker_can_serve(tmp_path: Path) -> None:
+    """A prompt longer than every window is rejected by every policy and counted in no hit
+    rate, but was counted in the ceiling: the hit rate read far above its ceiling."""
+    rows = [{"timestamp": 1000 * i, "input_length": 1100 + 10 * i, "output_length": 4,
+             "hash_ids": [1, 2, 100 + i]} for i in range(8)]
+    served = tmp_path / "served.jsonl"
+    served.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    huge = {"timestamp": 3500, "input_length": 500_000, "output_length": 4,
+            "hash_ids": list(range(10_000, 10_977))}
+    with_huge = tmp_path / "with_huge.jsonl"
+    with_huge.write_text("".join(json.dumps(r) + "\n" for r in [*rows[:4], huge, *rows[4:]]))
+    ceilings = []
+    for trace in (served, with_huge):
+        out = tmp_path / trace.stem
+        assert main(["sim", "--trace", str(trace), "--fleet", str(FLEET), "--policies",
+                     "round-robin", "--out", str(out)]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        ceilings.append((summary["trace"]["prefix_hit_ceiling"],
+                         summary["trace"]["prefix_hit_ceiling_pooled"]))
+        assert summary["policies"]["round-robin"]["rejected"] == (trace == with_huge)
+    assert ceilings[0] == ceilings[1] and ceilings[0][0] > 0.5
