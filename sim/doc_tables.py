@@ -35,7 +35,8 @@ def _num(value: float | None, digits: int) -> str:
 
 
 def _goodput(entry: Mapping[str, Any]) -> str:
-    return _num(entry.get("goodput_rate_scale"), 2)
+    shown = _num(entry.get("goodput_rate_scale"), 2)
+    return f"≥ {shown}" if entry.get("goodput_capped") else shown    # the search's last scale
 
 
 def _probes(entry: Mapping[str, Any]) -> str:

@@ -6,6 +6,8 @@ and the first failing scale. Each probe is a whole simulation, so the number of 
 bounded: ``max_doublings`` each way plus ``bisections``. Halving also stops once attainment
 no longer improves (by ``plateau`` or more) at the lower rate: the misses then come from
 requests the fleet cannot serve within the SLO even when idle, and the goodput is 0.0.
+A search whose every doubling passed stops at ``start × 2**max_doublings`` without finding
+where the SLO fails: that scale is a lower bound (``capped``), not the goodput.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from sim.metrics import GOODPUT_ATTAINMENT
 @dataclass(slots=True)
 class GoodputSearch:
     rate_scale: float                          # largest passing scale found (0.0: none)
+    capped: bool = False                       # every doubling passed: at least rate_scale
     probes: list[tuple[float, float]] = field(default_factory=list)   # (scale, attainment)
 
 
@@ -43,6 +46,8 @@ def find_goodput(attainment_at: Callable[[float], float], start: float = 1.0, *,
                 high = low * 2
                 break
             low *= 2
+        else:
+            search.capped = True       # never failed: the goodput is at least low
     else:
         high = start
         previous = search.probes[-1][1]

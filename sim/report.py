@@ -41,12 +41,12 @@ _TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
 _GOODPUT_COST = ("goodput_cost_per_mtok_busy", "$/Mtok busy at goodput", "{:.3f}")
 
 
-def _cell(value: Any, fmt: str) -> str:
+def _cell(value: Any, fmt: str, capped: bool = False) -> str:
     if value is None:
         return "–"
     if fmt == "ms":
         return f"{value * 1000:.1f}"
-    return fmt.format(value)
+    return ("≥ " if capped else "") + fmt.format(value)
 
 
 def markdown_table(entries: Mapping[str, Mapping[str, Any]]) -> str:
@@ -56,7 +56,8 @@ def markdown_table(entries: Mapping[str, Mapping[str, Any]]) -> str:
     headers = ["policy", *(h for _, h, _ in columns)]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for name, entry in entries.items():
-        cells = [name, *(_cell(entry.get(k), f) for k, _, f in columns)]
+        cells = [name, *(_cell(entry.get(k), f, k == "goodput_rate_scale"
+                               and bool(entry.get("goodput_capped"))) for k, _, f in columns)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -95,6 +95,7 @@ def run_policy(job: PolicyJob, progress: Progress | None = None,
             return attainment(probe)
         search = find_goodput(attainment_at, job.rate_scale)
         summary["goodput_rate_scale"] = search.rate_scale
+        summary["goodput_capped"] = search.capped     # a lower bound: the search's last scale
         summary["goodput_probes"] = [[s, a] for s, a in search.probes]
         # the price of a token when running as fast as the SLO allows: the same attainment
         # (the goodput target) for every policy, each at its own rate

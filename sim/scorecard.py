@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 Traffic = Literal["shared-prefix", "unique-prompt"]
@@ -95,6 +95,8 @@ class Verdict:
     target: float
     at_most: bool                   # the ratio must stay at or below the target (cost)
     met: bool | None                # None: the goal cannot be read on this case
+    value_capped: bool = False      # the value is a lower bound (a goodput search that never
+    reference_capped: bool = False  # failed), as is the reference's
 
     def as_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -121,10 +123,11 @@ def judge(case: Case, summary: Mapping[str, Any], policy: str = KVROUTE) -> list
     verdicts = [_goodput_against_best(case, own, peers)]
     if case.traffic == "shared-prefix":
         if "round-robin" in peers:
-            verdicts.append(_ratio(case, "goodput against round-robin",
-                                   own["goodput_rate_scale"],
-                                   peers["round-robin"]["goodput_rate_scale"], "round-robin",
-                                   ROUND_ROBIN_TARGET))
+            verdicts.append(_bounded(_ratio(case, "goodput against round-robin",
+                                            own["goodput_rate_scale"],
+                                            peers["round-robin"]["goodput_rate_scale"],
+                                            "round-robin", ROUND_ROBIN_TARGET),
+                                     own, peers["round-robin"]))
         ceiling = own.get("prefix_hit_ceiling", summary["trace"].get("prefix_hit_ceiling"))
         verdicts.append(_ratio(case, "prefix hit rate against the infinite-cache ceiling",
                                own["prefix_hit_rate"], ceiling, "ceiling", PREFIX_TARGET))
@@ -138,8 +141,21 @@ def _goodput_against_best(case: Case, own: Mapping[str, Any],
         return _ratio(case, "goodput against the best peer", own["goodput_rate_scale"], None,
                       "no peer", GOODPUT_TARGET[case.traffic])
     best = max(peers, key=lambda name: peers[name]["goodput_rate_scale"] or 0.0)
-    return _ratio(case, "goodput against the best peer", own["goodput_rate_scale"],
-                  peers[best]["goodput_rate_scale"], best, GOODPUT_TARGET[case.traffic])
+    return _bounded(_ratio(case, "goodput against the best peer", own["goodput_rate_scale"],
+                           peers[best]["goodput_rate_scale"], best,
+                           GOODPUT_TARGET[case.traffic]), own, peers[best])
+
+
+def _bounded(verdict: Verdict, own: Mapping[str, Any], peer: Mapping[str, Any]) -> Verdict:
+    """A goodput verdict where a search never failed (``goodput_capped``: the scale is a
+    lower bound): met only if the bound alone meets it, else not readable."""
+    value_capped = bool(own.get("goodput_capped"))
+    reference_capped = bool(peer.get("goodput_capped"))
+    if not (value_capped or reference_capped):
+        return verdict
+    met = verdict.met if verdict.met and not reference_capped else None
+    return replace(verdict, met=met, value_capped=value_capped,
+                   reference_capped=reference_capped)
 
 
 def _cost_against_cheapest(case: Case, own: Mapping[str, Any],
@@ -185,11 +201,12 @@ def markdown(cases: Sequence[Case], verdicts: Sequence[Verdict], policy: str = K
     lines = [f"| case | goal | {policy} | reference | ratio | target | met |",
              "|---|---|--:|---|--:|--:|---|"]
     for v in verdicts:
-        reference = (f"{v.reference_name} {_number(v.reference)}" if v.reference is not None
-                     else v.reference_name)
+        reference = (f"{v.reference_name} {_bound(v.reference_capped)}{_number(v.reference)}"
+                     if v.reference is not None else v.reference_name)
         target = f"{'≤' if v.at_most else '≥'} {v.target:g} ×"
-        lines.append(f"| {about.get(v.case, v.case)} | {v.goal} | {_number(v.value)} | "
-                     f"{reference} | {_ratio_text(v.ratio)} | {target} | {_met_text(v)} |")
+        lines.append(f"| {about.get(v.case, v.case)} | {v.goal} | {_bound(v.value_capped)}"
+                     f"{_number(v.value)} | "
+                     f"{reference} | {_bounded_ratio_text(v)} | {target} | {_met_text(v)} |")
     lines += ["", "| goal | met | missed | not readable |", "|---|--:|--:|--:|"]
     for goal in dict.fromkeys(v.goal for v in verdicts):
         of_goal = [v for v in verdicts if v.goal == goal]
@@ -199,10 +216,23 @@ def markdown(cases: Sequence[Case], verdicts: Sequence[Verdict], policy: str = K
     return "\n".join(lines) + "\n"
 
 
+def _bound(capped: bool) -> str:
+    return "≥ " if capped else ""
+
+
 def _number(value: float | None) -> str:
     if value is None:
         return "–"
     return f"{value:.3f}" if abs(value) < 10 else f"{value:,.1f}"
+
+
+def _bounded_ratio_text(verdict: Verdict) -> str:
+    """The ratio, as a bound where a goodput search never failed on one side."""
+    if verdict.value_capped and verdict.reference_capped:
+        return "–"
+    bound = "≥ " if verdict.value_capped else "≤ " if verdict.reference_capped else ""
+    text = _ratio_text(verdict.ratio)
+    return text if text == "–" else bound + text
 
 
 def _ratio_text(ratio: float | None) -> str:

@@ -40,3 +40,12 @@ def test_never_passing_gives_zero_and_stops_on_a_plateau() -> None:
 def test_bad_start_is_refused() -> None:
     with pytest.raises(ValueError, match="start scale"):
         find_goodput(lambda s: 1.0, 0.0)
+
+
+def test_a_search_that_never_fails_says_its_scale_is_a_lower_bound() -> None:
+    """A trace too light for the fleet passed at every doubling; its last scale was
+    reported as the goodput, and a scorecard judged 64 against 64 as a missed goal."""
+    search = find_goodput(lambda scale: 1.0, 1.0, max_doublings=6)
+    assert (search.rate_scale, search.capped) == (64.0, True)
+    assert not find_goodput(_knee(3.0), 1.0).capped
+    assert not find_goodput(_knee(0.3), 1.0).capped

@@ -65,3 +65,11 @@ def test_the_summary_shows_the_policies_output_length_predictions(tmp_path: Path
     assert lines[-1] == "| kvroute | 90 (90%) | 0.25 | 1.04 | 3.50 | 60% |"
     # rr predicted nothing: its one row is the main table's
     assert sum(line.startswith("| rr |") for line in lines) == 1
+
+
+def test_a_goodput_search_that_never_failed_shows_its_scale_as_a_bound() -> None:
+    from sim.report import markdown_table
+
+    table = markdown_table({"rr": {**ENTRY, "goodput_rate_scale": 64.0, "goodput_capped": True},
+                            "ll": {**ENTRY, "goodput_rate_scale": 2.5, "goodput_capped": False}})
+    assert "| ≥ 64.00 |" in table and "| 2.50 |" in table

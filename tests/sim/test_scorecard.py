@@ -111,3 +111,21 @@ def test_the_default_cases_have_unique_names_and_spread_their_slices() -> None:
 
 def test_the_peers_are_every_preset() -> None:
     assert PEERS == PEER_NAMES
+
+
+def test_a_goodput_search_that_never_failed_is_a_bound_not_a_value() -> None:
+    capped = {**_entry(64.0, 0.06), "goodput_capped": True}
+    both = judge(UNIQUE, _summary(kvroute=capped, round_robin={**_entry(64.0, 0.08),
+                                                               "goodput_capped": True}))[0]
+    assert (both.met, both.value_capped, both.reference_capped) == (None, True, True)
+    ahead = judge(UNIQUE, _summary(kvroute=capped, round_robin=_entry(32.0, 0.08)))[0]
+    assert ahead.met is True and ahead.ratio == 2.0      # at least 2 ×: the goal is met
+    close = judge(UNIQUE, _summary(kvroute=capped, round_robin=_entry(60.0, 0.08)))[0]
+    assert close.met is None                             # at least 1.07 ×: cannot say
+    behind = judge(UNIQUE, _summary(kvroute=_entry(8.0, 0.06), round_robin={
+        **_entry(64.0, 0.08), "goodput_capped": True}))[0]
+    assert behind.met is None and behind.reference_capped
+    table = markdown([UNIQUE], [both, ahead, behind])
+    assert "| ≥ 64.0 | round-robin ≥ 64.0 | – |" in table
+    assert "| ≥ 64.0 | round-robin 32.0 | ≥ 2.00 × |" in table
+    assert "| 8.000 | round-robin ≥ 64.0 | ≤ 0.12 × |" in table
