@@ -36,7 +36,7 @@ from sim.simulator import (
     router_scrape_interval,
     servable,
 )
-from sim.traces import TraceError, TraceFormat
+from sim.traces import Trace, TraceError, TraceFormat
 from workers.fleet import FleetConfigError, load_fleet
 
 _PROGRESS_BATCH = 100
@@ -89,6 +89,9 @@ def run_session(request: SimulationRequest) -> int:
     if not trace.requests:
         print(f"kvroute sim: {request.trace}: no requests after slicing", file=sys.stderr)
         return 2
+    unlikely = unlikely_rate(trace)
+    if unlikely:
+        print(f"kvroute sim: note: {request.trace}: {unlikely}", file=sys.stderr)
     problem = out_problem(request.out)      # before the run, not after it
     if problem:
         print(f"kvroute sim: {problem}", file=sys.stderr)
@@ -113,6 +116,23 @@ def run_session(request: SimulationRequest) -> int:
     print((out / "summary.md").read_text(), end="")
     print(f"wrote {path} and plots in {out}", file=sys.stderr)
     return 0
+
+
+def unlikely_rate(trace: Trace) -> str | None:
+    """A note when the arrivals look read in the wrong unit (Mooncake timestamps are
+    milliseconds, generic ``arrival_s`` seconds): 20 or more requests faster than 1,000 a
+    second or slower than one in 10 minutes on average. Such a trace still runs."""
+    count, span = len(trace.requests), trace.span_s
+    if count < 20:
+        return None
+    if span <= 0 or count / span > 1000:
+        return (f"{count} requests arrive within {span:.3f} s: are its times in the unit "
+                "its format says (Mooncake: milliseconds; generic JSONL: seconds)?")
+    if span / count > 600:
+        return (f"{count} requests arrive over {span:,.0f} s (one every {span / count:,.0f} "
+                "s): are its times in the unit its format says (Mooncake: milliseconds; "
+                "generic JSONL: seconds)?")
+    return None
 
 
 def _run_all(jobs: Sequence[PolicyJob], per_run: int, parallel: int,

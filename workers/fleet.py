@@ -206,6 +206,10 @@ def _parse_gpu_classes(raw: Any, source: str) -> dict[str, GpuProfile]:
                       missing="required for a GPU class that is not built in")
         if "allreduce_bw_gbps" in fields_:
             _check_allreduce_bw(fields_["allreduce_bw_gbps"], f"{where}.allreduce_bw_gbps")
+        if base is not None and "memory_gb" in fields_ and "visible_memory_gb" not in fields_:
+            # a built-in class's visible memory belongs to its datasheet size: a new size
+            # given alone is the memory there is (it was silently outweighed)
+            fields_ = {**fields_, "visible_memory_gb": None}
         try:
             gpus[str(name)] = GpuProfile.from_mapping(str(name), fields_, base)
         except (TypeError, ValueError) as exc:

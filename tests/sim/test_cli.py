@@ -349,3 +349,29 @@ def test_the_ceilings_leave_out_what_no_worker_can_serve(tmp_path: Path) -> None
                          summary["trace"]["prefix_hit_ceiling_pooled"]))
         assert summary["policies"]["round-robin"]["rejected"] == (trace == with_huge)
     assert ceilings[0] == ceilings[1] and ceilings[0][0] > 0.5
+
+
+@pytest.mark.parametrize(("gap", "note"), [
+    (0.0005, "30 requests arrive within 0.015 s: are its times in the unit its format says"),
+    (1000.0, "30 requests arrive over 29,000 s (one every 967 s): are its times in the unit"),
+])
+def test_arrivals_in_the_wrong_unit_get_a_note(tmp_path: Path, gap: float, note: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Seconds read as milliseconds ran silently as a 19 ms burst, milliseconds read as
+    seconds as a trickle over hours: the run goes on, with a note."""
+    path = tmp_path / "unit.jsonl"
+    path.write_text("".join(json.dumps({"arrival_s": gap * i, "prompt_tokens": 100,
+                                        "output_tokens": 2}) + "\n" for i in range(30)))
+    assert main(["sim", "--trace", str(path), "--fleet", str(FLEET), "--policies",
+                 "round-robin", "--out", str(tmp_path / "o")]) == 0
+    assert f"kvroute sim: note: {path}: {note}" in capsys.readouterr().err
+
+
+def test_a_plausible_trace_gets_no_note(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "fine.jsonl"
+    path.write_text("".join(json.dumps({"arrival_s": 0.5 * i, "prompt_tokens": 100,
+                                        "output_tokens": 2}) + "\n" for i in range(30)))
+    assert main(["sim", "--trace", str(path), "--fleet", str(FLEET), "--policies",
+                 "round-robin", "--out", str(tmp_path / "o")]) == 0
+    assert "note:" not in capsys.readouterr().err

@@ -311,3 +311,20 @@ def test_a_fleet_file_with_a_key_written_twice_is_refused(tmp_path: Path) -> Non
             r"fleet\.yaml: invalid YAML: line 5, column 24: duplicate key 'gpu' \(first at "
             r"line 5; a repeated key would silently replace it\)$")):
         load_fleet(path)
+
+
+def test_a_built_in_gpu_given_another_memory_size_uses_it() -> None:
+    """``l40s: {memory_gb: 16}`` was accepted and changed nothing: the built-in visible
+    memory (45 GiB) still sized the KV cache."""
+    from workers.engine.capacity import visible_memory_bytes
+
+    def l40s(fields_: dict[str, Any]) -> Any:
+        return parse_fleet({"gpu_classes": {"l40s": fields_},
+                            "models": {MODEL: {"arch": "llama-3.1-8b"}},
+                            "workers": [{"id": "w", "gpu": "l40s", "models": [MODEL],
+                                         "url": "http://127.0.0.1:1"}]}).workers[0].info.gpu
+
+    assert visible_memory_bytes(l40s({"memory_gb": 16})) == 16e9
+    both = l40s({"memory_gb": 16, "visible_memory_gb": 14})
+    assert visible_memory_bytes(both) == 14 * 2**30
+    assert visible_memory_bytes(l40s({"price_per_hour": 1.0})) == 45 * 2**30
