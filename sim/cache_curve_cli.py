@@ -260,7 +260,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("prefix hits (% of prompt tokens)")
     ax.set_title(f"Prefix hits against cache size: {report['trace']['name']}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:     # none when nothing is reused
+        ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -153,7 +153,8 @@ def write_plots(out_dir: Path, entries: Mapping[str, Mapping[str, Any]],
     ax.set_ylabel("share of completed requests")
     ax.set_title("TTFT CDF per policy")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:     # no curve when every request was rejected
+        ax.legend(fontsize=8)
     written.append(_save(fig, out_dir / "ttft_cdf.png"))
 
     goodput = [entries[n].get("goodput_rate_scale") for n in names]
@@ -182,7 +183,8 @@ def write_plots(out_dir: Path, entries: Mapping[str, Mapping[str, Any]],
     ax.set_ylabel("$ per million served tokens")
     ax.set_title("Cost per policy")
     ax.set_ylim(0, 1.3 * max([*fleet, *busy, 1e-9]))
-    ax.legend(fontsize=8, loc="upper right", ncol=2)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper right", ncol=2)
     written.append(_save(fig, out_dir / "cost.png"))
     return written
 

@@ -185,17 +185,20 @@ def _lines(p: Path) -> Iterator[str]:
 
 
 def _detect_format(p: Path) -> TraceFormat:
-    stem = p.name.removesuffix(".gz")
+    stem = p.name.lower().removesuffix(".gz")
     if stem.endswith(".csv"):
         return "azure"
     for line in _lines(p):
         if line.strip():
+            if line.startswith("TIMESTAMP,"):      # an Azure CSV by another name
+                return "azure"
             try:
                 first = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise TraceError(f"{p}:1: not JSON: {exc.msg}") from exc
-            if isinstance(first, dict) and "hash_ids" in first and "timestamp" in first:
-                return "mooncake"
+            if isinstance(first, dict) and "timestamp" in first and (
+                    "hash_ids" in first or "input_length" in first):
+                return "mooncake"        # (a row without hash_ids is then said to lack them)
             return "jsonl"
     raise TraceError(f"{p}: empty trace")
 

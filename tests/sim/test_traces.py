@@ -33,8 +33,9 @@ def test_mooncake_rows_become_prompts_with_shared_prefixes(tmp_path: Path) -> No
     assert [r.output_tokens for r in trace.requests] == [5, 9, 1]   # 0 outputs become 1
     first, second, third = (trace.prompt_token_ids(r) for r in trace.requests)
     assert first[:512] == second and third[:700] == first[:700]
-    # ceiling: request 2 hits block 0 (512); request 3 hits block 0 only (its block 1 is partial)
-    assert prefix_ceiling(trace) == pytest.approx(1024 / (1100 + 512 + 700))
+    # ceiling: request 2 hits block 0 (512); request 3 hits block 0 and the eleven whole
+    # 16-token blocks of its partial block 1 (188 tokens) that request 1 held
+    assert prefix_ceiling(trace) == pytest.approx((512 + 512 + 176) / (1100 + 512 + 700))
 
 
 def test_slicing_happens_before_rate_scaling(tmp_path: Path) -> None:
@@ -283,4 +284,19 @@ def test_a_prompt_longer_than_any_window_is_refused_before_it_is_built(tmp_path:
     path.write_text('{"arrival_s": 0, "prompt_tokens": 1000000000, "output_tokens": 10}\n')
     with pytest.raises(TraceError, match=rf"^{path}:1: prompt_tokens: must be an integer in "
                                          r"1\.\.10000000$"):
+        load_trace(path)
+
+
+@pytest.mark.parametrize("name", ["upper.CSV", "azure.txt"])
+def test_an_azure_csv_by_another_name_is_read_as_one(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.0,374,44\n")
+    assert [r.num_prompt_tokens for r in load_trace(path).requests] == [374]
+
+
+def test_a_mooncake_row_without_hash_ids_is_said_to_lack_them(tmp_path: Path) -> None:
+    """It was read as the generic format and said to lack ``arrival_s``."""
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5}\n')
+    with pytest.raises(TraceError, match=rf"^{path}:1: hash_ids: must be a list of integers$"):
         load_trace(path)
