@@ -5,7 +5,9 @@ size) every ``interval_s``. A change is read once the stamp has held still for o
 a file written in place in several steps is not applied half-written (a reload takes one to
 two intervals). When the content differs, it reads and parses the file and builds a new
 ``PolicyEngine`` off the event loop (plugins such as a classifier may take a while to
-build), then swaps ``reloader.engine`` in one assignment. A bad file is refused: the last
+build), then swaps ``reloader.engine`` in one assignment, unless the file changed again while
+it was built (then the build is dropped and the file read anew: an edit undone during a
+classifier's minutes of training is not applied after the undo). A bad file is refused: the last
 good engine keeps serving and the failure is reported once per change of the file; a file
 that comes back to the content in force (after an edit was refused, or after it was missing)
 is reported as a success without a rebuild (``ReloadResult.rebuilt`` False). Every attempt is
@@ -114,6 +116,7 @@ class PolicyReloader:
                 "success", str(self.path),
                 f"the file is the config in force again: {summarize(self.engine.routing)}",
                 rebuilt=False))
+        read_stamp = self._stamp
         try:
             engine = await asyncio.to_thread(self._build, text)
         except RoutingConfigError as exc:
@@ -122,6 +125,14 @@ class PolicyReloader:
             log.exception("building the routing config from %s failed", self.path)
             return self._report(ReloadResult("failure", str(self.path),
                                              f"{type(exc).__name__}: {exc}"))
+        if file_stamp(self.path) != read_stamp:
+            # edited (or undone) while this config was built (a classifier trains for
+            # minutes): what was built is no longer the file; the next poll reads the file
+            log.info("routing file %s changed while its previous version was built (%s): "
+                     "that version is dropped, the file is read again", self.path,
+                     summarize(engine.routing))
+            self._digest = None
+            return None
         engine.take_state_from(self.engine)     # on the loop, with no await before the swap
         self.engine = engine
         self._in_force = digest

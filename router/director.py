@@ -289,8 +289,10 @@ class Director:
         offloaded = (await produce(engine.producers, routing, views)).offloaded > 0
         seconds = routing.attributes.get("semantic_classify_s")   # set by the semantic producer
         if routing.semantic_class is not None or isinstance(seconds, float):
+            outcome = routing.attributes.get("semantic_outcome")
             self._metrics.record_semantic(
-                routing.semantic_class, seconds if isinstance(seconds, float) else None)
+                routing.semantic_class, seconds if isinstance(seconds, float) else None,
+                outcome if isinstance(outcome, str) else None)
         return offloaded
 
     def _decide(self, engine: PolicyEngine, routing: RoutingRequest,

@@ -48,6 +48,9 @@ CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.2
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 # generated / predicted output tokens: 1 is exact, below 1 the prediction was too long
 ADMISSION_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# the semantic producer's outcomes (``policies.semantic.producer``): all but the first give
+# the request the default class
+SEMANTIC_OUTCOMES = ("classified", "unsure", "empty", "error", "timeout", "overloaded")
 PREDICTION_RATIO_BUCKETS = (0.0625, 0.125, 0.25, 0.5, 0.8, 1.25, 2.0, 4.0, 8.0, 16.0)
 # the ``model`` label of requests for a model no worker serves: the name is the client's
 # choice, so it never becomes a label value (one series per invented name)
@@ -201,6 +204,12 @@ class RouterMetrics:
                                      ["gpu", "worker", "tenant"]))
         self.semantic_class = Counter("kvroute_semantic_class", "Requests by semantic class.",
                                       ["class"], registry=r)
+        self.semantic_outcomes = Counter(
+            "kvroute_semantic_outcomes", "Requests the semantic producer saw, by outcome: "
+            "classified, or given the default class for being unsure, empty, an error, a "
+            "timeout or an overloaded encoder.", ["outcome"], registry=r)
+        for outcome in SEMANTIC_OUTCOMES:
+            self.semantic_outcomes.labels(outcome)
         self.semantic_classify = Histogram("kvroute_semantic_classify_seconds",
                                            "Time to classify a request.",
                                            buckets=CLASSIFY_BUCKETS, registry=r)
@@ -401,8 +410,11 @@ class RouterMetrics:
         else:
             self.config_last_reload_successful.set(1)
 
-    def record_semantic(self, semantic_class: str | None, seconds: float | None) -> None:
+    def record_semantic(self, semantic_class: str | None, seconds: float | None,
+                        outcome: str | None = None) -> None:
         if semantic_class:
             self.semantic_class.labels(semantic_class).inc()
+        if outcome in SEMANTIC_OUTCOMES:
+            self.semantic_outcomes.labels(outcome).inc()
         if seconds is not None:
             self.semantic_classify.observe(seconds)

@@ -226,3 +226,27 @@ async def test_a_file_of_several_megabytes_is_refused_unread(routing_file: Path)
         "failure", str(routing_file),
         f"{routing_file}: larger than 4 MiB: not a routing file (labelled examples go in the "
         "semantic section's examples_file)")
+
+
+async def test_a_config_built_while_the_file_changed_again_is_dropped(
+        routing_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An edit undone while its classifier trained (minutes) was applied once the training
+    ended, eight minutes after the undo, and logged as loaded from the file."""
+    results: list[ReloadResult] = []
+    reloader = PolicyReloader.load(routing_file, FLEET, on_result=results.append)
+    engine = reloader.engine
+    build = reloader._build
+
+    def build_while_undone(text: str) -> PolicyEngine:
+        built = build(text)
+        write(routing_file, GOOD, 9_000_000)     # the operator undoes the edit meanwhile
+        return built
+
+    monkeypatch.setattr(reloader, "_build", build_while_undone)
+    write(routing_file, OTHER, 1_000_000)
+    assert await settled(reloader) is None       # built, then dropped: the file moved on
+    assert reloader.engine is engine and results == []
+    monkeypatch.setattr(reloader, "_build", build)
+    result = await settled(reloader)
+    assert result is not None and result.result == "success" and not result.rebuilt
+    assert reloader.engine is engine

@@ -98,3 +98,23 @@ def test_a_file_back_to_the_config_in_force_keeps_its_load_time() -> None:
     assert get("kvroute_config_last_reload_success_timestamp_seconds", {}) == loaded
     metrics.record_reload("success")
     assert get("kvroute_config_last_reload_success_timestamp_seconds", {}) > loaded
+
+
+def test_semantic_outcomes_are_counted_by_kind() -> None:
+    """Requests given the default class for a timeout or an overloaded encoder were counted
+    as that class, like any other: nothing told them apart."""
+    from typing import get_args
+
+    from policies.semantic.model import Outcome
+    from router.metrics import SEMANTIC_OUTCOMES
+
+    assert get_args(Outcome) == SEMANTIC_OUTCOMES
+    metrics = RouterMetrics()
+    metrics.record_semantic("chat", 0.3, "timeout")
+    metrics.record_semantic("code", 0.01, "classified")
+    metrics.record_semantic("chat", 0.0, "made-up")          # not a label value
+    get = metrics.registry.get_sample_value
+    assert {o: get("kvroute_semantic_outcomes_total", {"outcome": o})
+            for o in SEMANTIC_OUTCOMES} == {"classified": 1.0, "unsure": 0.0, "empty": 0.0,
+                                            "error": 0.0, "timeout": 1.0, "overloaded": 0.0}
+    assert get("kvroute_semantic_class_total", {"class": "chat"}) == 2.0
