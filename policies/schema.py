@@ -54,6 +54,7 @@ def parse_routing(data: Any, registry: PluginRegistry, source: str = "<memory>")
             f"default_profile: unknown profile {default_profile!r} "
             f"(defined: {', '.join(profiles)})")
     rules = _parse_rules(doc.get("rules"), profiles)
+    _check_rule_classes(rules, sections.get("semantic"))
     declared = _parse_plugin_list(doc.get("producers"), "producers", "producer", registry)
     slo = build_params(SloConfig, doc.get("slo"), "slo")
     routing = RoutingConfig(
@@ -64,6 +65,21 @@ def parse_routing(data: Any, registry: PluginRegistry, source: str = "<memory>")
     return RoutingConfig(
         profiles=routing.profiles, default_profile=default_profile, rules=routing.rules,
         producers=tuple(producers), slo=slo, sections=routing.sections, source=source)
+
+
+def _check_rule_classes(rules: Sequence[Rule], semantic: Any) -> None:
+    """A rule's ``when.class`` must be a class the semantic section can give (a typo would
+    be a rule that never matches)."""
+    classes = getattr(semantic, "classes", None)
+    if classes is None:
+        return
+    known = {*classes, semantic.default_class}
+    for i, rule in enumerate(rules):
+        for name in rule.when.semantic_class or ():
+            if name not in known:
+                raise RoutingConfigError(
+                    f"rules[{i}].when.class: unknown class {name!r} (the semantic section's "
+                    f"classes: {', '.join(sorted(known))})")
 
 
 def _parse_section(parser: SectionParser, raw: Any, name: str) -> Any:

@@ -202,3 +202,20 @@ def test_bare_type_names_are_shorthand() -> None:
     assert [(s.type, s.name) for s in profile.filters] == [("model", "model"),
                                                            ("healthy", "healthy")]
     assert profile.picker.type == "round-robin"
+
+
+def test_a_rule_on_a_class_the_semantic_section_lacks_is_refused() -> None:
+    """``when: {class: legal}`` without a class ``legal`` was accepted: a rule that never
+    matches, in validate and in a live reload alike."""
+    from policies.loader import parse_routing_text
+
+    text = ("semantic:\n  default_class: chat\n  classes:\n"
+            "    code: {examples: [write a function]}\n    chat: {examples: [hello there]}\n"
+            "profiles: {default: {scorers: [kv-usage]}, fast: {scorers: [queue-depth]}}\n"
+            "rules:\n  - {name: ok, when: {class: [code, chat]}, then: {profile: fast}}\n"
+            "  - {name: typo, when: {class: legal}, then: {profile: fast}}\n")
+    with pytest.raises(RoutingConfigError, match=r"^rules\[1\]\.when\.class: unknown class "
+                                                 r"'legal' \(the semantic section's classes: "
+                                                 r"chat, code\)$"):
+        parse_routing_text(text)
+    parse_routing_text(text.replace("class: legal", "class: code"))
