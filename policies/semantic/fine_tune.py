@@ -13,7 +13,9 @@ digest of the base model files, the library versions, ``TRAINING_FORMAT``, the p
 ``max_tokens`` and every (text, label) pair, written atomically under the semantic cache
 directory (``policies.semantic.onnx_encoder.cache_directory``), and a lock file makes a
 second process wait for the first instead of training the same thing again. Training is
-seeded (pairs, dropout and batch order), so the same input gives the same weights.
+seeded (pairs, dropout and batch order), so the same input gives the same weights. Each
+example set's files take about 290 MB (tuned and mixed weights, their ONNX exports): the
+cache keeps the ``KEEP_TUNED_SETS`` sets used last and deletes older ones after training.
 
 Pairs are drawn like SetFit's: for each of ``pairs_per_example`` rounds, every
 example gets one partner of its own class (another example when the class has one) and one
@@ -31,6 +33,7 @@ the same digest and the mix), so changing ``mix`` trains nothing again.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -47,6 +50,7 @@ from policies.errors import ParamError, RoutingConfigError
 log = logging.getLogger(__name__)
 
 TRAINING_FORMAT = "setfit-cosine-mse-v1"
+KEEP_TUNED_SETS = 4          # example sets kept in the cache (the ones used last)
 Progress = Callable[[int, int], None]   # (batches done, batches in all)
 
 
@@ -129,6 +133,7 @@ def fine_tuned_weights(texts: Sequence[str], labels: Sequence[str], params: Fine
     mixed = (path if params.mix == 1.0
              else directory / f"minilm-tuned-{name}-mix{params.mix:g}.safetensors")
     if mixed.is_file():
+        _mark_used(directory, name)
         return mixed
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -147,7 +152,46 @@ def fine_tuned_weights(texts: Sequence[str], labels: Sequence[str], params: Fine
             log.info("fine-tuned encoder saved to %s", path)
         if not mixed.is_file():
             _mix_and_save(path, params.mix, mixed)
+    _mark_used(directory, name)
+    prune_tuned_sets(directory, KEEP_TUNED_SETS)
     return mixed
+
+
+def _mark_used(directory: Path, name: str) -> None:
+    """Touch the files of one example set (its weights, mixes and ONNX exports): the sets
+    used last are those ``prune_tuned_sets`` keeps."""
+    for file in directory.glob(f"minilm-tuned-{name}*"):
+        with contextlib.suppress(OSError):
+            os.utime(file)
+
+
+def prune_tuned_sets(directory: Path, keep: int) -> list[str]:
+    """Delete the files of all but the ``keep`` example sets used last (about 290 MB each:
+    every edit of the examples trains a new set) and return the digests deleted. A set
+    whose lock another process holds (training it now) is left alone."""
+    sets: dict[str, float] = {}
+    for file in directory.glob("minilm-tuned-*"):
+        digest = file.name.removeprefix("minilm-tuned-").split("-")[0].split(".")[0]
+        with contextlib.suppress(OSError):
+            sets[digest] = max(sets.get(digest, 0.0), file.stat().st_mtime)
+    stale = sorted(sets, key=sets.__getitem__, reverse=True)[keep:]
+    deleted: list[str] = []
+    for digest in stale:
+        lock_path = directory / f"minilm-tuned-{digest}.safetensors.lock"
+        try:
+            with lock_path.open("a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)   # not while one trains it
+                for file in directory.glob(f"minilm-tuned-{digest}*"):
+                    if file != lock_path:
+                        file.unlink(missing_ok=True)
+                lock_path.unlink(missing_ok=True)
+        except OSError:             # held (BlockingIOError), or not ours to delete
+            continue
+        deleted.append(digest)
+    if deleted:
+        log.info("semantic cache %s: deleted %d example set(s) not used lately (the %d used "
+                 "last are kept)", directory, len(deleted), keep)
+    return deleted
 
 
 class LoggedProgress:

@@ -232,3 +232,28 @@ def test_an_unwritable_cache_is_a_config_error_that_says_what_to_do(tmp_path: Pa
     assert str(info.value).startswith(f"semantic.fine_tune: cannot write the cache directory "
                                       f"{blocker / 'semantic'}")
     assert "KVROUTE_CACHE_DIR" in str(info.value)
+
+
+def test_the_cache_keeps_the_example_sets_used_last(tmp_path: Path) -> None:
+    """Each edit of the examples left ~290 MB in the cache, never deleted."""
+    import fcntl
+    import os
+
+    from policies.semantic.fine_tune import prune_tuned_sets
+
+    suffixes = (".safetensors", "-mix0.5.safetensors", "-mix0.5-fp32.onnx",
+                "-mix0.5-int8.onnx", ".safetensors.lock")
+    for age, digest in enumerate(("aa01", "bb02", "cc03", "dd04", "ee05")):
+        for suffix in suffixes:
+            file = tmp_path / f"minilm-tuned-{digest}{suffix}"
+            file.write_text("x")
+            os.utime(file, (1_000_000 - age * 1000, 1_000_000 - age * 1000))
+    (tmp_path / "minilm-0123-fp32.onnx").write_text("the base model's export")
+    with (tmp_path / "minilm-tuned-dd04.safetensors.lock").open("a") as training:
+        fcntl.flock(training, fcntl.LOCK_EX)          # another process trains dd04 now
+        deleted = prune_tuned_sets(tmp_path, keep=2)
+    assert sorted(deleted) == ["cc03", "ee05"]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["minilm-0123-fp32.onnx",
+                           *(f"minilm-tuned-{d}{s}" for d in ("aa01", "bb02", "dd04")
+                             for s in suffixes)])
