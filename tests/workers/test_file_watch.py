@@ -17,9 +17,25 @@ def test_the_stamp_moves_with_the_file_and_is_none_without_it(tmp_path: Path) ->
     assert file_stamp(path) is None
     path.write_text("a: 1\n")
     first = file_stamp(path)
-    assert first is not None and first[1] == 5
-    os.utime(path, ns=(first[0] + 10**9, first[0] + 10**9))
-    assert file_stamp(path) == (first[0] + 10**9, 5)
+    assert first is not None and first[4] == 5            # (dev, inode, mtime, ctime, size)
+    os.utime(path, ns=(first[2] + 10**9, first[2] + 10**9))
+    touched = file_stamp(path)
+    assert touched is not None and touched[2] == first[2] + 10**9 and touched[4] == 5
+
+
+def test_a_copy_keeping_size_and_modification_time_moves_the_stamp(tmp_path: Path) -> None:
+    """``cp -p``, ``rsync -a`` or a ConfigMap's symlink swap keep both: the change time and
+    the inode still move, so the file is seen to change."""
+    path, staged = tmp_path / "f.yaml", tmp_path / "staged.yaml"
+    path.write_text("a: 1\n")
+    staged.write_text("a: 2\n")
+    before = os.stat(path)
+    os.utime(staged, ns=(before.st_atime_ns, before.st_mtime_ns))
+    first = file_stamp(path)
+    os.replace(staged, path)
+    after = file_stamp(path)
+    assert first is not None and after is not None
+    assert (after[2], after[4]) == (first[2], first[4]) and after != first
 
 
 async def test_a_failing_check_is_logged_and_the_next_one_runs(
