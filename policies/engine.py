@@ -167,6 +167,19 @@ class PolicyEngine:
             except Exception:
                 log.exception("on_completed of %s failed", _plugin_name(hook))
 
+    def learn_routed(self, worker_id: str, block_hashes: Mapping[int, Sequence[int]]) -> None:
+        """Another router replica sent a prompt with these block hashes (block size -> chain)
+        to ``worker_id``: each plugin with a ``learn_routed(worker_id, block_hashes)`` learns
+        it as if this one had (the ``prefix`` scorer's routing history)."""
+        for _path, (_type_name, plugin) in self._plugins.items():
+            hook = getattr(plugin, "learn_routed", None)
+            if hook is None:
+                continue
+            try:
+                hook(worker_id, block_hashes)
+            except Exception:
+                log.exception("learn_routed of %s failed", _plugin_name(hook))
+
     def forget_worker(self, worker_id: str) -> None:
         """The worker's engine restarted with an empty cache: each plugin with a
         ``forget_worker(worker_id)`` drops what it believed that engine held."""

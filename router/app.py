@@ -100,6 +100,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     metrics.watch_estimates(lambda: reloader.engine)
     metrics.watch_output_lengths(lambda: reloader.engine)
     metrics.watch_state_store(store)
+    store.follow_routed(lambda worker_id, blocks: reloader.engine.learn_routed(worker_id, blocks))
     kv_events.attach(reloader.engine)
     request_tasks = RequestTasks()
     middlewares: list[Middleware] = [request_tasks.middleware]

@@ -391,6 +391,8 @@ class Director:
             await self._store.remember_response(parsed.response_id, info.id)
         self._store.on_dispatch(info.id, attempt.prefill_tokens, attempt.decode_tokens)
         engine.on_routed(routing, decision)
+        if routing.block_hashes:       # the other replicas' prefix scorers learn it too
+            self._store.on_routed_blocks(info.id, routing.block_hashes)
         headers = {"Content-Type": "application/json", "X-Request-Id": routing.request_id}
         auth = upstream_authorization(request.headers)
         if auth:

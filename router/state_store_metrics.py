@@ -12,6 +12,9 @@ admits each tenant its whole budget, so an SRE needs to see it:
 * ``kvroute_state_store_errors_total``: Redis commands that failed.
 * ``kvroute_state_store_unsaved_owners``: Responses API owners recorded by this replica
   and not yet written to Redis (written when it answers again).
+* ``kvroute_state_store_routed_total{direction}``: routed prompts' block hashes this replica
+  published (``published``) and learnt from the others (``learnt``) for the ``prefix``
+  scorer's routing history.
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ class StateStoreCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         store = self._store
+        routed = CounterMetricFamily(
+            "kvroute_state_store_routed", "Routed prompts' block hashes shared with the other "
+            "replicas: published by this one, learnt from the others.", labels=["direction"])
+        published, learnt = store.routed_shared
+        routed.add_metric(["published"], float(published))
+        routed.add_metric(["learnt"], float(learnt))
         return [
             GaugeMetricFamily("kvroute_state_store_degraded",
                               "1 while the shared state store (Redis) is unreachable or "
@@ -46,4 +55,5 @@ class StateStoreCollector(Collector):
             GaugeMetricFamily("kvroute_state_store_unsaved_owners",
                               "Responses API owners not yet written to the shared store.",
                               value=float(store.unsaved_owners)),
+            routed,
         ]

@@ -5,7 +5,8 @@ blocks from block 0, at least one token recomputed). Knowledge comes from the ex
 index for workers whose stream is whole (``attach_exact_index``; the router and the simulator
 attach one when KV events are on) and from the approximate index otherwise: every routed
 request's block hashes are inserted for its worker (``on_routed``), in a per-worker LRU sized
-from that worker's ``num_gpu_blocks`` (``policies.prefix.approximate``).
+from that worker's ``num_gpu_blocks`` (``policies.prefix.approximate``), and so are those
+other router replicas routed (``learn_routed``, fed through Redis by the state store).
 
 The per-worker counts are also left in the decision's ``CycleState`` (``prefix.match``) for
 the ``estimated-time`` and ``cost`` scorers and the ``slo-cost`` picker, and the chosen
@@ -130,6 +131,14 @@ class PrefixScorer:
         self.index.insert(worker_id, chain)
         if self.exact is not None and self.inflight is not None:
             self.inflight.add(request.request_id, worker_id, chain)
+
+    def learn_routed(self, worker_id: str, block_hashes: Mapping[int, Sequence[int]]) -> None:
+        """Another router replica routed a prompt of these hashes to ``worker_id``
+        (``PolicyEngine.learn_routed``): its history learns it as its own ``on_routed`` would
+        (not the in-flight blocks, which the other replica tracks until its request ends)."""
+        chain = block_hashes.get(self._block_size.get(worker_id, 16))
+        if chain:
+            self.index.insert(worker_id, chain)
 
     def forget_worker(self, worker_id: str) -> None:
         """Its engine restarted (``PolicyEngine.forget_worker``): the routing history of what

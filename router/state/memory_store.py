@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+
 from router.admission.usage import TenantUsage
 from router.state.response_owners import ResponseOwners
 from workers.inflight import InflightTracker
@@ -56,6 +58,17 @@ class MemoryStateStore:
 
     def on_complete(self, worker_id: str, prefill_tokens_left: int, decode_tokens: int) -> None:
         self._inflight.on_complete(worker_id, prefill_tokens_left, decode_tokens)
+
+    def on_routed_blocks(self, worker_id: str,
+                         block_hashes: Mapping[int, Sequence[int]]) -> None:
+        return None      # no other replica to tell
+
+    def follow_routed(self, learn: Callable[[str, Mapping[int, Sequence[int]]], None]) -> None:
+        return None
+
+    @property
+    def routed_shared(self) -> tuple[int, int]:
+        return 0, 0
 
     async def remember_response(self, response_id: str, worker_id: str) -> None:
         self._owners.remember(response_id, worker_id)

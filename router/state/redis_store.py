@@ -21,6 +21,15 @@ when it answers again, so a follow-up reaching another replica after an outage s
 its worker. Owners are read from the local map first, then Redis: that read is the one Redis
 round trip on a request path, for follow-ups only.
 
+What each replica routed where is shared too, for the ``prefix`` scorer's routing history
+(without KV events, the only knowledge of the workers' caches): each routed prompt's block
+hashes (``on_routed_blocks``) are appended, at the next sync, to the stream ``kvroute:routed``
+(trimmed to about ``ROUTED_STREAM_MAXLEN`` entries; at most ``MAX_ROUTED_PENDING`` wait
+while Redis is away, the oldest dropped), and each sync reads the entries the other
+replicas appended since the last one and hands them to ``follow_routed``'s callback. A
+conversation whose turns a load balancer spreads over the replicas then stays on the
+worker holding it. A replica reads the stream from its end when it starts.
+
 Redis is never awaited inside a decision. When it is unreachable (or refuses the commands:
 a wrong password, out of memory) the store says so (``degraded``; ``/health`` and
 ``kvroute_state_store_degraded`` show it), drops the remote counts and routes on local ones,
@@ -32,10 +41,15 @@ the same Redis database.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import logging
+import sys
 import time
+from array import array
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as redis
@@ -60,6 +74,12 @@ RESPONSE_PREFIX = "kvroute:response:"
 CLOSE_TIMEOUT_S = 2.0
 MAX_UNSAVED_OWNERS = 100_000     # response owners waiting for Redis; the oldest dropped past it
 SAVE_BATCH = 1_000               # owners written in one pipeline
+ROUTED_STREAM = "kvroute:routed"   # entries: r (replica), w (worker), h (encoded hashes)
+ROUTED_STREAM_MAXLEN = 5_000     # entries the stream keeps (trimmed approximately)
+MAX_ROUTED_PENDING = 2_000       # routed prompts waiting to be published
+ROUTED_READ_COUNT = 2_000        # entries read at one sync at most
+
+LearnRouted = Callable[[str, Mapping[int, Sequence[int]]], None]
 
 
 class MergedInflight:
@@ -133,6 +153,11 @@ class RedisStateStore:
         # response id -> (worker, monotonic time recorded): owners not yet written to Redis
         self._unsaved: dict[str, tuple[str, float]] = {}
         self._saving: asyncio.Task[None] | None = None
+        self._routed_out: deque[tuple[str, str]] = deque(maxlen=MAX_ROUTED_PENDING)
+        self._learn: LearnRouted | None = None
+        self._routed_from: str | None = None   # the last stream entry read (None: not placed)
+        self._published = 0
+        self._learnt = 0
         self._errors = 0          # Redis commands that failed
         self._replicas = 1        # replicas sharing counts through Redis, this one included
         self._replicas_logged: int | None = None
@@ -160,6 +185,19 @@ class RedisStateStore:
     @property
     def unsaved_owners(self) -> int:
         return len(self._unsaved)
+
+    @property
+    def routed_shared(self) -> tuple[int, int]:
+        return self._published, self._learnt
+
+    def on_routed_blocks(self, worker_id: str,
+                         block_hashes: Mapping[int, Sequence[int]]) -> None:
+        encoded = encode_blocks(block_hashes)
+        if encoded:
+            self._routed_out.append((worker_id, encoded))
+
+    def follow_routed(self, learn: LearnRouted) -> None:
+        self._learn = learn
 
     async def start(self) -> None:
         self._client = redis.Redis.from_url(self._url, decode_responses=True,
@@ -280,6 +318,44 @@ class RedisStateStore:
             self._replicas_logged = self._replicas
         if self._unsaved:
             self._start_saving()
+        try:
+            await self._exchange_routed()
+        except (RedisError, OSError) as exc:
+            self._lost_redis(exc)
+
+    async def _exchange_routed(self) -> None:
+        """Publish the prompts routed since the last sync; learn those the others routed."""
+        outgoing = len(self._routed_out)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for worker_id, encoded in itertools.islice(self._routed_out, outgoing):
+                pipe.xadd(ROUTED_STREAM, {"r": self.replica_id, "w": worker_id, "h": encoded},
+                          maxlen=ROUTED_STREAM_MAXLEN, approximate=True)
+            if self._routed_from is None:      # start at the end: what comes from now on
+                pipe.xrevrange(ROUTED_STREAM, count=1)
+            else:
+                pipe.xread({ROUTED_STREAM: self._routed_from}, count=ROUTED_READ_COUNT)
+            replies = await pipe.execute()
+        for _ in range(min(outgoing, len(self._routed_out))):
+            self._routed_out.popleft()
+        self._published += outgoing
+        last = replies[-1]
+        if self._routed_from is None:
+            self._routed_from = last[0][0] if last else "0-0"
+            return
+        for entry_id, fields in _stream_entries(last):
+            self._routed_from = entry_id
+            if fields.get("r") == self.replica_id or self._learn is None:
+                continue
+            try:
+                blocks = decode_blocks(fields["h"])
+                worker_id = fields["w"]
+            except (KeyError, ValueError):
+                continue        # not an entry of this format: nothing to learn
+            self._learnt += 1
+            try:
+                self._learn(worker_id, blocks)
+            except Exception:
+                log.exception("learning a route of another replica failed")
 
     async def _withdraw(self) -> None:
         async with self._client.pipeline(transaction=True) as pipe:
@@ -349,3 +425,47 @@ def _failure(exc: Exception) -> str:
     if isinstance(exc, ResponseError):
         return f"refused a command ({text})"
     return f"unreachable ({text})"
+
+
+def encode_blocks(block_hashes: Mapping[int, Sequence[int]]) -> str:
+    """``"16:<base64 of the chain as little-endian uint64s>;..."`` ("" when no chain)."""
+    parts = []
+    for size, chain in block_hashes.items():
+        if not chain:
+            continue
+        packed = chain if isinstance(chain, array) and chain.typecode == "Q" else array(
+            "Q", chain)
+        if packed.itemsize != 8:
+            continue
+        if sys.byteorder == "big":
+            packed = array("Q", packed)
+            packed.byteswap()
+        parts.append(f"{size}:{base64.b64encode(packed.tobytes()).decode()}")
+    return ";".join(parts)
+
+
+def decode_blocks(text: str) -> dict[int, array[int]]:
+    """``encode_blocks``'s inverse; ValueError for text of another form."""
+    blocks: dict[int, array[int]] = {}
+    for part in text.split(";"):
+        size, _, packed = part.partition(":")
+        raw = base64.b64decode(packed, validate=True)
+        if not size.isdigit() or len(raw) % 8:
+            raise ValueError(part[:40])
+        chain = array("Q")
+        chain.frombytes(raw)
+        if sys.byteorder == "big":
+            chain.byteswap()
+        blocks[int(size)] = chain
+    return blocks
+
+
+def _stream_entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
+    """The entries of an XREAD reply for one stream (RESP2 list or RESP3 map)."""
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        streams = list(reply.values())
+        return [(entry_id, fields) for entry_id, fields in (streams[0][0] if streams and
+                                                             streams[0] else [])]
+    return [(entry_id, fields) for entry_id, fields in reply[0][1]]

@@ -5,6 +5,9 @@ path reads and writes only the local ``inflight`` tracker (never awaits a store)
 store (several replicas) synchronises it off the request path, so a decision never waits
 on the network. The memory store is the default for one replica.
 
+Replicas also share what each routed where (``on_routed_blocks``, ``follow_routed``), so the
+``prefix`` scorer of each knows what the others sent to every worker's cache.
+
 One thing is awaited on the request path, and only by Responses API requests that continue
 or read a response: which worker made it (``response_owner``), since only that worker can
 serve them. Recording an owner (``remember_response``) never waits on the network.
@@ -12,6 +15,7 @@ serve them. Recording an owner (``remember_response``) never waits on the networ
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from router.admission.usage import TenantUsage
@@ -61,6 +65,22 @@ class StateStore(Protocol):
 
     def on_complete(self, worker_id: str, prefill_tokens_left: int,
                     decode_tokens: int) -> None: ...
+
+    def on_routed_blocks(self, worker_id: str,
+                         block_hashes: Mapping[int, Sequence[int]]) -> None:
+        """This replica sent a prompt of these block hashes (block size -> chain) to
+        ``worker_id``: shared with the other replicas, never awaited."""
+        ...
+
+    def follow_routed(self, learn: Callable[[str, Mapping[int, Sequence[int]]], None]) -> None:
+        """Call ``learn(worker_id, block_hashes)`` for each prompt another replica routed."""
+        ...
+
+    @property
+    def routed_shared(self) -> tuple[int, int]:
+        """Prompts' block hashes published to the other replicas so far, and learnt from
+        them."""
+        ...
 
     async def remember_response(self, response_id: str, worker_id: str) -> None:
         """Record that ``worker_id`` makes the Responses API response ``response_id``."""

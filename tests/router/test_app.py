@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from router.app import create_app
+from router.keys import METRICS
 from router.settings import Settings
 from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, RouterHandle, subset
 from workers.fleet import FleetConfig
@@ -102,6 +103,61 @@ async def test_two_replicas_share_inflight_through_redis(
         while await inflight_seen(session, second) != 0:
             assert time.monotonic() < deadline, "r2 still counts the finished request"
             await asyncio.sleep(0.05)
+
+
+async def test_replicas_share_what_they_routed_for_prefix_affinity(
+        redis_url: str, make_router: RouterFactory, tmp_path: Path) -> None:
+    """Each replica's prefix scorer knew only the prompts it had routed itself: a
+    conversation whose turns a load balancer spread over two replicas lost its cache on
+    every turn the other replica took (12 conversations of 6 turns moved 20 times)."""
+    import yaml
+
+    from tests.router.gateway_support import FAST, fleet_data
+    from workers.emulator.process import EmulatorFleet
+    from workers.fleet import load_fleet
+    from workers.ports import free_port
+
+    ids = ("h100-a", "h100-b")
+    path = tmp_path / "twin.yaml"
+    path.write_text(yaml.safe_dump(fleet_data(
+        {wid: ("h100", {**FAST, "output_len": {"dist": "fixed", "value": 4}}) for wid in ids},
+        {wid: free_port() for wid in ids})))
+    fleet = load_fleet(path)
+    with EmulatorFleet(fleet, one_process=True):
+        first = await make_router(fleet, redis_url=redis_url, replica_id="r1")
+        second = await make_router(fleet, redis_url=redis_url, replica_id="r2")
+        conversations = [" ".join(f"conversation {c} fact {i} is {i * (c + 3)}."
+                                  for i in range(300)) for c in range(4)]
+        async with aiohttp.ClientSession() as session:
+            firsts = [await _chat(session, first, text, None) for text in conversations]
+            deadline = time.monotonic() + 10.0
+            while second.metric("kvroute_state_store_routed_total",
+                                direction="learnt") < len(conversations):
+                assert time.monotonic() < deadline, "r2 never learnt r1's routes"
+                await asyncio.sleep(0.05)
+            # the second turn of each conversation reaches the other replica
+            seconds = [await _chat(session, second, text, "and then?")
+                       for text in conversations]
+    assert seconds == firsts
+    # r2 knew the prefix of the worker it chose, which it had never routed there itself
+    # (idle twins: both replicas break the tie alike, so the workers alone would not tell)
+    known = sum(sample.value for family in second.app[METRICS].registry.collect()
+                for sample in family.samples
+                if sample.name == "kvroute_prefix_known_chosen_tokens_total")
+    assert known >= 4 * 1000
+    assert first.metric("kvroute_state_store_routed_total", direction="published") >= 4
+
+
+async def _chat(session: aiohttp.ClientSession, router: RouterHandle, text: str,
+                follow_up: str | None) -> str:
+    messages = [{"role": "user", "content": text}]
+    if follow_up is not None:
+        messages += [{"role": "assistant", "content": "noted"},
+                     {"role": "user", "content": follow_up}]
+    async with session.post(router.url + "/v1/chat/completions",
+                            json={"model": MODEL, "messages": messages, "max_tokens": 4}) as resp:
+        assert resp.status == 200, await resp.text()
+        return resp.headers["x-kvroute-worker"]
 
 
 async def inflight_seen(session: aiohttp.ClientSession, router: RouterHandle) -> int:

@@ -367,11 +367,14 @@ async def test_each_replica_counts_the_replicas_it_shares_state_with(
         try:
             await one.sync_once()
             assert (one.replicas, two.replicas, apart.replicas) == (2, 2, 1)
-            gauges = {m.name: m.samples[0].value for m in StateStoreCollector(two).collect()}
-            assert gauges == {"kvroute_state_store_degraded": 0.0,
-                              "kvroute_state_store_replicas": 2.0,
-                              "kvroute_state_store_errors": 0.0,
-                              "kvroute_state_store_unsaved_owners": 0.0}
+            samples = {(s.name, tuple(s.labels.values())): s.value
+                       for m in StateStoreCollector(two).collect() for s in m.samples}
+            assert samples == {("kvroute_state_store_degraded", ()): 0.0,
+                               ("kvroute_state_store_replicas", ()): 2.0,
+                               ("kvroute_state_store_errors_total", ()): 0.0,
+                               ("kvroute_state_store_unsaved_owners", ()): 0.0,
+                               ("kvroute_state_store_routed_total", ("published",)): 0.0,
+                               ("kvroute_state_store_routed_total", ("learnt",)): 0.0}
         finally:
             for store in (one, two, apart):
                 await store.close()
@@ -397,3 +400,46 @@ async def test_a_redis_that_wants_a_password_is_said_to_refuse_not_to_be_unreach
         await client.execute_command("AUTH", "s3cret")
         await client.config_set("requirepass", "")
         await client.aclose()
+
+
+async def test_replicas_learn_what_the_others_routed_and_not_their_own(redis_url: str) -> None:
+    from array import array
+
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    learnt: dict[str, list[tuple[str, dict[int, list[int]]]]] = {"r1": [], "r2": []}
+    one.follow_routed(lambda w, blocks: learnt["r1"].append(
+        (w, {size: list(chain) for size, chain in blocks.items()})))
+    two.follow_routed(lambda w, blocks: learnt["r2"].append(
+        (w, {size: list(chain) for size, chain in blocks.items()})))
+    await one.start()
+    await two.start()           # each reads the stream from its end from now on
+    try:
+        chain = array("Q", [2**64 - 1, 0, 12345678901234567890])
+        one.on_routed_blocks("w1", {16: chain})
+        one.on_routed_blocks("w2", {16: [], 32: [7]})      # an empty chain is not sent
+        await one.sync_once()
+        await two.sync_once()
+        await one.sync_once()
+        assert learnt["r2"] == [("w1", {16: list(chain)}), ("w2", {32: [7]})]
+        assert learnt["r1"] == []                          # its own entries are skipped
+        assert one.routed_shared == (2, 0) and two.routed_shared == (0, 2)
+    finally:
+        await one.close()
+        await two.close()
+
+
+def test_block_hashes_travel_as_text_and_back() -> None:
+    from array import array
+
+    from router.state.redis_store import decode_blocks, encode_blocks
+
+    blocks = {16: array("Q", [1, 2**63, 2**64 - 1]), 64: [5, 6]}
+    text = encode_blocks(blocks)
+    assert text.isascii() and text.startswith("16:")
+    assert {k: list(v) for k, v in decode_blocks(text).items()} == {
+        16: [1, 2**63, 2**64 - 1], 64: [5, 6]}
+    assert encode_blocks({16: []}) == ""
+    for bad in ("16:not base64!", "x:AAAAAAAAAAA=", "16:AAAA"):
+        with pytest.raises(ValueError):
+            decode_blocks(bad)
