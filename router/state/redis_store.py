@@ -23,12 +23,13 @@ round trip on a request path, for follow-ups only.
 
 What each replica routed where is shared too, for the ``prefix`` scorer's routing history
 (without KV events, the only knowledge of the workers' caches): each routed prompt's block
-hashes (``on_routed_blocks``) are appended, at the next sync, to the stream ``kvroute:routed``
-(trimmed to about ``ROUTED_STREAM_MAXLEN`` entries; at most ``MAX_ROUTED_PENDING`` wait
-while Redis is away, the oldest dropped), and each sync reads the entries the other
-replicas appended since the last one and hands them to ``follow_routed``'s callback. A
-conversation whose turns a load balancer spreads over the replicas then stays on the
-worker holding it. A replica reads the stream from its end when it starts.
+hashes (``on_routed_blocks``) are appended at once, by a background task, to the stream
+``kvroute:routed`` (trimmed to about ``ROUTED_STREAM_MAXLEN`` entries; at most
+``MAX_ROUTED_PENDING`` wait while Redis is away, the oldest dropped), and a reader task
+waits on the stream (``XREAD BLOCK``) for the entries the other replicas append and hands
+them to ``follow_routed``'s callback within milliseconds: a conversation whose turns a load
+balancer spreads over the replicas stays on the worker holding it, even when the next turn
+follows the answer at once. A replica reads the stream from its end when it starts.
 
 Redis is never awaited inside a decision. When it is unreachable (or refuses the commands:
 a wrong password, out of memory) the store says so (``degraded``; ``/health`` and
@@ -77,7 +78,8 @@ SAVE_BATCH = 1_000               # owners written in one pipeline
 ROUTED_STREAM = "kvroute:routed"   # entries: r (replica), w (worker), h (encoded hashes)
 ROUTED_STREAM_MAXLEN = 5_000     # entries the stream keeps (trimmed approximately)
 MAX_ROUTED_PENDING = 2_000       # routed prompts waiting to be published
-ROUTED_READ_COUNT = 2_000        # entries read at one sync at most
+ROUTED_READ_COUNT = 2_000        # entries read (or appended) at once at most
+ROUTED_BLOCK_MS = 500            # a read waits this long for new entries
 
 LearnRouted = Callable[[str, Mapping[int, Sequence[int]]], None]
 
@@ -156,6 +158,8 @@ class RedisStateStore:
         self._routed_out: deque[tuple[str, str]] = deque(maxlen=MAX_ROUTED_PENDING)
         self._learn: LearnRouted | None = None
         self._routed_from: str | None = None   # the last stream entry read (None: not placed)
+        self._publishing: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._published = 0
         self._learnt = 0
         self._errors = 0          # Redis commands that failed
@@ -195,6 +199,7 @@ class RedisStateStore:
         encoded = encode_blocks(block_hashes)
         if encoded:
             self._routed_out.append((worker_id, encoded))
+            self._start_publishing()
 
     def follow_routed(self, learn: LearnRouted) -> None:
         self._learn = learn
@@ -204,6 +209,7 @@ class RedisStateStore:
                                             socket_timeout=1.0, socket_connect_timeout=1.0)
         await self.sync_once()
         self._task = asyncio.create_task(self._run(), name="kvroute-redis-sync")
+        self._reader = asyncio.create_task(self._follow_routed(), name="kvroute-redis-routed-in")
 
     async def close(self) -> None:
         """Stop syncing and remove this replica's counts; a Redis that does not answer
@@ -211,8 +217,9 @@ class RedisStateStore:
         self._closing = True     # ends the sync loop even if a command swallows the cancel
         if self._task is not None:
             await cancel_and_wait(self._task)
-        if self._saving is not None:
-            await cancel_and_wait(self._saving)
+        for task in (self._saving, self._publishing, self._reader):
+            if task is not None:
+                await cancel_and_wait(task)
         if self._client is not None:
             if not self._degraded:       # the owners recorded last, in the time allowed
                 with contextlib.suppress(RedisError, OSError, TimeoutError):
@@ -318,31 +325,59 @@ class RedisStateStore:
             self._replicas_logged = self._replicas
         if self._unsaved:
             self._start_saving()
-        try:
-            await self._exchange_routed()
-        except (RedisError, OSError) as exc:
-            self._lost_redis(exc)
-
-    async def _exchange_routed(self) -> None:
-        """Publish the prompts routed since the last sync; learn those the others routed."""
-        outgoing = len(self._routed_out)
-        async with self._client.pipeline(transaction=False) as pipe:
-            for worker_id, encoded in itertools.islice(self._routed_out, outgoing):
-                pipe.xadd(ROUTED_STREAM, {"r": self.replica_id, "w": worker_id, "h": encoded},
-                          maxlen=ROUTED_STREAM_MAXLEN, approximate=True)
-            if self._routed_from is None:      # start at the end: what comes from now on
-                pipe.xrevrange(ROUTED_STREAM, count=1)
-            else:
-                pipe.xread({ROUTED_STREAM: self._routed_from}, count=ROUTED_READ_COUNT)
-            replies = await pipe.execute()
-        for _ in range(min(outgoing, len(self._routed_out))):
-            self._routed_out.popleft()
-        self._published += outgoing
-        last = replies[-1]
+        if self._routed_out:
+            self._start_publishing()
         if self._routed_from is None:
-            self._routed_from = last[0][0] if last else "0-0"
+            try:
+                await self._place_reader()
+            except (RedisError, OSError) as exc:
+                self._lost_redis(exc)
+
+    def _start_publishing(self) -> None:
+        """Publish the routed prompts now, unless a publish is under way or Redis is away
+        (the sync loop starts it again when Redis answers)."""
+        if self._degraded or self._closing or self._client is None:
             return
-        for entry_id, fields in _stream_entries(last):
+        if self._publishing is None or self._publishing.done():
+            self._publishing = asyncio.create_task(self._publish_routed(),
+                                                   name="kvroute-redis-routed-out")
+
+    async def _publish_routed(self) -> None:
+        """Append the routed prompts to the stream, oldest first, in pipelines."""
+        while self._routed_out and not self._degraded:
+            outgoing = min(len(self._routed_out), ROUTED_READ_COUNT)
+            try:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for worker_id, encoded in itertools.islice(self._routed_out, outgoing):
+                        pipe.xadd(ROUTED_STREAM,
+                                  {"r": self.replica_id, "w": worker_id, "h": encoded},
+                                  maxlen=ROUTED_STREAM_MAXLEN, approximate=True)
+                    await pipe.execute()
+            except (RedisError, OSError) as exc:
+                self._lost_redis(exc)
+                return
+            for _ in range(min(outgoing, len(self._routed_out))):
+                self._routed_out.popleft()
+            self._published += outgoing
+
+    async def _follow_routed(self) -> None:
+        """Read what the other replicas route as they append it (a blocking read: learnt
+        within milliseconds, before the next turn of a conversation arrives)."""
+        while not self._closing:
+            if self._degraded or self._routed_from is None:
+                await asyncio.sleep(self._interval)
+                continue
+            try:
+                reply = await self._client.xread({ROUTED_STREAM: self._routed_from},
+                                                 count=ROUTED_READ_COUNT,
+                                                 block=ROUTED_BLOCK_MS)
+            except (RedisError, OSError) as exc:
+                self._lost_redis(exc)
+                continue
+            self._learn_entries(_stream_entries(reply))
+
+    def _learn_entries(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        for entry_id, fields in entries:
             self._routed_from = entry_id
             if fields.get("r") == self.replica_id or self._learn is None:
                 continue
@@ -356,6 +391,11 @@ class RedisStateStore:
                 self._learn(worker_id, blocks)
             except Exception:
                 log.exception("learning a route of another replica failed")
+
+    async def _place_reader(self) -> None:
+        """Start reading the stream at its end: what the others route from now on."""
+        last = await self._client.xrevrange(ROUTED_STREAM, count=1)
+        self._routed_from = last[0][0] if last else "0-0"
 
     async def _withdraw(self) -> None:
         async with self._client.pipeline(transaction=True) as pipe:
