@@ -1,14 +1,16 @@
 """``PolicyReloader``: rebuild the policy engine when the routing file changes.
 
 An asyncio task polls the file's stamp (``workers.file_watch.file_stamp``: identity, times,
-size) every ``interval_s``. A change is read once the stamp has held still for one poll, so
-a file written in place in several steps is not applied half-written (a reload takes one to
-two intervals). When the content differs, it reads and parses the file and builds a new
-``PolicyEngine`` off the event loop (plugins such as a classifier may take a while to
-build), then swaps ``reloader.engine`` in one assignment, unless the file changed again while
-it was built (then the build is dropped and the file read anew: an edit undone during a
-classifier's minutes of training is not applied after the undo). A bad file is refused: the last
-good engine keeps serving and the failure is reported once per change of the file; a file
+size) every ``interval_s``; when it moves, the file is read and hashed. New content is taken
+once it is read the same at two polls running, so a file written in place in several steps
+is not applied half-written (a reload takes one to two intervals), while a file rewritten
+with the same content at every poll, or only touched, changes nothing. It then parses the
+file and builds a new ``PolicyEngine`` off the event loop (plugins such as a classifier may
+take a while to build), then swaps ``reloader.engine`` in one assignment, unless the file
+changed again while it was built: the file is read again after the build, and a build whose
+content is no longer the file's is dropped (an edit undone during a classifier's minutes of
+training is not applied after the undo; a touch meanwhile drops nothing). A bad file is
+refused: the last good engine keeps serving and the failure is reported once per change of the file; a file
 that comes back to the content in force (after an edit was refused, or after it was missing)
 is reported as a success without a rebuild (``ReloadResult.rebuilt`` False). Every attempt is
 reported through ``on_result(ReloadResult)`` (the router counts
@@ -65,7 +67,7 @@ class PolicyReloader:
         self._swap_listeners: list[Callable[[PolicyEngine], None]] = (
             [on_swap] if on_swap is not None else [])
         self._stamp = file_stamp(self.path)
-        self._seen = self._stamp                  # at the last poll (settled when it holds)
+        self._pending: bytes | None = None        # new content read once, read again next
         self._digest = _digest_of(self.path)      # of the content last read (None: unread)
         self._in_force = self._digest             # of the content the engine was built from
         self._periodic = PeriodicCheck(self.check, interval_s, f"policy-reloader:{self.path}",
@@ -86,18 +88,12 @@ class PolicyReloader:
                    on_result=on_result, on_swap=on_swap)
 
     def changed(self) -> bool:
-        """Whether the file changed since it was last read and has held still since the
-        previous poll (then it is taken as read)."""
+        """Whether the file's stamp moved since the last poll, or new content read then
+        waits to be read again (and remember the stamp)."""
         stamp = file_stamp(self.path)
-        if stamp == self._stamp:
-            self._seen = stamp
-            return False
-        settled = stamp == self._seen
-        self._seen = stamp
-        if not settled:           # still being written, perhaps: read it at the next poll
-            return False
+        moved = stamp != self._stamp
         self._stamp = stamp
-        return True
+        return moved or self._pending is not None
 
     async def check(self) -> ReloadResult | None:
         """Reload if the file changed; None when there was nothing new to load."""
@@ -106,17 +102,28 @@ class PolicyReloader:
         try:     # off the loop: a file of a few MB takes a while to read and hash
             text, digest = await asyncio.to_thread(_read_and_digest, self.path)
         except RoutingConfigError as exc:
+            # an unreadable file is settled like content (a file deleted and written again
+            # by a deploy is not refused for the moment it was missing)
+            failed = hashlib.sha256(str(exc).encode()).digest()
+            if failed != self._pending:
+                self._pending = failed
+                return None
+            self._pending = None
             self._digest = None       # whatever is read next is new, even the same content
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
-        if digest == self._digest:
+        if digest == self._digest:    # touched, or written again with the same content
+            self._pending = None
             return None
+        if digest != self._pending:   # new since the last poll: perhaps half-written
+            self._pending = digest
+            return None
+        self._pending = None          # the same new content two polls running: settled
         self._digest = digest
         if digest == self._in_force:  # back to the config in force (after a refused edit)
             return self._report(ReloadResult(
                 "success", str(self.path),
                 f"the file is the config in force again: {summarize(self.engine.routing)}",
                 rebuilt=False))
-        read_stamp = self._stamp
         try:
             engine = await asyncio.to_thread(self._build, text)
         except RoutingConfigError as exc:
@@ -125,9 +132,13 @@ class PolicyReloader:
             log.exception("building the routing config from %s failed", self.path)
             return self._report(ReloadResult("failure", str(self.path),
                                              f"{type(exc).__name__}: {exc}"))
-        if file_stamp(self.path) != read_stamp:
+        try:
+            _, now = await asyncio.to_thread(_read_and_digest, self.path)
+        except RoutingConfigError:
+            now = None
+        if now != digest:
             # edited (or undone) while this config was built (a classifier trains for
-            # minutes): what was built is no longer the file; the next poll reads the file
+            # minutes): what was built is no longer the file; the next polls read the file
             log.info("routing file %s changed while its previous version was built (%s): "
                      "that version is dropped, the file is read again", self.path,
                      summarize(engine.routing))

@@ -250,3 +250,46 @@ async def test_a_config_built_while_the_file_changed_again_is_dropped(
     result = await settled(reloader)
     assert result is not None and result.result == "success" and not result.rebuilt
     assert reloader.engine is engine
+
+
+async def test_a_file_rewritten_at_every_poll_with_the_same_content_is_applied(
+        routing_file: Path) -> None:
+    """A sidecar writing the file again every poll: its stamp never held still, so a change
+    waiting for a still stamp was never applied. New content read the same twice is."""
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    results = []
+    for n in range(4):
+        write(routing_file, OTHER, 1_000_000 * (n + 1))     # the same content, a new stamp
+        results.append(await reloader.check())
+    assert [r.result if r else None for r in results] == [None, "success", None, None]
+    assert reloader.engine.default_profile == "fast"
+
+
+async def test_a_touch_while_a_config_is_built_drops_nothing(
+        routing_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    build = reloader._build
+
+    def build_while_touched(text: str) -> PolicyEngine:
+        built = build(text)
+        stat = routing_file.stat()
+        os.utime(routing_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 7_000_000))
+        return built
+
+    monkeypatch.setattr(reloader, "_build", build_while_touched)
+    write(routing_file, OTHER, 1_000_000)
+    result = await settled(reloader)
+    assert result is not None and result.result == "success"
+    assert reloader.engine.default_profile == "fast"
+
+
+async def test_a_file_missing_for_one_poll_is_not_refused(routing_file: Path) -> None:
+    """A deploy that deletes the file and writes it again: the moment it was missing is
+    not reported (the refusal alert would fire for nothing)."""
+    results: list[ReloadResult] = []
+    reloader = PolicyReloader.load(routing_file, FLEET, on_result=results.append)
+    routing_file.unlink()
+    assert await reloader.check() is None
+    write(routing_file, OTHER, 1_000_000)
+    assert await settled(reloader) is not None
+    assert [r.result for r in results] == ["success"]
