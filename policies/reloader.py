@@ -10,10 +10,10 @@ take a while to build), then swaps ``reloader.engine`` in one assignment, unless
 changed again while it was built: the file is read again after the build, and a build whose
 content is no longer the file's is dropped (an edit undone during a classifier's minutes of
 training is not applied after the undo; a touch meanwhile drops nothing). A bad file is
-refused: the last good engine keeps serving and the failure is reported once per change of the file; a file
-that comes back to the content in force (after an edit was refused, or after it was missing)
-is reported as a success without a rebuild (``ReloadResult.rebuilt`` False). Every attempt is
-reported through ``on_result(ReloadResult)`` (the router counts
+refused: the last good engine keeps serving and the failure is reported once per change of
+the file; a file that comes back to the content in force (after an edit was refused, or
+after it was missing) is reported as a success without a rebuild (``ReloadResult.rebuilt``
+False). Every attempt is reported through ``on_result(ReloadResult)`` (the router counts
 ``kvroute_config_reloads_total{result}``); a successful swap also calls ``on_swap(engine)``.
 The new engine takes over stateful plugins' state from the old one (``inherit_state``).
 """

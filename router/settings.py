@@ -170,13 +170,15 @@ def _check_redis_url(url: str) -> None:
     """ValueError naming ``--redis-url`` (never its password) when redis-py cannot parse it."""
     from redis.connection import parse_url  # only where a URL is given
 
-    try:
-        parse_url(url)
-    except ValueError as exc:
-        raise ValueError(f"redis_url: {exc}") from None
     scheme, _, rest = url.partition("://")
-    database = rest.split("?", 1)[0].partition("/")[2]
-    if scheme in ("redis", "rediss") and database and not (database.isascii()
-                                                             and database.isdigit()):
-        raise ValueError(f"redis_url: the database after the host must be a number "
+    try:
+        parsed = parse_url(url)
+    except ValueError as exc:
+        if "@" in rest:        # the message may quote a piece of the password
+            raise ValueError("redis_url: cannot be parsed (a password holding '/', '#', '?' "
+                             "or '@' must be percent-encoded)") from None
+        raise ValueError(f"redis_url: {exc}") from None
+    database = rest.split("?", 1)[0].partition("/")[2].strip("/ ")
+    if scheme in ("redis", "rediss") and database and "db" not in parsed:
+        raise ValueError("redis_url: the database after the host must be a number "
                          f"(redis://host:port/N), got {database!r}")

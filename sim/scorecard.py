@@ -153,7 +153,12 @@ def _bounded(verdict: Verdict, own: Mapping[str, Any], peer: Mapping[str, Any]) 
     reference_capped = bool(peer.get("goodput_capped"))
     if not (value_capped or reference_capped):
         return verdict
-    met = verdict.met if verdict.met and not reference_capped else None
+    if value_capped and reference_capped:
+        met = None          # two lower bounds: their ratio is anything
+    elif value_capped:
+        met = True if verdict.met else None      # at least the ratio shown
+    else:
+        met = False if verdict.met is False else None   # at most the ratio shown
     return replace(verdict, met=met, value_capped=value_capped,
                    reference_capped=reference_capped)
 

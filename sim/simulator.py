@@ -98,9 +98,12 @@ class SimulationResult:
 
 
 def fleet_kv_tokens(fleet: FleetConfig, settings: SimulationSettings | None = None) -> int:
-    """Prompt tokens the whole fleet's KV caches hold, as its simulated engines size them;
-    ``FleetConfigError`` naming the file and worker when one has no room for a KV cache."""
+    """Prompt tokens the KV caches of the workers serving the simulated model hold
+    (``simulated_model``: all of them in a fleet of one model), as the simulated engines size
+    them; ``FleetConfigError`` naming the file and worker when one has no room for a KV
+    cache."""
     settings = settings or SimulationSettings()
+    model = simulated_model(fleet)
     total = 0
     for i, spec in enumerate(fleet.workers):
         try:
@@ -108,8 +111,14 @@ def fleet_kv_tokens(fleet: FleetConfig, settings: SimulationSettings | None = No
         except ValueError as exc:
             raise FleetConfigError(f"{fleet.source}: workers[{i}] ({spec.info.id}): "
                                    f"{exc}") from None
-        total += limits.num_gpu_blocks * limits.block_size
+        if model in spec.info.models:
+            total += limits.num_gpu_blocks * limits.block_size
     return total
+
+
+def simulated_model(fleet: FleetConfig) -> str:
+    """The model every simulated request asks for: the first worker's first model."""
+    return fleet.workers[0].info.models[0] if fleet.workers else ""
 
 
 # the keys of a worker's ``emulate:`` block that size its engine, taken as ``kvroute up``
@@ -124,8 +133,9 @@ def servable(trace: Trace, fleet: FleetConfig,
     worker's window or KV cache, as ``SimWorker.fits`` judges): every policy rejects them, and
     the hit rates count served requests only, so the prefix ceilings leave them out too."""
     settings = settings or SimulationSettings()
+    model = simulated_model(fleet)
     limits = [config_limits(engine_config(spec.info, settings, i, spec.emulate))
-              for i, spec in enumerate(fleet.workers)]
+              for i, spec in enumerate(fleet.workers) if model in spec.info.models]
 
     def fits_somewhere(request: TraceRequest) -> bool:
         prompt, total = request.num_prompt_tokens, request.num_prompt_tokens + (
@@ -187,7 +197,7 @@ class Simulation:
         self.workers = build_workers(fleet, settings)
         self._by_id = {w.info.id: w for w in self.workers}
         self.tracker = InflightTracker()
-        self._model = fleet.workers[0].info.models[0]
+        self._model = simulated_model(fleet)
         self._prefill = prefill_clock or PrefillClock(fleet.workers[0].info.model_spec)
         self._on_arrival = on_arrival
         self._on_decision = on_decision

@@ -32,7 +32,8 @@ its interval instead of replaying it as one burst.
 
 Every row is checked as it is read (the message names the file and line): a prompt holds 1 to
 ``MAX_PROMPT_TOKENS`` tokens (more than any model's window, and a generic row's length
-becomes a list of that many token ids), an answer 0 or more (0 is replayed as 1). A byte-order
+becomes a list of that many token ids; an Azure row's 0 is replayed as 1), an answer 0 or
+more (0 is replayed as 1). A byte-order
 mark is skipped; a truncated gzip or bytes that are not UTF-8 are named, not a traceback.
 """
 
@@ -271,10 +272,10 @@ def _read_azure(p: Path) -> Iterator[TraceRequest]:
             context, generated = int(row[1]), int(row[2])
         except (ValueError, IndexError) as exc:
             raise TraceError(f"{p}:{lineno}: malformed row {row!r}") from exc
-        if not 1 <= context <= MAX_PROMPT_TOKENS or generated < 0:
-            raise TraceError(f"{p}:{lineno}: ContextTokens must be 1..{MAX_PROMPT_TOKENS} and "
+        if not 0 <= context <= MAX_PROMPT_TOKENS or generated < 0:
+            raise TraceError(f"{p}:{lineno}: ContextTokens must be 0..{MAX_PROMPT_TOKENS} and "
                              f"GeneratedTokens >= 0, got {context} and {generated}")
-        yield TraceRequest(index=lineno - 2, arrival_s=at, num_prompt_tokens=context,
+        yield TraceRequest(index=lineno - 2, arrival_s=at, num_prompt_tokens=max(1, context),
                            output_tokens=max(1, generated))
 
 

@@ -171,6 +171,8 @@ def prune_tuned_sets(directory: Path, keep: int) -> list[str]:
     whose lock another process holds (training it now) is left alone."""
     sets: dict[str, float] = {}
     for file in directory.glob("minilm-tuned-*"):
+        if file.suffix == ".lock":        # a lock alone is no set (see below)
+            continue
         digest = file.name.removeprefix("minilm-tuned-").split("-")[0].split(".")[0]
         with contextlib.suppress(OSError):
             sets[digest] = max(sets.get(digest, 0.0), file.stat().st_mtime)
@@ -182,9 +184,8 @@ def prune_tuned_sets(directory: Path, keep: int) -> list[str]:
             with lock_path.open("a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)   # not while one trains it
                 for file in directory.glob(f"minilm-tuned-{digest}*"):
-                    if file != lock_path:
+                    if file != lock_path:      # (kept: a process may be about to lock it)
                         file.unlink(missing_ok=True)
-                lock_path.unlink(missing_ok=True)
         except OSError:             # held (BlockingIOError), or not ours to delete
             continue
         deleted.append(digest)

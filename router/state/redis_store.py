@@ -460,7 +460,9 @@ class RedisStateStore:
 def _failure(exc: Exception) -> str:
     """What went wrong with Redis, for the log: not every failure is an unreachable server."""
     text = str(exc)
-    if isinstance(exc, AuthenticationError) or "auth" in text.lower():
+    if isinstance(exc, AuthenticationError) or (isinstance(exc, ResponseError) and text.startswith(
+            ("NOAUTH", "WRONGPASS", "HELLO must be called with the client already "
+             "authenticated"))):
         return f"refused this replica: authentication ({text}); check the password in --redis-url"
     if isinstance(exc, ResponseError):
         return f"refused a command ({text})"

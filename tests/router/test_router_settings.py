@@ -29,8 +29,12 @@ def test_defaults() -> None:
     ("gc_interval_s", -0.01, "gc_interval_s: must be >= 0"),
     ("redis_url", "redis//127.0.0.1:6379/0",
      "redis_url: Redis URL must specify one of the following schemes"),
-    ("redis_url", "redis://:pw@127.0.0.1:63a9/0",
+    ("redis_url", "redis://127.0.0.1:63a9/0",
      "redis_url: Port could not be cast to integer value as '63a9'"),
+    # a password with a '#' is cut there, and redis-py's message quoted the piece as a port
+    ("redis_url", "redis://:Zq8#hunter2@127.0.0.1:6379/0",
+     r"^redis_url: cannot be parsed \(a password holding '/', '#', '\?' or '@' must be "
+     r"percent-encoded\)$"),
     ("redis_url", "redis://127.0.0.1:6379/one",
      r"redis_url: the database after the host must be a number \(redis://host:port/N\), "
      "got 'one'"),
@@ -38,3 +42,9 @@ def test_defaults() -> None:
 def test_invalid_values(field: str, value: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Settings(**PATHS, **{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("url", ["redis://h/0/", "redis://h/%31", "redis://h:6379",
+                                 "rediss://h/2?ssl_cert_reqs=none"])
+def test_redis_urls_redis_py_reads_are_taken(url: str) -> None:
+    assert Settings(**PATHS, redis_url=url).redis_url == url

@@ -124,8 +124,16 @@ def test_a_goodput_search_that_never_failed_is_a_bound_not_a_value() -> None:
     assert close.met is None                             # at least 1.07 ×: cannot say
     behind = judge(UNIQUE, _summary(kvroute=_entry(8.0, 0.06), round_robin={
         **_entry(64.0, 0.08), "goodput_capped": True}))[0]
-    assert behind.met is None and behind.reference_capped
+    assert behind.met is False and behind.reference_capped     # at most 0.12 ×: a miss
     table = markdown([UNIQUE], [both, ahead, behind])
     assert "| ≥ 64.0 | round-robin ≥ 64.0 | – |" in table
     assert "| ≥ 64.0 | round-robin 32.0 | ≥ 2.00 × |" in table
     assert "| 8.000 | round-robin ≥ 64.0 | ≤ 0.12 × |" in table
+
+
+def test_a_ratio_under_target_against_a_capped_reference_is_a_miss() -> None:
+    """The reference's goodput is at least its value, so the ratio is at most the one
+    shown: under the target it is a miss, not 'not readable'."""
+    capped_rr = {**_entry(64.0, 0.08), "goodput_capped": True}
+    [miss, _cost] = judge(UNIQUE, _summary(kvroute=_entry(2.0, 0.06), round_robin=capped_rr))
+    assert miss.met is False and miss.reference_capped and not miss.value_capped

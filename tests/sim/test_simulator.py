@@ -213,3 +213,25 @@ def test_engines_take_the_kv_cache_settings_of_the_emulate_block() -> None:
     # the simulation's own setting still wins
     assert engine_config(fleet.workers[0].info, SimulationSettings(num_gpu_blocks=10), 0,
                          fleet.workers[0].emulate).num_gpu_blocks == 10
+
+
+def test_only_the_workers_of_the_simulated_model_count_for_what_is_servable() -> None:
+    """Every simulated request asks for the first worker's model: a worker of another model
+    with a longer window made requests 'servable' that every worker rejected."""
+    from sim.simulator import fleet_kv_tokens, servable
+    from sim.traces import SyntheticTokens, TraceRequest
+
+    fleet = parse_fleet({
+        "models": {"model-a": {"arch": "llama-3.1-8b"}, "model-b": {"arch": "llama-3.1-8b"}},
+        "workers": [{"id": "a", "gpu": "h100", "models": ["model-a"],
+                     "emulate": {"port": 9000, "max_model_len": 2048}},
+                    {"id": "b", "gpu": "h100", "models": ["model-b"],
+                     "emulate": {"port": 9001}}]})
+    trace = Trace("t", tuple(TraceRequest(index=i, arrival_s=float(i), num_prompt_tokens=n,
+                                          output_tokens=4) for i, n in enumerate((1000, 3000))),
+                  SyntheticTokens(0))
+    assert [r.num_prompt_tokens for r in servable(trace, fleet).requests] == [1000]
+    from workers.engine.capacity import config_limits
+    only_a = config_limits(engine_config(fleet.workers[0].info, SimulationSettings(), 0,
+                                         fleet.workers[0].emulate))
+    assert fleet_kv_tokens(fleet) == only_a.num_gpu_blocks * only_a.block_size

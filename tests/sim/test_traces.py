@@ -254,9 +254,8 @@ def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("row", "message"), [
-    ("2023-11-16 18:17:04.0,0,20", "ContextTokens must be 1..10000000 and GeneratedTokens >= 0, "
-                                   "got 0 and 20"),
-    ("2023-11-16 18:17:04.0,-50,10", "got -50 and 10"),
+    ("2023-11-16 18:17:04.0,-50,10", "ContextTokens must be 0..10000000 and GeneratedTokens "
+                                     ">= 0, got -50 and 10"),
     ("2023-11-16 18:17:04.0,100,-1", "got 100 and -1"),
     ("2023-11-16 18:17:04.0,10000001,1", "got 10000001 and 1"),
 ])
@@ -272,10 +271,12 @@ def test_azure_rows_with_impossible_token_counts_are_refused(tmp_path: Path, row
     assert message in str(info.value)
 
 
-def test_an_answer_of_no_tokens_is_replayed_as_one(tmp_path: Path) -> None:
+def test_no_tokens_of_prompt_or_answer_are_replayed_as_one(tmp_path: Path) -> None:
     path = tmp_path / "azure.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.0,374,0\n")
-    assert [r.output_tokens for r in load_trace(path).requests] == [1]
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.0,374,0\n"
+                    "2023-11-16 18:17:04.0,0,12\n")
+    assert [(r.num_prompt_tokens, r.output_tokens) for r in load_trace(path).requests] == [
+        (374, 1), (1, 12)]
 
 
 def test_a_prompt_longer_than_any_window_is_refused_before_it_is_built(tmp_path: Path) -> None:

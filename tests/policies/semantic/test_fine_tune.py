@@ -256,4 +256,8 @@ def test_the_cache_keeps_the_example_sets_used_last(tmp_path: Path) -> None:
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted(["minilm-0123-fp32.onnx",
                            *(f"minilm-tuned-{d}{s}" for d in ("aa01", "bb02", "dd04")
-                             for s in suffixes)])
+                             for s in suffixes),
+                           # a deleted set's lock stays: a process may be about to take it
+                           "minilm-tuned-cc03.safetensors.lock",
+                           "minilm-tuned-ee05.safetensors.lock"])
+    assert prune_tuned_sets(tmp_path, keep=2) == ["dd04"]     # a lock alone counts for none

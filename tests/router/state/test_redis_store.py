@@ -443,3 +443,15 @@ def test_block_hashes_travel_as_text_and_back() -> None:
     for bad in ("16:not base64!", "x:AAAAAAAAAAA=", "16:AAAA"):
         with pytest.raises(ValueError):
             decode_blocks(bad)
+
+
+async def test_a_host_named_like_auth_that_cannot_be_reached_is_said_unreachable(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Any error whose text held "auth" (a host oauth-cache...) was called a refused
+    password."""
+    store = RedisStateStore("redis://oauth-cache.invalid:1/0", "r1", sync_interval_s=60)
+    with caplog.at_level(logging.WARNING, logger="router.state.redis_store"):
+        await store.start()
+    await store.close()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("redis redis://oauth-cache.invalid:1/0 unreachable (")
