@@ -40,7 +40,7 @@ OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
     ("loop-stall", "bench.loop_stall"),
     ("endpoints", "bench.endpoints"), ("ejection", "bench.ejection"),
     ("soak", "bench.soak"), ("admission", "bench.admission"),
-    ("redis-sync", "bench.redis_sync"))
+    ("redis-sync", "bench.redis_sync"), ("replica-affinity", "bench.replica_affinity"))
 DEFAULT_OVERHEAD_TARGETS = "direct,kvroute,kvroute-rr,nginx,sglang-router,vllm-router,litellm"
 
 

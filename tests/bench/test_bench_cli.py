@@ -197,7 +197,7 @@ def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(
         tmp_path: Path, command: str, out: str, reason: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     _never_run(monkeypatch, command)
-    if command == "redis-sync":         # (checked before --out, and may be absent here)
+    if command in ("redis-sync", "replica-affinity"):   # (checked before --out; may be absent)
         monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
     args = _bench_args(tmp_path, [*NEEDED.get(command, []), "--out", out])
     assert kvroute(["bench", command, *args]) == 2
