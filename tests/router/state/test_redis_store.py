@@ -11,7 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis.asyncio as redis
@@ -188,6 +188,42 @@ async def test_response_owners_stay_local_while_redis_is_unreachable() -> None:
         await store.close()
 
 
+class RestartableRedis:
+    """A redis-server of the test's own that can be stopped and started again on its port."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        proc, self.port = start_redis(binary)
+        self.procs: list[subprocess.Popen[bytes]] = [proc]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        proc = self.procs[-1]
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+    def start_again(self) -> None:
+        self.procs.append(start_redis(self.binary, port=self.port)[0])   # the same address
+
+    def cleanup(self) -> None:
+        for started in self.procs:
+            if started.poll() is None:
+                os.kill(started.pid, signal.SIGTERM)
+                started.wait(timeout=10)
+
+
+@pytest.fixture
+def restartable_redis() -> Iterator[RestartableRedis]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it)")
+    redis_server = RestartableRedis(binary)
+    try:
+        yield redis_server
+    finally:
+        redis_server.cleanup()
+
+
 async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -207,15 +243,10 @@ async def _sync_until(stores: list[RedisStateStore], degraded: bool) -> None:
     raise AssertionError(f"stores still {'not ' if degraded else ''}degraded")
 
 
-async def test_a_redis_restarted_on_its_address_is_shared_again() -> None:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (make test installs it)")
-    proc, port = start_redis(binary)
-    url = f"redis://127.0.0.1:{port}/0"
-    one = RedisStateStore(url, "r1", sync_interval_s=60)
-    two = RedisStateStore(url, "r2", sync_interval_s=60)
-    procs: list[subprocess.Popen[bytes]] = [proc]
+async def test_a_redis_restarted_on_its_address_is_shared_again(
+        restartable_redis: RestartableRedis) -> None:
+    one = RedisStateStore(restartable_redis.url, "r1", sync_interval_s=60)
+    two = RedisStateStore(restartable_redis.url, "r2", sync_interval_s=60)
     try:
         await one.start()
         await two.start()
@@ -223,22 +254,17 @@ async def test_a_redis_restarted_on_its_address_is_shared_again() -> None:
         await _sync_until([one, two], degraded=False)
         assert two.inflight.get("w1").requests == 1
 
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
+        restartable_redis.stop()
         await _sync_until([one, two], degraded=True)
         assert two.inflight.get("w1").requests == 0      # routes on its own counts
         assert one.inflight.get("w1").requests == 1
 
-        procs.append(start_redis(binary, port=port)[0])  # the same address, empty
+        restartable_redis.start_again()                  # empty
         await _sync_until([one, two], degraded=False)
         assert two.inflight.get("w1").requests == 1      # r1 published its counts again
     finally:
         await one.close()
         await two.close()
-        for started in procs:
-            if started.poll() is None:
-                os.kill(started.pid, signal.SIGTERM)
-                started.wait(timeout=10)
 
 
 async def test_replicas_share_the_budgets_usage(redis_url: str) -> None:
@@ -290,38 +316,28 @@ async def test_a_dead_replicas_usage_expires(redis_url: str) -> None:
         await dead.close()
 
 
-async def test_owners_recorded_while_redis_was_away_are_written_when_it_returns() -> None:
+async def test_owners_recorded_while_redis_was_away_are_written_when_it_returns(
+        restartable_redis: RestartableRedis) -> None:
     """A replica that made responses during an outage wrote none of their owners, so after it
     a follow-up reaching another replica was a 404 from a worker that never made them."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (make test installs it)")
-    proc, port = start_redis(binary)
-    url = f"redis://127.0.0.1:{port}/0"
-    one = RedisStateStore(url, "r1", sync_interval_s=60)
-    two = RedisStateStore(url, "r2", sync_interval_s=60)
-    procs: list[subprocess.Popen[bytes]] = [proc]
+    one = RedisStateStore(restartable_redis.url, "r1", sync_interval_s=60)
+    two = RedisStateStore(restartable_redis.url, "r2", sync_interval_s=60)
     try:
         await one.start()
         await two.start()
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
+        restartable_redis.stop()
         await _sync_until([one, two], degraded=True)
         await one.remember_response("resp_during", "w2")
         assert one.unsaved_owners == 1 and one.errors >= 1
         assert await one.response_owner("resp_during") == "w2"      # known here meanwhile
 
-        procs.append(start_redis(binary, port=port)[0])  # the same address, empty
+        restartable_redis.start_again()                  # empty
         await _sync_until([one, two], degraded=False)
         await _until(lambda: one.unsaved_owners == 0)
         assert await two.response_owner("resp_during") == "w2"
     finally:
         await one.close()
         await two.close()
-        for started in procs:
-            if started.poll() is None:
-                os.kill(started.pid, signal.SIGTERM)
-                started.wait(timeout=10)
 
 
 async def test_recording_an_owner_does_not_wait_for_a_redis_that_does_not_answer() -> None:
