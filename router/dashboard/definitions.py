@@ -138,6 +138,13 @@ FLEET = Dashboard(
             unit="short", width=8),
         Panel("Worker up", (Query(f"kvroute_worker_up{{{MWG}}}", "{{worker}}"),),
               kind="stat", width=8),
+        Panel("Router replicas sharing state", (
+            Query("kvroute_state_store_replicas", "replicas seen by {{instance}}"),
+            Query("kvroute_state_store_degraded", "{{instance}} without Redis")),
+            unit="short", width=8,
+            description="How many replicas each router shares state with through Redis "
+                        "(itself included: 1 alone); 1 on the second line while its Redis is "
+                        "away. Routers that disagree are not on the same Redis database."),
         Panel("Tokens/s in and out", (
             Query(_rate("kvroute_prompt_tokens_total", WG, "gpu"), "in {{gpu}}"),
             Query(_rate("kvroute_completion_tokens_total", WG, "gpu"), "out {{gpu}}")),
