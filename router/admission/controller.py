@@ -52,6 +52,7 @@ class AdmissionTicket:
     tokens_served: int = 0       # prompt + completion the workers reported (their usage)
     usage_reported: bool = False  # some attempt's answer carried its usage
     answered: bool = False        # some worker began answering (its first byte came)
+    charged_at: float = 0.0       # when the expected tokens were charged
 
 
 class Admission:
@@ -122,7 +123,8 @@ class Admission:
             return
         expected = max(0, prompt_tokens) + max(0, answer_tokens)
         if expected > 0:
-            self.usage.add(ticket.usage_key, self._clock(), tokens=expected)
+            ticket.charged_at = self._clock()
+            self.usage.add(ticket.usage_key, ticket.charged_at, tokens=expected)
             ticket.tokens_charged += expected
             ticket.prompt_charged += max(0, prompt_tokens)
 
@@ -161,7 +163,8 @@ class Admission:
         if not ticket.usage_reported and ticket.answered:
             served = ticket.prompt_charged
         if served != ticket.tokens_charged:
-            self.usage.add(ticket.usage_key, self._clock(), tokens=served - ticket.tokens_charged)
+            self.usage.settle(ticket.usage_key, self._clock(), ticket.charged_at,
+                              served - ticket.tokens_charged)
 
     def status(self, section: AdmissionSection | None) -> dict[str, Any]:
         """``GET /debug/admission``: the section in force, the slots, and each limited

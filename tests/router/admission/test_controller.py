@@ -221,3 +221,21 @@ async def test_status_shows_each_budgets_spending_and_what_is_left() -> None:
         {"tenant": None, "priority": 0, "requests_per_minute": 3, "tokens_per_minute": None,
          "requests_used": 1, "tokens_used": 0, "requests_remaining": 2,
          "tokens_remaining": None}]
+
+
+async def test_a_long_requests_settlement_leaves_the_window_with_its_charge() -> None:
+    """A stream charged 3,043 tokens at its start and ending 20 s later having served 43:
+    the refund was counted at its end, so for the 20 s between the charge leaving the window
+    and the refund leaving it, spending read -3,000 and the budget 203,000 of 200,000."""
+    admission, _, clock = _admission()
+    section = AdmissionSection(tenants={"acme": TenantBudget(tokens_per_minute=200_000)})
+    ticket = await admission.admit(section, "acme", MODEL)
+    admission.charge_expected(ticket, 43, 3000)
+    clock.now += 20
+    admission.record_attempt(ticket, True, 43, 0)
+    admission.finish(ticket)
+    seen = []
+    for _ in range(90):
+        clock.now += 1
+        seen.append(admission.usage.totals("acme", clock.now)[1])
+    assert min(seen) == 0 and max(seen) == 43 and seen[-1] == 0

@@ -86,3 +86,15 @@ def test_published_totals_drop_the_windows_that_emptied() -> None:
     usage.add("*", 62.0, tokens=-5)           # a refund that cancels the charge
     assert usage.published(95.0) == {}
     assert len(usage) == 0
+
+
+def test_a_settlement_lands_in_the_second_of_its_charge() -> None:
+    usage = TenantUsage()
+    usage.add("acme", 100.5, tokens=3043)
+    usage.settle("acme", 120.0, 100.5, -3000)        # refunded where it was charged
+    assert usage.totals("acme", 120.0) == (0, 43)
+    assert usage.totals("acme", 160.0) == (0, 0)     # and leaves with it
+    usage.add("acme", 200.0, tokens=100)
+    usage.settle("acme", 270.0, 200.0, -100)         # the charge left already: nothing
+    usage.settle("acme", 270.0, 200.0, 50)           # an excess is spending now
+    assert usage.totals("acme", 270.0) == (0, 50)
