@@ -112,7 +112,10 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     client_keys = None
     if settings.api_keys or settings.api_keys_file is not None:
         client_keys = ClientKeysReloader(settings.api_keys, settings.api_keys_file,
-                                         settings.reload_interval_s)
+                                         settings.reload_interval_s,
+                                         on_result=metrics.record_client_keys_reload)
+        if settings.api_keys_file is not None:
+            metrics.watch_client_keys()
         middlewares.append(client_auth_middleware(lambda: client_keys.keys,
                                                   metrics.record_unauthorized,
                                                   settings.request_id_header))

@@ -6,12 +6,14 @@ are read again when the file changes (its modification time or size, polled ever
 restart. The new keys take over in one assignment (``reloader.keys``, read by the
 middleware for each request). A file that can no longer be read or parsed is refused: the
 keys in force stay, and the refusal is logged once per change of the file. No key is logged.
+Each reload's outcome goes to ``on_result`` (the router's
+``kvroute_client_keys_last_reload_successful`` and ``kvroute_client_keys_reloads_total``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from router.client_auth import ClientKeys, TenantKeysError, load_tenant_keys
@@ -24,8 +26,10 @@ class ClientKeysReloader:
     """Owns the current ``ClientKeys``: the bare keys and those of one tenant keys file."""
 
     def __init__(self, bare: Sequence[str], path: Path | None,
-                 interval_s: float = 1.0) -> None:
+                 interval_s: float = 1.0,
+                 on_result: Callable[[bool], None] | None = None) -> None:
         self._bare = tuple(bare)
+        self._on_result = on_result
         self.path = path
         self._stamp = file_stamp(path) if path is not None else None
         tenants = load_tenant_keys(path) if path is not None else {}
@@ -45,8 +49,12 @@ class ClientKeysReloader:
             tenants = load_tenant_keys(self.path)
         except TenantKeysError as exc:
             log.error("tenant keys file refused, the keys in force stay: %s", exc)
+            if self._on_result is not None:
+                self._on_result(False)
             return False
         self.keys = ClientKeys(self._bare, tenants)
+        if self._on_result is not None:
+            self._on_result(True)
         log.info("tenant keys reloaded from %s: %d key(s) of %d tenant(s)", self.path,
                  len(tenants), len(set(tenants.values())))
         return True

@@ -30,7 +30,7 @@ def test_promtool_check_rules_passes() -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 20 rules found" in result.stdout
-    assert "SUCCESS: 15 rules found" in result.stdout
+    assert "SUCCESS: 16 rules found" in result.stdout
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -51,6 +51,7 @@ def test_alert_tiers() -> None:
         "RouterGcPauseLong": "warning", "RoutingConfigRefused": "warning",
         "WorkerCertificateExpiresSoon": "warning", "RouterShedsLoad": "warning",
         "StateStoreDegraded": "warning", "ReplicasDisagree": "warning",
+        "ClientKeysRefused": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency"}
@@ -66,7 +67,8 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
         assert not re.search(r"[<>]=?\s*[0-9.]+\s*$", expr.strip()), rule["alert"]
         used.update(re.findall(r"kvroute:threshold:\w+", expr))
     # NoHealthyWorker compares with 0 healthy workers, RoutingConfigRefused with a refused
-    # load (0), StateStoreDegraded with a degraded store (1) and ReplicasDisagree two counts;
+    # load (0), ClientKeysRefused with a refused keys file (0), StateStoreDegraded with a
+    # degraded store (1) and ReplicasDisagree two counts;
     # every other alert names its parameter
     assert used == thresholds
     values = {r["record"]: r["expr"] for r in _rules(RECORDING)}
@@ -446,6 +448,31 @@ def test_replicas_disagree_fires_for_a_router_on_another_database(tmp_path: Path
                 {"eval_time": "6m", "alertname": "ReplicasDisagree", "exp_alerts": [disagree]},
                 {"eval_time": "8m", "alertname": "ReplicasDisagree", "exp_alerts": [disagree]},
                 {"eval_time": "9m", "alertname": "ReplicasDisagree", "exp_alerts": []},
+            ],
+        }],
+    })
+
+
+def test_client_keys_refused_fires_after_a_minute_and_clears_on_the_next_good_file(
+        tmp_path: Path) -> None:
+    refused = _warning("r1", "The router at r1 refused its tenant keys file and keeps the "
+                       "keys it had")
+    refused["exp_annotations"]["description"] = (
+        "Keys added to the file since do not work yet and keys removed still do. The router's "
+        "log says what is wrong with the file.\n")
+    _promtool_test(tmp_path, "keys-refused", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'kvroute_client_keys_last_reload_successful{instance="r1"}',
+                 "values": "1 1 0 0 0 1 1"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "ClientKeysRefused", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "ClientKeysRefused", "exp_alerts": [refused]},
+                {"eval_time": "5m", "alertname": "ClientKeysRefused", "exp_alerts": []},
             ],
         }],
     })

@@ -31,7 +31,8 @@ def test_a_changed_file_replaces_its_keys_and_a_broken_one_is_refused(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "keys.yaml"
     rewrite(path, "acme: sk-acme-1\n")
-    reloader = ClientKeysReloader(["sk-bare"], path)
+    outcomes: list[bool] = []
+    reloader = ClientKeysReloader(["sk-bare"], path, on_result=outcomes.append)
     assert reloader.keys.lookup("sk-acme-1") == (True, "acme")
     assert not reloader.check()                           # nothing changed
     rewrite(path, "acme: [sk-acme-2]\nglobex: sk-globex\n")
@@ -45,6 +46,7 @@ def test_a_changed_file_replaces_its_keys_and_a_broken_one_is_refused(
         path.unlink()
         assert not reloader.check()
     assert reloader.keys.lookup("sk-acme-2") == (True, "acme")    # the keys in force stay
+    assert outcomes == [True, False, False]        # (the router's reload metrics read these)
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2 and "invalid YAML" in messages[0]
     assert "cannot read" in messages[1]

@@ -118,3 +118,19 @@ def test_semantic_outcomes_are_counted_by_kind() -> None:
             for o in SEMANTIC_OUTCOMES} == {"classified": 1.0, "unsure": 0.0, "empty": 0.0,
                                             "error": 0.0, "timeout": 1.0, "overloaded": 0.0}
     assert get("kvroute_semantic_class_total", {"class": "chat"}) == 2.0
+
+
+def test_a_refused_tenant_keys_file_shows_in_the_metrics() -> None:
+    """It showed only in the log: a key pushed for a new customer that never took could not
+    be alerted on."""
+    metrics = RouterMetrics()
+    get = metrics.registry.get_sample_value
+    assert get("kvroute_client_keys_last_reload_successful", {}) == 0.0   # no file: unset
+    metrics.watch_client_keys()
+    assert get("kvroute_client_keys_last_reload_successful", {}) == 1.0
+    assert get("kvroute_client_keys_reloads_total", {"result": "failure"}) == 0.0
+    metrics.record_client_keys_reload(False)
+    assert get("kvroute_client_keys_last_reload_successful", {}) == 0.0
+    assert get("kvroute_client_keys_reloads_total", {"result": "failure"}) == 1.0
+    metrics.record_client_keys_reload(True)
+    assert get("kvroute_client_keys_last_reload_successful", {}) == 1.0
