@@ -416,7 +416,7 @@ class Director:
             if status >= 500:         # the worker broke the stream it had begun
                 self._ejection.failed(info.id, self._clock())
             elif status != 499:       # (499: the client left; says nothing of the worker)
-                self._ejection.answered(info.id)
+                self._ejection.answered(info.id, attempt.started_at)
             return result.response
         except RetryableUpstream as failure:
             status = failure.status
@@ -457,7 +457,8 @@ class Director:
                                 else attempt.prefill_tokens, attempt.decode_tokens)
         outcome = self._outcome(routing, attempt, result, status)
         self.admission.record_attempt(ticket, attempt.first_token_seen, outcome.prompt_tokens,
-                                       outcome.completion_tokens)
+                                       outcome.completion_tokens,
+                                       result.events if result is not None else 0)
         engine.on_completed(routing, outcome)
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
                                      decision.profile, status)

@@ -9,7 +9,9 @@ or a 5xx before the answer began, which the director retries elsewhere; a stream
 mid-way; no answer within the upstream timeout) **eject** the worker for ``cooldown_s``; a
 worker ejected again right after coming back (its next request fails too) stays out twice as
 long, up to ``max_cooldown_s``. Any answer that is not such a failure (a 200, a 4xx: the
-worker is serving) closes the count and the doubling.
+worker is serving) closes the count and the doubling, if its request was sent after the
+worker's latest failure: a long answer begun before the worker broke says nothing of it now
+(it took an ejected worker back while it still failed every new request).
 
 The director shows ejected workers to the policy as unhealthy (the ``healthy`` filter passes
 them over, and a decision's ``filtered_out`` says so); when that leaves a request no
@@ -35,6 +37,7 @@ class _Record:
     failures: int = 0             # consecutive, since the last answer that was not a failure
     cooldown_s: float = 0.0       # the last ejection's length (0: none since the last success)
     until: float = 0.0            # ejected until this monotonic time
+    failed_at: float = 0.0        # the latest failure
 
 
 class WorkerEjection:
@@ -67,6 +70,7 @@ class WorkerEjection:
         if record is None:
             record = self._records[worker] = _Record()
         record.failures += 1
+        record.failed_at = max(record.failed_at, now)
         if record.failures < self._after or now < record.until:
             return
         record.cooldown_s = (self._base_s if record.cooldown_s == 0.0
@@ -77,9 +81,12 @@ class WorkerEjection:
         if self._on_eject is not None:
             self._on_eject(worker, record.cooldown_s)
 
-    def answered(self, worker: str) -> None:
-        """A request to ``worker`` got an answer (any status but a retried failure)."""
+    def answered(self, worker: str, sent_at: float) -> None:
+        """A request to ``worker`` sent at ``sent_at`` got an answer (any status but a retried
+        failure); one sent before the worker's latest failure changes nothing."""
         record = self._records.get(worker)
+        if record is not None and sent_at < record.failed_at:
+            return
         if record is not None and (record.failures or record.cooldown_s):
             if record.cooldown_s:
                 log.info("worker %s: answering again; no longer ejected", worker)

@@ -96,6 +96,7 @@ class ProxyResult:
     usage: Usage | None
     first_byte_at: float | None         # monotonic, None for non-streamed answers
     finished_at: float
+    events: int = 0                     # stream events relayed to the client (``data:`` lines)
 
 
 class Proxy:
@@ -191,36 +192,36 @@ class Proxy:
                     on_first_byte()
                 if not await relay.feed(chunk):
                     return ProxyResult(relay.response_or_new(), 499, relay.usage,
-                                       first_byte_at, self._clock())
+                                       first_byte_at, self._clock(), relay.events)
         except TimeoutError:
             if not relay.started:
                 raise
             await relay.fail(f"The worker stopped mid-stream: nothing came for "
                              f"{self._upstream_timeout_s:g} s.")
             return ProxyResult(relay.response_or_new(), 504, relay.usage, first_byte_at,
-                               self._clock())
+                               self._clock(), relay.events)
         except (UpstreamError, OSError) as exc:
             if not relay.started:
                 raise
             await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")
             return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
-                               self._clock())
+                               self._clock(), relay.events)
         if not relay.started:
             raise RetryableUpstream("disconnect", 502, "the worker closed an empty stream")
         if not relay.done:
             await relay.fail("The worker closed the stream before it finished.")
             return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
-                               self._clock())
+                               self._clock(), relay.events)
         await relay.finish()
         return ProxyResult(relay.response_or_new(), 200, relay.usage, first_byte_at,
-                           self._clock())
+                           self._clock(), relay.events)
 
 
 class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
     __slots__ = ("_end_marks", "_failure", "_headers", "_pending", "_request", "_response",
-                 "_rewrite", "done")
+                 "_rewrite", "done", "events")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
                  rewrite: UsageRewrite, stream_format: StreamFormat) -> None:
@@ -232,6 +233,7 @@ class _StreamRelay:
         self._pending = b""
         self._response: web.StreamResponse | None = None
         self.done = False
+        self.events = 0          # ``data:`` lines relayed: about a token each (admission)
 
     @property
     def usage(self) -> Usage | None:
@@ -257,6 +259,7 @@ class _StreamRelay:
             out = b"".join(event + _EVENT_END for event in events)
         if any(mark in out for mark in self._end_marks):
             self.done = True
+        self.events += out.count(b"data:")
         return await self._write(out)
 
     async def _write(self, data: bytes) -> bool:

@@ -92,6 +92,7 @@ class UtilityRequests:
             response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE,
                                 "x-kvroute-reason": reason,
                                 self._settings.request_id_header: request_id}
+            sent_at = self._clock()
             try:
                 result = await self._proxy.forward(
                     request, URL(view.info.url + path), body, headers, response_headers,
@@ -101,7 +102,7 @@ class UtilityRequests:
                 self._metrics.record_retry(view.id, failure.reason)
                 self._ejection.failed(view.id, self._clock())
                 continue
-            self._ejection.answered(view.id)
+            self._ejection.answered(view.id, sent_at)
             self._metrics.record_request(model or view.info.models[0], view.id,
                                          view.gpu.name, PROFILE, result.status)
             return result.response

@@ -53,6 +53,7 @@ class AdmissionTicket:
     usage_reported: bool = False  # some attempt's answer carried its usage
     answered: bool = False        # some worker began answering (its first byte came)
     charged_at: float = 0.0       # when the expected tokens were charged
+    events_relayed: int = 0       # stream events sent to the client (about a token each)
 
 
 class Admission:
@@ -144,24 +145,28 @@ class Admission:
         return headers
 
     def record_attempt(self, ticket: AdmissionTicket, first_byte: bool, prompt_tokens: int,
-                       completion_tokens: int) -> None:
-        """One attempt ended: whether its worker began answering, and the usage it reported
-        (0 and 0: none)."""
+                       completion_tokens: int, events_relayed: int = 0) -> None:
+        """One attempt ended: whether its worker began answering, the usage it reported
+        (0 and 0: none) and the stream events it relayed to the client."""
         ticket.answered = ticket.answered or first_byte
+        ticket.events_relayed += events_relayed
         if prompt_tokens or completion_tokens:
             ticket.tokens_served += prompt_tokens + completion_tokens
             ticket.usage_reported = True
 
     def finish(self, ticket: AdmissionTicket) -> None:
         """The request is over: settle its tokens with what the workers served, free its
-        slot. Without a reported usage, an answer that began (a stream its client left)
-        keeps its prompt's charge; a request no worker answered is refunded."""
+        slot. Without a reported usage, an answer that began (a stream its client left before
+        its usage chunk) is charged its prompt and a token per event relayed to the client,
+        at most what it was charged; a request no worker answered is refunded."""
         self.gate.leave()
         if ticket.usage_key is None:
             return
         served = ticket.tokens_served
         if not ticket.usage_reported and ticket.answered:
-            served = ticket.prompt_charged
+            served = ticket.prompt_charged + ticket.events_relayed
+            if ticket.tokens_charged > ticket.prompt_charged:
+                served = min(served, ticket.tokens_charged)
         if served != ticket.tokens_charged:
             self.usage.settle(ticket.usage_key, self._clock(), ticket.charged_at,
                               served - ticket.tokens_charged)

@@ -45,18 +45,36 @@ def test_consecutive_failures_eject_for_a_cooldown_that_doubles_up_to_its_cap() 
 def test_an_answer_closes_the_count_and_the_doubling() -> None:
     ejection = WorkerEjection(2, 10.0)
     ejection.failed("w", 0.0)
-    ejection.answered("w")
+    ejection.answered("w", 0.5)
     ejection.failed("w", 1.0)
     assert ejection.ejected(1.0) == frozenset()      # not two in a row
     ejection.failed("w", 2.0)
     assert ejection.ejected_for("w", 2.0) == 10.0
-    ejection.answered("w")                            # a fail-open request got through
+    ejection.answered("w", 2.5)                       # a fail-open request got through
     assert ejection.ejected(3.0) == frozenset()
     ejection.failed("w", 4.0)
     ejection.failed("w", 5.0)
     assert ejection.ejected_for("w", 5.0) == 10.0    # the base cooldown again
     ejection.failed("other", 5.0)
     assert ejection.ejected(5.0) == {"w"}
+
+
+def test_an_answer_to_a_request_sent_before_the_failures_changes_nothing() -> None:
+    """A 9 s stream sent before the worker broke ended well after its ejection and took it
+    back, while it answered every new request with a 500."""
+    ejection = WorkerEjection(2, 10.0)
+    ejection.failed("w", 5.0)
+    ejection.failed("w", 5.5)
+    assert ejection.ejected_for("w", 5.5) == 10.0
+    ejection.answered("w", 4.4)                       # sent at 4.4, before the failures
+    assert ejection.ejected_for("w", 13.5) == 2.0     # still out
+    ejection.failed("w", 16.0)                        # back, failing at once: twice as long
+    assert ejection.ejected_for("w", 16.0) == 20.0
+    ejection.failed("w", 17.0)
+    ejection.answered("w", 16.5)                      # sent between two failures: too old
+    assert ejection.ejected_for("w", 17.0) == 19.0
+    ejection.answered("w", 17.5)                      # sent after the latest: it serves
+    assert ejection.ejected(18.0) == frozenset()
 
 
 def test_zero_never_ejects() -> None:

@@ -239,3 +239,20 @@ async def test_a_long_requests_settlement_leaves_the_window_with_its_charge() ->
         clock.now += 1
         seen.append(admission.usage.totals("acme", clock.now)[1])
     assert min(seen) == 0 and max(seen) == 43 and seen[-1] == 0
+
+
+async def test_a_stream_left_before_its_usage_is_charged_the_events_it_relayed() -> None:
+    """A client closing a stream just before its usage chunk paid only for its prompt: six
+    595-token streams cost 43 tokens each of a 2,000-token budget."""
+    admission, _, clock = _admission()
+    section = AdmissionSection(tenants={"globex": TenantBudget(tokens_per_minute=2000)})
+    ticket = await admission.admit(section, "globex", MODEL)
+    admission.charge_expected(ticket, 43, 600)
+    admission.record_attempt(ticket, True, 0, 0, events_relayed=596)   # role chunk + 595
+    admission.finish(ticket)
+    assert admission.usage.totals("globex", clock.now) == (1, 43 + 596)
+    ticket = await admission.admit(section, "globex", MODEL)
+    admission.charge_expected(ticket, 43, 600)
+    admission.record_attempt(ticket, True, 0, 0, events_relayed=5000)
+    admission.finish(ticket)                           # at most what it was charged
+    assert admission.usage.totals("globex", clock.now) == (2, 43 + 596 + 643)
