@@ -228,9 +228,15 @@ class Admission:
         reason = f"{unit}_per_minute"
         self._metrics.record_admission_rejection(reason, tenant, self._model_label(model),
                                                  error.status)
+        headers = {"Retry-After": str(wait)}
+        for each_unit, each_limit, each_used in (
+                ("requests", budget.requests_per_minute, requests),
+                ("tokens", budget.tokens_per_minute, tokens)):
+            if each_limit is not None:     # both of a budget that has both (as OpenAI sends)
+                headers[f"x-ratelimit-limit-{each_unit}"] = str(each_limit)
+                headers[f"x-ratelimit-remaining-{each_unit}"] = str(max(0, each_limit
+                                                                        - each_used))
+        headers[f"x-ratelimit-reset-{unit}"] = f"{wait}s"
         raise error(
             f"Rate limit reached for {whose} on {unit} per minute: limit {limit}, used "
-            f"{used}. Please try again in {wait}s.",
-            headers={"Retry-After": str(wait), f"x-ratelimit-limit-{unit}": str(limit),
-                     f"x-ratelimit-remaining-{unit}": str(max(0, limit - used)),
-                     f"x-ratelimit-reset-{unit}": f"{wait}s"})
+            f"{used}. Please try again in {wait}s.", headers=headers)

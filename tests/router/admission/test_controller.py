@@ -256,3 +256,18 @@ async def test_a_stream_left_before_its_usage_is_charged_the_events_it_relayed()
     admission.record_attempt(ticket, True, 0, 0, events_relayed=5000)
     admission.finish(ticket)                           # at most what it was charged
     assert admission.usage.totals("globex", clock.now) == (2, 43 + 596 + 643)
+
+
+async def test_a_refusal_names_both_limits_of_a_budget_that_has_both() -> None:
+    admission, _, _ = _admission()
+    section = AdmissionSection(tenants={"acme": TenantBudget(requests_per_minute=1,
+                                                             tokens_per_minute=1000)})
+    ticket = await admission.admit(section, "acme", MODEL)
+    admission.charge_expected(ticket, 100, 0)
+    with pytest.raises(RequestRateLimited) as raised:
+        await admission.admit(section, "acme", MODEL)
+    headers = raised.value.headers
+    assert {k: v for k, v in headers.items() if k.startswith("x-ratelimit")} == {
+        "x-ratelimit-limit-requests": "1", "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "900",
+        "x-ratelimit-reset-requests": f"{headers['Retry-After']}s"}
