@@ -57,8 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fleet file whose emulated workers serve (ports are replaced)")
     parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml",
                         help="routing file of the replicas")
-    parser.add_argument("--conversations", type=int, default=12)
-    parser.add_argument("--turns", type=int, default=6)
+    parser.add_argument("--conversations", type=int, default=12,
+                        help="conversations run at once (default %(default)s)")
+    parser.add_argument("--turns", type=int, default=6,
+                        help="turns of each conversation (default %(default)s)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each configuration")
     parser.add_argument("--time-scale", type=float, default=0.1,
                         help="the emulated workers' time scale (default %(default)s)")
