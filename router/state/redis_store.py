@@ -160,6 +160,7 @@ class RedisStateStore:
         self._routed_from: str | None = None   # the last stream entry read (None: not placed)
         self._publishing: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._reader_failed = False        # logged once
         self._published = 0
         self._learnt = 0
         self._errors = 0          # Redis commands that failed
@@ -374,7 +375,13 @@ class RedisStateStore:
             except (RedisError, OSError) as exc:
                 self._lost_redis(exc)
                 continue
-            self._learn_entries(_stream_entries(reply))
+            try:
+                self._learn_entries(_stream_entries(reply))
+            except Exception:          # a reply of another shape: the reader must not die
+                if not self._reader_failed:
+                    log.exception("reading the routes of the other replicas failed")
+                self._reader_failed = True
+                await asyncio.sleep(self._interval)
 
     def _learn_entries(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         for entry_id, fields in entries:
