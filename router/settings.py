@@ -180,5 +180,6 @@ def _check_redis_url(url: str) -> None:
         raise ValueError(f"redis_url: {exc}") from None
     database = rest.split("?", 1)[0].partition("/")[2].strip("/ ")
     if scheme in ("redis", "rediss") and database and "db" not in parsed:
+        shown = "" if "@" in rest else f", got {database!r}"     # (never a password's piece)
         raise ValueError("redis_url: the database after the host must be a number "
-                         f"(redis://host:port/N), got {database!r}")
+                         f"(redis://host:port/N){shown}")

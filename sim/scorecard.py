@@ -177,7 +177,15 @@ def _cost_against_cheapest(case: Case, own: Mapping[str, Any],
     if value is None:           # kvroute never reaches 90 %: it has no cost to compare
         return Verdict(case.name, goal, None, priced[cheapest], cheapest, None, COST_TARGET,
                        True, False)
-    return _ratio(case, goal, value, priced[cheapest], cheapest, COST_TARGET, at_most=True)
+    verdict = _ratio(case, goal, value, priced[cheapest], cheapest, COST_TARGET, at_most=True)
+    value_capped = bool(own.get("goodput_capped"))
+    reference_capped = bool(peers[cheapest].get("goodput_capped"))
+    if value_capped or reference_capped:
+        # priced at a scale that is only a lower bound of its goodput: not at the same
+        # attainment as the other, so the comparison is not readable
+        return replace(verdict, met=None, value_capped=value_capped,
+                       reference_capped=reference_capped)
+    return verdict
 
 
 def _ratio(case: Case, goal: str, value: float | None, reference: float | None,

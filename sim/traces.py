@@ -161,7 +161,7 @@ def _check_rate_scale(factor: float) -> None:
 def _open_text(p: Path) -> io.TextIOBase:
     """The trace's text (a byte-order mark, as spreadsheets write, is skipped)."""
     try:
-        if p.suffix == ".gz":
+        if p.suffix.lower() == ".gz":
             return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8-sig")
         return io.TextIOWrapper(open(p, "rb"), encoding="utf-8-sig")
     except OSError as exc:

@@ -171,8 +171,8 @@ def prune_tuned_sets(directory: Path, keep: int) -> list[str]:
     whose lock another process holds (training it now) is left alone."""
     sets: dict[str, float] = {}
     for file in directory.glob("minilm-tuned-*"):
-        if file.suffix == ".lock":        # a lock alone is no set (see below)
-            continue
+        if file.suffix in (".lock", ".tmp"):   # a lock alone is no set (see below), nor a
+            continue                          # temporary file of a write under way
         digest = file.name.removeprefix("minilm-tuned-").split("-")[0].split(".")[0]
         with contextlib.suppress(OSError):
             sets[digest] = max(sets.get(digest, 0.0), file.stat().st_mtime)

@@ -35,8 +35,11 @@ Redis is never awaited inside a decision. When it is unreachable (or refuses the
 a wrong password, out of memory) the store says so (``degraded``; ``/health`` and
 ``kvroute_state_store_degraded`` show it), drops the remote counts and routes on local ones,
 retrying every interval. ``replicas`` is how many replicas share their counts through it,
-this one included (1 when alone or degraded): replicas that disagree on it are not all on
-the same Redis database.
+this one included (1 when alone or degraded; a replica counts while it published within
+``REPLICA_ALIVE_MS``): replicas that disagree on it are not all on the same Redis database.
+Two processes publishing under one replica id overwrite each other's counts: each marks
+``kvroute:replica-instance:<id>`` with its own random token, and one that finds another's
+mark two syncs running logs a warning (once).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import base64
 import contextlib
 import itertools
 import logging
+import secrets
 import sys
 import time
 from array import array
@@ -71,6 +75,9 @@ REPLICAS_KEY = "kvroute:replicas"     # sorted set: replica id -> when it last p
 # a replica silent this long leaves the set (its hashes expired long before; the margin
 # covers clocks that disagree between hosts)
 REPLICA_FORGET_MS = 600_000
+# a replica that published within this long counts as sharing state (a killed one stops)
+REPLICA_ALIVE_MS = 60_000
+INSTANCE_PREFIX = "kvroute:replica-instance:"   # replica id -> the process publishing as it
 RESPONSE_PREFIX = "kvroute:response:"
 CLOSE_TIMEOUT_S = 2.0
 MAX_UNSAVED_OWNERS = 100_000     # response owners waiting for Redis; the oldest dropped past it
@@ -78,7 +85,8 @@ SAVE_BATCH = 1_000               # owners written in one pipeline
 ROUTED_STREAM = "kvroute:routed"   # entries: r (replica), w (worker), h (encoded hashes)
 ROUTED_STREAM_MAXLEN = 5_000     # entries the stream keeps (trimmed approximately)
 MAX_ROUTED_PENDING = 2_000       # routed prompts waiting to be published
-ROUTED_READ_COUNT = 2_000        # entries read (or appended) at once at most
+ROUTED_SEND_COUNT = 1_000        # entries appended in one pipeline at most
+ROUTED_READ_COUNT = 200          # entries read (and learnt on the loop) at once at most
 ROUTED_BLOCK_MS = 500            # a read waits this long for new entries
 
 LearnRouted = Callable[[str, Mapping[int, Sequence[int]]], None]
@@ -161,6 +169,9 @@ class RedisStateStore:
         self._publishing: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._reader_failed = False        # logged once
+        self._instance = secrets.token_hex(8)   # this process (replica ids may collide)
+        self._shared_id_logged = False
+        self._foreign_marks = 0
         self._published = 0
         self._learnt = 0
         self._errors = 0          # Redis commands that failed
@@ -318,6 +329,7 @@ class RedisStateStore:
             return
         if self._degraded:
             log.info("redis %s reachable again: sharing state", self._shown)
+            self._routed_from = None    # the routes of the outage are skipped, not replayed
         self._degraded = False
         self._replicas = len(others) + 1
         if self._replicas != self._replicas_logged:      # at the first sync and on a change
@@ -344,22 +356,23 @@ class RedisStateStore:
                                                    name="kvroute-redis-routed-out")
 
     async def _publish_routed(self) -> None:
-        """Append the routed prompts to the stream, oldest first, in pipelines."""
+        """Append the routed prompts to the stream, oldest first, in pipelines (a batch is
+        taken off the queue before it is sent: what arrives meanwhile cannot push it out)."""
         while self._routed_out and not self._degraded:
-            outgoing = min(len(self._routed_out), ROUTED_READ_COUNT)
+            batch = [self._routed_out.popleft()
+                     for _ in range(min(len(self._routed_out), ROUTED_SEND_COUNT))]
             try:
                 async with self._client.pipeline(transaction=False) as pipe:
-                    for worker_id, encoded in itertools.islice(self._routed_out, outgoing):
-                        pipe.xadd(ROUTED_STREAM,
-                                  {"r": self.replica_id, "w": worker_id, "h": encoded},
+                    for worker_id, encoded in batch:
+                        pipe.xadd(ROUTED_STREAM, {"r": self.replica_id, "i": self._instance,
+                                                  "w": worker_id, "h": encoded},
                                   maxlen=ROUTED_STREAM_MAXLEN, approximate=True)
                     await pipe.execute()
             except (RedisError, OSError) as exc:
+                self._routed_out.extendleft(reversed(batch))   # sent when Redis answers
                 self._lost_redis(exc)
                 return
-            for _ in range(min(outgoing, len(self._routed_out))):
-                self._routed_out.popleft()
-            self._published += outgoing
+            self._published += len(batch)
 
     async def _follow_routed(self) -> None:
         """Read what the other replicas route as they append it (a blocking read: learnt
@@ -372,8 +385,9 @@ class RedisStateStore:
                 reply = await self._client.xread({ROUTED_STREAM: self._routed_from},
                                                  count=ROUTED_READ_COUNT,
                                                  block=ROUTED_BLOCK_MS)
-            except (RedisError, OSError) as exc:
-                self._lost_redis(exc)
+            except (RedisError, OSError):
+                # a read cut by a slow Redis: the sync loop judges whether it is away
+                await asyncio.sleep(self._interval)
                 continue
             try:
                 self._learn_entries(_stream_entries(reply))
@@ -386,7 +400,7 @@ class RedisStateStore:
     def _learn_entries(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         for entry_id, fields in entries:
             self._routed_from = entry_id
-            if fields.get("r") == self.replica_id or self._learn is None:
+            if fields.get("i") == self._instance or self._learn is None:
                 continue
             try:
                 blocks = decode_blocks(fields["h"])
@@ -406,7 +420,7 @@ class RedisStateStore:
 
     async def _withdraw(self) -> None:
         async with self._client.pipeline(transaction=True) as pipe:
-            pipe.delete(self._key, self._usage_key)
+            pipe.delete(self._key, self._usage_key, INSTANCE_PREFIX + self.replica_id)
             pipe.zrem(REPLICAS_KEY, self.replica_id)
             await pipe.execute()
 
@@ -426,8 +440,19 @@ class RedisStateStore:
                 pipe.pexpire(self._usage_key, self._ttl_ms)
             pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms})
             pipe.zremrangebyscore(REPLICAS_KEY, "-inf", now_ms - REPLICA_FORGET_MS)
-            pipe.zrange(REPLICAS_KEY, 0, -1)
+            pipe.set(INSTANCE_PREFIX + self.replica_id, self._instance,
+                     px=max(self._ttl_ms, REPLICA_ALIVE_MS), get=True)
+            pipe.zrangebyscore(REPLICAS_KEY, now_ms - REPLICA_ALIVE_MS, "+inf")
             replies = await pipe.execute()
+        holder = replies[-2]
+        # another process's mark two syncs running: not the one a restart left behind
+        self._foreign_marks = self._foreign_marks + 1 if holder not in (
+            None, self._instance) else 0
+        if self._foreign_marks >= 2 and not self._shared_id_logged:
+            log.warning("redis %s: another router publishes as replica %r too: give each "
+                        "replica its own --replica-id (their in-flight counts overwrite each "
+                        "other's)", self._shown, self.replica_id)
+            self._shared_id_logged = True
         return [r for r in replies[-1] if r != self.replica_id]
 
     async def _read(self, others: list[str]) -> tuple[dict[str, WorkerInflight],

@@ -35,6 +35,8 @@ def test_defaults() -> None:
     ("redis_url", "redis://:Zq8#hunter2@127.0.0.1:6379/0",
      r"^redis_url: cannot be parsed \(a password holding '/', '#', '\?' or '@' must be "
      r"percent-encoded\)$"),
+    ("redis_url", "redis://:12/ss@127.0.0.1:6379/0",     # (no piece of the password shown)
+     r"^redis_url: the database after the host must be a number \(redis://host:port/N\)$"),
     ("redis_url", "redis://127.0.0.1:6379/one",
      r"redis_url: the database after the host must be a number \(redis://host:port/N\), "
      "got 'one'"),

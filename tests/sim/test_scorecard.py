@@ -137,3 +137,11 @@ def test_a_ratio_under_target_against_a_capped_reference_is_a_miss() -> None:
     capped_rr = {**_entry(64.0, 0.08), "goodput_capped": True}
     [miss, _cost] = judge(UNIQUE, _summary(kvroute=_entry(2.0, 0.06), round_robin=capped_rr))
     assert miss.met is False and miss.reference_capped and not miss.value_capped
+
+
+def test_a_cost_priced_at_a_capped_goodput_is_not_readable() -> None:
+    """The cost at goodput is priced at the goodput scale: a capped search's scale is below
+    its goodput, so its attainment is not the 90 % the comparison assumes."""
+    capped = {**_entry(64.0, 0.06), "goodput_capped": True}
+    _goodput, cost = judge(UNIQUE, _summary(kvroute=capped, round_robin=_entry(2.0, 0.10)))
+    assert cost.met is None and cost.value_capped

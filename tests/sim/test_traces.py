@@ -288,6 +288,13 @@ def test_a_prompt_longer_than_any_window_is_refused_before_it_is_built(tmp_path:
         load_trace(path)
 
 
+def test_an_upper_case_gz_is_decompressed(tmp_path: Path) -> None:
+    path = tmp_path / "TRACE.CSV.GZ"
+    path.write_bytes(gzip.compress(b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                   b"2023-11-16 18:17:03.0,374,44\n"))
+    assert [r.num_prompt_tokens for r in load_trace(path).requests] == [374]
+
+
 @pytest.mark.parametrize("name", ["upper.CSV", "azure.txt"])
 def test_an_azure_csv_by_another_name_is_read_as_one(tmp_path: Path, name: str) -> None:
     path = tmp_path / name

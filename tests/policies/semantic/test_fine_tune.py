@@ -249,12 +249,13 @@ def test_the_cache_keeps_the_example_sets_used_last(tmp_path: Path) -> None:
             file.write_text("x")
             os.utime(file, (1_000_000 - age * 1000, 1_000_000 - age * 1000))
     (tmp_path / "minilm-0123-fp32.onnx").write_text("the base model's export")
+    (tmp_path / "minilm-tuned-aa01q8r2x9z1.tmp").write_text("a write under way")  # no set
     with (tmp_path / "minilm-tuned-dd04.safetensors.lock").open("a") as training:
         fcntl.flock(training, fcntl.LOCK_EX)          # another process trains dd04 now
         deleted = prune_tuned_sets(tmp_path, keep=2)
     assert sorted(deleted) == ["cc03", "ee05"]
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == sorted(["minilm-0123-fp32.onnx",
+    assert left == sorted(["minilm-0123-fp32.onnx", "minilm-tuned-aa01q8r2x9z1.tmp",
                            *(f"minilm-tuned-{d}{s}" for d in ("aa01", "bb02", "dd04")
                              for s in suffixes),
                            # a deleted set's lock stays: a process may be about to take it

@@ -471,3 +471,89 @@ async def test_a_host_named_like_auth_that_cannot_be_reached_is_said_unreachable
     await store.close()
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("redis redis://oauth-cache.invalid:1/0 unreachable (")
+
+
+async def test_routes_routed_while_redis_is_away_are_published_when_it_returns(
+        restartable_redis: RestartableRedis) -> None:
+    """A batch being sent could be pushed out of the queue by the routes arriving meanwhile
+    and counted as published: a batch now leaves the queue before it is sent and goes back
+    to it when the send fails."""
+    store = RedisStateStore(restartable_redis.url, "r1", sync_interval_s=60)
+    try:
+        await store.start()
+        restartable_redis.stop()
+        for n in range(3):
+            store.on_routed_blocks("w1", {16: [n + 1]})
+        await _until(lambda: store.degraded)
+        assert store.routed_shared == (0, 0) and len(store._routed_out) == 3
+        restartable_redis.start_again()
+        await _sync_until([store], degraded=False)
+        await _until(lambda: store.routed_shared[0] == 3)
+        client = redis.Redis.from_url(restartable_redis.url)
+        try:
+            assert await client.xlen("kvroute:routed") == 3
+        finally:
+            await client.aclose()
+    finally:
+        await store.close()
+
+
+async def test_two_routers_of_one_replica_id_are_warned_and_still_learn_each_other(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Two replicas started without --replica-id both publish as router-0: they overwrote each
+    other's counts, skipped each other's routes as their own, and said nothing."""
+    one = RedisStateStore(redis_url, "router-0", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "router-0", sync_interval_s=60)
+    learnt: list[str] = []
+    two.follow_routed(lambda worker_id, blocks: learnt.append(worker_id))
+    with caplog.at_level(logging.WARNING, logger="router.state.redis_store"):
+        await one.start()
+        await two.start()
+        try:
+            for _ in range(3):
+                await one.sync_once()
+                await two.sync_once()
+            one.on_routed_blocks("w1", {16: [1, 2]})
+            await _until(lambda: learnt == ["w1"], timeout_s=3.0)
+        finally:
+            await one.close()
+            await two.close()
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings and all("another router publishes as replica 'router-0' too" in w
+                            for w in warnings)
+    assert len(warnings) <= 2                            # once per process
+
+
+async def test_a_replica_that_stopped_publishing_is_not_counted(redis_url: str) -> None:
+    from router.state.redis_store import REPLICA_ALIVE_MS
+
+    client = redis.Redis.from_url(redis_url)
+    now_ms = int(time.time() * 1000)
+    await client.zadd(REPLICAS_KEY, {"killed": now_ms - REPLICA_ALIVE_MS - 5000,
+                                     "alive": now_ms})
+    await client.aclose()
+    store = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    try:
+        await store.start()
+        assert store.replicas == 2                       # itself and "alive"
+    finally:
+        await store.close()
+
+
+async def test_a_read_cut_by_a_frozen_redis_does_not_set_the_store_aside(
+        restartable_redis: RestartableRedis) -> None:
+    """The routes reader waits 0.5 s on a 1 s socket timeout: a stall past the margin took
+    the whole store off Redis (in-flight counts and budgets dropped)."""
+    store = RedisStateStore(restartable_redis.url, "r1", sync_interval_s=60)
+    pid = restartable_redis.procs[-1].pid
+    try:
+        await store.start()
+        await asyncio.sleep(0.1)                         # the reader is waiting
+        os.kill(pid, signal.SIGSTOP)
+        await asyncio.sleep(1.6)                         # past the socket timeout
+        os.kill(pid, signal.SIGCONT)
+        await asyncio.sleep(0.3)
+        assert not store.degraded
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await store.close()
