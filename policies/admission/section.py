@@ -3,7 +3,7 @@
 ```yaml
 admission:
   max_in_flight: 256        # requests this router process forwards at once (0: no limit)
-  max_waiting: 1024         # requests waiting for one of those slots; beyond: 503 at once
+  max_waiting: 1024         # requests waiting for a slot; beyond: 503 (see below)
   wait_timeout_s: 30        # a request waiting longer is answered 503
   tenants:                  # budgets by tenant (x-tenant, or the tenant its API key names)
     acme: {requests_per_minute: 600, tokens_per_minute: 200000, priority: 1}
@@ -15,7 +15,9 @@ admission:
 A budget counts over the last 60 seconds: a request is refused 429 while its tenant's
 requests in that window reach ``requests_per_minute``, or its tokens (prompt and completion,
 as the worker counted them) reach ``tokens_per_minute``. ``priority`` orders the requests
-waiting for a slot (higher first, first come first served within one priority). Every field
+waiting for a slot (higher first, first come first served within one priority), and a
+request finding ``max_waiting`` waiting takes the place of the newest one of a lower
+priority (that one is answered 503) or is answered 503 itself. Every field
 is optional; an absent section admits everything. The section reloads with the file.
 """
 

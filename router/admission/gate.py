@@ -2,8 +2,10 @@
 
 ``ConcurrencyGate.enter`` lets a request through while fewer than ``limit`` are in flight,
 and otherwise queues it: highest priority first, first come first served within a priority.
-A request that finds ``max_waiting`` already waiting is refused at once (``GateFull``); one
-that waits ``timeout_s`` is refused then (``GateTimeout``). ``leave`` hands the freed slot
+A request that finds ``max_waiting`` already waiting takes the place of the newest waiter of
+the lowest priority below its own, which is refused (``GateFull``), or, when none is lower,
+is refused at once itself: a queue full of batch work does not turn a premium tenant away.
+One that waits ``timeout_s`` is refused then (``GateTimeout``). ``leave`` hands the freed slot
 to the next waiter. A waiter whose client goes away (its task cancelled) leaves the queue,
 and a slot handed to it in that same instant is passed on, so no slot is ever lost.
 
@@ -47,7 +49,7 @@ class ConcurrencyGate:
         if limit <= 0 or (self.in_flight < limit and self.waiting == 0):
             self.in_flight += 1
             return 0.0
-        if self.waiting >= max_waiting:
+        if self.waiting >= max_waiting and not self._displace(priority):
             raise GateFull
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -58,7 +60,9 @@ class ConcurrencyGate:
             async with asyncio.timeout(timeout_s):
                 await asyncio.shield(granted)
         except BaseException as exc:
-            if granted.done() and not granted.cancelled():
+            if granted.done() and not granted.cancelled() and granted.exception() is not None:
+                pass                   # displaced by a higher priority: off the count already
+            elif granted.done() and not granted.cancelled():
                 self.leave()           # handed a slot as it gave up: pass it on
             else:
                 granted.cancel()       # stays in the heap, skipped when its turn comes ...
@@ -70,6 +74,19 @@ class ConcurrencyGate:
                 raise GateTimeout from None
             raise
         return loop.time() - started
+
+    def _displace(self, priority: int) -> bool:
+        """Refuse the newest waiter of the lowest priority below ``priority`` (its place is
+        taken); False when every waiter's priority is at least ``priority``."""
+        waiters = [entry for entry in self._heap if not entry[2].done()]
+        if not waiters:
+            return False
+        lowest = max(waiters, key=lambda entry: (entry[0], entry[1]))   # -priority, arrival
+        if -lowest[0] >= priority:
+            return False
+        lowest[2].set_exception(GateFull())
+        self.waiting -= 1
+        return True
 
     def set_limit(self, limit: int) -> None:
         """A new limit (a routing file reloaded): raised, or 0, lets waiters through now,

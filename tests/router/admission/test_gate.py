@@ -160,3 +160,30 @@ async def test_without_a_limit_every_request_passes_and_is_counted() -> None:
     for _ in range(100):
         gate.leave()
     assert gate.in_flight == 0
+
+
+async def test_a_higher_priority_takes_the_place_of_the_newest_lowest_waiter() -> None:
+    """A queue full of batch work turned a premium tenant away at once (503)."""
+    gate = ConcurrencyGate()
+    await gate.enter(1, 3, 5.0)
+    batch_old = asyncio.create_task(gate.enter(1, 3, 5.0, priority=-1))
+    await _settle()
+    normal = asyncio.create_task(gate.enter(1, 3, 5.0, priority=0))
+    await _settle()
+    batch_new = asyncio.create_task(gate.enter(1, 3, 5.0, priority=-1))
+    await _settle()
+    assert gate.waiting == 3
+    premium = asyncio.create_task(gate.enter(1, 3, 5.0, priority=1))
+    await _settle()
+    assert batch_new.done() and isinstance(batch_new.exception(), GateFull)   # its place taken
+    assert not batch_old.done() and not premium.done() and gate.waiting == 3
+    with pytest.raises(GateFull):                    # no waiter is lower than another batch
+        await gate.enter(1, 3, 5.0, priority=-1)
+    order = []
+    for task, name in ((premium, "premium"), (normal, "normal"), (batch_old, "batch")):
+        gate.leave()
+        await _settle()
+        assert task.done() and task.exception() is None
+        order.append(name)
+    assert order == ["premium", "normal", "batch"]
+    assert (gate.in_flight, gate.waiting) == (1, 0)
