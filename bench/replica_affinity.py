@@ -40,14 +40,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from bench.checks import first_problem, range_problem, refusal
-from bench.launch import Launched
+from bench.launch import REPO_ROOT, Launched, emulated_fleet, emulated_fleet_on_free_ports
 from bench.redis_server import start_redis
 from bench.replay import scrape_counters
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGURATIONS = ("one", "shared", "apart")
 HITS, QUERIES = "vllm:prefix_cache_hits", "vllm:prefix_cache_queries"
 
@@ -76,24 +74,14 @@ def check(args: argparse.Namespace) -> str | None:
                             range_problem("--time-scale", args.time_scale, 0))
     if problem is None and shutil.which("redis-server") is None:
         return "redis-server is not installed (apt-get install redis-server)"
-    for option in ("fleet", "routing"):
-        path = getattr(args, option)
-        if problem is None and not path.is_file():
-            problem = f"--{option}: no such file: {path}"
+    if problem is None and not args.routing.is_file():
+        problem = f"--routing: no such file: {args.routing}"
+    if problem is None:
+        try:
+            emulated_fleet(args.fleet)       # readable, and every worker emulated
+        except ValueError as exc:
+            problem = str(exc)
     return problem
-
-
-def fleet_on_free_ports(source: Path, folder: Path) -> Path:
-    """A copy of the fleet file whose emulated workers listen on free loopback ports."""
-    from workers.ports import free_port
-
-    data = yaml.safe_load(source.read_text())
-    for worker in data.get("workers", []):
-        if isinstance(worker.get("emulate"), dict):
-            worker["emulate"] = {**worker["emulate"], "port": free_port()}
-    path = folder / "fleet.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 class Replicas:
@@ -183,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kvroute-replicas-") as tmp:
         folder = Path(tmp)
-        fleet_path = fleet_on_free_ports(args.fleet, folder)
+        fleet_path, _ = emulated_fleet_on_free_ports(args.fleet, folder)
         fleet = load_fleet(fleet_path)
         model = fleet.workers[0].info.models[0]
         worker_urls = {w.info.id: w.info.url for w in fleet.workers}

@@ -35,3 +35,13 @@ def test_bad_options_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["--turns", "1", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
         "kvroute bench replica-affinity: --turns: must be >= 2, got 1\n")
+
+
+def test_a_fleet_of_real_workers_is_refused(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = tmp_path / "real.yaml"
+    fleet.write_text("models:\n  m: {arch: llama-3-8b}\nworkers:\n"
+                     "  - {id: w, gpu: h100, models: [m], url: 'http://127.0.0.1:1'}\n")
+    assert main(["--fleet", str(fleet), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute bench replica-affinity: {fleet}: every worker needs an emulate: block\n")
