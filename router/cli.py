@@ -9,11 +9,13 @@ dependencies inside ``func`` so that ``kvroute --help`` stays fast and never imp
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
 import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 # sub-command module -> what it provides
 COMMAND_MODULES: tuple[str, ...] = (
@@ -45,6 +47,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class SigtermAsInterrupt:
+    """A SIGTERM handler that stops a command as Ctrl-C does, with a ``KeyboardInterrupt``.
+
+    Raised wherever the signal lands, the interrupt could fall inside an event loop's
+    transport callback (a client's ``data_received``), which uvloop reports as a fatal
+    transport error and swallows: the command ran on. While a loop runs in this thread the
+    interrupt is raised from a callback of that loop instead, which the loop lets through
+    and ``asyncio.run`` answers by cancelling its tasks; a second SIGTERM raises at once.
+    """
+
+    def __init__(self) -> None:
+        self.loop_asked = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise KeyboardInterrupt from None
+        if self.loop_asked:
+            raise KeyboardInterrupt
+        self.loop_asked = True
+        loop.call_soon_threadsafe(_raise_interrupt)
+
+
+def _raise_interrupt() -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -56,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # routers and emulators, a simulation's worker processes) is stopped on the way out;
     # it left them running. The servers (up, serve, emulate, launch-vllm) set their own.
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = (signal.signal(signal.SIGTERM, signal.default_int_handler) if in_main_thread
+    previous = (signal.signal(signal.SIGTERM, SigtermAsInterrupt()) if in_main_thread
                 else None)
     try:
         return int(func(args) or 0)
