@@ -13,6 +13,9 @@ Keys may be named by tenant (``load_tenant_keys``, ``kvroute serve --api-keys-fi
 request holding a tenant's key is that tenant's (``TENANT``, read by the director), whatever
 ``x-tenant`` it sends, so cost and statistics per tenant cannot be claimed by another client.
 A request holding an unnamed key keeps the usual tenant (``x-tenant``, else the key's digest).
+A tenant's key is refused on ``/debug/…`` (403, ``router.errors.Forbidden``): those pages
+show every tenant's traffic, budgets and decisions, so they are the operator's, read with an
+unnamed key (``--api-key``).
 The file is read again when it changes (``router.client_keys_reloader``).
 
 ```yaml
@@ -33,11 +36,12 @@ import yaml
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from router.errors import Unauthorized
+from router.errors import Forbidden, Unauthorized
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 GUARDED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/debug/")
+OPERATOR_PREFIX = "/debug"          # every tenant's traffic: not for a tenant's key
 TENANT = web.RequestKey("kvroute_tenant", str)     # the tenant a named key belongs to
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -113,17 +117,23 @@ def guarded(path: str) -> bool:
     return path.startswith(GUARDED_PREFIXES) or path in ("/v1", "/debug")
 
 
+def operator_only(path: str) -> bool:
+    return path == OPERATOR_PREFIX or path.startswith(OPERATOR_PREFIX + "/")
+
+
 def client_auth_middleware(current: Callable[[], ClientKeys], on_refused: Callable[[], None],
                            request_id_header: str = "x-request-id") -> Middleware:
     """The middleware refusing guarded requests without a key of ``current()`` (placed
     inside ``router.errors.error_middleware``, which renders the 401 in the path's error
-    shape, with the client's request id when it sent one, as every refusal has)."""
+    shape, with the client's request id when it sent one, as every refusal has), and
+    refusing a tenant's key on the operator's ``/debug/…`` pages (403)."""
 
-    def refusal_headers(request: web.Request) -> dict[str, str]:
+    def refusal_headers(request: web.Request, challenge: bool = True) -> dict[str, str]:
+        headers = dict(_CHALLENGE) if challenge else {}
         given = request.headers.get(request_id_header)
         if given and given.isprintable():
-            return {**_CHALLENGE, request_id_header: given}
-        return dict(_CHALLENGE)
+            headers[request_id_header] = given
+        return headers
 
     @web.middleware
     async def client_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -140,6 +150,11 @@ def client_auth_middleware(current: Callable[[], ClientKeys], on_refused: Callab
             on_refused()
             raise Unauthorized("Incorrect API key provided.", headers=refusal_headers(request))
         if tenant is not None:
+            if operator_only(request.path):
+                raise Forbidden(f"The key of tenant {tenant} cannot read {request.path}: the "
+                                "/debug pages show every tenant's traffic and are read with "
+                                "the operator's key (--api-key).",
+                                headers=refusal_headers(request, challenge=False))
             request[TENANT] = tenant
         return await handler(request)
 

@@ -5,6 +5,7 @@ RouterError                      (abstract: status, type, code)
 ├── InvalidRequest         400   malformed JSON, wrong types, missing fields, non-UTF-8
 │   └── ContextLengthExceeded 400 the prompt (+ max_tokens) fits no serving worker's window
 ├── Unauthorized           401   no API key, or not one of the router's (``--api-key``)
+├── Forbidden              403   a tenant's key on a path for the operator's (``/debug/…``)
 ├── ModelNotFound          404   no worker of the fleet serves the requested model
 ├── RouteNotFound          404   unknown path
 ├── MethodNotAllowed       405
@@ -93,6 +94,15 @@ class Unauthorized(RouterError):
     status = 401
     type = "invalid_request_error"
     code = "invalid_api_key"
+
+
+class Forbidden(RouterError):
+    """OpenAI's answer to a key that may not do this: ``type: "permission_error"``
+    (Anthropic's ``permission_error`` on the Messages API)."""
+
+    status = 403
+    type = "permission_error"
+    code = "permission_denied"
 
 
 class ModelNotFound(RouterError):
@@ -193,6 +203,7 @@ class UpstreamTimeout(RouterError):
 ANTHROPIC_PATH_PREFIX = "/v1/messages"
 # Anthropic's error types by status, for the router's own errors
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error",
                     404: "not_found_error", 405: "invalid_request_error",
                     413: "request_too_large", 429: "rate_limit_error", 502: "api_error",
                     503: "overloaded_error", 504: "api_error"}

@@ -183,6 +183,37 @@ async def test_a_named_key_sets_the_tenant_whatever_x_tenant_says(
     assert requests_of("team-x") == 1            # an unnamed key: x-tenant as before
 
 
+@pytest.mark.integration
+async def test_a_tenants_key_cannot_read_the_operators_debug_pages(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """Any tenant's key read /debug/admission (every tenant's spending and budgets) and
+    /debug/decisions (every tenant's requests): they are the operator's."""
+    keys_file = tmp_path / "keys.yaml"
+    keys_file.write_text("acme: sk-acme-1\n")
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), api_keys=("sk-operator",),
+                               api_keys_file=keys_file)
+    async with aiohttp.ClientSession() as http:
+        for path in ("/debug/admission", "/debug/decisions", "/debug/fleet", "/debug"):
+            async with http.get(f"{router.url}{path}", headers={
+                    "Authorization": "Bearer sk-acme-1", "x-request-id": "r-1"}) as resp:
+                body = await resp.json()
+                assert resp.status == 403, path
+                assert body["error"]["type"] == "permission_error"
+                assert "tenant acme" in body["error"]["message"]
+                assert "sk-acme" not in body["error"]["message"]
+                assert resp.headers["x-request-id"] == "r-1"
+                assert "WWW-Authenticate" not in resp.headers
+        async with http.get(f"{router.url}/debug/admission",
+                            headers={"Authorization": "Bearer sk-operator"}) as resp:
+            assert resp.status == 200
+        async with http.get(f"{router.url}/debugging",        # not a /debug page: a 404
+                            headers={"Authorization": "Bearer sk-acme-1"}) as resp:
+            assert resp.status == 404
+        async with http.post(f"{router.url}/v1/chat/completions", json=CHAT,
+                             headers={"Authorization": "Bearer sk-acme-1"}) as resp:
+            assert resp.status == 200                # its API as before
+
+
 def test_kvroute_api_key_set_but_empty_stops_the_start() -> None:
     """A secret that rendered to nothing must not start a router open to anyone (in a
     process of its own: were it to start, it is stopped, not left serving)."""
