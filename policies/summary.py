@@ -52,15 +52,36 @@ def warnings(routing: RoutingConfig,
 def admission_warnings(routing: RoutingConfig, fleet_sequences: int) -> list[str]:
     """An in-flight limit above what the fleet runs at once (``fleet_sequences``: its
     workers' ``max_num_seqs`` together) lets the excess wait in the workers' own queues,
-    first come first served, where the section's priorities do not reach."""
+    first come first served, where the section's priorities do not reach; without a limit,
+    the waiting settings and priorities do nothing at all."""
     section = routing.section(ADMISSION_SECTION)
-    if (not isinstance(section, AdmissionSection) or not fleet_sequences
-            or section.max_in_flight <= fleet_sequences):
+    if not isinstance(section, AdmissionSection):
+        return []
+    if section.max_in_flight == 0:
+        return _unlimited_admission_warnings(section)
+    if not fleet_sequences or section.max_in_flight <= fleet_sequences:
         return []
     return [f"admission.max_in_flight: {section.max_in_flight} is above the "
             f"{fleet_sequences} sequences the fleet's workers run at once (their max_num_seqs "
             "together): past that, requests wait in the workers' own queues, where tenants' "
             "priorities do not apply"]
+
+
+def _unlimited_admission_warnings(section: AdmissionSection) -> list[str]:
+    """Settings of the waiting line that mean nothing while no request ever waits."""
+    defaults = AdmissionSection()
+    waiting = [name for name in ("max_waiting", "wait_timeout_s")
+               if getattr(section, name) != getattr(defaults, name)]
+    ranked = sorted(name for name, budget in section.tenants.items() if budget.priority)
+    if section.other_tenants.priority:
+        ranked.append("other_tenants")
+    found = []
+    if waiting or ranked:
+        what = ", ".join([*waiting, *(f"the priority of {name}" for name in ranked)])
+        found.append(f"admission: {what} apply only to requests waiting for an in-flight "
+                     "slot, and max_in_flight is 0 (no limit): no request ever waits; set "
+                     "max_in_flight to use them")
+    return found
 
 
 def _misrouting_rules(routing: RoutingConfig, runners: Mapping[str, Set[str]]

@@ -167,3 +167,20 @@ def test_an_in_flight_limit_above_what_the_fleet_runs_is_a_warning(
         f"{path}: warning: admission.max_in_flight: 17 is above the 16 sequences the fleet's "
         "workers run at once (their max_num_seqs together): past that, requests wait in the "
         "workers' own queues, where tenants' priorities do not apply\n")
+
+
+def test_waiting_settings_without_an_in_flight_limit_are_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Priorities and a queue size with max_in_flight 0 did nothing, and nothing said so."""
+    path = tmp_path / "routing.yaml"
+    base = (ROOT / "config" / "routing.yaml").read_text()
+    path.write_text(base + "admission:\n  tenants: {acme: {requests_per_minute: 60}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert "warning" not in capsys.readouterr().err        # budgets alone need no limit
+    path.write_text(base + "admission:\n  max_waiting: 10\n  tenants:\n"
+                    "    gold: {priority: 3}\n    acme: {requests_per_minute: 60}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: admission: max_waiting, the priority of gold apply only to "
+        "requests waiting for an in-flight slot, and max_in_flight is 0 (no limit): no "
+        "request ever waits; set max_in_flight to use them\n")
