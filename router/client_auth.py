@@ -37,6 +37,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from router.errors import Forbidden, Unauthorized
+from router.settings import api_key_problem
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -84,6 +85,10 @@ def load_tenant_keys(path: Path) -> dict[str, str]:
                 or not all(isinstance(k, str) and k.strip() for k in listed)):
             raise TenantKeysError(f"{path}: {tenant}: must be a key or a list of keys "
                                   "(non-empty strings)")
+        for number, key in enumerate(listed, 1):     # the key itself is never quoted
+            problem = api_key_problem(key)
+            if problem is not None:
+                raise TenantKeysError(f"{path}: {tenant}: key {number} {problem}")
         for key in listed:
             if key in tenants:
                 raise TenantKeysError(f"{path}: {tenant}: a key of {tenants[key]} too: a "

@@ -71,6 +71,21 @@ from pathlib import Path
 
 from router.label_values import DEFAULT_TENANT_LABELS
 
+# what a client can send in an HTTP header: visible ASCII, no spaces
+_SENDABLE_KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7f))
+
+
+def api_key_problem(key: object) -> str | None:
+    """Why ``key`` cannot be a client's API key, or None. A key with a space or a character
+    outside ASCII was accepted and could never be sent: the clients (``openai``, ``httpx``,
+    curl's header) refuse such a header value or cut it at the space."""
+    if not isinstance(key, str) or not key:
+        return "must be a non-empty string"
+    if not _SENDABLE_KEY_CHARS.issuperset(key):
+        return ("must be visible ASCII characters without spaces (clients send it in an "
+                "HTTP header)")
+    return None
+
 # how long Redis keeps the owner of a Responses API response: a kept response is not expected
 # to outlive a week of its server's memory
 DEFAULT_RESPONSE_TTL_S = 7 * 24 * 3600
@@ -149,8 +164,9 @@ class Settings:
             raise ValueError("response_ttl_s: must be at least 1 second")
         if self.redis_url is not None:
             _check_redis_url(self.redis_url)
-        if not all(isinstance(key, str) and key.strip() for key in self.api_keys):
-            raise ValueError("api_keys: every API key must be a non-empty string")
+        for key in self.api_keys:
+            if api_key_problem(key) is not None:
+                raise ValueError(f"api_keys: every API key {api_key_problem(key)}")
         if self.drain_timeout_s < 0:
             raise ValueError("drain_timeout_s: must be >= 0 (0: cut at once)")
         if self.gc_interval_s < 0:

@@ -44,7 +44,11 @@ def test_keys_are_matched_exactly_and_never_shown() -> None:
     settings = Settings(fleet_path=Path("f"), routing_path=Path("r"), api_keys=KEYS)
     assert "sk-router" not in repr(settings)
     with pytest.raises(ValueError, match="api_keys: every API key must be a non-empty string"):
-        Settings(fleet_path=Path("f"), routing_path=Path("r"), api_keys=(" ",))
+        Settings(fleet_path=Path("f"), routing_path=Path("r"), api_keys=("",))
+    for unsendable in (" ", "sk a", "sk-\u00e9", "sk-a\n"):   # no client can send these
+        with pytest.raises(ValueError, match="must be visible ASCII") as refused:
+            Settings(fleet_path=Path("f"), routing_path=Path("r"), api_keys=(unsendable,))
+        assert "sk" not in str(refused.value)                  # never quoted
 
 
 @pytest.mark.integration
@@ -146,6 +150,8 @@ def test_a_tenant_keys_file_names_each_key_once(tmp_path: Path) -> None:
                          ("acme: [sk-a, 3]\n", "acme: must be a key or a list of keys"),
                          ("acme: sk-a\nglobex: [sk-b, sk-a]\n", "globex: a key of acme too"),
                          ("42: sk-a\n", "a name must be printable text"),
+                         ("acme: [sk-a, 'sk b']\n", "acme: key 2 must be visible ASCII"),
+                         ("acme: sk-\u00e9t\u00e9\n", "acme: key 1 must be visible ASCII"),
                          ("acme: [\n", "invalid YAML")):
         path.write_text(text)
         with pytest.raises(TenantKeysError, match=reason):
