@@ -16,11 +16,21 @@ import contextlib
 
 from aiohttp import web
 
-from router.errors import RequestTimeout
+from router.errors import RequestTimeout, RequestTooLarge
 
 
 async def read_body(request: web.Request, timeout_s: float) -> bytes:
-    """The whole body, or ``RequestTimeout`` when none of it arrives for ``timeout_s``."""
+    """The whole body, or ``RequestTimeout`` when none of it arrives for ``timeout_s``, or
+    ``RequestTooLarge`` past the app's ``client_max_size`` (aiohttp's own 413 went past the
+    director: no request id echoed, not counted)."""
+    try:
+        return await _read_body(request, timeout_s)
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise RequestTooLarge(f"Request body too large: {exc.text or 'limit exceeded'}"
+                              ) from None
+
+
+async def _read_body(request: web.Request, timeout_s: float) -> bytes:
     content = request.content
     if content.is_eof():
         return await request.read()

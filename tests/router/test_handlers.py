@@ -332,9 +332,9 @@ async def test_bad_requests_get_openai_errors(router: RouterHandle, path: str, b
         error = (await resp.json())["error"]
         assert error["message"].startswith(message)
         assert set(error) == {"message", "type", "param", "code"}
-        # a request the router took names itself in its refusal (an unknown path, or a body
-        # over the size limit, is refused without one)
-        if status == 400:
+        # a request the router took names itself in its refusal, a body over the size limit
+        # too (an unknown path is refused without one)
+        if status in (400, 413):
             assert resp.headers["x-request-id"] == "bad-1"
     # the router keeps serving
     reply = await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]
@@ -373,6 +373,13 @@ async def test_a_bad_body_is_counted_under_no_model(router: RouterHandle) -> Non
                                     headers={"Content-Type": "application/json"}) as resp:
                 assert resp.status == 400
     assert router.metric("kvroute_requests_total", **labels) == before + 2
+    too_large = {**labels, "status": "413"}      # a body over the size limit: counted too
+    before = router.metric("kvroute_requests_total", **too_large)
+    async with aiohttp.ClientSession() as session, session.post(
+            router.url + "/v1/chat/completions", data=b"x" * (50 * 1024 * 1024),
+            headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 413
+    assert router.metric("kvroute_requests_total", **too_large) == before + 1
 
 
 async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
