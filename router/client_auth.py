@@ -67,7 +67,8 @@ class TenantKeysError(ValueError):
 def load_tenant_keys(path: Path) -> dict[str, str]:
     """``key -> tenant`` from a YAML mapping of tenant names to a key or a list of keys."""
     try:
-        data: Any = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        data: Any = yaml.safe_load(text)
     except OSError as exc:
         raise TenantKeysError(f"{path}: cannot read: {exc.strerror}") from exc
     except yaml.YAMLError as exc:        # its message quotes the file: keys too
@@ -94,7 +95,24 @@ def load_tenant_keys(path: Path) -> dict[str, str]:
                 raise TenantKeysError(f"{path}: {tenant}: a key of {tenants[key]} too: a "
                                       "key names one tenant")
             tenants[key] = tenant
+    _refuse_a_tenant_twice(path, text)      # (the names are known printable now)
     return tenants
+
+
+def _refuse_a_tenant_twice(path: Path, text: str) -> None:
+    """A tenant written twice: YAML keeps the last entry without a word, so adding a second
+    ``acme:`` line for a new key shut out every client of the first one."""
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first_line: dict[str, int] = {}
+    for key_node, _ in node.value:
+        name, line = str(key_node.value), key_node.start_mark.line + 1
+        if name in first_line:
+            raise TenantKeysError(f"{path}: tenant {name} is written twice (lines "
+                                  f"{first_line[name]} and {line}): list all its keys on one "
+                                  f"entry, e.g. {name}: [key-1, key-2]")
+        first_line[name] = line
 
 
 class ClientKeys:

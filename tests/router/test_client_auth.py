@@ -151,6 +151,8 @@ def test_a_tenant_keys_file_names_each_key_once(tmp_path: Path) -> None:
                          ("acme: sk-a\nglobex: [sk-b, sk-a]\n", "globex: a key of acme too"),
                          ("42: sk-a\n", "a name must be printable text"),
                          ("acme: [sk-a, 'sk b']\n", "acme: key 2 must be visible ASCII"),
+                         ("acme: sk-a\nglobex: sk-g\nacme: sk-b\n",
+                          "tenant acme is written twice \\(lines 1 and 3\\)"),
                          ("acme: sk-\u00e9t\u00e9\n", "acme: key 1 must be visible ASCII"),
                          ("acme: [\n", "invalid YAML")):
         path.write_text(text)
