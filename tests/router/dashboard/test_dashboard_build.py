@@ -20,6 +20,18 @@ def test_committed_dashboards_match_the_definitions() -> None:
                  "--out", str(REPO_ROOT / "config/grafana/dashboards")]) == 0
 
 
+def test_the_docs_table_counts_each_dashboards_panels() -> None:
+    """The table said 11 panels for the fleet dashboard after its twelfth was added."""
+    import json
+    import re
+
+    table = dict(re.findall(r"^\| `(\w+\.json)` \| [^|]+ \| (\d+) \|$",
+                            (REPO_ROOT / "docs/observability.md").read_text(), re.MULTILINE))
+    committed = {path.name: str(len(json.loads(path.read_text())["panels"]))
+                 for path in (REPO_ROOT / "config/grafana/dashboards").glob("*.json")}
+    assert table == committed
+
+
 def test_check_reports_missing_and_stale_files(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dashboard", "build", "--check", "--out", str(tmp_path)]) == 1
