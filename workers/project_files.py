@@ -31,6 +31,16 @@ def find_default(relative: str) -> Path | None:
     return checkout if checkout.is_file() else None
 
 
+def default_dir(relative: str) -> Path:
+    """The folder ``relative`` in the working directory when there, else in the checkout
+    when there, else ``relative`` itself (the working directory's, to be created)."""
+    here = Path(relative)
+    if here.is_dir():
+        return here
+    checkout = CHECKOUT / relative
+    return checkout if checkout.is_dir() else here
+
+
 def default_file(relative: str, option: str) -> Path:
     """The file ``find_default`` finds for ``relative``; else ``MissingDefaultFile`` naming
     ``option``, the command-line option that gives another file."""

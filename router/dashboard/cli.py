@@ -16,7 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_DIR = Path("config/grafana/dashboards")
+from workers.project_files import default_dir
+
+DEFAULT_DIR = "config/grafana/dashboards"      # here, else in the checkout (workers.project_files)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -39,9 +41,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                    "render PNG snapshots from Prometheus")
     sub = parser.add_subparsers(dest="dashboard_command", metavar="ACTION", required=True)
     build = sub.add_parser("build", help="write the dashboards' Grafana JSON")
-    build.add_argument("--out", type=Path, default=DEFAULT_DIR,
+    build.add_argument("--out", type=Path, default=None,
                        help="folder the dashboards' JSON files are written to, or compared "
-                            "with under --check (default %(default)s)")
+                            f"with under --check (default {DEFAULT_DIR}, in this directory "
+                            "or else in the kvroute checkout)")
     build.add_argument("--check", action="store_true",
                        help="exit 1 if the files differ from the definitions; write nothing")
     build.set_defaults(func=_build)
@@ -50,8 +53,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                       help="base URL of the Prometheus to query, e.g. http://127.0.0.1:9090")
     snap.add_argument("--out", type=Path, required=True, metavar="DIR",
                       help="folder for one PNG per dashboard, named after its JSON file")
-    snap.add_argument("--dashboards", type=Path, default=DEFAULT_DIR, metavar="DIR",
-                      help="folder whose *.json dashboards are rendered (default %(default)s)")
+    snap.add_argument("--dashboards", type=Path, default=None, metavar="DIR",
+                      help=f"folder whose *.json dashboards are rendered (default "
+                           f"{DEFAULT_DIR}, in this directory or else in the kvroute checkout)")
     snap.add_argument("--range", type=duration_s, default=900.0, dest="range_s",
                       help="time span ending at --end (default 15m)")
     snap.add_argument("--end", type=float, default=None, help="unix seconds (default now)")
@@ -69,9 +73,10 @@ def _build(args: argparse.Namespace) -> int:
     from router.dashboard.definitions import DASHBOARDS
     from router.dashboard.grafana import dashboard_json
 
+    out = args.out if args.out is not None else default_dir(DEFAULT_DIR)
     stale, missing = [], []
     for dashboard in DASHBOARDS:
-        path = args.out / dashboard.file_name
+        path = out / dashboard.file_name
         text = json.dumps(dashboard_json(dashboard), indent=2) + "\n"
         if args.check:
             if not path.is_file():
@@ -106,9 +111,10 @@ def _snapshot(args: argparse.Namespace) -> int:
     from router.dashboard.render import QueryWindow, render_dashboard
     from router.dashboard.variables import VariableError, resolve_variables
 
-    files = sorted(args.dashboards.glob("*.json"))
+    folder = args.dashboards if args.dashboards is not None else default_dir(DEFAULT_DIR)
+    files = sorted(folder.glob("*.json"))
     if not files:
-        print(f"kvroute dashboard snapshot: no *.json dashboards in {args.dashboards}",
+        print(f"kvroute dashboard snapshot: no *.json dashboards in {folder}",
               file=sys.stderr)
         return 2
     end = args.end if args.end is not None else time.time()

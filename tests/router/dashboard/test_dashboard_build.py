@@ -20,6 +20,18 @@ def test_committed_dashboards_match_the_definitions() -> None:
                  "--out", str(REPO_ROOT / "config/grafana/dashboards")]) == 0
 
 
+def test_outside_the_checkout_the_checkouts_dashboards_are_the_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """From another directory, build --check said the files were missing (and snapshot
+    found no dashboards), though kvroute up finds the checkout's config/ from anywhere."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["dashboard", "build", "--check"]) == 0
+    (tmp_path / "config/grafana/dashboards").mkdir(parents=True)    # a folder here wins
+    assert main(["dashboard", "build", "--check"]) == 1
+    assert "missing" in capsys.readouterr().err
+
+
 def test_the_docs_table_counts_each_dashboards_panels() -> None:
     """The table said 11 panels for the fleet dashboard after its twelfth was added."""
     import json
