@@ -213,8 +213,13 @@ def _load(args: argparse.Namespace) -> Any:
             server_tls_context(args.ssl_certfile, args.ssl_keyfile)
         if args.api_keys_file is not None:
             load_tenant_keys(args.api_keys_file)
-        load_routing(args.routing)
-    except (FleetConfigError, RoutingConfigError, TlsFilesError, TenantKeysError) as exc:
+        try:
+            load_routing(args.routing)
+        except RoutingConfigError as exc:     # named as kvroute validate names it
+            reason = str(exc).removeprefix(f"{args.routing}: ")
+            print(f"kvroute: {args.routing}: invalid: {reason}", file=sys.stderr)
+            return None
+    except (FleetConfigError, TlsFilesError, TenantKeysError) as exc:
         print(f"kvroute: {exc}", file=sys.stderr)
         return None
     problem = decision_log_problem(os.environ)

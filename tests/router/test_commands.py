@@ -256,3 +256,23 @@ def test_the_redis_url_may_come_from_the_environment(monkeypatch: pytest.MonkeyP
         "redis://r/1"
     monkeypatch.delenv("KVROUTE_REDIS_URL")
     assert build_parser().parse_args(["serve"]).redis_url is None
+
+
+def test_a_bad_routing_file_stops_the_start_naming_the_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The one-line reason named the field, not the file (the fleet's errors name theirs)."""
+    from router.cli import main
+
+    routing = tmp_path / "routing.yaml"
+    routing.write_text("profiles:\n  default:\n    filters: [{type: model}]\n"
+                       "    scorers: [{type: prefix, weight: x}]\n"
+                       "    picker: {type: max-score}\ndefault_profile: default\n")
+    root = Path(__file__).resolve().parents[2]
+    assert main(["serve", "--fleet", str(root / "config/fleet.yaml"),
+                 "--routing", str(routing)]) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute: {routing}: invalid: profiles.default.scorers[0].weight: must be a number\n")
+    routing.unlink()
+    assert main(["serve", "--fleet", str(root / "config/fleet.yaml"),
+                 "--routing", str(routing)]) == 2
+    assert capsys.readouterr().err.startswith(f"kvroute: {routing}: invalid: cannot read")
