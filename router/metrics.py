@@ -194,10 +194,9 @@ class RouterMetrics:
         self.client_keys_reloads = Counter(
             "kvroute_client_keys_reloads", "Reloads of the tenant keys file (--api-keys-file).",
             ["result"], registry=r)
-        self.client_keys_last_reload_successful = Gauge(
-            "kvroute_client_keys_last_reload_successful",
-            "Whether the last read of the tenant keys file succeeded (0: it was refused and the "
-            "keys in force stay).", registry=r)
+        # exported only while a tenant keys file is in use (watch_client_keys): at its
+        # default 0 it fired ClientKeysRefused on every router without one
+        self.client_keys_last_reload_successful: Gauge | None = None
         # as Prometheus's own prometheus_config_last_reload_*: the file on disk is (1) or is
         # not (0) the config in force, and since when the one in force was loaded
         self.config_last_reload_successful = Gauge(
@@ -417,15 +416,23 @@ class RouterMetrics:
         else:
             self.config_last_reload_successful.set(1)
 
-    def watch_client_keys(self) -> None:
-        """A tenant keys file is in use: its reload gauge starts at 1 (it was read at start)."""
-        self.client_keys_last_reload_successful.set(1)
-        for result in ("success", "failure"):
-            self.client_keys_reloads.labels(result)
+    def watch_client_keys(self) -> Gauge:
+        """A tenant keys file is in use: its reload gauge is exported, at 1 (it was read at
+        start)."""
+        if self.client_keys_last_reload_successful is None:
+            self.client_keys_last_reload_successful = Gauge(
+                "kvroute_client_keys_last_reload_successful",
+                "Whether the last read of the tenant keys file succeeded (0: it was refused "
+                "and the keys in force stay); absent without a keys file.",
+                registry=self.registry)
+            self.client_keys_last_reload_successful.set(1)
+            for result in ("success", "failure"):
+                self.client_keys_reloads.labels(result)
+        return self.client_keys_last_reload_successful
 
     def record_client_keys_reload(self, succeeded: bool) -> None:
         self.client_keys_reloads.labels("success" if succeeded else "failure").inc()
-        self.client_keys_last_reload_successful.set(1 if succeeded else 0)
+        self.watch_client_keys().set(1 if succeeded else 0)
 
     def record_semantic(self, semantic_class: str | None, seconds: float | None,
                         outcome: str | None = None) -> None:

@@ -125,7 +125,9 @@ def test_a_refused_tenant_keys_file_shows_in_the_metrics() -> None:
     be alerted on."""
     metrics = RouterMetrics()
     get = metrics.registry.get_sample_value
-    assert get("kvroute_client_keys_last_reload_successful", {}) == 0.0   # no file: unset
+    # no file: no series (at 0 it fired ClientKeysRefused on every router without a file)
+    assert get("kvroute_client_keys_last_reload_successful", {}) is None
+    assert "kvroute_client_keys_last_reload_successful" not in metrics.render().decode()
     metrics.watch_client_keys()
     assert get("kvroute_client_keys_last_reload_successful", {}) == 1.0
     assert get("kvroute_client_keys_reloads_total", {"result": "failure"}) == 0.0
