@@ -64,6 +64,7 @@ from router.proxy import (
     COMPLETION_STREAM,
     MESSAGES_STREAM,
     RESPONSES_STREAM,
+    CancelledAfterTheEnd,
     Proxy,
     ProxyResult,
     RetryableUpstream,
@@ -427,6 +428,11 @@ class Director:
             if status == UpstreamTimeout.status:      # no answer in time
                 self._ejection.failed(info.id, self._clock())
             error.headers.update(self._kvroute_headers(decision, routing.semantic_class))
+            raise
+        except CancelledAfterTheEnd as cancelled:     # the client left with the whole answer
+            result = cancelled.result
+            status = result.status
+            self._ejection.answered(info.id, attempt.started_at)
             raise
         except asyncio.CancelledError:
             status = 499

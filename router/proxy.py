@@ -14,11 +14,15 @@ Failure semantics:
   before the first byte; after it, the stream is ended as below;
 * the worker breaks mid-stream: the client gets an OpenAI error event, then ``[DONE]`` (on
   the Messages API, an Anthropic ``event: error``, as vLLM sends one);
-* the client goes away: the upstream response is closed at once, which makes vLLM abort.
+* the client goes away: the upstream response is closed at once, which makes vLLM abort;
+  when it goes after the stream's last event reached it (a client that stops reading at
+  ``[DONE]``), the answer was whole: the cancellation carries its result
+  (``CancelledAfterTheEnd``) so that it is counted as answered, with its usage.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping
@@ -97,6 +101,15 @@ class ProxyResult:
     first_byte_at: float | None         # monotonic, None for non-streamed answers
     finished_at: float
     events: int = 0                     # stream events relayed to the client (``data:`` lines)
+
+
+class CancelledAfterTheEnd(asyncio.CancelledError):
+    """The request was cancelled (its client left) after the stream's last event had been
+    written to the client: ``result`` is the whole answer's, status 200."""
+
+    def __init__(self, result: ProxyResult) -> None:
+        super().__init__()
+        self.result = result
 
 
 class Proxy:
@@ -183,12 +196,25 @@ class Proxy:
     async def _relay_events(self, upstream: UpstreamResponse, relay: _StreamRelay,
                             on_first_byte: Callable[[], None],
                             first_token_mark: bytes | None) -> ProxyResult:
+        try:
+            return await self._relay_to_the_end(upstream, relay, on_first_byte,
+                                                first_token_mark)
+        except asyncio.CancelledError:
+            if not relay.end_written:
+                raise
+            raise CancelledAfterTheEnd(ProxyResult(
+                relay.response_or_new(), 200, relay.usage, relay.first_byte_at, self._clock(),
+                relay.events)) from None
+
+    async def _relay_to_the_end(self, upstream: UpstreamResponse, relay: _StreamRelay,
+                                on_first_byte: Callable[[], None],
+                                first_token_mark: bytes | None) -> ProxyResult:
         first_byte_at: float | None = None
         try:
             async for chunk in upstream.chunks():
                 if first_byte_at is None and (first_token_mark is None
                                               or first_token_mark in chunk):
-                    first_byte_at = self._clock()
+                    first_byte_at = relay.first_byte_at = self._clock()
                     on_first_byte()
                 if not await relay.feed(chunk):
                     return ProxyResult(relay.response_or_new(), 499, relay.usage,
@@ -221,7 +247,7 @@ class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
     __slots__ = ("_end_marks", "_failure", "_headers", "_pending", "_request", "_response",
-                 "_rewrite", "done", "events")
+                 "_rewrite", "done", "end_written", "events", "first_byte_at")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
                  rewrite: UsageRewrite, stream_format: StreamFormat) -> None:
@@ -232,7 +258,9 @@ class _StreamRelay:
         self._rewrite = rewrite
         self._pending = b""
         self._response: web.StreamResponse | None = None
-        self.done = False
+        self.done = False        # the stream's last event was relayed (or is being written)
+        self.end_written = False     # … and its write to the client returned
+        self.first_byte_at: float | None = None
         self.events = 0          # ``data:`` lines relayed: about a token each (admission)
 
     @property
@@ -260,7 +288,9 @@ class _StreamRelay:
         if any(mark in out for mark in self._end_marks):
             self.done = True
         self.events += out.count(b"data:")
-        return await self._write(out)
+        written = await self._write(out)
+        self.end_written = self.done and written
+        return written
 
     async def _write(self, data: bytes) -> bool:
         try:

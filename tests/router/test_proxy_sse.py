@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from router.proxy import Proxy, ProxyResult, RetryableUpstream
+from router.proxy import CancelledAfterTheEnd, Proxy, ProxyResult, RetryableUpstream
 from workers.upstream import UpstreamClient
 
 CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%d"}}]}\n\n'
@@ -41,6 +41,8 @@ def _pieces(mode: str) -> Sequence[bytes]:
         return [events]
     if mode == "empty":
         return []
+    if mode in ("done-then-hold", "hold-before-done"):
+        return [events, USAGE + DONE]
     raise AssertionError(mode)
 
 
@@ -53,8 +55,12 @@ async def _upstream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for piece in _pieces(mode):
+        if mode == "hold-before-done" and piece.endswith(DONE):
+            await asyncio.sleep(1.0)      # the worker still generating
         await response.write(piece)
         await asyncio.sleep(0)
+    if mode == "done-then-hold":          # the connection stays open a while after [DONE]
+        await asyncio.sleep(1.0)
     return response
 
 
@@ -162,3 +168,51 @@ async def test_stream_closed_before_any_byte_is_retryable(
     assert status == 599
     [failure] = results
     assert isinstance(failure, RetryableUpstream) and failure.reason == "disconnect"
+
+
+@pytest.mark.parametrize("leaves", ["after [DONE]", "before [DONE]"])
+async def test_a_client_leaving_after_the_last_event_got_the_whole_answer(leaves: str) -> None:
+    """A client that stops reading at [DONE] and closes cancels the request while the worker's
+    stream is still open: it was counted as 499 and lost its usage and cost. Cancelled after
+    the last event was written, the cancellation carries the whole answer's result."""
+    upstream = TestServer(_make_app("/v1/chat/completions", _upstream), host="127.0.0.1")
+    await upstream.start_server()
+    client = UpstreamClient(connect_timeout_s=1.0, read_timeout_s=5.0)
+    proxy = Proxy(client, upstream_timeout_s=5.0)
+    ended: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+    mode = "done-then-hold" if leaves == "after [DONE]" else "hold-before-done"
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        try:
+            result = await proxy.forward(
+                request, str(upstream.make_url("/v1/chat/completions")) + f"?mode={mode}",
+                b"{}", {}, {}, stream=True, wants_usage=False, on_first_byte=lambda: None)
+        except BaseException as exc:
+            ended.set_result(exc)
+            raise
+        return result.response
+
+    front = TestServer(_make_app("/relay", relay), host="127.0.0.1", handler_cancellation=True)
+    await front.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            resp = await session.post(str(front.make_url("/relay")))
+            received = b""
+            mark = DONE if leaves == "after [DONE]" else b"data:"
+            while mark not in received:
+                received += await resp.content.readany()
+            resp.close()                          # gone, the worker's stream still open
+        cancelled = await asyncio.wait_for(ended, 5.0)
+    finally:
+        await client.close()
+        await front.close()
+        await upstream.close()
+    assert isinstance(cancelled, asyncio.CancelledError)
+    if leaves == "before [DONE]":
+        assert not isinstance(cancelled, CancelledAfterTheEnd)     # a 499, as before
+        return
+    assert isinstance(cancelled, CancelledAfterTheEnd)
+    result = cancelled.result
+    assert result.status == 200 and result.usage is not None
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (7, 3)
+    assert result.first_byte_at is not None and result.events == 4
