@@ -30,7 +30,7 @@ def test_promtool_check_rules_passes() -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 20 rules found" in result.stdout
-    assert "SUCCESS: 16 rules found" in result.stdout
+    assert "SUCCESS: 18 rules found" in result.stdout
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -51,10 +51,11 @@ def test_alert_tiers() -> None:
         "RouterGcPauseLong": "warning", "RoutingConfigRefused": "warning",
         "WorkerCertificateExpiresSoon": "warning", "RouterShedsLoad": "warning",
         "StateStoreDegraded": "warning", "ReplicasDisagree": "warning",
-        "ClientKeysRefused": "warning",
+        "ClientKeysRefused": "warning", "WorkerDown": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
-        "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency"}
+        "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency",
+        "RouterDown": "emergency"}
 
 
 def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
@@ -68,7 +69,8 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
         used.update(re.findall(r"kvroute:threshold:\w+", expr))
     # NoHealthyWorker compares with 0 healthy workers, RoutingConfigRefused with a refused
     # load (0), ClientKeysRefused with a refused keys file (0), StateStoreDegraded with a
-    # degraded store (1) and ReplicasDisagree two counts;
+    # degraded store (1), ReplicasDisagree two counts, WorkerDown and RouterDown a failed
+    # scrape (0);
     # every other alert names its parameter
     assert used == thresholds
     values = {r["record"]: r["expr"] for r in _rules(RECORDING)}
@@ -473,6 +475,70 @@ def test_client_keys_refused_fires_after_a_minute_and_clears_on_the_next_good_fi
                 {"eval_time": "2m", "alertname": "ClientKeysRefused", "exp_alerts": []},
                 {"eval_time": "3m", "alertname": "ClientKeysRefused", "exp_alerts": [refused]},
                 {"eval_time": "5m", "alertname": "ClientKeysRefused", "exp_alerts": []},
+            ],
+        }],
+    })
+
+
+def test_worker_down_fires_when_no_router_reaches_it_for_two_minutes(tmp_path: Path) -> None:
+    """A killed worker was shown only on a panel: no alert fired (its routers mark it down
+    within a scrape)."""
+    down = {"exp_labels": {"severity": "warning", "worker": "l40s-0", "gpu": "L40S-48GB",
+                           "model": "m"},
+            "exp_annotations": {
+                "summary": "l40s-0 (L40S-48GB) is down for every router: its /metrics has not "
+                           "answered for 2m",
+                "description": "The policy skips it, so the other workers of m take its "
+                               "share. /debug/fleet says why (last_error): refused "
+                               "connections, timeouts, garbage.\n"}}
+    _promtool_test(tmp_path, "worker-down", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [   # two routers; r2 sees it back a minute before r1
+                {"series": 'kvroute_worker_up{instance="r1",worker="l40s-0",gpu="L40S-48GB",'
+                           'model="m"}', "values": "1 1 0 0 0 0 0 1"},
+                {"series": 'kvroute_worker_up{instance="r2",worker="l40s-0",gpu="L40S-48GB",'
+                           'model="m"}', "values": "1 1 0 0 0 0 1 1"},
+                {"series": 'kvroute_worker_up{instance="r1",worker="h100-0",gpu="H100-80GB",'
+                           'model="m"}', "values": "1 0 1 0 1 0 1 1"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": "WorkerDown", "exp_alerts": []},
+                {"eval_time": "4m", "alertname": "WorkerDown", "exp_alerts": [down]},
+                {"eval_time": "5m", "alertname": "WorkerDown", "exp_alerts": [down]},
+                {"eval_time": "6m", "alertname": "WorkerDown", "exp_alerts": []},
+            ],
+        }],
+    })
+
+
+def test_router_down_fires_a_minute_after_its_scrapes_fail(tmp_path: Path) -> None:
+    """With the router gone every alert of its own series went quiet: nothing fired."""
+    down = {"exp_labels": {"severity": "emergency", "instance": "router:8000",
+                           "job": "kvroute-router"},
+            "exp_annotations": {
+                "summary": "Prometheus cannot scrape the router at router:8000: its clients "
+                           "get no answer from it",
+                "description": "Every other alert of this router goes quiet with its series. "
+                               "The job name is prometheus.yml's; an installation that names "
+                               "the router's job otherwise changes it here.\n"}}
+    _promtool_test(tmp_path, "router-down", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'up{job="kvroute-router",instance="router:8000"}',
+                 "values": "1 1 0 0 0 1"},
+                {"series": 'up{job="vllm-workers",instance="h100-0:8101"}',
+                 "values": "1 0 0 0 0 0"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "RouterDown", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "RouterDown", "exp_alerts": [down]},
+                {"eval_time": "5m", "alertname": "RouterDown", "exp_alerts": []},
             ],
         }],
     })
