@@ -3,6 +3,8 @@
 A pool is the worker's ``pool`` label from the fleet file, or its GPU class when it has none.
 The numbers are what an autoscaler (KEDA, HPA on external metrics) needs to size a pool:
 tokens the router has dispatched and not yet seen served, KV-cache usage, and queued requests.
+Each counts the pool's healthy workers alone: a dead worker's last scrape (its waiting
+requests, KV usage) stays in its view, and counted, it held a pool's demand up for good.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ class PoolDemand:
     pool: str
     model: str
     queued_tokens: int        # router's in-flight tokens: prefill not started + decode left
-    waiting_requests: int     # scraped waiting + dispatched since the last scrape
+    waiting_requests: int     # scraped waiting + dispatched since the last scrape (healthy)
     kv_usage: float           # mean over healthy workers (0..1); 0 when none is healthy
     healthy_workers: int
     workers: int
@@ -39,7 +41,7 @@ def pool_demand(views: Sequence[WorkerView]) -> list[PoolDemand]:
         kv = sum(v.kv_usage for v in healthy) / len(healthy) if healthy else 0.0
         result.append(PoolDemand(
             pool=pool, model=model,
-            queued_tokens=sum(v.inflight_tokens for v in members),
-            waiting_requests=sum(v.waiting for v in members),
+            queued_tokens=sum(v.inflight_tokens for v in healthy),
+            waiting_requests=sum(v.waiting for v in healthy),
             kv_usage=kv, healthy_workers=len(healthy), workers=len(members)))
     return result

@@ -15,6 +15,7 @@ from router.dashboard.spec import Dashboard, Panel, Query
 RI = "$__rate_interval"
 WG = 'gpu=~"$gpu", worker=~"$worker"'             # router series with worker and gpu
 MWG = f'model=~"$model", {WG}'                    # router series with a model label too
+MWG_ROUTED = f'{MWG}, worker!=""'                  # … of requests that reached a worker
 VLLM = 'model_name=~"$model", worker=~"$worker"'  # vLLM series (worker is a target label)
 
 
@@ -45,8 +46,9 @@ ROUTING = Dashboard(
         _decisions_by("class", "semantic class"),
         _decisions_by("gpu", "GPU class"),
         Panel("Traffic share per worker", (Query(
-            f"{_rate('kvroute_requests_total', MWG, 'worker')} / scalar("
-            f"sum(rate(kvroute_requests_total{{{MWG}, worker!=\"\"}}[{RI}])))", "{{worker}}"),),
+            # (refused requests have no worker: an empty one, which Grafana's All matches)
+            f"{_rate('kvroute_requests_total', MWG_ROUTED, 'worker')} / scalar("
+            f"sum(rate(kvroute_requests_total{{{MWG_ROUTED}}}[{RI}])))", "{{worker}}"),),
             unit="percentunit", stacked=True, width=8,
             description="Share of answered requests each worker served."),
         Panel("Prefix cache hit rate vs infinite-cache ceiling", (

@@ -1,9 +1,10 @@
 """Grafana template variables: resolve ``label_values(...)`` queries and substitute values.
 
-Multi-value variables become a regex alternation of the escaped values (backslashes doubled
-for the PromQL string literal), as Grafana does for ``=~`` matchers; an empty selection
-becomes ``.*``. ``$__rate_interval``, ``$__interval`` and ``$__range`` are replaced by the
-given durations.
+Chosen values become a regex alternation of the escaped values (backslashes doubled for the
+PromQL string literal), as Grafana does for ``=~`` matchers. A variable left at All becomes
+``.*``, the dashboards' ``allValue``, as Grafana sends it: that also matches series whose label
+is empty (a refused request has no worker), which an alternation of the values found hid.
+``$__rate_interval``, ``$__interval`` and ``$__range`` are replaced by the given durations.
 """
 
 from __future__ import annotations
@@ -34,8 +35,12 @@ def query_variables(dashboard: Mapping[str, Any]) -> list[tuple[str, str]]:
     return result
 
 
+class AllValues(list[str]):
+    """Every value a variable has, selected as Grafana's All: substituted as ``.*``."""
+
+
 def regex_value(values: Sequence[str]) -> str:
-    if not values:
+    if not values or isinstance(values, AllValues):
         return ".*"
     # a regex escape inside a PromQL string literal needs its backslash escaped too
     escaped = [_REGEX_SPECIAL.sub(r"\\\\\1", v) for v in values]
@@ -62,7 +67,8 @@ def resolve_variables(dashboard: Mapping[str, Any], client: PrometheusClient,
                       chosen: Mapping[str, Sequence[str]] | None = None,
                       ) -> dict[str, list[str]]:
     """Each query variable's values: ``chosen`` ones as given, others every value Prometheus
-    has (earlier variables substituted into later queries, as Grafana chains them)."""
+    has, as ``AllValues`` (earlier variables substituted into later queries, as Grafana chains
+    them)."""
     values: dict[str, list[str]] = {}
     for name, query in query_variables(dashboard):
         if chosen and name in chosen:
@@ -73,6 +79,6 @@ def resolve_variables(dashboard: Mapping[str, Any], client: PrometheusClient,
             raise VariableError(f"variable {name}: only label_values(...) queries are "
                                 f"supported, got {query!r}")
         match = m.group("match")
-        values[name] = client.label_values(
-            m.group("label"), substitute(match, values, "1m") if match else None)
+        values[name] = AllValues(client.label_values(
+            m.group("label"), substitute(match, values, "1m") if match else None))
     return values
