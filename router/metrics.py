@@ -13,7 +13,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -144,6 +152,10 @@ class RouterMetrics:
                  tenant_labels: int = DEFAULT_TENANT_LABELS) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # the process's memory, CPU, open files and Python version (process_*, python_info),
+        # as every Prometheus client exports them: the runbooks compare memory with GC time
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
 
         def loop(metric: _Loop) -> _Loop:
             r.register(LoopMetricsCollector([metric]))

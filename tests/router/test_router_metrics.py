@@ -136,3 +136,13 @@ def test_a_refused_tenant_keys_file_shows_in_the_metrics() -> None:
     assert get("kvroute_client_keys_reloads_total", {"result": "failure"}) == 1.0
     metrics.record_client_keys_reload(True)
     assert get("kvroute_client_keys_last_reload_successful", {}) == 1.0
+
+
+def test_the_process_own_metrics_are_exported() -> None:
+    """A runbook said to compare process_resident_memory_bytes, which was not exported."""
+    metrics = RouterMetrics()
+    get = metrics.registry.get_sample_value
+    assert (get("process_resident_memory_bytes", {}) or 0) > 10_000_000
+    assert (get("process_open_fds", {}) or 0) > 0
+    assert get("process_cpu_seconds_total", {}) is not None
+    assert "python_info{" in metrics.render().decode()
