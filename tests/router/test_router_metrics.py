@@ -146,3 +146,15 @@ def test_the_process_own_metrics_are_exported() -> None:
     assert (get("process_open_fds", {}) or 0) > 0
     assert get("process_cpu_seconds_total", {}) is not None
     assert "python_info{" in metrics.render().decode()
+
+
+def test_exact_output_predictions_fall_in_a_narrow_bucket_at_one() -> None:
+    """With one (0.8, 1.25] bucket, 97 % exact predictions read as p10 0.84 / p90 1.20."""
+    metrics = RouterMetrics()
+    for generated in (100, 100, 100, 97, 103):
+        metrics.record_output_prediction("m", 100, generated)
+    get = metrics.registry.get_sample_value
+    name = "kvroute_output_tokens_predicted_ratio_bucket"
+    assert get(name, {"model": "m", "le": "0.95"}) == 0.0
+    assert get(name, {"model": "m", "le": "1.0"}) == 4.0
+    assert get(name, {"model": "m", "le": "1.05"}) == 5.0
