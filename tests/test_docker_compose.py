@@ -83,3 +83,15 @@ def test_the_router_is_given_time_to_drain_before_it_is_killed() -> None:
     drain_s = build_parser().parse_args(command[1:]).drain_timeout
     grace = SERVICES["router"]["stop_grace_period"]
     assert grace.endswith("s") and float(grace[:-1]) > drain_s
+
+
+def test_worker_targets_carry_the_routers_worker_and_gpu_labels() -> None:
+    """The targets said gpu: h100 where the router's series say H100-80GB: a worker's alerts
+    (KvCacheUsageHigh, PreemptionStorm) did not group with the router's of its class."""
+    command = SERVICES["router"]["command"]
+    fleet = load_fleet(ROOT / command[command.index("--fleet") + 1])
+    gpus = {spec.info.id: spec.info.gpu.name for spec in fleet.workers}
+    config = yaml.safe_load((ROOT / "config/prometheus/prometheus.yml").read_text())
+    [workers] = [job for job in config["scrape_configs"] if job["job_name"] == "vllm-workers"]
+    labelled = {sc["labels"]["worker"]: sc["labels"]["gpu"] for sc in workers["static_configs"]}
+    assert labelled == gpus

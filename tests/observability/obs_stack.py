@@ -227,8 +227,9 @@ class LiveStack:
         self._stoppers.append(router.stop)
         router_url = f"http://127.0.0.1:{router_port}"
         _wait(lambda: _http(f"{router_url}/health")[0] == 200, 30, "the router")
-        workers = {"h100-0": ("h100", ports[0]), "a100-0": ("a100", ports[1]),
-                   "l40s-0": ("l40s", ports[2]), TINY_WORKER: ("l40s", self.tiny.port)}
+        # labelled with the router's GPU class names, as config/prometheus/prometheus.yml
+        workers = {"h100-0": ("H100-80GB", ports[0]), "a100-0": ("A100-80GB", ports[1]),
+                   "l40s-0": ("L40S-48GB", ports[2]), TINY_WORKER: ("L40S-48GB", self.tiny.port)}
         prom_port = free_port()
         prom = _Pid([self._prometheus_bin,
                      f"--config.file={_prometheus_config(tmp, router_port, workers)}",
