@@ -57,6 +57,8 @@ SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 ADMISSION_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # the semantic producer's outcomes (``policies.semantic.producer``): all but the first give
 # the request the default class
+ADMISSION_REJECTION_REASONS = ("requests_per_minute", "tokens_per_minute", "queue_full",
+                               "wait_timeout")
 SEMANTIC_OUTCOMES = ("classified", "unsure", "empty", "error", "timeout", "overloaded")
 # generated / predicted output tokens: 1 is exact, below 1 the prediction was too long. Fine
 # around 1, where good predictions fall: with one (0.8, 1.25] bucket, exact predictions read
@@ -164,7 +166,9 @@ class RouterMetrics:
             r.register(LoopMetricsCollector([metric]))
             return metric
 
-        self.requests = loop(LoopCounter("kvroute_requests", "Requests answered.",
+        self.requests = loop(LoopCounter("kvroute_requests", "Answers: each attempt at a worker (a "
+                                         "retried one too) by its status, and each request "
+                                         "refused before one (worker empty).",
                                          ["model", "worker", "gpu", "profile", "status"]))
         self.decision_duration = loop(LoopHistogram(
             "kvroute_decision_duration_seconds",
@@ -206,6 +210,8 @@ class RouterMetrics:
             ["worker"], registry=r)
         self.config_reloads = Counter("kvroute_config_reloads", "Routing config reloads.",
                                       ["result"], registry=r)
+        for result in ("success", "failure"):        # at 0: a first refusal shows in increase()
+            self.config_reloads.labels(result)
         self.client_keys_reloads = Counter(
             "kvroute_client_keys_reloads", "Reloads of the tenant keys file (--api-keys-file).",
             ["result"], registry=r)
@@ -256,6 +262,7 @@ class RouterMetrics:
             "kvroute_prefix_known_best_tokens", "Prompt tokens the router believed the "
             "best-placed candidate had cached (the same decisions), by the decision's deciding "
             "term.", ["reason"], registry=r)
+        self._admission_tenants: set[str] = set()       # tenant labels whose series exist
         self.admission_rejections = Counter(
             "kvroute_admission_rejections", "Requests refused before routing by the routing "
             "file's admission section: a tenant's budget spent (requests_per_minute, "
@@ -340,6 +347,16 @@ class RouterMetrics:
         """Read the admission gauges from these at each scrape."""
         self.admission_in_flight.set_function(in_flight)
         self.admission_waiting.set_function(waiting)
+
+    def admission_tenant_seen(self, tenant: str | None) -> None:
+        """A request of ``tenant`` met an admission section: its rejection series start at 0,
+        so that the first refusals show in ``increase()`` (a series born at 1 shows none,
+        and RouterShedsLoad read 0 for 8 of 24 requests shed)."""
+        label = self.tenants.label(tenant or "")
+        if label not in self._admission_tenants:
+            self._admission_tenants.add(label)
+            for reason in ADMISSION_REJECTION_REASONS:
+                self.admission_rejections.labels(reason, label)
 
     def record_admission_rejection(self, reason: str, tenant: str | None, model: str,
                                    status: int) -> None:

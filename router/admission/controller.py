@@ -79,6 +79,7 @@ class Admission:
         if section is None:
             await self.gate.enter(0, 0, 1.0)      # counted in flight; no limit
             return AdmissionTicket(None)
+        self._metrics.admission_tenant_seen(tenant)
         key = section.budget_key(tenant)
         budget = section.budget(key)
         usage_key = section.counted_as(key) if budget.limited else None

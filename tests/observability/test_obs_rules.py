@@ -337,12 +337,20 @@ def test_success_rate_counts_server_errors_only(tmp_path: Path) -> None:
                 {"eval_time": "15m", "alertname": "SuccessRateLow", "exp_alerts": [
                     {"exp_labels": {"severity": "emergency", "model": "m2"},
                      "exp_annotations": {
-                         "summary": "Only 99% of m2 requests succeed"}},
+                         "summary": "Only 99% of m2 answers from workers are not server "
+                                    "errors", "description": _SUCCESS_DESCRIPTION}},
                     {"exp_labels": {"severity": "emergency", "model": "m3"},
                      "exp_annotations": {
-                         "summary": "Only 0% of m3 requests succeed"}}]}],
+                         "summary": "Only 0% of m3 answers from workers are not server "
+                                    "errors", "description": _SUCCESS_DESCRIPTION}}]}],
         }],
     })
+
+
+_SUCCESS_DESCRIPTION = (
+    "Counted per attempt: a request retried on another worker after a 5xx may still have "
+    "reached its client (kvroute_retries_total says how many were retried), but its workers "
+    'are failing. Look for the workers in kvroute_requests_total{status=~"5.."}.\n')
 
 
 def test_router_sheds_load_fires_after_five_minutes_above_one_percent(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def test_each_app_has_its_own_registry() -> None:
     assert one.registry.get_sample_value("kvroute_config_reloads_total",
                                          {"result": "success"}) == 1.0
     assert two.registry.get_sample_value("kvroute_config_reloads_total",
-                                         {"result": "success"}) is None
+                                         {"result": "success"}) == 0.0
 
 
 def test_tenants_beyond_the_limit_are_counted_as_other() -> None:
@@ -158,3 +158,17 @@ def test_exact_output_predictions_fall_in_a_narrow_bucket_at_one() -> None:
     assert get(name, {"model": "m", "le": "0.95"}) == 0.0
     assert get(name, {"model": "m", "le": "1.0"}) == 4.0
     assert get(name, {"model": "m", "le": "1.05"}) == 5.0
+
+
+def test_refusal_series_start_at_zero_so_their_first_increase_shows() -> None:
+    """Born at 1 on its first refusal, a series shows no increase() for it: RouterShedsLoad
+    read 0 while 8 of 24 requests were shed, and a first refused reload showed nothing."""
+    metrics = RouterMetrics()
+    get = metrics.registry.get_sample_value
+    assert get("kvroute_config_reloads_total", {"result": "failure"}) == 0.0
+    assert get("kvroute_admission_rejections_total",
+               {"reason": "queue_full", "tenant": "acme"}) is None
+    metrics.admission_tenant_seen("acme")
+    for reason in ("requests_per_minute", "tokens_per_minute", "queue_full", "wait_timeout"):
+        assert get("kvroute_admission_rejections_total",
+                   {"reason": reason, "tenant": "acme"}) == 0.0
