@@ -108,6 +108,7 @@ class _Attempt:
     started_at: float
     first_token_seen: bool = False
     stall_ticket: int = -1          # router.stalls: watched until its first byte
+    received_at: float = 0.0        # the request's arrival at the router (ParsedRequest's)
 
 
 class Director:
@@ -156,6 +157,7 @@ class Director:
             body = await read_body(request, self._settings.body_timeout_s)
             parsed = parse_request(body, path, request_id, request.headers, arrival,
                                    request.get(TENANT), self._registry.default_model())
+            parsed.received_at = arrival
         except RouterError as refused:   # a bad body: counted, under no model it could name
             self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status)
             raise
@@ -387,7 +389,7 @@ class Director:
                            prefill_tokens=max(0, routing.num_prompt_tokens - cached),
                            decode_tokens=routing.output_tokens_within(
                                info.model_spec.max_model_len),
-                           started_at=self._clock())
+                           started_at=self._clock(), received_at=parsed.received_at)
         if parsed.response_id is not None:      # follow-ups to this response go here
             await self._store.remember_response(parsed.response_id, info.id)
         self._store.on_dispatch(info.id, attempt.prefill_tokens, attempt.decode_tokens)
@@ -449,6 +451,9 @@ class Director:
 
     def _on_first_byte(self, attempt: _Attempt) -> None:
         attempt.first_token_seen = True
+        if attempt.received_at:
+            self._metrics.record_client_ttft(attempt.decision.model,
+                                             self._clock() - attempt.received_at)
         self._ejection.stalls.settled(attempt.stall_ticket)
         assert attempt.decision.worker_id is not None
         self._store.on_first_token(attempt.decision.worker_id, attempt.prefill_tokens)
@@ -468,6 +473,9 @@ class Director:
         engine.on_completed(routing, outcome)
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
                                      decision.profile, status)
+        if status == 200 and result is not None and attempt.received_at:
+            self._metrics.record_client_duration(decision.model,
+                                                 result.finished_at - attempt.received_at)
         cost = decision.attributes.get("estimated_cost_usd")
         self._metrics.record_outcome(outcome, attempt.worker_gpu, routing.tenant,
                                      cost if isinstance(cost, float) and status == 200 else None)

@@ -48,6 +48,9 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 TPOT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
                 1.0, 2.5, 5.0)
+# a request from its arrival at the router to its last byte: seconds to many minutes
+CLIENT_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0,
+                           300.0, 600.0)
 DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
                     0.1)
 # young collections take a tenth of a millisecond to a few, full ones milliseconds to seconds
@@ -185,6 +188,16 @@ class RouterMetrics:
         self.ttft = loop(LoopHistogram("kvroute_ttft_seconds",
                                        "Time to first token seen by the router.",
                                        ["worker", "gpu"], buckets=TTFT_BUCKETS))
+        # what the client waited: from the request's arrival at the router, its body read,
+        # admission waits and failed attempts included (kvroute_ttft_seconds: one attempt's)
+        self.client_ttft = loop(LoopHistogram(
+            "kvroute_client_ttft_seconds", "Streams: from the request's arrival at the router "
+            "to its first token relayed to the client (admission wait and failed attempts "
+            "included).", ["model"], buckets=TTFT_BUCKETS))
+        self.client_duration = loop(LoopHistogram(
+            "kvroute_client_duration_seconds", "Requests answered 200: from their arrival at "
+            "the router to their last byte relayed (admission wait and failed attempts "
+            "included).", ["model"], buckets=CLIENT_DURATION_BUCKETS))
         self.tpot = loop(LoopHistogram("kvroute_tpot_seconds",
                                        "Mean time per output token after the first.",
                                        ["worker", "gpu"], buckets=TPOT_BUCKETS))
@@ -337,6 +350,12 @@ class RouterMetrics:
         if child is None:
             child = self._request_children[key] = self.requests.labels(*key)
         child.inc()
+
+    def record_client_ttft(self, model: str, seconds: float) -> None:
+        self.client_ttft.labels(model).observe(seconds)
+
+    def record_client_duration(self, model: str, seconds: float) -> None:
+        self.client_duration.labels(model).observe(seconds)
 
     def record_unauthorized(self) -> None:
         """A request refused for its API key, before anything of it was read."""

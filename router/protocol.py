@@ -51,6 +51,7 @@ class ParsedRequest:
     response_id: str | None = None
     previous_response_id: str | None = None
     response_id_assigned: bool = False
+    received_at: float = 0.0   # when the router took the request (monotonic), before any wait
 
 
 def parse_body(body: bytes) -> dict[str, Any]:

@@ -194,3 +194,34 @@ async def test_a_request_naming_no_model_is_served_by_a_fleet_of_one_model(
         assert resp.status == 200, await resp.text()
         assert (await resp.json())["model"] == MODEL
         assert resp.headers["x-kvroute-worker"] == "h100-fast"
+
+
+async def test_what_the_client_waited_counts_the_wait_for_a_slot(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """kvroute_ttft_seconds times one attempt at a worker, from its dispatch: a request that
+    waited for an in-flight slot (or retried) waited longer than any attempt showed. The
+    client's own wait is counted from the request's arrival."""
+    routing = (REPO_ROOT / "config/routing.yaml").read_text() + "admission: {max_in_flight: 1}\n"
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), routing)
+    body = {"model": MODEL, "prompt": "Tell me a story.", "max_tokens": 2000, "stream": True}
+
+    async def stream(session: aiohttp.ClientSession) -> None:
+        async with session.post(router.url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200
+            await resp.read()
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(stream(session), stream(session))    # the second waits its turn
+        async with session.post(router.url + "/v1/completions",
+                                json={**body, "stream": False}) as resp:
+            assert resp.status == 200
+            await resp.read()
+    client_ttft = {s: router.metric(f"kvroute_client_ttft_seconds_{s}", model=MODEL)
+                   for s in ("count", "sum")}
+    attempt_ttft = router.metric("kvroute_ttft_seconds_sum", worker="h100-fast",
+                                 gpu="H100-80GB")
+    durations = router.metric("kvroute_client_duration_seconds_count", model=MODEL)
+    waited = router.metric("kvroute_admission_wait_seconds_sum")
+    assert client_ttft["count"] == 2 and durations == 3        # streams only; every answer
+    assert waited > 0.1                                         # one stream waited ...
+    assert client_ttft["sum"] >= waited + 0.8 * attempt_ttft   # ... and its client saw it
