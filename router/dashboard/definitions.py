@@ -161,6 +161,18 @@ FLEET = Dashboard(
             Query(_quantile(0.99, "kvroute_tpot_seconds", WG, "gpu"), "p99 {{gpu}}"),
             Query("kvroute:slo:tpot_seconds", "SLO", reference_line=True)),
             unit="s", description="Mean time per output token after the first."),
+        Panel("What clients waited, per model", (
+            Query(_quantile(0.5, "kvroute_client_ttft_seconds", 'model=~"$model"', "model"),
+                  "TTFT p50 {{model}}"),
+            Query(_quantile(0.99, "kvroute_client_ttft_seconds", 'model=~"$model"', "model"),
+                  "TTFT p99 {{model}}"),
+            Query(_quantile(0.99, "kvroute_client_duration_seconds", 'model=~"$model"',
+                            "model"), "whole answer p99 {{model}}"),
+            Query("kvroute:slo:ttft_seconds", "SLO", reference_line=True)),
+            unit="s", description="From each request's arrival at the router: its wait for "
+                                  "an in-flight slot and failed attempts included (the "
+                                  "panels above time one attempt at a worker). TTFT of "
+                                  "streams; whole answers of requests answered 200."),
         Panel("Pool demand: queued tokens", (Query(
             'sum by (pool) (kvroute_pool_demand_queued_tokens{model=~"$model"})',
             "{{pool}}"),), width=8,
