@@ -329,10 +329,13 @@ def _engine_restarted(app: web.Application, worker_id: str) -> None:
 
 def run_router(settings: Settings, fleet: FleetConfig | None = None,
                on_ready: Callable[[int], None] | None = None,
-               on_stop: Callable[[], None] | None = None) -> None:
+               on_stop: Callable[[], None] | None = None,
+               stop_when: Callable[[], str | None] | None = None) -> str | None:
     """Serve until SIGINT/SIGTERM/SIGHUP, on uvloop; ``on_ready(port)`` once accepting requests,
     ``on_stop()`` when the signal comes, before the requests in flight are drained
-    (``Settings.drain_timeout_s``).
+    (``Settings.drain_timeout_s``). ``stop_when()``, asked every second, stops it as a signal
+    would when it gives a reason (a process of ``--processes`` whose parent or child died);
+    returns that reason, None after a signal.
 
     Everything built at start-up (modules, tokenizer tables, the policy, the app) is moved
     out of the garbage collector's reach (``gc.freeze``): a full collection would otherwise
@@ -356,8 +359,12 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
         # no drain, leaving `kvroute up`'s emulators and `serve --processes`' children behind
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, stop.set)
+        watch = (asyncio.create_task(_watch(stop_when, stop, reasons))
+                 if stop_when is not None else None)
         try:
             await stop.wait()
+            if watch is not None:
+                watch.cancel()
             if on_stop is not None:
                 on_stop()
             _log_drain(runner.app, settings.drain_timeout_s)
@@ -371,4 +378,19 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
             if collector is not None:
                 await collector.stop()
 
+    reasons: list[str] = []
     uvloop.run(main())
+    return reasons[0] if reasons else None
+
+
+async def _watch(stop_when: Callable[[], str | None], stop: asyncio.Event,
+                 reasons: list[str]) -> None:
+    """Ask ``stop_when`` every second; on a reason, log it, keep it and stop."""
+    while True:
+        await asyncio.sleep(1.0)
+        reason = stop_when()
+        if reason is not None:
+            log.error("stopping: %s", reason)
+            reasons.append(reason)
+            stop.set()
+            return

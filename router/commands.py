@@ -246,6 +246,10 @@ def _serve(args: argparse.Namespace) -> int:
     fleet = _load(args)
     if fleet is None:
         return 2
+    if args.processes < 1:
+        print(f"kvroute: --processes: must be at least 1, got {args.processes}",
+              file=sys.stderr)
+        return 2
     if args.metrics_port is not None and args.metrics_port + args.processes - 1 > 65535:
         print(f"kvroute: --metrics-port: {args.processes} processes need ports "
               f"{args.metrics_port}..{args.metrics_port + args.processes - 1}, past 65535",
@@ -269,7 +273,7 @@ def _serve(args: argparse.Namespace) -> int:
                 args.processes)
     try:
         if args.processes > 1:
-            run_replicas(settings, args.processes, args.log_level)
+            return run_replicas(settings, args.processes, args.log_level)
         else:
             run_router(settings, fleet)
     except ListenError as exc:

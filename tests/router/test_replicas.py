@@ -150,3 +150,83 @@ def test_a_metrics_port_out_of_range_exits_2_with_the_reason(
     from router.cli import main
     assert main(["serve", "--fleet", str(REPO_ROOT / "config/fleet.yaml"), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def _serve_two(tmp_path: Path, worker_url: str, port: int) -> subprocess.Popen[bytes]:
+    fleet = url_fleet_file(tmp_path, {"w0": worker_url})
+    return subprocess.Popen(
+        [sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet), "--routing",
+         str(REPO_ROOT / "config/routing.yaml"), "--port", str(port), "--processes", "2"],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=(tmp_path / "serve.log").open("wb"))
+
+
+def _router_children(pid: int) -> list[int]:
+    """The spawned router processes (not the spawn resource tracker)."""
+    return [c for c in _children(pid)
+            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def test_a_child_that_dies_stops_the_service_with_status_1(tmp_path: Path) -> None:
+    """A killed child was noticed by nothing: no log line, the service ran on one process
+    short and exited 0 at its next stop."""
+    with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
+        port = free_port()
+        proc = _serve_two(tmp_path, worker.url, port)
+        try:
+            _wait_healthy([f"http://127.0.0.1:{port}"], proc)
+            [child] = _router_children(proc.pid)
+            os.kill(child, signal.SIGKILL)
+            assert proc.wait(timeout=30) == 1
+        finally:
+            _kill_if_running(proc)
+    logged = (tmp_path / "serve.log").read_text()
+    assert (f"ERROR [router-0-0] router.app: stopping: router process router-0-1 (pid "
+            f"{child}) exited with status -9") in logged      # each process's lines name it
+
+
+def test_children_stop_when_their_parent_is_killed(tmp_path: Path) -> None:
+    """After a SIGKILL of the parent its children kept the port and answered on it, and a
+    restart found the port taken."""
+    with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
+        port = free_port()
+        proc = _serve_two(tmp_path, worker.url, port)
+        children: list[int] = []
+        try:
+            _wait_healthy([f"http://127.0.0.1:{port}"], proc)
+            children = _router_children(proc.pid)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            deadline = time.monotonic() + 30
+            while any(Path(f"/proc/{c}").exists() and Path(f"/proc/{c}/stat").read_text()
+                      .rsplit(")", 1)[1].split()[0] != "Z" for c in children):
+                assert time.monotonic() < deadline, "a child outlived its parent"
+                time.sleep(0.1)
+        finally:
+            for child in children:
+                if Path(f"/proc/{child}").exists():
+                    os.kill(child, signal.SIGKILL)
+        with socket.socket() as sock:                  # nothing listens there any more
+            assert sock.connect_ex(("127.0.0.1", port)) != 0
+    assert "the parent router process" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_taken_process_port_is_refused_before_any_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A child that could not listen on its metrics port died alone (the service ran on,
+    one process short), and ports overlapping the service's were not checked."""
+    from router.cli import main
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        base = taken.getsockname()[1] - 1
+        assert main(["serve", "--fleet", str(REPO_ROOT / "config/fleet.yaml"), "--port",
+                     str(port), "--processes", "2", "--metrics-port", str(base)]) == 2
+    assert f"--metrics-port: cannot listen on 127.0.0.1:{base + 1}" in capsys.readouterr().err
+    assert main(["serve", "--fleet", str(REPO_ROOT / "config/fleet.yaml"), "--port", str(port),
+                 "--processes", "3", "--metrics-port", str(port - 1)]) == 2
+    assert (f"--metrics-port: the 3 processes' ports {port - 1}..{port + 1} include the "
+            f"service's port {port}") in capsys.readouterr().err
+    assert main(["serve", "--fleet", str(REPO_ROOT / "config/fleet.yaml"),
+                 "--processes", "0"]) == 2
+    assert "--processes: must be at least 1, got 0" in capsys.readouterr().err
