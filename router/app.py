@@ -283,8 +283,11 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None
         tls = server_tls_context(settings.ssl_certfile, settings.ssl_keyfile)
     # the drain's cut is ``RequestTasks.cut_after`` (``run_router``); aiohttp's own timeout,
     # later, only stands behind it (when both fired together aiohttp's wait broke)
+    # bodies are never inflated (router.request_body refuses a compressed one): aiohttp did
+    # it on the loop, for bodies nothing reads too (what it drains after an answer)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=settings.drain_timeout_s + AIOHTTP_DRAIN_SLACK_S)
+                           shutdown_timeout=settings.drain_timeout_s + AIOHTTP_DRAIN_SLACK_S,
+                           auto_decompress=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_port=settings.share_port,
                        ssl_context=tls)

@@ -3,13 +3,11 @@
 aiohttp answers a request its parser cannot take (a header line over 8,190 bytes, as nginx's
 default refuses too; a broken request line; a bad chunked body) with a plain-text 400 before
 any handler runs, and logs it on ``aiohttp.server`` at ERROR with the parser's traceback, so
-any client could fill the router's log with tracebacks. A body whose ``Content-Encoding``
-does not decode is answered by the router (``router.errors``), and the error of reading the
-rest of it away is logged the same way. ``OneLineBadHttp`` keeps such a record as one
-WARNING line naming the client and the parser's reason (cut to 200 characters): the first,
-then one in every ``EVERY`` with the count so far, so that a client sending garbage cannot
-flood the log; every other record of that logger (a failure of the server itself) passes as
-it is. It is installed while the app runs (``router.app``).
+any client could fill the router's log with tracebacks. ``OneLineBadHttp`` keeps such a
+record as one WARNING line naming the client and the parser's reason (cut to 200
+characters): the first, then one in every ``EVERY`` with the count so far, so that a client
+sending garbage cannot flood the log; every other record of that logger (a failure of the
+server itself) passes as it is. It is installed while the app runs (``router.app``).
 """
 
 from __future__ import annotations

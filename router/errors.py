@@ -11,6 +11,7 @@ RouterError                      (abstract: status, type, code)
 ├── MethodNotAllowed       405
 ├── RequestTimeout         408   the body did not arrive within ``Settings.body_timeout_s``
 ├── RequestTooLarge        413   body over ``Settings.max_body_bytes``
+├── UnsupportedEncoding    415   a compressed body (``Content-Encoding``), never inflated
 ├── RateLimited            429   the tenant's budget is spent (``admission.tenants``)
 │   ├── RequestRateLimited         requests per minute
 │   └── TokenRateLimited           tokens per minute
@@ -149,6 +150,15 @@ class RequestTooLarge(RouterError):
     code = "request_too_large"
 
 
+class UnsupportedEncoding(RouterError):
+    """A compressed request body (``Content-Encoding``): vLLM's server does not decode one
+    either, and inflating it on the event loop let a 2 MB body stall the router for seconds."""
+
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_content_encoding"
+
+
 class RateLimited(RouterError):
     """OpenAI's answer to a spent rate limit: status 429, ``code: "rate_limit_exceeded"``,
     ``type`` the limit's unit (Anthropic's ``rate_limit_error`` on the Messages API); the
@@ -205,7 +215,8 @@ ANTHROPIC_PATH_PREFIX = "/v1/messages"
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                     403: "permission_error",
                     404: "not_found_error", 405: "invalid_request_error",
-                    413: "request_too_large", 429: "rate_limit_error", 502: "api_error",
+                    413: "request_too_large", 415: "invalid_request_error",
+                    429: "rate_limit_error", 502: "api_error",
                     503: "overloaded_error", 504: "api_error"}
 
 
@@ -259,7 +270,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         return error_response(_from_http_exception(exc), _is_anthropic(request))
-    except RequestPayloadError as exc:   # a body aiohttp cannot read (a bad Content-Encoding)
+    except RequestPayloadError as exc:   # a body aiohttp cannot read (a broken chunk)
         return error_response(InvalidRequest(f"Cannot read the request body: "
                                              f"{payload_error_reason(exc)}"),
                               _is_anthropic(request))
