@@ -258,9 +258,13 @@ class TokensProducer:
 
     def should_offload(self, request: RoutingRequest) -> bool:
         """True when at least ``offload_min_chars`` characters need tokenizing. Small prompts
-        are answered from their raw length, without rendering or hashing them."""
+        are answered from their raw length, without rendering or hashing them; a prompt of
+        more than ``MAX_PARTS_LOOKED_AT`` texts goes to the thread unlooked at (hashing each
+        part to find it cached held the loop 17 s for 7 million one-letter strings)."""
         if approximate_chars(request) < self.offload_min_chars:
             return False
+        if len(_prompt_parts_once(request)[0]) > MAX_PARTS_LOOKED_AT:
+            return True
         return self.cost_hint(request) >= self.offload_min_chars
 
     def _encode_cached(self, model: str, text: str) -> array[int]:
@@ -359,6 +363,10 @@ def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
                if isinstance(t, int) and not isinstance(t, bool)]
         return [], ids
     return [], []
+
+
+# the most texts of one prompt whose cache entries are looked up on the event loop
+MAX_PARTS_LOOKED_AT = 64
 
 
 def approximate_chars(request: RoutingRequest) -> int:

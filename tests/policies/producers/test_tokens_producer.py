@@ -104,6 +104,20 @@ def test_should_offload_by_length() -> None:
     assert not p.should_offload(RoutingRequest("r", "m", messages=[{"content": "z" * 90}]))
 
 
+def test_a_prompt_of_many_texts_is_offloaded_without_looking_each_up() -> None:
+    """Hashing each of 7 million one-letter strings to find it cached held the event loop
+    17 s: past MAX_PARTS_LOOKED_AT texts the prompt goes to the thread unlooked at."""
+    from policies.producers import tokens
+
+    p = producer(offload_min_chars=100)
+    many = RoutingRequest("r", "m", prompt=["a"] * (tokens.MAX_PARTS_LOOKED_AT + 1) * 2)
+    looked: list[object] = []
+    p.cost_hint = lambda request: looked.append(request) or 0     # type: ignore[method-assign]
+    assert p.should_offload(many) and looked == []
+    few = RoutingRequest("r", "m", prompt=["a" * 60] * 2)
+    assert not p.should_offload(few) and looked == [few]      # few texts: looked up
+
+
 def _conversation(turns: int) -> list[dict[str, str]]:
     """Alternating user/assistant messages of a few hundred characters, with line breaks."""
     messages = []
