@@ -13,6 +13,7 @@ server itself) passes as it is. It is installed while the app runs (``router.app
 from __future__ import annotations
 
 import logging
+import re
 
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
@@ -20,6 +21,10 @@ from aiohttp.web_protocol import RequestPayloadError
 SERVER_LOGGER = "aiohttp.server"
 MAX_REASON_CHARS = 200
 EVERY = 1000          # after the first, one line in this many client errors
+# a refused header line is quoted in the parser's reason: never the value of one carrying a key
+_SECRET_HEADER = re.compile(
+    r"((?:authorization|proxy-authorization|x-api-key|api-key|cookie)\s*:)[^'\"\]]*",
+    re.IGNORECASE)
 
 
 class OneLineBadHttp(logging.Filter):
@@ -39,7 +44,7 @@ class OneLineBadHttp(logging.Filter):
             self.client_errors += 1
             if self.client_errors > 1 and self.client_errors % EVERY:
                 return False
-            reason = " ".join(str(error.message).split())
+            reason = _SECRET_HEADER.sub(r"\1 <not shown>", " ".join(str(error.message).split()))
             if len(reason) > MAX_REASON_CHARS:
                 reason = reason[:MAX_REASON_CHARS] + "..."
             record.args = (record.getMessage(), error.code, reason, self.client_errors, EVERY)

@@ -48,6 +48,29 @@ def test_client_errors_are_logged_the_first_then_one_in_a_thousand() -> None:
 
 
 @pytest.mark.integration
+async def test_a_refused_header_line_never_shows_a_key(
+        make_router: RouterFactory, emulated_fleet: FleetConfig,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The parser quotes the header line it refuses: `Authorization: Bearer sk-…` with a
+    stray control character put the key in the log."""
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]))
+    caplog.set_level(logging.DEBUG)
+    for header in (b"Authorization: Bearer sk-SECRET-987\x01", b"x-api-key: sk-SECRET-42\x01"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+        try:
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + header +
+                         b"\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+            status_line = await asyncio.wait_for(reader.readline(), 10)
+        finally:
+            writer.close()
+        assert status_line.split(b" ")[1] == b"400"
+    logged = [r.getMessage() for r in caplog.records if r.name == SERVER_LOGGER]
+    assert logged and not [m for m in logged if "SECRET" in m]
+    assert "<not shown>" in logged[0]
+
+
+@pytest.mark.integration
 async def test_a_header_over_the_limit_is_refused_in_one_line_and_the_router_serves_on(
         emulated_fleet: FleetConfig, make_router: RouterFactory,
         caplog: pytest.LogCaptureFixture) -> None:
