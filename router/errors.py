@@ -251,8 +251,10 @@ def error_response(exc: RouterError, anthropic: bool = False) -> web.Response:
 def _from_http_exception(exc: web.HTTPException) -> RouterError:
     if exc.status == 413:
         return RequestTooLarge(f"Request body too large: {exc.text or 'limit exceeded'}")
-    if exc.status == 405:
-        return MethodNotAllowed(f"Method not allowed: {exc.reason}")
+    if exc.status == 405:       # with the methods the path takes, as HTTP asks
+        allow = exc.headers.get("Allow")
+        return MethodNotAllowed(f"Method not allowed: {exc.reason}",
+                                headers={"Allow": allow} if allow else None)
     if exc.status == 404:
         return RouteNotFound("Not found: no such endpoint")
     return InvalidRequest(exc.text or exc.reason)

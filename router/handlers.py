@@ -186,7 +186,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(COMPLETIONS_PATH, completions)
     app.router.add_post(EMBEDDINGS_PATH, embeddings)
     app.router.add_post(RESPONSES_PATH, responses)
-    app.router.add_get(RESPONSES_PATH + "/{id}", retrieve_response)
+    # no HEAD: forwarded, the worker's Content-Length without a body held the attempt for
+    # the whole upstream timeout (and vLLM answers HEAD there 405 anyway)
+    app.router.add_get(RESPONSES_PATH + "/{id}", retrieve_response, allow_head=False)
     app.router.add_post(RESPONSES_PATH + "/{id}/cancel", cancel_response)
     app.router.add_post(MESSAGES_PATH, messages)
     app.router.add_post(COUNT_TOKENS_PATH, count_tokens)

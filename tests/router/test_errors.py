@@ -110,6 +110,7 @@ async def test_framework_errors_become_openai_errors(
     resp = await client.get("/echo")
     assert resp.status == 405
     assert (await resp.json())["error"]["code"] == "method_not_allowed"
+    assert resp.headers["Allow"] == "POST"          # as HTTP asks of a 405
 
 
 def test_str_shows_status_and_message() -> None:

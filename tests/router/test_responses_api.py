@@ -116,6 +116,10 @@ async def test_the_client_request_id_is_the_response_id(fleet: FleetConfig,
         assert (resp.status, body["id"]) == (200, "resp_client-chosen")
         async with session.get(f"{router.url}/v1/responses/resp_client-chosen") as resp:
             assert resp.status == 200 and resp.headers["x-kvroute-worker"] == owner
+        # HEAD was forwarded: the worker's Content-Length with no body held it 300 s
+        async with session.head(f"{router.url}/v1/responses/resp_client-chosen",
+                                timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            assert resp.status == 405 and resp.headers["Allow"] == "GET"
         async with session.post(f"{router.url}/v1/responses", json={
                 "model": MODEL, "input": "x", "previous_response_id": 7}) as resp:
             error = await resp.json()
