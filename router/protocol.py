@@ -36,6 +36,8 @@ assert {CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH, RESPONSES_PATH, MESSAGES_P
 # longer than any served model name or adapter; the recent-decisions ring keeps the requested
 # name, so a longer one (up to the body limit) is refused rather than held
 MAX_MODEL_CHARS = 1024
+# response ids that a URL path cannot carry: ``/v1/responses/..`` is ``/v1/`` to any client
+DOT_SEGMENTS = (".", "..")
 
 
 @dataclass(slots=True)
@@ -123,6 +125,10 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         previous_id = _optional_text(data, "previous_response_id")
         if _kept_by_worker(data):
             response_id = _optional_text(data, "request_id")
+            if response_id in DOT_SEGMENTS:
+                raise InvalidRequest(f"request_id: {response_id!r} cannot name a response: "
+                                     "in a URL it is a path step, not a name.",
+                                     param="request_id")
             if response_id is None:
                 response_id, assigned = f"resp_{secrets.token_hex(16)}", True
     elif path == MESSAGES_PATH:       # relayed as the worker sends it (usage in message_delta)

@@ -36,7 +36,13 @@ from router.errors import (
     UpstreamError,
 )
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
-from router.protocol import RESPONSES_PATH, check_model, parse_body, upstream_authorization
+from router.protocol import (
+    DOT_SEGMENTS,
+    RESPONSES_PATH,
+    check_model,
+    parse_body,
+    upstream_authorization,
+)
 from router.proxy import RESPONSES_STREAM, Proxy, RetryableUpstream
 from router.request_body import read_body
 from router.request_ids import RequestIds
@@ -112,7 +118,8 @@ class UtilityRequests:
     async def handle_response(self, request: web.Request, response_id: str,
                               action: str = "") -> web.StreamResponse:
         """``GET /v1/responses/{id}`` (``action`` "") or ``POST …/cancel``, at its owner."""
-        view = await self._responses.holder(response_id, PROFILE)
+        view = (await self._responses.holder(response_id, PROFILE)
+                if response_id not in DOT_SEGMENTS else None)
         if view is None:
             raise ResponseNotFound(f"Response with id '{response_id}' not found.",
                                    param="response_id")

@@ -124,6 +124,14 @@ async def test_the_client_request_id_is_the_response_id(fleet: FleetConfig,
                 "model": MODEL, "input": "x", "previous_response_id": 7}) as resp:
             error = await resp.json()
         assert resp.status == 400 and error["error"]["param"] == "previous_response_id"
+        # ".." was accepted, and /v1/responses/%2e%2e went to the worker's /v1/
+        for dots in (".", ".."):
+            async with session.post(f"{router.url}/v1/responses", json={
+                    "model": MODEL, "input": "x", "request_id": dots}) as resp:
+                error = await resp.json()
+            assert resp.status == 400 and error["error"]["param"] == "request_id"
+        async with session.get(f"{router.url}/v1/responses/%2e%2e") as resp:
+            assert resp.status == 404
 
 
 async def test_a_second_replica_sharing_redis_finds_the_owner(
