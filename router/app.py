@@ -287,7 +287,8 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None
     # it on the loop, for bodies nothing reads too (what it drains after an answer)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
                            shutdown_timeout=settings.drain_timeout_s + AIOHTTP_DRAIN_SLACK_S,
-                           auto_decompress=False)
+                           auto_decompress=False,
+                           keepalive_timeout=settings.client_idle_timeout_s)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_port=settings.share_port,
                        ssl_context=tls)

@@ -34,6 +34,9 @@ Defaults and why:
   client that stops sending mid-body (a stalled upload, or one holding connections open on
   purpose) would otherwise hold its connection, and a drain, forever. A slow upload that
   keeps sending is not cut.
+* ``client_idle_timeout_s = 75``: a client connection idle between requests this long is
+  closed (nginx's default; aiohttp's is an hour, and idle connections piled up toward the
+  open-file limit).
 * ``tenant_labels = 100``: tenants (``x-tenant``, or a digest of the API key) given a
   ``tenant`` series of their own in ``kvroute_cost_dollars_total``, the first seen first;
   later ones count as ``(other)``. Clients choose tenants, and every label value is a series
@@ -110,6 +113,7 @@ class Settings:
     stall_after_s: float = 120.0
     max_body_bytes: int = 32 * 1024 * 1024
     body_timeout_s: float = 60.0
+    client_idle_timeout_s: float = 75.0
     decisions_ring_size: int = 256
     tenant_labels: int = DEFAULT_TENANT_LABELS
     request_id_header: str = "x-request-id"
@@ -135,7 +139,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         for name in ("scrape_interval_s", "upstream_timeout_s", "eject_for_s", "stall_after_s",
-                     "response_ttl_s", "drain_timeout_s", "gc_interval_s", "body_timeout_s"):
+                     "response_ttl_s", "drain_timeout_s", "gc_interval_s", "body_timeout_s",
+                     "client_idle_timeout_s"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name}: must be a finite number of seconds")
         if not 0 <= self.port <= 65535:
@@ -146,6 +151,8 @@ class Settings:
             raise ValueError("upstream_timeout_s: must be positive")
         if self.body_timeout_s <= 0:
             raise ValueError("body_timeout_s: must be positive")
+        if self.client_idle_timeout_s <= 0:
+            raise ValueError("client_idle_timeout_s: must be positive")
         if self.max_retries < 0:
             raise ValueError("max_retries: must be >= 0")
         if self.eject_after < 0:

@@ -130,3 +130,22 @@ async def test_a_client_gone_mid_body_leaves_no_traceback(
     gc.collect()
     await asyncio.sleep(0.05)
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+async def test_an_idle_client_connection_is_closed(make_router: RouterFactory) -> None:
+    """Idle connections were kept an hour (aiohttp's default), piling up toward the
+    open-file limit; a request answered, the connection goes after the idle timeout."""
+    router = await make_router(url_fleet({"w0": "http://127.0.0.1:9"}),
+                               client_idle_timeout_s=0.5)
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    try:
+        writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+        assert head.startswith(b"HTTP/1.1 ")            # (503: its one worker is down)
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        await reader.readexactly(length)
+        assert await asyncio.wait_for(reader.read(), timeout=5) == b""     # closed by it
+    finally:
+        writer.close()
