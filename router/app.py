@@ -318,9 +318,13 @@ def check_port_free(host: str, port: int) -> None:
 
 def _log_drain(app: web.Application, timeout_s: float) -> None:
     """This process's requests only: the registry's in-flight counts are the fleet's, every
-    replica's together when they share a state store."""
-    log.info("stopping: no new connections; %d request(s) in flight get up to %g s to finish",
-             len(app[REQUEST_TASKS]), timeout_s)
+    replica's together when they share a state store. Those waiting for an in-flight slot
+    are answered 503 at once (they had reached no worker; another router takes them): they
+    waited out the drain and were cut with no answer."""
+    turned_away = app[DIRECTOR].admission.gate.close()
+    log.info("stopping: no new connections; %d request(s) in flight get up to %g s to finish%s",
+             len(app[REQUEST_TASKS]) - turned_away, timeout_s,
+             f"; {turned_away} waiting for a slot answered 503" if turned_away else "")
 
 
 def _engine_restarted(app: web.Application, worker_id: str) -> None:

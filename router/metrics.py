@@ -61,7 +61,7 @@ ADMISSION_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 # the semantic producer's outcomes (``policies.semantic.producer``): all but the first give
 # the request the default class
 ADMISSION_REJECTION_REASONS = ("requests_per_minute", "tokens_per_minute", "queue_full",
-                               "wait_timeout")
+                               "wait_timeout", "draining")
 SEMANTIC_OUTCOMES = ("classified", "unsure", "empty", "error", "timeout", "overloaded")
 # generated / predicted output tokens: 1 is exact, below 1 the prediction was too long. Fine
 # around 1, where good predictions fall: with one (0.8, 1.25] bucket, exact predictions read
@@ -279,7 +279,8 @@ class RouterMetrics:
         self.admission_rejections = Counter(
             "kvroute_admission_rejections", "Requests refused before routing by the routing "
             "file's admission section: a tenant's budget spent (requests_per_minute, "
-            "tokens_per_minute) or the in-flight limit's queue (queue_full, wait_timeout).",
+            "tokens_per_minute) or the in-flight limit's queue (queue_full, wait_timeout, "
+            "draining: waiting when the router began to stop).",
             ["reason", "tenant"], registry=r)
         self.admission_wait = Histogram(
             "kvroute_admission_wait_seconds", "Time requests waited for an in-flight slot "

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.admission.section import OTHER_TENANTS_KEY, AdmissionSection, TenantBudget
-from router.admission.gate import ConcurrencyGate, GateFull, GateTimeout
+from router.admission.gate import ConcurrencyGate, GateClosed, GateFull, GateTimeout
 from router.admission.usage import TenantUsage
 from router.errors import Overloaded, RateLimited, RequestRateLimited, TokenRateLimited
 from router.metrics import RouterMetrics
@@ -88,6 +88,11 @@ class Admission:
         try:
             waited = await self.gate.enter(section.max_in_flight, section.max_waiting,
                                            section.wait_timeout_s, budget.priority)
+        except GateClosed:
+            raise self._overloaded(
+                "draining", tenant, model,
+                "The router is stopping and this request had not reached a worker yet: send "
+                "it again (another router takes it).") from None
         except GateFull:
             raise self._overloaded(
                 "queue_full", tenant, model,

@@ -28,10 +28,14 @@ class GateTimeout(Exception):
     """The request waited ``timeout_s`` without a slot."""
 
 
+class GateClosed(GateFull):
+    """The router is stopping (``close``): a request that would wait is turned away."""
+
+
 class ConcurrencyGate:
     """Counts the requests in flight and queues the ones over the limit."""
 
-    __slots__ = ("_heap", "_order", "in_flight", "limit", "waiting")
+    __slots__ = ("_heap", "_order", "closed", "in_flight", "limit", "waiting")
 
     def __init__(self) -> None:
         # (-priority, arrival order, future): a done future is a waiter that left
@@ -40,6 +44,7 @@ class ConcurrencyGate:
         self.in_flight = 0
         self.waiting = 0
         self.limit = 0            # 0: no limit
+        self.closed = False       # the router is stopping: no request waits any more
 
     async def enter(self, limit: int, max_waiting: int, timeout_s: float,
                     priority: int = 0) -> float:
@@ -49,6 +54,8 @@ class ConcurrencyGate:
         if limit <= 0 or (self.in_flight < limit and self.waiting == 0):
             self.in_flight += 1
             return 0.0
+        if self.closed:
+            raise GateClosed
         if self.waiting >= max_waiting and not self._displace(priority):
             raise GateFull
         loop = asyncio.get_running_loop()
@@ -87,6 +94,20 @@ class ConcurrencyGate:
         lowest[2].set_exception(GateFull())
         self.waiting -= 1
         return True
+
+    def close(self) -> int:
+        """The router stops: every waiter is turned away now (``GateClosed``), as is any
+        request that would wait from now on, rather than wait out the drain and be cut with
+        no answer; returns how many were waiting. The requests in flight go on."""
+        self.closed = True
+        turned_away = 0
+        for _, _, granted in self._heap:
+            if not granted.done():
+                granted.set_exception(GateClosed())
+                turned_away += 1
+        self._heap = []
+        self.waiting -= turned_away
+        return turned_away
 
     def set_limit(self, limit: int) -> None:
         """A new limit (a routing file reloaded): raised, or 0, lets waiters through now,

@@ -122,6 +122,38 @@ async def test_sigterm_refuses_new_connections_and_lets_streams_finish(
             in log.read_text())
 
 
+async def test_a_request_waiting_for_a_slot_is_answered_503_when_the_drain_begins(
+        tmp_path: Path) -> None:
+    """Waiting for an in-flight slot, a request waited out the drain and was cut with no
+    answer, though it had reached no worker and another router could take it."""
+    routing = tmp_path / "routing.yaml"
+    routing.write_text((REPO_ROOT / "config/routing.yaml").read_text()
+                       + "admission: {max_in_flight: 1, wait_timeout_s: 60}\n")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc, fleet, log = start_up(tmp_path, port, "--routing", str(routing))
+    try:
+        wait_healthy(url, proc, timeout_s=30.0)
+        started = asyncio.Event()
+        stream = asyncio.create_task(read_stream(url, 200, started))   # holds the one slot
+        await asyncio.wait_for(started.wait(), 20)
+        async with aiohttp.ClientSession() as http:
+            waiting = asyncio.create_task(http.post(f"{url}/v1/completions",
+                                                    json=stream_body(5)))
+            await asyncio.sleep(0.5)                                   # queued behind it
+            os.kill(proc.pid, signal.SIGTERM)
+            resp = await asyncio.wait_for(waiting, 10)
+            error = await resp.json()
+        assert resp.status == 503 and resp.headers["Retry-After"] == "1"
+        assert error["error"]["message"].startswith("The router is stopping")
+        lines = await asyncio.wait_for(stream, 30)
+        assert lines[-1] == b"data: [DONE]"           # the one in flight finished
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        _stop_with_children(proc, fleet)
+    assert "; 1 waiting for a slot answered 503" in log.read_text()
+
+
 async def test_a_stream_longer_than_the_drain_timeout_is_cut(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"

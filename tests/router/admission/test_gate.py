@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from router.admission.gate import ConcurrencyGate, GateFull, GateTimeout
+from router.admission.gate import ConcurrencyGate, GateClosed, GateFull, GateTimeout
 
 
 async def _settle() -> None:
@@ -187,3 +187,22 @@ async def test_a_higher_priority_takes_the_place_of_the_newest_lowest_waiter() -
         order.append(name)
     assert order == ["premium", "normal", "batch"]
     assert (gate.in_flight, gate.waiting) == (1, 0)
+
+
+async def test_closing_turns_the_waiters_away_and_lets_the_ones_in_flight_finish() -> None:
+    """At a drain the waiters waited it out and were cut with no answer: they had reached no
+    worker, and another router could have taken them at once."""
+    gate = ConcurrencyGate()
+    await gate.enter(1, 8, 30.0)
+    waiters = [asyncio.create_task(gate.enter(1, 8, 30.0, priority)) for priority in (0, 1)]
+    await _settle()
+    assert gate.close() == 2
+    for waiter in waiters:
+        with pytest.raises(GateClosed):
+            await waiter
+    with pytest.raises(GateClosed):            # nor does any request wait from now on
+        await gate.enter(1, 8, 30.0)
+    assert (gate.in_flight, gate.waiting) == (1, 0)
+    gate.leave()
+    assert gate.in_flight == 0
+    await gate.enter(1, 8, 30.0)               # a slot free: in flight, no wait
