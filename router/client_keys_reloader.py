@@ -34,6 +34,7 @@ class ClientKeysReloader:
         self._stamp = file_stamp(path) if path is not None else None
         tenants = load_tenant_keys(path) if path is not None else {}
         self.keys = ClientKeys(self._bare, tenants)       # raises on a bad file at start
+        self._warn_shadowed(tenants)
         self._periodic = PeriodicCheck(self._check, interval_s,
                                        f"client-keys-reloader:{path}", "tenant keys reload")
 
@@ -53,11 +54,21 @@ class ClientKeysReloader:
                 self._on_result(False)
             return False
         self.keys = ClientKeys(self._bare, tenants)
+        self._warn_shadowed(tenants)
         if self._on_result is not None:
             self._on_result(True)
         log.info("tenant keys reloaded from %s: %d key(s) of %d tenant(s)", self.path,
                  len(tenants), len(set(tenants.values())))
         return True
+
+    def _warn_shadowed(self, tenants: dict[str, str]) -> None:
+        """An operator's key (``--api-key``) listed for a tenant too is that tenant's, and
+        the operator lost the /debug pages to it without a word."""
+        for number, key in enumerate(self._bare, 1):
+            if key in tenants:
+                log.warning("key %d of --api-key is listed for tenant %s in %s: it is that "
+                            "tenant's key, refused on the /debug pages; give the operator a "
+                            "key of its own", number, tenants[key], self.path)
 
     async def _check(self) -> bool:
         return self.check()

@@ -78,3 +78,20 @@ async def test_a_key_added_and_retired_while_the_router_runs(
             break
         await asyncio.sleep(0.05)
     assert (await status("sk-acme-1"), await status("sk-acme-2")) == (401, 200)
+
+
+def test_an_operator_key_listed_for_a_tenant_is_warned_of(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Listed for a tenant too, the operator's key became that tenant's and was refused on
+    /debug, with no word in the log, at start or at a reload."""
+    path = tmp_path / "keys.yaml"
+    path.write_text("acme: sk-acme\n")
+    caplog.set_level(logging.WARNING)
+    reloader = ClientKeysReloader(("sk-op",), path, 1.0)
+    assert not caplog.records
+    rewrite(path, "acme: sk-acme\nops: sk-op\n")
+    assert reloader.check()
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("key 1 of --api-key is listed for tenant ops in ")
+    assert "sk-op" not in warning
+    assert reloader.keys.lookup("sk-op") == (True, "ops")
