@@ -240,6 +240,7 @@ def _start_process(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from router.app import ListenError, run_router
+    from router.client_auth import TenantKeysError
     _start_process(args)
     if not _default_files(args):
         return 2
@@ -276,7 +277,7 @@ def _serve(args: argparse.Namespace) -> int:
             return run_replicas(settings, args.processes, args.log_level)
         else:
             run_router(settings, fleet)
-    except ListenError as exc:
+    except (ListenError, TenantKeysError) as exc:   # a keys file read again, now bad
         print(f"kvroute: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -284,6 +285,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     from router.app import ListenError, run_router
+    from router.client_auth import TenantKeysError
     from workers.emulator.process import EmulatorFleet, EmulatorStartError
     _start_process(args)
     if not _default_files(args):
@@ -318,7 +320,7 @@ def _up(args: argparse.Namespace) -> int:
     except EmulatorStartError as exc:
         print(f"kvroute: the emulated workers did not start: {exc}", file=sys.stderr)
         return 1
-    except ListenError as exc:
+    except (ListenError, TenantKeysError) as exc:   # a keys file read again, now bad
         print(f"kvroute: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
