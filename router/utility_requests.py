@@ -33,6 +33,7 @@ from router.errors import (
     ModelNotFound,
     NoWorkerAvailable,
     ResponseNotFound,
+    RouterError,
     UpstreamError,
 )
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
@@ -75,14 +76,22 @@ class UtilityRequests:
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
-        body = await read_body(request, self._settings.body_timeout_s)
-        data = parse_body(body)
-        raw_model = data.get("model")
-        model = None if raw_model in (None, "") else check_model(raw_model)   # as vLLM: "" too
-        candidates = self._candidates(model)
         request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
         try:
+            try:
+                body = await read_body(request, self._settings.body_timeout_s)
+                data = parse_body(body)
+                raw_model = data.get("model")
+                # as vLLM: "" too
+                model = None if raw_model in (None, "") else check_model(raw_model)
+            except RouterError as refused:    # a bad body: counted, under no model it names
+                self._metrics.record_request(UNKNOWN_MODEL, "", "", PROFILE, refused.status)
+                raise
+            candidates = self._candidates(model)
             return await self._forward(request, path, body, model, candidates, request_id)
+        except RouterError as error:      # a refusal names its request, as every one does
+            error.headers.setdefault(self._settings.request_id_header, request_id)
+            raise
         finally:
             self._ids.release(request_id)
 
@@ -118,6 +127,17 @@ class UtilityRequests:
     async def handle_response(self, request: web.Request, response_id: str,
                               action: str = "") -> web.StreamResponse:
         """``GET /v1/responses/{id}`` (``action`` "") or ``POST …/cancel``, at its owner."""
+        request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
+        try:
+            return await self._at_owner(request, response_id, action, request_id)
+        except RouterError as error:      # a refusal names its request, as every one does
+            error.headers.setdefault(self._settings.request_id_header, request_id)
+            raise
+        finally:
+            self._ids.release(request_id)
+
+    async def _at_owner(self, request: web.Request, response_id: str, action: str,
+                        request_id: str) -> web.StreamResponse:
         view = (await self._responses.holder(response_id, PROFILE)
                 if response_id not in DOT_SEGMENTS else None)
         if view is None:
@@ -129,7 +149,6 @@ class UtilityRequests:
         body = (await read_body(request, self._settings.body_timeout_s)
                 if request.method == "POST" else None)
         stream = request.query.get("stream", "").lower() in ("true", "1")
-        request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
         response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE,
                             "x-kvroute-reason": f"{view.id}: holds response {response_id}",
                             self._settings.request_id_header: request_id}
@@ -143,8 +162,6 @@ class UtilityRequests:
             self._metrics.record_retry(view.id, failure.reason)
             raise UpstreamError(f"The worker holding response `{response_id}` failed: "
                                 f"{failure}") from None
-        finally:
-            self._ids.release(request_id)
         self._metrics.record_request(view.info.models[0], view.id, view.gpu.name, PROFILE,
                                      result.status)
         return result.response
