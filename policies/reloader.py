@@ -87,6 +87,11 @@ class PolicyReloader:
         return cls(path, fleet, engine, registry=registry, interval_s=interval_s, seed=seed,
                    on_result=on_result, on_swap=on_swap)
 
+    @property
+    def in_force_fingerprint(self) -> str | None:
+        """The first 12 hex digits of the SHA-256 of the content in force (None: unknown)."""
+        return self._in_force.hex()[:12] if self._in_force is not None else None
+
     def changed(self) -> bool:
         """Whether the file's stamp moved since the last poll, or new content read then
         waits to be read again (and remember the stamp)."""

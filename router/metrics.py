@@ -127,6 +127,23 @@ class _PoolDemandCollector(Collector):
         return [queued, kv, waiting, healthy]
 
 
+class _ConfigCollector(Collector):
+    """Renders ``kvroute_config_info{sha256}``: which routing file content is in force."""
+
+    def __init__(self, fingerprint: Callable[[], str | None]) -> None:
+        self._fingerprint = fingerprint
+
+    def collect(self) -> Iterable[Metric]:
+        info = GaugeMetricFamily(
+            "kvroute_config_info", "1, labelled with the first 12 hex digits of the SHA-256 of "
+            "the routing file content in force: replicas that differ serve different "
+            "policies (alert RoutingFilesDiffer).", labels=["sha256"])
+        fingerprint = self._fingerprint()
+        if fingerprint is not None:
+            info.add_metric([fingerprint], 1.0)
+        return [info]
+
+
 class _FoldedLabelsCollector(Collector):
     """Renders ``kvroute_label_values_folded_total``: requests counted under ``(other)``."""
 
@@ -456,6 +473,10 @@ class RouterMetrics:
         """The routing file was read (at start, or a reload swapped it in): in force now."""
         self.config_last_reload_successful.set(1)
         self.config_last_reload_success_time.set_to_current_time()
+
+    def watch_config(self, fingerprint: Callable[[], str | None]) -> None:
+        """Render ``kvroute_config_info`` from ``fingerprint()`` at each scrape."""
+        self.registry.register(_ConfigCollector(fingerprint))
 
     def record_reload(self, result: str, rebuilt: bool = True) -> None:
         """A reload attempt; ``rebuilt`` False: the file came back to the config in force,

@@ -29,8 +29,8 @@ def test_promtool_check_rules_passes() -> None:
     result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 20 rules found" in result.stdout
-    assert "SUCCESS: 18 rules found" in result.stdout
+    assert "SUCCESS: 21 rules found" in result.stdout
+    assert "SUCCESS: 19 rules found" in result.stdout
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -52,6 +52,7 @@ def test_alert_tiers() -> None:
         "WorkerCertificateExpiresSoon": "warning", "RouterShedsLoad": "warning",
         "StateStoreDegraded": "warning", "ReplicasDisagree": "warning",
         "ClientKeysRefused": "warning", "WorkerDown": "warning",
+        "RoutingFilesDiffer": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency",
@@ -69,8 +70,8 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
         used.update(re.findall(r"kvroute:threshold:\w+", expr))
     # NoHealthyWorker compares with 0 healthy workers, RoutingConfigRefused with a refused
     # load (0), ClientKeysRefused with a refused keys file (0), StateStoreDegraded with a
-    # degraded store (1), ReplicasDisagree two counts, WorkerDown and RouterDown a failed
-    # scrape (0);
+    # degraded store (1), ReplicasDisagree and RoutingFilesDiffer two counts, WorkerDown and
+    # RouterDown a failed scrape (0);
     # every other alert names its parameter
     assert used == thresholds
     values = {r["record"]: r["expr"] for r in _rules(RECORDING)}
@@ -547,6 +548,42 @@ def test_router_down_fires_a_minute_after_its_scrapes_fail(tmp_path: Path) -> No
                 {"eval_time": "2m", "alertname": "RouterDown", "exp_alerts": []},
                 {"eval_time": "3m", "alertname": "RouterDown", "exp_alerts": [down]},
                 {"eval_time": "5m", "alertname": "RouterDown", "exp_alerts": []},
+            ],
+        }],
+    })
+
+
+def test_routing_files_differ_fires_when_replicas_serve_two_contents_for_ten_minutes(
+        tmp_path: Path) -> None:
+    """Replicas with different routing files said nothing, each judging shared budgets by
+    its own limits."""
+    differ = {"exp_labels": {"severity": "warning", "job": "kvroute-router"},
+              "exp_annotations": {
+                  "summary": "The routers of kvroute-router serve 2 different routing files",
+                  "description": "Replicas of one deployment route by different policies (and "
+                                 "judge shared budgets by different limits) for 10 minutes: a "
+                                 "file edited on one host only, or a reload refused on some "
+                                 "(RoutingConfigRefused). kvroute_config_info's sha256 label "
+                                 "names each content.\n"}}
+    info = "kvroute_config_info"
+    _promtool_test(tmp_path, "routing-files-differ", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [   # r2 reloads an edit r1 never sees, for 12 minutes
+                {"series": f'{info}{{job="kvroute-router",instance="r1",sha256="aaa"}}',
+                 "values": "1x30"},
+                {"series": f'{info}{{job="kvroute-router",instance="r2",sha256="aaa"}}',
+                 "values": "1 1 stale" + " _" * 10 + " 1x17"},
+                {"series": f'{info}{{job="kvroute-router",instance="r2",sha256="bbb"}}',
+                 "values": "_ _ 1x10 stale"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "11m", "alertname": "RoutingFilesDiffer", "exp_alerts": []},
+                {"eval_time": "12m", "alertname": "RoutingFilesDiffer",
+                 "exp_alerts": [differ]},
+                {"eval_time": "14m", "alertname": "RoutingFilesDiffer", "exp_alerts": []},
             ],
         }],
     })

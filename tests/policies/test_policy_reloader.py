@@ -293,3 +293,21 @@ async def test_a_file_missing_for_one_poll_is_not_refused(routing_file: Path) ->
     write(routing_file, OTHER, 1_000_000)
     assert await settled(reloader) is not None
     assert [r.result for r in results] == ["success"]
+
+
+async def test_the_fingerprint_names_the_content_in_force(routing_file: Path) -> None:
+    """kvroute_config_info's sha256 label: the content in force, not the file on disk, so
+    that replicas serving different policies show it (alert RoutingFilesDiffer)."""
+    import hashlib
+
+    def fingerprint(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    assert reloader.in_force_fingerprint == fingerprint(GOOD)
+    write(routing_file, OTHER, 1_000_000)
+    await settled(reloader)
+    assert reloader.in_force_fingerprint == fingerprint(OTHER)
+    write(routing_file, BAD, 2_000_000)
+    await settled(reloader)
+    assert reloader.in_force_fingerprint == fingerprint(OTHER)     # refused: OTHER serves

@@ -172,3 +172,14 @@ def test_refusal_series_start_at_zero_so_their_first_increase_shows() -> None:
     for reason in ("requests_per_minute", "tokens_per_minute", "queue_full", "wait_timeout"):
         assert get("kvroute_admission_rejections_total",
                    {"reason": reason, "tenant": "acme"}) == 0.0
+
+
+def test_the_routing_file_in_force_is_named_by_its_fingerprint() -> None:
+    fingerprint = ["abc123def456"]
+    metrics = RouterMetrics()
+    metrics.watch_config(lambda: fingerprint[0])
+    get = metrics.registry.get_sample_value
+    assert get("kvroute_config_info", {"sha256": "abc123def456"}) == 1.0
+    fingerprint[0] = "0123456789ab"                  # reloaded: the new content alone
+    assert get("kvroute_config_info", {"sha256": "abc123def456"}) is None
+    assert get("kvroute_config_info", {"sha256": "0123456789ab"}) == 1.0
