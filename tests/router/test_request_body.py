@@ -104,7 +104,7 @@ async def test_a_refused_body_is_freed_at_once(make_router: RouterFactory) -> No
     try:
         await dribbled(20)
         await asyncio.sleep(0.1)
-        alive = [o for o in gc.get_objects() if isinstance(o, web.HTTPRequestEntityTooLarge)]
+        alive = [o for o in gc.get_objects() if type(o) is web.HTTPRequestEntityTooLarge]
     finally:
         gc.enable()
     assert alive == []
