@@ -64,9 +64,8 @@ def decision_log_problem(env: Mapping[str, str]) -> str | None:
         return str(exc)
     if config.path is None or config.path == "-" or config.sample_rate == 0:
         return None
-    try:
-        with open(config.path, "a", encoding="utf-8"):
-            pass
+    try:                                 # opened as the log will be (FollowedFile)
+        FollowedFile(config.path).close()
     except OSError as exc:
         return f"{ENV_PATH}: cannot open {config.path}: {exc.strerror}"
     return None

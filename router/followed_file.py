@@ -43,6 +43,8 @@ class FollowedFile:
         self._torn = False            # the last write ended mid-line
 
     def write(self, text: str) -> int:
+        if self._fd < 0:
+            raise ValueError(f"{self._path}: written after close")
         now = self._clock()
         if now - self._checked >= self._check_s:
             self._checked = now
@@ -68,7 +70,10 @@ class FollowedFile:
         """Nothing is held back: each ``write`` went to the file whole, or raised."""
 
     def close(self) -> None:
-        os.close(self._fd)
+        """Closes the file once; a later write raises (the number may name another file)."""
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
 
     def _follow(self) -> None:
         held = os.fstat(self._fd)

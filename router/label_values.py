@@ -35,15 +35,18 @@ class BoundedLabelValues:
         self._admitted: set[str] = set()
         self.folded = 0          # requests counted under OTHER so far
 
-    def label(self, value: str) -> str:
+    def label(self, value: str, count: bool = True) -> str:
         """``value`` itself when admitted (or admissible now), else ``OTHER``. The empty
-        string (no value) is always itself."""
+        string (no value) is always itself. ``count`` False: a lookup that is not a request
+        counted (``folded`` counts requests)."""
         if not value or value in self._admitted:
             return value
         if (len(self._admitted) < self.limit and len(value) <= self.max_chars
                 and value.isprintable() and value != OTHER):
             self._admitted.add(value)
             return value
+        if not count:
+            return OTHER
         if self.folded == 0:
             log.warning("metric label %r: value %.80r counted as %r (at most %d values of at "
                         "most %d printable characters; the first ones seen are kept)",

@@ -389,7 +389,7 @@ class RouterMetrics:
         """A request of ``tenant`` met an admission section: its rejection series start at 0,
         so that the first refusals show in ``increase()`` (a series born at 1 shows none,
         and RouterShedsLoad read 0 for 8 of 24 requests shed)."""
-        label = self.tenants.label(tenant or "")
+        label = self.tenants.label(tenant or "", count=False)   # the request counts later
         if label not in self._admission_tenants:
             self._admission_tenants.add(label)
             for reason in ADMISSION_REJECTION_REASONS:

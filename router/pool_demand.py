@@ -3,8 +3,10 @@
 A pool is the worker's ``pool`` label from the fleet file, or its GPU class when it has none.
 The numbers are what an autoscaler (KEDA, HPA on external metrics) needs to size a pool:
 tokens the router has dispatched and not yet seen served, KV-cache usage, and queued requests.
-Each counts the pool's healthy workers alone: a dead worker's last scrape (its waiting
-requests, KV usage) stays in its view, and counted, it held a pool's demand up for good.
+The scraped numbers (waiting requests, KV usage) count the pool's healthy workers alone: a
+dead worker's last scrape stays in its view, and counted, it held a pool's demand up for
+good. Queued tokens are the router's own count, of every worker (one whose scrapes time out
+under load is still loaded).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def pool_demand(views: Sequence[WorkerView]) -> list[PoolDemand]:
         kv = sum(v.kv_usage for v in healthy) / len(healthy) if healthy else 0.0
         result.append(PoolDemand(
             pool=pool, model=model,
-            queued_tokens=sum(v.inflight_tokens for v in healthy),
+            queued_tokens=sum(v.inflight_tokens for v in members),
             waiting_requests=sum(v.waiting for v in healthy),
             kv_usage=kv, healthy_workers=len(healthy), workers=len(members)))
     return result

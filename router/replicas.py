@@ -36,8 +36,13 @@ log = logging.getLogger(__name__)
 LOG_FORMAT = "%(asctime)s %(levelname)s [{replica}] %(name)s: %(message)s"
 
 
+def log_format(replica_id: str) -> str:
+    """``LOG_FORMAT`` naming ``replica_id`` (a ``%`` in it escaped for logging's format)."""
+    return LOG_FORMAT.format(replica=replica_id.replace("%", "%%"))
+
+
 def _child(settings: Settings, log_level: str, parent_pid: int) -> None:
-    logging.basicConfig(level=log_level, format=LOG_FORMAT.format(replica=settings.replica_id))
+    logging.basicConfig(level=log_level, format=log_format(settings.replica_id))
     try:
         run_router(settings, stop_when=parent_gone(parent_pid, os.getppid))
     except ListenError as exc:
@@ -93,7 +98,7 @@ def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") ->
     settings = dataclasses.replace(settings, share_port=True)
     parent_replica = f"{settings.replica_id}-0"
     for handler in logging.getLogger().handlers:
-        handler.setFormatter(logging.Formatter(LOG_FORMAT.format(replica=parent_replica)))
+        handler.setFormatter(logging.Formatter(log_format(parent_replica)))
     context = multiprocessing.get_context("spawn")
     children = []
     for index in range(1, processes):

@@ -84,8 +84,8 @@ class UtilityRequests:
                 raw_model = data.get("model")
                 # as vLLM: "" too
                 model = None if raw_model in (None, "") else check_model(raw_model)
-            except RouterError as refused:    # a bad body: counted, under no model it names
-                self._metrics.record_request(UNKNOWN_MODEL, "", "", PROFILE, refused.status)
+            except RouterError as refused:    # a bad body: counted, as refused before routing
+                self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status)
                 raise
             candidates = self._candidates(model)
             return await self._forward(request, path, body, model, candidates, request_id)

@@ -261,6 +261,10 @@ class TokensProducer:
         are answered from their raw length, without rendering or hashing them; a prompt of
         more than ``MAX_PARTS_LOOKED_AT`` texts goes to the thread unlooked at (hashing each
         part to find it cached held the loop 17 s for 7 million one-letter strings)."""
+        prompt = request.prompt      # many texts, even empty ones: each costs a lookup
+        if (isinstance(prompt, list) and len(prompt) > MAX_PARTS_LOOKED_AT
+                and isinstance(prompt[0], str)):
+            return True
         if approximate_chars(request) < self.offload_min_chars:
             return False
         if len(_prompt_parts_once(request)[0]) > MAX_PARTS_LOOKED_AT:

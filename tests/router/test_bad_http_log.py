@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.http_exceptions import LineTooLong
+from aiohttp.http_exceptions import InvalidHeader, LineTooLong
 
 from router.bad_http_log import SERVER_LOGGER, OneLineBadHttp
 from tests.router.gateway_support import RouterFactory, subset
@@ -55,7 +55,8 @@ async def test_a_refused_header_line_never_shows_a_key(
     stray control character put the key in the log."""
     router = await make_router(subset(emulated_fleet, ["h100-fast"]))
     caplog.set_level(logging.DEBUG)
-    for header in (b"Authorization: Bearer sk-SECRET-987\x01", b"x-api-key: sk-SECRET-42\x01"):
+    for header in (b"Authorization: Bearer sk-SECRET-'9\"8]7\x01",
+                   b"x-api-key: sk-SECRET-42\x01"):
         reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
         try:
             writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + header +
@@ -157,3 +158,12 @@ async def test_a_compression_bomb_does_not_stall_the_router(
         for resp in await sent:
             resp.release()
     assert slowest < 2.0          # ten answers; a bomb inflated on the loop took seconds each
+
+
+def test_a_key_is_not_shown_whatever_it_holds_or_where_the_bad_byte_is() -> None:
+    for line in (b"Authorization: Bearer sk-SEC'RET]\"x\x01",
+                 b"Authorization\x01: Bearer sk-SECRET",
+                 b"X-Api-Key: sk-SECRET\r", b"Cookie: session=SECRET\x7f"):
+        record = _record(InvalidHeader(line))
+        assert OneLineBadHttp().filter(record)      # (each the first of its filter)
+        assert "SECRET" not in record.getMessage()

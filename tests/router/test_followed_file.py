@@ -122,3 +122,14 @@ def test_a_full_disk_tears_at_most_the_line_it_cut(tmp_path: Path) -> None:
             parsed.append(None)
     # the cut line is lost, with the line the other process appended right after it
     assert parsed == [0, 1, 2, 3, 4, None, *range(10, 15)]
+
+
+def test_a_closed_file_refuses_writes_and_closes_once(tmp_path: Path) -> None:
+    """Its descriptor number, closed, could name another file opened since."""
+    import pytest
+
+    followed = FollowedFile(tmp_path / "dlog.jsonl")
+    followed.close()
+    followed.close()
+    with pytest.raises(ValueError, match="written after close"):
+        followed.write("x\n")

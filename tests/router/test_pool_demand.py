@@ -34,7 +34,7 @@ VIEWS = [
 
 def test_pool_demand_groups_by_pool_label_or_gpu_and_model() -> None:
     assert pool_demand(VIEWS) == [
-        PoolDemand("premium", "m", queued_tokens=150, waiting_requests=3, kv_usage=0.7,
+        PoolDemand("premium", "m", queued_tokens=157, waiting_requests=3, kv_usage=0.7,
                    healthy_workers=2, workers=3),
         PoolDemand("L40S-48GB", "m", queued_tokens=3, waiting_requests=0, kv_usage=0.25,
                    healthy_workers=1, workers=1),
@@ -44,11 +44,12 @@ def test_pool_demand_groups_by_pool_label_or_gpu_and_model() -> None:
 
 
 def test_a_pool_without_healthy_workers_reports_no_demand() -> None:
-    """A dead worker's last scrape stayed in the sums: its pool read 2 waiting for good."""
+    """A dead worker's last scrape stayed in the sums: its pool read 2 waiting for good.
+    The tokens the router sent it and has not seen served still count."""
     [demand] = pool_demand([_view("x", "a100", "p", healthy=False, kv=0.9, waiting=3,
                                   tokens=40)])
     assert (demand.kv_usage, demand.healthy_workers, demand.waiting_requests,
-            demand.queued_tokens, demand.workers) == (0.0, 0, 0, 0, 1)
+            demand.queued_tokens, demand.workers) == (0.0, 0, 0, 40, 1)   # (the router's own)
 
 
 def _samples(metrics: RouterMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -60,7 +61,7 @@ def _samples(metrics: RouterMetrics) -> dict[tuple[str, tuple[tuple[str, str], .
 def test_gauges_render_the_current_views() -> None:
     samples = _samples(RouterMetrics(lambda: VIEWS))
     key = (("model", "m"), ("pool", "premium"))
-    assert samples[("kvroute_pool_demand_queued_tokens", key)] == 150.0
+    assert samples[("kvroute_pool_demand_queued_tokens", key)] == 157.0
     assert samples[("kvroute_pool_demand_waiting_requests", key)] == 3.0
     assert abs(samples[("kvroute_pool_demand_kv_usage", key)] - 0.7) < 1e-12
     assert samples[("kvroute_pool_demand_healthy_workers", key)] == 2.0

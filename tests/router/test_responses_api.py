@@ -137,12 +137,12 @@ async def test_the_client_request_id_is_the_response_id(fleet: FleetConfig,
                                headers={"x-request-id": "look-1"}) as resp:
             assert resp.status == 404 and resp.headers["x-request-id"] == "look-1"
         before = router.metric("kvroute_requests_total", model="(unknown)", worker="",
-                               gpu="", profile="utility", status="400")
+                               gpu="", profile="none", status="400")
         async with session.post(f"{router.url}/tokenize", data=b"{bad",
                                 headers={"x-request-id": "tok-1"}) as resp:
             assert resp.status == 400 and resp.headers["x-request-id"] == "tok-1"
         assert router.metric("kvroute_requests_total", model="(unknown)", worker="", gpu="",
-                             profile="utility", status="400") == before + 1
+                             profile="none", status="400") == before + 1
 
 
 async def test_a_second_replica_sharing_redis_finds_the_owner(

@@ -183,3 +183,14 @@ def test_the_routing_file_in_force_is_named_by_its_fingerprint() -> None:
     fingerprint[0] = "0123456789ab"                  # reloaded: the new content alone
     assert get("kvroute_config_info", {"sha256": "abc123def456"}) is None
     assert get("kvroute_config_info", {"sha256": "0123456789ab"}) == 1.0
+
+
+def test_a_tenant_meeting_the_admission_section_is_not_counted_as_folded_twice() -> None:
+    """kvroute_label_values_folded_total counts requests under (other): the admission
+    section's lookup of a tenant past the limit counted each such request once more."""
+    metrics = RouterMetrics(tenant_labels=1)
+    metrics.admission_tenant_seen("acme")             # takes the one label
+    metrics.admission_tenant_seen("globex")           # past the limit: (other), not counted
+    assert metrics.tenants.folded == 0
+    metrics.record_outcome(RequestOutcome("r", "w1", 200), INFO.gpu.name, "globex", 0.1)
+    assert metrics.tenants.folded == 1                # the request, once

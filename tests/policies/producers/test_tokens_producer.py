@@ -116,6 +116,8 @@ def test_a_prompt_of_many_texts_is_offloaded_without_looking_each_up() -> None:
     assert p.should_offload(many) and looked == []
     few = RoutingRequest("r", "m", prompt=["a" * 60] * 2)
     assert not p.should_offload(few) and looked == [few]      # few texts: looked up
+    empty = RoutingRequest("r", "m", prompt=[""] * 100_000)  # no characters, many lookups
+    assert p.should_offload(empty) and looked == [few]
 
 
 def _conversation(turns: int) -> list[dict[str, str]]:
