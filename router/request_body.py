@@ -64,5 +64,4 @@ async def _read_body(request: web.Request, timeout_s: float) -> bytes:
             reading.exception()
         # the task holds its exception, whose traceback holds this frame: a cycle that kept
         # each refused body (33 MB for a 413) alive until a full collection
-        del reading
-        done = set()
+        del reading, done

@@ -267,8 +267,6 @@ class TokensProducer:
             return True
         if approximate_chars(request) < self.offload_min_chars:
             return False
-        if len(_prompt_parts_once(request)[0]) > MAX_PARTS_LOOKED_AT:
-            return True
         return self.cost_hint(request) >= self.offload_min_chars
 
     def _encode_cached(self, model: str, text: str) -> array[int]:
