@@ -12,7 +12,7 @@ Modelled on llm-d's scheduling framework (filter → scorer → picker over a sh
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -70,11 +70,11 @@ RUNNER_OF_PATH: Mapping[str, str] = MappingProxyType({
 ROUTED_PATHS = tuple(RUNNER_OF_PATH)
 
 
-def is_token_ids(values: Sequence[Any]) -> bool:
-    """Whether ``values`` is a non-empty list of token ids: every item an ``int``, no ``bool``
+def is_token_ids(values: Iterable[Any]) -> bool:
+    """Whether ``values`` holds token ids, at least one: every item an ``int``, no ``bool``
     (JSON's ``true`` is not a token). Checked by type in C: a client's million-token prompt
     costs milliseconds on the event loop, not tens of them."""
-    return bool(values) and {*map(type, values)} == {int}
+    return {*map(type, values)} == {int}
 
 
 def output_tokens_in_window(output_tokens: int, prompt_tokens: int, max_model_len: int) -> int:

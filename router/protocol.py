@@ -18,6 +18,7 @@ import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -230,9 +231,11 @@ def _check_prompt(prompt: Any) -> Any:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt) or is_token_ids(prompt):
+        # by type, in C: a prompt of millions of items is checked in milliseconds
+        kinds = {*map(type, prompt)}
+        if kinds == {str} or kinds == {int}:       # texts, or token ids (no bool)
             return prompt
-        if all(isinstance(p, list) and is_token_ids(p) for p in prompt):
+        if kinds == {list} and all(prompt) and is_token_ids(chain.from_iterable(prompt)):
             return prompt
     raise InvalidRequest("prompt: must be a string, an array of strings, an array of token ids "
                          "or an array of arrays of token ids.", param="prompt")

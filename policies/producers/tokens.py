@@ -61,6 +61,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -258,12 +259,16 @@ class TokensProducer:
 
     def should_offload(self, request: RoutingRequest) -> bool:
         """True when at least ``offload_min_chars`` characters need tokenizing. Small prompts
-        are answered from their raw length, without rendering or hashing them; a prompt of
-        more than ``MAX_PARTS_LOOKED_AT`` texts goes to the thread unlooked at (hashing each
-        part to find it cached held the loop 17 s for 7 million one-letter strings)."""
-        prompt = request.prompt      # many texts, even empty ones: each costs a lookup
-        if (isinstance(prompt, list) and len(prompt) > MAX_PARTS_LOOKED_AT
-                and isinstance(prompt[0], str)):
+        are answered from their raw length, without rendering or hashing them. A prompt of
+        more than ``MAX_PARTS_LOOKED_AT`` parts (texts, lists of token ids or chat messages)
+        goes to the thread unlooked at, as does one of more than ``MAX_IDS_ON_LOOP`` token
+        ids: hashing each part to find it cached held the loop 17 s for 7 million one-letter
+        strings, and rendering a chat of a million messages 0.8 s."""
+        prompt = request.prompt      # many parts, even empty ones: each costs a look
+        if isinstance(prompt, list) and len(prompt) > (
+                MAX_IDS_ON_LOOP if isinstance(prompt[0], int) else MAX_PARTS_LOOKED_AT):
+            return True
+        if request.messages is not None and len(request.messages) > MAX_PARTS_LOOKED_AT:
             return True
         if approximate_chars(request) < self.offload_min_chars:
             return False
@@ -356,19 +361,23 @@ def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
         return [prompt], []
     if not isinstance(prompt, list):
         return [], []
-    if is_token_ids(prompt):
+    kinds = {*map(type, prompt)}     # by type, in C: a prompt may hold millions of items
+    if kinds == {int}:
         return [], list(prompt)
-    if all(isinstance(p, str) for p in prompt):
+    if kinds == {str}:
         return list(prompt), []
-    if all(isinstance(p, list) for p in prompt):
-        ids = [t for part in prompt for t in part
-               if isinstance(t, int) and not isinstance(t, bool)]
+    if kinds == {list}:
+        ids = list(chain.from_iterable(prompt))
+        if not is_token_ids(ids):       # as the router checks them; a producer run elsewhere
+            ids = [t for t in ids if type(t) is int]      # bool is no token
         return [], ids
     return [], []
 
 
-# the most texts of one prompt whose cache entries are looked up on the event loop
+# the most parts of one prompt (texts, lists of token ids, chat messages) looked at on the
+# event loop, and the most token ids copied there
 MAX_PARTS_LOOKED_AT = 64
+MAX_IDS_ON_LOOP = 1 << 16
 
 
 def approximate_chars(request: RoutingRequest) -> int:

@@ -225,3 +225,39 @@ async def test_what_the_client_waited_counts_the_wait_for_a_slot(
     assert client_ttft["count"] == 2 and durations == 3        # streams only; every answer
     assert waited > 0.1                                         # one stream waited ...
     assert client_ttft["sum"] >= waited + 0.8 * attempt_ttft   # ... and its client saw it
+
+
+async def test_a_large_body_is_parsed_off_the_event_loop(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body of 7 million one-token lists was parsed and checked on the event loop: 3.8 s
+    without an answer to anyone. From ``PARSE_OFF_LOOP_BYTES`` a body is parsed in a thread;
+    a small one stays on the loop (a thread hop would cost more than its parse)."""
+    import threading
+
+    from router import director
+
+    parsed_in: list[int] = []
+    real_parse = director.parse_request
+
+    def recording_parse(*args: Any) -> Any:
+        parsed_in.append(threading.get_ident())
+        return real_parse(*args)
+
+    monkeypatch.setattr(director, "parse_request", recording_parse)
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]))
+    lists = (director.PARSE_OFF_LOOP_BYTES // 4) + 1         # "[7]," each
+    large = b'{"model": "%s", "max_tokens": 1, "prompt": [%s]}' % (
+        MODEL.encode(), b",".join([b"[7]"] * lists))
+    small = {"model": MODEL, "max_tokens": 1, "prompt": [[7], [8]]}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + "/v1/completions", data=large,
+                                headers={"Content-Type": "application/json"}) as resp:
+            body = await resp.json()
+            assert resp.status == 400       # refused by its length, as parsed: 262,145 tokens
+            assert f"contains {lists} input tokens" in body["error"]["message"]
+        async with session.post(router.url + "/v1/completions", json=small) as resp:
+            assert resp.status == 200
+    loop_thread = threading.get_ident()       # the router serves on the test's loop
+    assert len(parsed_in) == 2
+    assert parsed_in[0] != loop_thread and parsed_in[1] == loop_thread

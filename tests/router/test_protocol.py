@@ -92,12 +92,24 @@ def test_completion_prompts_accepted(prompt: object) -> None:
     ({"model": MODEL, "prompt": [1, "a"]}, COMPLETIONS_PATH, "prompt: must be a string",
      "prompt"),
     ({"model": MODEL, "prompt": []}, COMPLETIONS_PATH, "prompt: must be a string", "prompt"),
+    ({"model": MODEL, "prompt": [[1], []]}, COMPLETIONS_PATH, "prompt: must be a string",
+     "prompt"),
+    ({"model": MODEL, "prompt": [[1], [True]]}, COMPLETIONS_PATH, "prompt: must be a string",
+     "prompt"),
+    ({"model": MODEL, "prompt": [[1], ["a"]]}, COMPLETIONS_PATH, "prompt: must be a string",
+     "prompt"),
+    ({"model": MODEL, "prompt": [[1], 2]}, COMPLETIONS_PATH, "prompt: must be a string",
+     "prompt"),
+    ({"model": MODEL, "prompt": [True]}, COMPLETIONS_PATH, "prompt: must be a string",
+     "prompt"),
 ], ids=["empty", "malformed", "non-utf8", "array body", "no model", "model not string",
         "model too long", "model not printable",
         "no messages", "messages not list", "message without role", "bad content",
         "negative max_tokens", "max_tokens string", "max_tokens bool", "stream not bool",
         "include_usage not bool", "stream_options without stream",
-        "stream_options with stream false", "no prompt", "mixed prompt", "empty prompt"])
+        "stream_options with stream false", "no prompt", "mixed prompt", "empty prompt",
+        "an empty list of ids", "a bool in a list of ids", "a text in a list of ids",
+        "ids beside a list", "a bool for an id"])
 def test_invalid_bodies(body: bytes | dict[str, object], path: str, message: str,
                         param: str | None) -> None:
     with pytest.raises(InvalidRequest) as info:

@@ -15,6 +15,7 @@ from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import render_chat
 from policies.producers.tokens import (
     AT_LEAST_KEY,
+    PROMPT_PARTS_KEY,
     TiktokenTokenizer,
     TokenCache,
     TokensParams,
@@ -118,6 +119,30 @@ def test_a_prompt_of_many_texts_is_offloaded_without_looking_each_up() -> None:
     assert not p.should_offload(few) and looked == [few]      # few texts: looked up
     empty = RoutingRequest("r", "m", prompt=[""] * 100_000)  # no characters, many lookups
     assert p.should_offload(empty) and looked == [few]
+
+
+def test_many_messages_lists_or_token_ids_are_offloaded_without_looking() -> None:
+    """Rendering a chat of a million messages to measure it held the event loop 0.8 s, and
+    flattening 7 million lists of token ids seconds: past MAX_PARTS_LOOKED_AT parts, or
+    MAX_IDS_ON_LOOP ids, the request goes to the thread before anything looks at it."""
+    from policies.producers import tokens
+
+    p = producer(offload_min_chars=100)
+    looked: list[object] = []
+    p.cost_hint = lambda request: looked.append(request) or 0     # type: ignore[method-assign]
+    parts = tokens.MAX_PARTS_LOOKED_AT + 1
+    chat = RoutingRequest("r", "m", messages=[{"role": "user", "content": ""}] * parts)
+    lists = RoutingRequest("r", "m", prompt=[[1]] * parts)
+    ids = RoutingRequest("r", "m", prompt=[1] * (tokens.MAX_IDS_ON_LOOP + 1))
+    for request in (chat, lists, ids):
+        assert p.should_offload(request) and looked == []
+        assert PROMPT_PARTS_KEY not in request.attributes       # nothing rendered on the loop
+    few = RoutingRequest("r", "m", messages=[{"role": "user", "content": ""}] * (parts - 1))
+    assert not p.should_offload(few)          # a short chat: measured, nothing to tokenize
+    assert not p.should_offload(RoutingRequest("r", "m", prompt=[[1]] * (parts - 1)))
+    assert not p.should_offload(RoutingRequest("r", "m", prompt=[1] * tokens.MAX_IDS_ON_LOOP))
+    p.produce(lists, [])
+    assert list(lists.prompt_token_ids or []) == [1] * parts
 
 
 def _conversation(turns: int) -> list[dict[str, str]]:
