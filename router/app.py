@@ -191,7 +191,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     upstream = UpstreamClient(settings.connect_timeout_s, settings.upstream_timeout_s,
                               authorizations=authorizations, tls=tls,
                               on_certificate=on_certificate)
-    proxy = Proxy(upstream, settings.upstream_timeout_s)
+    proxy = Proxy(upstream, settings.upstream_timeout_s, send_timeout_s=settings.send_timeout_s)
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
     responses = ResponseLocator(app[STORE], app[REGISTRY], scrapes, app[METRICS])

@@ -14,6 +14,10 @@ Failure semantics:
   before the first byte; after it, the stream is ended as below;
 * the worker breaks mid-stream: the client gets an OpenAI error event, then ``[DONE]`` (on
   the Messages API, an Anthropic ``event: error``, as vLLM sends one);
+* the client stops reading: a write to it that cannot go on for ``send_timeout_s`` (the
+  kernel's and the transport's buffers full) cuts its connection and ends the request as a
+  client gone, freeing its slot and its worker (nginx's ``send_timeout``). Only writes that
+  could wait are timed: a write the transport's buffer takes whole never waits;
 * the client goes away: the upstream response is closed at once, which makes vLLM abort;
   when it goes after the stream's last event reached it (a client that stops reading at
   ``[DONE]``), the answer was whole: the cancellation carries its result
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,6 +40,7 @@ from yarl import URL
 
 from router.errors import UpstreamTimeout, anthropic_error_body, error_body
 from router.proxy_usage import Usage, UsageRewrite, parse_usage
+from router.settings import DEFAULT_SEND_TIMEOUT_S
 from workers.upstream import (
     UpstreamClient,
     UpstreamConnectError,
@@ -45,7 +51,12 @@ from workers.upstream import (
     UpstreamResponse,
 )
 
+log = logging.getLogger(__name__)
+
 _EVENT_END = b"\n\n"
+# what chunked transfer encoding adds to a write: the size line and the ending CRLF
+_CHUNK_FRAMING = 32
+
 _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -116,9 +127,11 @@ class Proxy:
     """Talks to workers through one keep-alive ``UpstreamClient``."""
 
     def __init__(self, client: UpstreamClient, upstream_timeout_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S) -> None:
         self._client = client
         self._upstream_timeout_s = upstream_timeout_s
+        self._send_timeout_s = send_timeout_s
         self._clock = clock
         # each worker's system_fingerprint (fixed for a server's lifetime), by origin
         self._fingerprints: dict[URL, str | None] = {}
@@ -185,7 +198,8 @@ class Proxy:
                             stream_format: StreamFormat) -> ProxyResult:
         origin = upstream.origin
         rewrite = UsageRewrite(wants_usage, self._fingerprints.get(origin))
-        relay = _StreamRelay(request, response_headers, rewrite, stream_format)
+        relay = _StreamRelay(request, response_headers, rewrite, stream_format,
+                             self._send_timeout_s)
         try:
             return await self._relay_events(upstream, relay, on_first_byte,
                                             stream_format.first_token_mark)
@@ -247,11 +261,13 @@ class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
     __slots__ = ("_end_marks", "_failure", "_headers", "_pending", "_request", "_response",
-                 "_rewrite", "done", "end_written", "events", "first_byte_at")
+                 "_rewrite", "_send_timeout_s", "done", "end_written", "events", "first_byte_at")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
-                 rewrite: UsageRewrite, stream_format: StreamFormat) -> None:
+                 rewrite: UsageRewrite, stream_format: StreamFormat,
+                 send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S) -> None:
         self._request = request
+        self._send_timeout_s = send_timeout_s
         self._end_marks = stream_format.end_marks
         self._failure = stream_format.failure
         self._headers = headers
@@ -300,10 +316,36 @@ class _StreamRelay:
                 await response.prepare(self._request)
                 self._response = response
             if data:
-                await self._response.write(data)
+                if self._may_wait(len(data)):
+                    async with asyncio.timeout(self._send_timeout_s):
+                        await self._response.write(data)
+                else:
+                    await self._response.write(data)
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             return False
+        except TimeoutError:
+            self._cut_client()
+            return False
         return True
+
+    def _may_wait(self, size: int) -> bool:
+        """Whether writing ``size`` more bytes may wait for the client: when they take the
+        transport's buffer past its high-water mark (a client reading along keeps it empty,
+        so a token's write is not timed: a timer costs microseconds)."""
+        transport = self._request.transport
+        if transport is None:        # closed: the write raises at once
+            return False
+        return (transport.get_write_buffer_size() + size + _CHUNK_FRAMING
+                > transport.get_write_buffer_limits()[1])
+
+    def _cut_client(self) -> None:
+        """The client read nothing for ``send_timeout_s``: its connection is closed, so the
+        request ends as one whose client left (its slot and its worker freed)."""
+        log.info("a client (%s) read nothing of its stream for %g s: its connection is "
+                 "closed", self._request.remote, self._send_timeout_s)
+        transport = self._request.transport
+        if transport is not None:
+            transport.abort()
 
     async def fail(self, message: str) -> None:
         held = b"".join(event + _EVENT_END for event in self._rewrite.flush())
@@ -313,4 +355,11 @@ class _StreamRelay:
     async def finish(self) -> None:
         if self._response is not None:
             with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
-                await self._response.write_eof()
+                if not self._may_wait(0):
+                    await self._response.write_eof()
+                    return
+                try:
+                    async with asyncio.timeout(self._send_timeout_s):
+                        await self._response.write_eof()
+                except TimeoutError:
+                    self._cut_client()

@@ -37,6 +37,10 @@ Defaults and why:
 * ``client_idle_timeout_s = 75``: a client connection idle between requests this long is
   closed (nginx's default; aiohttp's is an hour, and idle connections piled up toward the
   open-file limit).
+* ``send_timeout_s = 60``: a write to a streaming client that cannot go on this long (the
+  client reads nothing: its socket's and the router's buffers are full) closes its
+  connection, which ends the request as one whose client left (nginx's ``send_timeout``).
+  Without it a client that never reads held its in-flight slot and its worker's request.
 * ``tenant_labels = 100``: tenants (``x-tenant``, or a digest of the API key) given a
   ``tenant`` series of their own in ``kvroute_cost_dollars_total``, the first seen first;
   later ones count as ``(other)``. Clients choose tenants, and every label value is a series
@@ -73,6 +77,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from router.label_values import DEFAULT_TENANT_LABELS
+
+# nginx's send_timeout: the longest one write to a streaming client may wait for it to read
+DEFAULT_SEND_TIMEOUT_S = 60.0
 
 # what a client can send in an HTTP header: visible ASCII, no spaces
 _SENDABLE_KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7f))
@@ -114,6 +121,7 @@ class Settings:
     max_body_bytes: int = 32 * 1024 * 1024
     body_timeout_s: float = 60.0
     client_idle_timeout_s: float = 75.0
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
     decisions_ring_size: int = 256
     tenant_labels: int = DEFAULT_TENANT_LABELS
     request_id_header: str = "x-request-id"
@@ -140,7 +148,7 @@ class Settings:
     def __post_init__(self) -> None:
         for name in ("scrape_interval_s", "upstream_timeout_s", "eject_for_s", "stall_after_s",
                      "response_ttl_s", "drain_timeout_s", "gc_interval_s", "body_timeout_s",
-                     "client_idle_timeout_s"):
+                     "client_idle_timeout_s", "send_timeout_s"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name}: must be a finite number of seconds")
         if not 0 <= self.port <= 65535:
@@ -153,6 +161,8 @@ class Settings:
             raise ValueError("body_timeout_s: must be positive")
         if self.client_idle_timeout_s <= 0:
             raise ValueError("client_idle_timeout_s: must be positive")
+        if self.send_timeout_s <= 0:
+            raise ValueError("send_timeout_s: must be positive")
         if self.max_retries < 0:
             raise ValueError("max_retries: must be >= 0")
         if self.eject_after < 0:

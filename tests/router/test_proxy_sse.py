@@ -5,7 +5,9 @@ stream that ends without ``[DONE]``."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import aiohttp
 import orjson
@@ -44,6 +46,29 @@ def _pieces(mode: str) -> Sequence[bytes]:
     if mode in ("done-then-hold", "hold-before-done"):
         return [events, USAGE + DONE]
     raise AssertionError(mode)
+
+
+FLOOD_EVENTS = 2000            # events of 10 kB: 20 MB, more than any socket buffers
+FLOOD_EVENT = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"' + b"x" * 10_000 + (
+    b'"}}]}\n\n')
+FLOOD_SEEN = web.AppKey("flood", dict[str, object])
+
+
+async def _flood(request: web.Request) -> web.StreamResponse:
+    """A worker streaming 20 MB as fast as it is read; ``request.app[FLOOD_SEEN]`` learns how
+    many events it wrote and whether its connection was closed under it."""
+    seen = request.app[FLOOD_SEEN]
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    try:
+        for _ in range(FLOOD_EVENTS):
+            await response.write(FLOOD_EVENT)
+            seen["written"] += 1
+        await response.write(DONE)
+    except (ConnectionResetError, aiohttp.ClientConnectionResetError, asyncio.CancelledError):
+        seen["closed"] = True
+        raise
+    return response
 
 
 async def _upstream(request: web.Request) -> web.StreamResponse:
@@ -216,3 +241,97 @@ async def test_a_client_leaving_after_the_last_event_got_the_whole_answer(leaves
     assert result.status == 200 and result.usage is not None
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (7, 3)
     assert result.first_byte_at is not None and result.events == 4
+
+
+async def _flood_relay(send_timeout_s: float, reader: Callable[[int], Awaitable[bytes]]
+                       ) -> tuple[ProxyResult | BaseException, dict[str, object], bytes]:
+    """``reader(port)`` reads the relay's answer to one request as a client does; the result,
+    what the worker saw and what the client read."""
+    upstream_app = _make_app("/v1/chat/completions", _flood)
+    upstream_app[FLOOD_SEEN] = seen = {"written": 0, "closed": False}
+    upstream = TestServer(upstream_app, host="127.0.0.1", handler_cancellation=True)
+    await upstream.start_server()
+    client = UpstreamClient(connect_timeout_s=1.0, read_timeout_s=10.0)
+    proxy = Proxy(client, upstream_timeout_s=10.0, send_timeout_s=send_timeout_s)
+    ended: asyncio.Future[ProxyResult | BaseException] = (
+        asyncio.get_running_loop().create_future())
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        try:
+            result = await proxy.forward(
+                request, str(upstream.make_url("/v1/chat/completions")), b"{}", {}, {},
+                stream=True, wants_usage=True, on_first_byte=lambda: None)
+        except BaseException as exc:
+            ended.set_result(exc)
+            raise
+        ended.set_result(result)
+        return result.response
+
+    front = TestServer(_make_app("/relay", relay), host="127.0.0.1")
+    await front.start_server()
+    try:
+        assert front.port is not None
+        read = await reader(front.port)
+        result = await asyncio.wait_for(ended, 10.0)
+    finally:
+        await client.close()
+        await front.close()
+        await upstream.close()
+    return result, seen, read
+
+
+async def _raw_request(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)     # a small window
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(b"POST /relay HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    await writer.drain()
+    return reader, writer
+
+
+async def test_a_client_that_reads_nothing_is_cut_after_the_send_timeout(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A client that sent a streaming request and never read its answer held its in-flight
+    slot and its worker's request for as long as its connection stayed open: a write that
+    cannot go on for ``send_timeout_s`` now closes the connection, and the request ends as
+    one whose client left, its worker's stream closed."""
+    async def never_reads(port: int) -> bytes:
+        reader, writer = await _raw_request(port)
+        await asyncio.sleep(2.5)       # the timeout (0.5 s) passes while nothing is read
+        try:
+            return await asyncio.wait_for(reader.read(), 5.0)   # what was sent, then the end
+        except ConnectionResetError:
+            return b"(reset)"
+        finally:
+            writer.close()
+
+    caplog.set_level(logging.INFO)
+    result, seen, read = await _flood_relay(0.5, never_reads)
+    assert isinstance(result, ProxyResult) and result.status == 499
+    assert "read nothing of its stream for 0.5 s: its connection is closed" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert seen["closed"] is True                  # the worker's stream was closed under it
+    assert isinstance(seen["written"], int) and seen["written"] < FLOOD_EVENTS
+    assert not read.endswith(DONE)
+
+
+async def test_a_slow_client_that_keeps_reading_is_not_cut() -> None:
+    async def reads_slowly(port: int) -> bytes:
+        reader, writer = await _raw_request(port)
+        received = b""
+        try:
+            while chunk := await asyncio.wait_for(reader.read(1 << 20), 5.0):
+                received += chunk
+                if received.endswith(b"0\r\n\r\n"):        # the chunked body's end
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            writer.close()
+        return received
+
+    result, seen, read = await _flood_relay(0.5, reads_slowly)
+    assert isinstance(result, ProxyResult) and result.status == 200
+    assert seen == {"written": FLOOD_EVENTS, "closed": False}
+    assert read.count(b"data: ") == FLOOD_EVENTS + 1 and DONE in read

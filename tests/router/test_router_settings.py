@@ -27,6 +27,8 @@ def test_defaults() -> None:
     ("decisions_ring_size", 0, "decisions_ring_size: must be positive"),
     ("response_ttl_s", 0.5, "response_ttl_s: must be at least 1 second"),
     ("gc_interval_s", -0.01, "gc_interval_s: must be >= 0"),
+    ("send_timeout_s", 0.0, "send_timeout_s: must be positive"),
+    ("send_timeout_s", float("inf"), "send_timeout_s: must be a finite number of seconds"),
     ("redis_url", "redis//127.0.0.1:6379/0",
      "redis_url: Redis URL must specify one of the following schemes"),
     ("redis_url", "redis://127.0.0.1:63a9/0",
