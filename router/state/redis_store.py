@@ -9,8 +9,13 @@ minute), both with a time-to-live, and marks itself alive in the sorted set
 ``kvroute:replicas``; then it reads the other live replicas' hashes. Views add the others'
 counts to the local ones, so a burst spread over replicas is still seen whole, and a budget
 is judged on every replica's spending. A replica that dies stops refreshing its hashes and
-its counts expire. (The replicas are found through that set, not by scanning the keyspace,
-whose Responses API owners can number millions.)
+its counts expire. One that stops removes its in-flight counts, but what its budgets spent
+stays counted until it leaves the window: it is written to ``kvroute:usage-left:<replica>:
+<process>``, listed with the time it ends in the sorted set ``kvroute:usage-left``, and read
+by every replica as fading evenly to nothing over the window (``WINDOW_S``), as budgets take
+spending to expire. Otherwise a rolling restart gave each tenant back every restarted
+replica's share of the last minute. (The replicas are found through sorted sets, not by
+scanning the keyspace, whose Responses API owners can number millions.)
 
 Responses API owners (``response id -> worker``) are recorded in a local ``ResponseOwners``
 map at once and written to ``kvroute:response:<id>`` (time-to-live ``response_ttl_s``, a
@@ -49,6 +54,7 @@ import base64
 import contextlib
 import itertools
 import logging
+import math
 import secrets
 import sys
 import time
@@ -61,7 +67,7 @@ import redis.asyncio as redis
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from yarl import URL
 
-from router.admission.usage import TenantUsage
+from router.admission.usage import WINDOW_S, TenantUsage
 from router.settings import DEFAULT_RESPONSE_TTL_S
 from router.state.response_owners import ResponseOwners
 from workers.inflight import InflightTracker, WorkerInflight
@@ -72,6 +78,11 @@ log = logging.getLogger(__name__)
 KEY_PREFIX = "kvroute:inflight:"
 USAGE_PREFIX = "kvroute:usage:"
 REPLICAS_KEY = "kvroute:replicas"     # sorted set: replica id -> when it last published (ms)
+# what stopped replicas' budgets spent, until it leaves the window: sorted set of the hashes'
+# keys (``LEFT_USAGE_PREFIX`` + replica + process) -> when each ends (ms)
+LEFT_USAGE_KEY = "kvroute:usage-left"
+LEFT_USAGE_PREFIX = "kvroute:usage-left:"
+WINDOW_MS = WINDOW_S * 1000
 # a replica silent this long leaves the set (its hashes expired long before; the margin
 # covers clocks that disagree between hosts)
 REPLICA_FORGET_MS = 600_000
@@ -320,8 +331,8 @@ class RedisStateStore:
     async def sync_once(self) -> None:
         """Publish this replica's counts and read everyone else's."""
         try:
-            others = await self._publish()
-            self.inflight.remote, self._usage.remote = await self._read(others)
+            others, left = await self._publish()
+            self.inflight.remote, self._usage.remote = await self._read(others, left)
         except (RedisError, OSError) as exc:
             self._lost_redis(exc)
             self.inflight.remote = {}
@@ -419,13 +430,23 @@ class RedisStateStore:
         self._routed_from = last[0][0] if last else "0-0"
 
     async def _withdraw(self) -> None:
+        """Remove this replica's counts; what its budgets spent is left for the window."""
+        usage = {key: f"{requests},{tokens}" for key, (requests, tokens)
+                 in self._usage.published(time.monotonic()).items()}
+        ends_ms = int(time.time() * 1000) + WINDOW_MS
+        left = f"{LEFT_USAGE_PREFIX}{self.replica_id}:{self._instance}"
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._key, self._usage_key, INSTANCE_PREFIX + self.replica_id)
             pipe.zrem(REPLICAS_KEY, self.replica_id)
+            if usage:
+                pipe.hset(left, mapping=usage)
+                pipe.pexpire(left, WINDOW_MS)
+                pipe.zadd(LEFT_USAGE_KEY, {left: ends_ms})
             await pipe.execute()
 
-    async def _publish(self) -> list[str]:
-        """Publish this replica's counts; returns the other replicas alive."""
+    async def _publish(self) -> tuple[list[str], list[tuple[str, float]]]:
+        """Publish this replica's counts; returns the other replicas alive, and the usage
+        stopped replicas left (key, the share of it still in the window)."""
         fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
         usage = {key: f"{requests},{tokens}" for key, (requests, tokens)
                  in self._usage.published(time.monotonic()).items()}
@@ -443,8 +464,10 @@ class RedisStateStore:
             pipe.set(INSTANCE_PREFIX + self.replica_id, self._instance,
                      px=max(self._ttl_ms, REPLICA_ALIVE_MS), get=True)
             pipe.zrangebyscore(REPLICAS_KEY, now_ms - REPLICA_ALIVE_MS, "+inf")
+            pipe.zremrangebyscore(LEFT_USAGE_KEY, "-inf", now_ms)
+            pipe.zrangebyscore(LEFT_USAGE_KEY, now_ms, "+inf", withscores=True)
             replies = await pipe.execute()
-        holder = replies[-2]
+        holder = replies[-4]
         # another process's mark two syncs running: not the one a restart left behind
         self._foreign_marks = self._foreign_marks + 1 if holder not in (
             None, self._instance) else 0
@@ -453,18 +476,26 @@ class RedisStateStore:
                         "replica its own --replica-id (their in-flight counts overwrite each "
                         "other's)", self._shown, self.replica_id)
             self._shared_id_logged = True
-        return [r for r in replies[-1] if r != self.replica_id]
+        left = [(key, min(1.0, (ends_ms - now_ms) / WINDOW_MS))
+                for key, ends_ms in replies[-1]]
+        return [r for r in replies[-3] if r != self.replica_id], left
 
-    async def _read(self, others: list[str]) -> tuple[dict[str, WorkerInflight],
-                                                        dict[str, tuple[int, int]]]:
-        """The other replicas' in-flight counts by worker and budgets' usage by key."""
-        if not others:
+    async def _read(self, others: list[str], left: list[tuple[str, float]]
+                    ) -> tuple[dict[str, WorkerInflight], dict[str, tuple[int, int]]]:
+        """The other replicas' in-flight counts by worker and budgets' usage by key, with
+        ``left``'s usage (stopped replicas': its key and the share still counted)."""
+        if not others and not left:
             return {}, {}
         async with self._client.pipeline(transaction=False) as pipe:
             for replica in others:
                 pipe.hgetall(KEY_PREFIX + replica)
                 pipe.hgetall(USAGE_PREFIX + replica)
-            tables = await pipe.execute()
+            for key, _ in left:
+                pipe.hgetall(key)
+            replies = await pipe.execute()
+        tables = replies[:2 * len(others)]
+        shares = [1.0] * len(others) + [share for _, share in left]
+        usage_tables = tables[1::2] + replies[2 * len(others):]
         totals: dict[str, WorkerInflight] = {}
         for table in tables[0::2]:
             for worker, raw in table.items():
@@ -478,12 +509,14 @@ class RedisStateStore:
                 total.decode_tokens += entry.decode_tokens
                 total.dispatched_since_scrape += entry.dispatched_since_scrape
         usage: dict[str, tuple[int, int]] = {}
-        for table in tables[1::2]:
+        for table, share in zip(usage_tables, shares, strict=True):
             for key, raw in table.items():
                 try:
                     requests, tokens = (int(x) for x in raw.split(","))
                 except ValueError:
                     continue
+                if share < 1.0:        # fading out of the window
+                    requests, tokens = math.ceil(requests * share), math.ceil(tokens * share)
                 known = usage.get(key, (0, 0))
                 usage[key] = (known[0] + requests, known[1] + tokens)
         return totals, usage

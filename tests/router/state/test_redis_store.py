@@ -17,7 +17,12 @@ import pytest
 import redis.asyncio as redis
 
 from bench.redis_server import start_redis
-from router.state.redis_store import REPLICAS_KEY, RedisStateStore, shown_url
+from router.state.redis_store import (
+    LEFT_USAGE_KEY,
+    REPLICAS_KEY,
+    RedisStateStore,
+    shown_url,
+)
 from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -286,16 +291,50 @@ async def test_replicas_share_the_budgets_usage(redis_url: str) -> None:
         client = redis.Redis.from_url(redis_url, decode_responses=True)
         assert sorted(await client.zrange(REPLICAS_KEY, 0, -1)) == ["r1", "r2"]
         await client.aclose()
-        await two.close()                 # a replica that stops takes its usage away
+        await two.close()        # a replica that stops leaves its spending in the window
         await one.sync_once()
-        assert one.usage.totals("acme", now) == (2, 300)
-        assert one.usage.remote == {}
+        assert one.usage.totals("acme", now) == (3, 350)
+        assert one.usage.totals("*", now) == (4, 0)
     finally:
         await one.close()
         await two.close()
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     assert await client.zrange(REPLICAS_KEY, 0, -1) == []
     await client.aclose()
+
+
+async def test_a_stopped_replicas_spending_fades_out_of_the_window(redis_url: str) -> None:
+    """A replica that stopped took its budgets' spending away at once: a rolling restart
+    gave every tenant back each restarted replica's share of the last minute. It stays
+    counted, fading evenly over the window, also by the replica restarted under its id."""
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    await one.start()
+    await two.start()
+    restarted = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    try:
+        now = time.monotonic()
+        two.usage.add("acme", now, requests=10, tokens=1000)
+        await two.close()
+        await restarted.start()          # the same replica id, a new process
+        await one.sync_once()
+        assert one.usage.totals("acme", now) == (10, 1000)
+        assert restarted.usage.totals("acme", now) == (10, 1000)
+        # half the window later (its end moved 30 s nearer), half of it is still counted
+        [(left, ends_ms)] = await client.zrange(LEFT_USAGE_KEY, 0, -1, withscores=True)
+        await client.zadd(LEFT_USAGE_KEY, {left: ends_ms - 30_000})
+        await one.sync_once()
+        assert one.usage.totals("acme", now) == (5, 500)
+        await client.zadd(LEFT_USAGE_KEY, {left: time.time() * 1000 - 1})    # out of it
+        await one.sync_once()
+        assert one.usage.totals("acme", now) == (0, 0)
+        assert await client.zcard(LEFT_USAGE_KEY) == 0       # dropped from the set
+    finally:
+        await one.close()
+        await two.close()
+        await restarted.close()
+        await client.aclose()
 
 
 async def test_a_dead_replicas_usage_expires(redis_url: str) -> None:
