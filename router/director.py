@@ -157,7 +157,8 @@ class Director:
                       request_id: str) -> web.StreamResponse:
         arrival = self._clock()
         try:
-            body = await read_body(request, self._settings.body_timeout_s)
+            body = await read_body(request, self._settings.body_timeout_s,
+                                   self._settings.max_body_bytes)
             parsed = await self._parse(body, path, request_id, request, arrival)
             parsed.received_at = arrival
         except RouterError as refused:   # a bad body: counted, under no model it could name

@@ -39,6 +39,7 @@ from router.protocol import (
     MESSAGES_PATH,
     RESPONSES_PATH,
 )
+from router.request_body import expect_later
 from router.utility_requests import COUNT_TOKENS_PATH, DETOKENIZE_PATH, TOKENIZE_PATH
 from workers.models import WorkerView
 
@@ -182,18 +183,18 @@ async def debug_admission(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post(CHAT_PATH, chat_completions)
-    app.router.add_post(COMPLETIONS_PATH, completions)
-    app.router.add_post(EMBEDDINGS_PATH, embeddings)
-    app.router.add_post(RESPONSES_PATH, responses)
+    # a client expecting 100-continue is told to send its body when it is read
+    # (``router.request_body``): after its key was checked, and not for one over the limit
+    posts = {CHAT_PATH: chat_completions, COMPLETIONS_PATH: completions,
+             EMBEDDINGS_PATH: embeddings, RESPONSES_PATH: responses,
+             RESPONSES_PATH + "/{id}/cancel": cancel_response, MESSAGES_PATH: messages,
+             COUNT_TOKENS_PATH: count_tokens, TOKENIZE_PATH: tokenize,
+             DETOKENIZE_PATH: detokenize}
+    for path, handler in posts.items():
+        app.router.add_post(path, handler, expect_handler=expect_later)
     # no HEAD: forwarded, the worker's Content-Length without a body held the attempt for
     # the whole upstream timeout (and vLLM answers HEAD there 405 anyway)
     app.router.add_get(RESPONSES_PATH + "/{id}", retrieve_response, allow_head=False)
-    app.router.add_post(RESPONSES_PATH + "/{id}/cancel", cancel_response)
-    app.router.add_post(MESSAGES_PATH, messages)
-    app.router.add_post(COUNT_TOKENS_PATH, count_tokens)
-    app.router.add_post(TOKENIZE_PATH, tokenize)
-    app.router.add_post(DETOKENIZE_PATH, detokenize)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)

@@ -79,7 +79,8 @@ class UtilityRequests:
         request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
         try:
             try:
-                body = await read_body(request, self._settings.body_timeout_s)
+                body = await read_body(request, self._settings.body_timeout_s,
+                                       self._settings.max_body_bytes)
                 data = parse_body(body)
                 raw_model = data.get("model")
                 # as vLLM: "" too
@@ -146,7 +147,8 @@ class UtilityRequests:
         url = URL(f"{view.info.url}{RESPONSES_PATH}/{quote(response_id, safe='')}{action}")
         if request.query_string:
             url = url.with_query(request.query_string)
-        body = (await read_body(request, self._settings.body_timeout_s)
+        body = (await read_body(request, self._settings.body_timeout_s,
+                                self._settings.max_body_bytes)
                 if request.method == "POST" else None)
         stream = request.query.get("stream", "").lower() in ("true", "1")
         response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE,

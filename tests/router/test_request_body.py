@@ -149,3 +149,50 @@ async def test_an_idle_client_connection_is_closed(make_router: RouterFactory) -
         assert await asyncio.wait_for(reader.read(), timeout=5) == b""     # closed by it
     finally:
         writer.close()
+
+
+async def _expecting(port: int, headers: bytes, expect: bytes = b"100-continue"
+                     ) -> tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]:
+    """Send a request's headers with ``Expect: <expect>`` and no body; the first status line
+    answered."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nExpect: " + expect + b"\r\n" + headers + b"\r\n")
+    await writer.drain()
+    return await asyncio.wait_for(reader.readuntil(b"\r\n"), timeout=5), reader, writer
+
+
+async def test_100_continue_comes_after_the_key_and_size_checks(
+        make_router: RouterFactory, emulated_fleet: object) -> None:
+    """aiohttp answered 100 Continue as soon as the headers came, before any check: a client
+    without a key, or declaring a body over the limit, uploaded it all to be refused. Now
+    those are refused at once, and a wanted request is told to go on as its body is read."""
+    from tests.router.gateway_support import MODEL, subset
+    from workers.fleet import FleetConfig
+
+    assert isinstance(emulated_fleet, FleetConfig)
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), api_keys=("sk-ok",),
+                               max_body_bytes=1 << 20)
+    body = json.dumps({"model": MODEL, "max_tokens": 2,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    length = b"Content-Length: %d\r\n" % len(body)
+    no_key, _, writer = await _expecting(router.port, length)
+    writer.close()
+    assert b" 401 " in no_key
+    too_large, _, writer = await _expecting(
+        router.port, b"Authorization: Bearer sk-ok\r\nContent-Length: %d\r\n" % (2 << 20))
+    writer.close()
+    assert b" 413 " in too_large
+    go_on, reader, writer = await _expecting(router.port,
+                                             b"Authorization: Bearer sk-ok\r\n" + length)
+    try:
+        assert go_on == b"HTTP/1.1 100 Continue\r\n"
+        assert await asyncio.wait_for(reader.readuntil(b"\r\n"), timeout=5) == b"\r\n"
+        writer.write(body)
+        status = await asyncio.wait_for(reader.readuntil(b"\r\n"), timeout=10)
+        assert b" 200 " in status
+    finally:
+        writer.close()
+    unknown, _, writer = await _expecting(router.port, length, b"something-else")
+    writer.close()
+    assert b" 417 " in unknown
