@@ -52,10 +52,12 @@ def validate_command(args: argparse.Namespace) -> int:
     from policies.engine import PolicyEngine
     from policies.errors import RoutingConfigError
     from policies.loader import load_routing
-    from policies.summary import admission_warnings, summarize, warnings
+    from policies.summary import fleet_warnings, summarize
     from workers.fleet import FleetConfig, FleetConfigError, load_fleet
-    from workers.registry import runners_by_model
 
+    if args.time_decisions > 0 and not args.fleet:
+        print("--time-decisions needs --fleet", file=sys.stderr)
+        return 2
     try:
         fleet = load_fleet(args.fleet) if args.fleet else FleetConfig({}, {}, ())
     except FleetConfigError as exc:
@@ -69,18 +71,18 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"{args.file}: invalid: {reason}", file=sys.stderr)
         return 1
     print(f"{args.file}: ok: {summarize(routing)}")
-    runners = runners_by_model(worker.info for worker in fleet.workers)
-    sequences = sum(w.info.max_num_seqs or w.info.gpu.default_max_num_seqs
-                    for w in fleet.workers)
-    for warning in warnings(routing, runners) + admission_warnings(routing, sequences):
+    for warning in fleet_warnings(routing, fleet):
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
+    if not args.fleet:
+        print(f"{args.file}: note: without --fleet, the models, pools and sequences it "
+              "names are not checked against a fleet", file=sys.stderr)
     if args.fleet:
         for problem in _fleet_start_problems(fleet):
             print(f"{args.fleet}: warning: kvroute serve would not start here: {problem}",
                   file=sys.stderr)
     if args.time_decisions > 0:
         if not fleet.workers:
-            print("--time-decisions needs --fleet", file=sys.stderr)
+            print(f"--time-decisions: {args.fleet} has no workers", file=sys.stderr)
             return 2
         from policies.timing import time_decisions
 

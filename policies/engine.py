@@ -239,10 +239,20 @@ class _Builder:
 
 
 def check_against_fleet(routing: RoutingConfig, fleet: FleetConfig) -> None:
-    """Rules must rewrite to models and pools that some worker of the fleet has."""
+    """Rules must rewrite to models and pools that some worker of the fleet has, and a
+    ``pool`` or ``labels`` filter must keep some worker (else every request is a 503)."""
     workers = [spec.info for spec in fleet.workers]
     if not workers:
         return
+    for profile in routing.profiles.values():
+        for spec in profile.filters:
+            wanted = _filter_labels(spec)
+            if wanted and not any(all(w.labels.get(k) == v for k, v in wanted.items())
+                                  for w in workers):
+                labels = ", ".join(f"{k}={v}" for k, v in wanted.items())
+                raise RoutingConfigError(
+                    f"{spec.path}: no worker of the fleet has {labels}: every request would "
+                    "find no candidate (503)")
     for i, rule in enumerate(routing.rules):
         model = rule.then.model
         if model is not None and not any(model in w.models for w in workers):
@@ -253,6 +263,16 @@ def check_against_fleet(routing: RoutingConfig, fleet: FleetConfig) -> None:
                             for w in workers):
             labels = ", ".join(f"{k}={v}" for k, v in pool.items())
             raise RoutingConfigError(f"rules[{i}].then.pool: no worker of the fleet has {labels}")
+
+
+def _filter_labels(spec: PluginSpec) -> Mapping[str, str] | None:
+    """The labels a ``pool`` or ``labels`` filter keeps workers by (None: another kind)."""
+    if spec.type == "pool":
+        return {"pool": spec.params.pool}
+    if spec.type == "labels":
+        match: Mapping[str, str] = spec.params.match
+        return match
+    return None
 
 
 def _in_pool(views: Sequence[WorkerView], pool: Mapping[str, str],

@@ -32,7 +32,7 @@ from policies.engine import PolicyEngine
 from policies.errors import RoutingConfigError
 from policies.loader import parse_routing_text, read_routing_text
 from policies.registry import PluginRegistry, default_registry
-from policies.summary import summarize
+from policies.summary import fleet_warnings, summarize
 from workers.file_watch import PeriodicCheck, file_stamp
 from workers.fleet import FleetConfig
 
@@ -84,6 +84,7 @@ class PolicyReloader:
         text = read_routing_text(path)
         engine = PolicyEngine.build(parse_routing_text(text, registry, str(path)), fleet,
                                     registry, seed=seed)
+        _log_warnings(Path(path), engine, fleet)
         return cls(path, fleet, engine, registry=registry, interval_s=interval_s, seed=seed,
                    on_result=on_result, on_swap=on_swap)
 
@@ -154,7 +155,9 @@ class PolicyReloader:
         self._in_force = digest
         for listener in self._swap_listeners:
             listener(engine)
-        return self._report(ReloadResult("success", str(self.path), summarize(engine.routing)))
+        result = self._report(ReloadResult("success", str(self.path), summarize(engine.routing)))
+        _log_warnings(self.path, engine, self.fleet)
+        return result
 
     def add_swap_listener(self, listener: Callable[[PolicyEngine], None]) -> None:
         """Also call ``listener(engine)`` after each successful swap."""
@@ -184,6 +187,13 @@ class PolicyReloader:
 
     async def stop(self) -> None:
         await self._periodic.stop()
+
+
+def _log_warnings(path: Path, engine: PolicyEngine, fleet: FleetConfig) -> None:
+    """What ``kvroute validate`` warns of in the config now in force (a profile without a
+    healthy filter, say, left by a file cut short), in the log."""
+    for warning in fleet_warnings(engine.routing, fleet):
+        log.warning("routing file %s: %s", path, warning)
 
 
 def _read_and_digest(path: Path) -> tuple[str, bytes]:

@@ -185,6 +185,9 @@ def _parse_rules(raw: Any, profiles: Mapping[str, ProfileSpec]) -> list[Rule]:
 def _parse_when(raw: Any, path: str) -> RuleMatch:
     body = _mapping(raw, path)
     _check_keys(body, _WHEN_KEYS, path)
+    # a condition left without a value (``tenant:`` alone, a template that rendered nothing)
+    # would hold for every request: the rule would catch all of them
+    _refuse_empty_values(body, path, "a condition without one would hold for every request")
     min_tokens = _optional_count(body.get("min_prompt_tokens"), f"{path}.min_prompt_tokens")
     max_tokens = _optional_count(body.get("max_prompt_tokens"), f"{path}.max_prompt_tokens")
     if min_tokens is not None and max_tokens is not None and min_tokens > max_tokens:
@@ -204,6 +207,10 @@ def _parse_then(raw: Any, path: str, profiles: Mapping[str, ProfileSpec]) -> Rul
     _check_keys(body, _THEN_KEYS, path)
     if not body:
         raise RoutingConfigError(f"{path}: needs at least one of: {', '.join(_THEN_KEYS)}")
+    # an action without a value does nothing, yet the rule, matching first, keeps the
+    # requests it matches from every later rule
+    _refuse_empty_values(body, path, "an action without one does nothing, and the rule "
+                         "keeps what it matches from the rules after it")
     profile = coerce(str | None, body.get("profile"), f"{path}.profile")
     if profile is not None and profile not in profiles:
         raise RoutingConfigError(
@@ -214,6 +221,13 @@ def _parse_then(raw: Any, path: str, profiles: Mapping[str, ProfileSpec]) -> Rul
         model=coerce(str | None, body.get("model"), f"{path}.model"),
         pool=pool,
         adapter=coerce(str | None, body.get("adapter"), f"{path}.adapter"))
+
+
+def _refuse_empty_values(body: Mapping[Any, Any], path: str, why: str) -> None:
+    for key, value in body.items():
+        if value is None or value == "" or value == {} or value == []:
+            raise RoutingConfigError(f"{path}.{key}: has no value ({why}); give it one or "
+                                     "remove it")
 
 
 def _one_or_many(raw: Any, path: str) -> tuple[str, ...]:

@@ -9,6 +9,8 @@ from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from policies.admission.section import AdmissionSection
 from policies.base import ROUTED_PATHS, RUNNER_OF_PATH
 from policies.config import RoutingConfig
+from workers.fleet import FleetConfig
+from workers.registry import runners_by_model
 
 
 def summarize(routing: RoutingConfig) -> str:
@@ -30,6 +32,15 @@ def _admission(routing: RoutingConfig) -> str:
     budgets = sum(budget.limited for budget in section.tenants.values())
     other = "limited" if section.other_tenants.limited else "unlimited"
     return f"; admission: {limit}, {budgets} tenant budget(s), other tenants {other}"
+
+
+def fleet_warnings(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
+    """Every warning worth giving about ``routing`` served by ``fleet``: what ``kvroute
+    validate`` prints, and the router logs when it loads the file."""
+    runners = runners_by_model(worker.info for worker in fleet.workers)
+    sequences = sum(w.info.max_num_seqs or w.info.gpu.default_max_num_seqs
+                    for w in fleet.workers)
+    return warnings(routing, runners) + admission_warnings(routing, sequences)
 
 
 def warnings(routing: RoutingConfig,

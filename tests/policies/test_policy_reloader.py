@@ -211,9 +211,28 @@ async def test_a_refusal_is_logged_with_the_files_path(routing_file: Path,
     write(routing_file, BAD, 1_000_000)
     with caplog.at_level("ERROR", logger="policies.reloader"):
         await settled(reloader)
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
         "routing reload refused, keeping the last good config: "
         f"{routing_file}: profiles.default.scorers[0].weight: must be a number"]
+
+
+async def test_the_config_in_force_is_warned_of_as_validate_does(
+        routing_file: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A file cut short after ``default:`` is a valid profile without filters: it was loaded
+    with one INFO line, and requests could go to workers that were down. The router logs
+    what ``kvroute validate`` warns of, at start and at each reload."""
+    write(routing_file, "profiles:\n  default:\n", 1_000_000)
+    with caplog.at_level("WARNING", logger="policies.reloader"):
+        reloader = PolicyReloader.load(routing_file, FLEET)
+        write(routing_file, "profiles:\n  default: {filters: [{type: model}]}\n", 2_000_000)
+        await settled(reloader)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    no_healthy = (f"routing file {routing_file}: profiles.default.filters: no healthy filter: "
+                  "requests may go to workers whose last scrape failed or that keep failing "
+                  "requests")
+    assert warned == [
+        f"routing file {routing_file}: profiles.default.filters: no model filter: requests "
+        "may go to workers that do not serve their model", no_healthy, no_healthy]
 
 
 async def test_a_file_of_several_megabytes_is_refused_unread(routing_file: Path) -> None:

@@ -149,6 +149,17 @@ def test_declared_producer_keeps_its_params() -> None:
     pytest.param(BASE + "rules:\n  - {name: r, then: {}}\n",
                  "rules[0].then: needs at least one of: profile, model, pool, adapter",
                  id="rule without action"),
+    *(pytest.param(BASE + f"rules:\n  - {{name: r, when: {{{condition}}}, then: {{model: m}}}}\n",
+                   f"rules[0].when.{condition.split(':')[0]}: has no value (a condition without "
+                   "one would hold for every request); give it one or remove it",
+                   id=f"condition without a value: {condition}")
+      for condition in ("tenant: ", "tenant: ''", "path: null", "min_prompt_tokens: ",
+                        "model: []", "header: {}", "class: ")),
+    *(pytest.param(BASE + f"rules:\n  - {{name: r, then: {{{action}}}}}\n",
+                   f"rules[0].then.{action.split(':')[0]}: has no value (an action without one "
+                   "does nothing, and the rule keeps what it matches from the rules after "
+                   "it); give it one or remove it", id=f"action without a value: {action}")
+      for action in ("profile: null", "pool: {}", "adapter: ''", "model: ")),
     pytest.param(BASE + "rules:\n  - {name: r, then: {model: m}}\n"
                         "  - {name: r, then: {model: n}}\n",
                  "rules[1].name: duplicate rule name 'r'", id="duplicate rule name"),

@@ -57,7 +57,39 @@ def test_warnings_do_not_fail_validation(tmp_path: Path,
     assert main(["validate", str(path)]) == 0
     assert capsys.readouterr().err == (
         f"{path}: warning: profiles.default.filters: no model filter: requests may go to "
-        "workers that do not serve their model\n")
+        f"workers that do not serve their model\n{path}: {NO_FLEET_NOTE}\n")
+
+
+NO_FLEET_NOTE = ("note: without --fleet, the models, pools and sequences it names are not "
+                 "checked against a fleet")
+
+
+def test_a_pool_filter_no_worker_passes_is_refused_with_the_fleet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same check as a rule's pool: such a filter validated ok, loaded, and every
+    request was answered 503."""
+    fleet = str(ROOT / "config" / "fleet.yaml")
+    path = tmp_path / "routing.yaml"
+    for params, labels in (("{pool: platinum}", "pool=platinum"),
+                           ("{match: {pool: premium, region: us}}", "pool=premium, region=us")):
+        kind = "pool" if "match" not in params else "labels"
+        path.write_text("profiles: {default: {filters: [{type: model}, {type: healthy}, "
+                        f"{{type: {kind}, params: {params}}}]}}}}\n")
+        assert main(["validate", str(path), "--fleet", fleet]) == 1
+        assert capsys.readouterr().err == (
+            f"{path}: invalid: profiles.default.filters[2]: no worker of the fleet has "
+            f"{labels}: every request would find no candidate (503)\n")
+    path.write_text("profiles: {default: {filters: [{type: model}, {type: healthy}, "
+                    "{type: labels, params: {match: {pool: premium, region: eu}}}]}}\n")
+    assert main(["validate", str(path), "--fleet", fleet]) == 0
+
+
+def test_time_decisions_without_a_fleet_is_refused_before_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n")
+    assert main(["validate", str(path), "--time-decisions", "5"]) == 2
+    assert capsys.readouterr() == ("", "--time-decisions needs --fleet\n")
 
 
 def test_fleet_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -183,4 +215,4 @@ def test_waiting_settings_without_an_in_flight_limit_are_a_warning(
     assert capsys.readouterr().err == (
         f"{path}: warning: admission: max_waiting, the priority of gold apply only to "
         "requests waiting for an in-flight slot, and max_in_flight is 0 (no limit): no "
-        "request ever waits; set max_in_flight to use them\n")
+        f"request ever waits; set max_in_flight to use them\n{path}: {NO_FLEET_NOTE}\n")
