@@ -109,6 +109,8 @@ def out_problem(out: Path | str | None) -> str | None:
     by the ``kvroute sim``, ``scorecard``, ``trace`` and ``bench`` commands."""
     if out is None:
         return None
+    if not str(out).strip():     # Path("") is the current folder: perhaps a checkout
+        return "--out: give a folder's name (an empty one would write in the current folder)"
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)

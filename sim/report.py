@@ -85,6 +85,24 @@ def _pooled_note(pooled: float | None) -> str:
     return f" (one LRU cache of the whole fleet's KV: {pooled:.1%})"
 
 
+# what a run writes in its --out folder: files, and the folder of per-request CSVs
+OUTPUT_FILES = ("summary.json", "summary.json.partial", "summary.md", "ttft_cdf.png",
+                "goodput.png", "cost.png")
+REQUESTS_DIR = "requests"
+
+
+def output_clash(out_dir: Path) -> str | None:
+    """What in ``out_dir`` would stop the run's results being written (a folder where a file
+    goes, or a file where the ``requests`` folder goes): found before the run, not after."""
+    for name in OUTPUT_FILES:
+        if (out_dir / name).is_dir():
+            return f"--out: {out_dir / name} is a folder, where the run writes a file"
+    requests = out_dir / REQUESTS_DIR
+    if requests.exists() and not requests.is_dir():
+        return f"--out: {requests} is a file, where the run writes a folder of CSVs"
+    return None
+
+
 def write_summary(out_dir: Path, meta: Mapping[str, Any],
                   entries: Mapping[str, Mapping[str, Any]]) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from sim.cache_curve import prefix_ceiling
 from sim.cli import out_problem
 from sim.client_max_tokens import EXACT, ClientMaxTokens
 from sim.policy_names import UnknownPolicyError, policy_label, resolve_policy
-from sim.report import write_plots, write_requests_csv, write_summary
+from sim.report import output_clash, write_plots, write_requests_csv, write_summary
 from sim.runner import (
     PolicyJob,
     PolicyRun,
@@ -63,14 +63,15 @@ class SimulationRequest:
 
 
 def run_session(request: SimulationRequest) -> int:
+    from policies.engine import check_against_fleet
     from policies.errors import RoutingConfigError
 
     try:
         fleet = load_fleet(request.fleet)
         kv_tokens = fleet_kv_tokens(fleet)       # every worker has room for a KV cache
         for name in request.policies:
-            try:
-                resolve_policy(name)
+            try:       # and its rules' models and pools are the fleet's (not after a run)
+                check_against_fleet(resolve_policy(name), fleet)
             except RoutingConfigError as exc:      # say which of the policies it is
                 text = str(exc)
                 raise RoutingConfigError(text if text.startswith(name)
@@ -92,7 +93,7 @@ def run_session(request: SimulationRequest) -> int:
     unlikely = unlikely_rate(trace)
     if unlikely:
         print(f"kvroute sim: note: {request.trace}: {unlikely}", file=sys.stderr)
-    problem = out_problem(request.out)      # before the run, not after it
+    problem = out_problem(request.out) or output_clash(Path(request.out))   # before the run
     if problem:
         print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2

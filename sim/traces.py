@@ -48,7 +48,7 @@ import random
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -280,9 +280,11 @@ def _read_azure(p: Path) -> Iterator[TraceRequest]:
 
 
 def _parse_azure_time(text: str) -> float:
-    """``2023-11-16 18:17:03.9799600`` (7 fractional digits) -> POSIX seconds."""
+    """``2023-11-16 18:17:03.9799600`` (7 fractional digits) -> POSIX seconds, read as UTC:
+    read in the machine's time zone, a trace spanning a daylight-saving change had an hour
+    more or less between two requests on some machines than on others."""
     whole, _, frac = text.strip().partition(".")
-    base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").timestamp()
+    base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
     return base + (float("0." + frac) if frac else 0.0)
 
 

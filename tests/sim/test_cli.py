@@ -328,6 +328,48 @@ def test_a_bad_routing_file_among_the_policies_is_named(
     assert err.startswith(f"kvroute sim: {bad}: profiles.default.scorers[0].type: unknown "), err
 
 
+def test_a_rule_naming_what_the_fleet_lacks_is_refused_before_any_policy_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was a traceback after the policies before it had run, their results lost."""
+    pools = ROOT / "config" / "examples" / "length-buckets.yaml"
+    fleet = ROOT / "config" / "fleets" / "reference-h100.yaml"      # no pools
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(fleet),
+                 "--policies", f"round-robin,{pools}", "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert capsys.readouterr() == (
+        "", f"kvroute sim: {pools}: rules[0].then.pool: no worker of the fleet has "
+            "pool=economy\n")
+
+
+@pytest.mark.parametrize("clash", ["summary.json", "ttft_cdf.png", "requests"])
+def test_an_out_folder_whose_names_are_taken_is_refused_before_the_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], clash: str) -> None:
+    """A folder named summary.json (or a file named requests) in --out was a traceback
+    after the whole run."""
+    out = tmp_path / "o"
+    out.mkdir()
+    if clash == "requests":
+        (out / clash).write_text("")
+    else:
+        (out / clash).mkdir()
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", "round-robin", "--out", str(out)])
+    assert code == 2
+    kind = ("is a file, where the run writes a folder of CSVs" if clash == "requests"
+            else "is a folder, where the run writes a file")
+    assert capsys.readouterr() == ("", f"kvroute sim: --out: {out / clash} {kind}\n")
+
+
+def test_an_empty_out_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It wrote the summary, plots and CSVs into the current folder."""
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", "round-robin", "--out", ""])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "kvroute sim: --out: give a folder's name (an empty one would write in the current "
+        "folder)\n")
+
+
 def test_the_ceilings_leave_out_what_no_worker_can_serve(tmp_path: Path) -> None:
     """A prompt longer than every window is rejected by every policy and counted in no hit
     rate, but was counted in the ceiling: the hit rate read far above its ceiling."""

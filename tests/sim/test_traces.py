@@ -186,6 +186,23 @@ def test_azure_csv_timestamps_and_unique_prompts(tmp_path: Path) -> None:
     assert prefix_ceiling(trace) == 0.0
 
 
+def test_azure_times_are_read_as_utc_whatever_the_machines_time_zone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read in the local time zone, two requests either side of New York's spring change an
+    hour apart were one second apart there."""
+    import time
+
+    path = tmp_path / "a.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-03-12 01:59:59.0,40,10\n2023-03-12 03:00:00.0,40,8\n")
+    for zone in ("UTC", "America/New_York"):
+        monkeypatch.setenv("TZ", zone)
+        time.tzset()
+        assert [r.arrival_s for r in load_trace(path).requests] == [0.0, 3601.0]
+    monkeypatch.undo()
+    time.tzset()
+
+
 def test_shared_traces_load_with_the_documented_shape() -> None:
     mooncake = load_trace(SHARED / "mooncake_conversation_trace.jsonl.gz")
     assert len(mooncake.requests) == 12031

@@ -57,6 +57,7 @@ from typing import Any, Literal
 
 from workers.credentials import worker_api_key
 from workers.engine.api import EngineConfig
+from workers.engine.capacity import config_limits
 from workers.engine.profiles import GpuProfile, ModelSpec
 from workers.fleet import FleetConfig
 
@@ -198,7 +199,7 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
     port = r.integer("port", None, lo=0, hi=65535)
     if port is None:
         raise EmulatorConfigError(f"{where}.port: required, an integer")
-    return EmulatorConfig(
+    config = EmulatorConfig(
         port=port, gpu=gpu, model=model, served_model_names=served_names,
         host=r.string("host", "127.0.0.1"), worker_id=worker_id,
         tensor_parallel=tensor_parallel,
@@ -224,6 +225,12 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
         ssl_certfile=r.optional_string("ssl_certfile") or None,
         ssl_keyfile=_keyfile(r, where),
     )
+    if config.num_gpu_blocks is not None:   # a cache the GPU cannot hold is refused here
+        try:
+            config_limits(config.engine_config())
+        except ValueError as exc:
+            raise EmulatorConfigError(f"{where}: {exc}") from None
+    return config
 
 
 def _keyfile(r: _Reader, where: str) -> str | None:

@@ -82,6 +82,15 @@ def resolve_limits(gpu: GpuProfile, model: ModelSpec, tensor_parallel: int = 1,
         gpu, model, tensor_parallel, block_size, gpu_memory_utilization, tokens, seqs)
     if blocks < 2:
         raise ValueError(f"num_gpu_blocks must be at least 2, got {blocks}")
+    # more blocks than the whole memory holds (weights aside) is a typo, and the engine
+    # keeps a list of its free blocks: 10**11 of them ran the machine out of memory
+    block_bytes = bytes_per_block(model, block_size, tensor_parallel)
+    most = int(visible_memory_bytes(gpu) // block_bytes)
+    if blocks > most:
+        raise ValueError(
+            f"num_gpu_blocks: {blocks:,} blocks of {block_bytes:,} bytes ({model.name}, "
+            f"block_size {block_size}, TP{tensor_parallel}) are more KV cache than "
+            f"{gpu.name}'s memory holds: at most {most:,}")
     model_len = min(max_model_len or model.max_model_len, (blocks - 1) * block_size)
     return EngineLimits(num_gpu_blocks=blocks, block_size=block_size, max_model_len=model_len,
                         max_num_seqs=seqs, max_num_batched_tokens=tokens)

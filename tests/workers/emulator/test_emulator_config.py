@@ -86,6 +86,10 @@ def test_every_key_is_read() -> None:
     ({"port": 1, "served_model_names": []}, "emulate.served_model_names: must be a list"),
     ({"port": 1, "faults": {"metrics_broken": "sometimes"}},
      "emulate.faults.metrics_broken: must be false, error or garbage"),
+    # 10**11 blocks: the engine's list of free blocks ran the machine out of memory
+    ({"port": 1, "num_gpu_blocks": 10**11}, "emulate: num_gpu_blocks: 100,000,000,000 blocks "
+     "of 2,097,152 bytes (llama-3-8b, block_size 16, TP1) are more KV cache than "
+     "H100-80GB's memory holds: at most 40,755"),
 ])
 def test_invalid_blocks_name_the_key(raw: dict[str, object], message: str) -> None:
     with pytest.raises(EmulatorConfigError) as err:

@@ -46,3 +46,11 @@ def test_max_model_len_shrinks_to_the_cache() -> None:
 def test_model_that_does_not_fit_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="leaves no KV-cache memory on L40S-48GB"):
         derive_num_gpu_blocks(L40S_48GB, LLAMA_3_70B, tensor_parallel=1)
+
+
+def test_more_blocks_than_the_memory_holds_are_refused() -> None:
+    most = int(79.6 * 2**30 // bytes_per_block(LLAMA_3_8B, 16, 1))    # its 79.6 GiB
+    assert resolve_limits(H100_80GB, LLAMA_3_8B, num_gpu_blocks=most).num_gpu_blocks == most
+    with pytest.raises(ValueError, match=f"are more KV cache than H100-80GB's memory holds: "
+                                         f"at most {most:,}"):
+        resolve_limits(H100_80GB, LLAMA_3_8B, num_gpu_blocks=most + 1)
