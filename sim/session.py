@@ -90,6 +90,10 @@ def run_session(request: SimulationRequest) -> int:
     if not trace.requests:
         print(f"kvroute sim: {request.trace}: no requests after slicing", file=sys.stderr)
         return 2
+    problem = scrape_count_problem(trace.span_s / request.rate_scale, interval)
+    if problem:
+        print(f"kvroute sim: {problem}", file=sys.stderr)
+        return 2
     unlikely = unlikely_rate(trace)
     if unlikely:
         print(f"kvroute sim: note: {request.trace}: {unlikely}", file=sys.stderr)
@@ -117,6 +121,27 @@ def run_session(request: SimulationRequest) -> int:
     print((out / "summary.md").read_text(), end="")
     print(f"wrote {path} and plots in {out}", file=sys.stderr)
     return 0
+
+
+# the most scrape rounds one simulation may step through: each costs tens of microseconds even
+# with the fleet idle, so 20 million are minutes (a --rate-scale of 1e-300 never ended)
+MAX_SCRAPE_ROUNDS = 20_000_000
+
+
+def scrape_count_problem(span_s: float, interval_s: float) -> str | None:
+    """Why a run of ``span_s`` simulated seconds, scraped every ``interval_s``, would not end
+    in reasonable time; None when it would."""
+    rounds = span_s / interval_s
+    if rounds <= MAX_SCRAPE_ROUNDS:
+        return None
+    return (f"the trace lasts {_count(span_s)} simulated seconds at this --rate-scale: "
+            f"{_count(rounds)} scrapes every {interval_s:g} s, more than the "
+            f"{MAX_SCRAPE_ROUNDS:,} a run steps through in minutes: raise --rate-scale or "
+            "--scrape-interval, or cut the trace with --duration")
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}" if value < 1e12 else f"{value:.2e}"
 
 
 def unlikely_rate(trace: Trace) -> str | None:

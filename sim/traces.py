@@ -189,14 +189,14 @@ def _detect_format(p: Path) -> TraceFormat:
     stem = p.name.lower().removesuffix(".gz")
     if stem.endswith(".csv"):
         return "azure"
-    for line in _lines(p):
+    for lineno, line in enumerate(_lines(p), 1):
         if line.strip():
             if line.startswith("TIMESTAMP,"):      # an Azure CSV by another name
                 return "azure"
             try:
-                first = json.loads(line)
+                first = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
-                raise TraceError(f"{p}:1: not JSON: {exc.msg}") from exc
+                raise TraceError(f"{p}:{lineno}: {_not_json(exc)}") from exc
             if isinstance(first, dict) and "timestamp" in first and (
                     "hash_ids" in first or "input_length" in first):
                 return "mooncake"        # (a row without hash_ids is then said to lack them)
@@ -204,14 +204,19 @@ def _detect_format(p: Path) -> TraceFormat:
     raise TraceError(f"{p}: empty trace")
 
 
+def _not_json(exc: json.JSONDecodeError) -> str:
+    """What is wrong with a line, and where in it (a line cut short says so at its end)."""
+    return f"not JSON: {exc.msg.removesuffix(' at')} (column {exc.colno})"
+
+
 def _json_lines(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for lineno, line in enumerate(_lines(p), 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line.rstrip("\r\n"))
         except json.JSONDecodeError as exc:
-            raise TraceError(f"{p}:{lineno}: not JSON: {exc.msg}") from exc
+            raise TraceError(f"{p}:{lineno}: {_not_json(exc)}") from exc
         if not isinstance(obj, dict):
             raise TraceError(f"{p}:{lineno}: each line must be a JSON object")
         yield lineno, obj

@@ -360,6 +360,24 @@ def test_an_out_folder_whose_names_are_taken_is_refused_before_the_run(
     assert capsys.readouterr() == ("", f"kvroute sim: --out: {out / clash} {kind}\n")
 
 
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--rate-scale", "1e-300", "the trace lasts 1.10e+300 simulated seconds at this "
+     "--rate-scale: 5.50e+300 scrapes every 0.2 s"),
+    ("--scrape-interval", "1e-9", "the trace lasts 1 simulated seconds at this --rate-scale: "
+     "1,100,000,000 scrapes every 1e-09 s"),
+])
+def test_a_run_that_would_step_through_too_many_scrapes_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str,
+        message: str) -> None:
+    """A rate scale of 1e-300 stepped through scrapes for ever, with nothing said."""
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", "round-robin", "--out", str(tmp_path / "o"), flag, value])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"kvroute sim: {message}, more than the 20,000,000 a run steps through in minutes: "
+        "raise --rate-scale or --scrape-interval, or cut the trace with --duration\n")
+
+
 def test_an_empty_out_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It wrote the summary, plots and CSVs into the current folder."""
     code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),

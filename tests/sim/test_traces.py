@@ -186,6 +186,23 @@ def test_azure_csv_timestamps_and_unique_prompts(tmp_path: Path) -> None:
     assert prefix_ceiling(trace) == 0.0
 
 
+@pytest.mark.parametrize(("text", "where"), [
+    ('\n\n{"arrival_s": 0, "prompt_tokens": 3\n', "3: not JSON: Expecting ',' delimiter "
+     "(column 36)"),
+    ('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 1}\n{"arrival_s": 1, "pro\n',
+     "2: not JSON: Unterminated string starting (column 18)"),
+])
+def test_a_line_that_is_not_json_is_named_by_its_number_and_column(
+        tmp_path: Path, text: str, where: str) -> None:
+    """The first line with text was always said to be line 1, blank lines before it or not,
+    and no column said where a line was cut."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    with pytest.raises(TraceError) as error:
+        load_trace(path)
+    assert str(error.value) == f"{path}:{where}"
+
+
 def test_azure_times_are_read_as_utc_whatever_the_machines_time_zone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Read in the local time zone, two requests either side of New York's spring change an
