@@ -35,9 +35,10 @@ from sim.simulator import (
     fleet_kv_tokens,
     router_scrape_interval,
     servable,
+    simulated_model,
 )
 from sim.traces import Trace, TraceError, TraceFormat
-from workers.fleet import FleetConfigError, load_fleet
+from workers.fleet import FleetConfig, FleetConfigError, load_fleet
 
 _PROGRESS_BATCH = 100
 
@@ -94,6 +95,13 @@ def run_session(request: SimulationRequest) -> int:
     if problem:
         print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2
+    problem = model_problem(fleet)
+    if problem:
+        print(f"kvroute sim: {problem}", file=sys.stderr)
+        return 2
+    note = model_note(fleet)
+    if note:
+        print(f"kvroute sim: note: {note}", file=sys.stderr)
     unlikely = unlikely_rate(trace)
     if unlikely:
         print(f"kvroute sim: note: {request.trace}: {unlikely}", file=sys.stderr)
@@ -142,6 +150,31 @@ def scrape_count_problem(span_s: float, interval_s: float) -> str | None:
 
 def _count(value: float) -> str:
     return f"{value:,.0f}" if value < 1e12 else f"{value:.2e}"
+
+
+def model_problem(fleet: FleetConfig) -> str | None:
+    """A fleet whose simulated model (the first worker's first) serves embeddings only: the
+    simulation replays generations, which the router would refuse (400) there."""
+    model = simulated_model(fleet)
+    runners = {w.info.model_spec.runner for w in fleet.workers if model in w.info.models}
+    if runners and "generate" not in runners:
+        return (f"{fleet.source}: every simulated request asks for the first worker's model, "
+                f"{model}, which runs as {'/'.join(sorted(runners))} (embeddings): put a "
+                "worker of a generative model first")
+    return None
+
+
+def model_note(fleet: FleetConfig) -> str | None:
+    """Which workers a simulation of a fleet of several models uses (those serving the first
+    worker's first model); the others stay idle, though counted in the fleet's cost."""
+    model = simulated_model(fleet)
+    models = {m for w in fleet.workers for m in w.info.models}
+    if len(models) <= 1:
+        return None
+    serving = sum(model in w.info.models for w in fleet.workers)
+    return (f"{fleet.source} serves {len(models)} models; every simulated request asks for "
+            f"the first worker's, {model}, served by {serving} of its {len(fleet.workers)} "
+            "workers: the others stay idle, and count in $/Mtok fleet")
 
 
 def unlikely_rate(trace: Trace) -> str | None:

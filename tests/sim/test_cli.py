@@ -378,6 +378,32 @@ def test_a_run_that_would_step_through_too_many_scrapes_is_refused(
         "raise --rate-scale or --scrape-interval, or cut the trace with --duration\n")
 
 
+def test_a_fleet_of_several_models_says_which_one_is_simulated(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every request went to the first worker's model, the others idle and counted in the
+    fleet's cost, with nothing said; a fleet whose first model serves embeddings only was
+    simulated as generation, which the router refuses there."""
+    mixed = ROOT / "config" / "examples" / "embeddings-fleet.yaml"
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(mixed),
+                 "--policies", "round-robin", "--out", str(tmp_path / "o")])
+    assert code == 0
+    assert (f"kvroute sim: note: {mixed} serves 2 models; every simulated request asks for "
+            "the first worker's, meta-llama/Llama-3.1-8B-Instruct, served by 2 of its 4 "
+            "workers: the others stay idle, and count in $/Mtok fleet\n"
+            ) in capsys.readouterr().err
+    embeddings_only = tmp_path / "embed.yaml"
+    text = mixed.read_text()
+    embeddings_only.write_text(text[:text.index("  - id: h100-0")]
+                               + text[text.index("  - id: embed-h100"):])
+    code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(embeddings_only),
+                 "--policies", "round-robin", "--out", str(tmp_path / "o2")])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"kvroute sim: {embeddings_only}: every simulated request asks for the first "
+        "worker's model, Qwen/Qwen3-Embedding-0.6B, which runs as pooling (embeddings): put "
+        "a worker of a generative model first\n")
+
+
 def test_an_empty_out_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It wrote the summary, plots and CSVs into the current folder."""
     code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
