@@ -263,21 +263,37 @@ def check(args: argparse.Namespace) -> str | None:
         range_problem("--mooncake", args.mooncake, 0),
         range_problem("--workers", args.workers, 1))
     if problem is None and args.mooncake:       # read last, after minutes of work
-        return _trace_problem(args.trace)
+        return _trace_problem(args.trace, args.mooncake)
     return problem
 
 
-def _trace_problem(path: Path) -> str | None:
-    """Whether ``path`` opens as the gzipped JSONL ``bench_mooncake`` reads."""
+# what ``bench_mooncake`` reads of each row
+_MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+def _trace_problem(path: Path, count: int) -> str | None:
+    """Whether ``path`` holds ``count`` rows of the gzipped Mooncake JSONL ``bench_mooncake``
+    reads (checked before the other scenarios run: it is read last)."""
     import gzip
 
     if not path.is_file():
         return f"--trace: {path}: no such file"
+    rows = 0
     try:
         with gzip.open(path, "rt") as f:
-            f.readline()
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+            for rows, line in enumerate(f, 1):
+                if rows > count:
+                    break
+                row = json.loads(line)
+                missing = [k for k in _MOONCAKE_FIELDS if not isinstance(row, dict)
+                           or k not in row]
+                if missing:
+                    return (f"--trace: {path}:{rows}: not a Mooncake row (no "
+                            f"{', '.join(missing)})")
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         return f"--trace: cannot read {path} as gzipped JSONL: {exc}"
+    if rows < count:
+        return f"--mooncake {count}: {path} has only {rows} rows"
     return None
 
 

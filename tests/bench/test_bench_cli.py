@@ -121,7 +121,7 @@ def test_cpu_lists() -> None:
     (["block-hashes", "--trace", "{tmp}/missing.jsonl"],
      "block-hashes: {tmp}/missing.jsonl: cannot read trace: No such file or directory"),
     (["tokenize", "--trace", "{tmp}/bad.jsonl"],
-     "tokenize: {tmp}/bad.jsonl:1: not JSON: Expecting value"),
+     "tokenize: {tmp}/bad.jsonl:1: not JSON: Expecting value (column 1)"),
     (["emulator", "--duration", "nan"], "emulator: --duration: must be a finite number, got nan"),
     (["decision", "--observed-spread", "inf"],
      "decision: --observed-spread: must be a finite number, got inf"),
@@ -157,6 +157,12 @@ def _bench_args(tmp_path: Path, args: list[str]) -> list[str]:
         (ROOT / "config" / "fleet.yaml").read_text().replace(
             "emulate: {port: 8101, responses_store: true}", "url: http://127.0.0.1:9"))
     _trace(tmp_path)
+    import gzip
+    with gzip.open(tmp_path / "generic.jsonl.gz", "wt") as f:
+        f.write('{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 2}\n')
+    with gzip.open(tmp_path / "mooncake2.jsonl.gz", "wt") as f:
+        f.write('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n'
+                * 2)
     return [a.replace("{tmp}", str(tmp_path)).replace("{root}", str(ROOT)) for a in args]
 
 
@@ -260,6 +266,12 @@ def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(
      "--trace: {tmp}/missing.jsonl.gz: no such file"),
     (["engine", "--mooncake", "5", "--trace", "{tmp}/t.jsonl"],
      "--trace: cannot read {tmp}/t.jsonl as gzipped JSONL: Not a gzipped file (b'{\"')"),
+    # read after every other scenario: a KeyError then, or numbers divided by 5 for 2 rows
+    (["engine", "--mooncake", "5", "--trace", "{tmp}/generic.jsonl.gz"],
+     "--trace: {tmp}/generic.jsonl.gz:1: not a Mooncake row (no timestamp, input_length, "
+     "output_length, hash_ids)"),
+    (["engine", "--mooncake", "5", "--trace", "{tmp}/mooncake2.jsonl.gz"],
+     "--mooncake 5: {tmp}/mooncake2.jsonl.gz has only 2 rows"),
     (["redis-sync", "--keys", "x"], "--keys: expected comma-separated integers, got 'x'"),
     (["redis-sync", "--replicas", "0"], "--replicas: must be >= 1, got 0"),
     (["redis-sync", "--syncs", "0"], "--syncs: must be >= 1, got 0"),
