@@ -76,11 +76,12 @@ def main_servegen(args: argparse.Namespace) -> int:
         return 2
     skipped = (f"; {len(workload.without_lengths)} client(s) without length distributions "
                "skipped" if workload.without_lengths else "")
+    # the data ends where its last rate window does
+    data_end = max(w.start_s for c in workload.clients for w in c.windows) + RATE_WINDOW_S
     if not requests:
-        last = max(w.start_s for c in workload.clients for w in c.windows) + RATE_WINDOW_S
         print(f"kvroute trace servegen: no request in [{args.start:g}, "
-              f"{args.start + args.duration:g}) s (the data spans 0 to {last:g} s){skipped}; "
-              "nothing written", file=sys.stderr)
+              f"{args.start + args.duration:g}) s (the data spans 0 to {data_end:g} s)"
+              f"{skipped}; nothing written", file=sys.stderr)
         return 2
     try:
         write_jsonl(requests, args.out)
@@ -89,8 +90,12 @@ def main_servegen(args: argparse.Namespace) -> int:
               f"{exc.strerror or exc}", file=sys.stderr)
         return 2
     tenants = len({r.tenant for r in requests})
+    # a span past the data's end has requests over its first part only
+    covered = min(args.start + args.duration, data_end) - args.start
+    cut = (f", the data ending at {data_end:g} s: {args.duration:g} s asked"
+           if covered < args.duration else "")
     print(f"wrote {args.out}: {len(requests)} requests from {tenants} clients over "
-          f"{args.duration:g} s ({len(requests) / args.duration:.2f} req/s); prompt tokens "
+          f"{covered:g} s ({len(requests) / covered:.2f} req/s{cut}); prompt tokens "
           f"mean {statistics.fmean(r.prompt_tokens for r in requests):.0f}, output tokens "
           f"mean {statistics.fmean(r.output_tokens for r in requests):.0f}{skipped}")
     return 0

@@ -168,6 +168,14 @@ def test_the_command_writes_a_trace_the_simulator_reads(tmp_path: Path,
     assert {(r.num_prompt_tokens, r.output_tokens, r.tenant) for r in trace.requests} == {
         (120, 40, "client-4")}
     assert trace.span_s < 120
+    # a span running past the data's end (600 s) has requests over its first part only: the
+    # rate is of that part (it was of the whole span asked, 2.5 times too low here)
+    assert kvroute(["trace", "servegen", "--archive", str(archive), "--start", "400",
+                    "--duration", "500", "--out", str(tmp_path / "cut.jsonl")]) == 0
+    said = capsys.readouterr().out
+    count = len(load_trace(tmp_path / "cut.jsonl").requests)
+    assert (f"{count} requests from 1 clients over 200 s ({count / 200:.2f} req/s, the data "
+            "ending at 600 s: 500 s asked)") in said
     # a span with no request is an error, and writes nothing
     empty = tmp_path / "empty.jsonl"
     assert kvroute(["trace", "servegen", "--archive", str(archive), "--start", "900",
