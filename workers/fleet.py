@@ -164,6 +164,9 @@ def load_fleet(path: str | Path) -> FleetConfig:
 
 
 def parse_fleet(data: Any, source: str = "<memory>") -> FleetConfig:
+    if data is None:
+        raise FleetConfigError(f"{source}: the file is empty (a fleet file has workers: and "
+                               "models:)")
     if not isinstance(data, Mapping):
         raise FleetConfigError(f"{source}: top level must be a mapping")
     unknown = sorted(set(data) - {"gpu_classes", "models", "workers"})
@@ -253,6 +256,8 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     if not isinstance(wid, str) or not wid:
         raise FleetConfigError(f"{where}.id: required, a non-empty string")
     gpu_name = raw.get("gpu")
+    if gpu_name is None:
+        raise FleetConfigError(f"{where}.gpu: required, one of {', '.join(sorted(gpus))}")
     if gpu_name not in gpus:
         raise FleetConfigError(f"{where}.gpu: unknown GPU class {gpu_name!r} "
                                f"(known: {', '.join(sorted(gpus))})")

@@ -57,6 +57,17 @@ def test_bad_entries_name_the_field(entry: dict[str, Any], message: str) -> None
         parse_fleet(one_worker(**entry))
 
 
+def test_a_worker_without_a_gpu_or_an_empty_file_is_named_as_such() -> None:
+    """They read 'unknown GPU class None' and 'top level must be a mapping'."""
+    fleet = one_worker(url="http://a")
+    del fleet["workers"][0]["gpu"]
+    with pytest.raises(FleetConfigError,
+                       match=r"workers\[0\]\.gpu: required, one of A100-80GB, "):
+        parse_fleet(fleet)
+    with pytest.raises(FleetConfigError, match=r"f\.yaml: the file is empty"):
+        parse_fleet(None, source="f.yaml")
+
+
 def test_api_key_env_names_a_variable_never_a_key() -> None:
     info = parse_fleet(one_worker(url="http://10.0.0.7:8000",
                                   api_key_env="VLLM_API_KEY")).workers[0].info
