@@ -49,7 +49,8 @@ The reason names the deciding term (``prefix``, ``price``, ``load``, ``protect-d
 when the guard moved the request off the worker it would otherwise have taken, which the
 reason then names as the runner-up, ``protect-kv`` when the KV check did, ``reserve-fast``
 when keeping faster GPUs free did, the runner-up then being the faster GPU it would
-otherwise have taken, ``only-within-slo``, ``slo-fallback``)::
+otherwise have taken, ``only-within-slo`` when the others would miss the SLO,
+``only-candidate`` when filters and rules left no other, ``slo-fallback``)::
 
     prefix 0.82 on a100-1; est ttft 0.21s vs 0.64s on h100-0; cost $0.00040 vs $0.00090
 
@@ -199,8 +200,9 @@ class SloCostPicker:
             else:
                 others = [p for p in feasible if p != chosen]
                 runner = self._cheapest(others, ids, totals, estimates) if others else None
-                term = _deciding_term(estimates[ids[chosen]],
-                                      estimates[ids[runner]] if runner is not None else None)
+                term = ("only-candidate" if len(positions) == 1 else _deciding_term(
+                    estimates[ids[chosen]],
+                    estimates[ids[runner]] if runner is not None else None))
         else:      # the closest to the SLO: least max(ttft / goal, tpot / goal), stable
             if guard is not None:    # a request late anyway should not make others late
                 positions = (guard.fitting(positions, ids, estimates, request.arrival_time)

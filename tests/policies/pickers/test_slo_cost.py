@@ -61,6 +61,17 @@ def test_a_short_request_s_cost_shows_two_significant_digits() -> None:
     assert free.endswith("cost $0.0000")
 
 
+def test_a_lone_candidate_is_named_so_not_the_only_one_within_the_slo() -> None:
+    """A worker left alone by a rule's pool was explained as ``only-within-slo``, as if the
+    others had missed the SLO."""
+    _, (text, term) = decide({"a100": estimate(0.2, 0.02, 0.00042)})
+    assert term == "only-candidate"
+    assert text == "only-candidate: prefix 0.00 on a100; est ttft 0.20s; tpot 20ms; cost $0.00042"
+    _, (_, term) = decide({"a100": estimate(0.2, 0.02, 0.00042),
+                           "l40s": estimate(0.9, 0.02, 0.0001)})
+    assert term == "only-within-slo"
+
+
 def test_longest_cached_prefix_is_kept_before_comparing_cost() -> None:
     chosen, (text, term) = decide({
         "w1": estimate(0.2, 0.02, 0.0002, cached=100),
