@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -60,8 +61,27 @@ def coerce(tp: Any, value: object, path: str) -> Any:
     """Check ``value`` against the type ``tp``; return it converted (lists become tuples)."""
     result = _try_coerce(tp, value, path)
     if result is _MISSING:
-        raise RoutingConfigError(f"{path}: {_describe(tp)}")
+        raise RoutingConfigError(f"{path}: {_describe(tp)}{_yaml_hint(tp, value)}")
     return result
+
+
+_EXPONENT_WITHOUT_DOT = re.compile(r"[-+]?\d+[eE][-+]?\d+")
+
+
+def _yaml_hint(tp: Any, value: object) -> str:
+    """Why YAML gave what it gave, where that is its own reading of what was written: YAML
+    1.1 (PyYAML's) reads ``1e-3`` as text (a float needs its dot: ``1.0e-3``), and ``no``,
+    ``yes``, ``on``, ``off`` as booleans."""
+    wanted = _describe(tp)
+    if isinstance(value, str) and ("a number" in wanted or "an integer" in wanted):
+        if _EXPONENT_WITHOUT_DOT.fullmatch(value.strip()):
+            return (f", got the text {value!r} (YAML reads a number with an exponent and no "
+                    "dot as text: write it with a dot, 1.0e-3)")
+        return ""
+    if isinstance(value, bool) and "a string" in wanted:
+        return (f", got the boolean {str(value).lower()} (YAML reads no, yes, on, off, true "
+                "and false unquoted as booleans: quote it)")
+    return ""
 
 
 def _try_coerce(tp: Any, value: object, path: str) -> Any:

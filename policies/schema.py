@@ -40,6 +40,8 @@ _THEN_KEYS = ("profile", "model", "pool", "adapter")
 
 def parse_routing(data: Any, registry: PluginRegistry, source: str = "<memory>") -> RoutingConfig:
     """Validate ``data`` (the YAML document) and build the configuration."""
+    if data is None:
+        raise RoutingConfigError("the file is empty (a routing file has profiles:)")
     doc = _mapping(data, "<top level>", allow_none=False)
     known = (*CORE_SECTIONS, *registry.sections)
     _check_keys(doc, known, "", what="top-level key")

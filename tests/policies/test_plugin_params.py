@@ -62,6 +62,11 @@ def test_full_build_converts_containers() -> None:
     ({"name": "x", "extra": 1}, "p.extra: unknown key (expected one of: count, enabled, inner, "
                                 "labels, limit, mode, name, ratio, tags)"),
     (["name"], "p: must be a mapping"),
+    # what YAML 1.1 makes of 1e-3 (text) and of an unquoted no (a boolean), said
+    ({"name": "x", "ratio": "1e-3"}, "p.ratio: must be a number, got the text '1e-3' (YAML "
+     "reads a number with an exponent and no dot as text: write it with a dot, 1.0e-3)"),
+    ({"name": False}, "p.name: must be a string, got the boolean false (YAML reads no, yes, "
+     "on, off, true and false unquoted as booleans: quote it)"),
 ])
 def test_errors_name_the_field(raw: object, message: str) -> None:
     with pytest.raises(RoutingConfigError) as info:

@@ -83,6 +83,9 @@ def test_declared_producer_keeps_its_params() -> None:
                  "foo: unknown top-level key (expected one of: producers, profiles, rules, "
                  "default_profile, slo)", id="unknown top-level key"),
     pytest.param("- a\n", "<top level>: must be a mapping", id="not a mapping"),
+    pytest.param("", "the file is empty (a routing file has profiles:)", id="empty"),
+    pytest.param("# nothing yet\n", "the file is empty (a routing file has profiles:)",
+                 id="only a comment"),
     pytest.param("rules: []\n", "profiles: required (at least one profile)", id="no profiles"),
     pytest.param(BASE.replace("weight: 2", "weight: heavy"),
                  "profiles.default.scorers[0].weight: must be a number", id="bad weight"),
