@@ -8,7 +8,7 @@ from collections.abc import Mapping, Set
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from policies.admission.section import AdmissionSection
 from policies.base import ROUTED_PATHS, RUNNER_OF_PATH
-from policies.config import RoutingConfig
+from policies.config import RoutingConfig, RuleMatch
 from workers.fleet import FleetConfig
 from workers.registry import runners_by_model
 
@@ -40,7 +40,11 @@ def fleet_warnings(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
     runners = runners_by_model(worker.info for worker in fleet.workers)
     sequences = sum(w.info.max_num_seqs or w.info.gpu.default_max_num_seqs
                     for w in fleet.workers)
-    return warnings(routing, runners) + admission_warnings(routing, sequences)
+    found = warnings(routing, runners) + admission_warnings(routing, sequences)
+    if fleet.workers:
+        found += _unserved_rule_models(routing, runners)
+        found += _windows_left_by_margins(routing, fleet)
+    return found
 
 
 def warnings(routing: RoutingConfig,
@@ -57,7 +61,46 @@ def warnings(routing: RoutingConfig,
         if "healthy" not in types:
             found.append(f"profiles.{name}.filters: no healthy filter: requests may go to "
                          "workers whose last scrape failed or that keep failing requests")
-    return found + _misrouting_rules(routing, runners or {})
+    return found + _shadowed_rules(routing) + _misrouting_rules(routing, runners or {})
+
+
+def _shadowed_rules(routing: RoutingConfig) -> list[str]:
+    """Rules after one without conditions: the first match wins, so they never match."""
+    for i, rule in enumerate(routing.rules):
+        if rule.when == RuleMatch() and i + 1 < len(routing.rules):
+            later = ", ".join(r.name for r in routing.rules[i + 1:])
+            return [f"rules[{i}] ({rule.name}) has no conditions and matches every request: "
+                    f"the rules after it never match ({later})"]
+    return []
+
+
+def _unserved_rule_models(routing: RoutingConfig,
+                          runners: Mapping[str, Set[str]]) -> list[str]:
+    """A rule's ``when.model`` naming models no worker serves: it matches nothing then."""
+    found = []
+    for i, rule in enumerate(routing.rules):
+        unserved = [m for m in rule.when.model if m not in runners]
+        if unserved and len(unserved) == len(rule.when.model):
+            found.append(f"rules[{i}] ({rule.name}).when.model: no worker of the fleet serves "
+                         f"{', '.join(unserved)}: the rule matches no request")
+    return found
+
+
+def _windows_left_by_margins(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
+    """A ``context-length`` filter whose ``margin_tokens`` reach every worker's context
+    window refuses every request for its length."""
+    longest = max(w.info.model_spec.max_model_len for w in fleet.workers)
+    found = []
+    for name, profile in routing.profiles.items():
+        for spec in profile.filters:
+            if spec.type != "context-length":
+                continue
+            margin = spec.params.margin_tokens
+            if margin >= longest:
+                found.append(f"{spec.path}.params.margin_tokens: {margin} leaves nothing of "
+                             f"the longest context window of the fleet ({longest} tokens): "
+                             f"profile {name} refuses every request for its length")
+    return found
 
 
 def admission_warnings(routing: RoutingConfig, fleet_sequences: int) -> list[str]:

@@ -84,6 +84,28 @@ def test_a_pool_filter_no_worker_passes_is_refused_with_the_fleet(
     assert main(["validate", str(path), "--fleet", fleet]) == 0
 
 
+def test_rules_that_cannot_match_and_margins_that_leave_no_window_are_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each validated ok with nothing said: rules after a catch-all (the first match wins),
+    a rule on a model no worker serves, a margin refusing every request for its length."""
+    path = tmp_path / "routing.yaml"
+    path.write_text(
+        "profiles: {default: {filters: [{type: model}, {type: healthy}, {type: context-length,"
+        " params: {margin_tokens: 9000}}]}}\n"
+        "rules:\n  - {name: all, then: {pool: {pool: premium}}}\n"
+        "  - {name: later, when: {tenant: acme}, then: {pool: {pool: economy}}}\n"
+        "  - {name: ghost, when: {model: nope}, then: {pool: {pool: economy}}}\n")
+    assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 0
+    assert capsys.readouterr().err == "".join(f"{path}: warning: {w}\n" for w in (
+        "rules[0] (all) has no conditions and matches every request: the rules after it never "
+        "match (later, ghost)",
+        "rules[2] (ghost).when.model: no worker of the fleet serves nope: the rule matches no "
+        "request",
+        "profiles.default.filters[2].params.margin_tokens: 9000 leaves nothing of the longest "
+        "context window of the fleet (8192 tokens): profile default refuses every request for "
+        "its length"))
+
+
 def test_time_decisions_without_a_fleet_is_refused_before_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
@@ -108,18 +130,18 @@ def test_a_rule_sending_embeddings_to_a_generative_model_is_warned_of(
     path.write_text(
         "profiles: {default: {filters: [model, healthy]}}\n"
         "rules:\n"
-        "  - {name: all-to-llama, then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n"
         "  - {name: chat-only, when: {path: [/v1/chat/completions, /v1/messages]},\n"
         "     then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n"
         "  - {name: to-embedder, when: {path: /v1/responses},\n"
-        "     then: {model: Qwen/Qwen3-Embedding-0.6B}}\n")
+        "     then: {model: Qwen/Qwen3-Embedding-0.6B}}\n"
+        "  - {name: all-to-llama, then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n")
     assert main(["validate", str(path), "--fleet", str(fleet)]) == 0
     assert capsys.readouterr().err == (
-        f"{path}: warning: rules[0] (all-to-llama): sends /v1/embeddings requests to "
-        "`meta-llama/Llama-3.1-8B-Instruct`, which runs generate: they would be answered 500; "
-        "scope the rule with when.path\n"
-        f"{path}: warning: rules[2] (to-embedder): sends /v1/responses requests to "
+        f"{path}: warning: rules[1] (to-embedder): sends /v1/responses requests to "
         "`Qwen/Qwen3-Embedding-0.6B`, which runs pooling: they would be answered 500; "
+        "scope the rule with when.path\n"
+        f"{path}: warning: rules[2] (all-to-llama): sends /v1/embeddings requests to "
+        "`meta-llama/Llama-3.1-8B-Instruct`, which runs generate: they would be answered 500; "
         "scope the rule with when.path\n")
     # on a fleet without embedding models an unscoped rewrite is no concern
     path.write_text("profiles: {default: {filters: [model, healthy]}}\n"
