@@ -23,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from policies.engine import PolicyEngine
 from policies.errors import RoutingConfigError
@@ -70,6 +71,9 @@ class PolicyReloader:
         self._pending: bytes | None = None        # new content read once, read again next
         self._digest = _digest_of(self.path)      # of the content last read (None: unread)
         self._in_force = self._digest             # of the content the engine was built from
+        self.in_force_since = time.time()         # when the engine in force was swapped in
+        # the last refusal (wall time, the reason naming the field), kept until a success
+        self.last_refusal: tuple[float, str] | None = None
         self._periodic = PeriodicCheck(self.check, interval_s, f"policy-reloader:{self.path}",
                                        "routing reload")
 
@@ -153,6 +157,7 @@ class PolicyReloader:
         engine.take_state_from(self.engine)     # on the loop, with no await before the swap
         self.engine = engine
         self._in_force = digest
+        self.in_force_since = time.time()
         for listener in self._swap_listeners:
             listener(engine)
         result = self._report(ReloadResult("success", str(self.path), summarize(engine.routing)))
@@ -167,12 +172,31 @@ class PolicyReloader:
         routing = parse_routing_text(text, self._registry, str(self.path))
         return PolicyEngine.build(routing, self.fleet, self._registry, seed=self._seed)
 
+    def status(self) -> dict[str, Any]:
+        """What ``/debug/routing`` shows: the file, the config in force (its content's
+        SHA-256, since when, its summary and warnings) and the last refusal, if the file has
+        not been good since."""
+        on_disk = _digest_of(self.path)
+        refusal = self.last_refusal
+        return {
+            "path": str(self.path),
+            "sha256": self._in_force.hex() if self._in_force is not None else None,
+            "in_force_since": self.in_force_since,
+            "file_is_in_force": on_disk is not None and on_disk == self._in_force,
+            "summary": summarize(self.engine.routing),
+            "warnings": fleet_warnings(self.engine.routing, self.fleet),
+            "last_refusal": None if refusal is None else {"at": refusal[0],
+                                                          "reason": refusal[1]},
+        }
+
     def _report(self, result: ReloadResult) -> ReloadResult:
         if result.result == "success":
+            self.last_refusal = None
             log.info("routing reloaded from %s: %s", result.path, result.message)
         else:
             named = (result.message if result.message.startswith(f"{result.path}: ")
                      else f"{result.path}: {result.message}")
+            self.last_refusal = (time.time(), named)
             log.error("routing reload refused, keeping the last good config: %s", named)
         if self._on_result is not None:
             try:

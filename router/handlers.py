@@ -182,6 +182,13 @@ async def debug_admission(request: web.Request) -> web.Response:
     return _json({"object": "admission", **request.app[DIRECTOR].admission.status(section)})
 
 
+async def debug_routing(request: web.Request) -> web.Response:
+    """The routing file and the config in force: its SHA-256 (``kvroute_config_info``), since
+    when, its summary and warnings, whether the file on disk is still it, and why the last
+    edit was refused (until the file is good again)."""
+    return _json({"object": "routing", **request.app[POLICY].status()})
+
+
 def add_routes(app: web.Application) -> None:
     # a client expecting 100-continue is told to send its body when it is read
     # (``router.request_body``): after its key was checked, and not for one over the limit
@@ -201,3 +208,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/debug/decisions", debug_decisions)
     app.router.add_get("/debug/fleet", debug_fleet)
     app.router.add_get("/debug/admission", debug_admission)
+    app.router.add_get("/debug/routing", debug_routing)

@@ -83,6 +83,49 @@ async def test_reload_applies_good_file_and_refuses_bad_one(
     assert router.metric("kvroute_config_last_reload_successful") == 1.0
 
 
+async def test_debug_routing_says_what_is_in_force_and_why_an_edit_was_refused(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """The reason of a refused edit was in the log only, and nothing over HTTP named the
+    config in force."""
+    import hashlib
+
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), FAST_PROFILE,
+                               reload_interval_s=0.05)
+
+    async def status() -> dict[str, object]:
+        async with aiohttp.ClientSession() as session, session.get(
+                router.url + "/debug/routing") as resp:
+            assert resp.status == 200
+            data: dict[str, object] = await resp.json()
+            return data
+
+    first = await status()
+    assert first["object"] == "routing" and first["path"] == str(router.routing_path)
+    assert first["sha256"] == hashlib.sha256(FAST_PROFILE.encode()).hexdigest()
+    assert first["file_is_in_force"] is True and first["last_refusal"] is None
+    assert first["warnings"] == []
+    assert str(first["summary"]).startswith("1 profile(s): fast (2 filters, 1 scorers")
+    router.routing_path.write_text(BAD)
+    await wait_for_reloads(router, "failure", 1)
+    refused = await status()
+    assert refused["sha256"] == first["sha256"]          # the last good one serves
+    assert refused["file_is_in_force"] is False
+    assert refused["last_refusal"] == {
+        "at": pytest.approx(time.time(), abs=30),
+        "reason": f"{router.routing_path}: profiles.fast.scorers[0].weight: must be a number"}
+    assert refused["warnings"] == []
+    router.routing_path.write_text(FAST_PROFILE.replace(", {type: healthy}", ""))
+    await wait_for_reloads(router, "success", 1)
+    fixed = await status()
+    assert fixed["file_is_in_force"] is True and fixed["last_refusal"] is None
+    assert fixed["warnings"] == ["profiles.fast.filters: no healthy filter: requests may go "
+                                 "to workers whose last scrape failed or that keep failing "
+                                 "requests"]
+    assert isinstance(fixed["in_force_since"], float)
+    assert isinstance(first["in_force_since"], float)
+    assert fixed["in_force_since"] > first["in_force_since"]
+
+
 async def test_two_replicas_share_inflight_through_redis(
         redis_url: str, emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     # (redis_url first: its server outlives the routers, which are stopped before it)
