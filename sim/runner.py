@@ -62,9 +62,11 @@ def load_job_trace(job: PolicyJob) -> Trace:
 
 
 def run_policy(job: PolicyJob, progress: Progress | None = None,
-               ceiling: float | None = None) -> PolicyRun:
+               ceiling: float | None = None, trace: Trace | None = None) -> PolicyRun:
+    """Simulate ``job``; ``trace``: its trace already loaded (``load_job_trace(job)``), which
+    is otherwise read again (seconds for a trace of a million rows)."""
     started = time.perf_counter()
-    base = load_job_trace(job)
+    base = trace if trace is not None else load_job_trace(job)
     fleet = load_fleet(job.fleet_path)
     routing = resolve_policy(job.policy)
     settings = SimulationSettings(scrape_interval_s=job.scrape_interval_s, seed=job.seed,

@@ -113,7 +113,7 @@ def run_session(request: SimulationRequest) -> int:
     ceiling = prefix_ceiling(served)
     pooled = prefix_ceiling(served, capacity_tokens=kv_tokens) if ceiling else 0.0
     jobs = [replace(template, policy=name) for name in request.policies]
-    runs = _run_all(jobs, len(trace.requests), request.jobs, ceiling)
+    runs = _run_all(jobs, trace, request.jobs, ceiling)
     out = Path(request.out)
     entries = {policy_label(run.policy): run.summary for run in runs}
     meta = {"trace": trace_meta(template, trace, ceiling, pooled), "fleet": fleet_meta(fleet),
@@ -194,8 +194,11 @@ def unlikely_rate(trace: Trace) -> str | None:
     return None
 
 
-def _run_all(jobs: Sequence[PolicyJob], per_run: int, parallel: int,
+def _run_all(jobs: Sequence[PolicyJob], trace: Trace, parallel: int,
              ceiling: float) -> list[PolicyRun]:
+    """Run every job (their trace is ``trace``, loaded once here; each process of a parallel
+    run reads it again)."""
+    per_run = len(trace.requests)
     from tqdm import tqdm
 
     bar = tqdm(total=per_run * len(jobs), unit="req", file=sys.stderr, desc="simulating",
@@ -204,7 +207,7 @@ def _run_all(jobs: Sequence[PolicyJob], per_run: int, parallel: int,
         if parallel <= 1 or len(jobs) <= 1:
             def progress(kind: str, n: int) -> None:
                 _apply(bar, kind, n)
-            return [run_policy(job, progress, ceiling) for job in jobs]
+            return [run_policy(job, progress, ceiling, trace) for job in jobs]
         return _run_parallel(jobs, parallel, ceiling, bar)
     finally:
         bar.close()
