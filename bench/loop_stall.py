@@ -14,7 +14,10 @@ the probes' spacing). Cases (``--cases``):
 * ``messages``: a chat of 50,000 short messages;
 * ``text``: a completion of 3 MB of text;
 * ``batch``: a completion of 1,000 prompts;
-* ``surrogate``: a chat whose text holds an escaped lone surrogate (valid JSON).
+* ``surrogate``: a chat whose text holds an escaped lone surrogate (valid JSON);
+* ``id-lists``: a completion of 7,000,000 one-token lists (27 MB);
+* ``many-messages``: a chat of 1,100,000 empty messages (31 MB);
+* ``responses-items``: a Responses API turn of 1,200,000 items (30 MB).
 
 Prints a Markdown table and writes ``loop_stall.json`` to ``--out``.
 
@@ -51,6 +54,7 @@ from bench.launch import (
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
 PROBE_INTERVAL_S = 0.01
 JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -85,6 +89,14 @@ CASES: tuple[Case, ...] = (
     Case("batch", "1,000 prompts in one request", COMPLETIONS, lambda m: _body(
         {"model": m, "max_tokens": 2, "prompt": ["hello world"] * 1_000})),
     Case("surrogate", "an escaped lone surrogate", CHAT, _surrogate),
+    # bodies of millions of small items, near the 32 MiB body limit (cases of their own: each
+    # request takes seconds of CPU, wherever it runs)
+    Case("id-lists", "7,000,000 one-token lists", COMPLETIONS, lambda m: _body(
+        {"model": m, "max_tokens": 2, "prompt": [[7]] * 7_000_000})),
+    Case("many-messages", "1,100,000 chat messages", CHAT, lambda m: _body(
+        {"model": m, "max_tokens": 2, "messages": [{"role": "user", "content": ""}] * 1_100_000})),
+    Case("responses-items", "1,200,000 Responses API items", RESPONSES, lambda m: _body(
+        {"model": m, "max_output_tokens": 2, "input": [{"role": "u", "content": ""}] * 1_200_000})),
 )
 
 
