@@ -28,6 +28,9 @@ TARGET_ADAPTER = "target_adapter"
 RULE = "rule"
 WORKER_ATTRIBUTES = "decision.worker_attributes"   # key -> {worker_id: value}
 REASON = "decision.reason"                         # (text, decided_by)
+# the worker a picker weighed the chosen one against, when not the next one by total (the
+# other of power-of-two's pair): the reason compares the chosen worker with it
+RUNNER_UP = "decision.runner_up"
 
 
 def record_worker_attribute(cycle: CycleState, key: str, worker_id: str, value: Any) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from policies.base import CandidateScore, CycleState, Filter, Picker, RoutingRequest, Scorer
 from policies.candidate_index import CandidateIndexCache, share_index
 from policies.candidates import CandidateTable, RankedCandidates, new_candidate
-from policies.cycle_keys import REASON
+from policies.cycle_keys import REASON, RUNNER_UP
 from workers.models import WorkerView
 
 log = logging.getLogger(__name__)
@@ -222,15 +222,18 @@ def _no_candidate_reason(removed: Mapping[str, str]) -> str:
 def _explain(chosen: int, table: CandidateTable, scorers: Sequence[WeightedScorer],
              picker: Picker, cycle: CycleState) -> tuple[str, str]:
     """The reason text and the deciding term: the scorer that most separated the chosen
-    worker (at position ``chosen``) from the runner-up (the next one by total, view order on
-    ties), or the picker when scores did not separate them."""
+    worker (at position ``chosen``) from the runner-up (the one the picker weighed it against,
+    ``RUNNER_UP``, else the next one by total, view order on ties), or the picker when scores
+    did not separate them."""
     override: tuple[str, str] | None = cycle.read(REASON)
     if override is not None:
         return override
     chosen_id = table.ids[chosen]
     if len(table) == 1:
         return f"{chosen_id}: only candidate", "only-candidate"
-    runner_up = table.runner_up(chosen)
+    weighed: str | None = cycle.read(RUNNER_UP)
+    runner_up = (table.ids.index(weighed) if weighed is not None and weighed in table.ids
+                 else table.runner_up(chosen))
     runner_id = table.ids[runner_up]
     chosen_total, runner_total = table.totals[chosen], table.totals[runner_up]
     # a scores dict keeps the last column of a repeated scorer name; so does this index

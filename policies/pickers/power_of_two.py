@@ -2,7 +2,8 @@
 
 The classic "power of two choices": near-best balance without herding every request onto
 the single best-looking worker between scrapes. On equal totals the first sampled wins.
-With one candidate it is chosen.
+With one candidate it is chosen. The reason compares the chosen worker with the other one
+drawn.
 
 ```yaml
 picker:
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from policies.base import CandidateScore, CycleState, RoutingRequest
+from policies.cycle_keys import RUNNER_UP
 from policies.pickers.seeding import SeededParams, picker_rng
 from policies.registry import PluginRegistry
 
@@ -41,7 +43,9 @@ class PowerOfTwoPicker:
         # positions drawn as sample() draws list items: the same pair, no list built
         first_at, second_at = self._rng.sample(range(len(candidates)), 2)
         first, second = candidates[first_at], candidates[second_at]
-        return second if second.total > first.total else first
+        chosen, other = (second, first) if second.total > first.total else (first, second)
+        cycle.write(RUNNER_UP, other.worker_id)     # the reason weighs it, not the next best
+        return chosen
 
 
 def register(registry: PluginRegistry) -> None:

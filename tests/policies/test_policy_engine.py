@@ -91,6 +91,30 @@ def test_reason_names_the_deciding_scorer(view: ViewFactory) -> None:
     assert [c.worker_id for c in decision.candidates] == ["w1", "w2"]
 
 
+def test_power_of_two_is_explained_against_the_other_worker_it_drew(
+        view: ViewFactory) -> None:
+    """The reason compared the chosen worker with the next one by total, often one the
+    picker never drew."""
+    engine = engine_for("""
+        profiles:
+          default:
+            filters: [{type: model}]
+            scorers: [{type: queue-depth}]
+            picker: {type: power-of-two, params: {seed: 5}}
+    """)
+    views = [view("w1", waiting=0), view("w2", waiting=2), view("w3", waiting=4)]
+    seen = set()
+    for n in range(40):
+        decision = engine.decide(RoutingRequest(request_id=f"r{n}", model=MODEL), views)
+        compared = decision.reason.split(" vs ")[1].split(";")[0]     # "<score> on <worker>"
+        other = compared.split(" on ")[1].rstrip(")")
+        seen.add((decision.worker_id, other))
+        assert other != decision.worker_id
+    # w2 chosen against w3 (drawn with it), not against w1, the next one by total
+    assert ("w2", "w3") in seen and ("w2", "w1") not in seen
+    assert ("w1", "w3") in seen         # w1 against w3: w2, next by total, was not drawn
+
+
 def test_header_rule_restricts_to_the_pool(fleet_views: list[WorkerView]) -> None:
     decision = engine_for().decide(request(headers={"X-Tier": "gold"}), fleet_views)
     assert (decision.worker_id, decision.rule) == ("h100-0", "gold")
