@@ -65,18 +65,19 @@ def coerce(tp: Any, value: object, path: str) -> Any:
     return result
 
 
-_EXPONENT_WITHOUT_DOT = re.compile(r"[-+]?\d+[eE][-+]?\d+")
+# a number with an exponent that YAML 1.1 reads as text: it needs a dot and a signed exponent
+_NUMBER_WITH_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def _yaml_hint(tp: Any, value: object) -> str:
     """Why YAML gave what it gave, where that is its own reading of what was written: YAML
-    1.1 (PyYAML's) reads ``1e-3`` as text (a float needs its dot: ``1.0e-3``), and ``no``,
-    ``yes``, ``on``, ``off`` as booleans."""
+    1.1 (PyYAML's) reads ``1e-3`` and ``1.0e3`` as text (a float with an exponent needs a dot
+    and the exponent's sign: ``1.0e-3``), and ``no``, ``yes``, ``on``, ``off`` as booleans."""
     wanted = _describe(tp)
     if isinstance(value, str) and ("a number" in wanted or "an integer" in wanted):
-        if _EXPONENT_WITHOUT_DOT.fullmatch(value.strip()):
-            return (f", got the text {value!r} (YAML reads a number with an exponent and no "
-                    "dot as text: write it with a dot, 1.0e-3)")
+        if _NUMBER_WITH_EXPONENT.fullmatch(value.strip()):
+            return (f", got the text {value!r} (YAML 1.1 reads a number with an exponent as "
+                    "text unless it has a dot and a signed exponent: 1.0e-3, 1.0e+3)")
         return ""
     if isinstance(value, bool) and "a string" in wanted:
         return (f", got the boolean {str(value).lower()} (YAML reads no, yes, on, off, true "

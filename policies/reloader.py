@@ -176,13 +176,13 @@ class PolicyReloader:
         """What ``/debug/routing`` shows: the file, the config in force (its content's
         SHA-256, since when, its summary and warnings) and the last refusal, if the file has
         not been good since."""
-        on_disk = _digest_of(self.path)
         refusal = self.last_refusal
         return {
             "path": str(self.path),
             "sha256": self._in_force.hex() if self._in_force is not None else None,
             "in_force_since": self.in_force_since,
-            "file_is_in_force": on_disk is not None and on_disk == self._in_force,
+            # as of the watcher's last settled read (no file is read for this answer)
+            "file_is_in_force": self._digest is not None and self._digest == self._in_force,
             "summary": summarize(self.engine.routing),
             "warnings": fleet_warnings(self.engine.routing, self.fleet),
             "last_refusal": None if refusal is None else {"at": refusal[0],

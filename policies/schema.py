@@ -209,10 +209,12 @@ def _parse_then(raw: Any, path: str, profiles: Mapping[str, ProfileSpec]) -> Rul
     _check_keys(body, _THEN_KEYS, path)
     if not body:
         raise RoutingConfigError(f"{path}: needs at least one of: {', '.join(_THEN_KEYS)}")
-    # an action without a value does nothing, yet the rule, matching first, keeps the
-    # requests it matches from every later rule
-    _refuse_empty_values(body, path, "an action without one does nothing, and the rule "
-                         "keeps what it matches from the rules after it")
+    # a rule whose every action is without a value does nothing, yet, matching first, keeps
+    # the requests it matches from every later rule (one empty beside a real one is left:
+    # the rule acts, as a templated file may render it)
+    if all(_empty(value) for value in body.values()):
+        _refuse_empty_values(body, path, "a rule whose actions have none does nothing, and "
+                             "keeps what it matches from the rules after it")
     profile = coerce(str | None, body.get("profile"), f"{path}.profile")
     if profile is not None and profile not in profiles:
         raise RoutingConfigError(
@@ -225,9 +227,13 @@ def _parse_then(raw: Any, path: str, profiles: Mapping[str, ProfileSpec]) -> Rul
         adapter=coerce(str | None, body.get("adapter"), f"{path}.adapter"))
 
 
+def _empty(value: Any) -> bool:
+    return value is None or value == "" or value == {} or value == []
+
+
 def _refuse_empty_values(body: Mapping[Any, Any], path: str, why: str) -> None:
     for key, value in body.items():
-        if value is None or value == "" or value == {} or value == []:
+        if _empty(value):
             raise RoutingConfigError(f"{path}.{key}: has no value ({why}); give it one or "
                                      "remove it")
 

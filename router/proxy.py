@@ -15,7 +15,8 @@ Failure semantics:
 * the worker breaks mid-stream: the client gets an OpenAI error event, then ``[DONE]`` (on
   the Messages API, an Anthropic ``event: error``, as vLLM sends one);
 * the client stops reading: a write to it that cannot go on for ``send_timeout_s`` (the
-  kernel's and the transport's buffers full) cuts its connection and ends the request as a
+  kernel's and the transport's buffers full, their backlog not drained: a client reading
+  nothing, or far slower than the stream comes) cuts its connection and ends the request as a
   client gone, freeing its slot and its worker (nginx's ``send_timeout``). Only writes that
   could wait are timed: a write the transport's buffer takes whole never waits;
 * the client goes away: the upstream response is closed at once, which makes vLLM abort;
@@ -329,12 +330,15 @@ class _StreamRelay:
         return True
 
     def _may_wait(self, size: int) -> bool:
-        """Whether writing ``size`` more bytes may wait for the client: when they take the
-        transport's buffer past its high-water mark (a client reading along keeps it empty,
-        so a token's write is not timed: a timer costs microseconds)."""
+        """Whether writing ``size`` more bytes may wait for the client: while writing is
+        paused (the buffer went past its high-water mark and has not drained below the low
+        one since), or when they take the buffer past the high-water mark. A client reading
+        along keeps it empty, so a token's write is not timed: a timer costs microseconds."""
         transport = self._request.transport
         if transport is None:        # closed: the write raises at once
             return False
+        if self._request.protocol.writing_paused:
+            return True
         return (transport.get_write_buffer_size() + size + _CHUNK_FRAMING
                 > transport.get_write_buffer_limits()[1])
 

@@ -37,9 +37,10 @@ Defaults and why:
 * ``client_idle_timeout_s = 75``: a client connection idle between requests this long is
   closed (nginx's default; aiohttp's is an hour, and idle connections piled up toward the
   open-file limit).
-* ``send_timeout_s = 60``: a write to a streaming client that cannot go on this long (the
-  client reads nothing: its socket's and the router's buffers are full) closes its
-  connection, which ends the request as one whose client left (nginx's ``send_timeout``).
+* ``send_timeout_s = 60``: a write to a streaming client that cannot go on this long (its
+  socket's and the router's buffers full, their backlog not drained: the client reads
+  nothing, or far slower than the stream comes) closes its connection, which ends the
+  request as one whose client left (nginx's ``send_timeout``).
   Without it a client that never reads held its in-flight slot and its worker's request.
 * ``tenant_labels = 100``: tenants (``x-tenant``, or a digest of the API key) given a
   ``tenant`` series of their own in ``kvroute_cost_dollars_total``, the first seen first;

@@ -260,15 +260,22 @@ class TokensProducer:
     def should_offload(self, request: RoutingRequest) -> bool:
         """True when at least ``offload_min_chars`` characters need tokenizing. Small prompts
         are answered from their raw length, without rendering or hashing them. A prompt of
-        more than ``MAX_PARTS_LOOKED_AT`` parts (texts, lists of token ids or chat messages)
-        goes to the thread unlooked at, as does one of more than ``MAX_IDS_ON_LOOP`` token
-        ids: hashing each part to find it cached held the loop 17 s for 7 million one-letter
-        strings, and rendering a chat of a million messages 0.8 s."""
+        more than ``MAX_PARTS_LOOKED_AT`` parts (texts, lists of token ids), of more than
+        ``MAX_IDS_ON_LOOP`` token ids, or a chat of more than ``MAX_MESSAGES_ON_LOOP``
+        messages goes to the thread unlooked at: hashing each part to find it cached held
+        the loop 17 s for 7 million one-letter strings, and rendering a chat of a million
+        messages 0.8 s."""
         prompt = request.prompt      # many parts, even empty ones: each costs a look
-        if isinstance(prompt, list) and len(prompt) > (
-                MAX_IDS_ON_LOOP if isinstance(prompt[0], int) else MAX_PARTS_LOOKED_AT):
-            return True
-        if request.messages is not None and len(request.messages) > MAX_PARTS_LOOKED_AT:
+        if isinstance(prompt, list) and prompt:
+            first = prompt[0]
+            if len(prompt) > (MAX_IDS_ON_LOOP if isinstance(first, int)
+                              else MAX_PARTS_LOOKED_AT):
+                return True
+            # a few lists may hold millions of ids between them (at most 64 lengths summed)
+            if isinstance(first, list) and sum(
+                    len(part) for part in prompt if isinstance(part, list)) > MAX_IDS_ON_LOOP:
+                return True
+        if request.messages is not None and len(request.messages) > MAX_MESSAGES_ON_LOOP:
             return True
         if approximate_chars(request) < self.offload_min_chars:
             return False
@@ -374,10 +381,12 @@ def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
     return [], []
 
 
-# the most parts of one prompt (texts, lists of token ids, chat messages) looked at on the
-# event loop, and the most token ids copied there
+# the most parts of one prompt (texts, lists of token ids) looked at on the event loop, the
+# most token ids copied there, and the most chat messages measured there (a chat of a few
+# hundred messages, an agent's, costs less to measure than a thread hop)
 MAX_PARTS_LOOKED_AT = 64
 MAX_IDS_ON_LOOP = 1 << 16
+MAX_MESSAGES_ON_LOOP = 1024
 
 
 def approximate_chars(request: RoutingRequest) -> int:

@@ -63,8 +63,9 @@ def test_full_build_converts_containers() -> None:
                                 "labels, limit, mode, name, ratio, tags)"),
     (["name"], "p: must be a mapping"),
     # what YAML 1.1 makes of 1e-3 (text) and of an unquoted no (a boolean), said
-    ({"name": "x", "ratio": "1e-3"}, "p.ratio: must be a number, got the text '1e-3' (YAML "
-     "reads a number with an exponent and no dot as text: write it with a dot, 1.0e-3)"),
+    *(({"name": "x", "ratio": text}, f"p.ratio: must be a number, got the text '{text}' "
+       "(YAML 1.1 reads a number with an exponent as text unless it has a dot and a signed "
+       "exponent: 1.0e-3, 1.0e+3)") for text in ("1e-3", "1.0e3")),
     ({"name": False}, "p.name: must be a string, got the boolean false (YAML reads no, yes, "
      "on, off, true and false unquoted as booleans: quote it)"),
 ])

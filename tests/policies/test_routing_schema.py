@@ -159,10 +159,12 @@ def test_declared_producer_keeps_its_params() -> None:
       for condition in ("tenant: ", "tenant: ''", "path: null", "min_prompt_tokens: ",
                         "model: []", "header: {}", "class: ")),
     *(pytest.param(BASE + f"rules:\n  - {{name: r, then: {{{action}}}}}\n",
-                   f"rules[0].then.{action.split(':')[0]}: has no value (an action without one "
-                   "does nothing, and the rule keeps what it matches from the rules after "
-                   "it); give it one or remove it", id=f"action without a value: {action}")
-      for action in ("profile: null", "pool: {}", "adapter: ''", "model: ")),
+                   f"rules[0].then.{action.split(':')[0]}: has no value (a rule whose "
+                   "actions have none does nothing, and keeps what it matches from the rules "
+                   "after it); give it one or remove it",
+                   id=f"actions without a value: {action}")
+      for action in ("profile: null", "pool: {}", "adapter: ''", "model: ",
+                     "profile: null, model: ''")),
     pytest.param(BASE + "rules:\n  - {name: r, then: {model: m}}\n"
                         "  - {name: r, then: {model: n}}\n",
                  "rules[1].name: duplicate rule name 'r'", id="duplicate rule name"),
@@ -208,6 +210,13 @@ def test_rules_parse_every_condition_and_action() -> None:
                                                                        "sql-lora")
     assert dict(rule.then.pool) == {"pool": "premium"}
     assert [p.type for p in routing.producers] == ["tokens"]   # token bounds need counts
+
+
+def test_an_empty_action_beside_one_with_a_value_is_left() -> None:
+    """The rule acts (a templated file may render an unused action empty): not refused."""
+    routing = parse(BASE + "rules:\n  - {name: r, then: {profile: default, model: null, "
+                           "adapter: ''}}\n", default_registry())
+    assert routing.rules[0].then.profile == "default"
 
 
 def test_bare_type_names_are_shorthand() -> None:

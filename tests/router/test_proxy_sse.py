@@ -317,7 +317,7 @@ async def test_a_client_that_reads_nothing_is_cut_after_the_send_timeout(
     assert not read.endswith(DONE)
 
 
-async def test_a_slow_client_that_keeps_reading_is_not_cut() -> None:
+async def test_a_client_reading_along_is_not_cut() -> None:
     async def reads_slowly(port: int) -> bytes:
         reader, writer = await _raw_request(port)
         received = b""
@@ -335,3 +335,33 @@ async def test_a_slow_client_that_keeps_reading_is_not_cut() -> None:
     assert isinstance(result, ProxyResult) and result.status == 200
     assert seen == {"written": FLOOD_EVENTS, "closed": False}
     assert read.count(b"data: ") == FLOOD_EVENTS + 1 and DONE in read
+
+
+def test_a_write_is_timed_while_writing_is_paused_below_the_high_water_mark() -> None:
+    """Writing resumes only once the buffer drains below the low-water mark: a client that
+    filled it, read a little back and stopped left a drain waiting with no timer."""
+    from types import SimpleNamespace
+
+    from router.proxy import COMPLETION_STREAM, _StreamRelay
+    from router.proxy_usage import UsageRewrite
+
+    class Transport:
+        def __init__(self, buffered: int) -> None:
+            self.buffered = buffered
+
+        def get_write_buffer_size(self) -> int:
+            return self.buffered
+
+        def get_write_buffer_limits(self) -> tuple[int, int]:
+            return 16_384, 65_536
+
+    def relay(buffered: int, paused: bool) -> _StreamRelay:
+        request = SimpleNamespace(transport=Transport(buffered),
+                                  protocol=SimpleNamespace(writing_paused=paused))
+        return _StreamRelay(request, {}, UsageRewrite(False, None),  # type: ignore[arg-type]
+                            COMPLETION_STREAM)
+
+    assert not relay(0, False)._may_wait(200)              # a client reading along
+    assert relay(65_400, False)._may_wait(200)             # this write pauses it
+    assert relay(40_000, True)._may_wait(0)                # paused, between the marks
+    assert not relay(40_000, False)._may_wait(200)         # not paused: the write goes on

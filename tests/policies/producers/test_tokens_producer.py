@@ -123,24 +123,30 @@ def test_a_prompt_of_many_texts_is_offloaded_without_looking_each_up() -> None:
 
 def test_many_messages_lists_or_token_ids_are_offloaded_without_looking() -> None:
     """Rendering a chat of a million messages to measure it held the event loop 0.8 s, and
-    flattening 7 million lists of token ids seconds: past MAX_PARTS_LOOKED_AT parts, or
-    MAX_IDS_ON_LOOP ids, the request goes to the thread before anything looks at it."""
+    flattening 7 million lists of token ids seconds: past MAX_PARTS_LOOKED_AT parts,
+    MAX_IDS_ON_LOOP ids or MAX_MESSAGES_ON_LOOP messages, the request goes to the thread
+    before anything looks at it."""
     from policies.producers import tokens
 
     p = producer(offload_min_chars=100)
     looked: list[object] = []
     p.cost_hint = lambda request: looked.append(request) or 0     # type: ignore[method-assign]
     parts = tokens.MAX_PARTS_LOOKED_AT + 1
-    chat = RoutingRequest("r", "m", messages=[{"role": "user", "content": ""}] * parts)
+    messages = tokens.MAX_MESSAGES_ON_LOOP + 1
+    chat = RoutingRequest("r", "m", messages=[{"role": "user", "content": ""}] * messages)
     lists = RoutingRequest("r", "m", prompt=[[1]] * parts)
     ids = RoutingRequest("r", "m", prompt=[1] * (tokens.MAX_IDS_ON_LOOP + 1))
-    for request in (chat, lists, ids):
+    # two lists holding more ids than the loop copies between them
+    few_long_lists = RoutingRequest("r", "m", prompt=[[1] * (tokens.MAX_IDS_ON_LOOP // 2 + 1)]
+                                    * 2)
+    for request in (chat, lists, ids, few_long_lists):
         assert p.should_offload(request) and looked == []
         assert PROMPT_PARTS_KEY not in request.attributes       # nothing rendered on the loop
-    few = RoutingRequest("r", "m", messages=[{"role": "user", "content": ""}] * (parts - 1))
+    few = RoutingRequest("r", "m", messages=[{"role": "user", "content": ""}] * (messages - 1))
     assert not p.should_offload(few)          # a short chat: measured, nothing to tokenize
     assert not p.should_offload(RoutingRequest("r", "m", prompt=[[1]] * (parts - 1)))
     assert not p.should_offload(RoutingRequest("r", "m", prompt=[1] * tokens.MAX_IDS_ON_LOOP))
+    assert not p.should_offload(RoutingRequest("r", "m", prompt=[]))     # no IndexError
     p.produce(lists, [])
     assert list(lists.prompt_token_ids or []) == [1] * parts
 
