@@ -39,7 +39,7 @@ import yaml
 from bench.checks import first_problem, range_problem, refusal
 from bench.launch import REPO_ROOT, KvrouteUp, LaunchError, wait_all_workers_healthy
 from bench.metrics_scrape import scrape_totals
-from workers.ports import free_port
+from workers.ports import free_ports
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FAULTS = {"error": {"error_rate": 1.0}, "stall": {"stall_after_tokens": 1}}
@@ -132,10 +132,10 @@ def _fleet(folder: Path, workers: int, fault: str, time_scale: float) -> Path:
     path.write_text(yaml.safe_dump({
         "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
         "workers": [{"id": f"h100-{i}", "gpu": "h100", "models": [MODEL],
-                     "emulate": {"port": free_port(), "time_scale": time_scale,
+                     "emulate": {"port": port, "time_scale": time_scale,
                                  "output_len": {"dist": "fixed", "value": 16},
                                  **({"faults": FAULTS[fault]} if i == 0 else {})}}
-                    for i in range(workers)]}))
+                    for i, port in enumerate(free_ports(workers))]}))
     return path
 
 

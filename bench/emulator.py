@@ -120,11 +120,11 @@ async def _measure(urls: list[str], pid: int, args: argparse.Namespace) -> dict[
 
 
 def _write_fleet(directory: Path, n: int) -> Path:
-    from workers.ports import free_port
+    from workers.ports import free_ports
 
     fleet = {"models": {"bench/llama-3-8b": {"arch": "llama-3-8b", "max_model_len": 8192}},
              "workers": [{"id": f"h100-{i}", "gpu": "h100", "models": ["bench/llama-3-8b"],
-                          "emulate": {"port": free_port()}} for i in range(n)]}
+                          "emulate": {"port": port}} for i, port in enumerate(free_ports(n))]}
     path = directory / f"fleet-{n}.yaml"
     path.write_text(yaml.safe_dump(fleet))
     return path

@@ -6,7 +6,7 @@ It is started in its own session with output to a log file, pinned with ``taskse
 with SIGTERM to its pid and then to each remaining descendant it spawned (SIGKILL after a
 grace period). ``KvrouteUp`` is ``kvroute up`` on a free loopback port, ready once entered.
 ``emulated_fleet_on_free_ports`` copies a fleet file of emulated workers onto free loopback
-ports (``workers.ports.free_port``).
+ports (``workers.ports.free_ports``: distinct).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from bench.proc_stats import tree_pids
-from workers.ports import free_port
+from workers.ports import free_port, free_ports
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,9 +65,11 @@ def emulated_fleet(fleet: Path) -> dict[str, Any]:
             isinstance(w, dict) and "emulate" in w for w in workers):
         parse_fleet(data, str(fleet))           # a malformed file: its own message
         raise FleetConfigError(f"{fleet}: every worker needs an emulate: block")
+    ports = iter(free_ports(len(workers)))      # distinct: each worker binds its own
     for worker in workers:
+        port = next(ports)
         if isinstance(worker["emulate"], dict) or worker["emulate"] is None:
-            worker["emulate"] = {**(worker["emulate"] or {}), "port": free_port()}
+            worker["emulate"] = {**(worker["emulate"] or {}), "port": port}
     parse_fleet(data, str(fleet))       # (the user's ports, replaced, may not clash here)
     return data
 

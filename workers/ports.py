@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -72,6 +73,19 @@ def free_port(host: str = "127.0.0.1", *, chooser: random.Random | None = None,
         if bindable(host, port):
             return port
     return kernel_port(host)
+
+
+def free_ports(count: int, host: str = "127.0.0.1",
+               draw: Callable[[str], int] = free_port) -> list[int]:
+    """``count`` distinct ports, each free on ``host`` now: the servers of one fleet bind
+    theirs later, so two drawn alike (``free_port`` draws each alone, at random) would have
+    the second refused. ``draw`` draws one (for tests)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = draw(host)
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def nth_port(spans: list[range], index: int) -> int:

@@ -27,13 +27,14 @@ from tests.router.gateway_support import (
 )
 from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
-from workers.ports import free_port
+from workers.ports import free_ports
 
 
 @pytest.fixture(scope="session")
 def emulated_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
     path = tmp_path_factory.mktemp("fleet") / "fleet.yaml"
-    path.write_text(yaml.safe_dump(fleet_data(WORKERS, {w: free_port() for w in WORKERS})))
+    path.write_text(yaml.safe_dump(fleet_data(WORKERS, dict(zip(
+        WORKERS, free_ports(len(WORKERS)), strict=True)))))
     fleet = load_fleet(path)
     with EmulatorFleet(fleet, one_process=True):
         yield fleet

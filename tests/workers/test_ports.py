@@ -13,6 +13,7 @@ from workers.ports import (
     bindable,
     ephemeral_range,
     free_port,
+    free_ports,
     nth_port,
     ports_outside,
 )
@@ -55,6 +56,15 @@ def test_a_taken_port_is_not_handed_out() -> None:
         assert not bindable("127.0.0.1", first)
         again = free_port(ephemeral=ephemeral, chooser=random.Random(7))   # same first pick
     assert again != first
+
+
+def test_ports_for_one_fleet_are_distinct_even_when_drawn_alike() -> None:
+    """Two workers of a benchmark's fleet were given one port (each drawn alone, at random)
+    and the fleet file was refused."""
+    drawn = iter([20_001, 20_001, 20_002, 20_001, 20_003])
+    assert free_ports(3, draw=lambda host: next(drawn)) == [20_001, 20_002, 20_003]
+    ports = free_ports(8)
+    assert len(set(ports)) == 8 and all(bindable("127.0.0.1", p) for p in ports)
 
 
 def test_no_room_outside_the_range_falls_back_to_the_kernel() -> None:
