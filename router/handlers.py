@@ -183,9 +183,9 @@ async def debug_admission(request: web.Request) -> web.Response:
 
 
 async def debug_routing(request: web.Request) -> web.Response:
-    """The routing file and the config in force: its SHA-256 (``kvroute_config_info``), since
-    when, its summary and warnings, whether the file on disk is still it, and why the last
-    edit was refused (until the file is good again)."""
+    """The routing file and the config in force: its SHA-256 (whose first 12 hex digits
+    ``kvroute_config_info`` shows), since when, its summary and warnings, whether the file
+    on disk is still it, and why the last edit was refused (until the file is good again)."""
     return _json({"object": "routing", **request.app[POLICY].status()})
 
 
