@@ -180,7 +180,8 @@ def test_routing_config_refused_fires_after_a_minute_and_clears_on_the_next_good
     refused = _warning("r1", "The router at r1 refused its routing file and serves the last "
                        "good config")
     refused["exp_annotations"]["description"] = (
-        "The file on disk is not the policy in force. `kvroute validate FILE` says why; "
+        "The file on disk is not the policy in force. The router's /debug/routing "
+        "(last_refusal) and `kvroute validate FILE` say why; "
         "kvroute_config_last_reload_success_timestamp_seconds says since when the config in "
         "force serves.\n")
     _promtool_test(tmp_path, "config-refused", {
