@@ -216,10 +216,19 @@ def test_a_taken_process_port_is_refused_before_any_starts(
     one process short), and ports overlapping the service's were not checked."""
     from router.cli import main
     port = free_port()
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
+    # the second process's port taken, the first's free: a free port outside the kernel's
+    # ephemeral range (where other tests' connections take theirs) and the one after it
+    for _ in range(100):
+        base = free_port()
+        taken = socket.socket()
+        try:
+            taken.bind(("127.0.0.1", base + 1))
+        except OSError:
+            taken.close()
+            continue
+        break
+    with taken:
         taken.listen()
-        base = taken.getsockname()[1] - 1
         assert main(["serve", "--fleet", str(REPO_ROOT / "config/fleet.yaml"), "--port",
                      str(port), "--processes", "2", "--metrics-port", str(base)]) == 2
     assert f"--metrics-port: cannot listen on 127.0.0.1:{base + 1}" in capsys.readouterr().err
