@@ -40,13 +40,14 @@ mark is skipped; a truncated gzip or bytes that are not UTF-8 are named, not a t
 from __future__ import annotations
 
 import csv
+import difflib
 import gzip
 import io
 import json
 import math
 import random
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -293,10 +294,33 @@ def _parse_azure_time(text: str) -> float:
     return base + (float("0." + frac) if frac else 0.0)
 
 
+# the fields of a generic row; others are left unread, unless one looks like a misspelt field
+GENERIC_FIELDS = ("arrival_s", "output_tokens", "prompt_tokens", "prompt", "prompt_token_ids",
+                  "session", "tenant")
+
+
+def _misspelt(keys: Iterable[str], where: str, seen: dict[str, str | None]) -> None:
+    """Refuse a key that is not a field but reads like one (``sesion``: every request would
+    lose its session, silently); other keys (an ``id``, a ``model``) are left unread.
+    ``seen``: each key's nearest field, found once per trace."""
+    for key in keys:
+        if key not in seen:
+            close = difflib.get_close_matches(str(key), GENERIC_FIELDS, n=1, cutoff=0.8)
+            seen[key] = close[0] if close else None
+        field = seen[key]
+        if field is not None:
+            raise TraceError(f"{where}: {key!r} is not a field of a generic row: {field!r}? "
+                             f"(fields: {', '.join(GENERIC_FIELDS)})")
+
+
 def _read_generic(p: Path) -> Iterator[TraceRequest]:
     encoder: Any = None
+    fields = frozenset(GENERIC_FIELDS)
+    nearest: dict[str, str | None] = {}
     for lineno, obj in _json_lines(p):
         where = f"{p}:{lineno}"
+        if not fields.issuperset(obj):
+            _misspelt(obj.keys() - fields, where, nearest)
         at = _number_field(obj, "arrival_s", where, "seconds")
         output = _int_field(obj, "output_tokens", where, 1)
         sources = [k for k in ("prompt_tokens", "prompt", "prompt_token_ids") if k in obj]
@@ -325,7 +349,7 @@ def _read_generic(p: Path) -> Iterator[TraceRequest]:
 
 def _token_list(value: Any, where: str) -> tuple[int, ...]:
     if (not isinstance(value, list) or not value
-            or not all(isinstance(t, int) and t >= 0 for t in value)):
+            or not all(type(t) is int and t >= 0 for t in value)):     # no bool: not a token
         raise TraceError(f"{where}: prompt_token_ids: must be a non-empty list of token ids")
     return tuple(value)
 

@@ -203,6 +203,29 @@ def test_a_line_that_is_not_json_is_named_by_its_number_and_column(
     assert str(error.value) == f"{path}:{where}"
 
 
+def test_a_misspelt_field_is_refused_and_other_fields_left_unread(tmp_path: Path) -> None:
+    """A row's ``sesion`` was ignored: every request lost its session, with nothing said."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 1, "id": 7, '
+                    '"model": "m"}\n'
+                    '{"arrival_s": 1, "prompt_tokens": 3, "output_tokens": 1, "sesion": "s"}\n')
+    with pytest.raises(TraceError) as error:
+        load_trace(path)
+    assert str(error.value) == (
+        f"{path}:2: 'sesion' is not a field of a generic row: 'session'? (fields: arrival_s, "
+        "output_tokens, prompt_tokens, prompt, prompt_token_ids, session, tenant)")
+    path.write_text('{"arrival_s": 0, "prompt_tokens": 3, "output_tokens": 1, "id": 7}\n')
+    assert len(load_trace(path).requests) == 1        # an id of its own: left unread
+
+
+def test_booleans_are_not_token_ids(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival_s": 0, "prompt_token_ids": [true, 5], "output_tokens": 1}\n')
+    with pytest.raises(TraceError, match="prompt_token_ids: must be a non-empty list of token "
+                                         "ids"):
+        load_trace(path)
+
+
 def test_azure_times_are_read_as_utc_whatever_the_machines_time_zone(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Read in the local time zone, two requests either side of New York's spring change an
