@@ -45,7 +45,7 @@ from policies.registry import KIND_PROTOCOLS, BuildContext, PluginKind, PluginRe
 from policies.registry import default_registry as make_default_registry
 from policies.rules import first_match
 from workers.fleet import FleetConfig
-from workers.models import WorkerView
+from workers.models import WorkerInfo, WorkerView
 
 log = logging.getLogger(__name__)
 
@@ -246,23 +246,29 @@ def check_against_fleet(routing: RoutingConfig, fleet: FleetConfig) -> None:
         return
     for profile in routing.profiles.values():
         for spec in profile.filters:
-            wanted = _filter_labels(spec)
-            if wanted and not any(all(w.labels.get(k) == v for k, v in wanted.items())
-                                  for w in workers):
-                labels = ", ".join(f"{k}={v}" for k, v in wanted.items())
+            lacking = _labels_none_has(_filter_labels(spec), workers)
+            if lacking:
                 raise RoutingConfigError(
-                    f"{spec.path}: no worker of the fleet has {labels}: every request would "
+                    f"{spec.path}: no worker of the fleet has {lacking}: every request would "
                     "find no candidate (503)")
     for i, rule in enumerate(routing.rules):
         model = rule.then.model
         if model is not None and not any(model in w.models for w in workers):
             raise RoutingConfigError(
                 f"rules[{i}].then.model: no worker of the fleet serves {model!r}")
-        pool = rule.then.pool
-        if pool and not any(all(w.labels.get(k) == v for k, v in pool.items())
-                            for w in workers):
-            labels = ", ".join(f"{k}={v}" for k, v in pool.items())
-            raise RoutingConfigError(f"rules[{i}].then.pool: no worker of the fleet has {labels}")
+        lacking = _labels_none_has(rule.then.pool, workers)
+        if lacking:
+            raise RoutingConfigError(f"rules[{i}].then.pool: no worker of the fleet has {lacking}")
+
+
+def _labels_none_has(labels: Mapping[str, str] | None,
+                     workers: Sequence[WorkerInfo]) -> str | None:
+    """``labels`` as ``k=v, ...`` when no worker carries them all, else None (None or empty
+    labels: any worker has them)."""
+    if not labels or any(all(w.labels.get(k) == v for k, v in labels.items())
+                         for w in workers):
+        return None
+    return ", ".join(f"{k}={v}" for k, v in labels.items())
 
 
 def _filter_labels(spec: PluginSpec) -> Mapping[str, str] | None:

@@ -31,8 +31,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import orjson
@@ -317,17 +318,24 @@ class _StreamRelay:
                 await response.prepare(self._request)
                 self._response = response
             if data:
-                if self._may_wait(len(data)):
-                    async with asyncio.timeout(self._send_timeout_s):
-                        await self._response.write(data)
-                else:
-                    await self._response.write(data)
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            return False
+                await self._send(self._response.write(data), len(data))
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError, TimeoutError):
+            return False           # (on a timeout, the client was cut)
+        return True
+
+    async def _send(self, sending: Coroutine[Any, Any, None], size: int) -> None:
+        """Await ``sending``, a write of ``size`` bytes to the client: within
+        ``send_timeout_s`` when it may wait; past it, the client is cut and TimeoutError
+        raised."""
+        if not self._may_wait(size):
+            await sending
+            return
+        try:
+            async with asyncio.timeout(self._send_timeout_s):
+                await sending
         except TimeoutError:
             self._cut_client()
-            return False
-        return True
+            raise
 
     def _may_wait(self, size: int) -> bool:
         """Whether writing ``size`` more bytes may wait for the client: while writing is
@@ -358,12 +366,6 @@ class _StreamRelay:
 
     async def finish(self) -> None:
         if self._response is not None:
-            with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError):
-                if not self._may_wait(0):
-                    await self._response.write_eof()
-                    return
-                try:
-                    async with asyncio.timeout(self._send_timeout_s):
-                        await self._response.write_eof()
-                except TimeoutError:
-                    self._cut_client()
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError,
+                                     TimeoutError):      # (on a timeout, the client was cut)
+                await self._send(self._response.write_eof(), 0)
