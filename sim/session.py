@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.cache_curve import prefix_ceiling
-from sim.cli import out_problem
+from sim.cli import first_problem, out_problem
 from sim.client_max_tokens import EXACT, ClientMaxTokens
 from sim.policy_names import UnknownPolicyError, policy_label, resolve_policy
 from sim.report import output_clash, write_plots, write_requests_csv, write_summary
@@ -91,11 +91,8 @@ def run_session(request: SimulationRequest) -> int:
     if not trace.requests:
         print(f"kvroute sim: {request.trace}: no requests after slicing", file=sys.stderr)
         return 2
-    problem = scrape_count_problem(trace.span_s / request.rate_scale, interval)
-    if problem:
-        print(f"kvroute sim: {problem}", file=sys.stderr)
-        return 2
-    problem = model_problem(fleet)
+    problem = first_problem(scrape_count_problem(trace.span_s / request.rate_scale, interval),
+                            model_problem(fleet))
     if problem:
         print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2
