@@ -283,6 +283,27 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def worker_on_router_port(fleet: Any, host: str, port: int) -> str | None:
+    """Which emulated worker of ``fleet`` (started by ``up`` before the router) would take
+    the router's ``host:port``, said in words; ``None`` when none would. Emulated workers
+    listen on 127.0.0.1 unless their ``emulate.host`` says otherwise; a router on a wildcard
+    address needs the port on every address."""
+    from urllib.parse import urlsplit
+    wildcard = host in ("0.0.0.0", "::", "")
+    local = {"127.0.0.1", "localhost"}
+    for spec in fleet.workers:
+        if not spec.emulated:
+            continue
+        parts = urlsplit(spec.info.url)
+        worker_host = parts.hostname or "127.0.0.1"
+        same_host = (wildcard or worker_host in ("0.0.0.0", "::") or worker_host == host
+                     or (worker_host in local and host in local))
+        if parts.port == port and same_host:
+            return (f"emulated worker {spec.info.id!r} of {fleet.source} listens on "
+                    f"{worker_host}:{port} (its emulate.port)")
+    return None
+
+
 def _up(args: argparse.Namespace) -> int:
     from router.app import ListenError, run_router
     from router.client_auth import TenantKeysError
@@ -293,6 +314,11 @@ def _up(args: argparse.Namespace) -> int:
     fleet = _load(args)
     settings = _settings(args)
     if fleet is None or settings is None:
+        return 2
+    clash = worker_on_router_port(fleet, args.host, args.port)
+    if clash is not None:
+        print(f"kvroute: --port {args.port}: {clash}; give the router another port",
+              file=sys.stderr)
         return 2
     _log_files(args)
     emulated = sum(1 for w in fleet.workers if w.emulated)

@@ -179,6 +179,37 @@ def test_a_port_taken_exits_2_with_the_reason(command: str, extra: list[str], tm
     assert not _listening(ports["h100-0"])       # up stopped the workers it started
 
 
+@pytest.mark.parametrize("router_host", ["127.0.0.1", "localhost", "0.0.0.0"])
+def test_up_refuses_a_router_port_an_emulated_worker_takes_before_starting_it(
+        router_host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The workers start first: the router then found its port taken by one of them."""
+    from router.cli import main
+    ports = {"h100-0": free_port(), "h100-1": free_port()}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data({"h100-0": ("h100", FAST),
+                                                "h100-1": ("h100", FAST)}, ports)))
+    port = ports["h100-1"]
+    assert main(["up", "--fleet", str(fleet), "--host", router_host, "--port", str(port)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"kvroute: --port {port}: emulated worker 'h100-1' of {fleet} listens on "
+        f"127.0.0.1:{port} (its emulate.port); give the router another port")
+    assert not _listening(ports["h100-0"])       # refused before any worker started
+
+
+def test_a_router_port_no_emulated_worker_uses_is_no_clash(tmp_path: Path) -> None:
+    from router.commands import worker_on_router_port
+    from workers.fleet import parse_fleet
+    fleet = parse_fleet({**fleet_data({"h100-0": ("h100", FAST)}, {"h100-0": 18101}),
+                         "workers": [{"id": "h100-0", "gpu": "h100", "models": [MODEL],
+                                      "emulate": {"port": 18101}},
+                                     {"id": "far", "gpu": "h100", "models": [MODEL],
+                                      "url": "http://10.0.0.5:18102"}]})
+    assert worker_on_router_port(fleet, "127.0.0.1", 18100) is None
+    assert worker_on_router_port(fleet, "127.0.0.1", 18102) is None    # not started by up
+    assert worker_on_router_port(fleet, "10.0.0.9", 18101) is None     # another address
+    assert worker_on_router_port(fleet, "::", 18101) is not None
+
+
 @pytest.mark.parametrize(("command", "extra"), [
     ("serve", []), ("serve", ["--processes", "2"]), ("up", [])])
 def test_a_port_another_router_listens_on_is_refused(command: str, extra: list[str],
