@@ -3,7 +3,8 @@ it, for ``kvroute validate`` and logs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Collection, Mapping, Set
+from typing import Any
 
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from policies.admission.section import AdmissionSection
@@ -43,6 +44,7 @@ def fleet_warnings(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
     found = warnings(routing, runners) + admission_warnings(routing, sequences)
     if fleet.workers:
         found += _unserved_rule_models(routing, runners)
+        found += _adapters_no_worker_loads(routing, fleet)
         found += _windows_left_by_margins(routing, fleet)
     return found
 
@@ -84,6 +86,35 @@ def _unserved_rule_models(routing: RoutingConfig,
             found.append(f"rules[{i}] ({rule.name}).when.model: no worker of the fleet serves "
                          f"{', '.join(unserved)}: the rule matches no request")
     return found
+
+
+def _adapters_no_worker_loads(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
+    """A rule's ``then.adapter`` that no worker able to take its requests has loaded. Only
+    emulated workers declare theirs in the fleet file (``emulate.lora_adapters``); a real
+    worker's are read from its ``/v1/models`` while running, so where one could take the
+    rule's requests nothing is said."""
+    found = []
+    for i, rule in enumerate(routing.rules):
+        adapter, model = rule.then.adapter, rule.then.model
+        if adapter is None:
+            continue
+        able = [w for w in fleet.workers if model is None or model in w.info.models]
+        if not able or not all(w.emulated for w in able):
+            continue
+        if any(adapter in _emulated_adapters(w.emulate) for w in able):
+            continue
+        serving = f" serving {model}" if model is not None else ""
+        found.append(f"rules[{i}] ({rule.name}).then.adapter: no worker of the fleet{serving} "
+                     f"has {adapter!r} loaded (emulate.lora_adapters): its requests go to "
+                     "workers without it, which answer 404 (the model does not exist)")
+    return found
+
+
+def _emulated_adapters(emulate: Mapping[str, Any] | None) -> Collection[str]:
+    """The adapter names of an ``emulate:`` block's ``lora_adapters`` (a list of names or a
+    name -> path mapping)."""
+    adapters = (emulate or {}).get("lora_adapters") or ()
+    return [name for name in adapters if isinstance(name, str)]
 
 
 def _windows_left_by_margins(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:

@@ -106,6 +106,47 @@ def test_rules_that_cannot_match_and_margins_that_leave_no_window_are_warned_of(
         "its length"))
 
 
+def test_a_rule_adapter_no_emulated_worker_loads_is_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It validated ok and every request of the rule went to a worker that answered 404."""
+    fleet = str(ROOT / "config" / "examples" / "semantic-fleet.yaml")
+    path = tmp_path / "routing.yaml"
+    profile = "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+    path.write_text(profile + "rules:\n"
+                    "  - {name: loaded, when: {tenant: a}, then: {model: general, "
+                    "adapter: support}}\n"
+                    "  - {name: typo, when: {tenant: b}, then: {model: general, "
+                    "adapter: suport}}\n"
+                    "  - {name: elsewhere, when: {tenant: c}, then: {model: coder, "
+                    "adapter: support}}\n"
+                    "  - {name: any-model, when: {tenant: d}, then: {adapter: sales}}\n")
+    assert main(["validate", str(path), "--fleet", fleet]) == 0
+    assert capsys.readouterr().err == "".join(f"{path}: warning: {w}\n" for w in (
+        "rules[1] (typo).then.adapter: no worker of the fleet serving general has 'suport' "
+        "loaded (emulate.lora_adapters): its requests go to workers without it, which answer "
+        "404 (the model does not exist)",
+        "rules[2] (elsewhere).then.adapter: no worker of the fleet serving coder has 'support' "
+        "loaded (emulate.lora_adapters): its requests go to workers without it, which answer "
+        "404 (the model does not exist)",
+        "rules[3] (any-model).then.adapter: no worker of the fleet has 'sales' loaded "
+        "(emulate.lora_adapters): its requests go to workers without it, which answer 404 (the "
+        "model does not exist)"))
+
+
+def test_a_rule_adapter_is_not_judged_where_a_real_worker_could_load_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real worker's adapters are known only from its /v1/models, while running."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("models: {m: {arch: llama-3-8b}}\n"
+                     "workers:\n  - {id: e, gpu: h100, models: [m], emulate: {port: 18301}}\n"
+                     "  - {id: r, gpu: h100, models: [m], url: 'http://10.0.0.7:8000'}\n")
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+                    "rules: [{name: r, when: {tenant: a}, then: {model: m, adapter: x}}]\n")
+    assert main(["validate", str(path), "--fleet", str(fleet)]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_time_decisions_without_a_fleet_is_refused_before_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
