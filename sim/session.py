@@ -30,6 +30,7 @@ from sim.runner import (
     run_policy,
     trace_meta,
 )
+from sim.semantic_policies import text_notes, train_ahead
 from sim.simulator import (
     SimulationSettings,
     fleet_kv_tokens,
@@ -96,7 +97,7 @@ def run_session(request: SimulationRequest) -> int:
     if problem:
         print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2
-    note = model_note(fleet)
+    note = model_note(fleet, rewriting_rules(request.policies))
     if note:
         print(f"kvroute sim: note: {note}", file=sys.stderr)
     unlikely = unlikely_rate(trace)
@@ -105,6 +106,13 @@ def run_session(request: SimulationRequest) -> int:
     problem = out_problem(request.out) or output_clash(Path(request.out))   # before the run
     if problem:
         print(f"kvroute sim: {problem}", file=sys.stderr)
+        return 2
+    for semantic_note in text_notes(request.policies, trace):
+        print(f"kvroute sim: note: {semantic_note}", file=sys.stderr)
+    try:
+        train_ahead(request.policies)
+    except RoutingConfigError as exc:
+        print(f"kvroute sim: {exc}", file=sys.stderr)
         return 2
     served = servable(trace, fleet)       # the ceilings leave out what no worker can serve
     ceiling = prefix_ceiling(served)
@@ -161,17 +169,26 @@ def model_problem(fleet: FleetConfig) -> str | None:
     return None
 
 
-def model_note(fleet: FleetConfig) -> str | None:
+def model_note(fleet: FleetConfig, rewriting: Sequence[str] = ()) -> str | None:
     """Which workers a simulation of a fleet of several models uses (those serving the first
-    worker's first model); the others stay idle, though counted in the fleet's cost."""
+    worker's first model, and the models the ``rewriting`` policies' rules send requests
+    to); the others stay idle, though counted in the fleet's cost."""
     model = simulated_model(fleet)
     models = {m for w in fleet.workers for m in w.info.models}
     if len(models) <= 1:
         return None
     serving = sum(model in w.info.models for w in fleet.workers)
+    rules = (f", unless a rule of {', '.join(rewriting)} sends it to another model"
+             if rewriting else "")
     return (f"{fleet.source} serves {len(models)} models; every simulated request asks for "
             f"the first worker's, {model}, served by {serving} of its {len(fleet.workers)} "
-            "workers: the others stay idle, and count in $/Mtok fleet")
+            f"workers{rules}: the others stay idle, and count in $/Mtok fleet")
+
+
+def rewriting_rules(policies: Sequence[str]) -> list[str]:
+    """The policies whose rules rewrite the model of some requests."""
+    return [name for name in policies
+            if any(rule.then.model is not None for rule in resolve_policy(name).rules)]
 
 
 def unlikely_rate(trace: Trace) -> str | None:

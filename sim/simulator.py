@@ -34,6 +34,7 @@ from policies.engine import PolicyEngine
 from policies.producers.blocks import BlocksProducer
 from policies.producers.runner import run_producers_sync
 from policies.producers.tokens import TokensProducer
+from policies.semantic.producer import SemanticProducer
 from sim.client_max_tokens import EXACT, ClientMaxTokens
 from sim.metrics import RequestRecord, WorkerUsage, allocate_costs, slo_ttft_target
 from sim.prefill_clock import PrefillClock
@@ -204,6 +205,9 @@ class Simulation:
         # Trace requests arrive with their token ids: the tokens producer would only copy
         # them (scanning every id), so it is left out; every other producer runs as live.
         self._producers = [p for p in policy.producers if not isinstance(p, TokensProducer)]
+        # a semantic producer classifies the prompt's text, where the trace has it; only
+        # then is the text the request's prompt (the peers read ``prompt``: they see tokens)
+        self._classifies = any(isinstance(p, SemanticProducer) for p in self._producers)
         self._live: dict[str, _Dispatched] = {}
         self._records: list[RequestRecord] = []
         self._landings: list[tuple[float, int, int,
@@ -259,7 +263,7 @@ class Simulation:
         tokens = self.trace.prompt_token_ids(request)
         routing = RoutingRequest(
             request_id=f"trace-{request.index}", model=self._model, path="/v1/completions",
-            prompt=tokens,
+            prompt=request.text if self._classifies and request.text is not None else tokens,
             max_tokens=self.settings.client_max_tokens.for_output(request.output_tokens),
             tenant=request.tenant,
             session=request.session, arrival_time=now)

