@@ -21,9 +21,10 @@ pooling are unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +41,22 @@ from policies.semantic.embedder_limits import (
 Matrix = npt.NDArray[np.float32]
 IdMatrix = npt.NDArray[np.int64]
 Runtime = Literal["torch", "onnx"]
+
+
+@contextlib.contextmanager
+def quiet_weight_loading() -> Iterator[None]:
+    """transformers draws a "Loading weights" bar on stderr for every model it loads: noise
+    in ``kvroute validate``, a router's start and reload. Off while loading, then as it was."""
+    from transformers.utils import logging as imported
+
+    transformers_logging: Any = imported      # its switches are untyped
+    was_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            transformers_logging.enable_progress_bar()
 
 
 def model_directory() -> Path:
@@ -70,9 +87,10 @@ class MiniLmEmbedder:
         self._torch: Any = torch
         if threads > 0:
             torch.set_num_threads(threads)
-        st_model = SentenceTransformer(str(model_directory()), device="cpu",
-                                       local_files_only=True,
-                                       model_kwargs={"dtype": torch.float32})
+        with quiet_weight_loading():
+            st_model = SentenceTransformer(str(model_directory()), device="cpu",
+                                           local_files_only=True,
+                                           model_kwargs={"dtype": torch.float32})
         self._tokenizer: Any = st_model.tokenizer
         encoder: Any = st_model[0].auto_model
         if weights is not None:

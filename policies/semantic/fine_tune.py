@@ -230,10 +230,12 @@ def _mix_and_save(tuned_path: Path, mix: float, path: Path) -> None:
     from safetensors.torch import load_file, save_file
     from transformers import AutoModel
 
-    from policies.semantic.embedder import model_directory
+    from policies.semantic.embedder import model_directory, quiet_weight_loading
     from policies.semantic.onnx_encoder import write_atomically
 
-    base = AutoModel.from_pretrained(str(model_directory()), local_files_only=True).state_dict()
+    with quiet_weight_loading():
+        base = AutoModel.from_pretrained(str(model_directory()),
+                                         local_files_only=True).state_dict()
     state = mixed_state(base, load_file(str(tuned_path)), mix)
     write_atomically(path, lambda tmp: save_file(state, str(tmp)))
     log.info("encoder %g of the way to the tuned one saved to %s", mix, path)
@@ -257,12 +259,14 @@ def _train(torch: Any, texts: Sequence[str], labels: Sequence[str], params: Fine
            max_tokens: int, progress: Progress | None) -> Any:
     from sentence_transformers import SentenceTransformer
 
-    from policies.semantic.embedder import model_directory
+    from policies.semantic.embedder import model_directory, quiet_weight_loading
 
     rng = random.Random(params.seed)
     torch.manual_seed(params.seed)
-    st_model = SentenceTransformer(str(model_directory()), device="cpu", local_files_only=True,
-                                   model_kwargs={"dtype": torch.float32})
+    with quiet_weight_loading():
+        st_model = SentenceTransformer(str(model_directory()), device="cpu",
+                                       local_files_only=True,
+                                       model_kwargs={"dtype": torch.float32})
     tokenizer: Any = st_model.tokenizer
     encoder: Any = st_model[0].auto_model
     encoder.train()                                   # dropout on, as in SetFit

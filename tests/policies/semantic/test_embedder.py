@@ -83,3 +83,14 @@ def test_a_tail_window_leaves_texts_that_fit_as_they_were(
 def test_a_tail_must_leave_room_for_the_start() -> None:
     with pytest.raises(ValueError, match=r"tail_tokens must be within 0\.\.61"):
         MiniLmEmbedder(max_tokens=64, tail_tokens=62)
+
+
+def test_loading_draws_no_weights_bar_and_leaves_the_switch_as_it_was(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """transformers drew "Loading weights" on stderr at each load (validate, start, reload)."""
+    from transformers.utils import logging as transformers_logging
+
+    assert transformers_logging.is_progress_bar_enabled()
+    MiniLmEmbedder(max_tokens=32)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert transformers_logging.is_progress_bar_enabled()
