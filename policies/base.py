@@ -38,6 +38,9 @@ class RoutingRequest:
     # --- produced before the decision -------------------------------------------------------
     prompt_token_ids: Sequence[int] | None = None
     num_prompt_tokens: int = 0
+    # a batch (several prompts or embedding inputs): the tokens of its longest one, which is
+    # what a context window must hold (each is served on its own); 0 for a single prompt
+    longest_prompt_tokens: int = 0
     block_hashes: dict[int, Sequence[int]] = field(default_factory=dict)   # block_size -> chain
     semantic_class: str | None = None
     predicted_output_tokens: int | None = None   # learnt from finished requests, <= max_tokens
@@ -49,6 +52,12 @@ class RoutingRequest:
         ``output_tokens_bound``."""
         predicted = self.predicted_output_tokens
         return predicted if predicted is not None else self.output_tokens_bound
+
+    @property
+    def context_prompt_tokens(self) -> int:
+        """The prompt tokens one context window must hold: the longest of a batch's
+        prompts, else the prompt's."""
+        return self.longest_prompt_tokens or self.num_prompt_tokens
 
     @property
     def output_tokens_bound(self) -> int:

@@ -537,8 +537,14 @@ def _context_length_error(routing: RoutingRequest, max_model_len: int,
     The ``context-length`` filter leaves nothing only when the prompt itself does not fit;
     a prompt that fits with a too-large ``max_tokens`` is served, clamped, as vLLM does."""
     # a prompt far past every window is counted from its length, not tokenized (tokens.py)
-    count = ("at least " if routing.attributes.get(AT_LEAST_KEY) else "") + str(
-        routing.num_prompt_tokens)
+    tokens = routing.context_prompt_tokens      # a batch's longest prompt: each is served alone
+    if tokens == max_model_len and not routing.attributes.get(AT_LEAST_KEY):
+        message = (f"The decoder prompt (length {tokens}) plus the number of requested output "
+                   f"tokens (at least 1) is longer than the maximum model length of "
+                   f"{max_model_len}. Make sure that `max_model_len` is no smaller than the "
+                   "number of text tokens (prompt + requested output tokens).")
+        return ContextLengthExceeded(message, param="input_tokens", headers=headers)
+    count = ("at least " if routing.attributes.get(AT_LEAST_KEY) else "") + str(tokens)
     message = (f"This model's maximum context length is {max_model_len} tokens. However, your "
                f"prompt contains {count} input tokens, which exceeds this limit even without "
                "any output tokens. Please reduce the length of the input prompt.")

@@ -1,6 +1,6 @@
 """``context-length`` filter: keep workers whose context window fits the request.
 
-A worker fits when ``num_prompt_tokens + max_tokens + margin_tokens <= max_model_len``,
+A worker fits when ``prompt + max_tokens + margin_tokens <= max_model_len``,
 counting ``max_tokens`` as 1 when the request does not set it (the worker then generates
 up to its limit). When no worker fits the whole request, the workers whose window still
 holds the prompt and one output token are kept: vLLM serves such a request, clamping
@@ -9,6 +9,10 @@ accepts. Only a prompt that fits no window leaves nothing (the router then answe
 400). A worker with an unknown ``max_model_len`` (0) is kept. Needs ``num_prompt_tokens``
 (the tokens producer is added automatically). ``margin_tokens`` absorbs the difference
 between the router's token count and the worker's tokenizer.
+
+The prompt is the longest one of a batch (several completion prompts, several embedding
+inputs): vLLM serves each on its own, so only each must fit, not their sum. An embedding
+generates nothing: its input may fill the whole window.
 
 ```yaml
 filters:
@@ -23,12 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from policies.base import CycleState, RoutingRequest
+from policies.base import RUNNER_OF_PATH, CycleState, RoutingRequest
 from policies.errors import ParamError
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
 TYPE_NAME = "context-length"
+POOLING = "pooling"     # what an embeddings path runs as (RUNNER_OF_PATH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +47,16 @@ class ContextLengthFilterParams:
 
 def required_context(request: RoutingRequest, margin_tokens: int = 0) -> int:
     """Tokens of context the request needs on a worker."""
+    return request.context_prompt_tokens + least_output(request) + margin_tokens
+
+
+def least_output(request: RoutingRequest) -> int:
+    """The output tokens a window must leave room for: none for an embedding; else
+    ``max_tokens`` (1 when not set: the worker then generates up to its limit)."""
+    if RUNNER_OF_PATH.get(request.path) == POOLING:
+        return 0
     output = request.max_tokens if request.max_tokens is not None else 1
-    return request.num_prompt_tokens + max(output, 1) + margin_tokens
+    return output if output > 1 else 1
 
 
 _max_model_len = attrgetter("max_model_len")
@@ -63,7 +76,8 @@ class ContextLengthFilter:
                    if view.max_model_len <= 0 or needed <= view.max_model_len]
         if fitting:
             return fitting
-        prompt_only = request.num_prompt_tokens + 1 + self.margin_tokens    # max_tokens clamped
+        prompt_only = (request.context_prompt_tokens + min(1, least_output(request))
+                       + self.margin_tokens)      # max_tokens clamped
         return [view for view in workers if prompt_only <= view.max_model_len]
 
 

@@ -215,9 +215,10 @@ class TokensProducer:
             request.num_prompt_tokens = at_least
             request.attributes[AT_LEAST_KEY] = True
         else:
-            ids = self.token_ids(request)
+            ids, longest = self._token_ids_and_longest(request)
             request.prompt_token_ids = ids
             request.num_prompt_tokens = len(ids)
+            request.longest_prompt_tokens = longest
         request.attributes.pop(PROMPT_PARTS_KEY, None)    # the rendered text: no longer needed
 
     def _too_long(self, request: RoutingRequest, window: int) -> int | None:
@@ -229,24 +230,33 @@ class TokensProducer:
         if window <= 0 or not most or request.model in self._model_folders:
             return None
         texts, given_ids = _prompt_parts_once(request)
-        chars = sum(map(len, texts))
+        # each prompt of a batch is served on its own: only the longest must fit
+        chars = max(map(len, texts), default=0)
         if chars <= window * most:
             return None
         return -(-chars // most) + len(given_ids)
 
     def token_ids(self, request: RoutingRequest) -> Sequence[int]:
+        return self._token_ids_and_longest(request)[0]
+
+    def _token_ids_and_longest(self, request: RoutingRequest) -> tuple[Sequence[int], int]:
+        """The prompt's token ids (a batch's, one after the other) and, for a batch, the
+        tokens of its longest prompt (0 for a single prompt)."""
         folder = self._model_folders.get(request.model)
         if folder is not None:
             return self._model_token_ids(folder, request)
         texts, given_ids = _prompt_parts_once(request)
-        if not texts:
-            return given_ids            # token ids sent by the client, taken as they are
+        if not texts:           # token ids sent by the client, taken as they are
+            return given_ids, longest_id_list(request.prompt)
         if len(texts) == 1:
-            return self._encode_cached(request.model, texts[0])   # shared: read-only
+            return self._encode_cached(request.model, texts[0]), 0   # shared: read-only
         out = array("i")
+        longest = 0
         for text in texts:
-            out.extend(self._encode_cached(request.model, text))
-        return out
+            ids = self._encode_cached(request.model, text)
+            out.extend(ids)
+            longest = max(longest, len(ids))
+        return out, longest
 
     def cost_hint(self, request: RoutingRequest) -> int:
         """Characters still to tokenize for ``request`` (cached texts and chunks count 0)."""
@@ -285,23 +295,30 @@ class TokensProducer:
         return cached_encode(self.cache, self._tokenizer_key(model),
                              self._by_model.get(model, self._default), text, self.chunk_chars)
 
-    def _model_token_ids(self, folder: ModelTokenizer, request: RoutingRequest) -> Sequence[int]:
-        """Tokens exactly as vLLM makes them from the model's own folder."""
+    def _model_token_ids(self, folder: ModelTokenizer,
+                         request: RoutingRequest) -> tuple[Sequence[int], int]:
+        """Tokens exactly as vLLM makes them from the model's own folder, and a batch's
+        longest prompt's (as ``_token_ids_and_longest``)."""
         if request.messages is not None:
             try:
                 text = folder.render_chat(request.messages)
             except Exception:     # a template error: vLLM answers 400, route on the rest
                 text = render_chat(request.messages)
-            return self._encode_folder(request.model, folder, text, add_special_tokens=False)
+            return self._encode_folder(request.model, folder, text,
+                                       add_special_tokens=False), 0
         texts, given_ids = prompt_parts(request)
         if not texts:
-            return given_ids
+            return given_ids, longest_id_list(request.prompt)
         if len(texts) == 1:
-            return self._encode_folder(request.model, folder, texts[0], add_special_tokens=True)
+            return self._encode_folder(request.model, folder, texts[0],
+                                       add_special_tokens=True), 0
         out = array("i")
+        longest = 0
         for text in texts:
-            out.extend(self._encode_folder(request.model, folder, text, add_special_tokens=True))
-        return out
+            ids = self._encode_folder(request.model, folder, text, add_special_tokens=True)
+            out.extend(ids)
+            longest = max(longest, len(ids))
+        return out, longest
 
     def _encode_folder(self, model: str, folder: ModelTokenizer, text: str,
                        add_special_tokens: bool) -> array[int]:
@@ -379,6 +396,13 @@ def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
             ids = [t for t in ids if type(t) is int]      # bool is no token
         return [], ids
     return [], []
+
+
+def longest_id_list(prompt: Any) -> int:
+    """The length of the longest of several lists of token ids (a batch), else 0."""
+    if isinstance(prompt, list) and len(prompt) > 1 and {*map(type, prompt)} == {list}:
+        return max(map(len, prompt))
+    return 0
 
 
 # the most parts of one prompt (texts, lists of token ids) looked at on the event loop, the

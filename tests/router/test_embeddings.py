@@ -66,6 +66,29 @@ async def test_the_openai_client_gets_embeddings_from_a_pooling_worker(
     await client.close()
 
 
+async def test_each_input_of_a_batch_must_fit_the_window_not_their_sum(
+        fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A batch of inputs was refused when their tokens together passed one window (8,192
+    here), though the worker embeds each on its own; an input filling the window was
+    refused for want of room for an output token an embedding never makes."""
+    router = await make_router(fleet)
+    client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+    batch = await client.embeddings.create(model=EMBEDDER, input=[[7] * 5_000, [8] * 5_000])
+    assert [item.index for item in batch.data] == [0, 1]
+    assert batch.usage.prompt_tokens == 10_000
+    texts = await client.embeddings.create(
+        model=EMBEDDER, input=[f"document {i}: " + "the quick brown fox. " * 300
+                               for i in range(12)])
+    assert len(texts.data) == 12 and texts.usage.prompt_tokens > 8192
+    whole = await client.embeddings.create(model=EMBEDDER, input=[[7] * 8192])
+    assert whole.usage.prompt_tokens == 8192
+    with pytest.raises(openai.BadRequestError) as info:       # one input too long: refused
+        await client.embeddings.create(model=EMBEDDER, input=[[7] * 10, [7] * 8300])
+    assert isinstance(info.value.body, dict)
+    assert "your prompt contains 8300 input tokens" in info.value.body["message"]
+    await client.close()
+
+
 async def test_concurrent_embeddings_spread_over_the_pooling_workers_only(
         fleet: FleetConfig, make_router: RouterFactory) -> None:
     router = await make_router(fleet)

@@ -271,6 +271,38 @@ async def test_request_longer_than_the_context_window_is_400(router: RouterHandl
         "at least 8193 input tokens")
 
 
+async def test_each_prompt_of_a_batch_must_fit_the_window_not_their_sum(
+        router: RouterHandle) -> None:
+    """Two prompts of 5,000 tokens were refused as "10000 input tokens" against a window of
+    8,192: vLLM serves each prompt of a batch on its own."""
+    reply = await client(router).completions.create(model=MODEL, prompt=[[7] * 5000, [8] * 5000],
+                                                    max_tokens=4)
+    assert reply.usage is not None and reply.usage.prompt_tokens == 10_000
+    assert sorted(choice.index for choice in reply.choices) == [0, 1]
+    texts = ["word " * 3000, "other " * 3000, "third " * 3000]
+    reply = await client(router).completions.create(model=MODEL, prompt=texts, max_tokens=4)
+    assert reply.usage is not None and reply.usage.prompt_tokens > 8192
+    with pytest.raises(openai.BadRequestError) as info:      # one prompt too long: refused
+        await client(router).completions.create(model=MODEL, prompt=[[7] * 10, [7] * 8300],
+                                                max_tokens=4)
+    assert isinstance(info.value.body, dict)
+    assert info.value.body["message"].startswith(
+        "This model's maximum context length is 8192 tokens. However, your prompt contains "
+        "8300 input tokens")
+
+
+async def test_a_prompt_filling_the_window_gets_vllms_words(router: RouterHandle) -> None:
+    """It was told its 8,192 tokens "exceed" the window of 8,192."""
+    with pytest.raises(openai.BadRequestError) as info:
+        await client(router).completions.create(model=MODEL, prompt=[7] * 8192, max_tokens=4)
+    assert info.value.body == {
+        "message": "The decoder prompt (length 8192) plus the number of requested output "
+                   "tokens (at least 1) is longer than the maximum model length of 8192. Make "
+                   "sure that `max_model_len` is no smaller than the number of text tokens "
+                   "(prompt + requested output tokens).",
+        "type": "BadRequestError", "param": "input_tokens", "code": 400}
+
+
 async def test_the_window_quoted_is_the_engines_own(make_router: RouterFactory,
                                                      tmp_path_factory: pytest.TempPathFactory
                                                      ) -> None:

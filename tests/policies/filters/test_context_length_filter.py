@@ -42,3 +42,21 @@ def test_when_no_window_holds_the_request_the_prompt_alone_decides(
     request = RoutingRequest("r", "m", max_tokens=max_tokens, num_prompt_tokens=prompt)
     plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
     assert [v.id for v in plugin.filter(request, views, CycleState())] == expected
+
+
+@pytest.mark.parametrize(("path", "prompt", "longest", "max_tokens", "expected"), [
+    ("/v1/completions", 6000, 3000, 96, ["small", "big"]),   # each of the batch fits 4096
+    ("/v1/completions", 6000, 4001, 96, ["big"]),            # its longest does not
+    ("/v1/completions", 4096, 0, None, ["big"]),             # one prompt: room for a token
+    ("/v1/embeddings", 4096, 0, 1, ["small", "big"]),        # an embedding makes none
+    ("/v1/embeddings", 9000, 4096, 1, ["small", "big"]),     # nor does a batch of them
+    ("/v1/embeddings", 4097, 0, 1, ["big"]),
+])
+def test_a_batch_needs_room_for_its_longest_prompt_and_an_embedding_for_no_output(
+        view: ViewFactory, path: str, prompt: int, longest: int, max_tokens: int | None,
+        expected: list[str]) -> None:
+    views = [view("small", max_model_len=4096), view("big", max_model_len=131072)]
+    request = RoutingRequest("r", "m", path=path, max_tokens=max_tokens,
+                             num_prompt_tokens=prompt, longest_prompt_tokens=longest)
+    plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
+    assert [v.id for v in plugin.filter(request, views, CycleState())] == expected

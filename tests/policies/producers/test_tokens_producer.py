@@ -256,3 +256,29 @@ def test_a_prompt_past_every_window_by_its_length_alone_is_not_tokenized() -> No
         p.produce(request, known)
         assert request.num_prompt_tokens == len(ENCODING.encode_ordinary(text))
         assert AT_LEAST_KEY not in request.attributes
+
+
+@pytest.mark.parametrize(("prompt", "longest"), [
+    ("one text", 0),
+    ([15339, 1917, 7], 0),                       # one list of ids
+    ([[1, 2, 3]], 0),                            # a batch of one
+    ([[1, 2], [3, 4, 5, 6], [7]], 4),
+    (["hello", "hello world, and more"], len(ENCODING.encode_ordinary("hello world, and more"))),
+])
+def test_a_batch_gives_its_longest_prompts_tokens(prompt: Any, longest: int) -> None:
+    """Each prompt of a batch is served on its own: a window must hold the longest only."""
+    request = produce(producer(), prompt=prompt, path="/v1/completions")
+    assert request.longest_prompt_tokens == longest
+    assert request.context_prompt_tokens == (longest or request.num_prompt_tokens)
+
+
+def test_a_batch_of_texts_past_every_window_together_is_tokenized() -> None:
+    """Two texts of 5,000 x 128 characters each fit a window of 8,192 by length; together
+    they were taken for one too long to tokenize (and refused)."""
+    from tests.policies.conftest import make_view
+
+    half = "a" * (5000 * 128)
+    request = RoutingRequest("r", "m", prompt=[half, half + "b"], path="/v1/completions")
+    producer().produce(request, [make_view("w0", max_model_len=8192)])
+    assert AT_LEAST_KEY not in request.attributes
+    assert request.longest_prompt_tokens == len(ENCODING.encode_ordinary(half + "b"))

@@ -75,6 +75,21 @@ async def test_base64_dimensions_token_ids_and_chat_input(embedder: EmulatorProc
     assert status == 200 and len(chat["data"]) == 1, chat
 
 
+async def test_an_input_filling_the_window_is_embedded_as_vllm_does(
+        embedder: EmulatorProcess) -> None:
+    """An embedding generates nothing, so vLLM takes an input of the whole window; the
+    emulator answered 500 (its engine kept room for an output token)."""
+    status, body = await post(f"{embedder.url}/v1/embeddings",
+                              {"model": EMBEDDER, "input": [[5] * 64, [6] * 10]})
+    assert status == 200, body
+    assert body["usage"]["prompt_tokens"] == 74
+    assert body["data"][0]["embedding"] == pytest.approx(embedding_of([5] * 64, HIDDEN, HIDDEN),
+                                                         abs=1e-6)
+    status, body = await post(f"{embedder.url}/v1/embeddings",
+                              {"model": EMBEDDER, "input": [[5] * 65]})
+    assert status == 400, body
+
+
 @pytest.mark.parametrize(("body", "needle"), [
     ({"model": EMBEDDER}, "input"),
     ({"model": EMBEDDER, "input": {"text": "x"}}, "input"),
