@@ -324,7 +324,9 @@ class Director:
         decision = engine.decide(routing, views)
         if decision.worker_id is None and fail_open is not None:
             decision = engine.decide(routing, fail_open)
-        if decision.worker_id is None and continued is not None:
+        # (a model no worker serves, not rewritten by a rule, is the client's mistake: 404)
+        if (decision.worker_id is None and continued is not None
+                and decision.model in self._registry.known_models()):
             decision = continuation_decision(engine, routing, views, decision, continued)
         seconds = time.perf_counter() - started
         gpu = self._gpu_of(decision.worker_id)

@@ -287,4 +287,11 @@ async def test_a_rule_that_would_move_a_conversation_is_set_aside_for_its_holder
     raw = await client.responses.with_raw_response.create(
         model="alpha", input="Elsewhere.", max_output_tokens=4, extra_headers={"x-turn": "beta"})
     assert raw.headers["x-kvroute-worker"] == "beta-0" and raw.parse().model == "beta"
+    # a model no worker serves is the client's mistake, continuing or not: it was answered
+    # by the holder's model, saying nothing
+    with pytest.raises(openai.NotFoundError) as info:
+        await client.responses.create(model="nope", input="Fourth turn.", max_output_tokens=4,
+                                      previous_response_id=third.id)
+    assert isinstance(info.value.body, dict)
+    assert info.value.body["message"].startswith("The model `nope` does not exist.")
     await client.close()
