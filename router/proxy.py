@@ -13,7 +13,8 @@ Failure semantics:
 * no response headers (or no next chunk) within the upstream timeout: ``UpstreamTimeout``
   before the first byte; after it, the stream is ended as below;
 * the worker breaks mid-stream: the client gets an OpenAI error event, then ``[DONE]`` (on
-  the Messages API, an Anthropic ``event: error``, as vLLM sends one);
+  the Responses API an ``event: error``, as OpenAI ends a failed stream; on the Messages
+  API an Anthropic ``event: error``, as vLLM sends one);
 * the client stops reading: a write to it that cannot go on for ``send_timeout_s`` (the
   kernel's and the transport's buffers full, their backlog not drained: a client reading
   nothing, or far slower than the stream comes) cuts its connection and ends the request as a
@@ -62,13 +63,23 @@ _CHUNK_FRAMING = 32
 _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
-def openai_failure(message: str) -> bytes:
-    """The events that end a chat, completion or Responses stream the worker broke."""
+def openai_failure(message: str, events: int) -> bytes:
+    """The events that end a chat or completion stream the worker broke (``events``: those
+    relayed before, unused here)."""
     return (b"data: " + error_body(message, "upstream_error", "upstream_error")
             + b"\n\ndata: [DONE]\n\n")
 
 
-def anthropic_failure(message: str) -> bytes:
+def responses_failure(message: str, events: int) -> bytes:
+    """The Responses API's: one ``error`` event, as OpenAI ends a stream that failed, numbered
+    after the ``events`` relayed (vLLM numbers its events 0, 1, 2, …); no ``[DONE]``, which
+    this API never sends."""
+    return b"event: error\ndata: " + orjson.dumps({
+        "type": "error", "code": "upstream_error", "message": message, "param": None,
+        "sequence_number": events}) + b"\n\n"
+
+
+def anthropic_failure(message: str, events: int) -> bytes:
     """The Messages API's: one ``error`` event, of vLLM's type for a failure mid-stream."""
     return b"event: error\ndata: " + anthropic_error_body(message, "internal_error") + b"\n\n"
 
@@ -80,7 +91,7 @@ class StreamFormat:
 
     end_marks: tuple[bytes, ...]
     first_token_mark: bytes | None = None
-    failure: Callable[[str], bytes] = openai_failure
+    failure: Callable[[str, int], bytes] = openai_failure
 
 
 # chat and completions: ``data: [DONE]`` ends the stream; every chunk carries tokens
@@ -89,7 +100,7 @@ COMPLETION_STREAM = StreamFormat((b"data: [DONE]",))
 # output is a ``….delta`` (``response.created`` and the like come before any token)
 RESPONSES_STREAM = StreamFormat(
     (b"event: response.completed", b"event: response.incomplete", b"event: response.failed"),
-    b".delta\ndata: ")
+    b".delta\ndata: ", responses_failure)
 # Anthropic's Messages API: ``message_stop`` ends it; ``message_start`` and
 # ``content_block_start`` come before any token, the first ``content_block_delta`` carries one
 MESSAGES_STREAM = StreamFormat((b"event: message_stop",), b"event: content_block_delta",
@@ -360,8 +371,8 @@ class _StreamRelay:
             transport.abort()
 
     async def fail(self, message: str) -> None:
-        held = b"".join(event + _EVENT_END for event in self._rewrite.flush())
-        await self._write(held + self._failure(message))
+        held = [event + _EVENT_END for event in self._rewrite.flush()]
+        await self._write(b"".join(held) + self._failure(message, self.events + len(held)))
         await self.finish()
 
     async def finish(self) -> None:

@@ -117,6 +117,30 @@ async def test_stream_broken_midway_ends_with_an_error_event(
                          gpu="H100-80GB", profile="default", status="504") == 1.0
 
 
+async def test_a_responses_stream_broken_midway_ends_with_its_own_error_event(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """It ended with a chat stream's error chunk and ``data: [DONE]``, which the Responses
+    API never sends: a client dispatching on ``event:`` lines missed the failure."""
+    import json
+    router = await make_router(subset(emulated_fleet, ["stall"]), upstream_timeout_s=0.5)
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{router.url}/v1/responses", json={"model": MODEL, "input": "Keep going.",
+                                                "max_output_tokens": 50, "stream": True,
+                                                "store": False}) as resp:
+        assert resp.status == 200
+        text = (await resp.read()).decode()
+    events = [event for event in text.split("\n\n") if event.strip()]
+    assert "[DONE]" not in text
+    kind, data = events[-1].split("\n", 1)
+    assert kind == "event: error"
+    error = json.loads(data.removeprefix("data: "))
+    assert error["type"] == "error" and error["code"] == "upstream_error"
+    assert "mid-stream: nothing came for 0.5 s" in error["message"]
+    numbers = [json.loads(e.split("data: ", 1)[1])["sequence_number"] for e in events[:-1]]
+    assert numbers == list(range(len(numbers))) and len(numbers) >= 2
+    assert error["sequence_number"] == len(numbers)        # the next in the stream's order
+
+
 async def test_client_disconnect_cancels_upstream(emulated_fleet: FleetConfig,
                                                   make_router: RouterFactory) -> None:
     slow = next(w.info for w in emulated_fleet.workers if w.info.id == "slow")
