@@ -61,6 +61,7 @@ from router.keys import (
 from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
 from router.proxy import Proxy
+from router.request_ids import echo_request_id
 from router.response_locator import ResponseLocator
 from router.settings import Settings
 from router.stalls import StallWatch
@@ -121,6 +122,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
                                                   metrics.record_unauthorized,
                                                   settings.request_id_header))
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
+    app.on_response_prepare.append(echo_request_id(settings.request_id_header))
     if cors is not None:
         app.on_response_prepare.append(cors.on_response_prepare)
     app[SETTINGS] = settings

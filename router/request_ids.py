@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
 
 
 class RequestIds:
@@ -43,3 +46,16 @@ class RequestIds:
 
     def _generated(self) -> str:
         return f"{self._prefix}-{next(self._counter)}"
+
+
+def echo_request_id(header: str) -> Callable[[web.Request, web.StreamResponse],
+                                              Awaitable[None]]:
+    """An ``on_response_prepare`` hook: every answer to a request that carried ``header``
+    echoes it, the answers no decision gave an id too (``/v1/models``, an unknown path, a
+    wrong method); an answer that set its own (a routed request's, suffixed or replaced) keeps
+    it, and an id that is not printable text is not echoed."""
+    async def echo(request: web.Request, response: web.StreamResponse) -> None:
+        given = request.headers.get(header)
+        if given and given.isprintable() and header not in response.headers:
+            response.headers[header] = given
+    return echo

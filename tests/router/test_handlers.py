@@ -133,6 +133,22 @@ async def test_a_refusal_carries_its_request_id_given_or_generated(
             assert resp.headers["x-request-id"] not in ("", generated)
 
 
+@pytest.mark.parametrize(("method", "path", "status"), [
+    ("GET", "/v1/models", 200), ("POST", "/v1/foo", 404), ("GET", "/v1/chat/completions", 405),
+    ("GET", "/health", 200)])
+async def test_every_answer_echoes_the_clients_request_id(
+        router: RouterHandle, method: str, path: str, status: int) -> None:
+    """Answers no decision gave an id (the model list, an unknown path, a wrong method) did
+    not echo the client's."""
+    async with aiohttp.ClientSession() as session:
+        async with session.request(method, router.url + path,
+                                   headers={"x-request-id": "trace-9"}) as resp:
+            assert resp.status == status
+            assert resp.headers["x-request-id"] == "trace-9"
+        async with session.request(method, router.url + path) as resp:
+            assert "x-request-id" not in resp.headers      # none given, none made up
+
+
 async def test_unknown_model_is_404(router: RouterHandle) -> None:
     with pytest.raises(openai.NotFoundError) as info:
         await client(router).chat.completions.create(model="gpt-nope", messages=MESSAGES)  # type: ignore[arg-type]
