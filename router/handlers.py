@@ -4,8 +4,8 @@
 ``POST /v1/responses``, ``POST /v1/messages`` (the director), ``POST /tokenize``,
 ``POST /detokenize``, ``POST /v1/messages/count_tokens``, ``GET /v1/responses/{id}``,
 ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
-``GET /v1/models``, ``GET /health``, ``GET /metrics``, ``GET /debug/decisions``,
-``GET /debug/fleet``, ``GET /debug/admission``.
+``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health``, ``GET /metrics``,
+``GET /debug/decisions``, ``GET /debug/fleet``, ``GET /debug/admission``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
-from router.errors import InvalidRequest
+from router.errors import InvalidRequest, ModelNotFound
 from router.keys import (
     DECISIONS,
     DIRECTOR,
@@ -117,6 +117,19 @@ async def list_models(request: web.Request) -> web.Response:
     return _json(models_payload(views, int(time.time())))
 
 
+async def retrieve_model(request: web.Request) -> web.Response:
+    """One card of ``GET /v1/models`` (OpenAI's ``models.retrieve``); vLLM's 404 for a model
+    no healthy worker serves."""
+    name = request.match_info["model"]
+    cards = models_payload(request.app[REGISTRY].views(time.monotonic()), int(time.time()))
+    for card in cards["data"]:
+        if card["id"] == name:
+            return _json(card)
+    known = ", ".join(card["id"] for card in cards["data"])
+    raise ModelNotFound(f"The model `{name}` does not exist. Valid aliases: {known}.",
+                        param="model")
+
+
 async def health(request: web.Request) -> web.Response:
     views = request.app[REGISTRY].views(time.monotonic())
     healthy = sum(1 for v in views if v.healthy)
@@ -203,6 +216,7 @@ def add_routes(app: web.Application) -> None:
     # the whole upstream timeout (and vLLM answers HEAD there 405 anyway)
     app.router.add_get(RESPONSES_PATH + "/{id}", retrieve_response, allow_head=False)
     app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{model:.+}", retrieve_model)     # ids hold slashes
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/debug/decisions", debug_decisions)

@@ -118,6 +118,18 @@ async def test_models_lists_healthy_workers_models(router: RouterHandle) -> None
     assert models.data[0].model_extra == {"max_model_len": 8192, "root": MODEL, "parent": None}
 
 
+async def test_one_model_is_retrieved_by_its_id_slashes_and_all(router: RouterHandle) -> None:
+    """``models.retrieve`` answered 404 "no such endpoint"."""
+    card = await client(router).models.retrieve(MODEL)
+    assert card.id == MODEL and card.object == "model"
+    assert card.model_extra == {"max_model_len": 8192, "root": MODEL, "parent": None}
+    with pytest.raises(openai.NotFoundError) as info:
+        await client(router).models.retrieve("no-such/model")
+    assert info.value.body == {
+        "message": f"The model `no-such/model` does not exist. Valid aliases: {MODEL}.",
+        "type": "NotFoundError", "param": "model", "code": 404}
+
+
 async def test_a_refusal_carries_its_request_id_given_or_generated(
         router: RouterHandle) -> None:
     body = orjson.dumps({"model": "no-such-model", "messages": MESSAGES})
