@@ -179,6 +179,7 @@ async def test_no_healthy_worker_is_503(make_router: RouterFactory) -> None:
     assert isinstance(info.value.body, dict) and info.value.body["code"] == "no_worker_available"
     assert info.value.response.headers["x-kvroute-worker"] == "none"
     assert "healthy" in info.value.response.headers["x-kvroute-reason"]
+    assert info.value.response.headers["Retry-After"] == "1"      # as an overloaded 503's
     async with aiohttp.ClientSession() as session, session.get(router.url + "/health") as resp:
         assert resp.status == 503
         assert (await resp.json())["healthy_workers"] == 0
