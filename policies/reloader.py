@@ -16,6 +16,11 @@ after it was missing) is reported as a success without a rebuild (``ReloadResult
 False). Every attempt is reported through ``on_result(ReloadResult)`` (the router counts
 ``kvroute_config_reloads_total{result}``); a successful swap also calls ``on_swap(engine)``.
 The new engine takes over stateful plugins' state from the old one (``inherit_state``).
+
+Files the routing file names and the build reads (``semantic.examples_file``) are watched
+with it: their content is part of the config's (digest and settling alike), so an edit of
+the examples alone is applied, a missing one refuses the config as the routing file's own
+fault would, and ``file_is_in_force`` speaks for both.
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from policies.config import RoutingConfig
 from policies.engine import PolicyEngine
 from policies.errors import RoutingConfigError
 from policies.loader import parse_routing_text, read_routing_text
 from policies.registry import PluginRegistry, default_registry
 from policies.summary import fleet_warnings, summarize
-from workers.file_watch import PeriodicCheck, file_stamp
+from workers.file_watch import FileStamp, PeriodicCheck, file_stamp
 from workers.fleet import FleetConfig
 
 log = logging.getLogger(__name__)
@@ -67,9 +73,11 @@ class PolicyReloader:
         self._on_result = on_result
         self._swap_listeners: list[Callable[[PolicyEngine], None]] = (
             [on_swap] if on_swap is not None else [])
-        self._stamp = file_stamp(self.path)
+        # the routing file and the files its config in force reads, as last read
+        self._watched = (self.path, *files_read_by(engine.routing, self.path))
+        self._stamp = _stamps(self._watched)
         self._pending: bytes | None = None        # new content read once, read again next
-        self._digest = _digest_of(self.path)      # of the content last read (None: unread)
+        self._digest = _digest_of(self._watched)  # of the content last read (None: unread)
         self._in_force = self._digest             # of the content the engine was built from
         self.in_force_since = time.time()         # when the engine in force was swapped in
         # the last refusal (wall time, the reason naming the field), kept until a success
@@ -100,7 +108,7 @@ class PolicyReloader:
     def changed(self) -> bool:
         """Whether the file's stamp moved since the last poll, or new content read then
         waits to be read again (and remember the stamp)."""
-        stamp = file_stamp(self.path)
+        stamp = _stamps(self._watched)
         moved = stamp != self._stamp
         self._stamp = stamp
         return moved or self._pending is not None
@@ -110,7 +118,7 @@ class PolicyReloader:
         if not self.changed():
             return None
         try:     # off the loop: a file of a few MB takes a while to read and hash
-            text, digest = await asyncio.to_thread(_read_and_digest, self.path)
+            text, digest = await asyncio.to_thread(self._read_and_digest)
         except RoutingConfigError as exc:
             # an unreadable file is settled like content (a file deleted and written again
             # by a deploy is not refused for the moment it was missing)
@@ -143,7 +151,7 @@ class PolicyReloader:
             return self._report(ReloadResult("failure", str(self.path),
                                              f"{type(exc).__name__}: {exc}"))
         try:
-            _, now = await asyncio.to_thread(_read_and_digest, self.path)
+            _, now = await asyncio.to_thread(self._read_and_digest)
         except RoutingConfigError:
             now = None
         if now != digest:
@@ -167,6 +175,18 @@ class PolicyReloader:
     def add_swap_listener(self, listener: Callable[[PolicyEngine], None]) -> None:
         """Also call ``listener(engine)`` after each successful swap."""
         self._swap_listeners.append(listener)
+
+    def _read_and_digest(self) -> tuple[str, bytes]:
+        """The routing file's text and the digest of it and of the files it names (whose
+        list is read from the text, and watched from now on)."""
+        text = read_routing_text(self.path)
+        try:
+            named = files_read_by(parse_routing_text(text, self._registry, str(self.path)),
+                                  self.path)
+        except RoutingConfigError:
+            named = []          # refused when built; only the routing file is then watched
+        self._watched = (self.path, *named)
+        return text, _content_digest(text.encode(), self._watched)
 
     def _build(self, text: str) -> PolicyEngine:
         routing = parse_routing_text(text, self._registry, str(self.path))
@@ -220,13 +240,36 @@ def _log_warnings(path: Path, engine: PolicyEngine, fleet: FleetConfig) -> None:
         log.warning("routing file %s: %s", path, warning)
 
 
-def _read_and_digest(path: Path) -> tuple[str, bytes]:
-    text = read_routing_text(path)
-    return text, hashlib.sha256(text.encode()).digest()
+def files_read_by(routing: RoutingConfig, path: Path) -> list[Path]:
+    """The files besides the routing file (at ``path``) that building ``routing`` reads:
+    its semantic section's ``examples_file``, relative to the routing file's folder."""
+    section = routing.section("semantic")       # (by name: no import of the classifier)
+    examples = getattr(section, "examples_file", None)
+    return [path.resolve().parent / examples] if isinstance(examples, str) and examples else []
 
 
-def _digest_of(path: Path) -> bytes | None:
+def _stamps(paths: tuple[Path, ...]) -> tuple[FileStamp | None, ...]:
+    return tuple(file_stamp(p) for p in paths)
+
+
+def _digest_of(paths: tuple[Path, ...]) -> bytes | None:
+    """``_content_digest`` of the routing file (``paths[0]``) and the files it names; None
+    when the routing file cannot be read."""
     try:
-        return hashlib.sha256(path.read_bytes()).digest()
+        content = paths[0].read_bytes()
     except OSError:
         return None
+    return _content_digest(content, paths)
+
+
+def _content_digest(content: bytes, paths: tuple[Path, ...]) -> bytes:
+    """SHA-256 of the routing file's ``content`` and of the files it names (``paths[1:]``),
+    each as its bytes or the reason it cannot be read."""
+    digest = hashlib.sha256(content)
+    for named in paths[1:]:
+        digest.update(b"\0" + str(named).encode() + b"\0")
+        try:
+            digest.update(named.read_bytes())
+        except OSError as exc:
+            digest.update(f"unreadable: {exc.strerror}".encode())
+    return digest.digest()

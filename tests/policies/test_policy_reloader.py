@@ -330,3 +330,44 @@ async def test_the_fingerprint_names_the_content_in_force(routing_file: Path) ->
     write(routing_file, BAD, 2_000_000)
     await settled(reloader)
     assert reloader.in_force_fingerprint == fingerprint(OTHER)     # refused: OTHER serves
+
+
+SEMANTIC = ("semantic:\n  default_class: chat\n  examples_file: examples.jsonl\n  classes:\n"
+            "    chat: {examples: [hello there, how are you]}\n"
+            "    code: {examples: [write a function, fix this bug]}\n" + GOOD)
+
+
+async def test_an_edit_of_the_examples_file_alone_is_reloaded(tmp_path: Path) -> None:
+    """The file the semantic section names was not watched: its edits were never applied,
+    and ``file_is_in_force`` said the config on disk was in force."""
+    routing, examples = tmp_path / "routing.yaml", tmp_path / "examples.jsonl"
+    routing.write_text(SEMANTIC)
+    write(examples, '{"text": "hi", "label": "chat"}\n', 0)
+    reloader = PolicyReloader.load(routing, FLEET)
+    engine = reloader.engine
+    assert await reloader.check() is None
+    write(examples, '{"text": "hi", "label": "code"}\n', 1_000_000)
+    assert reloader.status()["file_is_in_force"]          # not yet seen: no poll since
+    result = await settled(reloader)
+    assert result is not None and result.result == "success" and result.rebuilt
+    assert reloader.engine is not engine and reloader.status()["file_is_in_force"]
+    engine = reloader.engine
+    os.utime(examples)                                    # touched only: nothing to do
+    assert await reloader.check() is None and reloader.engine is engine
+    # back to what it was: the first content is no longer in force, so it is built again
+    write(examples, '{"text": "hi", "label": "chat"}\n', 2_000_000)
+    result = await settled(reloader)
+    assert result is not None and result.rebuilt and reloader.engine is not engine
+
+
+async def test_an_examples_file_named_anew_is_watched_from_then_on(tmp_path: Path) -> None:
+    routing, examples = tmp_path / "routing.yaml", tmp_path / "examples.jsonl"
+    routing.write_text(GOOD)
+    reloader = PolicyReloader.load(routing, FLEET)
+    write(examples, '{"text": "hi", "label": "chat"}\n', 0)
+    write(routing, SEMANTIC, 1_000_000)
+    assert (await settled(reloader) or ReloadResult("failure", "", "")).result == "success"
+    engine = reloader.engine
+    write(examples, '{"text": "hi", "label": "code"}\n', 2_000_000)
+    assert (await settled(reloader) or ReloadResult("failure", "", "")).rebuilt
+    assert reloader.engine is not engine
