@@ -145,14 +145,20 @@ def load_examples(section: SemanticSection, base_dir: Path) -> tuple[list[str], 
         texts.extend(spec.examples)
         labels.extend([name] * len(spec.examples))
     if section.examples_file is not None:
-        for text, label in read_labelled_jsonl(base_dir / section.examples_file,
-                                               "semantic.examples_file"):
-            if label not in section.classes:
+        for row in read_labelled_rows(base_dir / section.examples_file,
+                                      "semantic.examples_file"):
+            if row.label not in section.classes:
                 raise RoutingConfigError(
-                    f"semantic.examples_file: label {label!r} is not a declared class "
-                    f"(declared: {', '.join(section.classes)})")
-            texts.append(text)
-            labels.append(label)
+                    f"semantic.examples_file: line {row.line}: label {row.label!r} is not a "
+                    f"declared class (declared: {', '.join(section.classes)})")
+            texts.append(row.text)
+            labels.append(row.label)
+    given = set(labels)
+    for name in section.classes:
+        if name not in given:
+            raise RoutingConfigError(
+                f"semantic.classes.{name}: no examples, in the YAML or in examples_file: "
+                "the classifier could never choose it, nor a rule on it match")
     return texts, labels
 
 

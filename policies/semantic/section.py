@@ -94,6 +94,9 @@ class SemanticSection:
     def __post_init__(self) -> None:
         if not self.classes:
             raise ParamError("classes", "required (at least one class with examples)")
+        if any(not name.strip() for name in self.classes):
+            # (it could be chosen, but no rule can name it, nor a header or metric show it)
+            raise ParamError("classes", "a class name must not be empty")
         if not self.default_class:
             raise ParamError("default_class", "must be a non-empty string")
         if not 0.0 <= self.threshold <= 1.0:

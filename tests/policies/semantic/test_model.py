@@ -183,3 +183,29 @@ def test_labelled_rows_keep_their_line_and_fields(tmp_path: Path) -> None:
     assert [field_text(r, "source") for r in rows] == ["x", "(none)"]
     assert field_text(rows[0], "n") == "3"
     assert read_labelled_jsonl(data, "--data") == [("a", "code"), ("b", "chat")]
+
+
+def test_a_class_without_examples_or_an_unknown_label_is_refused_naming_it(
+        tmp_path: Path) -> None:
+    """A class with no examples was accepted and never chosen, its rules never matching."""
+    from policies.errors import RoutingConfigError
+    from policies.semantic.section import parse_semantic_section
+
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text('{"text": "sue my landlord", "label": "legal"}\n')
+    raw = {"default_class": "chat", "examples_file": "examples.jsonl",
+           "classes": {"chat": {"examples": ["hi"]}, "code": {"examples": ["def f"]},
+                       "legal": {}}}
+    texts, labels = load_examples(parse_semantic_section(raw, "semantic"), tmp_path)
+    assert labels == ["chat", "code", "legal"]           # its examples from the file: fine
+    examples.write_text('\n{"text": "sue my landlord", "label": "legl"}\n')
+    with pytest.raises(RoutingConfigError) as info:
+        load_examples(parse_semantic_section(raw, "semantic"), tmp_path)
+    assert str(info.value) == ("semantic.examples_file: line 2: label 'legl' is not a "
+                               "declared class (declared: chat, code, legal)")
+    examples.write_text("")
+    with pytest.raises(RoutingConfigError) as info:
+        load_examples(parse_semantic_section(raw, "semantic"), tmp_path)
+    assert str(info.value) == ("semantic.classes.legal: no examples, in the YAML or in "
+                               "examples_file: the classifier could never choose it, nor a "
+                               "rule on it match")

@@ -61,6 +61,8 @@ def test_an_integer_digit_weight_is_read_as_a_number() -> None:
     ({"default_class": "chat", "classes": CLASSES, "tail_tokens": -1},
      "semantic.tail_tokens: must be within 0..61"),
     ({"classes": CLASSES}, "semantic.default_class: required"),
+    ({"default_class": "chat", "classes": {**CLASSES, " ": {"examples": ["can he evict me"]}}},
+     "semantic.classes: a class name must not be empty"),
     ({"default_class": "chat", "classes": CLASSES, "colour": "red"},
      "semantic.colour: unknown key"),
     (None, "semantic: must be a mapping"),
