@@ -259,6 +259,12 @@ def check_against_fleet(routing: RoutingConfig, fleet: FleetConfig) -> None:
         lacking = _labels_none_has(rule.then.pool, workers)
         if lacking:
             raise RoutingConfigError(f"rules[{i}].then.pool: no worker of the fleet has {lacking}")
+        if model is not None and rule.then.pool:
+            lacking = _labels_none_has(rule.then.pool, [w for w in workers if model in w.models])
+            if lacking:
+                raise RoutingConfigError(
+                    f"rules[{i}].then: no worker of the fleet serving {model!r} has {lacking}: "
+                    "every request of the rule would find no candidate (503)")
 
 
 def _labels_none_has(labels: Mapping[str, str] | None,

@@ -98,12 +98,16 @@ def _adapters_no_worker_loads(routing: RoutingConfig, fleet: FleetConfig) -> lis
         adapter, model = rule.then.adapter, rule.then.model
         if adapter is None:
             continue
-        able = [w for w in fleet.workers if model is None or model in w.info.models]
+        pool = rule.then.pool or {}
+        able = [w for w in fleet.workers if (model is None or model in w.info.models)
+                and all(w.info.labels.get(k) == v for k, v in pool.items())]
         if not able or not all(w.emulated for w in able):
             continue
         if any(adapter in _emulated_adapters(w.emulate) for w in able):
             continue
         serving = f" serving {model}" if model is not None else ""
+        if pool:
+            serving += " with " + ", ".join(f"{k}={v}" for k, v in pool.items())
         found.append(f"rules[{i}] ({rule.name}).then.adapter: no worker of the fleet{serving} "
                      f"has {adapter!r} loaded (emulate.lora_adapters): its requests go to "
                      "workers without it, which answer 404 (the model does not exist)")

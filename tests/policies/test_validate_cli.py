@@ -133,6 +133,39 @@ def test_a_rule_adapter_no_emulated_worker_loads_is_warned_of(
         "model does not exist)"))
 
 
+def test_a_rules_model_and_pool_together_must_be_some_workers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each alone was some worker's, so it validated ok; live, every request of the rule was
+    answered 503 (and an adapter loaded only outside the pool, 404)."""
+    fleet = str(ROOT / "config" / "examples" / "semantic-fleet.yaml")
+    path = tmp_path / "routing.yaml"
+    profile = "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+    path.write_text(profile + "rules: [{name: r, when: {tenant: a}, then: {model: math, "
+                    "pool: {pool: code}}}]\n")
+    assert main(["validate", str(path), "--fleet", fleet]) == 1
+    assert capsys.readouterr().err == (
+        f"{path}: invalid: rules[0].then: no worker of the fleet serving 'math' has "
+        "pool=code: every request of the rule would find no candidate (503)\n")
+    path.write_text(profile + "rules: [{name: r, when: {tenant: a}, then: {model: general, "
+                    "pool: {pool: general}, adapter: support}}]\n")
+    assert main(["validate", str(path), "--fleet", fleet]) == 0
+    assert capsys.readouterr().err == ""
+    fleet_file = tmp_path / "fleet.yaml"       # the adapter only on the worker outside the pool
+    fleet_file.write_text(
+        "models: {general: {arch: llama-3-8b}}\nworkers:\n"
+        "  - {id: g0, gpu: a100, models: [general], labels: {tier: large}, "
+        "emulate: {port: 18401, lora_adapters: [support]}}\n"
+        "  - {id: g1, gpu: a100, models: [general], labels: {tier: small}, "
+        "emulate: {port: 18402}}\n")
+    path.write_text(profile + "rules: [{name: s, when: {tenant: a}, then: {model: general, "
+                    "pool: {tier: small}, adapter: support}}]\n")
+    assert main(["validate", str(path), "--fleet", str(fleet_file)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: rules[0] (s).then.adapter: no worker of the fleet serving general "
+        "with tier=small has 'support' loaded (emulate.lora_adapters): its requests go to "
+        "workers without it, which answer 404 (the model does not exist)\n")
+
+
 def test_a_rule_adapter_is_not_judged_where_a_real_worker_could_load_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A real worker's adapters are known only from its /v1/models, while running."""
