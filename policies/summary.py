@@ -3,8 +3,7 @@ it, for ``kvroute validate`` and logs."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Set
-from typing import Any
+from collections.abc import Mapping, Set
 
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from policies.admission.section import AdmissionSection
@@ -103,7 +102,7 @@ def _adapters_no_worker_loads(routing: RoutingConfig, fleet: FleetConfig) -> lis
                 and all(w.info.labels.get(k) == v for k, v in pool.items())]
         if not able or not all(w.emulated for w in able):
             continue
-        if any(adapter in _emulated_adapters(w.emulate) for w in able):
+        if any(adapter in w.emulated_adapters for w in able):
             continue
         serving = f" serving {model}" if model is not None else ""
         if pool:
@@ -112,13 +111,6 @@ def _adapters_no_worker_loads(routing: RoutingConfig, fleet: FleetConfig) -> lis
                      f"has {adapter!r} loaded (emulate.lora_adapters): its requests go to "
                      "workers without it, which answer 404 (the model does not exist)")
     return found
-
-
-def _emulated_adapters(emulate: Mapping[str, Any] | None) -> Collection[str]:
-    """The adapter names of an ``emulate:`` block's ``lora_adapters`` (a list of names or a
-    name -> path mapping)."""
-    adapters = (emulate or {}).get("lora_adapters") or ()
-    return [name for name in adapters if isinstance(name, str)]
 
 
 def _windows_left_by_margins(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:

@@ -176,7 +176,8 @@ def kv_event_settings(settings: SimulationSettings, policy: PolicyEngine) -> Sim
 
 
 def build_workers(fleet: FleetConfig, settings: SimulationSettings) -> list[SimWorker]:
-    return [SimWorker(spec.info, EngineCore(engine_config(spec.info, settings, i, spec.emulate)))
+    return [SimWorker(spec.info, EngineCore(engine_config(spec.info, settings, i, spec.emulate)),
+                      spec.emulated_adapters)
             for i, spec in enumerate(fleet.workers)]
 
 

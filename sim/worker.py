@@ -40,11 +40,14 @@ Landing = tuple[float, FirstToken | RequestStats | KvEventsLanding]
 
 
 class SimWorker:
-    __slots__ = ("busy_s", "clock", "engine", "info", "snapshot")
+    __slots__ = ("busy_s", "clock", "engine", "info", "lora_adapters", "snapshot")
 
-    def __init__(self, info: WorkerInfo, engine: EngineCore) -> None:
+    def __init__(self, info: WorkerInfo, engine: EngineCore,
+                 lora_adapters: tuple[str, ...] = ()) -> None:
+        """``lora_adapters``: those it has loaded, as its ``/v1/models`` would list them."""
         self.info = info
         self.engine = engine
+        self.lora_adapters = lora_adapters
         self.clock = 0.0               # the engine has run every step ending by this time
         self.busy_s = 0.0              # total time spent stepping
         self.snapshot: WorkerSnapshot | None = None
@@ -101,6 +104,7 @@ class SimWorker:
             kv_usage=stats.kv_cache_usage, block_size=self.engine.block_size,
             num_gpu_blocks=self.engine.num_gpu_blocks,
             max_model_len=self.engine.max_model_len, served_models=self.info.models,
+            lora_adapters=self.lora_adapters,
             prefix_cache_queries=float(stats.prefix_cache_queries),
             prefix_cache_hits=float(stats.prefix_cache_hits),
             num_preemptions=float(stats.num_preemptions))

@@ -135,6 +135,14 @@ class WorkerSpec:
     def emulated(self) -> bool:
         return self.emulate is not None
 
+    @property
+    def emulated_adapters(self) -> tuple[str, ...]:
+        """The LoRA adapters an emulated worker loads (``emulate.lora_adapters``: a list of
+        names or a name -> path mapping); none for a real worker, whose are known only from
+        its ``/v1/models`` while running."""
+        adapters = (self.emulate or {}).get("lora_adapters") or ()
+        return tuple(name for name in adapters if isinstance(name, str))
+
 
 @dataclass(frozen=True, slots=True)
 class FleetConfig:

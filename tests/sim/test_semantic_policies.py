@@ -32,8 +32,9 @@ def semantic_routing(path: Path, fine_tune: str = "") -> Path:
     """A routing file sending each class to its model (no fine-tuning unless given)."""
     classes = "\n".join(f"    {name}:\n      examples: {json.dumps(examples)}"
                         for name, examples in PROMPTS.items())
+    adapter = {"support": ", adapter: support"}        # loaded by general-0 only
     rules = "\n".join(f"  - {{name: {name}, when: {{class: {name}}}, then: {{model: "
-                      f"{MODEL_OF[name]}}}}}" for name in PROMPTS)
+                      f"{MODEL_OF[name]}{adapter.get(name, '')}}}}}" for name in PROMPTS)
     path.write_text(f"semantic:\n  default_class: chat\n  threshold: 0.0\n{fine_tune}"
                     f"  classes:\n{classes}\n"
                     "profiles:\n  default:\n    filters: [{type: model}, {type: healthy}]\n"
@@ -93,6 +94,8 @@ def test_each_class_of_a_text_trace_is_simulated_on_its_models_workers(
     for record in records:
         name = str(rows[int(record["index"])]["tenant"]).split("-")[0]
         assert MODEL_OF[name] in models[record["worker_id"]], (name, record)
+        if name == "support":      # the adapter's worker: its view lists it, as live
+            assert record["worker_id"] == "general-0", record
     with (out / "requests" / "round-robin.csv").open() as fh:     # peers see no classes
         assert {models[r["worker_id"]][0] for r in csv.DictReader(fh)} == {"coder"}
 
