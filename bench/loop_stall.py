@@ -15,7 +15,9 @@ the probes' spacing). Cases (``--cases``):
 * ``text``: a completion of 3 MB of text;
 * ``batch``: a completion of 1,000 prompts;
 * ``surrogate``: a chat whose text holds an escaped lone surrogate (valid JSON);
-* ``id-lists``: a completion of 7,000,000 one-token lists (27 MB);
+* ``id-lists``: a completion of 7,000,000 one-token lists (27 MB), after one list too long
+  for any window (each prompt of a batch is served on its own: this refusal keeps the
+  emulated workers from serving seven million prompts);
 * ``many-messages``: a chat of 1,100,000 empty messages (31 MB);
 * ``responses-items``: a Responses API turn of 1,200,000 items (30 MB).
 
@@ -91,8 +93,9 @@ CASES: tuple[Case, ...] = (
     Case("surrogate", "an escaped lone surrogate", CHAT, _surrogate),
     # bodies of millions of small items, near the 32 MiB body limit (cases of their own: each
     # request takes seconds of CPU, wherever it runs)
+    # (the first list too long for any window: refused as parsed, none of them is served)
     Case("id-lists", "7,000,000 one-token lists", COMPLETIONS, lambda m: _body(
-        {"model": m, "max_tokens": 2, "prompt": [[7]] * 7_000_000})),
+        {"model": m, "max_tokens": 2, "prompt": [[7] * 200_000] + [[7]] * 7_000_000})),
     Case("many-messages", "1,100,000 chat messages", CHAT, lambda m: _body(
         {"model": m, "max_tokens": 2, "messages": [{"role": "user", "content": ""}] * 1_100_000})),
     Case("responses-items", "1,200,000 Responses API items", RESPONSES, lambda m: _body(

@@ -198,6 +198,7 @@ def test_a_class_without_examples_or_an_unknown_label_is_refused_naming_it(
                        "legal": {}}}
     texts, labels = load_examples(parse_semantic_section(raw, "semantic"), tmp_path)
     assert labels == ["chat", "code", "legal"]           # its examples from the file: fine
+    assert texts[-1] == "sue my landlord"
     examples.write_text('\n{"text": "sue my landlord", "label": "legl"}\n')
     with pytest.raises(RoutingConfigError) as info:
         load_examples(parse_semantic_section(raw, "semantic"), tmp_path)
