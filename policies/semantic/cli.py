@@ -123,6 +123,12 @@ def run_eval(args: argparse.Namespace) -> int:
         if empty:                  # before the model is built: nothing to score there
             raise RoutingConfigError(f"--data: {empty[0]} has no labelled prompt (rows "
                                      "{\"text\": ..., \"label\": ...})")
+        for path, rows in data:    # before the model is built (minutes when it trains)
+            stray = next((row for row in rows if row.label not in section.labels), None)
+            if stray is not None:
+                raise RoutingConfigError(
+                    f"--data: {path}: line {stray.line}: label {stray.label!r} is not among "
+                    f"the classes ({', '.join(section.labels)})")
         model = _build(section, base_dir)
     except RoutingConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -151,6 +151,20 @@ def test_eval_refuses_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[st
                  "--data", str(empty)]) == 2
     assert (f"--data: {empty} has no labelled prompt (rows {{\"text\": ..., \"label\": "
             "...})") in capsys.readouterr().err
+    stray = tmp_path / "stray.jsonl"        # refused before the model is built, with its line
+    stray.write_text('{"text": "hi", "label": "chat"}\n\n{"text": "sue", "label": "legal"}\n')
+    import policies.semantic.cli as semantic_cli
+
+    def no_build(*_: object) -> None:
+        raise AssertionError("the model was built (minutes when its encoder trains)")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(semantic_cli, "_build", no_build)
+        assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING),
+                     "--data", str(stray)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --data: {stray}: line 3: label 'legal' is not among the classes (code, math, "
+        "support, chat)\n")
     plain = tmp_path / "plain.yaml"
     plain.write_text("profiles: {default: {}}\n")
     assert main(["semantic", "eval", "--routing", str(plain), "--data", str(bad)]) == 2
