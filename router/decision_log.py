@@ -71,6 +71,10 @@ def _number(value: Any) -> Any:
     return value
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def decision_line(request: RoutingRequest, decision: Decision, attempt: int, seconds: float,
                   at: float) -> bytes:
     """The JSON line (with its newline) for one decision."""
@@ -86,6 +90,8 @@ def decision_line(request: RoutingRequest, decision: Decision, attempt: int, sec
         "reason_code": reason_code(decision),
         "reason": decision.reason,
         "class": request.semantic_class,
+        "class_confidence": _number(request.attributes.get("semantic_confidence")),
+        "class_outcome": _text(request.attributes.get("semantic_outcome")),
         "tenant": request.tenant,
         "prompt_tokens": request.num_prompt_tokens,
         "decision_us": round(seconds * 1e6, 1),

@@ -36,6 +36,10 @@ class DecisionRecord:
     duration_s: float
     num_prompt_tokens: int
     semantic_class: str | None
+    # how the class was found (the semantic producer's: its confidence, and its outcome,
+    # e.g. ``unsure`` or ``timeout`` when the default class stood in); None without one
+    semantic_confidence: float | None = None
+    semantic_outcome: str | None = None
 
 
 class DecisionLog:
@@ -92,6 +96,8 @@ def _render(record: DecisionRecord) -> dict[str, Any]:
         "reason": d.reason,
         "reason_code": reason_code(d),
         "semantic_class": record.semantic_class,
+        "semantic_confidence": _json_value(record.semantic_confidence),
+        "semantic_outcome": record.semantic_outcome,
         "num_prompt_tokens": record.num_prompt_tokens,
         "decision_us": round(record.duration_s * 1e6, 1),
         "candidates": [{"worker": c.worker_id, "total": round(c.total, 6),

@@ -102,6 +102,11 @@ async def test_classes_reach_their_models_and_replicas_stay_token_aware(
             async with session.post(url, json=too_long) as response:
                 assert response.status == 400
                 refused_class = response.headers.get("x-kvroute-class")
+            async with session.get(f"http://127.0.0.1:{port}/debug/decisions") as response:
+                recorded = (await response.json())["data"]
+        # each decision says how its class was found: the default class, confidently or not?
+        assert {d["semantic_outcome"] for d in recorded} <= {"classified", "unsure"}
+        assert all(0.0 < d["semantic_confidence"] <= 1.0 for d in recorded)
         assert first[0] == "code" and first[1] in {"coder-0", "coder-1"}
         assert refused_class in PROMPTS
         assert {r[1] for r in repeats} == {first[1]}
