@@ -62,17 +62,49 @@ def warnings(routing: RoutingConfig,
         if "healthy" not in types:
             found.append(f"profiles.{name}.filters: no healthy filter: requests may go to "
                          "workers whose last scrape failed or that keep failing requests")
-    return found + _shadowed_rules(routing) + _misrouting_rules(routing, runners or {})
+    return (found + _shadowed_rules(routing) + _misrouting_rules(routing, runners or {})
+            + _semantic_warnings(routing))
 
 
 def _shadowed_rules(routing: RoutingConfig) -> list[str]:
-    """Rules after one without conditions: the first match wins, so they never match."""
+    """Rules after one without conditions, or after one with the same conditions: the first
+    match wins, so they never match."""
+    found = []
     for i, rule in enumerate(routing.rules):
         if rule.when == RuleMatch() and i + 1 < len(routing.rules):
             later = ", ".join(r.name for r in routing.rules[i + 1:])
-            return [f"rules[{i}] ({rule.name}) has no conditions and matches every request: "
-                    f"the rules after it never match ({later})"]
-    return []
+            found.append(f"rules[{i}] ({rule.name}) has no conditions and matches every "
+                         f"request: the rules after it never match ({later})")
+            return found
+        earlier = next((j for j in range(i) if routing.rules[j].when == rule.when), None)
+        if earlier is not None:
+            found.append(f"rules[{i}] ({rule.name}) has the conditions of rules[{earlier}] "
+                         f"({routing.rules[earlier].name}), which matches first: it never "
+                         "matches")
+    return found
+
+
+def _semantic_warnings(routing: RoutingConfig) -> list[str]:
+    """A semantic section's examples written under two classes (the classifier is taught
+    both), and a threshold of 1 (no classification is that sure: every prompt would take
+    the default class)."""
+    section = routing.section("semantic")       # (by name: no import of the classifier)
+    classes = getattr(section, "classes", None)
+    if not classes:
+        return []
+    found = []
+    seen: dict[str, str] = {}
+    for name, spec in classes.items():
+        for text in dict.fromkeys(" ".join(t.split()).lower() for t in spec.examples):
+            first = seen.setdefault(text, name)
+            if first != name:
+                shown = text if len(text) <= 60 else text[:57] + "..."
+                found.append(f"semantic.classes: {shown!r} is an example of both {first} and "
+                             f"{name}: the classifier is taught both for it")
+    if getattr(section, "threshold", 0.0) >= 1.0:
+        found.append("semantic.threshold: 1 is a confidence no classification reaches: every "
+                     f"prompt takes the default class ({getattr(section, 'default_class', '')})")
+    return found
 
 
 def _unserved_rule_models(routing: RoutingConfig,

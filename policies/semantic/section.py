@@ -97,6 +97,8 @@ class SemanticSection:
         if any(not name.strip() for name in self.classes):
             # (it could be chosen, but no rule can name it, nor a header or metric show it)
             raise ParamError("classes", "a class name must not be empty")
+        if self.examples_file is not None and not self.examples_file.strip():
+            raise ParamError("examples_file", "must be a path (or null for none)")
         if not self.default_class:
             raise ParamError("default_class", "must be a non-empty string")
         if not 0.0 <= self.threshold <= 1.0:

@@ -180,6 +180,39 @@ def test_a_rule_adapter_is_not_judged_where_a_real_worker_could_load_it(
     assert capsys.readouterr().err == ""
 
 
+def test_rules_with_an_earlier_rules_conditions_are_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+                    "rules:\n  - {name: first, when: {tenant: acme}, then: {profile: default}}\n"
+                    "  - {name: other, when: {tenant: beta}, then: {profile: default}}\n"
+                    "  - {name: again, when: {tenant: acme}, then: {profile: default}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: rules[2] (again) has the conditions of rules[0] (first), which "
+        f"matches first: it never matches\n{path}: {NO_FLEET_NOTE}\n")
+
+
+@pytest.mark.semantic
+def test_an_example_of_two_classes_and_a_threshold_of_1_are_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text("semantic:\n  default_class: chat\n  threshold: 1.0\n  classes:\n"
+                    "    code: {examples: [Write a function, fix this bug]}\n"
+                    "    chat: {examples: [hello there, '  write  a FUNCTION']}\n"
+                    "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == "".join(f"{path}: warning: {w}\n" for w in (
+        "semantic.classes: 'write a function' is an example of both code and chat: the "
+        "classifier is taught both for it",
+        "semantic.threshold: 1 is a confidence no classification reaches: every prompt takes "
+        "the default class (chat)")) + f"{path}: {NO_FLEET_NOTE}\n"
+    path.write_text(path.read_text().replace("  threshold: 1.0\n", "  examples_file: ''\n"))
+    assert main(["validate", str(path)]) == 1
+    assert capsys.readouterr().err == (
+        f"{path}: invalid: semantic.examples_file: must be a path (or null for none)\n")
+
+
 def test_time_decisions_without_a_fleet_is_refused_before_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
