@@ -82,6 +82,7 @@ class PolicyReloader:
         self.in_force_since = time.time()         # when the engine in force was swapped in
         # the last refusal (wall time, the reason naming the field), kept until a success
         self.last_refusal: tuple[float, str] | None = None
+        self.building_since: float | None = None  # wall time a new config began to be built
         self._periodic = PeriodicCheck(self.check, interval_s, f"policy-reloader:{self.path}",
                                        "routing reload")
 
@@ -142,6 +143,7 @@ class PolicyReloader:
                 "success", str(self.path),
                 f"the file is the config in force again: {summarize(self.engine.routing)}",
                 rebuilt=False))
+        self.building_since = time.time()
         try:
             engine = await asyncio.to_thread(self._build, text)
         except RoutingConfigError as exc:
@@ -150,6 +152,8 @@ class PolicyReloader:
             log.exception("building the routing config from %s failed", self.path)
             return self._report(ReloadResult("failure", str(self.path),
                                              f"{type(exc).__name__}: {exc}"))
+        finally:
+            self.building_since = None
         try:
             _, now = await asyncio.to_thread(self._read_and_digest)
         except RoutingConfigError:
@@ -194,8 +198,8 @@ class PolicyReloader:
 
     def status(self) -> dict[str, Any]:
         """What ``/debug/routing`` shows: the file, the config in force (its content's
-        SHA-256, since when, its summary and warnings) and the last refusal, if the file has
-        not been good since."""
+        SHA-256, since when, its summary and warnings), since when a new one is being built
+        (None: none is), and the last refusal, if the file has not been good since."""
         refusal = self.last_refusal
         return {
             "path": str(self.path),
@@ -203,6 +207,8 @@ class PolicyReloader:
             "in_force_since": self.in_force_since,
             # as of the watcher's last settled read (no file is read for this answer)
             "file_is_in_force": self._digest is not None and self._digest == self._in_force,
+            # a new config being built (a classifier's encoder may train for minutes)
+            "building_since": self.building_since,
             "summary": summarize(self.engine.routing),
             "warnings": fleet_warnings(self.engine.routing, self.fleet),
             "last_refusal": None if refusal is None else {"at": refusal[0],

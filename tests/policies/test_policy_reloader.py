@@ -371,3 +371,25 @@ async def test_an_examples_file_named_anew_is_watched_from_then_on(tmp_path: Pat
     write(examples, '{"text": "hi", "label": "code"}\n', 2_000_000)
     assert (await settled(reloader) or ReloadResult("failure", "", "")).rebuilt
     assert reloader.engine is not engine
+
+
+async def test_the_status_says_a_new_config_is_being_built(
+        routing_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """During a long build /debug/routing showed the file not in force and no refusal, with
+    nothing saying why."""
+    import time
+
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    build = reloader._build
+    during: list[object] = []
+
+    def watched_build(text: str) -> PolicyEngine:
+        during.append(reloader.status()["building_since"])
+        return build(text)
+
+    monkeypatch.setattr(reloader, "_build", watched_build)
+    assert reloader.status()["building_since"] is None
+    write(routing_file, OTHER, 1_000_000)
+    assert (await settled(reloader) or ReloadResult("failure", "", "")).result == "success"
+    assert during == [pytest.approx(time.time(), abs=30)]
+    assert reloader.status()["building_since"] is None

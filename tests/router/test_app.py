@@ -103,6 +103,7 @@ async def test_debug_routing_says_what_is_in_force_and_why_an_edit_was_refused(
     assert first["object"] == "routing" and first["path"] == str(router.routing_path)
     assert first["sha256"] == hashlib.sha256(FAST_PROFILE.encode()).hexdigest()
     assert first["file_is_in_force"] is True and first["last_refusal"] is None
+    assert first["building_since"] is None
     assert first["warnings"] == []
     assert str(first["summary"]).startswith("1 profile(s): fast (2 filters, 1 scorers")
     router.routing_path.write_text(BAD)
