@@ -20,7 +20,18 @@ def summarize(routing: RoutingConfig) -> str:
     producers = ", ".join(spec.type for spec in routing.producers) or "none"
     return (f"{len(routing.profiles)} profile(s): {profiles}; {len(routing.rules)} rule(s); "
             f"default profile {routing.default_profile}; producers: {producers}"
-            + _admission(routing))
+            + _admission(routing) + _semantic(routing))
+
+
+def _semantic(routing: RoutingConfig) -> str:
+    section = routing.section("semantic")       # (by name: no import of the classifier)
+    classes = getattr(section, "classes", None)
+    if not classes:
+        return ""
+    examples = sum(len(spec.examples) for spec in classes.values())
+    more = " and an examples file" if getattr(section, "examples_file", None) else ""
+    return (f"; semantic: {len(classes)} class(es) ({', '.join(classes)}), {examples} "
+            f"example(s){more}, default {getattr(section, 'default_class', '')}")
 
 
 def _admission(routing: RoutingConfig) -> str:

@@ -202,7 +202,10 @@ def test_an_example_of_two_classes_and_a_threshold_of_1_are_warned_of(
                     "    chat: {examples: [hello there, '  write  a FUNCTION']}\n"
                     "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n")
     assert main(["validate", str(path)]) == 0
-    assert capsys.readouterr().err == "".join(f"{path}: warning: {w}\n" for w in (
+    out, err = capsys.readouterr()
+    assert out.rstrip().endswith(
+        "; semantic: 2 class(es) (code, chat), 4 example(s), default chat")
+    assert err == "".join(f"{path}: warning: {w}\n" for w in (
         "semantic.classes: 'write a function' is an example of both code and chat: the "
         "classifier is taught both for it",
         "semantic.threshold: 1 is a confidence no classification reaches: every prompt takes "
