@@ -112,6 +112,12 @@ def _semantic_warnings(routing: RoutingConfig) -> list[str]:
                 shown = text if len(text) <= 60 else text[:57] + "..."
                 found.append(f"semantic.classes: {shown!r} is an example of both {first} and "
                              f"{name}: the classifier is taught both for it")
+    lone = [name for name, spec in classes.items() if len(spec.examples) < 2]
+    if (lone and getattr(section, "classifier", "") == "auto"
+            and not getattr(section, "examples_file", None)):
+        found.append(f"semantic.classes: {', '.join(lone)} with fewer than two examples: "
+                     "cross-validation needs two of each class, so classifier: auto cannot "
+                     "compare its two classifiers and keeps nearest centroid")
     if getattr(section, "threshold", 0.0) >= 1.0:
         found.append("semantic.threshold: 1 is a confidence no classification reaches: every "
                      f"prompt takes the default class ({getattr(section, 'default_class', '')})")

@@ -210,6 +210,11 @@ def test_an_example_of_two_classes_and_a_threshold_of_1_are_warned_of(
         "classifier is taught both for it",
         "semantic.threshold: 1 is a confidence no classification reaches: every prompt takes "
         "the default class (chat)")) + f"{path}: {NO_FLEET_NOTE}\n"
+    path.write_text(path.read_text().replace("fix this bug]", "]"))
+    assert main(["validate", str(path)]) == 0
+    assert ("warning: semantic.classes: code with fewer than two examples: cross-validation "
+            "needs two of each class, so classifier: auto cannot compare its two classifiers "
+            "and keeps nearest centroid") in capsys.readouterr().err
     path.write_text(path.read_text().replace("  threshold: 1.0\n", "  examples_file: ''\n"))
     assert main(["validate", str(path)]) == 1
     assert capsys.readouterr().err == (
