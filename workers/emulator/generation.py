@@ -210,7 +210,9 @@ def admit(worker: WorkerState, response_id: str, body: GenerationBody,
             runner.submit(EngineRequest(
                 request_id=request_id, prompt_token_ids=ids, output_token_ids=plan.token_ids,
                 finish_reason=plan.finish_reason, arrival_time=runner.now(),
-                lora_name=lora_name, cache_salt=body.cache_salt), max_tokens, queue)
+                lora_name=lora_name,
+                lora_path=cfg.lora_adapters.get(lora_name) if lora_name else None,
+                cache_salt=body.cache_salt), max_tokens, queue)
     return Admitted(queue, by_request, [len(p) for p in prompts], texts)
 
 

@@ -48,6 +48,7 @@ class EngineRequest:
     finish_reason: FinishReason = "length"   # reported when the last output token is emitted
     arrival_time: float = 0.0
     lora_name: str | None = None
+    lora_path: str | None = None             # the adapter's path: vLLM hashes it with the name
     cache_salt: str | None = None
 
 

@@ -115,8 +115,10 @@ class Request:
         self.num_cached_tokens = -1
         self.num_preemptions = 0
         self.lora_name = req.lora_name
+        # vLLM's LoRA key is ("lora", name, path) (docs: vllm-interface.md §4.1)
         self.extra_keys: tuple[Any, ...] | None = (
-            (("lora", req.lora_name, req.lora_name),) if req.lora_name else None)
+            (("lora", req.lora_name, req.lora_path or req.lora_name),) if req.lora_name
+            else None)
         self.first_block_keys: tuple[Any, ...] | None = self.extra_keys
         if req.cache_salt is not None:
             self.first_block_keys = (*(self.extra_keys or ()), ("cache_salt", req.cache_salt))

@@ -117,3 +117,32 @@ def test_live_stream_and_replay(encoding: str) -> None:
         sub.close(0)
         dealer.close(0)
         ctx.term()
+
+
+@pytest.mark.integration
+def test_a_lora_requests_blocks_hash_the_adapters_name_and_path() -> None:
+    """vLLM's LoRA extra key is ("lora", name, path); the emulator hashed the name twice, so
+    no router could compute its hashes from what vLLM documents (vllm-interface.md §4.1)."""
+    pub = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    try:
+        with emulator(time_scale=0.0, kv_events=pub,
+                      lora_adapters={"my-adapter": "/adapters/my-adapter"}) as proc:
+            sub.connect(pub)
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            time.sleep(0.3)                                  # let the subscription propagate
+            request = urllib.request.Request(
+                f"{proc.url}/v1/completions", headers={"Content-Type": "application/json"},
+                data=json.dumps({"model": "my-adapter", "prompt": list(range(1, 18)),
+                                 "max_tokens": 1, "ignore_eos": True}).encode())
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                assert resp.status == 200
+            assert sub.poll(5000)
+            _, events, _ = msgpack.unpackb(sub.recv_multipart()[2])
+    finally:
+        sub.close(0)
+        ctx.term()
+    stored = events[0]
+    assert stored["type"] == "BlockStored" and stored["lora_name"] == "my-adapter"
+    assert stored["block_hashes"] == [944037498893709900]    # the reference's test vector

@@ -19,9 +19,9 @@ def test_output_beyond_max_model_len_is_cut_and_finishes_with_length() -> None:
 @pytest.mark.parametrize("algo", ["sha256", "builtin"])
 def test_hash_chain_grows_lazily_and_matches_the_public_chain(algo: str) -> None:
     tokens = list(range(100))
-    lora = (("lora", "adapter", "adapter"),)
+    lora = (("lora", "adapter", "/adapters/adapter"),)      # vLLM's: name and path
     request = Request(EngineRequest("a", tokens[:60], tokens[60:], lora_name="adapter",
-                                    cache_salt="s"), 4096)
+                                    lora_path="/adapters/adapter", cache_salt="s"), 4096)
     hasher = BlockHasher(get_hash_function(algo), none_hash(algo), 16,
                          int_chain=algo == "builtin")
     hasher.extend(request, 2)
