@@ -289,7 +289,10 @@ async def _stream(request: web.Request, worker: WorkerState, body: GenerationBod
         if chat and not sent_roles:
             sent_roles = True
             for c in sorted(admitted.by_request.values(), key=lambda c: c.index):
-                await response.write(sse(chat_role_chunk(header, c.index)))
+                role = chat_role_chunk(header, c.index)
+                if body.include_usage and body.continuous_usage:    # nothing generated yet
+                    role["usage"] = Usage(admitted.prompt_lens[c.prompt_index], 0).compact()
+                await response.write(sse(role))
         text = "".join(tok.piece(t) for t in token_ids)
         if not chat and body.echo and choice.num_tokens == len(token_ids):
             text = admitted.prompt_texts[choice.prompt_index] + text
@@ -297,7 +300,9 @@ async def _stream(request: web.Request, worker: WorkerState, body: GenerationBod
         chunk = (chat_content_chunk if chat else completion_chunk)(header, choice.index, text,
                                                                     reason)
         if body.include_usage and body.continuous_usage:
-            chunk["usage"] = _usage(worker, admitted).compact()
+            # vLLM's: this choice's tokens so far, against its own prompt
+            chunk["usage"] = Usage(admitted.prompt_lens[choice.prompt_index],
+                                   choice.num_tokens).compact()
         if finished and not body.include_usage:
             # vLLM: on every choice's finish chunk, unless a usage chunk follows
             chunk["system_fingerprint"] = header.fingerprint

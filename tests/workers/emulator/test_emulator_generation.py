@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import time
 import urllib.error
@@ -225,6 +227,36 @@ def test_request_id_header_and_continuous_usage(worker: EmulatorProcess) -> None
     assert {b["id"] for b in bodies} == {"cmpl-trace-7"}
     assert [b["usage"]["completion_tokens"] for b in bodies] == [1, 2, 3, 3]
     assert [b["usage"]["prompt_tokens"] for b in bodies] == [2, 2, 2, 2]
+
+
+def test_continuous_usage_counts_each_choice_against_its_own_prompt(
+        worker: EmulatorProcess) -> None:
+    """As vLLM: every chunk's usage is its own choice's tokens so far and its prompt's length
+    (they were summed over every choice and prompt), the chat role chunks carry 0 tokens."""
+    def chunks(path: str, body: dict[str, object]) -> list[dict[str, Any]]:
+        req = urllib.request.Request(
+            f"{worker.url}{path}", headers={"Content-Type": "application/json"},
+            data=json.dumps({**body, "max_tokens": 3, "ignore_eos": True, "stream": True,
+                             "stream_options": {"include_usage": True,
+                                                "continuous_usage_stats": True}}).encode())
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            events = resp.read().decode().split("\n\n")
+        return [json.loads(e[len("data: "):]) for e in events if e.startswith("data: {")]
+
+    completions = chunks("/v1/completions", {"prompt": [[1, 2], [3, 4, 5]], "n": 2})
+    per_choice: dict[int, list[tuple[int, int]]] = {}
+    for body in completions[:-1]:                       # the last: the usage chunk
+        (choice,) = body["choices"]
+        per_choice.setdefault(choice["index"], []).append(
+            (body["usage"]["prompt_tokens"], body["usage"]["completion_tokens"]))
+    assert per_choice == {0: [(2, 1), (2, 2), (2, 3)], 1: [(2, 1), (2, 2), (2, 3)],
+                          2: [(3, 1), (3, 2), (3, 3)], 3: [(3, 1), (3, 2), (3, 3)]}
+    assert completions[-1]["usage"]["completion_tokens"] == 12     # the whole request's
+    chat = chunks("/v1/chat/completions",
+                  {"messages": [{"role": "user", "content": "hi"}], "n": 2})
+    roles = [b for b in chat if b["choices"] and "role" in b["choices"][0]["delta"]]
+    assert [b["usage"]["completion_tokens"] for b in roles] == [0, 0]
+    assert {b["usage"]["prompt_tokens"] for b in chat} == {chat[-1]["usage"]["prompt_tokens"]}
 
 
 def test_a_request_id_already_running_is_refused_as_vllm_does() -> None:
