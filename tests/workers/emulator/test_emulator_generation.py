@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
