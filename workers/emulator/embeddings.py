@@ -74,8 +74,8 @@ async def embeddings(request: web.Request) -> web.Response:
         worker.runner.submit(EngineRequest(
             request_id=engine_id,
             prompt_token_ids=tokens if len(tokens) < window else tokens[:window - 1],
-            output_token_ids=[eos],
-            finish_reason="stop", arrival_time=worker.runner.now()), 1, queue)
+            output_token_ids=[eos], pooling=True,
+            finish_reason="stop", arrival_time=worker.runner.now()), 0, queue)
     worker.server_load += 1
     try:
         remaining = len(ids)

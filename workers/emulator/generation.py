@@ -201,7 +201,8 @@ def admit(worker: WorkerState, response_id: str, body: GenerationBody,
     queue: OutputQueue = asyncio.Queue()
     by_request: dict[str, ChoiceState] = {}
     for p, ids in enumerate(prompts):
-        worker.metrics.observe_admitted(body.n, max_tokens)
+        worker.metrics.observe_admitted(body.n, [_choice_id(response_id, p, i)
+                                                 for i in range(body.n)])
         for i in range(body.n):
             plan = plan_output(worker.rng, cfg.output_len, max_tokens, body.ignore_eos,
                                tok.output_vocabulary, tok.eos_token_id, body.min_tokens)

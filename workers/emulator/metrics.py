@@ -7,7 +7,8 @@ same latencies it would report in real time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -39,6 +40,15 @@ def request_tokens_buckets(max_model_len: int) -> tuple[float, ...]:
                 return tuple(buckets)
             buckets.append(float(value))
         scale *= 10
+
+
+@dataclass(slots=True)
+class _Parent:
+    """The choices of one prompt of ``n`` > 1, as vLLM's ``ParentRequest`` tracks them."""
+
+    left: int                   # choices not finished yet
+    most: int = 0               # the most tokens a finished choice generated
+    finished: bool = False      # one of them finished (not only aborted)
 
 
 class EmulatorMetrics:
@@ -172,6 +182,7 @@ class EmulatorMetrics:
             self._max_lora = str(len(config.lora_adapters))
             self.set_lora_state((), ())
         self._last = EngineStats()
+        self._parents: dict[str, _Parent] = {}   # a choice of n > 1 -> its prompt's choices
 
     def observe_engine(self, stats: EngineStats, iteration_tokens: int) -> None:
         """Gauges from the engine's state and counter increments since the last step."""
@@ -184,12 +195,19 @@ class EmulatorMetrics:
         for metric, now, before in (
                 (self.prefix_queries, stats.prefix_cache_queries, last.prefix_cache_queries),
                 (self.prefix_hits, stats.prefix_cache_hits, last.prefix_cache_hits),
-                (self.prompt_cached, stats.prefix_cache_hits, last.prefix_cache_hits),
+                (self.prompt_cached, stats.prompt_cached_tokens, last.prompt_cached_tokens),
                 (self.preemptions, stats.num_preemptions, last.num_preemptions),
                 (self.prompt_tokens, stats.prompt_tokens, last.prompt_tokens),
                 (self.generation_tokens, stats.generation_tokens, last.generation_tokens)):
             if now > before:
                 metric.labels(**lab).inc(now - before)
+        # counted with prompt_tokens, when each prefill completes (aborted requests too)
+        cached = stats.prompt_cached_tokens - last.prompt_cached_tokens
+        computed = stats.prompt_tokens - last.prompt_tokens - cached
+        if cached > 0:
+            self.prompt_by_source.labels(**lab, source="local_cache_hit").inc(cached)
+        if computed > 0:
+            self.prompt_by_source.labels(**lab, source="local_compute").inc(computed)
         for reason in FINISHED_REASONS:
             delta = stats.request_success.get(reason, 0) - last.request_success.get(reason, 0)
             if delta > 0:
@@ -199,6 +217,7 @@ class EmulatorMetrics:
         self._last = EngineStats(
             num_running=stats.num_running, num_waiting=stats.num_waiting,
             kv_cache_usage=stats.kv_cache_usage, prompt_tokens=stats.prompt_tokens,
+            prompt_cached_tokens=stats.prompt_cached_tokens,
             generation_tokens=stats.generation_tokens,
             prefix_cache_queries=stats.prefix_cache_queries,
             prefix_cache_hits=stats.prefix_cache_hits, num_preemptions=stats.num_preemptions,
@@ -210,11 +229,26 @@ class EmulatorMetrics:
     def observe_inter_token(self, itl_s: float) -> None:
         self.itl.labels(**self._labels).observe(max(0.0, itl_s))
 
-    def observe_admitted(self, n: int, max_tokens: int) -> None:
+    def observe_admitted(self, n: int, request_ids: Sequence[str]) -> None:
+        """One prompt's ``n`` choices, engine requests ``request_ids``, were admitted (vLLM's
+        parent request): ``request_params_n`` once now, ``request_max_num_generation_tokens``
+        once they have all finished, with the most tokens one of them generated."""
         self.params_n.labels(**self._labels).observe(n)
-        self.params_max_tokens.labels(**self._labels).observe(max_tokens)
+        if n > 1:
+            parent = _Parent(len(request_ids))
+            for request_id in request_ids:
+                self._parents[request_id] = parent
+
+    def forget(self, request_id: str) -> None:
+        """An aborted request: no stats of its own; its parent's choices wait for it no more."""
+        parent = self._parents.pop(request_id, None)
+        if parent is not None:
+            parent.left -= 1
+            if parent.left == 0 and parent.finished:
+                self.req_max_gen_tokens.labels(**self._labels).observe(parent.most)
 
     def observe_finished(self, stats: RequestStats, arrival_time: float, max_tokens: int) -> None:
+        """A request that finished (``max_tokens`` 0: an embedding, which samples nothing)."""
         lab = self._labels
         self.e2e.labels(**lab).observe(max(0.0, stats.finished_time - arrival_time))
         self.queue_time.labels(**lab).observe(
@@ -229,13 +263,20 @@ class EmulatorMetrics:
         self.tpot.labels(**lab).observe(decode / (gen - 1) if gen > 1 else 0.0)
         self.req_prompt_tokens.labels(**lab).observe(stats.num_prompt_tokens)
         self.req_generation_tokens.labels(**lab).observe(gen)
-        self.req_max_gen_tokens.labels(**lab).observe(max_tokens)
         self.req_preemptions.labels(**lab).observe(stats.num_preemptions)
-        computed = stats.num_prompt_tokens - stats.num_cached_tokens
-        self.req_kv_computed.labels(**lab).observe(computed)
-        self.prompt_by_source.labels(**lab, source="local_compute").inc(computed)
-        self.prompt_by_source.labels(**lab, source="local_cache_hit").inc(
-            stats.num_cached_tokens)
+        self.req_kv_computed.labels(**lab).observe(stats.num_prompt_tokens
+                                                   - stats.num_cached_tokens)
+        if max_tokens <= 0:
+            return
+        self.params_max_tokens.labels(**lab).observe(max_tokens)      # each choice's
+        parent = self._parents.pop(stats.request_id, None)
+        if parent is None:                      # a choice of its own: its parent's maximum
+            self.req_max_gen_tokens.labels(**lab).observe(gen)
+        else:
+            parent.most, parent.finished = max(parent.most, gen), True
+            parent.left -= 1
+            if parent.left == 0:
+                self.req_max_gen_tokens.labels(**lab).observe(parent.most)
 
     def set_lora_state(self, waiting: Iterable[str], running: Iterable[str]) -> None:
         if self.lora_info is None:

@@ -136,6 +136,7 @@ class EngineRunner:
         self._finished_meta.pop(request_id, None)
         if self._requests.pop(request_id, None) is not None:
             self.engine.abort_request(request_id)
+            self.metrics.forget(request_id)
             self._wake.set()
 
     def start(self) -> None:

@@ -50,6 +50,7 @@ class EngineRequest:
     lora_name: str | None = None
     lora_path: str | None = None             # the adapter's path: vLLM hashes it with the name
     cache_salt: str | None = None
+    pooling: bool = False                    # an embedding: its one step makes no token
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +125,7 @@ class EngineStats:
     num_waiting: int = 0
     kv_cache_usage: float = 0.0
     prompt_tokens: int = 0
+    prompt_cached_tokens: int = 0    # of prompt_tokens, found in the prefix cache (§2.2)
     generation_tokens: int = 0
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0

@@ -40,7 +40,7 @@ def request_stats(request: Request) -> RequestStats:
         finished_time=request.token_times[-1] if request.token_times else -1.0,
         num_prompt_tokens=request.num_prompt_tokens,
         num_cached_tokens=max(request.num_cached_tokens, 0),
-        num_generation_tokens=request.num_output_tokens,
+        num_generation_tokens=0 if request.pooling else request.num_output_tokens,
         num_preemptions=request.num_preemptions, finish_reason=request.finish_reason,
         token_times=tuple(request.token_times))
 
@@ -185,6 +185,7 @@ class EngineCore:
         update = scheduler.update_from_output(out, now + duration)
         stats = self._stats
         stats.prompt_tokens += update.num_prompt_tokens_completed
+        stats.prompt_cached_tokens += update.num_cached_prompt_tokens_completed
         stats.generation_tokens += update.num_generation_tokens
         stats.prefix_cache_queries += out.prefix_cache_queries
         stats.prefix_cache_hits += out.prefix_cache_hits

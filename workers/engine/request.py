@@ -90,8 +90,8 @@ class Request:
                  "extra_keys", "finish_reason", "first_block_keys", "first_scheduled_time",
                  "first_token_time", "lora_name", "max_output_tokens", "num_cached_blocks",
                  "num_cached_tokens", "num_computed_tokens", "num_output_tokens",
-                 "num_preemptions", "num_prompt_tokens", "num_tokens", "probe_evictions",
-                 "probe_hits", "request_id", "status", "token_times")
+                 "num_preemptions", "num_prompt_tokens", "num_tokens", "pooling",
+                 "probe_evictions", "probe_hits", "request_id", "status", "token_times")
 
     def __init__(self, req: EngineRequest, max_model_len: int) -> None:
         self.request_id = req.request_id
@@ -115,6 +115,7 @@ class Request:
         self.num_cached_tokens = -1
         self.num_preemptions = 0
         self.lora_name = req.lora_name
+        self.pooling = req.pooling
         # vLLM's LoRA key is ("lora", name, path) (docs: vllm-interface.md §4.1)
         self.extra_keys: tuple[Any, ...] | None = (
             (("lora", req.lora_name, req.lora_path or req.lora_name),) if req.lora_name

@@ -46,6 +46,7 @@ class StepUpdate:
     finished: list[Request] = field(default_factory=list)
     num_generation_tokens: int = 0
     num_prompt_tokens_completed: int = 0
+    num_cached_prompt_tokens_completed: int = 0     # of those prompts, found in the cache
 
 
 class Scheduler:
@@ -178,7 +179,7 @@ class Scheduler:
         update = StepUpdate()
         record = self.record_outputs
         outputs_append = update.outputs.append
-        generated = prompt_completed = 0
+        generated = prompt_completed = cached_completed = 0
         for request, num_new in out.scheduled:
             computed = request.num_computed_tokens + num_new
             request.num_computed_tokens = computed
@@ -190,10 +191,11 @@ class Scheduler:
             if first:
                 request.first_token_time = end_time
                 prompt_completed += request.num_prompt_tokens
+                cached_completed += max(request.num_cached_tokens, 0)
             request.num_output_tokens = num_output
             request.num_tokens = num_tokens + 1
             request.token_times.append(end_time)
-            generated += 1
+            generated += not request.pooling       # an embedding makes no token
             finished = num_output >= request.max_output_tokens
             if record:
                 cached = request.num_cached_tokens
@@ -204,6 +206,7 @@ class Scheduler:
                 update.finished.append(request)
         update.num_generation_tokens = generated
         update.num_prompt_tokens_completed = prompt_completed
+        update.num_cached_prompt_tokens_completed = cached_completed
         for request in update.finished:
             self._free_finished(request)
         return update

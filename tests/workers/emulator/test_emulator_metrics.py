@@ -179,3 +179,38 @@ def test_idle_worker_reports_no_queueing_in_emulated_time(worker: EmulatorProces
     ttft, prefill = (delta["vllm:time_to_first_token_seconds_sum"],
                      delta["vllm:request_prefill_time_seconds_sum"])
     assert ttft > 0 and ttft == pytest.approx(prefill, rel=1e-9)
+
+
+def test_per_request_histograms_and_prompt_sources_count_as_vllm_does(
+        worker: EmulatorProcess) -> None:
+    """``request_max_num_generation_tokens`` is once per prompt, the most its choices
+    generated; ``request_params_max_tokens`` once per choice (they were the other way round,
+    max_tokens in the first); prompt tokens by source move with ``prompt_tokens`` (they moved
+    only when a request finished, so aborted ones never counted)."""
+    def value(name: str) -> float:
+        return sample(metrics_text(worker.url), name, model_name=MODEL, engine="0")
+
+    def source(name: str) -> float:
+        return sample(metrics_text(worker.url), "vllm:prompt_tokens_by_source_total",
+                      model_name=MODEL, engine="0", source=name)
+
+    client = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="x", max_retries=0)
+    names = ("vllm:request_max_num_generation_tokens_count",
+             "vllm:request_max_num_generation_tokens_sum",
+             "vllm:request_params_max_tokens_count", "vllm:request_params_max_tokens_sum",
+             "vllm:request_params_n_count")
+    before = [value(name) for name in names]
+    prompt_before = value("vllm:prompt_tokens_total")
+    sources_before = source("local_compute") + source("local_cache_hit")
+    reply = client.completions.create(model=MODEL, prompt=unique_prompt(50, seed=7),
+                                      max_tokens=100, n=3, extra_body={"min_tokens": 5})
+    generated = max(len(ENC.encode(c.text)) for c in reply.choices)
+    after = [value(name) for name in names]
+    deltas = [a - b for a, b in zip(after, before, strict=True)]
+    assert deltas[0] == 1 and deltas[2] == 3 and deltas[4] == 1
+    assert deltas[3] == 300                        # each choice's max_tokens
+    assert 5 <= deltas[1] <= 100 and deltas[1] != 300
+    assert abs(deltas[1] - generated) <= 2         # the longest choice's (text re-encoded)
+    prompt_delta = value("vllm:prompt_tokens_total") - prompt_before
+    assert prompt_delta > 0
+    assert source("local_compute") + source("local_cache_hit") - sources_before == prompt_delta
