@@ -65,6 +65,7 @@ from router.proxy import (
     MESSAGES_STREAM,
     RESPONSES_STREAM,
     CancelledAfterTheEnd,
+    CancelledMidStream,
     Proxy,
     ProxyResult,
     RetryableUpstream,
@@ -113,6 +114,7 @@ class _Attempt:
     started_at: float
     first_token_seen: bool = False
     stall_ticket: int = -1          # router.stalls: watched until its first byte
+    events_relayed: int = 0         # a stream's events that reached a client who then left
     received_at: float = 0.0        # the request's arrival at the router (ParsedRequest's)
 
 
@@ -458,8 +460,10 @@ class Director:
             status = result.status
             self._ejection.answered(info.id, attempt.started_at)
             raise
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             status = 499
+            if isinstance(cancelled, CancelledMidStream):   # charged what reached the client
+                attempt.events_relayed = cancelled.events
             raise
         finally:
             self._complete(engine, routing, attempt, result, status, ticket)
@@ -491,7 +495,8 @@ class Director:
         outcome = self._outcome(routing, attempt, result, status)
         self.admission.record_attempt(ticket, attempt.first_token_seen, outcome.prompt_tokens,
                                        outcome.completion_tokens,
-                                       result.events if result is not None else 0)
+                                       result.events if result is not None
+                                       else attempt.events_relayed)
         engine.on_completed(routing, outcome)
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
                                      decision.profile, status)

@@ -136,6 +136,15 @@ class CancelledAfterTheEnd(asyncio.CancelledError):
         self.result = result
 
 
+class CancelledMidStream(asyncio.CancelledError):
+    """The request was cancelled (its client left) while its stream was relayed: ``events``
+    of it had been relayed, which the client's budget is charged for."""
+
+    def __init__(self, events: int) -> None:
+        super().__init__()
+        self.events = events
+
+
 class Proxy:
     """Talks to workers through one keep-alive ``UpstreamClient``."""
 
@@ -228,6 +237,8 @@ class Proxy:
                                                 first_token_mark)
         except asyncio.CancelledError:
             if not relay.end_written:
+                if relay.events:
+                    raise CancelledMidStream(relay.events) from None
                 raise
             raise CancelledAfterTheEnd(ProxyResult(
                 relay.response_or_new(), 200, relay.usage, relay.first_byte_at, self._clock(),

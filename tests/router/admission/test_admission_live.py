@@ -247,6 +247,28 @@ async def test_a_stream_its_client_leaves_keeps_its_prompts_charge(
         assert usage.totals("acme", time.monotonic())[1] == charged + served
 
 
+async def test_a_stream_left_midway_is_charged_each_event_that_reached_its_client(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """It was charged its prompt alone: reading all but the end of a long answer, then
+    closing the connection, spent nothing of a tokens budget for the answer."""
+    router = await make_router(subset(emulated_fleet, ["slow"]), _routing(   # ~40 events a s
+        "tenants:\n  acme: {tokens_per_minute: 100000}"))
+    usage = router.app[STORE].usage
+    prompt = "Once upon a time"
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{router.url}/v1/completions", headers={"x-tenant": "acme"},
+                                json={"model": MODEL, "prompt": prompt, "max_tokens": 1000,
+                                      "ignore_eos": True, "stream": True}) as response:
+            assert response.status == 200
+            read = 0
+            while read < 40:
+                line = await response.content.readline()
+                read += line.startswith(b"data: {")
+        await _until(lambda: router.metric("kvroute_admission_in_flight") == 0, "still held")
+    charged = usage.totals("acme", time.monotonic())[1]
+    assert 40 + 4 <= charged < 500     # the prompt's few tokens, the events read, not all
+
+
 async def test_a_max_tokens_past_the_window_is_charged_as_the_window(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """vLLM serves at most what the prompt leaves of the window (8,192 here): a stream asking
