@@ -209,7 +209,7 @@ class Director:
         self.admission.charge_expected(ticket, routing.num_prompt_tokens, output_tokens_in_window(
             routing.max_tokens if routing.max_tokens is not None
             else routing.predicted_output_tokens or 0, routing.num_prompt_tokens,
-            max((view.max_model_len for view in views), default=0)))
+            max((view.max_model_len for view in views), default=0)), routing.model)
         tried: dict[str, None] = {}        # the workers tried, in order
         last_failure: RetryableUpstream | None = None
         failed: Decision | None = None     # the decision of the last failed attempt

@@ -53,6 +53,8 @@ class AdmissionTicket:
     usage_reported: bool = False  # some attempt's answer carried its usage
     answered: bool = False        # some worker began answering (its first byte came)
     charged_at: float = 0.0       # when the expected tokens were charged
+    admitted_at: float = 0.0      # when its request was charged
+    tenant: str | None = None     # as the client named it (for a refusal's metrics)
     events_relayed: int = 0       # stream events sent to the client (about a token each)
 
 
@@ -103,6 +105,7 @@ class Admission:
                 "wait_timeout", tenant, model,
                 f"The request waited {section.wait_timeout_s:g} s for one of the router's "
                 f"{section.max_in_flight} in-flight slots: try again later.") from None
+        admitted_at = self._clock()
         if usage_key is not None:
             if waited > 0:
                 try:
@@ -110,10 +113,11 @@ class Admission:
                 except RateLimited:
                     self.gate.leave()
                     raise
-            self.usage.add(usage_key, self._clock(), requests=1)
+            self.usage.add(usage_key, admitted_at, requests=1)
         if section.max_in_flight > 0:
             self._metrics.admission_wait.observe(waited)
-        return AdmissionTicket(usage_key, waited, budget if usage_key is not None else None)
+        return AdmissionTicket(usage_key, waited, budget if usage_key is not None else None,
+                               admitted_at=admitted_at, tenant=tenant)
 
     def apply(self, section: AdmissionSection | None) -> None:
         """The section of a routing file just reloaded: its in-flight limit takes effect at
@@ -121,17 +125,31 @@ class Admission:
         self.gate.set_limit(section.max_in_flight if section is not None else 0)
 
     def charge_expected(self, ticket: AdmissionTicket, prompt_tokens: int,
-                        answer_tokens: int) -> None:
+                        answer_tokens: int, model: str = "") -> None:
         """Charge, before the request is served, its prompt as the router counted it and the
         answer it may take (its ``max_tokens``, else the predicted length): requests running
         at once then see each other's spending, instead of each passing a budget whose
-        answers are charged only as they end. ``finish`` settles to what was served."""
-        if ticket.usage_key is None:
+        answers are charged only as they end. ``finish`` settles to what was served.
+
+        A tokens budget others' charges spent while this request was counted (its prompt
+        tokenized, in a thread, for a long one) refuses it now, ``TokenRateLimited``, its
+        request refunded: checking at admission alone let twenty long prompts sent at once
+        all pass a budget none of them had charged yet. The check and the charge are one
+        step of the event loop, so only the request whose charge crosses the limit goes."""
+        key = ticket.usage_key
+        if key is None:
             return
+        budget = ticket.budget
+        if budget is not None and budget.tokens_per_minute is not None:
+            try:
+                self._check(budget, key, ticket.tenant, model, units=("tokens",))
+            except RateLimited:
+                self.usage.settle(key, self._clock(), ticket.admitted_at, 0, requests=-1)
+                raise
         expected = max(0, prompt_tokens) + max(0, answer_tokens)
         if expected > 0:
             ticket.charged_at = self._clock()
-            self.usage.add(ticket.usage_key, ticket.charged_at, tokens=expected)
+            self.usage.add(key, ticket.charged_at, tokens=expected)
             ticket.tokens_charged += expected
             ticket.prompt_charged += max(0, prompt_tokens)
 
@@ -211,12 +229,14 @@ class Admission:
         return Overloaded(message, headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)})
 
     def _check(self, budget: TenantBudget, usage_key: str, tenant: str | None,
-               model: str) -> None:
+               model: str, units: tuple[str, ...] = ("requests", "tokens")) -> None:
+        """Raise ``RateLimited`` when the budget's ``units`` are spent."""
         now = self._clock()
         requests, tokens = self.usage.totals(usage_key, now)
-        over_requests = (budget.requests_per_minute is not None
+        over_requests = (budget.requests_per_minute is not None and "requests" in units
                          and requests >= budget.requests_per_minute)
-        over_tokens = budget.tokens_per_minute is not None and tokens >= budget.tokens_per_minute
+        over_tokens = (budget.tokens_per_minute is not None and "tokens" in units
+                       and tokens >= budget.tokens_per_minute)
         if not over_requests and not over_tokens:
             return
         wait = self.usage.seconds_until(usage_key, now, budget.requests_per_minute,

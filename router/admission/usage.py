@@ -56,10 +56,11 @@ class UsageWindow:
         self.requests += requests
         self.tokens += tokens
 
-    def add_at(self, now: float, at: float, tokens: int) -> bool:
-        """Add ``tokens`` (negative: take them back) to the second ``at`` fell in, when that
-        second is still in the window at ``now``: a settlement lands where its charge was,
-        and leaves the window with it. False (nothing added) when it has left already."""
+    def add_at(self, now: float, at: float, tokens: int, requests: int = 0) -> bool:
+        """Add ``tokens`` and ``requests`` (negative: take them back) to the second ``at``
+        fell in, when that second is still in the window at ``now``: a settlement lands where
+        its charge was, and leaves the window with it. False (nothing added) when it has left
+        already."""
         latest = math.floor(now)
         self._advance(latest)
         second = math.floor(at)
@@ -68,6 +69,8 @@ class UsageWindow:
         slot = second % WINDOW_S
         self._tokens[slot] += tokens
         self.tokens += tokens
+        self._requests[slot] += requests
+        self.requests += requests
         return True
 
     def totals(self, now: float) -> tuple[int, int]:
@@ -103,14 +106,16 @@ class TenantUsage:
             window = self._windows[key] = UsageWindow()
         window.add(now, requests, tokens)
 
-    def settle(self, key: str, now: float, charged_at: float, tokens: int) -> None:
-        """Correct a charge made at ``charged_at`` by ``tokens`` (negative: a refund): in the
-        charge's own second while it is in the window, so spending never reads below zero nor
-        a budget above its limit; once the charge has left, only an excess is added (now)."""
+    def settle(self, key: str, now: float, charged_at: float, tokens: int,
+               requests: int = 0) -> None:
+        """Correct a charge made at ``charged_at`` by ``tokens`` and ``requests`` (negative:
+        a refund): in the charge's own second while it is in the window, so spending never
+        reads below zero nor a budget above its limit; once the charge has left, only an
+        excess of tokens is added (now)."""
         window = self._windows.get(key)
         if window is None:
             window = self._windows[key] = UsageWindow()
-        if not window.add_at(now, charged_at, tokens) and tokens > 0:
+        if not window.add_at(now, charged_at, tokens, requests) and tokens > 0:
             window.add(now, tokens=tokens)
 
     def totals(self, key: str, now: float) -> tuple[int, int]:

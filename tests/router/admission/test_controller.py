@@ -131,6 +131,32 @@ async def test_requests_at_once_see_each_others_expected_answers() -> None:
     assert admission.usage.totals("globex", clock.now) == (2, 162)
 
 
+async def test_requests_admitted_together_are_checked_again_as_their_prompts_are_charged(
+        ) -> None:
+    """Twenty long prompts admitted at once (each tokenized in a thread before its charge)
+    all passed a budget none of them had charged yet: 87,647 tokens on 20,000. Checked
+    again at the charge, the one crossing the limit goes and the rest are refused, their
+    requests refunded."""
+    admission, metrics, clock = _admission()
+    section = AdmissionSection(tenants={"big": TenantBudget(requests_per_minute=100,
+                                                            tokens_per_minute=20_000)})
+    tickets = [await admission.admit(section, "big", MODEL) for _ in range(20)]
+    charged, refused = [], 0
+    for ticket in tickets:          # the producers done, one after the other on the loop
+        try:
+            admission.charge_expected(ticket, 4_000, 5, MODEL)
+        except TokenRateLimited as exc:
+            refused += 1
+            assert exc.headers["x-ratelimit-remaining-tokens"] == "0"
+            admission.finish(ticket)
+            continue
+        charged.append(ticket)
+    assert (len(charged), refused) == (5, 15)
+    assert admission.usage.totals("big", clock.now) == (5, 5 * 4_005)
+    assert _rejections(metrics, "tokens_per_minute", "big") == 15
+    assert admission.gate.in_flight == 5
+
+
 async def test_unlisted_tenants_share_one_budget() -> None:
     admission, metrics, _ = _admission()
     section = AdmissionSection(tenants={"acme": TenantBudget()},
