@@ -269,6 +269,29 @@ async def test_a_stream_left_midway_is_charged_each_event_that_reached_its_clien
     assert 40 + 4 <= charged < 500     # the prompt's few tokens, the events read, not all
 
 
+async def test_long_prompts_sent_at_once_do_not_all_pass_a_tokens_budget(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """Each was tokenized in a thread after its admission, so all passed a budget none had
+    charged yet (twenty prompts of 4,000 tokens on 20,000: every one served)."""
+    router = await make_router(subset(emulated_fleet, ["h100-fast", "a100-fast"]), _routing(
+        "tenants:\n  big: {tokens_per_minute: 10000}"))
+    usage = router.app[STORE].usage
+
+    async def one(session: aiohttp.ClientSession, i: int) -> int:
+        prompt = f"{i} " + "the quick brown fox jumps over the lazy dog " * 330   # ~3,000
+        async with session.post(f"{router.url}/v1/completions", headers={"x-tenant": "big"},
+                                json={"model": MODEL, "prompt": prompt,
+                                      "max_tokens": 2}) as response:
+            await response.read()
+            return response.status
+
+    async with aiohttp.ClientSession() as session:
+        statuses = await asyncio.gather(*(one(session, i) for i in range(8)))
+    assert sorted(statuses) == [200] * 4 + [429] * 4     # the fourth crosses 10,000
+    requests, tokens = usage.totals("big", time.monotonic())
+    assert requests == 4 and 9_000 < tokens < 14_000
+
+
 async def test_a_max_tokens_past_the_window_is_charged_as_the_window(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """vLLM serves at most what the prompt leaves of the window (8,192 here): a stream asking
