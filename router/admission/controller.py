@@ -61,7 +61,7 @@ class AdmissionTicket:
 class Admission:
     """Applies the admission section in force; holds the gate and the budgets' usage."""
 
-    __slots__ = ("_clock", "_metrics", "_model_label", "gate", "usage")
+    __slots__ = ("_clock", "_metrics", "_model_label", "_waiting", "gate", "usage")
 
     def __init__(self, usage: TenantUsage, metrics: RouterMetrics,
                  clock: Callable[[], float] = time.monotonic,
@@ -73,6 +73,7 @@ class Admission:
         self._metrics = metrics
         self._clock = clock
         self._model_label = model_label
+        self._waiting: dict[str, int] = {}    # budget -> its requests waiting for a slot
         metrics.watch_admission(lambda: self.gate.in_flight, lambda: self.gate.waiting)
 
     async def admit(self, section: AdmissionSection | None, tenant: str | None,
@@ -86,7 +87,12 @@ class Admission:
         budget = section.budget(key)
         usage_key = section.counted_as(key) if budget.limited else None
         if usage_key is not None:
-            self._check(budget, usage_key, tenant, model)
+            # its requests already waiting count as spent: a budget with three requests left
+            # filled the queue with forty, each refused when its turn came (429), and other
+            # tenants were turned away for a full queue meanwhile (503)
+            self._check(budget, usage_key, tenant, model,
+                        waiting=self._waiting.get(usage_key, 0))
+            self._waiting[usage_key] = self._waiting.get(usage_key, 0) + 1
         try:
             waited = await self.gate.enter(section.max_in_flight, section.max_waiting,
                                            section.wait_timeout_s, budget.priority)
@@ -105,6 +111,13 @@ class Admission:
                 "wait_timeout", tenant, model,
                 f"The request waited {section.wait_timeout_s:g} s for one of the router's "
                 f"{section.max_in_flight} in-flight slots: try again later.") from None
+        finally:
+            if usage_key is not None:
+                left = self._waiting[usage_key] - 1
+                if left:
+                    self._waiting[usage_key] = left
+                else:
+                    del self._waiting[usage_key]
         admitted_at = self._clock()
         if usage_key is not None:
             if waited > 0:
@@ -229,10 +242,13 @@ class Admission:
         return Overloaded(message, headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)})
 
     def _check(self, budget: TenantBudget, usage_key: str, tenant: str | None,
-               model: str, units: tuple[str, ...] = ("requests", "tokens")) -> None:
-        """Raise ``RateLimited`` when the budget's ``units`` are spent."""
+               model: str, units: tuple[str, ...] = ("requests", "tokens"),
+               waiting: int = 0) -> None:
+        """Raise ``RateLimited`` when the budget's ``units`` are spent (``waiting``: its
+        requests waiting for a slot, counted as spent)."""
         now = self._clock()
         requests, tokens = self.usage.totals(usage_key, now)
+        requests += waiting
         over_requests = (budget.requests_per_minute is not None and "requests" in units
                          and requests >= budget.requests_per_minute)
         over_tokens = (budget.tokens_per_minute is not None and "tokens" in units

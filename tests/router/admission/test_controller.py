@@ -186,6 +186,34 @@ async def test_a_budget_spent_while_a_request_waited_refuses_it_and_frees_the_sl
     assert (admission.gate.in_flight, admission.gate.waiting) == (0, 0)
 
 
+async def test_a_budgets_waiting_requests_count_as_spent(
+        ) -> None:
+    """A tenant with three requests left filled the queue with forty, each refused only when
+    its turn came, and others were turned away for a full queue: the fourth is refused at
+    once now, and another tenant still finds room to wait."""
+    admission, _, _ = _admission()
+    section = AdmissionSection(max_in_flight=1, max_waiting=5, tenants={
+        "acme": TenantBudget(requests_per_minute=4), "globex": TenantBudget(priority=0)})
+    holder = await admission.admit(section, "globex", MODEL)          # holds the one slot
+    admission.usage.add("acme", 1000.0, requests=1)                   # three left
+    waiters = [asyncio.create_task(admission.admit(section, "acme", MODEL)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    assert admission.gate.waiting == 3
+    for _ in range(10):
+        with pytest.raises(RequestRateLimited) as refused:
+            await admission.admit(section, "acme", MODEL)
+        assert refused.value.headers["x-ratelimit-remaining-requests"] == "0"
+    other = asyncio.create_task(admission.admit(section, "globex", MODEL))
+    await asyncio.sleep(0.01)
+    assert admission.gate.waiting == 4                  # room for it: the queue is not full
+    admission.finish(holder)
+    for task in waiters:
+        admission.finish(await task)
+    admission.finish(await other)
+    assert admission.usage.totals("acme", 1000.0)[0] == 4
+    assert (admission.gate.in_flight, admission.gate.waiting) == (0, 0)
+
+
 async def test_the_queue_full_and_a_wait_too_long_are_503_with_retry_after() -> None:
     admission, metrics, _ = _admission()
     section = AdmissionSection(max_in_flight=1, max_waiting=1, wait_timeout_s=0.05)
