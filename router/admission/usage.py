@@ -9,6 +9,12 @@ keys (``remote``, set by a shared ``StateStore``); a budget is judged on both.
 
 Only budgets with a limit are counted, so memory is bounded by the routing file, not by the
 tenants clients name; a window whose totals fell to zero is dropped when published.
+
+Besides its totals a replica publishes, by key, what of them will still be in the window
+``SCHEDULE_STEP_S``, 2 × that, … seconds later (``published_schedule``): another replica's
+``Retry-After`` for a budget it spent is then read from when its spending leaves (rounded up
+to a step), not from its totals taken to fade evenly (a budget spent in one burst a second
+ago read as having room in a second, every second for a minute).
 """
 
 from __future__ import annotations
@@ -16,6 +22,11 @@ from __future__ import annotations
 import math
 
 WINDOW_S = 60
+SCHEDULE_STEP_S = 10            # the published schedule's step: 10, 20, ... 50 seconds ahead
+SCHEDULE_STEPS = WINDOW_S // SCHEDULE_STEP_S - 1
+
+# (requests, tokens) still in the window after each step of the schedule
+Schedule = tuple[tuple[int, int], ...]
 
 
 class UsageWindow:
@@ -94,11 +105,13 @@ class UsageWindow:
 class TenantUsage:
     """Every limited budget's window, and the other replicas' totals by budget key."""
 
-    __slots__ = ("_windows", "remote")
+    __slots__ = ("_windows", "remote", "remote_schedule")
 
     def __init__(self) -> None:
         self._windows: dict[str, UsageWindow] = {}
         self.remote: dict[str, tuple[int, int]] = {}   # key -> (requests, tokens), others'
+        # key -> what of ``remote`` stays after each step (others' ``published_schedule``)
+        self.remote_schedule: dict[str, Schedule] = {}
 
     def add(self, key: str, now: float, requests: int = 0, tokens: int = 0) -> None:
         window = self._windows.get(key)
@@ -129,15 +142,26 @@ class TenantUsage:
                       max_tokens: int | None) -> int:
         """Whole seconds until ``key`` is back under both limits (None: no limit), if nothing
         more is spent: this replica's slots expire as they were written, the others' totals
-        are taken to expire evenly over the window. At most ``WINDOW_S``."""
+        leave by their ``remote_schedule`` (what stays until each step's end), or, without
+        one, evenly over the window. At most ``WINDOW_S``."""
         window = self._windows.get(key)
         other_requests, other_tokens = self.remote.get(key, (0, 0))
+        schedule = self.remote_schedule.get(key)
         for seconds in range(1, WINDOW_S + 1):
             requests, tokens = (window.left_after(now, seconds) if window is not None
                                 else (0, 0))
-            fading = 1.0 - seconds / WINDOW_S
-            if ((max_requests is None or requests + other_requests * fading < max_requests)
-                    and (max_tokens is None or tokens + other_tokens * fading < max_tokens)):
+            left_requests: float
+            left_tokens: float
+            if schedule is not None:
+                step = seconds // SCHEDULE_STEP_S      # the steps wholly past
+                left_requests, left_tokens = (
+                    (other_requests, other_tokens) if step == 0
+                    else schedule[step - 1] if step <= len(schedule) else (0, 0))
+            else:
+                fading = 1.0 - seconds / WINDOW_S
+                left_requests, left_tokens = other_requests * fading, other_tokens * fading
+            if ((max_requests is None or requests + left_requests < max_requests)
+                    and (max_tokens is None or tokens + left_tokens < max_tokens)):
                 return seconds
         return WINDOW_S
 
@@ -152,6 +176,13 @@ class TenantUsage:
             else:
                 totals[key] = (requests, tokens)
         return totals
+
+    def published_schedule(self, now: float) -> dict[str, Schedule]:
+        """This replica's spending by key still in the window ``SCHEDULE_STEP_S``, 2 × that,
+        … seconds from ``now`` (``SCHEDULE_STEPS`` pairs), for the other replicas."""
+        return {key: tuple(window.left_after(now, SCHEDULE_STEP_S * step)
+                           for step in range(1, SCHEDULE_STEPS + 1))
+                for key, window in self._windows.items()}
 
     def __len__(self) -> int:
         return len(self._windows)

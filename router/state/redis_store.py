@@ -4,18 +4,20 @@ Each replica keeps exact counts of its own dispatches in a local ``InflightTrack
 its tenants' budgets in a local ``TenantUsage``. Off the request path every
 ``sync_interval_s`` it publishes them, in one transaction, to the hashes
 ``kvroute:inflight:<replica>`` (field per worker: ``requests,prefill,decode,since_scrape``)
-and ``kvroute:usage:<replica>`` (field per budget: ``requests,tokens`` over the last
-minute), both with a time-to-live, and marks itself alive in the sorted set
-``kvroute:replicas``; then it reads the other live replicas' hashes. Views add the others'
-counts to the local ones, so a burst spread over replicas is still seen whole, and a budget
-is judged on every replica's spending. A replica that dies stops refreshing its hashes and
-its counts expire. One that stops removes its in-flight counts, but what its budgets spent
-stays counted until it leaves the window: it is written to ``kvroute:usage-left:<replica>:
-<process>``, listed with the time it ends in the sorted set ``kvroute:usage-left``, and read
-by every replica as fading evenly to nothing over the window (``WINDOW_S``), as budgets take
-spending to expire. Otherwise a rolling restart gave each tenant back every restarted
-replica's share of the last minute. (The replicas are found through sorted sets, not by
-scanning the keyspace, whose Responses API owners can number millions.)
+and ``kvroute:usage:<replica>`` (field per budget: ``requests,tokens`` over the last minute,
+and ``<budget>\x1fschedule``: what of them stays 10, 20, … 50 s later, so that the others'
+``Retry-After`` says when it leaves), both with a time-to-live, and marks itself alive in
+the sorted set ``kvroute:replicas``; then it reads the other live replicas' hashes. Views
+add the others' counts to the local ones, so a burst spread over replicas is still seen
+whole, and a budget is judged on every replica's spending. A replica that dies stops
+refreshing its hashes and its counts expire. One that stops removes its in-flight counts,
+but what its budgets spent stays counted until it leaves the window: it is written to
+``kvroute:usage-left:<replica>: <process>``, listed with the time it ends in the sorted set
+``kvroute:usage-left``, and read by every replica as fading evenly to nothing over the
+window (``WINDOW_S``), as budgets take spending to expire. Otherwise a rolling restart gave
+each tenant back every restarted replica's share of the last minute. (The replicas are found
+through sorted sets, not by scanning the keyspace, whose Responses API owners can number
+millions.)
 
 Responses API owners (``response id -> worker``) are recorded in a local ``ResponseOwners``
 map at once and written to ``kvroute:response:<id>`` (time-to-live ``response_ttl_s``, a
@@ -67,7 +69,13 @@ import redis.asyncio as redis
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from yarl import URL
 
-from router.admission.usage import WINDOW_S, TenantUsage
+from router.admission.usage import (
+    SCHEDULE_STEP_S,
+    SCHEDULE_STEPS,
+    WINDOW_S,
+    Schedule,
+    TenantUsage,
+)
 from router.settings import DEFAULT_RESPONSE_TTL_S
 from router.state.response_owners import ResponseOwners
 from workers.inflight import InflightTracker, WorkerInflight
@@ -82,6 +90,9 @@ REPLICAS_KEY = "kvroute:replicas"     # sorted set: replica id -> when it last p
 # keys (``LEFT_USAGE_PREFIX`` + replica + process) -> when each ends (ms)
 LEFT_USAGE_KEY = "kvroute:usage-left"
 LEFT_USAGE_PREFIX = "kvroute:usage-left:"
+# a budget key's published schedule field (``<key>\x1fschedule``: no tenant name holds a
+# control character; an earlier replica skips the field, whose value it cannot read)
+SCHEDULE_SUFFIX = "\x1fschedule"
 WINDOW_MS = WINDOW_S * 1000
 # a replica silent this long leaves the set (its hashes expired long before; the margin
 # covers clocks that disagree between hosts)
@@ -337,6 +348,7 @@ class RedisStateStore:
             self._lost_redis(exc)
             self.inflight.remote = {}
             self._usage.remote = {}
+            self._usage.remote_schedule = {}
             return
         if self._degraded:
             log.info("redis %s reachable again: sharing state", self._shown)
@@ -448,8 +460,12 @@ class RedisStateStore:
         """Publish this replica's counts; returns the other replicas alive, and the usage
         stopped replicas left (key, the share of it still in the window)."""
         fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
+        now = time.monotonic()
         usage = {key: f"{requests},{tokens}" for key, (requests, tokens)
-                 in self._usage.published(time.monotonic()).items()}
+                 in self._usage.published(now).items()}
+        usage.update({key + SCHEDULE_SUFFIX: _encode_schedule(schedule)
+                      for key, schedule in self._usage.published_schedule(now).items()
+                      if key in usage})
         now_ms = int(time.time() * 1000)
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._key, self._usage_key)
@@ -485,6 +501,7 @@ class RedisStateStore:
         """The other replicas' in-flight counts by worker and budgets' usage by key, with
         ``left``'s usage (stopped replicas': its key and the share still counted)."""
         if not others and not left:
+            self._usage.remote_schedule = {}
             return {}, {}
         async with self._client.pipeline(transaction=False) as pipe:
             for replica in others:
@@ -509,8 +526,11 @@ class RedisStateStore:
                 total.decode_tokens += entry.decode_tokens
                 total.dispatched_since_scrape += entry.dispatched_since_scrape
         usage: dict[str, tuple[int, int]] = {}
+        schedules: dict[str, list[list[int]]] = {}
         for table, share in zip(usage_tables, shares, strict=True):
             for key, raw in table.items():
+                if key.endswith(SCHEDULE_SUFFIX):
+                    continue
                 try:
                     requests, tokens = (int(x) for x in raw.split(","))
                 except ValueError:
@@ -519,7 +539,42 @@ class RedisStateStore:
                     requests, tokens = math.ceil(requests * share), math.ceil(tokens * share)
                 known = usage.get(key, (0, 0))
                 usage[key] = (known[0] + requests, known[1] + tokens)
+                schedule = _decode_schedule(table.get(key + SCHEDULE_SUFFIX))
+                if schedule is None:   # (a stopped replica's, or one not publishing it)
+                    schedule = _fading_schedule(requests, tokens, share)
+                steps = schedules.setdefault(key, [[0, 0] for _ in range(SCHEDULE_STEPS)])
+                for step, (left_requests, left_tokens) in zip(steps, schedule, strict=True):
+                    step[0] += left_requests
+                    step[1] += left_tokens
+        self._usage.remote_schedule = {key: tuple((r, t) for r, t in steps)
+                                       for key, steps in schedules.items()}
         return totals, usage
+
+
+def _encode_schedule(schedule: Schedule) -> str:
+    return ";".join(f"{requests},{tokens}" for requests, tokens in schedule)
+
+
+def _decode_schedule(raw: str | None) -> Schedule | None:
+    """A published schedule, or None when absent or not ``SCHEDULE_STEPS`` pairs."""
+    if raw is None:
+        return None
+    try:
+        pairs = tuple((int(r), int(t)) for r, t in (pair.split(",") for pair in raw.split(";")))
+    except ValueError:
+        return None
+    return pairs if len(pairs) == SCHEDULE_STEPS else None
+
+
+def _fading_schedule(requests: int, tokens: int, share: float) -> Schedule:
+    """What of ``requests`` and ``tokens`` stays after each step when they fade evenly to
+    nothing over the ``share`` of the window left to them."""
+    steps = []
+    for step in range(1, SCHEDULE_STEPS + 1):
+        left = share - step * SCHEDULE_STEP_S / WINDOW_S
+        fraction = left / share if left > 0 and share > 0 else 0.0
+        steps.append((math.ceil(requests * fraction), math.ceil(tokens * fraction)))
+    return tuple(steps)
 
 
 def _failure(exc: Exception) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from router.admission.usage import WINDOW_S, TenantUsage, UsageWindow
+from router.admission.usage import SCHEDULE_STEPS, WINDOW_S, TenantUsage, UsageWindow
 
 
 def test_counts_leave_the_window_a_minute_after_they_were_made() -> None:
@@ -98,3 +98,21 @@ def test_a_settlement_lands_in_the_second_of_its_charge() -> None:
     usage.settle("acme", 270.0, 200.0, -100)         # the charge left already: nothing
     usage.settle("acme", 270.0, 200.0, 50)           # an excess is spending now
     assert usage.totals("acme", 270.0) == (0, 50)
+
+
+def test_other_replicas_spending_leaves_by_their_published_schedule() -> None:
+    """Another replica's budget spent a second ago leaves in a minute: taken to fade
+    evenly, five requests on a limit of five read as having room in a second."""
+    here, there = TenantUsage(), TenantUsage()
+    there.add("acme", 999.5, requests=5)
+    here.remote = there.published(1000.0)
+    here.remote_schedule = there.published_schedule(1000.0)
+    assert here.remote_schedule["acme"] == ((5, 0),) * SCHEDULE_STEPS
+    assert here.seconds_until("acme", 1000.0, 5, None) == WINDOW_S
+    here.remote_schedule = {}                 # without a schedule: the even fading
+    assert here.seconds_until("acme", 1000.0, 5, None) == 1
+    there.add("acme", 960.5, requests=4)      # spent 40 s ago: leaves in 20 s
+    here.remote = there.published(1000.0)
+    here.remote_schedule = there.published_schedule(1000.0)
+    assert here.remote_schedule["acme"][:2] == ((9, 0), (5, 0))
+    assert here.seconds_until("acme", 1000.0, 6, None) == 20    # rounded up to a step
