@@ -3,15 +3,19 @@
 The keys of ``--api-key`` never change while the router runs; those of ``--api-keys-file``
 are read again when the file changes (its modification time or size, polled every
 ``interval_s``, as the routing file is), so a tenant's key is added or retired without a
-restart. The new keys take over in one assignment (``reloader.keys``, read by the
-middleware for each request). A file that can no longer be read or parsed is refused: the
-keys in force stay, and the refusal is logged once per change of the file. No key is logged.
-Each reload's outcome goes to ``on_result`` (the router's
-``kvroute_client_keys_last_reload_successful`` and ``kvroute_client_keys_reloads_total``).
+restart. New content is applied once it is read the same at two polls running, so a file
+written in place in several steps is not applied half-written (its later tenants refused 401
+meanwhile), and a file only touched changes nothing. The new keys take over in one
+assignment (``reloader.keys``, read by the middleware for each request). A file that can no
+longer be read or parsed is refused: the keys in force stay, and the refusal is logged once
+per change of the file. No key is logged. Each reload's outcome goes to ``on_result`` (the
+router's ``kvroute_client_keys_last_reload_successful`` and
+``kvroute_client_keys_reloads_total``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +36,8 @@ class ClientKeysReloader:
         self._on_result = on_result
         self.path = path
         self._stamp = file_stamp(path) if path is not None else None
+        self._pending: bytes | None = None        # new content read once, read again next
+        self._in_force = _digest(path) if path is not None else None
         tenants = load_tenant_keys(path) if path is not None else {}
         self.keys = ClientKeys(self._bare, tenants)       # raises on a bad file at start
         self._warn_shadowed(tenants)
@@ -43,9 +49,18 @@ class ClientKeysReloader:
         if self.path is None:
             return False
         stamp = file_stamp(self.path)
-        if stamp == self._stamp:
+        if stamp == self._stamp and self._pending is None:
             return False
         self._stamp = stamp
+        digest = _digest(self.path)
+        if digest == self._in_force:        # touched, or back to the content in force
+            self._pending = None
+            return False
+        if digest != self._pending:         # new since the last poll: perhaps half-written
+            self._pending = digest
+            return False
+        self._pending = None                # the same new content two polls running
+        self._in_force = digest             # (refused or taken: reported once)
         try:
             tenants = load_tenant_keys(self.path)
         except TenantKeysError as exc:
@@ -80,3 +95,12 @@ class ClientKeysReloader:
 
     async def stop(self) -> None:
         await self._periodic.stop()
+
+
+def _digest(path: Path) -> bytes:
+    """SHA-256 of the file's bytes, or of the reason it cannot be read (a missing file is
+    content too: it settles, and is refused, like any other)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError as exc:
+        return hashlib.sha256(f"unreadable: {exc.strerror}".encode()).digest()

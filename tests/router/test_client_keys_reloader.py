@@ -27,6 +27,12 @@ def rewrite(path: Path, text: str) -> None:
     os.utime(path, ns=(before + 10**9, before + 10**9))
 
 
+def settled(reloader: ClientKeysReloader) -> bool:
+    """One poll sees the change and waits for the file to hold still; the next reads it."""
+    assert not reloader.check()
+    return reloader.check()
+
+
 def test_a_changed_file_replaces_its_keys_and_a_broken_one_is_refused(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "keys.yaml"
@@ -36,15 +42,15 @@ def test_a_changed_file_replaces_its_keys_and_a_broken_one_is_refused(
     assert reloader.keys.lookup("sk-acme-1") == (True, "acme")
     assert not reloader.check()                           # nothing changed
     rewrite(path, "acme: [sk-acme-2]\nglobex: sk-globex\n")
-    assert reloader.check()
+    assert settled(reloader)
     assert reloader.keys.lookup("sk-acme-1") == (False, None)     # retired
     assert reloader.keys.lookup("sk-acme-2") == (True, "acme")
     assert reloader.keys.lookup("sk-bare") == (True, None)        # --api-key stays
     with caplog.at_level(logging.ERROR, logger="router.client_keys_reloader"):
         rewrite(path, "acme: [sk-acme-2\n")
-        assert not reloader.check()
+        assert not settled(reloader)
         path.unlink()
-        assert not reloader.check()
+        assert not settled(reloader)
     assert reloader.keys.lookup("sk-acme-2") == (True, "acme")    # the keys in force stay
     assert outcomes == [True, False, False]        # (the router's reload metrics read these)
     messages = [r.getMessage() for r in caplog.records]
@@ -54,6 +60,25 @@ def test_a_changed_file_replaces_its_keys_and_a_broken_one_is_refused(
     with pytest.raises(TenantKeysError):                          # at start: no keys to keep
         ClientKeysReloader([], path)
     assert not ClientKeysReloader(["sk-bare"], None).check()
+
+
+def test_a_file_written_in_steps_is_applied_once_it_holds_still(tmp_path: Path) -> None:
+    """Written in two steps a poll apart, its later tenants were refused 401 between them;
+    a file only touched changes nothing."""
+    path = tmp_path / "keys.yaml"
+    rewrite(path, "acme: sk-acme\n")
+    outcomes: list[bool] = []
+    reloader = ClientKeysReloader([], path, on_result=outcomes.append)
+    rewrite(path, "acme: sk-acme\nglobex: sk-globex\n")        # the first step
+    assert not reloader.check()
+    rewrite(path, "acme: sk-acme\nglobex: sk-globex\nbatch: sk-batch\n")     # the second
+    assert not reloader.check()                    # new again: it waits for a still file
+    assert reloader.keys.lookup("sk-acme") == (True, "acme")     # the keys in force serve
+    assert reloader.check()
+    assert reloader.keys.lookup("sk-batch") == (True, "batch")
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert not reloader.check() and not reloader.check()
+    assert outcomes == [True]
 
 
 @pytest.mark.integration
@@ -90,7 +115,7 @@ def test_an_operator_key_listed_for_a_tenant_is_warned_of(
     reloader = ClientKeysReloader(("sk-op",), path, 1.0)
     assert not caplog.records
     rewrite(path, "acme: sk-acme\nops: sk-op\n")
-    assert reloader.check()
+    assert settled(reloader)
     [warning] = [r.getMessage() for r in caplog.records]
     assert warning.startswith("key 1 of --api-key is listed for tenant ops in ")
     assert "sk-op" not in warning
