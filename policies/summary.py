@@ -187,14 +187,34 @@ def admission_warnings(routing: RoutingConfig, fleet_sequences: int) -> list[str
     section = routing.section(ADMISSION_SECTION)
     if not isinstance(section, AdmissionSection):
         return []
+    found = _tenant_warnings(section)
     if section.max_in_flight == 0:
-        return _unlimited_admission_warnings(section)
+        return found + _unlimited_admission_warnings(section)
     if not fleet_sequences or section.max_in_flight <= fleet_sequences:
-        return []
-    return [f"admission.max_in_flight: {section.max_in_flight} is above the "
+        return found
+    return [*found, f"admission.max_in_flight: {section.max_in_flight} is above the "
             f"{fleet_sequences} sequences the fleet's workers run at once (their max_num_seqs "
             "together): past that, requests wait in the workers' own queues, where tenants' "
             "priorities do not apply"]
+
+
+def _tenant_warnings(section: AdmissionSection) -> list[str]:
+    """Listed tenants that do not do what they look like: one named like the shared budget
+    (written one level too deep: every unlisted tenant stays unlimited), and, with the
+    shared budget limited, one listed with nothing set (unlimited, and not in the shared
+    budget either)."""
+    found = []
+    for name, budget in section.tenants.items():
+        if name in ("other_tenants", "other-tenants"):
+            found.append(f"admission.tenants.{name}: a tenant named {name!r}; the budget of "
+                         "every unlisted tenant is admission.other_tenants, beside tenants, "
+                         f"not in it ({'limited' if section.other_tenants.limited else 'none'}"
+                         " now)")
+        elif not budget.limited and not budget.priority and section.other_tenants.limited:
+            found.append(f"admission.tenants.{name}: nothing set: {name} is unlimited, and "
+                         "not counted in the other_tenants budget either (give it a limit, or "
+                         "a priority if that is what it is listed for)")
+    return found
 
 
 def _unlimited_admission_warnings(section: AdmissionSection) -> list[str]:
@@ -208,7 +228,8 @@ def _unlimited_admission_warnings(section: AdmissionSection) -> list[str]:
     found = []
     if waiting or ranked:
         what = ", ".join([*waiting, *(f"the priority of {name}" for name in ranked)])
-        found.append(f"admission: {what} apply only to requests waiting for an in-flight "
+        verb = "applies" if len(waiting) + len(ranked) == 1 else "apply"
+        found.append(f"admission: {what} {verb} only to requests waiting for an in-flight "
                      "slot, and max_in_flight is 0 (no limit): no request ever waits; set "
                      "max_in_flight to use them")
     return found

@@ -353,3 +353,29 @@ def test_waiting_settings_without_an_in_flight_limit_are_a_warning(
         f"{path}: warning: admission: max_waiting, the priority of gold apply only to "
         "requests waiting for an in-flight slot, and max_in_flight is 0 (no limit): no "
         f"request ever waits; set max_in_flight to use them\n{path}: {NO_FLEET_NOTE}\n")
+    path.write_text(base + "admission:\n  tenants:\n    gold: {priority: 3}\n")
+    assert main(["validate", str(path)]) == 0
+    assert "the priority of gold applies only to requests" in capsys.readouterr().err
+
+
+def test_tenants_listed_as_they_should_not_be_are_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """other_tenants written under tenants made a tenant of that name (every unlisted
+    tenant unlimited); a tenant listed with no limit escaped the shared budget: both
+    validated ok with nothing said."""
+    path = tmp_path / "routing.yaml"
+    base = (ROOT / "config" / "routing.yaml").read_text()
+    path.write_text(base + "admission:\n  tenants:\n    acme: {requests_per_minute: 100}\n"
+                    "    other_tenants: {requests_per_minute: 10}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err.startswith(
+        f"{path}: warning: admission.tenants.other_tenants: a tenant named 'other_tenants'; "
+        "the budget of every unlisted tenant is admission.other_tenants, beside tenants, not "
+        "in it (none now)\n")
+    path.write_text(base + "admission:\n  tenants:\n    acme: {}\n"
+                    "  other_tenants: {requests_per_minute: 10}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err.startswith(
+        f"{path}: warning: admission.tenants.acme: nothing set: acme is unlimited, and not "
+        "counted in the other_tenants budget either (give it a limit, or a priority if that "
+        "is what it is listed for)\n")
