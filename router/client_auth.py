@@ -79,6 +79,9 @@ def load_tenant_keys(path: Path) -> dict[str, str]:
         raise TenantKeysError(f"{path}: must map tenant names to a key or a list of keys")
     tenants: dict[str, str] = {}
     for tenant, keys in data.items():
+        if isinstance(tenant, bool):      # YAML 1.1 reads yes, no, on, off as booleans
+            raise TenantKeysError(f"{path}: tenant {tenant!r}: a name must be printable text; "
+                                  "YAML read a boolean (yes, no, on, off): quote the name")
         if not isinstance(tenant, str) or not tenant.isprintable() or not tenant.strip():
             raise TenantKeysError(f"{path}: tenant {tenant!r}: a name must be printable text")
         listed = [keys] if isinstance(keys, str) else keys
@@ -90,8 +93,11 @@ def load_tenant_keys(path: Path) -> dict[str, str]:
             problem = api_key_problem(key)
             if problem is not None:
                 raise TenantKeysError(f"{path}: {tenant}: key {number} {problem}")
-        for key in listed:
+        for number, key in enumerate(listed, 1):
             if key in tenants:
+                if tenants[key] == tenant:
+                    raise TenantKeysError(f"{path}: {tenant}: key {number} is listed twice "
+                                          "for it")
                 raise TenantKeysError(f"{path}: {tenant}: a key of {tenants[key]} too: a "
                                       "key names one tenant")
             tenants[key] = tenant

@@ -174,6 +174,11 @@ class Director:
                                             parsed.routing.tenant, parsed.routing.model)
         try:
             return await self._admitted(request, parsed, body, engine, ticket)
+        except RouterError as refused:     # counted against its budget: say what is left
+            if ticket.budget is not None:
+                for name, value in self.admission.rate_limit_headers(ticket).items():
+                    refused.headers.setdefault(name, value)
+            raise
         finally:
             self.admission.finish(ticket)
 

@@ -150,6 +150,8 @@ def test_a_tenant_keys_file_names_each_key_once(tmp_path: Path) -> None:
                          ("acme: [sk-a, 3]\n", "acme: must be a key or a list of keys"),
                          ("acme: sk-a\nglobex: [sk-b, sk-a]\n", "globex: a key of acme too"),
                          ("42: sk-a\n", "a name must be printable text"),
+                         ("acme: [sk-a, sk-a]\n", "acme: key 2 is listed twice for it"),
+                         ("yes: sk-a\n", "YAML read a boolean \\(yes, no, on, off\\): quote"),
                          ("acme: [sk-a, 'sk b']\n", "acme: key 2 must be visible ASCII"),
                          ("acme: sk-a\nglobex: sk-g\nacme: sk-b\n",
                           "tenant acme is written twice \\(lines 1 and 3\\)"),

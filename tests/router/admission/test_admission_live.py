@@ -55,6 +55,20 @@ async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 5.
         await asyncio.sleep(0.02)
 
 
+async def test_a_request_refused_after_it_was_counted_says_what_is_left(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """An unknown model's 404 counts against the budget, and its answer said nothing of it."""
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), _routing(
+        "tenants:\n  acme: {requests_per_minute: 5}"))
+    acme = _openai(router, "acme")
+    with pytest.raises(openai.NotFoundError) as refused:
+        await acme.chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    headers = refused.value.response.headers
+    assert headers["x-ratelimit-limit-requests"] == "5"
+    assert headers["x-ratelimit-remaining-requests"] == "4"
+
+
 async def test_a_spent_budget_is_the_clients_rate_limit_error(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     router = await make_router(subset(emulated_fleet, ["h100-fast"]), _routing(
