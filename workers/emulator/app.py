@@ -256,6 +256,11 @@ async def set_faults(request: web.Request) -> web.Response:
     """Change fault knobs while serving: a partial ``faults:`` mapping (JSON)."""
     w: WorkerState = request.app[WORKER]
     data = decode_json(await request.read())
+    listening = sorted(k for k in (data if isinstance(data, dict) else ())
+                       if str(k).startswith("refuse_"))
+    if listening:       # they act on the listening socket, set up at start only
+        raise bad_request(f"faults: {', '.join(listening)} can only be set at start (the "
+                          "emulate: block or its flags), not while serving", "faults")
     try:
         w.faults = parse_faults(data, "faults", base=w.faults)
     except EmulatorConfigError as exc:

@@ -85,6 +85,14 @@ async def test_error_rate_and_runtime_fault_control(worker: EmulatorProcess) -> 
         assert body["error"]["code"] == 500
         status, body = await call("POST", f"{worker.url}/emulator/faults", {"error_rate": 3})
         assert status == 400 and "faults.error_rate" in body["error"]["message"]
+        # the listening socket's knobs were taken, shown as set, and did nothing
+        status, body = await call("POST", f"{worker.url}/emulator/faults",
+                                  {"refuse_connections": True, "error_rate": 0.5})
+        assert status == 400
+        assert body["error"]["message"].startswith(
+            "faults: refuse_connections can only be set at start")
+        status, faults = await call("GET", f"{worker.url}/emulator/faults")
+        assert not faults["refuse_connections"] and faults["error_rate"] == 1.0
     finally:
         await call("POST", f"{worker.url}/emulator/faults", {"error_rate": 0.0})
     status, body = await call("POST", f"{worker.url}/v1/completions", {"prompt": "x"})
