@@ -122,9 +122,13 @@ def _bind_or_connect(socket: zmq.asyncio.Socket, endpoint: str) -> None:
     """vLLM's rule: endpoints with ``*``, ``::``, ``ipc://`` or ``inproc://`` are bound, others
     connected — except that a loopback/explicit-address tcp endpoint is bound too, since the
     emulator is always the publishing side."""
-    if endpoint.startswith("tcp://") and not any(x in endpoint for x in ("*", "::")):
-        host = endpoint[len("tcp://"):].rsplit(":", 1)[0]
-        if host not in ("127.0.0.1", "0.0.0.0", "localhost"):
-            socket.connect(endpoint)
-            return
-    socket.bind(endpoint)
+    try:
+        if endpoint.startswith("tcp://") and not any(x in endpoint for x in ("*", "::")):
+            host = endpoint[len("tcp://"):].rsplit(":", 1)[0]
+            if host not in ("127.0.0.1", "0.0.0.0", "localhost"):
+                socket.connect(endpoint)
+                return
+        socket.bind(endpoint)
+    except zmq.ZMQError as exc:     # a taken port: one line, as the HTTP port's, not a traceback
+        reason = str(exc.strerror).split(" (addr=")[0]
+        raise OSError(f"KV events endpoint {endpoint}: {reason}") from None

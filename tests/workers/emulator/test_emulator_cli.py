@@ -85,3 +85,25 @@ def test_fleet_mode_rejects_port() -> None:
 def test_registered_in_kvroute() -> None:
     args = build_parser().parse_args(["emulate", "--gpu", "l40s", "--port", "9003"])
     assert args.command == "emulate" and callable(args.func) and args.gpu == "l40s"
+
+
+def test_a_taken_kv_events_port_is_one_line_not_a_traceback(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It exited with fifty lines ending in ``zmq.error.ZMQError``; a taken HTTP port was
+    one line already."""
+    import socket
+
+    from workers.emulator.cli import run
+    from workers.ports import free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        endpoint = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        code = run(parser.parse_args(["--port", str(free_port()), "--kv-events", endpoint]))
+    assert code == 1
+    assert capsys.readouterr().err == (
+        f"kvroute emulate: cannot listen: KV events endpoint {endpoint}: Address already in "
+        "use\n")
