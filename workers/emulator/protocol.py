@@ -65,6 +65,9 @@ def decode_json(raw: bytes) -> Mapping[str, Any]:
     return data
 
 
+MAX_LOGPROBS = 20
+
+
 def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBody:
     f = _Fields(data)
     messages: tuple[Mapping[str, Any], ...] = ()
@@ -92,8 +95,9 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     if n > MAX_N:
         raise validation_error("n", f"Input should be less than or equal to {MAX_N}",
                                "less_than_equal", n)
-    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+    for name in ("presence_penalty", "frequency_penalty"):
         f.opt_number(name)
+    _check_sampling(f, kind)
     f.opt_int("seed")
     return GenerationBody(
         kind=kind, model=f.opt_str("model"), prompts=prompts, messages=messages,
@@ -105,6 +109,33 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         cache_salt=f.opt_str("cache_salt"), echo=f.boolean("echo", False),
         min_tokens=f.opt_int("min_tokens", default=0) or 0,
     )
+
+
+def _check_sampling(f: _Fields, kind: RequestKind) -> None:
+    """vLLM's ``SamplingParams`` checks of what the emulator takes but does not model: the
+    sampling ranges, the logprobs asked (at most ``MAX_LOGPROBS``, the engine's default
+    ``max_logprobs``) and ``stop`` (a string or a list of them)."""
+    temperature = f.opt_number("temperature")
+    if temperature is not None and temperature < 0.0:
+        raise bad_request(f"temperature must be non-negative, got {float(temperature)}.",
+                          "temperature")
+    top_p = f.opt_number("top_p")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise bad_request(f"top_p must be in (0, 1], got {float(top_p)}.", "top_p")
+    if kind == "chat":
+        asked = f.opt_int("top_logprobs", lo=0)
+        if asked is not None and not f.boolean("logprobs", False):
+            raise bad_request("when using `top_logprobs`, `logprobs` must be set to true.",
+                              "top_logprobs")
+    else:
+        asked = f.opt_int("logprobs", lo=0)
+    if asked is not None and asked > MAX_LOGPROBS:
+        raise bad_request(f"Requested sample logprobs of {asked}, which is greater than max "
+                          f"allowed: {MAX_LOGPROBS}", "logprobs")
+    stop = f.data.get("stop")
+    if stop is not None and not isinstance(stop, str) and not (
+            isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+        raise validation_error("stop", "Input should be a valid string", "string_type", stop)
 
 
 def _messages(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:

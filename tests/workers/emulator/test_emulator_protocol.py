@@ -162,3 +162,31 @@ def test_parse_generation_defaults() -> None:
     with pytest.raises(ApiError) as err:
         decode_json(b'"a string"')
     assert err.value.status == 400
+
+
+@pytest.mark.parametrize(("kind", "fields", "message"), [
+    ("completion", {"temperature": -1}, "temperature must be non-negative, got -1.0."),
+    ("chat", {"top_p": 2}, "top_p must be in (0, 1], got 2.0."),
+    ("chat", {"top_p": 0}, "top_p must be in (0, 1], got 0.0."),
+    ("completion", {"logprobs": 100},
+     "Requested sample logprobs of 100, which is greater than max allowed: 20"),
+    ("chat", {"logprobs": True, "top_logprobs": 21},
+     "Requested sample logprobs of 21, which is greater than max allowed: 20"),
+    ("chat", {"top_logprobs": 3}, "when using `top_logprobs`, `logprobs` must be set to true."),
+])
+def test_sampling_parameters_vllm_refuses_are_400(kind: str, fields: dict[str, object],
+                                                  message: str) -> None:
+    """They were served 200."""
+    body: dict[str, object] = ({"messages": [{"role": "user", "content": "x"}]} if kind == "chat"
+                               else {"prompt": "x"})
+    with pytest.raises(ApiError) as refused:
+        parse_generation({**body, **fields}, kind)       # type: ignore[arg-type]
+    assert (refused.value.status, refused.value.message) == (400, message)
+    parse_generation({**body, "temperature": 0, "top_p": 1, "stop": ["\n", "END"]},
+                     kind)                                # type: ignore[arg-type]
+
+
+def test_a_stop_that_is_not_text_is_a_validation_error() -> None:
+    with pytest.raises(ApiError) as refused:
+        parse_generation({"prompt": "x", "stop": 5}, "completion")
+    assert refused.value.status == 400 and "stop" in str(refused.value.param)
