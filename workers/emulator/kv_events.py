@@ -66,16 +66,25 @@ class KvEventPublisher:
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, 100000)
         self._pub.setsockopt(zmq.LINGER, 0)
-        _bind_or_connect(self._pub, config.endpoint)
         self._topic = config.topic.encode()
         self._seq = 0
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
         self._replay: zmq.asyncio.Socket | None = None
         self._replay_task: asyncio.Task[None] | None = None
-        if config.replay_endpoint:
-            self._replay = self._ctx.socket(zmq.ROUTER)
-            self._replay.setsockopt(zmq.LINGER, 0)
-            _bind_or_connect(self._replay, config.replay_endpoint)
+        try:
+            _bind_or_connect(self._pub, config.endpoint)
+            if config.replay_endpoint:
+                self._replay = self._ctx.socket(zmq.ROUTER)
+                self._replay.setsockopt(zmq.LINGER, 0)
+                _bind_or_connect(self._replay, config.replay_endpoint)
+        except OSError:
+            # (a context left with open sockets blocks whoever collects it, for good)
+            self._pub.close(linger=0)
+            if self._replay is not None:
+                self._replay.close(linger=0)
+            self._ctx.term()
+            raise
+        if self._replay is not None:
             self._replay_task = asyncio.get_running_loop().create_task(self._serve_replay())
 
     @property
