@@ -40,7 +40,7 @@ from policies.errors import RoutingConfigError
 from policies.loader import parse_routing_text, read_routing_text
 from policies.registry import PluginRegistry, default_registry
 from policies.summary import fleet_warnings, summarize
-from workers.file_watch import FileStamp, PeriodicCheck, file_stamp
+from workers.file_watch import FileStamp, PeriodicCheck, SettledContent, file_stamp
 from workers.fleet import FleetConfig
 
 log = logging.getLogger(__name__)
@@ -76,9 +76,9 @@ class PolicyReloader:
         # the routing file and the files its config in force reads, as last read
         self._watched = (self.path, *files_read_by(engine.routing, self.path))
         self._stamp = _stamps(self._watched)
-        self._pending: bytes | None = None        # new content read once, read again next
-        self._digest = _digest_of(self._watched)  # of the content last read (None: unread)
-        self._in_force = self._digest             # of the content the engine was built from
+        # the content last read (settled: None when unread) and new content waiting
+        self._content = SettledContent(_digest_of(self._watched))
+        self._in_force = self._content.settled    # of the content the engine was built from
         self.in_force_since = time.time()         # when the engine in force was swapped in
         # the last refusal (wall time, the reason naming the field), kept until a success
         self.last_refusal: tuple[float, str] | None = None
@@ -112,7 +112,7 @@ class PolicyReloader:
         stamp = _stamps(self._watched)
         moved = stamp != self._stamp
         self._stamp = stamp
-        return moved or self._pending is not None
+        return moved or self._content.waiting
 
     async def check(self) -> ReloadResult | None:
         """Reload if the file changed; None when there was nothing new to load."""
@@ -123,21 +123,12 @@ class PolicyReloader:
         except RoutingConfigError as exc:
             # an unreadable file is settled like content (a file deleted and written again
             # by a deploy is not refused for the moment it was missing)
-            failed = hashlib.sha256(str(exc).encode()).digest()
-            if failed != self._pending:
-                self._pending = failed
+            if not self._content.offer(hashlib.sha256(str(exc).encode()).digest()):
                 return None
-            self._pending = None
-            self._digest = None       # whatever is read next is new, even the same content
+            self._content.settled = None   # whatever is read next is new, even the same
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
-        if digest == self._digest:    # touched, or written again with the same content
-            self._pending = None
+        if not self._content.offer(digest):    # unchanged (a touch), or new and waiting
             return None
-        if digest != self._pending:   # new since the last poll: perhaps half-written
-            self._pending = digest
-            return None
-        self._pending = None          # the same new content two polls running: settled
-        self._digest = digest
         if digest == self._in_force:  # back to the config in force (after a refused edit)
             return self._report(ReloadResult(
                 "success", str(self.path),
@@ -164,7 +155,7 @@ class PolicyReloader:
             log.info("routing file %s changed while its previous version was built (%s): "
                      "that version is dropped, the file is read again", self.path,
                      summarize(engine.routing))
-            self._digest = None
+            self._content.settled = None
             return None
         engine.take_state_from(self.engine)     # on the loop, with no await before the swap
         self.engine = engine
@@ -206,7 +197,8 @@ class PolicyReloader:
             "sha256": self._in_force.hex() if self._in_force is not None else None,
             "in_force_since": self.in_force_since,
             # as of the watcher's last settled read (no file is read for this answer)
-            "file_is_in_force": self._digest is not None and self._digest == self._in_force,
+            "file_is_in_force": (self._content.settled is not None
+                                 and self._content.settled == self._in_force),
             # a new config being built (a classifier's encoder may train for minutes)
             "building_since": self.building_since,
             "summary": summarize(self.engine.routing),

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from router.client_auth import ClientKeys, TenantKeysError, load_tenant_keys
-from workers.file_watch import PeriodicCheck, file_stamp
+from workers.file_watch import PeriodicCheck, SettledContent, file_stamp
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,7 @@ class ClientKeysReloader:
         self._on_result = on_result
         self.path = path
         self._stamp = file_stamp(path) if path is not None else None
-        self._pending: bytes | None = None        # new content read once, read again next
-        self._in_force = _digest(path) if path is not None else None
+        self._content = SettledContent(_digest(path) if path is not None else None)
         tenants = load_tenant_keys(path) if path is not None else {}
         self.keys = ClientKeys(self._bare, tenants)       # raises on a bad file at start
         self._warn_shadowed(tenants)
@@ -49,19 +48,12 @@ class ClientKeysReloader:
         if self.path is None:
             return False
         stamp = file_stamp(self.path)
-        if stamp == self._stamp and self._pending is None:
+        if stamp == self._stamp and not self._content.waiting:
             return False
         self._stamp = stamp
-        digest = _digest(self.path)
-        if digest == self._in_force:        # touched, or back to the content in force
-            self._pending = None
+        if not self._content.offer(_digest(self.path)):    # unchanged, or not settled yet
             return False
-        if digest != self._pending:         # new since the last poll: perhaps half-written
-            self._pending = digest
-            return False
-        self._pending = None                # the same new content two polls running
-        self._in_force = digest             # (refused or taken: reported once)
-        try:
+        try:                                # (refused or taken: reported once)
             tenants = load_tenant_keys(self.path)
         except TenantKeysError as exc:
             log.error("tenant keys file refused, the keys in force stay: %s", exc)

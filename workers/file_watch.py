@@ -5,6 +5,9 @@
   file's reloaders compare. The change time moves on every write and rename and no tool can
   set it, so a file replaced by one of the same size and modification time (``cp -p``,
   ``rsync -a``, an archive, a ConfigMap's symlink swap) is still seen.
+* ``SettledContent``: new content (by its digest) is taken once it reads the same at two
+  polls running, so a file written in place in several steps is not taken half-written,
+  and content read again unchanged (a touch) is not new.
 * ``PeriodicCheck``: runs an async ``check()`` every ``interval_s`` on the running loop
   until stopped. A check that raises is logged (``what``, e.g. "routing reload") and the next
   one runs as usual: a watcher never dies of one bad change.
@@ -32,6 +35,35 @@ def file_stamp(path: Path) -> FileStamp | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
+
+
+class SettledContent:
+    """The content last taken from a watched file (``settled``, a digest; None: none yet, so
+    whatever is read next is new), and new content read once, waiting to be read again."""
+
+    __slots__ = ("_pending", "settled")
+
+    def __init__(self, settled: bytes | None) -> None:
+        self.settled = settled
+        self._pending: bytes | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """New content was read at the last poll: the next must read the file again."""
+        return self._pending is not None
+
+    def offer(self, digest: bytes) -> bool:
+        """This poll read content ``digest``: True when it is new and read the same at the
+        poll before (it is ``settled`` now), else False (unchanged, or new and waiting)."""
+        if digest == self.settled:
+            self._pending = None
+            return False
+        if digest != self._pending:
+            self._pending = digest
+            return False
+        self._pending = None
+        self.settled = digest
+        return True
 
 
 class PeriodicCheck:

@@ -61,3 +61,16 @@ async def test_a_failing_check_is_logged_and_the_next_one_runs(
     stopped = len(calls)
     await asyncio.sleep(0.05)
     assert len(calls) == stopped                    # stopped means stopped
+
+
+def test_settled_content_takes_new_content_read_the_same_twice_running() -> None:
+    from workers.file_watch import SettledContent
+
+    content = SettledContent(b"a")
+    assert not content.offer(b"a") and not content.waiting          # unchanged
+    assert not content.offer(b"b") and content.waiting              # new: read it again
+    assert not content.offer(b"c") and content.waiting              # new again: still moving
+    assert content.offer(b"c") and content.settled == b"c" and not content.waiting
+    assert not content.offer(b"c")                                  # taken: nothing new
+    content.settled = None                                          # forget: same is new
+    assert not content.offer(b"c") and content.offer(b"c")
