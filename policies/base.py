@@ -41,6 +41,7 @@ class RoutingRequest:
     # a batch (several prompts or embedding inputs): the tokens of its longest one, which is
     # what a context window must hold (each is served on its own); 0 for a single prompt
     longest_prompt_tokens: int = 0
+    prompt_count: int = 1                # the prompts of a batch, each answered on its own
     block_hashes: dict[int, Sequence[int]] = field(default_factory=dict)   # block_size -> chain
     semantic_class: str | None = None
     predicted_output_tokens: int | None = None   # learnt from finished requests, <= max_tokens
@@ -66,9 +67,9 @@ class RoutingRequest:
 
     def output_tokens_within(self, max_model_len: int) -> int:
         """``expected_output_tokens`` as a worker with this context window serves them
-        (``output_tokens_in_window``)."""
-        return output_tokens_in_window(self.expected_output_tokens, self.num_prompt_tokens,
-                                       max_model_len)
+        (``output_tokens_in_window``), for each prompt of a batch."""
+        return self.prompt_count * output_tokens_in_window(
+            self.expected_output_tokens, self.context_prompt_tokens, max_model_len)
 
 
 # the request paths a decision is taken for (``RoutingRequest.path``; ``when: {path: ...}``),

@@ -211,10 +211,12 @@ class Director:
         routing = parsed.routing
         # the answer it may take: vLLM clamps max_tokens to what the prompt leaves of the
         # window, so 10**9 is charged as the largest window's rest, not as a billion tokens
-        self.admission.charge_expected(ticket, routing.num_prompt_tokens, output_tokens_in_window(
-            routing.max_tokens if routing.max_tokens is not None
-            else routing.predicted_output_tokens or 0, routing.num_prompt_tokens,
-            max((view.max_model_len for view in views), default=0)), routing.model)
+        # (each prompt of a batch is clamped by its own length, and answered on its own)
+        self.admission.charge_expected(
+            ticket, routing.num_prompt_tokens, routing.prompt_count * output_tokens_in_window(
+                routing.max_tokens if routing.max_tokens is not None
+                else routing.predicted_output_tokens or 0, routing.context_prompt_tokens,
+                max((view.max_model_len for view in views), default=0)), routing.model)
         tried: dict[str, None] = {}        # the workers tried, in order
         last_failure: RetryableUpstream | None = None
         failed: Decision | None = None     # the decision of the last failed attempt
@@ -436,7 +438,7 @@ class Director:
             attempt.stall_ticket = self._ejection.stalls.waiting(
                 info.id, attempt.started_at, _expected_first_byte_s(
                     decision, routing.stream, output_tokens_in_window(
-                        routing.output_tokens_bound, routing.num_prompt_tokens,
+                        routing.output_tokens_bound, routing.context_prompt_tokens,
                         info.model_spec.max_model_len)))
             result = await self._proxy.forward(
                 request, self._url(info.url, routing.path),

@@ -238,6 +238,8 @@ class TimeEstimator:
         new_tuple = _new_tuple      # new_estimate, inlined
         exp, ceil, max_share = math.exp, math.ceil, MAX_PREFILL_SHARE
         most_cached, prompt_tokens = prompt - 1, float(prompt)
+        # a batch's answers are clamped by each prompt's window (its longest), not the sum's
+        in_window = request.longest_prompt_tokens or prompt
         remembered = self._view_terms
         terms_of = remembered.get
         for view, constants_of_worker in zip(views, constants, strict=True):
@@ -257,7 +259,7 @@ class TimeEstimator:
             if cached > most_cached:
                 cached = most_cached
             uncached = prompt - cached
-            out = output_tokens_in_window(output, prompt, view.max_model_len)
+            out = output_tokens_in_window(output, in_window, view.max_model_len)
             # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
             ahead = queued + uncached
             own_pairs = uncached * cached + uncached * uncached / 2.0

@@ -219,6 +219,8 @@ class TokensProducer:
             request.prompt_token_ids = ids
             request.num_prompt_tokens = len(ids)
             request.longest_prompt_tokens = longest
+            if longest:
+                request.prompt_count = prompt_count(request)
         request.attributes.pop(PROMPT_PARTS_KEY, None)    # the rendered text: no longer needed
 
     def _too_long(self, request: RoutingRequest, window: int) -> int | None:
@@ -396,6 +398,15 @@ def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
             ids = [t for t in ids if type(t) is int]      # bool is no token
         return [], ids
     return [], []
+
+
+def prompt_count(request: RoutingRequest) -> int:
+    """The prompts of a completions batch (texts, or lists of token ids); 1 otherwise."""
+    prompt = request.prompt
+    if request.messages is None and isinstance(prompt, list) and prompt and not isinstance(
+            prompt[0], int):
+        return len(prompt)
+    return 1
 
 
 def longest_id_list(prompt: Any) -> int:

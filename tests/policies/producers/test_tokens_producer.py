@@ -270,6 +270,18 @@ def test_a_batch_gives_its_longest_prompts_tokens(prompt: Any, longest: int) -> 
     request = produce(producer(), prompt=prompt, path="/v1/completions")
     assert request.longest_prompt_tokens == longest
     assert request.context_prompt_tokens == (longest or request.num_prompt_tokens)
+    assert request.prompt_count == (len(prompt) if longest else 1)
+
+
+def test_a_batchs_answers_are_clamped_by_each_prompt_and_counted_for_each() -> None:
+    """Two prompts of 5,000 tokens and max_tokens 1,000 on a window of 8,192: clamped by the
+    sum (10,000) the answer read as 1 token, in the budget's charge and the estimates."""
+    request = produce(producer(), prompt=[[7] * 5000, [8] * 5000], max_tokens=1000,
+                      path="/v1/completions")
+    assert request.output_tokens_within(8192) == 2 * 1000
+    assert request.output_tokens_within(5500) == 2 * 500         # each clamped to its rest
+    single = produce(producer(), prompt=[7] * 5000, max_tokens=1000, path="/v1/completions")
+    assert single.output_tokens_within(5500) == 500
 
 
 def test_a_batch_of_texts_past_every_window_together_is_tokenized() -> None:
