@@ -172,15 +172,18 @@ class Director:
         engine = self._policy()
         ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),
                                             parsed.routing.tenant, parsed.routing.model)
+        finished = False
         try:
             return await self._admitted(request, parsed, body, engine, ticket)
         except RouterError as refused:     # counted against its budget: say what is left
-            if ticket.budget is not None:
-                for name, value in self.admission.rate_limit_headers(ticket).items():
-                    refused.headers.setdefault(name, value)
+            if ticket.budget is not None:  # once its tokens are refunded (nothing was served)
+                self.admission.finish(ticket)
+                finished = True
+                refused.headers.update(self.admission.rate_limit_headers(ticket))
             raise
         finally:
-            self.admission.finish(ticket)
+            if not finished:
+                self.admission.finish(ticket)
 
     async def _parse(self, body: bytes, path: str, request_id: str, request: web.Request,
                      arrival: float) -> ParsedRequest:
@@ -335,9 +338,11 @@ class Director:
         decision = engine.decide(routing, views)
         if decision.worker_id is None and fail_open is not None:
             decision = engine.decide(routing, fail_open)
-        # (a model no worker serves, not rewritten by a rule, is the client's mistake: 404)
+        # (a model no worker serves, not rewritten by a rule, is the client's mistake: 404;
+        # a rule's target, an adapter not loaded say, is the routing's and falls back)
         if (decision.worker_id is None and continued is not None
-                and decision.model in self._registry.known_models()):
+                and (decision.model != routing.model
+                     or routing.model in self._registry.known_models())):
             decision = continuation_decision(engine, routing, views, decision, continued)
         seconds = time.perf_counter() - started
         gpu = self._gpu_of(decision.worker_id)

@@ -255,8 +255,11 @@ class Admission:
                        and tokens >= budget.tokens_per_minute)
         if not over_requests and not over_tokens:
             return
-        wait = self.usage.seconds_until(usage_key, now, budget.requests_per_minute,
-                                        budget.tokens_per_minute)
+        # the requests waiting are charged within moments and leave the window a minute on:
+        # room comes when what is counted now leaves below the limit less them
+        limit_now = (None if budget.requests_per_minute is None
+                     else max(0, budget.requests_per_minute - waiting))
+        wait = self.usage.seconds_until(usage_key, now, limit_now, budget.tokens_per_minute)
         whose = ("tenants without a budget of their own" if usage_key == OTHER_TENANTS_KEY
                  else f"tenant `{usage_key}`")
         error: type[RateLimited]

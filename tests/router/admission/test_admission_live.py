@@ -57,9 +57,10 @@ async def _until(condition: Callable[[], bool], what: str, timeout_s: float = 5.
 
 async def test_a_request_refused_after_it_was_counted_says_what_is_left(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
-    """An unknown model's 404 counts against the budget, and its answer said nothing of it."""
+    """An unknown model's 404 counts against the budget, and its answer said nothing of it;
+    what is left is told once the tokens it was charged are refunded (nothing was served)."""
     router = await make_router(subset(emulated_fleet, ["h100-fast"]), _routing(
-        "tenants:\n  acme: {requests_per_minute: 5}"))
+        "tenants:\n  acme: {requests_per_minute: 5, tokens_per_minute: 10000}"))
     acme = _openai(router, "acme")
     with pytest.raises(openai.NotFoundError) as refused:
         await acme.chat.completions.create(
@@ -67,6 +68,11 @@ async def test_a_request_refused_after_it_was_counted_says_what_is_left(
     headers = refused.value.response.headers
     assert headers["x-ratelimit-limit-requests"] == "5"
     assert headers["x-ratelimit-remaining-requests"] == "4"
+    with pytest.raises(openai.BadRequestError) as refused:        # too long for any window
+        await acme.completions.create(model=MODEL, prompt=[7] * 9000, max_tokens=500)
+    headers = refused.value.response.headers
+    assert headers["x-ratelimit-remaining-tokens"] == "10000"     # refunded, not 0
+    assert headers["x-ratelimit-remaining-requests"] == "3"
 
 
 async def test_a_spent_budget_is_the_clients_rate_limit_error(

@@ -203,6 +203,8 @@ async def test_a_budgets_waiting_requests_count_as_spent(
         with pytest.raises(RequestRateLimited) as refused:
             await admission.admit(section, "acme", MODEL)
         assert refused.value.headers["x-ratelimit-remaining-requests"] == "0"
+        # the waiting three are spent within moments, and leave a minute on (it said 1)
+        assert refused.value.headers["Retry-After"] == "60"
     other = asyncio.create_task(admission.admit(section, "globex", MODEL))
     await asyncio.sleep(0.01)
     assert admission.gate.waiting == 4                  # room for it: the queue is not full
