@@ -49,6 +49,16 @@ ReloadOutcome = Literal["success", "failure"]
 
 
 @dataclass(frozen=True, slots=True)
+class _Read:
+    """The files a config was read from (the routing file first), their stamps when read,
+    and the digest of their content."""
+
+    watched: tuple[Path, ...]
+    stamps: tuple[FileStamp | None, ...]
+    digest: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
 class ReloadResult:
     result: ReloadOutcome
     path: str
@@ -63,7 +73,11 @@ class PolicyReloader:
                  registry: PluginRegistry | None = None, interval_s: float = 1.0,
                  seed: int | None = None,
                  on_result: Callable[[ReloadResult], None] | None = None,
-                 on_swap: Callable[[PolicyEngine], None] | None = None) -> None:
+                 on_swap: Callable[[PolicyEngine], None] | None = None,
+                 built_from: _Read | None = None) -> None:
+        """``built_from``: what ``engine`` was built from, read before its build (``load``):
+        files changed during a long first build are then new to the first poll; without
+        it, the files as they are now."""
         self.path = Path(path)
         self.fleet = fleet
         self.engine = engine
@@ -74,10 +88,13 @@ class PolicyReloader:
         self._swap_listeners: list[Callable[[PolicyEngine], None]] = (
             [on_swap] if on_swap is not None else [])
         # the routing file and the files its config in force reads, as last read
-        self._watched = (self.path, *files_read_by(engine.routing, self.path))
-        self._stamp = _stamps(self._watched)
+        if built_from is None:
+            watched = (self.path, *files_read_by(engine.routing, self.path))
+            built_from = _Read(watched, _stamps(watched), _digest_of(watched))
+        self._watched = built_from.watched
+        self._stamp = built_from.stamps
         # the content last read (settled: None when unread) and new content waiting
-        self._content = SettledContent(_digest_of(self._watched))
+        self._content = SettledContent(built_from.digest)
         self._in_force = self._content.settled    # of the content the engine was built from
         self.in_force_since = time.time()         # when the engine in force was swapped in
         # the last refusal (wall time, the reason naming the field), kept until a success
@@ -94,12 +111,17 @@ class PolicyReloader:
              on_swap: Callable[[PolicyEngine], None] | None = None) -> PolicyReloader:
         """Build the first engine from ``path`` (raises ``RoutingConfigError``) and watch it."""
         registry = registry if registry is not None else default_registry()
+        watched: tuple[Path, ...] = (Path(path),)
+        stamps = _stamps(watched)        # before the read: a write meanwhile moves them
         text = read_routing_text(path)
-        engine = PolicyEngine.build(parse_routing_text(text, registry, str(path)), fleet,
-                                    registry, seed=seed)
+        routing = parse_routing_text(text, registry, str(path))
+        watched = (Path(path), *files_read_by(routing, Path(path)))
+        stamps = (stamps[0], *_stamps(watched[1:]))
+        read = _Read(watched, stamps, _content_digest(text.encode(), watched))
+        engine = PolicyEngine.build(routing, fleet, registry, seed=seed)
         _log_warnings(Path(path), engine, fleet)
         return cls(path, fleet, engine, registry=registry, interval_s=interval_s, seed=seed,
-                   on_result=on_result, on_swap=on_swap)
+                   on_result=on_result, on_swap=on_swap, built_from=read)
 
     @property
     def in_force_fingerprint(self) -> str | None:

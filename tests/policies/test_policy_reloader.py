@@ -393,3 +393,25 @@ async def test_the_status_says_a_new_config_is_being_built(
     assert (await settled(reloader) or ReloadResult("failure", "", "")).result == "success"
     assert during == [pytest.approx(time.time(), abs=30)]
     assert reloader.status()["building_since"] is None
+
+
+async def test_files_edited_during_the_first_build_are_new_to_the_first_poll(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read after the first build (minutes, when an encoder trains), the files were taken as
+    the config in force: an edit made meanwhile was never applied."""
+    routing, examples = tmp_path / "routing.yaml", tmp_path / "examples.jsonl"
+    routing.write_text(SEMANTIC)
+    write(examples, '{"text": "hi", "label": "chat"}\n', 0)
+    build = PolicyEngine.build
+
+    def build_while_edited(*args: object, **kwargs: object) -> PolicyEngine:
+        built = build(*args, **kwargs)              # type: ignore[arg-type]
+        write(examples, '{"text": "hi", "label": "code"}\n', 1_000_000)
+        return built
+
+    monkeypatch.setattr(PolicyEngine, "build", build_while_edited)
+    reloader = PolicyReloader.load(routing, FLEET)
+    monkeypatch.setattr(PolicyEngine, "build", build)
+    engine = reloader.engine
+    result = await settled(reloader)
+    assert result is not None and result.rebuilt and reloader.engine is not engine
