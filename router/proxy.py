@@ -327,7 +327,9 @@ class _StreamRelay:
             out = b"".join(event + _EVENT_END for event in events)
         if any(mark in out for mark in self._end_marks):
             self.done = True
-        self.events += out.count(b"data:")
+        # a data line starts the bytes or follows a line break; "data:" in a token's text is
+        # inside a JSON string, where a line break is escaped
+        self.events += out.count(b"\ndata:") + out.startswith(b"data:")
         written = await self._write(out)
         self.end_written = self.done and written
         return written

@@ -41,6 +41,9 @@ def _pieces(mode: str) -> Sequence[bytes]:
         return [data[i:i + 7] for i in range(0, len(data), 7)]
     if mode == "no-done":
         return [events]
+    if mode == "data-in-text":        # a model writing "data:" in its answer
+        text = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x data: y data:"}}]}'
+        return [text + b"\n\n" + text + b"\n\n" + USAGE + DONE]
     if mode == "empty":
         return []
     if mode in ("done-then-hold", "hold-before-done"):
@@ -143,6 +146,17 @@ async def test_relay_reads_and_strips_usage(relay_url: tuple[str, list[ProxyResu
     assert result.usage is not None
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (7, 3)
     assert result.first_byte_at is not None and result.finished_at >= result.first_byte_at
+
+
+async def test_data_written_in_a_tokens_text_is_no_event(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    """Counted in the bytes, each "data:" of a token's text was an event more: charged to
+    the client's budget, and a Responses error event's sequence number skipped ahead."""
+    url, results = relay_url
+    status, _, _ = await _get(url, "mode=data-in-text&usage=1")
+    [result] = results
+    assert status == 200 and isinstance(result, ProxyResult)
+    assert result.events == 4           # two tokens, the usage, [DONE]
 
 
 @pytest.mark.parametrize("wants_usage", [False, True], ids=["usage stripped", "usage kept"])
