@@ -128,7 +128,12 @@ class EngineRunner:
             self._freeze(min(self.now(), request.arrival_time))
         self._requests[request.request_id] = _Tracked(queue, request.arrival_time, max_tokens,
                                                       request.lora_name)
-        self.engine.add_request(request)
+        try:
+            self.engine.add_request(request)
+        except ValueError:           # one it can never run: nothing of it stays
+            del self._requests[request.request_id]
+            self.metrics.forget(request.request_id)
+            raise
         self._wake.set()
         return queue
 
@@ -161,8 +166,9 @@ class EngineRunner:
         except Exception:
             log.exception("engine step failed; the worker now reports itself unhealthy")
             self.healthy = False
-            for tracked in self._requests.values():
+            for request_id, tracked in self._requests.items():
                 tracked.queue.put_nowait(None)
+                self.metrics.forget(request_id)
             self._requests.clear()
 
     def _freeze(self, at: float) -> None:

@@ -92,6 +92,32 @@ async def test_engine_failure_marks_the_worker_unhealthy() -> None:
         await runner.stop()
 
 
+async def test_choices_the_engine_drops_leave_nothing_in_the_metrics() -> None:
+    """A step that fails, or a request the engine refuses, left the choices of an n > 1
+    prompt awaited by the metrics for good."""
+    runner = make_runner(ScriptedEngine(fail=True))
+    runner.metrics.observe_admitted(2, ["a-0", "a-1"])
+    runner.start()
+    try:
+        queue = runner.submit(EngineRequest("a-0", (1,), (7,)), max_tokens=1)
+        runner.submit(EngineRequest("a-1", (1,), (7,)), max_tokens=1, queue=queue)
+        assert await asyncio.wait_for(queue.get(), 5) is None
+    finally:
+        await runner.stop()
+    assert not runner.metrics._parents
+
+    class Refusing(ScriptedEngine):
+        def add_request(self, request: EngineRequest) -> None:
+            raise ValueError("This model's maximum context length is ...")
+
+    runner = make_runner(Refusing())
+    runner.metrics.observe_admitted(2, ["b-0", "b-1"])
+    for choice in ("b-0", "b-1"):
+        with pytest.raises(ValueError):
+            runner.submit(EngineRequest(choice, (1,), (7,)), max_tokens=1)
+    assert not runner.metrics._parents and runner.num_inflight == 0
+
+
 async def test_stop_lands_even_as_a_wake_up_arrives() -> None:
     """A request arriving in the same loop iteration as ``stop()`` must not swallow the cancel
     (``asyncio.wait_for`` on 3.11 did: the runner kept stepping and ``stop()`` never returned)."""
