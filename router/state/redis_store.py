@@ -14,10 +14,10 @@ refreshing its hashes and its counts expire. One that stops removes its in-fligh
 but what its budgets spent stays counted until it leaves the window: it is written to
 ``kvroute:usage-left:<replica>: <process>``, listed with the time it ends in the sorted set
 ``kvroute:usage-left``, and read by every replica as fading evenly to nothing over the
-window (``WINDOW_S``), as budgets take spending to expire. Otherwise a rolling restart gave
-each tenant back every restarted replica's share of the last minute. (The replicas are found
-through sorted sets, not by scanning the keyspace, whose Responses API owners can number
-millions.)
+window (``WINDOW_S``), its ``Retry-After`` from the schedule written with it. Otherwise a
+rolling restart gave each tenant back every restarted replica's share of the last minute.
+(The replicas are found through sorted sets, not by scanning the keyspace, whose Responses
+API owners can number millions.)
 
 Responses API owners (``response id -> worker``) are recorded in a local ``ResponseOwners``
 map at once and written to ``kvroute:response:<id>`` (time-to-live ``response_ttl_s``, a
@@ -442,9 +442,14 @@ class RedisStateStore:
         self._routed_from = last[0][0] if last else "0-0"
 
     async def _withdraw(self) -> None:
-        """Remove this replica's counts; what its budgets spent is left for the window."""
+        """Remove this replica's counts; what its budgets spent is left for the window (with
+        when it leaves: the schedule, as published live)."""
+        now = time.monotonic()
         usage = {key: f"{requests},{tokens}" for key, (requests, tokens)
-                 in self._usage.published(time.monotonic()).items()}
+                 in self._usage.published(now).items()}
+        usage.update({key + SCHEDULE_SUFFIX: _encode_schedule(schedule)
+                      for key, schedule in self._usage.published_schedule(now).items()
+                      if key in usage})
         ends_ms = int(time.time() * 1000) + WINDOW_MS
         left = f"{LEFT_USAGE_PREFIX}{self.replica_id}:{self._instance}"
         async with self._client.pipeline(transaction=True) as pipe:
@@ -540,8 +545,10 @@ class RedisStateStore:
                 known = usage.get(key, (0, 0))
                 usage[key] = (known[0] + requests, known[1] + tokens)
                 schedule = _decode_schedule(table.get(key + SCHEDULE_SUFFIX))
-                if schedule is None:   # (a stopped replica's, or one not publishing it)
+                if schedule is None:   # (a replica not publishing one)
                     schedule = _fading_schedule(requests, tokens, share)
+                elif share < 1.0:      # a stopped replica's, written when it stopped
+                    schedule = _schedule_since(schedule, (1.0 - share) * WINDOW_S)
                 steps = schedules.setdefault(key, [[0, 0] for _ in range(SCHEDULE_STEPS)])
                 for step, (left_requests, left_tokens) in zip(steps, schedule, strict=True):
                     step[0] += left_requests
@@ -564,6 +571,16 @@ def _decode_schedule(raw: str | None) -> Schedule | None:
     except ValueError:
         return None
     return pairs if len(pairs) == SCHEDULE_STEPS else None
+
+
+def _schedule_since(schedule: Schedule, elapsed_s: float) -> Schedule:
+    """A schedule written ``elapsed_s`` ago, as from now: each step reads the written step
+    at or before its time (what stays only falls, so never too little)."""
+    shifted = []
+    for step in range(1, SCHEDULE_STEPS + 1):
+        written = int((elapsed_s + step * SCHEDULE_STEP_S) // SCHEDULE_STEP_S)
+        shifted.append(schedule[written - 1] if written <= SCHEDULE_STEPS else (0, 0))
+    return tuple(shifted)
 
 
 def _fading_schedule(requests: int, tokens: int, share: float) -> Schedule:

@@ -321,11 +321,18 @@ async def test_a_stopped_replicas_spending_fades_out_of_the_window(redis_url: st
         await one.sync_once()
         assert one.usage.totals("acme", now) == (10, 1000)
         assert restarted.usage.totals("acme", now) == (10, 1000)
+        # spent a moment ago, it leaves in a minute: so says Retry-After (taken to fade
+        # evenly, the budget read as having room within seconds)
+        assert one.usage.remote_schedule["acme"] == ((10, 1000),) * 5
+        assert one.usage.seconds_until("acme", now, 10, None) == 60
         # half the window later (its end moved 30 s nearer), half of it is still counted
         [(left, ends_ms)] = await client.zrange(LEFT_USAGE_KEY, 0, -1, withscores=True)
         await client.zadd(LEFT_USAGE_KEY, {left: ends_ms - 30_000})
         await one.sync_once()
         assert one.usage.totals("acme", now) == (5, 500)
+        # the schedule read from 30 s on: all of it stays until its last step
+        assert one.usage.remote_schedule["acme"] == ((10, 1000), (10, 1000), (0, 0), (0, 0),
+                                                     (0, 0))
         await client.zadd(LEFT_USAGE_KEY, {left: time.time() * 1000 - 1})    # out of it
         await one.sync_once()
         assert one.usage.totals("acme", now) == (0, 0)
