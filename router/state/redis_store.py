@@ -12,7 +12,7 @@ add the others' counts to the local ones, so a burst spread over replicas is sti
 whole, and a budget is judged on every replica's spending. A replica that dies stops
 refreshing its hashes and its counts expire. One that stops removes its in-flight counts,
 but what its budgets spent stays counted until it leaves the window: it is written to
-``kvroute:usage-left:<replica>: <process>``, listed with the time it ends in the sorted set
+``kvroute:usage-left:<replica>:<process>``, listed with the time it ends in the sorted set
 ``kvroute:usage-left``, and read by every replica as fading evenly to nothing over the
 window (``WINDOW_S``), its ``Retry-After`` from the schedule written with it. Otherwise a
 rolling restart gave each tenant back every restarted replica's share of the last minute.
