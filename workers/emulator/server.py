@@ -101,9 +101,13 @@ async def serve(configs: Sequence[EmulatorConfig]) -> None:
     try:
         for worker in hosted:
             c = worker.config
+            # one that refuses connections does not listen: a script waiting for the line
+            # must not take it for a worker that answers
+            refusing = " (refusing connections: faults.refuse_connections)" if (
+                c.faults.refuse_connections) else ""
             print(f"{READY_LINE}: {c.worker_id} {c.gpu.name} {c.model_name} "
-                  f"{c.scheme}://{c.host}:{c.port} time_scale={c.time_scale}", file=sys.stderr,
-                  flush=True)
+                  f"{c.scheme}://{c.host}:{c.port} time_scale={c.time_scale}{refusing}",
+                  file=sys.stderr, flush=True)
         await stop.wait()
     finally:
         await stop_workers(hosted)

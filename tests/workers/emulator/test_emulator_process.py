@@ -139,3 +139,38 @@ def test_a_hangup_stops_the_emulator_as_sigterm_does() -> None:
         assert process._child.proc.wait(timeout=15) == 0
     finally:
         process.stop()
+
+
+def test_a_worker_refusing_connections_says_so_in_its_ready_line(tmp_path: Path) -> None:
+    """Its line read as any other's: a script waiting for it took a worker that never
+    listens for one that answers."""
+    import selectors
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path, ports = write_fleet(tmp_path, with_refusing_worker=True)
+    proc = subprocess.Popen([sys.executable, "-m", "router.cli", "emulate", "--fleet", str(path),
+                             "--time-scale", "0"], stderr=subprocess.PIPE)
+    text = ""
+    try:
+        assert proc.stderr is not None
+        selector = selectors.DefaultSelector()
+        selector.register(proc.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + 30
+        while text.count("emulator ready") < 3:
+            assert time.monotonic() < deadline, text
+            if selector.select(timeout=1.0):
+                text += os.read(proc.stderr.fileno(), 65536).decode()
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+    lines = text.splitlines()
+    ready = {line.split()[2]: line for line in lines if "emulator ready" in line}
+    assert ready["w-down"].rstrip().endswith(
+        "(refusing connections: faults.refuse_connections)")
+    assert f"http://127.0.0.1:{ports[2]} " in ready["w-down"]
+    assert "refusing" not in ready["w-h200"] and "refusing" not in ready["w-l40s"]
