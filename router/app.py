@@ -27,6 +27,7 @@ from aiohttp.typedefs import Middleware
 
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from policies.reloader import PolicyReloader
+from router.admission.keyed_tenants import unkeyed_budgets
 from router.bad_http_log import OneLineBadHttp
 from router.client_auth import client_auth_middleware
 from router.client_keys_reloader import ClientKeysReloader
@@ -112,10 +113,26 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
         middlewares.append(cors.middleware)
     middlewares.append(error_middleware)
     client_keys = None
+
+    def warn_unkeyed(*_: object) -> None:
+        """Budgets no key of the keys file reaches, at start and after either reloads."""
+        if client_keys is None or settings.api_keys_file is None:
+            return
+        for warning in unkeyed_budgets(reloader.engine.routing.section(ADMISSION_SECTION),
+                                       client_keys.keys.tenants):
+            log.warning("routing file %s: %s (%s)", settings.routing_path, warning,
+                        settings.api_keys_file)
+
+    def keys_reloaded(ok: bool) -> None:
+        metrics.record_client_keys_reload(ok)
+        if ok:
+            warn_unkeyed()
+
     if settings.api_keys or settings.api_keys_file is not None:
         client_keys = ClientKeysReloader(settings.api_keys, settings.api_keys_file,
-                                         settings.reload_interval_s,
-                                         on_result=metrics.record_client_keys_reload)
+                                         settings.reload_interval_s, on_result=keys_reloaded)
+        warn_unkeyed()
+        reloader.add_swap_listener(warn_unkeyed)
         if settings.api_keys_file is not None:
             metrics.watch_client_keys()
         middlewares.append(client_auth_middleware(lambda: client_keys.keys,

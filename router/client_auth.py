@@ -131,6 +131,7 @@ class ClientKeys:
         entries = [(key, None) for key in keys if key not in named]
         self._entries = tuple((_digest(key), tenant)
                               for key, tenant in [*entries, *named.items()])
+        self.tenants = frozenset(named.values())      # the tenants some key names
 
     def lookup(self, key: str) -> tuple[bool, str | None]:
         """Whether ``key`` is accepted, and the tenant it names (None: unnamed)."""
