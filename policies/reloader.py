@@ -40,7 +40,13 @@ from policies.errors import RoutingConfigError
 from policies.loader import parse_routing_text, read_routing_text
 from policies.registry import PluginRegistry, default_registry
 from policies.summary import fleet_warnings, summarize
-from workers.file_watch import FileStamp, PeriodicCheck, SettledContent, file_stamp
+from workers.file_watch import (
+    FileStamp,
+    PeriodicCheck,
+    SettledContent,
+    file_digest,
+    file_stamp,
+)
 from workers.fleet import FleetConfig
 
 log = logging.getLogger(__name__)
@@ -287,9 +293,5 @@ def _content_digest(content: bytes, paths: tuple[Path, ...]) -> bytes:
     each as its bytes or the reason it cannot be read."""
     digest = hashlib.sha256(content)
     for named in paths[1:]:
-        digest.update(b"\0" + str(named).encode() + b"\0")
-        try:
-            digest.update(named.read_bytes())
-        except OSError as exc:
-            digest.update(f"unreadable: {exc.strerror}".encode())
+        digest.update(b"\0" + str(named).encode() + b"\0" + file_digest(named))
     return digest.digest()

@@ -15,13 +15,12 @@ router's ``kvroute_client_keys_last_reload_successful`` and
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from router.client_auth import ClientKeys, TenantKeysError, load_tenant_keys
-from workers.file_watch import PeriodicCheck, SettledContent, file_stamp
+from workers.file_watch import PeriodicCheck, SettledContent, file_digest, file_stamp
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ class ClientKeysReloader:
         self._on_result = on_result
         self.path = path
         self._stamp = file_stamp(path) if path is not None else None
-        self._content = SettledContent(_digest(path) if path is not None else None)
+        self._content = SettledContent(file_digest(path) if path is not None else None)
         tenants = load_tenant_keys(path) if path is not None else {}
         self.keys = ClientKeys(self._bare, tenants)       # raises on a bad file at start
         self._warn_shadowed(tenants)
@@ -51,7 +50,7 @@ class ClientKeysReloader:
         if stamp == self._stamp and not self._content.waiting:
             return False
         self._stamp = stamp
-        if not self._content.offer(_digest(self.path)):    # unchanged, or not settled yet
+        if not self._content.offer(file_digest(self.path)):    # unchanged, or not settled yet
             return False
         try:                                # (refused or taken: reported once)
             tenants = load_tenant_keys(self.path)
@@ -87,12 +86,3 @@ class ClientKeysReloader:
 
     async def stop(self) -> None:
         await self._periodic.stop()
-
-
-def _digest(path: Path) -> bytes:
-    """SHA-256 of the file's bytes, or of the reason it cannot be read (a missing file is
-    content too: it settles, and is refused, like any other)."""
-    try:
-        return hashlib.sha256(path.read_bytes()).digest()
-    except OSError as exc:
-        return hashlib.sha256(f"unreadable: {exc.strerror}".encode()).digest()

@@ -71,7 +71,15 @@ def _number(value: Any) -> Any:
     return value
 
 
-def _text(value: Any) -> str | None:
+def class_confidence(request: RoutingRequest) -> float | None:
+    """How sure the semantic producer was of the request's class (None: not classified)."""
+    value = request.attributes.get("semantic_confidence")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def class_outcome(request: RoutingRequest) -> str | None:
+    """How the class was found (``classified``, or why the default class stood in)."""
+    value = request.attributes.get("semantic_outcome")
     return value if isinstance(value, str) else None
 
 
@@ -90,8 +98,8 @@ def decision_line(request: RoutingRequest, decision: Decision, attempt: int, sec
         "reason_code": reason_code(decision),
         "reason": decision.reason,
         "class": request.semantic_class,
-        "class_confidence": _number(request.attributes.get("semantic_confidence")),
-        "class_outcome": _text(request.attributes.get("semantic_outcome")),
+        "class_confidence": _number(class_confidence(request)),
+        "class_outcome": class_outcome(request),
         "tenant": request.tenant,
         "prompt_tokens": request.num_prompt_tokens,
         "decision_us": round(seconds * 1e6, 1),

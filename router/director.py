@@ -38,6 +38,7 @@ from policies.producers.runner import produce
 from policies.producers.tokens import AT_LEAST_KEY
 from router.admission.controller import Admission, AdmissionTicket
 from router.client_auth import TENANT
+from router.decision_log import class_confidence, class_outcome
 from router.decision_sinks import DecisionSink
 from router.decisions import DecisionLog, DecisionRecord, reason_code
 from router.ejection import WorkerEjection
@@ -352,8 +353,8 @@ class Director:
             at=time.time(), decision=decision, requested_model=routing.model, path=routing.path,
             attempt=attempt, duration_s=seconds, num_prompt_tokens=routing.num_prompt_tokens,
             semantic_class=routing.semantic_class,
-            semantic_confidence=_float_or_none(routing.attributes.get("semantic_confidence")),
-            semantic_outcome=_str_or_none(routing.attributes.get("semantic_outcome"))))
+            semantic_confidence=class_confidence(routing),
+            semantic_outcome=class_outcome(routing)))
         for sink in self._sinks:
             try:
                 sink.on_decision(routing, decision, attempt, seconds)
@@ -553,14 +554,6 @@ def _expected_first_byte_s(decision: Decision, stream: bool, decode_tokens: int)
     if isinstance(ttft, float) and isinstance(tpot, float):
         return ttft + decode_tokens * tpot
     return decode_tokens * UNESTIMATED_TOKEN_S
-
-
-def _float_or_none(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _context_length_error(routing: RoutingRequest, max_model_len: int,

@@ -11,11 +11,10 @@ progress bar standing at zero); the runs then load it from the cache.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from policies.config import RoutingConfig
 from policies.errors import RoutingConfigError
-from policies.semantic.section import SECTION_NAME, SemanticSection
+from policies.semantic.section import SECTION_NAME, SemanticSection, relative_to
 from sim.policy_names import resolve_policy
 from sim.traces import Trace
 
@@ -67,9 +66,7 @@ def train_ahead(policies: Sequence[str]) -> None:
         from policies.semantic.fine_tune import fine_tuned_weights
         from policies.semantic.model import load_examples
 
-        source = routing.source
-        base_dir = Path(source).resolve().parent if not source.startswith("<") else Path.cwd()
-        texts, labels = load_examples(section, base_dir)
+        texts, labels = load_examples(section, relative_to(routing.source))
         with progress_bar(f"fine-tuning the encoder of {name}") as progress:
             fine_tuned_weights(texts, labels, section.fine_tune, section.max_tokens,
                                progress=progress)

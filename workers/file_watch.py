@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,15 @@ def file_stamp(path: Path) -> FileStamp | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
+
+
+def file_digest(path: Path) -> bytes:
+    """SHA-256 of the file's bytes, or of the reason it cannot be read (a missing file is
+    content too: it settles, and is refused, like any other)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError as exc:
+        return hashlib.sha256(f"unreadable: {exc.strerror}".encode()).digest()
 
 
 class SettledContent:

@@ -59,7 +59,7 @@ import hashlib
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -252,13 +252,7 @@ class TokensProducer:
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
         if len(texts) == 1:
             return self._encode_cached(request.model, texts[0]), 0   # shared: read-only
-        out = array("i")
-        longest = 0
-        for text in texts:
-            ids = self._encode_cached(request.model, text)
-            out.extend(ids)
-            longest = max(longest, len(ids))
-        return out, longest
+        return _joined(self._encode_cached(request.model, text) for text in texts)
 
     def cost_hint(self, request: RoutingRequest) -> int:
         """Characters still to tokenize for ``request`` (cached texts and chunks count 0)."""
@@ -314,13 +308,8 @@ class TokensProducer:
         if len(texts) == 1:
             return self._encode_folder(request.model, folder, texts[0],
                                        add_special_tokens=True), 0
-        out = array("i")
-        longest = 0
-        for text in texts:
-            ids = self._encode_folder(request.model, folder, text, add_special_tokens=True)
-            out.extend(ids)
-            longest = max(longest, len(ids))
-        return out, longest
+        return _joined(self._encode_folder(request.model, folder, text, add_special_tokens=True)
+                       for text in texts)
 
     def _encode_folder(self, model: str, folder: ModelTokenizer, text: str,
                        add_special_tokens: bool) -> array[int]:
@@ -398,6 +387,16 @@ def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
             ids = [t for t in ids if type(t) is int]      # bool is no token
         return [], ids
     return [], []
+
+
+def _joined(prompts: Iterable[array[int]]) -> tuple[array[int], int]:
+    """A batch's prompts' token ids, one after the other, and its longest prompt's tokens."""
+    out = array("i")
+    longest = 0
+    for ids in prompts:
+        out.extend(ids)
+        longest = max(longest, len(ids))
+    return out, longest
 
 
 def prompt_count(request: RoutingRequest) -> int:

@@ -25,7 +25,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from policies.base import RoutingRequest
 from policies.errors import RoutingConfigError
@@ -33,7 +32,7 @@ from policies.registry import BuildContext
 from policies.semantic.cache import text_key
 from policies.semantic.extras import extra_missing_message
 from policies.semantic.model import Classification, SemanticModel
-from policies.semantic.section import SECTION_NAME, SemanticSection
+from policies.semantic.section import SECTION_NAME, SemanticSection, relative_to
 from policies.semantic.text import request_text
 from workers.models import WorkerView
 
@@ -121,6 +120,5 @@ def build_semantic_producer(params: SemanticProducerParams,
             f"'{SECTION_NAME}:' section declaring them")
     from policies.semantic.model import build_semantic_model
 
-    source = context.routing.source
-    base_dir = Path(source).resolve().parent if not source.startswith("<") else Path.cwd()
-    return SemanticProducer(context.name, build_semantic_model(section, base_dir))
+    return SemanticProducer(context.name,
+                            build_semantic_model(section, relative_to(context.routing.source)))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from policies.errors import ParamError, RoutingConfigError
@@ -136,6 +137,12 @@ class SemanticSection:
         """Every class a request can get: the declared ones plus the default."""
         names = tuple(self.classes)
         return names if self.default_class in names else (*names, self.default_class)
+
+
+def relative_to(source: str) -> Path:
+    """The folder a routing file's relative paths (``examples_file``) are read from: the
+    file's own, or the working directory for a config built in memory (``<memory>``)."""
+    return Path(source).resolve().parent if not source.startswith("<") else Path.cwd()
 
 
 def parse_semantic_section(raw: Any, path: str) -> SemanticSection:

@@ -441,15 +441,21 @@ class RedisStateStore:
         last = await self._client.xrevrange(ROUTED_STREAM, count=1)
         self._routed_from = last[0][0] if last else "0-0"
 
-    async def _withdraw(self) -> None:
-        """Remove this replica's counts; what its budgets spent is left for the window (with
-        when it leaves: the schedule, as published live)."""
+    def _usage_fields(self) -> dict[str, str]:
+        """This replica's usage hash: ``requests,tokens`` by budget, and each budget's
+        schedule (``<budget>\x1fschedule``)."""
         now = time.monotonic()
         usage = {key: f"{requests},{tokens}" for key, (requests, tokens)
                  in self._usage.published(now).items()}
         usage.update({key + SCHEDULE_SUFFIX: _encode_schedule(schedule)
                       for key, schedule in self._usage.published_schedule(now).items()
                       if key in usage})
+        return usage
+
+    async def _withdraw(self) -> None:
+        """Remove this replica's counts; what its budgets spent is left for the window (with
+        when it leaves: the schedule, as published live)."""
+        usage = self._usage_fields()
         ends_ms = int(time.time() * 1000) + WINDOW_MS
         left = f"{LEFT_USAGE_PREFIX}{self.replica_id}:{self._instance}"
         async with self._client.pipeline(transaction=True) as pipe:
@@ -465,12 +471,7 @@ class RedisStateStore:
         """Publish this replica's counts; returns the other replicas alive, and the usage
         stopped replicas left (key, the share of it still in the window)."""
         fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
-        now = time.monotonic()
-        usage = {key: f"{requests},{tokens}" for key, (requests, tokens)
-                 in self._usage.published(now).items()}
-        usage.update({key + SCHEDULE_SUFFIX: _encode_schedule(schedule)
-                      for key, schedule in self._usage.published_schedule(now).items()
-                      if key in usage})
+        usage = self._usage_fields()
         now_ms = int(time.time() * 1000)
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._key, self._usage_key)
