@@ -4,11 +4,13 @@ Nothing lives in module globals: every component is created here, kept in a type
 ``web.AppKey`` (``router.keys``) and, when it owns a resource, opened and closed by one
 ``cleanup_ctx`` generator (state store; client session, scraper and director; policy reloader;
 the garbage-collection pause hook; the one-line log of requests the HTTP parser refuses;
-the KV-event feed when the fleet names KV-event streams). The workers' keys and TLS contexts
-are read here, before anything starts; with ``Settings.api_keys`` a middleware inside the
-error middleware asks clients for a key (``router.client_auth``), the tenant keys file
-watched for changes (``router.client_keys_reloader``); browsers' cross-origin requests are
-answered outside both (``router.cors``).
+the KV-event feed, inert until the fleet names KV-event streams). The workers' keys and TLS
+contexts are read here, before anything starts; the fleet file is watched for workers added,
+removed or declared anew (``router.fleet_reloader``, applied by ``_apply_fleet``). With
+``Settings.api_keys`` a middleware inside the error middleware asks clients for a key
+(``router.client_auth``), the tenant keys file watched for changes
+(``router.client_keys_reloader``); browsers' cross-origin requests are answered outside both
+(``router.cors``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
+from policies.engine import check_against_fleet
 from policies.reloader import PolicyReloader
+from policies.summary import fleet_warnings
 from router.admission.keyed_tenants import unkeyed_budgets
 from router.bad_http_log import OneLineBadHttp
 from router.client_auth import client_auth_middleware
@@ -39,6 +43,7 @@ from router.director import Director
 from router.drain import RequestTasks
 from router.ejection import WorkerEjection
 from router.errors import error_middleware
+from router.fleet_reloader import FleetReloader, PreparedFleet
 from router.gc_pauses import GcPauses
 from router.handlers import add_routes
 from router.keys import (
@@ -47,6 +52,7 @@ from router.keys import (
     DIRECTOR,
     EJECTION,
     FLEET,
+    FLEET_RELOADER,
     KV_EVENTS,
     METRICS,
     POLICY,
@@ -161,8 +167,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app.cleanup_ctx.append(_policy_reloader)
     app.cleanup_ctx.append(_gc_pauses)
     app.cleanup_ctx.append(_bad_http_log)
-    if kv_events.enabled:
-        app.cleanup_ctx.append(_kv_event_feed)
+    app.cleanup_ctx.append(_kv_event_feed)      # (inert until the fleet names a stream)
     add_routes(app)
     return app
 
@@ -191,10 +196,11 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     scraper loop and the director."""
     settings = app[SETTINGS]
     authorizations, tls = app[WORKER_AUTHORIZATIONS], app[WORKER_TLS]
-    workers_at = {origin_of(w.info.url): w.info.id for w in app[FLEET].workers}
+    fleet = [app[FLEET]]       # the fleet in force: the one read at start, then reloaded ones
     metrics = app[METRICS]
 
     def on_certificate(origin: Origin, not_after: float) -> None:
+        workers_at = {origin_of(w.info.url): w.info.id for w in fleet[0].workers}
         metrics.record_certificate(workers_at.get(origin, f"{origin[0]}:{origin[1]}"),
                                    not_after)
 
@@ -229,11 +235,56 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                                    ejection=ejection)
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
+    fleet_reloader = None
+    if fleet[0].source == str(settings.fleet_path):      # (not a fleet built in memory)
+        async def apply(prepared: PreparedFleet) -> None:
+            await _apply_fleet(app, prepared, (scrapes, upstream))
+            fleet[0] = prepared.fleet
+
+        fleet_reloader = app[FLEET_RELOADER] = FleetReloader(
+            settings.fleet_path, fleet[0], tls, check=_routing_serves(app), apply=apply,
+            environ=os.environ, interval_s=settings.reload_interval_s,
+            on_result=metrics.record_fleet_reload)
+        fleet_reloader.start()
     yield
+    if fleet_reloader is not None:
+        await fleet_reloader.stop()
     await _stop(task)
     await upstream.close()
     await scrapes.close()
     close_sinks()
+
+
+def _routing_serves(app: web.Application) -> Callable[[FleetConfig], None]:
+    """The check a new fleet must pass: the routing file in force can serve it, as at start
+    (raises ``RoutingConfigError`` naming the rule)."""
+    def check(fleet: FleetConfig) -> None:
+        check_against_fleet(app[POLICY].engine.routing, fleet)
+    return check
+
+
+async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
+                       clients: tuple[UpstreamClient, ...]) -> None:
+    """Serve a reloaded fleet file's workers: their keys and TLS contexts first (a request
+    may go to a new worker as soon as the registry has it), then the registry (decisions see
+    the new fleet from the next request on) and the scraper; what the router knew of removed
+    workers and of those declared anew (another server) is dropped."""
+    change = prepared.change
+    for client in clients:
+        client.set_credentials(prepared.authorizations, prepared.tls)
+    app[REGISTRY].replace(prepared.infos)
+    app[SCRAPER].follow_registry()
+    policy = app[POLICY]
+    policy.fleet = prepared.fleet
+    for worker_id in change.gone:
+        policy.engine.forget_worker(worker_id)
+        app[EJECTION].forget(worker_id)
+    for worker_id in change.removed:
+        app[METRICS].forget_worker(worker_id)
+    app[METRICS].start_ejection_counts(change.added)
+    for warning in fleet_warnings(policy.engine.routing, prepared.fleet):
+        log.warning("routing file %s: %s", policy.path, warning)
+    await app[KV_EVENTS].set_workers(prepared.infos, change.gone, policy.engine)
 
 
 async def _policy_reloader(app: web.Application) -> AsyncIterator[None]:
@@ -261,7 +312,8 @@ async def _bad_http_log(app: web.Application) -> AsyncIterator[None]:
 async def _kv_event_feed(app: web.Application) -> AsyncIterator[None]:
     feed = app[KV_EVENTS]
     await feed.start()
-    log.info("following KV events of %d worker(s)", len(feed.sources))
+    if feed.enabled:
+        log.info("following KV events of %d worker(s)", len(feed.sources))
     yield
     await feed.stop()
 

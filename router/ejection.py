@@ -92,6 +92,11 @@ class WorkerEjection:
                 log.info("worker %s: answering again; no longer ejected", worker)
             del self._records[worker]
 
+    def forget(self, worker: str) -> None:
+        """A reloaded fleet file removed the worker or declared it anew (another server):
+        its failures so far are not the new one's."""
+        self._records.pop(worker, None)
+
     def ejected_for(self, worker: str, now: float) -> float:
         """Seconds ``worker`` stays ejected (0.0: it is not)."""
         record = self._records.get(worker)

@@ -13,6 +13,7 @@ from router.decisions import DecisionLog
 from router.director import Director
 from router.drain import RequestTasks
 from router.ejection import WorkerEjection
+from router.fleet_reloader import FleetReloader
 from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
 from router.settings import Settings
@@ -25,7 +26,8 @@ from workers.upstream import Origin
 
 SETTINGS = web.AppKey("settings", Settings)
 CLIENT_KEYS = web.AppKey("client_keys", ClientKeysReloader)
-FLEET = web.AppKey("fleet", FleetConfig)
+FLEET = web.AppKey("fleet", FleetConfig)       # as read at start; FLEET_RELOADER has the one now
+FLEET_RELOADER = web.AppKey("fleet_reloader", FleetReloader)
 METRICS = web.AppKey("metrics", RouterMetrics)
 REGISTRY = web.AppKey("registry", WorkerRegistry)
 STORE = web.AppKey("store", StateStore)

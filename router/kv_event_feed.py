@@ -3,7 +3,8 @@
 Workers whose fleet entry names a ``kv_events:`` endpoint (vLLM's ``--kv-events-config``
 publisher, or the emulator's ``--kv-events``) are followed by one ``KvEventSubscriber``; the
 ``ExactPrefixIndex`` it feeds is handed to every prefix plugin of every policy engine the
-router builds, the first one and each hot-reloaded one (``attach``). Prefix scorers then use
+router builds, the first one and each hot-reloaded one (``attach``); a reloaded fleet file
+changes the streams followed (``set_workers``). Prefix scorers then use
 a worker's exact block set while its stream is whole and fall back to their approximate
 routing history when a gap is open (``workers/kv_events/exact_index.py``). With no such
 worker the feed is inert: no index, no sockets.
@@ -35,6 +36,7 @@ class KvEventFeed:
         self.sources = sources_for(workers)
         self.index: ExactPrefixIndex | None = ExactPrefixIndex() if self.sources else None
         self._subscriber: KvEventSubscriber | None = None
+        self._started = False        # start() was called: new streams are followed at once
 
     @property
     def enabled(self) -> bool:
@@ -57,12 +59,37 @@ class KvEventFeed:
 
     async def start(self) -> None:
         """Connect to every stream (returns once each SUB socket is connected)."""
+        self._started = True
         if self.index is None or self._subscriber is not None:
             return
         self._subscriber = KvEventSubscriber(self.index, self.sources)
         await self._subscriber.start()
 
+    async def set_workers(self, workers: Iterable[WorkerInfo], gone: Iterable[str],
+                          engine: Any) -> None:
+        """A reloaded fleet file: forget the block sets of the workers ``gone`` (removed, or
+        declared anew: what was known of those servers no longer holds) and follow the
+        streams the new fleet names, the others undisturbed. A fleet naming streams for the
+        first time gets its index now, handed to ``engine`` (the one in force)."""
+        for worker_id in gone:
+            self.forget(worker_id)
+        sources = sources_for(workers)
+        if sources == self.sources:
+            return
+        self.sources = sources
+        if self.index is None:
+            self.index = ExactPrefixIndex()
+            self.attach(engine)
+        if not self._started:
+            return
+        if self._subscriber is None:
+            self._subscriber = KvEventSubscriber(self.index, self.sources)
+            await self._subscriber.start()
+        else:
+            await self._subscriber.follow(self.sources)
+
     async def stop(self) -> None:
+        self._started = False
         if self._subscriber is not None:
             await self._subscriber.stop()
             self._subscriber = None

@@ -9,6 +9,7 @@ render through the same registry, in declaration order.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -242,6 +243,16 @@ class RouterMetrics:
                                       ["result"], registry=r)
         for result in ("success", "failure"):        # at 0: a first refusal shows in increase()
             self.config_reloads.labels(result)
+        self.fleet_reloads = Counter(
+            "kvroute_fleet_reloads", "Reloads of the fleet file (workers added, removed or "
+            "declared anew while the router runs).", ["result"], registry=r)
+        for result in ("success", "failure"):
+            self.fleet_reloads.labels(result)
+        self.fleet_last_reload_successful = Gauge(
+            "kvroute_fleet_last_reload_successful",
+            "Whether the last read of the fleet file succeeded (0: it was refused and the "
+            "fleet in force keeps serving).", registry=r)
+        self.fleet_last_reload_successful.set(1)
         self.client_keys_reloads = Counter(
             "kvroute_client_keys_reloads", "Reloads of the tenant keys file (--api-keys-file).",
             ["result"], registry=r)
@@ -456,6 +467,17 @@ class RouterMetrics:
         for worker in workers:
             self.ejections.labels(worker)
             self.stalls.labels(worker)
+
+    def record_fleet_reload(self, succeeded: bool) -> None:
+        self.fleet_reloads.labels("success" if succeeded else "failure").inc()
+        self.fleet_last_reload_successful.set(1 if succeeded else 0)
+
+    def forget_worker(self, worker: str) -> None:
+        """A reloaded fleet file removed the worker: the series only it feeds go (its
+        certificate's expiry would keep its alert firing); its counters stay, as counters
+        of a stopped process do until they age out of the TSDB."""
+        with contextlib.suppress(KeyError):
+            self.worker_certificate_expiry.remove(worker)
 
     def record_certificate(self, worker: str, not_after: float) -> None:
         """The certificate a worker presented on a new TLS connection (its expiry)."""

@@ -1,6 +1,7 @@
 """The live fleet: static worker info, the latest snapshot of each, and in-flight counts.
 
-The scraper writes snapshots here; the router reads ``views(now)`` for every decision. The
+The scraper writes snapshots here; the router reads ``views(now)`` for every decision. A
+reloaded fleet file replaces the set of workers (``replace``, which says what changed). The
 in-flight tracker is shared with the router's state store, so each view is the snapshot
 corrected by what the router dispatched since it was taken (``workers.views.build_view``).
 """
@@ -8,6 +9,7 @@ corrected by what the router dispatched since it was taken (``workers.views.buil
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from workers.inflight import WorkerInflight
@@ -34,22 +36,85 @@ def runners_by_model(infos: Iterable[WorkerInfo]) -> dict[str, frozenset[str]]:
     return runners
 
 
-class WorkerRegistry:
-    """Current snapshots of a fixed set of workers. Owned by one event loop."""
+# removed workers whose declarations ``info`` still answers for (the last removed)
+MAX_RETIRED = 1024
 
-    __slots__ = ("_by_id", "_default_model", "_infos", "_runners", "_snapshots", "inflight")
+
+@dataclass(frozen=True, slots=True)
+class FleetChange:
+    """What a new fleet file changes: worker ids added, removed, and kept with a new
+    declaration (another URL, GPU, model, labels, ...), each sorted."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
+
+    @property
+    def gone(self) -> tuple[str, ...]:
+        """The ids whose former declaration is gone (removed or changed): what was known of
+        those servers no longer holds."""
+        return tuple(sorted((*self.removed, *self.changed)))
+
+    def describe(self) -> str:
+        parts = [f"{what} {', '.join(ids)}" for what, ids in (
+            ("added", self.added), ("removed", self.removed), ("changed", self.changed)) if ids]
+        return "; ".join(parts) if parts else "no worker changed"
+
+
+def fleet_change(before: Sequence[WorkerInfo], after: Sequence[WorkerInfo]) -> FleetChange:
+    old = {info.id: info for info in before}
+    new = {info.id: info for info in after}
+    return FleetChange(
+        added=tuple(sorted(new.keys() - old.keys())),
+        removed=tuple(sorted(old.keys() - new.keys())),
+        changed=tuple(sorted(i for i in old.keys() & new.keys() if old[i] != new[i])))
+
+
+class WorkerRegistry:
+    """Current snapshots of the fleet's workers. Owned by one event loop.
+
+    The set of workers changes only by ``replace`` (a reloaded fleet file); ``info`` still
+    answers for a worker removed since, for the requests it was serving."""
+
+    __slots__ = ("_by_id", "_default_model", "_infos", "_retired", "_runners", "_snapshots",
+                 "inflight")
 
     def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightSource) -> None:
-        self._infos = tuple(infos)
-        self._by_id = {info.id: info for info in self._infos}
-        if len(self._by_id) != len(self._infos):
+        self._retired: dict[str, WorkerInfo] = {}
+        self._snapshots: dict[str, WorkerSnapshot] = {}
+        self._set_infos(infos)
+        self.inflight = inflight
+
+    def _set_infos(self, infos: Sequence[WorkerInfo]) -> None:
+        by_id = {info.id: info for info in infos}
+        if len(by_id) != len(infos):
             raise ValueError("worker ids must be unique")
-        # model name -> what the fleet file declares it runs as: fixed, so read once
+        self._infos = tuple(infos)
+        self._by_id = by_id
+        # model name -> what the fleet file declares it runs as: read once per fleet
         self._runners = runners_by_model(self._infos)
         models = {model for info in self._infos for model in info.models}
         self._default_model = next(iter(models)) if len(models) == 1 else None
-        self._snapshots: dict[str, WorkerSnapshot] = {}
-        self.inflight = inflight
+
+    def replace(self, infos: Sequence[WorkerInfo]) -> FleetChange:
+        """Take the workers of a reloaded fleet file. A worker declared as before keeps its
+        snapshot; a removed or changed one loses it (a changed one is unknown until its next
+        scrape). Raises ``ValueError`` on duplicate ids, changing nothing."""
+        change = fleet_change(self._infos, infos)
+        before = self._by_id
+        self._set_infos(infos)
+        for worker_id in change.gone:
+            self._snapshots.pop(worker_id, None)
+            self._retired.pop(worker_id, None)
+            self._retired[worker_id] = before[worker_id]
+        for info in self._infos:
+            self._retired.pop(info.id, None)
+        while len(self._retired) > MAX_RETIRED:       # workers named anew at each scale-up
+            del self._retired[next(iter(self._retired))]
+        return change
 
     @property
     def infos(self) -> tuple[WorkerInfo, ...]:
@@ -61,13 +126,17 @@ class WorkerRegistry:
         return self._default_model
 
     def info(self, worker_id: str) -> WorkerInfo:
-        return self._by_id[worker_id]
+        """The worker's declaration; for one a reloaded fleet file removed, its last one (its
+        requests in flight still finish)."""
+        info = self._by_id.get(worker_id)
+        return info if info is not None else self._retired[worker_id]
 
     def snapshot(self, worker_id: str) -> WorkerSnapshot | None:
         return self._snapshots.get(worker_id)
 
     def update(self, snapshot: WorkerSnapshot, fresh: bool) -> None:
-        """Store a snapshot; ``fresh`` when it came from a successful scrape just now."""
+        """Store a snapshot; ``fresh`` when it came from a successful scrape just now. A
+        worker no longer in the fleet raises ``KeyError``."""
         if snapshot.worker_id not in self._by_id:
             raise KeyError(snapshot.worker_id)
         self._snapshots[snapshot.worker_id] = snapshot

@@ -181,11 +181,43 @@ class WorkerScraper:
         self._models: dict[str, tuple[float, ModelsSample]] = {}
         self._refused: set[str] = set()      # workers whose refusal was logged
         self._misnamed: dict[str, tuple[str, ...]] = {}   # worker -> served names, as logged
+        self._loops: dict[str, tuple[WorkerInfo, asyncio.Task[None]]] = {}   # while running
+        self._running = False
 
     async def run(self) -> None:
         """Scrape forever (until cancelled): one loop per worker, so a slow worker delays
         only its own snapshots."""
-        await asyncio.gather(*(self._loop(info) for info in self._registry.infos))
+        self._running = True
+        try:
+            self.follow_registry()
+            await asyncio.get_running_loop().create_future()     # until cancelled
+        finally:
+            self._running = False
+            loops = [task for _info, task in self._loops.values()]
+            self._loops.clear()
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+
+    def follow_registry(self) -> None:
+        """Scrape the registry's workers as they are now (after a reloaded fleet file): a
+        loop starts for each new or changed worker, scraping it at once, and the loop of each
+        removed or changed one stops (a scrape it has under way is dropped). No-op unless
+        ``run`` is running."""
+        if not self._running:
+            return
+        current = {info.id: info for info in self._registry.infos}
+        for worker_id, (info, task) in list(self._loops.items()):
+            if current.get(worker_id) is not info:
+                task.cancel()
+                del self._loops[worker_id]
+                self._models.pop(worker_id, None)
+                self._refused.discard(worker_id)
+                self._misnamed.pop(worker_id, None)
+        for worker_id, info in current.items():
+            if worker_id not in self._loops:
+                self._loops[worker_id] = (info, asyncio.get_running_loop().create_task(
+                    self._loop(info), name=f"kvroute-scrape:{worker_id}"))
 
     async def _loop(self, info: WorkerInfo) -> None:
         while True:

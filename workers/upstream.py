@@ -28,6 +28,7 @@ connection.
 * ``authorizations`` maps a worker's origin (``origin_of(url)``) to the ``Authorization``
   header every request to it carries, replacing one the caller passed on (a client's): how
   the router reaches workers started with ``--api-key`` (``workers.credentials``).
+  ``set_credentials`` replaces both maps (a reloaded fleet file).
 """
 
 from __future__ import annotations
@@ -374,6 +375,18 @@ class UpstreamClient:
         self._tls = dict(tls or {})
         self._system_tls: ssl.SSLContext | None = None
         self._on_certificate = on_certificate
+
+    def set_credentials(self, authorizations: Mapping[Origin, str],
+                        tls: Mapping[Origin, ssl.SSLContext]) -> None:
+        """Take a reloaded fleet file's keys and TLS contexts. Idle connections to an origin
+        whose TLS context changed are closed (they were verified by the one before)."""
+        tls = dict(tls)
+        for key in [key for key in self._idle if self._tls.get(key) is not tls.get(key)]:
+            for connection in self._idle.pop(key):
+                if connection.transport is not None:
+                    connection.transport.close()
+        self._authorizations = dict(authorizations)
+        self._tls = tls
 
     async def post(self, url: str | URL, body: bytes,
                    headers: Mapping[str, str]) -> UpstreamResponse:

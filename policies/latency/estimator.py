@@ -172,14 +172,15 @@ class PrefillArrivals:
 class TimeEstimator:
     """Estimates per worker; learns from outcomes through ``observe``."""
 
-    __slots__ = ("_arrays", "_coefficients", "_prefill_memo", "_source", "_view_terms",
-                 "arrivals", "correction", "default_output_tokens")
+    __slots__ = ("_arrays", "_by_worker", "_coefficients", "_prefill_memo", "_source",
+                 "_view_terms", "arrivals", "correction", "default_output_tokens")
 
     def __init__(self, coefficients: CoefficientsFn, correction: OnlineCorrection | None = None,
                  arrivals: PrefillArrivals | None = None,
                  default_output_tokens: int = 256) -> None:
         self._source = coefficients
-        self._coefficients: dict[str, StepCoefficients] = {}
+        self._coefficients: dict[str, StepCoefficients] = {}   # by hardware and limits
+        self._by_worker: dict[str, tuple[WorkerInfo, StepCoefficients]] = {}
         self._arrays: CandidateArrays | None = None   # the last decision's candidates
         # one decision's prefill times by (coefficients, uncached, cached); see estimates_for
         self._prefill_memo: dict[tuple[int, int, int], float] = {}
@@ -192,15 +193,19 @@ class TimeEstimator:
         self.default_output_tokens = default_output_tokens
 
     def coefficients(self, info: WorkerInfo) -> StepCoefficients:
-        known = self._coefficients.get(info.id)
-        if known is None:
-            key = (f"{info.gpu!r}|{info.model_spec!r}|{info.tensor_parallel}|"
-                   f"{info.max_num_seqs}|{info.max_num_batched_tokens}")
-            known = self._coefficients.get(key)
-            if known is None:
-                known = self._coefficients[key] = self._source(info)
-            self._coefficients[info.id] = known
-        return known
+        """The worker's step-time coefficients: by its id while the fleet file declares it
+        the same (a reloaded fleet may give an id another GPU or model), else computed once
+        per distinct hardware and engine limits."""
+        known = self._by_worker.get(info.id)
+        if known is not None and (known[0] is info or known[0] == info):
+            return known[1]
+        key = (f"{info.gpu!r}|{info.model_spec!r}|{info.tensor_parallel}|"
+               f"{info.max_num_seqs}|{info.max_num_batched_tokens}")
+        coefficients = self._coefficients.get(key)
+        if coefficients is None:
+            coefficients = self._coefficients[key] = self._source(info)
+        self._by_worker[info.id] = (info, coefficients)
+        return coefficients
 
     def output_tokens(self, request: RoutingRequest) -> int:
         """The predicted output (``output-length`` producer), else max_tokens, else the

@@ -30,7 +30,7 @@ def test_promtool_check_rules_passes() -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 21 rules found" in result.stdout
-    assert "SUCCESS: 19 rules found" in result.stdout
+    assert "SUCCESS: 20 rules found" in result.stdout
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -51,7 +51,8 @@ def test_alert_tiers() -> None:
         "RouterGcPauseLong": "warning", "RoutingConfigRefused": "warning",
         "WorkerCertificateExpiresSoon": "warning", "RouterShedsLoad": "warning",
         "StateStoreDegraded": "warning", "ReplicasDisagree": "warning",
-        "ClientKeysRefused": "warning", "WorkerDown": "warning",
+        "ClientKeysRefused": "warning", "FleetConfigRefused": "warning",
+        "WorkerDown": "warning",
         "RoutingFilesDiffer": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
@@ -69,7 +70,8 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
         assert not re.search(r"[<>]=?\s*[0-9.]+\s*$", expr.strip()), rule["alert"]
         used.update(re.findall(r"kvroute:threshold:\w+", expr))
     # NoHealthyWorker compares with 0 healthy workers, RoutingConfigRefused with a refused
-    # load (0), ClientKeysRefused with a refused keys file (0), StateStoreDegraded with a
+    # load (0), ClientKeysRefused and FleetConfigRefused with a refused file (0),
+    # StateStoreDegraded with a
     # degraded store (1), ReplicasDisagree and RoutingFilesDiffer two counts, WorkerDown and
     # RouterDown a failed scrape (0);
     # every other alert names its parameter
@@ -485,6 +487,32 @@ def test_client_keys_refused_fires_after_a_minute_and_clears_on_the_next_good_fi
                 {"eval_time": "2m", "alertname": "ClientKeysRefused", "exp_alerts": []},
                 {"eval_time": "3m", "alertname": "ClientKeysRefused", "exp_alerts": [refused]},
                 {"eval_time": "5m", "alertname": "ClientKeysRefused", "exp_alerts": []},
+            ],
+        }],
+    })
+
+
+def test_fleet_config_refused_fires_after_a_minute_and_clears_on_the_next_good_file(
+        tmp_path: Path) -> None:
+    refused = _warning("r1", "The router at r1 refused its fleet file and serves the fleet it "
+                       "had")
+    refused["exp_annotations"]["description"] = (
+        "Workers added to the file since take no requests yet and workers removed still do. "
+        "The router's log says what is wrong (a field, an unset api_key_env, a routing rule "
+        "the new fleet cannot serve).\n")
+    _promtool_test(tmp_path, "fleet-refused", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'kvroute_fleet_last_reload_successful{instance="r1"}',
+                 "values": "1 1 0 0 0 1 1"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "FleetConfigRefused", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "FleetConfigRefused", "exp_alerts": [refused]},
+                {"eval_time": "5m", "alertname": "FleetConfigRefused", "exp_alerts": []},
             ],
         }],
     })

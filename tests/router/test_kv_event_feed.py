@@ -7,17 +7,20 @@ they are cached; routed through the router they must then land on that worker.""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 
 from router.keys import KV_EVENTS
 from router.kv_event_feed import KvEventFeed
 from tests.router.gateway_support import MODEL, RouterFactory, RouterHandle
 from workers.emulator.process import EmulatorProcess
-from workers.fleet import FleetConfig, parse_fleet
+from workers.fleet import FleetConfig, load_fleet, parse_fleet
 from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -136,3 +139,50 @@ def test_forgetting_a_worker_drops_its_block_set(event_fleet: FleetConfig) -> No
     feed.forget("w0")
     assert feed.status()["w0"]["blocks"] == 0 and not feed.status()["w0"]["exact"]
     KvEventFeed([]).forget("w0")                       # an inert feed: nothing to do
+
+
+async def test_streams_named_by_a_reloaded_fleet_file_are_followed(
+        event_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """A router started on a fleet without KV events: its feed is inert, until the fleet
+    file names the streams; then prompts cached behind its back are found."""
+    def fleet_text(with_events: bool) -> str:
+        workers = []
+        for spec in event_fleet.workers:
+            info = spec.info
+            entry: dict[str, object] = {"id": info.id, "gpu": "h100", "models": [MODEL],
+                                        "url": info.url}
+            if with_events:
+                entry["kv_events"] = info.kv_events_endpoint
+                entry["labels"] = dict(info.labels)
+            workers.append(entry)
+        return yaml.safe_dump({"models": {MODEL: {"arch": "llama-3-8b",
+                                                  "max_model_len": 8192}},
+                               "workers": workers})
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text(False))
+    router = await make_router(load_fleet(path), PREFIX_ONLY, reload_interval_s=0.05)
+    assert not router.app[KV_EVENTS].enabled
+    before = path.stat().st_mtime_ns
+    path.write_text(fleet_text(True))
+    os.utime(path, ns=(before + 10**9, before + 10**9))
+    deadline = time.monotonic() + 10.0
+    while router.metric("kvroute_fleet_reloads_total", result="success") < 1:
+        assert time.monotonic() < deadline, "the fleet file was not reloaded"
+        await asyncio.sleep(0.05)
+    assert set(router.app[KV_EVENTS].status()) == {"w0", "w1"}
+    urls = {w.info.id: w.info.url for w in event_fleet.workers}
+    prompt = [12000 + i for i in range(64)]
+    async with aiohttp.ClientSession() as session:
+        # a SUB socket misses what is published before its subscription reaches the
+        # publisher: prompts until the first batch arrives (later ones replay what it missed)
+        deadline = time.monotonic() + 15.0
+        while router.app[KV_EVENTS].status()["w1"]["batches"] == 0:
+            assert time.monotonic() < deadline, router.app[KV_EVENTS].status()
+            await complete(session, urls["w1"], [11000 + i for i in range(16)])
+            await asyncio.sleep(0.05)
+        before_blocks = router.app[KV_EVENTS].status()["w1"]["blocks"]
+        await complete(session, urls["w1"], prompt)
+        await wait_for_blocks(router, "w1", before_blocks + 4)
+        routed = await complete(session, router.url, prompt)
+    assert routed.headers["x-kvroute-worker"] == "w1"

@@ -63,3 +63,50 @@ def test_runners_of_a_model_as_the_fleet_declares_them() -> None:
     assert registry.runners_of(MODEL) == {"generate"}
     assert registry.runners_of("embedder") == {"pooling"}
     assert registry.runners_of("nope") == frozenset()
+
+
+def test_replace_keeps_the_snapshots_of_workers_declared_as_before() -> None:
+    """A reloaded fleet file: added, removed and changed workers; a removed worker's
+    declaration still answers ``info`` (its requests in flight finish)."""
+    inflight = InflightTracker()
+    a, b, c = _info("a"), _info("b"), _info("c")
+    registry = WorkerRegistry([a, b, c], inflight)
+    for worker in "abc":
+        registry.update(WorkerSnapshot(worker_id=worker, healthy=True, scraped_at=1.0,
+                                       running=3), fresh=True)
+    b_moved = WorkerInfo(id="b", url="http://127.0.0.1/b-elsewhere", gpu=BUILTIN_GPUS["h100"],
+                         models=(MODEL,), model_spec=BUILTIN_MODELS["llama-3-8b"],
+                         price_per_hour=3.0)
+    a_again = _info("a")            # equal, not the same object: declared as before
+    change = registry.replace([a_again, b_moved, _info("d")])
+    assert (change.added, change.removed, change.changed) == (("d",), ("c",), ("b",))
+    assert change.gone == ("b", "c")
+    assert change.describe() == "added d; removed c; changed b"
+    assert [v.id for v in registry.views(1.0)] == ["a", "b", "d"]
+    assert registry.snapshot("a") is not None and registry.views(1.0)[0].running == 3
+    assert registry.snapshot("b") is None and not registry.views(1.0)[1].healthy
+    assert registry.info("c") is c and registry.info("b") is b_moved
+    with pytest.raises(KeyError):
+        registry.update(WorkerSnapshot(worker_id="c", healthy=True, scraped_at=2.0),
+                        fresh=True)
+    assert not registry.replace([a_again, b_moved, _info("d")])
+    registry.replace([_info("c")])               # back again: no longer retired
+    assert registry.info("c") is not c and registry.snapshot("c") is None
+
+
+def test_replace_with_duplicate_ids_changes_nothing() -> None:
+    registry = WorkerRegistry([_info("a")], InflightTracker())
+    with pytest.raises(ValueError, match="unique"):
+        registry.replace([_info("b"), _info("b")])
+    assert [info.id for info in registry.infos] == ["a"]
+
+
+def test_a_single_model_fleet_gains_a_default_model_only_while_it_serves_one() -> None:
+    registry = WorkerRegistry([_info("a")], InflightTracker())
+    assert registry.default_model() == MODEL
+    other = WorkerInfo(id="e", url="http://127.0.0.1/e", gpu=BUILTIN_GPUS["a100"],
+                       models=("other",), model_spec=BUILTIN_MODELS["llama-3-8b"],
+                       price_per_hour=2.0)
+    registry.replace([_info("a"), other])
+    assert registry.default_model() is None
+    assert registry.runners_of("other") == frozenset({"generate"})

@@ -331,3 +331,32 @@ async def test_a_worker_serving_other_names_than_the_fleet_files_is_logged_once(
                         f"{MODEL} will. Give the fleet file the names it serves, or start it "
                         "with --served-model-name"]
     assert state.models_calls == 3
+
+
+async def test_follow_registry_starts_and_stops_loops_as_the_fleet_changes(
+        worker: tuple[_Worker, str]) -> None:
+    """A reloaded fleet file: a new worker is scraped at once, a removed one no more."""
+    state, url = worker
+    registry = WorkerRegistry([_info(url)], InflightTracker())
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.05, timeout_s=2.0,
+                                models_interval_s=5.0, fail_threshold=3)
+        task = asyncio.create_task(scraper.run())
+        try:
+            await asyncio.sleep(0.2)
+            assert registry.snapshot("w0") is not None
+            second = dataclasses.replace(_info(url), id="w1")
+            registry.replace([second])
+            scraper.follow_registry()
+            await asyncio.sleep(0.2)
+            snapshot = registry.snapshot("w1")
+            assert snapshot is not None and snapshot.healthy
+            hits = len(state.hits)
+            await asyncio.sleep(0.2)
+            # one worker scraped every 50 ms: about 4 more, not 8 (the removed one stopped)
+            assert 2 <= len(state.hits) - hits <= 6
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    assert scraper._loops == {}

@@ -6,7 +6,8 @@ worker has a replay endpoint, a DEALER socket asks it for everything from the mi
 sequence number on (one frame: 8-byte big-endian start) and reads
 ``[b"", topic, seq, payload]`` (or the older ``[b"", seq, payload]``) until the end marker
 ``seq = 2**64 - 1``; see ``vllm-interface.md`` §3.2. Undecodable payloads count as lost
-batches. ``stop()`` closes every socket; the context is owned here.
+batches. ``follow(sources)`` changes the streams followed (a reloaded fleet file) without
+disturbing the others. ``stop()`` closes every socket; the context is owned here.
 
 ```python
 subscriber = KvEventSubscriber(index, [KvEventSource("h100-0", "tcp://127.0.0.1:5557",
@@ -62,19 +63,39 @@ class KvEventSubscriber:
         self.counters: dict[str, SubscriberCounters] = {
             s.worker_id: SubscriberCounters() for s in self.sources}
         self._context: zmq.asyncio.Context | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        # worker id -> the source its task follows, and the task
+        self._tasks: dict[str, tuple[KvEventSource, asyncio.Task[None]]] = {}
         self._connected: dict[str, asyncio.Event] = {}
 
     async def start(self) -> None:
         self._context = zmq.asyncio.Context()
-        for source in self.sources:
-            self._connected[source.worker_id] = asyncio.Event()
-            self._tasks.append(asyncio.create_task(self._follow(source),
-                                                   name=f"kv-events-{source.worker_id}"))
-        await asyncio.gather(*(event.wait() for event in self._connected.values()))
+        await self.follow(self.sources)
+
+    async def follow(self, sources: Sequence[KvEventSource]) -> None:
+        """Follow these streams from now on (a reloaded fleet file): a stream no longer
+        listed, or listed with another endpoint or topic, is closed; a new one is connected
+        (returns once each new SUB socket is); the others go on undisturbed."""
+        assert self._context is not None, "start() first"
+        wanted = {source.worker_id: source for source in sources}
+        for worker_id, (source, task) in list(self._tasks.items()):
+            if wanted.get(worker_id) != source:
+                del self._tasks[worker_id]
+                self._connected.pop(worker_id, None)
+                await cancel_and_wait(task)
+        started: list[asyncio.Event] = []
+        for worker_id, source in wanted.items():
+            if worker_id in self._tasks:
+                continue
+            self.counters.setdefault(worker_id, SubscriberCounters())
+            event = self._connected[worker_id] = asyncio.Event()
+            started.append(event)
+            self._tasks[worker_id] = (source, asyncio.create_task(
+                self._follow(source), name=f"kv-events-{worker_id}"))
+        self.sources = tuple(sources)
+        await asyncio.gather(*(event.wait() for event in started))
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for _source, task in self._tasks.values():
             await cancel_and_wait(task)
         self._tasks.clear()
         if self._context is not None:

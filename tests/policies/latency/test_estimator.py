@@ -215,3 +215,13 @@ def test_each_estimate_reads_and_teaches_ttft_in_its_regime() -> None:
     assert corrected_warm.ttft_s == pytest.approx(3 * corrected_warm.raw_ttft_s)
     corrected_cold = est.estimate(request, idle, cached=0)   # a regime with nothing of its own
     assert corrected_cold.ttft_s < 3 * corrected_cold.raw_ttft_s
+
+
+def test_a_worker_declared_anew_on_other_hardware_is_estimated_as_that_hardware() -> None:
+    """A reloaded fleet file may give a worker id another GPU: its coefficients follow."""
+    est = estimator()
+    request = request_of(16_000)
+    on_h100 = est.estimate(request, make_view("w", gpu=H100_80GB), cached=0)
+    on_l40s = est.estimate(request, make_view("w", gpu=L40S_48GB), cached=0)
+    fresh = estimator().estimate(request, make_view("w", gpu=L40S_48GB), cached=0)
+    assert on_l40s.ttft_s == fresh.ttft_s > 2.5 * on_h100.ttft_s

@@ -153,3 +153,44 @@ async def test_a_router_joining_a_running_engine_without_replay_is_exact_from_th
         await subscriber.stop()
         pub.close(linger=0)
         context.term()
+
+
+@pytest.mark.integration
+async def test_follow_adds_and_drops_streams_and_leaves_the_others_undisturbed() -> None:
+    """A reloaded fleet file names one more stream, then drops the first."""
+    context = zmq.asyncio.Context()
+    first, second = context.socket(zmq.PUB), context.socket(zmq.PUB)
+    first_port = first.bind_to_random_port("tcp://127.0.0.1")
+    second_port = second.bind_to_random_port("tcp://127.0.0.1")
+    index = ExactPrefixIndex()
+    w = KvEventSource("w", f"tcp://127.0.0.1:{first_port}")
+    v = KvEventSource("v", f"tcp://127.0.0.1:{second_port}")
+    subscriber = KvEventSubscriber(index, [w])
+
+    async def seen(pub: zmq.asyncio.Socket, worker: str, seq: int, block: int) -> None:
+        async with asyncio.timeout(30.0):
+            while not index.holds(worker, block):
+                await pub.send_multipart([b"", seq.to_bytes(8, "big"), stored_payload([block])])
+                await asyncio.sleep(0.02)
+
+    try:
+        await subscriber.start()
+        await seen(first, "w", 0, 11)
+        w_task = subscriber._tasks["w"][1]
+        await subscriber.follow([w, v])
+        assert subscriber._tasks["w"][1] is w_task and not w_task.done()
+        await seen(second, "v", 0, 21)
+        await seen(first, "w", 1, 12)
+        await subscriber.follow([v])
+        assert w_task.done() and set(subscriber._tasks) == {"v"}
+        assert [s.worker_id for s in subscriber.sources] == ["v"]
+        for _ in range(10):                       # nobody reads the first stream now
+            await first.send_multipart([b"", (2).to_bytes(8, "big"), stored_payload([13])])
+            await asyncio.sleep(0.02)
+        await seen(second, "v", 1, 22)
+        assert not index.holds("w", 13) and index.state("w").last_seq == 1
+    finally:
+        await subscriber.stop()
+        first.close(linger=0)
+        second.close(linger=0)
+        context.term()

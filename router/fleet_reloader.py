@@ -1,0 +1,140 @@
+"""``FleetReloader``: the fleet file, kept current while the router runs.
+
+Workers are added, removed or declared anew (another URL, GPU, labels, key, ...) by editing
+the fleet file, without a restart. The file is polled every ``interval_s`` (its stamp, as
+the routing file's), and new content is taken once it reads the same at two polls running,
+so a file written in several steps is not taken half-written. Before anything changes the
+new fleet must pass what ``kvroute serve`` checks at start: the file itself, every
+``api_key_env`` set in this process's environment, every ``tls_ca_file`` usable, and the
+routing file in force valid against it (``check``: a rule sending requests to a pool or model
+the new fleet no longer has refuses the fleet, so remove the rule first). A refused file is
+logged once per change of the file, with the field that is wrong, and the fleet in force
+keeps serving. A taken one is handed to ``apply`` (the router's registry, scraper, upstream
+clients, policy engine and KV-event feed) with what changed, and logged. Each outcome goes
+to ``on_result`` (``kvroute_fleet_reloads_total``, ``kvroute_fleet_last_reload_successful``).
+
+Requests in flight on a removed worker finish there; no new one goes to it. A worker
+declared anew is a new server to the router: what it knew of the old one's cache and
+health is dropped, and it is scraped at once. ``kvroute up`` starts the emulated workers of
+the file it started with only; an ``emulate:`` worker added later is scraped at its port
+like any other, and stays down until something listens there (logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from policies.errors import RoutingConfigError
+from workers.credentials import worker_authorizations
+from workers.file_watch import PeriodicCheck, SettledContent, file_digest, file_stamp
+from workers.fleet import FleetConfig, FleetConfigError, load_fleet
+from workers.models import WorkerInfo
+from workers.registry import FleetChange, fleet_change
+from workers.tls import worker_tls_contexts
+from workers.upstream import Origin, origin_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedFleet:
+    """A new fleet that passed every check, with what the upstream clients need for it."""
+
+    fleet: FleetConfig
+    change: FleetChange
+    authorizations: dict[Origin, str]
+    tls: dict[Origin, ssl.SSLContext]
+
+    @property
+    def infos(self) -> list[WorkerInfo]:
+        return [spec.info for spec in self.fleet.workers]
+
+
+class FleetReloader:
+    """Owns the fleet in force for one fleet file."""
+
+    def __init__(self, path: Path, fleet: FleetConfig, tls: Mapping[Origin, ssl.SSLContext],
+                 *, check: Callable[[FleetConfig], None],
+                 apply: Callable[[PreparedFleet], Awaitable[None]],
+                 environ: Mapping[str, str], interval_s: float = 1.0,
+                 on_result: Callable[[bool], None] | None = None) -> None:
+        """``fleet``: the one in force (read from ``path`` at start), ``tls`` its contexts;
+        ``check(fleet)`` raises ``RoutingConfigError`` when the routing file in force cannot
+        serve ``fleet``."""
+        self.path = path
+        self.fleet = fleet
+        self._tls = dict(tls)
+        self._check_routing = check
+        self._apply = apply
+        self._environ = environ
+        self._on_result = on_result
+        self._stamp = file_stamp(path)
+        self._content = SettledContent(file_digest(path))
+        self._periodic = PeriodicCheck(self.check, interval_s, f"fleet-reloader:{path}",
+                                       "fleet reload")
+
+    async def check(self) -> bool:
+        """Read the file again if it changed; whether a new fleet took over."""
+        stamp = file_stamp(self.path)
+        if stamp == self._stamp and not self._content.waiting:
+            return False
+        self._stamp = stamp
+        if not self._content.offer(file_digest(self.path)):    # unchanged, or not settled yet
+            return False
+        try:
+            prepared = self.prepare(load_fleet(self.path))
+        except (FleetConfigError, RoutingConfigError) as exc:
+            log.error("fleet file %s refused, the fleet in force stays: %s", self.path, exc)
+            self._report(False)
+            return False
+        if not prepared.change:
+            self.fleet = prepared.fleet
+            log.info("fleet file %s read again: no worker changed", self.path)
+            self._report(True)
+            return False
+        await self._apply(prepared)
+        self.fleet, self._tls = prepared.fleet, prepared.tls
+        log.info("fleet file %s reloaded: %s (%d worker(s))", self.path,
+                 prepared.change.describe(), len(prepared.fleet.workers))
+        for worker_id in (*prepared.change.added, *prepared.change.changed):
+            if prepared.fleet.worker(worker_id).emulated:
+                log.warning("worker %s is declared emulate: in %s; an emulated worker is "
+                            "started with kvroute up (or kvroute emulate), not by a reload: "
+                            "until something listens at %s it is down", worker_id, self.path,
+                            prepared.fleet.worker(worker_id).info.url)
+        self._report(True)
+        return True
+
+    def prepare(self, fleet: FleetConfig) -> PreparedFleet:
+        """Check ``fleet`` as ``kvroute serve`` would at start (raises ``FleetConfigError``
+        or ``RoutingConfigError``) and make its credentials."""
+        infos = [spec.info for spec in fleet.workers]
+        authorizations = worker_authorizations(infos, self._environ)
+        tls = self._tls_contexts(infos)
+        self._check_routing(fleet)
+        return PreparedFleet(fleet, fleet_change([s.info for s in self.fleet.workers], infos),
+                             authorizations, tls)
+
+    def _tls_contexts(self, infos: list[WorkerInfo]) -> dict[Origin, ssl.SSLContext]:
+        """The new fleet's TLS contexts; a worker at the same origin with the same CA bundle
+        keeps its context (and so its pooled connections)."""
+        before = {origin_of(spec.info.url): spec.info.tls_ca_file for spec in self.fleet.workers}
+        kept = {origin_of(info.url) for info in infos
+                if origin_of(info.url) in self._tls
+                and before.get(origin_of(info.url), "") == info.tls_ca_file}
+        made = worker_tls_contexts(info for info in infos if origin_of(info.url) not in kept)
+        return {**{origin: self._tls[origin] for origin in kept}, **made}
+
+    def _report(self, succeeded: bool) -> None:
+        if self._on_result is not None:
+            self._on_result(succeeded)
+
+    def start(self) -> None:
+        self._periodic.start()
+
+    async def stop(self) -> None:
+        await self._periodic.stop()

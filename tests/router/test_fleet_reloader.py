@@ -1,0 +1,173 @@
+"""router/fleet_reloader.py: workers added to, removed from or declared anew in the fleet file
+take effect without a restart; a file the router would refuse at start leaves the fleet in
+force serving.
+
+The workers are the session's emulated ones (one emulator process), reached by URL from a
+fleet file the test rewrites while a router on 127.0.0.1 serves it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from router.keys import FLEET_RELOADER
+from tests.router.gateway_support import (
+    MODEL,
+    ROUTING_ROUND_ROBIN,
+    RouterFactory,
+    RouterHandle,
+    fleet_entry,
+    short_chat,
+)
+from workers.fleet import FleetConfig, load_fleet
+
+pytestmark = pytest.mark.integration
+
+
+def fleet_text(urls: dict[str, str], **extra: dict[str, Any]) -> str:
+    """A fleet file of H100 workers reached by URL; ``extra[id]`` adds fields to a worker."""
+    return yaml.safe_dump({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": wid, "gpu": "h100", "models": [MODEL], "url": url,
+                     **extra.get(wid, {})} for wid, url in urls.items()]})
+
+
+def rewrite(path: Path, text: str) -> None:
+    """Write ``text``, moving the modification time on (a rewrite within one clock tick of
+    the same size would otherwise look unchanged)."""
+    before = path.stat().st_mtime_ns
+    path.write_text(text)
+    os.utime(path, ns=(before + 10**9, before + 10**9))
+
+
+def urls_of(fleet: FleetConfig, *ids: str) -> dict[str, str]:
+    by_id = {spec.info.id: spec.info.url for spec in fleet.workers}
+    return {wid: by_id[wid] for wid in ids}
+
+
+async def reloads(router: RouterHandle, result: str, count: float) -> None:
+    """Wait until the router counted ``count`` fleet reloads with ``result``."""
+    deadline = time.monotonic() + 10.0
+    while router.metric("kvroute_fleet_reloads_total", result=result) < count:
+        assert time.monotonic() < deadline, f"no {result} reload"
+        await asyncio.sleep(0.02)
+
+
+async def workers_reached(router: RouterHandle, requests: int) -> set[str]:
+    async with aiohttp.ClientSession() as session:
+        answers = [await short_chat(session, router) for _ in range(requests)]
+    assert {status for status, _ in answers} == {200}, answers
+    return {worker for _, worker in answers}
+
+
+async def start(make_router: RouterFactory, path: Path) -> RouterHandle:
+    return await make_router(load_fleet(path), ROUTING_ROUND_ROBIN, reload_interval_s=0.05)
+
+
+async def test_workers_added_and_removed_take_requests_from_the_next_request_on(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text(urls_of(emulated_fleet, "h100-fast")))
+    router = await start(make_router, path)
+    assert await workers_reached(router, 4) == {"h100-fast"}
+
+    rewrite(path, fleet_text(urls_of(emulated_fleet, "h100-fast", "a100-fast")))
+    await reloads(router, "success", 1)
+    # the new worker is scraped at once: healthy within a scrape or two
+    deadline = time.monotonic() + 5.0
+    while not (await fleet_entry(router, "a100-fast"))["healthy"]:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    assert await workers_reached(router, 6) == {"h100-fast", "a100-fast"}
+
+    rewrite(path, fleet_text(urls_of(emulated_fleet, "a100-fast")))
+    await reloads(router, "success", 2)
+    assert await workers_reached(router, 4) == {"a100-fast"}
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{router.url}/debug/fleet") as resp:
+        assert [w["id"] for w in (await resp.json())["data"]] == ["a100-fast"]
+    assert router.metric("kvroute_fleet_last_reload_successful") == 1.0
+    assert router.app[FLEET_RELOADER].fleet.source == str(path)
+
+
+async def test_a_file_the_router_would_refuse_at_start_leaves_the_fleet_in_force(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "fleet.yaml"
+    good = fleet_text(urls_of(emulated_fleet, "h100-fast"))
+    path.write_text(good)
+    router = await start(make_router, path)
+    refusals = [
+        ("workers: [{id: a, gpu: h100}\n", "invalid YAML"),
+        (fleet_text(urls_of(emulated_fleet, "a100-fast"), **{"a100-fast": {"gpu": "tpu"}}),
+         "unknown GPU class"),
+        (fleet_text(urls_of(emulated_fleet, "a100-fast"),
+                    **{"a100-fast": {"api_key_env": "KVROUTE_TEST_UNSET_KEY_VARIABLE"}}),
+         "KVROUTE_TEST_UNSET_KEY_VARIABLE"),
+    ]
+    with caplog.at_level(logging.ERROR, logger="router.fleet_reloader"):
+        for count, (text, reason) in enumerate(refusals, 1):
+            rewrite(path, text)
+            await reloads(router, "failure", count)
+            assert reason in caplog.text
+            assert router.metric("kvroute_fleet_last_reload_successful") == 0.0
+            assert await workers_reached(router, 2) == {"h100-fast"}
+    assert router.metric("kvroute_fleet_reloads_total", result="success") == 0.0
+    rewrite(path, fleet_text(urls_of(emulated_fleet, "a100-fast")))
+    await reloads(router, "success", 1)
+    assert router.metric("kvroute_fleet_last_reload_successful") == 1.0
+    assert await workers_reached(router, 2) == {"a100-fast"}
+
+
+async def test_a_fleet_the_routing_file_in_force_cannot_serve_is_refused_naming_the_rule(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "fleet.yaml"
+    urls = urls_of(emulated_fleet, "h100-fast", "a100-fast")
+    labels = {"h100-fast": {"labels": {"pool": "premium"}}}
+    path.write_text(fleet_text(urls, **labels))
+    routing = ROUTING_ROUND_ROBIN + """\
+rules:
+  - when: {header: {x-tier: gold}}
+    then: {pool: {pool: premium}}
+"""
+    router = await make_router(load_fleet(path), routing, reload_interval_s=0.05)
+    with caplog.at_level(logging.ERROR, logger="router.fleet_reloader"):
+        rewrite(path, fleet_text(urls))            # the premium pool's only worker relabelled
+        await reloads(router, "failure", 1)
+    assert "rules[0].then.pool" in caplog.text
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{router.url}/v1/chat/completions", headers={"x-tier": "gold"},
+            json={"model": MODEL, "max_tokens": 2,
+                  "messages": [{"role": "user", "content": "hi"}]}) as resp:
+        assert resp.status == 200
+        assert resp.headers["x-kvroute-worker"] == "h100-fast"
+
+
+async def test_a_stream_on_a_removed_worker_finishes_there(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text(urls_of(emulated_fleet, "slow")))
+    router = await start(make_router, path)
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{router.url}/v1/chat/completions",
+            json={"model": MODEL, "max_tokens": 40, "stream": True,
+                  "messages": [{"role": "user", "content": "hi"}]}) as resp:
+        assert resp.status == 200
+        assert resp.headers["x-kvroute-worker"] == "slow"
+        first = await resp.content.readline()
+        assert first.startswith(b"data: ")
+        rewrite(path, fleet_text(urls_of(emulated_fleet, "h100-fast")))
+        await reloads(router, "success", 1)
+        rest = await resp.content.read()
+    assert rest.rstrip().endswith(b"data: [DONE]")
+    assert b'"error"' not in rest
+    assert await workers_reached(router, 2) == {"h100-fast"}
