@@ -33,7 +33,7 @@ from policies.reloader import PolicyReloader
 from policies.summary import fleet_warnings
 from router.admission.keyed_tenants import unkeyed_budgets
 from router.bad_http_log import OneLineBadHttp
-from router.client_auth import client_auth_middleware
+from router.client_auth import client_auth_middleware, hide_reason_from_tenants
 from router.client_keys_reloader import ClientKeysReloader
 from router.collector import LoopCollector
 from router.cors import Cors
@@ -146,6 +146,8 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
                                                   settings.request_id_header))
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     app.on_response_prepare.append(echo_request_id(settings.request_id_header))
+    if client_keys is not None:
+        app.on_response_prepare.append(hide_reason_from_tenants)
     if cors is not None:
         app.on_response_prepare.append(cors.on_response_prepare)
     app[SETTINGS] = settings

@@ -224,6 +224,38 @@ async def test_a_tenants_key_cannot_read_the_operators_debug_pages(
             assert resp.status == 200                # its API as before
 
 
+@pytest.mark.integration
+async def test_a_tenants_answers_do_not_say_what_other_tenants_cached(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """The reason (``prefix 0.96 on w3``) told a tenant how much of a guessed prompt another
+    tenant had sent before; the operator reads it in /debug/decisions."""
+    keys_file = tmp_path / "keys.yaml"
+    keys_file.write_text("acme: sk-acme-1\nglobex: sk-globex\n")
+    router = await make_router(subset(emulated_fleet, ["h100-fast", "a100-fast"]),
+                               api_keys=("sk-operator",), api_keys_file=keys_file)
+    secret = {"model": MODEL, "max_tokens": 2, "messages": [
+        {"role": "user", "content": "The vault code is walrus-7. " * 40}]}
+    async with aiohttp.ClientSession() as http:
+        for key in ("sk-acme-1", "sk-globex", "sk-operator"):
+            async with http.post(f"{router.url}/v1/chat/completions", json=secret, headers={
+                    "Authorization": f"Bearer {key}", "x-request-id": f"probe-{key}"}) as resp:
+                await resp.read()
+                assert resp.status == 200
+                assert resp.headers["x-kvroute-worker"] in ("h100-fast", "a100-fast")
+                if key == "sk-operator":
+                    assert "prefix 1.00" in resp.headers["x-kvroute-reason"]
+                else:
+                    assert "x-kvroute-reason" not in resp.headers
+        async with http.post(f"{router.url}/v1/chat/completions", json={**CHAT, "model": "nope"},
+                             headers={"Authorization": "Bearer sk-globex"}) as resp:
+            assert resp.status == 404 and "x-kvroute-reason" not in resp.headers
+        async with http.get(f"{router.url}/debug/decisions?limit=5",
+                            headers={"Authorization": "Bearer sk-operator"}) as resp:
+            decisions = (await resp.json())["data"]
+    globex = next(d for d in decisions if d["request_id"] == "probe-sk-globex")
+    assert "prefix 1.00" in globex["reason"]
+
+
 def test_kvroute_api_key_set_but_empty_stops_the_start() -> None:
     """A secret that rendered to nothing must not start a router open to anyone (in a
     process of its own: were it to start, it is stopped, not left serving)."""
