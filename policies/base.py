@@ -42,6 +42,7 @@ class RoutingRequest:
     # what a context window must hold (each is served on its own); 0 for a single prompt
     longest_prompt_tokens: int = 0
     prompt_count: int = 1                # the prompts of a batch, each answered on its own
+    choices: int = 1                     # sequences generated per prompt (n; best_of if more)
     block_hashes: dict[int, Sequence[int]] = field(default_factory=dict)   # block_size -> chain
     semantic_class: str | None = None
     predicted_output_tokens: int | None = None   # learnt from finished requests, <= max_tokens
@@ -65,10 +66,16 @@ class RoutingRequest:
         """max_tokens if given, else a conservative default: what to wait for at most."""
         return self.max_tokens if self.max_tokens is not None else 256
 
+    @property
+    def sequences(self) -> int:
+        """The sequences generated: each prompt of a batch, ``choices`` times. An answer's
+        ``completion_tokens`` is theirs together."""
+        return self.prompt_count * self.choices
+
     def output_tokens_within(self, max_model_len: int) -> int:
         """``expected_output_tokens`` as a worker with this context window serves them
-        (``output_tokens_in_window``), for each prompt of a batch."""
-        return self.prompt_count * output_tokens_in_window(
+        (``output_tokens_in_window``), for each sequence generated."""
+        return self.sequences * output_tokens_in_window(
             self.expected_output_tokens, self.context_prompt_tokens, max_model_len)
 
 
@@ -85,6 +92,15 @@ def is_token_ids(values: Iterable[Any]) -> bool:
     (JSON's ``true`` is not a token). Checked by type in C: a client's million-token prompt
     costs milliseconds on the event loop, not tens of them."""
     return {*map(type, values)} == {int}
+
+
+def per_sequence(completion_tokens: int, request: RoutingRequest) -> int:
+    """An answer's ``completion_tokens`` (the sum over its sequences) per sequence, at least 1:
+    what one of them generated on average, the unit of ``max_tokens`` and of predictions."""
+    sequences = request.sequences
+    if sequences == 1:
+        return completion_tokens
+    return max(1, round(completion_tokens / sequences))
 
 
 def output_tokens_in_window(output_tokens: int, prompt_tokens: int, max_model_len: int) -> int:

@@ -31,6 +31,7 @@ from policies.base import (
     RequestOutcome,
     RoutingRequest,
     output_tokens_in_window,
+    per_sequence,
 )
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
@@ -215,9 +216,10 @@ class Director:
         routing = parsed.routing
         # the answer it may take: vLLM clamps max_tokens to what the prompt leaves of the
         # window, so 10**9 is charged as the largest window's rest, not as a billion tokens
-        # (each prompt of a batch is clamped by its own length, and answered on its own)
+        # (each prompt of a batch is clamped by its own length, and answered on its own, n
+        # times: n choices, or best_of sequences of which n are sent)
         self.admission.charge_expected(
-            ticket, routing.num_prompt_tokens, routing.prompt_count * output_tokens_in_window(
+            ticket, routing.num_prompt_tokens, routing.sequences * output_tokens_in_window(
                 routing.max_tokens if routing.max_tokens is not None
                 else routing.predicted_output_tokens or 0, routing.context_prompt_tokens,
                 max((view.max_model_len for view in views), default=0)), routing.model)
@@ -521,8 +523,8 @@ class Director:
                                      cost if isinstance(cost, float) and status == 200 else None)
         predicted = routing.predicted_output_tokens
         if predicted is not None and status == 200:
-            self._metrics.record_output_prediction(decision.model, predicted,
-                                                   outcome.completion_tokens)
+            self._metrics.record_output_prediction(
+                decision.model, predicted, per_sequence(outcome.completion_tokens, routing))
 
     def _outcome(self, routing: RoutingRequest, attempt: _Attempt, result: ProxyResult | None,
                  status: int) -> RequestOutcome:
@@ -533,9 +535,11 @@ class Director:
             e2e = result.finished_at - attempt.started_at
             if result.first_byte_at is not None:
                 ttft = result.first_byte_at - attempt.started_at
-                if usage is not None and usage.completion_tokens > 1:
-                    tpot = (result.finished_at - result.first_byte_at) / (
-                        usage.completion_tokens - 1)
+                # the sequences of a batch or of n choices are generated side by side: the
+                # time between tokens is each one's (16 choices read as 16 times faster)
+                per_sequence = usage.completion_tokens / routing.sequences if usage else 0.0
+                if per_sequence > 1:
+                    tpot = (result.finished_at - result.first_byte_at) / (per_sequence - 1)
         return RequestOutcome(
             request_id=routing.request_id, worker_id=attempt.decision.worker_id, status=status,
             prompt_tokens=usage.prompt_tokens if usage else 0,

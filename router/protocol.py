@@ -159,10 +159,28 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         request_id=request_id, model=model, path=path, messages=messages, prompt=prompt,
         max_tokens=max_tokens, stream=stream, tenant=tenant or tenant_of(headers),
         session=headers.get("x-session-id") or user, headers=headers,
-        arrival_time=arrival_time)
+        arrival_time=arrival_time,
+        choices=choices_of(data) if path in (CHAT_PATH, COMPLETIONS_PATH) else 1)
     return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage,
                          response_id=response_id, previous_response_id=previous_id,
                          response_id_assigned=assigned)
+
+
+# the most sequences per prompt counted (vLLM refuses far fewer): a budget is charged what
+# the worker may generate, not what a client writes
+MAX_CHOICES = 1024
+
+
+def choices_of(data: Mapping[str, Any]) -> int:
+    """The sequences a chat or completions request generates per prompt: ``n`` choices, or
+    ``best_of`` (completions: generated, the best ``n`` sent) when larger. A value the
+    worker will refuse (not a positive integer) counts as 1: its 400 is vLLM's."""
+    choices = 1
+    for name in ("n", "best_of"):
+        value = data.get(name)
+        if type(value) is int and value > choices:
+            choices = value
+    return min(choices, MAX_CHOICES)
 
 
 def check_model(model: Any) -> str:

@@ -50,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from policies.base import RequestOutcome, RoutingRequest
+from policies.base import RequestOutcome, RoutingRequest, per_sequence
 from policies.errors import ParamError
 from policies.producers.previous_turns import PreviousTurns
 from policies.registry import PluginRegistry
@@ -176,7 +176,8 @@ class OutputLengthProducer:
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         if outcome.status != 200 or outcome.completion_tokens < 1:
             return
-        window, tokens = self.params.window, outcome.completion_tokens
+        # what one sequence generated: a batch's prompts and n choices report their sum
+        window, tokens = self.params.window, per_sequence(outcome.completion_tokens, request)
         if self._turns is not None and request.block_hashes:
             self._turns.remember(request.block_hashes[min(request.block_hashes)], tokens)
             self._judge(request, tokens, window)

@@ -406,3 +406,19 @@ def test_an_anthropic_api_key_names_the_tenant() -> None:
     tenant = tenant_of({"x-api-key": "sk-ant-secret"})
     assert tenant is not None and tenant.startswith("key-") and "secret" not in tenant
     assert tenant_of({"authorization": "Bearer sk-ant-secret"}) == tenant
+
+
+def test_choices_count_the_sequences_a_request_generates_per_prompt() -> None:
+    """``n`` choices, or ``best_of`` sequences (the best ``n`` sent) when more; a value the
+    worker will refuse counts as 1 (its 400 is the worker's), a huge one is capped."""
+    completion = {"model": MODEL, "prompt": "a"}
+    for body, choices in (({}, 1), ({"n": 3}, 3), ({"n": 2, "best_of": 5}, 5),
+                          ({"n": 4, "best_of": 2}, 4), ({"n": True}, 1), ({"n": "8"}, 1),
+                          ({"n": 0}, 1), ({"n": -3}, 1), ({"n": 2.0}, 1),
+                          ({"n": 10**12}, 1024)):
+        routing = parse({**completion, **body}, COMPLETIONS_PATH).routing
+        assert (routing.choices, routing.sequences) == (choices, choices), body
+        routing.prompt_count = 2                 # a batch of two (the tokens producer's)
+        assert routing.sequences == 2 * choices
+    assert parse({**CHAT, "n": 4}).routing.sequences == 4
+    assert parse({"model": MODEL, "input": "a", "n": 4}, RESPONSES_PATH).routing.choices == 1

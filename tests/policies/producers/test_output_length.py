@@ -89,6 +89,19 @@ def test_without_max_tokens_the_typical_output_is_predicted() -> None:
     assert predicted(producer, request(4, 500)) is None
 
 
+def test_n_choices_and_batches_teach_what_one_sequence_generated() -> None:
+    """An answer's completion_tokens is its sequences' sum: 4 choices of 25 tokens each
+    taught a share of 100 of max_tokens 100 (a share of 1: every answer as long as it may
+    be), and 4 prompts of a batch likewise."""
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
+    choices, batch = request(0, 100), request(1, 100)
+    choices.choices = 4
+    batch.prompt_count = 4
+    finish(producer, choices, 100)
+    finish(producer, batch, 100)
+    assert predicted(producer, request(2, 100)) == 25
+
+
 def test_a_tenant_uses_its_own_numbers_once_it_has_enough() -> None:
     producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
     for n in range(4):

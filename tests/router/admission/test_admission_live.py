@@ -332,3 +332,24 @@ async def test_a_max_tokens_past_the_window_is_charged_as_the_window(
         assert 8192 <= usage.totals("acme", time.monotonic())[1] < 8192 + 100
         status, _, body = await _complete(session, router, "acme")
         assert status == 200, body
+
+
+async def test_n_choices_are_charged_as_the_sequences_they_generate(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """``n`` choices (``best_of`` sequences) each take up to ``max_tokens``: a request for
+    128 choices was charged one answer while it ran, and ten of them spent six times a
+    tenant's tokens budget."""
+    cases = ((1, {}), (8, {"n": 8}), (6, {"n": 2, "best_of": 6}))
+    router = await make_router(subset(emulated_fleet, ["slow"]), _routing("tenants:\n" + "".join(
+        f"  t{i}: {{tokens_per_minute: 100000}}\n" for i in range(len(cases)))))
+    usage = router.app[STORE].usage
+    async with aiohttp.ClientSession() as session:
+        for i, (choices, body) in enumerate(cases):
+            async with session.post(
+                    f"{router.url}/v1/completions", headers={"x-tenant": f"t{i}"},
+                    json={"model": MODEL, "prompt": "Once upon a time", "max_tokens": 500,
+                          "stream": True, **body}) as response:
+                assert response.status == 200
+                await response.content.readline()     # in flight, its charge made
+                charged = usage.totals(f"t{i}", time.monotonic())[1]
+                assert choices * 500 <= charged < choices * 500 + 20, (body, charged)
