@@ -284,15 +284,19 @@ class Proxy:
 class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
-    __slots__ = ("_end_marks", "_failure", "_headers", "_pending", "_request", "_response",
-                 "_rewrite", "_send_timeout_s", "done", "end_written", "events", "first_byte_at")
+    __slots__ = ("_end_lines", "_end_marks", "_failure", "_headers", "_pending", "_request",
+                 "_response", "_rewrite", "_send_timeout_s", "done", "end_written", "events",
+                 "first_byte_at")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
                  rewrite: UsageRewrite, stream_format: StreamFormat,
                  send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S) -> None:
         self._request = request
         self._send_timeout_s = send_timeout_s
+        # an event line starts the bytes or follows a line break: "data: [DONE]" in a token's
+        # text is inside a JSON string, where a line break is escaped
         self._end_marks = stream_format.end_marks
+        self._end_lines = tuple(b"\n" + mark for mark in stream_format.end_marks)
         self._failure = stream_format.failure
         self._headers = headers
         self._rewrite = rewrite
@@ -325,10 +329,9 @@ class _StreamRelay:
         if self._rewrite.needs_events(out):
             events = self._rewrite.events(out.split(_EVENT_END)[:-1])
             out = b"".join(event + _EVENT_END for event in events)
-        if any(mark in out for mark in self._end_marks):
+        if out.startswith(self._end_marks) or any(line in out for line in self._end_lines):
             self.done = True
-        # a data line starts the bytes or follows a line break; "data:" in a token's text is
-        # inside a JSON string, where a line break is escaped
+        # likewise a data line
         self.events += out.count(b"\ndata:") + out.startswith(b"data:")
         written = await self._write(out)
         self.end_written = self.done and written

@@ -44,6 +44,9 @@ def _pieces(mode: str) -> Sequence[bytes]:
     if mode == "data-in-text":        # a model writing "data:" in its answer
         text = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x data: y data:"}}]}'
         return [text + b"\n\n" + text + b"\n\n" + USAGE + DONE]
+    if mode == "done-in-text":        # a model writing "data: [DONE]", then the worker breaks
+        return [b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"x data: [DONE]"}}]}'
+                b"\n\n"]
     if mode == "empty":
         return []
     if mode in ("done-then-hold", "hold-before-done"):
@@ -183,6 +186,20 @@ async def test_stream_without_done_ends_with_error_event(
     error = orjson.loads(events[3].removeprefix(b"data: "))
     assert error["error"]["code"] == "upstream_error"
     assert events[4:] == [b"data: [DONE]", b""]
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.status == 502
+
+
+async def test_a_tokens_text_ending_in_done_does_not_end_the_stream(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    """Matched anywhere in the bytes, "data: [DONE]" in a token's text ended the stream: the
+    worker breaking after it was a whole answer (200, no error event to the client)."""
+    url, results = relay_url
+    status, body, _ = await _get(url, "mode=done-in-text&usage=1")
+    events = body.split(b"\n\n")
+    assert status == 200 and len(events) == 4, events
+    assert orjson.loads(events[1].removeprefix(b"data: "))["error"]["code"] == "upstream_error"
+    assert events[2:] == [b"data: [DONE]", b""]
     [result] = results
     assert isinstance(result, ProxyResult) and result.status == 502
 
