@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -77,8 +77,9 @@ from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
 from router.state.store import StateStore
-from workers.models import WorkerView
+from workers.models import WorkerInfo, WorkerView
 from workers.registry import WorkerRegistry
+from workers.upstream import origin_of
 
 log = logging.getLogger(__name__)
 
@@ -252,10 +253,12 @@ class Director:
                          else "giving up")
         assert last_failure is not None and failed is not None
         headers = self._kvroute_headers(failed, parsed.routing.semantic_class)
+        # the client learns which workers failed and how, not where they are (the log says)
+        last = without_addresses(str(last_failure), map(self._registry.info, tried))
         headers["x-kvroute-reason"] = _header_safe(
-            f"upstream-error: failed on {', '.join(tried)}; last: {last_failure}")
+            f"upstream-error: failed on {', '.join(tried)}; last: {last}")
         raise UpstreamError(f"No worker could serve the request after {len(tried)} attempt(s); "
-                            f"last error: {last_failure}", headers=headers)
+                            f"last error: {last}", headers=headers)
 
     def _check_runner(self, routing: RoutingRequest) -> None:
         """A request for a model the fleet runs for something else is the client's mistake
@@ -546,6 +549,14 @@ class Director:
             completion_tokens=usage.completion_tokens if usage else 0,
             cached_tokens=usage.cached_tokens if usage else None,
             ttft_s=ttft, tpot_s=tpot, e2e_s=e2e)
+
+
+def without_addresses(text: str, workers: Iterable[WorkerInfo]) -> str:
+    """``text`` with each worker's URL and ``host:port`` replaced by its id."""
+    for info in workers:
+        host, port = origin_of(info.url)
+        text = text.replace(info.url.rstrip("/"), info.id).replace(f"{host}:{port}", info.id)
+    return text
 
 
 def _expected_first_byte_s(decision: Decision, stream: bool, decode_tokens: int) -> float | None:
