@@ -5,9 +5,10 @@ default refuses too; a broken request line; a bad chunked body) with a plain-tex
 any handler runs, and logs it on ``aiohttp.server`` at ERROR with the parser's traceback, so
 any client could fill the router's log with tracebacks. ``OneLineBadHttp`` keeps such a
 record as one WARNING line naming the client and the parser's reason (cut to 200
-characters): the first, then one in every ``EVERY`` with the count so far, so that a client
-sending garbage cannot flood the log; every other record of that logger (a failure of the
-server itself) passes as it is. It is installed while the app runs (``router.app``).
+characters; never a header's value, which may be a key): the first, then one in every
+``EVERY`` with the count so far, so that a client sending garbage cannot flood the log;
+every other record of that logger (a failure of the server itself) passes as it is. It is
+installed while the app runs (``router.app``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestPayloadError
 
 SERVER_LOGGER = "aiohttp.server"
@@ -44,8 +45,12 @@ class OneLineBadHttp(logging.Filter):
             self.client_errors += 1
             if self.client_errors > 1 and self.client_errors % EVERY:
                 return False
-            reason = _SECRET_HEADER.sub(r"\1 <not shown>",
-                                        " ".join(str(error.message).split()))
+            if isinstance(error, LineTooLong):   # it quotes the line's start: a value, a key
+                reason = (f"a line of the request's head over {error.args[1]} bytes (not "
+                          "shown: it may be a header's value, a key)")
+            else:
+                reason = _SECRET_HEADER.sub(r"\1 <not shown>",
+                                            " ".join(str(error.message).split()))
             if len(reason) > MAX_REASON_CHARS:
                 reason = reason[:MAX_REASON_CHARS] + "..."
             record.args = (record.getMessage(), error.code, reason, self.client_errors, EVERY)
