@@ -38,6 +38,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from router.errors import Forbidden, Unauthorized
+from router.request_ids import usable
 from router.settings import api_key_problem
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -175,7 +176,7 @@ def client_auth_middleware(current: Callable[[], ClientKeys], on_refused: Callab
     def refusal_headers(request: web.Request, challenge: bool = True) -> dict[str, str]:
         headers = dict(_CHALLENGE) if challenge else {}
         given = request.headers.get(request_id_header)
-        if given and given.isprintable():
+        if usable(given):
             headers[request_id_header] = given
         return headers
 

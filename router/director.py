@@ -53,6 +53,7 @@ from router.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from router.header_values import header_safe
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import (
     MESSAGES_PATH,
@@ -90,14 +91,6 @@ PINNED_PROFILE = "pinned"
 # Retry-After of a 503 for want of a worker: the admission controller's for a full router
 NO_WORKER_RETRY_AFTER_S = 1
 _STREAM_FORMATS = {RESPONSES_PATH: RESPONSES_STREAM, MESSAGES_PATH: MESSAGES_STREAM}
-
-
-def _header_safe(text: str) -> str:
-    """Header values must be one line of visible ASCII."""
-    if text.isascii() and text.isprintable() and len(text) <= 300:
-        return text
-    cleaned = "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in text)
-    return cleaned[:300]
 
 
 # bodies this large are parsed in a thread (``Director._parse``): a 1 MiB body of small items
@@ -255,7 +248,7 @@ class Director:
         headers = self._kvroute_headers(failed, parsed.routing.semantic_class)
         # the client learns which workers failed and how, not where they are (the log says)
         last = without_addresses(str(last_failure), map(self._registry.info, tried))
-        headers["x-kvroute-reason"] = _header_safe(
+        headers["x-kvroute-reason"] = header_safe(
             f"upstream-error: failed on {', '.join(tried)}; last: {last}")
         raise UpstreamError(f"No worker could serve the request after {len(tried)} attempt(s); "
                             f"last error: {last}", headers=headers)
@@ -414,7 +407,7 @@ class Director:
         headers = {self._header: decision.request_id,
                    "x-kvroute-worker": decision.worker_id or "none",
                    "x-kvroute-profile": decision.profile,
-                   "x-kvroute-reason": _header_safe(decision.reason)}
+                   "x-kvroute-reason": header_safe(decision.reason)}
         if semantic_class:
             headers["x-kvroute-class"] = semantic_class
         return headers

@@ -207,12 +207,22 @@ def upstream_authorization(headers: Mapping[str, str]) -> str | None:
     return f"Bearer {key}" if key else None
 
 
+# the longest x-tenant taken: it is a metric label, a decision log field, a budget's key
+MAX_TENANT_CHARS = 256
+
+
 def tenant_of(headers: Mapping[str, str]) -> str | None:
     """``x-tenant`` if given, else a short digest of the API key (never the key itself): the
-    bearer token, or Anthropic clients' ``x-api-key``."""
+    bearer token, or Anthropic clients' ``x-api-key``. An ``x-tenant`` longer than
+    ``MAX_TENANT_CHARS`` or not printable text (a line separator, a control character) is
+    refused, as a model name is."""
     tenant = headers.get("x-tenant")
     if tenant:     # bytes that are not UTF-8 (kept by aiohttp as escapes) become U+FFFD
-        return tenant.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        tenant = tenant.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        if len(tenant) > MAX_TENANT_CHARS or not tenant.isprintable():
+            raise InvalidRequest(f"x-tenant: must be printable text of at most "
+                                 f"{MAX_TENANT_CHARS} characters.", param="x-tenant")
+        return tenant
     auth = headers.get("authorization", "")
     if auth.lower().startswith("bearer ") and len(auth) > 7:
         return _key_digest(auth[7:])

@@ -6,7 +6,8 @@ incumbents, the latency predictions awaiting their outcome) and travels to the w
 ``X-Request-Id``, which vLLM uses as its own request id and refuses while a request with the
 same id is running. Clients may send the same id twice at once (a retry that does not wait,
 a fixed id in a script): the second gets the first's id with a suffix, which the response's
-``x-request-id`` then reports. An id that is not printable text is replaced by a new one.
+``x-request-id`` then reports. An id that is not printable text, or longer than 256
+characters, is replaced by a new one.
 """
 
 from __future__ import annotations
@@ -14,8 +15,19 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Awaitable, Callable
+from typing import TypeGuard
 
 from aiohttp import web
+
+# the longest id taken from a client: it is echoed, logged, kept with each decision and sent on
+MAX_REQUEST_ID_CHARS = 256
+
+
+def usable(given: str | None) -> TypeGuard[str]:
+    """Whether a client's request id is taken (else one is generated): printable text (no
+    control characters, bytes that are not UTF-8) of at most ``MAX_REQUEST_ID_CHARS``."""
+    return (given is not None and 0 < len(given) <= MAX_REQUEST_ID_CHARS
+            and given.isprintable())
 
 
 class RequestIds:
@@ -30,9 +42,8 @@ class RequestIds:
 
     def claim(self, given: str | None) -> str:
         """``given`` when no request in flight has it, else ``given`` with a suffix; a new
-        id when ``given`` is None, empty or not printable text (control characters, bytes
-        that are not UTF-8: it is echoed in a header, logged and sent on)."""
-        request_id = given if given and given.isprintable() else self._generated()
+        id when ``given`` is not ``usable`` (it is echoed in a header, logged and sent on)."""
+        request_id = given if usable(given) else self._generated()
         if request_id in self._in_flight:
             request_id = f"{request_id}-{self._generated()}"
         self._in_flight.add(request_id)
@@ -56,6 +67,6 @@ def echo_request_id(header: str) -> Callable[[web.Request, web.StreamResponse],
     it, and an id that is not printable text is not echoed."""
     async def echo(request: web.Request, response: web.StreamResponse) -> None:
         given = request.headers.get(header)
-        if given and given.isprintable() and header not in response.headers:
+        if usable(given) and header not in response.headers:
             response.headers[header] = given
     return echo

@@ -36,6 +36,7 @@ from router.errors import (
     RouterError,
     UpstreamError,
 )
+from router.header_values import header_safe
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import (
     DOT_SEGMENTS,
@@ -152,7 +153,8 @@ class UtilityRequests:
                 if request.method == "POST" else None)
         stream = request.query.get("stream", "").lower() in ("true", "1")
         response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE,
-                            "x-kvroute-reason": f"{view.id}: holds response {response_id}",
+                            "x-kvroute-reason": header_safe(
+                                f"{view.id}: holds response {response_id}"),
                             self._settings.request_id_header: request_id}
         try:
             result = await self._proxy.forward(

@@ -268,6 +268,17 @@ def test_a_model_with_a_lone_surrogate_is_refused_by_name() -> None:
         parse(raw)
 
 
+@pytest.mark.parametrize("tenant", ["t" * 257, "a\u2028b", "a\x85b", "tab\tx"],
+                         ids=["over 256", "line separator", "next line", "tab"])
+def test_a_tenant_that_is_not_short_printable_text_is_refused(tenant: str) -> None:
+    """8 kB of x-tenant made a 16 kB decision-log line; a line separator in it cut the log's
+    records for readers splitting on Unicode line breaks."""
+    with pytest.raises(InvalidRequest, match="x-tenant: must be printable text") as info:
+        parse(CHAT, headers={"x-tenant": tenant})
+    assert info.value.param == "x-tenant"
+    assert parse(CHAT, headers={"x-tenant": "t" * 256}).routing.tenant == "t" * 256
+
+
 def test_tenant_bytes_that_are_not_utf8_become_replacement_characters() -> None:
     received = b"t\xc3\xa9nant\xff".decode("utf-8", "surrogateescape")   # as aiohttp has it
     assert parse(CHAT, headers={"x-tenant": received}).routing.tenant == "t\u00e9nant\ufffd"

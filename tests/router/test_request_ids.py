@@ -44,9 +44,12 @@ def test_releasing_an_unknown_id_is_harmless() -> None:
     assert len(ids) == 0
 
 
-@pytest.mark.parametrize("given", ["id\udcff\udcfe", "tab\there", "nul\x00", "line\nbreak"],
-                         ids=["bytes not utf-8", "tab", "nul", "newline"])
+@pytest.mark.parametrize("given", ["id\udcff\udcfe", "tab\there", "nul\x00", "line\nbreak",
+                                   "line\u2028separator", "x" * 257],
+                         ids=["bytes not utf-8", "tab", "nul", "newline", "line separator",
+                              "over 256 characters"])
 def test_an_id_that_is_not_printable_text_is_replaced(given: str) -> None:
     ids = RequestIds(prefix="r")
     assert ids.claim(given) == "r-1"
     assert ids.claim("caf\u00e9") == "caf\u00e9"         # any printable text is kept
+    assert ids.claim("y" * 256) == "y" * 256
