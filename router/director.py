@@ -88,8 +88,6 @@ PolicySource = Callable[[], PolicyEngine]
 # the profile label of a request refused before any profile ran: the worker it was bound to
 # (the one holding the response it continues) is down
 PINNED_PROFILE = "pinned"
-# Retry-After of a 503 for want of a worker: the admission controller's for a full router
-NO_WORKER_RETRY_AFTER_S = 1
 _STREAM_FORMATS = {RESPONSES_PATH: RESPONSES_STREAM, MESSAGES_PATH: MESSAGES_STREAM}
 
 
@@ -389,8 +387,6 @@ class Director:
                 windows.get(worker) or self._registry.info(worker).model_spec.max_model_len
                 for worker in too_long), headers)
         self._metrics.record_request(model, "", "", decision.profile, 503)
-        # a worker is back within a scrape or two once it answers: worth asking again soon
-        headers["Retry-After"] = str(NO_WORKER_RETRY_AFTER_S)
         return NoWorkerAvailable(f"No worker available for model `{model}`: {decision.reason}",
                                  headers=headers)
 

@@ -190,9 +190,18 @@ class UpstreamError(RouterError):
 
 
 class NoWorkerAvailable(RouterError):
+    """No healthy worker can take the request. A worker is back within a scrape or two once
+    it answers: worth asking again soon (``Retry-After: 1`` unless the headers say more)."""
+
     status = 503
     type = "service_unavailable"
     code = "no_worker_available"
+    RETRY_AFTER_S: ClassVar[int] = 1
+
+    def __init__(self, message: str, *, param: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message, param=param, headers=headers)
+        self.headers.setdefault("Retry-After", str(self.RETRY_AFTER_S))
 
 
 class Overloaded(RouterError):

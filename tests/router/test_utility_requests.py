@@ -141,3 +141,21 @@ async def test_a_missing_or_unknown_model_is_a_clear_error(
     answer_status, answer, _ = await post(f"{router.url}/tokenize", body)
     assert answer_status == status, answer
     assert message in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/tokenize", {"model": MODEL, "prompt": "x"}),
+    ("/v1/messages/count_tokens", {"model": MODEL,
+                                   "messages": [{"role": "user", "content": "x"}]}),
+])
+async def test_no_healthy_worker_is_a_503_to_retry_soon(
+        make_router: RouterFactory, tmp_path: Path, path: str, body: dict[str, Any]) -> None:
+    """As a routed request's: count_tokens' 503 said nothing of when to ask again."""
+    down = write_fleet(tmp_path / "down.yaml", [
+        {"id": "down", "gpu": "h100", "models": [MODEL],
+         "url": f"http://127.0.0.1:{free_port()}"}])
+    router = await make_router(down)
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{router.url}{path}", json=body) as resp:
+        assert resp.status == 503
+        assert resp.headers["Retry-After"] == "1"
