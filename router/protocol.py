@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from policies.base import ROUTED_PATHS, RoutingRequest, is_token_ids
+from policies.producers.anthropic_chat import chat_messages
 from router.errors import InvalidRequest
 
 CHAT_PATH = "/v1/chat/completions"
@@ -110,7 +111,7 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     # vLLM serves its own model for a request naming none, or naming it "" (a falsy name)
     model = (default_model if raw_model in (None, "") and default_model is not None
              else check_model(raw_model))
-    messages = None
+    messages: Sequence[Mapping[str, Any]] | None = None
     prompt = None
     response_id = previous_id = None
     assigned = False
@@ -351,20 +352,15 @@ def _responses_messages(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return messages
 
 
-def anthropic_messages(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """An Anthropic Messages API turn as chat messages, to count and hash its tokens:
-    ``system`` (a string or text blocks) as the system message, then each message with the
-    text of its content (a string, or blocks: ``text`` blocks count). The worker validates
-    the rest (roles, tool blocks, images)."""
+def anthropic_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An Anthropic Messages API turn as the chat messages vLLM renders for it, to count and
+    hash its tokens (``policies.producers.anthropic_chat``: tool results and tool calls
+    count, text blocks are joined as vLLM joins them). The shapes are checked here; the
+    worker validates the rest (roles, images)."""
     system = data.get("system")
-    messages: list[Mapping[str, Any]] = []
-    if system is not None:
-        if not isinstance(system, (str, list)):
-            raise InvalidRequest("system: must be a string or an array of content blocks.",
-                                 param="system")
-        text = system if isinstance(system, str) else _block_text(system)
-        if text:
-            messages.append({"role": "system", "content": text})
+    if system is not None and not isinstance(system, (str, list)):
+        raise InvalidRequest("system: must be a string or an array of content blocks.",
+                             param="system")
     raw = data.get("messages")
     if raw is None:
         raise InvalidRequest("Missing required parameter: 'messages'.", param="messages")
@@ -374,19 +370,10 @@ def anthropic_messages(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise InvalidRequest(f"messages[{i}]: must be an object with a string role.",
                                  param=f"messages[{i}]")
-        content = message.get("content")
-        if isinstance(content, list):
-            content = _block_text(content)
-        elif not isinstance(content, str):
+        if not isinstance(message.get("content"), (str, list)):
             raise InvalidRequest(f"messages[{i}].content: must be a string or an array of "
                                  "content blocks.", param=f"messages[{i}].content")
-        messages.append({"role": message["role"], "content": content})
-    return messages
-
-
-def _block_text(blocks: list[Any]) -> str:
-    return "".join(block["text"] for block in blocks if isinstance(block, dict)
-                   and block.get("type") == "text" and isinstance(block.get("text"), str))
+    return chat_messages(system, raw)
 
 
 def _check_max_tokens(data: Mapping[str, Any],

@@ -9,12 +9,14 @@ worker, so that both count the same tokens and hash the same blocks::
 
 ``content`` may be a string, ``None`` (e.g. a tool-call message: empty), or a list of
 content parts, of which the ``text`` parts are joined with ``\\n`` and the others (images,
-audio) are left out. A missing role renders as ``user``. Nothing here raises on odd input:
-non-string values are rendered with ``str``.
+audio) are left out; an assistant message's ``tool_calls`` follow its content, each as Llama
+3.1 writes one (``{"name": …, "parameters": …}``). A missing role renders as ``user``.
+Nothing here raises on odd input: non-string values are rendered with ``str``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,8 +32,9 @@ def render_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bo
     for message in messages:
         role = message.get("role") if isinstance(message, Mapping) else None
         content = message.get("content") if isinstance(message, Mapping) else message
+        calls = message.get("tool_calls") if isinstance(message, Mapping) else None
         parts.append(f"{START_HEADER}{part_text(role) or 'user'}{END_HEADER}\n\n"
-                     f"{message_text(content)}{END_OF_TURN}")
+                     f"{message_text(content)}{tool_calls_text(calls)}{END_OF_TURN}")
     if add_generation_prompt:
         parts.append(f"{START_HEADER}assistant{END_HEADER}\n\n")
     return "".join(parts)
@@ -48,6 +51,21 @@ def message_text(content: Any) -> str:
                  if isinstance(part, Mapping) and part.get("type", "text") == "text"]
         return "\n".join(texts)
     return part_text(content)
+
+
+def tool_calls_text(calls: Any) -> str:
+    """An assistant message's tool calls as Llama 3.1 writes them, one JSON object each:
+    ``{"name": NAME, "parameters": ARGUMENTS}`` (the arguments' JSON text as sent)."""
+    if not isinstance(calls, list):
+        return ""
+    texts = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            arguments = function.get("arguments")
+            texts.append(f'{{"name": {json.dumps(part_text(function.get("name")))}, '
+                         f'"parameters": {arguments if isinstance(arguments, str) else "{}"}}}')
+    return "".join(texts)
 
 
 def part_text(value: Any) -> str:

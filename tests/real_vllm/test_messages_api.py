@@ -4,10 +4,11 @@ stream events and errors against the real engine's."""
 
 from __future__ import annotations
 
+import aiohttp
 import anthropic
 
 from router.keys import METRICS
-from tests.real_vllm.conftest import MODEL, RealFleet, RouterFactory
+from tests.real_vllm.conftest import MODEL, RealFleet, RouterFactory, prefix_routing
 from tests.real_vllm.event_streams import assert_answers_alike, post
 from tests.real_vllm.test_emulator_fidelity import paths
 from tests.real_vllm.test_openai_client import ROUND_ROBIN_ROUTING
@@ -73,3 +74,32 @@ async def test_the_emulator_answers_the_messages_api_as_vllm_does(
             status, error = await post(f"{url}/v1/messages",
                                        {key: BODY[key] for key in ("model", "messages")})
             assert status == 400 and error["error"]["param"] == "body.max_tokens"
+
+
+async def test_the_router_counts_an_agents_turn_as_the_engine_does(
+        real_fleet: RealFleet, make_router: RouterFactory) -> None:
+    """Tool results, tool calls, several text blocks and a billing header: the router's
+    count of the prompt (with the model's own tokenizer and template) is the engine's."""
+    router = await make_router(prefix_routing(real_fleet.model_dir))
+    client = anthropic.AsyncAnthropic(base_url=router.url, api_key="unused", max_retries=0)
+    message = await client.messages.create(
+        model=MODEL, max_tokens=2,
+        system=[{"type": "text", "text": "x-anthropic-billing-header: cc=1; h=ab12"},
+                {"type": "text", "text": "You read logs."}],
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "What is in the log?"},
+                                         {"type": "text", "text": "Summarize it."}]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Reading it."},
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file",
+                 "input": {"path": "/var/log/app.log"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1",
+                 "content": [{"type": "text", "text": "disk full " * 40},
+                             {"type": "text", "text": "retrying"}]}]}])
+    await client.close()
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{router.url}/debug/decisions?limit=1") as resp:
+        [decision] = (await resp.json())["data"]
+    assert message.usage.input_tokens > 80
+    assert decision["num_prompt_tokens"] == message.usage.input_tokens

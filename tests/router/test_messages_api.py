@@ -148,3 +148,34 @@ async def test_the_api_key_header_names_the_tenant(
     tenants = {line.split('tenant="')[1].split('"')[0] for line in text.splitlines()
                if line.startswith("kvroute_cost_dollars_total{")}
     assert len(tenants) == 1 and next(iter(tenants)).startswith("key-")
+
+
+async def test_an_agents_tool_results_are_counted_as_the_worker_counts_them(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """An agent's turn is mostly tool results: the router counted only text blocks (87 tokens
+    for a turn of about 10,000), so a prompt past the window passed its filter and a long
+    prefill was routed as a short one. The router's count is now the worker's own."""
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]))     # counts tokens
+    client = client_of(router.url)
+    messages: list[anthropic.types.MessageParam] = [
+        {"role": "user", "content": [{"type": "text", "text": "What is in the log?"},
+                                     {"type": "text", "text": "Summarize it."}]},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Reading it."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file",
+             "input": {"path": "/var/log/app.log"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1",
+             "content": [{"type": "text", "text": "lorem ipsum " * 1500}]}]},
+    ]
+    raw = await client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=2, messages=messages,
+        system=[{"type": "text", "text": "x-anthropic-billing-header: cc=1; h=ab12"},
+                {"type": "text", "text": "You read logs."}])
+    message = await raw.parse()
+    assert message.usage.input_tokens > 3000
+    async with aiohttp.ClientSession() as session, session.get(
+            f"{router.url}/debug/decisions?limit=1") as resp:
+        [decision] = (await resp.json())["data"]
+    assert decision["num_prompt_tokens"] == message.usage.input_tokens
+    await client.close()

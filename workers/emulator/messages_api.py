@@ -4,8 +4,10 @@ and ``POST /v1/messages/count_tokens``.
 vLLM turns a Messages request into a chat completion (``system`` first, then the messages)
 and its answer back into Anthropic's shapes, so here a message is one chat turn through the
 same engine path as ``/v1/chat/completions``; its id is the chat completion's
-(``chatcmpl-`` and the ``X-Request-Id``, else 16 hex digits). Content is text: a string, or
-``text`` blocks (other blocks are refused, a limit of the emulator).
+(``chatcmpl-`` and the ``X-Request-Id``, else 16 hex digits). Content is a string, or
+``text``, ``tool_use`` and ``tool_result`` blocks, converted to chat messages as vLLM does
+(``policies.producers.anthropic_chat``: tool results count in the prompt); other blocks
+(images) are refused, a limit of the emulator.
 
 Bodies and events carry vLLM 0.32's keys in its order. A stream is ``message_start`` (the
 prompt's usage), ``content_block_start``, one ``content_block_delta`` per engine step,
@@ -23,6 +25,7 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
+from policies.producers.anthropic_chat import chat_messages as anthropic_chat_messages
 from workers.emulator.errors import ApiError, bad_request, validation_error
 from workers.emulator.generation import (
     Admitted,
@@ -130,13 +133,12 @@ def _required(data: Mapping[str, Any], name: str, kind: type[_T]) -> _T:
 
 
 def chat_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """``system`` and the messages as chat messages with text content."""
+    """``system`` and the messages as the chat messages vLLM renders for them
+    (``policies.producers.anthropic_chat``), their shapes checked as vLLM's request model
+    does."""
     system = data.get("system")
-    messages: list[dict[str, Any]] = []
     if system is not None:
-        text = _text(system, "system")
-        if text:
-            messages.append({"role": "system", "content": text})
+        _check_blocks(system, "system", _SYSTEM_BLOCKS)
     raw = data.get("messages")
     if not isinstance(raw, list):
         raise validation_error("messages", "Field required" if raw is None
@@ -148,26 +150,27 @@ def chat_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
             raise validation_error(f"messages.{i}.role",
                                    "Input should be 'user', 'assistant' or 'system'",
                                    "literal_error", role)
-        messages.append({"role": role, "content": _text(message.get("content"),
-                                                        f"messages.{i}.content")})
-    return messages
+        _check_blocks(message.get("content"), f"messages.{i}.content", _MESSAGE_BLOCKS)
+    return anthropic_chat_messages(system, raw)
 
 
-def _text(content: Any, where: str) -> str:
+_SYSTEM_BLOCKS = frozenset({"text"})
+_MESSAGE_BLOCKS = frozenset({"text", "tool_use", "tool_result"})
+
+
+def _check_blocks(content: Any, where: str, kinds: frozenset[str]) -> None:
+    """A string, or a list of blocks of ``kinds`` (a text block's ``text`` a string)."""
     if isinstance(content, str):
-        return content
+        return
     if not isinstance(content, list):
         raise validation_error(where, "Input should be a valid string", "string_type", content)
-    parts = []
     for block in content:
-        if not isinstance(block, dict) or block.get("type") != "text":
-            raise bad_request(f"{where}: the emulator takes text blocks only", where)
-        text = block.get("text")
-        if not isinstance(text, str):
+        if not isinstance(block, dict) or block.get("type") not in kinds:
+            raise bad_request(f"{where}: the emulator takes {' and '.join(sorted(kinds))} "
+                              "blocks only", where)
+        if block["type"] == "text" and not isinstance(block.get("text"), str):
             raise validation_error(f"{where}.text", "Input should be a valid string",
-                                   "string_type", text)
-        parts.append(text)
-    return "".join(parts)
+                                   "string_type", block.get("text"))
 
 
 def _choice(admitted: Admitted) -> ChoiceState:

@@ -99,7 +99,8 @@ async def test_errors(worker: EmulatorProcess) -> None:
     status, image = await post(f"{worker.url}/v1/messages", {
         "model": MODEL, "max_tokens": 2,
         "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})
-    assert status == 400 and "text blocks only" in image["error"]["message"]
+    assert status == 400
+    assert "takes text and tool_result and tool_use blocks only" in image["error"]["message"]
 
 
 async def test_a_whole_float_is_a_max_tokens_as_in_vllm(worker: EmulatorProcess) -> None:
