@@ -12,6 +12,9 @@ admits each tenant its whole budget, so an SRE needs to see it:
 * ``kvroute_state_store_errors_total``: Redis commands that failed.
 * ``kvroute_state_store_unsaved_owners``: Responses API owners recorded by this replica
   and not yet written to Redis (written when it answers again).
+* ``kvroute_state_store_sync_seconds``: how long the last exchange of counts took: a slow
+  Redis delays what each replica knows of the others (and a follow-up's owner lookup)
+  without any command failing.
 * ``kvroute_state_store_routed_total{direction}``: routed prompts' block hashes this replica
   published (``published``) and learnt from the others (``learnt``) for the ``prefix``
   scorer's routing history.
@@ -55,5 +58,9 @@ class StateStoreCollector(Collector):
             GaugeMetricFamily("kvroute_state_store_unsaved_owners",
                               "Responses API owners not yet written to the shared store.",
                               value=float(store.unsaved_owners)),
+            GaugeMetricFamily("kvroute_state_store_sync_seconds",
+                              "How long this replica's last exchange of counts with the "
+                              "shared store took (publish and read, round trips included).",
+                              value=store.sync_seconds),
             routed,
         ]

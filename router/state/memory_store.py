@@ -44,6 +44,10 @@ class MemoryStateStore:
     def unsaved_owners(self) -> int:
         return 0
 
+    @property
+    def sync_seconds(self) -> float:
+        return 0.0
+
     async def start(self) -> None:
         return None
 

@@ -6,7 +6,9 @@ its tenants' budgets in a local ``TenantUsage``. Off the request path every
 ``kvroute:inflight:<replica>`` (field per worker: ``requests,prefill,decode,since_scrape``)
 and ``kvroute:usage:<replica>`` (field per budget: ``requests,tokens`` over the last minute,
 and ``<budget>\x1fschedule``: what of them stays 10, 20, … 50 s later, so that the others'
-``Retry-After`` says when it leaves), both with a time-to-live, and marks itself alive in
+``Retry-After`` says when it leaves), both with a time-to-live (``ttl_s``, and at least
+``TTL_SYNCS`` times the last sync's duration: a slow Redis must not let them lapse between
+two publishes), and marks itself alive in
 the sorted set ``kvroute:replicas``; then it reads the other live replicas' hashes. Views
 add the others' counts to the local ones, so a burst spread over replicas is still seen
 whole, and a budget is judged on every replica's spending. A replica that dies stops
@@ -36,12 +38,16 @@ hashes (``on_routed_blocks``) are appended at once, by a background task, to the
 waits on the stream (``XREAD BLOCK``) for the entries the other replicas append and hands
 them to ``follow_routed``'s callback within milliseconds: a conversation whose turns a load
 balancer spreads over the replicas stays on the worker holding it, even when the next turn
-follows the answer at once. A replica reads the stream from its end when it starts.
+follows the answer at once. A replica reads the stream from its end when it starts. A Redis
+refusing only the stream's commands (a user without ``XADD``, the key of another type)
+leaves the routes unshared, logged once per reason and tried again every
+``ROUTES_RETRY_S``, and the store not degraded.
 
 Redis is never awaited inside a decision. When it is unreachable (or refuses the commands:
 a wrong password, out of memory) the store says so (``degraded``; ``/health`` and
 ``kvroute_state_store_degraded`` show it), drops the remote counts and routes on local ones,
-retrying every interval. ``replicas`` is how many replicas share their counts through it,
+retrying every interval (the log says when it goes, when the cause changes meanwhile, and
+when it returns). ``replicas`` is how many replicas share their counts through it,
 this one included (1 when alone or degraded; a replica counts while it published within
 ``REPLICA_ALIVE_MS``): replicas that disagree on it are not all on the same Redis database.
 Two processes publishing under one replica id overwrite each other's counts: each marks
@@ -57,6 +63,7 @@ import contextlib
 import itertools
 import logging
 import math
+import re
 import secrets
 import sys
 import time
@@ -110,6 +117,8 @@ MAX_ROUTED_PENDING = 2_000       # routed prompts waiting to be published
 ROUTED_SEND_COUNT = 1_000        # entries appended in one pipeline at most
 ROUTED_READ_COUNT = 200          # entries read (and learnt on the loop) at once at most
 ROUTED_BLOCK_MS = 500            # a read waits this long for new entries
+ROUTES_RETRY_S = 10.0            # after Redis refused the stream's commands, the next try
+TTL_SYNCS = 4                    # counts outlive this many syncs as long as the last one
 
 LearnRouted = Callable[[str, Mapping[int, Sequence[int]]], None]
 
@@ -148,13 +157,18 @@ def _decode(raw: str) -> WorkerInflight:
     return WorkerInflight(requests, prefill, decode, since)
 
 
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
 def shown_url(url: str) -> str:
-    """``url`` as it may be logged: a password it carries (``redis://:PASS@host``) masked."""
+    """``url`` as it may be logged: a password it carries (``redis://:PASS@host``, or
+    ``?password=PASS``, which redis-py takes too) masked."""
     try:
         parsed = URL(url)
     except ValueError:
         return "<redis url>"
-    return str(parsed.with_password("***")) if parsed.password else url
+    shown = str(parsed.with_password("***")) if parsed.password else url
+    return _QUERY_PASSWORD.sub(r"\1***", shown)
 
 
 class RedisStateStore:
@@ -181,6 +195,7 @@ class RedisStateStore:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._degraded = False
+        self._degraded_cause = ""     # the kind of failure last logged
         self._owners = ResponseOwners()
         # response id -> (worker, monotonic time recorded): owners not yet written to Redis
         self._unsaved: dict[str, tuple[str, float]] = {}
@@ -198,6 +213,9 @@ class RedisStateStore:
         self._learnt = 0
         self._errors = 0          # Redis commands that failed
         self._replicas = 1        # replicas sharing counts through Redis, this one included
+        self.sync_seconds = 0.0   # the last sync's publish and read, round trips included
+        self._routes_refused = ""  # why Redis refused the routed stream's commands, as logged
+        self._routes_retry_at = 0.0   # monotonic: no routes published before (after a refusal)
         self._replicas_logged: int | None = None
 
     @property
@@ -326,9 +344,16 @@ class RedisStateStore:
         return None
 
     def _lost_redis(self, exc: Exception) -> None:
+        """Redis failed a command of the sync: routing goes on on local state. Logged as it
+        goes, and again when the cause changes (a server restarted with a password)."""
         self._errors += 1
+        failure = _failure(exc)
+        cause = failure.split(" (", 1)[0]
         if not self._degraded:
-            log.warning("redis %s %s: routing on local state", self._shown, _failure(exc))
+            log.warning("redis %s %s: routing on local state", self._shown, failure)
+        elif cause != self._degraded_cause:
+            log.warning("redis %s still away, now %s", self._shown, failure)
+        self._degraded_cause = cause
         self._degraded = True
         self._replicas = 1
 
@@ -341,9 +366,11 @@ class RedisStateStore:
 
     async def sync_once(self) -> None:
         """Publish this replica's counts and read everyone else's."""
+        started = time.monotonic()
         try:
             others, left = await self._publish()
             self.inflight.remote, self._usage.remote = await self._read(others, left)
+            self.sync_seconds = time.monotonic() - started
         except (RedisError, OSError) as exc:
             self._lost_redis(exc)
             self.inflight.remote = {}
@@ -363,16 +390,19 @@ class RedisStateStore:
             self._start_saving()
         if self._routed_out:
             self._start_publishing()
-        if self._routed_from is None:
+        if self._routed_from is None and time.monotonic() >= self._routes_retry_at:
             try:
                 await self._place_reader()
+            except ResponseError as exc:
+                self._routes_failed(exc)
             except (RedisError, OSError) as exc:
                 self._lost_redis(exc)
 
     def _start_publishing(self) -> None:
         """Publish the routed prompts now, unless a publish is under way or Redis is away
         (the sync loop starts it again when Redis answers)."""
-        if self._degraded or self._closing or self._client is None:
+        if (self._degraded or self._closing or self._client is None
+                or time.monotonic() < self._routes_retry_at):
             return
         if self._publishing is None or self._publishing.done():
             self._publishing = asyncio.create_task(self._publish_routed(),
@@ -391,11 +421,32 @@ class RedisStateStore:
                                                   "w": worker_id, "h": encoded},
                                   maxlen=ROUTED_STREAM_MAXLEN, approximate=True)
                     await pipe.execute()
+            except ResponseError as exc:      # refused, while the sync goes on: dropped
+                self._routes_failed(exc)
+                return
             except (RedisError, OSError) as exc:
                 self._routed_out.extendleft(reversed(batch))   # sent when Redis answers
                 self._lost_redis(exc)
                 return
             self._published += len(batch)
+            if self._routes_refused:
+                log.info("redis %s: routed prompts shared again", self._shown)
+                self._routes_refused = ""
+
+    def _routes_failed(self, exc: ResponseError) -> None:
+        """Redis refused a command of the routed prompts' stream while the sync works (a
+        user without XADD, ``kvroute:routed`` holding another type): the routes go unshared,
+        logged once per reason and tried again every ``ROUTES_RETRY_S``; the counts, budgets
+        and owners are shared as before, so the store is not degraded (it flipped between
+        degraded and "reachable again" ten times a second, a log line each)."""
+        self._errors += 1
+        reason = _refusal(exc)
+        if reason != self._routes_refused:
+            log.warning("redis %s refused the routed prompts' stream %s (%s): routes are not "
+                        "shared with the other replicas; tried again every %g s", self._shown,
+                        ROUTED_STREAM, reason, ROUTES_RETRY_S)
+        self._routes_refused = reason
+        self._routes_retry_at = time.monotonic() + ROUTES_RETRY_S
 
     async def _follow_routed(self) -> None:
         """Read what the other replicas route as they append it (a blocking read: learnt
@@ -473,14 +524,17 @@ class RedisStateStore:
         fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
         usage = self._usage_fields()
         now_ms = int(time.time() * 1000)
+        # kept until the next publish lands: a Redis taking 0.5 s a round trip let the counts
+        # lapse between two publishes, and the others saw none, without a failed command
+        ttl_ms = max(self._ttl_ms, int(1000 * TTL_SYNCS * self.sync_seconds))
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._key, self._usage_key)
             if fields:
                 pipe.hset(self._key, mapping=fields)
-                pipe.pexpire(self._key, self._ttl_ms)
+                pipe.pexpire(self._key, ttl_ms)
             if usage:
                 pipe.hset(self._usage_key, mapping=usage)
-                pipe.pexpire(self._usage_key, self._ttl_ms)
+                pipe.pexpire(self._usage_key, ttl_ms)
             pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms})
             pipe.zremrangebyscore(REPLICAS_KEY, "-inf", now_ms - REPLICA_FORGET_MS)
             pipe.set(INSTANCE_PREFIX + self.replica_id, self._instance,
@@ -593,6 +647,13 @@ def _fading_schedule(requests: int, tokens: int, share: float) -> Schedule:
         fraction = left / share if left > 0 and share > 0 else 0.0
         steps.append((math.ceil(requests * fraction), math.ceil(tokens * fraction)))
     return tuple(steps)
+
+
+def _refusal(exc: ResponseError) -> str:
+    """Redis's refusal without the command (a pipeline's error quotes its arguments: the
+    routed prompts' hashes)."""
+    text = str(exc).rsplit("caused error: ", 1)[-1]
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _failure(exc: Exception) -> str:

@@ -137,6 +137,10 @@ async def test_the_log_never_shows_the_redis_password(caplog: pytest.LogCaptureF
         await store.close()
     assert shown_url("redis://h:6379/0") == "redis://h:6379/0"
     assert shown_url("rediss://user:pw@h/1") == "rediss://user:***@h/1"
+    # redis-py takes a password in the query too: it was logged as given
+    assert shown_url("redis://h:6379/0?password=s3cret") == "redis://h:6379/0?password=***"
+    assert shown_url("unix:///tmp/r.sock?password=s3cret&db=0") == (
+        "unix:///tmp/r.sock?password=***&db=0")
 
 
 async def test_replicas_share_the_owners_of_responses(redis_url: str) -> None:
@@ -431,6 +435,7 @@ async def test_each_replica_counts_the_replicas_it_shares_state_with(
             assert (one.replicas, two.replicas, apart.replicas) == (2, 2, 1)
             samples = {(s.name, tuple(s.labels.values())): s.value
                        for m in StateStoreCollector(two).collect() for s in m.samples}
+            assert 0.0 < samples.pop(("kvroute_state_store_sync_seconds", ())) < 1.0
             assert samples == {("kvroute_state_store_degraded", ()): 0.0,
                                ("kvroute_state_store_replicas", ()): 2.0,
                                ("kvroute_state_store_errors_total", ()): 0.0,
@@ -602,4 +607,86 @@ async def test_a_read_cut_by_a_frozen_redis_does_not_set_the_store_aside(
         assert not store.degraded
     finally:
         os.kill(pid, signal.SIGCONT)
+        await store.close()
+
+
+@pytest.mark.parametrize("refusal", ["wrong type", "no permission"])
+async def test_a_refused_routes_stream_leaves_the_store_sharing_and_is_logged_once(
+        redis_url: str, caplog: pytest.LogCaptureFixture, refusal: str) -> None:
+    """A user without XADD, or ``kvroute:routed`` holding another type: the store flipped
+    between degraded and "reachable again" every sync, a log line each (20 a second)."""
+    from array import array
+
+    admin = redis.Redis.from_url(redis_url)
+    url = redis_url
+    if refusal == "wrong type":
+        await admin.set("kvroute:routed", "x")
+    else:
+        await admin.execute_command("ACL", "SETUSER", "kvr", "on", ">kvrpw", "~*", "&*",
+                                    "+@all", "-xadd")
+        url = redis_url.replace("redis://", "redis://kvr:kvrpw@")
+    store = RedisStateStore(url, "r1", sync_interval_s=0.02)
+    try:
+        with caplog.at_level(logging.INFO, logger="router.state.redis_store"):
+            await store.start()
+            for n in range(20):
+                store.on_routed_blocks("w1", {16: array("Q", [n + 1])})
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)
+        assert not store.degraded
+        lines = [r.getMessage() for r in caplog.records]
+        refused = [line for line in lines if "refused the routed prompts' stream" in line]
+        assert len(refused) == 1, lines
+        assert "WRONGTYPE" in refused[0] or "no permissions" in refused[0]
+        assert "XADD" not in refused[0] and "16:" not in refused[0]     # no hashes
+        assert not [line for line in lines if "reachable again" in line], lines
+        assert store.routed_shared[0] == 0 and store.errors >= 1
+    finally:
+        await store.close()
+        await admin.delete("kvroute:routed")
+        if refusal == "no permission":
+            await admin.execute_command("ACL", "DELUSER", "kvr")
+        await admin.aclose()
+
+
+async def test_counts_outlive_the_syncs_of_a_slow_redis(redis_url: str) -> None:
+    """Published for 1 s, the counts lapsed between two publishes once a sync took about half
+    a second, and the other replicas saw none, without a command failing."""
+    store = RedisStateStore(redis_url, "r1", sync_interval_s=60, ttl_s=1.0)
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        await store.start()
+        store.on_dispatch("w1", 100, 10)
+        assert store.sync_seconds > 0
+        store.sync_seconds = 2.0              # as a Redis answering in a second each way
+        await store.sync_once()
+        assert 0 < store.sync_seconds < 1.0
+        assert await admin.pttl("kvroute:inflight:r1") > 7_000     # 4 syncs of 2 s
+        await store.sync_once()
+        assert await admin.pttl("kvroute:inflight:r1") <= 1_000    # back to 1 s
+    finally:
+        await store.close()
+        await admin.aclose()
+
+
+async def test_a_new_cause_while_redis_is_away_is_logged(
+        restartable_redis: RestartableRedis, caplog: pytest.LogCaptureFixture) -> None:
+    """Stopped, then back with a password: the log still said "connection refused"."""
+    store = RedisStateStore(restartable_redis.url, "r1", sync_interval_s=60)
+    await store.start()
+    try:
+        restartable_redis.stop()
+        with caplog.at_level(logging.WARNING, logger="router.state.redis_store"):
+            await store.sync_once()
+            restartable_redis.start_again()
+            admin = redis.Redis.from_url(restartable_redis.url)
+            await admin.config_set("requirepass", "s3cret")
+            await admin.aclose()
+            await store.sync_once()
+            await store.sync_once()
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 2, lines
+        assert "unreachable" in lines[0] and "routing on local state" in lines[0]
+        assert "still away, now refused this replica: authentication" in lines[1]
+    finally:
         await store.close()
