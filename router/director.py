@@ -200,7 +200,7 @@ class Director:
         request_id = parsed.routing.request_id
         if ticket.waited_s > 0:       # the policy sees it arrive when it may go on
             parsed.routing.arrival_time = self._clock()
-        pinned = await self._response_owner(parsed)
+        pinned = await self._response_owner(parsed, request.get(TENANT))
         views = self._views(self._clock(), pinned)
         if engine.producers and await self._produce(engine, parsed.routing, views):
             views = self._views(self._clock(), pinned)   # a producer ran off the loop
@@ -288,14 +288,21 @@ class Director:
             "the rule with `when: {path: ...}` (kvroute validate --fleet warns of it).",
             headers=self._kvroute_headers(decision, routing.semantic_class))
 
-    async def _response_owner(self, parsed: ParsedRequest) -> str | None:
+    async def _response_owner(self, parsed: ParsedRequest, tenant: str | None) -> str | None:
         """The worker a Responses API request must go to: the one holding the response it
         continues (None: no such constraint, or no worker holds it, and the chosen worker
-        answers vLLM's 404)."""
+        answers vLLM's 404). For a request of the tenant key ``tenant``, another tenant's
+        response is vLLM's 404, whether continued or named as the ``request_id`` of a new
+        one (which would overwrite it on its worker)."""
+        if parsed.response_id is not None and not parsed.response_id_assigned:
+            record = await self._store.response_record(parsed.response_id)
+            if record is not None and record.refuses(tenant):
+                raise InvalidRequest(f"request_id: '{parsed.response_id}' names another "
+                                     "response; choose another id.", param="request_id")
         previous = parsed.previous_response_id
         if previous is None:
             return None
-        holder = await self._responses.holder(previous, PINNED_PROFILE)
+        holder = await self._responses.holder(previous, PINNED_PROFILE, tenant)
         return None if holder is None else holder.id
 
     def _ejected_unhealthy(self, views: list[WorkerView]) -> list[WorkerView]:
@@ -422,7 +429,8 @@ class Director:
                                info.model_spec.max_model_len),
                            started_at=self._clock(), received_at=parsed.received_at)
         if parsed.response_id is not None:      # follow-ups to this response go here
-            await self._store.remember_response(parsed.response_id, info.id)
+            await self._store.remember_response(parsed.response_id, info.id,
+                                                request.get(TENANT))
         self._store.on_dispatch(info.id, attempt.prefill_tokens, attempt.decode_tokens)
         engine.on_routed(routing, decision)
         if routing.block_hashes:       # the other replicas' prefix scorers learn it too

@@ -9,6 +9,10 @@ recorded owner. No worker having it is vLLM's own answer, 404, given by the call
 holder that is down is a 503 naming it, counted in ``kvroute_requests_total`` (status 503,
 the holder's worker, the caller's profile) where the 5xx alerts look.
 
+A response made with a tenant's key is recorded with its tenant, and another tenant's key
+is answered vLLM's 404 for it, as for an id nobody made (a response found by a search has no
+tenant recorded).
+
 A search costs a request to every worker, and any client can send ids nobody made: searches
 are limited to ``SEARCHES_PER_S`` a second (a bucket of as many); past that, an unrecorded id
 is left to the policy's choice, whose worker answers for it.
@@ -24,7 +28,7 @@ from urllib.parse import quote
 
 from yarl import URL
 
-from router.errors import NoWorkerAvailable
+from router.errors import NoWorkerAvailable, ResponseNotFound
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import RESPONSES_PATH
 from router.state.store import StateStore
@@ -73,10 +77,17 @@ class ResponseLocator:
         self._refused = 0      # searches refused by the budget so far
         self._found = 0        # owners found by a search so far
 
-    async def holder(self, response_id: str, profile: str) -> WorkerView | None:
+    async def holder(self, response_id: str, profile: str,
+                     tenant: str | None = None) -> WorkerView | None:
         """The healthy worker holding ``response_id``, None when no worker holds it; a holder
-        that is down raises ``NoWorkerAvailable``, counted under ``profile``."""
-        owner = await self.owner(response_id)
+        that is down raises ``NoWorkerAvailable``, counted under ``profile``. A request of
+        the tenant key ``tenant`` gets vLLM's 404 (``ResponseNotFound``) for another
+        tenant's response: as if it did not exist."""
+        record = await self._store.response_record(response_id)
+        if record is not None and record.refuses(tenant):
+            raise ResponseNotFound(f"Response with id '{response_id}' not found.",
+                                   param="response_id")
+        owner = record.worker if record is not None else await self._search(response_id)
         if owner is None:
             return None
         view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)
@@ -88,10 +99,9 @@ class ResponseLocator:
                                     "is not available; only it holds that response.")
         return view
 
-    async def owner(self, response_id: str) -> str | None:
-        owner = await self._store.response_owner(response_id)
-        if owner is not None:
-            return owner
+    async def _search(self, response_id: str) -> str | None:
+        """The worker holding a response the store has no record of, asked of every worker
+        (within the search budget); recorded when found."""
         if not self._budget.take():
             self._refused += 1
             if self._refused % 1000 == 1:

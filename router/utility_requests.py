@@ -27,6 +27,7 @@ from urllib.parse import quote
 from aiohttp import web
 from yarl import URL
 
+from router.client_auth import TENANT
 from router.ejection import WorkerEjection
 from router.errors import (
     InvalidRequest,
@@ -140,7 +141,7 @@ class UtilityRequests:
 
     async def _at_owner(self, request: web.Request, response_id: str, action: str,
                         request_id: str) -> web.StreamResponse:
-        view = (await self._responses.holder(response_id, PROFILE)
+        view = (await self._responses.holder(response_id, PROFILE, request.get(TENANT))
                 if response_id not in DOT_SEGMENTS else None)
         if view is None:
             raise ResponseNotFound(f"Response with id '{response_id}' not found.",

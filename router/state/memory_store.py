@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from router.admission.usage import TenantUsage
-from router.state.response_owners import ResponseOwners
+from router.state.response_owners import ResponseOwners, ResponseRecord
 from workers.inflight import InflightTracker
 
 
@@ -74,8 +74,12 @@ class MemoryStateStore:
     def routed_shared(self) -> tuple[int, int]:
         return 0, 0
 
-    async def remember_response(self, response_id: str, worker_id: str) -> None:
-        self._owners.remember(response_id, worker_id)
+    async def remember_response(self, response_id: str, worker_id: str,
+                                tenant: str | None = None) -> None:
+        self._owners.remember(response_id, worker_id, tenant)
+
+    async def response_record(self, response_id: str) -> ResponseRecord | None:
+        return self._owners.record(response_id)
 
     async def response_owner(self, response_id: str) -> str | None:
         return self._owners.owner(response_id)

@@ -22,7 +22,9 @@ rolling restart gave each tenant back every restarted replica's share of the las
 API owners can number millions.)
 
 Responses API owners (``response id -> worker``) are recorded in a local ``ResponseOwners``
-map at once and written to ``kvroute:response:<id>`` (time-to-live ``response_ttl_s``, a
+map at once and written to ``kvroute:response:<id>`` (the tenant whose key made it, if any,
+to ``kvroute:response-tenant:<id>``, which replicas of the release before do not read;
+time-to-live ``response_ttl_s``, a
 week by default, less the time the write waited) by a background task, never awaited by the
 request: a slow Redis does not slow the creation of responses. Owners not yet written (Redis
 slow or unreachable; at most ``MAX_UNSAVED_OWNERS``, the oldest dropped past that) are written
@@ -84,7 +86,7 @@ from router.admission.usage import (
     TenantUsage,
 )
 from router.settings import DEFAULT_RESPONSE_TTL_S
-from router.state.response_owners import ResponseOwners
+from router.state.response_owners import ResponseOwners, ResponseRecord
 from workers.inflight import InflightTracker, WorkerInflight
 from workers.task_cancel import cancel_and_wait
 
@@ -108,6 +110,7 @@ REPLICA_FORGET_MS = 600_000
 REPLICA_ALIVE_MS = 60_000
 INSTANCE_PREFIX = "kvroute:replica-instance:"   # replica id -> the process publishing as it
 RESPONSE_PREFIX = "kvroute:response:"
+RESPONSE_TENANT_PREFIX = "kvroute:response-tenant:"   # the tenant whose key made it, if any
 CLOSE_TIMEOUT_S = 2.0
 MAX_UNSAVED_OWNERS = 100_000     # response owners waiting for Redis; the oldest dropped past it
 SAVE_BATCH = 1_000               # owners written in one pipeline
@@ -197,8 +200,8 @@ class RedisStateStore:
         self._degraded = False
         self._degraded_cause = ""     # the kind of failure last logged
         self._owners = ResponseOwners()
-        # response id -> (worker, monotonic time recorded): owners not yet written to Redis
-        self._unsaved: dict[str, tuple[str, float]] = {}
+        # response id -> (record, monotonic time recorded): owners not yet written to Redis
+        self._unsaved: dict[str, tuple[ResponseRecord, float]] = {}
         self._saving: asyncio.Task[None] | None = None
         self._routed_out: deque[tuple[str, str]] = deque(maxlen=MAX_ROUTED_PENDING)
         self._learn: LearnRouted | None = None
@@ -291,14 +294,15 @@ class RedisStateStore:
     def on_complete(self, worker_id: str, prefill_tokens_left: int, decode_tokens: int) -> None:
         self._local.on_complete(worker_id, prefill_tokens_left, decode_tokens)
 
-    async def remember_response(self, response_id: str, worker_id: str) -> None:
+    async def remember_response(self, response_id: str, worker_id: str,
+                                tenant: str | None = None) -> None:
         """Recorded here at once; written to Redis in the background (never awaited)."""
-        self._owners.remember(response_id, worker_id)
+        self._owners.remember(response_id, worker_id, tenant)
         unsaved = self._unsaved
         unsaved.pop(response_id, None)         # re-recorded: its place is at the end
         if len(unsaved) >= MAX_UNSAVED_OWNERS:
             del unsaved[next(iter(unsaved))]
-        unsaved[response_id] = (worker_id, time.monotonic())
+        unsaved[response_id] = (ResponseRecord(worker_id, tenant), time.monotonic())
         self._start_saving()
 
     def _start_saving(self) -> None:
@@ -317,10 +321,16 @@ class RedisStateStore:
             now = time.monotonic()
             try:
                 async with self._client.pipeline(transaction=False) as pipe:
-                    for response_id, (worker_id, recorded) in batch:
+                    for response_id, (record, recorded) in batch:
                         left = int(self._response_ttl_s - (now - recorded))
-                        if left >= 1:         # else expired while it waited: not written
-                            pipe.set(RESPONSE_PREFIX + response_id, worker_id, ex=left)
+                        if left < 1:          # expired while it waited: not written
+                            continue
+                        pipe.set(RESPONSE_PREFIX + response_id, record.worker, ex=left)
+                        if record.tenant is not None:    # a key of its own: older replicas
+                            pipe.set(RESPONSE_TENANT_PREFIX + response_id, record.tenant,
+                                     ex=left)            # read the owner as before
+                        else:
+                            pipe.delete(RESPONSE_TENANT_PREFIX + response_id)
                     await pipe.execute()
             except (RedisError, OSError) as exc:
                 self._lost_redis(exc)
@@ -329,19 +339,25 @@ class RedisStateStore:
                 if self._unsaved.get(response_id) is entry:
                     del self._unsaved[response_id]
 
-    async def response_owner(self, response_id: str) -> str | None:
-        owner = self._owners.owner(response_id)
-        if owner is not None or self._degraded:
-            return owner
+    async def response_record(self, response_id: str) -> ResponseRecord | None:
+        record = self._owners.record(response_id)
+        if record is not None or self._degraded:
+            return record
         try:
-            owner = await self._client.get(RESPONSE_PREFIX + response_id)
+            owner, tenant = await self._client.mget(RESPONSE_PREFIX + response_id,
+                                                    RESPONSE_TENANT_PREFIX + response_id)
         except (RedisError, OSError) as exc:
             self._lost_redis(exc)
             return None
         if isinstance(owner, str):
-            self._owners.remember(response_id, owner)
-            return owner
+            tenant = tenant if isinstance(tenant, str) else None
+            self._owners.remember(response_id, owner, tenant)
+            return ResponseRecord(owner, tenant)
         return None
+
+    async def response_owner(self, response_id: str) -> str | None:
+        record = await self.response_record(response_id)
+        return record.worker if record is not None else None
 
     def _lost_redis(self, exc: Exception) -> None:
         """Redis failed a command of the sync: routing goes on on local state. Logged as it

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from router.admission.usage import TenantUsage
+from router.state.response_owners import ResponseRecord
 from workers.registry import InflightSource
 
 
@@ -87,10 +88,17 @@ class StateStore(Protocol):
         them."""
         ...
 
-    async def remember_response(self, response_id: str, worker_id: str) -> None:
-        """Record that ``worker_id`` makes the Responses API response ``response_id``."""
+    async def remember_response(self, response_id: str, worker_id: str,
+                                tenant: str | None = None) -> None:
+        """Record that ``worker_id`` makes the Responses API response ``response_id``, for
+        the tenant whose key asked (None: not a tenant's key)."""
+        ...
+
+    async def response_record(self, response_id: str) -> ResponseRecord | None:
+        """The worker that made ``response_id`` and its tenant, if known
+        (``router.state.response_owners``)."""
         ...
 
     async def response_owner(self, response_id: str) -> str | None:
-        """The worker that made ``response_id``, if known (``router.state.response_owners``)."""
+        """The worker that made ``response_id``, if known."""
         ...

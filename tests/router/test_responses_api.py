@@ -295,3 +295,38 @@ async def test_a_rule_that_would_move_a_conversation_is_set_aside_for_its_holder
     assert isinstance(info.value.body, dict)
     assert info.value.body["message"].startswith("The model `nope` does not exist.")
     await client.close()
+
+
+async def test_a_tenants_responses_are_not_another_tenants(
+        fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """With its own key, any tenant read, continued and overwrote (by naming its id as the
+    request_id of a new response) another tenant's response."""
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("acme: sk-acme\nglobex: sk-globex\n")
+    router = await make_router(fleet, ROUTING_ROUND_ROBIN, api_keys=("sk-operator",),
+                               api_keys_file=keys)
+
+    def as_key(key: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key=key, max_retries=0)
+
+    acme, globex, operator = as_key("sk-acme"), as_key("sk-globex"), as_key("sk-operator")
+    made = await acme.responses.create(model=MODEL, input="The vault code is 7.",
+                                       max_output_tokens=4)
+    not_found = f"Response with id '{made.id}' not found"
+    with pytest.raises(openai.NotFoundError, match=not_found):
+        await globex.responses.retrieve(made.id)
+    with pytest.raises(openai.NotFoundError, match=not_found):
+        await globex.responses.cancel(made.id)
+    with pytest.raises(openai.NotFoundError, match=not_found):
+        await globex.responses.create(model=MODEL, input="And?", max_output_tokens=2,
+                                      previous_response_id=made.id)
+    with pytest.raises(openai.BadRequestError, match="names another response"):
+        await globex.responses.create(model=MODEL, input="Mine now.", max_output_tokens=2,
+                                      extra_body={"request_id": made.id})
+    assert (await acme.responses.retrieve(made.id)).output_text == made.output_text
+    follow = await acme.responses.create(model=MODEL, input="And?", max_output_tokens=2,
+                                         previous_response_id=made.id)
+    assert follow.previous_response_id == made.id
+    assert (await operator.responses.retrieve(made.id)).id == made.id   # the operator's key
+    for client in (acme, globex, operator):
+        await client.close()

@@ -160,6 +160,32 @@ async def test_replicas_share_the_owners_of_responses(redis_url: str) -> None:
         await two.close()
 
 
+async def test_replicas_share_the_tenant_of_a_response(redis_url: str) -> None:
+    """The tenant whose key made a response travels with its owner, in a key of its own that
+    a replica of the release before does not read (it reads the owner as it did)."""
+    from router.state.response_owners import ResponseRecord
+
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    admin = redis.Redis.from_url(redis_url, decode_responses=True)
+    await one.start()
+    await two.start()
+    try:
+        await one.remember_response("resp_t", "w1", "acme")
+        await one.remember_response("resp_u", "w2")
+        await _until(lambda: one.unsaved_owners == 0)
+        assert await two.response_record("resp_t") == ResponseRecord("w1", "acme")
+        assert await two.response_record("resp_u") == ResponseRecord("w2", None)
+        assert await admin.get("kvroute:response:resp_t") == "w1"
+        await one.remember_response("resp_t", "w3")       # made again without a tenant key
+        await _until(lambda: one.unsaved_owners == 0)
+        assert await admin.get("kvroute:response-tenant:resp_t") is None
+    finally:
+        await one.close()
+        await two.close()
+        await admin.aclose()
+
+
 async def test_a_response_owner_expires_from_redis_after_its_time_to_live(
         redis_url: str) -> None:
     import redis.asyncio as aioredis
