@@ -191,8 +191,13 @@ async def debug_fleet(request: web.Request) -> web.Response:
 
 
 async def debug_admission(request: web.Request) -> web.Response:
+    """The budgets' spending, and whose it counts: every replica sharing the store, or this
+    one alone (``shared``: false while Redis is away or without it)."""
     section = request.app[POLICY].engine.routing.section(ADMISSION_SECTION)
-    return _json({"object": "admission", **request.app[DIRECTOR].admission.status(section)})
+    store = request.app[STORE]
+    return _json({"object": "admission", **request.app[DIRECTOR].admission.status(section),
+                  "replicas": store.replicas,
+                  "shared": store.replicas > 1 and not store.degraded})
 
 
 async def debug_routing(request: web.Request) -> web.Response:

@@ -196,6 +196,7 @@ async def test_a_reload_changes_the_budgets(
         async with session.get(f"{router.url}/debug/admission") as response:
             status = await response.json()
         assert status["object"] == "admission" and status["configured"]
+        assert (status["replicas"], status["shared"]) == (1, False)   # this router's alone
         assert status["budgets"][0] == {
             "tenant": "acme", "priority": 0, "requests_per_minute": 3,
             "tokens_per_minute": None, "requests_used": 3,
@@ -247,6 +248,9 @@ async def test_two_routers_share_a_budget_through_redis(
         # most of its spending came through the other router, a moment ago: it leaves in a
         # minute (Retry-After read 1, the others' totals taken to fade evenly)
         assert int(headers["Retry-After"]) >= 50
+        async with session.get(f"{one.url}/debug/admission") as response:
+            shared = await response.json()
+        assert (shared["replicas"], shared["shared"]) == (2, True)     # both routers' spending
 
 
 async def test_a_stream_its_client_leaves_keeps_its_prompts_charge(
