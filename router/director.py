@@ -511,7 +511,8 @@ class Director:
         self.admission.record_attempt(ticket, attempt.first_token_seen, outcome.prompt_tokens,
                                        outcome.completion_tokens,
                                        result.events if result is not None
-                                       else attempt.events_relayed)
+                                       else attempt.events_relayed,
+                                       whole_answer=status == 200 and not routing.stream)
         engine.on_completed(routing, outcome)
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
                                      decision.profile, status)

@@ -56,6 +56,7 @@ class AdmissionTicket:
     admitted_at: float = 0.0      # when its request was charged
     tenant: str | None = None     # as the client named it (for a refusal's metrics)
     events_relayed: int = 0       # stream events sent to the client (about a token each)
+    whole_answer: bool = False    # a worker answered it whole (not streamed)
 
 
 class Admission:
@@ -182,10 +183,13 @@ class Admission:
         return headers
 
     def record_attempt(self, ticket: AdmissionTicket, first_byte: bool, prompt_tokens: int,
-                       completion_tokens: int, events_relayed: int = 0) -> None:
-        """One attempt ended: whether its worker began answering, the usage it reported
-        (0 and 0: none) and the stream events it relayed to the client."""
-        ticket.answered = ticket.answered or first_byte
+                       completion_tokens: int, events_relayed: int = 0,
+                       whole_answer: bool = False) -> None:
+        """One attempt ended: whether its worker began answering (``whole_answer``: it
+        answered 200 whole, not streamed), the usage it reported (0 and 0: none) and the
+        stream events it relayed to the client."""
+        ticket.answered = ticket.answered or first_byte or whole_answer
+        ticket.whole_answer = ticket.whole_answer or whole_answer
         ticket.events_relayed += events_relayed
         if prompt_tokens or completion_tokens:
             ticket.tokens_served += prompt_tokens + completion_tokens
@@ -193,14 +197,18 @@ class Admission:
 
     def finish(self, ticket: AdmissionTicket) -> None:
         """The request is over: settle its tokens with what the workers served, free its
-        slot. Without a reported usage, an answer that began (a stream its client left before
-        its usage chunk) is charged its prompt and a token per event relayed to the client,
-        at most what it was charged; a request no worker answered is refunded."""
+        slot. Without a reported usage, a whole answer keeps what it was charged (a worker
+        answering at once what it generates later: a Responses API ``background`` request);
+        an answer that began (a stream its client left before its usage chunk) is charged its
+        prompt and a token per event relayed to the client, at most what it was charged; a
+        request no worker answered is refunded."""
         self.gate.leave()
         if ticket.usage_key is None:
             return
         served = ticket.tokens_served
-        if not ticket.usage_reported and ticket.answered:
+        if not ticket.usage_reported and ticket.whole_answer:
+            served = ticket.tokens_charged
+        elif not ticket.usage_reported and ticket.answered:
             served = ticket.prompt_charged + ticket.events_relayed
             if ticket.tokens_charged > ticket.prompt_charged:
                 served = min(served, ticket.tokens_charged)

@@ -96,12 +96,17 @@ async def test_tokens_are_charged_then_settled_with_what_was_served() -> None:
     admission.finish(ticket)                       # keeps its prompt's charge
     assert admission.usage.totals("acme", clock.now) == (3, 940)
     ticket = await admission.admit(section, "acme", MODEL)
+    admission.charge_expected(ticket, 10, 40)
+    admission.record_attempt(ticket, False, 0, 0, whole_answer=True)   # 200, no usage in it
+    admission.finish(ticket)                       # (a background response): keeps it all
+    assert admission.usage.totals("acme", clock.now) == (4, 990)
+    ticket = await admission.admit(section, "acme", MODEL)
     admission.record_attempt(ticket, True, 100, 400)   # served past the budget: a debt
     admission.finish(ticket)
     with pytest.raises(TokenRateLimited) as raised:
         await admission.admit(section, "acme", MODEL)
     body = orjson.loads(raised.value.body())["error"]
-    assert body["type"] == "tokens" and "used 1440" in body["message"]
+    assert body["type"] == "tokens" and "used 1490" in body["message"]
     assert raised.value.headers["x-ratelimit-remaining-tokens"] == "0"
     assert raised.value.headers["Retry-After"] == "60"
 
