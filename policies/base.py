@@ -28,6 +28,7 @@ class RoutingRequest:
     model: str
     path: str = "/v1/chat/completions"   # or "/v1/completions"
     messages: Sequence[Mapping[str, Any]] | None = None
+    tools: Sequence[Mapping[str, Any]] | None = None   # chat: the tools offered (in the prompt)
     prompt: Any = None   # completions: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = None
     stream: bool = False

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from policies.base import ROUTED_PATHS, RoutingRequest, is_token_ids
-from policies.producers.anthropic_chat import chat_messages
+from policies.producers.anthropic_chat import chat_messages, chat_tools
 from router.errors import InvalidRequest
 
 CHAT_PATH = "/v1/chat/completions"
@@ -112,6 +112,7 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     model = (default_model if raw_model in (None, "") and default_model is not None
              else check_model(raw_model))
     messages: Sequence[Mapping[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
     prompt = None
     response_id = previous_id = None
     assigned = False
@@ -135,6 +136,7 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
                 response_id, assigned = f"resp_{secrets.token_hex(16)}", True
     elif path == MESSAGES_PATH:       # relayed as the worker sends it (usage in message_delta)
         messages = anthropic_messages(data)
+        tools = chat_tools(data.get("tools"))
         max_tokens = _check_max_tokens(data, ("max_tokens",))
         if max_tokens is None:
             raise InvalidRequest("Missing required parameter: 'max_tokens'.", param="max_tokens")
@@ -143,6 +145,7 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     else:
         if path == CHAT_PATH:
             messages = _check_messages(data.get("messages"))
+            tools = _offered_tools(data.get("tools"))
         else:
             prompt = _check_prompt(data.get("prompt"))
         max_tokens = _check_max_tokens(data)
@@ -157,7 +160,8 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     if user is not None and not isinstance(user, str):
         raise InvalidRequest("user: must be a string.", param="user")
     routing = RoutingRequest(
-        request_id=request_id, model=model, path=path, messages=messages, prompt=prompt,
+        request_id=request_id, model=model, path=path, messages=messages, tools=tools,
+        prompt=prompt,
         max_tokens=max_tokens, stream=stream, tenant=tenant or tenant_of(headers),
         session=headers.get("x-session-id") or user, headers=headers,
         arrival_time=arrival_time,
@@ -234,6 +238,14 @@ def tenant_of(headers: Mapping[str, str]) -> str | None:
 def _key_digest(key: str) -> str:
     # the key as the client sent it (aiohttp keeps bytes that are not UTF-8 as escapes)
     return "key-" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def _offered_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """A chat request's tools, which the template writes into the prompt (the worker checks
+    their shape: what is not a list of objects is left to it)."""
+    if isinstance(tools, list) and tools and all(isinstance(tool, dict) for tool in tools):
+        return tools
+    return None
 
 
 def _check_messages(messages: Any, name: str = "messages") -> list[Mapping[str, Any]]:

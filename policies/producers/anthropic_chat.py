@@ -15,6 +15,7 @@ the same messages, and the emulated worker serves them, so all three see one pro
 * a single text part is the message's content; several are a list of parts, which the
   template joins with line breaks (``chat_template.message_text``).
 
+``tools`` become chat tools (``chat_tools``), which the template writes into the prompt.
 Images, thinking and other blocks add no text here. Nothing raises: the caller validates the
 shapes it refuses (the router's ``protocol``, the emulator's ``messages_api``).
 """
@@ -51,6 +52,17 @@ def chat_messages(system: Any, messages: Sequence[Any]) -> list[dict[str, Any]]:
         if not (role == "user" and "content" not in converted):
             out.append(converted)
     return out
+
+
+def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """Anthropic's tool definitions as the chat tools vLLM hands the template: a function
+    each, its ``input_schema`` as the parameters (None when there are none)."""
+    if not isinstance(tools, list) or not tools:
+        return None
+    return [{"type": "function", "function": {
+                "name": tool.get("name"), "description": tool.get("description"),
+                "parameters": tool.get("input_schema")}}
+            for tool in tools if isinstance(tool, Mapping)] or None
 
 
 def system_text(system: Any) -> str:

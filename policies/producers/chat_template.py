@@ -10,7 +10,8 @@ worker, so that both count the same tokens and hash the same blocks::
 ``content`` may be a string, ``None`` (e.g. a tool-call message: empty), or a list of
 content parts, of which the ``text`` parts are joined with ``\\n`` and the others (images,
 audio) are left out; an assistant message's ``tool_calls`` follow its content, each as Llama
-3.1 writes one (``{"name": …, "parameters": …}``). A missing role renders as ``user``.
+3.1 writes one (``{"name": …, "parameters": …}``), and the tools a request offers open its
+first user message, as Llama 3.1 writes them. A missing role renders as ``user``.
 Nothing here raises on odd input: non-string values are rendered with ``str``.
 """
 
@@ -26,8 +27,21 @@ END_HEADER = "<|end_header_id|>"
 END_OF_TURN = "<|eot_id|>"
 
 
-def render_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> str:
-    """The prompt text for ``messages``, ending with the assistant header by default."""
+# what Llama 3.1's template writes before the tools, at the start of the first user message
+TOOLS_PREAMBLE = (
+    "Given the following functions, please respond with a JSON for a function call with its "
+    "proper arguments that best answers the given prompt.\n\n"
+    'Respond in the format {"name": function name, "parameters": dictionary of argument name '
+    'and its value}.Do not use variables.\n\n')
+
+
+def render_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                tools: Sequence[Any] | None = None) -> str:
+    """The prompt text for ``messages``, ending with the assistant header by default; the
+    ``tools`` a chat request offers are written as Llama 3.1's template writes them, at the
+    start of the first user message (``TOOLS_PREAMBLE``, then each one's JSON)."""
+    if tools:
+        messages = _with_tools(messages, tools)
     parts = [BEGIN_OF_TEXT]
     for message in messages:
         role = message.get("role") if isinstance(message, Mapping) else None
@@ -51,6 +65,17 @@ def message_text(content: Any) -> str:
                  if isinstance(part, Mapping) and part.get("type", "text") == "text"]
         return "\n".join(texts)
     return part_text(content)
+
+
+def _with_tools(messages: Sequence[Mapping[str, Any]],
+                tools: Sequence[Any]) -> list[Mapping[str, Any]]:
+    text = TOOLS_PREAMBLE + "".join(json.dumps(tool, indent=4) + "\n\n" for tool in tools)
+    out = list(messages)
+    for i, message in enumerate(out):
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            out[i] = {**message, "content": text + message_text(message.get("content"))}
+            return out
+    return [*out, {"role": "user", "content": text}]
 
 
 def tool_calls_text(calls: Any) -> str:

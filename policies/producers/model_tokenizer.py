@@ -75,7 +75,10 @@ class ModelTokenizer:
         return cls(tokenizer_json, config)
 
     def render_chat(self, messages: Sequence[Mapping[str, Any]],
-                    add_generation_prompt: bool = True) -> str:
+                    add_generation_prompt: bool = True,
+                    tools: Sequence[Any] | None = None) -> str:
+        """The model's template over ``messages`` (and the ``tools`` offered, as vLLM hands
+        them to the template)."""
         if self.chat_template is None:
             raise ModelTokenizerError("the model has no chat template")
         if self._compiled is None:
@@ -85,6 +88,7 @@ class ModelTokenizer:
                       for m in messages]
         text: str = self._compiled.render(messages=normalized,
                                           add_generation_prompt=add_generation_prompt,
+                                          tools=list(tools) if tools else None,
                                           **self.special_tokens)
         return text
 

@@ -4,7 +4,8 @@ Sets ``request.prompt_token_ids`` (read-only: an ``array('i')`` for text, the cl
 for token ids) and ``request.num_prompt_tokens``.
 What is tokenized:
 
-* chat: the messages rendered once by ``policies.producers.chat_template.render_chat``;
+* chat: the messages (and the tools offered) rendered once by
+  ``policies.producers.chat_template.render_chat``;
 * completions: a string, a list of strings (tokenized each, concatenated), a list of token
   ids (taken as is) or a list of token-id lists (concatenated);
 * anything else: nothing (0 tokens).
@@ -297,9 +298,9 @@ class TokensProducer:
         longest prompt's (as ``_token_ids_and_longest``)."""
         if request.messages is not None:
             try:
-                text = folder.render_chat(request.messages)
+                text = folder.render_chat(request.messages, tools=request.tools)
             except Exception:     # a template error: vLLM answers 400, route on the rest
-                text = render_chat(request.messages)
+                text = render_chat(request.messages, tools=request.tools)
             return self._encode_folder(request.model, folder, text,
                                        add_special_tokens=False), 0
         texts, given_ids = prompt_parts(request)
@@ -370,7 +371,7 @@ def _prompt_parts_once(request: RoutingRequest) -> tuple[list[str], list[int]]:
 def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
     """(texts to tokenize, token ids given directly) of a request's prompt."""
     if request.messages is not None:
-        return [render_chat(request.messages)], []
+        return [render_chat(request.messages, tools=request.tools)], []
     prompt: Any = request.prompt
     if isinstance(prompt, str):
         return [prompt], []

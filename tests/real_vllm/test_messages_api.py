@@ -78,12 +78,16 @@ async def test_the_emulator_answers_the_messages_api_as_vllm_does(
 
 async def test_the_router_counts_an_agents_turn_as_the_engine_does(
         real_fleet: RealFleet, make_router: RouterFactory) -> None:
-    """Tool results, tool calls, several text blocks and a billing header: the router's
-    count of the prompt (with the model's own tokenizer and template) is the engine's."""
+    """Tool results, tool calls, several text blocks, a billing header and tools offered (the
+    template is handed them; this one writes none): the router's count of the prompt (with
+    the model's own tokenizer and template) is the engine's."""
     router = await make_router(prefix_routing(real_fleet.model_dir))
     client = anthropic.AsyncAnthropic(base_url=router.url, api_key="unused", max_retries=0)
     message = await client.messages.create(
         model=MODEL, max_tokens=2,
+        tools=[{"name": "read_file", "description": "Read a file.",
+                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+        tool_choice={"type": "none"},     # "auto" asks the engine for a tool-call parser
         system=[{"type": "text", "text": "x-anthropic-billing-header: cc=1; h=ab12"},
                 {"type": "text", "text": "You read logs."}],
         messages=[

@@ -286,3 +286,29 @@ async def test_n_choices_are_timed_per_token_of_each_choice(
 
     one, eight = await tpot_of(1), await tpot_of(8)
     assert one / 2 < eight < one * 2, (one, eight)
+
+
+async def test_the_tools_a_chat_offers_are_counted_in_its_prompt(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """The template writes the tools into the prompt: an agent offering many was routed as
+    its messages alone (thousands of tokens fewer than its worker prefilled)."""
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]))
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": "Look something up in the catalogue. " * 10,
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}}
+        for i in range(8)]
+    counted = []
+    async with aiohttp.ClientSession() as session:
+        for offered in (None, tools):
+            body: dict[str, Any] = {"model": MODEL, "max_tokens": 2,
+                                    "messages": [{"role": "user", "content": "Find a book."}]}
+            if offered:
+                body["tools"] = offered
+            async with session.post(f"{router.url}/v1/chat/completions", json=body) as resp:
+                answer = await resp.json()
+                assert resp.status == 200, answer
+            async with session.get(f"{router.url}/debug/decisions?limit=1") as resp:
+                [decision] = (await resp.json())["data"]
+            assert decision["num_prompt_tokens"] == answer["usage"]["prompt_tokens"]
+            counted.append(decision["num_prompt_tokens"])
+    assert counted[1] > counted[0] + 500

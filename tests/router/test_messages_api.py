@@ -168,14 +168,25 @@ async def test_an_agents_tool_results_are_counted_as_the_worker_counts_them(
             {"type": "tool_result", "tool_use_id": "toolu_1",
              "content": [{"type": "text", "text": "lorem ipsum " * 1500}]}]},
     ]
-    raw = await client.messages.with_raw_response.create(
-        model=MODEL, max_tokens=2, messages=messages,
-        system=[{"type": "text", "text": "x-anthropic-billing-header: cc=1; h=ab12"},
-                {"type": "text", "text": "You read logs."}])
-    message = await raw.parse()
-    assert message.usage.input_tokens > 3000
-    async with aiohttp.ClientSession() as session, session.get(
-            f"{router.url}/debug/decisions?limit=1") as resp:
-        [decision] = (await resp.json())["data"]
-    assert decision["num_prompt_tokens"] == message.usage.input_tokens
+    system: list[anthropic.types.TextBlockParam] = [
+        {"type": "text", "text": "x-anthropic-billing-header: cc=1; h=ab12"},
+        {"type": "text", "text": "You read logs."}]
+    tools: list[anthropic.types.ToolParam] = [{
+        "name": "read_file", "description": "Read a file of the host " * 20,
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+    counted = []
+    for offered in ([], tools):
+        raw = await client.messages.with_raw_response.create(
+            model=MODEL, max_tokens=2, messages=messages, system=system, tools=offered)
+        message = await raw.parse()
+        assert message.usage.input_tokens > 3000
+        async with aiohttp.ClientSession() as session, session.get(
+                f"{router.url}/debug/decisions?limit=1") as resp:
+            [decision] = (await resp.json())["data"]
+        assert decision["num_prompt_tokens"] == message.usage.input_tokens
+        counted.append(message.usage.input_tokens)
+        count = await client.messages.count_tokens(model=MODEL, messages=messages,
+                                                   system=system, tools=offered)
+        assert count.input_tokens == message.usage.input_tokens
+    assert counted[1] > counted[0] + 100           # the tools' definitions are in the prompt
     await client.close()

@@ -197,7 +197,10 @@ async def tokenize(request: web.Request) -> web.Response:
                                   "messages")
         normalized = [{"role": str(m.get("role", "user")),
                        "content": message_text(m.get("content"))} for m in messages]
-        text = w.tokenizer.render_chat(normalized, bool(data.get("add_generation_prompt", True)))
+        tools = data.get("tools")
+        text = w.tokenizer.render_chat(
+            normalized, bool(data.get("add_generation_prompt", True)),
+            [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None)
     else:
         prompt = data.get("prompt")
         if not isinstance(prompt, str):

@@ -128,8 +128,8 @@ async def tokenize_body(worker: WorkerState, body: GenerationBody
     tok = worker.tokenizer
     limit = worker.max_model_len * tok.max_chars_per_token
     if body.kind == "chat":
-        raw: Sequence[str | tuple[int, ...]] = [tok.render_chat(body.messages,
-                                                                body.add_generation_prompt)]
+        raw: Sequence[str | tuple[int, ...]] = [tok.render_chat(
+            body.messages, body.add_generation_prompt, body.tools)]
     else:
         raw = body.prompts
     prompts: list[list[int]] = []

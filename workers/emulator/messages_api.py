@@ -26,6 +26,7 @@ import orjson
 from aiohttp import web
 
 from policies.producers.anthropic_chat import chat_messages as anthropic_chat_messages
+from policies.producers.anthropic_chat import chat_tools
 from workers.emulator.errors import ApiError, bad_request, validation_error
 from workers.emulator.generation import (
     Admitted,
@@ -80,7 +81,8 @@ async def create_message(request: web.Request) -> web.StreamResponse:
     body = GenerationBody(kind="chat", model=model, prompts=(), messages=tuple(messages),
                           add_generation_prompt=True, max_tokens=max_tokens, ignore_eos=False,
                           n=1, stream=stream, include_usage=stream, continuous_usage=stream,
-                          cache_salt=None, echo=False)
+                          cache_salt=None, echo=False,
+                          tools=tuple(chat_tools(data.get("tools")) or ()))
     prompts, texts = await tokenize_body(worker, body)
     allowed = check_lengths(worker, prompts, max_tokens)
     message_id = worker.new_request_id("chatcmpl", request)
@@ -107,7 +109,7 @@ async def count_tokens(request: web.Request) -> web.Response:
                           messages=tuple(chat_messages(data)), add_generation_prompt=True,
                           max_tokens=None, ignore_eos=False, n=1, stream=False,
                           include_usage=False, continuous_usage=False, cache_salt=None,
-                          echo=False)
+                          echo=False, tools=tuple(chat_tools(data.get("tools")) or ()))
     prompts, _ = await tokenize_body(worker, body)
     count = len(prompts[0])
     return web.Response(body=orjson.dumps({"input_tokens": count, "context_management": {

@@ -38,6 +38,7 @@ class GenerationBody:
     cache_salt: str | None
     echo: bool
     min_tokens: int = 0      # tokens generated before EOS may end the answer (vLLM's)
+    tools: tuple[Mapping[str, Any], ...] = ()      # chat: offered, written into the prompt
 
 
 async def read_json_body(request: web.Request) -> Mapping[str, Any]:
@@ -72,11 +73,14 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     f = _Fields(data)
     messages: tuple[Mapping[str, Any], ...] = ()
     prompts: tuple[str | tuple[int, ...], ...] = ()
+    tools: tuple[Mapping[str, Any], ...] = ()
     if kind == "chat":
         messages = _messages(data)
-        tools = data.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise validation_error("tools", "Input should be a valid list", "list_type", tools)
+        offered = data.get("tools")
+        if offered is not None and not isinstance(offered, list):
+            raise validation_error("tools", "Input should be a valid list", "list_type",
+                                   offered)
+        tools = tuple(tool for tool in offered or () if isinstance(tool, dict))
         max_tokens = f.opt_int("max_completion_tokens", lo=1)
         if max_tokens is None:
             max_tokens = f.opt_int("max_tokens", lo=1)
@@ -100,7 +104,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     _check_sampling(f, kind)
     f.opt_int("seed")
     return GenerationBody(
-        kind=kind, model=f.opt_str("model"), prompts=prompts, messages=messages,
+        kind=kind, model=f.opt_str("model"), prompts=prompts, messages=messages, tools=tools,
         add_generation_prompt=f.boolean("add_generation_prompt", True),
         max_tokens=max_tokens, ignore_eos=f.boolean("ignore_eos", False), n=n,
         stream=f.boolean("stream", False),

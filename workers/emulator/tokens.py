@@ -35,7 +35,7 @@ _PASSAGE = (
     "long wooden tables where students read about history, science and distant places."
 )
 
-ChatRenderer = Callable[[Sequence[Mapping[str, Any]], bool], str]
+ChatRenderer = Callable[[Sequence[Mapping[str, Any]], bool, Sequence[Any] | None], str]
 
 
 class Tokenizer:
