@@ -44,6 +44,7 @@ class RoutingRequest:
     longest_prompt_tokens: int = 0
     prompt_count: int = 1                # the prompts of a batch, each answered on its own
     choices: int = 1                     # sequences generated per prompt (n; best_of if more)
+    returned_choices: int = 1            # ... of which answered (n): what usage counts
     block_hashes: dict[int, Sequence[int]] = field(default_factory=dict)   # block_size -> chain
     semantic_class: str | None = None
     predicted_output_tokens: int | None = None   # learnt from finished requests, <= max_tokens
@@ -69,9 +70,14 @@ class RoutingRequest:
 
     @property
     def sequences(self) -> int:
-        """The sequences generated: each prompt of a batch, ``choices`` times. An answer's
-        ``completion_tokens`` is theirs together."""
+        """The sequences generated: each prompt of a batch, ``choices`` times."""
         return self.prompt_count * self.choices
+
+    @property
+    def returned_sequences(self) -> int:
+        """The sequences answered (``best_of`` keeps the best ``n``): an answer's
+        ``completion_tokens`` is theirs together."""
+        return self.prompt_count * self.returned_choices
 
     def output_tokens_within(self, max_model_len: int) -> int:
         """``expected_output_tokens`` as a worker with this context window serves them
@@ -96,9 +102,10 @@ def is_token_ids(values: Iterable[Any]) -> bool:
 
 
 def per_sequence(completion_tokens: int, request: RoutingRequest) -> int:
-    """An answer's ``completion_tokens`` (the sum over its sequences) per sequence, at least 1:
-    what one of them generated on average, the unit of ``max_tokens`` and of predictions."""
-    sequences = request.sequences
+    """An answer's ``completion_tokens`` (the sum over the sequences it returns) per sequence,
+    at least 1: what one of them generated on average, the unit of ``max_tokens`` and of
+    predictions."""
+    sequences = request.returned_sequences
     if sequences == 1:
         return completion_tokens
     return max(1, round(completion_tokens / sequences))

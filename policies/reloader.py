@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from policies.config import RoutingConfig
-from policies.engine import PolicyEngine
+from policies.engine import PolicyEngine, check_against_fleet
 from policies.errors import RoutingConfigError
 from policies.loader import parse_routing_text, read_routing_text
 from policies.registry import PluginRegistry, default_registry
@@ -185,6 +185,10 @@ class PolicyReloader:
                      summarize(engine.routing))
             self._content.settled = None
             return None
+        try:        # the fleet may have been reloaded while this config was built
+            check_against_fleet(engine.routing, self.fleet)
+        except RoutingConfigError as exc:
+            return self._report(ReloadResult("failure", str(self.path), str(exc)))
         engine.take_state_from(self.engine)     # on the loop, with no await before the swap
         self.engine = engine
         self._in_force = digest

@@ -161,6 +161,12 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app[DECISIONS] = DecisionLog(settings.decisions_ring_size)
     app[KV_EVENTS] = kv_events
     app[REQUEST_TASKS] = request_tasks
+    if fleet.source == str(settings.fleet_path):      # (not a fleet built in memory)
+        fleet_reloader = app[FLEET_RELOADER] = FleetReloader(
+            settings.fleet_path, fleet, tls, check=_routing_serves(app),
+            environ=os.environ if environ is None else environ,
+            interval_s=settings.reload_interval_s, on_result=metrics.record_fleet_reload)
+        reloader.add_swap_listener(lambda _engine: fleet_reloader.retry())
     if client_keys is not None:
         app[CLIENT_KEYS] = client_keys
         app.cleanup_ctx.append(_client_keys_reloader)
@@ -198,11 +204,12 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     scraper loop and the director."""
     settings = app[SETTINGS]
     authorizations, tls = app[WORKER_AUTHORIZATIONS], app[WORKER_TLS]
-    fleet = [app[FLEET]]       # the fleet in force: the one read at start, then reloaded ones
+    fleet_reloader = app.get(FLEET_RELOADER)
     metrics = app[METRICS]
 
     def on_certificate(origin: Origin, not_after: float) -> None:
-        workers_at = {origin_of(w.info.url): w.info.id for w in fleet[0].workers}
+        fleet = fleet_reloader.fleet if fleet_reloader is not None else app[FLEET]
+        workers_at = {origin_of(w.info.url): w.info.id for w in fleet.workers}
         metrics.record_certificate(workers_at.get(origin, f"{origin[0]}:{origin[1]}"),
                                    not_after)
 
@@ -237,17 +244,11 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                                    ejection=ejection)
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
-    fleet_reloader = None
-    if fleet[0].source == str(settings.fleet_path):      # (not a fleet built in memory)
+    if fleet_reloader is not None:
         async def apply(prepared: PreparedFleet) -> None:
             await _apply_fleet(app, prepared, (scrapes, upstream))
-            fleet[0] = prepared.fleet
 
-        fleet_reloader = app[FLEET_RELOADER] = FleetReloader(
-            settings.fleet_path, fleet[0], tls, check=_routing_serves(app), apply=apply,
-            environ=os.environ, interval_s=settings.reload_interval_s,
-            on_result=metrics.record_fleet_reload)
-        fleet_reloader.start()
+        fleet_reloader.start(apply)
     yield
     if fleet_reloader is not None:
         await fleet_reloader.stop()
@@ -281,8 +282,8 @@ async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
     for worker_id in change.gone:
         policy.engine.forget_worker(worker_id)
         app[EJECTION].forget(worker_id)
-    for worker_id in change.removed:
         app[METRICS].forget_worker(worker_id)
+        app[STORE].forget_worker(worker_id)
     app[METRICS].start_ejection_counts(change.added)
     for warning in fleet_warnings(policy.engine.routing, prepared.fleet):
         log.warning("routing file %s: %s", policy.path, warning)

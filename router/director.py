@@ -245,7 +245,7 @@ class Director:
         assert last_failure is not None and failed is not None
         headers = self._kvroute_headers(failed, parsed.routing.semantic_class)
         # the client learns which workers failed and how, not where they are (the log says)
-        last = without_addresses(str(last_failure), map(self._registry.info, tried))
+        last = without_addresses(last_failure.client_text(), map(self._registry.info, tried))
         headers["x-kvroute-reason"] = header_safe(
             f"upstream-error: failed on {', '.join(tried)}; last: {last}")
         raise UpstreamError(f"No worker could serve the request after {len(tried)} attempt(s); "
@@ -538,7 +538,8 @@ class Director:
                 ttft = result.first_byte_at - attempt.started_at
                 # the sequences of a batch or of n choices are generated side by side: the
                 # time between tokens is each one's (16 choices read as 16 times faster)
-                per_sequence = usage.completion_tokens / routing.sequences if usage else 0.0
+                per_sequence = (usage.completion_tokens / routing.returned_sequences
+                                if usage else 0.0)
                 if per_sequence > 1:
                     tpot = (result.finished_at - result.first_byte_at) / (per_sequence - 1)
         return RequestOutcome(

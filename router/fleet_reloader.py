@@ -1,21 +1,25 @@
 """``FleetReloader``: the fleet file, kept current while the router runs.
 
-Workers are added, removed or declared anew (another URL, GPU, labels, key, ...) by editing
-the fleet file, without a restart. The file is polled every ``interval_s`` (its stamp, as
+Workers are added, removed, relabelled or declared as another server under their id by
+editing the fleet file, without a restart. The file is polled every ``interval_s`` (its stamp, as
 the routing file's), and new content is taken once it reads the same at two polls running,
 so a file written in several steps is not taken half-written. Before anything changes the
 new fleet must pass what ``kvroute serve`` checks at start: the file itself, every
 ``api_key_env`` set in this process's environment, every ``tls_ca_file`` usable, and the
 routing file in force valid against it (``check``: a rule sending requests to a pool or model
 the new fleet no longer has refuses the fleet, so remove the rule first). A refused file is
-logged once per change of the file, with the field that is wrong, and the fleet in force
-keeps serving. A taken one is handed to ``apply`` (the router's registry, scraper, upstream
+logged with the field that is wrong, and the fleet in force keeps serving; it is tried again
+when it is saved again (even unchanged) and when the routing file in force changes (a fleet
+and a routing file deployed together may be read in either order). A taken one is handed
+to ``apply`` (the router's registry, scraper, upstream
 clients, policy engine and KV-event feed) with what changed, and logged. Each outcome goes
 to ``on_result`` (``kvroute_fleet_reloads_total``, ``kvroute_fleet_last_reload_successful``).
 
 Requests in flight on a removed worker finish there; no new one goes to it. A worker
-declared anew is a new server to the router: what it knew of the old one's cache and
-health is dropped, and it is scraped at once. ``kvroute up`` starts the emulated workers of
+declared as another server under its id (another URL, GPU, model, parallelism or batch
+limits) is a new server to the router: what it knew of the old one's cache and health is
+dropped, and it is scraped at once; one relabelled (labels, price, key, CA bundle, stream)
+keeps it all. ``kvroute up`` starts the emulated workers of
 the file it started with only; an ``emulate:`` worker added later is scraped at its port
 like any other, and stays down until something listens there (logged).
 """
@@ -58,46 +62,64 @@ class FleetReloader:
     """Owns the fleet in force for one fleet file."""
 
     def __init__(self, path: Path, fleet: FleetConfig, tls: Mapping[Origin, ssl.SSLContext],
-                 *, check: Callable[[FleetConfig], None],
-                 apply: Callable[[PreparedFleet], Awaitable[None]],
-                 environ: Mapping[str, str], interval_s: float = 1.0,
+                 *, check: Callable[[FleetConfig], None], environ: Mapping[str, str],
+                 interval_s: float = 1.0,
                  on_result: Callable[[bool], None] | None = None) -> None:
-        """``fleet``: the one in force (read from ``path`` at start), ``tls`` its contexts;
-        ``check(fleet)`` raises ``RoutingConfigError`` when the routing file in force cannot
-        serve ``fleet``."""
+        """``fleet``: the one in force (read from ``path`` just before: the file is stamped
+        now, so an edit from here on is new), ``tls`` its contexts; ``check(fleet)`` raises
+        ``RoutingConfigError`` when the routing file in force cannot serve ``fleet``."""
         self.path = path
         self.fleet = fleet
         self._tls = dict(tls)
         self._check_routing = check
-        self._apply = apply
+        self._apply: Callable[[PreparedFleet], Awaitable[None]] | None = None
         self._environ = environ
         self._on_result = on_result
         self._stamp = file_stamp(path)
         self._content = SettledContent(file_digest(path))
+        self._refused = False      # the file as it is was refused: tried again on a save or
+        self._retry = False        # ... when the routing file in force changed (``retry``)
         self._periodic = PeriodicCheck(self.check, interval_s, f"fleet-reloader:{path}",
                                        "fleet reload")
+
+    def retry(self) -> None:
+        """The routing file in force changed: a fleet refused for it is tried again at the
+        next poll (a fleet dropping a pool is refused until the rule naming it goes)."""
+        self._retry = self._refused
 
     async def check(self) -> bool:
         """Read the file again if it changed; whether a new fleet took over."""
         stamp = file_stamp(self.path)
-        if stamp == self._stamp and not self._content.waiting:
+        moved = stamp != self._stamp
+        if not moved and not self._content.waiting and not self._retry:
             return False
         self._stamp = stamp
-        if not self._content.offer(file_digest(self.path)):    # unchanged, or not settled yet
-            return False
+        retry, self._retry = self._retry, False
+        if not self._content.offer(file_digest(self.path)) and not (
+                self._refused and (moved or retry) and not self._content.waiting):
+            return False    # unchanged (not refused, or refused and left alone), or settling
         try:
             prepared = self.prepare(load_fleet(self.path))
         except (FleetConfigError, RoutingConfigError) as exc:
             log.error("fleet file %s refused, the fleet in force stays: %s", self.path, exc)
+            self._refused = True
             self._report(False)
             return False
+        self._refused = False
         if not prepared.change:
             self.fleet = prepared.fleet
             log.info("fleet file %s read again: no worker changed", self.path)
             self._report(True)
             return False
-        await self._apply(prepared)
         self.fleet, self._tls = prepared.fleet, prepared.tls
+        try:
+            if self._apply is not None:
+                await self._apply(prepared)
+        except Exception:       # a bug half-way must not stop the watcher: the next edit runs
+            log.exception("fleet file %s: applying %s failed", self.path,
+                          prepared.change.describe())
+            self._report(False)
+            return False
         log.info("fleet file %s reloaded: %s (%d worker(s))", self.path,
                  prepared.change.describe(), len(prepared.fleet.workers))
         for worker_id in (*prepared.change.added, *prepared.change.changed):
@@ -133,7 +155,9 @@ class FleetReloader:
         if self._on_result is not None:
             self._on_result(succeeded)
 
-    def start(self) -> None:
+    def start(self, apply: Callable[[PreparedFleet], Awaitable[None]]) -> None:
+        """Watch the file; ``apply`` serves each new fleet taken."""
+        self._apply = apply
         self._periodic.start()
 
     async def stop(self) -> None:

@@ -67,26 +67,28 @@ class KvEventFeed:
 
     async def set_workers(self, workers: Iterable[WorkerInfo], gone: Iterable[str],
                           engine: Any) -> None:
-        """A reloaded fleet file: forget the block sets of the workers ``gone`` (removed, or
-        declared anew: what was known of those servers no longer holds) and follow the
-        streams the new fleet names, the others undisturbed. A fleet naming streams for the
-        first time gets its index now, handed to ``engine`` (the one in force)."""
-        for worker_id in gone:
-            self.forget(worker_id)
+        """A reloaded fleet file: follow the streams the new fleet names, the others
+        undisturbed, then forget the block sets of the workers ``gone`` (removed, or another
+        server under their id) and of those whose stream went or moved. A fleet naming
+        streams for the first time gets its index now, handed to ``engine`` (the one in
+        force)."""
         sources = sources_for(workers)
-        if sources == self.sources:
-            return
-        self.sources = sources
-        if self.index is None:
-            self.index = ExactPrefixIndex()
-            self.attach(engine)
-        if not self._started:
-            return
-        if self._subscriber is None:
-            self._subscriber = KvEventSubscriber(self.index, self.sources)
-            await self._subscriber.start()
-        else:
-            await self._subscriber.follow(self.sources)
+        before = {source.worker_id: source for source in self.sources}
+        now = {source.worker_id: source for source in sources}
+        # a stream that goes or moves: what it said is not what the next one will
+        gone = {*gone, *(worker for worker, source in before.items() if now.get(worker) != source)}
+        if sources != self.sources:
+            self.sources = sources
+            if self.index is None:
+                self.index = ExactPrefixIndex()
+                self.attach(engine)
+            if self._started and self._subscriber is None:
+                self._subscriber = KvEventSubscriber(self.index, self.sources)
+                await self._subscriber.start()
+            elif self._started and self._subscriber is not None:
+                await self._subscriber.follow(self.sources)   # the streams that go have stopped
+        for worker_id in gone:      # (after: a stream going could still have read a batch)
+            self.forget(worker_id)
 
     async def stop(self) -> None:
         self._started = False

@@ -165,7 +165,9 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         max_tokens=max_tokens, stream=stream, tenant=tenant or tenant_of(headers),
         session=headers.get("x-session-id") or user, headers=headers,
         arrival_time=arrival_time,
-        choices=choices_of(data) if path in (CHAT_PATH, COMPLETIONS_PATH) else 1)
+        choices=choices_of(data) if path in (CHAT_PATH, COMPLETIONS_PATH) else 1,
+        returned_choices=choices_of(data, ("n",)) if path in (CHAT_PATH, COMPLETIONS_PATH)
+        else 1)
     return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage,
                          response_id=response_id, previous_response_id=previous_id,
                          response_id_assigned=assigned)
@@ -176,12 +178,13 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
 MAX_CHOICES = 1024
 
 
-def choices_of(data: Mapping[str, Any]) -> int:
+def choices_of(data: Mapping[str, Any], names: tuple[str, ...] = ("n", "best_of")) -> int:
     """The sequences a chat or completions request generates per prompt: ``n`` choices, or
-    ``best_of`` (completions: generated, the best ``n`` sent) when larger. A value the
-    worker will refuse (not a positive integer) counts as 1: its 400 is vLLM's."""
+    ``best_of`` (completions: generated, the best ``n`` sent) when larger (``names`` ("n",):
+    those it answers). A value the worker will refuse (not a positive integer) counts as 1:
+    its 400 is vLLM's."""
     choices = 1
-    for name in ("n", "best_of"):
+    for name in names:
         value = data.get(name)
         if type(value) is int and value > choices:
             choices = value

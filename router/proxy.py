@@ -116,6 +116,16 @@ class RetryableUpstream(Exception):
         self.status = status          # the worker's status, or 502 when there was none
         self.detail = detail
 
+    def client_text(self) -> str:
+        """What the client is told: the worker's own error for a 5xx, else the kind of
+        failure; the details (the worker's address, the system's error) are the log's."""
+        said = _CLIENT_TEXT.get(self.reason)
+        return f"{self.reason}: {said}" if said is not None else str(self)
+
+
+_CLIENT_TEXT = {"connect": "the worker did not take the connection",
+                "disconnect": "the worker closed the connection before it answered"}
+
 
 @dataclass(slots=True)
 class ProxyResult:

@@ -323,6 +323,10 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     kv_events = raw.get("kv_events")
     if kv_events is None and emulate is not None:
         kv_events = _emulated_kv_events(emulate, labels)
+    if kv_events is not None:
+        _check_zmq_endpoint(kv_events, f"{where}.kv_events")
+    if "kv_events_replay" in labels:
+        _check_zmq_endpoint(labels["kv_events_replay"], f"{where}.labels.kv_events_replay")
     api_key_env = raw.get("api_key_env")
     if api_key_env is not None and (not isinstance(api_key_env, str)
                                     or not _ENV_NAME.fullmatch(api_key_env)):
@@ -405,6 +409,20 @@ def _check_allreduce_bw(value: Any, where: str) -> None:
             raise FleetConfigError(f"{where}: {tp!r} is not a tensor-parallel size "
                                    f"({TENSOR_PARALLEL.what})")
         check_number(bandwidth, f"{where}.{tp}", POSITIVE)
+
+
+# what a ZMQ socket connects to: tcp://HOST:PORT (a name, an IPv4 or a bracketed IPv6), or
+# ipc://PATH
+_ZMQ_ENDPOINT = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]*]+):(\d{1,5})|ipc://\S+")
+
+
+def _check_zmq_endpoint(value: Any, where: str) -> None:
+    """A KV-event endpoint the router can connect to (one it could not made the connect
+    raise in its stream's task, and a reload wait for it for ever)."""
+    match = _ZMQ_ENDPOINT.fullmatch(value) if isinstance(value, str) else None
+    if match is None or (match.group(2) is not None and not 1 <= int(match.group(2)) <= 65535):
+        raise FleetConfigError(f"{where}: must look like tcp://HOST:PORT or ipc://PATH, got "
+                               f"{value!r}")
 
 
 def _emulated_kv_events(emulate: Mapping[str, Any], labels: dict[str, str]) -> str | None:

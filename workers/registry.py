@@ -42,15 +42,18 @@ MAX_RETIRED = 1024
 
 @dataclass(frozen=True, slots=True)
 class FleetChange:
-    """What a new fleet file changes: worker ids added, removed, and kept with a new
-    declaration (another URL, GPU, model, labels, ...), each sorted."""
+    """What a new fleet file changes, each sorted: worker ids added, removed, declared as
+    another server (``changed``: another URL, GPU, model, parallelism or batch limits) and
+    declared anew for the same server (``relabelled``: labels, price, key, CA bundle,
+    KV-event stream)."""
 
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     changed: tuple[str, ...] = ()
+    relabelled: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.removed or self.changed)
+        return bool(self.added or self.removed or self.changed or self.relabelled)
 
     @property
     def gone(self) -> tuple[str, ...]:
@@ -60,17 +63,29 @@ class FleetChange:
 
     def describe(self) -> str:
         parts = [f"{what} {', '.join(ids)}" for what, ids in (
-            ("added", self.added), ("removed", self.removed), ("changed", self.changed)) if ids]
+            ("added", self.added), ("removed", self.removed), ("changed", self.changed),
+            ("relabelled", self.relabelled)) if ids]
         return "; ".join(parts) if parts else "no worker changed"
+
+
+def same_server(before: WorkerInfo, after: WorkerInfo) -> bool:
+    """Whether two declarations of a worker are of one server: what it serves and where,
+    on what hardware with what limits (labels, price, credentials may differ)."""
+    return (before.url, before.gpu, before.models, before.model_spec, before.tensor_parallel,
+            before.max_num_seqs, before.max_num_batched_tokens) == (
+        after.url, after.gpu, after.models, after.model_spec, after.tensor_parallel,
+        after.max_num_seqs, after.max_num_batched_tokens)
 
 
 def fleet_change(before: Sequence[WorkerInfo], after: Sequence[WorkerInfo]) -> FleetChange:
     old = {info.id: info for info in before}
     new = {info.id: info for info in after}
+    kept = [i for i in old.keys() & new.keys() if old[i] != new[i]]
     return FleetChange(
         added=tuple(sorted(new.keys() - old.keys())),
         removed=tuple(sorted(old.keys() - new.keys())),
-        changed=tuple(sorted(i for i in old.keys() & new.keys() if old[i] != new[i])))
+        changed=tuple(sorted(i for i in kept if not same_server(old[i], new[i]))),
+        relabelled=tuple(sorted(i for i in kept if same_server(old[i], new[i]))))
 
 
 class WorkerRegistry:
@@ -100,9 +115,10 @@ class WorkerRegistry:
         self._default_model = next(iter(models)) if len(models) == 1 else None
 
     def replace(self, infos: Sequence[WorkerInfo]) -> FleetChange:
-        """Take the workers of a reloaded fleet file. A worker declared as before keeps its
-        snapshot; a removed or changed one loses it (a changed one is unknown until its next
-        scrape). Raises ``ValueError`` on duplicate ids, changing nothing."""
+        """Take the workers of a reloaded fleet file. A worker of the same server as before
+        keeps its snapshot (relabelled too); a removed or changed one loses it (a changed one
+        is unknown until its next scrape). Raises ``ValueError`` on duplicate ids, changing
+        nothing."""
         change = fleet_change(self._infos, infos)
         before = self._by_id
         self._set_infos(infos)

@@ -23,7 +23,7 @@ import orjson
 
 from workers.exposition import ExpositionError, parse_sample_line
 from workers.models import WorkerInfo, WorkerSnapshot
-from workers.registry import WorkerRegistry
+from workers.registry import WorkerRegistry, same_server
 from workers.upstream import UpstreamClient, UpstreamError
 
 log = logging.getLogger(__name__)
@@ -201,14 +201,16 @@ class WorkerScraper:
 
     def follow_registry(self) -> None:
         """Scrape the registry's workers as they are now (after a reloaded fleet file): a
-        loop starts for each new or changed worker, scraping it at once, and the loop of each
-        removed or changed one stops (a scrape it has under way is dropped). No-op unless
-        ``run`` is running."""
+        loop starts for each new worker or another server under an id, scraping it at once,
+        and the loop of each removed one or former server stops (a scrape it has under way
+        is dropped); a worker of the same server (relabelled, or declared as before) keeps
+        its loop. No-op unless ``run`` is running."""
         if not self._running:
             return
         current = {info.id: info for info in self._registry.infos}
         for worker_id, (info, task) in list(self._loops.items()):
-            if current.get(worker_id) is not info:
+            now = current.get(worker_id)
+            if now is None or not same_server(info, now):
                 task.cancel()
                 del self._loops[worker_id]
                 self._models.pop(worker_id, None)

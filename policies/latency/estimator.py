@@ -207,6 +207,10 @@ class TimeEstimator:
         self._by_worker[info.id] = (info, coefficients)
         return coefficients
 
+    def forget(self, worker_id: str) -> None:
+        self._by_worker.pop(worker_id, None)
+        self._view_terms.pop(worker_id, None)
+
     def output_tokens(self, request: RoutingRequest) -> int:
         """The predicted output (``output-length`` producer), else max_tokens, else the
         default."""

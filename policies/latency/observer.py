@@ -157,6 +157,12 @@ class EstimatingPlugin:
         else:
             self.estimator.correction.forget(outcome.request_id)
 
+    def forget_worker(self, worker_id: str) -> None:
+        """The worker's engine restarted, or a reloaded fleet removed it or put another
+        server under its id: its coefficients and kept view terms go (recomputed from its
+        declaration if it is still there)."""
+        self.estimator.forget(worker_id)
+
     def inherit_state(self, previous: object) -> None:
         """Take over what the previous configuration's estimator learnt, for every plugin of
         the profile: from the first of them (in declared order) that has a predecessor."""

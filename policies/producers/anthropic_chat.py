@@ -22,9 +22,10 @@ shapes it refuses (the router's ``protocol``, the emulator's ``messages_api``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from policies.producers.chat_template import json_text
 
 BILLING_HEADER = "x-anthropic-billing-header"
 
@@ -90,7 +91,7 @@ def _convert_blocks(blocks: list[Any], role: Any, converted: dict[str, Any],
         elif kind == "tool_use":
             calls.append({"id": block.get("id") or "", "type": "function", "function": {
                 "name": block.get("name") or "",
-                "arguments": json.dumps(block.get("input") or {})}})
+                "arguments": json_text(block.get("input") or {})}})
         elif kind == "tool_result":
             if role == "user":
                 out.append({"role": "tool", "tool_call_id": block.get("tool_use_id") or "",

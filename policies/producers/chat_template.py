@@ -69,13 +69,22 @@ def message_text(content: Any) -> str:
 
 def _with_tools(messages: Sequence[Mapping[str, Any]],
                 tools: Sequence[Any]) -> list[Mapping[str, Any]]:
-    text = TOOLS_PREAMBLE + "".join(json.dumps(tool, indent=4) + "\n\n" for tool in tools)
+    text = TOOLS_PREAMBLE + "".join(json_text(tool, indent=4) + "\n\n" for tool in tools)
     out = list(messages)
     for i, message in enumerate(out):
         if isinstance(message, Mapping) and message.get("role") == "user":
             out[i] = {**message, "content": text + message_text(message.get("content"))}
             return out
     return [*out, {"role": "user", "content": text}]
+
+
+def json_text(value: Any, indent: int | None = None) -> str:
+    """``json.dumps(value)``, or ``{}`` for what it cannot write: nesting deeper than
+    Python's recursion limit (a body may nest 1,024 levels), values that are not JSON."""
+    try:
+        return json.dumps(value, indent=indent)
+    except (RecursionError, TypeError, ValueError):
+        return "{}"
 
 
 def tool_calls_text(calls: Any) -> str:

@@ -74,6 +74,9 @@ class MemoryStateStore:
     def routed_shared(self) -> tuple[int, int]:
         return 0, 0
 
+    def forget_worker(self, worker_id: str) -> None:
+        return None
+
     async def remember_response(self, response_id: str, worker_id: str,
                                 tenant: str | None = None) -> None:
         self._owners.remember(response_id, worker_id, tenant)

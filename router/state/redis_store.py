@@ -294,6 +294,11 @@ class RedisStateStore:
     def on_complete(self, worker_id: str, prefill_tokens_left: int, decode_tokens: int) -> None:
         self._local.on_complete(worker_id, prefill_tokens_left, decode_tokens)
 
+    def forget_worker(self, worker_id: str) -> None:
+        """Not published from now on (a scaled-down fleet's ids were published for ever);
+        a dispatch to it adds it again."""
+        self._workers.discard(worker_id)
+
     async def remember_response(self, response_id: str, worker_id: str,
                                 tenant: str | None = None) -> None:
         """Recorded here at once; written to Redis in the background (never awaited)."""
@@ -475,6 +480,10 @@ class RedisStateStore:
                 reply = await self._client.xread({ROUTED_STREAM: self._routed_from},
                                                  count=ROUTED_READ_COUNT,
                                                  block=ROUTED_BLOCK_MS)
+            except ResponseError as exc:     # refused (no permission, a key of another type)
+                self._routes_failed(exc)
+                await asyncio.sleep(ROUTES_RETRY_S)
+                continue
             except (RedisError, OSError):
                 # a read cut by a slow Redis: the sync loop judges whether it is away
                 await asyncio.sleep(self._interval)

@@ -67,6 +67,11 @@ class StateStore(Protocol):
 
     def on_dispatch(self, worker_id: str, prefill_tokens: int, decode_tokens: int) -> None: ...
 
+    def forget_worker(self, worker_id: str) -> None:
+        """A reloaded fleet file removed the worker (or put another server under its id): its
+        counts are no longer shared (the requests it still serves end as usual)."""
+        ...
+
     def on_first_token(self, worker_id: str, prefill_tokens: int) -> None: ...
 
     def on_complete(self, worker_id: str, prefill_tokens_left: int,

@@ -415,3 +415,32 @@ async def test_files_edited_during_the_first_build_are_new_to_the_first_poll(
     engine = reloader.engine
     result = await settled(reloader)
     assert result is not None and result.rebuilt and reloader.engine is not engine
+
+
+async def test_a_config_built_while_the_fleet_changed_is_checked_against_the_new_fleet(
+        routing_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A routing file whose rule needs pool gold, built (for minutes, with a classifier)
+    while a reloaded fleet dropped gold's last worker: it was swapped in unchecked."""
+    from workers.fleet import parse_fleet
+
+    def fleet(labels: dict[str, str]) -> FleetConfig:
+        return parse_fleet({"models": {"m": {"arch": "llama-3-8b"}}, "workers": [
+            {"id": "w", "gpu": "h100", "models": ["m"], "url": "http://127.0.0.1:1",
+             "labels": labels}]})
+
+    reloader = PolicyReloader.load(routing_file, fleet({"pool": "gold"}))
+    first = reloader.engine
+    build = reloader._build
+
+    def build_then_fleet_reloads(text: str) -> PolicyEngine:
+        engine = build(text)
+        reloader.fleet = fleet({})              # the fleet reload lands meanwhile
+        return engine
+
+    monkeypatch.setattr(reloader, "_build", build_then_fleet_reloads)
+    write(routing_file, GOOD + "rules:\n  - when: {tenant: acme}\n    then: "
+          "{pool: {pool: gold}}\n", 1_000_000)
+    result = await settled(reloader)
+    assert result is not None and result.result == "failure"
+    assert "rules[0].then.pool" in result.message
+    assert reloader.engine is first

@@ -171,3 +171,41 @@ async def test_a_stream_on_a_removed_worker_finishes_there(
     assert rest.rstrip().endswith(b"data: [DONE]")
     assert b'"error"' not in rest
     assert await workers_reached(router, 2) == {"h100-fast"}
+
+
+async def test_relabelling_every_worker_keeps_them_serving(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """A label added to every worker dropped their snapshots: all unhealthy until their next
+    scrape, every request a 503 meanwhile (the next scrape is a minute away here)."""
+    path = tmp_path / "fleet.yaml"
+    urls = urls_of(emulated_fleet, "h100-fast", "a100-fast")
+    path.write_text(fleet_text(urls))
+    router = await make_router(load_fleet(path), ROUTING_ROUND_ROBIN, reload_interval_s=0.05,
+                               scrape_interval_s=60.0)
+    rewrite(path, fleet_text(urls, **{w: {"labels": {"zone": "b"}, "price_per_hour": 9.0}
+                                      for w in urls}))
+    await reloads(router, "success", 1)
+    assert await workers_reached(router, 4) == {"h100-fast", "a100-fast"}
+    entry = await fleet_entry(router, "a100-fast")
+    assert entry["healthy"] and entry["labels"] == {"zone": "b"}
+
+
+async def test_a_refused_fleet_is_tried_again_when_saved_or_when_the_routing_file_changes(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """A fleet dropping a pool and the routing file dropping its rule, deployed together: the
+    fleet read first was refused, and stayed refused once the rule had gone."""
+    path = tmp_path / "fleet.yaml"
+    urls = urls_of(emulated_fleet, "h100-fast", "a100-fast")
+    path.write_text(fleet_text(urls, **{"h100-fast": {"labels": {"pool": "premium"}}}))
+    rule = "rules:\n  - when: {header: {x-tier: gold}}\n    then: {pool: {pool: premium}}\n"
+    router = await make_router(load_fleet(path), ROUTING_ROUND_ROBIN + rule,
+                               reload_interval_s=0.05)
+    rewrite(path, fleet_text(urls))                     # the premium pool goes
+    await reloads(router, "failure", 1)
+    before = path.stat().st_mtime_ns
+    os.utime(path, ns=(before + 10**9, before + 10**9))   # saved again, unchanged
+    await reloads(router, "failure", 2)
+    router.routing_path.write_text(ROUTING_ROUND_ROBIN + "# the rule is gone\n")
+    await reloads(router, "success", 1)
+    assert router.metric("kvroute_fleet_last_reload_successful") == 1.0
+    assert (await fleet_entry(router, "h100-fast"))["labels"] == {}

@@ -429,6 +429,7 @@ def test_choices_count_the_sequences_a_request_generates_per_prompt() -> None:
                           ({"n": 10**12}, 1024)):
         routing = parse({**completion, **body}, COMPLETIONS_PATH).routing
         assert (routing.choices, routing.sequences) == (choices, choices), body
+        assert routing.returned_choices == (2 if body.get("best_of") == 5 else choices)
         routing.prompt_count = 2                 # a batch of two (the tokens producer's)
         assert routing.sequences == 2 * choices
     assert parse({**CHAT, "n": 4}).routing.sequences == 4

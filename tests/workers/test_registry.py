@@ -110,3 +110,18 @@ def test_a_single_model_fleet_gains_a_default_model_only_while_it_serves_one() -
     registry.replace([_info("a"), other])
     assert registry.default_model() is None
     assert registry.runners_of("other") == frozenset({"generate"})
+
+
+def test_a_relabelled_worker_keeps_its_snapshot() -> None:
+    """Labels, price, key, CA bundle, KV-event stream: the same server; its snapshot stays
+    (dropped, every worker relabelled at once was unhealthy until its next scrape)."""
+    registry = WorkerRegistry([_info("a")], InflightTracker())
+    registry.update(WorkerSnapshot(worker_id="a", healthy=True, scraped_at=1.0), fresh=True)
+    relabelled = WorkerInfo(id="a", url="http://127.0.0.1/a", gpu=BUILTIN_GPUS["a100"],
+                            models=(MODEL,), model_spec=BUILTIN_MODELS["llama-3-8b"],
+                            price_per_hour=2.5, labels={"zone": "b"}, api_key_env="KEY_A",
+                            kv_events_endpoint="tcp://127.0.0.1:5557")
+    change = registry.replace([relabelled])
+    assert (change.changed, change.relabelled, change.gone) == ((), ("a",), ())
+    assert change.describe() == "relabelled a"
+    assert registry.views(1.0)[0].healthy and registry.info("a") is relabelled

@@ -345,9 +345,16 @@ async def test_follow_registry_starts_and_stops_loops_as_the_fleet_changes(
         try:
             await asyncio.sleep(0.2)
             assert registry.snapshot("w0") is not None
+            w0_loop = scraper._loops["w0"][1]
+            relabelled = dataclasses.replace(_info(url), labels={"zone": "b"})
+            registry.replace([relabelled])        # the same server: its loop goes on
+            scraper.follow_registry()
+            assert scraper._loops["w0"][1] is w0_loop and not w0_loop.done()
             second = dataclasses.replace(_info(url), id="w1")
             registry.replace([second])
             scraper.follow_registry()
+            await asyncio.sleep(0)
+            assert w0_loop.done()
             await asyncio.sleep(0.2)
             snapshot = registry.snapshot("w1")
             assert snapshot is not None and snapshot.healthy

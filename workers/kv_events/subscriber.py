@@ -30,9 +30,18 @@ import zmq.asyncio
 
 from workers.kv_events.decode import KvEventBatch, KvEventDecodeError, decode_batch
 from workers.kv_events.exact_index import ExactPrefixIndex
-from workers.task_cancel import cancel_and_wait
 
 END_OF_REPLAY = 0xFFFF_FFFF_FFFF_FFFF
+
+
+async def _stopped(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel every task, then wait for them all (a task's own failure is logged, not
+    raised: stopping or changing streams never fails for one of them)."""
+    for task in tasks:
+        task.cancel()
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception):
+            _log.error("kv events: a stream's task had failed: %r", outcome)
 _log = logging.getLogger(__name__)
 
 
@@ -77,11 +86,12 @@ class KvEventSubscriber:
         (returns once each new SUB socket is); the others go on undisturbed."""
         assert self._context is not None, "start() first"
         wanted = {source.worker_id: source for source in sources}
-        for worker_id, (source, task) in list(self._tasks.items()):
-            if wanted.get(worker_id) != source:
-                del self._tasks[worker_id]
-                self._connected.pop(worker_id, None)
-                await cancel_and_wait(task)
+        leaving = {worker_id: task for worker_id, (source, task) in self._tasks.items()
+                   if wanted.get(worker_id) != source}
+        for worker_id in leaving:
+            del self._tasks[worker_id]
+            self._connected.pop(worker_id, None)
+        await _stopped(list(leaving.values()))   # all cancelled at once: none reads on
         started: list[asyncio.Event] = []
         for worker_id, source in wanted.items():
             if worker_id in self._tasks:
@@ -95,9 +105,9 @@ class KvEventSubscriber:
         await asyncio.gather(*(event.wait() for event in started))
 
     async def stop(self) -> None:
-        for _source, task in self._tasks.values():
-            await cancel_and_wait(task)
+        tasks = [task for _source, task in self._tasks.values()]
         self._tasks.clear()
+        await _stopped(tasks)
         if self._context is not None:
             self._context.term()
             self._context = None
@@ -113,10 +123,17 @@ class KvEventSubscriber:
     async def _follow(self, source: KvEventSource) -> None:
         assert self._context is not None
         socket = self._context.socket(zmq.SUB)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.SUBSCRIBE, source.topic.encode())
-        socket.connect(source.endpoint)
-        self._connected[source.worker_id].set()
+        try:
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.setsockopt(zmq.SUBSCRIBE, source.topic.encode())
+            socket.connect(source.endpoint)
+        except zmq.ZMQError as exc:       # an endpoint ZMQ cannot take: nothing to follow
+            _log.error("kv events: cannot follow %s at %s: %s", source.worker_id,
+                       source.endpoint, exc)
+            socket.close(linger=0)
+            return
+        finally:
+            self._connected[source.worker_id].set()    # whoever waits for it goes on
         try:
             while True:
                 frames = await socket.recv_multipart()

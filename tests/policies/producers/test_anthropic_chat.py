@@ -59,3 +59,17 @@ def test_the_shared_template_joins_text_parts_and_writes_tool_calls() -> None:
     assert "<|end_header_id|>\n\na\nb<|eot_id|>" in text
     assert ('<|end_header_id|>\n\n{"name": "read", "parameters": {"path": "/x"}}<|eot_id|>'
             in text)
+
+
+def test_a_tool_input_nested_past_the_recursion_limit_is_written_as_an_empty_object() -> None:
+    """orjson reads 1,024 levels, json.dumps writes fewer: the conversion raised (a 500 and a
+    traceback in the log for any client sending one)."""
+    import orjson
+
+    deep = orjson.loads('{"a":' * 1010 + "{}" + "}" * 1010)     # as the router reads a body
+    converted = chat_messages(None, [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "n",
+                                           "input": deep}]},
+        {"role": "user", "content": "x"}])
+    assert converted[0]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert '"parameters": {}' in render_chat(converted, tools=[deep])

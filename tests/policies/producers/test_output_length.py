@@ -95,7 +95,7 @@ def test_n_choices_and_batches_teach_what_one_sequence_generated() -> None:
     be), and 4 prompts of a batch likewise."""
     producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
     choices, batch = request(0, 100), request(1, 100)
-    choices.choices = 4
+    choices.choices = choices.returned_choices = 4
     batch.prompt_count = 4
     finish(producer, choices, 100)
     finish(producer, batch, 100)

@@ -194,3 +194,22 @@ async def test_follow_adds_and_drops_streams_and_leaves_the_others_undisturbed()
         first.close(linger=0)
         second.close(linger=0)
         context.term()
+
+
+@pytest.mark.integration
+async def test_an_endpoint_zmq_cannot_take_neither_hangs_follow_nor_fails_stop(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The connect raised inside the stream's task before it said it was connected: the
+    caller of ``follow`` (a fleet reload) waited for ever, and ``stop`` raised."""
+    import logging
+
+    index = ExactPrefixIndex()
+    subscriber = KvEventSubscriber(index, [])
+    await subscriber.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="workers.kv_events.subscriber"):
+            async with asyncio.timeout(10.0):
+                await subscriber.follow([KvEventSource("w", "10.0.0.7:5557")])
+        assert "cannot follow w at 10.0.0.7:5557" in caplog.text
+    finally:
+        await subscriber.stop()
