@@ -106,6 +106,7 @@ class PolicyReloader:
         # the last refusal (wall time, the reason naming the field), kept until a success
         self.last_refusal: tuple[float, str] | None = None
         self.building_since: float | None = None  # wall time a new config began to be built
+        self._retry = False       # a refused file is to be built again (``retry``)
         self._periodic = PeriodicCheck(self.check, interval_s, f"policy-reloader:{self.path}",
                                        "routing reload")
 
@@ -134,17 +135,19 @@ class PolicyReloader:
         """The first 12 hex digits of the SHA-256 of the content in force (None: unknown)."""
         return self._in_force.hex()[:12] if self._in_force is not None else None
 
-    def changed(self) -> bool:
-        """Whether the file's stamp moved since the last poll, or new content read then
-        waits to be read again (and remember the stamp)."""
+    def retry(self) -> None:
+        """The fleet changed: a file refused for it (a rule naming a pool no worker had) is
+        built again at the next poll."""
+        self._retry = self.last_refusal is not None
+
+    async def check(self) -> ReloadResult | None:
+        """Reload if the file changed (or, refused, was saved again or asked to ``retry``);
+        None when there was nothing new to load."""
         stamp = _stamps(self._watched)
         moved = stamp != self._stamp
         self._stamp = stamp
-        return moved or self._content.waiting
-
-    async def check(self) -> ReloadResult | None:
-        """Reload if the file changed; None when there was nothing new to load."""
-        if not self.changed():
+        retry, self._retry = self._retry, False
+        if not (moved or self._content.waiting or retry):
             return None
         try:     # off the loop: a file of a few MB takes a while to read and hash
             text, digest = await asyncio.to_thread(self._read_and_digest)
@@ -155,8 +158,10 @@ class PolicyReloader:
                 return None
             self._content.settled = None   # whatever is read next is new, even the same
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
-        if not self._content.offer(digest):    # unchanged (a touch), or new and waiting
-            return None
+        if not self._content.offer(digest) and not (
+                self.last_refusal is not None and (moved or retry)
+                and not self._content.waiting):
+            return None    # unchanged (a touch of a file in force), or new and waiting
         if digest == self._in_force:  # back to the config in force (after a refused edit)
             return self._report(ReloadResult(
                 "success", str(self.path),

@@ -279,6 +279,7 @@ async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
     app[SCRAPER].follow_registry()
     policy = app[POLICY]
     policy.fleet = prepared.fleet
+    policy.retry()          # a routing file refused for the fleet before may fit this one
     for worker_id in change.gone:
         policy.engine.forget_worker(worker_id)
         app[EJECTION].forget(worker_id)

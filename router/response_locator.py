@@ -90,7 +90,15 @@ class ResponseLocator:
         owner = record.worker if record is not None else await self._search(response_id)
         if owner is None:
             return None
-        view = next((v for v in self._registry.views(self._clock()) if v.id == owner), None)
+        views = self._registry.views(self._clock())
+        view = next((v for v in views if v.id == owner), None)
+        if view is None and record is not None:
+            # its worker left the fleet (a reload removed or renamed it): looked for as a
+            # response with no record, on the workers there are now
+            owner = await self._search(response_id, record.tenant)
+            if owner is None:
+                return None
+            view = next((v for v in views if v.id == owner), None)
         if view is None or not view.healthy:
             self._metrics.record_request(UNKNOWN_MODEL if view is None else view.info.models[0],
                                          owner, "" if view is None else view.gpu.name, profile,
@@ -99,9 +107,10 @@ class ResponseLocator:
                                     "is not available; only it holds that response.")
         return view
 
-    async def _search(self, response_id: str) -> str | None:
+    async def _search(self, response_id: str, tenant: str | None = None) -> str | None:
         """The worker holding a response the store has no record of, asked of every worker
-        (within the search budget); recorded when found."""
+        (within the search budget); recorded when found (with the ``tenant`` its record
+        had)."""
         if not self._budget.take():
             self._refused += 1
             if self._refused % 1000 == 1:
@@ -115,7 +124,7 @@ class ResponseLocator:
         holders = [view.id for view, holds in zip(views, found, strict=True) if holds]
         if not holders:
             return None
-        await self._store.remember_response(response_id, holders[0])
+        await self._store.remember_response(response_id, holders[0], tenant)
         self._found += 1
         if self._found % 1000 == 1:      # one line, not one per follow-up, in an outage
             log.info("response %s: no record of its worker; found on %s (%d found by "

@@ -209,3 +209,32 @@ async def test_a_refused_fleet_is_tried_again_when_saved_or_when_the_routing_fil
     await reloads(router, "success", 1)
     assert router.metric("kvroute_fleet_last_reload_successful") == 1.0
     assert (await fleet_entry(router, "h100-fast"))["labels"] == {}
+
+
+async def test_a_routing_file_refused_for_the_fleet_is_tried_again_when_the_fleet_changes(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """A rule naming a pool the fleet did not have yet was refused, and stayed refused (its
+    rule silently not applied) once the fleet gained the pool, until its bytes changed."""
+    path = tmp_path / "fleet.yaml"
+    urls = urls_of(emulated_fleet, "h100-fast", "a100-fast")
+    path.write_text(fleet_text(urls))
+    router = await make_router(load_fleet(path), ROUTING_ROUND_ROBIN, reload_interval_s=0.05)
+    rule = "rules:\n  - when: {header: {x-tier: gold}}\n    then: {pool: {pool: premium}}\n"
+    router.routing_path.write_text(ROUTING_ROUND_ROBIN + rule)
+    deadline = time.monotonic() + 10.0
+    while router.metric("kvroute_config_reloads_total", result="failure") < 1:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    rewrite(path, fleet_text(urls, **{"h100-fast": {"labels": {"pool": "premium"}}}))
+    await reloads(router, "success", 1)
+    while router.metric("kvroute_config_reloads_total", result="success") < 1:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    async with aiohttp.ClientSession() as session:
+        for _ in range(3):
+            async with session.post(
+                    f"{router.url}/v1/chat/completions", headers={"x-tier": "gold"},
+                    json={"model": MODEL, "max_tokens": 2,
+                          "messages": [{"role": "user", "content": "hi"}]}) as resp:
+                assert resp.status == 200
+                assert resp.headers["x-kvroute-worker"] == "h100-fast"

@@ -330,3 +330,39 @@ async def test_a_tenants_responses_are_not_another_tenants(
     assert (await operator.responses.retrieve(made.id)).id == made.id   # the operator's key
     for client in (acme, globex, operator):
         await client.close()
+
+
+async def test_a_response_whose_worker_was_renamed_by_a_fleet_reload_is_found(
+        fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """The fleet file renamed the worker holding a response (the same server): its record
+    named a worker no longer in the fleet, and every read or follow-up was a 503 to retry
+    in a second, until the record expired (a week with Redis)."""
+    import asyncio
+    import os
+    import time
+
+    urls = {spec.info.id: spec.info.url for spec in fleet.workers}
+
+    def fleet_text(names: dict[str, str]) -> str:
+        return yaml.safe_dump({
+            "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+            "workers": [{"id": new, "gpu": "h100", "models": [MODEL], "url": urls[old]}
+                        for old, new in names.items()]})
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text({"w0": "w0"}))
+    router = await make_router(load_fleet(path), ROUTING_ROUND_ROBIN, reload_interval_s=0.05)
+    client = client_of(router.url)
+    made = await client.responses.create(model=MODEL, input="Remember 7.", max_output_tokens=4)
+    before = path.stat().st_mtime_ns
+    path.write_text(fleet_text({"w0": "renamed", "w1": "w1"}))
+    os.utime(path, ns=(before + 10**9, before + 10**9))
+    deadline = time.monotonic() + 10.0
+    while router.metric("kvroute_fleet_reloads_total", result="success") < 1:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    raw = await client.responses.with_raw_response.create(
+        model=MODEL, input="And?", max_output_tokens=2, previous_response_id=made.id)
+    assert raw.headers["x-kvroute-worker"] == "renamed"
+    assert (await client.responses.retrieve(made.id)).output_text == made.output_text
+    await client.close()
