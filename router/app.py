@@ -29,6 +29,7 @@ from aiohttp.typedefs import Middleware
 
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from policies.engine import check_against_fleet
+from policies.errors import RoutingConfigError
 from policies.reloader import PolicyReloader
 from policies.summary import fleet_warnings
 from router.admission.keyed_tenants import unkeyed_budgets
@@ -262,20 +263,28 @@ def _routing_serves(app: web.Application) -> Callable[[FleetConfig], None]:
     """The check a new fleet must pass: the routing file in force can serve it, as at start
     (raises ``RoutingConfigError`` naming the rule)."""
     def check(fleet: FleetConfig) -> None:
-        check_against_fleet(app[POLICY].engine.routing, fleet)
+        policy = app[POLICY]
+        try:
+            check_against_fleet(policy.engine.routing, fleet)
+        except RoutingConfigError as exc:
+            raise RoutingConfigError(f"the routing file in force ({policy.path}) cannot serve "
+                                     f"it: {exc}") from exc
     return check
 
 
 async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
                        clients: tuple[UpstreamClient, ...]) -> None:
     """Serve a reloaded fleet file's workers: their keys and TLS contexts first (a request
-    may go to a new worker as soon as the registry has it), then the registry (decisions see
-    the new fleet from the next request on) and the scraper; what the router knew of removed
-    workers and of those declared anew (another server) is dropped."""
+    may go to a new worker as soon as the registry has it), one scrape of each new server
+    (``probe``), then the registry (decisions see the new fleet, its new servers scraped,
+    from the next request on) and the scraper; what the router knew of removed workers and
+    of another server under an id is dropped."""
     change = prepared.change
     for client in clients:
         client.set_credentials(prepared.authorizations, prepared.tls)
-    app[REGISTRY].replace(prepared.infos)
+    new_servers = {*change.added, *change.changed}
+    probed = await app[SCRAPER].probe([i for i in prepared.infos if i.id in new_servers])
+    app[REGISTRY].replace(prepared.infos, probed)      # no await from here to the feed
     app[SCRAPER].follow_registry()
     policy = app[POLICY]
     policy.fleet = prepared.fleet

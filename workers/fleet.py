@@ -197,7 +197,8 @@ def parse_fleet(data: Any, source: str = "<memory>") -> FleetConfig:
         if owner != spec.info.id:
             where = "emulate.port" if spec.emulated else "url"
             raise FleetConfigError(f"{source}: workers[{i}].{where}: {spec.info.url} is "
-                                   f"already worker {owner!r}'s; each worker needs its own")
+                                   f"already the URL of worker {owner!r}; each worker needs "
+                                   "its own")
         workers.append(spec)
     return FleetConfig(gpu_classes=MappingProxyType(gpus), models=MappingProxyType(models),
                        workers=tuple(workers), source=source)

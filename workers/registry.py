@@ -8,7 +8,7 @@ corrected by what the router dispatched since it was taken (``workers.views.buil
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -114,10 +114,12 @@ class WorkerRegistry:
         models = {model for info in self._infos for model in info.models}
         self._default_model = next(iter(models)) if len(models) == 1 else None
 
-    def replace(self, infos: Sequence[WorkerInfo]) -> FleetChange:
+    def replace(self, infos: Sequence[WorkerInfo],
+                snapshots: Mapping[str, WorkerSnapshot] | None = None) -> FleetChange:
         """Take the workers of a reloaded fleet file. A worker of the same server as before
-        keeps its snapshot (relabelled too); a removed or changed one loses it (a changed one
-        is unknown until its next scrape). Raises ``ValueError`` on duplicate ids, changing
+        keeps its snapshot (relabelled too); a removed or changed one loses it; a new or
+        changed one takes its snapshot from ``snapshots`` (a probe just before), else is
+        unknown until its next scrape. Raises ``ValueError`` on duplicate ids, changing
         nothing."""
         change = fleet_change(self._infos, infos)
         before = self._by_id
@@ -126,6 +128,10 @@ class WorkerRegistry:
             self._snapshots.pop(worker_id, None)
             self._retired.pop(worker_id, None)
             self._retired[worker_id] = before[worker_id]
+        for worker_id in (*change.added, *change.changed):
+            snapshot = (snapshots or {}).get(worker_id)
+            if snapshot is not None:
+                self.update(snapshot, fresh=True)
         for info in self._infos:
             self._retired.pop(info.id, None)
         while len(self._retired) > MAX_RETIRED:       # workers named anew at each scale-up

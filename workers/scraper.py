@@ -15,7 +15,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -254,6 +254,26 @@ class WorkerScraper:
             if self._on_engine_lost is not None:
                 self._on_engine_lost(info.id)
         self._registry.update(self._snapshot(info, now, sample, models, prev), fresh=True)
+
+    async def probe(self, infos: Sequence[WorkerInfo]) -> dict[str, WorkerSnapshot]:
+        """One scrape of each of these workers, at once, not stored: the snapshots of those
+        that answered. A reloaded fleet's new servers are probed before the registry takes
+        them (with these snapshots), so one replacing another serves from the reload on:
+        taken unscraped, it was unhealthy until its loop's first scrape, and a fleet whose
+        every worker was replaced answered 503 meanwhile."""
+        async def once(info: WorkerInfo) -> WorkerSnapshot | None:
+            now = self._clock()
+            self._models.pop(info.id, None)     # another server's under this id, maybe
+            try:
+                sample = parse_metrics(await self._get_text(f"{info.url}/metrics"))
+                models = await self._models_of(info, now)
+            except (TimeoutError, UpstreamError, OSError, MetricsParseError,
+                    orjson.JSONDecodeError, UnicodeDecodeError):
+                return None      # its loop's first scrape says what is wrong
+            return self._snapshot(info, now, sample, models, None)
+
+        found = await asyncio.gather(*(once(info) for info in infos))
+        return {snapshot.worker_id: snapshot for snapshot in found if snapshot is not None}
 
     def _snapshot(self, info: WorkerInfo, now: float, sample: MetricsSample,
                   models: ModelsSample | None, prev: WorkerSnapshot | None) -> WorkerSnapshot:

@@ -120,10 +120,10 @@ def test_batch_limits_come_from_the_entry_else_its_emulate_or_launch_block() -> 
 
 @pytest.mark.parametrize(("second", "message"), [
     ({"url": "http://10.0.0.7:8000/"},
-     r"workers\[1\]\.url: http://10.0.0.7:8000 is already worker 'w0''s; each worker needs "
-     r"its own"),
+     r"workers\[1\]\.url: http://10.0.0.7:8000 is already the URL of worker 'w0'; each "
+     r"worker needs its own"),
     ({"emulate": {"port": 8101}},
-     r"workers\[1\]\.emulate\.port: http://127.0.0.1:8101 is already worker 'w0''s"),
+     r"workers\[1\]\.emulate\.port: http://127.0.0.1:8101 is already the URL of worker 'w0'"),
 ])
 def test_two_workers_at_one_address_are_refused(second: dict[str, Any], message: str) -> None:
     first = {"url": "http://10.0.0.7:8000"} if "url" in second else {"emulate": {"port": 8101}}

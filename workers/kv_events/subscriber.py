@@ -91,6 +91,7 @@ class KvEventSubscriber:
         for worker_id in leaving:
             del self._tasks[worker_id]
             self._connected.pop(worker_id, None)
+            self.counters.pop(worker_id, None)     # a stream that comes back counts afresh
         await _stopped(list(leaving.values()))   # all cancelled at once: none reads on
         started: list[asyncio.Event] = []
         for worker_id, source in wanted.items():
