@@ -125,6 +125,38 @@ async def test_error_fields(real_fleet: RealFleet, emulator: EmulatorProcess, pa
     assert real["error"]["type"] == emu["error"]["type"]
 
 
+CHAT_HI = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {**CHAT_HI, "temperature": -1}),
+    ("/v1/chat/completions", {**CHAT_HI, "top_p": 5}),
+    ("/v1/chat/completions", {**CHAT_HI, "top_k": -5}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "top_k": -5}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "suffix": "x"}),
+    ("/v1/messages", {**CHAT_HI, "temperature": -1}),
+    ("/v1/messages", {**CHAT_HI, "top_p": 5}),
+    ("/v1/messages", {**CHAT_HI, "top_k": -5}),
+    ("/v1/messages", {**CHAT_HI, "stop_sequences": "x"}),
+], ids=["chat-temperature", "chat-top_p", "chat-top_k", "completions-top_k", "suffix",
+        "messages-temperature", "messages-top_p", "messages-top_k", "messages-stop"])
+async def test_refused_sampling_parameters_are_refused_in_vllms_words(
+        real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
+        body: dict[str, Any]) -> None:
+    """The emulator served what vLLM refuses (top_k, suffix, the Messages API's sampling
+    fields), and worded the rest without vLLM's (parameter=…, value=…)."""
+    real = await call(real_fleet.urls[0], path, body)
+    emulated = await call(emulator.url, path, body)
+    assert real[0] == 400 and emulated == real
+
+
+async def test_top_k_minus_one_is_taken_as_vllm_takes_it(
+        real_fleet: RealFleet, emulator: EmulatorProcess) -> None:
+    real = await call(real_fleet.urls[0], "/v1/chat/completions", {**CHAT_HI, "top_k": -1})
+    emulated = await call(emulator.url, "/v1/chat/completions", {**CHAT_HI, "top_k": -1})
+    assert emulated[0] == real[0]
+
+
 def test_core_metric_families(real_fleet: RealFleet, emulator: EmulatorProcess) -> None:
     with urllib.request.urlopen(emulator.url + "/health", timeout=10):
         pass

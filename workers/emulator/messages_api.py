@@ -37,7 +37,7 @@ from workers.emulator.generation import (
     text_deltas,
     tokenize_body,
 )
-from workers.emulator.protocol import GenerationBody, read_json_body
+from workers.emulator.protocol import GenerationBody, check_sampling_ranges, read_json_body
 from workers.emulator.state import WORKER, WorkerState
 
 # vLLM's stop reasons by the chat completion's finish reason
@@ -76,6 +76,12 @@ async def create_message(request: web.Request) -> web.StreamResponse:
     max_tokens = _required(data, "max_tokens", int)
     stream = data.get("stream") is True
     messages = chat_messages(data)
+    stop = data.get("stop_sequences")
+    if stop is not None and not (isinstance(stop, list)
+                                 and all(isinstance(s, str) for s in stop)):
+        raise validation_error("stop_sequences", "Input should be a valid list", "list_type",
+                               stop)
+    check_sampling_ranges(data)
     model, _ = worker.resolve_model(model_name)
     check_serving(worker)
     body = GenerationBody(kind="chat", model=model, prompts=(), messages=tuple(messages),

@@ -87,6 +87,9 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     else:
         prompts = _prompts(data)
         max_tokens = f.opt_int("max_tokens", lo=1, default=16)
+        if data.get("suffix") is not None:      # vLLM 0.33's answer for a model without FIM
+            raise bad_request("suffix is only supported for models with FIM completion "
+                              "rendering", "suffix")
     stream_options = data.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
         raise validation_error("stream_options", "Input should be a valid dictionary",
@@ -115,17 +118,30 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     )
 
 
+def check_sampling_ranges(data: Mapping[str, Any]) -> None:
+    """vLLM's ``SamplingParams`` checks of the sampling ranges, in its words (v0.33); the
+    Messages API's too, which vLLM turns into a chat request."""
+    f = _Fields(data)
+    temperature = f.opt_number("temperature")
+    if temperature is not None and temperature < 0.0:
+        value = float(temperature)
+        raise bad_request(f"temperature must be non-negative, got {value}. "
+                          f"(parameter=temperature, value={value})", "temperature")
+    top_p = f.opt_number("top_p")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        value = float(top_p)
+        raise bad_request(f"top_p must be in (0, 1], got {value}. "
+                          f"(parameter=top_p, value={value})", "top_p")
+    top_k = f.opt_int("top_k")
+    if top_k is not None and top_k < 0 and top_k != -1:
+        raise bad_request(f"top_k must be 0 (disable), or at least 1, got {top_k}.", None)
+
+
 def _check_sampling(f: _Fields, kind: RequestKind) -> None:
     """vLLM's ``SamplingParams`` checks of what the emulator takes but does not model: the
     sampling ranges, the logprobs asked (at most ``MAX_LOGPROBS``, the engine's default
     ``max_logprobs``) and ``stop`` (a string or a list of them)."""
-    temperature = f.opt_number("temperature")
-    if temperature is not None and temperature < 0.0:
-        raise bad_request(f"temperature must be non-negative, got {float(temperature)}.",
-                          "temperature")
-    top_p = f.opt_number("top_p")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise bad_request(f"top_p must be in (0, 1], got {float(top_p)}.", "top_p")
+    check_sampling_ranges(f.data)
     if kind == "chat":
         asked = f.opt_int("top_logprobs", lo=0)
         if asked is not None and not f.boolean("logprobs", False):

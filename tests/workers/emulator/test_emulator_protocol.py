@@ -165,9 +165,13 @@ def test_parse_generation_defaults() -> None:
 
 
 @pytest.mark.parametrize(("kind", "fields", "message"), [
-    ("completion", {"temperature": -1}, "temperature must be non-negative, got -1.0."),
-    ("chat", {"top_p": 2}, "top_p must be in (0, 1], got 2.0."),
-    ("chat", {"top_p": 0}, "top_p must be in (0, 1], got 0.0."),
+    ("completion", {"temperature": -1},
+     "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)"),
+    ("chat", {"top_p": 2}, "top_p must be in (0, 1], got 2.0. (parameter=top_p, value=2.0)"),
+    ("chat", {"top_p": 0}, "top_p must be in (0, 1], got 0.0. (parameter=top_p, value=0.0)"),
+    ("chat", {"top_k": -5}, "top_k must be 0 (disable), or at least 1, got -5."),
+    ("completion", {"suffix": "x"},
+     "suffix is only supported for models with FIM completion rendering"),
     ("completion", {"logprobs": 100},
      "Requested sample logprobs of 100, which is greater than max allowed: 20"),
     ("chat", {"logprobs": True, "top_logprobs": 21},
