@@ -249,6 +249,8 @@ class TimeEstimator:
         most_cached, prompt_tokens = prompt - 1, float(prompt)
         # a batch's answers are clamped by each prompt's window (its longest), not the sum's
         in_window = request.longest_prompt_tokens or prompt
+        # each sequence (a batch's prompts, n choices) takes its own decode slot
+        sequences = request.prompt_count * request.choices
         remembered = self._view_terms
         terms_of = remembered.get
         for view, constants_of_worker in zip(views, constants, strict=True):
@@ -322,7 +324,7 @@ class TimeEstimator:
             full_prefill = memo.get(memo_key)
             if full_prefill is None:
                 full_prefill = memo[memo_key] = k.prefill_s(prompt, 0)
-            gpu_s = own_prefill + out * tpot / joined
+            gpu_s = own_prefill + (out * sequences) * tpot / joined
             known[worker_id] = new_tuple(Estimate, (
                 ttft, tpot, gpu_s, price_per_s * gpu_s, cached, raw_ttft, raw_tpot,
                 ttft if ttft < own_prefill else own_prefill,

@@ -225,3 +225,15 @@ def test_a_worker_declared_anew_on_other_hardware_is_estimated_as_that_hardware(
     on_l40s = est.estimate(request, make_view("w", gpu=L40S_48GB), cached=0)
     fresh = estimator().estimate(request, make_view("w", gpu=L40S_48GB), cached=0)
     assert on_l40s.ttft_s == fresh.ttft_s > 2.5 * on_h100.ttft_s
+
+
+def test_each_sequence_of_a_request_costs_its_decode() -> None:
+    """16 choices were priced as one: the tenants' cost counted a sixteenth of their
+    decoding."""
+    est = estimator()
+    one = est.estimate(request_of(1_000, output=200), make_view("w"), cached=0)
+    many = request_of(1_000, output=200)
+    many.choices = 16
+    sixteen = est.estimate(many, make_view("w"), cached=0)
+    assert sixteen.cost_usd > 5 * one.cost_usd       # the prompt is prefilled once
+    assert (sixteen.ttft_s, sixteen.tpot_s) == (one.ttft_s, one.tpot_s)
