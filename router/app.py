@@ -165,7 +165,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     if fleet.source == str(settings.fleet_path):      # (not a fleet built in memory)
         fleet_reloader = app[FLEET_RELOADER] = FleetReloader(
             settings.fleet_path, fleet, tls, check=_routing_serves(app),
-            environ=os.environ if environ is None else environ,
+            environ=os.environ if environ is None else environ, authorizations=authorizations,
             interval_s=settings.reload_interval_s, on_result=metrics.record_fleet_reload)
         reloader.add_swap_listener(lambda _engine: fleet_reloader.retry())
     if client_keys is not None:
@@ -274,16 +274,25 @@ def _routing_serves(app: web.Application) -> Callable[[FleetConfig], None]:
 
 async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
                        clients: tuple[UpstreamClient, ...]) -> None:
-    """Serve a reloaded fleet file's workers: their keys and TLS contexts first (a request
-    may go to a new worker as soon as the registry has it), one scrape of each new server
-    (``probe``), then the registry (decisions see the new fleet, its new servers scraped,
-    from the next request on) and the scraper; what the router knew of removed workers and
-    of another server under an id is dropped."""
+    """Serve a reloaded fleet file's workers: one scrape of each new server (``probe``; the
+    upstream clients hold both fleets' keys and TLS contexts meanwhile), the routing file in
+    force checked again (one taken during the probe: ``RoutingConfigError``, nothing
+    changed), then the keys, the registry (decisions see the new fleet, its new servers
+    scraped, from the next request on) and the scraper; what the router knew of removed
+    workers and of another server under an id is dropped."""
     change = prepared.change
-    for client in clients:
-        client.set_credentials(prepared.authorizations, prepared.tls)
+    for client in clients:         # the workers in force and the new ones, while probing
+        client.set_credentials(*prepared.meanwhile())
     new_servers = {*change.added, *change.changed}
     probed = await app[SCRAPER].probe([i for i in prepared.infos if i.id in new_servers])
+    try:       # a routing file taken during the probe must serve the new fleet too
+        _routing_serves(app)(prepared.fleet)
+    except RoutingConfigError:
+        for client in clients:
+            client.set_credentials(prepared.before_authorizations, prepared.before_tls)
+        raise
+    for client in clients:
+        client.set_credentials(prepared.authorizations, prepared.tls)
     app[REGISTRY].replace(prepared.infos, probed)      # no await from here to the feed
     app[SCRAPER].follow_registry()
     policy = app[POLICY]

@@ -46,16 +46,26 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class PreparedFleet:
-    """A new fleet that passed every check, with what the upstream clients need for it."""
+    """A new fleet that passed every check, with what the upstream clients need for it and
+    for the fleet in force (``before_*``): while the new servers are probed, requests still
+    go to the workers in force, and need their keys and contexts."""
 
     fleet: FleetConfig
     change: FleetChange
     authorizations: dict[Origin, str]
     tls: dict[Origin, ssl.SSLContext]
+    before_authorizations: dict[Origin, str]
+    before_tls: dict[Origin, ssl.SSLContext]
 
     @property
     def infos(self) -> list[WorkerInfo]:
         return [spec.info for spec in self.fleet.workers]
+
+    def meanwhile(self) -> tuple[dict[Origin, str], dict[Origin, ssl.SSLContext]]:
+        """The keys and contexts of both fleets (the new one's where they share an origin):
+        what the upstream clients use while the new fleet is being taken."""
+        return ({**self.before_authorizations, **self.authorizations},
+                {**self.before_tls, **self.tls})
 
 
 class FleetReloader:
@@ -63,6 +73,7 @@ class FleetReloader:
 
     def __init__(self, path: Path, fleet: FleetConfig, tls: Mapping[Origin, ssl.SSLContext],
                  *, check: Callable[[FleetConfig], None], environ: Mapping[str, str],
+                 authorizations: Mapping[Origin, str] | None = None,
                  interval_s: float = 1.0,
                  on_result: Callable[[bool], None] | None = None) -> None:
         """``fleet``: the one in force (read from ``path`` just before: the file is stamped
@@ -71,6 +82,7 @@ class FleetReloader:
         self.path = path
         self.fleet = fleet
         self._tls = dict(tls)
+        self._authorizations = dict(authorizations or {})
         self._check_routing = check
         self._apply: Callable[[PreparedFleet], Awaitable[None]] | None = None
         self._environ = environ
@@ -111,15 +123,22 @@ class FleetReloader:
             log.info("fleet file %s read again: no worker changed", self.path)
             self._report(True)
             return False
-        self.fleet, self._tls = prepared.fleet, prepared.tls
         try:
             if self._apply is not None:
                 await self._apply(prepared)
-        except Exception:       # a bug half-way must not stop the watcher: the next edit runs
-            log.exception("fleet file %s: applying %s failed", self.path,
-                          prepared.change.describe())
+        except RoutingConfigError as exc:     # a routing file taken while it was applied
+            log.error("fleet file %s refused, the fleet in force stays: %s", self.path, exc)
+            self._refused = True
             self._report(False)
             return False
+        except Exception:       # a bug half-way must not stop the watcher: tried again on a
+            log.exception("fleet file %s: applying %s failed", self.path,   # save, or edit
+                          prepared.change.describe())
+            self._refused = True
+            self._report(False)
+            return False
+        self.fleet, self._tls = prepared.fleet, prepared.tls
+        self._authorizations = prepared.authorizations
         log.info("fleet file %s reloaded: %s (%d worker(s))", self.path,
                  prepared.change.describe(), len(prepared.fleet.workers))
         for worker_id in (*prepared.change.added, *prepared.change.changed):
@@ -139,7 +158,7 @@ class FleetReloader:
         tls = self._tls_contexts(infos)
         self._check_routing(fleet)
         return PreparedFleet(fleet, fleet_change([s.info for s in self.fleet.workers], infos),
-                             authorizations, tls)
+                             authorizations, tls, self._authorizations, self._tls)
 
     def _tls_contexts(self, infos: list[WorkerInfo]) -> dict[Origin, ssl.SSLContext]:
         """The new fleet's TLS contexts; a worker at the same origin with the same CA bundle

@@ -12,6 +12,7 @@ until its last good scrape is ``slow_grace_s`` old. Nothing a worker sends can c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -263,13 +264,17 @@ class WorkerScraper:
         every worker was replaced answered 503 meanwhile."""
         async def once(info: WorkerInfo) -> WorkerSnapshot | None:
             now = self._clock()
-            self._models.pop(info.id, None)     # another server's under this id, maybe
             try:
                 sample = parse_metrics(await self._get_text(f"{info.url}/metrics"))
-                models = await self._models_of(info, now)
             except (TimeoutError, UpstreamError, OSError, MetricsParseError,
-                    orjson.JSONDecodeError, UnicodeDecodeError):
+                    UnicodeDecodeError):
                 return None      # its loop's first scrape says what is wrong
+            models: ModelsSample | None = None      # as a scrape: the fleet file's meanwhile
+            # not through the models cache: it may hold another server's, by id
+            with contextlib.suppress(TimeoutError, UpstreamError, OSError, MetricsParseError,
+                                     orjson.JSONDecodeError):
+                models = parse_models(orjson.loads(await self._get_bytes(
+                    f"{info.url}/v1/models")), info.models[0])
             return self._snapshot(info, now, sample, models, None)
 
         found = await asyncio.gather(*(once(info) for info in infos))

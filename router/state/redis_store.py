@@ -334,8 +334,8 @@ class RedisStateStore:
                         if record.tenant is not None:    # a key of its own: older replicas
                             pipe.set(RESPONSE_TENANT_PREFIX + response_id, record.tenant,
                                      ex=left)            # read the owner as before
-                        else:
-                            pipe.delete(RESPONSE_TENANT_PREFIX + response_id)
+                        # (no tenant is never written over one: an owner found by asking
+                        # the workers, while Redis was away, knows none)
                     await pipe.execute()
             except (RedisError, OSError) as exc:
                 self._lost_redis(exc)

@@ -238,3 +238,39 @@ async def test_a_routing_file_refused_for_the_fleet_is_tried_again_when_the_flee
                           "messages": [{"role": "user", "content": "hi"}]}) as resp:
                 assert resp.status == 200
                 assert resp.headers["x-kvroute-worker"] == "h100-fast"
+
+
+async def test_a_fleet_whose_apply_is_refused_is_not_in_force_and_is_tried_again(
+        tmp_path: Path) -> None:
+    """A routing file taken while the new servers were probed refused the fleet half-way:
+    it was counted in force (the next reload measured its change from it) and a save did
+    not try it again."""
+    from policies.errors import RoutingConfigError
+    from router.fleet_reloader import FleetReloader, PreparedFleet
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text({"a": "http://127.0.0.1:1"}))
+    first = load_fleet(path)
+    outcomes: list[bool] = []
+    applied: list[PreparedFleet] = []
+    refuse = [True]
+
+    async def apply(prepared: PreparedFleet) -> None:
+        if refuse[0]:
+            raise RoutingConfigError("rules[0].then.pool: no worker of the fleet has pool=x")
+        applied.append(prepared)
+
+    reloader = FleetReloader(path, first, {}, check=lambda fleet: None, environ={},
+                             on_result=outcomes.append)
+    reloader.start(apply)
+    await reloader.stop()                      # polled by hand below
+    rewrite(path, fleet_text({"a": "http://127.0.0.1:1", "b": "http://127.0.0.1:2"}))
+    assert not await reloader.check()          # read once: settling
+    assert not await reloader.check()          # refused while applied
+    assert outcomes == [False] and reloader.fleet is first
+    refuse[0] = False
+    before = path.stat().st_mtime_ns
+    os.utime(path, ns=(before + 10**9, before + 10**9))     # saved again, unchanged
+    assert await reloader.check()
+    assert outcomes == [False, True] and [s.info.id for s in reloader.fleet.workers] == ["a", "b"]
+    assert applied[0].change.added == ("b",)

@@ -367,3 +367,21 @@ async def test_follow_registry_starts_and_stops_loops_as_the_fleet_changes(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     assert scraper._loops == {}
+
+
+async def test_probe_snapshots_new_servers_without_storing_them(
+        worker: tuple[_Worker, str]) -> None:
+    """A reloaded fleet's new servers, scraped once before the registry takes them."""
+    _, url = worker
+    registry = WorkerRegistry([_info(url)], InflightTracker())
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=60.0, timeout_s=2.0,
+                                models_interval_s=60.0, fail_threshold=3)
+        new = dataclasses.replace(_info(url), id="new")
+        gone = dataclasses.replace(_info("http://127.0.0.1:1"), id="down")
+        probed = await scraper.probe([new, gone])
+    assert set(probed) == {"new"} and probed["new"].healthy
+    assert probed["new"].max_model_len == 4096          # its own /v1/models, read
+    assert registry.snapshot("new") is None             # not stored: the caller's to take
+    registry.replace([_info(url), new], probed)
+    assert [v.healthy for v in registry.views(probed["new"].scraped_at)] == [False, True]

@@ -177,9 +177,15 @@ async def test_replicas_share_the_tenant_of_a_response(redis_url: str) -> None:
         assert await two.response_record("resp_t") == ResponseRecord("w1", "acme")
         assert await two.response_record("resp_u") == ResponseRecord("w2", None)
         assert await admin.get("kvroute:response:resp_t") == "w1"
-        await one.remember_response("resp_t", "w3")       # made again without a tenant key
+        # found by asking the workers (Redis away, or the record not written yet): no tenant
+        # known, and the one recorded stays (it was deleted, for every replica)
+        await one.remember_response("resp_t", "w3")
         await _until(lambda: one.unsaved_owners == 0)
-        assert await admin.get("kvroute:response-tenant:resp_t") is None
+        assert await admin.get("kvroute:response-tenant:resp_t") == "acme"
+        three = RedisStateStore(redis_url, "r3", sync_interval_s=60)
+        await three.start()
+        assert await three.response_record("resp_t") == ResponseRecord("w3", "acme")
+        await three.close()
     finally:
         await one.close()
         await two.close()
