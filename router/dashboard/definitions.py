@@ -140,6 +140,15 @@ FLEET = Dashboard(
             unit="short", width=8),
         Panel("Worker up", (Query(f"kvroute_worker_up{{{MWG}}}", "{{worker}}"),),
               kind="stat", width=8),
+        Panel("Files in force", (
+            Query("kvroute_config_last_reload_successful", "routing {{instance}}"),
+            Query("kvroute_fleet_last_reload_successful", "fleet {{instance}}")),
+            kind="stat", width=8,
+            description="1 while each router serves the file on disk; 0 after it refused an "
+                        "edit (its log says why) and serves the last good one: workers added "
+                        "since take no requests, a routing change is not applied. Alerts "
+                        "RoutingConfigRefused, FleetConfigRefused (and ClientKeysRefused for "
+                        "a tenant keys file)."),
         Panel("Router replicas sharing state", (
             Query("kvroute_state_store_replicas", "replicas seen by {{instance}}"),
             Query("kvroute_state_store_degraded", "{{instance}} without Redis")),

@@ -44,6 +44,6 @@ def test_render_writes_a_png_and_names_empty_panels(tmp_path: Path) -> None:
     snapshot = render_dashboard(dashboard_json(FLEET), _Fake(), VALUES,
                                 QueryWindow(1.7e9, 1.7e9 + 10, 1.0, "5s"), tmp_path / "f.png")
     assert snapshot.path == tmp_path / "f.png"
-    assert snapshot.panels == len(FLEET.panels) == 13
+    assert snapshot.panels == len(FLEET.panels) == 14
     assert snapshot.empty_panels == ("Preemptions/s per worker",)
     assert snapshot.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
