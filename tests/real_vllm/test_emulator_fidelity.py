@@ -157,6 +157,33 @@ async def test_top_k_minus_one_is_taken_as_vllm_takes_it(
     assert emulated[0] == real[0]
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {**CHAT_HI, "logprobs": True, "top_logprobs": 2}),
+    ("/v1/chat/completions", {**CHAT_HI, "logprobs": True}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi there", "max_tokens": 2, "logprobs": 2}),
+], ids=["chat-top2", "chat-top0", "completions-2"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_logprobs_are_answered_in_vllms_shape(
+        real_fleet: RealFleet, emulator: EmulatorProcess, path: str, body: dict[str, Any],
+        stream: bool) -> None:
+    """The emulator answered null for every logprobs asked."""
+    body = {**body, "temperature": 0, "ignore_eos": True, "stream": stream}
+    shapes = []
+    for url in (real_fleet.urls[0], emulator.url):
+        status, answer = await call(url, path, body)
+        assert status == 200
+        chunks = answer if stream else [answer]
+        entries = [choice["logprobs"] for chunk in chunks if isinstance(chunk, dict)
+                   for choice in chunk["choices"] if choice.get("logprobs")]
+        assert entries, url
+        first = entries[0]      # (a completion's alternatives are keyed by their text)
+        shapes.append((paths(first["content"]) if "content" in first else set(first),
+                       [len(top) for entry in entries for top in entry.get("top_logprobs", [])]
+                       or [len(e["top_logprobs"]) for entry in entries
+                           for e in entry.get("content", [])]))
+    assert shapes[1] == shapes[0]
+
+
 def test_core_metric_families(real_fleet: RealFleet, emulator: EmulatorProcess) -> None:
     with urllib.request.urlopen(emulator.url + "/health", timeout=10):
         pass

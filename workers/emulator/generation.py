@@ -12,11 +12,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from aiohttp import web
 
 from workers.emulator.errors import ApiError, bad_request, internal_error
+from workers.emulator.logprobs import chat_logprobs, completion_logprobs
 from workers.emulator.outputs import plan_output
 from workers.emulator.protocol import (
     GenerationBody,
@@ -40,6 +42,7 @@ from workers.emulator.responses import (
 )
 from workers.emulator.runner import OutputQueue
 from workers.emulator.state import WORKER, WorkerState
+from workers.emulator.tokens import Tokenizer
 from workers.engine.api import EngineRequest
 
 LONG_PROMPT_CHARS = 20_000      # tokenize longer prompts off the event loop
@@ -51,6 +54,8 @@ class ChoiceState:
     prompt_index: int
     texts: list[str] = field(default_factory=list)
     num_tokens: int = 0
+    token_ids: list[int] = field(default_factory=list)   # generated, for logprobs
+    text_chars: int = 0                                  # of the answer so far, streamed
     finish_reason: str | None = None
     cached_tokens: int = 0
     started: bool = False
@@ -226,6 +231,16 @@ def _choice_ids(response_id: str, prompts: int, n: int) -> list[str]:
     return [_choice_id(response_id, p, i) for p in range(prompts) for i in range(n)]
 
 
+def _logprobs(tok: Tokenizer, body: GenerationBody, token_ids: list[int], position: int,
+              offset: int) -> dict[str, Any] | None:
+    """These tokens' log-probabilities as the request asked them (None: not asked)."""
+    if body.logprobs is None:
+        return None
+    if body.kind == "chat":
+        return chat_logprobs(tok, token_ids, position, body.logprobs)
+    return completion_logprobs(tok, token_ids, position, offset, body.logprobs)
+
+
 async def next_output(admitted: Admitted) -> tuple[ChoiceState, list[int], bool] | None:
     """The next output of any choice: (choice, new token ids, finished); None if the engine died."""
     output = await admitted.queue.get()
@@ -261,12 +276,16 @@ async def _complete(worker: WorkerState, body: GenerationBody, header: ResponseH
             raise internal_error("EngineCore encountered an issue.")
         choice, token_ids, finished = item
         choice.texts.extend(tok.piece(t) for t in token_ids)
+        if body.logprobs is not None:
+            choice.token_ids.extend(token_ids)
         if stall is not None and choice.num_tokens >= stall:
             await asyncio.Event().wait()          # stalled: never answers
         remaining -= finished
     ordered = sorted(admitted.by_request.values(), key=lambda c: c.index)
     choices = [Choice(c.index, (admitted.prompt_texts[c.prompt_index] if body.echo else "")
-                      + "".join(c.texts), c.finish_reason or "length") for c in ordered]
+                      + "".join(c.texts), c.finish_reason or "length",
+                      _logprobs(tok, body, c.token_ids, 0, 0))
+               for c in ordered]
     usage = _usage(worker, admitted)
     build = chat_body if body.kind == "chat" else completion_body
     return web.Response(body=orjson.dumps(build(header, choices, usage)),
@@ -298,8 +317,11 @@ async def _stream(request: web.Request, worker: WorkerState, body: GenerationBod
         if not chat and body.echo and choice.num_tokens == len(token_ids):
             text = admitted.prompt_texts[choice.prompt_index] + text
         reason = choice.finish_reason if finished else None
+        logprobs = _logprobs(tok, body, token_ids, choice.num_tokens - len(token_ids),
+                             choice.text_chars)
+        choice.text_chars += len(text)
         chunk = (chat_content_chunk if chat else completion_chunk)(header, choice.index, text,
-                                                                    reason)
+                                                                    reason, logprobs)
         if body.include_usage and body.continuous_usage:
             # vLLM's: this choice's tokens so far, against its own prompt
             chunk["usage"] = Usage(admitted.prompt_lens[choice.prompt_index],

@@ -39,6 +39,7 @@ class GenerationBody:
     echo: bool
     min_tokens: int = 0      # tokens generated before EOS may end the answer (vLLM's)
     tools: tuple[Mapping[str, Any], ...] = ()      # chat: offered, written into the prompt
+    logprobs: int | None = None     # alternatives asked per token (None: no logprobs asked)
 
 
 async def read_json_body(request: web.Request) -> Mapping[str, Any]:
@@ -104,7 +105,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
                                "less_than_equal", n)
     for name in ("presence_penalty", "frequency_penalty"):
         f.opt_number(name)
-    _check_sampling(f, kind)
+    logprobs = _check_sampling(f, kind)
     f.opt_int("seed")
     return GenerationBody(
         kind=kind, model=f.opt_str("model"), prompts=prompts, messages=messages, tools=tools,
@@ -114,7 +115,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         include_usage=so.boolean("include_usage", False),
         continuous_usage=so.boolean("continuous_usage_stats", False),
         cache_salt=f.opt_str("cache_salt"), echo=f.boolean("echo", False),
-        min_tokens=f.opt_int("min_tokens", default=0) or 0,
+        min_tokens=f.opt_int("min_tokens", default=0) or 0, logprobs=logprobs,
     )
 
 
@@ -137,18 +138,23 @@ def check_sampling_ranges(data: Mapping[str, Any]) -> None:
         raise bad_request(f"top_k must be 0 (disable), or at least 1, got {top_k}.", None)
 
 
-def _check_sampling(f: _Fields, kind: RequestKind) -> None:
+def _check_sampling(f: _Fields, kind: RequestKind) -> int | None:
     """vLLM's ``SamplingParams`` checks of what the emulator takes but does not model: the
     sampling ranges, the logprobs asked (at most ``MAX_LOGPROBS``, the engine's default
-    ``max_logprobs``) and ``stop`` (a string or a list of them)."""
+    ``max_logprobs``) and ``stop`` (a string or a list of them). Returns the alternatives
+    asked per token (chat: ``top_logprobs``, 0 with ``logprobs`` alone; completions:
+    ``logprobs``), None when no logprobs are asked."""
     check_sampling_ranges(f.data)
+    wanted: int | None
     if kind == "chat":
         asked = f.opt_int("top_logprobs", lo=0)
-        if asked is not None and not f.boolean("logprobs", False):
+        wants = f.boolean("logprobs", False)
+        if asked is not None and not wants:
             raise bad_request("when using `top_logprobs`, `logprobs` must be set to true.",
                               "top_logprobs")
+        wanted = (asked or 0) if wants else None
     else:
-        asked = f.opt_int("logprobs", lo=0)
+        asked = wanted = f.opt_int("logprobs", lo=0)
     if asked is not None and asked > MAX_LOGPROBS:
         raise bad_request(f"Requested sample logprobs of {asked}, which is greater than max "
                           f"allowed: {MAX_LOGPROBS}", "logprobs")
@@ -156,6 +162,7 @@ def _check_sampling(f: _Fields, kind: RequestKind) -> None:
     if stop is not None and not isinstance(stop, str) and not (
             isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
         raise validation_error("stop", "Input should be a valid string", "string_type", stop)
+    return wanted
 
 
 def _messages(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:

@@ -51,6 +51,7 @@ class Choice:
     index: int
     text: str
     finish_reason: str
+    logprobs: dict[str, Any] | None = None      # when asked (``workers.emulator.logprobs``)
 
 
 def sse(payload: dict[str, Any]) -> bytes:
@@ -64,7 +65,8 @@ def chat_body(h: ResponseHeader, choices: Sequence[Choice], usage: Usage) -> dic
                      "message": {"role": "assistant", "content": c.text, "refusal": None,
                                  "annotations": None, "audio": None, "function_call": None,
                                  "reasoning": None},
-                     "logprobs": None, "finish_reason": c.finish_reason, "stop_reason": None,
+                     "logprobs": c.logprobs, "finish_reason": c.finish_reason,
+                     "stop_reason": None,
                      "token_ids": None, "routed_experts": None, "weight_versions": None}
                     for c in choices],
         "service_tier": None, "system_fingerprint": h.fingerprint, "usage": usage.full(),
@@ -76,7 +78,7 @@ def chat_body(h: ResponseHeader, choices: Sequence[Choice], usage: Usage) -> dic
 def completion_body(h: ResponseHeader, choices: Sequence[Choice], usage: Usage) -> dict[str, Any]:
     return {
         "id": h.id, "object": "text_completion", "created": h.created, "model": h.model,
-        "choices": [{"index": c.index, "text": c.text, "logprobs": None,
+        "choices": [{"index": c.index, "text": c.text, "logprobs": c.logprobs,
                      "finish_reason": c.finish_reason, "stop_reason": None, "token_ids": None,
                      "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None,
                      "weight_versions": None} for c in choices],
@@ -92,10 +94,10 @@ def chat_role_chunk(h: ResponseHeader, index: int) -> dict[str, Any]:
             "prompt_token_ids": None, "prompt_text": None}
 
 
-def chat_content_chunk(h: ResponseHeader, index: int, text: str,
-                       finish_reason: str | None) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": index, "delta": {"content": text}, "logprobs": None,
-                              "finish_reason": finish_reason}
+def chat_content_chunk(h: ResponseHeader, index: int, text: str, finish_reason: str | None,
+                       logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": index, "delta": {"content": text},
+                              "logprobs": logprobs, "finish_reason": finish_reason}
     if finish_reason is not None:
         choice["stop_reason"] = None
         choice["token_ids"] = None
@@ -106,10 +108,10 @@ def chat_content_chunk(h: ResponseHeader, index: int, text: str,
             "choices": [choice], "kv_transfer_params": None}
 
 
-def completion_chunk(h: ResponseHeader, index: int, text: str,
-                     finish_reason: str | None) -> dict[str, Any]:
+def completion_chunk(h: ResponseHeader, index: int, text: str, finish_reason: str | None,
+                     logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"id": h.id, "object": "text_completion", "created": h.created, "model": h.model,
-            "choices": [{"index": index, "text": text, "logprobs": None,
+            "choices": [{"index": index, "text": text, "logprobs": logprobs,
                          "finish_reason": finish_reason, "stop_reason": None,
                          "prompt_token_ids": None, "token_ids": None, "weight_versions": None}],
             "kv_transfer_params": None}
