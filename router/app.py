@@ -22,7 +22,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -88,10 +88,16 @@ from workers.upstream import Origin, UpstreamClient, origin_of
 log = logging.getLogger(__name__)
 
 
+FleetHook = Callable[[PreparedFleet], Awaitable[None]]
+
+
 def create_app(settings: Settings, fleet: FleetConfig | None = None,
-               environ: Mapping[str, str] | None = None) -> web.Application:
+               environ: Mapping[str, str] | None = None,
+               before_fleet_change: FleetHook | None = None) -> web.Application:
     """Build the router application. Raises on an invalid fleet or routing file, and on a
-    worker whose ``api_key_env`` is not set in ``environ`` (default: the process's)."""
+    worker whose ``api_key_env`` is not set in ``environ`` (default: the process's).
+    ``before_fleet_change(prepared)`` is awaited before a reloaded fleet is taken (``kvroute
+    up`` starts the emulated workers it adds)."""
     fleet = fleet if fleet is not None else load_fleet(settings.fleet_path)
     authorizations = worker_authorizations((w.info for w in fleet.workers),
                                            os.environ if environ is None else environ)
@@ -166,6 +172,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
         fleet_reloader = app[FLEET_RELOADER] = FleetReloader(
             settings.fleet_path, fleet, tls, check=_routing_serves(app),
             environ=os.environ if environ is None else environ, authorizations=authorizations,
+            before_apply=before_fleet_change,
             interval_s=settings.reload_interval_s, on_result=metrics.record_fleet_reload)
         reloader.add_swap_listener(lambda _engine: fleet_reloader.retry())
     if client_keys is not None:
@@ -365,13 +372,14 @@ async def _listen(site: web.TCPSite, runner: web.AppRunner, host: str, port: int
         raise _listen_error(host, port, exc) from exc
 
 
-async def start_router(settings: Settings, fleet: FleetConfig | None = None
+async def start_router(settings: Settings, fleet: FleetConfig | None = None,
+                       before_fleet_change: FleetHook | None = None
                        ) -> tuple[web.AppRunner, int]:
     """Start serving on ``settings.host:settings.port`` (0: a free port), and on
     ``settings.process_port`` when set, over TLS with ``settings.ssl_certfile``; return the
     shared port. ``TlsFilesError`` if those files cannot be used, ``ListenError`` if a port
     cannot be listened on."""
-    app = create_app(settings, fleet)
+    app = create_app(settings, fleet, before_fleet_change=before_fleet_change)
     tls = None
     if settings.ssl_certfile is not None:
         tls = server_tls_context(settings.ssl_certfile, settings.ssl_keyfile)
@@ -432,7 +440,8 @@ def _engine_restarted(app: web.Application, worker_id: str) -> None:
 def run_router(settings: Settings, fleet: FleetConfig | None = None,
                on_ready: Callable[[int], None] | None = None,
                on_stop: Callable[[], None] | None = None,
-               stop_when: Callable[[], str | None] | None = None) -> str | None:
+               stop_when: Callable[[], str | None] | None = None,
+               before_fleet_change: FleetHook | None = None) -> str | None:
     """Serve until SIGINT/SIGTERM/SIGHUP, on uvloop; ``on_ready(port)`` once accepting requests,
     ``on_stop()`` when the signal comes, before the requests in flight are drained
     (``Settings.drain_timeout_s``). ``stop_when()``, asked every second, stops it as a signal
@@ -446,7 +455,7 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
     import uvloop
 
     async def main() -> None:
-        runner, port = await start_router(settings, fleet)
+        runner, port = await start_router(settings, fleet, before_fleet_change)
         gc.collect()
         gc.freeze()
         collector = LoopCollector(settings.gc_interval_s) if settings.gc_interval_s else None

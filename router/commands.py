@@ -8,11 +8,16 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from router.label_values import DEFAULT_TENANT_LABELS
 from router.settings import DEFAULT_RESPONSE_TTL_S
 from workers.project_files import DEFAULT_FLEET, DEFAULT_ROUTING
+
+if TYPE_CHECKING:      # (imported where used: a command loads only what it runs)
+    from router.app import FleetHook
+    from router.fleet_reloader import PreparedFleet
+    from workers.emulator.process import EmulatorFleet
 
 CLIENT_KEY_ENV = "KVROUTE_API_KEY"      # the key asked of clients when --api-key is not given
 REDIS_URL_ENV = "KVROUTE_REDIS_URL"     # --redis-url when not given
@@ -24,6 +29,7 @@ curl -s {scheme}://localhost:{port}/v1/chat/completions -H 'Content-Type: applic
 
 OPENAI_EXAMPLE = """\
 from openai import OpenAI
+
 client = OpenAI(base_url="{scheme}://localhost:{port}/v1", api_key="unused")
 reply = client.chat.completions.create(
     model="{model}", messages=[{{"role": "user", "content": "Hello!"}}], max_tokens=32)
@@ -304,6 +310,29 @@ def worker_on_router_port(fleet: Any, host: str, port: int) -> str | None:
     return None
 
 
+def _starting_added(emulators: EmulatorFleet) -> FleetHook:
+    """The hook ``kvroute up`` gives the router's fleet reload: the emulated workers the
+    fleet file gained are started (each in a process of its own) before the router takes
+    them; one that does not come up is logged, and the router sees it down."""
+    import asyncio
+
+    from workers.emulator.process import EmulatorStartError
+
+    log = logging.getLogger("kvroute.up")
+
+    async def start_added(prepared: PreparedFleet) -> None:
+        for worker_id in prepared.change.added:
+            if not prepared.fleet.worker(worker_id).emulated:
+                continue
+            try:
+                if await asyncio.to_thread(emulators.add, worker_id):
+                    log.info("emulated worker %s started (%s)", worker_id,
+                             prepared.fleet.worker(worker_id).info.url)
+            except (EmulatorStartError, OSError) as exc:
+                log.error("emulated worker %s did not start: %s", worker_id, exc)
+    return start_added
+
+
 def _up(args: argparse.Namespace) -> int:
     from router.app import ListenError, run_router
     from router.client_auth import TenantKeysError
@@ -341,8 +370,9 @@ def _up(args: argparse.Namespace) -> int:
                   "Bearer <key>' to curl, api_key=<key> to the client.\n", flush=True)
 
     try:
-        with EmulatorFleet(fleet, **options):
-            run_router(settings, fleet, on_ready=ready)
+        with EmulatorFleet(fleet, **options) as emulators:
+            run_router(settings, fleet, on_ready=ready,
+                       before_fleet_change=_starting_added(emulators))
     except EmulatorStartError as exc:
         print(f"kvroute: the emulated workers did not start: {exc}", file=sys.stderr)
         return 1

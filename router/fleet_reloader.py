@@ -19,8 +19,8 @@ Requests in flight on a removed worker finish there; no new one goes to it. A wo
 declared as another server under its id (another URL, GPU, model, parallelism or batch
 limits) is a new server to the router: what it knew of the old one's cache and health is
 dropped, and it is scraped at once; one relabelled (labels, price, key, CA bundle, stream)
-keeps it all. ``kvroute up`` starts the emulated workers of
-the file it started with only; an ``emulate:`` worker added later is scraped at its port
+keeps it all. ``before_apply`` runs before a new fleet is taken: ``kvroute up`` starts the
+emulated workers it adds there; elsewhere an ``emulate:`` worker added is scraped at its port
 like any other, and stays down until something listens there (logged).
 """
 
@@ -75,7 +75,9 @@ class FleetReloader:
                  *, check: Callable[[FleetConfig], None], environ: Mapping[str, str],
                  authorizations: Mapping[Origin, str] | None = None,
                  interval_s: float = 1.0,
-                 on_result: Callable[[bool], None] | None = None) -> None:
+                 on_result: Callable[[bool], None] | None = None,
+                 before_apply: Callable[[PreparedFleet], Awaitable[None]] | None = None
+                 ) -> None:
         """``fleet``: the one in force (read from ``path`` just before: the file is stamped
         now, so an edit from here on is new), ``tls`` its contexts; ``check(fleet)`` raises
         ``RoutingConfigError`` when the routing file in force cannot serve ``fleet``."""
@@ -83,6 +85,7 @@ class FleetReloader:
         self.fleet = fleet
         self._tls = dict(tls)
         self._authorizations = dict(authorizations or {})
+        self._before_apply = before_apply       # (kvroute up: starts added emulated workers)
         self._check_routing = check
         self._apply: Callable[[PreparedFleet], Awaitable[None]] | None = None
         self._environ = environ
@@ -124,6 +127,8 @@ class FleetReloader:
             self._report(True)
             return False
         try:
+            if self._before_apply is not None:
+                await self._before_apply(prepared)
             if self._apply is not None:
                 await self._apply(prepared)
         except RoutingConfigError as exc:     # a routing file taken while it was applied
@@ -141,12 +146,17 @@ class FleetReloader:
         self._authorizations = prepared.authorizations
         log.info("fleet file %s reloaded: %s (%d worker(s))", self.path,
                  prepared.change.describe(), len(prepared.fleet.workers))
+        started_here = () if self._before_apply is None else prepared.change.added
         for worker_id in (*prepared.change.added, *prepared.change.changed):
-            if prepared.fleet.worker(worker_id).emulated:
-                log.warning("worker %s is declared emulate: in %s; an emulated worker is "
-                            "started with kvroute up (or kvroute emulate), not by a reload: "
-                            "until something listens at %s it is down", worker_id, self.path,
-                            prepared.fleet.worker(worker_id).info.url)
+            if not prepared.fleet.worker(worker_id).emulated or worker_id in started_here:
+                continue
+            how = ("kvroute up starts the emulated workers a reload adds, not those it "
+                   "changes: restart it" if self._before_apply is not None else
+                   "an emulated worker is started by kvroute up (or kvroute emulate), not by "
+                   "a reload")
+            log.warning("worker %s is declared emulate: in %s; %s. Until something listens "
+                        "at %s it is down", worker_id, self.path, how,
+                        prepared.fleet.worker(worker_id).info.url)
         self._report(True)
         return True
 

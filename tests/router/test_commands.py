@@ -86,6 +86,50 @@ def test_up_serves_and_stops_everything_on_ctrl_c_or_a_hangup(
     assert not any(_listening(p) for p in ports.values())
 
 
+def test_up_starts_the_emulated_workers_its_fleet_file_gains(tmp_path: Path) -> None:
+    """An emulate: worker added to the file under kvroute up was down until a restart: the
+    router followed the file, nothing started the worker. Ctrl-C stops it with the rest."""
+    import time
+    import urllib.request
+
+    ports = {"h100-0": free_port(), "l40s-0": free_port()}
+    workers = {"h100-0": ("h100", FAST), "l40s-0": ("l40s", FAST)}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data({"h100-0": workers["h100-0"]}, ports)))
+    routing = tmp_path / "routing.yaml"
+    routing.write_text("profiles:\n  default:\n    filters: [{type: model}, {type: healthy}]\n"
+                       "    picker: {type: round-robin}\ndefault_profile: default\n")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
+         str(routing), "--port", str(port)],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30.0)
+        before = fleet.stat().st_mtime_ns
+        fleet.write_text(yaml.safe_dump(fleet_data(workers, ports)))
+        os.utime(fleet, ns=(before + 10**9, before + 10**9))
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+        deadline = time.monotonic() + 30.0
+        reached: set[str] = set()
+        while reached != {"h100-0", "l40s-0"}:
+            assert time.monotonic() < deadline, reached
+            raw = client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+            reached.add(raw.headers["x-kvroute-worker"])
+            time.sleep(0.1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports['l40s-0']}/health",
+                                    timeout=5) as answer:
+            assert answer.status == 200
+        os.kill(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=15)
+    finally:
+        _stop_with_children(proc, fleet)
+    assert proc.returncode == 0
+    assert "emulated worker l40s-0 started" in stderr.decode()
+    assert not any(_listening(p) for p in ports.values())
+
+
 @pytest.mark.parametrize("command", ["serve", "up"])
 def test_invalid_files_exit_2_with_the_reason(command: str, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:

@@ -182,6 +182,7 @@ class EmulatorFleet:
             raise ValueError("EmulatorFleet needs a fleet loaded from a file "
                              f"(source is {self.fleet.source!r})")
         self.urls = {w.info.id: w.info.url for w in self.fleet.workers if w.emulated}
+        self._path = path
         common = ["--fleet", str(path.resolve())]
         if time_scale is not None:
             common += ["--time-scale", repr(time_scale)]
@@ -196,6 +197,28 @@ class EmulatorFleet:
             self._children = [(_Subprocess([*common, "--worker", wid]),
                                [url] if wid in ready else []) for wid, url in self.urls.items()]
         self.ready_timeout_s = ready_timeout_s
+        self._common = common
+
+    def add(self, worker_id: str) -> bool:
+        """Start a worker added to the fleet file since (in a process of its own, from the
+        file as it is now), unless one of these processes already serves it at that URL (a
+        worker removed, then added back); blocks until it answers ``/health``. Whether it
+        started one; ``EmulatorStartError`` when it did not come up."""
+        spec = load_fleet(self._path).worker(worker_id)
+        if self.urls.get(worker_id) == spec.info.url:
+            return False
+        child = _Subprocess([*self._common, "--worker", worker_id])
+        refuses = bool((spec.emulate or {}).get("faults", {}).get("refuse_connections"))
+        self._children.append((child, [] if refuses else [spec.info.url]))
+        child.start()
+        try:
+            child.wait_healthy([] if refuses else [spec.info.url], self.ready_timeout_s)
+        except BaseException:
+            child.stop()
+            self._children.pop()
+            raise
+        self.urls[worker_id] = spec.info.url
+        return True
 
     @property
     def pids(self) -> list[int]:
