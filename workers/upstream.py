@@ -75,6 +75,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, high_water: int) -> None:
         self._high_water = high_water
         self.transport: asyncio.Transport | None = None
+        self.tls: ssl.SSLContext | None = None   # what verified it (None: plain TCP)
         self.closed = False
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
@@ -379,7 +380,9 @@ class UpstreamClient:
     def set_credentials(self, authorizations: Mapping[Origin, str],
                         tls: Mapping[Origin, ssl.SSLContext]) -> None:
         """Take a reloaded fleet file's keys and TLS contexts. Idle connections to an origin
-        whose TLS context changed are closed (they were verified by the one before)."""
+        whose TLS context changed are closed (they were verified by the one before); one in
+        use then is not pooled again for it (a connection serves only the scheme and context
+        it was made with)."""
         tls = dict(tls)
         for key in [key for key in self._idle if self._tls.get(key) is not tls.get(key)]:
             for connection in self._idle.pop(key):
@@ -408,12 +411,12 @@ class UpstreamClient:
         if authorization is not None:
             headers = _with_authorization(headers, authorization)
         request = encode_request(target, body, headers, method)
+        tls = self._tls_for(key) if target.scheme == "https" else None
         while True:
-            connection = self._pooled(key)
+            connection = self._pooled(key, tls)
             reused = connection is not None
             if connection is None:
-                connection = await self._connect(
-                    key, self._tls_for(key) if target.scheme == "https" else None)
+                connection = await self._connect(key, tls)
             connection.start(request)
             try:
                 while connection.head is None:
@@ -444,13 +447,15 @@ class UpstreamClient:
     def idle_connections(self) -> int:
         return sum(len(connections) for connections in self._idle.values())
 
-    def _pooled(self, key: tuple[str, int]) -> _Connection | None:
+    def _pooled(self, key: tuple[str, int], tls: ssl.SSLContext | None) -> _Connection | None:
+        """An idle connection to ``key`` made with ``tls`` (a connection the fleet's TLS
+        context for that origin no longer is, or of the other scheme, is closed)."""
         connections = self._idle.get(key)
         oldest_allowed = time.monotonic() - self.keepalive_s
         while connections:
             connection = connections.pop()
             transport = connection.transport
-            if (connection.reusable and not connection.closed
+            if (connection.reusable and not connection.closed and connection.tls is tls
                     and connection.idle_since >= oldest_allowed
                     and transport is not None and not transport.is_closing()):
                 return connection
@@ -481,6 +486,7 @@ class UpstreamClient:
             ) from None
         except OSError as exc:
             raise UpstreamConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
+        connection.tls = tls
         if tls is not None and self._on_certificate is not None:
             not_after = _certificate_expiry(connection.transport)
             if not_after is not None:

@@ -568,3 +568,24 @@ async def test_a_certificate_for_another_host_is_refused(tmp_path: Path) -> None
     finally:
         await client.close()
         await server.stop()
+
+
+async def test_a_pooled_connection_serves_only_the_scheme_and_context_it_was_made_with(
+        client: UpstreamClient) -> None:
+    """Pooled by host and port alone, a plain connection was reused for an https:// request
+    to the same origin (a reloaded fleet moving a worker to TLS): it went unencrypted."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"{}"))
+
+    server, base = await serve(handler)
+    response = await client.get(f"{base}/health")
+    assert response.status == 200
+    await response.read()
+    response.close()
+    assert client.idle_connections() == 1
+    with pytest.raises((UpstreamConnectError, TimeoutError)):   # no TLS handshake there
+        await client.get(base.replace("http://", "https://") + "/health")
+    assert len(server.heads) == 1                   # nothing went in the clear
+    await server.stop()
