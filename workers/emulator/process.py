@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -198,6 +199,8 @@ class EmulatorFleet:
                                [url] if wid in ready else []) for wid, url in self.urls.items()]
         self.ready_timeout_s = ready_timeout_s
         self._common = common
+        self._lock = threading.Lock()     # _children: add() runs in a thread
+        self._stopped = False
 
     def add(self, worker_id: str) -> bool:
         """Start a worker added to the fleet file since (in a process of its own, from the
@@ -209,13 +212,17 @@ class EmulatorFleet:
             return False
         child = _Subprocess([*self._common, "--worker", worker_id])
         refuses = bool((spec.emulate or {}).get("faults", {}).get("refuse_connections"))
-        self._children.append((child, [] if refuses else [spec.info.url]))
-        child.start()
+        with self._lock:        # (called from a thread: stop() may run meanwhile)
+            if self._stopped:
+                return False
+            self._children.append((child, [] if refuses else [spec.info.url]))
+            child.start()       # listed first: a stop from now on stops it too
         try:
             child.wait_healthy([] if refuses else [spec.info.url], self.ready_timeout_s)
         except BaseException:
             child.stop()
-            self._children.pop()
+            with self._lock:
+                self._children.remove((child, [] if refuses else [spec.info.url]))
             raise
         self.urls[worker_id] = spec.info.url
         return True
@@ -236,7 +243,10 @@ class EmulatorFleet:
         return self
 
     def stop(self) -> None:
-        for child, _ in self._children:
+        with self._lock:
+            self._stopped = True
+            children = list(self._children)
+        for child, _ in children:
             child.stop()
 
     def __enter__(self) -> Self:
