@@ -18,6 +18,7 @@ if TYPE_CHECKING:      # (imported where used: a command loads only what it runs
     from router.app import FleetHook
     from router.fleet_reloader import PreparedFleet
     from workers.emulator.process import EmulatorFleet
+    from workers.fleet import WorkerSpec
 
 CLIENT_KEY_ENV = "KVROUTE_API_KEY"      # the key asked of clients when --api-key is not given
 REDIS_URL_ENV = "KVROUTE_REDIS_URL"     # --redis-url when not given
@@ -320,16 +321,21 @@ def _starting_added(emulators: EmulatorFleet) -> FleetHook:
 
     log = logging.getLogger("kvroute.up")
 
+    async def start(spec: WorkerSpec) -> None:
+        try:
+            if await asyncio.to_thread(emulators.add, spec):
+                log.info("emulated worker %s started (%s)", spec.info.id, spec.info.url)
+            else:
+                log.info("emulated worker %s: the emulator at %s runs as it started",
+                         spec.info.id, spec.info.url)
+        except EmulatorStartError as exc:
+            log.error("emulated worker %s did not start: %s", spec.info.id, exc)
+        except Exception:      # never the fleet's refusal: the router sees the worker down
+            log.exception("emulated worker %s did not start", spec.info.id)
+
     async def start_added(prepared: PreparedFleet) -> None:
-        for worker_id in prepared.change.added:
-            if not prepared.fleet.worker(worker_id).emulated:
-                continue
-            try:
-                if await asyncio.to_thread(emulators.add, worker_id):
-                    log.info("emulated worker %s started (%s)", worker_id,
-                             prepared.fleet.worker(worker_id).info.url)
-            except (EmulatorStartError, OSError) as exc:
-                log.error("emulated worker %s did not start: %s", worker_id, exc)
+        added = [prepared.fleet.worker(w) for w in prepared.change.added]
+        await asyncio.gather(*(start(spec) for spec in added if spec.emulated))
     return start_added
 
 

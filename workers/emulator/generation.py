@@ -282,10 +282,10 @@ async def _complete(worker: WorkerState, body: GenerationBody, header: ResponseH
             await asyncio.Event().wait()          # stalled: never answers
         remaining -= finished
     ordered = sorted(admitted.by_request.values(), key=lambda c: c.index)
-    choices = [Choice(c.index, (admitted.prompt_texts[c.prompt_index] if body.echo else "")
-                      + "".join(c.texts), c.finish_reason or "length",
-                      _logprobs(tok, body, c.token_ids, 0, 0))
-               for c in ordered]
+    echoed = [admitted.prompt_texts[c.prompt_index] if body.echo else "" for c in ordered]
+    choices = [Choice(c.index, prefix + "".join(c.texts), c.finish_reason or "length",
+                      _logprobs(tok, body, c.token_ids, 0, len(prefix)))
+               for c, prefix in zip(ordered, echoed, strict=True)]
     usage = _usage(worker, admitted)
     build = chat_body if body.kind == "chat" else completion_body
     return web.Response(body=orjson.dumps(build(header, choices, usage)),
@@ -313,13 +313,14 @@ async def _stream(request: web.Request, worker: WorkerState, body: GenerationBod
                 if body.include_usage and body.continuous_usage:    # nothing generated yet
                     role["usage"] = Usage(admitted.prompt_lens[c.prompt_index], 0).compact()
                 await response.write(sse(role))
-        text = "".join(tok.piece(t) for t in token_ids)
+        generated = text = "".join(tok.piece(t) for t in token_ids)
         if not chat and body.echo and choice.num_tokens == len(token_ids):
-            text = admitted.prompt_texts[choice.prompt_index] + text
+            echoed = admitted.prompt_texts[choice.prompt_index]
+            choice.text_chars, text = len(echoed), echoed + generated   # the answer's start
         reason = choice.finish_reason if finished else None
         logprobs = _logprobs(tok, body, token_ids, choice.num_tokens - len(token_ids),
                              choice.text_chars)
-        choice.text_chars += len(text)
+        choice.text_chars += len(generated)
         chunk = (chat_content_chunk if chat else completion_chunk)(header, choice.index, text,
                                                                     reason, logprobs)
         if body.include_usage and body.continuous_usage:

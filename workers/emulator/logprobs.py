@@ -39,9 +39,10 @@ def _alternatives(tok: Pieces, token_id: int, position: int, count: int
                   ) -> list[tuple[int, float]]:
     """The chosen token and ``count - 1`` others, most likely first."""
     chosen = logprob(token_id, position)
-    vocabulary = tok.output_vocabulary
+    vocabulary = tuple(dict.fromkeys(tok.output_vocabulary))     # each token once
     start = (token_id + position) % len(vocabulary)
-    others = [t for t in (vocabulary[(start + i) % len(vocabulary)] for i in range(count * 2))
+    others = [t for t in (vocabulary[(start + i) % len(vocabulary)]
+                          for i in range(len(vocabulary)))
               if t != token_id][:max(0, count - 1)]
     return [(token_id, chosen), *((t, chosen - 0.25 * (i + 1)) for i, t in enumerate(others))]
 

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from workers.emulator import PID_HEADER
-from workers.fleet import FleetConfig, load_fleet
+from workers.fleet import FleetConfig, WorkerSpec, load_fleet
 from workers.ports import free_port
 from workers.tls import readiness_probe_context
 
@@ -192,39 +192,60 @@ class EmulatorFleet:
         # Workers configured to refuse connections from the start are not waited for.
         ready = {w.info.id: w.info.url for w in self.fleet.workers if w.emulate is not None
                  and not (w.emulate.get("faults") or {}).get("refuse_connections")}
+        # worker id -> its own process (one per worker with one_process False, and those add
+        # starts); the others are hosted by the one process
+        self._own: dict[str, _Subprocess] = {}
         if one_process:
             self._children = [(_Subprocess(common), list(ready.values()))]
         else:
-            self._children = [(_Subprocess([*common, "--worker", wid]),
-                               [url] if wid in ready else []) for wid, url in self.urls.items()]
+            self._children = []
+            for wid, url in self.urls.items():
+                child = self._own[wid] = _Subprocess([*common, "--worker", wid])
+                self._children.append((child, [url] if wid in ready else []))
         self.ready_timeout_s = ready_timeout_s
         self._common = common
         self._lock = threading.Lock()     # _children: add() runs in a thread
         self._stopped = False
 
-    def add(self, worker_id: str) -> bool:
-        """Start a worker added to the fleet file since (in a process of its own, from the
-        file as it is now), unless one of these processes already serves it at that URL (a
-        worker removed, then added back); blocks until it answers ``/health``. Whether it
-        started one; ``EmulatorStartError`` when it did not come up."""
-        spec = load_fleet(self._path).worker(worker_id)
-        if self.urls.get(worker_id) == spec.info.url:
+    def add(self, spec: WorkerSpec) -> bool:
+        """Start a worker added to the fleet file since, in a process of its own (which reads
+        the file as it is then), unless one of these processes serves it at that URL already
+        (a worker removed, then added back); a removed worker's own process holding its URL
+        is stopped first. Blocks until it answers ``/health``. Whether it started one;
+        ``EmulatorStartError`` when it did not come up, or when the worker the one process
+        hosts holds its URL (that takes a restart)."""
+        worker_id, url = spec.info.id, spec.info.url
+        if self.urls.get(worker_id) == url:
             return False
+        holder = next((w for w, u in self.urls.items() if u == url and w != worker_id), None)
+        if holder is not None:
+            held = self._own.pop(holder, None)
+            if held is None:
+                raise EmulatorStartError(
+                    f"{url} is worker {holder}'s, hosted with the workers kvroute up started "
+                    "with (one process for them all): restart kvroute up to serve "
+                    f"{worker_id} there")
+            held.stop()
+            with self._lock:
+                self._children = [(c, urls) for c, urls in self._children if c is not held]
+            del self.urls[holder]
         child = _Subprocess([*self._common, "--worker", worker_id])
-        refuses = bool((spec.emulate or {}).get("faults", {}).get("refuse_connections"))
+        faults = (spec.emulate or {}).get("faults") or {}     # (an empty faults: is None)
+        waits = [] if faults.get("refuse_connections") else [url]
         with self._lock:        # (called from a thread: stop() may run meanwhile)
             if self._stopped:
                 return False
-            self._children.append((child, [] if refuses else [spec.info.url]))
+            self._children.append((child, waits))
             child.start()       # listed first: a stop from now on stops it too
         try:
-            child.wait_healthy([] if refuses else [spec.info.url], self.ready_timeout_s)
+            child.wait_healthy(waits, self.ready_timeout_s)
         except BaseException:
             child.stop()
             with self._lock:
-                self._children.remove((child, [] if refuses else [spec.info.url]))
+                self._children.remove((child, waits))
             raise
-        self.urls[worker_id] = spec.info.url
+        self.urls[worker_id] = url
+        self._own[worker_id] = child
         return True
 
     @property

@@ -77,3 +77,33 @@ async def test_chat_and_completions_answer_the_logprobs_asked(worker: EmulatorPr
     tokens = [t for ch in pieces for t in ch["logprobs"]["tokens"]]
     assert "".join(tokens) == "".join(ch["text"] for ch in pieces)
     assert offsets == [sum(map(len, tokens[:i])) for i in range(len(tokens))]
+
+
+def test_alternatives_are_distinct_tokens_however_many_are_asked() -> None:
+    """The output vocabulary repeats tokens: at 20 alternatives most entries named one twice
+    (a completion's dict then held fewer than asked)."""
+    tok = Tokenizer()
+    ids = list(tok.output_vocabulary[:10])
+    for entry in chat_logprobs(tok, ids, 0, 20)["content"]:
+        names = [top["token"] for top in entry["top_logprobs"]]
+        assert len(names) == len(set(names)) == 20
+    assert all(len(top) == 20 for top in completion_logprobs(tok, ids, 0, 0, 20)["top_logprobs"])
+
+
+@pytest.mark.integration
+async def test_echoed_completions_offsets_point_into_the_text_returned(
+        worker: EmulatorProcess) -> None:
+    """With echo the text starts with the prompt: the offsets started at 0 (whole) or skipped
+    ahead (streamed)."""
+    body = {"model": MODEL, "max_tokens": 4, "prompt": "Once upon", "logprobs": 1, "echo": True}
+    [choice] = (await post(f"{worker.url}/v1/completions", body))["choices"]
+    logprobs = choice["logprobs"]
+    for offset, token in zip(logprobs["text_offset"], logprobs["tokens"], strict=True):
+        assert choice["text"][offset:offset + len(token)] == token
+    chunks = await post(f"{worker.url}/v1/completions", {**body, "stream": True})
+    pieces = [ch for c in chunks for ch in c["choices"] if ch.get("logprobs")]
+    text = "".join(ch["text"] for ch in pieces)
+    for ch in pieces:
+        for offset, token in zip(ch["logprobs"]["text_offset"], ch["logprobs"]["tokens"],
+                                 strict=True):
+            assert text[offset:offset + len(token)] == token

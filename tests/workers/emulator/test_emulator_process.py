@@ -174,3 +174,30 @@ def test_a_worker_refusing_connections_says_so_in_its_ready_line(tmp_path: Path)
         "(refusing connections: faults.refuse_connections)")
     assert f"http://127.0.0.1:{ports[2]} " in ready["w-down"]
     assert "refusing" not in ready["w-h200"] and "refusing" not in ready["w-l40s"]
+
+
+def test_workers_added_to_the_file_start_in_processes_of_their_own(tmp_path: Path) -> None:
+    """kvroute up's reload hook: an added worker starts (an empty ``faults:`` raised); one
+    renamed at a URL an added worker had frees it; one the shared process hosts does not."""
+    from workers.fleet import load_fleet
+
+    path, ports = write_fleet(tmp_path, with_refusing_worker=False)
+    with EmulatorFleet(path, time_scale=0.0, one_process=True) as fleet:
+        data = yaml.safe_load(path.read_text())
+        port = free_port()
+        data["workers"].append({"id": "added", "gpu": "l40s", "models": ["org/model-a"],
+                                "emulate": {"port": port, "faults": None}})
+        path.write_text(yaml.safe_dump(data))
+        assert fleet.add(load_fleet(path).worker("added"))
+        assert get_json(f"http://127.0.0.1:{port}/v1/models")
+        assert not fleet.add(load_fleet(path).worker("added"))     # already served there
+        data["workers"][-1]["id"] = "renamed"
+        path.write_text(yaml.safe_dump(data))
+        assert fleet.add(load_fleet(path).worker("renamed"))       # the old process stopped
+        assert fleet.urls["renamed"] == f"http://127.0.0.1:{port}" and "added" not in fleet.urls
+        data["workers"][0]["id"] = "hosted-renamed"
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(EmulatorStartError, match="restart kvroute up"):
+            fleet.add(load_fleet(path).worker("hosted-renamed"))
+        assert len(fleet.pids) == 2
+    assert refused(f"http://127.0.0.1:{port}") and refused(f"http://127.0.0.1:{ports[0]}")
