@@ -79,7 +79,7 @@ from router.state.store import StateStore
 from router.utility_requests import UtilityRequests
 from workers.credentials import worker_authorizations
 from workers.fleet import FleetConfig, load_fleet
-from workers.registry import WorkerRegistry
+from workers.registry import WorkerRegistry, fleet_change
 from workers.scraper import WorkerScraper
 from workers.task_cancel import cancel_and_wait
 from workers.tls import server_tls_context, worker_tls_contexts
@@ -287,7 +287,9 @@ async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
     changed), then the keys, the registry (decisions see the new fleet, its new servers
     scraped, from the next request on) and the scraper; what the router knew of removed
     workers and of another server under an id is dropped."""
-    change = prepared.change
+    registry = app[REGISTRY]
+    # against what the router serves (the reloader's change is against the file it took)
+    change = fleet_change(registry.infos, prepared.infos)
     for client in clients:         # the workers in force and the new ones, while probing
         client.set_credentials(*prepared.meanwhile())
     new_servers = {*change.added, *change.changed}
@@ -300,7 +302,7 @@ async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
         raise
     for client in clients:
         client.set_credentials(prepared.authorizations, prepared.tls)
-    app[REGISTRY].replace(prepared.infos, probed)      # no await from here to the feed
+    registry.replace(prepared.infos, probed)      # no await from here to the feed
     app[SCRAPER].follow_registry()
     policy = app[POLICY]
     policy.fleet = prepared.fleet

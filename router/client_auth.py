@@ -160,7 +160,7 @@ async def hide_reason_from_tenants(request: web.Request, response: web.StreamRes
     """``on_response_prepare``: a tenant's answers carry no ``x-kvroute-reason``. The reason
     tells how much of the prompt was cached where (``prefix 0.96 on w3``), and the caches are
     shared: a tenant guessing another's prompt block by block would read each guess's share
-    of it (measured: 0.96 for the right word, 0.39 for wrong ones). The operator reads the
+    of it, higher for the right guess than for a wrong one. The operator reads the
     reason in ``/debug/decisions`` by the request's id."""
     if TENANT in request:
         response.headers.popall(REASON_HEADER, None)

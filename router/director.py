@@ -538,10 +538,9 @@ class Director:
                 ttft = result.first_byte_at - attempt.started_at
                 # the sequences of a batch or of n choices are generated side by side: the
                 # time between tokens is each one's (16 choices read as 16 times faster)
-                per_sequence = (usage.completion_tokens / routing.returned_sequences
-                                if usage else 0.0)
-                if per_sequence > 1:
-                    tpot = (result.finished_at - result.first_byte_at) / (per_sequence - 1)
+                each = usage.completion_tokens / routing.returned_sequences if usage else 0.0
+                if each > 1:
+                    tpot = (result.finished_at - result.first_byte_at) / (each - 1)
         return RequestOutcome(
             request_id=routing.request_id, worker_id=attempt.decision.worker_id, status=status,
             prompt_tokens=usage.prompt_tokens if usage else 0,

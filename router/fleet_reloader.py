@@ -116,10 +116,7 @@ class FleetReloader:
         try:
             prepared = self.prepare(load_fleet(self.path))
         except (FleetConfigError, RoutingConfigError) as exc:
-            log.error("fleet file %s refused, the fleet in force stays: %s", self.path, exc)
-            self._refused = True
-            self._report(False)
-            return False
+            return self._refuse(exc)
         self._refused = False
         if not prepared.change:
             self.fleet = prepared.fleet
@@ -132,16 +129,11 @@ class FleetReloader:
             if self._apply is not None:
                 await self._apply(prepared)
         except RoutingConfigError as exc:     # a routing file taken while it was applied
-            log.error("fleet file %s refused, the fleet in force stays: %s", self.path, exc)
-            self._refused = True
-            self._report(False)
-            return False
+            return self._refuse(exc)
         except Exception:       # a bug half-way must not stop the watcher: tried again on a
             log.exception("fleet file %s: applying %s failed", self.path,   # save, or edit
                           prepared.change.describe())
-            self._refused = True
-            self._report(False)
-            return False
+            return self._refuse(None)
         self.fleet, self._tls = prepared.fleet, prepared.tls
         self._authorizations = prepared.authorizations
         log.info("fleet file %s reloaded: %s (%d worker(s))", self.path,
@@ -179,6 +171,15 @@ class FleetReloader:
                 and before.get(origin_of(info.url), "") == info.tls_ca_file}
         made = worker_tls_contexts(info for info in infos if origin_of(info.url) not in kept)
         return {**{origin: self._tls[origin] for origin in kept}, **made}
+
+    def _refuse(self, reason: Exception | None) -> bool:
+        """The file as it is was refused (logged with ``reason`` unless already logged): the
+        fleet in force stays; tried again on a save or a routing change."""
+        if reason is not None:
+            log.error("fleet file %s refused, the fleet in force stays: %s", self.path, reason)
+        self._refused = True
+        self._report(False)
+        return False
 
     def _report(self, succeeded: bool) -> None:
         if self._on_result is not None:

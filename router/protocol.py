@@ -164,10 +164,9 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         prompt=prompt,
         max_tokens=max_tokens, stream=stream, tenant=tenant or tenant_of(headers),
         session=headers.get("x-session-id") or user, headers=headers,
-        arrival_time=arrival_time,
-        choices=choices_of(data) if path in (CHAT_PATH, COMPLETIONS_PATH) else 1,
-        returned_choices=choices_of(data, ("n",)) if path in (CHAT_PATH, COMPLETIONS_PATH)
-        else 1)
+        arrival_time=arrival_time)
+    if path in (CHAT_PATH, COMPLETIONS_PATH):       # n choices (best_of sequences)
+        routing.choices, routing.returned_choices = choices_of(data), choices_of(data, ("n",))
     return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage,
                          response_id=response_id, previous_response_id=previous_id,
                          response_id_assigned=assigned)

@@ -126,7 +126,8 @@ class WorkerRegistry:
         self._set_infos(infos)
         for worker_id in change.gone:
             self._snapshots.pop(worker_id, None)
-            self._retired.pop(worker_id, None)
+        for worker_id in change.removed:
+            self._retired.pop(worker_id, None)          # (its place is at the end)
             self._retired[worker_id] = before[worker_id]
         for worker_id in (*change.added, *change.changed):
             snapshot = (snapshots or {}).get(worker_id)

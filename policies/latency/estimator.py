@@ -250,7 +250,7 @@ class TimeEstimator:
         # a batch's answers are clamped by each prompt's window (its longest), not the sum's
         in_window = request.longest_prompt_tokens or prompt
         # each sequence (a batch's prompts, n choices) takes its own decode slot
-        sequences = request.prompt_count * request.choices
+        sequences = request.sequences
         remembered = self._view_terms
         terms_of = remembered.get
         for view, constants_of_worker in zip(views, constants, strict=True):
