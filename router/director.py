@@ -294,7 +294,8 @@ class Director:
         answers vLLM's 404). For a request of the tenant key ``tenant``, another tenant's
         response is vLLM's 404, whether continued or named as the ``request_id`` of a new
         one (which would overwrite it on its worker)."""
-        if parsed.response_id is not None and not parsed.response_id_assigned:
+        if (tenant is not None and parsed.response_id is not None   # (no lookup otherwise:
+                and not parsed.response_id_assigned):                # a Redis round trip)
             record = await self._store.response_record(parsed.response_id)
             if record is not None and record.refuses(tenant):
                 raise InvalidRequest(f"request_id: '{parsed.response_id}' names another "
