@@ -94,6 +94,16 @@ class SloConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PluginModule:
+    """One entry of ``plugin_modules:`` once loaded (``policies.plugin_modules``): as
+    written, the module's name in ``sys.modules``, and its file (a file entry only)."""
+
+    entry: str
+    module_name: str
+    path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RoutingConfig:
     """A whole routing configuration, validated. ``producers`` are the resolved, ordered
     producers the decision needs (declared ones plus those plugins require)."""
@@ -105,6 +115,7 @@ class RoutingConfig:
     slo: SloConfig = field(default_factory=SloConfig)
     sections: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     source: str = "<memory>"
+    plugin_modules: tuple[PluginModule, ...] = ()   # whose types the plugins may be
 
     def section(self, name: str) -> Any:
         """A parsed extension section (e.g. ``semantic``), or None when absent."""

@@ -40,6 +40,7 @@ from policies.base import (
 from policies.config import PluginSpec, ProfileSpec, RoutingConfig, Rule
 from policies.cycle_keys import RULE, TARGET_ADAPTER, TARGET_MODEL, worker_attributes
 from policies.errors import RoutingConfigError
+from policies.plugin_modules import with_plugin_modules
 from policies.profile import Profile, WeightedScorer
 from policies.registry import KIND_PROTOCOLS, BuildContext, PluginKind, PluginRegistry
 from policies.registry import default_registry as make_default_registry
@@ -78,7 +79,9 @@ class PolicyEngine:
               registry: PluginRegistry | None = None, *, seed: int | None = None,
               previous: PolicyEngine | None = None) -> PolicyEngine:
         """Instantiate every plugin of ``routing``; raise ``RoutingConfigError`` on failure."""
-        registry = registry if registry is not None else make_default_registry()
+        registry = with_plugin_modules(
+            registry if registry is not None else make_default_registry(),
+            routing.plugin_modules)
         check_against_fleet(routing, fleet)
         builder = _Builder(routing, fleet, registry, seed)
         producers = [builder.build(spec, "producer") for spec in routing.producers]

@@ -135,6 +135,13 @@ class PluginRegistry:
             raise ValueError(f"section {name!r} is already registered")
         self._sections[name] = SectionType(name, parser, tuple(needs))
 
+    def copy(self) -> PluginRegistry:
+        """Another registry holding the same types and sections (to add more to)."""
+        other = PluginRegistry()
+        other._types = dict(self._types)
+        other._sections = dict(self._sections)
+        return other
+
     def get(self, type_name: str) -> PluginType | None:
         return self._types.get(type_name)
 

@@ -38,6 +38,7 @@ from policies.config import RoutingConfig
 from policies.engine import PolicyEngine, check_against_fleet
 from policies.errors import RoutingConfigError
 from policies.loader import parse_routing_text, read_routing_text
+from policies.plugin_modules import plugin_files
 from policies.registry import PluginRegistry, default_registry
 from policies.summary import fleet_warnings, summarize
 from workers.file_watch import (
@@ -277,10 +278,12 @@ def _log_warnings(path: Path, engine: PolicyEngine, fleet: FleetConfig) -> None:
 
 def files_read_by(routing: RoutingConfig, path: Path) -> list[Path]:
     """The files besides the routing file (at ``path``) that building ``routing`` reads:
-    its semantic section's ``examples_file``, relative to the routing file's folder."""
+    its semantic section's ``examples_file``, relative to the routing file's folder, and
+    the ``.py`` files of its ``plugin_modules``."""
     section = routing.section("semantic")       # (by name: no import of the classifier)
     examples = getattr(section, "examples_file", None)
-    return [path.resolve().parent / examples] if isinstance(examples, str) and examples else []
+    read = [path.resolve().parent / examples] if isinstance(examples, str) and examples else []
+    return read + plugin_files(routing.plugin_modules)
 
 
 def _stamps(paths: tuple[Path, ...]) -> tuple[FileStamp | None, ...]:

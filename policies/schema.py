@@ -10,6 +10,7 @@ the plugins and rules need. Every error is a ``RoutingConfigError`` starting wit
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -25,6 +26,7 @@ from policies.config import (
 )
 from policies.errors import RoutingConfigError
 from policies.params import build_params, coerce
+from policies.plugin_modules import PLUGIN_MODULES_KEY, load_plugin_modules, with_plugin_modules
 from policies.producer_deps import resolve_producers
 from policies.registry import PluginKind, PluginRegistry, SectionParser
 
@@ -43,7 +45,9 @@ def parse_routing(data: Any, registry: PluginRegistry, source: str = "<memory>")
     if data is None:
         raise RoutingConfigError("the file is empty (a routing file has profiles:)")
     doc = _mapping(data, "<top level>", allow_none=False)
-    known = (*CORE_SECTIONS, *registry.sections)
+    modules = load_plugin_modules(doc.get(PLUGIN_MODULES_KEY), source_folder(source))
+    registry = with_plugin_modules(registry, modules)
+    known = (*CORE_SECTIONS, PLUGIN_MODULES_KEY, *registry.sections)
     _check_keys(doc, known, "", what="top-level key")
     sections = {name: _parse_section(section.parser, doc[name], name)
                 for name, section in registry.sections.items() if name in doc}
@@ -62,11 +66,20 @@ def parse_routing(data: Any, registry: PluginRegistry, source: str = "<memory>")
     routing = RoutingConfig(
         profiles=MappingProxyType(profiles), default_profile=default_profile,
         rules=tuple(rules), producers=(), slo=slo,
-        sections=MappingProxyType(sections), source=source)
+        sections=MappingProxyType(sections), source=source, plugin_modules=modules)
     producers = resolve_producers(routing, declared, registry)
     return RoutingConfig(
         profiles=routing.profiles, default_profile=default_profile, rules=routing.rules,
-        producers=tuple(producers), slo=slo, sections=routing.sections, source=source)
+        producers=tuple(producers), slo=slo, sections=routing.sections, source=source,
+        plugin_modules=modules)
+
+
+def source_folder(source: str) -> Path:
+    """Where a routing file's relative paths start: its folder (the working directory for
+    a document parsed from memory, ``<memory>``)."""
+    if source.startswith("<"):
+        return Path.cwd()
+    return Path(source).resolve().parent
 
 
 def _check_rule_classes(rules: Sequence[Rule], semantic: Any) -> None:
@@ -137,7 +150,8 @@ def _parse_plugin(raw: Any, path: str, kind: PluginKind, registry: PluginRegistr
     plugin_type = registry.get(type_name)
     if plugin_type is None:
         known = ", ".join(sorted(t.type_name for t in registry.types(kind)))
-        raise RoutingConfigError(f"{path}.type: unknown {kind} type {type_name!r} (known: {known})")
+        raise RoutingConfigError(f"{path}.type: unknown {kind} type {type_name!r} (known: {known}; "
+                                 f"a module listed in {PLUGIN_MODULES_KEY}: adds types)")
     if plugin_type.kind != kind:
         raise RoutingConfigError(
             f"{path}.type: {type_name!r} is a {plugin_type.kind}, not a {kind}")

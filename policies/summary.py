@@ -20,7 +20,12 @@ def summarize(routing: RoutingConfig) -> str:
     producers = ", ".join(spec.type for spec in routing.producers) or "none"
     return (f"{len(routing.profiles)} profile(s): {profiles}; {len(routing.rules)} rule(s); "
             f"default profile {routing.default_profile}; producers: {producers}"
-            + _admission(routing) + _semantic(routing))
+            + _admission(routing) + _semantic(routing) + _plugin_modules(routing))
+
+
+def _plugin_modules(routing: RoutingConfig) -> str:
+    entries = [module.entry for module in routing.plugin_modules]
+    return f"; plugin modules: {', '.join(entries)}" if entries else ""
 
 
 def _semantic(routing: RoutingConfig) -> str:

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from policies.base import RoutingRequest
 from policies.engine import PolicyEngine
-from policies.loader import parse_routing_text
+from policies.loader import load_routing, parse_routing_text
 from policies.registry import default_registry
 from workers.fleet import load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 YAML_BLOCK = re.compile(r"```yaml\n(.*?)```", re.DOTALL)
 BUILTIN_MODULES = (
     "policies.producers.tokens", "policies.filters.model", "policies.filters.healthy",
@@ -77,3 +80,23 @@ def test_every_plugin_type_is_documented() -> None:
     listed = {row.split("`")[1] for row in table.splitlines()[2:]}
     assert {plugin.type_name for plugin in default_registry().types("producer")} - {
         "semantic"} <= listed      # (the semantic producer has docs/semantic.md)
+
+
+PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
+
+
+def test_the_documented_plugin_file_loads_from_the_documented_routing_file(
+        tmp_path: Path, view: Any) -> None:
+    """The freshness plugin of "Writing a plugin", saved where its routing file says."""
+    section = (ROOT / "docs" / "policies.md").read_text().split("## Writing a plugin", 1)[1]
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "freshness.py").write_text(PYTHON_BLOCK.findall(section)[0])
+    (tmp_path / "routing.yaml").write_text(YAML_BLOCK.findall(section)[0])
+    routing = load_routing(tmp_path / "routing.yaml")
+    assert [m.entry for m in routing.plugin_modules] == ["plugins/freshness.py"]
+    engine = PolicyEngine.build(routing, load_fleet(ROOT / "config" / "fleet.yaml"), seed=0)
+    views = [view("stale", staleness_s=4.0), view("fresh", staleness_s=0.1)]
+    decision = engine.decide(RoutingRequest(request_id="r1", model=MODEL), views)
+    assert decision.worker_id == "fresh"
+    for module in routing.plugin_modules:
+        del sys.modules[module.module_name]

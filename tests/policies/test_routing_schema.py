@@ -81,7 +81,7 @@ def test_declared_producer_keeps_its_params() -> None:
 @pytest.mark.parametrize(("text", "message"), [
     pytest.param("profiles: {default: {}}\nfoo: 1\n",
                  "foo: unknown top-level key (expected one of: producers, profiles, rules, "
-                 "default_profile, slo)", id="unknown top-level key"),
+                 "default_profile, slo, plugin_modules)", id="unknown top-level key"),
     pytest.param("- a\n", "<top level>: must be a mapping", id="not a mapping"),
     pytest.param("", "the file is empty (a routing file has profiles:)", id="empty"),
     pytest.param("# nothing yet\n", "the file is empty (a routing file has profiles:)",
@@ -107,7 +107,8 @@ def test_declared_producer_keeps_its_params() -> None:
                  "params, type)", id="weight on a filter"),
     pytest.param(BASE.replace("{type: kv-usage}", "{type: kv-usag}"),
                  "profiles.default.scorers[1].type: unknown scorer type 'kv-usag' (known: "
-                 "inflight, kv-usage, queue-depth)", id="unknown plugin type"),
+                 "inflight, kv-usage, queue-depth; a module listed in plugin_modules: adds types)",
+                 id="unknown plugin type"),
     pytest.param(BASE.replace("{type: kv-usage}", "{type: max-score}"),
                  "profiles.default.scorers[1].type: 'max-score' is a picker, not a scorer",
                  id="plugin of the wrong kind"),

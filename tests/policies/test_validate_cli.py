@@ -379,3 +379,26 @@ def test_tenants_listed_as_they_should_not_be_are_a_warning(
         f"{path}: warning: admission.tenants.acme: nothing set: acme is unlimited, and not "
         "counted in the other_tenants budget either (give it a limit, or a priority if that "
         "is what it is listed for)\n")
+
+
+def test_a_plugin_file_is_loaded_and_named_in_the_summary(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "own.py").write_text(
+        "from dataclasses import dataclass\n\n\n"
+        "@dataclass(frozen=True, slots=True)\nclass Params:\n    pass\n\n\n"
+        "class Constant:\n    name = 'constant'\n\n"
+        "    def score(self, request, workers, cycle):\n"
+        "        return {w.id: 0.5 for w in workers}\n\n\n"
+        "def register(registry):\n"
+        "    registry.register('constant', 'scorer', Params, lambda p, c: Constant())\n")
+    path = tmp_path / "routing.yaml"
+    path.write_text("plugin_modules: [own.py]\n"
+                    "profiles: {default: {scorers: [{type: constant}]}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("; plugin modules: own.py")
+    path.write_text("plugin_modules: [missing.py]\n"
+                    "profiles: {default: {scorers: [{type: constant}]}}\n")
+    assert main(["validate", str(path)]) == 1
+    assert capsys.readouterr().err == (
+        f"{path}: invalid: plugin_modules[0]: cannot read "
+        f"'{(tmp_path / 'missing.py').resolve()}': No such file or directory\n")

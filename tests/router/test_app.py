@@ -269,3 +269,67 @@ async def test_an_engine_restarted_behind_the_router_loses_what_the_router_knew(
             await asyncio.sleep(0.05)
     finally:
         second.stop()
+
+
+PREFER_PLUGIN = '''
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PreferParams:
+    worker: str = ""
+
+
+class PreferScorer:
+    def __init__(self, name, params):
+        self.name = name
+        self.worker = params.worker
+
+    def score(self, request, workers, cycle):
+        return {w.id: 1.0 if w.id == self.worker else 0.0 for w in workers}
+
+
+def register(registry):
+    registry.register("prefer", "scorer", PreferParams,
+                      lambda params, ctx: PreferScorer(ctx.name, params))
+'''
+
+PREFER_ROUTING = """\
+plugin_modules: [plugins/prefer.py]
+profiles:
+  default:
+    filters: [{type: model}, {type: healthy}]
+    scorers: [{type: prefer, params: {worker: a100-fast}}]
+"""
+
+
+async def test_a_plugin_file_routes_and_its_edit_reloads_live(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """A scorer of the operator's own, in a file beside the routing file, decides; editing
+    that file alone (not the routing file) swaps the new code in."""
+    plugin = tmp_path / "plugins" / "prefer.py"
+    plugin.parent.mkdir()
+    plugin.write_text(PREFER_PLUGIN)
+    router = await make_router(subset(emulated_fleet, ["h100-fast", "a100-fast"]),
+                               PREFER_ROUTING, reload_interval_s=0.05)
+    assert router.routing_path.parent == tmp_path
+
+    async def workers_chosen(count: int) -> set[str]:
+        client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused",
+                                    max_retries=0)
+        chosen = set()
+        for _ in range(count):
+            raw = await client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+            assert raw.status_code == 200
+            chosen.add(raw.headers["x-kvroute-worker"])
+        return chosen
+
+    assert await workers_chosen(6) == {"a100-fast"}
+    # the new code scores the other worker, whatever the routing file asks
+    plugin.write_text(PREFER_PLUGIN.replace("if w.id == self.worker", "if w.id != self.worker"))
+    await wait_for_reloads(router, "success", 1)
+    assert await workers_chosen(6) == {"h100-fast"}
+    plugin.write_text("def register(registry):\n    pass\n")      # its type gone: refused
+    await wait_for_reloads(router, "failure", 1)
+    assert await workers_chosen(4) == {"h100-fast"}               # the last good code serves

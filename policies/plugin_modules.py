@@ -1,0 +1,134 @@
+"""Plugin types from outside kvroute: the routing file's ``plugin_modules:`` list.
+
+Each entry names a Python module that exposes ``register(registry)``, as kvroute's own plugin
+modules do (``policies.registry.BUILTIN_PLUGIN_MODULES``):
+
+* an importable module (``my_company.kvroute_plugins``), imported once per process: a new
+  version of its code needs a restart;
+* a ``.py`` file, its path relative to the routing file's folder (``plugins/freshness.py``).
+  A file is loaded under a name made of its content's digest (``kvroute_plugin_<stem>_<hex>``),
+  so an edited file is a new module, taken by the live reload like the routing file itself;
+  the same content is loaded once.
+
+``load_plugin_modules`` imports the entries of one routing file (every failure a
+``RoutingConfigError`` naming the entry); ``with_plugin_modules`` gives a copy of a registry
+holding their types too (registering a type name that is taken is refused, naming the
+module). The routing file is trusted as the router's own code is: listing a module runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from policies.config import PluginModule
+from policies.errors import RoutingConfigError
+from policies.registry import PluginRegistry
+
+PLUGIN_MODULES_KEY = "plugin_modules"
+FILE_SUFFIX = ".py"
+FILE_MODULE_PREFIX = "kvroute_plugin_"
+
+
+def load_plugin_modules(raw: Any, base_dir: Path) -> tuple[PluginModule, ...]:
+    """Import each entry of ``raw`` (the ``plugin_modules:`` value; None: none), files
+    relative to ``base_dir``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RoutingConfigError(f"{PLUGIN_MODULES_KEY}: must be a list of module names or "
+                                 f".py files, got {type(raw).__name__}")
+    loaded: list[PluginModule] = []
+    for i, entry in enumerate(raw):
+        where = f"{PLUGIN_MODULES_KEY}[{i}]"
+        if not isinstance(entry, str) or not entry.strip():
+            raise RoutingConfigError(f"{where}: must be a module name or a .py file")
+        entry = entry.strip()
+        if any(entry == known.entry for known in loaded):
+            raise RoutingConfigError(f"{where}: {entry!r} is listed twice")
+        if entry.endswith(FILE_SUFFIX) or "/" in entry:
+            loaded.append(_load_file(entry, base_dir, where))
+        else:
+            loaded.append(PluginModule(entry, _import_module(entry, where).__name__))
+    return tuple(loaded)
+
+
+def with_plugin_modules(registry: PluginRegistry,
+                        modules: Sequence[PluginModule]) -> PluginRegistry:
+    """``registry`` itself when ``modules`` is empty, else a copy with each module's types."""
+    if not modules:
+        return registry
+    extended = registry.copy()
+    for i, module in enumerate(modules):
+        where = f"{PLUGIN_MODULES_KEY}[{i}] ({module.entry})"
+        found = sys.modules.get(module.module_name)
+        if found is None:          # loaded by another routing file's parse, or not yet
+            found = _import_module(module.module_name, where)
+        register = getattr(found, "register", None)
+        if not callable(register):
+            raise RoutingConfigError(f"{where}: has no register(registry) function")
+        try:
+            register(extended)
+        except Exception as exc:
+            raise RoutingConfigError(f"{where}: register(registry) failed: "
+                                     f"{_one_line(exc)}") from exc
+    return extended
+
+
+def plugin_files(modules: Sequence[PluginModule]) -> list[Path]:
+    """The files of the file entries (what a reload watches besides the routing file)."""
+    return [Path(module.path) for module in modules if module.path is not None]
+
+
+def _import_module(name: str, where: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or name
+        detail = (f"no module named {missing!r}"
+                  if missing == name or name.startswith(f"{missing}.")
+                  else f"importing it needs {missing!r}, which is not installed")
+        raise RoutingConfigError(f"{where}: cannot import {name!r}: {detail} (a file is "
+                                 f"named with its {FILE_SUFFIX} suffix)") from exc
+    except (Exception, SystemExit) as exc:
+        raise RoutingConfigError(f"{where}: cannot import {name!r}: {_one_line(exc)}") from exc
+
+
+def _load_file(entry: str, base_dir: Path, where: str) -> PluginModule:
+    path = (base_dir / entry).resolve()
+    if path.suffix != FILE_SUFFIX:
+        raise RoutingConfigError(f"{where}: {entry!r}: a plugin file is a {FILE_SUFFIX} file")
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        raise RoutingConfigError(f"{where}: cannot read {str(path)!r}: "
+                                 f"{exc.strerror or exc}") from exc
+    stem = "".join(c if c.isalnum() else "_" for c in path.stem)
+    name = f"{FILE_MODULE_PREFIX}{stem}_{hashlib.sha256(source).hexdigest()[:16]}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise RoutingConfigError(f"{where}: cannot load {str(path)!r} as a module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module        # as an import does: the module may import itself
+        try:
+            # the bytes digested, not the file again: a write meanwhile is the next load's
+            exec(compile(source, str(path), "exec"), module.__dict__)
+        except (Exception, SystemExit) as exc:
+            del sys.modules[name]
+            raise RoutingConfigError(f"{where}: loading {entry!r} failed: "
+                                     f"{_one_line(exc)}") from exc
+    return PluginModule(entry, name, str(path))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, SyntaxError) and exc.lineno is not None:
+        text = f"{exc.msg} (line {exc.lineno})"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,250 @@
+"""policies/plugin_modules.py: plugin types from the routing file's ``plugin_modules:``."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from policies.base import RoutingRequest
+from policies.engine import PolicyEngine
+from policies.errors import RoutingConfigError
+from policies.loader import load_routing, parse_routing_text
+from policies.reloader import PolicyReloader, files_read_by
+from workers.fleet import FleetConfig
+from workers.models import WorkerView
+
+FLEET = FleetConfig({}, {}, ())
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+ViewFactory = Callable[..., WorkerView]
+
+# a scorer that prefers the worker whose label ``lane`` is its ``lane`` parameter
+LANE_PLUGIN = '''
+from dataclasses import dataclass
+
+from policies.errors import ParamError
+
+
+@dataclass(frozen=True, slots=True)
+class LaneParams:
+    lane: str = "{lane}"
+
+    def __post_init__(self) -> None:
+        if not self.lane:
+            raise ParamError("lane", "must not be empty")
+
+
+class LaneScorer:
+    def __init__(self, name, params):
+        self.name = name
+        self.lane = params.lane
+
+    def score(self, request, workers, cycle):
+        return {{w.id: 1.0 if w.info.labels.get("lane") == self.lane else 0.0 for w in workers}}
+
+
+def register(registry):
+    registry.register("{type_name}", "scorer", LaneParams,
+                      lambda params, ctx: LaneScorer(ctx.name, params))
+'''
+
+ROUTING = """
+plugin_modules: [{entry}]
+profiles:
+  default:
+    filters: [{{type: model}}]
+    scorers: [{{type: {type_name}}}]
+"""
+
+
+def plugin_source(lane: str = "fast", type_name: str = "lane") -> str:
+    return textwrap.dedent(LANE_PLUGIN).format(lane=lane, type_name=type_name)
+
+
+def routing_text(entry: str, type_name: str = "lane") -> str:
+    return textwrap.dedent(ROUTING).format(entry=entry, type_name=type_name)
+
+
+@pytest.fixture
+def lanes(view: ViewFactory) -> list[WorkerView]:
+    return [view("w-slow", labels={"lane": "slow"}), view("w-fast", labels={"lane": "fast"})]
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def clean_modules() -> Iterator[None]:
+    """The plugin modules a test loads leave ``sys.modules`` with it."""
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith(("kvroute_plugin_", "acme_kvroute_plugins")):
+            del sys.modules[name]
+
+
+def chosen(engine: PolicyEngine, views: list[WorkerView]) -> str | None:
+    return engine.decide(RoutingRequest(request_id="r1", model=MODEL), views).worker_id
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_a_file_beside_the_routing_file_adds_a_scorer(tmp_path: Path, plugin_dir: Path,
+                                                      lanes: list[WorkerView]) -> None:
+    (plugin_dir / "lane.py").write_text(plugin_source("fast"))
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    routing = load_routing(routing_file)
+    assert [m.entry for m in routing.plugin_modules] == ["plugins/lane.py"]
+    assert routing.plugin_modules[0].path == str((plugin_dir / "lane.py").resolve())
+    engine = PolicyEngine.build(routing, FLEET, seed=0)
+    assert chosen(engine, lanes) == "w-fast"
+    assert files_read_by(routing, routing_file) == [(plugin_dir / "lane.py").resolve()]
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_an_importable_module_adds_a_scorer_with_its_parameters(
+        tmp_path: Path, lanes: list[WorkerView], monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "acme_kvroute_plugins"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "lanes.py").write_text(plugin_source("fast"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = routing_text("acme_kvroute_plugins.lanes").replace(
+        "{type: lane}", "{type: lane, params: {lane: slow}}")
+    engine = PolicyEngine.build(parse_routing_text(text), FLEET, seed=0)
+    assert chosen(engine, lanes) == "w-slow"
+    with pytest.raises(RoutingConfigError,
+                       match=r"profiles\.default\.scorers\[0\]\.params\.lane: must not be empty"):
+        parse_routing_text(text.replace("lane: slow", "lane: ''"))
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_a_document_from_memory_reads_files_from_the_working_directory(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (plugin_dir / "lane.py").write_text(plugin_source("slow"))
+    monkeypatch.chdir(tmp_path)
+    engine = PolicyEngine.build(parse_routing_text(routing_text("plugins/lane.py")), FLEET,
+                                seed=0)
+    assert chosen(engine, lanes) == "w-slow"
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_a_file_is_loaded_once_per_content(tmp_path: Path, plugin_dir: Path,
+                                            lanes: list[WorkerView]) -> None:
+    plugin = plugin_dir / "lane.py"
+    plugin.write_text(plugin_source("fast") + "\nLOADS = []\nLOADS.append(1)\n")
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    first = load_routing(routing_file).plugin_modules[0]
+    again = load_routing(routing_file).plugin_modules[0]
+    assert first.module_name == again.module_name
+    assert sys.modules[first.module_name].LOADS == [1]    # not run again
+
+    plugin.write_text(plugin_source("slow"))                # edited: a new module
+    edited = load_routing(routing_file)
+    assert edited.plugin_modules[0].module_name != first.module_name
+    assert chosen(PolicyEngine.build(edited, FLEET, seed=0), lanes) == "w-slow"
+
+
+@pytest.mark.usefixtures("clean_modules")
+async def test_an_edited_plugin_file_is_reloaded_like_the_routing_file(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView]) -> None:
+    plugin = plugin_dir / "lane.py"
+    plugin.write_text(plugin_source("fast"))
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    reloader = PolicyReloader.load(routing_file, FLEET, seed=0)
+    assert chosen(reloader.engine, lanes) == "w-fast"
+
+    plugin.write_text(plugin_source("slow"))
+    stat = plugin.stat()
+    os.utime(plugin, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert await reloader.check() is None          # seen; waits for the file to hold still
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert chosen(reloader.engine, lanes) == "w-slow"
+
+    plugin.write_text("def register(registry):\n    raise RuntimeError('half written')\n")
+    os.utime(plugin, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000))
+    assert await reloader.check() is None
+    result = await reloader.check()
+    assert result is not None and result.result == "failure"
+    assert result.message == ("plugin_modules[0] (plugins/lane.py): register(registry) failed: "
+                              "RuntimeError: half written")
+    assert chosen(reloader.engine, lanes) == "w-slow"    # the last good engine serves on
+
+
+@pytest.mark.usefixtures("clean_modules")
+@pytest.mark.parametrize(("entries", "files", "message"), [
+    ("plugins/lane.py", {}, r"plugin_modules: must be a list of module names or \.py files, "
+                            r"got str"),
+    ("[3]", {}, r"plugin_modules\[0\]: must be a module name or a \.py file"),
+    ("['  ']", {}, r"plugin_modules\[0\]: must be a module name or a \.py file"),
+    ("[plugins/lane.py, plugins/lane.py]", {"lane.py": plugin_source()},
+     r"plugin_modules\[1\]: 'plugins/lane.py' is listed twice"),
+    ("[plugins/missing.py]", {}, r"plugin_modules\[0\]: cannot read '.*/plugins/missing\.py': "
+                                 r"No such file or directory"),
+    ("[plugins/lane]", {}, r"plugin_modules\[0\]: 'plugins/lane': a plugin file is a \.py file"),
+    ("[kvroute_no_such_package.plugins]", {},
+     r"plugin_modules\[0\]: cannot import 'kvroute_no_such_package\.plugins': no module named "
+     r"'kvroute_no_such_package' \(a file is named with its \.py suffix\)"),
+    ("[plugins/syntax.py]", {"syntax.py": "x = (\n"},
+     r"plugin_modules\[0\]: loading 'plugins/syntax\.py' failed: SyntaxError: .*\(line 1\)"),
+    ("[plugins/needs.py]", {"needs.py": "import kvroute_no_such_dependency\n"},
+     r"plugin_modules\[0\]: loading 'plugins/needs\.py' failed: ModuleNotFoundError: "
+     r"No module named 'kvroute_no_such_dependency'"),
+    ("[plugins/exits.py]", {"exits.py": "raise SystemExit(3)\n"},
+     r"plugin_modules\[0\]: loading 'plugins/exits\.py' failed: SystemExit: 3"),
+    ("[plugins/empty.py]", {"empty.py": "X = 1\n"},
+     r"plugin_modules\[0\] \(plugins/empty\.py\): has no register\(registry\) function"),
+    ("[plugins/clash.py]", {"clash.py": plugin_source(type_name="queue-depth")},
+     r"plugin_modules\[0\] \(plugins/clash\.py\): register\(registry\) failed: ValueError: "
+     r"plugin type 'queue-depth' is already registered"),
+])
+def test_what_cannot_be_loaded_is_refused_naming_the_entry(
+        tmp_path: Path, plugin_dir: Path, entries: str, files: dict[str, str],
+        message: str) -> None:
+    for name, text in files.items():
+        (plugin_dir / name).write_text(text)
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(f"plugin_modules: {entries}\n"
+                            "profiles: {default: {scorers: [{type: kv-usage}]}}\n")
+    with pytest.raises(RoutingConfigError, match=message):
+        load_routing(routing_file)
+    assert not [name for name in sys.modules if name.startswith("kvroute_plugin_syntax")]
+
+
+def test_an_unknown_type_points_at_plugin_modules() -> None:
+    with pytest.raises(RoutingConfigError,
+                       match=r"profiles\.default\.scorers\[0\]\.type: unknown scorer type "
+                             r"'lane' \(known: .*; a module listed in plugin_modules: adds "
+                             r"types\)"):
+        parse_routing_text("profiles: {default: {scorers: [{type: lane}]}}\n")
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_two_modules_register_apart_and_the_base_registry_is_left_alone(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView]) -> None:
+    (plugin_dir / "one.py").write_text(plugin_source("fast", "lane-one"))
+    (plugin_dir / "two.py").write_text(plugin_source("slow", "lane-two"))
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(textwrap.dedent("""
+        plugin_modules: [plugins/one.py, plugins/two.py]
+        profiles:
+          default:
+            scorers: [{type: lane-one, weight: 1}, {type: lane-two, weight: 3}]
+    """))
+    engine = PolicyEngine.build(load_routing(routing_file), FLEET, seed=0)
+    assert chosen(engine, lanes) == "w-slow"
+    # another file, without the list, does not see their types
+    with pytest.raises(RoutingConfigError, match="unknown scorer type 'lane-one'"):
+        parse_routing_text("profiles: {default: {scorers: [{type: lane-one}]}}\n")
