@@ -6,9 +6,9 @@ modules do (``policies.registry.BUILTIN_PLUGIN_MODULES``):
 * an importable module (``my_company.kvroute_plugins``), imported once per process: a new
   version of its code needs a restart;
 * a ``.py`` file, its path relative to the routing file's folder (``plugins/freshness.py``).
-  A file is loaded under a name made of its content's digest (``kvroute_plugin_<stem>_<hex>``),
-  so an edited file is a new module, taken by the live reload like the routing file itself;
-  the same content is loaded once.
+  A file is loaded under a name made of its path's and content's digest
+  (``kvroute_plugin_<stem>_<hex>``), so an edited file is a new module, taken by the live
+  reload like the routing file itself; the same file unchanged is loaded once.
 
 ``load_plugin_modules`` imports the entries of one routing file (every failure a
 ``RoutingConfigError`` naming the entry); ``with_plugin_modules`` gives a copy of a registry
@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,13 +51,27 @@ def load_plugin_modules(raw: Any, base_dir: Path) -> tuple[PluginModule, ...]:
         if not isinstance(entry, str) or not entry.strip():
             raise RoutingConfigError(f"{where}: must be a module name or a .py file")
         entry = entry.strip()
-        if any(entry == known.entry for known in loaded):
-            raise RoutingConfigError(f"{where}: {entry!r} is listed twice")
-        if entry.endswith(FILE_SUFFIX) or "/" in entry:
-            loaded.append(_load_file(entry, base_dir, where))
+        if is_file_entry(entry):
+            module = _load_file(entry, base_dir, where)
         else:
-            loaded.append(PluginModule(entry, _import_module(entry, where).__name__))
+            module = PluginModule(entry, _import_module(entry, where).__name__)
+        for known in loaded:
+            if known.module_name == module.module_name and known.path == module.path:
+                again = f" (as {known.entry!r})" if known.entry != entry else ""
+                raise RoutingConfigError(f"{where}: {entry!r} is listed twice{again}")
+        loaded.append(module)
     return tuple(loaded)
+
+
+def is_file_entry(entry: str) -> bool:
+    """Whether a ``plugin_modules`` entry names a file (else an importable module)."""
+    return entry.endswith(FILE_SUFFIX) or "/" in entry
+
+
+def entry_path(entry: str, base_dir: Path) -> Path:
+    """The file a file entry names: absolute and normalised, its symbolic links kept (a
+    link moved to another file is that file's edit)."""
+    return Path(os.path.abspath(base_dir / entry))
 
 
 def with_plugin_modules(registry: PluginRegistry,
@@ -81,11 +96,6 @@ def with_plugin_modules(registry: PluginRegistry,
     return extended
 
 
-def plugin_files(modules: Sequence[PluginModule]) -> list[Path]:
-    """The files of the file entries (what a reload watches besides the routing file)."""
-    return [Path(module.path) for module in modules if module.path is not None]
-
-
 def _import_module(name: str, where: str) -> ModuleType:
     try:
         return importlib.import_module(name)
@@ -101,7 +111,10 @@ def _import_module(name: str, where: str) -> ModuleType:
 
 
 def _load_file(entry: str, base_dir: Path, where: str) -> PluginModule:
-    path = (base_dir / entry).resolve()
+    path = entry_path(entry, base_dir)
+    if path.is_dir():
+        raise RoutingConfigError(f"{where}: {entry!r} is a folder: name each {FILE_SUFFIX} "
+                                 "file of it")
     if path.suffix != FILE_SUFFIX:
         raise RoutingConfigError(f"{where}: {entry!r}: a plugin file is a {FILE_SUFFIX} file")
     try:
@@ -109,8 +122,11 @@ def _load_file(entry: str, base_dir: Path, where: str) -> PluginModule:
     except OSError as exc:
         raise RoutingConfigError(f"{where}: cannot read {str(path)!r}: "
                                  f"{exc.strerror or exc}") from exc
+    # one module per file and content: two files of the same code are two modules (each
+    # its own __file__ and globals); the same file unchanged is loaded once
     stem = "".join(c if c.isalnum() else "_" for c in path.stem)
-    name = f"{FILE_MODULE_PREFIX}{stem}_{hashlib.sha256(source).hexdigest()[:16]}"
+    digest = hashlib.sha256(str(path).encode() + b"\0" + source).hexdigest()[:16]
+    name = f"{FILE_MODULE_PREFIX}{stem}_{digest}"
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:

@@ -29,17 +29,17 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from policies.config import RoutingConfig
 from policies.engine import PolicyEngine, check_against_fleet
 from policies.errors import RoutingConfigError
 from policies.loader import parse_routing_text, read_routing_text
-from policies.plugin_modules import plugin_files
+from policies.plugin_modules import PLUGIN_MODULES_KEY, entry_path, is_file_entry
 from policies.registry import PluginRegistry, default_registry
+from policies.schema import source_folder
 from policies.summary import fleet_warnings, summarize
 from workers.file_watch import (
     FileStamp,
@@ -49,6 +49,7 @@ from workers.file_watch import (
     file_stamp,
 )
 from workers.fleet import FleetConfig
+from workers.yaml_text import YamlTextError, load_config_yaml
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,7 @@ class PolicyReloader:
             [on_swap] if on_swap is not None else [])
         # the routing file and the files its config in force reads, as last read
         if built_from is None:
-            watched = (self.path, *files_read_by(engine.routing, self.path))
-            built_from = _Read(watched, _stamps(watched), _digest_of(watched))
+            built_from = _read_now(self.path)
         self._watched = built_from.watched
         self._stamp = built_from.stamps
         # the content last read (settled: None when unread) and new content waiting
@@ -123,9 +123,10 @@ class PolicyReloader:
         stamps = _stamps(watched)        # before the read: a write meanwhile moves them
         text = read_routing_text(path)
         routing = parse_routing_text(text, registry, str(path))
-        watched = (Path(path), *files_read_by(routing, Path(path)))
+        named = files_named(text, Path(path))
+        watched = (Path(path), *(file for _, file in named))
         stamps = (stamps[0], *_stamps(watched[1:]))
-        read = _Read(watched, stamps, _content_digest(text.encode(), watched))
+        read = _Read(watched, stamps, _content_digest(text.encode(), named))
         engine = PolicyEngine.build(routing, fleet, registry, seed=seed)
         _log_warnings(Path(path), engine, fleet)
         return cls(path, fleet, engine, registry=registry, interval_s=interval_s, seed=seed,
@@ -211,15 +212,12 @@ class PolicyReloader:
 
     def _read_and_digest(self) -> tuple[str, bytes]:
         """The routing file's text and the digest of it and of the files it names (whose
-        list is read from the text, and watched from now on)."""
+        list is read from the text, and watched from now on: a plugin file that fails to
+        load too, so that its fix is seen)."""
         text = read_routing_text(self.path)
-        try:
-            named = files_read_by(parse_routing_text(text, self._registry, str(self.path)),
-                                  self.path)
-        except RoutingConfigError:
-            named = []          # refused when built; only the routing file is then watched
-        self._watched = (self.path, *named)
-        return text, _content_digest(text.encode(), self._watched)
+        named = files_named(text, self.path)
+        self._watched = (self.path, *(file for _, file in named))
+        return text, _content_digest(text.encode(), named)
 
     def _build(self, text: str) -> PolicyEngine:
         routing = parse_routing_text(text, self._registry, str(self.path))
@@ -276,34 +274,53 @@ def _log_warnings(path: Path, engine: PolicyEngine, fleet: FleetConfig) -> None:
         log.warning("routing file %s: %s", path, warning)
 
 
-def files_read_by(routing: RoutingConfig, path: Path) -> list[Path]:
-    """The files besides the routing file (at ``path``) that building ``routing`` reads:
-    its semantic section's ``examples_file``, relative to the routing file's folder, and
-    the ``.py`` files of its ``plugin_modules``."""
-    section = routing.section("semantic")       # (by name: no import of the classifier)
-    examples = getattr(section, "examples_file", None)
-    read = [path.resolve().parent / examples] if isinstance(examples, str) and examples else []
-    return read + plugin_files(routing.plugin_modules)
+def files_named(text: str, path: Path) -> list[tuple[str, Path]]:
+    """The files besides the routing file (at ``path``) that building the config of
+    ``text`` reads, each as written and where it is: its semantic section's
+    ``examples_file`` and the ``.py`` files of its ``plugin_modules``, relative to the
+    routing file's folder. Read from the YAML alone: no plugin code runs, and a file that
+    fails to load is named (and watched) all the same."""
+    try:
+        doc = load_config_yaml(text)
+    except YamlTextError:
+        return []
+    if not isinstance(doc, dict):
+        return []
+    folder = source_folder(str(path))
+    named: list[tuple[str, Path]] = []
+    semantic = doc.get("semantic")
+    examples = semantic.get("examples_file") if isinstance(semantic, dict) else None
+    if isinstance(examples, str) and examples:
+        named.append((examples, folder / examples))
+    entries = doc.get(PLUGIN_MODULES_KEY)
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, str) and is_file_entry(entry.strip()):
+            named.append((entry.strip(), entry_path(entry.strip(), folder)))
+    return named
+
+
+def _read_now(path: Path) -> _Read:
+    """The routing file and the files it names as they are now (digest None when the
+    routing file cannot be read)."""
+    stamps = _stamps((path,))
+    try:
+        content = path.read_bytes()
+        named = files_named(content.decode("utf-8"), path)
+    except (OSError, UnicodeDecodeError):
+        return _Read((path,), stamps, None)
+    watched = (path, *(file for _, file in named))
+    return _Read(watched, (stamps[0], *_stamps(watched[1:])), _content_digest(content, named))
 
 
 def _stamps(paths: tuple[Path, ...]) -> tuple[FileStamp | None, ...]:
     return tuple(file_stamp(p) for p in paths)
 
 
-def _digest_of(paths: tuple[Path, ...]) -> bytes | None:
-    """``_content_digest`` of the routing file (``paths[0]``) and the files it names; None
-    when the routing file cannot be read."""
-    try:
-        content = paths[0].read_bytes()
-    except OSError:
-        return None
-    return _content_digest(content, paths)
-
-
-def _content_digest(content: bytes, paths: tuple[Path, ...]) -> bytes:
-    """SHA-256 of the routing file's ``content`` and of the files it names (``paths[1:]``),
-    each as its bytes or the reason it cannot be read."""
+def _content_digest(content: bytes, named: Sequence[tuple[str, Path]]) -> bytes:
+    """SHA-256 of the routing file's ``content`` and of the files it names (``named``:
+    ``files_named``), each by its name as written (the same files in another folder are
+    the same config) and its bytes or the reason it cannot be read."""
     digest = hashlib.sha256(content)
-    for named in paths[1:]:
-        digest.update(b"\0" + str(named).encode() + b"\0" + file_digest(named))
+    for name, file in named:
+        digest.update(b"\0" + name.encode() + b"\0" + file_digest(file))
     return digest.digest()

@@ -14,7 +14,7 @@ from policies.base import RoutingRequest
 from policies.engine import PolicyEngine
 from policies.errors import RoutingConfigError
 from policies.loader import load_routing, parse_routing_text
-from policies.reloader import PolicyReloader, files_read_by
+from policies.reloader import PolicyReloader, files_named
 from workers.fleet import FleetConfig
 from workers.models import WorkerView
 
@@ -103,10 +103,11 @@ def test_a_file_beside_the_routing_file_adds_a_scorer(tmp_path: Path, plugin_dir
     routing_file.write_text(routing_text("plugins/lane.py"))
     routing = load_routing(routing_file)
     assert [m.entry for m in routing.plugin_modules] == ["plugins/lane.py"]
-    assert routing.plugin_modules[0].path == str((plugin_dir / "lane.py").resolve())
+    assert routing.plugin_modules[0].path == str(plugin_dir / "lane.py")
     engine = PolicyEngine.build(routing, FLEET, seed=0)
     assert chosen(engine, lanes) == "w-fast"
-    assert files_read_by(routing, routing_file) == [(plugin_dir / "lane.py").resolve()]
+    assert files_named(routing_file.read_text(), routing_file) == [
+        ("plugins/lane.py", plugin_dir / "lane.py")]
 
 
 @pytest.mark.usefixtures("clean_modules")
@@ -182,6 +183,14 @@ async def test_an_edited_plugin_file_is_reloaded_like_the_routing_file(
                               "RuntimeError: half written")
     assert chosen(reloader.engine, lanes) == "w-slow"    # the last good engine serves on
 
+    # the plugin file mended alone (the routing file untouched) is seen and applied
+    plugin.write_text(plugin_source("fast"))
+    os.utime(plugin, ns=(stat.st_atime_ns, stat.st_mtime_ns + 3_000_000))
+    assert await reloader.check() is None
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert chosen(reloader.engine, lanes) == "w-fast"
+
 
 @pytest.mark.usefixtures("clean_modules")
 @pytest.mark.parametrize(("entries", "files", "message"), [
@@ -248,3 +257,75 @@ def test_two_modules_register_apart_and_the_base_registry_is_left_alone(
     # another file, without the list, does not see their types
     with pytest.raises(RoutingConfigError, match="unknown scorer type 'lane-one'"):
         parse_routing_text("profiles: {default: {scorers: [{type: lane-one}]}}\n")
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_the_same_code_in_two_folders_is_two_modules(tmp_path: Path) -> None:
+    """Each file's module has its own ``__file__`` and globals, whatever the content."""
+    code = (plugin_source()
+            + "\nfrom pathlib import Path\nHOME = Path(__file__).parent.parent.name\n")
+    homes = []
+    for folder in ("x", "y"):
+        (tmp_path / folder / "plugins").mkdir(parents=True)
+        (tmp_path / folder / "plugins" / "lane.py").write_text(code)
+        (tmp_path / folder / "routing.yaml").write_text(routing_text("plugins/lane.py"))
+        module = load_routing(tmp_path / folder / "routing.yaml").plugin_modules[0]
+        homes.append(sys.modules[module.module_name].HOME)
+    assert homes == ["x", "y"]
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_one_file_listed_under_two_spellings_is_named_twice(tmp_path: Path,
+                                                            plugin_dir: Path) -> None:
+    (plugin_dir / "lane.py").write_text(plugin_source())
+    (tmp_path / "routing.yaml").write_text(
+        "plugin_modules: [plugins/lane.py, ./plugins/../plugins/lane.py]\n"
+        "profiles: {default: {scorers: [{type: lane}]}}\n")
+    with pytest.raises(RoutingConfigError,
+                       match=r"^plugin_modules\[1\]: './plugins/\.\./plugins/lane\.py' is listed "
+                             r"twice \(as 'plugins/lane\.py'\)$"):
+        load_routing(tmp_path / "routing.yaml")
+    (tmp_path / "routing.yaml").write_text(
+        "plugin_modules: [plugins/]\nprofiles: {default: {scorers: [{type: lane}]}}\n")
+    with pytest.raises(RoutingConfigError,
+                       match=r"^plugin_modules\[0\]: 'plugins/' is a folder: name each \.py file "
+                             r"of it$"):
+        load_routing(tmp_path / "routing.yaml")
+
+
+@pytest.mark.usefixtures("clean_modules")
+async def test_a_plugin_link_moved_to_another_file_is_reloaded(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView]) -> None:
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    (versions / "fast.py").write_text(plugin_source("fast"))
+    (versions / "slow.py").write_text(plugin_source("slow"))
+    link = plugin_dir / "lane.py"
+    link.symlink_to(versions / "fast.py")
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    reloader = PolicyReloader.load(routing_file, FLEET, seed=0)
+    assert chosen(reloader.engine, lanes) == "w-fast"
+    swapped = plugin_dir / "lane.tmp"             # ln -sfn: a new link renamed over the old
+    swapped.symlink_to(versions / "slow.py")
+    swapped.replace(link)
+    assert await reloader.check() is None
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert chosen(reloader.engine, lanes) == "w-slow"
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_the_same_files_in_another_folder_are_the_same_config(tmp_path: Path) -> None:
+    """Replicas installed under different paths agree on the fingerprint of one config."""
+    fingerprints = []
+    for folder in ("replica-a/deep", "replica-b"):
+        (tmp_path / folder / "plugins").mkdir(parents=True)
+        (tmp_path / folder / "plugins" / "lane.py").write_text(plugin_source())
+        (tmp_path / folder / "routing.yaml").write_text(routing_text("plugins/lane.py"))
+        reloader = PolicyReloader.load(tmp_path / folder / "routing.yaml", FLEET, seed=0)
+        fingerprints.append(reloader.in_force_fingerprint)
+    assert fingerprints[0] is not None and fingerprints[0] == fingerprints[1]
+    (tmp_path / "replica-b" / "plugins" / "lane.py").write_text(plugin_source("slow"))
+    reloader = PolicyReloader.load(tmp_path / "replica-b" / "routing.yaml", FLEET, seed=0)
+    assert reloader.in_force_fingerprint != fingerprints[0]
