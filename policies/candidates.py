@@ -113,6 +113,8 @@ class CandidateTable(_LazySequence):
 
     def position_of(self, candidate: CandidateScore) -> int | None:
         """Where ``candidate`` (this very object) sits, or None when it is not one of ours."""
+        if candidate is None:        # a picker's None: the unbuilt places hold None too
+            return None
         position = self.positions().get(getattr(candidate, "worker_id", None), -1)  # type: ignore[arg-type]
         if position >= 0 and self._made[position] is candidate:
             return position

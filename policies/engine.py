@@ -41,6 +41,7 @@ from policies.config import PluginSpec, ProfileSpec, RoutingConfig, Rule
 from policies.cycle_keys import RULE, TARGET_ADAPTER, TARGET_MODEL, worker_attributes
 from policies.errors import RoutingConfigError
 from policies.plugin_modules import with_plugin_modules
+from policies.producers.runner import FAILED_PRODUCERS
 from policies.profile import Profile, WeightedScorer
 from policies.registry import KIND_PROTOCOLS, BuildContext, PluginKind, PluginRegistry
 from policies.registry import default_registry as make_default_registry
@@ -145,8 +146,9 @@ class PolicyEngine:
         attributes: dict[str, Any] = {"decided_by": result.decided_by}
         if result.chosen is not None:
             attributes.update(worker_attributes(cycle, result.chosen.worker_id))
-        if result.skipped:
-            attributes["skipped_plugins"] = result.skipped
+        skipped = request.attributes.get(FAILED_PRODUCERS, ()) + result.skipped
+        if skipped:
+            attributes["skipped_plugins"] = skipped
         if request.predicted_output_tokens is not None:
             attributes["predicted_output_tokens"] = request.predicted_output_tokens
         return _new_decision(

@@ -73,9 +73,13 @@ class Profile:
                                  _no_candidate_reason(removed), "no-candidate",
                                  tuple(skipped))
         table = self._score(request, remaining, cycle, skipped)
+        picked = len(skipped)
         position = self._pick(request, table, cycle, skipped)
         chosen = table.at(position)
-        reason, decided_by = _explain(position, table, self.scorers, self.picker, cycle)
+        if len(skipped) > picked:       # the picker failed: the best total chose
+            reason, decided_by = _fallback_reason(position, table, self.picker.name)
+        else:
+            reason, decided_by = _explain(position, table, self.scorers, self.picker, cycle)
         return _new_result(chosen, RankedCandidates(table), MappingProxyType(removed), reason,
                            decided_by, tuple(skipped))
 
@@ -88,6 +92,9 @@ class Profile:
                 break
             try:
                 kept = plugin.filter(request, remaining, cycle)
+                if not isinstance(kept, (list, tuple)):
+                    raise TypeError(f"returned {type(kept).__name__}, not a list of the "
+                                    "views it was given")
             except Exception:
                 log.exception("filter %s failed; skipped", plugin.name)
                 skipped.append(plugin.name)
@@ -217,6 +224,12 @@ def _no_candidate_reason(removed: Mapping[str, str]) -> str:
         by_filter[name] = by_filter.get(name, 0) + 1
     parts = ", ".join(f"{n} by {name}" for name, n in by_filter.items())
     return f"no candidate: {len(removed)} worker(s) filtered out ({parts})"
+
+
+def _fallback_reason(chosen: int, table: CandidateTable, picker: str) -> tuple[str, str]:
+    """What a decision says when its picker failed and the best total chose instead."""
+    return (f"{table.ids[chosen]}: best total {table.totals[chosen]:.2f} "
+            f"(picker {picker} failed)", "picker-failed")
 
 
 def _explain(chosen: int, table: CandidateTable, scorers: Sequence[WeightedScorer],

@@ -15,6 +15,7 @@ Packages may also add a top-level section to ``routing.yaml`` with ``register_se
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import random
@@ -125,6 +126,14 @@ class PluginRegistry:
             raise ValueError(f"plugin type {type_name!r} is already registered")
         if kind not in PLUGIN_KINDS:
             raise ValueError(f"plugin type {type_name!r}: unknown kind {kind!r}")
+        if not (isinstance(params_type, type) and dataclasses.is_dataclass(params_type)):
+            raise ValueError(f"plugin type {type_name!r}: its parameters must be a dataclass "
+                             f"type, not {params_type!r}")
+        for label, fields in (("needs", needs), ("provides", provides), ("uses", uses)):
+            if isinstance(fields, str):
+                raise ValueError(f"plugin type {type_name!r}: {label} must be a tuple of "
+                                 f"field names, not the string {fields!r} (write "
+                                 f"({fields!r},))")
         self._types[type_name] = PluginType(type_name, kind, params_type, factory,
                                             tuple(needs), tuple(provides), tuple(uses))
 

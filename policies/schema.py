@@ -161,7 +161,13 @@ def _parse_plugin(raw: Any, path: str, kind: PluginKind, registry: PluginRegistr
     weight = coerce(float, spec.get("weight", 1.0), f"{path}.weight")
     if weight < 0:
         raise RoutingConfigError(f"{path}.weight: must be >= 0")
-    params: Any = build_params(plugin_type.params_type, spec.get("params"), f"{path}.params")
+    try:
+        params: Any = build_params(plugin_type.params_type, spec.get("params"),
+                                   f"{path}.params")
+    except (TypeError, NameError) as exc:     # a parameter dataclass the loader cannot read
+        raise RoutingConfigError(
+            f"{path}.params: the parameters of plugin type {type_name!r} cannot be read: "
+            f"{type(exc).__name__}: {exc}") from exc
     return PluginSpec(type=type_name, name=name, params=params, path=path, weight=weight)
 
 

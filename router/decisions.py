@@ -77,6 +77,8 @@ def _json_value(value: Any) -> Any:
         return None
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
+    if isinstance(value, (list, tuple)):        # e.g. skipped_plugins: a JSON list
+        return [_json_value(item) for item in value]
     return str(value)
 
 

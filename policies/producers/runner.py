@@ -47,6 +47,11 @@ class ProduceResult:
     offloaded: int = 0                                # producers run in the executor
 
 
+# the request attribute naming the producers that raised on it (the decision's
+# ``skipped_plugins`` lists them with the filters, scorers and picker that failed)
+FAILED_PRODUCERS = "failed_producers"
+
+
 async def produce(producers: Sequence[Producer], request: RoutingRequest,
                   workers: Sequence[WorkerView], executor: Executor | None = None
                   ) -> ProduceResult:
@@ -64,6 +69,8 @@ async def produce(producers: Sequence[Producer], request: RoutingRequest,
             log.exception("producer %s failed on request %s; skipped", producer.name,
                           request.request_id)
             result.failed.append(producer.name)
+    if result.failed:
+        request.attributes[FAILED_PRODUCERS] = tuple(result.failed)
     return result
 
 
@@ -84,4 +91,6 @@ def run_producers_sync(producers: Sequence[Producer], request: RoutingRequest,
             log.exception("producer %s failed on request %s; skipped", producer.name,
                           request.request_id)
             failed.append(producer.name)
+    if failed:
+        request.attributes[FAILED_PRODUCERS] = tuple(failed)
     return failed

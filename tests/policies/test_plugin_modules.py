@@ -215,6 +215,15 @@ async def test_an_edited_plugin_file_is_reloaded_like_the_routing_file(
      r"plugin_modules\[0\]: loading 'plugins/exits\.py' failed: SystemExit: 3"),
     ("[plugins/empty.py]", {"empty.py": "X = 1\n"},
      r"plugin_modules\[0\] \(plugins/empty\.py\): has no register\(registry\) function"),
+    ("[plugins/needs.py]", {"needs.py": plugin_source().replace(
+        "LaneScorer(ctx.name, params))", "LaneScorer(ctx.name, params), needs=('lane'))")},
+     r"plugin_modules\[0\] \(plugins/needs\.py\): register\(registry\) failed: ValueError: "
+     r"plugin type 'lane': needs must be a tuple of field names, not the string 'lane' "
+     r"\(write \('lane',\)\)"),
+    ("[plugins/untyped.py]", {"untyped.py": plugin_source().replace(
+        '"scorer", LaneParams,', '"scorer", None,')},
+     r"plugin_modules\[0\] \(plugins/untyped\.py\): register\(registry\) failed: "
+     r"ValueError: plugin type 'lane': its parameters must be a dataclass type, not None"),
     ("[plugins/clash.py]", {"clash.py": plugin_source(type_name="queue-depth")},
      r"plugin_modules\[0\] \(plugins/clash\.py\): register\(registry\) failed: ValueError: "
      r"plugin type 'queue-depth' is already registered"),
@@ -329,3 +338,24 @@ def test_the_same_files_in_another_folder_are_the_same_config(tmp_path: Path) ->
     (tmp_path / "replica-b" / "plugins" / "lane.py").write_text(plugin_source("slow"))
     reloader = PolicyReloader.load(tmp_path / "replica-b" / "routing.yaml", FLEET, seed=0)
     assert reloader.in_force_fingerprint != fingerprints[0]
+
+
+@pytest.mark.usefixtures("clean_modules")
+@pytest.mark.parametrize(("field", "message"), [
+    ("lanes: frozenset[str] = frozenset()",
+     r"TypeError: unsupported parameter type frozenset\[str\]"),
+    ("limit: Decimal | None = None", r"NameError: name 'Decimal' is not defined"),
+])
+def test_parameters_kvroute_cannot_read_are_refused_naming_the_plugin(
+        tmp_path: Path, plugin_dir: Path, field: str, message: str) -> None:
+    """A traceback from ``kvroute validate``, and a reload that crashed unreported."""
+    (plugin_dir / "lane.py").write_text(plugin_source().replace(
+        '    lane: str = "fast"\n', f'    lane: str = "fast"\n    {field}\n'))
+    key = field.split(":")[0]
+    (tmp_path / "routing.yaml").write_text(
+        routing_text("plugins/lane.py").replace("{type: lane}", f"{{type: lane, params: "
+                                                                 f"{{{key}: [a]}}}}"))
+    with pytest.raises(RoutingConfigError,
+                       match=r"^profiles\.default\.scorers\[0\]\.params: the parameters of "
+                             r"plugin type 'lane' cannot be read: " + message):
+        load_routing(tmp_path / "routing.yaml")

@@ -45,9 +45,14 @@ def test_missing_module_is_skipped_but_a_broken_one_is_not(tmp_path: Any,
 
 def test_registering_a_taken_name_is_an_error() -> None:
     registry = PluginRegistry()
-    registry.register("x", "filter", object, lambda p, c: None)
+    registry.register("x", "filter", _NoParams, lambda p, c: None)
     with pytest.raises(ValueError, match="already registered"):
-        registry.register("x", "scorer", object, lambda p, c: None)
+        registry.register("x", "scorer", _NoParams, lambda p, c: None)
+
+
+@dataclass(frozen=True)
+class _NoParams:
+    pass
 
 
 @dataclass(frozen=True)

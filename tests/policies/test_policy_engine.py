@@ -223,6 +223,61 @@ def test_decide_never_raises_when_plugins_throw(view: ViewFactory) -> None:
     assert decision.attributes["estimated_ttft_s"] == 0.2
 
 
+class _Careless:
+    """Returns what is not a result of its kind: a generator of views, None."""
+
+    def __init__(self, name: str, returned: str) -> None:
+        self.name = name
+        self.returned = returned
+
+    def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
+               cycle: CycleState) -> Any:
+        return (w for w in workers) if self.returned == "generator" else None
+
+    def pick(self, request: RoutingRequest, candidates: Sequence[CandidateScore],
+             cycle: CycleState) -> Any:
+        return None
+
+
+@pytest.mark.parametrize("returned", ["generator", "none"])
+def test_a_plugin_returning_no_result_of_its_kind_is_skipped(view: ViewFactory,
+                                                              returned: str) -> None:
+    """A filter's generator or None was a 503 for every request; a picker's None chose the
+    first candidate, named as the picker's choice."""
+    registry = default_registry()
+    for kind in ("filter", "picker"):
+        registry.register(f"careless-{kind}", kind, _NoParams,  # type: ignore[arg-type]
+                          lambda p, c: _Careless(c.name, returned))
+    engine = engine_for("""
+        profiles:
+          default:
+            filters: [{type: careless-filter}]
+            scorers: [{type: queue-depth}]
+            picker: {type: careless-picker}
+    """, registry)
+    decision = engine.decide(request(), [view("busy", waiting=5), view("idle")])
+    assert decision.worker_id == "idle"                 # the best total
+    assert decision.attributes["skipped_plugins"] == ("careless-filter", "careless-picker")
+    assert decision.attributes["decided_by"] == "picker-failed"
+    assert decision.reason == "idle: best total 1.00 (picker careless-picker failed)"
+
+
+def test_producers_that_failed_are_named_with_the_plugins_skipped(view: ViewFactory) -> None:
+    from policies.producers.runner import run_producers_sync
+
+    class Failing:
+        name = "failing-producer"
+
+        def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
+            raise RuntimeError("producer bug")
+
+    routed = request()
+    assert run_producers_sync([Failing()], routed, []) == ["failing-producer"]
+    decision = engine_for().decide(routed, [view("w1")])
+    assert decision.worker_id == "w1"
+    assert decision.attributes["skipped_plugins"] == ("failing-producer",)
+
+
 def test_decide_survives_broken_views() -> None:
     decision = engine_for().decide(request(), [object()])  # type: ignore[list-item]
     assert decision.worker_id is None

@@ -78,3 +78,17 @@ def test_reason_code() -> None:
     none = Decision(request_id="r", worker_id=None, model="m", profile="p", rule=None,
                     reason="no candidate")
     assert reason_code(none) == "no-candidate"
+
+
+def test_the_plugins_skipped_are_a_json_list() -> None:
+    """They were rendered as Python's text of a tuple, ``"('bad-picker',)"``."""
+    import dataclasses
+    import json
+
+    decision = dataclasses.replace(_decision(1), attributes=MappingProxyType({
+        "skipped_plugins": ("failing-producer", "bad-picker"), "odd": (1.5, float("nan"))}))
+    log = DecisionLog(size=1)
+    log.record(dataclasses.replace(_record(1), decision=decision))
+    attributes = json.loads(json.dumps(log.render()[0]))["attributes"]
+    assert attributes == {"skipped_plugins": ["failing-producer", "bad-picker"],
+                          "odd": [1.5, None]}
