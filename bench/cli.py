@@ -58,8 +58,13 @@ def register(subparsers: Any) -> None:
                                "(default %(default)s)")
     overhead.add_argument("--unpinned", action="store_true",
                           help="do not pin the router to CPU 1 and the load to CPU 0")
+    overhead.add_argument("--backend", choices=("emulator", "mock"), default="emulator",
+                          help="the workers: emulator (Python emulated workers, a few hundred "
+                               "req/s each; default) or mock (bench/mock_backend.py, "
+                               "precomputed answers, tens of thousands of req/s: the router "
+                               "is the bottleneck)")
     overhead.add_argument("--backends", type=int, default=2,
-                          help="zero-latency emulated workers (default 2)")
+                          help="zero-latency workers (default 2)")
     overhead.add_argument("--router-cpus", default="1", help="taskset list for the router")
     overhead.add_argument("--load-cpus", default="0", help="taskset list for the load")
     overhead.add_argument("--backend-cpus", default="0", help="CPU list for the workers")
@@ -176,7 +181,7 @@ _refuse = refuse
 
 def _overhead(args: argparse.Namespace) -> int:
     from bench.overhead import OverheadConfig, run_overhead
-    from bench.overhead_report import markdown_table, write_overhead
+    from bench.overhead_report import backend_line, markdown_table, write_overhead
 
     problem = first_problem(range_problem("--duration", args.duration, 0, inclusive=False),
                             range_problem("--concurrency", args.concurrency, 1),
@@ -195,11 +200,13 @@ def _overhead(args: argparse.Namespace) -> int:
     config = OverheadConfig(targets=targets, duration_s=args.duration,
                             concurrency=args.concurrency, pinned=not args.unpinned,
                             backends=args.backends, router_cpus=args.router_cpus,
-                            load_cpus=args.load_cpus, backend_cpus=args.backend_cpus)
+                            load_cpus=args.load_cpus, backend_cpus=args.backend_cpus,
+                            backend=args.backend)
     command = _command_line()
     results = run_overhead(config, _progress,            # written after each target too
                            lambda so_far: write_overhead(args.out, config, so_far, command))
     paths = write_overhead(args.out, config, results, command)
+    print(f"Backend: {backend_line(config)}\n")
     print(markdown_table(results))
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -1,7 +1,9 @@
 """The overhead race: the same zero-latency workers, each router in front of them in turn.
 
-Method of shared/reference/overhead-anchors.md, made one command: two emulated workers
-answering at once (time scale 0, 16 output tokens), the router under test pinned to CPU 1
+Method of shared/reference/overhead-anchors.md, made one command: two workers answering at
+once, 16 output tokens (``backend``: ``emulator``, Python ``EmulatorProcess``es at time scale
+0, a few hundred requests a second each; or ``mock``, ``bench/mock_backend.py``, tens of
+thousands, so that the router is the bottleneck), the router under test pinned to CPU 1
 (``taskset -c 1``), the load generator and the workers on CPU 0, load from a separate
 process (worker count and CPU lists are options, for hosts with more cores). Per target: a
 warm-up, then a closed-loop non-streamed phase and a streamed phase of
@@ -23,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from bench.backends import ZeroLatencyBackends, chat_body
+from bench.backends import BackendKind, chat_body, make_backends
 from bench.checks import cpu_list
 from bench.launch import Launched, LaunchError, pinned
 from bench.loadgen import LoadResult, LoadSpec
@@ -44,7 +46,8 @@ class OverheadConfig:
     backends: int = 2
     router_cpus: str = "1"          # taskset list for the router under test
     load_cpus: str = "0"            # the load generator
-    backend_cpus: str = "0"         # the emulated workers
+    backend_cpus: str = "0"         # the workers
+    backend: BackendKind = "emulator"
 
     @staticmethod
     def cpu_set(text: str) -> tuple[int, ...]:
@@ -175,11 +178,11 @@ def run_overhead(config: OverheadConfig, progress: Progress,
     """Each target in turn; ``measured`` gets the results so far after each one (the CLI
     writes them, so an interrupted race keeps the targets already measured)."""
     results: list[TargetResult] = []
+    cpus = config.cpu_set(config.backend_cpus) if config.pinned else None
     with tempfile.TemporaryDirectory(prefix="kvroute-bench-") as tmp, \
-            ZeroLatencyBackends(config.backends, config.output_tokens,
-                                cpus=config.cpu_set(config.backend_cpus) if config.pinned
-                                else None) as backends:
-        progress(f"backends up: {', '.join(backends.urls)}")
+            make_backends(config.backend, config.backends, config.output_tokens,
+                          cpus) as backends:
+        progress(f"{config.backend} backends up: {', '.join(backends.urls)}")
         for name in config.targets:
             results.append(measure_target(name, backends.urls, config, Path(tmp), progress))
             if measured is not None:

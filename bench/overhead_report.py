@@ -1,5 +1,8 @@
 """Write the overhead race: ``overhead.json``, ``overhead.md`` (a table) and ``overhead.png``.
 
+Both files name the workers the race ran against (``--backend``: ``emulator`` or ``mock``):
+the JSON under ``config.backend``, the Markdown in a line above the table.
+
 The table has the columns of shared/reference/overhead-anchors.md (router CPU also "net":
 minus the router's idle CPU rate, i.e. without its background metric scraping); the plot
 shows router CPU per request (non-streamed and streamed) per target against the bar
@@ -65,7 +68,7 @@ def write_overhead(out_dir: Path, config: OverheadConfig, results: Sequence[Targ
             "concurrency": config.concurrency, "output_tokens": config.output_tokens,
             "pinned": config.pinned, "backends": config.backends,
             "router_cpus": config.router_cpus, "load_cpus": config.load_cpus,
-            "backend_cpus": config.backend_cpus},
+            "backend_cpus": config.backend_cpus, "backend": config.backend},
         "machine": {"python": platform.python_version(), "cpus": _cpu_count(),
                     "platform": platform.platform()},
         "bar_us": {"non_stream": BAR_US_NON_STREAM, "stream_16_chunks": BAR_US_STREAM},
@@ -73,8 +76,20 @@ def write_overhead(out_dir: Path, config: OverheadConfig, results: Sequence[Targ
     json_path = out_dir / "overhead.json"
     json_path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     md_path = out_dir / "overhead.md"
-    md_path.write_text(f"Command: `{command}`\n\n{markdown_table(results)}")
+    md_path.write_text(f"Command: `{command}`\n\nBackend: {backend_line(config)}\n\n"
+                       f"{markdown_table(results)}")
     return [json_path, md_path, plot_overhead(out_dir / "overhead.png", results)]
+
+
+BACKEND_WORDS = {
+    "emulator": "Python emulated workers (`EmulatorProcess`, time scale 0)",
+    "mock": "fast mock workers (`bench/mock_backend.py`, precomputed answers)"}
+
+
+def backend_line(config: OverheadConfig) -> str:
+    """Which workers the race ran against, for the Markdown file."""
+    return (f"`{config.backend}`: {config.backends} × {BACKEND_WORDS[config.backend]}, "
+            f"{config.output_tokens} output tokens")
 
 
 def _cpu_count() -> int:

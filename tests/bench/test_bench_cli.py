@@ -478,7 +478,7 @@ def test_an_interrupted_overhead_race_keeps_the_targets_already_measured(
             raise KeyboardInterrupt
         return bench.overhead.TargetResult(name, skipped="not installed")
 
-    monkeypatch.setattr(bench.overhead, "ZeroLatencyBackends", no_backends)
+    monkeypatch.setattr(bench.overhead, "make_backends", no_backends)
     monkeypatch.setattr(bench.overhead, "measure_target", measured_then_interrupted)
     out = tmp_path / "out"
     code = kvroute(["bench", "overhead", "--targets", "direct,kvroute", "--out", str(out)])
@@ -522,3 +522,27 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_overhead_backend_option_reaches_the_race_and_its_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import bench.overhead
+    from bench.overhead import OverheadConfig
+
+    parser = build_parser()
+    assert parser.parse_args(["bench", "overhead", "--out", "x"]).backend == "emulator"
+    assert parser.parse_args(["bench", "overhead", "--out", "x", "--backend", "mock"]
+                             ).backend == "mock"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "overhead", "--out", "x", "--backend", "vllm"])
+    seen: list[OverheadConfig] = []
+    monkeypatch.setattr(bench.overhead, "run_overhead",
+                        lambda config, progress, measured=None: seen.append(config) or [])
+    out = tmp_path / "o"
+    assert kvroute(["bench", "overhead", "--backend", "mock", "--targets", "direct",
+                    "--out", str(out)]) == 0
+    assert [config.backend for config in seen] == ["mock"]
+    assert json.loads((out / "overhead.json").read_text())["config"]["backend"] == "mock"
+    assert "Backend: `mock`: 2 × fast mock workers" in (out / "overhead.md").read_text()
+    assert "Backend: `mock`" in capsys.readouterr().out

@@ -86,4 +86,6 @@ def test_overhead_report_files(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["overhead.json", "overhead.md", "overhead.png"]
     document = orjson.loads(paths[0].read_bytes())
     assert document["results"][0]["non_stream"]["router_cpu_us_per_request"] == 100.0
+    assert document["config"]["backend"] == "emulator"
+    assert "\n\nBackend: `emulator`: 2 × Python emulated workers" in paths[1].read_text()
     assert paths[2].stat().st_size > 1000

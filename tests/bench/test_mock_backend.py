@@ -6,12 +6,14 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
 
 from bench.backends import MockBackends, chat_body
 from bench.mock_backend import MockConfig, MockProtocol, build_answers, parse_head
+from bench.overhead import OverheadConfig, run_overhead
 from bench.targets import MODEL
 from workers.scraper import parse_metrics, parse_models
 
@@ -249,3 +251,14 @@ def test_stopping_the_backends_ends_their_processes() -> None:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
 
+
+def test_a_short_race_of_kvroute_rr_through_the_mock(tmp_path: Path) -> None:
+    config = OverheadConfig(targets=("kvroute-rr",), duration_s=1.0, warmup_s=0.3,
+                            pinned=False, backend="mock")
+    [result] = run_overhead(config, lambda message: None)
+    assert result.skipped is None and result.non_stream and result.stream
+    for phase in (result.non_stream, result.stream):
+        assert phase.load.errors == 0 and phase.load.completed > 0
+        assert phase.router_cpu_us_per_request is not None
+        assert phase.router_cpu_us_per_request > 0
+    assert result.stream.load.mean_events == 17.0          # 16 token chunks + [DONE]
