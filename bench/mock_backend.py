@@ -387,8 +387,10 @@ async def serve(host: str, port: int, config: MockConfig,
         loop.add_signal_handler(signum, stopped.set)
     if ready is not None:
         ready(server.sockets[0].getsockname()[1])
-    async with server:
+    try:
         await stopped.wait()
+    finally:
+        server.close()      # not waiting for the clients' keep-alive connections to close
 
 
 def build_parser() -> argparse.ArgumentParser:

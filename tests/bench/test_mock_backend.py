@@ -242,11 +242,16 @@ def test_answers_follow_the_output_tokens() -> None:
     assert len(stream.plain) == 1 + 3 + 1 and len(stream.with_usage) == 1 + 3 + 1 + 1
 
 
-def test_stopping_the_backends_ends_their_processes() -> None:
+def test_stopping_the_backends_ends_their_processes_at_once() -> None:
     backends = MockBackends(count=2, cpus=None).start()
     pids = backends.pids
     assert len(set(pids)) == 2 and len(set(backends.urls)) == 2
-    backends.stop()
+    port = int(backends.urls[0].rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as idle:
+        assert exchange(idle, request("GET", "/health"))[0] == 200     # kept alive
+        started = time.monotonic()
+        backends.stop()
+        assert time.monotonic() - started < 2.0     # SIGTERM, not the kill after the grace
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
