@@ -146,7 +146,8 @@ class PolicyEngine:
         attributes: dict[str, Any] = {"decided_by": result.decided_by}
         if result.chosen is not None:
             attributes.update(worker_attributes(cycle, result.chosen.worker_id))
-        skipped = request.attributes.get(FAILED_PRODUCERS, ()) + result.skipped
+        failed = request.attributes.get(FAILED_PRODUCERS)
+        skipped = (tuple(failed) if isinstance(failed, (tuple, list)) else ()) + result.skipped
         if skipped:
             attributes["skipped_plugins"] = skipped
         if request.predicted_output_tokens is not None:
@@ -234,7 +235,7 @@ class _Builder:
             raise
         except (ValueError, TypeError, OSError, ImportError) as exc:
             raise RoutingConfigError(f"{spec.path}: {exc}") from exc
-        except Exception as exc:   # any factory failure refuses the config, never the process
+        except (Exception, SystemExit) as exc:   # a factory's failure refuses the config
             log.exception("%s: plugin factory failed", spec.path)
             raise RoutingConfigError(f"{spec.path}: {type(exc).__name__}: {exc}") from exc
         if not isinstance(plugin, KIND_PROTOCOLS[kind]):

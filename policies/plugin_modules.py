@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +34,8 @@ from policies.errors import RoutingConfigError
 from policies.registry import PluginRegistry
 
 PLUGIN_MODULES_KEY = "plugin_modules"
+MAX_PLUGIN_FILE_BYTES = 4 * 1024 * 1024     # as a routing file: a plugin is a few KB
+_LOADING = threading.RLock()
 FILE_SUFFIX = ".py"
 FILE_MODULE_PREFIX = "kvroute_plugin_"
 
@@ -83,14 +86,16 @@ def with_plugin_modules(registry: PluginRegistry,
     for i, module in enumerate(modules):
         where = f"{PLUGIN_MODULES_KEY}[{i}] ({module.entry})"
         found = sys.modules.get(module.module_name)
-        if found is None:          # loaded by another routing file's parse, or not yet
+        if found is None and module.path is not None:    # a file: loaded again from it
+            found = sys.modules.get(_load_file(module.path, Path("/"), where).module_name)
+        if found is None:
             found = _import_module(module.module_name, where)
         register = getattr(found, "register", None)
         if not callable(register):
             raise RoutingConfigError(f"{where}: has no register(registry) function")
         try:
             register(extended)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise RoutingConfigError(f"{where}: register(registry) failed: "
                                      f"{_one_line(exc)}") from exc
     return extended
@@ -112,35 +117,53 @@ def _import_module(name: str, where: str) -> ModuleType:
 
 def _load_file(entry: str, base_dir: Path, where: str) -> PluginModule:
     path = entry_path(entry, base_dir)
-    if path.is_dir():
-        raise RoutingConfigError(f"{where}: {entry!r} is a folder: name each {FILE_SUFFIX} "
-                                 "file of it")
-    if path.suffix != FILE_SUFFIX:
-        raise RoutingConfigError(f"{where}: {entry!r}: a plugin file is a {FILE_SUFFIX} file")
     try:
-        source = path.read_bytes()
+        if path.is_dir():
+            raise RoutingConfigError(f"{where}: {entry!r} is a folder: name each "
+                                     f"{FILE_SUFFIX} file of it")
+        if path.suffix != FILE_SUFFIX:
+            raise RoutingConfigError(f"{where}: {entry!r}: a plugin file is a {FILE_SUFFIX} "
+                                     "file")
+        with path.open("rb") as fh:
+            source = fh.read(MAX_PLUGIN_FILE_BYTES + 1)
+    except RoutingConfigError:
+        raise
     except OSError as exc:
         raise RoutingConfigError(f"{where}: cannot read {str(path)!r}: "
                                  f"{exc.strerror or exc}") from exc
+    except ValueError as exc:              # a NUL byte in the path
+        raise RoutingConfigError(f"{where}: {entry!r}: not a usable path ({exc})") from exc
+    if len(source) > MAX_PLUGIN_FILE_BYTES:
+        raise RoutingConfigError(f"{where}: {entry!r} is larger than "
+                                 f"{MAX_PLUGIN_FILE_BYTES >> 20} MiB: not a plugin file")
     # one module per file and content: two files of the same code are two modules (each
     # its own __file__ and globals); the same file unchanged is loaded once
     stem = "".join(c if c.isalnum() else "_" for c in path.stem)
     digest = hashlib.sha256(str(path).encode() + b"\0" + source).hexdigest()[:16]
     name = f"{FILE_MODULE_PREFIX}{stem}_{digest}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise RoutingConfigError(f"{where}: cannot load {str(path)!r} as a module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module        # as an import does: the module may import itself
-        try:
-            # the bytes digested, not the file again: a write meanwhile is the next load's
-            exec(compile(source, str(path), "exec"), module.__dict__)
-        except (Exception, SystemExit) as exc:
-            del sys.modules[name]
-            raise RoutingConfigError(f"{where}: loading {entry!r} failed: "
-                                     f"{_one_line(exc)}") from exc
+    with _LOADING:     # one load at a time: no parse takes a module whose code still runs
+        if name not in sys.modules:
+            _run_file(name, path, source, entry, where)
     return PluginModule(entry, name, str(path))
+
+
+def _run_file(name: str, path: Path, source: bytes, entry: str, where: str) -> None:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise RoutingConfigError(f"{where}: cannot load {str(path)!r} as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module        # as an import does: the module may import itself
+    try:
+        # the bytes digested, not the file again: a write meanwhile is the next load's;
+        # compiled with the file's own future imports, not this module's
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)
+    except (Exception, SystemExit) as exc:
+        del sys.modules[name]
+        raise RoutingConfigError(f"{where}: loading {entry!r} failed: "
+                                 f"{_one_line(exc)}") from exc
+    except BaseException:          # KeyboardInterrupt: no half-run module left behind
+        del sys.modules[name]
+        raise
 
 
 def _one_line(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import add, mul
+from operator import add, is_, mul
 from types import MappingProxyType
 from typing import Any
 
@@ -99,14 +99,17 @@ class Profile:
                 log.exception("filter %s failed; skipped", plugin.name)
                 skipped.append(plugin.name)
                 continue
-            if len(kept) == len(remaining):
-                continue
+            if len(kept) == len(remaining) and all(map(is_, kept, remaining)):
+                continue           # kept them all, in order (the common case)
             kept_objects = set(map(id, kept))
-            survivors: list[WorkerView] = []
+            survivors = [view for view in remaining if id(view) in kept_objects]
+            if len(survivors) != len(kept_objects):
+                log.error("filter %s returned objects that are not the views it was given "
+                          "(it must return a subset of them); skipped", plugin.name)
+                skipped.append(plugin.name)
+                continue
             for view in remaining:
-                if id(view) in kept_objects:
-                    survivors.append(view)
-                else:
+                if id(view) not in kept_objects:
                     removed[view.info.id] = plugin.name
             remaining = survivors
         return remaining

@@ -17,10 +17,12 @@ False). Every attempt is reported through ``on_result(ReloadResult)`` (the route
 ``kvroute_config_reloads_total{result}``); a successful swap also calls ``on_swap(engine)``.
 The new engine takes over stateful plugins' state from the old one (``inherit_state``).
 
-Files the routing file names and the build reads (``semantic.examples_file``) are watched
-with it: their content is part of the config's (digest and settling alike), so an edit of
-the examples alone is applied, a missing one refuses the config as the routing file's own
-fault would, and ``file_is_in_force`` speaks for both.
+Files the routing file names and the build reads (``semantic.examples_file``, the ``.py``
+files of ``plugin_modules``) are watched with it: their content is part of the config's
+(digest and settling alike), so an edit of the examples or of a plugin's code alone is
+applied, a missing one refuses the config as the routing file's own fault would, and
+``file_is_in_force`` speaks for both. They are named from the YAML alone (``files_named``),
+so a plugin file that fails to load stays watched and its fix is seen.
 """
 
 from __future__ import annotations
@@ -119,14 +121,15 @@ class PolicyReloader:
              on_swap: Callable[[PolicyEngine], None] | None = None) -> PolicyReloader:
         """Build the first engine from ``path`` (raises ``RoutingConfigError``) and watch it."""
         registry = registry if registry is not None else default_registry()
-        watched: tuple[Path, ...] = (Path(path),)
-        stamps = _stamps(watched)        # before the read: a write meanwhile moves them
+        stamp = _stamps((Path(path),))   # before the read: a write meanwhile moves it
         text = read_routing_text(path)
-        routing = parse_routing_text(text, registry, str(path))
+        # the named files stamped and digested before the parse runs a plugin file's code or
+        # the build reads the examples: an edit meanwhile is new to the first poll
         named = files_named(text, Path(path))
         watched = (Path(path), *(file for _, file in named))
-        stamps = (stamps[0], *_stamps(watched[1:]))
-        read = _Read(watched, stamps, _content_digest(text.encode(), named))
+        read = _Read(watched, (*stamp, *_stamps(watched[1:])),
+                     _content_digest(text.encode(), named))
+        routing = parse_routing_text(text, registry, str(path))
         engine = PolicyEngine.build(routing, fleet, registry, seed=seed)
         _log_warnings(Path(path), engine, fleet)
         return cls(path, fleet, engine, registry=registry, interval_s=interval_s, seed=seed,

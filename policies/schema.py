@@ -164,7 +164,9 @@ def _parse_plugin(raw: Any, path: str, kind: PluginKind, registry: PluginRegistr
     try:
         params: Any = build_params(plugin_type.params_type, spec.get("params"),
                                    f"{path}.params")
-    except (TypeError, NameError) as exc:     # a parameter dataclass the loader cannot read
+    except RoutingConfigError:
+        raise
+    except Exception as exc:     # a parameter dataclass the loader cannot read
         raise RoutingConfigError(
             f"{path}.params: the parameters of plugin type {type_name!r} cannot be read: "
             f"{type(exc).__name__}: {exc}") from exc

@@ -71,6 +71,14 @@ def _number(value: Any) -> Any:
     return value
 
 
+def _attribute(value: Any) -> Any:
+    """A decision attribute as the line keeps it: numbers rounded, a tuple of scalars (the
+    plugins skipped) as a list."""
+    if isinstance(value, tuple):
+        return [_number(item) for item in value if isinstance(item, (int, float, str, bool))]
+    return _number(value)
+
+
 def class_confidence(request: RoutingRequest) -> float | None:
     """How sure the semantic producer was of the request's class (None: not classified)."""
     value = request.attributes.get("semantic_confidence")
@@ -107,8 +115,8 @@ def decision_line(request: RoutingRequest, decision: Decision, attempt: int, sec
                         "scores": {k: _number(v) for k, v in c.scores.items()}}
                        for c in ranked],
         "filtered_out": dict(decision.filtered_out),
-        "attributes": {k: _number(v) for k, v in decision.attributes.items()
-                       if isinstance(v, (int, float, str, bool)) or v is None},
+        "attributes": {k: _attribute(v) for k, v in decision.attributes.items()
+                       if isinstance(v, (int, float, str, bool, tuple)) or v is None},
     }
     return orjson.dumps(record) + b"\n"
 

@@ -33,7 +33,7 @@ FileStamp = tuple[int, int, int, int, int]
 def file_stamp(path: Path) -> FileStamp | None:
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):     # ValueError: a path with a NUL byte
         return None
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
 
@@ -45,6 +45,8 @@ def file_digest(path: Path) -> bytes:
         return hashlib.sha256(path.read_bytes()).digest()
     except OSError as exc:
         return hashlib.sha256(f"unreadable: {exc.strerror}".encode()).digest()
+    except ValueError as exc:         # a path with a NUL byte
+        return hashlib.sha256(f"unreadable: {exc}".encode()).digest()
 
 
 class SettledContent:

@@ -49,7 +49,7 @@ class ProduceResult:
 
 # the request attribute naming the producers that raised on it (the decision's
 # ``skipped_plugins`` lists them with the filters, scorers and picker that failed)
-FAILED_PRODUCERS = "failed_producers"
+FAILED_PRODUCERS = "producers.failed"
 
 
 async def produce(producers: Sequence[Producer], request: RoutingRequest,

@@ -149,6 +149,8 @@ def test_a_file_is_loaded_once_per_content(tmp_path: Path, plugin_dir: Path,
     again = load_routing(routing_file).plugin_modules[0]
     assert first.module_name == again.module_name
     assert sys.modules[first.module_name].LOADS == [1]    # not run again
+    # compiled with its own future imports only (not with the loader's postponed annotations)
+    assert sys.modules[first.module_name].LaneParams.__annotations__ == {"lane": str}
 
     plugin.write_text(plugin_source("slow"))                # edited: a new module
     edited = load_routing(routing_file)
@@ -349,8 +351,8 @@ def test_the_same_files_in_another_folder_are_the_same_config(tmp_path: Path) ->
 def test_parameters_kvroute_cannot_read_are_refused_naming_the_plugin(
         tmp_path: Path, plugin_dir: Path, field: str, message: str) -> None:
     """A traceback from ``kvroute validate``, and a reload that crashed unreported."""
-    (plugin_dir / "lane.py").write_text(plugin_source().replace(
-        '    lane: str = "fast"\n', f'    lane: str = "fast"\n    {field}\n'))
+    (plugin_dir / "lane.py").write_text("from __future__ import annotations\n" + plugin_source(
+        ).replace('    lane: str = "fast"\n', f'    lane: str = "fast"\n    {field}\n'))
     key = field.split(":")[0]
     (tmp_path / "routing.yaml").write_text(
         routing_text("plugins/lane.py").replace("{type: lane}", f"{{type: lane, params: "
@@ -359,3 +361,83 @@ def test_parameters_kvroute_cannot_read_are_refused_naming_the_plugin(
                        match=r"^profiles\.default\.scorers\[0\]\.params: the parameters of "
                              r"plugin type 'lane' cannot be read: " + message):
         load_routing(tmp_path / "routing.yaml")
+
+
+@pytest.mark.usefixtures("clean_modules")
+async def test_a_plugin_exiting_in_register_refuses_the_reload_and_the_router_serves_on(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView]) -> None:
+    """``sys.exit`` in ``register`` or a factory ran out of the reload thread and ended the
+    event loop."""
+    plugin = plugin_dir / "lane.py"
+    plugin.write_text(plugin_source("fast"))
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    reloader = PolicyReloader.load(routing_file, FLEET, seed=0)
+    stat = plugin.stat()
+    for step, (old, new) in enumerate([
+            ("def register(registry):\n", "def register(registry):\n    raise SystemExit(4)\n"),
+            ("lambda params, ctx: LaneScorer(ctx.name, params)", "lambda params, ctx: exit(5)"),
+    ], start=1):
+        plugin.write_text(plugin_source("slow").replace(old, new))
+        os.utime(plugin, ns=(stat.st_atime_ns, stat.st_mtime_ns + step * 1_000_000))
+        assert await reloader.check() is None
+        result = await reloader.check()
+        assert result is not None and result.result == "failure"
+        assert "SystemExit" in result.message
+        assert chosen(reloader.engine, lanes) == "w-fast"
+
+
+@pytest.mark.usefixtures("clean_modules")
+async def test_a_path_with_a_nul_byte_is_refused_and_the_watch_goes_on(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView]) -> None:
+    """Such a path stopped every later reload, unreported."""
+    (plugin_dir / "lane.py").write_text(plugin_source("slow"))
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text('"plugins/la\\0ne.py"'))
+    with pytest.raises(RoutingConfigError, match=r"plugin_modules\[0\]: 'plugins/la\\x00ne\.py': "
+                                                 r"not a usable path \(.*null byte\)"):
+        load_routing(routing_file)
+    routing_file.write_text("profiles: {default: {scorers: [{type: kv-usage}]}}\n")
+    reloader = PolicyReloader.load(routing_file, FLEET, seed=0)
+    routing_file.write_text(routing_text('"plugins/la\\0ne.py"'))
+    assert await reloader.check() is None
+    result = await reloader.check()
+    assert result is not None and result.result == "failure"
+    routing_file.write_text(routing_text("plugins/lane.py") + "\n")
+    assert await reloader.check() is None
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert chosen(reloader.engine, lanes) == "w-slow"
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_whatever_a_parameter_check_raises_is_refused_naming_the_plugin(
+        tmp_path: Path, plugin_dir: Path) -> None:
+    (plugin_dir / "lane.py").write_text(plugin_source().replace(
+        'raise ParamError("lane", "must not be empty")', 'raise KeyError("missing")'))
+    (tmp_path / "routing.yaml").write_text(routing_text("plugins/lane.py").replace(
+        "{type: lane}", "{type: lane, params: {lane: ''}}"))
+    with pytest.raises(RoutingConfigError,
+                       match=r"^profiles\.default\.scorers\[0\]\.params: the parameters of "
+                             r"plugin type 'lane' cannot be read: KeyError: 'missing'$"):
+        load_routing(tmp_path / "routing.yaml")
+
+
+@pytest.mark.usefixtures("clean_modules")
+async def test_a_plugin_edited_while_the_first_config_loads_is_new_to_the_first_poll(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView]) -> None:
+    """The stamps and digest were taken after the parse had run the file: the edit was
+    never applied, and the fingerprint named it as in force."""
+    plugin = plugin_dir / "lane.py"
+    rewrite = ("\nfrom pathlib import Path as _Path\n"
+               "_self = _Path(__file__)\n"
+               "_self.write_text(_self.read_text().replace('\"fast\"', '\"slow\"'))\n")
+    plugin.write_text(plugin_source("fast") + rewrite)
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    reloader = PolicyReloader.load(routing_file, FLEET, seed=0)
+    assert chosen(reloader.engine, lanes) == "w-fast"      # the code that ran
+    assert await reloader.check() is None                   # the edit seen, settling
+    result = await reloader.check()
+    assert result is not None and result.result == "success"
+    assert chosen(reloader.engine, lanes) == "w-slow"

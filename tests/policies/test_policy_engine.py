@@ -262,6 +262,41 @@ def test_a_plugin_returning_no_result_of_its_kind_is_skipped(view: ViewFactory,
     assert decision.reason == "idle: best total 1.00 (picker careless-picker failed)"
 
 
+class _Forger:
+    """A filter that returns other objects than the views it was given."""
+
+    def __init__(self, name: str, returned: str) -> None:
+        self.name = name
+        self.returned = returned
+
+    def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
+               cycle: CycleState) -> Any:
+        if self.returned == "ids":
+            return [w.id for w in workers][:1]
+        import dataclasses as dc
+
+        return [dc.replace(w) for w in workers]
+
+
+@pytest.mark.parametrize("returned", ["ids", "copies"])
+def test_a_filter_returning_other_objects_is_skipped(view: ViewFactory, returned: str) -> None:
+    """Ids, or copies of the views, left no candidate (a 503 for every request) or kept
+    views the filter had not been given, unreported."""
+    registry = default_registry()
+    registry.register("forger", "filter", _NoParams,  # type: ignore[arg-type]
+                      lambda p, c: _Forger(c.name, returned))
+    engine = engine_for("""
+        profiles:
+          default:
+            filters: [{type: forger}]
+            scorers: [{type: queue-depth}]
+    """, registry)
+    views = [view("busy", waiting=5), view("idle")]
+    decision = engine.decide(request(), views)
+    assert decision.worker_id == "idle" and dict(decision.filtered_out) == {}
+    assert decision.attributes["skipped_plugins"] == ("forger",)
+
+
 def test_producers_that_failed_are_named_with_the_plugins_skipped(view: ViewFactory) -> None:
     from policies.producers.runner import run_producers_sync
 

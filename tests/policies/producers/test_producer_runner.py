@@ -34,13 +34,13 @@ async def test_offloaded_producers_run_in_a_thread_and_failures_are_skipped() ->
     failed = await run_producers([_Marker("inline", False), _Broken(), _Marker("heavy", True)],
                                  request, [])
     assert failed == ["broken"]
-    assert request.attributes == {"inline": True, "heavy": False, "failed_producers": ("broken",)}
+    assert request.attributes == {"inline": True, "heavy": False, "producers.failed": ("broken",)}
 
 
 def test_sync_runner_runs_all_inline() -> None:
     request = RoutingRequest("r", "m")
     assert run_producers_sync([_Broken(), _Marker("heavy", True)], request, []) == ["broken"]
-    assert request.attributes == {"heavy": True, "failed_producers": ("broken",)}
+    assert request.attributes == {"heavy": True, "producers.failed": ("broken",)}
 
 
 class _NoHint:
@@ -56,7 +56,7 @@ async def test_produce_counts_the_producers_run_off_the_loop() -> None:
     inline = await produce([_Marker("inline", False), _NoHint(), _Broken()], request, [])
     assert (inline.failed, inline.offloaded) == (["broken"], 0)
     assert request.attributes == {"inline": True, "no-hint": True,
-                                  "failed_producers": ("broken",)}
+                                  "producers.failed": ("broken",)}
     mixed = await produce([_Marker("heavy", True), _Marker("light", False)], request, [])
     assert (mixed.failed, mixed.offloaded) == ([], 1)
     assert request.attributes["heavy"] is False
