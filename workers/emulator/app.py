@@ -29,9 +29,11 @@ from workers.emulator.generation import chat_completions, completions
 from workers.emulator.kv_events import KvEventPublisher
 from workers.emulator.messages_api import count_tokens, create_message
 from workers.emulator.metrics import VLLM_VERSION
+from workers.emulator.pooling_api import POOLING_PATH, pooling
 from workers.emulator.protocol import decode_json, token_list
 from workers.emulator.responses_api import cancel_response, create_response, retrieve_response
 from workers.emulator.runner import StepLag
+from workers.emulator.scoring import RERANK_PATHS, SCORE_PATHS, rerank, score
 from workers.emulator.state import WORKER, WorkerState, build_state
 from workers.emulator.tokens import Tokenizer, message_text
 
@@ -103,9 +105,15 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer | None = None) -> we
             await publisher.close()
 
     app.cleanup_ctx.append(lifetime)
-    # as vLLM: a model's routes are those of what it runs (others are a plain 404 Not Found)
+    # as vLLM: a model's routes are those of what it runs (others are a plain 404 Not Found;
+    # an embedding model is no classifier: no /classify)
     if config.model.runner == "pooling":
         app.router.add_post("/v1/embeddings", embeddings)
+        app.router.add_post(POOLING_PATH, pooling)
+        for path in SCORE_PATHS:
+            app.router.add_post(path, score)
+        for path in RERANK_PATHS:
+            app.router.add_post(path, rerank)
     else:
         app.router.add_post("/v1/chat/completions", chat_completions)
         app.router.add_post("/v1/completions", completions)

@@ -12,6 +12,10 @@ Inputs as vLLM 0.32 takes them: ``input`` a string, a list of strings, token ids
 token ids, or chat messages (one conversation, or a list of them; also under ``messages``).
 ``encoding_format`` ``float`` (default) or ``base64`` (little-endian float32, what the OpenAI
 SDK asks for by default).
+
+The same inputs, engine requests and vectors serve vLLM's other pooling APIs of an embedding
+model: ``/pooling`` (``workers.emulator.pooling_api``) and the score and rerank APIs
+(``workers.emulator.scoring``).
 """
 
 from __future__ import annotations
@@ -41,25 +45,67 @@ ENCODING_FORMATS = ("float", "base64")
 async def embeddings(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     data = await read_json_body(request)
+    model = served_model(worker, data)
+    encoding = encoding_format(data)
+    dimensions = _dimensions(data.get("dimensions"), worker.config.model, model)
+    check_engine(worker)
+    prompts = await tokenized(worker, inputs(data))
+    request_id = worker.new_request_id("embd", request)
+    await run_pooling(worker, request_id, prompts)
+    body = {
+        "id": request_id, "object": "list", "created": int(time.time()), "model": model,
+        "data": [{"index": i, "object": "embedding",
+                  "embedding": encoded(embedding_of(tokens, dimensions,
+                                                    worker.config.model.hidden), encoding)}
+                 for i, tokens in enumerate(prompts)],
+        "usage": pooling_usage(prompts),
+    }
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def served_model(worker: WorkerState, data: Mapping[str, Any]) -> str:
+    """The model to answer with: the request's ``model`` (a string), else the served one."""
     model_field = data.get("model")
     if model_field is not None and not isinstance(model_field, str):
         raise validation_error("model", "Input should be a valid string", "string_type",
                                model_field)
-    model, _ = worker.resolve_model(model_field)
+    return worker.resolve_model(model_field)[0]
+
+
+def encoding_format(data: Mapping[str, Any]) -> str:
     encoding = data.get("encoding_format", "float")
     if encoding not in ENCODING_FORMATS:
         raise bad_request(f"encoding_format: must be one of {', '.join(ENCODING_FORMATS)} "
                           f"(the emulator's), got {encoding!r}", "encoding_format")
-    dimensions = _dimensions(data.get("dimensions"), worker.config.model, model)
+    return str(encoding)
+
+
+def check_engine(worker: WorkerState) -> None:
     if not worker.runner.healthy:
         raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
-    items = _inputs(data)
+
+
+async def tokenized(worker: WorkerState,
+                    items: list[str | list[int] | list[Mapping[str, Any]]]) -> list[list[int]]:
+    """Each input's token ids (a 400 for one too long or empty); tokenized off the event
+    loop when the texts are long."""
     if sum(len(item) for item in items if isinstance(item, str)) > LONG_PROMPT_CHARS:
-        prompts = await asyncio.get_running_loop().run_in_executor(   # off the event loop
+        return await asyncio.get_running_loop().run_in_executor(   # off the event loop
             None, _all_token_ids, worker, items)
-    else:
-        prompts = _all_token_ids(worker, items)
-    request_id = worker.new_request_id("embd", request)
+    return _all_token_ids(worker, items)
+
+
+def pooling_usage(prompts: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """vLLM's usage of a pooling answer: the prompts' tokens, none generated."""
+    total = sum(len(tokens) for tokens in prompts)
+    return {"prompt_tokens": total, "total_tokens": total, "completion_tokens": 0,
+            "prompt_tokens_details": None, "completion_tokens_details": None}
+
+
+async def run_pooling(worker: WorkerState, request_id: str,
+                      prompts: Sequence[list[int]]) -> None:
+    """Run each prompt as one engine request (``{request_id}-{i}``) that ends after its
+    prefill, batched with everything else the engine runs; return when all have ended."""
     ids = [f"{request_id}-{i}" for i in range(len(prompts))]
     for engine_id in ids:
         if worker.runner.running(engine_id):
@@ -88,17 +134,6 @@ async def embeddings(request: web.Request) -> web.Response:
         worker.server_load -= 1
         for engine_id in ids:
             worker.runner.abort(engine_id)
-    total = sum(len(tokens) for tokens in prompts)
-    body = {
-        "id": request_id, "object": "list", "created": int(time.time()), "model": model,
-        "data": [{"index": i, "object": "embedding",
-                  "embedding": _encoded(embedding_of(tokens, dimensions,
-                                                     worker.config.model.hidden), encoding)}
-                 for i, tokens in enumerate(prompts)],
-        "usage": {"prompt_tokens": total, "total_tokens": total, "completion_tokens": 0,
-                  "prompt_tokens_details": None, "completion_tokens_details": None},
-    }
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
 def _dimensions(raw: Any, spec: ModelSpec, model: str) -> int:
@@ -115,7 +150,7 @@ def _dimensions(raw: Any, spec: ModelSpec, model: str) -> int:
     return raw
 
 
-def _inputs(data: Mapping[str, Any]) -> list[str | list[int] | list[Mapping[str, Any]]]:
+def inputs(data: Mapping[str, Any]) -> list[str | list[int] | list[Mapping[str, Any]]]:
     """Each input to embed: a text, token ids, or one chat conversation."""
     messages = data.get("messages")
     raw = messages if messages is not None else data.get("input")
@@ -199,7 +234,7 @@ def embedding_of(tokens: Sequence[int], dimensions: int, hidden: int) -> list[fl
     return [float(x) for x in (head / norm if norm > 0 else head)]
 
 
-def _encoded(vector: list[float], encoding: str) -> list[float] | str:
+def encoded(vector: list[float], encoding: str) -> list[float] | str:
     if encoding == "float":
         return vector
     return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")

@@ -49,6 +49,38 @@ def validation_error(param: str, msg: str, kind: str, value: Any) -> ApiError:
     return ApiError(400, f"1 validation error:\n  {detail}", "Bad Request", loc)
 
 
+# one pydantic error of a request body: (field path after ``body.``, message, type, the value
+# it is about, its ``ctx`` or None)
+FieldError = tuple[str, str, str, Any, dict[str, Any] | None]
+MAX_REPORTED_ERRORS = 10        # vLLM 0.32 lists at most 10, then counts the rest
+
+
+def validation_errors(errors: list[FieldError]) -> ApiError:
+    """Several pydantic errors (a union none of whose shapes a body fits), as vLLM 0.32
+    words them: each with its ``input`` summarized (a container as ``<dict of N items>``,
+    anything else as text), the first one's field the ``param``."""
+    count = len(errors)
+    label = "error" if count == 1 else "errors"
+    lines = [f"{count} validation {label}:"]
+    for param, msg, kind, value, ctx in errors[:MAX_REPORTED_ERRORS]:
+        detail: dict[str, Any] = {"type": kind, "loc": f"body.{param}", "msg": msg,
+                                  "input": _summarized(value)}
+        if ctx is not None:
+            detail["ctx"] = ctx
+        lines.append(f"  {detail}")
+    if count > MAX_REPORTED_ERRORS:
+        lines.append(f"  ...and {count - MAX_REPORTED_ERRORS} more {label}")
+    return ApiError(400, "\n".join(lines), "Bad Request", f"body.{errors[0][0]}")
+
+
+def _summarized(value: Any) -> str:
+    """A validation error's ``input`` as vLLM 0.32 shows it."""
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = value if isinstance(value, str) else str(value)
+    return text[:200] + "...[truncated]" if len(text) > 200 else text
+
+
 def model_not_found(name: str, valid: list[str]) -> ApiError:
     return ApiError(404, f"The model `{name}` does not exist. Valid aliases: {', '.join(valid)}.",
                     "NotFoundError", "model")

@@ -1,0 +1,172 @@
+"""vLLM's score and rerank APIs of an emulated embedding model: ``POST /score``,
+``/v1/score``, ``/rerank``, ``/v1/rerank`` and ``/v2/rerank``.
+
+vLLM scores with an embedding model as a bi-encoder: every text of both sides is embedded
+once (one engine request each, batched with the rest: ``workers.emulator.embeddings``), and
+a pair's score is the cosine of its two embeddings; the usage counts every text embedded (a
+query scored against N documents once). A rerank answers each document's score as its
+``relevance_score``, the documents sorted by it (the best first, ties in their order) and
+cut to ``top_n`` when that is set (0: all), each with the document echoed as vLLM echoes it
+(``{"text": ..., "multi_modal": null}``).
+
+Bodies are checked as vLLM 0.32 checks them, in its words: a score's sides are the first of
+``queries``/``documents``, ``queries``/``items``, ``data_1``/``data_2``, ``text_1``/``text_2``
+that the body gives (else every shape's pydantic errors, as vLLM lists them); the sides pair
+one to one, one to many or many to many; multimodal content is refused (the emulated models
+take text only); each text is tokenized and checked against the window as an embedding's
+input is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+from aiohttp import web
+
+from workers.emulator.embeddings import (
+    check_engine,
+    embedding_of,
+    pooling_usage,
+    run_pooling,
+    served_model,
+    tokenized,
+)
+from workers.emulator.errors import FieldError, bad_request, validation_errors
+from workers.emulator.protocol import read_json_body
+from workers.emulator.state import WORKER, WorkerState
+
+SCORE_PATHS = ("/score", "/v1/score")
+RERANK_PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")
+# a score request's two sides, under each pair of names vLLM takes, in the order it tries them
+SCORE_SIDES = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"),
+               ("text_1", "text_2"))
+
+
+async def score(request: web.Request) -> web.Response:
+    worker = request.app[WORKER]
+    data = await read_json_body(request)
+    first, second = _score_sides(data)
+    model = served_model(worker, data)
+    queries, documents = _paired(worker, data[first], data[second])
+    request_id = worker.new_request_id("score", request)
+    scores, usage = await _scores(worker, request_id, queries, documents)
+    body = {"id": request_id, "object": "list", "created": int(time.time()), "model": model,
+            "data": [{"index": i, "object": "score", "score": value}
+                     for i, value in enumerate(scores)],
+            "usage": usage}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def rerank(request: web.Request) -> web.Response:
+    worker = request.app[WORKER]
+    data = await read_json_body(request)
+    top_n = _rerank_top_n(data)
+    model = served_model(worker, data)
+    queries, documents = _paired(worker, data["query"], data["documents"])
+    request_id = worker.new_request_id("score", request)
+    scores, usage = await _scores(worker, request_id, queries, documents)
+    ranked = sorted(range(len(scores)), key=scores.__getitem__, reverse=True)  # stable
+    kept = ranked[:top_n] if top_n > 0 else ranked
+    body = {"id": request_id, "model": model,
+            "usage": {"prompt_tokens": usage["prompt_tokens"],
+                      "total_tokens": usage["total_tokens"]},
+            "results": [{"index": i, "document": {"text": documents[i], "multi_modal": None},
+                         "relevance_score": scores[i]} for i in kept]}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _score_sides(data: Mapping[str, Any]) -> tuple[str, str]:
+    """The names of a score request's two sides: the first shape the body fits; else all
+    shapes' errors, as pydantic lists them for vLLM's union of request types."""
+    errors: list[FieldError] = []
+    for first, second in SCORE_SIDES:
+        found = _item_errors(data, first, many=True) + _item_errors(data, second, many=True)
+        if not found:
+            return first, second
+        errors += found
+    raise validation_errors(errors)
+
+
+def _rerank_top_n(data: Mapping[str, Any]) -> int:
+    """``top_n`` (0 when absent), once ``query``, ``documents`` and it are valid."""
+    errors = _item_errors(data, "query", many=False) + _item_errors(data, "documents", many=True)
+    top_n = data.get("top_n", 0)
+    if isinstance(top_n, float) and top_n.is_integer():
+        top_n = int(top_n)
+    if not isinstance(top_n, int) or isinstance(top_n, bool):
+        errors.append(("top_n", "Input should be a valid integer", "int_type", top_n, None))
+    elif top_n < 0:
+        errors.append(("top_n", "Input should be greater than or equal to 0",
+                       "greater_than_equal", top_n, {"ge": 0}))
+    if errors:
+        raise validation_errors(errors)
+    return int(top_n)
+
+
+def _item_errors(data: Mapping[str, Any], name: str, many: bool) -> list[FieldError]:
+    """pydantic's errors for the field ``name``, an item (a string or ``{"content": [...]}``)
+    or, when ``many``, a list of items too; none when it is valid."""
+    if name not in data:
+        return [(name, "Field required", "missing", data, None)]
+    value = data[name]
+    if _is_item(value) or (many and isinstance(value, list) and all(map(_is_item, value))):
+        return []
+    errors = _not_an_item(name, value)
+    if not many:
+        return errors
+    if not isinstance(value, list):
+        return [*errors, (name, "Input should be a valid list", "list_type", value, None)]
+    return errors + [error for i, item in enumerate(value) if not _is_item(item)
+                     for error in _not_an_item(f"{name}.{i}", item)]
+
+
+def _not_an_item(where: str, value: Any) -> list[FieldError]:
+    return [(where, "Input should be a valid string", "string_type", value, None),
+            (f"{where}.ScoreMultiModalParam", "Input should be a valid dictionary",
+             "dict_type", value, None)]
+
+
+def _is_item(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, dict)
+                                      and isinstance(value.get("content"), list))
+
+
+def _paired(worker: WorkerState, raw_1: Any, raw_2: Any) -> tuple[list[str], list[str]]:
+    """The two sides' texts, checked as vLLM checks them (in its order and words)."""
+    side_1 = raw_1 if isinstance(raw_1, list) else [raw_1]
+    side_2 = raw_2 if isinstance(raw_2, list) else [raw_2]
+    if any(not isinstance(item, str) for item in (*side_1, *side_2)):
+        raise bad_request(f"MultiModalParam is not supported for {worker.config.model.name}")
+    if len(side_1) > 1 and len(side_1) != len(side_2):
+        raise bad_request("Input lengths must be either 1:1, 1:N or N:N")
+    if not side_1:
+        raise bad_request("At least one text element must be given")
+    if not side_2:
+        raise bad_request("At least one text_pair element must be given")
+    return side_1, side_2
+
+
+async def _scores(worker: WorkerState, request_id: str, queries: Sequence[str],
+                  documents: Sequence[str]) -> tuple[list[float], dict[str, Any]]:
+    """Each pair's score, the cosine of its embeddings (every text embedded once), and the
+    usage of what was embedded."""
+    check_engine(worker)
+    prompts = await tokenized(worker, [*queries, *documents])
+    await run_pooling(worker, request_id, prompts)
+    hidden = worker.config.model.hidden
+    vectors = [np.asarray(embedding_of(tokens, hidden, hidden), dtype=np.float64)
+               for tokens in prompts]
+    firsts, seconds = vectors[:len(queries)], vectors[len(queries):]
+    if len(firsts) == 1:
+        firsts *= len(seconds)
+    return [_cosine(a, b) for a, b in zip(firsts, seconds, strict=True)], pooling_usage(prompts)
+
+
+def _cosine(a: np.ndarray[Any, np.dtype[np.float64]],
+            b: np.ndarray[Any, np.dtype[np.float64]]) -> float:
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.dot(a, b)) / norms if norms > 0 else 0.0
