@@ -26,7 +26,7 @@ class RoutingRequest:
 
     request_id: str
     model: str
-    path: str = "/v1/chat/completions"   # or "/v1/completions"
+    path: str = "/v1/chat/completions"   # one of ROUTED_PATHS
     messages: Sequence[Mapping[str, Any]] | None = None
     tools: Sequence[Mapping[str, Any]] | None = None   # chat: the tools offered (in the prompt)
     prompt: Any = None   # completions: str | list[str] | list[int] | list[list[int]]
@@ -87,10 +87,19 @@ class RoutingRequest:
 
 
 # the request paths a decision is taken for (``RoutingRequest.path``; ``when: {path: ...}``),
-# each with what its model must run as (vLLM's ``--runner``)
+# each with what its model must run as (vLLM's ``--runner``). The pooling APIs past
+# embeddings are vLLM's own: scoring (``/score``, also served as ``/v1/score``), reranking
+# (``/rerank``, ``/v1/rerank``, ``/v2/rerank``: Jina's and Cohere's shape), ``/pooling`` and
+# ``/classify``; each path stays itself (a rule may name one), ``API_OF_PATH`` groups them
+API_OF_PATH: Mapping[str, str] = MappingProxyType({
+    "/v1/chat/completions": "chat", "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings", "/v1/responses": "responses", "/v1/messages": "messages",
+    "/score": "score", "/v1/score": "score",
+    "/rerank": "rerank", "/v1/rerank": "rerank", "/v2/rerank": "rerank",
+    "/pooling": "pooling", "/classify": "classify"})
+POOLING_APIS = frozenset({"embeddings", "score", "rerank", "pooling", "classify"})
 RUNNER_OF_PATH: Mapping[str, str] = MappingProxyType({
-    "/v1/chat/completions": "generate", "/v1/completions": "generate",
-    "/v1/embeddings": "pooling", "/v1/responses": "generate", "/v1/messages": "generate"})
+    path: "pooling" if api in POOLING_APIS else "generate" for path, api in API_OF_PATH.items()})
 ROUTED_PATHS = tuple(RUNNER_OF_PATH)
 
 

@@ -1,7 +1,8 @@
 """Rule matching: the first rule whose ``when:`` holds for a request chooses what follows.
 
 Conditions (all given ones must hold): ``model`` (the requested model), ``path``
-(``/v1/chat/completions`` or ``/v1/completions``), ``header`` (every listed header equals the
+(one of ``policies.base.ROUTED_PATHS``, each as the client sent it: ``/score`` and
+``/v1/score`` are two paths), ``header`` (every listed header equals the
 value; names are case-insensitive), ``tenant``, ``min_prompt_tokens`` / ``max_prompt_tokens``
 (inclusive bounds on ``request.num_prompt_tokens``, filled by the tokens producer) and
 ``class`` (``request.semantic_class``, filled by the semantic producer). A condition that

@@ -3,7 +3,8 @@
 ```
 RouterError                      (abstract: status, type, code)
 ├── InvalidRequest         400   malformed JSON, wrong types, missing fields, non-UTF-8
-│   └── ContextLengthExceeded 400 the prompt (+ max_tokens) fits no serving worker's window
+│   ├── ContextLengthExceeded 400 the prompt (+ max_tokens) fits no serving worker's window
+│   └── EngineBadRequest      400 what vLLM refuses in its own words (a score's unpaired inputs)
 ├── Unauthorized           401   no API key, or not one of the router's (``--api-key``)
 ├── Forbidden              403   a tenant's key on a path for the operator's (``/debug/…``)
 ├── ModelNotFound          404   no worker of the fleet serves the requested model
@@ -24,12 +25,12 @@ RouterError                      (abstract: status, type, code)
 
 ``error_middleware`` is the only place that turns exceptions into responses; everything else
 raises. The body follows OpenAI: ``{"error": {"message", "type", "param", "code"}}``. An
-unknown model and a request longer than the context window are answered in vLLM's own words
-and shape (``type: "NotFoundError"`` / ``"BadRequestError"``, the status as ``code``), as a
-worker would have answered them. On Anthropic's Messages API (``/v1/messages…``) the same
-errors take Anthropic's shape, as vLLM renders them there:
-``{"type": "error", "error": {"type", "message"}}`` (vLLM's own error type for the
-vLLM-shaped ones, Anthropic's for the router's own).
+unknown model, a request longer than the context window and a score request whose sides
+cannot be paired are answered in vLLM's own words and shape (``type: "NotFoundError"`` /
+``"BadRequestError"``, the status as ``code``), as a worker would have answered them. On
+Anthropic's Messages API (``/v1/messages…``) the same errors take Anthropic's shape, as
+vLLM renders them there: ``{"type": "error", "error": {"type", "message"}}`` (vLLM's own
+error type for the vLLM-shaped ones, Anthropic's for the router's own).
 """
 
 from __future__ import annotations
@@ -85,6 +86,15 @@ class ContextLengthExceeded(InvalidRequest):
 
     type = "BadRequestError"
     code = "context_length_exceeded"
+    vllm_shaped = True
+
+
+class EngineBadRequest(InvalidRequest):
+    """A body vLLM's serving code refuses, refused by the router in the engine's words and
+    shape: ``{"message": ..., "type": "BadRequestError", "param": null, "code": 400}`` (a
+    score request whose two sides cannot be paired)."""
+
+    type = "BadRequestError"
     vllm_shaped = True
 
 

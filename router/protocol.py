@@ -2,8 +2,12 @@
 
 Only the fields the router needs are checked (model, messages/prompt/input, max_tokens,
 stream, stream_options, user); everything else travels to the worker untouched. Errors name
-the field the way OpenAI does (``param``) so clients can show them. An embeddings request is
-routed as one prefill with a single output step (``max_tokens`` 1), never streamed. A
+the field the way OpenAI does (``param``) so clients can show them. A pooling request
+(embeddings, and vLLM's own ``/score``, ``/rerank``, ``/pooling`` and ``/classify`` with
+their other paths: ``policies.base.API_OF_PATH``) is routed as prefills with a single output
+step (``max_tokens`` 1), never streamed: embeddings, pooling and classification count their
+``input`` (or ``messages``) as embeddings do, a score or a rerank its pairs' texts
+(``router.scoring``). A
 completions request without ``max_tokens`` is routed as the 16 tokens vLLM gives it
 (``CompletionRequest``'s default); a chat one without it may run to the context window. A
 Responses API request is routed as its chat turn; it gets a ``request_id`` (vLLM's response
@@ -23,9 +27,10 @@ from typing import Any
 
 import orjson
 
-from policies.base import ROUTED_PATHS, RoutingRequest, is_token_ids
+from policies.base import API_OF_PATH, ROUTED_PATHS, RUNNER_OF_PATH, RoutingRequest, is_token_ids
 from policies.producers.anthropic_chat import chat_messages, chat_tools
 from router.errors import InvalidRequest
+from router.scoring import scoring_texts
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -33,8 +38,20 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16     # vLLM's CompletionRequest.max_tokens de
 EMBEDDINGS_PATH = "/v1/embeddings"
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"          # Anthropic's Messages API
-assert {CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH, RESPONSES_PATH, MESSAGES_PATH} == set(
-    ROUTED_PATHS)
+# vLLM's pooling APIs past embeddings, each path as vLLM serves it
+SCORE_PATHS = ("/score", "/v1/score")
+RERANK_PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")       # Jina's and Cohere's shape
+POOLING_PATH = "/pooling"
+CLASSIFY_PATH = "/classify"
+POOLING_API_PATHS = (*SCORE_PATHS, *RERANK_PATHS, POOLING_PATH, CLASSIFY_PATH)
+assert {CHAT_PATH, COMPLETIONS_PATH, EMBEDDINGS_PATH, RESPONSES_PATH, MESSAGES_PATH,
+        *POOLING_API_PATHS} == set(ROUTED_PATHS)
+# what a pooling path serves, in words (a generative model's refusal names it)
+POOLING_SERVICES = {EMBEDDINGS_PATH: "embeddings", **dict.fromkeys(SCORE_PATHS, "scores"),
+                    **dict.fromkeys(RERANK_PATHS, "reranking"), POOLING_PATH: "pooling",
+                    CLASSIFY_PATH: "classification"}
+assert set(POOLING_SERVICES) == {path for path in ROUTED_PATHS
+                                 if RUNNER_OF_PATH[path] == "pooling"}
 # longer than any served model name or adapter; the recent-decisions ring keeps the requested
 # name, so a longer one (up to the body limit) is refused rather than held
 MAX_MODEL_CHARS = 1024
@@ -116,8 +133,8 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     prompt = None
     response_id = previous_id = None
     assigned = False
-    if path == EMBEDDINGS_PATH:       # one prefill, no decode, never streamed
-        messages, prompt = _check_embedding_input(data)
+    if RUNNER_OF_PATH.get(path) == "pooling":     # prefills, no decode, never streamed
+        messages, prompt = pooling_input(data, path)
         max_tokens: int | None = 1
         stream, wants_usage = False, False
     elif path == RESPONSES_PATH:      # relayed as the worker sends it (usage in its last event)
@@ -284,17 +301,37 @@ def _check_prompt(prompt: Any) -> Any:
                          "or an array of arrays of token ids.", param="prompt")
 
 
-def _check_embedding_input(data: Mapping[str, Any]
+def pooling_input(data: Mapping[str, Any], path: str
+                  ) -> tuple[list[Mapping[str, Any]] | None, Any]:
+    """(messages, prompt) of a request to a pooling path: a score's or a rerank's pairs'
+    texts (``router.scoring``); else its input as embeddings take it. A ``/pooling``
+    request may instead carry an IO processor plugin's ``data``, which only the worker
+    reads: routed with nothing counted."""
+    api = API_OF_PATH[path]
+    if api in ("score", "rerank"):
+        return None, scoring_texts(data, rerank=api == "rerank")
+    if api != "pooling":
+        return _check_embedding_input(data)
+    if data.get("input") is None and data.get("messages") is None and (
+            data.get("data") is not None):
+        return None, None
+    return _check_embedding_input(data, "Missing required parameter: 'input' (or 'messages', "
+                                        "or an IO processor plugin's 'data').")
+
+
+def _check_embedding_input(data: Mapping[str, Any],
+                           missing: str = "Missing required parameter: 'input'."
                            ) -> tuple[list[Mapping[str, Any]] | None, Any]:
     """(messages, prompt) of an embeddings request, as vLLM takes them: ``input`` a string,
     strings, token ids or lists of them, or chat messages (one conversation or several; also
-    under ``messages``). Several conversations are routed as their messages in one list."""
+    under ``messages``). Several conversations are routed as their messages in one list.
+    ``missing``: the message when there is neither."""
     raw = data.get("messages")
     param = "messages"
     if raw is None:
         raw, param = data.get("input"), "input"
     if raw is None:
-        raise InvalidRequest("Missing required parameter: 'input'.", param="input")
+        raise InvalidRequest(missing, param="input")
     if isinstance(raw, list) and raw and all(isinstance(m, dict) for m in raw):
         return _check_messages(raw, param), None
     if (isinstance(raw, list) and raw

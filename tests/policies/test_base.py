@@ -1,8 +1,8 @@
-"""``RoutingRequest``: the output tokens a worker will actually serve."""
+"""``RoutingRequest``: the output tokens a worker will actually serve; the routed paths."""
 
 from __future__ import annotations
 
-from policies.base import RoutingRequest
+from policies.base import API_OF_PATH, ROUTED_PATHS, RUNNER_OF_PATH, RoutingRequest
 
 
 def request_of(prompt_tokens: int, max_tokens: int | None) -> RoutingRequest:
@@ -27,3 +27,12 @@ def test_without_max_tokens_the_default_is_clamped_too() -> None:
     request = request_of(8_000, None)
     assert request.expected_output_tokens == 256
     assert request.output_tokens_within(8_192) == 192
+
+
+def test_the_pooling_apis_paths_stay_apart_and_group_by_api() -> None:
+    assert {path for path in ROUTED_PATHS if RUNNER_OF_PATH[path] == "pooling"} == {
+        "/v1/embeddings", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank",
+        "/pooling", "/classify"}
+    assert {API_OF_PATH[path] for path in ("/score", "/v1/score")} == {"score"}
+    assert {API_OF_PATH[path] for path in ("/rerank", "/v1/rerank", "/v2/rerank")} == {"rerank"}
+    assert RUNNER_OF_PATH["/v1/messages"] == "generate"

@@ -141,7 +141,8 @@ def test_declared_producer_keeps_its_params() -> None:
                         "then: {profile: default}}\n",
                  "rules[0].when.path: '/v1/embedding' is not a routed path (one of "
                  "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses, "
-                 "/v1/messages)",
+                 "/v1/messages, /score, /v1/score, /rerank, /v1/rerank, /v2/rerank, /pooling, "
+                 "/classify)",
                  id="unknown path"),
     pytest.param(BASE + "rules:\n  - {name: r, when: {min_prompt_tokens: 10.5}, "
                         "then: {profile: default}}\n",
@@ -211,6 +212,14 @@ def test_rules_parse_every_condition_and_action() -> None:
                                                                        "sql-lora")
     assert dict(rule.then.pool) == {"pool": "premium"}
     assert [p.type for p in routing.producers] == ["tokens"]   # token bounds need counts
+
+
+def test_a_rule_may_name_each_path_of_vllms_pooling_apis() -> None:
+    """``/score`` and ``/v1/score`` (``/rerank``, ``/v1/rerank``, ``/v2/rerank``) are paths of
+    their own: a rule names the ones it means."""
+    routing = parse(BASE + "rules:\n  - {name: r, when: {path: [/score, /v2/rerank, /pooling, "
+                           "/classify]}, then: {profile: default}}\n")
+    assert routing.rules[0].when.path == ("/score", "/v2/rerank", "/pooling", "/classify")
 
 
 def test_an_empty_action_beside_one_with_a_value_is_left() -> None:

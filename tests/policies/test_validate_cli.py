@@ -255,7 +255,8 @@ def test_a_rule_sending_embeddings_to_a_generative_model_is_warned_of(
         f"{path}: warning: rules[1] (to-embedder): sends /v1/responses requests to "
         "`Qwen/Qwen3-Embedding-0.6B`, which runs pooling: they would be answered 500; "
         "scope the rule with when.path\n"
-        f"{path}: warning: rules[2] (all-to-llama): sends /v1/embeddings requests to "
+        f"{path}: warning: rules[2] (all-to-llama): sends /v1/embeddings, /score, /v1/score, "
+        "/rerank, /v1/rerank, /v2/rerank, /pooling, /classify requests to "
         "`meta-llama/Llama-3.1-8B-Instruct`, which runs generate: they would be answered 500; "
         "scope the rule with when.path\n")
     # on a fleet without embedding models an unscoped rewrite is no concern

@@ -11,9 +11,11 @@ import pytest
 from router.errors import InvalidRequest
 from router.protocol import (
     CHAT_PATH,
+    CLASSIFY_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
     MESSAGES_PATH,
+    POOLING_PATH,
     RESPONSES_PATH,
     ParsedRequest,
     parse_request,
@@ -320,6 +322,51 @@ def test_embeddings_inputs_refused_by_name(body: dict[str, object], param: str) 
     with pytest.raises(InvalidRequest) as info:
         parse({"model": MODEL, **body}, EMBEDDINGS_PATH)
     assert info.value.param == param
+
+
+@pytest.mark.parametrize("path", [POOLING_PATH, CLASSIFY_PATH])
+@pytest.mark.parametrize(("body", "messages", "prompt"), [
+    ({"input": "hello"}, None, "hello"),
+    ({"input": ["a", "b"]}, None, ["a", "b"]),
+    ({"input": [[1, 2], [3]]}, None, [[1, 2], [3]]),
+    ({"messages": [{"role": "user", "content": "hi"}]},
+     [{"role": "user", "content": "hi"}], None),
+], ids=["text", "texts", "token-id lists", "chat"])
+def test_pooling_and_classify_inputs_are_routed_as_embeddings_are(
+        path: str, body: dict[str, object], messages: object, prompt: object) -> None:
+    raw = orjson.dumps({"model": MODEL, "stream": True, **body})
+    parsed = parse(raw, path)
+    r = parsed.routing
+    assert (r.path, r.messages, r.prompt) == (path, messages, prompt)
+    assert (r.max_tokens, r.stream, parsed.wants_usage) == (1, False, False)
+    assert upstream_body(parsed, raw, MODEL) is raw       # forwarded as the client sent it
+
+
+def test_a_pooling_plugins_data_is_routed_with_nothing_counted() -> None:
+    r = parse({"model": MODEL, "data": {"image": "x.tiff"}}, POOLING_PATH).routing
+    assert (r.messages, r.prompt, r.max_tokens) == (None, None, 1)
+    with pytest.raises(InvalidRequest) as info:      # only on /pooling
+        parse({"model": MODEL, "data": {"image": "x.tiff"}}, CLASSIFY_PATH)
+    assert (info.value.param, info.value.message) == ("input",
+                                                      "Missing required parameter: 'input'.")
+
+
+@pytest.mark.parametrize(("path", "body", "param", "message"), [
+    (POOLING_PATH, {}, "input", "Missing required parameter: 'input' (or 'messages', or an IO "
+                                "processor plugin's 'data')."),
+    (POOLING_PATH, {"input": 5}, "input", "input: must be a string, an array of strings, an "
+                                          "array of token ids, an array of arrays of token "
+                                          "ids, or chat messages."),
+    (CLASSIFY_PATH, {"input": None}, "input", "Missing required parameter: 'input'."),
+    (CLASSIFY_PATH, {"messages": "hi"}, "messages", "messages: must be a string, an array of "
+                                                    "strings, an array of token ids, an array "
+                                                    "of arrays of token ids, or chat messages."),
+])
+def test_pooling_and_classify_inputs_refused_by_name(path: str, body: dict[str, object],
+                                                     param: str, message: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        parse({"model": MODEL, **body}, path)
+    assert (info.value.status, info.value.param, info.value.message) == (400, param, message)
 
 
 def test_a_responses_request_is_routed_as_its_chat_turn_and_gets_an_id() -> None:

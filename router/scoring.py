@@ -1,0 +1,99 @@
+"""Score and rerank bodies (vLLM's ``/score``, ``/v1/score``, ``/rerank``, ``/v1/rerank``,
+``/v2/rerank``) → the texts the policies count.
+
+A score request pairs its first side with its second: one to one, one to many or many to
+many. Its sides come under the names vLLM takes, tried in vLLM's order: ``queries`` with
+``documents`` or with ``items``, ``data_1`` with ``data_2``, ``text_1`` with ``text_2``. A
+rerank request has one ``query`` and its ``documents``. Each side is an item or a list of
+items; an item is a string or multimodal content, ``{"content": [parts]}``, whose text parts
+are counted (the engine checks the rest: a model without multimodal input refuses it).
+Sides that cannot be paired are refused in vLLM's own words and shape
+(``router.errors.EngineBadRequest``), as the engine would refuse them.
+
+What is counted: a cross-encoder (a reranker) scores each (query, document) pair in one
+prefill of the two texts together, so the routed prompt is, pair after pair, the query and
+then the document, as two texts: the tokens counted are the pairs' (a query scored against N
+documents is counted N times). vLLM scores with an embedding model too (a bi-encoder: the
+cosine of two embeddings), which embeds each text once, so for it the count is high by the
+query's repeats; the engine's ``usage`` says what it prefilled, and that is what budgets and
+metrics are charged. The context window is checked against each text on its own, as a
+bi-encoder embeds it: a pair too long for a cross-encoder's window is the engine's to refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from router.errors import EngineBadRequest, InvalidRequest
+
+# a score request's two sides, under each pair of names vLLM takes, in the order it tries them
+SCORE_SIDES = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"),
+               ("text_1", "text_2"))
+
+
+def scoring_texts(data: Mapping[str, Any], rerank: bool) -> list[str]:
+    """The routed prompt of a score request (``rerank`` False) or a rerank request: each
+    (query, document) pair's two texts, pair after pair."""
+    if rerank:
+        queries = [_item_text(_required(data, "query"), "query")]
+        documents = _side_texts(_required(data, "documents"), "documents")
+    else:
+        first, second = _score_sides(data)
+        queries, documents = _side_texts(data[first], first), _side_texts(data[second], second)
+    _check_pairing(len(queries), len(documents))
+    if len(queries) == 1:
+        queries *= len(documents)
+    return [text for pair in zip(queries, documents, strict=True) for text in pair]
+
+
+def _required(data: Mapping[str, Any], name: str) -> Any:
+    value = data.get(name)
+    if value is None:
+        raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    return value
+
+
+def _score_sides(data: Mapping[str, Any]) -> tuple[str, str]:
+    """The names of a score request's two sides: the first pair vLLM takes that it gives."""
+    for first, second in SCORE_SIDES:
+        if data.get(first) is not None and data.get(second) is not None:
+            return first, second
+    for first, second in SCORE_SIDES:      # one side given: the other is missing
+        if data.get(first) is not None or data.get(second) is not None:
+            needed = second if data.get(first) is not None else first
+            also = " (or 'items')" if needed == "documents" else ""
+            raise InvalidRequest(f"Missing required parameter: '{needed}'{also}.",
+                                 param=needed)
+    raise InvalidRequest("Missing required parameters: the two sides to score, 'queries' with "
+                         "'documents' (or 'items'), 'data_1' with 'data_2', or 'text_1' with "
+                         "'text_2'.", param="queries")
+
+
+def _side_texts(value: Any, name: str) -> list[str]:
+    """The texts of one side: an item, or a list of items."""
+    if not isinstance(value, list):
+        return [_item_text(value, name)]
+    return [_item_text(item, f"{name}[{i}]") for i, item in enumerate(value)]
+
+
+def _item_text(value: Any, where: str) -> str:
+    """A string, or the text parts of multimodal content, joined as vLLM joins them."""
+    if isinstance(value, str):
+        return value
+    content = value.get("content") if isinstance(value, dict) else None
+    if not isinstance(content, list):
+        raise InvalidRequest(f"{where}: must be a string or multimodal content "
+                             '({"content": [parts]}).', param=where)
+    return "".join(part["text"] for part in content
+                   if isinstance(part, dict) and isinstance(part.get("text"), str))
+
+
+def _check_pairing(queries: int, documents: int) -> None:
+    """vLLM's checks of the two sides' lengths, in its order and words."""
+    if queries > 1 and queries != documents:
+        raise EngineBadRequest("Input lengths must be either 1:1, 1:N or N:N")
+    if queries == 0:
+        raise EngineBadRequest("At least one text element must be given")
+    if documents == 0:
+        raise EngineBadRequest("At least one text_pair element must be given")
