@@ -4,8 +4,9 @@ As vLLM's ``--api-key``: a request whose path is guarded must carry one of the k
 ``Authorization: Bearer <key>`` (OpenAI clients) or ``x-api-key: <key>`` (Anthropic
 clients); otherwise it is answered 401 (``router.errors.Unauthorized``) before its body is
 read, and counted in ``kvroute_requests_total{status="401"}``. Guarded: the OpenAI and
-Anthropic APIs (``/v1/…``), ``/tokenize`` and ``/detokenize`` (they spend worker time), and
-``/debug/…`` (what the router knows of traffic and workers). Open: ``/health`` and
+Anthropic APIs (``/v1/…``), vLLM's pooling APIs (``/score``, ``/rerank``, ``/v2/rerank``,
+``/pooling``, ``/classify``), ``/tokenize`` and ``/detokenize`` (they spend worker time),
+and ``/debug/…`` (what the router knows of traffic and workers). Open: ``/health`` and
 ``/metrics``, for load balancers and Prometheus. Keys are compared as SHA-256 digests in
 constant time; no key is ever logged or echoed.
 
@@ -43,7 +44,8 @@ from router.settings import api_key_problem
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-GUARDED_PREFIXES = ("/v1/", "/tokenize", "/detokenize", "/debug/")
+GUARDED_PREFIXES = ("/v1/", "/v2/", "/score", "/rerank", "/pooling", "/classify", "/tokenize",
+                    "/detokenize", "/debug/")
 OPERATOR_PREFIX = "/debug"          # every tenant's traffic: not for a tenant's key
 TENANT = web.RequestKey("kvroute_tenant", str)     # the tenant a named key belongs to
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}

@@ -111,8 +111,9 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)s)")
     parser.add_argument("--api-key", action="append", default=None, metavar="KEY",
                         help="ask clients for this key (Authorization: Bearer KEY, or "
-                             "x-api-key) on /v1, /tokenize, /detokenize and /debug; repeat for "
-                             "several. Default: $KVROUTE_API_KEY if set, else no key is asked "
+                             "x-api-key) on /v1, /v2, /score, /rerank, /pooling, /classify, "
+                             "/tokenize, /detokenize and /debug; repeat for several. "
+                             "Default: $KVROUTE_API_KEY if set, else no key is asked "
                              "(an option is visible to other local users: prefer the variable)")
     parser.add_argument("--api-keys-file", type=Path, default=None, metavar="FILE",
                         help="more keys asked of clients, named by tenant (YAML: tenant: key or "

@@ -1,8 +1,9 @@
 """Per-request orchestration: parse → admit → produce → decide → reserve → proxy → complete.
 
-One uniform, awaited path for every generation, embeddings, Responses API and Anthropic
-Messages API request (a response that continues another goes to the worker holding that
-one). Producers (tokenizing, hashing, classifying) run before the decision, in a thread when a
+One uniform, awaited path for every generation, pooling (embeddings, scores, reranking,
+pooling, classification), Responses API and Anthropic Messages API request (a response that
+continues another goes to the worker holding that one). Producers (tokenizing, hashing,
+classifying) run before the decision, in a thread when a
 producer says its input is long (``policies.producers.runner``); the decision itself is pure and
 synchronous. A connect error or 5xx before the first byte is retried on another
 worker, excluding the ones already tried, at most ``Settings.max_retries`` times. Admission
@@ -57,6 +58,7 @@ from router.header_values import header_safe
 from router.metrics import UNKNOWN_MODEL, RouterMetrics
 from router.protocol import (
     MESSAGES_PATH,
+    POOLING_SERVICES,
     RESPONSES_PATH,
     ParsedRequest,
     parse_request,
@@ -260,12 +262,14 @@ class Director:
             return
         if needed == "pooling":
             raise InvalidRequest(
-                f"The model `{routing.model}` does not serve embeddings: the fleet runs it for "
-                "generation (runner: generate). Use /v1/chat/completions or /v1/completions, "
-                "or declare it with `runner: pooling` in the fleet file.", param="model")
+                f"The model `{routing.model}` does not serve {POOLING_SERVICES[routing.path]}: "
+                "the fleet runs it for generation (runner: generate). Use "
+                "/v1/chat/completions or /v1/completions, or declare it with `runner: "
+                "pooling` in the fleet file.", param="model")
         raise InvalidRequest(
-            f"The model `{routing.model}` serves embeddings only (runner: pooling): use "
-            "/v1/embeddings.", param="model")
+            f"The model `{routing.model}` serves pooling only (runner: pooling): use "
+            "/v1/embeddings, /score, /rerank, /pooling or /classify, as the model supports "
+            "them.", param="model")
 
     def _check_rewritten_runner(self, decision: Decision, routing: RoutingRequest) -> None:
         """A rule that sent the request to a model running something else (a semantic rule

@@ -1,7 +1,9 @@
 """HTTP handlers: thin wrappers that hand generation requests to the director.
 
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
-``POST /v1/responses``, ``POST /v1/messages`` (the director), ``POST /tokenize``,
+``POST /v1/responses``, ``POST /v1/messages``, vLLM's pooling APIs ``POST /score``,
+``/v1/score``, ``/rerank``, ``/v1/rerank``, ``/v2/rerank``, ``/pooling`` and ``/classify``
+(the director), ``POST /tokenize``,
 ``POST /detokenize``, ``POST /v1/messages/count_tokens``, ``GET /v1/responses/{id}``,
 ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
 ``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health``, ``GET /metrics``,
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -37,6 +39,7 @@ from router.protocol import (
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
     MESSAGES_PATH,
+    POOLING_API_PATHS,
     RESPONSES_PATH,
 )
 from router.request_body import expect_later
@@ -67,6 +70,14 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
 async def messages(request: web.Request) -> web.StreamResponse:
     return await request.app[DIRECTOR].handle(request, MESSAGES_PATH)
+
+
+def directed(path: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The handler handing a request on ``path`` to the director (vLLM's pooling APIs)."""
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await request.app[DIRECTOR].handle(request, path)
+
+    return handle
 
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
@@ -214,7 +225,7 @@ def add_routes(app: web.Application) -> None:
              EMBEDDINGS_PATH: embeddings, RESPONSES_PATH: responses,
              RESPONSES_PATH + "/{id}/cancel": cancel_response, MESSAGES_PATH: messages,
              COUNT_TOKENS_PATH: count_tokens, TOKENIZE_PATH: tokenize,
-             DETOKENIZE_PATH: detokenize}
+             DETOKENIZE_PATH: detokenize, **{path: directed(path) for path in POOLING_API_PATHS}}
     for path, handler in posts.items():
         app.router.add_post(path, handler, expect_handler=expect_later)
     # no HEAD: forwarded, the worker's Content-Length without a body held the attempt for

@@ -50,8 +50,9 @@ Defaults and why:
   is kept there (``kvroute:response:<id>``, about 180 bytes a key): Redis holds one key for
   every response kept by a worker in that time, so a fleet making many responses a second
   sets it to how long its conversations are continued.
-* ``api_keys = ()``: no key is asked of clients. Given keys, ``/v1/…``, ``/tokenize``,
-  ``/detokenize`` and ``/debug/…`` answer 401 to a client without one of them
+* ``api_keys = ()``: no key is asked of clients. Given keys, ``/v1/…``, vLLM's pooling
+  APIs (``/score``, ``/rerank``, ``/v2/rerank``, ``/pooling``, ``/classify``),
+  ``/tokenize``, ``/detokenize`` and ``/debug/…`` answer 401 to a client without one of them
   (``router.client_auth``); the CLI reads them from ``--api-key`` or ``KVROUTE_API_KEY``.
   ``api_keys_file``: more keys, each named by its tenant (a YAML file, read again when it
   changes, every ``reload_interval_s``).

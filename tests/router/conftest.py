@@ -27,7 +27,9 @@ from tests.router.gateway_support import (
 )
 from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
-from workers.ports import free_ports
+from workers.ports import free_port, free_ports
+
+EMBEDDINGS_EXAMPLE = REPO_ROOT / "config/examples/embeddings-fleet.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +40,21 @@ def emulated_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetCo
     fleet = load_fleet(path)
     with EmulatorFleet(fleet, one_process=True):
         yield fleet
+
+
+@pytest.fixture(scope="module")
+def embeddings_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """The example fleet of two generative and two pooling (embedding) workers, on free
+    ports, emulated in one process (for one test module)."""
+    data = yaml.safe_load(EMBEDDINGS_EXAMPLE.read_text())
+    fast = {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 8}}
+    for worker in data["workers"]:
+        worker["emulate"] = {**worker["emulate"], **fast, "port": free_port()}
+    path: Path = tmp_path_factory.mktemp("embeddings") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data))
+    loaded = load_fleet(path)
+    with EmulatorFleet(loaded, one_process=True):
+        yield loaded
 
 
 @pytest.fixture

@@ -1,47 +1,27 @@
 """``POST /v1/embeddings`` through the router: the example fleet of two generative and two
-pooling (embedding) workers (``config/examples/embeddings-fleet.yaml``), emulated in their
-own process, and the official ``openai`` client."""
+pooling (embedding) workers (``embeddings_fleet``: ``config/examples/embeddings-fleet.yaml``,
+emulated in their own process), and the official ``openai`` client."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Iterator
-from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
-import yaml
 
-from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory
-from workers.emulator.process import EmulatorFleet
-from workers.fleet import FleetConfig, load_fleet
-from workers.ports import free_port
+from tests.router.gateway_support import MODEL, RouterFactory
+from workers.fleet import FleetConfig
 
 pytestmark = pytest.mark.integration
 EMBEDDER = "Qwen/Qwen3-Embedding-0.6B"
 POOLING_WORKERS = {"embed-h100", "embed-l40s"}
-EXAMPLE = REPO_ROOT / "config/examples/embeddings-fleet.yaml"
-FAST = {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 8}}
-
-
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
-    """The example fleet, on free ports."""
-    data = yaml.safe_load(EXAMPLE.read_text())
-    for worker in data["workers"]:
-        worker["emulate"] = {**worker["emulate"], **FAST, "port": free_port()}
-    path: Path = tmp_path_factory.mktemp("embeddings") / "fleet.yaml"
-    path.write_text(yaml.safe_dump(data))
-    loaded = load_fleet(path)
-    with EmulatorFleet(loaded, one_process=True):
-        yield loaded
 
 
 async def test_the_openai_client_gets_embeddings_from_a_pooling_worker(
-        fleet: FleetConfig, make_router: RouterFactory) -> None:
-    router = await make_router(fleet)
+        embeddings_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(embeddings_fleet)
     client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
     raw = await client.embeddings.with_raw_response.create(   # the SDK asks for base64
         model=EMBEDDER, input=["where is my order", "reset my password"])
@@ -67,11 +47,11 @@ async def test_the_openai_client_gets_embeddings_from_a_pooling_worker(
 
 
 async def test_each_input_of_a_batch_must_fit_the_window_not_their_sum(
-        fleet: FleetConfig, make_router: RouterFactory) -> None:
+        embeddings_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """A batch of inputs was refused when their tokens together passed one window (8,192
     here), though the worker embeds each on its own; an input filling the window was
     refused for want of room for an output token an embedding never makes."""
-    router = await make_router(fleet)
+    router = await make_router(embeddings_fleet)
     client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
     batch = await client.embeddings.create(model=EMBEDDER, input=[[7] * 5_000, [8] * 5_000])
     assert [item.index for item in batch.data] == [0, 1]
@@ -90,8 +70,8 @@ async def test_each_input_of_a_batch_must_fit_the_window_not_their_sum(
 
 
 async def test_concurrent_embeddings_spread_over_the_pooling_workers_only(
-        fleet: FleetConfig, make_router: RouterFactory) -> None:
-    router = await make_router(fleet)
+        embeddings_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(embeddings_fleet)
     text = "a longer passage to embed, " * 30
 
     async def one(session: aiohttp.ClientSession, i: int) -> tuple[int, str]:
@@ -109,17 +89,17 @@ async def test_concurrent_embeddings_spread_over_the_pooling_workers_only(
 @pytest.mark.parametrize(("path", "body", "message"), [
     ("/v1/embeddings", {"model": MODEL, "input": "x"}, "does not serve embeddings"),
     ("/v1/chat/completions", {"model": EMBEDDER, "messages": [{"role": "user", "content": "x"}]},
-     "serves embeddings only"),
-    ("/v1/completions", {"model": EMBEDDER, "prompt": "x"}, "serves embeddings only"),
+     "serves pooling only"),
+    ("/v1/completions", {"model": EMBEDDER, "prompt": "x"}, "serves pooling only"),
     ("/v1/embeddings", {"model": EMBEDDER}, "Missing required parameter: 'input'"),
     ("/v1/embeddings", {"model": EMBEDDER, "input": {"text": "x"}}, "input: must be"),
     ("/v1/embeddings", {"model": EMBEDDER, "input": "word " * 9000},
      "maximum context length is 8192"),
 ])
 async def test_requests_for_what_a_model_does_not_serve_get_a_clear_400(
-        fleet: FleetConfig, make_router: RouterFactory, path: str, body: dict[str, object],
-        message: str) -> None:
-    router = await make_router(fleet)
+        embeddings_fleet: FleetConfig, make_router: RouterFactory, path: str,
+        body: dict[str, object], message: str) -> None:
+    router = await make_router(embeddings_fleet)
     async with aiohttp.ClientSession() as session, session.post(router.url + path,
                                                                 json=body) as resp:
         answer = await resp.json()
@@ -131,12 +111,12 @@ async def test_requests_for_what_a_model_does_not_serve_get_a_clear_400(
 
 
 async def test_a_rule_rewriting_embeddings_to_a_generative_model_is_a_500_naming_it(
-        fleet: FleetConfig, make_router: RouterFactory) -> None:
+        embeddings_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """A routing file's mistake (an unscoped model rewrite, as `kvroute validate --fleet`
     warns): the generative worker would answer a bare 404; the router says which rule."""
     routing = ("profiles: {default: {filters: [model, healthy]}}\n"
                f"rules: [{{name: all-to-llama, then: {{model: {MODEL}}}}}]\n")
-    router = await make_router(fleet, routing)
+    router = await make_router(embeddings_fleet, routing)
     async with aiohttp.ClientSession() as session:
         async with session.post(f"{router.url}/v1/embeddings",
                                 json={"model": EMBEDDER, "input": "hello"}) as resp:
