@@ -11,7 +11,10 @@ model declared ``matryoshka`` (Qwen3-Embedding); any other refuses it, as vLLM d
 Inputs as vLLM 0.32 takes them: ``input`` a string, a list of strings, token ids or lists of
 token ids, or chat messages (one conversation, or a list of them; also under ``messages``).
 ``encoding_format`` ``float`` (default) or ``base64`` (little-endian float32, what the OpenAI
-SDK asks for by default).
+SDK asks for by default), or vLLM's binary answers: ``bytes`` (the vectors' float32 bytes one
+after the other, in the ``endianness`` asked, native by default, described by a JSON
+``metadata`` header: ids, each vector's place and shape, the usage) and ``bytes_only`` (the
+bytes alone). A binary answer in another ``embed_dtype`` is refused (the emulator's 400).
 
 The same inputs, engine requests and vectors serve vLLM's other pooling APIs of an embedding
 model: ``/pooling`` (``workers.emulator.pooling_api``) and the score and rerank APIs
@@ -22,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any, NoReturn
 
 import numpy as np
@@ -39,7 +44,9 @@ from workers.emulator.state import WORKER, WorkerState
 from workers.engine.api import EngineRequest
 from workers.engine.profiles import ModelSpec
 
-ENCODING_FORMATS = ("float", "base64")
+ENCODING_FORMATS = ("float", "base64", "bytes", "bytes_only")
+BINARY_FORMATS = ("bytes", "bytes_only")
+BYTE_ORDERS = {"native": "=", "little": "<", "big": ">"}      # vLLM's endianness, numpy's
 
 
 async def embeddings(request: web.Request) -> web.Response:
@@ -52,12 +59,14 @@ async def embeddings(request: web.Request) -> web.Response:
     prompts = await tokenized(worker, inputs(data))
     request_id = worker.new_request_id("embd", request)
     await run_pooling(worker, request_id, prompts)
+    vectors = [embedding_of(tokens, dimensions, worker.config.model.hidden)
+               for tokens in prompts]
+    if encoding in BINARY_FORMATS:
+        return binary_answer(data, encoding, request_id, model, vectors, prompts)
     body = {
         "id": request_id, "object": "list", "created": int(time.time()), "model": model,
-        "data": [{"index": i, "object": "embedding",
-                  "embedding": encoded(embedding_of(tokens, dimensions,
-                                                    worker.config.model.hidden), encoding)}
-                 for i, tokens in enumerate(prompts)],
+        "data": [{"index": i, "object": "embedding", "embedding": encoded(vector, encoding)}
+                 for i, vector in enumerate(vectors)],
         "usage": pooling_usage(prompts),
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
@@ -77,7 +86,39 @@ def encoding_format(data: Mapping[str, Any]) -> str:
     if encoding not in ENCODING_FORMATS:
         raise bad_request(f"encoding_format: must be one of {', '.join(ENCODING_FORMATS)} "
                           f"(the emulator's), got {encoding!r}", "encoding_format")
+    if encoding in BINARY_FORMATS:
+        dtype = data.get("embed_dtype", "float32")
+        if dtype != "float32":
+            raise bad_request(f"embed_dtype: the emulator answers bytes in float32 only, got "
+                              f"{dtype!r}", "embed_dtype")
+        if data.get("endianness", "native") not in BYTE_ORDERS:
+            raise bad_request(f"endianness: must be one of {', '.join(BYTE_ORDERS)}",
+                              "endianness")
     return str(encoding)
+
+
+def binary_answer(data: Mapping[str, Any], encoding: str, request_id: str, model: str,
+                  vectors: Sequence[list[float]], prompts: Sequence[Sequence[int]]
+                  ) -> web.Response:
+    """vLLM's binary pooling answer: the vectors' float32 bytes one after the other, and
+    (``bytes``, not ``bytes_only``) the ``metadata`` header saying where each one is."""
+    endianness = str(data.get("endianness", "native"))
+    dtype = np.dtype(BYTE_ORDERS[endianness] + "f4")
+    chunks = [np.asarray(vector, dtype=dtype).tobytes() for vector in vectors]
+    headers = {}
+    if encoding == "bytes":
+        ends = list(accumulate(map(len, chunks)))
+        usage = pooling_usage(prompts)
+        headers["metadata"] = json.dumps({    # as vLLM writes it: json.dumps, its spacing
+            "id": request_id, "created": int(time.time()), "model": model,
+            "data": [{"index": i, "embed_dtype": "float32", "endianness": endianness,
+                      "start": end - len(chunk), "end": end, "shape": [len(vector)]}
+                     for i, (chunk, end, vector) in enumerate(zip(chunks, ends, vectors,
+                                                                  strict=True))],
+            "usage": {"prompt_tokens": usage["prompt_tokens"],
+                      "total_tokens": usage["total_tokens"]}})
+    return web.Response(body=b"".join(chunks), headers=headers,
+                        content_type="application/octet-stream")
 
 
 def check_engine(worker: WorkerState) -> None:

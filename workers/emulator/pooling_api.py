@@ -5,7 +5,8 @@ the same unit vector ``/v1/embeddings`` answers (``workers.emulator.embeddings``
 inputs, engine requests and ``encoding_format`` it shares), as ``{"index", "object":
 "pooling", "data"}`` under a ``pooling-`` id. A body is one of vLLM's three shapes: ``input``
 (as embeddings take it), ``messages`` (one conversation) or an IO processor plugin's
-``data``; none of them is every shape's pydantic errors, as vLLM lists them. What vLLM
+``data``; none of them is every shape's pydantic errors, as vLLM lists them.
+``encoding_format`` as embeddings take it, vLLM's binary answers included. What vLLM
 refuses of an embedding model is refused in its words: ``dimensions``, a plugin request (no
 plugin is installed), a ``task`` other than ``embed``.
 """
@@ -20,6 +21,8 @@ import orjson
 from aiohttp import web
 
 from workers.emulator.embeddings import (
+    BINARY_FORMATS,
+    binary_answer,
     check_engine,
     embedding_of,
     encoded,
@@ -53,10 +56,12 @@ async def pooling(request: web.Request) -> web.Response:
     request_id = worker.new_request_id("pooling", request)
     await run_pooling(worker, request_id, prompts)
     hidden = worker.config.model.hidden
+    vectors = [embedding_of(tokens, hidden, hidden) for tokens in prompts]
+    if encoding in BINARY_FORMATS:
+        return binary_answer(data, encoding, request_id, model, vectors, prompts)
     body = {"id": request_id, "object": "list", "created": int(time.time()), "model": model,
-            "data": [{"index": i, "object": "pooling",
-                      "data": encoded(embedding_of(tokens, hidden, hidden), encoding)}
-                     for i, tokens in enumerate(prompts)],
+            "data": [{"index": i, "object": "pooling", "data": encoded(vector, encoding)}
+                     for i, vector in enumerate(vectors)],
             "usage": pooling_usage(prompts)}
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 

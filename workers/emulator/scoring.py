@@ -94,17 +94,36 @@ def _score_sides(data: Mapping[str, Any]) -> tuple[str, str]:
 def _rerank_top_n(data: Mapping[str, Any]) -> int:
     """``top_n`` (0 when absent), once ``query``, ``documents`` and it are valid."""
     errors = _item_errors(data, "query", many=False) + _item_errors(data, "documents", many=True)
-    top_n = data.get("top_n", 0)
-    if isinstance(top_n, float) and top_n.is_integer():
-        top_n = int(top_n)
-    if not isinstance(top_n, int) or isinstance(top_n, bool):
-        errors.append(("top_n", "Input should be a valid integer", "int_type", top_n, None))
+    raw = data.get("top_n", 0)
+    top_n = _lax_int(raw)
+    if isinstance(top_n, tuple):
+        errors.append(("top_n", *top_n, raw, None))
     elif top_n < 0:
         errors.append(("top_n", "Input should be greater than or equal to 0",
-                       "greater_than_equal", top_n, {"ge": 0}))
+                       "greater_than_equal", raw, {"ge": 0}))
     if errors:
         raise validation_errors(errors)
-    return int(top_n)
+    assert isinstance(top_n, int)
+    return top_n
+
+
+def _lax_int(value: Any) -> int | tuple[str, str]:
+    """``value`` as pydantic's lax ``int`` takes it (a bool, an integral float, a numeric
+    string), else its error's message and type."""
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        return ("Input should be a valid integer, got a number with a fractional part",
+                "int_from_float")
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return ("Input should be a valid integer, unable to parse string as an integer",
+                    "int_parsing")
+    return "Input should be a valid integer", "int_type"
 
 
 def _item_errors(data: Mapping[str, Any], name: str, many: bool) -> list[FieldError]:
@@ -125,9 +144,16 @@ def _item_errors(data: Mapping[str, Any], name: str, many: bool) -> list[FieldEr
 
 
 def _not_an_item(where: str, value: Any) -> list[FieldError]:
-    return [(where, "Input should be a valid string", "string_type", value, None),
-            (f"{where}.ScoreMultiModalParam", "Input should be a valid dictionary",
-             "dict_type", value, None)]
+    """pydantic's errors for a value that is neither a string nor multimodal content."""
+    as_content: FieldError = (f"{where}.ScoreMultiModalParam", "Input should be a valid "
+                              "dictionary", "dict_type", value, None)
+    if isinstance(value, dict):
+        content = f"{where}.ScoreMultiModalParam.content"
+        as_content = ((content, "Field required", "missing", value, None)
+                      if "content" not in value else
+                      (content, "Input should be a valid list", "list_type", value["content"],
+                       None))
+    return [(where, "Input should be a valid string", "string_type", value, None), as_content]
 
 
 def _is_item(value: Any) -> bool:

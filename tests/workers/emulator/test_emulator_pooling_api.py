@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -53,6 +54,35 @@ async def test_each_inputs_pooled_output_is_its_embedding(embedder: EmulatorProc
     status, chat = await post(f"{embedder.url}/pooling", {
         "model": EMBEDDER, "messages": [{"role": "user", "content": "hello"}]})
     assert status == 200 and len(chat["data"]) == 1, chat
+
+
+async def test_a_binary_answer_is_the_vectors_bytes_described_by_its_metadata(
+        embedder: EmulatorProcess) -> None:
+    texts = ["where is my parcel", "integrals"]
+    _, floats = await post(f"{embedder.url}/pooling", {"model": EMBEDDER, "input": texts})
+    vectors = [item["data"] for item in floats["data"]]
+    for path in ("/pooling", "/v1/embeddings"):
+        async with aiohttp.ClientSession() as session, session.post(
+                embedder.url + path, json={"model": EMBEDDER, "input": texts,
+                                           "encoding_format": "bytes"}) as resp:
+            assert (resp.status, resp.content_type) == (200, "application/octet-stream")
+            raw, metadata = await resp.read(), json.loads(resp.headers["metadata"])
+        assert list(metadata) == ["id", "created", "model", "data", "usage"]
+        assert metadata["id"].startswith("pooling-" if path == "/pooling" else "embd-")
+        assert metadata["data"] == [
+            {"index": i, "embed_dtype": "float32", "endianness": "native", "start": 4096 * i,
+             "end": 4096 * (i + 1), "shape": [1024]} for i in range(2)]
+        assert metadata["usage"] == {"prompt_tokens": floats["usage"]["prompt_tokens"],
+                                     "total_tokens": floats["usage"]["total_tokens"]}
+        assert [list(struct.unpack("=1024f", raw[i * 4096:(i + 1) * 4096]))
+                for i in range(2)] == [pytest.approx(v, abs=1e-6) for v in vectors]
+    async with aiohttp.ClientSession() as session, session.post(
+            f"{embedder.url}/pooling", json={"model": EMBEDDER, "input": texts[0],
+                                             "encoding_format": "bytes_only",
+                                             "endianness": "big"}) as resp:
+        assert resp.status == 200 and "metadata" not in resp.headers
+        assert list(struct.unpack(">1024f", await resp.read())) == pytest.approx(
+            vectors[0], abs=1e-6)
 
 
 @pytest.mark.parametrize(("body", "param", "message"), [

@@ -102,6 +102,10 @@ async def test_a_rerank_sorts_by_relevance_echoes_documents_and_keeps_top_n(
     status, one = await post(f"{embedder.url}/rerank", {"model": EMBEDDER, "query": QUERY,
                                                         "documents": "a single document"})
     assert status == 200 and one["results"][0]["index"] == 0
+    for lax in (True, 1.0, "1"):        # pydantic's lax integers, as vLLM takes them
+        status, best = await post(f"{embedder.url}/rerank", {
+            "model": EMBEDDER, "query": QUERY, "documents": DOCUMENTS, "top_n": lax})
+        assert status == 200 and [r["index"] for r in best["results"]] == order[:1], lax
 
 
 @pytest.mark.parametrize(("path", "body", "message"), [
@@ -138,6 +142,17 @@ async def test_a_body_of_no_shape_is_every_shapes_validation_errors(
                                                          "query": ["q1", "q2"], "documents": "a"})
     assert (status, body["error"]["param"]) == (400, "body.query")
     assert body["error"]["message"].startswith("2 validation errors:\n  {'type': 'string_type'")
+    status, body = await post(f"{embedder.url}/rerank", {"model": EMBEDDER, "query": "q",
+                                                         "documents": "a", "top_n": "x"})
+    assert (status, body["error"]["message"]) == (400, (
+        "1 validation error:\n  {'type': 'int_parsing', 'loc': 'body.top_n', 'msg': 'Input "
+        "should be a valid integer, unable to parse string as an integer', 'input': 'x'}"))
+    status, body = await post(f"{embedder.url}/score", {"model": EMBEDDER, "text_1": {"x": 1},
+                                                        "text_2": "b"})
+    assert status == 400 and body["error"]["message"].endswith(
+        "  {'type': 'missing', 'loc': 'body.text_1.ScoreMultiModalParam.content', 'msg': "
+        "'Field required', 'input': '<dict of 1 items>'}\n  {'type': 'list_type', 'loc': "
+        "'body.text_1', 'msg': 'Input should be a valid list', 'input': '<dict of 1 items>'}")
 
 
 async def test_an_unknown_model_and_an_over_long_text_are_refused_as_vllm_does(
