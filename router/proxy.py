@@ -1,6 +1,8 @@
 """Forward one request to one worker and relay its answer, bytes in, bytes out.
 
-Non-streamed answers are read whole and passed on with the worker's status. Streams (SSE)
+Non-streamed answers are read whole and passed on with the worker's status (a binary pooling
+answer, vLLM's ``encoding_format: bytes``, with the ``metadata`` header that describes it,
+its usage read there). Streams (SSE)
 are relayed as they arrive, cut only at event boundaries; the only rewrite is of the final usage
 chunk, which the router always asks for and, when the client did not, turns back into what
 vLLM sends without it (``router.proxy_usage``: the chunk dropped, its ``system_fingerprint``
@@ -107,6 +109,21 @@ MESSAGES_STREAM = StreamFormat((b"event: message_stop",), b"event: content_block
                                anthropic_failure)
 
 
+# vLLM's binary pooling answers (``encoding_format: bytes``): the raw vectors, described by
+# a JSON ``metadata`` header (ids, each vector's place and shape, the usage)
+BINARY_TYPE = "application/octet-stream"
+METADATA_HEADER = "metadata"
+
+
+def _usage_of(raw: bytes) -> Usage | None:
+    """The usage a JSON object (a binary answer's metadata) carries, None if none."""
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return parse_usage(parsed.get("usage")) if isinstance(parsed, dict) else None
+
+
 class RetryableUpstream(Exception):
     """The worker failed before anything reached the client; another worker may serve it."""
 
@@ -209,7 +226,13 @@ class Proxy:
                            response_headers: Mapping[str, str]) -> ProxyResult:
         data = await upstream.read()
         usage = None
-        if upstream.status == 200:
+        metadata = upstream.headers.get(METADATA_HEADER)
+        if metadata is not None and upstream.content_type == BINARY_TYPE:
+            # vLLM's binary pooling answer: what the bytes are (and its usage) is in a header
+            response_headers = {**response_headers, METADATA_HEADER: metadata}
+            if upstream.status == 200:
+                usage = _usage_of(metadata.encode("latin-1"))
+        elif upstream.status == 200:
             try:
                 parsed = orjson.loads(data)
             except orjson.JSONDecodeError:

@@ -6,6 +6,7 @@ paths apart; a generative model's requests get the router's 400."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -63,6 +64,27 @@ async def test_the_answer_through_the_router_is_the_pooling_workers_own(
     assert prompt_tokens(router) == routed["usage"]["prompt_tokens"] > 0
     assert router.metric("kvroute_requests_total", model=EMBEDDER, worker=worker,
                          gpu=GPUS[worker], profile="default", status="200") == 1
+
+
+@pytest.mark.parametrize("path", ["/pooling", "/v1/embeddings"])
+async def test_a_binary_answer_comes_with_its_metadata_and_its_usage_counts(
+        embeddings_fleet: FleetConfig, make_router: RouterFactory, path: str) -> None:
+    """vLLM's ``encoding_format: bytes``: raw vectors, described (usage included) by the
+    ``metadata`` header, which the client needs and the router counts by."""
+    router = await make_router(embeddings_fleet)
+    request = {"model": EMBEDDER, "input": [QUERY, "hello"], "encoding_format": "bytes"}
+    answers = []
+    for base in (router.url, None):
+        async with aiohttp.ClientSession() as session:
+            url = (base or embeddings_fleet.worker(answers[0][2]).info.url) + path
+            async with session.post(url, json=request) as resp:
+                answers.append((resp.status, resp.content_type,
+                                resp.headers.get("x-kvroute-worker"), await resp.read(),
+                                json.loads(resp.headers["metadata"])))
+    (status, kind, worker, raw, metadata), direct = answers
+    assert (status, kind) == (200, "application/octet-stream") and worker in POOLING_WORKERS
+    assert raw == direct[3] and without_ids(metadata) == without_ids(direct[4])
+    assert prompt_tokens(router) == metadata["usage"]["prompt_tokens"] > 0
 
 
 async def test_a_rerank_is_routed_on_its_pairs_texts_and_charged_what_the_worker_served(
