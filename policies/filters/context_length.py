@@ -11,7 +11,8 @@ accepts. Only a prompt that fits no window leaves nothing (the router then answe
 between the router's token count and the worker's tokenizer.
 
 The prompt is the longest one of a batch (several completion prompts, several embedding
-inputs): vLLM serves each on its own, so only each must fit, not their sum. An embedding
+inputs, a score's or a rerank's texts): vLLM serves each on its own, so only each must fit,
+not their sum. A pooling request (embeddings, scores, reranking, pooling, classification)
 generates nothing: its input may fill the whole window.
 
 ```yaml
@@ -33,7 +34,7 @@ from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
 TYPE_NAME = "context-length"
-POOLING = "pooling"     # what an embeddings path runs as (RUNNER_OF_PATH)
+POOLING = "pooling"     # what a pooling API's path runs as (RUNNER_OF_PATH)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,12 @@ refusals are the engine's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
+import numpy as np
 import pytest
 
 from tests.real_vllm.conftest import EMBEDDER
@@ -32,6 +35,7 @@ ANSWERED: list[tuple[str, dict[str, Any]]] = [
     ("/score", {"data_1": QUERY, "data_2": DOCUMENTS[0]}),
     ("/rerank", {"query": QUERY, "documents": DOCUMENTS}),
     ("/v1/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": 2}),
+    ("/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": True}),     # pydantic's 1
     ("/v2/rerank", {"query": QUERY, "documents": DOCUMENTS[2]}),
     ("/pooling", {"input": [QUERY, "hello"]}),
 ]
@@ -45,6 +49,10 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
     ("/score", {"text_1": "word " * 600, "text_2": "b"}),
     ("/rerank", {"query": "q"}),
     ("/rerank", {"query": "q", "documents": ["a"], "top_n": -1}),
+    ("/rerank", {"query": "q", "documents": ["a"], "top_n": "x"}),
+    ("/score", {"text_1": "q", "text_2": [5]}),
+    ("/score", {"text_1": None, "text_2": "b"}),
+    ("/score", {"text_1": {"x": 1}, "text_2": "b"}),
     ("/rerank", {"query": "q", "documents": []}),
     ("/pooling", {}),
     ("/pooling", {"input": "a", "dimensions": 8}),
@@ -141,6 +149,33 @@ def ranking(answer: dict[str, Any]) -> list[int]:
         return [result["index"] for result in answer["results"]]
     scores = [item["score"] for item in answer["data"]]
     return sorted(range(len(scores)), key=scores.__getitem__, reverse=True)
+
+
+async def binary(url: str, body: dict[str, Any]) -> tuple[int, str, bytes, dict[str, Any]]:
+    """A binary pooling answer: status, content type, bytes and metadata (without id and
+    time)."""
+    async with aiohttp.ClientSession() as session, session.post(url, json=body) as resp:
+        metadata = json.loads(resp.headers.get("metadata", "{}"))
+        return (resp.status, resp.content_type, await resp.read(),
+                {key: value for key, value in metadata.items() if key not in ("id", "created")})
+
+
+async def test_a_binary_pooling_answer_through_kvroute_and_from_the_emulator(
+        embedding_fleet: FleetConfig, router_url: str, emulated: EmulatorProcess) -> None:
+    """``encoding_format: bytes``: the engine's bytes and metadata header through kvroute;
+    the emulator's header has the engine's keys and vector places, its bytes the engine's
+    length."""
+    engine = embedding_fleet.workers[0].info.url
+    request = {"model": EMBEDDER, "input": [QUERY, "hello"], "encoding_format": "bytes"}
+    status, kind, raw, metadata = await binary(f"{engine}/pooling", request)
+    assert (status, kind) == (200, "application/octet-stream") and metadata["usage"]
+    routed = await binary(f"{router_url}/pooling", request)
+    assert routed[:2] == (status, kind) and routed[3] == metadata
+    assert np.frombuffer(routed[2], dtype="=f4") == pytest.approx(
+        np.frombuffer(raw, dtype="=f4"), abs=1e-5)
+    mine = await binary(f"{emulated.url}/pooling", request)
+    assert mine[:2] == (status, kind) and len(mine[2]) == len(raw)
+    assert paths(mine[3]) == paths(metadata) and mine[3]["data"] == metadata["data"]
 
 
 @pytest.mark.parametrize(("path", "body"), REFUSED,
