@@ -3,14 +3,14 @@
 One uniform, awaited path for every generation, pooling (embeddings, scores, reranking,
 pooling, classification), Responses API and Anthropic Messages API request (a response that
 continues another goes to the worker holding that one). Producers (tokenizing, hashing,
-classifying) run before the decision, in a thread when a
-producer says its input is long (``policies.producers.runner``); the decision itself is pure and
-synchronous. A connect error or 5xx before the first byte is retried on another
-worker, excluding the ones already tried, at most ``Settings.max_retries`` times. Admission
-(``router.admission``: tenants' budgets, the in-flight limit) runs right after parsing, and
-the request holds its ticket until it is answered. Each
-request's fate is recorded in ``router.ejection``: workers ejected after failing request
-after request are shown to the policy as unhealthy, unless that leaves it no candidate.
+classifying) run before the decision, in a thread when a producer says its input is long
+(``policies.producers.runner``); the decision itself is pure and synchronous. A connect
+error or 5xx before the first byte is retried on another worker, excluding the ones already
+tried, at most ``Settings.max_retries`` times. Admission (``router.admission``: tenants'
+budgets, the in-flight limit) runs right after parsing, and the request holds its ticket
+until it is answered. Each request's fate is recorded in ``router.ejection``: workers
+ejected after failing request after request are shown to the policy as unhealthy, unless
+that leaves it no candidate.
 """
 
 from __future__ import annotations

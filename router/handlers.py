@@ -3,9 +3,8 @@
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
 ``POST /v1/responses``, ``POST /v1/messages``, vLLM's pooling APIs ``POST /score``,
 ``/v1/score``, ``/rerank``, ``/v1/rerank``, ``/v2/rerank``, ``/pooling`` and ``/classify``
-(the director), ``POST /tokenize``,
-``POST /detokenize``, ``POST /v1/messages/count_tokens``, ``GET /v1/responses/{id}``,
-``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
+(the director), ``POST /tokenize``, ``POST /detokenize``, ``POST /v1/messages/count_tokens``,
+``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
 ``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health``, ``GET /metrics``,
 ``GET /debug/decisions``, ``GET /debug/fleet``, ``GET /debug/admission``.
 """

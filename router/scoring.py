@@ -18,6 +18,8 @@ cosine of two embeddings), which embeds each text once, so for it the count is h
 query's repeats; the engine's ``usage`` says what it prefilled, and that is what budgets and
 metrics are charged. The context window is checked against each text on its own, as a
 bi-encoder embeds it: a pair too long for a cross-encoder's window is the engine's to refuse.
+As for a batch of embedding inputs, each text is one prompt to the estimators (two a pair),
+each with its one output step.
 """
 
 from __future__ import annotations
