@@ -38,7 +38,8 @@ from workers.emulator.protocol import read_json_body
 from workers.emulator.state import WORKER
 
 POOLING_PATH = "/pooling"
-SUPPORTED_TASKS = ("embed", "token_embed")       # an embedding model's, as vLLM lists them
+# an embedding model's (vLLM lists them from a set: in either order, from start to start)
+SUPPORTED_TASKS = ("embed", "token_embed")
 NO_PLUGIN = ("No IOProcessor plugin installed. Please refer to the documentation and to the "
              "'prithvi_geospatial_mae_io_processor' offline inference example for more "
              "details. (parameter=task)")
