@@ -36,6 +36,9 @@ class RoutingRequest:
     session: str | None = None           # x-session-id / user field
     headers: Mapping[str, str] = field(default_factory=dict)
     arrival_time: float = 0.0            # monotonic seconds (virtual in the simulator)
+    # a pooling request that asks the engine to cut its texts (``truncate_prompt_tokens``,
+    # a score's ``max_tokens_per_query``/``_per_doc``): no text is too long for a window
+    truncates: bool = False
     # --- produced before the decision -------------------------------------------------------
     prompt_token_ids: Sequence[int] | None = None
     num_prompt_tokens: int = 0

@@ -184,6 +184,8 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         arrival_time=arrival_time)
     if path in (CHAT_PATH, COMPLETIONS_PATH):       # n choices (best_of sequences)
         routing.choices, routing.returned_choices = choices_of(data), choices_of(data, ("n",))
+    elif RUNNER_OF_PATH.get(path) == "pooling":
+        routing.truncates = any(isinstance(data.get(name), int) for name in TRUNCATIONS)
     return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage,
                          response_id=response_id, previous_response_id=previous_id,
                          response_id_assigned=assigned)
@@ -299,6 +301,10 @@ def _check_prompt(prompt: Any) -> Any:
             return prompt
     raise InvalidRequest("prompt: must be a string, an array of strings, an array of token ids "
                          "or an array of arrays of token ids.", param="prompt")
+
+
+# the fields by which a pooling request asks the engine to cut its texts to fit
+TRUNCATIONS = ("truncate_prompt_tokens", "max_tokens_per_query", "max_tokens_per_doc")
 
 
 def pooling_input(data: Mapping[str, Any], path: str

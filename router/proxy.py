@@ -232,7 +232,7 @@ class Proxy:
             response_headers = {**response_headers, METADATA_HEADER: metadata}
             if upstream.status == 200:
                 usage = _usage_of(metadata.encode("latin-1"))
-        elif upstream.status == 200:
+        elif upstream.status == 200 and upstream.content_type != BINARY_TYPE:
             try:
                 parsed = orjson.loads(data)
             except orjson.JSONDecodeError:

@@ -49,24 +49,40 @@ def parse_usage(raw: object) -> Usage | None:
     ``cache_creation_input_tokens`` (vLLM sends those only with prompt token details on)."""
     if not isinstance(raw, dict):
         return None
-    if "cache_read_input_tokens" in raw or "cache_creation_input_tokens" in raw:
-        read = raw.get("cache_read_input_tokens")
-        read = read if isinstance(read, int) else None
-        created = raw.get("cache_creation_input_tokens")
-        return Usage(prompt_tokens=int(raw.get("input_tokens") or 0) + (read or 0)
-                     + (created if isinstance(created, int) else 0),
-                     completion_tokens=int(raw.get("output_tokens") or 0), cached_tokens=read)
-    if "input_tokens" in raw:
-        details = raw.get("input_tokens_details")
+    try:
+        if "cache_read_input_tokens" in raw or "cache_creation_input_tokens" in raw:
+            read = raw.get("cache_read_input_tokens")
+            return Usage(prompt_tokens=_count(raw.get("input_tokens"))
+                         + _count(raw.get("cache_creation_input_tokens")) + _count(read),
+                         completion_tokens=_count(raw.get("output_tokens")),
+                         cached_tokens=_count(read) if read is not None else None)
+        if "input_tokens" in raw:
+            details = raw.get("input_tokens_details")
+            cached = details.get("cached_tokens") if isinstance(details, dict) else None
+            return Usage(prompt_tokens=_count(raw.get("input_tokens")),
+                         completion_tokens=_count(raw.get("output_tokens")),
+                         cached_tokens=_count(cached) if cached is not None else None)
+        details = raw.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        return Usage(prompt_tokens=int(raw.get("input_tokens") or 0),
-                     completion_tokens=int(raw.get("output_tokens") or 0),
-                     cached_tokens=cached if isinstance(cached, int) else None)
-    details = raw.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return Usage(prompt_tokens=int(raw.get("prompt_tokens") or 0),
-                 completion_tokens=int(raw.get("completion_tokens") or 0),
-                 cached_tokens=cached if isinstance(cached, int) else None)
+        return Usage(prompt_tokens=_count(raw.get("prompt_tokens")),
+                     completion_tokens=_count(raw.get("completion_tokens")),
+                     cached_tokens=_count(cached) if cached is not None else None)
+    except ValueError:       # a count that is not one: no usage (the worker's fault)
+        return None
+
+
+# more tokens than any answer holds: a worker's count past it is not a count
+MAX_COUNT = 10**12
+
+
+def _count(value: object) -> int:
+    """A token count a worker sent: absent (None) is 0; anything but an integer in
+    [0, MAX_COUNT] (a string, a float, a negative or huge number) raises ValueError."""
+    if value is None:
+        return 0
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"not a token count: {value!r}")
+    return value
 
 
 def is_response_event_with_usage(event: bytes) -> bool:

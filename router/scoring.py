@@ -10,16 +10,17 @@ are counted (the engine checks the rest: a model without multimodal input refuse
 Sides that cannot be paired are refused in vLLM's own words and shape
 (``router.errors.EngineBadRequest``), as the engine would refuse them.
 
-What is counted: a cross-encoder (a reranker) scores each (query, document) pair in one
-prefill of the two texts together, so the routed prompt is, pair after pair, the query and
-then the document, as two texts: the tokens counted are the pairs' (a query scored against N
-documents is counted N times). vLLM scores with an embedding model too (a bi-encoder: the
-cosine of two embeddings), which embeds each text once, so for it the count is high by the
-query's repeats; the engine's ``usage`` says what it prefilled, and that is what budgets and
-metrics are charged. The context window is checked against each text on its own, as a
-bi-encoder embeds it: a pair too long for a cross-encoder's window is the engine's to refuse.
-As for a batch of embedding inputs, each text is one prompt to the estimators (two a pair),
-each with its one output step.
+What is counted: each text once, the queries then the documents (a batch of prompts, as
+embedding inputs are), which is what an embedding model (a bi-encoder, scoring by the cosine
+of two embeddings) prefills. A cross-encoder (a reranker) prefills each (query, document)
+pair together, so for it a query scored against N documents is counted once where it is
+prefilled N times: the count is low by the query's repeats. It is not repeated on purpose:
+the routed prompt, its token ids and block hashes stay bounded by the body (a short body of
+100,000 one-letter documents behind a long query would be billions of tokens to hold and
+hash before any worker saw it). The engine's ``usage`` says what it prefilled, and that is
+what budgets and metrics are charged. The context window is checked against each text on its
+own: a pair too long for a cross-encoder's window is the engine's to refuse. Each text is one
+prompt to the estimators, each with its one output step.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ SCORE_SIDES = (("queries", "documents"), ("queries", "items"), ("data_1", "data_
 
 
 def scoring_texts(data: Mapping[str, Any], rerank: bool) -> list[str]:
-    """The routed prompt of a score request (``rerank`` False) or a rerank request: each
-    (query, document) pair's two texts, pair after pair."""
+    """The routed prompt of a score request (``rerank`` False) or a rerank request: its
+    queries' texts, then its documents'."""
     if rerank:
         queries = [_item_text(_required(data, "query"), "query")]
         documents = _side_texts(_required(data, "documents"), "documents")
@@ -44,9 +45,7 @@ def scoring_texts(data: Mapping[str, Any], rerank: bool) -> list[str]:
         first, second = _score_sides(data)
         queries, documents = _side_texts(data[first], first), _side_texts(data[second], second)
     _check_pairing(len(queries), len(documents))
-    if len(queries) == 1:
-        queries *= len(documents)
-    return [text for pair in zip(queries, documents, strict=True) for text in pair]
+    return queries + documents
 
 
 def _required(data: Mapping[str, Any], name: str) -> Any:
@@ -76,6 +75,8 @@ def _side_texts(value: Any, name: str) -> list[str]:
     """The texts of one side: an item, or a list of items."""
     if not isinstance(value, list):
         return [_item_text(value, name)]
+    if {*map(type, value)} <= {str}:        # strings only (checked in C): as they are
+        return list(value)
     return [_item_text(item, f"{name}[{i}]") for i, item in enumerate(value)]
 
 

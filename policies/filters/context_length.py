@@ -73,6 +73,8 @@ class ContextLengthFilter:
         needed = required_context(request, self.margin_tokens)
         if needed <= min(map(_max_model_len, workers), default=needed):   # all fit (in C)
             return list(workers)
+        if request.truncates:     # the engine cuts each text to its window (or to fewer)
+            return list(workers)
         fitting = [view for view in workers
                    if view.max_model_len <= 0 or needed <= view.max_model_len]
         if fitting:

@@ -87,11 +87,10 @@ async def test_a_binary_answer_comes_with_its_metadata_and_its_usage_counts(
     assert prompt_tokens(router) == metadata["usage"]["prompt_tokens"] > 0
 
 
-async def test_a_rerank_is_routed_on_its_pairs_texts_and_charged_what_the_worker_served(
+async def test_a_rerank_is_routed_on_its_texts_and_charged_what_the_worker_served(
         embeddings_fleet: FleetConfig, make_router: RouterFactory) -> None:
-    """The policy counts each (query, document) pair's texts, as a cross-encoder prefills
-    them; the tenant's budget and the metrics are charged the worker's usage (an embedding
-    model embeds the query once)."""
+    """The policy counts each text once (the query, then the documents), as an embedding
+    model embeds them; the tenant's budget and the metrics are charged the worker's usage."""
     routing = ((REPO_ROOT / "config/routing.yaml").read_text()
                + "admission:\n  tenants:\n    acme: {tokens_per_minute: 100000}\n")
     router = await make_router(embeddings_fleet, routing)
@@ -107,8 +106,7 @@ async def test_a_rerank_is_routed_on_its_pairs_texts_and_charged_what_the_worker
             decision = (await resp.json())["data"][-1]
         async with session.get(f"{router.url}/debug/admission") as resp:
             budgets = (await resp.json())["budgets"]
-    assert (decision["path"], decision["num_prompt_tokens"]) == ("/rerank",
-                                                                3 * query + documents)
+    assert (decision["path"], decision["num_prompt_tokens"]) == ("/rerank", query + documents)
     assert next(b for b in budgets if b["tenant"] == "acme")["tokens_used"] == (
         query + documents)
     assert prompt_tokens(router) == query + documents

@@ -153,3 +153,15 @@ def test_messages_api_input_tokens_leave_out_the_cache() -> None:
                          "cache_creation_input_tokens": 2})
     assert usage == Usage(prompt_tokens=38, completion_tokens=9, cached_tokens=32)
     assert parse_usage({"input_tokens": 4, "output_tokens": 9}) == Usage(4, 9)
+
+
+def test_counts_that_are_not_counts_are_no_usage() -> None:
+    """A worker's ``"abc"`` raised out of the proxy on a 200 answer; a negative count refunded
+    a tenant's budget."""
+    assert parse_usage({"prompt_tokens": 12, "completion_tokens": 3}) == Usage(12, 3, None)
+    assert parse_usage({"prompt_tokens": 12}) == Usage(12, 0, None)
+    for bad in ("abc", "1e3", [1], -5_000_000, 10**300, 1.5, True):
+        assert parse_usage({"prompt_tokens": bad, "total_tokens": 3}) is None
+        assert parse_usage({"input_tokens": 4, "output_tokens": bad}) is None
+        assert parse_usage({"input_tokens": 4, "cache_read_input_tokens": bad}) is None
+    assert parse_usage({"input_tokens": 4, "cache_read_input_tokens": None}) == Usage(4, 0, None)

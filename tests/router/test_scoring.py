@@ -21,14 +21,14 @@ def parse(body: dict[str, object], path: str = "/score") -> ParsedRequest:
 @pytest.mark.parametrize("path", SCORE_PATHS)
 @pytest.mark.parametrize("sides", [("queries", "documents"), ("queries", "items"),
                                    ("data_1", "data_2"), ("text_1", "text_2")])
-def test_every_score_shape_is_routed_as_its_pairs_texts(path: str,
-                                                        sides: tuple[str, str]) -> None:
+def test_every_score_shape_is_routed_as_its_texts_each_once(path: str,
+                                                            sides: tuple[str, str]) -> None:
     parsed = parse({sides[0]: "q", sides[1]: ["a", "b"]}, path)
     r = parsed.routing
-    assert (r.path, r.prompt, r.messages) == (path, ["q", "a", "q", "b"], None)
+    assert (r.path, r.prompt, r.messages) == (path, ["q", "a", "b"], None)
     assert (r.max_tokens, r.stream, parsed.wants_usage) == (1, False, False)
     assert parse({sides[0]: ["q1", "q2"], sides[1]: ["a", "b"]}, path).routing.prompt == [
-        "q1", "a", "q2", "b"]                      # N:N, pair by pair
+        "q1", "q2", "a", "b"]                      # N:N, the queries then the documents
     assert parse({sides[0]: "q", sides[1]: "a"}, path).routing.prompt == ["q", "a"]
 
 
@@ -40,16 +40,16 @@ def test_the_first_shape_vllm_tries_wins() -> None:
 
 
 @pytest.mark.parametrize("path", RERANK_PATHS)
-def test_a_rerank_is_routed_as_the_query_paired_with_each_document(path: str) -> None:
+def test_a_rerank_is_routed_as_the_query_and_its_documents(path: str) -> None:
     r = parse({"query": "where", "documents": ["a", "b", "c"], "top_n": 2}, path).routing
     assert (r.path, r.prompt, r.max_tokens, r.stream) == (
-        path, ["where", "a", "where", "b", "where", "c"], 1, False)
+        path, ["where", "a", "b", "c"], 1, False)
     assert parse({"query": "q", "documents": "only"}, path).routing.prompt == ["q", "only"]
 
 
 def test_multimodal_content_counts_its_text_parts() -> None:
     r = parse({"query": MULTIMODAL, "documents": [MULTIMODAL, "plain"]}, "/rerank").routing
-    assert r.prompt == ["a cat", "a cat", "a cat", "plain"]
+    assert r.prompt == ["a cat", "a cat", "plain"]
     assert parse({"text_1": "q", "text_2": {"content": []}}).routing.prompt == ["q", ""]
 
 
@@ -106,3 +106,22 @@ def test_sides_that_cannot_pair_are_refused_in_vllms_words_and_shape(
         "message": message, "type": "BadRequestError", "param": None, "code": 400}}
     with pytest.raises(EngineBadRequest, match="At least one text_pair element"):
         parse({"query": "q", "documents": []}, "/rerank")
+
+
+def test_a_query_against_many_documents_is_held_once() -> None:
+    """Repeated per document, a long query behind 100,000 one-letter documents was billions
+    of token ids to hold and hash before any worker saw the request."""
+    query = "word " * 2000
+    r = parse({"query": query, "documents": ["x"] * 100_000}, "/rerank").routing
+    assert len(r.prompt) == 100_001 and r.prompt[0] == query
+    assert sum(map(len, r.prompt)) == len(query) + 100_000
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("truncate_prompt_tokens", -1), ("truncate_prompt_tokens", 512),
+    ("max_tokens_per_doc", 512), ("max_tokens_per_query", 64)])
+def test_truncation_asked_for_is_marked_for_the_context_filter(field: str, value: int) -> None:
+    body = {"query": "q", "documents": ["a"]}
+    assert not parse(body, "/rerank").routing.truncates
+    assert parse({**body, field: value}, "/rerank").routing.truncates
+    assert not parse({**body, field: None}, "/rerank").routing.truncates

@@ -16,6 +16,7 @@ from yarl import URL
 from tests.workers.tls_support import make_tls_files
 from workers.tls import server_tls_context
 from workers.upstream import (
+    MAX_HEAD,
     UpstreamClient,
     UpstreamConnectError,
     UpstreamDisconnected,
@@ -588,4 +589,25 @@ async def test_a_pooled_connection_serves_only_the_scheme_and_context_it_was_mad
     with pytest.raises((UpstreamConnectError, TimeoutError)):   # no TLS handshake there
         await client.get(base.replace("http://", "https://") + "/health")
     assert len(server.heads) == 1                   # nothing went in the clear
+    await server.stop()
+
+
+async def test_a_head_of_a_few_hundred_kilobytes_is_read_and_a_larger_one_refused(
+        client: UpstreamClient) -> None:
+    """vLLM describes a binary pooling answer's vectors in a header, ~105 bytes each: 3,000
+    of them failed the former 64 KiB limit (a 502, and a healthy worker counted as failing)."""
+    sizes = iter([350_000, MAX_HEAD + 10])
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"{}", b"metadata: " + b"m" * next(sizes) + b"\r\n"))
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/pooling", b"{}", {})
+    assert response.status == 200 and len(response.headers["metadata"]) == 350_000
+    assert await response.read() == b"{}"
+    response.close()
+    with pytest.raises(UpstreamPayloadError, match="response head too large"):
+        await client.post(f"{base}/pooling", b"{}", {})
     await server.stop()

@@ -91,7 +91,8 @@ def encoding_format(data: Mapping[str, Any]) -> str:
         if dtype != "float32":
             raise bad_request(f"embed_dtype: the emulator answers bytes in float32 only, got "
                               f"{dtype!r}", "embed_dtype")
-        if data.get("endianness", "native") not in BYTE_ORDERS:
+        endianness = data.get("endianness", "native")
+        if not isinstance(endianness, str) or endianness not in BYTE_ORDERS:
             raise bad_request(f"endianness: must be one of {', '.join(BYTE_ORDERS)}",
                               "endianness")
     return str(encoding)

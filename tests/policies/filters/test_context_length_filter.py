@@ -60,3 +60,14 @@ def test_a_batch_needs_room_for_its_longest_prompt_and_an_embedding_for_no_outpu
                              num_prompt_tokens=prompt, longest_prompt_tokens=longest)
     plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
     assert [v.id for v in plugin.filter(request, views, CycleState())] == expected
+
+
+def test_a_pooling_request_asking_for_truncation_is_not_filtered(view: ViewFactory) -> None:
+    """vLLM cuts each text to ``truncate_prompt_tokens`` (or its window, -1) and serves it: a
+    long document was refused with a 400 the engine would not have given."""
+    views = [view("small", max_model_len=512), view("big", max_model_len=8192)]
+    plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
+    long = RoutingRequest("r", "m", path="/rerank", max_tokens=1, num_prompt_tokens=12_577)
+    assert plugin.filter(long, views, CycleState()) == []
+    long.truncates = True
+    assert [v.id for v in plugin.filter(long, views, CycleState())] == ["small", "big"]

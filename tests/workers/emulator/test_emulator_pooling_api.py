@@ -124,3 +124,14 @@ async def test_no_classify_route_for_an_embedding_model_nor_pooling_for_a_genera
         for path in ("/pooling", "/classify"):
             assert await post(generative.url + path, {"model": MODEL, "input": "hi"}) == (
                 404, {"detail": "Not Found"})
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/pooling"])
+async def test_an_endianness_that_is_not_a_name_is_a_400(embedder: EmulatorProcess,
+                                                          path: str) -> None:
+    """A list or an object there was a 500 (unhashable in the check)."""
+    for endianness in ([], {"x": 1}):
+        status, body = await post(f"{embedder.url}{path}", {
+            "model": EMBEDDER, "input": "hi", "encoding_format": "bytes",
+            "endianness": endianness})
+        assert status == 400, body
