@@ -15,7 +15,9 @@ this machine, with everything sharing its cores. Cases (``--cases``):
 * ``responses``: a new Responses API turn, one output token;
 * ``responses-follow-up``: a turn continuing one response (``previous_response_id``): through
   the router, its owner is looked up and the decision is taken on that worker alone;
-* ``messages``: an Anthropic Messages API turn, one output token.
+* ``messages``: an Anthropic Messages API turn, one output token;
+* ``rerank``: ``POST /rerank``, a query against three documents, the best two back;
+* ``score``: ``POST /score``, one text against three.
 
 Prints a Markdown table and writes ``endpoints.json`` to ``--out``.
 
@@ -50,6 +52,8 @@ from bench.launch import (
 
 DEFAULT_FLEET = REPO_ROOT / "config" / "examples" / "embeddings-fleet.yaml"
 TEXT = "Where is my parcel? It was due on Monday."
+DOCUMENTS = ["Orders ship within two days.", "Reset your password from the sign-in page.",
+             "Track a parcel with the number in your confirmation e-mail."]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,10 @@ CASES = (
     Case("messages", "/v1/messages", "generate",
          lambda model, _: {"model": model, "max_tokens": 1,
                            "messages": [{"role": "user", "content": TEXT}]}),
+    Case("rerank", "/rerank", "pooling",
+         lambda model, _: {"model": model, "query": TEXT, "documents": DOCUMENTS, "top_n": 2}),
+    Case("score", "/score", "pooling",
+         lambda model, _: {"model": model, "text_1": TEXT, "text_2": DOCUMENTS}),
 )
 
 
