@@ -101,6 +101,9 @@ class PluginModule:
     entry: str
     module_name: str
     path: str | None = None
+    # what its register(registry) added: plugin type names and section names
+    types: tuple[str, ...] = ()
+    sections: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ module). The routing file is trusted as the router's own code is: listing a modu
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -80,9 +81,17 @@ def entry_path(entry: str, base_dir: Path) -> Path:
 def with_plugin_modules(registry: PluginRegistry,
                         modules: Sequence[PluginModule]) -> PluginRegistry:
     """``registry`` itself when ``modules`` is empty, else a copy with each module's types."""
+    return registered(registry, modules)[0]
+
+
+def registered(registry: PluginRegistry, modules: Sequence[PluginModule]
+               ) -> tuple[PluginRegistry, tuple[PluginModule, ...]]:
+    """``with_plugin_modules``, and the modules with what each registered (``types``,
+    ``sections``)."""
     if not modules:
-        return registry
+        return registry, tuple(modules)
     extended = registry.copy()
+    done: list[PluginModule] = []
     for i, module in enumerate(modules):
         where = f"{PLUGIN_MODULES_KEY}[{i}] ({module.entry})"
         found = sys.modules.get(module.module_name)
@@ -93,12 +102,16 @@ def with_plugin_modules(registry: PluginRegistry,
         register = getattr(found, "register", None)
         if not callable(register):
             raise RoutingConfigError(f"{where}: has no register(registry) function")
+        types, sections = set(extended.type_names()), set(extended.sections)
         try:
             register(extended)
         except (Exception, SystemExit) as exc:
             raise RoutingConfigError(f"{where}: register(registry) failed: "
                                      f"{_one_line(exc)}") from exc
-    return extended
+        done.append(dataclasses.replace(
+            module, types=tuple(t for t in extended.type_names() if t not in types),
+            sections=tuple(s for s in extended.sections if s not in sections)))
+    return extended, tuple(done)
 
 
 def _import_module(name: str, where: str) -> ModuleType:

@@ -151,6 +151,10 @@ class PluginRegistry:
         other._sections = dict(self._sections)
         return other
 
+    def type_names(self) -> list[str]:
+        """Every registered type's name, in registration order."""
+        return list(self._types)
+
     def get(self, type_name: str) -> PluginType | None:
         return self._types.get(type_name)
 

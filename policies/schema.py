@@ -26,7 +26,7 @@ from policies.config import (
 )
 from policies.errors import RoutingConfigError
 from policies.params import build_params, coerce
-from policies.plugin_modules import PLUGIN_MODULES_KEY, load_plugin_modules, with_plugin_modules
+from policies.plugin_modules import PLUGIN_MODULES_KEY, load_plugin_modules, registered
 from policies.producer_deps import resolve_producers
 from policies.registry import PluginKind, PluginRegistry, SectionParser
 
@@ -45,8 +45,8 @@ def parse_routing(data: Any, registry: PluginRegistry, source: str = "<memory>")
     if data is None:
         raise RoutingConfigError("the file is empty (a routing file has profiles:)")
     doc = _mapping(data, "<top level>", allow_none=False)
-    modules = load_plugin_modules(doc.get(PLUGIN_MODULES_KEY), source_folder(source))
-    registry = with_plugin_modules(registry, modules)
+    registry, modules = registered(
+        registry, load_plugin_modules(doc.get(PLUGIN_MODULES_KEY), source_folder(source)))
     known = (*CORE_SECTIONS, PLUGIN_MODULES_KEY, *registry.sections)
     _check_keys(doc, known, "", what="top-level key")
     sections = {name: _parse_section(section.parser, doc[name], name)

@@ -79,7 +79,23 @@ def warnings(routing: RoutingConfig,
             found.append(f"profiles.{name}.filters: no healthy filter: requests may go to "
                          "workers whose last scrape failed or that keep failing requests")
     return (found + _shadowed_rules(routing) + _misrouting_rules(routing, runners or {})
-            + _semantic_warnings(routing))
+            + _semantic_warnings(routing) + _unused_plugin_modules(routing))
+
+
+def _unused_plugin_modules(routing: RoutingConfig) -> list[str]:
+    """A module listed in ``plugin_modules:`` none of whose types or sections the file uses
+    (a type name misspelt in the module, or a module listed for nothing)."""
+    used = {spec.type for spec in routing.producers}
+    for profile in routing.profiles.values():
+        used.update(spec.type for spec in (*profile.filters, *profile.scorers, profile.picker))
+    found = []
+    for i, module in enumerate(routing.plugin_modules):
+        if used.isdisjoint(module.types) and not any(
+                routing.section(name) is not None for name in module.sections):
+            added = ", ".join((*module.types, *module.sections)) or "nothing"
+            found.append(f"plugin_modules[{i}] ({module.entry}): the file uses none of what "
+                         f"it registers ({added})")
+    return found
 
 
 def _shadowed_rules(routing: RoutingConfig) -> list[str]:

@@ -441,3 +441,20 @@ async def test_a_plugin_edited_while_the_first_config_loads_is_new_to_the_first_
     result = await reloader.check()
     assert result is not None and result.result == "success"
     assert chosen(reloader.engine, lanes) == "w-slow"
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_a_module_the_file_uses_nothing_of_is_warned_of(tmp_path: Path,
+                                                        plugin_dir: Path) -> None:
+    from policies.summary import warnings
+
+    (plugin_dir / "lane.py").write_text(plugin_source())
+    (plugin_dir / "other.py").write_text(plugin_source(type_name="lane-other"))
+    (tmp_path / "routing.yaml").write_text(
+        "plugin_modules: [plugins/lane.py, plugins/other.py]\n"
+        "profiles: {default: {filters: [model, healthy], scorers: [{type: lane}]}}\n")
+    routing = load_routing(tmp_path / "routing.yaml")
+    assert [(m.types, m.sections) for m in routing.plugin_modules] == [
+        (("lane",), ()), (("lane-other",), ())]
+    assert warnings(routing) == ["plugin_modules[1] (plugins/other.py): the file uses none of "
+                                 "what it registers (lane-other)"]
