@@ -161,10 +161,10 @@ class Director:
                                    self._settings.max_body_bytes)
             parsed = await self._parse(body, path, request_id, request, arrival)
             parsed.received_at = arrival
+            self._check_runner(parsed.routing)
         except RouterError as refused:   # a bad body: counted, under no model it could name
             self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status)
             raise
-        self._check_runner(parsed.routing)
         engine = self._policy()
         ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),
                                             parsed.routing.tenant, parsed.routing.model)

@@ -185,7 +185,7 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     if path in (CHAT_PATH, COMPLETIONS_PATH):       # n choices (best_of sequences)
         routing.choices, routing.returned_choices = choices_of(data), choices_of(data, ("n",))
     elif RUNNER_OF_PATH.get(path) == "pooling":
-        routing.truncates = any(isinstance(data.get(name), int) for name in TRUNCATIONS)
+        routing.truncates = any(map(_cuts, TRUNCATIONS, map(data.get, TRUNCATIONS)))
     return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage,
                          response_id=response_id, previous_response_id=previous_id,
                          response_id_assigned=assigned)
@@ -305,6 +305,15 @@ def _check_prompt(prompt: Any) -> Any:
 
 # the fields by which a pooling request asks the engine to cut its texts to fit
 TRUNCATIONS = ("truncate_prompt_tokens", "max_tokens_per_query", "max_tokens_per_doc")
+
+
+def _cuts(name: str, value: Any) -> bool:
+    """Whether a truncation field asks for a cut, as vLLM reads it: ``truncate_prompt_tokens``
+    a count from 0 (or -1, the window); ``max_tokens_per_query``/``_per_doc`` a positive
+    count (0 leaves the texts whole); null or anything else, none."""
+    if type(value) is not int:
+        return False
+    return value >= -1 if name == "truncate_prompt_tokens" else value > 0
 
 
 def pooling_input(data: Mapping[str, Any], path: str

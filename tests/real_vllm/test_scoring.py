@@ -38,6 +38,11 @@ ANSWERED: list[tuple[str, dict[str, Any]]] = [
     ("/rerank", {"query": QUERY, "documents": DOCUMENTS, "top_n": True}),     # pydantic's 1
     ("/v2/rerank", {"query": QUERY, "documents": DOCUMENTS[2]}),
     ("/pooling", {"input": [QUERY, "hello"]}),
+    # texts past the window, cut as the request asks (the router lets them through)
+    ("/score", {"text_1": "word " * 600, "text_2": "b", "truncate_prompt_tokens": -1}),
+    ("/rerank", {"query": QUERY, "documents": ["word " * 600, DOCUMENTS[1]],
+                 "max_tokens_per_doc": 64}),
+    ("/pooling", {"input": "word " * 600, "truncate_prompt_tokens": 32}),
 ]
 # refused by vLLM as it validates, and so by the emulator
 REFUSED: list[tuple[str, dict[str, Any]]] = [

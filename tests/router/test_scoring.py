@@ -125,3 +125,8 @@ def test_truncation_asked_for_is_marked_for_the_context_filter(field: str, value
     assert not parse(body, "/rerank").routing.truncates
     assert parse({**body, field: value}, "/rerank").routing.truncates
     assert not parse({**body, field: None}, "/rerank").routing.truncates
+    for whole in (False, -2, "512", 1.5):        # no cut asked for
+        assert not parse({**body, field: whole}, "/rerank").routing.truncates
+    # 0: vLLM cuts a prompt to nothing, and leaves a score's texts whole
+    assert parse({**body, field: 0}, "/rerank").routing.truncates == (
+        field == "truncate_prompt_tokens")

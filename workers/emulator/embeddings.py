@@ -56,7 +56,7 @@ async def embeddings(request: web.Request) -> web.Response:
     encoding = encoding_format(data)
     dimensions = _dimensions(data.get("dimensions"), worker.config.model, model)
     check_engine(worker)
-    prompts = await tokenized(worker, inputs(data))
+    prompts = await tokenized(worker, inputs(data), truncation(data))
     request_id = worker.new_request_id("embd", request)
     await run_pooling(worker, request_id, prompts)
     vectors = [embedding_of(tokens, dimensions, worker.config.model.hidden)
@@ -128,13 +128,25 @@ def check_engine(worker: WorkerState) -> None:
 
 
 async def tokenized(worker: WorkerState,
-                    items: list[str | list[int] | list[Mapping[str, Any]]]) -> list[list[int]]:
+                    items: list[str | list[int] | list[Mapping[str, Any]]],
+                    cuts: Sequence[int | None] | int | None = None) -> list[list[int]]:
     """Each input's token ids (a 400 for one too long or empty); tokenized off the event
-    loop when the texts are long."""
+    loop when the texts are long. ``cuts``: the tokens each input is cut to (one for all, or
+    one each; -1: the window; None: whole), as vLLM's ``truncate_prompt_tokens``."""
+    each = list(cuts) if isinstance(cuts, Sequence) else [cuts] * len(items)
     if sum(len(item) for item in items if isinstance(item, str)) > LONG_PROMPT_CHARS:
         return await asyncio.get_running_loop().run_in_executor(   # off the event loop
-            None, _all_token_ids, worker, items)
-    return _all_token_ids(worker, items)
+            None, _all_token_ids, worker, items, each)
+    return _all_token_ids(worker, items, each)
+
+
+def truncation(data: Mapping[str, Any], name: str = "truncate_prompt_tokens") -> int | None:
+    """A request's cut (``name``), as vLLM reads it: an integer from -1 (the window), else
+    None (whole); ``max_tokens_per_query``/``_per_doc`` of 0 leave the texts whole."""
+    value = data.get(name)
+    if type(value) is not int or value < -1:
+        return None
+    return None if value == 0 and name != "truncate_prompt_tokens" else value
 
 
 def pooling_usage(prompts: Sequence[Sequence[int]]) -> dict[str, Any]:
@@ -225,15 +237,35 @@ def _is_conversation(values: Sequence[Any]) -> bool:
 
 
 def _all_token_ids(worker: WorkerState,
-                   items: list[str | list[int] | list[Mapping[str, Any]]]) -> list[list[int]]:
-    return [_token_ids(worker, item) for item in items]
+                   items: list[str | list[int] | list[Mapping[str, Any]]],
+                   cuts: Sequence[int | None]) -> list[list[int]]:
+    return [_token_ids(worker, item, cut) for item, cut in zip(items, cuts, strict=True)]
 
 
-def _token_ids(worker: WorkerState,
-               item: str | list[int] | list[Mapping[str, Any]]) -> list[int]:
+def _token_ids(worker: WorkerState, item: str | list[int] | list[Mapping[str, Any]],
+               cut: int | None = None) -> list[int]:
+    """An input's token ids, whole (a 400 past the window) or ``cut`` to its first tokens
+    (-1: the window), as vLLM's ``truncate_prompt_tokens`` (only the head is tokenized)."""
     tok, limit = worker.tokenizer, worker.max_model_len
-    if isinstance(item, str) and len(item) > limit * tok.max_chars_per_token:
-        _too_long(limit)     # longer than any text of `limit` tokens: not worth tokenizing
+    keep = None if cut is None else (limit if cut < 0 else cut)
+    if isinstance(item, str):
+        if keep is not None:
+            item = item[:(keep + 1) * tok.max_chars_per_token]
+        elif len(item) > limit * tok.max_chars_per_token:
+            _too_long(limit)   # longer than any text of `limit` tokens: not worth tokenizing
+    tokens = _raw_token_ids(worker, item)
+    if keep is not None:
+        tokens = tokens[:keep]
+        if not tokens:
+            raise bad_request("The prompt cannot be empty", "input")
+    if len(tokens) > limit:
+        _too_long(limit)
+    return tokens
+
+
+def _raw_token_ids(worker: WorkerState,
+                   item: str | list[int] | list[Mapping[str, Any]]) -> list[int]:
+    tok = worker.tokenizer
     if isinstance(item, str):
         tokens = tok.encode(item)
     elif _is_conversation(item):
@@ -246,8 +278,6 @@ def _token_ids(worker: WorkerState,
             raise bad_request(f"Token id {bad} is out of vocabulary", "input")
     if not tokens:
         raise bad_request("The prompt cannot be empty", "input")
-    if len(tokens) > limit:
-        _too_long(limit)
     return tokens
 
 

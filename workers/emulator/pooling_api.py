@@ -32,6 +32,7 @@ from workers.emulator.embeddings import (
     run_pooling,
     served_model,
     tokenized,
+    truncation,
 )
 from workers.emulator.errors import FieldError, bad_request, validation_errors
 from workers.emulator.protocol import read_json_body
@@ -53,7 +54,7 @@ async def pooling(request: web.Request) -> web.Response:
     _check_task(data)
     encoding = encoding_format(data)
     check_engine(worker)
-    prompts = await tokenized(worker, inputs(data))
+    prompts = await tokenized(worker, inputs(data), truncation(data))
     request_id = worker.new_request_id("pooling", request)
     await run_pooling(worker, request_id, prompts)
     hidden = worker.config.model.hidden

@@ -19,6 +19,7 @@ input is.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from workers.emulator.embeddings import (
     run_pooling,
     served_model,
     tokenized,
+    truncation,
 )
 from workers.emulator.errors import FieldError, bad_request, validation_errors
 from workers.emulator.protocol import read_json_body
@@ -53,7 +55,7 @@ async def score(request: web.Request) -> web.Response:
     model = served_model(worker, data)
     queries, documents = _paired(worker, data[first], data[second])
     request_id = worker.new_request_id("score", request)
-    scores, usage = await _scores(worker, request_id, queries, documents)
+    scores, usage = await _scores(worker, request_id, queries, documents, data)
     body = {"id": request_id, "object": "list", "created": int(time.time()), "model": model,
             "data": [{"index": i, "object": "score", "score": value}
                      for i, value in enumerate(scores)],
@@ -68,7 +70,7 @@ async def rerank(request: web.Request) -> web.Response:
     model = served_model(worker, data)
     queries, documents = _paired(worker, data["query"], data["documents"])
     request_id = worker.new_request_id("score", request)
-    scores, usage = await _scores(worker, request_id, queries, documents)
+    scores, usage = await _scores(worker, request_id, queries, documents, data)
     ranked = sorted(range(len(scores)), key=scores.__getitem__, reverse=True)  # stable
     kept = ranked[:top_n] if top_n > 0 else ranked
     body = {"id": request_id, "model": model,
@@ -177,19 +179,34 @@ def _paired(worker: WorkerState, raw_1: Any, raw_2: Any) -> tuple[list[str], lis
 
 
 async def _scores(worker: WorkerState, request_id: str, queries: Sequence[str],
-                  documents: Sequence[str]) -> tuple[list[float], dict[str, Any]]:
-    """Each pair's score, the cosine of its embeddings (every text embedded once), and the
-    usage of what was embedded."""
+                  documents: Sequence[str], data: Mapping[str, Any]
+                  ) -> tuple[list[float], dict[str, Any]]:
+    """Each pair's score, the cosine of its embeddings (every text embedded once, cut as
+    the request asks: ``truncate_prompt_tokens``, then ``max_tokens_per_query``/``_doc``),
+    and the usage of what was embedded. The cosines are computed off the event loop, one
+    document at a time (the other workers of this process answer meanwhile)."""
     check_engine(worker)
-    prompts = await tokenized(worker, [*queries, *documents])
+    whole = truncation(data)
+    per_query = truncation(data, "max_tokens_per_query")
+    per_doc = truncation(data, "max_tokens_per_doc")
+    cuts = ([per_query if per_query is not None else whole] * len(queries)
+            + [per_doc if per_doc is not None else whole] * len(documents))
+    prompts = await tokenized(worker, [*queries, *documents], cuts)
     await run_pooling(worker, request_id, prompts)
-    hidden = worker.config.model.hidden
-    vectors = [np.asarray(embedding_of(tokens, hidden, hidden), dtype=np.float64)
-               for tokens in prompts]
-    firsts, seconds = vectors[:len(queries)], vectors[len(queries):]
-    if len(firsts) == 1:
-        firsts *= len(seconds)
-    return [_cosine(a, b) for a, b in zip(firsts, seconds, strict=True)], pooling_usage(prompts)
+    scores = await asyncio.to_thread(_cosines, prompts[:len(queries)], prompts[len(queries):],
+                                     worker.config.model.hidden)
+    return scores, pooling_usage(prompts)
+
+
+def _cosines(queries: Sequence[Sequence[int]], documents: Sequence[Sequence[int]],
+             hidden: int) -> list[float]:
+    """Each pair's cosine, one query against every document or query i against document i,
+    without holding every document's vector."""
+    firsts = [np.asarray(embedding_of(tokens, hidden, hidden), dtype=np.float64)
+              for tokens in queries]
+    return [_cosine(firsts[0] if len(firsts) == 1 else firsts[i],
+                    np.asarray(embedding_of(tokens, hidden, hidden), dtype=np.float64))
+            for i, tokens in enumerate(documents)]
 
 
 def _cosine(a: np.ndarray[Any, np.dtype[np.float64]],

@@ -135,3 +135,21 @@ async def test_an_endianness_that_is_not_a_name_is_a_400(embedder: EmulatorProce
             "model": EMBEDDER, "input": "hi", "encoding_format": "bytes",
             "endianness": endianness})
         assert status == 400, body
+
+
+async def test_texts_past_the_window_are_cut_when_the_request_asks(
+        embedder: EmulatorProcess) -> None:
+    """As vLLM: ``truncate_prompt_tokens`` (-1: the window) on embeddings and pooling, and
+    ``max_tokens_per_doc`` on a rerank; without them such a text is a 400."""
+    long = "word " * 60_000
+    for path, body in [("/v1/embeddings", {"input": long}), ("/pooling", {"input": long}),
+                       ("/rerank", {"query": "q", "documents": [long, "short"]})]:
+        status, _ = await post(f"{embedder.url}{path}", {"model": EMBEDDER, **body})
+        assert status == 400, path
+        cut = {"max_tokens_per_doc": 100} if path == "/rerank" else {
+            "truncate_prompt_tokens": -1}
+        status, answer = await post(f"{embedder.url}{path}", {"model": EMBEDDER, **body, **cut})
+        assert status == 200, (path, answer)
+    status, answer = await post(f"{embedder.url}/v1/embeddings", {
+        "model": EMBEDDER, "input": long, "truncate_prompt_tokens": 7})
+    assert status == 200 and answer["usage"]["prompt_tokens"] == 7
