@@ -36,9 +36,12 @@ class RoutingRequest:
     session: str | None = None           # x-session-id / user field
     headers: Mapping[str, str] = field(default_factory=dict)
     arrival_time: float = 0.0            # monotonic seconds (virtual in the simulator)
-    # a pooling request that asks the engine to cut its texts (``truncate_prompt_tokens``,
-    # a score's ``max_tokens_per_query``/``_per_doc``): no text is too long for a window
-    truncates: bool = False
+    # a pooling request's ``truncate_prompt_tokens``: each text cut to that many tokens by the
+    # engine (-1: to its window); None: whole
+    truncate_prompt_tokens: int | None = None
+    # a score's or a rerank's cut of each of its texts (``max_tokens_per_query`` on the
+    # queries, ``max_tokens_per_doc`` on the documents; 0: whole), in the prompt's order
+    text_cuts: Sequence[int] | None = None
     # --- produced before the decision -------------------------------------------------------
     prompt_token_ids: Sequence[int] | None = None
     num_prompt_tokens: int = 0

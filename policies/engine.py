@@ -119,7 +119,7 @@ class PolicyEngine:
         model), for a request whose target is fixed elsewhere (a response's continuation)."""
         try:
             return self._decide(request, views, follow_rules)
-        except Exception:
+        except (Exception, SystemExit):
             request_id = str(getattr(request, "request_id", "?"))
             log.exception("policy engine failed on request %s", request_id)
             return Decision(request_id=request_id, worker_id=None,

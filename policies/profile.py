@@ -95,7 +95,7 @@ class Profile:
                 if not isinstance(kept, (list, tuple)):
                     raise TypeError(f"returned {type(kept).__name__}, not a list of the "
                                     "views it was given")
-            except Exception:
+            except (Exception, SystemExit):
                 log.exception("filter %s failed; skipped", plugin.name)
                 skipped.append(plugin.name)
                 continue
@@ -129,7 +129,7 @@ class Profile:
                 column = _score_column(scorer, request, workers, cycle, ids)
                 if not clamped:
                     column = _clamped(column)
-            except Exception:
+            except (Exception, SystemExit):
                 log.exception("scorer %s failed; skipped", scorer.name)
                 skipped.append(scorer.name)
                 continue
@@ -155,7 +155,7 @@ class Profile:
                 return position
             log.error("picker %s returned a non-candidate; using the best total",
                       self.picker.name)
-        except Exception:
+        except (Exception, SystemExit):
             log.exception("picker %s failed; using the best total", self.picker.name)
         skipped.append(self.picker.name)
         return table.totals.index(max(table.totals))

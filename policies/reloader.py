@@ -177,7 +177,7 @@ class PolicyReloader:
             engine = await asyncio.to_thread(self._build, text)
         except RoutingConfigError as exc:
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
-        except Exception as exc:  # a bug while building must not stop the watcher
+        except (Exception, SystemExit) as exc:  # a bug while building must not stop the watcher
             log.exception("building the routing config from %s failed", self.path)
             return self._report(ReloadResult("failure", str(self.path),
                                              f"{type(exc).__name__}: {exc}"))

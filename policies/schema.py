@@ -166,7 +166,7 @@ def _parse_plugin(raw: Any, path: str, kind: PluginKind, registry: PluginRegistr
                                    f"{path}.params")
     except RoutingConfigError:
         raise
-    except Exception as exc:     # a parameter dataclass the loader cannot read
+    except (Exception, SystemExit) as exc:     # a parameter dataclass the loader cannot read
         raise RoutingConfigError(
             f"{path}.params: the parameters of plugin type {type_name!r} cannot be read: "
             f"{type(exc).__name__}: {exc}") from exc

@@ -161,9 +161,14 @@ class Director:
                                    self._settings.max_body_bytes)
             parsed = await self._parse(body, path, request_id, request, arrival)
             parsed.received_at = arrival
-            self._check_runner(parsed.routing)
         except RouterError as refused:   # a bad body: counted, under no model it could name
             self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status)
+            raise
+        try:
+            self._check_runner(parsed.routing)
+        except RouterError as refused:   # a fleet's model asked for what it does not run
+            self._metrics.record_request(self._model_label(parsed.routing.model), "", "",
+                                         "none", refused.status)
             raise
         engine = self._policy()
         ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),

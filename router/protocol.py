@@ -30,7 +30,7 @@ import orjson
 from policies.base import API_OF_PATH, ROUTED_PATHS, RUNNER_OF_PATH, RoutingRequest, is_token_ids
 from policies.producers.anthropic_chat import chat_messages, chat_tools
 from router.errors import InvalidRequest
-from router.scoring import scoring_texts
+from router.scoring import scoring_texts, side_cuts
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -185,7 +185,9 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
     if path in (CHAT_PATH, COMPLETIONS_PATH):       # n choices (best_of sequences)
         routing.choices, routing.returned_choices = choices_of(data), choices_of(data, ("n",))
     elif RUNNER_OF_PATH.get(path) == "pooling":
-        routing.truncates = any(map(_cuts, TRUNCATIONS, map(data.get, TRUNCATIONS)))
+        routing.truncate_prompt_tokens = prompt_cut(data.get("truncate_prompt_tokens"))
+        if API_OF_PATH[path] in ("score", "rerank") and isinstance(prompt, list):
+            routing.text_cuts = side_cuts(data, prompt)
     return ParsedRequest(payload=data, routing=routing, wants_usage=wants_usage,
                          response_id=response_id, previous_response_id=previous_id,
                          response_id_assigned=assigned)
@@ -303,17 +305,18 @@ def _check_prompt(prompt: Any) -> Any:
                          "or an array of arrays of token ids.", param="prompt")
 
 
-# the fields by which a pooling request asks the engine to cut its texts to fit
-TRUNCATIONS = ("truncate_prompt_tokens", "max_tokens_per_query", "max_tokens_per_doc")
-
-
-def _cuts(name: str, value: Any) -> bool:
-    """Whether a truncation field asks for a cut, as vLLM reads it: ``truncate_prompt_tokens``
-    a count from 0 (or -1, the window); ``max_tokens_per_query``/``_per_doc`` a positive
-    count (0 leaves the texts whole); null or anything else, none."""
-    if type(value) is not int:
-        return False
-    return value >= -1 if name == "truncate_prompt_tokens" else value > 0
+def prompt_cut(value: Any) -> int | None:
+    """``truncate_prompt_tokens`` as vLLM's pydantic reads it (laxly: ``true``, ``5.0`` and
+    ``"5"`` are integers): a count from 0, or -1 (the window); None when absent or not one
+    (the engine refuses what it cannot read; the router then counts the texts whole)."""
+    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
+        value = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        value = int(text) if text.lstrip("+-").isdigit() else None
+    if not isinstance(value, int) or value < -1:
+        return None
+    return value
 
 
 def pooling_input(data: Mapping[str, Any], path: str

@@ -43,6 +43,7 @@ import orjson
 from aiohttp import web
 from yarl import URL
 
+from router.errors import UpstreamError as UpstreamAnswerError
 from router.errors import UpstreamTimeout, anthropic_error_body, error_body
 from router.proxy_usage import Usage, UsageRewrite, parse_usage
 from router.settings import DEFAULT_SEND_TIMEOUT_S
@@ -52,6 +53,7 @@ from workers.upstream import (
     UpstreamConnectTimeout,
     UpstreamDisconnected,
     UpstreamError,
+    UpstreamHeadTooLarge,
     UpstreamPayloadError,
     UpstreamResponse,
 )
@@ -199,6 +201,10 @@ class Proxy:
             raise RetryableUpstream("connect", 502, f"connect timeout to {url}") from exc
         except TimeoutError as exc:
             raise self._timeout_error() from exc
+        except UpstreamHeadTooLarge as exc:    # the answer's size: not retried, not the worker's
+            raise UpstreamAnswerError(
+                f"The worker's answer has a header too large to relay ({exc}): for vLLM's "
+                "binary pooling answers, ask for fewer inputs per request.") from exc
         except (UpstreamDisconnected, UpstreamPayloadError) as exc:
             raise RetryableUpstream("disconnect", 502, f"{url}: {exc}") from exc
         except (UpstreamConnectError, OSError) as exc:

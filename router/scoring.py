@@ -48,6 +48,37 @@ def scoring_texts(data: Mapping[str, Any], rerank: bool) -> list[str]:
     return queries + documents
 
 
+def side_cuts(data: Mapping[str, Any], texts: list[str]) -> list[int] | None:
+    """Each routed text's cut (``scoring_texts``' order: queries, then documents) by a score's
+    ``max_tokens_per_query`` and ``max_tokens_per_doc`` (vLLM's lax integers; 0 or none:
+    whole), so that the window is checked against what the engine keeps; None when neither
+    is given."""
+    per_query, per_doc = (_lax_count(data.get(name))
+                          for name in ("max_tokens_per_query", "max_tokens_per_doc"))
+    if not per_query and not per_doc:
+        return None
+    queries = len(texts) - _documents(data)
+    return [per_query or 0] * queries + [per_doc or 0] * (len(texts) - queries)
+
+
+def _documents(data: Mapping[str, Any]) -> int:
+    """How many document texts a checked score or rerank body has."""
+    for first, second in (("query", "documents"), *SCORE_SIDES):
+        if data.get(first) is not None and data.get(second) is not None:
+            value = data[second]
+            return len(value) if isinstance(value, list) else 1
+    return 0
+
+
+def _lax_count(value: Any) -> int:
+    """A positive count as pydantic takes integers laxly (``5.0``, ``"5"``), else 0."""
+    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
+        value = int(value)
+    elif isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return value if isinstance(value, int) and value > 0 else 0
+
+
 def _required(data: Mapping[str, Any], name: str) -> Any:
     value = data.get(name)
     if value is None:

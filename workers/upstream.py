@@ -45,8 +45,8 @@ from yarl import URL
 Origin = tuple[str, int]             # (host, port): one pool of connections, one credential
 
 # response head size limit (status line and headers): vLLM's binary pooling answers describe
-# their vectors in a header, about 105 bytes each (40,000 vectors in 4 MiB)
-MAX_HEAD: Final = 4 * 1024 * 1024
+# their vectors in a header, about 121 bytes each (8,600 vectors in 1 MiB)
+MAX_HEAD: Final = 1024 * 1024
 _CRLF: Final = b"\r\n"
 _HEAD_END: Final = b"\r\n\r\n"
 
@@ -69,6 +69,11 @@ class UpstreamDisconnected(UpstreamError):
 
 class UpstreamPayloadError(UpstreamError):
     """The response body ended early or was badly framed."""
+
+
+class UpstreamHeadTooLarge(UpstreamPayloadError):
+    """The response head is over ``MAX_HEAD``: the answer's size, not a failing worker
+    (vLLM describes a binary answer's every vector in a header)."""
 
 
 class _Connection(asyncio.Protocol):
@@ -109,11 +114,13 @@ class _Connection(asyncio.Protocol):
         self.received_any = True
         try:
             if self.head is None:
+                searched = max(0, len(self._head) - 3)   # the end may straddle two reads
                 self._head += data
-                end = self._head.find(_HEAD_END)
+                end = self._head.find(_HEAD_END, searched)
                 if end < 0 or end > MAX_HEAD:
                     if len(self._head) > MAX_HEAD:
-                        raise UpstreamPayloadError("response head too large")
+                        raise UpstreamHeadTooLarge(
+                            f"response head over {MAX_HEAD >> 10} KiB")
                     return
                 rest = bytes(self._head[end + 4:])
                 self._parse_head(bytes(self._head[:end]))
@@ -156,14 +163,16 @@ class _Connection(asyncio.Protocol):
         status = int(parts[1])
         if 100 <= status < 200:
             return
-        headers: dict[str, str] = {}
+        values: dict[str, list[str]] = {}
         for line in lines[1:]:
             name, sep, value = line.partition(b":")
             if not sep:
                 raise UpstreamPayloadError(f"bad header line {line[:80]!r}")
             key = name.strip().lower().decode("latin-1")
-            text = value.strip().decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+            values.setdefault(key, []).append(value.strip().decode("latin-1"))
+        # a repeated header's values joined once (joined line by line, 1 MiB of them took
+        # seconds)
+        headers = {key: ", ".join(texts) for key, texts in values.items()}
         connection = headers.get("connection", "").lower()
         keep_alive = parts[0] == b"HTTP/1.1" and "close" not in connection
         if status in (204, 304):

@@ -70,10 +70,15 @@ class ContextLengthFilter:
 
     def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
                cycle: CycleState) -> Sequence[WorkerView]:
+        if request.text_cuts:      # vLLM refuses a score's cut that is not below its window
+            biggest = max(request.text_cuts)
+            workers = [view for view in workers
+                       if view.max_model_len <= 0 or biggest < view.max_model_len]
+        cut = request.truncate_prompt_tokens
+        if cut is not None:
+            return _cut_to_fit(cut, request.context_prompt_tokens + self.margin_tokens, workers)
         needed = required_context(request, self.margin_tokens)
         if needed <= min(map(_max_model_len, workers), default=needed):   # all fit (in C)
-            return list(workers)
-        if request.truncates:     # the engine cuts each text to its window (or to fewer)
             return list(workers)
         fitting = [view for view in workers
                    if view.max_model_len <= 0 or needed <= view.max_model_len]
@@ -82,6 +87,17 @@ class ContextLengthFilter:
         prompt_only = (request.context_prompt_tokens + min(1, least_output(request))
                        + self.margin_tokens)      # max_tokens clamped
         return [view for view in workers if prompt_only <= view.max_model_len]
+
+
+def _cut_to_fit(cut: int, needed: int, workers: Sequence[WorkerView]) -> list[WorkerView]:
+    """The workers of a pooling request whose texts the engine cuts to ``cut`` tokens
+    (``truncate_prompt_tokens``; -1: to each worker's own window): vLLM refuses a cut past
+    its window, and serves the rest."""
+    if cut < 0:
+        return list(workers)
+    needed = min(needed, cut)
+    return [view for view in workers if view.max_model_len <= 0
+            or (cut <= view.max_model_len and needed <= view.max_model_len)]
 
 
 def register(registry: PluginRegistry) -> None:

@@ -65,7 +65,7 @@ async def produce(producers: Sequence[Producer], request: RoutingRequest,
                 await loop.run_in_executor(executor, producer.produce, request, workers)
             else:
                 producer.produce(request, workers)
-        except Exception:
+        except (Exception, SystemExit):
             log.exception("producer %s failed on request %s; skipped", producer.name,
                           request.request_id)
             result.failed.append(producer.name)
@@ -87,7 +87,7 @@ def run_producers_sync(producers: Sequence[Producer], request: RoutingRequest,
     for producer in producers:
         try:
             producer.produce(request, workers)
-        except Exception:
+        except (Exception, SystemExit):
             log.exception("producer %s failed on request %s; skipped", producer.name,
                           request.request_id)
             failed.append(producer.name)

@@ -253,7 +253,13 @@ class TokensProducer:
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
         if len(texts) == 1:
             return self._encode_cached(request.model, texts[0]), 0   # shared: read-only
-        return _joined(self._encode_cached(request.model, text) for text in texts)
+        encoded = [self._encode_cached(request.model, text) for text in texts]
+        ids, longest = _joined(encoded)
+        cuts = request.text_cuts
+        if cuts is not None and len(cuts) == len(encoded):   # the engine cuts each text
+            longest = max(min(cut, len(text_ids)) if cut else len(text_ids)
+                          for text_ids, cut in zip(encoded, cuts, strict=True))
+        return ids, longest
 
     def cost_hint(self, request: RoutingRequest) -> int:
         """Characters still to tokenize for ``request`` (cached texts and chunks count 0)."""

@@ -43,6 +43,7 @@ ANSWERED: list[tuple[str, dict[str, Any]]] = [
     ("/rerank", {"query": QUERY, "documents": ["word " * 600, DOCUMENTS[1]],
                  "max_tokens_per_doc": 64}),
     ("/pooling", {"input": "word " * 600, "truncate_prompt_tokens": 32}),
+    ("/pooling", {"input": "word " * 600, "truncate_prompt_tokens": "32"}),   # lax, as pydantic
 ]
 # refused by vLLM as it validates, and so by the emulator
 REFUSED: list[tuple[str, dict[str, Any]]] = [
@@ -64,6 +65,10 @@ REFUSED: list[tuple[str, dict[str, Any]]] = [
     ("/pooling", {"input": "a", "task": "classify"}),
     ("/pooling", {"data": {"x": 1}}),
     ("/classify", {"input": "hi"}),
+    # cuts past the window (vLLM's own checks)
+    ("/pooling", {"input": "a", "truncate_prompt_tokens": 100_000}),
+    ("/rerank", {"query": "q", "documents": ["a"], "max_tokens_per_doc": 100_000}),
+    ("/score", {"text_1": "q", "text_2": "a", "max_tokens_per_query": -1}),
 ]
 
 

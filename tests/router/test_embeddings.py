@@ -107,8 +107,9 @@ async def test_requests_for_what_a_model_does_not_serve_get_a_clear_400(
     assert message in answer["error"]["message"]
     # counted as every refusal of a body is (a model of the wrong runner was not)
     assert "maximum context length" in message or router.metric(
-        "kvroute_requests_total", model="(unknown)", worker="", gpu="", profile="none",
-        status="400") == 1
+        "kvroute_requests_total", model=body["model"], worker="", gpu="", profile="none",
+        status="400") + router.metric("kvroute_requests_total", model="(unknown)", worker="",
+                                      gpu="", profile="none", status="400") == 1
     async with aiohttp.ClientSession() as session, session.post(
             f"{router.url}/v1/embeddings", json={"model": EMBEDDER, "input": "still fine"}) as resp:
         assert resp.status == 200          # the router keeps serving

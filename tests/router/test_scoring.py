@@ -117,16 +117,22 @@ def test_a_query_against_many_documents_is_held_once() -> None:
     assert sum(map(len, r.prompt)) == len(query) + 100_000
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("truncate_prompt_tokens", -1), ("truncate_prompt_tokens", 512),
-    ("max_tokens_per_doc", 512), ("max_tokens_per_query", 64)])
-def test_truncation_asked_for_is_marked_for_the_context_filter(field: str, value: int) -> None:
-    body = {"query": "q", "documents": ["a"]}
-    assert not parse(body, "/rerank").routing.truncates
-    assert parse({**body, field: value}, "/rerank").routing.truncates
-    assert not parse({**body, field: None}, "/rerank").routing.truncates
-    for whole in (False, -2, "512", 1.5):        # no cut asked for
-        assert not parse({**body, field: whole}, "/rerank").routing.truncates
-    # 0: vLLM cuts a prompt to nothing, and leaves a score's texts whole
-    assert parse({**body, field: 0}, "/rerank").routing.truncates == (
-        field == "truncate_prompt_tokens")
+@pytest.mark.parametrize(("value", "cut"), [
+    (-1, -1), (512, 512), (0, 0), ("512", 512), (512.0, 512), (True, 1), (False, 0),
+    (None, None), (-2, None), ("x", None), (1.5, None), ([3], None)])
+def test_the_cut_asked_for_is_read_as_vllm_reads_it(value: object, cut: int | None) -> None:
+    """vLLM's pydantic takes ``"512"``, ``512.0`` and ``true`` as integers."""
+    body = {"query": "q", "documents": ["a"], "truncate_prompt_tokens": value}
+    assert parse(body, "/rerank").routing.truncate_prompt_tokens == cut
+    assert parse({"query": "q", "documents": ["a"], "max_tokens_per_doc": 64},
+                 "/rerank").routing.truncate_prompt_tokens is None
+
+
+def test_a_cut_by_side_is_given_per_text_in_the_routed_order() -> None:
+    body = {"queries": ["q1", "q2"], "documents": ["a", "b"]}
+    assert parse(body).routing.text_cuts is None
+    assert parse({**body, "max_tokens_per_doc": 64}).routing.text_cuts == [0, 0, 64, 64]
+    assert parse({**body, "max_tokens_per_query": "8", "max_tokens_per_doc": 0.0}
+                 ).routing.text_cuts == [8, 8, 0, 0]
+    rerank = {"query": "q", "documents": ["a", "b", "c"], "max_tokens_per_doc": 5.0}
+    assert parse(rerank, "/rerank").routing.text_cuts == [0, 5, 5, 5]

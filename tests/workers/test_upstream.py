@@ -20,6 +20,7 @@ from workers.upstream import (
     UpstreamClient,
     UpstreamConnectError,
     UpstreamDisconnected,
+    UpstreamHeadTooLarge,
     UpstreamPayloadError,
     encode_request,
     origin_of,
@@ -608,6 +609,20 @@ async def test_a_head_of_a_few_hundred_kilobytes_is_read_and_a_larger_one_refuse
     assert response.status == 200 and len(response.headers["metadata"]) == 350_000
     assert await response.read() == b"{}"
     response.close()
-    with pytest.raises(UpstreamPayloadError, match="response head too large"):
+    with pytest.raises(UpstreamHeadTooLarge, match="response head over 1024 KiB"):
         await client.post(f"{base}/pooling", b"{}", {})
+    await server.stop()
+
+
+async def test_a_repeated_header_is_joined_once(client: UpstreamClient) -> None:
+    """Joined line by line, a megabyte of repeated lines took seconds on the event loop."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"{}", b"x-many: a\r\n" * 60_000))
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/", b"{}", {})
+    assert response.headers["x-many"] == ", ".join(["a"] * 60_000)
+    response.close()
     await server.stop()

@@ -56,7 +56,7 @@ async def embeddings(request: web.Request) -> web.Response:
     encoding = encoding_format(data)
     dimensions = _dimensions(data.get("dimensions"), worker.config.model, model)
     check_engine(worker)
-    prompts = await tokenized(worker, inputs(data), truncation(data))
+    prompts = await tokenized(worker, inputs(data), truncation(worker, data))
     request_id = worker.new_request_id("embd", request)
     await run_pooling(worker, request_id, prompts)
     vectors = [embedding_of(tokens, dimensions, worker.config.model.hidden)
@@ -140,13 +140,35 @@ async def tokenized(worker: WorkerState,
     return _all_token_ids(worker, items, each)
 
 
-def truncation(data: Mapping[str, Any], name: str = "truncate_prompt_tokens") -> int | None:
-    """A request's cut (``name``), as vLLM reads it: an integer from -1 (the window), else
-    None (whole); ``max_tokens_per_query``/``_per_doc`` of 0 leave the texts whole."""
-    value = data.get(name)
-    if type(value) is not int or value < -1:
+def truncation(worker: WorkerState, data: Mapping[str, Any],
+               name: str = "truncate_prompt_tokens") -> int | None:
+    """A request's cut (``name``) as vLLM reads and checks it (pydantic's lax integers):
+    ``truncate_prompt_tokens`` from -1 (the window) up to the window; a score's
+    ``max_tokens_per_query``/``_per_doc`` from 1 to below the window (0: whole); None when
+    absent. vLLM's 400 for a cut past the window."""
+    value = _lax_count(data.get(name))
+    if value is None:
         return None
-    return None if value == 0 and name != "truncate_prompt_tokens" else value
+    limit = worker.max_model_len
+    if name == "truncate_prompt_tokens":
+        if value > limit:
+            raise bad_request("truncate_prompt_tokens value is greater than max_model_len. "
+                              "Please request a smaller truncation size.")
+        return value
+    if value < 0:
+        raise bad_request(f"{name} must be a non-negative integer")
+    if value >= limit:
+        raise bad_request(f"{name} ({value}) must be less than max_model_len ({limit}).")
+    return value or None
+
+
+def _lax_count(value: Any) -> int | None:
+    """An integer as pydantic takes one laxly (``true``, ``5.0``, ``"5"``); None otherwise."""
+    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    return value if isinstance(value, int) else None
 
 
 def pooling_usage(prompts: Sequence[Sequence[int]]) -> dict[str, Any]:

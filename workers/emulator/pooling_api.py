@@ -54,7 +54,7 @@ async def pooling(request: web.Request) -> web.Response:
     _check_task(data)
     encoding = encoding_format(data)
     check_engine(worker)
-    prompts = await tokenized(worker, inputs(data), truncation(data))
+    prompts = await tokenized(worker, inputs(data), truncation(worker, data))
     request_id = worker.new_request_id("pooling", request)
     await run_pooling(worker, request_id, prompts)
     hidden = worker.config.model.hidden

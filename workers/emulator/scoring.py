@@ -186,16 +186,23 @@ async def _scores(worker: WorkerState, request_id: str, queries: Sequence[str],
     and the usage of what was embedded. The cosines are computed off the event loop, one
     document at a time (the other workers of this process answer meanwhile)."""
     check_engine(worker)
-    whole = truncation(data)
-    per_query = truncation(data, "max_tokens_per_query")
-    per_doc = truncation(data, "max_tokens_per_doc")
-    cuts = ([per_query if per_query is not None else whole] * len(queries)
-            + [per_doc if per_doc is not None else whole] * len(documents))
+    whole = truncation(worker, data)
+    per_query = truncation(worker, data, "max_tokens_per_query")
+    per_doc = truncation(worker, data, "max_tokens_per_doc")
+    cuts = ([_both(whole, per_query, worker.max_model_len)] * len(queries)
+            + [_both(whole, per_doc, worker.max_model_len)] * len(documents))
     prompts = await tokenized(worker, [*queries, *documents], cuts)
     await run_pooling(worker, request_id, prompts)
     scores = await asyncio.to_thread(_cosines, prompts[:len(queries)], prompts[len(queries):],
                                      worker.config.model.hidden)
     return scores, pooling_usage(prompts)
+
+
+def _both(whole: int | None, side: int | None, window: int) -> int | None:
+    """The tokens a text keeps under both cuts vLLM applies (``max_tokens_per_*`` first,
+    then ``truncate_prompt_tokens``; -1 the window)."""
+    cuts = [cut if cut >= 0 else window for cut in (whole, side) if cut is not None]
+    return min(cuts) if cuts else None
 
 
 def _cosines(queries: Sequence[Sequence[int]], documents: Sequence[Sequence[int]],

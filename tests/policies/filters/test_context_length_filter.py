@@ -62,12 +62,28 @@ def test_a_batch_needs_room_for_its_longest_prompt_and_an_embedding_for_no_outpu
     assert [v.id for v in plugin.filter(request, views, CycleState())] == expected
 
 
-def test_a_pooling_request_asking_for_truncation_is_not_filtered(view: ViewFactory) -> None:
-    """vLLM cuts each text to ``truncate_prompt_tokens`` (or its window, -1) and serves it: a
-    long document was refused with a 400 the engine would not have given."""
+@pytest.mark.parametrize(("cut", "expected"), [
+    (None, ["big"]), (-1, ["small", "big"]), (256, ["small", "big"]), (2048, ["big"])])
+def test_a_pooling_request_cut_by_the_engine_goes_where_the_cut_fits(
+        view: ViewFactory, cut: int | None, expected: list[str]) -> None:
+    """vLLM cuts each text to ``truncate_prompt_tokens`` (-1: its window) and serves it, and
+    refuses a cut past its window: a long document was refused with a 400 the engine would
+    not have given, and a cut of 2,048 must not go to a 512-token window."""
     views = [view("small", max_model_len=512), view("big", max_model_len=8192)]
     plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
-    long = RoutingRequest("r", "m", path="/rerank", max_tokens=1, num_prompt_tokens=12_577)
-    assert plugin.filter(long, views, CycleState()) == []
-    long.truncates = True
-    assert [v.id for v in plugin.filter(long, views, CycleState())] == ["small", "big"]
+    long = RoutingRequest("r", "m", path="/rerank", max_tokens=1, num_prompt_tokens=3000,
+                          truncate_prompt_tokens=cut)
+    assert [v.id for v in plugin.filter(long, views, CycleState())] == expected
+
+
+def test_a_score_cut_by_side_is_checked_on_what_is_kept(view: ViewFactory) -> None:
+    """``max_tokens_per_doc`` cuts the documents (the tokens producer's longest is then of
+    the cut texts), and vLLM refuses a cut that is not below its window."""
+    views = [view("small", max_model_len=512), view("big", max_model_len=8192)]
+    plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
+    kept = RoutingRequest("r", "m", path="/rerank", max_tokens=1, num_prompt_tokens=3100,
+                          longest_prompt_tokens=100, text_cuts=[0, 100, 100])
+    assert [v.id for v in plugin.filter(kept, views, CycleState())] == ["small", "big"]
+    past = RoutingRequest("r", "m", path="/rerank", max_tokens=1, num_prompt_tokens=300,
+                          longest_prompt_tokens=100, text_cuts=[0, 512, 512])
+    assert [v.id for v in plugin.filter(past, views, CycleState())] == ["big"]

@@ -294,3 +294,13 @@ def test_a_batch_of_texts_past_every_window_together_is_tokenized() -> None:
     producer().produce(request, [make_view("w0", max_model_len=8192)])
     assert AT_LEAST_KEY not in request.attributes
     assert request.longest_prompt_tokens == len(ENCODING.encode_ordinary(half + "b"))
+
+
+def test_the_longest_text_of_a_score_is_counted_as_its_cut_keeps_it() -> None:
+    """A rerank's documents cut by ``max_tokens_per_doc``: the window holds what is kept."""
+    texts = ["short query", "word " * 300, "word " * 50]
+    whole = produce(producer(), path="/rerank", prompt=texts)
+    cut = produce(producer(), path="/rerank", prompt=texts, text_cuts=[0, 40, 40])
+    assert whole.num_prompt_tokens == cut.num_prompt_tokens        # every token still counted
+    assert whole.longest_prompt_tokens == len(ENCODING.encode_ordinary("word " * 300))
+    assert cut.longest_prompt_tokens == 40
