@@ -15,8 +15,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from router.errors import UpstreamError as UpstreamAnswerError
 from router.proxy import CancelledAfterTheEnd, Proxy, ProxyResult, RetryableUpstream
-from workers.upstream import UpstreamClient
+from workers.upstream import MAX_HEAD, UpstreamClient
 
 CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%d"}}]}\n\n'
 USAGE = (b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":7,"total_tokens":10,'
@@ -396,3 +397,42 @@ def test_a_write_is_timed_while_writing_is_paused_below_the_high_water_mark() ->
     assert relay(65_400, False)._may_wait(200)             # this write pauses it
     assert relay(40_000, True)._may_wait(0)                # paused, between the marks
     assert not relay(40_000, False)._may_wait(200)         # not paused: the write goes on
+
+
+async def test_an_answer_whose_head_is_too_large_is_a_502_not_retried() -> None:
+    """vLLM describes a binary pooling answer's every vector in a header: over the head limit
+    that is the answer's size, not a failing worker (it was retried, and each worker tried
+    was counted as failing toward its ejection)."""
+    async def huge_head(request: web.Request) -> web.Response:
+        return web.Response(body=b"\0" * 8, content_type="application/octet-stream",
+                            headers={"metadata": "m" * (MAX_HEAD + 1)})
+
+    upstream = TestServer(_make_app("/pooling", huge_head), host="127.0.0.1")
+    await upstream.start_server()
+    client = UpstreamClient(connect_timeout_s=1.0, read_timeout_s=10.0)
+    proxy = Proxy(client, upstream_timeout_s=10.0)
+    raised: list[BaseException] = []
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        try:
+            result = await proxy.forward(
+                request, str(upstream.make_url("/pooling")), b"{}", {}, {}, stream=False,
+                wants_usage=False, on_first_byte=lambda: None)
+        except BaseException as exc:
+            raised.append(exc)
+            return web.Response(status=599)
+        return result.response
+
+    front = TestServer(_make_app("/relay", relay), host="127.0.0.1")
+    await front.start_server()
+    try:
+        async with aiohttp.ClientSession() as session, session.post(
+                str(front.make_url("/relay"))) as resp:
+            assert resp.status == 599
+    finally:
+        await client.close()
+        await front.close()
+        await upstream.close()
+    assert len(raised) == 1 and isinstance(raised[0], UpstreamAnswerError)
+    assert not isinstance(raised[0], RetryableUpstream) and raised[0].status == 502
+    assert "header too large to relay" in str(raised[0])
