@@ -30,7 +30,7 @@ import orjson
 from policies.base import API_OF_PATH, ROUTED_PATHS, RUNNER_OF_PATH, RoutingRequest, is_token_ids
 from policies.producers.anthropic_chat import chat_messages, chat_tools
 from router.errors import InvalidRequest
-from router.scoring import scoring_texts, side_cuts
+from router.scoring import lax_int, scoring_texts, side_cuts
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -309,14 +309,8 @@ def prompt_cut(value: Any) -> int | None:
     """``truncate_prompt_tokens`` as vLLM's pydantic reads it (laxly: ``true``, ``5.0`` and
     ``"5"`` are integers): a count from 0, or -1 (the window); None when absent or not one
     (the engine refuses what it cannot read; the router then counts the texts whole)."""
-    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
-        value = int(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        value = int(text) if text.lstrip("+-").isdigit() else None
-    if not isinstance(value, int) or value < -1:
-        return None
-    return value
+    cut = lax_int(value)
+    return cut if cut is not None and cut >= -1 else None
 
 
 def pooling_input(data: Mapping[str, Any], path: str

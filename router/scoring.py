@@ -70,13 +70,21 @@ def _documents(data: Mapping[str, Any]) -> int:
     return 0
 
 
-def _lax_count(value: Any) -> int:
-    """A positive count as pydantic takes integers laxly (``5.0``, ``"5"``), else 0."""
+def lax_int(value: Any) -> int | None:
+    """``value`` as vLLM's pydantic takes an integer laxly (``true``, ``5.0``, ``"5"``);
+    None when it is not one."""
     if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
-        value = int(value)
-    elif isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    return value if isinstance(value, int) and value > 0 else 0
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        return int(text) if text.lstrip("+-").isdigit() else None
+    return value if isinstance(value, int) else None
+
+
+def _lax_count(value: Any) -> int:
+    """A positive count (``lax_int``), else 0."""
+    count = lax_int(value)
+    return count if count is not None and count > 0 else 0
 
 
 def _required(data: Mapping[str, Any], name: str) -> Any:

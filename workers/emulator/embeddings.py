@@ -163,12 +163,28 @@ def truncation(worker: WorkerState, data: Mapping[str, Any],
 
 
 def _lax_count(value: Any) -> int | None:
-    """An integer as pydantic takes one laxly (``true``, ``5.0``, ``"5"``); None otherwise."""
-    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
+    """``lax_int``'s integer, None for anything it refuses."""
+    count = lax_int(value)
+    return count if isinstance(count, int) else None
+
+
+def lax_int(value: Any) -> int | tuple[str, str]:
+    """``value`` as pydantic's lax ``int`` takes it (a bool, an integral float, a numeric
+    string), else its error's message and type."""
+    if isinstance(value, int):
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        return int(value.strip())
-    return value if isinstance(value, int) else None
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        return ("Input should be a valid integer, got a number with a fractional part",
+                "int_from_float")
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return ("Input should be a valid integer, unable to parse string as an integer",
+                    "int_parsing")
+    return "Input should be a valid integer", "int_type"
 
 
 def pooling_usage(prompts: Sequence[Sequence[int]]) -> dict[str, Any]:

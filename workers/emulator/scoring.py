@@ -31,6 +31,7 @@ from aiohttp import web
 from workers.emulator.embeddings import (
     check_engine,
     embedding_of,
+    lax_int,
     pooling_usage,
     run_pooling,
     served_model,
@@ -97,7 +98,7 @@ def _rerank_top_n(data: Mapping[str, Any]) -> int:
     """``top_n`` (0 when absent), once ``query``, ``documents`` and it are valid."""
     errors = _item_errors(data, "query", many=False) + _item_errors(data, "documents", many=True)
     raw = data.get("top_n", 0)
-    top_n = _lax_int(raw)
+    top_n = lax_int(raw)
     if isinstance(top_n, tuple):
         errors.append(("top_n", *top_n, raw, None))
     elif top_n < 0:
@@ -107,25 +108,6 @@ def _rerank_top_n(data: Mapping[str, Any]) -> int:
         raise validation_errors(errors)
     assert isinstance(top_n, int)
     return top_n
-
-
-def _lax_int(value: Any) -> int | tuple[str, str]:
-    """``value`` as pydantic's lax ``int`` takes it (a bool, an integral float, a numeric
-    string), else its error's message and type."""
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        if value.is_integer():
-            return int(value)
-        return ("Input should be a valid integer, got a number with a fractional part",
-                "int_from_float")
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return ("Input should be a valid integer, unable to parse string as an integer",
-                    "int_parsing")
-    return "Input should be a valid integer", "int_type"
 
 
 def _item_errors(data: Mapping[str, Any], name: str, many: bool) -> list[FieldError]:
