@@ -47,6 +47,9 @@ Origin = tuple[str, int]             # (host, port): one pool of connections, on
 # response head size limit (status line and headers): vLLM's binary pooling answers describe
 # their vectors in a header, about 121 bytes each (8,600 vectors in 1 MiB)
 MAX_HEAD: Final = 1024 * 1024
+# a chunked body's size line (hex digits, perhaps extensions) or trailer line: far more than
+# any server writes, far less than a head
+MAX_CHUNK_LINE: Final = 64 * 1024
 _CRLF: Final = b"\r\n"
 _HEAD_END: Final = b"\r\n\r\n"
 
@@ -223,8 +226,9 @@ class _Connection(asyncio.Protocol):
             newline = data.find(b"\n", position)
             if newline < 0:
                 self._line += data[position:]
-                if len(self._line) > MAX_HEAD:
-                    raise UpstreamPayloadError("chunk line too long")
+                if len(self._line) > MAX_CHUNK_LINE:
+                    raise UpstreamPayloadError(
+                        f"chunk line over {MAX_CHUNK_LINE >> 10} KiB")
                 return
             stop = newline - 1 if newline > position and data[newline - 1] == 13 else newline
             line = data[position:stop]         # without its CR LF

@@ -16,6 +16,7 @@ from yarl import URL
 from tests.workers.tls_support import make_tls_files
 from workers.tls import server_tls_context
 from workers.upstream import (
+    MAX_CHUNK_LINE,
     MAX_HEAD,
     UpstreamClient,
     UpstreamConnectError,
@@ -299,6 +300,9 @@ async def test_a_new_connection_closed_before_the_head_is_an_error(
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd\r\n",
      "longer than its size"),
+    # a size line that never ends is refused at 64 KiB, not held until the head's 1 MiB
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1" + b"0" * (MAX_CHUNK_LINE + 1),
+     f"chunk line over {MAX_CHUNK_LINE >> 10} KiB"),
 ])
 async def test_bodies_cut_short_or_badly_framed_raise(
         client: UpstreamClient, wire: bytes, message: str) -> None:
