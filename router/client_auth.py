@@ -168,7 +168,7 @@ async def hide_reason_from_tenants(request: web.Request, response: web.StreamRes
         response.headers.popall(REASON_HEADER, None)
 
 
-def client_auth_middleware(current: Callable[[], ClientKeys], on_refused: Callable[[], None],
+def client_auth_middleware(current: Callable[[], ClientKeys], on_refused: Callable[[str], None],
                            request_id_header: str = "x-request-id") -> Middleware:
     """The middleware refusing guarded requests without a key of ``current()`` (placed
     inside ``router.errors.error_middleware``, which renders the 401 in the path's error
@@ -188,13 +188,13 @@ def client_auth_middleware(current: Callable[[], ClientKeys], on_refused: Callab
             return await handler(request)
         key = presented_key(request)
         if key is None:
-            on_refused()
+            on_refused(request.path)
             raise Unauthorized("You didn't provide an API key. Send it as "
                                "`Authorization: Bearer <key>` (or `x-api-key: <key>`).",
                                headers=refusal_headers(request))
         accepted, tenant = current().lookup(key)
         if not accepted:
-            on_refused()
+            on_refused(request.path)
             raise Unauthorized("Incorrect API key provided.", headers=refusal_headers(request))
         if tenant is not None:
             if operator_only(request.path):

@@ -55,7 +55,7 @@ from router.errors import (
     UpstreamTimeout,
 )
 from router.header_values import header_safe
-from router.metrics import UNKNOWN_MODEL, RouterMetrics
+from router.metrics import OTHER_API, UNKNOWN_MODEL, RouterMetrics, api_of_path
 from router.protocol import (
     MESSAGES_PATH,
     POOLING_SERVICES,
@@ -112,6 +112,7 @@ class _Attempt:
     stall_ticket: int = -1          # router.stalls: watched until its first byte
     events_relayed: int = 0         # a stream's events that reached a client who then left
     received_at: float = 0.0        # the request's arrival at the router (ParsedRequest's)
+    api: str = OTHER_API            # its path's API (the metrics' ``api`` label)
 
 
 class Director:
@@ -156,23 +157,24 @@ class Director:
     async def _handle(self, request: web.Request, path: str,
                       request_id: str) -> web.StreamResponse:
         arrival = self._clock()
+        api = api_of_path(path)
         try:
             body = await read_body(request, self._settings.body_timeout_s,
                                    self._settings.max_body_bytes)
             parsed = await self._parse(body, path, request_id, request, arrival)
             parsed.received_at = arrival
         except RouterError as refused:   # a bad body: counted, under no model it could name
-            self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status)
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status, api)
             raise
         try:
             self._check_runner(parsed.routing)
         except RouterError as refused:   # a fleet's model asked for what it does not run
             self._metrics.record_request(self._model_label(parsed.routing.model), "", "",
-                                         "none", refused.status)
+                                         "none", refused.status, api)
             raise
         engine = self._policy()
         ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),
-                                            parsed.routing.tenant, parsed.routing.model)
+                                            parsed.routing.tenant, parsed.routing.model, api)
         finished = False
         try:
             return await self._admitted(request, parsed, body, engine, ticket)
@@ -285,7 +287,7 @@ class Director:
         if not runners or needed in runners:
             return
         self._metrics.record_request(decision.model, "", "", decision.profile,
-                                     RoutingMisconfigured.status)
+                                     RoutingMisconfigured.status, api_of_path(routing.path))
         if (decision.rule, routing.path) not in self._misrouted:
             self._misrouted.add((decision.rule, routing.path))
             log.error("routing rule %s sends %s requests to %s, which cannot serve them; "
@@ -387,23 +389,23 @@ class Director:
 
     def _no_candidate(self, decision: Decision, routing: RoutingRequest) -> RouterError:
         headers = self._kvroute_headers(decision, routing.semantic_class)
-        model = decision.model
+        model, api = decision.model, api_of_path(routing.path)
         if model not in self._registry.known_models():
             known = ", ".join(sorted(self._registry.known_models()))
-            self._metrics.record_request(UNKNOWN_MODEL, "", "", decision.profile, 404)
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", decision.profile, 404, api)
             return ModelNotFound(f"The model `{model}` does not exist. Valid aliases: {known}.",
                                  param="model", headers=headers)
         too_long = [worker for worker, by in decision.filtered_out.items()
                     if by == CONTEXT_LENGTH_FILTER]
         if too_long:   # the request fits no worker of its model: the client must shorten it
-            self._metrics.record_request(model, "", "", decision.profile, 400)
+            self._metrics.record_request(model, "", "", decision.profile, 400, api)
             # the windows the filter read: each engine's own (/v1/models), else the fleet's
             windows = {view.id: view.max_model_len
                        for view in self._registry.views(self._clock())}
             return _context_length_error(routing, max(
                 windows.get(worker) or self._registry.info(worker).model_spec.max_model_len
                 for worker in too_long), headers)
-        self._metrics.record_request(model, "", "", decision.profile, 503)
+        self._metrics.record_request(model, "", "", decision.profile, 503, api)
         return NoWorkerAvailable(f"No worker available for model `{model}`: {decision.reason}",
                                  headers=headers)
 
@@ -437,7 +439,8 @@ class Director:
                            prefill_tokens=max(0, routing.num_prompt_tokens - cached),
                            decode_tokens=routing.output_tokens_within(
                                info.model_spec.max_model_len),
-                           started_at=self._clock(), received_at=parsed.received_at)
+                           started_at=self._clock(), received_at=parsed.received_at,
+                           api=api_of_path(routing.path))
         if parsed.response_id is not None:      # follow-ups to this response go here
             await self._store.remember_response(parsed.response_id, info.id,
                                                 request.get(TENANT))
@@ -503,7 +506,7 @@ class Director:
     def _on_first_byte(self, attempt: _Attempt) -> None:
         attempt.first_token_seen = True
         if attempt.received_at:
-            self._metrics.record_client_ttft(attempt.decision.model,
+            self._metrics.record_client_ttft(attempt.decision.model, attempt.api,
                                              self._clock() - attempt.received_at)
         self._ejection.stalls.settled(attempt.stall_ticket)
         assert attempt.decision.worker_id is not None
@@ -525,9 +528,9 @@ class Director:
                                        whole_answer=status == 200 and not routing.stream)
         engine.on_completed(routing, outcome)
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
-                                     decision.profile, status)
+                                     decision.profile, status, attempt.api)
         if status == 200 and result is not None and attempt.received_at:
-            self._metrics.record_client_duration(decision.model,
+            self._metrics.record_client_duration(decision.model, attempt.api,
                                                  result.finished_at - attempt.received_at)
         cost = decision.attributes.get("estimated_cost_usd")
         self._metrics.record_outcome(outcome, attempt.worker_gpu, routing.tenant,

@@ -26,7 +26,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from policies.base import Decision, RequestOutcome
+from policies.base import API_OF_PATH, Decision, RequestOutcome
 from policies.candidates import scores_of
 from policies.engine import PolicyEngine
 from router.estimate_metrics import EstimateCollector
@@ -58,6 +58,21 @@ DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 
 GC_PAUSE_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+# the ``api`` label of the request series: the routed paths' APIs (``API_OF_PATH``: chat,
+# completions, embeddings, responses, messages, score, rerank, pooling, classify), these
+# paths' own names, "responses" for a stored response's paths, else "other"
+UTILITY_APIS = {"/tokenize": "tokenize", "/detokenize": "detokenize",
+                "/v1/messages/count_tokens": "count-tokens"}
+OTHER_API = "other"
+RESPONSES_API = "responses"
+
+
+def api_of_path(path: str) -> str:
+    """The ``api`` label of a request to ``path``."""
+    api = API_OF_PATH.get(path) or UTILITY_APIS.get(path)
+    if api is not None:
+        return api
+    return RESPONSES_API if path.startswith("/v1/responses/") else OTHER_API
 ADMISSION_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # the semantic producer's outcomes (``policies.semantic.producer``): all but the first give
 # the request the default class
@@ -190,7 +205,8 @@ class RouterMetrics:
         self.requests = loop(LoopCounter("kvroute_requests", "Answers: each attempt at a worker (a "
                                          "retried one too) by its status, and each request "
                                          "refused before one (worker empty).",
-                                         ["model", "worker", "gpu", "profile", "status"]))
+                                         ["model", "worker", "gpu", "profile", "status",
+                                          "api"]))
         self.decision_duration = loop(LoopHistogram(
             "kvroute_decision_duration_seconds",
             "Time to decide (rules, filters, scorers, picker).", buckets=DECISION_BUCKETS))
@@ -211,11 +227,11 @@ class RouterMetrics:
         self.client_ttft = loop(LoopHistogram(
             "kvroute_client_ttft_seconds", "Streams: from the request's arrival at the router "
             "to its first token relayed to the client (admission wait and failed attempts "
-            "included).", ["model"], buckets=TTFT_BUCKETS))
+            "included).", ["model", "api"], buckets=TTFT_BUCKETS))
         self.client_duration = loop(LoopHistogram(
             "kvroute_client_duration_seconds", "Requests answered 200: from their arrival at "
             "the router to their last byte relayed (admission wait and failed attempts "
-            "included).", ["model"], buckets=CLIENT_DURATION_BUCKETS))
+            "included).", ["model", "api"], buckets=CLIENT_DURATION_BUCKETS))
         self.tpot = loop(LoopHistogram("kvroute_tpot_seconds",
                                        "Mean time per output token after the first.",
                                        ["worker", "gpu"], buckets=TPOT_BUCKETS))
@@ -373,22 +389,23 @@ class RouterMetrics:
         children[1].inc(best_tokens)
 
     def record_request(self, model: str, worker: str, gpu: str, profile: str,
-                       status: int) -> None:
-        key = (model, worker, gpu, profile, str(status))
+                       status: int, api: str) -> None:
+        """One answer (``api``: ``api_of_path`` of its path)."""
+        key = (model, worker, gpu, profile, str(status), api)
         child = self._request_children.get(key)
         if child is None:
             child = self._request_children[key] = self.requests.labels(*key)
         child.inc()
 
-    def record_client_ttft(self, model: str, seconds: float) -> None:
-        self.client_ttft.labels(model).observe(seconds)
+    def record_client_ttft(self, model: str, api: str, seconds: float) -> None:
+        self.client_ttft.labels(model, api).observe(seconds)
 
-    def record_client_duration(self, model: str, seconds: float) -> None:
-        self.client_duration.labels(model).observe(seconds)
+    def record_client_duration(self, model: str, api: str, seconds: float) -> None:
+        self.client_duration.labels(model, api).observe(seconds)
 
-    def record_unauthorized(self) -> None:
-        """A request refused for its API key, before anything of it was read."""
-        self.record_request(UNKNOWN_MODEL, "", "", "none", 401)
+    def record_unauthorized(self, path: str) -> None:
+        """A request to ``path`` refused for its API key, before anything of it was read."""
+        self.record_request(UNKNOWN_MODEL, "", "", "none", 401, api_of_path(path))
 
     def watch_admission(self, in_flight: Callable[[], float],
                         waiting: Callable[[], float]) -> None:
@@ -407,10 +424,10 @@ class RouterMetrics:
                 self.admission_rejections.labels(reason, label)
 
     def record_admission_rejection(self, reason: str, tenant: str | None, model: str,
-                                   status: int) -> None:
+                                   status: int, api: str) -> None:
         """A request refused by admission: counted by reason and tenant, and as answered."""
         self.admission_rejections.labels(reason, self.tenants.label(tenant or "")).inc()
-        self.record_request(model, "", "", "none", status)
+        self.record_request(model, "", "", "none", status, api)
 
     def record_outcome(self, outcome: RequestOutcome, gpu: str, tenant: str | None,
                        cost_usd: float | None) -> None:

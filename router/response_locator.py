@@ -29,7 +29,7 @@ from urllib.parse import quote
 from yarl import URL
 
 from router.errors import NoWorkerAvailable, ResponseNotFound
-from router.metrics import UNKNOWN_MODEL, RouterMetrics
+from router.metrics import RESPONSES_API, UNKNOWN_MODEL, RouterMetrics
 from router.protocol import RESPONSES_PATH
 from router.state.store import StateStore
 from workers.models import WorkerView
@@ -102,7 +102,7 @@ class ResponseLocator:
         if view is None or not view.healthy:
             self._metrics.record_request(UNKNOWN_MODEL if view is None else view.info.models[0],
                                          owner, "" if view is None else view.gpu.name, profile,
-                                         503)
+                                         503, RESPONSES_API)
             raise NoWorkerAvailable(f"The worker `{owner}` holding response `{response_id}` "
                                     "is not available; only it holds that response.")
         return view

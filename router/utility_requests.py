@@ -38,7 +38,7 @@ from router.errors import (
     UpstreamError,
 )
 from router.header_values import header_safe
-from router.metrics import UNKNOWN_MODEL, RouterMetrics
+from router.metrics import RESPONSES_API, UNKNOWN_MODEL, RouterMetrics, api_of_path
 from router.protocol import (
     DOT_SEGMENTS,
     RESPONSES_PATH,
@@ -88,9 +88,10 @@ class UtilityRequests:
                 # as vLLM: "" too
                 model = None if raw_model in (None, "") else check_model(raw_model)
             except RouterError as refused:    # a bad body: counted, as refused before routing
-                self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status)
+                self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status,
+                                             api_of_path(path))
                 raise
-            candidates = self._candidates(model)
+            candidates = self._candidates(model, api_of_path(path))
             return await self._forward(request, path, body, model, candidates, request_id)
         except RouterError as error:      # a refusal names its request, as every one does
             error.headers.setdefault(self._settings.request_id_header, request_id)
@@ -122,7 +123,8 @@ class UtilityRequests:
                 continue
             self._ejection.answered(view.id, sent_at)
             self._metrics.record_request(model or view.info.models[0], view.id,
-                                         view.gpu.name, PROFILE, result.status)
+                                         view.gpu.name, PROFILE, result.status,
+                                         api_of_path(path))
             return result.response
         assert last_failure is not None
         raise UpstreamError(f"No worker could serve the request; last error: {last_failure}")
@@ -168,7 +170,7 @@ class UtilityRequests:
             raise UpstreamError(f"The worker holding response `{response_id}` failed: "
                                 f"{failure}") from None
         self._metrics.record_request(view.info.models[0], view.id, view.gpu.name, PROFILE,
-                                     result.status)
+                                     result.status, RESPONSES_API)
         return result.response
 
     def _headers(self, request: web.Request, request_id: str) -> dict[str, str]:
@@ -179,9 +181,9 @@ class UtilityRequests:
             headers["Authorization"] = authorization
         return headers
 
-    def _candidates(self, model: str | None) -> list[WorkerView]:
+    def _candidates(self, model: str | None, api: str) -> list[WorkerView]:
         """The healthy workers of ``model``, fewest requests in flight first, ties in turn,
-        ejected ones last."""
+        ejected ones last (``api``: the request's, for the metrics of a refusal)."""
         views = self._registry.views(self._clock())
         if model is None:
             if self._registry.default_model() is None:
@@ -193,13 +195,13 @@ class UtilityRequests:
             serving = [view for view in views if view.serves(model)]
         if not serving:
             known = ", ".join(sorted(self._registry.known_models()))
-            self._metrics.record_request(UNKNOWN_MODEL, "", "", PROFILE, 404)
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", PROFILE, 404, api)
             raise ModelNotFound(f"The model `{model}` does not exist. Valid aliases: {known}.",
                                 param="model")
         healthy = [view for view in serving if view.healthy]
         if not healthy:
             self._metrics.record_request(model or serving[0].info.models[0], "", "", PROFILE,
-                                         503)
+                                         503, api)
             raise NoWorkerAvailable(f"No healthy worker serves the model `{model}`.")
         turn, count = next(self._turn), len(healthy)
         ejected = self._ejection.ejected(self._clock())

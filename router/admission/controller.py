@@ -34,7 +34,7 @@ from policies.admission.section import OTHER_TENANTS_KEY, AdmissionSection, Tena
 from router.admission.gate import ConcurrencyGate, GateClosed, GateFull, GateTimeout
 from router.admission.usage import TenantUsage
 from router.errors import Overloaded, RateLimited, RequestRateLimited, TokenRateLimited
-from router.metrics import RouterMetrics
+from router.metrics import OTHER_API, RouterMetrics
 
 # Retry-After of a 503 for a full queue or a timed-out wait: long enough for a slot to free
 OVERLOADED_RETRY_AFTER_S = 1
@@ -55,6 +55,7 @@ class AdmissionTicket:
     charged_at: float = 0.0       # when the expected tokens were charged
     admitted_at: float = 0.0      # when its request was charged
     tenant: str | None = None     # as the client named it (for a refusal's metrics)
+    api: str = OTHER_API          # its path's API (for a refusal's metrics)
     events_relayed: int = 0       # stream events sent to the client (about a token each)
     whole_answer: bool = False    # a worker answered it whole (not streamed)
 
@@ -78,11 +79,12 @@ class Admission:
         metrics.watch_admission(lambda: self.gate.in_flight, lambda: self.gate.waiting)
 
     async def admit(self, section: AdmissionSection | None, tenant: str | None,
-                    model: str) -> AdmissionTicket:
-        """Let the request on, or raise ``RateLimited`` / ``Overloaded``."""
+                    model: str, api: str = OTHER_API) -> AdmissionTicket:
+        """Let the request on, or raise ``RateLimited`` / ``Overloaded`` (``api``: its
+        path's, ``router.metrics.api_of_path``, for the metrics of a refusal)."""
         if section is None:
             await self.gate.enter(0, 0, 1.0)      # counted in flight; no limit
-            return AdmissionTicket(None)
+            return AdmissionTicket(None, api=api)
         self._metrics.admission_tenant_seen(tenant)
         key = section.budget_key(tenant)
         budget = section.budget(key)
@@ -91,7 +93,7 @@ class Admission:
             # its requests already waiting count as spent: a budget with three requests left
             # filled the queue with forty, each refused when its turn came (429), and other
             # tenants were turned away for a full queue meanwhile (503)
-            self._check(budget, usage_key, tenant, model,
+            self._check(budget, usage_key, tenant, model, api,
                         waiting=self._waiting.get(usage_key, 0))
             self._waiting[usage_key] = self._waiting.get(usage_key, 0) + 1
         try:
@@ -99,17 +101,17 @@ class Admission:
                                            section.wait_timeout_s, budget.priority)
         except GateClosed:
             raise self._overloaded(
-                "draining", tenant, model,
+                "draining", tenant, model, api,
                 "The router is stopping and this request had not reached a worker yet: send "
                 "it again (another router takes it).") from None
         except GateFull:
             raise self._overloaded(
-                "queue_full", tenant, model,
+                "queue_full", tenant, model, api,
                 f"The router is serving as many requests as it may ({section.max_in_flight}) "
                 f"and {section.max_waiting} more are waiting: try again later.") from None
         except GateTimeout:
             raise self._overloaded(
-                "wait_timeout", tenant, model,
+                "wait_timeout", tenant, model, api,
                 f"The request waited {section.wait_timeout_s:g} s for one of the router's "
                 f"{section.max_in_flight} in-flight slots: try again later.") from None
         finally:
@@ -123,7 +125,7 @@ class Admission:
         if usage_key is not None:
             if waited > 0:
                 try:
-                    self._check(budget, usage_key, tenant, model)
+                    self._check(budget, usage_key, tenant, model, api)
                 except RateLimited:
                     self.gate.leave()
                     raise
@@ -131,7 +133,7 @@ class Admission:
         if section.max_in_flight > 0:
             self._metrics.admission_wait.observe(waited)
         return AdmissionTicket(usage_key, waited, budget if usage_key is not None else None,
-                               admitted_at=admitted_at, tenant=tenant)
+                               admitted_at=admitted_at, tenant=tenant, api=api)
 
     def apply(self, section: AdmissionSection | None) -> None:
         """The section of a routing file just reloaded: its in-flight limit takes effect at
@@ -156,7 +158,7 @@ class Admission:
         budget = ticket.budget
         if budget is not None and budget.tokens_per_minute is not None:
             try:
-                self._check(budget, key, ticket.tenant, model, units=("tokens",))
+                self._check(budget, key, ticket.tenant, model, ticket.api, units=("tokens",))
             except RateLimited:
                 self.usage.settle(key, self._clock(), ticket.admitted_at, 0, requests=-1)
                 raise
@@ -242,15 +244,15 @@ class Admission:
                       wait_timeout_s=section.wait_timeout_s, budgets=budgets)
         return status
 
-    def _overloaded(self, reason: str, tenant: str | None, model: str,
+    def _overloaded(self, reason: str, tenant: str | None, model: str, api: str,
                     message: str) -> Overloaded:
         """The 503 of a request the in-flight limit turned away, counted."""
         self._metrics.record_admission_rejection(reason, tenant, self._model_label(model),
-                                                 Overloaded.status)
+                                                 Overloaded.status, api)
         return Overloaded(message, headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)})
 
     def _check(self, budget: TenantBudget, usage_key: str, tenant: str | None,
-               model: str, units: tuple[str, ...] = ("requests", "tokens"),
+               model: str, api: str, units: tuple[str, ...] = ("requests", "tokens"),
                waiting: int = 0) -> None:
         """Raise ``RateLimited`` when the budget's ``units`` are spent (``waiting``: its
         requests waiting for a slot, counted as spent)."""
@@ -280,7 +282,7 @@ class Admission:
         assert limit is not None
         reason = f"{unit}_per_minute"
         self._metrics.record_admission_rejection(reason, tenant, self._model_label(model),
-                                                 error.status)
+                                                 error.status, api)
         headers = {"Retry-After": str(wait)}
         for each_unit, each_limit, each_used in (
                 ("requests", budget.requests_per_minute, requests),

@@ -228,6 +228,12 @@ COST = Dashboard(
             _rate("kvroute_requests_total", 'model=~"$model"', "status"), "{{status}}"),),
             unit="reqps", stacked=True,
             description="Answered requests by HTTP status (errors before routing included)."),
+        Panel("Requests/s by API", (Query(
+            _rate("kvroute_requests_total", 'model=~"$model"', "api"), "{{api}}"),),
+            unit="reqps", stacked=True,
+            description="Answered requests by what their path serves: chat, completions, "
+                        "responses, messages, embeddings, score, rerank, pooling, classify, "
+                        "tokenize, … (errors before routing included)."),
         Panel("Refused by admission, by tenant and reason", (Query(
             f"sum by (tenant, reason) (rate(kvroute_admission_rejections_total[{RI}]))",
             "{{tenant}} {{reason}}"),),

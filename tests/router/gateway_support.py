@@ -87,8 +87,12 @@ class RouterHandle:
         return f"http://127.0.0.1:{self.port}"
 
     def metric(self, name: str, **labels: str) -> float:
-        value = self.app[METRICS].registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        """The sum of the samples ``name`` whose labels include ``labels`` (0 when none
+        does): a label left out is summed over, as ``sum without`` would."""
+        wanted = labels.items()
+        return sum(sample.value for family in self.app[METRICS].registry.collect()
+                   for sample in family.samples
+                   if sample.name == name and wanted <= sample.labels.items())
 
 
 RouterFactory = Callable[..., Awaitable[RouterHandle]]

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from policies.producers.tokens import TiktokenTokenizer
+from router.metrics import api_of_path
 from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, RouterHandle
 from workers.fleet import FleetConfig
 
@@ -62,8 +63,13 @@ async def test_the_answer_through_the_router_is_the_pooling_workers_own(
         embeddings_fleet.worker(worker).info.url + path, request)
     assert (status, without_ids(routed)) == (direct_status, without_ids(direct))
     assert prompt_tokens(router) == routed["usage"]["prompt_tokens"] > 0
+    # counted under its path's API, which is how an SRE tells reranks from embeddings
+    api = api_of_path(path)
     assert router.metric("kvroute_requests_total", model=EMBEDDER, worker=worker,
-                         gpu=GPUS[worker], profile="default", status="200") == 1
+                         gpu=GPUS[worker], profile="default", status="200", api=api) == 1
+    assert router.metric("kvroute_client_duration_seconds_count", model=EMBEDDER,
+                         api=api) == 1
+    assert router.metric("kvroute_requests_total", api="chat") == 0
 
 
 @pytest.mark.parametrize("path", ["/pooling", "/v1/embeddings"])

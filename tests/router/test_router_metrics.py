@@ -6,7 +6,7 @@ import time
 from types import MappingProxyType
 
 from policies.base import Decision, RequestOutcome
-from router.metrics import RouterMetrics
+from router.metrics import RouterMetrics, api_of_path
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
 from workers.models import WorkerInfo, WorkerView
 
@@ -23,8 +23,9 @@ def test_records_under_the_agreed_names() -> None:
     decision = Decision(request_id="r", worker_id="w1", model="m", profile="p", rule=None,
                         reason="x", attributes=MappingProxyType({"decided_by": "kv-usage"}))
     metrics.record_decision(decision, gpu, "kv-usage", "code", 0.0002)
-    metrics.record_request("m", "w1", gpu, "p", 200)
-    metrics.record_request("m", "w1", gpu, "p", 200)
+    metrics.record_request("m", "w1", gpu, "p", 200, "chat")
+    metrics.record_request("m", "w1", gpu, "p", 200, "chat")
+    metrics.record_request("m", "w1", gpu, "p", 200, "rerank")
     metrics.record_outcome(RequestOutcome("r", "w1", 200, prompt_tokens=10, completion_tokens=5,
                                           cached_tokens=4, ttft_s=0.05, tpot_s=0.01),
                            gpu, "acme", 0.002)
@@ -32,8 +33,9 @@ def test_records_under_the_agreed_names() -> None:
     metrics.record_reload("failure")
     metrics.record_semantic("code", 0.003)
     get = metrics.registry.get_sample_value
-    assert get("kvroute_requests_total", {"model": "m", "worker": "w1", "gpu": gpu,
-                                          "profile": "p", "status": "200"}) == 2.0
+    assert [get("kvroute_requests_total", {"model": "m", "worker": "w1", "gpu": gpu,
+                                           "profile": "p", "status": "200", "api": api})
+            for api in ("chat", "rerank")] == [2.0, 1.0]
     assert get("kvroute_decisions_total", {"profile": "p", "rule": "", "worker": "w1",
                                            "gpu": gpu, "reason": "kv-usage",
                                            "class": "code"}) == 1.0
@@ -194,3 +196,27 @@ def test_a_tenant_meeting_the_admission_section_is_not_counted_as_folded_twice()
     assert metrics.tenants.folded == 0
     metrics.record_outcome(RequestOutcome("r", "w1", 200), INFO.gpu.name, "globex", 0.1)
     assert metrics.tenants.folded == 1                # the request, once
+
+
+def test_each_path_is_counted_under_its_api() -> None:
+    """The ``api`` label tells the routed APIs apart (a rerank from an embedding of the
+    same model), the utility paths by their own names, a stored response's paths as
+    "responses", and any other path as "other"."""
+    assert [api_of_path(path) for path in (
+        "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
+        "/v1/messages", "/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank",
+        "/pooling", "/classify", "/tokenize", "/detokenize", "/v1/messages/count_tokens",
+        "/v1/responses/resp_1", "/v1/responses/resp_1/cancel", "/v1/nothing")] == [
+        "chat", "completions", "embeddings", "responses", "messages", "score", "score",
+        "rerank", "rerank", "rerank", "pooling", "classify", "tokenize", "detokenize",
+        "count-tokens", "responses", "responses", "other"]
+    metrics = RouterMetrics()
+    metrics.record_client_duration("m", "rerank", 0.5)
+    metrics.record_client_ttft("m", "chat", 0.1)
+    metrics.record_unauthorized("/v1/embeddings")
+    get = metrics.registry.get_sample_value
+    assert get("kvroute_client_duration_seconds_count", {"model": "m", "api": "rerank"}) == 1
+    assert get("kvroute_client_ttft_seconds_count", {"model": "m", "api": "chat"}) == 1
+    assert get("kvroute_requests_total", {"model": "(unknown)", "worker": "", "gpu": "",
+                                          "profile": "none", "status": "401",
+                                          "api": "embeddings"}) == 1

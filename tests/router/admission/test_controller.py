@@ -56,7 +56,7 @@ async def test_requests_per_minute_refuses_with_retry_after() -> None:
         admission.finish(await admission.admit(section, "acme", MODEL))
         clock.now += 10
     with pytest.raises(RequestRateLimited) as raised:
-        await admission.admit(section, "acme", MODEL)
+        await admission.admit(section, "acme", MODEL, "rerank")
     error = raised.value
     assert error.status == 429
     body = orjson.loads(error.body())["error"]
@@ -69,7 +69,7 @@ async def test_requests_per_minute_refuses_with_retry_after() -> None:
     assert _rejections(metrics, "requests_per_minute", "acme") == 1
     assert metrics.registry.get_sample_value(
         "kvroute_requests_total", {"model": MODEL, "worker": "", "gpu": "", "profile": "none",
-                                   "status": "429"}) == 1
+                                   "status": "429", "api": "rerank"}) == 1    # its path's API
     clock.now += 30
     admission.finish(await admission.admit(section, "acme", MODEL))   # back under it
     # another tenant is not held back by acme's budget
