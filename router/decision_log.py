@@ -9,7 +9,8 @@ Configured from the environment of the router process:
   request id, so every attempt of a sampled request is logged and the same request is
   sampled the same way on every router replica.
 
-Each line: ``ts`` (unix seconds), ``request_id``, ``attempt``, ``model``, ``profile``, ``rule``,
+Each line: ``ts`` (unix seconds), ``request_id``, ``trace_id`` (the W3C trace the request came
+with, else null: ``router.trace_context``), ``attempt``, ``model``, ``profile``, ``rule``,
 ``worker`` (null: no candidate), ``reason_code``, ``reason``, ``class``, ``tenant``,
 ``prompt_tokens``, ``decision_us``, ``candidates`` (worker, total, per-scorer scores, best
 first), ``filtered_out`` and the decision's numeric ``attributes``.
@@ -28,6 +29,7 @@ import orjson
 
 from policies.base import Decision, RoutingRequest
 from router.decisions import reason_code
+from router.trace_context import request_trace_id
 
 ENV_PATH = "KVROUTE_DECISION_LOG"
 ENV_SAMPLE = "KVROUTE_DECISION_LOG_SAMPLE"
@@ -98,6 +100,7 @@ def decision_line(request: RoutingRequest, decision: Decision, attempt: int, sec
     record = {
         "ts": round(at, 6),
         "request_id": decision.request_id,
+        "trace_id": request_trace_id(request.headers),
         "attempt": attempt,
         "model": decision.model,
         "profile": decision.profile,

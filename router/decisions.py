@@ -40,6 +40,7 @@ class DecisionRecord:
     # e.g. ``unsure`` or ``timeout`` when the default class stood in); None without one
     semantic_confidence: float | None = None
     semantic_outcome: str | None = None
+    trace_id: str | None = None   # the W3C trace the request came with (router.trace_context)
 
 
 class DecisionLog:
@@ -88,6 +89,7 @@ def _render(record: DecisionRecord) -> dict[str, Any]:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.at))
                 + f".{int(record.at % 1 * 1000):03d}Z",
         "request_id": d.request_id,
+        "trace_id": record.trace_id,
         "path": record.path,
         "requested_model": record.requested_model,
         "model": d.model,

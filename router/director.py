@@ -80,6 +80,7 @@ from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
 from router.state.store import StateStore
+from router.trace_context import request_trace_id, trace_headers
 from workers.models import WorkerInfo, WorkerView
 from workers.registry import WorkerRegistry
 from workers.upstream import origin_of
@@ -369,7 +370,8 @@ class Director:
             attempt=attempt, duration_s=seconds, num_prompt_tokens=routing.num_prompt_tokens,
             semantic_class=routing.semantic_class,
             semantic_confidence=class_confidence(routing),
-            semantic_outcome=class_outcome(routing)))
+            semantic_outcome=class_outcome(routing),
+            trace_id=request_trace_id(routing.headers)))
         for sink in self._sinks:
             try:
                 sink.on_decision(routing, decision, attempt, seconds)
@@ -448,7 +450,8 @@ class Director:
         engine.on_routed(routing, decision)
         if routing.block_hashes:       # the other replicas' prefix scorers learn it too
             self._store.on_routed_blocks(info.id, routing.block_hashes)
-        headers = {"Content-Type": "application/json", "X-Request-Id": routing.request_id}
+        headers = {"Content-Type": "application/json", "X-Request-Id": routing.request_id,
+                   **trace_headers(request.headers)}     # the engine's spans join the trace
         auth = upstream_authorization(request.headers)
         if auth:
             headers["Authorization"] = auth

@@ -51,6 +51,7 @@ from router.request_body import read_body
 from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
+from router.trace_context import trace_headers
 from workers.models import WorkerView
 from workers.registry import WorkerRegistry
 
@@ -175,7 +176,8 @@ class UtilityRequests:
 
     def _headers(self, request: web.Request, request_id: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json",
-                   self._settings.request_id_header: request_id}
+                   self._settings.request_id_header: request_id,
+                   **trace_headers(request.headers)}
         authorization = upstream_authorization(request.headers)
         if authorization:
             headers["Authorization"] = authorization

@@ -43,7 +43,7 @@ def test_line_holds_the_decision_and_candidates_best_first() -> None:
     line = decision_line(request, _decision(), 1, 2.5e-5, 1700000000.25)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert json.loads(line) == {
-        "ts": 1700000000.25, "request_id": "req-1", "attempt": 1, "model": "m",
+        "ts": 1700000000.25, "request_id": "req-1", "trace_id": None, "attempt": 1, "model": "m",
         "profile": "default", "rule": "gold", "worker": "b", "reason_code": "prefix",
         "reason": "highest score", "class": "code", "class_confidence": 0.8125,
         "class_outcome": "confident", "tenant": "acme", "prompt_tokens": 42,
