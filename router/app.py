@@ -300,8 +300,10 @@ async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
         for client in clients:
             client.set_credentials(prepared.before_authorizations, prepared.before_tls)
         raise
+    origins = {origin_of(info.url) for info in prepared.infos}
     for client in clients:
         client.set_credentials(prepared.authorizations, prepared.tls)
+        client.retain_origins(origins)       # a removed worker's connections are closed
     registry.replace(prepared.infos, probed)      # no await from here to the feed
     app[SCRAPER].follow_registry()
     policy = app[POLICY]
@@ -309,10 +311,11 @@ async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
     policy.retry()          # a routing file refused for the fleet before may fit this one
     for worker_id in change.gone:
         policy.engine.forget_worker(worker_id)
-        app[EJECTION].forget(worker_id)
         app[METRICS].forget_worker(worker_id)
         app[STORE].forget_worker(worker_id)
-    app[METRICS].start_ejection_counts(change.added)
+    for worker_id in (*change.gone, *change.added):   # an id added again starts afresh
+        app[EJECTION].forget(worker_id)
+    app[METRICS].start_ejection_counts(new_servers)
     for warning in fleet_warnings(policy.engine.routing, prepared.fleet):
         log.warning("routing file %s: %s", policy.path, warning)
     await app[KV_EVENTS].set_workers(prepared.infos, change.gone, policy.engine)

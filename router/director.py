@@ -248,7 +248,8 @@ class Director:
             except RetryableUpstream as failure:
                 last_failure, failed = failure, decision
                 tried[decision.worker_id] = None
-                self._metrics.record_retry(decision.worker_id, failure.reason)
+                if self._registry.declares(decision.worker_id):
+                    self._metrics.record_retry(decision.worker_id, failure.reason)
                 log.info("request %s: %s failed (%s); %s", request_id, decision.worker_id,
                          failure, "retrying" if attempt < self._settings.max_retries
                          else "giving up")
@@ -472,18 +473,18 @@ class Director:
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM))
             status = result.status
             if status >= 500:         # the worker broke the stream it had begun
-                self._ejection.failed(info.id, self._clock())
+                self._failed(info.id)
             elif status != 499:       # (499: the client left; says nothing of the worker)
                 self._ejection.answered(info.id, attempt.started_at)
             return result.response
         except RetryableUpstream as failure:
             status = failure.status
-            self._ejection.failed(info.id, self._clock())
+            self._failed(info.id)
             raise
         except RouterError as error:
             status = error.status
             if status == UpstreamTimeout.status:      # no answer in time
-                self._ejection.failed(info.id, self._clock())
+                self._failed(info.id)
             error.headers.update(self._kvroute_headers(decision, routing.semantic_class))
             raise
         except CancelledAfterTheEnd as cancelled:     # the client left with the whole answer
@@ -505,6 +506,20 @@ class Director:
         if url is None:
             url = self._urls[(base, path)] = URL(base + path)
         return url
+
+    def _failed(self, worker_id: str) -> None:
+        """An attempt at the worker failed: counted toward its ejection while the fleet
+        has it (a removed worker's requests in flight failing later are not)."""
+        if self._registry.declares(worker_id):
+            self._ejection.failed(worker_id, self._clock())
+
+    def _forget_departed(self, engine: PolicyEngine, worker_id: str) -> None:
+        """A request ended at a worker the fleet file removed while it was in flight: what
+        its end recorded of the worker goes, as the rest of it went at the removal."""
+        engine.forget_worker(worker_id)
+        self._ejection.forget(worker_id)
+        self._metrics.forget_worker(worker_id)
+        self._store.forget_worker(worker_id)
 
     def _on_first_byte(self, attempt: _Attempt) -> None:
         attempt.first_token_seen = True
@@ -542,6 +557,8 @@ class Director:
         if predicted is not None and status == 200:
             self._metrics.record_output_prediction(
                 decision.model, predicted, per_sequence(outcome.completion_tokens, routing))
+        if not self._registry.declares(worker):
+            self._forget_departed(engine, worker)
 
     def _outcome(self, routing: RoutingRequest, attempt: _Attempt, result: ProxyResult | None,
                  status: int) -> RequestOutcome:

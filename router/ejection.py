@@ -93,9 +93,10 @@ class WorkerEjection:
             del self._records[worker]
 
     def forget(self, worker: str) -> None:
-        """A reloaded fleet file removed the worker or declared it anew (another server):
-        its failures so far are not the new one's."""
+        """A reloaded fleet file removed the worker, added it (again) or declared it anew
+        (another server): its failures and stalls so far are not the new one's."""
         self._records.pop(worker, None)
+        self.stalls.forget(worker)
 
     def ejected_for(self, worker: str, now: float) -> float:
         """Seconds ``worker`` stays ejected (0.0: it is not)."""

@@ -15,6 +15,7 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -78,6 +79,10 @@ class LoopCounter:
             cell = self._cells[key] = CounterCell()
         return cell
 
+    def remove_where(self, label: str, value: str) -> None:
+        """Drop every series whose ``label`` is ``value`` (a worker that left the fleet)."""
+        _remove_where(self._cells, self.labelnames, label, value)
+
     def collect(self) -> Iterable[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for key, cell in self._cells.items():
@@ -114,6 +119,10 @@ class LoopHistogram:
         """The unlabelled series."""
         self._cells[()].observe(amount)
 
+    def remove_where(self, label: str, value: str) -> None:
+        """Drop every series whose ``label`` is ``value`` (a worker that left the fleet)."""
+        _remove_where(self._cells, self.labelnames, label, value)
+
     def collect(self) -> Iterable[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         created = GaugeMetricFamily(f"{self.name}_created", self.documentation,
@@ -127,6 +136,13 @@ class LoopHistogram:
             family.add_metric(key, buckets, cell.total)
             created.add_metric(key, cell.created)
         return [family, created]
+
+
+def _remove_where(cells: dict[tuple[str, ...], Any], labelnames: tuple[str, ...], label: str,
+                  value: str) -> None:
+    position = labelnames.index(label)
+    for key in [key for key in cells if key[position] == value]:
+        del cells[key]
 
 
 class LoopMetricsCollector(Collector):

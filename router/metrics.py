@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -90,6 +90,7 @@ UNKNOWN_MODEL = "(unknown)"
 
 ViewSource = Callable[[], Sequence[WorkerView]]
 _Loop = TypeVar("_Loop", LoopCounter, LoopHistogram)
+_Key = TypeVar("_Key", bound=tuple[str, ...])
 
 
 class _WorkerCollector(Collector):
@@ -175,6 +176,12 @@ class _FoldedLabelsCollector(Collector):
         for bounded in self._labels:
             folded.add_metric([bounded.name], float(bounded.folded))
         return [folded]
+
+
+def _drop_keys(children: dict[_Key, Any], position: int, value: str) -> None:
+    """Drop the cached children whose label at ``position`` is ``value``."""
+    for key in [key for key in children if key[position] == value]:
+        del children[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,11 +497,19 @@ class RouterMetrics:
         self.fleet_last_reload_successful.set(1 if succeeded else 0)
 
     def forget_worker(self, worker: str) -> None:
-        """A reloaded fleet file removed the worker: the series only it feeds go (its
-        certificate's expiry would keep its alert firing); its counters stay, as counters
-        of a stopped process do until they age out of the TSDB."""
-        with contextlib.suppress(KeyError):
-            self.worker_certificate_expiry.remove(worker)
+        """A reloaded fleet file removed the worker or declared it another server: every
+        series of its label goes (a fleet whose workers take new ids, autoscaled pods, kept
+        some sixty series per id ever seen, for the life of the process), counts of its
+        last scrape interval with them; what the TSDB scraped stays there."""
+        for metric in (self.requests, self.decisions, self.ttft, self.tpot, self.prompt_tokens,
+                       self.completion_tokens, self.cached_tokens, self.retries, self.cost):
+            metric.remove_where("worker", worker)
+        for labelled in (self.worker_certificate_expiry, self.ejections, self.stalls):
+            with contextlib.suppress(KeyError):
+                labelled.remove(worker)
+        _drop_keys(self._request_children, 1, worker)
+        _drop_keys(self._decision_children, 2, worker)
+        _drop_keys(self._worker_children, 0, worker)
 
     def record_certificate(self, worker: str, not_after: float) -> None:
         """The certificate a worker presented on a new TLS connection (its expiry)."""

@@ -74,6 +74,14 @@ class StallWatch:
                 log.info("worker %s: its overdue requests have settled; no longer stalled",
                          worker)
 
+    def forget(self, worker: str) -> None:
+        """A reloaded fleet file removed the worker or declared it anew: its attempts still
+        awaited are not watched any more (overdue, they would set aside the worker next
+        declared under its id)."""
+        for ticket in [t for t, (w, _) in self._awaiting.items() if w == worker]:
+            del self._awaiting[ticket]
+        self._overdue.pop(worker, None)
+
     def stalled(self, now: float) -> frozenset[str]:
         """The workers with an attempt past its deadline at ``now``."""
         deadlines = self._deadlines

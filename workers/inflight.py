@@ -51,6 +51,13 @@ class InflightTracker:
         entry.prefill_tokens = max(0, entry.prefill_tokens - prefill_tokens_left)
         entry.decode_tokens = max(0, entry.decode_tokens - decode_tokens)
 
+    def forget(self, worker_id: str) -> None:
+        """Drop a worker's entry once it holds no request (a worker that left the fleet;
+        one still serving some keeps counting them down)."""
+        entry = self._by_worker.get(worker_id)
+        if entry is not None and entry.requests == 0:
+            del self._by_worker[worker_id]
+
     def on_scrape(self, worker_id: str) -> None:
         """A fresh snapshot arrived: it now reflects everything dispatched before it."""
         self.get(worker_id).dispatched_since_scrape = 0

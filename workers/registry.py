@@ -154,6 +154,10 @@ class WorkerRegistry:
         info = self._by_id.get(worker_id)
         return info if info is not None else self._retired[worker_id]
 
+    def declares(self, worker_id: str) -> bool:
+        """Whether the fleet in force has the worker (not removed since)."""
+        return worker_id in self._by_id
+
     def snapshot(self, worker_id: str) -> WorkerSnapshot | None:
         return self._snapshots.get(worker_id)
 

@@ -37,7 +37,7 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Final, cast
 
 from yarl import URL
@@ -386,6 +386,7 @@ class UpstreamClient:
         self.max_idle = max_idle
         self.high_water = high_water
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._retained: frozenset[Origin] | None = None    # None: pool for any origin
         self._closed = False
         self._authorizations = dict(authorizations or {})
         self._tls = dict(tls or {})
@@ -405,6 +406,17 @@ class UpstreamClient:
                     connection.transport.close()
         self._authorizations = dict(authorizations)
         self._tls = tls
+
+    def retain_origins(self, origins: Iterable[Origin]) -> None:
+        """Pool connections only to ``origins`` from now on (a reloaded fleet file's
+        workers): idle ones to any other are closed now, and one in use there is closed
+        when its answer ends (a removed worker that stayed up kept the router's idle
+        connections, and their file descriptors, for good)."""
+        self._retained = frozenset(origins)
+        for key in [key for key in self._idle if key not in self._retained]:
+            for connection in self._idle.pop(key):
+                if connection.transport is not None:
+                    connection.transport.close()
 
     async def post(self, url: str | URL, body: bytes,
                    headers: Mapping[str, str]) -> UpstreamResponse:
@@ -509,11 +521,13 @@ class UpstreamClient:
         return connection
 
     def _release(self, key: tuple[str, int], connection: _Connection) -> None:
-        connections = self._idle.setdefault(key, [])
-        if self._closed or len(connections) >= self.max_idle:
+        retained = self._retained
+        if self._closed or (retained is not None and key not in retained) or len(
+                self._idle.get(key, ())) >= self.max_idle:
             if connection.transport is not None:
                 connection.transport.close()
             return
+        connections = self._idle.setdefault(key, [])
         connection.idle_since = time.monotonic()
         connections.append(connection)
 

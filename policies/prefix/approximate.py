@@ -218,6 +218,10 @@ class ApproximatePrefixIndex:
     def distinct_blocks(self) -> int:
         return len(self._holders)
 
+    def slots_in_use(self) -> int:
+        """Workers holding a bit of the holder masks (each widens every shared block's)."""
+        return len(self._bits)
+
     # --- internals -------------------------------------------------------------------------
     def _lru(self, worker_id: str) -> WorkerBlockLru:
         lru = self._workers.get(worker_id)

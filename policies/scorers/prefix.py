@@ -78,9 +78,9 @@ class PrefixScorer:
         self.inflight: InflightBlocks | None = InflightBlocks() if params.inflight_blocks else None
         self._block_size: dict[str, int] = {}
         self._gpu_blocks: dict[str, int] = {}
-        # the candidates and pool sizes _track last brought into the LRUs
+        # the candidates and pools (blocks, block size) _track last brought into the LRUs
         self._tracked_index: CandidateIndex | None = None
-        self._tracked_blocks: list[int] = []
+        self._tracked_pools: list[tuple[int, int]] = []
 
     def attach_exact_index(self, index: ExactPrefixIndex | None) -> None:
         """Use KV-event knowledge for workers whose stream is whole (None: detach)."""
@@ -141,29 +141,42 @@ class PrefixScorer:
             self.index.insert(worker_id, chain)
 
     def forget_worker(self, worker_id: str) -> None:
-        """Its engine restarted (``PolicyEngine.forget_worker``): the routing history of what
-        it caches is void. (The KV-event index is the router's feed's to drop.)"""
-        self.index.clear_worker(worker_id)
+        """Its engine restarted, or it left the fleet, or another server took its id
+        (``PolicyEngine.forget_worker``): the routing history of what it caches is void, and
+        so are its pool's size and block size, which the next decision that sees it reads
+        again (its index slot is freed: a fleet whose workers take new ids kept a slot, and
+        a wider bit mask on every shared block, per id ever seen). The KV-event index is
+        the router's feed's to drop."""
+        self.index.remove_worker(worker_id)
+        self._gpu_blocks.pop(worker_id, None)
+        self._block_size.pop(worker_id, None)
+        self._tracked_index = None
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
         if self.inflight is not None:
             self.inflight.remove(request.request_id, outcome.worker_id)
 
     def _track(self, workers: Sequence[WorkerView], index: CandidateIndex) -> None:
-        """Resize the LRUs of workers whose ``num_gpu_blocks`` changed (or are new)."""
-        blocks = list(map(_num_gpu_blocks, workers))
-        if index is self._tracked_index and blocks == self._tracked_blocks:
+        """Resize the LRUs of workers whose ``num_gpu_blocks`` changed (or are new); a worker
+        whose block size changed (an engine started again with another ``--block-size``)
+        loses its history, which is of hashes at the former size."""
+        pools = list(map(_pool_of, workers))
+        if index is self._tracked_index and pools == self._tracked_pools:
             return      # the same workers with the same pools as last time: nothing to do
-        if blocks != list(map(self._gpu_blocks.get, index.ids)):
-            for view, worker_id, count in zip(workers, index.ids, blocks, strict=True):
-                if self._gpu_blocks.get(worker_id) != count:
-                    self._gpu_blocks[worker_id] = count
-                    self._block_size[worker_id] = view.block_size
-                    self.index.set_capacity(worker_id, count)
-        self._tracked_index, self._tracked_blocks = index, blocks
+        gpu_blocks, block_size = self._gpu_blocks, self._block_size
+        for worker_id, (count, size) in zip(index.ids, pools, strict=True):
+            known_size = block_size.get(worker_id)
+            if gpu_blocks.get(worker_id) == count and known_size == size:
+                continue
+            if known_size is not None and known_size != size:
+                self.index.clear_worker(worker_id)
+            gpu_blocks[worker_id] = count
+            block_size[worker_id] = size
+            self.index.set_capacity(worker_id, count)
+        self._tracked_index, self._tracked_pools = index, pools
 
 
-_num_gpu_blocks = attrgetter("num_gpu_blocks")
+_pool_of = attrgetter("num_gpu_blocks", "block_size")
 
 
 def register(registry: PluginRegistry) -> None:

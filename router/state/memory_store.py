@@ -75,7 +75,7 @@ class MemoryStateStore:
         return 0, 0
 
     def forget_worker(self, worker_id: str) -> None:
-        return None
+        self._inflight.forget(worker_id)
 
     async def remember_response(self, response_id: str, worker_id: str,
                                 tenant: str | None = None) -> None:

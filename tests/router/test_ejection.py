@@ -12,6 +12,7 @@ import pytest
 
 from router.ejection import WorkerEjection
 from router.keys import METRICS
+from router.stalls import StallWatch
 from tests.router.gateway_support import (
     ROUTING_ROUND_ROBIN,
     RouterFactory,
@@ -40,6 +41,18 @@ def test_consecutive_failures_eject_for_a_cooldown_that_doubles_up_to_its_cap() 
     ejection.failed("w", 40.0)                # and again: capped
     assert ejection.ejected_for("w", 40.0) == 25.0
     assert told == [("w", 10.0), ("w", 20.0), ("w", 25.0)]
+
+
+def test_a_forgotten_worker_keeps_neither_failures_nor_stalls() -> None:
+    ejection = WorkerEjection(2, 10.0, stalls=StallWatch(1.0, 50.0))
+    ejection.failed("w", 0.0)
+    ejection.failed("w", 1.0)
+    ejection.stalls.waiting("w", 0.0, None)
+    assert ejection.ejected(2.0) == {"w"}
+    ejection.forget("w")
+    assert ejection.ejected(2.0) == frozenset() and ejection.ejected_for("w", 2.0) == 0.0
+    ejection.failed("w", 3.0)                     # its count starts again from none
+    assert ejection.ejected(3.0) == frozenset()
 
 
 def test_an_answer_closes_the_count_and_the_doubling() -> None:

@@ -8,6 +8,7 @@ fleet file the test rewrites while a router on 127.0.0.1 serves it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -17,8 +18,9 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from yarl import URL
 
-from router.keys import FLEET_RELOADER
+from router.keys import FLEET_RELOADER, METRICS
 from tests.router.gateway_support import (
     MODEL,
     ROUTING_ROUND_ROBIN,
@@ -171,6 +173,64 @@ async def test_a_stream_on_a_removed_worker_finishes_there(
     assert rest.rstrip().endswith(b"data: [DONE]")
     assert b'"error"' not in rest
     assert await workers_reached(router, 2) == {"h100-fast"}
+    # what the stream's end recorded of the removed worker went with it
+    assert worker_series(router, "slow") == []
+
+
+def worker_series(router: RouterHandle, worker: str) -> list[str]:
+    """The names of the router's samples labelled ``worker``."""
+    return [sample.name for family in router.app[METRICS].registry.collect()
+            for sample in family.samples if sample.labels.get("worker") == worker]
+
+
+def connections_to(port: int) -> int:
+    """This process's established TCP connections to 127.0.0.1:``port`` (the router under
+    test runs in it): /proc/net/tcp's sockets of this process's file descriptors."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote, state, inode = fields[2], fields[3], fields[9]
+        if state == "01" and inode in inodes and int(remote.split(":")[1], 16) == port:
+            count += 1
+    return count
+
+
+async def test_a_removed_worker_leaves_no_series_connections_or_ejection_behind(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """A worker removed from the fleet file, its server still up (a pod scaled down, or
+    renamed): its Prometheus series stayed for the life of the process (some sixty per id:
+    a fleet whose workers take new ids grew without bound), and so did the router's idle
+    connections to it; an id added again inherited the ejection of its former declaration."""
+    path = tmp_path / "fleet.yaml"
+    urls = urls_of(emulated_fleet, "h100-fast", "failing")
+    path.write_text(fleet_text(urls))
+    router = await start(make_router, path)
+    failing_port = URL(urls["failing"]).port
+    assert failing_port is not None
+    async with aiohttp.ClientSession() as session:
+        for _ in range(12):      # round robin: "failing" fails every time and is ejected
+            await short_chat(session, router)
+    assert (await fleet_entry(router, "failing"))["ejected_for_s"] > 0
+    assert {"kvroute_requests_total", "kvroute_retries_total",
+            "kvroute_worker_ejections_total"} <= set(worker_series(router, "failing"))
+    assert connections_to(failing_port) > 0        # kept alive after its answers
+
+    rewrite(path, fleet_text(urls_of(emulated_fleet, "h100-fast")))
+    await reloads(router, "success", 1)
+    assert worker_series(router, "failing") == []
+    assert worker_series(router, "h100-fast")        # the others' series stay
+    assert connections_to(failing_port) == 0         # closed, though its server is up
+
+    rewrite(path, fleet_text(urls))                   # the same declaration, back again
+    await reloads(router, "success", 2)
+    assert (await fleet_entry(router, "failing"))["ejected_for_s"] == 0
+    assert router.metric("kvroute_worker_ejections_total", worker="failing") == 0
 
 
 async def test_relabelling_every_worker_keeps_them_serving(

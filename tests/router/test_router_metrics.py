@@ -220,3 +220,35 @@ def test_each_path_is_counted_under_its_api() -> None:
     assert get("kvroute_requests_total", {"model": "(unknown)", "worker": "", "gpu": "",
                                           "profile": "none", "status": "401",
                                           "api": "embeddings"}) == 1
+
+
+def test_a_worker_forgotten_takes_every_series_of_its_label() -> None:
+    """A worker that left the fleet kept some sixty series for the life of the process."""
+    metrics = RouterMetrics()
+    gpu = INFO.gpu.name
+    for worker in ("w1", "w2"):
+        decision = Decision(request_id="r", worker_id=worker, model="m", profile="p",
+                            rule=None, reason="x", attributes=MappingProxyType({}))
+        metrics.record_decision(decision, gpu, "load", None, 0.0001)
+        metrics.record_request("m", worker, gpu, "p", 200, "chat")
+        metrics.record_outcome(RequestOutcome("r", worker, 200, prompt_tokens=10,
+                                              completion_tokens=5, cached_tokens=4,
+                                              ttft_s=0.05, tpot_s=0.01), gpu, "acme", 0.002)
+        metrics.record_retry(worker, "connect")
+        metrics.record_certificate(worker, 1e9)
+    metrics.start_ejection_counts(["w1", "w2"])
+    metrics.record_ejection("w1", 10.0)
+    metrics.record_stall("w1")
+
+    def labelled(worker: str) -> set[str]:
+        return {sample.name for family in metrics.registry.collect()
+                for sample in family.samples if sample.labels.get("worker") == worker}
+
+    before = labelled("w2")
+    assert len(labelled("w1")) > 20 and labelled("w1") == before     # names of series
+    metrics.forget_worker("w1")
+    assert labelled("w1") == set() and labelled("w2") == before
+    metrics.record_request("m", "w1", gpu, "p", 200, "chat")     # counted afresh if it returns
+    assert metrics.registry.get_sample_value("kvroute_requests_total", {
+        "model": "m", "worker": "w1", "gpu": gpu, "profile": "p", "status": "200",
+        "api": "chat"}) == 1

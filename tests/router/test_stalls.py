@@ -40,6 +40,21 @@ def test_a_worker_is_stalled_while_an_attempt_is_past_its_deadline() -> None:
     watch.stalled(100.0)
 
 
+def test_a_forgotten_worker_is_not_stalled_by_its_former_attempts() -> None:
+    """A worker removed from the fleet, its attempts still awaited, then added again: those
+    attempts going overdue set the new declaration aside."""
+    watch = StallWatch(2.0, 100.0)
+    old = watch.waiting("a", 0.0, None)
+    other = watch.waiting("b", 0.0, None)
+    assert watch.stalled(3.0) == {"a", "b"}
+    watch.forget("a")
+    assert watch.stalled(3.0) == {"b"}
+    watch.waiting("a", 3.0, None)                    # the worker added again, answering
+    watch.settled(old)                               # its former attempt ends: no trace
+    assert watch.stalled(4.0) == {"b"}
+    watch.settled(other)
+
+
 def test_the_deadline_is_capped_and_zero_never_watches() -> None:
     watch = StallWatch(1.0, 30.0)
     watch.waiting("a", 0.0, 1000.0)                 # 10 x 1000 s, capped at 30 s

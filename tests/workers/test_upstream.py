@@ -131,6 +131,39 @@ async def test_keep_alive_answers_reuse_one_connection(client: UpstreamClient) -
     await server.stop()
 
 
+async def test_only_the_retained_origins_keep_idle_connections(client: UpstreamClient) -> None:
+    """A worker removed from the fleet whose server stayed up kept the router's idle
+    connections for good: the fleet's origins are retained, the others' connections closed,
+    now when idle and when their answer ends when in use."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"{}"))
+
+    async def other_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                            n: int) -> None:
+        while await other.read_request(reader):
+            writer.write(answer(b"{}"))
+
+    server, base = await serve(handler)
+    other, other_base = await serve(other_handler)
+    kept, gone = origin_of(base), origin_of(other_base)
+    (await client.post(base + "/", b"", {})).close()
+    in_use = await client.post(other_base + "/", b"", {})     # in use while retained
+    (await client.post(other_base + "/", b"", {})).close()    # a second one, left idle
+    assert client.idle_connections() == 2
+    client.retain_origins([kept])
+    assert client.idle_connections() == 1                     # the other's idle one closed
+    await asyncio.wait_for(other.closed_by_client.wait(), 5.0)
+    await in_use.read()
+    in_use.close()                                            # not pooled again
+    assert client.idle_connections() == 1
+    (await client.post(base + "/", b"", {})).close()
+    assert server.connections == 1 and gone != kept
+    await server.stop()
+    await other.stop()
+
+
 @pytest.mark.parametrize("split", [1, 3, 7, 1000])
 async def test_chunked_bodies_are_decoded_however_they_are_cut(
         client: UpstreamClient, split: int) -> None:

@@ -79,6 +79,44 @@ def test_index_is_sized_from_each_workers_kv_capacity() -> None:
     assert scorer.index.capacity("w1") == 4
 
 
+def test_a_forgotten_worker_frees_its_place_in_the_index() -> None:
+    """A worker that left the fleet (``forget_worker``) kept a slot, a pool size and a block
+    size for good: a fleet whose workers take new ids widened every shared block's holder
+    mask by one bit per id ever seen."""
+    scorer = PrefixScorer("prefix", PrefixScorerParams())
+    for n in range(50):               # fifty workers in turn, each routed to, then gone
+        view = make_view(f"pod-{n}")
+        request = request_with(f"r{n}", [1, 2, 3], 64)
+        scorer.score(request, [view], CycleState())
+        scorer.on_routed(request, routed(request, f"pod-{n}"))
+        scorer.forget_worker(f"pod-{n}")
+    assert scorer.index.slots_in_use() == 0 and scorer.index.distinct_blocks() == 0
+    assert not scorer._block_size and not scorer._gpu_blocks
+    # an engine started again (forgotten while still in the fleet) is tracked anew
+    views = [make_view("w1", num_gpu_blocks=5)]
+    scorer.score(request_with("a", [1], 20), views, CycleState())
+    scorer.forget_worker("w1")
+    scorer.score(request_with("b", [1], 20), views, CycleState())
+    assert scorer.index.capacity("w1") == 4
+
+
+def test_a_worker_whose_block_size_changed_loses_its_history() -> None:
+    """A worker back with another block size and the same number of blocks kept the former
+    size: its chains were inserted at 16 tokens a block and matched at 32, never again."""
+    scorer = PrefixScorer("prefix", PrefixScorerParams())
+    request = RoutingRequest(request_id="a", model="m")
+    request.num_prompt_tokens = 96
+    request.block_hashes = {16: [1, 2, 3, 4, 5, 6], 32: [7, 8, 9]}
+    small = [make_view("w1", block_size=16)]
+    scorer.score(request, small, CycleState())
+    scorer.on_routed(request, routed(request, "w1"))
+    assert scorer.score(request, small, CycleState()) == {"w1": 80 / 96}
+    large = [make_view("w1", block_size=32)]
+    assert scorer.score(request, large, CycleState()) == {"w1": 0.0}
+    scorer.on_routed(request, routed(request, "w1"))          # now learnt at 32 a block
+    assert scorer.score(request, large, CycleState()) == {"w1": 64 / 96}
+
+
 def test_reload_keeps_the_learnt_index() -> None:
     old = PrefixScorer("prefix", PrefixScorerParams())
     request = request_with("a", [1, 2], 40)
