@@ -257,11 +257,15 @@ def check_against_fleet(routing: RoutingConfig, fleet: FleetConfig) -> None:
                 raise RoutingConfigError(
                     f"{spec.path}: no worker of the fleet has {lacking}: every request would "
                     "find no candidate (503)")
+    adapters = {name for spec in fleet.workers for name in spec.emulated_adapters}
     for i, rule in enumerate(routing.rules):
         model = rule.then.model
         if model is not None and not any(model in w.models for w in workers):
-            raise RoutingConfigError(
-                f"rules[{i}].then.model: no worker of the fleet serves {model!r}")
+            hint = (f"{model!r} is a LoRA adapter: name it in then.adapter, with then.model "
+                    "its base model" if model in adapters else
+                    f"no worker of the fleet serves {model!r} (a LoRA adapter goes in "
+                    "then.adapter, with then.model its base model)")
+            raise RoutingConfigError(f"rules[{i}].then.model: {hint}")
         lacking = _labels_none_has(rule.then.pool, workers)
         if lacking:
             raise RoutingConfigError(f"rules[{i}].then.pool: no worker of the fleet has {lacking}")

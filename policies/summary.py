@@ -58,7 +58,7 @@ def fleet_warnings(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
                     for w in fleet.workers)
     found = warnings(routing, runners) + admission_warnings(routing, sequences)
     if fleet.workers:
-        found += _unserved_rule_models(routing, runners)
+        found += _unserved_rule_models(routing, runners, fleet)
         found += _adapters_no_worker_loads(routing, fleet)
         found += _windows_left_by_margins(routing, fleet)
     return found
@@ -145,15 +145,23 @@ def _semantic_warnings(routing: RoutingConfig) -> list[str]:
     return found
 
 
-def _unserved_rule_models(routing: RoutingConfig,
-                          runners: Mapping[str, Set[str]]) -> list[str]:
-    """A rule's ``when.model`` naming models no worker serves: it matches nothing then."""
+def _unserved_rule_models(routing: RoutingConfig, runners: Mapping[str, Set[str]],
+                          fleet: FleetConfig) -> list[str]:
+    """A rule's ``when.model`` naming models no worker serves: it matches nothing then. A
+    LoRA adapter an emulated worker declares is served; one of a real worker is known only
+    from its ``/v1/models`` while running, so where the fleet has real workers the warning
+    says the name may be one."""
+    adapters = {name for worker in fleet.workers for name in worker.emulated_adapters}
+    all_emulated = all(worker.emulated for worker in fleet.workers)
     found = []
     for i, rule in enumerate(routing.rules):
-        unserved = [m for m in rule.when.model if m not in runners]
+        unserved = [m for m in rule.when.model if m not in runners and m not in adapters]
         if unserved and len(unserved) == len(rule.when.model):
+            unless = "" if all_emulated else (
+                " (unless it is a LoRA adapter a worker loads: those are known only at run "
+                "time)")
             found.append(f"rules[{i}] ({rule.name}).when.model: no worker of the fleet serves "
-                         f"{', '.join(unserved)}: the rule matches no request")
+                         f"{', '.join(unserved)}{unless}: the rule matches no request")
     return found
 
 

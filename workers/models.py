@@ -55,6 +55,8 @@ class WorkerSnapshot:
     max_model_len: int = 0
     served_models: tuple[str, ...] = ()
     lora_adapters: tuple[str, ...] = ()   # adapters loaded/running (from /v1/models and lora info)
+    # (adapter, its path: the /v1/models card's root), which vLLM hashes into its blocks
+    lora_paths: tuple[tuple[str, str], ...] = ()
     prefix_cache_queries: float = 0.0     # counters, for dashboards and hit-rate tracking
     prefix_cache_hits: float = 0.0
     num_preemptions: float = 0.0
@@ -80,6 +82,7 @@ class WorkerView:
     served_models: tuple[str, ...] = ()
     lora_adapters: tuple[str, ...] = ()
     inflight_prefill_tokens: int = 0   # the prefill part of inflight_tokens (not yet started)
+    lora_paths: tuple[tuple[str, str], ...] = ()   # (adapter, its path), as the snapshot's
 
     @property
     def id(self) -> str:

@@ -178,8 +178,18 @@ class WorkerRegistry:
 
     def runners_of(self, model: str) -> frozenset[str]:
         """What the fleet file declares the workers serving ``model`` run it as
-        (``generate``, ``pooling``); empty when no worker is declared with that name."""
-        return self._runners.get(model, frozenset())
+        (``generate``, ``pooling``); for a LoRA adapter, what the workers that have it
+        loaded run their models as; empty when no worker serves that name."""
+        runners = self._runners.get(model)
+        if runners is not None:
+            return runners
+        found: set[str] = set()
+        for info in self._infos:
+            snapshot = self._snapshots.get(info.id)
+            if snapshot is not None and model in snapshot.lora_adapters:
+                for served in info.models:
+                    found.update(self._runners.get(served, ()))
+        return frozenset(found)
 
     def known_models(self) -> set[str]:
         """Every model name some worker of the fleet serves or has served (incl. adapters)."""

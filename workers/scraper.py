@@ -72,6 +72,7 @@ class ModelsSample:
     served_models: tuple[str, ...]
     lora_adapters: tuple[str, ...]
     max_model_len: int
+    lora_paths: tuple[tuple[str, str], ...] = ()    # (adapter, its card's root: its path)
 
 
 def _metric_name(sample_name: str) -> str:
@@ -91,7 +92,9 @@ def parse_metrics(text: str) -> MetricsSample:
     kv_values: list[float] = []
     block_size: int | None = None
     num_blocks: int | None = None
-    loras: set[str] = set()
+    # vllm:lora_requests_info: a series per update (its value the update's unix time), the
+    # old ones kept; the newest of each engine says which adapters are running and waiting
+    newest_lora: dict[str, tuple[float, set[str]]] = {}
     try:
         samples = [parse_sample_line(line) for line in text.splitlines()
                    if line.startswith(_WANTED)]
@@ -109,8 +112,11 @@ def parse_metrics(text: str) -> MetricsSample:
                     num_blocks = (num_blocks or 0) + blocks
             elif name == "vllm:lora_requests_info":
                 labels = sample.labels()
-                for key in ("running_lora_adapters", "waiting_lora_adapters"):
-                    loras.update(a for a in labels.get(key, "").split(",") if a)
+                engine = labels.get("engine", "")
+                if engine not in newest_lora or sample.value >= newest_lora[engine][0]:
+                    newest_lora[engine] = (sample.value, {
+                        adapter for key in ("running_lora_adapters", "waiting_lora_adapters")
+                        for adapter in labels.get(key, "").split(",") if adapter})
             else:
                 key = name.replace("vllm:gpu_prefix_cache_", "vllm:prefix_cache_")
                 totals[key] = totals.get(key, 0.0) + sample.value
@@ -133,7 +139,7 @@ def parse_metrics(text: str) -> MetricsSample:
         prefix_cache_queries=totals.get("vllm:prefix_cache_queries", 0.0),
         prefix_cache_hits=totals.get("vllm:prefix_cache_hits", 0.0),
         num_preemptions=totals.get("vllm:num_preemptions", 0.0),
-        lora_adapters=tuple(sorted(loras)))
+        lora_adapters=tuple(sorted(set().union(*(names for _, names in newest_lora.values())))))
 
 
 def parse_models(payload: Any, default_model: str) -> ModelsSample:
@@ -143,19 +149,22 @@ def parse_models(payload: Any, default_model: str) -> ModelsSample:
         raise MetricsParseError("/v1/models: no data list")
     served: list[str] = []
     adapters: list[str] = []
+    paths: list[tuple[str, str]] = []
     lengths: dict[str, int] = {}
     for card in cards:
         if not isinstance(card, Mapping) or not isinstance(card.get("id"), str):
             continue
         if card.get("parent"):
             adapters.append(card["id"])
+            if isinstance(card.get("root"), str):      # vLLM: the adapter's path
+                paths.append((card["id"], card["root"]))
             continue
         served.append(card["id"])
         length = card.get("max_model_len")
         if isinstance(length, int) and not isinstance(length, bool):
             lengths[card["id"]] = length
     max_len = lengths.get(default_model) or max(lengths.values(), default=0)
-    return ModelsSample(tuple(served), tuple(adapters), max_len)
+    return ModelsSample(tuple(served), tuple(adapters), max_len, tuple(paths))
 
 
 class WorkerScraper:
@@ -293,6 +302,7 @@ class WorkerScraper:
             max_model_len=models.max_model_len if models else 0,
             served_models=models.served_models if models else (),
             lora_adapters=tuple(sorted(adapters)),
+            lora_paths=models.lora_paths if models else (),
             prefix_cache_queries=sample.prefix_cache_queries,
             prefix_cache_hits=sample.prefix_cache_hits,
             num_preemptions=sample.num_preemptions)

@@ -40,4 +40,5 @@ def build_view(info: WorkerInfo, snapshot: WorkerSnapshot | None, inflight: Work
         served_models=snapshot.served_models or info.models,
         lora_adapters=snapshot.lora_adapters,
         inflight_prefill_tokens=inflight.prefill_tokens,
+        lora_paths=snapshot.lora_paths,
     )

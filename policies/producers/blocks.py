@@ -7,7 +7,12 @@ list of the prompt's full blocks hashed exactly as vLLM hashes them
 the lower 64 bits as an unsigned int, which is what KV events carry, so the approximate and
 the exact (KV-event) indexes key on the same numbers. Hashes match a worker's only when the
 router tokenizes as the worker does (same tokenizer and chat template); ``seed`` must equal
-the workers' ``PYTHONHASHSEED`` when they set one.
+the workers' ``PYTHONHASHSEED`` when they set one. A request naming a LoRA adapter a worker
+has loaded is hashed with vLLM's extra key ``("lora", name, path)`` on every block (the path
+is the adapter's ``/v1/models`` card's ``root``, else its name): the same prompt under another
+adapter, or under the base model, shares no block with it, as in the engine's cache. (A
+routing rule's ``adapter:`` is applied after the producers: its requests are hashed as the
+model the client named.)
 
 The hashes of prefixes seen lately are remembered (``policies.producers.hash_memo``): a
 prompt that extends one seen before (a conversation's next turn, a long shared system prompt)
@@ -33,6 +38,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from policies.base import RoutingRequest
 from policies.errors import ParamError
@@ -87,10 +93,12 @@ class BlocksProducer:
         tokens = request.prompt_token_ids
         if not tokens:
             return
+        extra_keys = lora_extra_keys(request.model, workers)
         for size in self.block_sizes(workers):
-            request.block_hashes[size] = self.chain(tokens, size)
+            request.block_hashes[size] = self.chain(tokens, size, extra_keys)
 
-    def chain(self, tokens: Sequence[int], block_size: int) -> array[int]:
+    def chain(self, tokens: Sequence[int], block_size: int,
+              extra_keys: tuple[Any, ...] | None = None) -> array[int]:
         """The published hashes of ``tokens``' full blocks: the leading ones from the memo,
         the rest hashed (and remembered).
 
@@ -101,14 +109,14 @@ class BlocksProducer:
         memo = self.memos.get(block_size)
         if memo is None:
             memo = self.memos.setdefault(block_size, PrefixHashMemo(self.cache_max_blocks))
-        prefixes = fingerprints(tokens, block_size)
+        prefixes = fingerprints(tokens, block_size, extra_keys)
         hashes = memo.leading(prefixes)
         known = len(hashes)
         if known < len(prefixes):
             parent = (hashes[-1].to_bytes(self._digest_size, "big") if hashes else None)
             new = [int.from_bytes(h, "big") for h in block_hash_chain(
                 tokens[known * block_size:len(prefixes) * block_size], block_size,
-                algo=self.algo, seed=self.seed, parent=parent)]
+                algo=self.algo, seed=self.seed, extra_keys=extra_keys, parent=parent)]
             memo.store(prefixes[known:], new)
             hashes.extend(new)
         return array("Q", [h & _MASK_64 for h in hashes])     # to_event_int of each
@@ -120,6 +128,18 @@ class BlocksProducer:
         if not tokens:
             return False
         return len(tokens) // 16 >= self.offload_min_blocks
+
+
+def lora_extra_keys(model: str, workers: Sequence[WorkerView]) -> tuple[Any, ...] | None:
+    """vLLM's extra hash keys of a request for ``model`` when it is a LoRA adapter some
+    worker has loaded (``(("lora", name, path),)``), else None."""
+    for view in workers:
+        if model in view.info.models:
+            return None                      # a base model (the common case: found first)
+        if model in view.lora_adapters:
+            path = next((p for name, p in view.lora_paths if name == model), model)
+            return (("lora", model, path),)
+    return None
 
 
 def register(registry: PluginRegistry) -> None:

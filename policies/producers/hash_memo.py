@@ -47,11 +47,13 @@ def packed_tokens(tokens: Sequence[int]) -> bytes | None:
         return None
 
 
-def fingerprints(tokens: Sequence[int], block_size: int) -> list[int]:
-    """One fingerprint per full block of ``tokens``, each covering the prefix up to its end."""
+def fingerprints(tokens: Sequence[int], block_size: int, salt: object = None) -> list[int]:
+    """One fingerprint per full block of ``tokens``, each covering the prefix up to its end;
+    ``salt`` (hashable: e.g. the LoRA adapter's extra keys, which change every vLLM hash of
+    the prompt) starts another chain of fingerprints for the same tokens."""
     result: list[int] = []
     append = result.append
-    fingerprint = block_size
+    fingerprint = block_size if salt is None else hash((block_size, salt))
     packed = packed_tokens(tokens)
     if packed is None:           # ids beyond 32 bits: a tuple of ints per block
         for start in range(0, len(tokens) // block_size * block_size, block_size):

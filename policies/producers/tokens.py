@@ -20,7 +20,9 @@ folder vLLM serves (``policies.producers.model_tokenizer``): its ``tokenizer.jso
 Jinja ``chat_template`` of its ``tokenizer_config.json``; chat is rendered with that template
 and tokenized with ``add_special_tokens=False``, completions text with
 ``add_special_tokens=True``, exactly as vLLM does. ``models`` wins over ``tokenizers``
-(e.g. ``models: {meta-llama/Llama-3.1-8B-Instruct: /models/Llama-3.1-8B-Instruct}``).
+(e.g. ``models: {meta-llama/Llama-3.1-8B-Instruct: /models/Llama-3.1-8B-Instruct}``). A
+request naming a LoRA adapter a worker has loaded takes its base model's tokenizer, as vLLM
+tokenizes it.
 
 Results are cached in an LRU keyed by (tokenizer, SHA-1 of the text) and bounded by
 ``cache_max_tokens`` token ids in total (4 bytes each). With tiktoken's cl100k, a text
@@ -209,14 +211,15 @@ class TokensProducer:
         self._model_folders = dict(model_folders or {})
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
+        model = self._tokenizing_model(request.model, workers)
         at_least = self._too_long(request, max((view.max_model_len for view in workers),
-                                               default=0))
+                                               default=0), model)
         if at_least is not None:     # refused for its length: not worth tokenizing
             request.prompt_token_ids = array("i")
             request.num_prompt_tokens = at_least
             request.attributes[AT_LEAST_KEY] = True
         else:
-            ids, longest = self._token_ids_and_longest(request)
+            ids, longest = self._token_ids_and_longest(request, model)
             request.prompt_token_ids = ids
             request.num_prompt_tokens = len(ids)
             request.longest_prompt_tokens = longest
@@ -224,13 +227,26 @@ class TokensProducer:
                 request.prompt_count = prompt_count(request)
         request.attributes.pop(PROMPT_PARTS_KEY, None)    # the rendered text: no longer needed
 
-    def _too_long(self, request: RoutingRequest, window: int) -> int | None:
+    def _tokenizing_model(self, model: str, workers: Sequence[WorkerView]) -> str:
+        """The model whose tokenizer ``model``'s prompts take: itself when ``tokenizers`` or
+        ``models`` names it, else, for a LoRA adapter a worker has loaded, its base model's
+        (vLLM tokenizes an adapter's requests with its base model's tokenizer)."""
+        if model in self._model_folders or model in self._by_model:
+            return model
+        for view in workers:
+            if model in view.lora_adapters:
+                for base in view.info.models:
+                    if base in self._model_folders or base in self._by_model:
+                        return base
+        return model
+
+    def _too_long(self, request: RoutingRequest, window: int, model: str) -> int | None:
         """A lower bound of the prompt's tokens when it exceeds ``window`` (the fleet's
         largest), else None. Tokenizing megabytes costs seconds of a thread (tiktoken takes
         ~20 s for 8 MB of one repeated letter) for a prompt no worker takes."""
-        tokenizer = self._by_model.get(request.model, self._default)
+        tokenizer = self._by_model.get(model, self._default)
         most = tokenizer.max_token_chars
-        if window <= 0 or not most or request.model in self._model_folders:
+        if window <= 0 or not most or model in self._model_folders:
             return None
         texts, given_ids = _prompt_parts_once(request)
         # each prompt of a batch is served on its own: only the longest must fit
@@ -240,20 +256,22 @@ class TokensProducer:
         return -(-chars // most) + len(given_ids)
 
     def token_ids(self, request: RoutingRequest) -> Sequence[int]:
-        return self._token_ids_and_longest(request)[0]
+        return self._token_ids_and_longest(request, request.model)[0]
 
-    def _token_ids_and_longest(self, request: RoutingRequest) -> tuple[Sequence[int], int]:
-        """The prompt's token ids (a batch's, one after the other) and, for a batch, the
-        tokens of its longest prompt (0 for a single prompt)."""
-        folder = self._model_folders.get(request.model)
+    def _token_ids_and_longest(self, request: RoutingRequest,
+                               model: str) -> tuple[Sequence[int], int]:
+        """The prompt's token ids (a batch's, one after the other) with ``model``'s
+        tokenizer and, for a batch, the tokens of its longest prompt (0 for a single
+        prompt)."""
+        folder = self._model_folders.get(model)
         if folder is not None:
-            return self._model_token_ids(folder, request)
+            return self._model_token_ids(folder, request, model)
         texts, given_ids = _prompt_parts_once(request)
         if not texts:           # token ids sent by the client, taken as they are
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
         if len(texts) == 1:
-            return self._encode_cached(request.model, texts[0]), 0   # shared: read-only
-        encoded = [self._encode_cached(request.model, text) for text in texts]
+            return self._encode_cached(model, texts[0]), 0   # shared: read-only
+        encoded = [self._encode_cached(model, text) for text in texts]
         ids, longest = _joined(encoded)
         cuts = request.text_cuts
         if cuts is not None and len(cuts) == len(encoded):   # the engine cuts each text
@@ -298,8 +316,8 @@ class TokensProducer:
         return cached_encode(self.cache, self._tokenizer_key(model),
                              self._by_model.get(model, self._default), text, self.chunk_chars)
 
-    def _model_token_ids(self, folder: ModelTokenizer,
-                         request: RoutingRequest) -> tuple[Sequence[int], int]:
+    def _model_token_ids(self, folder: ModelTokenizer, request: RoutingRequest,
+                         model: str) -> tuple[Sequence[int], int]:
         """Tokens exactly as vLLM makes them from the model's own folder, and a batch's
         longest prompt's (as ``_token_ids_and_longest``)."""
         if request.messages is not None:
@@ -307,15 +325,15 @@ class TokensProducer:
                 text = folder.render_chat(request.messages, tools=request.tools)
             except Exception:     # a template error: vLLM answers 400, route on the rest
                 text = render_chat(request.messages, tools=request.tools)
-            return self._encode_folder(request.model, folder, text,
+            return self._encode_folder(model, folder, text,
                                        add_special_tokens=False), 0
         texts, given_ids = prompt_parts(request)
         if not texts:
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
         if len(texts) == 1:
-            return self._encode_folder(request.model, folder, texts[0],
+            return self._encode_folder(model, folder, texts[0],
                                        add_special_tokens=True), 0
-        return _joined(self._encode_folder(request.model, folder, text, add_special_tokens=True)
+        return _joined(self._encode_folder(model, folder, text, add_special_tokens=True)
                        for text in texts)
 
     def _encode_folder(self, model: str, folder: ModelTokenizer, text: str,

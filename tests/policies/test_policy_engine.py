@@ -356,7 +356,9 @@ def test_fleet_check_refuses_rewrites_the_fleet_cannot_serve() -> None:
     fleet = load_fleet(_repo_root() / "config" / "fleet.yaml")
     with pytest.raises(RoutingConfigError) as info:
         engine_for(ROUTING, fleet=fleet)
-    assert str(info.value) == "rules[1].then.model: no worker of the fleet serves 'big-model'"
+    assert str(info.value) == ("rules[1].then.model: no worker of the fleet serves "
+                               "'big-model' (a LoRA adapter goes in then.adapter, with "
+                               "then.model its base model)")
     text = ROUTING.replace("big-model", MODEL).replace("premium", "platinum")
     with pytest.raises(RoutingConfigError) as info:
         engine_for(text, fleet=fleet)

@@ -133,6 +133,25 @@ def test_a_rule_adapter_no_emulated_worker_loads_is_warned_of(
         "model does not exist)"))
 
 
+def test_a_rule_naming_an_adapter_as_its_model(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rule matching requests for a loaded adapter was warned of as matching nothing, and
+    one sending requests to an adapter as its model was refused without saying that an
+    adapter goes in ``then.adapter``."""
+    fleet = str(ROOT / "config" / "examples" / "semantic-fleet.yaml")
+    profile = "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+    path = tmp_path / "routing.yaml"
+    path.write_text(profile + "rules:\n  - {name: sql, when: {model: support}, "
+                    "then: {profile: default}}\n")
+    assert main(["validate", str(path), "--fleet", fleet]) == 0
+    assert "warning" not in capsys.readouterr().err      # an emulated worker loads it
+    path.write_text(profile + "rules:\n  - {name: to, then: {model: support}}\n")
+    assert main(["validate", str(path), "--fleet", fleet]) == 1
+    assert capsys.readouterr().err.endswith(
+        "invalid: rules[0].then.model: 'support' is a LoRA adapter: name it in then.adapter, "
+        "with then.model its base model\n")
+
+
 def test_a_rules_model_and_pool_together_must_be_some_workers(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Each alone was some worker's, so it validated ok; live, every request of the rule was
@@ -235,7 +254,8 @@ def test_fleet_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["validate", str(path)]) == 0                  # no fleet: nothing to check
     assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 1
     assert capsys.readouterr().err.endswith(
-        "invalid: rules[0].then.model: no worker of the fleet serves 'nope'\n")
+        "invalid: rules[0].then.model: no worker of the fleet serves 'nope' (a LoRA adapter "
+        "goes in then.adapter, with then.model its base model)\n")
 
 
 def test_a_rule_sending_embeddings_to_a_generative_model_is_warned_of(

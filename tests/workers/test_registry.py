@@ -63,6 +63,11 @@ def test_runners_of_a_model_as_the_fleet_declares_them() -> None:
     assert registry.runners_of(MODEL) == {"generate"}
     assert registry.runners_of("embedder") == {"pooling"}
     assert registry.runners_of("nope") == frozenset()
+    # an adapter runs as the model of the workers that have it loaded (its embeddings were
+    # forwarded to a generate worker, whose bare 404 the client got, not the router's 400)
+    registry.update(WorkerSnapshot(worker_id="b", healthy=True, scraped_at=1.0,
+                                   lora_adapters=("sql",)), fresh=True)
+    assert registry.runners_of("sql") == {"generate"}
 
 
 def test_replace_keeps_the_snapshots_of_workers_declared_as_before() -> None:

@@ -63,6 +63,22 @@ def test_parse_old_vllm_names_and_lora_info() -> None:
     assert sample.lora_adapters == ("chat", "sql", "x")
 
 
+def test_only_the_newest_lora_info_says_which_adapters_run() -> None:
+    """vLLM writes a ``lora_requests_info`` series at each change, its value the time, and
+    keeps the old ones: every adapter that ever ran stayed "loaded" for the router, which
+    went on sending its requests to a worker that had unloaded it (the worker's 404)."""
+    text = OLD_NAMES.split("vllm:lora_requests_info")[0] + (
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="fin",'
+        'waiting_lora_adapters=""} 1.7e9\n'
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="",'
+        'waiting_lora_adapters=""} 1.8e9\n'
+        'vllm:lora_requests_info{engine="1",max_lora="2",running_lora_adapters="sql",'
+        'waiting_lora_adapters="chat"} 1.75e9\n'
+        'vllm:lora_requests_info{engine="1",max_lora="2",running_lora_adapters="old",'
+        'waiting_lora_adapters=""} 1.6e9\n')
+    assert parse_metrics(text).lora_adapters == ("chat", "sql")
+
+
 def test_parse_sums_engines_and_averages_kv_usage() -> None:
     sample = parse_metrics(TWO_ENGINES)
     assert (sample.running, sample.waiting) == (3, 5)

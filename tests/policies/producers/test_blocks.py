@@ -34,6 +34,32 @@ def test_hashes_equal_vllm_event_ints_for_each_block_size() -> None:
         to_event_int(h) for h in block_hash_chain(tokens, 8)]
 
 
+def test_an_adapters_prompt_is_hashed_with_vllms_lora_key() -> None:
+    """vLLM hashes ``("lora", name, path)`` into every block of an adapter's request: the
+    router hashed without it, so the same prompt under the base model and under an adapter
+    counted as one cached prefix (a false hit), and an adapter's own blocks, as its worker's
+    KV events published them, were never found."""
+    producer = BlocksProducer("blocks", BlocksParams())
+    views = [make_view("a"), make_view("b", lora_adapters=("my-adapter", "other"),
+                                       lora_paths=(("my-adapter", "/adapters/my-adapter"),))]
+    tokens = list(range(1, 33))
+    chains = {}
+    for model in ("m", "my-adapter", "other", "my-adapter"):     # the memo, twice
+        request = request_with(tokens)
+        request.model = "meta-llama/Llama-3.1-8B-Instruct" if model == "m" else model
+        producer.produce(request, views)
+        chains.setdefault(model, []).append(list(request.block_hashes[16]))
+    assert chains["m"][0] == [1403909460543360175, 1643945449041937783]
+    assert chains["my-adapter"][0][0] == 944037498893709900        # vLLM's test vector
+    assert chains["my-adapter"][0] == chains["my-adapter"][1] == [to_event_int(h) for h in (
+        block_hash_chain(tokens, 16, extra_keys=(("lora", "my-adapter",
+                                                  "/adapters/my-adapter"),)))]
+    # an adapter whose card has no path is keyed by its name, as the emulator keys it
+    assert chains["other"][0] == [to_event_int(h) for h in block_hash_chain(
+        tokens, 16, extra_keys=(("lora", "other", "other"),))]
+    assert len({tuple(chain[0]) for chain in chains.values()}) == 3
+
+
 def test_seed_and_algorithm_are_the_workers() -> None:
     producer = BlocksProducer("blocks", BlocksParams(algo="sha256_cbor", seed="0"))
     tokens = list(range(1, 33))

@@ -304,3 +304,30 @@ def test_the_longest_text_of_a_score_is_counted_as_its_cut_keeps_it() -> None:
     assert whole.num_prompt_tokens == cut.num_prompt_tokens        # every token still counted
     assert whole.longest_prompt_tokens == len(ENCODING.encode_ordinary("word " * 300))
     assert cut.longest_prompt_tokens == 40
+
+
+class _CharTokenizer:
+    """One token per character (a tokenizer unlike cl100k, to tell which one counted)."""
+
+    splittable = False
+    max_token_chars: int | None = 1
+
+    def encode(self, text: str) -> array[int]:
+        return array("i", map(ord, text))
+
+
+def test_an_adapters_prompt_takes_its_base_models_tokenizer() -> None:
+    """vLLM tokenizes an adapter's requests with its base model's tokenizer; a client
+    naming the adapter as its model got cl100k's count instead."""
+    from tests.policies.conftest import make_view
+
+    p = TokensProducer("tokens", TokensParams(), {"base": _CharTokenizer()})
+    views = [make_view("w1", models=("base",), lora_adapters=("sql",))]
+    text = "SELECT name FROM users WHERE id = 7"
+    for model in ("base", "sql"):
+        request = RoutingRequest("r", model, path="/v1/completions", prompt=text)
+        p.produce(request, views)
+        assert request.num_prompt_tokens == len(text), model
+    unknown = RoutingRequest("r", "other", path="/v1/completions", prompt=text)
+    p.produce(unknown, views)                     # no worker has it: the default tokenizer
+    assert unknown.num_prompt_tokens == len(ENCODING.encode(text))

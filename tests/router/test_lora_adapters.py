@@ -1,0 +1,98 @@
+"""LoRA adapters through the router, over emulated workers of which one has an adapter
+loaded: the adapter's prompts are hashed with vLLM's LoRA key (no prefix shared with the
+base model's same prompt), and an adapter of a generative model asked for embeddings gets
+the router's 400, as its base model does."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from tests.router.gateway_support import MODEL, RouterFactory
+from workers.emulator.process import EmulatorFleet
+from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
+
+pytestmark = pytest.mark.integration
+ADAPTER = "sql-lora"
+EMULATE = {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 4}}
+
+
+@pytest.fixture(scope="module")
+def adapter_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    path: Path = tmp_path_factory.mktemp("lora") / "fleet.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [
+            {"id": "with-adapter", "gpu": "h100", "models": [MODEL],
+             "emulate": {**EMULATE, "port": free_port(),
+                         "lora_adapters": {ADAPTER: "/adapters/sql-lora"}}},
+            {"id": "base-only", "gpu": "h100", "models": [MODEL],
+             "emulate": {**EMULATE, "port": free_port()}}]}))
+    fleet = load_fleet(path)
+    with EmulatorFleet(fleet, one_process=True):
+        yield fleet
+
+
+async def _adapter_listed(http: aiohttp.ClientSession, url: str) -> None:
+    """Wait (at most 10 s) until the router lists the adapter (its worker's /v1/models)."""
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        async with http.get(url + "/v1/models") as resp:
+            if ADAPTER in {card["id"] for card in (await resp.json())["data"]}:
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{ADAPTER} never listed")
+
+
+async def _chat(http: aiohttp.ClientSession, url: str, model: str,
+                text: str) -> dict[str, Any]:
+    body = {"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": text}]}
+    async with http.post(url + "/v1/chat/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        request_id = resp.headers["x-request-id"]
+        await resp.read()
+    async with http.get(url + "/debug/decisions") as resp:
+        decisions = (await resp.json())["data"]
+    return next(d for d in decisions if d["request_id"] == request_id)
+
+
+async def test_an_adapters_prompt_shares_no_cached_prefix_with_the_base_models(
+        adapter_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(adapter_fleet, None)
+    text = "Write the SQL for the monthly revenue report by region. " * 40
+    async with aiohttp.ClientSession() as http:
+        await _adapter_listed(http, router.url)
+        # the base model's prompt sent until it has landed on the worker with the adapter
+        # (at most 20 times), then the adapter's same prompt goes there (only it has it)
+        for _ in range(20):
+            base = await _chat(http, router.url, MODEL, text)
+            if base["worker"] == "with-adapter":
+                break
+        assert base["worker"] == "with-adapter"
+        first = await _chat(http, router.url, ADAPTER, text)
+        again = await _chat(http, router.url, ADAPTER, text)
+    assert first["worker"] == again["worker"] == "with-adapter"
+    # vLLM hashes the adapter into every block: the base model's blocks are no hit for it
+    assert first["attributes"]["prefix_match_tokens"] == 0
+    assert again["attributes"]["prefix_match_tokens"] >= 400     # its own blocks are
+
+
+async def test_an_adapter_of_a_generative_model_asked_for_embeddings_gets_the_routers_400(
+        adapter_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    router = await make_router(adapter_fleet, None)
+    async with aiohttp.ClientSession() as http:
+        await _adapter_listed(http, router.url)
+        for model in (MODEL, ADAPTER):
+            async with http.post(router.url + "/v1/embeddings",
+                                 json={"model": model, "input": "hello"}) as resp:
+                assert resp.status == 400, (model, await resp.text())
+                message = (await resp.json())["error"]["message"]
+                assert "runs it for generation" in message and "/v1/chat/completions" in message
