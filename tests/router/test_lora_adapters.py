@@ -1,7 +1,8 @@
 """LoRA adapters through the router, over emulated workers of which one has an adapter
 loaded: the adapter's prompts are hashed with vLLM's LoRA key (no prefix shared with the
-base model's same prompt), and an adapter of a generative model asked for embeddings gets
-the router's 400, as its base model does."""
+base model's same prompt), an adapter of a generative model asked for embeddings gets the
+router's 400, as its base model does, and an adapter loaded, moved and unloaded at run time
+is followed."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 ADAPTER = "sql-lora"
-EMULATE = {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 4}}
+EMULATE = {"time_scale": 0.01, "output_len": {"dist": "fixed", "value": 4},
+           "runtime_lora_updating": True}
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +98,47 @@ async def test_an_adapter_of_a_generative_model_asked_for_embeddings_gets_the_ro
                 assert resp.status == 400, (model, await resp.text())
                 message = (await resp.json())["error"]["message"]
                 assert "runs it for generation" in message and "/v1/chat/completions" in message
+
+
+async def _served_by(http: aiohttp.ClientSession, url: str, model: str,
+                     expected: str | None) -> None:
+    """Wait (at most 10 s) until a chat for ``model`` goes to ``expected`` (None: until the
+    router answers its own 404 for it and no longer lists it)."""
+    body = {"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    deadline = time.monotonic() + 10.0
+    while True:
+        async with http.post(url + "/v1/chat/completions", json=body) as resp:
+            text = await resp.text()
+            worker = resp.headers.get("x-kvroute-worker")
+            if expected is not None and resp.status == 200 and worker == expected:
+                return
+            if expected is None and resp.status == 404 and worker == "none":   # the router's
+                assert "does not exist" in text
+                async with http.get(url + "/v1/models") as listed:
+                    assert model not in {c["id"] for c in (await listed.json())["data"]}
+                return
+        assert time.monotonic() < deadline, (model, expected, resp.status, worker, text)
+        await asyncio.sleep(0.05)
+
+
+async def test_an_adapter_moved_and_unloaded_at_run_time_is_followed(
+        adapter_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """vLLM writes a lora_requests_info series at each change and keeps the old ones: every
+    adapter that had ever run stayed loaded for the router, whose requests kept going to a
+    worker that had unloaded it (the worker's 404, for good)."""
+    router = await make_router(adapter_fleet, None, models_interval_s=0.1)
+    urls = {spec.info.id: spec.info.url for spec in adapter_fleet.workers}
+    async with aiohttp.ClientSession() as http:
+        async def lora(worker: str, action: str) -> None:
+            body = {"lora_name": "fin", "lora_path": "/adapters/fin"}
+            async with http.post(f"{urls[worker]}/v1/{action}_lora_adapter",
+                                 json=body) as resp:
+                assert resp.status == 200, await resp.text()
+
+        await lora("with-adapter", "load")
+        await _served_by(http, router.url, "fin", "with-adapter")
+        await lora("with-adapter", "unload")        # moved to the other worker
+        await lora("base-only", "load")
+        await _served_by(http, router.url, "fin", "base-only")
+        await lora("base-only", "unload")           # and gone from the fleet
+        await _served_by(http, router.url, "fin", None)

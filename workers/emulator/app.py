@@ -27,6 +27,7 @@ from workers.emulator.embeddings import embeddings
 from workers.emulator.errors import ApiError, bad_request
 from workers.emulator.generation import chat_completions, completions
 from workers.emulator.kv_events import KvEventPublisher
+from workers.emulator.lora_api import LOAD_PATH, UNLOAD_PATH, load_lora_adapter, unload_lora_adapter
 from workers.emulator.messages_api import count_tokens, create_message
 from workers.emulator.metrics import VLLM_VERSION
 from workers.emulator.pooling_api import POOLING_PATH, pooling
@@ -122,6 +123,9 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer | None = None) -> we
         app.router.add_post("/v1/responses/{response_id}/cancel", cancel_response)
         app.router.add_post("/v1/messages", create_message)
         app.router.add_post("/v1/messages/count_tokens", count_tokens)
+    if config.runtime_lora_updating:       # vLLM: only with VLLM_ALLOW_RUNTIME_LORA_UPDATING
+        app.router.add_post(LOAD_PATH, load_lora_adapter)
+        app.router.add_post(UNLOAD_PATH, unload_lora_adapter)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)

@@ -77,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fixed:N, uniform:MIN:MAX or lognormal:MEAN:SIGMA")
     p.add_argument("--lora", action="append", default=[], metavar="NAME[=PATH]",
                    help="a LoRA adapter the worker serves (repeatable)")
+    p.add_argument("--runtime-lora-updating", action="store_true", default=None,
+                   help="serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM "
+                        "with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")
     p.add_argument("--error-rate", type=float, help="share of requests answered with a 500")
     p.add_argument("--refuse-connections", action="store_true", default=None,
                    help="refuse every connection: the worker never listens")
@@ -119,7 +122,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 "max_num_batched_tokens", "max_model_len", "seed", "gpu_memory_utilization",
                 "step_jitter", "hash_seed", "enable_prompt_tokens_details",
                 "server_load_tracking", "kv_events", "kv_events_replay", "kv_events_topic",
-                "kv_events_encoding", "served_model_names", "ssl_certfile", "ssl_keyfile"):
+                "kv_events_encoding", "served_model_names", "ssl_certfile", "ssl_keyfile",
+                "runtime_lora_updating"):
         value = getattr(args, key)
         if value is not None:
             out[key] = value

@@ -30,6 +30,8 @@ emulate:
                                  # or {dist: uniform, min: A, max: B}; capped by max_tokens
   seed: 0
   lora_adapters: {}              # name -> path (or a list of names)
+  runtime_lora_updating: false   # POST /v1/load_lora_adapter, /v1/unload_lora_adapter, as
+                                 # vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
   faults:
     error_rate: 0.0              # share of generation requests answered with a 500
     refuse_connections: false    # do not listen at all
@@ -134,6 +136,7 @@ class EmulatorConfig:
     output_len: OutputLengthConfig = field(default_factory=OutputLengthConfig)
     seed: int = 0
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
+    runtime_lora_updating: bool = False
     faults: FaultConfig = field(default_factory=FaultConfig)
     api_key: str | None = field(default=None, repr=False)    # as vLLM's --api-key
     ssl_certfile: str | None = None
@@ -166,7 +169,7 @@ _TOP_KEYS = frozenset({
     "enable_prompt_tokens_details", "server_load_tracking", "responses_store", "kv_events",
     "kv_events_replay",
     "kv_events_topic", "kv_events_encoding", "output_len", "seed", "lora_adapters", "faults",
-    "ssl_certfile", "ssl_keyfile",
+    "ssl_certfile", "ssl_keyfile", "runtime_lora_updating",
 })
 _FAULT_KEYS = frozenset({"error_rate", "refuse_connections", "refuse_after_s", "refuse_for_s",
                          "stall_after_tokens", "metrics_delay_s", "metrics_broken"})
@@ -220,6 +223,7 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
         output_len=_parse_output_len(raw.get("output_len"), f"{where}.output_len"),
         seed=_required(r.integer("seed", 0), where),
         lora_adapters=_parse_lora(raw.get("lora_adapters"), f"{where}.lora_adapters"),
+        runtime_lora_updating=r.boolean("runtime_lora_updating", False),
         faults=parse_faults(raw.get("faults") or {}, f"{where}.faults"),
         api_key=api_key or None,
         ssl_certfile=r.optional_string("ssl_certfile") or None,

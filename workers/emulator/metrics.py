@@ -175,7 +175,7 @@ class EmulatorMetrics:
                      registry=reg)
         info.labels(**cache_config_labels(config, num_gpu_blocks, max_model_len)).set(1.0)
         self.lora_info: Gauge | None = None
-        if config.lora_adapters:
+        if config.lora_adapters or config.runtime_lora_updating:
             self.lora_info = Gauge("vllm:lora_requests_info", "Running stats on lora requests.",
                                    ("max_lora", "waiting_lora_adapters",
                                     "running_lora_adapters"), registry=reg)

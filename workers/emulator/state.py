@@ -46,7 +46,7 @@ class WorkerState:
             return self.config.served_model_names[0], None
         if name in self.config.served_model_names:
             return name, None
-        if name in self.config.lora_adapters:
+        if name in self.lora_paths:          # as loaded at start or since (runtime updating)
             return name, name
         raise model_not_found(name, list(self.config.served_model_names))
 
