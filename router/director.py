@@ -357,10 +357,15 @@ class Director:
         if decision.worker_id is None and fail_open is not None:
             decision = engine.decide(routing, fail_open)
         # (a model no worker serves, not rewritten by a rule, is the client's mistake: 404;
-        # a rule's target, an adapter not loaded say, is the routing's and falls back)
-        if (decision.worker_id is None and continued is not None
-                and (decision.model != routing.model
-                     or routing.model in self._registry.known_models())):
+        # a rule's target, an adapter not loaded say, is the routing's and falls back; so is
+        # a rule's adapter the holder lacks, which the model filter's fallback to the base
+        # model's workers kept it for: the holder would answer 404)
+        if continued is not None and (
+                (decision.worker_id is None and (
+                    decision.model != routing.model
+                    or routing.model in self._registry.known_models()))
+                or (decision.worker_id is not None and decision.model != routing.model
+                    and not any(view.serves(decision.model) for view in views))):
             decision = continuation_decision(engine, routing, views, decision, continued)
         seconds = time.perf_counter() - started
         gpu = self._gpu_of(decision.worker_id)

@@ -297,6 +297,53 @@ async def test_a_rule_that_would_move_a_conversation_is_set_aside_for_its_holder
     await client.close()
 
 
+@pytest.fixture(scope="module")
+def adapter_on_one(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """Two workers keeping responses, one model; only the first has the adapter loaded."""
+    path: Path = tmp_path_factory.mktemp("responses-adapter") / "fleet.yaml"
+    path.write_text(yaml.safe_dump({
+        "models": {"alpha": {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": f"alpha-{n}", "gpu": "h100", "models": ["alpha"],
+                     "emulate": {**KEEPING, "port": free_port(),
+                                 **({"lora_adapters": {"chat": "/adapters/chat"}} if n == 0
+                                    else {})}}
+                    for n in range(2)]}))
+    loaded = load_fleet(path)
+    with EmulatorFleet(loaded, one_process=True):
+        yield loaded
+
+
+async def test_a_rules_adapter_the_holder_lacks_is_set_aside_for_its_holder(
+        adapter_on_one: FleetConfig, make_router: RouterFactory) -> None:
+    """A rule picking an adapter that only another worker has: the model filter's fallback
+    kept the holder (it serves the base model), with the adapter as the model, and the
+    holder answered 404. The turn goes to the holder with the model the client asked for."""
+    router = await make_router(adapter_on_one, ROUTING_ROUND_ROBIN + (
+        "rules:\n  - name: chat-tier\n    when: {header: {x-tier: chat}}\n"
+        "    then: {adapter: chat}\n"))
+    client = client_of(router.url)
+    for _ in range(4):            # round robin: a first turn on the worker without it
+        raw = await client.responses.with_raw_response.create(
+            model="alpha", input="First turn.", max_output_tokens=4)
+        if raw.headers["x-kvroute-worker"] == "alpha-1":
+            break
+    assert raw.headers["x-kvroute-worker"] == "alpha-1"
+    first = raw.parse()
+    raw = await client.responses.with_raw_response.create(
+        model="alpha", input="Second turn.", max_output_tokens=4,
+        previous_response_id=first.id, extra_headers={"x-tier": "chat"})
+    second = raw.parse()
+    assert raw.headers["x-kvroute-worker"] == "alpha-1"
+    assert second.model == "alpha" and second.previous_response_id == first.id
+    assert raw.headers["x-kvroute-reason"].startswith(
+        "continues a response only alpha-1 holds, which rule chat-tier left out (target chat)")
+    # a new conversation of the tier goes to the worker with the adapter
+    raw = await client.responses.with_raw_response.create(
+        model="alpha", input="Elsewhere.", max_output_tokens=4, extra_headers={"x-tier": "chat"})
+    assert raw.headers["x-kvroute-worker"] == "alpha-0" and raw.parse().model == "chat"
+    await client.close()
+
+
 async def test_a_tenants_responses_are_not_another_tenants(
         fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
     """With its own key, any tenant read, continued and overwrote (by naming its id as the
