@@ -102,10 +102,12 @@ async def detokenize(request: web.Request) -> web.StreamResponse:
 
 def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
     """The union of the healthy workers' models (and adapters), with ``max_model_len``;
-    as vLLM's cards, an adapter's ``parent`` is the base model it runs on (``root``: the
-    model itself, since the router does not see the workers' weight paths)."""
+    as vLLM's cards, an adapter's ``parent`` is the base model it runs on and its ``root``
+    its path, as a worker's card gave it (a model's ``root``: the model itself, since the
+    router does not see the workers' weight paths)."""
     lengths: dict[str, int] = {}
     parents: dict[str, str | None] = {}
+    roots: dict[str, str] = {}
     for view in views:
         if not view.healthy:
             continue
@@ -116,9 +118,12 @@ def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
         for adapter in view.lora_adapters:
             lengths[adapter] = max(lengths.get(adapter, 0), view.max_model_len)
             parents.setdefault(adapter, served[0] if served else None)
+        for adapter, path in view.lora_paths:
+            roots.setdefault(adapter, path)
     return {"object": "list", "data": [
         {"id": model, "object": "model", "created": created, "owned_by": "kvroute",
-         "root": model, "parent": parents[model], "max_model_len": length or None}
+         "root": roots.get(model, model), "parent": parents[model],
+         "max_model_len": length or None}
         for model, length in sorted(lengths.items())]}
 
 

@@ -482,12 +482,14 @@ async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
 
 
 def test_an_adapters_card_names_its_base_model_as_parent() -> None:
-    views = [make_view("w0", lora_adapters=("sql-lora",), max_model_len=4096),
+    views = [make_view("w0", lora_adapters=("sql-lora", "x"), max_model_len=4096,
+                       lora_paths=(("sql-lora", "/adapters/sql"),)),
              make_view("w1", max_model_len=8192),
              make_view("w2", models=("other",), lora_adapters=("x",), healthy=False)]
     cards = {card["id"]: card for card in models_payload(views, 7)["data"]}
-    assert sorted(cards) == [MODEL, "sql-lora"]           # an unhealthy worker's are not listed
+    assert sorted(cards) == [MODEL, "sql-lora", "x"]      # an unhealthy worker's are not listed
     assert (cards[MODEL]["root"], cards[MODEL]["parent"], cards[MODEL]["max_model_len"]) == (
         MODEL, None, 8192)
     assert (cards["sql-lora"]["root"], cards["sql-lora"]["parent"],
-            cards["sql-lora"]["max_model_len"]) == ("sql-lora", MODEL, 4096)
+            cards["sql-lora"]["max_model_len"]) == ("/adapters/sql", MODEL, 4096)
+    assert cards["x"]["root"] == "x"          # no path known: its name
