@@ -3,7 +3,10 @@
 The target model is the requested one after rule rewrites. When a rule sets a LoRA
 adapter, workers that have it loaded (``WorkerView.lora_adapters``) are preferred: with
 ``adapter: prefer-loaded`` (default) the filter keeps only them when there are any, else the
-workers serving the base model (they load the adapter on demand); ``require-loaded`` keeps
+workers serving the base model (which serve it only if they can load it on demand: vLLM
+with a LoRA resolver plugin; a plain vLLM answers 404 for an adapter it has not loaded,
+and a conversation continued there keeps its base model: ``router.director``);
+``require-loaded`` keeps
 only workers that have it loaded; ``any`` keeps every worker serving the base model or the
 adapter.
 
