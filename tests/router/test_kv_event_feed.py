@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 import yaml
 
-from router.keys import KV_EVENTS
+from router.keys import KV_EVENTS, REGISTRY
 from router.kv_event_feed import KvEventFeed
 from tests.router.gateway_support import MODEL, RouterFactory, RouterHandle
 from workers.emulator.process import EmulatorProcess
@@ -95,6 +95,54 @@ async def test_prompts_cached_behind_the_routers_back_are_found_by_their_events(
         status = fleet[worker]["kv_events"]
         assert status["exact"] is True and status["decode_errors"] == 0
         assert status["blocks"] >= 4
+
+
+@pytest.fixture(scope="module")
+def adapter_event_fleet() -> Iterator[FleetConfig]:
+    """Two workers followed by their KV events, both with the adapter ``sql`` loaded."""
+    workers = []
+    processes = []
+    try:
+        for wid in ("a0", "a1"):
+            pub = free_port()
+            proc = EmulatorProcess(time_scale=0.0, served_model_names=[MODEL], extra_args=[
+                "--kv-events", f"tcp://127.0.0.1:{pub}", "--lora", "sql=/adapters/sql"])
+            proc.start()
+            processes.append(proc)
+            workers.append({"id": wid, "gpu": "h100", "models": [MODEL], "url": proc.url,
+                            "kv_events": f"tcp://127.0.0.1:{pub}"})
+        yield parse_fleet({"models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+                           "workers": workers})
+    finally:
+        for proc in processes:
+            proc.stop()
+
+
+async def test_an_adapters_blocks_are_found_by_their_events(
+        adapter_event_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """vLLM hashes an adapter's blocks with its ("lora", name, path) key: the router, which
+    hashed them without it, never found them in the events (and took the base model's
+    blocks of the same prompt for them)."""
+    router = await make_router(adapter_event_fleet, PREFIX_ONLY)
+    urls = {w.info.id: w.info.url for w in adapter_event_fleet.workers}
+    async with aiohttp.ClientSession() as session:
+        deadline = time.monotonic() + 10.0
+        while not all("sql" in view.lora_adapters for view in router.app[REGISTRY].views(0.0)):
+            assert time.monotonic() < deadline, "the adapter was never seen loaded"
+            await asyncio.sleep(0.05)
+        for n, worker in enumerate(("a1", "a0", "a1")):
+            prompt = [7000 + 100 * n + i for i in range(64)]      # four 16-token blocks
+            before = router.app[KV_EVENTS].status()[worker]["blocks"]
+            async with session.post(f"{urls[worker]}/v1/completions", json={
+                    "model": "sql", "prompt": prompt, "max_tokens": 1}) as resp:
+                assert resp.status == 200, await resp.text()
+            await wait_for_blocks(router, worker, before + 4)
+            async with session.post(f"{router.url}/v1/completions", json={
+                    "model": "sql", "prompt": prompt, "max_tokens": 1}) as resp:
+                assert resp.status == 200, await resp.text()
+                assert resp.headers["x-kvroute-worker"] == worker
+                # three of the four blocks (the last one is always computed again)
+                assert resp.headers["x-kvroute-reason"].startswith(f"prefix 0.75 on {worker}")
 
 
 async def test_a_hot_reloaded_engine_keeps_following_the_events(
