@@ -255,6 +255,10 @@ class Director:
                          else "giving up")
         assert last_failure is not None and failed is not None
         headers = self._kvroute_headers(failed, parsed.routing.semantic_class)
+        if last_failure.reason == "model_not_found":    # no worker tried has it any more
+            known = ", ".join(sorted(self._registry.known_models()))
+            raise ModelNotFound(f"The model `{failed.model}` does not exist. Valid aliases: "
+                                f"{known}.", param="model", headers=headers)
         # the client learns which workers failed and how, not where they are (the log says)
         last = without_addresses(last_failure.client_text(), map(self._registry.info, tried))
         headers["x-kvroute-reason"] = header_safe(
@@ -475,7 +479,8 @@ class Director:
                 sent,
                 headers, self._answer_headers(decision, routing, ticket), routing.stream,
                 parsed.wants_usage, lambda: self._on_first_byte(attempt),
-                _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM))
+                _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM),
+                adapter=decision.model if decision.model not in info.models else None)
             status = result.status
             if status >= 500:         # the worker broke the stream it had begun
                 self._failed(info.id)
@@ -484,7 +489,11 @@ class Director:
             return result.response
         except RetryableUpstream as failure:
             status = failure.status
-            self._failed(info.id)
+            if failure.reason == "model_not_found":   # the worker answered: not its failure
+                self._ejection.answered(info.id, attempt.started_at)
+                self._registry.unload_adapter(info.id, decision.model)
+            else:
+                self._failed(info.id)
             raise
         except RouterError as error:
             status = error.status

@@ -126,12 +126,22 @@ def _usage_of(raw: bytes) -> Usage | None:
     return parse_usage(parsed.get("usage")) if isinstance(parsed, dict) else None
 
 
+def _names_missing_model(data: bytes, model: str) -> bool:
+    """Whether a worker's 404 body is vLLM's ``NotFoundError`` for ``model``."""
+    try:
+        error = orjson.loads(data).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    message = error.get("message") if isinstance(error, dict) else None
+    return isinstance(message, str) and message.startswith(f"The model `{model}` does not exist")
+
+
 class RetryableUpstream(Exception):
     """The worker failed before anything reached the client; another worker may serve it."""
 
     def __init__(self, reason: str, status: int, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
-        self.reason = reason          # "connect", "disconnect" or "http_5xx"
+        self.reason = reason          # "connect", "disconnect", "http_5xx" or "model_not_found"
         self.status = status          # the worker's status, or 502 when there was none
         self.detail = detail
 
@@ -192,9 +202,12 @@ class Proxy:
                       stream: bool, wants_usage: bool,
                       on_first_byte: Callable[[], None],
                       stream_format: StreamFormat = COMPLETION_STREAM,
-                      method: str = "POST") -> ProxyResult:
+                      method: str = "POST", adapter: str | None = None) -> ProxyResult:
         """Send ``body`` (None: a request without one, e.g. a GET) and relay the answer;
-        ``on_first_byte`` is called when the first token is relayed (``stream_format``)."""
+        ``on_first_byte`` is called when the first token is relayed (``stream_format``).
+        ``adapter``: the LoRA adapter the request names, whose 404 from a worker that no
+        longer has it loaded (unloaded since its last ``/v1/models``) is retryable
+        (``model_not_found``) instead of relayed."""
         try:
             upstream = await self._client.request(method, url, body, headers)
         except UpstreamConnectTimeout as exc:
@@ -213,6 +226,12 @@ class Proxy:
             if upstream.status >= 500:
                 detail = (await upstream.read()).decode("utf-8", "replace")[:300]
                 raise RetryableUpstream("http_5xx", upstream.status, detail)
+            if upstream.status == 404 and adapter is not None:
+                data = await upstream.read()
+                if _names_missing_model(data, adapter):
+                    raise RetryableUpstream("model_not_found", 404,
+                                            data.decode("utf-8", "replace")[:300])
+                return await self._relay_whole(upstream, response_headers, data)
             is_sse = upstream.content_type == "text/event-stream"
             if stream and upstream.status == 200 and is_sse:
                 return await self._relay_stream(request, upstream, response_headers,
@@ -229,8 +248,11 @@ class Proxy:
         return UpstreamTimeout(f"The worker did not answer within {self._upstream_timeout_s:g} s.")
 
     async def _relay_whole(self, upstream: UpstreamResponse,
-                           response_headers: Mapping[str, str]) -> ProxyResult:
-        data = await upstream.read()
+                           response_headers: Mapping[str, str],
+                           data: bytes | None = None) -> ProxyResult:
+        """Relay a whole answer (``data``: its body, when already read)."""
+        if data is None:
+            data = await upstream.read()
         usage = None
         metadata = upstream.headers.get(METADATA_HEADER)
         if metadata is not None and upstream.content_type == BINARY_TYPE:

@@ -8,6 +8,7 @@ corrected by what the router dispatched since it was taken (``workers.views.buil
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -94,12 +95,13 @@ class WorkerRegistry:
     The set of workers changes only by ``replace`` (a reloaded fleet file); ``info`` still
     answers for a worker removed since, for the requests it was serving."""
 
-    __slots__ = ("_by_id", "_default_model", "_infos", "_retired", "_runners", "_snapshots",
-                 "inflight")
+    __slots__ = ("_by_id", "_default_model", "_infos", "_models_stale", "_retired",
+                 "_runners", "_snapshots", "inflight")
 
     def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightSource) -> None:
         self._retired: dict[str, WorkerInfo] = {}
         self._snapshots: dict[str, WorkerSnapshot] = {}
+        self._models_stale: set[str] = set()     # workers whose /v1/models to read again
         self._set_infos(infos)
         self.inflight = inflight
 
@@ -153,6 +155,25 @@ class WorkerRegistry:
         requests in flight still finish)."""
         info = self._by_id.get(worker_id)
         return info if info is not None else self._retired[worker_id]
+
+    def unload_adapter(self, worker_id: str, adapter: str) -> None:
+        """The worker answered that it does not have ``adapter`` (unloaded since its last
+        ``/v1/models``): its snapshot no longer lists it, until a scrape says otherwise."""
+        snapshot = self._snapshots.get(worker_id)
+        if snapshot is not None and adapter in snapshot.lora_adapters:
+            self._snapshots[worker_id] = dataclasses.replace(
+                snapshot, lora_adapters=tuple(a for a in snapshot.lora_adapters
+                                              if a != adapter),
+                lora_paths=tuple(p for p in snapshot.lora_paths if p[0] != adapter))
+            self._models_stale.add(worker_id)
+
+    def take_models_stale(self, worker_id: str) -> bool:
+        """Whether the worker's ``/v1/models`` must be read again at its next scrape (an
+        answer showed it out of date); asking clears it."""
+        if worker_id not in self._models_stale:
+            return False
+        self._models_stale.discard(worker_id)
+        return True
 
     def declares(self, worker_id: str) -> bool:
         """Whether the fleet in force has the worker (not removed since)."""

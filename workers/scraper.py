@@ -330,7 +330,8 @@ class WorkerScraper:
 
     async def _models_of(self, info: WorkerInfo, now: float) -> ModelsSample | None:
         cached = self._models.get(info.id)
-        if cached is not None and now - cached[0] < self._models_interval:
+        if (cached is not None and now - cached[0] < self._models_interval
+                and not self._registry.take_models_stale(info.id)):
             return cached[1]
         try:
             body = await self._get_bytes(f"{info.url}/v1/models")

@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.router.gateway_support import MODEL, RouterFactory
+from router.keys import REGISTRY
+from tests.router.gateway_support import MODEL, ROUTING_ROUND_ROBIN, RouterFactory
 from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
 from workers.ports import free_port
@@ -142,3 +143,42 @@ async def test_an_adapter_moved_and_unloaded_at_run_time_is_followed(
         await _served_by(http, router.url, "fin", "base-only")
         await lora("base-only", "unload")           # and gone from the fleet
         await _served_by(http, router.url, "fin", None)
+
+
+async def test_a_worker_that_unloaded_the_adapter_is_passed_over_at_once(
+        adapter_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """Between an unload and the router's next read of the worker's /v1/models, the requests
+    for the adapter sent there got the worker's 404. Now that 404 sends the request on to
+    another worker that has it, and the worker is taken as without it at once."""
+    urls = {spec.info.id: spec.info.url for spec in adapter_fleet.workers}
+    body = {"lora_name": "fin", "lora_path": "/adapters/fin"}
+    chat = {"model": "fin", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as http:
+        for worker in urls:
+            async with http.post(urls[worker] + "/v1/load_lora_adapter", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+        # models read once, at start: the router would not see an unload for a minute
+        router = await make_router(adapter_fleet, ROUTING_ROUND_ROBIN, models_interval_s=60.0)
+        deadline = time.monotonic() + 10.0
+        while not all("fin" in v.lora_adapters for v in router.app[REGISTRY].views(0.0)):
+            assert time.monotonic() < deadline, "the adapter was never seen loaded"
+            await asyncio.sleep(0.05)
+        async with http.post(urls["with-adapter"] + "/v1/unload_lora_adapter",
+                             json={"lora_name": "fin"}) as resp:
+            assert resp.status == 200
+        served = []
+        for _ in range(4):      # round robin: the first or the second goes there first
+            async with http.post(router.url + "/v1/chat/completions", json=chat) as resp:
+                assert resp.status == 200, await resp.text()
+                served.append(resp.headers["x-kvroute-worker"])
+        assert served == ["base-only"] * 4
+        assert router.metric("kvroute_retries_total", worker="with-adapter",
+                             reason="model_not_found") == 1
+        assert router.metric("kvroute_worker_ejections_total", worker="with-adapter") == 0
+        async with http.post(urls["base-only"] + "/v1/unload_lora_adapter",
+                             json={"lora_name": "fin"}) as resp:
+            assert resp.status == 200
+        async with http.post(router.url + "/v1/chat/completions", json=chat) as resp:
+            assert resp.status == 404                  # no worker has it: vLLM's 404
+            assert (await resp.json())["error"]["message"].startswith(
+                "The model `fin` does not exist.")
