@@ -116,7 +116,10 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     metrics.watch_estimates(lambda: reloader.engine)
     metrics.watch_output_lengths(lambda: reloader.engine)
     metrics.watch_state_store(store)
-    store.follow_routed(lambda worker_id, blocks: reloader.engine.learn_routed(worker_id, blocks))
+    # another replica's routes, for the workers of this fleet only (one since removed, or not
+    # yet added here, would take a place in the prefix index that nothing frees)
+    store.follow_routed(lambda worker_id, blocks: reloader.engine.learn_routed(
+        worker_id, blocks) if registry.declares(worker_id) else None)
     kv_events.attach(reloader.engine)
     request_tasks = RequestTasks()
     middlewares: list[Middleware] = [request_tasks.middleware]

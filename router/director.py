@@ -82,7 +82,7 @@ from router.settings import Settings
 from router.state.store import StateStore
 from router.trace_context import request_trace_id, trace_headers
 from workers.models import WorkerInfo, WorkerView
-from workers.registry import WorkerRegistry
+from workers.registry import WorkerRegistry, same_server
 from workers.upstream import origin_of
 
 log = logging.getLogger(__name__)
@@ -480,10 +480,10 @@ class Director:
                 headers, self._answer_headers(decision, routing, ticket), routing.stream,
                 parsed.wants_usage, lambda: self._on_first_byte(attempt),
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM),
-                adapter=decision.model if decision.model not in info.models else None)
+                adapter=self._listed_adapter(info.id, decision.model))
             status = result.status
             if status >= 500:         # the worker broke the stream it had begun
-                self._failed(info.id)
+                self._failed(info)
             elif status != 499:       # (499: the client left; says nothing of the worker)
                 self._ejection.answered(info.id, attempt.started_at)
             return result.response
@@ -493,12 +493,12 @@ class Director:
                 self._ejection.answered(info.id, attempt.started_at)
                 self._registry.unload_adapter(info.id, decision.model)
             else:
-                self._failed(info.id)
+                self._failed(info)
             raise
         except RouterError as error:
             status = error.status
             if status == UpstreamTimeout.status:      # no answer in time
-                self._failed(info.id)
+                self._failed(info)
             error.headers.update(self._kvroute_headers(decision, routing.semantic_class))
             raise
         except CancelledAfterTheEnd as cancelled:     # the client left with the whole answer
@@ -521,11 +521,25 @@ class Director:
             url = self._urls[(base, path)] = URL(base + path)
         return url
 
-    def _failed(self, worker_id: str) -> None:
+    def _listed_adapter(self, worker_id: str, model: str) -> str | None:
+        """``model`` when it is a LoRA adapter the worker's last scrape listed (its 404 for
+        it then means the worker unloaded it since: retried elsewhere), else None (a rule's
+        adapter sent to a base model's worker that never had it: its 404 is relayed)."""
+        snapshot = self._registry.snapshot(worker_id)
+        return model if snapshot is not None and model in snapshot.lora_adapters else None
+
+    def _serving(self, info: WorkerInfo) -> bool:
+        """Whether the fleet still has the server an attempt went to (not removed since,
+        nor another server declared under its id)."""
+        return self._registry.declares(info.id) and same_server(
+            self._registry.info(info.id), info)
+
+    def _failed(self, info: WorkerInfo) -> None:
         """An attempt at the worker failed: counted toward its ejection while the fleet
-        has it (a removed worker's requests in flight failing later are not)."""
-        if self._registry.declares(worker_id):
-            self._ejection.failed(worker_id, self._clock())
+        has that server (a removed worker's requests in flight failing later are not, nor
+        those of the server its id named before)."""
+        if self._serving(info):
+            self._ejection.failed(info.id, self._clock())
 
     def _forget_departed(self, engine: PolicyEngine, worker_id: str) -> None:
         """A request ended at a worker the fleet file removed while it was in flight: what
@@ -571,7 +585,8 @@ class Director:
         if predicted is not None and status == 200:
             self._metrics.record_output_prediction(
                 decision.model, predicted, per_sequence(outcome.completion_tokens, routing))
-        if not self._registry.declares(worker):
+        if (not self._registry.declares(worker)            # its last request there ended
+                and self._registry.inflight.get(worker).requests == 0):
             self._forget_departed(engine, worker)
 
     def _outcome(self, routing: RoutingRequest, attempt: _Attempt, result: ProxyResult | None,

@@ -54,12 +54,15 @@ def trace_headers(headers: Mapping[str, str]) -> dict[str, str]:
     traceparent = headers.get(TRACEPARENT)
     if traceparent is None or trace_id(traceparent) is None:
         return {}
-    forwarded = {TRACEPARENT: traceparent.strip(" \t")}
     getall = getattr(headers, "getall", None)
+    if getall is not None and len(getall(TRACEPARENT)) > 1:
+        return {}        # several: not one trace to join (W3C: the receiver starts anew)
+    forwarded = {TRACEPARENT: traceparent.strip(" \t")}
     states = getall(TRACESTATE, ()) if getall is not None else (
         [headers[TRACESTATE]] if TRACESTATE in headers else [])
     state = ",".join(part.strip(" \t") for part in states if part.strip(" \t"))
+    members = sum(1 for member in state.split(",") if member.strip(" \t"))
     if state and state.isascii() and state.isprintable() and (
-            state.count(",") < MAX_TRACESTATE_MEMBERS):
+            members <= MAX_TRACESTATE_MEMBERS):
         forwarded[TRACESTATE] = state
     return forwarded

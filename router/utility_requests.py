@@ -119,13 +119,15 @@ class UtilityRequests:
                     stream=False, wants_usage=False, on_first_byte=lambda: None)
             except RetryableUpstream as failure:
                 last_failure = failure
-                self._metrics.record_retry(view.id, failure.reason)
-                self._ejection.failed(view.id, self._clock())
+                if self._registry.declares(view.id):     # (not one removed meanwhile)
+                    self._metrics.record_retry(view.id, failure.reason)
+                    self._ejection.failed(view.id, self._clock())
                 continue
-            self._ejection.answered(view.id, sent_at)
-            self._metrics.record_request(model or view.info.models[0], view.id,
-                                         view.gpu.name, PROFILE, result.status,
-                                         api_of_path(path))
+            if self._registry.declares(view.id):
+                self._ejection.answered(view.id, sent_at)
+                self._metrics.record_request(model or view.info.models[0], view.id,
+                                             view.gpu.name, PROFILE, result.status,
+                                             api_of_path(path))
             return result.response
         assert last_failure is not None
         raise UpstreamError(f"No worker could serve the request; last error: {last_failure}")
@@ -167,11 +169,13 @@ class UtilityRequests:
                 wants_usage=True, on_first_byte=lambda: None, stream_format=RESPONSES_STREAM,
                 method=request.method)
         except RetryableUpstream as failure:
-            self._metrics.record_retry(view.id, failure.reason)
+            if self._registry.declares(view.id):         # (not one removed meanwhile)
+                self._metrics.record_retry(view.id, failure.reason)
             raise UpstreamError(f"The worker holding response `{response_id}` failed: "
                                 f"{failure}") from None
-        self._metrics.record_request(view.info.models[0], view.id, view.gpu.name, PROFILE,
-                                     result.status, RESPONSES_API)
+        if self._registry.declares(view.id):
+            self._metrics.record_request(view.info.models[0], view.id, view.gpu.name, PROFILE,
+                                         result.status, RESPONSES_API)
         return result.response
 
     def _headers(self, request: web.Request, request_id: str) -> dict[str, str]:

@@ -95,13 +95,15 @@ class WorkerRegistry:
     The set of workers changes only by ``replace`` (a reloaded fleet file); ``info`` still
     answers for a worker removed since, for the requests it was serving."""
 
-    __slots__ = ("_by_id", "_default_model", "_infos", "_models_stale", "_retired",
-                 "_runners", "_snapshots", "inflight")
+    __slots__ = ("_adapter_runners", "_by_id", "_default_model", "_infos", "_models_stale",
+                 "_retired", "_runners", "_snapshots", "inflight")
 
     def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightSource) -> None:
         self._retired: dict[str, WorkerInfo] = {}
         self._snapshots: dict[str, WorkerSnapshot] = {}
         self._models_stale: set[str] = set()     # workers whose /v1/models to read again
+        # LoRA adapter -> what the workers that have it run their models as (None: to build)
+        self._adapter_runners: dict[str, frozenset[str]] | None = None
         self._set_infos(infos)
         self.inflight = inflight
 
@@ -113,6 +115,7 @@ class WorkerRegistry:
         self._by_id = by_id
         # model name -> what the fleet file declares it runs as: read once per fleet
         self._runners = runners_by_model(self._infos)
+        self._adapter_runners = None
         models = {model for info in self._infos for model in info.models}
         self._default_model = next(iter(models)) if len(models) == 1 else None
 
@@ -128,6 +131,7 @@ class WorkerRegistry:
         self._set_infos(infos)
         for worker_id in change.gone:
             self._snapshots.pop(worker_id, None)
+            self._models_stale.discard(worker_id)
         for worker_id in change.removed:
             self._retired.pop(worker_id, None)          # (its place is at the end)
             self._retired[worker_id] = before[worker_id]
@@ -166,6 +170,7 @@ class WorkerRegistry:
                                               if a != adapter),
                 lora_paths=tuple(p for p in snapshot.lora_paths if p[0] != adapter))
             self._models_stale.add(worker_id)
+            self._adapter_runners = None
 
     def take_models_stale(self, worker_id: str) -> bool:
         """Whether the worker's ``/v1/models`` must be read again at its next scrape (an
@@ -187,6 +192,9 @@ class WorkerRegistry:
         worker no longer in the fleet raises ``KeyError``."""
         if snapshot.worker_id not in self._by_id:
             raise KeyError(snapshot.worker_id)
+        previous = self._snapshots.get(snapshot.worker_id)
+        if previous is None or previous.lora_adapters != snapshot.lora_adapters:
+            self._adapter_runners = None
         self._snapshots[snapshot.worker_id] = snapshot
         if fresh:
             self.inflight.on_scrape(snapshot.worker_id)
@@ -204,13 +212,16 @@ class WorkerRegistry:
         runners = self._runners.get(model)
         if runners is not None:
             return runners
-        found: set[str] = set()
-        for info in self._infos:
-            snapshot = self._snapshots.get(info.id)
-            if snapshot is not None and model in snapshot.lora_adapters:
-                for served in info.models:
-                    found.update(self._runners.get(served, ()))
-        return frozenset(found)
+        adapters = self._adapter_runners
+        if adapters is None:       # built again only when some worker's adapters changed
+            built: dict[str, set[str]] = {}
+            for info in self._infos:
+                snapshot = self._snapshots.get(info.id)
+                for adapter in snapshot.lora_adapters if snapshot is not None else ():
+                    for served in info.models:
+                        built.setdefault(adapter, set()).update(self._runners.get(served, ()))
+            adapters = self._adapter_runners = {a: frozenset(r) for a, r in built.items()}
+        return adapters.get(model, frozenset())
 
     def known_models(self) -> set[str]:
         """Every model name some worker of the fleet serves or has served (incl. adapters)."""

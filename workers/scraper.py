@@ -291,9 +291,10 @@ class WorkerScraper:
 
     def _snapshot(self, info: WorkerInfo, now: float, sample: MetricsSample,
                   models: ModelsSample | None, prev: WorkerSnapshot | None) -> WorkerSnapshot:
-        adapters = set(sample.lora_adapters)
-        if models is not None:
-            adapters.update(models.lora_adapters)
+        # the adapters registered (/v1/models: loaded at start, at run time or on demand);
+        # vLLM's lora_requests_info only when those cannot be read: its newest series may
+        # name an adapter unloaded since, while the engine has been idle
+        adapters = set(models.lora_adapters if models is not None else sample.lora_adapters)
         return WorkerSnapshot(
             worker_id=info.id, healthy=True, scraped_at=now, running=sample.running,
             waiting=sample.waiting, kv_usage=sample.kv_usage,
@@ -330,8 +331,8 @@ class WorkerScraper:
 
     async def _models_of(self, info: WorkerInfo, now: float) -> ModelsSample | None:
         cached = self._models.get(info.id)
-        if (cached is not None and now - cached[0] < self._models_interval
-                and not self._registry.take_models_stale(info.id)):
+        stale = self._registry.take_models_stale(info.id)
+        if cached is not None and now - cached[0] < self._models_interval and not stale:
             return cached[1]
         try:
             body = await self._get_bytes(f"{info.url}/v1/models")

@@ -223,12 +223,12 @@ class _Connection(asyncio.Protocol):
                 if self._remaining == 0:
                     self._chunk_state = "data-end"
                 continue
-            newline = data.find(b"\n", position)
+            newline = data.find(b"\n", position, position + MAX_CHUNK_LINE + 1)
             if newline < 0:
-                self._line += data[position:]
-                if len(self._line) > MAX_CHUNK_LINE:
+                if end - position > MAX_CHUNK_LINE:     # no line end within the cap
                     raise UpstreamPayloadError(
                         f"chunk line over {MAX_CHUNK_LINE >> 10} KiB")
+                self._line += data[position:]
                 return
             stop = newline - 1 if newline > position and data[newline - 1] == 13 else newline
             line = data[position:stop]         # without its CR LF

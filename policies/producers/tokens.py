@@ -231,8 +231,9 @@ class TokensProducer:
         """The model whose tokenizer ``model``'s prompts take: itself when ``tokenizers`` or
         ``models`` names it, else, for a LoRA adapter a worker has loaded, its base model's
         (vLLM tokenizes an adapter's requests with its base model's tokenizer)."""
-        if model in self._model_folders or model in self._by_model:
-            return model
+        if model in self._model_folders or model in self._by_model or not (
+                self._model_folders or self._by_model):
+            return model             # (no model of its own: the default tokenizer for all)
         for view in workers:
             if model in view.lora_adapters:
                 for base in view.info.models:

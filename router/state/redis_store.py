@@ -296,8 +296,9 @@ class RedisStateStore:
 
     def forget_worker(self, worker_id: str) -> None:
         """Not published from now on (a scaled-down fleet's ids were published for ever);
-        a dispatch to it adds it again."""
+        a dispatch to it adds it again; its in-flight entry goes once it serves nothing."""
         self._workers.discard(worker_id)
+        self._local.forget(worker_id)
 
     async def remember_response(self, response_id: str, worker_id: str,
                                 tenant: str | None = None) -> None:

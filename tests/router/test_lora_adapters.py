@@ -182,3 +182,21 @@ async def test_a_worker_that_unloaded_the_adapter_is_passed_over_at_once(
             assert resp.status == 404                  # no worker has it: vLLM's 404
             assert (await resp.json())["error"]["message"].startswith(
                 "The model `fin` does not exist.")
+
+
+async def test_a_rules_adapter_no_worker_has_is_the_workers_404_once(
+        adapter_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A rule's adapter that no worker has: the model filter falls back to the base model's
+    workers, and the worker's 404 is the answer. It is not taken for an adapter unloaded
+    since the last scrape (every worker was tried, then a 404 for an adapter the client
+    never named)."""
+    rule = ("rules:\n  - name: ghostly\n    when: {header: {x-tier: ghost}}\n"
+            "    then: {adapter: ghost}\n")
+    router = await make_router(adapter_fleet, ROUTING_ROUND_ROBIN + rule)
+    chat = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as http, http.post(
+            router.url + "/v1/chat/completions", json=chat,
+            headers={"x-tier": "ghost"}) as resp:
+        assert resp.status == 404
+    assert router.metric("kvroute_retries_total", reason="model_not_found") == 0
+    assert router.metric("kvroute_requests_total", status="404") == 1

@@ -55,6 +55,11 @@ def test_what_goes_on_to_the_worker() -> None:
     too_many = ",".join(f"k{i}=v" for i in range(33))
     assert trace_headers({"traceparent": TRACEPARENT, "tracestate": too_many}) == {
         "traceparent": TRACEPARENT}                                    # discarded whole
+    thirty_two = ",,".join(f"k{i}=v" for i in range(32))             # empty members too
+    assert trace_headers({"traceparent": TRACEPARENT, "tracestate": thirty_two})[
+        "tracestate"] == thirty_two
+    twice = CIMultiDict([("traceparent", TRACEPARENT), ("traceparent", TRACEPARENT)])
+    assert trace_headers(twice) == {}                 # not one trace: nothing goes on
     assert request_trace_id(several) == TRACE
 
 

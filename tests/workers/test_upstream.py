@@ -336,6 +336,9 @@ async def test_a_new_connection_closed_before_the_head_is_an_error(
     # a size line that never ends is refused at 64 KiB, not held until the head's 1 MiB
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1" + b"0" * (MAX_CHUNK_LINE + 1),
      f"chunk line over {MAX_CHUNK_LINE >> 10} KiB"),
+    # ... and so is one that ends, its line end far past the cap
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;" + b"x" * 1_000_000
+     + b"\r\nhello\r\n0\r\n\r\n", f"chunk line over {MAX_CHUNK_LINE >> 10} KiB"),
 ])
 async def test_bodies_cut_short_or_badly_framed_raise(
         client: UpstreamClient, wire: bytes, message: str) -> None:

@@ -6,8 +6,9 @@ Served as vLLM serves them when started with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=
 ``/v1/models`` (its path as the card's ``root``), and its blocks are hashed with that path;
 one unloaded is no longer served (its name is vLLM's 404) nor listed. Answers and refusals
 are vLLM's (``entrypoints/openai/serving_models.py``): a plain-text ``Success: ...`` line; a
-missing name or path, or a name already loaded (unless ``load_inplace``), is a 400
-``InvalidUserInput``; unloading a name not loaded is a 404 ``NotFoundError``.
+field missing is pydantic's 400; an empty name or path, or a name already loaded (unless
+``load_inplace``), is a 400 ``InvalidUserInput``; unloading a name not loaded is a 404
+``NotFoundError``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ LOAD_PATH = "/v1/load_lora_adapter"
 UNLOAD_PATH = "/v1/unload_lora_adapter"
 
 
-def _text(data: Any, key: str) -> str | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, str):
+def _text(data: Any, key: str) -> str:
+    """A required string field, refused as vLLM's pydantic model refuses it."""
+    if key not in data:
+        raise validation_error(key, "Field required", "missing", data)
+    value = data[key]
+    if not isinstance(value, str):
         raise validation_error(key, "Input should be a valid string", "string_type", value)
     return value
 
@@ -49,7 +53,7 @@ async def unload_lora_adapter(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     data = decode_json(await request.read())
     name = _text(data, "lora_name")
-    if not name and data.get("lora_int_id") is None:
+    if not name and not data.get("lora_int_id"):
         raise ApiError(400, "either 'lora_name' and 'lora_int_id' needs to be provided.",
                        "InvalidUserInput")
     if name not in worker.lora_paths:

@@ -60,6 +60,22 @@ async def test_replicas_share_inflight_counts(redis_url: str) -> None:
         await two.close()
 
 
+async def test_a_forgotten_worker_leaves_once_it_serves_nothing(redis_url: str) -> None:
+    """A worker removed from the fleet kept its in-flight entry for good with Redis (the
+    in-memory store dropped it)."""
+    store = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    await store.start()
+    try:
+        store.on_dispatch("gone", 10, 10)
+        store.forget_worker("gone")             # still serving one: kept, still counted
+        assert store.inflight.get("gone").requests == 1
+        store.on_complete("gone", 10, 10)
+        store.forget_worker("gone")
+        assert "gone" not in store._local._by_worker
+    finally:
+        await store.close()
+
+
 async def test_closed_replica_counts_disappear(redis_url: str) -> None:
     one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
     two = RedisStateStore(redis_url, "r2", sync_interval_s=60)

@@ -58,9 +58,9 @@ async def test_an_adapter_loaded_is_served_and_one_unloaded_is_not(
 
 
 @pytest.mark.parametrize(("path", "body", "status", "message", "kind"), [
-    ("/v1/load_lora_adapter", {"lora_name": "x"}, 400,
+    ("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": ""}, 400,
      "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput"),
-    ("/v1/unload_lora_adapter", {}, 400,
+    ("/v1/unload_lora_adapter", {"lora_name": "", "lora_int_id": 0}, 400,
      "either 'lora_name' and 'lora_int_id' needs to be provided.", "InvalidUserInput"),
     ("/v1/unload_lora_adapter", {"lora_name": "never"}, 404,
      "The lora adapter 'never' cannot be found.", "NotFoundError"),
@@ -70,6 +70,13 @@ async def test_refusals_in_vllms_words(worker: EmulatorProcess, path: str,
                                        kind: str) -> None:
     got, answer = await post(worker.url + path, body)
     assert (got, answer["error"]["message"], answer["error"]["type"]) == (status, message, kind)
+
+
+async def test_a_missing_field_is_pydantics_400(worker: EmulatorProcess) -> None:
+    status, answer = await post(worker.url + "/v1/load_lora_adapter", {"lora_name": "x"})
+    assert status == 400 and answer["error"]["message"].startswith("1 validation error")
+    assert "Field required" in answer["error"]["message"]
+    assert "body.lora_path" in answer["error"]["message"]
 
 
 async def test_an_adapter_loaded_twice_is_refused_unless_in_place(
