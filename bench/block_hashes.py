@@ -26,6 +26,7 @@ import sys
 import time
 from array import array
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from bench.checks import first_problem, range_problem, refusal
@@ -176,10 +177,14 @@ def _us(value: float | None) -> str:
 
 
 class _View:
-    """The one field of a worker view the producer reads."""
+    """The fields of a worker view the producer reads: its block size, and what it serves
+    (no model, no LoRA adapter: the prompts are hashed as a base model's)."""
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
+        self.info = SimpleNamespace(models=())
+        self.lora_adapters: tuple[str, ...] = ()
+        self.lora_paths: tuple[tuple[str, str], ...] = ()
 
 
 def main(argv: list[str] | None = None) -> int:

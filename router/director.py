@@ -102,6 +102,10 @@ PARSE_OFF_LOOP_BYTES = 1 << 20
 UNESTIMATED_TOKEN_S = 0.1
 
 
+# what a request whose client left before its answer is counted as (nginx's 499)
+CLIENT_LEFT = 499
+
+
 @dataclass(slots=True)
 class _Attempt:
     decision: Decision
@@ -167,6 +171,9 @@ class Director:
         except RouterError as refused:   # a bad body: counted, under no model it could name
             self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status, api)
             raise
+        except asyncio.CancelledError:   # the client left while sending it
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", CLIENT_LEFT, api)
+            raise
         try:
             self._check_runner(parsed.routing)
         except RouterError as refused:   # a fleet's model asked for what it does not run
@@ -174,11 +181,22 @@ class Director:
                                          "none", refused.status, api)
             raise
         engine = self._policy()
-        ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),
-                                            parsed.routing.tenant, parsed.routing.model, api)
+        try:
+            ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),
+                                                parsed.routing.tenant, parsed.routing.model,
+                                                api)
+        except asyncio.CancelledError:   # the client left while waiting for a slot
+            self._metrics.record_request(self._model_label(parsed.routing.model), "", "",
+                                         "none", CLIENT_LEFT, api)
+            raise
         finished = False
         try:
             return await self._admitted(request, parsed, body, engine, ticket)
+        except asyncio.CancelledError:
+            if not parsed.attempts:      # it left before any worker was tried: counted here
+                self._metrics.record_request(self._model_label(parsed.routing.model), "",
+                                             "", "none", CLIENT_LEFT, api)
+            raise
         except RouterError as refused:     # counted against its budget: say what is left
             if ticket.budget is not None:  # once its tokens are refunded (nothing was served)
                 self.admission.finish(ticket)
@@ -444,6 +462,7 @@ class Director:
                        ticket: AdmissionTicket) -> web.StreamResponse:
         routing = parsed.routing
         assert decision.worker_id is not None
+        parsed.attempts += 1
         info = self._registry.info(decision.worker_id)
         prefix = decision.attributes.get("prefix_match_tokens")
         cached = prefix if isinstance(prefix, int) else 0

@@ -73,6 +73,7 @@ class ParsedRequest:
     previous_response_id: str | None = None
     response_id_assigned: bool = False
     received_at: float = 0.0   # when the router took the request (monotonic), before any wait
+    attempts: int = 0          # attempts at workers begun (each counted when it ends)
 
 
 def parse_body(body: bytes) -> dict[str, Any]:

@@ -43,8 +43,8 @@ import orjson
 from aiohttp import web
 from yarl import URL
 
+from router.errors import Overloaded, UpstreamTimeout, anthropic_error_body, error_body
 from router.errors import UpstreamError as UpstreamAnswerError
-from router.errors import UpstreamTimeout, anthropic_error_body, error_body
 from router.proxy_usage import Usage, UsageRewrite, parse_usage
 from router.settings import DEFAULT_SEND_TIMEOUT_S
 from workers.upstream import (
@@ -54,6 +54,7 @@ from workers.upstream import (
     UpstreamDisconnected,
     UpstreamError,
     UpstreamHeadTooLarge,
+    UpstreamLocalError,
     UpstreamPayloadError,
     UpstreamResponse,
 )
@@ -196,6 +197,7 @@ class Proxy:
         self._clock = clock
         # each worker's system_fingerprint (fixed for a server's lifetime), by origin
         self._fingerprints: dict[URL, str | None] = {}
+        self._out_of_resources = 0       # connections the router's own limits refused
 
     async def forward(self, request: web.Request, url: str | URL, body: bytes | None,
                       headers: Mapping[str, str], response_headers: Mapping[str, str],
@@ -214,6 +216,15 @@ class Proxy:
             raise RetryableUpstream("connect", 502, f"connect timeout to {url}") from exc
         except TimeoutError as exc:
             raise self._timeout_error() from exc
+        except UpstreamLocalError as exc:      # the router's own limit: not the worker's
+            self._out_of_resources += 1
+            if self._out_of_resources % 1000 == 1:
+                log.warning("no connection to a worker for want of the router's own resources "
+                            "(%s; %d time(s) so far): raise its open-file limit", exc,
+                            self._out_of_resources)
+            raise Overloaded("The router cannot open a connection to a worker now (it is at "
+                             "its open-file limit): try again later.",
+                             headers={"Retry-After": "1"}) from exc
         except UpstreamHeadTooLarge as exc:    # the answer's size: not retried, not the worker's
             raise UpstreamAnswerError(
                 f"The worker's answer has a header too large to relay ({exc}): for vLLM's "

@@ -34,6 +34,7 @@ connection.
 from __future__ import annotations
 
 import asyncio
+import errno
 import ssl
 import time
 from collections import deque
@@ -60,6 +61,15 @@ class UpstreamError(Exception):
 
 class UpstreamConnectError(UpstreamError):
     """No connection could be made."""
+
+
+class UpstreamLocalError(UpstreamConnectError):
+    """No connection could be made for want of the router's own resources (its open-file
+    limit, the system's, memory): no fault of the worker's."""
+
+
+# the errors of ``connect`` that say the router, not the worker, is out of something
+_LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class UpstreamConnectTimeout(UpstreamError, TimeoutError):
@@ -387,6 +397,7 @@ class UpstreamClient:
         self.high_water = high_water
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._retained: frozenset[Origin] | None = None    # None: pool for any origin
+        self._swept_at = time.monotonic()      # when idle connections were last expired
         self._closed = False
         self._authorizations = dict(authorizations or {})
         self._tls = dict(tls or {})
@@ -479,6 +490,8 @@ class UpstreamClient:
         context for that origin no longer is, or of the other scheme, is closed)."""
         connections = self._idle.get(key)
         oldest_allowed = time.monotonic() - self.keepalive_s
+        if connections:
+            _expire(connections, oldest_allowed)
         while connections:
             connection = connections.pop()
             transport = connection.transport
@@ -512,6 +525,8 @@ class UpstreamClient:
                 f"no connection to {key[0]}:{key[1]} within {self.connect_timeout_s:g} s"
             ) from None
         except OSError as exc:
+            if exc.errno in _LOCAL_ERRNOS:
+                raise UpstreamLocalError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
             raise UpstreamConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
         connection.tls = tls
         if tls is not None and self._on_certificate is not None:
@@ -528,8 +543,35 @@ class UpstreamClient:
                 connection.transport.close()
             return
         connections = self._idle.setdefault(key, [])
-        connection.idle_since = time.monotonic()
+        now = connection.idle_since = time.monotonic()
         connections.append(connection)
+        if now - self._swept_at >= self.keepalive_s / 4:
+            self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Close the idle connections past ``keepalive_s`` to every origin: those taken last
+        in first out are found expired only under the newer ones, and an origin no request
+        goes to any more kept its idle connections, and their file descriptors, for good."""
+        self._swept_at = now
+        for key in list(self._idle):
+            connections = self._idle[key]
+            _expire(connections, now - self.keepalive_s)
+            if not connections:
+                del self._idle[key]
+
+
+def _expire(connections: list[_Connection], oldest_allowed: float) -> None:
+    """Close and drop the connections idle since before ``oldest_allowed``: the leading
+    ones, the list being in the order they were released."""
+    expired = 0
+    for connection in connections:
+        if connection.idle_since >= oldest_allowed:
+            break
+        expired += 1
+        if connection.transport is not None:
+            connection.transport.close()
+    if expired:
+        del connections[:expired]
 
 
 def _certificate_expiry(transport: asyncio.Transport | None) -> float | None:

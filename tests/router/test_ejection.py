@@ -14,6 +14,7 @@ from router.ejection import WorkerEjection
 from router.keys import METRICS
 from router.stalls import StallWatch
 from tests.router.gateway_support import (
+    MODEL,
     ROUTING_ROUND_ROBIN,
     RouterFactory,
     RouterHandle,
@@ -148,3 +149,34 @@ async def test_an_ejected_worker_is_still_tried_when_no_other_can_serve(
     async with aiohttp.ClientSession() as session, session.get(
             f"{router.url}/debug/decisions") as resp:
         assert [d["worker"] for d in (await resp.json())["data"]] == ["failing"] * 3
+
+
+async def test_the_routers_own_open_file_limit_ejects_no_worker(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of file descriptors, the router blamed the workers: every request was retried on
+    each, all counted as failing, and every worker was ejected within 60 ms. Now it is the
+    router's 503, not retried, and no worker is set aside."""
+    from router.keys import DIRECTOR
+    from workers.upstream import UpstreamLocalError
+
+    router = await make_router(subset(emulated_fleet, ["h100-fast", "a100-fast"]),
+                               ROUTING_ROUND_ROBIN)
+    client = router.app[DIRECTOR]._proxy._client
+
+    async def no_descriptors(*args: object, **kwargs: object) -> None:
+        raise UpstreamLocalError("cannot connect to 127.0.0.1:1: Too many open files")
+
+    monkeypatch.setattr(client, "_pooled", lambda *args: None)
+    monkeypatch.setattr(client, "_connect", no_descriptors)
+    async with aiohttp.ClientSession() as session:
+        for _ in range(12):
+            async with session.post(f"{router.url}/v1/chat/completions", json={
+                    "model": MODEL, "max_tokens": 2,
+                    "messages": [{"role": "user", "content": "hi"}]}) as resp:
+                assert resp.status == 503 and resp.headers["Retry-After"] == "1"
+                assert "open-file limit" in (await resp.json())["error"]["message"]
+    for worker in ("h100-fast", "a100-fast"):
+        assert (await fleet_entry(router, worker))["ejected_for_s"] == 0
+        assert router.metric("kvroute_worker_ejections_total", worker=worker) == 0
+    assert router.metric("kvroute_retries_total") == 0

@@ -5,6 +5,7 @@ kept alive or closed)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from workers.upstream import (
     UpstreamConnectError,
     UpstreamDisconnected,
     UpstreamHeadTooLarge,
+    UpstreamLocalError,
     UpstreamPayloadError,
     encode_request,
     origin_of,
@@ -129,6 +131,56 @@ async def test_keep_alive_answers_reuse_one_connection(client: UpstreamClient) -
     assert "Content-Length: 8\r\n" in head and "X-Request-Id: r\r\n" in head
     assert server.bodies == [b'{"a": 1}'] * 3
     await server.stop()
+
+
+async def test_the_routers_own_open_file_limit_is_not_the_workers_fault(
+        client: UpstreamClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EMFILE from connect was an UpstreamConnectError like a refused connection: the
+    router, out of file descriptors, retried on every worker and ejected them all."""
+    loop = asyncio.get_running_loop()
+
+    async def no_descriptors(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(loop, "create_connection", no_descriptors)
+    with pytest.raises(UpstreamLocalError, match="Too many open files"):
+        await client.post("http://127.0.0.1:9/", b"", {})
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ECONNREFUSED, "Connection refused")
+
+    monkeypatch.setattr(loop, "create_connection", refused)
+    with pytest.raises(UpstreamConnectError) as raised:
+        await client.post("http://127.0.0.1:9/", b"", {})
+    assert not isinstance(raised.value, UpstreamLocalError)
+
+
+async def test_idle_connections_past_keepalive_are_closed_though_unused() -> None:
+    """Idle connections were expired only when taken, last in first out: those under newer
+    ones, and all of an origin no request went to any more, stayed open for good (661 file
+    descriptors to workers after a burst, with none in flight)."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"{}"))
+
+    server, base = await serve(handler)
+    client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0, keepalive_s=0.2)
+    try:
+        held = [await client.post(base + "/a", b"", {}) for _ in range(3)]   # three at once
+        for response in held:
+            await response.read()
+            response.close()
+        assert client.idle_connections() == 3
+        await asyncio.sleep(0.3)                  # past keep-alive, nothing sent since
+        other, other_base = await serve(handler)
+        (await client.post(other_base + "/b", b"", {})).close()    # another origin's answer
+        assert client.idle_connections() == 1     # the three expired ones closed
+        await asyncio.wait_for(server.closed_by_client.wait(), 5.0)
+        await other.stop()
+    finally:
+        await client.close()
+        await server.stop()
 
 
 async def test_only_the_retained_origins_keep_idle_connections(client: UpstreamClient) -> None:

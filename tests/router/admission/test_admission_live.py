@@ -170,6 +170,9 @@ async def test_a_full_queue_is_503_and_a_client_that_leaves_frees_its_place(
         assert (status, headers["Retry-After"]) == (503, "1") and "overloaded" in body
         leaving.cancel()                  # the client goes away while it waits
         await _until(lambda: router.metric("kvroute_admission_waiting") == 0, "still queued")
+        # ... and is counted, as a client that left (it was counted nowhere)
+        await _until(lambda: router.metric("kvroute_requests_total", status="499",
+                                           profile="none", model=MODEL) == 1, "not counted")
         status, _, body = await _complete(session, router, "d")     # waits 0.3 s, then 503
         assert status == 503 and "waited 0.3 s" in body
         assert (await holder)[0] == 200
