@@ -177,7 +177,7 @@ def kv_event_settings(settings: SimulationSettings, policy: PolicyEngine) -> Sim
 
 def build_workers(fleet: FleetConfig, settings: SimulationSettings) -> list[SimWorker]:
     return [SimWorker(spec.info, EngineCore(engine_config(spec.info, settings, i, spec.emulate)),
-                      spec.emulated_adapters)
+                      spec.emulated_adapters, spec.emulated_adapter_paths)
             for i, spec in enumerate(fleet.workers)]
 
 
@@ -301,9 +301,13 @@ class Simulation:
         self.tracker.on_dispatch(worker.info.id, estimate, routing.expected_output_tokens)
         self.policy.on_routed(routing, decision)
         self._live[routing.request_id] = _Dispatched(routing, record, worker, estimate)
+        # an adapter's request, as the emulator serves it: its blocks hashed with its key
+        lora = next(((name, path) for name, path in worker.lora_paths
+                     if name == decision.model), None)
         worker.submit(EngineRequest(
             request_id=routing.request_id, prompt_token_ids=tokens,
-            output_token_ids=self.trace.output_token_ids(request), arrival_time=now), now)
+            output_token_ids=self.trace.output_token_ids(request), arrival_time=now,
+            lora_name=lora[0] if lora else None, lora_path=lora[1] if lora else None), now)
 
     def _cached_prefix(self, tokens: list[int], chosen: SimWorker) -> tuple[int, int]:
         """The longest prefix of ``tokens`` cached now on ``chosen`` and on any worker. The

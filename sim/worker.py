@@ -40,14 +40,18 @@ Landing = tuple[float, FirstToken | RequestStats | KvEventsLanding]
 
 
 class SimWorker:
-    __slots__ = ("busy_s", "clock", "engine", "info", "lora_adapters", "snapshot")
+    __slots__ = ("busy_s", "clock", "engine", "info", "lora_adapters", "lora_paths",
+                 "snapshot")
 
     def __init__(self, info: WorkerInfo, engine: EngineCore,
-                 lora_adapters: tuple[str, ...] = ()) -> None:
-        """``lora_adapters``: those it has loaded, as its ``/v1/models`` would list them."""
+                 lora_adapters: tuple[str, ...] = (),
+                 lora_paths: tuple[tuple[str, str], ...] = ()) -> None:
+        """``lora_adapters``: those it has loaded, as its ``/v1/models`` would list them
+        (``lora_paths``: their paths, as its cards' ``root``)."""
         self.info = info
         self.engine = engine
         self.lora_adapters = lora_adapters
+        self.lora_paths = lora_paths
         self.clock = 0.0               # the engine has run every step ending by this time
         self.busy_s = 0.0              # total time spent stepping
         self.snapshot: WorkerSnapshot | None = None
@@ -104,7 +108,7 @@ class SimWorker:
             kv_usage=stats.kv_cache_usage, block_size=self.engine.block_size,
             num_gpu_blocks=self.engine.num_gpu_blocks,
             max_model_len=self.engine.max_model_len, served_models=self.info.models,
-            lora_adapters=self.lora_adapters,
+            lora_adapters=self.lora_adapters, lora_paths=self.lora_paths,
             prefix_cache_queries=float(stats.prefix_cache_queries),
             prefix_cache_hits=float(stats.prefix_cache_hits),
             num_preemptions=float(stats.num_preemptions))

@@ -143,6 +143,16 @@ class WorkerSpec:
         adapters = (self.emulate or {}).get("lora_adapters") or ()
         return tuple(name for name in adapters if isinstance(name, str))
 
+    @property
+    def emulated_adapter_paths(self) -> tuple[tuple[str, str], ...]:
+        """(adapter, its path) of ``emulated_adapters``, as the emulator serves them: the
+        mapping's paths, ``/adapters/<name>`` for a list's names."""
+        adapters = (self.emulate or {}).get("lora_adapters") or ()
+        if isinstance(adapters, Mapping):
+            return tuple((name, path) for name, path in adapters.items()
+                         if isinstance(name, str) and isinstance(path, str))
+        return tuple((name, f"/adapters/{name}") for name in adapters if isinstance(name, str))
+
 
 @dataclass(frozen=True, slots=True)
 class FleetConfig:

@@ -235,3 +235,21 @@ def test_only_the_workers_of_the_simulated_model_count_for_what_is_servable() ->
     only_a = config_limits(engine_config(fleet.workers[0].info, SimulationSettings(), 0,
                                          fleet.workers[0].emulate))
     assert fleet_kv_tokens(fleet) == only_a.num_gpu_blocks * only_a.block_size
+
+
+def test_simulated_workers_serve_their_adapters_as_the_emulator_does() -> None:
+    """An adapter's path reaches the simulated worker's scrape (the router keys the
+    adapter's blocks with it) as the emulator's /v1/models gives it."""
+    from sim.simulator import build_workers
+
+    fleet = parse_fleet({
+        "models": {MODEL: {"arch": "llama-3.1-8b"}},
+        "workers": [
+            {"id": "mapped", "gpu": "h100", "models": [MODEL],
+             "emulate": {"port": 9000, "lora_adapters": {"sql": "/lora/sql"}}},
+            {"id": "listed", "gpu": "h100", "models": [MODEL],
+             "emulate": {"port": 9001, "lora_adapters": ["chat"]}}]})
+    mapped, listed = build_workers(fleet, SimulationSettings())
+    assert mapped.scrape(0.0).lora_paths == (("sql", "/lora/sql"),)
+    assert listed.scrape(0.0).lora_paths == (("chat", "/adapters/chat"),)
+    assert listed.scrape(0.0).lora_adapters == ("chat",)
