@@ -49,6 +49,7 @@ from router.errors import (
     InvalidRequest,
     ModelNotFound,
     NoWorkerAvailable,
+    Overloaded,
     RouterError,
     RoutingMisconfigured,
     UpstreamError,
@@ -118,6 +119,7 @@ class _Attempt:
     events_relayed: int = 0         # a stream's events that reached a client who then left
     received_at: float = 0.0        # the request's arrival at the router (ParsedRequest's)
     api: str = OTHER_API            # its path's API (the metrics' ``api`` label)
+    local: bool = False             # refused by the router's own limits (its open files)
 
 
 class Director:
@@ -518,6 +520,7 @@ class Director:
             status = error.status
             if status == UpstreamTimeout.status:      # no answer in time
                 self._failed(info)
+            attempt.local = isinstance(error, Overloaded)    # no connection for want of fds
             error.headers.update(self._kvroute_headers(decision, routing.semantic_class))
             raise
         except CancelledAfterTheEnd as cancelled:     # the client left with the whole answer
@@ -592,6 +595,9 @@ class Director:
                                        else attempt.events_relayed,
                                        whole_answer=status == 200 and not routing.stream)
         engine.on_completed(routing, outcome)
+        if attempt.local:      # the router's own limit refused it: not the worker's answer
+            self._metrics.record_request(decision.model, "", "", "none", status, attempt.api)
+            return
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
                                      decision.profile, status, attempt.api)
         if status == 200 and result is not None and attempt.received_at:
@@ -604,8 +610,8 @@ class Director:
         if predicted is not None and status == 200:
             self._metrics.record_output_prediction(
                 decision.model, predicted, per_sequence(outcome.completion_tokens, routing))
-        if (not self._registry.declares(worker)            # its last request there ended
-                and self._registry.inflight.get(worker).requests == 0):
+        if (not self._registry.declares(worker)      # this router's last request there ended
+                and self._store.local_requests(worker) == 0):    # (replicas forget their own)
             self._forget_departed(engine, worker)
 
     def _outcome(self, routing: RoutingRequest, attempt: _Attempt, result: ProxyResult | None,

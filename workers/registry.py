@@ -95,13 +95,14 @@ class WorkerRegistry:
     The set of workers changes only by ``replace`` (a reloaded fleet file); ``info`` still
     answers for a worker removed since, for the requests it was serving."""
 
-    __slots__ = ("_adapter_runners", "_by_id", "_default_model", "_infos", "_models_stale",
-                 "_retired", "_runners", "_snapshots", "inflight")
+    __slots__ = ("_adapter_runners", "_by_id", "_default_model", "_infos", "_retired",
+                 "_runners", "_snapshots", "_unloaded", "inflight")
 
     def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightSource) -> None:
         self._retired: dict[str, WorkerInfo] = {}
         self._snapshots: dict[str, WorkerSnapshot] = {}
-        self._models_stale: set[str] = set()     # workers whose /v1/models to read again
+        # worker -> adapters it answered it does not have, until its /v1/models is read again
+        self._unloaded: dict[str, set[str]] = {}
         # LoRA adapter -> what the workers that have it run their models as (None: to build)
         self._adapter_runners: dict[str, frozenset[str]] | None = None
         self._set_infos(infos)
@@ -131,7 +132,7 @@ class WorkerRegistry:
         self._set_infos(infos)
         for worker_id in change.gone:
             self._snapshots.pop(worker_id, None)
-            self._models_stale.discard(worker_id)
+            self._unloaded.pop(worker_id, None)
         for worker_id in change.removed:
             self._retired.pop(worker_id, None)          # (its place is at the end)
             self._retired[worker_id] = before[worker_id]
@@ -169,16 +170,19 @@ class WorkerRegistry:
                 snapshot, lora_adapters=tuple(a for a in snapshot.lora_adapters
                                               if a != adapter),
                 lora_paths=tuple(p for p in snapshot.lora_paths if p[0] != adapter))
-            self._models_stale.add(worker_id)
             self._adapter_runners = None
+        self._unloaded.setdefault(worker_id, set()).add(adapter)
 
-    def take_models_stale(self, worker_id: str) -> bool:
-        """Whether the worker's ``/v1/models`` must be read again at its next scrape (an
-        answer showed it out of date); asking clears it."""
-        if worker_id not in self._models_stale:
-            return False
-        self._models_stale.discard(worker_id)
-        return True
+    def unloaded_adapters(self, worker_id: str) -> frozenset[str]:
+        """The adapters the worker answered it does not have since its ``/v1/models`` was
+        last read (that read, cached, still lists them): to read it again at its next
+        scrape, and not to list them meanwhile, whatever a failed read leaves."""
+        unloaded = self._unloaded.get(worker_id)
+        return frozenset(unloaded) if unloaded else frozenset()
+
+    def models_read(self, worker_id: str) -> None:
+        """The worker's ``/v1/models`` was read: it says which adapters it has."""
+        self._unloaded.pop(worker_id, None)
 
     def declares(self, worker_id: str) -> bool:
         """Whether the fleet in force has the worker (not removed since)."""

@@ -25,7 +25,7 @@ import orjson
 from workers.exposition import ExpositionError, parse_sample_line
 from workers.models import WorkerInfo, WorkerSnapshot
 from workers.registry import WorkerRegistry, same_server
-from workers.upstream import UpstreamClient, UpstreamError
+from workers.upstream import UpstreamClient, UpstreamError, UpstreamLocalError
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,7 @@ class WorkerScraper:
         self._interval = interval_s
         self._timeout_s = timeout_s        # for a whole GET, connect to last byte
         self._models_interval = models_interval_s
+        self._local_failures = 0           # scrapes the router's own limits refused
         self._fail_threshold = fail_threshold
         self._slow_grace = slow_grace_s
         self._clock = clock
@@ -246,6 +247,13 @@ class WorkerScraper:
             text = await self._get_text(f"{info.url}/metrics")
             sample = parse_metrics(text)
             models = await self._models_of(info, now)
+        except UpstreamLocalError as exc:      # the router's own limit: the worker is as it was
+            self._local_failures += 1
+            if self._local_failures % 1000 == 1:
+                log.warning("worker %s: not scraped for want of the router's own resources "
+                            "(%s; %d time(s) so far); its last snapshot stands", info.id, exc,
+                            self._local_failures)
+            return
         except TimeoutError:
             self._record_failure(info, now, "timed out", slow=True)
             return
@@ -295,6 +303,7 @@ class WorkerScraper:
         # vLLM's lora_requests_info only when those cannot be read: its newest series may
         # name an adapter unloaded since, while the engine has been idle
         adapters = set(models.lora_adapters if models is not None else sample.lora_adapters)
+        adapters -= self._registry.unloaded_adapters(info.id)   # (a cached read lists them)
         return WorkerSnapshot(
             worker_id=info.id, healthy=True, scraped_at=now, running=sample.running,
             waiting=sample.waiting, kv_usage=sample.kv_usage,
@@ -331,7 +340,7 @@ class WorkerScraper:
 
     async def _models_of(self, info: WorkerInfo, now: float) -> ModelsSample | None:
         cached = self._models.get(info.id)
-        stale = self._registry.take_models_stale(info.id)
+        stale = bool(self._registry.unloaded_adapters(info.id))
         if cached is not None and now - cached[0] < self._models_interval and not stale:
             return cached[1]
         try:
@@ -344,6 +353,7 @@ class WorkerScraper:
             log.debug("worker %s: /v1/models failed: %s", info.id, _describe(exc))
             return cached[1] if cached else None
         self._models[info.id] = (now, sample)
+        self._registry.models_read(info.id)
         self._check_names(info, sample.served_models)
         return sample
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import ssl
 import time
 from collections import deque
@@ -68,8 +69,21 @@ class UpstreamLocalError(UpstreamConnectError):
     limit, the system's, memory): no fault of the worker's."""
 
 
-# the errors of ``connect`` that say the router, not the worker, is out of something
-_LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# the errors of ``connect`` that say the router, not the worker, is out of something (its
+# file descriptors, memory, local ports)
+_LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM,
+                           errno.EADDRNOTAVAIL})
+
+
+def out_of_descriptors() -> bool:
+    """Whether this process can open no more files now (a failed connect says so only
+    sometimes: uvloop's name lookup fails as an unknown host instead)."""
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    except OSError as exc:
+        return exc.errno in (errno.EMFILE, errno.ENFILE)
+    os.close(fd)
+    return False
 
 
 class UpstreamConnectTimeout(UpstreamError, TimeoutError):
@@ -398,6 +412,7 @@ class UpstreamClient:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._retained: frozenset[Origin] | None = None    # None: pool for any origin
         self._swept_at = time.monotonic()      # when idle connections were last expired
+        self._sweep_timer: asyncio.TimerHandle | None = None    # armed while some are idle
         self._closed = False
         self._authorizations = dict(authorizations or {})
         self._tls = dict(tls or {})
@@ -476,6 +491,9 @@ class UpstreamClient:
 
     async def close(self) -> None:
         self._closed = True
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+            self._sweep_timer = None
         for connections in self._idle.values():
             for connection in connections:
                 if connection.transport is not None:
@@ -525,7 +543,7 @@ class UpstreamClient:
                 f"no connection to {key[0]}:{key[1]} within {self.connect_timeout_s:g} s"
             ) from None
         except OSError as exc:
-            if exc.errno in _LOCAL_ERRNOS:
+            if exc.errno in _LOCAL_ERRNOS or out_of_descriptors():
                 raise UpstreamLocalError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
             raise UpstreamConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
         connection.tls = tls
@@ -547,6 +565,18 @@ class UpstreamClient:
         connections.append(connection)
         if now - self._swept_at >= self.keepalive_s / 4:
             self._sweep(now)
+        if self._sweep_timer is None:       # and when no request comes any more
+            self._sweep_timer = asyncio.get_running_loop().call_later(
+                self.keepalive_s, self._on_sweep_timer)
+
+    def _on_sweep_timer(self) -> None:
+        self._sweep_timer = None
+        if self._closed:
+            return
+        self._sweep(time.monotonic())
+        if self._idle:
+            self._sweep_timer = asyncio.get_running_loop().call_later(
+                self.keepalive_s / 2, self._on_sweep_timer)
 
     def _sweep(self, now: float) -> None:
         """Close the idle connections past ``keepalive_s`` to every origin: those taken last

@@ -77,6 +77,9 @@ class MemoryStateStore:
     def forget_worker(self, worker_id: str) -> None:
         self._inflight.forget(worker_id)
 
+    def local_requests(self, worker_id: str) -> int:
+        return self._inflight.get(worker_id).requests
+
     async def remember_response(self, response_id: str, worker_id: str,
                                 tenant: str | None = None) -> None:
         self._owners.remember(response_id, worker_id, tenant)

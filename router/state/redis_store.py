@@ -300,6 +300,9 @@ class RedisStateStore:
         self._workers.discard(worker_id)
         self._local.forget(worker_id)
 
+    def local_requests(self, worker_id: str) -> int:
+        return self._local.get(worker_id).requests
+
     async def remember_response(self, response_id: str, worker_id: str,
                                 tenant: str | None = None) -> None:
         """Recorded here at once; written to Redis in the background (never awaited)."""

@@ -72,6 +72,11 @@ class StateStore(Protocol):
         counts are no longer shared (the requests it still serves end as usual)."""
         ...
 
+    def local_requests(self, worker_id: str) -> int:
+        """Requests this router has sent the worker and not seen finish (not the other
+        replicas')."""
+        ...
+
     def on_first_token(self, worker_id: str, prefill_tokens: int) -> None: ...
 
     def on_complete(self, worker_id: str, prefill_tokens_left: int,

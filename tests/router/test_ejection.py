@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from router.ejection import WorkerEjection
-from router.keys import METRICS
+from router.keys import METRICS, SCRAPER
 from router.stalls import StallWatch
 from tests.router.gateway_support import (
     MODEL,
@@ -169,6 +169,11 @@ async def test_the_routers_own_open_file_limit_ejects_no_worker(
 
     monkeypatch.setattr(client, "_pooled", lambda *args: None)
     monkeypatch.setattr(client, "_connect", no_descriptors)
+    scraper = router.app[SCRAPER]
+    monkeypatch.setattr(scraper._client, "_pooled", lambda *args: None)
+    monkeypatch.setattr(scraper._client, "_connect", no_descriptors)
+    for _ in range(6):          # past the fail threshold: the workers were marked down
+        await scraper.scrape_once()
     async with aiohttp.ClientSession() as session:
         for _ in range(12):
             async with session.post(f"{router.url}/v1/chat/completions", json={
@@ -177,6 +182,9 @@ async def test_the_routers_own_open_file_limit_ejects_no_worker(
                 assert resp.status == 503 and resp.headers["Retry-After"] == "1"
                 assert "open-file limit" in (await resp.json())["error"]["message"]
     for worker in ("h100-fast", "a100-fast"):
-        assert (await fleet_entry(router, worker))["ejected_for_s"] == 0
+        entry = await fleet_entry(router, worker)
+        assert entry["ejected_for_s"] == 0 and entry["healthy"]
         assert router.metric("kvroute_worker_ejections_total", worker=worker) == 0
+        assert router.metric("kvroute_requests_total", worker=worker) == 0   # not its 503s
     assert router.metric("kvroute_retries_total") == 0
+    assert router.metric("kvroute_requests_total", worker="", status="503") == 12

@@ -130,3 +130,20 @@ def test_a_relabelled_worker_keeps_its_snapshot() -> None:
     assert (change.changed, change.relabelled, change.gone) == ((), ("a",), ())
     assert change.describe() == "relabelled a"
     assert registry.views(1.0)[0].healthy and registry.info("a") is relabelled
+
+
+def test_an_adapter_a_worker_answered_it_lacks_stays_off_until_its_models_are_read() -> None:
+    """A failed read of /v1/models after such an answer brought the adapter back from the
+    cached read, and the flag to read it again was spent."""
+    registry = WorkerRegistry([_info("a")], InflightTracker())
+    registry.update(WorkerSnapshot(worker_id="a", healthy=True, scraped_at=1.0,
+                                   lora_adapters=("fin", "sql")), fresh=True)
+    assert registry.runners_of("fin") == {"generate"}
+    registry.unload_adapter("a", "fin")
+    snapshot = registry.snapshot("a")
+    assert snapshot is not None and snapshot.lora_adapters == ("sql",)
+    assert registry.runners_of("fin") == frozenset()        # the cache built again
+    assert registry.unloaded_adapters("a") == {"fin"}
+    assert registry.unloaded_adapters("a") == {"fin"}         # asking does not spend it
+    registry.models_read("a")
+    assert registry.unloaded_adapters("a") == frozenset()

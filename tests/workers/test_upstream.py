@@ -172,15 +172,44 @@ async def test_idle_connections_past_keepalive_are_closed_though_unused() -> Non
             await response.read()
             response.close()
         assert client.idle_connections() == 3
-        await asyncio.sleep(0.3)                  # past keep-alive, nothing sent since
+        await asyncio.sleep(0.5)                  # past keep-alive, no request at all since
+        assert client.idle_connections() == 0     # closed by the client's own timer
+        await asyncio.wait_for(server.closed_by_client.wait(), 5.0)
+        held = [await client.post(base + "/a", b"", {}) for _ in range(2)]
+        for response in held:
+            await response.read()
+            response.close()
+        await asyncio.sleep(0.3)
         other, other_base = await serve(handler)
         (await client.post(other_base + "/b", b"", {})).close()    # another origin's answer
-        assert client.idle_connections() == 1     # the three expired ones closed
-        await asyncio.wait_for(server.closed_by_client.wait(), 5.0)
+        assert client.idle_connections() == 1     # the expired ones closed on its release
         await other.stop()
     finally:
         await client.close()
         await server.stop()
+
+
+def test_a_process_out_of_file_descriptors_is_told_apart() -> None:
+    """Under uvloop a connect at the open-file limit may fail as an unknown host (its name
+    lookup needs a descriptor): the limit itself is then looked at."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, resource\n"
+        "from workers.upstream import out_of_descriptors\n"
+        "print(out_of_descriptors())\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+        "held = []\n"
+        "try:\n"
+        "    while True: held.append(os.open(os.devnull, os.O_RDONLY))\n"
+        "except OSError: pass\n"
+        "print(out_of_descriptors())\n"
+        "os.close(held.pop())\n"
+        "print(out_of_descriptors())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.split() == ["False", "True", "False"], done.stderr
 
 
 async def test_only_the_retained_origins_keep_idle_connections(client: UpstreamClient) -> None:
