@@ -78,10 +78,9 @@ class PrefixScorer:
         self.inflight: InflightBlocks | None = InflightBlocks() if params.inflight_blocks else None
         self._block_size: dict[str, int] = {}
         self._gpu_blocks: dict[str, int] = {}
-        # the candidates, pool sizes and block sizes _track last brought into the LRUs
+        # the candidates and pool sizes _track last brought into the LRUs
         self._tracked_index: CandidateIndex | None = None
         self._tracked_blocks: list[int] = []
-        self._tracked_sizes: list[int] = []
 
     def attach_exact_index(self, index: ExactPrefixIndex | None) -> None:
         """Use KV-event knowledge for workers whose stream is whole (None: detach)."""
@@ -160,14 +159,15 @@ class PrefixScorer:
     def _track(self, workers: Sequence[WorkerView], index: CandidateIndex) -> None:
         """Resize the LRUs of workers whose ``num_gpu_blocks`` changed (or are new); a worker
         whose block size changed (an engine started again with another ``--block-size``)
-        loses its history, which is of hashes at the former size."""
-        blocks = list(map(_num_gpu_blocks, workers))     # (no tuple per worker: a decision
-        sizes = list(map(_block_size_of, workers))       # at 512 workers paid 27 µs for them)
-        if (index is self._tracked_index and blocks == self._tracked_blocks
-                and sizes == self._tracked_sizes):
+        loses its history, which is of hashes at the former size. (A block size changes
+        only with a new engine, which ``forget_worker`` is told of: the fast path below,
+        taken while the candidates and their pools repeat, need not read it.)"""
+        blocks = list(map(_num_gpu_blocks, workers))
+        if index is self._tracked_index and blocks == self._tracked_blocks:
             return      # the same workers with the same pools as last time: nothing to do
         gpu_blocks, block_size = self._gpu_blocks, self._block_size
-        for worker_id, count, size in zip(index.ids, blocks, sizes, strict=True):
+        for view, worker_id, count in zip(workers, index.ids, blocks, strict=True):
+            size = view.block_size
             known_size = block_size.get(worker_id)
             if gpu_blocks.get(worker_id) == count and known_size == size:
                 continue
@@ -176,11 +176,10 @@ class PrefixScorer:
             gpu_blocks[worker_id] = count
             block_size[worker_id] = size
             self.index.set_capacity(worker_id, count)
-        self._tracked_index, self._tracked_blocks, self._tracked_sizes = index, blocks, sizes
+        self._tracked_index, self._tracked_blocks = index, blocks
 
 
 _num_gpu_blocks = attrgetter("num_gpu_blocks")
-_block_size_of = attrgetter("block_size")
 
 
 def register(registry: PluginRegistry) -> None:
