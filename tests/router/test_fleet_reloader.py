@@ -233,6 +233,33 @@ async def test_a_removed_worker_leaves_no_series_connections_or_ejection_behind(
     assert router.metric("kvroute_worker_ejections_total", worker="failing") == 0
 
 
+async def test_a_removed_worker_is_forgotten_when_its_last_request_ends(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """Two streams in flight on a removed worker: the first to end leaves its series (the
+    other still records there), the last one takes them along."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text(urls_of(emulated_fleet, "slow")))
+    router = await start(make_router, path)
+    body = {"model": MODEL, "max_tokens": 40, "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        first = await session.post(f"{router.url}/v1/chat/completions", json=body)
+        second = await session.post(f"{router.url}/v1/chat/completions",   # ends well after
+                                    json={**body, "max_tokens": 160})
+        for resp in (first, second):
+            assert resp.status == 200 and resp.headers["x-kvroute-worker"] == "slow"
+            assert (await resp.content.readline()).startswith(b"data: ")
+        rewrite(path, fleet_text(urls_of(emulated_fleet, "h100-fast")))
+        await reloads(router, "success", 1)
+        assert worker_series(router, "slow") == []          # gone at the removal
+        assert (await first.content.read()).rstrip().endswith(b"data: [DONE]")
+        first.release()
+        assert "kvroute_requests_total" in worker_series(router, "slow")   # one still there
+        assert (await second.content.read()).rstrip().endswith(b"data: [DONE]")
+        second.release()
+    assert worker_series(router, "slow") == []              # its last request took them
+
+
 async def test_relabelling_every_worker_keeps_them_serving(
         emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
     """A label added to every worker dropped their snapshots: all unhealthy until their next
