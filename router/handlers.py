@@ -36,13 +36,15 @@ from router.keys import (
 from router.protocol import (
     CHAT_PATH,
     COMPLETIONS_PATH,
+    COUNT_TOKENS_PATH,
+    DETOKENIZE_PATH,
     EMBEDDINGS_PATH,
     MESSAGES_PATH,
     POOLING_API_PATHS,
     RESPONSES_PATH,
+    TOKENIZE_PATH,
 )
 from router.request_body import expect_later
-from router.utility_requests import COUNT_TOKENS_PATH, DETOKENIZE_PATH, TOKENIZE_PATH
 from workers.models import WorkerView
 
 

@@ -41,6 +41,7 @@ from router.loop_metrics import (
 )
 from router.output_length_metrics import OutputLengthCollector
 from router.pool_demand import pool_demand
+from router.protocol import COUNT_TOKENS_PATH, DETOKENIZE_PATH, RESPONSES_PATH, TOKENIZE_PATH
 from router.state.store import StateStore
 from router.state_store_metrics import StateStoreCollector
 from workers.models import WorkerView
@@ -61,8 +62,8 @@ SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 # the ``api`` label of the request series: the routed paths' APIs (``API_OF_PATH``: chat,
 # completions, embeddings, responses, messages, score, rerank, pooling, classify), these
 # paths' own names, "responses" for a stored response's paths, else "other"
-UTILITY_APIS = {"/tokenize": "tokenize", "/detokenize": "detokenize",
-                "/v1/messages/count_tokens": "count-tokens"}
+UTILITY_APIS = {TOKENIZE_PATH: "tokenize", DETOKENIZE_PATH: "detokenize",
+                COUNT_TOKENS_PATH: "count-tokens"}
 OTHER_API = "other"
 RESPONSES_API = "responses"
 
@@ -72,7 +73,7 @@ def api_of_path(path: str) -> str:
     api = API_OF_PATH.get(path) or UTILITY_APIS.get(path)
     if api is not None:
         return api
-    return RESPONSES_API if path.startswith("/v1/responses/") else OTHER_API
+    return RESPONSES_API if path.startswith(RESPONSES_PATH + "/") else OTHER_API
 ADMISSION_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # the semantic producer's outcomes (``policies.semantic.producer``): all but the first give
 # the request the default class

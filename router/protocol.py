@@ -38,6 +38,10 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16     # vLLM's CompletionRequest.max_tokens de
 EMBEDDINGS_PATH = "/v1/embeddings"
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"          # Anthropic's Messages API
+# the paths served without a decision (router.utility_requests)
+TOKENIZE_PATH = "/tokenize"
+DETOKENIZE_PATH = "/detokenize"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 # vLLM's pooling APIs past embeddings, each path as vLLM serves it
 SCORE_PATHS = ("/score", "/v1/score")
 RERANK_PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")       # Jina's and Cohere's shape

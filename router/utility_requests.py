@@ -56,9 +56,6 @@ from workers.models import WorkerView
 from workers.registry import WorkerRegistry
 
 PROFILE = "utility"
-TOKENIZE_PATH = "/tokenize"
-DETOKENIZE_PATH = "/detokenize"
-COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 
 
 class UtilityRequests:

@@ -35,27 +35,38 @@ default_profile: default
 """
 
 
-@pytest.fixture(scope="module")
-def event_fleet() -> Iterator[FleetConfig]:
+def _followed_fleet(ids: tuple[str, ...], replay: bool,
+                    extra_args: tuple[str, ...] = ()) -> Iterator[FleetConfig]:
+    """Emulated workers (one process each) whose KV events the router follows (``replay``:
+    with a replay socket and a topic); ``extra_args`` for each emulator."""
     workers = []
     processes = []
     try:
-        for wid in ("w0", "w1"):
-            pub, replay = free_port(), free_port()
-            proc = EmulatorProcess(time_scale=0.0, served_model_names=[MODEL], extra_args=[
-                "--kv-events", f"tcp://127.0.0.1:{pub}",
-                "--kv-events-replay", f"tcp://127.0.0.1:{replay}", "--kv-events-topic", "kv"])
+        for wid in ids:
+            pub, replay_port = free_port(), free_port()
+            args = ["--kv-events", f"tcp://127.0.0.1:{pub}", *extra_args]
+            entry: dict[str, object] = {"id": wid, "gpu": "h100", "models": [MODEL],
+                                        "kv_events": f"tcp://127.0.0.1:{pub}"}
+            if replay:
+                args += ["--kv-events-replay", f"tcp://127.0.0.1:{replay_port}",
+                         "--kv-events-topic", "kv"]
+                entry["labels"] = {"kv_events_replay": f"tcp://127.0.0.1:{replay_port}",
+                                   "kv_events_topic": "kv"}
+            proc = EmulatorProcess(time_scale=0.0, served_model_names=[MODEL],
+                                   extra_args=args)
             proc.start()
             processes.append(proc)
-            workers.append({"id": wid, "gpu": "h100", "models": [MODEL], "url": proc.url,
-                            "kv_events": f"tcp://127.0.0.1:{pub}",
-                            "labels": {"kv_events_replay": f"tcp://127.0.0.1:{replay}",
-                                       "kv_events_topic": "kv"}})
+            workers.append({**entry, "url": proc.url})
         yield parse_fleet({"models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
                            "workers": workers})
     finally:
         for proc in processes:
             proc.stop()
+
+
+@pytest.fixture(scope="module")
+def event_fleet() -> Iterator[FleetConfig]:
+    yield from _followed_fleet(("w0", "w1"), replay=True)
 
 
 async def complete(session: aiohttp.ClientSession, url: str,
@@ -100,22 +111,8 @@ async def test_prompts_cached_behind_the_routers_back_are_found_by_their_events(
 @pytest.fixture(scope="module")
 def adapter_event_fleet() -> Iterator[FleetConfig]:
     """Two workers followed by their KV events, both with the adapter ``sql`` loaded."""
-    workers = []
-    processes = []
-    try:
-        for wid in ("a0", "a1"):
-            pub = free_port()
-            proc = EmulatorProcess(time_scale=0.0, served_model_names=[MODEL], extra_args=[
-                "--kv-events", f"tcp://127.0.0.1:{pub}", "--lora", "sql=/adapters/sql"])
-            proc.start()
-            processes.append(proc)
-            workers.append({"id": wid, "gpu": "h100", "models": [MODEL], "url": proc.url,
-                            "kv_events": f"tcp://127.0.0.1:{pub}"})
-        yield parse_fleet({"models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
-                           "workers": workers})
-    finally:
-        for proc in processes:
-            proc.stop()
+    yield from _followed_fleet(("a0", "a1"), replay=False,
+                               extra_args=("--lora", "sql=/adapters/sql"))
 
 
 async def test_an_adapters_blocks_are_found_by_their_events(

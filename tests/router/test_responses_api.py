@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import openai
@@ -244,19 +245,28 @@ rules:
 """
 
 
-@pytest.fixture(scope="module")
-def two_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
-    """Two workers keeping responses, each serving its own model."""
-    path: Path = tmp_path_factory.mktemp("responses-two-models") / "fleet.yaml"
+def _keeping_fleet(tmp_path_factory: pytest.TempPathFactory, models: tuple[str, ...],
+                   workers: list[dict[str, Any]]) -> Iterator[FleetConfig]:
+    """H100 workers keeping responses, emulated in one process: each entry's ``id`` and
+    ``models``, and its ``lora_adapters`` for the emulator."""
+    path: Path = tmp_path_factory.mktemp("responses-fleet") / "fleet.yaml"
     path.write_text(yaml.safe_dump({
-        "models": {name: {"arch": "llama-3-8b", "max_model_len": 8192}
-                   for name in ("alpha", "beta")},
-        "workers": [{"id": f"{name}-0", "gpu": "h100", "models": [name],
-                     "emulate": {**KEEPING, "port": free_port()}}
-                    for name in ("alpha", "beta")]}))
+        "models": {name: {"arch": "llama-3-8b", "max_model_len": 8192} for name in models},
+        "workers": [{"id": w["id"], "gpu": "h100", "models": w["models"],
+                     "emulate": {**KEEPING, "port": free_port(),
+                                 **({"lora_adapters": w["lora_adapters"]}
+                                    if "lora_adapters" in w else {})}}
+                    for w in workers]}))
     loaded = load_fleet(path)
     with EmulatorFleet(loaded, one_process=True):
         yield loaded
+
+
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """Two workers keeping responses, each serving its own model."""
+    yield from _keeping_fleet(tmp_path_factory, ("alpha", "beta"), [
+        {"id": f"{name}-0", "models": [name]} for name in ("alpha", "beta")])
 
 
 async def test_a_rule_that_would_move_a_conversation_is_set_aside_for_its_holder(
@@ -300,17 +310,9 @@ async def test_a_rule_that_would_move_a_conversation_is_set_aside_for_its_holder
 @pytest.fixture(scope="module")
 def adapter_on_one(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
     """Two workers keeping responses, one model; only the first has the adapter loaded."""
-    path: Path = tmp_path_factory.mktemp("responses-adapter") / "fleet.yaml"
-    path.write_text(yaml.safe_dump({
-        "models": {"alpha": {"arch": "llama-3-8b", "max_model_len": 8192}},
-        "workers": [{"id": f"alpha-{n}", "gpu": "h100", "models": ["alpha"],
-                     "emulate": {**KEEPING, "port": free_port(),
-                                 **({"lora_adapters": {"chat": "/adapters/chat"}} if n == 0
-                                    else {})}}
-                    for n in range(2)]}))
-    loaded = load_fleet(path)
-    with EmulatorFleet(loaded, one_process=True):
-        yield loaded
+    yield from _keeping_fleet(tmp_path_factory, ("alpha",), [
+        {"id": "alpha-0", "models": ["alpha"], "lora_adapters": {"chat": "/adapters/chat"}},
+        {"id": "alpha-1", "models": ["alpha"]}])
 
 
 async def test_a_rules_adapter_the_holder_lacks_is_set_aside_for_its_holder(
