@@ -210,6 +210,34 @@ async def inflight_seen(session: aiohttp.ClientSession, router: RouterHandle) ->
         return int(worker["inflight_requests"])
 
 
+async def test_routes_another_replica_shares_for_a_worker_not_in_this_fleet_are_not_learnt(
+        redis_url: str, emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """Another replica's fleet may hold workers this one does not (one removed here
+    already, or not yet added): what it routed there would take a place in this router's
+    prefix index that nothing frees."""
+    from policies.scorers.prefix import PrefixScorer
+    from router.keys import POLICY
+    from router.state.redis_store import RedisStateStore
+
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), redis_url=redis_url,
+                               replica_id="r1")
+    (index,) = [plugin.index for _, _, plugin in router.app[POLICY].engine.plugins()
+                if isinstance(plugin, PrefixScorer)]
+    other = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    await other.start()
+    try:
+        other.on_routed_blocks("elsewhere", {16: [11, 12, 13]})
+        other.on_routed_blocks("h100-fast", {16: [21, 22]})
+        deadline = time.monotonic() + 5.0
+        while index.blocks("h100-fast") < 2:
+            assert time.monotonic() < deadline, "the shared route never arrived"
+            await asyncio.sleep(0.02)
+    finally:
+        await other.close()
+    assert index.blocks("elsewhere") == 0
+    assert index.slots_in_use() == 1
+
+
 async def test_client_connections_use_tcp_nodelay(emulated_fleet: FleetConfig) -> None:
     fleet = subset(emulated_fleet, ["h100-fast"])
     settings = Settings(fleet_path=Path(fleet.source), routing_path=REPO_ROOT /

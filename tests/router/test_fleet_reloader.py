@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 from yarl import URL
 
 from router.keys import FLEET_RELOADER, METRICS
@@ -30,6 +31,7 @@ from tests.router.gateway_support import (
     short_chat,
 )
 from workers.fleet import FleetConfig, load_fleet
+from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -258,6 +260,111 @@ async def test_a_removed_worker_is_forgotten_when_its_last_request_ends(
         assert (await second.content.read()).rstrip().endswith(b"data: [DONE]")
         second.release()
     assert worker_series(router, "slow") == []              # its last request took them
+
+
+class HeldWorker:
+    """A worker in front of an emulated one: its polls (every GET) pass through, and each
+    request it is sent (POST) is held until ``release()``, then its connection is cut
+    without an answer: a request that fails after the fleet file changed under it."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.held = 0
+        self._release = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> HeldWorker:
+        app = web.Application()
+        app.router.add_route("GET", "/{tail:.*}", self._poll)
+        app.router.add_route("POST", "/{tail:.*}", self._hold)
+        self._session = aiohttp.ClientSession()
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._release.set()
+        assert self._runner is not None and self._session is not None
+        await self._runner.cleanup()
+        await self._session.close()
+
+    def release(self) -> None:
+        self._release.set()
+
+    async def _poll(self, request: web.Request) -> web.Response:
+        assert self._session is not None
+        async with self._session.get(self.backend + request.path_qs) as answer:
+            return web.Response(body=await answer.read(), status=answer.status,
+                                content_type=answer.content_type)
+
+    async def _hold(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.held += 1
+        await self._release.wait()
+        assert request.transport is not None
+        request.transport.abort()             # no answer: the router's attempt fails
+        return web.Response()
+
+
+async def until_held(worker: HeldWorker, count: int) -> None:
+    deadline = time.monotonic() + 10.0
+    while worker.held < count:
+        assert time.monotonic() < deadline, "the request never reached the held worker"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_utility_request_failing_on_a_removed_worker_leaves_it_no_series(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """A ``/tokenize`` sent to a worker that the fleet file removes before it fails: its
+    failure is not recorded under the removed worker (a retry series that nothing frees)."""
+    path = tmp_path / "fleet.yaml"
+    async with HeldWorker(urls_of(emulated_fleet, "a100-fast")["a100-fast"]) as held:
+        path.write_text(fleet_text({"held": held.url}))
+        router = await make_router(load_fleet(path), ROUTING_ROUND_ROBIN,
+                                   reload_interval_s=0.05, eject_after=1)
+        async with aiohttp.ClientSession() as session:
+            sent = asyncio.ensure_future(session.post(
+                f"{router.url}/tokenize", json={"model": MODEL, "prompt": "hi"}))
+            await until_held(held, 1)
+            rewrite(path, fleet_text(urls_of(emulated_fleet, "h100-fast")))
+            await reloads(router, "success", 1)
+            assert worker_series(router, "held") == []
+            held.release()
+            async with await sent as resp:
+                assert resp.status == 502
+                assert (await resp.json())["error"]["type"] == "upstream_error"
+    assert worker_series(router, "held") == []
+
+
+async def test_a_failure_at_a_server_whose_id_was_declared_anew_does_not_eject_the_new_one(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """The fleet file gives an id another server while a request is in flight at the old
+    one: the old one's failure is not counted toward ejecting the new one (here one
+    failure ejects), which serves the next request."""
+    path = tmp_path / "fleet.yaml"
+    async with HeldWorker(urls_of(emulated_fleet, "a100-fast")["a100-fast"]) as held:
+        path.write_text(fleet_text({"w": held.url}))
+        router = await make_router(load_fleet(path), ROUTING_ROUND_ROBIN,
+                                   reload_interval_s=0.05, eject_after=1)
+        async with aiohttp.ClientSession() as session:
+            sent = asyncio.ensure_future(session.post(
+                f"{router.url}/v1/chat/completions", json={
+                    "model": MODEL, "max_tokens": 2,
+                    "messages": [{"role": "user", "content": "hi"}]}))
+            await until_held(held, 1)
+            rewrite(path, fleet_text({"w": urls_of(emulated_fleet, "h100-fast")["h100-fast"]}))
+            await reloads(router, "success", 1)
+            held.release()
+            async with await sent as resp:
+                assert resp.status == 502       # the only worker was tried: nothing left
+            assert (await fleet_entry(router, "w"))["ejected_for_s"] == 0
+            assert await short_chat(session, router) == (200, "w")
+        assert router.metric("kvroute_worker_ejections_total", worker="w") == 0
 
 
 async def test_relabelling_every_worker_keeps_them_serving(
