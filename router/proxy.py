@@ -41,6 +41,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 from yarl import URL
 
 from router.errors import Overloaded, UpstreamTimeout, anthropic_error_body, error_body
@@ -66,6 +67,28 @@ _EVENT_END = b"\n\n"
 _CHUNK_FRAMING = 32
 
 _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+# the worker's header fields that describe its connection to the router or the body's
+# framing, which the router's own answer sets anew (RFC 9110 §7.6.1), and those its answer
+# sets itself; ``set-cookie`` too, whose several fields the upstream client joins into one
+_NOT_RELAYED = frozenset({
+    "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
+    "upgrade", "proxy-authenticate", "proxy-authorization", "content-length", "content-type",
+    "date", "server", "set-cookie"})
+
+
+def relayed_headers(worker: Mapping[str, str], own: Mapping[str, str]) -> CIMultiDict[str]:
+    """The headers of an answer relayed from a worker: the worker's own (a 429's
+    ``Retry-After``, vLLM's binary ``metadata``, whatever else it sends), less those of
+    ``_NOT_RELAYED`` and those its ``Connection`` names, then the router's ``own``, which
+    win over the worker's of the same name."""
+    named = worker.get("connection")
+    skipped = (_NOT_RELAYED if not named else
+               _NOT_RELAYED | {name.strip().lower() for name in named.split(",")})
+    headers = CIMultiDict((name, value) for name, value in worker.items()
+                          if name.lower() not in skipped)
+    headers.update(own)
+    return headers
 
 
 def openai_failure(message: str, events: int) -> bytes:
@@ -268,7 +291,6 @@ class Proxy:
         metadata = upstream.headers.get(METADATA_HEADER)
         if metadata is not None and upstream.content_type == BINARY_TYPE:
             # vLLM's binary pooling answer: what the bytes are (and its usage) is in a header
-            response_headers = {**response_headers, METADATA_HEADER: metadata}
             if upstream.status == 200:
                 usage = _usage_of(metadata.encode("latin-1"))
         elif upstream.status == 200 and upstream.content_type != BINARY_TYPE:
@@ -282,7 +304,8 @@ class Proxy:
                     fingerprint = parsed["system_fingerprint"]
                     self._fingerprints[upstream.origin] = (
                         fingerprint if isinstance(fingerprint, str) else None)
-        response = web.Response(status=upstream.status, body=data, headers=response_headers,
+        response = web.Response(status=upstream.status, body=data,
+                                headers=relayed_headers(upstream.headers, response_headers),
                                 content_type=upstream.content_type or "application/json")
         return ProxyResult(response, upstream.status, usage, None, self._clock())
 
@@ -292,8 +315,8 @@ class Proxy:
                             stream_format: StreamFormat) -> ProxyResult:
         origin = upstream.origin
         rewrite = UsageRewrite(wants_usage, self._fingerprints.get(origin))
-        relay = _StreamRelay(request, response_headers, rewrite, stream_format,
-                             self._send_timeout_s)
+        relay = _StreamRelay(request, relayed_headers(upstream.headers, response_headers),
+                             rewrite, stream_format, self._send_timeout_s)
         try:
             return await self._relay_events(upstream, relay, on_first_byte,
                                             stream_format.first_token_mark)

@@ -130,3 +130,45 @@ async def fleet_entry(router: RouterHandle, worker: str) -> dict[str, Any]:
             f"{router.url}/debug/fleet") as resp:
         data: list[dict[str, Any]] = (await resp.json())["data"]
     return next(w for w in data if w["id"] == worker)
+
+
+PostHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class FrontedWorker:
+    """A worker the test scripts, in front of an emulated one (``backend``): the router's
+    polls (every GET) pass through to it, and each request it is sent (POST) is answered by
+    ``on_post``. Served on 127.0.0.1 while the ``async with`` lasts."""
+
+    def __init__(self, backend: str, on_post: PostHandler) -> None:
+        self.backend = backend
+        self._on_post = on_post
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> FrontedWorker:
+        from workers.ports import free_port
+
+        app = web.Application()
+        app.router.add_route("GET", "/{tail:.*}", self._poll)
+        app.router.add_route("POST", "/{tail:.*}", self._on_post)
+        self._session = aiohttp.ClientSession()
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        port = free_port()
+        await web.TCPSite(self._runner, "127.0.0.1", port).start()
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None and self._session is not None
+        await self._runner.cleanup()
+        await self._session.close()
+
+    async def _poll(self, request: web.Request) -> web.Response:
+        assert self._session is not None
+        async with self._session.get(self.backend + request.path_qs) as answer:
+            return web.Response(body=await answer.read(), status=answer.status,
+                                content_type=answer.content_type)
+

@@ -25,13 +25,13 @@ from router.keys import FLEET_RELOADER, METRICS
 from tests.router.gateway_support import (
     MODEL,
     ROUTING_ROUND_ROBIN,
+    FrontedWorker,
     RouterFactory,
     RouterHandle,
     fleet_entry,
     short_chat,
 )
 from workers.fleet import FleetConfig, load_fleet
-from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -262,45 +262,21 @@ async def test_a_removed_worker_is_forgotten_when_its_last_request_ends(
     assert worker_series(router, "slow") == []              # its last request took them
 
 
-class HeldWorker:
-    """A worker in front of an emulated one: its polls (every GET) pass through, and each
-    request it is sent (POST) is held until ``release()``, then its connection is cut
+class HeldWorker(FrontedWorker):
+    """Each request sent to it is held until ``release()``, then its connection is cut
     without an answer: a request that fails after the fleet file changed under it."""
 
     def __init__(self, backend: str) -> None:
-        self.backend = backend
+        super().__init__(backend, self._hold)
         self.held = 0
         self._release = asyncio.Event()
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self.url = ""
-
-    async def __aenter__(self) -> HeldWorker:
-        app = web.Application()
-        app.router.add_route("GET", "/{tail:.*}", self._poll)
-        app.router.add_route("POST", "/{tail:.*}", self._hold)
-        self._session = aiohttp.ClientSession()
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        port = free_port()
-        await web.TCPSite(self._runner, "127.0.0.1", port).start()
-        self.url = f"http://127.0.0.1:{port}"
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         self._release.set()
-        assert self._runner is not None and self._session is not None
-        await self._runner.cleanup()
-        await self._session.close()
+        await super().__aexit__(*exc)
 
     def release(self) -> None:
         self._release.set()
-
-    async def _poll(self, request: web.Request) -> web.Response:
-        assert self._session is not None
-        async with self._session.get(self.backend + request.path_qs) as answer:
-            return web.Response(body=await answer.read(), status=answer.status,
-                                content_type=answer.content_type)
 
     async def _hold(self, request: web.Request) -> web.Response:
         await request.read()

@@ -11,10 +11,12 @@ import aiohttp
 import openai
 import orjson
 import pytest
+from aiohttp import web
 
 from tests.router.gateway_support import (
     MODEL,
     ROUTING_ROUND_ROBIN,
+    FrontedWorker,
     RouterFactory,
     RouterHandle,
     subset,
@@ -211,3 +213,48 @@ async def test_garbage_metrics_mark_worker_stale_and_down(
                 assert resp.headers["x-kvroute-worker"] == "a100-fast"
     assert router.metric("kvroute_worker_up", worker="garbage", gpu="L40S-48GB",
                          model=MODEL) == 0.0
+
+
+async def _answer_with_headers_of_its_own(request: web.Request) -> web.StreamResponse:
+    """A worker's answers with header fields of its own: a 429 with ``Retry-After`` for
+    ``max_tokens: 1``, else a short stream."""
+    body = await request.json()
+    own = {"x-worker-note": "hello", "x-request-id": "the-worker's-own", "Keep-Alive": "timeout=5"}
+    if body.get("max_tokens") == 1:
+        return web.json_response({"error": {"message": "busy", "type": "rate_limit_error",
+                                            "code": 429}},
+                                 status=429, headers={**own, "Retry-After": "7"})
+    response = web.StreamResponse(headers={**own, "Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    chunk = {"id": "c", "object": "chat.completion.chunk", "model": MODEL,
+             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    await response.write(b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n")
+    await response.write_eof()
+    return response
+
+
+async def test_a_workers_own_header_fields_reach_the_client(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A worker's 429 said when to come back (``Retry-After``), which the router dropped
+    with every other field of the worker's; those of its connection are still not relayed,
+    and the router's own (its request id) win."""
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    async with FrontedWorker(backend, _answer_with_headers_of_its_own) as worker:
+        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN)
+        async with aiohttp.ClientSession() as session:
+            for stream, max_tokens, status in ((False, 1, 429), (True, 8, 200)):
+                async with session.post(f"{router.url}/v1/chat/completions", json={
+                        "model": MODEL, "messages": MESSAGES, "max_tokens": max_tokens,
+                        "stream": stream}, headers={"x-request-id": "client-7"}) as resp:
+                    body = await resp.read()
+                    assert resp.status == status, body
+                    assert resp.headers["x-worker-note"] == "hello"
+                    assert resp.headers.getall("x-request-id") == ["client-7"]
+                    assert "Keep-Alive" not in resp.headers
+                    assert resp.headers["x-kvroute-worker"] == "w"
+                    if stream:
+                        assert resp.headers["Content-Type"] == "text/event-stream"
+                        assert body.endswith(b"data: [DONE]\n\n")
+                    else:
+                        assert resp.headers["Retry-After"] == "7"
+                        assert orjson.loads(body)["error"]["message"] == "busy"
