@@ -18,7 +18,9 @@ connection.
   (the body cut short or badly framed), and ``TimeoutError`` when no byte arrives within the
   read timeout, for the head or between two body reads.
 * A pooled connection the worker has closed meanwhile fails before any byte of an answer;
-  such a request is sent again once on a new connection (the worker never saw it).
+  such a request is sent again once, on a new connection, never on another pooled one (a
+  worker that read it and then hung up cannot be told apart from one that closed the idle
+  connection as it was sent: it gets it twice at most).
 * Idle connections are kept for ``keepalive_s`` and at most ``max_idle`` per worker; a body
   not read yet is held up to ``high_water`` bytes, then the socket stops being read.
 * ``https://`` URLs are reached over TLS: with the context ``tls`` maps their origin to
@@ -185,7 +187,9 @@ class _Connection(asyncio.Protocol):
     def _parse_head(self, head: bytes) -> None:
         lines = head.split(_CRLF)
         parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        # a status is three digits, 100 to 599 (RFC 9110 §15)
+        if (len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3
+                or not parts[1].isdigit() or not b"100" <= parts[1] <= b"599"):
             raise UpstreamPayloadError(f"bad status line {lines[0][:80]!r}")
         status = int(parts[1])
         if 100 <= status < 200:
@@ -465,8 +469,9 @@ class UpstreamClient:
             headers = _with_authorization(headers, authorization)
         request = encode_request(target, body, headers, method)
         tls = self._tls_for(key) if target.scheme == "https" else None
+        sent_again = False
         while True:
-            connection = self._pooled(key, tls)
+            connection = None if sent_again else self._pooled(key, tls)
             reused = connection is not None
             if connection is None:
                 connection = await self._connect(key, tls)
@@ -478,8 +483,12 @@ class UpstreamClient:
                     await connection.wait(self.read_timeout_s)
             except UpstreamDisconnected:
                 if reused and not connection.received_any:
+                    # the worker closed this idle connection as the request went out: sent
+                    # again once, on a new connection (the pool's others may be as stale,
+                    # and a worker that read it before hanging up must not get it again)
                     connection.stop_timer()
-                    continue        # the worker closed this idle connection: send anew
+                    sent_again = True
+                    continue
                 raise
             except BaseException:
                 connection.stop_timer()

@@ -747,3 +747,49 @@ async def test_a_repeated_header_is_joined_once(client: UpstreamClient) -> None:
     assert response.headers["x-many"] == ", ".join(["a"] * 60_000)
     response.close()
     await server.stop()
+
+
+async def test_a_request_is_sent_again_at_most_once_whatever_the_pool_holds(
+        client: UpstreamClient) -> None:
+    """A worker that reads each request and then drops its connection, with six kept-alive
+    connections to it in the pool: the request went out on each of them in turn, then on a
+    new one (seven deliveries of one POST). It is sent again once, on a new connection."""
+    answering = [True]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            if not answering[0]:
+                return                  # read, then the connection ends with no answer
+            await asyncio.sleep(0.05)   # (the six are in flight together)
+            writer.write(answer(b"ok"))
+            await writer.drain()
+
+    server, base = await serve(handler)
+    responses = await asyncio.gather(*(client.post(f"{base}/", b"", {}) for _ in range(6)))
+    for response in responses:
+        assert await response.read() == b"ok"
+        response.close()
+    assert client.idle_connections() == 6 and len(server.heads) == 6
+    answering[0] = False
+    with pytest.raises(UpstreamDisconnected):
+        await client.post(f"{base}/", b"{}", {})
+    assert len(server.heads) == 6 + 2           # the first attempt and one more
+    assert server.connections == 7              # the one more on a new connection
+    await server.stop()
+
+
+@pytest.mark.parametrize("status_line", [b"HTTP/1.1 099 Weird", b"HTTP/1.1 2000 OK",
+                                         b"HTTP/1.1 600 Beyond"])
+async def test_a_status_outside_100_to_599_is_a_payload_error(
+        client: UpstreamClient, status_line: bytes) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(status_line + b"\r\nContent-Length: 0\r\n\r\n")
+        await asyncio.sleep(1)
+
+    server, base = await serve(handler)
+    with pytest.raises(UpstreamPayloadError, match="bad status line"):
+        await client.post(f"{base}/", b"", {})
+    await server.stop()
