@@ -352,19 +352,24 @@ class Proxy:
                 if not await relay.feed(chunk):
                     return ProxyResult(relay.response_or_new(), 499, relay.usage,
                                        first_byte_at, self._clock(), relay.events)
+        # a stream whose last event was relayed is whole, however its body ends after it
+        # (the final chunk missing, the connection dropped or silent): answered, as when
+        # its client leaves then (``CancelledAfterTheEnd``)
         except TimeoutError:
             if not relay.started:
                 raise
-            await relay.fail(f"The worker stopped mid-stream: nothing came for "
-                             f"{self._upstream_timeout_s:g} s.")
-            return ProxyResult(relay.response_or_new(), 504, relay.usage, first_byte_at,
-                               self._clock(), relay.events)
+            if not relay.done:
+                await relay.fail(f"The worker stopped mid-stream: nothing came for "
+                                 f"{self._upstream_timeout_s:g} s.")
+                return ProxyResult(relay.response_or_new(), 504, relay.usage, first_byte_at,
+                                   self._clock(), relay.events)
         except (UpstreamError, OSError) as exc:
             if not relay.started:
                 raise
-            await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")
-            return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
-                               self._clock(), relay.events)
+            if not relay.done:
+                await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")
+                return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
+                                   self._clock(), relay.events)
         if not relay.started:
             raise RetryableUpstream("disconnect", 502, "the worker closed an empty stream")
         if not relay.done:

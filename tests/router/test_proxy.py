@@ -258,3 +258,40 @@ async def test_a_workers_own_header_fields_reach_the_client(
                     else:
                         assert resp.headers["Retry-After"] == "7"
                         assert orjson.loads(body)["error"]["message"] == "busy"
+
+
+async def _whole_stream_then_hang_up(request: web.Request) -> web.StreamResponse:
+    """Every event of a stream, ``[DONE]`` included, then the connection cut before the
+    chunked body's last chunk."""
+    await request.read()
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    chunk = {"id": "c", "object": "chat.completion.chunk", "model": MODEL,
+             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    await response.write(b"data: " + orjson.dumps(chunk) + b"\n\ndata: [DONE]\n\n")
+    await asyncio.sleep(0.05)
+    assert request.transport is not None
+    request.transport.abort()
+    return response
+
+
+async def test_a_stream_whose_last_event_was_relayed_is_answered_however_its_body_ends(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """It was counted a 502 and a failure of the worker (four such answers and one 500
+    ejected it), and the client got an error event after ``[DONE]``."""
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    async with FrontedWorker(backend, _whole_stream_then_hang_up) as worker:
+        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN,
+                                   eject_after=1)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2):
+                async with session.post(f"{router.url}/v1/chat/completions", json={
+                        "model": MODEL, "messages": MESSAGES, "max_tokens": 8,
+                        "stream": True}) as resp:
+                    body = await resp.read()
+                assert resp.status == 200
+                assert body.endswith(b"data: [DONE]\n\n") and body.count(b"[DONE]") == 1
+                assert b"error" not in body
+    assert router.metric("kvroute_requests_total", worker="w", status="200") == 2
+    assert router.metric("kvroute_requests_total", worker="w", status="502") == 0
+    assert router.metric("kvroute_worker_ejections_total", worker="w") == 0
