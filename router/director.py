@@ -248,6 +248,7 @@ class Director:
         tried: dict[str, None] = {}        # the workers tried, in order
         last_failure: RetryableUpstream | None = None
         failed: Decision | None = None     # the decision of the last failed attempt
+        retried: tuple[str, str] | None = None   # (worker, reason): counted once tried again
         for attempt in range(self._settings.max_retries + 1):
             if tried:
                 views = [v for v in self._views(self._clock(), pinned) if v.id not in tried]
@@ -257,8 +258,12 @@ class Director:
                                     continued=continued)
             if decision.worker_id is None:
                 if last_failure is not None:
+                    log.info("request %s: no other worker to try", request_id)
                     break
                 raise self._no_candidate(decision, parsed.routing)
+            if retried is not None:
+                self._metrics.record_retry(*retried)
+                retried = None
             if decision.model != parsed.routing.model:
                 self._check_rewritten_runner(decision, parsed.routing)
             # before anything counts it as sent: a body too deep to re-encode is refused here
@@ -269,10 +274,10 @@ class Director:
                 last_failure, failed = failure, decision
                 tried[decision.worker_id] = None
                 if self._registry.declares(decision.worker_id):
-                    self._metrics.record_retry(decision.worker_id, failure.reason)
-                log.info("request %s: %s failed (%s); %s", request_id, decision.worker_id,
-                         failure, "retrying" if attempt < self._settings.max_retries
-                         else "giving up")
+                    retried = (decision.worker_id, failure.reason)
+                log.info("request %s: %s failed (%s)%s", request_id, decision.worker_id,
+                         failure, "" if attempt < self._settings.max_retries
+                         else "; no more retries (max_retries)")
         assert last_failure is not None and failed is not None
         headers = self._kvroute_headers(failed, parsed.routing.semantic_class)
         if last_failure.reason == "model_not_found":    # no worker tried has it any more

@@ -101,7 +101,8 @@ class UtilityRequests:
                        candidates: list[WorkerView], request_id: str) -> web.StreamResponse:
         headers = self._headers(request, request_id)
         last_failure: RetryableUpstream | None = None
-        for attempt, view in enumerate(candidates[:self._settings.max_retries + 1]):
+        tried = candidates[:self._settings.max_retries + 1]
+        for attempt, view in enumerate(tried):
             reason = (f"{view.id}: fewest requests in flight of {len(candidates)} healthy "
                       f"worker(s) of {model or view.info.models[0]} (no policy for {path})")
             if attempt:
@@ -117,7 +118,8 @@ class UtilityRequests:
             except RetryableUpstream as failure:
                 last_failure = failure
                 if self._registry.declares(view.id):     # (not one removed meanwhile)
-                    self._metrics.record_retry(view.id, failure.reason)
+                    if attempt + 1 < len(tried):              # tried again on the next one
+                        self._metrics.record_retry(view.id, failure.reason)
                     self._ejection.failed(view.id, self._clock())
                 continue
             if self._registry.declares(view.id):

@@ -63,6 +63,30 @@ async def test_5xx_before_first_byte_is_retried_on_another_worker(
         first_on_failing)
 
 
+async def _fail(request: web.Request) -> web.Response:
+    await request.read()
+    return web.json_response({"error": {"message": "boom"}}, status=500)
+
+
+async def test_a_failure_with_no_other_worker_to_try_is_not_counted_as_a_retry(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """``kvroute_retries_total`` counts requests sent on to another worker: a fleet of one
+    failing worker counted one "retry" per failed request, none of which was retried."""
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    async with FrontedWorker(backend, _fail) as worker:
+        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN,
+                                   eject_after=0)
+        async with aiohttp.ClientSession() as session:
+            for path, body in (("/v1/chat/completions", {"model": MODEL, "max_tokens": 2,
+                                                         "messages": MESSAGES}),
+                               ("/tokenize", {"model": MODEL, "prompt": "hi"})):
+                for _ in range(2):
+                    async with session.post(router.url + path, json=body) as resp:
+                        assert resp.status == 502
+    assert router.metric("kvroute_requests_total", worker="w", status="500") == 2
+    assert router.metric("kvroute_retries_total") == 0
+
+
 async def test_refused_connection_is_retried_and_all_failing_gives_502(
         make_router: RouterFactory) -> None:
     with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as doomed, \
