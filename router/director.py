@@ -509,6 +509,8 @@ class Director:
                 adapter=self._listed_adapter(info.id, decision.model))
             status = result.status
             if status >= 500:         # the worker broke the stream it had begun
+                log.info("request %s: %s broke its stream after %d event(s) (%d)",
+                         routing.request_id, info.id, result.events, status)
                 self._failed(info)
             elif status != 499:       # (499: the client left; says nothing of the worker)
                 self._ejection.answered(info.id, attempt.started_at)
@@ -524,6 +526,7 @@ class Director:
         except RouterError as error:
             status = error.status
             if status == UpstreamTimeout.status:      # no answer in time
+                log.info("request %s: %s: %s", routing.request_id, info.id, error.message)
                 self._failed(info)
             attempt.local = isinstance(error, Overloaded)    # no connection for want of fds
             error.headers.update(self._kvroute_headers(decision, routing.semantic_class))

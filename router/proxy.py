@@ -163,21 +163,24 @@ def _names_missing_model(data: bytes, model: str) -> bool:
 class RetryableUpstream(Exception):
     """The worker failed before anything reached the client; another worker may serve it."""
 
-    def __init__(self, reason: str, status: int, detail: str) -> None:
+    def __init__(self, reason: str, status: int, detail: str, *,
+                 broke_off: bool = False) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason          # "connect", "disconnect", "http_5xx" or "model_not_found"
         self.status = status          # the worker's status, or 502 when there was none
         self.detail = detail
+        self.broke_off = broke_off    # a "disconnect" after the answer's head came
 
     def client_text(self) -> str:
         """What the client is told: the worker's own error for a 5xx, else the kind of
         failure; the details (the worker's address, the system's error) are the log's."""
-        said = _CLIENT_TEXT.get(self.reason)
+        said = _BROKE_OFF if self.broke_off else _CLIENT_TEXT.get(self.reason)
         return f"{self.reason}: {said}" if said is not None else str(self)
 
 
 _CLIENT_TEXT = {"connect": "the worker did not take the connection",
                 "disconnect": "the worker closed the connection before it answered"}
+_BROKE_OFF = "the worker's answer broke off before it was whole"
 
 
 @dataclass(slots=True)
@@ -274,7 +277,8 @@ class Proxy:
         except TimeoutError as exc:
             raise self._timeout_error() from exc
         except (UpstreamError, OSError) as exc:
-            raise RetryableUpstream("disconnect", 502, f"{url}: {exc}") from exc
+            raise RetryableUpstream("disconnect", 502, f"{url}: {exc}",
+                                    broke_off=True) from exc
         finally:
             upstream.close()     # a finished answer's connection goes back to the pool
 

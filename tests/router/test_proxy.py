@@ -5,6 +5,7 @@ that leaves, a fleet with no healthy worker, a worker whose /metrics is garbage.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import aiohttp
@@ -123,25 +124,34 @@ async def test_refused_connection_is_retried_and_all_failing_gives_502(
 
 
 async def test_upstream_timeout_is_504(emulated_fleet: FleetConfig,
-                                       make_router: RouterFactory) -> None:
+                                       make_router: RouterFactory,
+                                       caplog: pytest.LogCaptureFixture) -> None:
     router = await make_router(subset(emulated_fleet, ["slow"]), upstream_timeout_s=0.3)
-    with pytest.raises(openai.APIStatusError) as info:
+    with caplog.at_level(logging.INFO, logger="router.director"), \
+            pytest.raises(openai.APIStatusError) as info:
         await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]
                                                      max_tokens=2000)
+    assert any("slow: The worker did not answer within 0.3 s." in r.getMessage()
+               for r in caplog.records)
     assert info.value.status_code == 504
     assert isinstance(info.value.body, dict) and info.value.body["code"] == "upstream_timeout"
     assert info.value.response.headers["x-kvroute-worker"] == "slow"
 
 
 async def test_stream_broken_midway_ends_with_an_error_event(
-        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
     router = await make_router(subset(emulated_fleet, ["stall"]), upstream_timeout_s=0.5)
     stream = await client(router).chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=50, stream=True)  # type: ignore[arg-type]
     received = []
-    with pytest.raises(openai.APIError) as info:
+    with caplog.at_level(logging.INFO, logger="router.director"), \
+            pytest.raises(openai.APIError) as info:
         async for chunk in stream:
             received.append(chunk)
+    # the log names the request and the worker (it said nothing of a broken stream)
+    assert any("stall broke its stream after" in r.getMessage() and "(504)" in r.getMessage()
+               for r in caplog.records)
     assert "mid-stream: nothing came for 0.5 s" in info.value.message
     assert 1 <= len(received) <= 4          # role chunk and the tokens sent before the stall
     # silent past the upstream timeout: counted as the timeout it is (504), not a break
@@ -319,3 +329,30 @@ async def test_a_stream_whose_last_event_was_relayed_is_answered_however_its_bod
     assert router.metric("kvroute_requests_total", worker="w", status="200") == 2
     assert router.metric("kvroute_requests_total", worker="w", status="502") == 0
     assert router.metric("kvroute_worker_ejections_total", worker="w") == 0
+
+
+async def _head_then_hang_up(request: web.Request) -> web.StreamResponse:
+    await request.read()
+    response = web.StreamResponse(headers={"Content-Type": "application/json",
+                                           "Content-Length": "100"})
+    await response.prepare(request)
+    await response.write(b'{"id": ')
+    await asyncio.sleep(0.05)
+    assert request.transport is not None
+    request.transport.abort()
+    return response
+
+
+async def test_an_answer_that_breaks_off_after_its_head_is_told_as_such(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """The client read "the worker closed the connection before it answered" for an answer
+    whose head had come."""
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    async with FrontedWorker(backend, _head_then_hang_up) as worker:
+        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN)
+        async with aiohttp.ClientSession() as session, session.post(
+                f"{router.url}/v1/chat/completions",
+                json={"model": MODEL, "messages": MESSAGES, "max_tokens": 2}) as resp:
+            assert resp.status == 502
+            message = (await resp.json())["error"]["message"]
+    assert "disconnect: the worker's answer broke off before it was whole" in message
