@@ -63,6 +63,10 @@ from workers.upstream import (
 log = logging.getLogger(__name__)
 
 _EVENT_END = b"\n\n"
+# the most bytes of one event held while waiting for its end: a worker (or a proxy before it)
+# whose stream never ends an event is not buffered whole (vLLM's largest, a completion's
+# prompt logprobs, is a few MiB for a long prompt)
+MAX_EVENT_BYTES = 64 * 1024 * 1024
 # what chunked transfer encoding adds to a write: the size line and the ending CRLF
 _CHUNK_FRAMING = 32
 
@@ -425,8 +429,13 @@ class _StreamRelay:
     async def feed(self, chunk: bytes) -> bool:
         """Relay the complete events in ``chunk``; False when the client has gone."""
         buf = self._pending + chunk if self._pending else chunk
+        if b"\r" in buf:          # SSE lines may end in CRLF (vLLM's end in LF): read as LF
+            buf = buf.replace(b"\r\n", b"\n")
         cut = buf.rfind(_EVENT_END)
         if cut < 0:
+            if len(buf) > MAX_EVENT_BYTES:
+                raise UpstreamPayloadError(f"a stream event longer than {MAX_EVENT_BYTES} "
+                                           "bytes")
             self._pending = buf
             return True
         out, self._pending = buf[:cut + 2], buf[cut + 2:]

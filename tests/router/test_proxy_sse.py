@@ -50,6 +50,12 @@ def _pieces(mode: str) -> Sequence[bytes]:
                 b"\n\n"]
     if mode == "empty":
         return []
+    if mode == "crlf":                 # SSE lines ending in CRLF, cut between CR and LF too
+        data = (events + USAGE + DONE).replace(b"\n", b"\r\n")
+        return [data[i:i + 5] for i in range(0, len(data), 5)]
+    if mode == "endless":              # an event that never ends
+        return [b'data: {"id":"c","choices":[{"delta":{"content":"' + b"x" * 600] + [
+            b"y" * 600] * 3
     if mode in ("done-then-hold", "hold-before-done"):
         return [events, USAGE + DONE]
     raise AssertionError(mode)
@@ -436,3 +442,29 @@ async def test_an_answer_whose_head_is_too_large_is_a_502_not_retried() -> None:
     assert len(raised) == 1 and isinstance(raised[0], UpstreamAnswerError)
     assert not isinstance(raised[0], RetryableUpstream) and raised[0].status == 502
     assert "header too large to relay" in str(raised[0])
+
+
+async def test_events_with_lines_ending_in_crlf_are_relayed(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    """An SSE stream whose lines end in CRLF was "an empty stream" (502, retried)."""
+    url, results = relay_url
+    status, body, _ = await _get(url, "mode=crlf&usage=1")
+    assert status == 200
+    assert body == b"".join(CHUNK % i for i in range(3)) + USAGE + DONE
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.status == 200
+    assert result.usage is not None and result.usage.completion_tokens == 3
+
+
+async def test_an_event_that_never_ends_is_not_held_past_the_bound(
+        relay_url: tuple[str, list[ProxyResult | Exception]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import router.proxy
+
+    monkeypatch.setattr(router.proxy, "MAX_EVENT_BYTES", 1000)
+    url, results = relay_url
+    status, _, _ = await _get(url, "mode=endless")
+    assert status == 599
+    [result] = results
+    assert isinstance(result, RetryableUpstream) and result.reason == "disconnect"
+    assert "longer than 1000 bytes" in str(result)
