@@ -29,6 +29,7 @@ import orjson
 
 from policies.base import API_OF_PATH, ROUTED_PATHS, RUNNER_OF_PATH, RoutingRequest, is_token_ids
 from policies.producers.anthropic_chat import chat_messages, chat_tools
+from policies.producers.media import media_mark, part_media
 from router.errors import InvalidRequest
 from router.scoring import lax_int, scoring_texts, side_cuts
 
@@ -412,12 +413,20 @@ def _responses_messages(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     for item in raw:
         if isinstance(item, dict) and isinstance(item.get("role"), str):
             content = item.get("content")
-            if isinstance(content, list):
-                content = "".join(part["text"] for part in content if isinstance(part, dict)
-                                  and isinstance(part.get("text"), str))
+            if isinstance(content, list):      # its texts, and a mark for each media item
+                content = "".join(_responses_part_text(part) for part in content
+                                  if isinstance(part, dict))
             if isinstance(content, str):
                 messages.append({"role": item["role"], "content": content})
     return messages
+
+
+def _responses_part_text(part: Mapping[str, Any]) -> str:
+    text = part.get("text")
+    if isinstance(text, str):
+        return text
+    media = part_media(part)
+    return media_mark(*media) if media is not None else ""
 
 
 def anthropic_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:

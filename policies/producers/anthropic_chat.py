@@ -16,8 +16,10 @@ the same messages, and the emulated worker serves them, so all three see one pro
   template joins with line breaks (``chat_template.message_text``).
 
 ``tools`` become chat tools (``chat_tools``), which the template writes into the prompt.
-Images, thinking and other blocks add no text here. Nothing raises: the caller validates the
-shapes it refuses (the router's ``protocol``, the emulator's ``messages_api``).
+An image block is a content part in its place, counted as an image
+(``policies.producers.media``); thinking and other blocks add no text here. Nothing
+raises: the caller validates the shapes it refuses (the router's ``protocol``, the
+emulator's ``messages_api``).
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def _convert_blocks(blocks: list[Any], role: Any, converted: dict[str, Any],
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str) and block["text"]:
             parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":      # its place and its source (``policies.producers.media``)
+            parts.append({"type": "image", "source": block.get("source")})
         elif kind == "tool_use":
             calls.append({"id": block.get("id") or "", "type": "function", "function": {
                 "name": block.get("name") or "",
@@ -103,7 +107,8 @@ def _convert_blocks(blocks: list[Any], role: Any, converted: dict[str, Any],
     if calls:
         converted["tool_calls"] = calls
     if parts:
-        converted["content"] = parts[0]["text"] if len(parts) == 1 else parts
+        converted["content"] = (parts[0]["text"] if len(parts) == 1 and "text" in parts[0]
+                                else parts)
 
 
 def _tool_result_text(content: Any) -> str:

@@ -8,10 +8,12 @@ worker, so that both count the same tokens and hash the same blocks::
     <|start_header_id|>assistant<|end_header_id|>\\n\\n                    (generation prompt)
 
 ``content`` may be a string, ``None`` (e.g. a tool-call message: empty), or a list of
-content parts, of which the ``text`` parts are joined with ``\\n`` and the others (images,
-audio) are left out; an assistant message's ``tool_calls`` follow its content, each as Llama
-3.1 writes one (``{"name": …, "parameters": …}``), and the tools a request offers open its
-first user message, as Llama 3.1 writes them. A missing role renders as ``user``.
+content parts, of which the text parts (``text``, ``input_text``, ``output_text``,
+``refusal``) are joined with ``\\n``, each image, audio or video item standing as a mark
+that the tokenizers turn into its run of tokens (``policies.producers.media``); an assistant
+message's ``tool_calls`` follow its content, each as Llama 3.1 writes one (``{"name": …,
+"parameters": …}``), and the tools a request offers open its first user message, as Llama
+3.1 writes them. A missing role renders as ``user``.
 Nothing here raises on odd input: non-string values are rendered with ``str``.
 """
 
@@ -20,6 +22,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from policies.producers.media import media_mark, part_media
 
 BEGIN_OF_TEXT = "<|begin_of_text|>"
 START_HEADER = "<|start_header_id|>"
@@ -54,15 +58,32 @@ def render_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bo
     return "".join(parts)
 
 
+# the content parts vLLM reads as text (the Responses API's in chat messages too), and the
+# field that holds it
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text",
+              "refusal": "refusal"}
+
+
 def message_text(content: Any) -> str:
-    """The text of one message's ``content`` (string, None or a list of content parts)."""
+    """The text of one message's ``content`` (string, None or a list of content parts):
+    its text parts, and a mark for each image, audio or video item
+    (``policies.producers.media``), joined with line breaks."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = [part_text(part.get("text")) for part in content
-                 if isinstance(part, Mapping) and part.get("type", "text") == "text"]
+        texts = []
+        for part in content:
+            if not isinstance(part, Mapping):
+                continue
+            field = TEXT_PARTS.get(part.get("type", "text"))
+            if field is not None:
+                texts.append(part_text(part.get(field)))
+                continue
+            media = part_media(part)
+            if media is not None:
+                texts.append(media_mark(*media))
         return "\n".join(texts)
     return part_text(content)
 

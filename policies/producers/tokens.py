@@ -53,7 +53,13 @@ producers:
       cache_max_tokens: 4000000
       chunk_chars: 2048              # 0: cache whole texts only
       offload_min_chars: 16384
+      media_tokens: {image: 576, audio: 750, video: 4608}
 ```
+
+A chat's images, audio clips and videos count as ``media_tokens[kind]`` tokens each, in
+their place, of ids that differ with the item (``policies.producers.media``): estimates and
+the context-length filter see their size, and prompts around different items share no
+block after the first of them, as in the engine's cache.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain
 from pathlib import Path
 from types import MappingProxyType
@@ -72,6 +79,7 @@ from typing import Any, Protocol
 from policies.base import RoutingRequest, is_token_ids
 from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import message_text, render_chat
+from policies.producers.media import DEFAULT_MEDIA_TOKENS, MEDIA_KINDS, encode_with_media
 from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
 from policies.producers.text_chunks import is_splittable, split_text
 from policies.registry import BuildContext, PluginRegistry
@@ -93,8 +101,17 @@ class TokensParams:
     cache_max_tokens: int = 4_000_000
     chunk_chars: int = 2048
     offload_min_chars: int = 16_384
+    media_tokens: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType(dict(DEFAULT_MEDIA_TOKENS)))
 
     def __post_init__(self) -> None:
+        unknown = set(self.media_tokens) - set(MEDIA_KINDS)
+        if unknown:
+            raise ParamError("media_tokens", f"unknown kind(s) {', '.join(sorted(unknown))}; "
+                             f"the kinds are {', '.join(MEDIA_KINDS)}")
+        if any(not isinstance(count, int) or isinstance(count, bool) or count < 0
+               for count in self.media_tokens.values()):
+            raise ParamError("media_tokens", "each count must be an integer >= 0")
         if self.cache_max_tokens < 0:
             raise ParamError("cache_max_tokens", "must be >= 0")
         if self.offload_min_chars < 0:
@@ -209,6 +226,7 @@ class TokensProducer:
         self._default_key = f"tiktoken:{params.encoding}"
         self._by_model = dict(model_tokenizers)
         self._model_folders = dict(model_folders or {})
+        self.media_tokens = {**DEFAULT_MEDIA_TOKENS, **params.media_tokens}
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
         model = self._tokenizing_model(request.model, workers)
@@ -271,6 +289,9 @@ class TokensProducer:
         if not texts:           # token ids sent by the client, taken as they are
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
         if len(texts) == 1:
+            if request.messages is not None:     # a chat's media items: runs of tokens
+                return encode_with_media(partial(self._encode_cached, model), texts[0],
+                                         self.media_tokens), 0
             return self._encode_cached(model, texts[0]), 0   # shared: read-only
         encoded = [self._encode_cached(model, text) for text in texts]
         ids, longest = _joined(encoded)
@@ -326,8 +347,10 @@ class TokensProducer:
                 text = folder.render_chat(request.messages, tools=request.tools)
             except Exception:     # a template error: vLLM answers 400, route on the rest
                 text = render_chat(request.messages, tools=request.tools)
-            return self._encode_folder(model, folder, text,
-                                       add_special_tokens=False), 0
+            return encode_with_media(
+                lambda piece: self._encode_folder(model, folder, piece,
+                                                  add_special_tokens=False),
+                text, self.media_tokens), 0
         texts, given_ids = prompt_parts(request)
         if not texts:
             return given_ids, longest_id_list(request.prompt) if given_ids else 0

@@ -392,6 +392,18 @@ def test_a_responses_request_is_routed_as_its_chat_turn_and_gets_an_id() -> None
     assert upstream_body(kept, mine, MODEL) is mine
 
 
+def test_a_responses_turns_images_stand_in_their_place() -> None:
+    """An ``input_image`` added nothing: another image with the same text was the same
+    prompt, a cached prefix."""
+    from policies.producers.media import media_mark
+
+    body = {"model": MODEL, "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "what is "}, {"type": "input_image", "image_url": "u"},
+        {"type": "input_text", "text": "?"}]}]}
+    messages = parse(orjson.dumps(body), RESPONSES_PATH).routing.messages
+    assert messages == [{"role": "user", "content": f"what is {media_mark('image', 'u')}?"}]
+
+
 @pytest.mark.parametrize("store", [False, None])
 def test_a_response_the_worker_will_not_keep_gets_no_id_to_record(store: bool | None) -> None:
     raw = orjson.dumps({"model": MODEL, "input": "hi", "store": store,
@@ -433,7 +445,9 @@ def test_a_messages_api_request_is_routed_as_its_chat_turn() -> None:
     raw = orjson.dumps(body)
     parsed = parse(raw, MESSAGES_PATH)
     assert parsed.routing.messages == [{"role": "system", "content": "Be brief."},
-                                       {"role": "user", "content": "hi"},
+                                       {"role": "user", "content": [
+                                           {"type": "text", "text": "hi"},
+                                           {"type": "image", "source": {}}]},
                                        {"role": "assistant", "content": "hello"},
                                        {"role": "user", "content": "more"}]
     assert (parsed.routing.max_tokens, parsed.routing.stream, parsed.wants_usage) == (

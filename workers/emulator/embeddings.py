@@ -307,8 +307,8 @@ def _raw_token_ids(worker: WorkerState,
     if isinstance(item, str):
         tokens = tok.encode(item)
     elif _is_conversation(item):
-        tokens = tok.encode(tok.render_chat([m for m in item if isinstance(m, Mapping)], False,
-                                               None))
+        tokens = tok.encode_chat(tok.render_chat([m for m in item if isinstance(m, Mapping)],
+                                                 False, None))
     else:
         tokens = [t for t in item if isinstance(t, int)]
         bad = next((t for t in tokens if not 0 <= t < tok.vocab_size), None)

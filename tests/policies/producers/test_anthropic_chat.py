@@ -73,3 +73,18 @@ def test_a_tool_input_nested_past_the_recursion_limit_is_written_as_an_empty_obj
         {"role": "user", "content": "x"}])
     assert converted[0]["tool_calls"][0]["function"]["arguments"] == "{}"
     assert '"parameters": {}' in render_chat(converted, tools=[deep])
+
+
+def test_an_image_block_stands_in_its_place() -> None:
+    """Image blocks added nothing: another image with the same text was the same prompt."""
+    from policies.producers.chat_template import message_text
+    from policies.producers.media import media_mark
+
+    source = {"type": "base64", "media_type": "image/png", "data": "Y2F0"}
+    [alone] = chat_messages(None, [{"role": "user", "content": [
+        {"type": "image", "source": source}]}])
+    assert message_text(alone["content"]) == media_mark("image", source)
+    [both] = chat_messages(None, [{"role": "user", "content": [
+        {"type": "image", "source": source}, {"type": "text", "text": "what is it?"}]}])
+    assert message_text(both["content"]) == f"{media_mark('image', source)}\nwhat is it?"
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from policies.producers.chat_template import message_text, part_text, render_chat
+from policies.producers.media import media_mark
 
 
 def test_renders_roles_and_generation_prompt() -> None:
@@ -33,7 +34,7 @@ def test_without_generation_prompt() -> None:
 def test_odd_contents_never_raise() -> None:
     assert message_text(None) == ""
     assert message_text([{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {}},
-                         {"type": "text", "text": "b"}]) == "a\nb"
+                         {"type": "text", "text": "b"}]) == f"a\n{media_mark('image', {})}\nb"
     assert message_text(42) == "42"
     text = render_chat([{"content": "no role"}, {"role": "assistant", "content": None,
                                                  "tool_calls": [{"id": "t"}]}])
@@ -41,3 +42,18 @@ def test_odd_contents_never_raise() -> None:
                     "<|start_header_id|>user<|end_header_id|>\n\nno role<|eot_id|>"
                     "<|start_header_id|>assistant<|end_header_id|>\n\n<|eot_id|>"
                     "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_every_text_part_vllm_reads_is_text_and_media_items_stand_in_their_place() -> None:
+    """``input_text``, ``output_text`` and ``refusal`` parts were left out (a 601-token
+    prompt counted 42), and so was every image, audio and video item."""
+    content = [{"type": "input_text", "text": "one"}, {"type": "output_text", "text": "two"},
+               {"type": "refusal", "refusal": "three"},
+               {"type": "image_url", "image_url": {"url": "https://x/cat.png"}},
+               {"type": "input_audio", "input_audio": {"data": "UklGR", "format": "wav"}},
+               {"type": "video_url", "video_url": {"url": "https://x/v.mp4"}},
+               {"type": "thinking", "thinking": "not rendered"}]
+    assert message_text(content).split("\n") == [
+        "one", "two", "three", media_mark("image", "https://x/cat.png"),
+        media_mark("audio", {"data": "UklGR", "format": "wav"}),
+        media_mark("video", "https://x/v.mp4")]

@@ -13,6 +13,7 @@ import pytest
 
 from policies.base import RoutingRequest
 from policies.errors import RoutingConfigError
+from policies.producers.media import media_mark
 from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
 from policies.producers.tokens import TokensParams
 from policies.registry import BuildContext, default_registry
@@ -56,7 +57,8 @@ def test_chat_rendering_and_special_tokens(model_dir: Path) -> None:
                                              {"type": "image_url", "image_url": {"url": "x"}},
                                              {"type": "text", "text": "world"}]}]
     text = tokenizer.render_chat(messages)
-    assert text == "system: Be brief.\nuser: hello\nworld\nassistant:"
+    image = media_mark("image", {"url": "x"})     # its place, for the producer's tokens
+    assert text == f"system: Be brief.\nuser: hello\n{image}\nworld\nassistant:"
     assert tokenizer.chat_ids(messages) == tokenizer.encode(text, add_special_tokens=False)
     assert tokenizer.chat_ids(messages)[:2] == tokenizer.encode("system:", False)
     cls, sep = tokenizer.encode("", add_special_tokens=True)

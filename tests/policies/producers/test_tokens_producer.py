@@ -331,3 +331,44 @@ def test_an_adapters_prompt_takes_its_base_models_tokenizer() -> None:
     unknown = RoutingRequest("r", "other", path="/v1/completions", prompt=text)
     p.produce(unknown, views)                     # no worker has it: the default tokenizer
     assert unknown.num_prompt_tokens == len(ENCODING.encode(text))
+
+
+def _image_chat(url: str, text: str = "What is in this image?") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "text", "text": text}]}]
+
+
+def test_a_chats_images_count_as_their_tokens_and_part_its_prefix_where_they_differ() -> None:
+    """Images were left out: ten of them counted as none (the context-length filter passed
+    what no window holds), and the same text about another image was a cached prefix."""
+    from policies.producers.blocks import BlocksParams, BlocksProducer
+
+    p = producer(media_tokens={"image": 100})
+    text_only = produce(p, messages=[{"role": "user", "content": "What is in this image?"}])
+    cat = produce(p, messages=_image_chat("data:image/png;base64,Y2F0"))
+    dog = produce(p, messages=_image_chat("data:image/png;base64,ZG9n"))
+    cat_again = produce(p, messages=_image_chat("data:image/png;base64,Y2F0"))
+    assert cat.num_prompt_tokens == dog.num_prompt_tokens
+    # the text, less the line break between the parts, and the image's 100
+    assert cat.num_prompt_tokens >= text_only.num_prompt_tokens + 100
+    blocks = BlocksProducer("blocks", BlocksParams())
+    chains = [blocks.chain(r.prompt_token_ids or [], 16) for r in (cat, dog, cat_again)]
+    assert chains[0] == chains[2]
+    assert chains[0][0] == chains[1][0]          # the chat's header comes before the image
+    assert not set(chains[0][1:]) & set(chains[1][1:])
+    ten = produce(p, messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"https://x/{i}.png"}} for i in range(10)]}])
+    assert ten.num_prompt_tokens >= 1000
+    assert produce(producer(), messages=_image_chat("u")).num_prompt_tokens >= 576
+
+
+def test_media_tokens_are_checked_and_a_completions_text_is_never_expanded() -> None:
+    from policies.producers.media import media_mark
+
+    with pytest.raises(ParamError, match="unknown kind"):
+        TokensParams(media_tokens={"smell": 3})
+    with pytest.raises(ParamError, match="integer >= 0"):
+        TokensParams(media_tokens={"image": -1})
+    text = f"a {media_mark('image', 'u')} b"
+    assert produce(producer(), prompt=text).num_prompt_tokens == len(
+        ENCODING.encode_ordinary(text))
