@@ -34,6 +34,7 @@ class RoutingRequest:
     stream: bool = False
     tenant: str | None = None            # API key / x-tenant header
     session: str | None = None           # x-session-id / user field
+    user: str | None = None              # the body's ``user`` field
     headers: Mapping[str, str] = field(default_factory=dict)
     arrival_time: float = 0.0            # monotonic seconds (virtual in the simulator)
     # a pooling request's ``truncate_prompt_tokens``: each text cut to that many tokens by the

@@ -13,8 +13,10 @@ peer-routers.md §2.1):
   instead (and is still inserted). Chat prompt = message contents joined by ``\\n``. No
   eviction, as upstream. A prompt given only as token ids (the simulator's) is chunked in
   ``chunk_size / 4`` tokens (about the same text length) instead of characters.
-* ``session``: consistent hashing of the session key (``x-session-id`` / ``user``) over the
-  endpoint URLs (upstream: ``uhashring``, no bounded load); no key → lowest router-side QPS.
+* ``session``: consistent hashing of the session key over the workers (upstream:
+  ``uhashring`` over the endpoint URLs, no bounded load); no key → lowest router-side QPS.
+  The key is the request header ``session_key`` names (upstream's ``--session-key``;
+  default ``x-session-id``), else the body's ``user`` field.
 
 Router-side QPS is routed requests per ``qps_window_secs`` (the request-stats window, 60 s)
 on request arrival times. Both are one-hot scorers::
@@ -56,14 +58,21 @@ class PrefixParams:
             raise ParamError("qps_window_secs", "must be > 0")
 
 
+DEFAULT_SESSION_KEY = "x-session-id"
+
+
 @dataclass(frozen=True, slots=True)
 class SessionParams:
     vnodes: int = 160
     qps_window_secs: float = 60.0
+    session_key: str = DEFAULT_SESSION_KEY       # the header naming a request's session
 
     def __post_init__(self) -> None:
         if self.vnodes <= 0:
             raise ParamError("vnodes", "must be > 0")
+        if not self.session_key or not self.session_key.isascii() or any(
+                c in self.session_key for c in " \t\r\n:"):
+            raise ParamError("session_key", "must be a header name")
         if self.qps_window_secs <= 0:
             raise ParamError("qps_window_secs", "must be > 0")
 
@@ -198,8 +207,16 @@ class ProductionStackSessionScorer:
         params = params or SessionParams()
         self.name = name
         self.vnodes = params.vnodes
+        self.session_key = params.session_key
         self._qps = _QpsWindow(params.qps_window_secs)
         self._rings: dict[tuple[str, ...], tuple[list[int], list[str]]] = {}
+
+    def session_of(self, request: RoutingRequest) -> str | None:
+        """The request's session: its ``session_key`` header, else its ``user`` (with the
+        default key, ``request.session``, which is that, or a simulated request's own)."""
+        if self.session_key == DEFAULT_SESSION_KEY:
+            return request.session
+        return request.headers.get(self.session_key) or request.user
 
     def _ring(self, workers: Sequence[WorkerView]) -> tuple[list[int], list[str]]:
         key = tuple(sorted(view.id for view in workers))
@@ -213,10 +230,11 @@ class ProductionStackSessionScorer:
     def choose(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> str | None:
         if not workers:
             return None
-        if not request.session:
+        session = self.session_of(request)
+        if not session:
             return self._qps.lowest(workers, request.arrival_time)
         points, owners = self._ring(workers)
-        index = bisect.bisect(points, _ring_point(request.session)) % len(points)
+        index = bisect.bisect(points, _ring_point(session)) % len(points)
         return owners[index]
 
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],

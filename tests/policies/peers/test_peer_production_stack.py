@@ -2,12 +2,16 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from policies.base import CycleState
+from policies.errors import ParamError
 from policies.peers.production_stack import (
     HashTrie,
     PrefixParams,
     ProductionStackPrefixScorer,
     ProductionStackSessionScorer,
+    SessionParams,
 )
 from tests.policies.peers.peer_fixtures import make_request, make_view, routed
 
@@ -53,6 +57,25 @@ def test_session_hash_is_stable_and_no_key_goes_to_lowest_qps() -> None:
         r = make_request(worker, at=1.0)
         scorer.on_routed(r, routed(r, worker))
     assert scorer.choose(make_request(at=2.0), views) == "w2"
+
+
+def test_the_session_key_names_the_header_and_the_user_field_stands_in() -> None:
+    """A fleet migrating from production-stack's ``--session-key X-User-ID``: the key was
+    fixed to ``x-session-id``, so its sessions went by QPS, spread over every worker."""
+    from multidict import CIMultiDict
+
+    scorer = ProductionStackSessionScorer(SessionParams(session_key="X-User-ID"))
+    views = [make_view("w0"), make_view("w1"), make_view("w2")]
+    by_header = {scorer.choose(make_request(f"r{i}", at=float(i), headers=CIMultiDict(
+        {"x-user-id": "alice"})), views) for i in range(6)}
+    by_user = {scorer.choose(make_request(f"u{i}", at=float(i), user="alice"), views)
+               for i in range(6)}
+    assert len(by_header) == 1 and by_header == by_user
+    ignored = make_request(session="bob", headers={"x-session-id": "bob"})
+    assert scorer.session_of(ignored) is None      # another key: not this scorer's
+    assert ProductionStackSessionScorer().session_of(ignored) == "bob"
+    with pytest.raises(ParamError, match="header name"):
+        SessionParams(session_key="not a header")
 
 
 def test_a_session_id_with_bytes_that_are_not_utf8_hashes_too() -> None:
