@@ -64,6 +64,11 @@ def fleet_warnings(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
     return found
 
 
+# pickers whose point is comparing the scorers' totals of a few (all 0 without a scorer: a
+# random pick; ``max-score`` without one is a plain random choice, a common intent)
+TOTAL_PICKERS = frozenset({"power-of-two"})
+
+
 def warnings(routing: RoutingConfig,
              runners: Mapping[str, Set[str]] | None = None) -> list[str]:
     """Valid but probably unintended: a profile that never checks the model or health; with
@@ -78,6 +83,10 @@ def warnings(routing: RoutingConfig,
         if "healthy" not in types:
             found.append(f"profiles.{name}.filters: no healthy filter: requests may go to "
                          "workers whose last scrape failed or that keep failing requests")
+        if profile.picker.type in TOTAL_PICKERS and not profile.scorers:
+            found.append(f"profiles.{name}.picker: {profile.picker.type} compares the "
+                         "scorers' totals and the profile has no scorer: it picks at random "
+                         "(no load is compared; add a scorer, e.g. inflight or queue-depth)")
     return (found + _shadowed_rules(routing) + _misrouting_rules(routing, runners or {})
             + _semantic_warnings(routing) + _unused_plugin_modules(routing))
 

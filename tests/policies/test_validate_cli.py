@@ -60,6 +60,19 @@ def test_warnings_do_not_fail_validation(tmp_path: Path,
         f"workers that do not serve their model\n{path}: {NO_FLEET_NOTE}\n")
 
 
+def test_a_picker_of_totals_with_no_scorer_is_warned_of(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``power-of-two`` with no scorer validated ok and picked at random: every total 0."""
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {filters: [healthy, model], "
+                    "picker: {type: power-of-two}}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: profiles.default.picker: power-of-two compares the scorers' totals "
+        "and the profile has no scorer: it picks at random (no load is compared; add a "
+        f"scorer, e.g. inflight or queue-depth)\n{path}: {NO_FLEET_NOTE}\n")
+
+
 NO_FLEET_NOTE = ("note: without --fleet, the models, pools and sequences it names are not "
                  "checked against a fleet")
 
