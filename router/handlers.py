@@ -5,7 +5,9 @@
 ``/v1/score``, ``/rerank``, ``/v1/rerank``, ``/v2/rerank``, ``/pooling`` and ``/classify``
 (the director), ``POST /tokenize``, ``POST /detokenize``, ``POST /v1/messages/count_tokens``,
 ``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
-``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health``, ``GET /metrics``,
+``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health`` (also ``/readiness``: 503
+while no worker is healthy), ``GET /liveness`` (200 while the process answers),
+``GET /metrics``,
 ``GET /debug/decisions``, ``GET /debug/fleet``, ``GET /debug/admission``.
 """
 
@@ -156,6 +158,13 @@ async def health(request: web.Request) -> web.Response:
                  status=200 if healthy else 503)
 
 
+async def liveness(request: web.Request) -> web.Response:
+    """200 while the process answers, whatever its workers' state: a liveness probe that
+    does not restart the router during an outage of its workers (``/health``, also
+    ``/readiness``, says 503 then)."""
+    return _json({"status": "alive"})
+
+
 async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=request.app[METRICS].render(),
                         headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -240,6 +249,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", retrieve_model)     # ids hold slashes
     app.router.add_get("/health", health)
+    app.router.add_get("/readiness", health)
+    app.router.add_get("/liveness", liveness)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/debug/decisions", debug_decisions)
     app.router.add_get("/debug/fleet", debug_fleet)

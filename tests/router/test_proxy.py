@@ -222,9 +222,14 @@ async def test_no_healthy_worker_is_503(make_router: RouterFactory) -> None:
     assert info.value.response.headers["x-kvroute-worker"] == "none"
     assert "healthy" in info.value.response.headers["x-kvroute-reason"]
     assert info.value.response.headers["Retry-After"] == "1"      # as an overloaded 503's
-    async with aiohttp.ClientSession() as session, session.get(router.url + "/health") as resp:
-        assert resp.status == 503
-        assert (await resp.json())["healthy_workers"] == 0
+    async with aiohttp.ClientSession() as session:
+        for path in ("/health", "/readiness"):
+            async with session.get(router.url + path) as resp:
+                assert resp.status == 503
+                assert (await resp.json())["healthy_workers"] == 0
+        # a liveness probe must not restart the router for its workers' outage
+        async with session.get(router.url + "/liveness") as resp:
+            assert resp.status == 200 and (await resp.json()) == {"status": "alive"}
 
 
 async def test_garbage_metrics_mark_worker_stale_and_down(
