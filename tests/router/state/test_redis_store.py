@@ -381,7 +381,8 @@ async def test_a_stopped_replicas_spending_fades_out_of_the_window(redis_url: st
         [(left, ends_ms)] = await client.zrange(LEFT_USAGE_KEY, 0, -1, withscores=True)
         await client.zadd(LEFT_USAGE_KEY, {left: ends_ms - 30_000})
         await one.sync_once()
-        assert one.usage.totals("acme", now) == (5, 500)
+        requests, tokens = one.usage.totals("acme", now)   # (less the moments since)
+        assert requests in (4, 5) and 490 <= tokens <= 500, (requests, tokens)
         # the schedule read from 30 s on: all of it stays until its last step
         assert one.usage.remote_schedule["acme"] == ((10, 1000), (10, 1000), (0, 0), (0, 0),
                                                      (0, 0))
