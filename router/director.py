@@ -55,6 +55,7 @@ from router.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from router.forwarded_headers import forwarded_headers
 from router.header_values import header_safe
 from router.metrics import OTHER_API, UNKNOWN_MODEL, RouterMetrics, api_of_path
 from router.protocol import (
@@ -486,7 +487,8 @@ class Director:
         engine.on_routed(routing, decision)
         if routing.block_hashes:       # the other replicas' prefix scorers learn it too
             self._store.on_routed_blocks(info.id, routing.block_hashes)
-        headers = {"Content-Type": "application/json", "X-Request-Id": routing.request_id,
+        headers = {**forwarded_headers(request.headers, self._settings.request_id_header),
+                   "Content-Type": "application/json", "X-Request-Id": routing.request_id,
                    **trace_headers(request.headers)}     # the engine's spans join the trace
         auth = upstream_authorization(request.headers)
         if auth:

@@ -37,6 +37,7 @@ from router.errors import (
     RouterError,
     UpstreamError,
 )
+from router.forwarded_headers import forwarded_headers
 from router.header_values import header_safe
 from router.metrics import RESPONSES_API, UNKNOWN_MODEL, RouterMetrics, api_of_path
 from router.protocol import (
@@ -178,7 +179,8 @@ class UtilityRequests:
         return result.response
 
     def _headers(self, request: web.Request, request_id: str) -> dict[str, str]:
-        headers = {"Content-Type": "application/json",
+        headers = {**forwarded_headers(request.headers, self._settings.request_id_header),
+                   "Content-Type": "application/json",
                    self._settings.request_id_header: request_id,
                    **trace_headers(request.headers)}
         authorization = upstream_authorization(request.headers)

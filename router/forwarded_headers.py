@@ -1,0 +1,47 @@
+"""The client's header fields a worker is sent with its request.
+
+A request goes on with the client's end-to-end fields (its ``User-Agent``, the SDK's own,
+vLLM's ``X-data-parallel-rank``, whatever a sidecar before the engine reads), less:
+
+* those of the client's connection and the body's framing, which the router's hop sets
+  anew (RFC 9110 §7.6.1: ``Connection`` and the fields it names, ``Keep-Alive``,
+  ``Transfer-Encoding``, ``TE``, ``Trailer``, ``Upgrade``, the ``Proxy-`` fields), and
+  ``Host``, ``Content-Length``, ``Content-Type``, ``Content-Encoding``, ``Expect``;
+* ``Accept-Encoding``: the router reads the worker's answer (its usage, its events), which a
+  compressed answer would hide;
+* those the router writes itself or turns into its own: the credentials
+  (``Authorization``, ``x-api-key``; ``router.protocol.upstream_authorization`` and the
+  fleet's keys decide what a worker gets), the request id, the trace context
+  (``router.trace_context``), ``x-tenant`` (the router's budget key);
+* ``Cookie``: the client's session with its application, no worker's business.
+
+A field sent several times is sent once, its values joined with commas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+NOT_FORWARDED = frozenset({
+    "connection", "keep-alive", "proxy-connection", "proxy-authorization", "transfer-encoding",
+    "te", "trailer", "upgrade", "host", "content-length", "content-type", "content-encoding",
+    "expect", "accept-encoding", "authorization", "x-api-key", "traceparent", "tracestate",
+    "x-tenant", "cookie", "x-request-id"})
+
+
+def forwarded_headers(client: Mapping[str, str], request_id_header: str) -> dict[str, str]:
+    """The client's fields (``client``: its request's headers, any case) a worker gets;
+    the router adds its own after them."""
+    skipped = NOT_FORWARDED | {request_id_header.lower()}
+    named = client.get("connection") or client.get("Connection")
+    if named:
+        skipped = skipped | {name.strip().lower() for name in named.split(",")}
+    forwarded: dict[str, str] = {}
+    names: dict[str, str] = {}          # lower-case name -> the name as first sent
+    for name, value in client.items():
+        lower = name.lower()
+        if lower in skipped or lower.startswith("proxy-"):
+            continue
+        first = names.setdefault(lower, name)
+        forwarded[first] = f"{forwarded[first]}, {value}" if first in forwarded else value
+    return forwarded
