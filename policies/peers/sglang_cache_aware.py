@@ -13,8 +13,12 @@ Source rule (sgl-model-gateway ``src/policies/cache_aware.rs``; peer-routers.md 
 
 Defaults are the CLI / Python ``RouterArgs`` ones (not Rust ``CacheAwareConfig::default()``):
 cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5,
-eviction_interval_secs 60, max_tree_size 2**26. The tree keys on token ids when a producer set
-them (SGLang's gRPC path) and on characters otherwise (its HTTP path). One tree per worker
+eviction_interval_secs 60, max_tree_size 2**26. ``sglang-cache-aware`` keys its trees on the
+prompt's characters, as SGLang's router does in front of HTTP workers (vLLM's): the text of
+the chat messages joined with line breaks, or the completion's prompt, and on token ids only
+where a request has no text (a token-id prompt; the simulator's). ``sglang-cache-aware-tokens``
+keys them on the token ids of the router's ``tokens`` producer, as its gRPC path does on the
+engine's tokens (the chat template included: short chats share its header). One tree per worker
 (SGLang keeps one multi-tenant tree; the longest match per worker is the same); among workers
 with the same longest match the first candidate wins. Time is the request's arrival time, so
 eviction runs identically live and in the simulator.
@@ -37,12 +41,13 @@ from dataclasses import dataclass
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.cycle_keys import record_worker_attribute, set_reason
 from policies.errors import ParamError
-from policies.peers.prompt import prompt_units
+from policies.peers.prompt import prompt_text, prompt_units
 from policies.peers.radix_tree import ApproxRadixTree
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
 TYPE_NAME = "sglang-cache-aware"
+TOKENS_TYPE_NAME = "sglang-cache-aware-tokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +73,9 @@ class SglangCacheAwareScorer:
     """One-hot scorer reproducing SGLang's ``cache_aware`` choice; observes routed requests."""
 
     def __init__(self, params: SglangCacheAwareParams | None = None,
-                 name: str = TYPE_NAME) -> None:
+                 name: str = TYPE_NAME, on_tokens: bool = False) -> None:
         self.name = name
+        self.on_tokens = on_tokens     # keyed on token ids (gRPC), else on characters (HTTP)
         params = params or SglangCacheAwareParams()
         self.cache_threshold = params.cache_threshold
         self.balance_abs_threshold = params.balance_abs_threshold
@@ -97,7 +103,7 @@ class SglangCacheAwareScorer:
         if (max_load - min_load > self.balance_abs_threshold
                 and max_load > self.balance_rel_threshold * min_load):
             return shortest, "balance", 0
-        units = tuple(prompt_units(request))
+        units = self.units(request)
         if not units:
             return shortest, "min-load", 0
         best_id, best_match = shortest, 0
@@ -109,18 +115,27 @@ class SglangCacheAwareScorer:
             return best_id, "cache", best_match
         return shortest, "min-load", best_match
 
+    def units(self, request: RoutingRequest) -> tuple[int, ...]:
+        """What the trees key on: the prompt's token ids, or its characters' code points
+        (its token ids when it has no text)."""
+        if not self.on_tokens:
+            text = prompt_text(request)
+            if text:
+                return tuple(map(ord, text))
+        return tuple(prompt_units(request))
+
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
               cycle: CycleState) -> Mapping[str, float]:
         choice, reason, matched = self.choose(request, workers)
         if choice is not None:
             set_reason(cycle, f"sglang cache_aware: {reason} (longest match {matched})", reason)
-            if reason == "cache":
+            if reason == "cache" and self.on_tokens:     # (characters are not tokens)
                 record_worker_attribute(cycle, "prefix_match_tokens", choice, matched)
         return {view.id: 1.0 if view.id == choice else 0.0 for view in workers}
 
     def inherit_state(self, previous: object) -> None:
         """On a routing reload, keep the trees the previous instance built."""
-        if isinstance(previous, SglangCacheAwareScorer):
+        if isinstance(previous, SglangCacheAwareScorer) and previous.on_tokens == self.on_tokens:
             self._trees = previous._trees
             self._last_eviction = previous._last_eviction
 
@@ -128,7 +143,7 @@ class SglangCacheAwareScorer:
         if decision.worker_id is None:
             return
         now = request.arrival_time
-        self.tree(decision.worker_id).insert(prompt_units(request), now)
+        self.tree(decision.worker_id).insert(self.units(request), now)
         if self._last_eviction is None:
             self._last_eviction = now
         elif now - self._last_eviction >= self.eviction_interval_secs:
@@ -142,5 +157,8 @@ class SglangCacheAwareScorer:
 
 def register(registry: PluginRegistry) -> None:
     registry.register(TYPE_NAME, "scorer", SglangCacheAwareParams,
-                      lambda params, ctx: SglangCacheAwareScorer(params, ctx.name),
+                      lambda params, ctx: SglangCacheAwareScorer(params, ctx.name))
+    registry.register(TOKENS_TYPE_NAME, "scorer", SglangCacheAwareParams,
+                      lambda params, ctx: SglangCacheAwareScorer(params, ctx.name,
+                                                                 on_tokens=True),
                       needs=("prompt_token_ids",))

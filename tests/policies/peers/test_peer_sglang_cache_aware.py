@@ -1,8 +1,12 @@
 from __future__ import annotations
 
-from policies.base import CycleState
+from pathlib import Path
+
+from policies.base import CycleState, RoutingRequest
 from policies.peers.sglang_cache_aware import SglangCacheAwareParams, SglangCacheAwareScorer
 from tests.policies.peers.peer_fixtures import make_request, make_view, routed
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _scorer(**params: float) -> SglangCacheAwareScorer:
@@ -71,3 +75,38 @@ def test_eviction_runs_at_the_interval_on_request_time() -> None:
     assert tree.size == 8                          # the least recently used leaf went first
     assert tree.match_length(range(100, 108), 61.0) == 8
     assert tree.match_length(range(0, 8), 61.0) == 0
+
+
+def test_text_is_matched_by_its_characters_and_the_tokens_type_by_its_tokens() -> None:
+    """Keyed on the tokens producer's ids (the chat template's header included), 16 short
+    chats of different texts all matched the first one's header and went to its worker;
+    SGLang's router in front of HTTP workers matches their text, which shares nothing."""
+    from policies.engine import PolicyEngine
+    from policies.loader import parse_routing_text
+    from tests.policies.peers.peer_fixtures import MODEL
+    from workers.fleet import load_fleet
+
+    def routed_to(scorer_type: str) -> list[str | None]:
+        routing = parse_routing_text(
+            f"profiles: {{default: {{scorers: [{{type: {scorer_type}}}], "
+            "picker: {type: max-score}}}\ndefault_profile: default\n")
+        fleet = load_fleet(REPO / "config" / "fleet.yaml")
+        engine = PolicyEngine.build(routing, fleet, seed=1)
+        views = [make_view("w0"), make_view("w1"), make_view("w2")]
+        chosen = []
+        for i, letter in enumerate("bcdefghijklmnopq"):
+            request = RoutingRequest(f"r{i}", MODEL, messages=[
+                {"role": "user", "content": f"{letter}{i * 7919:09d}"}], arrival_time=float(i))
+            for producer in engine.producers:
+                producer.produce(request, views)
+            decision = engine.decide(request, views)
+            engine.on_routed(request, decision)
+            chosen.append(decision.worker_id)
+            views = [make_view(v.id, inflight=v.inflight_requests + (
+                v.id == decision.worker_id)) for v in views]
+        return chosen
+
+    by_text = routed_to("sglang-cache-aware")
+    assert len(set(by_text)) == 3                    # least loaded each time: spread
+    by_tokens = routed_to("sglang-cache-aware-tokens")
+    assert by_tokens.count(by_tokens[0]) >= 12        # the template's header: one worker
