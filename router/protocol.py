@@ -169,6 +169,8 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         if path == CHAT_PATH:
             messages = _check_messages(data.get("messages"))
             tools = _offered_tools(data.get("tools"))
+        elif data.get("prompt") is None and _given_embeds(data.get("prompt_embeds")):
+            prompt = None       # vLLM's --enable-prompt-embeds: routed with no text counted
         else:
             prompt = _check_prompt(data.get("prompt"))
         max_tokens = _check_max_tokens(data)
@@ -293,6 +295,13 @@ def _check_messages(messages: Any, name: str = "messages") -> list[Mapping[str, 
             raise InvalidRequest(f"{name}[{i}].content: must be a string or an array.",
                                  param=f"{name}[{i}].content")
     return messages
+
+
+def _given_embeds(embeds: Any) -> bool:
+    """Whether a completion's ``prompt_embeds`` holds some (base64 text, or a list of it)."""
+    return (isinstance(embeds, str) and bool(embeds)) or (
+        isinstance(embeds, list) and bool(embeds)
+        and all(isinstance(item, str) and item for item in embeds))
 
 
 def _check_prompt(prompt: Any) -> Any:

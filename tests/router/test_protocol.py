@@ -62,6 +62,16 @@ def test_completion_prompts_accepted(prompt: object) -> None:
     assert r.prompt == prompt and r.messages is None
 
 
+@pytest.mark.parametrize("embeds", ["AAAA", ["AAAA", "BBBB"]], ids=["one", "a batch"])
+def test_a_completion_of_prompt_embeds_alone_is_routed(embeds: object) -> None:
+    """vLLM's ``--enable-prompt-embeds`` takes ``prompt_embeds`` without ``prompt``: the
+    router answered it 400, ``Missing required parameter: 'prompt'``."""
+    r = parse({"model": MODEL, "prompt_embeds": embeds}, COMPLETIONS_PATH).routing
+    assert r.prompt is None and r.messages is None
+    with pytest.raises(InvalidRequest, match="Missing required parameter: 'prompt'"):
+        parse({"model": MODEL, "prompt_embeds": ""}, COMPLETIONS_PATH)
+
+
 @pytest.mark.parametrize(("body", "path", "message", "param"), [
     (b"", CHAT_PATH, "Request body is empty; expected a JSON object.", None),
     (b"{not json", CHAT_PATH, "Request body is not valid JSON", None),
