@@ -4,6 +4,7 @@
 ``POST /v1/responses``, ``POST /v1/messages``, vLLM's pooling APIs ``POST /score``,
 ``/v1/score``, ``/rerank``, ``/v1/rerank``, ``/v2/rerank``, ``/pooling`` and ``/classify``
 (the director), ``POST /tokenize``, ``POST /detokenize``, ``POST /v1/messages/count_tokens``,
+``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``,
 ``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
 ``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health`` (also ``/readiness``: 503
 while no worker is healthy), ``GET /liveness`` (200 while the process answers),
@@ -45,6 +46,8 @@ from router.protocol import (
     POOLING_API_PATHS,
     RESPONSES_PATH,
     TOKENIZE_PATH,
+    TRANSCRIPTIONS_PATH,
+    TRANSLATIONS_PATH,
 )
 from router.request_body import expect_later
 from workers.models import WorkerView
@@ -102,6 +105,14 @@ async def tokenize(request: web.Request) -> web.StreamResponse:
 
 async def detokenize(request: web.Request) -> web.StreamResponse:
     return await request.app[UTILITY].handle(request, DETOKENIZE_PATH)
+
+
+async def transcriptions(request: web.Request) -> web.StreamResponse:
+    return await request.app[UTILITY].handle_form(request, TRANSCRIPTIONS_PATH)
+
+
+async def translations(request: web.Request) -> web.StreamResponse:
+    return await request.app[UTILITY].handle_form(request, TRANSLATIONS_PATH)
 
 
 def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
@@ -240,7 +251,9 @@ def add_routes(app: web.Application) -> None:
              EMBEDDINGS_PATH: embeddings, RESPONSES_PATH: responses,
              RESPONSES_PATH + "/{id}/cancel": cancel_response, MESSAGES_PATH: messages,
              COUNT_TOKENS_PATH: count_tokens, TOKENIZE_PATH: tokenize,
-             DETOKENIZE_PATH: detokenize, **{path: directed(path) for path in POOLING_API_PATHS}}
+             DETOKENIZE_PATH: detokenize, TRANSCRIPTIONS_PATH: transcriptions,
+             TRANSLATIONS_PATH: translations,
+             **{path: directed(path) for path in POOLING_API_PATHS}}
     for path, handler in posts.items():
         app.router.add_post(path, handler, expect_handler=expect_later)
     # no HEAD: forwarded, the worker's Content-Length without a body held the attempt for

@@ -41,7 +41,14 @@ from router.loop_metrics import (
 )
 from router.output_length_metrics import OutputLengthCollector
 from router.pool_demand import pool_demand
-from router.protocol import COUNT_TOKENS_PATH, DETOKENIZE_PATH, RESPONSES_PATH, TOKENIZE_PATH
+from router.protocol import (
+    COUNT_TOKENS_PATH,
+    DETOKENIZE_PATH,
+    RESPONSES_PATH,
+    TOKENIZE_PATH,
+    TRANSCRIPTIONS_PATH,
+    TRANSLATIONS_PATH,
+)
 from router.state.store import StateStore
 from router.state_store_metrics import StateStoreCollector
 from workers.models import WorkerView
@@ -63,7 +70,8 @@ SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 # completions, embeddings, responses, messages, score, rerank, pooling, classify), these
 # paths' own names, "responses" for a stored response's paths, else "other"
 UTILITY_APIS = {TOKENIZE_PATH: "tokenize", DETOKENIZE_PATH: "detokenize",
-                COUNT_TOKENS_PATH: "count-tokens"}
+                COUNT_TOKENS_PATH: "count-tokens", TRANSCRIPTIONS_PATH: "transcriptions",
+                TRANSLATIONS_PATH: "translations"}
 OTHER_API = "other"
 RESPONSES_API = "responses"
 

@@ -43,6 +43,8 @@ MESSAGES_PATH = "/v1/messages"          # Anthropic's Messages API
 TOKENIZE_PATH = "/tokenize"
 DETOKENIZE_PATH = "/detokenize"
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"
+TRANSLATIONS_PATH = "/v1/audio/translations"
 # vLLM's pooling APIs past embeddings, each path as vLLM serves it
 SCORE_PATHS = ("/score", "/v1/score")
 RERANK_PATHS = ("/rerank", "/v1/rerank", "/v2/rerank")       # Jina's and Cohere's shape

@@ -2,7 +2,10 @@
 
 ``POST /tokenize``, ``POST /detokenize`` and ``POST /v1/messages/count_tokens`` (Anthropic's):
 vLLM answers them in its API server, from the model's tokenizer, without the engine. No
-policy runs, nothing is reserved, nothing is learnt. The request goes to the healthy worker
+policy runs, nothing is reserved, nothing is learnt. ``POST /v1/audio/transcriptions`` and
+``/v1/audio/translations`` (a speech model's, a form with the audio file) go the same way:
+their body is forwarded as it came, its ``model`` field read (``router.form_fields``), and
+streamed back when its ``stream`` field is true. The request goes to the healthy worker
 serving its ``model`` with the fewest requests in flight (ties taken in turn; workers ejected
 by ``router.ejection`` last), and on a connect error or a 5xx to the next one, at most
 ``Settings.max_retries`` times. ``model`` may be left out, as vLLM allows, when every worker
@@ -37,6 +40,7 @@ from router.errors import (
     RouterError,
     UpstreamError,
 )
+from router.form_fields import boundary_of, form_fields
 from router.forwarded_headers import forwarded_headers
 from router.header_values import header_safe
 from router.metrics import RESPONSES_API, UNKNOWN_MODEL, RouterMetrics, api_of_path
@@ -98,9 +102,43 @@ class UtilityRequests:
         finally:
             self._ids.release(request_id)
 
+    async def handle_form(self, request: web.Request, path: str) -> web.StreamResponse:
+        """vLLM's audio APIs: a ``multipart/form-data`` body (the audio and its fields),
+        forwarded as it came to a worker of its ``model`` field, streamed when its
+        ``stream`` field says so."""
+        request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
+        api = api_of_path(path)
+        try:
+            try:
+                boundary = boundary_of(request.headers.get("Content-Type", ""))
+                if boundary is None:
+                    raise InvalidRequest(f"{path} takes a multipart/form-data body (the audio "
+                                         "file and its fields), as vLLM does.", param="file")
+                body = await read_body(request, self._settings.body_timeout_s,
+                                       self._settings.max_body_bytes)
+                fields = form_fields(body, boundary, ("model", "stream"))
+                raw_model = fields.get("model")
+                model = None if raw_model in (None, "") else check_model(raw_model)
+            except RouterError as refused:    # a bad body: counted, as refused before routing
+                self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status,
+                                             api)
+                raise
+            stream = fields.get("stream", "").strip().lower() in ("true", "1")
+            return await self._forward(
+                request, path, body, model, self._candidates(model, api), request_id,
+                content_type=request.headers["Content-Type"], stream=stream)
+        except RouterError as error:      # a refusal names its request, as every one does
+            error.headers.setdefault(self._settings.request_id_header, request_id)
+            raise
+        finally:
+            self._ids.release(request_id)
+
     async def _forward(self, request: web.Request, path: str, body: bytes, model: str | None,
-                       candidates: list[WorkerView], request_id: str) -> web.StreamResponse:
+                       candidates: list[WorkerView], request_id: str,
+                       content_type: str = "application/json",
+                       stream: bool = False) -> web.StreamResponse:
         headers = self._headers(request, request_id)
+        headers["Content-Type"] = content_type
         last_failure: RetryableUpstream | None = None
         tried = candidates[:self._settings.max_retries + 1]
         for attempt, view in enumerate(tried):
@@ -115,7 +153,8 @@ class UtilityRequests:
             try:
                 result = await self._proxy.forward(
                     request, URL(view.info.url + path), body, headers, response_headers,
-                    stream=False, wants_usage=False, on_first_byte=lambda: None)
+                    stream=stream, wants_usage=stream,    # (a stream relayed as it is)
+                    on_first_byte=lambda: None)
             except RetryableUpstream as failure:
                 last_failure = failure
                 if self._registry.declares(view.id):     # (not one removed meanwhile)

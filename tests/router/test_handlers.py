@@ -379,7 +379,7 @@ async def test_the_window_quoted_is_the_engines_own(make_router: RouterFactory,
     ("/v1/completions", orjson.dumps({"model": MODEL, "prompt": {"a": 1}}), 400,
      "prompt: must be a string"),
     ("/v1/chat/completions", b"x" * (50 * 1024 * 1024), 413, "Request body too large"),
-    ("/v1/audio/transcriptions", b"{}", 404, "Not found: no such endpoint"),
+    ("/v1/audio/speech", b"{}", 404, "Not found: no such endpoint"),
 ], ids=["malformed json", "non-utf8", "nested 100,000 deep", "too deep to re-encode",
         "missing messages", "wrong type",
         "bad prompt", "50 MB body", "unknown path"])
