@@ -67,6 +67,7 @@ from router.keys import (
     WORKER_TLS,
 )
 from router.kv_event_feed import KvEventFeed
+from router.loop_lag import LoopLag
 from router.metrics import RouterMetrics
 from router.proxy import Proxy
 from router.request_ids import echo_request_id
@@ -185,6 +186,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app.cleanup_ctx.append(_workers)
     app.cleanup_ctx.append(_policy_reloader)
     app.cleanup_ctx.append(_gc_pauses)
+    app.cleanup_ctx.append(_loop_lag)
     app.cleanup_ctx.append(_bad_http_log)
     app.cleanup_ctx.append(_kv_event_feed)      # (inert until the fleet names a stream)
     add_routes(app)
@@ -336,6 +338,14 @@ async def _gc_pauses(app: web.Application) -> AsyncIterator[None]:
     pauses.install()
     yield
     pauses.remove()
+
+
+async def _loop_lag(app: web.Application) -> AsyncIterator[None]:
+    """``kvroute_event_loop_lag_seconds``: how late the event loop runs while the app runs."""
+    lag = LoopLag(app[METRICS].loop_lag)
+    lag.start()
+    yield
+    await lag.stop()
 
 
 async def _bad_http_log(app: web.Application) -> AsyncIterator[None]:

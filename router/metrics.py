@@ -64,6 +64,8 @@ DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 
                     0.1)
 # young collections take a tenth of a millisecond to a few, full ones milliseconds to seconds
 GC_PAUSE_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
+# a fluent loop wakes within a millisecond; a stall is tens of milliseconds to seconds
+LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 CLASSIFY_BUCKETS = (1e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 # the ``api`` label of the request series: the routed paths' APIs (``API_OF_PATH``: chat,
@@ -232,6 +234,11 @@ class RouterMetrics:
             "generation.", ["generation"], buckets=GC_PAUSE_BUCKETS))
         for generation in GENERATIONS:              # every series shown from the start
             self.gc_pause.labels(generation)
+        self.loop_lag = loop(LoopHistogram(
+            "kvroute_event_loop_lag_seconds",
+            "How late the router's event loop ran a timer due every 100 ms: how long a "
+            "callback, a collection or a parse held it, every request waiting.",
+            buckets=LOOP_LAG_BUCKETS))
         self.decisions = loop(LoopCounter(
             "kvroute_decisions", "Routing decisions.",
             ["profile", "rule", "worker", "gpu", "reason", "class"]))

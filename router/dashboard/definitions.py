@@ -89,6 +89,15 @@ ROUTING = Dashboard(
                         "by generation (0: young objects; 2: a full collection, which walks "
                         "every live container). Its event loop serves no one meanwhile; "
                         "kvroute_gc_pause_seconds has each collection's duration."),
+        Panel("Event loop lag", (
+            Query(f"histogram_quantile(0.99, sum by (le) (rate("
+                  f"kvroute_event_loop_lag_seconds_bucket[{RI}])))", "p99"),
+            Query("sum(rate(kvroute_event_loop_lag_seconds_sum[" + RI + "])) / "
+                  "sum(rate(kvroute_event_loop_lag_seconds_count[" + RI + "]))", "mean")),
+            unit="s",
+            description="How late the router's event loop ran a timer due every 100 ms: "
+                        "how long whatever held it (a large body parsed, a collection, a "
+                        "plugin) made every request wait. Near 0 when fluent."),
         Panel("Output length: generated / predicted", tuple(
             Query(_quantile(q, "kvroute_output_tokens_predicted_ratio", 'model=~"$model"',
                             "model"), f"p{round(q * 100)} {{{{model}}}}")

@@ -28,7 +28,7 @@ def test_snapshot_renders_every_dashboard(live_stack: Stack, tmp_path: Path) -> 
     assert "no data" not in result.stderr      # every panel drawn with data
     import matplotlib.image
 
-    for name, panels in (("routing", 14), ("fleet", 14), ("cost", 10)):
+    for name, panels in (("routing", 15), ("fleet", 14), ("cost", 10)):
         png = out / f"{name}.png"
         assert f"{png}: {panels} panels" in result.stdout
         assert png.stat().st_size > 50_000
