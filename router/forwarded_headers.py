@@ -13,7 +13,13 @@ vLLM's ``X-data-parallel-rank``, whatever a sidecar before the engine reads), le
   (``Authorization``, ``x-api-key``; ``router.protocol.upstream_authorization`` and the
   fleet's keys decide what a worker gets), the request id, the trace context
   (``router.trace_context``), ``x-tenant`` (the router's budget key);
-* ``Cookie``: the client's session with its application, no worker's business.
+* ``Cookie``: the client's session with its application, no worker's business;
+* the CORS fields (``Origin``, ``Access-Control-Request-*``): the router answers for which
+  pages may read it (``router.cors``); a worker seeing ``Origin`` would add its own
+  allowing fields (vLLM allows any origin);
+* what a client may say of where it is (``Forwarded``, ``X-Forwarded-*``, ``X-Real-IP``): a
+  worker trusts them from a proxy on its host (uvicorn from 127.0.0.1), and the client could
+  write any address there.
 
 A field sent several times is sent once, its values joined with commas.
 """
@@ -21,26 +27,35 @@ A field sent several times is sent once, its values joined with commas.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 NOT_FORWARDED = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authorization", "transfer-encoding",
     "te", "trailer", "upgrade", "host", "content-length", "content-type", "content-encoding",
     "expect", "accept-encoding", "authorization", "x-api-key", "traceparent", "tracestate",
-    "x-tenant", "cookie", "x-request-id"})
+    "x-tenant", "cookie", "x-request-id", "origin", "forwarded", "x-real-ip"})
+NOT_FORWARDED_PREFIXES = ("proxy-", "access-control-request-", "x-forwarded-")
+
+
+@lru_cache(maxsize=8)
+def _not_forwarded(request_id_header: str) -> frozenset[str]:
+    return NOT_FORWARDED | {request_id_header.lower()}
 
 
 def forwarded_headers(client: Mapping[str, str], request_id_header: str) -> dict[str, str]:
     """The client's fields (``client``: its request's headers, any case) a worker gets;
     the router adds its own after them."""
-    skipped = NOT_FORWARDED | {request_id_header.lower()}
-    named = client.get("connection") or client.get("Connection")
+    skipped = _not_forwarded(request_id_header)
+    getall = getattr(client, "getall", None)     # every Connection field, not the first
+    named = (", ".join(getall("connection", ())) if getall is not None
+             else client.get("connection") or client.get("Connection"))
     if named:
         skipped = skipped | {name.strip().lower() for name in named.split(",")}
     forwarded: dict[str, str] = {}
     names: dict[str, str] = {}          # lower-case name -> the name as first sent
     for name, value in client.items():
         lower = name.lower()
-        if lower in skipped or lower.startswith("proxy-"):
+        if lower in skipped or lower.startswith(NOT_FORWARDED_PREFIXES):
             continue
         first = names.setdefault(lower, name)
         forwarded[first] = f"{forwarded[first]}, {value}" if first in forwarded else value

@@ -74,23 +74,28 @@ _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cac
 
 # the worker's header fields that describe its connection to the router or the body's
 # framing, which the router's own answer sets anew (RFC 9110 §7.6.1), and those its answer
-# sets itself; ``set-cookie`` too, whose several fields the upstream client joins into one
+# sets itself; ``set-cookie`` too, whose several fields the upstream client joins into one;
+# and the CORS fields (``access-control-*``, ``vary``): which pages may read an answer is the
+# router's ``--allowed-origins`` (``router.cors``), not the worker's (vLLM allows any)
 _NOT_RELAYED = frozenset({
     "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
     "upgrade", "proxy-authenticate", "proxy-authorization", "content-length", "content-type",
-    "date", "server", "set-cookie"})
+    "date", "server", "set-cookie", "vary"})
+_NOT_RELAYED_PREFIX = "access-control-"
 
 
 def relayed_headers(worker: Mapping[str, str], own: Mapping[str, str]) -> CIMultiDict[str]:
     """The headers of an answer relayed from a worker: the worker's own (a 429's
     ``Retry-After``, vLLM's binary ``metadata``, whatever else it sends), less those of
-    ``_NOT_RELAYED`` and those its ``Connection`` names, then the router's ``own``, which
+    ``_NOT_RELAYED``, the CORS fields and those its ``Connection`` names, then the
+    router's ``own``, which
     win over the worker's of the same name."""
     named = worker.get("connection")
     skipped = (_NOT_RELAYED if not named else
                _NOT_RELAYED | {name.strip().lower() for name in named.split(",")})
     headers = CIMultiDict((name, value) for name, value in worker.items()
-                          if name.lower() not in skipped)
+                          if name.lower() not in skipped
+                          and not name.lower().startswith(_NOT_RELAYED_PREFIX))
     headers.update(own)
     return headers
 

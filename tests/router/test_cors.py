@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
+from aiohttp import web
 
-from tests.router.gateway_support import MODEL, RouterFactory, subset
+from tests.router.gateway_support import (
+    MODEL,
+    ROUTING_ROUND_ROBIN,
+    FrontedWorker,
+    RouterFactory,
+    subset,
+    url_fleet,
+)
 from workers.fleet import FleetConfig
 
 pytestmark = pytest.mark.integration
@@ -81,3 +89,33 @@ async def test_no_origins_no_cross_origin_answers(emulated_fleet: FleetConfig,
                                 headers={"Origin": PAGE}) as resp:
             assert resp.status == 200
             assert "Access-Control-Allow-Origin" not in resp.headers
+
+
+async def _allowing_worker(request: web.Request) -> web.Response:
+    """A worker as vLLM answers a request with ``Origin``: any origin allowed."""
+    await request.read()
+    return web.json_response({"id": "c", "object": "chat.completion", "choices": []}, headers={
+        "Access-Control-Allow-Origin": "*", "Access-Control-Allow-Credentials": "true",
+        "Vary": "Origin", "x-origin-seen": request.headers.get("Origin", "none")})
+
+
+@pytest.mark.parametrize("origins", [(PAGE,), ()], ids=["one page", "none"])
+async def test_a_workers_own_cors_fields_never_reach_the_client(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        origins: tuple[str, ...]) -> None:
+    """The worker's ``Access-Control-Allow-Origin: *`` was relayed: any page could read the
+    answers of a router whose ``--allowed-origins`` names one page, or none."""
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    async with FrontedWorker(backend, _allowing_worker) as worker:
+        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN,
+                                   allowed_origins=origins)
+        async with aiohttp.ClientSession() as session:
+            for origin in (PAGE, "https://evil.example"):
+                async with session.post(router.url + "/v1/chat/completions", json=CHAT,
+                                        headers={"Origin": origin}) as resp:
+                    assert resp.status == 200
+                    allowed = resp.headers.getall("Access-Control-Allow-Origin", [])
+                    assert allowed == ([PAGE] if origin in origins else [])
+                    assert "Access-Control-Allow-Credentials" not in resp.headers
+                    assert resp.headers["x-origin-seen"] == "none"   # not the worker's call
+

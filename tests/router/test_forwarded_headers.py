@@ -31,7 +31,10 @@ def test_end_to_end_fields_go_on_and_the_hops_and_the_routers_own_do_not() -> No
         ("Authorization", "Bearer k"), ("x-api-key", "k"), ("Cookie", "s=1"),
         ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
         ("X-Request-Id", "client-1"), ("X-Correlation", "c-1"), ("x-tenant", "acme"),
-        ("Proxy-Foo", "p"), ("Expect", "100-continue")])
+        ("Proxy-Foo", "p"), ("Expect", "100-continue"), ("Connection", "X-Second-Hop"),
+        ("X-Second-Hop", "2"), ("Origin", "https://page.example"),
+        ("Access-Control-Request-Method", "POST"), ("X-Forwarded-For", "6.6.6.6"),
+        ("Forwarded", "for=6.6.6.6"), ("X-Real-IP", "6.6.6.6")])
     assert forwarded_headers(client, "X-Correlation") == {
         "User-Agent": "OpenAI/Python 1.0", "X-data-parallel-rank": "1", "X-Custom": "a, b"}
 
