@@ -10,11 +10,16 @@ checks see the item's size, and its prefix hashes part where the items differ:
 * ``media_mark(kind, payload)``: the text a chat renderer (``chat_template.message_text``)
   writes in an item's place: ``"\\ue000image:<digest>\\ue001"``, the digest (16 hex digits)
   of the item's payload (its URL or data URL, its embeddings, its source), of at most
-  ``SAMPLED_BYTES`` of it (a 20 MB image is not hashed whole on the event loop: its length
-  and three slices);
-* ``encode_with_media(encode, text, media_tokens)``: ``encode(text)`` with each mark turned
-  into ``media_tokens[kind]`` copies of one id drawn from its digest (negative: no
-  tokenizer's), the text between marks encoded piece by piece;
+  16 KiB of it (a 20 MB image is neither copied nor hashed whole on the event loop: its
+  length and 64 slices spread over it; two uncompressed payloads of one length that differ
+  only between the slices, raw audio say, take one digest);
+* ``encode_with_media(encode, text, media_tokens, listed)``: ``encode(text)`` with each mark
+  turned into a run of ``media_tokens[kind]`` copies of one id drawn from its digest
+  (negative: no tokenizer's), the text between marks encoded piece by piece, as an
+  ``Encoded``: the ids, the media tokens counted but not listed, and the media tokens in
+  all. At most ``listed`` media ids are listed in all (at least one per item, so prompts
+  around different items still part there): a body of 20,000 video parts (a megabyte) is
+  92 million tokens that no one lists or hashes;
 * ``part_media(part)``: the (kind, payload) of a content part that is an item: OpenAI chat
   (``image_url``, ``input_audio``, ``audio_url``, ``video_url``, the ``*_embeds`` parts),
   the Responses API (``input_image``, ``input_audio``) and Anthropic (``image``) shapes.
@@ -32,9 +37,7 @@ import hashlib
 import re
 from array import array
 from collections.abc import Callable, Mapping
-from typing import Any
-
-import orjson
+from typing import Any, NamedTuple
 
 MARK_OPEN = "\ue000"
 MARK_CLOSE = "\ue001"
@@ -43,8 +46,10 @@ _MARK = re.compile("\ue000(image|audio|video):([0-9a-f]{16})\ue001")
 DEFAULT_MEDIA_TOKENS: Mapping[str, int] = {"image": 576, "audio": 750, "video": 4608}
 MEDIA_KINDS = tuple(DEFAULT_MEDIA_TOKENS)
 
-# a payload longer than this is hashed by its length and three slices of a third of it each
-SAMPLED_BYTES = 48 * 1024
+# a string longer than this is hashed by its length and SAMPLES slices of SLICE_CHARS
+SAMPLED_CHARS = 16 * 1024
+SAMPLES = 64
+SLICE_CHARS = 256
 
 # content part type -> (kind, the field holding its payload)
 _PART_TYPES: Mapping[str, tuple[str, str]] = {
@@ -75,27 +80,42 @@ def media_mark(kind: str, payload: Any) -> str:
 
 
 def payload_digest(payload: Any) -> str:
-    """16 hex digits of the payload: a string (a URL, a data URL, base64) as it is, anything
-    else as its JSON; past ``SAMPLED_BYTES``, its length and three slices."""
+    """16 hex digits of the payload (see the module docstring): a string by its length and
+    what ``_feed`` reads of it, a mapping by its keys and values, a list by its items."""
     if isinstance(payload, Mapping) and isinstance(payload.get("url"), str):
         payload = payload["url"]        # {"url": ..., "detail": ...}: the image is the URL
-    if isinstance(payload, str):
-        data = payload.encode("utf-8", "surrogatepass")
-    else:
-        try:
-            data = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
-        except (TypeError, orjson.JSONEncodeError):
-            data = repr(type(payload)).encode()
     digest = hashlib.blake2b(digest_size=8)
-    if len(data) <= SAMPLED_BYTES:
-        digest.update(data)
-    else:
-        third, middle = SAMPLED_BYTES // 3, len(data) // 2
-        digest.update(len(data).to_bytes(8, "big"))
-        digest.update(data[:third])
-        digest.update(data[middle - third // 2:middle + third - third // 2])
-        digest.update(data[-third:])
+    _feed(digest, payload, 0)
     return digest.hexdigest()
+
+
+def _feed(digest: Any, value: Any, depth: int) -> None:
+    """Feed ``value`` to ``digest``: a string of up to ``SAMPLED_CHARS`` whole, a longer one
+    by its length and ``SAMPLES`` slices spread over it (read in place: a 20 MB data URL is
+    neither copied nor encoded whole); containers item by item, 8 levels deep at most."""
+    if isinstance(value, str):
+        size = len(value)
+        digest.update(b"s%d:" % size)
+        if size <= SAMPLED_CHARS:
+            digest.update(value.encode("utf-8", "surrogatepass"))
+            return
+        last = size - SLICE_CHARS
+        for k in range(SAMPLES):
+            start = last * k // (SAMPLES - 1)
+            digest.update(value[start:start + SLICE_CHARS].encode("utf-8", "surrogatepass"))
+    elif isinstance(value, Mapping) and depth < 8:
+        digest.update(b"m%d:" % len(value))
+        for key in sorted(value, key=str):
+            _feed(digest, str(key), depth + 1)
+            _feed(digest, value[key], depth + 1)
+    elif isinstance(value, (list, tuple)) and depth < 8:
+        digest.update(b"l%d:" % len(value))
+        for item in value[:SAMPLES]:
+            _feed(digest, item, depth + 1)
+    elif value is None or isinstance(value, (bool, int, float)):
+        digest.update(repr(value).encode())
+    else:
+        digest.update(type(value).__name__.encode())
 
 
 def media_token_id(digest: str) -> int:
@@ -103,29 +123,38 @@ def media_token_id(digest: str) -> int:
     return -1 - (int(digest[:8], 16) & 0x3FFFFFFF)
 
 
+class Encoded(NamedTuple):
+    ids: array[int]       # the text's ids and the media runs listed
+    unlisted: int         # media tokens counted but not in ``ids``
+    media: int            # media tokens in all (listed or not)
+
+
 def encode_with_media(encode: Callable[[str], array[int]], text: str,
-                      media_tokens: Mapping[str, int]) -> array[int]:
-    """``encode(text)``, each media mark in it a run of ``media_tokens[kind]`` tokens (an
-    array of its own when the text holds a mark, else ``encode``'s own)."""
+                      media_tokens: Mapping[str, int], listed: int) -> Encoded:
+    """``encode(text)``, each media mark in it a run of ``media_tokens[kind]`` tokens, of
+    which at most ``listed`` in all are in the ids (see the module docstring; the ids are
+    ``encode``'s own array when the text holds no mark)."""
     if MARK_OPEN not in text:         # O(1) for an ASCII text: the mark is wider than it
-        return encode(text)
+        return Encoded(encode(text), 0, 0)
     out = array("i")
-    start = 0
+    start = unlisted = media = 0
     for found in _MARK.finditer(text):
         if found.start() > start:
             out.extend(encode(text[start:found.start()]))
         kind, digest = found.groups()
-        out.extend(array("i", [media_token_id(digest)]) * media_tokens.get(kind, 0))
+        count = media_tokens.get(kind, 0)
+        shown = min(count, max(listed, 1)) if count else 0
+        out.extend(array("i", [media_token_id(digest)]) * shown)
+        listed -= shown
+        unlisted += count - shown
+        media += count
         start = found.end()
     if start < len(text):
         out.extend(encode(text[start:]))
-    return out
+    return Encoded(out, unlisted, media)
 
 
-def count_media(text: str) -> dict[str, int]:
-    """How many items of each kind ``text`` holds."""
-    counts: dict[str, int] = {}
-    if MARK_OPEN in text:
-        for found in _MARK.finditer(text):
-            counts[found.group(1)] = counts.get(found.group(1), 0) + 1
-    return counts
+def without_marks(text: str) -> str:
+    """``text`` with its media marks left out (text shown to a client: an echoed prompt)."""
+    return _MARK.sub("", text) if MARK_OPEN in text else text
+

@@ -58,8 +58,10 @@ producers:
 
 A chat's images, audio clips and videos count as ``media_tokens[kind]`` tokens each, in
 their place, of ids that differ with the item (``policies.producers.media``): estimates and
-the context-length filter see their size, and prompts around different items share no
-block after the first of them, as in the engine's cache.
+costs see their size, and prompts around different items share no block after the first of
+them, as in the engine's cache. At most ``LISTED_MEDIA_TOKENS`` of them are listed in the
+ids (at least one per item), the rest counted. They are estimates: ``media_prompt_tokens``
+keeps them out of what a context window is checked to hold.
 """
 
 from __future__ import annotations
@@ -79,7 +81,12 @@ from typing import Any, Protocol
 from policies.base import RoutingRequest, is_token_ids
 from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import message_text, render_chat
-from policies.producers.media import DEFAULT_MEDIA_TOKENS, MEDIA_KINDS, encode_with_media
+from policies.producers.media import (
+    DEFAULT_MEDIA_TOKENS,
+    MEDIA_KINDS,
+    Encoded,
+    encode_with_media,
+)
 from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
 from policies.producers.text_chunks import is_splittable, split_text
 from policies.registry import BuildContext, PluginRegistry
@@ -91,6 +98,9 @@ PROMPT_PARTS_KEY = "tokens.prompt_parts"    # request.attributes, while the prod
 # request.attributes: True when num_prompt_tokens is a lower bound of a prompt too long for
 # every window, counted without tokenizing it (see TokensProducer.produce)
 AT_LEAST_KEY = "tokens.at_least"
+UNLISTED_KEY = "tokens.unlisted_media"      # request.attributes, while the producer runs
+# the most media tokens of one prompt listed in its ids (and hashed): the rest are counted
+LISTED_MEDIA_TOKENS = 32_768
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +249,8 @@ class TokensProducer:
         else:
             ids, longest = self._token_ids_and_longest(request, model)
             request.prompt_token_ids = ids
-            request.num_prompt_tokens = len(ids)
+            # with the media tokens counted but not listed (``policies.producers.media``)
+            request.num_prompt_tokens = len(ids) + request.attributes.pop(UNLISTED_KEY, 0)
             request.longest_prompt_tokens = longest
             if longest:
                 request.prompt_count = prompt_count(request)
@@ -290,8 +301,9 @@ class TokensProducer:
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
         if len(texts) == 1:
             if request.messages is not None:     # a chat's media items: runs of tokens
-                return encode_with_media(partial(self._encode_cached, model), texts[0],
-                                         self.media_tokens), 0
+                return self._with_media(request, encode_with_media(
+                    partial(self._encode_cached, model), texts[0], self.media_tokens,
+                    LISTED_MEDIA_TOKENS)), 0
             return self._encode_cached(model, texts[0]), 0   # shared: read-only
         encoded = [self._encode_cached(model, text) for text in texts]
         ids, longest = _joined(encoded)
@@ -347,10 +359,10 @@ class TokensProducer:
                 text = folder.render_chat(request.messages, tools=request.tools)
             except Exception:     # a template error: vLLM answers 400, route on the rest
                 text = render_chat(request.messages, tools=request.tools)
-            return encode_with_media(
+            return self._with_media(request, encode_with_media(
                 lambda piece: self._encode_folder(model, folder, piece,
                                                   add_special_tokens=False),
-                text, self.media_tokens), 0
+                text, self.media_tokens, LISTED_MEDIA_TOKENS)), 0
         texts, given_ids = prompt_parts(request)
         if not texts:
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
@@ -369,6 +381,15 @@ class TokensProducer:
         ids = array("i", folder.encode(text, add_special_tokens))
         self.cache.put(key, ids)
         return ids
+
+    @staticmethod
+    def _with_media(request: RoutingRequest, encoded: Encoded) -> array[int]:
+        """The ids of a chat's ``encoded`` prompt; its media tokens, estimates, noted on the
+        request (never the reason it is refused: ``RoutingRequest.media_prompt_tokens``)."""
+        request.media_prompt_tokens = encoded.media
+        if encoded.unlisted:
+            request.attributes[UNLISTED_KEY] = encoded.unlisted
+        return encoded.ids
 
     def _tokenizer_key(self, model: str) -> str:
         return f"hf:{model}" if model in self._by_model else self._default_key

@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
+from functools import partial
 
 import orjson
 from aiohttp import web
@@ -222,7 +223,8 @@ async def tokenize(request: web.Request) -> web.Response:
         raise bad_request(f"Prompt of {len(text)} characters is longer than any prompt of "
                           f"{w.max_model_len} tokens", "input_text")
     ids = await asyncio.get_running_loop().run_in_executor(
-        None, w.tokenizer.encode_chat if "messages" in data else w.tokenizer.encode, text)
+        None, partial(w.tokenizer.encode_chat, window=w.max_model_len)
+        if "messages" in data else w.tokenizer.encode, text)
     strs = [w.tokenizer.piece(t) for t in ids] if data.get("return_token_strs") else None
     return _json({"count": len(ids), "max_model_len": w.max_model_len, "tokens": ids,
                   "token_strs": strs})

@@ -308,7 +308,7 @@ def _raw_token_ids(worker: WorkerState,
         tokens = tok.encode(item)
     elif _is_conversation(item):
         tokens = tok.encode_chat(tok.render_chat([m for m in item if isinstance(m, Mapping)],
-                                                 False, None))
+                                                 False, None), worker.max_model_len)
     else:
         tokens = [t for t in item if isinstance(t, int)]
         bad = next((t for t in tokens if not 0 <= t < tok.vocab_size), None)

@@ -12,11 +12,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from policies.producers.media import without_marks
 from workers.emulator.errors import ApiError, bad_request, internal_error
 from workers.emulator.logprobs import chat_logprobs, completion_logprobs
 from workers.emulator.outputs import plan_output
@@ -154,13 +156,14 @@ async def tokenize_body(worker: WorkerState, body: GenerationBody
                 f"{limit} characters, the longest a prompt of {worker.max_model_len} tokens can "
                 "be), which exceeds this limit. Please reduce the length of the input prompt.",
                 "BadRequestError", "input_text")
-        encode = tok.encode_chat if body.kind == "chat" else tok.encode
+        encode = (partial(tok.encode_chat, window=worker.max_model_len)
+                  if body.kind == "chat" else tok.encode)
         if len(prompt) > LONG_PROMPT_CHARS:
             ids = await asyncio.get_running_loop().run_in_executor(None, encode, prompt)
         else:
             ids = encode(prompt)
         prompts.append(ids)
-        texts.append(prompt)
+        texts.append(without_marks(prompt) if body.kind == "chat" else prompt)
     return prompts, texts
 
 

@@ -60,24 +60,28 @@ class Tokenizer:
             return self._enc.encode_ordinary(text)
         return cached_encode(self._cache, "", self._plain, text, CHUNK_CHARS).tolist()
 
-    def encode_chat(self, text: str) -> list[int]:
+    def encode_chat(self, text: str, window: int) -> list[int]:
         """Token ids of a rendered chat, each image, audio or video item in it a run of
         tokens as the router counts it (``policies.producers.media``: an emulated model
-        takes media as a vision or audio model would count them, not looking at them)."""
+        takes media as a vision or audio model would count them, not looking at them).
+        Media runs past ``window`` tokens are one id each: such a prompt is refused for its
+        length all the same, and a body of many items lists no millions of ids."""
         if MARK_OPEN not in text:
             return self.encode(text)
         return encode_with_media(lambda piece: array("i", self.encode(piece)), text,
-                                 DEFAULT_MEDIA_TOKENS).tolist()
+                                 DEFAULT_MEDIA_TOKENS, window + 1).ids.tolist()
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        return self._enc.decode([t for t in token_ids if t != self.eos_token_id],
+        """The text of ``token_ids``; a media item's ids (negative) have none."""
+        return self._enc.decode([t for t in token_ids if t != self.eos_token_id and t >= 0],
                                 errors="replace")
 
     def piece(self, token_id: int) -> str:
-        """Text of one generated token (EOS renders as the empty string, as in vLLM)."""
+        """Text of one token (EOS renders as the empty string, as in vLLM, and so does a
+        media item's)."""
         text = self._piece_cache.get(token_id)
-        if text is None:
-            text = "" if token_id == self.eos_token_id else self._enc.decode(
+        if text is None:      # EOS and a media item's ids (negative) have no text
+            text = "" if token_id == self.eos_token_id or token_id < 0 else self._enc.decode(
                 [token_id], errors="replace")
             self._piece_cache[token_id] = text
         return text

@@ -358,8 +358,23 @@ def test_a_chats_images_count_as_their_tokens_and_part_its_prefix_where_they_dif
     assert not set(chains[0][1:]) & set(chains[1][1:])
     ten = produce(p, messages=[{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": f"https://x/{i}.png"}} for i in range(10)]}])
-    assert ten.num_prompt_tokens >= 1000
+    assert ten.num_prompt_tokens >= 1000 and ten.media_prompt_tokens == 1000
+    # an estimate: what a window must hold is the text alone
+    assert ten.context_prompt_tokens == ten.num_prompt_tokens - 1000
     assert produce(producer(), messages=_image_chat("u")).num_prompt_tokens >= 576
+
+
+def test_a_chat_of_very_many_media_items_is_counted_not_listed() -> None:
+    """A megabyte of video parts was 92 million token ids, listed and then hashed: seconds
+    of a thread and gigabytes, for a request refused anyway."""
+    from policies.producers.tokens import LISTED_MEDIA_TOKENS
+
+    parts = [{"type": "video_url", "video_url": {"url": f"v{i}"}} for i in range(20_000)]
+    request = produce(producer(), messages=[{"role": "user", "content": parts}])
+    assert request.media_prompt_tokens == 20_000 * 4608
+    assert request.num_prompt_tokens > request.media_prompt_tokens
+    # an id each past the budget, and the line break between two items
+    assert len(request.prompt_token_ids or []) < LISTED_MEDIA_TOKENS + 2 * 20_000 + 100
 
 
 def test_media_tokens_are_checked_and_a_completions_text_is_never_expanded() -> None:

@@ -64,6 +64,24 @@ async def test_tokenize_and_detokenize(worker: EmulatorProcess) -> None:
     assert status == 400 and body["error"]["param"] == "prompt"
 
 
+async def test_a_chat_image_is_its_run_of_tokens_with_no_text(worker: EmulatorProcess) -> None:
+    """A chat image's ids asked with their strings was a 500 (tiktoken has no negative
+    id); echoed, the private-use mark standing for it reached the answer's text."""
+    messages = [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://x/cat.png"}},
+        {"type": "text", "text": "Hi"}]}]
+    status, body = await call("POST", f"{worker.url}/tokenize",
+                              {"messages": messages, "return_token_strs": True})
+    assert status == 200 and body["count"] >= 576
+    image = [t for t in body["tokens"] if t < 0]
+    assert len(image) == 576 and len(set(image)) == 1
+    assert all(s == "" for t, s in zip(body["tokens"], body["token_strs"], strict=True)
+               if t < 0)
+    status, body = await call("POST", f"{worker.url}/v1/chat/completions", {
+        "messages": messages, "max_tokens": 2, "echo": True})
+    assert status == 200 and "\ue000" not in body["choices"][0]["message"]["content"]
+
+
 async def test_health_version_load_and_event_sources(worker: EmulatorProcess) -> None:
     assert await call("GET", f"{worker.url}/health") == (200, "")
     assert await call("GET", f"{worker.url}/version") == (200, {"version": "0.33.0"})
