@@ -202,6 +202,17 @@ class ProxyResult:
     events: int = 0                     # stream events relayed to the client (``data:`` lines)
 
 
+class EventTooLarge(Exception):
+    """One event of a stream is longer than ``MAX_EVENT_BYTES``: the answer's size, not the
+    worker's failure (not retried, not counted toward ejecting it)."""
+
+
+# how long a stream whose last event was relayed is read on for the end of its body (the
+# connection kept for the next request), its client's answer finished already (in the
+# background: ``UpstreamResponse.close_when_whole``)
+DRAIN_AFTER_END_S = 1.0
+
+
 class CancelledAfterTheEnd(asyncio.CancelledError):
     """The request was cancelled (its client left) after the stream's last event had been
     written to the client: ``result`` is the whole answer's, status 200."""
@@ -356,15 +367,24 @@ class Proxy:
                                 on_first_byte: Callable[[], None],
                                 first_token_mark: bytes | None) -> ProxyResult:
         first_byte_at: float | None = None
+        chunks = upstream.chunks()
         try:
-            async for chunk in upstream.chunks():
-                if first_byte_at is None and (first_token_mark is None
-                                              or first_token_mark in chunk):
+            async for chunk in chunks:
+                if first_byte_at is None and (first_token_mark is None or first_token_mark in (
+                        chunk if b"\r" not in chunk else chunk.replace(b"\r\n", b"\n"))):
                     first_byte_at = relay.first_byte_at = self._clock()
                     on_first_byte()
                 if not await relay.feed(chunk):
                     return ProxyResult(relay.response_or_new(), 499, relay.usage,
                                        first_byte_at, self._clock(), relay.events)
+                if relay.done:
+                    break
+        except EventTooLarge as exc:
+            if not relay.started:      # the answer's size: the client's 502, no one retried
+                raise UpstreamAnswerError(str(exc)) from None
+            await relay.fail(str(exc))
+            return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
+                               self._clock(), relay.events)
         # a stream whose last event was relayed is whole, however its body ends after it
         # (the final chunk missing, the connection dropped or silent): answered, as when
         # its client leaves then (``CancelledAfterTheEnd``)
@@ -389,7 +409,11 @@ class Proxy:
             await relay.fail("The worker closed the stream before it finished.")
             return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
                                self._clock(), relay.events)
-        await relay.finish()
+        await chunks.aclose()         # (left at the last event: the rest is read below)
+        await relay.finish()          # the client has its whole answer now
+        # the body's end is read on in the background for a moment, the connection kept
+        # if it comes; a worker silent after its last event is dropped then, not waited on
+        upstream.close_when_whole(DRAIN_AFTER_END_S)
         return ProxyResult(relay.response_or_new(), 200, relay.usage, first_byte_at,
                            self._clock(), relay.events)
 
@@ -397,9 +421,9 @@ class Proxy:
 class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
-    __slots__ = ("_end_lines", "_end_marks", "_failure", "_headers", "_pending", "_request",
-                 "_response", "_rewrite", "_send_timeout_s", "done", "end_written", "events",
-                 "first_byte_at")
+    __slots__ = ("_carried_cr", "_end_lines", "_end_marks", "_failure", "_headers",
+                 "_pending", "_request", "_response", "_rewrite", "_send_timeout_s", "done",
+                 "end_written", "events", "first_byte_at")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
                  rewrite: UsageRewrite, stream_format: StreamFormat,
@@ -413,7 +437,8 @@ class _StreamRelay:
         self._failure = stream_format.failure
         self._headers = headers
         self._rewrite = rewrite
-        self._pending = b""
+        self._pending = bytearray()
+        self._carried_cr = False
         self._response: web.StreamResponse | None = None
         self.done = False        # the stream's last event was relayed (or is being written)
         self.end_written = False     # … and its write to the client returned
@@ -432,18 +457,36 @@ class _StreamRelay:
         return self._response if self._response is not None else web.StreamResponse(status=499)
 
     async def feed(self, chunk: bytes) -> bool:
-        """Relay the complete events in ``chunk``; False when the client has gone."""
-        buf = self._pending + chunk if self._pending else chunk
-        if b"\r" in buf:          # SSE lines may end in CRLF (vLLM's end in LF): read as LF
-            buf = buf.replace(b"\r\n", b"\n")
-        cut = buf.rfind(_EVENT_END)
-        if cut < 0:
-            if len(buf) > MAX_EVENT_BYTES:
-                raise UpstreamPayloadError(f"a stream event longer than {MAX_EVENT_BYTES} "
-                                           "bytes")
-            self._pending = buf
-            return True
-        out, self._pending = buf[:cut + 2], buf[cut + 2:]
+        """Relay the complete events in ``chunk``; False when the client has gone.
+
+        What follows the last complete event waits in ``_pending`` for the next chunk, which
+        is searched alone (with the byte before it): an event of megabytes that comes in
+        many chunks is copied once, not once per chunk. SSE lines may end in CRLF (vLLM's
+        end in LF): they are read as LF, a CR ending a chunk kept for the next."""
+        if self._carried_cr:
+            chunk, self._carried_cr = b"\r" + chunk, False
+        if b"\r" in chunk:
+            if chunk.endswith(b"\r"):
+                chunk, self._carried_cr = chunk[:-1], True
+            chunk = chunk.replace(b"\r\n", b"\n")
+        pending = self._pending
+        if not pending:
+            cut = chunk.rfind(_EVENT_END)
+            if cut < 0:
+                self._hold(chunk)
+                return True
+            out = chunk[:cut + 2]
+            if cut + 2 < len(chunk):
+                pending += chunk[cut + 2:]
+        else:
+            searched = len(pending) - 1        # (no event end in it before this chunk)
+            pending += chunk
+            cut = pending.rfind(_EVENT_END, searched)
+            if cut < 0:
+                self._hold(b"")
+                return True
+            out = bytes(pending[:cut + 2])
+            del pending[:cut + 2]
         if self._rewrite.needs_events(out):
             events = self._rewrite.events(out.split(_EVENT_END)[:-1])
             out = b"".join(event + _EVENT_END for event in events)
@@ -454,6 +497,13 @@ class _StreamRelay:
         written = await self._write(out)
         self.end_written = self.done and written
         return written
+
+    def _hold(self, chunk: bytes) -> None:
+        """Keep ``chunk`` for the event it begins, at most ``MAX_EVENT_BYTES`` of one."""
+        self._pending += chunk
+        if len(self._pending) > MAX_EVENT_BYTES:
+            raise EventTooLarge(f"The worker's stream has an event of more than "
+                                f"{MAX_EVENT_BYTES} bytes, which the router does not hold.")
 
     async def _write(self, data: bytes) -> bool:
         try:

@@ -36,12 +36,13 @@ connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Final, cast
 
 from yarl import URL
@@ -367,7 +368,7 @@ class UpstreamResponse:
         self.content_type = self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         self.origin = origin
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
         """Body bytes as they arrive (each at least one byte), until the body ends."""
         connection = self._connection
         if connection is None:
@@ -390,8 +391,36 @@ class UpstreamResponse:
     def close(self) -> None:
         """Give a finished keep-alive connection back to the pool; close any other one."""
         connection, self._connection = self._connection, None
+        if connection is not None:
+            self._put_back(connection)
+
+    def close_when_whole(self, within_s: float) -> None:
+        """``close``, once the rest of the body has come: an answer whose caller has all it
+        needs (a stream's last event) while its body's end is still on its way is read on
+        for up to ``within_s`` in the background, and its connection kept if it ends then,
+        closed if not (a worker silent after its last event). ``close`` after it does
+        nothing."""
+        connection, self._connection = self._connection, None
         if connection is None:
             return
+        if connection.complete or connection.error is not None:
+            self._put_back(connection)
+            return
+        task = asyncio.get_running_loop().create_task(self._read_to_end(connection, within_s))
+        self._client._draining.add(task)
+        task.add_done_callback(self._client._draining.discard)
+
+    async def _read_to_end(self, connection: _Connection, within_s: float) -> None:
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within_s):
+                    while not connection.complete and connection.error is None:
+                        connection.take()
+                        await connection.wait(within_s)
+        finally:
+            self._put_back(connection)
+
+    def _put_back(self, connection: _Connection) -> None:
         connection.stop_timer()
         if connection.complete and connection.reusable and not connection.closed:
             self._client._release(self._key, connection)
@@ -418,6 +447,7 @@ class UpstreamClient:
         self._swept_at = time.monotonic()      # when idle connections were last expired
         self._sweep_timer: asyncio.TimerHandle | None = None    # armed while some are idle
         self._closed = False
+        self._draining: set[asyncio.Task[None]] = set()   # answers read on to their end
         self._authorizations = dict(authorizations or {})
         self._tls = dict(tls or {})
         self._system_tls: ssl.SSLContext | None = None
@@ -503,6 +533,9 @@ class UpstreamClient:
         if self._sweep_timer is not None:
             self._sweep_timer.cancel()
             self._sweep_timer = None
+        for task in list(self._draining):      # answers read on: their connections close
+            task.cancel()
+        await asyncio.gather(*self._draining, return_exceptions=True)
         for connections in self._idle.values():
             for connection in connections:
                 if connection.transport is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import aiohttp
@@ -16,7 +17,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from router.errors import UpstreamError as UpstreamAnswerError
-from router.proxy import CancelledAfterTheEnd, Proxy, ProxyResult, RetryableUpstream
+from router.proxy import (
+    RESPONSES_STREAM,
+    CancelledAfterTheEnd,
+    Proxy,
+    ProxyResult,
+    RetryableUpstream,
+    StreamFormat,
+)
 from workers.upstream import MAX_HEAD, UpstreamClient
 
 CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%d"}}]}\n\n'
@@ -56,7 +64,7 @@ def _pieces(mode: str) -> Sequence[bytes]:
     if mode == "endless":              # an event that never ends
         return [b'data: {"id":"c","choices":[{"delta":{"content":"' + b"x" * 600] + [
             b"y" * 600] * 3
-    if mode in ("done-then-hold", "hold-before-done"):
+    if mode in ("done-then-hold", "hold-before-done", "done-then-hold-long"):
         return [events, USAGE + DONE]
     raise AssertionError(mode)
 
@@ -99,6 +107,8 @@ async def _upstream(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(0)
     if mode == "done-then-hold":          # the connection stays open a while after [DONE]
         await asyncio.sleep(1.0)
+    if mode == "done-then-hold-long":     # ... longer than the upstream timeout
+        await asyncio.sleep(3.0)
     return response
 
 
@@ -116,7 +126,7 @@ async def relay_url() -> AsyncIterator[tuple[str, list[ProxyResult | Exception]]
             result = await proxy.forward(
                 request, url, b"{}", {}, {"x-kvroute-worker": "w1"}, stream=True,
                 wants_usage=request.query.get("usage") == "1", on_first_byte=lambda: None)
-        except RetryableUpstream as exc:
+        except (RetryableUpstream, UpstreamAnswerError) as exc:
             results.append(exc)
             return web.Response(status=599)
         results.append(result)
@@ -242,7 +252,8 @@ async def test_a_client_leaving_after_the_last_event_got_the_whole_answer(leaves
     await upstream.start_server()
     client = UpstreamClient(connect_timeout_s=1.0, read_timeout_s=5.0)
     proxy = Proxy(client, upstream_timeout_s=5.0)
-    ended: asyncio.Future[BaseException] = asyncio.get_running_loop().create_future()
+    ended: asyncio.Future[BaseException | ProxyResult] = (
+        asyncio.get_running_loop().create_future())
     mode = "done-then-hold" if leaves == "after [DONE]" else "hold-before-done"
 
     async def relay(request: web.Request) -> web.StreamResponse:
@@ -253,6 +264,7 @@ async def test_a_client_leaving_after_the_last_event_got_the_whole_answer(leaves
         except BaseException as exc:
             ended.set_result(exc)
             raise
+        ended.set_result(result)
         return result.response
 
     front = TestServer(_make_app("/relay", relay), host="127.0.0.1", handler_cancellation=True)
@@ -270,12 +282,14 @@ async def test_a_client_leaving_after_the_last_event_got_the_whole_answer(leaves
         await client.close()
         await front.close()
         await upstream.close()
-    assert isinstance(cancelled, asyncio.CancelledError)
     if leaves == "before [DONE]":
+        assert isinstance(cancelled, asyncio.CancelledError)
         assert not isinstance(cancelled, CancelledAfterTheEnd)     # a 499, as before
         return
-    assert isinstance(cancelled, CancelledAfterTheEnd)
-    result = cancelled.result
+    # the answer ends with its last event now (the worker's body read on apart): its
+    # result, or the cancellation that carries it when the client left first
+    assert isinstance(cancelled, (CancelledAfterTheEnd, ProxyResult))
+    result = cancelled.result if isinstance(cancelled, CancelledAfterTheEnd) else cancelled
     assert result.status == 200 and result.usage is not None
     assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (7, 3)
     assert result.first_byte_at is not None and result.events == 4
@@ -459,6 +473,9 @@ async def test_events_with_lines_ending_in_crlf_are_relayed(
 async def test_an_event_that_never_ends_is_not_held_past_the_bound(
         relay_url: tuple[str, list[ProxyResult | Exception]],
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bound, the answer's size is the client's 502: not retried on another
+    worker, nor told as the worker breaking off (a long prompt's logprobs may be that large
+    on every worker, and its failures ejected them)."""
     import router.proxy
 
     monkeypatch.setattr(router.proxy, "MAX_EVENT_BYTES", 1000)
@@ -466,5 +483,66 @@ async def test_an_event_that_never_ends_is_not_held_past_the_bound(
     status, _, _ = await _get(url, "mode=endless")
     assert status == 599
     [result] = results
-    assert isinstance(result, RetryableUpstream) and result.reason == "disconnect"
-    assert "longer than 1000 bytes" in str(result)
+    assert isinstance(result, UpstreamAnswerError) and not isinstance(result, RetryableUpstream)
+    assert "more than 1000 bytes" in str(result)
+
+
+async def test_a_worker_silent_after_its_last_event_does_not_hold_the_client(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    """After [DONE] the router read on until the worker ended its body: a worker silent for
+    the upstream timeout held a whole answer's client that long (the OpenAI SDK reads to
+    the end). The answer ends with its last event; the body's end is awaited a moment."""
+    url, results = relay_url
+    started = time.monotonic()
+    status, body, _ = await _get(url, "mode=done-then-hold-long&usage=1")
+    assert time.monotonic() - started < 1.5               # not the worker's 3 s
+    assert status == 200 and body.endswith(DONE) and body.count(DONE) == 1
+    # (the relay then reads on a moment; the client having left, its handler is cancelled
+    # with the whole answer's result: CancelledAfterTheEnd, counted as answered)
+    assert not [r for r in results if not isinstance(r, ProxyResult)]
+
+
+async def test_a_responses_stream_in_crlf_times_its_first_token() -> None:
+    """The Responses API's first-token mark holds a line break, which a CRLF stream's raw
+    chunk never matched: no time to first token, the stall watch never settled."""
+    first: list[bool] = []
+    proxy_result = await _relay_once(
+        b"event: response.created\r\ndata: {}\r\n\r\n"
+        b"event: response.output_text.delta\r\ndata: {\"delta\": \"hi\"}\r\n\r\n"
+        b"event: response.completed\r\ndata: {}\r\n\r\n",
+        RESPONSES_STREAM, lambda: first.append(True))
+    assert first == [True] and proxy_result.status == 200
+
+
+async def _relay_once(stream: bytes, stream_format: StreamFormat,
+                      on_first_byte: Callable[[], None]) -> ProxyResult:
+    """``stream`` sent by a worker in one write, relayed once in ``stream_format``."""
+    async def worker(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(stream)
+        return response
+
+    upstream = TestServer(_make_app("/s", worker), host="127.0.0.1")
+    await upstream.start_server()
+    client = UpstreamClient(connect_timeout_s=1.0, read_timeout_s=2.0)
+    proxy = Proxy(client, upstream_timeout_s=2.0)
+    results: list[ProxyResult] = []
+
+    async def relay(request: web.Request) -> web.StreamResponse:
+        result = await proxy.forward(request, str(upstream.make_url("/s")), b"{}", {}, {},
+                                     stream=True, wants_usage=True,
+                                     on_first_byte=on_first_byte, stream_format=stream_format)
+        results.append(result)
+        return result.response
+
+    front = TestServer(_make_app("/relay", relay), host="127.0.0.1")
+    await front.start_server()
+    try:
+        await _get(str(front.make_url("/relay")), "")
+    finally:
+        await client.close()
+        await front.close()
+        await upstream.close()
+    return results[0]
+

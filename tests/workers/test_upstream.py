@@ -793,3 +793,35 @@ async def test_a_status_outside_100_to_599_is_a_payload_error(
     with pytest.raises(UpstreamPayloadError, match="bad status line"):
         await client.post(f"{base}/", b"", {})
     await server.stop()
+
+
+@pytest.mark.parametrize("end_after_s", [0.05, None], ids=["end comes", "silent"])
+async def test_an_answer_closed_before_its_end_is_read_on_for_a_moment(
+        client: UpstreamClient, end_after_s: float | None) -> None:
+    """A stream's caller that has its last event hands the rest to ``close_when_whole``: the
+    body's end read in the background keeps the connection; a silent worker loses it."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"e\r\ndata: [DONE]\n\n\r\n")
+        await writer.drain()
+        if end_after_s is None:
+            await asyncio.sleep(5)
+            return
+        await asyncio.sleep(end_after_s)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        await server.read_request(reader)
+
+    server, base = await serve(handler)
+    response = await client.post(f"{base}/", b"", {})
+    chunks = response.chunks()
+    assert await chunks.__anext__() == b"data: [DONE]\n\n"
+    await chunks.aclose()
+    response.close_when_whole(0.3)
+    response.close()                                # (nothing more: handed over)
+    await asyncio.sleep(0.4)
+    assert client.idle_connections() == (1 if end_after_s is not None else 0)
+    await server.stop()
