@@ -116,6 +116,7 @@ class _Worker:
 
     mode: str = "good"
     models_calls: int = 0
+    max_model_len: int = 4096
     hits: list[str] = field(default_factory=list)
     text: str | None = None          # the /metrics text, else the shared vLLM sample
 
@@ -131,7 +132,7 @@ class _Worker:
 
     async def models(self, request: web.Request) -> web.Response:
         self.models_calls += 1
-        return web.json_response({"data": [{"id": MODEL, "max_model_len": 4096}]})
+        return web.json_response({"data": [{"id": MODEL, "max_model_len": self.max_model_len}]})
 
 
 @pytest.fixture
@@ -203,7 +204,12 @@ async def test_scraper_marks_down_after_threshold_and_up_on_recovery(
         snap = registry.snapshot("w0")
         assert snap is not None and snap.healthy and snap.consecutive_failures == 0
         assert snap.error is None and snap.scraped_at == pytest.approx(100.8)
-        assert state.models_calls == 1        # /v1/models only once per models interval
+        # /v1/models once per models interval, and again after failed scrapes (the server
+        # may be another engine now)
+        assert state.models_calls == 2
+        clock.now += 0.2
+        await scraper.scrape_once()
+        assert state.models_calls == 2
 
 
 async def test_scraper_unreachable_worker_never_healthy() -> None:
@@ -321,6 +327,32 @@ async def test_an_engine_that_restarted_is_reported_lost(
         assert lost == ["w0", "w0"]
         await scraper.scrape_once()          # the same new engine: once
         assert lost == ["w0", "w0"]
+
+
+async def test_a_restarted_engines_window_is_read_at_once(
+        worker: tuple[_Worker, str]) -> None:
+    """A worker restarted with a smaller window kept its former one in the router for up to
+    the models interval: requests that fit the old one got the new engine's 400."""
+    state, url = worker
+    registry = WorkerRegistry([_info(url)], InflightTracker())
+    original = SAMPLE.read_text()
+    restarted = "\n".join(line for line in original.splitlines()
+                          if not line.startswith("vllm:prefix_cache_"))
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
+                                models_interval_s=60.0, fail_threshold=2)
+        await scraper.scrape_once()
+        state.text, state.max_model_len = restarted, 1024     # back between two scrapes
+        await scraper.scrape_once()
+        snap = registry.snapshot("w0")
+        assert snap is not None and snap.max_model_len == 1024
+        state.text, state.max_model_len = original, 2048      # down, then back, once more
+        state.mode = "error"
+        await scraper.scrape_once()
+        state.mode = "good"
+        await scraper.scrape_once()
+        snap = registry.snapshot("w0")
+        assert snap is not None and snap.max_model_len == 2048
 
 
 async def test_a_worker_serving_other_names_than_the_fleet_files_is_logged_once(
