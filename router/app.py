@@ -450,9 +450,13 @@ def _log_drain(app: web.Application, timeout_s: float) -> None:
 def _engine_restarted(app: web.Application, worker_id: str) -> None:
     """A worker's engine restarted with an empty cache: the KV-event block set and the
     policy's routing history of what it held are dropped, so that no request goes there
-    for a prefix it lost."""
+    for a prefix it lost; and its ejection with its failures, which were the former
+    engine's (a rolling restart's refused connections left it ejected, healthy, for the
+    rest of the cooldown)."""
     app[KV_EVENTS].forget(worker_id)
     app[POLICY].engine.forget_worker(worker_id)
+    if EJECTION in app:
+        app[EJECTION].forget(worker_id)
 
 
 def run_router(settings: Settings, fleet: FleetConfig | None = None,
@@ -492,6 +496,11 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
                  if stop_when is not None else None)
         try:
             await stop.wait()
+            # a second signal (Ctrl-C pressed again) cuts the drain short: what is still in
+            # flight is cut now, as the drain timeout would
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(
+                    sig, lambda: runner.app[REQUEST_TASKS].cut("a second signal"))
             if watch is not None:
                 watch.cancel()
             if on_stop is not None:

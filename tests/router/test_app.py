@@ -266,10 +266,12 @@ async def test_client_connections_use_tcp_nodelay(emulated_fleet: FleetConfig) -
 async def test_an_engine_restarted_behind_the_router_loses_what_the_router_knew(
         make_router: RouterFactory) -> None:
     """A restarted engine's cache is empty: the prefix scorer's routing history of it went on
-    sending a conversation there for a prefix of 1,504 tokens it no longer held."""
+    sending a conversation there for a prefix of 1,504 tokens it no longer held. And the
+    failures of the engine before it are not its: the connections refused while it was
+    down left the worker ejected (here one ejects) after it was back."""
     from policies.scorers.prefix import PrefixScorer
     from router.keys import POLICY
-    from tests.router.gateway_support import url_fleet
+    from tests.router.gateway_support import fleet_entry, url_fleet
     from workers.emulator.process import EmulatorProcess
     from workers.ports import free_port
 
@@ -277,7 +279,8 @@ async def test_an_engine_restarted_behind_the_router_loses_what_the_router_knew(
     first = EmulatorProcess(gpu="h100", port=port, time_scale=0.0,
                             served_model_names=[MODEL]).start()
     try:
-        router = await make_router(url_fleet({"k0": first.url}), scrape_interval_s=0.05)
+        router = await make_router(url_fleet({"k0": first.url}), scrape_interval_s=0.05,
+                                   eject_after=1, fail_threshold=10_000)
         prefix = next(plugin for _, _, plugin in router.app[POLICY].engine.plugins()
                       if isinstance(plugin, PrefixScorer))
         messages = [{"role": "user", "content": "a long system prompt " * 100}]
@@ -288,6 +291,11 @@ async def test_an_engine_restarted_behind_the_router_loses_what_the_router_knew(
         await asyncio.sleep(0.3)          # scraped with the first engine's counters
     finally:
         first.stop()
+    with pytest.raises(openai.APIStatusError):          # refused: the worker is ejected
+        await openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused",
+                                 max_retries=0).chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=2)  # type: ignore[arg-type]
+    assert (await fleet_entry(router, "k0"))["ejected_for_s"] > 0
     second = EmulatorProcess(gpu="h100", port=port, time_scale=0.0,
                              served_model_names=[MODEL]).start()
     try:
@@ -295,6 +303,7 @@ async def test_an_engine_restarted_behind_the_router_loses_what_the_router_knew(
         while prefix.index.blocks("k0") > 0:
             assert time.monotonic() < deadline, "the restart was not seen"
             await asyncio.sleep(0.05)
+        assert (await fleet_entry(router, "k0"))["ejected_for_s"] == 0
     finally:
         second.stop()
 
