@@ -45,11 +45,11 @@ class RequestTasks:
         handle cancels the cut)."""
         return asyncio.get_running_loop().call_later(timeout_s, self.cut)
 
-    def cut(self) -> int:
+    def cut(self, why: str = "drain timeout") -> int:
         """Cancel every request still being handled; how many were."""
         running = [task for task in self._tasks if not task.done()]
         if running:
-            log.warning("drain timeout: cutting %d request(s) still in flight", len(running))
+            log.warning("%s: cutting %d request(s) still in flight", why, len(running))
         for task in running:
             task.cancel()
         return len(running)

@@ -178,6 +178,30 @@ async def test_a_stream_longer_than_the_drain_timeout_is_cut(tmp_path: Path) -> 
     assert "drain timeout: cutting 1 request(s) still in flight" in text
 
 
+async def test_a_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
+    """Pressed again, Ctrl-C (or a second SIGTERM) changed nothing: the drain ran its whole
+    timeout, with no word of the second signal."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc, fleet, log = start_up(tmp_path, port, "--drain-timeout", "30")
+    try:
+        wait_healthy(url, proc, timeout_s=30.0)
+        started = asyncio.Event()
+        stream = asyncio.create_task(read_stream(url, 4000, started))   # about 40 s
+        await asyncio.wait_for(started.wait(), 20)
+        os.kill(proc.pid, signal.SIGTERM)
+        await asyncio.sleep(1.0)
+        signalled = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        lines = await asyncio.wait_for(stream, 30)
+        assert time.monotonic() - signalled < 3.0
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        assert b"data: [DONE]" not in lines
+    finally:
+        _stop_with_children(proc, fleet)
+    assert "a second signal: cutting 1 request(s) still in flight" in log.read_text()
+
+
 async def test_every_router_process_drains(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
                          time_scale=1.0) as worker:
