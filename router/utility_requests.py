@@ -163,7 +163,10 @@ class UtilityRequests:
                     self._ejection.failed(view.id, self._clock())
                 continue
             if self._registry.declares(view.id):
-                self._ejection.answered(view.id, sent_at)
+                if result.status >= 500:        # a stream (an audio API's) it broke
+                    self._ejection.failed(view.id, self._clock())
+                else:
+                    self._ejection.answered(view.id, sent_at)
                 self._metrics.record_request(model or view.info.models[0], view.id,
                                              view.gpu.name, PROFILE, result.status,
                                              api_of_path(path))
@@ -207,9 +210,7 @@ class UtilityRequests:
                 stream=stream,
                 wants_usage=True, on_first_byte=lambda: None, stream_format=RESPONSES_STREAM,
                 method=request.method)
-        except RetryableUpstream as failure:
-            if self._registry.declares(view.id):         # (not one removed meanwhile)
-                self._metrics.record_retry(view.id, failure.reason)
+        except RetryableUpstream as failure:     # (only its holder has it: no retry)
             raise UpstreamError(f"The worker holding response `{response_id}` failed: "
                                 f"{failure}") from None
         if self._registry.declares(view.id):

@@ -512,11 +512,11 @@ class UpstreamClient:
                         raise connection.error
                     await connection.wait(self.read_timeout_s)
             except UpstreamDisconnected:
+                connection.stop_timer()
                 if reused and not connection.received_any:
                     # the worker closed this idle connection as the request went out: sent
                     # again once, on a new connection (the pool's others may be as stale,
                     # and a worker that read it before hanging up must not get it again)
-                    connection.stop_timer()
                     sent_again = True
                     continue
                 raise

@@ -19,6 +19,7 @@ from tests.router.gateway_support import (
     FrontedWorker,
     RouterFactory,
     RouterHandle,
+    fleet_entry,
     subset,
     url_fleet,
 )
@@ -128,3 +129,31 @@ async def test_a_streamed_transcription_is_relayed_as_it_comes_and_bad_forms_ref
             async with session.post(url, data=form) as resp:
                 assert resp.status == 404
     assert len(speech.received) == 1
+
+
+async def test_a_transcription_stream_the_worker_breaks_counts_toward_ejecting_it(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A broken stream was taken as an answer, clearing the worker's failures."""
+    async def breaks(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"choices": [{"delta": {"content": "hel"}}]}\n\n')
+        assert request.transport is not None
+        request.transport.abort()
+        return response
+
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    async with FrontedWorker(backend, breaks) as worker:
+        router = await make_router(url_fleet({"asr": worker.url}), ROUTING_ROUND_ROBIN,
+                                   eject_after=1)
+        form = aiohttp.FormData()
+        form.add_field("file", AUDIO, filename="speech.wav", content_type="audio/wav")
+        form.add_field("model", MODEL)
+        form.add_field("stream", "true")
+        async with aiohttp.ClientSession() as session, session.post(
+                router.url + "/v1/audio/transcriptions", data=form) as resp:
+            body = await resp.read()
+        assert b"upstream_error" in body            # the stream's end says it broke
+        assert (await fleet_entry(router, "asr"))["ejected_for_s"] > 0
+
