@@ -22,7 +22,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -459,16 +459,23 @@ def _engine_restarted(app: web.Application, worker_id: str) -> None:
         app[EJECTION].forget(worker_id)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def run_router(settings: Settings, fleet: FleetConfig | None = None,
                on_ready: Callable[[int], None] | None = None,
                on_stop: Callable[[], None] | None = None,
                stop_when: Callable[[], str | None] | None = None,
-               before_fleet_change: FleetHook | None = None) -> str | None:
+               before_fleet_change: FleetHook | None = None,
+               cut_signals: Sequence[signal.Signals] = STOP_SIGNALS,
+               on_cut: Callable[[], None] | None = None) -> str | None:
     """Serve until SIGINT/SIGTERM/SIGHUP, on uvloop; ``on_ready(port)`` once accepting requests,
     ``on_stop()`` when the signal comes, before the requests in flight are drained
     (``Settings.drain_timeout_s``). ``stop_when()``, asked every second, stops it as a signal
     would when it gives a reason (a process of ``--processes`` whose parent or child died);
-    returns that reason, None after a signal.
+    returns that reason, None after a signal. One of ``cut_signals`` during the drain (a
+    second Ctrl-C) cuts what is in flight at once, then ``on_cut()``; a cut signal that is no
+    stop signal (a ``--processes`` child's SIGUSR1, from its parent) stops it and cuts.
 
     Everything built at start-up (modules, tokenizer tables, the policy, the app) is moved
     out of the garbage collector's reach (``gc.freeze``): a full collection would otherwise
@@ -490,17 +497,32 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
         loop = asyncio.get_running_loop()
         # SIGHUP (a closed terminal) too: by default it would end the process at once, with
         # no drain, leaving `kvroute up`'s emulators and `serve --processes`' children behind
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        cut_now = [False]
+
+        def cut_requests() -> None:
+            if not stop.is_set():        # (a cut signal that is no stop signal, first)
+                cut_now[0] = True
+                stop.set()
+                return
+            runner.app[REQUEST_TASKS].cut("a second signal")
+            if on_cut is not None:
+                on_cut()
+
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, stop.set)
+        for sig in cut_signals:
+            if sig not in STOP_SIGNALS:
+                loop.add_signal_handler(sig, cut_requests)
         watch = (asyncio.create_task(_watch(stop_when, stop, reasons))
                  if stop_when is not None else None)
         try:
             await stop.wait()
             # a second signal (Ctrl-C pressed again) cuts the drain short: what is still in
             # flight is cut now, as the drain timeout would
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                loop.add_signal_handler(
-                    sig, lambda: runner.app[REQUEST_TASKS].cut("a second signal"))
+            for sig in cut_signals:
+                loop.add_signal_handler(sig, cut_requests)
+            if cut_now[0]:
+                loop.call_soon(cut_requests)
             if watch is not None:
                 watch.cancel()
             if on_stop is not None:

@@ -8,7 +8,9 @@ would join another router's port). Each process counts only its own in-flight re
 ``--redis-url`` makes them share (``router.state.redis_store``). The parent serves too; when it
 stops (SIGINT/SIGTERM/SIGHUP) it passes SIGTERM on to its children by pid at once, so that every
 process stops listening and drains its own requests in flight at the same time
-(``Settings.drain_timeout_s``); a child still running 10 s past that is killed.
+(``Settings.drain_timeout_s``); a child still running 10 s past that is killed. A second
+signal to the parent cuts its drain and, by SIGUSR1, its children's; a child's own further
+stop signals (Ctrl-C reaches the whole process group) do not.
 
 The processes stand or fall together, so that a supervisor (systemd, Kubernetes) sees a
 failure and restarts the service whole: a child that exits (killed, out of memory, its port
@@ -44,7 +46,11 @@ def log_format(replica_id: str) -> str:
 def _child(settings: Settings, log_level: str, parent_pid: int) -> None:
     logging.basicConfig(level=log_level, format=log_format(settings.replica_id))
     try:
-        run_router(settings, stop_when=parent_gone(parent_pid, os.getppid))
+        # its stop signals come from its parent (SIGTERM, once) and, with the parent, from a
+        # terminal or a supervisor (Ctrl-C to the process group, systemd's control group):
+        # none of them cuts its drain, only the parent's SIGUSR1 after a second signal does
+        run_router(settings, stop_when=parent_gone(parent_pid, os.getppid),
+                   cut_signals=(signal.SIGUSR1,))
     except ListenError as exc:
         log.error("router process %s: %s", settings.replica_id, exc)
         raise SystemExit(2) from None
@@ -113,17 +119,25 @@ def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") ->
     log.info("started %d extra router process(es): %s", len(children),
              ", ".join(str(c.pid) for c in children))
 
-    def stop_children() -> None:
+    stopped = [False]
+
+    def signal_children(sig: signal.Signals) -> None:
         for child in children:
             if child.pid is not None and child.is_alive():
-                os.kill(child.pid, signal.SIGTERM)
+                os.kill(child.pid, sig)
+
+    def stop_children() -> None:
+        if not stopped[0]:          # once: a child takes a second one as no cut
+            stopped[0] = True
+            signal_children(signal.SIGTERM)
 
     failure = None
     try:
         failure = run_router(dataclasses.replace(settings, replica_id=parent_replica),
-                             on_stop=stop_children, stop_when=child_exited(children))
+                             on_stop=stop_children, stop_when=child_exited(children),
+                             on_cut=lambda: signal_children(signal.SIGUSR1))
     finally:
-        stop_children()             # again, if the parent stopped without a signal
+        stop_children()             # if the parent stopped without a signal
         deadline = time.monotonic() + settings.drain_timeout_s + 10
         for child in children:
             child.join(timeout=max(0.0, deadline - time.monotonic()))

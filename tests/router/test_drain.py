@@ -202,36 +202,50 @@ async def test_a_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
     assert "a second signal: cutting 1 request(s) still in flight" in log.read_text()
 
 
+def serve_two(tmp_path: Path, worker_url: str, port: int) -> tuple[subprocess.Popen[bytes], Path]:
+    fleet = url_fleet_file(tmp_path, {"h100-0": worker_url})
+    log = tmp_path / "router.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet),
+             "--routing", str(REPO_ROOT / "config/routing.yaml"), "--port", str(port),
+             "--processes", "2"],
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=out)
+    return proc, log
+
+
+async def both_listening(port: int) -> None:
+    for _ in range(300):                   # the second process is listening too
+        if listening_sockets(port) == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert listening_sockets(port) == 2
+
+
 async def test_every_router_process_drains(tmp_path: Path) -> None:
+    """Streams of two lengths, so that one process ends its drain first: its parent then
+    sent the children SIGTERM again, which a child took for a second signal and cut its
+    longer streams."""
     with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
                          time_scale=1.0) as worker:
-        fleet = url_fleet_file(tmp_path, {"h100-0": worker.url})
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        log = tmp_path / "router.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet),
-                 "--routing", str(REPO_ROOT / "config/routing.yaml"), "--port", str(port),
-                 "--processes", "2"],
-                cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=out)
+        proc, log = serve_two(tmp_path, worker.url, port)
         try:
             wait_healthy(url, proc, timeout_s=30.0)
-            for _ in range(300):                   # the second process is listening too
-                if listening_sockets(port) == 2:
-                    break
-                await asyncio.sleep(0.1)
-            assert listening_sockets(port) == 2
+            await both_listening(port)
             children = _children(proc.pid)
-            events = [asyncio.Event() for _ in range(6)]
-            streams = [asyncio.create_task(read_stream(url, 200, e)) for e in events]
+            lengths = [60, 60, 60, 400, 400, 400, 400, 400]
+            events = [asyncio.Event() for _ in lengths]
+            streams = [asyncio.create_task(read_stream(url, n, e))
+                       for n, e in zip(lengths, events, strict=True)]
             await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 30)
             os.kill(proc.pid, signal.SIGTERM)
             await asyncio.sleep(0.5)
             assert listening_sockets(port) == 0          # neither process listens any more
             results = await asyncio.wait_for(asyncio.gather(*streams), 60)
-            assert all(lines[-1] == b"data: [DONE]" and len(lines) == 201
-                       for lines in results)
+            assert all(lines[-1] == b"data: [DONE]" and len(lines) == n + 1
+                       for lines, n in zip(results, lengths, strict=True))
             assert await asyncio.to_thread(proc.wait, 30) == 0
             assert children
             for pid in children:              # the replica and multiprocessing's tracker
@@ -239,11 +253,41 @@ async def test_every_router_process_drains(tmp_path: Path) -> None:
             # each process counts the streams it holds itself: together, the six
             counts = [int(m) for m in re.findall(
                 r"stopping: no new connections; (\d+) request\(s\) in flight", log.read_text())]
-            assert len(counts) == 2 and sum(counts) == 6, counts
+            assert len(counts) == 2 and sum(counts) == len(lengths), counts
+            assert "a second signal" not in log.read_text()
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+async def test_a_second_signal_to_the_parent_cuts_every_processs_drain(
+        tmp_path: Path) -> None:
+    with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
+                         time_scale=1.0) as worker:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc, log = serve_two(tmp_path, worker.url, port)
+        try:
+            wait_healthy(url, proc, timeout_s=30.0)
+            await both_listening(port)
+            # twelve: both processes hold some (all on one: one chance in 2,048)
+            events = [asyncio.Event() for _ in range(12)]
+            streams = [asyncio.create_task(read_stream(url, 4000, e)) for e in events]
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 30)
+            os.kill(proc.pid, signal.SIGTERM)
+            await asyncio.sleep(1.0)
+            signalled = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            results = await asyncio.wait_for(asyncio.gather(*streams), 30)
+            assert time.monotonic() - signalled < 5.0
+            assert all(b"data: [DONE]" not in lines for lines in results)
+            assert await asyncio.to_thread(proc.wait, 30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert log.read_text().count("a second signal: cutting") == 2, log.read_text()[-2000:]
 
 
 async def test_a_replica_counts_only_its_own_requests_in_flight(tmp_path: Path,
