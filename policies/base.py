@@ -47,7 +47,8 @@ class RoutingRequest:
     prompt_token_ids: Sequence[int] | None = None
     num_prompt_tokens: int = 0
     # of num_prompt_tokens, those estimated for a chat's images, audio and video (the router
-    # never decodes them): in the estimates and costs, never the reason a window is refused
+    # never decodes them): in the estimates, costs and preferred windows, never the reason a
+    # request is refused (``certain_context_tokens``)
     media_prompt_tokens: int = 0
     # a batch (several prompts or embedding inputs): the tokens of its longest one, which is
     # what a context window must hold (each is served on its own); 0 for a single prompt
@@ -70,9 +71,15 @@ class RoutingRequest:
     @property
     def context_prompt_tokens(self) -> int:
         """The prompt tokens one context window must hold: the longest of a batch's
-        prompts, else the prompt's, less what is only an estimate (its media's: the worker
-        refuses a prompt its window does not hold, on its own count of them)."""
-        return self.longest_prompt_tokens or self.num_prompt_tokens - self.media_prompt_tokens
+        prompts, else the prompt's (its media's estimated tokens included)."""
+        return self.longest_prompt_tokens or self.num_prompt_tokens
+
+    @property
+    def certain_context_tokens(self) -> int:
+        """``context_prompt_tokens`` less what is only an estimate (a chat's media): what a
+        window surely must hold, by which alone a request is refused (the worker refuses a
+        prompt its window does not hold, on its own count of the media)."""
+        return self.context_prompt_tokens - self.media_prompt_tokens
 
     @property
     def output_tokens_bound(self) -> int:

@@ -510,10 +510,14 @@ class Director:
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM),
                 adapter=self._listed_adapter(info.id, decision.model))
             status = result.status
-            if status >= 500:         # the worker broke the stream it had begun
+            if status >= 500 and result.worker_failed:     # it broke the stream it began
                 log.info("request %s: %s broke its stream after %d event(s) (%d)",
                          routing.request_id, info.id, result.events, status)
                 self._failed(info)
+            elif status >= 500:       # the stream cut for its size: no one's failure
+                log.info("request %s: its stream from %s was cut after %d event(s): an "
+                         "event past the router's bound", routing.request_id, info.id,
+                         result.events)
             elif status != 499:       # (499: the client left; says nothing of the worker)
                 self._ejection.answered(info.id, attempt.started_at)
             return result.response
@@ -673,7 +677,8 @@ def _context_length_error(routing: RoutingRequest, max_model_len: int,
     The ``context-length`` filter leaves nothing only when the prompt itself does not fit;
     a prompt that fits with a too-large ``max_tokens`` is served, clamped, as vLLM does."""
     # a prompt far past every window is counted from its length, not tokenized (tokens.py)
-    tokens = routing.context_prompt_tokens      # a batch's longest prompt: each is served alone
+    # a batch's longest prompt (each is served alone), less a chat's media (an estimate)
+    tokens = routing.certain_context_tokens
     if tokens == max_model_len and not routing.attributes.get(AT_LEAST_KEY):
         message = (f"The decoder prompt (length {tokens}) plus the number of requested output "
                    f"tokens (at least 1) is longer than the maximum model length of "

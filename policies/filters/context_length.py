@@ -15,6 +15,11 @@ inputs, a score's or a rerank's texts): vLLM serves each on its own, so only eac
 not their sum. A pooling request (embeddings, scores, reranking, pooling, classification)
 generates nothing: its input may fill the whole window.
 
+A chat's images, audio and video count as the ``tokens`` producer's estimate of them
+(``RoutingRequest.media_prompt_tokens``): the workers whose window holds them are kept; when
+none does, those whose window holds the text are (the estimate is no engine's count: the
+worker refuses what overflows it), and only a text that fits no window is refused.
+
 ```yaml
 filters:
   - type: context-length
@@ -84,7 +89,12 @@ class ContextLengthFilter:
                    if view.max_model_len <= 0 or needed <= view.max_model_len]
         if fitting:
             return fitting
-        prompt_only = (request.context_prompt_tokens + min(1, least_output(request))
+        if request.media_prompt_tokens:     # estimated media: only the text is certain
+            needed -= request.media_prompt_tokens
+            fitting = [view for view in workers if needed <= view.max_model_len]
+            if fitting:
+                return fitting
+        prompt_only = (request.certain_context_tokens + min(1, least_output(request))
                        + self.margin_tokens)      # max_tokens clamped
         return [view for view in workers if prompt_only <= view.max_model_len]
 

@@ -87,3 +87,19 @@ def test_a_score_cut_by_side_is_checked_on_what_is_kept(view: ViewFactory) -> No
     past = RoutingRequest("r", "m", path="/rerank", max_tokens=1, num_prompt_tokens=300,
                           longest_prompt_tokens=100, text_cuts=[0, 512, 512])
     assert [v.id for v in plugin.filter(past, views, CycleState())] == ["big"]
+
+
+@pytest.mark.parametrize(("text", "media", "expected"), [
+    (1000, 7500, ["big"]),              # the media's estimate too: the big window preferred
+    (1000, 20_000, ["small", "big"]),   # no window holds the estimate: the text decides
+    (17_000, 20_000, []),               # the text alone fits no window: refused
+])
+def test_a_chats_media_are_a_preference_never_a_refusal(
+        view: ViewFactory, text: int, media: int, expected: list[str]) -> None:
+    """Counted as certain, ten images' estimate refused a request the engine would serve
+    (its own count of them smaller); left out, it sent them to a window too small."""
+    views = [view("small", max_model_len=8192), view("big", max_model_len=16384)]
+    request = RoutingRequest("r", "m", max_tokens=100, num_prompt_tokens=text + media,
+                             media_prompt_tokens=media)
+    plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
+    assert [v.id for v in plugin.filter(request, views, CycleState())] == expected

@@ -359,8 +359,8 @@ def test_a_chats_images_count_as_their_tokens_and_part_its_prefix_where_they_dif
     ten = produce(p, messages=[{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": f"https://x/{i}.png"}} for i in range(10)]}])
     assert ten.num_prompt_tokens >= 1000 and ten.media_prompt_tokens == 1000
-    # an estimate: what a window must hold is the text alone
-    assert ten.context_prompt_tokens == ten.num_prompt_tokens - 1000
+    # an estimate: what a window surely must hold is the text alone
+    assert ten.certain_context_tokens == ten.num_prompt_tokens - 1000
     assert produce(producer(), messages=_image_chat("u")).num_prompt_tokens >= 576
 
 
