@@ -200,6 +200,9 @@ class ProxyResult:
     first_byte_at: float | None         # monotonic, None for non-streamed answers
     finished_at: float
     events: int = 0                     # stream events relayed to the client (``data:`` lines)
+    # a failed answer (status >= 500) that is the worker's failure (counted toward ejecting
+    # it); not a stream cut for the size of one of its events
+    worker_failed: bool = True
 
 
 class EventTooLarge(Exception):
@@ -384,7 +387,7 @@ class Proxy:
                 raise UpstreamAnswerError(str(exc)) from None
             await relay.fail(str(exc))
             return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
-                               self._clock(), relay.events)
+                               self._clock(), relay.events, worker_failed=False)
         # a stream whose last event was relayed is whole, however its body ends after it
         # (the final chunk missing, the connection dropped or silent): answered, as when
         # its client leaves then (``CancelledAfterTheEnd``)
@@ -496,6 +499,7 @@ class _StreamRelay:
         self.events += out.count(b"\ndata:") + out.startswith(b"data:")
         written = await self._write(out)
         self.end_written = self.done and written
+        self._hold(b"")             # what follows the events written: within the bound
         return written
 
     def _hold(self, chunk: bytes) -> None:

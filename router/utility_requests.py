@@ -163,7 +163,7 @@ class UtilityRequests:
                     self._ejection.failed(view.id, self._clock())
                 continue
             if self._registry.declares(view.id):
-                if result.status >= 500:        # a stream (an audio API's) it broke
+                if result.status >= 500 and result.worker_failed:   # a stream it broke
                     self._ejection.failed(view.id, self._clock())
                 else:
                     self._ejection.answered(view.id, sent_at)

@@ -18,13 +18,16 @@ from aiohttp.test_utils import TestServer
 
 from router.errors import UpstreamError as UpstreamAnswerError
 from router.proxy import (
+    COMPLETION_STREAM,
     RESPONSES_STREAM,
     CancelledAfterTheEnd,
     Proxy,
     ProxyResult,
     RetryableUpstream,
     StreamFormat,
+    _StreamRelay,
 )
+from router.proxy_usage import UsageRewrite
 from workers.upstream import MAX_HEAD, UpstreamClient
 
 CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"%d"}}]}\n\n'
@@ -61,6 +64,8 @@ def _pieces(mode: str) -> Sequence[bytes]:
     if mode == "crlf":                 # SSE lines ending in CRLF, cut between CR and LF too
         data = (events + USAGE + DONE).replace(b"\n", b"\r\n")
         return [data[i:i + 5] for i in range(0, len(data), 5)]
+    if mode == "big-after-start":      # a first event, then one that never ends
+        return [CHUNK % 0, b'data: {"id":"c","choices":[{"delta":{"content":"' + b"x" * 1500]
     if mode == "endless":              # an event that never ends
         return [b'data: {"id":"c","choices":[{"delta":{"content":"' + b"x" * 600] + [
             b"y" * 600] * 3
@@ -545,4 +550,54 @@ async def _relay_once(stream: bytes, stream_format: StreamFormat,
         await front.close()
         await upstream.close()
     return results[0]
+
+
+async def test_an_event_past_the_bound_after_the_start_is_no_failure_of_the_worker(
+        relay_url: tuple[str, list[ProxyResult | Exception]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import router.proxy
+
+    monkeypatch.setattr(router.proxy, "MAX_EVENT_BYTES", 1000)
+    url, results = relay_url
+    status, body, _ = await _get(url, "mode=big-after-start")
+    assert status == 200 and b"more than 1000 bytes" in body
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.status == 502
+    assert not result.worker_failed           # not counted toward ejecting the worker
+
+
+class _CollectingRelay(_StreamRelay):
+    __slots__ = ("written",)
+
+    def __init__(self, wants_usage: bool, stream_format: StreamFormat) -> None:
+        super().__init__(None, {}, UsageRewrite(wants_usage, None),  # type: ignore[arg-type]
+                         stream_format)
+        self.written = b""
+
+    async def _write(self, data: bytes) -> bool:
+        self.written += data
+        return True
+
+
+async def _relayed(pieces: list[bytes], wants_usage: bool,
+                   stream_format: StreamFormat = COMPLETION_STREAM) -> tuple[bytes, bool, int]:
+    relay = _CollectingRelay(wants_usage, stream_format)
+    for piece in pieces:
+        await relay.feed(piece)
+    return relay.written, relay.done, relay.events
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
+@pytest.mark.parametrize("wants_usage", [False, True], ids=["usage stripped", "usage kept"])
+async def test_a_stream_cut_anywhere_is_relayed_as_whole(line_end: bytes,
+                                                         wants_usage: bool) -> None:
+    """Every cut of the worker's bytes in two, and one byte at a time, relays what the
+    whole bytes do: the same events, the same end, the same count."""
+    stream = (b"".join(CHUNK % i for i in range(3)) + FINISH + FP_USAGE + DONE).replace(
+        b"\n", line_end)
+    whole = await _relayed([stream], wants_usage)
+    assert whole[1] and whole[2] == (6 if wants_usage else 5) and whole[0].endswith(DONE)
+    for cut in range(1, len(stream)):
+        assert await _relayed([stream[:cut], stream[cut:]], wants_usage) == whole, cut
+    assert await _relayed([stream[i:i + 1] for i in range(len(stream))], wants_usage) == whole
 
