@@ -450,13 +450,14 @@ def _log_drain(app: web.Application, timeout_s: float) -> None:
 def _engine_restarted(app: web.Application, worker_id: str) -> None:
     """A worker's engine restarted with an empty cache: the KV-event block set and the
     policy's routing history of what it held are dropped, so that no request goes there
-    for a prefix it lost; and its ejection with its failures, which were the former
-    engine's (a rolling restart's refused connections left it ejected, healthy, for the
-    rest of the cooldown)."""
+    for a prefix it lost; and its failures, which were the former engine's, and the
+    ejection they caused (a rolling restart's refused connections left it ejected, healthy,
+    for the rest of the cooldown). Its stall watch stays: requests sent to the new engine
+    may be among them."""
     app[KV_EVENTS].forget(worker_id)
     app[POLICY].engine.forget_worker(worker_id)
     if EJECTION in app:
-        app[EJECTION].forget(worker_id)
+        app[EJECTION].engine_restarted(worker_id)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -92,6 +92,15 @@ class WorkerEjection:
                 log.info("worker %s: answering again; no longer ejected", worker)
             del self._records[worker]
 
+    def engine_restarted(self, worker: str) -> None:
+        """The worker's engine restarted: its failures so far were the former engine's, and
+        it is no longer set aside for them; its last ejection's length is kept, so an engine
+        that keeps crashing is set aside longer each time, as before."""
+        record = self._records.get(worker)
+        if record is not None:
+            record.failures = 0
+            record.until = 0.0
+
     def forget(self, worker: str) -> None:
         """A reloaded fleet file removed the worker, added it (again) or declared it anew
         (another server): its failures and stalls so far are not the new one's."""

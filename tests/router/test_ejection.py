@@ -56,6 +56,24 @@ def test_a_forgotten_worker_keeps_neither_failures_nor_stalls() -> None:
     assert ejection.ejected(3.0) == frozenset()
 
 
+def test_a_restarted_engine_is_no_longer_set_aside_but_a_crash_loop_still_doubles() -> None:
+    """The failures before an engine restart were the former engine's: the new one is not
+    set aside for them. Forgotten outright, an engine crashing again and again was set aside
+    for the base cooldown each time; its last cooldown is kept, so the next doubles. Its
+    stall watch stays (requests sent to the new engine may be watched)."""
+    ejection = WorkerEjection(2, 10.0, stalls=StallWatch(1.0, 50.0))
+    ejection.failed("w", 0.0)
+    ejection.failed("w", 1.0)
+    ejection.stalls.waiting("w", 2.0, None)
+    ejection.engine_restarted("w")
+    assert ejection.ejected_for("w", 3.0) == 0.0
+    assert ejection.ejected(3.5) == {"w"}           # stalled: still watched
+    ejection.failed("w", 4.0)                       # one failure: the count began again
+    assert ejection.ejected_for("w", 4.0) == 0.0
+    ejection.failed("w", 5.0)
+    assert ejection.ejected_for("w", 5.0) == 20.0   # the crash loop doubles
+
+
 def test_an_answer_closes_the_count_and_the_doubling() -> None:
     ejection = WorkerEjection(2, 10.0)
     ejection.failed("w", 0.0)
