@@ -271,9 +271,11 @@ class WorkerScraper:
                         sample.prefix_cache_queries, prev.prefix_cache_queries)
             if self._on_engine_lost is not None:
                 self._on_engine_lost(info.id)
-            self._models.pop(info.id, None)      # its window and adapters read again, now
-            with contextlib.suppress(TimeoutError, UpstreamError, OSError):
-                models = await self._models_of(info, now)
+            cached = self._models.get(info.id)
+            if cached is not None and cached[0] != now:    # (not read in this scrape)
+                self._models[info.id] = (-math.inf, cached[1])   # read again, now
+                with contextlib.suppress(TimeoutError, UpstreamError, OSError):
+                    models = await self._models_of(info, now)
         self._registry.update(self._snapshot(info, now, sample, models, prev), fresh=True)
 
     async def probe(self, infos: Sequence[WorkerInfo]) -> dict[str, WorkerSnapshot]:
@@ -325,8 +327,11 @@ class WorkerScraper:
         stays up (its numbers growing stale) for ``slow_grace_s`` after its last good scrape;
         one that refuses or answers garbage goes down after ``fail_threshold`` failures."""
         # what /v1/models said is read again at the next good scrape: a server that failed
-        # a scrape may come back as another engine (a restart with a smaller window)
-        self._models.pop(info.id, None)
+        # a scrape may come back as another engine (a restart with a smaller window); kept
+        # meanwhile, for when that read fails too
+        cached = self._models.get(info.id)
+        if cached is not None:
+            self._models[info.id] = (-math.inf, cached[1])
         prev = self._registry.snapshot(info.id)
         if prev is None:
             snap = WorkerSnapshot(worker_id=info.id, healthy=False, scraped_at=-math.inf,

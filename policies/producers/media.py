@@ -105,7 +105,8 @@ def _feed(digest: Any, value: Any, depth: int) -> None:
             digest.update(value[start:start + SLICE_CHARS].encode("utf-8", "surrogatepass"))
     elif isinstance(value, Mapping) and depth < 8:
         digest.update(b"m%d:" % len(value))
-        for key in sorted(value, key=str):
+        keys = sorted(value, key=str) if len(value) <= SAMPLES else list(value)[:SAMPLES]
+        for key in keys:
             _feed(digest, str(key), depth + 1)
             _feed(digest, value[key], depth + 1)
     elif isinstance(value, (list, tuple)) and depth < 8:

@@ -132,6 +132,8 @@ class _Worker:
 
     async def models(self, request: web.Request) -> web.Response:
         self.models_calls += 1
+        if self.mode == "models-broken":
+            return web.Response(status=500, text="boom")
         return web.json_response({"data": [{"id": MODEL, "max_model_len": self.max_model_len}]})
 
 
@@ -433,3 +435,23 @@ async def test_probe_snapshots_new_servers_without_storing_them(
     assert registry.snapshot("new") is None             # not stored: the caller's to take
     registry.replace([_info(url), new], probed)
     assert [v.healthy for v in registry.views(probed["new"].scraped_at)] == [False, True]
+
+
+async def test_a_failed_read_of_models_after_a_failed_scrape_keeps_the_last(
+        worker: tuple[_Worker, str]) -> None:
+    """Read again after a failed scrape, a /v1/models that failed too left the worker with
+    no window and no adapters (its last answer dropped) until a read succeeded."""
+    state, url = worker
+    registry = WorkerRegistry([_info(url)], InflightTracker())
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
+                                models_interval_s=60.0, fail_threshold=3)
+        await scraper.scrape_once()
+        state.mode = "error"
+        await scraper.scrape_once()
+        state.mode = "models-broken"                    # /metrics back, /v1/models failing
+        await scraper.scrape_once()
+        snap = registry.snapshot("w0")
+        assert snap is not None and snap.healthy and snap.max_model_len == 4096
+        assert state.models_calls == 2                  # read again, in vain
+
