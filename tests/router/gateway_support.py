@@ -3,11 +3,12 @@ the handle of a running router (fixtures live in ``conftest.py``)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import subprocess
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,4 +172,16 @@ class FrontedWorker:
         async with self._session.get(self.backend + request.path_qs) as answer:
             return web.Response(body=await answer.read(), status=answer.status,
                                 content_type=answer.content_type)
+
+
+@contextlib.asynccontextmanager
+async def scripted_router(emulated_fleet: FleetConfig, make_router: RouterFactory,
+                          on_post: PostHandler, worker_id: str = "w",
+                          **settings: Any) -> AsyncIterator[RouterHandle]:
+    """A round-robin router in front of one ``FrontedWorker`` (``worker_id``) whose
+    requests ``on_post`` answers, its polls passed to the session's emulated ``h100-fast``."""
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    async with FrontedWorker(backend, on_post) as worker:
+        yield await make_router(url_fleet({worker_id: worker.url}), ROUTING_ROUND_ROBIN,
+                                **settings)
 

@@ -15,13 +15,9 @@ from aiohttp import web
 
 from tests.router.gateway_support import (
     MODEL,
-    ROUTING_ROUND_ROBIN,
-    FrontedWorker,
     RouterFactory,
-    RouterHandle,
     fleet_entry,
-    subset,
-    url_fleet,
+    scripted_router,
 )
 from workers.fleet import FleetConfig
 
@@ -68,18 +64,11 @@ async def _form(request: web.Request, body: bytes) -> dict[str, str]:
     return fields
 
 
-async def started(emulated_fleet: FleetConfig, make_router: RouterFactory,
-                  worker: FrontedWorker) -> RouterHandle:
-    return await make_router(url_fleet({"asr": worker.url}), ROUTING_ROUND_ROBIN)
-
-
 async def test_a_transcription_from_the_openai_sdk_reaches_a_worker_of_its_model(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """The audio APIs were a 404 of the router's: not forwarded at all."""
     speech = SpeechWorker()
-    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
-    async with FrontedWorker(backend, speech.answer) as worker:
-        router = await started(emulated_fleet, make_router, worker)
+    async with scripted_router(emulated_fleet, make_router, speech.answer, "asr") as router:
         client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="k", max_retries=0)
         raw = await client.audio.transcriptions.with_raw_response.create(
             model=MODEL, file=("speech.wav", AUDIO, "audio/wav"), language="en")
@@ -104,9 +93,7 @@ async def test_a_transcription_from_the_openai_sdk_reaches_a_worker_of_its_model
 async def test_a_streamed_transcription_is_relayed_as_it_comes_and_bad_forms_refused(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     speech = SpeechWorker()
-    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
-    async with FrontedWorker(backend, speech.answer) as worker:
-        router = await started(emulated_fleet, make_router, worker)
+    async with scripted_router(emulated_fleet, make_router, speech.answer, "asr") as router:
         url = router.url + "/v1/audio/transcriptions"
         async with aiohttp.ClientSession() as session:
             form = aiohttp.FormData()
@@ -143,10 +130,7 @@ async def test_a_transcription_stream_the_worker_breaks_counts_toward_ejecting_i
         request.transport.abort()
         return response
 
-    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
-    async with FrontedWorker(backend, breaks) as worker:
-        router = await make_router(url_fleet({"asr": worker.url}), ROUTING_ROUND_ROBIN,
-                                   eject_after=1)
+    async with scripted_router(emulated_fleet, make_router, breaks, "asr", eject_after=1) as router:
         form = aiohttp.FormData()
         form.add_field("file", AUDIO, filename="speech.wav", content_type="audio/wav")
         form.add_field("model", MODEL)

@@ -9,11 +9,9 @@ from aiohttp import web
 
 from tests.router.gateway_support import (
     MODEL,
-    ROUTING_ROUND_ROBIN,
-    FrontedWorker,
     RouterFactory,
+    scripted_router,
     subset,
-    url_fleet,
 )
 from workers.fleet import FleetConfig
 
@@ -105,17 +103,15 @@ async def test_a_workers_own_cors_fields_never_reach_the_client(
         origins: tuple[str, ...]) -> None:
     """The worker's ``Access-Control-Allow-Origin: *`` was relayed: any page could read the
     answers of a router whose ``--allowed-origins`` names one page, or none."""
-    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
-    async with FrontedWorker(backend, _allowing_worker) as worker:
-        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN,
-                                   allowed_origins=origins)
-        async with aiohttp.ClientSession() as session:
-            for origin in (PAGE, "https://evil.example"):
-                async with session.post(router.url + "/v1/chat/completions", json=CHAT,
-                                        headers={"Origin": origin}) as resp:
-                    assert resp.status == 200
-                    allowed = resp.headers.getall("Access-Control-Allow-Origin", [])
-                    assert allowed == ([PAGE] if origin in origins else [])
-                    assert "Access-Control-Allow-Credentials" not in resp.headers
-                    assert resp.headers["x-origin-seen"] == "none"   # not the worker's call
+    async with scripted_router(
+            emulated_fleet, make_router, _allowing_worker, allowed_origins=origins) as router, \
+            aiohttp.ClientSession() as session:
+        for origin in (PAGE, "https://evil.example"):
+            async with session.post(router.url + "/v1/chat/completions", json=CHAT,
+                                    headers={"Origin": origin}) as resp:
+                assert resp.status == 200
+                allowed = resp.headers.getall("Access-Control-Allow-Origin", [])
+                assert allowed == ([PAGE] if origin in origins else [])
+                assert "Access-Control-Allow-Credentials" not in resp.headers
+                assert resp.headers["x-origin-seen"] == "none"   # not the worker's call
 

@@ -11,11 +11,8 @@ from multidict import CIMultiDict
 from router.forwarded_headers import forwarded_headers
 from tests.router.gateway_support import (
     MODEL,
-    ROUTING_ROUND_ROBIN,
-    FrontedWorker,
     RouterFactory,
-    subset,
-    url_fleet,
+    scripted_router,
 )
 from workers.fleet import FleetConfig
 
@@ -50,18 +47,16 @@ async def test_a_worker_gets_the_clients_own_fields(
         await request.read()
         return web.json_response({"tokens": [1], "count": 1, "max_model_len": 8192})
 
-    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
-    async with FrontedWorker(backend, record) as worker:
-        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN)
-        async with aiohttp.ClientSession() as session:
-            for path, body in (("/v1/chat/completions", {
-                    "model": MODEL, "max_tokens": 2,
-                    "messages": [{"role": "user", "content": "hi"}]}),
-                    ("/tokenize", {"model": MODEL, "prompt": "hi"})):
-                async with session.post(router.url + path, json=body, headers={
-                        "X-data-parallel-rank": "1", "x-sidecar": "s", "Cookie": "c=1",
-                        "Accept-Encoding": "gzip", "x-request-id": "mine"}) as resp:
-                    await resp.read()
+    async with scripted_router(emulated_fleet, make_router, record) as router, \
+            aiohttp.ClientSession() as session:
+        for path, body in (("/v1/chat/completions", {
+                "model": MODEL, "max_tokens": 2,
+                "messages": [{"role": "user", "content": "hi"}]}),
+                ("/tokenize", {"model": MODEL, "prompt": "hi"})):
+            async with session.post(router.url + path, json=body, headers={
+                    "X-data-parallel-rank": "1", "x-sidecar": "s", "Cookie": "c=1",
+                    "Accept-Encoding": "gzip", "x-request-id": "mine"}) as resp:
+                await resp.read()
     assert len(received) == 2
     for headers in received:
         assert headers["X-data-parallel-rank"] == "1" and headers["x-sidecar"] == "s"

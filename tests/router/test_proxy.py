@@ -17,9 +17,9 @@ from aiohttp import web
 from tests.router.gateway_support import (
     MODEL,
     ROUTING_ROUND_ROBIN,
-    FrontedWorker,
     RouterFactory,
     RouterHandle,
+    scripted_router,
     subset,
     url_fleet,
 )
@@ -73,17 +73,14 @@ async def test_a_failure_with_no_other_worker_to_try_is_not_counted_as_a_retry(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """``kvroute_retries_total`` counts requests sent on to another worker: a fleet of one
     failing worker counted one "retry" per failed request, none of which was retried."""
-    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
-    async with FrontedWorker(backend, _fail) as worker:
-        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN,
-                                   eject_after=0)
-        async with aiohttp.ClientSession() as session:
-            for path, body in (("/v1/chat/completions", {"model": MODEL, "max_tokens": 2,
-                                                         "messages": MESSAGES}),
-                               ("/tokenize", {"model": MODEL, "prompt": "hi"})):
-                for _ in range(2):
-                    async with session.post(router.url + path, json=body) as resp:
-                        assert resp.status == 502
+    async with scripted_router(emulated_fleet, make_router, _fail, eject_after=0) as router, \
+            aiohttp.ClientSession() as session:
+        for path, body in (("/v1/chat/completions", {"model": MODEL, "max_tokens": 2,
+                                                     "messages": MESSAGES}),
+                           ("/tokenize", {"model": MODEL, "prompt": "hi"})):
+            for _ in range(2):
+                async with session.post(router.url + path, json=body) as resp:
+                    assert resp.status == 502
     assert router.metric("kvroute_requests_total", worker="w", status="500") == 2
     assert router.metric("kvroute_retries_total") == 0
 
@@ -277,26 +274,25 @@ async def test_a_workers_own_header_fields_reach_the_client(
     """A worker's 429 said when to come back (``Retry-After``), which the router dropped
     with every other field of the worker's; those of its connection are still not relayed,
     and the router's own (its request id) win."""
-    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
-    async with FrontedWorker(backend, _answer_with_headers_of_its_own) as worker:
-        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN)
-        async with aiohttp.ClientSession() as session:
-            for stream, max_tokens, status in ((False, 1, 429), (True, 8, 200)):
-                async with session.post(f"{router.url}/v1/chat/completions", json={
-                        "model": MODEL, "messages": MESSAGES, "max_tokens": max_tokens,
-                        "stream": stream}, headers={"x-request-id": "client-7"}) as resp:
-                    body = await resp.read()
-                    assert resp.status == status, body
-                    assert resp.headers["x-worker-note"] == "hello"
-                    assert resp.headers.getall("x-request-id") == ["client-7"]
-                    assert "Keep-Alive" not in resp.headers
-                    assert resp.headers["x-kvroute-worker"] == "w"
-                    if stream:
-                        assert resp.headers["Content-Type"] == "text/event-stream"
-                        assert body.endswith(b"data: [DONE]\n\n")
-                    else:
-                        assert resp.headers["Retry-After"] == "7"
-                        assert orjson.loads(body)["error"]["message"] == "busy"
+    async with scripted_router(
+            emulated_fleet, make_router, _answer_with_headers_of_its_own) as router, \
+            aiohttp.ClientSession() as session:
+        for stream, max_tokens, status in ((False, 1, 429), (True, 8, 200)):
+            async with session.post(f"{router.url}/v1/chat/completions", json={
+                    "model": MODEL, "messages": MESSAGES, "max_tokens": max_tokens,
+                    "stream": stream}, headers={"x-request-id": "client-7"}) as resp:
+                body = await resp.read()
+                assert resp.status == status, body
+                assert resp.headers["x-worker-note"] == "hello"
+                assert resp.headers.getall("x-request-id") == ["client-7"]
+                assert "Keep-Alive" not in resp.headers
+                assert resp.headers["x-kvroute-worker"] == "w"
+                if stream:
+                    assert resp.headers["Content-Type"] == "text/event-stream"
+                    assert body.endswith(b"data: [DONE]\n\n")
+                else:
+                    assert resp.headers["Retry-After"] == "7"
+                    assert orjson.loads(body)["error"]["message"] == "busy"
 
 
 async def _whole_stream_then_hang_up(request: web.Request) -> web.StreamResponse:
@@ -318,19 +314,17 @@ async def test_a_stream_whose_last_event_was_relayed_is_answered_however_its_bod
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """It was counted a 502 and a failure of the worker (four such answers and one 500
     ejected it), and the client got an error event after ``[DONE]``."""
-    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
-    async with FrontedWorker(backend, _whole_stream_then_hang_up) as worker:
-        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN,
-                                   eject_after=1)
-        async with aiohttp.ClientSession() as session:
-            for _ in range(2):
-                async with session.post(f"{router.url}/v1/chat/completions", json={
-                        "model": MODEL, "messages": MESSAGES, "max_tokens": 8,
-                        "stream": True}) as resp:
-                    body = await resp.read()
-                assert resp.status == 200
-                assert body.endswith(b"data: [DONE]\n\n") and body.count(b"[DONE]") == 1
-                assert b"error" not in body
+    async with scripted_router(
+            emulated_fleet, make_router, _whole_stream_then_hang_up, eject_after=1) as router, \
+            aiohttp.ClientSession() as session:
+        for _ in range(2):
+            async with session.post(f"{router.url}/v1/chat/completions", json={
+                    "model": MODEL, "messages": MESSAGES, "max_tokens": 8,
+                    "stream": True}) as resp:
+                body = await resp.read()
+            assert resp.status == 200
+            assert body.endswith(b"data: [DONE]\n\n") and body.count(b"[DONE]") == 1
+            assert b"error" not in body
     assert router.metric("kvroute_requests_total", worker="w", status="200") == 2
     assert router.metric("kvroute_requests_total", worker="w", status="502") == 0
     assert router.metric("kvroute_worker_ejections_total", worker="w") == 0
@@ -352,12 +346,10 @@ async def test_an_answer_that_breaks_off_after_its_head_is_told_as_such(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """The client read "the worker closed the connection before it answered" for an answer
     whose head had come."""
-    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
-    async with FrontedWorker(backend, _head_then_hang_up) as worker:
-        router = await make_router(url_fleet({"w": worker.url}), ROUTING_ROUND_ROBIN)
-        async with aiohttp.ClientSession() as session, session.post(
-                f"{router.url}/v1/chat/completions",
-                json={"model": MODEL, "messages": MESSAGES, "max_tokens": 2}) as resp:
-            assert resp.status == 502
-            message = (await resp.json())["error"]["message"]
+    async with scripted_router(emulated_fleet, make_router, _head_then_hang_up) as router, \
+            aiohttp.ClientSession() as session, session.post(
+            f"{router.url}/v1/chat/completions",
+            json={"model": MODEL, "messages": MESSAGES, "max_tokens": 2}) as resp:
+        assert resp.status == 502
+        message = (await resp.json())["error"]["message"]
     assert "disconnect: the worker's answer broke off before it was whole" in message
