@@ -343,20 +343,18 @@ class Proxy:
         origin = upstream.origin
         rewrite = UsageRewrite(wants_usage, self._fingerprints.get(origin))
         relay = _StreamRelay(request, relayed_headers(upstream.headers, response_headers),
-                             rewrite, stream_format, self._send_timeout_s)
+                             rewrite, stream_format, self._send_timeout_s,
+                             on_first_token=(self._clock, on_first_byte))
         try:
-            return await self._relay_events(upstream, relay, on_first_byte,
-                                            stream_format.first_token_mark)
+            return await self._relay_events(upstream, relay)
         finally:
             if rewrite.saw_usage:
                 self._fingerprints[origin] = rewrite.fingerprint
 
-    async def _relay_events(self, upstream: UpstreamResponse, relay: _StreamRelay,
-                            on_first_byte: Callable[[], None],
-                            first_token_mark: bytes | None) -> ProxyResult:
+    async def _relay_events(self, upstream: UpstreamResponse,
+                            relay: _StreamRelay) -> ProxyResult:
         try:
-            return await self._relay_to_the_end(upstream, relay, on_first_byte,
-                                                first_token_mark)
+            return await self._relay_to_the_end(upstream, relay)
         except asyncio.CancelledError:
             if not relay.end_written:
                 if relay.events:
@@ -366,27 +364,21 @@ class Proxy:
                 relay.response_or_new(), 200, relay.usage, relay.first_byte_at, self._clock(),
                 relay.events)) from None
 
-    async def _relay_to_the_end(self, upstream: UpstreamResponse, relay: _StreamRelay,
-                                on_first_byte: Callable[[], None],
-                                first_token_mark: bytes | None) -> ProxyResult:
-        first_byte_at: float | None = None
+    async def _relay_to_the_end(self, upstream: UpstreamResponse,
+                                relay: _StreamRelay) -> ProxyResult:
         chunks = upstream.chunks()
         try:
             async for chunk in chunks:
-                if first_byte_at is None and (first_token_mark is None or first_token_mark in (
-                        chunk if b"\r" not in chunk else chunk.replace(b"\r\n", b"\n"))):
-                    first_byte_at = relay.first_byte_at = self._clock()
-                    on_first_byte()
                 if not await relay.feed(chunk):
                     return ProxyResult(relay.response_or_new(), 499, relay.usage,
-                                       first_byte_at, self._clock(), relay.events)
+                                       relay.first_byte_at, self._clock(), relay.events)
                 if relay.done:
                     break
         except EventTooLarge as exc:
             if not relay.started:      # the answer's size: the client's 502, no one retried
                 raise UpstreamAnswerError(str(exc)) from None
             await relay.fail(str(exc))
-            return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
+            return ProxyResult(relay.response_or_new(), 502, relay.usage, relay.first_byte_at,
                                self._clock(), relay.events, worker_failed=False)
         # a stream whose last event was relayed is whole, however its body ends after it
         # (the final chunk missing, the connection dropped or silent): answered, as when
@@ -397,41 +389,50 @@ class Proxy:
             if not relay.done:
                 await relay.fail(f"The worker stopped mid-stream: nothing came for "
                                  f"{self._upstream_timeout_s:g} s.")
-                return ProxyResult(relay.response_or_new(), 504, relay.usage, first_byte_at,
+                return ProxyResult(relay.response_or_new(), 504, relay.usage, relay.first_byte_at,
                                    self._clock(), relay.events)
         except (UpstreamError, OSError) as exc:
             if not relay.started:
                 raise
             if not relay.done:
                 await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")
-                return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
+                return ProxyResult(relay.response_or_new(), 502, relay.usage, relay.first_byte_at,
                                    self._clock(), relay.events)
         if not relay.started:
             raise RetryableUpstream("disconnect", 502, "the worker closed an empty stream")
         if not relay.done:
             await relay.fail("The worker closed the stream before it finished.")
-            return ProxyResult(relay.response_or_new(), 502, relay.usage, first_byte_at,
+            return ProxyResult(relay.response_or_new(), 502, relay.usage, relay.first_byte_at,
                                self._clock(), relay.events)
         await chunks.aclose()         # (left at the last event: the rest is read below)
         await relay.finish()          # the client has its whole answer now
         # the body's end is read on in the background for a moment, the connection kept
         # if it comes; a worker silent after its last event is dropped then, not waited on
         upstream.close_when_whole(DRAIN_AFTER_END_S)
-        return ProxyResult(relay.response_or_new(), 200, relay.usage, first_byte_at,
+        return ProxyResult(relay.response_or_new(), 200, relay.usage, relay.first_byte_at,
                            self._clock(), relay.events)
 
 
 class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
-    __slots__ = ("_carried_cr", "_end_lines", "_end_marks", "_failure", "_headers",
-                 "_pending", "_request", "_response", "_rewrite", "_send_timeout_s", "done",
-                 "end_written", "events", "first_byte_at")
+    __slots__ = ("_carried_cr", "_end_lines", "_end_marks", "_failure", "_first_mark",
+                 "_headers", "_on_first", "_pending", "_request", "_response", "_rewrite",
+                 "_seen_tail", "_send_timeout_s", "done", "end_written", "events",
+                 "first_byte_at")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
                  rewrite: UsageRewrite, stream_format: StreamFormat,
-                 send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S) -> None:
+                 send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
+                 on_first_token: tuple[Callable[[], float], Callable[[], None]] | None = None
+                 ) -> None:
+        """``on_first_token``: (clock, callback): when the stream's first token arrives
+        (``stream_format.first_token_mark`` seen in its bytes, whatever their cuts; any byte
+        when it has none), ``first_byte_at`` is the clock's and the callback is called."""
         self._request = request
+        self._first_mark = stream_format.first_token_mark
+        self._on_first = on_first_token
+        self._seen_tail = b""      # the bytes before this chunk, as far as a mark may reach
         self._send_timeout_s = send_timeout_s
         # an event line starts the bytes or follows a line break: "data: [DONE]" in a token's
         # text is inside a JSON string, where a line break is escaped
@@ -472,6 +473,8 @@ class _StreamRelay:
             if chunk.endswith(b"\r"):
                 chunk, self._carried_cr = chunk[:-1], True
             chunk = chunk.replace(b"\r\n", b"\n")
+        if self.first_byte_at is None and self._on_first is not None:
+            self._look_for_first_token(chunk)
         pending = self._pending
         if not pending:
             cut = chunk.rfind(_EVENT_END)
@@ -501,6 +504,19 @@ class _StreamRelay:
         self.end_written = self.done and written
         self._hold(b"")             # what follows the events written: within the bound
         return written
+
+    def _look_for_first_token(self, chunk: bytes) -> None:
+        mark = self._first_mark
+        if mark is not None:
+            seen = self._seen_tail + chunk
+            if mark not in seen:
+                keep = len(mark) - 1
+                self._seen_tail = seen[-keep:] if keep else b""
+                return
+        assert self._on_first is not None
+        clock, on_first = self._on_first
+        self.first_byte_at = clock()
+        on_first()
 
     def _hold(self, chunk: bytes) -> None:
         """Keep ``chunk`` for the event it begins, at most ``MAX_EVENT_BYTES`` of one."""

@@ -567,12 +567,16 @@ async def test_an_event_past_the_bound_after_the_start_is_no_failure_of_the_work
 
 
 class _CollectingRelay(_StreamRelay):
-    __slots__ = ("written",)
+    __slots__ = ("firsts", "written")
 
     def __init__(self, wants_usage: bool, stream_format: StreamFormat) -> None:
         super().__init__(None, {}, UsageRewrite(wants_usage, None),  # type: ignore[arg-type]
-                         stream_format)
+                         stream_format, on_first_token=(lambda: 1.0, self._first))
         self.written = b""
+        self.firsts = 0
+
+    def _first(self) -> None:
+        self.firsts += 1
 
     async def _write(self, data: bytes) -> bool:
         self.written += data
@@ -600,4 +604,23 @@ async def test_a_stream_cut_anywhere_is_relayed_as_whole(line_end: bytes,
     for cut in range(1, len(stream)):
         assert await _relayed([stream[:cut], stream[cut:]], wants_usage) == whole, cut
     assert await _relayed([stream[i:i + 1] for i in range(len(stream))], wants_usage) == whole
+
+
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
+async def test_the_first_token_is_seen_once_wherever_the_bytes_are_cut(line_end: bytes) -> None:
+    """The Responses API's first-token mark spans a line break: looked for in each raw chunk,
+    it was missed when a cut fell inside it (or between a CR and its LF), and the time to
+    first token came from a later delta or none."""
+    stream = (b"event: response.created\ndata: {}\n\n"
+              b"event: response.output_text.delta\ndata: {\"delta\": \"hi\"}\n\n"
+              b"event: response.completed\ndata: {}\n\n").replace(b"\n", line_end)
+    raw_mark = b".delta" + line_end + b"data: "       # RESPONSES_STREAM's, as sent
+    complete_at = stream.index(raw_mark) + len(raw_mark)
+    for cut in range(1, len(stream)):
+        relay = _CollectingRelay(True, RESPONSES_STREAM)
+        await relay.feed(stream[:cut])
+        seen_early = relay.firsts
+        await relay.feed(stream[cut:])
+        assert relay.firsts == 1 and relay.first_byte_at == 1.0, cut
+        assert seen_early == (1 if cut >= complete_at else 0), cut
 
