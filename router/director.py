@@ -55,7 +55,7 @@ from router.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from router.forwarded_headers import forwarded_headers
+from router.forwarded_headers import worker_headers
 from router.header_values import header_safe
 from router.metrics import OTHER_API, UNKNOWN_MODEL, RouterMetrics, api_of_path
 from router.protocol import (
@@ -64,7 +64,6 @@ from router.protocol import (
     RESPONSES_PATH,
     ParsedRequest,
     parse_request,
-    upstream_authorization,
     upstream_body,
 )
 from router.proxy import (
@@ -82,7 +81,7 @@ from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
 from router.state.store import StateStore
-from router.trace_context import request_trace_id, trace_headers
+from router.trace_context import request_trace_id
 from workers.models import WorkerInfo, WorkerView
 from workers.registry import WorkerRegistry, same_server
 from workers.upstream import origin_of
@@ -487,12 +486,8 @@ class Director:
         engine.on_routed(routing, decision)
         if routing.block_hashes:       # the other replicas' prefix scorers learn it too
             self._store.on_routed_blocks(info.id, routing.block_hashes)
-        headers = {**forwarded_headers(request.headers, self._settings.request_id_header),
-                   "Content-Type": "application/json", "X-Request-Id": routing.request_id,
-                   **trace_headers(request.headers)}     # the engine's spans join the trace
-        auth = upstream_authorization(request.headers)
-        if auth:
-            headers["Authorization"] = auth
+        headers = worker_headers(request.headers, self._settings.request_id_header,
+                                 "X-Request-Id", routing.request_id)
         result: ProxyResult | None = None
         status = 502
         try:       # watched until its first byte; settled in _complete, whatever happens

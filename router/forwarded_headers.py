@@ -22,12 +22,17 @@ vLLM's ``X-data-parallel-rank``, whatever a sidecar before the engine reads), le
   write any address there.
 
 A field sent several times is sent once, its values joined with commas.
+``worker_headers`` adds the router's own: the request's JSON type, its id, the trace
+context and the credentials.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
+
+from router.protocol import upstream_authorization
+from router.trace_context import trace_headers
 
 NOT_FORWARDED = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authorization", "transfer-encoding",
@@ -60,3 +65,19 @@ def forwarded_headers(client: Mapping[str, str], request_id_header: str) -> dict
         first = names.setdefault(lower, name)
         forwarded[first] = f"{forwarded[first]}, {value}" if first in forwarded else value
     return forwarded
+
+
+def worker_headers(client: Mapping[str, str], request_id_header: str, id_field: str,
+                   request_id: str) -> dict[str, str]:
+    """Every header field a worker is sent with a request whose client sent ``client``: the
+    client's own (``forwarded_headers``), then the router's: ``Content-Type``, the request
+    id under ``id_field``, the trace context (the engine's spans join the trace) and the
+    ``Authorization`` the client's key gives (a worker's own key replaces it further on)."""
+    headers = {**forwarded_headers(client, request_id_header),
+               "Content-Type": "application/json", id_field: request_id,
+               **trace_headers(client)}
+    authorization = upstream_authorization(client)
+    if authorization:
+        headers["Authorization"] = authorization
+    return headers
+

@@ -41,7 +41,7 @@ from router.errors import (
     UpstreamError,
 )
 from router.form_fields import boundary_of, form_fields
-from router.forwarded_headers import forwarded_headers
+from router.forwarded_headers import worker_headers
 from router.header_values import header_safe
 from router.metrics import RESPONSES_API, UNKNOWN_MODEL, RouterMetrics, api_of_path
 from router.protocol import (
@@ -49,14 +49,12 @@ from router.protocol import (
     RESPONSES_PATH,
     check_model,
     parse_body,
-    upstream_authorization,
 )
 from router.proxy import RESPONSES_STREAM, Proxy, RetryableUpstream
 from router.request_body import read_body
 from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
-from router.trace_context import trace_headers
 from workers.models import WorkerView
 from workers.registry import WorkerRegistry
 
@@ -219,14 +217,8 @@ class UtilityRequests:
         return result.response
 
     def _headers(self, request: web.Request, request_id: str) -> dict[str, str]:
-        headers = {**forwarded_headers(request.headers, self._settings.request_id_header),
-                   "Content-Type": "application/json",
-                   self._settings.request_id_header: request_id,
-                   **trace_headers(request.headers)}
-        authorization = upstream_authorization(request.headers)
-        if authorization:
-            headers["Authorization"] = authorization
-        return headers
+        name = self._settings.request_id_header
+        return worker_headers(request.headers, name, name, request_id)
 
     def _candidates(self, model: str | None, api: str) -> list[WorkerView]:
         """The healthy workers of ``model``, fewest requests in flight first, ties in turn,
