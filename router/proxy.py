@@ -88,8 +88,7 @@ def relayed_headers(worker: Mapping[str, str], own: Mapping[str, str]) -> CIMult
     """The headers of an answer relayed from a worker: the worker's own (a 429's
     ``Retry-After``, vLLM's binary ``metadata``, whatever else it sends), less those of
     ``_NOT_RELAYED``, the CORS fields and those its ``Connection`` names, then the
-    router's ``own``, which
-    win over the worker's of the same name."""
+    router's ``own``, which win over the worker's of the same name."""
     named = worker.get("connection")
     skipped = (_NOT_RELAYED if not named else
                _NOT_RELAYED | {name.strip().lower() for name in named.split(",")})
@@ -372,6 +371,8 @@ class Proxy:
                 if not await relay.feed(chunk):
                     return ProxyResult(relay.response_or_new(), 499, relay.usage,
                                        relay.first_byte_at, self._clock(), relay.events)
+                # a stream whose last event was relayed is whole, however its body ends
+                # after it (the final chunk missing, the connection dropped or silent)
                 if relay.done:
                     break
         except EventTooLarge as exc:
@@ -380,24 +381,19 @@ class Proxy:
             await relay.fail(str(exc))
             return ProxyResult(relay.response_or_new(), 502, relay.usage, relay.first_byte_at,
                                self._clock(), relay.events, worker_failed=False)
-        # a stream whose last event was relayed is whole, however its body ends after it
-        # (the final chunk missing, the connection dropped or silent): answered, as when
-        # its client leaves then (``CancelledAfterTheEnd``)
         except TimeoutError:
             if not relay.started:
                 raise
-            if not relay.done:
-                await relay.fail(f"The worker stopped mid-stream: nothing came for "
-                                 f"{self._upstream_timeout_s:g} s.")
-                return ProxyResult(relay.response_or_new(), 504, relay.usage, relay.first_byte_at,
-                                   self._clock(), relay.events)
+            await relay.fail(f"The worker stopped mid-stream: nothing came for "
+                             f"{self._upstream_timeout_s:g} s.")
+            return ProxyResult(relay.response_or_new(), 504, relay.usage, relay.first_byte_at,
+                               self._clock(), relay.events)
         except (UpstreamError, OSError) as exc:
             if not relay.started:
                 raise
-            if not relay.done:
-                await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")
-                return ProxyResult(relay.response_or_new(), 502, relay.usage, relay.first_byte_at,
-                                   self._clock(), relay.events)
+            await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")
+            return ProxyResult(relay.response_or_new(), 502, relay.usage, relay.first_byte_at,
+                               self._clock(), relay.events)
         if not relay.started:
             raise RetryableUpstream("disconnect", 502, "the worker closed an empty stream")
         if not relay.done:
