@@ -273,9 +273,8 @@ class WorkerScraper:
                 self._on_engine_lost(info.id)
             cached = self._models.get(info.id)
             if cached is not None and cached[0] != now:    # (not read in this scrape)
-                self._models[info.id] = (-math.inf, cached[1])   # read again, now
-                with contextlib.suppress(TimeoutError, UpstreamError, OSError):
-                    models = await self._models_of(info, now)
+                self._read_models_again(info.id)           # its window and adapters, now
+                models = await self._models_of(info, now)
         self._registry.update(self._snapshot(info, now, sample, models, prev), fresh=True)
 
     async def probe(self, infos: Sequence[WorkerInfo]) -> dict[str, WorkerSnapshot]:
@@ -326,12 +325,9 @@ class WorkerScraper:
         """Count a failed scrape. A worker that answers too slowly is busy, not gone: it
         stays up (its numbers growing stale) for ``slow_grace_s`` after its last good scrape;
         one that refuses or answers garbage goes down after ``fail_threshold`` failures."""
-        # what /v1/models said is read again at the next good scrape: a server that failed
-        # a scrape may come back as another engine (a restart with a smaller window); kept
-        # meanwhile, for when that read fails too
-        cached = self._models.get(info.id)
-        if cached is not None:
-            self._models[info.id] = (-math.inf, cached[1])
+        # a server that failed a scrape may come back as another engine (a restart with a
+        # smaller window)
+        self._read_models_again(info.id)
         prev = self._registry.snapshot(info.id)
         if prev is None:
             snap = WorkerSnapshot(worker_id=info.id, healthy=False, scraped_at=-math.inf,
@@ -348,6 +344,13 @@ class WorkerScraper:
             log.warning("worker %s: scrape failed (%s); healthy=%s", info.id, error,
                         snap.healthy)
         self._registry.update(snap, fresh=False)
+
+    def _read_models_again(self, worker_id: str) -> None:
+        """What ``/v1/models`` said is read again at the worker's next ``_models_of``; kept
+        meanwhile, for when that read fails."""
+        cached = self._models.get(worker_id)
+        if cached is not None:
+            self._models[worker_id] = (-math.inf, cached[1])
 
     async def _models_of(self, info: WorkerInfo, now: float) -> ModelsSample | None:
         cached = self._models.get(info.id)

@@ -60,8 +60,9 @@ A chat's images, audio clips and videos count as ``media_tokens[kind]`` tokens e
 their place, of ids that differ with the item (``policies.producers.media``): estimates and
 costs see their size, and prompts around different items share no block after the first of
 them, as in the engine's cache. At most ``LISTED_MEDIA_TOKENS`` of them are listed in the
-ids (at least one per item), the rest counted. They are estimates: ``media_prompt_tokens``
-keeps them out of what a context window is checked to hold.
+ids (at least one per item), the rest counted. They are estimates
+(``RoutingRequest.media_prompt_tokens``): the ``context-length`` filter prefers the windows
+that hold them and refuses a request only for its text.
 """
 
 from __future__ import annotations
