@@ -77,7 +77,7 @@ from router.stalls import StallWatch
 from router.state.memory_store import MemoryStateStore
 from router.state.redis_store import RedisStateStore
 from router.state.store import StateStore
-from router.utility_requests import UtilityRequests
+from router.utility_requests import FormAdmission, UtilityRequests
 from workers.credentials import worker_authorizations
 from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry, fleet_change
@@ -253,8 +253,10 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     admission = app[DIRECTOR].admission
     reloader.add_swap_listener(     # a raised in-flight limit lets the waiting through now
         lambda engine: admission.apply(engine.routing.section(ADMISSION_SECTION)))
-    app[UTILITY] = UtilityRequests(settings, app[REGISTRY], responses, proxy, app[METRICS],
-                                   ejection=ejection)
+    app[UTILITY] = UtilityRequests(
+        settings, app[REGISTRY], responses, proxy, app[METRICS], ejection=ejection,
+        forms=FormAdmission(admission, lambda: reloader.engine.routing.section(
+            ADMISSION_SECTION), app[STORE]))
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
     if fleet_reloader is not None:

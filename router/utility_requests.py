@@ -5,7 +5,10 @@ vLLM answers them in its API server, from the model's tokenizer, without the eng
 policy runs, nothing is reserved, nothing is learnt. ``POST /v1/audio/transcriptions`` and
 ``/v1/audio/translations`` (a speech model's, a form with the audio file) go the same way:
 their body is forwarded as it came, its ``model`` field read (``router.form_fields``), and
-streamed back when its ``stream`` field is true. The request goes to the healthy worker
+streamed back when its ``stream`` field is true; being a model's work on a GPU, they pass
+the routing file's admission as routed requests do (their tenant's budget: a request, and
+the tokens their worker reports; the in-flight limit) and count as a request in flight on
+their worker while it serves them. The request goes to the healthy worker
 serving its ``model`` with the fewest requests in flight (ties taken in turn; workers ejected
 by ``router.ejection`` last), and on a connect error or a 5xx to the next one, at most
 ``Settings.max_retries`` times. ``model`` may be left out, as vLLM allows, when every worker
@@ -22,14 +25,17 @@ headers routed ones do: ``x-kvroute-worker``, ``x-kvroute-profile`` (``utility``
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from urllib.parse import quote
 
 from aiohttp import web
 from yarl import URL
 
+from policies.admission.section import AdmissionSection
+from router.admission.controller import Admission, AdmissionTicket
 from router.client_auth import TENANT
 from router.ejection import WorkerEjection
 from router.errors import (
@@ -49,16 +55,41 @@ from router.protocol import (
     RESPONSES_PATH,
     check_model,
     parse_body,
+    tenant_of,
 )
-from router.proxy import RESPONSES_STREAM, Proxy, RetryableUpstream
+from router.proxy import (
+    RESPONSES_STREAM,
+    CancelledAfterTheEnd,
+    CancelledMidStream,
+    Proxy,
+    ProxyResult,
+    RetryableUpstream,
+)
 from router.request_body import read_body
 from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
+from router.state.store import StateStore
 from workers.models import WorkerView
 from workers.registry import WorkerRegistry
 
 PROFILE = "utility"
+# the status a request is counted under when its client left (nginx's)
+CLIENT_LEFT = 499
+
+
+class FormAdmission:
+    """What the audio APIs pass through: the router's ``Admission`` under the routing file's
+    section in force (``section``), and the state store counting a worker's requests in
+    flight."""
+
+    __slots__ = ("admission", "section", "store")
+
+    def __init__(self, admission: Admission, section: Callable[[], AdmissionSection | None],
+                 store: StateStore) -> None:
+        self.admission = admission
+        self.section = section
+        self.store = store
 
 
 class UtilityRequests:
@@ -67,7 +98,9 @@ class UtilityRequests:
     def __init__(self, settings: Settings, registry: WorkerRegistry, responses: ResponseLocator,
                  proxy: Proxy, metrics: RouterMetrics,
                  clock: Callable[[], float] = time.monotonic,
-                 ejection: WorkerEjection | None = None) -> None:
+                 ejection: WorkerEjection | None = None,
+                 forms: FormAdmission | None = None) -> None:
+        """``forms``: the admission the audio APIs pass (None: none, nothing counted)."""
         self._settings = settings
         self._registry = registry
         self._responses = responses
@@ -77,6 +110,7 @@ class UtilityRequests:
         self._turn = itertools.count()
         self._ids = RequestIds()
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
+        self._forms = forms
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
@@ -117,24 +151,63 @@ class UtilityRequests:
                 fields = form_fields(body, boundary, ("model", "stream"))
                 raw_model = fields.get("model")
                 model = None if raw_model in (None, "") else check_model(raw_model)
+                # the key's tenant, else the client's x-tenant (as a routed request's)
+                tenant = request.get(TENANT) or tenant_of(request.headers)
             except RouterError as refused:    # a bad body: counted, as refused before routing
                 self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status,
                                              api)
                 raise
             stream = fields.get("stream", "").strip().lower() in ("true", "1")
-            return await self._forward(
-                request, path, body, model, self._candidates(model, api), request_id,
-                content_type=request.headers["Content-Type"], stream=stream)
+            candidates = self._candidates(model, api)
+            label = model or candidates[0].info.models[0]
+            if self._forms is None:
+                return await self._forward(
+                    request, path, body, model, candidates, request_id,
+                    content_type=request.headers["Content-Type"], stream=stream)
+            return await self._admitted_form(request, path, body, label, model, tenant,
+                                             request_id, stream)
         except RouterError as error:      # a refusal names its request, as every one does
             error.headers.setdefault(self._settings.request_id_header, request_id)
             raise
         finally:
             self._ids.release(request_id)
 
+    async def _admitted_form(self, request: web.Request, path: str, body: bytes, label: str,
+                             model: str | None, tenant: str | None, request_id: str,
+                             stream: bool) -> web.StreamResponse:
+        """An audio form past admission (its tenant's budget, the in-flight limit), then
+        forwarded; its slot freed and its tokens settled at its end, as a routed request's."""
+        forms = self._forms
+        assert forms is not None
+        admission, api = forms.admission, api_of_path(path)
+        try:
+            ticket = await admission.admit(forms.section(), tenant, label, api)
+        except asyncio.CancelledError:       # the client left while waiting for a slot
+            self._metrics.record_request(label, "", "", "none", CLIENT_LEFT, api)
+            raise
+        finished = False
+        try:
+            # the workers are ranked once admitted: a wait for a slot changes their loads
+            return await self._forward(
+                request, path, body, model, self._candidates(model, api), request_id,
+                content_type=request.headers["Content-Type"], stream=stream, ticket=ticket)
+        except RouterError as refused:       # counted against its budget: say what is left
+            if ticket.budget is not None:
+                admission.finish(ticket)
+                finished = True
+                refused.headers.update(admission.rate_limit_headers(ticket))
+            raise
+        finally:
+            if not finished:
+                admission.finish(ticket)
+
     async def _forward(self, request: web.Request, path: str, body: bytes, model: str | None,
                        candidates: list[WorkerView], request_id: str,
                        content_type: str = "application/json",
-                       stream: bool = False) -> web.StreamResponse:
+                       stream: bool = False,
+                       ticket: AdmissionTicket | None = None) -> web.StreamResponse:
+        """``ticket``: the admission of an audio form (its worker counts it in flight, its
+        budget is told what was served), None for the tokenizer's requests."""
         headers = self._headers(request, request_id)
         headers["Content-Type"] = content_type
         last_failure: RetryableUpstream | None = None
@@ -147,12 +220,14 @@ class UtilityRequests:
             response_headers = {"x-kvroute-worker": view.id, "x-kvroute-profile": PROFILE,
                                 "x-kvroute-reason": reason,
                                 self._settings.request_id_header: request_id}
+            if ticket is not None and self._forms is not None:
+                response_headers.update(self._forms.admission.rate_limit_headers(ticket))
             sent_at = self._clock()
             try:
-                result = await self._proxy.forward(
+                result = await self._counted(ticket, view, self._proxy.forward(
                     request, URL(view.info.url + path), body, headers, response_headers,
                     stream=stream, wants_usage=stream,    # (a stream relayed as it is)
-                    on_first_byte=lambda: None)
+                    on_first_byte=lambda: None), stream)
             except RetryableUpstream as failure:
                 last_failure = failure
                 if self._registry.declares(view.id):     # (not one removed meanwhile)
@@ -171,6 +246,35 @@ class UtilityRequests:
             return result.response
         assert last_failure is not None
         raise UpstreamError(f"No worker could serve the request; last error: {last_failure}")
+
+    async def _counted(self, ticket: AdmissionTicket | None, view: WorkerView,
+                       forwarding: Awaitable[ProxyResult], stream: bool) -> ProxyResult:
+        """``forwarding`` awaited as one request in flight on ``view`` (when ``ticket``: an
+        audio form), its answer told to the ticket's budget, whatever the end."""
+        forms = self._forms
+        if ticket is None or forms is None:
+            return await forwarding
+        forms.store.on_dispatch(view.id, 0, 0)
+        result: ProxyResult | None = None
+        events = 0           # relayed to a client that left mid-stream
+        try:
+            result = await forwarding
+            return result
+        except CancelledAfterTheEnd as cancelled:     # it left with the whole answer
+            result = cancelled.result
+            raise
+        except CancelledMidStream as cancelled:
+            events = cancelled.events
+            raise
+        finally:
+            forms.store.on_complete(view.id, 0, 0)
+            usage = result.usage if result is not None else None
+            forms.admission.record_attempt(
+                ticket, events > 0 or (result is not None and result.first_byte_at is not None),
+                usage.prompt_tokens if usage is not None else 0,
+                usage.completion_tokens if usage is not None else 0,
+                result.events if result is not None else events,
+                whole_answer=result is not None and result.status == 200 and not stream)
 
     async def handle_response(self, request: web.Request, response_id: str,
                               action: str = "") -> web.StreamResponse:

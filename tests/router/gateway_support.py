@@ -177,11 +177,12 @@ class FrontedWorker:
 @contextlib.asynccontextmanager
 async def scripted_router(emulated_fleet: FleetConfig, make_router: RouterFactory,
                           on_post: PostHandler, worker_id: str = "w",
+                          routing: str = ROUTING_ROUND_ROBIN,
                           **settings: Any) -> AsyncIterator[RouterHandle]:
-    """A round-robin router in front of one ``FrontedWorker`` (``worker_id``) whose
-    requests ``on_post`` answers, its polls passed to the session's emulated ``h100-fast``."""
+    """A router (round-robin unless ``routing`` says otherwise) in front of one
+    ``FrontedWorker`` (``worker_id``) whose requests ``on_post`` answers, its polls passed
+    to the session's emulated ``h100-fast``."""
     backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
     async with FrontedWorker(backend, on_post) as worker:
-        yield await make_router(url_fleet({worker_id: worker.url}), ROUTING_ROUND_ROBIN,
-                                **settings)
+        yield await make_router(url_fleet({worker_id: worker.url}), routing, **settings)
 

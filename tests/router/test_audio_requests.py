@@ -1,9 +1,12 @@
 """vLLM's audio APIs through the router: a form with the audio file, forwarded as it came to
 a worker of its model (a scripted speech worker in front of an emulated one's metrics),
-whole or streamed, with the OpenAI SDK as the client."""
+whole or streamed, with the OpenAI SDK as the client, through the routing file's admission
+(tenants' budgets, the in-flight limit) and counted in flight on their worker."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from email import policy
 from email.parser import BytesParser
 
@@ -15,6 +18,7 @@ from aiohttp import web
 
 from tests.router.gateway_support import (
     MODEL,
+    ROUTING_ROUND_ROBIN,
     RouterFactory,
     fleet_entry,
     scripted_router,
@@ -141,3 +145,70 @@ async def test_a_transcription_stream_the_worker_breaks_counts_toward_ejecting_i
         assert b"upstream_error" in body            # the stream's end says it broke
         assert (await fleet_entry(router, "asr"))["ejected_for_s"] > 0
 
+
+
+def _transcription_form(stream: bool = False) -> aiohttp.FormData:
+    form = aiohttp.FormData()
+    form.add_field("file", AUDIO, filename="speech.wav", content_type="audio/wav")
+    form.add_field("model", MODEL)
+    if stream:
+        form.add_field("stream", "true")
+    return form
+
+
+async def test_transcriptions_spend_their_tenants_budget_and_an_in_flight_slot(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """The audio APIs went past admission: a tenant out of requests went on transcribing, an
+    in-flight limit let every form through at once, and the worker serving one counted
+    nothing in flight (the next was ranked as if it were idle)."""
+    release = asyncio.Event()
+    arrived: list[str] = []
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        arrived.append(request.headers.get("x-tenant", ""))
+        await request.read()
+        await release.wait()
+        return web.json_response({"text": "hi", "usage": {"type": "duration", "seconds": 1}})
+
+    routing = ROUTING_ROUND_ROBIN + (
+        "admission:\n  max_in_flight: 1\n  tenants:\n"
+        "    acme: {requests_per_minute: 2}\n")
+    async with scripted_router(emulated_fleet, make_router, held, "asr",
+                               routing=routing) as router, aiohttp.ClientSession() as session:
+        url = router.url + "/v1/audio/transcriptions"
+
+        async def transcribe(tenant: str) -> tuple[int, dict[str, str]]:
+            async with session.post(url, data=_transcription_form(),
+                                    headers={"x-tenant": tenant}) as resp:
+                await resp.read()
+                return resp.status, dict(resp.headers)
+
+        first = asyncio.create_task(transcribe("acme"))
+        await _until(lambda: len(arrived) == 1)
+        entry = await fleet_entry(router, "asr")
+        assert entry["inflight_requests"] == 1           # counted on its worker
+        second = asyncio.create_task(transcribe("acme"))
+        await _until(lambda: router.metric("kvroute_admission_waiting") == 1)
+        assert len(arrived) == 1                         # it waits for the slot
+        release.set()
+        (status, headers), (other, other_headers) = await first, await second
+        assert (status, other) == (200, 200)
+        assert headers["x-ratelimit-limit-requests"] == "2"
+        # what was left once each was counted
+        assert headers["x-ratelimit-remaining-requests"] == "1"
+        assert other_headers["x-ratelimit-remaining-requests"] == "0"
+        status, headers = await transcribe("acme")       # its budget is spent
+        assert status == 429 and int(headers["Retry-After"]) > 0
+        assert len(arrived) == 2
+        assert (await fleet_entry(router, "asr"))["inflight_requests"] == 0
+        assert router.metric("kvroute_admission_in_flight") == 0
+        assert router.metric("kvroute_admission_rejections_total", tenant="acme",
+                             reason="requests_per_minute") == 1
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline
+        await asyncio.sleep(0.01)
