@@ -11,15 +11,19 @@ peer-routers.md §2.1):
   prompt is inserted under the chosen endpoint. A match shorter than
   ``prefix_min_match_length`` (default 0) goes to the endpoint with the lowest router-side QPS
   instead (and is still inserted). Chat prompt = message contents joined by ``\\n``. No
-  eviction, as upstream. A prompt given only as token ids (the simulator's) is chunked in
-  ``chunk_size / 4`` tokens (about the same text length) instead of characters.
+  eviction, as upstream (its memory grows with every distinct prompt: production-stack
+  #687), unless ``max_nodes`` is set: then, past that many nodes, the least recently used
+  leaves go (inserts and matches use a node) until the trie holds 99 % of it. A prompt
+  given only as token ids (the simulator's) is chunked in ``chunk_size / 4`` tokens (about
+  the same text length) instead of characters.
 * ``session``: consistent hashing of the session key over the workers (upstream:
   ``uhashring`` over the endpoint URLs, no bounded load); no key → lowest router-side QPS.
   The key is the request header ``session_key`` names (upstream's ``--session-key``;
   default ``x-session-id``), else the body's ``user`` field.
 
 Router-side QPS is routed requests per ``qps_window_secs`` (the request-stats window, 60 s)
-on request arrival times. Both are one-hot scorers::
+on request arrival times (each endpoint keeps the arrivals of one window). Both are one-hot
+scorers::
 
     scorers: [{type: production-stack-prefix, weight: 1, params: {chunk_size: 128}}]
     picker: {type: max-score}
@@ -50,10 +54,13 @@ class PrefixParams:
     chunk_size: int = 128
     prefix_min_match_length: int = 0
     qps_window_secs: float = 60.0
+    max_nodes: int = 0          # the trie's bound (0: none, as upstream)
 
     def __post_init__(self) -> None:
         if self.chunk_size <= 0:
             raise ParamError("chunk_size", "must be > 0")
+        if self.max_nodes < 0:
+            raise ParamError("max_nodes", "must be >= 0 (0: no bound)")
         if self.qps_window_secs <= 0:
             raise ParamError("qps_window_secs", "must be > 0")
 
@@ -78,18 +85,27 @@ class SessionParams:
 
 
 class _TrieNode:
-    __slots__ = ("children", "endpoints")
+    __slots__ = ("children", "endpoints", "used")
 
-    def __init__(self) -> None:
+    def __init__(self, used: int = 0) -> None:
         self.children: dict[int, _TrieNode] = {}
         self.endpoints: set[str] = set()
+        self.used = used          # the trie's use count when an insert or match last passed
+
+
+# the share of ``max_nodes`` an eviction leaves (one eviction every 1 % of it inserted)
+EVICT_DOWN_TO = 0.99
 
 
 class HashTrie:
-    """production-stack's chunk-hash trie (no eviction)."""
+    """production-stack's chunk-hash trie: no eviction, as upstream, unless ``max_nodes``
+    (> 0) bounds it; then the least recently used leaves go past it."""
 
-    def __init__(self, chunk_size: int = 128) -> None:
+    def __init__(self, chunk_size: int = 128, max_nodes: int = 0) -> None:
         self.chunk_size = chunk_size
+        self.max_nodes = max_nodes
+        self.nodes = 0            # below the root
+        self._uses = 0
         self._root = _TrieNode()
 
     def _chunk_hashes(self, text: str | Sequence[int]) -> list[int]:
@@ -100,14 +116,24 @@ class HashTrie:
         return [hash(tuple(text[i:i + size])) for i in range(0, len(text), size)]
 
     def insert(self, text: str | Sequence[int], endpoint: str) -> None:
-        node = self._root
+        self._uses += 1
+        used, node = self._uses, self._root
         node.endpoints.add(endpoint)
         for chunk_hash in self._chunk_hashes(text):
-            node = node.children.setdefault(chunk_hash, _TrieNode())
+            child = node.children.get(chunk_hash)
+            if child is None:
+                child = node.children[chunk_hash] = _TrieNode()
+                self.nodes += 1
+            node = child
+            node.used = used
             node.endpoints.add(endpoint)
+        if self.max_nodes and self.nodes > self.max_nodes:
+            self._evict(int(self.max_nodes * EVICT_DOWN_TO))
 
     def longest_prefix_match(self, text: str | Sequence[int],
                              available: set[str]) -> tuple[int, set[str]]:
+        self._uses += 1
+        used = self._uses
         node, match_length, selected = self._root, 0, set(available)
         for chunk_hash in self._chunk_hashes(text):
             child = node.children.get(chunk_hash)
@@ -118,7 +144,27 @@ class HashTrie:
                 break
             match_length += self.chunk_size
             selected, node = common, child
+            node.used = used
         return match_length, selected
+
+    def _evict(self, target: int) -> None:
+        """Drop least recently used leaves until ``target`` nodes are left. A node is used
+        whenever one below it is (each use passes from the root), so in order of last use,
+        deepest first among equals, each node comes after everything below it: a leaf when
+        its turn comes."""
+        order: list[tuple[int, int, int, _TrieNode, int]] = []     # (used, -depth, n, ...)
+        stack: list[tuple[_TrieNode, int]] = [(self._root, 0)]
+        while stack:
+            parent, depth = stack.pop()
+            for chunk_hash, child in parent.children.items():
+                order.append((child.used, -depth - 1, len(order), parent, chunk_hash))
+                stack.append((child, depth + 1))
+        order.sort(key=lambda entry: entry[:3])
+        for _, _, _, parent, chunk_hash in order:
+            if self.nodes <= target:
+                break
+            del parent.children[chunk_hash]
+            self.nodes -= 1
 
 
 class _QpsWindow:
@@ -129,15 +175,22 @@ class _QpsWindow:
         self._times: dict[str, deque[float]] = {}
 
     def record(self, endpoint: str, now: float) -> None:
-        self._times.setdefault(endpoint, deque()).append(now)
+        times = self._times.get(endpoint)
+        if times is None:
+            times = self._times[endpoint] = deque()
+        times.append(now)
+        self._expire(times, now)      # (read or not, a window holds one window's arrivals)
 
     def qps(self, endpoint: str, now: float) -> float:
         times = self._times.get(endpoint)
         if not times:
             return 0.0
+        self._expire(times, now)
+        return len(times) / self._window
+
+    def _expire(self, times: deque[float], now: float) -> None:
         while times and times[0] <= now - self._window:
             times.popleft()
-        return len(times) / self._window
 
     def lowest(self, workers: Sequence[WorkerView], now: float) -> str:
         return min(workers, key=lambda view: self.qps(view.id, now)).id
@@ -161,7 +214,8 @@ class ProductionStackPrefixScorer:
         params = params or PrefixParams()
         self.name = name
         self.prefix_min_match_length = params.prefix_min_match_length
-        self.trie = HashTrie(params.chunk_size)
+        self.max_nodes = params.max_nodes
+        self.trie = HashTrie(params.chunk_size, params.max_nodes)
         self._qps = _QpsWindow(params.qps_window_secs)
         self._random = rng or random.Random(0)
 
@@ -184,6 +238,7 @@ class ProductionStackPrefixScorer:
             return
         if previous.trie.chunk_size == self.trie.chunk_size:
             self.trie = previous.trie
+            self.trie.max_nodes = self.max_nodes     # (a reload may change the bound)
         self._qps = previous._qps
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:

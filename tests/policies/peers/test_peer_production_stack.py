@@ -95,3 +95,37 @@ def test_token_only_prompts_are_chunked_in_quarter_chunks_of_tokens() -> None:
     scorer.on_routed(first, routed(first, "w1"))
     views = [make_view("w0"), make_view("w1")]
     assert scorer.choose(make_request("2", tokens=[1, 2, 3, 4, 7, 7]), views) == "w1"
+
+
+def test_the_qps_windows_hold_one_window_of_arrivals_when_nothing_reads_them() -> None:
+    """Arrivals left a window only when its QPS was read: with every request in a session
+    (or every prefix matched) none was, and each routed request stayed for ever (100,000
+    requests: 100,000 floats)."""
+    session = ProductionStackSessionScorer(SessionParams(qps_window_secs=10.0))
+    prefix = ProductionStackPrefixScorer(PrefixParams(chunk_size=4, qps_window_secs=10.0))
+    for n in range(3000):          # 100 per second for 30 s: three windows
+        request = make_request(str(n), at=n * 0.01, session=f"user-{n % 7}",
+                               text="same prompt")
+        session.on_routed(request, routed(request, "w0"))
+        prefix.on_routed(request, routed(request, "w0"))
+    for scorer in (session, prefix):
+        assert 999 <= len(scorer._qps._times["w0"]) <= 1000      # one window's arrivals
+
+
+def test_a_bounded_trie_drops_its_least_recently_used_leaves() -> None:
+    """Unbounded as upstream by default; with ``max_nodes`` the trie stays within it, a
+    prefix in use is kept and one unused since goes."""
+    trie = HashTrie(chunk_size=4, max_nodes=20)
+    trie.insert("keepkeepkeep", "x")
+    trie.insert("gonegonegone", "y")
+    for n in range(200):
+        trie.insert(f"{n:04d}{n:04d}", "z")
+        assert trie.longest_prefix_match("keepkeepkeep", {"x", "y", "z"}) == (12, {"x"})
+        assert trie.nodes <= 20
+    assert trie.longest_prefix_match("gonegonegone", {"x", "y", "z"})[0] == 0
+    unbounded = HashTrie(chunk_size=4)
+    for n in range(200):
+        unbounded.insert(f"{n:04d}{n:04d}", "z")
+    assert unbounded.nodes == 400
+    with pytest.raises(ParamError):
+        PrefixParams(max_nodes=-1)
