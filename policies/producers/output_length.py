@@ -12,6 +12,12 @@ that finished (``on_completed``: the completion tokens the worker reported) and 
   send their answer's length get it back, since each of their shares is 1;
 * without: the typical output of such requests (the geometric mean of their outputs).
 
+A ``max_tokens`` that reaches past what the prompt leaves of the largest context window of
+the model's workers limits nothing (vLLM clamps it to the window, as it sets no
+``max_tokens`` at all): such a request is predicted and teaches as one without, so a client
+asking for ``10**9`` tokens neither learns a share of a billion (which made every other
+client's share tiny) nor is predicted past the window; no prediction passes it.
+
 A geometric mean rather than an arithmetic one: output lengths spread over orders of
 magnitude (on Azure's code trace the mean is twice the median), and what the estimates
 decide on is the typical request's, above all the decode guard, which asks how much stall
@@ -50,7 +56,12 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from policies.base import RequestOutcome, RoutingRequest, per_sequence
+from policies.base import (
+    RequestOutcome,
+    RoutingRequest,
+    output_tokens_in_window,
+    per_sequence,
+)
 from policies.errors import ParamError
 from policies.producers.previous_turns import PreviousTurns
 from policies.registry import PluginRegistry
@@ -137,6 +148,12 @@ class TurnJudgement:
 
 
 TURN_KEY = "output_length.turn"   # request.attributes: (previous turn's, the other) prediction
+CAP_KEY = "output_length.cap"     # request.attributes: its max_tokens if it limits, else None
+
+
+def largest_window(model: str, workers: Sequence[WorkerView]) -> int:
+    """The longest context window of the workers serving ``model`` (0: none known)."""
+    return max((view.max_model_len for view in workers if view.serves(model)), default=0)
 
 
 class OutputLengthProducer:
@@ -152,7 +169,13 @@ class OutputLengthProducer:
         self._judgements: dict[str, TurnJudgement] = {}    # by model
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
-        max_tokens, least = request.max_tokens, self.params.min_samples
+        least = self.params.min_samples
+        window = largest_window(request.model, workers)
+        max_tokens = request.max_tokens
+        if (max_tokens is not None and window > 0
+                and request.context_prompt_tokens + max_tokens >= window):
+            max_tokens = None          # past the window: no limit (vLLM's clamp is its own)
+        request.attributes[CAP_KEY] = max_tokens
         predicted = None
         if request.tenant is not None:
             stats = self._by_tenant.get((request.tenant, request.model))
@@ -171,6 +194,11 @@ class OutputLengthProducer:
                 judgement = self._judgements.get(request.model)
                 if judgement is not None and judgement.turn_is_nearer(least):
                     predicted = turn
+        if predicted is not None and max_tokens is None:     # (with one: within it)
+            predicted = output_tokens_in_window(predicted, request.context_prompt_tokens,
+                                                window)
+            if request.max_tokens is not None and predicted > request.max_tokens:
+                predicted = request.max_tokens
         request.predicted_output_tokens = predicted
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
@@ -184,7 +212,8 @@ class OutputLengthProducer:
         pooled = self._by_model.get(request.model)
         if pooled is None:
             pooled = self._by_model[request.model] = OutputStats()
-        pooled.learn(request.max_tokens, tokens, window)
+        cap = request.attributes.get(CAP_KEY, request.max_tokens)
+        pooled.learn(cap, tokens, window)
         if request.tenant is None or self.params.max_tenants == 0:
             return
         key = (request.tenant, request.model)
@@ -195,7 +224,7 @@ class OutputLengthProducer:
                 self._by_tenant.popitem(last=False)
         else:
             self._by_tenant.move_to_end(key)
-        stats.learn(request.max_tokens, tokens, window)
+        stats.learn(cap, tokens, window)
 
     def _judge(self, request: RoutingRequest, tokens: int, window: int) -> None:
         """Score both predictions a continuation had on what it generated."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -14,6 +15,8 @@ from policies.producers.output_length import (
     OutputLengthProducer,
     RunningMean,
 )
+from tests.policies.peers.peer_fixtures import make_view
+from workers.models import WorkerView
 
 
 def request(n: int, max_tokens: int | None, tenant: str | None = None,
@@ -237,3 +240,44 @@ def test_a_reloaded_engine_keeps_the_turns_and_their_judgement() -> None:
 def test_bad_params_are_refused(field: str, value: int) -> None:
     with pytest.raises(ParamError, match=field):
         OutputLengthParams(**{field: value})
+
+
+def _views(window: int) -> list[WorkerView]:
+    """One worker of the model ``m`` with this context window."""
+    view = make_view("w0")
+    info = dataclasses.replace(view.info, models=("m",))
+    return [dataclasses.replace(view, info=info, max_model_len=window)]
+
+
+def test_a_max_tokens_past_the_window_is_learnt_and_predicted_as_none() -> None:
+    """A max_tokens of 10**9 taught a share of a billion: 24 such requests took every other
+    client's prediction for max_tokens 300 from 74 to 3, and predicted 289,015 tokens for an
+    8k window."""
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=2))
+    views = _views(8192)
+    for n in range(2):                      # a client with a real limit: half of it
+        routed = request(n, 300)
+        routed.num_prompt_tokens = 100
+        producer.produce(routed, views)
+        finish(producer, routed, 150)
+    for n in range(2, 26):                  # 24 that ask for far more than the window
+        routed = request(n, 10**9, tenant="big-spender")
+        routed.num_prompt_tokens = 100
+        producer.produce(routed, views)
+        finish(producer, routed, 200)
+    routed = request(30, 300)
+    routed.num_prompt_tokens = 100
+    producer.produce(routed, views)
+    assert routed.predicted_output_tokens == 150          # the share of 300, unchanged
+    for cap in (10**6, None):               # both: what such requests generate, in the window
+        routed = request(31, cap)
+        routed.num_prompt_tokens = 8100
+        producer.produce(routed, views)
+        assert routed.predicted_output_tokens == 92      # 200, clamped to what 8,100 leave
+        routed.num_prompt_tokens = 100
+        producer.produce(routed, views)
+        assert routed.predicted_output_tokens == 200
+    routed = request(32, 8092)              # exactly the window's rest: no limit either
+    routed.num_prompt_tokens = 100
+    producer.produce(routed, views)
+    assert routed.predicted_output_tokens == 200
