@@ -83,7 +83,8 @@ class RoutingRequest:
 
     @property
     def output_tokens_bound(self) -> int:
-        """max_tokens if given, else a conservative default: what to wait for at most."""
+        """max_tokens if given, else 256: the answer's length when nothing else is known
+        (without max_tokens vLLM may generate to the end of the window)."""
         return self.max_tokens if self.max_tokens is not None else 256
 
     @property

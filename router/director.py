@@ -490,13 +490,14 @@ class Director:
                                  "X-Request-Id", routing.request_id)
         result: ProxyResult | None = None
         status = 502
+        first_byte_s: float | None = None
         try:       # watched until its first byte; settled in _complete, whatever happens
             # a whole answer is waited for up to its bound, not its expected length
+            first_byte_s = _expected_first_byte_s(
+                decision, routing.stream,
+                longest_answer_tokens(routing, info.model_spec.max_model_len))
             attempt.stall_ticket = self._ejection.stalls.waiting(
-                info.id, attempt.started_at, _expected_first_byte_s(
-                    decision, routing.stream, output_tokens_in_window(
-                        routing.output_tokens_bound, routing.context_prompt_tokens,
-                        info.model_spec.max_model_len)))
+                info.id, attempt.started_at, first_byte_s)
             result = await self._proxy.forward(
                 request, self._url(info.url, routing.path),
                 sent,
@@ -528,7 +529,11 @@ class Director:
             status = error.status
             if status == UpstreamTimeout.status:      # no answer in time
                 log.info("request %s: %s: %s", routing.request_id, info.id, error.message)
-                self._failed(info)
+                if (routing.stream or first_byte_s is None
+                        or first_byte_s < self._settings.upstream_timeout_s):
+                    self._failed(info)
+                # else a whole answer that may be longer than the router waits (its
+                # max_tokens, or the window, at the estimated pace): not the worker's failure
             attempt.local = isinstance(error, Overloaded)    # no connection for want of fds
             error.headers.update(self._kvroute_headers(decision, routing.semantic_class))
             raise
@@ -651,6 +656,15 @@ def without_addresses(text: str, workers: Iterable[WorkerInfo]) -> str:
         host, port = origin_of(info.url)
         text = text.replace(info.url.rstrip("/"), info.id).replace(f"{host}:{port}", info.id)
     return text
+
+
+def longest_answer_tokens(routing: RoutingRequest, max_model_len: int) -> int:
+    """The most tokens a worker with this window may generate for one sequence of the
+    request: its ``max_tokens``, else the rest of the window (vLLM's bound when a request
+    sets none), clamped to the window."""
+    return output_tokens_in_window(
+        routing.max_tokens if routing.max_tokens is not None else max_model_len,
+        routing.context_prompt_tokens, max_model_len)
 
 
 def _expected_first_byte_s(decision: Decision, stream: bool, decode_tokens: int) -> float | None:

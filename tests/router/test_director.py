@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 
 from tests.conftest import REPO_ROOT
 from tests.router.gateway_support import (
@@ -20,6 +21,8 @@ from tests.router.gateway_support import (
     RouterFactory,
     RouterHandle,
     fleet_data,
+    fleet_entry,
+    scripted_router,
     subset,
 )
 from workers.emulator.process import EmulatorFleet
@@ -312,3 +315,46 @@ async def test_the_tools_a_chat_offers_are_counted_in_its_prompt(
             assert decision["num_prompt_tokens"] == answer["usage"]["prompt_tokens"]
             counted.append(decision["num_prompt_tokens"])
     assert counted[1] > counted[0] + 500
+
+
+def test_a_whole_answer_without_max_tokens_is_waited_for_to_the_end_of_the_window() -> None:
+    """It was waited for as 256 tokens: a healthy worker writing a long answer (8,135
+    tokens in 194 s) was marked stalled at 120 s and set aside."""
+    from policies.base import RoutingRequest
+    from router.director import longest_answer_tokens
+
+    def routing(max_tokens: int | None) -> RoutingRequest:
+        return RoutingRequest(request_id="r", model="m", max_tokens=max_tokens,
+                              num_prompt_tokens=100)
+
+    assert longest_answer_tokens(routing(None), 8192) == 8092
+    assert longest_answer_tokens(routing(10**9), 8192) == 8092
+    assert longest_answer_tokens(routing(50), 8192) == 50
+
+
+async def test_a_timeout_a_long_whole_answer_explains_is_not_the_workers_failure(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A whole answer of 1,500 tokens on an L40S outlasting a 20 s upstream timeout counted
+    toward ejecting its worker: the router's setting, not the worker's failure. A short one
+    that times out still counts."""
+    released = asyncio.Event()
+
+    async def silent(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        await released.wait()
+        return web.json_response({})
+
+    default = (REPO_ROOT / "config/routing.yaml").read_text()
+    async with scripted_router(emulated_fleet, make_router, silent, "w", routing=default,
+                               upstream_timeout_s=0.5, eject_after=1) as router, \
+            aiohttp.ClientSession() as session:
+        url = router.url + "/v1/completions"
+        long_answer = {"model": MODEL, "prompt": "Tell me everything", "max_tokens": 4000}
+        async with session.post(url, json=long_answer) as resp:
+            assert resp.status == 504
+        assert (await fleet_entry(router, "w"))["ejected_for_s"] == 0
+        short_answer = {**long_answer, "max_tokens": 2}
+        async with session.post(url, json=short_answer) as resp:
+            assert resp.status == 504
+        assert (await fleet_entry(router, "w"))["ejected_for_s"] > 0
+        released.set()
