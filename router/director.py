@@ -36,6 +36,8 @@ from policies.base import (
 )
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
+from policies.latency.estimator import served_cost_usd
+from policies.latency.observer import ROUTED_ESTIMATE
 from policies.producers.runner import produce
 from policies.producers.tokens import AT_LEAST_KEY
 from router.admission.controller import Admission, AdmissionTicket
@@ -618,6 +620,10 @@ class Director:
             self._metrics.record_client_duration(decision.model, attempt.api,
                                                  result.finished_at - attempt.received_at)
         cost = decision.attributes.get("estimated_cost_usd")
+        if isinstance(cost, float) and status == 200 and result is not None and result.usage:
+            # the answer served, not the one expected (10**9 max_tokens priced 8,000 tokens)
+            cost = served_cost_usd(cost, routing.attributes.get(ROUTED_ESTIMATE),
+                                   outcome.completion_tokens)
         self._metrics.record_outcome(outcome, attempt.worker_gpu, routing.tenant,
                                      cost if isinstance(cost, float) and status == 200 else None)
         predicted = routing.predicted_output_tokens

@@ -74,17 +74,33 @@ class Estimate(NamedTuple):
     full_prefill_s: float | None = None
     # the regime TTFT's online correction was read in (``policies.latency.online.ttft_regime``)
     ttft_regime: int | None = None
+    output_tokens: int = 0     # the answer ``gpu_s`` prices (every sequence's, in its window)
+    gpu_s_per_output_token: float = 0.0   # each of them: its share of a decode step
+
+
+def served_cost_usd(estimated_cost_usd: float, estimate: Estimate | None,
+                    completion_tokens: int) -> float:
+    """``estimated_cost_usd`` (price x the estimate's GPU-seconds, for the answer it
+    expected) for the answer served: the same prefill, and ``completion_tokens`` at the
+    estimate's GPU-seconds per output token. Unchanged without the estimate."""
+    if estimate is None or estimate.gpu_s <= 0.0:
+        return estimated_cost_usd
+    per_token = estimate.gpu_s_per_output_token
+    prefill_gpu_s = max(0.0, estimate.gpu_s - estimate.output_tokens * per_token)
+    return estimated_cost_usd * (prefill_gpu_s + completion_tokens * per_token) / estimate.gpu_s
 
 
 def new_estimate(ttft_s: float, tpot_s: float, gpu_s: float, cost_usd: float,
                  cached_tokens: int, raw_ttft_s: float, raw_tpot_s: float, prefill_s: float,
                  ttft_upper_s: float | None, tpot_upper_s: float | None,
                  prefill_steps: int = 1, full_prefill_s: float | None = None,
-                 ttft_regime: int | None = None) -> Estimate:
+                 ttft_regime: int | None = None, output_tokens: int = 0,
+                 gpu_s_per_output_token: float = 0.0) -> Estimate:
     """``Estimate(...)`` with every field given, positionally."""
     return _new_tuple(Estimate, (ttft_s, tpot_s, gpu_s, cost_usd, cached_tokens, raw_ttft_s,
                                  raw_tpot_s, prefill_s, ttft_upper_s, tpot_upper_s,
-                                 prefill_steps, full_prefill_s, ttft_regime))
+                                 prefill_steps, full_prefill_s, ttft_regime, output_tokens,
+                                 gpu_s_per_output_token))
 
 
 _new_tuple = tuple.__new__
@@ -324,13 +340,15 @@ class TimeEstimator:
             full_prefill = memo.get(memo_key)
             if full_prefill is None:
                 full_prefill = memo[memo_key] = k.prefill_s(prompt, 0)
-            gpu_s = own_prefill + (out * sequences) * tpot / joined
+            answer, per_token = out * sequences, tpot / joined
+            gpu_s = own_prefill + answer * per_token
             known[worker_id] = new_tuple(Estimate, (
                 ttft, tpot, gpu_s, price_per_s * gpu_s, cached, raw_ttft, raw_tpot,
                 ttft if ttft < own_prefill else own_prefill,
                 raw_ttft * ttft_upper if ttft_upper else None,
                 raw_tpot * tpot_upper if tpot_upper else None,
-                ceil(uncached / chunk) if uncached > chunk else 1, full_prefill, regime))
+                ceil(uncached / chunk) if uncached > chunk else 1, full_prefill, regime,
+                answer, per_token))
 
     def candidate_arrays(self, views: Sequence[WorkerView],
                          index: CandidateIndex | None = None) -> CandidateArrays:

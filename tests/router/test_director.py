@@ -358,3 +358,30 @@ async def test_a_timeout_a_long_whole_answer_explains_is_not_the_workers_failure
             assert resp.status == 504
         assert (await fleet_entry(router, "w"))["ejected_for_s"] > 0
         released.set()
+
+
+async def test_a_served_answer_is_charged_its_own_length_not_the_one_expected(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """kvroute_cost_dollars_total took the decision's estimate: the same 40-token answer was
+    charged hundreds of times more for a max_tokens of 10**6 than for one of 40."""
+    async def forty_tokens(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return web.json_response({
+            "id": "cmpl-1", "object": "text_completion", "model": MODEL,
+            "choices": [{"index": 0, "text": "word " * 40, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 40, "total_tokens": 45}})
+
+    default = (REPO_ROOT / "config/routing.yaml").read_text()
+    async with scripted_router(emulated_fleet, make_router, forty_tokens, "w",
+                               routing=default) as router, aiohttp.ClientSession() as session:
+        charged = []           # (the first caches the prompt: it is charged its prefill)
+        for max_tokens in (40, 40, 10**6, 40):
+            before = router.metric("kvroute_cost_dollars_total", worker="w")
+            async with session.post(router.url + "/v1/completions", json={
+                    "model": MODEL, "prompt": "Say forty words", "max_tokens": max_tokens,
+                    "temperature": 0}) as resp:
+                assert resp.status == 200
+            charged.append(router.metric("kvroute_cost_dollars_total", worker="w") - before)
+    # (the rate of a token follows the batch each decision expected: within a few times)
+    assert all(cost > 0 for cost in charged)
+    assert charged[2] < 3 * min(charged[1], charged[3])       # it was 390 times

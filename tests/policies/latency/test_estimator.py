@@ -237,3 +237,23 @@ def test_each_sequence_of_a_request_costs_its_decode() -> None:
     sixteen = est.estimate(many, make_view("w"), cached=0)
     assert sixteen.cost_usd > 5 * one.cost_usd       # the prompt is prefilled once
     assert (sixteen.ttft_s, sixteen.tpot_s) == (one.ttft_s, one.tpot_s)
+
+
+def test_the_served_answer_is_costed_at_its_own_length() -> None:
+    """The same prompt answered in 40 tokens costs the same whether it asked for 40 or for
+    ten million (its estimate priced the window's rest); without an estimate, unchanged."""
+    from policies.latency.estimator import served_cost_usd
+
+    est = estimator()
+    busy: dict[str, Any] = {"running": 8, "inflight_requests": 8, "kv_usage": 0.3}
+    asked_40 = est.estimate(request_of(2_000, output=40), make_view("h", **busy), cached=0)
+    asked_more = est.estimate(request_of(2_000, output=10_000_000), make_view("h", **busy),
+                              cached=0)
+    assert asked_more.cost_usd > 50 * asked_40.cost_usd
+    assert asked_more.output_tokens == 8_192 - 2_000
+    assert served_cost_usd(asked_more.cost_usd, asked_more, 40) == pytest.approx(
+        asked_40.cost_usd)
+    assert served_cost_usd(asked_40.cost_usd, asked_40, 40) == pytest.approx(asked_40.cost_usd)
+    prefill_only = served_cost_usd(asked_40.cost_usd, asked_40, 0)
+    assert 0 < prefill_only < asked_40.cost_usd
+    assert served_cost_usd(0.5, None, 40) == 0.5
