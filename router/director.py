@@ -107,6 +107,8 @@ UNESTIMATED_TOKEN_S = 0.1
 
 # what a request whose client left before its answer is counted as (nginx's 499)
 CLIENT_LEFT = 499
+# (worker URL, path) pairs whose parsed URL is kept (the fleet's, and those that left)
+MAX_KEPT_URLS = 4096
 
 
 @dataclass(slots=True)
@@ -556,6 +558,8 @@ class Director:
         """Parsed once per worker and path (parsing a URL string costs on every request)."""
         url = self._urls.get((base, path))
         if url is None:
+            if len(self._urls) >= MAX_KEPT_URLS:      # workers that came and went
+                self._urls.clear()
             url = self._urls[(base, path)] = URL(base + path)
         return url
 

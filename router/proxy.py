@@ -191,6 +191,10 @@ _CLIENT_TEXT = {"connect": "the worker did not take the connection",
 _BROKE_OFF = "the worker's answer broke off before it was whole"
 
 
+# the workers' origins whose system_fingerprint is kept (the fleet's, and those that left)
+MAX_KEPT_ORIGINS = 1024
+
+
 @dataclass(slots=True)
 class ProxyResult:
     response: web.StreamResponse
@@ -328,8 +332,8 @@ class Proxy:
                 usage = parse_usage(parsed.get("usage"))
                 if "system_fingerprint" in parsed:
                     fingerprint = parsed["system_fingerprint"]
-                    self._fingerprints[upstream.origin] = (
-                        fingerprint if isinstance(fingerprint, str) else None)
+                    self._remember_fingerprint(
+                        upstream.origin, fingerprint if isinstance(fingerprint, str) else None)
         response = web.Response(status=upstream.status, body=data,
                                 headers=relayed_headers(upstream.headers, response_headers),
                                 content_type=upstream.content_type or "application/json")
@@ -348,7 +352,13 @@ class Proxy:
             return await self._relay_events(upstream, relay)
         finally:
             if rewrite.saw_usage:
-                self._fingerprints[origin] = rewrite.fingerprint
+                self._remember_fingerprint(origin, rewrite.fingerprint)
+
+    def _remember_fingerprint(self, origin: URL, fingerprint: str | None) -> None:
+        fingerprints = self._fingerprints
+        if origin not in fingerprints and len(fingerprints) >= MAX_KEPT_ORIGINS:
+            fingerprints.clear()       # workers that came and went: those here return at once
+        fingerprints[origin] = fingerprint
 
     async def _relay_events(self, upstream: UpstreamResponse,
                             relay: _StreamRelay) -> ProxyResult:

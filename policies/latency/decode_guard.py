@@ -90,6 +90,13 @@ class DecodeGuard:
             incumbents.remove(request_id)
             self._by_worker[worker_id] = resized(incumbents)
 
+    def forget_worker(self, worker_id: str) -> None:
+        """The worker's incumbents go (its engine restarted, or it left the fleet)."""
+        incumbents = self._by_worker.pop(worker_id, None)
+        if incumbents is not None:
+            for member in incumbents.members():
+                self._worker_of.pop(member.request_id, None)
+
     def incumbents(self, worker_id: str) -> int:
         incumbents = self._by_worker.get(worker_id)
         return incumbents.count if incumbents is not None else 0

@@ -176,6 +176,9 @@ class PrefillArrivals:
         rates, at = entry
         return rates[index] * math.exp(-max(0.0, now - at) / self.taus_s[index])
 
+    def forget(self, worker_id: str) -> None:
+        self._state.pop(worker_id, None)
+
     def _decayed(self, worker_id: str, now: float) -> list[float]:
         entry = self._state.get(worker_id)
         if entry is None:
@@ -224,8 +227,12 @@ class TimeEstimator:
         return coefficients
 
     def forget(self, worker_id: str) -> None:
+        """Everything kept of the worker: its coefficients and view terms, the online
+        correction's own factors and its routed prefill's rate."""
         self._by_worker.pop(worker_id, None)
         self._view_terms.pop(worker_id, None)
+        self.correction.forget_worker(worker_id)
+        self.arrivals.forget(worker_id)
 
     def output_tokens(self, request: RoutingRequest) -> int:
         """The predicted output (``output-length`` producer), else max_tokens, else the

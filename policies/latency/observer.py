@@ -164,7 +164,8 @@ class EstimatingPlugin:
     def forget_worker(self, worker_id: str) -> None:
         """The worker's engine restarted, or a reloaded fleet removed it or put another
         server under its id: its coefficients and kept view terms go (recomputed from its
-        declaration if it is still there)."""
+        declaration if it is still there), and what was learnt of its own answers (the
+        online correction's factors; its class's stay) and of the prefill routed to it."""
         self.estimator.forget(worker_id)
 
     def inherit_state(self, previous: object) -> None:

@@ -281,6 +281,16 @@ class OnlineCorrection:
         entry = self._pending.pop(request_id, None)
         return entry[0] if entry is not None else None
 
+    def forget_worker(self, worker_id: str) -> None:
+        """What was learnt of the worker's own answers goes (its class's stays): its engine
+        restarted, or the fleet removed it or put another server under its id."""
+        for table in (self._by_worker, self._upper_by_worker):
+            for key in [key for key in table if key[0] == worker_id]:
+                del table[key]
+        self._kept.pop(worker_id, None)
+        for borrowers in self._borrowers.values():
+            borrowers.discard(worker_id)
+
     def observe(self, request_id: str, ttft_s: float | None, tpot_s: float | None) -> None:
         """Compare a finished request's TTFT/TPOT with what was predicted for it."""
         entry = self._pending.pop(request_id, None)

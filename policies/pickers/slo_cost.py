@@ -239,6 +239,11 @@ class SloCostPicker:
         if self.guard is not None:
             self.guard.complete(outcome.request_id)
 
+    def forget_worker(self, worker_id: str) -> None:
+        """The worker's engine restarted, or it left the fleet: its incumbents go."""
+        if self.guard is not None:
+            self.guard.forget_worker(worker_id)
+
     def inherit_state(self, previous: object) -> None:
         """Keep the incumbents of the engine this one replaces (a hot reload)."""
         old = getattr(previous, "guard", None)

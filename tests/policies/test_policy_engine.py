@@ -424,3 +424,39 @@ def test_a_plugin_may_implement_one_hook_only(fleet_views: list[WorkerView]) -> 
     engine.on_completed(request(), RequestOutcome("r1", "h100-0", 200))
     engine.on_completed(request(), RequestOutcome("r1", "h100-0", 500))
     assert counters[0].completed == 2
+
+
+def test_a_forgotten_worker_leaves_no_incumbents_nor_learnt_state_in_the_default_profile(
+        ) -> None:
+    """``forget_worker`` reached the prefix scorer and the estimator's coefficients only:
+    the decode guard's incumbents, the online correction and the routed prefill of a
+    worker stayed (an id churned through the fleet file for ever, a restarted engine's
+    finished requests held as still decoding)."""
+    import random
+    from array import array
+
+    from bench.decision import MODEL, held_incumbents, synthetic_fleet, synthetic_views
+    from policies.loader import load_routing
+    from tests.conftest import REPO_ROOT
+
+    fleet = synthetic_fleet(2)
+    engine = PolicyEngine.build(load_routing(REPO_ROOT / "config/routing.yaml"), fleet, seed=0)
+    views = synthetic_views(fleet, random.Random(0))
+    for n in range(40):
+        tokens = array("i", range(n * 1000, n * 1000 + 600))
+        routed = RoutingRequest(request_id=f"r{n}", model=MODEL, path="/v1/completions",
+                                prompt=tokens, max_tokens=200, arrival_time=n * 0.01)
+        routed.prompt_token_ids, routed.num_prompt_tokens = tokens, len(tokens)
+        for producer in engine.producers:
+            if producer.name != "tokens":
+                producer.produce(routed, views)
+        decision = engine.decide(routed, views)
+        engine.on_routed(routed, decision)
+    assert held_incumbents(engine, fleet) > 0
+    for spec in fleet.workers:
+        engine.forget_worker(spec.info.id)
+    assert held_incumbents(engine, fleet) == 0
+    estimators = [plugin.estimator for _, _, plugin in engine.plugins()
+                  if hasattr(plugin, "estimator")]
+    assert estimators and all(est.arrivals.rate(spec.info.id, 1.0) == 0.0
+                              for est in estimators for spec in fleet.workers)

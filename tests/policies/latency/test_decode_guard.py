@@ -210,3 +210,16 @@ def test_admit_and_complete_keep_the_incumbents_the_definition_gives(layout: str
                 "switching": {("ListedIncumbents", "ArrayIncumbents"),
                               ("ArrayIncumbents", "ListedIncumbents")}}
     assert moves == expected[layout]
+
+
+def test_a_forgotten_worker_holds_no_incumbents() -> None:
+    """A worker whose engine restarted, or that left the fleet, kept its incumbents (and a
+    worker id churned through the fleet file kept an entry for ever)."""
+    guard = DecodeGuard(tpot_objective_s=0.05)
+    guard.admit("short", "w", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
+    guard.admit("other", "v", 0.0, estimate(0.1, 0.02, 0.1), output_tokens=11)
+    guard.forget_worker("w")
+    assert guard.incumbents("w") == 0 and guard.tracked() == 1
+    assert guard.fits("w", 0.15, estimate(0.4, 0.02, prefill=5.0))
+    guard.complete("short")                     # its end, reported later, finds nothing
+    assert guard.incumbents("v") == 1

@@ -9,6 +9,7 @@ import pytest
 
 from policies.base import RoutingRequest
 from policies.latency.estimator import Estimate, PrefillArrivals, TimeEstimator
+from policies.latency.online import Prediction
 from policies.latency.step_model import coefficients_for_worker
 from tests.policies.conftest import make_view
 from workers.engine.profiles import A100_80GB, H100_80GB, L40S_48GB
@@ -257,3 +258,13 @@ def test_the_served_answer_is_costed_at_its_own_length() -> None:
     prefill_only = served_cost_usd(asked_40.cost_usd, asked_40, 0)
     assert 0 < prefill_only < asked_40.cost_usd
     assert served_cost_usd(0.5, None, 40) == 0.5
+
+
+def test_a_forgotten_worker_keeps_no_routed_prefill_nor_correction() -> None:
+    est = estimator()
+    est.arrivals.add("h", 5_000, 0.0)
+    est.correction.remember("r", Prediction("h", "H100", ttft_s=0.5, tpot_s=0.02))
+    est.correction.observe("r", ttft_s=1.0, tpot_s=0.02)
+    assert est.arrivals.rate("h", 0.0) > 0 and est.correction.samples("h", "ttft") == 1
+    est.forget("h")
+    assert est.arrivals.rate("h", 0.0) == 0.0 and est.correction.samples("h", "ttft") == 0

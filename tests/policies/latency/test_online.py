@@ -260,3 +260,19 @@ def test_kept_factors_follow_the_judgement_as_it_turns(seed: int) -> None:
                 correction, worker_id, gpu_class, regime)
     turns = sum(a != b for a, b in itertools.pairwise(states))
     assert turns >= 2 and True in states and False in states
+
+
+def test_a_forgotten_worker_keeps_nothing_of_its_own_and_reads_its_class() -> None:
+    """A worker id re-declared for another server kept the old server's factors (and ids
+    churned through the fleet file stayed for ever)."""
+    correction = OnlineCorrection(alpha=0.1, min_samples=2)
+    for i in range(20):
+        correction.remember(f"a{i}", Prediction("w1", "H100", ttft_s=0.5, tpot_s=0.02))
+        correction.observe(f"a{i}", ttft_s=2.0, tpot_s=0.02)
+        correction.remember(f"b{i}", Prediction("w2", "H100", ttft_s=0.5, tpot_s=0.02))
+        correction.observe(f"b{i}", ttft_s=0.5, tpot_s=0.02)
+    assert correction.factors("w1", "H100")[0] == pytest.approx(4.0)
+    correction.forget_worker("w1")
+    assert correction.samples("w1", "ttft") == 0
+    assert correction.factors("w1", "H100") == correction.factors("w-new", "H100")
+    assert correction.factors("w2", "H100")[0] == pytest.approx(1.0)
