@@ -186,6 +186,18 @@ class PolicyEngine:
             except Exception:
                 log.exception("learn_routed of %s failed", _plugin_name(hook))
 
+    def forget_model(self, model: str) -> None:
+        """No worker serves ``model`` any more: each plugin with a ``forget_model(model)``
+        drops what it kept of it (the ``output-length`` producer's statistics)."""
+        for _path, (_type_name, plugin) in self._plugins.items():
+            hook = getattr(plugin, "forget_model", None)
+            if hook is None:
+                continue
+            try:
+                hook(model)
+            except Exception:
+                log.exception("forget_model of %s failed", _plugin_name(hook))
+
     def forget_worker(self, worker_id: str) -> None:
         """The worker's engine restarted with an empty cache: each plugin with a
         ``forget_worker(worker_id)`` drops what it believed that engine held."""

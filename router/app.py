@@ -56,6 +56,7 @@ from router.keys import (
     FLEET_RELOADER,
     KV_EVENTS,
     METRICS,
+    MODEL_RETIREMENT,
     POLICY,
     REGISTRY,
     REQUEST_TASKS,
@@ -69,6 +70,7 @@ from router.keys import (
 from router.kv_event_feed import KvEventFeed
 from router.loop_lag import LoopLag
 from router.metrics import RouterMetrics
+from router.model_retirement import ModelRetirement
 from router.proxy import Proxy
 from router.request_ids import echo_request_id
 from router.response_locator import ResponseLocator
@@ -187,6 +189,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app.cleanup_ctx.append(_policy_reloader)
     app.cleanup_ctx.append(_gc_pauses)
     app.cleanup_ctx.append(_loop_lag)
+    app.cleanup_ctx.append(_model_retirement)
     app.cleanup_ctx.append(_bad_http_log)
     app.cleanup_ctx.append(_kv_event_feed)      # (inert until the fleet names a stream)
     add_routes(app)
@@ -348,6 +351,22 @@ async def _loop_lag(app: web.Application) -> AsyncIterator[None]:
     lag.start()
     yield
     await lag.stop()
+
+
+async def _model_retirement(app: web.Application) -> AsyncIterator[None]:
+    """The series and statistics of model names no worker serves any more (adapters
+    unloaded everywhere) are dropped a minute after they went."""
+    reloader, metrics = app[POLICY], app[METRICS]
+
+    def forget(model: str) -> None:
+        metrics.forget_model(model)
+        reloader.engine.forget_model(model)
+
+    retirement = app[MODEL_RETIREMENT] = ModelRetirement(
+        metrics.model_names, app[REGISTRY].known_models, forget)
+    retirement.start()
+    yield
+    await retirement.stop()
 
 
 async def _bad_http_log(app: web.Application) -> AsyncIterator[None]:

@@ -16,6 +16,7 @@ from router.ejection import WorkerEjection
 from router.fleet_reloader import FleetReloader
 from router.kv_event_feed import KvEventFeed
 from router.metrics import RouterMetrics
+from router.model_retirement import ModelRetirement
 from router.settings import Settings
 from router.state.store import StateStore
 from router.utility_requests import UtilityRequests
@@ -39,6 +40,7 @@ POLICY = web.AppKey("policy", PolicyReloader)
 KV_EVENTS = web.AppKey("kv_events", KvEventFeed)
 EJECTION = web.AppKey("ejection", WorkerEjection)
 REQUEST_TASKS = web.AppKey("request_tasks", RequestTasks)
+MODEL_RETIREMENT = web.AppKey("model_retirement", ModelRetirement)
 # the Authorization header sent to each worker started with --api-key (workers.credentials)
 WORKER_AUTHORIZATIONS: web.AppKey[Mapping[Origin, str]] = web.AppKey("worker_authorizations")
 # the TLS context verifying each https:// worker (workers.tls)

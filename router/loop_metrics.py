@@ -83,6 +83,11 @@ class LoopCounter:
         """Drop every series whose ``label`` is ``value`` (a worker that left the fleet)."""
         _remove_where(self._cells, self.labelnames, label, value)
 
+    def label_values(self, label: str) -> set[str]:
+        """The values ``label`` takes in the series kept."""
+        position = self.labelnames.index(label)
+        return {key[position] for key in self._cells}
+
     def collect(self) -> Iterable[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for key, cell in self._cells.items():
@@ -122,6 +127,11 @@ class LoopHistogram:
     def remove_where(self, label: str, value: str) -> None:
         """Drop every series whose ``label`` is ``value`` (a worker that left the fleet)."""
         _remove_where(self._cells, self.labelnames, label, value)
+
+    def label_values(self, label: str) -> set[str]:
+        """The values ``label`` takes in the series kept."""
+        position = self.labelnames.index(label)
+        return {key[position] for key in self._cells}
 
     def collect(self) -> Iterable[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)

@@ -527,6 +527,24 @@ class RouterMetrics:
         _drop_keys(self._decision_children, 2, worker)
         _drop_keys(self._worker_children, 0, worker)
 
+    def model_names(self) -> set[str]:
+        """The model names the series kept are labelled with (less ``UNKNOWN_MODEL``)."""
+        names: set[str] = set()
+        for metric in (self.requests, self.client_ttft, self.client_duration,
+                       self.output_prediction_ratio):
+            names |= metric.label_values("model")
+        names.discard(UNKNOWN_MODEL)
+        return names
+
+    def forget_model(self, model: str) -> None:
+        """No worker serves the model any more (an adapter unloaded everywhere): every
+        series of its label goes, as a departed worker's do (``router.model_retirement``)."""
+        for metric in (self.requests, self.client_ttft, self.client_duration,
+                       self.output_prediction_ratio):
+            metric.remove_where("model", model)
+        _drop_keys(self._request_children, 0, model)
+        self._prediction_children.pop(model, None)
+
     def record_certificate(self, worker: str, not_after: float) -> None:
         """The certificate a worker presented on a new TLS connection (its expiry)."""
         self.worker_certificate_expiry.labels(worker).set(not_after)

@@ -246,6 +246,14 @@ class OutputLengthProducer:
             yield (model, judgement.turn_error.value, judgement.other_error.value,
                    judgement.turn_error.count)
 
+    def forget_model(self, model: str) -> None:
+        """No worker serves ``model`` any more (an adapter unloaded everywhere): what was
+        learnt of it goes."""
+        self._by_model.pop(model, None)
+        self._judgements.pop(model, None)
+        for key in [key for key in self._by_tenant if key[1] == model]:
+            del self._by_tenant[key]
+
     def inherit_state(self, previous: object) -> None:
         """Keep what the engine this one replaces has learnt (a hot reload)."""
         if isinstance(previous, OutputLengthProducer):

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 import yaml
 
-from router.keys import REGISTRY
+from router.keys import MODEL_RETIREMENT, REGISTRY
 from tests.router.gateway_support import MODEL, ROUTING_ROUND_ROBIN, RouterFactory
 from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
@@ -143,6 +143,17 @@ async def test_an_adapter_moved_and_unloaded_at_run_time_is_followed(
         await _served_by(http, router.url, "fin", "base-only")
         await lora("base-only", "unload")           # and gone from the fleet
         await _served_by(http, router.url, "fin", None)
+        await _chat(http, router.url, MODEL, "the base model's")
+    # its series go once no worker has served it for the grace (a minute; here none): 50
+    # adapters loaded, used and unloaded left some 43 series each, for good
+    assert router.metric("kvroute_requests_total", model="fin") > 0
+    served_base = router.metric("kvroute_requests_total", model=MODEL)
+    retirement = router.app[MODEL_RETIREMENT]
+    retirement.grace_s = 0.0
+    assert retirement.sweep() == ["fin"]
+    assert router.metric("kvroute_requests_total", model="fin") == 0
+    assert router.metric("kvroute_client_ttft_seconds_count", model="fin") == 0
+    assert router.metric("kvroute_requests_total", model=MODEL) == served_base > 0
 
 
 async def test_a_worker_that_unloaded_the_adapter_is_passed_over_at_once(

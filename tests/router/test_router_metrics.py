@@ -252,3 +252,29 @@ def test_a_worker_forgotten_takes_every_series_of_its_label() -> None:
     assert metrics.registry.get_sample_value("kvroute_requests_total", {
         "model": "m", "worker": "w1", "gpu": gpu, "profile": "p", "status": "200",
         "api": "chat"}) == 1
+
+
+def test_a_forgotten_model_loses_every_series_of_its_label() -> None:
+    """Adapters loaded, used and unloaded at run time left some 43 series each for good."""
+    metrics = RouterMetrics()
+    for model in ("base", "fin"):
+        metrics.record_request(model, "w1", "H100", "p", 200, "chat")
+        metrics.record_client_ttft(model, "chat", 0.1)
+        metrics.record_client_duration(model, "chat", 0.5)
+        metrics.record_output_prediction(model, 40, 50)
+    metrics.record_request("(unknown)", "", "", "none", 404, "chat")
+
+    def labelled(model: str) -> set[str]:
+        return {sample.name for family in metrics.registry.collect()
+                for sample in family.samples if sample.labels.get("model") == model}
+
+    assert metrics.model_names() == {"base", "fin"}
+    before = labelled("base")
+    assert len(labelled("fin")) > 10 and labelled("fin") == before     # names of series
+    metrics.forget_model("fin")
+    assert labelled("fin") == set() and labelled("base") == before
+    assert metrics.model_names() == {"base"}
+    metrics.record_request("fin", "w1", "H100", "p", 200, "chat")    # afresh if it returns
+    assert metrics.registry.get_sample_value("kvroute_requests_total", {
+        "model": "fin", "worker": "w1", "gpu": "H100", "profile": "p", "status": "200",
+        "api": "chat"}) == 1

@@ -281,3 +281,12 @@ def test_a_max_tokens_past_the_window_is_learnt_and_predicted_as_none() -> None:
     routed.num_prompt_tokens = 100
     producer.produce(routed, views)
     assert routed.predicted_output_tokens == 200
+
+
+def test_a_forgotten_model_keeps_no_statistics() -> None:
+    producer = OutputLengthProducer("output-length", OutputLengthParams(min_samples=1))
+    for model in ("base", "fin"):
+        finish(producer, request(0, 100, tenant="acme", model=model), 50)
+    producer.forget_model("fin")
+    assert predicted(producer, request(1, 100, tenant="acme", model="fin")) is None
+    assert predicted(producer, request(1, 100, tenant="acme", model="base")) == 50
