@@ -119,6 +119,7 @@ class _Attempt:
     decode_tokens: int
     started_at: float
     first_token_seen: bool = False
+    first_byte_at: float | None = None     # when its first token came (the director's clock)
     stall_ticket: int = -1          # router.stalls: watched until its first byte
     events_relayed: int = 0         # a stream's events that reached a client who then left
     received_at: float = 0.0        # the request's arrival at the router (ParsedRequest's)
@@ -593,9 +594,10 @@ class Director:
 
     def _on_first_byte(self, attempt: _Attempt) -> None:
         attempt.first_token_seen = True
+        now = attempt.first_byte_at = self._clock()
         if attempt.received_at:
             self._metrics.record_client_ttft(attempt.decision.model, attempt.api,
-                                             self._clock() - attempt.received_at)
+                                             now - attempt.received_at)
         self._ejection.stalls.settled(attempt.stall_ticket)
         assert attempt.decision.worker_id is not None
         self._store.on_first_token(attempt.decision.worker_id, attempt.prefill_tokens)
@@ -643,6 +645,8 @@ class Director:
         assert attempt.decision.worker_id is not None
         usage = result.usage if result is not None else None
         ttft = tpot = e2e = None
+        if result is None and attempt.first_byte_at is not None:   # its client left after it
+            ttft = attempt.first_byte_at - attempt.started_at
         if result is not None:
             e2e = result.finished_at - attempt.started_at
             if result.first_byte_at is not None:

@@ -189,7 +189,8 @@ async def test_client_disconnect_cancels_upstream(emulated_fleet: FleetConfig,
         await wait_running(session, slow.url, 0)       # requests of earlier tests are gone
         resp = await session.post(router.url + "/v1/chat/completions", json=body)
         assert resp.status == 200
-        await resp.content.readuntil(b"\n\n")          # the stream has started
+        while b'"content"' not in await resp.content.readuntil(b"\n\n"):
+            pass                                        # the stream has its first token
         await wait_running(session, slow.url, 1)
         resp.close()                                    # the client goes away
         await wait_running(session, slow.url, 0)
@@ -197,6 +198,9 @@ async def test_client_disconnect_cancels_upstream(emulated_fleet: FleetConfig,
     await asyncio.sleep(0.1)
     assert router.metric("kvroute_requests_total", model=MODEL, worker="slow",
                          gpu="L40S-48GB", profile="default", status="499") == 1.0
+    # its first token came: timed for the worker as for the client (it was for the client)
+    assert router.metric("kvroute_client_ttft_seconds_count", model=MODEL) == 1
+    assert router.metric("kvroute_ttft_seconds_count", worker="slow") == 1
 
 
 async def wait_running(session: aiohttp.ClientSession, url: str, count: int) -> None:
