@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -340,6 +342,36 @@ def _starting_added(emulators: EmulatorFleet) -> FleetHook:
     return start_added
 
 
+@contextlib.contextmanager
+def _watching(emulators: EmulatorFleet, fleet_source: str,
+              interval_s: float = 1.0) -> Iterator[None]:
+    """While ``kvroute up`` runs, an emulator process that ends on its own (killed, crashed)
+    is reaped and logged with its workers and how to bring them back; it went unnoticed,
+    its workers merely down, the process a zombie until ``up`` exited."""
+    import threading
+
+    log = logging.getLogger("kvroute.up")
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(interval_s):
+            for ended in emulators.exited():
+                again = f"kvroute emulate --fleet {fleet_source}" + (
+                    f" --worker {ended.workers[0]}" if len(ended.workers) == 1 else "")
+                log.error("%s: its workers are down until it runs again (restart kvroute "
+                          "up, or start it alone: %s)%s", ended.describe(), again,
+                          f"; its last words: {ended.stderr_tail[-500:]}"
+                          if ended.stderr_tail else "")
+
+    watcher = threading.Thread(target=watch, name="kvroute-up-emulators", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
 def _up(args: argparse.Namespace) -> int:
     from router.app import ListenError, run_router
     from router.client_auth import TenantKeysError
@@ -377,7 +409,7 @@ def _up(args: argparse.Namespace) -> int:
                   "Bearer <key>' to curl, api_key=<key> to the client.\n", flush=True)
 
     try:
-        with EmulatorFleet(fleet, **options) as emulators:
+        with EmulatorFleet(fleet, **options) as emulators, _watching(emulators, fleet.source):
             run_router(settings, fleet, on_ready=ready,
                        before_fleet_change=_starting_added(emulators))
     except EmulatorStartError as exc:

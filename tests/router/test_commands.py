@@ -351,3 +351,39 @@ def test_a_bad_routing_file_stops_the_start_naming_the_file(
     assert main(["serve", "--fleet", str(root / "config/fleet.yaml"),
                  "--routing", str(routing)]) == 2
     assert capsys.readouterr().err.startswith(f"kvroute: {routing}: invalid: cannot read")
+
+
+def test_up_reaps_and_logs_an_emulator_killed_under_it(tmp_path: Path) -> None:
+    """An emulator process killed under kvroute up went unnoticed: no log line, a zombie
+    until up exited."""
+    import time
+
+    ports = {"h100-0": free_port(), "l40s-0": free_port()}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data(
+        {"h100-0": ("h100", FAST), "l40s-0": ("l40s", FAST)}, ports)))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
+         str(REPO_ROOT / "config/routing.yaml"), "--port", str(port),
+         "--emulator-processes", "each"],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30.0)
+        [killed] = [pid for pid in _children(proc.pid)
+                    if b"--worker\0l40s-0" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while Path(f"/proc/{killed}").exists():          # reaped, not left a zombie
+            assert time.monotonic() < deadline, "the killed emulator was never reaped"
+            time.sleep(0.1)
+        assert _listening(ports["h100-0"])                # the other runs on
+        os.kill(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=15)
+    finally:
+        _stop_with_children(proc, fleet)
+    assert proc.returncode == 0
+    log = stderr.decode()
+    assert f"the emulator of l40s-0 (pid {killed}) was killed by SIGKILL" in log
+    assert f"kvroute emulate --fleet {fleet} --worker l40s-0" in log
+    assert "the emulator of h100-0" not in log           # stopped by up itself: not reported

@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -64,6 +65,27 @@ def _held_by_another(urls: Sequence[str], pid: int) -> str:
     return ""
 
 
+@dataclass(frozen=True, slots=True)
+class EmulatorExit:
+    """An emulator process that ended on its own: the workers it served, its pid, its
+    status (``-N``: killed by signal N) and the end of its stderr."""
+
+    workers: tuple[str, ...]
+    pid: int
+    returncode: int
+    stderr_tail: str
+
+    def describe(self) -> str:
+        if self.returncode < 0:
+            try:
+                how = f"was killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                how = f"was killed by signal {-self.returncode}"
+        else:
+            how = f"exited with status {self.returncode}"
+        return f"the emulator of {', '.join(self.workers)} (pid {self.pid}) {how}"
+
+
 class _Subprocess:
     """One ``python -m workers.emulator`` child with its stderr in a temporary file."""
 
@@ -75,6 +97,7 @@ class _Subprocess:
             part for part in (str(REPO_ROOT), self.env.get("PYTHONPATH", "")) if part)
         self.proc: subprocess.Popen[bytes] | None = None
         self._stderr: Any = None
+        self.reported = False        # its own end was reported (``EmulatorFleet.exited``)
 
     def start(self) -> None:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
@@ -251,6 +274,25 @@ class EmulatorFleet:
     @property
     def pids(self) -> list[int]:
         return [c.pid for c, _ in self._children if c.pid is not None]
+
+    def exited(self) -> list[EmulatorExit]:
+        """The processes that ended on their own (killed, or crashed) since the last call,
+        reaped: each with the workers it served. A stop's own processes are not listed."""
+        with self._lock:
+            if self._stopped:
+                return []
+            children = list(self._children)
+        ended = []
+        for child, _ in children:
+            proc = child.proc
+            if proc is None or child.reported or proc.poll() is None:
+                continue
+            child.reported = True
+            workers = sorted(w for w, own in self._own.items() if own is child) or sorted(
+                w for w in self.urls if w not in self._own)
+            ended.append(EmulatorExit(tuple(workers), proc.pid, proc.returncode,
+                                      child.stderr_text().strip()[-2000:]))
+        return ended
 
     def start(self) -> Self:
         try:
