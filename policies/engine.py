@@ -177,38 +177,29 @@ class PolicyEngine:
         """Another router replica sent a prompt with these block hashes (block size -> chain)
         to ``worker_id``: each plugin with a ``learn_routed(worker_id, block_hashes)`` learns
         it as if this one had (the ``prefix`` scorer's routing history)."""
-        for _path, (_type_name, plugin) in self._plugins.items():
-            hook = getattr(plugin, "learn_routed", None)
-            if hook is None:
-                continue
-            try:
-                hook(worker_id, block_hashes)
-            except Exception:
-                log.exception("learn_routed of %s failed", _plugin_name(hook))
+        self._each_with("learn_routed", worker_id, block_hashes)
 
     def forget_model(self, model: str) -> None:
         """No worker serves ``model`` any more: each plugin with a ``forget_model(model)``
         drops what it kept of it (the ``output-length`` producer's statistics)."""
-        for _path, (_type_name, plugin) in self._plugins.items():
-            hook = getattr(plugin, "forget_model", None)
-            if hook is None:
-                continue
-            try:
-                hook(model)
-            except Exception:
-                log.exception("forget_model of %s failed", _plugin_name(hook))
+        self._each_with("forget_model", model)
 
     def forget_worker(self, worker_id: str) -> None:
-        """The worker's engine restarted with an empty cache: each plugin with a
-        ``forget_worker(worker_id)`` drops what it believed that engine held."""
+        """The worker's engine restarted with an empty cache, or the fleet removed it or put
+        another server under its id: each plugin with a ``forget_worker(worker_id)`` drops
+        what it believed of it."""
+        self._each_with("forget_worker", worker_id)
+
+    def _each_with(self, hook_name: str, *args: Any) -> None:
+        """``plugin.<hook_name>(*args)`` for each plugin that has it; a failure is logged."""
         for _path, (_type_name, plugin) in self._plugins.items():
-            hook = getattr(plugin, "forget_worker", None)
+            hook = getattr(plugin, hook_name, None)
             if hook is None:
                 continue
             try:
-                hook(worker_id)
+                hook(*args)
             except Exception:
-                log.exception("forget_worker of %s failed", _plugin_name(hook))
+                log.exception("%s of %s failed", hook_name, _plugin_name(hook))
 
     def plugins(self) -> Iterator[tuple[str, str, Any]]:
         """(declared path, type name, instance) of every plugin, producers first."""

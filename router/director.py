@@ -69,6 +69,7 @@ from router.protocol import (
     upstream_body,
 )
 from router.proxy import (
+    CLIENT_LEFT,
     COMPLETION_STREAM,
     MESSAGES_STREAM,
     RESPONSES_STREAM,
@@ -105,8 +106,6 @@ PARSE_OFF_LOOP_BYTES = 1 << 20
 UNESTIMATED_TOKEN_S = 0.1
 
 
-# what a request whose client left before its answer is counted as (nginx's 499)
-CLIENT_LEFT = 499
 # (worker URL, path) pairs whose parsed URL is kept (the fleet's, and those that left)
 MAX_KEPT_URLS = 4096
 
@@ -519,7 +518,7 @@ class Director:
                 log.info("request %s: its stream from %s was cut after %d event(s): an "
                          "event past the router's bound", routing.request_id, info.id,
                          result.events)
-            elif status != 499:       # (499: the client left; says nothing of the worker)
+            elif status != CLIENT_LEFT:     # (the client left: says nothing of the worker)
                 self._ejection.answered(info.id, attempt.started_at)
             return result.response
         except RetryableUpstream as failure:
@@ -548,7 +547,7 @@ class Director:
             self._ejection.answered(info.id, attempt.started_at)
             raise
         except asyncio.CancelledError as cancelled:
-            status = 499
+            status = CLIENT_LEFT
             if isinstance(cancelled, CancelledMidStream):   # charged what reached the client
                 attempt.events_relayed = cancelled.events
             raise

@@ -193,6 +193,8 @@ _BROKE_OFF = "the worker's answer broke off before it was whole"
 
 # the workers' origins whose system_fingerprint is kept (the fleet's, and those that left)
 MAX_KEPT_ORIGINS = 1024
+# what a request whose client left before its answer is counted as (nginx's 499)
+CLIENT_LEFT = 499
 
 
 @dataclass(slots=True)
@@ -379,7 +381,7 @@ class Proxy:
         try:
             async for chunk in chunks:
                 if not await relay.feed(chunk):
-                    return ProxyResult(relay.response_or_new(), 499, relay.usage,
+                    return ProxyResult(relay.response_or_new(), CLIENT_LEFT, relay.usage,
                                        relay.first_byte_at, self._clock(), relay.events)
                 # a stream whose last event was relayed is whole, however its body ends
                 # after it (the final chunk missing, the connection dropped or silent)
@@ -464,7 +466,9 @@ class _StreamRelay:
         return self._response is not None
 
     def response_or_new(self) -> web.StreamResponse:
-        return self._response if self._response is not None else web.StreamResponse(status=499)
+        if self._response is not None:
+            return self._response
+        return web.StreamResponse(status=CLIENT_LEFT)
 
     async def feed(self, chunk: bytes) -> bool:
         """Relay the complete events in ``chunk``; False when the client has gone.

@@ -58,6 +58,7 @@ from router.protocol import (
     tenant_of,
 )
 from router.proxy import (
+    CLIENT_LEFT,
     RESPONSES_STREAM,
     CancelledAfterTheEnd,
     CancelledMidStream,
@@ -74,8 +75,6 @@ from workers.models import WorkerView
 from workers.registry import WorkerRegistry
 
 PROFILE = "utility"
-# the status a request is counted under when its client left (nginx's)
-CLIENT_LEFT = 499
 
 
 class FormAdmission:
