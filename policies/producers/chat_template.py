@@ -90,7 +90,8 @@ def message_text(content: Any) -> str:
 
 def _with_tools(messages: Sequence[Mapping[str, Any]],
                 tools: Sequence[Any]) -> list[Mapping[str, Any]]:
-    text = TOOLS_PREAMBLE + "".join(json_text(tool, indent=4) + "\n\n" for tool in tools)
+    text = TOOLS_PREAMBLE + "".join(json_text(tool, indent=4, ensure_ascii=False) + "\n\n"
+                                    for tool in tools)
     out = list(messages)
     for i, message in enumerate(out):
         if isinstance(message, Mapping) and message.get("role") == "user":
@@ -99,11 +100,13 @@ def _with_tools(messages: Sequence[Mapping[str, Any]],
     return [*out, {"role": "user", "content": text}]
 
 
-def json_text(value: Any, indent: int | None = None) -> str:
+def json_text(value: Any, indent: int | None = None, ensure_ascii: bool = True) -> str:
     """``json.dumps(value)``, or ``{}`` for what it cannot write: nesting deeper than
-    Python's recursion limit (a body may nest 1,024 levels), values that are not JSON."""
+    Python's recursion limit (a body may nest 1,024 levels), values that are not JSON.
+    ``ensure_ascii=False`` writes text as it is, as a chat template's ``tojson`` does
+    (transformers'), where ``json.dumps`` escapes every non-ASCII character."""
     try:
-        return json.dumps(value, indent=indent)
+        return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
     except (RecursionError, TypeError, ValueError):
         return "{}"
 
@@ -118,7 +121,7 @@ def tool_calls_text(calls: Any) -> str:
         function = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(function, Mapping):
             arguments = function.get("arguments")
-            texts.append(f'{{"name": {json.dumps(part_text(function.get("name")))}, '
+            texts.append(f'{{"name": "{part_text(function.get("name"))}", '
                          f'"parameters": {arguments if isinstance(arguments, str) else "{}"}}}')
     return "".join(texts)
 

@@ -121,8 +121,16 @@ def _environment() -> Any:
     def strftime_now(fmt: str) -> str:
         return datetime.now().strftime(fmt)
 
+    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+               separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+        # transformers' own filter, not Jinja2's (which sorts keys and escapes non-ASCII and
+        # HTML characters): a tool's Japanese description is its characters, not \uXXXX
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                          separators=separators, sort_keys=sort_keys)
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
     return env

@@ -57,3 +57,19 @@ def test_every_text_part_vllm_reads_is_text_and_media_items_stand_in_their_place
         "one", "two", "three", media_mark("image", "https://x/cat.png"),
         media_mark("audio", {"data": "UklGR", "format": "wav"}),
         media_mark("video", "https://x/v.mp4")]
+
+
+def test_tools_and_tool_calls_keep_their_text_as_a_templates_tojson_writes_it() -> None:
+    """A Japanese tool was written as \\uXXXX escapes (json.dumps' default), where Llama
+    3.1's template (transformers' tojson) writes its characters: 664 tokens for a prompt the
+    engine counts 322 for, and a 3,000-character description refused as over the window."""
+    import json
+
+    tool = {"type": "function", "function": {"name": "天気", "description": "東京の天気 <b> & 'x'"}}
+    text = render_chat([{"role": "user", "content": "東京の天気は？"}], tools=[tool])
+    assert json.dumps(tool, indent=4, ensure_ascii=False) in text
+    assert "\\u" not in text
+    call = render_chat([{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "t", "function": {"name": "天気", "arguments": '{"city": "東京"}'}}]}],
+        add_generation_prompt=False)
+    assert '{"name": "天気", "parameters": {"city": "東京"}}' in call

@@ -115,3 +115,17 @@ def test_tokens_producer_bad_model_folder_is_a_config_error(tmp_path: Path) -> N
     with pytest.raises(RoutingConfigError, match=r"producers\[0\]\.params\.models\.tiny: .*"
                                                  r"no tokenizer\.json"):
         tokens_type.factory(TokensParams(models={"tiny": "absent"}), _context(tmp_path))
+
+
+def test_tojson_is_transformers_own_filter(model_dir: Path) -> None:
+    """Jinja2's built-in tojson sorts keys and escapes non-ASCII and HTML characters; the
+    engine renders a template with transformers' (json.dumps, ensure_ascii off): a tool's
+    Japanese description was twice its tokens and its blocks never the engine's."""
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for t in tools %}{{ t | tojson(indent=4) }}{% endfor %}"
+                               "{{ messages[0]['content'] }}")
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    tool = {"type": "function", "function": {"name": "天気", "description": "東京の天気 <b> & 'x'"}}
+    text = ModelTokenizer.from_dir(model_dir).render_chat(
+        [{"role": "user", "content": "hi"}], tools=[tool])
+    assert text == json.dumps(tool, indent=4, ensure_ascii=False) + "hi"
