@@ -39,6 +39,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from router.errors import Forbidden, Unauthorized
+from router.name_text import is_name_text
 from router.request_ids import usable
 from router.settings import api_key_problem
 
@@ -86,7 +87,7 @@ def load_tenant_keys(path: Path) -> dict[str, str]:
         if isinstance(tenant, bool):      # YAML 1.1 reads yes, no, on, off as booleans
             raise TenantKeysError(f"{path}: tenant {tenant!r}: a name must be printable text; "
                                   "YAML read a boolean (yes, no, on, off): quote the name")
-        if not isinstance(tenant, str) or not tenant.isprintable() or not tenant.strip():
+        if not isinstance(tenant, str) or not is_name_text(tenant) or not tenant.strip():
             raise TenantKeysError(f"{path}: tenant {tenant!r}: a name must be printable text")
         listed = [keys] if isinstance(keys, str) else keys
         if (not isinstance(listed, list) or not listed

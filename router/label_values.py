@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 
+from router.name_text import is_name_text
+
 log = logging.getLogger(__name__)
 
 OTHER = "(other)"
@@ -42,7 +44,7 @@ class BoundedLabelValues:
         if not value or value in self._admitted:
             return value
         if (len(self._admitted) < self.limit and len(value) <= self.max_chars
-                and value.isprintable() and value != OTHER):
+                and is_name_text(value) and value != OTHER):
             self._admitted.add(value)
             return value
         if not count:

@@ -31,6 +31,7 @@ from policies.base import API_OF_PATH, ROUTED_PATHS, RUNNER_OF_PATH, RoutingRequ
 from policies.producers.anthropic_chat import chat_messages, chat_tools
 from policies.producers.media import media_mark, part_media
 from router.errors import InvalidRequest
+from router.name_text import is_name_text
 from router.scoring import lax_int, scoring_texts, side_cuts
 
 CHAT_PATH = "/v1/chat/completions"
@@ -229,7 +230,7 @@ def check_model(model: Any) -> str:
     if len(model) > MAX_MODEL_CHARS:
         raise InvalidRequest(f"model: must be at most {MAX_MODEL_CHARS} characters, got "
                              f"{len(model)}.", param="model")
-    if not model.isprintable():     # no served name has control characters or lone surrogates
+    if not is_name_text(model):     # no served name has control characters or lone surrogates
         raise InvalidRequest("model: must be printable text.", param="model")
     return model
 
@@ -257,7 +258,7 @@ def tenant_of(headers: Mapping[str, str]) -> str | None:
     tenant = headers.get("x-tenant")
     if tenant:     # bytes that are not UTF-8 (kept by aiohttp as escapes) become U+FFFD
         tenant = tenant.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        if len(tenant) > MAX_TENANT_CHARS or not tenant.isprintable():
+        if len(tenant) > MAX_TENANT_CHARS or not is_name_text(tenant):
             raise InvalidRequest(f"x-tenant: must be printable text of at most "
                                  f"{MAX_TENANT_CHARS} characters.", param="x-tenant")
         return tenant

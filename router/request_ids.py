@@ -6,7 +6,8 @@ incumbents, the latency predictions awaiting their outcome) and travels to the w
 ``X-Request-Id``, which vLLM uses as its own request id and refuses while a request with the
 same id is running. Clients may send the same id twice at once (a retry that does not wait,
 a fixed id in a script): the second gets the first's id with a suffix, which the response's
-``x-request-id`` then reports. An id that is not printable text, or longer than 256
+``x-request-id`` then reports. An id that is not printable ASCII (it is echoed in a
+response header, which carries visible ASCII: ``router.header_values``), or longer than 256
 characters, is replaced by a new one.
 """
 
@@ -24,10 +25,11 @@ MAX_REQUEST_ID_CHARS = 256
 
 
 def usable(given: str | None) -> TypeGuard[str]:
-    """Whether a client's request id is taken (else one is generated): printable text (no
-    control characters, bytes that are not UTF-8) of at most ``MAX_REQUEST_ID_CHARS``."""
+    """Whether a client's request id is taken (else one is generated): printable ASCII
+    (no control characters, no bytes outside ASCII, which a header echoing it would carry
+    raw) of at most ``MAX_REQUEST_ID_CHARS``."""
     return (given is not None and 0 < len(given) <= MAX_REQUEST_ID_CHARS
-            and given.isprintable())
+            and given.isascii() and given.isprintable())
 
 
 class RequestIds:
@@ -64,7 +66,7 @@ def echo_request_id(header: str) -> Callable[[web.Request, web.StreamResponse],
     """An ``on_response_prepare`` hook: every answer to a request that carried ``header``
     echoes it, the answers no decision gave an id too (``/v1/models``, an unknown path, a
     wrong method); an answer that set its own (a routed request's, suffixed or replaced) keeps
-    it, and an id that is not printable text is not echoed."""
+    it, and an id that is not printable ASCII is not echoed."""
     async def echo(request: web.Request, response: web.StreamResponse) -> None:
         given = request.headers.get(header)
         if usable(given) and header not in response.headers:

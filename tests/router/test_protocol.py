@@ -18,6 +18,7 @@ from router.protocol import (
     POOLING_PATH,
     RESPONSES_PATH,
     ParsedRequest,
+    check_model,
     parse_request,
     tenant_of,
     upstream_body,
@@ -505,3 +506,14 @@ def test_choices_count_the_sequences_a_request_generates_per_prompt() -> None:
         assert routing.sequences == 2 * choices
     assert parse({**CHAT, "n": 4}).routing.sequences == 4
     assert parse({"model": MODEL, "input": "a", "n": 4}, RESPONSES_PATH).routing.choices == 1
+
+
+@pytest.mark.parametrize("tenant", ["شرکت\u200cما", "\U0001f468\u200d\U0001f469\u200d\U0001f467"],
+                         ids=["zwnj", "zwj-emoji"])
+def test_a_tenant_written_with_joiners_is_a_tenant(tenant: str) -> None:
+    """A Persian name (ZWNJ) or an emoji family (ZWJ) was refused with 400, while a routing
+    file's budget could name it: a budget no request could reach."""
+    assert parse(CHAT, headers={"x-tenant": tenant}).routing.tenant == tenant
+    with pytest.raises(InvalidRequest, match="x-tenant"):
+        parse(CHAT, headers={"x-tenant": "ab\u202ecod"})        # shown as another name
+    assert check_model("\U0001f916\u200d") == "\U0001f916\u200d"      # a model name too

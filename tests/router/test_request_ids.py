@@ -45,11 +45,14 @@ def test_releasing_an_unknown_id_is_harmless() -> None:
 
 
 @pytest.mark.parametrize("given", ["id\udcff\udcfe", "tab\there", "nul\x00", "line\nbreak",
-                                   "line\u2028separator", "x" * 257],
+                                   "line\u2028separator", "x" * 257, "caf\u00e9",
+                                   "\u8981\u6c42-\U0001f680"],
                          ids=["bytes not utf-8", "tab", "nul", "newline", "line separator",
-                              "over 256 characters"])
-def test_an_id_that_is_not_printable_text_is_replaced(given: str) -> None:
+                              "over 256 characters", "latin", "cjk and emoji"])
+def test_an_id_that_is_not_printable_ascii_is_replaced(given: str) -> None:
+    """A non-ASCII id was echoed raw (UTF-8 bytes) in the response's x-request-id, which
+    header readers take as Latin-1."""
     ids = RequestIds(prefix="r")
     assert ids.claim(given) == "r-1"
-    assert ids.claim("caf\u00e9") == "caf\u00e9"         # any printable text is kept
+    assert ids.claim("trace-01:ab/cd") == "trace-01:ab/cd"     # printable ASCII is kept
     assert ids.claim("y" * 256) == "y" * 256
