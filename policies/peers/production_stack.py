@@ -13,7 +13,7 @@ peer-routers.md §2.1):
   instead (and is still inserted). Chat prompt = message contents joined by ``\\n``. No
   eviction, as upstream (its memory grows with every distinct prompt: production-stack
   #687), unless ``max_nodes`` is set: then, past that many nodes, the least recently used
-  leaves go (inserts and matches use a node) until the trie holds 99 % of it. A prompt
+  leaves go (inserts and matches use a node), one for each node added. A prompt
   given only as token ids (the simulator's) is chunked in ``chunk_size / 4`` tokens (about
   the same text length) instead of characters.
 * ``session``: consistent hashing of the session key over the workers (upstream:
@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import random
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -85,28 +85,30 @@ class SessionParams:
 
 
 class _TrieNode:
-    __slots__ = ("children", "endpoints", "used")
+    __slots__ = ("children", "chunk_hash", "endpoints", "parent")
 
-    def __init__(self, used: int = 0) -> None:
+    def __init__(self, parent: _TrieNode | None = None, chunk_hash: int = 0) -> None:
         self.children: dict[int, _TrieNode] = {}
         self.endpoints: set[str] = set()
-        self.used = used          # the trie's use count when an insert or match last passed
-
-
-# the share of ``max_nodes`` an eviction leaves (one eviction every 1 % of it inserted)
-EVICT_DOWN_TO = 0.99
+        self.parent = parent             # (None for the root)
+        self.chunk_hash = chunk_hash     # its key in its parent's children
 
 
 class HashTrie:
     """production-stack's chunk-hash trie: no eviction, as upstream, unless ``max_nodes``
-    (> 0) bounds it; then the least recently used leaves go past it."""
+    (> 0) bounds it; then the least recently used leaves go past it.
+
+    Bounded, the nodes are kept in order of use (an insert or a match uses the nodes it
+    passes), each path's nodes marked used deepest first: a node is then always more
+    recently used than each node below it, so the least recently used node is a leaf, and
+    one eviction is one dictionary operation."""
 
     def __init__(self, chunk_size: int = 128, max_nodes: int = 0) -> None:
         self.chunk_size = chunk_size
         self.max_nodes = max_nodes
         self.nodes = 0            # below the root
-        self._uses = 0
         self._root = _TrieNode()
+        self._by_use: OrderedDict[_TrieNode, None] = OrderedDict()   # least recent first
 
     def _chunk_hashes(self, text: str | Sequence[int]) -> list[int]:
         if isinstance(text, str):
@@ -116,25 +118,30 @@ class HashTrie:
         return [hash(tuple(text[i:i + size])) for i in range(0, len(text), size)]
 
     def insert(self, text: str | Sequence[int], endpoint: str) -> None:
-        self._uses += 1
-        used, node = self._uses, self._root
+        node = self._root
         node.endpoints.add(endpoint)
+        path = []
         for chunk_hash in self._chunk_hashes(text):
             child = node.children.get(chunk_hash)
             if child is None:
-                child = node.children[chunk_hash] = _TrieNode()
+                child = node.children[chunk_hash] = _TrieNode(node, chunk_hash)
                 self.nodes += 1
             node = child
-            node.used = used
             node.endpoints.add(endpoint)
-        if self.max_nodes and self.nodes > self.max_nodes:
-            self._evict(int(self.max_nodes * EVICT_DOWN_TO))
+            path.append(node)
+        if self.max_nodes:
+            self._used(path)
+            by_use = self._by_use
+            while self.nodes > self.max_nodes:
+                leaf, _ = by_use.popitem(last=False)
+                assert leaf.parent is not None and not leaf.children
+                del leaf.parent.children[leaf.chunk_hash]
+                self.nodes -= 1
 
     def longest_prefix_match(self, text: str | Sequence[int],
                              available: set[str]) -> tuple[int, set[str]]:
-        self._uses += 1
-        used = self._uses
         node, match_length, selected = self._root, 0, set(available)
+        path = []
         for chunk_hash in self._chunk_hashes(text):
             child = node.children.get(chunk_hash)
             if child is None:
@@ -144,27 +151,17 @@ class HashTrie:
                 break
             match_length += self.chunk_size
             selected, node = common, child
-            node.used = used
+            path.append(node)
+        if self.max_nodes:
+            self._used(path)
         return match_length, selected
 
-    def _evict(self, target: int) -> None:
-        """Drop least recently used leaves until ``target`` nodes are left. A node is used
-        whenever one below it is (each use passes from the root), so in order of last use,
-        deepest first among equals, each node comes after everything below it: a leaf when
-        its turn comes."""
-        order: list[tuple[int, int, int, _TrieNode, int]] = []     # (used, -depth, n, ...)
-        stack: list[tuple[_TrieNode, int]] = [(self._root, 0)]
-        while stack:
-            parent, depth = stack.pop()
-            for chunk_hash, child in parent.children.items():
-                order.append((child.used, -depth - 1, len(order), parent, chunk_hash))
-                stack.append((child, depth + 1))
-        order.sort(key=lambda entry: entry[:3])
-        for _, _, _, parent, chunk_hash in order:
-            if self.nodes <= target:
-                break
-            del parent.children[chunk_hash]
-            self.nodes -= 1
+    def _used(self, path: list[_TrieNode]) -> None:
+        """Mark the nodes of one root-down path used now, deepest first."""
+        by_use = self._by_use
+        for node in reversed(path):
+            by_use[node] = None
+            by_use.move_to_end(node)
 
 
 class _QpsWindow:
