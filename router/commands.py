@@ -8,7 +8,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -344,29 +344,37 @@ def _starting_added(emulators: EmulatorFleet) -> FleetHook:
 
 @contextlib.contextmanager
 def _watching(emulators: EmulatorFleet, fleet_source: str,
-              interval_s: float = 1.0) -> Iterator[None]:
+              interval_s: float = 1.0) -> Iterator[Callable[[], None]]:
     """While ``kvroute up`` runs, an emulator process that ends on its own (killed, crashed)
     is reaped and logged with its workers and how to bring them back; it went unnoticed,
-    its workers merely down, the process a zombie until ``up`` exited."""
+    its workers merely down, the process a zombie until ``up`` exited. Yields the call that
+    stops the watch: ``up`` makes it when its stop begins (a Ctrl-C reaches the emulators
+    too, which end before the router has drained: not a crash)."""
     import threading
 
     log = logging.getLogger("kvroute.up")
     done = threading.Event()
 
+    def report() -> None:
+        for ended in emulators.exited():
+            again = f"kvroute emulate --fleet {fleet_source}" + (
+                f" --worker {ended.workers[0]}" if len(ended.workers) == 1 else "")
+            log.error("%s: its workers are down until it runs again (restart kvroute up, or "
+                      "start it alone: %s)%s", ended.describe(), again,
+                      f"; its last words: {ended.stderr_tail[-500:]}"
+                      if ended.stderr_tail else "")
+
     def watch() -> None:
         while not done.wait(interval_s):
-            for ended in emulators.exited():
-                again = f"kvroute emulate --fleet {fleet_source}" + (
-                    f" --worker {ended.workers[0]}" if len(ended.workers) == 1 else "")
-                log.error("%s: its workers are down until it runs again (restart kvroute "
-                          "up, or start it alone: %s)%s", ended.describe(), again,
-                          f"; its last words: {ended.stderr_tail[-500:]}"
-                          if ended.stderr_tail else "")
+            try:
+                report()
+            except Exception:        # the watch goes on
+                log.exception("watching the emulator processes failed")
 
     watcher = threading.Thread(target=watch, name="kvroute-up-emulators", daemon=True)
     watcher.start()
     try:
-        yield
+        yield done.set
     finally:
         done.set()
         watcher.join()
@@ -409,8 +417,9 @@ def _up(args: argparse.Namespace) -> int:
                   "Bearer <key>' to curl, api_key=<key> to the client.\n", flush=True)
 
     try:
-        with EmulatorFleet(fleet, **options) as emulators, _watching(emulators, fleet.source):
-            run_router(settings, fleet, on_ready=ready,
+        with EmulatorFleet(fleet, **options) as emulators, \
+                _watching(emulators, fleet.source) as stop_watching:
+            run_router(settings, fleet, on_ready=ready, on_stop=stop_watching,
                        before_fleet_change=_starting_added(emulators))
     except EmulatorStartError as exc:
         print(f"kvroute: the emulated workers did not start: {exc}", file=sys.stderr)

@@ -367,7 +367,8 @@ def test_up_reaps_and_logs_an_emulator_killed_under_it(tmp_path: Path) -> None:
         [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
          str(REPO_ROOT / "config/routing.yaml"), "--port", str(port),
          "--emulator-processes", "each"],
-        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30.0)
         [killed] = [pid for pid in _children(proc.pid)
@@ -378,7 +379,7 @@ def test_up_reaps_and_logs_an_emulator_killed_under_it(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the killed emulator was never reaped"
             time.sleep(0.1)
         assert _listening(ports["h100-0"])                # the other runs on
-        os.kill(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)      # Ctrl-C in a terminal: the emulators get it too
         _, stderr = proc.communicate(timeout=15)
     finally:
         _stop_with_children(proc, fleet)
@@ -386,4 +387,4 @@ def test_up_reaps_and_logs_an_emulator_killed_under_it(tmp_path: Path) -> None:
     log = stderr.decode()
     assert f"the emulator of l40s-0 (pid {killed}) was killed by SIGKILL" in log
     assert f"kvroute emulate --fleet {fleet} --worker l40s-0" in log
-    assert "the emulator of h100-0" not in log           # stopped by up itself: not reported
+    assert "the emulator of h100-0" not in log      # ended by the Ctrl-C: not reported

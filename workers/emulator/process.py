@@ -135,6 +135,7 @@ class _Subprocess:
             time.sleep(0.05)
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        self.reported = True          # stopped on purpose: not an end to report
         proc = self.proc
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, signal.SIGTERM)
@@ -242,17 +243,20 @@ class EmulatorFleet:
             return False
         holder = next((w for w, u in self.urls.items() if u == url and w != worker_id), None)
         if holder is not None:
-            held = self._own.pop(holder, None)
-            if held is None:
-                raise EmulatorStartError(
-                    f"{url} is worker {holder}'s, hosted with the workers kvroute up started "
-                    "with (one process for them all): restart kvroute up to serve "
-                    f"{worker_id} there")
-            held.stop()
             with self._lock:
+                held = self._own.get(holder)
+                if held is None:
+                    raise EmulatorStartError(
+                        f"{url} is worker {holder}'s, hosted with the workers kvroute up "
+                        "started with (one process for them all): restart kvroute up to "
+                        f"serve {worker_id} there")
+                held.reported = True          # stopped on purpose below
+                del self._own[holder]
                 self._children = [(c, urls) for c, urls in self._children if c is not held]
-            del self.urls[holder]
+                del self.urls[holder]
+            held.stop()
         child = _Subprocess([*self._common, "--worker", worker_id])
+        child.reported = True      # not watched while it starts: a failure to is raised
         faults = (spec.emulate or {}).get("faults") or {}     # (an empty faults: is None)
         waits = [] if faults.get("refuse_connections") else [url]
         with self._lock:        # (called from a thread: stop() may run meanwhile)
@@ -267,8 +271,10 @@ class EmulatorFleet:
             with self._lock:
                 self._children.remove((child, waits))
             raise
-        self.urls[worker_id] = url
-        self._own[worker_id] = child
+        with self._lock:
+            self.urls[worker_id] = url
+            self._own[worker_id] = child
+            child.reported = False     # up and running: its end is reported from now on
         return True
 
     @property
@@ -278,20 +284,19 @@ class EmulatorFleet:
     def exited(self) -> list[EmulatorExit]:
         """The processes that ended on their own (killed, or crashed) since the last call,
         reaped: each with the workers it served. A stop's own processes are not listed."""
-        with self._lock:
+        ended = []
+        with self._lock:       # (add() runs in a thread: it changes these under the lock)
             if self._stopped:
                 return []
-            children = list(self._children)
-        ended = []
-        for child, _ in children:
-            proc = child.proc
-            if proc is None or child.reported or proc.poll() is None:
-                continue
-            child.reported = True
-            workers = sorted(w for w, own in self._own.items() if own is child) or sorted(
-                w for w in self.urls if w not in self._own)
-            ended.append(EmulatorExit(tuple(workers), proc.pid, proc.returncode,
-                                      child.stderr_text().strip()[-2000:]))
+            for child, _ in self._children:
+                proc = child.proc
+                if proc is None or child.reported or proc.poll() is None:
+                    continue
+                child.reported = True
+                workers = sorted(w for w, own in self._own.items() if own is child) or sorted(
+                    w for w in self.urls if w not in self._own)
+                ended.append(EmulatorExit(tuple(workers), proc.pid, proc.returncode,
+                                          child.stderr_text().strip()[-2000:]))
         return ended
 
     def start(self) -> Self:
