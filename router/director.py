@@ -635,9 +635,16 @@ class Director:
         if predicted is not None and status == 200:
             self._metrics.record_output_prediction(
                 decision.model, predicted, per_sequence(outcome.completion_tokens, routing))
-        if (not self._registry.declares(worker)      # this router's last request there ended
-                and self._store.local_requests(worker) == 0):    # (replicas forget their own)
-            self._forget_departed(engine, worker)
+        self.settle_departed(worker, engine)
+
+    def settle_departed(self, worker_id: str, engine: PolicyEngine | None = None) -> None:
+        """A request of this router at ``worker_id`` ended: when the fleet file removed that
+        worker meanwhile and it was the last one there (replicas forget their own), what its
+        end recorded of the worker goes, as the rest went at the removal (``engine``: the
+        policy it was routed by, else the one in force)."""
+        if (not self._registry.declares(worker_id)
+                and self._store.local_requests(worker_id) == 0):
+            self._forget_departed(engine if engine is not None else self._policy(), worker_id)
 
     def _outcome(self, routing: RoutingRequest, attempt: _Attempt, result: ProxyResult | None,
                  status: int) -> RequestOutcome:

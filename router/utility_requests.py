@@ -79,16 +79,18 @@ PROFILE = "utility"
 
 class FormAdmission:
     """What the audio APIs pass through: the router's ``Admission`` under the routing file's
-    section in force (``section``), and the state store counting a worker's requests in
-    flight."""
+    section in force (``section``), the state store counting a worker's requests in flight,
+    and ``ended(worker)``, told when one ends (``Director.settle_departed``: the last request
+    at a worker the fleet removed meanwhile clears what was kept of it)."""
 
-    __slots__ = ("admission", "section", "store")
+    __slots__ = ("admission", "ended", "section", "store")
 
     def __init__(self, admission: Admission, section: Callable[[], AdmissionSection | None],
-                 store: StateStore) -> None:
+                 store: StateStore, ended: Callable[[str], None] = lambda worker: None) -> None:
         self.admission = admission
         self.section = section
         self.store = store
+        self.ended = ended
 
 
 class UtilityRequests:
@@ -267,6 +269,7 @@ class UtilityRequests:
             raise
         finally:
             forms.store.on_complete(view.id, 0, 0)
+            forms.ended(view.id)
             usage = result.usage if result is not None else None
             forms.admission.record_attempt(
                 ticket, events > 0 or (result is not None and result.first_byte_at is not None),

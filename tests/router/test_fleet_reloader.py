@@ -444,3 +444,45 @@ async def test_a_fleet_whose_apply_is_refused_is_not_in_force_and_is_tried_again
     assert await reloader.check()
     assert outcomes == [False, True] and [s.info.id for s in reloader.fleet.workers] == ["a", "b"]
     assert applied[0].change.added == ("b",)
+
+
+async def test_the_last_request_at_a_removed_worker_clears_it_even_a_transcription(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """A chat and a transcription in flight at a worker the fleet file removes: the chat
+    ends first and leaves the worker to the transcription, whose end cleared nothing (the
+    series the chat's end recorded stayed for the life of the process)."""
+    chat_go, form_go, arrived = asyncio.Event(), asyncio.Event(), []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        arrived.append(request.path)
+        await (form_go if request.path.startswith("/v1/audio") else chat_go).wait()
+        return web.json_response({"text": "hi", "usage": {"prompt_tokens": 1,
+                                                          "completion_tokens": 1}})
+
+    path = tmp_path / "fleet.yaml"
+    backend = urls_of(emulated_fleet, "a100-fast")["a100-fast"]
+    async with FrontedWorker(backend, answer) as worker, aiohttp.ClientSession() as session:
+        path.write_text(fleet_text({"gone": worker.url}))
+        router = await make_router(load_fleet(path), ROUTING_ROUND_ROBIN,
+                                   reload_interval_s=0.05)
+        form = aiohttp.FormData()
+        form.add_field("file", b"RIFF0000", filename="a.wav", content_type="audio/wav")
+        form.add_field("model", MODEL)
+        transcription = asyncio.ensure_future(
+            session.post(f"{router.url}/v1/audio/transcriptions", data=form))
+        chat = asyncio.ensure_future(session.post(f"{router.url}/v1/chat/completions", json={
+            "model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}))
+        deadline = time.monotonic() + 10.0
+        while len(arrived) < 2:
+            assert time.monotonic() < deadline, arrived
+            await asyncio.sleep(0.02)
+        rewrite(path, fleet_text(urls_of(emulated_fleet, "h100-fast")))
+        await reloads(router, "success", 1)
+        chat_go.set()
+        async with await chat as resp:
+            assert resp.status == 200
+        form_go.set()
+        async with await transcription as resp:
+            assert resp.status == 200
+    assert worker_series(router, "gone") == []
