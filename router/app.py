@@ -245,8 +245,14 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     reloader = app[POLICY]
     sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
     responses = ResponseLocator(app[STORE], app[REGISTRY], scrapes, app[METRICS])
+    registry = app[REGISTRY]
+
+    def generated_at(worker_id: str) -> float | None:
+        snapshot = registry.snapshot(worker_id)
+        return snapshot.generated_at if snapshot is not None else None
+
     stalls = StallWatch(settings.stall_after_s, settings.upstream_timeout_s,
-                        on_stall=app[METRICS].record_stall)
+                        on_stall=app[METRICS].record_stall, progress=generated_at)
     ejection = app[EJECTION] = WorkerEjection(settings.eject_after, settings.eject_for_s,
                                               on_eject=app[METRICS].record_ejection,
                                               stalls=stalls)

@@ -83,6 +83,7 @@ from router.request_body import read_body
 from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
+from router.stalls import DEFAULT_MULTIPLE as STALL_MULTIPLE
 from router.state.store import StateStore
 from router.trace_context import request_trace_id
 from workers.models import WorkerInfo, WorkerView
@@ -494,14 +495,17 @@ class Director:
                                  "X-Request-Id", routing.request_id)
         result: ProxyResult | None = None
         status = 502
-        first_byte_s: float | None = None
+        longest_s: float | None = None
         try:       # watched until its first byte; settled in _complete, whatever happens
-            # a whole answer is waited for up to its bound, not its expected length
-            first_byte_s = _expected_first_byte_s(
-                decision, routing.stream,
-                longest_answer_tokens(routing, info.model_spec.max_model_len))
+            # a whole answer is watched for its bound (its max_tokens, else 256: a longer one
+            # is watched on while its engine generates), and may take to its window's end
+            window = info.model_spec.max_model_len
             attempt.stall_ticket = self._ejection.stalls.waiting(
-                info.id, attempt.started_at, first_byte_s)
+                info.id, attempt.started_at, _expected_first_byte_s(
+                    decision, routing.stream, output_tokens_in_window(
+                        routing.output_tokens_bound, routing.context_prompt_tokens, window)))
+            longest_s = _expected_first_byte_s(decision, routing.stream,
+                                               longest_answer_tokens(routing, window))
             result = await self._proxy.forward(
                 request, self._url(info.url, routing.path),
                 sent,
@@ -533,11 +537,12 @@ class Director:
             status = error.status
             if status == UpstreamTimeout.status:      # no answer in time
                 log.info("request %s: %s: %s", routing.request_id, info.id, error.message)
-                if (routing.stream or first_byte_s is None
-                        or first_byte_s < self._settings.upstream_timeout_s):
+                if (routing.stream or longest_s is None or STALL_MULTIPLE * longest_s
+                        < self._settings.upstream_timeout_s):
                     self._failed(info)
                 # else a whole answer that may be longer than the router waits (its
-                # max_tokens, or the window, at the estimated pace): not the worker's failure
+                # max_tokens, or the window, at the estimated pace, give or take the stall
+                # watch's multiple): not the worker's failure
             attempt.local = isinstance(error, Overloaded)    # no connection for want of fds
             error.headers.update(self._kvroute_headers(decision, routing.semantic_class))
             raise

@@ -10,6 +10,13 @@ decision's estimate of that wait, when the policy gave one) but at most ``ceilin
 upstream timeout, which ends such a wait anyway), its worker counts as **stalled** until every
 overdue attempt there has settled. The director treats a stalled worker as it
 treats an ejected one: unhealthy to the policy, unless no other worker is left.
+
+A busy engine is not a hung one: an attempt past its deadline whose worker's engine
+generated tokens within the last ``floor_s`` (``progress``: when the worker's
+``vllm:generation_tokens_total`` last moved, as scraped) is watched on until ``floor_s``
+after that, again and again while the engine goes on generating. A long answer asked for
+whole (a request without ``max_tokens`` may run to the end of the window) is no stall; an
+engine whose counter has stood still for ``floor_s`` is one at the deadline.
 """
 
 from __future__ import annotations
@@ -28,16 +35,20 @@ class StallWatch:
     """Attempts awaiting their first byte, by worker, and which workers have overdue ones."""
 
     __slots__ = ("_awaiting", "_ceiling_s", "_deadlines", "_floor_s", "_multiple",
-                 "_on_stall", "_overdue", "_tickets")
+                 "_on_stall", "_overdue", "_tickets", "progress")
 
     def __init__(self, floor_s: float, ceiling_s: float, multiple: float = DEFAULT_MULTIPLE,
-                 on_stall: Callable[[str], None] | None = None) -> None:
+                 on_stall: Callable[[str], None] | None = None,
+                 progress: Callable[[str], float | None] | None = None) -> None:
         """``floor_s``: the least wait that counts as a stall (0: never watch); ``ceiling_s``:
-        the most; ``on_stall(worker)`` is told when a worker becomes stalled (metrics)."""
+        the most; ``on_stall(worker)`` is told when a worker becomes stalled (metrics);
+        ``progress(worker)``: when its engine last generated a token, as last seen (on the
+        clock ``now`` reads; None when unknown)."""
         self._floor_s = floor_s
         self._ceiling_s = max(floor_s, ceiling_s)
         self._multiple = multiple
         self._on_stall = on_stall
+        self.progress = progress
         self._tickets = itertools.count()
         self._awaiting: dict[int, tuple[str, float]] = {}   # ticket -> (worker, deadline)
         self._deadlines: list[tuple[float, int]] = []        # heap of (deadline, ticket)
@@ -86,11 +97,17 @@ class StallWatch:
         """The workers with an attempt past its deadline at ``now``."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            _, ticket = heapq.heappop(deadlines)
+            due, ticket = heapq.heappop(deadlines)
             entry = self._awaiting.get(ticket)
-            if entry is None:           # settled in time
+            if entry is None or entry[1] != due:      # settled in time, or re-armed
                 continue
             worker = entry[0]
+            moved_at = self.progress(worker) if self.progress is not None else None
+            if moved_at is not None and moved_at > now - self._floor_s:
+                deadline = moved_at + self._floor_s   # busy, not hung: watched on
+                self._awaiting[ticket] = (worker, deadline)
+                heapq.heappush(deadlines, (deadline, ticket))
+                continue
             overdue = self._overdue.get(worker)
             if overdue is None:
                 overdue = self._overdue[worker] = set()

@@ -60,6 +60,8 @@ class WorkerSnapshot:
     prefix_cache_queries: float = 0.0     # counters, for dashboards and hit-rate tracking
     prefix_cache_hits: float = 0.0
     num_preemptions: float = 0.0
+    generation_tokens: float = 0.0        # tokens the engine generated (a counter)
+    generated_at: float | None = None     # when a scrape last saw that counter move
     consecutive_failures: int = 0
     error: str | None = None              # last scrape error, if any
 

@@ -34,6 +34,7 @@ _WANTED = (
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc", "vllm:prefix_cache_", "vllm:gpu_prefix_cache_",
     "vllm:num_preemptions", "vllm:cache_config_info", "vllm:lora_requests_info",
+    "vllm:generation_tokens_total",
 )
 _KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
@@ -65,6 +66,7 @@ class MetricsSample:
     prefix_cache_hits: float
     num_preemptions: float
     lora_adapters: tuple[str, ...]
+    generation_tokens: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +141,8 @@ def parse_metrics(text: str) -> MetricsSample:
         prefix_cache_queries=totals.get("vllm:prefix_cache_queries", 0.0),
         prefix_cache_hits=totals.get("vllm:prefix_cache_hits", 0.0),
         num_preemptions=totals.get("vllm:num_preemptions", 0.0),
-        lora_adapters=tuple(sorted(set().union(*(names for _, names in newest_lora.values())))))
+        lora_adapters=tuple(sorted(set().union(*(names for _, names in newest_lora.values())))),
+        generation_tokens=totals.get("vllm:generation_tokens", 0.0))
 
 
 def parse_models(payload: Any, default_model: str) -> ModelsSample:
@@ -319,7 +322,11 @@ class WorkerScraper:
             lora_paths=models.lora_paths if models else (),
             prefix_cache_queries=sample.prefix_cache_queries,
             prefix_cache_hits=sample.prefix_cache_hits,
-            num_preemptions=sample.num_preemptions)
+            num_preemptions=sample.num_preemptions,
+            generation_tokens=sample.generation_tokens,
+            generated_at=(None if prev is None else now
+                          if sample.generation_tokens != prev.generation_tokens
+                          else prev.generated_at))
 
     def _record_failure(self, info: WorkerInfo, now: float, error: str, slow: bool) -> None:
         """Count a failed scrape. A worker that answers too slowly is busy, not gone: it

@@ -317,9 +317,10 @@ async def test_the_tools_a_chat_offers_are_counted_in_its_prompt(
     assert counted[1] > counted[0] + 500
 
 
-def test_a_whole_answer_without_max_tokens_is_waited_for_to_the_end_of_the_window() -> None:
-    """It was waited for as 256 tokens: a healthy worker writing a long answer (8,135
-    tokens in 194 s) was marked stalled at 120 s and set aside."""
+def test_a_whole_answer_without_max_tokens_may_run_to_the_end_of_the_window() -> None:
+    """The longest answer a timeout is weighed against (not the worker's failure when it
+    may take longer than the router waits): without max_tokens, the window's rest, as vLLM
+    generates without one."""
     from policies.base import RoutingRequest
     from router.director import longest_answer_tokens
 

@@ -65,6 +65,25 @@ def test_the_deadline_is_capped_and_zero_never_watches() -> None:
     assert not off.enabled and off.stalled(1e9) == frozenset()
 
 
+def test_an_attempt_past_its_deadline_while_its_engine_generates_is_watched_on() -> None:
+    """A healthy worker writing a long whole answer (8,135 tokens in 194 s, no max_tokens)
+    was marked stalled at 120 s and set aside. An engine generating is busy, not hung: an
+    attempt past its deadline is watched on until the floor after the engine's last token,
+    and stalls once the engine has been still that long."""
+    moved_at: dict[str, float | None] = {"a": 1.5, "b": -0.5, "c": None}
+    watch = StallWatch(2.0, 100.0, progress=moved_at.get)
+    busy = watch.waiting("a", 0.0, None)           # deadline 2
+    watch.waiting("b", 0.0, None)
+    watch.waiting("c", 0.0, None)
+    assert watch.stalled(2.0) == {"b", "c"}         # b still for 2.5 s; c: nothing known
+    moved_at["a"] = 3.0
+    assert watch.stalled(3.4) == {"b", "c"}         # a: watched to 1.5 + 2, then to 3 + 2
+    assert watch.stalled(4.9) == {"b", "c"}
+    assert watch.stalled(5.0) == {"a", "b", "c"}    # a's engine still since 3 s
+    watch.settled(busy)
+    assert watch.stalled(5.0) == {"b", "c"}
+
+
 def test_settled_attempts_do_not_pile_up() -> None:
     watch = StallWatch(1.0, 10.0)
     for n in range(20_000):

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
 from workers.inflight import InflightTracker
-from workers.models import WorkerInfo
+from workers.models import WorkerInfo, WorkerSnapshot
 from workers.registry import WorkerRegistry
 from workers.scraper import MetricsParseError, WorkerScraper, parse_metrics, parse_models
 from workers.upstream import UpstreamClient
@@ -455,3 +455,34 @@ async def test_a_failed_read_of_models_after_a_failed_scrape_keeps_the_last(
         assert snap is not None and snap.healthy and snap.max_model_len == 4096
         assert state.models_calls == 2                  # read again, in vain
 
+
+
+async def test_a_snapshot_says_when_its_engine_last_generated(
+        worker: tuple[_Worker, str]) -> None:
+    """``generated_at``: when a scrape last saw ``vllm:generation_tokens_total`` move (the
+    stall watch tells a busy engine from a hung one by it); unknown at the first scrape."""
+    state, url = worker
+    registry = WorkerRegistry([_info(url)], InflightTracker())
+    clock = _Clock()
+    original = SAMPLE.read_text()
+    assert 'vllm:generation_tokens_total{engine="0"' in original
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
+                                models_interval_s=5.0, fail_threshold=3, clock=clock)
+
+        async def scraped(text: str) -> WorkerSnapshot:
+            state.text = text
+            clock.now += 1.0
+            await scraper.scrape_once()
+            snapshot = registry.snapshot("w0")
+            assert snapshot is not None
+            return snapshot
+
+        first = await scraped(original)
+        assert first.generation_tokens == 612.0 and first.generated_at is None
+        assert (await scraped(original)).generated_at is None          # still
+        moved = original.replace(" 612.0", " 700.0")
+        assert (await scraped(moved)).generated_at == 103.0
+        assert (await scraped(moved)).generated_at == 103.0            # still since
+        state.mode = "error"                                            # a failed scrape
+        assert (await scraped(moved)).generated_at == 103.0
