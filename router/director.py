@@ -108,7 +108,7 @@ UNESTIMATED_TOKEN_S = 0.1
 
 
 # (worker URL, path) pairs whose parsed URL is kept (the fleet's, and those that left)
-MAX_KEPT_URLS = 4096
+MAX_KEPT_URLS = 16_384
 
 
 @dataclass(slots=True)
@@ -564,7 +564,7 @@ class Director:
         url = self._urls.get((base, path))
         if url is None:
             if len(self._urls) >= MAX_KEPT_URLS:      # workers that came and went
-                self._urls.clear()
+                del self._urls[next(iter(self._urls))]     # the oldest
             url = self._urls[(base, path)] = URL(base + path)
         return url
 
@@ -632,7 +632,9 @@ class Director:
         cost = decision.attributes.get("estimated_cost_usd")
         if isinstance(cost, float) and status == 200 and result is not None and result.usage:
             # the answer served, not the one expected (10**9 max_tokens priced 8,000 tokens)
-            cost = served_cost_usd(cost, routing.attributes.get(ROUTED_ESTIMATE),
+            routed = routing.attributes.get(ROUTED_ESTIMATE)    # (this attempt's worker's)
+            cost = served_cost_usd(cost, routed[1] if routed is not None
+                                   and routed[0] == worker else None,
                                    outcome.completion_tokens)
         self._metrics.record_outcome(outcome, attempt.worker_gpu, routing.tenant,
                                      cost if isinstance(cost, float) and status == 200 else None)

@@ -192,7 +192,7 @@ _BROKE_OFF = "the worker's answer broke off before it was whole"
 
 
 # the workers' origins whose system_fingerprint is kept (the fleet's, and those that left)
-MAX_KEPT_ORIGINS = 1024
+MAX_KEPT_ORIGINS = 4096
 # what a request whose client left before its answer is counted as (nginx's 499)
 CLIENT_LEFT = 499
 
@@ -359,7 +359,7 @@ class Proxy:
     def _remember_fingerprint(self, origin: URL, fingerprint: str | None) -> None:
         fingerprints = self._fingerprints
         if origin not in fingerprints and len(fingerprints) >= MAX_KEPT_ORIGINS:
-            fingerprints.clear()       # workers that came and went: those here return at once
+            del fingerprints[next(iter(fingerprints))]     # the oldest: workers come and go
         fingerprints[origin] = fingerprint
 
     async def _relay_events(self, upstream: UpstreamResponse,

@@ -24,8 +24,8 @@ from policies.profile import _clamped
 from workers.models import WorkerView
 
 ESTIMATOR_STATE_KEY = "latency.estimator"   # BuildContext.profile_state key -> SharedEstimator
-# request.attributes: the Estimate of the worker it was sent to (its last attempt's), for the
-# cost of what it was served (``estimator.served_cost_usd``)
+# request.attributes: (the worker it was sent to, that worker's Estimate), its last attempt's
+# with an estimate, for the cost of what it was served (``estimator.served_cost_usd``)
 ROUTED_ESTIMATE = "latency.routed_estimate"
 MAX_UNROUTED = 4096   # decisions kept until their on_routed (a rejected one never comes)
 
@@ -139,7 +139,7 @@ class EstimatingPlugin:
         estimate = known.get(decision.worker_id)
         view = next((v for v in workers if v.id == decision.worker_id), None)
         if estimate is not None and view is not None:
-            request.attributes[ROUTED_ESTIMATE] = estimate     # what its cost is settled on
+            request.attributes[ROUTED_ESTIMATE] = (view.id, estimate)   # its cost's basis
             self.estimator.on_routed(request, view.id, view.gpu.name, estimate)
             if self.samples is not None:
                 self.samples[request.request_id] = LatencySample(

@@ -287,6 +287,10 @@ class OnlineCorrection:
         for table in (self._by_worker, self._upper_by_worker):
             for key in [key for key in table if key[0] == worker_id]:
                 del table[key]
+        # its requests in flight, ending later, would teach the server next under its id
+        for request_id in [request_id for request_id, entry in self._pending.items()
+                           if entry[0].worker_id == worker_id]:
+            del self._pending[request_id]
         self._kept.pop(worker_id, None)
         for borrowers in self._borrowers.values():
             borrowers.discard(worker_id)

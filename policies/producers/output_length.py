@@ -156,6 +156,20 @@ def largest_window(model: str, workers: Sequence[WorkerView]) -> int:
     return max((view.max_model_len for view in workers if view.serves(model)), default=0)
 
 
+def within_a_window(model: str, workers: Sequence[WorkerView], tokens: int) -> bool:
+    """Whether some worker serving ``model`` has a window longer than ``tokens`` (True when
+    none is known). Stops at the first: on a large fleet a request costs a scan of every
+    view only when it asks past every window."""
+    known = False
+    for view in workers:
+        window = view.max_model_len
+        if window > 0 and view.serves(model):
+            if window > tokens:
+                return True
+            known = True
+    return not known
+
+
 class OutputLengthProducer:
     """Sets ``request.predicted_output_tokens`` from what similar requests generated."""
 
@@ -169,11 +183,10 @@ class OutputLengthProducer:
         self._judgements: dict[str, TurnJudgement] = {}    # by model
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
-        least = self.params.min_samples
-        window = largest_window(request.model, workers)
+        least, context = self.params.min_samples, request.context_prompt_tokens
         max_tokens = request.max_tokens
-        if (max_tokens is not None and window > 0
-                and request.context_prompt_tokens + max_tokens >= window):
+        if max_tokens is not None and not within_a_window(request.model, workers,
+                                                          context + max_tokens):
             max_tokens = None          # past the window: no limit (vLLM's clamp is its own)
         request.attributes[CAP_KEY] = max_tokens
         predicted = None
@@ -194,11 +207,13 @@ class OutputLengthProducer:
                 judgement = self._judgements.get(request.model)
                 if judgement is not None and judgement.turn_is_nearer(least):
                     predicted = turn
-        if predicted is not None and max_tokens is None:     # (with one: within it)
-            predicted = output_tokens_in_window(predicted, request.context_prompt_tokens,
-                                                window)
-            if request.max_tokens is not None and predicted > request.max_tokens:
-                predicted = request.max_tokens
+        if (predicted is not None and max_tokens is None     # (with one: within it)
+                and not within_a_window(request.model, workers, context + predicted - 1)):
+            predicted = output_tokens_in_window(predicted, context,
+                                                largest_window(request.model, workers))
+        if (predicted is not None and request.max_tokens is not None
+                and predicted > request.max_tokens):
+            predicted = request.max_tokens
         request.predicted_output_tokens = predicted
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:

@@ -453,10 +453,12 @@ def test_a_forgotten_worker_leaves_no_incumbents_nor_learnt_state_in_the_default
         decision = engine.decide(routed, views)
         engine.on_routed(routed, decision)
     assert held_incumbents(engine, fleet) > 0
+    estimators = [plugin.estimator for _, _, plugin in engine.plugins()
+                  if hasattr(plugin, "estimator")]
+    assert any(est.arrivals.rate(spec.info.id, 1.0) > 0.0
+               for est in estimators for spec in fleet.workers)
     for spec in fleet.workers:
         engine.forget_worker(spec.info.id)
     assert held_incumbents(engine, fleet) == 0
-    estimators = [plugin.estimator for _, _, plugin in engine.plugins()
-                  if hasattr(plugin, "estimator")]
     assert estimators and all(est.arrivals.rate(spec.info.id, 1.0) == 0.0
                               for est in estimators for spec in fleet.workers)

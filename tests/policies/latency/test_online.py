@@ -272,7 +272,9 @@ def test_a_forgotten_worker_keeps_nothing_of_its_own_and_reads_its_class() -> No
         correction.remember(f"b{i}", Prediction("w2", "H100", ttft_s=0.5, tpot_s=0.02))
         correction.observe(f"b{i}", ttft_s=0.5, tpot_s=0.02)
     assert correction.factors("w1", "H100")[0] == pytest.approx(4.0)
+    correction.remember("in-flight", Prediction("w1", "H100", ttft_s=0.5, tpot_s=0.02))
     correction.forget_worker("w1")
+    correction.observe("in-flight", ttft_s=2.0, tpot_s=0.02)   # ends at the old server
     assert correction.samples("w1", "ttft") == 0
     assert correction.factors("w1", "H100") == correction.factors("w-new", "H100")
     assert correction.factors("w2", "H100")[0] == pytest.approx(1.0)
