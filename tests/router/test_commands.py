@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -50,12 +51,10 @@ def _stop_with_children(proc: subprocess.Popen[bytes], fleet: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.parametrize(("layout", "emulators", "stop"), [
-    ("one", 1, signal.SIGINT), ("each", 2, signal.SIGINT),
-    # a closed terminal: SIGHUP ended the router at once and left the emulators running
-    ("each", 2, signal.SIGHUP)], ids=["one-ctrl-c", "each-ctrl-c", "each-hangup"])
-def test_up_serves_and_stops_everything_on_ctrl_c_or_a_hangup(
-        tmp_path: Path, layout: str, emulators: int, stop: signal.Signals) -> None:
+def _two_worker_up(tmp_path: Path, layout: str, **popen: Any
+                   ) -> tuple[subprocess.Popen[bytes], Path, dict[str, int], int]:
+    """``kvroute up`` over an H100 and an L40S emulated worker (``layout``: one process, or
+    one each), on free ports: (its process, the fleet file, the workers' ports, its port)."""
     ports = {"h100-0": free_port(), "l40s-0": free_port()}
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(fleet_data(
@@ -64,8 +63,18 @@ def test_up_serves_and_stops_everything_on_ctrl_c_or_a_hangup(
     proc = subprocess.Popen(
         [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
          str(REPO_ROOT / "config/routing.yaml"), "--port", str(port),
-         "--emulator-processes", layout],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+         "--emulator-processes", layout], cwd=REPO_ROOT, **popen)
+    return proc, fleet, ports, port
+
+
+@pytest.mark.parametrize(("layout", "emulators", "stop"), [
+    ("one", 1, signal.SIGINT), ("each", 2, signal.SIGINT),
+    # a closed terminal: SIGHUP ended the router at once and left the emulators running
+    ("each", 2, signal.SIGHUP)], ids=["one-ctrl-c", "each-ctrl-c", "each-hangup"])
+def test_up_serves_and_stops_everything_on_ctrl_c_or_a_hangup(
+        tmp_path: Path, layout: str, emulators: int, stop: signal.Signals) -> None:
+    proc, fleet, ports, port = _two_worker_up(tmp_path, layout, stdout=subprocess.PIPE,
+                                              stderr=subprocess.DEVNULL)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30.0)
         assert len(_children(proc.pid)) == emulators     # the router runs in kvroute up itself
@@ -358,17 +367,8 @@ def test_up_reaps_and_logs_an_emulator_killed_under_it(tmp_path: Path) -> None:
     until up exited."""
     import time
 
-    ports = {"h100-0": free_port(), "l40s-0": free_port()}
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump(fleet_data(
-        {"h100-0": ("h100", FAST), "l40s-0": ("l40s", FAST)}, ports)))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
-         str(REPO_ROOT / "config/routing.yaml"), "--port", str(port),
-         "--emulator-processes", "each"],
-        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True)
+    proc, fleet, ports, port = _two_worker_up(tmp_path, "each", stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.PIPE, start_new_session=True)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, timeout_s=30.0)
         [killed] = [pid for pid in _children(proc.pid)
