@@ -350,6 +350,7 @@ def _watching(emulators: EmulatorFleet, fleet_source: str,
     its workers merely down, the process a zombie until ``up`` exited. Yields the call that
     stops the watch: ``up`` makes it when its stop begins (a Ctrl-C reaches the emulators
     too, which end before the router has drained: not a crash)."""
+    import signal
     import threading
 
     log = logging.getLogger("kvroute.up")
@@ -357,6 +358,8 @@ def _watching(emulators: EmulatorFleet, fleet_source: str,
 
     def report() -> None:
         for ended in emulators.exited():
+            if done.is_set() or ended.returncode in (-signal.SIGINT, 128 + signal.SIGINT):
+                continue       # the stop began, or a Ctrl-C reached it before the router
             again = f"kvroute emulate --fleet {fleet_source}" + (
                 f" --worker {ended.workers[0]}" if len(ended.workers) == 1 else "")
             log.error("%s: its workers are down until it runs again (restart kvroute up, or "

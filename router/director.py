@@ -538,11 +538,13 @@ class Director:
             if status == UpstreamTimeout.status:      # no answer in time
                 log.info("request %s: %s: %s", routing.request_id, info.id, error.message)
                 if (routing.stream or longest_s is None or STALL_MULTIPLE * longest_s
-                        < self._settings.upstream_timeout_s):
+                        < self._settings.upstream_timeout_s
+                        or not self._ejection.stalls.busy(info.id, self._clock())):
                     self._failed(info)
                 # else a whole answer that may be longer than the router waits (its
                 # max_tokens, or the window, at the estimated pace, give or take the stall
-                # watch's multiple): not the worker's failure
+                # watch's multiple) from an engine that is generating: the router's wait
+                # was too short, not the worker's failure
             attempt.local = isinstance(error, Overloaded)    # no connection for want of fds
             error.headers.update(self._kvroute_headers(decision, routing.semantic_class))
             raise

@@ -28,7 +28,8 @@ Defaults and why:
   settles (``router.stalls``): a hung engine is found in two minutes, not after five
   upstream timeouts of 300 s each. Two minutes, because a fleet slower than its declared
   GPUs (vLLM on CPUs declared as an L40S) runs far behind the estimates and must not look
-  hung; 0 never watches.
+  hung; and an engine whose generated tokens rose within the last two minutes is busy, not
+  hung (its attempts are watched on); 0 never watches.
 * ``max_body_bytes = 32 MiB``: larger bodies get 413 before they are read whole.
 * ``body_timeout_s = 60``: a request body of which nothing arrives for this long gets 408: a
   client that stops sending mid-body (a stalled upload, or one holding connections open on

@@ -118,5 +118,11 @@ class StallWatch:
             overdue.add(ticket)
         return frozenset(self._overdue) if self._overdue else frozenset()
 
+    def busy(self, worker: str, now: float) -> bool:
+        """Whether the worker's engine generated tokens within the last ``floor_s`` (False
+        when the watch is off or nothing is known)."""
+        moved_at = self.progress(worker) if self.progress is not None else None
+        return self.enabled and moved_at is not None and moved_at > now - self._floor_s
+
     def is_stalled(self, worker: str, now: float) -> bool:
         return worker in self.stalled(now)

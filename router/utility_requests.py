@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import quote
@@ -73,6 +74,8 @@ from router.settings import Settings
 from router.state.store import StateStore
 from workers.models import WorkerView
 from workers.registry import WorkerRegistry
+
+log = logging.getLogger(__name__)
 
 PROFILE = "utility"
 
@@ -269,7 +272,6 @@ class UtilityRequests:
             raise
         finally:
             forms.store.on_complete(view.id, 0, 0)
-            forms.ended(view.id)
             usage = result.usage if result is not None else None
             forms.admission.record_attempt(
                 ticket, events > 0 or (result is not None and result.first_byte_at is not None),
@@ -277,6 +279,10 @@ class UtilityRequests:
                 usage.completion_tokens if usage is not None else 0,
                 result.events if result is not None else events,
                 whole_answer=result is not None and result.status == 200 and not stream)
+            try:
+                forms.ended(view.id)
+            except Exception:       # (what it clears is the router's own: never the answer)
+                log.exception("clearing departed worker %s failed", view.id)
 
     async def handle_response(self, request: web.Request, response_id: str,
                               action: str = "") -> web.StreamResponse:

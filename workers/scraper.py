@@ -324,9 +324,10 @@ class WorkerScraper:
             prefix_cache_hits=sample.prefix_cache_hits,
             num_preemptions=sample.num_preemptions,
             generation_tokens=sample.generation_tokens,
-            generated_at=(None if prev is None else now
-                          if sample.generation_tokens != prev.generation_tokens
-                          else prev.generated_at))
+            # (a rise since a good scrape: not the first, nor a restarted engine's fall)
+            generated_at=(now if prev is not None and math.isfinite(prev.scraped_at)
+                          and sample.generation_tokens > prev.generation_tokens
+                          else prev.generated_at if prev is not None else None))
 
     def _record_failure(self, info: WorkerInfo, now: float, error: str, slow: bool) -> None:
         """Count a failed scrape. A worker that answers too slowly is busy, not gone: it

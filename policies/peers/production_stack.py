@@ -131,12 +131,37 @@ class HashTrie:
             path.append(node)
         if self.max_nodes:
             self._used(path)
-            by_use = self._by_use
-            while self.nodes > self.max_nodes:
-                leaf, _ = by_use.popitem(last=False)
-                assert leaf.parent is not None and not leaf.children
-                del leaf.parent.children[leaf.chunk_hash]
-                self.nodes -= 1
+            self._evict()
+
+    def set_bound(self, max_nodes: int) -> None:
+        """Bound the trie anew (a reload): from none, every node is ordered children first
+        (as if used in that order), then the least recently used go past the bound."""
+        if max_nodes and not self.max_nodes:
+            self._by_use = OrderedDict((node, None) for node in self._children_first())
+        elif not max_nodes:
+            self._by_use = OrderedDict()
+        self.max_nodes = max_nodes
+        if max_nodes:
+            self._evict()
+
+    def _evict(self) -> None:
+        by_use = self._by_use
+        while self.nodes > self.max_nodes:
+            leaf, _ = by_use.popitem(last=False)
+            assert leaf.parent is not None and not leaf.children
+            del leaf.parent.children[leaf.chunk_hash]
+            self.nodes -= 1
+
+    def _children_first(self) -> list[_TrieNode]:
+        """Every node below the root, each after all the nodes below it."""
+        order: list[_TrieNode] = []
+        stack = list(self._root.children.values())
+        while stack:
+            node = stack.pop()
+            order.append(node)
+            stack.extend(node.children.values())
+        order.reverse()           # (pre-order reversed: every node after its descendants)
+        return order
 
     def longest_prefix_match(self, text: str | Sequence[int],
                              available: set[str]) -> tuple[int, set[str]]:
@@ -235,7 +260,7 @@ class ProductionStackPrefixScorer:
             return
         if previous.trie.chunk_size == self.trie.chunk_size:
             self.trie = previous.trie
-            self.trie.max_nodes = self.max_nodes     # (a reload may change the bound)
+            self.trie.set_bound(self.max_nodes)      # (a reload may change the bound)
         self._qps = previous._qps
 
     def on_routed(self, request: RoutingRequest, decision: Decision) -> None:

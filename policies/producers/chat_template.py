@@ -111,18 +111,37 @@ def json_text(value: Any, indent: int | None = None, ensure_ascii: bool = True) 
         return "{}"
 
 
+def tool_call_arguments(arguments: Any) -> Any:
+    """A tool call's arguments as vLLM hands them to a chat template: the JSON text a client
+    sends parsed into its object (nothing: ``{}``); text that does not parse is kept as it
+    is (vLLM refuses it)."""
+    if isinstance(arguments, (dict, list)):
+        return arguments
+    if not arguments:
+        return {}
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except (RecursionError, ValueError):
+            return arguments
+    return arguments
+
+
 def tool_calls_text(calls: Any) -> str:
     """An assistant message's tool calls as Llama 3.1 writes them, one JSON object each:
-    ``{"name": NAME, "parameters": ARGUMENTS}`` (the arguments' JSON text as sent)."""
+    ``{"name": NAME, "parameters": ARGUMENTS}``, the arguments parsed and written by the
+    template's ``tojson`` (characters as they are)."""
     if not isinstance(calls, list):
         return ""
     texts = []
     for call in calls:
         function = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(function, Mapping):
-            arguments = function.get("arguments")
+            arguments = tool_call_arguments(function.get("arguments"))
+            written = (arguments if isinstance(arguments, str)
+                       else json_text(arguments, ensure_ascii=False))
             texts.append(f'{{"name": "{part_text(function.get("name"))}", '
-                         f'"parameters": {arguments if isinstance(arguments, str) else "{}"}}}')
+                         f'"parameters": {written}}}')
     return "".join(texts)
 
 

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from policies.producers.chat_template import message_text
+from policies.producers.chat_template import message_text, tool_call_arguments
 
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                       "cls_token", "mask_token")
@@ -83,9 +83,8 @@ class ModelTokenizer:
             raise ModelTokenizerError("the model has no chat template")
         if self._compiled is None:
             self._compiled = _environment().from_string(self.chat_template)
-        normalized = [{**m, "content": message_text(m.get("content"))}
-                      if isinstance(m, Mapping) else {"role": "user", "content": str(m)}
-                      for m in messages]
+        normalized = [_for_template(m) if isinstance(m, Mapping)
+                      else {"role": "user", "content": str(m)} for m in messages]
         text: str = self._compiled.render(messages=normalized,
                                           add_generation_prompt=add_generation_prompt,
                                           tools=list(tools) if tools else None,
@@ -103,6 +102,20 @@ class ModelTokenizer:
     def prompt_ids(self, prompt: str) -> list[int]:
         """What vLLM's /v1/completions feeds the engine for a text prompt."""
         return self.encode(prompt, add_special_tokens=True)
+
+
+def _for_template(message: Mapping[str, Any]) -> dict[str, Any]:
+    """``message`` as vLLM hands it to a chat template: its content as text, an assistant's
+    tool calls with their arguments parsed into objects (``_postprocess_messages``)."""
+    out = {**message, "content": message_text(message.get("content"))}
+    calls = message.get("tool_calls")
+    if message.get("role") == "assistant" and isinstance(calls, list):
+        out["tool_calls"] = [
+            {**call, "function": {**call["function"], "arguments": tool_call_arguments(
+                call["function"].get("arguments"))}}
+            if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping)
+            else call for call in calls]
+    return out
 
 
 def _token_text(value: Any) -> str | None:

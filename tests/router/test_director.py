@@ -18,12 +18,15 @@ from aiohttp import web
 from tests.conftest import REPO_ROOT
 from tests.router.gateway_support import (
     MODEL,
+    FrontedWorker,
+    PostHandler,
     RouterFactory,
     RouterHandle,
     fleet_data,
     fleet_entry,
     scripted_router,
     subset,
+    url_fleet,
 )
 from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
@@ -333,11 +336,34 @@ def test_a_whole_answer_without_max_tokens_may_run_to_the_end_of_the_window() ->
     assert longest_answer_tokens(routing(50), 8192) == 50
 
 
+class GeneratingWorker(FrontedWorker):
+    """A ``FrontedWorker`` whose ``/metrics`` says its engine generates (with
+    ``generating``): its ``vllm:generation_tokens_total`` rises at each read."""
+
+    def __init__(self, backend: str, on_post: PostHandler, generating: bool) -> None:
+        super().__init__(backend, on_post)
+        self.generating = generating
+        self.tokens = 0
+
+    async def _poll(self, request: web.Request) -> web.Response:
+        answer = await super()._poll(request)
+        if request.path != "/metrics" or not isinstance(answer.body, bytes):
+            return answer
+        self.tokens += 100 if self.generating else 0
+        lines = [line for line in answer.body.decode().splitlines()
+                 if not line.startswith("vllm:generation_tokens_total")]
+        lines.append(f'vllm:generation_tokens_total{{engine="0",model_name="{MODEL}"}} '
+                     f"{self.tokens}.0")
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+@pytest.mark.parametrize("generating", [True, False], ids=["busy-engine", "hung-engine"])
 async def test_a_timeout_a_long_whole_answer_explains_is_not_the_workers_failure(
-        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+        emulated_fleet: FleetConfig, make_router: RouterFactory, generating: bool) -> None:
     """A whole answer of 1,500 tokens on an L40S outlasting a 20 s upstream timeout counted
-    toward ejecting its worker: the router's setting, not the worker's failure. A short one
-    that times out still counts."""
+    toward ejecting its worker while its engine generated: the router's wait, not the
+    worker's failure. A short one that times out still counts, and so does a long one at an
+    engine that generates nothing (a hung one)."""
     released = asyncio.Event()
 
     async def silent(request: web.Request) -> web.StreamResponse:
@@ -346,18 +372,23 @@ async def test_a_timeout_a_long_whole_answer_explains_is_not_the_workers_failure
         return web.json_response({})
 
     default = (REPO_ROOT / "config/routing.yaml").read_text()
-    async with scripted_router(emulated_fleet, make_router, silent, "w", routing=default,
-                               upstream_timeout_s=0.5, eject_after=1) as router, \
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    async with GeneratingWorker(backend, silent, generating) as worker, \
             aiohttp.ClientSession() as session:
+        router = await make_router(url_fleet({"w": worker.url}), default,
+                                   upstream_timeout_s=0.5, eject_after=1)
+        while worker.tokens < 300 and generating:       # its engine seen generating
+            await asyncio.sleep(0.05)
         url = router.url + "/v1/completions"
         long_answer = {"model": MODEL, "prompt": "Tell me everything", "max_tokens": 4000}
         async with session.post(url, json=long_answer) as resp:
             assert resp.status == 504
-        assert (await fleet_entry(router, "w"))["ejected_for_s"] == 0
-        short_answer = {**long_answer, "max_tokens": 2}
-        async with session.post(url, json=short_answer) as resp:
-            assert resp.status == 504
-        assert (await fleet_entry(router, "w"))["ejected_for_s"] > 0
+        assert ((await fleet_entry(router, "w"))["ejected_for_s"] == 0) == generating
+        if generating:
+            short_answer = {**long_answer, "max_tokens": 2}
+            async with session.post(url, json=short_answer) as resp:
+                assert resp.status == 504
+            assert (await fleet_entry(router, "w"))["ejected_for_s"] > 0
         released.set()
 
 

@@ -484,5 +484,26 @@ async def test_a_snapshot_says_when_its_engine_last_generated(
         moved = original.replace(" 612.0", " 700.0")
         assert (await scraped(moved)).generated_at == 103.0
         assert (await scraped(moved)).generated_at == 103.0            # still since
+        restarted = original.replace(" 612.0", " 5.0")                  # counting anew
+        assert (await scraped(restarted)).generated_at == 103.0         # a fall: no token
         state.mode = "error"                                            # a failed scrape
         assert (await scraped(moved)).generated_at == 103.0
+        state.mode = "good"
+        assert (await scraped(moved)).generated_at == 107.0             # 5 -> 700
+
+
+async def test_the_first_good_scrape_after_failed_ones_says_nothing_moved(
+        worker: tuple[_Worker, str]) -> None:
+    """After a first scrape that failed (its placeholder counts 0 tokens), the first good
+    one read as the engine generating: a hung engine got 120 s more."""
+    state, url = worker
+    registry = WorkerRegistry([_info(url)], InflightTracker())
+    async with upstream_client() as client:
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
+                                models_interval_s=5.0, fail_threshold=3)
+        state.mode = "error"
+        await scraper.scrape_once()
+        state.mode = "good"
+        await scraper.scrape_once()
+        snapshot = registry.snapshot("w0")
+        assert snapshot is not None and snapshot.healthy and snapshot.generated_at is None

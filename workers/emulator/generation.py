@@ -283,6 +283,8 @@ async def _complete(worker: WorkerState, body: GenerationBody, header: ResponseH
         if body.logprobs is not None:
             choice.token_ids.extend(token_ids)
         if stall is not None and choice.num_tokens >= stall:
+            for request_id in admitted.by_request:     # a hung engine generates no more
+                worker.runner.abort(request_id)
             await asyncio.Event().wait()          # stalled: never answers
         remaining -= finished
     ordered = sorted(admitted.by_request.values(), key=lambda c: c.index)

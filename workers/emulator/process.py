@@ -108,10 +108,14 @@ class _Subprocess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
-    def stderr_text(self) -> str:
+    def stderr_text(self, tail: int | None = None) -> str:
+        """What it wrote to stderr (``tail``: its last that many bytes at most)."""
         if self._stderr is None:
             return ""
-        self._stderr.seek(0)
+        if tail is None:
+            self._stderr.seek(0)
+        else:
+            self._stderr.seek(max(0, self._stderr.seek(0, os.SEEK_END) - tail))
         return str(self._stderr.read().decode(errors="replace"))
 
     def wait_healthy(self, urls: Sequence[str], timeout_s: float) -> None:
@@ -296,7 +300,7 @@ class EmulatorFleet:
                 workers = sorted(w for w, own in self._own.items() if own is child) or sorted(
                     w for w in self.urls if w not in self._own)
                 ended.append(EmulatorExit(tuple(workers), proc.pid, proc.returncode,
-                                          child.stderr_text().strip()[-2000:]))
+                                          child.stderr_text(tail=2000).strip()))
         return ended
 
     def start(self) -> Self:

@@ -129,3 +129,26 @@ def test_a_bounded_trie_drops_its_least_recently_used_leaves() -> None:
     assert unbounded.nodes == 400
     with pytest.raises(ParamError):
         PrefixParams(max_nodes=-1)
+
+
+@pytest.mark.parametrize("bounds", [(0, 20), (20, 0, 20), (50, 20)],
+                         ids=["bounded-by-a-reload", "unbounded-and-back", "tightened"])
+def test_a_reload_that_changes_the_bound_keeps_the_trie_whole(bounds: tuple[int, ...]) -> None:
+    """A trie grown unbounded, bounded by a reload, broke on its next insert (no node was in
+    its order of use: an empty-dict error, or a node with children evicted)."""
+    scorer = ProductionStackPrefixScorer(PrefixParams(chunk_size=4, max_nodes=bounds[0]))
+    views = [make_view("w0")]
+    for n in range(40):
+        request = make_request(str(n), text=f"{n:04d}{n:04d}{n:04d}")
+        scorer.on_routed(request, routed(request, "w0"))
+    for bound in bounds[1:]:
+        reloaded = ProductionStackPrefixScorer(PrefixParams(chunk_size=4, max_nodes=bound))
+        reloaded.inherit_state(scorer)
+        scorer = reloaded
+    assert scorer.trie.nodes <= bounds[-1]
+    for n in range(40, 80):
+        request = make_request(str(n), text=f"{n:04d}{n:04d}{n:04d}")
+        scorer.on_routed(request, routed(request, "w0"))
+        assert scorer.trie.nodes <= bounds[-1]
+    assert scorer.score(make_request("x", text="007900790079"), views, CycleState()) == {
+        "w0": 1.0}

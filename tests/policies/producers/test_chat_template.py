@@ -70,6 +70,10 @@ def test_tools_and_tool_calls_keep_their_text_as_a_templates_tojson_writes_it() 
     assert json.dumps(tool, indent=4, ensure_ascii=False) in text
     assert "\\u" not in text
     call = render_chat([{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "t", "function": {"name": "天気", "arguments": '{"city": "東京"}'}}]}],
+        {"id": "t", "function": {"name": "天気", "arguments": '{"city":"\\u6771\\u4eac"}'}},
+        {"id": "u", "function": {"name": "none", "arguments": ""}},
+        {"id": "v", "function": {"name": "bad", "arguments": "{not json"}}]}],
         add_generation_prompt=False)
-    assert '{"name": "天気", "parameters": {"city": "東京"}}' in call
+    # vLLM parses a call's arguments and the template's tojson writes them
+    assert ('{"name": "天気", "parameters": {"city": "東京"}}'
+            '{"name": "none", "parameters": {}}{"name": "bad", "parameters": {not json}') in call

@@ -129,3 +129,17 @@ def test_tojson_is_transformers_own_filter(model_dir: Path) -> None:
     text = ModelTokenizer.from_dir(model_dir).render_chat(
         [{"role": "user", "content": "hi"}], tools=[tool])
     assert text == json.dumps(tool, indent=4, ensure_ascii=False) + "hi"
+
+
+def test_tool_call_arguments_reach_the_template_as_objects(model_dir: Path) -> None:
+    """vLLM parses each call's arguments before the template runs; the template got the
+    client's JSON text and wrote it as a quoted string."""
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for m in messages %}{% for c in m.tool_calls or [] %}"
+                               "{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}")
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    text = ModelTokenizer.from_dir(model_dir).render_chat([{
+        "role": "assistant", "content": None, "tool_calls": [
+            {"id": "t", "type": "function",
+             "function": {"name": "weather", "arguments": '{"city":"\\u6771\\u4eac"}'}}]}])
+    assert text == '{"city": "東京"}'
