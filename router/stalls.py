@@ -12,9 +12,9 @@ overdue attempt there has settled. The director treats a stalled worker as it
 treats an ejected one: unhealthy to the policy, unless no other worker is left.
 
 A busy engine is not a hung one: an attempt past its deadline whose worker's engine
-generated tokens within the last ``floor_s`` (``progress``: when the worker's
-``vllm:generation_tokens_total`` last moved, as scraped) is watched on until ``floor_s``
-after that, again and again while the engine goes on generating. A long answer asked for
+generated tokens within the last ``floor_s`` (``progress``: when a scrape last found it
+running requests and its ``vllm:generation_tokens_total`` risen) is watched on until
+``floor_s`` after that, again and again while the engine goes on generating. A long answer asked for
 whole (a request without ``max_tokens`` may run to the end of the window) is no stall; an
 engine whose counter has stood still for ``floor_s`` is one at the deadline.
 """

@@ -61,7 +61,7 @@ class WorkerSnapshot:
     prefix_cache_hits: float = 0.0
     num_preemptions: float = 0.0
     generation_tokens: float = 0.0        # tokens the engine generated (a counter)
-    generated_at: float | None = None     # when a scrape last saw that counter move
+    generated_at: float | None = None     # when a scrape last saw it rise, requests running
     consecutive_failures: int = 0
     error: str | None = None              # last scrape error, if any
 

@@ -324,8 +324,11 @@ class WorkerScraper:
             prefix_cache_hits=sample.prefix_cache_hits,
             num_preemptions=sample.num_preemptions,
             generation_tokens=sample.generation_tokens,
-            # (a rise since a good scrape: not the first, nor a restarted engine's fall)
+            # generating now: requests running, the counter risen since a good scrape (not
+            # the first, nor a restarted engine's fall; an engine that takes each request's
+            # first token and hangs runs nothing between them)
             generated_at=(now if prev is not None and math.isfinite(prev.scraped_at)
+                          and sample.running > 0
                           and sample.generation_tokens > prev.generation_tokens
                           else prev.generated_at if prev is not None else None))
 

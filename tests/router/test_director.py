@@ -338,7 +338,8 @@ def test_a_whole_answer_without_max_tokens_may_run_to_the_end_of_the_window() ->
 
 class GeneratingWorker(FrontedWorker):
     """A ``FrontedWorker`` whose ``/metrics`` says its engine generates (with
-    ``generating``): its ``vllm:generation_tokens_total`` rises at each read."""
+    ``generating``): a request running, its ``vllm:generation_tokens_total`` rising at each
+    read; else a request running and the counter still (a hung engine)."""
 
     def __init__(self, backend: str, on_post: PostHandler, generating: bool) -> None:
         super().__init__(backend, on_post)
@@ -351,9 +352,11 @@ class GeneratingWorker(FrontedWorker):
             return answer
         self.tokens += 100 if self.generating else 0
         lines = [line for line in answer.body.decode().splitlines()
-                 if not line.startswith("vllm:generation_tokens_total")]
-        lines.append(f'vllm:generation_tokens_total{{engine="0",model_name="{MODEL}"}} '
-                     f"{self.tokens}.0")
+                 if not line.startswith(("vllm:generation_tokens_total",
+                                         "vllm:num_requests_running"))]
+        labels = f'{{engine="0",model_name="{MODEL}"}}'
+        lines += [f"vllm:generation_tokens_total{labels} {self.tokens}.0",
+                  f"vllm:num_requests_running{labels} 1.0"]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 

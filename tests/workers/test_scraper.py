@@ -484,12 +484,16 @@ async def test_a_snapshot_says_when_its_engine_last_generated(
         moved = original.replace(" 612.0", " 700.0")
         assert (await scraped(moved)).generated_at == 103.0
         assert (await scraped(moved)).generated_at == 103.0            # still since
+        running = f'vllm:num_requests_running{{engine="0",model_name="{MODEL}"}}'
+        idle = moved.replace(" 700.0", " 800.0").replace(f"{running} 2.0", f"{running} 0.0")
+        assert f"{running} 0.0" in idle
+        assert (await scraped(idle)).generated_at == 103.0     # risen, nothing running now
         restarted = original.replace(" 612.0", " 5.0")                  # counting anew
         assert (await scraped(restarted)).generated_at == 103.0         # a fall: no token
         state.mode = "error"                                            # a failed scrape
         assert (await scraped(moved)).generated_at == 103.0
         state.mode = "good"
-        assert (await scraped(moved)).generated_at == 107.0             # 5 -> 700
+        assert (await scraped(moved)).generated_at == 108.0             # 5 -> 700
 
 
 async def test_the_first_good_scrape_after_failed_ones_says_nothing_moved(
