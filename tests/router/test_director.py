@@ -380,7 +380,9 @@ async def test_a_timeout_a_long_whole_answer_explains_is_not_the_workers_failure
             aiohttp.ClientSession() as session:
         router = await make_router(url_fleet({"w": worker.url}), default,
                                    upstream_timeout_s=0.5, eject_after=1)
+        deadline = asyncio.get_running_loop().time() + 10.0
         while worker.tokens < 300 and generating:       # its engine seen generating
+            assert asyncio.get_running_loop().time() < deadline, "never scraped"
             await asyncio.sleep(0.05)
         url = router.url + "/v1/completions"
         long_answer = {"model": MODEL, "prompt": "Tell me everything", "max_tokens": 4000}
