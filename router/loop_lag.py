@@ -11,9 +11,9 @@ runs (``router.app``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from router.loop_metrics import LoopHistogram
+from workers.task_cancel import cancel_and_wait
 
 INTERVAL_S = 0.1
 
@@ -33,9 +33,7 @@ class LoopLag:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _watch(self) -> None:

@@ -20,10 +20,11 @@ later are counted as any unknown model's. It sweeps every ``interval_s`` while t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+
+from workers.task_cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,7 @@ class ModelRetirement:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:
