@@ -118,13 +118,16 @@ class _Attempt:
     prefill_tokens: int
     decode_tokens: int
     started_at: float
-    first_token_seen: bool = False
     first_byte_at: float | None = None     # when its first token came (the director's clock)
     stall_ticket: int = -1          # router.stalls: watched until its first byte
     events_relayed: int = 0         # a stream's events that reached a client who then left
     received_at: float = 0.0        # the request's arrival at the router (ParsedRequest's)
     api: str = OTHER_API            # its path's API (the metrics' ``api`` label)
     local: bool = False             # refused by the router's own limits (its open files)
+
+    @property
+    def first_token_seen(self) -> bool:
+        return self.first_byte_at is not None
 
 
 class Director:
@@ -599,7 +602,6 @@ class Director:
         self._store.forget_worker(worker_id)
 
     def _on_first_byte(self, attempt: _Attempt) -> None:
-        attempt.first_token_seen = True
         now = attempt.first_byte_at = self._clock()
         if attempt.received_at:
             self._metrics.record_client_ttft(attempt.decision.model, attempt.api,
