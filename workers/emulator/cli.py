@@ -86,6 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stall-after-tokens", type=int,
                    help="streams go silent after N generated tokens, the connection left "
                         "open (non-streamed answers never come)")
+    p.add_argument("--error-after-tokens", type=int,
+                   help="chat and completion streams end after N generated tokens with "
+                        "vLLM's in-stream error event (a 500) and [DONE]; 0: before any")
     p.add_argument("--metrics-delay", type=float, dest="metrics_delay_s",
                    help="/metrics answers after this many seconds (wall clock)")
     p.add_argument("--metrics-broken", choices=("error", "garbage"),
@@ -134,8 +137,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
             item.split("=", 1) if "=" in item else (item, f"/adapters/{item}")
             for item in args.lora)
     faults = dict(out.get("faults") or {})
-    for key in ("error_rate", "refuse_connections", "stall_after_tokens", "metrics_delay_s",
-                "metrics_broken"):
+    for key in ("error_rate", "refuse_connections", "stall_after_tokens", "error_after_tokens",
+                "metrics_delay_s", "metrics_broken"):
         value = getattr(args, key)
         if value is not None:
             faults[key] = value

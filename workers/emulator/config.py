@@ -38,6 +38,8 @@ emulate:
     refuse_after_s: null         # stop listening this many seconds after start ...
     refuse_for_s: null           # ... for this long (null: for good)
     stall_after_tokens: null     # streams stop sending after N tokens (connection stays open)
+    error_after_tokens: null     # chat and completion streams end after N tokens with vLLM's
+                                 # in-stream error event (500) and [DONE]
     metrics_delay_s: 0.0         # /metrics answers after this delay
     metrics_broken: false        # false, "error" (500) or "garbage" (200, malformed text)
 ```
@@ -95,6 +97,7 @@ class FaultConfig:
     refuse_after_s: float | None = None
     refuse_for_s: float | None = None
     stall_after_tokens: int | None = None
+    error_after_tokens: int | None = None
     metrics_delay_s: float = 0.0
     metrics_broken: MetricsBroken = "off"
 
@@ -172,7 +175,8 @@ _TOP_KEYS = frozenset({
     "ssl_certfile", "ssl_keyfile", "runtime_lora_updating",
 })
 _FAULT_KEYS = frozenset({"error_rate", "refuse_connections", "refuse_after_s", "refuse_for_s",
-                         "stall_after_tokens", "metrics_delay_s", "metrics_broken"})
+                         "stall_after_tokens", "error_after_tokens", "metrics_delay_s",
+                         "metrics_broken"})
 _OUTPUT_KEYS = frozenset({"dist", "value", "min", "max", "mean", "sigma"})
 
 
@@ -266,6 +270,7 @@ def parse_faults(raw: Any, where: str = "faults", base: FaultConfig | None = Non
         refuse_after_s=r.optional_number("refuse_after_s", b.refuse_after_s),
         refuse_for_s=r.optional_number("refuse_for_s", b.refuse_for_s),
         stall_after_tokens=r.integer("stall_after_tokens", b.stall_after_tokens, lo=0),
+        error_after_tokens=r.integer("error_after_tokens", b.error_after_tokens, lo=0),
         metrics_delay_s=r.number("metrics_delay_s", b.metrics_delay_s, lo=0.0),
         metrics_broken=broken,
     )

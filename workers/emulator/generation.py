@@ -304,12 +304,20 @@ async def _stream(request: web.Request, worker: WorkerState, body: GenerationBod
                                            "Cache-Control": "no-cache"})
     await response.prepare(request)
     tok, chat, stall = worker.tokenizer, body.kind == "chat", worker.faults.stall_after_tokens
+    failing = worker.faults.error_after_tokens
     remaining, sent_roles, streamed = len(admitted.by_request), False, 0
     while remaining:
         item = await next_output(admitted)
         if item is None:
             await response.write(error_chunk("EngineCore encountered an issue.",
                                              "InternalServerError", 500))
+            break
+        if failing is not None and streamed >= failing:     # the engine fails the request
+            for request_id in admitted.by_request:
+                worker.runner.abort(request_id)
+            await response.write(error_chunk(
+                "Emulated engine failure (fault injection: error_after_tokens).",
+                "InternalServerError", 500))
             break
         choice, token_ids, finished = item
         if chat and not sent_roles:

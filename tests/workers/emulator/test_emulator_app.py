@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 import tiktoken
 from prometheus_client.parser import text_string_to_metric_families
@@ -153,6 +154,31 @@ async def test_stall_after_tokens_keeps_the_stream_open_and_silent(
         assert len(lines) == 3 and all(line.startswith(b"data: {") for line in lines)
     finally:
         await call("POST", f"{worker.url}/emulator/faults", {"stall_after_tokens": None})
+
+
+@pytest.mark.parametrize("after", [0, 2])
+async def test_error_after_tokens_ends_the_stream_with_vllms_error_event(
+        worker: EmulatorProcess, after: int) -> None:
+    """As vLLM ends a stream whose engine failed the request: an error event with the 500,
+    then ``[DONE]``; the request no longer runs."""
+    await call("POST", f"{worker.url}/emulator/faults", {"error_after_tokens": after})
+    try:
+        body = {"prompt": "x", "max_tokens": 50, "ignore_eos": True, "stream": True}
+        async with aiohttp.ClientSession() as session, session.post(
+                f"{worker.url}/v1/completions", json=body) as resp:
+            assert resp.status == 200
+            lines = [line for line in (await resp.read()).split(b"\n\n") if line]
+        assert len(lines) == after + 2
+        assert all(b'"text"' in line for line in lines[:after])
+        error = orjson.loads(lines[after][len(b"data: "):])["error"]
+        assert error["code"] == 500 and error["type"] == "InternalServerError"
+        assert lines[-1] == b"data: [DONE]"
+        _, text = await call("GET", f"{worker.url}/metrics")
+        assert "vllm:num_requests_running{" in text
+        assert any(line.startswith("vllm:num_requests_running{") and line.endswith(" 0.0")
+                   for line in text.splitlines())
+    finally:
+        await call("POST", f"{worker.url}/emulator/faults", {"error_after_tokens": None})
 
 
 async def test_refuse_connections_window() -> None:
