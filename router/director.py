@@ -517,16 +517,7 @@ class Director:
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM),
                 adapter=self._listed_adapter(info.id, decision.model))
             status = result.status
-            if status >= 500 and result.worker_failed:     # it broke the stream it began
-                log.info("request %s: %s broke its stream after %d event(s) (%d)",
-                         routing.request_id, info.id, result.events, status)
-                self._failed(info)
-            elif status >= 500:       # the stream cut for its size: no one's failure
-                log.info("request %s: its stream from %s was cut after %d event(s): an "
-                         "event past the router's bound", routing.request_id, info.id,
-                         result.events)
-            elif status != CLIENT_LEFT:     # (the client left: says nothing of the worker)
-                self._ejection.answered(info.id, attempt.started_at)
+            self._judge(info, attempt, routing.request_id, result)
             return result.response
         except RetryableUpstream as failure:
             status = failure.status
@@ -554,7 +545,7 @@ class Director:
         except CancelledAfterTheEnd as cancelled:     # the client left with the whole answer
             result = cancelled.result
             status = result.status
-            self._ejection.answered(info.id, attempt.started_at)
+            self._judge(info, attempt, routing.request_id, result)
             raise
         except asyncio.CancelledError as cancelled:
             status = CLIENT_LEFT
@@ -563,6 +554,22 @@ class Director:
             raise
         finally:
             self._complete(engine, routing, attempt, result, status, ticket)
+
+    def _judge(self, info: WorkerInfo, attempt: _Attempt, request_id: str,
+               result: ProxyResult) -> None:
+        """What an answer relayed says of its worker: a 5xx (a stream it broke, or ended
+        with an error event of its own) counts toward ejecting it, a stream cut for its size
+        and a client gone say nothing, any other answer that it answers."""
+        status = result.status
+        if status >= 500 and result.worker_failed:
+            log.info("request %s: %s broke its stream after %d event(s) (%d)",
+                     request_id, info.id, result.events, status)
+            self._failed(info)
+        elif status >= 500:       # the stream cut for its size: no one's failure
+            log.info("request %s: its stream from %s was cut after %d event(s): an "
+                     "event past the router's bound", request_id, info.id, result.events)
+        elif status != CLIENT_LEFT:     # (the client left: says nothing of the worker)
+            self._ejection.answered(info.id, attempt.started_at)
 
     def _url(self, base: str, path: str) -> URL:
         """Parsed once per worker and path (parsing a URL string costs on every request)."""
@@ -634,12 +641,12 @@ class Director:
             self._metrics.record_client_duration(decision.model, attempt.api,
                                                  result.finished_at - attempt.received_at)
         cost = decision.attributes.get("estimated_cost_usd")
-        if isinstance(cost, float) and status == 200 and result is not None and result.usage:
+        served = _served_tokens(routing, result)
+        if isinstance(cost, float) and status == 200 and served is not None:
             # the answer served, not the one expected (10**9 max_tokens priced 8,000 tokens)
             routed = routing.attributes.get(ROUTED_ESTIMATE)    # (this attempt's worker's)
             cost = served_cost_usd(cost, routed[1] if routed is not None
-                                   and routed[0] == worker else None,
-                                   outcome.completion_tokens)
+                                   and routed[0] == worker else None, served)
         self._metrics.record_outcome(outcome, attempt.worker_gpu, routing.tenant,
                                      cost if isinstance(cost, float) and status == 200 else None)
         predicted = routing.predicted_output_tokens
@@ -687,6 +694,16 @@ def without_addresses(text: str, workers: Iterable[WorkerInfo]) -> str:
         host, port = origin_of(info.url)
         text = text.replace(info.url.rstrip("/"), info.id).replace(f"{host}:{port}", info.id)
     return text
+
+
+def _served_tokens(routing: RoutingRequest, result: ProxyResult | None) -> int | None:
+    """The answer's tokens, to charge: its usage's, else for a stream whose usage could not
+    be read the events relayed (about a token each, as admission counts them), else None."""
+    if result is None:
+        return None
+    if result.usage is not None:
+        return result.usage.completion_tokens
+    return result.events if routing.stream else None
 
 
 def longest_answer_tokens(routing: RoutingRequest, max_model_len: int) -> int:

@@ -17,6 +17,12 @@ Failure semantics:
 * the worker breaks mid-stream: the client gets an OpenAI error event, then ``[DONE]`` (on
   the Responses API an ``event: error``, as OpenAI ends a failed stream; on the Messages
   API an Anthropic ``event: error``, as vLLM sends one);
+* the worker tells of its own failure in the stream (vLLM's error event,
+  ``router.stream_events``): as its first event, with a 5xx, ``RetryableUpstream`` (nothing
+  reached the client); later, relayed as it came, the request ending with the status the
+  event names (a 5xx counted as the worker's failure);
+* a stream that ends with its usage chunk and no ``[DONE]``, or whose last event lacks its
+  blank line, is whole (the event relayed as it came, completed);
 * the client stops reading: a write to it that cannot go on for ``send_timeout_s`` (the
   kernel's and the transport's buffers full, their backlog not drained: a client reading
   nothing, or far slower than the stream comes) cuts its connection and ends the request as a
@@ -48,6 +54,12 @@ from router.errors import Overloaded, UpstreamTimeout, anthropic_error_body, err
 from router.errors import UpstreamError as UpstreamAnswerError
 from router.proxy_usage import Usage, UsageRewrite, parse_usage
 from router.settings import DEFAULT_SEND_TIMEOUT_S
+from router.stream_events import (
+    carries_data,
+    event_data,
+    named_error_status,
+    openai_error_status,
+)
 from workers.upstream import (
     UpstreamClient,
     UpstreamConnectError,
@@ -70,7 +82,9 @@ MAX_EVENT_BYTES = 64 * 1024 * 1024
 # what chunked transfer encoding adds to a write: the size line and the ending CRLF
 _CHUNK_FRAMING = 32
 
-_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# (``X-Accel-Buffering``: an nginx in front of the router passes each event on at once)
+_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                   "X-Accel-Buffering": "no"}
 
 # the worker's header fields that describe its connection to the router or the body's
 # framing, which the router's own answer sets anew (RFC 9110 §7.6.1), and those its answer
@@ -122,25 +136,33 @@ def anthropic_failure(message: str, events: int) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class StreamFormat:
-    """How a stream ends, which bytes are its first token (None: its first byte), and the
-    events that end it when the worker breaks it."""
+    """How a stream ends, which events carry its first token (``first_token_mark`` in them;
+    None: any event with data that is no error), the events that end it when the worker
+    breaks it, and how an error event the worker sent is told (``error_status`` of an event
+    that holds ``error_hint``: the status it stands for, None for any other event)."""
 
     end_marks: tuple[bytes, ...]
     first_token_mark: bytes | None = None
     failure: Callable[[str, int], bytes] = openai_failure
+    error_hint: bytes = b'"error"'
+    error_status: Callable[[bytes], int | None] = openai_error_status
 
 
 # chat and completions: ``data: [DONE]`` ends the stream; every chunk carries tokens
-COMPLETION_STREAM = StreamFormat((b"data: [DONE]",))
-# the Responses API: no [DONE]; the response's last event ends it, and the first event with
-# output is a ``….delta`` (``response.created`` and the like come before any token)
+COMPLETION_STREAM = StreamFormat((b"data: [DONE]", b"data:[DONE]"))
+# the Responses API: no [DONE]; the response's last event ends it (or an error), and the
+# first event with output is a ``….delta`` (``response.created`` and the like come before
+# any token)
 RESPONSES_STREAM = StreamFormat(
-    (b"event: response.completed", b"event: response.incomplete", b"event: response.failed"),
-    b".delta\ndata: ", responses_failure)
-# Anthropic's Messages API: ``message_stop`` ends it; ``message_start`` and
-# ``content_block_start`` come before any token, the first ``content_block_delta`` carries one
-MESSAGES_STREAM = StreamFormat((b"event: message_stop",), b"event: content_block_delta",
-                               anthropic_failure)
+    (b"event: response.completed", b"event: response.incomplete", b"event: response.failed",
+     b"event: error"),
+    b".delta\ndata: ", responses_failure, b"event: error", named_error_status)
+# Anthropic's Messages API: ``message_stop`` ends it (or an error, which vLLM follows with a
+# ``[DONE]``); ``message_start`` and ``content_block_start`` come before any token, the first
+# ``content_block_delta`` carries one
+MESSAGES_STREAM = StreamFormat((b"event: message_stop", b"event: error"),
+                               b"event: content_block_delta", anthropic_failure,
+                               b"event: error", named_error_status)
 
 
 # vLLM's binary pooling answers (``encoding_format: bytes``): the raw vectors, described by
@@ -372,8 +394,8 @@ class Proxy:
                     raise CancelledMidStream(relay.events) from None
                 raise
             raise CancelledAfterTheEnd(ProxyResult(
-                relay.response_or_new(), 200, relay.usage, relay.first_byte_at, self._clock(),
-                relay.events)) from None
+                relay.response_or_new(), relay.status, relay.usage, relay.first_byte_at,
+                self._clock(), relay.events)) from None
 
     async def _relay_to_the_end(self, upstream: UpstreamResponse,
                                 relay: _StreamRelay) -> ProxyResult:
@@ -387,6 +409,10 @@ class Proxy:
                 # after it (the final chunk missing, the connection dropped or silent)
                 if relay.done:
                     break
+            else:
+                if relay.ends_a_line and not await relay.feed(b"\n"):   # its blank line
+                    return ProxyResult(relay.response_or_new(), CLIENT_LEFT, relay.usage,
+                                       relay.first_byte_at, self._clock(), relay.events)
         except EventTooLarge as exc:
             if not relay.started:      # the answer's size: the client's 502, no one retried
                 raise UpstreamAnswerError(str(exc)) from None
@@ -408,7 +434,7 @@ class Proxy:
                                self._clock(), relay.events)
         if not relay.started:
             raise RetryableUpstream("disconnect", 502, "the worker closed an empty stream")
-        if not relay.done:
+        if not relay.done and not relay.usage_came:    # (its usage chunk is its last)
             await relay.fail("The worker closed the stream before it finished.")
             return ProxyResult(relay.response_or_new(), 502, relay.usage, relay.first_byte_at,
                                self._clock(), relay.events)
@@ -417,36 +443,38 @@ class Proxy:
         # the body's end is read on in the background for a moment, the connection kept
         # if it comes; a worker silent after its last event is dropped then, not waited on
         upstream.close_when_whole(DRAIN_AFTER_END_S)
-        return ProxyResult(relay.response_or_new(), 200, relay.usage, relay.first_byte_at,
-                           self._clock(), relay.events)
+        return ProxyResult(relay.response_or_new(), relay.status, relay.usage,
+                           relay.first_byte_at, self._clock(), relay.events)
 
 
 class _StreamRelay:
     """Cuts upstream bytes at SSE event boundaries and writes them to the client."""
 
-    __slots__ = ("_carried_cr", "_end_lines", "_end_marks", "_failure", "_first_mark",
-                 "_headers", "_on_first", "_pending", "_request", "_response", "_rewrite",
-                 "_seen_tail", "_send_timeout_s", "done", "end_written", "events",
-                 "first_byte_at")
+    __slots__ = ("_carried_cr", "_end_lines", "_end_marks", "_error_hint", "_error_status",
+                 "_failure", "_first_mark", "_headers", "_on_first", "_pending", "_request",
+                 "_response", "_rewrite", "_send_timeout_s", "done", "end_written", "events",
+                 "first_byte_at", "worker_error")
 
     def __init__(self, request: web.Request, headers: Mapping[str, str],
                  rewrite: UsageRewrite, stream_format: StreamFormat,
                  send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
                  on_first_token: tuple[Callable[[], float], Callable[[], None]] | None = None
                  ) -> None:
-        """``on_first_token``: (clock, callback): when the stream's first token arrives
-        (``stream_format.first_token_mark`` seen in its bytes, whatever their cuts; any byte
-        when it has none), ``first_byte_at`` is the clock's and the callback is called."""
+        """``on_first_token``: (clock, callback): when the event that carries the stream's
+        first token is relayed (``stream_format.first_token_mark`` in it; any event with
+        data but an error when it has none), ``first_byte_at`` is the clock's and the
+        callback is called."""
         self._request = request
         self._first_mark = stream_format.first_token_mark
         self._on_first = on_first_token
-        self._seen_tail = b""      # the bytes before this chunk, as far as a mark may reach
         self._send_timeout_s = send_timeout_s
         # an event line starts the bytes or follows a line break: "data: [DONE]" in a token's
         # text is inside a JSON string, where a line break is escaped
         self._end_marks = stream_format.end_marks
         self._end_lines = tuple(b"\n" + mark for mark in stream_format.end_marks)
         self._failure = stream_format.failure
+        self._error_hint = stream_format.error_hint
+        self._error_status = stream_format.error_status
         self._headers = headers
         self._rewrite = rewrite
         self._pending = bytearray()
@@ -456,14 +484,31 @@ class _StreamRelay:
         self.end_written = False     # … and its write to the client returned
         self.first_byte_at: float | None = None
         self.events = 0          # ``data:`` lines relayed: about a token each (admission)
+        self.worker_error: int | None = None     # the status of the worker's error event
 
     @property
     def usage(self) -> Usage | None:
         return self._rewrite.usage
 
     @property
+    def usage_came(self) -> bool:
+        """Whether the chunk with the answer's usage came (the last before ``[DONE]``)."""
+        return self._rewrite.saw_usage
+
+    @property
+    def status(self) -> int:
+        """The answer's status once its stream ended: the worker's error event's, else 200."""
+        return self.worker_error if self.worker_error is not None else 200
+
+    @property
     def started(self) -> bool:
         return self._response is not None
+
+    @property
+    def ends_a_line(self) -> bool:
+        """Whether what waits for its event's end ends a line (at the body's end: an event
+        whose blank line never came)."""
+        return self._carried_cr or self._pending.endswith(b"\n")
 
     def response_or_new(self) -> web.StreamResponse:
         if self._response is not None:
@@ -475,16 +520,14 @@ class _StreamRelay:
 
         What follows the last complete event waits in ``_pending`` for the next chunk, which
         is searched alone (with the byte before it): an event of megabytes that comes in
-        many chunks is copied once, not once per chunk. SSE lines may end in CRLF (vLLM's
-        end in LF): they are read as LF, a CR ending a chunk kept for the next."""
+        many chunks is copied once, not once per chunk. SSE lines may end in CRLF or CR
+        (vLLM's end in LF): they are read as LF, a CR ending a chunk kept for the next."""
         if self._carried_cr:
             chunk, self._carried_cr = b"\r" + chunk, False
         if b"\r" in chunk:
             if chunk.endswith(b"\r"):
                 chunk, self._carried_cr = chunk[:-1], True
-            chunk = chunk.replace(b"\r\n", b"\n")
-        if self.first_byte_at is None and self._on_first is not None:
-            self._look_for_first_token(chunk)
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         pending = self._pending
         if not pending:
             cut = chunk.rfind(_EVENT_END)
@@ -503,11 +546,17 @@ class _StreamRelay:
                 return True
             out = bytes(pending[:cut + 2])
             del pending[:cut + 2]
+        if self.worker_error is None and self._error_hint in out:
+            self._read_error(out)
         if self._rewrite.needs_events(out):
             events = self._rewrite.events(out.split(_EVENT_END)[:-1])
             out = b"".join(event + _EVENT_END for event in events)
         if out.startswith(self._end_marks) or any(line in out for line in self._end_lines):
             self.done = True
+        if self.first_byte_at is None and self._on_first is not None and self._has_token(out):
+            clock, on_first = self._on_first
+            self.first_byte_at = clock()
+            on_first()
         # likewise a data line
         self.events += out.count(b"\ndata:") + out.startswith(b"data:")
         written = await self._write(out)
@@ -515,18 +564,31 @@ class _StreamRelay:
         self._hold(b"")             # what follows the events written: within the bound
         return written
 
-    def _look_for_first_token(self, chunk: bytes) -> None:
+    def _read_error(self, out: bytes) -> None:
+        """The status of the first error event the worker sent in ``out``; as the stream's
+        first event, with a 5xx, ``RetryableUpstream`` (nothing reached the client)."""
+        for position, event in enumerate(out.split(_EVENT_END)[:-1]):
+            status = self._error_status(event)
+            if status is None:
+                continue
+            if status >= 500 and position == 0 and not self.started:
+                data = event_data(event) or event
+                raise RetryableUpstream("http_5xx", status,
+                                        data.decode("utf-8", "replace")[:300])
+            self.worker_error = status
+            return
+
+    def _has_token(self, out: bytes) -> bool:
+        """Whether the events ``out`` carry a token (a comment, a keep-alive, an error, the
+        ``[DONE]`` do not)."""
         mark = self._first_mark
         if mark is not None:
-            seen = self._seen_tail + chunk
-            if mark not in seen:
-                keep = len(mark) - 1
-                self._seen_tail = seen[-keep:] if keep else b""
-                return
-        assert self._on_first is not None
-        clock, on_first = self._on_first
-        self.first_byte_at = clock()
-        on_first()
+            return mark in out
+        if out.startswith(b"data: {") and self._error_hint not in out:     # vLLM's
+            return True
+        return any(carries_data(event) and self._error_status(event) is None
+                   and event_data(event) not in (b"[DONE]", b"")
+                   for event in out.split(_EVENT_END)[:-1])
 
     def _hold(self, chunk: bytes) -> None:
         """Keep ``chunk`` for the event it begins, at most ``MAX_EVENT_BYTES`` of one."""
@@ -549,15 +611,21 @@ class _StreamRelay:
         return True
 
     async def _send(self, sending: Coroutine[Any, Any, None], size: int) -> None:
-        """Await ``sending``, a write of ``size`` bytes to the client: within
-        ``send_timeout_s`` when it may wait; past it, the client is cut and TimeoutError
-        raised."""
+        """Await ``sending``, a write of ``size`` bytes to the client, when it may wait, for
+        as long as the client takes some of what waits for it within each ``send_timeout_s``
+        (an event of megabytes read slowly is not cut); past that, the client is cut and
+        TimeoutError raised."""
         if not self._may_wait(size):
             await sending
             return
         try:
-            async with asyncio.timeout(self._send_timeout_s):
-                await sending
+            async with asyncio.timeout(self._send_timeout_s) as deadline:
+                progress = _ClientProgress(self._request.transport, deadline,
+                                           self._send_timeout_s)
+                try:
+                    await sending
+                finally:
+                    progress.stop()
         except TimeoutError:
             self._cut_client()
             raise
@@ -594,3 +662,38 @@ class _StreamRelay:
             with contextlib.suppress(ConnectionResetError, aiohttp.ClientConnectionResetError,
                                      TimeoutError):      # (on a timeout, the client was cut)
                 await self._send(self._response.write_eof(), 0)
+
+
+class _ClientProgress:
+    """Moves a write's deadline on while its client takes its bytes: each quarter of the
+    timeout the transport's buffer is read, and a buffer smaller than at the reading before
+    (the client took some) gives the write another whole timeout (nginx's ``send_timeout``,
+    which times the gap between two of the client's reads, not the whole write)."""
+
+    __slots__ = ("_buffered", "_deadline", "_loop", "_tick", "_timeout_s", "_transport")
+
+    def __init__(self, transport: asyncio.BaseTransport | None, deadline: asyncio.Timeout,
+                 timeout_s: float) -> None:
+        self._transport = transport
+        self._deadline = deadline
+        self._timeout_s = timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._buffered = self._buffer_size()
+        self._tick = self._loop.call_later(timeout_s / 4, self._check)
+
+    def _buffer_size(self) -> int:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return 0
+        assert isinstance(transport, asyncio.WriteTransport)
+        return transport.get_write_buffer_size()
+
+    def _check(self) -> None:
+        buffered = self._buffer_size()
+        if buffered < self._buffered:
+            self._deadline.reschedule(self._loop.time() + self._timeout_s)
+        self._buffered = buffered
+        self._tick = self._loop.call_later(self._timeout_s / 4, self._check)
+
+    def stop(self) -> None:
+        self._tick.cancel()

@@ -15,8 +15,9 @@ So, for such a client, ``UsageRewrite``
   fixed for a server's lifetime), or stay as they are when none is known.
 
 The fingerprint goes last in the chunk's JSON object, where vLLM serializes it (after
-``choices``; continuous usage is never on for such a client). Events are ``data: …`` lines
-without the blank-line terminator; the caller cuts the byte stream at event boundaries.
+``choices``; continuous usage is never on for such a client). Events come without the
+blank-line terminator (the caller cuts the byte stream at event boundaries); their JSON is
+read wherever their ``data:`` lines are (``router.stream_events``).
 
 A Responses API stream (``event: response.…`` / ``data: …`` pairs) is relayed untouched; its
 usage is read from the event that carries the finished response. So is a Messages API stream
@@ -29,6 +30,8 @@ import contextlib
 from dataclasses import dataclass
 
 import orjson
+
+from router.stream_events import carries_data, event_data
 
 _USAGE_MARKS = (b'"choices":[]', b'"choices": []')
 _FINISH_MARKS = (b'"finish_reason":"', b'"finish_reason": "')
@@ -96,12 +99,12 @@ def is_message_delta_with_usage(event: bytes) -> bool:
 
 
 def is_usage_chunk(event: bytes) -> bool:
-    return (event.startswith(b"data: {") and b'"usage"' in event
-            and any(mark in event for mark in _USAGE_MARKS))
+    return (b'"usage"' in event and any(mark in event for mark in _USAGE_MARKS)
+            and carries_data(event))
 
 
 def carries_finish_reason(event: bytes) -> bool:
-    return event.startswith(b"data: {") and any(mark in event for mark in _FINISH_MARKS)
+    return any(mark in event for mark in _FINISH_MARKS) and carries_data(event)
 
 
 def with_fingerprint(event: bytes, fingerprint: str) -> bytes:
@@ -166,8 +169,9 @@ class UsageRewrite:
 
     def _read_usage(self, event: bytes) -> None:
         self.saw_usage = True
+        data = event_data(event)
         with contextlib.suppress(orjson.JSONDecodeError):
-            parsed = orjson.loads(event[6:])
+            parsed = orjson.loads(data) if data is not None else None
             if isinstance(parsed, dict):
                 self.usage = parse_usage(parsed.get("usage"))
                 fingerprint = parsed.get("system_fingerprint")
@@ -176,9 +180,9 @@ class UsageRewrite:
     def _read_response_usage(self, event: bytes, key: str | None) -> None:
         """The usage of an ``event: …`` / ``data: {…}`` pair: under ``data[key]`` (None: in
         ``data`` itself)."""
-        start = event.find(b"\ndata: ")
+        data = event_data(event)
         with contextlib.suppress(orjson.JSONDecodeError):
-            parsed = orjson.loads(event[start + 7:]) if start >= 0 else None
+            parsed = orjson.loads(data) if data is not None else None
             holder = parsed.get(key) if key is not None and isinstance(parsed, dict) else parsed
             if isinstance(holder, dict):
                 self.usage = parse_usage(holder.get("usage"))

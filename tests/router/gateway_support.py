@@ -32,6 +32,7 @@ WORKERS: dict[str, tuple[str, dict[str, Any]]] = {
     "garbage": ("l40s", {**FAST, "faults": {"metrics_broken": "garbage"}}),
     "slow": ("l40s", {"time_scale": 1.0, "output_len": {"dist": "fixed", "value": 4096}}),
     "stall": ("h100", {**FAST, "faults": {"stall_after_tokens": 3}}),
+    "erring": ("l40s", {**FAST, "faults": {"error_after_tokens": 2}}),
 }
 
 ROUTING_ROUND_ROBIN = """\

@@ -422,3 +422,33 @@ async def test_a_served_answer_is_charged_its_own_length_not_the_one_expected(
     # (the rate of a token follows the batch each decision expected: within a few times)
     assert all(cost > 0 for cost in charged)
     assert charged[2] < 3 * min(charged[1], charged[3])       # it was 390 times
+
+
+async def test_a_stream_without_usage_is_charged_what_it_relayed(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A stream whose usage the router cannot read (a server that ignores
+    ``include_usage``) was charged the decision's estimate, its whole ``max_tokens``: a
+    token for each event relayed now, as admission counts it."""
+    async def forty_events(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for _ in range(40):
+            await response.write(b'data: {"id":"c","object":"text_completion","choices":'
+                                 b'[{"index":0,"text":"word ","finish_reason":null}]}\n\n')
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    default = (REPO_ROOT / "config/routing.yaml").read_text()
+    async with scripted_router(emulated_fleet, make_router, forty_events, "w",
+                               routing=default) as router, aiohttp.ClientSession() as session:
+        charged = []
+        for max_tokens in (40, 40, 10**6, 40):
+            before = router.metric("kvroute_cost_dollars_total", worker="w")
+            async with session.post(router.url + "/v1/completions", json={
+                    "model": MODEL, "prompt": "Say forty words", "max_tokens": max_tokens,
+                    "temperature": 0, "stream": True}) as resp:
+                assert resp.status == 200 and (await resp.read()).endswith(b"[DONE]\n\n")
+            charged.append(router.metric("kvroute_cost_dollars_total", worker="w") - before)
+    assert all(cost > 0 for cost in charged)
+    assert charged[2] < 3 * min(charged[1], charged[3])

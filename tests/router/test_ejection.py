@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import openai
 import pytest
 
 from router.ejection import WorkerEjection
@@ -150,6 +151,35 @@ async def test_a_worker_failing_every_request_is_set_aside_then_tried_again(
     assert await _first_attempts_on(router, "failing") == 4
     assert router.metric("kvroute_worker_ejections_total", worker="failing") == 2
     assert 0.6 < await _ejected_for(router, "failing") <= 1.2
+
+
+@pytest.mark.integration
+async def test_a_worker_ending_its_streams_with_error_events_is_set_aside(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """vLLM tells of an engine failing a request after its stream began in an error event:
+    the router counted each as an answer (200), so a worker failing every stream that way
+    was never set aside. Each counts as the worker's failure (its 500) now."""
+    router = await make_router(subset(emulated_fleet, ["erring", "h100-fast"]),
+                               ROUTING_ROUND_ROBIN, eject_after=3, eject_for_s=60.0)
+    client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+    outcomes: list[str] = []
+    for _ in range(10):
+        stream = await client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
+            stream=True)
+        try:
+            texts = [chunk.choices[0].delta.content async for chunk in stream if chunk.choices]
+            outcomes.append(f"whole {len(texts)}")
+        except openai.APIError as error:
+            assert "EngineCore" in error.message or "fault injection" in error.message
+            outcomes.append("error")
+    await client.close()
+    # every other request until its third error, none after
+    assert outcomes.count("error") == 3 and outcomes[-4:] == ["whole 9"] * 4
+    assert router.metric("kvroute_worker_ejections_total", worker="erring") == 1
+    assert router.metric("kvroute_requests_total", worker="erring", status="500") == 3
+    assert router.metric("kvroute_requests_total", worker="erring", status="200") == 0
+    assert router.metric("kvroute_requests_total", worker="h100-fast", status="200") == 7
 
 
 @pytest.mark.integration

@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 from router.errors import UpstreamError as UpstreamAnswerError
 from router.proxy import (
     COMPLETION_STREAM,
+    MESSAGES_STREAM,
     RESPONSES_STREAM,
     CancelledAfterTheEnd,
     Proxy,
@@ -71,7 +72,48 @@ def _pieces(mode: str) -> Sequence[bytes]:
             b"y" * 600] * 3
     if mode in ("done-then-hold", "hold-before-done", "done-then-hold-long"):
         return [events, USAGE + DONE]
+    if mode in ERROR_EVENTS:            # vLLM's error event: first, or after two tokens
+        first, error = ERROR_EVENTS[mode]
+        return [b"".join(CHUNK % i for i in range(0 if first else 2)), error + DONE]
+    if mode == "usage-no-done":        # the whole answer, the worker's [DONE] missing
+        return [events, USAGE]
+    if mode == "done-no-blank":        # the last event's blank line missing
+        return [events, USAGE + DONE[:-1]]
+    if mode in OTHER_LAYOUTS:          # SSE's other ways of writing the same events
+        return [OTHER_LAYOUTS[mode](events + FINISH + USAGE + DONE)]
     raise AssertionError(mode)
+
+
+def _error(code: int, old: bool = False) -> bytes:
+    """vLLM's error event (``old``: the flat body of v0.10.0 and before)."""
+    body = {"message": "EngineCore encountered an issue.", "type": "InternalServerError",
+            "param": None, "code": code}
+    return b"data: " + orjson.dumps({"object": "error", **body} if old else {"error": body}) + (
+        b"\n\n")
+
+
+ERROR_EVENTS = {"error-first": (True, _error(500)), "error-mid": (False, _error(500)),
+                "error-mid-old": (False, _error(503, old=True)),
+                "error-first-400": (True, _error(400)), "error-mid-400": (False, _error(400))}
+
+
+def _with_fields(data: bytes) -> bytes:
+    return data.replace(b"data: ", b"event: chunk\nid: 7\ndata: ")
+
+
+def _over_two_lines(data: bytes) -> bytes:
+    """Each JSON object's data cut over two ``data:`` lines after its first comma."""
+    return b"\n\n".join(event.replace(b",", b",\ndata: ", 1) if event.startswith(b"data: {")
+                        else event for event in data.split(b"\n\n"))
+
+
+OTHER_LAYOUTS: dict[str, Callable[[bytes], bytes]] = {
+    "keep-alive": lambda data: b": keep-alive\n\n" + data.replace(b"\n\n", b"\n\n: ping\n\n", 2),
+    "fields": _with_fields,
+    "no-space": lambda data: data.replace(b"data: ", b"data:"),
+    "two-data-lines": _over_two_lines,
+    "lone-cr": lambda data: data.replace(b"\n", b"\r"),
+}
 
 
 FLOOD_EVENTS = 2000            # events of 10 kB: 20 MB, more than any socket buffers
@@ -300,11 +342,15 @@ async def test_a_client_leaving_after_the_last_event_got_the_whole_answer(leaves
     assert result.first_byte_at is not None and result.events == 4
 
 
-async def _flood_relay(send_timeout_s: float, reader: Callable[[int], Awaitable[bytes]]
+async def _flood_relay(send_timeout_s: float, reader: Callable[[int], Awaitable[bytes]],
+                       worker: Callable[[web.Request], Awaitable[web.StreamResponse]] = _flood,
+                       send_buffer: int | None = None
                        ) -> tuple[ProxyResult | BaseException, dict[str, object], bytes]:
-    """``reader(port)`` reads the relay's answer to one request as a client does; the result,
-    what the worker saw and what the client read."""
-    upstream_app = _make_app("/v1/chat/completions", _flood)
+    """``reader(port)`` reads the relay's answer to one request (written by ``worker``) as a
+    client does; the result, what the worker saw and what the client read. ``send_buffer``:
+    the kernel's send buffer of the relay's socket to the client (a network that holds
+    little in flight)."""
+    upstream_app = _make_app("/v1/chat/completions", worker)
     upstream_app[FLOOD_SEEN] = seen = {"written": 0, "closed": False}
     upstream = TestServer(upstream_app, host="127.0.0.1", handler_cancellation=True)
     await upstream.start_server()
@@ -314,6 +360,10 @@ async def _flood_relay(send_timeout_s: float, reader: Callable[[int], Awaitable[
         asyncio.get_running_loop().create_future())
 
     async def relay(request: web.Request) -> web.StreamResponse:
+        if send_buffer is not None:
+            assert request.transport is not None
+            request.transport.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         try:
             result = await proxy.forward(
                 request, str(upstream.make_url("/v1/chat/completions")), b"{}", {}, {},
@@ -392,6 +442,46 @@ async def test_a_client_reading_along_is_not_cut() -> None:
     assert isinstance(result, ProxyResult) and result.status == 200
     assert seen == {"written": FLOOD_EVENTS, "closed": False}
     assert read.count(b"data: ") == FLOOD_EVENTS + 1 and DONE in read
+
+
+BIG_EVENT = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"' + b"x" * 2_000_000 + (
+    b'"}}]}\n\n')
+
+
+async def _one_big_event(request: web.Request) -> web.StreamResponse:
+    """A worker whose answer is one event of 2 MB (a long prompt's logprobs), then [DONE]."""
+    seen = request.app[FLOOD_SEEN]
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(BIG_EVENT)
+    seen["written"] += 1
+    await response.write(DONE)
+    return response
+
+
+async def test_a_client_reading_one_big_event_slowly_is_not_cut() -> None:
+    """The send timeout timed a whole write: a client reading an event of megabytes along,
+    slower than it came, was cut at the timeout (and logged as reading nothing). It times
+    the client's silence, as nginx's ``send_timeout`` does."""
+    async def reads_steadily(port: int) -> bytes:
+        reader, writer = await _raw_request(port)
+        received = bytearray()
+        try:
+            while chunk := await asyncio.wait_for(reader.read(16_384), 5.0):
+                received += chunk           # about 1.6 MB/s
+                if received.endswith(b"0\r\n\r\n"):        # the chunked body's end
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            writer.close()
+        return bytes(received)
+
+    started = time.monotonic()
+    result, seen, read = await _flood_relay(0.5, reads_steadily, _one_big_event, 4096)
+    assert time.monotonic() - started > 1.0         # the write waited past the timeout
+    assert isinstance(result, ProxyResult) and result.status == 200
+    assert seen == {"written": 1, "closed": False}
+    assert len(read) > len(BIG_EVENT) and DONE in read
 
 
 def test_a_write_is_timed_while_writing_is_paused_below_the_high_water_mark() -> None:
@@ -511,7 +601,7 @@ async def test_a_responses_stream_in_crlf_times_its_first_token() -> None:
     """The Responses API's first-token mark holds a line break, which a CRLF stream's raw
     chunk never matched: no time to first token, the stall watch never settled."""
     first: list[bool] = []
-    proxy_result = await _relay_once(
+    proxy_result, _ = await _relay_once(
         b"event: response.created\r\ndata: {}\r\n\r\n"
         b"event: response.output_text.delta\r\ndata: {\"delta\": \"hi\"}\r\n\r\n"
         b"event: response.completed\r\ndata: {}\r\n\r\n",
@@ -520,8 +610,9 @@ async def test_a_responses_stream_in_crlf_times_its_first_token() -> None:
 
 
 async def _relay_once(stream: bytes, stream_format: StreamFormat,
-                      on_first_byte: Callable[[], None]) -> ProxyResult:
-    """``stream`` sent by a worker in one write, relayed once in ``stream_format``."""
+                      on_first_byte: Callable[[], None]) -> tuple[ProxyResult, bytes]:
+    """``stream`` sent by a worker in one write, relayed once in ``stream_format``: the
+    result and what the client read."""
     async def worker(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -544,12 +635,12 @@ async def _relay_once(stream: bytes, stream_format: StreamFormat,
     front = TestServer(_make_app("/relay", relay), host="127.0.0.1")
     await front.start_server()
     try:
-        await _get(str(front.make_url("/relay")), "")
+        _, body, _ = await _get(str(front.make_url("/relay")), "")
     finally:
         await client.close()
         await front.close()
         await upstream.close()
-    return results[0]
+    return results[0], body
 
 
 async def test_an_event_past_the_bound_after_the_start_is_no_failure_of_the_worker(
@@ -610,12 +701,13 @@ async def test_a_stream_cut_anywhere_is_relayed_as_whole(line_end: bytes,
 async def test_the_first_token_is_seen_once_wherever_the_bytes_are_cut(line_end: bytes) -> None:
     """The Responses API's first-token mark spans a line break: looked for in each raw chunk,
     it was missed when a cut fell inside it (or between a CR and its LF), and the time to
-    first token came from a later delta or none."""
+    first token came from a later delta or none. The token is seen when the event that
+    carries it is whole (relayed)."""
     stream = (b"event: response.created\ndata: {}\n\n"
               b"event: response.output_text.delta\ndata: {\"delta\": \"hi\"}\n\n"
               b"event: response.completed\ndata: {}\n\n").replace(b"\n", line_end)
-    raw_mark = b".delta" + line_end + b"data: "       # RESPONSES_STREAM's, as sent
-    complete_at = stream.index(raw_mark) + len(raw_mark)
+    delta_end = b"}" + line_end + line_end
+    complete_at = stream.index(delta_end, stream.index(b".delta")) + len(delta_end)
     for cut in range(1, len(stream)):
         relay = _CollectingRelay(True, RESPONSES_STREAM)
         await relay.feed(stream[:cut])
@@ -624,3 +716,127 @@ async def test_the_first_token_is_seen_once_wherever_the_bytes_are_cut(line_end:
         assert relay.firsts == 1 and relay.first_byte_at == 1.0, cut
         assert seen_early == (1 if cut >= complete_at else 0), cut
 
+
+
+@pytest.mark.parametrize("mode", ["error-mid", "error-mid-old", "error-mid-400"])
+async def test_a_workers_error_event_is_relayed_and_ends_its_request_with_its_status(
+        relay_url: tuple[str, list[ProxyResult | Exception]], mode: str) -> None:
+    """vLLM tells of an engine's failure after the stream began in an error event, then
+    ``[DONE]``: the request was counted as answered (200), its worker never failed. Relayed as
+    it came (no error of the router's after it), it ends with the status the event names,
+    a 5xx the worker's failure."""
+    url, results = relay_url
+    status, body, _ = await _get(url, f"mode={mode}")
+    error = ERROR_EVENTS[mode][1]
+    assert status == 200 and body == CHUNK % 0 + CHUNK % 1 + error + DONE
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.usage is None
+    assert result.status == {"error-mid": 500, "error-mid-old": 503, "error-mid-400": 400}[mode]
+    assert result.worker_failed
+
+
+async def test_a_workers_error_event_before_any_token_is_retried_elsewhere(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    """A 5xx error event as the stream's first: nothing reached the client, so another
+    worker may serve the request, as after a 5xx answer."""
+    url, results = relay_url
+    status, _, _ = await _get(url, "mode=error-first")
+    assert status == 599
+    [failure] = results
+    assert isinstance(failure, RetryableUpstream)
+    assert (failure.reason, failure.status) == ("http_5xx", 500)
+    assert "EngineCore encountered an issue." in failure.detail
+
+
+async def test_a_4xx_error_event_before_any_token_is_the_clients_answer(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    url, results = relay_url
+    status, body, _ = await _get(url, "mode=error-first-400")
+    assert status == 200 and body == ERROR_EVENTS["error-first-400"][1] + DONE
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.status == 400
+
+
+@pytest.mark.parametrize("mode", ["usage-no-done", "done-no-blank"])
+async def test_a_whole_stream_whose_end_is_missing_is_whole(
+        relay_url: tuple[str, list[ProxyResult | Exception]], mode: str) -> None:
+    """A stream that ends with its usage chunk and no ``[DONE]`` (which the OpenAI SDK
+    reads as whole), or whose ``[DONE]`` lacks its blank line, got an error event of the
+    router's (and the worker a failure); it is the whole answer it is."""
+    url, results = relay_url
+    status, body, _ = await _get(url, f"mode={mode}")
+    events = b"".join(CHUNK % i for i in range(3))
+    assert status == 200 and body == (events if mode == "usage-no-done" else events + DONE)
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.status == 200
+    assert result.usage is not None and result.usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize("layout", sorted(OTHER_LAYOUTS))
+async def test_sses_other_layouts_are_read_as_vllms(
+        relay_url: tuple[str, list[ProxyResult | Exception]], layout: str) -> None:
+    """Keep-alive comments, ``event:`` / ``id:`` fields, ``data:`` without its space, data
+    over two lines, lines ending in CR: the usage chunk went unread (no tokens counted) and
+    was relayed to a client that had not asked for it (the README's own loop then failed on
+    its empty ``choices``), and the stream's end unseen. Each is read as vLLM's layout is."""
+    url, results = relay_url
+    status, body, headers = await _get(url, f"mode={layout}")
+    assert status == 200 and headers["X-Accel-Buffering"] == "no"
+    assert b'"usage"' not in body and b"upstream_error" not in body
+    assert body.endswith(b"[DONE]\n\n") and body.count(b"[DONE]") == 1
+    [result] = results
+    assert isinstance(result, ProxyResult) and result.status == 200
+    assert result.usage is not None
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (7, 3)
+    assert b'"finish_reason":"length"' in body      # (held for the usage chunk, then sent)
+
+
+async def test_a_comment_is_no_first_token() -> None:
+    """vLLM's keep-alives (``--sse-keep-alive-interval``) are comments: one before the first
+    token was taken for it (time to first token, the stall watch settled)."""
+    relay = _CollectingRelay(True, COMPLETION_STREAM)
+    await relay.feed(b": keep-alive\n\n")
+    await relay.feed(b": keep-alive\n\nretry: 100\n\n")
+    assert relay.firsts == 0 and relay.first_byte_at is None
+    await relay.feed(CHUNK % 0)
+    assert relay.firsts == 1 and relay.written == (
+        b": keep-alive\n\n: keep-alive\n\nretry: 100\n\n" + CHUNK % 0)
+
+
+async def test_an_error_event_is_no_first_token() -> None:
+    relay = _CollectingRelay(True, COMPLETION_STREAM)
+    await relay.feed(ERROR_EVENTS["error-first-400"][1])
+    assert relay.firsts == 0 and relay.worker_error == 400
+
+
+async def test_a_partial_first_event_is_no_first_token() -> None:
+    """The time to first token was taken when the first bytes of an event came: a worker
+    that sent half an event and closed had its request retried elsewhere, and counted in
+    the clients' time to first token twice."""
+    relay = _CollectingRelay(True, COMPLETION_STREAM)
+    await relay.feed((CHUNK % 0)[:20])
+    assert relay.firsts == 0
+    await relay.feed((CHUNK % 0)[20:])
+    assert relay.firsts == 1
+
+
+@pytest.mark.parametrize("api", ["messages", "responses"])
+async def test_a_named_error_event_ends_the_stream_once(api: str) -> None:
+    """The Responses and Messages APIs end a failed stream with an ``event: error`` (vLLM's
+    Messages API follows it with a ``[DONE]``): the router read on and, the stream
+    unfinished, added an error event of its own (two errors, a 502)."""
+    if api == "messages":
+        stream = (b'event: message_start\ndata: {"type":"message_start"}\n\n'
+                  b'event: content_block_delta\ndata: {"type":"content_block_delta"}\n\n'
+                  b'event: error\ndata: {"type":"error","error":{"type":"InternalServerError",'
+                  b'"message":"EngineCore encountered an issue."}}\n\ndata: [DONE]\n\n')
+        stream_format = MESSAGES_STREAM
+    else:
+        stream = (b'event: response.created\ndata: {"type":"response.created"}\n\n'
+                  b'event: response.output_text.delta\ndata: {"delta":"hi"}\n\n'
+                  b'event: error\ndata: {"type":"error","code":"server_error",'
+                  b'"message":"boom","param":null,"sequence_number":2}\n\n')
+        stream_format = RESPONSES_STREAM
+    result, body = await _relay_once(stream, stream_format, lambda: None)
+    assert body == stream and body.count(b"event: error") == 1
+    assert result.status == 500 and result.worker_failed
