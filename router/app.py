@@ -55,6 +55,7 @@ from router.keys import (
     FLEET,
     FLEET_RELOADER,
     KV_EVENTS,
+    LOOP_STALLS,
     METRICS,
     MODEL_RETIREMENT,
     POLICY,
@@ -68,7 +69,7 @@ from router.keys import (
     WORKER_TLS,
 )
 from router.kv_event_feed import KvEventFeed
-from router.loop_lag import LoopLag
+from router.loop_lag import LoopLag, LoopStalls
 from router.metrics import RouterMetrics
 from router.model_retirement import ModelRetirement
 from router.proxy import Proxy
@@ -174,6 +175,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app[DECISIONS] = DecisionLog(settings.decisions_ring_size)
     app[KV_EVENTS] = kv_events
     app[REQUEST_TASKS] = request_tasks
+    app[LOOP_STALLS] = LoopStalls()
     if fleet.source == str(settings.fleet_path):      # (not a fleet built in memory)
         fleet_reloader = app[FLEET_RELOADER] = FleetReloader(
             settings.fleet_path, fleet, tls, check=_routing_serves(app),
@@ -258,7 +260,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                                               stalls=stalls)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks,
-                             ejection=ejection)
+                             ejection=ejection, loop_stalls=app[LOOP_STALLS])
     admission = app[DIRECTOR].admission
     reloader.add_swap_listener(     # a raised in-flight limit lets the waiting through now
         lambda engine: admission.apply(engine.routing.section(ADMISSION_SECTION)))
@@ -353,7 +355,7 @@ async def _gc_pauses(app: web.Application) -> AsyncIterator[None]:
 
 async def _loop_lag(app: web.Application) -> AsyncIterator[None]:
     """``kvroute_event_loop_lag_seconds``: how late the event loop runs while the app runs."""
-    lag = LoopLag(app[METRICS].loop_lag)
+    lag = LoopLag(app[METRICS].loop_lag, stalls=app[LOOP_STALLS])
     lag.start()
     yield
     await lag.stop()

@@ -59,6 +59,7 @@ from router.errors import (
 )
 from router.forwarded_headers import worker_headers
 from router.header_values import header_safe
+from router.loop_lag import LoopStalls
 from router.metrics import OTHER_API, UNKNOWN_MODEL, RouterMetrics, api_of_path
 from router.protocol import (
     MESSAGES_PATH,
@@ -138,7 +139,8 @@ class Director:
                  decisions: DecisionLog, responses: ResponseLocator,
                  clock: Callable[[], float] = time.monotonic,
                  sinks: Sequence[DecisionSink] = (),
-                 ejection: WorkerEjection | None = None) -> None:
+                 ejection: WorkerEjection | None = None,
+                 loop_stalls: LoopStalls | None = None) -> None:
         self._settings = settings
         self._registry = registry
         self._store = store
@@ -154,6 +156,8 @@ class Director:
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
         self._sink_failures: dict[DecisionSink, int] = {}     # failures so far, by sink
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
+        # the router's own stalls, which the times measured across them hold
+        self._loop_stalls = loop_stalls
         self._misrouted: set[tuple[str | None, str]] = set()    # (rule, path), logged once
         # tenants' budgets (the store's, shared between replicas) and the in-flight limit
         self.admission = Admission(store.usage, metrics, clock, self._model_label)
@@ -680,6 +684,11 @@ class Director:
                 each = usage.completion_tokens / routing.returned_sequences if usage else 0.0
                 if each > 1:
                     tpot = (result.finished_at - result.first_byte_at) / (each - 1)
+        if self._loop_stalls is not None and self._loop_stalls.since(attempt.started_at):
+            # the router stalled while this request ran (its process stopped, its machine
+            # paused): its times hold the stall, not its worker's pace, and the estimators
+            # must not learn them (the clients' own histograms keep what they waited)
+            ttft = tpot = None
         return RequestOutcome(
             request_id=routing.request_id, worker_id=attempt.decision.worker_id, status=status,
             prompt_tokens=usage.prompt_tokens if usage else 0,

@@ -15,6 +15,7 @@ from router.drain import RequestTasks
 from router.ejection import WorkerEjection
 from router.fleet_reloader import FleetReloader
 from router.kv_event_feed import KvEventFeed
+from router.loop_lag import LoopStalls
 from router.metrics import RouterMetrics
 from router.model_retirement import ModelRetirement
 from router.settings import Settings
@@ -41,6 +42,7 @@ KV_EVENTS = web.AppKey("kv_events", KvEventFeed)
 EJECTION = web.AppKey("ejection", WorkerEjection)
 REQUEST_TASKS = web.AppKey("request_tasks", RequestTasks)
 MODEL_RETIREMENT = web.AppKey("model_retirement", ModelRetirement)
+LOOP_STALLS = web.AppKey("loop_stalls", LoopStalls)
 # the Authorization header sent to each worker started with --api-key (workers.credentials)
 WORKER_AUTHORIZATIONS: web.AppKey[Mapping[Origin, str]] = web.AppKey("worker_authorizations")
 # the TLS context verifying each https:// worker (workers.tls)

@@ -8,9 +8,9 @@ import time
 import aiohttp
 import pytest
 
-from router.loop_lag import LoopLag
+from router.loop_lag import LoopLag, LoopStalls
 from router.metrics import RouterMetrics
-from tests.router.gateway_support import RouterFactory, subset
+from tests.router.gateway_support import MODEL, RouterFactory, subset
 from workers.fleet import FleetConfig
 
 
@@ -48,3 +48,63 @@ async def test_the_running_router_exports_its_loop_lag(
     async with aiohttp.ClientSession() as session, \
             session.get(router.url + "/metrics") as resp:
         assert "kvroute_event_loop_lag_seconds_bucket" in await resp.text()
+
+
+def test_a_stall_is_told_to_whoever_asks_since_when() -> None:
+    now = [0.0]
+    stalls = LoopStalls(clock=lambda: now[0], interval_s=0.1)
+    assert not stalls.since(0.0)                 # not watched: never stalled
+    now[0] = 1.0
+    stalls.woke(0.01)                            # a fluent loop
+    assert not stalls.since(0.5)
+    now[0] = 3.0
+    stalls.woke(1.9)                             # it woke 1.9 s late
+    assert stalls.since(0.5) and stalls.since(3.0) and not stalls.since(3.1)
+    now[0] = 3.5                                 # due at 3.1, not woken yet: still fluent
+    assert not stalls.since(3.1)
+    now[0] = 3.7                                 # past due by more than a stall: stalled
+    assert stalls.since(3.1)
+    stalls.unwatched()                           # (the watch stopped with the app)
+    assert not stalls.since(3.1)
+
+
+async def test_the_watch_tells_a_stall_and_not_the_lag_of_a_busy_loop() -> None:
+    metrics = RouterMetrics()
+    stalls = LoopStalls()
+    lag = LoopLag(metrics.loop_lag, interval_s=0.02, stalls=stalls)
+    lag.start()
+    try:
+        start = time.monotonic()
+        await asyncio.sleep(0.05)
+        time.sleep(0.1)                       # a busy loop's lag
+        await asyncio.sleep(0.05)
+        assert not stalls.since(start)
+        time.sleep(0.6)                       # a stall
+        assert stalls.since(start)            # (told before the watch has woken)
+        await asyncio.sleep(0.05)
+        assert stalls.since(start)
+    finally:
+        await lag.stop()
+
+
+@pytest.mark.integration
+async def test_times_measured_across_a_stall_of_the_router_are_not_learnt(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A router stopped for half a minute with streams in flight (its process stopped, its
+    machine paused) learnt those streams' times as its workers' pace: the cheap worker's
+    corrected time per token doubled, and requests went elsewhere. Measured across a stall,
+    a request's times reach neither the estimators nor the workers' histograms."""
+    router = await make_router(subset(emulated_fleet, ["slow"]))      # (tokens at an L40S's pace)
+    body = {"model": MODEL, "max_tokens": 12, "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as session:
+        for stall in (False, True):
+            async with session.post(router.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                await resp.content.readany()              # the first events
+                if stall:
+                    time.sleep(0.7)                       # the router's loop stalls
+                await resp.read()
+    assert router.metric("kvroute_client_ttft_seconds_count") == 2     # what clients waited
+    assert router.metric("kvroute_ttft_seconds_count", worker="slow") == 1
+    assert router.metric("kvroute_tpot_seconds_count", worker="slow") == 1
