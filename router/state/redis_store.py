@@ -179,10 +179,13 @@ class RedisStateStore:
 
     def __init__(self, url: str, replica_id: str, sync_interval_s: float = 0.1,
                  ttl_s: float | None = None,
-                 response_ttl_s: float = DEFAULT_RESPONSE_TTL_S) -> None:
+                 response_ttl_s: float = DEFAULT_RESPONSE_TTL_S,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        """``wall_clock``: this host's clock, in seconds since the epoch."""
         if response_ttl_s < 1:
             raise ValueError("response_ttl_s: must be at least 1 second")
         self._url = url
+        self._wall_clock = wall_clock
         self._shown = shown_url(url)       # for the log: never the password
         self._response_ttl_s = int(response_ttl_s)
         self.replica_id = replica_id
@@ -536,7 +539,7 @@ class RedisStateStore:
         """Remove this replica's counts; what its budgets spent is left for the window (with
         when it leaves: the schedule, as published live)."""
         usage = self._usage_fields()
-        ends_ms = int(time.time() * 1000) + WINDOW_MS
+        ends_ms = int(self._wall_clock() * 1000) + WINDOW_MS
         left = f"{LEFT_USAGE_PREFIX}{self.replica_id}:{self._instance}"
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._key, self._usage_key, INSTANCE_PREFIX + self.replica_id)
@@ -552,7 +555,7 @@ class RedisStateStore:
         stopped replicas left (key, the share of it still in the window)."""
         fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
         usage = self._usage_fields()
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self._wall_clock() * 1000)
         # kept until the next publish lands: a Redis taking 0.5 s a round trip let the counts
         # lapse between two publishes, and the others saw none, without a failed command
         ttl_ms = max(self._ttl_ms, int(1000 * TTL_SYNCS * self.sync_seconds))
