@@ -19,7 +19,10 @@ but what its budgets spent stays counted until it leaves the window: it is writt
 window (``WINDOW_S``), its ``Retry-After`` from the schedule written with it. Otherwise a
 rolling restart gave each tenant back every restarted replica's share of the last minute.
 (The replicas are found through sorted sets, not by scanning the keyspace, whose Responses
-API owners can number millions.)
+API owners can number millions.) Every time written to or compared in Redis (when a replica
+last published, when a stopped one's spending leaves the window) is on Redis's clock
+(``TIME``, read with each sync; ``RedisClock``), not the hosts', which may disagree: a host
+whose wall clock is off Redis's by more than ``SKEW_REPORTED_S`` is logged, once.
 
 Responses API owners (``response id -> worker``) are recorded in a local ``ResponseOwners``
 map at once and written to ``kvroute:response:<id>`` (the tenant whose key made it, if any,
@@ -86,6 +89,7 @@ from router.admission.usage import (
     TenantUsage,
 )
 from router.settings import DEFAULT_RESPONSE_TTL_S
+from router.state.redis_clock import RedisClock
 from router.state.response_owners import ResponseOwners, ResponseRecord
 from workers.inflight import InflightTracker, WorkerInflight
 from workers.task_cancel import cancel_and_wait
@@ -94,7 +98,9 @@ log = logging.getLogger(__name__)
 
 KEY_PREFIX = "kvroute:inflight:"
 USAGE_PREFIX = "kvroute:usage:"
-REPLICAS_KEY = "kvroute:replicas"     # sorted set: replica id -> when it last published (ms)
+# sorted set: replica id -> when it last published (ms; on Redis's clock, as every time the
+# replicas write or compare in Redis: their hosts' clocks may disagree)
+REPLICAS_KEY = "kvroute:replicas"
 # what stopped replicas' budgets spent, until it leaves the window: sorted set of the hashes'
 # keys (``LEFT_USAGE_PREFIX`` + replica + process) -> when each ends (ms)
 LEFT_USAGE_KEY = "kvroute:usage-left"
@@ -103,8 +109,7 @@ LEFT_USAGE_PREFIX = "kvroute:usage-left:"
 # control character; an earlier replica skips the field, whose value it cannot read)
 SCHEDULE_SUFFIX = "\x1fschedule"
 WINDOW_MS = WINDOW_S * 1000
-# a replica silent this long leaves the set (its hashes expired long before; the margin
-# covers clocks that disagree between hosts)
+# a replica silent this long leaves the set (its hashes expired long before)
 REPLICA_FORGET_MS = 600_000
 # a replica that published within this long counts as sharing state (a killed one stops)
 REPLICA_ALIVE_MS = 60_000
@@ -181,11 +186,14 @@ class RedisStateStore:
                  ttl_s: float | None = None,
                  response_ttl_s: float = DEFAULT_RESPONSE_TTL_S,
                  wall_clock: Callable[[], float] = time.time) -> None:
-        """``wall_clock``: this host's clock, in seconds since the epoch."""
+        """``wall_clock``: this host's clock, in seconds since the epoch; only compared with
+        Redis's, to report a host out of time sync (what goes to Redis is timed on Redis's
+        clock, see ``RedisClock``)."""
         if response_ttl_s < 1:
             raise ValueError("response_ttl_s: must be at least 1 second")
         self._url = url
-        self._wall_clock = wall_clock
+        self._clock = RedisClock(wall_clock)
+        self._skew_logged = False
         self._shown = shown_url(url)       # for the log: never the password
         self._response_ttl_s = int(response_ttl_s)
         self.replica_id = replica_id
@@ -539,7 +547,9 @@ class RedisStateStore:
         """Remove this replica's counts; what its budgets spent is left for the window (with
         when it leaves: the schedule, as published live)."""
         usage = self._usage_fields()
-        ends_ms = int(self._wall_clock() * 1000) + WINDOW_MS
+        if not self._clock.known:       # (stopped before its first sync)
+            await self._read_time()
+        ends_ms = self._clock.now_ms() + WINDOW_MS     # on Redis's clock, as the readers' now
         left = f"{LEFT_USAGE_PREFIX}{self.replica_id}:{self._instance}"
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._key, self._usage_key, INSTANCE_PREFIX + self.replica_id)
@@ -550,16 +560,41 @@ class RedisStateStore:
                 pipe.zadd(LEFT_USAGE_KEY, {left: ends_ms})
             await pipe.execute()
 
+    async def _read_time(self) -> None:
+        """Learn Redis's time in a round trip of its own (before the first sync only: each
+        sync reads it with its commands)."""
+        started = self._clock.started()
+        self._learn_time(await self._client.time(), started)
+
+    def _learn_time(self, reply: Any, started: float) -> None:
+        """Learn Redis's time from a ``TIME`` reply; a host whose wall clock is off it is
+        logged once (sharing is timed on Redis's clock, but the host's own timestamps are
+        off: its logs, and what it serves)."""
+        self._clock.learn(reply, started)
+        if self._clock.skewed and not self._skew_logged:
+            skew = self._clock.skew_s
+            log.warning("redis %s: replica %s: this host's clock is %.0f s %s Redis's (TIME); "
+                        "sharing state is timed on Redis's clock and unaffected, but this "
+                        "host's own timestamps (its logs') are off: fix its time sync (NTP)",
+                        self._shown, self.replica_id, abs(skew),
+                        "ahead of" if skew > 0 else "behind")
+            self._skew_logged = True
+
     async def _publish(self) -> tuple[list[str], list[tuple[str, float]]]:
         """Publish this replica's counts; returns the other replicas alive, and the usage
         stopped replicas left (key, the share of it still in the window)."""
         fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
         usage = self._usage_fields()
-        now_ms = int(self._wall_clock() * 1000)
+        if not self._clock.known:     # the first sync: nothing is timed on a host's clock
+            await self._read_time()
+        # Redis's time, carried from the last sync's TIME: what the others compare it with
+        # was timed on the same clock, whatever the hosts' clocks say
+        now_ms = self._clock.now_ms()
         # kept until the next publish lands: a Redis taking 0.5 s a round trip let the counts
         # lapse between two publishes, and the others saw none, without a failed command
         ttl_ms = max(self._ttl_ms, int(1000 * TTL_SYNCS * self.sync_seconds))
         async with self._client.pipeline(transaction=True) as pipe:
+            pipe.time()               # for the next sync: no round trip of its own
             pipe.delete(self._key, self._usage_key)
             if fields:
                 pipe.hset(self._key, mapping=fields)
@@ -574,7 +609,9 @@ class RedisStateStore:
             pipe.zrangebyscore(REPLICAS_KEY, now_ms - REPLICA_ALIVE_MS, "+inf")
             pipe.zremrangebyscore(LEFT_USAGE_KEY, "-inf", now_ms)
             pipe.zrangebyscore(LEFT_USAGE_KEY, now_ms, "+inf", withscores=True)
+            started = self._clock.started()
             replies = await pipe.execute()
+        self._learn_time(replies[0], started)
         holder = replies[-4]
         # another process's mark two syncs running: not the one a restart left behind
         self._foreign_marks = self._foreign_marks + 1 if holder not in (

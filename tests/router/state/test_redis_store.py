@@ -739,3 +739,84 @@ async def test_a_new_cause_while_redis_is_away_is_logged(
         assert "still away, now refused this replica: authentication" in lines[1]
     finally:
         await store.close()
+
+
+def _clock_off_by(seconds: float) -> Callable[[], float]:
+    """A wall clock ``seconds`` ahead of this host's (behind when negative)."""
+    return lambda: time.time() + seconds
+
+
+async def test_replicas_whose_clocks_disagree_still_share_state(redis_url: str) -> None:
+    """Each replica timed its liveness on its own wall clock: one 2 min behind was taken
+    for dead by the others (a tenant got its budget from it as well), and one 12 min ahead
+    removed everyone else from the replicas' set at each sync."""
+    stores = [RedisStateStore(redis_url, "on-time", sync_interval_s=60),
+              RedisStateStore(redis_url, "ahead", sync_interval_s=60,
+                              wall_clock=_clock_off_by(720)),
+              RedisStateStore(redis_url, "behind", sync_interval_s=60,
+                              wall_clock=_clock_off_by(-120))]
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        now = time.monotonic()
+        for store in stores:
+            await store.start()
+            store.on_dispatch("w1", 10, 1)
+            store.usage.add("acme", now, requests=1, tokens=100)
+        for _ in range(2):
+            for store in stores:
+                await store.sync_once()
+        assert sorted(await client.zrange(REPLICAS_KEY, 0, -1)) == ["ahead", "behind",
+                                                                    "on-time"]
+        for store in stores:
+            assert store.replicas == 3, store.replica_id
+            assert store.inflight.get("w1").requests == 3, store.replica_id
+            assert store.usage.totals("acme", now) == (3, 300), store.replica_id
+    finally:
+        for store in stores:
+            await store.close()
+        await client.aclose()
+
+
+async def test_a_stopped_replicas_spending_is_counted_whatever_the_clocks(
+        redis_url: str) -> None:
+    """The end of a stopped replica's spending was written on its clock and read on each
+    reader's: 90 s behind, it was dropped at once; a reader 30 s ahead counted half."""
+    stopping = RedisStateStore(redis_url, "stopping", sync_interval_s=60,
+                               wall_clock=_clock_off_by(-90))
+    readers = [RedisStateStore(redis_url, "on-time", sync_interval_s=60),
+               RedisStateStore(redis_url, "ahead", sync_interval_s=60,
+                               wall_clock=_clock_off_by(30))]
+    try:
+        await stopping.start()
+        for reader in readers:
+            await reader.start()
+        now = time.monotonic()
+        stopping.usage.add("acme", now, requests=10, tokens=1000)
+        await stopping.close()
+        for reader in readers:
+            await reader.sync_once()
+            assert reader.usage.totals("acme", now) == (10, 1000), reader.replica_id
+            assert reader.usage.remote_schedule["acme"] == ((10, 1000),) * 5
+    finally:
+        await stopping.close()
+        for reader in readers:
+            await reader.close()
+
+
+async def test_a_clock_off_redis_time_is_logged_once(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    off = RedisStateStore(redis_url, "off", sync_interval_s=60, wall_clock=_clock_off_by(-42))
+    on_time = RedisStateStore(redis_url, "on-time", sync_interval_s=60)
+    with caplog.at_level(logging.WARNING, logger="router.state.redis_store"):
+        try:
+            for store in (off, on_time):
+                await store.start()
+            for _ in range(3):
+                await off.sync_once()
+                await on_time.sync_once()
+        finally:
+            await off.close()
+            await on_time.close()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "replica off: this host's clock is 42 s behind Redis's" in line, line
+    assert "NTP" in line
