@@ -78,6 +78,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from router.label_values import DEFAULT_TENANT_LABELS
 
@@ -202,8 +203,14 @@ class Settings:
         return "http" if self.ssl_certfile is None else "https"
 
 
+_ENCODE_PASSWORD = ("redis_url: cannot be parsed as redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] "
+                    "(a password holding '/', '#', '?' or '@' must be percent-encoded: "
+                    "%2F, %23, %3F, %40)")
+
+
 def _check_redis_url(url: str) -> None:
-    """ValueError naming ``--redis-url`` (never its password) when redis-py cannot parse it."""
+    """ValueError naming ``--redis-url`` (never its password) when redis-py cannot parse it,
+    or parses it otherwise than it reads (an '@' outside the user part)."""
     from redis.connection import parse_url  # only where a URL is given
 
     scheme, _, rest = url.partition("://")
@@ -211,11 +218,28 @@ def _check_redis_url(url: str) -> None:
         parsed = parse_url(url)
     except ValueError as exc:
         if "@" in rest:        # the message may quote a piece of the password
-            raise ValueError("redis_url: cannot be parsed (a password holding '/', '#', '?' "
-                             "or '@' must be percent-encoded)") from None
+            raise ValueError(_ENCODE_PASSWORD) from None
         raise ValueError(f"redis_url: {exc}") from None
+    if "@" in rest and _at_outside_userinfo(url):
+        raise ValueError(_ENCODE_PASSWORD)
     database = rest.split("?", 1)[0].partition("/")[2].strip("/ ")
     if scheme in ("redis", "rediss") and database and "db" not in parsed:
         shown = "" if "@" in rest else f", got {database!r}"     # (never a password's piece)
         raise ValueError("redis_url: the database after the host must be a number "
                          f"(redis://host:port/N){shown}")
+
+
+def _at_outside_userinfo(url: str) -> bool:
+    """Whether an '@' of ``url`` is not where a parser takes the user and password from: a
+    password holding '#', '?' or '/' ends the host part there, and the rest (the real host
+    too) is read as the fragment, query or path. ``redis://:42200#PW@10.9.9.9:6379``
+    connected to an unauthenticated localhost:42200, and was logged whole. An '@' within a
+    query's value (``?password=a@b``) is where it belongs."""
+    parts = urlsplit(url)
+    if "@" in parts.fragment:
+        return True
+    if any("@" in item.partition("=")[0] for item in parts.query.split("&")):
+        return True             # not in a value: a piece of the user part after a '?'
+    if parts.scheme == "unix":  # (its path may hold an '@'; it has no host)
+        return False
+    return "@" in parts.path or not parts.hostname

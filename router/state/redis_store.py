@@ -79,7 +79,6 @@ from typing import Any
 
 import redis.asyncio as redis
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
-from yarl import URL
 
 from router.admission.usage import (
     SCHEDULE_STEP_S,
@@ -169,13 +168,14 @@ _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def shown_url(url: str) -> str:
-    """``url`` as it may be logged: a password it carries (``redis://:PASS@host``, or
-    ``?password=PASS``, which redis-py takes too) masked."""
-    try:
-        parsed = URL(url)
-    except ValueError:
-        return "<redis url>"
-    shown = str(parsed.with_password("***")) if parsed.password else url
+    """``url`` as it may be logged: all between ``://`` and the last ``@`` masked, unparsed
+    (a password holding a '#' or '?' that a parser reads as the end of the host part, yarl's
+    too, was logged whole), and a ``?password=`` query's value (redis-py takes one too)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:                # (not a URL settings take; masked all the same)
+        scheme, rest = "", url
+    _, at, after = rest.rpartition("@")
+    shown = f"{scheme}{sep}***@{after}" if at else url
     return _QUERY_PASSWORD.sub(r"\1***", shown)
 
 

@@ -35,10 +35,12 @@ def test_defaults() -> None:
      "redis_url: Port could not be cast to integer value as '63a9'"),
     # a password with a '#' is cut there, and redis-py's message quoted the piece as a port
     ("redis_url", "redis://:Zq8#hunter2@127.0.0.1:6379/0",
-     r"^redis_url: cannot be parsed \(a password holding '/', '#', '\?' or '@' must be "
-     r"percent-encoded\)$"),
-    ("redis_url", "redis://:12/ss@127.0.0.1:6379/0",     # (no piece of the password shown)
-     r"^redis_url: the database after the host must be a number \(redis://host:port/N\)$"),
+     r"^redis_url: cannot be parsed as redis://\[\[USER\]:PASSWORD@\]HOST\[:PORT\]\[/DB\] "
+     r"\(a password holding '/', '#', '\?' or '@' must be percent-encoded: %2F, %23, %3F, "
+     r"%40\)$"),
+    # (no piece of the password shown; a '/' in it is what to fix, not the database)
+    ("redis_url", "redis://:12/ss@127.0.0.1:6379/0", r"^redis_url: cannot be parsed as .*"
+     r"must be percent-encoded: %2F, %23, %3F, %40\)$"),
     ("redis_url", "redis://127.0.0.1:6379/one",
      r"redis_url: the database after the host must be a number \(redis://host:port/N\), "
      "got 'one'"),
@@ -51,4 +53,30 @@ def test_invalid_values(field: str, value: float, message: str) -> None:
 @pytest.mark.parametrize("url", ["redis://h/0/", "redis://h/%31", "redis://h:6379",
                                  "rediss://h/2?ssl_cert_reqs=none"])
 def test_redis_urls_redis_py_reads_are_taken(url: str) -> None:
+    assert Settings(**PATHS, redis_url=url).redis_url == url
+
+
+@pytest.mark.parametrize("url", [
+    # the '#' ended the host part: redis-py connected to localhost:42200, without a password
+    "redis://:42200#Secret@10.9.9.9:6379",
+    "redis://:42200#Secret@10.9.9.9:6379/0",
+    "redis://:6379?Secret@10.9.9.9:6379/0",          # a '?' likewise
+    "rediss://admin:6379#Secret@10.9.9.9:6379",
+    "redis://:6379/Secret@10.9.9.9:6379/0",          # a '/': the rest read as the database
+    "redis://:Secret@:6379/0",                       # no host after the '@'
+    "unix://:Secret#x@/run/redis.sock",
+])
+def test_a_password_a_parser_cuts_short_is_refused(url: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        Settings(**PATHS, redis_url=url)
+    message = str(raised.value)
+    assert message.startswith("redis_url: ") and "percent-encoded" in message, message
+    assert "Secret" not in message
+
+
+@pytest.mark.parametrize("url", ["redis://:p%23w%3F%2F%40@10.9.9.9:6379/0",
+                                 "redis://user:pw@h/1",
+                                 "redis://h:6379/0?password=a@b",   # an '@' in a value
+                                 "unix:///tmp/r.sock?password=a@b&db=0"])
+def test_redis_urls_with_an_at_where_a_parser_reads_it_are_taken(url: str) -> None:
     assert Settings(**PATHS, redis_url=url).redis_url == url

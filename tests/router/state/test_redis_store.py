@@ -146,17 +146,29 @@ async def test_the_log_never_shows_the_redis_password(caplog: pytest.LogCaptureF
     try:
         assert store.degraded
         (line,) = [r.getMessage() for r in caplog.records]
-        assert line.startswith(f"redis redis://:***@127.0.0.1:{port}/0 unreachable (")
+        assert line.startswith(f"redis redis://***@127.0.0.1:{port}/0 unreachable (")
         assert line.endswith(": routing on local state")
         assert "s3cret" not in line
     finally:
         await store.close()
     assert shown_url("redis://h:6379/0") == "redis://h:6379/0"
-    assert shown_url("rediss://user:pw@h/1") == "rediss://user:***@h/1"
+    assert shown_url("rediss://user:pw@h/1") == "rediss://***@h/1"
     # redis-py takes a password in the query too: it was logged as given
     assert shown_url("redis://h:6379/0?password=s3cret") == "redis://h:6379/0?password=***"
     assert shown_url("unix:///tmp/r.sock?password=s3cret&db=0") == (
         "unix:///tmp/r.sock?password=***&db=0")
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    # yarl read no password in these (a '#' or '?' ends its host part): shown as given
+    ("redis://:42200#Secret@10.9.9.9:6379", "redis://***@10.9.9.9:6379"),
+    ("redis://user:6379?Secret@10.9.9.9:6379/0", "redis://***@10.9.9.9:6379/0"),
+    ("redis://:pa@ss@h:6379/0", "redis://***@h:6379/0"),
+    ("redis://h:6379/0?password=Secret", "redis://h:6379/0?password=***"),
+])
+def test_the_log_masks_all_before_the_last_at_whatever_a_parser_reads(url: str,
+                                                                       shown: str) -> None:
+    assert shown_url(url) == shown
 
 
 async def test_replicas_share_the_owners_of_responses(redis_url: str) -> None:
