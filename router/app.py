@@ -87,7 +87,7 @@ from workers.registry import WorkerRegistry, fleet_change
 from workers.scraper import WorkerScraper
 from workers.task_cancel import cancel_and_wait
 from workers.tls import server_tls_context, worker_tls_contexts
-from workers.upstream import Origin, UpstreamClient, origin_of
+from workers.upstream import Origin, UpstreamClient, host_port, origin_of
 
 log = logging.getLogger(__name__)
 
@@ -226,10 +226,13 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     metrics = app[METRICS]
 
     def on_certificate(origin: Origin, not_after: float) -> None:
+        """A connection's certificate is that of every https:// worker at its origin (path
+        prefixes behind one reverse proxy share the connections, and the certificate)."""
         fleet = fleet_reloader.fleet if fleet_reloader is not None else app[FLEET]
-        workers_at = {origin_of(w.info.url): w.info.id for w in fleet.workers}
-        metrics.record_certificate(workers_at.get(origin, f"{origin[0]}:{origin[1]}"),
-                                   not_after)
+        workers_at = [w.info.id for w in fleet.workers
+                      if w.info.url.startswith("https://") and origin_of(w.info.url) == origin]
+        for worker_id in workers_at or [host_port(*origin)]:
+            metrics.record_certificate(worker_id, not_after)
 
     scrapes = UpstreamClient(settings.connect_timeout_s, settings.scrape_timeout_s,
                              authorizations=authorizations, tls=tls,

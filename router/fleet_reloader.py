@@ -39,7 +39,7 @@ from workers.fleet import FleetConfig, FleetConfigError, load_fleet
 from workers.models import WorkerInfo
 from workers.registry import FleetChange, fleet_change
 from workers.tls import worker_tls_contexts
-from workers.upstream import Origin, origin_of
+from workers.upstream import BaseUrl, base_url
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +52,17 @@ class PreparedFleet:
 
     fleet: FleetConfig
     change: FleetChange
-    authorizations: dict[Origin, str]
-    tls: dict[Origin, ssl.SSLContext]
-    before_authorizations: dict[Origin, str]
-    before_tls: dict[Origin, ssl.SSLContext]
+    authorizations: dict[BaseUrl, str]
+    tls: dict[BaseUrl, ssl.SSLContext]
+    before_authorizations: dict[BaseUrl, str]
+    before_tls: dict[BaseUrl, ssl.SSLContext]
 
     @property
     def infos(self) -> list[WorkerInfo]:
         return [spec.info for spec in self.fleet.workers]
 
-    def meanwhile(self) -> tuple[dict[Origin, str], dict[Origin, ssl.SSLContext]]:
-        """The keys and contexts of both fleets (the new one's where they share an origin):
+    def meanwhile(self) -> tuple[dict[BaseUrl, str], dict[BaseUrl, ssl.SSLContext]]:
+        """The keys and contexts of both fleets (the new one's where they share a base URL):
         what the upstream clients use while the new fleet is being taken."""
         return ({**self.before_authorizations, **self.authorizations},
                 {**self.before_tls, **self.tls})
@@ -71,9 +71,9 @@ class PreparedFleet:
 class FleetReloader:
     """Owns the fleet in force for one fleet file."""
 
-    def __init__(self, path: Path, fleet: FleetConfig, tls: Mapping[Origin, ssl.SSLContext],
+    def __init__(self, path: Path, fleet: FleetConfig, tls: Mapping[BaseUrl, ssl.SSLContext],
                  *, check: Callable[[FleetConfig], None], environ: Mapping[str, str],
-                 authorizations: Mapping[Origin, str] | None = None,
+                 authorizations: Mapping[BaseUrl, str] | None = None,
                  interval_s: float = 1.0,
                  on_result: Callable[[bool], None] | None = None,
                  before_apply: Callable[[PreparedFleet], Awaitable[None]] | None = None
@@ -162,15 +162,15 @@ class FleetReloader:
         return PreparedFleet(fleet, fleet_change([s.info for s in self.fleet.workers], infos),
                              authorizations, tls, self._authorizations, self._tls)
 
-    def _tls_contexts(self, infos: list[WorkerInfo]) -> dict[Origin, ssl.SSLContext]:
-        """The new fleet's TLS contexts; a worker at the same origin with the same CA bundle
+    def _tls_contexts(self, infos: list[WorkerInfo]) -> dict[BaseUrl, ssl.SSLContext]:
+        """The new fleet's TLS contexts; a worker at the same base URL with the same CA bundle
         keeps its context (and so its pooled connections)."""
-        before = {origin_of(spec.info.url): spec.info.tls_ca_file for spec in self.fleet.workers}
-        kept = {origin_of(info.url) for info in infos
-                if origin_of(info.url) in self._tls
-                and before.get(origin_of(info.url), "") == info.tls_ca_file}
-        made = worker_tls_contexts(info for info in infos if origin_of(info.url) not in kept)
-        return {**{origin: self._tls[origin] for origin in kept}, **made}
+        before = {base_url(spec.info.url): spec.info.tls_ca_file for spec in self.fleet.workers}
+        kept = {base_url(info.url) for info in infos
+                if base_url(info.url) in self._tls
+                and before.get(base_url(info.url), "") == info.tls_ca_file}
+        made = worker_tls_contexts(info for info in infos if base_url(info.url) not in kept)
+        return {**{base: self._tls[base] for base in kept}, **made}
 
     def _refuse(self, reason: Exception | None) -> bool:
         """The file as it is was refused (logged with ``reason`` unless already logged): the

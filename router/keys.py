@@ -24,7 +24,7 @@ from router.utility_requests import UtilityRequests
 from workers.fleet import FleetConfig
 from workers.registry import WorkerRegistry
 from workers.scraper import WorkerScraper
-from workers.upstream import Origin
+from workers.upstream import BaseUrl
 
 SETTINGS = web.AppKey("settings", Settings)
 CLIENT_KEYS = web.AppKey("client_keys", ClientKeysReloader)
@@ -44,6 +44,6 @@ REQUEST_TASKS = web.AppKey("request_tasks", RequestTasks)
 MODEL_RETIREMENT = web.AppKey("model_retirement", ModelRetirement)
 LOOP_STALLS = web.AppKey("loop_stalls", LoopStalls)
 # the Authorization header sent to each worker started with --api-key (workers.credentials)
-WORKER_AUTHORIZATIONS: web.AppKey[Mapping[Origin, str]] = web.AppKey("worker_authorizations")
+WORKER_AUTHORIZATIONS: web.AppKey[Mapping[BaseUrl, str]] = web.AppKey("worker_authorizations")
 # the TLS context verifying each https:// worker (workers.tls)
-WORKER_TLS: web.AppKey[Mapping[Origin, ssl.SSLContext]] = web.AppKey("worker_tls")
+WORKER_TLS: web.AppKey[Mapping[BaseUrl, ssl.SSLContext]] = web.AppKey("worker_tls")

@@ -8,9 +8,11 @@ included. A fleet file names, per worker, the environment variable that holds it
 * ``worker_api_key(info, environ)``: the key of one worker, or None when it declares none;
   ``MissingApiKey`` (a ``FleetConfigError``) names the worker and the variable when that
   variable is unset or empty.
-* ``worker_authorizations(infos, environ)``: each such worker's origin (host, port) mapped to
-  the ``Authorization`` value the router's HTTP client sends there (``workers.upstream``) in
-  place of whatever a client sent. Every missing variable is named in one error.
+* ``worker_authorizations(infos, environ)``: each such worker's base URL
+  (``workers.upstream.base_url``) mapped to the ``Authorization`` value the router's HTTP
+  client sends to every URL under it (``workers.upstream``) in place of whatever a client
+  sent. Keyed by base URL, not origin: two workers behind one reverse proxy on path prefixes
+  have one origin and two keys. Every missing variable is named in one error.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from workers.fleet import FleetConfigError
 from workers.models import WorkerInfo
-from workers.upstream import Origin, origin_of
+from workers.upstream import BaseUrl, base_url
 
 
 class MissingApiKey(FleetConfigError):
@@ -32,8 +34,8 @@ def worker_api_key(info: WorkerInfo, environ: Mapping[str, str]) -> str | None:
 
 
 def worker_authorizations(infos: Iterable[WorkerInfo],
-                          environ: Mapping[str, str]) -> dict[Origin, str]:
-    return {origin_of(info.url): f"Bearer {key}" for info, key in _keys_of(infos, environ)}
+                          environ: Mapping[str, str]) -> dict[BaseUrl, str]:
+    return {base_url(info.url): f"Bearer {key}" for info, key in _keys_of(infos, environ)}
 
 
 def _keys_of(infos: Iterable[WorkerInfo],

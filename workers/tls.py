@@ -1,9 +1,11 @@
 """TLS on the router's hops: to workers served over ``https://``, and on a listening socket.
 
-* ``worker_tls_contexts(infos)``: each ``https://`` worker's origin (host, port) mapped to the
-  client context that verifies it: against the CA bundle its fleet entry names
-  (``tls_ca_file``), else the system's trusted CAs; the certificate must name the host of the
-  worker's URL. An unreadable bundle is a ``FleetConfigError`` naming the worker and the file.
+* ``worker_tls_contexts(infos)``: each ``https://`` worker's base URL
+  (``workers.upstream.base_url``) mapped to the client context that verifies it: against the
+  CA bundle its fleet entry names (``tls_ca_file``), else the system's trusted CAs; the
+  certificate must name the host of the worker's URL. Workers at one origin naming one bundle
+  (path prefixes behind a reverse proxy) share a context, and so their pooled connections.
+  An unreadable bundle is a ``FleetConfigError`` naming the worker and the file.
 * ``server_tls_context(certfile, keyfile)``: the context a server (the router, an emulated
   worker) listens with, as vLLM's ``--ssl-certfile`` / ``--ssl-keyfile``; ``TlsFilesError``
   says which file could not be used.
@@ -21,24 +23,32 @@ from os import PathLike
 
 from workers.fleet import FleetConfigError
 from workers.models import WorkerInfo
-from workers.upstream import Origin, origin_of
+from workers.upstream import BaseUrl, Origin, base_url, origin_of
 
 
 class TlsFilesError(ValueError):
     """A certificate, key or CA file could not be read or used."""
 
 
-def worker_tls_contexts(infos: Iterable[WorkerInfo]) -> dict[Origin, ssl.SSLContext]:
-    contexts: dict[Origin, ssl.SSLContext] = {}
+def worker_tls_contexts(infos: Iterable[WorkerInfo]) -> dict[BaseUrl, ssl.SSLContext]:
+    contexts: dict[BaseUrl, ssl.SSLContext] = {}
+    made: dict[tuple[Origin, str | None], ssl.SSLContext] = {}
     for info in infos:
         if not info.url.startswith("https://"):
             continue
-        try:
-            contexts[origin_of(info.url)] = ssl.create_default_context(cafile=info.tls_ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise FleetConfigError(f"worker {info.id}: tls_ca_file {info.tls_ca_file!r} "
-                                   f"cannot be used: {_reason(exc)}") from exc
+        shared = (origin_of(info.url), info.tls_ca_file)
+        if shared not in made:
+            made[shared] = _verifying_context(info)
+        contexts[base_url(info.url)] = made[shared]
     return contexts
+
+
+def _verifying_context(info: WorkerInfo) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cafile=info.tls_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise FleetConfigError(f"worker {info.id}: tls_ca_file {info.tls_ca_file!r} "
+                               f"cannot be used: {_reason(exc)}") from exc
 
 
 def server_tls_context(certfile: str | PathLike[str],

@@ -23,14 +23,18 @@ connection.
   connection as it was sent: it gets it twice at most).
 * Idle connections are kept for ``keepalive_s`` and at most ``max_idle`` per worker; a body
   not read yet is held up to ``high_water`` bytes, then the socket stops being read.
-* ``https://`` URLs are reached over TLS: with the context ``tls`` maps their origin to
-  (``workers.tls.worker_tls_contexts``), else one trusting the system's CAs. A certificate
-  that does not verify is an ``UpstreamConnectError`` saying why; one that does is reported
-  to ``on_certificate(origin, not_after)`` (its expiry, Unix seconds) on each new connection.
-* ``authorizations`` maps a worker's origin (``origin_of(url)``) to the ``Authorization``
-  header every request to it carries, replacing one the caller passed on (a client's): how
+* ``https://`` URLs are reached over TLS: with the context ``tls`` maps their worker's base
+  URL to (``workers.tls.worker_tls_contexts``), else one trusting the system's CAs. A
+  certificate that does not verify is an ``UpstreamConnectError`` saying why; one that does
+  is reported to ``on_certificate(origin, not_after)`` (its expiry, Unix seconds) on each new
+  connection.
+* ``authorizations`` maps a worker's base URL (``base_url(url)``) to the ``Authorization``
+  header every request under it carries, replacing one the caller passed on (a client's): how
   the router reaches workers started with ``--api-key`` (``workers.credentials``).
   ``set_credentials`` replaces both maps (a reloaded fleet file).
+* Keys and TLS contexts are found by the longest base URL a request's URL is under, not by
+  its origin: workers behind one reverse proxy on path prefixes (``http://gw/a``,
+  ``http://gw/b``) share an origin, and a pool of connections, but not a key.
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
-from typing import Final, cast
+from typing import Final, Generic, TypeVar, cast
 
 from yarl import URL
 
-Origin = tuple[str, int]             # (host, port): one pool of connections, one credential
+Origin = tuple[str, int]             # (host, port): one pool of connections
+BaseUrl = str       # a worker's URL as base_url writes it: one credential, one TLS context
+_V = TypeVar("_V")
 
 # response head size limit (status line and headers): vLLM's binary pooling answers describe
 # their vectors in a header, about 121 bytes each (8,600 vectors in 1 MiB)
@@ -434,8 +440,8 @@ class UpstreamClient:
     def __init__(self, connect_timeout_s: float, read_timeout_s: float,
                  keepalive_s: float = 60.0, max_idle: int = 256,
                  high_water: int = 1 << 20,
-                 authorizations: Mapping[Origin, str] | None = None,
-                 tls: Mapping[Origin, ssl.SSLContext] | None = None,
+                 authorizations: Mapping[BaseUrl, str] | None = None,
+                 tls: Mapping[BaseUrl, ssl.SSLContext] | None = None,
                  on_certificate: Callable[[Origin, float], None] | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
@@ -448,24 +454,29 @@ class UpstreamClient:
         self._sweep_timer: asyncio.TimerHandle | None = None    # armed while some are idle
         self._closed = False
         self._draining: set[asyncio.Task[None]] = set()   # answers read on to their end
-        self._authorizations = dict(authorizations or {})
-        self._tls = dict(tls or {})
+        self._authorizations = _ByBase(authorizations or {})
+        self._tls = _ByBase(tls or {})
         self._system_tls: ssl.SSLContext | None = None
         self._on_certificate = on_certificate
 
-    def set_credentials(self, authorizations: Mapping[Origin, str],
-                        tls: Mapping[Origin, ssl.SSLContext]) -> None:
-        """Take a reloaded fleet file's keys and TLS contexts. Idle connections to an origin
-        whose TLS context changed are closed (they were verified by the one before); one in
-        use then is not pooled again for it (a connection serves only the scheme and context
-        it was made with)."""
-        tls = dict(tls)
-        for key in [key for key in self._idle if self._tls.get(key) is not tls.get(key)]:
-            for connection in self._idle.pop(key):
+    def set_credentials(self, authorizations: Mapping[BaseUrl, str],
+                        tls: Mapping[BaseUrl, ssl.SSLContext]) -> None:
+        """Take a reloaded fleet file's keys and TLS contexts. Idle connections made with a
+        TLS context no worker at their origin uses any more are closed (they were verified by
+        the one before); one in use then is not taken from the pool again (a connection serves
+        only the scheme and context it was made with)."""
+        contexts = _ByBase(tls)
+        for key, connections in list(self._idle.items()):
+            in_use = contexts.at_origin(key)
+            for connection in [c for c in connections if c.tls is not None
+                               and c.tls is not self._system_tls and c.tls not in in_use]:
+                connections.remove(connection)
                 if connection.transport is not None:
                     connection.transport.close()
-        self._authorizations = dict(authorizations)
-        self._tls = tls
+            if not connections:
+                del self._idle[key]
+        self._authorizations = _ByBase(authorizations)
+        self._tls = contexts
 
     def retain_origins(self, origins: Iterable[Origin]) -> None:
         """Pool connections only to ``origins`` from now on (a reloaded fleet file's
@@ -494,11 +505,11 @@ class UpstreamClient:
             raise UpstreamConnectError(
                 f"only http:// and https:// URLs are supported, not {str(target)!r}")
         key = origin_of(target)
-        authorization = self._authorizations.get(key)
+        authorization = self._authorizations.find(target)
         if authorization is not None:
             headers = _with_authorization(headers, authorization)
         request = encode_request(target, body, headers, method)
-        tls = self._tls_for(key) if target.scheme == "https" else None
+        tls = self._tls_for(target) if target.scheme == "https" else None
         sent_again = False
         while True:
             connection = None if sent_again else self._pooled(key, tls)
@@ -546,25 +557,30 @@ class UpstreamClient:
         return sum(len(connections) for connections in self._idle.values())
 
     def _pooled(self, key: tuple[str, int], tls: ssl.SSLContext | None) -> _Connection | None:
-        """An idle connection to ``key`` made with ``tls`` (a connection the fleet's TLS
-        context for that origin no longer is, or of the other scheme, is closed)."""
+        """An idle connection to ``key`` made with ``tls``, the latest released first. One
+        made with another context is left in the pool: it serves another worker at this
+        origin (a reverse proxy's other path prefix) whose fleet entry names another CA."""
         connections = self._idle.get(key)
+        if not connections:
+            return None
         oldest_allowed = time.monotonic() - self.keepalive_s
-        if connections:
-            _expire(connections, oldest_allowed)
-        while connections:
-            connection = connections.pop()
+        _expire(connections, oldest_allowed)
+        for index in range(len(connections) - 1, -1, -1):
+            connection = connections[index]
+            if connection.tls is not tls:
+                continue
+            del connections[index]
             transport = connection.transport
-            if (connection.reusable and not connection.closed and connection.tls is tls
+            if (connection.reusable and not connection.closed
                     and connection.idle_since >= oldest_allowed
                     and transport is not None and not transport.is_closing()):
                 return connection
-            if connection.transport is not None:
-                connection.transport.close()
+            if transport is not None:
+                transport.close()
         return None
 
-    def _tls_for(self, key: Origin) -> ssl.SSLContext:
-        context = self._tls.get(key)
+    def _tls_for(self, target: URL) -> ssl.SSLContext:
+        context = self._tls.find(target)
         if context is None:
             if self._system_tls is None:
                 self._system_tls = ssl.create_default_context()
@@ -655,9 +671,53 @@ def _certificate_expiry(transport: asyncio.Transport | None) -> float | None:
 
 
 def origin_of(url: str | URL) -> Origin:
-    """The (host, port) a request to ``url`` connects to: its pool and its credential."""
+    """The (host, port) a request to ``url`` connects to: its pool of connections."""
     target = url if isinstance(url, URL) else URL(url)
     return (target.host or "", target.port or 80)
+
+
+def base_url(url: str | URL) -> BaseUrl:
+    """A worker's URL as the key of its credential and TLS context: scheme and host in lower
+    case, the port always written, the path prefix without its trailing slash (``http://h``
+    and ``http://H:80/`` are one worker's URL; ``http://h/a`` and ``http://h/b`` are two)."""
+    target = url if isinstance(url, URL) else URL(url)
+    return (f"{target.scheme.lower()}://{host_port(target.host or '', target.port or 80)}"
+            f"{target.path.rstrip('/')}")
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as a URL or a message writes it: an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _ByBase(Generic[_V]):
+    """Values keyed by workers' base URLs, found for a request's URL by the longest base URL
+    it is under (the same scheme, host and port, and a path at or below the base's)."""
+
+    __slots__ = ("_at",)
+
+    def __init__(self, values: Mapping[BaseUrl, _V]) -> None:
+        self._at: dict[tuple[str, str, int], list[tuple[str, _V]]] = {}
+        for base, value in values.items():
+            parsed = URL(base)
+            where = (parsed.scheme.lower(), parsed.host or "", parsed.port or 80)
+            self._at.setdefault(where, []).append((parsed.path.rstrip("/"), value))
+        for entries in self._at.values():       # the longest prefix is tried first
+            entries.sort(key=lambda entry: len(entry[0]), reverse=True)
+
+    def find(self, target: URL) -> _V | None:
+        entries = self._at.get((target.scheme, target.host or "", target.port or 80))
+        if entries:
+            path = target.path
+            for prefix, value in entries:
+                if not prefix or path == prefix or path.startswith(prefix + "/"):
+                    return value
+        return None
+
+    def at_origin(self, origin: Origin) -> list[_V]:
+        """Every value at ``origin``, whichever its scheme."""
+        return [value for (_, host, port), entries in self._at.items()
+                if (host, port) == origin for _, value in entries]
 
 
 def _with_authorization(headers: Mapping[str, str], value: str) -> dict[str, str]:

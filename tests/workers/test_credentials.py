@@ -17,13 +17,13 @@ def fleet(*workers: dict[str, object]) -> list[object]:
     return [w.info for w in parsed.workers]
 
 
-def test_each_keyed_worker_gets_its_own_bearer_at_its_origin() -> None:
+def test_each_keyed_worker_gets_its_own_bearer_at_its_base_url() -> None:
     infos = fleet({"id": "a", "url": "http://10.0.0.7:8000", "api_key_env": "KEY_A"},
                   {"id": "b", "url": "http://10.0.0.8", "api_key_env": "KEY_B"},
                   {"id": "open", "url": "http://10.0.0.9:8000"})
     environ = {"KEY_A": "sk-a", "KEY_B": "sk-b"}
     assert worker_authorizations(infos, environ) == {
-        ("10.0.0.7", 8000): "Bearer sk-a", ("10.0.0.8", 80): "Bearer sk-b"}
+        "http://10.0.0.7:8000": "Bearer sk-a", "http://10.0.0.8:80": "Bearer sk-b"}
     assert worker_api_key(infos[0], environ) == "sk-a"       # type: ignore[arg-type]
     assert worker_api_key(infos[2], environ) is None          # type: ignore[arg-type]
 

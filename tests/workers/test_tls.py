@@ -21,16 +21,16 @@ def infos(*workers: dict[str, object]) -> list[WorkerInfo]:
     return [w.info for w in fleet.workers]
 
 
-def test_https_workers_get_a_verifying_context_at_their_origin(tmp_path: Path) -> None:
+def test_https_workers_get_a_verifying_context_at_their_base_url(tmp_path: Path) -> None:
     files = make_tls_files(tmp_path)
     contexts = worker_tls_contexts(infos(
         {"id": "own-ca", "url": "https://10.0.0.7:8443", "tls_ca_file": str(files.ca_file)},
         {"id": "system", "url": "https://vllm.example.com"},
         {"id": "plain", "url": "http://10.0.0.9:8000"}))
-    assert set(contexts) == {("10.0.0.7", 8443), ("vllm.example.com", 443)}
+    assert set(contexts) == {"https://10.0.0.7:8443", "https://vllm.example.com:443"}
     for context in contexts.values():
         assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
-    assert len(contexts[("10.0.0.7", 8443)].get_ca_certs()) == 1      # its CA alone
+    assert len(contexts["https://10.0.0.7:8443"].get_ca_certs()) == 1      # its CA alone
 
 
 def test_an_unusable_ca_bundle_names_the_worker_and_the_file(tmp_path: Path) -> None:

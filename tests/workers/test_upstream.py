@@ -15,7 +15,10 @@ from cryptography import x509
 from yarl import URL
 
 from tests.workers.tls_support import make_tls_files
-from workers.tls import server_tls_context
+from workers.credentials import worker_authorizations
+from workers.fleet import parse_fleet
+from workers.models import WorkerInfo
+from workers.tls import server_tls_context, worker_tls_contexts
 from workers.upstream import (
     MAX_CHUNK_LINE,
     MAX_HEAD,
@@ -609,7 +612,7 @@ async def test_a_workers_own_authorization_replaces_the_clients() -> None:
 
     server, base = await serve(handler)
     keyed = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0,
-                           authorizations={origin_of(base): "Bearer worker-key"})
+                           authorizations={base: "Bearer worker-key"})
     plain = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0)
     try:
         for client, headers in ((keyed, {"authorization": "Bearer client-key", "X-A": "1"}),
@@ -632,6 +635,77 @@ async def test_a_workers_own_authorization_replaces_the_clients() -> None:
     assert b"X-A: 1" in server.heads[0]        # the other headers pass as they were
 
 
+def prefixed_workers(base: str, **each: dict[str, object]) -> list[WorkerInfo]:
+    """Workers ``a`` and ``b`` behind one reverse proxy at ``base``, on the path prefixes
+    ``/a`` and ``/b``, each with the fleet entry fields ``each[id]``."""
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    fleet = parse_fleet({"models": {model: {"arch": "llama-3.1-8b"}}, "workers": [
+        {"id": name, "url": f"{base}/{name}", "gpu": "h100", "models": [model], **fields}
+        for name, fields in each.items()]})
+    return [spec.info for spec in fleet.workers]
+
+
+async def test_workers_on_path_prefixes_of_one_origin_get_their_own_keys() -> None:
+    """Two workers behind one reverse proxy: each request under a worker's base URL carries
+    that worker's key (keyed by origin, the last worker's key went to both)."""
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"{}"))
+
+    server, base = await serve(handler)
+    infos = prefixed_workers(base, a={"api_key_env": "KA"}, b={"api_key_env": "KB"})
+    client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0, authorizations=(
+        worker_authorizations(infos, {"KA": "key-a", "KB": "key-b"})))
+    try:
+        for path in ("/a/v1/chat/completions", "/b/v1/chat/completions", "/a/metrics",
+                     "/b/v1/models", "/a", "/ab/v1/models"):
+            response = await client.post(f"{base}{path}", b"{}", {"Authorization": "Bearer c"})
+            await response.read()
+            response.close()
+    finally:
+        await client.close()
+        await server.stop()
+    sent = [next(line for line in head.split(b"\r\n") if line.startswith(b"Authorization"))
+            for head in server.heads]
+    assert sent == [b"Authorization: Bearer key-a", b"Authorization: Bearer key-b",
+                    b"Authorization: Bearer key-a", b"Authorization: Bearer key-b",
+                    b"Authorization: Bearer key-a",
+                    b"Authorization: Bearer c"]     # /ab is under neither worker
+    assert server.connections == 1                  # one origin, one pool
+
+
+async def test_workers_on_path_prefixes_of_one_origin_get_their_own_tls_context(
+        tmp_path: Path) -> None:
+    """``a`` trusts the CA that issued the proxy's certificate, ``b`` another CA: ``a`` is
+    reached, ``b`` is refused (keyed by origin, ``b``'s context verified both)."""
+    files = make_tls_files(tmp_path)
+    (tmp_path / "other").mkdir()
+    other = make_tls_files(tmp_path / "other")
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      n: int) -> None:
+        while await server.read_request(reader):
+            writer.write(answer(b"{}"))
+
+    server = RawServer(handler, server_tls_context(files.certfile, files.keyfile))
+    base = await server.start()
+    infos = prefixed_workers(base, a={"tls_ca_file": str(files.ca_file)},
+                             b={"tls_ca_file": str(other.ca_file)})
+    client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0,
+                            tls=worker_tls_contexts(infos))
+    try:
+        response = await client.get(f"{base}/a/v1/models")
+        assert response.status == 200
+        await response.read()
+        response.close()
+        with pytest.raises(UpstreamConnectError, match="certificate verify failed"):
+            await client.get(f"{base}/b/v1/models")
+    finally:
+        await client.close()
+        await server.stop()
+
+
 def test_origin_of_is_the_pool_key() -> None:
     assert origin_of("http://127.0.0.1:8101/v1/models") == ("127.0.0.1", 8101)
     assert origin_of("http://worker.local") == ("worker.local", 80)
@@ -650,7 +724,7 @@ async def test_https_workers_are_reached_over_tls_with_keep_alive(tmp_path: Path
     verifying = ssl.create_default_context(cafile=str(files.ca_file))
     certificates: list[tuple[tuple[str, int], float]] = []
     client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0,
-                            tls={origin_of(base): verifying},
+                            tls={base: verifying},
                             on_certificate=lambda origin, not_after: certificates.append(
                                 (origin, not_after)))
     stranger = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0)   # system CAs only
@@ -684,7 +758,7 @@ async def test_a_certificate_for_another_host_is_refused(tmp_path: Path) -> None
     server = RawServer(handler, server_tls_context(files.certfile, files.keyfile))
     base = await server.start()
     client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0, tls={
-        origin_of(base): ssl.create_default_context(cafile=str(files.ca_file))})
+        base: ssl.create_default_context(cafile=str(files.ca_file))})
     try:
         with pytest.raises(UpstreamConnectError, match=r"IP address mismatch|doesn't match"):
             await client.get(f"{base}/metrics")
