@@ -32,7 +32,10 @@ validate --fleet``) is one that ``kvroute up`` and ``kvroute launch-vllm`` accep
 engine's batch limits (``max_num_seqs``, ``max_num_batched_tokens``), which the router's time
 estimates and the simulator need, are the entry's own keys, else those of its ``emulate:`` or
 ``launch:`` block, else the GPU class's vLLM defaults. Ids and URLs are each a worker's own:
-two entries with the same ``url:`` (or emulated on the same port) are refused.
+two entries with the same ``url:`` (or emulated on the same port) are refused, URLs compared
+as the router reaches them (``http://h`` and ``http://H:80/`` are one). A ``url:`` is a base
+URL (a path prefix is kept, for workers behind a reverse proxy): one with a user or password
+(never sent: a key goes in ``api_key_env``), a query, a fragment or whitespace is refused.
 
 Every numeric field of a GPU class, a model and a worker is read through ``check_number``: a
 finite number, positive (a price may be 0), an integer where vLLM takes one (never a bool), a
@@ -49,10 +52,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS, GpuProfile, ModelSpec
 from workers.models import WorkerInfo
+from workers.upstream import base_url
 from workers.yaml_text import YamlTextError, load_config_yaml
 
 
@@ -203,7 +207,8 @@ def parse_fleet(data: Any, source: str = "<memory>") -> FleetConfig:
         if spec.info.id in seen:
             raise FleetConfigError(f"{source}: workers[{i}].id: duplicate id {spec.info.id!r}")
         seen.add(spec.info.id)
-        owner = url_owner.setdefault(spec.info.url.lower(), spec.info.id)
+        # compared as the router reaches them: http://h and http://H:80/ are one server
+        owner = url_owner.setdefault(base_url(spec.info.url), spec.info.id)
         if owner != spec.info.id:
             where = "emulate.port" if spec.emulated else "url"
             raise FleetConfigError(f"{source}: workers[{i}].{where}: {spec.info.url} is "
@@ -212,6 +217,31 @@ def parse_fleet(data: Any, source: str = "<memory>") -> FleetConfig:
         workers.append(spec)
     return FleetConfig(gpu_classes=MappingProxyType(gpus), models=MappingProxyType(models),
                        workers=tuple(workers), source=source)
+
+
+def _checked_url(url: object, where: str) -> SplitResult:
+    """``url`` split, if it is a worker's base URL the router can use: http:// or https://, a
+    host, perhaps a port and a path prefix (a reverse proxy's); nothing the router would
+    drop or append paths after (a query, a fragment) and no whitespace. A user and password
+    in it are refused without echoing them: the router never sends them."""
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise FleetConfigError(f"{where}: must look like http://HOST:PORT or "
+                               f"https://HOST:PORT, got {url!r}")
+    assert isinstance(url, str)
+    if "@" in parts.netloc:
+        shown = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
+        raise FleetConfigError(
+            f"{where}: a user or password in the URL ({parts.scheme}://USER:PASSWORD@"
+            f"{shown.split('://', 1)[1]}) is never sent to the worker; remove it, and give "
+            "a worker started with --api-key its key with api_key_env: VARIABLE")
+    if any(char.isspace() for char in url):
+        raise FleetConfigError(f"{where}: must not contain whitespace, got {url!r}")
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise FleetConfigError(
+            f"{where}: must not carry a query (?...) or a fragment (#...): the router appends "
+            f"its paths (/metrics, /v1/...) to the URL, got {url!r}")
+    return parts
 
 
 def _parse_gpu_classes(raw: Any, source: str) -> dict[str, GpuProfile]:
@@ -311,10 +341,7 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
         check_number(emulate["port"], f"{where}.emulate.port", PORT)
         scheme = "https" if emulate.get("ssl_certfile") else "http"
         url = f"{scheme}://{emulate.get('host', '127.0.0.1')}:{emulate['port']}"
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise FleetConfigError(f"{where}.url: must look like http://HOST:PORT or "
-                               f"https://HOST:PORT, got {url!r}")
+    parts = _checked_url(url, f"{where}.url")
     assert isinstance(url, str)
     try:
         port = parts.port

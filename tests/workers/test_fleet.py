@@ -92,6 +92,40 @@ def test_a_worker_url_is_http_or_https_with_a_host() -> None:
         parse_fleet(one_worker(url="http://10.0.0.7:8000", tls_ca_file="/etc/ca.pem"))
 
 
+def test_a_user_and_password_in_a_worker_url_are_refused_without_echoing_them() -> None:
+    """They were accepted, never sent, and printed in logs and /debug/fleet."""
+    with pytest.raises(FleetConfigError) as raised:
+        parse_fleet(one_worker(url="http://op:s3cr3t@127.0.0.1:8000/v"))
+    message = str(raised.value)
+    assert r"workers[0].url: a user or password in the URL" in message
+    assert "api_key_env" in message and "127.0.0.1:8000/v" in message
+    assert "s3cr3t" not in message and "op:" not in message
+    with pytest.raises(FleetConfigError, match="api_key_env"):
+        parse_fleet(one_worker(url="https://token@10.0.0.7:8443"))
+
+
+@pytest.mark.parametrize("bad", ["http://10.0.0.7:8000?x=1", "http://10.0.0.7:8000/v1?x=1",
+                                 "http://10.0.0.7:8000#f", "http://10.0.0.7:8000/?",
+                                 "http://10.0.0.7:8000/a b", "http://10.0.0.7:8000/a\tb"])
+def test_a_query_a_fragment_or_whitespace_in_a_worker_url_is_refused(bad: str) -> None:
+    with pytest.raises(FleetConfigError, match=r"workers\[0\]\.url: must not (carry a query|"
+                                               r"contain whitespace)"):
+        parse_fleet(one_worker(url=bad))
+    assert parse_fleet(one_worker(url="http://gw:8080/a/")).workers[0].info.url == \
+        "http://gw:8080/a"                          # a reverse proxy's path prefix is kept
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("http://10.0.0.7", "http://10.0.0.7:80/"), ("HTTP://Worker.Local:8000", "http://worker.local:8000/"),
+    ("https://10.0.0.7/", "https://10.0.0.7:443"), ("http://[::1]:8000", "http://[::1]:8000/")])
+def test_one_server_written_two_ways_is_refused_as_two_workers(first: str, second: str) -> None:
+    data = one_worker(url=first)
+    data["workers"].append({"id": "w1", "gpu": "a100", "models": [MODEL], "url": second})
+    with pytest.raises(FleetConfigError, match=r"workers\[1\]\.url: .* is already the URL of "
+                                               "worker 'w0'"):
+        parse_fleet(data)
+
+
 def test_an_emulated_worker_serving_tls_is_reached_over_https() -> None:
     info = parse_fleet(one_worker(emulate={"port": 8443, "ssl_certfile": "c.pem"},
                                   tls_ca_file="ca.pem")).workers[0].info
