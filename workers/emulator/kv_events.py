@@ -66,6 +66,7 @@ class KvEventPublisher:
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, 100000)
         self._pub.setsockopt(zmq.LINGER, 0)
+        self._pub.setsockopt(zmq.IPV6, 1)       # so that tcp://[::1]:P can be bound
         self._topic = config.topic.encode()
         self._seq = 0
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
@@ -76,6 +77,7 @@ class KvEventPublisher:
             if config.replay_endpoint:
                 self._replay = self._ctx.socket(zmq.ROUTER)
                 self._replay.setsockopt(zmq.LINGER, 0)
+                self._replay.setsockopt(zmq.IPV6, 1)
                 _bind_or_connect(self._replay, config.replay_endpoint)
         except OSError:
             # (a context left with open sockets blocks whoever collects it, for good)

@@ -126,6 +126,9 @@ class KvEventSubscriber:
         socket = self._context.socket(zmq.SUB)
         try:
             socket.setsockopt(zmq.LINGER, 0)
+            # without it ZMQ resolves tcp://[::1]:P and IPv6 names to nothing and delivers
+            # nothing, silently; IPv4 endpoints work as before
+            socket.setsockopt(zmq.IPV6, 1)
             socket.setsockopt(zmq.SUBSCRIBE, source.topic.encode())
             socket.connect(source.endpoint)
         except zmq.ZMQError as exc:       # an endpoint ZMQ cannot take: nothing to follow
@@ -173,6 +176,7 @@ class KvEventSubscriber:
         assert self._context is not None and source.replay_endpoint is not None
         socket = self._context.socket(zmq.DEALER)
         socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.IPV6, 1)          # as the live stream's: IPv6 endpoints too
         socket.connect(source.replay_endpoint)
         try:
             await socket.send_multipart([start.to_bytes(8, "big")])

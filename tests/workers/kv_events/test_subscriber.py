@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 
 import msgpack
@@ -10,6 +11,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from workers.emulator.config import KvEventsConfig
+from workers.emulator.kv_events import KvEventPublisher
+from workers.engine.api import BlockStored
 from workers.engine.block_hash import block_hash_chain, to_event_int
 from workers.kv_events import ExactPrefixIndex, KvEventSource, KvEventSubscriber
 from workers.kv_events.decode import decode_batch
@@ -213,3 +217,52 @@ async def test_an_endpoint_zmq_cannot_take_neither_hangs_follow_nor_fails_stop(
         assert "cannot follow w at 10.0.0.7:5557" in caplog.text
     finally:
         await subscriber.stop()
+
+
+def free_ipv6_port(taken: tuple[int, ...] = ()) -> int:
+    """A port free on ::1, from 45000-45999."""
+    for port in range(45000, 46000):
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("::1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port on ::1 in 45000-45999")
+
+
+@pytest.mark.integration
+async def test_events_over_ipv6_reach_the_subscriber_live_and_replayed() -> None:
+    """The emulator's publisher bound on tcp://[::1]:P and the subscriber following it: ZMQ
+    sockets without the IPV6 option neither bind nor connect there, and nothing arrived."""
+    pub_port = free_ipv6_port()
+    replay_port = free_ipv6_port((pub_port,))
+    chain = [to_event_int(h) for h in block_hash_chain(list(range(64)), 16)]
+    publisher = KvEventPublisher(KvEventsConfig(
+        endpoint=f"tcp://[::1]:{pub_port}", replay_endpoint=f"tcp://[::1]:{replay_port}",
+        topic=TOPIC.decode()))
+    index = ExactPrefixIndex()
+    subscriber = KvEventSubscriber(index, [KvEventSource(
+        "w", f"tcp://[::1]:{pub_port}", replay_endpoint=f"tcp://[::1]:{replay_port}",
+        topic=TOPIC.decode())])
+
+    def stored(n: int) -> list[BlockStored]:
+        return [BlockStored(block_hashes=(chain[n],), parent_block_hash=None,
+                            token_ids=(), block_size=16)]
+
+    try:
+        publisher.publish(stored(0))      # before anyone subscribed: only replay brings it
+        await subscriber.start()
+        async with asyncio.timeout(30.0):
+            n = 1
+            while index.state("w").last_seq is None or index.state("w").gap_open:
+                publisher.publish(stored(min(n, 3)))
+                n += 1
+                await asyncio.sleep(0.02)
+        assert index.match("w", chain) >= 2        # batch 0 came by replay, then the live ones
+        assert subscriber.counters["w"].replays == 1
+    finally:
+        await subscriber.stop()
+        await publisher.close()
