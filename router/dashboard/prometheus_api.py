@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from workers.direct_http import direct_urlopen
 
 
 class PrometheusError(RuntimeError):
@@ -29,7 +30,8 @@ class PrometheusClient:
     def _get(self, path: str, params: Sequence[tuple[str, str]]) -> Any:
         url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
+            # never through HTTP_PROXY: Prometheus is reached directly, as the workers are
+            with direct_urlopen(url, timeout=self.timeout_s) as resp:
                 body = json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:500]

@@ -17,13 +17,13 @@ import tempfile
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from workers.direct_http import direct_urlopen, probe_error
 from workers.emulator import PID_HEADER
 from workers.fleet import FleetConfig, WorkerSpec, load_fleet
 from workers.ports import free_port
@@ -38,21 +38,24 @@ class EmulatorStartError(RuntimeError):
     """An emulator process exited or did not become healthy in time."""
 
 
-def _health(url: str) -> tuple[int, str | None] | None:
+def _health(url: str, errors: dict[str, str] | None = None) -> tuple[int, str | None] | None:
     """``url``'s ``/health`` status and the emulator process id it names; None when nothing
-    answers there."""
+    answers there (why, in ``errors[url]``). Never through a proxy: the router reaches its
+    workers directly."""
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=1.0,
-                                    context=readiness_probe_context(url)) as resp:
+        with direct_urlopen(f"{url}/health", timeout=1.0,
+                            context=readiness_probe_context(url)) as resp:
             return int(resp.status), resp.headers.get(PID_HEADER)
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError) as exc:
+        if errors is not None:
+            errors[url] = probe_error(exc)
         return None
 
 
-def _healthy(url: str, pid: int) -> bool:
+def _healthy(url: str, pid: int, errors: dict[str, str] | None = None) -> bool:
     """Whether ``url`` answers ``/health`` from the emulator process ``pid``: a server of
     another process on that port is not the worker that was started."""
-    return _health(url) == (200, str(pid))
+    return _health(url, errors) == (200, str(pid))
 
 
 def _held_by_another(urls: Sequence[str], pid: int) -> str:
@@ -121,20 +124,24 @@ class _Subprocess:
     def wait_healthy(self, urls: Sequence[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         pending = list(urls)
+        errors: dict[str, str] = {}      # each URL's last failed probe
         while pending:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise EmulatorStartError(
                     f"emulator exited with status {self.proc.returncode}: "
                     f"{self.stderr_text().strip()[-2000:]}")
-            pending = [u for u in pending if not _healthy(u, self.proc.pid)]
+            pending = [u for u in pending if not _healthy(u, self.proc.pid, errors)]
             if not pending:
                 return
             if time.monotonic() > deadline:
                 self.stop()
+                probes = "; ".join(f"{url}/health: {errors[url]}" for url in pending
+                                   if url in errors)
                 raise EmulatorStartError(
                     f"emulator not healthy after {timeout_s:.0f}s at {', '.join(pending)}"
-                    f"{_held_by_another(pending, self.proc.pid)}: "
+                    f"{_held_by_another(pending, self.proc.pid)}"
+                    f"{f' (last probe: {probes})' if probes else ''}: "
                     f"{self.stderr_text().strip()[-2000:]}")
             time.sleep(0.05)
 

@@ -18,11 +18,11 @@ import subprocess
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from workers.direct_http import direct_urlopen, probe_error
 from workers.launch.command import VllmCommand
 from workers.tls import readiness_probe_context
 
@@ -55,6 +55,7 @@ class VllmProcess:
         self.command = command
         self.log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
+        self.last_probe_error: str | None = None     # why /health last failed, if it did
 
     @property
     def pid(self) -> int | None:
@@ -91,19 +92,24 @@ class VllmProcess:
         if code is not None:
             raise LaunchError(f"{self.command.worker_id}: vLLM exited with code {code}; "
                               f"log tail:\n{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2.0,
-                                        context=readiness_probe_context(self.url)) as response:
-                return int(response.status) == 200
-        except (urllib.error.URLError, OSError):
+        try:        # never through a proxy: the router reaches its workers directly
+            with direct_urlopen(self.url + "/health", timeout=2.0,
+                                context=readiness_probe_context(self.url)) as response:
+                healthy = int(response.status) == 200
+                self.last_probe_error = None if healthy else f"HTTP {response.status}"
+                return healthy
+        except (urllib.error.URLError, OSError) as exc:
+            self.last_probe_error = probe_error(exc)
             return False
 
     def wait_healthy(self, timeout_s: float, poll_s: float = 1.0) -> None:
         deadline = time.monotonic() + timeout_s
         while not self.poll_healthy():
             if time.monotonic() > deadline:
-                raise LaunchError(f"{self.command.worker_id}: not healthy after {timeout_s:g} s;"
-                                  f" log tail:\n{self.log_tail()}")
+                probe = (f" (last probe of {self.url}/health: {self.last_probe_error})"
+                         if self.last_probe_error else "")
+                raise LaunchError(f"{self.command.worker_id}: not healthy after {timeout_s:g} s"
+                                  f"{probe}; log tail:\n{self.log_tail()}")
             time.sleep(poll_s)
 
     def stop(self, grace_s: float = 20.0) -> int | None:
@@ -159,8 +165,10 @@ class VllmFleet:
                 pending = [p for p in pending if not p.poll_healthy()]
                 if pending and time.monotonic() > deadline:
                     names = ", ".join(p.command.worker_id for p in pending)
-                    raise LaunchError(f"not healthy after {timeout_s:g} s: {names}; log tail:\n"
-                                      f"{pending[0].log_tail()}")
+                    probe = pending[0].last_probe_error
+                    why = f" (last probe of {pending[0].url}/health: {probe})" if probe else ""
+                    raise LaunchError(f"not healthy after {timeout_s:g} s: {names}{why}; log "
+                                      f"tail:\n{pending[0].log_tail()}")
                 if pending and _wait(stop, 1.0):
                     raise LaunchInterrupted("stopped before every server was healthy")
         except BaseException:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.workers.proxy_support import set_dead_proxy
 from workers.emulator.process import EmulatorFleet, EmulatorProcess, EmulatorStartError
 from workers.ports import free_port
 
@@ -72,6 +73,14 @@ def test_fleet_hosts_every_emulated_worker(tmp_path: Path, one_process: bool) ->
         with urllib.request.urlopen(f"{fleet.urls['w-h200']}/metrics", timeout=5) as resp:
             assert 'num_gpu_blocks="500"' in resp.read().decode()
     assert all(refused(url) for url in fleet.urls.values())
+
+
+def test_the_readiness_probe_ignores_http_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under HTTP_PROXY with no NO_PROXY the probe went to the proxy: 'emulator not healthy
+    after 30s' with an empty reason, for an emulator that was up."""
+    set_dead_proxy(monkeypatch)
+    with EmulatorProcess(time_scale=0.0, ready_timeout_s=10.0) as worker:
+        assert worker.url.startswith("http://127.0.0.1:")
 
 
 def test_process_stops_by_pid_and_reports_start_errors() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.workers.proxy_support import set_dead_proxy
 from workers.launch.command import VllmCommand
 from workers.launch.process import LaunchError, VllmFleet, VllmProcess, first_exception
 from workers.ports import free_port
@@ -52,9 +53,22 @@ def test_early_exit_is_reported_with_the_log(tmp_path: Path) -> None:
 def test_not_healthy_in_time(tmp_path: Path) -> None:
     silent = "import time; time.sleep(60)"
     fleet = VllmFleet([command("slow", free_port(), silent)], tmp_path)
-    with pytest.raises(LaunchError, match=r"not healthy after 0\.5 s: slow"):
+    with pytest.raises(LaunchError, match=r"not healthy after 0\.5 s: slow \(last probe of "
+                                          r"http://127\.0\.0\.1:\d+/health: .*refused\)"):
         fleet.start(timeout_s=0.5)
     assert fleet.processes[0].stop() == -15                      # already stopped by start()
+
+
+@pytest.mark.integration
+def test_the_readiness_probe_ignores_http_proxy(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under HTTP_PROXY with no NO_PROXY the probe went to the proxy, and a healthy server
+    was never seen healthy."""
+    set_dead_proxy(monkeypatch)
+    process = VllmProcess(command("p", free_port()), tmp_path / "p.log")
+    with process:
+        process.wait_healthy(timeout_s=10, poll_s=0.1)
+        assert process.last_probe_error is None
 
 
 ENGINE_LOG = """\
