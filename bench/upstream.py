@@ -133,7 +133,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
                     "--serve-tls", str(certfile), str(keyfile)], args.server_cpu or None),
             stdout=subprocess.DEVNULL))
         tls_client = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=30.0,
-                                    tls={("127.0.0.1", tls_port): verifying})
+                                    tls={f"https://127.0.0.1:{tls_port}": verifying})
         tls_base = f"https://127.0.0.1:{tls_port}/v1/chat/completions"
         names.append(TLS_CLIENT)
 
