@@ -410,8 +410,12 @@ class ListenError(OSError):
 
 
 def _listen_error(host: str, port: int, exc: OSError) -> ListenError:
-    why = os.strerror(exc.errno) if exc.errno else str(exc)
-    return ListenError(f"cannot listen on {host}:{port}: {why}")
+    if isinstance(exc, socket.gaierror):
+        # its errno is a resolver's code (-2), which os.strerror calls "Unknown error -2"
+        why = f"the host does not resolve: {exc.strerror or exc}"
+    else:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+    return ListenError(f"cannot listen on {host_port(host, port)}: {why}")
 
 
 async def _listen(site: web.TCPSite, runner: web.AppRunner, host: str, port: int) -> None:
@@ -523,7 +527,8 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
         collector = LoopCollector(settings.gc_interval_s) if settings.gc_interval_s else None
         if collector is not None:
             collector.start()
-        log.info("kvroute listening on %s://%s:%d", settings.scheme, settings.host, port)
+        log.info("kvroute listening on %s://%s", settings.scheme,
+                 host_port(settings.host, port))
         if on_ready is not None:
             on_ready(port)
         stop = asyncio.Event()

@@ -598,12 +598,12 @@ class UpstreamClient:
                     server_hostname=key[0] if tls is not None else None)
         except TimeoutError:
             raise UpstreamConnectTimeout(
-                f"no connection to {key[0]}:{key[1]} within {self.connect_timeout_s:g} s"
+                f"no connection to {host_port(*key)} within {self.connect_timeout_s:g} s"
             ) from None
         except OSError as exc:
             if exc.errno in _LOCAL_ERRNOS or out_of_descriptors():
-                raise UpstreamLocalError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
-            raise UpstreamConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
+                raise UpstreamLocalError(f"cannot connect to {host_port(*key)}: {exc}") from exc
+            raise UpstreamConnectError(f"cannot connect to {host_port(*key)}: {exc}") from exc
         connection.tls = tls
         if tls is not None and self._on_certificate is not None:
             not_after = _certificate_expiry(connection.transport)

@@ -232,6 +232,29 @@ def test_a_port_taken_exits_2_with_the_reason(command: str, extra: list[str], tm
     assert not _listening(ports["h100-0"])       # up stopped the workers it started
 
 
+def test_an_ipv6_address_is_written_in_brackets_where_it_cannot_listen() -> None:
+    """It read 'cannot listen on ::1:P', where the port cannot be told from the address."""
+    from router.app import ListenError, check_port_free
+    with socket.socket(socket.AF_INET6) as taken:
+        taken.bind(("::1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ListenError, match=rf"^cannot listen on \[::1\]:{port}: "
+                                              "Address already in use$"):
+            check_port_free("::1", port)
+
+
+def test_a_host_that_does_not_resolve_says_so() -> None:
+    """It read 'Unknown error -2': os.strerror of a resolver's code."""
+    from router.app import ListenError, check_port_free
+    with pytest.raises(ListenError) as raised:
+        check_port_free("no-such-host.invalid", 45123)
+    message = str(raised.value)
+    assert message.startswith("cannot listen on no-such-host.invalid:45123: the host does not "
+                              "resolve: ")
+    assert "Unknown error" not in message
+
+
 @pytest.mark.parametrize("router_host", ["127.0.0.1", "localhost", "0.0.0.0"])
 def test_up_refuses_a_router_port_an_emulated_worker_takes_before_starting_it(
         router_host: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -704,6 +705,15 @@ async def test_workers_on_path_prefixes_of_one_origin_get_their_own_tls_context(
     finally:
         await client.close()
         await server.stop()
+
+
+async def test_an_ipv6_worker_that_refuses_is_named_in_brackets(client: UpstreamClient) -> None:
+    """It read 'cannot connect to ::1:P', where the port cannot be told from the address."""
+    with socket.socket(socket.AF_INET6) as unused:      # bound, never listening: refused
+        unused.bind(("::1", 0))
+        port = unused.getsockname()[1]
+        with pytest.raises(UpstreamConnectError, match=rf"^cannot connect to \[::1\]:{port}: "):
+            await client.get(f"http://[::1]:{port}/metrics")
 
 
 def test_origin_of_is_the_pool_key() -> None:

@@ -20,6 +20,7 @@ from workers.emulator.config import EmulatorConfig
 from workers.emulator.tokens import Tokenizer
 from workers.task_cancel import cancel_and_wait
 from workers.tls import server_tls_context
+from workers.upstream import host_port
 
 READY_LINE = "emulator ready"
 
@@ -106,7 +107,7 @@ async def serve(configs: Sequence[EmulatorConfig]) -> None:
             refusing = " (refusing connections: faults.refuse_connections)" if (
                 c.faults.refuse_connections) else ""
             print(f"{READY_LINE}: {c.worker_id} {c.gpu.name} {c.model_name} "
-                  f"{c.scheme}://{c.host}:{c.port} time_scale={c.time_scale}{refusing}",
+                  f"{c.scheme}://{host_port(c.host, c.port)} time_scale={c.time_scale}{refusing}",
                   file=sys.stderr, flush=True)
         await stop.wait()
     finally:
