@@ -234,7 +234,10 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
         for worker_id in workers_at or [host_port(*origin)]:
             metrics.record_certificate(worker_id, not_after)
 
-    scrapes = UpstreamClient(settings.connect_timeout_s, settings.scrape_timeout_s,
+    # a scrape's connection comes within half its timeout, else its timeout hides the
+    # connect timeout, and a host gone is taken for a busy worker (``workers.scraper``)
+    scrapes = UpstreamClient(min(settings.connect_timeout_s, settings.scrape_timeout_s / 2),
+                             settings.scrape_timeout_s,
                              authorizations=authorizations, tls=tls,
                              on_certificate=on_certificate)
     scraper = WorkerScraper(

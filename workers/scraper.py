@@ -6,7 +6,9 @@ Reads vLLM's metric names old and new (``kv_cache_usage_perc`` / ``gpu_cache_usa
 keeps the last good numbers (their staleness grows) and counts a failure; after
 ``fail_threshold`` consecutive failures the worker is marked down, and the next good scrape
 brings it back. A scrape that times out means a busy worker, not a dead one: it stays up
-until its last good scrape is ``slow_grace_s`` old. Nothing a worker sends can crash the loop.
+until its last good scrape is ``slow_grace_s`` old; one whose connection never came (a busy
+server's kernel still takes connections: its host or address is gone) counts as a failure.
+Nothing a worker sends can crash the loop.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ import orjson
 from workers.exposition import ExpositionError, parse_sample_line
 from workers.models import WorkerInfo, WorkerSnapshot
 from workers.registry import WorkerRegistry, same_server
-from workers.upstream import UpstreamClient, UpstreamError, UpstreamLocalError
+from workers.upstream import (
+    UpstreamClient,
+    UpstreamConnectTimeout,
+    UpstreamError,
+    UpstreamLocalError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +263,9 @@ class WorkerScraper:
                 log.warning("worker %s: not scraped for want of the router's own resources "
                             "(%s; %d time(s) so far); its last snapshot stands", info.id, exc,
                             self._local_failures)
+            return
+        except UpstreamConnectTimeout as exc:     # no connection: gone, not busy
+            self._record_failure(info, now, _describe(exc), slow=False)
             return
         except TimeoutError:
             self._record_failure(info, now, "timed out", slow=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 
 import aiohttp
@@ -17,8 +18,10 @@ from aiohttp import web
 from tests.router.gateway_support import (
     MODEL,
     ROUTING_ROUND_ROBIN,
+    FrontedWorker,
     RouterFactory,
     RouterHandle,
+    fleet_entry,
     scripted_router,
     subset,
     url_fleet,
@@ -253,6 +256,36 @@ async def test_garbage_metrics_mark_worker_stale_and_down(
                 assert resp.headers["x-kvroute-worker"] == "a100-fast"
     assert router.metric("kvroute_worker_up", worker="garbage", gpu="L40S-48GB",
                          model=MODEL) == 0.0
+
+
+async def test_a_worker_whose_host_is_gone_is_down_within_the_fail_threshold(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A scrape that times out is a busy worker's, kept up for ``slow_grace_s`` (10 s); a
+    host gone (connection attempts unanswered) timed out the same way, the scrape's 1 s
+    timeout coming before the 2 s connect timeout: requests kept going to it for 10 s."""
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    worker = FrontedWorker(backend, _fail)
+    await worker.__aenter__()
+    router = await make_router(url_fleet({"w": worker.url}))
+    port = int(worker.url.rsplit(":", 1)[1])
+    loop = asyncio.get_running_loop()
+    while not (await fleet_entry(router, "w"))["healthy"]:
+        await asyncio.sleep(0.05)
+    await worker.__aexit__()          # its server and connections go; its address stays,
+    gone = socket.socket()            # its connection attempts unanswered (a full queue)
+    gone.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    gone.bind(("127.0.0.1", port))
+    gone.listen(0)
+    queued = socket.create_connection(("127.0.0.1", port))
+    try:
+        gone_at = loop.time()
+        while (await fleet_entry(router, "w"))["healthy"]:
+            assert loop.time() - gone_at < 6.0, "still taken for a busy worker"
+            await asyncio.sleep(0.1)
+        assert "no connection to" in (await fleet_entry(router, "w"))["last_error"]
+    finally:
+        queued.close()
+        gone.close()
 
 
 async def _answer_with_headers_of_its_own(request: web.Request) -> web.StreamResponse:

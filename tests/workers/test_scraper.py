@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,6 +290,44 @@ async def test_slow_worker_stays_up_for_the_grace_period(worker: tuple[_Worker, 
             assert snap is not None and snap.healthy is healthy, at
             assert snap.error == "timed out" and snap.scraped_at == 100.0
 
+
+
+async def test_a_host_whose_connections_never_come_is_down_after_the_threshold(
+        worker: tuple[_Worker, str]) -> None:
+    """A scrape timing out means a busy worker, kept up for the grace period; one whose
+    connection never came (its host gone, attempts unanswered: a busy server's kernel still
+    takes connections) was taken for busy too, and a dead host stayed in rotation 10 s."""
+    _, url = worker
+    gone = socket.socket()          # a listener whose accept queue is full: connection
+    gone.bind(("127.0.0.1", 0))     # attempts go unanswered, as to a host that is gone
+    gone.listen(0)
+    port = gone.getsockname()[1]
+    queued = socket.create_connection(("127.0.0.1", port))
+    seen = WorkerRegistry([_info(url)], InflightTracker())
+    registry = WorkerRegistry([_info(f"http://127.0.0.1:{port}")], InflightTracker())
+    clock = _Clock()
+    client = UpstreamClient(connect_timeout_s=0.05, read_timeout_s=5.0)
+    try:
+        await WorkerScraper(seen, client, interval_s=0.2, timeout_s=0.2, models_interval_s=5.0,
+                            fail_threshold=3, clock=clock).scrape_once()
+        good = seen.snapshot("w0")
+        assert good is not None and good.healthy
+        registry.update(good, fresh=True)        # the worker as last scraped, then gone
+        scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=0.2,
+                                models_interval_s=5.0, fail_threshold=3, slow_grace_s=10.0,
+                                clock=clock)
+        healthy = []
+        for at in (100.2, 100.4, 100.6):
+            clock.now = at
+            await scraper.scrape_once()
+            snap = registry.snapshot("w0")
+            assert snap is not None and "no connection to" in snap.error, snap.error
+            healthy.append(snap.healthy)
+    finally:
+        await client.close()
+        queued.close()
+        gone.close()
+    assert healthy == [True, True, False]      # down at the third failure, not after 10 s
 
 
 async def test_an_engine_that_restarted_is_reported_lost(
