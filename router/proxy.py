@@ -196,7 +196,8 @@ class RetryableUpstream(Exception):
     def __init__(self, reason: str, status: int, detail: str, *,
                  broke_off: bool = False) -> None:
         super().__init__(f"{reason}: {detail}")
-        self.reason = reason          # "connect", "disconnect", "http_5xx" or "model_not_found"
+        # "connect", "disconnect", "http_5xx", "redirect" or "model_not_found"
+        self.reason = reason
         self.status = status          # the worker's status, or 502 when there was none
         self.detail = detail
         self.broke_off = broke_off    # a "disconnect" after the answer's head came
@@ -209,7 +210,9 @@ class RetryableUpstream(Exception):
 
 
 _CLIENT_TEXT = {"connect": "the worker did not take the connection",
-                "disconnect": "the worker closed the connection before it answered"}
+                "disconnect": "the worker closed the connection before it answered",
+                "redirect": "the worker redirected the request (its URL in the fleet file is "
+                            "not where it serves)"}
 _BROKE_OFF = "the worker's answer broke off before it was whole"
 
 
@@ -313,6 +316,13 @@ class Proxy:
             if upstream.status >= 500:
                 detail = (await upstream.read()).decode("utf-8", "replace")[:300]
                 raise RetryableUpstream("http_5xx", upstream.status, detail)
+            if 300 <= upstream.status < 400 and upstream.status != 304:
+                # vLLM never redirects: the fleet file's URL is not where it serves (a proxy
+                # sending http to https, a path moved); its Location is no client's business
+                await upstream.read()
+                raise RetryableUpstream("redirect", 502, (
+                    f"{url} answered {upstream.status} to "
+                    f"{upstream.headers.get('location', '(no Location)')}"))
             if upstream.status == 404 and adapter is not None:
                 data = await upstream.read()
                 if _names_missing_model(data, adapter):

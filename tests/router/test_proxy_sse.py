@@ -145,6 +145,8 @@ async def _upstream(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": {"message": "too long", "code": 400}}, status=400)
     if mode == "crash":
         return web.json_response({"error": "boom"}, status=503)
+    if mode == "redirect":
+        raise web.HTTPTemporaryRedirect("http://10.1.2.3:8000/v1/chat/completions")
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for piece in _pieces(mode):
@@ -840,3 +842,18 @@ async def test_a_named_error_event_ends_the_stream_once(api: str) -> None:
     result, body = await _relay_once(stream, stream_format, lambda: None)
     assert body == stream and body.count(b"event: error") == 1
     assert result.status == 500 and result.worker_failed
+
+
+async def test_a_workers_redirect_is_not_relayed(
+        relay_url: tuple[str, list[ProxyResult | Exception]]) -> None:
+    """A worker's 307 reached the client as it came: its ``Location`` sent the client around
+    the router, to an internal address, and the worker's misconfiguration counted as an
+    answer. It is the worker's failure, retried elsewhere, the client told no address."""
+    url, results = relay_url
+    status, _, _ = await _get(url, "mode=redirect")
+    assert status == 599
+    [failure] = results
+    assert isinstance(failure, RetryableUpstream)
+    assert (failure.reason, failure.status) == ("redirect", 502)
+    assert "307 to http://10.1.2.3:8000" in str(failure)             # (the log's)
+    assert "10.1.2.3" not in failure.client_text()
