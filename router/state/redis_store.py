@@ -6,13 +6,19 @@ its tenants' budgets in a local ``TenantUsage``. Off the request path every
 ``kvroute:inflight:<replica>`` (field per worker: ``requests,prefill,decode,since_scrape``)
 and ``kvroute:usage:<replica>`` (field per budget: ``requests,tokens`` over the last minute,
 and ``<budget>\x1fschedule``: what of them stays 10, 20, … 50 s later, so that the others'
-``Retry-After`` says when it leaves), both with a time-to-live (``ttl_s``, and at least
-``TTL_SYNCS`` times the last sync's duration: a slow Redis must not let them lapse between
-two publishes), and marks itself alive in
-the sorted set ``kvroute:replicas``; then it reads the other live replicas' hashes. Views
-add the others' counts to the local ones, so a burst spread over replicas is still seen
-whole, and a budget is judged on every replica's spending. A replica that dies stops
-refreshing its hashes and its counts expire. One that stops removes its in-flight counts,
+``Retry-After`` says when it leaves), the in-flight counts with a time-to-live (``ttl_s``,
+and at least ``TTL_SYNCS`` times the last sync's duration: a slow Redis must not let them
+lapse between two publishes), the usage with the window's (``WINDOW_S``), and marks itself
+alive in the sorted set ``kvroute:replicas`` (with when it published); then it reads the
+other live replicas' hashes. Views add the others' counts to the local ones, so a burst
+spread over replicas is still seen whole, and a budget is judged on every replica's
+spending. A replica that dies stops refreshing its hashes: its in-flight counts expire
+within ``ttl_s``, and its usage is read as of how long ago it published (what its schedule
+says is still in the window), leaving with the window. A replica paused for seconds (SIGSTOP,
+a VM pause, a long GC) is read so too, so its spending stays counted while it is away and
+a tenant does not get it again (when its usage expired with its in-flight counts, a
+replica paused 3 s came back to a deployment holding twice the limit). One that stops
+removes its in-flight counts,
 but what its budgets spent stays counted until it leaves the window: it is written to
 ``kvroute:usage-left:<replica>:<process>``, listed with the time it ends in the sorted set
 ``kvroute:usage-left``, and read by every replica as fading evenly to nothing over the
@@ -580,9 +586,10 @@ class RedisStateStore:
                         "ahead of" if skew > 0 else "behind")
             self._skew_logged = True
 
-    async def _publish(self) -> tuple[list[str], list[tuple[str, float]]]:
-        """Publish this replica's counts; returns the other replicas alive, and the usage
-        stopped replicas left (key, the share of it still in the window)."""
+    async def _publish(self) -> tuple[dict[str, float], list[tuple[str, float]]]:
+        """Publish this replica's counts; returns the other replicas alive (by id: how long
+        ago each last published, in seconds), and the usage stopped replicas left (key, the
+        share of it still in the window)."""
         fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
         usage = self._usage_fields()
         if not self._clock.known:     # the first sync: nothing is timed on a host's clock
@@ -601,12 +608,17 @@ class RedisStateStore:
                 pipe.pexpire(self._key, ttl_ms)
             if usage:
                 pipe.hset(self._usage_key, mapping=usage)
-                pipe.pexpire(self._usage_key, ttl_ms)
+                # kept for the window, not the in-flight counts' few syncs: a replica paused
+                # a few seconds (SIGSTOP, a VM pause, a long GC) comes back with what it
+                # spent, and the others must have counted it meanwhile; a killed one's leaves
+                # the window as the readers age it (``_aged_usage``)
+                pipe.pexpire(self._usage_key, max(ttl_ms, WINDOW_MS))
             pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms})
             pipe.zremrangebyscore(REPLICAS_KEY, "-inf", now_ms - REPLICA_FORGET_MS)
             pipe.set(INSTANCE_PREFIX + self.replica_id, self._instance,
                      px=max(self._ttl_ms, REPLICA_ALIVE_MS), get=True)
-            pipe.zrangebyscore(REPLICAS_KEY, now_ms - REPLICA_ALIVE_MS, "+inf")
+            pipe.zrangebyscore(REPLICAS_KEY, now_ms - REPLICA_ALIVE_MS, "+inf",
+                               withscores=True)
             pipe.zremrangebyscore(LEFT_USAGE_KEY, "-inf", now_ms)
             pipe.zrangebyscore(LEFT_USAGE_KEY, now_ms, "+inf", withscores=True)
             started = self._clock.started()
@@ -623,12 +635,17 @@ class RedisStateStore:
             self._shared_id_logged = True
         left = [(key, min(1.0, (ends_ms - now_ms) / WINDOW_MS))
                 for key, ends_ms in replies[-1]]
-        return [r for r in replies[-3] if r != self.replica_id], left
+        # how long ago each published (0 at most: Redis's clock read through two hosts'
+        # round trips may put another's last publish a moment after this one's now)
+        others = {replica: max(0.0, (now_ms - published_ms) / 1000)
+                  for replica, published_ms in replies[-3] if replica != self.replica_id}
+        return others, left
 
-    async def _read(self, others: list[str], left: list[tuple[str, float]]
+    async def _read(self, others: Mapping[str, float], left: list[tuple[str, float]]
                     ) -> tuple[dict[str, WorkerInflight], dict[str, tuple[int, int]]]:
-        """The other replicas' in-flight counts by worker and budgets' usage by key, with
-        ``left``'s usage (stopped replicas': its key and the share still counted)."""
+        """The other replicas' in-flight counts by worker and budgets' usage by key (each
+        replica's as of how long ago it published, ``others``), with ``left``'s usage
+        (stopped replicas': its key and the share still counted)."""
         if not others and not left:
             self._usage.remote_schedule = {}
             return {}, {}
@@ -640,7 +657,10 @@ class RedisStateStore:
                 pipe.hgetall(key)
             replies = await pipe.execute()
         tables = replies[:2 * len(others)]
-        shares = [1.0] * len(others) + [share for _, share in left]
+        # (seconds since published, share still counted): the live replicas' by their age,
+        # the stopped replicas' by the share of the window left to them
+        readings = ([(age_s, 1.0) for age_s in others.values()]
+                    + [(0.0, share) for _, share in left])
         usage_tables = tables[1::2] + replies[2 * len(others):]
         totals: dict[str, WorkerInflight] = {}
         for table in tables[0::2]:
@@ -656,7 +676,7 @@ class RedisStateStore:
                 total.dispatched_since_scrape += entry.dispatched_since_scrape
         usage: dict[str, tuple[int, int]] = {}
         schedules: dict[str, list[list[int]]] = {}
-        for table, share in zip(usage_tables, shares, strict=True):
+        for table, (age_s, share) in zip(usage_tables, readings, strict=True):
             for key, raw in table.items():
                 if key.endswith(SCHEDULE_SUFFIX):
                     continue
@@ -664,15 +684,13 @@ class RedisStateStore:
                     requests, tokens = (int(x) for x in raw.split(","))
                 except ValueError:
                     continue
-                if share < 1.0:        # fading out of the window
-                    requests, tokens = math.ceil(requests * share), math.ceil(tokens * share)
+                written = _decode_schedule(table.get(key + SCHEDULE_SUFFIX))
+                if share < 1.0:
+                    requests, tokens, schedule = _left_usage(requests, tokens, written, share)
+                else:
+                    requests, tokens, schedule = _aged_usage(requests, tokens, written, age_s)
                 known = usage.get(key, (0, 0))
                 usage[key] = (known[0] + requests, known[1] + tokens)
-                schedule = _decode_schedule(table.get(key + SCHEDULE_SUFFIX))
-                if schedule is None:   # (a replica not publishing one)
-                    schedule = _fading_schedule(requests, tokens, share)
-                elif share < 1.0:      # a stopped replica's, written when it stopped
-                    schedule = _schedule_since(schedule, (1.0 - share) * WINDOW_S)
                 steps = schedules.setdefault(key, [[0, 0] for _ in range(SCHEDULE_STEPS)])
                 for step, (left_requests, left_tokens) in zip(steps, schedule, strict=True):
                     step[0] += left_requests
@@ -695,6 +713,36 @@ def _decode_schedule(raw: str | None) -> Schedule | None:
     except ValueError:
         return None
     return pairs if len(pairs) == SCHEDULE_STEPS else None
+
+
+def _left_usage(requests: int, tokens: int, written: Schedule | None,
+                share: float) -> tuple[int, int, Schedule]:
+    """A stopped replica's totals and schedule (``written`` when it stopped, if any), with
+    the ``share`` of the window left to them: the totals fading evenly out of it."""
+    requests, tokens = math.ceil(requests * share), math.ceil(tokens * share)
+    if written is None:        # (a replica not publishing one)
+        return requests, tokens, _fading_schedule(requests, tokens, share)
+    return requests, tokens, _schedule_since(written, (1.0 - share) * WINDOW_S)
+
+
+def _aged_usage(requests: int, tokens: int, written: Schedule | None,
+                age_s: float) -> tuple[int, int, Schedule]:
+    """A live replica's totals and schedule (``written``, if it publishes one) as of now,
+    ``age_s`` after it published them. A replica that syncs is a fraction of a second old
+    and read as published; one paused (or killed) since is read from its schedule at the
+    steps wholly past: all of it for the first ``SCHEDULE_STEP_S``, so a paused replica's
+    burst is counted whole until it returns (read fading evenly, a tenant got the faded part
+    again meanwhile, and held more than its limit once the replica was back), and never
+    less than is still in the window (what stays only falls). Without a schedule it fades
+    evenly after the first step."""
+    steps = int(age_s // SCHEDULE_STEP_S)
+    if written is None:        # (a replica not publishing one)
+        share = 1.0 if steps == 0 else max(0.0, 1.0 - age_s / WINDOW_S)
+        requests, tokens = math.ceil(requests * share), math.ceil(tokens * share)
+        return requests, tokens, _fading_schedule(requests, tokens, share)
+    if steps > 0:
+        requests, tokens = written[steps - 1] if steps <= SCHEDULE_STEPS else (0, 0)
+    return requests, tokens, _schedule_since(written, age_s)
 
 
 def _schedule_since(schedule: Schedule, elapsed_s: float) -> Schedule:

@@ -409,22 +409,96 @@ async def test_a_stopped_replicas_spending_fades_out_of_the_window(redis_url: st
         await client.aclose()
 
 
-async def test_a_dead_replicas_usage_expires(redis_url: str) -> None:
+async def _published_earlier(client: redis.Redis, replica: str, seconds: float) -> None:
+    """Move ``replica``'s last publish ``seconds`` back, as if it had been silent so long
+    (paused or killed) without the test waiting."""
+    published_ms = await client.zscore(REPLICAS_KEY, replica)
+    assert published_ms is not None
+    await client.zadd(REPLICAS_KEY, {replica: published_ms - 1000 * seconds})
+
+
+async def test_a_paused_replicas_spending_stays_counted_until_it_returns(
+        redis_url: str) -> None:
+    """A replica's usage expired with its in-flight counts, a second after its last sync: one
+    paused 3 s (SIGSTOP, a VM pause, a long GC) lost its spending in the others' eyes, they
+    admitted the tenant again, and once it was back the window held twice the limit. Its
+    in-flight counts still go at once; its spending stays, whole (read fading evenly, the
+    faded part was admitted again: 5 past a limit of 100 after 3 s)."""
+    limit = 100
+    paused = RedisStateStore(redis_url, "paused", sync_interval_s=60, ttl_s=0.2)
+    other = RedisStateStore(redis_url, "other", sync_interval_s=60)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        await paused.start()
+        await other.start()
+        now = time.monotonic()
+        paused.on_dispatch("w1", 10, 10)
+        paused.usage.add("acme", now, requests=limit, tokens=5000)    # its whole budget
+        await paused.sync_once()
+        await other.sync_once()
+        assert other.usage.totals("acme", now) == (limit, 5000)
+        # paused: past its in-flight counts' time-to-live, and 3 s since it published
+        await asyncio.sleep(0.3)
+        await _published_earlier(client, "paused", 3)
+        admitted = 0
+        for _ in range(20):               # the other replica's admissions meanwhile
+            await other.sync_once()
+            if other.usage.totals("acme", time.monotonic())[0] < limit:
+                other.usage.add("acme", time.monotonic(), requests=1)
+                admitted += 1
+        assert other.inflight.get("w1").requests == 0      # gone, as a dead one's
+        assert other.replicas == 2                         # still alive
+        assert admitted == 0
+        await paused.sync_once()          # resumed
+        await other.sync_once()
+        for store in (paused, other):
+            assert store.usage.totals("acme", time.monotonic()) == (limit, 5000), \
+                store.replica_id
+    finally:
+        await paused.close()
+        await other.close()
+        await client.aclose()
+
+
+async def test_a_killed_replicas_spending_fades_out_of_the_window(redis_url: str) -> None:
+    """Its in-flight counts expire within their time-to-live, as before; its spending (which
+    expired with them) stays counted as what of it is still in the window, read from the
+    schedule it last published, until it leaves."""
     dead = RedisStateStore(redis_url, "dead", sync_interval_s=60, ttl_s=0.2)
     alive = RedisStateStore(redis_url, "alive", sync_interval_s=60)
-    await dead.start()
-    await alive.start()
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        dead.usage.add("acme", time.monotonic(), requests=5)
+        await dead.start()
+        await alive.start()
+        now = time.monotonic()
+        dead.on_dispatch("w1", 10, 10)
+        dead.usage.add("acme", now - 40, requests=6, tokens=600)   # leaves in 20 s
+        dead.usage.add("acme", now, requests=4, tokens=400)        # leaves in a minute
         await dead.sync_once()           # then never again, as if the process died
         await alive.sync_once()
-        assert alive.usage.totals("acme", time.monotonic())[0] == 5
+        assert alive.inflight.get("w1").requests == 1
+        assert alive.usage.totals("acme", now) == (10, 1000)
         await asyncio.sleep(0.3)
         await alive.sync_once()
-        assert alive.usage.totals("acme", time.monotonic())[0] == 0
+        assert alive.inflight.get("w1").requests == 0
+        assert alive.usage.totals("acme", now) == (10, 1000)
+        assert await client.exists("kvroute:inflight:dead") == 0
+        assert await client.pttl("kvroute:usage:dead") > 55_000      # kept for the window
+        # 35 s after its last publish, the 6 spent 40 s before it have left the window
+        await _published_earlier(client, "dead", 35)
+        await alive.sync_once()
+        assert alive.usage.totals("acme", now) == (4, 400)
+        assert alive.usage.remote_schedule["acme"] == ((4, 400), (4, 400), (0, 0), (0, 0),
+                                                       (0, 0))
+        # a minute after it, nothing: no longer a live replica
+        await _published_earlier(client, "dead", 26)
+        await alive.sync_once()
+        assert alive.usage.totals("acme", now) == (0, 0)
+        assert alive.replicas == 1
     finally:
         await alive.close()
         await dead.close()
+        await client.aclose()
 
 
 async def test_owners_recorded_while_redis_was_away_are_written_when_it_returns(
