@@ -17,8 +17,9 @@ within ``ttl_s``, and its usage is read as of how long ago it published (what it
 says is still in the window), leaving with the window. A replica paused for seconds (SIGSTOP,
 a VM pause, a long GC) is read so too, so its spending stays counted while it is away and
 a tenant does not get it again (when its usage expired with its in-flight counts, a
-replica paused 3 s came back to a deployment holding twice the limit). One that stops
-removes its in-flight counts,
+replica paused 3 s came back to a deployment holding twice the limit). A process started
+under a dead one's id leaves the dead one's usage as a stopped replica's (below) at its first
+publish, rather than replacing it. One that stops removes its in-flight counts,
 but what its budgets spent stays counted until it leaves the window: it is written to
 ``kvroute:usage-left:<replica>:<process>``, listed with the time it ends in the sorted set
 ``kvroute:usage-left``, and read by every replica as fading evenly to nothing over the
@@ -237,6 +238,7 @@ class RedisStateStore:
         self._routes_refused = ""  # why Redis refused the routed stream's commands, as logged
         self._routes_retry_at = 0.0   # monotonic: no routes published before (after a refusal)
         self._replicas_logged: int | None = None
+        self._first_published = False   # until then each publish looks for a killed predecessor
 
     @property
     def inflight(self) -> MergedInflight:
@@ -566,6 +568,27 @@ class RedisStateStore:
                 pipe.zadd(LEFT_USAGE_KEY, {left: ends_ms})
             await pipe.execute()
 
+    async def _predecessor_usage(self) -> tuple[str, int] | None:
+        """Before this process's first publish (which replaces its replica id's usage hash):
+        the usage a killed process of the same id left, if any, as the key to leave it under
+        with the stopped replicas' and how long it has left in the window (ms). A process
+        restarted after a crash under its id (a supervisor, a StatefulSet) otherwise wiped
+        its predecessor's last minute. Learns Redis's time in the same round trip (once per
+        process: the syncs after read it with their commands)."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.pttl(self._usage_key)
+            pipe.get(INSTANCE_PREFIX + self.replica_id)
+            started = self._clock.started()
+            reply, left_ms, instance = await pipe.execute()
+        self._learn_time(reply, started)
+        # silent for longer than in-flight counts live: dead for the others too (a hash
+        # still fresh is another process's publishing under this id, warned of at the sync,
+        # not a predecessor's: counted twice if carried)
+        if left_ms <= 0 or left_ms > WINDOW_MS - self._ttl_ms:
+            return None
+        return f"{LEFT_USAGE_PREFIX}{self.replica_id}:{instance or 'killed'}", left_ms
+
     async def _read_time(self) -> None:
         """Learn Redis's time in a round trip of its own (before the first sync only: each
         sync reads it with its commands)."""
@@ -592,7 +615,10 @@ class RedisStateStore:
         share of it still in the window)."""
         fields = {worker: _encode(self._local.get(worker)) for worker in self._workers}
         usage = self._usage_fields()
-        if not self._clock.known:     # the first sync: nothing is timed on a host's clock
+        predecessor = None
+        if not self._first_published:    # (learns Redis's time too)
+            predecessor = await self._predecessor_usage()
+        elif not self._clock.known:   # nothing is timed on a host's clock
             await self._read_time()
         # Redis's time, carried from the last sync's TIME: what the others compare it with
         # was timed on the same clock, whatever the hosts' clocks say
@@ -602,6 +628,11 @@ class RedisStateStore:
         ttl_ms = max(self._ttl_ms, int(1000 * TTL_SYNCS * self.sync_seconds))
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.time()               # for the next sync: no round trip of its own
+            if predecessor is not None:   # left as a stopped replica's, before it is replaced
+                carried, carried_ms = predecessor
+                pipe.copy(self._usage_key, carried, replace=True)
+                pipe.pexpire(carried, carried_ms)
+                pipe.zadd(LEFT_USAGE_KEY, {carried: now_ms + carried_ms})
             pipe.delete(self._key, self._usage_key)
             if fields:
                 pipe.hset(self._key, mapping=fields)
@@ -623,6 +654,7 @@ class RedisStateStore:
             pipe.zrangebyscore(LEFT_USAGE_KEY, now_ms, "+inf", withscores=True)
             started = self._clock.started()
             replies = await pipe.execute()
+        self._first_published = True
         self._learn_time(replies[0], started)
         holder = replies[-4]
         # another process's mark two syncs running: not the one a restart left behind

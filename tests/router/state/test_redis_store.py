@@ -501,6 +501,41 @@ async def test_a_killed_replicas_spending_fades_out_of_the_window(redis_url: str
         await client.aclose()
 
 
+async def test_a_killed_replicas_spending_outlasts_its_restart_under_its_id(
+        redis_url: str) -> None:
+    """A process restarted under a killed one's replica id (a supervisor, a StatefulSet)
+    replaced its predecessor's usage hash at its first sync, and its last minute with it:
+    it is left as a stopped replica's, fading out of the window. A replica id another
+    process still publishes under is not carried over (it would count twice)."""
+    killed = RedisStateStore(redis_url, "r2", sync_interval_s=60, ttl_s=0.2)
+    restarted = RedisStateStore(redis_url, "r2", sync_interval_s=60, ttl_s=0.2)
+    alive = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        await killed.start()
+        await alive.start()
+        now = time.monotonic()
+        killed.usage.add("acme", now, requests=10, tokens=1000)
+        await killed.sync_once()            # then never again
+        await asyncio.sleep(0.3)            # dead in the others' eyes (no in-flight counts)
+        await restarted.start()
+        restarted.usage.add("acme", now, requests=1, tokens=100)
+        await restarted.sync_once()
+        await alive.sync_once()
+        requests, tokens = alive.usage.totals("acme", now)
+        assert requests == 11 and 1090 <= tokens <= 1100, (requests, tokens)
+        assert await client.zcard(LEFT_USAGE_KEY) == 1
+        twin = RedisStateStore(redis_url, "r2", sync_interval_s=60, ttl_s=0.2)   # r2 publishes
+        await twin.start()
+        await twin.close()
+        assert await client.zcard(LEFT_USAGE_KEY) == 1   # (its own close leaves none)
+    finally:
+        await alive.close()
+        await restarted.close()
+        await killed.close()
+        await client.aclose()
+
+
 async def test_owners_recorded_while_redis_was_away_are_written_when_it_returns(
         restartable_redis: RestartableRedis) -> None:
     """A replica that made responses during an outage wrote none of their owners, so after it
