@@ -630,10 +630,9 @@ class Director:
         self._store.on_complete(worker, 0 if attempt.first_token_seen
                                 else attempt.prefill_tokens, attempt.decode_tokens)
         outcome = self._outcome(routing, attempt, result, status)
+        relayed = result.events if result is not None else attempt.events_relayed
         self.admission.record_attempt(ticket, attempt.first_token_seen, outcome.prompt_tokens,
-                                       outcome.completion_tokens,
-                                       result.events if result is not None
-                                       else attempt.events_relayed,
+                                       outcome.completion_tokens, relayed,
                                        whole_answer=status == 200 and not routing.stream)
         engine.on_completed(routing, outcome)
         if attempt.local:      # the router's own limit refused it: not the worker's answer
@@ -644,15 +643,22 @@ class Director:
         if status == 200 and result is not None and attempt.received_at:
             self._metrics.record_client_duration(decision.model, attempt.api,
                                                  result.finished_at - attempt.received_at)
+        usage_read = result is not None and result.usage is not None
+        billed = _billed_outcome(routing, outcome, usage_read, status, relayed)
         cost = decision.attributes.get("estimated_cost_usd")
-        served = _served_tokens(routing, result)
-        if isinstance(cost, float) and status == 200 and served is not None:
-            # the answer served, not the one expected (10**9 max_tokens priced 8,000 tokens)
-            routed = routing.attributes.get(ROUTED_ESTIMATE)    # (this attempt's worker's)
-            cost = served_cost_usd(cost, routed[1] if routed is not None
-                                   and routed[0] == worker else None, served)
-        self._metrics.record_outcome(outcome, attempt.worker_gpu, routing.tenant,
-                                     cost if isinstance(cost, float) and status == 200 else None)
+        charged: float | None = None
+        if isinstance(cost, float) and billed is not None:
+            if usage_read or routing.stream:
+                # the answer served, not the one expected (10**9 max_tokens priced 8,000
+                # tokens), or what of it reached a client that left or a worker that broke
+                routed = routing.attributes.get(ROUTED_ESTIMATE)    # (this attempt's worker's)
+                charged = served_cost_usd(cost, routed[1] if routed is not None
+                                          and routed[0] == worker else None,
+                                          billed.completion_tokens)
+            else:                   # a whole answer whose usage is unread: as estimated
+                charged = cost
+        self._metrics.record_outcome(billed if billed is not None else outcome,
+                                     attempt.worker_gpu, routing.tenant, charged)
         predicted = routing.predicted_output_tokens
         if predicted is not None and status == 200:
             self._metrics.record_output_prediction(
@@ -705,14 +711,19 @@ def without_addresses(text: str, workers: Iterable[WorkerInfo]) -> str:
     return text
 
 
-def _served_tokens(routing: RoutingRequest, result: ProxyResult | None) -> int | None:
-    """The answer's tokens, to charge: its usage's, else for a stream whose usage could not
-    be read the events relayed (about a token each, as admission counts them), else None."""
-    if result is None:
-        return None
-    if result.usage is not None:
-        return result.usage.completion_tokens
-    return result.events if routing.stream else None
+def _billed_outcome(routing: RoutingRequest, outcome: RequestOutcome, usage_read: bool,
+                    status: int, relayed: int) -> RequestOutcome | None:
+    """What a request is counted and charged for (``kvroute_*_tokens_total``, its cost), as
+    its budget is: an answer, by its usage; what of a stream reached its client (a client
+    that left, a worker that broke it or ended it with an error), by its usage when read,
+    else its prompt as the router counted it and a token for each event relayed; nothing
+    for a request whose client got no answer (None)."""
+    if usage_read:
+        return outcome if status == 200 or relayed else None
+    if routing.stream and relayed:
+        return dataclasses.replace(outcome, prompt_tokens=routing.num_prompt_tokens,
+                                   completion_tokens=relayed)
+    return outcome if status == 200 else None
 
 
 def longest_answer_tokens(routing: RoutingRequest, max_model_len: int) -> int:

@@ -452,3 +452,35 @@ async def test_a_stream_without_usage_is_charged_what_it_relayed(
             charged.append(router.metric("kvroute_cost_dollars_total", worker="w") - before)
     assert all(cost > 0 for cost in charged)
     assert charged[2] < 3 * min(charged[1], charged[3])
+
+
+@pytest.mark.parametrize("ending", ["client-left", "worker-failed"])
+async def test_what_of_a_stream_reached_its_client_is_counted_and_charged(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, ending: str) -> None:
+    """A stream its client left, or its worker ended with an error, after tokens had reached
+    the client counted no tokens and cost nothing, while its tenant's budget was charged
+    for them (a client could read a whole answer and leave before its end, for nothing).
+    Both are counted and charged as the budget is: the prompt and a token for each event."""
+    worker = "slow" if ending == "client-left" else "erring"
+    router = await make_router(subset(emulated_fleet, [worker]))
+    body = {"model": MODEL, "max_tokens": 40, "stream": True,
+            "messages": [{"role": "user", "content": "Tell me a story about a lighthouse."}]}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + "/v1/chat/completions", json=body,
+                                headers={"x-tenant": "acme"}) as resp:
+            assert resp.status == 200
+            events = 0
+            async for line in resp.content:
+                events += line.startswith(b"data: ")
+                if ending == "client-left" and events == 5:
+                    break                                       # the client leaves
+        deadline = asyncio.get_running_loop().time() + 5.0
+        while not router.metric("kvroute_requests_total", worker=worker):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+    status = "499" if ending == "client-left" else "500"
+    assert router.metric("kvroute_requests_total", worker=worker, status=status) == 1
+    completion = router.metric("kvroute_completion_tokens_total", worker=worker)
+    assert 4 <= completion <= (6 if ending == "client-left" else 5)    # (role, tokens, error)
+    assert router.metric("kvroute_prompt_tokens_total", worker=worker) > 10
+    assert router.metric("kvroute_cost_dollars_total", worker=worker, tenant="acme") > 0
