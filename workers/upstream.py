@@ -23,6 +23,12 @@ connection.
   connection as it was sent: it gets it twice at most).
 * Idle connections are kept for ``keepalive_s`` and at most ``max_idle`` per worker; a body
   not read yet is held up to ``high_water`` bytes, then the socket stops being read.
+* A worker named by an IP address is connected to directly. One named by a host name is
+  resolved (``resolve``, the loop's ``getaddrinfo`` unless given) on each new connection and
+  its addresses are raced as RFC 8305's Happy Eyeballs does, the next one tried
+  ``HAPPY_EYEBALLS_DELAY_S`` after the one before unless that has failed already: an
+  address that silently drops connection attempts (an IPv6 path broken behind an AAAA
+  record) costs that delay, not the whole connect timeout.
 * ``https://`` URLs are reached over TLS: with the context ``tls`` maps their worker's base
   URL to (``workers.tls.worker_tls_contexts``), else one trusting the system's CAs. A
   certificate that does not verify is an ``UpstreamConnectError`` saying why; one that does
@@ -42,18 +48,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
+import ipaddress
 import os
+import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Final, Generic, TypeVar, cast
 
+import aiohappyeyeballs
+from aiohappyeyeballs import AddrInfoType
 from yarl import URL
 
 Origin = tuple[str, int]             # (host, port): one pool of connections
 BaseUrl = str       # a worker's URL as base_url writes it: one credential, one TLS context
+# a host name and port to their addresses, as ``loop.getaddrinfo(host, port,
+# type=SOCK_STREAM)`` gives them
+Resolve = Callable[[str, int], Awaitable[Sequence[AddrInfoType]]]
 _V = TypeVar("_V")
+
+# how long an address is given before the next one is tried too: RFC 8305's recommended
+# delay, as curl and aiohttp use
+HAPPY_EYEBALLS_DELAY_S: Final = 0.25
 
 # response head size limit (status line and headers): vLLM's binary pooling answers describe
 # their vectors in a header, about 121 bytes each (8,600 vectors in 1 MiB)
@@ -82,6 +100,8 @@ class UpstreamLocalError(UpstreamConnectError):
 # file descriptors, memory, local ports)
 _LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM,
                            errno.EADDRNOTAVAIL})
+# a name lookup failing for want of the router's memory, not for the name's sake
+_LOCAL_LOOKUP_ERRORS = frozenset({socket.EAI_MEMORY})
 
 
 def out_of_descriptors() -> bool:
@@ -442,11 +462,13 @@ class UpstreamClient:
                  high_water: int = 1 << 20,
                  authorizations: Mapping[BaseUrl, str] | None = None,
                  tls: Mapping[BaseUrl, ssl.SSLContext] | None = None,
-                 on_certificate: Callable[[Origin, float], None] | None = None) -> None:
+                 on_certificate: Callable[[Origin, float], None] | None = None,
+                 resolve: Resolve | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle
+        self._resolve = resolve or _getaddrinfo
         self.high_water = high_water
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._retained: frozenset[Origin] | None = None    # None: pool for any origin
@@ -589,13 +611,27 @@ class UpstreamClient:
 
     async def _connect(self, key: tuple[str, int],
                        tls: ssl.SSLContext | None = None) -> _Connection:
+        """A new connection to ``key``, TLS verified against ``tls`` if given, within the
+        connect timeout: straight to an IP address, through ``_open_socket`` to a name."""
         loop = asyncio.get_running_loop()
         high_water = self.high_water
+        host, port = key
+        server_hostname = host if tls is not None else None
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(high_water), key[0], key[1], ssl=tls,
-                    server_hostname=key[0] if tls is not None else None)
+                if _is_ip_address(host):
+                    _, connection = await loop.create_connection(
+                        lambda: _Connection(high_water), host, port, ssl=tls,
+                        server_hostname=server_hostname)
+                else:
+                    sock = await self._open_socket(host, port)
+                    try:
+                        _, connection = await loop.create_connection(
+                            lambda: _Connection(high_water), sock=sock, ssl=tls,
+                            server_hostname=server_hostname)
+                    except BaseException:
+                        sock.close()     # a TLS handshake failed or timed out: not leaked
+                        raise
         except TimeoutError:
             raise UpstreamConnectTimeout(
                 f"no connection to {host_port(*key)} within {self.connect_timeout_s:g} s"
@@ -610,6 +646,33 @@ class UpstreamClient:
             if not_after is not None:
                 self._on_certificate(key, not_after)
         return connection
+
+    async def _open_socket(self, host: str, port: int) -> socket.socket:
+        """A socket connected to one of the addresses ``host`` resolves to, raced (RFC
+        8305): ``loop.create_connection`` alone tries them one after another within one
+        timeout, so a first address that drops connection attempts left a worker that
+        answers on its second down for good. A name that does not resolve is an
+        ``UpstreamConnectError`` saying so; a failure to connect is the ``OSError`` that
+        ``_connect`` sorts into the worker's or the router's own."""
+        where = host_port(host, port)
+        try:
+            addresses = await self._resolve(host, port)
+        except socket.gaierror as exc:
+            # at the open-file limit a lookup may fail as an unknown name (uvloop's needs a
+            # descriptor)
+            if exc.errno in _LOCAL_LOOKUP_ERRORS or out_of_descriptors():
+                raise UpstreamLocalError(f"cannot connect to {where}: {exc}") from exc
+            raise UpstreamConnectError(
+                f"cannot connect to {where}: {host} does not resolve: {exc.strerror or exc}"
+            ) from exc
+        if not addresses:
+            raise UpstreamConnectError(
+                f"cannot connect to {where}: {host} does not resolve: no address")
+        try:
+            return await aiohappyeyeballs.start_connection(
+                addresses, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY_S, interleave=1)
+        except RuntimeError as exc:     # uvloop reports some socket failures so
+            raise OSError(str(exc)) from exc
 
     def _release(self, key: tuple[str, int], connection: _Connection) -> None:
         retained = self._retained
@@ -660,6 +723,22 @@ def _expire(connections: list[_Connection], oldest_allowed: float) -> None:
             connection.transport.close()
     if expired:
         del connections[:expired]
+
+
+async def _getaddrinfo(host: str, port: int) -> Sequence[AddrInfoType]:
+    """``host``'s TCP addresses for ``port`` as the system resolves them, in its order."""
+    return await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_ip_address(host: str) -> bool:
+    """Whether ``host`` is an IPv4 or IPv6 address (yarl gives the latter without
+    brackets), not a name to resolve: looked at on each new connection, so remembered."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _certificate_expiry(transport: asyncio.Transport | None) -> float | None:
