@@ -21,7 +21,9 @@ connection.
   such a request is sent again once, on a new connection, never on another pooled one (a
   worker that read it and then hung up cannot be told apart from one that closed the idle
   connection as it was sent: it gets it twice at most).
-* Idle connections are kept for ``keepalive_s`` and at most ``max_idle`` per worker; a body
+* Idle connections are kept for ``keepalive_s`` and at most ``max_idle`` per worker, and
+  none is used again once ``max_age_s`` old (a worker's name moved to another address is
+  followed though frequent requests keep its old connections from ever idling out); a body
   not read yet is held up to ``high_water`` bytes, then the socket stops being read.
 * A worker named by an IP address is connected to directly. One named by a host name is
   resolved (``resolve``, the loop's ``getaddrinfo`` unless given) on each new connection and
@@ -141,6 +143,7 @@ class _Connection(asyncio.Protocol):
         self.tls: ssl.SSLContext | None = None   # what verified it (None: plain TCP)
         self.closed = False
         self.idle_since = 0.0
+        self.opened_at = time.monotonic()   # its age bounds its reuse (max_age_s)
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
@@ -463,10 +466,11 @@ class UpstreamClient:
                  authorizations: Mapping[BaseUrl, str] | None = None,
                  tls: Mapping[BaseUrl, ssl.SSLContext] | None = None,
                  on_certificate: Callable[[Origin, float], None] | None = None,
-                 resolve: Resolve | None = None) -> None:
+                 max_age_s: float = 300.0, resolve: Resolve | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.keepalive_s = keepalive_s
+        self.max_age_s = max_age_s
         self.max_idle = max_idle
         self._resolve = resolve or _getaddrinfo
         self.high_water = high_water
@@ -585,7 +589,9 @@ class UpstreamClient:
         connections = self._idle.get(key)
         if not connections:
             return None
-        oldest_allowed = time.monotonic() - self.keepalive_s
+        now = time.monotonic()
+        oldest_allowed = now - self.keepalive_s
+        opened_since = now - self.max_age_s
         _expire(connections, oldest_allowed)
         for index in range(len(connections) - 1, -1, -1):
             connection = connections[index]
@@ -595,6 +601,7 @@ class UpstreamClient:
             transport = connection.transport
             if (connection.reusable and not connection.closed
                     and connection.idle_since >= oldest_allowed
+                    and connection.opened_at >= opened_since
                     and transport is not None and not transport.is_closing()):
                 return connection
             if transport is not None:
@@ -675,14 +682,19 @@ class UpstreamClient:
             raise OSError(str(exc)) from exc
 
     def _release(self, key: tuple[str, int], connection: _Connection) -> None:
+        """Pool a finished connection, or close it: the client closed, its origin no longer
+        retained, the pool full, or the connection past ``max_age_s`` (the address its
+        name resolved to then may not be the worker's any more)."""
         retained = self._retained
+        now = time.monotonic()
         if self._closed or (retained is not None and key not in retained) or len(
-                self._idle.get(key, ())) >= self.max_idle:
+                self._idle.get(key, ())) >= self.max_idle or (
+                now - connection.opened_at > self.max_age_s):
             if connection.transport is not None:
                 connection.transport.close()
             return
         connections = self._idle.setdefault(key, [])
-        now = connection.idle_since = time.monotonic()
+        connection.idle_since = now
         connections.append(connection)
         if now - self._swept_at >= self.keepalive_s / 4:
             self._sweep(now)

@@ -1,4 +1,4 @@
-"""``workers.upstream``: how connections to a worker are made. A
+"""``workers.upstream``: how connections to a worker are made and how long they are used. A
 worker named by a host is reached through a resolver the tests give (``resolve``), against
 real aiohttp workers on loopback and a listener that drops connection attempts."""
 
@@ -204,5 +204,54 @@ async def test_a_worker_named_by_host_is_verified_against_that_name_over_tls(
             resolve=resolving_to(address(socket.AF_INET, "127.0.0.1", worker.port)))
         try:
             assert await get_text(client, f"{base}/m") == "w"
+        finally:
+            await client.close()
+
+
+async def test_a_connection_past_max_age_is_not_used_again() -> None:
+    """Kept alive by frequent requests, a connection was used for ever: one made before the
+    age limit is closed when released, or when found in the pool, and a new one made."""
+    async with Worker("w").running() as worker:
+        url = f"http://127.0.0.1:{worker.port}/m"
+        client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0, max_age_s=0.3)
+        try:
+            assert await get_text(client, url) == "w"
+            assert await get_text(client, url) == "w"
+            assert worker.connections() == 1 and client.idle_connections() == 1
+            await asyncio.sleep(0.35)            # aged in the pool
+            assert await get_text(client, url) == "w"
+            assert worker.connections() == 2
+            response = await client.get(url)
+            await asyncio.sleep(0.35)            # aged while in use
+            await response.read()
+            response.close()
+            assert client.idle_connections() == 0
+            assert await get_text(client, url) == "w"
+            assert worker.connections() == 3
+        finally:
+            await client.close()
+
+
+async def test_a_name_moved_to_another_address_is_followed_within_max_age() -> None:
+    """A worker's name moved to a new address while the old one still answered: the
+    scraper's polls kept the old connection from idling out, so it was polled for ever."""
+    async with Worker("old").running() as old, Worker("new").running() as new:
+        current = [address(socket.AF_INET, "127.0.0.1", old.port)]
+
+        async def resolve(host: str, port: int) -> Sequence[AddrInfoType]:
+            return list(current)
+
+        client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0, max_age_s=0.3,
+                                resolve=resolve)
+        try:
+            assert await get_text(client, "http://worker.test:8000/metrics") == "old"
+            current[:] = [address(socket.AF_INET, "127.0.0.1", new.port)]
+            seen = []
+            for _ in range(20):                  # polled every 50 ms for a second
+                seen.append(await get_text(client, "http://worker.test:8000/metrics"))
+                await asyncio.sleep(0.05)
+            moved = seen.index("new")
+            assert 0 < moved <= 8                # within max_age_s (and a poll)
+            assert set(seen[moved:]) == {"new"} and old.connections() == 1
         finally:
             await client.close()
