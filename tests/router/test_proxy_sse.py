@@ -400,6 +400,24 @@ async def _raw_request(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamW
     return reader, writer
 
 
+def _reading(size: int) -> Callable[[int], Awaitable[bytes]]:
+    """A client reading its answer ``size`` bytes at a time, one read each 10 ms."""
+    async def reads(port: int) -> bytes:
+        reader, writer = await _raw_request(port)
+        received = bytearray()      # appended in place: a bytes += of 20 MB is quadratic,
+        try:                        # seconds of this loop's time on a busy machine
+            while chunk := await asyncio.wait_for(reader.read(size), 5.0):
+                received += chunk
+                if received.endswith(b"0\r\n\r\n"):        # the chunked body's end
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            writer.close()
+        return bytes(received)
+
+    return reads
+
+
 async def test_a_client_that_reads_nothing_is_cut_after_the_send_timeout(
         caplog: pytest.LogCaptureFixture) -> None:
     """A client that sent a streaming request and never read its answer held its in-flight
@@ -427,20 +445,7 @@ async def test_a_client_that_reads_nothing_is_cut_after_the_send_timeout(
 
 
 async def test_a_client_reading_along_is_not_cut() -> None:
-    async def reads_slowly(port: int) -> bytes:
-        reader, writer = await _raw_request(port)
-        received = bytearray()      # appended in place: a bytes += of 20 MB is quadratic,
-        try:                        # seconds of this loop's time on a busy machine
-            while chunk := await asyncio.wait_for(reader.read(1 << 20), 5.0):
-                received += chunk
-                if received.endswith(b"0\r\n\r\n"):        # the chunked body's end
-                    break
-                await asyncio.sleep(0.01)
-        finally:
-            writer.close()
-        return bytes(received)
-
-    result, seen, read = await _flood_relay(0.5, reads_slowly)
+    result, seen, read = await _flood_relay(0.5, _reading(1 << 20))
     assert isinstance(result, ProxyResult) and result.status == 200
     assert seen == {"written": FLOOD_EVENTS, "closed": False}
     assert read.count(b"data: ") == FLOOD_EVENTS + 1 and DONE in read
@@ -465,21 +470,8 @@ async def test_a_client_reading_one_big_event_slowly_is_not_cut() -> None:
     """The send timeout timed a whole write: a client reading an event of megabytes along,
     slower than it came, was cut at the timeout (and logged as reading nothing). It times
     the client's silence, as nginx's ``send_timeout`` does."""
-    async def reads_steadily(port: int) -> bytes:
-        reader, writer = await _raw_request(port)
-        received = bytearray()
-        try:
-            while chunk := await asyncio.wait_for(reader.read(16_384), 5.0):
-                received += chunk           # about 1.6 MB/s
-                if received.endswith(b"0\r\n\r\n"):        # the chunked body's end
-                    break
-                await asyncio.sleep(0.01)
-        finally:
-            writer.close()
-        return bytes(received)
-
-    started = time.monotonic()
-    result, seen, read = await _flood_relay(0.5, reads_steadily, _one_big_event, 4096)
+    started = time.monotonic()         # (16 kB each 10 ms: about 1.6 MB/s)
+    result, seen, read = await _flood_relay(0.5, _reading(16_384), _one_big_event, 4096)
     assert time.monotonic() - started > 1.0         # the write waited past the timeout
     assert isinstance(result, ProxyResult) and result.status == 200
     assert seen == {"written": 1, "closed": False}
