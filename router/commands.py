@@ -249,6 +249,7 @@ def _start_process(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from policies.errors import RoutingConfigError
     from router.app import ListenError, run_router
     from router.client_auth import TenantKeysError
     _start_process(args)
@@ -290,7 +291,17 @@ def _serve(args: argparse.Namespace) -> int:
     except (ListenError, TenantKeysError) as exc:   # a keys file read again, now bad
         print(f"kvroute: {exc}", file=sys.stderr)
         return 2
+    except RoutingConfigError as exc:     # read, but its plugins could not be built
+        print(_unbuildable(args.routing, exc), file=sys.stderr)
+        return 2
     return 0
+
+
+def _unbuildable(path: Path, exc: Exception) -> str:
+    """The line that says a routing file's plugins could not be built (a tokenizer file
+    unreadable, no temporary directory for a cache): as ``kvroute validate`` says."""
+    reason = str(exc).removeprefix(f"{path}: ")
+    return f"kvroute: {path}: cannot be served: {reason}"
 
 
 def worker_on_router_port(fleet: Any, host: str, port: int) -> str | None:
@@ -384,6 +395,7 @@ def _watching(emulators: EmulatorFleet, fleet_source: str,
 
 
 def _up(args: argparse.Namespace) -> int:
+    from policies.errors import RoutingConfigError
     from router.app import ListenError, run_router
     from router.client_auth import TenantKeysError
     from workers.emulator.process import EmulatorFleet, EmulatorStartError
@@ -429,6 +441,9 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     except (ListenError, TenantKeysError) as exc:   # a keys file read again, now bad
         print(f"kvroute: {exc}", file=sys.stderr)
+        return 2
+    except RoutingConfigError as exc:     # read, but its plugins could not be built
+        print(_unbuildable(args.routing, exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -151,6 +151,22 @@ def test_invalid_files_exit_2_with_the_reason(command: str, tmp_path: Path,
     assert "cannot read fleet file" in capsys.readouterr().err
 
 
+def test_a_routing_file_whose_plugins_cannot_be_built_exits_2_with_the_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file that reads well but whose plugins cannot be built (a tokenizer file missing)
+    ended ``serve`` in a traceback of 48 lines and status 1."""
+    from router.cli import main
+    routing = tmp_path / "routing.yaml"
+    routing.write_text(
+        "producers:\n  - type: tokens\n    params: {tokenizers: {m: /nonexistent/t.json}}\n"
+        "profiles:\n  default:\n    filters: [{type: model}, {type: healthy}]\n"
+        "    picker: {type: round-robin}\ndefault_profile: default\n")
+    assert main(["serve", "--routing", str(routing), "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert f"kvroute: {routing}: cannot be served: " in err and "/nonexistent/t.json" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("command", ["serve", "up"])
 def test_a_decision_log_that_cannot_be_opened_exits_2_before_anything_starts(
         command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
