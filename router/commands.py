@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,9 +58,12 @@ def register(subparsers: Any) -> None:
                        help="share in-flight state between replicas through Redis "
                             "(redis://[:PASSWORD@]HOST:PORT/DB, rediss:// for TLS; default: "
                             f"${REDIS_URL_ENV}, which keeps a password off the command line)")
-    serve.add_argument("--replica-id", default="router-0",
+    # the host's name: each pod of a Deployment has its own (one default for all made
+    # the replicas overwrite each other's counts in Redis)
+    serve.add_argument("--replica-id", default=socket.gethostname() or "router-0",
                        help="this replica's name in the shared Redis state, suffixed -0, -1, "
-                            "... with --processes > 1 (default: %(default)s)")
+                            "... with --processes > 1 (default: the host's name, "
+                            "%(default)s; give each replica on one host its own)")
     serve.add_argument("--response-ttl", type=float, default=DEFAULT_RESPONSE_TTL_S, metavar="S",
                        help="with --redis-url: how long the owner of a Responses API response "
                             "is kept in Redis (about 180 bytes each; default a week, "

@@ -427,3 +427,14 @@ def test_up_reaps_and_logs_an_emulator_killed_under_it(tmp_path: Path) -> None:
     assert f"the emulator of l40s-0 (pid {killed}) was killed by SIGKILL" in log
     assert f"kvroute emulate --fleet {fleet} --worker l40s-0" in log
     assert "the emulator of h100-0" not in log      # ended by the Ctrl-C: not reported
+
+
+def test_replicas_are_named_by_their_host_unless_told() -> None:
+    """Every replica started without ``--replica-id`` was ``router-0``: the pods of one
+    Deployment sharing a Redis overwrote each other's in-flight counts and spending."""
+    import socket
+
+    from router.cli import build_parser
+    parser = build_parser()
+    assert parser.parse_args(["serve"]).replica_id == socket.gethostname()
+    assert parser.parse_args(["serve", "--replica-id", "r7"]).replica_id == "r7"

@@ -180,7 +180,8 @@ def test_a_child_that_dies_stops_the_service_with_status_1(tmp_path: Path) -> No
         finally:
             _kill_if_running(proc)
     logged = (tmp_path / "serve.log").read_text()
-    assert (f"ERROR [router-0-0] router.app: stopping: router process router-0-1 (pid "
+    host = socket.gethostname()       # (the default --replica-id)
+    assert (f"ERROR [{host}-0] router.app: stopping: router process {host}-1 (pid "
             f"{child}) exited with status -9") in logged      # each process's lines name it
 
 
