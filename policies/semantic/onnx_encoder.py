@@ -101,16 +101,26 @@ class OnnxEncoder:
 
 
 def write_atomically(path: Path, write: Any) -> None:
-    """Write via ``write(tmp_path)`` next to ``path``, then rename: no reader sees half a file."""
+    """Write via ``write(tmp_path)`` next to ``path``, then rename: no reader sees half a file.
+    The file gets the mode any file made here would (a temporary file's is 0600: a cache
+    built into an image as root was unreadable to the router running as another user)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=path.parent)
     os.close(handle)
     tmp = Path(tmp_name)
     try:
         write(tmp)
+        tmp.chmod(0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process's file-mode mask (read by setting it: put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _export(torch_encoder: Any, target: Path) -> None:

@@ -48,3 +48,21 @@ def test_exports_once_and_matches_the_torch_encoder(monkeypatch: pytest.MonkeyPa
     assert np.all((quantized * torch_fp32).sum(axis=1) > 0.85)
     assert np.array_equal(quantized, int8.embed(TEXTS))  # deterministic text by text
     assert np.array_equal(quantized[1:2], int8.embed([TEXTS[1]]))
+
+
+def test_a_cached_file_is_readable_by_other_users(tmp_path: Path) -> None:
+    """The encoder cache's files kept a temporary file's mode (0600): built into an image
+    as root, they were unreadable to a router running as another user ("No such file")."""
+    import os
+
+    from policies.semantic.onnx_encoder import write_atomically
+
+    path = tmp_path / "cache" / "encoder.onnx"
+    previous = os.umask(0o022)
+    try:
+        write_atomically(path, lambda tmp: tmp.write_bytes(b"weights"))
+    finally:
+        os.umask(previous)
+    assert path.read_bytes() == b"weights"
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in path.parent.iterdir()] == ["encoder.onnx"]     # no leftovers
