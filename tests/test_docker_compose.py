@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +96,19 @@ def test_worker_targets_carry_the_routers_worker_and_gpu_labels() -> None:
     [workers] = [job for job in config["scrape_configs"] if job["job_name"] == "vllm-workers"]
     labelled = {sc["labels"]["worker"]: sc["labels"]["gpu"] for sc in workers["static_configs"]}
     assert labelled == gpus
+
+
+def test_the_routers_healthcheck_asks_its_liveness_on_its_port() -> None:
+    check = " ".join(SERVICES["router"]["healthcheck"]["test"])
+    command = SERVICES["router"]["command"]
+    assert f"http://127.0.0.1:{command[command.index('--port') + 1]}/liveness" in check
+
+
+def test_the_images_own_command_parses_and_runs_unprivileged() -> None:
+    """The image ran as root, and ``ENTRYPOINT []`` left it no command of its own."""
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    command = json.loads(next(line for line in lines if line.startswith("CMD "))[4:])
+    assert command[0] == "kvroute" and callable(build_parser().parse_args(command[1:]).func)
+    assert next(line for line in lines if line.startswith("USER ")).split()[1] not in (
+        "root", "0")
+    assert "EXPOSE 8000" in lines and command[command.index("--port") + 1] == "8000"
