@@ -10,7 +10,8 @@ removed or declared anew (``router.fleet_reloader``, applied by ``_apply_fleet``
 ``Settings.api_keys`` a middleware inside the error middleware asks clients for a key
 (``router.client_auth``), the tenant keys file watched for changes
 (``router.client_keys_reloader``); browsers' cross-origin requests are answered outside both
-(``router.cors``).
+(``router.cors``). Over HTTPS, ``start_router`` watches the serving certificate's files too
+(``router.serving_tls``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from router.model_retirement import ModelRetirement
 from router.proxy import Proxy
 from router.request_ids import echo_request_id
 from router.response_locator import ResponseLocator
+from router.serving_tls import ServingCertificate
 from router.settings import Settings
 from router.stalls import StallWatch
 from router.state.memory_store import MemoryStateStore
@@ -86,7 +88,7 @@ from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry, fleet_change
 from workers.scraper import WorkerScraper
 from workers.task_cancel import cancel_and_wait
-from workers.tls import server_tls_context, worker_tls_contexts
+from workers.tls import worker_tls_contexts
 from workers.upstream import Origin, UpstreamClient, host_port, origin_of
 
 log = logging.getLogger(__name__)
@@ -433,13 +435,17 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None,
                        before_fleet_change: FleetHook | None = None
                        ) -> tuple[web.AppRunner, int]:
     """Start serving on ``settings.host:settings.port`` (0: a free port), and on
-    ``settings.process_port`` when set, over TLS with ``settings.ssl_certfile``; return the
-    shared port. ``TlsFilesError`` if those files cannot be used, ``ListenError`` if a port
-    cannot be listened on."""
+    ``settings.process_port`` when set, over TLS with ``settings.ssl_certfile`` (loaded again
+    when its files change, ``router.serving_tls``); return the shared port. ``TlsFilesError``
+    if those files cannot be used, ``ListenError`` if a port cannot be listened on."""
     app = create_app(settings, fleet, before_fleet_change=before_fleet_change)
     tls = None
     if settings.ssl_certfile is not None:
-        tls = server_tls_context(settings.ssl_certfile, settings.ssl_keyfile)
+        # renewed files are loaded into this same context while the app runs
+        certificate = ServingCertificate(settings.ssl_certfile, settings.ssl_keyfile,
+                                         settings.reload_interval_s)
+        tls = certificate.context
+        app.cleanup_ctx.append(certificate.while_serving)
     # the drain's cut is ``RequestTasks.cut_after`` (``run_router``); aiohttp's own timeout,
     # later, only stands behind it (when both fired together aiohttp's wait broke)
     # bodies are never inflated (router.request_body refuses a compressed one): aiohttp did

@@ -8,7 +8,8 @@
   An unreadable bundle is a ``FleetConfigError`` naming the worker and the file.
 * ``server_tls_context(certfile, keyfile)``: the context a server (the router, an emulated
   worker) listens with, as vLLM's ``--ssl-certfile`` / ``--ssl-keyfile``; ``TlsFilesError``
-  says which file could not be used.
+  says which file could not be used. ``load_server_pair`` loads a pair into a context already
+  made (the router's reloaded certificate, ``router.serving_tls``).
 * ``readiness_probe_context(url)``: for a process's own loopback readiness probe only: for
   an ``https://`` URL a context that encrypts without verifying (the caller just started
   that server, with a certificate it may not trust itself), else None.
@@ -54,6 +55,17 @@ def _verifying_context(info: WorkerInfo) -> ssl.SSLContext:
 def server_tls_context(certfile: str | PathLike[str],
                        keyfile: str | PathLike[str] | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    load_server_pair(context, certfile, keyfile)
+    return context
+
+
+def load_server_pair(context: ssl.SSLContext, certfile: str | PathLike[str],
+                     keyfile: str | PathLike[str] | None = None,
+                     shown: tuple[str | PathLike[str], str | PathLike[str] | None] | None = None
+                     ) -> None:
+    """Load a certificate and its key into ``context``. ``shown``: the names the messages
+    give the two files, when those loaded are copies of them."""
+    shown_cert, shown_key = (certfile, keyfile) if shown is None else shown
     encrypted: list[bool] = []
 
     def no_passphrase() -> str:
@@ -62,10 +74,11 @@ def server_tls_context(certfile: str | PathLike[str],
         encrypted.append(True)
         raise ValueError("encrypted key")
 
-    files = certfile if keyfile is None else f"{certfile} and {keyfile}"
-    for path in (certfile, keyfile):
+    files = shown_cert if shown_key is None else f"{shown_cert} and {shown_key}"
+    for path, name in ((certfile, shown_cert), (keyfile, shown_key)):
         if path is not None and not os.path.isfile(path):
-            raise TlsFilesError(f"cannot serve TLS with {files}: {os.fspath(path)}: no such file")
+            raise TlsFilesError(f"cannot serve TLS with {files}: {os.fspath(name or path)}: "
+                                f"no such file")
     try:
         context.load_cert_chain(certfile, keyfile, password=no_passphrase)
     except (OSError, ssl.SSLError, ValueError) as exc:
@@ -73,12 +86,11 @@ def server_tls_context(certfile: str | PathLike[str],
             reason = ("its private key is encrypted with a passphrase; give the key "
                       "unencrypted (openssl pkey -in KEY -out PLAIN), readable by this user only")
         elif isinstance(exc, ssl.SSLError) and "PEM lib" in str(exc):   # no key read there
-            reason = (f"no private key in {os.fspath(certfile)} (give it with --ssl-keyfile)"
+            reason = (f"no private key in {os.fspath(shown_cert)} (give it with --ssl-keyfile)"
                       if keyfile is None else "not a PEM certificate and its private key")
         else:
             reason = _reason(exc)
         raise TlsFilesError(f"cannot serve TLS with {files}: {reason}") from exc
-    return context
 
 
 def readiness_probe_context(url: str) -> ssl.SSLContext | None:
