@@ -442,8 +442,9 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None,
     tls = None
     if settings.ssl_certfile is not None:
         # renewed files are loaded into this same context while the app runs
-        certificate = ServingCertificate(settings.ssl_certfile, settings.ssl_keyfile,
-                                         settings.reload_interval_s)
+        certificate = ServingCertificate(
+            settings.ssl_certfile, settings.ssl_keyfile, settings.reload_interval_s,
+            on_result=app[METRICS].record_serving_certificate_reload)
         tls = certificate.context
         app.cleanup_ctx.append(certificate.while_serving)
     # the drain's cut is ``RequestTasks.cut_after`` (``run_router``); aiohttp's own timeout,

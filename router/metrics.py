@@ -292,6 +292,12 @@ class RouterMetrics:
             "Whether the last read of the fleet file succeeded (0: it was refused and the "
             "fleet in force keeps serving).", registry=r)
         self.fleet_last_reload_successful.set(1)
+        self.serving_certificate_reloads = Counter(
+            "kvroute_serving_certificate_reloads", "Loads of a renewed HTTPS certificate "
+            "(--ssl-certfile) while the router runs (failure: the one in force kept serving).",
+            ["result"], registry=r)
+        for result in ("success", "failure"):
+            self.serving_certificate_reloads.labels(result)
         self.client_keys_reloads = Counter(
             "kvroute_client_keys_reloads", "Reloads of the tenant keys file (--api-keys-file).",
             ["result"], registry=r)
@@ -507,6 +513,9 @@ class RouterMetrics:
         for worker in workers:
             self.ejections.labels(worker)
             self.stalls.labels(worker)
+
+    def record_serving_certificate_reload(self, succeeded: bool) -> None:
+        self.serving_certificate_reloads.labels("success" if succeeded else "failure").inc()
 
     def record_fleet_reload(self, succeeded: bool) -> None:
         self.fleet_reloads.labels("success" if succeeded else "failure").inc()

@@ -210,3 +210,4 @@ async def test_the_router_serves_a_renewed_certificate(
     assert await presented(router.port, client) == serial(pairs[0])
     secret.publish(*pem(pairs[1]))
     await until_presented(router.port, client, serial(pairs[1]))
+    assert router.metric("kvroute_serving_certificate_reloads_total", result="success") == 1
