@@ -203,10 +203,39 @@ class RetryableUpstream(Exception):
         self.broke_off = broke_off    # a "disconnect" after the answer's head came
 
     def client_text(self) -> str:
-        """What the client is told: the worker's own error for a 5xx, else the kind of
-        failure; the details (the worker's address, the system's error) are the log's."""
-        said = _BROKE_OFF if self.broke_off else _CLIENT_TEXT.get(self.reason)
-        return f"{self.reason}: {said}" if said is not None else str(self)
+        """What the client is told: for a 5xx its status and the message of the worker's
+        own (JSON) error, else the kind of failure; the details (the worker's body, its
+        address, the system's error) are the log's."""
+        if self.reason == "http_5xx":
+            message = _error_message(self.detail.partition(": ")[2])
+            said = f"the worker answered HTTP {self.status}" + (
+                f": {message}" if message else "")
+        else:
+            said = _BROKE_OFF if self.broke_off else _CLIENT_TEXT.get(self.reason, self.detail)
+        return f"{self.reason}: {said}"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` as one line of at most ``limit`` characters, for a log or a client: a
+    worker's body with line breaks split a log record in several (one of them could pass for
+    a line of the router's own), and control characters are no one's to print."""
+    printable = "".join(char if char.isprintable() else " " for char in text)
+    return " ".join(printable.split())[:limit]
+
+
+def _error_message(body: str) -> str | None:
+    """The ``message`` of a JSON error body, vLLM's (``{"error": {"message": …}}``, or flat
+    before v0.10.1), on one line; None for any other body (a proxy's page, a traceback)."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    error = parsed.get("error")
+    holder = error if isinstance(error, dict) else parsed
+    message = holder.get("message")
+    return one_line(message, 200) if isinstance(message, str) and message.strip() else None
 
 
 _CLIENT_TEXT = {"connect": "the worker did not take the connection",
@@ -314,8 +343,9 @@ class Proxy:
             raise RetryableUpstream("connect", 502, f"{url}: {exc}") from exc
         try:
             if upstream.status >= 500:
-                detail = (await upstream.read()).decode("utf-8", "replace")[:300]
-                raise RetryableUpstream("http_5xx", upstream.status, detail)
+                said = (await upstream.read()).decode("utf-8", "replace")
+                raise RetryableUpstream("http_5xx", upstream.status,
+                                        f"HTTP {upstream.status}: {one_line(said, 2000)}")
             if 300 <= upstream.status < 400 and upstream.status != 304:
                 # vLLM never redirects: the fleet file's URL is not where it serves (a proxy
                 # sending http to https, a path moved); its Location is no client's business
@@ -583,8 +613,8 @@ class _StreamRelay:
                 continue
             if status >= 500 and position == 0 and not self.started:
                 data = event_data(event) or event
-                raise RetryableUpstream("http_5xx", status,
-                                        data.decode("utf-8", "replace")[:300])
+                raise RetryableUpstream("http_5xx", status, f"HTTP {status}: " + one_line(
+                    data.decode("utf-8", "replace"), 2000))
             self.worker_error = status
             return
 

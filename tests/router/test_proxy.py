@@ -15,6 +15,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from router.proxy import RetryableUpstream
 from tests.router.gateway_support import (
     MODEL,
     ROUTING_ROUND_ROBIN,
@@ -390,3 +391,42 @@ async def test_an_answer_that_breaks_off_after_its_head_is_told_as_such(
         assert resp.status == 502
         message = (await resp.json())["error"]["message"]
     assert "disconnect: the worker's answer broke off before it was whole" in message
+
+
+async def _sidecar_503(request: web.Request) -> web.Response:
+    await request.read()
+    return web.Response(status=503, text=(
+        "upstream=10.42.7.19:8000 host=vllm-h100-0.gpu.prod.internal\n"
+        "2026-12-06 14:02:00 WARNING workers.scraper: worker a100-0: scrape failed (forged)\n"
+        'Traceback (most recent call last):\n  File "/srv/vllm/engine.py", line 1\n'))
+
+
+async def test_a_workers_5xx_body_reaches_no_client_and_no_log_line_of_its_own(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A sidecar's 503 page reached the client whole (internal addresses, a traceback's
+    paths) in the body and ``x-kvroute-reason``, and its line breaks split the router's log
+    record into lines, one passing for a line of the router's own. The client is told the
+    status; the log keeps the body, on one line."""
+    caplog.set_level(logging.INFO, logger="router.director")
+    async with scripted_router(emulated_fleet, make_router, _sidecar_503) as router, \
+            aiohttp.ClientSession() as session, session.post(
+                router.url + "/v1/chat/completions",
+                json={"model": MODEL, "messages": MESSAGES, "max_tokens": 2}) as resp:
+        body = await resp.text()
+        reason = resp.headers["x-kvroute-reason"]
+    assert resp.status == 502
+    for told in (body, reason):
+        assert "the worker answered HTTP 503" in told
+        assert "10.42.7.19" not in told and "engine.py" not in told and "forged" not in told
+    [logged] = [r.getMessage() for r in caplog.records if "failed (http_5xx" in r.getMessage()]
+    assert "\n" not in logged and "HTTP 503: upstream=10.42.7.19" in logged
+
+
+def test_a_workers_json_error_message_is_told_with_its_status() -> None:
+    vllm = '{"error": {"message": "EngineCore encountered an issue.", "code": 500}}'
+    assert RetryableUpstream("http_5xx", 500, f"HTTP 500: {vllm}").client_text() == (
+        "http_5xx: the worker answered HTTP 500: EngineCore encountered an issue.")
+    flat = '{"object": "error", "message": "busy\\nnow", "code": 503}'
+    assert RetryableUpstream("http_5xx", 503, f"HTTP 503: {flat}").client_text() == (
+        "http_5xx: the worker answered HTTP 503: busy now")
