@@ -36,6 +36,7 @@ from policies.base import (
 )
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
+from policies.filters.healthy import TYPE_NAME as HEALTHY_FILTER
 from policies.latency.estimator import served_cost_usd
 from policies.latency.observer import ROUTED_ESTIMATE
 from policies.producers.runner import produce
@@ -267,7 +268,7 @@ class Director:
             shown = views if pinned is not None else self._ejected_unhealthy(views)
             decision = self._decide(engine, parsed.routing, shown, attempt,
                                     fail_open=views if shown is not views else None,
-                                    continued=continued)
+                                    continued=continued, tried=tried)
             if decision.worker_id is None:
                 if last_failure is not None:
                     log.info("request %s: no other worker to try", request_id)
@@ -388,15 +389,19 @@ class Director:
     def _decide(self, engine: PolicyEngine, routing: RoutingRequest,
                 views: Sequence[WorkerView], attempt: int,
                 fail_open: Sequence[WorkerView] | None = None,
-                continued: str | None = None) -> Decision:
+                continued: str | None = None, tried: Iterable[str] = ()) -> Decision:
         """Decide on ``views``, and when that leaves no candidate, on ``fail_open`` (the views
         with the ejected workers as they are), or, for a request continuing a response
         (``views``: its holder alone), as that continuation (``continuation_decision``, with
-        the model ``continued``); the one decision is recorded."""
+        the model ``continued``); the one decision is recorded, the workers it passed over
+        for being set aside or ``tried`` already named so."""
         started = time.perf_counter()
         decision = engine.decide(routing, views)
+        opened = False
         if decision.worker_id is None and fail_open is not None:
-            decision = engine.decide(routing, fail_open)
+            decision, opened = engine.decide(routing, fail_open), True
+        if fail_open is not None or tried:
+            decision = _naming_set_asides(decision, views, fail_open, opened, tried)
         # (a model no worker serves, not rewritten by a rule, is the client's mistake: 404;
         # a rule's target, an adapter not loaded say, is the routing's and falls back; so is
         # a rule's adapter the holder lacks, which the model filter's fallback to the base
@@ -709,6 +714,28 @@ def without_addresses(text: str, workers: Iterable[WorkerInfo]) -> str:
         host, port = origin_of(info.url)
         text = text.replace(info.url.rstrip("/"), info.id).replace(f"{host}:{port}", info.id)
     return text
+
+
+# what a decision's ``filtered_out`` says of a worker the router passed over itself: set
+# aside (ejected after failures, or stalled), or already tried by this request
+SET_ASIDE = "ejected"
+TRIED = "tried"
+
+
+def _naming_set_asides(decision: Decision, shown: Sequence[WorkerView],
+                       fail_open: Sequence[WorkerView] | None, opened: bool,
+                       tried: Iterable[str]) -> Decision:
+    """``decision`` with the workers the router set aside named so in ``filtered_out`` (the
+    ``healthy`` filter passed them over: shown unhealthy, they are not), those this request
+    tried already added, and ``fail_open`` among its attributes when every candidate was set
+    aside and it was decided with them."""
+    set_aside = ({view.id for view, seen in zip(fail_open, shown, strict=True)
+                  if view.healthy and not seen.healthy} if fail_open is not None else set())
+    filtered = {worker: SET_ASIDE if worker in set_aside and by == HEALTHY_FILTER else by
+                for worker, by in decision.filtered_out.items()}
+    filtered.update((worker, TRIED) for worker in tried)
+    attributes = {**decision.attributes, "fail_open": True} if opened else decision.attributes
+    return dataclasses.replace(decision, filtered_out=filtered, attributes=attributes)
 
 
 def _billed_outcome(routing: RoutingRequest, outcome: RequestOutcome, usage_read: bool,

@@ -14,7 +14,7 @@ worker's latest failure: a long answer begun before the worker broke says nothin
 (it took an ejected worker back while it still failed every new request).
 
 The director shows ejected workers to the policy as unhealthy (the ``healthy`` filter passes
-them over, and a decision's ``filtered_out`` says so); when that leaves a request no
+them over, and a decision's ``filtered_out`` names them ``ejected``); when that leaves a request no
 candidate, it decides again with them (fail open: an ejected worker is still better than none).
 Workers whose requests stop answering at all (``router.stalls``) are set aside the same way,
 without waiting for those requests to time out. State is per router process, like the

@@ -154,6 +154,33 @@ async def test_a_worker_failing_every_request_is_set_aside_then_tried_again(
 
 
 @pytest.mark.integration
+async def test_a_decision_names_the_workers_set_aside_or_tried(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """An ejected worker appeared in a decision's ``filtered_out`` as unhealthy (while
+    ``/debug/fleet`` said healthy), a worker a retry had tried already vanished from it, and
+    a decision made with every worker set aside said nothing of it."""
+    router = await make_router(subset(emulated_fleet, ["failing", "h100-fast"]),
+                               ROUTING_ROUND_ROBIN, eject_after=1, eject_for_s=60.0)
+    async with aiohttp.ClientSession() as session:
+        answers = [await short_chat(session, router) for _ in range(3)]
+        async with session.get(f"{router.url}/debug/decisions") as resp:
+            decisions = (await resp.json())["data"]
+    assert answers == [(200, "h100-fast")] * 3
+    retry = next(d for d in decisions if d["attempt"] == 1)
+    assert retry["filtered_out"].get("failing") == "tried"
+    later = [d for d in decisions if d["attempt"] == 0 and d["worker"] == "h100-fast"]
+    assert later and all(d["filtered_out"].get("failing") == "ejected" for d in later)
+    alone = await make_router(subset(emulated_fleet, ["failing"]), ROUTING_ROUND_ROBIN,
+                              eject_after=1, eject_for_s=60.0, max_retries=0)
+    async with aiohttp.ClientSession() as session:
+        for _ in range(2):
+            await short_chat(session, alone)
+        async with session.get(f"{alone.url}/debug/decisions") as resp:
+            opened = (await resp.json())["data"]
+    assert [d["attributes"].get("fail_open") for d in opened] == [True, None]   # (newest first)
+
+
+@pytest.mark.integration
 async def test_a_worker_ending_its_streams_with_error_events_is_set_aside(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """vLLM tells of an engine failing a request after its stream began in an error event:
