@@ -571,8 +571,10 @@ class Director:
         and a client gone say nothing, any other answer that it answers."""
         status = result.status
         if status >= 500 and result.worker_failed:
-            log.info("request %s: %s broke its stream after %d event(s) (%d)",
-                     request_id, info.id, result.events, status)
+            log.info("request %s: %s %s after %d event(s) (%d)", request_id, info.id,
+                     "ended its stream with an error event of its own"
+                     if result.worker_error_event else "broke its stream",
+                     result.events, status)
             self._failed(info)
         elif status >= 500:       # the stream cut for its size: no one's failure
             log.info("request %s: its stream from %s was cut after %d event(s): an "

@@ -262,6 +262,8 @@ class ProxyResult:
     # a failed answer (status >= 500) that is the worker's failure (counted toward ejecting
     # it); not a stream cut for the size of one of its events
     worker_failed: bool = True
+    # the stream ended with an error event of the worker's own (its status is the event's)
+    worker_error_event: bool = False
 
 
 class EventTooLarge(Exception):
@@ -484,7 +486,8 @@ class Proxy:
         # if it comes; a worker silent after its last event is dropped then, not waited on
         upstream.close_when_whole(DRAIN_AFTER_END_S)
         return ProxyResult(relay.response_or_new(), relay.status, relay.usage,
-                           relay.first_byte_at, self._clock(), relay.events)
+                           relay.first_byte_at, self._clock(), relay.events,
+                           worker_error_event=relay.worker_error is not None)
 
 
 class _StreamRelay:

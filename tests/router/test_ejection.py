@@ -6,6 +6,7 @@ it is the only worker left (fail open)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import aiohttp
 import openai
@@ -182,10 +183,12 @@ async def test_a_decision_names_the_workers_set_aside_or_tried(
 
 @pytest.mark.integration
 async def test_a_worker_ending_its_streams_with_error_events_is_set_aside(
-        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
     """vLLM tells of an engine failing a request after its stream began in an error event:
     the router counted each as an answer (200), so a worker failing every stream that way
     was never set aside. Each counts as the worker's failure (its 500) now."""
+    caplog.set_level(logging.INFO, logger="router.director")
     router = await make_router(subset(emulated_fleet, ["erring", "h100-fast"]),
                                ROUTING_ROUND_ROBIN, eject_after=3, eject_for_s=60.0)
     client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
@@ -207,6 +210,8 @@ async def test_a_worker_ending_its_streams_with_error_events_is_set_aside(
     assert router.metric("kvroute_requests_total", worker="erring", status="500") == 3
     assert router.metric("kvroute_requests_total", worker="erring", status="200") == 0
     assert router.metric("kvroute_requests_total", worker="h100-fast", status="200") == 7
+    assert sum("erring ended its stream with an error event of its own" in r.getMessage()
+               for r in caplog.records) == 3        # (not as a stream it broke)
 
 
 @pytest.mark.integration
