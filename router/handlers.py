@@ -181,7 +181,18 @@ async def metrics(request: web.Request) -> web.Response:
                         headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+# what /debug/decisions can be narrowed to: the decisions whose field is the value given
+DECISION_FILTERS = ("request_id", "trace_id", "worker")
+
+
 async def debug_decisions(request: web.Request) -> web.Response:
+    """The decisions kept, newest first: ``limit`` of them, those of one request, trace or
+    worker (``request_id``, ``trace_id``, ``worker``); an unknown parameter is refused (it
+    was ignored, and the newest were answered for a request the ring no longer held)."""
+    for name in request.query:
+        if name != "limit" and name not in DECISION_FILTERS:
+            raise InvalidRequest(f"{name}: not a parameter of /debug/decisions (limit, "
+                                 f"{', '.join(DECISION_FILTERS)}).", param=name)
     raw = request.query.get("limit")
     limit = None
     if raw is not None:
@@ -190,8 +201,12 @@ async def debug_decisions(request: web.Request) -> web.Response:
         # past 18 digits (int() refuses past 4,300) it asks for more than any ring holds
         digits = raw.lstrip("0") or "0"
         limit = int(digits) if len(digits) <= 18 else None
-    decisions = request.app[DECISIONS].render(limit)
-    return _json({"object": "list", "data": decisions})
+    wanted = [(name, request.query[name]) for name in DECISION_FILTERS if name in request.query]
+    if not wanted:
+        return _json({"object": "list", "data": request.app[DECISIONS].render(limit)})
+    decisions = [d for d in request.app[DECISIONS].render()
+                 if all(d.get(name) == value for name, value in wanted)]
+    return _json({"object": "list", "data": decisions[:limit]})
 
 
 def _finite(value: float) -> float | None:

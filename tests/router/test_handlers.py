@@ -442,6 +442,31 @@ async def test_a_bad_body_is_counted_under_no_model(router: RouterHandle) -> Non
     assert router.metric("kvroute_requests_total", **too_large) == before + 1
 
 
+async def test_the_decisions_of_one_request_are_found_by_its_id(router: RouterHandle) -> None:
+    """``?request_id=`` was ignored (the newest decisions answered, whichever they were);
+    an unknown parameter is refused now."""
+    went: dict[str, str] = {}
+    async with aiohttp.ClientSession() as session:
+        for request_id in ("find-me", "other-1", "other-2"):
+            async with session.post(router.url + "/v1/chat/completions", json={
+                    "model": MODEL, "messages": MESSAGES, "max_tokens": 2},
+                    headers={"X-Request-Id": request_id}) as resp:
+                assert resp.status == 200
+                went[request_id] = resp.headers["x-kvroute-worker"]
+        worker = went["find-me"]
+        async with session.get(router.url + "/debug/decisions?request_id=find-me") as resp:
+            [found] = (await resp.json())["data"]
+        assert found["request_id"] == "find-me" and found["worker"] == worker
+        async with session.get(router.url + f"/debug/decisions?worker={worker}&limit=1") as resp:
+            [newest] = (await resp.json())["data"]
+        assert newest["worker"] == worker
+        async with session.get(router.url + "/debug/decisions?request_id=gone") as resp:
+            assert (await resp.json())["data"] == []
+        async with session.get(router.url + "/debug/decisions?requestid=find-me") as resp:
+            assert resp.status == 400
+            assert (await resp.json())["error"]["param"] == "requestid"
+
+
 async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
     await client(router).chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)  # type: ignore[arg-type]
     async with aiohttp.ClientSession() as session:
