@@ -76,6 +76,11 @@ class ReloadResult:
     rebuilt: bool = True   # False: the file came back to the config already in force
 
 
+def _short(digest: bytes | None) -> str:
+    """A file's digest as the log writes it (the first 12 hex digits of its sha256)."""
+    return digest.hex()[:12] if digest is not None else "none"
+
+
 class PolicyReloader:
     """Owns the current engine for one routing file."""
 
@@ -201,11 +206,14 @@ class PolicyReloader:
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
         engine.take_state_from(self.engine)     # on the loop, with no await before the swap
         self.engine = engine
-        self._in_force = digest
+        previous, self._in_force = self._in_force, digest
         self.in_force_since = time.time()
         for listener in self._swap_listeners:
             listener(engine)
-        result = self._report(ReloadResult("success", str(self.path), summarize(engine.routing)))
+        # which file replaced which ("what changed at 14:02": an edit and its revert read
+        # alike otherwise), as /debug/routing's sha256 and the decisions' ``routing`` say it
+        result = self._report(ReloadResult("success", str(self.path), (
+            f"{summarize(engine.routing)} (sha256 {_short(previous)} -> {_short(digest)})")))
         _log_warnings(self.path, engine, self.fleet)
         return result
 

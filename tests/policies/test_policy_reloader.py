@@ -444,3 +444,22 @@ async def test_a_config_built_while_the_fleet_changed_is_checked_against_the_new
     assert result is not None and result.result == "failure"
     assert "rules[0].then.pool" in result.message
     assert reloader.engine is first
+
+
+async def test_a_reload_names_the_file_it_replaced_and_the_one_in_force(
+        routing_file: Path) -> None:
+    """An edit and its revert were logged alike: which file replaced which is told by their
+    digests (as /debug/routing's ``sha256`` gives the one in force)."""
+    import hashlib
+
+    def short(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    write(routing_file, OTHER, 1_000_000)
+    edit = await settled(reloader)
+    write(routing_file, GOOD, 2_000_000)
+    revert = await settled(reloader)
+    assert edit is not None and f"(sha256 {short(GOOD)} -> {short(OTHER)})" in edit.message
+    assert revert is not None and f"(sha256 {short(OTHER)} -> {short(GOOD)})" in revert.message
+    assert reloader.status()["sha256"].startswith(short(GOOD))
