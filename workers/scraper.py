@@ -184,12 +184,17 @@ class WorkerScraper:
                  interval_s: float, timeout_s: float, models_interval_s: float,
                  fail_threshold: int, slow_grace_s: float = 10.0,
                  clock: Callable[[], float] = time.monotonic,
-                 on_engine_lost: Callable[[str], None] | None = None) -> None:
+                 on_engine_lost: Callable[[str], None] | None = None,
+                 stalled_since: Callable[[float], bool] | None = None) -> None:
         """``on_engine_lost(worker id)``: the worker's prefix-cache counters went back since
         its last good scrape (its engine restarted, whether or not it was marked down
         meanwhile): what was known of its cache is gone. A worker that was only unreachable
-        for a while comes back with its counters where they were, and keeps what is known."""
+        for a while comes back with its counters where they were, and keeps what is known.
+        ``stalled_since(t)``: whether this process stalled since ``t`` (on ``clock``): a
+        connection that came while the loop stood still timed out all the same, and says
+        nothing of the worker (``router.loop_lag``)."""
         self._registry = registry
+        self._stalled_since = stalled_since
         self._on_engine_lost = on_engine_lost
         self._client = client
         self._interval = interval_s
@@ -265,7 +270,8 @@ class WorkerScraper:
                             self._local_failures)
             return
         except UpstreamConnectTimeout as exc:     # no connection: gone, not busy
-            self._record_failure(info, now, _describe(exc), slow=False)
+            self._record_failure(info, now, _describe(exc), slow=(
+                self._stalled_since is not None and self._stalled_since(now)))
             return
         except TimeoutError:
             self._record_failure(info, now, "timed out", slow=True)
