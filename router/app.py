@@ -246,7 +246,8 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
         app[REGISTRY], scrapes, interval_s=settings.scrape_interval_s,
         timeout_s=settings.scrape_timeout_s, models_interval_s=settings.models_interval_s,
         fail_threshold=settings.fail_threshold, slow_grace_s=settings.slow_grace_s,
-        on_engine_lost=lambda worker_id: _engine_restarted(app, worker_id))
+        on_engine_lost=lambda worker_id: _engine_restarted(app, worker_id),
+        stalled_since=app[LOOP_STALLS].since)
     app[SCRAPER] = scraper
     upstream = UpstreamClient(settings.connect_timeout_s, settings.upstream_timeout_s,
                               authorizations=authorizations, tls=tls,

@@ -1,7 +1,9 @@
 """A bounded ring of recent routing decisions, rendered for ``GET /debug/decisions``.
 
 Recording keeps references only (the decision is immutable); the JSON is built when
-someone asks, so the request path pays one ``deque.append``.
+someone asks, so the request path pays one ``deque.append``. When the attempt a decision sent
+ends, its outcome (status, times, tokens) is kept beside it (``ended``): how a request ended,
+and how long it took, is read where why it went there is.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from typing import Any
 from policies.base import Decision
 
 _WORD = re.compile(r"[^a-z0-9_-]+")
+
+# a decision kept: [its record, its rendering or None, its attempt's outcome or None]
+DecisionEntry = list[Any]
+# how an attempt ended, as /debug/decisions shows it
+Outcome = dict[str, Any]
 
 
 def reason_code(decision: Decision) -> str:
@@ -52,10 +59,18 @@ class DecisionLog:
 
     def __init__(self, size: int) -> None:
         # [record, its rendering or None]
-        self._ring: deque[list[Any]] = deque(maxlen=size)
+        self._ring: deque[DecisionEntry] = deque(maxlen=size)
 
-    def record(self, record: DecisionRecord) -> None:
-        self._ring.append([record, None])
+    def record(self, record: DecisionRecord) -> DecisionEntry:
+        """Keep ``record``; its entry, for ``ended``."""
+        entry = [record, None, None]
+        self._ring.append(entry)
+        return entry
+
+    @staticmethod
+    def ended(entry: DecisionEntry, outcome: Outcome) -> None:
+        """The attempt of ``entry``'s decision ended so (rendered anew at the next read)."""
+        entry[1], entry[2] = None, outcome
 
     def __len__(self) -> int:
         return len(self._ring)
@@ -68,7 +83,7 @@ class DecisionLog:
         rendered = []
         for entry in entries:
             if entry[1] is None:
-                entry[1] = _render(entry[0])
+                entry[1] = _render(entry[0], entry[2])
             rendered.append(entry[1])
         return rendered
 
@@ -83,7 +98,7 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
-def _render(record: DecisionRecord) -> dict[str, Any]:
+def _render(record: DecisionRecord, outcome: Outcome | None) -> dict[str, Any]:
     d = record.decision
     return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.at))
@@ -109,4 +124,6 @@ def _render(record: DecisionRecord) -> dict[str, Any]:
                        for c in d.candidates],
         "filtered_out": dict(d.filtered_out),
         "attributes": {k: _json_value(v) for k, v in d.attributes.items()},
+        # how its attempt ended (null while it runs, or for a decision that sent none)
+        "outcome": outcome,
     }

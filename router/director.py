@@ -45,7 +45,13 @@ from router.admission.controller import Admission, AdmissionTicket
 from router.client_auth import TENANT
 from router.decision_log import class_confidence, class_outcome
 from router.decision_sinks import DecisionSink
-from router.decisions import DecisionLog, DecisionRecord, reason_code
+from router.decisions import (
+    DecisionEntry,
+    DecisionLog,
+    DecisionRecord,
+    Outcome,
+    reason_code,
+)
 from router.ejection import WorkerEjection
 from router.errors import (
     ContextLengthExceeded,
@@ -126,6 +132,7 @@ class _Attempt:
     received_at: float = 0.0        # the request's arrival at the router (ParsedRequest's)
     api: str = OTHER_API            # its path's API (the metrics' ``api`` label)
     local: bool = False             # refused by the router's own limits (its open files)
+    record: DecisionEntry | None = None     # its decision's entry in /debug/decisions
 
     @property
     def first_token_seen(self) -> bool:
@@ -266,9 +273,9 @@ class Director:
             if tried:
                 views = [v for v in self._views(self._clock(), pinned) if v.id not in tried]
             shown = views if pinned is not None else self._ejected_unhealthy(views)
-            decision = self._decide(engine, parsed.routing, shown, attempt,
-                                    fail_open=views if shown is not views else None,
-                                    continued=continued, tried=tried)
+            decision, record = self._decide(engine, parsed.routing, shown, attempt,
+                                            fail_open=views if shown is not views else None,
+                                            continued=continued, tried=tried)
             if decision.worker_id is None:
                 if last_failure is not None:
                     log.info("request %s: no other worker to try", request_id)
@@ -282,7 +289,8 @@ class Director:
             # before anything counts it as sent: a body too deep to re-encode is refused here
             sent = upstream_body(parsed, body, decision.model)
             try:
-                return await self._attempt(request, engine, parsed, sent, decision, ticket)
+                return await self._attempt(request, engine, parsed, sent, decision, ticket,
+                                           record)
             except RetryableUpstream as failure:
                 last_failure, failed = failure, decision
                 tried[decision.worker_id] = None
@@ -389,12 +397,14 @@ class Director:
     def _decide(self, engine: PolicyEngine, routing: RoutingRequest,
                 views: Sequence[WorkerView], attempt: int,
                 fail_open: Sequence[WorkerView] | None = None,
-                continued: str | None = None, tried: Iterable[str] = ()) -> Decision:
+                continued: str | None = None, tried: Iterable[str] = ()
+                ) -> tuple[Decision, DecisionEntry]:
         """Decide on ``views``, and when that leaves no candidate, on ``fail_open`` (the views
         with the ejected workers as they are), or, for a request continuing a response
         (``views``: its holder alone), as that continuation (``continuation_decision``, with
-        the model ``continued``); the one decision is recorded, the workers it passed over
-        for being set aside or ``tried`` already named so."""
+        the model ``continued``); the one decision is recorded (its entry in the ring
+        returned with it), the workers it passed over for being set aside or ``tried``
+        already named so."""
         started = time.perf_counter()
         decision = engine.decide(routing, views)
         opened = False
@@ -417,7 +427,7 @@ class Director:
         gpu = self._gpu_of(decision.worker_id)
         self._metrics.record_decision(decision, gpu, reason_code(decision),
                                       routing.semantic_class, seconds)
-        self._decisions.record(DecisionRecord(
+        record = self._decisions.record(DecisionRecord(
             at=time.time(), decision=decision, requested_model=routing.model, path=routing.path,
             attempt=attempt, duration_s=seconds, num_prompt_tokens=routing.num_prompt_tokens,
             semantic_class=routing.semantic_class,
@@ -429,7 +439,7 @@ class Director:
                 sink.on_decision(routing, decision, attempt, seconds)
             except Exception:      # observability never fails a request (a full disk, ...)
                 self._sink_failed(sink)
-        return decision
+        return decision, record
 
     def _sink_failed(self, sink: DecisionSink) -> None:
         """Log a decision sink's failure: the first, then one in every 1,000."""
@@ -482,8 +492,8 @@ class Director:
         return headers
 
     async def _attempt(self, request: web.Request, engine: PolicyEngine, parsed: ParsedRequest,
-                       sent: bytes, decision: Decision,
-                       ticket: AdmissionTicket) -> web.StreamResponse:
+                       sent: bytes, decision: Decision, ticket: AdmissionTicket,
+                       record: DecisionEntry | None = None) -> web.StreamResponse:
         routing = parsed.routing
         assert decision.worker_id is not None
         parsed.attempts += 1
@@ -495,7 +505,7 @@ class Director:
                            decode_tokens=routing.output_tokens_within(
                                info.model_spec.max_model_len),
                            started_at=self._clock(), received_at=parsed.received_at,
-                           api=api_of_path(routing.path))
+                           api=api_of_path(routing.path), record=record)
         if parsed.response_id is not None:      # follow-ups to this response go here
             await self._store.remember_response(parsed.response_id, info.id,
                                                 request.get(TENANT))
@@ -666,6 +676,9 @@ class Director:
                 charged = cost
         self._metrics.record_outcome(billed if billed is not None else outcome,
                                      attempt.worker_gpu, routing.tenant, charged)
+        if attempt.record is not None:
+            self._decisions.ended(attempt.record, _outcome_fields(
+                outcome, status, attempt, result, self._clock()))
         predicted = routing.predicted_output_tokens
         if predicted is not None and status == 200:
             self._metrics.record_output_prediction(
@@ -716,6 +729,24 @@ def without_addresses(text: str, workers: Iterable[WorkerInfo]) -> str:
         host, port = origin_of(info.url)
         text = text.replace(info.url.rstrip("/"), info.id).replace(f"{host}:{port}", info.id)
     return text
+
+
+def _outcome_fields(outcome: RequestOutcome, status: int, attempt: _Attempt,
+                    result: ProxyResult | None, now: float) -> Outcome:
+    """How an attempt ended, for ``/debug/decisions``: its status, its times (from its
+    sending; ``client_s`` from the request's arrival, admission waits and earlier attempts
+    included) and its tokens (its usage: none for an answer without one)."""
+    ended = result.finished_at if result is not None else now
+    return {"status": status,
+            "ttft_s": _rounded(outcome.ttft_s), "tpot_s": _rounded(outcome.tpot_s),
+            "e2e_s": _rounded(ended - attempt.started_at),
+            "client_s": _rounded(ended - attempt.received_at) if attempt.received_at else None,
+            "prompt_tokens": outcome.prompt_tokens,
+            "completion_tokens": outcome.completion_tokens}
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return round(seconds, 4) if seconds is not None else None
 
 
 # what a decision's ``filtered_out`` says of a worker the router passed over itself: set

@@ -54,9 +54,10 @@ def test_a_decision_is_rendered_once_however_often_it_is_read(
     calls: list[str] = []
     real = decisions._render
 
-    def counting(record: DecisionRecord) -> dict[str, object]:
+    def counting(record: DecisionRecord, outcome: decisions.Outcome | None
+                 ) -> dict[str, object]:
         calls.append(record.decision.request_id)
-        return real(record)
+        return real(record, outcome)
 
     monkeypatch.setattr(decisions, "_render", counting)
     log = DecisionLog(size=3)
@@ -67,9 +68,14 @@ def test_a_decision_is_rendered_once_however_often_it_is_read(
     again = log.render()
     assert calls == ["r2", "r1", "r0"]               # only the one not read before
     assert all(a is b for a, b in zip(again[:2], first, strict=True))
-    log.record(_record(3))                           # r0 leaves the ring
+    entry = log.record(_record(3))                   # r0 leaves the ring
     assert [d["request_id"] for d in log.render()] == ["r3", "r2", "r1"]
     assert calls == ["r2", "r1", "r0", "r3"]
+    assert log.render()[0]["outcome"] is None        # its attempt runs
+    DecisionLog.ended(entry, {"status": 200})        # it ended: rendered anew, once
+    assert log.render()[0]["outcome"] == {"status": 200}
+    assert log.render(limit=1)[0]["outcome"] == {"status": 200}
+    assert calls == ["r2", "r1", "r0", "r3", "r3"]
 
 
 def test_reason_code() -> None:

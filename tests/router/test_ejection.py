@@ -169,6 +169,9 @@ async def test_a_decision_names_the_workers_set_aside_or_tried(
     assert answers == [(200, "h100-fast")] * 3
     retry = next(d for d in decisions if d["attempt"] == 1)
     assert retry["filtered_out"].get("failing") == "tried"
+    first = next(d for d in decisions
+                 if d["request_id"] == retry["request_id"] and d["attempt"] == 0)
+    assert (first["outcome"]["status"], retry["outcome"]["status"]) == (500, 200)
     later = [d for d in decisions if d["attempt"] == 0 and d["worker"] == "h100-fast"]
     assert later and all(d["filtered_out"].get("failing") == "ejected" for d in later)
     alone = await make_router(subset(emulated_fleet, ["failing"]), ROUTING_ROUND_ROBIN,

@@ -457,6 +457,10 @@ async def test_the_decisions_of_one_request_are_found_by_its_id(router: RouterHa
         async with session.get(router.url + "/debug/decisions?request_id=find-me") as resp:
             [found] = (await resp.json())["data"]
         assert found["request_id"] == "find-me" and found["worker"] == worker
+        # how it ended, beside why it went there (nothing told how long a request took)
+        ended = found["outcome"]
+        assert ended["status"] == 200 and ended["completion_tokens"] == 2
+        assert 0 < ended["e2e_s"] <= ended["client_s"] and ended["prompt_tokens"] > 0
         async with session.get(router.url + f"/debug/decisions?worker={worker}&limit=1") as resp:
             [newest] = (await resp.json())["data"]
         assert newest["worker"] == worker
