@@ -525,7 +525,8 @@ class Director:
             attempt.stall_ticket = self._ejection.stalls.waiting(
                 info.id, attempt.started_at, _expected_first_byte_s(
                     decision, routing.stream, output_tokens_in_window(
-                        routing.output_tokens_bound, routing.context_prompt_tokens, window)))
+                        routing.output_tokens_bound, routing.context_prompt_tokens, window)),
+                routing.request_id)
             longest_s = _expected_first_byte_s(decision, routing.stream,
                                                longest_answer_tokens(routing, window))
             result = await self._proxy.forward(

@@ -50,7 +50,8 @@ class StallWatch:
         self._on_stall = on_stall
         self.progress = progress
         self._tickets = itertools.count()
-        self._awaiting: dict[int, tuple[str, float]] = {}   # ticket -> (worker, deadline)
+        # ticket -> (worker, deadline, request id, sent at)
+        self._awaiting: dict[int, tuple[str, float, str, float]] = {}
         self._deadlines: list[tuple[float, int]] = []        # heap of (deadline, ticket)
         self._overdue: dict[str, set[int]] = {}             # worker -> overdue tickets
 
@@ -58,16 +59,18 @@ class StallWatch:
     def enabled(self) -> bool:
         return self._floor_s > 0.0
 
-    def waiting(self, worker: str, now: float, expected_s: float | None) -> int:
-        """An attempt was sent to ``worker`` at ``now``; returns its ticket for ``settled``."""
+    def waiting(self, worker: str, now: float, expected_s: float | None,
+                request_id: str = "") -> int:
+        """An attempt (of ``request_id``, named in the log when it stalls its worker) was
+        sent to ``worker`` at ``now``; returns its ticket for ``settled``."""
         ticket = next(self._tickets)
         if self.enabled:
             bound = self._multiple * expected_s if expected_s is not None else 0.0
             deadline = now + min(self._ceiling_s, max(self._floor_s, bound))
-            self._awaiting[ticket] = (worker, deadline)
+            self._awaiting[ticket] = (worker, deadline, request_id, now)
             heapq.heappush(self._deadlines, (deadline, ticket))
             if len(self._deadlines) > 4 * len(self._awaiting) + 1024:    # mostly settled ones
-                self._deadlines = [(d, t) for t, (_, d) in self._awaiting.items()]
+                self._deadlines = [(entry[1], t) for t, entry in self._awaiting.items()]
                 heapq.heapify(self._deadlines)
         return ticket
 
@@ -89,7 +92,7 @@ class StallWatch:
         """A reloaded fleet file removed the worker or declared it anew: its attempts still
         awaited are not watched any more (overdue, they would set aside the worker next
         declared under its id)."""
-        for ticket in [t for t, (w, _) in self._awaiting.items() if w == worker]:
+        for ticket in [t for t, entry in self._awaiting.items() if entry[0] == worker]:
             del self._awaiting[ticket]
         self._overdue.pop(worker, None)
 
@@ -101,18 +104,19 @@ class StallWatch:
             entry = self._awaiting.get(ticket)
             if entry is None or entry[1] != due:      # settled in time, or re-armed
                 continue
-            worker = entry[0]
+            worker, _, request_id, sent_at = entry
             moved_at = self.progress(worker) if self.progress is not None else None
             if moved_at is not None and moved_at > now - self._floor_s:
                 deadline = moved_at + self._floor_s   # busy, not hung: watched on
-                self._awaiting[ticket] = (worker, deadline)
+                self._awaiting[ticket] = (worker, deadline, request_id, sent_at)
                 heapq.heappush(deadlines, (deadline, ticket))
                 continue
             overdue = self._overdue.get(worker)
             if overdue is None:
                 overdue = self._overdue[worker] = set()
-                log.warning("worker %s: a request has waited past its deadline for its first "
-                            "byte; set aside while it stays unanswered", worker)
+                log.warning("worker %s: request %s has waited %.1f s, past its deadline, for "
+                            "its first byte; set aside while it stays unanswered", worker,
+                            request_id or "(unnamed)", now - sent_at)
                 if self._on_stall is not None:
                     self._on_stall(worker)
             overdue.add(ticket)

@@ -5,6 +5,7 @@ timeout, and taking it back once its requests have settled."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import aiohttp
 import pytest
@@ -38,6 +39,17 @@ def test_a_worker_is_stalled_while_an_attempt_is_past_its_deadline() -> None:
     watch.settled(late)
     assert watch.stalled(8.0) == frozenset() and not watch.is_stalled("a", 8.0)
     watch.stalled(100.0)
+
+
+def test_the_stall_names_the_request_that_waited_and_how_long(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The line said "a request has waited past its deadline": which one, and how long, the
+    on-call person could not tell."""
+    watch = StallWatch(2.0, 100.0)
+    watch.waiting("a", 1.0, None, "req-42")
+    with caplog.at_level(logging.WARNING, logger="router.stalls"):
+        assert watch.stalled(4.5) == {"a"}
+    assert "worker a: request req-42 has waited 3.5 s, past its deadline" in caplog.text
 
 
 def test_a_forgotten_worker_is_not_stalled_by_its_former_attempts() -> None:
