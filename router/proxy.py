@@ -452,7 +452,8 @@ class Proxy:
                 if relay.done:
                     break
             else:
-                if relay.ends_a_line and not await relay.feed(b"\n"):   # its blank line
+                missing = relay.missing_event_end       # its last event's blank line
+                if missing is not None and not await relay.feed(missing):
                     return ProxyResult(relay.response_or_new(), CLIENT_LEFT, relay.usage,
                                        relay.first_byte_at, self._clock(), relay.events)
         except EventTooLarge as exc:
@@ -548,10 +549,13 @@ class _StreamRelay:
         return self._response is not None
 
     @property
-    def ends_a_line(self) -> bool:
-        """Whether what waits for its event's end ends a line (at the body's end: an event
-        whose blank line never came)."""
-        return self._carried_cr or self._pending.endswith(b"\n")
+    def missing_event_end(self) -> bytes | None:
+        """At the body's end, what completes an event whose last line ended but whose blank
+        line never came (a line ended by a CR is held back as a CR), else None."""
+        ended = self._pending.endswith(b"\n")
+        if self._carried_cr:     # (the CR held back ends a line: read with what is fed)
+            return b"\n" if ended else b"\n\n"
+        return b"\n" if ended else None
 
     def response_or_new(self) -> web.StreamResponse:
         if self._response is not None:
@@ -662,7 +666,7 @@ class _StreamRelay:
             await sending
             return
         try:
-            async with asyncio.timeout(self._send_timeout_s) as deadline:
+            async with asyncio.timeout(None) as deadline:      # (ended by the watch)
                 progress = _ClientProgress(self._request.transport, deadline,
                                            self._send_timeout_s)
                 try:
@@ -708,12 +712,15 @@ class _StreamRelay:
 
 
 class _ClientProgress:
-    """Moves a write's deadline on while its client takes its bytes: each quarter of the
-    timeout the transport's buffer is read, and a buffer smaller than at the reading before
-    (the client took some) gives the write another whole timeout (nginx's ``send_timeout``,
-    which times the gap between two of the client's reads, not the whole write)."""
+    """Ends a write (its ``deadline``, a timeout with none of its own) once its client has
+    taken none of its bytes for ``timeout_s``: each quarter of it the transport's buffer is
+    read, and a buffer smaller than at the reading before is the client taking some (nginx's
+    ``send_timeout``, which times the gap between two of the client's reads, not the whole
+    write). The watch alone ends it, at one of its readings: a deadline of its own, moved
+    from a timer, raced it (moved while it expired)."""
 
-    __slots__ = ("_buffered", "_deadline", "_loop", "_tick", "_timeout_s", "_transport")
+    __slots__ = ("_buffered", "_deadline", "_last_taken", "_loop", "_tick", "_timeout_s",
+                 "_transport")
 
     def __init__(self, transport: asyncio.BaseTransport | None, deadline: asyncio.Timeout,
                  timeout_s: float) -> None:
@@ -722,6 +729,7 @@ class _ClientProgress:
         self._timeout_s = timeout_s
         self._loop = asyncio.get_running_loop()
         self._buffered = self._buffer_size()
+        self._last_taken = self._loop.time()
         self._tick = self._loop.call_later(timeout_s / 4, self._check)
 
     def _buffer_size(self) -> int:
@@ -732,10 +740,13 @@ class _ClientProgress:
         return transport.get_write_buffer_size()
 
     def _check(self) -> None:
-        buffered = self._buffer_size()
+        now, buffered = self._loop.time(), self._buffer_size()
         if buffered < self._buffered:
-            self._deadline.reschedule(self._loop.time() + self._timeout_s)
+            self._last_taken = now
         self._buffered = buffered
+        if now - self._last_taken >= self._timeout_s:
+            self._deadline.reschedule(now)      # silent for the timeout: the write ends now
+            return
         self._tick = self._loop.call_later(self._timeout_s / 4, self._check)
 
     def stop(self) -> None:

@@ -79,6 +79,8 @@ def _pieces(mode: str) -> Sequence[bytes]:
         return [events, USAGE]
     if mode == "done-no-blank":        # the last event's blank line missing
         return [events, USAGE + DONE[:-1]]
+    if mode == "done-no-blank-cr":     # ... its lines ending in CR
+        return [(events + USAGE + DONE[:-1]).replace(b"\n", b"\r")]
     if mode in OTHER_LAYOUTS:          # SSE's other ways of writing the same events
         return [OTHER_LAYOUTS[mode](events + FINISH + USAGE + DONE)]
     raise AssertionError(mode)
@@ -751,7 +753,7 @@ async def test_a_4xx_error_event_before_any_token_is_the_clients_answer(
     assert isinstance(result, ProxyResult) and result.status == 400
 
 
-@pytest.mark.parametrize("mode", ["usage-no-done", "done-no-blank"])
+@pytest.mark.parametrize("mode", ["usage-no-done", "done-no-blank", "done-no-blank-cr"])
 async def test_a_whole_stream_whose_end_is_missing_is_whole(
         relay_url: tuple[str, list[ProxyResult | Exception]], mode: str) -> None:
     """A stream that ends with its usage chunk and no ``[DONE]`` (which the OpenAI SDK
@@ -849,3 +851,51 @@ async def test_a_workers_redirect_is_not_relayed(
     assert (failure.reason, failure.status) == ("redirect", 502)
     assert "307 to http://10.1.2.3:8000" in str(failure)             # (the log's)
     assert "10.1.2.3" not in failure.client_text()
+
+
+class _DrainingTransport(asyncio.WriteTransport):
+    """A transport whose write buffer the test empties (the client taking bytes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffered = 100_000
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def is_closing(self) -> bool:
+        return False
+
+
+async def test_a_client_taking_bytes_late_in_the_timeout_keeps_its_write() -> None:
+    """The watch moved the write's own deadline from a timer: a client that took bytes in
+    the last quarter of the timeout made it move an expiring deadline (a RuntimeError in a
+    loop callback, the client cut while it read). The watch alone ends the write now."""
+    from router.proxy import _ClientProgress
+
+    loop = asyncio.get_running_loop()
+    errors: list[object] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    timeout = 0.2
+    try:
+        for _ in range(5):
+            transport = _DrainingTransport()
+            loop.call_later(0.78 * timeout, setattr, transport, "buffered", 50_000)
+            async with asyncio.timeout(None) as deadline:      # a write it keeps alive
+                progress = _ClientProgress(transport, deadline, timeout)
+                try:
+                    await asyncio.sleep(1.5 * timeout)
+                finally:
+                    progress.stop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):                      # silent: ended at its timeout
+            async with asyncio.timeout(None) as deadline:
+                progress = _ClientProgress(_DrainingTransport(), deadline, timeout)
+                try:
+                    await asyncio.sleep(5 * timeout)
+                finally:
+                    progress.stop()
+        assert timeout <= loop.time() - started < 2 * timeout
+    finally:
+        loop.set_exception_handler(None)
+    assert errors == []
