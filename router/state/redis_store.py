@@ -22,9 +22,9 @@ under a dead one's id leaves the dead one's usage as a stopped replica's (below)
 publish, rather than replacing it. One that stops removes its in-flight counts,
 but what its budgets spent stays counted until it leaves the window: it is written to
 ``kvroute:usage-left:<replica>:<process>``, listed with the time it ends in the sorted set
-``kvroute:usage-left``, and read by every replica as fading evenly to nothing over the
-window (``WINDOW_S``), its ``Retry-After`` from the schedule written with it. Otherwise a
-rolling restart gave each tenant back every restarted replica's share of the last minute.
+``kvroute:usage-left``, and read by every replica from the schedule written with it, as a
+silent replica's is, until it leaves the window (``WINDOW_S``). Otherwise a rolling restart
+gave each tenant back every restarted replica's share of the last minute.
 (The replicas are found through sorted sets, not by scanning the keyspace, whose Responses
 API owners can number millions.) Every time written to or compared in Redis (when a replica
 last published, when a stopped one's spending leaves the window) is on Redis's clock
@@ -750,11 +750,15 @@ def _decode_schedule(raw: str | None) -> Schedule | None:
 def _left_usage(requests: int, tokens: int, written: Schedule | None,
                 share: float) -> tuple[int, int, Schedule]:
     """A stopped replica's totals and schedule (``written`` when it stopped, if any), with
-    the ``share`` of the window left to them: the totals fading evenly out of it."""
-    requests, tokens = math.ceil(requests * share), math.ceil(tokens * share)
+    the ``share`` of the window left to them. Read from its schedule as a live replica's
+    of that age is (``_aged_usage``): what it spent just before it stopped stays whole
+    until it leaves the window (read fading evenly, a tenant that spent its budget and then
+    saw the replica drain was admitted again within seconds: twice its limit in the
+    minute). Without a schedule the totals fade evenly."""
     if written is None:        # (a replica not publishing one)
+        requests, tokens = math.ceil(requests * share), math.ceil(tokens * share)
         return requests, tokens, _fading_schedule(requests, tokens, share)
-    return requests, tokens, _schedule_since(written, (1.0 - share) * WINDOW_S)
+    return _aged_usage(requests, tokens, written, (1.0 - share) * WINDOW_S)
 
 
 def _aged_usage(requests: int, tokens: int, written: Schedule | None,

@@ -367,10 +367,13 @@ async def test_replicas_share_the_budgets_usage(redis_url: str) -> None:
     await client.aclose()
 
 
-async def test_a_stopped_replicas_spending_fades_out_of_the_window(redis_url: str) -> None:
+async def test_a_stopped_replicas_spending_leaves_the_window_as_it_was_spent(
+        redis_url: str) -> None:
     """A replica that stopped took its budgets' spending away at once: a rolling restart
     gave every tenant back each restarted replica's share of the last minute. It stays
-    counted, fading evenly over the window, also by the replica restarted under its id."""
+    counted, also by the replica restarted under its id, each part until it leaves the
+    window (read fading evenly from the stop, a budget spent just before a drain had room
+    again within seconds: twice the limit in the minute)."""
     one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
     two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -389,12 +392,12 @@ async def test_a_stopped_replicas_spending_fades_out_of_the_window(redis_url: st
         # evenly, the budget read as having room within seconds)
         assert one.usage.remote_schedule["acme"] == ((10, 1000),) * 5
         assert one.usage.seconds_until("acme", now, 10, None) == 60
-        # half the window later (its end moved 30 s nearer), half of it is still counted
+        # half the window later (its end moved 30 s nearer), all of it is still counted:
+        # it was spent a moment before the stop
         [(left, ends_ms)] = await client.zrange(LEFT_USAGE_KEY, 0, -1, withscores=True)
         await client.zadd(LEFT_USAGE_KEY, {left: ends_ms - 30_000})
         await one.sync_once()
-        requests, tokens = one.usage.totals("acme", now)   # (less the moments since)
-        assert requests in (4, 5) and 490 <= tokens <= 500, (requests, tokens)
+        assert one.usage.totals("acme", now) == (10, 1000)
         # the schedule read from 30 s on: all of it stays until its last step
         assert one.usage.remote_schedule["acme"] == ((10, 1000), (10, 1000), (0, 0), (0, 0),
                                                      (0, 0))
@@ -406,6 +409,33 @@ async def test_a_stopped_replicas_spending_fades_out_of_the_window(redis_url: st
         await one.close()
         await two.close()
         await restarted.close()
+        await client.aclose()
+
+
+async def test_a_stopped_replicas_older_spending_leaves_before_its_newer(
+        redis_url: str) -> None:
+    """What a stopped replica spent 40 s before it stopped leaves the window 20 s after the
+    stop; what it spent at the stop stays to the minute's end."""
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    await one.start()
+    await two.start()
+    try:
+        now = time.monotonic()
+        two.usage.add("acme", now - 40, requests=6, tokens=600)
+        two.usage.add("acme", now, requests=4, tokens=400)
+        await two.close()
+        await one.sync_once()
+        assert one.usage.totals("acme", now) == (10, 1000)
+        [(left, ends_ms)] = await client.zrange(LEFT_USAGE_KEY, 0, -1, withscores=True)
+        await client.zadd(LEFT_USAGE_KEY, {left: ends_ms - 25_000})
+        await one.sync_once()
+        assert one.usage.totals("acme", now) == (4, 400)
+        assert one.usage.seconds_until("acme", now, 4, None) == 40
+    finally:
+        await one.close()
+        await two.close()
         await client.aclose()
 
 
