@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from policies.errors import ParamError
+from policies.plugin_file_modules import FileModuleHold
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -96,7 +97,8 @@ class SloConfig:
 @dataclass(frozen=True, slots=True)
 class PluginModule:
     """One entry of ``plugin_modules:`` once loaded (``policies.plugin_modules``): as
-    written, the module's name in ``sys.modules``, and its file (a file entry only)."""
+    written, the module's name in ``sys.modules``, and its file (a file entry only), whose
+    module it holds there (``policies.plugin_file_modules``) for as long as it lives."""
 
     entry: str
     module_name: str
@@ -104,6 +106,7 @@ class PluginModule:
     # what its register(registry) added: plugin type names and section names
     types: tuple[str, ...] = ()
     sections: tuple[str, ...] = ()
+    hold: FileModuleHold | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,10 @@ modules do (``policies.registry.BUILTIN_PLUGIN_MODULES``):
 * a ``.py`` file, its path relative to the routing file's folder (``plugins/freshness.py``).
   A file is loaded under a name made of its path's and content's digest
   (``kvroute_plugin_<stem>_<hex>``), so an edited file is a new module, taken by the live
-  reload like the routing file itself; the same file unchanged is loaded once.
+  reload like the routing file itself; the same file unchanged is loaded once. Its
+  ``PluginModule`` holds the module, which stays in ``sys.modules`` only while some loaded
+  routing holds it (``policies.plugin_file_modules``): the versions an edited file leaves
+  behind do not pile up there.
 
 ``load_plugin_modules`` imports the entries of one routing file (every failure a
 ``RoutingConfigError`` naming the entry); ``with_plugin_modules`` gives a copy of a registry
@@ -24,7 +27,6 @@ import importlib
 import importlib.util
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -32,11 +34,11 @@ from typing import Any
 
 from policies.config import PluginModule
 from policies.errors import RoutingConfigError
+from policies.plugin_file_modules import hold_file_module
 from policies.registry import PluginRegistry
 
 PLUGIN_MODULES_KEY = "plugin_modules"
 MAX_PLUGIN_FILE_BYTES = 4 * 1024 * 1024     # as a routing file: a plugin is a few KB
-_LOADING = threading.RLock()
 FILE_SUFFIX = ".py"
 FILE_MODULE_PREFIX = "kvroute_plugin_"
 
@@ -94,11 +96,15 @@ def registered(registry: PluginRegistry, modules: Sequence[PluginModule]
     done: list[PluginModule] = []
     for i, module in enumerate(modules):
         where = f"{PLUGIN_MODULES_KEY}[{i}] ({module.entry})"
-        found = sys.modules.get(module.module_name)
-        if found is None and module.path is not None:    # a file: loaded again from it
-            found = sys.modules.get(_load_file(module.path, Path("/"), where).module_name)
-        if found is None:
-            found = _import_module(module.module_name, where)
+        if module.hold is None and module.path is not None:  # a file's, made without it
+            loaded = _load_file(module.path, Path("/"), where)
+            module = dataclasses.replace(module, module_name=loaded.module_name,
+                                         hold=loaded.hold)
+        if module.hold is not None:
+            found = module.hold.module
+        else:
+            found = sys.modules.get(module.module_name) or _import_module(module.module_name,
+                                                                          where)
         register = getattr(found, "register", None)
         if not callable(register):
             raise RoutingConfigError(f"{where}: has no register(registry) function")
@@ -154,13 +160,11 @@ def _load_file(entry: str, base_dir: Path, where: str) -> PluginModule:
     stem = "".join(c if c.isalnum() else "_" for c in path.stem)
     digest = hashlib.sha256(str(path).encode() + b"\0" + source).hexdigest()[:16]
     name = f"{FILE_MODULE_PREFIX}{stem}_{digest}"
-    with _LOADING:     # one load at a time: no parse takes a module whose code still runs
-        if name not in sys.modules:
-            _run_file(name, path, source, entry, where)
-    return PluginModule(entry, name, str(path))
+    hold = hold_file_module(name, lambda: _run_file(name, path, source, entry, where))
+    return PluginModule(entry, name, str(path), hold=hold)
 
 
-def _run_file(name: str, path: Path, source: bytes, entry: str, where: str) -> None:
+def _run_file(name: str, path: Path, source: bytes, entry: str, where: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise RoutingConfigError(f"{where}: cannot load {str(path)!r} as a module")
@@ -177,6 +181,7 @@ def _run_file(name: str, path: Path, source: bytes, entry: str, where: str) -> N
     except BaseException:          # KeyboardInterrupt: no half-run module left behind
         del sys.modules[name]
         raise
+    return module
 
 
 def _one_line(exc: BaseException) -> str:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import os
 import sys
 import textwrap
+import threading
+import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -458,3 +463,159 @@ def test_a_module_the_file_uses_nothing_of_is_warned_of(tmp_path: Path,
         (("lane",), ()), (("lane-other",), ())]
     assert warnings(routing) == ["plugin_modules[1] (plugins/other.py): the file uses none of "
                                  "what it registers (lane-other)"]
+
+
+def loaded_versions(plugin: Path) -> list[str]:
+    """The names in ``sys.modules`` of the modules loaded from ``plugin`` (one per
+    version)."""
+    return sorted(name for name, module in list(sys.modules.items())
+                  if name.startswith("kvroute_plugin_")
+                  and getattr(module, "__file__", None) == str(plugin))
+
+
+async def settle(reloader: PolicyReloader, edited: Path, step: int) -> str:
+    """The reload of ``edited``'s new content (its modification time moved by ``step`` ms
+    past the start, as a write within one clock tick may not move it)."""
+    stat = edited.stat()
+    os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + step * 1_000_000))
+    assert await reloader.check() is None
+    result = await reloader.check()
+    assert result is not None
+    return result.result
+
+
+async def released_by_collection() -> None:
+    """What a refused reload loaded is held by its exception's traceback, in a cycle with
+    asyncio's future (the router's next garbage collection frees it): the loop step that
+    got the refusal ended, then a collection."""
+    await asyncio.sleep(0)
+    gc.collect()
+
+
+@pytest.mark.usefixtures("clean_modules")
+async def test_edits_reloaded_leave_only_the_versions_in_use_in_sys_modules(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView]) -> None:
+    """Each edit of a plugin file left one more module in ``sys.modules`` for the life of the
+    process (a ConfigMap updated for weeks, or flipped between two versions)."""
+    plugin = plugin_dir / "lane.py"
+    plugin.write_text(plugin_source("fast"))
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    reloader = PolicyReloader.load(routing_file, FLEET, seed=0)
+    assert len(loaded_versions(plugin)) == 1
+    for step in range(1, 13):
+        lane = ("fast", "slow")[step % 2]
+        # flipped between two versions, and every third edit a version never seen before
+        plugin.write_text(plugin_source(lane) + ("" if step % 3 else f"\nEDIT = {step}\n"))
+        assert await settle(reloader, plugin, step) == "success"
+        assert chosen(reloader.engine, lanes) == f"w-{lane}"
+        in_force = reloader.engine.routing.plugin_modules[0].module_name
+        assert loaded_versions(plugin) == [in_force]
+
+    # a refused edit keeps the version in force, and leaves nothing of its own behind
+    plugin.write_text("def register(registry):\n    raise RuntimeError('half written')\n")
+    assert await settle(reloader, plugin, 13) == "failure"
+    await released_by_collection()
+    assert loaded_versions(plugin) == [in_force]
+    assert chosen(reloader.engine, lanes) == "w-fast"
+    # so does a version that loads but no longer registers the type the routing file uses
+    plugin.write_text("def register(registry):\n    pass\n")
+    assert await settle(reloader, plugin, 14) == "failure"
+    await released_by_collection()
+    assert loaded_versions(plugin) == [in_force]
+    assert chosen(reloader.engine, lanes) == "w-fast"
+
+
+@pytest.mark.usefixtures("clean_modules")
+async def test_a_reload_that_keeps_the_plugin_file_takes_its_module_as_it_is(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView]) -> None:
+    """Its code is not run again: the module of the config in force is the new one's."""
+    plugin = plugin_dir / "lane.py"
+    plugin.write_text(plugin_source("fast") + "\nRUNS = []\nRUNS.append(1)\n")
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    reloader = PolicyReloader.load(routing_file, FLEET, seed=0)
+    [name] = loaded_versions(plugin)
+    module = sys.modules[name]
+    routing_file.write_text(routing_text("plugins/lane.py").replace(
+        "{type: lane}", "{type: lane, params: {lane: slow}}"))
+    assert await settle(reloader, routing_file, 1) == "success"
+    assert chosen(reloader.engine, lanes) == "w-slow"
+    assert loaded_versions(plugin) == [name]
+    assert sys.modules[name] is module and module.RUNS == [1]
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_a_one_shot_load_leaves_no_module_behind(tmp_path: Path, plugin_dir: Path,
+                                                 lanes: list[WorkerView]) -> None:
+    """``kvroute validate`` or a scorecard's check in a process that lives on: once the
+    routing it loaded is dropped, so is the module of its plugin file."""
+    plugin = plugin_dir / "lane.py"
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    for lane in ("fast", "slow", "fast"):
+        plugin.write_text(plugin_source(lane))
+        routing = load_routing(routing_file)
+        assert chosen(PolicyEngine.build(routing, FLEET, seed=0), lanes) == f"w-{lane}"
+        assert len(loaded_versions(plugin)) == 1
+        del routing
+        assert loaded_versions(plugin) == []
+
+
+@pytest.mark.usefixtures("clean_modules")
+async def test_an_old_version_still_in_use_runs_on_once_replaced(
+        tmp_path: Path, plugin_dir: Path, lanes: list[WorkerView]) -> None:
+    """An engine still deciding (a request in flight over the swap) keeps its version in
+    ``sys.modules``; a plugin of it held after that (a request reporting ``on_completed`` to
+    the plugin that routed it) runs on with its module's globals once the name is gone."""
+    helper = "\n\ndef wanted(lane):\n    return lane\n"
+    plugin = plugin_dir / "lane.py"
+    plugin.write_text(plugin_source("fast").replace(
+        "== self.lane", "== wanted(self.lane)") + helper)
+    routing_file = tmp_path / "routing.yaml"
+    routing_file.write_text(routing_text("plugins/lane.py"))
+    reloader = PolicyReloader.load(routing_file, FLEET, seed=0)
+    [old_name] = loaded_versions(plugin)
+    old_engine = reloader.engine
+    old_scorer = old_engine.profiles["default"].scorers[0].scorer
+    plugin.write_text(plugin_source("slow"))
+    assert await settle(reloader, plugin, 1) == "success"
+    assert chosen(reloader.engine, lanes) == "w-slow"
+    assert old_name in loaded_versions(plugin)             # the old engine is still held
+    assert chosen(old_engine, lanes) == "w-fast"
+    del old_engine
+    assert loaded_versions(plugin) == [reloader.engine.routing.plugin_modules[0].module_name]
+    assert old_name not in sys.modules
+    scores = old_scorer.score(RoutingRequest(request_id="r2", model=MODEL), lanes, None)
+    assert scores == {"w-slow": 0.0, "w-fast": 1.0}
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_a_version_dropped_while_another_file_loads_leaves_at_once(
+        tmp_path: Path, plugin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The event loop dropping an old engine must not wait for a plugin file whose code runs
+    in a build thread (a slow import), which holds the loading lock meanwhile."""
+    started, finish = threading.Event(), threading.Event()
+    monkeypatch.setitem(sys.modules, "kvroute_test_gate",
+                        types.SimpleNamespace(started=started, finish=finish))
+    (plugin_dir / "slow_import.py").write_text(
+        "import kvroute_test_gate as gate\n\ngate.started.set()\ngate.finish.wait(10)\n\n\n"
+        "def register(registry):\n    pass\n")
+    (tmp_path / "slow.yaml").write_text(
+        "plugin_modules: [plugins/slow_import.py]\n"
+        "profiles: {default: {scorers: [{type: kv-usage}]}}\n")
+    plugin = plugin_dir / "lane.py"
+    plugin.write_text(plugin_source())
+    (tmp_path / "routing.yaml").write_text(routing_text("plugins/lane.py"))
+    routing = load_routing(tmp_path / "routing.yaml")
+    loading = threading.Thread(target=load_routing, args=(tmp_path / "slow.yaml",))
+    loading.start()
+    try:
+        assert started.wait(10)
+        dropped = time.monotonic()
+        del routing
+        assert loaded_versions(plugin) == []
+        assert time.monotonic() - dropped < 1.0
+    finally:
+        finish.set()
+        loading.join(10)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -350,23 +351,54 @@ async def test_a_plugin_file_routes_and_its_edit_reloads_live(
     router = await make_router(subset(emulated_fleet, ["h100-fast", "a100-fast"]),
                                PREFER_ROUTING, reload_interval_s=0.05)
     assert router.routing_path.parent == tmp_path
-
-    async def workers_chosen(count: int) -> set[str]:
-        client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused",
-                                    max_retries=0)
-        chosen = set()
-        for _ in range(count):
-            raw = await client.chat.completions.with_raw_response.create(
-                model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
-            assert raw.status_code == 200
-            chosen.add(raw.headers["x-kvroute-worker"])
-        return chosen
-
-    assert await workers_chosen(6) == {"a100-fast"}
+    assert await workers_chosen(router, 6) == {"a100-fast"}
     # the new code scores the other worker, whatever the routing file asks
     plugin.write_text(PREFER_PLUGIN.replace("if w.id == self.worker", "if w.id != self.worker"))
     await wait_for_reloads(router, "success", 1)
-    assert await workers_chosen(6) == {"h100-fast"}
+    assert await workers_chosen(router, 6) == {"h100-fast"}
     plugin.write_text("def register(registry):\n    pass\n")      # its type gone: refused
     await wait_for_reloads(router, "failure", 1)
-    assert await workers_chosen(4) == {"h100-fast"}               # the last good code serves
+    assert await workers_chosen(router, 4) == {"h100-fast"}       # the last good code serves
+
+
+async def test_plugin_edits_reloaded_live_leave_the_versions_in_use_loaded(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """Each edit of a plugin file left its module in ``sys.modules`` for the life of the
+    router; now a version leaves once the config that replaced it serves and no request
+    holds the old one, while the router serves on with each new version."""
+    plugin = tmp_path / "plugins" / "prefer.py"
+    plugin.parent.mkdir()
+    plugin.write_text(PREFER_PLUGIN)
+    router = await make_router(subset(emulated_fleet, ["h100-fast", "a100-fast"]),
+                               PREFER_ROUTING, reload_interval_s=0.05)
+    assert await workers_chosen(router, 2) == {"a100-fast"}
+    assert len(loaded_versions(plugin)) == 1
+    for edit in range(1, 9):
+        # flipped between two versions, and every third edit one never seen before
+        flipped = edit % 2 == 1
+        code = (PREFER_PLUGIN.replace("if w.id == self.worker", "if w.id != self.worker")
+                if flipped else PREFER_PLUGIN)
+        plugin.write_text(code + ("" if edit % 3 else f"\nEDIT = {edit}\n"))
+        await wait_for_reloads(router, "success", edit)
+        assert await workers_chosen(router, 2) == {"h100-fast" if flipped else "a100-fast"}
+        assert 1 <= len(loaded_versions(plugin)) <= 2
+    assert len(loaded_versions(plugin)) == 1
+
+
+async def workers_chosen(router: RouterHandle, count: int) -> set[str]:
+    """The workers ``count`` chat requests in a row went to."""
+    client = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+    chosen = set()
+    for _ in range(count):
+        raw = await client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        assert raw.status_code == 200
+        chosen.add(raw.headers["x-kvroute-worker"])
+    return chosen
+
+
+def loaded_versions(plugin: Path) -> list[str]:
+    """The names in ``sys.modules`` of the modules loaded from ``plugin``, one per version."""
+    return [name for name, module in list(sys.modules.items())
+            if name.startswith("kvroute_plugin_")
+            and getattr(module, "__file__", None) == str(plugin)]
