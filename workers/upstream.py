@@ -23,8 +23,12 @@ connection.
   connection as it was sent: it gets it twice at most).
 * Idle connections are kept for ``keepalive_s`` and at most ``max_idle`` per worker, and
   none is used again once ``max_age_s`` old (a worker's name moved to another address is
-  followed though frequent requests keep its old connections from ever idling out); a body
-  not read yet is held up to ``high_water`` bytes, then the socket stops being read.
+  followed though frequent requests keep its old connections from ever idling out): each
+  connection's own age limit is drawn from ``[1 - AGE_JITTER, 1] × max_age_s`` by the
+  client's ``random`` source, so connections opened in one burst are not all made again
+  in one burst when they reach it (a storm of handshakes, TLS ones included). A body not
+  read yet is held up to ``high_water`` bytes, then the socket stops being read.
+* ``clock`` (``time.monotonic`` unless given) times the connections' idleness and age.
 * A worker named by an IP address is connected to directly. One named by a host name is
   resolved (``resolve``, the loop's ``getaddrinfo`` unless given) on each new connection and
   its addresses are raced as RFC 8305's Happy Eyeballs does, the next one tried
@@ -53,6 +57,7 @@ import errno
 import functools
 import ipaddress
 import os
+import random
 import socket
 import ssl
 import time
@@ -74,6 +79,10 @@ _V = TypeVar("_V")
 # how long an address is given before the next one is tried too: RFC 8305's recommended
 # delay, as curl and aiohttp use
 HAPPY_EYEBALLS_DELAY_S: Final = 0.25
+
+# the share of ``max_age_s`` a connection's own age limit may fall short of it by, drawn for
+# each connection: those opened together are made again over the last tenth of the limit
+AGE_JITTER: Final = 0.1
 
 # response head size limit (status line and headers): vLLM's binary pooling answers describe
 # their vectors in a header, about 121 bytes each (8,600 vectors in 1 MiB)
@@ -137,13 +146,13 @@ class UpstreamHeadTooLarge(UpstreamPayloadError):
 class _Connection(asyncio.Protocol):
     """One keep-alive connection and the parser of the response being read on it."""
 
-    def __init__(self, high_water: int) -> None:
+    def __init__(self, high_water: int, expires_at: float) -> None:
         self._high_water = high_water
         self.transport: asyncio.Transport | None = None
         self.tls: ssl.SSLContext | None = None   # what verified it (None: plain TCP)
         self.closed = False
         self.idle_since = 0.0
-        self.opened_at = time.monotonic()   # its age bounds its reuse (max_age_s)
+        self.expires_at = expires_at   # not used again from then on (its age limit)
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
@@ -466,17 +475,23 @@ class UpstreamClient:
                  authorizations: Mapping[BaseUrl, str] | None = None,
                  tls: Mapping[BaseUrl, ssl.SSLContext] | None = None,
                  on_certificate: Callable[[Origin, float], None] | None = None,
-                 max_age_s: float = 300.0, resolve: Resolve | None = None) -> None:
+                 max_age_s: float = 300.0, resolve: Resolve | None = None,
+                 random_source: random.Random | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``random_source`` draws each connection's age limit (its own ``random.Random``
+        unless given); ``clock`` tells the time of connections' idleness and age."""
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.keepalive_s = keepalive_s
         self.max_age_s = max_age_s
+        self._random = random_source if random_source is not None else random.Random()
+        self._clock = clock
         self.max_idle = max_idle
         self._resolve = resolve or _getaddrinfo
         self.high_water = high_water
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._retained: frozenset[Origin] | None = None    # None: pool for any origin
-        self._swept_at = time.monotonic()      # when idle connections were last expired
+        self._swept_at = clock()               # when idle connections were last expired
         self._sweep_timer: asyncio.TimerHandle | None = None    # armed while some are idle
         self._closed = False
         self._draining: set[asyncio.Task[None]] = set()   # answers read on to their end
@@ -589,9 +604,8 @@ class UpstreamClient:
         connections = self._idle.get(key)
         if not connections:
             return None
-        now = time.monotonic()
+        now = self._clock()
         oldest_allowed = now - self.keepalive_s
-        opened_since = now - self.max_age_s
         _expire(connections, oldest_allowed)
         for index in range(len(connections) - 1, -1, -1):
             connection = connections[index]
@@ -601,7 +615,7 @@ class UpstreamClient:
             transport = connection.transport
             if (connection.reusable and not connection.closed
                     and connection.idle_since >= oldest_allowed
-                    and connection.opened_at >= opened_since
+                    and now <= connection.expires_at
                     and transport is not None and not transport.is_closing()):
                 return connection
             if transport is not None:
@@ -621,21 +635,19 @@ class UpstreamClient:
         """A new connection to ``key``, TLS verified against ``tls`` if given, within the
         connect timeout: straight to an IP address, through ``_open_socket`` to a name."""
         loop = asyncio.get_running_loop()
-        high_water = self.high_water
+        opened = self._opened
         host, port = key
         server_hostname = host if tls is not None else None
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 if _is_ip_address(host):
                     _, connection = await loop.create_connection(
-                        lambda: _Connection(high_water), host, port, ssl=tls,
-                        server_hostname=server_hostname)
+                        opened, host, port, ssl=tls, server_hostname=server_hostname)
                 else:
                     sock = await self._open_socket(host, port)
                     try:
                         _, connection = await loop.create_connection(
-                            lambda: _Connection(high_water), sock=sock, ssl=tls,
-                            server_hostname=server_hostname)
+                            opened, sock=sock, ssl=tls, server_hostname=server_hostname)
                     except BaseException:
                         sock.close()     # a TLS handshake failed or timed out: not leaked
                         raise
@@ -653,6 +665,12 @@ class UpstreamClient:
             if not_after is not None:
                 self._on_certificate(key, not_after)
         return connection
+
+    def _opened(self) -> _Connection:
+        """A new connection's protocol, its own age limit drawn (``AGE_JITTER``): at most
+        ``max_age_s`` from now."""
+        share = self._random.uniform(1.0 - AGE_JITTER, 1.0)
+        return _Connection(self.high_water, self._clock() + self.max_age_s * min(share, 1.0))
 
     async def _open_socket(self, host: str, port: int) -> socket.socket:
         """A socket connected to one of the addresses ``host`` resolves to, raced (RFC
@@ -683,13 +701,12 @@ class UpstreamClient:
 
     def _release(self, key: tuple[str, int], connection: _Connection) -> None:
         """Pool a finished connection, or close it: the client closed, its origin no longer
-        retained, the pool full, or the connection past ``max_age_s`` (the address its
-        name resolved to then may not be the worker's any more)."""
+        retained, the pool full, or the connection past its age limit, at most ``max_age_s``
+        (the address its name resolved to then may not be the worker's any more)."""
         retained = self._retained
-        now = time.monotonic()
+        now = self._clock()
         if self._closed or (retained is not None and key not in retained) or len(
-                self._idle.get(key, ())) >= self.max_idle or (
-                now - connection.opened_at > self.max_age_s):
+                self._idle.get(key, ())) >= self.max_idle or now > connection.expires_at:
             if connection.transport is not None:
                 connection.transport.close()
             return
@@ -706,7 +723,7 @@ class UpstreamClient:
         self._sweep_timer = None
         if self._closed:
             return
-        self._sweep(time.monotonic())
+        self._sweep(self._clock())
         if self._idle:
             self._sweep_timer = asyncio.get_running_loop().call_later(
                 self.keepalive_s / 2, self._on_sweep_timer)

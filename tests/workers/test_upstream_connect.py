@@ -5,6 +5,7 @@ real aiohttp workers on loopback and a listener that drops connection attempts."
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import ssl
 import time
@@ -228,6 +229,86 @@ async def test_a_connection_past_max_age_is_not_used_again() -> None:
             assert client.idle_connections() == 0
             assert await get_text(client, url) == "w"
             assert worker.connections() == 3
+        finally:
+            await client.close()
+
+
+class Draws(random.Random):
+    """A random source whose draws in [0, 1) are the ones given, in turn."""
+
+    def __init__(self, *draws: float) -> None:
+        super().__init__(0)
+        self._draws = list(draws)
+
+    def random(self) -> float:
+        return self._draws.pop(0)
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def both(client: UpstreamClient, url: str) -> None:
+    """Two requests at once: each on a connection of its own."""
+    assert await asyncio.gather(get_text(client, url), get_text(client, url)) == ["w", "w"]
+
+
+async def test_connections_opened_together_reach_their_age_limits_apart() -> None:
+    """Every connection opened in one burst reached ``max_age_s`` at the same instant, and
+    all were made again at once (a storm of handshakes): each draws its own limit within
+    the last tenth of ``max_age_s``."""
+    async with Worker("w").running() as worker:
+        url = f"http://127.0.0.1:{worker.port}/m"
+        clock = Clock()
+        client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0, keepalive_s=1000,
+                                max_age_s=100.0, random_source=Draws(0.0, 0.5, 0.9, 0.9),
+                                clock=clock)
+        try:
+            await both(client, url)             # limits drawn: 90 s and 95 s
+            assert worker.connections() == 2 and client.idle_connections() == 2
+            clock.now += 89.0
+            await both(client, url)
+            assert worker.connections() == 2    # both under their limits
+            clock.now += 3.0                    # 92 s: the first one's limit passed
+            await both(client, url)
+            assert worker.connections() == 3    # one made again, the other used on
+            clock.now += 4.0                    # 96 s: the second one's too
+            await both(client, url)
+            assert worker.connections() == 4
+        finally:
+            await client.close()
+
+
+async def test_no_connection_is_used_past_max_age() -> None:
+    """The age limit drawn at its top is ``max_age_s`` itself, and nothing past it: a worker's
+    name moved is still followed within ``max_age_s``."""
+    async with Worker("w").running() as worker:
+        url = f"http://127.0.0.1:{worker.port}/m"
+        clock = Clock()
+        # a source drawing past the top of its range is held to it
+        client = UpstreamClient(connect_timeout_s=2.0, read_timeout_s=2.0, keepalive_s=1000,
+                                max_age_s=100.0, random_source=Draws(0.999999, 0.0, 1.5, 0.0),
+                                clock=clock)
+        try:
+            for _ in range(2):
+                opened = worker.connections()
+                assert await get_text(client, url) == "w"
+                assert worker.connections() == opened + 1
+                clock.now += 99.99                      # under max_age_s: used again
+                assert await get_text(client, url) == "w"
+                assert worker.connections() == opened + 1
+                clock.now += 0.02                       # past it: made again
+                response = await client.get(url)
+                await response.read()
+                response.close()
+                assert worker.connections() == opened + 2
+                clock.now += 200.0                      # and let that one age out too
         finally:
             await client.close()
 
