@@ -210,8 +210,11 @@ def _log_files(args: argparse.Namespace) -> None:
         " (default)" if "routing" in defaulted else "")
 
 
-def _load(args: argparse.Namespace) -> Any:
-    """Load the fleet and check the routing file up front, with a one-line error."""
+def _load(args: argparse.Namespace, checked: list[Any]) -> Any:
+    """Load the fleet and check the routing file up front, with a one-line error. The
+    routing checked is appended to ``checked``: held until the router has built its own,
+    its plugin files' modules are taken as they are (``policies.plugin_file_modules``), not
+    run a second time."""
     from policies.errors import RoutingConfigError
     from policies.loader import load_routing
     from router.client_auth import TenantKeysError, load_tenant_keys
@@ -228,7 +231,7 @@ def _load(args: argparse.Namespace) -> Any:
         if args.api_keys_file is not None:
             load_tenant_keys(args.api_keys_file)
         try:
-            load_routing(args.routing)
+            checked.append(load_routing(args.routing))
         except RoutingConfigError as exc:     # named as kvroute validate names it
             reason = str(exc).removeprefix(f"{args.routing}: ")
             print(f"kvroute: {args.routing}: invalid: {reason}", file=sys.stderr)
@@ -259,7 +262,8 @@ def _serve(args: argparse.Namespace) -> int:
     _start_process(args)
     if not _default_files(args):
         return 2
-    fleet = _load(args)
+    checked: list[Any] = []       # the routing checked, held until the router has its own
+    fleet = _load(args, checked)
     if fleet is None:
         return 2
     if args.processes < 1:
@@ -289,9 +293,10 @@ def _serve(args: argparse.Namespace) -> int:
                 args.processes)
     try:
         if args.processes > 1:
+            checked.clear()            # (the processes build theirs)
             return run_replicas(settings, args.processes, args.log_level)
         else:
-            run_router(settings, fleet)
+            run_router(settings, fleet, on_ready=lambda _port: checked.clear())
     except (ListenError, TenantKeysError) as exc:   # a keys file read again, now bad
         print(f"kvroute: {exc}", file=sys.stderr)
         return 2
@@ -406,7 +411,8 @@ def _up(args: argparse.Namespace) -> int:
     _start_process(args)
     if not _default_files(args):
         return 2
-    fleet = _load(args)
+    checked: list[Any] = []       # the routing checked, held until the router has its own
+    fleet = _load(args, checked)
     settings = _settings(args)
     if fleet is None or settings is None:
         return 2
@@ -423,6 +429,7 @@ def _up(args: argparse.Namespace) -> int:
     model = fleet.workers[0].info.models[0]
 
     def ready(port: int) -> None:
+        checked.clear()
         scheme = settings.scheme
         print(f"\nkvroute: {emulated} emulated worker(s) and the router are up: "
               f"{scheme}://{args.host}:{port}/v1  (Ctrl-C stops everything)\n")

@@ -9,6 +9,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -438,3 +440,43 @@ def test_replicas_are_named_by_their_host_unless_told() -> None:
     parser = build_parser()
     assert parser.parse_args(["serve"]).replica_id == socket.gethostname()
     assert parser.parse_args(["serve", "--replica-id", "r7"]).replica_id == "r7"
+
+
+@pytest.mark.parametrize("command", ["serve", "up"])
+def test_a_plugin_files_code_runs_once_as_the_router_starts(command: str,
+                                                            tmp_path: Path) -> None:
+    """The routing file is checked before the router builds its own: once the check's
+    routing was dropped, its plugin modules went with it, and the router ran the file's code
+    a second time."""
+    ports = {"h100-0": free_port()}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(fleet_data({"h100-0": ("h100", FAST)}, ports)))
+    runs = tmp_path / "runs.txt"
+    (tmp_path / "counted.py").write_text(
+        f"with open({str(runs)!r}, 'a') as fh:\n    fh.write('ran\\n')\n\n"
+        "def register(registry):\n    pass\n")
+    routing = tmp_path / "routing.yaml"
+    routing.write_text((REPO_ROOT / "config" / "routing.yaml").read_text()
+                       + "\nplugin_modules: [counted.py]\n")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "router.cli", command, "--fleet", str(fleet), "--routing",
+         str(routing), "--port", str(port)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not _live(port):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the router never listened"
+            time.sleep(0.1)
+    finally:
+        _stop_with_children(proc, fleet)
+    assert runs.read_text() == "ran\n"
+
+
+def _live(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/liveness", timeout=1.0) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
