@@ -57,12 +57,17 @@ POOL_FILTER_NAME = "pool"
 class PolicyEngine:
     """Immutable after build, except the plugins' own cross-request state."""
 
-    __slots__ = ("_on_completed", "_on_routed", "_plugins", "default_profile", "producers",
-                 "profiles", "routing")
+    __slots__ = ("_on_completed", "_on_routed", "_plugins", "default_profile", "fingerprint",
+                 "producers", "profiles", "routing")
 
     def __init__(self, routing: RoutingConfig, producers: Sequence[Producer],
-                 profiles: Mapping[str, Profile], plugins: Mapping[str, tuple[str, Any]]) -> None:
+                 profiles: Mapping[str, Profile], plugins: Mapping[str, tuple[str, Any]],
+                 fingerprint: str | None = None) -> None:
+        """``fingerprint``: the first 12 hex digits of the SHA-256 of the routing content
+        ``routing`` was read from (``policies.reloader``), which the decisions name; None for
+        a config that came from no file."""
         self.routing = routing
+        self.fingerprint = fingerprint
         self.producers: tuple[Producer, ...] = tuple(producers)
         self.profiles: Mapping[str, Profile] = MappingProxyType(dict(profiles))
         self.default_profile = routing.default_profile
@@ -78,8 +83,10 @@ class PolicyEngine:
     @classmethod
     def build(cls, routing: RoutingConfig, fleet: FleetConfig,
               registry: PluginRegistry | None = None, *, seed: int | None = None,
-              previous: PolicyEngine | None = None) -> PolicyEngine:
-        """Instantiate every plugin of ``routing``; raise ``RoutingConfigError`` on failure."""
+              previous: PolicyEngine | None = None,
+              fingerprint: str | None = None) -> PolicyEngine:
+        """Instantiate every plugin of ``routing``; raise ``RoutingConfigError`` on failure.
+        ``fingerprint``: that of the content ``routing`` was read from (``__init__``)."""
         registry = with_plugin_modules(
             registry if registry is not None else make_default_registry(),
             routing.plugin_modules)
@@ -88,7 +95,7 @@ class PolicyEngine:
         producers = [builder.build(spec, "producer") for spec in routing.producers]
         profiles = {name: builder.build_profile(name, spec)
                     for name, spec in routing.profiles.items()}
-        engine = cls(routing, producers, profiles, builder.plugins)
+        engine = cls(routing, producers, profiles, builder.plugins, fingerprint)
         if previous is not None:
             engine.take_state_from(previous)
         return engine

@@ -78,7 +78,13 @@ class ReloadResult:
 
 def _short(digest: bytes | None) -> str:
     """A file's digest as the log writes it (the first 12 hex digits of its sha256)."""
-    return digest.hex()[:12] if digest is not None else "none"
+    return fingerprint_of(digest) or "none"
+
+
+def fingerprint_of(digest: bytes | None) -> str | None:
+    """The first 12 hex digits of a content digest: how the reload log, the decisions,
+    ``kvroute_config_info`` and the engine name a routing file's content (None: unknown)."""
+    return digest.hex()[:12] if digest is not None else None
 
 
 class PolicyReloader:
@@ -135,7 +141,8 @@ class PolicyReloader:
         read = _Read(watched, (*stamp, *_stamps(watched[1:])),
                      _content_digest(text.encode(), named))
         routing = parse_routing_text(text, registry, str(path))
-        engine = PolicyEngine.build(routing, fleet, registry, seed=seed)
+        engine = PolicyEngine.build(routing, fleet, registry, seed=seed,
+                                    fingerprint=fingerprint_of(read.digest))
         _log_warnings(Path(path), engine, fleet)
         return cls(path, fleet, engine, registry=registry, interval_s=interval_s, seed=seed,
                    on_result=on_result, on_swap=on_swap, built_from=read)
@@ -143,7 +150,7 @@ class PolicyReloader:
     @property
     def in_force_fingerprint(self) -> str | None:
         """The first 12 hex digits of the SHA-256 of the content in force (None: unknown)."""
-        return self._in_force.hex()[:12] if self._in_force is not None else None
+        return fingerprint_of(self._in_force)
 
     def retry(self) -> None:
         """The fleet changed: a file refused for it (a rule naming a pool no worker had) is
@@ -179,7 +186,7 @@ class PolicyReloader:
                 rebuilt=False))
         self.building_since = time.time()
         try:
-            engine = await asyncio.to_thread(self._build, text)
+            engine = await asyncio.to_thread(self._build, text, digest)
         except RoutingConfigError as exc:
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
         except (Exception, SystemExit) as exc:  # a bug while building must not stop the watcher
@@ -211,7 +218,8 @@ class PolicyReloader:
         for listener in self._swap_listeners:
             listener(engine)
         # which file replaced which ("what changed at 14:02": an edit and its revert read
-        # alike otherwise), as /debug/routing's sha256 and the decisions' ``routing`` say it
+        # alike otherwise), as /debug/routing's sha256 and the decisions' ``routing_sha256``
+        # say it
         result = self._report(ReloadResult("success", str(self.path), (
             f"{summarize(engine.routing)} (sha256 {_short(previous)} -> {_short(digest)})")))
         _log_warnings(self.path, engine, self.fleet)
@@ -230,9 +238,11 @@ class PolicyReloader:
         self._watched = (self.path, *(file for _, file in named))
         return text, _content_digest(text.encode(), named)
 
-    def _build(self, text: str) -> PolicyEngine:
+    def _build(self, text: str, digest: bytes) -> PolicyEngine:
+        """The engine of ``text``, whose content (with the files it names) has ``digest``."""
         routing = parse_routing_text(text, self._registry, str(self.path))
-        return PolicyEngine.build(routing, self.fleet, self._registry, seed=self._seed)
+        return PolicyEngine.build(routing, self.fleet, self._registry, seed=self._seed,
+                                  fingerprint=fingerprint_of(digest))
 
     def status(self) -> dict[str, Any]:
         """What ``/debug/routing`` shows: the file, the config in force (its content's

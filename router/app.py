@@ -74,6 +74,7 @@ from router.loop_lag import LoopLag, LoopStalls
 from router.metrics import RouterMetrics
 from router.model_retirement import ModelRetirement
 from router.proxy import Proxy
+from router.refusals import RefusalRecorder
 from router.request_ids import echo_request_id
 from router.response_locator import ResponseLocator
 from router.serving_tls import ServingCertificate
@@ -254,7 +255,8 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                               on_certificate=on_certificate)
     proxy = Proxy(upstream, settings.upstream_timeout_s, send_timeout_s=settings.send_timeout_s)
     reloader = app[POLICY]
-    sinks, close_sinks = open_decision_sinks(app[METRICS], os.environ)
+    sinks = open_decision_sinks(app[METRICS], os.environ)
+    refusals = RefusalRecorder(app[DECISIONS], sinks.refusals)
     responses = ResponseLocator(app[STORE], app[REGISTRY], scrapes, app[METRICS])
     registry = app[REGISTRY]
 
@@ -268,15 +270,17 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                                               on_eject=app[METRICS].record_ejection,
                                               stalls=stalls)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
-                             proxy, app[METRICS], app[DECISIONS], responses, sinks=sinks,
-                             ejection=ejection, loop_stalls=app[LOOP_STALLS])
+                             proxy, app[METRICS], app[DECISIONS], responses,
+                             sinks=sinks.decisions, ejection=ejection,
+                             loop_stalls=app[LOOP_STALLS], refusals=refusals)
     admission = app[DIRECTOR].admission
     reloader.add_swap_listener(     # a raised in-flight limit lets the waiting through now
         lambda engine: admission.apply(engine.routing.section(ADMISSION_SECTION)))
     app[UTILITY] = UtilityRequests(
         settings, app[REGISTRY], responses, proxy, app[METRICS], ejection=ejection,
         forms=FormAdmission(admission, lambda: reloader.engine.routing.section(
-            ADMISSION_SECTION), app[STORE], app[DIRECTOR].settle_departed))
+            ADMISSION_SECTION), app[STORE], app[DIRECTOR].settle_departed,
+            fingerprint=lambda: reloader.engine.fingerprint, refusals=refusals))
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
     if fleet_reloader is not None:
@@ -290,7 +294,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     await _stop(task)
     await upstream.close()
     await scrapes.close()
-    close_sinks()
+    sinks.close()
 
 
 def _routing_serves(app: web.Application) -> Callable[[FleetConfig], None]:

@@ -9,11 +9,15 @@ Configured from the environment of the router process:
   request id, so every attempt of a sampled request is logged and the same request is
   sampled the same way on every router replica.
 
-Each line: ``ts`` (unix seconds), ``request_id``, ``trace_id`` (the W3C trace the request came
-with, else null: ``router.trace_context``), ``attempt``, ``model``, ``profile``, ``rule``,
-``worker`` (null: no candidate), ``reason_code``, ``reason``, ``class``, ``tenant``,
-``prompt_tokens``, ``decision_us``, ``candidates`` (worker, total, per-scorer scores, best
-first), ``filtered_out`` and the decision's numeric ``attributes``.
+Each decision's line: ``kind`` (``decision``), ``ts`` (unix seconds), ``request_id``,
+``trace_id`` (the W3C trace the request came with, else null: ``router.trace_context``),
+``attempt``, ``model``, ``profile``, ``rule``, ``routing_sha256`` (the fingerprint of the
+routing file whose policy decided: ``policies.reloader.fingerprint_of``), ``worker`` (null:
+no candidate), ``reason_code``, ``reason``, ``class``, ``tenant``, ``prompt_tokens``,
+``decision_us``, ``candidates`` (worker, total, per-scorer scores, best first),
+``filtered_out`` and the decision's numeric ``attributes``. A request the admission section
+refused before routing has a line of its own, ``kind`` ``refusal``
+(``router.refusals.refusal_line``), sampled alike.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Any, Protocol
 import orjson
 
 from policies.base import Decision, RoutingRequest
-from router.decisions import reason_code
+from router.decisions import DECISION_KIND, reason_code
+from router.refusals import RefusalRecord, refusal_line
 from router.trace_context import request_trace_id
 
 ENV_PATH = "KVROUTE_DECISION_LOG"
@@ -94,10 +99,12 @@ def class_outcome(request: RoutingRequest) -> str | None:
 
 
 def decision_line(request: RoutingRequest, decision: Decision, attempt: int, seconds: float,
-                  at: float) -> bytes:
-    """The JSON line (with its newline) for one decision."""
+                  at: float, routing_sha256: str | None = None) -> bytes:
+    """The JSON line (with its newline) for one decision (``routing_sha256``: the
+    fingerprint of the routing file whose policy took it)."""
     ranked = sorted(decision.candidates, key=lambda c: c.total, reverse=True)
     record = {
+        "kind": DECISION_KIND,
         "ts": round(at, 6),
         "request_id": decision.request_id,
         "trace_id": request_trace_id(request.headers),
@@ -105,6 +112,7 @@ def decision_line(request: RoutingRequest, decision: Decision, attempt: int, sec
         "model": decision.model,
         "profile": decision.profile,
         "rule": decision.rule,
+        "routing_sha256": routing_sha256,
         "worker": decision.worker_id,
         "reason_code": reason_code(decision),
         "reason": decision.reason,
@@ -133,7 +141,8 @@ class LineStream(Protocol):
 
 
 class DecisionLogWriter:
-    """A decision sink writing sampled lines to a text stream it does not own."""
+    """A decision sink and a refusal sink writing sampled lines to a text stream it does not
+    own."""
 
     __slots__ = ("_clock", "_rate", "_stream")
 
@@ -144,9 +153,18 @@ class DecisionLogWriter:
         self._clock = clock
 
     def on_decision(self, request: RoutingRequest, decision: Decision, attempt: int,
-                    seconds: float) -> None:
+                    seconds: float, routing_sha256: str | None = None) -> None:
         if not sampled(decision.request_id, self._rate):
             return
-        line = decision_line(request, decision, attempt, seconds, self._clock())
+        self._write(decision_line(request, decision, attempt, seconds, self._clock(),
+                                  routing_sha256))
+
+    def on_refusal(self, record: RefusalRecord) -> None:
+        """A request refused before routing: a line too, sampled by its id as a decision's
+        (a storm of refusals is thinned as the decisions are)."""
+        if sampled(record.request_id, self._rate):
+            self._write(refusal_line(record))
+
+    def _write(self, line: bytes) -> None:
         self._stream.write(line.decode())
         self._stream.flush()

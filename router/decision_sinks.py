@@ -1,7 +1,8 @@
 """Observers of every routing decision beyond the metrics: the decision log, the
 infinite-cache prefix ceiling, and the known cached prefix chosen against the best on offer.
 The director calls each sink after each decision; this module builds them for one app and
-closes what they opened.
+closes what they opened. The decision log also sees the requests admission refused before
+routing (a refusal sink, ``router.refusals``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from policies.base import Decision, RoutingRequest
 from router.decision_log import (
@@ -22,37 +23,47 @@ from router.followed_file import FollowedFile
 from router.metrics import RouterMetrics
 from router.prefix_ceiling import PrefixCeiling
 from router.prefix_choice import PrefixChoice
+from router.refusals import RefusalSink
 
 
 class DecisionSink(Protocol):
-    """Sees every decision (``attempt`` 0 first, then retries). Must not raise or block."""
+    """Sees every decision (``attempt`` 0 first, then retries; ``routing_sha256``: the
+    fingerprint of the routing file whose policy took it). Must not raise or block."""
 
     def on_decision(self, request: RoutingRequest, decision: Decision, attempt: int,
-                    seconds: float) -> None: ...
+                    seconds: float, routing_sha256: str | None = None) -> None: ...
 
 
-def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str]
-                        ) -> tuple[Sequence[DecisionSink], Callable[[], None]]:
+class OpenedSinks(NamedTuple):
+    decisions: Sequence[DecisionSink]
+    refusals: Sequence[RefusalSink]    # those that also see the admission refusals
+    close: Callable[[], None]          # closes what the sinks opened
+
+
+def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str]) -> OpenedSinks:
     """The sinks configured by ``env`` and a function closing what they opened.
 
     Raises ``DecisionLogConfigError`` on an invalid setting and ``OSError`` on a log file
     that cannot be opened."""
     sinks: list[DecisionSink] = [PrefixCeiling(metrics), PrefixChoice(metrics)]
+    refusals: list[RefusalSink] = []
     config = DecisionLogConfig.from_env(env)
     followed: FollowedFile | None = None
     if config.path is not None and config.sample_rate > 0:
         if config.path == "-":
-            sinks.append(DecisionLogWriter(sys.stdout, config.sample_rate))
+            writer = DecisionLogWriter(sys.stdout, config.sample_rate)
         else:       # reopened after a rotation (``router.followed_file``)
             followed = FollowedFile(config.path)
-            sinks.append(DecisionLogWriter(followed, config.sample_rate))
+            writer = DecisionLogWriter(followed, config.sample_rate)
+        sinks.append(writer)
+        refusals.append(writer)
 
     def close() -> None:
         if followed is not None:
             with contextlib.suppress(OSError):     # what could not be written is lost
                 followed.close()
 
-    return sinks, close
+    return OpenedSinks(sinks, refusals, close)
 
 
 def decision_log_problem(env: Mapping[str, str]) -> str | None:

@@ -3,24 +3,33 @@
 Recording keeps references only (the decision is immutable); the JSON is built when
 someone asks, so the request path pays one ``deque.append``. When the attempt a decision sent
 ends, its outcome (status, times, tokens) is kept beside it (``ended``): how a request ended,
-and how long it took, is read where why it went there is.
+and how long it took, is read where why it went there is. The requests admission refused
+before routing (``router.refusals``) are kept beside the decisions, in a ring of the same
+size of their own (a storm of 429s does not push the decisions out), and read with them,
+newest first.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import re
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from policies.base import Decision
+from router.refusals import RefusalRecord, iso_time, refusal_entry
 
 _WORD = re.compile(r"[^a-z0-9_-]+")
 
 # a decision kept: [its record, its rendering or None, its attempt's outcome or None]
 DecisionEntry = list[Any]
+# a refusal kept: [its record, its rendering or None]
+RefusalEntry = list[Any]
+# the ``kind`` of a decision's entry (a refusal's is ``refusal``)
+DECISION_KIND = "decision"
 # how an attempt ended, as /debug/decisions shows it
 Outcome = dict[str, Any]
 
@@ -48,18 +57,23 @@ class DecisionRecord:
     semantic_confidence: float | None = None
     semantic_outcome: str | None = None
     trace_id: str | None = None   # the W3C trace the request came with (router.trace_context)
+    # the fingerprint of the routing file whose policy decided (policies.reloader)
+    routing_sha256: str | None = None
 
 
 class DecisionLog:
-    """The last ``size`` decisions. Each is rendered the first time it is read and kept so:
-    at 40 workers the whole ring took 50 ms to render, on the event loop, at every read, and
-    a client polling ``/debug/decisions`` slowed every request of the router."""
+    """The last ``size`` decisions and the last ``size`` refusals. Each is rendered the first
+    time it is read and kept so: at 40 workers the whole ring took 50 ms to render, on the
+    event loop, at every read, and a client polling ``/debug/decisions`` slowed every
+    request of the router."""
 
-    __slots__ = ("_ring",)
+    __slots__ = ("_refusals", "_ring")
 
     def __init__(self, size: int) -> None:
-        # [record, its rendering or None]
+        # [record, its rendering or None, its outcome or None]
         self._ring: deque[DecisionEntry] = deque(maxlen=size)
+        # [record, its rendering or None]
+        self._refusals: deque[RefusalEntry] = deque(maxlen=size)
 
     def record(self, record: DecisionRecord) -> DecisionEntry:
         """Keep ``record``; its entry, for ``ended``."""
@@ -67,23 +81,30 @@ class DecisionLog:
         self._ring.append(entry)
         return entry
 
+    def refused(self, record: RefusalRecord) -> None:
+        """Keep a request admission refused (``router.refusals.RefusalRecorder``)."""
+        self._refusals.append([record, None])
+
     @staticmethod
     def ended(entry: DecisionEntry, outcome: Outcome) -> None:
         """The attempt of ``entry``'s decision ended so (rendered anew at the next read)."""
         entry[1], entry[2] = None, outcome
 
     def __len__(self) -> int:
-        return len(self._ring)
+        return len(self._ring) + len(self._refusals)
 
     def render(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Newest first (the same dicts at every read of a decision: do not change them)."""
-        entries = list(self._ring)[::-1]
-        if limit is not None:
-            entries = entries[:limit]
+        """Decisions and refusals, newest first (the same dicts at every read of one: do not
+        change them)."""
+        newest: Any = reversed(self._ring)
+        if self._refusals:
+            newest = heapq.merge(newest, reversed(self._refusals),
+                                 key=lambda entry: entry[0].at, reverse=True)
         rendered = []
-        for entry in entries:
+        for entry in itertools.islice(newest, limit):
             if entry[1] is None:
-                entry[1] = _render(entry[0], entry[2])
+                entry[1] = (refusal_entry(entry[0]) if isinstance(entry[0], RefusalRecord)
+                            else _render(entry[0], entry[2]))
             rendered.append(entry[1])
         return rendered
 
@@ -101,8 +122,8 @@ def _json_value(value: Any) -> Any:
 def _render(record: DecisionRecord, outcome: Outcome | None) -> dict[str, Any]:
     d = record.decision
     return {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.at))
-                + f".{int(record.at % 1 * 1000):03d}Z",
+        "time": iso_time(record.at),
+        "kind": DECISION_KIND,
         "request_id": d.request_id,
         "trace_id": record.trace_id,
         "path": record.path,
@@ -112,6 +133,7 @@ def _render(record: DecisionRecord, outcome: Outcome | None) -> dict[str, Any]:
         "worker": d.worker_id,
         "profile": d.profile,
         "rule": d.rule,
+        "routing_sha256": record.routing_sha256,
         "reason": d.reason,
         "reason_code": reason_code(d),
         "semantic_class": record.semantic_class,

@@ -8,7 +8,8 @@ classifying) run before the decision, in a thread when a producer says its input
 error or 5xx before the first byte is retried on another worker, excluding the ones already
 tried, at most ``Settings.max_retries`` times. Admission (``router.admission``: tenants'
 budgets, the in-flight limit) runs right after parsing, and the request holds its ticket
-until it is answered. Each request's fate is recorded in ``router.ejection``: workers
+until it is answered; a request it refuses is recorded beside the decisions
+(``router.refusals``). Each request's fate is recorded in ``router.ejection``: workers
 ejected after failing request after request are shown to the policy as unhealthy, unless
 that leaves it no candidate.
 """
@@ -54,6 +55,7 @@ from router.decisions import (
 )
 from router.ejection import WorkerEjection
 from router.errors import (
+    AdmissionRefused,
     ContextLengthExceeded,
     InvalidRequest,
     ModelNotFound,
@@ -87,6 +89,7 @@ from router.proxy import (
     ProxyResult,
     RetryableUpstream,
 )
+from router.refusals import RefusalRecord, RefusalRecorder
 from router.request_body import read_body
 from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
@@ -148,7 +151,10 @@ class Director:
                  clock: Callable[[], float] = time.monotonic,
                  sinks: Sequence[DecisionSink] = (),
                  ejection: WorkerEjection | None = None,
-                 loop_stalls: LoopStalls | None = None) -> None:
+                 loop_stalls: LoopStalls | None = None,
+                 refusals: RefusalRecorder | None = None) -> None:
+        """``refusals``: where the requests admission refuses are recorded (default: the
+        ``decisions`` ring alone)."""
         self._settings = settings
         self._registry = registry
         self._store = store
@@ -163,6 +169,7 @@ class Director:
         self._urls: dict[tuple[str, str], URL] = {}
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
         self._sink_failures: dict[DecisionSink, int] = {}     # failures so far, by sink
+        self._refusals = refusals if refusals is not None else RefusalRecorder(decisions)
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
         # the router's own stalls, which the times measured across them hold
         self._loop_stalls = loop_stalls
@@ -207,6 +214,9 @@ class Director:
             ticket = await self.admission.admit(engine.routing.section(ADMISSION_SECTION),
                                                 parsed.routing.tenant, parsed.routing.model,
                                                 api)
+        except AdmissionRefused as refused:
+            self._refused(parsed.routing, engine, refused)
+            raise
         except asyncio.CancelledError:   # the client left while waiting for a slot
             self._metrics.record_request(self._model_label(parsed.routing.model), "", "",
                                          "none", CLIENT_LEFT, api)
@@ -220,6 +230,8 @@ class Director:
                                              "", "none", CLIENT_LEFT, api)
             raise
         except RouterError as refused:     # counted against its budget: say what is left
+            if isinstance(refused, AdmissionRefused):   # its tokens' budget, once counted
+                self._refused(parsed.routing, engine, refused)
             if ticket.budget is not None:  # once its tokens are refunded (nothing was served)
                 self.admission.finish(ticket)
                 finished = True
@@ -239,6 +251,16 @@ class Director:
         if len(body) < PARSE_OFF_LOOP_BYTES:
             return parse_request(*args)
         return await asyncio.get_running_loop().run_in_executor(None, parse_request, *args)
+
+    def _refused(self, routing: RoutingRequest, engine: PolicyEngine,
+                 refused: AdmissionRefused) -> None:
+        """Record a request the admission section of ``engine``'s routing file refused."""
+        self._refusals.refused(RefusalRecord(
+            at=time.time(), request_id=routing.request_id,
+            trace_id=request_trace_id(routing.headers), tenant=routing.tenant,
+            model=routing.model, path=routing.path, reason=refused.reason,
+            status=refused.status, message=refused.message,
+            routing_sha256=engine.fingerprint))
 
     def _model_label(self, model: str) -> str:
         """``model`` as a metric label: a fleet's model, else ``UNKNOWN_MODEL``."""
@@ -433,10 +455,10 @@ class Director:
             semantic_class=routing.semantic_class,
             semantic_confidence=class_confidence(routing),
             semantic_outcome=class_outcome(routing),
-            trace_id=request_trace_id(routing.headers)))
+            trace_id=request_trace_id(routing.headers), routing_sha256=engine.fingerprint))
         for sink in self._sinks:
             try:
-                sink.on_decision(routing, decision, attempt, seconds)
+                sink.on_decision(routing, decision, attempt, seconds, engine.fingerprint)
             except Exception:      # observability never fails a request (a full disk, ...)
                 self._sink_failed(sink)
         return decision, record

@@ -13,13 +13,16 @@ RouterError                      (abstract: status, type, code)
 ├── RequestTimeout         408   the body did not arrive within ``Settings.body_timeout_s``
 ├── RequestTooLarge        413   body over ``Settings.max_body_bytes``
 ├── UnsupportedEncoding    415   a compressed body (``Content-Encoding``), never inflated
-├── RateLimited            429   the tenant's budget is spent (``admission.tenants``)
-│   ├── RequestRateLimited         requests per minute
-│   └── TokenRateLimited           tokens per minute
+├── AdmissionRefused             refused by the admission section before routing (``reason``)
+│   ├── RateLimited        429   the tenant's budget is spent (``admission.tenants``)
+│   │   ├── RequestRateLimited     requests per minute
+│   │   └── TokenRateLimited       tokens per minute
+│   └── InFlightRefused    503   (an ``Overloaded``) the in-flight limit's queue is full, the
+│                                wait too long, or the router is stopping
 ├── RoutingMisconfigured   500   a routing rule sent the request to a model that cannot serve it
 ├── UpstreamError          502   the chosen workers failed before answering
 ├── NoWorkerAvailable      503   the policy found no candidate (none healthy, none fits)
-├── Overloaded             503   the in-flight limit's queue is full, or the wait too long
+├── Overloaded             503   the router cannot take the request now (its open files)
 └── UpstreamTimeout        504   the worker did not answer in time
 ```
 
@@ -169,7 +172,19 @@ class UnsupportedEncoding(RouterError):
     code = "unsupported_content_encoding"
 
 
-class RateLimited(RouterError):
+class AdmissionRefused(RouterError):
+    """A request the routing file's admission section refused before routing; ``reason`` is
+    the refusal's ``reason`` label of ``kvroute_admission_rejections_total``
+    (``requests_per_minute``, ``tokens_per_minute``, ``queue_full``, ``wait_timeout``,
+    ``draining``)."""
+
+    def __init__(self, message: str, *, reason: str, param: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message, param=param, headers=headers)
+        self.reason = reason
+
+
+class RateLimited(AdmissionRefused):
     """OpenAI's answer to a spent rate limit: status 429, ``code: "rate_limit_exceeded"``,
     ``type`` the limit's unit (Anthropic's ``rate_limit_error`` on the Messages API); the
     headers carry ``Retry-After``."""
@@ -215,12 +230,17 @@ class NoWorkerAvailable(RouterError):
 
 
 class Overloaded(RouterError):
-    """The router holds as many requests as ``admission`` lets it (Anthropic's
-    ``overloaded_error`` on the Messages API); the headers carry ``Retry-After``."""
+    """The router cannot take the request now (Anthropic's ``overloaded_error`` on the
+    Messages API); the headers carry ``Retry-After``."""
 
     status = 503
     type = "service_unavailable"
     code = "overloaded"
+
+
+class InFlightRefused(Overloaded, AdmissionRefused):
+    """The router holds as many requests as ``admission`` lets it: its queue is full, the
+    wait was too long, or the router is stopping (``reason``)."""
 
 
 class UpstreamTimeout(RouterError):

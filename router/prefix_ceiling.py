@@ -67,7 +67,7 @@ class PrefixCeiling:
         return hits
 
     def on_decision(self, request: RoutingRequest, decision: Decision, attempt: int,
-                    seconds: float) -> None:
+                    seconds: float, routing_sha256: str | None = None) -> None:
         if (attempt != 0 or decision.worker_id is None or not request.block_hashes
                 or request.num_prompt_tokens <= 0):
             return      # counted once per request, and only for requests a worker serves

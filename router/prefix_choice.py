@@ -29,7 +29,7 @@ class PrefixChoice:
         self._metrics = metrics
 
     def on_decision(self, request: RoutingRequest, decision: Decision, attempt: int,
-                    seconds: float) -> None:
+                    seconds: float, routing_sha256: str | None = None) -> None:
         if attempt != 0 or decision.worker_id is None:
             return
         best = decision.attributes.get(BEST_ATTRIBUTE)

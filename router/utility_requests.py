@@ -7,12 +7,12 @@ policy runs, nothing is reserved, nothing is learnt. ``POST /v1/audio/transcript
 their body is forwarded as it came, its ``model`` field read (``router.form_fields``), and
 streamed back when its ``stream`` field is true; being a model's work on a GPU, they pass
 the routing file's admission as routed requests do (their tenant's budget: a request, and
-the tokens their worker reports; the in-flight limit) and count as a request in flight on
-their worker while it serves them. The request goes to the healthy worker
-serving its ``model`` with the fewest requests in flight (ties taken in turn; workers ejected
-by ``router.ejection`` last), and on a connect error or a 5xx to the next one, at most
-``Settings.max_retries`` times. ``model`` may be left out, as vLLM allows, when every worker
-of the fleet serves one model.
+the tokens their worker reports; the in-flight limit; a refusal recorded beside the decisions,
+``router.refusals``) and count as a request in flight on their worker while it serves them.
+The request goes to the healthy worker serving its ``model`` with the fewest requests in
+flight (ties taken in turn; workers ejected by ``router.ejection`` last), and on a connect
+error or a 5xx to the next one, at most ``Settings.max_retries`` times. ``model`` may be left
+out, as vLLM allows, when every worker of the fleet serves one model.
 
 ``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: only the worker that made
 the response holds it, so they go there (``router.response_locator``); a response no worker
@@ -40,6 +40,7 @@ from router.admission.controller import Admission, AdmissionTicket
 from router.client_auth import TENANT
 from router.ejection import WorkerEjection
 from router.errors import (
+    AdmissionRefused,
     InvalidRequest,
     ModelNotFound,
     NoWorkerAvailable,
@@ -67,11 +68,13 @@ from router.proxy import (
     ProxyResult,
     RetryableUpstream,
 )
+from router.refusals import RefusalRecord, RefusalRecorder
 from router.request_body import read_body
 from router.request_ids import RequestIds
 from router.response_locator import ResponseLocator
 from router.settings import Settings
 from router.state.store import StateStore
+from router.trace_context import request_trace_id
 from workers.models import WorkerView
 from workers.registry import WorkerRegistry
 
@@ -82,18 +85,23 @@ PROFILE = "utility"
 
 class FormAdmission:
     """What the audio APIs pass through: the router's ``Admission`` under the routing file's
-    section in force (``section``), the state store counting a worker's requests in flight,
-    and ``ended(worker)``, told when one ends (``Director.settle_departed``: the last request
-    at a worker the fleet removed meanwhile clears what was kept of it)."""
+    section in force (``section``; ``fingerprint``, that file's, read with it), the state
+    store counting a worker's requests in flight, ``ended(worker)``, told when one ends
+    (``Director.settle_departed``: the last request at a worker the fleet removed meanwhile
+    clears what was kept of it), and where a refused request is recorded (``refusals``)."""
 
-    __slots__ = ("admission", "ended", "section", "store")
+    __slots__ = ("admission", "ended", "fingerprint", "refusals", "section", "store")
 
     def __init__(self, admission: Admission, section: Callable[[], AdmissionSection | None],
-                 store: StateStore, ended: Callable[[str], None] = lambda worker: None) -> None:
+                 store: StateStore, ended: Callable[[str], None] = lambda worker: None,
+                 fingerprint: Callable[[], str | None] = lambda: None,
+                 refusals: RefusalRecorder | None = None) -> None:
         self.admission = admission
         self.section = section
         self.store = store
         self.ended = ended
+        self.fingerprint = fingerprint
+        self.refusals = refusals
 
 
 class UtilityRequests:
@@ -184,8 +192,17 @@ class UtilityRequests:
         forms = self._forms
         assert forms is not None
         admission, api = forms.admission, api_of_path(path)
+        section, fingerprint = forms.section(), forms.fingerprint()   # of one file
         try:
-            ticket = await admission.admit(forms.section(), tenant, label, api)
+            ticket = await admission.admit(section, tenant, label, api)
+        except AdmissionRefused as refused:
+            if forms.refusals is not None:
+                forms.refusals.refused(RefusalRecord(
+                    at=time.time(), request_id=request_id,
+                    trace_id=request_trace_id(request.headers), tenant=tenant, model=label,
+                    path=path, reason=refused.reason, status=refused.status,
+                    message=refused.message, routing_sha256=fingerprint))
+            raise
         except asyncio.CancelledError:       # the client left while waiting for a slot
             self._metrics.record_request(label, "", "", "none", CLIENT_LEFT, api)
             raise

@@ -8,7 +8,7 @@
    request, 429 with ``Retry-After`` (``RequestRateLimited`` / ``TokenRateLimited``);
 2. the in-flight limit: over ``max_in_flight`` the request waits its turn by the budget's
    ``priority`` (``router.admission.gate``); a full queue or a wait over ``wait_timeout_s``
-   is answered 503 with ``Retry-After`` (``Overloaded``);
+   is answered 503 with ``Retry-After`` (``InFlightRefused``);
 3. once through, the budget is checked again (others spent it while this one waited) and
    charged one request.
 
@@ -33,7 +33,7 @@ from typing import Any
 from policies.admission.section import OTHER_TENANTS_KEY, AdmissionSection, TenantBudget
 from router.admission.gate import ConcurrencyGate, GateClosed, GateFull, GateTimeout
 from router.admission.usage import TenantUsage
-from router.errors import Overloaded, RateLimited, RequestRateLimited, TokenRateLimited
+from router.errors import InFlightRefused, RateLimited, RequestRateLimited, TokenRateLimited
 from router.metrics import OTHER_API, RouterMetrics
 
 # Retry-After of a 503 for a full queue or a timed-out wait: long enough for a slot to free
@@ -80,7 +80,7 @@ class Admission:
 
     async def admit(self, section: AdmissionSection | None, tenant: str | None,
                     model: str, api: str = OTHER_API) -> AdmissionTicket:
-        """Let the request on, or raise ``RateLimited`` / ``Overloaded`` (``api``: its
+        """Let the request on, or raise ``RateLimited`` / ``InFlightRefused`` (``api``: its
         path's, ``router.metrics.api_of_path``, for the metrics of a refusal)."""
         if section is None:
             await self.gate.enter(0, 0, 1.0)      # counted in flight; no limit
@@ -245,11 +245,12 @@ class Admission:
         return status
 
     def _overloaded(self, reason: str, tenant: str | None, model: str, api: str,
-                    message: str) -> Overloaded:
+                    message: str) -> InFlightRefused:
         """The 503 of a request the in-flight limit turned away, counted."""
         self._metrics.record_admission_rejection(reason, tenant, self._model_label(model),
-                                                 Overloaded.status, api)
-        return Overloaded(message, headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)})
+                                                 InFlightRefused.status, api)
+        return InFlightRefused(message, reason=reason,
+                               headers={"Retry-After": str(OVERLOADED_RETRY_AFTER_S)})
 
     def _check(self, budget: TenantBudget, usage_key: str, tenant: str | None,
                model: str, api: str, units: tuple[str, ...] = ("requests", "tokens"),
@@ -294,4 +295,4 @@ class Admission:
         headers[f"x-ratelimit-reset-{unit}"] = f"{wait}s"
         raise error(
             f"Rate limit reached for {whose} on {unit} per minute: limit {limit}, used "
-            f"{used}. Please try again in {wait}s.", headers=headers)
+            f"{used}. Please try again in {wait}s.", reason=reason, headers=headers)

@@ -256,8 +256,8 @@ async def test_a_config_built_while_the_file_changed_again_is_dropped(
     engine = reloader.engine
     build = reloader._build
 
-    def build_while_undone(text: str) -> PolicyEngine:
-        built = build(text)
+    def build_while_undone(text: str, digest: bytes) -> PolicyEngine:
+        built = build(text, digest)
         write(routing_file, GOOD, 9_000_000)     # the operator undoes the edit meanwhile
         return built
 
@@ -289,8 +289,8 @@ async def test_a_touch_while_a_config_is_built_drops_nothing(
     reloader = PolicyReloader.load(routing_file, FLEET)
     build = reloader._build
 
-    def build_while_touched(text: str) -> PolicyEngine:
-        built = build(text)
+    def build_while_touched(text: str, digest: bytes) -> PolicyEngine:
+        built = build(text, digest)
         stat = routing_file.stat()
         os.utime(routing_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 7_000_000))
         return built
@@ -330,6 +330,24 @@ async def test_the_fingerprint_names_the_content_in_force(routing_file: Path) ->
     write(routing_file, BAD, 2_000_000)
     await settled(reloader)
     assert reloader.in_force_fingerprint == fingerprint(OTHER)     # refused: OTHER serves
+
+
+async def test_each_engine_names_the_content_it_was_built_from(routing_file: Path) -> None:
+    """The decisions name the routing file that took them by their engine's fingerprint: a
+    request still routed by the engine a reload replaced names the file it came from, not
+    the one in force when it was recorded."""
+    import hashlib
+
+    def fingerprint(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    first = reloader.engine
+    assert first.fingerprint == fingerprint(GOOD)
+    write(routing_file, OTHER, 1_000_000)
+    await settled(reloader)
+    assert reloader.engine.fingerprint == fingerprint(OTHER) == reloader.in_force_fingerprint
+    assert first.fingerprint == fingerprint(GOOD)
 
 
 SEMANTIC = ("semantic:\n  default_class: chat\n  examples_file: examples.jsonl\n  classes:\n"
@@ -383,9 +401,9 @@ async def test_the_status_says_a_new_config_is_being_built(
     build = reloader._build
     during: list[object] = []
 
-    def watched_build(text: str) -> PolicyEngine:
+    def watched_build(text: str, digest: bytes) -> PolicyEngine:
         during.append(reloader.status()["building_since"])
-        return build(text)
+        return build(text, digest)
 
     monkeypatch.setattr(reloader, "_build", watched_build)
     assert reloader.status()["building_since"] is None
@@ -432,8 +450,8 @@ async def test_a_config_built_while_the_fleet_changed_is_checked_against_the_new
     first = reloader.engine
     build = reloader._build
 
-    def build_then_fleet_reloads(text: str) -> PolicyEngine:
-        engine = build(text)
+    def build_then_fleet_reloads(text: str, digest: bytes) -> PolicyEngine:
+        engine = build(text, digest)
         reloader.fleet = fleet({})              # the fleet reload lands meanwhile
         return engine
 

@@ -6,6 +6,7 @@ whole or streamed, with the OpenAI SDK as the client, through the routing file's
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
 from email import policy
 from email.parser import BytesParser
@@ -200,6 +201,14 @@ async def test_transcriptions_spend_their_tenants_budget_and_an_in_flight_slot(
         status, headers = await transcribe("acme")       # its budget is spent
         assert status == 429 and int(headers["Retry-After"]) > 0
         assert len(arrived) == 2
+        request_id = next(v for k, v in headers.items() if k.lower() == "x-request-id")
+        async with session.get(router.url + "/debug/decisions?request_id="
+                               + request_id) as resp:
+            refused = (await resp.json())["data"]        # found by its id, as routed ones
+        assert [(d["kind"], d["path"], d["tenant"], d["reason_code"], d["status"],
+                 d["worker"], d["routing_sha256"]) for d in refused] == [
+            ("refusal", "/v1/audio/transcriptions", "acme", "requests_per_minute", 429, None,
+             hashlib.sha256(routing.encode()).hexdigest()[:12])]
         assert (await fleet_entry(router, "asr"))["inflight_requests"] == 0
         assert router.metric("kvroute_admission_in_flight") == 0
         assert router.metric("kvroute_admission_rejections_total", tenant="acme",

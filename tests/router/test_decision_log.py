@@ -22,6 +22,7 @@ from router.decision_sinks import open_decision_sinks
 from router.metrics import RouterMetrics
 from router.prefix_ceiling import PrefixCeiling
 from router.prefix_choice import PrefixChoice
+from router.refusals import RefusalRecord
 from tests.router.gateway_support import MODEL, RouterFactory, subset
 from workers.fleet import FleetConfig
 
@@ -40,11 +41,12 @@ def test_line_holds_the_decision_and_candidates_best_first() -> None:
     request = RoutingRequest(request_id="req-1", model="m", tenant="acme", num_prompt_tokens=42,
                              semantic_class="code", attributes={
                                  "semantic_confidence": 0.8125, "semantic_outcome": "confident"})
-    line = decision_line(request, _decision(), 1, 2.5e-5, 1700000000.25)
+    line = decision_line(request, _decision(), 1, 2.5e-5, 1700000000.25, "abc123def456")
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert json.loads(line) == {
-        "ts": 1700000000.25, "request_id": "req-1", "trace_id": None, "attempt": 1, "model": "m",
-        "profile": "default", "rule": "gold", "worker": "b", "reason_code": "prefix",
+        "kind": "decision", "ts": 1700000000.25, "request_id": "req-1", "trace_id": None,
+        "attempt": 1, "model": "m", "profile": "default", "rule": "gold",
+        "routing_sha256": "abc123def456", "worker": "b", "reason_code": "prefix",
         "reason": "highest score", "class": "code", "class_confidence": 0.8125,
         "class_outcome": "confident", "tenant": "acme", "prompt_tokens": 42,
         "decision_us": 25.0,
@@ -73,6 +75,22 @@ def test_writer_writes_only_sampled_requests() -> None:
     assert logged == [rid for rid in ids if sampled(rid, 0.5)]
 
 
+def test_refusals_are_logged_and_sampled_as_decisions_are() -> None:
+    """By request id, at the decisions' rate: a storm of refusals is thinned alike."""
+    stream = io.StringIO()
+    writer = DecisionLogWriter(stream, 0.5, clock=lambda: 1.0)
+    ids = [f"id-{i}" for i in range(50)]
+    for rid in ids:
+        writer.on_refusal(RefusalRecord(
+            at=2.0, request_id=rid, trace_id=None, tenant="acme", model="m",
+            path="/v1/completions", reason="requests_per_minute", status=429,
+            message="Rate limit reached", routing_sha256="0123456789ab"))
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["request_id"] for line in lines] == [rid for rid in ids if sampled(rid, 0.5)]
+    assert {(line["kind"], line["reason_code"], line["status"]) for line in lines} == {
+        ("refusal", "requests_per_minute", 429)}
+
+
 @pytest.mark.parametrize(("env", "message"), [
     ({"KVROUTE_DECISION_LOG_SAMPLE": "lots"},
      "KVROUTE_DECISION_LOG_SAMPLE: must be a number between 0 and 1, got 'lots'"),
@@ -95,8 +113,10 @@ def test_config_from_env() -> None:
 def test_sinks_from_env_append_to_the_file_and_close_it(tmp_path: Path) -> None:
     path = tmp_path / "decisions.jsonl"
     path.write_text('{"earlier": true}\n')
-    sinks, close = open_decision_sinks(RouterMetrics(), {"KVROUTE_DECISION_LOG": str(path)})
+    sinks, refusals, close = open_decision_sinks(RouterMetrics(),
+                                                 {"KVROUTE_DECISION_LOG": str(path)})
     assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice, DecisionLogWriter]
+    assert list(refusals) == [sinks[2]]
     for sink in sinks:
         sink.on_decision(RoutingRequest(request_id="q", model="m"), _decision("q"), 0, 0.0)
     close()
@@ -105,8 +125,9 @@ def test_sinks_from_env_append_to_the_file_and_close_it(tmp_path: Path) -> None:
 
 
 def test_without_a_path_only_the_prefix_sinks_run() -> None:
-    sinks, close = open_decision_sinks(RouterMetrics(), {"KVROUTE_DECISION_LOG_SAMPLE": "0.5"})
-    assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice]
+    sinks, refusals, close = open_decision_sinks(RouterMetrics(),
+                                                 {"KVROUTE_DECISION_LOG_SAMPLE": "0.5"})
+    assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice] and not refusals
     close()
 
 

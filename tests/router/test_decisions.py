@@ -1,4 +1,5 @@
-"""The decision ring buffer and the short reason label."""
+"""The decision ring buffer (and the admission refusals kept beside it) and the short reason
+label."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from policies.base import CandidateScore, Decision
 from router.decisions import DecisionLog, DecisionRecord, reason_code
+from router.refusals import RefusalRecord
 
 
 def _decision(i: int, decided_by: str | None = "queue-depth") -> Decision:
@@ -21,10 +23,18 @@ def _decision(i: int, decided_by: str | None = "queue-depth") -> Decision:
         attributes=MappingProxyType({**attributes, "estimated_ttft_s": float("inf")}))
 
 
-def _record(i: int) -> DecisionRecord:
-    return DecisionRecord(at=1_700_000_000.25, decision=_decision(i), requested_model="m",
+def _record(i: int, at: float = 1_700_000_000.25) -> DecisionRecord:
+    return DecisionRecord(at=at, decision=_decision(i), requested_model="m",
                           path="/v1/chat/completions", attempt=0, duration_s=42e-6,
-                          num_prompt_tokens=12, semantic_class=None)
+                          num_prompt_tokens=12, semantic_class=None,
+                          routing_sha256="abc123def456")
+
+
+def _refusal(i: int, at: float) -> RefusalRecord:
+    return RefusalRecord(at=at, request_id=f"x{i}", trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+                         tenant="acme", model="m", path="/v1/chat/completions",
+                         reason="requests_per_minute", status=429,
+                         message="Rate limit reached", routing_sha256="abc123def456")
 
 
 def test_ring_keeps_the_newest_and_renders_newest_first() -> None:
@@ -44,6 +54,35 @@ def test_ring_keeps_the_newest_and_renders_newest_first() -> None:
     assert first["attributes"] == {"decided_by": "queue-depth", "estimated_ttft_s": None}
     assert (first["rule"], first["reason_code"], first["decision_us"]) == (
         "long", "queue-depth", 42.0)
+    assert (first["kind"], first["routing_sha256"]) == ("decision", "abc123def456")
+
+
+def test_refusals_are_read_with_the_decisions_newest_first() -> None:
+    log = DecisionLog(size=4)
+    log.record(_record(0, at=10.0))
+    log.refused(_refusal(1, at=11.0))
+    log.record(_record(2, at=12.0))
+    rendered = log.render()
+    assert [d["request_id"] for d in rendered] == ["r2", "x1", "r0"]
+    assert [d["request_id"] for d in log.render(limit=2)] == ["r2", "x1"]
+    assert rendered[1] == {
+        "time": "1970-01-01T00:00:11.000Z", "kind": "refusal", "request_id": "x1",
+        "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "path": "/v1/chat/completions",
+        "requested_model": "m", "tenant": "acme", "worker": None,
+        "routing_sha256": "abc123def456", "reason_code": "requests_per_minute",
+        "reason": "Rate limit reached", "status": 429}
+    assert log.render()[1] is rendered[1]          # rendered once, as a decision is
+
+
+def test_a_storm_of_refusals_keeps_its_own_bound_and_the_decisions() -> None:
+    """Refusals come far faster than decisions (a refusal costs the router next to
+    nothing): in one ring, 256 of them pushed every decision out."""
+    log = DecisionLog(size=3)
+    log.record(_record(0, at=1.0))
+    for i in range(1000):
+        log.refused(_refusal(i, at=2.0 + i))
+    assert len(log) == 4                           # 3 refusals and the decision
+    assert [d["request_id"] for d in log.render()] == ["x999", "x998", "x997", "r0"]
 
 
 def test_a_decision_is_rendered_once_however_often_it_is_read(

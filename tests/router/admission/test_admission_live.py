@@ -2,16 +2,20 @@
 see a spent budget as their own ``RateLimitError`` (OpenAI's and Anthropic's shapes), a
 tokens budget counts what the worker served, the in-flight limit lets waiters on by
 priority and holds a stream's slot to its end, a full queue is 503, a waiter whose client
-leaves frees its place, a reload changes the limits, and two routers share a budget
-through Redis."""
+leaves frees its place, a reload changes the limits, two routers share a budget through
+Redis, and each refusal is found beside the decisions (``/debug/decisions``, the decision
+log), named by the routing file that refused it."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import anthropic
@@ -110,6 +114,87 @@ async def test_a_spent_budget_is_the_clients_rate_limit_error(
                          profile="none", status="429") == 2
 
 
+async def _decisions(session: aiohttp.ClientSession, router: RouterHandle,
+                     query: str = "") -> list[dict[str, Any]]:
+    async with session.get(f"{router.url}/debug/decisions{query}") as response:
+        assert response.status == 200
+        data: list[dict[str, Any]] = (await response.json())["data"]
+        return data
+
+
+def _fingerprint(text: str) -> str:
+    """How the reload log, kvroute_config_info and the decisions name a routing file."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+async def test_a_refused_request_is_found_by_its_id_beside_the_decisions(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """/debug/decisions?request_id=X said nothing of why X was answered 429: a refusal took
+    no decision, and left no entry nor log line. And nothing said which routing file took a
+    decision once the file was reloaded."""
+    log_path = tmp_path / "decisions.jsonl"
+    monkeypatch.setenv("KVROUTE_DECISION_LOG", str(log_path))
+    first_file = _routing("tenants:\n  acme: {requests_per_minute: 1}")
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), first_file,
+                               reload_interval_s=0.05)
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 2}
+
+    async def complete(session: aiohttp.ClientSession, request_id: str) -> int:
+        async with session.post(f"{router.url}/v1/completions", json=body, headers={
+                "x-tenant": "acme", "x-request-id": request_id,
+                "traceparent": f"00-{trace}-00f067aa0ba902b7-01"}) as response:
+            await response.read()
+            return response.status
+
+    async with aiohttp.ClientSession() as session:
+        assert await complete(session, "served-1") == 200
+        assert await complete(session, "refused-1") == 429
+        refusals = await _decisions(session, router, "?request_id=refused-1")
+        assert len(refusals) == 1
+        refusal = refusals[0]
+        assert refusal["time"].endswith("Z")
+        assert {key: refusal[key] for key in (
+            "kind", "request_id", "trace_id", "tenant", "requested_model", "path", "worker",
+            "reason_code", "status", "routing_sha256")} == {
+            "kind": "refusal", "request_id": "refused-1", "trace_id": trace, "tenant": "acme",
+            "requested_model": MODEL, "path": "/v1/completions", "worker": None,
+            "reason_code": "requests_per_minute", "status": 429,
+            "routing_sha256": _fingerprint(first_file)}
+        assert refusal["reason"].startswith("Rate limit reached for tenant `acme`")
+        # the trace finds both; a worker finds its decision alone (a refusal has none)
+        by_trace = await _decisions(session, router, f"?trace_id={trace}")
+        assert [(d["kind"], d["request_id"]) for d in by_trace] == [
+            ("refusal", "refused-1"), ("decision", "served-1")]
+        by_worker = await _decisions(session, router, "?worker=h100-fast")
+        assert [d["request_id"] for d in by_worker] == ["served-1"]
+        assert by_worker[0]["routing_sha256"] == _fingerprint(first_file)
+        assert router.metric("kvroute_config_info", sha256=_fingerprint(first_file)) == 1
+
+        second_file = _routing("tenants:\n  acme: {requests_per_minute: 2}")
+        router.routing_path.write_text(second_file)
+        await _until(lambda: router.metric("kvroute_config_reloads_total",
+                                           result="success") >= 1, "no reload")
+        assert await complete(session, "served-2") == 200
+        assert await complete(session, "refused-2") == 429
+        newest = await _decisions(session, router, "?limit=2")
+        assert [(d["request_id"], d["routing_sha256"]) for d in newest] == [
+            ("refused-2", _fingerprint(second_file)), ("served-2", _fingerprint(second_file))]
+        assert router.metric("kvroute_config_info", sha256=_fingerprint(first_file)) == 0
+        assert router.metric("kvroute_config_info", sha256=_fingerprint(second_file)) == 1
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(line["kind"], line["request_id"], line["routing_sha256"]) for line in lines] == [
+        ("decision", "served-1", _fingerprint(first_file)),
+        ("refusal", "refused-1", _fingerprint(first_file)),
+        ("decision", "served-2", _fingerprint(second_file)),
+        ("refusal", "refused-2", _fingerprint(second_file))]
+    assert {key: lines[1][key] for key in ("trace_id", "tenant", "model", "worker",
+                                           "reason_code", "status")} == {
+        "trace_id": trace, "tenant": "acme", "model": MODEL, "worker": None,
+        "reason_code": "requests_per_minute", "status": 429}
+
+
 async def test_a_tokens_budget_counts_what_the_worker_served(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     router = await make_router(subset(emulated_fleet, ["h100-fast"]), _routing(
@@ -182,6 +267,10 @@ async def test_a_full_queue_is_503_and_a_client_that_leaves_frees_its_place(
     assert router.metric("kvroute_admission_rejections_total", reason="wait_timeout",
                          tenant="d") == 1
     assert router.metric("kvroute_admission_in_flight") == 0
+    async with aiohttp.ClientSession() as session:      # each refusal is kept, by reason
+        refused = [(d["tenant"], d["reason_code"], d["status"], d["worker"])
+                   for d in await _decisions(session, router) if d["kind"] == "refusal"]
+    assert refused == [("d", "wait_timeout", 503, None), ("c", "queue_full", 503, None)]
 
 
 async def test_a_reload_changes_the_budgets(
@@ -321,6 +410,10 @@ async def test_long_prompts_sent_at_once_do_not_all_pass_a_tokens_budget(
     assert sorted(statuses) == [200] * 3 + [429] * 5     # the third crosses 10,000
     requests, tokens = usage.totals("big", time.monotonic())
     assert requests == 3 and 10_000 < tokens < 12_000
+    async with aiohttp.ClientSession() as session:      # refused once counted, or at once
+        refused = [(d["tenant"], d["reason_code"], d["status"])
+                   for d in await _decisions(session, router) if d["kind"] == "refusal"]
+    assert refused == [("big", "tokens_per_minute", 429)] * 5
 
 
 async def test_a_max_tokens_past_the_window_is_charged_as_the_window(

@@ -13,7 +13,7 @@ import pytest
 from policies.admission.section import OTHER_TENANTS_KEY, AdmissionSection, TenantBudget
 from router.admission.controller import Admission
 from router.admission.usage import TenantUsage
-from router.errors import Overloaded, RequestRateLimited, TokenRateLimited
+from router.errors import AdmissionRefused, Overloaded, RequestRateLimited, TokenRateLimited
 from router.metrics import RouterMetrics
 
 MODEL = "m"
@@ -58,7 +58,7 @@ async def test_requests_per_minute_refuses_with_retry_after() -> None:
     with pytest.raises(RequestRateLimited) as raised:
         await admission.admit(section, "acme", MODEL, "rerank")
     error = raised.value
-    assert error.status == 429
+    assert (error.status, error.reason) == (429, "requests_per_minute")   # as counted
     body = orjson.loads(error.body())["error"]
     assert (body["type"], body["code"]) == ("requests", "rate_limit_exceeded")
     assert "tenant `acme`" in body["message"] and "limit 3, used 3" in body["message"]
@@ -107,6 +107,7 @@ async def test_tokens_are_charged_then_settled_with_what_was_served() -> None:
         await admission.admit(section, "acme", MODEL)
     body = orjson.loads(raised.value.body())["error"]
     assert body["type"] == "tokens" and "used 1490" in body["message"]
+    assert raised.value.reason == "tokens_per_minute"
     assert raised.value.headers["x-ratelimit-remaining-tokens"] == "0"
     assert raised.value.headers["Retry-After"] == "60"
 
@@ -236,10 +237,26 @@ async def test_the_queue_full_and_a_wait_too_long_are_503_with_retry_after() -> 
         assert orjson.loads(error.body())["error"]["code"] == "overloaded"
     assert "2 more are waiting" not in full.value.message and "1 more" in full.value.message
     assert "waited 0.05 s" in late.value.message
+    assert (full.value.reason, late.value.reason) == ("queue_full", "wait_timeout")
     assert _rejections(metrics, "queue_full", "acme") == 1
     assert _rejections(metrics, "wait_timeout", "acme") == 1
     admission.finish(first)
     assert admission.gate.in_flight == 0
+
+
+async def test_a_request_that_would_wait_while_the_router_stops_is_refused_as_draining(
+        ) -> None:
+    """The refusal names its reason as the metric does, for the decisions' record of it."""
+    admission, metrics, _ = _admission()
+    section = AdmissionSection(max_in_flight=1, max_waiting=4, wait_timeout_s=5.0)
+    first = await admission.admit(section, "acme", MODEL)
+    admission.gate.close()
+    with pytest.raises(AdmissionRefused) as refused:
+        await admission.admit(section, "acme", MODEL)
+    assert isinstance(refused.value, Overloaded)
+    assert (refused.value.status, refused.value.reason) == (503, "draining")
+    assert _rejections(metrics, "draining", "acme") == 1
+    admission.finish(first)
 
 
 async def test_an_answer_says_what_is_left_of_its_budget() -> None:
