@@ -18,6 +18,7 @@ from router.settings import DEFAULT_RESPONSE_TTL_S
 from workers.project_files import DEFAULT_FLEET, DEFAULT_ROUTING
 
 if TYPE_CHECKING:      # (imported where used: a command loads only what it runs)
+    from policies.config import RoutingConfig
     from router.app import FleetHook
     from router.fleet_reloader import PreparedFleet
     from workers.emulator.process import EmulatorFleet
@@ -210,7 +211,7 @@ def _log_files(args: argparse.Namespace) -> None:
         " (default)" if "routing" in defaulted else "")
 
 
-def _load(args: argparse.Namespace, checked: list[Any]) -> Any:
+def _load(args: argparse.Namespace, checked: list[RoutingConfig]) -> Any:
     """Load the fleet and check the routing file up front, with a one-line error. The
     routing checked is appended to ``checked``: held until the router has built its own,
     its plugin files' modules are taken as they are (``policies.plugin_file_modules``), not
@@ -262,7 +263,7 @@ def _serve(args: argparse.Namespace) -> int:
     _start_process(args)
     if not _default_files(args):
         return 2
-    checked: list[Any] = []       # the routing checked, held until the router has its own
+    checked: list[RoutingConfig] = []       # the routing checked, held until the router has its own
     fleet = _load(args, checked)
     if fleet is None:
         return 2
@@ -411,7 +412,7 @@ def _up(args: argparse.Namespace) -> int:
     _start_process(args)
     if not _default_files(args):
         return 2
-    checked: list[Any] = []       # the routing checked, held until the router has its own
+    checked: list[RoutingConfig] = []       # the routing checked, held until the router has its own
     fleet = _load(args, checked)
     settings = _settings(args)
     if fleet is None or settings is None:
