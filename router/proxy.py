@@ -722,7 +722,7 @@ class _ClientProgress:
     __slots__ = ("_buffered", "_deadline", "_last_taken", "_loop", "_tick", "_timeout_s",
                  "_transport")
 
-    def __init__(self, transport: asyncio.BaseTransport | None, deadline: asyncio.Timeout,
+    def __init__(self, transport: asyncio.WriteTransport | None, deadline: asyncio.Timeout,
                  timeout_s: float) -> None:
         self._transport = transport
         self._deadline = deadline
@@ -736,7 +736,7 @@ class _ClientProgress:
         transport = self._transport
         if transport is None or transport.is_closing():
             return 0
-        assert isinstance(transport, asyncio.WriteTransport)
+        # (no isinstance check: uvloop's transports derive from none of asyncio's classes)
         return transport.get_write_buffer_size()
 
     def _check(self) -> None:

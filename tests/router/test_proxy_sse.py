@@ -480,6 +480,21 @@ async def test_a_client_reading_one_big_event_slowly_is_not_cut() -> None:
     assert len(read) > len(BIG_EVENT) and DONE in read
 
 
+def test_a_client_reading_one_big_event_slowly_is_not_cut_under_uvloop() -> None:
+    """The router serves on uvloop, whose transports derive from none of asyncio's classes:
+    the watch of a write that waited for its client asserted an ``asyncio.WriteTransport``,
+    and the AssertionError ended the stream with a 500 written into its chunked body (every
+    long stream to a client slower than its worker)."""
+    import uvloop
+
+    result, seen, read = uvloop.run(
+        _flood_relay(0.5, _reading(16_384), _one_big_event, 4096))
+    assert isinstance(result, ProxyResult) and result.status == 200
+    assert seen == {"written": 1, "closed": False}
+    assert len(read) > len(BIG_EVENT) and DONE in read
+    assert b"Internal Server Error" not in read
+
+
 def test_a_write_is_timed_while_writing_is_paused_below_the_high_water_mark() -> None:
     """Writing resumes only once the buffer drains below the low-water mark: a client that
     filled it, read a little back and stopped left a drain waiting with no timer."""
