@@ -6,7 +6,9 @@ ends, its outcome (status, times, tokens) is kept beside it (``ended``): how a r
 and how long it took, is read where why it went there is. The requests admission refused
 before routing (``router.refusals``) are kept beside the decisions, in a ring of the same
 size of their own (a storm of 429s does not push the decisions out), and read with them,
-newest first.
+newest first. A read's ``limit`` counts each kind apart: the newest ``limit`` decisions and
+the newest ``limit`` refusals (during a storm of refusals the newest entries are all
+refusals, and a limit counted across both hid every decision); ``kind`` reads one alone.
 """
 
 from __future__ import annotations
@@ -16,22 +18,22 @@ import itertools
 import math
 import re
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 from policies.base import Decision
-from router.refusals import RefusalRecord, iso_time, refusal_entry
+from router.refusals import REFUSAL_KIND, RefusalRecord, iso_time, refusal_entry
 
 _WORD = re.compile(r"[^a-z0-9_-]+")
 
-# a decision kept: [its record, its rendering or None, its attempt's outcome or None]
-DecisionEntry = list[Any]
-# a refusal kept: [its record, its rendering or None]
-RefusalEntry = list[Any]
 # the ``kind`` of a decision's entry (a refusal's is ``refusal``)
 DECISION_KIND = "decision"
+# what ``DecisionLog.render`` can be narrowed to (``/debug/decisions?kind=``)
+ENTRY_KINDS = (DECISION_KIND, REFUSAL_KIND)
 # how an attempt ended, as /debug/decisions shows it
 Outcome = dict[str, Any]
+# an entry as /debug/decisions shows it
+Rendered = dict[str, Any]
 
 
 def reason_code(decision: Decision) -> str:
@@ -42,8 +44,11 @@ def reason_code(decision: Decision) -> str:
     return "no-candidate" if decision.worker_id is None else "unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class DecisionRecord:
+class DecisionRecord(NamedTuple):
+    """A decision as taken (immutable; a named tuple: built on every request's path, and
+    quicker to build than a frozen dataclass, which sets each field through
+    ``object.__setattr__``)."""
+
     at: float                 # wall-clock unix time
     decision: Decision
     requested_model: str
@@ -61,6 +66,28 @@ class DecisionRecord:
     routing_sha256: str | None = None
 
 
+class DecisionEntry:
+    """A decision kept: its record, its rendering once read (None: not yet, or its outcome
+    changed since) and its attempt's outcome (None while it runs, or when it sent none)."""
+
+    __slots__ = ("outcome", "record", "rendered")
+
+    def __init__(self, record: DecisionRecord) -> None:
+        self.record = record
+        self.rendered: Rendered | None = None
+        self.outcome: Outcome | None = None
+
+
+class RefusalEntry:
+    """A refusal kept: its record and its rendering once read."""
+
+    __slots__ = ("record", "rendered")
+
+    def __init__(self, record: RefusalRecord) -> None:
+        self.record = record
+        self.rendered: Rendered | None = None
+
+
 class DecisionLog:
     """The last ``size`` decisions and the last ``size`` refusals. Each is rendered the first
     time it is read and kept so: at 40 workers the whole ring took 50 ms to render, on the
@@ -70,43 +97,67 @@ class DecisionLog:
     __slots__ = ("_refusals", "_ring")
 
     def __init__(self, size: int) -> None:
-        # [record, its rendering or None, its outcome or None]
         self._ring: deque[DecisionEntry] = deque(maxlen=size)
-        # [record, its rendering or None]
         self._refusals: deque[RefusalEntry] = deque(maxlen=size)
 
     def record(self, record: DecisionRecord) -> DecisionEntry:
         """Keep ``record``; its entry, for ``ended``."""
-        entry = [record, None, None]
+        entry = DecisionEntry(record)
         self._ring.append(entry)
         return entry
 
     def refused(self, record: RefusalRecord) -> None:
         """Keep a request admission refused (``router.refusals.RefusalRecorder``)."""
-        self._refusals.append([record, None])
+        self._refusals.append(RefusalEntry(record))
 
     @staticmethod
     def ended(entry: DecisionEntry, outcome: Outcome) -> None:
         """The attempt of ``entry``'s decision ended so (rendered anew at the next read)."""
-        entry[1], entry[2] = None, outcome
+        entry.rendered, entry.outcome = None, outcome
 
     def __len__(self) -> int:
         return len(self._ring) + len(self._refusals)
 
-    def render(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Decisions and refusals, newest first (the same dicts at every read of one: do not
-        change them)."""
-        newest: Any = reversed(self._ring)
-        if self._refusals:
-            newest = heapq.merge(newest, reversed(self._refusals),
-                                 key=lambda entry: entry[0].at, reverse=True)
-        rendered = []
-        for entry in itertools.islice(newest, limit):
-            if entry[1] is None:
-                entry[1] = (refusal_entry(entry[0]) if isinstance(entry[0], RefusalRecord)
-                            else _render(entry[0], entry[2]))
-            rendered.append(entry[1])
-        return rendered
+    def render(self, limit: int | None = None, kind: str | None = None,
+               where: Callable[[Rendered], bool] | None = None) -> list[Rendered]:
+        """Decisions and refusals, newest first: of each kind (``kind`` None: both; else
+        ``decision`` or ``refusal`` alone), the newest ``limit`` (None: all) of those ``where``
+        keeps (None: all). ``limit`` counts each kind apart, so a storm of refusals does not
+        hide the decisions: up to ``2 * limit`` entries when both are read. The same dicts
+        are answered at every read of one: do not change them."""
+        if kind is not None and kind not in ENTRY_KINDS:
+            raise ValueError(f"kind: not one of {', '.join(ENTRY_KINDS)}: {kind!r}")
+        decisions = refusals = None
+        if kind != REFUSAL_KIND:
+            decisions = _newest(self._decisions(), where, limit)
+        if kind != DECISION_KIND:
+            refusals = _newest(self._refused(), where, limit)
+        if decisions is None or refusals is None:
+            return [rendered for _, rendered in (decisions or refusals or ())]
+        return [rendered for _, rendered in heapq.merge(
+            decisions, refusals, key=lambda pair: pair[0], reverse=True)]
+
+    def _decisions(self) -> Iterator[tuple[float, Rendered]]:
+        """The decisions kept, newest first, with their times."""
+        for entry in reversed(self._ring):
+            if entry.rendered is None:
+                entry.rendered = _render(entry.record, entry.outcome)
+            yield entry.record.at, entry.rendered
+
+    def _refused(self) -> Iterator[tuple[float, Rendered]]:
+        """The refusals kept, newest first, with their times."""
+        for entry in reversed(self._refusals):
+            if entry.rendered is None:
+                entry.rendered = refusal_entry(entry.record)
+            yield entry.record.at, entry.rendered
+
+
+def _newest(entries: Iterable[tuple[float, Rendered]], where: Callable[[Rendered], bool] | None,
+            limit: int | None) -> list[tuple[float, Rendered]]:
+    """The first ``limit`` of ``entries`` that ``where`` keeps (rendering no more)."""
+    if where is not None:
+        entries = (pair for pair in entries if where(pair[1]))
+    return list(itertools.islice(entries, limit))
 
 
 def _json_value(value: Any) -> Any:

@@ -24,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
+from router.decisions import ENTRY_KINDS
 from router.errors import InvalidRequest, ModelNotFound
 from router.keys import (
     DECISIONS,
@@ -183,16 +184,19 @@ async def metrics(request: web.Request) -> web.Response:
 
 # what /debug/decisions can be narrowed to: the decisions whose field is the value given
 DECISION_FILTERS = ("request_id", "trace_id", "worker")
+# its parameters beside the filters: how many of each kind, and which kind alone
+DECISION_PARAMETERS = ("limit", "kind", *DECISION_FILTERS)
 
 
 async def debug_decisions(request: web.Request) -> web.Response:
-    """The decisions kept, newest first: ``limit`` of them, those of one request, trace or
-    worker (``request_id``, ``trace_id``, ``worker``); an unknown parameter is refused (it
-    was ignored, and the newest were answered for a request the ring no longer held)."""
+    """The decisions and refusals kept, newest first: ``limit`` of each kind, one kind alone
+    (``kind``: ``decision`` or ``refusal``), those of one request, trace or worker
+    (``request_id``, ``trace_id``, ``worker``); an unknown parameter is refused (it was
+    ignored, and the newest were answered for a request the ring no longer held)."""
     for name in request.query:
-        if name != "limit" and name not in DECISION_FILTERS:
-            raise InvalidRequest(f"{name}: not a parameter of /debug/decisions (limit, "
-                                 f"{', '.join(DECISION_FILTERS)}).", param=name)
+        if name not in DECISION_PARAMETERS:
+            raise InvalidRequest(f"{name}: not a parameter of /debug/decisions "
+                                 f"({', '.join(DECISION_PARAMETERS)}).", param=name)
     raw = request.query.get("limit")
     limit = None
     if raw is not None:
@@ -201,12 +205,16 @@ async def debug_decisions(request: web.Request) -> web.Response:
         # past 18 digits (int() refuses past 4,300) it asks for more than any ring holds
         digits = raw.lstrip("0") or "0"
         limit = int(digits) if len(digits) <= 18 else None
+    kind = request.query.get("kind")
+    if kind is not None and kind not in ENTRY_KINDS:
+        raise InvalidRequest(f"kind: must be one of {', '.join(ENTRY_KINDS)}.", param="kind")
     wanted = [(name, request.query[name]) for name in DECISION_FILTERS if name in request.query]
-    if not wanted:
-        return _json({"object": "list", "data": request.app[DECISIONS].render(limit)})
-    decisions = [d for d in request.app[DECISIONS].render()
-                 if all(d.get(name) == value for name, value in wanted)]
-    return _json({"object": "list", "data": decisions[:limit]})
+
+    def kept(entry: dict[str, Any]) -> bool:
+        return all(entry.get(name) == value for name, value in wanted)
+
+    return _json({"object": "list", "data": request.app[DECISIONS].render(
+        limit, kind, kept if wanted else None)})
 
 
 def _finite(value: float) -> float | None:

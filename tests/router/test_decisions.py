@@ -64,7 +64,9 @@ def test_refusals_are_read_with_the_decisions_newest_first() -> None:
     log.record(_record(2, at=12.0))
     rendered = log.render()
     assert [d["request_id"] for d in rendered] == ["r2", "x1", "r0"]
-    assert [d["request_id"] for d in log.render(limit=2)] == ["r2", "x1"]
+    # the limit counts each kind apart
+    assert [d["request_id"] for d in log.render(limit=1)] == ["r2", "x1"]
+    assert [d["request_id"] for d in log.render(limit=2)] == ["r2", "x1", "r0"]
     assert rendered[1] == {
         "time": "1970-01-01T00:00:11.000Z", "kind": "refusal", "request_id": "x1",
         "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "path": "/v1/chat/completions",
@@ -83,6 +85,37 @@ def test_a_storm_of_refusals_keeps_its_own_bound_and_the_decisions() -> None:
         log.refused(_refusal(i, at=2.0 + i))
     assert len(log) == 4                           # 3 refusals and the decision
     assert [d["request_id"] for d in log.render()] == ["x999", "x998", "x997", "r0"]
+
+
+def test_a_storm_of_refusals_does_not_hide_the_decisions_from_a_limit() -> None:
+    """The limit was counted across both kinds: 50 decisions then 300 refusals, and
+    ``limit=20`` answered 20 refusals and no decision."""
+    log = DecisionLog(size=256)
+    for i in range(50):
+        log.record(_record(i, at=1.0 + i))
+    for i in range(300):
+        log.refused(_refusal(i, at=100.0 + i))
+    newest = log.render(limit=20)
+    assert [d["request_id"] for d in newest] == (
+        [f"x{i}" for i in range(299, 279, -1)] + [f"r{i}" for i in range(49, 29, -1)])
+    assert [d["request_id"] for d in log.render(limit=3, kind="decision")] == [
+        "r49", "r48", "r47"]
+    assert [d["request_id"] for d in log.render(limit=2, kind="refusal")] == ["x299", "x298"]
+    assert len(log.render(kind="decision")) == 50 and len(log.render(kind="refusal")) == 256
+    assert log.render(limit=0) == []
+    with pytest.raises(ValueError, match="kind"):
+        log.render(kind="decisions")
+
+
+def test_a_filter_is_applied_before_the_limit_of_each_kind() -> None:
+    log = DecisionLog(size=16)
+    for i in range(6):
+        log.record(_record(i, at=float(2 * i)))
+        log.refused(_refusal(i, at=float(2 * i + 1)))
+    even = log.render(limit=2, where=lambda d: d["request_id"][1] in "024")
+    assert [d["request_id"] for d in even] == ["x4", "r4", "x2", "r2"]
+    assert [d["request_id"] for d in log.render(
+        limit=1, kind="refusal", where=lambda d: d["request_id"] == "x0")] == ["x0"]
 
 
 def test_a_decision_is_rendered_once_however_often_it_is_read(
@@ -133,7 +166,7 @@ def test_the_plugins_skipped_are_a_json_list() -> None:
     decision = dataclasses.replace(_decision(1), attributes=MappingProxyType({
         "skipped_plugins": ("failing-producer", "bad-picker"), "odd": (1.5, float("nan"))}))
     log = DecisionLog(size=1)
-    log.record(dataclasses.replace(_record(1), decision=decision))
+    log.record(_record(1)._replace(decision=decision))
     attributes = json.loads(json.dumps(log.render()[0]))["attributes"]
     assert attributes == {"skipped_plugins": ["failing-producer", "bad-picker"],
                           "odd": [1.5, None]}

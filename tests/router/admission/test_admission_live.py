@@ -178,9 +178,25 @@ async def test_a_refused_request_is_found_by_its_id_beside_the_decisions(
                                            result="success") >= 1, "no reload")
         assert await complete(session, "served-2") == 200
         assert await complete(session, "refused-2") == 429
-        newest = await _decisions(session, router, "?limit=2")
+        # the limit counts each kind apart: the newest refusal and the newest decision
+        newest = await _decisions(session, router, "?limit=1")
         assert [(d["request_id"], d["routing_sha256"]) for d in newest] == [
             ("refused-2", _fingerprint(second_file)), ("served-2", _fingerprint(second_file))]
+        for _ in range(3):       # a storm of refusals hides no decision from ?limit=
+            assert await complete(session, "refused-3") == 429
+        newest = await _decisions(session, router, "?limit=2")
+        assert [d["request_id"] for d in newest] == [
+            "refused-3", "refused-3", "served-2", "served-1"]
+        assert [d["request_id"] for d in await _decisions(
+            session, router, "?kind=decision&limit=1")] == ["served-2"]
+        assert [d["request_id"] for d in await _decisions(
+            session, router, f"?kind=refusal&trace_id={trace}")] == [
+            "refused-3", "refused-3", "refused-3", "refused-2", "refused-1"]
+        async with session.get(f"{router.url}/debug/decisions?kind=decisions") as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+            assert error["param"] == "kind"
+            assert error["message"] == "kind: must be one of decision, refusal."
         assert router.metric("kvroute_config_info", sha256=_fingerprint(first_file)) == 0
         assert router.metric("kvroute_config_info", sha256=_fingerprint(second_file)) == 1
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]
@@ -188,7 +204,8 @@ async def test_a_refused_request_is_found_by_its_id_beside_the_decisions(
         ("decision", "served-1", _fingerprint(first_file)),
         ("refusal", "refused-1", _fingerprint(first_file)),
         ("decision", "served-2", _fingerprint(second_file)),
-        ("refusal", "refused-2", _fingerprint(second_file))]
+        ("refusal", "refused-2", _fingerprint(second_file))] + [
+        ("refusal", "refused-3", _fingerprint(second_file))] * 3
     assert {key: lines[1][key] for key in ("trace_id", "tenant", "model", "worker",
                                            "reason_code", "status")} == {
         "trace_id": trace, "tenant": "acme", "model": MODEL, "worker": None,
