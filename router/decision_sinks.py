@@ -49,16 +49,22 @@ def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str]) -> Opene
     refusals: list[RefusalSink] = []
     config = DecisionLogConfig.from_env(env)
     followed: FollowedFile | None = None
-    if config.path is not None and config.sample_rate > 0:
+    writer: DecisionLogWriter | None = None
+    if config.path is not None and config.writes:
         if config.path == "-":
-            writer = DecisionLogWriter(sys.stdout, config.sample_rate)
+            writer = DecisionLogWriter.configured(sys.stdout, config)
         else:       # reopened after a rotation (``router.followed_file``)
             followed = FollowedFile(config.path)
-            writer = DecisionLogWriter(followed, config.sample_rate)
-        sinks.append(writer)
-        refusals.append(writer)
+            writer = DecisionLogWriter.configured(followed, config)
+        if config.sample_rate > 0:
+            sinks.append(writer)
+        if config.refusal_rate > 0:
+            refusals.append(writer)
 
     def close() -> None:
+        if writer is not None:
+            with contextlib.suppress(Exception):   # what could not be written is lost
+                writer.close()
         if followed is not None:
             with contextlib.suppress(OSError):     # what could not be written is lost
                 followed.close()
@@ -73,7 +79,7 @@ def decision_log_problem(env: Mapping[str, str]) -> str | None:
         config = DecisionLogConfig.from_env(env)
     except DecisionLogConfigError as exc:
         return str(exc)
-    if config.path is None or config.path == "-" or config.sample_rate == 0:
+    if config.path is None or config.path == "-" or not config.writes:
         return None
     try:                                 # opened as the log will be (FollowedFile)
         FollowedFile(config.path).close()

@@ -6,7 +6,8 @@ client quotes the request id of a 429. ``RefusalRecorder.refused`` keeps one
 ``RefusalRecord`` in the ``/debug/decisions`` ring (``router.decisions.DecisionLog``, which
 bounds the refusals apart from the decisions, so a storm of refusals does not push the
 decisions out) and hands it to the refusal sinks (the decision log,
-``router.decision_log.DecisionLogWriter``, sampled by request id as the decisions are).
+``router.decision_log.DecisionLogWriter``, sampled at a share of its own and throttled per
+tenant and reason).
 
 Recording keeps a reference to the record; the ring renders it when read. A record carries
 no worker (none was chosen) and names the routing file whose admission section refused the

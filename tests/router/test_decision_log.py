@@ -6,6 +6,7 @@ import io
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -15,10 +16,11 @@ from router.decision_log import (
     DecisionLogConfig,
     DecisionLogConfigError,
     DecisionLogWriter,
+    RefusalThrottle,
     decision_line,
     sampled,
 )
-from router.decision_sinks import open_decision_sinks
+from router.decision_sinks import decision_log_problem, open_decision_sinks
 from router.metrics import RouterMetrics
 from router.prefix_ceiling import PrefixCeiling
 from router.prefix_choice import PrefixChoice
@@ -75,20 +77,94 @@ def test_writer_writes_only_sampled_requests() -> None:
     assert logged == [rid for rid in ids if sampled(rid, 0.5)]
 
 
-def test_refusals_are_logged_and_sampled_as_decisions_are() -> None:
-    """By request id, at the decisions' rate: a storm of refusals is thinned alike."""
+def _refused(request_id: str = "same-id", at: float = 2.0, tenant: str | None = "acme",
+             reason: str = "requests_per_minute") -> RefusalRecord:
+    return RefusalRecord(
+        at=at, request_id=request_id, trace_id=None, tenant=tenant, model="m",
+        path="/v1/completions", reason=reason, status=429, message="Rate limit reached",
+        routing_sha256="0123456789ab")
+
+
+def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_refusals_are_drawn_one_by_one_not_by_request_id() -> None:
+    """Sampled by the crc of a client's request id, a client retrying under one id after its
+    429 had every retry logged, or none."""
     stream = io.StringIO()
-    writer = DecisionLogWriter(stream, 0.5, clock=lambda: 1.0)
-    ids = [f"id-{i}" for i in range(50)]
-    for rid in ids:
-        writer.on_refusal(RefusalRecord(
-            at=2.0, request_id=rid, trace_id=None, tenant="acme", model="m",
-            path="/v1/completions", reason="requests_per_minute", status=429,
-            message="Rate limit reached", routing_sha256="0123456789ab"))
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert [line["request_id"] for line in lines] == [rid for rid in ids if sampled(rid, 0.5)]
-    assert {(line["kind"], line["reason_code"], line["status"]) for line in lines} == {
-        ("refusal", "requests_per_minute", 429)}
+    draws = iter([0.1, 0.9, 0.3, 0.7, 0.49, 0.5])
+    writer = DecisionLogWriter(stream, 0.5, clock=lambda: 1.0, draw=lambda: next(draws))
+    for second in range(6):       # one a second: the throttle lets each through
+        writer.on_refusal(_refused(at=10.0 + second))
+    lines = _lines(stream)
+    assert [line["ts"] for line in lines] == [10.0, 12.0, 14.0]
+    assert {(line["kind"], line["request_id"], line["reason_code"], line["status"])
+            for line in lines} == {("refusal", "same-id", "requests_per_minute", 429)}
+
+
+def test_refusals_have_a_share_of_their_own() -> None:
+    """A storm of refusals could only be thinned with the decisions."""
+    stream = io.StringIO()
+    writer = DecisionLogWriter(stream, 1.0, clock=lambda: 1.0, refusal_rate=0.0,
+                               draw=lambda: 0.0)
+    writer.on_refusal(_refused())
+    writer.on_decision(RoutingRequest(request_id="x", model="m"), _decision("d-1"), 0, 0.0)
+    assert [line["kind"] for line in _lines(stream)] == ["decision"]
+    stream = io.StringIO()
+    writer = DecisionLogWriter(stream, 0.0, clock=lambda: 1.0, refusal_rate=1.0)
+    writer.on_refusal(_refused())
+    writer.on_decision(RoutingRequest(request_id="x", model="m"), _decision("d-1"), 0, 0.0)
+    assert [line["kind"] for line in _lines(stream)] == ["refusal"]
+
+
+def test_a_storm_of_one_tenants_refusals_writes_a_bounded_log() -> None:
+    """A line per refusal: 10,000 429s a second wrote 14 GB an hour. Past the limit of a
+    second, the refusals of a (tenant, reason) are counted in one line."""
+    now = [100.5]
+    stream = io.StringIO()
+    writer = DecisionLogWriter(stream, clock=lambda: now[0], refusals_per_second=3)
+    for i in range(1000):
+        writer.on_refusal(_refused(f"a-{i}", at=100.0 + i / 2000))
+    writer.on_refusal(_refused("b-0", at=100.9, tenant="globex"))    # another tenant's own
+    writer.on_refusal(_refused("a-q", at=100.9, reason="queue_full"))   # another reason's
+    assert [line["request_id"] for line in _lines(stream)] == [
+        "a-0", "a-1", "a-2", "b-0", "a-q"]
+    writer.on_refusal(_refused("a-next", at=101.2))     # the next second: the count, once
+    lines = _lines(stream)[5:]
+    assert lines[0] == {"kind": "refusals_suppressed", "ts": 100, "tenant": "acme",
+                        "reason_code": "requests_per_minute", "suppressed": 997, "limit": 3}
+    assert [line.get("request_id") for line in lines] == [None, "a-next"]
+    for i in range(5):
+        writer.on_refusal(_refused(f"c-{i}", at=101.5))
+    now[0] = 102.1           # a sampled decision of a later second writes the count too
+    writer.on_decision(RoutingRequest(request_id="x", model="m"), _decision("d-1"), 0, 0.0)
+    lines = _lines(stream)[9:]         # after a-next, c-0 and c-1
+    assert [(line["kind"], line.get("suppressed")) for line in lines] == [
+        ("refusals_suppressed", 3), ("decision", None)]
+    for i in range(4):
+        writer.on_refusal(_refused(f"e-{i}", at=102.5))
+    writer.close()           # the router stops: the second under way is counted
+    assert _lines(stream)[-1]["suppressed"] == 1
+    writer.close()
+    assert _lines(stream)[-1]["suppressed"] == 1         # once
+
+
+def test_the_throttle_tells_apart_a_bounded_number_of_tenants() -> None:
+    throttle = RefusalThrottle(per_second=1, max_keys=2)
+    throttle.turn(5)
+    assert throttle.allow("t1", "requests_per_minute")
+    assert throttle.allow("t2", "requests_per_minute")
+    assert throttle.allow("t3", "requests_per_minute")       # the first of OTHER's
+    assert not throttle.allow("t4", "requests_per_minute")   # OTHER's limit, shared
+    assert not throttle.allow("t1", "requests_per_minute")
+    assert [json.loads(line) for line in throttle.turn(6)] == [
+        {"kind": "refusals_suppressed", "ts": 5, "tenant": "t1",
+         "reason_code": "requests_per_minute", "suppressed": 1, "limit": 1},
+        {"kind": "refusals_suppressed", "ts": 5, "tenant": "(other)",
+         "reason_code": "requests_per_minute", "suppressed": 1, "limit": 1}]
+    assert throttle.allow("t4", "requests_per_minute")       # a new second, counted anew
+    assert throttle.turn(7) == []
 
 
 @pytest.mark.parametrize(("env", "message"), [
@@ -96,6 +172,15 @@ def test_refusals_are_logged_and_sampled_as_decisions_are() -> None:
      "KVROUTE_DECISION_LOG_SAMPLE: must be a number between 0 and 1, got 'lots'"),
     ({"KVROUTE_DECISION_LOG_SAMPLE": "1.5"},
      "KVROUTE_DECISION_LOG_SAMPLE: must be between 0 and 1, got 1.5"),
+    ({"KVROUTE_DECISION_LOG_REFUSAL_SAMPLE": "some"},
+     "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE: must be a number between 0 and 1, got 'some'"),
+    ({"KVROUTE_DECISION_LOG_REFUSAL_SAMPLE": "-0.5"},
+     "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE: must be between 0 and 1, got -0.5"),
+    ({"KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND": "2.5"},
+     "KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND: must be a whole number of 1 or more, "
+     "got '2.5'"),
+    ({"KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND": "0"},
+     "KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND: must be 1 or more, got 0"),
 ])
 def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(DecisionLogConfigError) as info:
@@ -105,9 +190,35 @@ def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> No
 
 def test_config_from_env() -> None:
     assert DecisionLogConfig.from_env({}) == DecisionLogConfig(None, 1.0)
-    assert DecisionLogConfig.from_env({"KVROUTE_DECISION_LOG": " - ",
-                                       "KVROUTE_DECISION_LOG_SAMPLE": "0.1"}) == \
-        DecisionLogConfig("-", 0.1)
+    config = DecisionLogConfig.from_env({"KVROUTE_DECISION_LOG": " - ",
+                                         "KVROUTE_DECISION_LOG_SAMPLE": "0.1"})
+    assert config == DecisionLogConfig("-", 0.1)
+    assert (config.refusal_rate, config.refusals_per_second) == (0.1, 10)   # the decisions'
+    config = DecisionLogConfig.from_env({"KVROUTE_DECISION_LOG_REFUSAL_SAMPLE": "0.01",
+                                         "KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND": "50"})
+    assert (config.sample_rate, config.refusal_rate, config.refusals_per_second) == (
+        1.0, 0.01, 50)
+
+
+def test_a_bad_refusal_setting_stops_the_start() -> None:
+    assert decision_log_problem({"KVROUTE_DECISION_LOG": "-",
+                                 "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE": "2"}) == (
+        "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE: must be between 0 and 1, got 2.0")
+
+
+def test_refusals_alone_or_decisions_alone_open_the_log(tmp_path: Path) -> None:
+    path = str(tmp_path / "decisions.jsonl")
+    sinks, refusals, close = open_decision_sinks(RouterMetrics(), {
+        "KVROUTE_DECISION_LOG": path, "KVROUTE_DECISION_LOG_SAMPLE": "0",
+        "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE": "1"})
+    assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice]
+    assert [type(s) for s in refusals] == [DecisionLogWriter]
+    close()
+    sinks, refusals, close = open_decision_sinks(RouterMetrics(), {
+        "KVROUTE_DECISION_LOG": path, "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE": "0"})
+    assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice, DecisionLogWriter]
+    assert not refusals
+    close()
 
 
 def test_sinks_from_env_append_to_the_file_and_close_it(tmp_path: Path) -> None:
