@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 
 
 class GateFull(Exception):
@@ -48,7 +49,8 @@ class ConcurrencyGate:
 
     async def enter(self, limit: int, max_waiting: int, timeout_s: float,
                     priority: int = 0) -> float:
-        """Take a slot (waiting for one if need be); returns the seconds waited."""
+        """Take a slot (waiting for one if need be); returns the seconds waited (more than 0
+        after any wait, however short)."""
         self.limit = limit
         self._hand_over()          # the limit may have risen since the last call
         if limit <= 0 or (self.in_flight < limit and self.waiting == 0):
@@ -59,7 +61,10 @@ class ConcurrencyGate:
         if self.waiting >= max_waiting and not self._displace(priority):
             raise GateFull
         loop = asyncio.get_running_loop()
-        started = loop.time()
+        # the host's monotonic clock, not the loop's: uvloop's ticks in milliseconds, and a
+        # wait shorter than one read 0 s, as if the request had not waited at all (the
+        # budget is checked again only after a wait)
+        started = time.monotonic()
         granted: asyncio.Future[None] = loop.create_future()
         heapq.heappush(self._heap, (-priority, next(self._order), granted))
         self.waiting += 1
@@ -80,7 +85,7 @@ class ConcurrencyGate:
             if isinstance(exc, TimeoutError):
                 raise GateTimeout from None
             raise
-        return loop.time() - started
+        return time.monotonic() - started
 
     def _displace(self, priority: int) -> bool:
         """Refuse the newest waiter of the lowest priority below ``priority`` (its place is

@@ -28,6 +28,23 @@ async def test_requests_over_the_limit_wait_for_a_slot() -> None:
     assert waited > 0.0 and (gate.in_flight, gate.waiting) == (2, 0)
 
 
+def test_a_wait_shorter_than_a_millisecond_counts_as_a_wait_under_uvloop() -> None:
+    """The router serves on uvloop, whose clock ticks in milliseconds: a request handed a
+    slot within the same millisecond read 0 s waited, and its tenant's budget, checked
+    again only after a wait, was not (others may have spent it meanwhile)."""
+    import uvloop
+
+    async def short_wait() -> float:
+        gate = ConcurrencyGate()
+        await gate.enter(1, 10, 5.0)
+        waiter = asyncio.create_task(gate.enter(1, 10, 5.0))
+        await _settle()
+        gate.leave()
+        return await waiter
+
+    assert all(uvloop.run(short_wait()) > 0.0 for _ in range(20))
+
+
 async def test_waiters_go_by_priority_then_by_arrival() -> None:
     gate = ConcurrencyGate()
     await gate.enter(1, 10, 5.0)
