@@ -59,7 +59,12 @@ Redis is never awaited inside a decision. When it is unreachable (or refuses the
 a wrong password, out of memory) the store says so (``degraded``; ``/health`` and
 ``kvroute_state_store_degraded`` show it), drops the remote counts and routes on local ones,
 retrying every interval (the log says when it goes, when the cause changes meanwhile, and
-when it returns). ``replicas`` is how many replicas share their counts through it,
+when it returns). A Redis answering as a replica (READONLY to a write, or a blocked read cut
+as its primary turned replica: a failover whose new primary took over the address, DNS or a
+virtual IP, while the pool's connections still reach the old one) has every connection of
+the pool closed, so the next command connects through the address to the primary it names
+now (redis-py keeps a connection after a READONLY reply like any other). ``replicas`` is
+how many replicas share their counts through it,
 this one included (1 when alone or degraded; a replica counts while it published within
 ``REPLICA_ALIVE_MS``): replicas that disagree on it are not all on the same Redis database.
 Two processes publishing under one replica id overwrite each other's counts: each marks
@@ -85,7 +90,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as redis
-from redis.exceptions import AuthenticationError, RedisError, ResponseError
+from redis.exceptions import AuthenticationError, ReadOnlyError, RedisError, ResponseError
 
 from router.admission.usage import (
     SCHEDULE_STEP_S,
@@ -361,7 +366,7 @@ class RedisStateStore:
                         # the workers, while Redis was away, knows none)
                     await pipe.execute()
             except (RedisError, OSError) as exc:
-                self._lost_redis(exc)
+                await self._lost_redis(exc)
                 return
             for response_id, entry in batch:
                 if self._unsaved.get(response_id) is entry:
@@ -375,7 +380,7 @@ class RedisStateStore:
             owner, tenant = await self._client.mget(RESPONSE_PREFIX + response_id,
                                                     RESPONSE_TENANT_PREFIX + response_id)
         except (RedisError, OSError) as exc:
-            self._lost_redis(exc)
+            await self._lost_redis(exc)
             return None
         if isinstance(owner, str):
             tenant = tenant if isinstance(tenant, str) else None
@@ -387,9 +392,11 @@ class RedisStateStore:
         record = await self.response_record(response_id)
         return record.worker if record is not None else None
 
-    def _lost_redis(self, exc: Exception) -> None:
+    async def _lost_redis(self, exc: Exception) -> None:
         """Redis failed a command of the sync: routing goes on on local state. Logged as it
-        goes, and again when the cause changes (a server restarted with a password)."""
+        goes, and again when the cause changes (a server restarted with a password). A
+        primary demoted by a failover (READONLY) has its connections closed: the next
+        command connects through the address again, to the primary it names now."""
         self._errors += 1
         failure = _failure(exc)
         cause = failure.split(" (", 1)[0]
@@ -400,6 +407,18 @@ class RedisStateStore:
         self._degraded_cause = cause
         self._degraded = True
         self._replicas = 1
+        if _demoted(exc):
+            await self._reconnect()
+
+    async def _reconnect(self) -> None:
+        """Close every connection of the pool, idle or in use: the next command opens one
+        through the address again. A failover behind a stable address (DNS, a virtual IP, a
+        proxy) moves only new connections to the promoted primary, and a READONLY answer is a
+        reply like any other, after which redis-py keeps its connection: the pool stayed on
+        the demoted primary (degraded for minutes, flapping as commands took connections
+        opened before and after the move)."""
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            await asyncio.wait_for(self._client.connection_pool.disconnect(), CLOSE_TIMEOUT_S)
 
     async def _run(self) -> None:
         while True:
@@ -416,7 +435,7 @@ class RedisStateStore:
             self.inflight.remote, self._usage.remote = await self._read(others, left)
             self.sync_seconds = time.monotonic() - started
         except (RedisError, OSError) as exc:
-            self._lost_redis(exc)
+            await self._lost_redis(exc)
             self.inflight.remote = {}
             self._usage.remote = {}
             self._usage.remote_schedule = {}
@@ -438,9 +457,12 @@ class RedisStateStore:
             try:
                 await self._place_reader()
             except ResponseError as exc:
-                self._routes_failed(exc)
+                if _demoted(exc):
+                    await self._lost_redis(exc)
+                else:
+                    self._routes_failed(exc)
             except (RedisError, OSError) as exc:
-                self._lost_redis(exc)
+                await self._lost_redis(exc)
 
     def _start_publishing(self) -> None:
         """Publish the routed prompts now, unless a publish is under way or Redis is away
@@ -465,12 +487,12 @@ class RedisStateStore:
                                                   "w": worker_id, "h": encoded},
                                   maxlen=ROUTED_STREAM_MAXLEN, approximate=True)
                     await pipe.execute()
-            except ResponseError as exc:      # refused, while the sync goes on: dropped
-                self._routes_failed(exc)
-                return
             except (RedisError, OSError) as exc:
+                if isinstance(exc, ResponseError) and not _demoted(exc):
+                    self._routes_failed(exc)   # refused, while the sync goes on: dropped
+                    return
                 self._routed_out.extendleft(reversed(batch))   # sent when Redis answers
-                self._lost_redis(exc)
+                await self._lost_redis(exc)
                 return
             self._published += len(batch)
             if self._routes_refused:
@@ -504,6 +526,10 @@ class RedisStateStore:
                                                  count=ROUTED_READ_COUNT,
                                                  block=ROUTED_BLOCK_MS)
             except ResponseError as exc:     # refused (no permission, a key of another type)
+                if _demoted(exc):     # unblocked as its primary became a replica
+                    await self._reconnect()
+                    await asyncio.sleep(self._interval)
+                    continue
                 self._routes_failed(exc)
                 await asyncio.sleep(ROUTES_RETRY_S)
                 continue
@@ -809,9 +835,21 @@ def _refusal(exc: ResponseError) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def _demoted(exc: BaseException) -> bool:
+    """Whether Redis answered as a replica: a primary a failover demoted (READONLY to a write;
+    a blocked read cut with UNBLOCKED as it turned replica), reached through a connection
+    opened before its address moved to the new primary."""
+    return isinstance(exc, ReadOnlyError) or (
+        isinstance(exc, ResponseError) and str(exc).startswith("UNBLOCKED")
+        and "instance state changed" in str(exc))
+
+
 def _failure(exc: Exception) -> str:
     """What went wrong with Redis, for the log: not every failure is an unreachable server."""
-    text = str(exc)
+    text = _refusal(exc) if isinstance(exc, ResponseError) else str(exc)
+    if _demoted(exc):
+        return (f"answered as a read-only replica ({text}): a failover? its connections are "
+                f"closed and opened again through the address")
     if isinstance(exc, AuthenticationError) or (isinstance(exc, ResponseError) and text.startswith(
             ("NOAUTH", "WRONGPASS", "HELLO must be called with the client already "
              "authenticated"))):
