@@ -8,20 +8,22 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 
 from workers.ports import free_port
 
 
-def start_redis(binary: str, attempts: int = 3,
-                port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
-    """A ``redis-server`` answering PING on a free port (or on ``port``, tried once). A port
-    taken by another process between ``free_port`` and redis binding it makes redis exit:
-    then another port is tried."""
+def start_redis(binary: str, attempts: int = 3, port: int | None = None,
+                options: Sequence[str] = ()) -> tuple[subprocess.Popen[bytes], int]:
+    """A ``redis-server`` answering PING on a free port (or on ``port``, tried once), with
+    ``options`` added to its command line (``--rename-command XADD ""``). A port taken by
+    another process between ``free_port`` and redis binding it makes redis exit: then
+    another port is tried."""
     for _ in range(attempts if port is None else 1):
         port_now = free_port() if port is None else port
         proc = subprocess.Popen([binary, "--port", str(port_now), "--bind", "127.0.0.1",
-                                 "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+                                 "--save", "", "--appendonly", "no", *options],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30.0
         while proc.poll() is None and time.monotonic() < deadline:
             if answers_ping(port_now):

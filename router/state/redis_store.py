@@ -52,8 +52,9 @@ them to ``follow_routed``'s callback within milliseconds: a conversation whose t
 balancer spreads over the replicas stays on the worker holding it, even when the next turn
 follows the answer at once. A replica reads the stream from its end when it starts. A Redis
 refusing only the stream's commands (a user without ``XADD``, the key of another type)
-leaves the routes unshared, logged once per reason and tried again every
-``ROUTES_RETRY_S``, and the store not degraded.
+leaves the routes unshared, logged once per kind of refusal while it lasts (without the
+command's arguments, which hold prompt hashes), each side (publishing, reading) tried again
+every ``ROUTES_RETRY_S``, and the store not degraded.
 
 Redis is never awaited inside a decision. When it is unreachable (or refuses the commands:
 a wrong password, out of memory) the store says so (``degraded``; ``/health`` and
@@ -137,6 +138,7 @@ ROUTED_SEND_COUNT = 1_000        # entries appended in one pipeline at most
 ROUTED_READ_COUNT = 200          # entries read (and learnt on the loop) at once at most
 ROUTED_BLOCK_MS = 500            # a read waits this long for new entries
 ROUTES_RETRY_S = 10.0            # after Redis refused the stream's commands, the next try
+MAX_REFUSALS_LOGGED = 4          # kinds of refusal of the stream logged while it is refused
 TTL_SYNCS = 4                    # counts outlive this many syncs as long as the last one
 
 LearnRouted = Callable[[str, Mapping[int, Sequence[int]]], None]
@@ -240,8 +242,12 @@ class RedisStateStore:
         self._errors = 0          # Redis commands that failed
         self._replicas = 1        # replicas sharing counts through Redis, this one included
         self.sync_seconds = 0.0   # the last sync's publish and read, round trips included
-        self._routes_refused = ""  # why Redis refused the routed stream's commands, as logged
-        self._routes_retry_at = 0.0   # monotonic: no routes published before (after a refusal)
+        # what Redis refused of the routed stream, by side (publish, read): the kinds of
+        # refusal logged, until that side works again
+        self._routes_refused: dict[str, set[str]] = {}
+        # side -> monotonic time before which it is not tried again (after a refusal; each
+        # side's own: a reader refused every retry kept the publisher from ever trying)
+        self._routes_retry_at: dict[str, float] = {}
         self._replicas_logged: int | None = None
         self._first_published = False   # until then each publish looks for a killed predecessor
 
@@ -453,14 +459,15 @@ class RedisStateStore:
             self._start_saving()
         if self._routed_out:
             self._start_publishing()
-        if self._routed_from is None and time.monotonic() >= self._routes_retry_at:
+        if self._routed_from is None and time.monotonic() >= self._routes_retry_at.get(
+                "read", 0.0):
             try:
                 await self._place_reader()
             except ResponseError as exc:
                 if _demoted(exc):
                     await self._lost_redis(exc)
                 else:
-                    self._routes_failed(exc)
+                    self._routes_failed(exc, "read")
             except (RedisError, OSError) as exc:
                 await self._lost_redis(exc)
 
@@ -468,7 +475,7 @@ class RedisStateStore:
         """Publish the routed prompts now, unless a publish is under way or Redis is away
         (the sync loop starts it again when Redis answers)."""
         if (self._degraded or self._closing or self._client is None
-                or time.monotonic() < self._routes_retry_at):
+                or time.monotonic() < self._routes_retry_at.get("publish", 0.0)):
             return
         if self._publishing is None or self._publishing.done():
             self._publishing = asyncio.create_task(self._publish_routed(),
@@ -489,30 +496,42 @@ class RedisStateStore:
                     await pipe.execute()
             except (RedisError, OSError) as exc:
                 if isinstance(exc, ResponseError) and not _demoted(exc):
-                    self._routes_failed(exc)   # refused, while the sync goes on: dropped
+                    self._routes_failed(exc, "publish")   # refused, the sync goes on: dropped
                     return
                 self._routed_out.extendleft(reversed(batch))   # sent when Redis answers
                 await self._lost_redis(exc)
                 return
             self._published += len(batch)
-            if self._routes_refused:
-                log.info("redis %s: routed prompts shared again", self._shown)
-                self._routes_refused = ""
+            self._routes_work("publish")
 
-    def _routes_failed(self, exc: ResponseError) -> None:
+    def _routes_failed(self, exc: ResponseError, side: str) -> None:
         """Redis refused a command of the routed prompts' stream while the sync works (a
         user without XADD, ``kvroute:routed`` holding another type): the routes go unshared,
-        logged once per reason and tried again every ``ROUTES_RETRY_S``; the counts, budgets
-        and owners are shared as before, so the store is not degraded (it flipped between
-        degraded and "reachable again" ten times a second, a log line each)."""
+        logged once per kind of refusal while a side (``publish``, ``read``) is refused, and
+        that side tried again every ``ROUTES_RETRY_S``; the counts, budgets and owners are
+        shared as before, so the store is not degraded (it flipped between degraded and
+        "reachable again" ten times a second, a log line each). A refusal's text varying
+        between tries (the arguments it quotes, a number) is the same kind, and the two sides'
+        refusals taking turns are not new each time (a disabled XADD was logged at every
+        retry, 8 times in two minutes, each line quoting the batch's first prompt hash)."""
         self._errors += 1
         reason = _refusal(exc)
-        if reason != self._routes_refused:
+        kind = _refusal_kind(reason)
+        logged = set().union(*self._routes_refused.values())
+        refused = self._routes_refused.setdefault(side, set())
+        if kind not in logged and len(logged) < MAX_REFUSALS_LOGGED:
             log.warning("redis %s refused the routed prompts' stream %s (%s): routes are not "
                         "shared with the other replicas; tried again every %g s", self._shown,
                         ROUTED_STREAM, reason, ROUTES_RETRY_S)
-        self._routes_refused = reason
-        self._routes_retry_at = time.monotonic() + ROUTES_RETRY_S
+        if len(refused) < MAX_REFUSALS_LOGGED:
+            refused.add(kind)
+        self._routes_retry_at[side] = time.monotonic() + ROUTES_RETRY_S
+
+    def _routes_work(self, side: str) -> None:
+        """A command of ``side`` (``publish``, ``read``) worked: its refusals are over, and
+        once neither side's is left, that is logged."""
+        if self._routes_refused.pop(side, None) is not None and not self._routes_refused:
+            log.info("redis %s: routed prompts shared again", self._shown)
 
     async def _follow_routed(self) -> None:
         """Read what the other replicas route as they append it (a blocking read: learnt
@@ -530,13 +549,14 @@ class RedisStateStore:
                     await self._reconnect()
                     await asyncio.sleep(self._interval)
                     continue
-                self._routes_failed(exc)
+                self._routes_failed(exc, "read")
                 await asyncio.sleep(ROUTES_RETRY_S)
                 continue
             except (RedisError, OSError):
                 # a read cut by a slow Redis: the sync loop judges whether it is away
                 await asyncio.sleep(self._interval)
                 continue
+            self._routes_work("read")
             try:
                 self._learn_entries(_stream_entries(reply))
             except Exception:          # a reply of another shape: the reader must not die
@@ -828,11 +848,23 @@ def _fading_schedule(requests: int, tokens: int, share: float) -> Schedule:
     return tuple(steps)
 
 
+_PIPELINE_ERROR = re.compile(r"^Command # \d+ \(.*?\) of pipeline caused error: ", re.DOTALL)
+_QUOTED_ARGS = re.compile(r",?\s*with args beginning with.*", re.DOTALL)
+_REFUSAL_NUMBERS = re.compile(r"\d+")
+
+
 def _refusal(exc: ResponseError) -> str:
-    """Redis's refusal without the command (a pipeline's error quotes its arguments: the
-    routed prompts' hashes)."""
-    text = str(exc).rsplit("caused error: ", 1)[-1]
+    """Redis's refusal without the command or its arguments, the routed prompts' hashes
+    among them: a pipeline's error names its command with them, and Redis's own
+    ``unknown command 'XADD', with args beginning with: …`` quotes them too."""
+    text = _QUOTED_ARGS.sub("", _PIPELINE_ERROR.sub("", str(exc), count=1))
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _refusal_kind(reason: str) -> str:
+    """A refusal (``_refusal``'s) less what may vary between two tries of the same command:
+    its numbers (what it quoted of the arguments is gone already)."""
+    return _REFUSAL_NUMBERS.sub("", reason)
 
 
 def _demoted(exc: BaseException) -> bool:

@@ -1028,6 +1028,97 @@ async def test_a_refused_routes_stream_leaves_the_store_sharing_and_is_logged_on
         await admin.aclose()
 
 
+async def _route_while_refused(store: RedisStateStore, seconds: float) -> None:
+    """Route a new prompt every 20 ms for ``seconds``: each retry of the stream sends
+    another batch."""
+    from array import array
+
+    n = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        n += 1
+        store.on_routed_blocks("w1", {16: array("Q", [n * 7919 + 1, n])})
+        await asyncio.sleep(0.02)
+
+
+async def test_a_disabled_xadd_is_logged_once_without_the_prompts_hashes(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rename-command XADD ""``: Redis's "unknown command 'XADD', with args beginning with:
+    …" quotes the batch's first entry, its encoded prompt hashes among them, so each retry's
+    reason differed and was logged again (8 times in about 2 minutes), hashes and all."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it)")
+    monkeypatch.setattr("router.state.redis_store.ROUTES_RETRY_S", 0.05)
+    proc, port = start_redis(binary, options=["--rename-command", "XADD", ""])
+    store = RedisStateStore(f"redis://127.0.0.1:{port}/0", "r1", sync_interval_s=0.02)
+    try:
+        with caplog.at_level(logging.INFO, logger="router.state.redis_store"):
+            await store.start()
+            await _route_while_refused(store, 1.0)
+        assert not store.degraded
+        assert store.errors >= 5                 # tried again and again
+        lines = [r.getMessage() for r in caplog.records]
+        refused = [line for line in lines if "refused the routed prompts' stream" in line]
+        assert len(refused) == 1, refused
+        assert "unknown command 'XADD'" in refused[0]
+        assert "with args" not in refused[0] and "16:" not in refused[0], refused[0]
+        assert "'h'" not in refused[0] and "'w1'" not in refused[0]
+    finally:
+        await store.close()
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+async def test_refusals_of_both_sides_of_the_stream_are_each_logged_once(
+        redis_url: str, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user without XADD nor XREAD: the publisher's refusal and the reader's took turns as
+    the reason last logged, and each turn was logged again."""
+    monkeypatch.setattr("router.state.redis_store.ROUTES_RETRY_S", 0.05)
+    admin = redis.Redis.from_url(redis_url)
+    await admin.execute_command("ACL", "SETUSER", "kvr", "on", ">kvrpw", "~*", "&*",
+                                "+@all", "-xadd", "-xread")
+    store = RedisStateStore(redis_url.replace("redis://", "redis://kvr:kvrpw@"), "r1",
+                            sync_interval_s=0.02)
+    try:
+        with caplog.at_level(logging.INFO, logger="router.state.redis_store"):
+            await store.start()
+            await _route_while_refused(store, 1.0)
+            assert not store.degraded
+            lines = [r.getMessage() for r in caplog.records]
+            refused = [line for line in lines if "refused the routed prompts' stream" in line]
+            assert len(refused) == 2, refused
+            assert {"'xadd'" in line for line in refused} == {True, False}
+            assert not [line for line in lines if "shared again" in line], lines
+            await admin.execute_command("ACL", "SETUSER", "kvr", "+xadd")
+            await _route_while_refused(store, 0.5)        # the reader is still refused
+            assert store.routed_shared[0] > 0
+            await admin.execute_command("ACL", "SETUSER", "kvr", "+xread")
+            await _route_while_refused(store, 0.5)
+        lines = [r.getMessage() for r in caplog.records]
+        assert len([line for line in lines if "refused the routed" in line]) == 2, lines
+        assert len([line for line in lines if "routed prompts shared again" in line]) == 1
+    finally:
+        await store.close()
+        await admin.execute_command("ACL", "DELUSER", "kvr")
+        await admin.aclose()
+
+
+@pytest.mark.parametrize("text", [
+    "unknown command 'XADD', with args beginning with: 'kvroute:routed' 'h' '16:aVMV7q2T' ",
+    "unknown command `XADD`, with args beginning with: `kvroute:routed`, `h`, `16:aVMV7q2T`, ",
+    "Command # 1 (XADD kvroute:routed MAXLEN ~ 5000 * h 16:aVMV7q2T) of pipeline caused "
+    "error: unknown command 'XADD', with args beginning with: 'h' '16:aVMV7q2T' ",
+])
+def test_a_refusal_is_logged_without_the_commands_arguments(text: str) -> None:
+    from redis.exceptions import ResponseError
+
+    from router.state.redis_store import _refusal
+
+    assert _refusal(ResponseError(text)).replace("`", "'") == "unknown command 'XADD'"
+
+
 async def test_counts_outlive_the_syncs_of_a_slow_redis(redis_url: str) -> None:
     """Published for 1 s, the counts lapsed between two publishes once a sync took about half
     a second, and the other replicas saw none, without a command failing."""
