@@ -204,7 +204,8 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
 def _make_store(settings: Settings) -> StateStore:
     if settings.redis_url:
         return RedisStateStore(settings.redis_url, settings.replica_id,
-                               response_ttl_s=settings.response_ttl_s)
+                               response_ttl_s=settings.response_ttl_s,
+                               key_prefix=settings.redis_key_prefix)
     return MemoryStateStore()
 
 

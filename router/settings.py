@@ -51,6 +51,10 @@ Defaults and why:
   is kept there (``kvroute:response:<id>``, about 180 bytes a key): Redis holds one key for
   every response kept by a worker in that time, so a fleet making many responses a second
   sets it to how long its conversations are continued.
+* ``redis_key_prefix = "kvroute:"``: begins the name of every key the replicas share in
+  Redis. Two deployments on one Redis database (many managed offerings give DB 0 only) merge
+  their budgets, in-flight counts, routing history and response owners unless each has its
+  own.
 * ``api_keys = ()``: no key is asked of clients. Given keys, ``/v1/…``, vLLM's pooling
   APIs (``/score``, ``/rerank``, ``/v2/rerank``, ``/pooling``, ``/classify``),
   ``/tokenize``, ``/detokenize`` and ``/debug/…`` answer 401 to a client without one of them
@@ -104,6 +108,25 @@ def api_key_problem(key: object) -> str | None:
 # to outlive a week of its server's memory
 DEFAULT_RESPONSE_TTL_S = 7 * 24 * 3600
 
+# what begins the name of every key a router writes to Redis
+DEFAULT_REDIS_KEY_PREFIX = "kvroute:"
+MAX_REDIS_KEY_PREFIX = 64
+
+
+def redis_key_prefix_problem(prefix: object) -> str | None:
+    """Why ``prefix`` cannot begin the router's Redis keys, or None: it must be visible ASCII
+    without spaces (a space or a control character, typed or pasted by mistake, would make a
+    deployment's keys hard to name in ``redis-cli`` and its log lines), of at most
+    ``MAX_REDIS_KEY_PREFIX`` characters (it is in every key: Responses API owners alone are
+    one key each)."""
+    if not isinstance(prefix, str) or not prefix:
+        return "must not be empty (the default is 'kvroute:')"
+    if not _SENDABLE_KEY_CHARS.issuperset(prefix):
+        return f"must be visible ASCII characters without spaces, got {prefix!r}"
+    if len(prefix) > MAX_REDIS_KEY_PREFIX:
+        return f"must be at most {MAX_REDIS_KEY_PREFIX} characters, got {len(prefix)}"
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -131,6 +154,8 @@ class Settings:
     request_id_header: str = "x-request-id"
     reload_interval_s: float = 1.0
     redis_url: str | None = None
+    # begins every key's name in Redis: deployments sharing a database, each its own
+    redis_key_prefix: str = DEFAULT_REDIS_KEY_PREFIX
     replica_id: str = "router-0"
     response_ttl_s: float = DEFAULT_RESPONSE_TTL_S
     api_keys: tuple[str, ...] = field(default=(), repr=False)    # never printed
@@ -185,6 +210,9 @@ class Settings:
             raise ValueError("response_ttl_s: must be at least 1 second")
         if self.redis_url is not None:
             _check_redis_url(self.redis_url)
+        problem = redis_key_prefix_problem(self.redis_key_prefix)
+        if problem is not None:
+            raise ValueError(f"redis_key_prefix: {problem}")
         for key in self.api_keys:
             if api_key_problem(key) is not None:
                 raise ValueError(f"api_keys: every API key {api_key_problem(key)}")

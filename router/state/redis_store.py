@@ -1,5 +1,11 @@
 """A ``StateStore`` shared by several router replicas through Redis.
 
+Every key named below is under the deployment's key prefix (``--redis-key-prefix``;
+``RedisKeys``), ``kvroute:`` by default, as written here: ``kvroute:inflight:<replica>`` is
+``<prefix>inflight:<replica>``. Deployments sharing one Redis database under prefixes of
+their own share nothing (under one prefix, they merged their budgets, in-flight counts,
+routing history and response owners).
+
 Each replica keeps exact counts of its own dispatches in a local ``InflightTracker``, and of
 its tenants' budgets in a local ``TenantUsage``. Off the request path every
 ``sync_interval_s`` it publishes them, in one transaction, to the hashes
@@ -67,7 +73,8 @@ the pool closed, so the next command connects through the address to the primary
 now (redis-py keeps a connection after a READONLY reply like any other). ``replicas`` is
 how many replicas share their counts through it,
 this one included (1 when alone or degraded; a replica counts while it published within
-``REPLICA_ALIVE_MS``): replicas that disagree on it are not all on the same Redis database.
+``REPLICA_ALIVE_MS``): replicas that disagree on it are not all on the same Redis database
+and key prefix.
 Two processes publishing under one replica id overwrite each other's counts: each marks
 ``kvroute:replica-instance:<id>`` with its own random token, and one that finds another's
 mark two syncs running logs a warning (once).
@@ -100,7 +107,11 @@ from router.admission.usage import (
     Schedule,
     TenantUsage,
 )
-from router.settings import DEFAULT_RESPONSE_TTL_S
+from router.settings import (
+    DEFAULT_REDIS_KEY_PREFIX,
+    DEFAULT_RESPONSE_TTL_S,
+    redis_key_prefix_problem,
+)
 from router.state.redis_clock import RedisClock
 from router.state.response_owners import ResponseOwners, ResponseRecord
 from workers.inflight import InflightTracker, WorkerInflight
@@ -108,15 +119,6 @@ from workers.task_cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-KEY_PREFIX = "kvroute:inflight:"
-USAGE_PREFIX = "kvroute:usage:"
-# sorted set: replica id -> when it last published (ms; on Redis's clock, as every time the
-# replicas write or compare in Redis: their hosts' clocks may disagree)
-REPLICAS_KEY = "kvroute:replicas"
-# what stopped replicas' budgets spent, until it leaves the window: sorted set of the hashes'
-# keys (``LEFT_USAGE_PREFIX`` + replica + process) -> when each ends (ms)
-LEFT_USAGE_KEY = "kvroute:usage-left"
-LEFT_USAGE_PREFIX = "kvroute:usage-left:"
 # a budget key's published schedule field (``<key>\x1fschedule``: no tenant name holds a
 # control character; an earlier replica skips the field, whose value it cannot read)
 SCHEDULE_SUFFIX = "\x1fschedule"
@@ -125,13 +127,9 @@ WINDOW_MS = WINDOW_S * 1000
 REPLICA_FORGET_MS = 600_000
 # a replica that published within this long counts as sharing state (a killed one stops)
 REPLICA_ALIVE_MS = 60_000
-INSTANCE_PREFIX = "kvroute:replica-instance:"   # replica id -> the process publishing as it
-RESPONSE_PREFIX = "kvroute:response:"
-RESPONSE_TENANT_PREFIX = "kvroute:response-tenant:"   # the tenant whose key made it, if any
 CLOSE_TIMEOUT_S = 2.0
 MAX_UNSAVED_OWNERS = 100_000     # response owners waiting for Redis; the oldest dropped past it
 SAVE_BATCH = 1_000               # owners written in one pipeline
-ROUTED_STREAM = "kvroute:routed"   # entries: r (replica), w (worker), h (encoded hashes)
 ROUTED_STREAM_MAXLEN = 5_000     # entries the stream keeps (trimmed approximately)
 MAX_ROUTED_PENDING = 2_000       # routed prompts waiting to be published
 ROUTED_SEND_COUNT = 1_000        # entries appended in one pipeline at most
@@ -142,6 +140,34 @@ MAX_REFUSALS_LOGGED = 4          # kinds of refusal of the stream logged while i
 TTL_SYNCS = 4                    # counts outlive this many syncs as long as the last one
 
 LearnRouted = Callable[[str, Mapping[int, Sequence[int]]], None]
+
+
+class RedisKeys:
+    """The names of every key the store reads or writes, all under one deployment's prefix
+    (``--redis-key-prefix``): deployments sharing a Redis database under other prefixes see
+    nothing of each other's."""
+
+    __slots__ = ("inflight", "instance", "left_usage", "left_usage_set", "prefix", "replicas",
+                 "response", "response_tenant", "routed", "usage")
+
+    def __init__(self, prefix: str = DEFAULT_REDIS_KEY_PREFIX) -> None:
+        problem = redis_key_prefix_problem(prefix)
+        if problem is not None:
+            raise ValueError(f"redis_key_prefix: {problem}")
+        self.prefix = prefix
+        self.inflight = prefix + "inflight:"     # + replica id: hash of its in-flight counts
+        self.usage = prefix + "usage:"           # + replica id: hash of its budgets' usage
+        # sorted set: replica id -> when it last published (ms; on Redis's clock, as every
+        # time the replicas write or compare in Redis: their hosts' clocks may disagree)
+        self.replicas = prefix + "replicas"
+        # what stopped replicas' budgets spent, until it leaves the window: sorted set of the
+        # hashes' keys (``left_usage`` + replica + ":" + process) -> when each ends (ms)
+        self.left_usage_set = prefix + "usage-left"
+        self.left_usage = prefix + "usage-left:"
+        self.instance = prefix + "replica-instance:"   # + replica id -> the process publishing
+        self.response = prefix + "response:"     # + response id -> its worker
+        self.response_tenant = prefix + "response-tenant:"   # the tenant whose key made it
+        self.routed = prefix + "routed"   # stream: r (replica), w (worker), h (encoded hashes)
 
 
 class MergedInflight:
@@ -199,20 +225,22 @@ class RedisStateStore:
     def __init__(self, url: str, replica_id: str, sync_interval_s: float = 0.1,
                  ttl_s: float | None = None,
                  response_ttl_s: float = DEFAULT_RESPONSE_TTL_S,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time,
+                 key_prefix: str = DEFAULT_REDIS_KEY_PREFIX) -> None:
         """``wall_clock``: this host's clock, in seconds since the epoch; only compared with
         Redis's, to report a host out of time sync (what goes to Redis is timed on Redis's
-        clock, see ``RedisClock``)."""
+        clock, see ``RedisClock``). ``key_prefix``: begins every key's name (``RedisKeys``)."""
         if response_ttl_s < 1:
             raise ValueError("response_ttl_s: must be at least 1 second")
+        self._keys = RedisKeys(key_prefix)
         self._url = url
         self._clock = RedisClock(wall_clock)
         self._skew_logged = False
         self._shown = shown_url(url)       # for the log: never the password
         self._response_ttl_s = int(response_ttl_s)
         self.replica_id = replica_id
-        self._key = KEY_PREFIX + replica_id
-        self._usage_key = USAGE_PREFIX + replica_id
+        self._key = self._keys.inflight + replica_id
+        self._usage_key = self._keys.usage + replica_id
         self._interval = sync_interval_s
         self._ttl_ms = int(1000 * (ttl_s if ttl_s is not None else max(1.0, 10 * sync_interval_s)))
         self._local = InflightTracker()
@@ -364,9 +392,9 @@ class RedisStateStore:
                         left = int(self._response_ttl_s - (now - recorded))
                         if left < 1:          # expired while it waited: not written
                             continue
-                        pipe.set(RESPONSE_PREFIX + response_id, record.worker, ex=left)
+                        pipe.set(self._keys.response + response_id, record.worker, ex=left)
                         if record.tenant is not None:    # a key of its own: older replicas
-                            pipe.set(RESPONSE_TENANT_PREFIX + response_id, record.tenant,
+                            pipe.set(self._keys.response_tenant + response_id, record.tenant,
                                      ex=left)            # read the owner as before
                         # (no tenant is never written over one: an owner found by asking
                         # the workers, while Redis was away, knows none)
@@ -383,8 +411,8 @@ class RedisStateStore:
         if record is not None or self._degraded:
             return record
         try:
-            owner, tenant = await self._client.mget(RESPONSE_PREFIX + response_id,
-                                                    RESPONSE_TENANT_PREFIX + response_id)
+            owner, tenant = await self._client.mget(self._keys.response + response_id,
+                                                    self._keys.response_tenant + response_id)
         except (RedisError, OSError) as exc:
             await self._lost_redis(exc)
             return None
@@ -490,8 +518,9 @@ class RedisStateStore:
             try:
                 async with self._client.pipeline(transaction=False) as pipe:
                     for worker_id, encoded in batch:
-                        pipe.xadd(ROUTED_STREAM, {"r": self.replica_id, "i": self._instance,
-                                                  "w": worker_id, "h": encoded},
+                        pipe.xadd(self._keys.routed, {"r": self.replica_id,
+                                                      "i": self._instance, "w": worker_id,
+                                                      "h": encoded},
                                   maxlen=ROUTED_STREAM_MAXLEN, approximate=True)
                     await pipe.execute()
             except (RedisError, OSError) as exc:
@@ -522,7 +551,7 @@ class RedisStateStore:
         if kind not in logged and len(logged) < MAX_REFUSALS_LOGGED:
             log.warning("redis %s refused the routed prompts' stream %s (%s): routes are not "
                         "shared with the other replicas; tried again every %g s", self._shown,
-                        ROUTED_STREAM, reason, ROUTES_RETRY_S)
+                        self._keys.routed, reason, ROUTES_RETRY_S)
         if len(refused) < MAX_REFUSALS_LOGGED:
             refused.add(kind)
         self._routes_retry_at[side] = time.monotonic() + ROUTES_RETRY_S
@@ -541,7 +570,7 @@ class RedisStateStore:
                 await asyncio.sleep(self._interval)
                 continue
             try:
-                reply = await self._client.xread({ROUTED_STREAM: self._routed_from},
+                reply = await self._client.xread({self._keys.routed: self._routed_from},
                                                  count=ROUTED_READ_COUNT,
                                                  block=ROUTED_BLOCK_MS)
             except ResponseError as exc:     # refused (no permission, a key of another type)
@@ -583,7 +612,7 @@ class RedisStateStore:
 
     async def _place_reader(self) -> None:
         """Start reading the stream at its end: what the others route from now on."""
-        last = await self._client.xrevrange(ROUTED_STREAM, count=1)
+        last = await self._client.xrevrange(self._keys.routed, count=1)
         self._routed_from = last[0][0] if last else "0-0"
 
     def _usage_fields(self) -> dict[str, str]:
@@ -604,14 +633,14 @@ class RedisStateStore:
         if not self._clock.known:       # (stopped before its first sync)
             await self._read_time()
         ends_ms = self._clock.now_ms() + WINDOW_MS     # on Redis's clock, as the readers' now
-        left = f"{LEFT_USAGE_PREFIX}{self.replica_id}:{self._instance}"
+        left = f"{self._keys.left_usage}{self.replica_id}:{self._instance}"
         async with self._client.pipeline(transaction=True) as pipe:
-            pipe.delete(self._key, self._usage_key, INSTANCE_PREFIX + self.replica_id)
-            pipe.zrem(REPLICAS_KEY, self.replica_id)
+            pipe.delete(self._key, self._usage_key, self._keys.instance + self.replica_id)
+            pipe.zrem(self._keys.replicas, self.replica_id)
             if usage:
                 pipe.hset(left, mapping=usage)
                 pipe.pexpire(left, WINDOW_MS)
-                pipe.zadd(LEFT_USAGE_KEY, {left: ends_ms})
+                pipe.zadd(self._keys.left_usage_set, {left: ends_ms})
             await pipe.execute()
 
     async def _predecessor_usage(self) -> tuple[str, int] | None:
@@ -624,7 +653,7 @@ class RedisStateStore:
         async with self._client.pipeline(transaction=False) as pipe:
             pipe.time()
             pipe.pttl(self._usage_key)
-            pipe.get(INSTANCE_PREFIX + self.replica_id)
+            pipe.get(self._keys.instance + self.replica_id)
             started = self._clock.started()
             reply, left_ms, instance = await pipe.execute()
         self._learn_time(reply, started)
@@ -633,7 +662,7 @@ class RedisStateStore:
         # not a predecessor's: counted twice if carried)
         if left_ms <= 0 or left_ms > WINDOW_MS - self._ttl_ms:
             return None
-        return f"{LEFT_USAGE_PREFIX}{self.replica_id}:{instance or 'killed'}", left_ms
+        return f"{self._keys.left_usage}{self.replica_id}:{instance or 'killed'}", left_ms
 
     async def _read_time(self) -> None:
         """Learn Redis's time in a round trip of its own (before the first sync only: each
@@ -678,7 +707,7 @@ class RedisStateStore:
                 carried, carried_ms = predecessor
                 pipe.copy(self._usage_key, carried, replace=True)
                 pipe.pexpire(carried, carried_ms)
-                pipe.zadd(LEFT_USAGE_KEY, {carried: now_ms + carried_ms})
+                pipe.zadd(self._keys.left_usage_set, {carried: now_ms + carried_ms})
             pipe.delete(self._key, self._usage_key)
             if fields:
                 pipe.hset(self._key, mapping=fields)
@@ -690,14 +719,14 @@ class RedisStateStore:
                 # spent, and the others must have counted it meanwhile; a killed one's leaves
                 # the window as the readers age it (``_aged_usage``)
                 pipe.pexpire(self._usage_key, max(ttl_ms, WINDOW_MS))
-            pipe.zadd(REPLICAS_KEY, {self.replica_id: now_ms})
-            pipe.zremrangebyscore(REPLICAS_KEY, "-inf", now_ms - REPLICA_FORGET_MS)
-            pipe.set(INSTANCE_PREFIX + self.replica_id, self._instance,
+            pipe.zadd(self._keys.replicas, {self.replica_id: now_ms})
+            pipe.zremrangebyscore(self._keys.replicas, "-inf", now_ms - REPLICA_FORGET_MS)
+            pipe.set(self._keys.instance + self.replica_id, self._instance,
                      px=max(self._ttl_ms, REPLICA_ALIVE_MS), get=True)
-            pipe.zrangebyscore(REPLICAS_KEY, now_ms - REPLICA_ALIVE_MS, "+inf",
+            pipe.zrangebyscore(self._keys.replicas, now_ms - REPLICA_ALIVE_MS, "+inf",
                                withscores=True)
-            pipe.zremrangebyscore(LEFT_USAGE_KEY, "-inf", now_ms)
-            pipe.zrangebyscore(LEFT_USAGE_KEY, now_ms, "+inf", withscores=True)
+            pipe.zremrangebyscore(self._keys.left_usage_set, "-inf", now_ms)
+            pipe.zrangebyscore(self._keys.left_usage_set, now_ms, "+inf", withscores=True)
             started = self._clock.started()
             replies = await pipe.execute()
         self._first_published = True
@@ -729,8 +758,8 @@ class RedisStateStore:
             return {}, {}
         async with self._client.pipeline(transaction=False) as pipe:
             for replica in others:
-                pipe.hgetall(KEY_PREFIX + replica)
-                pipe.hgetall(USAGE_PREFIX + replica)
+                pipe.hgetall(self._keys.inflight + replica)
+                pipe.hgetall(self._keys.usage + replica)
             for key, _ in left:
                 pipe.hgetall(key)
             replies = await pipe.execute()

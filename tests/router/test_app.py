@@ -402,3 +402,20 @@ def loaded_versions(plugin: Path) -> list[str]:
     return [name for name, module in list(sys.modules.items())
             if name.startswith("kvroute_plugin_")
             and getattr(module, "__file__", None) == str(plugin)]
+
+
+async def test_the_router_keeps_its_redis_keys_under_its_prefix(
+        redis_url: str, emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    import redis.asyncio as aioredis
+
+    await make_router(subset(emulated_fleet, ["h100-fast"]), redis_url=redis_url,
+                      replica_id="r1", redis_key_prefix="team-a:")
+    client = aioredis.from_url(redis_url, decode_responses=True)
+    try:
+        deadline = time.monotonic() + 5.0
+        while await client.zscore("team-a:replicas", "r1") is None:
+            assert time.monotonic() < deadline, "the replica never published under its prefix"
+            await asyncio.sleep(0.02)
+        assert await client.keys("kvroute:*") == []
+    finally:
+        await client.aclose()

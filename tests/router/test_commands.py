@@ -372,6 +372,24 @@ def test_a_malformed_redis_url_exits_2_in_one_line_before_anything_starts(
         "(redis://, rediss://, unix://)")
 
 
+def test_a_redis_key_prefix_with_a_space_exits_2_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+    assert main(["serve", "--redis-url", "redis://127.0.0.1:1/0",
+                 "--redis-key-prefix", "team a:"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kvroute: redis_key_prefix: must be visible ASCII characters without spaces, "
+        "got 'team a:'")
+
+
+def test_the_redis_key_prefix_is_kvroute_unless_given() -> None:
+    from router.cli import build_parser
+
+    assert build_parser().parse_args(["serve"]).redis_key_prefix == "kvroute:"
+    assert build_parser().parse_args(
+        ["serve", "--redis-key-prefix", "team-a:"]).redis_key_prefix == "team-a:"
+
+
 def test_the_redis_url_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from router.cli import build_parser
 

@@ -217,7 +217,8 @@ async def test_a_response_the_worker_does_not_keep_leaves_no_record_and_a_kept_o
         redis_url: str, fleet: FleetConfig, make_router: RouterFactory) -> None:
     import redis.asyncio as aioredis
 
-    from router.state.redis_store import RESPONSE_PREFIX
+    from router.state.redis_store import RedisKeys
+    response_prefix = RedisKeys().response
 
     router = await make_router(fleet, ROUTING_ROUND_ROBIN, redis_url=redis_url,
                                response_ttl_s=600)
@@ -229,9 +230,9 @@ async def test_a_response_the_worker_does_not_keep_leaves_no_record_and_a_kept_o
     store = aioredis.from_url(redis_url)
     try:
         # the owner of a kept response is shared; one nobody can continue is not recorded
-        assert await store.get(RESPONSE_PREFIX + kept.id) is not None
-        assert 590 <= await store.ttl(RESPONSE_PREFIX + kept.id) <= 600    # --response-ttl
-        assert await store.keys(RESPONSE_PREFIX + "*") == [(RESPONSE_PREFIX + kept.id).encode()]
+        assert await store.get(response_prefix + kept.id) is not None
+        assert 590 <= await store.ttl(response_prefix + kept.id) <= 600    # --response-ttl
+        assert await store.keys(response_prefix + "*") == [(response_prefix + kept.id).encode()]
     finally:
         await store.aclose()
     assert passing.id.startswith("resp_") and passing.id != kept.id    # answered as usual

@@ -17,6 +17,8 @@ def test_defaults() -> None:
         "127.0.0.1", 8000, 0.2, 3, 2)
     assert s.max_body_bytes == 32 * 1024 * 1024 and s.redis_url is None
     assert s.response_ttl_s == 7 * 24 * 3600
+    assert s.redis_key_prefix == "kvroute:"
+    assert Settings(**PATHS, redis_key_prefix="team-a:").redis_key_prefix == "team-a:"
     assert s.gc_interval_s == 0.01
 
 
@@ -31,6 +33,12 @@ def test_defaults() -> None:
     ("send_timeout_s", float("inf"), "send_timeout_s: must be a finite number of seconds"),
     ("redis_url", "redis//127.0.0.1:6379/0",
      "redis_url: Redis URL must specify one of the following schemes"),
+    ("redis_key_prefix", "",
+     r"^redis_key_prefix: must not be empty \(the default is 'kvroute:'\)$"),
+    ("redis_key_prefix", "team a:",
+     r"^redis_key_prefix: must be visible ASCII characters without spaces, got 'team a:'$"),
+    ("redis_key_prefix", "a:\n", r"^redis_key_prefix: must be visible ASCII characters"),
+    ("redis_key_prefix", "k" * 65, r"^redis_key_prefix: must be at most 64 characters, got 65$"),
     ("redis_url", "redis://127.0.0.1:63a9/0",
      "redis_url: Port could not be cast to integer value as '63a9'"),
     # a password with a '#' is cut there, and redis-py's message quoted the piece as a port

@@ -18,14 +18,17 @@ import redis.asyncio as redis
 
 from bench.redis_server import start_redis
 from router.state.redis_store import (
-    LEFT_USAGE_KEY,
-    REPLICAS_KEY,
+    RedisKeys,
     RedisStateStore,
     shown_url,
 )
 from workers.ports import free_port
 
 pytestmark = pytest.mark.integration
+
+KEYS = RedisKeys()            # the default prefix's
+REPLICAS_KEY = KEYS.replicas
+LEFT_USAGE_KEY = KEYS.left_usage_set
 
 
 async def test_replicas_share_inflight_counts(redis_url: str) -> None:
@@ -224,7 +227,7 @@ async def test_a_response_owner_expires_from_redis_after_its_time_to_live(
         redis_url: str) -> None:
     import redis.asyncio as aioredis
 
-    from router.state.redis_store import RESPONSE_PREFIX
+    response_prefix = KEYS.response
 
     default = RedisStateStore(redis_url, "r1", sync_interval_s=60)
     short = RedisStateStore(redis_url, "r2", sync_interval_s=60, response_ttl_s=90)
@@ -235,8 +238,8 @@ async def test_a_response_owner_expires_from_redis_after_its_time_to_live(
         await default.remember_response("resp_week", "w1")
         await short.remember_response("resp_short", "w2")
         await _until(lambda: default.unsaved_owners == short.unsaved_owners == 0)
-        assert 7 * 24 * 3600 - 5 <= await client.ttl(RESPONSE_PREFIX + "resp_week") <= 7 * 24 * 3600
-        assert 85 <= await client.ttl(RESPONSE_PREFIX + "resp_short") <= 90
+        assert 7 * 24 * 3600 - 5 <= await client.ttl(response_prefix + "resp_week") <= 7 * 24 * 3600
+        assert 85 <= await client.ttl(response_prefix + "resp_short") <= 90
     finally:
         await client.aclose()
         await default.close()
@@ -1241,3 +1244,58 @@ async def test_a_clock_off_redis_time_is_logged_once(
     (line,) = [r.getMessage() for r in caplog.records]
     assert "replica off: this host's clock is 42 s behind Redis's" in line, line
     assert "NTP" in line
+
+
+async def test_deployments_under_other_key_prefixes_share_nothing_in_one_database(
+        redis_url: str) -> None:
+    """Every key was under ``kvroute:``: two deployments on one Redis database (a managed
+    Redis offering DB 0 only) merged their budgets, in-flight counts, replicas, routing
+    history and response owners."""
+    from array import array
+
+    a1 = RedisStateStore(redis_url, "r1", sync_interval_s=60, key_prefix="team-a:")
+    a2 = RedisStateStore(redis_url, "r2", sync_interval_s=60, key_prefix="team-a:")
+    b1 = RedisStateStore(redis_url, "r1", sync_interval_s=60, key_prefix="team-b:")
+    learnt: dict[str, list[str]] = {"a2": [], "b1": []}
+    a2.follow_routed(lambda worker, blocks: learnt["a2"].append(worker))
+    b1.follow_routed(lambda worker, blocks: learnt["b1"].append(worker))
+    admin = redis.Redis.from_url(redis_url, decode_responses=True)
+    stores = (a1, a2, b1)
+    try:
+        for store in stores:
+            await store.start()
+        key = "acme"
+        a1.on_dispatch("w1", 10, 1)
+        a1.usage.add(key, time.monotonic(), requests=1, tokens=100)
+        await a1.remember_response("resp_a", "w1")
+        a1.on_routed_blocks("w1", {16: array("Q", [3])})
+        await _until(lambda: a1.unsaved_owners == 0 and a1.routed_shared[0] == 1)
+        for store in (*stores, a1):
+            await store.sync_once()
+        assert (a1.replicas, a2.replicas, b1.replicas) == (2, 2, 1)
+        assert a2.inflight.get("w1").requests == 1 and b1.inflight.get("w1").requests == 0
+        assert a2.usage.remote.get(key) and not b1.usage.remote
+        assert await a2.response_owner("resp_a") == "w1"
+        assert await b1.response_owner("resp_a") is None
+        await _until(lambda: learnt["a2"] == ["w1"])
+        await asyncio.sleep(0.2)
+        assert learnt["b1"] == []
+        # every key the stores wrote is under its prefix
+        names = await admin.keys("*")
+        assert names and all(name.startswith(("team-a:", "team-b:")) for name in names), names
+        assert "team-b:inflight:r1" not in names        # b1 dispatched nothing
+        assert {"team-a:replicas", "team-b:replicas", "team-a:routed",
+                "team-a:response:resp_a", "team-a:inflight:r1", "team-a:usage:r1"} <= set(names)
+        await b1.close()                    # its withdrawal leaves team-a's records be
+        await a2.sync_once()
+        assert a2.replicas == 2 and a2.inflight.get("w1").requests == 1
+    finally:
+        for store in stores:
+            await store.close()
+        await admin.aclose()
+
+
+@pytest.mark.parametrize("prefix", ["", "team a:", "team\ta:", "x" * 65, "équipe:"])
+def test_a_key_prefix_redis_cannot_name_cleanly_is_refused(prefix: str) -> None:
+    with pytest.raises(ValueError, match=r"^redis_key_prefix: must "):
+        RedisStateStore("redis://127.0.0.1:1/0", "r1", key_prefix=prefix)
