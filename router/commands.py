@@ -63,12 +63,13 @@ def register(subparsers: Any) -> None:
                        help="share in-flight state between replicas through Redis "
                             "(redis://[:PASSWORD@]HOST:PORT/DB, rediss:// for TLS; default: "
                             f"${REDIS_URL_ENV}, which keeps a password off the command line)")
-    serve.add_argument("--redis-key-prefix", default=DEFAULT_REDIS_KEY_PREFIX, metavar="P",
+    serve.add_argument("--redis-key-prefix", default=None, metavar="P",
                        help="with --redis-url: what begins every key's name in Redis; "
                             "deployments sharing one Redis database each need their own "
                             "(else they share budgets, in-flight counts, routing history and "
                             "response owners; visible ASCII, no spaces, at most "
-                            f"{MAX_REDIS_KEY_PREFIX} characters; default: %(default)s)")
+                            f"{MAX_REDIS_KEY_PREFIX} characters; default: "
+                            f"{DEFAULT_REDIS_KEY_PREFIX})")
     # the host's name: each pod of a Deployment has its own (one default for all made
     # the replicas overwrite each other's counts in Redis)
     serve.add_argument("--replica-id", default=socket.gethostname() or "router-0",
@@ -286,8 +287,13 @@ def _serve(args: argparse.Namespace) -> int:
               f"{args.metrics_port}..{args.metrics_port + args.processes - 1}, past 65535",
               file=sys.stderr)
         return 2
+    if args.redis_key_prefix is not None and args.redis_url is None:
+        print("kvroute: --redis-key-prefix: names keys in Redis, and no --redis-url (or "
+              f"${REDIS_URL_ENV}) is given", file=sys.stderr)
+        return 2
     settings = _settings(args, redis_url=args.redis_url,
-                         redis_key_prefix=args.redis_key_prefix, replica_id=args.replica_id,
+                         redis_key_prefix=args.redis_key_prefix or DEFAULT_REDIS_KEY_PREFIX,
+                         replica_id=args.replica_id,
                          response_ttl_s=args.response_ttl, process_port=args.metrics_port)
     if settings is None:
         return 2

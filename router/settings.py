@@ -48,9 +48,9 @@ Defaults and why:
   later ones count as ``(other)``. Clients choose tenants, and every label value is a series
   kept for the life of the process: the bound keeps memory and scrapes bounded.
 * ``response_ttl_s = 7 days``: with Redis, how long the owner of each Responses API response
-  is kept there (``kvroute:response:<id>``, about 180 bytes a key): Redis holds one key for
-  every response kept by a worker in that time, so a fleet making many responses a second
-  sets it to how long its conversations are continued.
+  is kept there (``<redis_key_prefix>response:<id>``, about 180 bytes a key): Redis holds one
+  key for every response kept by a worker in that time, so a fleet making many responses a
+  second sets it to how long its conversations are continued.
 * ``redis_key_prefix = "kvroute:"``: begins the name of every key the replicas share in
   Redis. Two deployments on one Redis database (many managed offerings give DB 0 only) merge
   their budgets, in-flight counts, routing history and response owners unless each has its
@@ -91,6 +91,7 @@ DEFAULT_SEND_TIMEOUT_S = 60.0
 
 # what a client can send in an HTTP header: visible ASCII, no spaces
 _SENDABLE_KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7f))
+_KEY_PATTERN_CHARS = frozenset("*?[]\\")     # glob characters of Redis's key patterns
 
 
 def api_key_problem(key: object) -> str | None:
@@ -116,13 +117,19 @@ MAX_REDIS_KEY_PREFIX = 64
 def redis_key_prefix_problem(prefix: object) -> str | None:
     """Why ``prefix`` cannot begin the router's Redis keys, or None: it must be visible ASCII
     without spaces (a space or a control character, typed or pasted by mistake, would make a
-    deployment's keys hard to name in ``redis-cli`` and its log lines), of at most
+    deployment's keys hard to name in ``redis-cli`` and its log lines) nor the characters of
+    Redis's key patterns (an ACL ``~PREFIX*`` naming them would match other keys), of at most
     ``MAX_REDIS_KEY_PREFIX`` characters (it is in every key: Responses API owners alone are
     one key each)."""
-    if not isinstance(prefix, str) or not prefix:
+    if not isinstance(prefix, str):
+        return f"must be a string, got {type(prefix).__name__}"
+    if not prefix:
         return "must not be empty (the default is 'kvroute:')"
     if not _SENDABLE_KEY_CHARS.issuperset(prefix):
         return f"must be visible ASCII characters without spaces, got {prefix!r}"
+    if not _KEY_PATTERN_CHARS.isdisjoint(prefix):
+        return ("must not hold any of * ? [ ] \\ (the glob characters of Redis's key "
+                f"patterns, as an ACL's ~PREFIX* reads them), got {prefix!r}")
     if len(prefix) > MAX_REDIS_KEY_PREFIX:
         return f"must be at most {MAX_REDIS_KEY_PREFIX} characters, got {len(prefix)}"
     return None

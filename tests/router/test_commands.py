@@ -384,10 +384,27 @@ def test_a_redis_key_prefix_with_a_space_exits_2_in_one_line(
 
 def test_the_redis_key_prefix_is_kvroute_unless_given() -> None:
     from router.cli import build_parser
+    from router.commands import _settings
+    from router.settings import DEFAULT_REDIS_KEY_PREFIX
 
-    assert build_parser().parse_args(["serve"]).redis_key_prefix == "kvroute:"
-    assert build_parser().parse_args(
-        ["serve", "--redis-key-prefix", "team-a:"]).redis_key_prefix == "team-a:"
+    assert DEFAULT_REDIS_KEY_PREFIX == "kvroute:"
+    assert build_parser().parse_args(["serve"]).redis_key_prefix is None
+    given = build_parser().parse_args(["serve", "--redis-url", "redis://127.0.0.1:1/0",
+                                       "--redis-key-prefix", "team-a:"])
+    settings = _settings(given, redis_url=given.redis_url,
+                         redis_key_prefix=given.redis_key_prefix)
+    assert settings is not None and settings.redis_key_prefix == "team-a:"
+
+
+def test_a_redis_key_prefix_without_a_redis_url_exits_2_in_one_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was taken and ignored: an operator believing two deployments kept apart."""
+    from router.cli import main
+    monkeypatch.delenv("KVROUTE_REDIS_URL", raising=False)
+    assert main(["serve", "--redis-key-prefix", "team-a:"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "kvroute: --redis-key-prefix: names keys in Redis, and no --redis-url (or "
+        "$KVROUTE_REDIS_URL) is given")
 
 
 def test_the_redis_url_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -39,6 +39,10 @@ def test_defaults() -> None:
      r"^redis_key_prefix: must be visible ASCII characters without spaces, got 'team a:'$"),
     ("redis_key_prefix", "a:\n", r"^redis_key_prefix: must be visible ASCII characters"),
     ("redis_key_prefix", "k" * 65, r"^redis_key_prefix: must be at most 64 characters, got 65$"),
+    ("redis_key_prefix", "team*:", r"^redis_key_prefix: must not hold any of \* \? \[ \] \\ "
+                                   r"\(the glob characters of Redis's key patterns"),
+    ("redis_key_prefix", "t[1]:", r"^redis_key_prefix: must not hold any of"),
+    ("redis_key_prefix", 7, r"^redis_key_prefix: must be a string, got int$"),
     ("redis_url", "redis://127.0.0.1:63a9/0",
      "redis_url: Port could not be cast to integer value as '63a9'"),
     # a password with a '#' is cut there, and redis-py's message quoted the piece as a port
