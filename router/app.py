@@ -256,7 +256,7 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                               on_certificate=on_certificate)
     proxy = Proxy(upstream, settings.upstream_timeout_s, send_timeout_s=settings.send_timeout_s)
     reloader = app[POLICY]
-    sinks = open_decision_sinks(app[METRICS], os.environ)
+    sinks = open_decision_sinks(app[METRICS], os.environ, asyncio.get_running_loop())
     refusals = RefusalRecorder(app[DECISIONS], sinks.refusals)
     responses = ResponseLocator(app[STORE], app[REGISTRY], scrapes, app[METRICS])
     registry = app[REGISTRY]

@@ -7,6 +7,7 @@ routing (a refusal sink, ``router.refusals``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -40,8 +41,12 @@ class OpenedSinks(NamedTuple):
     close: Callable[[], None]          # closes what the sinks opened
 
 
-def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str]) -> OpenedSinks:
-    """The sinks configured by ``env`` and a function closing what they opened.
+def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str],
+                        loop: asyncio.AbstractEventLoop | None = None) -> OpenedSinks:
+    """The sinks configured by ``env`` and a function closing what they opened. With
+    ``loop`` (the router's), the decision log writes each second's count of suppressed
+    refusals by a timer there, within about a second of that second's end, without waiting
+    for a later refusal or decision (``DecisionLogWriter``); closing cancels the timer.
 
     Raises ``DecisionLogConfigError`` on an invalid setting and ``OSError`` on a log file
     that cannot be opened."""
@@ -52,10 +57,10 @@ def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str]) -> Opene
     writer: DecisionLogWriter | None = None
     if config.path is not None and config.writes:
         if config.path == "-":
-            writer = DecisionLogWriter.configured(sys.stdout, config)
+            writer = DecisionLogWriter.configured(sys.stdout, config, loop)
         else:       # reopened after a rotation (``router.followed_file``)
             followed = FollowedFile(config.path)
-            writer = DecisionLogWriter.configured(followed, config)
+            writer = DecisionLogWriter.configured(followed, config, loop)
         if config.sample_rate > 0:
             sinks.append(writer)
         if config.refusal_rate > 0:

@@ -7,7 +7,7 @@ client quotes the request id of a 429. ``RefusalRecorder.refused`` keeps one
 bounds the refusals apart from the decisions, so a storm of refusals does not push the
 decisions out) and hands it to the refusal sinks (the decision log,
 ``router.decision_log.DecisionLogWriter``, sampled at a share of its own and throttled per
-tenant and reason).
+tenant and reason and in all).
 
 Recording keeps a reference to the record; the ring renders it when read. A record carries
 no worker (none was chosen) and names the routing file whose admission section refused the

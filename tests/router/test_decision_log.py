@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from router.metrics import RouterMetrics
 from router.prefix_ceiling import PrefixCeiling
 from router.prefix_choice import PrefixChoice
 from router.refusals import RefusalRecord
-from tests.router.gateway_support import MODEL, RouterFactory, subset
+from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, subset
 from workers.fleet import FleetConfig
 
 
@@ -167,6 +169,105 @@ def test_the_throttle_tells_apart_a_bounded_number_of_tenants() -> None:
     assert throttle.turn(7) == []
 
 
+def test_a_storm_over_many_tenants_writes_at_most_the_total() -> None:
+    """The tenant is the client's x-tenant: 20,000 refusals in a second over 5,000 tenants
+    wrote 4,107 lines (10 a second for each of 1,025 pairs). The total limit (default 100)
+    holds them all, and the refusals it held back are counted in one line."""
+    stream = io.StringIO()
+    writer = DecisionLogWriter(stream, clock=lambda: 100.5)
+    for i in range(20_000):
+        writer.on_refusal(_refused(f"r-{i}", at=100.0 + i / 40_000, tenant=f"t{i % 5000}"))
+    writer.on_refusal(_refused("next", at=101.0))
+    lines = _lines(stream)
+    refusals = [line for line in lines[:-1] if line["kind"] == "refusal"]
+    assert len(refusals) == 100 and len(lines) == 102
+    assert lines[100] == {"kind": "refusals_suppressed_total", "ts": 100,
+                          "suppressed": 19_900, "limit": 100}
+    assert lines[101]["request_id"] == "next"
+    assert len(stream.getvalue().encode()) < 64 * 1024
+
+
+def test_each_refusal_held_back_is_counted_once() -> None:
+    """Past its own limit a (tenant, reason) counts its refusals; within it, but past the
+    total, the total counts them; a tenant first seen past the total adds no pair."""
+    stream = io.StringIO()
+    writer = DecisionLogWriter(stream, clock=lambda: 7.5, refusals_per_second=3,
+                               refusal_lines_per_second=5)
+    for i in range(10):
+        writer.on_refusal(_refused(f"a-{i}", at=7.1))
+    for i in range(10):
+        writer.on_refusal(_refused(f"g-{i}", at=7.2, tenant="globex"))
+    for i in range(10):
+        writer.on_refusal(_refused(f"n-{i}", at=7.3, tenant=f"new-{i}"))
+    writer.close()
+    lines = _lines(stream)
+    assert [line["request_id"] for line in lines[:5]] == ["a-0", "a-1", "a-2", "g-0", "g-1"]
+    assert lines[5:] == [
+        {"kind": "refusals_suppressed", "ts": 7, "tenant": "acme",
+         "reason_code": "requests_per_minute", "suppressed": 7, "limit": 3},
+        {"kind": "refusals_suppressed_total", "ts": 7, "suppressed": 18, "limit": 5}]
+
+
+def test_the_throttle_keeps_pairs_only_for_lines_written() -> None:
+    """Memory and the count lines of a second stay bounded by the total whatever the
+    tenants: at most total // per_second pairs can have refusals of their own to count."""
+    throttle = RefusalThrottle(per_second=2, total_per_second=10)
+    for i in range(5000):
+        throttle.allow(f"t{i % 5}", "requests_per_minute")     # 5 pairs use the 10 lines
+    for i in range(5000):
+        throttle.allow(f"u{i}", "queue_full")                 # each new: no line left
+    assert throttle.pairs == 5
+    lines = [json.loads(line) for line in throttle.turn(1)]
+    assert [(line["kind"], line.get("tenant"), line["suppressed"]) for line in lines] == [
+        ("refusals_suppressed", f"t{i}", 998) for i in range(5)] + [
+        ("refusals_suppressed_total", None, 5000)]
+
+
+async def test_the_count_is_written_after_a_storm_without_new_traffic(tmp_path: Path) -> None:
+    """The count was written only by a later refusal or sampled decision (or at the stop):
+    hours late after a lone storm, lost if the router was killed. A timer writes it within
+    about a second of the end of the second it counts."""
+    path = tmp_path / "decisions.jsonl"
+    _, refusals, close = open_decision_sinks(RouterMetrics(), {
+        "KVROUTE_DECISION_LOG": str(path),
+        "KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND": "2"}, asyncio.get_running_loop())
+    start = time.time()
+    for i in range(50):
+        refusals[0].on_refusal(_refused(f"s-{i}", at=start))
+    lines: list[dict[str, Any]] = []
+    while time.time() - start < 2.0:                  # silence: no refusal, no decision
+        await asyncio.sleep(0.05)
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        if len(lines) > 2:
+            break
+    assert [line["kind"] for line in lines] == ["refusal", "refusal", "refusals_suppressed"]
+    assert lines[2]["ts"] == int(start) and lines[2]["suppressed"] == 48
+    assert time.time() < int(start) + 2.0          # soon after the second ended
+    close()
+    await asyncio.sleep(0.1)
+    assert len(path.read_text().splitlines()) == 3       # written once
+
+
+async def test_the_timer_waits_for_the_end_of_the_second_counted() -> None:
+    """The second is the wall clock's: a timer that fires before it ends (the event loop's
+    clock and the wall clock differ) is set again, and writes the count once it has ended."""
+    now = [5.95]
+    stream = io.StringIO()
+    writer = DecisionLogWriter(stream, clock=lambda: now[0], refusals_per_second=1,
+                               loop=asyncio.get_running_loop())
+    writer.on_refusal(_refused("a", at=5.9))
+    writer.on_refusal(_refused("b", at=5.9))        # suppressed: a timer in about 0.1 s
+    await asyncio.sleep(0.3)
+    assert [line["kind"] for line in _lines(stream)] == ["refusal"]    # 5 is not over
+    now[0] = 6.01
+    await asyncio.sleep(0.3)
+    assert _lines(stream)[1:] == [{"kind": "refusals_suppressed", "ts": 5, "tenant": "acme",
+                                   "reason_code": "requests_per_minute", "suppressed": 1,
+                                   "limit": 1}]
+    writer.close()
+    assert len(_lines(stream)) == 2
+
+
 @pytest.mark.parametrize(("env", "message"), [
     ({"KVROUTE_DECISION_LOG_SAMPLE": "lots"},
      "KVROUTE_DECISION_LOG_SAMPLE: must be a number between 0 and 1, got 'lots'"),
@@ -181,6 +282,11 @@ def test_the_throttle_tells_apart_a_bounded_number_of_tenants() -> None:
      "got '2.5'"),
     ({"KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND": "0"},
      "KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND: must be 1 or more, got 0"),
+    ({"KVROUTE_DECISION_LOG_REFUSAL_LINES_PER_SECOND": "-1"},
+     "KVROUTE_DECISION_LOG_REFUSAL_LINES_PER_SECOND: must be a whole number of 1 or more, "
+     "got '-1'"),
+    ({"KVROUTE_DECISION_LOG_REFUSAL_LINES_PER_SECOND": "0"},
+     "KVROUTE_DECISION_LOG_REFUSAL_LINES_PER_SECOND: must be 1 or more, got 0"),
 ])
 def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(DecisionLogConfigError) as info:
@@ -198,12 +304,19 @@ def test_config_from_env() -> None:
                                          "KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND": "50"})
     assert (config.sample_rate, config.refusal_rate, config.refusals_per_second) == (
         1.0, 0.01, 50)
+    assert DecisionLogConfig.from_env({}).refusal_lines_per_second == 100
+    assert DecisionLogConfig.from_env({
+        "KVROUTE_DECISION_LOG_REFUSAL_LINES_PER_SECOND": " 500 "}).refusal_lines_per_second == 500
 
 
 def test_a_bad_refusal_setting_stops_the_start() -> None:
     assert decision_log_problem({"KVROUTE_DECISION_LOG": "-",
                                  "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE": "2"}) == (
         "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE: must be between 0 and 1, got 2.0")
+    assert decision_log_problem({"KVROUTE_DECISION_LOG": "-",
+                                 "KVROUTE_DECISION_LOG_REFUSAL_LINES_PER_SECOND": "x"}) == (
+        "KVROUTE_DECISION_LOG_REFUSAL_LINES_PER_SECOND: must be a whole number of 1 or more, "
+        "got 'x'")
 
 
 def test_refusals_alone_or_decisions_alone_open_the_log(tmp_path: Path) -> None:
@@ -258,3 +371,37 @@ async def test_a_log_that_cannot_be_written_never_fails_a_request(
     failures = [r for r in caplog.records if "decision sink DecisionLogWriter failed" in
                 r.getMessage()]
     assert len(failures) == 1
+
+
+@pytest.mark.integration
+async def test_a_running_routers_storm_of_429s_is_counted_without_new_traffic(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The router's decision log writes the count of a storm's refusals held back within
+    about a second of its end, with no request after it."""
+    log_path = tmp_path / "decisions.jsonl"
+    monkeypatch.setenv("KVROUTE_DECISION_LOG", str(log_path))
+    monkeypatch.setenv("KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND", "1")
+    routing = ((REPO_ROOT / "config/routing.yaml").read_text()
+               + "admission:\n  tenants:\n    acme: {requests_per_minute: 1}\n")
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), routing)
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 2}
+    async with aiohttp.ClientSession() as session:
+        statuses = []
+        await asyncio.sleep(math.ceil(time.time()) + 0.02 - time.time())   # a second's start
+        for i in range(6):
+            async with session.post(router.url + "/v1/completions", json=body, headers={
+                    "x-tenant": "acme", "x-request-id": f"storm-{i}"}) as resp:
+                statuses.append(resp.status)
+        last = time.time()
+    assert statuses == [200] + [429] * 5
+    lines: list[dict[str, Any]] = []
+    while time.time() - last < 2.0:             # silence
+        await asyncio.sleep(0.05)
+        lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+        if lines and lines[-1]["kind"] == "refusals_suppressed":
+            break
+    assert [(line["kind"], line.get("request_id"), line.get("suppressed")) for line in lines] == [
+        ("decision", "storm-0", None), ("refusal", "storm-1", None),
+        ("refusals_suppressed", None, 4)]
+    assert lines[-1]["ts"] == int(last)
