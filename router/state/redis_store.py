@@ -68,9 +68,15 @@ a wrong password, out of memory) the store says so (``degraded``; ``/health`` an
 retrying every interval (the log says when it goes, when the cause changes meanwhile, and
 when it returns). A Redis answering as a replica (READONLY to a write, or a blocked read cut
 as its primary turned replica: a failover whose new primary took over the address, DNS or a
-virtual IP, while the pool's connections still reach the old one) has every connection of
-the pool closed, so the next command connects through the address to the primary it names
-now (redis-py keeps a connection after a READONLY reply like any other). ``replicas`` is
+virtual IP, while the pool's connections still reach the old one) has the pool's idle
+connections closed, and those in use closed as their commands end (never under them: a
+command redis-py sees cut is not sent again), so the next command connects through the
+address to the primary it names now (redis-py keeps a connection after a READONLY reply like
+any other). Such reconnects are spaced ``RECONNECT_MIN_S`` apart at least, the gap doubling
+up to ``RECONNECT_MAX_S`` while the address keeps answering as a replica and starting over once
+a write works; after ``REPLICA_RECONNECTS_LOGGED`` in a row the log says, once, that the
+address answers as a read-only replica (``--redis-url`` naming a replica for good reopened
+its connections at every sync, ten times a second). ``replicas`` is
 how many replicas share their counts through it,
 this one included (1 when alone or degraded; a replica counts while it published within
 ``REPLICA_ALIVE_MS``): replicas that disagree on it are not all on the same Redis database
@@ -85,6 +91,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import itertools
 import logging
 import math
@@ -94,11 +101,12 @@ import sys
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import redis.asyncio as redis
 from redis.exceptions import AuthenticationError, ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from router.admission.usage import (
     SCHEDULE_STEP_S,
@@ -119,6 +127,8 @@ from workers.task_cancel import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # a budget key's published schedule field (``<key>\x1fschedule``: no tenant name holds a
 # control character; an earlier replica skips the field, whose value it cannot read)
 SCHEDULE_SUFFIX = "\x1fschedule"
@@ -138,6 +148,9 @@ ROUTED_BLOCK_MS = 500            # a read waits this long for new entries
 ROUTES_RETRY_S = 10.0            # after Redis refused the stream's commands, the next try
 MAX_REFUSALS_LOGGED = 4          # kinds of refusal of the stream logged while it is refused
 TTL_SYNCS = 4                    # counts outlive this many syncs as long as the last one
+RECONNECT_MIN_S = 1.0            # after a reconnect to leave a replica, the next one at least
+RECONNECT_MAX_S = 10.0           # the gap, doubled at each, grows to this
+REPLICA_RECONNECTS_LOGGED = 4    # reconnects in a row still meeting a replica: logged (once)
 
 LearnRouted = Callable[[str, Mapping[int, Sequence[int]]], None]
 
@@ -278,6 +291,17 @@ class RedisStateStore:
         self._routes_retry_at: dict[str, float] = {}
         self._replicas_logged: int | None = None
         self._first_published = False   # until then each publish looks for a killed predecessor
+        # leaving a replica (READONLY): reconnects begun and ended (a command notes those
+        # ended as it starts: one failing once another has begun since may have had its
+        # connection closed under it, and is sent again), those since a write last worked,
+        # when the last was (monotonic), the least time from it to the next, and whether the
+        # address was logged as naming a replica
+        self._reconnects_begun = 0
+        self._reconnects_ended = 0
+        self._replica_reconnects = 0
+        self._reconnected_at = -math.inf
+        self._reconnect_gap = RECONNECT_MIN_S
+        self._replica_logged = False
 
     @property
     def inflight(self) -> MergedInflight:
@@ -385,34 +409,40 @@ class RedisStateStore:
         """Write the unsaved owners, oldest first, with what is left of their time-to-live."""
         while self._unsaved and not self._degraded:
             batch = list(itertools.islice(self._unsaved.items(), SAVE_BATCH))
-            now = time.monotonic()
             try:
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for response_id, (record, recorded) in batch:
-                        left = int(self._response_ttl_s - (now - recorded))
-                        if left < 1:          # expired while it waited: not written
-                            continue
-                        pipe.set(self._keys.response + response_id, record.worker, ex=left)
-                        if record.tenant is not None:    # a key of its own: older replicas
-                            pipe.set(self._keys.response_tenant + response_id, record.tenant,
-                                     ex=left)            # read the owner as before
-                        # (no tenant is never written over one: an owner found by asking
-                        # the workers, while Redis was away, knows none)
-                    await pipe.execute()
+                await self._resent_if_cut(functools.partial(self._write_owners, batch))
             except (RedisError, OSError) as exc:
                 await self._lost_redis(exc)
                 return
+            self._primary_answered()
             for response_id, entry in batch:
                 if self._unsaved.get(response_id) is entry:
                     del self._unsaved[response_id]
+
+    async def _write_owners(self, batch: list[tuple[str, tuple[ResponseRecord, float]]]
+                            ) -> None:
+        """Write ``batch`` of the unsaved owners, in one pipeline."""
+        now = time.monotonic()
+        async with self._client.pipeline(transaction=False) as pipe:
+            for response_id, (record, recorded) in batch:
+                left = int(self._response_ttl_s - (now - recorded))
+                if left < 1:          # expired while it waited: not written
+                    continue
+                pipe.set(self._keys.response + response_id, record.worker, ex=left)
+                if record.tenant is not None:    # a key of its own: older replicas
+                    pipe.set(self._keys.response_tenant + response_id, record.tenant,
+                             ex=left)            # read the owner as before
+                # (no tenant is never written over one: an owner found by asking
+                # the workers, while Redis was away, knows none)
+            await pipe.execute()
 
     async def response_record(self, response_id: str) -> ResponseRecord | None:
         record = self._owners.record(response_id)
         if record is not None or self._degraded:
             return record
         try:
-            owner, tenant = await self._client.mget(self._keys.response + response_id,
-                                                    self._keys.response_tenant + response_id)
+            owner, tenant = await self._resent_if_cut(lambda: self._client.mget(
+                self._keys.response + response_id, self._keys.response_tenant + response_id))
         except (RedisError, OSError) as exc:
             await self._lost_redis(exc)
             return None
@@ -426,11 +456,26 @@ class RedisStateStore:
         record = await self.response_record(response_id)
         return record.worker if record is not None else None
 
+    async def _resent_if_cut(self, command: Callable[[], Awaitable[T]]) -> T:
+        """``command()``'s result; sent a second time if its connection was closed under it
+        by a reconnect of this store (``_reconnect``: one that took an idle connection just
+        as the reconnect closed them), which is not Redis gone. Any other failure, or the
+        second try's, is raised."""
+        ended = self._reconnects_ended     # (any begun later, or under way, overlaps it)
+        try:
+            return await command()
+        except (RedisError, OSError) as exc:
+            if self._reconnects_begun == ended or not isinstance(
+                    exc, (RedisConnectionError, ConnectionError)):
+                raise
+        return await command()
+
     async def _lost_redis(self, exc: Exception) -> None:
         """Redis failed a command of the sync: routing goes on on local state. Logged as it
         goes, and again when the cause changes (a server restarted with a password). A
-        primary demoted by a failover (READONLY) has its connections closed: the next
-        command connects through the address again, to the primary it names now."""
+        primary demoted by a failover (READONLY) has its connections closed (see
+        ``_answered_as_replica``): the next command connects through the address again, to
+        the primary it names now."""
         self._errors += 1
         failure = _failure(exc)
         cause = failure.split(" (", 1)[0]
@@ -442,17 +487,61 @@ class RedisStateStore:
         self._degraded = True
         self._replicas = 1
         if _demoted(exc):
-            await self._reconnect()
+            await self._answered_as_replica()
+
+    async def _answered_as_replica(self) -> None:
+        """Redis answered as a replica (READONLY, a blocked read cut as it turned replica):
+        reconnect through the address (``_reconnect``), unless the last reconnect is less
+        than a gap ago. The gap starts at ``RECONNECT_MIN_S`` and doubles at each reconnect up
+        to ``RECONNECT_MAX_S``, starting over once a write works (``_primary_answered``): an
+        address naming a replica for good reopened the connections at every sync. After
+        ``REPLICA_RECONNECTS_LOGGED`` reconnects in a row that is logged, once until a write
+        works (a failover whose address takes that long to move may be logged so too)."""
+        if (self._replica_reconnects >= REPLICA_RECONNECTS_LOGGED
+                and not self._replica_logged):
+            log.warning("redis %s still answers as a read-only replica after %d reconnects in "
+                        "a row: unless a failover is under way, --redis-url should name the "
+                        "primary (or an address that moves with it: a DNS name, a virtual IP, "
+                        "a proxy); connecting again through it, up to %g s apart, meanwhile",
+                        self._shown, self._replica_reconnects, RECONNECT_MAX_S)
+            self._replica_logged = True
+        now = time.monotonic()
+        if now < self._reconnected_at + self._reconnect_gap:
+            return
+        if self._replica_reconnects:      # the first of a run waits the least gap after it
+            self._reconnect_gap = min(2 * self._reconnect_gap, RECONNECT_MAX_S)
+        self._reconnected_at = now
+        self._replica_reconnects += 1
+        await self._reconnect()
+
+    def _primary_answered(self) -> None:
+        """A write worked: the address names a primary; the next reconnect to leave a replica
+        comes ``RECONNECT_MIN_S`` after the last one at least, as at first."""
+        self._replica_reconnects = 0
+        self._reconnect_gap = RECONNECT_MIN_S
+        self._replica_logged = False
 
     async def _reconnect(self) -> None:
-        """Close every connection of the pool, idle or in use: the next command opens one
-        through the address again. A failover behind a stable address (DNS, a virtual IP, a
-        proxy) moves only new connections to the promoted primary, and a READONLY answer is a
-        reply like any other, after which redis-py keeps its connection: the pool stayed on
-        the demoted primary (degraded for minutes, flapping as commands took connections
-        opened before and after the move)."""
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
-            await asyncio.wait_for(self._client.connection_pool.disconnect(), CLOSE_TIMEOUT_S)
+        """Close the pool's idle connections, and those in use as their commands end (they
+        are not cut: redis-py does not send a cut command again, and it failed as if Redis
+        were gone, setting the store aside): the next command opens one through the address
+        again. A failover behind a stable address (DNS, a virtual IP, a proxy) moves only new
+        connections to the promoted primary, and a READONLY answer is a reply like any other,
+        after which redis-py keeps its connection: the pool stayed on the demoted primary
+        (degraded for minutes, flapping as commands took connections opened before and after
+        the move). A command that took an idle connection as it was being closed is sent
+        again (``_resent_if_cut``)."""
+        pool = self._client.connection_pool
+        self._reconnects_begun += 1
+        try:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(pool.update_active_connections_for_reconnect(),
+                                       CLOSE_TIMEOUT_S)
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(pool.disconnect(inuse_connections=False),
+                                       CLOSE_TIMEOUT_S)
+        finally:
+            self._reconnects_ended += 1
 
     async def _run(self) -> None:
         while True:
@@ -465,8 +554,7 @@ class RedisStateStore:
         """Publish this replica's counts and read everyone else's."""
         started = time.monotonic()
         try:
-            others, left = await self._publish()
-            self.inflight.remote, self._usage.remote = await self._read(others, left)
+            others = await self._resent_if_cut(self._exchange)
             self.sync_seconds = time.monotonic() - started
         except (RedisError, OSError) as exc:
             await self._lost_redis(exc)
@@ -474,6 +562,7 @@ class RedisStateStore:
             self._usage.remote = {}
             self._usage.remote_schedule = {}
             return
+        self._primary_answered()
         if self._degraded:
             log.info("redis %s reachable again: sharing state", self._shown)
             self._routed_from = None    # the routes of the outage are skipped, not replayed
@@ -490,7 +579,7 @@ class RedisStateStore:
         if self._routed_from is None and time.monotonic() >= self._routes_retry_at.get(
                 "read", 0.0):
             try:
-                await self._place_reader()
+                await self._resent_if_cut(self._place_reader)
             except ResponseError as exc:
                 if _demoted(exc):
                     await self._lost_redis(exc)
@@ -498,6 +587,13 @@ class RedisStateStore:
                     self._routes_failed(exc, "read")
             except (RedisError, OSError) as exc:
                 await self._lost_redis(exc)
+
+    async def _exchange(self) -> dict[str, float]:
+        """Publish this replica's counts and take the others'; returns the other replicas
+        alive (see ``_publish``)."""
+        others, left = await self._publish()
+        self.inflight.remote, self._usage.remote = await self._read(others, left)
+        return others
 
     def _start_publishing(self) -> None:
         """Publish the routed prompts now, unless a publish is under way or Redis is away
@@ -516,13 +612,7 @@ class RedisStateStore:
             batch = [self._routed_out.popleft()
                      for _ in range(min(len(self._routed_out), ROUTED_SEND_COUNT))]
             try:
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for worker_id, encoded in batch:
-                        pipe.xadd(self._keys.routed, {"r": self.replica_id,
-                                                      "i": self._instance, "w": worker_id,
-                                                      "h": encoded},
-                                  maxlen=ROUTED_STREAM_MAXLEN, approximate=True)
-                    await pipe.execute()
+                await self._resent_if_cut(functools.partial(self._send_routes, batch))
             except (RedisError, OSError) as exc:
                 if isinstance(exc, ResponseError) and not _demoted(exc):
                     self._routes_failed(exc, "publish")   # refused, the sync goes on: dropped
@@ -531,7 +621,17 @@ class RedisStateStore:
                 await self._lost_redis(exc)
                 return
             self._published += len(batch)
+            self._primary_answered()
             self._routes_work("publish")
+
+    async def _send_routes(self, batch: list[tuple[str, str]]) -> None:
+        """Append ``batch`` (worker, encoded block hashes) to the stream, in one pipeline."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            for worker_id, encoded in batch:
+                pipe.xadd(self._keys.routed, {"r": self.replica_id, "i": self._instance,
+                                              "w": worker_id, "h": encoded},
+                          maxlen=ROUTED_STREAM_MAXLEN, approximate=True)
+            await pipe.execute()
 
     def _routes_failed(self, exc: ResponseError, side: str) -> None:
         """Redis refused a command of the routed prompts' stream while the sync works (a
@@ -575,7 +675,7 @@ class RedisStateStore:
                                                  block=ROUTED_BLOCK_MS)
             except ResponseError as exc:     # refused (no permission, a key of another type)
                 if _demoted(exc):     # unblocked as its primary became a replica
-                    await self._reconnect()
+                    await self._answered_as_replica()
                     await asyncio.sleep(self._interval)
                     continue
                 self._routes_failed(exc, "read")

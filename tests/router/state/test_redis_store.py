@@ -442,8 +442,9 @@ async def test_a_failover_behind_a_stable_address_is_followed(
                 assert sharing("w2")
                 await asyncio.sleep(0.01)
         lines = [r.getMessage() for r in caplog.records]
-        # per replica at most: gone (read-only), still away (a read cut), back
-        assert len(lines) <= 6, lines
+        # per replica at most: gone (read-only), back (a command under way is not cut by the
+        # reconnect: no "still away, now unreachable")
+        assert len(lines) <= 4, lines
         assert not [line for line in lines if "16:" in line or "XADD" in line], lines
     finally:
         await one.close()
@@ -510,6 +511,178 @@ async def test_a_read_only_replica_behind_the_address_is_left_for_the_primary(
             assert await primary.get("kvroute:response:resp_1") == b"w1"
         if path == "routes":
             assert await primary.xlen("kvroute:routed") == 1
+    finally:
+        await store.close()
+        await forwarder.close()
+        await replica.replicaof("NO", "ONE")
+        await replica.aclose()
+        await primary.aclose()
+
+
+@pytest.fixture
+def sleepy_redis() -> Iterator[str]:
+    """A redis-server that takes ``DEBUG SLEEP`` (a Redis busy for a while, on demand)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (make test installs it)")
+    proc, port = start_redis(binary, options=["--enable-debug-command", "yes"])
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+
+
+async def test_a_reconnect_leaves_the_commands_under_way_to_finish(
+        sleepy_redis: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A reconnect (a blocked read cut as its server turned replica, met by the routes reader
+    while the store shares) while a sync and an owner's lookup wait on a busy Redis: closing
+    their connections under them failed both (redis-py does not send a cut command again),
+    the store was set aside ("unreachable (Connection closed by server.)", then "reachable
+    again") and the owner not found."""
+    store = RedisStateStore(sleepy_redis, "r1", sync_interval_s=60)
+    admin = redis.Redis.from_url(sleepy_redis)
+    try:
+        await store.start()
+        await store.remember_response("resp_1", "w1")
+        await _until(lambda: store.unsaved_owners == 0)
+        store._owners = type(store._owners)()      # not remembered locally: read from Redis
+        with caplog.at_level(logging.INFO, logger="router.state.redis_store"):
+            busy = asyncio.create_task(admin.execute_command("DEBUG", "SLEEP", "0.5"))
+            await asyncio.sleep(0.05)
+            sync = asyncio.create_task(store.sync_once())
+            owner = asyncio.create_task(store.response_record("resp_1"))
+            await asyncio.sleep(0.05)                 # both sent, waiting on Redis
+            await store._reconnect()
+            await asyncio.gather(busy, sync)
+            record = await owner
+        assert record is not None and record.worker == "w1"
+        assert not store.degraded and store.errors == 0
+        assert [r.getMessage() for r in caplog.records] == []
+    finally:
+        await store.close()
+        await admin.aclose()
+
+
+async def test_a_command_that_took_a_connection_the_reconnect_closed_is_sent_again(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A command that takes an idle connection of the pool just as a reconnect closes them
+    is not taken for Redis gone: it is sent again on a new connection."""
+    store = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    try:
+        await store.start()
+        await store.remember_response("resp_1", "w1")
+        await _until(lambda: store.unsaved_owners == 0)
+        store._owners = type(store._owners)()
+        with caplog.at_level(logging.INFO, logger="router.state.redis_store"):
+            for steps in range(12):     # started as far into the reconnect (loop steps)
+                await store.sync_once()                # the pool's connections idle
+                reconnect = asyncio.create_task(store._reconnect())
+                for _ in range(steps):
+                    await asyncio.sleep(0)
+                owner = asyncio.create_task(store.response_record("resp_1"))
+                sync = asyncio.create_task(store.sync_once())
+                await reconnect
+                record = await owner
+                await sync
+                assert record is not None and record.worker == "w1", steps
+                assert not store.degraded, steps
+                store._owners = type(store._owners)()
+        assert [r.getMessage() for r in caplog.records] == []
+        assert store.errors == 0
+    finally:
+        await store.close()
+
+
+async def _connections_received(server: redis.Redis) -> int:
+    info = await server.info("stats")
+    return int(info["total_connections_received"])
+
+
+async def _replica_of(replica: redis.Redis, primary: redis.Redis, primary_port: int) -> None:
+    """``replica`` made ``primary``'s replica, no copy of the data written to the disk (a
+    ``dump.rdb`` left in the working directory is loaded by the next redis-server)."""
+    for server in (primary, replica):
+        await server.config_set("repl-diskless-sync", "yes")
+        await server.config_set("repl-diskless-load", "swapdb")
+    await replica.replicaof("127.0.0.1", primary_port)
+
+
+async def test_an_address_naming_a_replica_for_good_is_not_reconnected_to_at_every_sync(
+        restartable_redis: RestartableRedis, redis_url: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``--redis-url`` names a replica (not a failover: it stays one). Each sync met READONLY
+    and closed the pool: a new connection ten times a second for ever (30 in 3 s)."""
+    primary_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    replica = redis.Redis(host="127.0.0.1", port=restartable_redis.port)
+    primary = redis.Redis(host="127.0.0.1", port=primary_port)
+    store = RedisStateStore(restartable_redis.url, "r1", sync_interval_s=0.1)
+    try:
+        await _replica_of(replica, primary, primary_port)
+        before = await _connections_received(replica)
+        with caplog.at_level(logging.INFO, logger="router.state.redis_store"):
+            await store.start()
+            await asyncio.sleep(3.0)
+        assert store.degraded
+        opened = await _connections_received(replica) - before
+        # the first, then one at each reconnect: at once, 1 s later, 3 s after the first
+        assert opened <= 4, opened
+        lines = [r.getMessage() for r in caplog.records]
+        assert len(lines) == 1 and "answered as a read-only replica" in lines[0], lines
+    finally:
+        await store.close()
+        await replica.replicaof("NO", "ONE")
+        await replica.aclose()
+        await primary.aclose()
+
+
+async def test_an_address_naming_a_replica_for_good_is_logged_once_and_backed_off(
+        restartable_redis: RestartableRedis, redis_url: str,
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reconnects to an address answering as a replica are spaced out, each gap twice the
+    last up to a ceiling; after several in a row the log says once that ``--redis-url`` names
+    a replica; a write that works (the address names the primary again) starts over."""
+    from router.state import redis_store
+
+    monkeypatch.setattr(redis_store, "RECONNECT_MIN_S", 0.1)
+    monkeypatch.setattr(redis_store, "RECONNECT_MAX_S", 0.4)
+    primary_port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    replica = redis.Redis(host="127.0.0.1", port=restartable_redis.port)
+    primary = redis.Redis(host="127.0.0.1", port=primary_port)
+    forwarder = Forwarder(restartable_redis.port)
+    url = f"redis://127.0.0.1:{await forwarder.start()}/0"
+    store = RedisStateStore(url, "r1", sync_interval_s=0.01)
+    try:
+        await _replica_of(replica, primary, primary_port)
+        with caplog.at_level(logging.INFO, logger="router.state.redis_store"):
+            before = await _connections_received(replica)
+            await store.start()
+            await asyncio.sleep(2.0)
+            # at once, then after 0.1, 0.2, 0.4, 0.4, 0.4, 0.4 s: 7 at most
+            opened = await _connections_received(replica) - before
+            assert 4 <= opened <= 8, opened
+            lines = [r.getMessage() for r in caplog.records]
+            assert len(lines) == 2, lines
+            assert "answered as a read-only replica" in lines[0]
+            assert "answers as a read-only replica" in lines[1]
+            assert "--redis-url should name the primary" in lines[1]
+            assert "16:" not in lines[1] and "kvroute:" not in lines[1]
+            forwarder.target = primary_port
+            await _until(lambda: not store.degraded)
+            forwarder.target = restartable_redis.port
+            forwarder.cut()
+            await _until(lambda: store.degraded)
+            before = await _connections_received(replica)
+            await asyncio.sleep(0.35)      # gaps from 0.1 s again: 0.1, 0.2 (not 0.4)
+            opened = await _connections_received(replica) - before
+            assert opened >= 2, opened
+            await asyncio.sleep(1.5)
+            # back (and the replicas sharing, at the first sync that works), away (the cut
+            # may be seen first); a new run of reconnects: logged again, once
+            lines = [r.getMessage() for r in caplog.records][2:]
+            assert "reachable again" in lines[0], lines
+            assert sum("--redis-url should name the primary" in line for line in lines) == 1
+            assert "--redis-url should name the primary" in lines[-1], lines
     finally:
         await store.close()
         await forwarder.close()
