@@ -864,10 +864,9 @@ class RedisStateStore:
                 pipe.hgetall(key)
             replies = await pipe.execute()
         tables = replies[:2 * len(others)]
-        # (seconds since published, share still counted): the live replicas' by their age,
-        # the stopped replicas' by the share of the window left to them
-        readings = ([(age_s, 1.0) for age_s in others.values()]
-                    + [(0.0, share) for _, share in left])
+        # seconds since each wrote its usage: a live replica's since it published, a stopped
+        # one's since it stopped (the window's share gone by), each read as of that age
+        ages = list(others.values()) + [(1.0 - share) * WINDOW_S for _, share in left]
         usage_tables = tables[1::2] + replies[2 * len(others):]
         totals: dict[str, WorkerInflight] = {}
         for table in tables[0::2]:
@@ -883,7 +882,7 @@ class RedisStateStore:
                 total.dispatched_since_scrape += entry.dispatched_since_scrape
         usage: dict[str, tuple[int, int]] = {}
         schedules: dict[str, list[list[int]]] = {}
-        for table, (age_s, share) in zip(usage_tables, readings, strict=True):
+        for table, age_s in zip(usage_tables, ages, strict=True):
             for key, raw in table.items():
                 if key.endswith(SCHEDULE_SUFFIX):
                     continue
@@ -892,10 +891,7 @@ class RedisStateStore:
                 except ValueError:
                     continue
                 written = _decode_schedule(table.get(key + SCHEDULE_SUFFIX))
-                if share < 1.0:
-                    requests, tokens, schedule = _left_usage(requests, tokens, written, share)
-                else:
-                    requests, tokens, schedule = _aged_usage(requests, tokens, written, age_s)
+                requests, tokens, schedule = _aged_usage(requests, tokens, written, age_s)
                 known = usage.get(key, (0, 0))
                 usage[key] = (known[0] + requests, known[1] + tokens)
                 steps = schedules.setdefault(key, [[0, 0] for _ in range(SCHEDULE_STEPS)])
@@ -922,30 +918,17 @@ def _decode_schedule(raw: str | None) -> Schedule | None:
     return pairs if len(pairs) == SCHEDULE_STEPS else None
 
 
-def _left_usage(requests: int, tokens: int, written: Schedule | None,
-                share: float) -> tuple[int, int, Schedule]:
-    """A stopped replica's totals and schedule (``written`` when it stopped, if any), with
-    the ``share`` of the window left to them. Read from its schedule as a live replica's
-    of that age is (``_aged_usage``): what it spent just before it stopped stays whole
-    until it leaves the window (read fading evenly, a tenant that spent its budget and then
-    saw the replica drain was admitted again within seconds: twice its limit in the
-    minute). Without a schedule the totals fade evenly."""
-    if written is None:        # (a replica not publishing one)
-        requests, tokens = math.ceil(requests * share), math.ceil(tokens * share)
-        return requests, tokens, _fading_schedule(requests, tokens, share)
-    return _aged_usage(requests, tokens, written, (1.0 - share) * WINDOW_S)
-
-
 def _aged_usage(requests: int, tokens: int, written: Schedule | None,
                 age_s: float) -> tuple[int, int, Schedule]:
-    """A live replica's totals and schedule (``written``, if it publishes one) as of now,
+    """A replica's totals and schedule (``written``, if it publishes one) as of now,
     ``age_s`` after it published them. A replica that syncs is a fraction of a second old
-    and read as published; one paused (or killed) since is read from its schedule at the
-    steps wholly past: all of it for the first ``SCHEDULE_STEP_S``, so a paused replica's
-    burst is counted whole until it returns (read fading evenly, a tenant got the faded part
-    again meanwhile, and held more than its limit once the replica was back), and never
-    less than is still in the window (what stays only falls). Without a schedule it fades
-    evenly after the first step."""
+    and read as published; one paused, killed or stopped since (a stopped one's age counted
+    from its stop) is read from its schedule at the steps wholly past: all of it for the
+    first ``SCHEDULE_STEP_S``, so a paused replica's burst is counted whole until it returns
+    and a drained one's spending is not handed back (read fading evenly, a tenant got the
+    faded part again meanwhile: twice its limit in the minute), and never less than is still
+    in the window (what stays only falls). Without a schedule it fades evenly after the first
+    step."""
     steps = int(age_s // SCHEDULE_STEP_S)
     if written is None:        # (a replica not publishing one)
         share = 1.0 if steps == 0 else max(0.0, 1.0 - age_s / WINDOW_S)
