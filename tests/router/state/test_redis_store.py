@@ -122,7 +122,7 @@ async def test_dead_replica_counts_expire(redis_url: str) -> None:
         await dead.sync_once()         # then never again, as if the process died
         await alive.sync_once()
         assert alive.inflight.get("w1").requests == 1
-        await asyncio.sleep(0.3)
+        await _in_flight_expired(redis_url, "dead")
         await alive.sync_once()
         assert alive.inflight.get("w1").requests == 0
     finally:
@@ -294,6 +294,20 @@ def restartable_redis() -> Iterator[RestartableRedis]:
         yield redis_server
     finally:
         redis_server.cleanup()
+
+
+async def _in_flight_expired(redis_url: str, replica: str, timeout_s: float = 5.0) -> None:
+    """Wait until ``replica``'s in-flight counts have expired in Redis: their time-to-live is
+    at least ``TTL_SYNCS`` times its last sync's duration, so a fixed wait past ``ttl_s`` fell
+    short on a loaded machine."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while await client.exists(f"kvroute:inflight:{replica}"):
+            assert time.monotonic() < deadline, "its in-flight counts never expired"
+            await asyncio.sleep(0.02)
+    finally:
+        await client.aclose()
 
 
 async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -823,7 +837,7 @@ async def test_a_paused_replicas_spending_stays_counted_until_it_returns(
         await other.sync_once()
         assert other.usage.totals("acme", now) == (limit, 5000)
         # paused: past its in-flight counts' time-to-live, and 3 s since it published
-        await asyncio.sleep(0.3)
+        await _in_flight_expired(redis_url, "paused")
         await _published_earlier(client, "paused", 3)
         admitted = 0
         for _ in range(20):               # the other replica's admissions meanwhile
@@ -863,7 +877,7 @@ async def test_a_killed_replicas_spending_fades_out_of_the_window(redis_url: str
         await alive.sync_once()
         assert alive.inflight.get("w1").requests == 1
         assert alive.usage.totals("acme", now) == (10, 1000)
-        await asyncio.sleep(0.3)
+        await _in_flight_expired(redis_url, "dead")
         await alive.sync_once()
         assert alive.inflight.get("w1").requests == 0
         assert alive.usage.totals("acme", now) == (10, 1000)
