@@ -265,6 +265,7 @@ class RedisStateStore:
         self._closing = False
         self._degraded = False
         self._degraded_cause = ""     # the kind of failure last logged
+        self._still_reads = False     # set aside by a refused command: reads may still work
         self._owners = ResponseOwners()
         # response id -> (record, monotonic time recorded): owners not yet written to Redis
         self._unsaved: dict[str, tuple[ResponseRecord, float]] = {}
@@ -437,8 +438,12 @@ class RedisStateStore:
             await pipe.execute()
 
     async def response_record(self, response_id: str) -> ResponseRecord | None:
+        """The owner recorded here, else the one in Redis. Read from Redis while the store is
+        set aside too when Redis answered with a refusal (a full Redis at ``noeviction``
+        refuses the sync's writes, a replica its every write): it reads still. Not while it
+        does not answer (each follow-up would wait for a connection)."""
         record = self._owners.record(response_id)
-        if record is not None or self._degraded:
+        if record is not None or (self._degraded and not self._still_reads):
             return record
         try:
             owner, tenant = await self._resent_if_cut(lambda: self._client.mget(
@@ -485,6 +490,7 @@ class RedisStateStore:
             log.warning("redis %s still away, now %s", self._shown, failure)
         self._degraded_cause = cause
         self._degraded = True
+        self._still_reads = _only_refused(exc)
         self._replicas = 1
         if _demoted(exc):
             await self._answered_as_replica()
@@ -986,6 +992,13 @@ def _demoted(exc: BaseException) -> bool:
     return isinstance(exc, ReadOnlyError) or (
         isinstance(exc, ResponseError) and str(exc).startswith("UNBLOCKED")
         and "instance state changed" in str(exc))
+
+
+def _only_refused(exc: Exception) -> bool:
+    """Redis answered, refusing a command for a reason that leaves reads working: out of
+    memory, a read-only replica, a failed save (``MISCONF``); not a refused login."""
+    return isinstance(exc, ResponseError) and _failure(exc).startswith(
+        ("refused a command", "answered as a read-only replica"))
 
 
 def _failure(exc: Exception) -> str:

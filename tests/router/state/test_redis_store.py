@@ -223,6 +223,36 @@ async def test_replicas_share_the_tenant_of_a_response(redis_url: str) -> None:
         await admin.aclose()
 
 
+async def test_owners_in_a_full_redis_are_still_read_while_it_refuses_writes(
+        redis_url: str) -> None:
+    """A Redis at its memory limit under ``noeviction`` refuses the sync's writes (OOM) and
+    the store is set aside; the owners it holds are still read (follow-ups of responses
+    another replica made found their worker), and the refusal is said once."""
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    admin = redis.Redis.from_url(redis_url, decode_responses=True)
+    await one.start()
+    await two.start()
+    try:
+        await one.remember_response("resp_full", "w2", "acme")
+        await _until(lambda: one.unsaved_owners == 0)
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", 1)        # every write refused from now on
+        await two.sync_once()
+        assert two.degraded
+        from router.state.response_owners import ResponseRecord
+        assert await two.response_record("resp_full") == ResponseRecord("w2", "acme")
+        assert await two.response_record("resp_never") is None
+        assert two.degraded
+        await admin.config_set("maxmemory", 0)
+        await two.sync_once()
+        assert not two.degraded
+    finally:
+        await one.close()
+        await two.close()
+        await admin.aclose()
+
+
 async def test_a_response_owner_expires_from_redis_after_its_time_to_live(
         redis_url: str) -> None:
     import redis.asyncio as aioredis
@@ -1174,6 +1204,25 @@ async def test_a_read_cut_by_a_frozen_redis_does_not_set_the_store_aside(
         os.kill(pid, signal.SIGCONT)
         await asyncio.sleep(0.3)
         assert not store.degraded
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await store.close()
+
+
+async def test_owners_are_not_read_from_a_redis_that_stopped_answering(
+        restartable_redis: RestartableRedis) -> None:
+    """Set aside because Redis does not answer: a follow-up of a response it does not know
+    does not wait out a connection to it."""
+    store = RedisStateStore(restartable_redis.url, "r1", sync_interval_s=60)
+    pid = restartable_redis.procs[-1].pid
+    try:
+        await store.start()
+        os.kill(pid, signal.SIGSTOP)
+        await store.sync_once()                          # times out: set aside
+        assert store.degraded
+        asked = time.monotonic()
+        assert await store.response_owner("resp_other") is None
+        assert time.monotonic() - asked < 0.5            # (the socket timeout is 1 s)
     finally:
         os.kill(pid, signal.SIGCONT)
         await store.close()
