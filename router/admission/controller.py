@@ -38,6 +38,9 @@ from router.metrics import OTHER_API, RouterMetrics
 
 # Retry-After of a 503 for a full queue or a timed-out wait: long enough for a slot to free
 OVERLOADED_RETRY_AFTER_S = 1
+# Retry-After of a tokens budget that the answers of its requests in flight fill, and that
+# would have room were they refunded: they settle to what they served as they end
+RESERVED_RETRY_AFTER_S = 1
 
 
 @dataclass(slots=True)
@@ -63,7 +66,8 @@ class AdmissionTicket:
 class Admission:
     """Applies the admission section in force; holds the gate and the budgets' usage."""
 
-    __slots__ = ("_clock", "_metrics", "_model_label", "_waiting", "gate", "usage")
+    __slots__ = ("_answers_reserved", "_clock", "_metrics", "_model_label", "_waiting",
+                 "gate", "usage")
 
     def __init__(self, usage: TenantUsage, metrics: RouterMetrics,
                  clock: Callable[[], float] = time.monotonic,
@@ -76,6 +80,8 @@ class Admission:
         self._clock = clock
         self._model_label = model_label
         self._waiting: dict[str, int] = {}    # budget -> its requests waiting for a slot
+        # budget -> the answer tokens its requests in flight here were charged ahead
+        self._answers_reserved: dict[str, int] = {}
         metrics.watch_admission(lambda: self.gate.in_flight, lambda: self.gate.waiting)
 
     async def admit(self, section: AdmissionSection | None, tenant: str | None,
@@ -168,6 +174,8 @@ class Admission:
             self.usage.add(key, ticket.charged_at, tokens=expected)
             ticket.tokens_charged += expected
             ticket.prompt_charged += max(0, prompt_tokens)
+            if answer_tokens > 0:
+                self._answers_reserved[key] = self._answers_reserved.get(key, 0) + answer_tokens
 
     def rate_limit_headers(self, ticket: AdmissionTicket) -> dict[str, str]:
         """OpenAI's ``x-ratelimit-limit-*`` and ``x-ratelimit-remaining-*`` of the budget the
@@ -207,6 +215,13 @@ class Admission:
         self.gate.leave()
         if ticket.usage_key is None:
             return
+        reserved = ticket.tokens_charged - ticket.prompt_charged
+        if reserved > 0:
+            left = self._answers_reserved.get(ticket.usage_key, 0) - reserved
+            if left > 0:
+                self._answers_reserved[ticket.usage_key] = left
+            else:
+                self._answers_reserved.pop(ticket.usage_key, None)
         served = ticket.tokens_served
         if not ticket.usage_reported and ticket.whole_answer:
             served = ticket.tokens_charged
@@ -271,6 +286,13 @@ class Admission:
         limit_now = (None if budget.requests_per_minute is None
                      else max(0, budget.requests_per_minute - waiting))
         wait = self.usage.seconds_until(usage_key, now, limit_now, budget.tokens_per_minute)
+        if (not over_requests and budget.tokens_per_minute is not None
+                and tokens - self._answers_reserved.get(usage_key, 0)
+                < budget.tokens_per_minute):
+            # answers charged ahead at their max_tokens fill it: room comes as they end and
+            # settle to what they served, not a minute on (a client honouring Retry-After
+            # slept that minute)
+            wait = min(wait, RESERVED_RETRY_AFTER_S)
         whose = ("tenants without a budget of their own" if usage_key == OTHER_TENANTS_KEY
                  else f"tenant `{usage_key}`")
         error: type[RateLimited]

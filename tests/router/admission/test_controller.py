@@ -349,3 +349,27 @@ async def test_a_refusal_names_both_limits_of_a_budget_that_has_both() -> None:
         "x-ratelimit-limit-requests": "1", "x-ratelimit-remaining-requests": "0",
         "x-ratelimit-limit-tokens": "1000", "x-ratelimit-remaining-tokens": "900",
         "x-ratelimit-reset-requests": f"{headers['Retry-After']}s"}
+
+
+async def test_a_budget_its_answers_in_flight_fill_says_retry_in_a_second() -> None:
+    """The answers of requests in flight are charged ahead at their max_tokens and settle to
+    what they served as they end: a budget they fill has room again then, not a minute on
+    (a client honouring Retry-After slept the minute). A budget that stays spent once every
+    answer settles still says when its spending leaves."""
+    admission, _, clock = _admission()
+    section = AdmissionSection(tenants={"acme": TenantBudget(tokens_per_minute=500)})
+    long_answer = await admission.admit(section, "acme", MODEL)
+    admission.charge_expected(long_answer, 43, 460)          # 503 of 500, 460 ahead
+    clock.now += 0.1
+    with pytest.raises(TokenRateLimited) as raised:
+        await admission.admit(section, "acme", MODEL)
+    assert raised.value.headers["Retry-After"] == "1"
+    assert raised.value.headers["x-ratelimit-reset-tokens"] == "1s"
+    admission.record_attempt(long_answer, True, 43, 157)     # it served 200 in all
+    admission.finish(long_answer)
+    admission.finish(await admission.admit(section, "acme", MODEL))     # room at once
+    holder = await admission.admit(section, "acme", MODEL)
+    admission.charge_expected(holder, 300, 100)     # 200 + 300 spent, 100 more ahead
+    with pytest.raises(TokenRateLimited) as raised:
+        await admission.admit(section, "acme", MODEL)
+    assert raised.value.headers["Retry-After"] == "60"       # the spending leaves at 1060
