@@ -667,6 +667,12 @@ class Director:
         worker = decision.worker_id
         assert worker is not None
         self._ejection.stalls.settled(attempt.stall_ticket)
+        if (status in (CLIENT_LEFT, UpstreamTimeout.status)
+                or (result is not None and status >= 500 and not result.worker_failed)):
+            # the router closed its connection to the worker while it ran the request (its
+            # client left, the wait ran out, an event past the bound): the worker still
+            # holds its id a moment, until it notices
+            self._ids.hold_after_release(routing.request_id)
         self._store.on_complete(worker, 0 if attempt.first_token_seen
                                 else attempt.prefill_tokens, attempt.decode_tokens)
         outcome = self._outcome(routing, attempt, result, status)

@@ -9,12 +9,19 @@ a fixed id in a script): the second gets the first's id with a suffix, which the
 ``x-request-id`` then reports. An id that is not printable ASCII (it is echoed in a
 response header, which carries visible ASCII: ``router.header_values``), or longer than 256
 characters, is replaced by a new one.
+
+A request whose connection to its worker the router closed while the worker was running it
+(its client left, the router stopped waiting) is still running there for a moment: the
+worker aborts it when it notices. Its id stays taken ``HELD_AFTER_CUT_S`` more
+(``hold_after_release``), so that a client sending it again at once (a "stop" pressed, then
+the next question) gets a suffix rather than the worker's 400 "already running".
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeGuard
 
@@ -22,6 +29,10 @@ from aiohttp import web
 
 # the longest id taken from a client: it is echoed, logged, kept with each decision and sent on
 MAX_REQUEST_ID_CHARS = 256
+# how long the id of a request cut at its worker stays taken after it ends, and how many such
+# ids are held at most (a storm of aborts holds the newest)
+HELD_AFTER_CUT_S = 2.0
+MAX_HELD_IDS = 100_000
 
 
 def usable(given: str | None) -> TypeGuard[str]:
@@ -35,24 +46,56 @@ def usable(given: str | None) -> TypeGuard[str]:
 class RequestIds:
     """Hands out ids unique among the requests in flight; ``release`` when one ends."""
 
-    __slots__ = ("_counter", "_in_flight", "_prefix")
+    __slots__ = ("_clock", "_counter", "_held", "_in_flight", "_prefix", "_to_hold")
 
-    def __init__(self, prefix: str | None = None) -> None:
+    def __init__(self, prefix: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._prefix = prefix if prefix is not None else os.urandom(4).hex()
         self._counter = itertools.count(1)
         self._in_flight: set[str] = set()
+        self._to_hold: set[str] = set()          # in flight, to be held once released
+        self._held: dict[str, float] = {}        # released, held until: oldest first
+        self._clock = clock
 
     def claim(self, given: str | None) -> str:
-        """``given`` when no request in flight has it, else ``given`` with a suffix; a new
-        id when ``given`` is not ``usable`` (it is echoed in a header, logged and sent on)."""
+        """``given`` when no request in flight has it (nor holds it, ``hold_after_release``),
+        else ``given`` with a suffix; a new id when ``given`` is not ``usable`` (it is echoed
+        in a header, logged and sent on)."""
         request_id = given if usable(given) else self._generated()
-        if request_id in self._in_flight:
+        if request_id in self._in_flight or self._held_still(request_id):
             request_id = f"{request_id}-{self._generated()}"
         self._in_flight.add(request_id)
         return request_id
 
+    def hold_after_release(self, request_id: str) -> None:
+        """The request's worker may run it a moment after it ends here (the router closed
+        its connection while the worker was running it): its id stays taken
+        ``HELD_AFTER_CUT_S`` after ``release``."""
+        if request_id in self._in_flight:
+            self._to_hold.add(request_id)
+
     def release(self, request_id: str) -> None:
         self._in_flight.discard(request_id)
+        if request_id in self._to_hold:
+            self._to_hold.discard(request_id)
+            held = self._held
+            held.pop(request_id, None)           # (its place is at the end)
+            if len(held) >= MAX_HELD_IDS:
+                del held[next(iter(held))]
+            held[request_id] = self._clock() + HELD_AFTER_CUT_S
+
+    def _held_still(self, request_id: str) -> bool:
+        """Whether ``request_id`` is held; those whose time is up are dropped first."""
+        held = self._held
+        if not held:
+            return False
+        now = self._clock()
+        while held:
+            oldest = next(iter(held))
+            if held[oldest] > now:
+                break
+            del held[oldest]
+        return request_id in held
 
     def __len__(self) -> int:
         return len(self._in_flight)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.request_ids import RequestIds
+from router.request_ids import HELD_AFTER_CUT_S, MAX_HELD_IDS, RequestIds
 
 
 def test_the_clients_id_is_kept_while_no_request_in_flight_has_it() -> None:
@@ -25,6 +25,50 @@ def test_an_id_in_flight_gets_a_suffix_until_released() -> None:
         ids.release(request_id)
     assert len(ids) == 0
     assert ids.claim("same") == "same"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_id_of_a_request_cut_at_its_worker_stays_taken_a_moment() -> None:
+    """Its worker runs it until it notices the cut: the same id sent again at once gets a
+    suffix (the worker would answer 400 "already running"), and is the client's own again
+    once ``HELD_AFTER_CUT_S`` has passed; a request that ended whole frees its id at once."""
+    clock = Clock()
+    ids = RequestIds(prefix="r", clock=clock)
+    cut = ids.claim("job-42")
+    ids.hold_after_release(cut)
+    ids.release(cut)
+    again = ids.claim("job-42")
+    assert again.startswith("job-42-r-")
+    ids.release(again)
+    clock.now += HELD_AFTER_CUT_S - 0.01
+    assert ids.claim("job-42").startswith("job-42-r-")
+    clock.now += 0.02
+    whole = ids.claim("job-42")
+    assert whole == "job-42"
+    ids.release(whole)
+    assert ids.claim("job-42") == "job-42"
+    ids.hold_after_release("never-claimed")          # harmless
+    ids.release("never-claimed")
+    assert ids.claim("never-claimed") == "never-claimed"
+
+
+def test_ids_held_after_cuts_are_bounded() -> None:
+    clock = Clock()
+    ids = RequestIds(prefix="r", clock=clock)
+    for n in range(MAX_HELD_IDS + 10):
+        request_id = ids.claim(f"abort-{n}")
+        ids.hold_after_release(request_id)
+        ids.release(request_id)
+    assert ids.claim("abort-9") == "abort-9"              # the oldest ten went first
+    assert ids.claim("abort-10") != "abort-10"            # the rest are held
+    assert ids.claim(f"abort-{MAX_HELD_IDS + 9}") != f"abort-{MAX_HELD_IDS + 9}"
 
 
 def test_without_a_client_id_each_request_gets_a_new_one() -> None:
