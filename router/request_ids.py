@@ -27,6 +27,10 @@ from typing import TypeGuard
 
 from aiohttp import web
 
+from router.errors import ANTHROPIC_PATH_PREFIX
+
+# the field of Anthropic's answers that names the request, on the Messages API's
+ANTHROPIC_REQUEST_ID = "request-id"
 # the longest id taken from a client: it is echoed, logged, kept with each decision and sent on
 MAX_REQUEST_ID_CHARS = 256
 # how long the id of a request cut at its worker stays taken after it ends, and how many such
@@ -109,9 +113,15 @@ def echo_request_id(header: str) -> Callable[[web.Request, web.StreamResponse],
     """An ``on_response_prepare`` hook: every answer to a request that carried ``header``
     echoes it, the answers no decision gave an id too (``/v1/models``, an unknown path, a
     wrong method); an answer that set its own (a routed request's, suffixed or replaced) keeps
-    it, and an id that is not printable ASCII is not echoed."""
+    it, and an id that is not printable ASCII is not echoed. An answer of Anthropic's Messages
+    API (``/v1/messages…``) carries the id as ``request-id`` too, the field Anthropic's API
+    answers with and its clients read (``_request_id``, an error's ``request_id``)."""
     async def echo(request: web.Request, response: web.StreamResponse) -> None:
+        headers = response.headers
         given = request.headers.get(header)
-        if usable(given) and header not in response.headers:
-            response.headers[header] = given
+        if usable(given) and header not in headers:
+            headers[header] = given
+        if request.path.startswith(ANTHROPIC_PATH_PREFIX) and header in headers \
+                and ANTHROPIC_REQUEST_ID not in headers:
+            headers[ANTHROPIC_REQUEST_ID] = headers[header]
     return echo

@@ -34,6 +34,9 @@ async def test_messages_are_routed_by_the_policy_and_counted(
             messages=[{"role": "user", "content": f"Tell me about the sea ({turn})."}])
         message = await raw.parse()
         workers.add(raw.headers["x-kvroute-worker"])
+        # the id also where Anthropic's clients read it
+        assert raw.headers["request-id"] == raw.headers["x-request-id"]
+        assert message._request_id == raw.headers["x-request-id"]
         assert raw.headers["x-kvroute-reason"]
         assert message.type == "message" and message.role == "assistant"
         assert message.id.startswith("chatcmpl-") and message.model == MODEL
@@ -87,6 +90,7 @@ async def test_errors_take_anthropics_shape_and_the_router_keeps_serving(
     with pytest.raises(anthropic.NotFoundError) as missing:
         await client.messages.create(model="no-such-model", max_tokens=5,
                                      messages=[{"role": "user", "content": "hi"}])
+    assert missing.value.request_id == missing.value.response.headers["x-request-id"]
     assert missing.value.body == {"type": "error", "error": {
         "type": "NotFoundError",
         "message": f"The model `no-such-model` does not exist. Valid aliases: {MODEL}."}}
