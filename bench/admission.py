@@ -47,10 +47,11 @@ import yaml
 from bench.checks import first_problem, range_problem, refusal
 from bench.launch import KvrouteUp, LaunchError, wait_all_workers_healthy
 from workers.ports import free_port
+from workers.project_files import project_path
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SETTINGS = ("none", "limit-fifo", "limit-priority")
-ROUTING = Path(__file__).resolve().parents[1] / "config" / "routing.yaml"
+ROUTING = project_path("config/routing.yaml")
 WORDS = ("tokens", "blocks", "decode", "prefill", "latency", "budget", "tenant", "session",
          "answer", "worker", "queue", "cache", "router", "fleet", "stream", "batch", "priority",
          "slot")

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Protocol
 
-from bench.launch import REPO_ROOT, Launched
+from bench.launch import REPO_ROOT, Launched, python_module
 from bench.proc_stats import tree_pids
 from bench.targets import MODEL
 from workers.emulator.process import EmulatorProcess
@@ -122,7 +121,7 @@ class MockBackends:
         return [worker.pid for worker in self._workers]
 
     def _launched(self, port: int, folder: Path) -> Launched:
-        argv = [sys.executable, "-m", "bench.mock_backend", "--port", str(port),
+        argv = [*python_module("bench.mock_backend"), "--port", str(port),
                 "--model", MODEL, "--output-tokens", str(self._output_tokens)]
         return Launched(f"mock backend :{port}", argv, folder / f"mock-{port}.log",
                         cpus=self._cpus, cwd=REPO_ROOT)

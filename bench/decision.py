@@ -58,8 +58,9 @@ from types import MappingProxyType
 from typing import Any
 
 from bench.checks import first_problem, int_list, int_list_problem, range_problem, refusal
+from workers.project_files import project_path
 
-DEFAULT_ROUTING = Path(__file__).resolve().parent.parent / "config" / "routing.yaml"
+DEFAULT_ROUTING = project_path("config/routing.yaml")
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 

@@ -37,9 +37,10 @@ from pathlib import Path
 import yaml
 
 from bench.checks import first_problem, range_problem, refusal
-from bench.launch import REPO_ROOT, KvrouteUp, LaunchError, wait_all_workers_healthy
+from bench.launch import KvrouteUp, LaunchError, wait_all_workers_healthy
 from bench.metrics_scrape import scrape_totals
 from workers.ports import free_ports
+from workers.project_files import project_path
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FAULTS = {"error": {"error_rate": 1.0}, "stall": {"stall_after_tokens": 1}}
@@ -84,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "%(default)s)")
     parser.add_argument("--time-scale", type=float, default=0.05,
                         help="the emulated workers' time scale (default %(default)s)")
-    parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml",
+    parser.add_argument("--routing", type=Path, default=project_path("config/routing.yaml"),
                         help="routing file of the router (default config/routing.yaml)")
     parser.add_argument("--out", type=Path, required=True, help="folder for ejection.json")
 

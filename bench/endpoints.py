@@ -42,15 +42,15 @@ from typing import Any
 from bench.cases import chosen_cases
 from bench.checks import first_problem, range_problem, refusal, refuse
 from bench.launch import (
-    REPO_ROOT,
     KvrouteUp,
     LaunchError,
     emulated_fleet,
     emulated_fleet_on_free_ports,
     wait_all_workers_healthy,
 )
+from workers.project_files import project_path
 
-DEFAULT_FLEET = REPO_ROOT / "config" / "examples" / "embeddings-fleet.yaml"
+DEFAULT_FLEET = project_path("config/examples/embeddings-fleet.yaml")
 TEXT = "Where is my parcel? It was due on Monday."
 DOCUMENTS = ["Orders ship within two days.", "Reset your password from the sign-in page.",
              "Track a parcel with the number in your confirmation e-mail."]
@@ -103,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fleet", type=Path, default=DEFAULT_FLEET,
                         help="fleet file of emulated workers, one model per runner at least; "
                              "their ports are replaced by free ones (default %(default)s)")
-    parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml",
+    parser.add_argument("--routing", type=Path, default=project_path("config/routing.yaml"),
                         help="routing file (default config/routing.yaml)")
     parser.add_argument("--cases", default=",".join(c.key for c in CASES),
                         help="comma-separated cases, in order (default: all: %(default)s)")

@@ -33,6 +33,12 @@ from workers.ports import free_port, free_ports
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def python_module(module: str) -> list[str]:
+    """The command line running ``module`` with this interpreter, safe from the working
+    directory (``-P``: a folder there named like one of kvroute's packages is not imported)."""
+    return [sys.executable, "-P", "-m", module]
+
+
 class LaunchError(RuntimeError):
     """A process exited early or never became ready; the message ends with its log tail."""
 
@@ -179,10 +185,11 @@ class KvrouteUp(Launched):
                  log_level: str = "WARNING") -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        # (the paths resolved here: the router runs in the checkout's directory)
         super().__init__("kvroute up", [
-            sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
-            str(routing), "--port", str(self.port), *options, "--log-level", log_level],
-            folder / "kvroute-up.log", cwd=REPO_ROOT)
+            *python_module("router.cli"), "up", "--fleet", str(fleet.resolve()), "--routing",
+            str(routing.resolve()), "--port", str(self.port), *options, "--log-level",
+            log_level], folder / "kvroute-up.log", cwd=REPO_ROOT)
 
     def __enter__(self) -> KvrouteUp:
         self.start()

@@ -46,13 +46,13 @@ import orjson
 from bench.cases import chosen_cases
 from bench.checks import range_problem, refusal, refuse
 from bench.launch import (
-    REPO_ROOT,
     KvrouteUp,
     LaunchError,
     emulated_fleet,
     emulated_fleet_on_free_ports,
     wait_all_workers_healthy,
 )
+from workers.project_files import project_path
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -114,10 +114,10 @@ class CaseResult:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fleet", type=Path, default=REPO_ROOT / "config" / "fleet.yaml",
+    parser.add_argument("--fleet", type=Path, default=project_path("config/fleet.yaml"),
                         help="fleet file of emulated workers; their ports are replaced by free "
                              "ones (default config/fleet.yaml)")
-    parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml",
+    parser.add_argument("--routing", type=Path, default=project_path("config/routing.yaml"),
                         help="routing file (default config/routing.yaml)")
     parser.add_argument("--cases", default=",".join(c.key for c in CASES),
                         help="comma-separated cases, in order (default: all: %(default)s)")

@@ -16,7 +16,6 @@ with the reason.
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,7 +26,7 @@ import orjson
 
 from bench.backends import BackendKind, chat_body, make_backends
 from bench.checks import cpu_list
-from bench.launch import Launched, LaunchError, pinned
+from bench.launch import Launched, LaunchError, pinned, python_module
 from bench.loadgen import LoadResult, LoadSpec
 from bench.proc_stats import RssSampler, cpu_seconds
 from bench.targets import Skipped, TargetContext, TargetPlan, plan_target
@@ -84,7 +83,7 @@ def run_load_process(spec: LoadSpec, scratch: Path, cpus: str | None) -> LoadRes
     """Run ``python -m bench.loadgen`` in its own process and parse its result."""
     spec_path = scratch / "loadspec.json"
     spec_path.write_bytes(orjson.dumps(asdict(spec)))
-    argv = pinned([sys.executable, "-m", "bench.loadgen", str(spec_path)], cpus)
+    argv = pinned([*python_module("bench.loadgen"), str(spec_path)], cpus)
     done = subprocess.run(argv, capture_output=True, timeout=spec.duration_s + spec.timeout_s + 30,
                           check=False)
     if done.returncode != 0:

@@ -47,7 +47,7 @@ import aiohttp
 import orjson
 import yaml
 
-from bench.launch import Launched, LaunchError
+from bench.launch import Launched, LaunchError, python_module
 from bench.metrics_scrape import (
     GcPauseTotals,
     RouterPrefixCounters,
@@ -298,9 +298,10 @@ def up_argv(serve_argv: Sequence[str], time_scale: float,
             emulator_processes: EmulatorProcesses = "one") -> tuple[str, ...] | None:
     """``kvroute up`` with the same arguments as a kvroute target's ``kvroute serve`` command
     (None for any other command), at the emulator time scale and process layout of the run."""
-    if tuple(serve_argv[1:4]) != ("-m", "router.cli", "serve"):
+    command = (*python_module("router.cli"), "serve")
+    if tuple(serve_argv[:len(command)]) != command:
         return None
-    return (*serve_argv[:3], "up", *serve_argv[4:], "--time-scale", repr(time_scale),
+    return (*command[:-1], "up", *serve_argv[len(command):], "--time-scale", repr(time_scale),
             "--emulator-processes", emulator_processes)
 
 

@@ -42,18 +42,25 @@ from typing import Any
 import aiohttp
 
 from bench.checks import first_problem, range_problem, refusal
-from bench.launch import REPO_ROOT, Launched, emulated_fleet, emulated_fleet_on_free_ports
+from bench.launch import (
+    REPO_ROOT,
+    Launched,
+    emulated_fleet,
+    emulated_fleet_on_free_ports,
+    python_module,
+)
 from bench.redis_server import start_redis
 from bench.replay import scrape_counters
+from workers.project_files import project_path
 
 CONFIGURATIONS = ("one", "shared", "apart")
 HITS, QUERIES = "vllm:prefix_cache_hits", "vllm:prefix_cache_queries"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fleet", type=Path, default=REPO_ROOT / "config" / "fleet.yaml",
+    parser.add_argument("--fleet", type=Path, default=project_path("config/fleet.yaml"),
                         help="fleet file whose emulated workers serve (ports are replaced)")
-    parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml",
+    parser.add_argument("--routing", type=Path, default=project_path("config/routing.yaml"),
                         help="routing file of the replicas")
     parser.add_argument("--conversations", type=int, default=12,
                         help="conversations run at once (default %(default)s)")
@@ -98,8 +105,9 @@ class Replicas:
             self.urls.append(f"http://127.0.0.1:{port}")
             self._routers.append(Launched(
                 f"replica-{index}",
-                [sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet),
-                 "--routing", str(routing), "--port", str(port), "--redis-url", redis_url,
+                [*python_module("router.cli"), "serve", "--fleet", str(fleet.resolve()),
+                 "--routing", str(routing.resolve()), "--port", str(port),
+                 "--redis-url", redis_url,
                  "--replica-id", f"replica-{index}"],
                 folder / f"replica-{index}.log", cwd=REPO_ROOT))
 

@@ -44,7 +44,6 @@ from typing import Any
 from bench.checks import first_problem, range_problem, refusal, refuse
 from bench.endpoints import models_by_runner
 from bench.launch import (
-    REPO_ROOT,
     KvrouteUp,
     LaunchError,
     emulated_fleet,
@@ -52,8 +51,9 @@ from bench.launch import (
     wait_all_workers_healthy,
 )
 from bench.proc_stats import process_rss_bytes
+from workers.project_files import project_path
 
-DEFAULT_FLEET = REPO_ROOT / "config" / "fleets" / "reference-h100.yaml"
+DEFAULT_FLEET = project_path("config/fleets/reference-h100.yaml")
 VOCABULARY = ("the router sends each request to the worker whose cache holds its prefix and "
               "whose queue lets it start soonest while a cheaper card serves what it can in "
               "time tokens blocks decode prefill latency budget tenant session answer")
@@ -98,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fleet", type=Path, default=DEFAULT_FLEET,
                         help="fleet file of emulated workers serving a generative model; "
                              "their ports are replaced by free ones (default %(default)s)")
-    parser.add_argument("--routing", type=Path, default=REPO_ROOT / "config" / "routing.yaml",
+    parser.add_argument("--routing", type=Path, default=project_path("config/routing.yaml"),
                         help="routing file (default config/routing.yaml)")
     parser.add_argument("--requests", type=int, default=150_000,
                         help="requests to send, all different (default %(default)s)")

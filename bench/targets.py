@@ -21,12 +21,13 @@ equivalent, minimal logging, Prometheus (where a peer has one) on loopback.
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.launch import python_module
 from workers.ports import free_port
+from workers.project_files import project_path
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_VENV = REPO / ".venv-bench"
@@ -87,8 +88,8 @@ def _kvroute(name: str, routing: Path, options: tuple[str, ...] = ()) -> PlanBui
         port = free_port()
         fleet = ctx.workdir / "fleet.yaml"
         fleet.write_text(ctx.fleet_text or url_fleet_text(ctx.backends))
-        argv = (sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet),
-                "--routing", str(ctx.routing_path or routing), "--host", "127.0.0.1",
+        argv = (*python_module("router.cli"), "serve", "--fleet", str(fleet.resolve()),
+                "--routing", str((ctx.routing_path or routing).resolve()), "--host", "127.0.0.1",
                 "--port", str(port), "--log-level", "WARNING", *options)
         url = f"http://127.0.0.1:{port}"
         return TargetPlan(name, argv, url, f"{url}/health")
@@ -174,11 +175,11 @@ def _nginx(ctx: TargetContext) -> TargetPlan | Skipped:
 
 TARGETS: Mapping[str, PlanBuilder] = {
     "direct": _direct,
-    "kvroute": _kvroute("kvroute", REPO / "config" / "routing.yaml"),
-    "kvroute-rr": _kvroute("kvroute-rr", REPO / "config" / "policies" / "round-robin.yaml"),
+    "kvroute": _kvroute("kvroute", project_path("config/routing.yaml")),
+    "kvroute-rr": _kvroute("kvroute-rr", project_path("config/policies/round-robin.yaml")),
     "kvroute-token-aware": _kvroute("kvroute-token-aware",
-                                    REPO / "config" / "examples" / "token-aware.yaml"),
-    "kvroute-gc-cpython": _kvroute("kvroute-gc-cpython", REPO / "config" / "routing.yaml",
+                                    project_path("config/examples/token-aware.yaml")),
+    "kvroute-gc-cpython": _kvroute("kvroute-gc-cpython", project_path("config/routing.yaml"),
                                    ("--gc-interval", "0")),
     "sglang-router": _sglang,
     "vllm-router": _vllm_router,

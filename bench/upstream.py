@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.checks import cpu_list, cpu_list_problem, first_problem, range_problem, refusal
+from bench.launch import python_module
 
 BODY = (b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":'
         b'"assistant","content":"hello world"}}],"usage":{"prompt_tokens":10,'
@@ -114,7 +115,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     _pin(args.client_cpu)
     port = free_port()
     servers = [subprocess.Popen(
-        pinned([sys.executable, "-m", "bench.upstream", "--serve", str(port)],
+        pinned([*python_module("bench.upstream"), "--serve", str(port)],
                args.server_cpu or None), stdout=subprocess.DEVNULL)]
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                     auto_decompress=False)
@@ -129,7 +130,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         tls_port = free_port()
         certfile, keyfile, verifying = _tls_files(Path(folder.name))
         servers.append(subprocess.Popen(
-            pinned([sys.executable, "-m", "bench.upstream", "--serve", str(tls_port),
+            pinned([*python_module("bench.upstream"), "--serve", str(tls_port),
                     "--serve-tls", str(certfile), str(keyfile)], args.server_cpu or None),
             stdout=subprocess.DEVNULL))
         tls_client = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=30.0,

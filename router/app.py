@@ -84,6 +84,7 @@ from router.state.memory_store import MemoryStateStore
 from router.state.redis_store import RedisStateStore
 from router.state.store import StateStore
 from router.utility_requests import FormAdmission, UtilityRequests
+from router.version import installed_version
 from workers.credentials import worker_authorizations
 from workers.fleet import FleetConfig, load_fleet
 from workers.registry import WorkerRegistry, fleet_change
@@ -543,7 +544,7 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
         collector = LoopCollector(settings.gc_interval_s) if settings.gc_interval_s else None
         if collector is not None:
             collector.start()
-        log.info("kvroute listening on %s://%s", settings.scheme,
+        log.info("kvroute %s listening on %s://%s", installed_version(), settings.scheme,
                  host_port(settings.host, port))
         if on_ready is not None:
             on_ready(port)

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from router.version import installed_version
+
 # sub-command module -> what it provides
 COMMAND_MODULES: tuple[str, ...] = (
     "router.commands",          # up, serve
@@ -35,6 +37,8 @@ COMMAND_MODULES: tuple[str, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvroute", description="Token-aware load balancer for LLM inference fleets.")
+    parser.add_argument("--version", action="version", version=f"kvroute {installed_version()}",
+                        help="print the installed kvroute's version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         try:

@@ -31,6 +31,14 @@ def find_default(relative: str) -> Path | None:
     return checkout if checkout.is_file() else None
 
 
+def project_path(relative: str) -> Path:
+    """``relative`` where ``find_default`` finds it, else in the checkout (a path that says
+    where it was looked for when it is read): the defaults of the benchmarks, which run from
+    a checkout or a directory holding a copy of ``config/``."""
+    found = find_default(relative)
+    return found if found is not None else CHECKOUT / relative
+
+
 def default_dir(relative: str) -> Path:
     """The folder ``relative`` in the working directory when there, else in the checkout
     when there, else ``relative`` itself (the working directory's, to be created)."""

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.endpoints import CASES, DEFAULT_FLEET, REPO_ROOT, run
+from bench.endpoints import CASES, DEFAULT_FLEET, run
+from bench.launch import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

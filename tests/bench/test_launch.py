@@ -31,6 +31,21 @@ def test_it_serves_once_entered_and_is_stopped_on_leaving(tmp_path: Path) -> Non
     assert _children() <= before
 
 
+def test_paths_relative_to_the_callers_directory_are_read_from_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router runs in the checkout's directory: a routing file named relative to the
+    caller's was looked for there (`cannot read routing file` after the checks passed)."""
+    fleet, _ = emulated_fleet_on_free_ports(REPO_ROOT / "config" / "fleets" /
+                                           "reference-h100.yaml", tmp_path)
+    (tmp_path / "my-routing.yaml").write_text((REPO_ROOT / "config" / "routing.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    with KvrouteUp(Path(fleet.name), Path("my-routing.yaml"), Path("logs"),
+                   "--time-scale", "0") as router:
+        answer = urllib.request.urlopen(router.base_url + "/v1/models", timeout=5)
+        assert answer.status == 200
+        answer.close()
+
+
 def test_one_that_never_becomes_ready_is_stopped_and_says_why(tmp_path: Path) -> None:
     fleet, _ = emulated_fleet_on_free_ports(REPO_ROOT / "config" / "fleets" /
                                            "reference-h100.yaml", tmp_path)

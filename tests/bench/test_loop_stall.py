@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.loop_stall import CASES, REPO_ROOT, _fleet_on_free_ports, run
+from bench.launch import REPO_ROOT
+from bench.loop_stall import CASES, _fleet_on_free_ports, run
 
 pytestmark = pytest.mark.integration
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.launch import python_module
 from bench.replay import ReplayConfig, run_replay, up_argv
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_up_argv_keeps_the_serve_arguments_and_adds_the_time_scale() -> None:
-    serve = ("/py", "-m", "router.cli", "serve", "--fleet", "f.yaml", "--routing", "r.yaml",
-             "--port", "9000")
-    assert up_argv(serve, 0.5) == ("/py", "-m", "router.cli", "up", "--fleet", "f.yaml",
-                                   "--routing", "r.yaml", "--port", "9000",
-                                   "--time-scale", "0.5", "--emulator-processes", "one")
+    python = tuple(python_module("router.cli"))       # (the interpreter, -P, -m, ...)
+    serve = (*python, "serve", "--fleet", "f.yaml", "--routing", "r.yaml", "--port", "9000")
+    assert up_argv(serve, 0.5) == (*python, "up", "--fleet", "f.yaml", "--routing", "r.yaml",
+                                   "--port", "9000", "--time-scale", "0.5",
+                                   "--emulator-processes", "one")
     each = up_argv(serve, 1.0, "each")
     assert each is not None and each[-2:] == ("--emulator-processes", "each")
     assert up_argv(("/usr/sbin/nginx", "-p", "x"), 1.0) is None

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.launch import REPO_ROOT
 from bench.proc_stats import process_rss_bytes, rss_bytes
 from bench.soak import (
     DEFAULT_FLEET,
-    REPO_ROOT,
     RESPONSES_EVERY,
     STREAM_EVERY,
     Sample,

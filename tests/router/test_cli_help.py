@@ -52,3 +52,4 @@ def test_up_help_shows_the_default_fleet_file(monkeypatch: pytest.MonkeyPatch) -
     text = up.format_help()
     assert "config/fleet.yaml" in text
     assert "config/routing.yaml" in text
+

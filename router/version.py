@@ -1,0 +1,14 @@
+"""The version of kvroute that runs: the installed distribution's."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+
+def installed_version() -> str:
+    """The version of the installed kvroute distribution (``unknown`` when it runs from
+    files no installation describes)."""
+    try:
+        return version("kvroute")
+    except PackageNotFoundError:
+        return "unknown"
