@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from router.label_values import DEFAULT_TENANT_LABELS
+from router.log_output import LOG_FORMATS, configure_logging
 from router.settings import (
     DEFAULT_REDIS_KEY_PREFIX,
     DEFAULT_RESPONSE_TTL_S,
@@ -156,6 +157,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO",
                         help="Python logging level: DEBUG, INFO, WARNING, ERROR "
                              "(default: %(default)s)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                        help="the router's log lines as text, or as one JSON object a line "
+                             "(time, level, logger, message, replica, exception) for a log "
+                             "pipeline (default: %(default)s)")
 
 
 def _client_keys(args: argparse.Namespace) -> tuple[str, ...]:
@@ -262,8 +267,7 @@ def _start_process(args: argparse.Namespace) -> None:
     """Logging at ``--log-level``, and the open-file limit raised before anything starts
     (the emulated workers of ``up`` and the replicas of ``serve`` inherit it)."""
     from router.fd_limit import raise_open_file_limit
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
-                        "%(message)s")
+    configure_logging(args.log_level, args.log_format)
     raise_open_file_limit()
 
 
@@ -312,7 +316,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         if args.processes > 1:
             checked.clear()            # (the processes build theirs)
-            return run_replicas(settings, args.processes, args.log_level)
+            return run_replicas(settings, args.processes, args.log_level, args.log_format)
         else:
             run_router(settings, fleet, on_ready=lambda _port: checked.clear())
     except (ListenError, TenantKeysError) as exc:   # a keys file read again, now bad

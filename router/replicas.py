@@ -31,20 +31,13 @@ from collections.abc import Callable, Sequence
 from multiprocessing.process import BaseProcess
 
 from router.app import ListenError, check_port_free, run_router
+from router.log_output import configure_logging, set_log_format
 from router.settings import Settings
 
 log = logging.getLogger(__name__)
 
-LOG_FORMAT = "%(asctime)s %(levelname)s [{replica}] %(name)s: %(message)s"
-
-
-def log_format(replica_id: str) -> str:
-    """``LOG_FORMAT`` naming ``replica_id`` (a ``%`` in it escaped for logging's format)."""
-    return LOG_FORMAT.format(replica=replica_id.replace("%", "%%"))
-
-
-def _child(settings: Settings, log_level: str, parent_pid: int) -> None:
-    logging.basicConfig(level=log_level, format=log_format(settings.replica_id))
+def _child(settings: Settings, log_level: str, parent_pid: int, log_format: str) -> None:
+    configure_logging(log_level, log_format, settings.replica_id)
     try:
         # its stop signals come from its parent (SIGTERM, once) and, with the parent, from a
         # terminal or a supervisor (Ctrl-C to the process group, systemd's control group):
@@ -94,7 +87,8 @@ def process_ports_problem(settings: Settings, processes: int) -> str | None:
     return None
 
 
-def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") -> int:
+def run_replicas(settings: Settings, processes: int, log_level: str = "INFO",
+                 log_format: str = "text") -> int:
     """Serve with ``processes`` router processes until a signal (0) or a process's failure
     (1); ``ListenError`` when a port is taken before any starts."""
     check_port_free(settings.host, settings.port)
@@ -103,8 +97,7 @@ def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") ->
         raise ListenError(problem)
     settings = dataclasses.replace(settings, share_port=True)
     parent_replica = f"{settings.replica_id}-0"
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(logging.Formatter(log_format(parent_replica)))
+    set_log_format(log_format, parent_replica)
     context = multiprocessing.get_context("spawn")
     children = []
     for index in range(1, processes):
@@ -112,7 +105,8 @@ def run_replicas(settings: Settings, processes: int, log_level: str = "INFO") ->
             settings, replica_id=f"{settings.replica_id}-{index}",
             process_port=None if settings.process_port is None
             else settings.process_port + index)
-        child = context.Process(target=_child, args=(child_settings, log_level, os.getpid()),
+        child = context.Process(target=_child, args=(child_settings, log_level, os.getpid(),
+                                                         log_format),
                                 name=child_settings.replica_id, daemon=True)
         child.start()
         children.append(child)

@@ -1,0 +1,77 @@
+"""How the router's log lines are written (``--log-format``): text for a terminal, or one
+JSON object a line for a log pipeline (Loki, Elasticsearch, Cloud Logging) that would
+otherwise split a traceback into lines of their own and parse levels out of text.
+
+A JSON line holds ``time`` (UTC, ISO 8601 to the millisecond), ``level``, ``logger``,
+``message``, ``replica`` for a process of ``serve --processes`` (as the text lines name it
+in brackets), and ``exception`` with the whole traceback when there is one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import orjson
+
+LOG_FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+REPLICA_TEXT_FORMAT = "%(asctime)s %(levelname)s [{replica}] %(name)s: %(message)s"
+
+
+class JsonLogFormatter(logging.Formatter):
+    """A record as one line of JSON."""
+
+    def __init__(self, replica: str | None = None) -> None:
+        super().__init__()
+        self._replica = replica
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname, "logger": record.name,
+            "message": record.getMessage()}
+        if self._replica is not None:
+            entry["replica"] = self._replica
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        try:
+            return orjson.dumps(entry).decode()
+        except orjson.JSONEncodeError:     # text that is no UTF-8 (a lone surrogate): escaped
+            return orjson.dumps({key: _escaped(value) for key, value in entry.items()}).decode()
+
+
+def _escaped(value: object) -> object:
+    """``value`` with what UTF-8 cannot carry written as backslash escapes."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def log_formatter(log_format: str, replica: str | None = None) -> logging.Formatter:
+    """The formatter of ``log_format`` (one of ``LOG_FORMATS``), naming ``replica`` when
+    given (``ValueError`` for another format)."""
+    if log_format == "json":
+        return JsonLogFormatter(replica)
+    if log_format == "text":
+        if replica is None:
+            return logging.Formatter(TEXT_FORMAT)
+        # (a ``%`` in the replica's name escaped for logging's format)
+        return logging.Formatter(REPLICA_TEXT_FORMAT.format(replica=replica.replace("%", "%%")))
+    raise ValueError(f"log format {log_format!r}: one of {', '.join(LOG_FORMATS)}")
+
+
+def configure_logging(level: str, log_format: str = "text", replica: str | None = None) -> None:
+    """The root logger at ``level``, writing to standard error in ``log_format``."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(log_formatter(log_format, replica))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+def set_log_format(log_format: str, replica: str | None = None) -> None:
+    """The root logger's handlers write ``log_format`` from now on, naming ``replica``."""
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(log_formatter(log_format, replica))
