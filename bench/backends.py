@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal, Protocol
 
-from bench.launch import REPO_ROOT, Launched, python_module
+from bench.launch import REPO_ROOT, Launched, checkout_env, python_module
 from bench.proc_stats import tree_pids
 from bench.targets import MODEL
 from workers.emulator.process import EmulatorProcess
@@ -124,7 +124,7 @@ class MockBackends:
         argv = [*python_module("bench.mock_backend"), "--port", str(port),
                 "--model", MODEL, "--output-tokens", str(self._output_tokens)]
         return Launched(f"mock backend :{port}", argv, folder / f"mock-{port}.log",
-                        cpus=self._cpus, cwd=REPO_ROOT)
+                        cpus=self._cpus, cwd=REPO_ROOT, env=checkout_env())
 
     def start(self) -> MockBackends:
         self._logs = tempfile.TemporaryDirectory(prefix="kvroute-mock-")

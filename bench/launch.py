@@ -35,8 +35,20 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def python_module(module: str) -> list[str]:
     """The command line running ``module`` with this interpreter, safe from the working
-    directory (``-P``: a folder there named like one of kvroute's packages is not imported)."""
+    directory (``-P``: a folder there named like one of kvroute's packages is not imported);
+    run it with ``checkout_env`` so that it imports this checkout's kvroute, not another the
+    interpreter has installed."""
     return [sys.executable, "-P", "-m", module]
+
+
+def checkout_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment and ``env`` with this checkout first on ``PYTHONPATH``: a
+    benchmark run from one checkout (a worktree of another commit) starts that checkout's
+    router, not the one the interpreter has installed."""
+    merged = {**os.environ, **(env or {})}
+    merged["PYTHONPATH"] = os.pathsep.join(
+        part for part in (str(REPO_ROOT), merged.get("PYTHONPATH", "")) if part)
+    return merged
 
 
 class LaunchError(RuntimeError):
@@ -189,7 +201,7 @@ class KvrouteUp(Launched):
         super().__init__("kvroute up", [
             *python_module("router.cli"), "up", "--fleet", str(fleet.resolve()), "--routing",
             str(routing.resolve()), "--port", str(self.port), *options, "--log-level",
-            log_level], folder / "kvroute-up.log", cwd=REPO_ROOT)
+            log_level], folder / "kvroute-up.log", cwd=REPO_ROOT, env=checkout_env())
 
     def __enter__(self) -> KvrouteUp:
         self.start()

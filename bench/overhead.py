@@ -26,7 +26,7 @@ import orjson
 
 from bench.backends import BackendKind, chat_body, make_backends
 from bench.checks import cpu_list
-from bench.launch import Launched, LaunchError, pinned, python_module
+from bench.launch import Launched, LaunchError, checkout_env, pinned, python_module
 from bench.loadgen import LoadResult, LoadSpec
 from bench.proc_stats import RssSampler, cpu_seconds
 from bench.targets import Skipped, TargetContext, TargetPlan, plan_target
@@ -85,7 +85,7 @@ def run_load_process(spec: LoadSpec, scratch: Path, cpus: str | None) -> LoadRes
     spec_path.write_bytes(orjson.dumps(asdict(spec)))
     argv = pinned([*python_module("bench.loadgen"), str(spec_path)], cpus)
     done = subprocess.run(argv, capture_output=True, timeout=spec.duration_s + spec.timeout_s + 30,
-                          check=False)
+                          check=False, env=checkout_env())
     if done.returncode != 0:
         raise RuntimeError(f"load generator failed: {done.stderr.decode(errors='replace')[-400:]}")
     return LoadResult(**orjson.loads(done.stdout.splitlines()[-1]))

@@ -45,6 +45,7 @@ from bench.checks import first_problem, range_problem, refusal
 from bench.launch import (
     REPO_ROOT,
     Launched,
+    checkout_env,
     emulated_fleet,
     emulated_fleet_on_free_ports,
     python_module,
@@ -109,7 +110,7 @@ class Replicas:
                  "--routing", str(routing.resolve()), "--port", str(port),
                  "--redis-url", redis_url,
                  "--replica-id", f"replica-{index}"],
-                folder / f"replica-{index}.log", cwd=REPO_ROOT))
+                folder / f"replica-{index}.log", cwd=REPO_ROOT, env=checkout_env()))
 
     def __enter__(self) -> Replicas:
         try:

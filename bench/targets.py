@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.launch import python_module
+from bench.launch import checkout_env, python_module
 from workers.ports import free_port
 from workers.project_files import project_path
 
@@ -92,7 +92,7 @@ def _kvroute(name: str, routing: Path, options: tuple[str, ...] = ()) -> PlanBui
                 "--routing", str((ctx.routing_path or routing).resolve()), "--host", "127.0.0.1",
                 "--port", str(port), "--log-level", "WARNING", *options)
         url = f"http://127.0.0.1:{port}"
-        return TargetPlan(name, argv, url, f"{url}/health")
+        return TargetPlan(name, argv, url, f"{url}/health", env=checkout_env())
     return build
 
 

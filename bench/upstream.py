@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.checks import cpu_list, cpu_list_problem, first_problem, range_problem, refusal
-from bench.launch import python_module
+from bench.launch import checkout_env, python_module
 
 BODY = (b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":'
         b'"assistant","content":"hello world"}}],"usage":{"prompt_tokens":10,'
@@ -116,7 +116,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     servers = [subprocess.Popen(
         pinned([*python_module("bench.upstream"), "--serve", str(port)],
-               args.server_cpu or None), stdout=subprocess.DEVNULL)]
+               args.server_cpu or None), stdout=subprocess.DEVNULL, env=checkout_env())]
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                     auto_decompress=False)
     upstream = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=30.0)
@@ -132,7 +132,7 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
         servers.append(subprocess.Popen(
             pinned([*python_module("bench.upstream"), "--serve", str(tls_port),
                     "--serve-tls", str(certfile), str(keyfile)], args.server_cpu or None),
-            stdout=subprocess.DEVNULL))
+            stdout=subprocess.DEVNULL, env=checkout_env()))
         tls_client = UpstreamClient(connect_timeout_s=5.0, read_timeout_s=30.0,
                                     tls={f"https://127.0.0.1:{tls_port}": verifying})
         tls_base = f"https://127.0.0.1:{tls_port}/v1/chat/completions"

@@ -32,7 +32,7 @@ from typing import Any
 
 from policies.admission.section import OTHER_TENANTS_KEY, AdmissionSection, TenantBudget
 from router.admission.gate import ConcurrencyGate, GateClosed, GateFull, GateTimeout
-from router.admission.usage import TenantUsage
+from router.admission.usage import TenantUsage, UsageWindow
 from router.errors import InFlightRefused, RateLimited, RequestRateLimited, TokenRateLimited
 from router.metrics import OTHER_API, RouterMetrics
 
@@ -80,8 +80,9 @@ class Admission:
         self._clock = clock
         self._model_label = model_label
         self._waiting: dict[str, int] = {}    # budget -> its requests waiting for a slot
-        # budget -> the answer tokens its requests in flight here were charged ahead
-        self._answers_reserved: dict[str, int] = {}
+        # budget -> the answer tokens its requests in flight here were charged ahead, in the
+        # seconds they were charged (those charged over a minute ago have left the budget)
+        self._answers_reserved: dict[str, UsageWindow] = {}
         metrics.watch_admission(lambda: self.gate.in_flight, lambda: self.gate.waiting)
 
     async def admit(self, section: AdmissionSection | None, tenant: str | None,
@@ -175,7 +176,10 @@ class Admission:
             ticket.tokens_charged += expected
             ticket.prompt_charged += max(0, prompt_tokens)
             if answer_tokens > 0:
-                self._answers_reserved[key] = self._answers_reserved.get(key, 0) + answer_tokens
+                reserved = self._answers_reserved.get(key)
+                if reserved is None:
+                    reserved = self._answers_reserved[key] = UsageWindow()
+                reserved.add(ticket.charged_at, tokens=answer_tokens)
 
     def rate_limit_headers(self, ticket: AdmissionTicket) -> dict[str, str]:
         """OpenAI's ``x-ratelimit-limit-*`` and ``x-ratelimit-remaining-*`` of the budget the
@@ -215,13 +219,13 @@ class Admission:
         self.gate.leave()
         if ticket.usage_key is None:
             return
-        reserved = ticket.tokens_charged - ticket.prompt_charged
-        if reserved > 0:
-            left = self._answers_reserved.get(ticket.usage_key, 0) - reserved
-            if left > 0:
-                self._answers_reserved[ticket.usage_key] = left
-            else:
-                self._answers_reserved.pop(ticket.usage_key, None)
+        reserved = self._answers_reserved.get(ticket.usage_key)
+        if reserved is not None and ticket.tokens_charged > ticket.prompt_charged:
+            now = self._clock()
+            reserved.add_at(now, ticket.charged_at,
+                            -(ticket.tokens_charged - ticket.prompt_charged))
+            if reserved.totals(now)[1] <= 0:
+                del self._answers_reserved[ticket.usage_key]
         served = ticket.tokens_served
         if not ticket.usage_reported and ticket.whole_answer:
             served = ticket.tokens_charged
@@ -286,9 +290,10 @@ class Admission:
         limit_now = (None if budget.requests_per_minute is None
                      else max(0, budget.requests_per_minute - waiting))
         wait = self.usage.seconds_until(usage_key, now, limit_now, budget.tokens_per_minute)
+        reserved = self._answers_reserved.get(usage_key)
         if (not over_requests and budget.tokens_per_minute is not None
-                and tokens - self._answers_reserved.get(usage_key, 0)
-                < budget.tokens_per_minute):
+                and reserved is not None
+                and tokens - reserved.totals(now)[1] < budget.tokens_per_minute):
             # answers charged ahead at their max_tokens fill it: room comes as they end and
             # settle to what they served, not a minute on (a client honouring Retry-After
             # slept that minute)

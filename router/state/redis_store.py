@@ -46,7 +46,9 @@ request: a slow Redis does not slow the creation of responses. Owners not yet wr
 slow or unreachable; at most ``MAX_UNSAVED_OWNERS``, the oldest dropped past that) are written
 when it answers again, so a follow-up reaching another replica after an outage still finds
 its worker. Owners are read from the local map first, then Redis: that read is the one Redis
-round trip on a request path, for follow-ups only.
+round trip on a request path, for follow-ups only. While the store is set aside, Redis is
+read only when it refused writes for a reason that leaves reads working (full at
+``noeviction``, a read-only replica, a failed save), not when it does not answer.
 
 What each replica routed where is shared too, for the ``prefix`` scorer's routing history
 (without KV events, the only knowledge of the workers' caches): each routed prompt's block
@@ -105,7 +107,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as redis
-from redis.exceptions import AuthenticationError, ReadOnlyError, RedisError, ResponseError
+from redis import exceptions as redis_exceptions
+from redis.exceptions import (
+    AuthenticationError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from router.admission.usage import (
@@ -994,11 +1002,17 @@ def _demoted(exc: BaseException) -> bool:
         and "instance state changed" in str(exc))
 
 
+# OOM's (redis-py has had it since 4.x; its type stubs lag)
+_OUT_OF_MEMORY: type[ResponseError] = redis_exceptions.OutOfMemoryError  # type: ignore[attr-defined]
+
+
 def _only_refused(exc: Exception) -> bool:
-    """Redis answered, refusing a command for a reason that leaves reads working: out of
-    memory, a read-only replica, a failed save (``MISCONF``); not a refused login."""
-    return isinstance(exc, ResponseError) and _failure(exc).startswith(
-        ("refused a command", "answered as a read-only replica"))
+    """Redis answered, refusing writes for a reason known to leave reads working: out of
+    memory (``noeviction``), a read-only replica, a failed save (``MISCONF``). Not a refused
+    login, nor refusals that may refuse reads too (``MASTERDOWN``, ``NOPERM``, ``BUSY``):
+    each follow-up would pay a failing read."""
+    return (isinstance(exc, _OUT_OF_MEMORY | ReadOnlyError) or _demoted(exc)
+            or (isinstance(exc, ResponseError) and "MISCONF" in str(exc)))
 
 
 def _failure(exc: Exception) -> str:

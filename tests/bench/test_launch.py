@@ -4,12 +4,20 @@ leaving, and stopped too when it never becomes ready."""
 from __future__ import annotations
 
 import os
+import subprocess
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from bench.launch import REPO_ROOT, KvrouteUp, LaunchError, emulated_fleet_on_free_ports
+from bench.launch import (
+    REPO_ROOT,
+    KvrouteUp,
+    LaunchError,
+    checkout_env,
+    emulated_fleet_on_free_ports,
+    python_module,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -56,3 +64,20 @@ def test_one_that_never_becomes_ready_is_stopped_and_says_why(tmp_path: Path) ->
           KvrouteUp(fleet, routing, tmp_path)):
         pass
     assert _children() <= before
+
+
+def test_a_child_imports_this_checkouts_kvroute_whatever_its_directory_holds(
+        tmp_path: Path) -> None:
+    """Started with ``python_module`` and ``checkout_env``, a benchmark's child imports the
+    checkout it was started from: not a folder of the working directory named like one of
+    kvroute's packages, nor another checkout the interpreter has installed."""
+    decoy = tmp_path / "router"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit('the working directory was imported')\n")
+    (decoy / "version.py").write_text("")
+    argv = python_module("router.version")
+    probe = [argv[0], argv[1], "-c", "import router; print(router.__file__)"]
+    done = subprocess.run(probe, cwd=tmp_path, env=checkout_env({"PYTHONPATH": str(tmp_path)}),
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == REPO_ROOT / "router" / "__init__.py"

@@ -373,3 +373,23 @@ async def test_a_budget_its_answers_in_flight_fill_says_retry_in_a_second() -> N
     with pytest.raises(TokenRateLimited) as raised:
         await admission.admit(section, "acme", MODEL)
     assert raised.value.headers["Retry-After"] == "60"       # the spending leaves at 1060
+
+
+async def test_an_answer_reserved_over_a_minute_ago_is_no_room_to_come() -> None:
+    """A request running for over a minute: its charge has left the window, so its end
+    frees nothing, and a budget others filled since says when their spending leaves."""
+    admission, _, clock = _admission()
+    section = AdmissionSection(tenants={"acme": TenantBudget(tokens_per_minute=1000)})
+    long_answer = await admission.admit(section, "acme", MODEL)
+    admission.charge_expected(long_answer, 10, 800)
+    clock.now += 70
+    prompt = await admission.admit(section, "acme", MODEL)
+    admission.charge_expected(prompt, 1000, 0)
+    with pytest.raises(TokenRateLimited) as raised:
+        await admission.admit(section, "acme", MODEL)
+    assert raised.value.headers["Retry-After"] == "60"
+    admission.record_attempt(long_answer, True, 10, 790)
+    admission.finish(long_answer)
+    with pytest.raises(TokenRateLimited) as raised:
+        await admission.admit(section, "acme", MODEL)
+    assert raised.value.headers["Retry-After"] == "60"

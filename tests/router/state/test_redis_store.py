@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import redis.asyncio as redis
+from redis import exceptions as redis_exceptions
 
 from bench.redis_server import start_redis
 from router.state.redis_store import (
     RedisKeys,
     RedisStateStore,
+    _only_refused,
     shown_url,
 )
 from workers.ports import free_port
@@ -1535,3 +1537,20 @@ async def test_deployments_under_other_key_prefixes_share_nothing_in_one_databas
 def test_a_key_prefix_redis_cannot_name_cleanly_is_refused(prefix: str) -> None:
     with pytest.raises(ValueError, match=r"^redis_key_prefix: must "):
         RedisStateStore("redis://127.0.0.1:1/0", "r1", key_prefix=prefix)
+
+
+@pytest.mark.parametrize(("exc", "reads"), [
+    (redis_exceptions.OutOfMemoryError(
+        "command not allowed when used memory > 'maxmemory'."), True),
+    (redis_exceptions.ReadOnlyError("You can't write against a read only replica."), True),
+    (redis_exceptions.ResponseError("MISCONF Redis is configured to save RDB snapshots"), True),
+    (redis_exceptions.ResponseError("MASTERDOWN Link with MASTER is down"), False),
+    (redis_exceptions.NoPermissionError("this user has no permissions"), False),
+    (redis_exceptions.ResponseError("BUSY Redis is busy running a script"), False),
+    (redis_exceptions.AuthenticationError("invalid password"), False),
+    (redis_exceptions.ConnectionError("Connection refused"), False),
+    (redis_exceptions.TimeoutError("Timeout reading from socket"), False)])
+def test_only_refusals_known_to_leave_reads_working_let_owners_be_read(
+        exc: Exception, reads: bool) -> None:
+    """A refusal that may refuse reads too would make each follow-up pay a failing read."""
+    assert _only_refused(exc) is reads
