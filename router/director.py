@@ -164,7 +164,7 @@ class Director:
         self._decisions = decisions
         self._responses = responses
         self._clock = clock
-        self._ids = RequestIds()
+        self._ids = RequestIds(clock=clock)
         self._header = settings.request_id_header
         self._urls: dict[tuple[str, str], URL] = {}
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)

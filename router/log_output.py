@@ -31,17 +31,28 @@ class JsonLogFormatter(logging.Formatter):
             "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC)
             .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname, "logger": record.name,
-            "message": record.getMessage()}
+            "message": _message(record)}
         if self._replica is not None:
             entry["replica"] = self._replica
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:        # (a record formatted before, another process's)
+            entry["exception"] = record.exc_text
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
         try:
             return orjson.dumps(entry).decode()
         except orjson.JSONEncodeError:     # text that is no UTF-8 (a lone surrogate): escaped
             return orjson.dumps({key: _escaped(value) for key, value in entry.items()}).decode()
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message; one whose arguments do not fit its format is written as both
+    (the text handler would print a multi-line logging error into the stream instead)."""
+    try:
+        return record.getMessage()
+    except Exception:  # (any error a bad format raises)
+        return f"{record.msg!r} % {record.args!r}"
 
 
 def _escaped(value: object) -> object:

@@ -121,7 +121,8 @@ def echo_request_id(header: str) -> Callable[[web.Request, web.StreamResponse],
         given = request.headers.get(header)
         if usable(given) and header not in headers:
             headers[header] = given
-        if request.path.startswith(ANTHROPIC_PATH_PREFIX) and header in headers \
-                and ANTHROPIC_REQUEST_ID not in headers:
+        path = request.path
+        if (path == ANTHROPIC_PATH_PREFIX or path.startswith(ANTHROPIC_PATH_PREFIX + "/")) \
+                and header in headers and ANTHROPIC_REQUEST_ID not in headers:
             headers[ANTHROPIC_REQUEST_ID] = headers[header]
     return echo

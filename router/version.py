@@ -1,4 +1,5 @@
-"""The version of kvroute that runs: the installed distribution's."""
+"""The version kvroute reports: the installed distribution's (a checkout run from elsewhere,
+its files on ``PYTHONPATH``, reports the installed one's)."""
 
 from __future__ import annotations
 

@@ -55,6 +55,15 @@ def test_a_message_of_any_text_is_valid_json() -> None:
     assert entry["message"] == "client said \\udcff \x00 \"é\""
 
 
+def test_a_record_whose_arguments_do_not_fit_or_formatted_before_stays_one_line() -> None:
+    bad = JsonLogFormatter().format(_record("%d workers", "many"))
+    assert orjson.loads(bad)["message"] == "'%d workers' % ('many',)"
+    formatted = _record("failed", exc=True)
+    formatted.exc_text = logging.Formatter().formatException(formatted.exc_info)  # type: ignore[arg-type]
+    formatted.exc_info = None             # (as a record from another process comes)
+    assert "ValueError: boom" in orjson.loads(JsonLogFormatter().format(formatted))["exception"]
+
+
 def test_text_lines_are_as_before_and_name_the_replica() -> None:
     assert log_formatter("text")._fmt == "%(asctime)s %(levelname)s %(name)s: %(message)s"
     assert log_formatter("text", "r%1-0")._fmt == (

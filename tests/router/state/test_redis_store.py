@@ -229,7 +229,7 @@ async def test_owners_in_a_full_redis_are_still_read_while_it_refuses_writes(
         redis_url: str) -> None:
     """A Redis at its memory limit under ``noeviction`` refuses the sync's writes (OOM) and
     the store is set aside; the owners it holds are still read (follow-ups of responses
-    another replica made found their worker), and the refusal is said once."""
+    another replica made found their worker)."""
     one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
     two = RedisStateStore(redis_url, "r2", sync_interval_s=60)
     admin = redis.Redis.from_url(redis_url, decode_responses=True)
