@@ -106,10 +106,12 @@ def new_estimate(ttft_s: float, tpot_s: float, gpu_s: float, cost_usd: float,
 _new_tuple = tuple.__new__
 
 
-ViewTerms = tuple[int, float, int, float, int, int, float | None, float, float | None]
-"""(decoding, decode_part, queued prefill, chunk, in_batch, joined, decode step or None when
-nothing decodes, full step, slot ratio or None when a batch slot is free): the parts of a
-worker's estimates that depend on its view alone (``view_terms``)."""
+ViewTerms = tuple[int, float, int, int, float, int, int, float | None, float, float | None,
+                  float]
+"""(decoding, decode_part, queued prefill, 1 when prefill is queued else 0, chunk, in_batch,
+joined, decode step or None when nothing decodes, full step, slot ratio or None when a batch
+slot is free, a full prefill chunk's step beside the decodes): the parts of a worker's
+estimates that depend on its view alone (``view_terms``)."""
 
 
 def view_terms(state: tuple[int, int, int, float, int, int, int],
@@ -142,8 +144,11 @@ def view_terms(state: tuple[int, int, int, float, int, int, int],
     linear = per_token * (chunk + joined)
     full_step = (fixed + (linear if linear > base else base) + per_ctx * context_sum
                  + per_seq * in_batch)
-    return (decoding, decode_part, queued if queued > 0 else 0, chunk, in_batch, joined,
-            decode_step, full_step, slot_ratio)
+    # every step but the last of a prefill longer than one chunk: a full chunk beside the decodes
+    linear = per_token * (chunk + decoding)
+    chunk_step = fixed + (linear if linear > base else base) + decode_part
+    return (decoding, decode_part, queued if queued > 0 else 0, 1 if queued > 0 else 0, chunk,
+            in_batch, joined, decode_step, full_step, slot_ratio, chunk_step)
 
 
 class PrefillArrivals:
@@ -264,7 +269,10 @@ class TimeEstimator:
         now = request.arrival_time
         arrivals = self.arrivals
         arrivals_of, bounds, taus = arrivals._state.get, arrivals._bounds, arrivals.taus_s
-        factors = self.correction.factors if self.correction.has_learnt() else None
+        correction = self.correction
+        factors = correction.factors if correction.has_learnt() else None
+        # OnlineCorrection.factors' kept answers, read inline (computed by the call on a miss)
+        kept_of, by_regime = correction._kept.get, correction.ttft_regimes
         memo = self._prefill_memo
         cached_of = cached_tokens.get
         new_tuple = _new_tuple      # new_estimate, inlined
@@ -276,6 +284,11 @@ class TimeEstimator:
         sequences = request.sequences
         remembered = self._view_terms
         terms_of = remembered.get
+        # output_tokens_in_window depends on the worker by its window alone: computed again
+        # only when the window differs from the last worker's
+        window: int | None = None
+        out = output
+        full_prefills: dict[int, float] = {}     # by coefficients: nothing cached, this prompt
         for view, constants_of_worker in zip(views, constants, strict=True):
             (worker_id, gpu_class, price_per_s, k, k_id, fixed, base, per_token, per_pair,
              per_ctx, per_seq, _, _, _) = constants_of_worker
@@ -287,13 +300,15 @@ class TimeEstimator:
                     or known_terms[1] != state):
                 known_terms = remembered[worker_id] = (constants_of_worker, state,
                                                        view_terms(state, constants_of_worker))
-            (decoding, decode_part, queued, chunk, in_batch, joined, decode_step, full_step,
-             slot_ratio) = known_terms[2]
+            (decoding, decode_part, queued, queued_bit, chunk, in_batch, joined, decode_step,
+             full_step, slot_ratio, chunk_step) = known_terms[2]
             cached = cached_of(worker_id, 0)
             if cached > most_cached:
                 cached = most_cached
             uncached = prompt - cached
-            out = output_tokens_in_window(output, in_window, view.max_model_len)
+            if view.max_model_len != window:
+                window = view.max_model_len
+                out = output_tokens_in_window(output, in_window, window)
             # TTFT: the prefill backlog and this prompt, through steps shared with the decodes
             ahead = queued + uncached
             own_pairs = uncached * cached + uncached * uncached / 2.0
@@ -303,10 +318,8 @@ class TimeEstimator:
                            + per_pair * own_pairs)
             else:
                 steps = ceil(ahead / chunk)
-                linear = per_token * (chunk + decoding)
-                full = fixed + (linear if linear > base else base) + decode_part
                 linear = per_token * (ahead - (steps - 1) * chunk + decoding)
-                prefill = ((steps - 1) * full + fixed + (linear if linear > base else base)
+                prefill = ((steps - 1) * chunk_step + fixed + (linear if linear > base else base)
                            + decode_part + per_pair * own_pairs)
             if decode_step is None:       # nothing decoding: the mean context is this prompt
                 linear = per_token * joined
@@ -330,23 +343,30 @@ class TimeEstimator:
             if share > max_share:
                 share = max_share
             raw_tpot = 1.0 / ((1.0 - share) / decode_step + share / full_step)
-            # online.ttft_regime(uncached, queued), inlined (uncached >= 1 here)
-            regime = (uncached.bit_length() >> 1) * 2 + (1 if queued > 0 else 0)
+            # online.ttft_regime(uncached, queued), inlined (uncached >= 1 here): the bucket
+            # (bit_length >> 1) times 2 is the bit length with its lowest bit cleared
+            regime = (uncached.bit_length() & -2) + queued_bit
             if factors is None:     # every factor 1 (x * 1.0 is x), no upper bound yet
                 ttft, tpot, ttft_upper, tpot_upper = raw_ttft, raw_tpot, None, None
             else:
-                ttft_factor, tpot_factor, ttft_upper, tpot_upper = factors(worker_id, gpu_class,
-                                                                           regime)
+                kept = kept_of(worker_id)
+                found = (kept[1].get(regime if by_regime else None)
+                         if kept is not None and kept[0] == gpu_class else None)
+                ttft_factor, tpot_factor, ttft_upper, tpot_upper = (
+                    found if found is not None else factors(worker_id, gpu_class, regime))
                 ttft = raw_ttft * ttft_factor
                 tpot = raw_tpot * tpot_factor
             memo_key = (k_id, uncached, cached)
             own_prefill = memo.get(memo_key)
             if own_prefill is None:
                 own_prefill = memo[memo_key] = k.prefill_s(uncached, cached)
-            memo_key = (k_id, prompt, 0)      # own_prefill's key when nothing is cached
-            full_prefill = memo.get(memo_key)
+            full_prefill = full_prefills.get(k_id)
             if full_prefill is None:
-                full_prefill = memo[memo_key] = k.prefill_s(prompt, 0)
+                memo_key = (k_id, prompt, 0)      # own_prefill's key when nothing is cached
+                full_prefill = memo.get(memo_key)
+                if full_prefill is None:
+                    full_prefill = memo[memo_key] = k.prefill_s(prompt, 0)
+                full_prefills[k_id] = full_prefill
             answer, per_token = out * sequences, tpot / joined
             gpu_s = own_prefill + answer * per_token
             known[worker_id] = new_tuple(Estimate, (
@@ -380,10 +400,12 @@ class TimeEstimator:
         ``arrays``: the views' ``candidate_arrays``, when already at hand."""
         prompt = max(1, request.num_prompt_tokens)
         distinct = (arrays if arrays is not None else self.candidate_arrays(views)).distinct
+        memo = self._prefill_memo
         best = math.inf
         for key, k in distinct.items():
-            value = self._prefill_memo[(key, prompt, 0)] = k.prefill_s(prompt)
-            best = min(best, value)
+            value = memo[(key, prompt, 0)] = k.prefill_s(prompt)
+            if value < best:        # min(best, value), with its tie and NaN rules
+                best = value
         return best if distinct else 0.0
 
     # --- learning --------------------------------------------------------------------------
