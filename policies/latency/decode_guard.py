@@ -34,7 +34,6 @@ from policies.latency.incumbents import (
     Incumbent,
     Incumbents,
     ListedIncumbents,
-    prefill_start,
     resized,
 )
 
@@ -50,17 +49,35 @@ class DecodeGuard:
     def fits(self, worker_id: str, now: float, estimate: Estimate) -> bool:
         """Whether ``estimate``'s prefill, placed on ``worker_id`` at ``now``, leaves every
         incumbent there within its TPOT objective."""
-        incumbents = self._by_worker.get(worker_id)
-        return incumbents is None or _spares(incumbents, now, estimate)
+        return bool(self.fitting((0,), (worker_id,), {worker_id: estimate}, now))
 
     def fitting(self, positions: Iterable[int], ids: Sequence[str],
                 estimates: Mapping[str, Estimate], now: float) -> list[int]:
         """The positions ``p`` whose worker ``ids[p]`` ``fits`` ``estimates[ids[p]]``, in
         order: ``fits`` for a whole candidate list in one call."""
         incumbents_of = self._by_worker.get
-        return [p for p in positions
-                if (incumbents := incumbents_of(ids[p])) is None
-                or _spares(incumbents, now, estimates[ids[p]])]
+        kept: list[int] = []
+        for p in positions:     # one loop, without a call per candidate
+            worker_id = ids[p]
+            incumbents = incumbents_of(worker_id)
+            if incumbents is None:
+                kept.append(p)
+                continue
+            estimate = estimates[worker_id]
+            prefill = estimate.prefill_s
+            # no stall exceeds the prefill itself: most answers need no look at the members
+            if prefill <= incumbents.least_slack_s:
+                kept.append(p)
+                continue
+            wait = estimate.ttft_s - prefill       # incumbents.prefill_start, inlined
+            starts = now + (wait if wait > 0.0 else 0.0)
+            if starts >= incumbents.last_end_s:    # it starts after the last decode ends
+                kept.append(p)
+            elif starts < incumbents.spent_last_end_s and prefill > 0.0:
+                continue                           # it stalls a spent one
+            elif not incumbents.unspent_broken(starts, estimate):
+                kept.append(p)
+        return kept
 
     def admit(self, request_id: str, worker_id: str, now: float, estimate: Estimate,
               output_tokens: int) -> None:
@@ -109,17 +126,3 @@ class DecodeGuard:
     def tracked(self) -> int:
         """Requests held in all (bounded by the requests in flight)."""
         return len(self._worker_of)
-
-
-def _spares(incumbents: Incumbents, now: float, estimate: Estimate) -> bool:
-    """``fits`` on one worker's incumbents."""
-    prefill = estimate.prefill_s
-    # no stall exceeds the prefill itself: most answers need no look at the members
-    if prefill <= incumbents.least_slack_s:
-        return True
-    starts = prefill_start(now, estimate)
-    if starts >= incumbents.last_end_s:      # it starts after the last decode ends
-        return True
-    if starts < incumbents.spent_last_end_s and prefill > 0.0:   # it stalls a spent one
-        return False
-    return not incumbents.unspent_broken(starts, estimate)

@@ -165,11 +165,21 @@ class ListedIncumbents:
 
     def unspent_broken(self, starts: float, estimate: Estimate) -> bool:
         prefill = estimate.prefill_s
+        if prefill <= 0.0:            # stalls nothing (stall_of)
+            return False
+        steps = estimate.prefill_steps
         for incumbent in self._unspent:      # least slack first
             slack = incumbent.slack_s
             if slack >= prefill:      # neither it nor any after it can be broken
                 return False
-            stall = stall_of(incumbent, starts, estimate)
+            # stall_of, inlined: the same operations in the same order
+            end = incumbent.end_s
+            if starts >= end:
+                continue
+            tpot, start = incumbent.tpot_s, incumbent.start_s
+            left = (end - (start if start > starts else starts)) / tpot if tpot > 0 \
+                else float(steps)
+            stall = prefill * (1.0 if left >= steps else left / steps)
             if stall > 0.0 and stall > slack:
                 return True
         return False
