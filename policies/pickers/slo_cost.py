@@ -211,8 +211,11 @@ class SloCostPicker:
                 loads = _kv_loads(request, positions, ids, estimates, cycle)
                 positions = (_with_room(positions, loads)
                              or [positions[loads.index(min(loads))]])
-            lateness = [max(e.ttft_s / ttft_goal, e.tpot_s / tpot_goal)
-                        for e in map(estimates.__getitem__, map(ids.__getitem__, positions))]
+            lateness: list[float] = []
+            for e in map(estimates.__getitem__, map(ids.__getitem__, positions)):
+                late_ttft, late_tpot = e.ttft_s / ttft_goal, e.tpot_s / tpot_goal
+                # max(late_ttft, late_tpot), with its tie and NaN rules, without the call
+                lateness.append(late_tpot if late_tpot > late_ttft else late_ttft)
             ranked = sorted(range(len(positions)), key=lateness.__getitem__)
             chosen = positions[ranked[0]]
             runner = positions[ranked[1]] if len(ranked) > 1 else None
@@ -318,6 +321,8 @@ def _estimated_positions(candidates: Sequence[CandidateScore], ids: Sequence[str
         position = candidates.positions()
         if len(position) == len(ids):      # no id repeats: one position per estimate
             if estimates.keys() <= position.keys():
+                if len(estimates) == len(ids):     # every candidate (a fleet of 32 or fewer)
+                    return list(range(len(ids)))
                 return sorted(map(position.__getitem__, estimates))
             return sorted(position[w] for w in estimates if w in position)
     return [p for p, worker_id in enumerate(ids) if worker_id in estimates]
