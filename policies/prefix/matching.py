@@ -65,17 +65,35 @@ def match_prefix(request: RoutingRequest, workers: Sequence[WorkerView],
                         if pending > blocks:
                             blocks = pending
                     if blocks:
-                        tokens[worker_id] = min(blocks * block_size,
-                                                limit // block_size * block_size)
+                        count = min(blocks * block_size, limit // block_size * block_size)
+                        if count > 0:
+                            tokens[worker_id] = count
             fallback = missing
         else:
             fallback = members if members is not None and group is ids else group
         if fallback:
             cap = limit // block_size * block_size
-            for worker_id, blocks in approximate.match(chain, fallback).items():
-                tokens[worker_id] = min(blocks * block_size, cap)
-    return PrefixMatch(tokens={k: v for k, v in tokens.items() if v > 0},
-                       exact=frozenset(exact_ids))
+            if cap > 0:          # else every count is 0: none is kept
+                for worker_id, blocks in approximate.match(chain, fallback).items():
+                    count = blocks * block_size
+                    # min(count, cap), with its tie rule, without the call
+                    tokens[worker_id] = cap if cap < count else count
+    # each worker is in one group, and counted once: those of 0 tokens were left out above
+    return _new_match(tokens, frozenset(exact_ids))
+
+
+# PrefixMatch is a frozen slots dataclass without __post_init__: filled through its slot
+# descriptors it is the same object its __init__ builds, in less time (one per decision).
+_set_tokens = vars(PrefixMatch)["tokens"].__set__
+_set_exact = vars(PrefixMatch)["exact"].__set__
+
+
+def _new_match(tokens: Mapping[str, int], exact: frozenset[str]) -> PrefixMatch:
+    """``PrefixMatch(tokens, exact)``."""
+    match: PrefixMatch = object.__new__(PrefixMatch)
+    _set_tokens(match, tokens)
+    _set_exact(match, exact)
+    return match
 
 
 _block_size = attrgetter("block_size")
