@@ -18,7 +18,7 @@ Plugins explain themselves through two helpers, which the engine folds into the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from policies.base import CycleState
@@ -41,9 +41,44 @@ def record_worker_attribute(cycle: CycleState, key: str, worker_id: str, value: 
     table.setdefault(key, {})[worker_id] = value
 
 
+class LazyAttribute(Mapping[str, Any]):
+    """``{worker id: value(worker id)}`` over the ids in ``members``: a per-worker attribute
+    recorded without a per-worker write (``policies.latency.attributes``)."""
+
+    __slots__ = ("_members", "_value")
+
+    def __init__(self, members: Mapping[str, Any], value: Callable[[str], Any]) -> None:
+        self._members = members
+        self._value = value
+
+    def __getitem__(self, worker_id: str) -> Any:
+        if worker_id not in self._members:
+            raise KeyError(worker_id)
+        return self._value(worker_id)
+
+    def __contains__(self, worker_id: object) -> bool:
+        return worker_id in self._members
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+
 def worker_attributes(cycle: CycleState, worker_id: str) -> dict[str, Any]:
+    """``{key: values[worker_id]}`` for each recorded attribute that has the worker (a
+    ``LazyAttribute`` read without its ``in`` and ``[]`` methods: one is read per key and
+    decision)."""
     table: Mapping[str, Mapping[str, Any]] = cycle.read(WORKER_ATTRIBUTES) or {}
-    return {key: values[worker_id] for key, values in table.items() if worker_id in values}
+    chosen: dict[str, Any] = {}
+    for key, values in table.items():
+        if type(values) is LazyAttribute:
+            if worker_id in values._members:
+                chosen[key] = values._value(worker_id)
+        elif worker_id in values:
+            chosen[key] = values[worker_id]
+    return chosen
 
 
 def set_reason(cycle: CycleState, text: str, decided_by: str) -> None:

@@ -126,7 +126,7 @@ class Profile:
             scorer, weight = weighted.scorer, weighted.weight
             clamped = getattr(scorer, "clamped_column", False) is True
             try:
-                column = _score_column(scorer, request, workers, cycle, ids)
+                column = _score_column(scorer, request, workers, cycle, ids, clamped)
                 if not clamped:
                     column = _clamped(column)
             except (Exception, SystemExit):
@@ -185,16 +185,17 @@ def _new_result(chosen: CandidateScore | None, candidates: Sequence[CandidateSco
 
 
 def _score_column(scorer: Scorer, request: RoutingRequest, workers: Sequence[WorkerView],
-                  cycle: CycleState, ids: list[str]) -> list[Any]:
+                  cycle: CycleState, ids: list[str], clamped: bool) -> list[Any]:
     """One scorer's raw scores in view order: its ``score_column`` when it has one (the
     built-in scorers: no dict), else its ``score`` mapping read by worker id (0 when
-    missing). A scorer whose ``clamped_column`` is True promises a fresh list clamped as
-    ``_clamped`` would leave it, so the profile neither copies nor clamps its column."""
+    missing). A scorer whose ``clamped_column`` is True (``clamped``) promises a fresh list
+    clamped as ``_clamped`` would leave it, so the profile neither copies nor clamps its
+    column."""
     score_column = getattr(scorer, "score_column", None)
     if score_column is None:
         return list(map(scorer.score(request, workers, cycle).get, ids, repeat(0.0)))
     column: list[Any] = score_column(request, workers, cycle)
-    if getattr(scorer, "clamped_column", False) is not True:
+    if not clamped:
         column = list(column)
     if len(column) != len(ids):
         raise ValueError(f"score_column gave {len(column)} scores for {len(ids)} workers")
