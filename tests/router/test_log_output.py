@@ -10,14 +10,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import orjson
 import pytest
 
 from router.log_output import JsonLogFormatter, log_formatter
-from tests.router.gateway_support import MODEL, REPO_ROOT, url_fleet_file
+from tests.router.gateway_support import MODEL, REPO_ROOT, url_fleet_file, wait_healthy
 from workers.emulator.process import EmulatorProcess
 from workers.ports import free_port
 
@@ -85,14 +84,8 @@ def test_every_process_of_serve_writes_json_lines(tmp_path: Path) -> None:
                  "--processes", "2", "--log-format", "json"],
                 cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log)
             try:
+                wait_healthy(f"http://127.0.0.1:{port}", proc)
                 deadline = time.monotonic() + 30
-                while True:
-                    assert proc.poll() is None and time.monotonic() < deadline
-                    try:
-                        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                        break
-                    except OSError:
-                        time.sleep(0.1)
                 while log_path.read_text().count("listening on") < 2:    # both processes
                     assert proc.poll() is None and time.monotonic() < deadline
                     time.sleep(0.1)
