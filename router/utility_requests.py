@@ -47,6 +47,7 @@ from router.errors import (
     ResponseNotFound,
     RouterError,
     UpstreamError,
+    UpstreamTimeout,
 )
 from router.form_fields import boundary_of, form_fields
 from router.forwarded_headers import worker_headers
@@ -120,7 +121,7 @@ class UtilityRequests:
         self._metrics = metrics
         self._clock = clock
         self._turn = itertools.count()
-        self._ids = RequestIds()
+        self._ids = RequestIds(clock=clock)
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
         self._forms = forms
 
@@ -256,6 +257,18 @@ class UtilityRequests:
                         self._metrics.record_retry(view.id, failure.reason)
                     self._ejection.failed(view.id, self._clock())
                 continue
+            except UpstreamTimeout:
+                self._ids.hold_after_release(request_id)    # the worker may still run it
+                raise
+            except asyncio.CancelledError as cancelled:
+                if not isinstance(cancelled, CancelledAfterTheEnd):
+                    # its client left: the worker runs it until it notices (a streamed
+                    # transcription), its id with it (``RequestIds.hold_after_release``)
+                    self._ids.hold_after_release(request_id)
+                raise
+            if result.status == CLIENT_LEFT or (result.status >= 500
+                                                and not result.worker_failed):
+                self._ids.hold_after_release(request_id)    # cut here while it ran there
             if self._registry.declares(view.id):
                 if result.status >= 500 and result.worker_failed:   # a stream it broke
                     self._ejection.failed(view.id, self._clock())
