@@ -3,6 +3,7 @@ the handle of a running router (fixtures live in ``conftest.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import yaml
 from aiohttp import web
 
@@ -187,3 +189,48 @@ async def scripted_router(emulated_fleet: FleetConfig, make_router: RouterFactor
     async with FrontedWorker(backend, on_post) as worker:
         yield await make_router(url_fleet({worker_id: worker.url}), routing, **settings)
 
+
+
+# whether a request's body asks for a stream
+StreamAsked = Callable[[web.Request, bytes], Awaitable[bool]]
+
+
+class IdsRunningLate:
+    """A worker that keys its requests by ``X-Request-Id``, refuses an id it runs (vLLM's
+    400 "already running"), and notices a stream's client gone ``notice_s`` later (vLLM
+    aborts at its next engine step, later under load). A stream is 200 events of ``chunk``;
+    an answer that is not streamed is ``whole``."""
+
+    def __init__(self, stream_asked: StreamAsked, chunk: Mapping[str, Any],
+                 whole: Mapping[str, Any], notice_s: float = 0.5) -> None:
+        self._stream_asked = stream_asked
+        self._chunk = orjson.dumps(chunk)
+        self._whole = whole
+        self.notice_s = notice_s
+        self.running: set[str] = set()
+        self.refused = 0
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        request_id = request.headers["X-Request-Id"]
+        if request_id in self.running:
+            self.refused += 1
+            return web.json_response({"object": "error", "type": "BadRequestError",
+                                      "message": f"Request id {request_id} already running.",
+                                      "code": 400}, status=400)
+        if not await self._stream_asked(request, body):
+            return web.json_response(self._whole)
+        self.running.add(request_id)
+        try:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for _ in range(200):
+                await response.write(b"data: " + self._chunk + b"\n\n")
+                await asyncio.sleep(0.01)
+            await response.write(b"data: [DONE]\n\n")
+            self.running.discard(request_id)
+            return response
+        finally:
+            if request_id in self.running:         # its client left: noticed later
+                asyncio.get_running_loop().call_later(
+                    self.notice_s, self.running.discard, request_id)

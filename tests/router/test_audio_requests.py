@@ -20,6 +20,7 @@ from aiohttp import web
 from tests.router.gateway_support import (
     MODEL,
     ROUTING_ROUND_ROBIN,
+    IdsRunningLate,
     RouterFactory,
     fleet_entry,
     scripted_router,
@@ -223,45 +224,19 @@ async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
-class SlowToNoticeSpeech:
-    """A speech worker that keys its requests by ``X-Request-Id``, refuses one it runs
-    (vLLM's 400 "already running"), and notices a stream's client gone 0.5 s late."""
-
-    def __init__(self) -> None:
-        self.running: set[str] = set()
-        self.refused = 0
-
-    async def answer(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        request_id = request.headers["X-Request-Id"]
-        if request_id in self.running:
-            self.refused += 1
-            return web.json_response({"object": "error", "type": "BadRequestError",
-                                      "message": f"Request id {request_id} already running.",
-                                      "code": 400}, status=400)
-        if (await _form(request, body)).get("stream") != "true":
-            return web.json_response({"text": "hi", "usage": {"type": "duration", "seconds": 1}})
-        self.running.add(request_id)
-        try:
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
-            for _ in range(200):
-                chunk = {"id": "trsc-1", "object": "transcription.chunk", "model": MODEL,
-                         "choices": [{"delta": {"content": "word "}}]}
-                await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-                await asyncio.sleep(0.01)
-            self.running.discard(request_id)
-            return response
-        finally:
-            if request_id in self.running:
-                asyncio.get_running_loop().call_later(0.5, self.running.discard, request_id)
+async def _form_stream_asked(request: web.Request, body: bytes) -> bool:
+    return (await _form(request, body)).get("stream") == "true"
 
 
 async def test_a_transcriptions_id_sent_again_just_after_its_client_left_is_served(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """As a routed request's: the id of a stream cut while its worker ran it stays taken a
     moment, so the same id sent again at once goes with a suffix, not to the worker's 400."""
-    speech = SlowToNoticeSpeech()
+    speech = IdsRunningLate(
+        _form_stream_asked,
+        {"id": "trsc-1", "object": "transcription.chunk", "model": MODEL,
+         "choices": [{"delta": {"content": "word "}}]},
+        {"text": "hi", "usage": {"type": "duration", "seconds": 1}})
     headers = {"x-request-id": "dictation-1"}
     async with scripted_router(emulated_fleet, make_router, speech.answer, "asr") as router, \
             aiohttp.ClientSession() as session:

@@ -21,6 +21,7 @@ from tests.conftest import REPO_ROOT
 from tests.router.gateway_support import (
     MODEL,
     FrontedWorker,
+    IdsRunningLate,
     PostHandler,
     RouterFactory,
     RouterHandle,
@@ -58,45 +59,8 @@ async def test_in_flight_tokens_count_max_tokens_as_the_window_clamps_them(
     assert 0 < worker["inflight_tokens"] <= 8_192
 
 
-class IdsRunningLate:
-    """A worker that keys its requests by ``X-Request-Id``, refuses an id it runs (vLLM's
-    400 "already running"), and notices a stream's client gone ``notice_s`` later (vLLM
-    aborts at its next engine step, later under load)."""
-
-    def __init__(self, notice_s: float) -> None:
-        self.notice_s = notice_s
-        self.running: set[str] = set()
-        self.refused = 0
-
-    async def answer(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        request_id = request.headers["X-Request-Id"]
-        if request_id in self.running:
-            self.refused += 1
-            return web.json_response({"object": "error", "type": "BadRequestError",
-                                      "message": f"Request id {request_id} already running.",
-                                      "code": 400}, status=400)
-        self.running.add(request_id)
-        chunk = {"id": "c", "object": "text_completion", "model": MODEL,
-                 "choices": [{"index": 0, "text": "x", "finish_reason": None}]}
-        if not body.get("stream"):
-            self.running.discard(request_id)
-            return web.json_response({**chunk, "usage": {"prompt_tokens": 3,
-                                                         "completion_tokens": 1,
-                                                         "total_tokens": 4}})
-        try:
-            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await response.prepare(request)
-            for _ in range(200):
-                await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-                await asyncio.sleep(0.01)
-            await response.write(b"data: [DONE]\n\n")
-            self.running.discard(request_id)
-            return response
-        finally:
-            if request_id in self.running:         # its client left: noticed later
-                asyncio.get_running_loop().call_later(
-                    self.notice_s, self.running.discard, request_id)
+async def _json_stream_asked(request: web.Request, body: bytes) -> bool:
+    return bool(orjson.loads(body).get("stream"))
 
 
 async def test_a_clients_id_sent_again_just_after_it_left_its_stream_is_served(
@@ -105,7 +69,10 @@ async def test_a_clients_id_sent_again_just_after_it_left_its_stream_is_served(
     the next question at once: its worker still runs the first request a moment, and its id
     with it; the second goes with a suffix, not to the worker's 400 "already running". A
     request that ended whole frees its id at once, and a cut one once the hold is over."""
-    worker = IdsRunningLate(notice_s=0.5)
+    chunk = {"id": "c", "object": "text_completion", "model": MODEL,
+             "choices": [{"index": 0, "text": "x", "finish_reason": None}]}
+    worker = IdsRunningLate(_json_stream_asked, chunk, {**chunk, "usage": {
+        "prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
     headers = {"x-request-id": "job-42"}
     async with scripted_router(emulated_fleet, make_router, worker.answer) as router, \
             aiohttp.ClientSession() as session:
