@@ -88,6 +88,7 @@ from router.proxy import (
     Proxy,
     ProxyResult,
     RetryableUpstream,
+    cut_at_worker,
 )
 from router.refusals import RefusalRecord, RefusalRecorder
 from router.request_body import read_body
@@ -667,11 +668,7 @@ class Director:
         worker = decision.worker_id
         assert worker is not None
         self._ejection.stalls.settled(attempt.stall_ticket)
-        if (status in (CLIENT_LEFT, UpstreamTimeout.status)
-                or (result is not None and status >= 500 and not result.worker_failed)):
-            # the router closed its connection to the worker while it ran the request (its
-            # client left, the wait ran out, an event past the bound): the worker still
-            # holds its id a moment, until it notices
+        if cut_at_worker(status, result):     # the worker holds its id until it notices
             self._ids.hold_after_release(routing.request_id)
         self._store.on_complete(worker, 0 if attempt.first_token_seen
                                 else attempt.prefill_tokens, attempt.decode_tokens)

@@ -266,6 +266,15 @@ class ProxyResult:
     worker_error_event: bool = False
 
 
+def cut_at_worker(status: int, result: ProxyResult | None) -> bool:
+    """Whether the router closed its connection to the worker while the worker was running
+    the request: its client left (``CLIENT_LEFT``), the wait for an answer ran out
+    (``UpstreamTimeout``), a stream cut for the size of an event. The worker runs it until
+    it notices, its request id with it (``RequestIds.hold_after_release``)."""
+    return (status in (CLIENT_LEFT, UpstreamTimeout.status)
+            or (result is not None and status >= 500 and not result.worker_failed))
+
+
 class EventTooLarge(Exception):
     """One event of a stream is longer than ``MAX_EVENT_BYTES``: the answer's size, not the
     worker's failure (not retried, not counted toward ejecting it)."""

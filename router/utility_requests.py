@@ -68,6 +68,7 @@ from router.proxy import (
     Proxy,
     ProxyResult,
     RetryableUpstream,
+    cut_at_worker,
 )
 from router.refusals import RefusalRecord, RefusalRecorder
 from router.request_body import read_body
@@ -258,17 +259,14 @@ class UtilityRequests:
                     self._ejection.failed(view.id, self._clock())
                 continue
             except UpstreamTimeout:
-                self._ids.hold_after_release(request_id)    # the worker may still run it
+                self._ids.hold_after_release(request_id)    # (cut_at_worker's 504)
                 raise
             except asyncio.CancelledError as cancelled:
-                if not isinstance(cancelled, CancelledAfterTheEnd):
-                    # its client left: the worker runs it until it notices (a streamed
-                    # transcription), its id with it (``RequestIds.hold_after_release``)
+                if not isinstance(cancelled, CancelledAfterTheEnd):     # its client left
                     self._ids.hold_after_release(request_id)
                 raise
-            if result.status == CLIENT_LEFT or (result.status >= 500
-                                                and not result.worker_failed):
-                self._ids.hold_after_release(request_id)    # cut here while it ran there
+            if cut_at_worker(result.status, result):
+                self._ids.hold_after_release(request_id)
             if self._registry.declares(view.id):
                 if result.status >= 500 and result.worker_failed:   # a stream it broke
                     self._ejection.failed(view.id, self._clock())

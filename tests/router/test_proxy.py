@@ -15,7 +15,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from router.proxy import RetryableUpstream
+from router.proxy import ProxyResult, RetryableUpstream, cut_at_worker
 from tests.router.gateway_support import (
     MODEL,
     ROUTING_ROUND_ROBIN,
@@ -430,3 +430,14 @@ def test_a_workers_json_error_message_is_told_with_its_status() -> None:
     flat = '{"object": "error", "message": "busy\\nnow", "code": 503}'
     assert RetryableUpstream("http_5xx", 503, f"HTTP 503: {flat}").client_text() == (
         "http_5xx: the worker answered HTTP 503: busy now")
+
+
+@pytest.mark.parametrize(("status", "worker_failed", "cut"), [
+    (499, True, True), (504, True, True), (502, False, True),    # client left, wait, size
+    (502, True, False), (200, True, False), (400, True, False)])  # the worker's own end
+def test_a_request_is_cut_at_its_worker_when_the_router_closed_it_while_it_ran(
+        status: int, worker_failed: bool, cut: bool) -> None:
+    result = ProxyResult(web.StreamResponse(), status, None, None, 0.0,
+                         worker_failed=worker_failed)
+    assert cut_at_worker(status, result) is cut
+    assert cut_at_worker(499, None) and not cut_at_worker(502, None)
