@@ -60,6 +60,7 @@ from router.keys import (
     METRICS,
     MODEL_RETIREMENT,
     POLICY,
+    PROCESS_SITES,
     REGISTRY,
     REQUEST_TASKS,
     SCRAPER,
@@ -462,14 +463,17 @@ async def start_router(settings: Settings, fleet: FleetConfig | None = None,
                            shutdown_timeout=settings.drain_timeout_s + AIOHTTP_DRAIN_SLACK_S,
                            auto_decompress=False,
                            keepalive_timeout=settings.client_idle_timeout_s)
+    app[PROCESS_SITES] = []
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_port=settings.share_port,
                        ssl_context=tls)
     await _listen(site, runner, settings.host, settings.port)
     port = runner.addresses[0][1]
     if settings.process_port is not None:     # this process alone: what Prometheus scrapes
-        await _listen(web.TCPSite(runner, settings.host, settings.process_port,
-                                  ssl_context=tls), runner, settings.host, settings.process_port)
+        process_site = web.TCPSite(runner, settings.host, settings.process_port,
+                                   ssl_context=tls)
+        await _listen(process_site, runner, settings.host, settings.process_port)
+        app[PROCESS_SITES].append(process_site)
         log.info("this process also answers on port %d alone (its own /metrics)",
                  settings.process_port)
     return runner, int(port)
@@ -498,6 +502,24 @@ def _log_drain(app: web.Application, timeout_s: float) -> None:
     log.info("stopping: no new connections; %d request(s) in flight get up to %g s to finish%s",
              len(app[REQUEST_TASKS]) - turned_away, timeout_s,
              f"; {turned_away} waiting for a slot answered 503" if turned_away else "")
+
+
+async def _drain_while_scraped(runner: web.AppRunner) -> None:
+    """With a port of this process alone (``--metrics-port``): stop listening on the shared
+    port, and wait until the requests in flight end (or are cut) while that port still
+    answers, so that the drain is scraped and what its requests add to the counters too.
+    Connections open on either port stay open meanwhile: what reaches the router on them is
+    answered, its routed requests refused as a stopping router's (``router.admission``)
+    and ``/health`` says 503. (aiohttp's ``pre_shutdown`` would close them, but leaves one
+    it finds idle unanswered until the drain ends, where Prometheus keeps its connection.)
+    Without such a port ``runner.cleanup()`` closes every port at once."""
+    kept = runner.app[PROCESS_SITES]
+    if not kept:
+        return
+    for site in runner.sites:
+        if site not in kept:
+            await site.stop()
+    await runner.app[REQUEST_TASKS].idle()
 
 
 def _engine_restarted(app: web.Application, worker_id: str) -> None:
@@ -587,6 +609,7 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
             # aiohttp alone would let a stream run for twice the drain (``router.drain``)
             cut = runner.app[REQUEST_TASKS].cut_after(settings.drain_timeout_s)
             try:
+                await _drain_while_scraped(runner)
                 await runner.cleanup()
             finally:
                 cut.cancel()

@@ -5,7 +5,9 @@ the request to stop and waits ``shutdown_timeout`` again before it cancels the h
 a stream that does not read its request body runs for twice the drain it was given.
 ``RequestTasks`` keeps the task of every request being handled (its middleware, outermost)
 and ``cut_after(s)`` cancels those still running ``s`` seconds later: a stream is cut when
-``--drain-timeout`` says, and aiohttp's wait ends with it.
+``--drain-timeout`` says, and aiohttp's wait ends with it. ``idle()`` waits until none is
+being handled (the drain waits on it while the port of this process alone still answers,
+for what the requests in flight add to be scraped).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class RequestTasks:
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[object]] = set()
+        self._none: asyncio.Event | None = None   # made on the loop, when first waited on
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -35,10 +38,22 @@ class RequestTasks:
         if task is None:          # not inside a task: nothing to cut later
             return await handler(request)
         self._tasks.add(task)
+        if self._none is not None:
+            self._none.clear()
         try:
             return await handler(request)
         finally:
             self._tasks.discard(task)
+            if self._none is not None and not self._tasks:
+                self._none.set()
+
+    async def idle(self) -> None:
+        """Return once no request is being handled (at once when none is)."""
+        if self._none is None:
+            self._none = asyncio.Event()
+        if not self._tasks:
+            self._none.set()
+        await self._none.wait()
 
     def cut_after(self, timeout_s: float) -> asyncio.TimerHandle:
         """Cancel, ``timeout_s`` seconds from now, every request still being handled (the

@@ -7,8 +7,8 @@
 ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``,
 ``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
 ``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health`` (also ``/readiness``: 503
-while no worker is healthy), ``GET /liveness`` (200 while the process answers),
-``GET /metrics``,
+while no worker is healthy, and once the router is stopping), ``GET /liveness`` (200 while
+the process answers), ``GET /metrics``,
 ``GET /debug/decisions``, ``GET /debug/fleet``, ``GET /debug/admission``.
 """
 
@@ -164,10 +164,12 @@ async def retrieve_model(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     views = request.app[REGISTRY].views(time.monotonic())
     healthy = sum(1 for v in views if v.healthy)
-    status = "ok" if healthy else "no_healthy_worker"
+    # stopping: asked on a connection opened before the drain (a load balancer's kept one)
+    stopping = request.app[DIRECTOR].admission.gate.closed
+    status = "stopping" if stopping else "ok" if healthy else "no_healthy_worker"
     return _json({"status": status, "healthy_workers": healthy, "workers": len(views),
                   "state_store_degraded": request.app[STORE].degraded},
-                 status=200 if healthy else 503)
+                 status=200 if healthy and not stopping else 503)
 
 
 async def liveness(request: web.Request) -> web.Response:

@@ -41,6 +41,8 @@ POLICY = web.AppKey("policy", PolicyReloader)
 KV_EVENTS = web.AppKey("kv_events", KvEventFeed)
 EJECTION = web.AppKey("ejection", WorkerEjection)
 REQUEST_TASKS = web.AppKey("request_tasks", RequestTasks)
+# the listener of this process alone (--metrics-port), kept open through the drain
+PROCESS_SITES: web.AppKey[list[web.BaseSite]] = web.AppKey("process_sites")
 MODEL_RETIREMENT = web.AppKey("model_retirement", ModelRetirement)
 LOOP_STALLS = web.AppKey("loop_stalls", LoopStalls)
 # the Authorization header sent to each worker started with --api-key (workers.credentials)

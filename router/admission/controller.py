@@ -41,6 +41,9 @@ OVERLOADED_RETRY_AFTER_S = 1
 # Retry-After of a tokens budget that the answers of its requests in flight fill, and that
 # would have room were they refunded: they settle to what they served as they end
 RESERVED_RETRY_AFTER_S = 1
+# the 503 of a request that reaches a stopping router: it had reached no worker
+STOPPING = ("The router is stopping and this request had not reached a worker yet: send it "
+            "again (another router takes it).")
 
 
 @dataclass(slots=True)
@@ -89,6 +92,10 @@ class Admission:
                     model: str, api: str = OTHER_API) -> AdmissionTicket:
         """Let the request on, or raise ``RateLimited`` / ``InFlightRefused`` (``api``: its
         path's, ``router.metrics.api_of_path``, for the metrics of a refusal)."""
+        if self.gate.closed:
+            # the drain began: only what was in flight finishes (a request on a keep-alive
+            # connection, or on the port of this process alone, still reaches the router)
+            raise self._overloaded("draining", tenant, model, api, STOPPING)
         if section is None:
             await self.gate.enter(0, 0, 1.0)      # counted in flight; no limit
             return AdmissionTicket(None, api=api)
@@ -107,10 +114,7 @@ class Admission:
             waited = await self.gate.enter(section.max_in_flight, section.max_waiting,
                                            section.wait_timeout_s, budget.priority)
         except GateClosed:
-            raise self._overloaded(
-                "draining", tenant, model, api,
-                "The router is stopping and this request had not reached a worker yet: send "
-                "it again (another router takes it).") from None
+            raise self._overloaded("draining", tenant, model, api, STOPPING) from None
         except GateFull:
             raise self._overloaded(
                 "queue_full", tenant, model, api,

@@ -202,6 +202,66 @@ async def test_a_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
     assert "a second signal: cutting 1 request(s) still in flight" in log.read_text()
 
 
+def requests_answered(metrics_text: str) -> float:
+    """The sum of kvroute_requests_total in a /metrics page."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
+               if line.startswith("kvroute_requests_total{"))
+
+
+async def test_the_port_of_the_process_alone_is_scraped_through_the_drain(
+        tmp_path: Path) -> None:
+    """With ``--metrics-port`` that port closed with the shared one at SIGTERM: what the
+    requests finishing during the drain counted was never scraped, nor the drain itself.
+    It answers until the last request in flight ends, on the connection Prometheus keeps too;
+    a request sent there meanwhile is refused as the stopping router's (503, another router
+    takes it) and ``/health`` says so."""
+    with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
+                         time_scale=1.0) as worker:
+        port = free_port()
+        metrics_port = free_port()
+        while metrics_port == port:
+            metrics_port = free_port()
+        url, own = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}"
+        fleet = url_fleet_file(tmp_path, {"h100-0": worker.url})
+        log = tmp_path / "router.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "router.cli", "serve", "--fleet", str(fleet),
+                 "--routing", str(REPO_ROOT / "config/routing.yaml"), "--port", str(port),
+                 "--metrics-port", str(metrics_port)],
+                cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=out)
+        try:
+            wait_healthy(url, proc, timeout_s=30.0)
+            events = [asyncio.Event(), asyncio.Event()]
+            short, long = (asyncio.create_task(read_stream(url, n, e))
+                           for n, e in zip((20, 400), events, strict=True))   # 0.2 s, 4 s
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 20)
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{own}/metrics") as resp:
+                    assert requests_answered(await resp.text()) == 0
+                os.kill(proc.pid, signal.SIGTERM)
+                assert (await asyncio.wait_for(short, 10))[-1] == b"data: [DONE]"
+                assert await refused(url)
+                async with http.get(f"{own}/metrics") as resp:       # drained, still scraped
+                    assert resp.status == 200
+                    assert requests_answered(await resp.text()) == 1
+                async with http.get(f"{own}/health") as resp:    # not ready: it is leaving
+                    assert (resp.status, (await resp.json())["status"]) == (503, "stopping")
+                async with http.post(f"{own}/v1/completions", json=stream_body(5)) as resp:
+                    error = await resp.json()
+                    assert (resp.status, resp.headers["Retry-After"]) == (503, "1")
+                    assert error["error"]["message"].startswith("The router is stopping")
+                assert not long.done()
+            lines = await asyncio.wait_for(long, 30)
+            assert lines[-1] == b"data: [DONE]" and len(lines) == 401
+            assert await asyncio.to_thread(proc.wait, 30) == 0
+            assert await refused(own)                  # gone with the last request
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def serve_two(tmp_path: Path, worker_url: str, port: int) -> tuple[subprocess.Popen[bytes], Path]:
     fleet = url_fleet_file(tmp_path, {"h100-0": worker_url})
     log = tmp_path / "router.log"

@@ -259,6 +259,22 @@ async def test_a_request_that_would_wait_while_the_router_stops_is_refused_as_dr
     admission.finish(first)
 
 
+@pytest.mark.parametrize("section", [None, AdmissionSection(max_in_flight=8)])
+async def test_a_request_arriving_once_the_router_stops_is_refused_with_slots_free(
+        section: AdmissionSection | None) -> None:
+    """Once the drain begins only what was in flight finishes: a request that still reaches
+    the router (on a keep-alive connection, or on the port of its process alone, which
+    stays open through the drain) had reached no worker and goes to another router."""
+    admission, metrics, _ = _admission()
+    admission.gate.close()
+    with pytest.raises(AdmissionRefused) as refused:
+        await admission.admit(section, "acme", MODEL)
+    assert (refused.value.status, refused.value.reason) == (503, "draining")
+    assert refused.value.headers == {"Retry-After": "1"}
+    assert _rejections(metrics, "draining", "acme") == 1
+    assert admission.gate.in_flight == 0
+
+
 async def test_an_answer_says_what_is_left_of_its_budget() -> None:
     admission, _, _ = _admission()
     section = AdmissionSection(tenants={"acme": TenantBudget(requests_per_minute=5,
