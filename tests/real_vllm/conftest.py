@@ -106,7 +106,8 @@ def fleet_data(model_dir: Path, python: str) -> dict[str, Any]:
         "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 2048}},
         "workers": [{"id": f"cpu-{name}", "gpu": "l40s", "models": [MODEL],
                      "url": f"http://127.0.0.1:{free_port()}",
-                     "kv_events": f"tcp://127.0.0.1:{free_port()}", "launch": launch}
+                     "kv_events": f"tcp://127.0.0.1:{free_port()}", "launch": launch,
+                     "labels": {"kv_events_replay": f"tcp://127.0.0.1:{free_port()}"}}
                     for name in ("a", "b")],
     }
 

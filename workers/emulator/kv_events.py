@@ -3,14 +3,18 @@
 One batch per engine step that produced events, ``seq`` an 8-byte big-endian counter from 0.
 A batch is the msgpack array ``[ts, events, data_parallel_rank]``; each event is a map with a
 ``type`` key (v0.33, the default) or a tagged array (earlier releases, ``encoding: array``).
-An optional ROUTER socket answers replay requests (one frame: 8-byte start seq) with
-``[b"", topic, seq, payload]`` per buffered batch, then an end marker with seq -1.
+An optional ROUTER socket answers replay requests as vLLM's ``ZmqEventPublisher`` does: a
+request is a REQ socket's envelope, ``[b"", start]`` (8-byte big-endian start seq; a ROUTER
+reads ``[identity, b"", start]``), and anything else is logged and dropped; the answer is
+``[b"", topic, seq, payload]`` per buffered batch from ``start``, then the end marker
+``[b"", b"", seq -1, b""]`` (an empty topic).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -25,6 +29,8 @@ from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored, KVEv
 from workers.task_cancel import cancel_and_wait
 
 END_OF_REPLAY = (2**64 - 1).to_bytes(8, "big")
+
+log = logging.getLogger(__name__)
 
 
 def encode_event(event: KVEvent, encoding: str) -> Any:
@@ -110,15 +116,16 @@ class KvEventPublisher:
         assert self._replay is not None
         while True:
             frames = await self._replay.recv_multipart()
-            if len(frames) < 2:
+            if len(frames) != 3:          # vLLM answers nothing else (no delimiter: 2 frames)
+                log.warning("Invalid replay request: %s", frames)
                 continue
-            identity, start_frame = frames[0], frames[-1]
-            start = int.from_bytes(start_frame[:8], "big") if len(start_frame) >= 8 else 0
+            identity, _, start_frame = frames
+            start = int.from_bytes(start_frame, "big")
             for seq, payload in list(self._buffer):
                 if seq >= start:
                     await self._replay.send_multipart(
                         [identity, b"", self._topic, seq.to_bytes(8, "big"), payload])
-            await self._replay.send_multipart([identity, b"", self._topic, END_OF_REPLAY, b""])
+            await self._replay.send_multipart([identity, b"", b"", END_OF_REPLAY, b""])
 
     async def close(self) -> None:
         if self._replay_task is not None:

@@ -3,7 +3,8 @@
 One asyncio task per worker: a SUB socket connected to the worker's endpoint (subscribed to
 its topic) reads ``[topic, seq, payload]`` multiparts. When the index reports a gap and the
 worker has a replay endpoint, a DEALER socket asks it for everything from the missing
-sequence number on (one frame: 8-byte big-endian start) and reads
+sequence number on (a REQ envelope, ``[b"", start]``, the start 8 bytes big-endian, as
+vLLM's publisher requires) and reads
 ``[b"", topic, seq, payload]`` (or the older ``[b"", seq, payload]``) until the end marker
 ``seq = 2**64 - 1``; see ``vllm-interface.md`` §3.2. Undecodable payloads count as lost
 batches. ``follow(sources)`` changes the streams followed (a reloaded fleet file) without
@@ -179,7 +180,9 @@ class KvEventSubscriber:
         socket.setsockopt(zmq.IPV6, 1)          # as the live stream's: IPv6 endpoints too
         socket.connect(source.replay_endpoint)
         try:
-            await socket.send_multipart([start.to_bytes(8, "big")])
+            # a REQ socket's envelope (an empty delimiter first): vLLM's publisher drops a
+            # request of any other shape, unanswered
+            await socket.send_multipart([b"", start.to_bytes(8, "big")])
             while True:
                 frames = await socket.recv_multipart()
                 if frames and frames[0] == b"":

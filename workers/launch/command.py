@@ -18,7 +18,8 @@ flag                           value
 ``--enable-prefix-caching``    unless ``launch.enable_prefix_caching: false``; for a pooling
                                model only when set (vLLM refuses it for encoder-only models)
 ``--runner pooling``           for a model declared ``runner: pooling`` (embeddings)
-``--kv-events-config``         when the worker has ``kv_events:`` (ZMQ PUB bound on its port)
+``--kv-events-config``         when the worker has ``kv_events:`` (ZMQ PUB bound on its port;
+                               the replay ROUTER on its ``kv_events_replay`` label's, if any)
 =============================  ============================================================
 
 Environment: ``CUDA_VISIBLE_DEVICES`` from ``launch.devices`` (at least ``tensor_parallel`` of
@@ -40,6 +41,7 @@ from urllib.parse import urlsplit
 
 from workers.credentials import worker_api_key
 from workers.fleet import WorkerSpec
+from workers.kv_events.wiring import REPLAY_LABEL
 from workers.launch.settings import (
     LaunchConfigError,
     LaunchSettings,
@@ -119,23 +121,34 @@ def build_command(spec: WorkerSpec, settings: LaunchSettings | None = None,
         if not prefix_caching:
             raise LaunchConfigError(f"workers[{info.id}].kv_events: needs prefix caching")
         argv += ["--kv-events-config", json.dumps(kv_events_config(
-            info.kv_events_endpoint, settings.kv_events_topic, f"workers[{info.id}].kv_events"),
-            separators=(",", ":"))]
+            info.kv_events_endpoint, settings.kv_events_topic, f"workers[{info.id}].kv_events",
+            replay=info.labels.get(REPLAY_LABEL)), separators=(",", ":"))]
     argv += settings.extra_args
     return VllmCommand(worker_id=info.id, argv=tuple(argv), env=_env(settings),
                        url=info.url, kv_events_endpoint=info.kv_events_endpoint,
                        api_key_env=info.api_key_env)
 
 
-def kv_events_config(endpoint: str, topic: str, where: str) -> dict[str, object]:
-    """vLLM's ``KVEventsConfig`` publishing on ``endpoint``'s port. The endpoint is always
-    ``tcp://*:PORT``: vLLM's PUB socket binds only to ``*`` (or ``::``) addresses and
-    *connects* to any other, which would leave kvroute's subscriber with nothing to join."""
+def kv_events_config(endpoint: str, topic: str, where: str,
+                     replay: str | None = None) -> dict[str, object]:
+    """vLLM's ``KVEventsConfig`` publishing on ``endpoint``'s port, and answering replays on
+    ``replay``'s (the worker's ``kv_events_replay`` label) when given. The endpoints are
+    always ``tcp://*:PORT``: vLLM's sockets bind only to ``*`` (or ``::``) addresses and
+    *connect* to any other, which would leave kvroute's subscriber with nothing to join."""
+    config: dict[str, object] = {"enable_kv_cache_events": True, "publisher": "zmq",
+                                 "endpoint": f"tcp://*:{_tcp_port(endpoint, where)}",
+                                 "topic": topic}
+    if replay is not None:
+        where = where.removesuffix(".kv_events") + f".labels.{REPLAY_LABEL}"
+        config["replay_endpoint"] = f"tcp://*:{_tcp_port(replay, where)}"
+    return config
+
+
+def _tcp_port(endpoint: str, where: str) -> int:
     parts = urlsplit(endpoint)
     if parts.scheme != "tcp" or parts.hostname is None or parts.port is None:
         raise LaunchConfigError(f"{where}: must look like tcp://HOST:PORT, got {endpoint!r}")
-    return {"enable_kv_cache_events": True, "publisher": "zmq",
-            "endpoint": f"tcp://*:{parts.port}", "topic": topic}
+    return parts.port
 
 
 def _host_port(url: str, where: str) -> tuple[str, int]:

@@ -60,11 +60,15 @@ async def test_live_stream_gap_and_replay_over_zmq() -> None:
     subscriber = KvEventSubscriber(index, [source])
 
     async def serve_replay() -> None:
-        identity, start = await replay.recv_multipart()
-        for seq in range(int.from_bytes(start, "big"), 4):
-            await replay.send_multipart([identity, b"", TOPIC, seq.to_bytes(8, "big"),
+        """vLLM's ``ZmqEventPublisher._service_replay`` (vllm/distributed/kv_events.py,
+        v0.32-v0.33): a request of any shape but ``[identity, b"", start]`` is dropped."""
+        frame = await replay.recv_multipart()
+        assert len(frame) == 3, f"vLLM drops this replay request unanswered: {frame}"
+        client_id, _, start_seq_bytes = frame
+        for seq in range(int.from_bytes(start_seq_bytes, "big"), 4):
+            await replay.send_multipart([client_id, b"", TOPIC, seq.to_bytes(8, "big"),
                                          buffered[seq]])
-        await replay.send_multipart([identity, b"", TOPIC, b"\xff" * 8, b""])
+        await replay.send_multipart([client_id, b"", b"", b"\xff" * 8, b""])
 
     try:
         await subscriber.start()

@@ -115,6 +115,26 @@ def test_emulated_worker_is_refused() -> None:
         build_command(fleet.workers[0])
 
 
+def test_a_replay_label_gives_vllm_a_replay_endpoint() -> None:
+    """The exact index asks a worker for the batches it missed (a gap, a late join) on its
+    ``kv_events_replay`` label's endpoint: a launched vLLM answered none, having no replay
+    socket."""
+    worker = {"id": "cpu-0", "gpu": "l40s", "models": [MODEL], "url": "http://127.0.0.1:9001",
+              "kv_events": "tcp://127.0.0.1:5601",
+              "labels": {"kv_events_replay": "tcp://127.0.0.1:5602"},
+              "launch": {"device": "cpu"}}
+    config = json.loads(flag(build_command(fleet_with(worker).workers[0]).argv,
+                             "--kv-events-config"))
+    assert (config["endpoint"], config["replay_endpoint"]) == ("tcp://*:5601", "tcp://*:5602")
+    unlabelled = fleet_with({**worker, "labels": {}}).workers[0]
+    assert "replay_endpoint" not in json.loads(flag(build_command(unlabelled).argv,
+                                                    "--kv-events-config"))
+    ipc = fleet_with({**worker, "labels": {"kv_events_replay": "ipc:///tmp/replay"}}).workers[0]
+    with pytest.raises(LaunchConfigError, match=r"workers\[cpu-0\]\.labels\.kv_events_replay: "
+                                                r"must look like tcp://HOST:PORT"):
+        build_command(ipc)
+
+
 def test_kv_events_endpoint_must_be_tcp() -> None:
     with pytest.raises(LaunchConfigError, match="must look like tcp://HOST:PORT"):
         kv_events_config("ipc:///tmp/x", "t", "w.kv_events")
