@@ -7,6 +7,10 @@ value; names are case-insensitive), ``tenant``, ``min_prompt_tokens`` / ``max_pr
 (inclusive bounds on ``request.num_prompt_tokens``, filled by the tokens producer) and
 ``class`` (``request.semantic_class``, filled by the semantic producer). A condition that
 lists several values matches any of them.
+
+``model_aliases(rules)``: the names a rule rewrites whatever else the request says (a
+``when:`` of ``model`` alone, a ``then:`` naming a model or adapter), to list beside the
+served models.
 """
 
 from __future__ import annotations
@@ -22,6 +26,24 @@ def first_match(rules: Sequence[Rule], request: RoutingRequest) -> Rule | None:
         if matches(rule.when, request):
             return rule
     return None
+
+
+def model_aliases(rules: Sequence[Rule]) -> dict[str, str]:
+    """Alias -> what its requests are sent to (``then.adapter``, else ``then.model``), for
+    every rule whose only condition is the model: the first such rule of a name wins, as
+    it would match first among them."""
+    aliases: dict[str, str] = {}
+    for rule in rules:
+        target = rule.then.adapter or rule.then.model
+        when = rule.when
+        if target is None or not when.model or (
+                when.path or when.header or when.tenant or when.semantic_class
+                or when.needs_prompt_tokens):
+            continue
+        for name in when.model:
+            if name != target:
+                aliases.setdefault(name, target)
+    return aliases
 
 
 def matches(when: RuleMatch, request: RoutingRequest) -> bool:

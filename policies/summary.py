@@ -156,14 +156,18 @@ def _semantic_warnings(routing: RoutingConfig) -> list[str]:
 
 def _unserved_rule_models(routing: RoutingConfig, runners: Mapping[str, Set[str]],
                           fleet: FleetConfig) -> list[str]:
-    """A rule's ``when.model`` naming models no worker serves: it matches nothing then. A
-    LoRA adapter an emulated worker declares is served; one of a real worker is known only
-    from its ``/v1/models`` while running, so where the fleet has real workers the warning
-    says the name may be one."""
+    """A rule's ``when.model`` naming models no worker serves: it matches nothing then,
+    unless the rule sends them to a model that is served (an alias). A LoRA adapter an
+    emulated worker declares is served; one of a real worker is known only from its
+    ``/v1/models`` while running, so where the fleet has real workers the warning says the
+    name may be one."""
     adapters = {name for worker in fleet.workers for name in worker.emulated_adapters}
     all_emulated = all(worker.emulated for worker in fleet.workers)
     found = []
     for i, rule in enumerate(routing.rules):
+        target = rule.then.model
+        if target is not None and (target in runners or target in adapters):
+            continue             # an alias: its requests are sent to a model that is served
         unserved = [m for m in rule.when.model if m not in runners and m not in adapters]
         if unserved and len(unserved) == len(rule.when.model):
             unless = "" if all_emulated else (

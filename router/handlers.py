@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -24,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
+from policies.rules import model_aliases
 from router.decisions import ENTRY_KINDS
 from router.errors import InvalidRequest, ModelNotFound
 from router.keys import (
@@ -116,11 +117,14 @@ async def translations(request: web.Request) -> web.StreamResponse:
     return await request.app[UTILITY].handle_form(request, TRANSLATIONS_PATH)
 
 
-def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
+def models_payload(views: Sequence[WorkerView], created: int,
+                   aliases: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The union of the healthy workers' models (and adapters), with ``max_model_len``;
     as vLLM's cards, an adapter's ``parent`` is the base model it runs on and its ``root``
     its path, as a worker's card gave it (a model's ``root``: the model itself, since the
-    router does not see the workers' weight paths)."""
+    router does not see the workers' weight paths). With ``aliases`` (a routing rule's
+    names, ``policies.rules.model_aliases``), a card for each alias whose target is served,
+    its ``root`` the target's."""
     lengths: dict[str, int] = {}
     parents: dict[str, str | None] = {}
     roots: dict[str, str] = {}
@@ -136,6 +140,11 @@ def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
             parents.setdefault(adapter, served[0] if served else None)
         for adapter, path in view.lora_paths:
             roots.setdefault(adapter, path)
+    for alias, target in (aliases or {}).items():
+        if alias not in lengths and target in lengths:
+            lengths[alias] = lengths[target]
+            parents[alias] = None
+            roots[alias] = roots.get(target, target)
     return {"object": "list", "data": [
         {"id": model, "object": "model", "created": created, "owned_by": "kvroute",
          "root": roots.get(model, model), "parent": parents[model],
@@ -143,16 +152,21 @@ def models_payload(views: Sequence[WorkerView], created: int) -> dict[str, Any]:
         for model, length in sorted(lengths.items())]}
 
 
+def _model_cards(request: web.Request) -> dict[str, Any]:
+    """The cards of the models served now, and of the routing rules' aliases of them."""
+    return models_payload(request.app[REGISTRY].views(time.monotonic()), int(time.time()),
+                          model_aliases(request.app[POLICY].engine.routing.rules))
+
+
 async def list_models(request: web.Request) -> web.Response:
-    views = request.app[REGISTRY].views(time.monotonic())
-    return _json(models_payload(views, int(time.time())))
+    return _json(_model_cards(request))
 
 
 async def retrieve_model(request: web.Request) -> web.Response:
     """One card of ``GET /v1/models`` (OpenAI's ``models.retrieve``); vLLM's 404 for a model
     no healthy worker serves."""
     name = request.match_info["model"]
-    cards = models_payload(request.app[REGISTRY].views(time.monotonic()), int(time.time()))
+    cards = _model_cards(request)
     for card in cards["data"]:
         if card["id"] == name:
             return _json(card)

@@ -8,7 +8,7 @@ import pytest
 
 from policies.base import RoutingRequest
 from policies.config import Rule, RuleAction, RuleMatch
-from policies.rules import first_match, matches
+from policies.rules import first_match, matches, model_aliases
 
 
 def req(**fields: Any) -> RoutingRequest:
@@ -45,3 +45,19 @@ def test_first_match_wins() -> None:
     assert first_match(rules, req(tenant="t1")) is rules[0]
     assert first_match(rules, req(tenant="t2")) is rules[1]
     assert first_match(rules[:1], req()) is None
+
+
+def test_model_aliases_are_the_rules_on_the_model_alone() -> None:
+    def rule(name: str, when: RuleMatch, then: RuleAction) -> Rule:
+        return Rule(name, when, then)
+
+    rules = [
+        rule("tenant", RuleMatch(model=("fast",), tenant=("acme",)), RuleAction(model="big")),
+        rule("alias", RuleMatch(model=("fast", "gpt-4o-mini")), RuleAction(model="small")),
+        rule("again", RuleMatch(model=("fast",)), RuleAction(model="other")),
+        rule("adapter", RuleMatch(model=("sql",)), RuleAction(model="small", adapter="sql-lora")),
+        rule("pool", RuleMatch(model=("pooled",)), RuleAction(pool={"pool": "a"})),
+        rule("long", RuleMatch(model=("long",), min_prompt_tokens=9), RuleAction(model="big")),
+        rule("self", RuleMatch(model=("small",)), RuleAction(model="small")),
+    ]
+    assert model_aliases(rules) == {"fast": "small", "gpt-4o-mini": "small", "sql": "sql-lora"}

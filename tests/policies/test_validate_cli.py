@@ -119,6 +119,19 @@ def test_rules_that_cannot_match_and_margins_that_leave_no_window_are_warned_of(
         "its length"))
 
 
+def test_an_alias_rule_is_not_warned_of(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A rule sending a name no worker serves to one it serves is an alias: every request
+    naming it matches. It was warned of as a rule that matches no request."""
+    path = tmp_path / "routing.yaml"
+    path.write_text(
+        "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+        "rules:\n  - {name: alias, when: {model: gpt-4o-mini}, "
+        "then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n")
+    assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_a_rule_adapter_no_emulated_worker_loads_is_warned_of(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It validated ok and every request of the rule went to a worker that answered 404."""

@@ -522,3 +522,29 @@ def test_an_adapters_card_names_its_base_model_as_parent() -> None:
     assert (cards["sql-lora"]["root"], cards["sql-lora"]["parent"],
             cards["sql-lora"]["max_model_len"]) == ("/adapters/sql", MODEL, 4096)
     assert cards["x"]["root"] == "x"          # no path known: its name
+
+
+def test_an_alias_is_listed_as_its_target_when_that_is_served() -> None:
+    views = [make_view("w0", max_model_len=4096), make_view("w1", models=("down",),
+                                                            healthy=False)]
+    cards = {card["id"]: card for card in models_payload(
+        views, 7, {"gpt-4o-mini": MODEL, "gone": "down", MODEL: "down"})["data"]}
+    assert sorted(cards) == ["gpt-4o-mini", MODEL]      # nothing serves "down"; no duplicate
+    assert (cards["gpt-4o-mini"]["root"], cards["gpt-4o-mini"]["parent"],
+            cards["gpt-4o-mini"]["max_model_len"]) == (MODEL, None, 4096)
+
+
+async def test_a_rules_alias_is_listed_retrieved_and_served(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """An alias (a rule sending a public name to a served model) was served but missing from
+    ``/v1/models``, and ``models.retrieve`` said 404 for a name chat accepted."""
+    routing = ((REPO_ROOT / "config/routing.yaml").read_text()
+               + f"rules:\n  - {{when: {{model: gpt-4o-mini}}, then: {{model: {MODEL}}}}}\n")
+    router = await make_router(subset(emulated_fleet, sorted(WORKER_IDS)), routing)
+    openai_client = client(router)
+    assert {m.id for m in (await openai_client.models.list()).data} == {MODEL, "gpt-4o-mini"}
+    card = await openai_client.models.retrieve("gpt-4o-mini")
+    assert (card.id, card.root) == ("gpt-4o-mini", MODEL)       # type: ignore[attr-defined]
+    reply = await openai_client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES,
+                                                        max_tokens=3)
+    assert reply.choices[0].message.content
