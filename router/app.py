@@ -17,6 +17,7 @@ removed or declared anew (``router.fleet_reloader``, applied by ``_apply_fleet``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -42,7 +43,7 @@ from router.cors import Cors
 from router.decision_sinks import open_decision_sinks
 from router.decisions import DecisionLog
 from router.director import Director
-from router.drain import RequestTasks
+from router.drain import RequestTasks, StopNotice
 from router.ejection import WorkerEjection
 from router.errors import error_middleware
 from router.fleet_reloader import FleetReloader, PreparedFleet
@@ -65,6 +66,7 @@ from router.keys import (
     REQUEST_TASKS,
     SCRAPER,
     SETTINGS,
+    STOP_NOTICE,
     STORE,
     UTILITY,
     WORKER_AUTHORIZATIONS,
@@ -180,6 +182,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     app[DECISIONS] = DecisionLog(settings.decisions_ring_size)
     app[KV_EVENTS] = kv_events
     app[REQUEST_TASKS] = request_tasks
+    app[STOP_NOTICE] = StopNotice()
     app[LOOP_STALLS] = LoopStalls()
     if fleet.source == str(settings.fleet_path):      # (not a fleet built in memory)
         fleet_reloader = app[FLEET_RELOADER] = FleetReloader(
@@ -576,11 +579,14 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
         # no drain, leaving `kvroute up`'s emulators and `serve --processes`' children behind
         cut_now = [False]
 
+        hurry = asyncio.Event()          # a second signal: no delay, no drain
+
         def cut_requests() -> None:
             if not stop.is_set():        # (a cut signal that is no stop signal, first)
                 cut_now[0] = True
                 stop.set()
                 return
+            hurry.set()
             runner.app[REQUEST_TASKS].cut("a second signal")
             if on_cut is not None:
                 on_cut()
@@ -604,6 +610,13 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
                 watch.cancel()
             if on_stop is not None:
                 on_stop()
+            runner.app[STOP_NOTICE].given = True
+            if settings.drain_delay_s > 0 and not cut_now[0]:
+                log.info("stopping: /health answers 503 while requests are still taken for "
+                         "%g s (--drain-delay)", settings.drain_delay_s)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(settings.drain_delay_s):
+                        await hurry.wait()
             _log_drain(runner.app, settings.drain_timeout_s)
         finally:
             # aiohttp alone would let a stream run for twice the drain (``router.drain``)

@@ -142,6 +142,17 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="on SIGTERM/SIGINT/SIGHUP: stop listening, then give the requests in "
                              "flight this long to finish before cutting them "
                              "(default: %(default)s)")
+    parser.add_argument("--drain-delay", type=float, default=0.0, metavar="SECONDS",
+                        help="on SIGTERM/SIGINT/SIGHUP: first go on listening and serving this "
+                             "long while /health answers 503 (stopping), for a load balancer "
+                             "to take the router out, then drain (default: %(default)s)")
+    parser.add_argument("--client-idle-timeout", type=float, default=75.0, metavar="SECONDS",
+                        help="close a client connection idle this long between requests; "
+                             "behind a load balancer, longer than its own idle timeout for "
+                             "backend connections (default: %(default)s)")
+    parser.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="N",
+                        help="request bodies larger than this get 413 (default: %(default)s, "
+                             "32 MiB)")
     parser.add_argument("--gc-interval", type=float, default=0.01, metavar="SECONDS",
                         help="run the garbage collector's due collections from the event loop "
                              "this often, between requests, not inside one; 0: where CPython "
@@ -187,7 +198,9 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         eject_after=args.eject_after, eject_for_s=args.eject_for,
                         stall_after_s=args.stall_after, api_keys=_client_keys(args),
                         api_keys_file=args.api_keys_file,
-                        drain_timeout_s=args.drain_timeout, gc_interval_s=args.gc_interval,
+                        drain_timeout_s=args.drain_timeout, drain_delay_s=args.drain_delay,
+                        client_idle_timeout_s=args.client_idle_timeout,
+                        max_body_bytes=args.max_body_bytes, gc_interval_s=args.gc_interval,
                         ssl_certfile=args.ssl_certfile,
                         ssl_keyfile=args.ssl_keyfile,
                         allowed_origins=tuple(origin.strip() for origin in

@@ -5,7 +5,8 @@ the request to stop and waits ``shutdown_timeout`` again before it cancels the h
 a stream that does not read its request body runs for twice the drain it was given.
 ``RequestTasks`` keeps the task of every request being handled (its middleware, outermost)
 and ``cut_after(s)`` cancels those still running ``s`` seconds later: a stream is cut when
-``--drain-timeout`` says, and aiohttp's wait ends with it. ``idle()`` waits until none is
+``--drain-timeout`` says, and aiohttp's wait ends with it. ``StopNotice`` says the stop
+began, for ``/health`` to say so. ``idle()`` waits until none is
 being handled (the drain waits on it while the port of this process alone still answers,
 for what the requests in flight add to be scraped).
 """
@@ -19,6 +20,14 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 log = logging.getLogger(__name__)
+
+
+class StopNotice:
+    """Whether the router was told to stop (a signal): ``/health`` answers 503 from then on,
+    through the delay it goes on serving (``Settings.drain_delay_s``) and the drain."""
+
+    def __init__(self) -> None:
+        self.given = False
 
 
 class RequestTasks:

@@ -35,6 +35,7 @@ from router.keys import (
     METRICS,
     POLICY,
     REGISTRY,
+    STOP_NOTICE,
     STORE,
     UTILITY,
 )
@@ -178,8 +179,9 @@ async def retrieve_model(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     views = request.app[REGISTRY].views(time.monotonic())
     healthy = sum(1 for v in views if v.healthy)
-    # stopping: asked on a connection opened before the drain (a load balancer's kept one)
-    stopping = request.app[DIRECTOR].admission.gate.closed
+    # stopping: during --drain-delay, or asked on a connection opened before the drain (a
+    # load balancer's kept one) or on the port of this process alone
+    stopping = request.app[STOP_NOTICE].given
     status = "stopping" if stopping else "ok" if healthy else "no_healthy_worker"
     return _json({"status": status, "healthy_workers": healthy, "workers": len(views),
                   "state_store_degraded": request.app[STORE].degraded},

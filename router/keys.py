@@ -11,7 +11,7 @@ from policies.reloader import PolicyReloader
 from router.client_keys_reloader import ClientKeysReloader
 from router.decisions import DecisionLog
 from router.director import Director
-from router.drain import RequestTasks
+from router.drain import RequestTasks, StopNotice
 from router.ejection import WorkerEjection
 from router.fleet_reloader import FleetReloader
 from router.kv_event_feed import KvEventFeed
@@ -41,6 +41,7 @@ POLICY = web.AppKey("policy", PolicyReloader)
 KV_EVENTS = web.AppKey("kv_events", KvEventFeed)
 EJECTION = web.AppKey("ejection", WorkerEjection)
 REQUEST_TASKS = web.AppKey("request_tasks", RequestTasks)
+STOP_NOTICE = web.AppKey("stop_notice", StopNotice)
 # the listener of this process alone (--metrics-port), kept open through the drain
 PROCESS_SITES: web.AppKey[list[web.BaseSite]] = web.AppKey("process_sites")
 MODEL_RETIREMENT = web.AppKey("model_retirement", ModelRetirement)

@@ -38,6 +38,10 @@ Defaults and why:
 * ``client_idle_timeout_s = 75``: a client connection idle between requests this long is
   closed (nginx's default; aiohttp's is an hour, and idle connections piled up toward the
   open-file limit).
+* ``drain_delay_s = 0``: on SIGTERM the router stops listening at once. With a delay it goes
+  on listening and serving that long first while ``/health`` (``/readiness``) answers 503
+  ``stopping``: a load balancer that learns of a leaving backend only from its health
+  checks, and does not retry a refused connection, stops sending before the port closes.
 * ``send_timeout_s = 60``: a write to a streaming client that cannot go on this long (its
   socket's and the router's buffers full, their backlog not drained: the client reads
   nothing, or far slower than the stream comes) closes its connection, which ends the
@@ -168,6 +172,7 @@ class Settings:
     api_keys: tuple[str, ...] = field(default=(), repr=False)    # never printed
     api_keys_file: Path | None = None
     drain_timeout_s: float = 60.0
+    drain_delay_s: float = 0.0
     gc_interval_s: float = 0.01
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
@@ -183,8 +188,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         for name in ("scrape_interval_s", "upstream_timeout_s", "eject_for_s", "stall_after_s",
-                     "response_ttl_s", "drain_timeout_s", "gc_interval_s", "body_timeout_s",
-                     "client_idle_timeout_s", "send_timeout_s"):
+                     "response_ttl_s", "drain_timeout_s", "drain_delay_s", "gc_interval_s",
+                     "body_timeout_s", "client_idle_timeout_s", "send_timeout_s"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name}: must be a finite number of seconds")
         if not 0 <= self.port <= 65535:
@@ -225,6 +230,8 @@ class Settings:
                 raise ValueError(f"api_keys: every API key {api_key_problem(key)}")
         if self.drain_timeout_s < 0:
             raise ValueError("drain_timeout_s: must be >= 0 (0: cut at once)")
+        if self.drain_delay_s < 0:
+            raise ValueError("drain_delay_s: must be >= 0 (0: stop listening at once)")
         if self.gc_interval_s < 0:
             raise ValueError("gc_interval_s: must be >= 0 (0: collections as CPython runs them)")
         if self.ssl_keyfile is not None and self.ssl_certfile is None:

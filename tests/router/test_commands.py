@@ -344,8 +344,12 @@ def test_a_port_another_router_listens_on_is_refused(command: str, extra: list[s
      "kvroute: scrape_interval_s: must be a finite number of seconds"),
     (["--drain-timeout", "inf"], "kvroute: drain_timeout_s: must be a finite number of seconds"),
     (["--upstream-timeout", "0"], "kvroute: upstream_timeout_s: must be positive"),
+    (["--drain-delay", "-1"], "kvroute: drain_delay_s: must be >= 0 (0: stop listening at once)"),
+    (["--client-idle-timeout", "0"], "kvroute: client_idle_timeout_s: must be positive"),
+    (["--max-body-bytes", "0"], "kvroute: max_body_bytes: must be positive"),
 ], ids=["tenant-labels", "max-retries", "gc-interval", "port-past-65535", "port-negative",
-        "scrape-interval-nan", "drain-timeout-inf", "upstream-timeout-0"])
+        "scrape-interval-nan", "drain-timeout-inf", "upstream-timeout-0", "drain-delay",
+        "client-idle-timeout", "max-body-bytes"])
 def test_options_out_of_range_exit_2_with_the_reason(command: str, option: list[str],
                                                      message: str,
                                                      capsys: pytest.CaptureFixture[str]) -> None:

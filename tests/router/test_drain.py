@@ -122,6 +122,40 @@ async def test_sigterm_refuses_new_connections_and_lets_streams_finish(
             in log.read_text())
 
 
+async def test_a_drain_delay_keeps_serving_while_health_says_stopping(tmp_path: Path) -> None:
+    """A load balancer that learns of a leaving backend only from its health checks, and
+    does not retry a refused connection, answered its clients errors: the port closed at
+    SIGTERM while ``/health`` had said 200 up to then. With ``--drain-delay`` the router goes
+    on listening and serving that long while ``/health`` says 503, then drains."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc, fleet, log = start_up(tmp_path, port, "--drain-delay", "3")
+    try:
+        wait_healthy(url, proc, timeout_s=30.0)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{url}/health") as resp:
+                assert resp.status == 200
+            signalled = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            async with aiohttp.ClientSession() as fresh:     # a new connection: still taken
+                async with fresh.get(f"{url}/health") as resp:
+                    assert (resp.status, (await resp.json())["status"]) == (503, "stopping")
+                async with fresh.post(f"{url}/v1/completions", json=stream_body(5)) as resp:
+                    assert resp.status == 200                 # and still served
+                    assert (await resp.read()).rstrip().endswith(b"data: [DONE]")
+            assert time.monotonic() - signalled < 2.5
+            while not await refused(url):
+                assert time.monotonic() - signalled < 10
+                await asyncio.sleep(0.1)
+            assert time.monotonic() - signalled >= 2.9       # listening ended with the delay
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        _stop_with_children(proc, fleet)
+    assert "stopping: /health answers 503 while requests are still taken for 3 s" in (
+        log.read_text())
+
+
 async def test_a_request_waiting_for_a_slot_is_answered_503_when_the_drain_begins(
         tmp_path: Path) -> None:
     """Waiting for an in-flight slot, a request waited out the drain and was cut with no
