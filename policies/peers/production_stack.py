@@ -19,7 +19,11 @@ peer-routers.md §2.1):
 * ``session``: consistent hashing of the session key over the workers (upstream:
   ``uhashring`` over the endpoint URLs, no bounded load); no key → lowest router-side QPS.
   The key is the request header ``session_key`` names (upstream's ``--session-key``;
-  default ``x-session-id``), else the body's ``user`` field.
+  default ``x-session-id``), else the body's ``user`` field. ``session_key`` may instead be
+  a list, tried in order, of header names and ``body.PATH`` fields of the JSON body (dotted
+  into its objects): the keys other routers read, such as vllm-router's ``[X-Session-ID,
+  X-User-ID, body.session_params.session_id, body.user]`` or production-stack's header then
+  body field of one name.
 
 Router-side QPS is routed requests per ``qps_window_secs`` (the request-stats window, 60 s)
 on request arrival times (each endpoint keeps the arrivals of one window). Both are one-hot
@@ -37,6 +41,7 @@ import random
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from policies.base import CycleState, Decision, RequestOutcome, RoutingRequest
 from policies.errors import ParamError
@@ -66,22 +71,62 @@ class PrefixParams:
 
 
 DEFAULT_SESSION_KEY = "x-session-id"
+BODY_KEY_PREFIX = "body."
 
 
 @dataclass(frozen=True, slots=True)
 class SessionParams:
     vnodes: int = 160
     qps_window_secs: float = 60.0
-    session_key: str = DEFAULT_SESSION_KEY       # the header naming a request's session
+    # the header naming a request's session (else the body's ``user``); or a list, tried in
+    # order, of header names and ``body.PATH`` fields of the JSON body
+    session_key: str | tuple[str, ...] = DEFAULT_SESSION_KEY
 
     def __post_init__(self) -> None:
         if self.vnodes <= 0:
             raise ParamError("vnodes", "must be > 0")
-        if not self.session_key or not self.session_key.isascii() or any(
-                c in self.session_key for c in " \t\r\n:"):
-            raise ParamError("session_key", "must be a header name")
+        if isinstance(self.session_key, str):
+            if self.session_key.startswith(BODY_KEY_PREFIX) or not _is_header_name(
+                    self.session_key):
+                raise ParamError("session_key", "must be a header name, or a list of header "
+                                 "names and body.FIELD paths")
+        elif not self.session_key:
+            raise ParamError("session_key", "must name at least one header or body.FIELD")
+        else:
+            for i, key in enumerate(self.session_key):
+                if not (_body_path(key) if key.startswith(BODY_KEY_PREFIX)
+                        else _is_header_name(key)):
+                    raise ParamError(f"session_key[{i}]", "must be a header name or "
+                                     "body.FIELD (dotted into the body's objects, e.g. "
+                                     "body.session_params.session_id)")
         if self.qps_window_secs <= 0:
             raise ParamError("qps_window_secs", "must be > 0")
+
+
+def _is_header_name(key: str) -> bool:
+    return bool(key) and key.isascii() and not any(c in key for c in " \t\r\n:")
+
+
+def _body_path(key: str) -> tuple[str, ...]:
+    """The fields of a ``body.a.b`` key (empty for anything else)."""
+    if not key.startswith(BODY_KEY_PREFIX):
+        return ()
+    fields = tuple(key[len(BODY_KEY_PREFIX):].split("."))
+    return fields if all(fields) else ()
+
+
+def _body_value(body: Mapping[str, Any] | None, fields: tuple[str, ...]) -> str | None:
+    """The text at ``fields`` in the JSON body (an integer as its digits), else None."""
+    value: object = body
+    for name in fields:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(name)
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 class _TrieNode:
@@ -285,15 +330,27 @@ class ProductionStackSessionScorer:
         self.name = name
         self.vnodes = params.vnodes
         self.session_key = params.session_key
+        # a list's keys: (header name, ()) or ("", body fields)
+        self._keys = () if isinstance(params.session_key, str) else tuple(
+            ("", _body_path(key)) if _body_path(key) else (key, ())
+            for key in params.session_key)
         self._qps = _QpsWindow(params.qps_window_secs)
         self._rings: dict[tuple[str, ...], tuple[list[int], list[str]]] = {}
 
     def session_of(self, request: RoutingRequest) -> str | None:
         """The request's session: its ``session_key`` header, else its ``user`` (with the
-        default key, ``request.session``, which is that, or a simulated request's own)."""
-        if self.session_key == DEFAULT_SESSION_KEY:
-            return request.session
-        return request.headers.get(self.session_key) or request.user
+        default key, ``request.session``, which is that, or a simulated request's own); with
+        a list of keys, the first of them the request gives."""
+        if not self._keys:
+            if self.session_key == DEFAULT_SESSION_KEY:
+                return request.session
+            return request.headers.get(str(self.session_key)) or request.user
+        for header, fields in self._keys:
+            found = (request.headers.get(header) if header
+                     else _body_value(request.body, fields))
+            if found:
+                return found
+        return None
 
     def _ring(self, workers: Sequence[WorkerView]) -> tuple[list[int], list[str]]:
         key = tuple(sorted(view.id for view in workers))

@@ -548,3 +548,24 @@ async def test_a_rules_alias_is_listed_retrieved_and_served(
     reply = await openai_client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES,
                                                         max_tokens=3)
     assert reply.choices[0].message.content
+
+
+async def test_a_session_named_in_the_body_keeps_its_worker(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """vllm-router's clients name their session in the body (``session_params.session_id``):
+    kvroute read headers and ``user`` only, and spread such a session by load."""
+    routing = ("profiles:\n  default:\n    filters: [{type: model}, {type: healthy}]\n"
+               "    scorers: [{type: production-stack-session, params: {session_key: "
+               "[X-User-ID, body.session_params.session_id]}}]\n"
+               "    picker: {type: max-score}\ndefault_profile: default\n")
+    router = await make_router(subset(emulated_fleet, sorted(WORKER_IDS)), routing)
+    workers: dict[str, set[str]] = {}
+    async with aiohttp.ClientSession() as session:
+        for i in range(8):
+            name = f"chat-{i % 2}"
+            body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 2,
+                    "session_params": {"session_id": name}}
+            async with session.post(router.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+                workers.setdefault(name, set()).add(resp.headers["x-kvroute-worker"])
+    assert all(len(chosen) == 1 for chosen in workers.values()), workers

@@ -44,6 +44,13 @@ def test_chat_request_fields() -> None:
     assert parsed.wants_usage is True
 
 
+def test_the_policy_reads_the_body_as_sent() -> None:
+    """A session plugin reading ``session_params.session_id`` had only the fields parsed for
+    it (``user``): the body is the policy's to read."""
+    body = {**CHAT, "session_params": {"session_id": "s-1"}}
+    assert parse(body).routing.body == body
+
+
 def test_max_completion_tokens_preferred() -> None:
     r = parse({**CHAT, "max_completion_tokens": 5, "max_tokens": 9}).routing
     assert r.max_tokens == 5

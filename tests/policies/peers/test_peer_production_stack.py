@@ -78,6 +78,44 @@ def test_the_session_key_names_the_header_and_the_user_field_stands_in() -> None
         SessionParams(session_key="not a header")
 
 
+def test_a_list_of_session_keys_reads_headers_and_body_fields_in_order() -> None:
+    """The keys other routers read (vllm-router's X-User-ID, its body
+    ``session_params.session_id``, production-stack's body field named as its header) went
+    by QPS, spread over every worker, with one header the only key kvroute read."""
+    from multidict import CIMultiDict
+
+    scorer = ProductionStackSessionScorer(SessionParams(session_key=(
+        "X-Session-ID", "X-User-ID", "body.session_params.session_id", "body.user_id")))
+    views = [make_view("w0"), make_view("w1"), make_view("w2")]
+
+    def session(headers: dict[str, str] | None = None,
+                body: dict[str, object] | None = None) -> str | None:
+        return scorer.session_of(make_request(headers=CIMultiDict(headers or {}), body=body))
+
+    assert session({"x-user-id": "alice"}) == "alice"
+    assert session({"X-Session-ID": "s1", "X-User-ID": "alice"}) == "s1"       # first wins
+    assert session(body={"session_params": {"session_id": "s2"}, "user_id": 7}) == "s2"
+    assert session(body={"user_id": 7}) == "7"                  # an integer id, as its digits
+    assert session(body={"session_params": "s3", "user_id": ""}) is None   # not an object; empty
+    assert session(body={"user_id": True}) is None
+    assert session() is None and scorer.session_of(make_request(user="bob")) is None
+    picks = {scorer.choose(make_request(f"r{i}", at=float(i), body={
+        "session_params": {"session_id": "chat-9"}}), views) for i in range(6)}
+    assert len(picks) == 1                                        # sticky, not by QPS
+
+
+@pytest.mark.parametrize(("key", "message"), [
+    ("body.user", "must be a header name, or a list of header names and body.FIELD paths"),
+    ((), "must name at least one header or body.FIELD"),
+    (("X-User-ID", "body."), "must be a header name or body.FIELD"),
+    (("body.a..b",), "must be a header name or body.FIELD"),
+])
+def test_session_keys_that_name_nothing_are_refused(key: str | tuple[str, ...],
+                                                    message: str) -> None:
+    with pytest.raises(ParamError, match=message.replace(".", r"\.")):
+        SessionParams(session_key=key)
+
+
 def test_a_session_id_with_bytes_that_are_not_utf8_hashes_too() -> None:
     scorer = ProductionStackSessionScorer()
     views = [make_view("w0"), make_view("w1"), make_view("w2")]
