@@ -32,6 +32,8 @@ emulate:
   lora_adapters: {}              # name -> path (or a list of names)
   runtime_lora_updating: false   # POST /v1/load_lora_adapter, /v1/unload_lora_adapter, as
                                  # vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
+  max_loras: 1                   # distinct adapters per batch (vLLM's --max-loras): requests
+                                 # for another wait ("deferred") while this many run
   faults:
     error_rate: 0.0              # share of generation requests answered with a 500
     refuse_connections: false    # do not listen at all
@@ -140,6 +142,7 @@ class EmulatorConfig:
     seed: int = 0
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     runtime_lora_updating: bool = False
+    max_loras: int = 1
     faults: FaultConfig = field(default_factory=FaultConfig)
     api_key: str | None = field(default=None, repr=False)    # as vLLM's --api-key
     ssl_certfile: str | None = None
@@ -162,7 +165,13 @@ class EmulatorConfig:
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
             max_model_len=self.max_model_len, enable_prefix_caching=self.enable_prefix_caching,
             hash_seed=self.hash_seed, enable_kv_events=self.kv_events is not None,
-            step_jitter=self.step_jitter, seed=self.seed)
+            step_jitter=self.step_jitter, seed=self.seed,
+            max_loras=self.max_loras if self.serves_lora else 0)
+
+    @property
+    def serves_lora(self) -> bool:
+        """Whether LoRA is on (vLLM's ``--enable-lora``): adapters, or loading them later."""
+        return bool(self.lora_adapters) or self.runtime_lora_updating
 
 
 _TOP_KEYS = frozenset({
@@ -172,7 +181,7 @@ _TOP_KEYS = frozenset({
     "enable_prompt_tokens_details", "server_load_tracking", "responses_store", "kv_events",
     "kv_events_replay",
     "kv_events_topic", "kv_events_encoding", "output_len", "seed", "lora_adapters", "faults",
-    "ssl_certfile", "ssl_keyfile", "runtime_lora_updating",
+    "ssl_certfile", "ssl_keyfile", "runtime_lora_updating", "max_loras",
 })
 _FAULT_KEYS = frozenset({"error_rate", "refuse_connections", "refuse_after_s", "refuse_for_s",
                          "stall_after_tokens", "error_after_tokens", "metrics_delay_s",
@@ -228,6 +237,7 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
         seed=_required(r.integer("seed", 0), where),
         lora_adapters=_parse_lora(raw.get("lora_adapters"), f"{where}.lora_adapters"),
         runtime_lora_updating=r.boolean("runtime_lora_updating", False),
+        max_loras=_required(r.integer("max_loras", 1, lo=1), where),
         faults=parse_faults(raw.get("faults") or {}, f"{where}.faults"),
         api_key=api_key or None,
         ssl_certfile=r.optional_string("ssl_certfile") or None,

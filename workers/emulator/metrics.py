@@ -175,11 +175,11 @@ class EmulatorMetrics:
                      registry=reg)
         info.labels(**cache_config_labels(config, num_gpu_blocks, max_model_len)).set(1.0)
         self.lora_info: Gauge | None = None
-        if config.lora_adapters or config.runtime_lora_updating:
+        if config.serves_lora:
             self.lora_info = Gauge("vllm:lora_requests_info", "Running stats on lora requests.",
                                    ("max_lora", "waiting_lora_adapters",
                                     "running_lora_adapters"), registry=reg)
-            self._max_lora = str(len(config.lora_adapters))
+            self._max_lora = str(config.max_loras)
             self.set_lora_state((), ())
         self._last = EngineStats()
         self._parents: dict[str, _Parent] = {}   # a choice of n > 1 -> its prompt's choices
@@ -189,8 +189,9 @@ class EmulatorMetrics:
         lab, last = self._labels, self._last
         self.running.labels(**lab).set(stats.num_running)
         self.waiting.labels(**lab).set(stats.num_waiting)
-        self.waiting_by_reason.labels(**lab, reason="capacity").set(stats.num_waiting)
-        self.waiting_by_reason.labels(**lab, reason="deferred").set(0)
+        self.waiting_by_reason.labels(**lab, reason="capacity").set(
+            stats.num_waiting - stats.num_deferred)
+        self.waiting_by_reason.labels(**lab, reason="deferred").set(stats.num_deferred)
         self.kv_usage.labels(**lab).set(stats.kv_cache_usage)
         for metric, now, before in (
                 (self.prefix_queries, stats.prefix_cache_queries, last.prefix_cache_queries),

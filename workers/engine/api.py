@@ -38,6 +38,7 @@ class EngineConfig:
     enable_kv_events: bool = False
     step_jitter: float = 0.0                 # lognormal sigma applied to step times
     seed: int = 0
+    max_loras: int = 0                       # distinct LoRA adapters per batch (0: no limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,7 @@ class EngineStats:
 
     num_running: int = 0
     num_waiting: int = 0
+    num_deferred: int = 0            # of num_waiting, skipped for the LoRA limit
     kv_cache_usage: float = 0.0
     prompt_tokens: int = 0
     prompt_cached_tokens: int = 0    # of prompt_tokens, found in the prefix cache (§2.2)

@@ -64,7 +64,8 @@ class EngineCore:
                              int_chain=config.hash_algo == "builtin")
         self.kv_cache_manager = KVCacheManager(self.block_pool, hasher, limits.max_model_len)
         self.scheduler = Scheduler(self.kv_cache_manager, limits.max_num_seqs,
-                                   limits.max_num_batched_tokens, limits.max_model_len)
+                                   limits.max_num_batched_tokens, limits.max_model_len,
+                                   max_loras=config.max_loras)
         self.time_model = StepTimeModel(config.gpu, config.model, config.tensor_parallel)
         self._rng = random.Random(config.seed)
         self._jitter_mu = -0.5 * config.step_jitter ** 2
@@ -135,6 +136,7 @@ class EngineCore:
         stats = self._stats
         stats.num_running = len(self.scheduler.running)
         stats.num_waiting = len(self.scheduler.waiting)
+        stats.num_deferred = min(self.scheduler.num_deferred, stats.num_waiting)
         stats.kv_cache_usage = self.block_pool.get_usage()
         return stats
 

@@ -58,6 +58,8 @@ class DecodeRun:
         if (not running or len(running) > core.max_num_batched_tokens
                 or core.block_size < 2):
             return None
+        if core.scheduler.max_loras and core.scheduler.waiting:
+            return None     # the waiting head alone does not say what the LoRA limit admits
         for r in running:
             if r.num_output_tokens == 0 or r.num_computed_tokens != r.num_tokens - 1:
                 return None

@@ -9,6 +9,11 @@ one that does not fit blocks the rest (head-of-line blocking).
 
 Prefix-cache queries and hits are counted once, when a never-preempted request is admitted
 (vllm-interface.md §2.2, §4.4); a re-lookup after preemption is not counted.
+
+With a LoRA limit (``max_loras``, vLLM's ``--max-loras``, 1 by default when LoRA is on) a
+waiting request for an adapter that is not among the running requests' is skipped while
+that many adapters run: it stays waiting, ahead of the others, counted as ``deferred``, and
+the requests behind it are still tried (vLLM's ``skip_request``).
 """
 
 from __future__ import annotations
@@ -54,12 +59,14 @@ class Scheduler:
 
     def __init__(self, kv_cache_manager: KVCacheManager, max_num_seqs: int,
                  max_num_batched_tokens: int, max_model_len: int,
-                 record_outputs: bool = True) -> None:
+                 record_outputs: bool = True, max_loras: int = 0) -> None:
         self.kv_cache_manager = kv_cache_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.record_outputs = record_outputs
+        self.max_loras = max_loras          # distinct adapters running at once (0: no limit)
+        self.num_deferred = 0               # waiting requests the LoRA limit skipped last
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
@@ -142,8 +149,15 @@ class Scheduler:
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         manager = self.kv_cache_manager
         waiting = self.waiting
+        loras = ({r.lora_name for r in self.running if r.lora_name} if self.max_loras
+                 else None)
+        skipped: list[Request] = []
         while waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = waiting[0]
+            if (loras is not None and request.lora_name and request.lora_name not in loras
+                    and len(loras) >= self.max_loras):
+                skipped.append(waiting.popleft())       # deferred: the others are tried
+                continue
             hit, num_hit = manager.get_computed_blocks(request)
             num_new = min(request.num_tokens - num_hit, budget)
             if manager.allocate_slots(request, num_new, num_hit, hit) is None:
@@ -161,6 +175,10 @@ class Scheduler:
             out.admitted.append(request)
             self._record(out, request, num_new)
             budget -= num_new
+            if loras is not None and request.lora_name:
+                loras.add(request.lora_name)
+        waiting.extendleft(reversed(skipped))           # ahead of the others, in order
+        self.num_deferred = len(skipped)
 
     @staticmethod
     def _record(out: SchedulerOutput, request: Request, num_new: int) -> None:

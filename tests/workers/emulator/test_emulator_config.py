@@ -36,6 +36,8 @@ def test_defaults_follow_vllm() -> None:
     engine = cfg.engine_config()
     assert engine.gpu is H100_80GB and engine.enable_kv_events is False
     assert engine.gpu_memory_utilization == 0.92
+    assert cfg.max_loras == 1 and engine.max_loras == 0      # LoRA off: no limit to keep
+    assert parse({"port": 1, "lora_adapters": ["sql"]}).engine_config().max_loras == 1
 
 
 def test_every_key_is_read() -> None:
@@ -46,7 +48,7 @@ def test_every_key_is_read() -> None:
         "kv_events": "tcp://127.0.0.1:5557", "kv_events_encoding": "array",
         "kv_events_replay": "tcp://127.0.0.1:5558", "kv_events_topic": "kv",
         "output_len": {"dist": "uniform", "min": 2, "max": 9},
-        "lora_adapters": ["sql"], "enable_prompt_tokens_details": True,
+        "lora_adapters": ["sql"], "max_loras": 2, "enable_prompt_tokens_details": True,
         "faults": {"error_rate": 0.5, "stall_after_tokens": 3, "metrics_broken": True}})
     assert cfg.time_scale == 0.0 and cfg.served_model_names == ("x",)
     assert cfg.kv_events == KvEventsConfig("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "kv",
@@ -57,7 +59,7 @@ def test_every_key_is_read() -> None:
     engine = cfg.engine_config()
     assert (engine.block_size, engine.num_gpu_blocks, engine.max_num_seqs,
             engine.max_num_batched_tokens, engine.max_model_len, engine.enable_kv_events,
-            engine.seed) == (32, 100, 4, 512, 1024, True, 7)
+            engine.seed, engine.max_loras) == (32, 100, 4, 512, 1024, True, 7, 2)
 
 
 @pytest.mark.parametrize(("raw", "message"), [
@@ -83,6 +85,7 @@ def test_every_key_is_read() -> None:
     ({"port": 1, "output_len": {"dist": "uniform", "min": 9, "max": 2}},
      "emulate.output_len.min: must not exceed max"),
     ({"port": 1, "lora_adapters": 3}, "emulate.lora_adapters: must be a list"),
+    ({"port": 1, "max_loras": 0}, "emulate.max_loras: must be >= 1 (got 0)"),
     ({"port": 1, "served_model_names": []}, "emulate.served_model_names: must be a list"),
     ({"port": 1, "faults": {"metrics_broken": "sometimes"}},
      "emulate.faults.metrics_broken: must be false, error or garbage"),

@@ -129,6 +129,44 @@ def test_lora_adapter_requests_are_served(worker: EmulatorProcess) -> None:
     assert resp.usage.completion_tokens == 2
 
 
+async def test_requests_for_a_second_adapter_wait_deferred_as_on_vllm() -> None:
+    """vLLM runs ``--max-loras`` adapters at once (1 by default): with two, one adapter's
+    requests wait, counted as ``deferred``; the emulator ran both and said ``max_lora`` was
+    its number of adapters."""
+    with emulator(time_scale=1.0, lora_adapters={"sql-lora": "/adapters/sql",
+                                                 "chat-lora": "/adapters/chat"}) as proc:
+        url = proc.url
+        labels = {"model_name": MODEL, "engine": "0"}
+        seen: list[tuple[float, float, float]] = []
+
+        async def one(session: aiohttp.ClientSession, model: str) -> int:
+            body = {"model": model, "prompt": "hello", "max_tokens": 40, "ignore_eos": True}
+            async with session.post(f"{url}/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                return int((await resp.json())["usage"]["completion_tokens"])
+
+        async with aiohttp.ClientSession() as session:
+            tasks = [asyncio.create_task(one(session, model))
+                     for model in ("sql-lora", "chat-lora", "sql-lora")]
+            for _ in range(200):
+                if all(t.done() for t in tasks):
+                    break
+                async with session.get(f"{url}/metrics") as resp:
+                    text = await resp.text()
+                if "vllm:num_requests_waiting_by_reason{" in text:    # (after a step)
+                    seen.append((sample(text, "vllm:num_requests_running", **labels),
+                                 sample(text, "vllm:num_requests_waiting_by_reason",
+                                        reason="deferred", **labels),
+                                 sample(text, "vllm:num_requests_waiting_by_reason",
+                                        reason="capacity", **labels)))
+                await asyncio.sleep(0.02)
+            assert await asyncio.wait_for(asyncio.gather(*tasks), timeout=60) == [40] * 3
+        assert (2.0, 1.0, 0.0) in seen                 # both sql requests run, chat's waits
+        assert all(running <= 2 for running, _, _ in seen)
+        lora = families(metrics_text(url))["vllm:lora_requests_info"].samples[0]
+        assert lora.labels["max_lora"] == "1"
+
+
 async def test_overload_queues_fills_kv_and_preempts() -> None:
     with emulator(time_scale=0.2, num_gpu_blocks=48) as proc:
         url = proc.url

@@ -13,9 +13,10 @@ from workers.engine.request import BlockHasher, Request
 
 def make_request(request_id: str, prompt_token_ids: Sequence[int],
                  num_output_tokens: int = 4, max_model_len: int = 4096,
-                 arrival_time: float = 0.0) -> Request:
+                 arrival_time: float = 0.0, lora_name: str | None = None) -> Request:
     req = EngineRequest(request_id=request_id, prompt_token_ids=list(prompt_token_ids),
-                        output_token_ids=[7] * num_output_tokens, arrival_time=arrival_time)
+                        output_token_ids=[7] * num_output_tokens, arrival_time=arrival_time,
+                        lora_name=lora_name)
     return Request(req, max_model_len)
 
 

@@ -1,4 +1,5 @@
-"""Scheduler: token budget, max_num_seqs, chunked prefill, FCFS blocking, preemption."""
+"""Scheduler: token budget, max_num_seqs, chunked prefill, FCFS blocking, preemption, the
+LoRA limit."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from workers.engine.scheduler import Scheduler, SchedulerOutput
 
 
 def make_scheduler(num_blocks: int = 64, max_num_seqs: int = 8,
-                   max_num_batched_tokens: int = 64) -> Scheduler:
+                   max_num_batched_tokens: int = 64, max_loras: int = 0) -> Scheduler:
     manager = make_kv_cache_manager(num_blocks=num_blocks, enable_kv_events=False)
-    return Scheduler(manager, max_num_seqs, max_num_batched_tokens, max_model_len=4096)
+    return Scheduler(manager, max_num_seqs, max_num_batched_tokens, max_model_len=4096,
+                     max_loras=max_loras)
 
 
 def tokens_of(out: SchedulerOutput) -> dict[str, int]:
@@ -105,3 +107,31 @@ def test_abort_frees_blocks_and_leaves_the_queue() -> None:
     assert not scheduler.has_unfinished_requests()
     assert len(free_ids(scheduler.kv_cache_manager)) == 7
     assert scheduler.finish_request("a") is None
+
+
+def test_a_request_for_another_adapter_waits_while_max_loras_run() -> None:
+    """vLLM runs at most ``max_loras`` adapters at once (1 by default): a request for another
+    is skipped, not blocking the requests behind it, and keeps its place at the head; the
+    emulator ran every adapter together, so spreading adapters over a worker looked free."""
+    scheduler = make_scheduler(max_num_batched_tokens=256, max_loras=1)
+    for request_id, lora in (("sql-1", "sql"), ("chat-1", "chat"), ("base", None),
+                             ("sql-2", "sql"), ("chat-2", "chat")):
+        scheduler.add_request(make_request(request_id, list(range(20)), num_output_tokens=2,
+                                           lora_name=lora))
+    out, _ = run_step(scheduler)
+    assert [r.request_id for r in out.admitted] == ["sql-1", "base", "sql-2"]
+    assert [r.request_id for r in scheduler.waiting] == ["chat-1", "chat-2"]
+    assert scheduler.num_deferred == 2
+    out, finished = run_step(scheduler)          # sql's requests end: chat's adapter is next
+    assert sorted(finished) == ["base", "sql-1", "sql-2"] and not out.admitted
+    out, _ = run_step(scheduler)
+    assert [r.request_id for r in out.admitted] == ["chat-1", "chat-2"]
+    assert scheduler.num_deferred == 0
+
+
+def test_without_a_lora_limit_every_adapter_runs_together() -> None:
+    scheduler = make_scheduler(max_num_batched_tokens=256)
+    for request_id, lora in (("sql-1", "sql"), ("chat-1", "chat"), ("fin-1", "fin")):
+        scheduler.add_request(make_request(request_id, list(range(20)), lora_name=lora))
+    out, _ = run_step(scheduler)
+    assert len(out.admitted) == 3 and scheduler.num_deferred == 0
