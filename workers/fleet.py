@@ -124,6 +124,10 @@ _WORKER_KEYS = {"id", "gpu", "models", "model", "labels", "emulate", "url", "kv_
                 "tls_ca_file", *_BATCH_LIMITS}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODEL_KEYS = {"arch"}
+# how a GPU class or a model the fleet lacks is declared, as the errors naming one say it
+_DECLARE_GPU = f"declared under gpu_classes: with {', '.join(_GPU_REQUIRED)}"
+_DECLARE_MODEL = (f"give it an arch: one of {', '.join(sorted(BUILTIN_MODELS))}; or its shape: "
+                  f"{', '.join(_MODEL_REQUIRED)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,10 +310,11 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
         raise FleetConfigError(f"{where}.id: required, a non-empty string")
     gpu_name = raw.get("gpu")
     if gpu_name is None:
-        raise FleetConfigError(f"{where}.gpu: required, one of {', '.join(sorted(gpus))}")
+        raise FleetConfigError(f"{where}.gpu: required, one of {', '.join(sorted(gpus))} "
+                               f"(or a class {_DECLARE_GPU})")
     if gpu_name not in gpus:
         raise FleetConfigError(f"{where}.gpu: unknown GPU class {gpu_name!r} "
-                               f"(known: {', '.join(sorted(gpus))})")
+                               f"(known: {', '.join(sorted(gpus))}; or one {_DECLARE_GPU})")
     gpu = gpus[str(gpu_name)]
     served = raw.get("models", raw.get("model"))
     if isinstance(served, str):
@@ -319,7 +324,7 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     spec = models.get(served[0]) or BUILTIN_MODELS.get(served[0])
     if spec is None:
         raise FleetConfigError(f"{where}.models: {served[0]!r} is not declared under models: "
-                               "(give it an arch)")
+                               f"({_DECLARE_MODEL})")
     tp = int(check_number(raw.get("tensor_parallel", 1), f"{where}.tensor_parallel",
                           TENSOR_PARALLEL))
     if tp > 1 and tp not in (gpu.allreduce_bw_gbps or {}):

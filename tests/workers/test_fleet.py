@@ -61,9 +61,10 @@ def test_a_worker_without_a_gpu_or_an_empty_file_is_named_as_such() -> None:
     """They read 'unknown GPU class None' and 'top level must be a mapping'."""
     fleet = one_worker(url="http://a")
     del fleet["workers"][0]["gpu"]
-    with pytest.raises(FleetConfigError,
-                       match=r"workers\[0\]\.gpu: required, one of A100-80GB, "):
-        parse_fleet(fleet)
+    assert refusal(fleet) == (
+        "<memory>: workers[0].gpu: required, one of A100-80GB, H100-80GB, L40S-48GB, a100, h100, "
+        "l40s (or a class declared under gpu_classes: with memory_gb, tflops_bf16, "
+        "bandwidth_gbps, price_per_hour)")
     with pytest.raises(FleetConfigError, match=r"f\.yaml: the file is empty"):
         parse_fleet(None, source="f.yaml")
 
@@ -214,6 +215,41 @@ def refusal(data: dict[str, Any]) -> str:
 ])
 def test_bad_gpu_class_numbers_name_the_key(fields_: dict[str, Any], message: str) -> None:
     assert refusal(with_gpu(**fields_)) == f"<memory>: gpu_classes.h200{message}"
+
+
+def test_an_unknown_gpu_class_or_model_says_how_to_declare_it() -> None:
+    """They named the built-in ones alone, and gpu_classes: and a model's shape fields are
+    what a fleet of other GPUs or models needs."""
+    data = one_worker(url="http://10.0.0.7:8000", gpu="a10g")
+    assert refusal(data) == (
+        "<memory>: workers[0].gpu: unknown GPU class 'a10g' (known: A100-80GB, H100-80GB, "
+        "L40S-48GB, a100, h100, l40s; or one declared under gpu_classes: with memory_gb, "
+        "tflops_bf16, bandwidth_gbps, price_per_hour)")
+    data = one_worker(url="http://10.0.0.7:8000", models=["Qwen/Qwen2.5-7B-Instruct"])
+    assert refusal(data) == (
+        "<memory>: workers[0].models: 'Qwen/Qwen2.5-7B-Instruct' is not declared under models: "
+        "(give it an arch: one of all-minilm-l6-v2, llama-3-70b, llama-3-8b, llama-3.1-70b, "
+        "llama-3.1-8b, qwen3-embedding-0.6b; or its shape: layers, hidden, heads, kv_heads, "
+        "head_dim, ffn, vocab)")
+
+
+def test_a_gpu_class_and_a_model_not_built_in_load_with_what_their_errors_name() -> None:
+    from workers.fleet import _GPU_REQUIRED, _MODEL_REQUIRED
+
+    a10g = {"memory_gb": 24, "tflops_bf16": 125, "bandwidth_gbps": 600, "price_per_hour": 1.0}
+    qwen = {"layers": 28, "hidden": 3584, "heads": 28, "kv_heads": 4, "head_dim": 128,
+            "ffn": 18944, "vocab": 152064}
+    assert (set(a10g), set(qwen)) == (set(_GPU_REQUIRED), set(_MODEL_REQUIRED))
+    info = parse_fleet({
+        "gpu_classes": {"a10g": a10g},
+        "models": {"Qwen/Qwen2.5-7B-Instruct": {**qwen, "max_model_len": 32768}},
+        "workers": [{"id": "w0", "gpu": "a10g", "models": ["Qwen/Qwen2.5-7B-Instruct"],
+                     "url": "http://10.0.0.7:8000"}]}).workers[0].info
+    assert (info.gpu.name, info.gpu.memory_gb, info.price_per_hour) == ("a10g", 24, 1.0)
+    assert info.gpu.default_max_num_seqs == 256          # the fields' defaults
+    spec = info.model_spec
+    assert (spec.name, spec.layers, spec.kv_heads, spec.max_model_len, spec.runner) == (
+        "Qwen/Qwen2.5-7B-Instruct", 28, 4, 32768, "generate")
 
 
 def test_a_new_gpu_class_needs_its_numbers_and_a_free_gpu_is_fine() -> None:
