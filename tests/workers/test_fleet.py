@@ -409,3 +409,37 @@ def test_a_built_in_gpu_given_another_memory_size_uses_it() -> None:
     both = l40s({"memory_gb": 16, "visible_memory_gb": 14})
     assert visible_memory_bytes(both) == 14 * 2**30
     assert visible_memory_bytes(l40s({"price_per_hour": 1.0})) == 45 * 2**30
+
+
+def _fleet_reference() -> str:
+    """docs/operations.md's "The fleet file" section."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    return text.split("\n## The fleet file\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_documented_fleet_of_a_gpu_and_a_model_not_built_in_loads() -> None:
+    import re
+
+    import yaml
+
+    from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
+
+    blocks = re.findall(r"```yaml\n(.*?)```", _fleet_reference(), re.DOTALL)
+    fleet = parse_fleet(yaml.safe_load(blocks[0]))
+    infos = [spec.info for spec in fleet.workers]
+    assert {info.gpu.name for info in infos} - set(BUILTIN_GPUS) == {"l4"}
+    assert {info.model_spec.name for info in infos} - set(BUILTIN_MODELS) == {
+        "Qwen/Qwen2.5-7B-Instruct"}
+
+
+def test_the_fleet_reference_names_every_key_the_file_takes() -> None:
+    from dataclasses import fields
+
+    from workers.engine.profiles import BUILTIN_MODELS, GpuProfile, ModelSpec
+    from workers.fleet import _WORKER_KEYS
+
+    section = _fleet_reference()
+    keys = (set(_WORKER_KEYS) | {"arch", *BUILTIN_MODELS}
+            | {f.name for f in fields(GpuProfile)} | {f.name for f in fields(ModelSpec)})
+    missing = sorted(key for key in keys - {"name"} if f"`{key}`" not in section)
+    assert not missing, f"keys the fleet reference does not name: {missing}"
