@@ -34,6 +34,22 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+# options of sglang-router, vllm-router and production-stack that a command line brought over
+# from them carries; kvroute's counterparts are files (docs/migrating.md)
+PEER_OPTIONS = ("--worker-urls", "--policy", "--routing-logic", "--service-discovery")
+
+
+def peer_option_hint(command: str | None, unrecognized: Sequence[str]) -> str:
+    """What to add to ``up``'s or ``serve``'s error for options it does not take, when one
+    of them is another router's: where kvroute's counterparts are described; else ''."""
+    if command not in ("up", "serve") or not any(
+            arg.split("=", 1)[0] in PEER_OPTIONS for arg in unrecognized):
+        return ""
+    return (f" (kvroute {command} takes its workers from a fleet file, --fleet, and its policy "
+            "from a routing file, --routing: docs/migrating.md maps the options of "
+            "sglang-router, vllm-router and production-stack)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvroute", description="Token-aware load balancer for LLM inference fleets.")
@@ -81,7 +97,10 @@ def _raise_interrupt() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:         # as parse_args says it, with a hint for another router's options
+        parser.error(f"unrecognized arguments: {' '.join(unrecognized)}"
+                     f"{peer_option_hint(getattr(args, 'command', None), unrecognized)}")
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()
