@@ -100,6 +100,24 @@ def test_a_settlement_lands_in_the_second_of_its_charge() -> None:
     assert usage.totals("acme", 270.0) == (0, 50)
 
 
+def test_a_refund_for_a_charge_exactly_a_minute_old_is_dropped_not_taken_from_now() -> None:
+    """A charge 60 s old shares its slot with the current second: its refund was booked there,
+    and a tenant's spending read below zero (more than its tokens_per_minute let through)."""
+    usage = TenantUsage()
+    usage.add("acme", 100.2, tokens=500)
+    usage.add("acme", 159.9, tokens=7)
+    usage.settle("acme", 159.9, 100.2, -400)         # 59 s on: still in the window
+    assert usage.totals("acme", 159.9) == (0, 107)
+    usage.add("acme", 160.1, tokens=10)              # second 100 left at 160
+    assert usage.totals("acme", 160.1) == (0, 17)
+    usage.settle("acme", 160.5, 100.2, -400)         # exactly 60 s on: dropped
+    assert usage.totals("acme", 160.5) == (0, 17)
+    usage.settle("acme", 160.5, 100.2, 30)           # an excess is spending now
+    assert usage.totals("acme", 160.5) == (0, 47)
+    assert usage.totals("acme", 219.9) == (0, 40)    # second 159 left; 160 stays
+    assert usage.totals("acme", 220.0) == (0, 0)
+
+
 def test_other_replicas_spending_leaves_by_their_published_schedule() -> None:
     """Another replica's budget spent a second ago leaves in a minute: taken to fade
     evenly, five requests on a limit of five read as having room in a second."""
