@@ -98,6 +98,24 @@ def test_prefix_cache_counters_count_first_admission_only() -> None:
     assert tokens_of(out) == {"b": 8} and out.admitted[0].num_cached_tokens == 32
 
 
+def test_a_preempted_request_s_readmission_is_not_counted_as_a_prefix_cache_query() -> None:
+    """vLLM counts prefix-cache queries and hits at a request's first admission only: the
+    re-lookup of a preempted request was counted again, its recomputed prompt read as hits."""
+    scheduler = make_scheduler(num_blocks=6, max_num_batched_tokens=1000)   # 5 usable
+    scheduler.add_request(make_request("a", list(range(32)), num_output_tokens=2))
+    scheduler.add_request(make_request("b", list(range(100, 132)), num_output_tokens=40))
+    first, _ = run_step(scheduler)
+    assert (first.prefix_cache_queries, first.prefix_cache_hits) == (64, 0)
+    preempting, finished = run_step(scheduler)     # a takes the last block, b is preempted
+    assert [r.request_id for r in preempting.preempted] == ["b"] and finished == ["a"]
+    readmitting, _ = run_step(scheduler)
+    assert [r.request_id for r in readmitting.admitted] == ["b"]
+    assert tokens_of(readmitting) == {"b": 1}     # its 32 prompt tokens hit the cache
+    assert (preempting.prefix_cache_queries, preempting.prefix_cache_hits) == (0, 0)
+    assert (readmitting.prefix_cache_queries, readmitting.prefix_cache_hits) == (0, 0)
+    assert readmitting.admitted[0].num_cached_tokens == 0      # as first admitted
+
+
 def test_abort_frees_blocks_and_leaves_the_queue() -> None:
     scheduler = make_scheduler(num_blocks=8)
     scheduler.add_request(make_request("a", list(range(20)), num_output_tokens=3))
