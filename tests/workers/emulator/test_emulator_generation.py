@@ -95,6 +95,27 @@ def test_min_tokens_holds_eos_back_as_vllm_does(client: openai.OpenAI) -> None:
         assert message in str(refused.value)
 
 
+def test_max_tokens_past_the_window_is_the_room_left_exactly(
+        worker: EmulatorProcess, client: openai.OpenAI) -> None:
+    """vLLM's effective max_tokens is the window less the prompt: one more let a min_tokens
+    past the room through and exported a max_tokens the window has no room for."""
+    with urllib.request.urlopen(f"{worker.url}/v1/models", timeout=10) as resp:
+        window = json.loads(resp.read())["data"][0]["max_model_len"]
+    prompt = [7] * (window - 3)                     # room for 3 tokens
+    before = counter(worker.url, "vllm:request_params_max_tokens_sum")
+    full = client.completions.create(model=MODEL, prompt=prompt, max_tokens=100,
+                                     extra_body={"min_tokens": 3})
+    assert full.usage is not None
+    assert (full.usage.prompt_tokens, full.usage.completion_tokens) == (window - 3, 3)
+    assert full.choices[0].finish_reason == "length"
+    assert counter(worker.url, "vllm:request_params_max_tokens_sum") - before == 3
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=MODEL, prompt=prompt, max_tokens=100,
+                                  extra_body={"min_tokens": 4})
+    assert "min_tokens must be less than or equal to max_tokens=3, got 4." in str(
+        refused.value)
+
+
 def test_max_completion_tokens_wins_over_max_tokens(client: openai.OpenAI) -> None:
     resp = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "x"}], max_completion_tokens=2,
