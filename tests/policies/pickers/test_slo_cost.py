@@ -98,6 +98,20 @@ def test_fast_gpus_are_kept_in_reserve_for_prompts_a_slower_one_serves_in_time()
     assert decide({"h100": on_h100, "l40s": cheaper_l40s})[1][1] == "price"
 
 
+@pytest.mark.parametrize(("faster_prefill_s", "reserved"), [(0.19, False), (0.16, True)])
+def test_a_gpu_within_ten_percent_of_the_slowest_is_not_kept_in_reserve(
+        faster_prefill_s: float, reserved: bool) -> None:
+    """Only hardware more than 10 % faster than the slowest within the SLO is kept free: a
+    looser tolerance left a GPU 20 % faster serving short prompts a slower one serves in
+    time, a tighter one reserved a GPU that is barely faster."""
+    faster = Estimate(0.2, 0.01, 0.8, 0.0003, 0, 0.2, 0.01, prefill_s=faster_prefill_s,
+                      full_prefill_s=faster_prefill_s)
+    slower = Estimate(0.25, 0.01, 1.0, 0.0004, 0, 0.25, 0.01, prefill_s=0.2,
+                      full_prefill_s=0.2)
+    chosen, (_, term) = decide({"faster": faster, "slower": slower})
+    assert (chosen, term) == (("slower", "reserve-fast") if reserved else ("faster", "load"))
+
+
 def test_holding_more_of_the_prompt_does_not_make_a_worker_look_fast() -> None:
     """Two workers of one GPU class: the one caching part of the prompt prefills less of
     it, which is not faster hardware; it stays a candidate and, cheaper, wins."""
@@ -200,8 +214,10 @@ def test_bad_params_name_the_field(kwargs: dict[str, Any], field: str) -> None:
 
 
 def _kv_view(worker: str, kv_usage: float, running: int = 0, inflight: int = 0,
-             inflight_decode: int = 0) -> WorkerView:
-    """A view of ``worker`` with a 100,000-token KV cache (6,250 blocks of 16)."""
+             inflight_decode: int = 0, inflight_prefill: int = 0) -> WorkerView:
+    """A view of ``worker`` with a 100,000-token KV cache (6,250 blocks of 16); the router's
+    in-flight tokens there are ``inflight_decode`` output and ``inflight_prefill`` prompt
+    tokens not yet prefilled."""
     from types import MappingProxyType
 
     from workers.engine.profiles import BUILTIN_MODELS, H100_80GB
@@ -212,8 +228,9 @@ def _kv_view(worker: str, kv_usage: float, running: int = 0, inflight: int = 0,
                       labels=MappingProxyType({}))
     return WorkerView(info=info, running=running, waiting=0, kv_usage=kv_usage, block_size=16,
                       num_gpu_blocks=6_250, max_model_len=131_072, inflight_requests=inflight,
-                      inflight_tokens=inflight_decode, healthy=True, staleness_s=0.0,
-                      served_models=("m",))
+                      inflight_tokens=inflight_decode + inflight_prefill, healthy=True,
+                      staleness_s=0.0, served_models=("m",),
+                      inflight_prefill_tokens=inflight_prefill)
 
 
 def _decide_with_views(estimates: dict[str, Estimate], views: list[WorkerView],
@@ -249,6 +266,26 @@ def test_a_worker_whose_kv_cache_would_overflow_is_passed_over() -> None:
     assert _decide_with_views(estimates, views, max_tokens=3_000, protect_kv=False)[0] == (
         "cheap")
     assert SloCostParams().protect_kv is False
+
+
+def test_the_prefill_in_flight_counts_once_as_kv_held_not_as_output_to_decode() -> None:
+    """The prompt tokens the router sent and the worker has not prefilled yet were also
+    taken for output still to decode: the decodes' growth doubled and a worker with room was
+    passed over."""
+    estimates = {"cheap": estimate(0.1, 0.02, 0.0001), "roomy": estimate(0.1, 0.02, 0.0009)}
+    # 60,000 held, 20,000 to prefill, 10 decodes with a mean 1,000 left (20,000 output over
+    # 10, half done): 60,000 + 20,000 + 1,000 + 3,000 + 10 x 1,000 = 94,000 of 100,000
+    fits = _kv_view("cheap", 0.6, running=10, inflight=10, inflight_decode=20_000,
+                    inflight_prefill=20_000)
+    chosen, (_, term) = _decide_with_views(estimates, [fits, _kv_view("roomy", 0.2)],
+                                           max_tokens=3_000)
+    assert (chosen, term) == ("cheap", "price")
+    # 30,000 to prefill: 60,000 + 30,000 + 1,000 + 3,000 + 10 x 1,000 = 104,000
+    overflows = _kv_view("cheap", 0.6, running=10, inflight=10, inflight_decode=20_000,
+                         inflight_prefill=30_000)
+    chosen, (_, term) = _decide_with_views(estimates, [overflows, _kv_view("roomy", 0.2)],
+                                           max_tokens=3_000)
+    assert (chosen, term) == ("roomy", "protect-kv")
 
 
 def test_when_no_cache_has_room_the_request_goes_where_it_has_the_most() -> None:
