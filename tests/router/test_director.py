@@ -16,6 +16,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from router.keys import REGISTRY
 from router.request_ids import HELD_AFTER_CUT_S
 from tests.conftest import REPO_ROOT
 from tests.router.gateway_support import (
@@ -526,3 +527,110 @@ async def test_what_of_a_stream_reached_its_client_is_counted_and_charged(
     assert 4 <= completion <= (6 if ending == "client-left" else 5)    # (role, tokens, error)
     assert router.metric("kvroute_prompt_tokens_total", worker=worker) > 10
     assert router.metric("kvroute_cost_dollars_total", worker=worker, tenant="acme") > 0
+
+
+async def _booked(router: RouterHandle, sample: str, count: float, **labels: str) -> None:
+    """Until ``sample`` reaches ``count`` (the router books an answer just after its client
+    has it)."""
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while router.metric(sample, **labels) < count:
+        assert asyncio.get_running_loop().time() < deadline, f"{sample} never reached {count}"
+        await asyncio.sleep(0.02)
+
+
+async def test_the_time_per_output_token_is_the_stream_s_time_over_its_gaps(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A stream of 5 tokens has 4 gaps between them: its time from the first token to the
+    last over 5 read every worker as 20 % faster than it was (kvroute_tpot_seconds, the
+    decision log, and so what the online correction learnt)."""
+    tokens = 5
+    chunk = {"id": "cmpl-1", "object": "text_completion", "model": MODEL,
+             "choices": [{"index": 0, "text": "word ", "finish_reason": None}]}
+    usage = {"id": "cmpl-1", "object": "text_completion", "model": MODEL, "choices": [],
+             "usage": {"prompt_tokens": 5, "completion_tokens": tokens,
+                       "total_tokens": 5 + tokens}}
+
+    async def paced(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for token in range(tokens):
+            if token:
+                await asyncio.sleep(0.05)     # the gaps: a stream long enough to measure
+            await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await response.write(b"data: " + orjson.dumps(usage) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    async with scripted_router(emulated_fleet, make_router, paced) as router, \
+            aiohttp.ClientSession() as session:
+        async with session.post(router.url + "/v1/completions", json={
+                "model": MODEL, "prompt": "Say five words", "max_tokens": tokens,
+                "stream": True}) as resp:
+            assert resp.status == 200 and (await resp.read()).endswith(b"[DONE]\n\n")
+            request_id = resp.headers["x-request-id"]
+        await _booked(router, "kvroute_tpot_seconds_count", 1, worker="w")
+        async with session.get(router.url + "/debug/decisions?request_id="
+                               + request_id) as resp:
+            [decision] = (await resp.json())["data"]
+    outcome = decision["outcome"]
+    # the router's own times of the first token and of the end (rounded to 0.1 ms)
+    streamed_s = outcome["e2e_s"] - outcome["ttft_s"]
+    assert streamed_s > 0.01                  # (long enough to tell 4 gaps from 5)
+    tpot = router.metric("kvroute_tpot_seconds_sum", worker="w")
+    assert tpot == pytest.approx(streamed_s / (tokens - 1), abs=1e-4)
+    assert outcome["tpot_s"] == pytest.approx(streamed_s / (tokens - 1), abs=1e-4)
+
+
+ROUTING_PREFIX_ROUND_ROBIN = """\
+profiles:
+  default:
+    filters: [{type: model}, {type: healthy}]
+    scorers: [{type: prefix, weight: 1.0}]
+    picker: {type: round-robin}
+default_profile: default
+"""
+
+
+async def test_the_prefill_in_flight_at_the_worker_holding_the_prefix_is_the_uncached_part(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """The router booked a prompt's whole prefill in flight at the worker that holds most of
+    it: that worker looked busier than it is, against affinity in a burst."""
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        arrived.set()
+        await release.wait()
+        return web.json_response({
+            "id": "cmpl-1", "object": "text_completion", "model": MODEL,
+            "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 500, "completion_tokens": 1, "total_tokens": 501}})
+
+    prompt = " ".join(f"word{i}" for i in range(400))
+    async with scripted_router(emulated_fleet, make_router, held,
+                               routing=ROUTING_PREFIX_ROUND_ROBIN) as router, \
+            aiohttp.ClientSession() as session:
+        async def in_flight_prefill() -> tuple[int, int]:
+            """One request of ``prompt``: the prefill booked at "w" while the worker holds
+            it, and the prompt tokens its decision expected "w" to have cached."""
+            arrived.clear()
+            release.clear()
+            sent = asyncio.create_task(session.post(router.url + "/v1/completions", json={
+                "model": MODEL, "prompt": prompt, "max_tokens": 1}))
+            await asyncio.wait_for(arrived.wait(), 10.0)
+            [view] = router.app[REGISTRY].views(time.monotonic())
+            release.set()
+            async with await sent as resp:
+                assert resp.status == 200
+                request_id = resp.headers["x-request-id"]
+            async with session.get(router.url + "/debug/decisions?request_id="
+                                   + request_id) as resp:
+                [decision] = (await resp.json())["data"]
+            return view.inflight_prefill_tokens, decision["attributes"]["prefix_match_tokens"]
+
+        whole, nothing_cached = await in_flight_prefill()
+        uncached, cached = await in_flight_prefill()
+    assert nothing_cached == 0 and whole >= 400
+    assert 0 < cached < whole
+    assert uncached == whole - cached
