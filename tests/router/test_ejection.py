@@ -6,11 +6,15 @@ it is the only worker left (fail open)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 
 import aiohttp
 import openai
+import orjson
 import pytest
+from aiohttp import web
 
 from router.ejection import WorkerEjection
 from router.keys import METRICS, SCRAPER
@@ -21,6 +25,7 @@ from tests.router.gateway_support import (
     RouterFactory,
     RouterHandle,
     fleet_entry,
+    scripted_router,
     short_chat,
     subset,
 )
@@ -271,3 +276,74 @@ async def test_the_routers_own_open_file_limit_ejects_no_worker(
         assert router.metric("kvroute_requests_total", worker=worker) == 0   # not its 503s
     assert router.metric("kvroute_retries_total") == 0
     assert router.metric("kvroute_requests_total", worker="", status="503") == 12
+
+
+async def _stream_read_by_no_one(url: str, body: bytes) -> asyncio.StreamWriter:
+    """A streaming request sent to ``url`` (a router's completions) by a client that reads
+    nothing of its answer (a receive window of 4 kB); close the writer returned to leave."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    host, port = url.removeprefix("http://").split(":")
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    _, writer = await asyncio.open_connection(sock=sock)
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+    return writer
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("leaving", ["stops-reading", "disconnects"])
+async def test_a_client_leaving_between_failures_does_not_clear_the_workers_count(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, leaving: str) -> None:
+    """A stream whose client left (one that stopped reading, cut at the send timeout)
+    counted as the worker's answer: impatient clients cleared the failures of a worker
+    failing every other request, and it was never set aside."""
+    event = b"data: " + orjson.dumps({
+        "id": "c", "object": "text_completion", "model": MODEL,
+        "choices": [{"index": 0, "text": "x" * 65_536, "finish_reason": None}]}) + b"\n\n"
+
+    async def failing_but_streaming(request: web.Request) -> web.StreamResponse:
+        if not orjson.loads(await request.read()).get("stream"):
+            return web.json_response({"object": "error", "type": "InternalServerError",
+                                      "message": "EngineCore failed", "code": 500},
+                                     status=500)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError):     # until the router closes it
+            for _ in range(2000):
+                await response.write(event)
+        return response
+
+    async with scripted_router(emulated_fleet, make_router, failing_but_streaming,
+                               eject_after=3, eject_for_s=60.0, max_retries=0,
+                               send_timeout_s=0.3) as router, \
+            aiohttp.ClientSession() as session:
+        url = router.url + "/v1/completions"
+        body = {"model": MODEL, "prompt": "Tell me a story", "max_tokens": 500}
+        for _ in range(2):
+            async with session.post(url, json=body) as resp:
+                assert resp.status == 502
+        streamed = {**body, "stream": True}
+        unread: asyncio.StreamWriter | None = None
+        if leaving == "stops-reading":
+            unread = await _stream_read_by_no_one(router.url, orjson.dumps(streamed))
+        else:
+            resp = await session.post(url, json=streamed)
+            assert resp.status == 200
+            assert (await resp.content.readexactly(6)) == b"data: "     # it streams
+            resp.close()
+        try:
+            deadline = asyncio.get_running_loop().time() + 10.0
+            while not router.metric("kvroute_requests_total", worker="w", status="499"):
+                assert asyncio.get_running_loop().time() < deadline, "never cut"
+                await asyncio.sleep(0.02)
+        finally:
+            if unread is not None:
+                unread.close()
+        assert await _ejected_for(router, "w") == 0.0
+        async with session.post(url, json=body) as resp:
+            assert resp.status == 502
+        assert await _ejected_for(router, "w") > 0.0           # the third failure in a row
+        assert router.metric("kvroute_worker_ejections_total", worker="w") == 1
