@@ -80,6 +80,14 @@ def url_fleet_file(folder: Path, urls: Mapping[str, str]) -> Path:
     return path
 
 
+# the samples a family of each type exports, by the suffix after its name
+SAMPLE_SUFFIXES: Mapping[str, tuple[str, ...]] = {
+    "counter": ("_total", "_created"), "gauge": ("",),
+    "summary": ("", "_count", "_sum", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"), "info": ("_info",),
+    "gaugehistogram": ("_bucket", "_gcount", "_gsum"), "stateset": ("",), "unknown": ("",)}
+
+
 @dataclass
 class RouterHandle:
     app: web.Application
@@ -92,11 +100,31 @@ class RouterHandle:
 
     def metric(self, name: str, **labels: str) -> float:
         """The sum of the samples ``name`` whose labels include ``labels`` (0 when none
-        does): a label left out is summed over, as ``sum without`` would."""
+        does): a label left out is summed over, as ``sum without`` would. A name the
+        registry does not export, or a label its samples do not carry, raises ``KeyError``:
+        a misspelt one read as 0, and an assertion ``== 0`` on it could not fail."""
         wanted = labels.items()
-        return sum(sample.value for family in self.app[METRICS].registry.collect()
-                   for sample in family.samples
-                   if sample.name == name and wanted <= sample.labels.items())
+        total = 0.0
+        known = False
+        carried: set[str] = set()       # the label names of the family's samples
+        sampled = False
+        for family in self.app[METRICS].registry.collect():
+            exported = {family.name + suffix
+                        for suffix in SAMPLE_SUFFIXES.get(family.type, ("",))}
+            if name not in exported and all(s.name != name for s in family.samples):
+                continue
+            known = True
+            for sample in family.samples:
+                sampled = True
+                carried.update(sample.labels)
+                if sample.name == name and wanted <= sample.labels.items():
+                    total += sample.value
+        if not known:
+            raise KeyError(f"the router exports no metric {name!r}")
+        if sampled and not labels.keys() <= carried:
+            raise KeyError(f"{name} has no label {sorted(labels.keys() - carried)} "
+                           f"(its labels: {sorted(carried)})")
+        return total
 
 
 RouterFactory = Callable[..., Awaitable[RouterHandle]]
