@@ -48,6 +48,7 @@ BUILTIN_PLUGIN_MODULES: tuple[str, ...] = (
     "policies.scorers.queue_depth",
     "policies.scorers.kv_usage",
     "policies.scorers.inflight",
+    "policies.scorers.lora_affinity",
     "policies.pickers.max_score",
     "policies.pickers.power_of_two",
     "policies.pickers.round_robin",

@@ -41,6 +41,16 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LoraActivity:
+    """The adapters a worker runs and keeps waiting, from vLLM's ``lora_requests_info``:
+    at most ``max_loras`` run at once (its ``max_lora`` label; its engines' sum)."""
+
+    running: frozenset[str] = frozenset()
+    waiting: frozenset[str] = frozenset()
+    max_loras: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerSnapshot:
     """One scrape of a worker, immutable. ``scraped_at`` is ``time.monotonic()``."""
 
@@ -57,6 +67,7 @@ class WorkerSnapshot:
     lora_adapters: tuple[str, ...] = ()   # adapters loaded/running (from /v1/models and lora info)
     # (adapter, its path: the /v1/models card's root), which vLLM hashes into its blocks
     lora_paths: tuple[tuple[str, str], ...] = ()
+    lora_activity: LoraActivity | None = None   # running and waiting adapters, when reported
     prefix_cache_queries: float = 0.0     # counters, for dashboards and hit-rate tracking
     prefix_cache_hits: float = 0.0
     num_preemptions: float = 0.0
@@ -85,6 +96,7 @@ class WorkerView:
     lora_adapters: tuple[str, ...] = ()
     inflight_prefill_tokens: int = 0   # the prefill part of inflight_tokens (not yet started)
     lora_paths: tuple[tuple[str, str], ...] = ()   # (adapter, its path), as the snapshot's
+    lora_activity: LoraActivity | None = None      # as the snapshot's
 
     @property
     def id(self) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from workers.exposition import ExpositionError, parse_sample_line
-from workers.models import WorkerInfo, WorkerSnapshot
+from workers.models import LoraActivity, WorkerInfo, WorkerSnapshot
 from workers.registry import WorkerRegistry, same_server
 from workers.upstream import (
     UpstreamClient,
@@ -74,6 +74,7 @@ class MetricsSample:
     num_preemptions: float
     lora_adapters: tuple[str, ...]
     generation_tokens: float = 0.0
+    lora_activity: LoraActivity | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,7 @@ def parse_metrics(text: str) -> MetricsSample:
     num_blocks: int | None = None
     # vllm:lora_requests_info: a series per update (its value the update's unix time), the
     # old ones kept; the newest of each engine says which adapters are running and waiting
-    newest_lora: dict[str, tuple[float, set[str]]] = {}
+    newest_lora: dict[str, tuple[float, Mapping[str, str]]] = {}
     try:
         samples = [parse_sample_line(line) for line in text.splitlines()
                    if line.startswith(_WANTED)]
@@ -123,9 +124,7 @@ def parse_metrics(text: str) -> MetricsSample:
                 labels = sample.labels()
                 engine = labels.get("engine", "")
                 if engine not in newest_lora or sample.value >= newest_lora[engine][0]:
-                    newest_lora[engine] = (sample.value, {
-                        adapter for key in ("running_lora_adapters", "waiting_lora_adapters")
-                        for adapter in labels.get(key, "").split(",") if adapter})
+                    newest_lora[engine] = (sample.value, labels)
             else:
                 key = name.replace("vllm:gpu_prefix_cache_", "vllm:prefix_cache_")
                 totals[key] = totals.get(key, 0.0) + sample.value
@@ -148,8 +147,28 @@ def parse_metrics(text: str) -> MetricsSample:
         prefix_cache_queries=totals.get("vllm:prefix_cache_queries", 0.0),
         prefix_cache_hits=totals.get("vllm:prefix_cache_hits", 0.0),
         num_preemptions=totals.get("vllm:num_preemptions", 0.0),
-        lora_adapters=tuple(sorted(set().union(*(names for _, names in newest_lora.values())))),
-        generation_tokens=totals.get("vllm:generation_tokens", 0.0))
+        lora_adapters=tuple(sorted(set().union(*(
+            _adapters(labels, key) for _, labels in newest_lora.values()
+            for key in ("running_lora_adapters", "waiting_lora_adapters"))))),
+        generation_tokens=totals.get("vllm:generation_tokens", 0.0),
+        lora_activity=_lora_activity([labels for _, labels in newest_lora.values()]))
+
+
+def _adapters(labels: Mapping[str, str], key: str) -> frozenset[str]:
+    return frozenset(adapter for adapter in labels.get(key, "").split(",") if adapter)
+
+
+def _lora_activity(engines: list[Mapping[str, str]]) -> LoraActivity | None:
+    """The adapters running and waiting over a worker's engines, and how many may run at
+    once (the engines' ``max_lora`` summed; None when one does not say)."""
+    if not engines:
+        return None
+    limits = [_as_int(labels.get("max_lora")) for labels in engines]
+    return LoraActivity(
+        running=frozenset().union(*(_adapters(e, "running_lora_adapters") for e in engines)),
+        waiting=frozenset().union(*(_adapters(e, "waiting_lora_adapters") for e in engines)),
+        max_loras=None if any(n is None for n in limits) else sum(
+            n for n in limits if n is not None))
 
 
 def parse_models(payload: Any, default_model: str) -> ModelsSample:
@@ -336,6 +355,7 @@ class WorkerScraper:
             served_models=models.served_models if models else (),
             lora_adapters=tuple(sorted(adapters)),
             lora_paths=models.lora_paths if models else (),
+            lora_activity=sample.lora_activity,
             prefix_cache_queries=sample.prefix_cache_queries,
             prefix_cache_hits=sample.prefix_cache_hits,
             num_preemptions=sample.num_preemptions,

@@ -41,4 +41,5 @@ def build_view(info: WorkerInfo, snapshot: WorkerSnapshot | None, inflight: Work
         lora_adapters=snapshot.lora_adapters,
         inflight_prefill_tokens=inflight.prefill_tokens,
         lora_paths=snapshot.lora_paths,
+        lora_activity=snapshot.lora_activity,
     )

@@ -211,3 +211,48 @@ async def test_a_rules_adapter_no_worker_has_is_the_workers_404_once(
         assert resp.status == 404
     assert router.metric("kvroute_retries_total", reason="model_not_found") == 0
     assert router.metric("kvroute_requests_total", status="404") == 1
+
+
+@pytest.fixture(scope="module")
+def two_adapter_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """Two workers, each with two adapters loaded and vLLM's default --max-loras 1: one
+    adapter's requests at a time run on each."""
+    path: Path = tmp_path_factory.mktemp("lora2") / "fleet.yaml"
+    adapters = {"sql-lora": "/adapters/sql", "chat-lora": "/adapters/chat"}
+    emulate = {"time_scale": 1.0, "output_len": {"dist": "fixed", "value": 40},
+               "lora_adapters": adapters}
+    path.write_text(yaml.safe_dump({
+        "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+        "workers": [{"id": f"w{i}", "gpu": "h100", "models": [MODEL],
+                     "emulate": {**emulate, "port": free_port()}} for i in range(2)]}))
+    fleet = load_fleet(path)
+    with EmulatorFleet(fleet, one_process=True):
+        yield fleet
+
+
+async def test_lora_affinity_keeps_each_adapter_on_a_worker_of_its_own(
+        two_adapter_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A burst for two adapters within one scrape interval: each worker looked free, and
+    requests of both adapters went to each, where vLLM runs one adapter at a time (the
+    other's requests wait, deferred). With ``lora-affinity`` each adapter has a worker."""
+    routing = ("profiles:\n  default:\n    filters: [{type: model}, {type: healthy}]\n"
+               "    scorers: [{type: lora-affinity, weight: 1.0}]\n"
+               "    picker: {type: max-score}\ndefault_profile: default\n")
+    router = await make_router(two_adapter_fleet, routing)
+    async with aiohttp.ClientSession() as http:
+        await _adapter_listed(http, router.url)
+
+        async def send(adapter: str) -> tuple[str, str]:
+            body = {"model": adapter, "prompt": "Summarise the ticket.", "max_tokens": 40,
+                    "ignore_eos": True}
+            async with http.post(router.url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+                return adapter, resp.headers["x-kvroute-worker"]
+
+        answers = await asyncio.gather(*(send(("sql-lora", "chat-lora")[i % 2])
+                                         for i in range(12)))
+    workers: dict[str, set[str]] = {}
+    for adapter, worker in answers:
+        workers.setdefault(adapter, set()).add(worker)
+    assert len(workers["sql-lora"]) == 1 and len(workers["chat-lora"]) == 1, workers
+    assert workers["sql-lora"] != workers["chat-lora"]

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS
 from workers.inflight import InflightTracker
-from workers.models import WorkerInfo, WorkerSnapshot
+from workers.models import LoraActivity, WorkerInfo, WorkerSnapshot
 from workers.registry import WorkerRegistry
 from workers.scraper import MetricsParseError, WorkerScraper, parse_metrics, parse_models
 from workers.upstream import UpstreamClient
@@ -78,6 +78,14 @@ def test_only_the_newest_lora_info_says_which_adapters_run() -> None:
         'vllm:lora_requests_info{engine="1",max_lora="2",running_lora_adapters="old",'
         'waiting_lora_adapters=""} 1.6e9\n')
     assert parse_metrics(text).lora_adapters == ("chat", "sql")
+    # what runs and waits, for the lora-affinity scorer: each engine's newest series, their
+    # limits summed (engine "" runs nothing now, engine 1 runs sql with chat waiting)
+    assert parse_metrics(text).lora_activity == LoraActivity(
+        running=frozenset({"sql"}), waiting=frozenset({"chat"}), max_loras=4)
+    assert parse_metrics(TWO_ENGINES).lora_activity is None        # no LoRA reported
+    unlimited = OLD_NAMES.replace('max_lora="2",', "")
+    assert parse_metrics(unlimited).lora_activity == LoraActivity(
+        running=frozenset({"sql", "chat"}), waiting=frozenset({"x"}), max_loras=None)
 
 
 def test_parse_sums_engines_and_averages_kv_usage() -> None:
