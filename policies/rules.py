@@ -30,19 +30,24 @@ def first_match(rules: Sequence[Rule], request: RoutingRequest) -> Rule | None:
 
 def model_aliases(rules: Sequence[Rule]) -> dict[str, str]:
     """Alias -> what its requests are sent to (``then.adapter``, else ``then.model``), for
-    every rule whose only condition is the model: the first such rule of a name wins, as
-    it would match first among them."""
+    every rule whose only condition is the model, unless a rule before it that leaves the
+    model as it is may match a request for that name (it is matched first, and the name
+    reaches the workers unchanged)."""
     aliases: dict[str, str] = {}
+    shadowed: set[str] = set()
     for rule in rules:
         target = rule.then.adapter or rule.then.model
         when = rule.when
-        if target is None or not when.model or (
-                when.path or when.header or when.tenant or when.semantic_class
-                or when.needs_prompt_tokens):
+        if target is None:
+            if not when.model:
+                break                # it may match any name: whatever follows is behind it
+            shadowed.update(when.model)
             continue
-        for name in when.model:
-            if name != target:
-                aliases.setdefault(name, target)
+        if when.model and not (when.path or when.header or when.tenant
+                               or when.semantic_class or when.needs_prompt_tokens):
+            for name in when.model:
+                if name != target and name not in shadowed:
+                    aliases.setdefault(name, target)
     return aliases
 
 

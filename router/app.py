@@ -167,6 +167,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
                                                   settings.request_id_header))
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     app.on_response_prepare.append(echo_request_id(settings.request_id_header))
+    app.on_response_prepare.append(close_when_stopping)
     if client_keys is not None:
         app.on_response_prepare.append(hide_reason_from_tenants)
     if cors is not None:
@@ -501,28 +502,52 @@ def _log_drain(app: web.Application, timeout_s: float) -> None:
     replica's together when they share a state store. Those waiting for an in-flight slot
     are answered 503 at once (they had reached no worker; another router takes them): they
     waited out the drain and were cut with no answer."""
-    turned_away = app[DIRECTOR].admission.gate.close()
+    turned_away = app[DIRECTOR].admission.gate.close(let_in=app[REQUEST_TASKS].tasks())
     log.info("stopping: no new connections; %d request(s) in flight get up to %g s to finish%s",
              len(app[REQUEST_TASKS]) - turned_away, timeout_s,
              f"; {turned_away} waiting for a slot answered 503" if turned_away else "")
 
 
-async def _drain_while_scraped(runner: web.AppRunner) -> None:
+async def _drain_while_scraped(runner: web.AppRunner, drain_timeout_s: float) -> None:
     """With a port of this process alone (``--metrics-port``): stop listening on the shared
-    port, and wait until the requests in flight end (or are cut) while that port still
-    answers, so that the drain is scraped and what its requests add to the counters too.
-    Connections open on either port stay open meanwhile: what reaches the router on them is
-    answered, its routed requests refused as a stopping router's (``router.admission``)
-    and ``/health`` says 503. (aiohttp's ``pre_shutdown`` would close them, but leaves one
-    it finds idle unanswered until the drain ends, where Prometheus keeps its connection.)
-    Without such a port ``runner.cleanup()`` closes every port at once."""
+    port and close its connections (an idle one now, a busy one once it has answered,
+    ``close_when_stopping``: a client's pool reconnects to another router), and
+    wait until the requests in flight end (or are cut, at ``drain_timeout_s``) while the
+    process's own port, and the connection Prometheus keeps there, still answer: the drain
+    is scraped, and what its requests add to the counters. (aiohttp's ``pre_shutdown``
+    would close every connection, and leaves one it finds idle unanswered until the drain
+    ends.) Without such a port ``runner.cleanup()`` closes every port at once."""
     kept = runner.app[PROCESS_SITES]
-    if not kept:
+    own_port = runner.app[SETTINGS].process_port
+    if not kept or runner.server is None:
         return
     for site in runner.sites:
         if site not in kept:
             await site.stop()
-    await runner.app[REQUEST_TASKS].idle()
+    busy = runner.app[REQUEST_TASKS].connections()     # (closed as they answer)
+    for connection in runner.server.connections:
+        if connection not in busy and _local_port(connection.transport) != own_port:
+            connection.force_close()
+    try:
+        async with asyncio.timeout(drain_timeout_s):
+            await runner.app[REQUEST_TASKS].idle()
+    except TimeoutError:                # what began after the cut, cut too
+        runner.app[REQUEST_TASKS].cut()
+
+
+def _local_port(transport: asyncio.BaseTransport | None) -> int | None:
+    address = transport.get_extra_info("sockname") if transport is not None else None
+    return address[1] if isinstance(address, tuple) and len(address) >= 2 else None
+
+
+async def close_when_stopping(request: web.Request, response: web.StreamResponse) -> None:
+    """Once the drain began, an answer on a connection of the shared port closes it (the
+    port of this process alone, which Prometheus keeps a connection to, stays open; during
+    ``--drain-delay`` the router still serves as before)."""
+    app = request.app
+    if app[DIRECTOR].admission.gate.closed and _local_port(request.transport) != app[
+            SETTINGS].process_port:
+        response.force_close()
 
 
 def _engine_restarted(app: web.Application, worker_id: str) -> None:
@@ -622,7 +647,7 @@ def run_router(settings: Settings, fleet: FleetConfig | None = None,
             # aiohttp alone would let a stream run for twice the drain (``router.drain``)
             cut = runner.app[REQUEST_TASKS].cut_after(settings.drain_timeout_s)
             try:
-                await _drain_while_scraped(runner)
+                await _drain_while_scraped(runner, settings.drain_timeout_s)
                 await runner.cleanup()
             finally:
                 cut.cancel()

@@ -34,11 +34,19 @@ class RequestTasks:
     """The tasks of the requests this process is handling now."""
 
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks: dict[asyncio.Task[object], web.Request] = {}
         self._none: asyncio.Event | None = None   # made on the loop, when first waited on
 
     def __len__(self) -> int:
         return len(self._tasks)
+
+    def tasks(self) -> frozenset[asyncio.Task[object]]:
+        """The tasks of the requests being handled now."""
+        return frozenset(self._tasks)
+
+    def connections(self) -> set[object]:
+        """The connections (aiohttp's ``request.protocol``) a request is being handled on."""
+        return {request.protocol for request in self._tasks.values()}
 
     @web.middleware
     async def middleware(self, request: web.Request,
@@ -46,13 +54,13 @@ class RequestTasks:
         task = asyncio.current_task()
         if task is None:          # not inside a task: nothing to cut later
             return await handler(request)
-        self._tasks.add(task)
+        self._tasks[task] = request
         if self._none is not None:
             self._none.clear()
         try:
             return await handler(request)
         finally:
-            self._tasks.discard(task)
+            self._tasks.pop(task, None)
             if self._none is not None and not self._tasks:
                 self._none.set()
 

@@ -25,6 +25,7 @@ counted in a ``TenantUsage`` the state store shares between replicas.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,9 +93,9 @@ class Admission:
                     model: str, api: str = OTHER_API) -> AdmissionTicket:
         """Let the request on, or raise ``RateLimited`` / ``InFlightRefused`` (``api``: its
         path's, ``router.metrics.api_of_path``, for the metrics of a refusal)."""
-        if self.gate.closed:
-            # the drain began: only what was in flight finishes (a request on a keep-alive
-            # connection, or on the port of this process alone, still reaches the router)
+        if self.gate.closed and asyncio.current_task() not in self.gate.let_in:
+            # arrived once the drain began (on a connection still open, or on the port of
+            # this process alone): only what was there before finishes
             raise self._overloaded("draining", tenant, model, api, STOPPING)
         if section is None:
             await self.gate.enter(0, 0, 1.0)      # counted in flight; no limit

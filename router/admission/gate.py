@@ -19,6 +19,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Collection
 
 
 class GateFull(Exception):
@@ -36,7 +37,7 @@ class GateClosed(GateFull):
 class ConcurrencyGate:
     """Counts the requests in flight and queues the ones over the limit."""
 
-    __slots__ = ("_heap", "_order", "closed", "in_flight", "limit", "waiting")
+    __slots__ = ("_heap", "_order", "closed", "in_flight", "let_in", "limit", "waiting")
 
     def __init__(self) -> None:
         # (-priority, arrival order, future): a done future is a waiter that left
@@ -46,6 +47,7 @@ class ConcurrencyGate:
         self.waiting = 0
         self.limit = 0            # 0: no limit
         self.closed = False       # the router is stopping: no request waits any more
+        self.let_in: frozenset[object] = frozenset()   # ... but these, there before it
 
     async def enter(self, limit: int, max_waiting: int, timeout_s: float,
                     priority: int = 0) -> float:
@@ -100,11 +102,14 @@ class ConcurrencyGate:
         self.waiting -= 1
         return True
 
-    def close(self) -> int:
+    def close(self, let_in: Collection[object] = ()) -> int:
         """The router stops: every waiter is turned away now (``GateClosed``), as is any
         request that would wait from now on, rather than wait out the drain and be cut with
-        no answer; returns how many were waiting. The requests in flight go on."""
+        no answer; returns how many were waiting. The requests in flight go on, and so do
+        those of ``let_in`` (the tasks of requests the router was reading, not yet admitted:
+        they arrived before the stop)."""
         self.closed = True
+        self.let_in = frozenset(let_in)
         turned_away = 0
         for _, _, granted in self._heap:
             if not granted.done():

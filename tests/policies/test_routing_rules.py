@@ -61,3 +61,14 @@ def test_model_aliases_are_the_rules_on_the_model_alone() -> None:
         rule("self", RuleMatch(model=("small",)), RuleAction(model="small")),
     ]
     assert model_aliases(rules) == {"fast": "small", "gpt-4o-mini": "small", "sql": "sql-lora"}
+
+
+def test_an_alias_behind_a_rule_that_matches_first_is_no_alias() -> None:
+    """A rule before the alias's (on a path, or naming the alias with a tenant) matches its
+    requests first and never rewrites the model: it was listed in /v1/models all the same."""
+    alias = Rule("alias", RuleMatch(model=("gpt-4o-mini", "small")), RuleAction(model="m"))
+    chat = Rule("chat", RuleMatch(path=("/v1/chat/completions",)), RuleAction(profile="p"))
+    acme = Rule("acme", RuleMatch(model=("small",), tenant=("acme",)), RuleAction(profile="p"))
+    assert model_aliases([chat, alias]) == {}
+    assert model_aliases([acme, alias]) == {"gpt-4o-mini": "m"}
+    assert model_aliases([alias, chat]) == {"gpt-4o-mini": "m", "small": "m"}

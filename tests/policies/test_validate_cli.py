@@ -130,6 +130,12 @@ def test_an_alias_rule_is_not_warned_of(tmp_path: Path,
         "then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n")
     assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 0
     assert "warning" not in capsys.readouterr().err
+    path.write_text(                          # an alias of an adapter: no warning either
+        "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+        "rules:\n  - {name: alias, when: {model: sql}, "
+        "then: {model: meta-llama/Llama-3.1-8B-Instruct, adapter: sql-lora}}\n")
+    assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 0
+    assert "matches no request" not in capsys.readouterr().err
 
 
 def test_a_rule_adapter_no_emulated_worker_loads_is_warned_of(

@@ -66,10 +66,16 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.record_outputs = record_outputs
         self.max_loras = max_loras          # distinct adapters running at once (0: no limit)
-        self.num_deferred = 0               # waiting requests the LoRA limit skipped last
+        # waiting requests the LoRA limit skipped, until admitted (vLLM's deferred_waiting)
+        self._deferred: set[str] = set()
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
+
+    @property
+    def num_deferred(self) -> int:
+        """Waiting requests the LoRA limit skipped and that have not run since."""
+        return len(self._deferred)
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -83,6 +89,7 @@ class Scheduler:
         request = self.requests.pop(request_id, None)
         if request is None:
             return None
+        self._deferred.discard(request_id)
         if request.status == RequestStatus.RUNNING:
             self.running.remove(request)
         else:
@@ -157,6 +164,7 @@ class Scheduler:
             if (loras is not None and request.lora_name and request.lora_name not in loras
                     and len(loras) >= self.max_loras):
                 skipped.append(waiting.popleft())       # deferred: the others are tried
+                self._deferred.add(request.request_id)
                 continue
             hit, num_hit = manager.get_computed_blocks(request)
             num_new = min(request.num_tokens - num_hit, budget)
@@ -177,8 +185,8 @@ class Scheduler:
             budget -= num_new
             if loras is not None and request.lora_name:
                 loras.add(request.lora_name)
+                self._deferred.discard(request.request_id)
         waiting.extendleft(reversed(skipped))           # ahead of the others, in order
-        self.num_deferred = len(skipped)
 
     @staticmethod
     def _record(out: SchedulerOutput, request: Request, num_new: int) -> None:

@@ -275,6 +275,16 @@ async def test_a_request_arriving_once_the_router_stops_is_refused_with_slots_fr
     assert admission.gate.in_flight == 0
 
 
+async def test_a_request_the_router_was_reading_at_the_stop_is_admitted() -> None:
+    """Admission comes once the body is read: a request sent before the signal (its body
+    still arriving, or parsed in a thread) was refused as one arriving after it."""
+    admission, _, _ = _admission()
+    admission.gate.close(let_in={asyncio.current_task()})
+    ticket = await admission.admit(None, "acme", MODEL)
+    assert admission.gate.in_flight == 1
+    admission.finish(ticket)
+
+
 async def test_an_answer_says_what_is_left_of_its_budget() -> None:
     admission, _, _ = _admission()
     section = AdmissionSection(tenants={"acme": TenantBudget(requests_per_minute=5,

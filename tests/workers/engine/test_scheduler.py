@@ -147,6 +147,25 @@ def test_a_request_for_another_adapter_waits_while_max_loras_run() -> None:
     assert scheduler.num_deferred == 0
 
 
+def test_a_deferred_request_counts_as_deferred_until_it_runs() -> None:
+    """vLLM keeps a skipped request among the deferred until it is scheduled: a step that
+    never reached it (the batch full) said 0."""
+    scheduler = make_scheduler(max_num_batched_tokens=256, max_loras=1, max_num_seqs=2)
+    for request_id, lora in (("sql-1", "sql"), ("chat-1", "chat")):
+        scheduler.add_request(make_request(request_id, list(range(20)), num_output_tokens=6,
+                                           lora_name=lora))
+    run_step(scheduler)
+    assert scheduler.num_deferred == 1
+    scheduler.add_request(make_request("sql-2", list(range(20)), num_output_tokens=6,
+                                       lora_name="sql"))
+    run_step(scheduler)               # sql-2 fills the batch
+    assert len(scheduler.running) == 2 and scheduler.num_deferred == 1
+    run_step(scheduler)               # the batch full: chat-1 is not even looked at
+    assert len(scheduler.running) == 2 and scheduler.num_deferred == 1
+    scheduler.finish_request("chat-1")
+    assert scheduler.num_deferred == 0
+
+
 def test_without_a_lora_limit_every_adapter_runs_together() -> None:
     scheduler = make_scheduler(max_num_batched_tokens=256)
     for request_id, lora in (("sql-1", "sql"), ("chat-1", "chat"), ("fin-1", "fin")):
