@@ -40,7 +40,8 @@ OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
     ("loop-stall", "bench.loop_stall"),
     ("endpoints", "bench.endpoints"), ("ejection", "bench.ejection"),
     ("soak", "bench.soak"), ("admission", "bench.admission"),
-    ("redis-sync", "bench.redis_sync"), ("replica-affinity", "bench.replica_affinity"))
+    ("redis-sync", "bench.redis_sync"), ("replica-affinity", "bench.replica_affinity"),
+    ("lora-affinity", "bench.lora_affinity"))
 DEFAULT_OVERHEAD_TARGETS = "direct,kvroute,kvroute-rr,nginx,sglang-router,vllm-router,litellm"
 
 
