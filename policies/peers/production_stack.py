@@ -86,8 +86,11 @@ class SessionParams:
         if self.vnodes <= 0:
             raise ParamError("vnodes", "must be > 0")
         if isinstance(self.session_key, str):
-            if self.session_key.startswith(BODY_KEY_PREFIX) or not _is_header_name(
-                    self.session_key):
+            if self.session_key.startswith(BODY_KEY_PREFIX):
+                raise ParamError("session_key", f"a body field is given in a list: "
+                                 f"[{self.session_key}] (a lone name is a header's, with the "
+                                 "body's user after it)")
+            if not _is_header_name(self.session_key):
                 raise ParamError("session_key", "must be a header name, or a list of header "
                                  "names and body.FIELD paths")
         elif not self.session_key:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -105,14 +106,15 @@ def test_a_list_of_session_keys_reads_headers_and_body_fields_in_order() -> None
 
 
 @pytest.mark.parametrize(("key", "message"), [
-    ("body.user", "must be a header name, or a list of header names and body.FIELD paths"),
+    ("body.user", "a body field is given in a list: [body.user]"),
+    ("a b", "must be a header name, or a list of header names and body.FIELD paths"),
     ((), "must name at least one header or body.FIELD"),
     (("X-User-ID", "body."), "must be a header name or body.FIELD"),
     (("body.a..b",), "must be a header name or body.FIELD"),
 ])
 def test_session_keys_that_name_nothing_are_refused(key: str | tuple[str, ...],
                                                     message: str) -> None:
-    with pytest.raises(ParamError, match=message.replace(".", r"\.")):
+    with pytest.raises(ParamError, match=re.escape(message)):
         SessionParams(session_key=key)
 
 
