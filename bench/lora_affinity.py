@@ -69,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="the emulated workers' time scale (default %(default)s)")
     parser.add_argument("--runs", type=int, default=2, help="runs of each routing")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=7,
+                        help="seed of the arrivals and adapters (default %(default)s)")
     parser.add_argument("--out", type=Path, required=True, help="folder for lora_affinity.json")
 
 
