@@ -165,11 +165,9 @@ def _unserved_rule_models(routing: RoutingConfig, runners: Mapping[str, Set[str]
     all_emulated = all(worker.emulated for worker in fleet.workers)
     found = []
     for i, rule in enumerate(routing.rules):
-        target = rule.then.adapter or rule.then.model
-        if target is not None and (target in runners or target in adapters
-                                   or target == rule.then.adapter):
-            continue             # an alias: its requests are sent to what is served (an
-            #                      adapter no worker loads has a warning of its own)
+        if rule.then.adapter is not None or rule.then.model is not None:
+            continue             # an alias: a then.model no worker serves is refused, and an
+            #                      adapter no worker loads has a warning of its own
         unserved = [m for m in rule.when.model if m not in runners and m not in adapters]
         if unserved and len(unserved) == len(rule.when.model):
             unless = "" if all_emulated else (

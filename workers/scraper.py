@@ -139,6 +139,7 @@ def parse_metrics(text: str) -> MetricsSample:
             or not kv_values):
         raise MetricsParseError("no vLLM load metrics (num_requests_running, "
                                 "num_requests_waiting, kv_cache_usage_perc) in /metrics")
+    lora = _lora_activity([labels for _, labels in newest_lora.values()])
     return MetricsSample(
         running=int(totals["vllm:num_requests_running"]),
         waiting=int(totals["vllm:num_requests_waiting"]),
@@ -147,11 +148,9 @@ def parse_metrics(text: str) -> MetricsSample:
         prefix_cache_queries=totals.get("vllm:prefix_cache_queries", 0.0),
         prefix_cache_hits=totals.get("vllm:prefix_cache_hits", 0.0),
         num_preemptions=totals.get("vllm:num_preemptions", 0.0),
-        lora_adapters=tuple(sorted(set().union(*(
-            _adapters(labels, key) for _, labels in newest_lora.values()
-            for key in ("running_lora_adapters", "waiting_lora_adapters"))))),
+        lora_adapters=tuple(sorted(lora.running | lora.waiting)) if lora is not None else (),
         generation_tokens=totals.get("vllm:generation_tokens", 0.0),
-        lora_activity=_lora_activity([labels for _, labels in newest_lora.values()]))
+        lora_activity=lora)
 
 
 def _adapters(labels: Mapping[str, str], key: str) -> frozenset[str]:

@@ -136,7 +136,7 @@ class EngineCore:
         stats = self._stats
         stats.num_running = len(self.scheduler.running)
         stats.num_waiting = len(self.scheduler.waiting)
-        stats.num_deferred = min(self.scheduler.num_deferred, stats.num_waiting)
+        stats.num_deferred = self.scheduler.num_deferred
         stats.kv_cache_usage = self.block_pool.get_usage()
         return stats
 
