@@ -41,6 +41,7 @@ import yaml
 
 from bench.checks import first_problem, range_problem, refusal
 from bench.launch import REPO_ROOT, Launched, checkout_env, python_module
+from bench.stats import percentile
 from workers.project_files import project_path
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -110,11 +111,6 @@ def workload(requests: int, rate: float, adapters: int,
     return out
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def drive(router: str, workers: Mapping[str, str],
                 arrivals: Sequence[tuple[float, str]], max_tokens: int) -> dict[str, Any]:
     """Send the requests at their arrival times: their latencies and workers, and the
@@ -156,8 +152,8 @@ async def drive(router: str, workers: Mapping[str, str],
             await sampler
         wall = time.monotonic() - start
     return {"latency_mean_s": statistics.fmean(latencies),
-            "latency_p50_s": _pct(latencies, 0.5), "latency_p90_s": _pct(latencies, 0.9),
-            "latency_p99_s": _pct(latencies, 0.99), "wall_s": wall,
+            "latency_p50_s": percentile(latencies, 50), "latency_p90_s": percentile(latencies, 90),
+            "latency_p99_s": percentile(latencies, 99), "wall_s": wall,
             "deferred_request_s": deferred_s, "served": dict(sorted(served.items()))}
 
 
