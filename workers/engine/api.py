@@ -39,6 +39,9 @@ class EngineConfig:
     step_jitter: float = 0.0                 # lognormal sigma applied to step times
     seed: int = 0
     max_loras: int = 0                       # distinct LoRA adapters per batch (0: no limit)
+    # admit a waiting request only when its whole prompt fits the free blocks, not only its
+    # first chunk (vLLM's --scheduler-reserve-full-isl, on by default)
+    scheduler_reserve_full_isl: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,7 +65,8 @@ class EngineCore:
         self.kv_cache_manager = KVCacheManager(self.block_pool, hasher, limits.max_model_len)
         self.scheduler = Scheduler(self.kv_cache_manager, limits.max_num_seqs,
                                    limits.max_num_batched_tokens, limits.max_model_len,
-                                   max_loras=config.max_loras)
+                                   max_loras=config.max_loras,
+                                   reserve_full_isl=config.scheduler_reserve_full_isl)
         self.time_model = StepTimeModel(config.gpu, config.model, config.tensor_parallel)
         self._rng = random.Random(config.seed)
         self._jitter_mu = -0.5 * config.step_jitter ** 2

@@ -81,7 +81,9 @@ class DecodeRun:
         head = scheduler.waiting[0]
         manager = self.core.kv_cache_manager
         hit, num_hit = manager.get_computed_blocks(head)
-        num_new = min(head.num_tokens - num_hit, budget)
+        num_new = head.num_tokens - num_hit         # the gate's need: the whole prompt
+        if not scheduler.reserve_full_isl:
+            num_new = min(num_new, budget)          # else its first chunk's
         need = manager.num_blocks_needed(head, num_new, num_hit, hit)
         return need, head, {b.block_id for b in hit if b.ref_cnt == 0}
 

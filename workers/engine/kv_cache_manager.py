@@ -81,15 +81,23 @@ class KVCacheManager:
     def allocate_slots(self, request: Request, num_new_tokens: int,
                        num_new_computed_tokens: int = 0,
                        new_computed_blocks: list[KVCacheBlock] | None = None,
+                       full_sequence_must_fit: bool = False,
                        ) -> list[KVCacheBlock] | None:
         """Give ``request`` room for ``num_new_tokens`` more tokens after its computed and
         newly hit ones; commit the blocks that become full to the prefix cache.
 
-        Returns the newly allocated blocks, or None when the free queue is too short.
+        Returns the newly allocated blocks, or None when the free queue is too short: for
+        these tokens or, with ``full_sequence_must_fit`` (the admission gate), for all of
+        the request's tokens.
         """
         pool = self.block_pool
         bs = self.block_size
         hit = new_computed_blocks or []
+        if full_sequence_must_fit and self.num_blocks_needed(
+                request, request.num_tokens - request.num_computed_tokens
+                - num_new_computed_tokens, num_new_computed_tokens,
+                hit) > pool.free_block_queue.num_free_blocks:
+            return None
         num_computed = request.num_computed_tokens + num_new_computed_tokens
         num_tokens_need_slot = min(num_computed + num_new_tokens, self.max_model_len)
         num_new_blocks = -(-num_tokens_need_slot // bs) - len(request.blocks) - len(hit)

@@ -5,7 +5,10 @@ Every step each running request asks for ``num_tokens - num_computed_tokens`` ne
 preempt the last running request (its blocks go back to the free queue, still cached, and it
 is prepended to the waiting queue). Waiting requests are admitted in order, only in steps
 without preemption, while the budget, ``max_num_seqs`` and the free blocks allow; the first
-one that does not fit blocks the rest (head-of-line blocking).
+one that does not fit blocks the rest (head-of-line blocking). As vLLM's
+``--scheduler-reserve-full-isl`` (on by default, ``reserve_full_isl``), "fits" means the
+blocks of the whole prompt less its cache hit are free, not only those of its first chunk:
+a long prompt waits rather than start a prefill that would preempt it a few steps later.
 
 Prefix-cache queries and hits are counted once, when a never-preempted request is admitted
 (vllm-interface.md §2.2, §4.4); a re-lookup after preemption is not counted.
@@ -59,13 +62,15 @@ class Scheduler:
 
     def __init__(self, kv_cache_manager: KVCacheManager, max_num_seqs: int,
                  max_num_batched_tokens: int, max_model_len: int,
-                 record_outputs: bool = True, max_loras: int = 0) -> None:
+                 record_outputs: bool = True, max_loras: int = 0,
+                 reserve_full_isl: bool = True) -> None:
         self.kv_cache_manager = kv_cache_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.record_outputs = record_outputs
         self.max_loras = max_loras          # distinct adapters running at once (0: no limit)
+        self.reserve_full_isl = reserve_full_isl    # admit only whole prompts that fit
         # waiting requests the LoRA limit skipped, until admitted (vLLM's deferred_waiting)
         self._deferred: set[str] = set()
         self.waiting: deque[Request] = deque()
@@ -168,7 +173,9 @@ class Scheduler:
                 continue
             hit, num_hit = manager.get_computed_blocks(request)
             num_new = min(request.num_tokens - num_hit, budget)
-            if manager.allocate_slots(request, num_new, num_hit, hit) is None:
+            if manager.allocate_slots(
+                    request, num_new, num_hit, hit,
+                    full_sequence_must_fit=self.reserve_full_isl) is None:
                 break
             waiting.popleft()
             request.probe_evictions, request.probe_hits = -1, []

@@ -63,18 +63,21 @@ def replay(config: EngineConfig, requests: list[EngineRequest], coalesce: bool,
     return finished, events, engine.stats, outputs, free_order
 
 
-@pytest.mark.parametrize(("num_gpu_blocks", "max_num_seqs", "rate", "algo", "events"), [
-    (120, 16, 20.0, "sha256", True),      # KV-bound: preemptions and a blocked waiting head
-    (120, 16, 20.0, "builtin", False),    # the same through the event-free allocation path
-    (400, 6, 30.0, "sha256", True),       # max_num_seqs-bound
-    (5000, 256, 5.0, "builtin", True),    # roomy: long pure-decode stretches
+@pytest.mark.parametrize(("num_gpu_blocks", "max_num_seqs", "rate", "algo", "events",
+                          "full_isl"), [
+    (120, 16, 20.0, "sha256", True, True),    # KV-bound: preemptions, a blocked waiting head
+    (120, 16, 20.0, "sha256", True, False),   # the same, a head admitted by its first chunk
+    (120, 16, 20.0, "builtin", False, True),  # through the event-free allocation path
+    (400, 6, 30.0, "sha256", True, True),     # max_num_seqs-bound
+    (5000, 256, 5.0, "builtin", True, True),  # roomy: long pure-decode stretches
 ])
 def test_advance_finishes_exactly_like_single_steps(num_gpu_blocks: int, max_num_seqs: int,
-                                                    rate: float, algo: str,
-                                                    events: bool) -> None:
+                                                    rate: float, algo: str, events: bool,
+                                                    full_isl: bool) -> None:
     config = EngineConfig(model=BUILTIN_MODELS["llama-3-8b"], gpu=BUILTIN_GPUS["a100"],
                           num_gpu_blocks=num_gpu_blocks, max_num_seqs=max_num_seqs,
-                          enable_kv_events=events, hash_algo=algo, step_jitter=0.05, seed=7)
+                          enable_kv_events=events, hash_algo=algo, step_jitter=0.05, seed=7,
+                          scheduler_reserve_full_isl=full_isl)
     requests = mixed_workload(seed=num_gpu_blocks, count=150, rate=rate)
     stepped = replay(config, requests, coalesce=False)
     advanced = replay(config, requests, coalesce=True)

@@ -1,5 +1,5 @@
-"""Scheduler: token budget, max_num_seqs, chunked prefill, FCFS blocking, preemption, the
-LoRA limit."""
+"""Scheduler: token budget, max_num_seqs, chunked prefill, FCFS blocking, the whole-prompt
+admission gate, preemption, the LoRA limit."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from workers.engine.scheduler import Scheduler, SchedulerOutput
 
 
 def make_scheduler(num_blocks: int = 64, max_num_seqs: int = 8,
-                   max_num_batched_tokens: int = 64, max_loras: int = 0) -> Scheduler:
+                   max_num_batched_tokens: int = 64, max_loras: int = 0,
+                   reserve_full_isl: bool = True) -> Scheduler:
     manager = make_kv_cache_manager(num_blocks=num_blocks, enable_kv_events=False)
     return Scheduler(manager, max_num_seqs, max_num_batched_tokens, max_model_len=4096,
-                     max_loras=max_loras)
+                     max_loras=max_loras, reserve_full_isl=reserve_full_isl)
 
 
 def tokens_of(out: SchedulerOutput) -> dict[str, int]:
@@ -67,6 +68,49 @@ def test_head_of_line_blocking_when_blocks_run_out() -> None:
     out, _ = run_step(scheduler)
     assert tokens_of(out) == {"a": 70}
     assert [r.request_id for r in scheduler.waiting] == ["b", "c"]
+
+
+def two_long_prompts(reserve_full_isl: bool) -> Scheduler:
+    """63 usable blocks, a 256-token budget, two 600-token prompts of 38 blocks each."""
+    scheduler = make_scheduler(num_blocks=64, max_num_batched_tokens=256,
+                               reserve_full_isl=reserve_full_isl)
+    scheduler.add_request(make_request("a", list(range(600)), num_output_tokens=20))
+    scheduler.add_request(make_request("b", list(range(1000, 1600)), num_output_tokens=20))
+    return scheduler
+
+
+def test_a_prompt_waits_until_all_of_it_fits_the_free_blocks() -> None:
+    """vLLM's --scheduler-reserve-full-isl: b's first chunk fits once a has most of its
+    prompt, its whole prompt never does while a runs; it waits instead of being preempted."""
+    scheduler = two_long_prompts(reserve_full_isl=True)
+    for _ in range(30):
+        out, finished = run_step(scheduler)
+        assert not out.preempted
+        if finished:
+            break
+    assert finished == ["a"] and [r.request_id for r in scheduler.waiting] == ["b"]
+    out, _ = run_step(scheduler)                   # a's blocks are free: b is admitted
+    assert [r.request_id for r in out.admitted] == ["b"] and tokens_of(out) == {"b": 256}
+
+
+def test_without_the_gate_a_first_chunk_is_admitted_and_then_preempted() -> None:
+    scheduler = two_long_prompts(reserve_full_isl=False)
+    outs = [run_step(scheduler)[0] for _ in range(4)]
+    assert tokens_of(outs[2]) == {"a": 88, "b": 168}    # 25 blocks free: the chunk fits
+    assert [r.request_id for r in outs[3].preempted] == ["b"]   # its next chunk does not
+
+
+def test_the_cache_hit_counts_toward_the_whole_prompt_fit() -> None:
+    # 9 usable blocks: a (80 tokens, 5 blocks) runs; b repeats a's first 64 tokens, so it
+    # needs 2 new blocks for 96 tokens, not 6, and is admitted beside a.
+    scheduler = make_scheduler(num_blocks=10, max_num_batched_tokens=1000)
+    prompt = list(range(80))
+    scheduler.add_request(make_request("a", prompt, num_output_tokens=10))
+    run_step(scheduler)
+    scheduler.add_request(make_request("b", [*prompt[:64], *range(500, 532)],
+                                       num_output_tokens=10))
+    out, _ = run_step(scheduler)
+    assert [r.request_id for r in out.admitted] == ["b"] and tokens_of(out)["b"] == 32
 
 
 def test_preemption_recomputes_the_last_running_request() -> None:
