@@ -125,7 +125,7 @@ def simulated_model(fleet: FleetConfig) -> str:
 # the keys of a worker's ``emulate:`` block that size its engine, taken as ``kvroute up``
 # takes them (the fleet file checked their values)
 EMULATED_ENGINE_KEYS = ("block_size", "num_gpu_blocks", "gpu_memory_utilization",
-                        "max_model_len", "enable_prefix_caching")
+                        "max_model_len", "enable_prefix_caching", "scheduler_reserve_full_isl")
 
 
 def servable(trace: Trace, fleet: FleetConfig,

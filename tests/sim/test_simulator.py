@@ -201,10 +201,11 @@ def test_engines_take_the_kv_cache_settings_of_the_emulate_block() -> None:
                     {"id": "lean", "gpu": "h100", "models": [MODEL],
                      "emulate": {"port": 9001, "gpu_memory_utilization": 0.5}},
                     {"id": "plain", "gpu": "h100", "models": [MODEL],
-                     "emulate": {"port": 9002}}]})
+                     "emulate": {"port": 9002, "scheduler_reserve_full_isl": False}}]})
     tiny, lean, plain = (engine_config(w.info, SimulationSettings(), i, w.emulate)
                          for i, w in enumerate(fleet.workers))
     assert (tiny.num_gpu_blocks, tiny.max_model_len) == (64, 1024)
+    assert tiny.scheduler_reserve_full_isl and not plain.scheduler_reserve_full_isl
     assert lean.gpu_memory_utilization == 0.5 and plain.gpu_memory_utilization == 0.92
     from workers.engine.capacity import config_limits
     assert config_limits(lean).num_gpu_blocks < config_limits(plain).num_gpu_blocks / 2

@@ -83,6 +83,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-loras", type=int, metavar="N",
                    help="distinct LoRA adapters per batch, as vLLM's --max-loras (default: 1); "
                         "requests for another adapter wait while N run")
+    p.add_argument("--scheduler-reserve-full-isl", action=argparse.BooleanOptionalAction,
+                   default=None,
+                   help="as vLLM's: admit a waiting request only when its whole prompt fits "
+                        "the free KV blocks, not only its first chunk (default: on)")
     p.add_argument("--error-rate", type=float, help="share of requests answered with a 500")
     p.add_argument("--refuse-connections", action="store_true", default=None,
                    help="refuse every connection: the worker never listens")
@@ -129,7 +133,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 "step_jitter", "hash_seed", "enable_prompt_tokens_details",
                 "server_load_tracking", "kv_events", "kv_events_replay", "kv_events_topic",
                 "kv_events_encoding", "served_model_names", "ssl_certfile", "ssl_keyfile",
-                "runtime_lora_updating", "max_loras"):
+                "runtime_lora_updating", "max_loras", "scheduler_reserve_full_isl"):
         value = getattr(args, key)
         if value is not None:
             out[key] = value

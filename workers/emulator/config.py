@@ -34,6 +34,8 @@ emulate:
                                  # vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
   max_loras: 1                   # distinct adapters per batch (vLLM's --max-loras): requests
                                  # for another wait ("deferred") while this many run
+  scheduler_reserve_full_isl: true   # admit a waiting request only when its whole prompt
+                                 # fits the free KV blocks (vLLM's flag; false: first chunk)
   faults:
     error_rate: 0.0              # share of generation requests answered with a 500
     refuse_connections: false    # do not listen at all
@@ -143,6 +145,7 @@ class EmulatorConfig:
     lora_adapters: Mapping[str, str] = field(default_factory=dict)
     runtime_lora_updating: bool = False
     max_loras: int = 1
+    scheduler_reserve_full_isl: bool = True
     faults: FaultConfig = field(default_factory=FaultConfig)
     api_key: str | None = field(default=None, repr=False)    # as vLLM's --api-key
     ssl_certfile: str | None = None
@@ -166,7 +169,8 @@ class EmulatorConfig:
             max_model_len=self.max_model_len, enable_prefix_caching=self.enable_prefix_caching,
             hash_seed=self.hash_seed, enable_kv_events=self.kv_events is not None,
             step_jitter=self.step_jitter, seed=self.seed,
-            max_loras=self.max_loras if self.serves_lora else 0)
+            max_loras=self.max_loras if self.serves_lora else 0,
+            scheduler_reserve_full_isl=self.scheduler_reserve_full_isl)
 
     @property
     def serves_lora(self) -> bool:
@@ -182,6 +186,7 @@ _TOP_KEYS = frozenset({
     "kv_events_replay",
     "kv_events_topic", "kv_events_encoding", "output_len", "seed", "lora_adapters", "faults",
     "ssl_certfile", "ssl_keyfile", "runtime_lora_updating", "max_loras",
+    "scheduler_reserve_full_isl",
 })
 _FAULT_KEYS = frozenset({"error_rate", "refuse_connections", "refuse_after_s", "refuse_for_s",
                          "stall_after_tokens", "error_after_tokens", "metrics_delay_s",
@@ -238,6 +243,7 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
         lora_adapters=_parse_lora(raw.get("lora_adapters"), f"{where}.lora_adapters"),
         runtime_lora_updating=r.boolean("runtime_lora_updating", False),
         max_loras=_required(r.integer("max_loras", 1, lo=1), where),
+        scheduler_reserve_full_isl=r.boolean("scheduler_reserve_full_isl", True),
         faults=parse_faults(raw.get("faults") or {}, f"{where}.faults"),
         api_key=api_key or None,
         ssl_certfile=r.optional_string("ssl_certfile") or None,
