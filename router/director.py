@@ -835,24 +835,36 @@ def _expected_first_byte_s(decision: Decision, stream: bool, decode_tokens: int)
 
 def _context_length_error(routing: RoutingRequest, max_model_len: int,
                           headers: dict[str, str]) -> ContextLengthExceeded:
-    """vLLM's answer (v0.33 wording) to a prompt that no worker's context window holds.
+    """vLLM's answer to a prompt that no worker's context window holds, in its words.
 
     The ``context-length`` filter leaves nothing only when the prompt itself does not fit;
-    a prompt that fits with a too-large ``max_tokens`` is served, clamped, as vLLM does."""
-    # a prompt far past every window is counted from its length, not tokenized (tokens.py)
+    a prompt that fits with a too-large ``max_tokens`` is forwarded (clamped, or refused by
+    the engine itself when ``max_tokens`` is past its whole window). vLLM tokenizes a text
+    one token past its window at most, so a text too long is "at least" ``max_model_len +
+    1`` tokens; prompts of token ids are counted whole. A prompt that fills the window
+    leaves no room for an answer: vLLM's sampling parameters refuse ``max_tokens`` 0."""
     # a batch's longest prompt (each is served alone), less a chat's media (an estimate)
     tokens = routing.certain_context_tokens
     if tokens == max_model_len and not routing.attributes.get(AT_LEAST_KEY):
-        message = (f"The decoder prompt (length {tokens}) plus the number of requested output "
-                   f"tokens (at least 1) is longer than the maximum model length of "
-                   f"{max_model_len}. Make sure that `max_model_len` is no smaller than the "
-                   "number of text tokens (prompt + requested output tokens).")
-        return ContextLengthExceeded(message, param="input_tokens", headers=headers)
-    count = ("at least " if routing.attributes.get(AT_LEAST_KEY) else "") + str(tokens)
+        return ContextLengthExceeded(
+            "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+            param="max_tokens", headers=headers)
+    count, qualifier = ((tokens, "") if _given_as_token_ids(routing.prompt)
+                        else (max_model_len + 1, "at least "))
     message = (f"This model's maximum context length is {max_model_len} tokens. However, your "
-               f"prompt contains {count} input tokens, which exceeds this limit even without "
-               "any output tokens. Please reduce the length of the input prompt.")
+               f"prompt contains {qualifier}{count} input tokens, which exceeds this limit "
+               "even without any output tokens. Please reduce the length of the input prompt. "
+               f"(parameter=input_tokens, value={count})")
     return ContextLengthExceeded(message, param="input_tokens", headers=headers)
+
+
+def _given_as_token_ids(prompt: object) -> bool:
+    """Whether a completion's prompt is token ids (one list of ints, or a batch of them)."""
+    if not isinstance(prompt, list) or not prompt:
+        return False
+    first = prompt[0]
+    return isinstance(first, int) or (isinstance(first, list) and all(
+        isinstance(t, int) for t in first))
 
 
 def continuation_model(holder: Sequence[WorkerView], requested: str) -> str | None:

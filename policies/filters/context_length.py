@@ -5,10 +5,13 @@ counting ``max_tokens`` as 1 when the request does not set it (the worker then g
 up to its limit). When no worker fits the whole request, the workers whose window still
 holds the prompt and one output token are kept: vLLM serves such a request, clamping
 ``max_tokens`` to what is left of the window, so refusing it would refuse what the engine
-accepts. Only a prompt that fits no window leaves nothing (the router then answers vLLM's
-400). A worker with an unknown ``max_model_len`` (0) is kept. Needs ``num_prompt_tokens``
-(the tokens producer is added automatically). ``margin_tokens`` absorbs the difference
-between the router's token count and the worker's tokenizer.
+accepts. It clamps only a ``max_tokens`` within its window (a longer one is its 400,
+``max_tokens=N cannot be greater than max_model_len=M``): of those workers, the ones whose
+window is at least ``max_tokens`` are kept when there are any; else all of them, to answer
+that 400 in the engine's words. Only a prompt that fits no window leaves nothing (the router
+then answers vLLM's 400). A worker with an unknown ``max_model_len`` (0) is kept. Needs
+``num_prompt_tokens`` (the tokens producer is added automatically). ``margin_tokens``
+absorbs the difference between the router's token count and the worker's tokenizer.
 
 The prompt is the longest one of a batch (several completion prompts, several embedding
 inputs, a score's or a rerank's texts): vLLM serves each on its own, so only each must fit,
@@ -96,7 +99,14 @@ class ContextLengthFilter:
                 return fitting
         prompt_only = (request.certain_context_tokens + min(1, least_output(request))
                        + self.margin_tokens)      # max_tokens clamped
-        return [view for view in workers if prompt_only <= view.max_model_len]
+        holding = [view for view in workers if prompt_only <= view.max_model_len]
+        requested = request.max_tokens
+        if requested is not None and least_output(request):
+            # clamped only within the window: vLLM answers 400 for a longer max_tokens
+            clamping = [view for view in holding if requested <= view.max_model_len]
+            if clamping:
+                return clamping
+        return holding
 
 
 def _cut_to_fit(cut: int, needed: int, workers: Sequence[WorkerView]) -> list[WorkerView]:

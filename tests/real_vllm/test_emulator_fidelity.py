@@ -150,6 +150,36 @@ async def test_refused_sampling_parameters_are_refused_in_vllms_words(
     assert real[0] == 400 and emulated == real
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 5000}),
+    ("/v1/chat/completions", {**CHAT_HI, "max_tokens": 5000}),
+    ("/v1/chat/completions", {**CHAT_HI, "max_completion_tokens": 5000}),
+    ("/v1/messages", {**CHAT_HI, "max_tokens": 5000}),
+    ("/v1/responses", {"model": MODEL, "input": "hi", "max_output_tokens": 5000}),
+    ("/v1/completions", {"model": MODEL, "prompt": "word " * 2100, "max_tokens": 5000}),
+    ("/v1/completions", {"model": MODEL, "prompt": "word " * 2100, "max_tokens": 4}),
+    ("/v1/chat/completions", {"model": MODEL, "max_tokens": 4,
+                              "messages": [{"role": "user", "content": "word " * 2100}]}),
+    ("/v1/messages", {"model": MODEL, "max_tokens": 4,
+                      "messages": [{"role": "user", "content": "word " * 2100}]}),
+    ("/v1/completions", {"model": MODEL, "prompt": [7] * 2100, "max_tokens": 4}),
+    ("/v1/completions", {"model": MODEL, "prompt": [[7] * 2100, [8] * 5], "max_tokens": 4}),
+    ("/v1/completions", {"model": MODEL, "prompt": [7] * 2048, "max_tokens": 4}),
+], ids=["completions-max_tokens", "chat-max_tokens", "chat-max_completion_tokens",
+        "messages-max_tokens", "responses-max_output_tokens", "max_tokens-before-prompt",
+        "completions-text", "chat-text", "messages-text", "token-ids", "batch-token-ids",
+        "filling-the-window"])
+async def test_lengths_past_the_window_are_refused_in_vllms_words(
+        real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
+        body: dict[str, Any]) -> None:
+    """The emulator clamped a max_tokens past the window (vLLM refuses it), counted a text
+    too long in full (vLLM reads one token past the window: "at least"), left out vLLM's
+    (parameter=…, value=…), and refused a prompt filling the window in other words."""
+    real = await call(real_fleet.urls[0], path, body)
+    emulated = await call(emulator.url, path, body)
+    assert real[0] == 400 and emulated == real
+
+
 async def test_top_k_minus_one_is_taken_as_vllm_takes_it(
         real_fleet: RealFleet, emulator: EmulatorProcess) -> None:
     real = await call(real_fleet.urls[0], "/v1/chat/completions", {**CHAT_HI, "top_k": -1})

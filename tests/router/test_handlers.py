@@ -281,13 +281,31 @@ async def test_request_longer_than_the_context_window_is_400(router: RouterHandl
     assert info.value.body == {
         "message": "This model's maximum context length is 8192 tokens. However, your prompt "
                    "contains 8300 input tokens, which exceeds this limit even without any output "
-                   "tokens. Please reduce the length of the input prompt.",
+                   "tokens. Please reduce the length of the input prompt. (parameter="
+                   "input_tokens, value=8300)",
         "type": "BadRequestError", "param": "input_tokens", "code": 400}
+    # a text: vLLM tokenizes one token past the window at most, and says so
+    with pytest.raises(openai.BadRequestError) as info:
+        await client(router).completions.create(model=MODEL, prompt="word " * 8300,
+                                                max_tokens=4)
+    assert isinstance(info.value.body, dict)
+    assert info.value.body["message"] == (
+        "This model's maximum context length is 8192 tokens. However, your prompt contains "
+        "at least 8193 input tokens, which exceeds this limit even without any output tokens. "
+        "Please reduce the length of the input prompt. (parameter=input_tokens, value=8193)")
     # the prompt fits and max_tokens does not: served, max_tokens clamped, as vLLM does
     reply = await client(router).completions.create(model=MODEL, prompt=[7] * 8000,
                                                     max_tokens=500)
     assert reply.usage is not None and reply.usage.prompt_tokens == 8000
     assert 1 <= reply.usage.completion_tokens <= 192
+    # a max_tokens past the whole window: the engine's own 400, forwarded
+    with pytest.raises(openai.BadRequestError) as info:
+        await client(router).completions.create(model=MODEL, prompt=[7] * 10, max_tokens=9000)
+    assert info.value.response.headers["x-kvroute-worker"] != "none"
+    assert info.value.body == {
+        "message": "max_tokens=9000 cannot be greater than max_model_len=8192. Please request "
+                   "fewer output tokens. (parameter=max_tokens, value=9000)",
+        "type": "BadRequestError", "param": "max_tokens", "code": 400}
     # a text too long for the window by its length alone (a token holds at most 128
     # characters) is refused without tokenizing it: its count is a lower bound
     with pytest.raises(openai.BadRequestError) as info:
@@ -320,15 +338,14 @@ async def test_each_prompt_of_a_batch_must_fit_the_window_not_their_sum(
 
 
 async def test_a_prompt_filling_the_window_gets_vllms_words(router: RouterHandle) -> None:
-    """It was told its 8,192 tokens "exceed" the window of 8,192."""
+    """It was told its 8,192 tokens "exceed" the window of 8,192; vLLM clamps max_tokens to
+    the room left, 0, which its sampling parameters refuse."""
     with pytest.raises(openai.BadRequestError) as info:
         await client(router).completions.create(model=MODEL, prompt=[7] * 8192, max_tokens=4)
+    assert info.value.response.headers["x-kvroute-worker"] == "none"
     assert info.value.body == {
-        "message": "The decoder prompt (length 8192) plus the number of requested output "
-                   "tokens (at least 1) is longer than the maximum model length of 8192. Make "
-                   "sure that `max_model_len` is no smaller than the number of text tokens "
-                   "(prompt + requested output tokens).",
-        "type": "BadRequestError", "param": "input_tokens", "code": 400}
+        "message": "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+        "type": "BadRequestError", "param": "max_tokens", "code": 400}
 
 
 async def test_the_window_quoted_is_the_engines_own(make_router: RouterFactory,

@@ -84,8 +84,10 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
     body = parse_generation(await read_json_body(request), kind)
     model, lora_name = worker.resolve_model(body.model)
     check_serving(worker)
+    check_max_tokens(worker, body.max_tokens, body.max_tokens_field)
     prompts, texts = await tokenize_body(worker, body)
-    max_tokens = check_lengths(worker, prompts, body.max_tokens)
+    max_tokens = check_lengths(worker, prompts, body.max_tokens,
+                               [isinstance(prompt, tuple) for prompt in body.prompts])
     check_min_tokens(body.min_tokens, max_tokens)
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
     header = ResponseHeader(id=worker.new_request_id(prefix, request), created=int(time.time()),
@@ -167,25 +169,40 @@ async def tokenize_body(worker: WorkerState, body: GenerationBody
     return prompts, texts
 
 
-def check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int | None) -> int:
-    """The effective max_tokens (vLLM v0.33 clamps to the room left); 400 when none is left."""
+def check_max_tokens(worker: WorkerState, requested: int | None, field: str) -> None:
+    """vLLM's 400 for an answer longer than the whole window (checked before the prompt is
+    read; one that only overflows with the prompt is clamped, by ``check_lengths``)."""
+    m = worker.max_model_len
+    if requested is not None and requested > m:
+        raise bad_request(
+            f"{field}={requested} cannot be greater than max_model_len={m}. Please request "
+            f"fewer output tokens. (parameter={field}, value={requested})", field)
+
+
+def check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int | None,
+                  token_ids_given: Sequence[bool] = ()) -> int:
+    """The effective max_tokens (vLLM v0.33 clamps to the room left); 400 when none is left.
+
+    vLLM tokenizes a text prompt one token past the window at most, so a text too long is
+    "at least" that many tokens; prompts given as token ids (``token_ids_given[i]``) are
+    counted whole."""
     m = worker.max_model_len
     room = m
-    for ids in prompts:
+    for i, ids in enumerate(prompts):
         n = len(ids)
         if n == 0:
             raise bad_request("The decoder prompt cannot be empty", "prompt")
         if n > m:
+            exact = i < len(token_ids_given) and token_ids_given[i]
+            count, qualifier = (n, "") if exact else (m + 1, "at least ")
             raise bad_request(
                 f"This model's maximum context length is {m} tokens. However, your prompt "
-                f"contains {n} input tokens, which exceeds this limit even without any output "
-                "tokens. Please reduce the length of the input prompt.", "input_tokens")
-        if n == m:
-            raise bad_request(
-                f"The decoder prompt (length {n}) plus the number of requested output tokens "
-                f"(at least 1) is longer than the maximum model length of {m}. Make sure that "
-                "`max_model_len` is no smaller than the number of text tokens (prompt + "
-                "requested output tokens).", "input_tokens")
+                f"contains {qualifier}{count} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt. "
+                f"(parameter=input_tokens, value={count})", "input_tokens")
+        if n == m:      # the room left for the answer, 0, is what vLLM's sampling refuses
+            raise bad_request("max_tokens must be at least 1, got 0. (parameter=max_tokens, "
+                              "value=0)", "max_tokens")
         room = min(room, m - n)
     return room if requested is None else min(requested, room)
 

@@ -33,6 +33,7 @@ from workers.emulator.generation import (
     ChoiceState,
     admit,
     check_lengths,
+    check_max_tokens,
     check_serving,
     text_deltas,
     tokenize_body,
@@ -89,6 +90,7 @@ async def create_message(request: web.Request) -> web.StreamResponse:
                           n=1, stream=stream, include_usage=stream, continuous_usage=stream,
                           cache_salt=None, echo=False,
                           tools=tuple(chat_tools(data.get("tools")) or ()))
+    check_max_tokens(worker, max_tokens, "max_completion_tokens")    # vLLM's chat field
     prompts, texts = await tokenize_body(worker, body)
     allowed = check_lengths(worker, prompts, max_tokens)
     message_id = worker.new_request_id("chatcmpl", request)

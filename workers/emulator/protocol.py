@@ -40,6 +40,7 @@ class GenerationBody:
     min_tokens: int = 0      # tokens generated before EOS may end the answer (vLLM's)
     tools: tuple[Mapping[str, Any], ...] = ()      # chat: offered, written into the prompt
     logprobs: int | None = None     # alternatives asked per token (None: no logprobs asked)
+    max_tokens_field: str = "max_tokens"    # the field max_tokens came from, as errors name it
 
 
 async def read_json_body(request: web.Request) -> Mapping[str, Any]:
@@ -72,6 +73,7 @@ MAX_LOGPROBS = 20
 
 def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBody:
     f = _Fields(data)
+    max_tokens_field = "max_tokens"
     messages: tuple[Mapping[str, Any], ...] = ()
     prompts: tuple[str | tuple[int, ...], ...] = ()
     tools: tuple[Mapping[str, Any], ...] = ()
@@ -85,6 +87,8 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         max_tokens = f.opt_int("max_completion_tokens", lo=1)
         if max_tokens is None:
             max_tokens = f.opt_int("max_tokens", lo=1)
+        else:
+            max_tokens_field = "max_completion_tokens"
     else:
         prompts = _prompts(data)
         max_tokens = f.opt_int("max_tokens", lo=1, default=16)
@@ -116,6 +120,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         continuous_usage=so.boolean("continuous_usage_stats", False),
         cache_salt=f.opt_str("cache_salt"), echo=f.boolean("echo", False),
         min_tokens=f.opt_int("min_tokens", default=0) or 0, logprobs=logprobs,
+        max_tokens_field=max_tokens_field,
     )
 
 

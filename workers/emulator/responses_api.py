@@ -36,6 +36,7 @@ from workers.emulator.generation import (
     ChoiceState,
     admit,
     check_lengths,
+    check_max_tokens,
     check_serving,
     text_deltas,
     tokenize_body,
@@ -86,6 +87,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
                           add_generation_prompt=True, max_tokens=max_output, ignore_eos=False,
                           n=1, stream=stream, include_usage=False, continuous_usage=False,
                           cache_salt=None, echo=False)
+    check_max_tokens(worker, max_output, "max_output_tokens")
     prompts, texts = await tokenize_body(worker, body)
     max_tokens = check_lengths(worker, prompts, max_output)
     admitted = admit(worker, response_id, body, prompts, texts, max_tokens, None)

@@ -31,7 +31,9 @@ def test_fits_prompt_plus_output(view: ViewFactory, prompt: int, max_tokens: int
 
 
 @pytest.mark.parametrize(("prompt", "max_tokens", "expected"), [
-    (1000, 3500, ["small", "big"]),       # no window holds 4500: both hold the prompt, clamped
+    (1000, 3500, ["big"]),                # no window holds 4500; 3500 is past the small one's
+                                          # (its 400): the big one clamps it
+    (1000, 5000, ["small", "big"]),       # past every window: each answers vLLM's 400
     (3000, 1500, ["big"]),                # only the bigger window holds the prompt + 1 token
     (4096, 1500, []),                     # the prompt fills every window: nothing left
     (1000, 1100, ["big"]),                # 2100 fits the big window: the small one is out

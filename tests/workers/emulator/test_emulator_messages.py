@@ -93,6 +93,10 @@ async def test_errors(worker: EmulatorProcess) -> None:
     assert status == 400 and too_long["type"] == "error"
     assert too_long["error"]["type"] == "BadRequestError"
     assert "maximum context length" in too_long["error"]["message"]
+    status, too_many = await post(f"{worker.url}/v1/messages",
+                                  {**conversation("x"), "max_tokens": 100_000})
+    assert status == 400 and too_many["error"]["message"].startswith(
+        "max_completion_tokens=100000 cannot be greater than max_model_len=")   # vLLM's chat
     status, missing = await post(f"{worker.url}/v1/messages", conversation("x"))
     assert status == 400 and missing["error"]["type"] == "Bad Request"     # vLLM's own shape
     assert missing["error"]["param"] == "body.max_tokens"

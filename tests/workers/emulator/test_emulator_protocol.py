@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,14 +117,43 @@ async def test_vllm_messages_for_model_and_length(worker: EmulatorProcess) -> No
     assert assert_error(status, body, 400, "BadRequestError", "input_tokens") == (
         f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, your prompt "
         f"contains {MAX_MODEL_LEN + 1} input tokens, which exceeds this limit even without any "
-        "output tokens. Please reduce the length of the input prompt.")
+        "output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, "
+        f"value={MAX_MODEL_LEN + 1})")
+    # a text is tokenized one token past the window at most: "at least" that many
+    status, body = await post(f"{worker.url}/v1/completions",
+                              b'{"prompt": "' + b"word " * (MAX_MODEL_LEN + 100) + b'"}')
+    assert assert_error(status, body, 400, "BadRequestError", "input_tokens") == (
+        f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, your prompt "
+        f"contains at least {MAX_MODEL_LEN + 1} input tokens, which exceeds this limit even "
+        "without any output tokens. Please reduce the length of the input prompt. "
+        f"(parameter=input_tokens, value={MAX_MODEL_LEN + 1})")
+    # a prompt filling the window leaves max_tokens 0, which vLLM's sampling refuses
     exact = b'{"prompt": [' + b",".join([b"7"] * MAX_MODEL_LEN) + b"]}"
     status, body = await post(f"{worker.url}/v1/completions", exact)
-    assert assert_error(status, body, 400, "BadRequestError", "input_tokens").startswith(
-        f"The decoder prompt (length {MAX_MODEL_LEN}) plus the number of requested output "
-        "tokens (at least 1) is longer than the maximum model length of 512.")
+    assert assert_error(status, body, 400, "BadRequestError", "max_tokens") == (
+        "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)")
     status, body = await post(f"{worker.url}/v1/completions", b'{"prompt": "a"}', "text/plain")
     assert_error(status, body, 400, "Bad Request", None)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 600}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "max_tokens": 600}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                              "max_completion_tokens": 600}, "max_completion_tokens"),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 600}, "max_output_tokens"),
+])
+async def test_max_tokens_past_the_whole_window_is_refused(
+        worker: EmulatorProcess, path: str, body: dict[str, object], field: str) -> None:
+    """vLLM clamps an answer that overflows with its prompt, and refuses one longer than the
+    window itself, before reading the prompt; the emulator clamped both."""
+    raw = json.dumps({**body, "model": MODEL}).encode()
+    status, answer = await post(f"{worker.url}{path}", raw)
+    assert assert_error(status, answer, 400, "BadRequestError", field) == (
+        f"{field}=600 cannot be greater than max_model_len={MAX_MODEL_LEN}. Please request "
+        f"fewer output tokens. (parameter={field}, value=600)")
 
 
 @pytest.mark.integration
