@@ -3,7 +3,10 @@ event shape, error field and core metric family real vLLM has must be in the emu
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +15,7 @@ import aiohttp
 import pytest
 
 from tests.real_vllm.conftest import MODEL, RealFleet
-from tests.real_vllm.engine_metrics import cache_config, families
+from tests.real_vllm.engine_metrics import cache_config, families, scrape
 from workers.emulator.process import EmulatorProcess
 
 MESSAGES = [{"role": "user", "content": "Say something."}]
@@ -224,3 +227,54 @@ def test_core_metric_families(real_fleet: RealFleet, emulator: EmulatorProcess) 
                   "prefix_caching_hash_algo"):
         assert label in cache_config(real_fleet.urls[0])
         assert label in cache_config(emulator.url)
+
+
+async def _abandoned_stream(url: str) -> None:
+    """A completion stream read for three events, then left: the client disconnects."""
+    body = {"model": MODEL, "prompt": "go on", "max_tokens": 1000, "ignore_eos": True,
+            "stream": True}
+    async with aiohttp.ClientSession() as session, session.post(url + "/v1/completions",
+                                                                json=body) as resp:
+        events = 0
+        async for raw in resp.content:
+            events += raw.startswith(b"data: ")
+            if events == 3:
+                break
+
+
+def _settled(url: str, name: str, least: float, before: dict[str, float]) -> dict[str, float]:
+    """The engine's samples once ``name`` moved at least ``least`` past ``before`` and the
+    engine runs nothing (vLLM's metrics follow its steps)."""
+    deadline = time.monotonic() + 30
+    while True:
+        now = scrape(url)
+        if (now.get(name, 0.0) - before.get(name, 0.0) >= least
+                and now.get("vllm:num_requests_running", 0.0) == 0) or (
+                time.monotonic() > deadline):
+            return now
+        time.sleep(0.1)
+
+
+async def test_iteration_tokens_and_aborts_are_counted_as_vllm_counts_them(
+        real_fleet: RealFleet, emulator: EmulatorProcess) -> None:
+    """The emulator observed ``iteration_tokens_total`` at every step, a prompt's chunks on
+    their own (vLLM: once a step with outputs, its completed prompts' computed tokens and its
+    generated ones), and counted a client's disconnect in ``request_success_total`` (vLLM
+    counts finished requests only)."""
+    prompt = [random.randrange(5, 90) for _ in range(100)]        # never cached before
+    counted = []
+    for url in (real_fleet.urls[0], emulator.url):
+        before = scrape(url)
+        status, _ = await call(url, "/v1/completions", {
+            "model": MODEL, "prompt": prompt, "max_tokens": 5, "ignore_eos": True})
+        assert status == 200
+        after = _settled(url, "vllm:iteration_tokens_total_count", 5, before)
+        await _abandoned_stream(url)
+        await asyncio.sleep(0.5)
+        ended = _settled(url, "vllm:iteration_tokens_total_count", 0, after)
+        counted.append([after[name] - before[name] for name in (
+            "vllm:iteration_tokens_total_count", "vllm:iteration_tokens_total_sum",
+            "vllm:request_success_total")] + [ended["vllm:request_success_total"]
+                                              - after["vllm:request_success_total"]])
+    assert counted[0] == [5, 105, 1, 0]       # 100 + 1, then 1 a step; the abort: none
+    assert counted[1] == counted[0]

@@ -184,8 +184,13 @@ class EmulatorMetrics:
         self._last = EngineStats()
         self._parents: dict[str, _Parent] = {}   # a choice of n > 1 -> its prompt's choices
 
-    def observe_engine(self, stats: EngineStats, iteration_tokens: int) -> None:
-        """Gauges from the engine's state and counter increments since the last step."""
+    def observe_engine(self, stats: EngineStats, produced: bool) -> None:
+        """Gauges from the engine's state and counter increments since the last step, which
+        ``produced`` outputs or not.
+
+        As vLLM, ``iteration_tokens_total`` is observed only for a step with outputs: the
+        prompt tokens computed for the prefills it completed (their cache hits aside, their
+        earlier chunks included) plus the tokens it generated."""
         lab, last = self._labels, self._last
         self.running.labels(**lab).set(stats.num_running)
         self.waiting.labels(**lab).set(stats.num_waiting)
@@ -213,8 +218,9 @@ class EmulatorMetrics:
             delta = stats.request_success.get(reason, 0) - last.request_success.get(reason, 0)
             if delta > 0:
                 self.success.labels(**lab, finished_reason=reason).inc(delta)
-        if iteration_tokens > 0:
-            self.iteration_tokens.labels(**lab).observe(iteration_tokens)
+        generated = stats.generation_tokens - last.generation_tokens
+        if produced and computed + generated > 0:
+            self.iteration_tokens.labels(**lab).observe(computed + generated)
         self._last = EngineStats(
             num_running=stats.num_running, num_waiting=stats.num_waiting,
             kv_cache_usage=stats.kv_cache_usage, prompt_tokens=stats.prompt_tokens,

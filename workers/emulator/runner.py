@@ -229,7 +229,6 @@ class EngineRunner:
             meta = self._finished_meta.pop(stats.request_id, None)
             if meta is not None:
                 metrics.observe_finished(stats, meta[0], meta[1])
-        metrics.observe_engine(self.engine.stats,
-                               result.num_prefill_tokens + result.num_decode_tokens)
+        metrics.observe_engine(self.engine.stats, bool(result.outputs))
         if metrics.lora_info is not None:
             metrics.set_lora_state(*self.lora_state())

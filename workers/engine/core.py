@@ -94,12 +94,12 @@ class EngineCore:
         self.scheduler.add_request(Request(request, self.max_model_len))
 
     def abort_request(self, request_id: str) -> bool:
-        """Drop a request; its stats (reason ``abort``) come with the next step's result."""
+        """Drop a request; its stats (reason ``abort``) come with the next step's result.
+        As vLLM, an abort is not a finished request: ``request_success`` does not count it."""
         self._end_decode_run()
         request = self.scheduler.finish_request(request_id)
         if request is None:
             return False
-        self._stats.request_success["abort"] += 1
         self._aborted.append(request_stats(request))
         return True
 

@@ -252,3 +252,18 @@ def test_per_request_histograms_and_prompt_sources_count_as_vllm_does(
     prompt_delta = value("vllm:prompt_tokens_total") - prompt_before
     assert prompt_delta > 0
     assert source("local_compute") + source("local_cache_hit") - sources_before == prompt_delta
+
+
+def test_iteration_tokens_are_observed_as_vllm_observes_them() -> None:
+    """vLLM observes ``iteration_tokens_total`` only for a step with outputs: a prefill's
+    computed prompt tokens once, with its first token, then each step's generated tokens.
+    The emulator observed every step's scheduled tokens, each prefill chunk on its own."""
+    with emulator(time_scale=0.0, max_num_batched_tokens=64) as proc:
+        client = openai.OpenAI(base_url=f"{proc.url}/v1", api_key="x", max_retries=0)
+        reply = client.completions.create(model=MODEL, prompt=[7] * 150, max_tokens=5,
+                                          extra_body={"ignore_eos": True})
+        assert reply.usage is not None and reply.usage.completion_tokens == 5
+        text = metrics_text(proc.url)
+    count, total = (sample(text, f"vllm:iteration_tokens_total_{part}", model_name=MODEL,
+                           engine="0") for part in ("count", "sum"))
+    assert (count, total) == (5, 150 + 5)     # 150 + 1 with the first token, then 1 a step
