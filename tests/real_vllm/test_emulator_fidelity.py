@@ -28,6 +28,7 @@ CORE_FAMILIES = (
     "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
     "vllm:request_decode_time_seconds", "vllm:request_prompt_tokens",
     "vllm:request_generation_tokens", "vllm:iteration_tokens_total",
+    "vllm:prompt_tokens_cached_by_source", "vllm:admission_rejections",
 )
 
 

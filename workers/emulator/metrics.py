@@ -110,6 +110,20 @@ class EmulatorMetrics:
                 ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached "
                  "items.")):
             counter(name, doc)
+        self.cached_by_source = counter(
+            "vllm:prompt_tokens_cached_by_source",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), "
+            "host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+            "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+            "vllm:external_prefix_cache_hits.", ("source",))
+        for tier in ("device", "host", "p2p", "disk", "external_unspecified"):
+            self.cached_by_source.labels(**self._labels, source=tier)
+        # no engine label, as vLLM's; the emulator has no queue limit to reject by
+        rejections = Counter("vllm:admission_rejections",
+                             "Number of admission attempts rejected by a queue limit, by reason.",
+                             ("model_name", "reason"), registry=reg)
+        for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
+            rejections.labels(model_name=config.model_name, reason=reason)
         self.preemptions = counter("vllm:num_preemptions",
                                    "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
@@ -207,6 +221,9 @@ class EmulatorMetrics:
                 (self.generation_tokens, stats.generation_tokens, last.generation_tokens)):
             if now > before:
                 metric.labels(**lab).inc(now - before)
+        hits = stats.prefix_cache_hits - last.prefix_cache_hits
+        if hits > 0:                      # at admission, as prefix_cache_hits
+            self.cached_by_source.labels(**lab, source="device").inc(hits)
         # counted with prompt_tokens, when each prefill completes (aborted requests too)
         cached = stats.prompt_cached_tokens - last.prompt_cached_tokens
         computed = stats.prompt_tokens - last.prompt_tokens - cached

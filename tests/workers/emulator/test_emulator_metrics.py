@@ -47,6 +47,8 @@ EXPECTED = {
     "vllm:request_queue_time_seconds": ("histogram", BASE),
     "vllm:request_prompt_tokens": ("histogram", BASE),
     "vllm:iteration_tokens_total": ("histogram", BASE),
+    "vllm:prompt_tokens_cached_by_source": ("counter", (*BASE, "source")),
+    "vllm:admission_rejections": ("counter", ("model_name", "reason")),
     "vllm:cache_config_info": ("gauge", ("engine", "block_size", "num_gpu_blocks")),
     "vllm:lora_requests_info": ("gauge", ("max_lora", "waiting_lora_adapters",
                                           "running_lora_adapters")),
@@ -107,12 +109,17 @@ def test_same_prompt_twice_hits_block_aligned_prefix(worker: EmulatorProcess) ->
     client = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="x", max_retries=0)
     hits0 = counter(worker.url, "vllm:prefix_cache_hits_total")
     queries0 = counter(worker.url, "vllm:prefix_cache_queries_total")
+    device0 = counter(worker.url, "vllm:prompt_tokens_cached_by_source_total",
+                      {"source": "device"})
     first = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
     hits1 = counter(worker.url, "vllm:prefix_cache_hits_total")
     second = client.completions.create(model=MODEL, prompt=prompt, max_tokens=2)
     hits2 = counter(worker.url, "vllm:prefix_cache_hits_total")
     queries2 = counter(worker.url, "vllm:prefix_cache_queries_total")
     assert (hits1 - hits0, hits2 - hits1, queries2 - queries0) == (0, expected_hit, 2 * n)
+    # the cache tier of those hits: the device's, as vLLM counts them (at admission)
+    assert counter(worker.url, "vllm:prompt_tokens_cached_by_source_total",
+                   {"source": "device"}) - device0 == expected_hit
     assert first.usage is not None and second.usage is not None
     assert first.usage.prompt_tokens == second.usage.prompt_tokens == n
     assert first.usage.prompt_tokens_details is not None
