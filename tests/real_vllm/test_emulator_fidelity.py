@@ -12,11 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+import msgpack
 import pytest
+import zmq
 
 from tests.real_vllm.conftest import MODEL, RealFleet
 from tests.real_vllm.engine_metrics import cache_config, families, scrape
 from workers.emulator.process import EmulatorProcess
+from workers.ports import free_port
 
 MESSAGES = [{"role": "user", "content": "Say something."}]
 CORE_FAMILIES = (
@@ -279,3 +282,46 @@ async def test_iteration_tokens_and_aborts_are_counted_as_vllm_counts_them(
                                               - after["vllm:request_success_total"]])
     assert counted[0] == [5, 105, 1, 0]       # 100 + 1, then 1 a step; the abort: none
     assert counted[1] == counted[0]
+
+
+def _stored_events(endpoint: str, url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The BlockStored maps an engine publishes on ``endpoint`` for one completion."""
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    try:
+        sub.connect(endpoint)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        time.sleep(0.5)                                      # let the subscription propagate
+        request = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            assert resp.status == 200
+        stored: list[dict[str, Any]] = []
+        while sub.poll(3000):
+            _, events, _ = msgpack.unpackb(sub.recv_multipart()[2], strict_map_key=False)
+            stored += [e for e in events if e["type"] == "BlockStored"]
+            if stored:
+                return stored
+        return stored
+    finally:
+        sub.close(0)
+        ctx.term()
+
+
+def test_stored_blocks_name_their_extra_keys_as_vllm_does(real_fleet: RealFleet) -> None:
+    """vLLM's BlockStored maps carry one ``extra_keys`` entry per block (the cache salt on
+    the first), in its field order; the emulator sent none."""
+    prompt = [random.randrange(5, 90) for _ in range(300)]      # 2 blocks of 128, 18 of 16
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 1, "cache_salt": "abc"}
+    real = _stored_events(str(real_fleet.fleet.workers[0].info.kv_events_endpoint),
+                          real_fleet.urls[0], body)
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    with EmulatorProcess(gpu="l40s", model="llama-3-8b", served_model_names=[MODEL],
+                         time_scale=0.01, emulate={"kv_events": endpoint,
+                                                   "max_model_len": 2048}) as process:
+        emulated = _stored_events(endpoint, process.url, body)
+    assert real and emulated
+    assert [list(e) for e in emulated] == [list(e) for e in real][:1] * len(emulated)
+    for events in (real, emulated):
+        keys = [k for e in events for k in e["extra_keys"]]
+        assert keys == [["abc"]] + [None] * (len(keys) - 1)

@@ -239,6 +239,7 @@ def admit(worker: WorkerState, response_id: str, body: GenerationBody,
                 finish_reason=plan.finish_reason, arrival_time=runner.now(),
                 lora_name=lora_name,
                 lora_path=worker.lora_paths.get(lora_name) if lora_name else None,
+                lora_id=worker.lora_ids.get(lora_name) if lora_name else None,
                 cache_salt=body.cache_salt), max_tokens, queue)
     return Admitted(queue, by_request, [len(p) for p in prompts], texts)
 

@@ -42,11 +42,15 @@ def encode_event(event: KVEvent, encoding: str) -> Any:
             if event.lora_name is not None:
                 fields.append(event.lora_name)
             return fields
-        return {"type": "BlockStored", "block_hashes": list(event.block_hashes),
-                "parent_block_hash": event.parent_block_hash, "token_ids": list(event.token_ids),
-                "block_size": event.block_size, "lora_id": None, "medium": event.medium,
-                "lora_name": event.lora_name, "group_idx": 0,
-                "kv_cache_spec_kind": "full_attention"}
+        stored: dict[str, Any] = {
+            "type": "BlockStored", "block_hashes": list(event.block_hashes),
+            "parent_block_hash": event.parent_block_hash, "token_ids": list(event.token_ids),
+            "block_size": event.block_size, "lora_id": event.lora_id, "medium": event.medium,
+            "lora_name": event.lora_name}
+        if event.extra_keys is not None:      # a list of Nones too: only None is a default
+            stored["extra_keys"] = [None if keys is None else list(keys)
+                                    for keys in event.extra_keys]
+        return {**stored, "group_idx": 0, "kv_cache_spec_kind": "full_attention"}
     if isinstance(event, BlockRemoved):
         if encoding == "array":
             return ["BlockRemoved", list(event.block_hashes), event.medium]

@@ -45,7 +45,7 @@ async def load_lora_adapter(request: web.Request) -> web.Response:
     if name in worker.lora_paths and data.get("load_inplace") is not True:
         raise ApiError(400, f"The lora adapter '{name}' has already been loaded.",
                        "InvalidUserInput")
-    worker.lora_paths[name] = path
+    worker.add_lora(name, path)
     return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
 
@@ -58,5 +58,5 @@ async def unload_lora_adapter(request: web.Request) -> web.Response:
                        "InvalidUserInput")
     if name not in worker.lora_paths:
         raise ApiError(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
-    del worker.lora_paths[name]
+    worker.remove_lora(name)
     return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")

@@ -34,6 +34,10 @@ class WorkerState:
     server_load: int = 0
     created: int = 0
     lora_paths: dict[str, str] = field(default_factory=dict)
+    # each adapter's number (vLLM's lora_int_id): 1, 2, ... in the order loaded, kept when
+    # one is loaded again in place
+    lora_ids: dict[str, int] = field(default_factory=dict)
+    lora_ids_given: int = 0
     # /v1/responses kept (with responses_store): id -> (the conversation so far, the answer)
     stored_responses: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = field(
         default_factory=dict)
@@ -49,6 +53,17 @@ class WorkerState:
         if name in self.lora_paths:          # as loaded at start or since (runtime updating)
             return name, name
         raise model_not_found(name, list(self.config.served_model_names))
+
+    def add_lora(self, name: str, path: str) -> None:
+        """Serve adapter ``name`` from ``path``: a new one takes the next number."""
+        self.lora_paths[name] = path
+        if name not in self.lora_ids:
+            self.lora_ids_given += 1
+            self.lora_ids[name] = self.lora_ids_given
+
+    def remove_lora(self, name: str) -> None:
+        del self.lora_paths[name]
+        del self.lora_ids[name]
 
     def new_request_id(self, prefix: str, request: web.Request) -> str:
         given = request.headers.get("X-Request-Id")
@@ -74,8 +89,11 @@ def build_state(config: EmulatorConfig, tokenizer: Tokenizer,
     runner = EngineRunner(engine, config.time_scale, metrics, publisher)
     digest = hashlib.sha256(f"{config.model_name}/{config.gpu.name}".encode()).hexdigest()[:8]
     tp = f"-tp{config.tensor_parallel}" if config.tensor_parallel > 1 else ""
-    return WorkerState(
+    state = WorkerState(
         config=config, tokenizer=tokenizer, runner=runner, metrics=metrics,
         num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, faults=config.faults,
         rng=random.Random(config.seed), fingerprint=f"vllm-{VLLM_VERSION}{tp}-{digest}",
-        publisher=publisher, lora_paths=dict(config.lora_adapters))
+        publisher=publisher)
+    for name, path in config.lora_adapters.items():
+        state.add_lora(name, path)
+    return state

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from workers.engine.profiles import GpuProfile, ModelSpec
 
@@ -53,6 +53,7 @@ class EngineRequest:
     arrival_time: float = 0.0
     lora_name: str | None = None
     lora_path: str | None = None             # the adapter's path: vLLM hashes it with the name
+    lora_id: int | None = None               # its number in the engine (vLLM's lora_int_id)
     cache_salt: str | None = None
     pooling: bool = False                    # an embedding: its one step makes no token
 
@@ -94,6 +95,10 @@ class BlockStored:
     block_size: int
     lora_name: str | None = None
     medium: str = "GPU"
+    lora_id: int | None = None               # the adapter's number in its engine (lora_int_id)
+    # per block, the untagged extra keys of its hash (the LoRA name, a first block's cache
+    # salt), None for a block with none; None when the event did not say
+    extra_keys: tuple[tuple[Any, ...] | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

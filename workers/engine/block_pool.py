@@ -10,6 +10,7 @@ when not. Cached-but-free blocks count as free, so usage is "blocks pinned by re
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from workers.engine.block_hash import to_event_int
@@ -79,11 +80,15 @@ class BlockPool:
 
     def cache_full_blocks(self, block_hashes: Sequence[BlockHash], token_ids: Sequence[int],
                           blocks: Sequence[KVCacheBlock], num_cached_blocks: int,
-                          num_full_blocks: int, lora_name: str | None = None) -> None:
+                          num_full_blocks: int, lora_name: str | None = None,
+                          lora_id: int | None = None,
+                          event_keys: tuple[tuple[Any, ...] | None, tuple[Any, ...] | None] = (
+                              None, None)) -> None:
         """Commit ``blocks[num_cached_blocks:num_full_blocks]`` to the prefix cache.
 
         ``block_hashes`` and ``token_ids`` are the request's; one ``BlockStored`` covers the
-        newly cached run, with the previous block's hash as parent.
+        newly cached run, with the previous block's hash as parent, the adapter's name and
+        number, and each block's extra keys (``event_keys``: the first block's, the others').
         """
         if num_cached_blocks >= num_full_blocks:
             return
@@ -105,7 +110,9 @@ class BlockPool:
                                    for h in block_hashes[num_cached_blocks:num_full_blocks]),
                 parent_block_hash=parent,
                 token_ids=tuple(token_ids[num_cached_blocks * bs:num_full_blocks * bs]),
-                block_size=bs, lora_name=lora_name))
+                block_size=bs, lora_name=lora_name, lora_id=lora_id,
+                extra_keys=tuple(event_keys[0] if i == 0 else event_keys[1]
+                                 for i in range(num_cached_blocks, num_full_blocks))))
 
     # -- allocation --------------------------------------------------------------------
 

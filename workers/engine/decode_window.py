@@ -156,7 +156,8 @@ class DecodeRun:
         num_full = context // bs
         self.core.kv_cache_manager.hasher.extend(request, num_full)
         pool.cache_full_blocks(request.block_hashes, request.all_token_ids, request.blocks,
-                               request.num_cached_blocks, num_full, request.lora_name)
+                               request.num_cached_blocks, num_full, request.lora_name,
+                               request.lora_id, request.event_keys)
         request.num_cached_blocks = num_full
 
     def _caches_head_block(self, fulls: list[int], j: int,

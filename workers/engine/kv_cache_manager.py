@@ -124,7 +124,7 @@ class KVCacheManager:
                 self.hasher.extend(request, num_full)
                 pool.cache_full_blocks(request.block_hashes, request.all_token_ids,
                                        request.blocks, request.num_cached_blocks, num_full,
-                                       request.lora_name)
+                                       request.lora_name, request.lora_id, request.event_keys)
                 request.num_cached_blocks = num_full
         return new_blocks
 

@@ -86,9 +86,10 @@ class BlockHasher:
 class Request:
     """One request inside the engine. ``num_tokens`` = prompt + generated so far."""
 
-    __slots__ = ("all_token_ids", "arrival_time", "block_hashes", "blocks",
+    __slots__ = ("all_token_ids", "arrival_time", "block_hashes", "blocks", "event_keys",
                  "extra_keys", "finish_reason", "first_block_keys", "first_scheduled_time",
-                 "first_token_time", "lora_name", "max_output_tokens", "num_cached_blocks",
+                 "first_token_time", "lora_id", "lora_name", "max_output_tokens",
+                 "num_cached_blocks",
                  "num_cached_tokens", "num_computed_tokens", "num_output_tokens",
                  "num_preemptions", "num_prompt_tokens", "num_tokens", "pooling",
                  "probe_evictions", "probe_hits", "request_id", "status", "token_times")
@@ -123,6 +124,9 @@ class Request:
         self.first_block_keys: tuple[Any, ...] | None = self.extra_keys
         if req.cache_salt is not None:
             self.first_block_keys = (*(self.extra_keys or ()), ("cache_salt", req.cache_salt))
+        self.lora_id = req.lora_id
+        # the keys as KV events publish them, untagged: (the first block's, the others')
+        self.event_keys = (_untagged(self.first_block_keys), _untagged(self.extra_keys))
         self.block_hashes: list[BlockHash] = []
         self.blocks: list[KVCacheBlock] = []
         self.num_cached_blocks = 0
@@ -144,3 +148,9 @@ class Request:
     def __repr__(self) -> str:
         return (f"Request({self.request_id!r}, tokens={self.num_tokens}, "
                 f"computed={self.num_computed_tokens}, status={self.status.name})")
+
+
+def _untagged(keys: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    """vLLM's ``to_event_extra_keys`` for one block: each tagged key's value (the LoRA name,
+    the cache salt)."""
+    return None if keys is None else tuple(key[1] for key in keys)

@@ -3,7 +3,7 @@
 The outer batch is an array ``[ts, events, data_parallel_rank]`` (rank missing in old
 releases). Each event is either a map with a ``"type"`` key (vLLM ≥ v0.26) or a tagged array
 ``["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
-lora_name, …]`` with trailing defaults omitted (older releases); see
+lora_name, extra_keys, …]`` with trailing defaults omitted (older releases); see
 ``vllm-interface.md`` §3.3. Block hashes arrive as uint64
 (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1``, the default) or as raw hash bytes;
 both become the lower-64-bit integer the index keys on.
@@ -21,7 +21,7 @@ from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored, KVEv
 from workers.engine.block_hash import to_event_int
 
 _STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                  "medium", "lora_name")
+                  "medium", "lora_name", "extra_keys")
 _REMOVED_FIELDS = ("block_hashes", "medium")
 
 
@@ -74,7 +74,9 @@ def decode_event(event: Any, position: int = 0) -> KVEvent:
             token_ids=tuple(int(t) for t in fields.get("token_ids") or ()),
             block_size=int(fields.get("block_size") or 0),
             lora_name=_optional_str(fields.get("lora_name")),
-            medium=_optional_str(fields.get("medium")) or "GPU")
+            medium=_optional_str(fields.get("medium")) or "GPU",
+            lora_id=_optional_int(fields.get("lora_id")),
+            extra_keys=_extra_keys(fields.get("extra_keys")))
     if kind == "BlockRemoved":
         return BlockRemoved(block_hashes=_hashes(fields.get("block_hashes"), position),
                             medium=_optional_str(fields.get("medium")) or "GPU")
@@ -105,3 +107,15 @@ def _optional_hash(value: Any, position: int) -> int | None:
 
 def _optional_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _optional_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _extra_keys(value: Any) -> tuple[tuple[Any, ...] | None, ...] | None:
+    """Each block's extra keys (a list, or None for a block with none); None when the event
+    has none or they are not a list."""
+    if not isinstance(value, list | tuple):
+        return None
+    return tuple(tuple(keys) if isinstance(keys, list | tuple) else None for keys in value)

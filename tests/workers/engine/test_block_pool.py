@@ -30,7 +30,8 @@ def test_free_puts_hashed_blocks_at_tail_and_unhashed_at_front() -> None:
     assert pool.get_usage() == 0.0
     assert pool.take_events() == [BlockStored(
         block_hashes=(to_event_int(hashes[0]), to_event_int(hashes[1])),
-        parent_block_hash=None, token_ids=(1, 2, 3, 4), block_size=2)]
+        parent_block_hash=None, token_ids=(1, 2, 3, 4), block_size=2,
+        extra_keys=(None, None))]
     assert pool.take_events() == []
 
 

@@ -97,7 +97,7 @@ def test_kv_events_report_blocks_stored_in_the_step_that_computes_them() -> None
     result = engine.step(0.0)
     assert result.kv_events == (BlockStored(
         block_hashes=(1403909460543360175, 1643945449041937783), parent_block_hash=None,
-        token_ids=tuple(range(1, 33)), block_size=16),)
+        token_ids=tuple(range(1, 33)), block_size=16, extra_keys=(None, None)),)
 
 
 def test_usage_counts_blocks_pinned_by_running_requests() -> None:

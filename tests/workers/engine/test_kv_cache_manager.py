@@ -66,7 +66,7 @@ def test_events_store_runs_with_parent_and_remove_on_eviction() -> None:
     h = req0.block_hashes
     assert manager.block_pool.take_events() == [BlockStored(
         block_hashes=(to_event_int(h[0]), to_event_int(h[1])), parent_block_hash=None,
-        token_ids=tuple(range(32)), block_size=16)]
+        token_ids=tuple(range(32)), block_size=16, extra_keys=(None, None))]
     manager.free(req0)
     assert free_ids(manager) == [3, 2, 1]
     req1 = make_request("1", list(range(16)) + [99] * 30)

@@ -33,6 +33,19 @@ def test_map_encoding_of_v033() -> None:
         AllBlocksCleared())
 
 
+def test_an_adapters_number_and_each_blocks_extra_keys_are_read() -> None:
+    """As vLLM 0.32 sends them: ``lora_id`` and one extra-keys entry per block (null for a
+    block with none), in the map and, after ``lora_name``, in the tagged array."""
+    stored = {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None,
+              "token_ids": [1] * 32, "block_size": 16, "lora_id": 2, "medium": "GPU",
+              "lora_name": "sql", "extra_keys": [["sql", "abc"], ["sql"]], "group_idx": 0}
+    plain = {**stored, "lora_id": None, "lora_name": None, "extra_keys": [None, None]}
+    array = ["BlockStored", [1, 2], None, [1] * 32, 16, 2, "GPU", "sql", [["sql"], None]]
+    events = decode_batch(msgpack.packb([1.0, [stored, plain, array], 0])).events
+    assert [(e.lora_id, e.extra_keys) for e in events if isinstance(e, BlockStored)] == [
+        (2, (("sql", "abc"), ("sql",))), (None, (None, None)), (2, (("sql",), None))]
+
+
 def test_tagged_array_encoding_of_older_releases() -> None:
     first = to_event_int(_chain()[0])
     payload = msgpack.packb([5.0, [
