@@ -13,7 +13,12 @@ layouts:
   split by the decisions' deciding term, and per GPU class its share of the prompt tokens
   and the hit rate of its workers.
 
+``--against EARLIER/summary.json`` renders instead what changed from an earlier run of the
+same policies (another engine model, another commit): per policy, each side's recompute
+preemptions, SLO met, goodput and $/Mtok busy at goodput (or at the run's scale).
+
     python -m sim.doc_tables out/ta2/azure1500/summary.json --layout goodput
+    python -m sim.doc_tables new/summary.json --against old/summary.json
 """
 
 from __future__ import annotations
@@ -124,20 +129,48 @@ def table(summary: Mapping[str, Any], layout: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _change(before: str, after: str) -> str:
+    return before if before == after else f"{before} → {after}"
+
+
+def changes(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> str:
+    """The policies of both runs, each figure as ``earlier → later`` (one value when equal)."""
+    old: Mapping[str, Mapping[str, Any]] = earlier.get("policies", {})
+    new: Mapping[str, Mapping[str, Any]] = later.get("policies", {})
+
+    def cost(entry: Mapping[str, Any]) -> str:
+        at_goodput = entry.get("goodput_cost_per_mtok_busy")
+        return _num(at_goodput if at_goodput is not None
+                    else entry.get("cost_per_mtok_busy"), 3)
+
+    head = ["policy", "preemptions", "SLO met", "goodput ×rate", "$/Mtok busy (at goodput)"]
+    rows = [[name, _change(str(old[name].get("preemptions", "–")),
+                           str(new[name].get("preemptions", "–"))),
+             _change(_pct(old[name].get("slo_attainment")), _pct(e.get("slo_attainment"))),
+             _change(_goodput(old[name]), _goodput(e)), _change(cost(old[name]), cost(e))]
+            for name, e in new.items() if name in old]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.doc_tables", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("summary", type=Path, help="a summary.json written by kvroute sim")
     parser.add_argument("--layout", choices=("rate", "goodput", "prefix"), default="rate")
+    parser.add_argument("--against", type=Path, metavar="EARLIER",
+                        help="an earlier run's summary.json: show what changed from it")
     args = parser.parse_args(argv)
     try:
         summary = json.loads(args.summary.read_text())
+        earlier = json.loads(args.against.read_text()) if args.against else None
     except (OSError, ValueError) as exc:
-        print(f"sim.doc_tables: {args.summary}: {exc}", file=sys.stderr)
+        print(f"sim.doc_tables: {exc}", file=sys.stderr)
         return 2
     print(header_line(summary))
     print()
-    print(table(summary, args.layout), end="")
+    print(table(summary, args.layout) if earlier is None else changes(earlier, summary), end="")
     return 0
 
 

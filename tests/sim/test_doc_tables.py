@@ -81,3 +81,22 @@ def test_cli_prints_and_refuses_bad_files(tmp_path: Path,
     assert "missing.json" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown layout"):
         table(SUMMARY, "wide")
+
+
+def test_changes_from_an_earlier_run_show_each_figure_that_moved(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    earlier = {**SUMMARY, "policies": {
+        "rr": {**SUMMARY["policies"]["rr"], "preemptions": 62},
+        "ta": {**SUMMARY["policies"]["ta"], "preemptions": 0},
+        "gone": {"preemptions": 1}}}
+    later = {**SUMMARY, "policies": {
+        "rr": {**SUMMARY["policies"]["rr"], "preemptions": 4, "slo_attainment": 0.321},
+        "ta": {**SUMMARY["policies"]["ta"], "preemptions": 0}}}
+    (tmp_path / "old.json").write_text(json.dumps(earlier))
+    (tmp_path / "new.json").write_text(json.dumps(later))
+    assert main([str(tmp_path / "new.json"), "--against", str(tmp_path / "old.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == ("| policy | preemptions | SLO met | goodput ×rate | "
+                        "$/Mtok busy (at goodput) |")
+    assert lines[4:] == ["| rr | 62 → 4 | 32.2% → 32.1% | 0.00 | 0.109 |",
+                         "| ta | 0 | 82.2% | 0.62 | 0.087 |"]
