@@ -278,7 +278,8 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
                                               stalls=stalls)
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], responses,
-                             sinks=sinks.decisions, ejection=ejection,
+                             sinks=sinks.decisions, outcome_sinks=sinks.outcomes,
+                             ejection=ejection,
                              loop_stalls=app[LOOP_STALLS], refusals=refusals)
     admission = app[DIRECTOR].admission
     reloader.add_swap_listener(     # a raised in-flight limit lets the waiting through now

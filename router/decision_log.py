@@ -35,6 +35,13 @@ throttled are ``kind`` ``refusals_suppressed``: ``ts`` (the start of that second
 those the total limit held back are ``kind`` ``refusals_suppressed_total``: ``ts``,
 ``suppressed`` and ``limit``. These counts are written within about a second of the end of
 the second they count (``DecisionLogWriter``), with a timer on the writer's event loop.
+
+When an attempt a sampled decision sent ends, a line of ``kind`` ``outcome`` follows
+(``outcome_line``): ``ts``, ``request_id``, ``trace_id``, ``attempt``, ``model``, ``worker``,
+``tenant``, and how it ended as ``/debug/decisions`` shows it: ``status``, ``ttft_s``,
+``tpot_s``, ``e2e_s`` (from its sending), ``client_s`` (from the request's arrival) and the
+``prompt_tokens`` and ``completion_tokens`` of its usage: the access log of the requests
+routed, joined to their decisions by ``request_id`` and ``attempt``.
 """
 
 from __future__ import annotations
@@ -217,6 +224,20 @@ def decision_line(request: RoutingRequest, decision: Decision, attempt: int, sec
     return orjson.dumps(record) + b"\n"
 
 
+OUTCOME_KIND = "outcome"
+
+
+def outcome_line(request: RoutingRequest, decision: Decision, attempt: int,
+                 outcome: Mapping[str, Any], at: float) -> bytes:
+    """The JSON line (with its newline) for how one routed attempt ended (``outcome``: its
+    fields as ``/debug/decisions`` shows them)."""
+    record = {"kind": OUTCOME_KIND, "ts": round(at, 6), "request_id": decision.request_id,
+              "trace_id": request_trace_id(request.headers), "attempt": attempt,
+              "model": decision.model, "worker": decision.worker_id,
+              "tenant": request.tenant, **outcome}
+    return orjson.dumps(record) + b"\n"
+
+
 class LineStream(Protocol):
     """Where lines go: a text stream (stdout) or a ``router.followed_file.FollowedFile``."""
 
@@ -345,6 +366,13 @@ class DecisionLogWriter:
         if self._throttle.suppressing and int(at) != self._throttle.second:
             self._turn(int(at))
         self._write(decision_line(request, decision, attempt, seconds, at, routing_sha256))
+
+    def on_outcome(self, request: RoutingRequest, decision: Decision, attempt: int,
+                   outcome: Mapping[str, Any]) -> None:
+        """How an attempt ended: a line when its decision was sampled (by request id, as
+        its decision's line)."""
+        if sampled(decision.request_id, self._rate):
+            self._write(outcome_line(request, decision, attempt, outcome, self._clock()))
 
     def on_refusal(self, record: RefusalRecord) -> None:
         """A request refused before routing: a line too, if drawn at the refusals' rate and

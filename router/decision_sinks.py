@@ -1,7 +1,8 @@
 """Observers of every routing decision beyond the metrics: the decision log, the
 infinite-cache prefix ceiling, and the known cached prefix chosen against the best on offer.
-The director calls each sink after each decision; this module builds them for one app and
-closes what they opened. The decision log also sees the requests admission refused before
+The director calls each sink after each decision (and the outcome sinks, the decision log,
+when each routed attempt ends); this module builds them for one app and closes what they
+opened. The decision log also sees the requests admission refused before
 routing (a refusal sink, ``router.refusals``).
 """
 
@@ -11,7 +12,7 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from policies.base import Decision, RoutingRequest
 from router.decision_log import (
@@ -35,10 +36,19 @@ class DecisionSink(Protocol):
                     seconds: float, routing_sha256: str | None = None) -> None: ...
 
 
+class OutcomeSink(Protocol):
+    """Sees how each routed attempt ended (``outcome``: its fields as ``/debug/decisions``
+    shows them). Must not raise or block."""
+
+    def on_outcome(self, request: RoutingRequest, decision: Decision, attempt: int,
+                   outcome: Mapping[str, Any]) -> None: ...
+
+
 class OpenedSinks(NamedTuple):
     decisions: Sequence[DecisionSink]
     refusals: Sequence[RefusalSink]    # those that also see the admission refusals
     close: Callable[[], None]          # closes what the sinks opened
+    outcomes: Sequence[OutcomeSink] = ()   # those that also see how attempts ended
 
 
 def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str],
@@ -52,6 +62,7 @@ def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str],
     that cannot be opened."""
     sinks: list[DecisionSink] = [PrefixCeiling(metrics), PrefixChoice(metrics)]
     refusals: list[RefusalSink] = []
+    outcomes: list[OutcomeSink] = []
     config = DecisionLogConfig.from_env(env)
     followed: FollowedFile | None = None
     writer: DecisionLogWriter | None = None
@@ -63,6 +74,7 @@ def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str],
             writer = DecisionLogWriter.configured(followed, config, loop)
         if config.sample_rate > 0:
             sinks.append(writer)
+            outcomes.append(writer)
         if config.refusal_rate > 0:
             refusals.append(writer)
 
@@ -74,7 +86,7 @@ def open_decision_sinks(metrics: RouterMetrics, env: Mapping[str, str],
             with contextlib.suppress(OSError):     # what could not be written is lost
                 followed.close()
 
-    return OpenedSinks(sinks, refusals, close)
+    return OpenedSinks(sinks, refusals, close, outcomes)
 
 
 def decision_log_problem(env: Mapping[str, str]) -> str | None:

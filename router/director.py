@@ -45,7 +45,7 @@ from policies.producers.tokens import AT_LEAST_KEY
 from router.admission.controller import Admission, AdmissionTicket
 from router.client_auth import TENANT
 from router.decision_log import class_confidence, class_outcome
-from router.decision_sinks import DecisionSink
+from router.decision_sinks import DecisionSink, OutcomeSink
 from router.decisions import (
     DecisionEntry,
     DecisionLog,
@@ -137,6 +137,7 @@ class _Attempt:
     api: str = OTHER_API            # its path's API (the metrics' ``api`` label)
     local: bool = False             # refused by the router's own limits (its open files)
     record: DecisionEntry | None = None     # its decision's entry in /debug/decisions
+    number: int = 0                 # 0 for the request's first attempt, then 1, 2, ...
 
     @property
     def first_token_seen(self) -> bool:
@@ -151,6 +152,7 @@ class Director:
                  decisions: DecisionLog, responses: ResponseLocator,
                  clock: Callable[[], float] = time.monotonic,
                  sinks: Sequence[DecisionSink] = (),
+                 outcome_sinks: Sequence[OutcomeSink] = (),
                  ejection: WorkerEjection | None = None,
                  loop_stalls: LoopStalls | None = None,
                  refusals: RefusalRecorder | None = None) -> None:
@@ -169,7 +171,8 @@ class Director:
         self._header = settings.request_id_header
         self._urls: dict[tuple[str, str], URL] = {}
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
-        self._sink_failures: dict[DecisionSink, int] = {}     # failures so far, by sink
+        self._outcome_sinks = tuple(outcome_sinks)      # the decision log's outcome lines
+        self._sink_failures: dict[DecisionSink | OutcomeSink, int] = {}   # failures, by sink
         self._refusals = refusals if refusals is not None else RefusalRecorder(decisions)
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
         # the router's own stalls, which the times measured across them hold
@@ -464,7 +467,7 @@ class Director:
                 self._sink_failed(sink)
         return decision, record
 
-    def _sink_failed(self, sink: DecisionSink) -> None:
+    def _sink_failed(self, sink: DecisionSink | OutcomeSink) -> None:
         """Log a decision sink's failure: the first, then one in every 1,000."""
         failures = self._sink_failures[sink] = self._sink_failures.get(sink, 0) + 1
         if failures % 1000 == 1:
@@ -528,7 +531,8 @@ class Director:
                            decode_tokens=routing.output_tokens_within(
                                info.model_spec.max_model_len),
                            started_at=self._clock(), received_at=parsed.received_at,
-                           api=api_of_path(routing.path), record=record)
+                           api=api_of_path(routing.path), record=record,
+                           number=parsed.attempts - 1)
         if parsed.response_id is not None:      # follow-ups to this response go here
             await self._store.remember_response(parsed.response_id, info.id,
                                                 request.get(TENANT))
@@ -702,9 +706,14 @@ class Director:
                 charged = cost
         self._metrics.record_outcome(billed if billed is not None else outcome,
                                      attempt.worker_gpu, routing.tenant, charged)
+        fields = _outcome_fields(outcome, status, attempt, result, self._clock())
         if attempt.record is not None:
-            self._decisions.ended(attempt.record, _outcome_fields(
-                outcome, status, attempt, result, self._clock()))
+            self._decisions.ended(attempt.record, fields)
+        for sink in self._outcome_sinks:
+            try:
+                sink.on_outcome(routing, decision, attempt.number, fields)
+            except Exception:      # observability never fails a request (a full disk, ...)
+                self._sink_failed(sink)
         predicted = routing.predicted_output_tokens
         if predicted is not None and status == 200:
             self._metrics.record_output_prediction(

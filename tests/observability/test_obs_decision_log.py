@@ -13,16 +13,25 @@ pytestmark = [pytest.mark.observability, pytest.mark.integration]
 
 def test_one_line_per_decision_with_the_candidates_scores(live_stack: Stack) -> None:
     logged = [json.loads(line) for line in live_stack.decision_log.read_text().splitlines()]
-    assert {r["kind"] for r in logged} == {"decision", "refusal"}
+    assert {r["kind"] for r in logged} == {"decision", "refusal", "outcome"}
     lines = [r for r in logged if r["kind"] == "decision"]
+    # each attempt sent to a worker ends in an outcome line, after its decision's
+    ended = [r for r in logged if r["kind"] == "outcome"]
+    assert [(r["request_id"], r["attempt"], r["worker"]) for r in ended] == [
+        (r["request_id"], r["attempt"], r["worker"]) for r in lines
+        if r["worker"] is not None and (r["request_id"], r["attempt"]) in {
+            (e["request_id"], e["attempt"]) for e in ended}]
+    assert len(ended) >= len(live_stack.statuses) - live_stack.statuses.count(429) - len(
+        [r for r in lines if r["worker"] is None])
     # the batch tenant's requests over its budget: a line each, with no worker and why
     refusals = [r for r in logged if r["kind"] == "refusal"]
     assert len(refusals) == live_stack.statuses.count(429) >= 1
     assert {(r["tenant"], r["reason_code"], r["status"], r["worker"]) for r in refusals} == {
         ("batch", "requests_per_minute", 429, None)}
     assert not {r["request_id"] for r in refusals} & {r["request_id"] for r in lines}
-    # every line names the routing file in force (the stack never reloads it)
-    assert len({r["routing_sha256"] for r in logged}) == 1 and logged[0]["routing_sha256"]
+    # every decision and refusal names the routing file in force (the stack never reloads it)
+    assert len({r["routing_sha256"] for r in logged if r["kind"] != "outcome"}) == 1
+    assert logged[0]["routing_sha256"]
     decided = [r for r in lines if r["worker"] is not None]
     # one line per decision: each request's attempts are 0, 1, ... once each
     attempts: dict[str, list[int]] = {}

@@ -20,6 +20,7 @@ from router.decision_log import (
     DecisionLogWriter,
     RefusalThrottle,
     decision_line,
+    outcome_line,
     sampled,
 )
 from router.decision_sinks import decision_log_problem, open_decision_sinks
@@ -27,7 +28,13 @@ from router.metrics import RouterMetrics
 from router.prefix_ceiling import PrefixCeiling
 from router.prefix_choice import PrefixChoice
 from router.refusals import RefusalRecord
-from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, subset
+from tests.router.gateway_support import (
+    MODEL,
+    REPO_ROOT,
+    ROUTING_ROUND_ROBIN,
+    RouterFactory,
+    subset,
+)
 from workers.fleet import FleetConfig
 
 
@@ -58,6 +65,24 @@ def test_line_holds_the_decision_and_candidates_best_first() -> None:
                        {"worker": "a", "total": 0.5, "scores": {"prefix": 0.25}}],
         "filtered_out": {"c": "healthy"},
         "attributes": {"decided_by": "prefix", "estimated_ttft_s": 0.125, "bad": None}}
+
+
+def test_an_outcome_line_says_how_the_attempt_ended_and_follows_its_decisions_sampling(
+        ) -> None:
+    request = RoutingRequest(request_id="req-1", model="m", tenant="acme",
+                             headers={"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"})
+    ended = {"status": 200, "ttft_s": 0.125, "tpot_s": 0.0125, "e2e_s": 0.5, "client_s": 0.625,
+             "prompt_tokens": 42, "completion_tokens": 9}
+    assert json.loads(outcome_line(request, _decision(), 1, ended, 1700000000.25)) == {
+        "kind": "outcome", "ts": 1700000000.25, "request_id": "req-1", "trace_id": "ab" * 16,
+        "attempt": 1, "model": "m", "worker": "b", "tenant": "acme", **ended}
+    stream = io.StringIO()
+    writer = DecisionLogWriter(stream, 0.5, clock=lambda: 1.0)
+    ids = [f"id-{i}" for i in range(50)]
+    for rid in ids:
+        writer.on_outcome(request, _decision(rid), 0, ended)
+    assert [line["request_id"] for line in _lines(stream)] == [
+        rid for rid in ids if sampled(rid, 0.5)]
 
 
 def test_sampling_is_by_request_id() -> None:
@@ -228,7 +253,7 @@ async def test_the_count_is_written_after_a_storm_without_new_traffic(tmp_path: 
     hours late after a lone storm, lost if the router was killed. A timer writes it within
     about a second of the end of the second it counts."""
     path = tmp_path / "decisions.jsonl"
-    _, refusals, close = open_decision_sinks(RouterMetrics(), {
+    _, refusals, close, _ = open_decision_sinks(RouterMetrics(), {
         "KVROUTE_DECISION_LOG": str(path),
         "KVROUTE_DECISION_LOG_REFUSALS_PER_SECOND": "2"}, asyncio.get_running_loop())
     start = time.time()
@@ -321,23 +346,23 @@ def test_a_bad_refusal_setting_stops_the_start() -> None:
 
 def test_refusals_alone_or_decisions_alone_open_the_log(tmp_path: Path) -> None:
     path = str(tmp_path / "decisions.jsonl")
-    sinks, refusals, close = open_decision_sinks(RouterMetrics(), {
+    sinks, refusals, close, outcomes = open_decision_sinks(RouterMetrics(), {
         "KVROUTE_DECISION_LOG": path, "KVROUTE_DECISION_LOG_SAMPLE": "0",
         "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE": "1"})
     assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice]
-    assert [type(s) for s in refusals] == [DecisionLogWriter]
+    assert [type(s) for s in refusals] == [DecisionLogWriter] and not outcomes
     close()
-    sinks, refusals, close = open_decision_sinks(RouterMetrics(), {
+    sinks, refusals, close, outcomes = open_decision_sinks(RouterMetrics(), {
         "KVROUTE_DECISION_LOG": path, "KVROUTE_DECISION_LOG_REFUSAL_SAMPLE": "0"})
     assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice, DecisionLogWriter]
-    assert not refusals
+    assert not refusals and list(outcomes) == [sinks[2]]
     close()
 
 
 def test_sinks_from_env_append_to_the_file_and_close_it(tmp_path: Path) -> None:
     path = tmp_path / "decisions.jsonl"
     path.write_text('{"earlier": true}\n')
-    sinks, refusals, close = open_decision_sinks(RouterMetrics(),
+    sinks, refusals, close, _ = open_decision_sinks(RouterMetrics(),
                                                  {"KVROUTE_DECISION_LOG": str(path)})
     assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice, DecisionLogWriter]
     assert list(refusals) == [sinks[2]]
@@ -349,9 +374,10 @@ def test_sinks_from_env_append_to_the_file_and_close_it(tmp_path: Path) -> None:
 
 
 def test_without_a_path_only_the_prefix_sinks_run() -> None:
-    sinks, refusals, close = open_decision_sinks(RouterMetrics(),
+    sinks, refusals, close, outcomes = open_decision_sinks(RouterMetrics(),
                                                  {"KVROUTE_DECISION_LOG_SAMPLE": "0.5"})
-    assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice] and not refusals
+    assert [type(s) for s in sinks] == [PrefixCeiling, PrefixChoice]
+    assert not refusals and not outcomes
     close()
 
 
@@ -402,6 +428,39 @@ async def test_a_running_routers_storm_of_429s_is_counted_without_new_traffic(
         if lines and lines[-1]["kind"] == "refusals_suppressed":
             break
     assert [(line["kind"], line.get("request_id"), line.get("suppressed")) for line in lines] == [
-        ("decision", "storm-0", None), ("refusal", "storm-1", None),
+        ("decision", "storm-0", None), ("outcome", "storm-0", None), ("refusal", "storm-1", None),
         ("refusals_suppressed", None, 4)]
     assert lines[-1]["ts"] == int(last)
+
+
+@pytest.mark.integration
+async def test_each_routed_request_ends_with_an_outcome_line(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The log said where each request went, never how it ended: an access log had to be
+    pieced together from /debug/decisions. Each attempt that ends has its outcome line, after
+    its decision's, a failing worker's 500 that the router retried elsewhere too."""
+    log_path = tmp_path / "decisions.jsonl"
+    monkeypatch.setenv("KVROUTE_DECISION_LOG", str(log_path))
+    router = await make_router(subset(emulated_fleet, ["failing", "h100-fast"]),
+                               ROUTING_ROUND_ROBIN)
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 2}
+    async with aiohttp.ClientSession() as session:
+        for i in range(4):
+            async with session.post(router.url + "/v1/completions", json=body, headers={
+                    "x-tenant": "acme", "x-request-id": f"r-{i}"}) as resp:
+                assert resp.status == 200
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    for i in range(4):
+        mine = [(line["kind"], line["attempt"], line["worker"], line.get("status"))
+                for line in lines if line["request_id"] == f"r-{i}"]
+        assert mine in ([("decision", 0, "h100-fast", None), ("outcome", 0, "h100-fast", 200)],
+                        [("decision", 0, "failing", None), ("outcome", 0, "failing", 500),
+                         ("decision", 1, "h100-fast", None),
+                         ("outcome", 1, "h100-fast", 200)]), mine
+    served = [line for line in lines if line["kind"] == "outcome" and line["status"] == 200]
+    assert len(served) == 4 and any(line["attempt"] == 1 for line in served)
+    for line in served:
+        assert (line["tenant"], line["model"]) == ("acme", MODEL)
+        assert line["completion_tokens"] == 2 and line["prompt_tokens"] > 0
+        assert 0 < line["e2e_s"] <= line["client_s"]
