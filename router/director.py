@@ -37,6 +37,7 @@ from policies.base import (
 )
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
+from policies.filters.context_length import least_output
 from policies.filters.healthy import TYPE_NAME as HEALTHY_FILTER
 from policies.latency.estimator import served_cost_usd
 from policies.latency.observer import ROUTED_ESTIMATE
@@ -844,22 +845,34 @@ def _expected_first_byte_s(decision: Decision, stream: bool, decode_tokens: int)
 
 def _context_length_error(routing: RoutingRequest, max_model_len: int,
                           headers: dict[str, str]) -> ContextLengthExceeded:
-    """vLLM's answer to a prompt that no worker's context window holds, in its words.
+    """vLLM's answer to a prompt that no worker's context window holds, in its words and
+    order.
 
     The ``context-length`` filter leaves nothing only when the prompt itself does not fit;
     a prompt that fits with a too-large ``max_tokens`` is forwarded (clamped, or refused by
-    the engine itself when ``max_tokens`` is past its whole window). vLLM tokenizes a text
-    one token past its window at most, so a text too long is "at least" ``max_model_len +
-    1`` tokens; prompts of token ids are counted whole. A prompt that fills the window
-    leaves no room for an answer: vLLM's sampling parameters refuse ``max_tokens`` 0."""
+    the engine itself when ``max_tokens`` is past its whole window). vLLM refuses such a
+    ``max_tokens`` before it reads the prompt; then the first prompt too long: it tokenizes a
+    text one token past its window at most, so a text too long is "at least"
+    ``max_model_len + 1`` tokens; prompts of token ids are counted whole. A prompt that
+    fills the window leaves no room for an answer: its sampling refuses ``max_tokens`` 0."""
+    asked = _asked_max_tokens(routing)
+    if asked is not None and asked[1] > max_model_len:
+        field, value = asked
+        return ContextLengthExceeded(
+            f"{field}={value} cannot be greater than max_model_len={max_model_len}. Please "
+            f"request fewer output tokens. (parameter={field}, value={value})",
+            param=field, headers=headers)
     # a batch's longest prompt (each is served alone), less a chat's media (an estimate)
     tokens = routing.certain_context_tokens
-    if tokens == max_model_len and not routing.attributes.get(AT_LEAST_KEY):
+    if (tokens == max_model_len and least_output(routing)
+            and not routing.attributes.get(AT_LEAST_KEY)):
         return ContextLengthExceeded(
             "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
             param="max_tokens", headers=headers)
-    count, qualifier = ((tokens, "") if _given_as_token_ids(routing.prompt)
-                        else (max_model_len + 1, "at least "))
+    count = _first_too_long_ids(routing.prompt, max_model_len)
+    if count is None:       # a text (or a chat): read one token past the window
+        count = max_model_len + 1
+    qualifier = "at least " if count == max_model_len + 1 else ""
     message = (f"This model's maximum context length is {max_model_len} tokens. However, your "
                f"prompt contains {qualifier}{count} input tokens, which exceeds this limit "
                "even without any output tokens. Please reduce the length of the input prompt. "
@@ -867,13 +880,41 @@ def _context_length_error(routing: RoutingRequest, max_model_len: int,
     return ContextLengthExceeded(message, param="input_tokens", headers=headers)
 
 
-def _given_as_token_ids(prompt: object) -> bool:
-    """Whether a completion's prompt is token ids (one list of ints, or a batch of them)."""
+# the body field vLLM names in its max_tokens refusal, by path (a Messages request is turned
+# into a chat request's max_completion_tokens)
+_MAX_TOKENS_FIELDS = {"/v1/completions": ("max_tokens",),
+                      "/v1/chat/completions": ("max_completion_tokens", "max_tokens"),
+                      "/v1/messages": ("max_tokens",), "/v1/responses": ("max_output_tokens",)}
+
+
+def _asked_max_tokens(routing: RoutingRequest) -> tuple[str, int] | None:
+    """(the field vLLM names, the value) of the answer's length the client asked for."""
+    body = routing.body
+    if body is None:
+        return None
+    for field in _MAX_TOKENS_FIELDS.get(routing.path, ()):
+        value = body.get(field)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if routing.path == "/v1/messages":
+                field = "max_completion_tokens"
+            return field, value
+    return None
+
+
+def _first_too_long_ids(prompt: object, max_model_len: int) -> int | None:
+    """The length of the first prompt of token ids past the window, in the batch's order;
+    None for a text prompt (or when none is)."""
     if not isinstance(prompt, list) or not prompt:
-        return False
-    first = prompt[0]
-    return isinstance(first, int) or (isinstance(first, list) and all(
-        isinstance(t, int) for t in first))
+        return None
+    if isinstance(prompt[0], int):
+        return len(prompt) if len(prompt) > max_model_len else None
+    for ids in prompt:
+        if isinstance(ids, list) and all(isinstance(t, int) for t in ids[:1]):
+            if len(ids) > max_model_len:
+                return len(ids)
+        else:
+            return None
+    return None
 
 
 def continuation_model(holder: Sequence[WorkerView], requested: str) -> str | None:

@@ -14,9 +14,10 @@ that finished (``on_completed``: the completion tokens the worker reported) and 
 
 A ``max_tokens`` that reaches past what the prompt leaves of the largest context window of
 the model's workers limits nothing (vLLM clamps it to the window, as it sets no
-``max_tokens`` at all): such a request is predicted and teaches as one without, so a client
-asking for ``10**9`` tokens neither learns a share of a billion (which made every other
-client's share tiny) nor is predicted past the window; no prediction passes it.
+``max_tokens`` at all, up to ``max_model_len``; past that it answers 400): such a request is
+predicted and teaches as one without, so a client asking for far more than the window
+leaves neither learns a share of that (which made every other client's share tiny) nor is
+predicted past the window; no prediction passes it.
 
 A geometric mean rather than an arithmetic one: output lengths spread over orders of
 magnitude (on Azure's code trace the mean is twice the median), and what the estimates

@@ -172,10 +172,17 @@ async def test_refused_sampling_parameters_are_refused_in_vllms_words(
     ("/v1/completions", {"model": MODEL, "prompt": [7] * 2100, "max_tokens": 4}),
     ("/v1/completions", {"model": MODEL, "prompt": [[7] * 2100, [8] * 5], "max_tokens": 4}),
     ("/v1/completions", {"model": MODEL, "prompt": [7] * 2048, "max_tokens": 4}),
+    ("/v1/completions", {"model": MODEL, "prompt": [7] * 2049, "max_tokens": 4}),
+    ("/v1/completions", {"model": MODEL, "prompt": [[7] * 2048, [8] * 2053], "max_tokens": 4}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "cache_salt": ""}),
+    ("/v1/chat/completions", {**CHAT_HI, "cache_salt": "a@b"}),
+    ("/v1/chat/completions", {**CHAT_HI, "cache_salt": "s" * 129}),
+    ("/v1/chat/completions", {**CHAT_HI, "cache_salt": 5}),
 ], ids=["completions-max_tokens", "chat-max_tokens", "chat-max_completion_tokens",
         "messages-max_tokens", "responses-max_output_tokens", "max_tokens-before-prompt",
         "completions-text", "chat-text", "messages-text", "token-ids", "batch-token-ids",
-        "filling-the-window"])
+        "filling-the-window", "one-past-the-window", "batch-order", "empty-cache_salt",
+        "cache_salt-with-at", "long-cache_salt", "cache_salt-not-text"])
 async def test_lengths_past_the_window_are_refused_in_vllms_words(
         real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
         body: dict[str, Any]) -> None:

@@ -214,8 +214,9 @@ async def test_kvroutes_own_context_length_refusal_is_vllms_400(
     assert through == direct
     assert direct["error"]["message"].startswith(
         "This model's maximum context length is 2048 tokens. However, your prompt contains")
-    for ids in ([7] * 2100, [7] * 2048):      # counted whole; one that fills the window
-        body = {"model": MODEL, "prompt": ids, "max_tokens": 4}
+    for ids, asked in (([7] * 2100, 4), ([7] * 2049, 4), ([7] * 2048, 4), ([7] * 2100, 5000)):
+        # counted whole, "at least" one past, one filling the window, max_tokens refused first
+        body = {"model": MODEL, "prompt": ids, "max_tokens": asked}
         status, direct = await post_json(real_fleet.urls[0] + "/v1/completions", body)
         assert status == 400
         status, through = await post_json(router.url + "/v1/completions", body)

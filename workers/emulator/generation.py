@@ -183,27 +183,28 @@ def check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int 
                   token_ids_given: Sequence[bool] = ()) -> int:
     """The effective max_tokens (vLLM v0.33 clamps to the room left); 400 when none is left.
 
-    vLLM tokenizes a text prompt one token past the window at most, so a text too long is
-    "at least" that many tokens; prompts given as token ids (``token_ids_given[i]``) are
-    counted whole."""
+    As vLLM, every prompt's length is checked (the first too long is refused) before the room
+    left for the answer: vLLM tokenizes a text one token past the window at most, so a text
+    too long is "at least" that many tokens; prompts given as token ids
+    (``token_ids_given[i]``) are counted whole ("at least" too when one past the window)."""
     m = worker.max_model_len
-    room = m
     for i, ids in enumerate(prompts):
         n = len(ids)
         if n == 0:
             raise bad_request("The decoder prompt cannot be empty", "prompt")
         if n > m:
             exact = i < len(token_ids_given) and token_ids_given[i]
-            count, qualifier = (n, "") if exact else (m + 1, "at least ")
+            count = n if exact else m + 1
+            qualifier = "at least " if count == m + 1 else ""
             raise bad_request(
                 f"This model's maximum context length is {m} tokens. However, your prompt "
                 f"contains {qualifier}{count} input tokens, which exceeds this limit even "
                 "without any output tokens. Please reduce the length of the input prompt. "
                 f"(parameter=input_tokens, value={count})", "input_tokens")
-        if n == m:      # the room left for the answer, 0, is what vLLM's sampling refuses
-            raise bad_request("max_tokens must be at least 1, got 0. (parameter=max_tokens, "
-                              "value=0)", "max_tokens")
-        room = min(room, m - n)
+    room = m - max((len(ids) for ids in prompts), default=0)
+    if room == 0:       # the room left for the answer, 0, is what vLLM's sampling refuses
+        raise bad_request("max_tokens must be at least 1, got 0. (parameter=max_tokens, "
+                          "value=0)", "max_tokens")
     return room if requested is None else min(requested, room)
 
 

@@ -38,7 +38,8 @@ def encode_event(event: KVEvent, encoding: str) -> Any:
     if isinstance(event, BlockStored):
         if encoding == "array":
             fields: list[Any] = ["BlockStored", list(event.block_hashes), event.parent_block_hash,
-                                 list(event.token_ids), event.block_size, None, event.medium]
+                                 list(event.token_ids), event.block_size, event.lora_id,
+                                 event.medium]
             if event.lora_name is not None:
                 fields.append(event.lora_name)
             return fields

@@ -118,10 +118,24 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         stream=f.boolean("stream", False),
         include_usage=so.boolean("include_usage", False),
         continuous_usage=so.boolean("continuous_usage_stats", False),
-        cache_salt=f.opt_str("cache_salt"), echo=f.boolean("echo", False),
+        cache_salt=_cache_salt(data.get("cache_salt")), echo=f.boolean("echo", False),
         min_tokens=f.opt_int("min_tokens", default=0) or 0, logprobs=logprobs,
         max_tokens_field=max_tokens_field,
     )
+
+
+def _cache_salt(value: Any) -> str | None:
+    """vLLM's ``validate_cache_salt``: none, or a non-empty text of at most 128 characters
+    without ``@``, ``/``, a backslash or NUL."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise bad_request("Parameter 'cache_salt' must be a non-empty string if provided. "
+                          "(parameter=cache_salt)", "cache_salt")
+    if len(value) > 128 or any(char in "@/\\\x00" for char in value):
+        raise bad_request("Parameter 'cache_salt' must be at most 128 characters and must not "
+                          "contain '@', '/', '\\\\', or NUL. (parameter=cache_salt)", "cache_salt")
+    return value
 
 
 def check_sampling_ranges(data: Mapping[str, Any]) -> None:

@@ -116,9 +116,19 @@ async def test_vllm_messages_for_model_and_length(worker: EmulatorProcess) -> No
     status, body = await post(f"{worker.url}/v1/completions", too_long)
     assert assert_error(status, body, 400, "BadRequestError", "input_tokens") == (
         f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, your prompt "
-        f"contains {MAX_MODEL_LEN + 1} input tokens, which exceeds this limit even without any "
-        "output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, "
-        f"value={MAX_MODEL_LEN + 1})")
+        f"contains at least {MAX_MODEL_LEN + 1} input tokens, which exceeds this limit even "
+        "without any output tokens. Please reduce the length of the input prompt. "
+        f"(parameter=input_tokens, value={MAX_MODEL_LEN + 1})")     # vLLM: one past, "at least"
+    longer = b'{"prompt": [' + b",".join([b"7"] * (MAX_MODEL_LEN + 5)) + b"]}"
+    status, body = await post(f"{worker.url}/v1/completions", longer)
+    assert f"contains {MAX_MODEL_LEN + 5} input tokens" in assert_error(
+        status, body, 400, "BadRequestError", "input_tokens")       # token ids: counted whole
+    # a batch: every prompt's length is checked before the room left for the answer
+    batch = (b'{"prompt": [[' + b",".join([b"7"] * MAX_MODEL_LEN) + b"], ["
+             + b",".join([b"7"] * (MAX_MODEL_LEN + 5)) + b"]]}")
+    status, body = await post(f"{worker.url}/v1/completions", batch)
+    assert f"contains {MAX_MODEL_LEN + 5} input tokens" in assert_error(
+        status, body, 400, "BadRequestError", "input_tokens")
     # a text is tokenized one token past the window at most: "at least" that many
     status, body = await post(f"{worker.url}/v1/completions",
                               b'{"prompt": "' + b"word " * (MAX_MODEL_LEN + 100) + b'"}')

@@ -64,20 +64,24 @@ def replay(config: EngineConfig, requests: list[EngineRequest], coalesce: bool,
 
 
 @pytest.mark.parametrize(("num_gpu_blocks", "max_num_seqs", "rate", "algo", "events",
-                          "full_isl"), [
-    (120, 16, 20.0, "sha256", True, True),    # KV-bound: preemptions, a blocked waiting head
-    (120, 16, 20.0, "sha256", True, False),   # the same, a head admitted by its first chunk
-    (120, 16, 20.0, "builtin", False, True),  # through the event-free allocation path
-    (400, 6, 30.0, "sha256", True, True),     # max_num_seqs-bound
-    (5000, 256, 5.0, "builtin", True, True),  # roomy: long pure-decode stretches
+                          "full_isl", "budget"), [
+    (120, 16, 20.0, "sha256", True, True, None),    # KV-bound: preemptions, a blocked head
+    (120, 16, 20.0, "builtin", False, True, None),  # through the event-free allocation path
+    (400, 6, 30.0, "sha256", True, True, None),     # max_num_seqs-bound
+    (5000, 256, 5.0, "builtin", True, True, None),  # roomy: long pure-decode stretches
+    # prompts longer than the step's budget: the whole-prompt gate and a first-chunk one
+    # (without it) need different blocks for the waiting head
+    (120, 16, 20.0, "sha256", True, True, 256),
+    (120, 16, 20.0, "sha256", True, False, 256),
+    (200, 16, 20.0, "builtin", True, False, 300),
 ])
 def test_advance_finishes_exactly_like_single_steps(num_gpu_blocks: int, max_num_seqs: int,
                                                     rate: float, algo: str, events: bool,
-                                                    full_isl: bool) -> None:
+                                                    full_isl: bool, budget: int | None) -> None:
     config = EngineConfig(model=BUILTIN_MODELS["llama-3-8b"], gpu=BUILTIN_GPUS["a100"],
                           num_gpu_blocks=num_gpu_blocks, max_num_seqs=max_num_seqs,
                           enable_kv_events=events, hash_algo=algo, step_jitter=0.05, seed=7,
-                          scheduler_reserve_full_isl=full_isl)
+                          scheduler_reserve_full_isl=full_isl, max_num_batched_tokens=budget)
     requests = mixed_workload(seed=num_gpu_blocks, count=150, rate=rate)
     stepped = replay(config, requests, coalesce=False)
     advanced = replay(config, requests, coalesce=True)
