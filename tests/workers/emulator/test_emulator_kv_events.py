@@ -44,8 +44,8 @@ def test_array_encoding_matches_legacy_releases() -> None:
     assert encode_event(STORED, "array") == [
         "BlockStored", [1403909460543360175, 1643945449041937783], None, list(range(1, 33)),
         16, None, "GPU"]
-    lora = BlockStored((1,), 7, (1,) * 16, 16, lora_name="sql")
-    assert encode_event(lora, "array") == ["BlockStored", [1], 7, [1] * 16, 16, None, "GPU",
+    lora = BlockStored((1,), 7, (1,) * 16, 16, lora_name="sql", lora_id=3)
+    assert encode_event(lora, "array") == ["BlockStored", [1], 7, [1] * 16, 16, 3, "GPU",
                                            "sql"]
     assert encode_event(BlockRemoved((5,)), "array") == ["BlockRemoved", [5], "GPU"]
     assert encode_event(AllBlocksCleared(), "array") == ["AllBlocksCleared"]
