@@ -145,8 +145,23 @@ CHAT_HI = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "conte
     ("/v1/messages", {**CHAT_HI, "top_p": 5}),
     ("/v1/messages", {**CHAT_HI, "top_k": -5}),
     ("/v1/messages", {**CHAT_HI, "stop_sequences": "x"}),
+    ("/v1/chat/completions", {**CHAT_HI, "temperature": 1000}),
+    ("/v1/chat/completions", {**CHAT_HI, "presence_penalty": 5}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2,
+                         "frequency_penalty": -5}),
+    ("/v1/chat/completions", {**CHAT_HI, "repetition_penalty": 0}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "min_p": 2}),
+    ("/v1/chat/completions", {**CHAT_HI, "n": 2, "temperature": 0}),
+    ("/v1/chat/completions", {**CHAT_HI, "stop": ""}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "stop": ["a", ""]}),
+    ("/v1/chat/completions", {**CHAT_HI, "stop": ["a", "e", " ", "o", "i"]}),
+    ("/v1/chat/completions", {**CHAT_HI, "stop": 5}),
+    ("/v1/chat/completions", {**CHAT_HI, "stop": [1]}),
 ], ids=["chat-temperature", "chat-top_p", "chat-top_k", "completions-top_k", "suffix",
-        "messages-temperature", "messages-top_p", "messages-top_k", "messages-stop"])
+        "messages-temperature", "messages-top_p", "messages-top_k", "messages-stop",
+        "temperature-past-2", "presence_penalty", "frequency_penalty", "repetition_penalty",
+        "min_p", "greedy-n", "empty-stop", "empty-stop-in-list", "five-stops", "stop-number",
+        "stop-list-of-numbers"])
 async def test_refused_sampling_parameters_are_refused_in_vllms_words(
         real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
         body: dict[str, Any]) -> None:

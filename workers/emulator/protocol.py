@@ -13,10 +13,17 @@ from typing import Any, Literal
 import orjson
 from aiohttp import web
 
-from workers.emulator.errors import ApiError, bad_request, validation_error
+from workers.emulator.errors import (
+    ApiError,
+    FieldError,
+    bad_request,
+    validation_error,
+    validation_errors,
+)
 
 RequestKind = Literal["chat", "completion"]
 MAX_N = 128
+GREEDY_TEMPERATURE = 1e-5       # below it vLLM samples greedily (its _SAMPLING_EPS)
 STREAM_OPTIONS_WITHOUT_STREAM = "Stream options can only be defined when `stream=True`."
 
 
@@ -110,6 +117,9 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     for name in ("presence_penalty", "frequency_penalty"):
         f.opt_number(name)
     logprobs = _check_sampling(f, kind)
+    temperature = f.opt_number("temperature")
+    if n > 1 and temperature is not None and temperature < GREEDY_TEMPERATURE:
+        raise bad_request(f"n must be 1 when using greedy sampling, got {n}.", None)
     f.opt_int("seed")
     return GenerationBody(
         kind=kind, model=f.opt_str("model"), prompts=prompts, messages=messages, tools=tools,
@@ -139,13 +149,25 @@ def _cache_salt(value: Any) -> str | None:
 
 
 def check_sampling_ranges(data: Mapping[str, Any]) -> None:
-    """vLLM's ``SamplingParams`` checks of the sampling ranges, in its words (v0.33); the
-    Messages API's too, which vLLM turns into a chat request."""
+    """vLLM's ``SamplingParams`` checks of the sampling ranges, in its words and order
+    (``_verify_args``); the Messages API's too, which vLLM turns into a chat request."""
     f = _Fields(data)
+    for name in ("presence_penalty", "frequency_penalty"):
+        penalty = f.opt_number(name)
+        if penalty is not None and not -2.0 <= penalty <= 2.0:
+            raise bad_request(f"{name} must be in [-2, 2], got {float(penalty)}.", None)
+    repetition = f.opt_number("repetition_penalty")
+    if repetition is not None and repetition <= 0.0:
+        raise bad_request(f"repetition_penalty must be greater than zero, got "
+                          f"{float(repetition)}.", None)
     temperature = f.opt_number("temperature")
     if temperature is not None and temperature < 0.0:
         value = float(temperature)
         raise bad_request(f"temperature must be non-negative, got {value}. "
+                          f"(parameter=temperature, value={value})", "temperature")
+    if temperature is not None and temperature > 2.0:
+        value = float(temperature)
+        raise bad_request(f"temperature must be in [0, 2], got {value}. "
                           f"(parameter=temperature, value={value})", "temperature")
     top_p = f.opt_number("top_p")
     if top_p is not None and not 0.0 < top_p <= 1.0:
@@ -155,6 +177,9 @@ def check_sampling_ranges(data: Mapping[str, Any]) -> None:
     top_k = f.opt_int("top_k")
     if top_k is not None and top_k < 0 and top_k != -1:
         raise bad_request(f"top_k must be 0 (disable), or at least 1, got {top_k}.", None)
+    min_p = f.opt_number("min_p")
+    if min_p is not None and not 0.0 <= min_p <= 1.0:
+        raise bad_request(f"min_p must be in [0, 1], got {float(min_p)}.", None)
 
 
 def _check_sampling(f: _Fields, kind: RequestKind) -> int | None:
@@ -177,11 +202,36 @@ def _check_sampling(f: _Fields, kind: RequestKind) -> int | None:
     if asked is not None and asked > MAX_LOGPROBS:
         raise bad_request(f"Requested sample logprobs of {asked}, which is greater than max "
                           f"allowed: {MAX_LOGPROBS}", "logprobs")
-    stop = f.data.get("stop")
-    if stop is not None and not isinstance(stop, str) and not (
-            isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
-        raise validation_error("stop", "Input should be a valid string", "string_type", stop)
+    _check_stop(f.data.get("stop"))
     return wanted
+
+
+MAX_STOP_STRINGS = 4        # vLLM's VLLM_MAX_STOP_STRINGS
+
+
+def _check_stop(stop: Any) -> None:
+    """``stop``: a text, or a list of at most ``MAX_STOP_STRINGS`` texts (vLLM's union type,
+    whose refusals name each branch), none of them empty."""
+    if stop is None:
+        return
+    as_text: FieldError = ("stop", "Input should be a valid string", "string_type", stop, None)
+    if isinstance(stop, list):
+        wrong: list[FieldError] = [
+            (f"stop.{i}", "Input should be a valid string", "string_type", item, None)
+            for i, item in enumerate(stop) if not isinstance(item, str)]
+        if wrong:
+            raise validation_errors([as_text, *wrong])
+        if len(stop) > MAX_STOP_STRINGS:
+            raise validation_errors([as_text, (
+                "stop", f"List should have at most {MAX_STOP_STRINGS} items after validation, "
+                f"not {len(stop)}", "too_long", stop,
+                {"field_type": "List", "max_length": MAX_STOP_STRINGS,
+                 "actual_length": len(stop)})])
+    elif not isinstance(stop, str):
+        raise validation_errors([as_text, ("stop", "Input should be a valid list", "list_type",
+                                           stop, None)])
+    if stop == "" or (isinstance(stop, list) and "" in stop):
+        raise bad_request("stop cannot contain an empty string.", None)
 
 
 def _messages(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:

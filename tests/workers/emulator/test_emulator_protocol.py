@@ -217,6 +217,17 @@ def test_parse_generation_defaults() -> None:
     ("chat", {"logprobs": True, "top_logprobs": 21},
      "Requested sample logprobs of 21, which is greater than max allowed: 20"),
     ("chat", {"top_logprobs": 3}, "when using `top_logprobs`, `logprobs` must be set to true."),
+    ("chat", {"temperature": 1000},
+     "temperature must be in [0, 2], got 1000.0. (parameter=temperature, value=1000.0)"),
+    ("chat", {"presence_penalty": 5}, "presence_penalty must be in [-2, 2], got 5.0."),
+    ("completion", {"frequency_penalty": -5}, "frequency_penalty must be in [-2, 2], got -5.0."),
+    ("chat", {"repetition_penalty": 0}, "repetition_penalty must be greater than zero, got 0.0."),
+    ("completion", {"min_p": 2}, "min_p must be in [0, 1], got 2.0."),
+    ("chat", {"n": 2, "temperature": 0}, "n must be 1 when using greedy sampling, got 2."),
+    ("chat", {"stop": ""}, "stop cannot contain an empty string."),
+    ("completion", {"stop": ["a", ""]}, "stop cannot contain an empty string."),
+    ("chat", {"cache_salt": ""},
+     "Parameter 'cache_salt' must be a non-empty string if provided. (parameter=cache_salt)"),
 ])
 def test_sampling_parameters_vllm_refuses_are_400(kind: str, fields: dict[str, object],
                                                   message: str) -> None:
@@ -234,3 +245,25 @@ def test_a_stop_that_is_not_text_is_a_validation_error() -> None:
     with pytest.raises(ApiError) as refused:
         parse_generation({"prompt": "x", "stop": 5}, "completion")
     assert refused.value.status == 400 and "stop" in str(refused.value.param)
+
+
+@pytest.mark.parametrize(("stop", "errors"), [
+    (5, ["{'type': 'string_type', 'loc': 'body.stop', 'msg': 'Input should be a valid "
+         "string', 'input': '5'}",
+         "{'type': 'list_type', 'loc': 'body.stop', 'msg': 'Input should be a valid list', "
+         "'input': '5'}"]),
+    (["a", "e", " ", "o", "i"],
+     ["{'type': 'string_type', 'loc': 'body.stop', 'msg': 'Input should be a valid string', "
+      "'input': '<list of 5 items>'}",
+      "{'type': 'too_long', 'loc': 'body.stop', 'msg': 'List should have at most 4 items "
+      "after validation, not 5', 'input': '<list of 5 items>', 'ctx': {'field_type': 'List', "
+      "'max_length': 4, 'actual_length': 5}}"]),
+])
+def test_a_stop_of_neither_shape_names_both_as_vllm_does(stop: object,
+                                                         errors: list[str]) -> None:
+    """vLLM's ``stop`` is a text or a list of at most four: its refusal names each branch;
+    five stop strings were taken."""
+    with pytest.raises(ApiError) as refused:
+        parse_generation({"prompt": "x", "stop": stop}, "completion")
+    assert refused.value.message.splitlines() == [
+        f"{len(errors)} validation errors:", *(f"  {error}" for error in errors)]
