@@ -124,6 +124,8 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer | None = None) -> we
         app.router.add_post("/v1/responses/{response_id}/cancel", cancel_response)
         app.router.add_post("/v1/messages", create_message)
         app.router.add_post("/v1/messages/count_tokens", count_tokens)
+    if config.dev_mode:                    # vLLM: only with VLLM_SERVER_DEV_MODE=1
+        app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     if config.runtime_lora_updating:       # vLLM: only with VLLM_ALLOW_RUNTIME_LORA_UPDATING
         app.router.add_post(LOAD_PATH, load_lora_adapter)
         app.router.add_post(UNLOAD_PATH, unload_lora_adapter)
@@ -249,6 +251,12 @@ async def kv_event_sources(request: web.Request) -> web.Response:
     return _json({"0": {"enable_kv_cache_events": True, "publisher": "zmq",
                         "endpoint": w.publisher.endpoint, "replay_endpoint": cfg.replay_endpoint,
                         "topic": cfg.topic, "buffer_steps": cfg.buffer_steps}})
+
+
+async def reset_prefix_cache(request: web.Request) -> web.Response:
+    """vLLM's dev-mode ``POST /reset_prefix_cache``: ``{"success": bool}``, false while
+    requests hold blocks (its ``reset_running_requests`` is not modelled)."""
+    return _json({"success": request.app[WORKER].runner.reset_prefix_cache()})
 
 
 async def runner_stats(request: web.Request) -> web.Response:

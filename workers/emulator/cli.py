@@ -87,6 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    default=None,
                    help="as vLLM's: admit a waiting request only when its whole prompt fits "
                         "the free KV blocks, not only its first chunk (default: on)")
+    p.add_argument("--dev-mode", action="store_true", default=None,
+                   help="serve POST /reset_prefix_cache, as vLLM with VLLM_SERVER_DEV_MODE=1")
     p.add_argument("--error-rate", type=float, help="share of requests answered with a 500")
     p.add_argument("--refuse-connections", action="store_true", default=None,
                    help="refuse every connection: the worker never listens")
@@ -133,7 +135,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 "step_jitter", "hash_seed", "enable_prompt_tokens_details",
                 "server_load_tracking", "kv_events", "kv_events_replay", "kv_events_topic",
                 "kv_events_encoding", "served_model_names", "ssl_certfile", "ssl_keyfile",
-                "runtime_lora_updating", "max_loras", "scheduler_reserve_full_isl"):
+                "runtime_lora_updating", "max_loras", "scheduler_reserve_full_isl",
+                "dev_mode"):
         value = getattr(args, key)
         if value is not None:
             out[key] = value

@@ -36,6 +36,7 @@ emulate:
                                  # for another wait ("deferred") while this many run
   scheduler_reserve_full_isl: true   # admit a waiting request only when its whole prompt
                                  # fits the free KV blocks (vLLM's flag; false: first chunk)
+  dev_mode: false                # POST /reset_prefix_cache, as vLLM with VLLM_SERVER_DEV_MODE=1
   faults:
     error_rate: 0.0              # share of generation requests answered with a 500
     refuse_connections: false    # do not listen at all
@@ -146,6 +147,7 @@ class EmulatorConfig:
     runtime_lora_updating: bool = False
     max_loras: int = 1
     scheduler_reserve_full_isl: bool = True
+    dev_mode: bool = False
     faults: FaultConfig = field(default_factory=FaultConfig)
     api_key: str | None = field(default=None, repr=False)    # as vLLM's --api-key
     ssl_certfile: str | None = None
@@ -186,7 +188,7 @@ _TOP_KEYS = frozenset({
     "kv_events_replay",
     "kv_events_topic", "kv_events_encoding", "output_len", "seed", "lora_adapters", "faults",
     "ssl_certfile", "ssl_keyfile", "runtime_lora_updating", "max_loras",
-    "scheduler_reserve_full_isl",
+    "scheduler_reserve_full_isl", "dev_mode",
 })
 _FAULT_KEYS = frozenset({"error_rate", "refuse_connections", "refuse_after_s", "refuse_for_s",
                          "stall_after_tokens", "error_after_tokens", "metrics_delay_s",
@@ -244,6 +246,7 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
         runtime_lora_updating=r.boolean("runtime_lora_updating", False),
         max_loras=_required(r.integer("max_loras", 1, lo=1), where),
         scheduler_reserve_full_isl=r.boolean("scheduler_reserve_full_isl", True),
+        dev_mode=r.boolean("dev_mode", False),
         faults=parse_faults(raw.get("faults") or {}, f"{where}.faults"),
         api_key=api_key or None,
         ssl_certfile=r.optional_string("ssl_certfile") or None,

@@ -48,6 +48,8 @@ class EngineLike(Protocol):
 
     def step(self, now: float) -> StepResult: ...
 
+    def reset_prefix_cache(self) -> bool: ...
+
 
 @dataclass(slots=True)
 class _Tracked:
@@ -143,6 +145,13 @@ class EngineRunner:
             self.engine.abort_request(request_id)
             self.metrics.forget(request_id)
             self._wake.set()
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block (its event goes out with the next step); False while
+        requests hold blocks, as vLLM's."""
+        reset = self.engine.reset_prefix_cache()
+        self._wake.set()
+        return reset
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="engine-runner")

@@ -20,7 +20,7 @@ def test_flags_map_to_emulate_keys() -> None:
     args = parse("--port", "9001", "--time-scale", "0.1", "--num-gpu-blocks", "64",
                  "--kv-events", "tcp://127.0.0.1:5557", "--kv-events-encoding", "array",
                  "--output-len", "fixed:12", "--lora", "sql", "--lora", "chat=/a/chat",
-                 "--max-loras", "2", "--no-scheduler-reserve-full-isl",
+                 "--max-loras", "2", "--no-scheduler-reserve-full-isl", "--dev-mode",
                  "--error-rate", "0.5", "--metrics-broken", "garbage",
                  "--served-model-name", "m", "--emulate-json", '{"seed": 3}')
     assert overrides_from_args(args) == {
@@ -28,7 +28,7 @@ def test_flags_map_to_emulate_keys() -> None:
         "kv_events": "tcp://127.0.0.1:5557", "kv_events_encoding": "array",
         "served_model_names": ["m"], "output_len": {"dist": "fixed", "value": 12},
         "lora_adapters": {"sql": "/adapters/sql", "chat": "/a/chat"}, "max_loras": 2,
-        "scheduler_reserve_full_isl": False,
+        "scheduler_reserve_full_isl": False, "dev_mode": True,
         "faults": {"error_rate": 0.5, "metrics_broken": "garbage"}}
 
 

@@ -50,7 +50,7 @@ def test_every_key_is_read() -> None:
         "kv_events_replay": "tcp://127.0.0.1:5558", "kv_events_topic": "kv",
         "output_len": {"dist": "uniform", "min": 2, "max": 9},
         "lora_adapters": ["sql"], "max_loras": 2, "enable_prompt_tokens_details": True,
-        "scheduler_reserve_full_isl": False,
+        "scheduler_reserve_full_isl": False, "dev_mode": True,
         "faults": {"error_rate": 0.5, "stall_after_tokens": 3, "metrics_broken": True}})
     assert cfg.time_scale == 0.0 and cfg.served_model_names == ("x",)
     assert cfg.kv_events == KvEventsConfig("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "kv",
@@ -62,7 +62,7 @@ def test_every_key_is_read() -> None:
     assert (engine.block_size, engine.num_gpu_blocks, engine.max_num_seqs,
             engine.max_num_batched_tokens, engine.max_model_len, engine.enable_kv_events,
             engine.seed, engine.max_loras) == (32, 100, 4, 512, 1024, True, 7, 2)
-    assert engine.scheduler_reserve_full_isl is False
+    assert engine.scheduler_reserve_full_isl is False and cfg.dev_mode
 
 
 @pytest.mark.parametrize(("raw", "message"), [

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import aiohttp
@@ -274,3 +277,28 @@ def test_iteration_tokens_are_observed_as_vllm_observes_them() -> None:
     count, total = (sample(text, f"vllm:iteration_tokens_total_{part}", model_name=MODEL,
                            engine="0") for part in ("count", "sum"))
     assert (count, total) == (5, 150 + 5)     # 150 + 1 with the first token, then 1 a step
+
+
+def test_dev_mode_resets_the_prefix_cache_as_vllm_does() -> None:
+    """vLLM in dev mode (VLLM_SERVER_DEV_MODE=1) forgets its cached blocks on POST
+    /reset_prefix_cache, which benchmarks send between runs; the emulator answered 404."""
+    prompt = list(range(1, 100))
+    with emulator(time_scale=0.0, dev_mode=True) as proc:
+        client = openai.OpenAI(base_url=f"{proc.url}/v1", api_key="x", max_retries=0)
+
+        def hits_of_one_request() -> float:
+            before = counter(proc.url, "vllm:prefix_cache_hits_total")
+            client.completions.create(model=MODEL, prompt=prompt, max_tokens=1)
+            return counter(proc.url, "vllm:prefix_cache_hits_total") - before
+
+        assert hits_of_one_request() == 0
+        assert hits_of_one_request() == 96           # the six full blocks of 16
+        request = urllib.request.Request(f"{proc.url}/reset_prefix_cache", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert json.loads(resp.read()) == {"success": True}
+        assert hits_of_one_request() == 0
+    with emulator(time_scale=0.0) as plain:          # without dev mode: no such route
+        request = urllib.request.Request(f"{plain.url}/reset_prefix_cache", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 404
