@@ -72,6 +72,8 @@ from router.header_values import header_safe
 from router.loop_lag import LoopStalls
 from router.metrics import OTHER_API, UNKNOWN_MODEL, RouterMetrics, api_of_path
 from router.protocol import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
     MESSAGES_PATH,
     POOLING_SERVICES,
     RESPONSES_PATH,
@@ -93,7 +95,7 @@ from router.proxy import (
 )
 from router.refusals import RefusalRecord, RefusalRecorder
 from router.request_body import read_body
-from router.request_ids import RequestIds
+from router.request_ids import RequestIds, usable
 from router.response_locator import ResponseLocator
 from router.settings import Settings
 from router.stalls import DEFAULT_MULTIPLE as STALL_MULTIPLE
@@ -115,6 +117,8 @@ _STREAM_FORMATS = {RESPONSES_PATH: RESPONSES_STREAM, MESSAGES_PATH: MESSAGES_STR
 # bodies this large are parsed in a thread (``Director._parse``): a 1 MiB body of small items
 # takes tens of milliseconds to parse and check, a thread hop tens of microseconds
 PARSE_OFF_LOOP_BYTES = 1 << 20
+# the id a request holds at this router (its header's, its body's request_id, or a new one)
+CLAIMED_ID = web.RequestKey("kvroute_request_id", str)
 # the longest a token is expected to take when the policy gave no estimate (for how long a
 # non-streamed answer may take before its worker counts as stalled: ``router.stalls``)
 UNESTIMATED_TOKEN_S = 0.1
@@ -183,15 +187,30 @@ class Director:
         self.admission = Admission(store.usage, metrics, clock, self._model_label)
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
-        request_id = self._ids.claim(request.headers.get(self._header))
+        request[CLAIMED_ID] = self._ids.claim(request.headers.get(self._header))
         try:
-            return await self._handle(request, path, request_id)
+            return await self._handle(request, path, request[CLAIMED_ID])
         except RouterError as error:
             # a refusal names its request too: what a client quotes when it asks why
-            error.headers.setdefault(self._header, request_id)
+            error.headers.setdefault(self._header, request[CLAIMED_ID])
             raise
         finally:
-            self._ids.release(request_id)
+            self._ids.release(request[CLAIMED_ID])
+
+    def _adopt_body_id(self, request: web.Request, parsed: ParsedRequest) -> None:
+        """A chat or completion request without the id header is named after its body's
+        ``request_id``, as vLLM names it (``chatcmpl-ID``): the id claimed for it gives way to
+        that one (with a suffix when a request in flight has it)."""
+        routing = parsed.routing
+        if (request.headers.get(self._header) is not None
+                or routing.path not in (CHAT_PATH, COMPLETIONS_PATH) or routing.body is None):
+            return
+        given = routing.body.get("request_id")
+        if not isinstance(given, str) or not usable(given):
+            return
+        claimed = self._ids.claim(given)
+        self._ids.release(request[CLAIMED_ID])
+        request[CLAIMED_ID] = routing.request_id = claimed
 
     async def _handle(self, request: web.Request, path: str,
                       request_id: str) -> web.StreamResponse:
@@ -202,6 +221,7 @@ class Director:
                                    self._settings.max_body_bytes)
             parsed = await self._parse(body, path, request_id, request, arrival)
             parsed.received_at = arrival
+            self._adopt_body_id(request, parsed)
         except RouterError as refused:   # a bad body: counted, under no model it could name
             self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status, api)
             raise

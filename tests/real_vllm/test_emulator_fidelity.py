@@ -347,3 +347,18 @@ def test_stored_blocks_name_their_extra_keys_as_vllm_does(real_fleet: RealFleet)
     for events in (real, emulated):
         keys = [k for e in events for k in e["extra_keys"]]
         assert keys == [["abc"]] + [None] * (len(keys) - 1)
+
+
+@pytest.mark.parametrize(("path", "body", "prefix"), [
+    ("/v1/chat/completions", {**CHAT_HI, "request_id": "mine-1"}, "chatcmpl"),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2,
+                         "request_id": "mine-2"}, "cmpl"),
+])
+async def test_a_body_request_id_names_the_answer(
+        real_fleet: RealFleet, emulator: EmulatorProcess, path: str, body: dict[str, Any],
+        prefix: str) -> None:
+    """vLLM names a chat or completion after its body's request_id when no X-Request-Id
+    came; the emulator drew one of its own."""
+    for url in (real_fleet.urls[0], emulator.url):
+        status, answer = await call(url, path, body)
+        assert (status, answer["id"]) == (200, f"{prefix}-{body['request_id']}"), url

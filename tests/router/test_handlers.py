@@ -104,6 +104,27 @@ async def test_client_request_id_is_kept(router: RouterHandle) -> None:
     assert raw.parse().id == "chatcmpl-trace-42"       # the worker used it as its request id
 
 
+async def test_a_body_request_id_names_the_request_as_vllm_does(router: RouterHandle) -> None:
+    """vLLM names a chat or completion after its body's ``request_id`` when no
+    X-Request-Id came (``chatcmpl-ID``); through kvroute the router's own id replaced it."""
+    raw = await client(router).chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=2,  # type: ignore[arg-type]
+        extra_body={"request_id": "mine-7"})
+    assert (raw.headers["x-request-id"], raw.parse().id) == ("mine-7", "chatcmpl-mine-7")
+    raw = await client(router).completions.with_raw_response.create(
+        model=MODEL, prompt="Hi", max_tokens=2, extra_body={"request_id": "mine-8"},
+        extra_headers={"x-request-id": "header-8"})      # the header wins, as in vLLM
+    assert (raw.headers["x-request-id"], raw.parse().id) == ("header-8", "cmpl-header-8")
+    # a second one under a body id in flight gets a suffix, not the worker's 400
+    stream = await client(router).completions.create(
+        model=MODEL, prompt="Hi", max_tokens=500, stream=True, extra_body={"request_id": "twice"})
+    first = await stream.__anext__()
+    second = await client(router).completions.create(
+        model=MODEL, prompt="Hi", max_tokens=2, extra_body={"request_id": "twice"})
+    await stream.close()
+    assert first.id == "cmpl-twice" and second.id.startswith("cmpl-twice-")
+
+
 async def test_streaming_completion(router: RouterHandle) -> None:
     stream = await client(router).completions.create(model=MODEL, prompt="Hi", max_tokens=3,
                                                      stream=True)

@@ -90,7 +90,8 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
                                [isinstance(prompt, tuple) for prompt in body.prompts])
     check_min_tokens(body.min_tokens, max_tokens)
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
-    header = ResponseHeader(id=worker.new_request_id(prefix, request), created=int(time.time()),
+    header = ResponseHeader(id=worker.new_request_id(prefix, request, body.request_id),
+                            created=int(time.time()),
                             model=model, fingerprint=worker.fingerprint)
     admitted = admit(worker, header.id, body, prompts, texts, max_tokens, lora_name)
     worker.server_load += 1

@@ -48,6 +48,7 @@ class GenerationBody:
     tools: tuple[Mapping[str, Any], ...] = ()      # chat: offered, written into the prompt
     logprobs: int | None = None     # alternatives asked per token (None: no logprobs asked)
     max_tokens_field: str = "max_tokens"    # the field max_tokens came from, as errors name it
+    request_id: str | None = None           # the body's (vLLM: used when no X-Request-Id)
 
 
 async def read_json_body(request: web.Request) -> Mapping[str, Any]:
@@ -130,7 +131,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         continuous_usage=so.boolean("continuous_usage_stats", False),
         cache_salt=_cache_salt(data.get("cache_salt")), echo=f.boolean("echo", False),
         min_tokens=f.opt_int("min_tokens", default=0) or 0, logprobs=logprobs,
-        max_tokens_field=max_tokens_field,
+        max_tokens_field=max_tokens_field, request_id=f.opt_str("request_id"),
     )
 
 

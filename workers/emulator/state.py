@@ -65,9 +65,14 @@ class WorkerState:
         del self.lora_paths[name]
         del self.lora_ids[name]
 
-    def new_request_id(self, prefix: str, request: web.Request) -> str:
+    def new_request_id(self, prefix: str, request: web.Request,
+                       in_body: str | None = None) -> str:
+        """vLLM's: the ``X-Request-Id`` header's, else the body's ``request_id`` (chat and
+        completions), else a new one, after ``prefix``."""
         given = request.headers.get("X-Request-Id")
-        return f"{prefix}-{given}" if given else f"{prefix}-{secrets.token_hex(8)}"
+        if given is None:
+            given = in_body
+        return f"{prefix}-{given}" if given is not None else f"{prefix}-{secrets.token_hex(8)}"
 
 
 WORKER: web.AppKey[WorkerState] = web.AppKey("worker", WorkerState)
