@@ -101,6 +101,7 @@ from router.settings import Settings
 from router.stalls import DEFAULT_MULTIPLE as STALL_MULTIPLE
 from router.state.store import StateStore
 from router.trace_context import request_trace_id
+from workers.lax_values import lax_int
 from workers.models import WorkerInfo, WorkerView
 from workers.registry import WorkerRegistry, same_server
 from workers.upstream import origin_of
@@ -913,8 +914,8 @@ def _asked_max_tokens(routing: RoutingRequest) -> tuple[str, int] | None:
     if body is None:
         return None
     for field in _MAX_TOKENS_FIELDS.get(routing.path, ()):
-        value = body.get(field)
-        if isinstance(value, int) and not isinstance(value, bool):
+        value = lax_int(body.get(field))
+        if value is not None:
             if routing.path == "/v1/messages":
                 field = "max_completion_tokens"
             return field, value

@@ -32,7 +32,8 @@ from policies.producers.anthropic_chat import chat_messages, chat_tools
 from policies.producers.media import media_mark, part_media
 from router.errors import InvalidRequest
 from router.name_text import is_name_text
-from router.scoring import lax_int, scoring_texts, side_cuts
+from router.scoring import scoring_texts, side_cuts
+from workers.lax_values import lax_bool, lax_int
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -216,8 +217,8 @@ def choices_of(data: Mapping[str, Any], names: tuple[str, ...] = ("n", "best_of"
     its 400 is vLLM's."""
     choices = 1
     for name in names:
-        value = data.get(name)
-        if type(value) is int and value > choices:
+        value = lax_int(data.get(name))         # "2" and 2.0 are 2 to vLLM too
+        if value is not None and value > choices:
             choices = value
     return min(choices, MAX_CHOICES)
 
@@ -378,12 +379,14 @@ def _check_embedding_input(data: Mapping[str, Any],
 
 
 def _check_bool(data: Mapping[str, Any], key: str) -> bool:
+    """A boolean as vLLM takes it (``"yes"``, ``1`` too: ``workers.lax_values``)."""
     value = data.get(key, False)
     if value is None:
         return False
-    if not isinstance(value, bool):
+    taken = lax_bool(value)
+    if taken is None:
         raise InvalidRequest(f"{key}: must be a boolean.", param=key)
-    return value
+    return taken
 
 
 def _kept_by_worker(data: Mapping[str, Any]) -> bool:
@@ -470,12 +473,12 @@ def _check_max_tokens(data: Mapping[str, Any],
                       ) -> int | None:
     result: int | None = None
     for key in keys:
-        value = data.get(key)
-        if value is None:
+        raw = data.get(key)
+        if raw is None:
             continue
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)     # as vLLM's request model takes 5.0 (and orjson reads 10**30)
-        if not isinstance(value, int) or isinstance(value, bool):
+        # as vLLM's request model takes it: 5.0, "5", true (``workers.lax_values``)
+        value = lax_int(raw)
+        if value is None:
             raise InvalidRequest(f"{key}: must be an integer.", param=key)
         if value < 1:
             raise InvalidRequest(f"{key}: must be at least 1, got {value}.", param=key)
@@ -490,11 +493,12 @@ def _check_stream_options(options: Any) -> bool:
     if not isinstance(options, dict):
         raise InvalidRequest("stream_options: must be an object.", param="stream_options")
     for name in ("include_usage", "continuous_usage_stats"):   # vLLM: Optional[bool] each
-        if not isinstance(options.get(name), bool | None):
+        value = options.get(name)
+        if value is not None and lax_bool(value) is None:
             # (the worker would say so, but the second is taken off its body: see upstream_body)
             raise InvalidRequest(f"stream_options.{name}: must be a boolean.",
                                  param=f"stream_options.{name}")
-    return options.get("include_usage") is True
+    return lax_bool(options.get("include_usage")) is True
 
 
 def upstream_body(parsed: ParsedRequest, raw: bytes, model: str) -> bytes:

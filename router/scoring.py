@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from router.errors import EngineBadRequest, InvalidRequest
+from workers.lax_values import lax_int
 
 # a score request's two sides, under each pair of names vLLM takes, in the order it tries them
 SCORE_SIDES = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"),
@@ -68,17 +69,6 @@ def _documents(data: Mapping[str, Any]) -> int:
             value = data[second]
             return len(value) if isinstance(value, list) else 1
     return 0
-
-
-def lax_int(value: Any) -> int | None:
-    """``value`` as vLLM's pydantic takes an integer laxly (``true``, ``5.0``, ``"5"``);
-    None when it is not one."""
-    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
-        return int(value)
-    if isinstance(value, str):
-        text = value.strip()
-        return int(text) if text.lstrip("+-").isdigit() else None
-    return value if isinstance(value, int) else None
 
 
 def _lax_count(value: Any) -> int:

@@ -362,3 +362,27 @@ async def test_a_body_request_id_names_the_answer(
     for url in (real_fleet.urls[0], emulator.url):
         status, answer = await call(url, path, body)
         assert (status, answer["id"]) == (200, f"{prefix}-{body['request_id']}"), url
+
+
+@pytest.mark.parametrize("fields", [
+    {"max_tokens": "2"}, {"max_tokens": True}, {"max_completion_tokens": " 2 "},
+    {"n": "2", "max_tokens": 2}, {"stream": "yes", "max_tokens": 2},
+    {"max_tokens": 2, "stream": "on", "stream_options": {"include_usage": "1"}},
+], ids=["max_tokens-text", "max_tokens-true", "max_completion_tokens-spaced", "n-text",
+        "stream-yes", "include_usage-text"])
+async def test_values_vllm_takes_laxly_are_taken(
+        real_fleet: RealFleet, emulator: EmulatorProcess, fields: dict[str, Any]) -> None:
+    """vLLM's request models take "2" and true as integers and "yes" as true (pydantic's lax
+    mode); the emulator refused them with a 400."""
+    body = {"model": MODEL, "messages": MESSAGES, "ignore_eos": True, **fields}
+    answers = [await call(url, "/v1/chat/completions", body)
+               for url in (real_fleet.urls[0], emulator.url)]
+    assert [status for status, _ in answers] == [200, 200]
+    shapes = []
+    for _, answer in answers:
+        if isinstance(answer, list):           # a stream: its events
+            chunks = [e for e in answer if isinstance(e, dict)]
+            shapes.append(("stream", sum(len(c["choices"]) == 0 for c in chunks) > 0))
+        else:
+            shapes.append(("whole", len(answer["choices"]), answer["usage"]["completion_tokens"]))
+    assert shapes[1] == shapes[0]

@@ -125,6 +125,22 @@ async def test_a_body_request_id_names_the_request_as_vllm_does(router: RouterHa
     assert first.id == "cmpl-twice" and second.id.startswith("cmpl-twice-")
 
 
+async def test_values_vllm_takes_laxly_are_served(router: RouterHandle) -> None:
+    """vLLM takes "2" as max_tokens and "yes" as a stream (pydantic's lax mode); kvroute
+    refused both with a 400 the engine would not have given."""
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": "2", "ignore_eos": True}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + "/v1/chat/completions", json=body) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["usage"]["completion_tokens"] == 2
+        async with session.post(router.url + "/v1/chat/completions",
+                                json={**body, "stream": "yes"}) as resp:
+            assert resp.status == 200
+            assert resp.headers["content-type"].startswith("text/event-stream")
+            events = [line async for line in resp.content if line.startswith(b"data: ")]
+            assert events[-1].strip() == b"data: [DONE]"
+
+
 async def test_streaming_completion(router: RouterHandle) -> None:
     stream = await client(router).completions.create(model=MODEL, prompt="Hi", max_tokens=3,
                                                      stream=True)

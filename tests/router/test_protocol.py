@@ -99,10 +99,10 @@ def test_a_completion_of_prompt_embeds_alone_is_routed(embeds: object) -> None:
      "messages[0].content: must be a string or an array.", "messages[0].content"),
     ({**CHAT, "max_tokens": -5}, CHAT_PATH, "max_tokens: must be at least 1, got -5.",
      "max_tokens"),
-    ({**CHAT, "max_tokens": "10"}, CHAT_PATH, "max_tokens: must be an integer.", "max_tokens"),
-    ({**CHAT, "max_tokens": True}, CHAT_PATH, "max_tokens: must be an integer.", "max_tokens"),
-    ({**CHAT, "stream": "yes"}, CHAT_PATH, "stream: must be a boolean.", "stream"),
-    ({**CHAT, "stream_options": {"include_usage": 1}}, CHAT_PATH,
+    ({**CHAT, "max_tokens": "ten"}, CHAT_PATH, "max_tokens: must be an integer.", "max_tokens"),
+    ({**CHAT, "max_tokens": [10]}, CHAT_PATH, "max_tokens: must be an integer.", "max_tokens"),
+    ({**CHAT, "stream": "maybe"}, CHAT_PATH, "stream: must be a boolean.", "stream"),
+    ({**CHAT, "stream_options": {"include_usage": 2}}, CHAT_PATH,
      "stream_options.include_usage: must be a boolean.", "stream_options.include_usage"),
     ({**CHAT, "stream_options": {"include_usage": True}}, CHAT_PATH,
      "Stream options can only be defined when `stream=True`.", "stream_options"),
@@ -125,7 +125,7 @@ def test_a_completion_of_prompt_embeds_alone_is_routed(embeds: object) -> None:
 ], ids=["empty", "malformed", "non-utf8", "array body", "no model", "model not string",
         "model too long", "model not printable",
         "no messages", "messages not list", "message without role", "bad content",
-        "negative max_tokens", "max_tokens string", "max_tokens bool", "stream not bool",
+        "negative max_tokens", "max_tokens text", "max_tokens list", "stream not bool",
         "include_usage not bool", "stream_options without stream",
         "stream_options with stream false", "no prompt", "mixed prompt", "empty prompt",
         "an empty list of ids", "a bool in a list of ids", "a text in a list of ids",
@@ -229,8 +229,19 @@ def test_a_whole_number_written_as_a_float_is_a_max_tokens(written: str, taken: 
         parse_request(raw.replace(written.encode(), b"5.5"), CHAT_PATH, "req-1", {}, 0.0)
 
 
+def test_values_vllm_takes_laxly_are_taken_so() -> None:
+    """vLLM's request models are pydantic's, lax: "10" and true are integers, "yes" is true.
+    The router refused them with a 400 the engine would not have given."""
+    routing = parse({**CHAT, "max_tokens": "10", "stream": "yes",
+                     "stream_options": {"include_usage": "1"}}).routing
+    assert (routing.max_tokens, routing.stream) == (10, True)
+    assert parse({**CHAT, "stream": "on", "stream_options": {"include_usage": 1}}).wants_usage
+    assert parse({**CHAT, "max_completion_tokens": True}).routing.max_tokens == 1
+    assert parse({**CHAT, "max_tokens": " 1_000 "}).routing.max_tokens == 1000
+
+
 @pytest.mark.parametrize("options", [{"continuous_usage_stats": "x"},
-                                     {"include_usage": 1}])
+                                     {"include_usage": 2}])
 def test_stream_options_of_the_wrong_type_are_refused(options: dict[str, object]) -> None:
     """``continuous_usage_stats`` is taken off the worker's body (usage is asked for), so the
     worker never saw the mistake: the answer was a 200."""
@@ -445,7 +456,7 @@ def test_a_response_the_worker_will_not_keep_gets_no_id_to_record(store: bool | 
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"input": "x", "previous_response_id": ""}, "previous_response_id"),
     ({"input": "x", "request_id": "a\nb"}, "request_id"),
-    ({"input": "x", "stream": "yes"}, "stream"),
+    ({"input": "x", "stream": "maybe"}, "stream"),
 ])
 def test_responses_fields_refused_by_name(body: dict[str, object], param: str) -> None:
     with pytest.raises(InvalidRequest) as info:
@@ -483,7 +494,7 @@ def test_a_messages_api_request_is_routed_as_its_chat_turn() -> None:
     ({"max_tokens": 5, "messages": [{"content": "x"}]}, "messages[0]"),
     ({"max_tokens": 5, "messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
     ({"max_tokens": 5, "system": 3, "messages": [{"role": "user", "content": "x"}]}, "system"),
-    ({"max_tokens": 5, "stream": "yes", "messages": [{"role": "user", "content": "x"}]},
+    ({"max_tokens": 5, "stream": "maybe", "messages": [{"role": "user", "content": "x"}]},
      "stream"),
 ])
 def test_messages_api_fields_refused_by_name(body: dict[str, object], param: str) -> None:
@@ -503,8 +514,8 @@ def test_choices_count_the_sequences_a_request_generates_per_prompt() -> None:
     worker will refuse counts as 1 (its 400 is the worker's), a huge one is capped."""
     completion = {"model": MODEL, "prompt": "a"}
     for body, choices in (({}, 1), ({"n": 3}, 3), ({"n": 2, "best_of": 5}, 5),
-                          ({"n": 4, "best_of": 2}, 4), ({"n": True}, 1), ({"n": "8"}, 1),
-                          ({"n": 0}, 1), ({"n": -3}, 1), ({"n": 2.0}, 1),
+                          ({"n": 4, "best_of": 2}, 4), ({"n": True}, 1), ({"n": "8"}, 8),
+                          ({"n": 0}, 1), ({"n": -3}, 1), ({"n": 2.0}, 2), ({"n": "x"}, 1),
                           ({"n": 10**12}, 1024)):
         routing = parse({**completion, **body}, COMPLETIONS_PATH).routing
         assert (routing.choices, routing.sequences) == (choices, choices), body

@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 from aiohttp import web
 
+from workers import lax_values
 from workers.emulator.errors import bad_request, internal_error, validation_error
 from workers.emulator.generation import LONG_PROMPT_CHARS
 from workers.emulator.protocol import read_json_body
@@ -169,22 +170,10 @@ def _lax_count(value: Any) -> int | None:
 
 
 def lax_int(value: Any) -> int | tuple[str, str]:
-    """``value`` as pydantic's lax ``int`` takes it (a bool, an integral float, a numeric
-    string), else its error's message and type."""
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        if value.is_integer():
-            return int(value)
-        return ("Input should be a valid integer, got a number with a fractional part",
-                "int_from_float")
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return ("Input should be a valid integer, unable to parse string as an integer",
-                    "int_parsing")
-    return "Input should be a valid integer", "int_type"
+    """``value`` as pydantic's lax ``int`` takes it (``workers.lax_values``), else its
+    error's message and type."""
+    taken = lax_values.lax_int(value)
+    return taken if taken is not None else lax_values.lax_int_error(value)
 
 
 def pooling_usage(prompts: Sequence[Sequence[int]]) -> dict[str, Any]:

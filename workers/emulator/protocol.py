@@ -20,6 +20,7 @@ from workers.emulator.errors import (
     validation_error,
     validation_errors,
 )
+from workers.lax_values import lax_bool, lax_int, lax_int_error
 
 RequestKind = Literal["chat", "completion"]
 MAX_N = 128
@@ -297,15 +298,13 @@ class _Fields:
         self.prefix = prefix
 
     def opt_int(self, name: str, lo: int | None = None, default: int | None = None) -> int | None:
-        value = self.data.get(name)
-        if value is None:
+        raw = self.data.get(name)
+        if raw is None:
             return default
-        if not _is_token(value):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            else:
-                raise validation_error(self.prefix + name, "Input should be a valid integer",
-                                       "int_type", value)
+        value = lax_int(raw)            # "4", 4.0, true: as vLLM's pydantic takes them
+        if value is None:
+            message, kind = lax_int_error(raw)
+            raise validation_error(self.prefix + name, message, kind, raw)
         if lo is not None and value < lo:
             raise ApiError(400, f"{name} must be at least {lo}, got {value}.",
                            "BadRequestError", self.prefix + name)
@@ -328,12 +327,16 @@ class _Fields:
         return value
 
     def boolean(self, name: str, default: bool) -> bool:
-        value = self.data.get(name)
-        if value is None:
+        raw = self.data.get(name)
+        if raw is None:
             return default
-        if not isinstance(value, bool):
+        value = lax_bool(raw)           # "yes", 1: as vLLM's pydantic takes them
+        if value is None:
+            if isinstance(raw, str | int | float):
+                raise validation_error(self.prefix + name, "Input should be a valid boolean, "
+                                       "unable to interpret input", "bool_parsing", raw)
             raise validation_error(self.prefix + name, "Input should be a valid boolean",
-                                   "bool_type", value)
+                                   "bool_type", raw)
         return value
 
 

@@ -52,7 +52,7 @@ CHAT_CASES = [
      "body.max_tokens"),
     (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "BadRequestError",
      "max_tokens"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "Bad Request",
+    (b'{"messages": [{"role": "user", "content": "x"}], "stream": "maybe"}', "Bad Request",
      "body.stream"),
     (b'{"messages": [{"role": "user", "content": "x"}], "stream_options": 3}', "Bad Request",
      "body.stream_options"),
