@@ -52,4 +52,14 @@ class ClientMaxTokens:
         return str(self.cap) if self.mode == "cap" else self.mode
 
 
+def window_problem(sent: ClientMaxTokens, window: int) -> str | None:
+    """Why a cap cannot be simulated: vLLM refuses (400) a ``max_tokens`` past its whole
+    ``max_model_len``, so every request would be refused by every worker."""
+    if sent.mode == "cap" and window and sent.cap > window:
+        return (f"--client-max-tokens: {sent.cap} is past the largest max_model_len of the "
+                f"fleet's workers ({window}): vLLM refuses such a request (400) rather than "
+                f"clamp it; give at most {window}")
+    return None
+
+
 EXACT = ClientMaxTokens()      # the default: each request's recorded output length

@@ -19,7 +19,7 @@ from typing import Any
 
 from sim.cache_curve import prefix_ceiling
 from sim.cli import first_problem, out_problem
-from sim.client_max_tokens import EXACT, ClientMaxTokens
+from sim.client_max_tokens import EXACT, ClientMaxTokens, window_problem
 from sim.policy_names import UnknownPolicyError, policy_label, resolve_policy
 from sim.report import output_clash, write_plots, write_requests_csv, write_summary
 from sim.runner import (
@@ -34,6 +34,7 @@ from sim.semantic_policies import text_notes, train_ahead
 from sim.simulator import (
     SimulationSettings,
     fleet_kv_tokens,
+    largest_window,
     router_scrape_interval,
     servable,
     simulated_model,
@@ -93,7 +94,8 @@ def run_session(request: SimulationRequest) -> int:
         print(f"kvroute sim: {request.trace}: no requests after slicing", file=sys.stderr)
         return 2
     problem = first_problem(scrape_count_problem(trace.span_s / request.rate_scale, interval),
-                            model_problem(fleet))
+                            model_problem(fleet),
+                            window_problem(request.client_max_tokens, largest_window(fleet)))
     if problem:
         print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2

@@ -128,6 +128,16 @@ EMULATED_ENGINE_KEYS = ("block_size", "num_gpu_blocks", "gpu_memory_utilization"
                         "max_model_len", "enable_prefix_caching", "scheduler_reserve_full_isl")
 
 
+def largest_window(fleet: FleetConfig, settings: SimulationSettings | None = None) -> int:
+    """The largest ``max_model_len`` among the workers serving the simulated model, as the
+    simulated engines size them (0 when none serves it)."""
+    settings = settings or SimulationSettings()
+    model = simulated_model(fleet)
+    return max((config_limits(engine_config(spec.info, settings, i, spec.emulate)).max_model_len
+                for i, spec in enumerate(fleet.workers) if model in spec.info.models),
+               default=0)
+
+
 def servable(trace: Trace, fleet: FleetConfig,
              settings: SimulationSettings | None = None) -> Trace:
     """``trace`` without the requests no worker of ``fleet`` can ever serve (longer than every

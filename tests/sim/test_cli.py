@@ -65,6 +65,10 @@ def test_skip_simulates_the_requests_after_the_first_n(tmp_path: Path) -> None:
      "--client-max-tokens: 'lots': give exact, none or a number of tokens"),
     (["--policies", "kvroute", "--client-max-tokens", "0"],
      "--client-max-tokens: '0': a cap must be at least 1 token"),
+    # vLLM refuses a max_tokens past its window: every request would be a 400
+    (["--policies", "kvroute", "--client-max-tokens", "200000"],
+     "--client-max-tokens: 200000 is past the largest max_model_len of the fleet's workers "
+     "(131072): vLLM refuses such a request (400) rather than clamp it; give at most 131072"),
 ])
 def test_bad_input_exits_2_with_a_clear_message(tmp_path: Path, args: list[str], message: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
