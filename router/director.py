@@ -199,15 +199,18 @@ class Director:
             self._ids.release(request[CLAIMED_ID])
 
     def _adopt_body_id(self, request: web.Request, parsed: ParsedRequest) -> None:
-        """A chat or completion request without the id header is named after its body's
-        ``request_id``, as vLLM names it (``chatcmpl-ID``): the id claimed for it gives way to
-        that one (with a suffix when a request in flight has it)."""
+        """A chat, completion or pooling request (embeddings, scores, ...) without the id
+        header is named after its body's ``request_id``, as vLLM names it (``chatcmpl-ID``,
+        ``embd-ID``): the id claimed for it gives way to that one (with a suffix when a
+        request in flight has it)."""
         routing = parsed.routing
-        if (request.headers.get(self._header) is not None
-                or routing.path not in (CHAT_PATH, COMPLETIONS_PATH) or routing.body is None):
+        if (request.headers.get(self._header) is not None or routing.body is None
+                or (routing.path not in (CHAT_PATH, COMPLETIONS_PATH)
+                    and RUNNER_OF_PATH.get(routing.path) != "pooling")):
             return
         given = routing.body.get("request_id")
-        if not isinstance(given, str) or not usable(given):
+        # (a header loses the spaces at its ends: the worker would read another id)
+        if not isinstance(given, str) or not usable(given) or given != given.strip():
             return
         claimed = self._ids.claim(given)
         self._ids.release(request[CLAIMED_ID])

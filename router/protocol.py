@@ -182,7 +182,8 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
             max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         stream = _check_bool(data, "stream")
         wants_usage = _check_stream_options(data.get("stream_options"))
-        if data.get("stream_options") and not stream:      # as vLLM refuses it
+        # as vLLM refuses it, judging the body's own value ("false", a text, is true there)
+        if data.get("stream_options") and not data.get("stream"):
             raise InvalidRequest("Stream options can only be defined when `stream=True`.",
                                  param="stream_options")
     user = data.get("user")

@@ -66,8 +66,10 @@ class RequestIds:
         else ``given`` with a suffix; a new id when ``given`` is not ``usable`` (it is echoed
         in a header, logged and sent on)."""
         request_id = given if usable(given) else self._generated()
-        if request_id in self._in_flight or self._held_still(request_id):
-            request_id = f"{request_id}-{self._generated()}"
+        base = request_id
+        while request_id in self._in_flight or self._held_still(request_id):
+            # (a client may send a suffixed id it was given back: the next suffix then)
+            request_id = f"{base}-{self._generated()}"
         self._in_flight.add(request_id)
         return request_id
 

@@ -1,7 +1,8 @@
 """JSON values as vLLM's request models take them: pydantic's lax mode.
 
 An integer field takes a whole number, a whole float (``4.0``), a bool (``true`` is 1) or a
-text of one (``"4"``, ``" -4 "``, ``"1_000"``, ``"4.00"``); a boolean field takes a bool, 0 or
+text of one (``"4"``, ``" -4 "``, ``"1_000"``, ``"4.00"``); a number field a number, a bool or
+a text of one (``"0.1"``, ``"1e3"``, ``"inf"``); a boolean field takes a bool, 0 or
 1 (``0.0``, ``1.0`` too) or a text such as ``"yes"``, ``"on"``, ``"t"``, ``"1"`` (any case).
 What pydantic refuses is None here. The emulator reads its requests so, and the router reads
 a request so before it forwards it untouched: refusing ``"max_tokens": "4"`` would refuse
@@ -29,7 +30,23 @@ def lax_int(value: Any) -> int | None:
     if isinstance(value, str):
         text = value.strip()
         if _INTEGER_TEXT.fullmatch(text):
-            return int(text.split(".", 1)[0].replace("_", ""))
+            try:
+                return int(text.split(".", 1)[0].replace("_", ""))
+            except ValueError:          # past Python's 4,300 digits: no request's number
+                return None
+    return None
+
+
+def lax_float(value: Any) -> float | None:
+    """``value`` as pydantic's lax ``float`` takes it (a bool, a number, a text of one:
+    ``"0.1"``, ``" 1e3 "``, ``"inf"``, ``"nan"``); None when it would refuse it."""
+    if isinstance(value, bool | int | float):
+        return float(value)
+    if isinstance(value, str) and value.isascii():
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
     return None
 
 

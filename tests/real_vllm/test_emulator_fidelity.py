@@ -157,11 +157,14 @@ CHAT_HI = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "conte
     ("/v1/chat/completions", {**CHAT_HI, "stop": ["a", "e", " ", "o", "i"]}),
     ("/v1/chat/completions", {**CHAT_HI, "stop": 5}),
     ("/v1/chat/completions", {**CHAT_HI, "stop": [1]}),
+    ("/v1/chat/completions", {**CHAT_HI, "temperature": "nan"}),
+    ("/v1/chat/completions", {**CHAT_HI, "repetition_penalty": "inf"}),
+    ("/v1/chat/completions", {**CHAT_HI, "min_p": "x"}),
 ], ids=["chat-temperature", "chat-top_p", "chat-top_k", "completions-top_k", "suffix",
         "messages-temperature", "messages-top_p", "messages-top_k", "messages-stop",
         "temperature-past-2", "presence_penalty", "frequency_penalty", "repetition_penalty",
         "min_p", "greedy-n", "empty-stop", "empty-stop-in-list", "five-stops", "stop-number",
-        "stop-list-of-numbers"])
+        "stop-list-of-numbers", "temperature-nan", "repetition_penalty-inf", "min_p-not-a-number"])
 async def test_refused_sampling_parameters_are_refused_in_vllms_words(
         real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
         body: dict[str, Any]) -> None:
@@ -368,8 +371,10 @@ async def test_a_body_request_id_names_the_answer(
     {"max_tokens": "2"}, {"max_tokens": True}, {"max_completion_tokens": " 2 "},
     {"n": "2", "max_tokens": 2}, {"stream": "yes", "max_tokens": 2},
     {"max_tokens": 2, "stream": "on", "stream_options": {"include_usage": "1"}},
+    {"max_tokens": 2, "min_p": "0.1", "temperature": " 0.5 ", "repetition_penalty": "1e0"},
+    {"max_tokens": 2, "stream": "false", "stream_options": {"include_usage": True}},
 ], ids=["max_tokens-text", "max_tokens-true", "max_completion_tokens-spaced", "n-text",
-        "stream-yes", "include_usage-text"])
+        "stream-yes", "include_usage-text", "numbers-as-text", "stream-false-text"])
 async def test_values_vllm_takes_laxly_are_taken(
         real_fleet: RealFleet, emulator: EmulatorProcess, fields: dict[str, Any]) -> None:
     """vLLM's request models take "2" and true as integers and "yes" as true (pydantic's lax

@@ -43,6 +43,11 @@ async def test_the_openai_client_gets_embeddings_from_a_pooling_worker(
     assert router.metric("kvroute_requests_total", model=EMBEDDER, worker=worker, gpu=gpu,
                          profile="default", status="200") >= 1
     assert router.metric("kvroute_prompt_tokens_total", worker=worker, gpu=gpu) >= 5
+    # named after the body's request_id, as vLLM names a pooling request without the header
+    named = await client.embeddings.with_raw_response.create(
+        model=EMBEDDER, input="where is my order", extra_body={"request_id": "emb-9"})
+    assert named.headers["x-request-id"] == "emb-9"
+    assert named.http_response.json()["id"] == "embd-emb-9"
     await client.close()
 
 

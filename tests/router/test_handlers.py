@@ -111,11 +111,22 @@ async def test_a_body_request_id_names_the_request_as_vllm_does(router: RouterHa
         model=MODEL, messages=MESSAGES, max_tokens=2,  # type: ignore[arg-type]
         extra_body={"request_id": "mine-7"})
     assert (raw.headers["x-request-id"], raw.parse().id) == ("mine-7", "chatcmpl-mine-7")
+    # spaces at its ends: a header would lose them (the worker would read another id)
+    raw = await client(router).chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=2,  # type: ignore[arg-type]
+        extra_body={"request_id": " mine "})
+    assert raw.headers["x-request-id"].strip() == raw.headers["x-request-id"] != "mine"
     raw = await client(router).completions.with_raw_response.create(
         model=MODEL, prompt="Hi", max_tokens=2, extra_body={"request_id": "mine-8"},
         extra_headers={"x-request-id": "header-8"})      # the header wins, as in vLLM
     assert (raw.headers["x-request-id"], raw.parse().id) == ("header-8", "cmpl-header-8")
-    # a second one under a body id in flight gets a suffix, not the worker's 400
+
+
+async def test_a_body_request_id_in_flight_is_suffixed(emulated_fleet: FleetConfig,
+                                                       make_router: RouterFactory) -> None:
+    """A second request under a body id in flight gets a suffix, not the worker's 400 (the
+    slow worker keeps the first one running for seconds)."""
+    router = await make_router(subset(emulated_fleet, ["slow"]))
     stream = await client(router).completions.create(
         model=MODEL, prompt="Hi", max_tokens=500, stream=True, extra_body={"request_id": "twice"})
     first = await stream.__anext__()
@@ -445,7 +456,7 @@ async def test_the_window_quoted_is_the_engines_own(make_router: RouterFactory,
     ("/v1/chat/completions", orjson.dumps({"model": MODEL}), 400,
      "Missing required parameter: 'messages'."),
     ("/v1/chat/completions", orjson.dumps({"model": MODEL, "messages": MESSAGES,
-                                           "stream": "yes"}), 400, "stream: must be a boolean."),
+                                           "stream": "maybe"}), 400, "stream: must be a boolean."),
     ("/v1/completions", orjson.dumps({"model": MODEL, "prompt": {"a": 1}}), 400,
      "prompt: must be a string"),
     ("/v1/chat/completions", b"x" * (50 * 1024 * 1024), 413, "Request body too large"),

@@ -238,6 +238,12 @@ def test_values_vllm_takes_laxly_are_taken_so() -> None:
     assert parse({**CHAT, "stream": "on", "stream_options": {"include_usage": 1}}).wants_usage
     assert parse({**CHAT, "max_completion_tokens": True}).routing.max_tokens == 1
     assert parse({**CHAT, "max_tokens": " 1_000 "}).routing.max_tokens == 1000
+    # stream_options are refused without a stream by the body's own value, as vLLM judges
+    # it: the text "false" is no missing stream there (vLLM serves it, unstreamed)
+    assert not parse({**CHAT, "stream": "false",
+                      "stream_options": {"include_usage": True}}).routing.stream
+    with pytest.raises(InvalidRequest, match="max_tokens: must be an integer"):
+        parse({**CHAT, "max_tokens": "9" * 5000})      # a 400, not a crash
 
 
 @pytest.mark.parametrize("options", [{"continuous_usage_stats": "x"},

@@ -100,3 +100,15 @@ def test_an_id_that_is_not_printable_ascii_is_replaced(given: str) -> None:
     assert ids.claim(given) == "r-1"
     assert ids.claim("trace-01:ab/cd") == "trace-01:ab/cd"     # printable ASCII is kept
     assert ids.claim("y" * 256) == "y" * 256
+
+
+def test_a_suffixed_id_sent_back_while_in_flight_gets_another_suffix() -> None:
+    """A client sending the suffixed id it was given, while both requests run, was given the
+    same id twice: two requests held one id, and the first to end freed it for both."""
+    ids = RequestIds(prefix="p")
+    first = ids.claim("same")
+    second = ids.claim("same")
+    third = ids.claim(second)
+    assert len({first, second, third}) == 3 and len(ids) == 3
+    ids.release(second)
+    assert ids.claim(second) == second

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from workers.lax_values import lax_bool, lax_int
+from workers.lax_values import lax_bool, lax_float, lax_int
 
 # (value, pydantic's lax int, pydantic's lax bool), None where it refuses: read from
 # pydantic 2 (vLLM's request models) with TypeAdapter(int | None) and TypeAdapter(bool | None)
@@ -23,6 +23,7 @@ CASES: list[tuple[Any, int | None, bool | None]] = [
     ("y", None, True), ("t", None, True), ("off", None, False), ("no", None, False),
     ("n", None, False), ("f", None, False), (" yes ", None, None), ("maybe", None, None),
     (None, None, None), ([1], None, None), ({"a": 1}, None, None),
+    ("9" * 5000, None, None),          # pydantic: int_parsing_size (Python: past 4,300 digits)
 ]
 
 
@@ -31,3 +32,22 @@ def test_values_are_taken_as_pydantic_takes_them(value: Any, as_int: int | None,
                                                   as_bool: bool | None) -> None:
     assert lax_int(value) == as_int and type(lax_int(value)) is type(as_int)
     assert lax_bool(value) is as_bool
+
+
+# pydantic's lax float: TypeAdapter(float | None), as above
+FLOATS: list[tuple[Any, float | None]] = [
+    ("0.1", 0.1), (" 0.1 ", 0.1), ("1e3", 1000.0), ("1_0", 10.0), (".5", 0.5), ("5.", 5.0),
+    ("1_000.5", 1000.5), (True, 1.0), (2, 2.0), (0.25, 0.25), ("0x1", None), ("", None),
+    ("abc", None), (None, None), ([0.1], None),
+]
+
+
+@pytest.mark.parametrize(("value", "as_float"), FLOATS)
+def test_numbers_are_taken_as_pydantic_takes_them(value: Any, as_float: float | None) -> None:
+    assert lax_float(value) == as_float
+
+
+def test_non_finite_texts_are_numbers_for_the_range_checks_to_refuse() -> None:
+    assert lax_float("inf") == float("inf") and lax_float("-Infinity") == float("-inf")
+    nan = lax_float("nan")
+    assert nan is not None and nan != nan

@@ -39,7 +39,7 @@ from aiohttp import web
 from workers import lax_values
 from workers.emulator.errors import bad_request, internal_error, validation_error
 from workers.emulator.generation import LONG_PROMPT_CHARS
-from workers.emulator.protocol import read_json_body
+from workers.emulator.protocol import body_request_id, read_json_body
 from workers.emulator.runner import OutputQueue
 from workers.emulator.state import WORKER, WorkerState
 from workers.engine.api import EngineRequest
@@ -58,7 +58,7 @@ async def embeddings(request: web.Request) -> web.Response:
     dimensions = _dimensions(data.get("dimensions"), worker.config.model, model)
     check_engine(worker)
     prompts = await tokenized(worker, inputs(data), truncation(worker, data))
-    request_id = worker.new_request_id("embd", request)
+    request_id = worker.new_request_id("embd", request, body_request_id(data))
     await run_pooling(worker, request_id, prompts)
     vectors = [embedding_of(tokens, dimensions, worker.config.model.hidden)
                for tokens in prompts]

@@ -35,7 +35,7 @@ from workers.emulator.embeddings import (
     truncation,
 )
 from workers.emulator.errors import FieldError, bad_request, validation_errors
-from workers.emulator.protocol import read_json_body
+from workers.emulator.protocol import body_request_id, read_json_body
 from workers.emulator.state import WORKER
 
 POOLING_PATH = "/pooling"
@@ -55,7 +55,7 @@ async def pooling(request: web.Request) -> web.Response:
     encoding = encoding_format(data)
     check_engine(worker)
     prompts = await tokenized(worker, inputs(data), truncation(worker, data))
-    request_id = worker.new_request_id("pooling", request)
+    request_id = worker.new_request_id("pooling", request, body_request_id(data))
     await run_pooling(worker, request_id, prompts)
     hidden = worker.config.model.hidden
     vectors = [embedding_of(tokens, hidden, hidden) for tokens in prompts]

@@ -6,6 +6,7 @@ ignored (vLLM's models use ``extra="allow"``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,7 +21,7 @@ from workers.emulator.errors import (
     validation_error,
     validation_errors,
 )
-from workers.lax_values import lax_bool, lax_int, lax_int_error
+from workers.lax_values import lax_bool, lax_float, lax_int, lax_int_error
 
 RequestKind = Literal["chat", "completion"]
 MAX_N = 128
@@ -136,6 +137,12 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     )
 
 
+def body_request_id(data: Mapping[str, Any]) -> str | None:
+    """The body's ``request_id`` (a text): what vLLM names a request after when no
+    X-Request-Id came."""
+    return _Fields(data).opt_str("request_id")
+
+
 def _cache_salt(value: Any) -> str | None:
     """vLLM's ``validate_cache_salt``: none, or a non-empty text of at most 128 characters
     without ``@``, ``/``, a backslash or NUL."""
@@ -159,10 +166,16 @@ def check_sampling_ranges(data: Mapping[str, Any]) -> None:
         if penalty is not None and not -2.0 <= penalty <= 2.0:
             raise bad_request(f"{name} must be in [-2, 2], got {float(penalty)}.", None)
     repetition = f.opt_number("repetition_penalty")
+    if repetition is not None and not math.isfinite(repetition):
+        raise bad_request(f"repetition_penalty must be a finite number, got {repetition}.",
+                          None)
     if repetition is not None and repetition <= 0.0:
         raise bad_request(f"repetition_penalty must be greater than zero, got "
                           f"{float(repetition)}.", None)
     temperature = f.opt_number("temperature")
+    if temperature is not None and not math.isfinite(temperature):
+        raise bad_request(f"temperature must be a finite number, got {temperature}. "
+                          f"(parameter=temperature, value={temperature})", "temperature")
     if temperature is not None and temperature < 0.0:
         value = float(temperature)
         raise bad_request(f"temperature must be non-negative, got {value}. "
@@ -311,13 +324,18 @@ class _Fields:
         return int(value)
 
     def opt_number(self, name: str) -> float | None:
-        value = self.data.get(name)
-        if value is None:
+        raw = self.data.get(name)
+        if raw is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        value = lax_float(raw)          # "0.1", true: as vLLM's pydantic takes them
+        if value is None:
+            if isinstance(raw, str):
+                raise validation_error(self.prefix + name, "Input should be a valid number, "
+                                       "unable to parse string as a number", "float_parsing",
+                                       raw)
             raise validation_error(self.prefix + name, "Input should be a valid number",
-                                   "float_type", value)
-        return float(value)
+                                   "float_type", raw)
+        return value
 
     def opt_str(self, name: str) -> str | None:
         value = self.data.get(name)

@@ -39,7 +39,7 @@ from workers.emulator.embeddings import (
     truncation,
 )
 from workers.emulator.errors import FieldError, bad_request, validation_errors
-from workers.emulator.protocol import read_json_body
+from workers.emulator.protocol import body_request_id, read_json_body
 from workers.emulator.state import WORKER, WorkerState
 
 SCORE_PATHS = ("/score", "/v1/score")
@@ -55,7 +55,7 @@ async def score(request: web.Request) -> web.Response:
     first, second = _score_sides(data)
     model = served_model(worker, data)
     queries, documents = _paired(worker, data[first], data[second])
-    request_id = worker.new_request_id("score", request)
+    request_id = worker.new_request_id("score", request, body_request_id(data))
     scores, usage = await _scores(worker, request_id, queries, documents, data)
     body = {"id": request_id, "object": "list", "created": int(time.time()), "model": model,
             "data": [{"index": i, "object": "score", "score": value}
@@ -70,7 +70,7 @@ async def rerank(request: web.Request) -> web.Response:
     top_n = _rerank_top_n(data)
     model = served_model(worker, data)
     queries, documents = _paired(worker, data["query"], data["documents"])
-    request_id = worker.new_request_id("score", request)
+    request_id = worker.new_request_id("score", request, body_request_id(data))
     scores, usage = await _scores(worker, request_id, queries, documents, data)
     ranked = sorted(range(len(scores)), key=scores.__getitem__, reverse=True)  # stable
     kept = ranked[:top_n] if top_n > 0 else ranked
