@@ -3,8 +3,9 @@ in flight at this router.
 
 The id keys the policies' per-request state (in-flight prefixes, the decode guard's
 incumbents, the latency predictions awaiting their outcome) and travels to the worker as
-``X-Request-Id``, which vLLM uses as its own request id and refuses while a request with the
-same id is running. Clients may send the same id twice at once (a retry that does not wait,
+``X-Request-Id``, which vLLM names the answer after and aborts by (a worker that keys its
+requests by that id alone refuses a second while the first runs: 400 "already running";
+vLLM 0.32 adds random characters of its own in its engine). Clients may send the same id twice at once (a retry that does not wait,
 a fixed id in a script): the second gets the first's id with a suffix, which the response's
 ``x-request-id`` then reports. An id that is not printable ASCII (it is echoed in a
 response header, which carries visible ASCII: ``router.header_values``), or longer than 256
@@ -14,7 +15,7 @@ A request whose connection to its worker the router closed while the worker was 
 (its client left, the router stopped waiting) is still running there for a moment: the
 worker aborts it when it notices. Its id stays taken ``HELD_AFTER_CUT_S`` more
 (``hold_after_release``), so that a client sending it again at once (a "stop" pressed, then
-the next question) gets a suffix rather than the worker's 400 "already running".
+the next question) gets a suffix rather than sharing an id with a request still running.
 """
 
 from __future__ import annotations

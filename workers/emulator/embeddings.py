@@ -38,7 +38,7 @@ from aiohttp import web
 
 from workers import lax_values
 from workers.emulator.errors import bad_request, internal_error, validation_error
-from workers.emulator.generation import LONG_PROMPT_CHARS
+from workers.emulator.generation import LONG_PROMPT_CHARS, internal_id
 from workers.emulator.protocol import body_request_id, read_json_body
 from workers.emulator.runner import OutputQueue
 from workers.emulator.state import WORKER, WorkerState
@@ -185,12 +185,10 @@ def pooling_usage(prompts: Sequence[Sequence[int]]) -> dict[str, Any]:
 
 async def run_pooling(worker: WorkerState, request_id: str,
                       prompts: Sequence[list[int]]) -> None:
-    """Run each prompt as one engine request (``{request_id}-{i}``) that ends after its
+    """Run each prompt as one engine request (``{request_id}-{random}-{i}``) that ends after its
     prefill, batched with everything else the engine runs; return when all have ended."""
-    ids = [f"{request_id}-{i}" for i in range(len(prompts))]
-    for engine_id in ids:
-        if worker.runner.running(engine_id):
-            raise bad_request(f"Request id {engine_id} already running.")
+    base = internal_id(request_id)             # unique whatever the client's id (vLLM's)
+    ids = [f"{base}-{i}" for i in range(len(prompts))]
     queue: OutputQueue = asyncio.Queue()
     eos = worker.tokenizer.eos_token_id
     # the engine runs an embedding as a prefill and one token; vLLM embeds an input that

@@ -9,6 +9,7 @@ output queue. A client that goes away (the handler is cancelled) aborts its engi
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -223,18 +224,18 @@ def admit(worker: WorkerState, response_id: str, body: GenerationBody,
            prompts: list[list[int]], texts: list[str], max_tokens: int,
            lora_name: str | None) -> Admitted:
     runner, tok, cfg = worker.runner, worker.tokenizer, worker.config
-    for request_id in _choice_ids(response_id, len(prompts), body.n):
-        if runner.running(request_id):     # as vLLM: its request states are keyed by id
-            raise bad_request(f"Request id {request_id} already running.")
+    # as vLLM 0.32 (``assign_request_id``): the engine's ids add 8 random characters to the
+    # request's, so two requests of one id (a client's X-Request-Id sent twice) both run
+    engine_id = internal_id(response_id)
     queue: OutputQueue = asyncio.Queue()
     by_request: dict[str, ChoiceState] = {}
     for p, ids in enumerate(prompts):
-        worker.metrics.observe_admitted(body.n, [_choice_id(response_id, p, i)
+        worker.metrics.observe_admitted(body.n, [_choice_id(engine_id, p, i)
                                                  for i in range(body.n)])
         for i in range(body.n):
             plan = plan_output(worker.rng, cfg.output_len, max_tokens, body.ignore_eos,
                                tok.output_vocabulary, tok.eos_token_id, body.min_tokens)
-            request_id = _choice_id(response_id, p, i)
+            request_id = _choice_id(engine_id, p, i)
             by_request[request_id] = ChoiceState(index=p * body.n + i, prompt_index=p)
             runner.submit(EngineRequest(
                 request_id=request_id, prompt_token_ids=ids, output_token_ids=plan.token_ids,
@@ -246,13 +247,15 @@ def admit(worker: WorkerState, response_id: str, body: GenerationBody,
     return Admitted(queue, by_request, [len(p) for p in prompts], texts)
 
 
-def _choice_id(response_id: str, prompt: int, choice: int) -> str:
+def internal_id(request_id: str) -> str:
+    """The engine's id of a request: its own and 8 random hex characters, unique whatever
+    the client sends (vLLM 0.32's ``InputProcessor.assign_request_id``)."""
+    return f"{request_id}-{secrets.token_hex(4)}"
+
+
+def _choice_id(engine_id: str, prompt: int, choice: int) -> str:
     """The engine request id of one choice of one prompt."""
-    return f"{response_id}-{prompt}-{choice}"
-
-
-def _choice_ids(response_id: str, prompts: int, n: int) -> list[str]:
-    return [_choice_id(response_id, p, i) for p in range(prompts) for i in range(n)]
+    return f"{engine_id}-{prompt}-{choice}"
 
 
 def _logprobs(tok: Tokenizer, body: GenerationBody, token_ids: list[int], position: int,

@@ -115,10 +115,6 @@ class EngineRunner:
                    if t.lora_name and t.last_emit is not None]
         return waiting, running
 
-    def running(self, request_id: str) -> bool:
-        """Whether a request with this id was submitted and has not ended."""
-        return request_id in self._requests
-
     def submit(self, request: EngineRequest, max_tokens: int,
                queue: OutputQueue | None = None) -> OutputQueue:
         """Queue ``request``; its outputs go to ``queue`` (several requests may share one)."""
