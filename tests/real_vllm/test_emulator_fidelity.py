@@ -391,3 +391,21 @@ async def test_values_vllm_takes_laxly_are_taken(
         else:
             shapes.append(("whole", len(answer["choices"]), answer["usage"]["completion_tokens"]))
     assert shapes[1] == shapes[0]
+
+
+async def test_a_request_id_already_running_runs_too(real_fleet: RealFleet,
+                                                     emulator: EmulatorProcess) -> None:
+    """vLLM 0.32 adds random characters to every id in its engine: a second request under an
+    X-Request-Id that is running is served, named after it; the emulator refused it (400)."""
+    headers = {"X-Request-Id": "dup-1"}
+    for url in (real_fleet.urls[0], emulator.url):
+        async with aiohttp.ClientSession() as session, session.post(
+                url + "/v1/completions", headers=headers, json={
+                    "model": MODEL, "prompt": "go on", "max_tokens": 200, "ignore_eos": True,
+                    "stream": True}) as first:
+            assert first.status == 200
+            await first.content.readline()                      # it is running
+            async with session.post(url + "/v1/completions", headers=headers, json={
+                    "model": MODEL, "prompt": "hi", "max_tokens": 2}) as second:
+                answer = await second.json()
+                assert (second.status, answer["id"]) == (200, "cmpl-dup-1"), url
