@@ -149,7 +149,7 @@ async def tokenize_body(worker: WorkerState, body: GenerationBody
         if isinstance(prompt, tuple):
             bad = next((t for t in prompt if not 0 <= t < tok.vocab_size), None)
             if bad is not None:
-                raise bad_request(f"Token id {bad} is out of vocabulary", "prompt")
+                raise bad_request(f"Token id {bad} is out of vocabulary", None)
             prompts.append(list(prompt))
             texts.append(tok.decode(prompt) if body.echo else "")
             continue
@@ -193,7 +193,7 @@ def check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int 
     for i, ids in enumerate(prompts):
         n = len(ids)
         if n == 0:
-            raise bad_request("The decoder prompt cannot be empty", "prompt")
+            raise bad_request("The decoder prompt cannot be empty", None)
         if n > m:
             exact = i < len(token_ids_given) and token_ids_given[i]
             count = n if exact else m + 1
@@ -214,10 +214,10 @@ def check_min_tokens(min_tokens: int, max_tokens: int) -> None:
     """vLLM's ``SamplingParams`` checks of ``min_tokens``, against the effective max_tokens."""
     if min_tokens < 0:
         raise bad_request(f"min_tokens must be greater than or equal to 0, got {min_tokens}.",
-                          "min_tokens")
+                          None)
     if min_tokens > max_tokens:
         raise bad_request(f"min_tokens must be less than or equal to max_tokens={max_tokens}, "
-                          f"got {min_tokens}.", "min_tokens")
+                          f"got {min_tokens}.", None)
 
 
 def admit(worker: WorkerState, response_id: str, body: GenerationBody,

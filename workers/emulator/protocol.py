@@ -26,7 +26,8 @@ from workers.lax_values import lax_bool, lax_float, lax_int, lax_int_error
 RequestKind = Literal["chat", "completion"]
 MAX_N = 128
 GREEDY_TEMPERATURE = 1e-5       # below it vLLM samples greedily (its _SAMPLING_EPS)
-STREAM_OPTIONS_WITHOUT_STREAM = "Stream options can only be defined when `stream=True`."
+STREAM_OPTIONS_WITHOUT_STREAM = ("Stream options can only be defined when `stream=True`. "
+                                 "(parameter=stream_options)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ MAX_LOGPROBS = 20
 
 
 def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBody:
-    f = _Fields(data)
+    f = BodyFields(data)
     max_tokens_field = "max_tokens"
     messages: tuple[Mapping[str, Any], ...] = ()
     prompts: tuple[str | tuple[int, ...], ...] = ()
@@ -94,14 +95,14 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
             raise validation_error("tools", "Input should be a valid list", "list_type",
                                    offered)
         tools = tuple(tool for tool in offered or () if isinstance(tool, dict))
-        max_tokens = f.opt_int("max_completion_tokens", lo=1)
+        max_tokens = f.opt_int("max_completion_tokens")
         if max_tokens is None:
-            max_tokens = f.opt_int("max_tokens", lo=1)
+            max_tokens = f.opt_int("max_tokens")
         else:
             max_tokens_field = "max_completion_tokens"
     else:
         prompts = _prompts(data)
-        max_tokens = f.opt_int("max_tokens", lo=1, default=16)
+        max_tokens = f.opt_int("max_tokens", default=16)
         if data.get("suffix") is not None:      # vLLM 0.33's answer for a model without FIM
             raise bad_request("suffix is only supported for models with FIM completion "
                               "rendering", "suffix")
@@ -109,11 +110,16 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     if stream_options is not None and not isinstance(stream_options, dict):
         raise validation_error("stream_options", "Input should be a valid dictionary",
                                "model_type", stream_options)
-    so = _Fields(stream_options or {}, prefix="stream_options.")
+    so = BodyFields(stream_options or {}, prefix="stream_options.")
     if stream_options and not data.get("stream"):     # vLLM's validate_stream_options
         raise bad_request(STREAM_OPTIONS_WITHOUT_STREAM, "stream_options")
-    n = f.opt_int("n", lo=1, default=1)
+    if max_tokens is not None and max_tokens < 1:     # vLLM's sampling parameters' words
+        raise bad_request(f"max_tokens must be at least 1, got {max_tokens}. "
+                          f"(parameter=max_tokens, value={max_tokens})", "max_tokens")
+    n = f.opt_int("n", default=1)
     assert n is not None
+    if n < 1:
+        raise bad_request(f"n must be at least 1, got {n}.", None)
     if n > MAX_N:
         raise validation_error("n", f"Input should be less than or equal to {MAX_N}",
                                "less_than_equal", n)
@@ -140,7 +146,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
 def body_request_id(data: Mapping[str, Any]) -> str | None:
     """The body's ``request_id`` (a text): what vLLM names a request after when no
     X-Request-Id came."""
-    return _Fields(data).opt_str("request_id")
+    return BodyFields(data).opt_str("request_id")
 
 
 def _cache_salt(value: Any) -> str | None:
@@ -160,7 +166,7 @@ def _cache_salt(value: Any) -> str | None:
 def check_sampling_ranges(data: Mapping[str, Any]) -> None:
     """vLLM's ``SamplingParams`` checks of the sampling ranges, in its words and order
     (``_verify_args``); the Messages API's too, which vLLM turns into a chat request."""
-    f = _Fields(data)
+    f = BodyFields(data)
     for name in ("presence_penalty", "frequency_penalty"):
         penalty = f.opt_number(name)
         if penalty is not None and not -2.0 <= penalty <= 2.0:
@@ -197,7 +203,7 @@ def check_sampling_ranges(data: Mapping[str, Any]) -> None:
         raise bad_request(f"min_p must be in [0, 1], got {float(min_p)}.", None)
 
 
-def _check_sampling(f: _Fields, kind: RequestKind) -> int | None:
+def _check_sampling(f: BodyFields, kind: RequestKind) -> int | None:
     """vLLM's ``SamplingParams`` checks of what the emulator takes but does not model: the
     sampling ranges, the logprobs asked (at most ``MAX_LOGPROBS``, the engine's default
     ``max_logprobs``) and ``stop`` (a string or a list of them). Returns the alternatives
@@ -209,14 +215,15 @@ def _check_sampling(f: _Fields, kind: RequestKind) -> int | None:
         asked = f.opt_int("top_logprobs", lo=0)
         wants = f.boolean("logprobs", False)
         if asked is not None and not wants:
-            raise bad_request("when using `top_logprobs`, `logprobs` must be set to true.",
-                              "top_logprobs")
+            raise bad_request("when using `top_logprobs`, `logprobs` must be set to true. "
+                              "(parameter=top_logprobs)", "top_logprobs")
         wanted = (asked or 0) if wants else None
     else:
         asked = wanted = f.opt_int("logprobs", lo=0)
     if asked is not None and asked > MAX_LOGPROBS:
         raise bad_request(f"Requested sample logprobs of {asked}, which is greater than max "
-                          f"allowed: {MAX_LOGPROBS}", "logprobs")
+                          f"allowed: {MAX_LOGPROBS} (parameter=logprobs, value={asked})",
+                          "logprobs")
     _check_stop(f.data.get("stop"))
     return wanted
 
@@ -281,9 +288,10 @@ def _messages(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
 
 
 def _prompts(data: Mapping[str, Any]) -> tuple[str | tuple[int, ...], ...]:
-    if "prompt" not in data or data["prompt"] is None:
-        raise validation_error("prompt", "Field required", "missing", dict(data))
-    prompt = data["prompt"]
+    prompt = data.get("prompt")
+    if prompt is None or prompt == "":         # vLLM 0.32's words
+        raise bad_request("Either prompt or prompt_embeds must be provided and non-empty. "
+                          "(parameter=prompt)", "prompt")
     if isinstance(prompt, str):
         return (prompt,)
     if isinstance(prompt, list) and prompt:
@@ -294,7 +302,7 @@ def _prompts(data: Mapping[str, Any]) -> tuple[str | tuple[int, ...], ...]:
         if all(isinstance(p, list) and all(_is_token(t) for t in p) for p in prompt):
             return tuple(tuple(p) for p in prompt)
     if isinstance(prompt, list) and not prompt:
-        raise ApiError(400, "Prompt cannot be empty", "BadRequestError", "prompt")
+        raise bad_request("You must pass at least one prompt", None)
     raise validation_error("prompt", "Input should be a valid string, a list of strings, a list "
                            "of token ids or a list of lists of token ids", "union_type", prompt)
 
@@ -303,7 +311,7 @@ def _is_token(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-class _Fields:
+class BodyFields:
     """Typed optional fields of one JSON object; errors name the field."""
 
     def __init__(self, data: Mapping[str, Any], prefix: str = "") -> None:

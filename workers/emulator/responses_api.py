@@ -41,7 +41,7 @@ from workers.emulator.generation import (
     text_deltas,
     tokenize_body,
 )
-from workers.emulator.protocol import GenerationBody, read_json_body
+from workers.emulator.protocol import BodyFields, GenerationBody, read_json_body
 from workers.emulator.state import WORKER, WorkerState
 
 
@@ -53,8 +53,8 @@ def not_found(response_id: str) -> ApiError:
 async def create_response(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
     data = await read_json_body(request)
-    fields = _Fields(data)
-    model, _ = worker.resolve_model(fields.optional_str("model"))
+    fields = BodyFields(data)
+    model, _ = worker.resolve_model(fields.opt_str("model"))
     stream = fields.boolean("stream", False)
     store = fields.boolean("store", True) and worker.config.responses_store
     if fields.boolean("background", False):
@@ -66,12 +66,15 @@ async def create_response(request: web.Request) -> web.StreamResponse:
                               "server.", "background")
         raise bad_request("background: the emulator does not run background responses",
                           "background")
-    response_id = fields.optional_str("request_id") or f"resp_{secrets.token_hex(8)}"
-    previous_id = fields.optional_str("previous_response_id")
-    instructions = fields.optional_str("instructions")
-    max_output = fields.optional_int("max_output_tokens")
+    response_id = fields.opt_str("request_id") or f"resp_{secrets.token_hex(8)}"
+    previous_id = fields.opt_str("previous_response_id")
+    instructions = fields.opt_str("instructions")
+    max_output = fields.opt_int("max_output_tokens")
+    if max_output is not None and max_output < 1:      # vLLM's sampling parameters' words
+        raise bad_request(f"max_tokens must be at least 1, got {max_output}. "
+                          f"(parameter=max_tokens, value={max_output})", "max_tokens")
     for name in ("temperature", "top_p"):       # echoed in the response body as floats
-        fields.optional_number(name)
+        fields.opt_number(name)
     history: list[dict[str, Any]] = []
     if previous_id is not None:
         kept = worker.stored_responses.get(previous_id) if worker.config.responses_store else None
@@ -267,47 +270,3 @@ def _input_messages(raw: Any) -> list[dict[str, Any]]:
             raise bad_request(f"input[{i}].content: must be text or text parts", "input")
         messages.append({"role": item["role"], "content": content})
     return messages
-
-
-class _Fields:
-    """Typed reads of optional body fields, each a vLLM-shaped 400 when of the wrong type."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        self._data = data
-
-    def optional_str(self, name: str) -> str | None:
-        value = self._data.get(name)
-        if value is not None and not isinstance(value, str):
-            raise validation_error(name, "Input should be a valid string", "string_type", value)
-        return value
-
-    def optional_int(self, name: str) -> int | None:
-        value = self._data.get(name)
-        if value is None:
-            return None
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)       # pydantic's lax int takes a whole float, as vLLM does
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise validation_error(name, "Input should be a valid integer", "int_type", value)
-        if value < 1:
-            raise validation_error(name, "Input should be greater than or equal to 1",
-                                   "greater_than_equal", value)
-        return value
-
-    def optional_number(self, name: str) -> float | None:
-        value = self._data.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise validation_error(name, "Input should be a valid number", "float_type", value)
-        return float(value)
-
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self._data.get(name, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise validation_error(name, "Input should be a valid boolean", "bool_type", value)
-        return value

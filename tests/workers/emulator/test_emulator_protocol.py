@@ -56,7 +56,7 @@ CHAT_CASES = [
      "body.stream"),
     (b'{"messages": [{"role": "user", "content": "x"}], "stream_options": 3}', "Bad Request",
      "body.stream_options"),
-    (b'{"messages": [{"role": "user", "content": "x"}], "n": 0}', "BadRequestError", "n"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "n": 0}', "BadRequestError", None),
     (b'{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', "Bad Request",
      "body.temperature"),
     (b'{"messages": [{"role": "user", "content": "x"}], "model": 7}', "Bad Request", "body.model"),
@@ -81,15 +81,17 @@ async def test_bad_chat_bodies(worker: EmulatorProcess, data: bytes, err_type: s
 
 
 COMPLETION_CASES = [
-    (b'{"max_tokens": 3}', "Bad Request", "body.prompt"),
+    # vLLM 0.32: "Either prompt or prompt_embeds must be provided and non-empty." (missing
+    # or empty), "You must pass at least one prompt" (an empty list)
+    (b'{"max_tokens": 3}', "BadRequestError", "prompt"),
     (b'{"prompt": ""}', "BadRequestError", "prompt"),
-    (b'{"prompt": []}', "BadRequestError", "prompt"),
+    (b'{"prompt": []}', "BadRequestError", None),
     (b'{"prompt": [1, "a"]}', "Bad Request", "body.prompt"),
     (b'{"prompt": [[1], "a"]}', "Bad Request", "body.prompt"),
     (b'{"prompt": {"text": "a"}}', "Bad Request", "body.prompt"),
     (b'{"prompt": [true]}', "Bad Request", "body.prompt"),
-    (b'{"prompt": [99999999]}', "BadRequestError", "prompt"),
-    (b'{"prompt": [-1]}', "BadRequestError", "prompt"),
+    (b'{"prompt": [99999999]}', "BadRequestError", None),
+    (b'{"prompt": [-1]}', "BadRequestError", None),
     (b'{"prompt": "a", "stream_options": {"include_usage": true}}', "BadRequestError",
      "stream_options"),          # vLLM: "Stream options can only be defined when `stream=True`."
 ]
@@ -212,11 +214,15 @@ def test_parse_generation_defaults() -> None:
     ("chat", {"top_k": -5}, "top_k must be 0 (disable), or at least 1, got -5."),
     ("completion", {"suffix": "x"},
      "suffix is only supported for models with FIM completion rendering"),
-    ("completion", {"logprobs": 100},
-     "Requested sample logprobs of 100, which is greater than max allowed: 20"),
-    ("chat", {"logprobs": True, "top_logprobs": 21},
-     "Requested sample logprobs of 21, which is greater than max allowed: 20"),
-    ("chat", {"top_logprobs": 3}, "when using `top_logprobs`, `logprobs` must be set to true."),
+    ("completion", {"logprobs": 100}, "Requested sample logprobs of 100, which is greater "
+     "than max allowed: 20 (parameter=logprobs, value=100)"),
+    ("chat", {"logprobs": True, "top_logprobs": 21}, "Requested sample logprobs of 21, which "
+     "is greater than max allowed: 20 (parameter=logprobs, value=21)"),
+    ("chat", {"top_logprobs": 3}, "when using `top_logprobs`, `logprobs` must be set to true. "
+     "(parameter=top_logprobs)"),
+    ("chat", {"max_tokens": 0},
+     "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"),
+    ("chat", {"n": 0}, "n must be at least 1, got 0."),
     ("chat", {"temperature": 1000},
      "temperature must be in [0, 2], got 1000.0. (parameter=temperature, value=1000.0)"),
     ("chat", {"presence_penalty": 5}, "presence_penalty must be in [-2, 2], got 5.0."),
