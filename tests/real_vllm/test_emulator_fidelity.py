@@ -428,3 +428,22 @@ async def test_a_request_id_already_running_runs_too(real_fleet: RealFleet,
                     "model": MODEL, "prompt": "hi", "max_tokens": 2}) as second:
                 answer = await second.json()
                 assert (second.status, answer["id"]) == (200, "cmpl-dup-1"), url
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+async def test_a_streams_headers_are_vllms(real_fleet: RealFleet, emulator: EmulatorProcess,
+                                           path: str) -> None:
+    """vLLM streams as ``text/event-stream; charset=utf-8`` with no Cache-Control; the
+    emulator sent no charset and a Cache-Control of its own."""
+    body: dict[str, Any] = ({"model": MODEL, "input": "hi", "max_output_tokens": 2,
+                             "stream": True} if path == "/v1/responses"
+                            else {**CHAT_HI, "stream": True})
+    seen = []
+    for url in (real_fleet.urls[0], emulator.url):
+        async with aiohttp.ClientSession() as session, session.post(url + path,
+                                                                    json=body) as resp:
+            await resp.read()
+            seen.append((resp.status, resp.headers.get("Content-Type"),
+                         resp.headers.get("Cache-Control")))
+    assert seen[0] == (200, "text/event-stream; charset=utf-8", None)
+    assert seen[1] == seen[0]

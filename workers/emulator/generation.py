@@ -24,6 +24,7 @@ from workers.emulator.errors import ApiError, bad_request, internal_error
 from workers.emulator.logprobs import chat_logprobs, completion_logprobs
 from workers.emulator.outputs import plan_output
 from workers.emulator.protocol import (
+    SSE_HEADERS,
     GenerationBody,
     RequestKind,
     parse_generation,
@@ -323,8 +324,7 @@ async def _complete(worker: WorkerState, body: GenerationBody, header: ResponseH
 
 async def _stream(request: web.Request, worker: WorkerState, body: GenerationBody,
                   header: ResponseHeader, admitted: Admitted) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+    response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     tok, chat, stall = worker.tokenizer, body.kind == "chat", worker.faults.stall_after_tokens
     failing = worker.faults.error_after_tokens

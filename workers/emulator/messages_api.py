@@ -38,7 +38,12 @@ from workers.emulator.generation import (
     text_deltas,
     tokenize_body,
 )
-from workers.emulator.protocol import GenerationBody, check_sampling_ranges, read_json_body
+from workers.emulator.protocol import (
+    SSE_HEADERS,
+    GenerationBody,
+    check_sampling_ranges,
+    read_json_body,
+)
 from workers.emulator.state import WORKER, WorkerState
 
 # vLLM's stop reasons by the chat completion's finish reason
@@ -203,8 +208,7 @@ async def _whole(worker: WorkerState, message_id: str, model: str,
 
 async def _stream(request: web.Request, worker: WorkerState, message_id: str, model: str,
                   admitted: Admitted) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+    response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
 
     async def send(kind: str, payload: dict[str, Any]) -> None:

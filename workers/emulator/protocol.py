@@ -25,6 +25,8 @@ from workers.lax_values import lax_bool, lax_float, lax_int, lax_int_error
 
 RequestKind = Literal["chat", "completion"]
 MAX_N = 128
+# a stream's headers, as vLLM's (Starlette's StreamingResponse of text/event-stream) send them
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8"}
 GREEDY_TEMPERATURE = 1e-5       # below it vLLM samples greedily (its _SAMPLING_EPS)
 STREAM_OPTIONS_WITHOUT_STREAM = ("Stream options can only be defined when `stream=True`. "
                                  "(parameter=stream_options)")

@@ -41,7 +41,7 @@ from workers.emulator.generation import (
     text_deltas,
     tokenize_body,
 )
-from workers.emulator.protocol import BodyFields, GenerationBody, read_json_body
+from workers.emulator.protocol import SSE_HEADERS, BodyFields, GenerationBody, read_json_body
 from workers.emulator.state import WORKER, WorkerState
 
 
@@ -202,8 +202,7 @@ async def _whole(worker: WorkerState, turn: _Turn, admitted: Admitted) -> dict[s
 
 async def _stream(request: web.Request, worker: WorkerState, turn: _Turn, admitted: Admitted,
                   messages: list[dict[str, Any]], store: bool) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
+    response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     events = _Events(response)
     await events.send("response.created", {"response": turn.body("in_progress", [], None)})
