@@ -5,11 +5,11 @@ The id keys the policies' per-request state (in-flight prefixes, the decode guar
 incumbents, the latency predictions awaiting their outcome) and travels to the worker as
 ``X-Request-Id``, which vLLM names the answer after and aborts by (a worker that keys its
 requests by that id alone refuses a second while the first runs: 400 "already running";
-vLLM 0.32 adds random characters of its own in its engine). Clients may send the same id twice at once (a retry that does not wait,
-a fixed id in a script): the second gets the first's id with a suffix, which the response's
-``x-request-id`` then reports. An id that is not printable ASCII (it is echoed in a
-response header, which carries visible ASCII: ``router.header_values``), or longer than 256
-characters, is replaced by a new one.
+vLLM 0.32 adds random characters of its own in its engine). Clients may send the same id
+twice at once (a retry that does not wait, a fixed id in a script): the second gets the
+first's id with a suffix, which the response's ``x-request-id`` then reports. An id that is
+not printable ASCII (it is echoed in a response header, which carries visible ASCII:
+``router.header_values``), or longer than 256 characters, is replaced by a new one.
 
 A request whose connection to its worker the router closed while the worker was running it
 (its client left, the router stopped waiting) is still running there for a moment: the
