@@ -906,9 +906,9 @@ def _context_length_error(routing: RoutingRequest, max_model_len: int,
 
 # the body field vLLM names in its max_tokens refusal, by path (a Messages request is turned
 # into a chat request's max_completion_tokens)
-_MAX_TOKENS_FIELDS = {"/v1/completions": ("max_tokens",),
-                      "/v1/chat/completions": ("max_completion_tokens", "max_tokens"),
-                      "/v1/messages": ("max_tokens",), "/v1/responses": ("max_output_tokens",)}
+_MAX_TOKENS_FIELDS = {COMPLETIONS_PATH: ("max_tokens",),
+                      CHAT_PATH: ("max_completion_tokens", "max_tokens"),
+                      MESSAGES_PATH: ("max_tokens",), RESPONSES_PATH: ("max_output_tokens",)}
 
 
 def _asked_max_tokens(routing: RoutingRequest) -> tuple[str, int] | None:
@@ -919,7 +919,7 @@ def _asked_max_tokens(routing: RoutingRequest) -> tuple[str, int] | None:
     for field in _MAX_TOKENS_FIELDS.get(routing.path, ()):
         value = lax_int(body.get(field))
         if value is not None:
-            if routing.path == "/v1/messages":
+            if routing.path == MESSAGES_PATH:
                 field = "max_completion_tokens"
             return field, value
     return None
@@ -933,11 +933,10 @@ def _first_too_long_ids(prompt: object, max_model_len: int) -> int | None:
     if isinstance(prompt[0], int):
         return len(prompt) if len(prompt) > max_model_len else None
     for ids in prompt:
-        if isinstance(ids, list) and all(isinstance(t, int) for t in ids[:1]):
-            if len(ids) > max_model_len:
-                return len(ids)
-        else:
-            return None
+        if not isinstance(ids, list) or (ids and not isinstance(ids[0], int)):
+            return None                 # texts
+        if len(ids) > max_model_len:
+            return len(ids)
     return None
 
 

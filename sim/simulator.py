@@ -41,7 +41,7 @@ from sim.prefill_clock import PrefillClock
 from sim.traces import Trace, TraceRequest
 from sim.worker import FirstToken, KvEventsLanding, SimWorker
 from workers.engine.api import EngineConfig, EngineRequest, RequestStats
-from workers.engine.capacity import config_limits
+from workers.engine.capacity import EngineLimits, config_limits
 from workers.engine.core import EngineCore
 from workers.engine.request import Request
 from workers.fleet import FleetConfig, FleetConfigError
@@ -128,14 +128,18 @@ EMULATED_ENGINE_KEYS = ("block_size", "num_gpu_blocks", "gpu_memory_utilization"
                         "max_model_len", "enable_prefix_caching", "scheduler_reserve_full_isl")
 
 
+def _model_limits(fleet: FleetConfig, settings: SimulationSettings) -> list[EngineLimits]:
+    """The sizes of the simulated engines of the workers serving the simulated model."""
+    model = simulated_model(fleet)
+    return [config_limits(engine_config(spec.info, settings, i, spec.emulate))
+            for i, spec in enumerate(fleet.workers) if model in spec.info.models]
+
+
 def largest_window(fleet: FleetConfig, settings: SimulationSettings | None = None) -> int:
     """The largest ``max_model_len`` among the workers serving the simulated model, as the
     simulated engines size them (0 when none serves it)."""
-    settings = settings or SimulationSettings()
-    model = simulated_model(fleet)
-    return max((config_limits(engine_config(spec.info, settings, i, spec.emulate)).max_model_len
-                for i, spec in enumerate(fleet.workers) if model in spec.info.models),
-               default=0)
+    limits = _model_limits(fleet, settings or SimulationSettings())
+    return max((k.max_model_len for k in limits), default=0)
 
 
 def servable(trace: Trace, fleet: FleetConfig,
@@ -143,10 +147,7 @@ def servable(trace: Trace, fleet: FleetConfig,
     """``trace`` without the requests no worker of ``fleet`` can ever serve (longer than every
     worker's window or KV cache, as ``SimWorker.fits`` judges): every policy rejects them, and
     the hit rates count served requests only, so the prefix ceilings leave them out too."""
-    settings = settings or SimulationSettings()
-    model = simulated_model(fleet)
-    limits = [config_limits(engine_config(spec.info, settings, i, spec.emulate))
-              for i, spec in enumerate(fleet.workers) if model in spec.info.models]
+    limits = _model_limits(fleet, settings or SimulationSettings())
 
     def fits_somewhere(request: TraceRequest) -> bool:
         prompt, total = request.num_prompt_tokens, request.num_prompt_tokens + (

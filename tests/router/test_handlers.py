@@ -251,10 +251,14 @@ async def test_names_clients_choose_do_not_grow_the_metrics(
     assert 0 < other < spent      # nothing lost: the folded tenants' cost is still counted
 
 
-async def test_one_request_id_sent_at_once_by_several_requests(router: RouterHandle) -> None:
-    """vLLM refuses a request whose id is running: each request in flight gets its own id
-    (the first keeps the client's), and the id is the client's again once they are done."""
-    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 8}
+async def test_one_request_id_sent_at_once_by_several_requests(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """Each request in flight gets its own id (the first keeps the client's: a worker keying
+    its requests by id alone refuses a second), and the id is the client's again once they
+    are done. The slow worker keeps the six running together (on a fast one, under load, one
+    could end before the next arrived and hand its id on)."""
+    router = await make_router(subset(emulated_fleet, ["slow"]))
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 64}
     headers = {"x-request-id": "retry-storm"}
 
     async def send(session: aiohttp.ClientSession) -> tuple[int, str]:

@@ -37,7 +37,12 @@ import orjson
 from aiohttp import web
 
 from workers import lax_values
-from workers.emulator.errors import bad_request, internal_error, validation_error
+from workers.emulator.errors import (
+    bad_request,
+    internal_error,
+    prompt_too_long,
+    validation_error,
+)
 from workers.emulator.generation import LONG_PROMPT_CHARS, internal_id
 from workers.emulator.protocol import body_request_id, read_json_body
 from workers.emulator.runner import OutputQueue
@@ -165,8 +170,7 @@ def truncation(worker: WorkerState, data: Mapping[str, Any],
 
 def _lax_count(value: Any) -> int | None:
     """``lax_int``'s integer, None for anything it refuses."""
-    count = lax_int(value)
-    return count if isinstance(count, int) else None
+    return lax_values.lax_int(value)
 
 
 def lax_int(value: Any) -> int | tuple[str, str]:
@@ -308,11 +312,7 @@ def _raw_token_ids(worker: WorkerState,
 
 def _too_long(limit: int) -> NoReturn:
     """vLLM 0.32's words (it tokenizes up to one token past the limit)."""
-    raise bad_request(
-        f"This model's maximum context length is {limit} tokens. However, your prompt "
-        f"contains at least {limit + 1} input tokens, which exceeds this limit even without "
-        "any output tokens. Please reduce the length of the input prompt. "
-        f"(parameter=input_tokens, value={limit + 1})", "input_tokens")
+    raise prompt_too_long(limit, limit + 1)
 
 
 @lru_cache(maxsize=65536)

@@ -88,3 +88,21 @@ def model_not_found(name: str, valid: list[str]) -> ApiError:
 
 def internal_error(message: str) -> ApiError:
     return ApiError(500, message, "InternalServerError")
+
+
+def prompt_too_long(window: int, count: int) -> ApiError:
+    """vLLM's 400 for a prompt past the window: ``count`` tokens, "at least" when it is one
+    past (vLLM tokenizes a text no further)."""
+    qualifier = "at least " if count == window + 1 else ""
+    return bad_request(
+        f"This model's maximum context length is {window} tokens. However, your prompt "
+        f"contains {qualifier}{count} input tokens, which exceeds this limit even without any "
+        "output tokens. Please reduce the length of the input prompt. "
+        f"(parameter=input_tokens, value={count})", "input_tokens")
+
+
+def no_room_to_answer(max_tokens: int) -> ApiError:
+    """vLLM's sampling parameters' 400 for a ``max_tokens`` below 1 (0 when a prompt fills
+    the window)."""
+    return bad_request(f"max_tokens must be at least 1, got {max_tokens}. "
+                       f"(parameter=max_tokens, value={max_tokens})", "max_tokens")

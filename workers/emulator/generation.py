@@ -20,7 +20,13 @@ import orjson
 from aiohttp import web
 
 from policies.producers.media import without_marks
-from workers.emulator.errors import ApiError, bad_request, internal_error
+from workers.emulator.errors import (
+    ApiError,
+    bad_request,
+    internal_error,
+    no_room_to_answer,
+    prompt_too_long,
+)
 from workers.emulator.logprobs import chat_logprobs, completion_logprobs
 from workers.emulator.outputs import plan_output
 from workers.emulator.protocol import (
@@ -197,17 +203,10 @@ def check_lengths(worker: WorkerState, prompts: list[list[int]], requested: int 
             raise bad_request("The decoder prompt cannot be empty", None)
         if n > m:
             exact = i < len(token_ids_given) and token_ids_given[i]
-            count = n if exact else m + 1
-            qualifier = "at least " if count == m + 1 else ""
-            raise bad_request(
-                f"This model's maximum context length is {m} tokens. However, your prompt "
-                f"contains {qualifier}{count} input tokens, which exceeds this limit even "
-                "without any output tokens. Please reduce the length of the input prompt. "
-                f"(parameter=input_tokens, value={count})", "input_tokens")
+            raise prompt_too_long(m, n if exact else m + 1)
     room = m - max((len(ids) for ids in prompts), default=0)
     if room == 0:       # the room left for the answer, 0, is what vLLM's sampling refuses
-        raise bad_request("max_tokens must be at least 1, got 0. (parameter=max_tokens, "
-                          "value=0)", "max_tokens")
+        raise no_room_to_answer(0)
     return room if requested is None else min(requested, room)
 
 

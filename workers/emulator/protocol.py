@@ -18,6 +18,7 @@ from workers.emulator.errors import (
     ApiError,
     FieldError,
     bad_request,
+    no_room_to_answer,
     validation_error,
     validation_errors,
 )
@@ -116,8 +117,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     if stream_options and not data.get("stream"):     # vLLM's validate_stream_options
         raise bad_request(STREAM_OPTIONS_WITHOUT_STREAM, "stream_options")
     if max_tokens is not None and max_tokens < 1:     # vLLM's sampling parameters' words
-        raise bad_request(f"max_tokens must be at least 1, got {max_tokens}. "
-                          f"(parameter=max_tokens, value={max_tokens})", "max_tokens")
+        raise no_room_to_answer(max_tokens)
     n = f.opt_int("n", default=1)
     assert n is not None
     if n < 1:

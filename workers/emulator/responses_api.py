@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from workers.emulator.errors import ApiError, bad_request, validation_error
+from workers.emulator.errors import ApiError, bad_request, no_room_to_answer, validation_error
 from workers.emulator.generation import (
     Admitted,
     ChoiceState,
@@ -71,8 +71,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     instructions = fields.opt_str("instructions")
     max_output = fields.opt_int("max_output_tokens")
     if max_output is not None and max_output < 1:      # vLLM's sampling parameters' words
-        raise bad_request(f"max_tokens must be at least 1, got {max_output}. "
-                          f"(parameter=max_tokens, value={max_output})", "max_tokens")
+        raise no_room_to_answer(max_output)
     for name in ("temperature", "top_p"):       # echoed in the response body as floats
         fields.opt_number(name)
     history: list[dict[str, Any]] = []
