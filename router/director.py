@@ -707,8 +707,11 @@ class Director:
                                        outcome.completion_tokens, relayed,
                                        whole_answer=status == 200 and not routing.stream)
         engine.on_completed(routing, outcome)
+        fields = _outcome_fields(outcome, status, attempt, result, self._clock())
         if attempt.local:      # the router's own limit refused it: not the worker's answer
             self._metrics.record_request(decision.model, "", "", "none", status, attempt.api)
+            fields["answered_by"] = "router"
+            self._log_outcome(routing, attempt, fields)
             return
         self._metrics.record_request(decision.model, worker, attempt.worker_gpu,
                                      decision.profile, status, attempt.api)
@@ -731,19 +734,23 @@ class Director:
                 charged = cost
         self._metrics.record_outcome(billed if billed is not None else outcome,
                                      attempt.worker_gpu, routing.tenant, charged)
-        fields = _outcome_fields(outcome, status, attempt, result, self._clock())
-        if attempt.record is not None:
-            self._decisions.ended(attempt.record, fields)
-        for sink in self._outcome_sinks:
-            try:
-                sink.on_outcome(routing, decision, attempt.number, fields)
-            except Exception:      # observability never fails a request (a full disk, ...)
-                self._sink_failed(sink)
+        self._log_outcome(routing, attempt, fields)
         predicted = routing.predicted_output_tokens
         if predicted is not None and status == 200:
             self._metrics.record_output_prediction(
                 decision.model, predicted, per_sequence(outcome.completion_tokens, routing))
         self.settle_departed(worker, engine)
+
+    def _log_outcome(self, routing: RoutingRequest, attempt: _Attempt,
+                     fields: Outcome) -> None:
+        """How the attempt ended, to ``/debug/decisions`` and the outcome sinks."""
+        if attempt.record is not None:
+            self._decisions.ended(attempt.record, fields)
+        for sink in self._outcome_sinks:
+            try:
+                sink.on_outcome(routing, attempt.decision, attempt.number, fields)
+            except Exception:      # observability never fails a request (a full disk, ...)
+                self._sink_failed(sink)
 
     def settle_departed(self, worker_id: str, engine: PolicyEngine | None = None) -> None:
         """A request of this router at ``worker_id`` ended: when the fleet file removed that

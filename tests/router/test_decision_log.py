@@ -464,3 +464,39 @@ async def test_each_routed_request_ends_with_an_outcome_line(
         assert (line["tenant"], line["model"]) == ("acme", MODEL)
         assert line["completion_tokens"] == 2 and line["prompt_tokens"] > 0
         assert 0 < line["e2e_s"] <= line["client_s"]
+
+
+@pytest.mark.integration
+async def test_an_attempt_the_router_refused_itself_has_its_outcome_line(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An attempt refused by the router's own open-file limit (no connection to the worker)
+    had a decision line and no outcome line, and /debug/decisions no outcome: now both say
+    the router answered it, with its 503."""
+    from router.keys import DIRECTOR
+    from workers.upstream import UpstreamLocalError
+
+    log_path = tmp_path / "decisions.jsonl"
+    monkeypatch.setenv("KVROUTE_DECISION_LOG", str(log_path))
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), ROUTING_ROUND_ROBIN)
+    client = router.app[DIRECTOR]._proxy._client
+
+    async def no_descriptors(*args: object, **kwargs: object) -> None:
+        raise UpstreamLocalError("cannot connect to 127.0.0.1:1: Too many open files")
+
+    monkeypatch.setattr(client, "_pooled", lambda *args: None)
+    monkeypatch.setattr(client, "_connect", no_descriptors)
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 2}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + "/v1/completions", json=body,
+                                headers={"x-request-id": "no-fd"}) as resp:
+            assert resp.status == 503
+        async with session.get(router.url + "/debug/decisions") as resp:
+            shown = (await resp.json())["data"]
+    assert [(d["request_id"], (d["outcome"] or {}).get("status"),
+             (d["outcome"] or {}).get("answered_by")) for d in shown] == [
+        ("no-fd", 503, "router")]
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(line["kind"], line["worker"], line.get("status"), line.get("answered_by"))
+            for line in lines] == [("decision", "h100-fast", None, None),
+                                   ("outcome", "h100-fast", 503, "router")]
