@@ -206,7 +206,8 @@ def _adapters_no_worker_loads(routing: RoutingConfig, fleet: FleetConfig) -> lis
 
 def _windows_left_by_margins(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
     """A ``context-length`` filter whose ``margin_tokens`` reach every worker's context
-    window refuses every request for its length."""
+    window holds no request with its margin: the margin is moot (each request goes to the
+    windows that hold its prompt without it)."""
     longest = max(w.info.model_spec.max_model_len for w in fleet.workers)
     found = []
     for name, profile in routing.profiles.items():
@@ -217,7 +218,8 @@ def _windows_left_by_margins(routing: RoutingConfig, fleet: FleetConfig) -> list
             if margin >= longest:
                 found.append(f"{spec.path}.params.margin_tokens: {margin} leaves nothing of "
                              f"the longest context window of the fleet ({longest} tokens): "
-                             f"profile {name} refuses every request for its length")
+                             f"profile {name} holds no request with it, so it prefers no "
+                             "window (each request goes where its prompt fits without it)")
     return found
 
 

@@ -11,7 +11,10 @@ window is at least ``max_tokens`` are kept when there are any; else all of them,
 that 400 in the engine's words. Only a prompt that fits no window leaves nothing (the router
 then answers vLLM's 400). A worker with an unknown ``max_model_len`` (0) is kept. Needs
 ``num_prompt_tokens`` (the tokens producer is added automatically). ``margin_tokens``
-absorbs the difference between the router's token count and the worker's tokenizer.
+absorbs the difference between the router's token count and the worker's tokenizer: workers
+with that room are preferred, and a prompt that fits a window only without it is sent to
+that window's workers, whose engine counts it exactly (and refuses it in its own words when
+it does not fit); the router refuses only a prompt that by its count fits no window.
 
 The prompt is the longest one of a batch (several completion prompts, several embedding
 inputs, a score's or a rerank's texts): vLLM serves each on its own, so only each must fit,
@@ -100,6 +103,11 @@ class ContextLengthFilter:
         prompt_only = (request.certain_context_tokens + min(1, least_output(request))
                        + self.margin_tokens)      # max_tokens clamped
         holding = [view for view in workers if prompt_only <= view.max_model_len]
+        if not holding and self.margin_tokens:
+            # the margin is for the router's count, not the engine's: a prompt that fits
+            # without it is the engine's to judge (it counts exactly, in its own words)
+            prompt_only -= self.margin_tokens
+            holding = [view for view in workers if prompt_only <= view.max_model_len]
         requested = request.max_tokens
         if requested is not None and least_output(request):
             # clamped only within the window: vLLM answers 400 for a longer max_tokens

@@ -115,8 +115,8 @@ def test_rules_that_cannot_match_and_margins_that_leave_no_window_are_warned_of(
         "rules[2] (ghost).when.model: no worker of the fleet serves nope: the rule matches no "
         "request",
         "profiles.default.filters[2].params.margin_tokens: 9000 leaves nothing of the longest "
-        "context window of the fleet (8192 tokens): profile default refuses every request for "
-        "its length"))
+        "context window of the fleet (8192 tokens): profile default holds no request with it, "
+        "so it prefers no window (each request goes where its prompt fits without it)"))
 
 
 def test_an_alias_rule_is_not_warned_of(tmp_path: Path,

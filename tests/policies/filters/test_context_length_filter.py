@@ -30,6 +30,24 @@ def test_fits_prompt_plus_output(view: ViewFactory, prompt: int, max_tokens: int
     assert [v.id for v in plugin.filter(request, views, CycleState())] == expected
 
 
+@pytest.mark.parametrize(("prompt", "margin", "expected"), [
+    (4085, 10, ["big"]),              # with the margin, the big window alone holds it all
+    (4091, 10, ["big"]),              # and the prompt, a token and the margin
+    (4093, 10, ["small", "big"]),     # no window holds those: without the margin, both
+    (4095, 10, ["small", "big"]),     # room for one token: the engine counts exactly
+    (4097, 10, ["big"]),
+    (4102, 10, []),                   # fills every window by the router's count
+])
+def test_a_prompt_that_fits_only_without_the_margin_is_the_engines_to_judge(
+        view: ViewFactory, prompt: int, margin: int, expected: list[str]) -> None:
+    """The margin absorbs the router's miscount; it refused a prompt that by its own count
+    fits, with vLLM's 'at least M+1 input tokens', which was not so."""
+    views = [view("small", max_model_len=4096), view("big", max_model_len=4096 + 6)]
+    request = RoutingRequest("r", "m", max_tokens=5, num_prompt_tokens=prompt)
+    plugin = ContextLengthFilter("context-length", ContextLengthFilterParams(margin_tokens=margin))
+    assert [v.id for v in plugin.filter(request, views, CycleState())] == expected
+
+
 @pytest.mark.parametrize(("prompt", "max_tokens", "expected"), [
     (1000, 3500, ["big"]),                # no window holds 4500; 3500 is past the small one's
                                           # (its 400): the big one clamps it
