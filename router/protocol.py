@@ -177,7 +177,9 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
             prompt = None       # vLLM's --enable-prompt-embeds: routed with no text counted
         else:
             prompt = _check_prompt(data.get("prompt"))
-        max_tokens = _check_max_tokens(data)
+        # a completion has no max_completion_tokens (vLLM ignores it as an extra field)
+        max_tokens = _check_max_tokens(data, ("max_tokens",) if path == COMPLETIONS_PATH
+                                       else ("max_completion_tokens", "max_tokens"))
         if max_tokens is None and path == COMPLETIONS_PATH:
             max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         stream = _check_bool(data, "stream")

@@ -63,6 +63,17 @@ def test_a_completion_without_max_tokens_is_routed_as_vllms_16_tokens() -> None:
     assert parse(CHAT).routing.max_tokens is None           # chat: up to the window
 
 
+def test_a_completions_max_completion_tokens_is_no_field_of_its() -> None:
+    """vLLM's completion request has no ``max_completion_tokens`` (an extra field, ignored):
+    the router routed such a request as that many tokens, and refused one it could not read,
+    which the engine serves as its 16."""
+    for extra in (5, "many", -3):
+        body = {"model": MODEL, "prompt": "x", "max_completion_tokens": extra}
+        assert parse(body, COMPLETIONS_PATH).routing.max_tokens == 16
+    body = {"model": MODEL, "prompt": "x", "max_completion_tokens": 5, "max_tokens": 9}
+    assert parse(body, COMPLETIONS_PATH).routing.max_tokens == 9
+
+
 @pytest.mark.parametrize("prompt", ["hello", ["a", "b"], [1, 2, 3], [[1, 2], [3]]],
                          ids=["string", "list of strings", "token ids", "lists of token ids"])
 def test_completion_prompts_accepted(prompt: object) -> None:
