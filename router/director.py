@@ -319,7 +319,8 @@ class Director:
         tried: dict[str, None] = {}        # the workers tried, in order
         last_failure: RetryableUpstream | None = None
         failed: Decision | None = None     # the decision of the last failed attempt
-        retried: tuple[str, str] | None = None   # (worker, reason): counted once tried again
+        # (worker, reason, model): counted once tried again
+        retried: tuple[str, str, str] | None = None
         for attempt in range(self._settings.max_retries + 1):
             if tried:
                 views = [v for v in self._views(self._clock(), pinned) if v.id not in tried]
@@ -346,7 +347,7 @@ class Director:
                 last_failure, failed = failure, decision
                 tried[decision.worker_id] = None
                 if self._registry.declares(decision.worker_id):
-                    retried = (decision.worker_id, failure.reason)
+                    retried = (decision.worker_id, failure.reason, decision.model)
                 log.info("request %s: %s failed (%s)%s", request_id, decision.worker_id,
                          failure, "" if attempt < self._settings.max_retries
                          else "; no more retries (max_retries)")
@@ -707,9 +708,9 @@ class Director:
                                        outcome.completion_tokens, relayed,
                                        whole_answer=status == 200 and not routing.stream)
         engine.on_completed(routing, outcome)
-        fields = _outcome_fields(outcome, status, attempt, result, self._clock())
         if attempt.local:      # the router's own limit refused it: not the worker's answer
             self._metrics.record_request(decision.model, "", "", "none", status, attempt.api)
+            fields = _outcome_fields(outcome, status, attempt, result, self._clock())
             fields["answered_by"] = "router"
             self._log_outcome(routing, attempt, fields)
             return
@@ -732,9 +733,11 @@ class Director:
                                           billed.completion_tokens)
             else:                   # a whole answer whose usage is unread: as estimated
                 charged = cost
-        self._metrics.record_outcome(billed if billed is not None else outcome,
-                                     attempt.worker_gpu, routing.tenant, charged)
-        self._log_outcome(routing, attempt, fields)
+        counted = billed if billed is not None else outcome
+        self._metrics.record_outcome(counted, attempt.worker_gpu, routing.tenant, charged)
+        # its tokens as counted and charged (a stream cut short: what reached its client)
+        self._log_outcome(routing, attempt, _outcome_fields(counted, status, attempt, result,
+                                                            self._clock()))
         predicted = routing.predicted_output_tokens
         if predicted is not None and status == 200:
             self._metrics.record_output_prediction(

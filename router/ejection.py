@@ -117,4 +117,8 @@ class WorkerEjection:
         stalled = self.stalls.stalled(now)
         if not self._records:
             return stalled
-        return stalled | {w for w, r in self._records.items() if now < r.until}
+        return stalled | self.failed_out(now)
+
+    def failed_out(self, now: float) -> frozenset[str]:
+        """The workers ejected after failures at ``now`` (stalled ones not included)."""
+        return frozenset(w for w, r in self._records.items() if now < r.until)

@@ -10,7 +10,7 @@ render through the same registry, in declaration order.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -100,6 +100,8 @@ PREDICTION_RATIO_BUCKETS = (0.0625, 0.125, 0.25, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 
 UNKNOWN_MODEL = "(unknown)"
 
 ViewSource = Callable[[], Sequence[WorkerView]]
+# (the workers ejected after failures, the workers stalled), now
+SetAsideSource = Callable[[], tuple[Collection[str], Collection[str]]]
 _Loop = TypeVar("_Loop", LoopCounter, LoopHistogram)
 _Key = TypeVar("_Key", bound=tuple[str, ...])
 
@@ -126,6 +128,27 @@ class _WorkerCollector(Collector):
             reqs.add_metric([*labels, "waiting"], float(view.waiting))
             reqs.add_metric([*labels, "inflight"], float(view.inflight_requests))
         return [up, kv, reqs]
+
+
+class _SetAsideCollector(Collector):
+    """Renders ``kvroute_worker_set_aside``: 1 while the router passes a worker over, by
+    why (``ejected`` after failed requests, ``stalled`` with a request overdue), else 0."""
+
+    def __init__(self, views: ViewSource, set_aside: SetAsideSource) -> None:
+        self._views = views
+        self._set_aside = set_aside
+
+    def collect(self) -> Iterable[Metric]:
+        gauge = GaugeMetricFamily(
+            "kvroute_worker_set_aside", "1 while the router sends the worker nothing: ejected "
+            "after failed requests, or stalled with a request overdue (reason).",
+            labels=["worker", "gpu", "model", "reason"])
+        ejected, stalled = self._set_aside()
+        for view in self._views():
+            labels = [view.id, view.gpu.name, view.info.models[0]]
+            gauge.add_metric([*labels, "ejected"], 1.0 if view.id in ejected else 0.0)
+            gauge.add_metric([*labels, "stalled"], 1.0 if view.id in stalled else 0.0)
+        return [gauge]
 
 
 class _PoolDemandCollector(Collector):
@@ -265,8 +288,9 @@ class RouterMetrics:
         self.cached_tokens = loop(LoopCounter(
             "kvroute_cached_tokens", "Prompt tokens served from the worker's prefix cache.",
             ["worker", "gpu"]))
-        self.retries = loop(LoopCounter("kvroute_retries", "Requests retried on another worker.",
-                                        ["worker", "reason"]))
+        self.retries = loop(LoopCounter("kvroute_retries", "Requests retried on another worker, "
+                                        "by the worker whose attempt failed and the model.",
+                                        ["worker", "reason", "model"]))
         self.ejections = Counter("kvroute_worker_ejections",
                                  "Workers set aside after consecutive failed requests.",
                                  ["worker"], registry=r)
@@ -436,6 +460,11 @@ class RouterMetrics:
         """A request to ``path`` refused for its API key, before anything of it was read."""
         self.record_request(UNKNOWN_MODEL, "", "", "none", 401, api_of_path(path))
 
+    def watch_set_aside(self, views: ViewSource, set_aside: SetAsideSource) -> None:
+        """Render ``kvroute_worker_set_aside`` for ``views`` from ``set_aside()`` at each
+        scrape."""
+        self.registry.register(_SetAsideCollector(views, set_aside))
+
     def watch_admission(self, in_flight: Callable[[], float],
                         waiting: Callable[[], float]) -> None:
         """Read the admission gauges from these at each scrape."""
@@ -491,8 +520,10 @@ class RouterMetrics:
             child = self._prediction_children[model] = self.output_prediction_ratio.labels(model)
         child.observe(completion_tokens / predicted_tokens)
 
-    def record_retry(self, worker: str, reason: str) -> None:
-        self.retries.labels(worker, reason).inc()
+    def record_retry(self, worker: str, reason: str, model: str) -> None:
+        """A request of ``model`` is sent on to another worker after its attempt at
+        ``worker`` failed for ``reason`` (that attempt is in ``kvroute_requests_total``)."""
+        self.retries.labels(worker, reason, model).inc()
 
     def watch_estimates(self, engine: Callable[[], PolicyEngine]) -> None:
         """Render the ``kvroute_estimate_*`` series (``router.estimate_metrics``) from the
@@ -540,7 +571,7 @@ class RouterMetrics:
         """The model names the series kept are labelled with (less ``UNKNOWN_MODEL``)."""
         names: set[str] = set()
         for metric in (self.requests, self.client_ttft, self.client_duration,
-                       self.output_prediction_ratio):
+                       self.output_prediction_ratio, self.retries):
             names |= metric.label_values("model")
         names.discard(UNKNOWN_MODEL)
         return names
@@ -549,7 +580,7 @@ class RouterMetrics:
         """No worker serves the model any more (an adapter unloaded everywhere): every
         series of its label goes, as a departed worker's do (``router.model_retirement``)."""
         for metric in (self.requests, self.client_ttft, self.client_duration,
-                       self.output_prediction_ratio):
+                       self.output_prediction_ratio, self.retries):
             metric.remove_where("model", model)
         _drop_keys(self._request_children, 0, model)
         self._prediction_children.pop(model, None)

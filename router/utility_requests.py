@@ -254,8 +254,12 @@ class UtilityRequests:
             except RetryableUpstream as failure:
                 last_failure = failure
                 if self._registry.declares(view.id):     # (not one removed meanwhile)
+                    # an attempt at a worker, as the director counts its failed ones
+                    label = model or view.info.models[0]
+                    self._metrics.record_request(label, view.id, view.gpu.name, PROFILE,
+                                                 failure.status, api_of_path(path))
                     if attempt + 1 < len(tried):              # tried again on the next one
-                        self._metrics.record_retry(view.id, failure.reason)
+                        self._metrics.record_retry(view.id, failure.reason, label)
                     self._ejection.failed(view.id, self._clock())
                 continue
             except UpstreamTimeout:

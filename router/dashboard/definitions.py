@@ -120,12 +120,16 @@ ROUTING = Dashboard(
             description="Requests retried on another worker after a connect error or a 5xx "
                         "before the first byte, by the worker that failed."),
         Panel("Workers down or set aside", (
-            Query(f'sum by (gpu) (1 - kvroute_worker_up{{{MWG}}})', "{{gpu}} down"),
-            Query('sum by (worker) (increase(kvroute_worker_ejections_total{worker=~"$worker"}['
-                  + RI + "]))", "{{worker}} set aside")), unit="short", stacked=True,
-            description="Workers the router marked down (failed scrapes), per GPU class; and "
-                        "ejections: workers set aside after failing request after request "
-                        "while their scrapes succeed (kvroute serve --eject-after)."),
+            Query(f'sum by (gpu) (max by (worker, gpu) (1 - kvroute_worker_up{{{MWG}}}))',
+                  "{{gpu}} down"),
+            Query('max by (worker, reason) (kvroute_worker_set_aside{worker=~"$worker"})',
+                  "{{worker}} {{reason}}")), unit="short", stacked=True,
+            description="Workers a router marked down (failed scrapes), per GPU class; and "
+                        "workers set aside while it lasts, healthy as their scrapes are: "
+                        "ejected after failing request after request (kvroute serve "
+                        "--eject-after), or stalled with a request past its deadline for a "
+                        "first byte (--stall-after). Each worker counted once, however many "
+                        "routers see it."),
     ))
 
 FLEET = Dashboard(
@@ -192,11 +196,15 @@ FLEET = Dashboard(
                                   "panels above time one attempt at a worker). TTFT of "
                                   "streams; whole answers of requests answered 200."),
         Panel("Pool demand: queued tokens", (Query(
-            'sum by (pool) (kvroute_pool_demand_queued_tokens{model=~"$model"})',
+            'sum by (pool) (max by (pool, model) '
+            '(kvroute_pool_demand_queued_tokens{model=~"$model"}))',
             "{{pool}}"),), width=8,
-            description="Autoscaling signal: tokens dispatched and not yet served."),
+            description="Autoscaling signal: tokens dispatched and not yet served. Each "
+                        "router exports the whole fleet's (replicas sharing a Redis add "
+                        "each other's), so the routers' series are not added up."),
         Panel("Pool demand: waiting requests", (Query(
-            'sum by (pool) (kvroute_pool_demand_waiting_requests{model=~"$model"})',
+            'sum by (pool) (max by (pool, model) '
+            '(kvroute_pool_demand_waiting_requests{model=~"$model"}))',
             "{{pool}}"),), width=8),
         Panel("Pool demand: KV usage", (Query(
             'max by (pool) (kvroute_pool_demand_kv_usage{model=~"$model"})', "{{pool}}"),),

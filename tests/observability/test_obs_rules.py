@@ -29,7 +29,7 @@ def test_promtool_check_rules_passes() -> None:
     result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 22 rules found" in result.stdout      # recording
+    assert "SUCCESS: 23 rules found" in result.stdout      # recording
     assert "SUCCESS: 21 rules found" in result.stdout      # alerts
 
 
@@ -346,8 +346,10 @@ def test_certificate_expiry_fires_a_week_before_and_for_an_expired_one(tmp_path:
 
 def test_success_rate_counts_server_errors_only(tmp_path: Path) -> None:
     """Worker 4xx answers (a client's unknown previous_response_id) and clients that left
-    (499) brought the ratio to 0.88 with no server error, and paged (SuccessRateLow)."""
-    requests = "kvroute_requests_total"
+    (499) brought the ratio to 0.88 with no server error, and paged (SuccessRateLow); and a
+    failing worker whose requests were all retried and served elsewhere paged too, clients
+    seeing no error: the page counts the answers clients got."""
+    requests, retries = "kvroute_requests_total", "kvroute_retries_total"
     _promtool_test(tmp_path, "success-ratio", {
         "rule_files": [str(path) for path in RULE_FILES],
         "evaluation_interval": "1m",
@@ -369,6 +371,26 @@ def test_success_rate_counts_server_errors_only(tmp_path: Path) -> None:
                 # m3: every answer a server error (no other series: the ratio was missing)
                 {"series": f'{requests}{{model="m3", worker="w2", status="500"}}',
                  "values": "0+10x20"},
+                # m4: a worker failing 5 a minute, each retried on another that answers:
+                # clients got 100 answers a minute, none a server error (it paged)
+                {"series": f'{requests}{{model="m4", worker="w3", status="500"}}',
+                 "values": "0+5x20"},
+                {"series": f'{requests}{{model="m4", worker="w4", status="200"}}',
+                 "values": "0+100x20"},
+                {"series": f'{retries}{{model="m4", worker="w3", reason="http_5xx"}}',
+                 "values": "0+5x20"},
+                # m5: 10 server errors a minute, 5 of them retried (one worker's adapter
+                # unloaded too: its 404 retried, no server error): 95 + 5 answers, 5 failed
+                {"series": f'{requests}{{model="m5", worker="w5", status="500"}}',
+                 "values": "0+10x20"},
+                {"series": f'{requests}{{model="m5", worker="w6", status="200"}}',
+                 "values": "0+95x20"},
+                {"series": f'{retries}{{model="m5", worker="w5", reason="http_5xx"}}',
+                 "values": "0+5x20"},
+                {"series": f'{requests}{{model="m5", worker="w6", status="404"}}',
+                 "values": "0+2x20"},
+                {"series": f'{retries}{{model="m5", worker="w6", reason="model_not_found"}}',
+                 "values": "0+2x20"},
             ],
             "promql_expr_test": [{
                 "expr": "model:kvroute_requests_success:ratio5m", "eval_time": "10m",
@@ -377,25 +399,44 @@ def test_success_rate_counts_server_errors_only(tmp_path: Path) -> None:
                                 {"labels": 'model:kvroute_requests_success:ratio5m{model="m2"}',
                                  "value": 0.99},
                                 {"labels": 'model:kvroute_requests_success:ratio5m{model="m3"}',
-                                 "value": 0}]}],
+                                 "value": 0},
+                                {"labels": 'model:kvroute_requests_success:ratio5m{model="m4"}',
+                                 "value": 1 - 5 / 105},
+                                {"labels": 'model:kvroute_requests_success:ratio5m{model="m5"}',
+                                 "value": 1 - 10 / 107}]}, {
+                "expr": "model:kvroute_client_success:ratio5m", "eval_time": "10m",
+                "exp_samples": [{"labels": 'model:kvroute_client_success:ratio5m{model="m1"}',
+                                 "value": 1},
+                                {"labels": 'model:kvroute_client_success:ratio5m{model="m2"}',
+                                 "value": 0.99},
+                                {"labels": 'model:kvroute_client_success:ratio5m{model="m3"}',
+                                 "value": 0},
+                                {"labels": 'model:kvroute_client_success:ratio5m{model="m4"}',
+                                 "value": 1},
+                                {"labels": 'model:kvroute_client_success:ratio5m{model="m5"}',
+                                 "value": 0.95}]}],
             "alert_rule_test": [
                 {"eval_time": "15m", "alertname": "SuccessRateLow", "exp_alerts": [
                     {"exp_labels": {"severity": "emergency", "model": "m2"},
                      "exp_annotations": {
-                         "summary": "Only 99% of m2 answers from workers are not server "
-                                    "errors", "description": _SUCCESS_DESCRIPTION}},
+                         "summary": "Only 99% of m2 answers clients got from workers are not "
+                                    "server errors", "description": _SUCCESS_DESCRIPTION}},
                     {"exp_labels": {"severity": "emergency", "model": "m3"},
                      "exp_annotations": {
-                         "summary": "Only 0% of m3 answers from workers are not server "
-                                    "errors", "description": _SUCCESS_DESCRIPTION}}]}],
+                         "summary": "Only 0% of m3 answers clients got from workers are not "
+                                    "server errors", "description": _SUCCESS_DESCRIPTION}},
+                    {"exp_labels": {"severity": "emergency", "model": "m5"},
+                     "exp_annotations": {
+                         "summary": "Only 95% of m5 answers clients got from workers are not "
+                                    "server errors", "description": _SUCCESS_DESCRIPTION}}]}],
         }],
     })
 
 
 _SUCCESS_DESCRIPTION = (
-    "Counted per attempt: a request retried on another worker after a 5xx may still have "
-    "reached its client (kvroute_retries_total says how many were retried), but its workers "
-    'are failing. Look for the workers in kvroute_requests_total{status=~"5.."}.\n')
+    "Counted per answer that reached a client: an attempt retried on another worker is left "
+    "out (a failing worker whose requests all succeed elsewhere is WorkerEjected's, not this "
+    'page). Look for the workers in kvroute_requests_total{status=~"5.."}.\n')
 
 
 def test_router_sheds_load_fires_after_five_minutes_above_one_percent(tmp_path: Path) -> None:
@@ -654,6 +695,104 @@ def test_routing_files_differ_fires_when_replicas_serve_two_contents_for_ten_min
                 {"eval_time": "12m", "alertname": "RoutingFilesDiffer",
                  "exp_alerts": [differ]},
                 {"eval_time": "14m", "alertname": "RoutingFilesDiffer", "exp_alerts": []},
+            ],
+        }],
+    })
+
+
+def _ttft_series(idle_minutes: int) -> list[dict[str, str]]:
+    """An L40S class's streams: ``idle_minutes`` with none, then 10 a minute under 50 ms
+    for two hours, then an hour of them between 0.5 and 1 s."""
+    bucket = 'kvroute_ttft_seconds_bucket{gpu="L40S", worker="l40s-0", le="%s"}'
+    idle = f"0x{idle_minutes} " if idle_minutes else ""
+    fast, slow_start = "0+10x120", 1200
+    return [
+        {"series": bucket % le, "values": f"{idle}{fast} {slow_start}x60"}
+        for le in ("0.05", "0.5")] + [
+        {"series": bucket % le, "values": f"{idle}{fast} {slow_start + 10}+10x59"}
+        for le in ("1", "+Inf")]
+
+
+@pytest.mark.parametrize("idle_minutes", [0, 30], ids=["traffic-from-the-start",
+                                                         "idle-first"])
+def test_ttft_above_baseline_fires_after_a_quiet_stretch_too(tmp_path: Path,
+                                                               idle_minutes: int) -> None:
+    """A GPU class with no stream for five minutes (a quiet night, a new pool) had a NaN
+    P99, and one NaN in the day's window made the baseline NaN: the TTFT alerts stayed
+    silent for a day. The P99 is recorded only where there were streams."""
+    at = 150 + idle_minutes
+    _promtool_test(tmp_path, "ttft-baseline", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": _ttft_series(idle_minutes),
+            "promql_expr_test": [{
+                "expr": "count(gpu:kvroute_ttft_seconds:p99_baseline_avg_1d >= 0)",
+                "eval_time": f"{at}m", "exp_samples": [{"labels": "{}", "value": 1}]}],
+            "alert_rule_test": [{
+                "eval_time": f"{at}m", "alertname": "TtftP99AboveBaseline",
+                "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "gpu": "L40S"},
+                    "exp_annotations": {"summary": "P99 TTFT on L40S is 995ms, above "
+                                                   "baseline + 2 sigma"}}]}],
+        }],
+    })
+
+
+def test_one_restart_seen_by_two_routers_is_no_flapping(tmp_path: Path) -> None:
+    """Each router exports its own kvroute_worker_up: summed, one restart seen by two
+    routers was four flips and paged WorkerFlapping (critical). Three restarts page."""
+    up = 'kvroute_worker_up{instance="%s", worker="w0", gpu="L40S", model="m"}'
+    once, thrice = "1x20 0x4 1x20", "1x4 0x4 1x4 0x4 1x4 0x4 1x20"
+    flapping = {"exp_labels": {"severity": "critical", "worker": "w0", "gpu": "L40S",
+                               "model": "m"},
+                "exp_annotations": {"summary": "w0 went down or came back 5 times in 10m "
+                                               "(OOM or crash loop)"}}
+    _promtool_test(tmp_path, "flapping", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [{"series": up % router, "values": once}
+                             for router in ("r0", "r1")],
+            "alert_rule_test": [{"eval_time": "7m", "alertname": "WorkerFlapping",
+                                 "exp_alerts": []}],
+        }, {
+            "interval": "15s",
+            "input_series": [{"series": up % router, "values": thrice}
+                             for router in ("r0", "r1")],
+            "alert_rule_test": [{"eval_time": "7m", "alertname": "WorkerFlapping",
+                                 "exp_alerts": [flapping]}],
+        }],
+    })
+
+
+def test_no_healthy_worker_pages_for_the_router_that_sees_none(tmp_path: Path) -> None:
+    """r1 lost its path to the workers and answers its clients 503 while r0 still sees them:
+    summed over the routers, the count stayed above 0 and nothing paged."""
+    up = 'kvroute_worker_up{instance="%s", worker="%s", gpu="L40S", model="m"}'
+    _promtool_test(tmp_path, "no-healthy", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [
+                {"series": up % ("r0", "w0"), "values": "1x20"},
+                {"series": up % ("r0", "w1"), "values": "1x20"},
+                {"series": up % ("r1", "w0"), "values": "1x4 0x16"},
+                {"series": up % ("r1", "w1"), "values": "1x4 0x16"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "1m", "alertname": "NoHealthyWorker", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "NoHealthyWorker", "exp_alerts": [{
+                    "exp_labels": {"severity": "emergency", "model": "m"},
+                    "exp_annotations": {
+                        "summary": "A router sees no healthy worker serving m",
+                        "description": (
+                            "Its clients get 503 no_worker_available for that model (another "
+                            "router may still see some: compare kvroute_worker_up by instance, "
+                            "and the routers' network paths).\n")}}]},
             ],
         }],
     })

@@ -528,6 +528,12 @@ async def test_what_of_a_stream_reached_its_client_is_counted_and_charged(
     assert 4 <= completion <= (6 if ending == "client-left" else 5)    # (role, tokens, error)
     assert router.metric("kvroute_prompt_tokens_total", worker=worker) > 10
     assert router.metric("kvroute_cost_dollars_total", worker=worker, tenant="acme") > 0
+    # the outcome the decision log and /debug/decisions show counts the same (it said 0)
+    async with aiohttp.ClientSession() as session, session.get(
+            router.url + "/debug/decisions") as resp:
+        (shown,) = (await resp.json())["data"]
+    assert (shown["outcome"]["prompt_tokens"], shown["outcome"]["completion_tokens"]) == (
+        router.metric("kvroute_prompt_tokens_total", worker=worker), completion)
 
 
 async def _booked(router: RouterHandle, sample: str, count: float, **labels: str) -> None:

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from router.ejection import WorkerEjection
-from router.keys import METRICS, SCRAPER
+from router.keys import METRICS, REGISTRY, SCRAPER
 from router.stalls import StallWatch
 from tests.router.gateway_support import (
     MODEL,
@@ -130,6 +130,14 @@ async def _first_attempts_on(router: RouterHandle, worker: str) -> int:
     return sum(1 for d in data if d["worker"] == worker and d["attempt"] == 0)
 
 
+def _set_aside(router: RouterHandle, worker: str) -> dict[str, float | None]:
+    """``kvroute_worker_set_aside`` of ``worker``, by reason."""
+    registry = router.app[METRICS].registry
+    return {reason: registry.get_sample_value("kvroute_worker_set_aside", {
+        "worker": worker, "gpu": router.app[REGISTRY].info(worker).gpu.name,
+        "model": MODEL, "reason": reason}) for reason in ("ejected", "stalled")}
+
+
 async def _ejected_for(router: RouterHandle, worker: str) -> float:
     return float((await fleet_entry(router, worker))["ejected_for_s"])
 
@@ -147,10 +155,14 @@ async def test_a_worker_failing_every_request_is_set_aside_then_tried_again(
         assert router.metric("kvroute_worker_ejections_total", worker="failing") == 1
         assert 0.0 < await _ejected_for(router, "failing") <= 0.6
         assert await _ejected_for(router, "h100-fast") == 0.0
+        # the state as a gauge while it lasts (kvroute_worker_up stays 1: it is healthy)
+        assert _set_aside(router, "failing") == {"ejected": 1.0, "stalled": 0.0}
+        assert _set_aside(router, "h100-fast") == {"ejected": 0.0, "stalled": 0.0}
         # every worker's count is exported from 0 (an alert reads its first increase)
         assert router.app[METRICS].registry.get_sample_value(
             "kvroute_worker_ejections_total", {"worker": "h100-fast"}) == 0.0
         await asyncio.sleep(0.7)                             # the cooldown ends
+        assert _set_aside(router, "failing") == {"ejected": 0.0, "stalled": 0.0}
         answers = [await short_chat(session, router) for _ in range(4)]
         assert answers == [(200, "h100-fast")] * 4
     # tried once more on coming back, failed, and set aside again, for twice as long

@@ -29,7 +29,7 @@ def test_records_under_the_agreed_names() -> None:
     metrics.record_outcome(RequestOutcome("r", "w1", 200, prompt_tokens=10, completion_tokens=5,
                                           cached_tokens=4, ttft_s=0.05, tpot_s=0.01),
                            gpu, "acme", 0.002)
-    metrics.record_retry("w1", "connect")
+    metrics.record_retry("w1", "connect", "m")
     metrics.record_reload("failure")
     metrics.record_semantic("code", 0.003)
     get = metrics.registry.get_sample_value
@@ -48,7 +48,8 @@ def test_records_under_the_agreed_names() -> None:
     assert get("kvroute_cached_tokens_total", labels) == 4.0
     assert get("kvroute_cost_dollars_total", {"gpu": gpu, "worker": "w1",
                                               "tenant": "acme"}) == 0.002
-    assert get("kvroute_retries_total", {"worker": "w1", "reason": "connect"}) == 1.0
+    assert get("kvroute_retries_total", {"worker": "w1", "reason": "connect",
+                                         "model": "m"}) == 1.0
     assert get("kvroute_config_reloads_total", {"result": "failure"}) == 1.0
     assert get("kvroute_config_last_reload_successful", {}) == 0.0
     assert get("kvroute_semantic_class_total", {"class": "code"}) == 1.0
@@ -234,7 +235,7 @@ def test_a_worker_forgotten_takes_every_series_of_its_label() -> None:
         metrics.record_outcome(RequestOutcome("r", worker, 200, prompt_tokens=10,
                                               completion_tokens=5, cached_tokens=4,
                                               ttft_s=0.05, tpot_s=0.01), gpu, "acme", 0.002)
-        metrics.record_retry(worker, "connect")
+        metrics.record_retry(worker, "connect", "m")
         metrics.record_certificate(worker, 1e9)
     metrics.start_ejection_counts(["w1", "w2"])
     metrics.record_ejection("w1", 10.0)
@@ -262,6 +263,7 @@ def test_a_forgotten_model_loses_every_series_of_its_label() -> None:
         metrics.record_client_ttft(model, "chat", 0.1)
         metrics.record_client_duration(model, "chat", 0.5)
         metrics.record_output_prediction(model, 40, 50)
+        metrics.record_retry("w1", "connect", model)
     metrics.record_request("(unknown)", "", "", "none", 404, "chat")
 
     def labelled(model: str) -> set[str]:

@@ -10,8 +10,10 @@ import logging
 import aiohttp
 import pytest
 
+from router.keys import METRICS, REGISTRY
 from router.stalls import StallWatch
 from tests.router.gateway_support import (
+    MODEL,
     ROUTING_ROUND_ROBIN,
     RouterFactory,
     RouterHandle,
@@ -127,6 +129,9 @@ async def test_a_worker_that_stops_answering_is_set_aside_before_the_timeout(
         answers = [await short_chat(session, router, 3) for _ in range(6)]
         assert answers == [(200, "h100-fast")] * 6     # round-robin alone would alternate
         assert router.metric("kvroute_worker_stalls_total", worker="stall") == 1
+        # the state, not only the event: an SRE's panel shows it set aside while it lasts
+        assert _set_aside(router, "stall") == {"stalled": 1.0, "ejected": 0.0}
+        assert _set_aside(router, "h100-fast") == {"stalled": 0.0, "ejected": 0.0}
         for task in hanging:                           # the client gives up: it settles
             task.cancel()
         await asyncio.gather(*hanging, return_exceptions=True)
@@ -135,3 +140,12 @@ async def test_a_worker_that_stops_answering_is_set_aside_before_the_timeout(
                 break
             await asyncio.sleep(0.05)
         assert not await _stalled(router, "stall")
+        assert _set_aside(router, "stall") == {"stalled": 0.0, "ejected": 0.0}
+
+
+def _set_aside(router: RouterHandle, worker: str) -> dict[str, float | None]:
+    """``kvroute_worker_set_aside`` of ``worker``, by reason."""
+    registry = router.app[METRICS].registry
+    return {reason: registry.get_sample_value("kvroute_worker_set_aside", {
+        "worker": worker, "gpu": router.app[REGISTRY].info(worker).gpu.name,
+        "model": MODEL, "reason": reason}) for reason in ("ejected", "stalled")}
