@@ -117,6 +117,10 @@ class FleetReloader:
             prepared = self.prepare(load_fleet(self.path))
         except (FleetConfigError, RoutingConfigError) as exc:
             return self._refuse(exc)
+        except Exception:       # a value the parser did not foresee: refused all the same
+            log.exception("fleet file %s refused, the fleet in force stays: reading it "
+                          "failed", self.path)       # (counted, for the alert to see it)
+            return self._refuse(None)
         self._refused = False
         if not prepared.change:
             self.fleet = prepared.fleet

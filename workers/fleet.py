@@ -228,8 +228,12 @@ def _checked_url(url: object, where: str) -> SplitResult:
     host, perhaps a port and a path prefix (a reverse proxy's); nothing the router would
     drop or append paths after (a query, a fragment) and no whitespace. A user and password
     in it are refused without echoing them: the router never sends them."""
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    try:        # (an IPv6 host without its "]", a bracketed name: ValueError)
+        parts = urlsplit(url) if isinstance(url, str) else None
+        hostname = parts.hostname if parts is not None else None
+    except ValueError:
+        parts = hostname = None
+    if parts is None or parts.scheme not in ("http", "https") or not hostname:
         raise FleetConfigError(f"{where}: must look like http://HOST:PORT or "
                                f"https://HOST:PORT, got {url!r}")
     assert isinstance(url, str)
@@ -312,10 +316,15 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     if gpu_name is None:
         raise FleetConfigError(f"{where}.gpu: required, one of {', '.join(sorted(gpus))} "
                                f"(or a class {_DECLARE_GPU})")
+    if not isinstance(gpu_name, str):
+        raise FleetConfigError(f"{where}.gpu: must be a GPU class name, one of "
+                               f"{', '.join(sorted(gpus))}, got {gpu_name!r}")
     if gpu_name not in gpus:
         raise FleetConfigError(f"{where}.gpu: unknown GPU class {gpu_name!r} "
                                f"(known: {', '.join(sorted(gpus))}; or one {_DECLARE_GPU})")
     gpu = gpus[str(gpu_name)]
+    if "models" in raw and "model" in raw:
+        raise FleetConfigError(f"{where}: give models: or model:, not both")
     served = raw.get("models", raw.get("model"))
     if isinstance(served, str):
         served = [served]
@@ -336,6 +345,16 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
     labels = raw.get("labels") or {}
     if not isinstance(labels, Mapping):
         raise FleetConfigError(f"{where}.labels: must be a mapping")
+    for key, value in labels.items():
+        # a list, a mapping or null became a text no rule can match ("['a', 'b']", "None"),
+        # and yes/no became "True"/"False"
+        if isinstance(value, bool):
+            raise FleetConfigError(
+                f"{where}.labels.{key}: must be a string, got the boolean "
+                f"{str(value).lower()} (YAML reads no, yes, on, off, true and false unquoted "
+                "as booleans: quote it)")
+        if not isinstance(value, (str, int, float)):
+            raise FleetConfigError(f"{where}.labels.{key}: must be a string, got {value!r}")
     emulate = raw.get("emulate")
     url = raw.get("url")
     if (emulate is None) == (url is None):
@@ -344,8 +363,12 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
         if not isinstance(emulate, Mapping) or emulate.get("port") is None:
             raise FleetConfigError(f"{where}.emulate.port: required, {PORT.what}")
         check_number(emulate["port"], f"{where}.emulate.port", PORT)
+        host = emulate.get("host", "127.0.0.1")
+        if not isinstance(host, str) or not host:
+            raise FleetConfigError(f"{where}.emulate.host: must be an address or a host "
+                                   f"name, got {host!r}")
         scheme = "https" if emulate.get("ssl_certfile") else "http"
-        url = f"{scheme}://{emulate.get('host', '127.0.0.1')}:{emulate['port']}"
+        url = f"{scheme}://{host}:{emulate['port']}"
     parts = _checked_url(url, f"{where}.url")
     assert isinstance(url, str)
     try:

@@ -116,6 +116,9 @@ async def test_a_file_the_router_would_refuse_at_start_leaves_the_fleet_in_force
         (fleet_text(urls_of(emulated_fleet, "a100-fast"),
                     **{"a100-fast": {"api_key_env": "KVROUTE_TEST_UNSET_KEY_VARIABLE"}}),
          "KVROUTE_TEST_UNSET_KEY_VARIABLE"),
+        # a GPU given as a list crashed the parser: logged, never counted as refused
+        (fleet_text(urls_of(emulated_fleet, "a100-fast"), **{"a100-fast": {"gpu": ["a100"]}}),
+         "must be a GPU class name"),
     ]
     with caplog.at_level(logging.ERROR, logger="router.fleet_reloader"):
         for count, (text, reason) in enumerate(refusals, 1):
@@ -128,6 +131,35 @@ async def test_a_file_the_router_would_refuse_at_start_leaves_the_fleet_in_force
     rewrite(path, fleet_text(urls_of(emulated_fleet, "a100-fast")))
     await reloads(router, "success", 1)
     assert router.metric("kvroute_fleet_last_reload_successful") == 1.0
+    assert await workers_reached(router, 2) == {"a100-fast"}
+
+
+async def test_a_file_whose_reading_fails_unforeseen_is_refused_and_counted(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """An error the parser did not foresee (a TypeError, a ValueError) escaped the reloader:
+    logged as a crash, no refusal counted, kvroute_fleet_last_reload_successful left at 1,
+    so FleetConfigRefused could not fire. It is a refusal like any other now."""
+    import router.fleet_reloader as fleet_reloader
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text(urls_of(emulated_fleet, "h100-fast")))
+    router = await start(make_router, path)
+
+    def unforeseen(_: object) -> FleetConfig:
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(fleet_reloader, "load_fleet", unforeseen)
+    with caplog.at_level(logging.ERROR, logger="router.fleet_reloader"):
+        rewrite(path, fleet_text(urls_of(emulated_fleet, "a100-fast")))
+        await reloads(router, "failure", 1)
+    assert "refused, the fleet in force stays: reading it failed" in caplog.text
+    assert "unhashable type" in caplog.text
+    assert router.metric("kvroute_fleet_last_reload_successful") == 0.0
+    assert await workers_reached(router, 2) == {"h100-fast"}
+    monkeypatch.setattr(fleet_reloader, "load_fleet", load_fleet)
+    rewrite(path, fleet_text(urls_of(emulated_fleet, "a100-fast")) + "# saved again\n")
+    await reloads(router, "success", 1)
     assert await workers_reached(router, 2) == {"a100-fast"}
 
 

@@ -51,6 +51,26 @@ def test_the_entry_wins_over_the_emulator_and_off_means_none() -> None:
     ({"url": "http://a", "emulate": {"port": 1}}, "exactly one of url: or emulate:"),
     ({"emulate": {}}, r"workers\[0\]\.emulate\.port: required, an integer"),
     ({"url": "http://a", "colour": "red"}, r"workers\[0\]: unknown key\(s\): colour"),
+    # values of a wrong type that crashed the parser (a TypeError or ValueError, no refusal:
+    # a live reload logged a traceback, counted no failure and kept the alert quiet)
+    ({"url": "http://a", "gpu": ["h100"]},
+     r"workers\[0\]\.gpu: must be a GPU class name, one of .*, got \['h100'\]"),
+    ({"url": "http://a", "gpu": {"name": "h100"}}, r"workers\[0\]\.gpu: must be a GPU class"),
+    ({"url": "http://[::1:8000"}, r"workers\[0\]\.url: must look like http://HOST:PORT .*"
+                                  r"got 'http://\[::1:8000'"),
+    ({"url": "http://[myhost]:8000"}, r"workers\[0\]\.url: must look like"),
+    ({"emulate": {"port": 8101, "host": ["localhost"]}},
+     r"workers\[0\]\.emulate\.host: must be an address or a host name, got \['localhost'\]"),
+    ({"emulate": {"port": 8101, "host": ""}}, r"workers\[0\]\.emulate\.host: must be"),
+    # model: beside models: was ignored
+    ({"url": "http://a", "model": "other"}, r"workers\[0\]: give models: or model:, not both"),
+    # label values a rule can never match: a list, a mapping, null; a boolean
+    ({"url": "http://a", "labels": {"pool": ["premium", "standard"]}},
+     r"workers\[0\]\.labels\.pool: must be a string, got \['premium', 'standard'\]"),
+    ({"url": "http://a", "labels": {"pool": None}},
+     r"workers\[0\]\.labels\.pool: must be a string, got None"),
+    ({"url": "http://a", "labels": {"spot": True}},
+     r"workers\[0\]\.labels\.spot: must be a string, got the boolean true \(YAML reads"),
 ])
 def test_bad_entries_name_the_field(entry: dict[str, Any], message: str) -> None:
     with pytest.raises(FleetConfigError, match=message):
