@@ -67,6 +67,8 @@ def fleet_warnings(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
 # pickers whose point is comparing the scorers' totals of a few (all 0 without a scorer: a
 # random pick; ``max-score`` without one is a plain random choice, a common intent)
 TOTAL_PICKERS = frozenset({"power-of-two"})
+# pickers that choose by the scorers' totals: with every weight 0, every total is 0
+SCORE_PICKERS = frozenset({"max-score", "power-of-two"})
 
 
 def warnings(routing: RoutingConfig,
@@ -87,7 +89,12 @@ def warnings(routing: RoutingConfig,
             found.append(f"profiles.{name}.picker: {profile.picker.type} compares the "
                          "scorers' totals and the profile has no scorer: it picks at random "
                          "(no load is compared; add a scorer, e.g. inflight or queue-depth)")
-    return (found + _shadowed_rules(routing) + _misrouting_rules(routing, runners or {})
+        elif (profile.picker.type in SCORE_PICKERS and profile.scorers
+              and all(spec.weight == 0 for spec in profile.scorers)):
+            found.append(f"profiles.{name}.scorers: every weight is 0: every total is 0, so "
+                         f"{profile.picker.type} picks at random (no load is compared)")
+    return (found + _shadowed_rules(routing) + _shadowed_aliases(routing)
+            + _misrouting_rules(routing, runners or {})
             + _semantic_warnings(routing) + _unused_plugin_modules(routing))
 
 
@@ -122,6 +129,34 @@ def _shadowed_rules(routing: RoutingConfig) -> list[str]:
             found.append(f"rules[{i}] ({rule.name}) has the conditions of rules[{earlier}] "
                          f"({routing.rules[earlier].name}), which matches first: it never "
                          "matches")
+    return found
+
+
+def _shadowed_aliases(routing: RoutingConfig) -> list[str]:
+    """An alias rule (the model its only condition, a model or adapter its target) after
+    rules that may match its requests and leave the model as it is: the requests they match
+    reach the workers under the alias (no worker serves it: 404), and the alias is not
+    listed. First match wins, so the alias goes before them (it then takes all its
+    requests)."""
+    found = []
+    rules = routing.rules
+    for i, rule in enumerate(rules):
+        when = rule.when
+        if (not (rule.then.adapter or rule.then.model) or not when.model
+                or when.path or when.header or when.tenant or when.semantic_class
+                or when.needs_prompt_tokens):
+            continue
+        names = set(when.model) - {rule.then.adapter or rule.then.model}
+        before = [f"rules[{j}] ({rules[j].name})" for j in range(i)
+                  if not (rules[j].then.adapter or rules[j].then.model)
+                  and rules[j].when != RuleMatch()      # (warned of as matching everything)
+                  and (not rules[j].when.model or names & set(rules[j].when.model))]
+        if before:
+            found.append(
+                f"rules[{i}] ({rule.name}) makes {', '.join(sorted(names))} an alias, but "
+                f"{', '.join(before)} may match its requests first and send them on under "
+                "that name, which no worker serves (404), and GET /v1/models does not list "
+                f"it: put rules[{i}] first (it then takes every request for the alias)")
     return found
 
 

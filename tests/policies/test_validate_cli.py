@@ -138,6 +138,44 @@ def test_an_alias_rule_is_not_warned_of(tmp_path: Path,
     assert "matches no request" not in capsys.readouterr().err
 
 
+def test_an_alias_behind_rules_that_take_its_requests_is_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An alias after rules that may match its requests and leave the model alone: those
+    requests reached the workers under the alias (404) and /v1/models did not list it, with
+    no word from validate. First, it takes every request for it: no warning."""
+    path = tmp_path / "routing.yaml"
+    alias = ("  - {name: public-names, when: {model: [small]}, "
+             "then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n")
+    others = ("  - {name: gold, when: {header: {x-tier: gold}}, then: {pool: {pool: premium}}}\n"
+              "  - {name: acme-small, when: {model: small, tenant: acme}, then: {profile: "
+              "default}}\n"
+              "  - {name: acme-other, when: {model: other, tenant: acme}, then: {profile: "
+              "default}}\n")
+    head = "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\nrules:\n"
+    path.write_text(head + others + alias)
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"{path}: warning: rules[3] (public-names) makes small an alias, but rules[0] (gold), "
+        "rules[1] (acme-small) may match its requests first and send them on under that "
+        "name, which no worker serves (404), and GET /v1/models does not list it: put "
+        "rules[3] first (it then takes every request for the alias)")
+    path.write_text(head + alias + others)
+    assert main(["validate", str(path)]) == 0
+    assert "an alias" not in capsys.readouterr().err
+
+
+def test_every_scorer_weighted_0_is_warned_of(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Every weight 0 validated ok: every total 0, so the picker picks at random."""
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {filters: [healthy, model], scorers: [{type: inflight, "
+                    "weight: 0}, {type: kv-usage, weight: 0.0}], picker: {type: max-score}}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: profiles.default.scorers: every weight is 0: every total is 0, so "
+        f"max-score picks at random (no load is compared)\n{path}: {NO_FLEET_NOTE}\n")
+
+
 def test_a_rule_adapter_no_emulated_worker_loads_is_warned_of(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It validated ok and every request of the rule went to a worker that answered 404."""
