@@ -74,15 +74,17 @@ def _yaml_hint(tp: Any, value: object) -> str:
     1.1 (PyYAML's) reads ``1e-3`` and ``1.0e3`` as text (a float with an exponent needs a dot
     and the exponent's sign: ``1.0e-3``), and ``no``, ``yes``, ``on``, ``off`` as booleans."""
     wanted = _describe(tp)
-    if isinstance(value, str) and ("a number" in wanted or "an integer" in wanted):
-        if _NUMBER_WITH_EXPONENT.fullmatch(value.strip()):
-            return (f", got the text {value!r} (YAML 1.1 reads a number with an exponent as "
-                    "text unless it has a dot and a signed exponent: 1.0e-3, 1.0e+3)")
-        return ""
+    if (isinstance(value, str) and ("a number" in wanted or "an integer" in wanted)
+            and _NUMBER_WITH_EXPONENT.fullmatch(value.strip())):
+        return (f", got the text {value!r} (YAML 1.1 reads a number with an exponent as "
+                "text unless it has a dot and a signed exponent: 1.0e-3, 1.0e+3)")
     if isinstance(value, bool) and "a string" in wanted:
         return (f", got the boolean {str(value).lower()} (YAML reads no, yes, on, off, true "
                 "and false unquoted as booleans: quote it)")
-    return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and "a string" in wanted:
+        return f", got the number {value!r} (quote it: '{value!r}')"
+    shown = repr(value)     # what was found, when short enough to read in one line
+    return f", got {shown}" if len(shown) <= 60 else ""
 
 
 def _try_coerce(tp: Any, value: object, path: str) -> Any:

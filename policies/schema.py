@@ -48,6 +48,10 @@ def parse_routing(data: Any, registry: PluginRegistry, source: str = "<memory>")
     registry, modules = registered(
         registry, load_plugin_modules(doc.get(PLUGIN_MODULES_KEY), source_folder(source)))
     known = (*CORE_SECTIONS, PLUGIN_MODULES_KEY, *registry.sections)
+    if "workers" in doc and "profiles" not in doc:
+        raise RoutingConfigError("workers: unknown top-level key: this is a fleet file, not a "
+                                 "routing file (kvroute validate ROUTING_FILE --fleet "
+                                 "FLEET_FILE)")
     _check_keys(doc, known, "", what="top-level key")
     sections = {name: _parse_section(section.parser, doc[name], name)
                 for name, section in registry.sections.items() if name in doc}

@@ -197,7 +197,10 @@ def parse_fleet(data: Any, source: str = "<memory>") -> FleetConfig:
         raise FleetConfigError(f"{source}: top level must be a mapping")
     unknown = sorted(set(data) - {"gpu_classes", "models", "workers"})
     if unknown:
-        raise FleetConfigError(f"{source}: unknown top-level key(s): {', '.join(unknown)}")
+        hint = (": this is a routing file, not a fleet file" if "profiles" in unknown
+                and "workers" not in data else "")
+        raise FleetConfigError(f"{source}: unknown top-level key(s): {', '.join(unknown)}"
+                               f"{hint}")
     gpus = _parse_gpu_classes(data.get("gpu_classes") or {}, source)
     models = _parse_models(data.get("models") or {}, source)
     raw_workers = data.get("workers")

@@ -52,7 +52,18 @@ def load_config_yaml(text: str) -> Any:
 
 
 def _one_line(exc: yaml.MarkedYAMLError) -> str:
+    """Where and what, in one line. When the context began on another line than the problem
+    was found (a key without its ``:`` is found wrong only on the next line), both lines are
+    named, the context's first: that is the line to mend."""
     mark = exc.problem_mark or exc.context_mark
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     what = " ".join(part for part in (exc.problem, exc.context) if part)
+    context = exc.context_mark
+    if (exc.problem_mark is not None and context is not None and exc.context
+            and context.line != exc.problem_mark.line):
+        problem = exc.problem_mark
+        return " ".join((
+            f"line {context.line + 1}, column {context.column + 1} ({exc.context}): "
+            f"{exc.problem or 'invalid'} at line {problem.line + 1}, column "
+            f"{problem.column + 1}").split())
     return where + " ".join((what or str(exc)).split())

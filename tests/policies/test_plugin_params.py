@@ -46,18 +46,21 @@ def test_full_build_converts_containers() -> None:
 
 @pytest.mark.parametrize(("raw", "message"), [
     ({}, "p.name: required"),
-    ({"name": 1}, "p.name: must be a string"),
-    ({"name": "x", "ratio": "high"}, "p.ratio: must be a number"),
-    ({"name": "x", "ratio": True}, "p.ratio: must be a number"),
-    ({"name": "x", "count": 1.5}, "p.count: must be an integer"),
+    ({"name": 1}, "p.name: must be a string, got the number 1 (quote it: '1')"),
+    ({"name": "x", "ratio": "high"}, "p.ratio: must be a number, got 'high'"),
+    ({"name": "x", "ratio": True}, "p.ratio: must be a number, got True"),
+    ({"name": "x", "count": 1.5}, "p.count: must be an integer, got 1.5"),
     ({"name": "x", "count": -1}, "p.count: must be >= 0"),
-    ({"name": "x", "enabled": "yes"}, "p.enabled: must be a boolean"),
-    ({"name": "x", "mode": "c"}, "p.mode: must be one of: a, b"),
-    ({"name": "x", "limit": "none"}, "p.limit: must be an integer or null"),
-    ({"name": "x", "tags": "p"}, "p.tags: must be a list"),
-    ({"name": "x", "tags": ["p", 2]}, "p.tags[1]: must be a string"),
-    ({"name": "x", "labels": {"pool": 3}}, "p.labels.pool: must be a string"),
-    ({"name": "x", "inner": {"size": "big"}}, "p.inner.size: must be an integer"),
+    ({"name": "x", "enabled": "yes"}, "p.enabled: must be a boolean, got 'yes'"),
+    ({"name": "x", "mode": "c"}, "p.mode: must be one of: a, b, got 'c'"),
+    ({"name": "x", "limit": "none"}, "p.limit: must be an integer or null, got 'none'"),
+    ({"name": "x", "tags": "p"}, "p.tags: must be a list, got 'p'"),
+    ({"name": "x", "tags": ["p", 2]}, "p.tags[1]: must be a string, got the number 2 "
+                                      "(quote it: '2')"),
+    ({"name": "x", "labels": {"pool": 3}}, "p.labels.pool: must be a string, got the "
+                                            "number 3 (quote it: '3')"),
+    ({"name": "x", "inner": {"size": "big"}}, "p.inner.size: must be an integer, got "
+                                             "'big'"),
     ({"name": "x", "inner": {"width": 1}}, "p.inner.width: unknown key (expected one of: size)"),
     ({"name": "x", "extra": 1}, "p.extra: unknown key (expected one of: count, enabled, inner, "
                                 "labels, limit, mode, name, ratio, tags)"),

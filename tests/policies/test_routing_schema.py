@@ -88,7 +88,8 @@ def test_declared_producer_keeps_its_params() -> None:
                  id="only a comment"),
     pytest.param("rules: []\n", "profiles: required (at least one profile)", id="no profiles"),
     pytest.param(BASE.replace("weight: 2", "weight: heavy"),
-                 "profiles.default.scorers[0].weight: must be a number", id="bad weight"),
+                 "profiles.default.scorers[0].weight: must be a number, got 'heavy'",
+                 id="bad weight"),
     pytest.param(BASE.replace("weight: 2", "weight: -1"),
                  "profiles.default.scorers[0].weight: must be >= 0", id="negative weight"),
     pytest.param(BASE.replace("weight: 2", "weight: .nan"),
@@ -113,13 +114,14 @@ def test_declared_producer_keeps_its_params() -> None:
                  "profiles.default.scorers[1].type: 'max-score' is a picker, not a scorer",
                  id="plugin of the wrong kind"),
     pytest.param(BASE.replace("weight: 2}", "weight: 2, params: {threshold: many}}"),
-                 "profiles.default.scorers[0].params.threshold: must be an integer",
+                 "profiles.default.scorers[0].params.threshold: must be an integer, got 'many'",
                  id="param of the wrong type"),
     pytest.param(BASE.replace("weight: 2}", "weight: 2, params: {threshold: 0}}"),
                  "profiles.default.scorers[0].params.threshold: must be > 0",
                  id="param out of range"),
     pytest.param(BASE.replace("weight: 2}", "weight: 2, params: {mode: fancy}}"),
-                 "profiles.default.scorers[0].params.mode: must be one of: relative, absolute",
+                 "profiles.default.scorers[0].params.mode: must be one of: relative, absolute, "
+                 "got 'fancy'",
                  id="param not in its literal set"),
     pytest.param(BASE.replace("weight: 2}", "weight: 2, params: {thresh: 3}}"),
                  "profiles.default.scorers[0].params.thresh: unknown key (expected one of: "
@@ -146,11 +148,12 @@ def test_declared_producer_keeps_its_params() -> None:
                  id="unknown path"),
     pytest.param(BASE + "rules:\n  - {name: r, when: {min_prompt_tokens: 10.5}, "
                         "then: {profile: default}}\n",
-                 "rules[0].when.min_prompt_tokens: must be an integer or null",
+                 "rules[0].when.min_prompt_tokens: must be an integer or null, got 10.5",
                  id="non-integer token bound"),
     pytest.param(BASE + "rules:\n  - {name: r, when: {header: {x-tier: 1}}, "
                         "then: {profile: default}}\n",
-                 "rules[0].when.header.x-tier: must be a string", id="non-string header value"),
+                 "rules[0].when.header.x-tier: must be a string, got the number 1 (quote it: "
+                 "'1')", id="non-string header value"),
     pytest.param(BASE + "rules:\n  - {name: r, then: {}}\n",
                  "rules[0].then: needs at least one of: profile, model, pool, adapter",
                  id="rule without action"),

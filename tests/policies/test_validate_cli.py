@@ -30,7 +30,7 @@ def test_invalid_file_exits_1_naming_the_field(tmp_path: Path,
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (f"{path}: invalid: profiles.default.scorers[1].weight: "
-                            "must be a number\n")
+                            "must be a number, got 'x'\n")
 
 
 @pytest.mark.parametrize(("text", "reason"), [
@@ -39,15 +39,34 @@ def test_invalid_file_exits_1_naming_the_field(tmp_path: Path,
      "invalid YAML: line 4, column 1: duplicate key 'default_profile' (first at line 3; a "
      "repeated key would silently replace it)"),
     ("profiles:\n  default:\n    scorers: [{type: kv-usage}\n",
-     "invalid YAML: line 4, column 1: expected ',' or ']', but got '<stream end>' while "
-     "parsing a flow sequence"),
-], ids=["repeated key", "unclosed list"])
+     "invalid YAML: line 3, column 14 (while parsing a flow sequence): expected ',' or ']', "
+     "but got '<stream end>' at line 4, column 1"),
+    # a key without its colon is found wrong a line later: the key's line is named first
+    ("profiles:\n  default:\n    filters: []\n  long\n    picker: {type: random}\n",
+     "invalid YAML: line 4, column 3 (while scanning a simple key): could not find expected "
+     "':' at line 5, column 11"),
+], ids=["repeated key", "unclosed list", "key without colon"])
 def test_a_yaml_fault_is_one_line_naming_the_file_once(
         text: str, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
     path.write_text(text)
     assert main(["validate", str(path)]) == 1
     assert capsys.readouterr().err == f"{path}: invalid: {reason}\n"
+
+
+def test_a_fleet_file_given_as_the_routing_file_and_the_other_way_round_say_so(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each file given in the other's place was refused for its keys alone ("models: unknown
+    top-level key"), not for what it is."""
+    fleet, routing = ROOT / "config" / "fleet.yaml", ROOT / "config" / "routing.yaml"
+    assert main(["validate", str(fleet)]) == 1
+    assert capsys.readouterr().err == (
+        f"{fleet}: invalid: workers: unknown top-level key: this is a fleet file, not a "
+        "routing file (kvroute validate ROUTING_FILE --fleet FLEET_FILE)\n")
+    assert main(["validate", str(routing), "--fleet", str(routing)]) == 1
+    assert capsys.readouterr().err.endswith(
+        ": unknown top-level key(s): default_profile, profiles, slo: this is a routing file, "
+        "not a fleet file\n")
 
 
 def test_warnings_do_not_fail_validation(tmp_path: Path,

@@ -26,7 +26,8 @@ def test_a_repeated_key_is_refused_where_it_is(text: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("a: [1, 2\nb: 3\n", "line 2, column 2: expected ',' or ']', but got ':' "),
+    ("a: [1, 2\nb: 3\n", "line 1, column 4 (while parsing a flow sequence): expected ',' or ']', "
+                         "but got ':' at line 2, column 2"),
     ("a: b: c\n", "line 1, column 5: mapping values are not allowed here"),
     ("a: !!python/object:os.system x\n", "line 1, column 4: could not determine a constructor"),
 ])
