@@ -58,7 +58,10 @@ hashes (``on_routed_blocks``) are appended at once, by a background task, to the
 waits on the stream (``XREAD BLOCK``) for the entries the other replicas append and hands
 them to ``follow_routed``'s callback within milliseconds: a conversation whose turns a load
 balancer spreads over the replicas stays on the worker holding it, even when the next turn
-follows the answer at once. A replica reads the stream from its end when it starts. A Redis
+follows the answer at once. A replica starting reads the stream from its first entry (what
+the others routed before it started, as far as the stream keeps it: a replica restarted or
+added knows the caches of the conversations under way), and keeps its place while Redis is
+away (the routes the others send when it returns are learnt, whoever syncs first). A Redis
 refusing only the stream's commands (a user without ``XADD``, the key of another type)
 leaves the routes unshared, logged once per kind of refusal while it lasts (without the
 command's arguments, which hold prompt hashes), each side (publishing, reading) tried again
@@ -154,6 +157,7 @@ ROUTED_SEND_COUNT = 1_000        # entries appended in one pipeline at most
 ROUTED_READ_COUNT = 200          # entries read (and learnt on the loop) at once at most
 ROUTED_BLOCK_MS = 500            # a read waits this long for new entries
 ROUTES_RETRY_S = 10.0            # after Redis refused the stream's commands, the next try
+READER_WAIT_S = 0.1              # the reader's pause while Redis is away (at most a sync's)
 MAX_REFUSALS_LOGGED = 4          # kinds of refusal of the stream logged while it is refused
 TTL_SYNCS = 4                    # counts outlive this many syncs as long as the last one
 RECONNECT_MIN_S = 1.0            # after a reconnect to leave a replica, the next one at least
@@ -579,7 +583,9 @@ class RedisStateStore:
         self._primary_answered()
         if self._degraded:
             log.info("redis %s reachable again: sharing state", self._shown)
-            self._routed_from = None    # the routes of the outage are skipped, not replayed
+            # the reader keeps its place: the routes the others queued while Redis was away
+            # are appended when it returns, and learnt whichever replica syncs first (a new
+            # stream's ids, after a restart, come after the last one read)
         self._degraded = False
         self._replicas = len(others) + 1
         if self._replicas != self._replicas_logged:      # at the first sync and on a change
@@ -678,10 +684,14 @@ class RedisStateStore:
 
     async def _follow_routed(self) -> None:
         """Read what the other replicas route as they append it (a blocking read: learnt
-        within milliseconds, before the next turn of a conversation arrives)."""
+        within milliseconds, before the next turn of a conversation arrives). While Redis is
+        away it looks again every ``READER_WAIT_S`` (or sync interval, if shorter): a
+        reader waiting a whole sync interval of seconds, its place kept, would learn the
+        routes sent as Redis returns that much later."""
+        pause = min(self._interval, READER_WAIT_S)
         while not self._closing:
             if self._degraded or self._routed_from is None:
-                await asyncio.sleep(self._interval)
+                await asyncio.sleep(pause)
                 continue
             try:
                 reply = await self._client.xread({self._keys.routed: self._routed_from},
@@ -690,14 +700,14 @@ class RedisStateStore:
             except ResponseError as exc:     # refused (no permission, a key of another type)
                 if _demoted(exc):     # unblocked as its primary became a replica
                     await self._answered_as_replica()
-                    await asyncio.sleep(self._interval)
+                    await asyncio.sleep(pause)
                     continue
                 self._routes_failed(exc, "read")
                 await asyncio.sleep(ROUTES_RETRY_S)
                 continue
             except (RedisError, OSError):
                 # a read cut by a slow Redis: the sync loop judges whether it is away
-                await asyncio.sleep(self._interval)
+                await asyncio.sleep(pause)
                 continue
             self._routes_work("read")
             try:
@@ -725,9 +735,12 @@ class RedisStateStore:
                 log.exception("learning a route of another replica failed")
 
     async def _place_reader(self) -> None:
-        """Start reading the stream at its end: what the others route from now on."""
-        last = await self._client.xrevrange(self._keys.routed, count=1)
-        self._routed_from = last[0][0] if last else "0-0"
+        """Start reading the stream at its first entry: what the others routed before this
+        replica started, as far as the stream keeps it (``ROUTED_STREAM_MAXLEN``), learnt
+        ``ROUTED_READ_COUNT`` at a time, then what they route from now on. (A stream key of
+        another type is refused here, and tried again as the reader's refusals are.)"""
+        await self._client.xlen(self._keys.routed)
+        self._routed_from = "0-0"
 
     def _usage_fields(self) -> dict[str, str]:
         """This replica's usage hash: ``requests,tokens`` by budget, and each budget's

@@ -802,7 +802,8 @@ async def test_a_stopped_replicas_spending_leaves_the_window_as_it_was_spent(
         # the schedule read from 30 s on: all of it stays until its last step
         assert one.usage.remote_schedule["acme"] == ((10, 1000), (10, 1000), (0, 0), (0, 0),
                                                      (0, 0))
-        await client.zadd(LEFT_USAGE_KEY, {left: time.time() * 1000 - 1})    # out of it
+        # out of it (well past: the store reads Redis's clock, a few ms off the host's)
+        await client.zadd(LEFT_USAGE_KEY, {left: time.time() * 1000 - 5_000})
         await one.sync_once()
         assert one.usage.totals("acme", now) == (0, 0)
         assert await client.zcard(LEFT_USAGE_KEY) == 0       # dropped from the set
@@ -1081,7 +1082,7 @@ async def test_replicas_learn_what_the_others_routed_and_not_their_own(redis_url
     two.follow_routed(lambda w, blocks: learnt["r2"].append(
         (w, {size: list(chain) for size, chain in blocks.items()})))
     await one.start()
-    await two.start()           # each reads the stream from its end from now on
+    await two.start()           # each reads the stream from its start (empty here) on
     try:
         chain = array("Q", [2**64 - 1, 0, 12345678901234567890])
         one.on_routed_blocks("w1", {16: chain})
@@ -1092,6 +1093,60 @@ async def test_replicas_learn_what_the_others_routed_and_not_their_own(redis_url
         await asyncio.sleep(0.2)
         assert learnt["r1"] == []                          # its own entries are skipped
         assert one.routed_shared == (2, 0) and two.routed_shared == (0, 2)
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_a_replica_started_later_learns_the_routes_the_stream_keeps(
+        redis_url: str) -> None:
+    """A replica read the stream from its end when it started: restarted or added, it knew
+    none of the routes the others had made, and every conversation under way left the
+    worker caching it at its next turn through it. It reads what the stream keeps first."""
+    one = RedisStateStore(redis_url, "r1", sync_interval_s=60)
+    late = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    learnt: list[tuple[str, list[int]]] = []
+    late.follow_routed(lambda w, blocks: learnt.append((w, list(blocks[16]))))
+    await one.start()
+    try:
+        for n in range(450):           # more than one read's count (200)
+            one.on_routed_blocks(f"w{n % 3}", {16: [n + 1]})
+        await _until(lambda: one.routed_shared[0] == 450)
+        await late.start()
+        await _until(lambda: len(learnt) == 450)
+        assert learnt == [(f"w{n % 3}", [n + 1]) for n in range(450)]     # in order
+        one.on_routed_blocks("w0", {16: [999]})          # and what follows, as before
+        await _until(lambda: len(learnt) == 451)
+        assert learnt[-1] == ("w0", [999])
+    finally:
+        await one.close()
+        await late.close()
+
+
+async def test_routes_sent_when_redis_returns_are_learnt_whoever_syncs_first(
+        restartable_redis: RestartableRedis) -> None:
+    """A replica whose Redis came back placed its reader at the stream's end: the routes the
+    others queued meanwhile were learnt when they were appended before that, and skipped when
+    after, as the syncs fell. The reader keeps its place now."""
+    one = RedisStateStore(restartable_redis.url, "r1", sync_interval_s=60)
+    two = RedisStateStore(restartable_redis.url, "r2", sync_interval_s=60)
+    learnt: list[list[int]] = []
+    two.follow_routed(lambda w, blocks: learnt.append(list(blocks[16])))
+    try:
+        await one.start()
+        await two.start()
+        one.on_routed_blocks("w1", {16: [1]})
+        await _until(lambda: learnt == [[1]])
+        restartable_redis.stop()
+        for n in range(3):
+            one.on_routed_blocks("w1", {16: [n + 2]})
+        await _sync_until([one, two], degraded=True)
+        restartable_redis.start_again()
+        await _sync_until([one], degraded=False)        # r1 first: it sends the three
+        await _until(lambda: one.routed_shared[0] == 4)
+        await _sync_until([two], degraded=False)        # r2 after them
+        await _until(lambda: len(learnt) == 4)
+        assert learnt == [[1], [2], [3], [4]]
     finally:
         await one.close()
         await two.close()
