@@ -138,6 +138,7 @@ class FleetReloader:
             log.exception("fleet file %s: applying %s failed", self.path,   # save, or edit
                           prepared.change.describe())
             return self._refuse(None)
+        previous = self.fleet
         self.fleet, self._tls = prepared.fleet, prepared.tls
         self._authorizations = prepared.authorizations
         log.info("fleet file %s reloaded: %s (%d worker(s))", self.path,
@@ -150,9 +151,18 @@ class FleetReloader:
                    "changes: restart it" if self._before_apply is not None else
                    "an emulated worker is started by kvroute up (or kvroute emulate), not by "
                    "a reload")
+            info = prepared.fleet.worker(worker_id).info
+            before = (previous.worker(worker_id).info if worker_id in prepared.change.changed
+                      else None)
+            if before is not None and base_url(before.url) == base_url(info.url):
+                log.warning("worker %s is declared anew in %s (%s %s); %s. Until then the "
+                            "emulator started for its former declaration (%s %s) still "
+                            "serves at %s, estimated as the new one", worker_id, self.path,
+                            info.gpu.name, info.models[0], how, before.gpu.name,
+                            before.models[0], info.url)
+                continue
             log.warning("worker %s is declared emulate: in %s; %s. Until something listens "
-                        "at %s it is down", worker_id, self.path, how,
-                        prepared.fleet.worker(worker_id).info.url)
+                        "at %s it is down", worker_id, self.path, how, info.url)
         self._report(True)
         return True
 

@@ -518,3 +518,50 @@ async def test_the_last_request_at_a_removed_worker_clears_it_even_a_transcripti
         async with await transcription as resp:
             assert resp.status == 200
     assert worker_series(router, "gone") == []
+
+
+async def test_an_emulated_worker_declared_anew_at_its_url_is_said_to_serve_as_it_started(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Under kvroute up, a worker's GPU changed at the same port was logged as down until
+    something listens there, while the emulator started for its former declaration kept
+    serving at that URL (estimated as the new GPU). The log says so now; a worker moved to
+    another port is down there, as before."""
+    from router.fleet_reloader import FleetReloader, PreparedFleet
+
+    def emulated(**workers: dict[str, Any]) -> str:
+        return yaml.safe_dump({
+            "models": {MODEL: {"arch": "llama-3-8b", "max_model_len": 8192}},
+            "workers": [{"id": wid, "models": [MODEL], **fields}
+                        for wid, fields in workers.items()]})
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(emulated(w=dict(gpu="a100", emulate={"port": 18999})))
+    first = load_fleet(path)
+
+    async def started(prepared: PreparedFleet) -> None:     # kvroute up's: starts the added
+        pass
+
+    async def apply(prepared: PreparedFleet) -> None:
+        pass
+
+    reloader = FleetReloader(path, first, {}, check=lambda fleet: None, environ={},
+                             before_apply=started)
+    reloader.start(apply)
+    await reloader.stop()                      # polled by hand below
+    with caplog.at_level(logging.WARNING, logger="router.fleet_reloader"):
+        rewrite(path, emulated(w=dict(gpu="h100", emulate={"port": 18999})))
+        assert not await reloader.check()      # settling
+        assert await reloader.check()
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said == (
+        f"worker w is declared anew in {path} (H100-80GB {MODEL}); kvroute up starts the "
+        "emulated workers a reload adds, not those it changes: restart it. Until then the "
+        f"emulator started for its former declaration (A100-80GB {MODEL}) still serves at "
+        "http://127.0.0.1:18999, estimated as the new one")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="router.fleet_reloader"):
+        rewrite(path, emulated(w=dict(gpu="h100", emulate={"port": 18998})))
+        assert not await reloader.check()
+        assert await reloader.check()
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.endswith("Until something listens at http://127.0.0.1:18998 it is down")
