@@ -20,7 +20,7 @@ from aiohttp.typedefs import Handler
 ALLOWED_METHODS = "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
 MAX_AGE_S = 600
 EXPOSED_HEADERS = ("x-kvroute-worker", "x-kvroute-profile", "x-kvroute-reason",
-                   "x-kvroute-class", "x-request-id", "request-id", "retry-after",
+                   "x-kvroute-rule", "x-kvroute-class", "x-request-id", "request-id", "retry-after",
                    *(f"x-ratelimit-{what}-{unit}" for unit in ("requests", "tokens")
                      for what in ("limit", "remaining", "reset")))
 

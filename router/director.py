@@ -539,6 +539,8 @@ class Director:
                    "x-kvroute-worker": decision.worker_id or "none",
                    "x-kvroute-profile": decision.profile,
                    "x-kvroute-reason": header_safe(decision.reason)}
+        if decision.rule is not None:     # the routing rule that chose its profile or model
+            headers["x-kvroute-rule"] = header_safe(decision.rule)
         if semantic_class:
             headers["x-kvroute-class"] = semantic_class
         return headers

@@ -220,6 +220,25 @@ async def test_unknown_model_is_404(router: RouterHandle) -> None:
     assert info.value.response.headers["x-kvroute-worker"] == "none"
 
 
+async def test_an_answer_names_the_routing_rule_that_chose_its_model(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A rule sending a tenant's requests to an adapter no worker has loaded: the worker's 404
+    "The model `sql-lora` does not exist" reached a client that asked for another model, and
+    nothing but /debug/decisions said a rule had chosen it. x-kvroute-rule names it."""
+    routing = ((REPO_ROOT / "config/routing.yaml").read_text()
+               + "rules:\n  - {name: sql, when: {tenant: analysts}, then: {adapter: sql-lora}}\n")
+    router = await make_router(subset(emulated_fleet, sorted(WORKER_IDS)), routing)
+    analyst = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0,
+                                 default_headers={"x-tenant": "analysts"})
+    with pytest.raises(openai.NotFoundError) as info:     # the worker's own 404, relayed
+        await analyst.chat.completions.create(model=MODEL, messages=MESSAGES)  # type: ignore[arg-type]
+    assert info.value.body["message"].startswith("The model `sql-lora` does not exist")
+    assert info.value.response.headers["x-kvroute-rule"] == "sql"
+    served = await client(router).chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=2)  # type: ignore[arg-type]
+    assert "x-kvroute-rule" not in served.headers          # no rule matched: none named
+
+
 async def test_names_clients_choose_do_not_grow_the_metrics(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """Every distinct tenant or unknown model name would be a series kept for the life of
