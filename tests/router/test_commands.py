@@ -435,7 +435,8 @@ def test_a_bad_routing_file_stops_the_start_naming_the_file(
     assert main(["serve", "--fleet", str(root / "config/fleet.yaml"),
                  "--routing", str(routing)]) == 2
     assert capsys.readouterr().err == (
-        f"kvroute: {routing}: invalid: profiles.default.scorers[0].weight: must be a number\n")
+        f"kvroute: {routing}: invalid: profiles.default.scorers[0].weight: must be a number, "
+        "got 'x'\n")
     routing.unlink()
     assert main(["serve", "--fleet", str(root / "config/fleet.yaml"),
                  "--routing", str(routing)]) == 2
