@@ -34,6 +34,7 @@ cannot be evicted before they end; ``policies.prefix.inflight``).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -52,6 +53,9 @@ from workers.models import WorkerView
 TYPE_NAME = "prefix"
 ATTRIBUTE = "prefix_match_tokens"
 BEST_ATTRIBUTE = "prefix_best_tokens"
+# another replica's routes to a worker whose block size no decision has read yet, kept until
+# one does (a replica starting reads the routes stream before its first decision)
+MAX_UNSIZED_ROUTES = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,8 @@ class PrefixScorer:
         self.inflight: InflightBlocks | None = InflightBlocks() if params.inflight_blocks else None
         self._block_size: dict[str, int] = {}
         self._gpu_blocks: dict[str, int] = {}
+        # routes learnt from other replicas for workers of no known block size yet, by worker
+        self._unsized: dict[str, deque[Mapping[int, Sequence[int]]]] = {}
         # the candidates and pool sizes _track last brought into the LRUs
         self._tracked_index: CandidateIndex | None = None
         self._tracked_blocks: list[int] = []
@@ -95,6 +101,7 @@ class PrefixScorer:
                 self.inflight = previous.inflight
             self._block_size = previous._block_size
             self._gpu_blocks = previous._gpu_blocks
+            self._unsized = previous._unsized
             self._tracked_index = None
 
     def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
@@ -135,8 +142,18 @@ class PrefixScorer:
     def learn_routed(self, worker_id: str, block_hashes: Mapping[int, Sequence[int]]) -> None:
         """Another router replica routed a prompt of these hashes to ``worker_id``
         (``PolicyEngine.learn_routed``): its history learns it as its own ``on_routed`` would
-        (not the in-flight blocks, which the other replica tracks until its request ends)."""
-        chain = block_hashes.get(self._block_size.get(worker_id, 16))
+        (not the in-flight blocks, which the other replica tracks until its request ends).
+        For a worker whose block size no decision has read yet, the hashes are kept until one
+        does (``_track``), to be learnt at its size: taken at 16, a worker of another size
+        learnt nothing, or hashes of the wrong size that stayed."""
+        size = self._block_size.get(worker_id)
+        if size is None:
+            kept = self._unsized.get(worker_id)
+            if kept is None:
+                kept = self._unsized[worker_id] = deque(maxlen=MAX_UNSIZED_ROUTES)
+            kept.append(block_hashes)
+            return
+        chain = block_hashes.get(size)
         if chain:
             self.index.insert(worker_id, chain)
 
@@ -150,6 +167,7 @@ class PrefixScorer:
         self.index.remove_worker(worker_id)
         self._gpu_blocks.pop(worker_id, None)
         self._block_size.pop(worker_id, None)
+        self._unsized.pop(worker_id, None)
         self._tracked_index = None
 
     def on_completed(self, request: RoutingRequest, outcome: RequestOutcome) -> None:
@@ -176,6 +194,11 @@ class PrefixScorer:
             gpu_blocks[worker_id] = count
             block_size[worker_id] = size
             self.index.set_capacity(worker_id, count)
+            if known_size is None and worker_id in self._unsized:
+                for hashes in self._unsized.pop(worker_id):    # learnt at its size now
+                    chain = hashes.get(size)
+                    if chain:
+                        self.index.insert(worker_id, chain)
         self._tracked_index, self._tracked_blocks = index, blocks
 
 

@@ -58,10 +58,12 @@ hashes (``on_routed_blocks``) are appended at once, by a background task, to the
 waits on the stream (``XREAD BLOCK``) for the entries the other replicas append and hands
 them to ``follow_routed``'s callback within milliseconds: a conversation whose turns a load
 balancer spreads over the replicas stays on the worker holding it, even when the next turn
-follows the answer at once. A replica starting reads the stream from its first entry (what
-the others routed before it started, as far as the stream keeps it: a replica restarted or
-added knows the caches of the conversations under way), and keeps its place while Redis is
-away (the routes the others send when it returns are learnt, whoever syncs first). A Redis
+follows the answer at once. A replica starting reads the last ``REPLAY_WINDOW_MS`` of the
+stream (what the others routed before it started, as far as the stream keeps it: a replica
+restarted or added knows the caches of the conversations under way), learning it in slices
+that yield to the event loop, and keeps its place while Redis is away (the routes the others
+send when it returns are learnt, whoever syncs first; a stream that now ends before that
+place, a Redis replaced, is read again from its last stretch). A Redis
 refusing only the stream's commands (a user without ``XADD``, the key of another type)
 leaves the routes unshared, logged once per kind of refusal while it lasts (without the
 command's arguments, which hold prompt hashes), each side (publishing, reading) tried again
@@ -158,6 +160,10 @@ ROUTED_READ_COUNT = 200          # entries read (and learnt on the loop) at once
 ROUTED_BLOCK_MS = 500            # a read waits this long for new entries
 ROUTES_RETRY_S = 10.0            # after Redis refused the stream's commands, the next try
 READER_WAIT_S = 0.1              # the reader's pause while Redis is away (at most a sync's)
+# a replica starting learns the routes of this last stretch the stream keeps (older ones tell
+# of caches long since turned over, or of engines restarted since)
+REPLAY_WINDOW_MS = 15 * 60 * 1000
+LEARN_SLICE_S = 0.002            # routes learnt on the event loop between two yields to it
 MAX_REFUSALS_LOGGED = 4          # kinds of refusal of the stream logged while it is refused
 TTL_SYNCS = 4                    # counts outlive this many syncs as long as the last one
 RECONNECT_MIN_S = 1.0            # after a reconnect to leave a replica, the next one at least
@@ -584,8 +590,10 @@ class RedisStateStore:
         if self._degraded:
             log.info("redis %s reachable again: sharing state", self._shown)
             # the reader keeps its place: the routes the others queued while Redis was away
-            # are appended when it returns, and learnt whichever replica syncs first (a new
-            # stream's ids, after a restart, come after the last one read)
+            # are appended when it returns, and learnt whichever replica syncs first
+            # (a failure: the reader's own read says what is wrong, and is tried again)
+            with contextlib.suppress(RedisError, OSError):
+                await self._resent_if_cut(self._keep_reader_place)
         self._degraded = False
         self._replicas = len(others) + 1
         if self._replicas != self._replicas_logged:      # at the first sync and on a change
@@ -711,12 +719,23 @@ class RedisStateStore:
                 continue
             self._routes_work("read")
             try:
-                self._learn_entries(_stream_entries(reply))
+                await self._learn_sliced(_stream_entries(reply))
             except Exception:          # a reply of another shape: the reader must not die
                 if not self._reader_failed:
                     log.exception("reading the routes of the other replicas failed")
                 self._reader_failed = True
                 await asyncio.sleep(self._interval)
+
+    async def _learn_sliced(self, entries: list[tuple[str, dict[str, str]]]) -> None:
+        """``_learn_entries``, yielding to the event loop every ``LEARN_SLICE_S``: a replica
+        catching up learns thousands of routes of long prompts (200 of 2,048 blocks each held
+        the loop 0.4 s), while it serves."""
+        started = time.perf_counter()
+        for at in range(len(entries)):
+            self._learn_entries(entries[at:at + 1])
+            if time.perf_counter() - started > LEARN_SLICE_S:
+                await asyncio.sleep(0)
+                started = time.perf_counter()
 
     def _learn_entries(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         for entry_id, fields in entries:
@@ -735,12 +754,28 @@ class RedisStateStore:
                 log.exception("learning a route of another replica failed")
 
     async def _place_reader(self) -> None:
-        """Start reading the stream at its first entry: what the others routed before this
-        replica started, as far as the stream keeps it (``ROUTED_STREAM_MAXLEN``), learnt
-        ``ROUTED_READ_COUNT`` at a time, then what they route from now on. (A stream key of
-        another type is refused here, and tried again as the reader's refusals are.)"""
-        await self._client.xlen(self._keys.routed)
-        self._routed_from = "0-0"
+        """Start reading the stream ``REPLAY_WINDOW_MS`` before its last entry: what the
+        others routed lately, before this replica started (as far as the stream keeps it,
+        ``ROUTED_STREAM_MAXLEN``), learnt ``ROUTED_READ_COUNT`` at a time, then what they
+        route from now on. (A stream key of another type is refused here, and tried again as
+        the reader's refusals are.)"""
+        last = await self._last_routed_ms()
+        self._routed_from = f"{max(0, last - REPLAY_WINDOW_MS)}-0" if last is not None else "0-0"
+
+    async def _last_routed_ms(self) -> int | None:
+        """The time part of the stream's last entry id (None: no stream)."""
+        last = await self._client.xrevrange(self._keys.routed, count=1)
+        return _id_ms(last[0][0]) if last else None
+
+    async def _keep_reader_place(self) -> None:
+        """Redis answers again: the reader keeps its place, unless the stream now ends before
+        it (a Redis replaced, its data lost, whose new entries' ids, from a clock behind the
+        old one's, would all be passed over): then it is placed again."""
+        if self._routed_from is None:
+            return
+        last = await self._last_routed_ms()
+        if last is None or last < _id_ms(self._routed_from):
+            await self._place_reader()
 
     def _usage_fields(self) -> dict[str, str]:
         """This replica's usage hash: ``requests,tokens`` by budget, and each budget's
@@ -1085,3 +1120,9 @@ def _stream_entries(reply: Any) -> list[tuple[str, dict[str, str]]]:
         return [(entry_id, fields) for entry_id, fields in (streams[0][0] if streams and
                                                              streams[0] else [])]
     return [(entry_id, fields) for entry_id, fields in reply[0][1]]
+
+
+def _id_ms(entry_id: str | bytes) -> int:
+    """The milliseconds part of a stream entry id (``MS-SEQ``)."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])

@@ -185,3 +185,21 @@ def test_reload_keeps_the_unfinished_requests_blocks() -> None:
     new.on_completed(first, RequestOutcome("a", "w1", 200))   # finished under the new one
     assert new.score(request_with("c", [1, 2, 3], 64), [make_view("w1")], CycleState()) == {
         "w1": 0.0}
+
+
+def test_routes_learnt_before_any_decision_wait_for_the_workers_block_size() -> None:
+    """A replica starting learns the others' routes before its first decision, when no
+    worker's block size has been read: they were taken at 16, so a worker of 64-token blocks
+    learnt nothing from a route hashed at 64 alone, and hashes of the wrong size from one
+    hashed at both, which stayed. They are learnt at the worker's size once one is read."""
+    scorer = PrefixScorer("prefix", PrefixScorerParams())
+    scorer.learn_routed("w64", {64: [7, 8]})
+    scorer.learn_routed("w64", {16: [1, 2, 3, 4], 64: [9]})
+    scorer.learn_routed("w16", {16: [1, 2], 64: [5]})
+    views = [make_view("w64", block_size=64), make_view("w16")]
+    request = RoutingRequest(request_id="r", model="m")
+    request.num_prompt_tokens = 200
+    request.block_hashes = {16: [1, 2, 3, 4], 64: [7, 8, 5]}
+    assert scorer.score(request, views, CycleState()) == {"w64": 128 / 200, "w16": 32 / 200}
+    scorer.learn_routed("w64", {64: [7, 8, 5]})         # a size known: learnt at once
+    assert scorer.score(request, views, CycleState())["w64"] == 192 / 200
