@@ -122,7 +122,7 @@ ROUTING = Dashboard(
         Panel("Workers down or set aside", (
             Query(f'sum by (gpu) (max by (worker, gpu) (1 - kvroute_worker_up{{{MWG}}}))',
                   "{{gpu}} down"),
-            Query('max by (worker, reason) (kvroute_worker_set_aside{worker=~"$worker"})',
+            Query(f'max by (worker, reason) (kvroute_worker_set_aside{{{MWG}}})',
                   "{{worker}} {{reason}}")), unit="short", stacked=True,
             description="Workers a router marked down (failed scrapes), per GPU class; and "
                         "workers set aside while it lasts, healthy as their scrapes are: "

@@ -29,8 +29,8 @@ def test_promtool_check_rules_passes() -> None:
     result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 23 rules found" in result.stdout      # recording
-    assert "SUCCESS: 21 rules found" in result.stdout      # alerts
+    assert "SUCCESS: 24 rules found" in result.stdout      # recording
+    assert "SUCCESS: 22 rules found" in result.stdout      # alerts
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_alert_tiers() -> None:
         "WorkerCertificateExpiresSoon": "warning", "RouterShedsLoad": "warning",
         "StateStoreDegraded": "warning", "ReplicasDisagree": "warning",
         "ClientKeysRefused": "warning", "FleetConfigRefused": "warning",
-        "WorkerDown": "warning",
+        "WorkerDown": "warning", "WorkerAnswersFailing": "warning",
         "RoutingFilesDiffer": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
@@ -83,6 +83,7 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
     assert values["kvroute:threshold:ttft_sigma_critical"] == "vector(4)"
     assert values["kvroute:threshold:success_ratio_emergency"] == "vector(0.999)"
     assert values["kvroute:threshold:worker_ejections_warning"] == "vector(1)"
+    assert values["kvroute:threshold:worker_failures_warning"] == "vector(0.05)"
     assert values["kvroute:threshold:gc_pause_share_warning"] == "vector(0.02)"
     assert values["kvroute:threshold:gc_long_pauses_warning"] == "vector(1)"
     assert values["kvroute:threshold:loop_stalls_warning"] == "vector(1)"
@@ -435,8 +436,9 @@ def test_success_rate_counts_server_errors_only(tmp_path: Path) -> None:
 
 _SUCCESS_DESCRIPTION = (
     "Counted per answer that reached a client: an attempt retried on another worker is left "
-    "out (a failing worker whose requests all succeed elsewhere is WorkerEjected's, not this "
-    'page). Look for the workers in kvroute_requests_total{status=~"5.."}.\n')
+    "out (a failing worker whose requests succeed elsewhere is WorkerAnswersFailing's or "
+    "WorkerEjected's, not this page). Look for the workers in "
+    'kvroute_requests_total{status=~"5.."}.\n')
 
 
 def test_router_sheds_load_fires_after_five_minutes_above_one_percent(tmp_path: Path) -> None:
@@ -786,13 +788,57 @@ def test_no_healthy_worker_pages_for_the_router_that_sees_none(tmp_path: Path) -
             "alert_rule_test": [
                 {"eval_time": "1m", "alertname": "NoHealthyWorker", "exp_alerts": []},
                 {"eval_time": "3m", "alertname": "NoHealthyWorker", "exp_alerts": [{
-                    "exp_labels": {"severity": "emergency", "model": "m"},
+                    "exp_labels": {"severity": "emergency", "model": "m", "instance": "r1"},
                     "exp_annotations": {
-                        "summary": "A router sees no healthy worker serving m",
+                        "summary": "The router at r1 sees no healthy worker serving m",
                         "description": (
-                            "Its clients get 503 no_worker_available for that model (another "
-                            "router may still see some: compare kvroute_worker_up by instance, "
-                            "and the routers' network paths).\n")}}]},
+                            "Its clients get 503 no_worker_available for that model (other "
+                            "routers may still see some: compare their kvroute_worker_up, and "
+                            "the routers' network paths).\n")}}]},
+            ],
+        }],
+    })
+
+
+def test_a_worker_failing_now_and_then_is_warned_of_though_clients_see_no_error(
+        tmp_path: Path) -> None:
+    """A worker answering 30 % of its attempts with a 503, each retried elsewhere, between
+    successes: never ejected (that needs failures in a row), and SuccessRateLow reads what
+    clients got (all served): nothing fired. WorkerAnswersFailing warns of it; a worker
+    failing 1 % of its attempts does not cross the threshold."""
+    requests, retries = "kvroute_requests_total", "kvroute_retries_total"
+    description = (
+        "Retried on other workers, its clients may see none of these (SuccessRateLow reads what "
+        "they got); failing now and then, it is never set aside (WorkerEjected needs failures "
+        'in a row). Its log and kvroute_requests_total{status=~"5.."} say which.\n')
+    _promtool_test(tmp_path, "worker-failing", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'{requests}{{model="m", worker="w0", status="200"}}',
+                 "values": "0+70x30"},
+                {"series": f'{requests}{{model="m", worker="w0", status="503"}}',
+                 "values": "0+30x30"},
+                {"series": f'{retries}{{model="m", worker="w0", reason="http_5xx"}}',
+                 "values": "0+30x30"},
+                {"series": f'{requests}{{model="m", worker="w1", status="200"}}',
+                 "values": "0+600x30"},
+                {"series": f'{requests}{{model="m", worker="w2", status="200"}}',
+                 "values": "0+99x30"},
+                {"series": f'{requests}{{model="m", worker="w2", status="500"}}',
+                 "values": "0+1x30"},
+                {"series": f'{retries}{{model="m", worker="w2", reason="http_5xx"}}',
+                 "values": "0+1x30"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "20m", "alertname": "SuccessRateLow", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "WorkerAnswersFailing", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "worker": "w0"},
+                    "exp_annotations": {
+                        "summary": "w0 answered 30% of its attempts with a server error over "
+                                   "5m", "description": description}}]},
             ],
         }],
     })
