@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from policies.errors import ParamError, RoutingConfigError
+from workers.yaml_text import yaml_words
 
 T = TypeVar("T")
 
@@ -83,8 +84,11 @@ def _yaml_hint(tp: Any, value: object) -> str:
                 "and false unquoted as booleans: quote it)")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and "a string" in wanted:
         return f", got the number {value!r} (quote it: '{value!r}')"
-    shown = repr(value)     # what was found, when short enough to read in one line
-    return f", got {shown}" if len(shown) <= 60 else ""
+    shown = yaml_words(value)    # what was found, when short enough to read in one line
+    if len(shown) > 60:
+        return ""
+    # (after a list of choices, a comma would read as one more of them)
+    return f"; got {shown}" if wanted.startswith("must be one of") else f", got {shown}"
 
 
 def _try_coerce(tp: Any, value: object, path: str) -> Any:

@@ -93,7 +93,7 @@ def warnings(routing: RoutingConfig,
               and all(spec.weight == 0 for spec in profile.scorers)):
             found.append(f"profiles.{name}.scorers: every weight is 0: every total is 0, so "
                          f"{profile.picker.type} picks at random (no load is compared)")
-    return (found + _shadowed_rules(routing) + _shadowed_aliases(routing)
+    return (found + _shadowed_rules(routing) + _shadowed_aliases(routing, set(runners or {}))
             + _misrouting_rules(routing, runners or {})
             + _semantic_warnings(routing) + _unused_plugin_modules(routing))
 
@@ -132,12 +132,14 @@ def _shadowed_rules(routing: RoutingConfig) -> list[str]:
     return found
 
 
-def _shadowed_aliases(routing: RoutingConfig) -> list[str]:
+def _shadowed_aliases(routing: RoutingConfig, served: Set[str]) -> list[str]:
     """An alias rule (the model its only condition, a model or adapter its target) after
     rules that may match its requests and leave the model as it is: the requests they match
     reach the workers under the alias (no worker serves it: 404), and the alias is not
     listed. First match wins, so the alias goes before them (it then takes all its
-    requests)."""
+    requests). ``served``: the fleet's models, when known (a name the fleet serves is no
+    alias: a rule sending it elsewhere is a rewrite, and the rules before it serve it as
+    it is)."""
     found = []
     rules = routing.rules
     for i, rule in enumerate(rules):
@@ -146,7 +148,9 @@ def _shadowed_aliases(routing: RoutingConfig) -> list[str]:
                 or when.path or when.header or when.tenant or when.semantic_class
                 or when.needs_prompt_tokens):
             continue
-        names = set(when.model) - {rule.then.adapter or rule.then.model}
+        names = set(when.model) - {rule.then.adapter or rule.then.model} - served
+        if not names:
+            continue
         before = [f"rules[{j}] ({rules[j].name})" for j in range(i)
                   if not (rules[j].then.adapter or rules[j].then.model)
                   and rules[j].when != RuleMatch()      # (warned of as matching everything)
@@ -155,8 +159,8 @@ def _shadowed_aliases(routing: RoutingConfig) -> list[str]:
             found.append(
                 f"rules[{i}] ({rule.name}) makes {', '.join(sorted(names))} an alias, but "
                 f"{', '.join(before)} may match its requests first and send them on under "
-                "that name, which no worker serves (404), and GET /v1/models does not list "
-                f"it: put rules[{i}] first (it then takes every request for the alias)")
+                "that name (a 404 where no worker serves it), and GET /v1/models does not "
+                f"list it: put rules[{i}] first (it then takes every request for the alias)")
     return found
 
 

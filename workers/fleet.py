@@ -57,7 +57,7 @@ from urllib.parse import SplitResult, urlsplit
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS, GpuProfile, ModelSpec
 from workers.models import WorkerInfo
 from workers.upstream import base_url
-from workers.yaml_text import YamlTextError, load_config_yaml
+from workers.yaml_text import YamlTextError, load_config_yaml, yaml_words
 
 
 class FleetConfigError(ValueError):
@@ -357,7 +357,8 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
                 f"{str(value).lower()} (YAML reads no, yes, on, off, true and false unquoted "
                 "as booleans: quote it)")
         if not isinstance(value, (str, int, float)):
-            raise FleetConfigError(f"{where}.labels.{key}: must be a string, got {value!r}")
+            raise FleetConfigError(f"{where}.labels.{key}: must be a string, got "
+                                   f"{yaml_words(value)}")
     emulate = raw.get("emulate")
     url = raw.get("url")
     if (emulate is None) == (url is None):
@@ -369,7 +370,9 @@ def _parse_worker(raw: Any, where: str, gpus: Mapping[str, GpuProfile],
         host = emulate.get("host", "127.0.0.1")
         if not isinstance(host, str) or not host:
             raise FleetConfigError(f"{where}.emulate.host: must be an address or a host "
-                                   f"name, got {host!r}")
+                                   f"name, got {yaml_words(host)}")
+        if ":" in host and not host.startswith("["):    # an IPv6 address, in a URL
+            host = f"[{host}]"
         scheme = "https" if emulate.get("ssl_certfile") else "http"
         url = f"{scheme}://{host}:{emulate['port']}"
     parts = _checked_url(url, f"{where}.url")

@@ -39,6 +39,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def yaml_words(value: object) -> str:
+    """``value`` as a YAML reader writes it in an error: ``true``, ``false``, ``null``, else
+    Python's ``repr`` (a text quoted, a list in brackets)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
 def load_config_yaml(text: str) -> Any:
     """The document of ``text``; ``YamlTextError`` for bad YAML or a repeated key."""
     try:
@@ -51,16 +61,25 @@ def load_config_yaml(text: str) -> Any:
         raise YamlTextError("lists or mappings nested too deeply to read") from None
 
 
+# contexts that begin where the mistake is (a key whose ':' is missing, a list, mapping or
+# quoted text left open); others (a block mapping's start, for a line indented wrong) begin
+# far above it, and the problem's line is the one to mend
+_CAUSE_CONTEXTS = frozenset({
+    "while scanning a simple key", "while parsing a flow sequence",
+    "while parsing a flow mapping", "while scanning a quoted scalar"})
+
+
 def _one_line(exc: yaml.MarkedYAMLError) -> str:
-    """Where and what, in one line. When the context began on another line than the problem
-    was found (a key without its ``:`` is found wrong only on the next line), both lines are
-    named, the context's first: that is the line to mend."""
+    """Where and what, in one line. When the context is the mistake itself and began on
+    another line than the problem was found (a key without its ``:`` is found wrong only on
+    the next line, an unclosed list at the next key), both lines are named, the context's
+    first: that is the line to mend."""
     mark = exc.problem_mark or exc.context_mark
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     what = " ".join(part for part in (exc.problem, exc.context) if part)
     context = exc.context_mark
-    if (exc.problem_mark is not None and context is not None and exc.context
-            and context.line != exc.problem_mark.line):
+    if (exc.problem_mark is not None and context is not None
+            and exc.context in _CAUSE_CONTEXTS and context.line != exc.problem_mark.line):
         problem = exc.problem_mark
         return " ".join((
             f"line {context.line + 1}, column {context.column + 1} ({exc.context}): "

@@ -48,11 +48,11 @@ def test_full_build_converts_containers() -> None:
     ({}, "p.name: required"),
     ({"name": 1}, "p.name: must be a string, got the number 1 (quote it: '1')"),
     ({"name": "x", "ratio": "high"}, "p.ratio: must be a number, got 'high'"),
-    ({"name": "x", "ratio": True}, "p.ratio: must be a number, got True"),
+    ({"name": "x", "ratio": True}, "p.ratio: must be a number, got true"),
     ({"name": "x", "count": 1.5}, "p.count: must be an integer, got 1.5"),
     ({"name": "x", "count": -1}, "p.count: must be >= 0"),
     ({"name": "x", "enabled": "yes"}, "p.enabled: must be a boolean, got 'yes'"),
-    ({"name": "x", "mode": "c"}, "p.mode: must be one of: a, b, got 'c'"),
+    ({"name": "x", "mode": "c"}, "p.mode: must be one of: a, b; got 'c'"),
     ({"name": "x", "limit": "none"}, "p.limit: must be an integer or null, got 'none'"),
     ({"name": "x", "tags": "p"}, "p.tags: must be a list, got 'p'"),
     ({"name": "x", "tags": ["p", 2]}, "p.tags[1]: must be a string, got the number 2 "

@@ -120,7 +120,7 @@ def test_declared_producer_keeps_its_params() -> None:
                  "profiles.default.scorers[0].params.threshold: must be > 0",
                  id="param out of range"),
     pytest.param(BASE.replace("weight: 2}", "weight: 2, params: {mode: fancy}}"),
-                 "profiles.default.scorers[0].params.mode: must be one of: relative, absolute, "
+                 "profiles.default.scorers[0].params.mode: must be one of: relative, absolute; "
                  "got 'fancy'",
                  id="param not in its literal set"),
     pytest.param(BASE.replace("weight: 2}", "weight: 2, params: {thresh: 3}}"),

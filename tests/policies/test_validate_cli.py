@@ -176,11 +176,21 @@ def test_an_alias_behind_rules_that_take_its_requests_is_warned_of(
     assert capsys.readouterr().err.splitlines()[0] == (
         f"{path}: warning: rules[3] (public-names) makes small an alias, but rules[0] (gold), "
         "rules[1] (acme-small) may match its requests first and send them on under that "
-        "name, which no worker serves (404), and GET /v1/models does not list it: put "
+        "name (a 404 where no worker serves it), and GET /v1/models does not list it: put "
         "rules[3] first (it then takes every request for the alias)")
     path.write_text(head + alias + others)
     assert main(["validate", str(path)]) == 0
     assert "an alias" not in capsys.readouterr().err
+    # no alias: a rule keeping the model (a pool for it), or sending a model the fleet
+    # serves to an adapter (the rules before it serve the model as it is)
+    fleet = str(ROOT / "config" / "fleet.yaml")
+    served = "meta-llama/Llama-3.1-8B-Instruct"
+    for rule in (f"{{name: pin, when: {{model: [{served}]}}, then: {{model: {served}, "
+                 "pool: {pool: premium}}}",
+                 f"{{name: lora, when: {{model: [{served}]}}, then: {{adapter: sql-lora}}}}"):
+        path.write_text(head + others + f"  - {rule}\n")
+        main(["validate", str(path), "--fleet", fleet])
+        assert "an alias" not in capsys.readouterr().err
 
 
 def test_every_scorer_weighted_0_is_warned_of(tmp_path: Path,
@@ -193,6 +203,11 @@ def test_every_scorer_weighted_0_is_warned_of(tmp_path: Path,
     assert capsys.readouterr().err == (
         f"{path}: warning: profiles.default.scorers: every weight is 0: every total is 0, so "
         f"max-score picks at random (no load is compared)\n{path}: {NO_FLEET_NOTE}\n")
+    # one of them weighed 0 (an index kept warm, scoring nothing): the other decides
+    path.write_text("profiles: {default: {filters: [healthy, model], scorers: [{type: inflight, "
+                    "weight: 1}, {type: kv-usage, weight: 0.0}], picker: {type: max-score}}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert "every weight is 0" not in capsys.readouterr().err
 
 
 def test_a_rule_adapter_no_emulated_worker_loads_is_warned_of(

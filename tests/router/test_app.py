@@ -17,7 +17,14 @@ from aiohttp import web
 from router.app import create_app
 from router.keys import METRICS
 from router.settings import Settings
-from tests.router.gateway_support import MODEL, REPO_ROOT, RouterFactory, RouterHandle, subset
+from tests.router.gateway_support import (
+    MODEL,
+    REPO_ROOT,
+    RouterFactory,
+    RouterHandle,
+    short_chat,
+    subset,
+)
 from workers.fleet import FleetConfig
 
 pytestmark = pytest.mark.integration
@@ -225,13 +232,16 @@ async def test_routes_another_replica_shares_for_a_worker_not_in_this_fleet_are_
                                replica_id="r1")
     (index,) = [plugin.index for _, _, plugin in router.app[POLICY].engine.plugins()
                 if isinstance(plugin, PrefixScorer)]
+    async with aiohttp.ClientSession() as session:     # a decision reads its block size
+        assert (await short_chat(session, router))[0] == 200
+    learnt_before = index.blocks("h100-fast")       # (the chat's own prompt)
     other = RedisStateStore(redis_url, "r2", sync_interval_s=60)
     await other.start()
     try:
         other.on_routed_blocks("elsewhere", {16: [11, 12, 13]})
         other.on_routed_blocks("h100-fast", {16: [21, 22]})
         deadline = time.monotonic() + 5.0
-        while index.blocks("h100-fast") < 2:
+        while index.blocks("h100-fast") < 2 + learnt_before:
             assert time.monotonic() < deadline, "the shared route never arrived"
             await asyncio.sleep(0.02)
     finally:

@@ -565,3 +565,14 @@ async def test_an_emulated_worker_declared_anew_at_its_url_is_said_to_serve_as_i
         assert await reloader.check()
     (said,) = [r.getMessage() for r in caplog.records]
     assert said.endswith("Until something listens at http://127.0.0.1:18998 it is down")
+    # a real server's entry turned emulate: at its URL: no emulator was started for it
+    caplog.clear()
+    rewrite(path, emulated(w=dict(gpu="h100", url="http://127.0.0.1:18997")))
+    assert not await reloader.check()
+    assert await reloader.check()
+    with caplog.at_level(logging.WARNING, logger="router.fleet_reloader"):
+        rewrite(path, emulated(w=dict(gpu="a100", emulate={"port": 18997})))
+        assert not await reloader.check()
+        assert await reloader.check()
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.endswith("Until something listens at http://127.0.0.1:18997 it is down")

@@ -61,7 +61,7 @@ async def test_5xx_before_first_byte_is_retried_on_another_worker(
     first_on_failing = [d for d in await decisions(router)
                         if d["worker"] == "failing" and d["attempt"] == 0]
     assert len(first_on_failing) >= 1
-    assert router.metric("kvroute_retries_total", worker="failing",
+    assert router.metric("kvroute_retries_total", worker="failing", model=MODEL,
                          reason="http_5xx") == len(first_on_failing)
     assert router.metric("kvroute_requests_total", model=MODEL, worker="failing",
                          gpu="A100-80GB", profile="default", status="500") == len(
@@ -106,6 +106,19 @@ async def test_refused_connection_is_retried_and_all_failing_gives_502(
                 model=MODEL, messages=MESSAGES, max_tokens=2)  # type: ignore[arg-type]
             assert raw.headers["x-kvroute-worker"] == "alive"
         assert router.metric("kvroute_retries_total", worker="doomed", reason="connect") >= 1
+        # so are the utility requests, their failed attempts counted as the director's, and
+        # their retries with the same model (the clients' success ratio subtracts one from
+        # the other, by model)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(4):
+                async with session.post(router.url + "/tokenize",
+                                        json={"model": MODEL, "prompt": "hi"}) as resp:
+                    assert resp.status == 200 and resp.headers["x-kvroute-worker"] == "alive"
+        retried = router.metric("kvroute_retries_total", worker="doomed", model=MODEL,
+                                reason="connect")
+        assert router.metric("kvroute_requests_total", worker="doomed", model=MODEL,
+                             status="502") == retried
+        assert router.metric("kvroute_requests_total", worker="doomed", api="tokenize") >= 1
         alive.stop()
         with pytest.raises(openai.APIStatusError) as info:
             await client(router).chat.completions.create(model=MODEL, messages=MESSAGES)  # type: ignore[arg-type]

@@ -68,7 +68,7 @@ def test_the_entry_wins_over_the_emulator_and_off_means_none() -> None:
     ({"url": "http://a", "labels": {"pool": ["premium", "standard"]}},
      r"workers\[0\]\.labels\.pool: must be a string, got \['premium', 'standard'\]"),
     ({"url": "http://a", "labels": {"pool": None}},
-     r"workers\[0\]\.labels\.pool: must be a string, got None"),
+     r"workers\[0\]\.labels\.pool: must be a string, got null"),
     ({"url": "http://a", "labels": {"spot": True}},
      r"workers\[0\]\.labels\.spot: must be a string, got the boolean true \(YAML reads"),
 ])
@@ -98,6 +98,13 @@ def test_api_key_env_names_a_variable_never_a_key() -> None:
         with pytest.raises(FleetConfigError, match=r"workers\[0\]\.api_key_env: must be the "
                                                    "name of an environment variable"):
             parse_fleet(one_worker(url="http://10.0.0.7:8000", api_key_env=bad))
+
+
+def test_an_emulated_worker_on_an_ipv6_address_is_reached_in_brackets() -> None:
+    """``emulate: {host: "::1"}`` was refused as a bad url (``http://::1:8101``), which the
+    entry does not have."""
+    fleet = parse_fleet(one_worker(emulate={"port": 8101, "host": "::1"}))
+    assert fleet.workers[0].info.url == "http://[::1]:8101"
 
 
 def test_a_worker_url_is_http_or_https_with_a_host() -> None:

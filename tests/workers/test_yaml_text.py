@@ -29,6 +29,12 @@ def test_a_repeated_key_is_refused_where_it_is(text: str, message: str) -> None:
     ("a: [1, 2\nb: 3\n", "line 1, column 4 (while parsing a flow sequence): expected ',' or ']', "
                          "but got ':' at line 2, column 2"),
     ("a: b: c\n", "line 1, column 5: mapping values are not allowed here"),
+    # a key without its colon: its own line first, the line it was found wrong on after
+    ("a:\n  b: 1\n  c\n  d: 2\n", "line 3, column 3 (while scanning a simple key): could not "
+                                  "find expected ':' at line 4, column 3"),
+    # a line indented wrong: its line, not the far line where the enclosing mapping began
+    ("p:\n  d:\n    f: []\n    s: []\n   k: {t: 1}\n", "line 5, column 4: expected <block end>, "
+                                                  "but found '<block mapping start>'"),
     ("a: !!python/object:os.system x\n", "line 1, column 4: could not determine a constructor"),
 ])
 def test_bad_yaml_is_one_line_saying_where(text: str, message: str) -> None:
