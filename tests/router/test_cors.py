@@ -42,7 +42,7 @@ async def test_any_origin_by_default_on_answers_streams_and_refusals(
             assert "x-kvroute-worker" in exposed and "x-request-id" in exposed
             # what is left of a budget, which a page may read to slow down
             assert {"x-ratelimit-remaining-tokens", "x-ratelimit-reset-requests",
-                    "retry-after"} <= set(exposed.split(", "))
+                    "retry-after", "x-kvroute-rule"} <= set(exposed.split(", "))
         async with session.post(router.url + "/v1/chat/completions",
                                 json={**CHAT, "stream": True}, headers=auth) as resp:
             assert resp.status == 200
