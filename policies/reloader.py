@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from policies.engine import PolicyEngine, check_against_fleet
 from policies.errors import RoutingConfigError
-from policies.loader import parse_routing_text, read_routing_text
+from policies.loader import parse_routing_file_text, read_routing_text
 from policies.plugin_modules import PLUGIN_MODULES_KEY, entry_path, is_file_entry
 from policies.registry import PluginRegistry, default_registry
 from policies.schema import source_folder
@@ -140,7 +140,7 @@ class PolicyReloader:
         watched = (Path(path), *(file for _, file in named))
         read = _Read(watched, (*stamp, *_stamps(watched[1:])),
                      _content_digest(text.encode(), named))
-        routing = parse_routing_text(text, registry, str(path))
+        routing = parse_routing_file_text(text, registry, str(path))
         engine = PolicyEngine.build(routing, fleet, registry, seed=seed,
                                     fingerprint=fingerprint_of(read.digest))
         _log_warnings(Path(path), engine, fleet)
@@ -240,7 +240,7 @@ class PolicyReloader:
 
     def _build(self, text: str, digest: bytes) -> PolicyEngine:
         """The engine of ``text``, whose content (with the files it names) has ``digest``."""
-        routing = parse_routing_text(text, self._registry, str(self.path))
+        routing = parse_routing_file_text(text, self._registry, str(self.path))
         return PolicyEngine.build(routing, self.fleet, self._registry, seed=self._seed,
                                   fingerprint=fingerprint_of(digest))
 

@@ -57,7 +57,7 @@ from urllib.parse import SplitResult, urlsplit
 from workers.engine.profiles import BUILTIN_GPUS, BUILTIN_MODELS, GpuProfile, ModelSpec
 from workers.models import WorkerInfo
 from workers.upstream import base_url
-from workers.yaml_text import YamlTextError, load_config_yaml, yaml_words
+from workers.yaml_text import YamlTextError, key_lines, load_config_yaml, with_line, yaml_words
 
 
 class FleetConfigError(ValueError):
@@ -178,15 +178,22 @@ class FleetConfig:
 
 
 def load_fleet(path: str | Path) -> FleetConfig:
-    """Read and validate a fleet file."""
+    """Read and validate a fleet file; an error naming a field ends with its line."""
     p = Path(path)
     try:
-        data = load_config_yaml(p.read_text())
+        text = p.read_text()
+        data = load_config_yaml(text)
     except OSError as exc:
         raise FleetConfigError(f"{p}: cannot read fleet file: {exc.strerror}") from exc
     except YamlTextError as exc:       # one line; a key written twice is refused
         raise FleetConfigError(f"{p}: invalid YAML: {exc}") from exc
-    return parse_fleet(data, source=str(p))
+    try:
+        return parse_fleet(data, source=str(p))
+    except FleetConfigError as exc:    # the field it names, found in the text: its line
+        named = str(exc).removeprefix(f"{p}: ")
+        if named == str(exc):
+            raise
+        raise FleetConfigError(f"{p}: {with_line(named, key_lines(text))}") from exc
 
 
 def parse_fleet(data: Any, source: str = "<memory>") -> FleetConfig:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode
+from yaml.nodes import MappingNode, SequenceNode
 
 
 class YamlTextError(ValueError):
@@ -86,3 +86,41 @@ def _one_line(exc: yaml.MarkedYAMLError) -> str:
             f"{exc.problem or 'invalid'} at line {problem.line + 1}, column "
             f"{problem.column + 1}").split())
     return where + " ".join((what or str(exc)).split())
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """Each key's and list item's line (1-based) in ``text``, by its path as the errors of
+    the configuration name it (``profiles.default.scorers[1].weight``); {} for text that is
+    not YAML."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, RecursionError):
+        return {}
+    lines: dict[str, int] = {}
+    pending: list[tuple[Any, str]] = [(root, "")]
+    while pending:
+        node, path = pending.pop()
+        if isinstance(node, MappingNode):
+            for key_node, value in node.value:
+                key = f"{path}.{key_node.value}" if path else str(key_node.value)
+                lines.setdefault(key, key_node.start_mark.line + 1)
+                pending.append((value, key))
+        elif isinstance(node, SequenceNode):
+            for i, item in enumerate(node.value):
+                lines.setdefault(f"{path}[{i}]", item.start_mark.line + 1)
+                pending.append((item, f"{path}[{i}]"))
+    return lines
+
+
+def with_line(message: str, lines: dict[str, int]) -> str:
+    """``message`` (``PATH: what is wrong``) with the line of ``PATH`` added, or of the
+    nearest key above it that the text has (a missing key is named by where it belongs):
+    ``PATH: what is wrong (line L)``; as it was when no line is known."""
+    path = message.split(": ", 1)[0]
+    while path:
+        line = lines.get(path)
+        if line is not None:
+            return f"{message} (line {line})"
+        cut = max(path.rfind("."), path.rfind("["))
+        path = path[:cut] if cut > 0 else ""
+    return message

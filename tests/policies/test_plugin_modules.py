@@ -187,7 +187,7 @@ async def test_an_edited_plugin_file_is_reloaded_like_the_routing_file(
     result = await reloader.check()
     assert result is not None and result.result == "failure"
     assert result.message == ("plugin_modules[0] (plugins/lane.py): register(registry) failed: "
-                              "RuntimeError: half written")
+                              "RuntimeError: half written (line 2)")
     assert chosen(reloader.engine, lanes) == "w-slow"    # the last good engine serves on
 
     # the plugin file mended alone (the routing file untouched) is seen and applied
@@ -299,13 +299,13 @@ def test_one_file_listed_under_two_spellings_is_named_twice(tmp_path: Path,
         "profiles: {default: {scorers: [{type: lane}]}}\n")
     with pytest.raises(RoutingConfigError,
                        match=r"^plugin_modules\[1\]: './plugins/\.\./plugins/lane\.py' is listed "
-                             r"twice \(as 'plugins/lane\.py'\)$"):
+                             r"twice \(as 'plugins/lane\.py'\) \(line 1\)$"):
         load_routing(tmp_path / "routing.yaml")
     (tmp_path / "routing.yaml").write_text(
         "plugin_modules: [plugins/]\nprofiles: {default: {scorers: [{type: lane}]}}\n")
     with pytest.raises(RoutingConfigError,
                        match=r"^plugin_modules\[0\]: 'plugins/' is a folder: name each \.py file "
-                             r"of it$"):
+                             r"of it \(line 1\)$"):
         load_routing(tmp_path / "routing.yaml")
 
 
@@ -424,7 +424,8 @@ def test_whatever_a_parameter_check_raises_is_refused_naming_the_plugin(
         "{type: lane}", "{type: lane, params: {lane: ''}}"))
     with pytest.raises(RoutingConfigError,
                        match=r"^profiles\.default\.scorers\[0\]\.params: the parameters of "
-                             r"plugin type 'lane' cannot be read: KeyError: 'missing'$"):
+                             r"plugin type 'lane' cannot be read: KeyError: 'missing' "
+                             r"\(line \d+\)$"):
         load_routing(tmp_path / "routing.yaml")
 
 

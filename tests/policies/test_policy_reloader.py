@@ -59,7 +59,7 @@ async def test_good_bad_and_back(routing_file: Path) -> None:
     result = await settled(reloader)
     assert result == ReloadResult("failure", str(routing_file),
                                   "profiles.default.scorers[0].weight: must be a number, "
-                                  "got 'lots'")
+                                  "got 'lots' (line 1)")
     assert reloader.engine is good                              # last good keeps serving
     assert await reloader.check() is None                       # reported once per change
 
@@ -146,7 +146,8 @@ async def test_background_task_picks_up_a_change(routing_file: Path) -> None:
 def test_initial_bad_file_raises(tmp_path: Path) -> None:
     path = tmp_path / "routing.yaml"
     path.write_text(BAD)
-    with pytest.raises(RoutingConfigError, match=r"weight: must be a number, got 'lots'$"):
+    with pytest.raises(RoutingConfigError,
+                       match=r"weight: must be a number, got 'lots' \(line 1\)$"):
         PolicyReloader.load(path, FLEET)
 
 
@@ -214,7 +215,8 @@ async def test_a_refusal_is_logged_with_the_files_path(routing_file: Path,
         await settled(reloader)
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
         "routing reload refused, keeping the last good config: "
-        f"{routing_file}: profiles.default.scorers[0].weight: must be a number, got 'lots'"]
+        f"{routing_file}: profiles.default.scorers[0].weight: must be a number, got 'lots' "
+        "(line 1)"]
 
 
 async def test_the_config_in_force_is_warned_of_as_validate_does(

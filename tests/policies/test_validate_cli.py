@@ -30,7 +30,7 @@ def test_invalid_file_exits_1_naming_the_field(tmp_path: Path,
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (f"{path}: invalid: profiles.default.scorers[1].weight: "
-                            "must be a number, got 'x'\n")
+                            "must be a number, got 'x' (line 3)\n")
 
 
 @pytest.mark.parametrize(("text", "reason"), [
@@ -62,7 +62,7 @@ def test_a_fleet_file_given_as_the_routing_file_and_the_other_way_round_say_so(
     assert main(["validate", str(fleet)]) == 1
     assert capsys.readouterr().err == (
         f"{fleet}: invalid: workers: unknown top-level key: this is a fleet file, not a "
-        "routing file (kvroute validate ROUTING_FILE --fleet FLEET_FILE)\n")
+        "routing file (kvroute validate ROUTING_FILE --fleet FLEET_FILE) (line 10)\n")
     assert main(["validate", str(routing), "--fleet", str(routing)]) == 1
     assert capsys.readouterr().err.endswith(
         ": unknown top-level key(s): default_profile, profiles, slo: this is a routing file, "
@@ -340,8 +340,10 @@ def test_an_example_of_two_classes_and_a_threshold_of_1_are_warned_of(
             "and keeps nearest centroid") in capsys.readouterr().err
     path.write_text(path.read_text().replace("  threshold: 1.0\n", "  examples_file: ''\n"))
     assert main(["validate", str(path)]) == 1
+    line = path.read_text().splitlines().index("  examples_file: ''") + 1
     assert capsys.readouterr().err == (
-        f"{path}: invalid: semantic.examples_file: must be a path (or null for none)\n")
+        f"{path}: invalid: semantic.examples_file: must be a path (or null for none) (line "
+        f"{line})\n")
 
 
 def test_time_decisions_without_a_fleet_is_refused_before_anything(
@@ -440,7 +442,7 @@ def test_the_admission_section_is_checked_and_summarised(
     assert main(["validate", str(path)]) == 1
     assert capsys.readouterr().err == (
         f"{path}: invalid: admission.tenants.acme.requests_per_minute: must be >= 1 (leave it "
-        "out for no limit)\n")
+        f"out for no limit) (line {len(base.splitlines()) + 3})\n")
 
 
 def test_an_in_flight_limit_above_what_the_fleet_runs_is_a_warning(
@@ -526,4 +528,4 @@ def test_a_plugin_file_is_loaded_and_named_in_the_summary(
     assert main(["validate", str(path)]) == 1
     assert capsys.readouterr().err == (
         f"{path}: invalid: plugin_modules[0]: cannot read "
-        f"'{(tmp_path / 'missing.py').resolve()}': No such file or directory\n")
+        f"'{(tmp_path / 'missing.py').resolve()}': No such file or directory (line 1)\n")

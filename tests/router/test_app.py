@@ -122,7 +122,7 @@ async def test_debug_routing_says_what_is_in_force_and_why_an_edit_was_refused(
     assert refused["last_refusal"] == {
         "at": pytest.approx(time.time(), abs=30),
         "reason": f"{router.routing_path}: profiles.fast.scorers[0].weight: must be a number, "
-                  "got 'heavy'"}
+                  "got 'heavy' (line 4)"}
     assert refused["warnings"] == []
     router.routing_path.write_text(FAST_PROFILE.replace(", {type: healthy}", ""))
     await wait_for_reloads(router, "success", 1)

@@ -436,7 +436,7 @@ def test_a_bad_routing_file_stops_the_start_naming_the_file(
                  "--routing", str(routing)]) == 2
     assert capsys.readouterr().err == (
         f"kvroute: {routing}: invalid: profiles.default.scorers[0].weight: must be a number, "
-        "got 'x'\n")
+        "got 'x' (line 4)\n")
     routing.unlink()
     assert main(["serve", "--fleet", str(root / "config/fleet.yaml"),
                  "--routing", str(routing)]) == 2

@@ -400,7 +400,8 @@ def test_a_fleet_file_names_itself_and_validate_prints_one_line(
                     "bandwidth_gbps: 4800, price_per_hour: .nan}\n"
                     "workers:\n  - {id: w, gpu: h200, models: [llama-3-8b], "
                     "emulate: {port: 8101}}\n")
-    message = f"{path}: gpu_classes.h200.price_per_hour: must be a number >= 0, got nan"
+    message = (f"{path}: gpu_classes.h200.price_per_hour: must be a number >= 0, got nan "
+               "(line 2)")        # the field's line, in a file
     with pytest.raises(FleetConfigError) as err:
         load_fleet(path)
     assert str(err.value) == message

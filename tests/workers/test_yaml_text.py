@@ -49,3 +49,19 @@ def test_nesting_past_the_parsers_depth_is_one_line() -> None:
     thousands of lines, in ``kvroute validate``, at start and in the reload log."""
     with pytest.raises(YamlTextError, match=r"^lists or mappings nested too deeply to read$"):
         load_config_yaml("a: " + "[" * 5000 + "]" * 5000)
+
+
+def test_an_error_naming_a_field_gets_the_fields_line() -> None:
+    """Errors named the field's path alone; in a file of a hundred lines the operator
+    counted. The path's line is added, else the nearest key above it the text has."""
+    from workers.yaml_text import key_lines, with_line
+
+    text = ("profiles:\n  default:\n    scorers:\n      - {type: inflight}\n"
+            "      - type: kv-usage\n        weight: heavy\n")
+    lines = key_lines(text)
+    assert with_line("profiles.default.scorers[1].weight: must be a number", lines) == (
+        "profiles.default.scorers[1].weight: must be a number (line 6)")
+    assert with_line("profiles.default.scorers[1].params.x: unknown key", lines) == (
+        "profiles.default.scorers[1].params.x: unknown key (line 5)")     # where it belongs
+    assert with_line("the file is empty", lines) == "the file is empty"
+    assert key_lines("a: [1\n") == {}                                    # not YAML: none
