@@ -57,14 +57,14 @@ def test_unreadable_fleet_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     (("launch: {model: /m, python: /py}",
       "launch: {model: /m, python: /py, devices: [0]}, tensor_parallel: 2"),
      "workers[0].launch.devices: [0] is 1 GPU, but worker 'real-0' has tensor_parallel: 2, "
-     "which needs 2 (one per rank)"),
+     "which needs 2 (one per rank) (line 5)"),
     (("python: /py}", "python: /py, max_model_len: -5}"),
-     "workers[0].launch.max_model_len: must be a positive integer"),
+     "workers[0].launch.max_model_len: must be a positive integer (line 5)"),
     (("python: /py}", "python: /py, enable_prefix_caching: false}, "
                       "kv_events: 'tcp://127.0.0.1:5557'"),
      "workers[real-0].kv_events: needs prefix caching"),     # found when building the command
     (("emulate: {port: 9103}", "emulate: {port: 99999}"),
-     "workers[2].emulate.port: must be an integer within [1, 65535], got 99999"),
+     "workers[2].emulate.port: must be an integer within [1, 65535], got 99999 (line 7)"),
 ])
 def test_bad_fleet_exits_2_with_one_line_naming_the_file(
         edit: tuple[str, str], message: str, tmp_path: Path,
