@@ -149,15 +149,26 @@ async def test_requests_for_a_second_adapter_wait_deferred_as_on_vllm() -> None:
         labels = {"model_name": MODEL, "engine": "0"}
         seen: list[tuple[float, float, float]] = []
 
-        async def one(session: aiohttp.ClientSession, model: str) -> int:
-            body = {"model": model, "prompt": "hello", "max_tokens": 40, "ignore_eos": True}
+        async def one(session: aiohttp.ClientSession, model: str, tokens: int) -> int:
+            body = {"model": model, "prompt": "hello", "max_tokens": tokens, "ignore_eos": True}
             async with session.post(f"{url}/v1/completions", json=body) as resp:
                 assert resp.status == 200
                 return int((await resp.json())["usage"]["completion_tokens"])
 
+        async def running(session: aiohttp.ClientSession) -> float:
+            async with session.get(f"{url}/metrics") as resp:
+                return sample(await resp.text(), "vllm:num_requests_running", **labels)
+
         async with aiohttp.ClientSession() as session:
-            tasks = [asyncio.create_task(one(session, model))
-                     for model in ("sql-lora", "chat-lora", "sql-lora")]
+            # The sql adapter runs first (three requests sent at once reach the engine in any
+            # order: chat first is as right, and then both sql requests wait).
+            tasks = [asyncio.create_task(one(session, "sql-lora", 80))]
+            for _ in range(200):
+                if await running(session) >= 1:
+                    break
+                await asyncio.sleep(0.01)
+            tasks += [asyncio.create_task(one(session, model, 40))
+                      for model in ("chat-lora", "sql-lora")]
             for _ in range(200):
                 if all(t.done() for t in tasks):
                     break
@@ -170,7 +181,7 @@ async def test_requests_for_a_second_adapter_wait_deferred_as_on_vllm() -> None:
                                  sample(text, "vllm:num_requests_waiting_by_reason",
                                         reason="capacity", **labels)))
                 await asyncio.sleep(0.02)
-            assert await asyncio.wait_for(asyncio.gather(*tasks), timeout=60) == [40] * 3
+            assert await asyncio.wait_for(asyncio.gather(*tasks), timeout=60) == [80, 40, 40]
         assert (2.0, 1.0, 0.0) in seen                 # both sql requests run, chat's waits
         assert all(running <= 2 for running, _, _ in seen)
         lora = families(metrics_text(url))["vllm:lora_requests_info"].samples[0]
