@@ -276,9 +276,12 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
     ejection = app[EJECTION] = WorkerEjection(settings.eject_after, settings.eject_for_s,
                                               on_eject=app[METRICS].record_ejection,
                                               stalls=stalls)
+    def set_aside(now: float) -> tuple[frozenset[str], frozenset[str]]:
+        return ejection.failed_out(now), stalls.stalled(now)
+
     app[METRICS].watch_set_aside(
         lambda: app[REGISTRY].views(time.monotonic()),
-        lambda: (ejection.failed_out(time.monotonic()), stalls.stalled(time.monotonic())))
+        lambda: set_aside(time.monotonic()))
     app[DIRECTOR] = Director(settings, app[REGISTRY], app[STORE], lambda: reloader.engine,
                              proxy, app[METRICS], app[DECISIONS], responses,
                              sinks=sinks.decisions, outcome_sinks=sinks.outcomes,

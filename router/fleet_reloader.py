@@ -153,8 +153,9 @@ class FleetReloader:
                    "a reload")
             info = prepared.fleet.worker(worker_id).info
             # (an emulator was started for the former declaration only if it was emulated)
-            before = (previous.worker(worker_id).info if worker_id in prepared.change.changed
-                      and previous.worker(worker_id).emulated else None)
+            former = (previous.worker(worker_id) if worker_id in prepared.change.changed
+                      else None)
+            before = former.info if former is not None and former.emulated else None
             if before is not None and base_url(before.url) == base_url(info.url):
                 log.warning("worker %s is declared anew in %s (%s %s); %s. Until then the "
                             "emulator started for its former declaration (%s %s) still "
