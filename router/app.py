@@ -116,7 +116,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     store = _make_store(settings)
     registry = WorkerRegistry([w.info for w in fleet.workers], store.inflight)
     metrics = RouterMetrics(lambda: registry.views(time.monotonic()), settings.tenant_labels)
-    metrics.start_ejection_counts(w.info.id for w in fleet.workers)
+    metrics.start_worker_counts(w.info for w in fleet.workers)
     kv_events = KvEventFeed(w.info for w in fleet.workers)
     reloader = PolicyReloader.load(settings.routing_path, fleet,
                                    interval_s=settings.reload_interval_s,
@@ -360,7 +360,7 @@ async def _apply_fleet(app: web.Application, prepared: PreparedFleet,
         app[STORE].forget_worker(worker_id)
     for worker_id in (*change.gone, *change.added):   # an id added again starts afresh
         app[EJECTION].forget(worker_id)
-    app[METRICS].start_ejection_counts(new_servers)
+    app[METRICS].start_worker_counts(i for i in prepared.infos if i.id in new_servers)
     for warning in fleet_warnings(policy.engine.routing, prepared.fleet):
         log.warning("routing file %s: %s", policy.path, warning)
     await app[KV_EVENTS].set_workers(prepared.infos, change.gone, policy.engine)

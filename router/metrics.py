@@ -51,7 +51,7 @@ from router.protocol import (
 )
 from router.state.store import StateStore
 from router.state_store_metrics import StateStoreCollector
-from workers.models import WorkerView
+from workers.models import WorkerInfo, WorkerView
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
@@ -98,6 +98,9 @@ PREDICTION_RATIO_BUCKETS = (0.0625, 0.125, 0.25, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 
 # the ``model`` label of requests for a model no worker serves: the name is the client's
 # choice, so it never becomes a label value (one series per invented name)
 UNKNOWN_MODEL = "(unknown)"
+# the retries after an attempt counted as a 5xx (``router.proxy.RetryableUpstream``'s reasons
+# less model_not_found, a 404), whose series every worker has from the start
+COUNTED_FROM_START_RETRY_REASONS = ("connect", "disconnect", "http_5xx", "redirect")
 
 ViewSource = Callable[[], Sequence[WorkerView]]
 # (the workers ejected after failures, the workers stalled), now
@@ -539,11 +542,17 @@ class RouterMetrics:
         from the engine in force, ``engine()`` at each scrape."""
         self.registry.register(OutputLengthCollector(engine))
 
-    def start_ejection_counts(self, workers: Iterable[str]) -> None:
-        """Each worker's ejection and stall counts at 0, so the first is an increase."""
+    def start_worker_counts(self, workers: Iterable[WorkerInfo]) -> None:
+        """Each worker's ejection and stall counts at 0, and its retries after a failed answer
+        for each model it declares, so the first is an increase: ``rate()`` takes none from a
+        series first seen at 6, and the client success ratio subtracting the retries from the
+        5xx answers read a first burst of retried failures as clients' errors."""
         for worker in workers:
-            self.ejections.labels(worker)
-            self.stalls.labels(worker)
+            self.ejections.labels(worker.id)
+            self.stalls.labels(worker.id)
+            for model in worker.models:
+                for reason in COUNTED_FROM_START_RETRY_REASONS:
+                    self.retries.labels(worker.id, reason, model)
 
     def record_serving_certificate_reload(self, succeeded: bool) -> None:
         self.serving_certificate_reloads.labels("success" if succeeded else "failure").inc()

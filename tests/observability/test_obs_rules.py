@@ -254,7 +254,7 @@ def test_routing_config_refused_fires_after_a_minute_and_clears_on_the_next_good
 def test_worker_ejected_fires_on_an_ejection_or_a_stall_and_clears_ten_minutes_later(
         tmp_path: Path) -> None:
     """``promtool test rules`` evaluates the alert over the series the router exports: each
-    worker's counts start at 0 (``RouterMetrics.start_ejection_counts``), so its first
+    worker's counts start at 0 (``RouterMetrics.start_worker_counts``), so its first
     ejection or stall is an increase."""
     promtool = shutil.which("promtool")
     assert promtool is not None

@@ -142,33 +142,46 @@ async def _ejected_for(router: RouterHandle, worker: str) -> float:
     return float((await fleet_entry(router, worker))["ejected_for_s"])
 
 
+# long enough for 12 requests on a loaded machine (the counts assume it still set aside)
+EJECT_FOR_S = 3.0
+
+
 @pytest.mark.integration
 async def test_a_worker_failing_every_request_is_set_aside_then_tried_again(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     router = await make_router(subset(emulated_fleet, ["failing", "h100-fast"]),
-                               ROUTING_ROUND_ROBIN, eject_after=3, eject_for_s=0.6)
+                               ROUTING_ROUND_ROBIN, eject_after=3, eject_for_s=EJECT_FOR_S)
     async with aiohttp.ClientSession() as session:
         answers = [await short_chat(session, router) for _ in range(12)]
         assert answers == [(200, "h100-fast")] * 12       # each failure retried elsewhere
         # round-robin alone would put half the first attempts on it; three eject it
         assert await _first_attempts_on(router, "failing") == 3
         assert router.metric("kvroute_worker_ejections_total", worker="failing") == 1
-        assert 0.0 < await _ejected_for(router, "failing") <= 0.6
+        assert 0.0 < await _ejected_for(router, "failing") <= EJECT_FOR_S
         assert await _ejected_for(router, "h100-fast") == 0.0
         # the state as a gauge while it lasts (kvroute_worker_up stays 1: it is healthy)
         assert _set_aside(router, "failing") == {"ejected": 1.0, "stalled": 0.0}
         assert _set_aside(router, "h100-fast") == {"ejected": 0.0, "stalled": 0.0}
-        # every worker's count is exported from 0 (an alert reads its first increase)
-        assert router.app[METRICS].registry.get_sample_value(
+        # every worker's count is exported from 0 (an alert reads its first increase), its
+        # retries after a 5xx for each model it declares too (the client success ratio
+        # subtracts them from the 5xx answers)
+        registry = router.app[METRICS].registry
+        assert registry.get_sample_value(
             "kvroute_worker_ejections_total", {"worker": "h100-fast"}) == 0.0
-        await asyncio.sleep(0.7)                             # the cooldown ends
+        for reason in ("connect", "disconnect", "http_5xx", "redirect"):
+            assert registry.get_sample_value("kvroute_retries_total", {
+                "worker": "h100-fast", "reason": reason, "model": MODEL}) == 0.0
+        for _ in range(100):                                 # the cooldown ends
+            if await _ejected_for(router, "failing") == 0.0:
+                break
+            await asyncio.sleep(0.1)
         assert _set_aside(router, "failing") == {"ejected": 0.0, "stalled": 0.0}
         answers = [await short_chat(session, router) for _ in range(4)]
         assert answers == [(200, "h100-fast")] * 4
     # tried once more on coming back, failed, and set aside again, for twice as long
     assert await _first_attempts_on(router, "failing") == 4
     assert router.metric("kvroute_worker_ejections_total", worker="failing") == 2
-    assert 0.6 < await _ejected_for(router, "failing") <= 1.2
+    assert EJECT_FOR_S < await _ejected_for(router, "failing") <= 2 * EJECT_FOR_S
 
 
 @pytest.mark.integration

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from types import MappingProxyType
 
 from policies.base import Decision, RequestOutcome
@@ -237,7 +238,7 @@ def test_a_worker_forgotten_takes_every_series_of_its_label() -> None:
                                               ttft_s=0.05, tpot_s=0.01), gpu, "acme", 0.002)
         metrics.record_retry(worker, "connect", "m")
         metrics.record_certificate(worker, 1e9)
-    metrics.start_ejection_counts(["w1", "w2"])
+    metrics.start_worker_counts([INFO, replace(INFO, id="w2")])
     metrics.record_ejection("w1", 10.0)
     metrics.record_stall("w1")
 
