@@ -21,7 +21,6 @@ a ``Content-Length`` over the limit (413 at once).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from aiohttp import web
 
@@ -69,30 +68,32 @@ async def _continue(request: web.Request, max_bytes: int) -> None:
 
 
 async def _read_body(request: web.Request, timeout_s: float) -> bytes:
+    """``request.read()`` in this task, cut when ``timeout_s`` passes with none of the body
+    arriving (checked every ``timeout_s``). No task of its own: a cancelled reading task held
+    its exception, whose traceback held the partial body, in a cycle only a full collection
+    freed (40 clients that sent 30 MB each and left kept 1.2 GB)."""
     content = request.content
     if content.is_eof():
         return await request.read()
-    reading = asyncio.ensure_future(request.read())
-    done: set[asyncio.Future[bytes]] = set()
+    loop = asyncio.get_running_loop()
     received = content.total_bytes
+    ticker: asyncio.TimerHandle | None = None
     try:
-        while True:
-            done, _ = await asyncio.wait((reading,), timeout=timeout_s)
-            if done:
-                return reading.result()
-            if content.total_bytes == received:
-                raise RequestTimeout(f"Request body not received: nothing of it came for "
-                                     f"{timeout_s:g} s.")
-            received = content.total_bytes
+        async with asyncio.timeout(None) as deadline:
+
+            def look() -> None:
+                nonlocal received, ticker
+                if content.total_bytes == received:
+                    deadline.reschedule(loop.time())      # the read ends: TimeoutError
+                else:
+                    received = content.total_bytes
+                    ticker = loop.call_later(timeout_s, look)
+
+            ticker = loop.call_later(timeout_s, look)
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeout(f"Request body not received: nothing of it came for "
+                             f"{timeout_s:g} s.") from None
     finally:
-        if not reading.done():
-            reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reading
-        elif not reading.cancelled():
-            # retrieved, so that a read that failed as this request was cancelled (its client
-            # gone mid-body) is not logged as a task exception never retrieved, a traceback
-            reading.exception()
-        # the task holds its exception, whose traceback holds this frame: a cycle that kept
-        # each refused body (33 MB for a 413) alive until a full collection
-        del reading, done
+        if ticker is not None:
+            ticker.cancel()

@@ -110,6 +110,41 @@ async def test_a_refused_body_is_freed_at_once(make_router: RouterFactory) -> No
     assert alive == []
 
 
+async def test_a_client_gone_mid_body_is_freed_at_once(make_router: RouterFactory) -> None:
+    """A cancelled reading task held its exception, whose traceback held the partial body
+    and the request, until a full collection: 40 clients that sent 30 MB each and left kept
+    1.2 GB, and three rounds of it 3.7 GB, the router idle."""
+    import gc
+
+    from aiohttp import web
+
+    router = await make_router(url_fleet({"w0": "http://127.0.0.1:9"}))
+
+    def requests_alive() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, web.BaseRequest))
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = requests_alive()
+        for _ in range(3):
+            _reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: 4000000\r\n\r\n"
+                         + b" " * 2_000_000)      # half the body, then gone
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            writer.close()
+        for _ in range(100):                     # the handlers see the clients gone
+            await asyncio.sleep(0.05)
+            if requests_alive() <= before:
+                break
+        alive = requests_alive() - before
+    finally:
+        gc.enable()
+    assert alive <= 0
+
+
 async def test_a_client_gone_mid_body_leaves_no_traceback(
         make_router: RouterFactory, caplog: pytest.LogCaptureFixture) -> None:
     """Each client that closed mid-body left an ERROR 'Task exception was never retrieved'
