@@ -38,6 +38,7 @@ class RoutingRequest:
     headers: Mapping[str, str] = field(default_factory=dict)
     # the JSON body as the client sent it, to read, never to change (None in the simulator)
     body: Mapping[str, Any] | None = None
+    body_bytes: int = 0                  # the body's size as received (0: not from one)
     arrival_time: float = 0.0            # monotonic seconds (virtual in the simulator)
     # a pooling request's ``truncate_prompt_tokens``: each text cut to that many tokens by the
     # engine (-1: to its window); None: whole

@@ -196,7 +196,7 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         prompt=prompt,
         max_tokens=max_tokens, stream=stream, tenant=tenant or tenant_of(headers),
         session=headers.get("x-session-id") or user, user=user, headers=headers, body=data,
-        arrival_time=arrival_time)
+        body_bytes=len(body), arrival_time=arrival_time)
     if path in (CHAT_PATH, COMPLETIONS_PATH):       # n choices (best_of sequences)
         routing.choices, routing.returned_choices = choices_of(data), choices_of(data, ("n",))
     elif RUNNER_OF_PATH.get(path) == "pooling":

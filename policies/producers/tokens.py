@@ -327,9 +327,12 @@ class TokensProducer:
         are answered from their raw length, without rendering or hashing them. A prompt of
         more than ``MAX_PARTS_LOOKED_AT`` parts (texts, lists of token ids), of more than
         ``MAX_IDS_ON_LOOP`` token ids, or a chat of more than ``MAX_MESSAGES_ON_LOOP``
-        messages goes to the thread unlooked at: hashing each part to find it cached held
-        the loop 17 s for 7 million one-letter strings, and rendering a chat of a million
-        messages 0.8 s."""
+        messages (or message parts) goes to the thread unlooked at: hashing each part to find
+        it cached held the loop 17 s for 7 million one-letter strings, rendering a chat of a
+        million messages 0.8 s, and measuring a message of a million parts 3 s. So does a
+        chat offering more than ``MAX_PARTS_LOOKED_AT`` tools, or tools in a body of
+        ``offload_min_chars`` bytes or more: their text, rendered into the prompt, is not
+        measured here (450,000 tools beside a two-letter message held the loop 30 s)."""
         prompt = request.prompt      # many parts, even empty ones: each costs a look
         if isinstance(prompt, list) and prompt:
             first = prompt[0]
@@ -340,8 +343,13 @@ class TokensProducer:
             if isinstance(first, list) and sum(
                     len(part) for part in prompt if isinstance(part, list)) > MAX_IDS_ON_LOOP:
                 return True
-        if request.messages is not None and len(request.messages) > MAX_MESSAGES_ON_LOOP:
+        if request.messages is not None and (
+                len(request.messages) > MAX_MESSAGES_ON_LOOP
+                or content_parts(request.messages) > MAX_MESSAGES_ON_LOOP):
             return True
+        if request.tools and (len(request.tools) > MAX_PARTS_LOOKED_AT
+                              or request.body_bytes >= self.offload_min_chars):
+            return True     # the tools go in the prompt unmeasured: the body bounds them
         if approximate_chars(request) < self.offload_min_chars:
             return False
         return self.cost_hint(request) >= self.offload_min_chars
@@ -493,6 +501,12 @@ def longest_id_list(prompt: Any) -> int:
 MAX_PARTS_LOOKED_AT = 64
 MAX_IDS_ON_LOOP = 1 << 16
 MAX_MESSAGES_ON_LOOP = 1024
+
+
+def content_parts(messages: Sequence[Any]) -> int:
+    """The parts of the messages whose content is a list of parts (text, images, ...)."""
+    return sum(len(content) for message in messages if isinstance(message, Mapping)
+               and isinstance(content := message.get("content"), list))
 
 
 def approximate_chars(request: RoutingRequest) -> int:

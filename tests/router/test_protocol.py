@@ -49,6 +49,8 @@ def test_the_policy_reads_the_body_as_sent() -> None:
     it (``user``): the body is the policy's to read."""
     body = {**CHAT, "session_params": {"session_id": "s-1"}}
     assert parse(body).routing.body == body
+    raw = orjson.dumps(body) + b"  \n"         # and knows its size as received
+    assert parse(raw).routing.body_bytes == len(raw)
 
 
 def test_max_completion_tokens_preferred() -> None:

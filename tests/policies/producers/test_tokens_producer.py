@@ -121,6 +121,31 @@ def test_a_prompt_of_many_texts_is_offloaded_without_looking_each_up() -> None:
     assert p.should_offload(empty) and looked == [few]
 
 
+def test_tools_and_message_parts_are_offloaded_without_looking() -> None:
+    """A two-letter message offering 450,000 tools (their text rendered into the prompt, not
+    measured) held the event loop 30 s, and one message of a million parts 3 s: many tools,
+    tools in a body of ``offload_min_chars`` bytes, and many parts go to the thread."""
+    from policies.producers import tokens
+
+    p = producer(offload_min_chars=100)
+    looked: list[object] = []
+    p.cost_hint = lambda request: looked.append(request) or 0     # type: ignore[method-assign]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    hi = [{"role": "user", "content": "hi"}]
+    many_tools = RoutingRequest("r", "m", messages=hi,
+                                tools=[tool] * (tokens.MAX_PARTS_LOOKED_AT + 1))
+    big_body = RoutingRequest("r", "m", messages=hi, tools=[tool], body_bytes=100)
+    parts = [{"type": "text", "text": "a"}] * (tokens.MAX_MESSAGES_ON_LOOP + 1)
+    many_parts = RoutingRequest("r", "m", messages=[{"role": "user", "content": parts}])
+    assert p.should_offload(many_tools) and p.should_offload(big_body)
+    assert p.should_offload(many_parts) and looked == []
+    # a few tools in a small body, a few parts: measured, and short enough to stay
+    assert not p.should_offload(RoutingRequest("r", "m", messages=hi, tools=[tool],
+                                               body_bytes=99))
+    assert not p.should_offload(RoutingRequest("r", "m", messages=[
+        {"role": "user", "content": parts[:tokens.MAX_MESSAGES_ON_LOOP]}]))
+
+
 def test_many_messages_lists_or_token_ids_are_offloaded_without_looking() -> None:
     """Rendering a chat of a million messages to measure it held the event loop 0.8 s, and
     flattening 7 million lists of token ids seconds: past MAX_PARTS_LOOKED_AT parts,
