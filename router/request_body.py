@@ -46,8 +46,12 @@ async def read_body(request: web.Request, timeout_s: float, max_bytes: int) -> b
         named = f" (Content-Encoding: {encoding[:40]})" if encoding.isprintable() else ""
         raise UnsupportedEncoding(f"Compressed request bodies are not accepted{named}: send "
                                   "the body uncompressed.")
+    length = request.content_length      # declared too large: refused before it is sent
+    if length is not None and length > max_bytes:
+        raise RequestTooLarge(f"Request body too large: Maximum request body size {max_bytes} "
+                              f"exceeded, actual body size {length}")
     if request.headers.get("Expect", "").lower() == "100-continue":
-        await _continue(request, max_bytes)
+        await _continue(request)
     try:
         return await _read_body(request, timeout_s)
     except web.HTTPRequestEntityTooLarge as exc:
@@ -55,12 +59,8 @@ async def read_body(request: web.Request, timeout_s: float, max_bytes: int) -> b
                               ) from None
 
 
-async def _continue(request: web.Request, max_bytes: int) -> None:
-    """Tell a client waiting for it to send its body, unless it is declared too large."""
-    length = request.content_length
-    if length is not None and length > max_bytes:
-        raise RequestTooLarge(f"Request body too large: Maximum request body size {max_bytes} "
-                              f"exceeded, actual body size {length}")
+async def _continue(request: web.Request) -> None:
+    """Tell a client waiting for it to send its body."""
     content = request.content
     if request.version >= (1, 1) and not content.is_eof() and content.total_bytes == 0:
         await request.writer.write(_CONTINUE)

@@ -231,3 +231,21 @@ async def test_100_continue_comes_after_the_key_and_size_checks(
     unknown, _, writer = await _expecting(router.port, length, b"something-else")
     writer.close()
     assert b" 417 " in unknown
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
+async def test_a_body_declared_over_the_limit_is_refused_before_it_comes(
+        make_router: RouterFactory, path: str) -> None:
+    """Without ``Expect: 100-continue``, a ``Content-Length`` of a terabyte followed by a byte
+    now and then was read until ``body_timeout_s`` of silence: a 408 a minute later, or never
+    while the bytes kept coming. It is answered 413 at once."""
+    router = await make_router(url_fleet({"w0": "http://127.0.0.1:9"}), max_body_bytes=1 << 20)
+    reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+    try:
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                     "application/json\r\nContent-Length: 999999999999\r\n\r\n{".encode())
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readuntil(b"\r\n"), timeout=10)
+    finally:
+        writer.close()
+    assert status == b"HTTP/1.1 413 Request Entity Too Large\r\n"
