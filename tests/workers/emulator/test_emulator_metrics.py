@@ -161,17 +161,16 @@ async def test_requests_for_a_second_adapter_wait_deferred_as_on_vllm() -> None:
 
         async with aiohttp.ClientSession() as session:
             # The sql adapter runs first (three requests sent at once reach the engine in any
-            # order: chat first is as right, and then both sql requests wait).
-            tasks = [asyncio.create_task(one(session, "sql-lora", 80))]
+            # order: chat first is as right, and then both sql requests wait). Its requests
+            # are long, so that the state lasts until a poll sees it on a loaded machine.
+            sql = [asyncio.create_task(one(session, "sql-lora", 4000))]
             for _ in range(200):
                 if await running(session) >= 1:
                     break
                 await asyncio.sleep(0.01)
-            tasks += [asyncio.create_task(one(session, model, 40))
-                      for model in ("chat-lora", "sql-lora")]
-            for _ in range(200):
-                if all(t.done() for t in tasks):
-                    break
+            chat = asyncio.create_task(one(session, "chat-lora", 40))
+            sql.append(asyncio.create_task(one(session, "sql-lora", 4000)))
+            for _ in range(600):
                 async with session.get(f"{url}/metrics") as resp:
                     text = await resp.text()
                 if "vllm:num_requests_waiting_by_reason{" in text:    # (after a step)
@@ -180,9 +179,14 @@ async def test_requests_for_a_second_adapter_wait_deferred_as_on_vllm() -> None:
                                         reason="deferred", **labels),
                                  sample(text, "vllm:num_requests_waiting_by_reason",
                                         reason="capacity", **labels)))
-                await asyncio.sleep(0.02)
-            assert await asyncio.wait_for(asyncio.gather(*tasks), timeout=60) == [80, 40, 40]
-        assert (2.0, 1.0, 0.0) in seen                 # both sql requests run, chat's waits
+                    if seen[-1] == (2.0, 1.0, 0.0) or any(t.done() for t in (*sql, chat)):
+                        break
+                await asyncio.sleep(0.05)
+            for task in sql:              # their client gone, the engine aborts them
+                task.cancel()
+            # chat's turn comes once no sql request is left
+            assert await asyncio.wait_for(chat, timeout=60) == 40
+        assert seen[-1] == (2.0, 1.0, 0.0)             # both sql requests run, chat's waits
         assert all(running <= 2 for running, _, _ in seen)
         lora = families(metrics_text(url))["vllm:lora_requests_info"].samples[0]
         assert lora.labels["max_lora"] == "1"
