@@ -150,10 +150,18 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
             log.warning("routing file %s: %s (%s)", settings.routing_path, warning,
                         settings.api_keys_file)
 
+    def reserve_tenant_labels(*_: object) -> None:
+        """The tenants the admission section and the keys file name: series of their own."""
+        section = reloader.engine.routing.section(ADMISSION_SECTION)
+        named = set(section.tenants) if section is not None else set()
+        metrics.tenants.reserve(named | client_keys.keys.tenants if client_keys is not None
+                                else named)
+
     def keys_reloaded(ok: bool) -> None:
         metrics.record_client_keys_reload(ok)
         if ok:
             warn_unkeyed()
+            reserve_tenant_labels()
 
     if settings.api_keys or settings.api_keys_file is not None:
         client_keys = ClientKeysReloader(settings.api_keys, settings.api_keys_file,
@@ -165,6 +173,8 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
         middlewares.append(client_auth_middleware(lambda: client_keys.keys,
                                                   metrics.record_unauthorized,
                                                   settings.request_id_header))
+    reserve_tenant_labels()
+    reloader.add_swap_listener(reserve_tenant_labels)
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
     app.on_response_prepare.append(echo_request_id(settings.request_id_header))
     app.on_response_prepare.append(close_when_stopping)

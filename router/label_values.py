@@ -5,12 +5,16 @@ new Prometheus series the first time it is seen, and the series lives as long as
 process. Left open, a client sending a new value with every request would grow the router's
 memory and every scrape of ``/metrics`` without end. ``BoundedLabelValues`` admits the first
 ``limit`` distinct values of at most ``max_chars`` printable characters; any other value is
-counted under ``OTHER``, and ``folded`` says how many requests were.
+counted under ``OTHER``, and ``folded`` says how many requests were. Values the operator
+declared (``reserve``: the tenants of the admission section and of the keys file) have their
+own series whatever clients sent first, outside the limit: a client naming 100 tenants of
+its own before the real ones came had their costs counted as ``OTHER``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from router.name_text import is_name_text
 
@@ -24,7 +28,7 @@ DEFAULT_TENANT_LABELS = 100     # tenants with a series of their own (``Settings
 class BoundedLabelValues:
     """The values of one client-chosen label, first come first admitted, up to ``limit``."""
 
-    __slots__ = ("_admitted", "folded", "limit", "max_chars", "name")
+    __slots__ = ("_admitted", "_reserved", "folded", "limit", "max_chars", "name")
 
     def __init__(self, name: str, limit: int, max_chars: int = DEFAULT_MAX_CHARS) -> None:
         if limit < 0:
@@ -35,13 +39,18 @@ class BoundedLabelValues:
         self.limit = limit
         self.max_chars = max_chars
         self._admitted: set[str] = set()
+        self._reserved: frozenset[str] = frozenset()
         self.folded = 0          # requests counted under OTHER so far
+
+    def reserve(self, values: Iterable[str]) -> None:
+        """Admit ``values`` (replacing those reserved before) outside the limit."""
+        self._reserved = frozenset(v for v in values if v and v != OTHER)
 
     def label(self, value: str, count: bool = True) -> str:
         """``value`` itself when admitted (or admissible now), else ``OTHER``. The empty
         string (no value) is always itself. ``count`` False: a lookup that is not a request
         counted (``folded`` counts requests)."""
-        if not value or value in self._admitted:
+        if not value or value in self._admitted or value in self._reserved:
             return value
         if (len(self._admitted) < self.limit and len(value) <= self.max_chars
                 and is_name_text(value) and value != OTHER):

@@ -270,6 +270,24 @@ async def test_names_clients_choose_do_not_grow_the_metrics(
     assert 0 < other < spent      # nothing lost: the folded tenants' cost is still counted
 
 
+async def test_the_tenants_the_operator_names_keep_their_own_series(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """The first tenants seen took every label: a client naming tenants of its own before the
+    admission section's came had their cost counted as (other)."""
+    routing = ((REPO_ROOT / "config/routing.yaml").read_text()
+               + "admission:\n  tenants:\n    acme: {priority: 1}\n")
+    router = await make_router(subset(emulated_fleet, sorted(WORKER_IDS)), routing,
+                               tenant_labels=2)
+    async with aiohttp.ClientSession() as session:
+        for tenant in ("squat-0", "squat-1", "squat-2", "acme"):
+            async with session.post(router.url + "/v1/chat/completions", json={
+                    "model": MODEL, "messages": MESSAGES, "max_tokens": 2},
+                    headers={"x-tenant": tenant}) as resp:
+                assert resp.status == 200
+    assert router.metric("kvroute_cost_dollars_total", tenant="acme") > 0
+    assert router.metric("kvroute_cost_dollars_total", tenant="(other)") > 0     # squat-2's
+
+
 async def test_one_request_id_sent_at_once_by_several_requests(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """Each request in flight gets its own id (the first keeps the client's: a worker keying

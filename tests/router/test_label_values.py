@@ -53,3 +53,12 @@ def test_warns_once_when_it_first_folds(caplog: pytest.LogCaptureFixture) -> Non
 def test_bad_bounds_are_refused(limit: int, max_chars: int) -> None:
     with pytest.raises(ValueError, match="tenant label"):
         BoundedLabelValues("tenant", limit, max_chars)
+
+
+def test_reserved_values_are_their_own_outside_the_limit() -> None:
+    tenants = BoundedLabelValues("tenant", limit=1)
+    tenants.reserve(["acme", "", OTHER])
+    assert [tenants.label(v) for v in ("first", "second", "acme")] == ["first", OTHER, "acme"]
+    tenants.reserve(["beta"])                      # a reload names others: acme is not kept
+    assert (tenants.label("acme"), tenants.label("beta")) == (OTHER, "beta")
+    assert tenants.label(OTHER) == OTHER and tenants.folded == 3
