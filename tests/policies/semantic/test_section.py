@@ -100,7 +100,7 @@ def test_validate_refuses_a_semantic_rule_without_the_extra(tmp_path: Path) -> N
     assert result.returncode == 1, result.stderr
     assert "semantic: semantic routing needs the 'semantic' extra" in result.stderr
     assert "missing: torch==2.13.0, sentence-transformers" in result.stderr
-    assert "pip install 'kvroute[semantic]'" in result.stderr
+    assert "pip install -e '.[semantic]' in a checkout" in result.stderr
 
 
 def test_validate_refuses_a_class_rule_without_section_or_extra(tmp_path: Path) -> None:
