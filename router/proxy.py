@@ -90,11 +90,14 @@ _STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cac
 # framing, which the router's own answer sets anew (RFC 9110 §7.6.1), and those its answer
 # sets itself; ``set-cookie`` too, whose several fields the upstream client joins into one;
 # and the CORS fields (``access-control-*``, ``vary``): which pages may read an answer is the
-# router's ``--allowed-origins`` (``router.cors``), not the worker's (vLLM allows any)
+# router's ``--allowed-origins`` (``router.cors``), not the worker's (vLLM allows any); and
+# those that bind the origin the client reached, the router's (``strict-transport-security``,
+# ``alt-svc``: a worker's would have the client's browser or HTTP stack hold the router's
+# origin to the worker's TLS or protocol choices)
 _NOT_RELAYED = frozenset({
     "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
     "upgrade", "proxy-authenticate", "proxy-authorization", "content-length", "content-type",
-    "date", "server", "set-cookie", "vary"})
+    "date", "server", "set-cookie", "vary", "strict-transport-security", "alt-svc"})
 _NOT_RELAYED_PREFIX = "access-control-"
 
 

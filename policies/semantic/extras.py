@@ -17,7 +17,8 @@ EXTRA_MODULES: tuple[tuple[str, str], ...] = (
     ("onnx", "onnx"),
     ("safetensors", "safetensors"),
 )
-INSTALL_HINT = "pip install -e '.[semantic]' in a checkout (a wheel: 'kvroute-<version>.whl[semantic]')"
+INSTALL_HINT = ("pip install -e '.[semantic]' in a checkout (a wheel: "
+                "'kvroute-<version>.whl[semantic]')")
 
 
 def missing_extra_packages() -> list[str]:

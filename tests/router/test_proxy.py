@@ -310,7 +310,8 @@ async def _answer_with_headers_of_its_own(request: web.Request) -> web.StreamRes
     """A worker's answers with header fields of its own: a 429 with ``Retry-After`` for
     ``max_tokens: 1``, else a short stream."""
     body = await request.json()
-    own = {"x-worker-note": "hello", "x-request-id": "the-worker's-own", "Keep-Alive": "timeout=5"}
+    own = {"x-worker-note": "hello", "x-request-id": "the-worker's-own", "Keep-Alive": "timeout=5",
+           "Strict-Transport-Security": "max-age=63072000", "Alt-Svc": 'h3=":443"'}
     if body.get("max_tokens") == 1:
         return web.json_response({"error": {"message": "busy", "type": "rate_limit_error",
                                             "code": 429}},
@@ -341,6 +342,9 @@ async def test_a_workers_own_header_fields_reach_the_client(
                 assert resp.headers["x-worker-note"] == "hello"
                 assert resp.headers.getall("x-request-id") == ["client-7"]
                 assert "Keep-Alive" not in resp.headers
+                # those binding the router's origin are the router's to send
+                assert "Strict-Transport-Security" not in resp.headers
+                assert "Alt-Svc" not in resp.headers
                 assert resp.headers["x-kvroute-worker"] == "w"
                 if stream:
                     assert resp.headers["Content-Type"] == "text/event-stream"
