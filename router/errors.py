@@ -16,7 +16,8 @@ RouterError                      (abstract: status, type, code)
 ├── AdmissionRefused             refused by the admission section before routing (``reason``)
 │   ├── RateLimited        429   the tenant's budget is spent (``admission.tenants``)
 │   │   ├── RequestRateLimited     requests per minute
-│   │   └── TokenRateLimited       tokens per minute
+│   │   ├── TokenRateLimited       tokens per minute
+│   │   └── ConcurrencyLimited     requests at once (its ``max_in_flight``)
 │   └── InFlightRefused    503   (an ``Overloaded``) the in-flight limit's queue is full, the
 │                                wait too long, or the router is stopping
 ├── RoutingMisconfigured   500   a routing rule sent the request to a model that cannot serve it
@@ -200,6 +201,12 @@ class RequestRateLimited(RateLimited):
 
 class TokenRateLimited(RateLimited):
     type = "tokens"
+
+
+class ConcurrencyLimited(RateLimited):
+    """The tenant's budget has ``max_in_flight`` requests in flight already."""
+
+    type = "requests"
 
 
 class RoutingMisconfigured(RouterError):

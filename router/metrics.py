@@ -87,8 +87,8 @@ def api_of_path(path: str) -> str:
 ADMISSION_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # the semantic producer's outcomes (``policies.semantic.producer``): all but the first give
 # the request the default class
-ADMISSION_REJECTION_REASONS = ("requests_per_minute", "tokens_per_minute", "queue_full",
-                               "wait_timeout", "draining")
+ADMISSION_REJECTION_REASONS = ("requests_per_minute", "tokens_per_minute", "tenant_in_flight",
+                               "queue_full", "wait_timeout", "draining")
 SEMANTIC_OUTCOMES = ("classified", "unsure", "empty", "error", "timeout", "overloaded")
 # generated / predicted output tokens: 1 is exact, below 1 the prediction was too long. Fine
 # around 1, where good predictions fall: with one (0.8, 1.25] bucket, exact predictions read

@@ -7,9 +7,10 @@ admission:
   wait_timeout_s: 30        # a request waiting longer is answered 503
   tenants:                  # budgets by tenant (x-tenant, or the tenant its API key names)
     acme: {requests_per_minute: 600, tokens_per_minute: 200000, priority: 1}
-    batch: {tokens_per_minute: 1000000, priority: -1}
+    batch: {tokens_per_minute: 1000000, priority: -1, max_in_flight: 16}
   other_tenants:            # every other request, tenants not listed and none, together
     requests_per_minute: 120
+    max_in_flight: 32
 ```
 
 A budget counts over the last 60 seconds: a request is refused 429 while its tenant's
@@ -17,7 +18,10 @@ requests in that window reach ``requests_per_minute``, or its tokens (prompt and
 as the worker counted them) reach ``tokens_per_minute``. ``priority`` orders the requests
 waiting for a slot (higher first, first come first served within one priority), and a
 request finding ``max_waiting`` waiting takes the place of the newest one of a lower
-priority (that one is answered 503) or is answered 503 itself. Every field
+priority (that one is answered 503) or is answered 503 itself. A budget's ``max_in_flight``
+caps its requests in this router at once, in flight or waiting for a slot: one more is
+refused 429 (one tenant's slow streams took every slot of ``max_in_flight``, and the others
+waited, whatever their priority). Every field
 is optional; an absent section admits everything. The section reloads with the file.
 """
 
@@ -39,14 +43,16 @@ OTHER_TENANTS_KEY = "*"    # how the other_tenants budget is keyed where budgets
 
 @dataclass(frozen=True, slots=True)
 class TenantBudget:
-    """One tenant's budget per minute (None: unlimited) and its waiting priority."""
+    """One tenant's budget per minute (None: unlimited), its waiting priority and its
+    requests at once (None: as many as the in-flight limit lets through)."""
 
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     priority: int = 0
+    max_in_flight: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("requests_per_minute", "tokens_per_minute"):
+        for name in ("requests_per_minute", "tokens_per_minute", "max_in_flight"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ParamError(name, "must be >= 1 (leave it out for no limit)")

@@ -12,6 +12,9 @@
 3. once through, the budget is checked again (others spent it while this one waited) and
    charged one request.
 
+A budget's ``max_in_flight`` is checked first: with that many of its requests in flight or
+waiting here, one more is refused 429 (``ConcurrencyLimited``), whatever is left per minute.
+
 The request's tokens are charged before it is served: its prompt as the router counted it
 and the answer it may take, its ``max_tokens`` or else the predicted length
 (``charge_expected``, after the producers), then settled at the end to what the worker
@@ -34,7 +37,13 @@ from typing import Any
 from policies.admission.section import OTHER_TENANTS_KEY, AdmissionSection, TenantBudget
 from router.admission.gate import ConcurrencyGate, GateClosed, GateFull, GateTimeout
 from router.admission.usage import TenantUsage, UsageWindow
-from router.errors import InFlightRefused, RateLimited, RequestRateLimited, TokenRateLimited
+from router.errors import (
+    ConcurrencyLimited,
+    InFlightRefused,
+    RateLimited,
+    RequestRateLimited,
+    TokenRateLimited,
+)
 from router.metrics import OTHER_API, RouterMetrics
 
 # Retry-After of a 503 for a full queue or a timed-out wait: long enough for a slot to free
@@ -42,6 +51,9 @@ OVERLOADED_RETRY_AFTER_S = 1
 # Retry-After of a tokens budget that the answers of its requests in flight fill, and that
 # would have room were they refunded: they settle to what they served as they end
 RESERVED_RETRY_AFTER_S = 1
+# Retry-After of a request over its budget's max_in_flight: a request of it ends soon
+TENANT_IN_FLIGHT_RETRY_AFTER_S = 1
+TENANT_IN_FLIGHT = "tenant_in_flight"     # the refusal's reason (metrics, decision log)
 # the 503 of a request that reaches a stopping router: it had reached no worker
 STOPPING = ("The router is stopping and this request had not reached a worker yet: send it "
             "again (another router takes it).")
@@ -65,13 +77,14 @@ class AdmissionTicket:
     api: str = OTHER_API          # its path's API (for a refusal's metrics)
     events_relayed: int = 0       # stream events sent to the client (about a token each)
     whole_answer: bool = False    # a worker answered it whole (not streamed)
+    in_flight_key: str | None = None   # the budget whose max_in_flight counts it
 
 
 class Admission:
     """Applies the admission section in force; holds the gate and the budgets' usage."""
 
-    __slots__ = ("_answers_reserved", "_clock", "_metrics", "_model_label", "_waiting",
-                 "gate", "usage")
+    __slots__ = ("_answers_reserved", "_clock", "_metrics", "_model_label", "_tenant_in_flight",
+                 "_waiting", "gate", "usage")
 
     def __init__(self, usage: TenantUsage, metrics: RouterMetrics,
                  clock: Callable[[], float] = time.monotonic,
@@ -84,6 +97,8 @@ class Admission:
         self._clock = clock
         self._model_label = model_label
         self._waiting: dict[str, int] = {}    # budget -> its requests waiting for a slot
+        # budget -> its requests in flight or waiting here (those with a max_in_flight)
+        self._tenant_in_flight: dict[str, int] = {}
         # budget -> the answer tokens its requests in flight here were charged ahead, in the
         # seconds they were charged (those charged over a minute ago have left the budget)
         self._answers_reserved: dict[str, UsageWindow] = {}
@@ -103,6 +118,20 @@ class Admission:
         self._metrics.admission_tenant_seen(tenant)
         key = section.budget_key(tenant)
         budget = section.budget(key)
+        in_flight_key = None
+        if budget.max_in_flight is not None:
+            in_flight_key = section.counted_as(key)
+            self._take_tenant_slot(in_flight_key, budget.max_in_flight, tenant, model, api)
+        try:
+            ticket = await self._admit(section, key, budget, tenant, model, api)
+        except BaseException:
+            self._free_tenant_slot(in_flight_key)
+            raise
+        ticket.in_flight_key = in_flight_key
+        return ticket
+
+    async def _admit(self, section: AdmissionSection, key: str | None, budget: TenantBudget,
+                     tenant: str | None, model: str, api: str) -> AdmissionTicket:
         usage_key = section.counted_as(key) if budget.limited else None
         if usage_key is not None:
             # its requests already waiting count as spent: a budget with three requests left
@@ -216,12 +245,14 @@ class Admission:
 
     def finish(self, ticket: AdmissionTicket) -> None:
         """The request is over: settle its tokens with what the workers served, free its
-        slot. Without a reported usage, a whole answer keeps what it was charged (a worker
+        slots. Without a reported usage, a whole answer keeps what it was charged (a worker
         answering at once what it generates later: a Responses API ``background`` request);
         an answer that began (a stream its client left before its usage chunk) is charged its
         prompt and a token per event relayed to the client, at most what it was charged; a
         request no worker answered is refunded."""
         self.gate.leave()
+        self._free_tenant_slot(ticket.in_flight_key)
+        ticket.in_flight_key = None
         if ticket.usage_key is None:
             return
         reserved = self._answers_reserved.get(ticket.usage_key)
@@ -256,6 +287,9 @@ class Admission:
             entry: dict[str, Any] = {"tenant": key, "priority": budget.priority,
                                      "requests_per_minute": budget.requests_per_minute,
                                      "tokens_per_minute": budget.tokens_per_minute}
+            if budget.max_in_flight is not None:
+                entry.update(max_in_flight=budget.max_in_flight, in_flight=self._tenant_in_flight
+                             .get(section.counted_as(key), 0))
             if budget.limited:
                 requests, tokens = self.usage.totals(section.counted_as(key), now)
                 entry.update(requests_used=requests, tokens_used=tokens)
@@ -267,6 +301,33 @@ class Admission:
         status.update(max_in_flight=section.max_in_flight, max_waiting=section.max_waiting,
                       wait_timeout_s=section.wait_timeout_s, budgets=budgets)
         return status
+
+    def _take_tenant_slot(self, counted: str, limit: int, tenant: str | None, model: str,
+                          api: str) -> None:
+        """Count one more request of the budget ``counted`` here, or refuse it 429 when
+        ``limit`` are already in flight or waiting."""
+        held = self._tenant_in_flight.get(counted, 0)
+        if held < limit:
+            self._tenant_in_flight[counted] = held + 1
+            return
+        self._metrics.record_admission_rejection(TENANT_IN_FLIGHT, tenant,
+                                                 self._model_label(model),
+                                                 ConcurrencyLimited.status, api)
+        whose = ("tenants without a budget of their own" if counted == OTHER_TENANTS_KEY
+                 else f"tenant `{counted}`")
+        raise ConcurrencyLimited(
+            f"Too many requests at once for {whose}: limit {limit} in flight. Please try "
+            f"again in {TENANT_IN_FLIGHT_RETRY_AFTER_S}s.", reason=TENANT_IN_FLIGHT,
+            headers={"Retry-After": str(TENANT_IN_FLIGHT_RETRY_AFTER_S)})
+
+    def _free_tenant_slot(self, counted: str | None) -> None:
+        if counted is None:
+            return
+        left = self._tenant_in_flight[counted] - 1
+        if left:
+            self._tenant_in_flight[counted] = left
+        else:
+            del self._tenant_in_flight[counted]
 
     def _overloaded(self, reason: str, tenant: str | None, model: str, api: str,
                     message: str) -> InFlightRefused:

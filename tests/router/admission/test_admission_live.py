@@ -262,6 +262,27 @@ async def test_waiters_go_on_by_priority_and_a_stream_holds_its_slot_to_the_end(
     assert router.metric("kvroute_admission_in_flight") == 0
 
 
+async def test_a_tenants_max_in_flight_leaves_the_other_slots_to_the_others(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A tenant's long streams took every slot and a priority-5 tenant waited its timeout
+    for one: its ``max_in_flight`` refuses it one more stream (429), and the others pass."""
+    router = await make_router(subset(emulated_fleet, ["slow"]), _routing(
+        "max_in_flight: 3\ntenants:\n  hog: {max_in_flight: 2}\n  vip: {priority: 5}"))
+    async with aiohttp.ClientSession() as session:
+        streams = [asyncio.create_task(_complete(session, router, "hog", 40, stream=True))
+                   for _ in range(2)]
+        await _until(lambda: router.metric("kvroute_admission_in_flight") == 2, "no streams")
+        status, headers, body = await _complete(session, router, "hog")
+        assert (status, headers["Retry-After"]) == (429, "1"), body
+        assert "limit 2 in flight" in body
+        status, _, body = await _complete(session, router, "vip")     # not kept waiting
+        assert status == 200, body
+        assert [s for s, _, _ in await asyncio.gather(*streams)] == [200, 200]
+        assert (await _complete(session, router, "hog"))[0] == 200   # freed as they ended
+    assert router.metric("kvroute_admission_rejections_total", reason="tenant_in_flight",
+                         tenant="hog") == 1
+
+
 async def test_a_full_queue_is_503_and_a_client_that_leaves_frees_its_place(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     router = await make_router(subset(emulated_fleet, ["slow"]), _routing(

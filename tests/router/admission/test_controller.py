@@ -419,3 +419,44 @@ async def test_an_answer_reserved_over_a_minute_ago_is_no_room_to_come() -> None
     with pytest.raises(TokenRateLimited) as raised:
         await admission.admit(section, "acme", MODEL)
     assert raised.value.headers["Retry-After"] == "60"
+
+
+async def test_a_budgets_max_in_flight_refuses_one_more_and_frees_as_they_end() -> None:
+    """One tenant's slow streams took every slot of the in-flight limit, and a request of a
+    higher priority waited its whole timeout: a budget's ``max_in_flight`` caps its requests
+    at once (in flight or waiting), the next refused 429 at once; the others go on."""
+    from router.errors import ConcurrencyLimited
+
+    admission, metrics, _ = _admission()
+    section = AdmissionSection(max_in_flight=3, wait_timeout_s=0.2, tenants={
+        "acme": TenantBudget(max_in_flight=2), "vip": TenantBudget(priority=5)},
+        other_tenants=TenantBudget(max_in_flight=1))
+    acme = [await admission.admit(section, "acme", MODEL) for _ in range(2)]
+    with pytest.raises(ConcurrencyLimited) as raised:
+        await admission.admit(section, "acme", MODEL)
+    error = raised.value
+    assert (error.status, error.reason, error.headers["Retry-After"]) == (
+        429, "tenant_in_flight", "1")
+    body = orjson.loads(error.body())["error"]
+    assert (body["type"], body["code"]) == ("requests", "rate_limit_exceeded")
+    assert body["message"] == ("Too many requests at once for tenant `acme`: limit 2 in "
+                               "flight. Please try again in 1s.")
+    assert _rejections(metrics, "tenant_in_flight", "acme") == 1
+    # the unlisted tenants share theirs
+    other = await admission.admit(section, "globex", MODEL)
+    with pytest.raises(ConcurrencyLimited, match="tenants without a budget of their own"):
+        await admission.admit(section, None, MODEL)
+    status = admission.status(section)
+    assert [(b["tenant"], b.get("in_flight")) for b in status["budgets"]] == [
+        ("acme", 2), ("vip", None), (None, 1)]
+    # a request refused further on (its wait for a slot timed out) frees its count
+    admission.finish(other)
+    vip = await admission.admit(section, "vip", MODEL)             # the third slot
+    with pytest.raises(Overloaded):
+        await admission.admit(section, "globex", MODEL)            # waits 0.2 s: 503
+    assert admission.status(section)["budgets"][2]["in_flight"] == 0
+    admission.finish(acme[0])
+    admission.finish(await admission.admit(section, "acme", MODEL))   # room again
+    for ticket in (acme[1], vip):
+        admission.finish(ticket)
+    assert [b.get("in_flight") for b in admission.status(section)["budgets"]] == [0, None, 0]
