@@ -25,9 +25,9 @@ async def test_a_callback_holding_the_loop_is_seen_as_that_much_lag() -> None:
     lag = LoopLag(metrics.loop_lag, interval_s=0.02)
     lag.start()
     try:
-        await asyncio.sleep(0.1)              # fluent: woken on time
-        fluent = _sample(metrics, "_count")
-        assert fluent >= 2 and _sample(metrics, "_bucket", le="0.05") == fluent
+        await asyncio.sleep(0.1)              # fluent: woken on time (a loaded machine's
+        fluent = _sample(metrics, "_count")   # hiccups well under the hold below)
+        assert fluent >= 1 and _sample(metrics, "_bucket", le="0.25") == fluent
         time.sleep(0.3)                       # a callback that holds the loop 300 ms
         await asyncio.sleep(0.05)
     finally:

@@ -97,7 +97,10 @@ async def test_the_least_busy_worker_tokenizes(fleet: FleetConfig,
                 return resp.headers["x-kvroute-worker"]
 
         busy = [asyncio.create_task(stream()) for _ in range(3)]
-        await asyncio.sleep(0.3)        # the streams are in flight
+        for _ in range(250):            # the streams are in flight
+            if router.metric("kvroute_admission_in_flight") == 3:
+                break
+            await asyncio.sleep(0.02)
         statuses, workers = [], []
         for _ in range(4):
             status, _, worker = await post(f"{router.url}/tokenize",
