@@ -6,9 +6,10 @@ process. Left open, a client sending a new value with every request would grow t
 memory and every scrape of ``/metrics`` without end. ``BoundedLabelValues`` admits the first
 ``limit`` distinct values of at most ``max_chars`` printable characters; any other value is
 counted under ``OTHER``, and ``folded`` says how many requests were. Values the operator
-declared (``reserve``: the tenants of the admission section and of the keys file) have their
-own series whatever clients sent first, outside the limit: a client naming 100 tenants of
-its own before the real ones came had their costs counted as ``OTHER``.
+declared (``reserve``: the tenants of the admission section and of the keys file, at most
+``limit`` of them) have their own series whatever clients sent first, and take their places
+in the limit first: a client naming 100 tenants of its own before the real ones came had
+their costs counted as ``OTHER``. A value no longer declared keeps the series it has.
 """
 
 from __future__ import annotations
@@ -43,8 +44,19 @@ class BoundedLabelValues:
         self.folded = 0          # requests counted under OTHER so far
 
     def reserve(self, values: Iterable[str]) -> None:
-        """Admit ``values`` (replacing those reserved before) outside the limit."""
-        self._reserved = frozenset(v for v in values if v and v != OTHER)
+        """Admit ``values`` (replacing those reserved before; the first ``limit``, in order),
+        ahead of those clients send. One reserved before and not now stays admitted: its
+        series exist already."""
+        kept = list(dict.fromkeys(v for v in values if v and v != OTHER
+                                  and len(v) <= self.max_chars and is_name_text(v)))
+        if len(kept) > self.limit:
+            log.warning("metric label %r: %d values declared, %d kept (the limit): the others "
+                        "count as %r unless admitted first come", self.name, len(kept),
+                        self.limit, OTHER)
+            kept = kept[:self.limit]
+        self._admitted |= self._reserved - set(kept)
+        self._admitted -= set(kept)
+        self._reserved = frozenset(kept)
 
     def label(self, value: str, count: bool = True) -> str:
         """``value`` itself when admitted (or admissible now), else ``OTHER``. The empty
@@ -52,7 +64,8 @@ class BoundedLabelValues:
         counted (``folded`` counts requests)."""
         if not value or value in self._admitted or value in self._reserved:
             return value
-        if (len(self._admitted) < self.limit and len(value) <= self.max_chars
+        if (len(self._admitted) + len(self._reserved) < self.limit
+                and len(value) <= self.max_chars
                 and is_name_text(value) and value != OTHER):
             self._admitted.add(value)
             return value

@@ -330,9 +330,10 @@ class TokensProducer:
         messages (or message parts) goes to the thread unlooked at: hashing each part to find
         it cached held the loop 17 s for 7 million one-letter strings, rendering a chat of a
         million messages 0.8 s, and measuring a message of a million parts 3 s. So does a
-        chat offering more than ``MAX_PARTS_LOOKED_AT`` tools, or tools in a body of
-        ``offload_min_chars`` bytes or more: their text, rendered into the prompt, is not
-        measured here (450,000 tools beside a two-letter message held the loop 30 s)."""
+        chat offering more than ``MAX_PARTS_LOOKED_AT`` tools, or tools or an assistant's
+        tool calls in a body of ``offload_min_chars`` bytes or more: their text, rendered
+        into the prompt, is not measured here (450,000 tools beside a two-letter message
+        held the loop 30 s, a tool call's 20 MB of arguments 2.6 s)."""
         prompt = request.prompt      # many parts, even empty ones: each costs a look
         if isinstance(prompt, list) and prompt:
             first = prompt[0]
@@ -350,6 +351,9 @@ class TokensProducer:
         if request.tools and (len(request.tools) > MAX_PARTS_LOOKED_AT
                               or request.body_bytes >= self.offload_min_chars):
             return True     # the tools go in the prompt unmeasured: the body bounds them
+        if request.body_bytes >= self.offload_min_chars and request.messages is not None and any(
+                isinstance(m, Mapping) and m.get("tool_calls") for m in request.messages):
+            return True     # so do the assistant's tool calls (a Messages API tool_use's)
         if approximate_chars(request) < self.offload_min_chars:
             return False
         return self.cost_hint(request) >= self.offload_min_chars

@@ -257,7 +257,8 @@ COST = Dashboard(
             unit="reqps", stacked=True,
             description="Requests refused before routing by the routing file's admission "
                         "section: 429 for a spent budget (requests_per_minute, "
-                        "tokens_per_minute), 503 for want of an in-flight slot (queue_full, "
+                        "tokens_per_minute) or a tenant at its max_in_flight "
+                        "(tenant_in_flight), 503 for want of an in-flight slot (queue_full, "
                         "wait_timeout)."),
         Panel("Admission: in flight and waiting", (
             Query("sum by (instance) (kvroute_admission_in_flight)", "in flight {{instance}}"),

@@ -13,6 +13,7 @@ import pytest
 
 from router.client_auth import TenantKeysError
 from router.client_keys_reloader import ClientKeysReloader
+from router.keys import METRICS
 from tests.router.gateway_support import MODEL, RouterFactory, subset
 from workers.fleet import FleetConfig
 
@@ -87,7 +88,9 @@ async def test_a_key_added_and_retired_while_the_router_runs(
     path = tmp_path / "keys.yaml"
     rewrite(path, "acme: sk-acme-1\n")
     router = await make_router(subset(emulated_fleet, ["h100-fast"]), api_keys_file=path,
-                               reload_interval_s=0.05)
+                               reload_interval_s=0.05, tenant_labels=2)
+    tenants = router.app[METRICS].tenants
+    assert tenants.label("squat", count=False) == "squat"     # the one place left
 
     async def status(key: str) -> int:
         async with aiohttp.ClientSession() as http, http.post(
@@ -97,12 +100,15 @@ async def test_a_key_added_and_retired_while_the_router_runs(
             return resp.status
 
     assert (await status("sk-acme-1"), await status("sk-acme-2")) == (200, 401)
-    rewrite(path, "acme: sk-acme-2\n")
+    rewrite(path, "acme: sk-acme-2\nglobex: sk-globex\n")
     for _ in range(100):                  # the watcher polls every 0.05 s
         if await status("sk-acme-2") == 200:
             break
         await asyncio.sleep(0.05)
     assert (await status("sk-acme-1"), await status("sk-acme-2")) == (401, 200)
+    # a tenant the reloaded file names has a series of its own, the places taken or not
+    assert tenants.label("globex", count=False) == "globex"
+    assert tenants.label("other", count=False) == "(other)"
 
 
 def test_an_operator_key_listed_for_a_tenant_is_warned_of(

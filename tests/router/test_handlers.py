@@ -277,7 +277,7 @@ async def test_the_tenants_the_operator_names_keep_their_own_series(
     routing = ((REPO_ROOT / "config/routing.yaml").read_text()
                + "admission:\n  tenants:\n    acme: {priority: 1}\n")
     router = await make_router(subset(emulated_fleet, sorted(WORKER_IDS)), routing,
-                               tenant_labels=2)
+                               tenant_labels=2, reload_interval_s=0.05)
     async with aiohttp.ClientSession() as session:
         for tenant in ("squat-0", "squat-1", "squat-2", "acme"):
             async with session.post(router.url + "/v1/chat/completions", json={
@@ -285,7 +285,16 @@ async def test_the_tenants_the_operator_names_keep_their_own_series(
                     headers={"x-tenant": tenant}) as resp:
                 assert resp.status == 200
     assert router.metric("kvroute_cost_dollars_total", tenant="acme") > 0
-    assert router.metric("kvroute_cost_dollars_total", tenant="(other)") > 0     # squat-2's
+    assert router.metric("kvroute_cost_dollars_total", tenant="(other)") > 0     # squat-1's
+    # a reloaded file naming another tenant gives it a place too; acme keeps its series
+    router.routing_path.write_text(routing.replace("acme:", "beta:"))
+    for _ in range(200):
+        if router.metric("kvroute_config_reloads_total", result="success") >= 1:
+            break
+        await asyncio.sleep(0.05)
+    tenants = router.app[METRICS].tenants
+    assert [tenants.label(t, count=False) for t in ("beta", "acme", "squat-1")] == [
+        "beta", "acme", "(other)"]
 
 
 async def test_one_request_id_sent_at_once_by_several_requests(

@@ -55,10 +55,19 @@ def test_bad_bounds_are_refused(limit: int, max_chars: int) -> None:
         BoundedLabelValues("tenant", limit, max_chars)
 
 
-def test_reserved_values_are_their_own_outside_the_limit() -> None:
-    tenants = BoundedLabelValues("tenant", limit=1)
+def test_reserved_values_take_their_places_first() -> None:
+    tenants = BoundedLabelValues("tenant", limit=2)
     tenants.reserve(["acme", "", OTHER])
     assert [tenants.label(v) for v in ("first", "second", "acme")] == ["first", OTHER, "acme"]
-    tenants.reserve(["beta"])                      # a reload names others: acme is not kept
-    assert (tenants.label("acme"), tenants.label("beta")) == (OTHER, "beta")
+    tenants.reserve(["beta"])          # a reload names another: acme keeps its series
+    assert [tenants.label(v) for v in ("acme", "beta", "third")] == ["acme", "beta", OTHER]
     assert tenants.label(OTHER) == OTHER and tenants.folded == 3
+
+
+def test_no_more_values_are_reserved_than_the_limit(caplog: pytest.LogCaptureFixture) -> None:
+    """A keys file of thousands of tenants made a series each, on every worker."""
+    tenants = BoundedLabelValues("tenant", limit=2)
+    with caplog.at_level(logging.WARNING, logger="router.label_values"):
+        tenants.reserve(["a", "b", "c"])
+    assert "3 values declared, 2 kept" in caplog.text
+    assert [tenants.label(v) for v in ("a", "b", "c", "d")] == ["a", "b", OTHER, OTHER]

@@ -139,6 +139,12 @@ def test_tools_and_message_parts_are_offloaded_without_looking() -> None:
     many_parts = RoutingRequest("r", "m", messages=[{"role": "user", "content": parts}])
     assert p.should_offload(many_tools) and p.should_offload(big_body)
     assert p.should_offload(many_parts) and looked == []
+    call = {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    called = RoutingRequest("r", "m", messages=[*hi, call, *hi], body_bytes=100)
+    assert p.should_offload(called) and looked == []      # an assistant's tool calls too
+    called.body_bytes = 99
+    assert not p.should_offload(called)
     # a few tools in a small body, a few parts: measured, and short enough to stay
     assert not p.should_offload(RoutingRequest("r", "m", messages=hi, tools=[tool],
                                                body_bytes=99))
