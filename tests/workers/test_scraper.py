@@ -461,8 +461,8 @@ async def test_follow_registry_starts_and_stops_loops_as_the_fleet_changes(
             assert snapshot is not None and snapshot.healthy
             hits = len(state.hits)
             await asyncio.sleep(0.2)
-            # one worker scraped every 50 ms: about 4 more, not 8 (the removed one stopped)
-            assert 2 <= len(state.hits) - hits <= 6
+            # one worker scraped every 50 ms: about 4 more (fewer on a loaded machine), not 8
+            assert 1 <= len(state.hits) - hits <= 6          # (the removed one stopped)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
