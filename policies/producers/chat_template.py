@@ -19,9 +19,12 @@ Nothing here raises on odd input: non-string values are rendered with ``str``.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import orjson
 
 from policies.producers.media import media_mark, part_media
 
@@ -39,13 +42,18 @@ TOOLS_PREAMBLE = (
     'and its value}.Do not use variables.\n\n')
 
 
+ToolsWriter = Callable[[Sequence[Any]], str]
+
+
 def render_chat(messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-                tools: Sequence[Any] | None = None) -> str:
+                tools: Sequence[Any] | None = None,
+                tools_text: ToolsWriter | None = None) -> str:
     """The prompt text for ``messages``, ending with the assistant header by default; the
     ``tools`` a chat request offers are written as Llama 3.1's template writes them, at the
-    start of the first user message (``TOOLS_PREAMBLE``, then each one's JSON)."""
+    start of the first user message (``TOOLS_PREAMBLE``, then each one's JSON), by
+    ``tools_text`` when given (``ToolsTextCache``), else ``write_tools``."""
     if tools:
-        messages = _with_tools(messages, tools)
+        messages = _with_tools(messages, (write_tools if tools_text is None else tools_text)(tools))
     parts = [BEGIN_OF_TEXT]
     for message in messages:
         role = message.get("role") if isinstance(message, Mapping) else None
@@ -88,10 +96,45 @@ def message_text(content: Any) -> str:
     return part_text(content)
 
 
-def _with_tools(messages: Sequence[Mapping[str, Any]],
-                tools: Sequence[Any]) -> list[Mapping[str, Any]]:
-    text = TOOLS_PREAMBLE + "".join(json_text(tool, indent=4, ensure_ascii=False) + "\n\n"
+def write_tools(tools: Sequence[Any]) -> str:
+    """The tools' text at the start of the first user message."""
+    return TOOLS_PREAMBLE + "".join(json_text(tool, indent=4, ensure_ascii=False) + "\n\n"
                                     for tool in tools)
+
+
+class ToolsTextCache:
+    """``write_tools``, remembered by the tools' JSON: an agent sends the same tools with each
+    turn, and writing them as the template does (``json.dumps`` with an indent, pure Python)
+    took 2.2 ms of a request's 2.3 ms in the tokens producer for 30 tools. Texts of at most
+    ``max_chars`` are kept, ``max_entries`` of them (all dropped when full: a set of tools
+    seldom changes). Safe to call from several threads (dict reads and writes only)."""
+
+    __slots__ = ("_texts", "max_chars", "max_entries")
+
+    def __init__(self, max_entries: int = 256, max_chars: int = 1 << 18) -> None:
+        self.max_entries = max_entries
+        self.max_chars = max_chars
+        self._texts: dict[bytes, str] = {}
+
+    def __call__(self, tools: Sequence[Any]) -> str:
+        try:
+            key = hashlib.sha1(orjson.dumps(tools), usedforsecurity=False).digest()
+        except (orjson.JSONEncodeError, TypeError):   # an integer past 64 bits, say
+            return write_tools(tools)
+        text = self._texts.get(key)
+        if text is None:
+            text = write_tools(tools)
+            if len(text) <= self.max_chars:
+                if len(self._texts) >= self.max_entries:
+                    self._texts.clear()
+                self._texts[key] = text
+        return text
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+
+def _with_tools(messages: Sequence[Mapping[str, Any]], text: str) -> list[Mapping[str, Any]]:
     out = list(messages)
     for i, message in enumerate(out):
         if isinstance(message, Mapping) and message.get("role") == "user":

@@ -81,7 +81,12 @@ from typing import Any, Protocol
 
 from policies.base import RoutingRequest, is_token_ids
 from policies.errors import ParamError, RoutingConfigError
-from policies.producers.chat_template import message_text, render_chat
+from policies.producers.chat_template import (
+    ToolsTextCache,
+    ToolsWriter,
+    message_text,
+    render_chat,
+)
 from policies.producers.media import (
     DEFAULT_MEDIA_TOKENS,
     MEDIA_KINDS,
@@ -232,6 +237,7 @@ class TokensProducer:
         self.offload_min_chars = params.offload_min_chars
         self.chunk_chars = params.chunk_chars
         self.cache = TokenCache(params.cache_max_tokens)
+        self._tools_text = ToolsTextCache()
         self._default = TiktokenTokenizer(params.encoding)
         self._default_key = f"tiktoken:{params.encoding}"
         self._by_model = dict(model_tokenizers)
@@ -278,7 +284,7 @@ class TokensProducer:
         most = tokenizer.max_token_chars
         if window <= 0 or not most or model in self._model_folders:
             return None
-        texts, given_ids = _prompt_parts_once(request)
+        texts, given_ids = _prompt_parts_once(request, self._tools_text)
         # each prompt of a batch is served on its own: only the longest must fit
         chars = max(map(len, texts), default=0)
         if chars <= window * most:
@@ -296,7 +302,7 @@ class TokensProducer:
         folder = self._model_folders.get(model)
         if folder is not None:
             return self._model_token_ids(folder, request, model)
-        texts, given_ids = _prompt_parts_once(request)
+        texts, given_ids = _prompt_parts_once(request, self._tools_text)
         if not texts:           # token ids sent by the client, taken as they are
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
         if len(texts) == 1:
@@ -315,7 +321,7 @@ class TokensProducer:
 
     def cost_hint(self, request: RoutingRequest) -> int:
         """Characters still to tokenize for ``request`` (cached texts and chunks count 0)."""
-        texts, _ = _prompt_parts_once(request)
+        texts, _ = _prompt_parts_once(request, self._tools_text)
         key_prefix = self._tokenizer_key(request.model)
         tokenizer = self._by_model.get(request.model, self._default)
         return sum(len(part) for text in texts
@@ -370,7 +376,8 @@ class TokensProducer:
             try:
                 text = folder.render_chat(request.messages, tools=request.tools)
             except Exception:     # a template error: vLLM answers 400, route on the rest
-                text = render_chat(request.messages, tools=request.tools)
+                text = render_chat(request.messages, tools=request.tools,
+                                   tools_text=self._tools_text)
             return self._with_media(request, encode_with_media(
                 lambda piece: self._encode_folder(model, folder, piece,
                                                   add_special_tokens=False),
@@ -440,19 +447,22 @@ def _encode_chunk(cache: TokenCache, key_prefix: str, tokenizer: TextTokenizer,
     return ids
 
 
-def _prompt_parts_once(request: RoutingRequest) -> tuple[list[str], list[int]]:
+def _prompt_parts_once(request: RoutingRequest,
+                       tools_text: ToolsWriter | None = None) -> tuple[list[str], list[int]]:
     """``prompt_parts``, kept on the request until ``produce`` ends: ``should_offload`` renders
     a long chat on the event loop to find what is cached, and ``produce`` needs it again."""
     parts: tuple[list[str], list[int]] | None = request.attributes.get(PROMPT_PARTS_KEY)
     if parts is None:
-        parts = request.attributes[PROMPT_PARTS_KEY] = prompt_parts(request)
+        parts = request.attributes[PROMPT_PARTS_KEY] = prompt_parts(request, tools_text)
     return parts
 
 
-def prompt_parts(request: RoutingRequest) -> tuple[list[str], list[int]]:
-    """(texts to tokenize, token ids given directly) of a request's prompt."""
+def prompt_parts(request: RoutingRequest,
+                 tools_text: ToolsWriter | None = None) -> tuple[list[str], list[int]]:
+    """(texts to tokenize, token ids given directly) of a request's prompt (``tools_text``:
+    how a chat's tools are written, ``render_chat``'s)."""
     if request.messages is not None:
-        return [render_chat(request.messages, tools=request.tools)], []
+        return [render_chat(request.messages, tools=request.tools, tools_text=tools_text)], []
     prompt: Any = request.prompt
     if isinstance(prompt, str):
         return [prompt], []

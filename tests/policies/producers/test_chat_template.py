@@ -77,3 +77,27 @@ def test_tools_and_tool_calls_keep_their_text_as_a_templates_tojson_writes_it() 
     # vLLM parses a call's arguments and the template's tojson writes them
     assert ('{"name": "天気", "parameters": {"city": "東京"}}'
             '{"name": "none", "parameters": {}}{"name": "bad", "parameters": {not json}') in call
+
+
+def test_the_tools_text_is_written_once_for_the_same_tools() -> None:
+    """An agent sends the same tools with every turn: writing them with ``json.dumps``'
+    indent took 2.2 ms of the tokens producer's 2.3 ms for 30 tools, on every request."""
+    from policies.producers.chat_template import ToolsTextCache, write_tools
+
+    tools = [{"type": "function", "function": {"name": f"f{i}", "description": "é",
+                                               "parameters": {"n": i}}} for i in range(3)]
+    messages = [{"role": "user", "content": "hi"}]
+    cache = ToolsTextCache(max_entries=2, max_chars=10_000)
+    assert (render_chat(messages, tools=tools, tools_text=cache)
+            == render_chat(messages, tools=tools))          # an empty cache is still used
+    assert len(cache) == 1 and cache(list(tools)) == write_tools(tools)   # equal: one entry
+    assert len(cache) == 1
+    other = [{**tools[0], "function": {**tools[0]["function"], "name": "g"}}]
+    cache(other)
+    assert len(cache) == 2 and cache(other) == write_tools(other)
+    cache([{"type": "function", "function": {"name": "h"}}])    # full: dropped, then kept
+    assert len(cache) == 1
+    long = [{"type": "function", "function": {"name": "x" * 20_000}}]
+    assert cache(long) == write_tools(long) and len(cache) == 1      # too long to keep
+    huge = [{"type": "function", "function": {"name": "f", "parameters": {"n": 1 << 70}}}]
+    assert cache(huge) == write_tools(huge)          # not orjson's: written, not kept

