@@ -34,6 +34,7 @@ OPTIONAL_MODULES: tuple[tuple[str, str], ...] = (
     ("engine", "bench.engine"), ("emulator", "bench.emulator"),
     ("decision", "bench.decision"), ("semantic", "bench.semantic"),
     ("block-hashes", "bench.block_hashes"), ("tokenize", "bench.tokenize_prompts"),
+    ("chat-tools", "bench.chat_tools"),
     ("upstream", "bench.upstream"),
     ("prefix-match", "bench.prefix_match"), ("decode-guard", "bench.decode_guard"),
     ("gc-walk", "bench.gc_walk"),

@@ -237,7 +237,7 @@ class TokensProducer:
         self.offload_min_chars = params.offload_min_chars
         self.chunk_chars = params.chunk_chars
         self.cache = TokenCache(params.cache_max_tokens)
-        self._tools_text = ToolsTextCache()
+        self.tools_text: ToolsWriter = ToolsTextCache()   # how a chat's tools are written
         self._default = TiktokenTokenizer(params.encoding)
         self._default_key = f"tiktoken:{params.encoding}"
         self._by_model = dict(model_tokenizers)
@@ -284,7 +284,7 @@ class TokensProducer:
         most = tokenizer.max_token_chars
         if window <= 0 or not most or model in self._model_folders:
             return None
-        texts, given_ids = _prompt_parts_once(request, self._tools_text)
+        texts, given_ids = _prompt_parts_once(request, self.tools_text)
         # each prompt of a batch is served on its own: only the longest must fit
         chars = max(map(len, texts), default=0)
         if chars <= window * most:
@@ -302,7 +302,7 @@ class TokensProducer:
         folder = self._model_folders.get(model)
         if folder is not None:
             return self._model_token_ids(folder, request, model)
-        texts, given_ids = _prompt_parts_once(request, self._tools_text)
+        texts, given_ids = _prompt_parts_once(request, self.tools_text)
         if not texts:           # token ids sent by the client, taken as they are
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
         if len(texts) == 1:
@@ -321,7 +321,7 @@ class TokensProducer:
 
     def cost_hint(self, request: RoutingRequest) -> int:
         """Characters still to tokenize for ``request`` (cached texts and chunks count 0)."""
-        texts, _ = _prompt_parts_once(request, self._tools_text)
+        texts, _ = _prompt_parts_once(request, self.tools_text)
         key_prefix = self._tokenizer_key(request.model)
         tokenizer = self._by_model.get(request.model, self._default)
         return sum(len(part) for text in texts
@@ -377,7 +377,7 @@ class TokensProducer:
                 text = folder.render_chat(request.messages, tools=request.tools)
             except Exception:     # a template error: vLLM answers 400, route on the rest
                 text = render_chat(request.messages, tools=request.tools,
-                                   tools_text=self._tools_text)
+                                   tools_text=self.tools_text)
             return self._with_media(request, encode_with_media(
                 lambda piece: self._encode_folder(model, folder, piece,
                                                   add_special_tokens=False),

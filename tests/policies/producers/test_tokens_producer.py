@@ -434,4 +434,7 @@ def test_a_chats_tools_are_written_once_and_counted_as_before() -> None:
             render_chat(messages, tools=tools)))
         counts.append((request.num_prompt_tokens, expected))
     assert all(got == expected for got, expected in counts)
-    assert len(p._tools_text) == 1                # written once, read from then on
+    from policies.producers.chat_template import ToolsTextCache
+
+    assert isinstance(p.tools_text, ToolsTextCache)
+    assert len(p.tools_text) == 1                 # written once, read from then on
