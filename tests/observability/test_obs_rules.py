@@ -29,8 +29,8 @@ def test_promtool_check_rules_passes() -> None:
     result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 24 rules found" in result.stdout      # recording
-    assert "SUCCESS: 22 rules found" in result.stdout      # alerts
+    assert "SUCCESS: 25 rules found" in result.stdout      # recording
+    assert "SUCCESS: 23 rules found" in result.stdout      # alerts
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_alert_tiers() -> None:
         "StateStoreDegraded": "warning", "ReplicasDisagree": "warning",
         "ClientKeysRefused": "warning", "FleetConfigRefused": "warning",
         "WorkerDown": "warning", "WorkerAnswersFailing": "warning",
-        "RoutingFilesDiffer": "warning",
+        "RoutingFilesDiffer": "warning", "RouterOpenFilesHigh": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency",
@@ -87,6 +87,7 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
     assert values["kvroute:threshold:gc_pause_share_warning"] == "vector(0.02)"
     assert values["kvroute:threshold:gc_long_pauses_warning"] == "vector(1)"
     assert values["kvroute:threshold:loop_stalls_warning"] == "vector(1)"
+    assert values["kvroute:threshold:open_files_warning"] == "vector(0.8)"
 
 
 def _promtool_test(tmp_path: Path, name: str, tests: dict[str, Any]) -> None:
@@ -478,6 +479,43 @@ def test_router_sheds_load_fires_after_five_minutes_above_one_percent(tmp_path: 
                      "exp_annotations": {
                          "summary": "The router at r1 turned away 5% of its requests (503) "
                                     "for want of an in-flight slot",
+                         "description": description}}]},
+            ],
+        }],
+    })
+
+
+def test_router_open_files_high_fires_for_a_router_near_its_limit(tmp_path: Path) -> None:
+    """r1 holds 900 of its 1,024 files from minute 2 on: firing 5 minutes later. r2 at half
+    its limit, and a worker (another job) at 95 %, never."""
+    description = (
+        "Each client connection and each connection to a worker holds a file. At the limit "
+        "the router cannot accept clients (their connections are reset, and its log says "
+        "nothing of them) and answers 503 where it cannot reach a worker. Slow clients "
+        "holding connections (a body trickled in, a stream read slowly) or more load than "
+        "one process takes: put a proxy that buffers bodies in front, add routers, or raise "
+        "the hard limit (LimitNOFILE=, ulimit -Hn).\n")
+    router, worker = 'job="kvroute-router"', 'job="vllm-workers"'
+    _promtool_test(tmp_path, "open-files", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'process_open_fds{{{router}, instance="r1"}}',
+                 "values": "100 100 900x20"},
+                {"series": f'process_max_fds{{{router}, instance="r1"}}', "values": "1024x22"},
+                {"series": f'process_open_fds{{{router}, instance="r2"}}', "values": "512x22"},
+                {"series": f'process_max_fds{{{router}, instance="r2"}}', "values": "1024x22"},
+                {"series": f'process_open_fds{{{worker}, instance="w1"}}', "values": "973x22"},
+                {"series": f'process_max_fds{{{worker}, instance="w1"}}', "values": "1024x22"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": "RouterOpenFilesHigh", "exp_alerts": []},
+                {"eval_time": "10m", "alertname": "RouterOpenFilesHigh", "exp_alerts": [
+                    {"exp_labels": {"severity": "warning", "instance": "r1"},
+                     "exp_annotations": {
+                         "summary": "The router at r1 holds 87.89% of its open-file limit",
                          "description": description}}]},
             ],
         }],
