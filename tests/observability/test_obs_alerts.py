@@ -78,7 +78,8 @@ def test_success_rate_emergency_follows_the_recorded_ratio(live_stack: Stack) ->
 
 
 @pytest.mark.parametrize("alert", ["RouterGcPauseShareHigh", "RouterGcPauseLong",
-                                   "RouterEventLoopStalled", "RoutingConfigRefused"])
+                                   "RouterEventLoopStalled", "RoutingConfigRefused",
+                                   "RouterOpenFilesHigh"])
 def test_router_alerts_read_the_series_the_router_exports(live_stack: Stack, alert: str) -> None:
     """The measured side of each alert on the router's own series (its expression up to the
     comparison) gives one finite, non-negative value for the router: the metric name, the
