@@ -190,6 +190,15 @@ def _semantic_warnings(routing: RoutingConfig) -> list[str]:
     if getattr(section, "threshold", 0.0) >= 1.0:
         found.append("semantic.threshold: 1 is a confidence no classification reaches: every "
                      f"prompt takes the default class ({getattr(section, 'default_class', '')})")
+    named = {name for rule in routing.rules for name in rule.when.semantic_class}
+    default = getattr(section, "default_class", "")
+    unruled = [name for name in dict.fromkeys([*classes, default])
+               if name and name not in named]
+    if named and unruled:     # (a file whose rules name no class classifies for the log)
+        found.append(f"semantic: no rule names class {', '.join(unruled)}: its prompts go on to "
+                     "the model the client asked for"
+                     + (" (the default class: every unsure, empty or unreadable prompt)"
+                        if default in unruled else ""))
     return found
 
 

@@ -346,6 +346,32 @@ def test_an_example_of_two_classes_and_a_threshold_of_1_are_warned_of(
         f"{line})\n")
 
 
+@pytest.mark.semantic
+def test_a_class_no_rule_names_is_warned_of(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt default_class validated and loaded without a word: every unsure or empty
+    prompt then matched no rule and went on to the model the client named."""
+    path = tmp_path / "routing.yaml"
+    path.write_text("semantic:\n  default_class: smaltalk\n  classes:\n"
+                    "    code: {examples: [Write a function, fix this bug]}\n"
+                    "    smalltalk: {examples: [hello there, how are you]}\n"
+                    "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+                    "rules:\n  - {name: c, when: {class: code}, then: {model: coder}}\n"
+                    "  - {name: s, when: {class: smalltalk}, then: {model: general}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: semantic: no rule names class smaltalk: its prompts go on to the "
+        "model the client asked for (the default class: every unsure, empty or unreadable "
+        f"prompt)\n{path}: {NO_FLEET_NOTE}\n")
+    path.write_text(path.read_text().replace("smaltalk", "smalltalk").replace(
+        "  - {name: s, when: {class: smalltalk}, then: {model: general}}\n", ""))
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: semantic: no rule names class smalltalk: its prompts go on to the "
+        "model the client asked for (the default class: every unsure, empty or unreadable "
+        f"prompt)\n{path}: {NO_FLEET_NOTE}\n")
+
+
 def test_time_decisions_without_a_fleet_is_refused_before_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
