@@ -153,9 +153,10 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
     def reserve_tenant_labels(*_: object) -> None:
         """The tenants the admission section and the keys file name: series of their own."""
         section = reloader.engine.routing.section(ADMISSION_SECTION)
-        named = set(section.tenants) if section is not None else set()
-        metrics.tenants.reserve(named | client_keys.keys.tenants if client_keys is not None
-                                else named)
+        keyed: list[str] = sorted(client_keys.keys.tenants) if client_keys is not None else []
+        # in an order that stays from reload to reload, the admission section's first: past
+        # --tenant-labels, the same names keep their places
+        metrics.tenants.reserve([*(section.tenants if section is not None else ()), *keyed])
 
     def keys_reloaded(ok: bool) -> None:
         metrics.record_client_keys_reload(ok)
