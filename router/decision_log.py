@@ -184,6 +184,13 @@ def class_confidence(request: RoutingRequest) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def class_predicted(request: RoutingRequest) -> str | None:
+    """The classifier's best class, whose probability ``class_confidence`` is (it differs
+    from the class given when the classifier was unsure; None: no class was predicted)."""
+    value = request.attributes.get("semantic_predicted")
+    return value if isinstance(value, str) else None
+
+
 def class_outcome(request: RoutingRequest) -> str | None:
     """How the class was found (``classified``, or why the default class stood in)."""
     value = request.attributes.get("semantic_outcome")
@@ -210,6 +217,7 @@ def decision_line(request: RoutingRequest, decision: Decision, attempt: int, sec
         "reason": decision.reason,
         "class": request.semantic_class,
         "class_confidence": _number(class_confidence(request)),
+        "class_predicted": class_predicted(request),
         "class_outcome": class_outcome(request),
         "tenant": request.tenant,
         "prompt_tokens": request.num_prompt_tokens,

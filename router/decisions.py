@@ -61,6 +61,8 @@ class DecisionRecord(NamedTuple):
     # e.g. ``unsure`` or ``timeout`` when the default class stood in); None without one
     semantic_confidence: float | None = None
     semantic_outcome: str | None = None
+    # the classifier's best class, whose probability the confidence is (unsure: not the class)
+    semantic_predicted: str | None = None
     trace_id: str | None = None   # the W3C trace the request came with (router.trace_context)
     # the fingerprint of the routing file whose policy decided (policies.reloader)
     routing_sha256: str | None = None
@@ -189,6 +191,7 @@ def _render(record: DecisionRecord, outcome: Outcome | None) -> dict[str, Any]:
         "reason_code": reason_code(d),
         "semantic_class": record.semantic_class,
         "semantic_confidence": _json_value(record.semantic_confidence),
+        "semantic_predicted": record.semantic_predicted,
         "semantic_outcome": record.semantic_outcome,
         "num_prompt_tokens": record.num_prompt_tokens,
         "decision_us": round(record.duration_s * 1e6, 1),

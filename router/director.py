@@ -45,7 +45,7 @@ from policies.producers.runner import produce
 from policies.producers.tokens import AT_LEAST_KEY
 from router.admission.controller import Admission, AdmissionTicket
 from router.client_auth import TENANT
-from router.decision_log import class_confidence, class_outcome
+from router.decision_log import class_confidence, class_outcome, class_predicted
 from router.decision_sinks import DecisionSink, OutcomeSink
 from router.decisions import (
     DecisionEntry,
@@ -485,6 +485,7 @@ class Director:
             semantic_class=routing.semantic_class,
             semantic_confidence=class_confidence(routing),
             semantic_outcome=class_outcome(routing),
+            semantic_predicted=class_predicted(routing),
             trace_id=request_trace_id(routing.headers), routing_sha256=engine.fingerprint))
         for sink in self._sinks:
             try:

@@ -257,10 +257,11 @@ def format_result(result: EvaluationResult, texts: Sequence[str] = (), misses: i
                    f"unsure -> default: {r.unsure})")
     out.append(f"accuracy: {100 * result.accuracy:.1f}% ({result.chosen})")
     width = max(8, *(len(label) for label in result.labels))
+    column = width + 2          # two spaces at least between class names side by side
     out.append("confusion matrix (rows: true class, columns: predicted)")
-    out.append(" " * width + "".join(f"{label:>{width}}" for label in result.labels))
+    out.append(" " * width + "".join(f"{label:>{column}}" for label in result.labels))
     for label, row in zip(result.labels, result.confusion(), strict=True):
-        out.append(f"{label:<{width}}" + "".join(f"{n:>{width}}" for n in row))
+        out.append(f"{label:<{width}}" + "".join(f"{n:>{column}}" for n in row))
     out.append("per class (precision: of the prompts predicted as it; recall: of its prompts)")
     out.append(f"{'':<{width}}{'prompts':>9}{'precision':>11}{'recall':>8}")
     for c in result.per_class():

@@ -145,11 +145,12 @@ def load_examples(section: SemanticSection, base_dir: Path) -> tuple[list[str], 
         texts.extend(spec.examples)
         labels.extend([name] * len(spec.examples))
     if section.examples_file is not None:
-        for row in read_labelled_rows(base_dir / section.examples_file,
-                                      "semantic.examples_file"):
+        path = base_dir / section.examples_file
+        for row in read_labelled_rows(path, "semantic.examples_file"):
             if row.label not in section.classes:
                 raise RoutingConfigError(
-                    f"semantic.examples_file: line {row.line}: label {row.label!r} is not a "
+                    f"semantic.examples_file: {path} line {row.line}: label {row.label!r} "
+                    "is not a "
                     f"declared class (declared: {', '.join(section.classes)})")
             texts.append(row.text)
             labels.append(row.label)

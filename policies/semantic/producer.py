@@ -10,8 +10,9 @@ tells ``policies.producers.runner`` to run it in a thread whenever the model has
 so an event-loop caller holds no thread at all. Either way the embedding thread does the work.
 
 Both set ``request.semantic_class`` and ``request.attributes``: ``semantic_classify_s``
-(seconds spent), ``semantic_confidence`` and ``semantic_outcome`` (classified, unsure, empty,
-error, timeout, overloaded).
+(seconds spent), ``semantic_confidence`` (the probability of ``semantic_predicted``, the
+classifier's best class, which differs from the class given when it was ``unsure``) and
+``semantic_outcome`` (classified, unsure, empty, error, timeout, overloaded).
 
 ```yaml
 producers:
@@ -105,6 +106,7 @@ class SemanticProducer:
         request.semantic_class = result.label
         request.attributes["semantic_classify_s"] = elapsed_s
         request.attributes["semantic_confidence"] = result.confidence
+        request.attributes["semantic_predicted"] = result.predicted
         request.attributes["semantic_outcome"] = result.outcome
 
 

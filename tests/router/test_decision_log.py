@@ -51,7 +51,8 @@ def _decision(request_id: str = "req-1") -> Decision:
 def test_line_holds_the_decision_and_candidates_best_first() -> None:
     request = RoutingRequest(request_id="req-1", model="m", tenant="acme", num_prompt_tokens=42,
                              semantic_class="code", attributes={
-                                 "semantic_confidence": 0.8125, "semantic_outcome": "confident"})
+                                 "semantic_confidence": 0.8125, "semantic_predicted": "code",
+                                 "semantic_outcome": "confident"})
     line = decision_line(request, _decision(), 1, 2.5e-5, 1700000000.25, "abc123def456")
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert json.loads(line) == {
@@ -59,8 +60,8 @@ def test_line_holds_the_decision_and_candidates_best_first() -> None:
         "attempt": 1, "model": "m", "profile": "default", "rule": "gold",
         "routing_sha256": "abc123def456", "worker": "b", "reason_code": "prefix",
         "reason": "highest score", "class": "code", "class_confidence": 0.8125,
-        "class_outcome": "confident", "tenant": "acme", "prompt_tokens": 42,
-        "decision_us": 25.0,
+        "class_predicted": "code", "class_outcome": "confident", "tenant": "acme",
+        "prompt_tokens": 42, "decision_us": 25.0,
         "candidates": [{"worker": "b", "total": 1.5, "scores": {"prefix": 1.0}},
                        {"worker": "a", "total": 0.5, "scores": {"prefix": 0.25}}],
         "filtered_out": {"c": "healthy"},

@@ -57,6 +57,18 @@ def test_a_class_never_predicted_or_absent_has_no_precision_or_recall() -> None:
     assert "–" in format_result(empty)
 
 
+def test_long_class_names_stay_apart_in_the_confusion_matrix() -> None:
+    labels = ("engineering", "procurement")            # as long as the column: ran together
+    chosen = MethodResult("m", 1.0, 1.0, 0, labels, (0.9, 0.9), labels)
+    long_names = EvaluationResult(labels, labels, "m", TrainingReport("m", {"m": None}, 2, {}),
+                                  MappingProxyType({"m": chosen}))
+    lines = format_result(long_names).splitlines()
+    header = lines.index("confusion matrix (rows: true class, columns: predicted)")
+    assert lines[header + 1].split() == ["engineering", "procurement"]
+    assert lines[header + 2].split() == ["engineering", "1", "0"]
+    assert lines[header + 3].split() == ["procurement", "0", "1"]
+
+
 def test_misses_by_true_class_most_confident_first() -> None:
     misses = result().misses()
     assert [(m.row, m.truth, m.predicted) for m in misses] == [

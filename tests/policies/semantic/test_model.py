@@ -66,6 +66,22 @@ def test_each_class_gets_its_obvious_prompt(example_model: SemanticModel) -> Non
         assert example_model.classify(text).label == label, text
 
 
+async def test_an_unsure_request_gets_the_default_class_and_keeps_its_predicted_one(
+        example_model: SemanticModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a threshold of 1 leaves the classifier unsure of everything: the default class is
+    # given, and the probability recorded is that of the class it predicted, named beside it
+    section = dataclasses.replace(example_model.section, threshold=1.0)
+    monkeypatch.setattr(example_model, "section", section)
+    producer = SemanticProducer("semantic", example_model)
+    request = RoutingRequest(request_id="unsure", model="auto", messages=[
+        {"role": "user", "content": "What is the derivative of x^2 * sin(x)?"}])
+    await producer.produce_async(request, ())
+    assert request.semantic_class == section.default_class == "chat"
+    assert request.attributes["semantic_outcome"] == "unsure"
+    assert request.attributes["semantic_predicted"] == "math"
+    assert 0.0 < request.attributes["semantic_confidence"] < 1.0
+
+
 BAD_INPUTS: list[tuple[str, Any]] = [
     ("empty", [{"role": "user", "content": ""}]),
     ("whitespace", [{"role": "user", "content": "   \n\t "}]),
@@ -202,8 +218,8 @@ def test_a_class_without_examples_or_an_unknown_label_is_refused_naming_it(
     examples.write_text('\n{"text": "sue my landlord", "label": "legl"}\n')
     with pytest.raises(RoutingConfigError) as info:
         load_examples(parse_semantic_section(raw, "semantic"), tmp_path)
-    assert str(info.value) == ("semantic.examples_file: line 2: label 'legl' is not a "
-                               "declared class (declared: chat, code, legal)")
+    assert str(info.value) == (f"semantic.examples_file: {examples} line 2: label 'legl' "
+                               "is not a declared class (declared: chat, code, legal)")
     examples.write_text("")
     with pytest.raises(RoutingConfigError) as info:
         load_examples(parse_semantic_section(raw, "semantic"), tmp_path)

@@ -107,6 +107,8 @@ async def test_classes_reach_their_models_and_replicas_stay_token_aware(
         # each decision says how its class was found: the default class, confidently or not?
         assert {d["semantic_outcome"] for d in recorded} <= {"classified", "unsure"}
         assert all(0.0 < d["semantic_confidence"] <= 1.0 for d in recorded)
+        assert all(d["semantic_predicted"] == d["semantic_class"] for d in recorded
+                   if d["semantic_outcome"] == "classified")
         assert first[0] == "code" and first[1] in {"coder-0", "coder-1"}
         assert refused_class in PROMPTS
         assert {r[1] for r in repeats} == {first[1]}
