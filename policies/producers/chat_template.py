@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -106,28 +108,33 @@ class ToolsTextCache:
     """``write_tools``, remembered by the tools' JSON: an agent sends the same tools with each
     turn, and writing them as the template does (``json.dumps`` with an indent, pure Python)
     took 2.2 ms of a request's 2.3 ms in the tokens producer for 30 tools. Texts of at most
-    ``max_chars`` are kept, ``max_entries`` of them (all dropped when full: a set of tools
-    seldom changes). Safe to call from several threads (dict reads and writes only)."""
+    ``max_chars`` are kept, the ``max_entries`` used last (so one tenant's new sets of tools
+    do not push out the sets every other agent sends). Safe to call from several threads."""
 
-    __slots__ = ("_texts", "max_chars", "max_entries")
+    __slots__ = ("_lock", "_texts", "max_chars", "max_entries")
 
     def __init__(self, max_entries: int = 256, max_chars: int = 1 << 18) -> None:
         self.max_entries = max_entries
         self.max_chars = max_chars
-        self._texts: dict[bytes, str] = {}
+        self._texts: OrderedDict[bytes, str] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __call__(self, tools: Sequence[Any]) -> str:
         try:
             key = hashlib.sha1(orjson.dumps(tools), usedforsecurity=False).digest()
         except (orjson.JSONEncodeError, TypeError):   # an integer past 64 bits, say
             return write_tools(tools)
-        text = self._texts.get(key)
-        if text is None:
-            text = write_tools(tools)
-            if len(text) <= self.max_chars:
-                if len(self._texts) >= self.max_entries:
-                    self._texts.clear()
+        with self._lock:
+            text = self._texts.get(key)
+            if text is not None:
+                self._texts.move_to_end(key)
+                return text
+        text = write_tools(tools)            # outside the lock: milliseconds for many tools
+        if len(text) <= self.max_chars:
+            with self._lock:
                 self._texts[key] = text
+                while len(self._texts) > self.max_entries:
+                    self._texts.popitem(last=False)
         return text
 
     def __len__(self) -> int:

@@ -95,9 +95,13 @@ def test_the_tools_text_is_written_once_for_the_same_tools() -> None:
     other = [{**tools[0], "function": {**tools[0]["function"], "name": "g"}}]
     cache(other)
     assert len(cache) == 2 and cache(other) == write_tools(other)
-    cache([{"type": "function", "function": {"name": "h"}}])    # full: dropped, then kept
-    assert len(cache) == 1
+    kept, other_text = cache(tools), cache(other)
+    assert cache(tools) is kept                      # used last now: `other` goes first
+    third = [{"type": "function", "function": {"name": "h"}}]
+    cache(third)
+    assert len(cache) == 2 and cache(tools) is kept        # kept: the very same text
+    assert cache(other) is not other_text                  # written again
     long = [{"type": "function", "function": {"name": "x" * 20_000}}]
-    assert cache(long) == write_tools(long) and len(cache) == 1      # too long to keep
+    assert cache(long) == write_tools(long) and len(cache) == 2      # too long to keep
     huge = [{"type": "function", "function": {"name": "f", "parameters": {"n": 1 << 70}}}]
     assert cache(huge) == write_tools(huge)          # not orjson's: written, not kept
