@@ -11,7 +11,7 @@ classifier, in training and at request time alike:
 The square root spreads the small shares of ordinary prose (a year, an order number) apart
 from zero, and the unit-length embedding keeps w on the same scale for every encoder. The
 classifier learns from the examples how much the value counts for each class; ``0`` (the
-default) appends nothing. What it does on the labelled sets: ``docs/semantic.md``,
+default) appends nothing. What it does on the labelled sets: ``docs/semantic-accuracy.md``,
 "Digits next to the embedding".
 """
 

@@ -26,7 +26,7 @@ written from ``pool.jsonl`` only; ``heldout.jsonl`` is the evaluation set.
 
 ``blind.jsonl`` (``blind_rows``) was added after the example configuration was frozen: rows
 that neither file uses (by ``source:id`` and by text), labelled by source category alone
-and never reviewed, scored once (docs/semantic.md). It stays as that unreviewed record;
+and never reviewed, scored once (docs/semantic-accuracy.md). It stays as that unreviewed record;
 ``blind-reviewed.jsonl`` is the same rows after ``BLIND_REVIEW``, a reading of its Arena-Hard
 rows by the rule of ``HELDOUT_REVIEW``, done before any per-row prediction on it was seen.
 

@@ -12,7 +12,7 @@ The draw that scores best is printed as the ``classes:`` block of
 
 Measured on ``blind3.jsonl``, the best of four draws (91.5 % on the other labelled rows)
 scored 85.7 %, below the hand-written examples' 88.7 %, so the example file keeps those
-(docs/semantic.md, "Third blind set").
+(docs/semantic-accuracy.md, "Third blind set").
 
 Each drawn text is written as the encoder reads it: whitespace runs become one space (the
 tokenizer splits on whitespace alike) and text beyond the first ``--max-tokens`` word pieces,
