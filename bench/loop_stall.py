@@ -19,7 +19,9 @@ the probes' spacing). Cases (``--cases``):
   for any window (each prompt of a batch is served on its own: this refusal keeps the
   emulated workers from serving seven million prompts);
 * ``many-messages``: a chat of 1,100,000 empty messages (31 MB);
-* ``responses-items``: a Responses API turn of 1,200,000 items (30 MB).
+* ``responses-items``: a Responses API turn of 1,200,000 items (30 MB);
+* ``logprobs-answer``: a short chat whose answer is large: 8 choices of 400 tokens with 20
+  top logprobs each (some 5 MB, not streamed).
 
 Prints a Markdown table and writes ``loop_stall.json`` to ``--out``.
 
@@ -100,6 +102,11 @@ CASES: tuple[Case, ...] = (
         {"model": m, "max_tokens": 2, "messages": [{"role": "user", "content": ""}] * 1_100_000})),
     Case("responses-items", "1,200,000 Responses API items", RESPONSES, lambda m: _body(
         {"model": m, "max_output_tokens": 2, "input": [{"role": "u", "content": ""}] * 1_200_000})),
+    # a large answer, not a large request: what the router reads of it on the way back
+    Case("logprobs-answer", "an answer of 8 x 400 tokens with 20 top logprobs", CHAT,
+         lambda m: _body({"model": m, "max_tokens": 400, "n": 8, "ignore_eos": True,
+                          "logprobs": True, "top_logprobs": 20,
+                          "messages": [{"role": "user", "content": "Tell me a story."}]})),
 )
 
 
@@ -108,6 +115,7 @@ class CaseResult:
     key: str
     name: str
     body_bytes: int
+    answer_bytes: int          # the largest answer's body
     statuses: list[int]
     request_s: list[float]     # each request's time, sent to answered
     stall_ms: list[float]      # each request's longest /health round trip meanwhile
@@ -192,6 +200,7 @@ async def _measure(session: Any, base_url: str, model: str, case: Case,
     statuses: list[int] = []
     request_s: list[float] = []
     stall_ms: list[float] = []
+    answer_bytes = 0
     for _ in range(repeat):
         probes: list[tuple[float, float]] = []      # (sent, answered), perf_counter seconds
         stop = asyncio.Event()
@@ -200,7 +209,7 @@ async def _measure(session: Any, base_url: str, model: str, case: Case,
         sent = time.perf_counter()
         async with session.post(base_url + case.path, data=body,
                                 headers=JSON_HEADERS) as resp:
-            await resp.read()
+            answer_bytes = max(answer_bytes, len(await resp.read()))
             statuses.append(resp.status)
         answered = time.perf_counter()
         await asyncio.sleep(5 * PROBE_INTERVAL_S)
@@ -209,7 +218,8 @@ async def _measure(session: Any, base_url: str, model: str, case: Case,
         overlapping = [end - start for start, end in probes if start < answered and end > sent]
         request_s.append(answered - sent)
         stall_ms.append(max(overlapping, default=0.0) * 1e3)
-    return CaseResult(case.key, case.name, len(body), statuses, request_s, stall_ms)
+    return CaseResult(case.key, case.name, len(body), answer_bytes, statuses, request_s,
+                      stall_ms)
 
 
 async def _probe(session: Any, base_url: str, stop: asyncio.Event,
@@ -223,11 +233,13 @@ async def _probe(session: Any, base_url: str, stop: asyncio.Event,
 
 
 def markdown(results: Sequence[CaseResult]) -> str:
-    lines = ["| case | body | status | request s (median) | loop stall ms (median / max) |",
-             "|---|--:|---|--:|--:|"]
+    lines = ["| case | body | answer | status | request s (median) | "
+             "loop stall ms (median / max) |",
+             "|---|--:|--:|---|--:|--:|"]
     for r in results:
         statuses = ", ".join(str(s) for s in sorted(set(r.statuses)))
-        lines.append(f"| {r.name} | {_size(r.body_bytes)} | {statuses} | "
+        lines.append(f"| {r.name} | {_size(r.body_bytes)} | {_size(r.answer_bytes)} | "
+                     f"{statuses} | "
                      f"{statistics.median(r.request_s):.3f} | "
                      f"{statistics.median(r.stall_ms):.0f} / {max(r.stall_ms):.0f} |")
     return "\n".join(lines)

@@ -50,6 +50,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from router.answer_facts import answer_facts
 from router.errors import Overloaded, UpstreamTimeout, anthropic_error_body, error_body
 from router.errors import UpstreamError as UpstreamAnswerError
 from router.proxy_usage import Usage, UsageRewrite, parse_usage
@@ -402,16 +403,10 @@ class Proxy:
             if upstream.status == 200:
                 usage = _usage_of(metadata.encode("latin-1"))
         elif upstream.status == 200 and upstream.content_type != BINARY_TYPE:
-            try:
-                parsed = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                parsed = None
-            if isinstance(parsed, dict):
-                usage = parse_usage(parsed.get("usage"))
-                if "system_fingerprint" in parsed:
-                    fingerprint = parsed["system_fingerprint"]
-                    self._remember_fingerprint(
-                        upstream.origin, fingerprint if isinstance(fingerprint, str) else None)
+            facts = answer_facts(data)
+            usage = facts.usage
+            if facts.has_fingerprint:
+                self._remember_fingerprint(upstream.origin, facts.fingerprint)
         response = web.Response(status=upstream.status, body=data,
                                 headers=relayed_headers(upstream.headers, response_headers),
                                 content_type=upstream.content_type or "application/json")

@@ -47,7 +47,8 @@ def test_each_case_is_answered_and_its_stall_measured(tmp_path: Path,
     # reading and refusing a 2.9 MB body takes the loop longer than the 10 ms between probes
     assert all(stall > 0 for stall in by_key["token-ids"]["stall_ms"])
     table = capsys.readouterr().out
-    assert "| 1,000,000 token ids | 2.9 MB | 400 |" in table
+    assert "| 1,000,000 token ids | 2.9 MB |" in table and "| 400 |" in table
+    assert by_key["chat"]["answer_bytes"] > 100
     assert set(_children()) <= before     # kvroute up and its emulated workers were stopped
 
 

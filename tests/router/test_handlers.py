@@ -56,6 +56,22 @@ async def test_chat_completion(router: RouterHandle) -> None:
     assert router.metric("kvroute_completion_tokens_total", worker=worker, gpu=gpu) == 7.0
 
 
+async def test_a_large_answers_usage_is_counted_as_a_small_ones(router: RouterHandle) -> None:
+    """An answer past the size parsed whole (8 choices of 300 tokens with 20 top logprobs,
+    some 3 MB) has its usage read from its end: counted all the same."""
+    raw = await client(router).chat.completions.with_raw_response.create(
+        model=MODEL, messages=MESSAGES, max_tokens=300, n=8, logprobs=True, top_logprobs=20,
+        extra_body={"ignore_eos": True})  # type: ignore[arg-type]
+    assert len(raw.content) > 1_000_000
+    reply = raw.parse()
+    assert reply.usage is not None and reply.usage.completion_tokens == 2400
+    worker = raw.headers["x-kvroute-worker"]
+    gpu = "H100-80GB" if worker == "h100-fast" else "A100-80GB"
+    assert router.metric("kvroute_completion_tokens_total", worker=worker, gpu=gpu) == 2400.0
+    assert router.metric("kvroute_prompt_tokens_total", worker=worker, gpu=gpu) == (
+        reply.usage.prompt_tokens)
+
+
 async def test_streaming_chat_without_usage_strips_the_usage_chunk(router: RouterHandle) -> None:
     stream = await client(router).chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=5, stream=True)  # type: ignore[arg-type]
