@@ -40,6 +40,7 @@ from policies.base import (
 from policies.config import PluginSpec, ProfileSpec, RoutingConfig, Rule
 from policies.cycle_keys import RULE, TARGET_ADAPTER, TARGET_MODEL, worker_attributes
 from policies.errors import RoutingConfigError
+from policies.failure_log import PluginFailureLog
 from policies.plugin_modules import with_plugin_modules
 from policies.producers.runner import FAILED_PRODUCERS
 from policies.profile import Profile, WeightedScorer
@@ -58,7 +59,7 @@ class PolicyEngine:
     """Immutable after build, except the plugins' own cross-request state."""
 
     __slots__ = ("_on_completed", "_on_routed", "_plugins", "default_profile", "fingerprint",
-                 "producers", "profiles", "routing")
+                 "producer_failures", "producers", "profiles", "routing")
 
     def __init__(self, routing: RoutingConfig, producers: Sequence[Producer],
                  profiles: Mapping[str, Profile], plugins: Mapping[str, tuple[str, Any]],
@@ -69,6 +70,8 @@ class PolicyEngine:
         self.routing = routing
         self.fingerprint = fingerprint
         self.producers: tuple[Producer, ...] = tuple(producers)
+        # a producer failing on every request: its traceback once a minute (``produce``)
+        self.producer_failures = PluginFailureLog(log)
         self.profiles: Mapping[str, Profile] = MappingProxyType(dict(profiles))
         self.default_profile = routing.default_profile
         self._plugins = MappingProxyType(dict(plugins))   # path -> (type name, plugin)

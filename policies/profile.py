@@ -32,6 +32,7 @@ from policies.base import CandidateScore, CycleState, Filter, Picker, RoutingReq
 from policies.candidate_index import CandidateIndexCache, share_index
 from policies.candidates import CandidateTable, RankedCandidates, new_candidate
 from policies.cycle_keys import REASON, RUNNER_UP
+from policies.failure_log import PluginFailureLog
 from workers.models import WorkerView
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,9 @@ class Profile:
     # the last candidate list's ids and positions, reused while the fleet repeats
     indexes: CandidateIndexCache = field(default_factory=CandidateIndexCache, compare=False,
                                          repr=False)
+    # a plugin failing on every request: its traceback once a minute, not per request
+    failures: PluginFailureLog = field(default_factory=lambda: PluginFailureLog(log),
+                                       compare=False, repr=False)
 
     def run(self, request: RoutingRequest, workers: Sequence[WorkerView],
             cycle: CycleState, filtered_out: dict[str, str] | None = None) -> ProfileResult:
@@ -84,9 +88,11 @@ class Profile:
                            decided_by, tuple(skipped))
 
     def _filter(self, request: RoutingRequest, workers: Sequence[WorkerView], cycle: CycleState,
-                removed: dict[str, str], skipped: list[str]) -> list[WorkerView]:
-        """Filters return a subset of the views they are given (the same objects)."""
-        remaining = list(workers)
+                removed: dict[str, str], skipped: list[str]) -> tuple[WorkerView, ...]:
+        """Filters return a subset of the views they are given (the same objects). Each
+        plugin is given a tuple: a list that one filter edited in place (or a scorer sorted)
+        removed workers unrecorded, or moved the next scorers' scores onto other workers."""
+        remaining = tuple(workers)
         for plugin in self.filters:
             if not remaining:
                 break
@@ -96,16 +102,17 @@ class Profile:
                     raise TypeError(f"returned {type(kept).__name__}, not a list of the "
                                     "views it was given")
             except (Exception, SystemExit):
-                log.exception("filter %s failed; skipped", plugin.name)
+                self.failures.failed(plugin.name, "filter %s failed; skipped", plugin.name)
                 skipped.append(plugin.name)
                 continue
             if len(kept) == len(remaining) and all(map(is_, kept, remaining)):
                 continue           # kept them all, in order (the common case)
             kept_objects = set(map(id, kept))
-            survivors = [view for view in remaining if id(view) in kept_objects]
+            survivors = tuple(view for view in remaining if id(view) in kept_objects)
             if len(survivors) != len(kept_objects):
-                log.error("filter %s returned objects that are not the views it was given "
-                          "(it must return a subset of them); skipped", plugin.name)
+                self.failures.failed(
+                    plugin.name, "filter %s returned objects that are not the views it was "
+                    "given (it must return a subset of them); skipped", plugin.name)
                 skipped.append(plugin.name)
                 continue
             for view in remaining:
@@ -130,7 +137,7 @@ class Profile:
                 if not clamped:
                     column = _clamped(column)
             except (Exception, SystemExit):
-                log.exception("scorer %s failed; skipped", scorer.name)
+                self.failures.failed(scorer.name, "scorer %s failed; skipped", scorer.name)
                 skipped.append(scorer.name)
                 continue
             names.append(scorer.name)
@@ -153,10 +160,13 @@ class Profile:
             position = table.position_of(chosen)
             if position is not None:
                 return position
-            log.error("picker %s returned a non-candidate; using the best total",
-                      self.picker.name)
+            self.failures.failed(
+                self.picker.name, "picker %s returned %s, which is none of the candidates "
+                "(it must return one of the objects in the table); using the best total",
+                self.picker.name, _short_repr(chosen))
         except (Exception, SystemExit):
-            log.exception("picker %s failed; using the best total", self.picker.name)
+            self.failures.failed(self.picker.name, "picker %s failed; using the best total",
+                                 self.picker.name)
         skipped.append(self.picker.name)
         return table.totals.index(max(table.totals))
 
@@ -218,6 +228,11 @@ def _clamp(value: object) -> float:
     if not isinstance(value, (int, float)) or math.isnan(value):
         return 0.0
     return min(1.0, max(0.0, float(value)))
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def _no_candidate_reason(removed: Mapping[str, str]) -> str:

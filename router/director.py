@@ -437,7 +437,8 @@ class Director:
                        views: Sequence[WorkerView]) -> bool:
         """Run the producers; True when one ran in a thread (other requests ran meanwhile,
         so the views are out of date)."""
-        offloaded = (await produce(engine.producers, routing, views)).offloaded > 0
+        offloaded = (await produce(engine.producers, routing, views,
+                                   failures=engine.producer_failures)).offloaded > 0
         seconds = routing.attributes.get("semantic_classify_s")   # set by the semantic producer
         if routing.semantic_class is not None or isinstance(seconds, float):
             outcome = routing.attributes.get("semantic_outcome")

@@ -358,6 +358,10 @@ class RouterMetrics:
             "Tokens generated over the output length the decision predicted (requests the "
             "output-length producer predicted for): 1 is exact, below 1 predicted too long.",
             ["model"], buckets=PREDICTION_RATIO_BUCKETS))
+        self.plugin_failures = loop(LoopCounter(
+            "kvroute_plugin_failures", "Plugins (producers, filters, scorers, pickers) that "
+            "failed in a decision and were skipped (a picker: replaced by the best total).",
+            ["profile", "plugin"]))
         self.winner_score = loop(LoopHistogram(
             "kvroute_decision_winner_score", "Each scorer's score (0..1) of the chosen worker.",
             ["profile", "scorer"], buckets=SCORE_BUCKETS))
@@ -416,7 +420,16 @@ class RouterMetrics:
         if child is None:
             child = self._decision_children[key] = self.decisions.labels(*key)
         child.inc()
+        skipped = decision.attributes.get("skipped_plugins")
+        if skipped:
+            self._record_plugin_failures(decision.profile, skipped)
         self._record_winner_scores(decision)
+
+    def _record_plugin_failures(self, profile: str, skipped: object) -> None:
+        if not isinstance(skipped, (tuple, list)):
+            return
+        for plugin in skipped:
+            self.plugin_failures.labels(profile, str(plugin)).inc()
 
     def _record_winner_scores(self, decision: Decision) -> None:
         if decision.worker_id is None:

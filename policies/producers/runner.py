@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from policies.base import Producer, RoutingRequest
+from policies.failure_log import PluginFailureLog
 from workers.models import WorkerView
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,9 @@ FAILED_PRODUCERS = "producers.failed"
 
 
 async def produce(producers: Sequence[Producer], request: RoutingRequest,
-                  workers: Sequence[WorkerView], executor: Executor | None = None
-                  ) -> ProduceResult:
+                  workers: Sequence[WorkerView], executor: Executor | None = None,
+                  failures: PluginFailureLog | None = None) -> ProduceResult:
+    """``failures``: how a failure is logged (None: each with its traceback)."""
     result = ProduceResult()
     loop: asyncio.AbstractEventLoop | None = None
     for producer in producers:
@@ -66,8 +68,12 @@ async def produce(producers: Sequence[Producer], request: RoutingRequest,
             else:
                 producer.produce(request, workers)
         except (Exception, SystemExit):
-            log.exception("producer %s failed on request %s; skipped", producer.name,
-                          request.request_id)
+            if failures is None:
+                log.exception("producer %s failed on request %s; skipped", producer.name,
+                              request.request_id)
+            else:
+                failures.failed(producer.name, "producer %s failed on request %s; skipped",
+                                producer.name, request.request_id)
             result.failed.append(producer.name)
     if result.failed:
         request.attributes[FAILED_PRODUCERS] = tuple(result.failed)

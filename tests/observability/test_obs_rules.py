@@ -29,8 +29,8 @@ def test_promtool_check_rules_passes() -> None:
     result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 25 rules found" in result.stdout      # recording
-    assert "SUCCESS: 23 rules found" in result.stdout      # alerts
+    assert "SUCCESS: 26 rules found" in result.stdout      # recording
+    assert "SUCCESS: 24 rules found" in result.stdout      # alerts
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -55,6 +55,7 @@ def test_alert_tiers() -> None:
         "ClientKeysRefused": "warning", "FleetConfigRefused": "warning",
         "WorkerDown": "warning", "WorkerAnswersFailing": "warning",
         "RoutingFilesDiffer": "warning", "RouterOpenFilesHigh": "warning",
+        "RoutingPluginFailing": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency",
@@ -88,6 +89,7 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
     assert values["kvroute:threshold:gc_long_pauses_warning"] == "vector(1)"
     assert values["kvroute:threshold:loop_stalls_warning"] == "vector(1)"
     assert values["kvroute:threshold:open_files_warning"] == "vector(0.8)"
+    assert values["kvroute:threshold:plugin_failures_warning"] == "vector(0)"
 
 
 def _promtool_test(tmp_path: Path, name: str, tests: dict[str, Any]) -> None:
@@ -516,6 +518,47 @@ def test_router_open_files_high_fires_for_a_router_near_its_limit(tmp_path: Path
                     {"exp_labels": {"severity": "warning", "instance": "r1"},
                      "exp_annotations": {
                          "summary": "The router at r1 holds 87.89% of its open-file limit",
+                         "description": description}}]},
+            ],
+        }],
+    })
+
+
+def test_routing_plugin_failing_fires_for_a_plugin_failing_for_ten_minutes(
+        tmp_path: Path) -> None:
+    """r1's `zone` filter fails on a decision a second from minute 2 on: firing 10 minutes
+    after the rate shows. Its `kv` scorer failed once (minute 3), and r2's plugins never:
+    quiet."""
+    router = 'job="kvroute-router"'
+    description = (
+        "It raised, or returned what its kind must not, in 1 decisions a second over 5 "
+        "minutes, and was skipped in each: a filter let every worker through, a scorer added "
+        "nothing, a picker's choice fell to the best total, a producer's attribute was "
+        "missing. Its traceback is in the router's log (once a minute) and the decisions "
+        "name it in skipped_plugins (/debug/decisions): mend it, or take it out of the "
+        "routing file (which reloads).\n")
+    _promtool_test(tmp_path, "plugin-failing", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'kvroute_plugin_failures_total{{{router}, instance="r1", '
+                           'profile="default", plugin="zone"}',
+                 "values": "0 0 0+60x30"},
+                {"series": f'kvroute_plugin_failures_total{{{router}, instance="r1", '
+                           'profile="default", plugin="kv"}',
+                 "values": "0 0 0 1x30"},
+                {"series": f'kvroute_decisions_total{{{router}, instance="r2", '
+                           'profile="default"}', "values": "0+60x32"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "8m", "alertname": "RoutingPluginFailing", "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "RoutingPluginFailing", "exp_alerts": [
+                    {"exp_labels": {"severity": "warning", "instance": "r1",
+                                    "profile": "default", "plugin": "zone"},
+                     "exp_annotations": {
+                         "summary": "Plugin zone of profile default fails at the router at r1",
                          "description": description}}]},
             ],
         }],

@@ -57,3 +57,58 @@ def test_fast_candidate_is_an_ordinary_frozen_candidate() -> None:
     assert type(fast) is CandidateScore
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.total = 2.0  # type: ignore[misc]
+
+
+class _SortsInPlace:
+    """A plugin's scorer that sorts the views it is given (a list once)."""
+
+    name = "sorts"
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        workers.sort(key=lambda v: v.info.id, reverse=True)  # type: ignore[attr-defined]
+        return {}
+
+
+class _ColumnById:
+    """A built-in-style scorer: its scores in the order of the views (no worker ids)."""
+
+    name = "column"
+
+    def __init__(self, scores: Mapping[str, float]) -> None:
+        self.scores = scores
+
+    def score(self, request: RoutingRequest, workers: Sequence[WorkerView],
+              cycle: CycleState) -> Mapping[str, float]:
+        return {}
+
+    def score_column(self, request: RoutingRequest, workers: Sequence[WorkerView],
+                     cycle: CycleState) -> list[float]:
+        return [self.scores[v.info.id] for v in workers]
+
+
+class _RemovesInPlace:
+    name = "removes"
+
+    def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
+               cycle: CycleState) -> Sequence[WorkerView]:
+        del workers[0]  # type: ignore[attr-defined]
+        return workers
+
+
+def test_a_plugin_cannot_reorder_or_edit_the_views_the_others_score(view: ViewFactory) -> None:
+    """Given the profile's own list, a scorer sorting it moved the next scorers' columns
+    onto other workers (the idle one scored as the busy one), and a filter deleting from it
+    removed a worker with no word in ``filtered_out``: each is given a tuple now, fails, and
+    is skipped as any failing plugin is."""
+    profile = Profile("p", (_RemovesInPlace(),), (  # type: ignore[arg-type]
+        WeightedScorer(_SortsInPlace(), 1.0),
+        WeightedScorer(_ColumnById({"w1": 1.0, "w2": 0.0, "w3": 0.5}), 1.0)),
+        MaxScorePicker("max", 1e-9, random.Random(0)))
+    result = profile.run(RoutingRequest("r", "m"), [view("w1"), view("w2"), view("w3")],
+                         CycleState())
+    assert result.skipped == ("removes", "sorts")
+    assert dict(result.filtered_out) == {}
+    assert {c.worker_id: c.scores["column"] for c in result.candidates} == {
+        "w1": 1.0, "w2": 0.0, "w3": 0.5}
+    assert result.chosen is not None and result.chosen.worker_id == "w1"

@@ -281,3 +281,20 @@ def test_a_forgotten_model_loses_every_series_of_its_label() -> None:
     assert metrics.registry.get_sample_value("kvroute_requests_total", {
         "model": "fin", "worker": "w1", "gpu": "H100", "profile": "p", "status": "200",
         "api": "chat"}) == 1
+
+
+def test_plugins_skipped_in_a_decision_are_counted_by_profile_and_plugin() -> None:
+    """Only a picker's failure showed (as its reason code): a filter, scorer or producer
+    raising on every request was in the log alone, which no alert reads."""
+    metrics = RouterMetrics()
+    failing = Decision(request_id="r", worker_id="w1", model="m", profile="default",
+                       rule=None, reason="r",
+                       attributes=MappingProxyType({"skipped_plugins": ("zone", "kv")}))
+    metrics.record_decision(failing, "H100-80GB", "load", None, 1e-4)
+    metrics.record_decision(failing, "H100-80GB", "load", None, 1e-4)
+    fine = Decision(request_id="r2", worker_id="w1", model="m", profile="default", rule=None,
+                    reason="r")
+    metrics.record_decision(fine, "H100-80GB", "load", None, 1e-4)
+    get = metrics.registry.get_sample_value
+    assert get("kvroute_plugin_failures_total", {"profile": "default", "plugin": "zone"}) == 2
+    assert get("kvroute_plugin_failures_total", {"profile": "default", "plugin": "kv"}) == 2
