@@ -7,7 +7,8 @@ stderr); exit 1 with the reason, naming the field, on stderr. With ``--fleet``, 
 ``kvroute serve`` would also refuse in that fleet on this host (a worker's ``api_key_env``
 unset, an unusable ``tls_ca_file``) is a warning: the routing file is still valid.
 ``--time-decisions N [--workers W]`` then times producers and decisions
-(``policies.timing``) and prints one more line.
+(``policies.timing``) and prints one more line; a plugin skipped for failing in any of them
+makes it exit 1, naming the plugin.
 """
 
 from __future__ import annotations
@@ -88,5 +89,12 @@ def validate_command(args: argparse.Namespace) -> int:
 
         engine = PolicyEngine.build(routing, fleet, seed=0)
         workers = args.workers or len(fleet.workers)
-        print(time_decisions(engine, fleet, args.time_decisions, workers).line())
+        timing = time_decisions(engine, fleet, args.time_decisions, workers)
+        print(timing.line())
+        if timing.skipped:
+            failed = ", ".join(f"{name} in {count} of {timing.requests} decisions"
+                               for name, count in sorted(timing.skipped.items()))
+            print(f"{args.file}: invalid: plugins failed and were skipped: {failed} (their "
+                  "tracebacks are above)", file=sys.stderr)
+            return 1
     return 0

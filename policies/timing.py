@@ -14,7 +14,9 @@ import dataclasses
 import random
 import statistics
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from policies.base import RoutingRequest
@@ -38,6 +40,9 @@ class Timing:
     decide_p99_us: float
     decide_cpu_p50_us: float
     decide_cpu_p99_us: float
+    # plugins skipped for failing (raised, or returned what their kind must not): how many
+    # of the decisions each (producers included)
+    skipped: Mapping[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
         return (f"{self.requests} requests x {self.workers} workers "
@@ -71,6 +76,7 @@ def time_decisions(engine: PolicyEngine, fleet: FleetConfig, requests: int, work
     produce_ns: list[int] = []
     decide_ns: list[int] = []
     decide_cpu_ns: list[int] = []
+    skipped: Counter[str] = Counter()
     tokens = 0
     for i in range(requests):
         words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(20, 400)))
@@ -85,6 +91,9 @@ def time_decisions(engine: PolicyEngine, fleet: FleetConfig, requests: int, work
         end = time.perf_counter_ns()
         if decision.worker_id is not None:
             engine.on_routed(request, decision)
+        failed = decision.attributes.get("skipped_plugins")
+        if isinstance(failed, (tuple, list)):
+            skipped.update(map(str, failed))
         produce_ns.append(middle - start)
         decide_ns.append(end - middle)
         decide_cpu_ns.append(cpu_end - cpu_start)
@@ -92,7 +101,7 @@ def time_decisions(engine: PolicyEngine, fleet: FleetConfig, requests: int, work
     return Timing(requests, len(views), tokens / max(requests, 1),
                   _pct(produce_ns, 50), _pct(produce_ns, 99),
                   _pct(decide_ns, 50), _pct(decide_ns, 99),
-                  _pct(decide_cpu_ns, 50), _pct(decide_cpu_ns, 99))
+                  _pct(decide_cpu_ns, 50), _pct(decide_cpu_ns, 99), dict(skipped))
 
 
 def _pct(samples_ns: list[int], pct: int) -> float:

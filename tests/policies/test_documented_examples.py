@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,22 @@ def test_the_documented_plugin_file_loads_from_the_documented_routing_file(
     assert decision.worker_id == "fresh"
     for module in routing.plugin_modules:
         del sys.modules[module.module_name]
+
+
+def test_the_documented_plugin_file_passes_mypy_strict(tmp_path: Path) -> None:
+    """The example is what a plugin author copies: untyped, it failed ``mypy --strict``, and
+    a factory typed as its kind's protocol is what lets mypy check the plugin's methods."""
+    section = (ROOT / "docs" / "policies.md").read_text().split("## Writing a plugin", 1)[1]
+    plugin = tmp_path / "freshness.py"
+    plugin.write_text(PYTHON_BLOCK.findall(section)[0])
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports",
+         "silent", str(plugin)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # the same file with the method misnamed: mypy says the factory returns no Scorer
+    plugin.write_text(plugin.read_text().replace("    def score(", "    def scores("))
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--follow-imports",
+         "silent", str(plugin)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 1 and "Incompatible return value type" in checked.stdout, (
+        checked.stdout)

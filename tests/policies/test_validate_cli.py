@@ -380,6 +380,31 @@ def test_time_decisions_without_a_fleet_is_refused_before_anything(
     assert capsys.readouterr() == ("", "--time-decisions needs --fleet\n")
 
 
+def test_time_decisions_exits_1_naming_the_plugins_that_failed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A scorer raising on every request validated ok and its timing exited 0: the decisions
+    ran without it, which only the tracebacks in between told."""
+    (tmp_path / "broken.py").write_text(
+        "from dataclasses import dataclass\n\n\n"
+        "@dataclass(frozen=True)\nclass P:\n    pass\n\n\n"
+        "class Broken:\n    name = 'broken'\n\n"
+        "    def score(self, request, workers, cycle):\n        return 1 / 0\n\n\n"
+        "def register(registry):\n"
+        "    registry.register('broken', 'scorer', P, lambda p, c: Broken())\n")
+    path = tmp_path / "routing.yaml"
+    path.write_text("plugin_modules: [broken.py]\n"
+                    "profiles: {default: {filters: [model, healthy], scorers: [broken]}}\n")
+    fleet = str(ROOT / "config" / "fleet.yaml")
+    assert main(["validate", str(path), "--fleet", fleet]) == 0       # built: fine
+    capsys.readouterr()
+    assert main(["validate", str(path), "--fleet", fleet, "--time-decisions", "4"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1].startswith("4 requests x 3 workers")
+    assert err.splitlines()[-1] == (
+        f"{path}: invalid: plugins failed and were skipped: broken in 4 of 4 decisions "
+        "(their tracebacks are above)")
+
+
 def test_fleet_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
     path.write_text("profiles: {default: {}}\nrules: [{name: r, then: {model: nope}}]\n")
