@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -208,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     import uvloop
 
     from workers.emulator.config import EmulatorConfigError
-    from workers.emulator.server import serve
+    from workers.emulator.server import parent_pid_from, serve
     from workers.fleet import FleetConfigError
     from workers.tls import TlsFilesError
 
@@ -221,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
         print("kvroute emulate: the fleet has no emulated workers", file=sys.stderr)
         return 2
     try:
-        uvloop.run(serve(configs))
+        uvloop.run(serve(configs, parent_pid_from(os.environ)))
     except TlsFilesError as exc:
         print(f"kvroute emulate: {exc}", file=sys.stderr)
         return 2

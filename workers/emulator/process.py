@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from workers.direct_http import direct_urlopen, probe_error
-from workers.emulator import PID_HEADER
+from workers.emulator import PARENT_PID_ENV, PID_HEADER
 from workers.fleet import FleetConfig, WorkerSpec, load_fleet
 from workers.ports import free_port
 from workers.tls import readiness_probe_context
@@ -95,7 +95,7 @@ class _Subprocess:
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         # -P: the caller's directory is not on the path (a workers.py there would shadow it)
         self.argv = [sys.executable, "-P", "-m", "workers.emulator", *argv]
-        self.env = {**os.environ, **(env or {})}
+        self.env = {**os.environ, **(env or {}), PARENT_PID_ENV: str(os.getpid())}
         self.env["PYTHONPATH"] = os.pathsep.join(
             part for part in (str(REPO_ROOT), self.env.get("PYTHONPATH", "")) if part)
         self.proc: subprocess.Popen[bytes] | None = None

@@ -8,13 +8,15 @@ never listens, and ``refuse_after_s``/``refuse_for_s`` close its socket for a wi
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from workers.emulator import PARENT_PID_ENV
 from workers.emulator.app import create_app
 from workers.emulator.config import EmulatorConfig
 from workers.emulator.tokens import Tokenizer
@@ -23,6 +25,7 @@ from workers.tls import server_tls_context
 from workers.upstream import host_port
 
 READY_LINE = "emulator ready"
+PARENT_CHECK_S = 0.5          # how often an emulator started as a child looks for its parent
 
 
 @dataclass(slots=True)
@@ -90,14 +93,17 @@ async def stop_workers(hosted: Sequence[HostedWorker]) -> None:
         await worker.runner.cleanup()
 
 
-async def serve(configs: Sequence[EmulatorConfig]) -> None:
-    """Run until SIGINT/SIGTERM/SIGHUP; print one ready line per worker on stderr. SIGHUP
-    too: a closed terminal sends it to `kvroute up`'s whole process group, and its default
-    ended the emulators at once, cutting the streams the router was draining."""
+async def serve(configs: Sequence[EmulatorConfig], parent_pid: int | None = None) -> None:
+    """Run until SIGINT/SIGTERM/SIGHUP, or until ``parent_pid`` is no longer the parent;
+    print one ready line per worker on stderr. SIGHUP too: a closed terminal sends it to
+    `kvroute up`'s whole process group, and its default ended the emulators at once, cutting
+    the streams the router was draining."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
+    watch = (asyncio.create_task(_stop_when_orphaned(parent_pid, stop))
+             if parent_pid is not None else None)
     hosted = await start_workers(configs)
     try:
         for worker in hosted:
@@ -111,4 +117,22 @@ async def serve(configs: Sequence[EmulatorConfig]) -> None:
                   file=sys.stderr, flush=True)
         await stop.wait()
     finally:
+        if watch is not None:
+            await cancel_and_wait(watch)
         await stop_workers(hosted)
+
+
+async def _stop_when_orphaned(parent_pid: int, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        if os.getppid() != parent_pid:
+            print(f"the parent process {parent_pid} is gone (killed?): this emulator stops "
+                  "too, leaving its ports free", file=sys.stderr, flush=True)
+            stop.set()
+            return
+        await asyncio.sleep(PARENT_CHECK_S)
+
+
+def parent_pid_from(environ: Mapping[str, str]) -> int | None:
+    """The pid ``PARENT_PID_ENV`` names (None when unset or not a pid)."""
+    value = environ.get(PARENT_PID_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 1 else None

@@ -210,3 +210,53 @@ def test_workers_added_to_the_file_start_in_processes_of_their_own(tmp_path: Pat
             fleet.add(load_fleet(path).worker("hosted-renamed"))
         assert len(fleet.pids) == 2
     assert refused(f"http://127.0.0.1:{port}") and refused(f"http://127.0.0.1:{ports[0]}")
+
+
+def test_an_emulator_stops_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
+    """SIGKILL (or the OOM killer) of `kvroute up` left its emulators serving their ports:
+    the next `kvroute up` failed with "address already in use"."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.router.gateway_support import REPO_ROOT
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import time\n"
+         "from workers.emulator.process import EmulatorProcess\n"
+         "emulator = EmulatorProcess(time_scale=0.0).start()\n"
+         "print(emulator.pid, emulator.url, flush=True)\n"
+         "time.sleep(120)\n"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    emulator_pid: int | None = None
+    try:
+        assert parent.stdout is not None
+        pid_text, url = parent.stdout.readline().split()
+        emulator_pid = int(pid_text)
+        assert get_json(f"{url}/v1/models")
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while running(emulator_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not running(emulator_pid)
+        assert refused(url)
+        emulator_pid = None
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if emulator_pid is not None and running(emulator_pid):
+            os.kill(emulator_pid, signal.SIGKILL)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (an exited one waiting for init to reap it, whose
+    parent was killed, is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
