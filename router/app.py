@@ -283,7 +283,8 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
         return snapshot.generated_at if snapshot is not None else None
 
     stalls = StallWatch(settings.stall_after_s, settings.upstream_timeout_s,
-                        on_stall=app[METRICS].record_stall, progress=generated_at)
+                        on_stall=app[METRICS].record_stall, progress=generated_at,
+                        unanswering=registry.unanswering)
     ejection = app[EJECTION] = WorkerEjection(settings.eject_after, settings.eject_for_s,
                                               on_eject=app[METRICS].record_ejection,
                                               stalls=stalls)

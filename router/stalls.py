@@ -17,6 +17,15 @@ running requests and its ``vllm:generation_tokens_total`` risen) is watched on u
 ``floor_s`` after that, again and again while the engine goes on generating. A long answer asked for
 whole (a request without ``max_tokens`` may run to the end of the window) is no stall; an
 engine whose counter has stood still for ``floor_s`` is one at the deadline.
+
+A worker that answers neither its requests nor its scrapes (a process stopped or frozen,
+its socket still accepting) is told sooner. Its scrapes only time out, so it stayed up for
+the scraper's ``slow_grace_s`` (a busy engine answers ``/metrics`` late), and all that while
+the policy, seeing it idle and cached, sent it every new request: 39 of them in 12 s, each
+then waiting for as long as the freeze lasted. With ``unanswering`` (the workers whose last
+scrapes failed, from when) an attempt there without its first byte for ``silent_after_s``
+(5 s) is overdue whatever its deadline: the worker is set aside, as stalled, until its
+overdue attempts settle (a worker too busy to answer either is spared more meanwhile).
 """
 
 from __future__ import annotations
@@ -24,31 +33,40 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MULTIPLE = 10.0
+# how long an attempt waits for its first byte, at a worker whose scrapes fail too, before
+# it counts as overdue (``unanswering``)
+SILENT_AFTER_S = 5.0
 
 
 class StallWatch:
     """Attempts awaiting their first byte, by worker, and which workers have overdue ones."""
 
     __slots__ = ("_awaiting", "_ceiling_s", "_deadlines", "_floor_s", "_multiple",
-                 "_on_stall", "_overdue", "_tickets", "progress")
+                 "_on_stall", "_overdue", "_tickets", "progress", "silent_after_s",
+                 "unanswering")
 
     def __init__(self, floor_s: float, ceiling_s: float, multiple: float = DEFAULT_MULTIPLE,
                  on_stall: Callable[[str], None] | None = None,
-                 progress: Callable[[str], float | None] | None = None) -> None:
+                 progress: Callable[[str], float | None] | None = None,
+                 unanswering: Callable[[], Collection[str]] | None = None,
+                 silent_after_s: float = SILENT_AFTER_S) -> None:
         """``floor_s``: the least wait that counts as a stall (0: never watch); ``ceiling_s``:
         the most; ``on_stall(worker)`` is told when a worker becomes stalled (metrics);
         ``progress(worker)``: when its engine last generated a token, as last seen (on the
-        clock ``now`` reads; None when unknown)."""
+        clock ``now`` reads; None when unknown); ``unanswering()``: the workers whose last
+        scrape failed (empty almost always: read on each ``stalled``)."""
         self._floor_s = floor_s
         self._ceiling_s = max(floor_s, ceiling_s)
         self._multiple = multiple
         self._on_stall = on_stall
         self.progress = progress
+        self.unanswering = unanswering
+        self.silent_after_s = silent_after_s
         self._tickets = itertools.count()
         # ticket -> (worker, deadline, request id, sent at)
         self._awaiting: dict[int, tuple[str, float, str, float]] = {}
@@ -111,16 +129,35 @@ class StallWatch:
                 self._awaiting[ticket] = (worker, deadline, request_id, sent_at)
                 heapq.heappush(deadlines, (deadline, ticket))
                 continue
-            overdue = self._overdue.get(worker)
-            if overdue is None:
-                overdue = self._overdue[worker] = set()
-                log.warning("worker %s: request %s has waited %.1f s, past its deadline, for "
-                            "its first byte; set aside while it stays unanswered", worker,
-                            request_id or "(unnamed)", now - sent_at)
-                if self._on_stall is not None:
-                    self._on_stall(worker)
-            overdue.add(ticket)
+            self._overdue_at(worker, request_id, now - sent_at, "past its deadline").add(ticket)
+        if self.unanswering is not None and self.enabled:
+            silent = self.unanswering()
+            if silent:
+                self._silent_attempts(silent, now)
         return frozenset(self._overdue) if self._overdue else frozenset()
+
+    def _silent_attempts(self, silent: Collection[str], now: float) -> None:
+        """Attempts at workers whose scrapes fail that have waited ``silent_after_s`` or more
+        for their first byte: overdue."""
+        since = now - self.silent_after_s
+        for ticket, (worker, _, request_id, sent_at) in self._awaiting.items():
+            if sent_at <= since and worker in silent:
+                overdue = self._overdue.get(worker)
+                if overdue is None or ticket not in overdue:
+                    self._overdue_at(worker, request_id, now - sent_at,
+                                     "while its /metrics does not answer either").add(ticket)
+
+    def _overdue_at(self, worker: str, request_id: str, waited_s: float, why: str) -> set[int]:
+        """The worker's overdue attempts; a new episode is logged and told."""
+        overdue = self._overdue.get(worker)
+        if overdue is None:
+            overdue = self._overdue[worker] = set()
+            log.warning("worker %s: request %s has waited %.1f s, %s, for its first byte; set "
+                        "aside while it stays unanswered", worker, request_id or "(unnamed)",
+                        waited_s, why)
+            if self._on_stall is not None:
+                self._on_stall(worker)
+        return overdue
 
     def busy(self, worker: str, now: float) -> bool:
         """Whether the worker's engine generated tokens within the last ``floor_s`` (False

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -20,8 +23,10 @@ from tests.router.gateway_support import (
     fleet_entry,
     short_chat,
     subset,
+    url_fleet_file,
 )
-from workers.fleet import FleetConfig
+from workers.emulator.process import EmulatorProcess
+from workers.fleet import FleetConfig, load_fleet
 
 
 def test_a_worker_is_stalled_while_an_attempt_is_past_its_deadline() -> None:
@@ -98,6 +103,32 @@ def test_an_attempt_past_its_deadline_while_its_engine_generates_is_watched_on()
     assert watch.stalled(5.0) == {"b", "c"}
 
 
+def test_an_attempt_at_a_worker_whose_scrapes_fail_is_overdue_after_a_few_seconds() -> None:
+    """A frozen worker (its socket still accepting) answers neither its requests nor its
+    scrapes: it stayed up for the scraper's grace and drew every new request, each waiting
+    as long as the freeze, since the deadlines are minutes. Failing scrapes and an attempt
+    without its first byte for ``silent_after_s`` set it aside at once."""
+    failing: set[str] = set()
+    watch = StallWatch(120.0, 300.0, unanswering=lambda: failing, silent_after_s=5.0)
+    frozen = watch.waiting("a", 0.0, None, "req-1")
+    later = watch.waiting("a", 3.0, None)
+    busy = watch.waiting("b", 0.0, None)
+    assert watch.stalled(6.0) == frozenset()          # its scrapes answer: the deadline holds
+    failing.update({"a", "c"})
+    assert watch.stalled(4.9) == frozenset()          # waited less than 5 s
+    assert watch.stalled(6.0) == {"a"}                # b's scrapes answer: not b
+    assert watch.stalled(8.0) == {"a"}                # the later attempt is overdue too
+    failing.clear()                                   # it answers again (SIGCONT) ...
+    watch.settled(frozen)
+    assert watch.stalled(8.0) == {"a"}                # ... its overdue attempts settle
+    watch.settled(later)
+    assert watch.stalled(8.0) == frozenset()
+    watch.settled(busy)
+    off = StallWatch(0.0, 300.0, unanswering=lambda: {"a"})    # the watch off: never
+    off.waiting("a", 0.0, None)
+    assert off.stalled(100.0) == frozenset()
+
+
 def test_settled_attempts_do_not_pile_up() -> None:
     watch = StallWatch(1.0, 10.0)
     for n in range(20_000):
@@ -141,6 +172,41 @@ async def test_a_worker_that_stops_answering_is_set_aside_before_the_timeout(
             await asyncio.sleep(0.05)
         assert not await _stalled(router, "stall")
         assert _set_aside(router, "stall") == {"stalled": 0.0, "ejected": 0.0}
+
+
+@pytest.mark.integration
+async def test_a_frozen_worker_is_set_aside_in_seconds_not_minutes(
+        make_router: RouterFactory, tmp_path: Path) -> None:
+    """SIGSTOP: the worker's socket still takes connections, nothing answers. Its scrapes
+    time out (a scrape grace of 60 s here keeps it healthy to the policy all along), and the
+    stall deadline is 120 s: round-robin kept sending it half the requests."""
+    with EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
+                         time_scale=0.1) as frozen, \
+            EmulatorProcess(gpu="h100", model="llama-3-8b", served_model_names=[MODEL],
+                            time_scale=0.1) as fine:
+        fleet = load_fleet(url_fleet_file(tmp_path, {"frozen": frozen.url, "fine": fine.url}))
+        router = await make_router(fleet, ROUTING_ROUND_ROBIN, upstream_timeout_s=60.0,
+                                   slow_grace_s=60.0, scrape_timeout_s=0.5)
+        assert frozen.pid is not None
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            async with aiohttp.ClientSession() as session:
+                hanging = [asyncio.create_task(short_chat(session, router, 3))
+                           for _ in range(4)]
+                for _ in range(300):
+                    if await _stalled(router, "frozen"):
+                        break
+                    await asyncio.sleep(0.1)
+                assert await _stalled(router, "frozen")
+                assert (await fleet_entry(router, "frozen"))["healthy"]   # by its scrapes
+                answers = [await short_chat(session, router, 3) for _ in range(4)]
+                assert answers == [(200, "fine")] * 4
+                assert sum(task.done() for task in hanging) == 2     # the fine one's
+                for task in hanging:
+                    task.cancel()
+                await asyncio.gather(*hanging, return_exceptions=True)
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
 
 
 def _set_aside(router: RouterHandle, worker: str) -> dict[str, float | None]:
