@@ -5,6 +5,7 @@ kvroute sim --trace ../shared/traces/mooncake_conversation_trace.jsonl.gz \\
     --fleet config/fleets/bench-mixed.yaml --policies kvroute,round-robin,dynamo-kv \\
     --out out/sim-mooncake [--rate-scale 1.0] [--goodput] [--skip N] [--limit N] [--duration S]
     [--seed N] [--jitter S] [--jobs N] [--kv-events] [--client-max-tokens exact|none|N]
+    [--slo-ttft-s S] [--slo-tpot-ms MS] [--slo-attainment F]
 ```
 
 Writes ``OUT/summary.json`` (schema in ``docs/sim.md``), ``OUT/summary.md``, the plots
@@ -20,6 +21,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from sim.slo import GOODPUT_ATTAINMENT, SLO_TPOT_S
 
 
 def register(subparsers: Any) -> None:
@@ -41,7 +44,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rate-scale", type=float, default=1.0,
                         help="multiply the arrival rate (2.0 = twice as many requests/s)")
     parser.add_argument("--goodput", action="store_true",
-                        help="also search the largest rate scale with >= 90%% SLO attainment")
+                        help="also search the largest rate scale with SLO attainment >= "
+                             "--slo-attainment (90%% by default)")
     parser.add_argument("--skip", type=int, default=0, metavar="N",
                         help="leave out the first N requests (in arrival order, after "
                              "--jitter); the slice's clock starts at the next one, and --limit "
@@ -66,6 +70,16 @@ def register(subparsers: Any) -> None:
                              "answer that was longer; the answers stay the trace's "
                              "(default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=1, help="policies simulated in parallel")
+    parser.add_argument("--slo-ttft-s", type=float, default=None, metavar="S",
+                        help="one TTFT target of S seconds for every request (default: each "
+                             "prompt's max(0.5 s, 3 x its prefill time on an idle H100))")
+    parser.add_argument("--slo-tpot-ms", type=float, default=SLO_TPOT_S * 1000, metavar="MS",
+                        help="TPOT target, milliseconds per output token after the first "
+                             "(default: %(default)g)")
+    parser.add_argument("--slo-attainment", type=float, default=GOODPUT_ATTAINMENT,
+                        metavar="F",
+                        help="share of requests that must meet the SLO at the goodput rate, "
+                             "in (0, 1] (default: %(default)g)")
     parser.set_defaults(func=main)
 
 
@@ -82,6 +96,13 @@ def range_problem(name: str, value: float | None, low: float, *,
     kind = "a finite number " if isinstance(value, float) else ""
     shown = f"{value:g}" if isinstance(value, float) else str(value)
     return f"{name}: must be {kind}{'>=' if inclusive else '>'} {low:g}, got {shown}"
+
+
+def share_problem(name: str, value: float) -> str | None:
+    """``NAME: must be in (0, 1], got X`` unless ``value`` is a share in (0, 1]."""
+    if math.isfinite(value) and 0 < value <= 1:
+        return None
+    return f"{name}: must be a number in (0, 1], got {value:g}"
 
 
 def same_label_problem(policies: list[str]) -> str | None:
@@ -124,6 +145,7 @@ def out_problem(out: Path | str | None) -> str | None:
 def main(args: argparse.Namespace) -> int:
     from sim.client_max_tokens import ClientMaxTokens
     from sim.session import SimulationRequest, run_session
+    from sim.slo import Slo
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
@@ -141,7 +163,10 @@ def main(args: argparse.Namespace) -> int:
         range_problem("--seed", args.seed, 0),
         range_problem("--jitter", args.jitter, 0),
         range_problem("--scrape-interval", args.scrape_interval, 0, inclusive=False),
-        range_problem("--jobs", args.jobs, 1))
+        range_problem("--jobs", args.jobs, 1),
+        range_problem("--slo-ttft-s", args.slo_ttft_s, 0, inclusive=False),
+        range_problem("--slo-tpot-ms", args.slo_tpot_ms, 0, inclusive=False),
+        share_problem("--slo-attainment", args.slo_attainment))
     if problem:
         print(f"kvroute sim: {problem}", file=sys.stderr)
         return 2
@@ -156,5 +181,7 @@ def main(args: argparse.Namespace) -> int:
         goodput=args.goodput, skip=args.skip, limit=args.limit, duration_s=args.duration,
         seed=args.seed,
         scrape_interval_s=args.scrape_interval, jobs=args.jobs, jitter_s=args.jitter,
-        kv_events=args.kv_events, client_max_tokens=client_max_tokens)
+        kv_events=args.kv_events, client_max_tokens=client_max_tokens,
+        slo=Slo(ttft_s=args.slo_ttft_s, tpot_s=args.slo_tpot_ms / 1000,
+                attainment=args.slo_attainment))
     return run_session(request)

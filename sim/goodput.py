@@ -8,14 +8,23 @@ no longer improves (by ``plateau`` or more) at the lower rate: the misses then c
 requests the fleet cannot serve within the SLO even when idle, and the goodput is 0.0.
 A search whose every doubling passed stops at ``start × 2**max_doublings`` without finding
 where the SLO fails: that scale is a lower bound (``capped``), not the goodput.
+
+A search that ends at 0.0 says why (``floor``): ``"plateau"`` when halving stopped because
+attainment no longer rose as the load fell (the SLO is not met even near idle on this fleet),
+``"limit"`` when its halvings ran out while attainment was still rising (the goodput is
+below the smallest scale probed, not necessarily none). ``idle_attainment`` is then the
+attainment at the smallest scale probed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
-from sim.metrics import GOODPUT_ATTAINMENT
+from sim.slo import GOODPUT_ATTAINMENT
+
+Floor = Literal["plateau", "limit"]
 
 
 @dataclass(slots=True)
@@ -23,6 +32,19 @@ class GoodputSearch:
     rate_scale: float                          # largest passing scale found (0.0: none)
     capped: bool = False                       # every doubling passed: at least rate_scale
     probes: list[tuple[float, float]] = field(default_factory=list)   # (scale, attainment)
+    floor: Floor | None = None                 # why no scale passed (None: one did)
+
+    @property
+    def idle_attainment(self) -> float | None:
+        """With no passing scale, the attainment at the smallest scale probed."""
+        if self.floor is None or not self.probes:
+            return None
+        return min(self.probes)[1]
+
+    @property
+    def smallest_scale(self) -> float | None:
+        """The smallest scale probed (None before any probe)."""
+        return min(self.probes)[0] if self.probes else None
 
 
 def find_goodput(attainment_at: Callable[[float], float], start: float = 1.0, *,
@@ -51,12 +73,15 @@ def find_goodput(attainment_at: Callable[[float], float], start: float = 1.0, *,
     else:
         high = start
         previous = search.probes[-1][1]
+        search.floor = "limit"         # unless a halving passes, or attainment stops rising
         for _ in range(max_doublings):
             if passes(high / 2):
                 low = high / 2
+                search.floor = None
                 break
             high /= 2
             if search.probes[-1][1] < previous + plateau:
+                search.floor = "plateau"
                 break                  # idle-bound: a lower rate does not help
             previous = search.probes[-1][1]
     if low is None:

@@ -14,10 +14,14 @@ from typing import Any
 
 import numpy as np
 
-SLO_TTFT_FLOOR_S = 0.5
-SLO_TTFT_PREFILL_FACTOR = 3.0
-SLO_TPOT_S = 0.050
-GOODPUT_ATTAINMENT = 0.9
+from sim.slo import (
+    DEFAULT_SLO,
+    GOODPUT_ATTAINMENT,
+    SLO_TPOT_S,
+    SLO_TTFT_FLOOR_S,
+    SLO_TTFT_PREFILL_FACTOR,
+    Slo,
+)
 
 
 @dataclass(slots=True)
@@ -45,6 +49,7 @@ class RequestRecord:
     finished_s: float | None = None
     cost_usd: float = 0.0                # share of its worker's busy cost, by tokens computed
     predicted_output_tokens: int | None = None   # the output-length producer's prediction
+    slo: Slo = DEFAULT_SLO               # what it is judged by (slo_ttft_s is its TTFT target)
 
     @property
     def completed(self) -> bool:
@@ -52,9 +57,7 @@ class RequestRecord:
 
     @property
     def meets_slo(self) -> bool:
-        if self.ttft_s is None or self.ttft_s > self.slo_ttft_s:
-            return False
-        return self.tpot_s is None or self.tpot_s <= SLO_TPOT_S
+        return self.slo.met(self.ttft_s, self.tpot_s, self.slo_ttft_s)
 
     @property
     def computed_tokens(self) -> int:
@@ -70,9 +73,10 @@ class WorkerUsage:
     busy_s: float                        # time with at least one unfinished request
 
 
-def slo_ttft_target(idle_h100_prefill_s: float) -> float:
-    """TTFT target of one prompt: max(0.5 s, 3 x its prefill time on an idle H100)."""
-    return max(SLO_TTFT_FLOOR_S, SLO_TTFT_PREFILL_FACTOR * idle_h100_prefill_s)
+def slo_ttft_target(idle_h100_prefill_s: float, slo: Slo = DEFAULT_SLO) -> float:
+    """TTFT target of one prompt under ``slo``: by default max(0.5 s, 3 x its prefill time
+    on an idle H100)."""
+    return slo.ttft_target(idle_h100_prefill_s)
 
 
 def allocate_costs(records: Sequence[RequestRecord], usage: Sequence[WorkerUsage]) -> None:
@@ -188,3 +192,8 @@ def ttft_values(records: Sequence[RequestRecord]) -> list[float]:
 def attainment(summary: Mapping[str, Any]) -> float:
     value = summary.get("slo_attainment")
     return float(value) if value is not None else 0.0
+
+
+__all__ = ["DEFAULT_SLO", "GOODPUT_ATTAINMENT", "SLO_TPOT_S", "SLO_TTFT_FLOOR_S",
+           "SLO_TTFT_PREFILL_FACTOR", "RequestRecord", "Slo", "WorkerUsage", "allocate_costs",
+           "attainment", "output_prediction", "slo_ttft_target", "summarize", "ttft_values"]

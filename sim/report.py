@@ -3,8 +3,8 @@
 Plots (matplotlib, Agg backend, no display needed):
 
 * ``ttft_cdf.png``: the cumulative distribution of TTFT per policy (log-scaled seconds);
-* ``goodput.png``: per policy, the goodput rate scale when ``--goodput`` ran, else the SLO
-  attainment at the simulated rate;
+* ``goodput.png``: per policy, the goodput rate scale when ``--goodput`` ran (a search that
+  ended at 0.0 labelled with why), else the SLO attainment at the simulated rate;
 * ``cost.png``: per policy, dollars per million served tokens, whole fleet vs busy-only.
 """
 
@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.metrics import SLO_TPOT_S, RequestRecord
+from sim.goodput_report import bar_label, goodput_lines
+from sim.metrics import RequestRecord
+from sim.slo import DEFAULT_SLO, GOODPUT_ATTAINMENT, Slo
 
 _TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     # key, header, format
@@ -37,8 +39,10 @@ _TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cost_per_mtok_busy", "$/Mtok busy", "{:.3f}"),
     ("throughput_tok_s", "tok/s", "{:,.0f}"),
 )
-# shown only when a goodput search ran: $/Mtok busy at each policy's goodput rate scale
+# shown only when a goodput search ran: $/Mtok busy at each policy's goodput rate scale,
+# and (in summaries that have it) the whole fleet billed at that scale
 _GOODPUT_COST = ("goodput_cost_per_mtok_busy", "$/Mtok busy at goodput", "{:.3f}")
+_GOODPUT_FLEET_COST = ("goodput_cost_per_mtok_fleet", "$/Mtok fleet at goodput", "{:.3f}")
 
 
 def _cell(value: Any, fmt: str, capped: bool = False) -> str:
@@ -53,6 +57,8 @@ def markdown_table(entries: Mapping[str, Mapping[str, Any]]) -> str:
     columns = _TABLE_COLUMNS
     if any(_GOODPUT_COST[0] in entry for entry in entries.values()):
         columns = (*columns, _GOODPUT_COST)
+    if any(_GOODPUT_FLEET_COST[0] in entry for entry in entries.values()):
+        columns = (*columns, _GOODPUT_FLEET_COST)
     headers = ["policy", *(h for _, h, _ in columns)]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for name, entry in entries.items():
@@ -85,6 +91,28 @@ def _pooled_note(pooled: float | None) -> str:
     return f" (one LRU cache of the whole fleet's KV: {pooled:.1%})"
 
 
+def summary_slo(meta: Mapping[str, Any]) -> Slo:
+    """The SLO a summary was judged by (its ``slo`` object; older summaries: the default)."""
+    given = meta.get("slo")
+    if not isinstance(given, Mapping):
+        return DEFAULT_SLO
+    return Slo(ttft_s=given.get("ttft_s"),
+               tpot_s=given.get("tpot_s", DEFAULT_SLO.tpot_s),
+               attainment=given.get("attainment", DEFAULT_SLO.attainment),
+               ttft_floor_s=given.get("ttft_floor_s") or DEFAULT_SLO.ttft_floor_s,
+               ttft_prefill_factor=(given.get("ttft_prefill_factor")
+                                    or DEFAULT_SLO.ttft_prefill_factor))
+
+
+def _offered_note(trace: Mapping[str, Any]) -> str:
+    """The load the run offered (absent in older summaries, or when all arrive at once)."""
+    rps, tok_s = trace.get("offered_rps"), trace.get("offered_prompt_tok_s")
+    if rps is None or tok_s is None:
+        return ""
+    return (f" Offered load: {rps:.3g} req/s and {tok_s:,.0f} prompt tok/s (requests / span "
+            f"of the arrivals at rate scale {trace.get('rate_scale')}).")
+
+
 # what a run writes in its --out folder: files, and the folder of per-request CSVs
 OUTPUT_FILES = ("summary.json", "summary.json.partial", "summary.md", "ttft_cdf.png",
                 "goodput.png", "cost.png")
@@ -114,15 +142,21 @@ def write_summary(out_dir: Path, meta: Mapping[str, Any],
     ceiling = trace.get("prefix_hit_ceiling")
     skipped = trace.get("skip") or 0
     after = f" after its first {skipped}" if skipped else ""
+    slo = summary_slo(meta)
+    searched = any(e.get("goodput_rate_scale") is not None for e in entries.values())
+    target = (f"; goodput at ≥ {100 * slo.attainment:g} % of requests meeting it"
+              if searched and "slo" in meta else "")
     header = (f"Trace `{trace.get('name')}`: {trace.get('requests')} requests{after} at rate scale "
               f"{trace.get('rate_scale')}; fleet `{meta.get('fleet', {}).get('source')}`; "
               f"infinite-cache prefix ceiling "
               f"{'–' if ceiling is None else f'{ceiling:.1%}'}"
               f"{_pooled_note(trace.get('prefix_hit_ceiling_pooled'))}; "
-              "SLO: TTFT ≤ max(0.5 s, 3 × idle-H100 "
-              f"prefill) and TPOT ≤ {SLO_TPOT_S * 1000:.0f} ms.\n\n")
-    (out_dir / "summary.md").write_text(header + markdown_table(entries)
-                                        + prediction_table(entries))
+              f"SLO: {slo.describe()}{target}.{_offered_note(trace)}\n\n")
+    (out_dir / "summary.md").write_text(
+        header + markdown_table(entries)
+        + goodput_lines(entries, trace.get("offered_rps"), trace.get("rate_scale"),
+                        slo.attainment)
+        + prediction_table(entries))
     return path
 
 
@@ -152,7 +186,9 @@ def _num(value: float | None) -> str:
 
 
 def write_plots(out_dir: Path, entries: Mapping[str, Mapping[str, Any]],
-                ttfts: Mapping[str, Sequence[float]]) -> list[Path]:
+                ttfts: Mapping[str, Sequence[float]],
+                target: float = GOODPUT_ATTAINMENT) -> list[Path]:
+    """The three plots; ``target``: the goodput search's SLO attainment target."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -178,9 +214,11 @@ def write_plots(out_dir: Path, entries: Mapping[str, Mapping[str, Any]],
     goodput = [entries[n].get("goodput_rate_scale") for n in names]
     fig, ax = plt.subplots(figsize=(7, 4))
     if all(g is not None for g in goodput):
-        ax.bar(names, [float(g) for g in goodput if g is not None], color="tab:green")
-        ax.set_ylabel("largest rate scale with ≥ 90 % SLO met")
+        heights = [float(g) for g in goodput if g is not None]
+        ax.bar(names, heights, color="tab:green")
+        ax.set_ylabel(f"largest rate scale with ≥ {100 * target:g} % SLO met")
         ax.set_title("Goodput per policy")
+        _label_floors(ax, names, entries, heights, target)
     else:
         ax.bar(names, [100 * float(entries[n].get("slo_attainment") or 0) for n in names],
                color="tab:green")
@@ -205,6 +243,22 @@ def write_plots(out_dir: Path, entries: Mapping[str, Mapping[str, Any]],
         ax.legend(fontsize=8, loc="upper right", ncol=2)
     written.append(_save(fig, out_dir / "cost.png"))
     return written
+
+
+def _label_floors(ax: Any, names: Sequence[str], entries: Mapping[str, Mapping[str, Any]],
+                  heights: Sequence[float], target: float) -> None:
+    """Say on the plot why a policy's goodput is 0.0: an empty axis reads as a lost plot."""
+    labels = [bar_label(entries[n], target) for n in names]
+    if not any(labels):
+        return
+    top = max([*heights, 0.0])
+    if top <= 0:
+        ax.set_ylim(0, 1)          # every bar 0: a unit axis, not matplotlib's ±0.04
+        top = 1.0
+    for x, label in enumerate(labels):
+        if label is not None:
+            ax.text(x, 0.02 * top, label, ha="center", va="bottom", fontsize=7,
+                    color="tab:red")
 
 
 def _save(fig: Any, path: Path) -> Path:

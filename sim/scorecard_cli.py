@@ -56,7 +56,8 @@ def register(subparsers: Any) -> None:
                         help="comma-separated case names (default: all: %(default)s)")
     parser.add_argument("--peers", default=",".join(PEERS),
                         help="comma-separated peer policies (default: %(default)s)")
-    parser.add_argument("--jobs", type=int, default=2, help="policies simulated in parallel")
+    parser.add_argument("--jobs", type=int, default=2,
+                        help="policies simulated in parallel (default: %(default)s)")
     parser.add_argument("--client-max-tokens", default="exact", metavar="exact|none|N",
                         help="what clients send as max_tokens, as for kvroute sim "
                              "(default: %(default)s: each answer's recorded length)")

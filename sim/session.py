@@ -39,6 +39,7 @@ from sim.simulator import (
     servable,
     simulated_model,
 )
+from sim.slo import DEFAULT_SLO, Slo
 from sim.traces import Trace, TraceError, TraceFormat
 from workers.fleet import FleetConfig, FleetConfigError, load_fleet
 
@@ -63,6 +64,7 @@ class SimulationRequest:
     jitter_s: float = 0.0
     kv_events: bool = False
     client_max_tokens: ClientMaxTokens = EXACT
+    slo: Slo = DEFAULT_SLO
 
 
 def run_session(request: SimulationRequest) -> int:
@@ -85,7 +87,8 @@ def run_session(request: SimulationRequest) -> int:
             trace_format=request.trace_format, skip=request.skip, limit=request.limit,
             duration_s=request.duration_s, rate_scale=request.rate_scale, seed=request.seed,
             scrape_interval_s=interval, goodput=request.goodput, jitter_s=request.jitter_s,
-            kv_events=request.kv_events, client_max_tokens=request.client_max_tokens)
+            kv_events=request.kv_events, client_max_tokens=request.client_max_tokens,
+            slo=request.slo)
         trace = load_job_trace(template)
     except (TraceError, FleetConfigError, RoutingConfigError, UnknownPolicyError) as exc:
         print(f"kvroute sim: {exc}", file=sys.stderr)
@@ -127,10 +130,12 @@ def run_session(request: SimulationRequest) -> int:
             "settings": {"scrape_interval_s": interval, "seed": request.seed,
                          "hash_algo": SimulationSettings().hash_algo,
                          "kv_events": request.kv_events,
-                         "client_max_tokens": request.client_max_tokens.label()}}
+                         "client_max_tokens": request.client_max_tokens.label()},
+            "slo": request.slo.as_json()}
     for run in runs:
         write_requests_csv(out / "requests" / f"{policy_label(run.policy)}.csv", run.records)
-    write_plots(out, entries, {policy_label(r.policy): r.ttfts for r in runs})
+    write_plots(out, entries, {policy_label(r.policy): r.ttfts for r in runs},
+                request.slo.attainment)
     # last, so that a summary.json (what scorecard --judge-only reads) means a whole run
     path = write_summary(out, meta, entries)
     print((out / "summary.md").read_text(), end="")

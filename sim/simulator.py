@@ -36,8 +36,9 @@ from policies.producers.runner import run_producers_sync
 from policies.producers.tokens import TokensProducer
 from policies.semantic.producer import SemanticProducer
 from sim.client_max_tokens import EXACT, ClientMaxTokens
-from sim.metrics import RequestRecord, WorkerUsage, allocate_costs, slo_ttft_target
+from sim.metrics import RequestRecord, WorkerUsage, allocate_costs
 from sim.prefill_clock import PrefillClock
+from sim.slo import DEFAULT_SLO, Slo
 from sim.traces import Trace, TraceRequest
 from sim.worker import FirstToken, KvEventsLanding, SimWorker
 from workers.engine.api import EngineConfig, EngineRequest, RequestStats
@@ -71,6 +72,7 @@ class SimulationSettings:
     hash_seed: str | None = None           # the engines' NONE_HASH seed (vLLM's default)
     # what clients send as max_tokens (the answers stay the trace's): sim.client_max_tokens
     client_max_tokens: ClientMaxTokens = EXACT
+    slo: Slo = DEFAULT_SLO                 # what each request's record is judged by
 
 
 @dataclass(slots=True)
@@ -281,10 +283,13 @@ class Simulation:
             session=request.session, arrival_time=now)
         routing.prompt_token_ids = tokens
         routing.num_prompt_tokens = len(tokens)
+        slo = self.settings.slo
         record = RequestRecord(
             index=request.index, arrival_s=now, prompt_tokens=len(tokens),
             output_tokens=request.output_tokens,
-            slo_ttft_s=slo_ttft_target(self._prefill.prefill_s(len(tokens))))
+            slo_ttft_s=(slo.ttft_target(self._prefill.prefill_s(len(tokens))) if slo.relative
+                        else slo.ttft_target(0.0)),
+            slo=slo)
         self._records.append(record)
         views = self.views(now)
         run_producers_sync(self._producers, routing, views)

@@ -49,3 +49,37 @@ def test_a_search_that_never_fails_says_its_scale_is_a_lower_bound() -> None:
     assert (search.rate_scale, search.capped) == (64.0, True)
     assert not find_goodput(_knee(3.0), 1.0).capped
     assert not find_goodput(_knee(0.3), 1.0).capped
+
+
+def test_a_search_that_stops_on_a_plateau_says_so_with_its_idle_attainment() -> None:
+    """An L40S fleet at a fraction of the rate: attainment rose, then stopped rising. The
+    goodput 0.0 then means 'not met even near idle', and the attainment there is kept."""
+    curve = {1.0: 0.017, 0.5: 0.13, 0.25: 0.34, 0.125: 0.383, 0.0625: 0.393, 0.03125: 0.393}
+    search = find_goodput(lambda s: curve[s], 1.0)
+    assert search.rate_scale == 0.0
+    assert search.floor == "plateau"
+    assert search.smallest_scale == 0.03125
+    assert search.idle_attainment == 0.393
+
+
+def test_a_search_whose_halvings_run_out_while_rising_says_it_hit_its_limit() -> None:
+    """Attainment still rising at 1/64: the goodput is below that scale, not 'none'."""
+    search = find_goodput(lambda s: 0.9 - 0.2 * s ** 0.25 - 0.01, 1.0, max_doublings=6)
+    assert [s for s, _ in search.probes][-1] == 1 / 64
+    assert search.rate_scale == 0.0
+    assert search.floor == "limit"
+    assert search.idle_attainment == pytest.approx(0.89 - 0.2 * (1 / 64) ** 0.25)
+
+
+def test_a_search_that_passes_somewhere_has_no_floor() -> None:
+    for search in (find_goodput(_knee(3.0), 1.0), find_goodput(_knee(0.3), 1.0),
+                   find_goodput(lambda s: 1.0, 1.0)):
+        assert search.rate_scale > 0
+        assert search.floor is None and search.idle_attainment is None
+
+
+def test_the_attainment_target_is_the_searchs() -> None:
+    """--slo-attainment reaches the search: a lower target passes at a higher scale."""
+    curve = _knee(2.0)           # 1.0 up to 2, then 0.8 - 0.1 * scale: 0.4 at 4, 0 at 8
+    assert find_goodput(curve, 1.0, bisections=0).rate_scale == 2.0
+    assert find_goodput(curve, 1.0, target=0.35, bisections=0).rate_scale == 4.0
