@@ -31,6 +31,10 @@ class PluginSpec:
     params: Any
     path: str
     weight: float = 1.0
+    # filters only: when it fails, "pass" keeps every worker it was given (the default),
+    # "refuse" removes them all (a filter that must never be bypassed: residency, a tenant's
+    # own pool): the request is refused, not sent where the filter exists to keep it from
+    on_failure: str = "pass"
 
 
 @dataclass(frozen=True, slots=True)

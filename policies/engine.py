@@ -233,7 +233,9 @@ class _Builder:
             filters=tuple(self.build(s, "filter", shared) for s in spec.filters),
             scorers=tuple(WeightedScorer(self.build(s, "scorer", shared), s.weight)
                           for s in spec.scorers),
-            picker=self.build(spec.picker, "picker", shared))
+            picker=self.build(spec.picker, "picker", shared),
+            refusing_filters=frozenset(s.name for s in spec.filters
+                                       if s.on_failure == "refuse"))
 
     def build(self, spec: PluginSpec, kind: PluginKind,
               profile_state: dict[str, Any] | None = None) -> Any:

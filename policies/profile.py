@@ -63,6 +63,8 @@ class Profile:
     # the last candidate list's ids and positions, reused while the fleet repeats
     indexes: CandidateIndexCache = field(default_factory=CandidateIndexCache, compare=False,
                                          repr=False)
+    # filters whose failure removes every worker they were given (``on_failure: refuse``)
+    refusing_filters: frozenset[str] = frozenset()
     # a plugin failing on every request: its traceback once a minute, not per request
     failures: PluginFailureLog = field(default_factory=lambda: PluginFailureLog(log),
                                        compare=False, repr=False)
@@ -102,24 +104,41 @@ class Profile:
                     raise TypeError(f"returned {type(kept).__name__}, not a list of the "
                                     "views it was given")
             except (Exception, SystemExit):
-                self.failures.failed(plugin.name, "filter %s failed; skipped", plugin.name)
+                refusing = plugin.name in self.refusing_filters
+                self.failures.failed(plugin.name, "filter %s failed; %s", plugin.name,
+                                     "every worker removed (on_failure: refuse)" if refusing
+                                     else "skipped")
                 skipped.append(plugin.name)
+                if refusing:
+                    return self._refused_by(plugin.name, remaining, removed)
                 continue
             if len(kept) == len(remaining) and all(map(is_, kept, remaining)):
                 continue           # kept them all, in order (the common case)
             kept_objects = set(map(id, kept))
             survivors = tuple(view for view in remaining if id(view) in kept_objects)
             if len(survivors) != len(kept_objects):
+                refusing = plugin.name in self.refusing_filters
                 self.failures.failed(
                     plugin.name, "filter %s returned objects that are not the views it was "
-                    "given (it must return a subset of them); skipped", plugin.name)
+                    "given (it must return a subset of them); %s", plugin.name,
+                    "every worker removed (on_failure: refuse)" if refusing else "skipped")
                 skipped.append(plugin.name)
+                if refusing:
+                    return self._refused_by(plugin.name, remaining, removed)
                 continue
             for view in remaining:
                 if id(view) not in kept_objects:
                     removed[view.info.id] = plugin.name
             remaining = survivors
         return remaining
+
+    @staticmethod
+    def _refused_by(name: str, remaining: Sequence[WorkerView],
+                    removed: dict[str, str]) -> tuple[WorkerView, ...]:
+        """A failed filter of ``on_failure: refuse``: none of ``remaining`` is left."""
+        for view in remaining:
+            removed[view.info.id] = f"{name} (failed)"
+        return ()
 
     def _score(self, request: RoutingRequest, workers: Sequence[WorkerView], cycle: CycleState,
                skipped: list[str]) -> CandidateTable:

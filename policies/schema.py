@@ -34,6 +34,8 @@ CORE_SECTIONS = ("producers", "profiles", "rules", "default_profile", "slo")
 DEFAULT_PICKER = "max-score"
 _PLUGIN_KEYS = {"type", "name", "params"}
 _SCORER_KEYS = _PLUGIN_KEYS | {"weight"}
+_FILTER_KEYS = _PLUGIN_KEYS | {"on_failure"}
+FILTER_FAILURE_MODES = ("pass", "refuse")
 _PROFILE_KEYS = ("filters", "scorers", "picker")
 _WHEN_KEYS = ("model", "path", "header", "tenant", "min_prompt_tokens", "max_prompt_tokens",
               "class")
@@ -147,7 +149,9 @@ def _parse_plugin(raw: Any, path: str, kind: PluginKind, registry: PluginRegistr
     if isinstance(raw, str):
         raw = {"type": raw}
     spec = _mapping(raw, path, allow_none=False)
-    _check_keys(spec, sorted(_SCORER_KEYS if kind == "scorer" else _PLUGIN_KEYS), path)
+    keys = _SCORER_KEYS if kind == "scorer" else _FILTER_KEYS if kind == "filter" else (
+        _PLUGIN_KEYS)
+    _check_keys(spec, sorted(keys), path)
     type_name = spec.get("type")
     if not isinstance(type_name, str):
         raise RoutingConfigError(f"{path}.type: required, a plugin type name")
@@ -174,7 +178,13 @@ def _parse_plugin(raw: Any, path: str, kind: PluginKind, registry: PluginRegistr
         raise RoutingConfigError(
             f"{path}.params: the parameters of plugin type {type_name!r} cannot be read: "
             f"{type(exc).__name__}: {exc}") from exc
-    return PluginSpec(type=type_name, name=name, params=params, path=path, weight=weight)
+    on_failure = spec.get("on_failure", "pass")
+    if on_failure not in FILTER_FAILURE_MODES:
+        raise RoutingConfigError(
+            f"{path}.on_failure: must be one of {', '.join(FILTER_FAILURE_MODES)}, got "
+            f"{on_failure!r}")
+    return PluginSpec(type=type_name, name=name, params=params, path=path, weight=weight,
+                      on_failure=on_failure)
 
 
 def _check_unique_names(specs: Sequence[PluginSpec], path: str) -> None:

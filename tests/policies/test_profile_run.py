@@ -112,3 +112,26 @@ def test_a_plugin_cannot_reorder_or_edit_the_views_the_others_score(view: ViewFa
     assert {c.worker_id: c.scores["column"] for c in result.candidates} == {
         "w1": 1.0, "w2": 0.0, "w3": 0.5}
     assert result.chosen is not None and result.chosen.worker_id == "w1"
+
+
+class _Raises:
+    name = "zone"
+
+    def filter(self, request: RoutingRequest, workers: Sequence[WorkerView],
+               cycle: CycleState) -> Sequence[WorkerView]:
+        raise RuntimeError("zone table unreadable")
+
+
+def test_a_refusing_filter_that_fails_leaves_no_candidate(view: ViewFactory) -> None:
+    """A filter that must never be bypassed (residency) let every worker through when it
+    failed; with ``on_failure: refuse`` the request has no candidate, and says why."""
+    views = [view("w1"), view("w2")]
+    passing = Profile("p", (_Raises(),), (), MaxScorePicker("max", 1e-9, random.Random(0)))
+    result = passing.run(RoutingRequest("r", "m"), views, CycleState())
+    assert result.chosen is not None and result.skipped == ("zone",)
+    refusing = Profile("p", (_Raises(),), (), MaxScorePicker("max", 1e-9, random.Random(0)),
+                       refusing_filters=frozenset({"zone"}))
+    result = refusing.run(RoutingRequest("r", "m"), views, CycleState())
+    assert result.chosen is None and result.skipped == ("zone",)
+    assert dict(result.filtered_out) == {"w1": "zone (failed)", "w2": "zone (failed)"}
+    assert result.reason == "no candidate: 2 worker(s) filtered out (2 by zone (failed))"

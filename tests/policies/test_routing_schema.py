@@ -105,7 +105,7 @@ def test_declared_producer_keeps_its_params() -> None:
                  "params, type, weight)", id="misspelt key"),
     pytest.param(BASE.replace("{type: healthy}", "{type: healthy, weight: 1}"),
                  "profiles.default.filters[1].weight: unknown key (expected one of: name, "
-                 "params, type)", id="weight on a filter"),
+                 "on_failure, params, type)", id="weight on a filter"),
     pytest.param(BASE.replace("{type: kv-usage}", "{type: kv-usag}"),
                  "profiles.default.scorers[1].type: unknown scorer type 'kv-usag' (known: "
                  "inflight, kv-usage, queue-depth; a module listed in plugin_modules: adds types)",
@@ -190,6 +190,18 @@ def test_invalid_config_is_refused_naming_the_field(text: str, message: str) -> 
     with pytest.raises(RoutingConfigError) as info:
         parse(text, registry)
     assert str(info.value) == message
+
+
+def test_a_filter_may_refuse_every_worker_when_it_fails() -> None:
+    routing = parse(BASE.replace("{type: model}", "{type: model, on_failure: refuse}"))
+    assert [f.on_failure for f in routing.profiles["default"].filters] == ["refuse", "pass"]
+    with pytest.raises(RoutingConfigError) as info:
+        parse(BASE.replace("{type: model}", "{type: model, on_failure: closed}"))
+    assert str(info.value).endswith(
+        "filters[0].on_failure: must be one of pass, refuse, got 'closed'")
+    with pytest.raises(RoutingConfigError) as info:       # a filter's key alone
+        parse(BASE.replace("- {type: kv-usage}", "- {type: kv-usage, on_failure: refuse}"))
+    assert "scorers[1].on_failure: unknown key" in str(info.value)
 
 
 def test_invalid_yaml_names_the_source() -> None:
