@@ -5,8 +5,9 @@ A plugin that raises is skipped for that request (``policies.profile``,
 request, hundreds a second under load, burying every other line of the log. The first
 failure is logged with its traceback at once; later ones within ``interval_s`` are counted,
 and the next line logged says how many were not. The decision's ``skipped_plugins`` and
-``kvroute_plugin_failures_total`` still count every one. Safe to call from several threads
-(the producers run in threads): a race logs a line more, never one less.
+``kvroute_plugin_failures_total`` still count every one. It is called on the event loop (a
+producer run in a thread raises into the coroutine awaiting it); from several threads at
+once a count could be lost, never a first line.
 """
 
 from __future__ import annotations

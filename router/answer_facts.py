@@ -5,14 +5,17 @@ worker for the stream rewrite (``router.proxy_usage``). An answer of up to
 ``WHOLE_PARSE_MAX_BYTES`` is parsed whole. A larger one (embeddings of many inputs, logprobs
 of a long answer: megabytes of numbers) is not: parsing it held the event loop, every other
 client waiting (a 10 MB embeddings answer: 170 ms). Its usage and fingerprint are found
-by their keys from its end, where vLLM writes them (``usage`` after ``choices`` or ``data``),
-and only their values are parsed.
+by their keys from its end (vLLM writes them after ``choices`` or ``data``; only
+``prompt_logprobs``, ``prompt_token_ids`` and ``kv_transfer_params`` may follow), and only
+their values are parsed.
 
 A key is found as its bytes followed by a colon: inside a JSON string a quote is escaped, so
 ``"usage":`` in a prompt, an answer or a tool's arguments never reads as one; a string value
-``"usage"`` is followed by a comma or a bracket, not a colon. The last such key is taken:
-a nested object with a ``usage`` key after the top-level one would be read instead (vLLM
-writes none).
+``"usage"`` (a token decoded as that word, in ``prompt_logprobs``) is followed by a comma
+or a bracket, not a colon, and is passed over. The last key whose value has the expected
+kind is taken (the usage an object or null, the fingerprint a string or null): a nested
+object with a ``usage`` object after the top-level one would be read instead (vLLM writes
+none).
 """
 
 from __future__ import annotations
@@ -28,8 +31,6 @@ from router.proxy_usage import Usage, parse_usage
 WHOLE_PARSE_MAX_BYTES = 256 * 1024
 # how far past its key a value is read (a usage object is some 200 bytes)
 VALUE_WINDOW_BYTES = 16 * 1024
-# occurrences of a key's text looked at, from the end (values that are the same word)
-MAX_TRIES = 16
 _USAGE_KEY = b'"usage"'
 _FINGERPRINT_KEY = b'"system_fingerprint"'
 _DECODER = json.JSONDecoder()
@@ -60,32 +61,35 @@ def answer_facts(data: bytes) -> AnswerFacts:
                            fingerprint if isinstance(fingerprint, str) else None)
     if data[:4096].lstrip()[:1] != b"{":          # an array, a text: no object to read
         return NO_FACTS
-    _, usage = last_value(data, _USAGE_KEY)
-    has_fingerprint, fingerprint = last_value(data, _FINGERPRINT_KEY)
+    _, usage = last_value(data, _USAGE_KEY, b"{n")
+    has_fingerprint, fingerprint = last_value(data, _FINGERPRINT_KEY, b'"n')
     return AnswerFacts(parse_usage(usage), has_fingerprint,
                        fingerprint if isinstance(fingerprint, str) else None)
 
 
-def last_value(data: bytes, key: bytes) -> tuple[bool, object]:
+def last_value(data: bytes, key: bytes, starts: bytes) -> tuple[bool, object]:
     """(found, value) of the last ``key`` (its quoted bytes) of a JSON text that is followed
-    by a colon; a value that does not parse is (True, None)."""
+    by a colon and a value whose first byte is one of ``starts``; a value that does not
+    parse is (True, None). Each occurrence costs a look at a few bytes: linear in all."""
     end = len(data)
-    for _ in range(MAX_TRIES):
+    while True:
         at = data.rfind(key, 0, end)
         if at < 0:
             return False, None
         end = at
-        if _escaped(data, at):
+        after = at + len(key)
+        head = data[after:after + 64].lstrip()
+        if not head.startswith(b":") or _escaped(data, at):
             continue
-        rest = data[at + len(key):at + len(key) + VALUE_WINDOW_BYTES].lstrip()
-        if not rest.startswith(b":"):
+        first = head[1:].lstrip()[:1]
+        if not first or first not in starts:
             continue
+        rest = data[after:after + VALUE_WINDOW_BYTES].lstrip()[1:]
         try:
-            value, _ = _DECODER.raw_decode(rest[1:].decode("utf-8", "replace").lstrip())
+            value, _ = _DECODER.raw_decode(rest.decode("utf-8", "replace").lstrip())
         except ValueError:
             return True, None
         return True, value
-    return False, None
 
 
 def _escaped(data: bytes, quote_at: int) -> bool:

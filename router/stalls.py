@@ -23,9 +23,12 @@ its socket still accepting) is told sooner. Its scrapes only time out, so it sta
 the scraper's ``slow_grace_s`` (a busy engine answers ``/metrics`` late), and all that while
 the policy, seeing it idle and cached, sent it every new request: 39 of them in 12 s, each
 then waiting for as long as the freeze lasted. With ``unanswering`` (the workers whose last
-scrapes failed, from when) an attempt there without its first byte for ``silent_after_s``
-(5 s) is overdue whatever its deadline: the worker is set aside, as stalled, until its
-overdue attempts settle (a worker too busy to answer either is spared more meanwhile).
+scrape failed, each with the time of its last good one) a worker silent for
+``silent_after_s`` (5 s) has an attempt overdue whatever its deadline when that attempt was
+sent after the last good scrape and has waited ``silent_after_s`` and its estimate (a whole
+answer's first byte is the whole answer) without a first byte: the worker is set aside, as
+stalled, until its overdue attempts settle. One slow scrape of a busy engine is not enough,
+nor a long request sent while its scrapes answered.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +49,21 @@ SILENT_AFTER_S = 5.0
 class StallWatch:
     """Attempts awaiting their first byte, by worker, and which workers have overdue ones."""
 
-    __slots__ = ("_awaiting", "_ceiling_s", "_deadlines", "_floor_s", "_multiple",
-                 "_on_stall", "_overdue", "_tickets", "progress", "silent_after_s",
-                 "unanswering")
+    __slots__ = ("_awaiting", "_by_worker", "_ceiling_s", "_deadlines", "_floor_s",
+                 "_multiple", "_on_stall", "_overdue", "_tickets", "progress",
+                 "silent_after_s", "unanswering")
 
     def __init__(self, floor_s: float, ceiling_s: float, multiple: float = DEFAULT_MULTIPLE,
                  on_stall: Callable[[str], None] | None = None,
                  progress: Callable[[str], float | None] | None = None,
-                 unanswering: Callable[[], Collection[str]] | None = None,
+                 unanswering: Callable[[], Mapping[str, float]] | None = None,
                  silent_after_s: float = SILENT_AFTER_S) -> None:
         """``floor_s``: the least wait that counts as a stall (0: never watch); ``ceiling_s``:
         the most; ``on_stall(worker)`` is told when a worker becomes stalled (metrics);
         ``progress(worker)``: when its engine last generated a token, as last seen (on the
         clock ``now`` reads; None when unknown); ``unanswering()``: the workers whose last
-        scrape failed (empty almost always: read on each ``stalled``)."""
+        scrape failed, each with when its last good one was, on the same clock (-inf: none;
+        empty almost always: read on each ``stalled``)."""
         self._floor_s = floor_s
         self._ceiling_s = max(floor_s, ceiling_s)
         self._multiple = multiple
@@ -72,6 +76,9 @@ class StallWatch:
         self._awaiting: dict[int, tuple[str, float, str, float]] = {}
         self._deadlines: list[tuple[float, int]] = []        # heap of (deadline, ticket)
         self._overdue: dict[str, set[int]] = {}             # worker -> overdue tickets
+        # worker -> ticket -> (sent at, when the silent rule may count it): the attempts
+        # awaited at each worker, for ``unanswering`` (a scan of those of the silent only)
+        self._by_worker: dict[str, dict[int, tuple[float, float]]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -86,6 +93,8 @@ class StallWatch:
             bound = self._multiple * expected_s if expected_s is not None else 0.0
             deadline = now + min(self._ceiling_s, max(self._floor_s, bound))
             self._awaiting[ticket] = (worker, deadline, request_id, now)
+            patience = max(self.silent_after_s, expected_s or 0.0)
+            self._by_worker.setdefault(worker, {})[ticket] = (now, now + patience)
             heapq.heappush(self._deadlines, (deadline, ticket))
             if len(self._deadlines) > 4 * len(self._awaiting) + 1024:    # mostly settled ones
                 self._deadlines = [(entry[1], t) for t, entry in self._awaiting.items()]
@@ -98,6 +107,11 @@ class StallWatch:
         if entry is None:
             return
         worker = entry[0]
+        at_worker = self._by_worker.get(worker)
+        if at_worker is not None:
+            at_worker.pop(ticket, None)
+            if not at_worker:
+                del self._by_worker[worker]
         overdue = self._overdue.get(worker)
         if overdue is not None and ticket in overdue:
             overdue.discard(ticket)
@@ -113,6 +127,7 @@ class StallWatch:
         for ticket in [t for t, entry in self._awaiting.items() if entry[0] == worker]:
             del self._awaiting[ticket]
         self._overdue.pop(worker, None)
+        self._by_worker.pop(worker, None)
 
     def stalled(self, now: float) -> frozenset[str]:
         """The workers with an attempt past its deadline at ``now``."""
@@ -136,16 +151,21 @@ class StallWatch:
                 self._silent_attempts(silent, now)
         return frozenset(self._overdue) if self._overdue else frozenset()
 
-    def _silent_attempts(self, silent: Collection[str], now: float) -> None:
-        """Attempts at workers whose scrapes fail that have waited ``silent_after_s`` or more
-        for their first byte: overdue."""
-        since = now - self.silent_after_s
-        for ticket, (worker, _, request_id, sent_at) in self._awaiting.items():
-            if sent_at <= since and worker in silent:
-                overdue = self._overdue.get(worker)
-                if overdue is None or ticket not in overdue:
-                    self._overdue_at(worker, request_id, now - sent_at,
-                                     "while its /metrics does not answer either").add(ticket)
+    def _silent_attempts(self, silent: Mapping[str, float], now: float) -> None:
+        """At each worker whose scrapes have failed for ``silent_after_s``, the attempts sent
+        after its last good scrape that have waited their patience: overdue."""
+        for worker, last_good in silent.items():
+            at_worker = self._by_worker.get(worker)
+            if at_worker is None or now - last_good < self.silent_after_s:
+                continue
+            overdue = self._overdue.get(worker)
+            for ticket, (sent_at, due) in at_worker.items():
+                if sent_at >= last_good and now >= due and (
+                        overdue is None or ticket not in overdue):
+                    request_id = self._awaiting[ticket][2]
+                    overdue = self._overdue_at(worker, request_id, now - sent_at,
+                                               "while its /metrics does not answer either")
+                    overdue.add(ticket)
 
     def _overdue_at(self, worker: str, request_id: str, waited_s: float, why: str) -> set[int]:
         """The worker's overdue attempts; a new episode is logged and told."""

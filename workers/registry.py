@@ -9,7 +9,7 @@ corrected by what the router dispatched since it was taken (``workers.views.buil
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -101,8 +101,8 @@ class WorkerRegistry:
     def __init__(self, infos: Sequence[WorkerInfo], inflight: InflightSource) -> None:
         self._retired: dict[str, WorkerInfo] = {}
         self._snapshots: dict[str, WorkerSnapshot] = {}
-        # workers whose last scrape failed (``unanswering``)
-        self._failing: set[str] = set()
+        # workers whose last scrape failed -> their last good scrape (``unanswering``)
+        self._failing: dict[str, float] = {}
         # worker -> adapters it answered it does not have, until its /v1/models is read again
         self._unloaded: dict[str, set[str]] = {}
         # LoRA adapter -> what the workers that have it run their models as (None: to build)
@@ -134,7 +134,7 @@ class WorkerRegistry:
         self._set_infos(infos)
         for worker_id in change.gone:
             self._snapshots.pop(worker_id, None)
-            self._failing.discard(worker_id)
+            self._failing.pop(worker_id, None)
             self._unloaded.pop(worker_id, None)
         for worker_id in change.removed:
             self._retired.pop(worker_id, None)          # (its place is at the end)
@@ -204,15 +204,15 @@ class WorkerRegistry:
             self._adapter_runners = None
         self._snapshots[snapshot.worker_id] = snapshot
         if snapshot.consecutive_failures > 0:
-            self._failing.add(snapshot.worker_id)
+            self._failing[snapshot.worker_id] = snapshot.scraped_at
         else:
-            self._failing.discard(snapshot.worker_id)
+            self._failing.pop(snapshot.worker_id, None)
         if fresh:
             self.inflight.on_scrape(snapshot.worker_id)
 
-    def unanswering(self) -> Collection[str]:
-        """The workers whose last scrape failed (the stall watch's ``unanswering``; not a
-        copy: read it at once)."""
+    def unanswering(self) -> Mapping[str, float]:
+        """The workers whose last scrape failed, each with the time of its last good scrape
+        (-inf: none yet); the stall watch's ``unanswering`` (not a copy: read it at once)."""
         return self._failing
 
     def views(self, now: float) -> list[WorkerView]:

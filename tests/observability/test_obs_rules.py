@@ -285,17 +285,17 @@ def test_worker_ejected_fires_on_an_ejection_or_a_stall_and_clears_ten_minutes_l
                 {"eval_time": "3m", "alertname": "WorkerEjected", "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "worker": "w1"},
                     "exp_annotations": {"summary": (
-                        "w1 was set aside 1 times in 10m: its requests fail or hang while its "
-                        "/metrics answers")}}]},
+                        "w1 was set aside 1 times in 10m: its requests fail or hang (a hung "
+                        "engine, a frozen process)")}}]},
                 {"eval_time": "5m", "alertname": "WorkerEjected", "exp_alerts": [
                     {"exp_labels": {"severity": "warning", "worker": "w1"},
                      "exp_annotations": {"summary": (
-                         "w1 was set aside 1 times in 10m: its requests fail or hang while "
-                         "its /metrics answers")}},
+                         "w1 was set aside 1 times in 10m: its requests fail or hang (a "
+                         "hung engine, a frozen process)")}},
                     {"exp_labels": {"severity": "warning", "worker": "w4"},
                      "exp_annotations": {"summary": (
-                         "w4 was set aside 1 times in 10m: its requests fail or hang while "
-                         "its /metrics answers")}}]},
+                         "w4 was set aside 1 times in 10m: its requests fail or hang (a "
+                         "hung engine, a frozen process)")}}]},
                 {"eval_time": "14m", "alertname": "WorkerEjected", "exp_alerts": []},
             ],
         }],

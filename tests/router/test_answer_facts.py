@@ -97,10 +97,26 @@ def test_what_is_not_a_json_object_has_no_facts() -> None:
 
 
 def test_keys_are_told_from_their_words_in_strings_and_values() -> None:
-    assert last_value(b'{"a": "usage", "b": 1}', b'"usage"') == (False, None)
-    assert last_value(b'{"a": "say \\"usage\\": 3"}', b'"usage"') == (False, None)
+    usage = (b'"usage"', b"{n")
+    assert last_value(b'{"a": "usage", "b": 1}', *usage) == (False, None)
+    assert last_value(b'{"a": "say \\"usage\\": 3"}', *usage) == (False, None)
     # an escaped backslash before a real quote: the key is real
-    assert last_value(b'{"a": "\\\\", "usage": {"prompt_tokens": 2}}', b'"usage"') == (
+    assert last_value(b'{"a": "\\\\", "usage": {"prompt_tokens": 2}}', *usage) == (
         True, {"prompt_tokens": 2})
-    assert last_value(b'{"usage" :  null}', b'"usage"') == (True, None)
-    assert last_value(b'{"usage": {broken', b'"usage"') == (True, None)
+    assert last_value(b'{"usage" :  null}', *usage) == (True, None)
+    assert last_value(b'{"usage": {broken', *usage) == (True, None)
+    # a key whose value is not of the kind wanted is passed over for an earlier one
+    assert last_value(b'{"usage": {"prompt_tokens": 3}, "x": {"usage": 7}}', *usage) == (
+        True, {"prompt_tokens": 3})
+
+
+def test_prompt_logprobs_holding_the_word_usage_do_not_hide_the_usage() -> None:
+    """vLLM writes ``prompt_logprobs`` after the usage: a prompt of the word "usage" many
+    times put as many ``"usage"`` values after it, and a search giving up after 16 found no
+    usage (no tokens counted, no cost)."""
+    answer = chat_with_logprobs(2000)
+    answer["prompt_logprobs"] = [None] + [
+        {"17": {"logprob": -1.0, "rank": 1, "decoded_token": "usage"}}] * 500
+    data = orjson.dumps(answer)
+    assert len(data) > WHOLE_PARSE_MAX_BYTES and data.count(b'"usage"') > 500
+    assert answer_facts(data) == whole(answer)

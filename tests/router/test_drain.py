@@ -152,13 +152,13 @@ async def test_sigterm_refuses_new_connections_and_lets_streams_finish(
     try:
         wait_healthy(url, proc, timeout_s=30.0)
         started = asyncio.Event()
-        stream = asyncio.create_task(read_stream(url, 200, started))   # about 2 s on an H100
+        stream = asyncio.create_task(read_stream(url, 1000, started))  # about 10 s on an H100
         await asyncio.wait_for(started.wait(), 20)
         os.kill(proc.pid, signal.SIGTERM)
-        await until(lambda: refused(url), 10, "new connections refused")  # no longer listening
+        await until(lambda: refused(url), 5, "new connections refused")   # no longer listening
         assert not stream.done()                                          # ... while it runs
         lines = await asyncio.wait_for(stream, 30)
-        assert lines[-1] == b"data: [DONE]" and len(lines) == 201    # ... but it finished
+        assert lines[-1] == b"data: [DONE]" and len(lines) == 1001   # ... but it finished
         assert await asyncio.to_thread(proc.wait, 30) == 0
     finally:
         _stop_with_children(proc, fleet)

@@ -106,25 +106,35 @@ def test_an_attempt_past_its_deadline_while_its_engine_generates_is_watched_on()
 def test_an_attempt_at_a_worker_whose_scrapes_fail_is_overdue_after_a_few_seconds() -> None:
     """A frozen worker (its socket still accepting) answers neither its requests nor its
     scrapes: it stayed up for the scraper's grace and drew every new request, each waiting
-    as long as the freeze, since the deadlines are minutes. Failing scrapes and an attempt
-    without its first byte for ``silent_after_s`` set it aside at once."""
-    failing: set[str] = set()
-    watch = StallWatch(120.0, 300.0, unanswering=lambda: failing, silent_after_s=5.0)
-    frozen = watch.waiting("a", 0.0, None, "req-1")
-    later = watch.waiting("a", 3.0, None)
-    busy = watch.waiting("b", 0.0, None)
-    assert watch.stalled(6.0) == frozenset()          # its scrapes answer: the deadline holds
-    failing.update({"a", "c"})
-    assert watch.stalled(4.9) == frozenset()          # waited less than 5 s
-    assert watch.stalled(6.0) == {"a"}                # b's scrapes answer: not b
-    assert watch.stalled(8.0) == {"a"}                # the later attempt is overdue too
-    failing.clear()                                   # it answers again (SIGCONT) ...
-    watch.settled(frozen)
-    assert watch.stalled(8.0) == {"a"}                # ... its overdue attempts settle
-    watch.settled(later)
-    assert watch.stalled(8.0) == frozenset()
-    watch.settled(busy)
-    off = StallWatch(0.0, 300.0, unanswering=lambda: {"a"})    # the watch off: never
+    as long as the freeze, since the deadlines are minutes. Scrapes failing for
+    ``silent_after_s`` and an attempt sent since, without its first byte for that long (and
+    its estimate), set it aside at once."""
+    last_good: dict[str, float] = {}               # the workers whose last scrape failed
+    watch = StallWatch(120.0, 300.0, unanswering=lambda: last_good, silent_after_s=5.0)
+    before = watch.waiting("a", 0.0, None, "req-0")   # sent while its scrapes answered
+    frozen = watch.waiting("a", 2.0, None, "req-1")
+    whole = watch.waiting("a", 2.0, 30.0)             # a whole answer expected in 30 s
+    later = watch.waiting("a", 4.0, None)
+    busy = watch.waiting("b", 2.0, None)
+    assert watch.stalled(8.0) == frozenset()          # its scrapes answer: deadlines hold
+    last_good.update({"a": 1.0, "c": 1.0})
+    assert watch.stalled(5.9) == frozenset()          # silent for less than 5 s
+    assert watch.stalled(7.0) == {"a"}                # req-1 waited 5 s: b's scrapes answer
+    assert watch.stalled(9.0) == {"a"}                # the later attempt is overdue too
+    last_good.clear()                                 # it answers again (SIGCONT) ...
+    for ticket in (frozen, later):
+        watch.settled(ticket)
+    assert watch.stalled(9.0) == frozenset()          # ... its overdue attempts settled
+    last_good["a"] = 1.0
+    assert watch.stalled(20.0) == frozenset()         # req-0 came before: never by silence
+    assert watch.stalled(32.0) == {"a"}               # the whole answer: after its estimate
+    for ticket in (before, whole, busy):
+        watch.settled(ticket)
+    assert watch.stalled(32.0) == frozenset()
+    one_slow = StallWatch(120.0, 300.0, unanswering=lambda: {"a": 9.0})
+    one_slow.waiting("a", 9.5, None)
+    assert one_slow.stalled(13.9) == frozenset()      # one slow scrape of a busy engine
+    off = StallWatch(0.0, 300.0, unanswering=lambda: {"a": 0.0})    # the watch off: never
     off.waiting("a", 0.0, None)
     assert off.stalled(100.0) == frozenset()
 

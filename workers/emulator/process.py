@@ -95,7 +95,7 @@ class _Subprocess:
     def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         # -P: the caller's directory is not on the path (a workers.py there would shadow it)
         self.argv = [sys.executable, "-P", "-m", "workers.emulator", *argv]
-        self.env = {**os.environ, **(env or {}), PARENT_PID_ENV: str(os.getpid())}
+        self.env = {**os.environ, **(env or {})}
         self.env["PYTHONPATH"] = os.pathsep.join(
             part for part in (str(REPO_ROOT), self.env.get("PYTHONPATH", "")) if part)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -104,6 +104,8 @@ class _Subprocess:
 
     def start(self) -> None:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
+        # the process starting it now is its parent (the one that built it may have forked)
+        self.env[PARENT_PID_ENV] = str(os.getpid())
         self.proc = subprocess.Popen(self.argv, env=self.env,
                                      stdout=subprocess.DEVNULL, stderr=self._stderr)
 
