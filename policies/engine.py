@@ -217,6 +217,12 @@ class PolicyEngine:
             yield path, type_name, plugin
 
 
+# what each kind's protocol asks of a plugin (``policies.base``), named when one lacks them
+_KIND_MEMBERS: dict[str, tuple[str, ...]] = {
+    "producer": ("name", "produce"), "filter": ("name", "filter"),
+    "scorer": ("name", "score"), "picker": ("name", "pick")}
+
+
 class _Builder:
     """Instantiates plugins from specs, checking each satisfies its kind's protocol."""
 
@@ -254,7 +260,17 @@ class _Builder:
             log.exception("%s: plugin factory failed", spec.path)
             raise RoutingConfigError(f"{spec.path}: {type(exc).__name__}: {exc}") from exc
         if not isinstance(plugin, KIND_PROTOCOLS[kind]):
-            raise RoutingConfigError(f"{spec.path}.type: {spec.type!r} did not build a {kind}")
+            missing = [member for member in _KIND_MEMBERS[kind] if not hasattr(plugin, member)]
+            raise RoutingConfigError(
+                f"{spec.path}.type: {spec.type!r} did not build a {kind}: its factory returned "
+                f"{type(plugin).__name__}, which has no {' and no '.join(missing) or 'such'} "
+                "attribute")
+        built_name = getattr(plugin, "name", None)
+        if built_name != spec.name:
+            raise RoutingConfigError(
+                f"{spec.path}: plugin {spec.type!r} built an instance named {built_name!r}, "
+                f"not {spec.name!r} as declared: its scores and failures would go under "
+                "another name (set its name from the factory's context.name)")
         self.plugins[spec.path] = (spec.type, plugin)
         return plugin
 

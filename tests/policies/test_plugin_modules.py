@@ -620,3 +620,26 @@ def test_a_version_dropped_while_another_file_loads_leaves_at_once(
     finally:
         finish.set()
         loading.join(10)
+
+
+def test_a_plugin_named_otherwise_or_lacking_its_method_is_refused_saying_so(
+        tmp_path: Path) -> None:
+    """A scorer that set its own ``name = "queue-depth"`` added its scores under the built-in
+    scorer's name (the total held two, the decision showed one); a class without ``score``
+    was refused as "did not build a scorer", which said nothing of what it lacked."""
+    hardcoded = plugin_source().replace("self.name = name", "self.name = 'queue-depth'")
+    (tmp_path / "lane.py").write_text(hardcoded)
+    (tmp_path / "routing.yaml").write_text(routing_text("lane.py"))
+    with pytest.raises(RoutingConfigError) as info:
+        PolicyEngine.build(load_routing(tmp_path / "routing.yaml"), FLEET)
+    assert str(info.value).endswith(
+        "profiles.default.scorers[0]: plugin 'lane' built an instance named 'queue-depth', "
+        "not 'lane' as declared: its scores and failures would go under another name (set "
+        "its name from the factory's context.name)")
+    (tmp_path / "lane2.py").write_text(plugin_source().replace("def score(", "def scores("))
+    (tmp_path / "routing.yaml").write_text(routing_text("lane2.py"))
+    with pytest.raises(RoutingConfigError) as info:
+        PolicyEngine.build(load_routing(tmp_path / "routing.yaml"), FLEET)
+    assert str(info.value).endswith(
+        "profiles.default.scorers[0].type: 'lane' did not build a scorer: its factory "
+        "returned LaneScorer, which has no score attribute")
