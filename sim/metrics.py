@@ -50,6 +50,8 @@ class RequestRecord:
     cost_usd: float = 0.0                # share of its worker's busy cost, by tokens computed
     predicted_output_tokens: int | None = None   # the output-length producer's prediction
     slo: Slo = DEFAULT_SLO               # what it is judged by (slo_ttft_s is its TTFT target)
+    # plugins that failed in its decision and were skipped (``skipped_plugins``)
+    skipped_plugins: tuple[str, ...] = ()
 
     @property
     def completed(self) -> bool:
@@ -153,7 +155,18 @@ def summarize(policy: str, records: Sequence[RequestRecord], usage: Sequence[Wor
         "cached_tokens_per_worker": dict(sorted(cached_by_worker.items())),
         "worker_busy_s": {u.worker_id: u.busy_s for u in usage},
         "output_prediction": output_prediction(done),
+        # plugins skipped for failing, by the decisions they failed in (empty: none)
+        "skipped_plugins": skipped_plugins(records),
     }
+
+
+def skipped_plugins(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """How many decisions each plugin failed in (and was skipped), most first."""
+    counts: dict[str, int] = {}
+    for record in records:
+        for plugin in record.skipped_plugins:
+            counts[plugin] = counts.get(plugin, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def output_prediction(done: Sequence[RequestRecord]) -> dict[str, Any] | None:

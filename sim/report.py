@@ -156,8 +156,23 @@ def write_summary(out_dir: Path, meta: Mapping[str, Any],
         header + markdown_table(entries)
         + goodput_lines(entries, trace.get("offered_rps"), trace.get("rate_scale"),
                         slo.attainment)
-        + prediction_table(entries))
+        + prediction_table(entries) + skipped_lines(entries))
     return path
+
+
+def skipped_lines(entries: Mapping[str, Mapping[str, Any]]) -> str:
+    """Under the tables, each policy whose plugins failed: its results are those of the
+    policy without them ("" when none failed)."""
+    lines = []
+    for name, entry in entries.items():
+        skipped = entry.get("skipped_plugins") or {}
+        if skipped:
+            failed = ", ".join(f"{plugin} in {count} of {entry.get('requests')} decisions"
+                               for plugin, count in skipped.items())
+            lines.append(f"* {name}: plugins failed and were skipped ({failed}): its results "
+                         "are those of the policy without them in those decisions; the "
+                         "tracebacks are on stderr")
+    return ("\n\nPlugins that failed:\n\n" + "\n".join(lines) + "\n") if lines else ""
 
 
 def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:

@@ -298,6 +298,9 @@ class Simulation:
         if self._on_decision is not None:
             self._on_decision(DecisionPoint(now, routing, tuple(views), decision))
         record.reason = decision.reason
+        skipped = decision.attributes.get("skipped_plugins")
+        if isinstance(skipped, tuple) and skipped:
+            record.skipped_plugins = tuple(map(str, skipped))
         decided_by = decision.attributes.get("decided_by")
         record.decided_by = decided_by if isinstance(decided_by, str) else ""
         worker = self._by_id.get(decision.worker_id) if decision.worker_id else None

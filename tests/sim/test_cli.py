@@ -42,6 +42,32 @@ def test_sim_writes_summary_table_plots_and_request_rows(tmp_path: Path) -> None
     assert len(rows) == 11 and rows[0].startswith("index,arrival_s,worker_id")
 
 
+def test_a_policy_whose_plugin_fails_says_so_in_its_summary(tmp_path: Path) -> None:
+    """A scorer raising on every request was skipped in every decision, and the results of
+    the policy without it were reported under its name, with no word of it but the
+    tracebacks scrolling by."""
+    (tmp_path / "broken.py").write_text(
+        "from dataclasses import dataclass\n\n\n"
+        "@dataclass(frozen=True)\nclass P:\n    pass\n\n\n"
+        "class Broken:\n    name = 'broken'\n\n"
+        "    def score(self, request, workers, cycle):\n        return 1 / 0\n\n\n"
+        "def register(registry):\n"
+        "    registry.register('broken', 'scorer', P, lambda p, c: Broken())\n")
+    routing = tmp_path / "with-broken.yaml"
+    routing.write_text("plugin_modules: [broken.py]\n"
+                       "profiles: {default: {filters: [model, healthy], "
+                       "scorers: [broken, queue-depth]}}\n")
+    out = tmp_path / "out"
+    assert main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
+                 "--policies", f"round-robin,{routing}", "--out", str(out),
+                 "--limit", "10"]) == 0
+    policies = json.loads((out / "summary.json").read_text())["policies"]
+    assert policies["round-robin"]["skipped_plugins"] == {}
+    assert policies["with-broken"]["skipped_plugins"] == {"broken": 10}
+    assert ("* with-broken: plugins failed and were skipped (broken in 10 of 10 decisions)"
+            in (out / "summary.md").read_text())
+
+
 def test_skip_simulates_the_requests_after_the_first_n(tmp_path: Path) -> None:
     out = tmp_path / "out"
     code = main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET),
