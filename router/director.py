@@ -54,6 +54,7 @@ from router.decisions import (
     Outcome,
     reason_code,
 )
+from router.drain import cut_by_drain
 from router.ejection import WorkerEjection
 from router.errors import (
     AdmissionRefused,
@@ -64,6 +65,7 @@ from router.errors import (
     Overloaded,
     RouterError,
     RoutingMisconfigured,
+    StoppedBeforeTheAnswer,
     UpstreamError,
     UpstreamTimeout,
 )
@@ -253,11 +255,21 @@ class Director:
         finished = False
         try:
             return await self._admitted(request, parsed, body, engine, ticket)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
+            why = None if isinstance(cancelled, CancelledMidStream) else cut_by_drain(cancelled)
             if not parsed.attempts:      # it left before any worker was tried: counted here
-                self._metrics.record_request(self._model_label(parsed.routing.model), "",
-                                             "", "none", CLIENT_LEFT, api)
-            raise
+                self._metrics.record_request(
+                    self._model_label(parsed.routing.model), "", "", "none",
+                    CLIENT_LEFT if why is None else StoppedBeforeTheAnswer.status, api)
+            if why is None:
+                raise
+            # the drain cut it before an answer began: the client is told, not dropped
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            raise StoppedBeforeTheAnswer(
+                f"The router is stopping and cut this request before it was answered "
+                f"({why}): send it again.") from None
         except RouterError as refused:     # counted against its budget: say what is left
             if isinstance(refused, AdmissionRefused):   # its tokens' budget, once counted
                 self._refused(parsed.routing, engine, refused)
@@ -625,7 +637,11 @@ class Director:
             self._judge(info, attempt, routing.request_id, result)
             raise
         except asyncio.CancelledError as cancelled:
-            status = CLIENT_LEFT
+            # the client left, or the router's drain cut it (a 503: an error event ended
+            # the stream, or ``_handle`` answers it)
+            cut = (cancelled.cut_by_drain if isinstance(cancelled, CancelledMidStream)
+                   else cut_by_drain(cancelled))
+            status = CLIENT_LEFT if cut is None else StoppedBeforeTheAnswer.status
             if isinstance(cancelled, CancelledMidStream):   # charged what reached the client
                 attempt.events_relayed = cancelled.events
             raise

@@ -5,7 +5,10 @@ the request to stop and waits ``shutdown_timeout`` again before it cancels the h
 a stream that does not read its request body runs for twice the drain it was given.
 ``RequestTasks`` keeps the task of every request being handled (its middleware, outermost)
 and ``cut_after(s)`` cancels those still running ``s`` seconds later: a stream is cut when
-``--drain-timeout`` says, and aiohttp's wait ends with it. ``StopNotice`` says the stop
+``--drain-timeout`` says, and aiohttp's wait ends with it. The cut cancels each with
+``CUT_BY_DRAIN`` and why (``cut_by_drain`` tells such a cancellation from a client leaving),
+so that a stream cut gets an error event and a request its worker had not answered a 503,
+not a connection closed with no word. ``StopNotice`` says the stop
 began, for ``/health`` to say so. ``idle()`` waits until none is
 being handled (the drain waits on it while the port of this process alone still answers,
 for what the requests in flight add to be scraped).
@@ -20,6 +23,18 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 log = logging.getLogger(__name__)
+
+# the message of the cancellations ``RequestTasks.cut`` sends, before ": " and why
+CUT_BY_DRAIN = "cut by the router's drain"
+
+
+def cut_by_drain(cancelled: BaseException) -> str | None:
+    """Why ``RequestTasks.cut`` cancelled the request (``"drain timeout"``, ``"a second
+    signal"``) when ``cancelled`` is its cancellation, else None (a client leaving, ...)."""
+    message = cancelled.args[0] if cancelled.args else None
+    if isinstance(message, str) and message.startswith(CUT_BY_DRAIN):
+        return message[len(CUT_BY_DRAIN) + 2:] or "drain timeout"
+    return None
 
 
 class StopNotice:
@@ -83,5 +98,5 @@ class RequestTasks:
         if running:
             log.warning("%s: cutting %d request(s) still in flight", why, len(running))
         for task in running:
-            task.cancel()
+            task.cancel(f"{CUT_BY_DRAIN}: {why}")
         return len(running)

@@ -250,6 +250,20 @@ class InFlightRefused(Overloaded, AdmissionRefused):
     wait was too long, or the router is stopping (``reason``)."""
 
 
+class StoppedBeforeTheAnswer(RouterError):
+    """The router stopped (its drain ran out, or a second signal) while a worker had the
+    request and had not answered it yet: worth sending again, to another router."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "router_stopping"
+
+    def __init__(self, message: str, *, param: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message, param=param, headers=headers)
+        self.headers.setdefault("Retry-After", "1")
+
+
 class UpstreamTimeout(RouterError):
     status = 504
     type = "timeout_error"

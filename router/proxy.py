@@ -31,7 +31,10 @@ Failure semantics:
 * the client goes away: the upstream response is closed at once, which makes vLLM abort;
   when it goes after the stream's last event reached it (a client that stops reading at
   ``[DONE]``), the answer was whole: the cancellation carries its result
-  (``CancelledAfterTheEnd``) so that it is counted as answered, with its usage.
+  (``CancelledAfterTheEnd``) so that it is counted as answered, with its usage;
+* the router's drain runs out mid-stream (``router.drain.cut_by_drain``): the client gets an
+  error event that says so, then ``[DONE]`` (``CancelledMidStream.cut_by_drain``), bounded by
+  ``DRAIN_CUT_WRITE_S``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from router.answer_facts import answer_facts
+from router.drain import cut_by_drain
 from router.errors import Overloaded, UpstreamTimeout, anthropic_error_body, error_body
 from router.errors import UpstreamError as UpstreamAnswerError
 from router.proxy_usage import Usage, UsageRewrite, parse_usage
@@ -289,6 +293,10 @@ class EventTooLarge(Exception):
 # background: ``UpstreamResponse.close_when_whole``)
 DRAIN_AFTER_END_S = 1.0
 
+# how long the error event of a stream the router's drain cut may take to reach its client
+# (the process is stopping: a client not reading is not waited for)
+DRAIN_CUT_WRITE_S = 2.0
+
 
 class CancelledAfterTheEnd(asyncio.CancelledError):
     """The request was cancelled (its client left) after the stream's last event had been
@@ -300,12 +308,14 @@ class CancelledAfterTheEnd(asyncio.CancelledError):
 
 
 class CancelledMidStream(asyncio.CancelledError):
-    """The request was cancelled (its client left) while its stream was relayed: ``events``
-    of it had been relayed, which the client's budget is charged for."""
+    """The request was cancelled (its client left, or the router's drain ran out:
+    ``cut_by_drain`` says why, the client told so by an error event) while its stream was
+    relayed: ``events`` of it had been relayed, which the client's budget is charged for."""
 
-    def __init__(self, events: int) -> None:
+    def __init__(self, events: int, cut_by_drain: str | None = None) -> None:
         super().__init__()
         self.events = events
+        self.cut_by_drain = cut_by_drain
 
 
 class Proxy:
@@ -437,10 +447,13 @@ class Proxy:
                             relay: _StreamRelay) -> ProxyResult:
         try:
             return await self._relay_to_the_end(upstream, relay)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             if not relay.end_written:
                 if relay.events:
-                    raise CancelledMidStream(relay.events) from None
+                    why = cut_by_drain(cancelled)
+                    if why is not None:
+                        await _tell_drain_cut(relay, why)
+                    raise CancelledMidStream(relay.events, why) from None
                 raise
             raise CancelledAfterTheEnd(ProxyResult(
                 relay.response_or_new(), relay.status, relay.usage, relay.first_byte_at,
@@ -496,6 +509,16 @@ class Proxy:
         return ProxyResult(relay.response_or_new(), relay.status, relay.usage,
                            relay.first_byte_at, self._clock(), relay.events,
                            worker_error_event=relay.worker_error is not None)
+
+
+async def _tell_drain_cut(relay: _StreamRelay, why: str) -> None:
+    """End a stream the router's drain cut with an error event saying so (within
+    ``DRAIN_CUT_WRITE_S``; a client gone or not reading is left as it is)."""
+    with contextlib.suppress(TimeoutError, ConnectionResetError,
+                             aiohttp.ClientConnectionResetError):
+        async with asyncio.timeout(DRAIN_CUT_WRITE_S):
+            await relay.fail(f"The router is stopping and cut this stream before its end "
+                             f"({why}): send the request again.")
 
 
 class _StreamRelay:

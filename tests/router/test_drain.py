@@ -8,6 +8,7 @@ Real processes: ``kvroute up`` (router and one emulated H100 in real time), and
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -59,6 +60,15 @@ async def read_stream(url: str, tokens: int, started: asyncio.Event | None = Non
     return lines
 
 
+def cut_by_the_router(lines: list[bytes]) -> str:
+    """The message of the error event that ends a stream the router's drain cut (before
+    ``[DONE]``)."""
+    assert lines[-1] == b"data: [DONE]", lines[-3:]
+    message: str = json.loads(lines[-2].removeprefix(b"data: "))["error"]["message"]
+    assert "The router is stopping and cut this stream before its end" in message, message
+    return message
+
+
 async def refused(url: str) -> bool:
     """Whether a new connection is refused (a connection taken just as the listener closed,
     then reset, tells neither: False, for a poll to ask again)."""
@@ -104,6 +114,13 @@ async def waiting_one(url: str) -> bool:
     return await admission_waiting(url) == 1
 
 
+async def serving_one(url: str) -> bool:
+    """Whether the router serves one request (admitted: on its way to its worker)."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as resp:
+        text = await resp.text()
+    return re.search(r"^kvroute_admission_in_flight 1\.0$", text, re.M) is not None
+
+
 def log_says(log: Path, text: str) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return text in log.read_text(errors="replace")
@@ -131,7 +148,8 @@ def gone(pid: int, timeout_s: float = 10.0) -> bool:
     return False
 
 
-def start_up(tmp_path: Path, port: int, *extra: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+def start_up(tmp_path: Path, port: int, *extra: str,
+             env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path, Path]:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(fleet_data({"h100-0": ("h100", REAL_TIME)},
                                                {"h100-0": free_port()})))
@@ -140,8 +158,15 @@ def start_up(tmp_path: Path, port: int, *extra: str) -> tuple[subprocess.Popen[b
         proc = subprocess.Popen(
             [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
              str(REPO_ROOT / "config/routing.yaml"), "--port", str(port), *extra],
-            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=out)
+            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=out,
+            env=None if env is None else {**os.environ, **env})
     return proc, fleet, log
+
+
+def outcome_statuses(decision_log: Path) -> list[object]:
+    """The status of each attempt's outcome line in a decision log."""
+    lines = [orjson.loads(line) for line in decision_log.read_bytes().splitlines()]
+    return [line.get("status") for line in lines if line.get("kind") == "outcome"]
 
 
 async def test_sigterm_refuses_new_connections_and_lets_streams_finish(
@@ -229,7 +254,9 @@ async def test_a_request_waiting_for_a_slot_is_answered_503_when_the_drain_begin
 async def test_a_stream_longer_than_the_drain_timeout_is_cut(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc, fleet, log = start_up(tmp_path, port, "--drain-timeout", "5")
+    decisions = tmp_path / "decisions.jsonl"
+    proc, fleet, log = start_up(tmp_path, port, "--drain-timeout", "5",
+                                env={"KVROUTE_DECISION_LOG": str(decisions)})
     try:
         wait_healthy(url, proc, timeout_s=30.0)
         started = asyncio.Event()
@@ -242,12 +269,43 @@ async def test_a_stream_longer_than_the_drain_timeout_is_cut(tmp_path: Path) -> 
         assert await asyncio.to_thread(proc.wait, 30) == 0
         # cut when the drain ends, not when it has run twice over (aiohttp's own two waits)
         assert 4.5 < cut_after < 9.0, cut_after
-        assert b"data: [DONE]" not in lines and 3 <= len(lines) < 4000
+        assert 3 <= len(lines) < 4000
+        # told so by an error event, then [DONE] (the connection was closed with no word)
+        assert "(drain timeout)" in cut_by_the_router(lines)
     finally:
         _stop_with_children(proc, fleet)
     text = log.read_text()
     assert "get up to 5 s to finish" in text
     assert "drain timeout: cutting 1 request(s) still in flight" in text
+    assert outcome_statuses(decisions) == [503]       # not a client that left (499)
+
+
+async def test_a_whole_answer_the_drain_cuts_is_answered_503(tmp_path: Path) -> None:
+    """A request whose worker had not answered when the drain ran out had its connection
+    closed with no answer; it is answered 503 (worth sending again, to another router)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    decisions = tmp_path / "decisions.jsonl"
+    proc, fleet, log = start_up(tmp_path, port, "--drain-timeout", "3",
+                                env={"KVROUTE_DECISION_LOG": str(decisions)})
+    try:
+        wait_healthy(url, proc, timeout_s=30.0)
+        body = {**stream_body(4000), "stream": False}               # about 40 s
+        async with aiohttp.ClientSession() as http:
+            answer = asyncio.create_task(http.post(f"{url}/v1/completions", json=body))
+            await until(lambda: serving_one(url), 20, "the request is admitted")
+            os.kill(proc.pid, signal.SIGTERM)
+            resp = await asyncio.wait_for(answer, 30)
+            payload = await resp.json()
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        assert resp.status == 503, payload
+        assert resp.headers["Retry-After"] == "1"
+        assert payload["error"]["code"] == "router_stopping", payload
+        assert "(drain timeout)" in payload["error"]["message"], payload
+    finally:
+        _stop_with_children(proc, fleet)
+    assert "drain timeout: cutting 1 request(s) still in flight" in log.read_text()
+    assert outcome_statuses(decisions) == [503]
 
 
 async def test_a_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
@@ -268,7 +326,7 @@ async def test_a_second_signal_cuts_the_drain_short(tmp_path: Path) -> None:
         lines = await asyncio.wait_for(stream, 30)
         assert time.monotonic() - signalled < 10.0          # the drain would take 30 s
         assert await asyncio.to_thread(proc.wait, 30) == 0
-        assert b"data: [DONE]" not in lines
+        assert "(a second signal)" in cut_by_the_router(lines)
     finally:
         _stop_with_children(proc, fleet)
     assert "a second signal: cutting 1 request(s) still in flight" in log.read_text()
@@ -434,7 +492,7 @@ async def test_a_second_signal_to_the_parent_cuts_every_processs_drain(
             os.kill(proc.pid, signal.SIGTERM)
             results = await asyncio.wait_for(asyncio.gather(*streams), 30)
             assert time.monotonic() - signalled < 10.0          # the drain would take 60 s
-            assert all(b"data: [DONE]" not in lines for lines in results)
+            assert all("(a second signal)" in cut_by_the_router(lines) for lines in results)
             assert await asyncio.to_thread(proc.wait, 30) == 0
         finally:
             if proc.poll() is None:
