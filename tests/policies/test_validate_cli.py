@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from router.cli import main
+from tests.policies.broken_plugins import write_broken_scorer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -384,13 +385,7 @@ def test_time_decisions_exits_1_naming_the_plugins_that_failed(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A scorer raising on every request validated ok and its timing exited 0: the decisions
     ran without it, which only the tracebacks in between told."""
-    (tmp_path / "broken.py").write_text(
-        "from dataclasses import dataclass\n\n\n"
-        "@dataclass(frozen=True)\nclass P:\n    pass\n\n\n"
-        "class Broken:\n    name = 'broken'\n\n"
-        "    def score(self, request, workers, cycle):\n        return 1 / 0\n\n\n"
-        "def register(registry):\n"
-        "    registry.register('broken', 'scorer', P, lambda p, c: Broken())\n")
+    write_broken_scorer(tmp_path)
     path = tmp_path / "routing.yaml"
     path.write_text("plugin_modules: [broken.py]\n"
                     "profiles: {default: {filters: [model, healthy], scorers: [broken]}}\n")

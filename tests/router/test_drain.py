@@ -148,8 +148,9 @@ def gone(pid: int, timeout_s: float = 10.0) -> bool:
     return False
 
 
-def start_up(tmp_path: Path, port: int, *extra: str,
-             env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path, Path]:
+def start_up(tmp_path: Path, port: int, *extra: str, decision_log: Path | None = None
+             ) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """``kvroute up`` with one emulated H100 (its decision log to ``decision_log``)."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(fleet_data({"h100-0": ("h100", REAL_TIME)},
                                                {"h100-0": free_port()})))
@@ -159,7 +160,8 @@ def start_up(tmp_path: Path, port: int, *extra: str,
             [sys.executable, "-m", "router.cli", "up", "--fleet", str(fleet), "--routing",
              str(REPO_ROOT / "config/routing.yaml"), "--port", str(port), *extra],
             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=out,
-            env=None if env is None else {**os.environ, **env})
+            env=None if decision_log is None else {**os.environ,
+                                                   "KVROUTE_DECISION_LOG": str(decision_log)})
     return proc, fleet, log
 
 
@@ -255,8 +257,7 @@ async def test_a_stream_longer_than_the_drain_timeout_is_cut(tmp_path: Path) -> 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     decisions = tmp_path / "decisions.jsonl"
-    proc, fleet, log = start_up(tmp_path, port, "--drain-timeout", "5",
-                                env={"KVROUTE_DECISION_LOG": str(decisions)})
+    proc, fleet, log = start_up(tmp_path, port, "--drain-timeout", "5", decision_log=decisions)
     try:
         wait_healthy(url, proc, timeout_s=30.0)
         started = asyncio.Event()
@@ -286,8 +287,7 @@ async def test_a_whole_answer_the_drain_cuts_is_answered_503(tmp_path: Path) -> 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     decisions = tmp_path / "decisions.jsonl"
-    proc, fleet, log = start_up(tmp_path, port, "--drain-timeout", "3",
-                                env={"KVROUTE_DECISION_LOG": str(decisions)})
+    proc, fleet, log = start_up(tmp_path, port, "--drain-timeout", "3", decision_log=decisions)
     try:
         wait_healthy(url, proc, timeout_s=30.0)
         body = {**stream_body(4000), "stream": False}               # about 40 s

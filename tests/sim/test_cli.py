@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from router.cli import main
+from tests.policies.broken_plugins import write_broken_scorer
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "config" / "fleets" / "bench-mixed.yaml"
@@ -46,13 +47,7 @@ def test_a_policy_whose_plugin_fails_says_so_in_its_summary(tmp_path: Path) -> N
     """A scorer raising on every request was skipped in every decision, and the results of
     the policy without it were reported under its name, with no word of it but the
     tracebacks scrolling by."""
-    (tmp_path / "broken.py").write_text(
-        "from dataclasses import dataclass\n\n\n"
-        "@dataclass(frozen=True)\nclass P:\n    pass\n\n\n"
-        "class Broken:\n    name = 'broken'\n\n"
-        "    def score(self, request, workers, cycle):\n        return 1 / 0\n\n\n"
-        "def register(registry):\n"
-        "    registry.register('broken', 'scorer', P, lambda p, c: Broken())\n")
+    write_broken_scorer(tmp_path)
     routing = tmp_path / "with-broken.yaml"
     routing.write_text("plugin_modules: [broken.py]\n"
                        "profiles: {default: {filters: [model, healthy], "
