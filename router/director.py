@@ -29,6 +29,7 @@ from yarl import URL
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
 from policies.base import (
     RUNNER_OF_PATH,
+    CycleState,
     Decision,
     RequestOutcome,
     RoutingRequest,
@@ -37,7 +38,11 @@ from policies.base import (
 )
 from policies.engine import PolicyEngine
 from policies.filters.context_length import TYPE_NAME as CONTEXT_LENGTH_FILTER
-from policies.filters.context_length import least_output
+from policies.filters.context_length import (
+    ContextLengthFilter,
+    ContextLengthFilterParams,
+    least_output,
+)
 from policies.filters.healthy import TYPE_NAME as HEALTHY_FILTER
 from policies.latency.estimator import served_cost_usd
 from policies.latency.observer import ROUTED_ESTIMATE
@@ -178,6 +183,9 @@ class Director:
         self._ids = RequestIds(clock=clock)
         self._header = settings.request_id_header
         self._urls: dict[tuple[str, str], URL] = {}
+        # whether a window holds a request, as the context-length filter judges (no margin)
+        self._window_check = ContextLengthFilter(CONTEXT_LENGTH_FILTER,
+                                                 ContextLengthFilterParams())
         self._sinks = tuple(sinks)      # decision log, prefix ceiling (router.decision_sinks)
         self._outcome_sinks = tuple(outcome_sinks)      # the decision log's outcome lines
         self._sink_failures: dict[DecisionSink | OutcomeSink, int] = {}   # failures, by sink
@@ -527,17 +535,34 @@ class Director:
                                  param="model", headers=headers)
         too_long = [worker for worker, by in decision.filtered_out.items()
                     if by == CONTEXT_LENGTH_FILTER]
-        if too_long:   # the request fits no worker of its model: the client must shorten it
+        # the request fits no worker of its model: the client must shorten it, unless a
+        # worker out for now holds it (then it waits for that worker: 503)
+        aside = self._set_aside_of(decision) if too_long else []
+        if too_long and not self._window_check.filter(routing, aside, CycleState()):
             self._metrics.record_request(model, "", "", decision.profile, 400, api)
             # the windows the filter read: each engine's own (/v1/models), else the fleet's
             windows = {view.id: view.max_model_len
                        for view in self._registry.views(self._clock())}
             return _context_length_error(routing, max(
                 windows.get(worker) or self._registry.info(worker).model_spec.max_model_len
-                for worker in too_long), headers)
+                for worker in [*too_long, *(view.id for view in aside)]), headers)
         self._metrics.record_request(model, "", "", decision.profile, 503, api)
         return NoWorkerAvailable(f"No worker available for model `{model}`: {decision.reason}",
                                  headers=headers)
+
+    def _set_aside_of(self, decision: Decision) -> list[WorkerView]:
+        """The views of the workers of the decision's model that are down or set aside
+        (``HEALTHY_FILTER``, ``SET_ASIDE``). A request too long for the other workers'
+        windows that one of theirs holds is not too long for the model: its workers that
+        take it are out for now (vLLM's 400 for a prompt past its window, which no client
+        sends again, was given for the window of the workers left while the only
+        long-window one restarted)."""
+        aside = {worker for worker, by in decision.filtered_out.items()
+                 if by in (HEALTHY_FILTER, SET_ASIDE)}
+        if not aside:
+            return []
+        return [view for view in self._registry.views(self._clock())
+                if view.id in aside and view.serves(decision.model)]
 
     def _answer_headers(self, decision: Decision, routing: RoutingRequest,
                         ticket: AdmissionTicket) -> dict[str, str]:

@@ -511,6 +511,49 @@ async def test_the_window_quoted_is_the_engines_own(make_router: RouterFactory,
         "3000 input tokens")
 
 
+async def test_a_prompt_only_a_down_worker_holds_is_503_not_too_long(
+        make_router: RouterFactory, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """While the model's only long-window worker was down, a prompt it serves was answered
+    vLLM's 400 for the window of the worker left (2,048): no client sends a 400 again, and
+    some cut their prompt to the window it names. The model's window holds it: 503."""
+    import yaml
+
+    from tests.router.gateway_support import FAST, fleet_data
+    from workers.emulator.process import EmulatorFleet
+    from workers.fleet import load_fleet
+    from workers.ports import free_port
+
+    path = tmp_path_factory.mktemp("windows") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet_data(
+        {"short": ("h100", {**FAST, "max_model_len": 2048}), "long": ("h100", FAST)},
+        {"short": free_port(), "long": free_port()})))
+    fleet = load_fleet(path)
+    with EmulatorFleet(subset(fleet, ["short"]), one_process=False):    # "long" is down
+        router = await make_router(fleet)
+        for _ in range(200):    # the short engine's window read, the long one's scrapes failed
+            windows = {view.id: (view.healthy, view.max_model_len)
+                       for view in router.app[REGISTRY].views(0.0)}
+            if windows["short"] == (True, 2048) and not windows["long"][0]:
+                break
+            await asyncio.sleep(0.05)
+        assert windows["short"] == (True, 2048) and not windows["long"][0], windows
+        with pytest.raises(openai.InternalServerError) as info:
+            await client(router).completions.create(model=MODEL, prompt=[7] * 3000,
+                                                    max_tokens=4)
+        assert info.value.status_code == 503
+        assert info.value.response.headers["Retry-After"] == "1"
+        assert isinstance(info.value.body, dict)
+        assert info.value.body["code"] == "no_worker_available", info.value.body
+        # past every window of the model, up or down: the client's to shorten
+        with pytest.raises(openai.BadRequestError) as too_long:
+            await client(router).completions.create(model=MODEL, prompt=[7] * 9000,
+                                                    max_tokens=4)
+    assert isinstance(too_long.value.body, dict)
+    assert too_long.value.body["message"].startswith(
+        "This model's maximum context length is 8192 tokens. However, your prompt contains "
+        "9000 input tokens"), too_long.value.body
+
+
 @pytest.mark.parametrize(("path", "body", "status", "message"), [
     ("/v1/chat/completions", b"{\"model\": ", 400, "Request body is not valid JSON"),
     ("/v1/chat/completions", b"\xc3\x28\xa0\xa1", 400, "Request body is not valid UTF-8."),
