@@ -8,7 +8,9 @@ with a LoRA resolver plugin; a plain vLLM answers 404 for an adapter it has not 
 and a conversation continued there keeps its base model: ``router.director``);
 ``require-loaded`` keeps
 only workers that have it loaded; ``any`` keeps every worker serving the base model or the
-adapter.
+adapter. When the rule's model is a base model some worker runs, only that base model's
+workers count: an adapter of the same name loaded on workers of another base model is
+another adapter.
 
 ```yaml
 filters:
@@ -58,11 +60,22 @@ class ModelFilter:
             return [view for view in workers
                     if model in (view.served_models or view.info.models)
                     or model in view.lora_adapters]
-        loaded = [view for view in workers if adapter in view.lora_adapters]
+        # a rule naming a base model with its adapter: an adapter of that name loaded on
+        # another base model's workers is another adapter (vLLM ties each to its base)
+        base = model if any(_runs(view, model) for view in workers) else None
+        loaded = [view for view in workers if adapter in view.lora_adapters
+                  and (base is None or _runs(view, base))]
         mode = self.params.adapter
         if mode == "require-loaded" or (mode == "prefer-loaded" and loaded):
             return loaded
+        if base is not None:
+            return [view for view in workers if _runs(view, base)]
         return [view for view in workers if view.serves(model) or view.serves(adapter)]
+
+
+def _runs(view: WorkerView, model: str) -> bool:
+    """Whether ``view``'s worker serves ``model`` itself (not as one of its adapters)."""
+    return model in (view.served_models or view.info.models)
 
 
 def register(registry: PluginRegistry) -> None:

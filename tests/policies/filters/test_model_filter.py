@@ -52,3 +52,50 @@ def test_adapter_modes(view: ViewFactory, mode: str, loaded_somewhere: bool,
     kept = ModelFilter("model", ModelFilterParams(adapter=mode)).filter(  # type: ignore[arg-type]
         RoutingRequest("r", "base"), views, cycle)
     assert ids(kept) == expected
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("prefer-loaded", ["b"]),
+    ("require-loaded", ["b"]),
+    ("any", ["a", "b"]),
+])
+def test_an_adapter_of_the_rules_base_model_only(view: ViewFactory, mode: str,
+                                                 expected: list[str]) -> None:
+    """An adapter name loaded on workers of two base models: a rule naming the base model
+    with it was sent to the other base model's worker, which answered with that model."""
+    cycle = CycleState()
+    cycle.write(TARGET_MODEL, "llama")
+    cycle.write(TARGET_ADAPTER, "sql-lora")
+    views = [view("a", models=("llama",)),
+             view("b", models=("llama",), lora_adapters=("sql-lora",)),
+             view("m", models=("mistral",), lora_adapters=("sql-lora",))]
+    kept = ModelFilter("model", ModelFilterParams(adapter=mode)).filter(  # type: ignore[arg-type]
+        RoutingRequest("r", "sql"), views, cycle)
+    assert ids(kept) == expected
+
+
+def test_a_rules_base_model_without_the_adapter_loaded_falls_back_to_its_own_workers(
+        view: ViewFactory) -> None:
+    cycle = CycleState()
+    cycle.write(TARGET_MODEL, "llama")
+    cycle.write(TARGET_ADAPTER, "sql-lora")
+    views = [view("a", models=("llama",)),
+             view("m", models=("mistral",), lora_adapters=("sql-lora",))]
+    kept = ModelFilter("model", ModelFilterParams()).filter(
+        RoutingRequest("r", "sql"), views, cycle)
+    assert ids(kept) == ["a"]
+
+
+def test_an_adapter_rule_without_a_base_model_keeps_every_worker_with_it(
+        view: ViewFactory) -> None:
+    """``then: {adapter: solo-lora}`` alone: the target model is the alias the client named,
+    which no worker runs, so any worker with the adapter loaded is kept."""
+    cycle = CycleState()
+    cycle.write(TARGET_MODEL, "solo")
+    cycle.write(TARGET_ADAPTER, "solo-lora")
+    views = [view("a", models=("llama",), lora_adapters=("solo-lora",)),
+             view("b", models=("llama",)),
+             view("m", models=("mistral",), lora_adapters=("solo-lora",))]
+    kept = ModelFilter("model", ModelFilterParams()).filter(
+        RoutingRequest("r", "solo"), views, cycle)
+    assert ids(kept) == ["a", "m"]
