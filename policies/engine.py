@@ -43,10 +43,11 @@ from policies.errors import RoutingConfigError
 from policies.failure_log import PluginFailureLog
 from policies.plugin_modules import with_plugin_modules
 from policies.producers.runner import FAILED_PRODUCERS
+from policies.producers.served_model import ALIAS_TARGET
 from policies.profile import Profile, WeightedScorer
 from policies.registry import KIND_PROTOCOLS, BuildContext, PluginKind, PluginRegistry
 from policies.registry import default_registry as make_default_registry
-from policies.rules import first_match
+from policies.rules import first_match, model_aliases
 from workers.fleet import FleetConfig
 from workers.models import WorkerInfo, WorkerView
 
@@ -58,8 +59,8 @@ POOL_FILTER_NAME = "pool"
 class PolicyEngine:
     """Immutable after build, except the plugins' own cross-request state."""
 
-    __slots__ = ("_on_completed", "_on_routed", "_plugins", "default_profile", "fingerprint",
-                 "producer_failures", "producers", "profiles", "routing")
+    __slots__ = ("_on_completed", "_on_routed", "_plugins", "aliases", "default_profile",
+                 "fingerprint", "producer_failures", "producers", "profiles", "routing")
 
     def __init__(self, routing: RoutingConfig, producers: Sequence[Producer],
                  profiles: Mapping[str, Profile], plugins: Mapping[str, tuple[str, Any]],
@@ -74,6 +75,8 @@ class PolicyEngine:
         self.producer_failures = PluginFailureLog(log)
         self.profiles: Mapping[str, Profile] = MappingProxyType(dict(profiles))
         self.default_profile = routing.default_profile
+        # alias -> its target (a model or adapter), for the producers (``name_alias_target``)
+        self.aliases: Mapping[str, str] = MappingProxyType(model_aliases(routing.rules))
         self._plugins = MappingProxyType(dict(plugins))   # path -> (type name, plugin)
         # a plugin may implement either hook of RoutingObserver, or both
         self._on_routed: tuple[Callable[[RoutingRequest, Decision], None], ...] = tuple(
@@ -82,6 +85,14 @@ class PolicyEngine:
         self._on_completed: tuple[Callable[[RoutingRequest, RequestOutcome], None], ...] = tuple(
             hook for _, p in plugins.values()
             if callable(hook := getattr(p, "on_completed", None)))
+
+    def name_alias_target(self, request: RoutingRequest) -> None:
+        """Before the producers run: when ``request`` names an alias (a rule whose only
+        condition is the model rewrites it), name its target under ``ALIAS_TARGET``, for the
+        producers to tokenize and hash it as the target's (``policies.producers.served_model``)."""
+        target = self.aliases.get(request.model)
+        if target is not None:
+            request.attributes[ALIAS_TARGET] = target
 
     @classmethod
     def build(cls, routing: RoutingConfig, fleet: FleetConfig,

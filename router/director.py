@@ -457,6 +457,7 @@ class Director:
                        views: Sequence[WorkerView]) -> bool:
         """Run the producers; True when one ran in a thread (other requests ran meanwhile,
         so the views are out of date)."""
+        engine.name_alias_target(routing)
         offloaded = (await produce(engine.producers, routing, views,
                                    failures=engine.producer_failures)).offloaded > 0
         seconds = routing.attributes.get("semantic_classify_s")   # set by the semantic producer

@@ -10,9 +10,11 @@ router tokenizes as the worker does (same tokenizer and chat template); ``seed``
 the workers' ``PYTHONHASHSEED`` when they set one. A request naming a LoRA adapter a worker
 has loaded is hashed with vLLM's extra key ``("lora", name, path)`` on every block (the path
 is the adapter's ``/v1/models`` card's ``root``, else its name): the same prompt under another
-adapter, or under the base model, shares no block with it, as in the engine's cache. (A
-routing rule's ``adapter:`` is applied after the producers: its requests are hashed as the
-model the client named.)
+adapter, or under the base model, shares no block with it, as in the engine's cache. A
+request naming an alias of an adapter is hashed as that adapter's
+(``policies.producers.served_model``); a rule with other conditions that sets an
+``adapter:`` is applied after the producers: its requests are hashed as the model the client
+named.
 
 The hashes of prefixes seen lately are remembered (``policies.producers.hash_memo``): a
 prompt that extends one seen before (a conversation's next turn, a long shared system prompt)
@@ -43,6 +45,7 @@ from typing import Any
 from policies.base import RoutingRequest
 from policies.errors import ParamError
 from policies.producers.hash_memo import PrefixHashMemo, fingerprints
+from policies.producers.served_model import produced_model
 from policies.registry import PluginRegistry
 from workers.engine.block_hash import HASH_ALGOS, block_hash_chain, get_hash_function
 from workers.models import WorkerView
@@ -93,7 +96,7 @@ class BlocksProducer:
         tokens = request.prompt_token_ids
         if not tokens:
             return
-        extra_keys = lora_extra_keys(request.model, workers)
+        extra_keys = lora_extra_keys(produced_model(request), workers)
         for size in self.block_sizes(workers):
             request.block_hashes[size] = self.chain(tokens, size, extra_keys)
 

@@ -94,6 +94,7 @@ from policies.producers.media import (
     encode_with_media,
 )
 from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
+from policies.producers.served_model import produced_model
 from policies.producers.text_chunks import is_splittable, split_text
 from policies.producers.tiktoken_files import tiktoken_encoding
 from policies.registry import BuildContext, PluginRegistry
@@ -245,7 +246,7 @@ class TokensProducer:
         self.media_tokens = {**DEFAULT_MEDIA_TOKENS, **params.media_tokens}
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
-        model = self._tokenizing_model(request.model, workers)
+        model = self._tokenizing_model(produced_model(request), workers)
         at_least = self._too_long(request, max((view.max_model_len for view in workers),
                                                default=0), model)
         if at_least is not None:     # refused for its length: not worth tokenizing
@@ -292,7 +293,7 @@ class TokensProducer:
         return -(-chars // most) + len(given_ids)
 
     def token_ids(self, request: RoutingRequest) -> Sequence[int]:
-        return self._token_ids_and_longest(request, request.model)[0]
+        return self._token_ids_and_longest(request, produced_model(request))[0]
 
     def _token_ids_and_longest(self, request: RoutingRequest,
                                model: str) -> tuple[Sequence[int], int]:
@@ -322,8 +323,9 @@ class TokensProducer:
     def cost_hint(self, request: RoutingRequest) -> int:
         """Characters still to tokenize for ``request`` (cached texts and chunks count 0)."""
         texts, _ = _prompt_parts_once(request, self.tools_text)
-        key_prefix = self._tokenizer_key(request.model)
-        tokenizer = self._by_model.get(request.model, self._default)
+        model = produced_model(request)
+        key_prefix = self._tokenizer_key(model)
+        tokenizer = self._by_model.get(model, self._default)
         return sum(len(part) for text in texts
                    for part in text_chunks(tokenizer, text, self.chunk_chars)
                    if not self.cache.contains((key_prefix, _digest(part))))

@@ -462,3 +462,28 @@ def test_a_forgotten_worker_leaves_no_incumbents_nor_learnt_state_in_the_default
     assert held_incumbents(engine, fleet) == 0
     assert estimators and all(est.arrivals.rate(spec.info.id, 1.0) == 0.0
                               for est in estimators for spec in fleet.workers)
+
+
+def test_an_alias_names_its_target_for_the_producers() -> None:
+    """The rules run after the producers: a request naming an alias was tokenized and hashed
+    as the alias, which no tokenizer or adapter knows. A rule on the model alone names its
+    target beforehand; a rule with more conditions (a tenant's) does not, as it may not match."""
+    from policies.producers.served_model import ALIAS_TARGET, produced_model
+
+    engine = engine_for(ROUTING.split("rules:")[0] + (
+        "rules:\n"
+        "  - name: public\n"
+        "    when: {model: [gpt-4o-mini]}\n"
+        f"    then: {{model: {MODEL}}}\n"
+        "  - name: sql-alias\n"
+        "    when: {model: [sql]}\n"
+        f"    then: {{model: {MODEL}, adapter: sql-lora}}\n"
+        "  - name: tenant-only\n"
+        "    when: {model: [special], tenant: analysts}\n"
+        "    then: {model: big-model}\n"))
+    for named, target in (("gpt-4o-mini", MODEL), ("sql", "sql-lora"), ("special", "special"),
+                          (MODEL, MODEL)):
+        routed = request(model=named)
+        engine.name_alias_target(routed)
+        assert produced_model(routed) == target, named
+        assert (ALIAS_TARGET in routed.attributes) == (named != target), named

@@ -60,6 +60,28 @@ def test_an_adapters_prompt_is_hashed_with_vllms_lora_key() -> None:
     assert len({tuple(chain[0]) for chain in chains.values()}) == 3
 
 
+def test_an_alias_of_an_adapter_is_hashed_as_the_adapter() -> None:
+    """A rule ``when: {model: sql}, then: {adapter: my-adapter}`` runs after the producers:
+    its requests were hashed as the base model's, so they were routed on the base model's
+    cached blocks (which the engine does not share with the adapter) and recorded as such."""
+    from policies.producers.served_model import ALIAS_TARGET
+
+    producer = BlocksProducer("blocks", BlocksParams())
+    views = [make_view("b", lora_adapters=("my-adapter",),
+                       lora_paths=(("my-adapter", "/adapters/my-adapter"),))]
+    tokens = list(range(1, 33))
+    named = request_with(tokens)
+    named.model = "my-adapter"
+    producer.produce(named, views)
+    aliased = request_with(tokens)
+    aliased.model = "sql"
+    aliased.attributes[ALIAS_TARGET] = "my-adapter"
+    producer.produce(aliased, views)
+    assert list(aliased.block_hashes[16]) == list(named.block_hashes[16]) == [
+        to_event_int(h) for h in block_hash_chain(
+            tokens, 16, extra_keys=(("lora", "my-adapter", "/adapters/my-adapter"),))]
+
+
 def test_seed_and_algorithm_are_the_workers() -> None:
     producer = BlocksProducer("blocks", BlocksParams(algo="sha256_cbor", seed="0"))
     tokens = list(range(1, 33))

@@ -364,6 +364,27 @@ def test_an_adapters_prompt_takes_its_base_models_tokenizer() -> None:
     assert unknown.num_prompt_tokens == len(ENCODING.encode(text))
 
 
+def test_an_aliass_prompt_takes_its_targets_tokenizer() -> None:
+    """A request naming an alias (``then: {model: base}``, or of an adapter of it) was
+    tokenized with the default tokenizer (cl100k): the alias is no model of the tokenizers,
+    and the rules, which rewrite it, run after the producers. Its token ids and block hashes
+    then matched nothing the workers cached."""
+    from policies.producers.served_model import ALIAS_TARGET
+    from tests.policies.conftest import make_view
+
+    p = TokensProducer("tokens", TokensParams(), {"base": _CharTokenizer()})
+    views = [make_view("w1", models=("base",), lora_adapters=("sql-lora",))]
+    text = "SELECT name FROM users WHERE id = 7"
+    for alias, target in (("gpt-4o-mini", "base"), ("sql", "sql-lora")):
+        request = RoutingRequest("r", alias, path="/v1/completions", prompt=text)
+        request.attributes[ALIAS_TARGET] = target
+        p.produce(request, views)
+        assert request.num_prompt_tokens == len(text), alias
+    request = RoutingRequest("r", "gpt-4o-mini", path="/v1/completions", prompt=text)
+    request.attributes[ALIAS_TARGET] = "base"
+    assert p.cost_hint(request) == 0              # cached under the target's tokenizer
+
+
 def _image_chat(url: str, text: str = "What is in this image?") -> list[dict[str, Any]]:
     return [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
                                          {"type": "text", "text": text}]}]
