@@ -73,6 +73,7 @@ from router.errors import (
     StoppedBeforeTheAnswer,
     UpstreamError,
     UpstreamTimeout,
+    WorkersBusy,
 )
 from router.forwarded_headers import worker_headers
 from router.header_values import header_safe
@@ -379,6 +380,13 @@ class Director:
                                 f"{known}.", param="model", headers=headers)
         # the client learns which workers failed and how, not where they are (the log says)
         last = without_addresses(last_failure.client_text(), map(self._registry.info, tried))
+        if last_failure.busy:     # the last worker tried is up but full: a 503, when to ask
+            if last_failure.retry_after is not None:
+                headers["Retry-After"] = header_safe(last_failure.retry_after)
+            headers["x-kvroute-reason"] = header_safe(
+                f"workers-busy: busy or failed on {', '.join(tried)}; last: {last}")
+            raise WorkersBusy(f"No worker could take the request after {len(tried)} "
+                              f"attempt(s): the last one is busy; {last}", headers=headers)
         headers["x-kvroute-reason"] = header_safe(
             f"upstream-error: failed on {', '.join(tried)}; last: {last}")
         raise UpstreamError(f"No worker could serve the request after {len(tried)} attempt(s); "
@@ -639,8 +647,8 @@ class Director:
             if failure.reason == "model_not_found":   # the worker answered: not its failure
                 self._ejection.answered(info.id, attempt.started_at)
                 self._registry.unload_adapter(info.id, decision.model)
-            else:
-                self._failed(info)
+            elif not failure.busy:      # a busy worker is up: setting it aside would pile its
+                self._failed(info)      # load onto the others (as a slow scrape does not)
             raise
         except RouterError as error:
             status = error.status

@@ -250,6 +250,21 @@ class InFlightRefused(Overloaded, AdmissionRefused):
     wait was too long, or the router is stopping (``reason``)."""
 
 
+class WorkersBusy(RouterError):
+    """Every worker tried answered that it is too busy to take the request (vLLM's 503 when
+    its queue is full): the client waits as the last one said (``Retry-After``) and sends it
+    again."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "workers_busy"
+
+    def __init__(self, message: str, *, param: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message, param=param, headers=headers)
+        self.headers.setdefault("Retry-After", "1")
+
+
 class StoppedBeforeTheAnswer(RouterError):
     """The router stopped (its drain ran out, or a second signal) while a worker had the
     request and had not answered it yet: worth sending again, to another router."""

@@ -202,13 +202,22 @@ class RetryableUpstream(Exception):
     """The worker failed before anything reached the client; another worker may serve it."""
 
     def __init__(self, reason: str, status: int, detail: str, *,
-                 broke_off: bool = False) -> None:
+                 broke_off: bool = False, retry_after: str | None = None) -> None:
         super().__init__(f"{reason}: {detail}")
         # "connect", "disconnect", "http_5xx", "redirect" or "model_not_found"
         self.reason = reason
         self.status = status          # the worker's status, or 502 when there was none
         self.detail = detail
         self.broke_off = broke_off    # a "disconnect" after the answer's head came
+        self.retry_after = retry_after    # a busy worker's Retry-After, as it sent it
+
+    @property
+    def busy(self) -> bool:
+        """Whether the worker said it is too busy to take the request: vLLM's 503 with its
+        JSON error when its queue is full (``--max-num-queued-reqs``): it is up, and may take
+        one later. (A proxy's 503 page in front of an engine gone is a failure.)"""
+        return (self.reason == "http_5xx" and self.status == BUSY_STATUS
+                and _error_message(self.detail.partition(": ")[2]) is not None)
 
     def client_text(self) -> str:
         """What the client is told: for a 5xx its status and the message of the worker's
@@ -257,6 +266,8 @@ _BROKE_OFF = "the worker's answer broke off before it was whole"
 MAX_KEPT_ORIGINS = 4096
 # what a request whose client left before its answer is counted as (nginx's 499)
 CLIENT_LEFT = 499
+# what vLLM answers when its queue is full (``--max-num-queued-reqs``), with Retry-After
+BUSY_STATUS = 503
 
 
 @dataclass(slots=True)
@@ -369,8 +380,10 @@ class Proxy:
         try:
             if upstream.status >= 500:
                 said = (await upstream.read()).decode("utf-8", "replace")
-                raise RetryableUpstream("http_5xx", upstream.status,
-                                        f"HTTP {upstream.status}: {one_line(said, 2000)}")
+                raise RetryableUpstream(
+                    "http_5xx", upstream.status, f"HTTP {upstream.status}: {one_line(said, 2000)}",
+                    retry_after=(upstream.headers.get("retry-after")
+                                 if upstream.status == BUSY_STATUS else None))
             if 300 <= upstream.status < 400 and upstream.status != 304:
                 # vLLM never redirects: the fleet file's URL is not where it serves (a proxy
                 # sending http to https, a path moved); its Location is no client's business

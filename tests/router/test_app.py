@@ -320,6 +320,42 @@ async def test_an_engine_restarted_behind_the_router_loses_what_the_router_knew(
         second.stop()
 
 
+async def test_a_busy_workers_503_is_relayed_and_does_not_eject_it(
+        make_router: RouterFactory) -> None:
+    """vLLM's 503 for a full queue (``--max-num-queued-reqs``) reached the client as a 502
+    with no ``Retry-After``, and counted toward ejecting the worker: a busy engine was set
+    aside (here, one failure ejects), its load piled onto the others."""
+    from tests.router.gateway_support import fleet_entry, url_fleet
+    from workers.emulator.process import EmulatorProcess
+
+    with EmulatorProcess(gpu="h100", time_scale=1.0, served_model_names=[MODEL],
+                         emulate={"max_num_seqs": 1, "max_num_queued_reqs": 1}) as worker:
+        router = await make_router(url_fleet({"k0": worker.url}), scrape_interval_s=0.05,
+                                   eject_after=1, fail_threshold=10_000)
+        api = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
+        held = [asyncio.create_task(api.completions.create(
+            model=MODEL, prompt="Tell me a story.", max_tokens=300,
+            extra_body={"ignore_eos": True})) for _ in range(2)]     # one runs, one waits
+        try:
+            deadline = time.monotonic() + 10
+            while (await fleet_entry(router, "k0"))["waiting"] < 1:
+                assert time.monotonic() < deadline, "the second request never waited"
+                await asyncio.sleep(0.05)
+            with pytest.raises(openai.InternalServerError) as busy:
+                await api.completions.create(model=MODEL, prompt="hi", max_tokens=2)
+            assert busy.value.status_code == 503
+            assert busy.value.response.headers["Retry-After"] == "1"
+            assert isinstance(busy.value.body, dict)
+            assert busy.value.body["code"] == "workers_busy", busy.value.body
+            assert "The engine is currently busy" in busy.value.body["message"]
+            assert busy.value.response.headers["x-kvroute-reason"].startswith("workers-busy")
+            assert (await fleet_entry(router, "k0"))["ejected_for_s"] == 0
+        finally:
+            await asyncio.gather(*held, return_exceptions=True)
+        reply = await api.completions.create(model=MODEL, prompt="hi", max_tokens=2)
+        assert reply.choices[0].text
+
+
 PREFER_PLUGIN = '''
 from dataclasses import dataclass
 

@@ -453,6 +453,17 @@ def test_a_workers_json_error_message_is_told_with_its_status() -> None:
         "http_5xx: the worker answered HTTP 503: busy now")
 
 
+def test_a_busy_worker_is_a_503_with_a_json_error() -> None:
+    """vLLM's full queue (a 503 with its JSON error) is a busy engine, up; a proxy's 503
+    page, or a 500, is a failure."""
+    busy = ('{"error": {"message": "The engine is currently busy and cannot accept new '
+            'requests.", "type": "Service Unavailable", "param": null, "code": 503}}')
+    assert RetryableUpstream("http_5xx", 503, f"HTTP 503: {busy}").busy
+    assert not RetryableUpstream("http_5xx", 503, "HTTP 503: <html>no upstream</html>").busy
+    assert not RetryableUpstream("http_5xx", 500, f"HTTP 500: {busy}").busy
+    assert not RetryableUpstream("connect", 503, "refused").busy
+
+
 @pytest.mark.parametrize(("status", "worker_failed", "cut"), [
     (499, True, True), (504, True, True), (502, False, True),    # client left, wait, size
     (502, True, False), (200, True, False), (400, True, False)])  # the worker's own end

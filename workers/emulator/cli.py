@@ -48,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-batched-tokens", type=int,
                    help="token budget of one engine step (default: the GPU class's, 8192 on "
                         "h100, 2048 on a100 and l40s)")
+    p.add_argument("--max-num-queued-reqs", type=int, metavar="N",
+                   help="answer a request 503 (engine busy) while N are waiting already, as "
+                        "vLLM's flag does (default: no limit)")
     p.add_argument("--max-model-len", type=int,
                    help="context length in tokens, capped by the KV cache (default: the "
                         "model's)")
@@ -132,8 +135,9 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError("--emulate-json: must be a JSON object")
         out.update(extra)
     for key in ("host", "port", "time_scale", "block_size", "num_gpu_blocks", "max_num_seqs",
-                "max_num_batched_tokens", "max_model_len", "seed", "gpu_memory_utilization",
-                "step_jitter", "hash_seed", "enable_prompt_tokens_details",
+                "max_num_batched_tokens", "max_num_queued_reqs", "max_model_len", "seed",
+                "gpu_memory_utilization", "step_jitter", "hash_seed",
+                "enable_prompt_tokens_details",
                 "server_load_tracking", "kv_events", "kv_events_replay", "kv_events_topic",
                 "kv_events_encoding", "served_model_names", "ssl_certfile", "ssl_keyfile",
                 "runtime_lora_updating", "max_loras", "scheduler_reserve_full_isl",

@@ -15,6 +15,7 @@ emulate:
   gpu_memory_utilization: 0.92
   max_num_seqs: null             # null: vLLM's default for the GPU class
   max_num_batched_tokens: null
+  max_num_queued_reqs: null      # a request past this many waiting is answered 503 (vLLM's flag)
   max_model_len: null            # null: the model's max_model_len
   enable_prefix_caching: true
   hash_seed: null                # null: vLLM's fixed "vllm-none-hash"
@@ -133,6 +134,7 @@ class EmulatorConfig:
     gpu_memory_utilization: float = 0.92
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    max_num_queued_reqs: int | None = None
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
     hash_seed: str | None = None
@@ -183,7 +185,7 @@ class EmulatorConfig:
 _TOP_KEYS = frozenset({
     "port", "host", "served_model_names", "served_model_name", "time_scale", "block_size",
     "num_gpu_blocks", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
-    "max_model_len", "enable_prefix_caching", "hash_seed", "step_jitter",
+    "max_num_queued_reqs", "max_model_len", "enable_prefix_caching", "hash_seed", "step_jitter",
     "enable_prompt_tokens_details", "server_load_tracking", "responses_store", "kv_events",
     "kv_events_replay",
     "kv_events_topic", "kv_events_encoding", "output_len", "seed", "lora_adapters", "faults",
@@ -232,6 +234,7 @@ def parse_emulate(raw: Mapping[str, Any], *, gpu: GpuProfile, model: ModelSpec,
         gpu_memory_utilization=r.number("gpu_memory_utilization", 0.92, lo=0.01, hi=1.0),
         max_num_seqs=r.integer("max_num_seqs", None, lo=1),
         max_num_batched_tokens=r.integer("max_num_batched_tokens", None, lo=1),
+        max_num_queued_reqs=r.integer("max_num_queued_reqs", None, lo=1),
         max_model_len=r.integer("max_model_len", None, lo=2),
         enable_prefix_caching=r.boolean("enable_prefix_caching", True),
         hash_seed=r.optional_string("hash_seed"),

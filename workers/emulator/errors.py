@@ -90,6 +90,12 @@ def internal_error(message: str) -> ApiError:
     return ApiError(500, message, "InternalServerError")
 
 
+def engine_busy() -> ApiError:
+    """vLLM's 503 for a request past ``--max-num-queued-reqs`` waiting ones."""
+    return ApiError(503, "The engine is currently busy and cannot accept new requests. Please "
+                    "try again later or on a different instance.", "Service Unavailable")
+
+
 def prompt_too_long(window: int, count: int) -> ApiError:
     """vLLM's 400 for a prompt past the window: ``count`` tokens, "at least" when it is one
     past (vLLM tokenizes a text no further)."""

@@ -23,6 +23,7 @@ from policies.producers.media import without_marks
 from workers.emulator.errors import (
     ApiError,
     bad_request,
+    engine_busy,
     internal_error,
     no_room_to_answer,
     prompt_too_long,
@@ -114,11 +115,17 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
 
 
 def check_serving(worker: WorkerState) -> None:
-    """A 500 when the engine is down, or when the ``error_rate`` fault picks this request."""
+    """A 500 when the engine is down, or when the ``error_rate`` fault picks this request;
+    vLLM's 503 when ``max_num_queued_reqs`` requests are waiting already."""
     if worker.faults.error_rate > 0 and worker.rng.random() < worker.faults.error_rate:
         raise internal_error("Emulated internal server error (fault injection: error_rate).")
     if not worker.runner.healthy:
         raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
+    limit = worker.config.max_num_queued_reqs
+    if limit is not None and worker.runner.num_waiting >= limit:
+        worker.metrics.admission_rejections.labels(
+            model_name=worker.config.model_name, reason="max_num_queued_reqs").inc()
+        raise engine_busy()
 
 
 async def text_deltas(worker: WorkerState, admitted: Admitted) -> AsyncIterator[str]:

@@ -118,12 +118,13 @@ class EmulatorMetrics:
             "vllm:external_prefix_cache_hits.", ("source",))
         for tier in ("device", "host", "p2p", "disk", "external_unspecified"):
             self.cached_by_source.labels(**self._labels, source=tier)
-        # no engine label, as vLLM's; the emulator has no queue limit to reject by
-        rejections = Counter("vllm:admission_rejections",
-                             "Number of admission attempts rejected by a queue limit, by reason.",
-                             ("model_name", "reason"), registry=reg)
+        # no engine label, as vLLM's
+        self.admission_rejections = Counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            ("model_name", "reason"), registry=reg)
         for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
-            rejections.labels(model_name=config.model_name, reason=reason)
+            self.admission_rejections.labels(model_name=config.model_name, reason=reason)
         self.preemptions = counter("vllm:num_preemptions",
                                    "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")

@@ -107,6 +107,11 @@ class EngineRunner:
     def num_inflight(self) -> int:
         return len(self._requests)
 
+    @property
+    def num_waiting(self) -> int:
+        """Requests in the scheduler's waiting queue."""
+        return self.engine.stats.num_waiting
+
     def lora_state(self) -> tuple[list[str], list[str]]:
         """Adapters of waiting (no token yet) and running requests."""
         waiting = [t.lora_name for t in self._requests.values()

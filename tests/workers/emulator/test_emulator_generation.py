@@ -309,3 +309,42 @@ def test_a_request_id_already_running_runs_too_as_vllm_does() -> None:
             assert time.monotonic() < deadline, "the closed stream was never aborted"
             time.sleep(0.05)
 
+
+
+def test_a_request_past_max_num_queued_reqs_waiting_is_vllms_503() -> None:
+    """vLLM's ``--max-num-queued-reqs``: one running (``max_num_seqs: 1``), one waiting, and
+    the next is refused 503 at once, counted by its reason; the queue freed, it is served."""
+    import threading
+
+    from tests.workers.emulator.emulator_fixtures import metrics_text, sample
+
+    with emulator(time_scale=1.0, max_num_seqs=1, max_num_queued_reqs=1) as worker:
+        long_client = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="x", max_retries=0)
+        body = {"model": MODEL, "prompt": "Tell me a story.", "max_tokens": 300,
+                "extra_body": {"ignore_eos": True}}                  # 3 s each
+        held = [threading.Thread(target=long_client.completions.create, kwargs=body)
+                for _ in range(2)]
+        for thread in held:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while sample(metrics_text(worker.url), "vllm:num_requests_waiting",
+                     model_name=MODEL) < 1:
+            assert time.monotonic() < deadline, "the second request never waited"
+            time.sleep(0.02)
+        request = urllib.request.Request(
+            f"{worker.url}/v1/completions", method="POST",
+            data=json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}).encode(),
+            headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 503
+        assert json.loads(refused.value.read()) == {"error": {
+            "message": "The engine is currently busy and cannot accept new requests. Please "
+                       "try again later or on a different instance.",
+            "type": "Service Unavailable", "param": None, "code": 503}}
+        assert sample(metrics_text(worker.url), "vllm:admission_rejections_total",
+                      model_name=MODEL, reason="max_num_queued_reqs") == 1
+        for thread in held:
+            thread.join(30)
+        with urllib.request.urlopen(request, timeout=10) as served:
+            assert served.status == 200
