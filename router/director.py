@@ -131,6 +131,9 @@ CLAIMED_ID = web.RequestKey("kvroute_request_id", str)
 # the longest a token is expected to take when the policy gave no estimate (for how long a
 # non-streamed answer may take before its worker counts as stalled: ``router.stalls``)
 UNESTIMATED_TOKEN_S = 0.1
+# a whole answer's head comes once the engine has generated all of it: it is waited for
+# this many times its estimated time at its longest, when that is past the upstream timeout
+WHOLE_ANSWER_WAIT_MULTIPLE = 3.0
 
 
 # (worker URL, path) pairs whose parsed URL is kept (the fleet's, and those that left)
@@ -638,7 +641,8 @@ class Director:
                 headers, self._answer_headers(decision, routing, ticket), routing.stream,
                 parsed.wants_usage, lambda: self._on_first_byte(attempt),
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM),
-                adapter=self._listed_adapter(info.id, decision.model))
+                adapter=self._listed_adapter(info.id, decision.model),
+                head_timeout_s=self._whole_answer_wait_s(routing.stream, longest_s))
             status = result.status
             self._judge(info, attempt, routing.request_id, result)
             return result.response
@@ -681,6 +685,17 @@ class Director:
             raise
         finally:
             self._complete(engine, routing, attempt, result, status, ticket)
+
+    def _whole_answer_wait_s(self, stream: bool, longest_s: float | None) -> float | None:
+        """How long a whole answer's head is waited for: ``WHOLE_ANSWER_WAIT_MULTIPLE`` times
+        its estimated time at its longest when that is past the upstream timeout (None: the
+        upstream timeout, as for a stream's head). The head of an answer of thousands of
+        tokens comes minutes after it was sent, and was cut at the upstream timeout with a
+        504 that the SDKs sent again, generated again and cut again."""
+        if stream or longest_s is None:
+            return None
+        wait_s = WHOLE_ANSWER_WAIT_MULTIPLE * longest_s
+        return wait_s if wait_s > self._settings.upstream_timeout_s else None
 
     def _judge(self, info: WorkerInfo, attempt: _Attempt, request_id: str,
                result: ProxyResult) -> None:

@@ -348,18 +348,21 @@ class Proxy:
                       stream: bool, wants_usage: bool,
                       on_first_byte: Callable[[], None],
                       stream_format: StreamFormat = COMPLETION_STREAM,
-                      method: str = "POST", adapter: str | None = None) -> ProxyResult:
+                      method: str = "POST", adapter: str | None = None,
+                      head_timeout_s: float | None = None) -> ProxyResult:
         """Send ``body`` (None: a request without one, e.g. a GET) and relay the answer;
         ``on_first_byte`` is called when the first token is relayed (``stream_format``).
+        ``head_timeout_s``: how long the answer's head may take (None: the upstream
+        timeout; a whole answer's comes once all of it is generated).
         ``adapter``: the LoRA adapter the request names, whose 404 from a worker that no
         longer has it loaded (unloaded since its last ``/v1/models``) is retryable
         (``model_not_found``) instead of relayed."""
         try:
-            upstream = await self._client.request(method, url, body, headers)
+            upstream = await self._client.request(method, url, body, headers, head_timeout_s)
         except UpstreamConnectTimeout as exc:
             raise RetryableUpstream("connect", 502, f"connect timeout to {url}") from exc
         except TimeoutError as exc:
-            raise self._timeout_error() from exc
+            raise self._timeout_error(head_timeout_s) from exc
         except UpstreamLocalError as exc:      # the router's own limit: not the worker's
             self._out_of_resources += 1
             if self._out_of_resources % 1000 == 1:
@@ -410,8 +413,9 @@ class Proxy:
         finally:
             upstream.close()     # a finished answer's connection goes back to the pool
 
-    def _timeout_error(self) -> UpstreamTimeout:
-        return UpstreamTimeout(f"The worker did not answer within {self._upstream_timeout_s:g} s.")
+    def _timeout_error(self, waited_s: float | None = None) -> UpstreamTimeout:
+        waited_s = self._upstream_timeout_s if waited_s is None else waited_s
+        return UpstreamTimeout(f"The worker did not answer within {waited_s:g} s.")
 
     async def _relay_whole(self, upstream: UpstreamResponse,
                            response_headers: Mapping[str, str],

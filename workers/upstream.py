@@ -538,9 +538,12 @@ class UpstreamClient:
         return await self.request("GET", url, None, {})
 
     async def request(self, method: str, url: str | URL, body: bytes | None,
-                      headers: Mapping[str, str]) -> UpstreamResponse:
+                      headers: Mapping[str, str],
+                      head_timeout_s: float | None = None) -> UpstreamResponse:
         """Send ``method`` (``body``: None sends none and no ``Content-Length``) and return
-        the answer once its head is in."""
+        the answer once its head is in, within ``head_timeout_s`` of silence (None: the read
+        timeout; a whole answer's head comes when the engine has generated all of it)."""
+        head_wait_s = self.read_timeout_s if head_timeout_s is None else head_timeout_s
         target = url if isinstance(url, URL) else URL(url)
         if target.scheme not in ("http", "https") or not target.host:
             raise UpstreamConnectError(
@@ -562,7 +565,7 @@ class UpstreamClient:
                 while connection.head is None:
                     if connection.error is not None:
                         raise connection.error
-                    await connection.wait(self.read_timeout_s)
+                    await connection.wait(head_wait_s)
             except UpstreamDisconnected:
                 connection.stop_timer()
                 if reused and not connection.received_any:

@@ -419,7 +419,8 @@ async def test_a_timeout_a_long_whole_answer_explains_is_not_the_workers_failure
     """A whole answer of 1,500 tokens on an L40S outlasting a 20 s upstream timeout counted
     toward ejecting its worker while its engine generated: the router's wait, not the
     worker's failure. A short one that times out still counts, and so does a long one at an
-    engine that generates nothing (a hung one)."""
+    engine that generates nothing (a hung one). (A long one is waited for three times its
+    estimate first: ``test_a_whole_answer_longer_than_the_upstream_timeout_is_served``.)"""
     released = asyncio.Event()
 
     async def silent(request: web.Request) -> web.StreamResponse:
@@ -438,7 +439,7 @@ async def test_a_timeout_a_long_whole_answer_explains_is_not_the_workers_failure
             assert asyncio.get_running_loop().time() < deadline, "never scraped"
             await asyncio.sleep(0.05)
         url = router.url + "/v1/completions"
-        long_answer = {"model": MODEL, "prompt": "Tell me everything", "max_tokens": 4000}
+        long_answer = {"model": MODEL, "prompt": "Tell me everything", "max_tokens": 150}
         async with session.post(url, json=long_answer) as resp:
             assert resp.status == 504
         assert ((await fleet_entry(router, "w"))["ejected_for_s"] == 0) == generating
@@ -448,6 +449,33 @@ async def test_a_timeout_a_long_whole_answer_explains_is_not_the_workers_failure
                 assert resp.status == 504
             assert (await fleet_entry(router, "w"))["ejected_for_s"] > 0
         released.set()
+
+
+async def test_a_whole_answer_longer_than_the_upstream_timeout_is_served(
+        make_router: RouterFactory) -> None:
+    """A whole answer's head comes once it is all generated: one of 400 tokens (about 3 s)
+    was cut at a 1 s upstream timeout with a 504, which the SDKs send again (generated again,
+    cut again). It is waited for three times its estimate at its longest."""
+    from workers.emulator.process import EmulatorProcess
+
+    with EmulatorProcess(gpu="h100", time_scale=1.0, served_model_names=[MODEL]) as worker:
+        router = await make_router(url_fleet({"w": worker.url}),
+                                   (REPO_ROOT / "config/routing.yaml").read_text(),
+                                   upstream_timeout_s=1.0)
+        async with aiohttp.ClientSession() as session, session.post(
+                router.url + "/v1/completions",
+                json={"model": MODEL, "prompt": "Tell me everything", "max_tokens": 400,
+                      "ignore_eos": True}) as resp:
+            answer = await resp.json()
+        assert resp.status == 200, answer
+        assert answer["usage"]["completion_tokens"] == 400
+        # a stream's head still comes within the upstream timeout (its first token)
+        async with aiohttp.ClientSession() as session, session.post(
+                router.url + "/v1/completions",
+                json={"model": MODEL, "prompt": "Tell me everything", "max_tokens": 400,
+                      "ignore_eos": True, "stream": True}) as resp:
+            assert resp.status == 200
+            await resp.read()
 
 
 async def test_a_served_answer_is_charged_its_own_length_not_the_one_expected(
