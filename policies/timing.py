@@ -83,6 +83,7 @@ def time_decisions(engine: PolicyEngine, fleet: FleetConfig, requests: int, work
         request = RoutingRequest(f"t{i}", model, messages=[
             {"role": "user", "content": f"{i}: {words}"}], max_tokens=rng.randint(16, 512))
         start = time.perf_counter_ns()
+        engine.name_alias_target(request)             # as the router does before them
         run_producers_sync(engine.producers, request, views)
         middle = time.perf_counter_ns()
         cpu_start = time.thread_time_ns()

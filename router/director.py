@@ -131,9 +131,14 @@ CLAIMED_ID = web.RequestKey("kvroute_request_id", str)
 # the longest a token is expected to take when the policy gave no estimate (for how long a
 # non-streamed answer may take before its worker counts as stalled: ``router.stalls``)
 UNESTIMATED_TOKEN_S = 0.1
-# a whole answer's head comes once the engine has generated all of it: it is waited for
-# this many times its estimated time at its longest, when that is past the upstream timeout
+# a whole answer's head comes once the engine has generated all of it: past the upstream
+# timeout it is waited for on while the engine generates, up to this many times its
+# estimated time at its longest, and never past WHOLE_ANSWER_MAX_WAIT_S
 WHOLE_ANSWER_WAIT_MULTIPLE = 3.0
+WHOLE_ANSWER_MAX_WAIT_S = 3600.0
+# a worker down for no longer than this since its last good scrape is out for now: a prompt
+# only its window holds is answered 503, not the 400 of a prompt too long for the model
+RECENTLY_UP_S = 300.0
 
 
 # (worker URL, path) pairs whose parsed URL is kept (the fleet's, and those that left)
@@ -243,9 +248,13 @@ class Director:
         except RouterError as refused:   # a bad body: counted, under no model it could name
             self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status, api)
             raise
-        except asyncio.CancelledError:   # the client left while sending it
-            self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", CLIENT_LEFT, api)
-            raise
+        except asyncio.CancelledError as cancelled:  # the client left while sending it
+            stopped = _drain_cut_answer(cancelled)     # (or the drain cut it)
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", CLIENT_LEFT
+                                         if stopped is None else stopped.status, api)
+            if stopped is None:
+                raise
+            raise stopped from None
         try:
             self._check_runner(parsed.routing)
         except RouterError as refused:   # a fleet's model asked for what it does not run
@@ -260,28 +269,29 @@ class Director:
         except AdmissionRefused as refused:
             self._refused(parsed.routing, engine, refused)
             raise
-        except asyncio.CancelledError:   # the client left while waiting for a slot
+        except asyncio.CancelledError as cancelled:  # the client left waiting for a slot
+            stopped = _drain_cut_answer(cancelled)     # (or the drain cut it)
             self._metrics.record_request(self._model_label(parsed.routing.model), "", "",
-                                         "none", CLIENT_LEFT, api)
-            raise
+                                         "none", CLIENT_LEFT if stopped is None
+                                         else stopped.status, api)
+            if stopped is None:
+                raise
+            raise stopped from None
         finished = False
         try:
             return await self._admitted(request, parsed, body, engine, ticket)
         except asyncio.CancelledError as cancelled:
-            why = None if isinstance(cancelled, CancelledMidStream) else cut_by_drain(cancelled)
+            # the drain cut it before an answer began: the client is told, not dropped (a
+            # stream begun was told in-stream: ``CancelledMidStream``)
+            stopped = (None if isinstance(cancelled, CancelledMidStream)
+                       else _drain_cut_answer(cancelled))
             if not parsed.attempts:      # it left before any worker was tried: counted here
                 self._metrics.record_request(
                     self._model_label(parsed.routing.model), "", "", "none",
-                    CLIENT_LEFT if why is None else StoppedBeforeTheAnswer.status, api)
-            if why is None:
+                    CLIENT_LEFT if stopped is None else stopped.status, api)
+            if stopped is None:
                 raise
-            # the drain cut it before an answer began: the client is told, not dropped
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            raise StoppedBeforeTheAnswer(
-                f"The router is stopping and cut this request before it was answered "
-                f"({why}): send it again.") from None
+            raise stopped from None
         except RouterError as refused:     # counted against its budget: say what is left
             if isinstance(refused, AdmissionRefused):   # its tokens' budget, once counted
                 self._refused(parsed.routing, engine, refused)
@@ -563,18 +573,29 @@ class Director:
                                  headers=headers)
 
     def _set_aside_of(self, decision: Decision) -> list[WorkerView]:
-        """The views of the workers of the decision's model that are down or set aside
-        (``HEALTHY_FILTER``, ``SET_ASIDE``). A request too long for the other workers'
-        windows that one of theirs holds is not too long for the model: its workers that
-        take it are out for now (vLLM's 400 for a prompt past its window, which no client
-        sends again, was given for the window of the workers left while the only
-        long-window one restarted)."""
-        aside = {worker for worker, by in decision.filtered_out.items()
+        """The views of the workers of the decision's model out for now: set aside by the
+        router (``SET_ASIDE``: ejected or stalled, their scrapes answering), or down
+        (``HEALTHY_FILTER``) after a good scrape within ``RECENTLY_UP_S``, their window the
+        one their engine said. A request too long for the other workers' windows that one
+        of theirs holds is not too long for the model: its workers that take it are out for
+        now (vLLM's 400 for a prompt past its window, which no client sends again, was given
+        for the window of the workers left while the only long-window one restarted). A
+        worker never up, or down for longer, does not hold a prompt back from its 400."""
+        aside = {worker: by for worker, by in decision.filtered_out.items()
                  if by in (HEALTHY_FILTER, SET_ASIDE)}
         if not aside:
             return []
-        return [view for view in self._registry.views(self._clock())
-                if view.id in aside and view.serves(decision.model)]
+        now = self._clock()
+        recent: list[WorkerView] = []
+        for view in self._registry.views(now):
+            if view.id not in aside or not view.serves(decision.model):
+                continue
+            if aside[view.id] == HEALTHY_FILTER:
+                snapshot = self._registry.snapshot(view.id)
+                if snapshot is None or not now - snapshot.scraped_at <= RECENTLY_UP_S:
+                    continue        # (never scraped well: -inf)
+            recent.append(view)
+        return recent
 
     def _answer_headers(self, decision: Decision, routing: RoutingRequest,
                         ticket: AdmissionTicket) -> dict[str, str]:
@@ -642,7 +663,8 @@ class Director:
                 parsed.wants_usage, lambda: self._on_first_byte(attempt),
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM),
                 adapter=self._listed_adapter(info.id, decision.model),
-                head_timeout_s=self._whole_answer_wait_s(routing.stream, longest_s))
+                head_timeout_s=self._whole_answer_wait_s(routing.stream, longest_s),
+                keep_waiting=lambda: self._ejection.stalls.busy(info.id, self._clock()))
             status = result.status
             self._judge(info, attempt, routing.request_id, result)
             return result.response
@@ -687,14 +709,16 @@ class Director:
             self._complete(engine, routing, attempt, result, status, ticket)
 
     def _whole_answer_wait_s(self, stream: bool, longest_s: float | None) -> float | None:
-        """How long a whole answer's head is waited for: ``WHOLE_ANSWER_WAIT_MULTIPLE`` times
-        its estimated time at its longest when that is past the upstream timeout (None: the
-        upstream timeout, as for a stream's head). The head of an answer of thousands of
+        """How long a whole answer's head may be waited for, past the upstream timeout while
+        its engine generates (the stall watch's ``busy``): ``WHOLE_ANSWER_WAIT_MULTIPLE``
+        times its estimated time at its longest, at most ``WHOLE_ANSWER_MAX_WAIT_S`` (None:
+        the upstream timeout, as for a stream's head). The head of an answer of thousands of
         tokens comes minutes after it was sent, and was cut at the upstream timeout with a
-        504 that the SDKs sent again, generated again and cut again."""
+        504 that the SDKs sent again, generated again and cut again; a hung engine's is
+        still cut at the timeout."""
         if stream or longest_s is None:
             return None
-        wait_s = WHOLE_ANSWER_WAIT_MULTIPLE * longest_s
+        wait_s = min(WHOLE_ANSWER_WAIT_MULTIPLE * longest_s, WHOLE_ANSWER_MAX_WAIT_S)
         return wait_s if wait_s > self._settings.upstream_timeout_s else None
 
     def _judge(self, info: WorkerInfo, attempt: _Attempt, request_id: str,
@@ -932,6 +956,19 @@ def longest_answer_tokens(routing: RoutingRequest, max_model_len: int) -> int:
     return output_tokens_in_window(
         routing.max_tokens if routing.max_tokens is not None else max_model_len,
         routing.context_prompt_tokens, max_model_len)
+
+
+def _drain_cut_answer(cancelled: asyncio.CancelledError) -> StoppedBeforeTheAnswer | None:
+    """The 503 for a request the router's drain cut before its answer began (the task's
+    cancellation taken back, for the answer to be written), else None (its client left)."""
+    why = cut_by_drain(cancelled)
+    if why is None:
+        return None
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    return StoppedBeforeTheAnswer(f"The router is stopping and cut this request before it "
+                                  f"was answered ({why}): send it again.")
 
 
 def _expected_first_byte_s(decision: Decision, stream: bool, decode_tokens: int) -> float | None:

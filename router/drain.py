@@ -50,6 +50,7 @@ class RequestTasks:
 
     def __init__(self) -> None:
         self._tasks: dict[asyncio.Task[object], web.Request] = {}
+        self._cut: set[asyncio.Task[object]] = set()     # cut once: told once (``cut``)
         self._none: asyncio.Event | None = None   # made on the loop, when first waited on
 
     def __len__(self) -> int:
@@ -76,6 +77,7 @@ class RequestTasks:
             return await handler(request)
         finally:
             self._tasks.pop(task, None)
+            self._cut.discard(task)
             if self._none is not None and not self._tasks:
                 self._none.set()
 
@@ -93,10 +95,12 @@ class RequestTasks:
         return asyncio.get_running_loop().call_later(timeout_s, self.cut)
 
     def cut(self, why: str = "drain timeout") -> int:
-        """Cancel every request still being handled; how many were."""
-        running = [task for task in self._tasks if not task.done()]
+        """Cancel every request still being handled and not cut already; how many were."""
+        running = [task for task in self._tasks
+                   if not task.done() and task not in self._cut]
         if running:
             log.warning("%s: cutting %d request(s) still in flight", why, len(running))
         for task in running:
+            self._cut.add(task)
             task.cancel(f"{CUT_BY_DRAIN}: {why}")
         return len(running)

@@ -213,11 +213,17 @@ class RetryableUpstream(Exception):
 
     @property
     def busy(self) -> bool:
-        """Whether the worker said it is too busy to take the request: vLLM's 503 with its
-        JSON error when its queue is full (``--max-num-queued-reqs``): it is up, and may take
-        one later. (A proxy's 503 page in front of an engine gone is a failure.)"""
-        return (self.reason == "http_5xx" and self.status == BUSY_STATUS
-                and _error_message(self.detail.partition(": ")[2]) is not None)
+        """Whether the worker said it is too busy to take the request, up and able to take
+        one later: vLLM's 503 when its queue is full (``--max-num-queued-reqs`` or
+        ``--max-num-queued-tokens``: ``BUSY_MESSAGES``), or any 503 with a ``Retry-After``.
+        (A proxy's 503 page in front of an engine gone, or vLLM's 503 for a failed request,
+        is a failure.)"""
+        if self.reason != "http_5xx" or self.status != BUSY_STATUS:
+            return False
+        if self.retry_after is not None:
+            return True
+        message = _error_message(self.detail.partition(": ")[2])
+        return message is not None and message.startswith(BUSY_MESSAGES)
 
     def client_text(self) -> str:
         """What the client is told: for a 5xx its status and the message of the worker's
@@ -266,8 +272,11 @@ _BROKE_OFF = "the worker's answer broke off before it was whole"
 MAX_KEPT_ORIGINS = 4096
 # what a request whose client left before its answer is counted as (nginx's 499)
 CLIENT_LEFT = 499
-# what vLLM answers when its queue is full (``--max-num-queued-reqs``), with Retry-After
+# what vLLM answers when its queue is full (``--max-num-queued-reqs``,
+# ``--max-num-queued-tokens``), and how its message begins
 BUSY_STATUS = 503
+BUSY_MESSAGES = ("The engine is currently busy", "The engine has reached its prefill token "
+                 "backlog limit")
 
 
 @dataclass(slots=True)
@@ -349,20 +358,26 @@ class Proxy:
                       on_first_byte: Callable[[], None],
                       stream_format: StreamFormat = COMPLETION_STREAM,
                       method: str = "POST", adapter: str | None = None,
-                      head_timeout_s: float | None = None) -> ProxyResult:
+                      head_timeout_s: float | None = None,
+                      keep_waiting: Callable[[], bool] | None = None) -> ProxyResult:
         """Send ``body`` (None: a request without one, e.g. a GET) and relay the answer;
         ``on_first_byte`` is called when the first token is relayed (``stream_format``).
-        ``head_timeout_s``: how long the answer's head may take (None: the upstream
-        timeout; a whole answer's comes once all of it is generated).
+        ``head_timeout_s``: how long the answer's head may take past the upstream timeout
+        while ``keep_waiting()`` says so at each timeout's end (a whole answer's head comes
+        once all of it is generated; None: the upstream timeout).
         ``adapter``: the LoRA adapter the request names, whose 404 from a worker that no
         longer has it loaded (unloaded since its last ``/v1/models``) is retryable
         (``model_not_found``) instead of relayed."""
+        sent_at = self._clock()
         try:
-            upstream = await self._client.request(method, url, body, headers, head_timeout_s)
+            upstream = await self._client.request(method, url, body, headers, head_timeout_s,
+                                                  keep_waiting)
         except UpstreamConnectTimeout as exc:
             raise RetryableUpstream("connect", 502, f"connect timeout to {url}") from exc
         except TimeoutError as exc:
-            raise self._timeout_error(head_timeout_s) from exc
+            waited_s = self._clock() - sent_at
+            raise self._timeout_error(
+                waited_s if waited_s > 1.5 * self._upstream_timeout_s else None) from exc
         except UpstreamLocalError as exc:      # the router's own limit: not the worker's
             self._out_of_resources += 1
             if self._out_of_resources % 1000 == 1:
@@ -414,8 +429,13 @@ class Proxy:
             upstream.close()     # a finished answer's connection goes back to the pool
 
     def _timeout_error(self, waited_s: float | None = None) -> UpstreamTimeout:
-        waited_s = self._upstream_timeout_s if waited_s is None else waited_s
-        return UpstreamTimeout(f"The worker did not answer within {waited_s:g} s.")
+        """The 504 after the upstream timeout, or after ``waited_s`` (a whole answer waited
+        for on past it while its engine generated)."""
+        if waited_s is None:
+            return UpstreamTimeout(
+                f"The worker did not answer within {self._upstream_timeout_s:g} s.")
+        return UpstreamTimeout(f"The worker did not answer within {waited_s:.0f} s, its "
+                               "engine generating meanwhile.")
 
     async def _relay_whole(self, upstream: UpstreamResponse,
                            response_headers: Mapping[str, str],
@@ -466,11 +486,12 @@ class Proxy:
             return await self._relay_to_the_end(upstream, relay)
         except asyncio.CancelledError as cancelled:
             if not relay.end_written:
-                if relay.events:
-                    why = cut_by_drain(cancelled)
-                    if why is not None:
-                        await _tell_drain_cut(relay, why)
+                why = cut_by_drain(cancelled)
+                if why is not None and relay.started:     # (its head sent: told in-stream)
+                    await _tell_drain_cut(relay, why)
                     raise CancelledMidStream(relay.events, why) from None
+                if relay.events:
+                    raise CancelledMidStream(relay.events) from None
                 raise
             raise CancelledAfterTheEnd(ProxyResult(
                 relay.response_or_new(), relay.status, relay.usage, relay.first_byte_at,
@@ -531,8 +552,9 @@ class Proxy:
 async def _tell_drain_cut(relay: _StreamRelay, why: str) -> None:
     """End a stream the router's drain cut with an error event saying so (within
     ``DRAIN_CUT_WRITE_S``; a client gone or not reading is left as it is)."""
+    # (a second cut while it is written ends the write: the request is cut either way)
     with contextlib.suppress(TimeoutError, ConnectionResetError,
-                             aiohttp.ClientConnectionResetError):
+                             aiohttp.ClientConnectionResetError, asyncio.CancelledError):
         async with asyncio.timeout(DRAIN_CUT_WRITE_S):
             await relay.fail(f"The router is stopping and cut this stream before its end "
                              f"({why}): send the request again.")

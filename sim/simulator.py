@@ -292,6 +292,7 @@ class Simulation:
             slo=slo)
         self._records.append(record)
         views = self.views(now)
+        self.policy.name_alias_target(routing)        # as the router does before them
         run_producers_sync(self._producers, routing, views)
         record.predicted_output_tokens = routing.predicted_output_tokens
         decision = self.policy.decide(routing, views)

@@ -538,12 +538,14 @@ class UpstreamClient:
         return await self.request("GET", url, None, {})
 
     async def request(self, method: str, url: str | URL, body: bytes | None,
-                      headers: Mapping[str, str],
-                      head_timeout_s: float | None = None) -> UpstreamResponse:
+                      headers: Mapping[str, str], head_timeout_s: float | None = None,
+                      keep_waiting: Callable[[], bool] | None = None) -> UpstreamResponse:
         """Send ``method`` (``body``: None sends none and no ``Content-Length``) and return
-        the answer once its head is in, within ``head_timeout_s`` of silence (None: the read
-        timeout; a whole answer's head comes when the engine has generated all of it)."""
-        head_wait_s = self.read_timeout_s if head_timeout_s is None else head_timeout_s
+        the answer once its head is in: within the read timeout, or, past it, within
+        ``head_timeout_s`` while ``keep_waiting()`` says so at each read timeout's end (a
+        whole answer's head comes when the engine has generated all of it)."""
+        loop = asyncio.get_running_loop()
+        head_deadline = loop.time() + max(self.read_timeout_s, head_timeout_s or 0.0)
         target = url if isinstance(url, URL) else URL(url)
         if target.scheme not in ("http", "https") or not target.host:
             raise UpstreamConnectError(
@@ -565,7 +567,12 @@ class UpstreamClient:
                 while connection.head is None:
                     if connection.error is not None:
                         raise connection.error
-                    await connection.wait(head_wait_s)
+                    try:
+                        await connection.wait(self.read_timeout_s)
+                    except TimeoutError:
+                        if (keep_waiting is None or loop.time() >= head_deadline
+                                or not keep_waiting()):
+                            raise
             except UpstreamDisconnected:
                 connection.stop_timer()
                 if reused and not connection.received_any:

@@ -439,9 +439,16 @@ async def test_a_timeout_a_long_whole_answer_explains_is_not_the_workers_failure
             assert asyncio.get_running_loop().time() < deadline, "never scraped"
             await asyncio.sleep(0.05)
         url = router.url + "/v1/completions"
-        long_answer = {"model": MODEL, "prompt": "Tell me everything", "max_tokens": 150}
+        # generating: waited for on past the timeout, up to 3 x its estimate (150 tokens:
+        # seconds); hung: cut at the timeout, however long it may be (4,000 tokens: its
+        # wait would be minutes)
+        long_answer = {"model": MODEL, "prompt": "Tell me everything",
+                       "max_tokens": 150 if generating else 4000}
+        sent = asyncio.get_running_loop().time()
         async with session.post(url, json=long_answer) as resp:
             assert resp.status == 504
+        if not generating:
+            assert asyncio.get_running_loop().time() - sent < 10.0
         assert ((await fleet_entry(router, "w"))["ejected_for_s"] == 0) == generating
         if generating:
             short_answer = {**long_answer, "max_tokens": 2}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import aiohttp
 import openai
@@ -512,31 +513,33 @@ async def test_the_window_quoted_is_the_engines_own(make_router: RouterFactory,
 
 
 async def test_a_prompt_only_a_down_worker_holds_is_503_not_too_long(
-        make_router: RouterFactory, tmp_path_factory: pytest.TempPathFactory) -> None:
+        make_router: RouterFactory) -> None:
     """While the model's only long-window worker was down, a prompt it serves was answered
     vLLM's 400 for the window of the worker left (2,048): no client sends a 400 again, and
-    some cut their prompt to the window it names. The model's window holds it: 503."""
-    import yaml
-
-    from tests.router.gateway_support import FAST, fleet_data
-    from workers.emulator.process import EmulatorFleet
-    from workers.fleet import load_fleet
+    some cut their prompt to the window it names. The model's window holds it: 503. A
+    worker never up (its window only the fleet file's) holds no prompt back from its 400."""
+    from tests.router.gateway_support import url_fleet
+    from workers.emulator.process import EmulatorProcess
     from workers.ports import free_port
 
-    path = tmp_path_factory.mktemp("windows") / "fleet.yaml"
-    path.write_text(yaml.safe_dump(fleet_data(
-        {"short": ("h100", {**FAST, "max_model_len": 2048}), "long": ("h100", FAST)},
-        {"short": free_port(), "long": free_port()})))
-    fleet = load_fleet(path)
-    with EmulatorFleet(subset(fleet, ["short"]), one_process=False):    # "long" is down
-        router = await make_router(fleet)
-        for _ in range(200):    # the short engine's window read, the long one's scrapes failed
+    async def seen(router: RouterHandle, wanted: dict[str, tuple[bool, int]]) -> None:
+        for _ in range(300):
             windows = {view.id: (view.healthy, view.max_model_len)
-                       for view in router.app[REGISTRY].views(0.0)}
-            if windows["short"] == (True, 2048) and not windows["long"][0]:
-                break
+                       for view in router.app[REGISTRY].views(time.monotonic())}
+            if all(windows[worker] == state for worker, state in wanted.items()):
+                return
             await asyncio.sleep(0.05)
-        assert windows["short"] == (True, 2048) and not windows["long"][0], windows
+        raise AssertionError(f"{windows} never became {wanted}")
+
+    with EmulatorProcess(gpu="h100", time_scale=0.0, served_model_names=[MODEL],
+                         emulate={"max_model_len": 2048}) as short:
+        long = EmulatorProcess(gpu="h100", time_scale=0.0, served_model_names=[MODEL]).start()
+        try:
+            router = await make_router(url_fleet({"short": short.url, "long": long.url}))
+            await seen(router, {"short": (True, 2048), "long": (True, 8192)})
+        finally:
+            long.stop()                                                   # "long" goes down
+        await seen(router, {"short": (True, 2048), "long": (False, 8192)})
         with pytest.raises(openai.InternalServerError) as info:
             await client(router).completions.create(model=MODEL, prompt=[7] * 3000,
                                                     max_tokens=4)
@@ -548,10 +551,20 @@ async def test_a_prompt_only_a_down_worker_holds_is_503_not_too_long(
         with pytest.raises(openai.BadRequestError) as too_long:
             await client(router).completions.create(model=MODEL, prompt=[7] * 9000,
                                                     max_tokens=4)
-    assert isinstance(too_long.value.body, dict)
-    assert too_long.value.body["message"].startswith(
-        "This model's maximum context length is 8192 tokens. However, your prompt contains "
-        "9000 input tokens"), too_long.value.body
+        assert isinstance(too_long.value.body, dict)
+        assert too_long.value.body["message"].startswith(
+            "This model's maximum context length is 8192 tokens. However, your prompt "
+            "contains 9000 input tokens"), too_long.value.body
+        # a worker never up: its window is only the fleet file's, and it may never come
+        never = await make_router(url_fleet({"short": short.url,
+                                             "never": f"http://127.0.0.1:{free_port()}"}))
+        await seen(never, {"short": (True, 2048), "never": (False, 8192)})
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client(never).completions.create(model=MODEL, prompt=[7] * 3000,
+                                                   max_tokens=4)
+        assert isinstance(refused.value.body, dict)
+        assert refused.value.body["message"].startswith(
+            "This model's maximum context length is 2048 tokens."), refused.value.body
 
 
 @pytest.mark.parametrize(("path", "body", "status", "message"), [

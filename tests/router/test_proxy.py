@@ -144,18 +144,15 @@ async def test_refused_connection_is_retried_and_all_failing_gives_502(
 async def test_upstream_timeout_is_504(emulated_fleet: FleetConfig,
                                        make_router: RouterFactory,
                                        caplog: pytest.LogCaptureFixture) -> None:
-    """A whole answer that never comes (its engine stalled) is a 504 once it is past both
-    the upstream timeout and three times its estimate at its longest."""
+    """A whole answer that never comes (its engine stalled) is a 504: past the upstream
+    timeout it is waited for on only while its engine generates."""
     router = await make_router(subset(emulated_fleet, ["stall"]), upstream_timeout_s=0.3)
     with caplog.at_level(logging.INFO, logger="router.director"), \
             pytest.raises(openai.APIStatusError) as info:
         await client(router).chat.completions.create(model=MODEL, messages=MESSAGES,  # type: ignore[arg-type]
                                                      max_tokens=50)
-    told = [r.getMessage() for r in caplog.records
-            if "stall: The worker did not answer within" in r.getMessage()]
-    assert told, [r.getMessage() for r in caplog.records]
-    waited = float(told[0].rsplit("within ", 1)[1].split(" s.")[0])
-    assert waited > 0.3, told       # 3 x its estimate at its longest, past the timeout
+    assert any("stall: The worker did not answer within" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
     assert info.value.status_code == 504
     assert isinstance(info.value.body, dict) and info.value.body["code"] == "upstream_timeout"
     assert info.value.response.headers["x-kvroute-worker"] == "stall"
@@ -458,13 +455,21 @@ def test_a_workers_json_error_message_is_told_with_its_status() -> None:
         "http_5xx: the worker answered HTTP 503: busy now")
 
 
-def test_a_busy_worker_is_a_503_with_a_json_error() -> None:
-    """vLLM's full queue (a 503 with its JSON error) is a busy engine, up; a proxy's 503
-    page, or a 500, is a failure."""
-    busy = ('{"error": {"message": "The engine is currently busy and cannot accept new '
-            'requests.", "type": "Service Unavailable", "param": null, "code": 503}}')
+def test_a_busy_worker_is_vllms_503_for_a_full_queue_or_one_with_retry_after() -> None:
+    """vLLM's full queue is a busy engine, up; a proxy's 503 page, vLLM's 503 for a failed
+    request, or a 500 is a failure."""
+    def error(message: str) -> str:
+        return orjson.dumps({"error": {"message": message, "type": "Service Unavailable",
+                                       "param": None, "code": 503}}).decode()
+
+    busy = error("The engine is currently busy and cannot accept new requests.")
+    backlog = error("The engine has reached its prefill token backlog limit. Please retry.")
     assert RetryableUpstream("http_5xx", 503, f"HTTP 503: {busy}").busy
+    assert RetryableUpstream("http_5xx", 503, f"HTTP 503: {backlog}").busy
+    assert RetryableUpstream("http_5xx", 503, "HTTP 503: <html>later</html>",
+                             retry_after="5").busy
     assert not RetryableUpstream("http_5xx", 503, "HTTP 503: <html>no upstream</html>").busy
+    assert not RetryableUpstream("http_5xx", 503, f"HTTP 503: {error('KV load failed')}").busy
     assert not RetryableUpstream("http_5xx", 500, f"HTTP 500: {busy}").busy
     assert not RetryableUpstream("connect", 503, "refused").busy
 

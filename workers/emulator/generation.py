@@ -115,14 +115,18 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
 
 
 def check_serving(worker: WorkerState) -> None:
-    """A 500 when the engine is down, or when the ``error_rate`` fault picks this request;
-    vLLM's 503 when ``max_num_queued_reqs`` requests are waiting already."""
+    """A 500 when the engine is down, or when the ``error_rate`` fault picks this request."""
     if worker.faults.error_rate > 0 and worker.rng.random() < worker.faults.error_rate:
         raise internal_error("Emulated internal server error (fault injection: error_rate).")
     if not worker.runner.healthy:
         raise internal_error("EngineCore encountered an issue. See stack trace for the root cause.")
+
+
+def check_queue(worker: WorkerState, sequences: int) -> None:
+    """vLLM's 503 for a request whose ``sequences`` would take the scheduler's waiting
+    queue past ``max_num_queued_reqs`` (checked as the request, validated, is admitted)."""
     limit = worker.config.max_num_queued_reqs
-    if limit is not None and worker.runner.num_waiting >= limit:
+    if limit is not None and worker.runner.num_waiting + sequences > limit:
         worker.metrics.admission_rejections.labels(
             model_name=worker.config.model_name, reason="max_num_queued_reqs").inc()
         raise engine_busy()
@@ -230,6 +234,7 @@ def check_min_tokens(min_tokens: int, max_tokens: int) -> None:
 def admit(worker: WorkerState, response_id: str, body: GenerationBody,
            prompts: list[list[int]], texts: list[str], max_tokens: int,
            lora_name: str | None) -> Admitted:
+    check_queue(worker, body.n * len(prompts))
     runner, tok, cfg = worker.runner, worker.tokenizer, worker.config
     # as vLLM 0.32 (``assign_request_id``): the engine's ids add 8 random characters to the
     # request's, so two requests of one id (a client's X-Request-Id sent twice) both run
