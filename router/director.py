@@ -93,6 +93,7 @@ from router.proxy import (
     CLIENT_LEFT,
     COMPLETION_STREAM,
     MESSAGES_STREAM,
+    NOT_IMPLEMENTED,
     RESPONSES_STREAM,
     CancelledAfterTheEnd,
     CancelledMidStream,
@@ -727,7 +728,9 @@ class Director:
         with an error event of its own) counts toward ejecting it, a stream cut for its size
         and a client gone say nothing, any other answer that it answers."""
         status = result.status
-        if status >= 500 and result.worker_failed:
+        if status == NOT_IMPLEMENTED:      # what its engine does not do: its answer
+            self._ejection.answered(info.id, attempt.started_at)
+        elif status >= 500 and result.worker_failed:
             log.info("request %s: %s %s after %d event(s) (%d)", request_id, info.id,
                      "ended its stream with an error event of its own"
                      if result.worker_error_event else "broke its stream",

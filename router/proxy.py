@@ -11,7 +11,8 @@ moved onto the finish chunks). Each worker's fingerprint is remembered from its 
 Failure semantics:
 
 * connect error, a dropped connection or a 5xx **before the first byte** reaches the client:
-  ``RetryableUpstream`` (the director tries another worker);
+  ``RetryableUpstream`` (the director tries another worker); but a 501 (vLLM's for what its
+  engine does not do) is relayed as it came (``NOT_IMPLEMENTED``);
 * no response headers (or no next chunk) within the upstream timeout: ``UpstreamTimeout``
   before the first byte; after it, the stream is ended as below;
 * the worker breaks mid-stream: the client gets an OpenAI error event, then ``[DONE]`` (on
@@ -275,6 +276,9 @@ CLIENT_LEFT = 499
 # what vLLM answers when its queue is full (``--max-num-queued-reqs``,
 # ``--max-num-queued-tokens``), and how its message begins
 BUSY_STATUS = 503
+# vLLM's answer to what its engine does not do (a NotImplementedError): the same on every
+# worker of the model, so relayed as it came, not tried elsewhere, nor the worker's failure
+NOT_IMPLEMENTED = 501
 BUSY_MESSAGES = ("The engine is currently busy", "The engine has reached its prefill token "
                  "backlog limit")
 
@@ -396,7 +400,7 @@ class Proxy:
         except (UpstreamConnectError, OSError) as exc:
             raise RetryableUpstream("connect", 502, f"{url}: {exc}") from exc
         try:
-            if upstream.status >= 500:
+            if upstream.status >= 500 and upstream.status != NOT_IMPLEMENTED:
                 said = (await upstream.read()).decode("utf-8", "replace")
                 raise RetryableUpstream(
                     "http_5xx", upstream.status, f"HTTP {upstream.status}: {one_line(said, 2000)}",
@@ -687,7 +691,8 @@ class _StreamRelay:
             status = self._error_status(event)
             if status is None:
                 continue
-            if status >= 500 and position == 0 and not self.started:
+            if (status >= 500 and status != NOT_IMPLEMENTED and position == 0
+                    and not self.started):
                 data = event_data(event) or event
                 raise RetryableUpstream("http_5xx", status, f"HTTP {status}: " + one_line(
                     data.decode("utf-8", "replace"), 2000))

@@ -446,6 +446,30 @@ async def test_a_workers_5xx_body_reaches_no_client_and_no_log_line_of_its_own(
     assert "\n" not in logged and "HTTP 503: upstream=10.42.7.19" in logged
 
 
+async def test_a_workers_501_is_relayed_as_it_came_not_tried_elsewhere(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """vLLM's 501 (what its engine does not do) is the same on every worker of the model: it
+    was tried on each, counted toward ejecting them, and answered 502."""
+    asked: list[int] = []
+    not_done = {"error": {"message": "Beam search is not implemented for this request.",
+                          "type": "NotImplementedError", "param": None, "code": 501}}
+
+    async def not_implemented(request: web.Request) -> web.Response:
+        await request.read()
+        asked.append(1)
+        return web.json_response(not_done, status=501)
+
+    async with scripted_router(emulated_fleet, make_router, not_implemented,
+                               eject_after=1) as router, aiohttp.ClientSession() as session:
+        for _ in range(2):
+            async with session.post(router.url + "/v1/completions", json={
+                    "model": MODEL, "prompt": "hi", "max_tokens": 2}) as resp:
+                assert resp.status == 501
+                assert await resp.json() == not_done
+        assert len(asked) == 2                       # once each: not tried again
+        assert (await fleet_entry(router, "w"))["ejected_for_s"] == 0
+
+
 def test_a_workers_json_error_message_is_told_with_its_status() -> None:
     vllm = '{"error": {"message": "EngineCore encountered an issue.", "code": 500}}'
     assert RetryableUpstream("http_5xx", 500, f"HTTP 500: {vllm}").client_text() == (
