@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from workers.adapter_bases import AdapterBases
 from workers.exposition import ExpositionError, parse_sample_line
 from workers.models import LoraActivity, WorkerInfo, WorkerSnapshot
 from workers.registry import WorkerRegistry, same_server
@@ -225,6 +226,7 @@ class WorkerScraper:
         self._models: dict[str, tuple[float, ModelsSample]] = {}
         self._refused: set[str] = set()      # workers whose refusal was logged
         self._misnamed: dict[str, tuple[str, ...]] = {}   # worker -> served names, as logged
+        self._adapter_bases = AdapterBases()       # for the adapter names two base models use
         self._loops: dict[str, tuple[WorkerInfo, asyncio.Task[None]]] = {}   # while running
         self._running = False
 
@@ -260,6 +262,7 @@ class WorkerScraper:
                 self._models.pop(worker_id, None)
                 self._refused.discard(worker_id)
                 self._misnamed.pop(worker_id, None)
+                self._adapter_bases.forget(worker_id)
         for worker_id, info in current.items():
             if worker_id not in self._loops:
                 self._loops[worker_id] = (info, asyncio.get_running_loop().create_task(
@@ -415,7 +418,23 @@ class WorkerScraper:
         self._models[info.id] = (now, sample)
         self._registry.models_read(info.id)
         self._check_names(info, sample.served_models)
+        self._check_adapter_bases(info, sample)
         return sample
+
+    def _check_adapter_bases(self, info: WorkerInfo, sample: ModelsSample) -> None:
+        """Once per clash: an adapter name loaded on workers of different base models (the
+        requests naming it are served by either model)."""
+        base = sample.served_models[0] if sample.served_models else info.models[0]
+        for adapter in self._adapter_bases.read(info.id, base, sample.lora_adapters):
+            by_base: dict[str, list[str]] = {}
+            for worker, on in sorted(self._adapter_bases.workers_of(adapter).items()):
+                by_base.setdefault(on, []).append(worker)
+            log.warning(
+                "LoRA adapter %s is loaded on workers of different base models (%s): a "
+                "request naming it may be served by any of them; give each base model's "
+                "adapter a name of its own (a routing rule naming the base model with it, "
+                "then: {model: ..., adapter: ...}, keeps to that model's workers)", adapter,
+                "; ".join(f"{on} on {', '.join(workers)}" for on, workers in by_base.items()))
 
     def _check_names(self, info: WorkerInfo, served: tuple[str, ...]) -> None:
         """Once per change: a worker serving none of the fleet file's names for it (its

@@ -562,3 +562,34 @@ async def test_the_first_good_scrape_after_failed_ones_says_nothing_moved(
         await scraper.scrape_once()
         snapshot = registry.snapshot("w0")
         assert snapshot is not None and snapshot.healthy and snapshot.generated_at is None
+
+
+async def test_an_adapter_name_loaded_on_two_base_models_is_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Two workers of different base models each loading an adapter under one name: a
+    request naming it went to either, answered by either model, with no word of it."""
+    import dataclasses
+
+    from workers.emulator.process import EmulatorProcess
+
+    adapters = {"lora_adapters": {"sql-lora": "/adapters/sql-lora"}}
+    with EmulatorProcess(gpu="h100", time_scale=0.0, served_model_names=["llama"],
+                         emulate=adapters) as llama, \
+            EmulatorProcess(gpu="h100", time_scale=0.0, served_model_names=["mistral"],
+                            emulate=adapters) as mistral:
+        infos = [dataclasses.replace(_info(llama.url), id="llama-0", models=("llama",)),
+                 dataclasses.replace(_info(mistral.url), id="mistral-0", models=("mistral",))]
+        registry = WorkerRegistry(infos, InflightTracker())
+        clock = _Clock()
+        async with upstream_client() as client:
+            scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
+                                    models_interval_s=1.0, fail_threshold=3, clock=clock)
+            with caplog.at_level("WARNING", logger="workers.scraper"):
+                for _ in range(3):
+                    await scraper.scrape_once()
+                    clock.now += 2.0             # /v1/models read again each time
+    warnings = [r.getMessage() for r in caplog.records if "LoRA adapter" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(
+        "LoRA adapter sql-lora is loaded on workers of different base models (llama on "
+        "llama-0; mistral on mistral-0)"), warnings
