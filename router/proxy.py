@@ -269,6 +269,15 @@ _CLIENT_TEXT = {"connect": "the worker did not take the connection",
 _BROKE_OFF = "the worker's answer broke off before it was whole"
 
 
+def _broken_stream_text(exc: BaseException) -> str:
+    """What a client is told of how its stream broke (not the router's class names)."""
+    if isinstance(exc, UpstreamPayloadError):
+        return "its answer ended early or was badly framed"
+    if isinstance(exc, UpstreamDisconnected):
+        return "its connection closed"
+    return "its connection failed"
+
+
 # the workers' origins whose system_fingerprint is kept (the fleet's, and those that left)
 MAX_KEPT_ORIGINS = 4096
 # what a request whose client left before its answer is counted as (nginx's 499)
@@ -534,7 +543,7 @@ class Proxy:
         except (UpstreamError, OSError) as exc:
             if not relay.started:
                 raise
-            await relay.fail(f"The worker stopped mid-stream: {type(exc).__name__}")
+            await relay.fail(f"The worker stopped mid-stream: {_broken_stream_text(exc)}.")
             return ProxyResult(relay.response_or_new(), 502, relay.usage, relay.first_byte_at,
                                self._clock(), relay.events)
         if not relay.started:

@@ -470,6 +470,31 @@ async def test_a_workers_501_is_relayed_as_it_came_not_tried_elsewhere(
         assert (await fleet_entry(router, "w"))["ejected_for_s"] == 0
 
 
+async def test_a_stream_broken_by_its_worker_is_told_in_words(
+        emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
+    """A worker whose connection dropped mid-stream: the client's error event named the
+    router's own exception class ("The worker stopped mid-stream: UpstreamPayloadError")."""
+    async def broken(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b'data: {"id": "cmpl-1", "object": "text_completion", '
+                             b'"choices": [{"index": 0, "text": "a"}]}\n\n')
+        assert request.transport is not None
+        request.transport.close()                # gone, the chunked body unfinished
+        return response
+
+    async with scripted_router(emulated_fleet, make_router, broken) as router, \
+            aiohttp.ClientSession() as session, session.post(
+                router.url + "/v1/completions", json={"model": MODEL, "prompt": "hi",
+                                                      "max_tokens": 5, "stream": True}) as resp:
+        lines = [line.strip() async for line in resp.content if line.startswith(b"data:")]
+    assert lines[-1] == b"data: [DONE]", lines
+    message = orjson.loads(lines[-2].removeprefix(b"data: "))["error"]["message"]
+    assert message == ("The worker stopped mid-stream: its answer ended early or was badly "
+                       "framed."), message
+
+
 def test_a_workers_json_error_message_is_told_with_its_status() -> None:
     vllm = '{"error": {"message": "EngineCore encountered an issue.", "code": 500}}'
     assert RetryableUpstream("http_5xx", 500, f"HTTP 500: {vllm}").client_text() == (
