@@ -125,7 +125,8 @@ def models_payload(views: Sequence[WorkerView], created: int,
     its path, as a worker's card gave it (a model's ``root``: the model itself, since the
     router does not see the workers' weight paths). With ``aliases`` (a routing rule's
     names, ``policies.rules.model_aliases``), a card for each alias whose target is served,
-    its ``root`` the target's."""
+    its ``root`` and ``parent`` the target's (an adapter's alias reads as an adapter, of the
+    same base model)."""
     lengths: dict[str, int] = {}
     parents: dict[str, str | None] = {}
     roots: dict[str, str] = {}
@@ -144,7 +145,7 @@ def models_payload(views: Sequence[WorkerView], created: int,
     for alias, target in (aliases or {}).items():
         if alias not in lengths and target in lengths:
             lengths[alias] = lengths[target]
-            parents[alias] = None
+            parents[alias] = parents[target]        # an adapter's alias: its base model
             roots[alias] = roots.get(target, target)
     return {"object": "list", "data": [
         {"id": model, "object": "model", "created": created, "owned_by": "kvroute",

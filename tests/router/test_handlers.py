@@ -737,6 +737,17 @@ def test_an_alias_is_listed_as_its_target_when_that_is_served() -> None:
             cards["gpt-4o-mini"]["max_model_len"]) == (MODEL, None, 4096)
 
 
+def test_an_adapters_alias_reads_as_that_adapter() -> None:
+    """An alias of an adapter had ``parent: null``: a client telling adapters apart by their
+    parent took it for a base model."""
+    views = [make_view("w0", lora_adapters=("sql-lora",), max_model_len=4096,
+                       lora_paths=(("sql-lora", "/adapters/sql"),))]
+    cards = {card["id"]: card for card in models_payload(views, 7, {"sql": "sql-lora"})["data"]}
+    assert (cards["sql"]["root"], cards["sql"]["parent"]) == ("/adapters/sql", MODEL)
+    assert (cards["sql"]["root"], cards["sql"]["parent"]) == (
+        cards["sql-lora"]["root"], cards["sql-lora"]["parent"])
+
+
 async def test_a_rules_alias_is_listed_retrieved_and_served(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     """An alias (a rule sending a public name to a served model) was served but missing from
