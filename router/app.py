@@ -306,7 +306,8 @@ async def _workers(app: web.Application) -> AsyncIterator[None]:
         settings, app[REGISTRY], responses, proxy, app[METRICS], ejection=ejection,
         forms=FormAdmission(admission, lambda: reloader.engine.routing.section(
             ADMISSION_SECTION), app[STORE], app[DIRECTOR].settle_departed,
-            fingerprint=lambda: reloader.engine.fingerprint, refusals=refusals))
+            fingerprint=lambda: reloader.engine.fingerprint, refusals=refusals),
+        aliases=lambda: reloader.engine.aliases)
     await scraper.scrape_once()      # the first request already sees a fleet picture
     task = asyncio.create_task(scraper.run(), name="kvroute-scraper")
     if fleet_reloader is not None:

@@ -9,7 +9,8 @@ streamed back when its ``stream`` field is true; being a model's work on a GPU, 
 the routing file's admission as routed requests do (their tenant's budget: a request, and
 the tokens their worker reports; the in-flight limit; a refusal recorded beside the decisions,
 ``router.refusals``) and count as a request in flight on their worker while it serves them.
-The request goes to the healthy worker serving its ``model`` with the fewest requests in
+A tokenizer request naming a routing rule's alias is sent on naming its target. The request
+goes to the healthy worker serving its ``model`` with the fewest requests in
 flight (ties taken in turn; workers ejected by ``router.ejection`` last), and on a connect
 error or a 5xx to the next one, at most ``Settings.max_retries`` times. ``model`` may be left
 out, as vLLM allows, when every worker of the fleet serves one model.
@@ -29,9 +30,10 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import quote
 
+import orjson
 from aiohttp import web
 from yarl import URL
 
@@ -113,8 +115,12 @@ class UtilityRequests:
                  proxy: Proxy, metrics: RouterMetrics,
                  clock: Callable[[], float] = time.monotonic,
                  ejection: WorkerEjection | None = None,
-                 forms: FormAdmission | None = None) -> None:
-        """``forms``: the admission the audio APIs pass (None: none, nothing counted)."""
+                 forms: FormAdmission | None = None,
+                 aliases: Callable[[], Mapping[str, str]] = dict) -> None:
+        """``forms``: the admission the audio APIs pass (None: none, nothing counted);
+        ``aliases()``: the routing file's model aliases in force, each with its target
+        (``policies.rules.model_aliases``), which the tokenizer requests name as
+        ``/v1/models`` lists them."""
         self._settings = settings
         self._registry = registry
         self._responses = responses
@@ -125,6 +131,7 @@ class UtilityRequests:
         self._ids = RequestIds(clock=clock)
         self._ejection = ejection if ejection is not None else WorkerEjection(0, 1.0)
         self._forms = forms
+        self._aliases = aliases
 
     async def handle(self, request: web.Request, path: str) -> web.StreamResponse:
         request_id = self._ids.claim(request.headers.get(self._settings.request_id_header))
@@ -140,6 +147,10 @@ class UtilityRequests:
                 self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status,
                                              api_of_path(path))
                 raise
+            target = self._aliases().get(model) if model is not None else None
+            if target is not None:           # an alias: its target's tokenizer, named so
+                model = target
+                body = orjson.dumps({**data, "model": target})
             candidates = self._candidates(model, api_of_path(path))
             return await self._forward(request, path, body, model, candidates, request_id)
         except RouterError as error:      # a refusal names its request, as every one does

@@ -162,3 +162,20 @@ async def test_no_healthy_worker_is_a_503_to_retry_soon(
             f"{router.url}{path}", json=body) as resp:
         assert resp.status == 503
         assert resp.headers["Retry-After"] == "1"
+
+
+async def test_an_alias_is_tokenized_as_its_target(fleet: FleetConfig,
+                                                   make_router: RouterFactory) -> None:
+    """A routing rule's alias, which ``/v1/models`` lists and chat accepts, was a 404 on the
+    tokenizer paths: their bodies went on naming it, and no worker serves it."""
+    routing = (Path(__file__).resolve().parents[2] / "config/routing.yaml").read_text() + (
+        f"rules:\n  - {{when: {{model: gpt-4o-mini}}, then: {{model: {MODEL}}}}}\n")
+    router = await make_router(fleet, routing)
+    status, aliased, worker = await post(f"{router.url}/tokenize",
+                                         {"model": "gpt-4o-mini", "prompt": "Hello, world"})
+    assert status == 200, aliased
+    assert worker in {"gen-0", "gen-1"}
+    _, direct, _ = await post(f"{router.url}/tokenize", {"model": MODEL, "prompt": "Hello, world"})
+    assert aliased["tokens"] == direct["tokens"]
+    status, missing, _ = await post(f"{router.url}/tokenize", {"model": "gpt-5", "prompt": "x"})
+    assert status == 404, missing
