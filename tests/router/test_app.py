@@ -20,6 +20,7 @@ from router.settings import Settings
 from tests.router.gateway_support import (
     MODEL,
     REPO_ROOT,
+    ROUTING_ROUND_ROBIN,
     RouterFactory,
     RouterHandle,
     short_chat,
@@ -326,21 +327,38 @@ async def test_a_busy_workers_503_is_relayed_and_does_not_eject_it(
     with no ``Retry-After``, and counted toward ejecting the worker: a busy engine was set
     aside (here, one failure ejects), its load piled onto the others."""
     from tests.router.gateway_support import fleet_entry, url_fleet
+    from tests.workers.emulator.emulator_fixtures import metrics_text, sample
     from workers.emulator.process import EmulatorProcess
 
     with EmulatorProcess(gpu="h100", time_scale=1.0, served_model_names=[MODEL],
                          emulate={"max_num_seqs": 1, "max_num_queued_reqs": 1}) as worker:
-        router = await make_router(url_fleet({"k0": worker.url}), scrape_interval_s=0.05,
-                                   eject_after=1, fail_threshold=10_000)
+        # round robin: the default profile holds a request back from a full worker itself
+        # (its decode guard), so the worker's own queue might never fill
+        router = await make_router(url_fleet({"k0": worker.url}), ROUTING_ROUND_ROBIN,
+                                   scrape_interval_s=0.05, eject_after=1, fail_threshold=10_000)
         api = openai.AsyncOpenAI(base_url=f"{router.url}/v1", api_key="unused", max_retries=0)
-        held = [asyncio.create_task(api.completions.create(
-            model=MODEL, prompt="Tell me a story.", max_tokens=3000,
-            extra_body={"ignore_eos": True})) for _ in range(2)]     # one runs, one waits
-        try:
+
+        async def engine_count(name: str) -> float:
+            return await asyncio.to_thread(lambda: sample(metrics_text(worker.url), name,
+                                                          model_name=MODEL))
+
+        async def until_engine(name: str) -> None:
+            # the engine's own count (the router's view adds what it sent and the engine may
+            # not have taken yet: the next request could reach it first, and wait in its place)
             deadline = time.monotonic() + 10
-            while (await fleet_entry(router, "k0"))["waiting"] < 1:
-                assert time.monotonic() < deadline, "the second request never waited"
+            while await engine_count(name) < 1:
+                assert time.monotonic() < deadline, f"never 1: {name}"
                 await asyncio.sleep(0.05)
+
+        held: list[asyncio.Task[object]] = []
+        try:
+            # one by one: a request arriving before the engine took the one before from its
+            # queue would find the queue full (as on vLLM)
+            for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+                held.append(asyncio.create_task(api.completions.create(
+                    model=MODEL, prompt="Tell me a story.", max_tokens=3000,
+                    extra_body={"ignore_eos": True})))
+                await until_engine(name)
             with pytest.raises(openai.InternalServerError) as busy:
                 await api.completions.create(model=MODEL, prompt="hi", max_tokens=2)
             assert busy.value.status_code == 503

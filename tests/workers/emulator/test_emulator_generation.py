@@ -324,13 +324,15 @@ def test_a_request_past_max_num_queued_reqs_waiting_is_vllms_503() -> None:
                 "extra_body": {"ignore_eos": True}}                  # 3 s each
         held = [threading.Thread(target=long_client.completions.create, kwargs=body)
                 for _ in range(2)]
-        for thread in held:
+        # one by one: a request arriving before the engine took the one before from its queue
+        # would find the queue full
+        for thread, name in zip(held, ("vllm:num_requests_running",
+                                       "vllm:num_requests_waiting"), strict=True):
             thread.start()
-        deadline = time.monotonic() + 10
-        while sample(metrics_text(worker.url), "vllm:num_requests_waiting",
-                     model_name=MODEL) < 1:
-            assert time.monotonic() < deadline, "the second request never waited"
-            time.sleep(0.02)
+            deadline = time.monotonic() + 10
+            while sample(metrics_text(worker.url), name, model_name=MODEL) < 1:
+                assert time.monotonic() < deadline, f"never 1: {name}"
+                time.sleep(0.02)
         request = urllib.request.Request(
             f"{worker.url}/v1/completions", method="POST",
             data=json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}).encode(),
