@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 from aiohttp import web
 from yarl import URL
@@ -250,12 +251,7 @@ class Director:
             self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status, api)
             raise
         except asyncio.CancelledError as cancelled:  # the client left while sending it
-            stopped = _drain_cut_answer(cancelled)     # (or the drain cut it)
-            self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", CLIENT_LEFT
-                                         if stopped is None else stopped.status, api)
-            if stopped is None:
-                raise
-            raise stopped from None
+            self._cancelled(cancelled, UNKNOWN_MODEL, api)     # (or the drain cut it)
         try:
             self._check_runner(parsed.routing)
         except RouterError as refused:   # a fleet's model asked for what it does not run
@@ -271,28 +267,14 @@ class Director:
             self._refused(parsed.routing, engine, refused)
             raise
         except asyncio.CancelledError as cancelled:  # the client left waiting for a slot
-            stopped = _drain_cut_answer(cancelled)     # (or the drain cut it)
-            self._metrics.record_request(self._model_label(parsed.routing.model), "", "",
-                                         "none", CLIENT_LEFT if stopped is None
-                                         else stopped.status, api)
-            if stopped is None:
-                raise
-            raise stopped from None
+            self._cancelled(cancelled, self._model_label(parsed.routing.model), api)
         finished = False
         try:
             return await self._admitted(request, parsed, body, engine, ticket)
         except asyncio.CancelledError as cancelled:
-            # the drain cut it before an answer began: the client is told, not dropped (a
-            # stream begun was told in-stream: ``CancelledMidStream``)
-            stopped = (None if isinstance(cancelled, CancelledMidStream)
-                       else _drain_cut_answer(cancelled))
-            if not parsed.attempts:      # it left before any worker was tried: counted here
-                self._metrics.record_request(
-                    self._model_label(parsed.routing.model), "", "", "none",
-                    CLIENT_LEFT if stopped is None else stopped.status, api)
-            if stopped is None:
-                raise
-            raise stopped from None
+            # counted here when it left before any worker was tried (else by its attempts)
+            self._cancelled(cancelled, self._model_label(parsed.routing.model), api,
+                            counted=not parsed.attempts)
         except RouterError as refused:     # counted against its budget: say what is left
             if isinstance(refused, AdmissionRefused):   # its tokens' budget, once counted
                 self._refused(parsed.routing, engine, refused)
@@ -304,6 +286,20 @@ class Director:
         finally:
             if not finished:
                 self.admission.finish(ticket)
+
+    def _cancelled(self, cancelled: asyncio.CancelledError, model: str, api: str,
+                   counted: bool = True) -> NoReturn:
+        """A request cancelled before its answer began: its client left (counted as such,
+        cancelled on), or the router's drain cut it (counted and answered 503, its client
+        told, not dropped; a stream begun was told in-stream: ``CancelledMidStream``)."""
+        stopped = (None if isinstance(cancelled, CancelledMidStream)
+                   else _drain_cut_answer(cancelled))
+        if counted:
+            self._metrics.record_request(model, "", "", "none", CLIENT_LEFT
+                                         if stopped is None else stopped.status, api)
+        if stopped is None:
+            raise cancelled
+        raise stopped from None
 
     async def _parse(self, body: bytes, path: str, request_id: str, request: web.Request,
                      arrival: float) -> ParsedRequest:
@@ -560,12 +556,12 @@ class Director:
                     if by == CONTEXT_LENGTH_FILTER]
         # the request fits no worker of its model: the client must shorten it, unless a
         # worker out for now holds it (then it waits for that worker: 503)
-        aside = self._set_aside_of(decision) if too_long else []
+        views = self._registry.views(self._clock()) if too_long else []
+        aside = self._set_aside_of(decision, views)
         if too_long and not self._window_check.filter(routing, aside, CycleState()):
             self._metrics.record_request(model, "", "", decision.profile, 400, api)
             # the windows the filter read: each engine's own (/v1/models), else the fleet's
-            windows = {view.id: view.max_model_len
-                       for view in self._registry.views(self._clock())}
+            windows = {view.id: view.max_model_len for view in views}
             return _context_length_error(routing, max(
                 windows.get(worker) or self._registry.info(worker).model_spec.max_model_len
                 for worker in [*too_long, *(view.id for view in aside)]), headers)
@@ -573,8 +569,9 @@ class Director:
         return NoWorkerAvailable(f"No worker available for model `{model}`: {decision.reason}",
                                  headers=headers)
 
-    def _set_aside_of(self, decision: Decision) -> list[WorkerView]:
-        """The views of the workers of the decision's model out for now: set aside by the
+    def _set_aside_of(self, decision: Decision,
+                      views: Sequence[WorkerView]) -> list[WorkerView]:
+        """Of ``views``, those of the workers of the decision's model out for now: set aside by the
         router (``SET_ASIDE``: ejected or stalled, their scrapes answering), or down
         (``HEALTHY_FILTER``) after a good scrape within ``RECENTLY_UP_S``, their window the
         one their engine said. A request too long for the other workers' windows that one
@@ -588,7 +585,7 @@ class Director:
             return []
         now = self._clock()
         recent: list[WorkerView] = []
-        for view in self._registry.views(now):
+        for view in views:
             if view.id not in aside or not view.serves(decision.model):
                 continue
             if aside[view.id] == HEALTHY_FILTER:
@@ -664,8 +661,9 @@ class Director:
                 parsed.wants_usage, lambda: self._on_first_byte(attempt),
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM),
                 adapter=self._listed_adapter(info.id, decision.model),
-                head_timeout_s=self._whole_answer_wait_s(routing.stream, longest_s),
-                keep_waiting=lambda: self._ejection.stalls.busy(info.id, self._clock()))
+                head_timeout_s=(wait_s := self._whole_answer_wait_s(routing.stream, longest_s)),
+                keep_waiting=None if wait_s is None else (
+                    lambda: self._ejection.stalls.busy(info.id, self._clock())))
             status = result.status
             self._judge(info, attempt, routing.request_id, result)
             return result.response

@@ -221,19 +221,24 @@ class UpstreamError(RouterError):
     code = "upstream_error"
 
 
-class NoWorkerAvailable(RouterError):
-    """No healthy worker can take the request. A worker is back within a scrape or two once
-    it answers: worth asking again soon (``Retry-After: 1`` unless the headers say more)."""
+class AskAgainSoon(RouterError):
+    """A 503 worth sending again soon: ``Retry-After: 1`` unless the headers say more."""
 
     status = 503
     type = "service_unavailable"
-    code = "no_worker_available"
     RETRY_AFTER_S: ClassVar[int] = 1
 
     def __init__(self, message: str, *, param: str | None = None,
                  headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message, param=param, headers=headers)
         self.headers.setdefault("Retry-After", str(self.RETRY_AFTER_S))
+
+
+class NoWorkerAvailable(AskAgainSoon):
+    """No healthy worker can take the request. A worker is back within a scrape or two once
+    it answers: worth asking again soon."""
+
+    code = "no_worker_available"
 
 
 class Overloaded(RouterError):
@@ -250,33 +255,19 @@ class InFlightRefused(Overloaded, AdmissionRefused):
     wait was too long, or the router is stopping (``reason``)."""
 
 
-class WorkersBusy(RouterError):
-    """Every worker tried answered that it is too busy to take the request (vLLM's 503 when
-    its queue is full): the client waits as the last one said (``Retry-After``) and sends it
-    again."""
+class WorkersBusy(AskAgainSoon):
+    """The last worker tried answered that it is too busy to take the request (vLLM's 503
+    when its queue is full): the client waits as it said (its ``Retry-After`` in the
+    headers) and sends it again."""
 
-    status = 503
-    type = "service_unavailable"
     code = "workers_busy"
 
-    def __init__(self, message: str, *, param: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message, param=param, headers=headers)
-        self.headers.setdefault("Retry-After", "1")
 
+class StoppedBeforeTheAnswer(AskAgainSoon):
+    """The router stopped (its drain ran out, or a second signal) before the request was
+    answered: worth sending again, to another router."""
 
-class StoppedBeforeTheAnswer(RouterError):
-    """The router stopped (its drain ran out, or a second signal) while a worker had the
-    request and had not answered it yet: worth sending again, to another router."""
-
-    status = 503
-    type = "service_unavailable"
     code = "router_stopping"
-
-    def __init__(self, message: str, *, param: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message, param=param, headers=headers)
-        self.headers.setdefault("Retry-After", "1")
 
 
 class UpstreamTimeout(RouterError):

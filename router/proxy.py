@@ -285,11 +285,11 @@ CLIENT_LEFT = 499
 # what vLLM answers when its queue is full (``--max-num-queued-reqs``,
 # ``--max-num-queued-tokens``), and how its message begins
 BUSY_STATUS = 503
+BUSY_MESSAGES = ("The engine is currently busy", "The engine has reached its prefill token "
+                 "backlog limit")
 # vLLM's answer to what its engine does not do (a NotImplementedError): the same on every
 # worker of the model, so relayed as it came, not tried elsewhere, nor the worker's failure
 NOT_IMPLEMENTED = 501
-BUSY_MESSAGES = ("The engine is currently busy", "The engine has reached its prefill token "
-                 "backlog limit")
 
 
 @dataclass(slots=True)
@@ -381,14 +381,15 @@ class Proxy:
         ``adapter``: the LoRA adapter the request names, whose 404 from a worker that no
         longer has it loaded (unloaded since its last ``/v1/models``) is retryable
         (``model_not_found``) instead of relayed."""
-        sent_at = self._clock()
+        sent_at = self._clock() if keep_waiting is not None else 0.0
         try:
             upstream = await self._client.request(method, url, body, headers, head_timeout_s,
                                                   keep_waiting)
         except UpstreamConnectTimeout as exc:
             raise RetryableUpstream("connect", 502, f"connect timeout to {url}") from exc
         except TimeoutError as exc:
-            waited_s = self._clock() - sent_at
+            # (waited on past the timeout: for one more timeout at least)
+            waited_s = self._clock() - sent_at if keep_waiting is not None else 0.0
             raise self._timeout_error(
                 waited_s if waited_s > 1.5 * self._upstream_timeout_s else None) from exc
         except UpstreamLocalError as exc:      # the router's own limit: not the worker's

@@ -544,8 +544,9 @@ class UpstreamClient:
         the answer once its head is in: within the read timeout, or, past it, within
         ``head_timeout_s`` while ``keep_waiting()`` says so at each read timeout's end (a
         whole answer's head comes when the engine has generated all of it)."""
-        loop = asyncio.get_running_loop()
-        head_deadline = loop.time() + max(self.read_timeout_s, head_timeout_s or 0.0)
+        # (a request waited for only within the read timeout reads no clock)
+        head_deadline = (asyncio.get_running_loop().time() + head_timeout_s
+                         if keep_waiting is not None and head_timeout_s is not None else None)
         target = url if isinstance(url, URL) else URL(url)
         if target.scheme not in ("http", "https") or not target.host:
             raise UpstreamConnectError(
@@ -570,7 +571,8 @@ class UpstreamClient:
                     try:
                         await connection.wait(self.read_timeout_s)
                     except TimeoutError:
-                        if (keep_waiting is None or loop.time() >= head_deadline
+                        if (head_deadline is None or keep_waiting is None
+                                or asyncio.get_running_loop().time() >= head_deadline
                                 or not keep_waiting()):
                             raise
             except UpstreamDisconnected:

@@ -408,15 +408,12 @@ async def test_a_restarted_engines_window_is_read_at_once(
         assert snap is not None and snap.max_model_len == 2048
 
 
-async def test_a_worker_serving_other_names_than_the_fleet_files_is_logged_once(
-        worker: tuple[_Worker, str], caplog: pytest.LogCaptureFixture) -> None:
-    """It was taken silently: healthy, sent the other name's traffic, and a request for the
-    fleet file's name got a 503 saying only 'filtered out by model'."""
-    import dataclasses
-
-    state, url = worker
-    misnamed = dataclasses.replace(_info(url), models=("tiny-chat",))
-    registry = WorkerRegistry([misnamed], InflightTracker())
+async def warnings_over_three_model_reads(infos: list[WorkerInfo],
+                                         caplog: pytest.LogCaptureFixture,
+                                         about: str) -> list[str]:
+    """The scraper's warnings saying ``about`` over three scrapes of ``infos``, each reading
+    their ``/v1/models`` again."""
+    registry = WorkerRegistry(infos, InflightTracker())
     clock = _Clock()
     async with upstream_client() as client:
         scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
@@ -425,8 +422,19 @@ async def test_a_worker_serving_other_names_than_the_fleet_files_is_logged_once(
             for _ in range(3):
                 await scraper.scrape_once()
                 clock.now += 2.0                 # /v1/models read again each time
-    warnings = [r.getMessage() for r in caplog.records if "fleet file's models" in
-                r.getMessage()]
+    return [r.getMessage() for r in caplog.records if about in r.getMessage()]
+
+
+async def test_a_worker_serving_other_names_than_the_fleet_files_is_logged_once(
+        worker: tuple[_Worker, str], caplog: pytest.LogCaptureFixture) -> None:
+    """It was taken silently: healthy, sent the other name's traffic, and a request for the
+    fleet file's name got a 503 saying only 'filtered out by model'."""
+    import dataclasses
+
+    state, url = worker
+    misnamed = dataclasses.replace(_info(url), models=("tiny-chat",))
+    warnings = await warnings_over_three_model_reads([misnamed], caplog,
+                                                     "fleet file's models")
     assert warnings == [f"worker w0 serves {MODEL}, none of the fleet file's models for it "
                         f"(tiny-chat): requests for those will not go there; requests for "
                         f"{MODEL} will. Give the fleet file the names it serves, or start it "
@@ -579,16 +587,7 @@ async def test_an_adapter_name_loaded_on_two_base_models_is_logged_once(
                             emulate=adapters) as mistral:
         infos = [dataclasses.replace(_info(llama.url), id="llama-0", models=("llama",)),
                  dataclasses.replace(_info(mistral.url), id="mistral-0", models=("mistral",))]
-        registry = WorkerRegistry(infos, InflightTracker())
-        clock = _Clock()
-        async with upstream_client() as client:
-            scraper = WorkerScraper(registry, client, interval_s=0.2, timeout_s=2.0,
-                                    models_interval_s=1.0, fail_threshold=3, clock=clock)
-            with caplog.at_level("WARNING", logger="workers.scraper"):
-                for _ in range(3):
-                    await scraper.scrape_once()
-                    clock.now += 2.0             # /v1/models read again each time
-    warnings = [r.getMessage() for r in caplog.records if "LoRA adapter" in r.getMessage()]
+        warnings = await warnings_over_three_model_reads(infos, caplog, "LoRA adapter")
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith(
         "LoRA adapter sql-lora is loaded on workers of different base models (llama on "
