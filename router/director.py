@@ -22,7 +22,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
 
 from aiohttp import web
 from yarl import URL
@@ -251,7 +250,9 @@ class Director:
             self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status, api)
             raise
         except asyncio.CancelledError as cancelled:  # the client left while sending it
-            self._cancelled(cancelled, UNKNOWN_MODEL, api)     # (or the drain cut it)
+            if (stopped := self._cancelled(cancelled, UNKNOWN_MODEL, api)) is None:
+                raise                                   # (else the drain cut it)
+            raise stopped from None
         try:
             self._check_runner(parsed.routing)
         except RouterError as refused:   # a fleet's model asked for what it does not run
@@ -267,14 +268,19 @@ class Director:
             self._refused(parsed.routing, engine, refused)
             raise
         except asyncio.CancelledError as cancelled:  # the client left waiting for a slot
-            self._cancelled(cancelled, self._model_label(parsed.routing.model), api)
+            if (stopped := self._cancelled(cancelled, self._model_label(parsed.routing.model),
+                                           api)) is None:
+                raise
+            raise stopped from None
         finished = False
         try:
             return await self._admitted(request, parsed, body, engine, ticket)
         except asyncio.CancelledError as cancelled:
             # counted here when it left before any worker was tried (else by its attempts)
-            self._cancelled(cancelled, self._model_label(parsed.routing.model), api,
-                            counted=not parsed.attempts)
+            if (stopped := self._cancelled(cancelled, self._model_label(parsed.routing.model),
+                                           api, counted=not parsed.attempts)) is None:
+                raise
+            raise stopped from None
         except RouterError as refused:     # counted against its budget: say what is left
             if isinstance(refused, AdmissionRefused):   # its tokens' budget, once counted
                 self._refused(parsed.routing, engine, refused)
@@ -288,18 +294,18 @@ class Director:
                 self.admission.finish(ticket)
 
     def _cancelled(self, cancelled: asyncio.CancelledError, model: str, api: str,
-                   counted: bool = True) -> NoReturn:
-        """A request cancelled before its answer began: its client left (counted as such,
-        cancelled on), or the router's drain cut it (counted and answered 503, its client
-        told, not dropped; a stream begun was told in-stream: ``CancelledMidStream``)."""
+                   counted: bool = True) -> StoppedBeforeTheAnswer | None:
+        """A request cancelled before its answer began, counted: None when its client left
+        (the caller cancels on with a bare ``raise``: raised from here, the exception would
+        hold this frame, which holds it, and the request with them until a full collection),
+        else the 503 to answer it with, the router's drain having cut it (its client told,
+        not dropped; a stream begun was told in-stream: ``CancelledMidStream``)."""
         stopped = (None if isinstance(cancelled, CancelledMidStream)
                    else _drain_cut_answer(cancelled))
         if counted:
             self._metrics.record_request(model, "", "", "none", CLIENT_LEFT
                                          if stopped is None else stopped.status, api)
-        if stopped is None:
-            raise cancelled
-        raise stopped from None
+        return stopped
 
     async def _parse(self, body: bytes, path: str, request_id: str, request: web.Request,
                      arrival: float) -> ParsedRequest:
