@@ -16,6 +16,14 @@ with that room are preferred, and a prompt that fits a window only without it is
 that window's workers, whose engine counts it exactly (and refuses it in its own words when
 it does not fit); the router refuses only a prompt that by its count fits no window.
 
+The router's count is an estimate when the model has no tokenizer of its own configured
+(the ``tokens`` producer's ``models`` or ``tokenizers``): the default tokenizer may count a
+text in more tokens than the engine's does, or fewer. Such a prompt that overflows every
+window by less than a factor of ``ESTIMATE_RANGE`` is sent to the workers of the largest
+window, whose engine counts it and serves it or refuses it in its own words; only a prompt
+longer than that, or one of token ids or counted by the model's own tokenizer, is refused
+by the router.
+
 The prompt is the longest one of a batch (several completion prompts, several embedding
 inputs, a score's or a rerank's texts): vLLM serves each on its own, so only each must fit,
 not their sum. A pooling request (embeddings, scores, reranking, pooling, classification)
@@ -41,10 +49,14 @@ from operator import attrgetter
 
 from policies.base import RUNNER_OF_PATH, CycleState, RoutingRequest
 from policies.errors import ParamError
+from policies.producers.tokens import AT_LEAST_KEY, ESTIMATED_COUNT_KEY
 from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
 TYPE_NAME = "context-length"
+# how far an estimated count (a text counted by another tokenizer than the model's) is
+# trusted: a prompt past every window by less than this factor is left to an engine to count
+ESTIMATE_RANGE = 2
 POOLING = "pooling"     # what a pooling API's path runs as (RUNNER_OF_PATH)
 
 
@@ -108,6 +120,8 @@ class ContextLengthFilter:
             # without it is the engine's to judge (it counts exactly, in its own words)
             prompt_only -= self.margin_tokens
             holding = [view for view in workers if prompt_only <= view.max_model_len]
+        if not holding:
+            return _largest_to_count(request, workers)
         requested = request.max_tokens
         if requested is not None and least_output(request):
             # clamped only within the window: vLLM answers 400 for a longer max_tokens
@@ -115,6 +129,21 @@ class ContextLengthFilter:
             if clamping:
                 return clamping
         return holding
+
+
+def _largest_to_count(request: RoutingRequest,
+                      workers: Sequence[WorkerView]) -> list[WorkerView]:
+    """The workers of the largest window when the prompt's tokens (and one to answer), an
+    estimate, overflow it by less than ``ESTIMATE_RANGE`` times (their engine counts
+    exactly), else none."""
+    attributes = request.attributes
+    if not attributes.get(ESTIMATED_COUNT_KEY) or attributes.get(AT_LEAST_KEY):
+        return []
+    largest = max(map(_max_model_len, workers), default=0)
+    needed = request.certain_context_tokens + min(1, least_output(request))
+    if largest <= 0 or needed >= ESTIMATE_RANGE * largest:
+        return []
+    return [view for view in workers if view.max_model_len == largest]
 
 
 def _cut_to_fit(cut: int, needed: int, workers: Sequence[WorkerView]) -> list[WorkerView]:

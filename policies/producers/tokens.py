@@ -37,6 +37,12 @@ A text longer than the fleet's largest window times the most characters one toke
 lower bound and ``request.attributes[AT_LEAST_KEY]`` is True (the router's 400 then says "at
 least N input tokens"). Tokens of a ``tokenizers`` or ``models`` folder have no such bound.
 
+A text counted with the default tokenizer for a model that has none of its own is an
+estimate of the engine's count, which may be more or fewer tokens:
+``request.attributes[ESTIMATED_COUNT_KEY]`` is True, and the ``context-length`` filter sends
+a prompt that by this count just overflows every window to the largest one, whose engine
+counts it exactly (a client's token ids, and a model's own tokenizer, count exactly).
+
 Running off the event loop: tokenizing is CPU work proportional to the text's length.
 ``cost_hint(request)`` returns the number of characters to tokenize (0 for token ids or a
 cached text), and ``should_offload(request)`` is ``cost_hint(request) >= offload_min_chars``.
@@ -106,6 +112,10 @@ PROMPT_PARTS_KEY = "tokens.prompt_parts"    # request.attributes, while the prod
 # request.attributes: True when num_prompt_tokens is a lower bound of a prompt too long for
 # every window, counted without tokenizing it (see TokensProducer.produce)
 AT_LEAST_KEY = "tokens.at_least"
+# request.attributes: True when text was counted with the default tokenizer, not one the
+# model's own folder or ``tokenizers`` names: the engine's count may differ either way
+# (``policies.filters.context_length`` lets the engine judge a prompt near its window)
+ESTIMATED_COUNT_KEY = "tokens.estimated_count"
 UNLISTED_KEY = "tokens.unlisted_media"      # request.attributes, while the producer runs
 # the most media tokens of one prompt listed in its ids (and hashed): the rest are counted
 LISTED_MEDIA_TOKENS = 32_768
@@ -255,6 +265,9 @@ class TokensProducer:
             request.attributes[AT_LEAST_KEY] = True
         else:
             ids, longest = self._token_ids_and_longest(request, model)
+            if (model not in self._model_folders and model not in self._by_model
+                    and _prompt_parts_once(request, self.tools_text)[0]):
+                request.attributes[ESTIMATED_COUNT_KEY] = True
             request.prompt_token_ids = ids
             # with the media tokens counted but not listed (``policies.producers.media``)
             request.num_prompt_tokens = len(ids) + request.attributes.pop(UNLISTED_KEY, 0)

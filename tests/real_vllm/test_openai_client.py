@@ -14,6 +14,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from tests.real_vllm.conftest import (
     MODEL,
+    REPO_ROOT,
     RealFleet,
     RouterFactory,
     RouterHandle,
@@ -227,6 +228,36 @@ async def test_kvroutes_own_context_length_refusal_is_vllms_400(
     status, routed = await post_json(router.url + "/v1/completions", body)
     assert status == 200
     assert routed["usage"]["prompt_tokens"] == served["usage"]["prompt_tokens"] == 1002
+
+
+async def test_a_prompt_counted_past_the_window_by_another_tokenizer_is_the_engines_to_judge(
+        real_fleet: RealFleet, make_router: RouterFactory) -> None:
+    """The default routing file names no tokenizer of the model: kvroute counts with
+    cl100k, which makes 2,400 tokens of a text the model's own tokenizer makes 1,202 of.
+    The engine serves it, so must kvroute; a text past twice the window by that count is
+    refused by kvroute itself, in the engine's words."""
+    router = await make_router((REPO_ROOT / "config/routing.yaml").read_text())
+    body = {"model": MODEL, "prompt": "Hello\n\n" * 1200, "max_tokens": 4, "temperature": 0}
+    status, served = await post_json(real_fleet.urls[0] + "/v1/completions", body)
+    assert status == 200 and served["usage"]["prompt_tokens"] == 1202
+    async with aiohttp.ClientSession() as session, session.post(
+            router.url + "/v1/completions", json=body) as resp:
+        assert resp.status == 200
+        assert resp.headers["x-kvroute-worker"].startswith("cpu-")
+        routed = await resp.json()
+    assert routed["usage"] == served["usage"]
+    body = {"model": MODEL, "prompt": "Hello\n\n" * 2100, "max_tokens": 4}
+    status, direct = await post_json(real_fleet.urls[0] + "/v1/completions", body)
+    assert status == 400
+    async with aiohttp.ClientSession() as session, session.post(
+            router.url + "/v1/completions", json=body) as resp:
+        assert resp.status == 400
+        assert resp.headers["x-kvroute-worker"] == "none"        # 4,200 by cl100k
+        through = await resp.json(content_type=None)
+    assert through["error"]["message"].startswith(
+        "This model's maximum context length is 2048 tokens. However, your prompt contains")
+    assert {key: through["error"][key] for key in ("type", "param", "code")} == {
+        key: direct["error"][key] for key in ("type", "param", "code")}
 
 
 async def test_unknown_model_is_a_404_naming_the_model(real_fleet: RealFleet,

@@ -8,6 +8,7 @@ import pytest
 
 from policies.base import CycleState, RoutingRequest
 from policies.filters.context_length import ContextLengthFilter, ContextLengthFilterParams
+from policies.producers.tokens import AT_LEAST_KEY, ESTIMATED_COUNT_KEY
 from workers.models import WorkerView
 
 ViewFactory = Callable[..., WorkerView]
@@ -121,5 +122,26 @@ def test_a_chats_media_are_a_preference_never_a_refusal(
     views = [view("small", max_model_len=8192), view("big", max_model_len=16384)]
     request = RoutingRequest("r", "m", max_tokens=100, num_prompt_tokens=text + media,
                              media_prompt_tokens=media)
+    plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
+    assert [v.id for v in plugin.filter(request, views, CycleState())] == expected
+
+
+@pytest.mark.parametrize(("prompt", "estimated", "at_least", "expected"), [
+    (5000, True, False, ["big", "big-too"]),   # past every window by another tokenizer's count:
+    (8190, True, False, ["big", "big-too"]),   # the largest window's engines count it
+    (8191, True, False, []),     # with a token to answer, twice the largest window: refused
+    (5000, False, False, []),                  # the model's own tokenizer (or token ids)
+    (5000, True, True, []),                    # a lower bound from the text's length alone
+])
+def test_a_prompt_counted_by_another_tokenizer_is_left_to_the_largest_window(
+        view: ViewFactory, prompt: int, estimated: bool, at_least: bool,
+        expected: list[str]) -> None:
+    """A count by the default tokenizer is not the engine's: refusing a prompt the engine
+    counts within its window refused what it serves."""
+    views = [view("small", max_model_len=2048), view("big", max_model_len=4096),
+             view("big-too", max_model_len=4096)]
+    request = RoutingRequest("r", "m", max_tokens=16, num_prompt_tokens=prompt)
+    request.attributes[ESTIMATED_COUNT_KEY] = estimated
+    request.attributes[AT_LEAST_KEY] = at_least
     plugin = ContextLengthFilter("context-length", ContextLengthFilterParams())
     assert [v.id for v in plugin.filter(request, views, CycleState())] == expected

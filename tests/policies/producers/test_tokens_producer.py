@@ -15,6 +15,7 @@ from policies.errors import ParamError, RoutingConfigError
 from policies.producers.chat_template import render_chat
 from policies.producers.tokens import (
     AT_LEAST_KEY,
+    ESTIMATED_COUNT_KEY,
     PROMPT_PARTS_KEY,
     TiktokenTokenizer,
     TokenCache,
@@ -459,3 +460,21 @@ def test_a_chats_tools_are_written_once_and_counted_as_before() -> None:
 
     assert isinstance(p.tools_text, ToolsTextCache)
     assert len(p.tools_text) == 1                 # written once, read from then on
+
+
+def test_a_count_by_the_default_tokenizer_is_marked_an_estimate() -> None:
+    """Text counted by cl100k for a model without a tokenizer of its own is an estimate of
+    the engine's count (the context-length filter lets the engine judge it near a window);
+    token ids and the model's own tokenizer count exactly."""
+    from tests.policies.conftest import make_view
+
+    p = TokensProducer("tokens", TokensParams(), {"base": _CharTokenizer()})
+    views = [make_view("w1", models=("base", "other"), lora_adapters=("sql",))]
+    for model, prompt, estimated in (("other", "hello", True), ("other", [1, 2, 3], False),
+                                     ("base", "hello", False), ("sql", "hello", False)):
+        request = RoutingRequest("r", model, path="/v1/completions", prompt=prompt)
+        p.produce(request, views)
+        assert bool(request.attributes.get(ESTIMATED_COUNT_KEY)) is estimated, (model, prompt)
+    chat = RoutingRequest("r", "other", messages=[{"role": "user", "content": "hi"}])
+    p.produce(chat, views)
+    assert chat.attributes.get(ESTIMATED_COUNT_KEY) is True
