@@ -369,7 +369,8 @@ class Director:
                 if last_failure is not None:
                     log.info("request %s: no other worker to try", request_id)
                     break
-                raise self._no_candidate(decision, parsed.routing)
+                raise self._no_candidate(decision, parsed.routing,
+                                         views if pinned is not None else ())
             if retried is not None:
                 self._metrics.record_retry(*retried)
                 retried = None
@@ -514,10 +515,13 @@ class Director:
         # a rule's target, an adapter not loaded say, is the routing's and falls back; so is
         # a rule's adapter the holder lacks, which the model filter's fallback to the base
         # model's workers kept it for: the holder would answer 404)
+        # (a model the client named itself, which its holder no longer serves, is not
+        # replaced by another behind its back: _no_candidate says which the holder serves)
         if continued is not None and (
                 (decision.worker_id is None and (
                     decision.model != routing.model
-                    or routing.model in self._registry.known_models()))
+                    or (routing.model in self._registry.known_models()
+                        and not _lacks_the_named_model(views, routing.model))))
                 or (decision.worker_id is not None and decision.model != routing.model
                     and not any(view.serves(decision.model) for view in views))):
             decision = continuation_decision(engine, routing, views, decision, continued)
@@ -550,7 +554,10 @@ class Director:
     def _gpu_of(self, worker_id: str | None) -> str:
         return self._registry.info(worker_id).gpu.name if worker_id is not None else ""
 
-    def _no_candidate(self, decision: Decision, routing: RoutingRequest) -> RouterError:
+    def _no_candidate(self, decision: Decision, routing: RoutingRequest,
+                      holder: Sequence[WorkerView] = ()) -> RouterError:
+        """The error for a request no worker takes (``holder``: the worker holding the
+        response it continues, alone, when it continues one)."""
         headers = self._kvroute_headers(decision, routing.semantic_class)
         model, api = decision.model, api_of_path(routing.path)
         if model not in self._registry.known_models():
@@ -558,6 +565,16 @@ class Director:
             self._metrics.record_request(UNKNOWN_MODEL, "", "", decision.profile, 404, api)
             return ModelNotFound(f"The model `{model}` does not exist. Valid aliases: {known}.",
                                  param="model", headers=headers)
+        if model == routing.model and _lacks_the_named_model(holder, model):
+            view = holder[0]
+            served = ", ".join(f"`{name}`" for name in (
+                *(view.served_models or view.info.models), *view.lora_adapters))
+            self._metrics.record_request(model, "", "", decision.profile, 404, api)
+            return ModelNotFound(
+                f"The model `{model}` is not served by {view.id}, the worker holding the "
+                f"response this request continues (previous_response_id), which serves "
+                f"{served}: continue it naming one of those, or start a new response.",
+                param="model", headers=headers)
         too_long = [worker for worker, by in decision.filtered_out.items()
                     if by == CONTEXT_LENGTH_FILTER]
         # the request fits no worker of its model: the client must shorten it, unless a
@@ -1061,6 +1078,13 @@ def _first_too_long_ids(prompt: object, max_model_len: int) -> int | None:
         if len(ids) > max_model_len:
             return len(ids)
     return None
+
+
+def _lacks_the_named_model(holder: Sequence[WorkerView], model: str) -> bool:
+    """True when ``holder`` (a continued response's worker, alone) is up and serves no
+    longer ``model`` (an adapter it unloaded, or a model it never served): vLLM answers
+    404 to the name there, and another model answering for it would be no answer to it."""
+    return bool(holder) and holder[0].healthy and not holder[0].serves(model)
 
 
 def continuation_model(holder: Sequence[WorkerView], requested: str) -> str | None:

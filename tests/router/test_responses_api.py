@@ -8,6 +8,8 @@ to another worker, where the response does not exist (404)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import openai
 import pytest
 import yaml
 
+from router.keys import REGISTRY
 from tests.router.gateway_support import MODEL, ROUTING_ROUND_ROBIN, RouterFactory
 from workers.emulator.process import EmulatorFleet
 from workers.fleet import FleetConfig, load_fleet
@@ -249,14 +252,15 @@ rules:
 def _keeping_fleet(tmp_path_factory: pytest.TempPathFactory, models: tuple[str, ...],
                    workers: list[dict[str, Any]]) -> Iterator[FleetConfig]:
     """H100 workers keeping responses, emulated in one process: each entry's ``id`` and
-    ``models``, and its ``lora_adapters`` for the emulator."""
+    ``models``, and its ``lora_adapters`` and ``runtime_lora_updating`` for the emulator."""
     path: Path = tmp_path_factory.mktemp("responses-fleet") / "fleet.yaml"
     path.write_text(yaml.safe_dump({
         "models": {name: {"arch": "llama-3-8b", "max_model_len": 8192} for name in models},
         "workers": [{"id": w["id"], "gpu": "h100", "models": w["models"],
                      "emulate": {**KEEPING, "port": free_port(),
-                                 **({"lora_adapters": w["lora_adapters"]}
-                                    if "lora_adapters" in w else {})}}
+                                 **{key: w[key] for key in ("lora_adapters",
+                                                            "runtime_lora_updating")
+                                    if key in w}}}
                     for w in workers]}))
     loaded = load_fleet(path)
     with EmulatorFleet(loaded, one_process=True):
@@ -290,8 +294,18 @@ async def test_a_rule_that_would_move_a_conversation_is_set_aside_for_its_holder
     reason = raw.headers["x-kvroute-reason"]
     assert reason.startswith("continues a response only alpha-0 holds, which rule "
                              "beta-turns left out (target beta): ")
-    # asked for a model the holder does not serve, the turn goes with the holder's
-    third = await client.responses.create(model="beta", input="Third turn.",
+    # a model the client names that the holder does not serve: no other model answers for
+    # it (it was answered by the holder's, its name alone in the body saying so)
+    with pytest.raises(openai.NotFoundError) as info:
+        await client.responses.create(model="beta", input="Third turn.",
+                                      max_output_tokens=4, previous_response_id=second.id)
+    assert info.value.response.headers["x-kvroute-worker"] == "none"
+    assert info.value.body == {
+        "message": "The model `beta` is not served by alpha-0, the worker holding the response "
+                   "this request continues (previous_response_id), which serves `alpha`: "
+                   "continue it naming one of those, or start a new response.",
+        "type": "NotFoundError", "param": "model", "code": 404}
+    third = await client.responses.create(model="alpha", input="Third turn.",
                                           max_output_tokens=4, previous_response_id=second.id)
     assert third.model == "alpha" and third.previous_response_id == second.id
     # a new conversation follows the rule as before
@@ -344,6 +358,52 @@ async def test_a_rules_adapter_the_holder_lacks_is_set_aside_for_its_holder(
     raw = await client.responses.with_raw_response.create(
         model="alpha", input="Elsewhere.", max_output_tokens=4, extra_headers={"x-tier": "chat"})
     assert raw.headers["x-kvroute-worker"] == "alpha-0" and raw.parse().model == "chat"
+    await client.close()
+
+
+@pytest.fixture(scope="module")
+def adapter_unloadable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetConfig]:
+    """Two workers keeping responses with an adapter; the first's are loaded and unloaded
+    at run time."""
+    yield from _keeping_fleet(tmp_path_factory, ("alpha",), [
+        {"id": "alpha-0", "models": ["alpha"], "lora_adapters": {"chat": "/adapters/chat"},
+         "runtime_lora_updating": True},
+        {"id": "alpha-1", "models": ["alpha"], "lora_adapters": {"chat": "/adapters/chat"}}])
+
+
+async def test_a_turn_naming_an_adapter_its_holder_unloaded_is_a_404_saying_so(
+        adapter_unloadable: FleetConfig, make_router: RouterFactory) -> None:
+    """The holder unloaded the adapter the client names: the turn was sent with the holder's
+    base model, which answered in the adapter's place."""
+    router = await make_router(adapter_unloadable, ROUTING_ROUND_ROBIN, models_interval_s=0.1)
+    spec = adapter_unloadable.workers[0]
+    client = client_of(router.url)
+    for _ in range(4):            # round robin: a first turn on the worker that unloads it
+        raw = await client.responses.with_raw_response.create(
+            model="chat", input="First turn.", max_output_tokens=4)
+        if raw.headers["x-kvroute-worker"] == "alpha-0":
+            break
+    assert raw.headers["x-kvroute-worker"] == "alpha-0"
+    first = raw.parse()
+    assert first.model == "chat"
+    async with aiohttp.ClientSession() as http, http.post(
+            spec.info.url + "/v1/unload_lora_adapter", json={"lora_name": "chat"}) as resp:
+        assert resp.status == 200, await resp.text()
+    deadline = time.monotonic() + 10.0
+    while any("chat" in view.lora_adapters for view in router.app[REGISTRY].views(0.0)
+              if view.id == "alpha-0"):
+        assert time.monotonic() < deadline, "the unload was never seen"
+        await asyncio.sleep(0.05)
+    with pytest.raises(openai.NotFoundError) as info:
+        await client.responses.create(model="chat", input="Second turn.", max_output_tokens=4,
+                                      previous_response_id=first.id)
+    assert isinstance(info.value.body, dict)
+    assert info.value.body["message"].startswith(
+        "The model `chat` is not served by alpha-0, the worker holding the response this "
+        "request continues (previous_response_id), which serves `alpha`:")
+    second = await client.responses.create(model="alpha", input="Second turn.",
+                                           max_output_tokens=4, previous_response_id=first.id)
+    assert second.model == "alpha" and second.previous_response_id == first.id
     await client.close()
 
 
