@@ -18,11 +18,13 @@ it does not fit); the router refuses only a prompt that by its count fits no win
 
 The router's count is an estimate when the model has no tokenizer of its own configured
 (the ``tokens`` producer's ``models`` or ``tokenizers``): the default tokenizer may count a
-text in more tokens than the engine's does, or fewer. Such a prompt that overflows every
-window by less than a factor of ``ESTIMATE_RANGE`` is sent to the workers of the largest
-window, whose engine counts it and serves it or refuses it in its own words; only a prompt
-longer than that, or one of token ids or counted by the model's own tokenizer, is refused
-by the router.
+text in more tokens than the engine's does, or fewer (each vocabulary holds whole what
+another cuts in pieces). Such a prompt that overflows every
+window is sent to the workers of the largest window, whose engine counts it and serves it or
+refuses it in its own words; the router refuses only a text too long for any window by its
+length alone (the ``tokens`` producer's bound: no token holds more characters than the
+default tokenizer's longest), a prompt of token ids and one counted by the model's own
+tokenizer.
 
 The prompt is the longest one of a batch (several completion prompts, several embedding
 inputs, a score's or a rerank's texts): vLLM serves each on its own, so only each must fit,
@@ -54,9 +56,6 @@ from policies.registry import PluginRegistry
 from workers.models import WorkerView
 
 TYPE_NAME = "context-length"
-# how far an estimated count (a text counted by another tokenizer than the model's) is
-# trusted: a prompt past every window by less than this factor is left to an engine to count
-ESTIMATE_RANGE = 2
 POOLING = "pooling"     # what a pooling API's path runs as (RUNNER_OF_PATH)
 
 
@@ -133,15 +132,13 @@ class ContextLengthFilter:
 
 def _largest_to_count(request: RoutingRequest,
                       workers: Sequence[WorkerView]) -> list[WorkerView]:
-    """The workers of the largest window when the prompt's tokens (and one to answer), an
-    estimate, overflow it by less than ``ESTIMATE_RANGE`` times (their engine counts
-    exactly), else none."""
+    """The workers of the largest window when the prompt's count is an estimate (their
+    engine counts it exactly), else none."""
     attributes = request.attributes
     if not attributes.get(ESTIMATED_COUNT_KEY) or attributes.get(AT_LEAST_KEY):
         return []
     largest = max(map(_max_model_len, workers), default=0)
-    needed = request.certain_context_tokens + min(1, least_output(request))
-    if largest <= 0 or needed >= ESTIMATE_RANGE * largest:
+    if largest <= 0:
         return []
     return [view for view in workers if view.max_model_len == largest]
 

@@ -418,20 +418,27 @@ async def test_request_longer_than_the_context_window_is_400(router: RouterHandl
         await client(router).completions.create(model=MODEL, prompt=[7] * 8193, max_tokens=4)
     assert isinstance(info.value.body, dict)
     assert "contains at least 8193 input tokens" in info.value.body["message"]
-    # a max_tokens past the window is refused before the prompt is read, as vLLM does; by
-    # kvroute itself for a prompt past twice the window by its count (cl100k: the model has
-    # no tokenizer configured), by the engine for one past it by less (its count may differ)
-    for words, refused_by_router in ((8300, False), (16400, True)):
+    # a max_tokens past the window is refused before the prompt is read, as vLLM does (by
+    # the engine: the router's count, cl100k with no tokenizer of the model configured, is
+    # an estimate of the engine's; token ids are counted exactly, by the router)
+    for prompt, refused_by_router in (("word " * 8300, False), ([7] * 8300, True)):
         with pytest.raises(openai.BadRequestError) as info:
-            await client(router).chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "word " * words}],
-                max_completion_tokens=9000)
+            await client(router).completions.create(model=MODEL, prompt=prompt,
+                                                    max_tokens=9000)
         assert (info.value.response.headers["x-kvroute-worker"] == "none") is refused_by_router
         assert info.value.body == {
-            "message": "max_completion_tokens=9000 cannot be greater than max_model_len=8192. "
-                       "Please request fewer output tokens. (parameter=max_completion_tokens, "
-                       "value=9000)",
-            "type": "BadRequestError", "param": "max_completion_tokens", "code": 400}
+            "message": "max_tokens=9000 cannot be greater than max_model_len=8192. Please "
+                       "request fewer output tokens. (parameter=max_tokens, value=9000)",
+            "type": "BadRequestError", "param": "max_tokens", "code": 400}
+    with pytest.raises(openai.BadRequestError) as info:
+        await client(router).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "word " * 8300}],
+            max_completion_tokens=9000)
+    assert info.value.body == {
+        "message": "max_completion_tokens=9000 cannot be greater than max_model_len=8192. "
+                   "Please request fewer output tokens. (parameter=max_completion_tokens, "
+                   "value=9000)",
+        "type": "BadRequestError", "param": "max_completion_tokens", "code": 400}
     # a max_tokens past the whole window: the engine's own 400, forwarded
     with pytest.raises(openai.BadRequestError) as info:
         await client(router).completions.create(model=MODEL, prompt=[7] * 10, max_tokens=9000)
