@@ -47,7 +47,7 @@ from policies.filters.healthy import TYPE_NAME as HEALTHY_FILTER
 from policies.latency.estimator import served_cost_usd
 from policies.latency.observer import ROUTED_ESTIMATE
 from policies.producers.runner import produce
-from policies.producers.tokens import AT_LEAST_KEY
+from policies.producers.tokens import AT_LEAST_KEY, PAST_CHARS_KEY
 from router.admission.controller import Admission, AdmissionTicket
 from router.client_auth import TENANT
 from router.decision_log import class_confidence, class_outcome, class_predicted
@@ -1018,7 +1018,9 @@ def _context_length_error(routing: RoutingRequest, max_model_len: int,
     ``max_tokens`` before it reads the prompt; then the first prompt too long: it tokenizes a
     text one token past its window at most, so a text too long is "at least"
     ``max_model_len + 1`` tokens; prompts of token ids are counted whole. A prompt that
-    fills the window leaves no room for an answer: its sampling refuses ``max_tokens`` 0."""
+    fills the window leaves no room for an answer: its sampling refuses ``max_tokens`` 0.
+    A text longer than the window times the model's longest token (known from its own
+    tokenizer) is refused by its characters, untokenized."""
     asked = _asked_max_tokens(routing)
     if asked is not None and asked[1] > max_model_len:
         field, value = asked
@@ -1026,6 +1028,15 @@ def _context_length_error(routing: RoutingRequest, max_model_len: int,
             f"{field}={value} cannot be greater than max_model_len={max_model_len}. Please "
             f"request fewer output tokens. (parameter={field}, value={value})",
             param=field, headers=headers)
+    past_chars = routing.attributes.get(PAST_CHARS_KEY)
+    if past_chars is not None:      # the model's own tokenizer's bound, as vLLM words it
+        chars, per_token = past_chars
+        return ContextLengthExceeded(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains {chars} characters (more than {max_model_len * per_token} "
+            f"characters, which is the upper bound for {max_model_len} input tokens). Please "
+            f"reduce the length of the input prompt. (parameter=input_text, value={chars})",
+            param="input_text", headers=headers)
     # a batch's longest prompt (each is served alone), less a chat's media (an estimate)
     tokens = routing.certain_context_tokens
     if (tokens == max_model_len and least_output(routing)

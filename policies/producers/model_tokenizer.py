@@ -46,6 +46,10 @@ class ModelTokenizer:
         tokenizer.no_truncation()
         tokenizer.no_padding()
         self._tokenizer = tokenizer
+        # vLLM's bound of a text's characters: its window times this (``max_chars_per_token``,
+        # the longest entry of the vocabulary, added tokens included)
+        self.max_chars_per_token = max(map(len, tokenizer.get_vocab(with_added_tokens=True)),
+                                       default=0)
         template = tokenizer_config.get("chat_template")
         if isinstance(template, list):   # named templates: take "default"
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
@@ -92,7 +96,10 @@ class ModelTokenizer:
         return text
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
-        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        # encode_batch lets go of the GIL while it runs (encode holds it: a 5 MB prompt
+        # tokenized in a thread stopped the event loop for seconds)
+        [encoding] = self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)
+        ids: list[int] = encoding.ids
         return ids
 
     def chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:

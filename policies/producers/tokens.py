@@ -35,7 +35,13 @@ a ``tokenizers`` or ``models`` tokenizer are always tokenized whole.
 A text longer than the fleet's largest window times the most characters one token holds
 (128 for cl100k) cannot fit anywhere: it is not tokenized, ``num_prompt_tokens`` is that
 lower bound and ``request.attributes[AT_LEAST_KEY]`` is True (the router's 400 then says "at
-least N input tokens"). Tokens of a ``tokenizers`` or ``models`` folder have no such bound.
+least N input tokens"). A ``tokenizers`` file has no such bound (a normalizer may drop
+characters); a ``models`` folder has vLLM's: a text (a chat rendered by its template) longer
+than the window times the vocabulary's longest entry is not tokenized, and
+``request.attributes[PAST_CHARS_KEY]`` holds its characters and that longest entry's (the
+router's 400 then says it in vLLM's words: "... contains C characters (more than ...)").
+Model folders and ``tokenizers`` files are tokenized with ``encode_batch``, which lets go of
+the GIL (``encode`` holds it: the event loop stopped while a thread tokenized megabytes).
 
 A text counted with the default tokenizer for a model that has none of its own is an
 estimate of the engine's count, which may be more or fewer tokens:
@@ -112,6 +118,10 @@ PROMPT_PARTS_KEY = "tokens.prompt_parts"    # request.attributes, while the prod
 # request.attributes: True when num_prompt_tokens is a lower bound of a prompt too long for
 # every window, counted without tokenizing it (see TokensProducer.produce)
 AT_LEAST_KEY = "tokens.at_least"
+# request.attributes: (characters, the tokenizer's longest token in characters) of a text
+# longer than the window times the second, for a model's own folder: vLLM refuses such a text
+# by its characters, before tokenizing it (and so does the router, in its words)
+PAST_CHARS_KEY = "tokens.past_chars"
 # request.attributes: True when text was counted with the default tokenizer, not one the
 # model's own folder or ``tokenizers`` names: the engine's count may differ either way
 # (``policies.filters.context_length`` lets the engine judge a prompt near its window)
@@ -198,7 +208,9 @@ class HuggingFaceTokenizer:
         self._tokenizer.no_padding()
 
     def encode(self, text: str) -> array[int]:
-        return array("i", self._tokenizer.encode(text, add_special_tokens=False).ids)
+        # encode_batch lets go of the GIL while it runs (encode holds it)
+        [encoding] = self._tokenizer.encode_batch([text], add_special_tokens=False)
+        return array("i", encoding.ids)
 
 
 class TokenCache:
@@ -257,14 +269,21 @@ class TokensProducer:
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
         model = self._tokenizing_model(produced_model(request), workers)
-        at_least = self._too_long(request, max((view.max_model_len for view in workers),
-                                               default=0), model)
-        if at_least is not None:     # refused for its length: not worth tokenizing
+        window = max((view.max_model_len for view in workers), default=0)
+        at_least = self._too_long(request, window, model)
+        tokenized: tuple[Sequence[int], int] | None = None
+        if at_least is None:
+            try:
+                tokenized = self._token_ids_and_longest(request, model, window)
+            except _PastCharacterBound as past:
+                request.attributes[PAST_CHARS_KEY] = (past.chars, past.per_token)
+                at_least = -(-past.chars // past.per_token)
+        if tokenized is None:     # refused for its length: not worth tokenizing
             request.prompt_token_ids = array("i")
-            request.num_prompt_tokens = at_least
+            request.num_prompt_tokens = at_least or 0
             request.attributes[AT_LEAST_KEY] = True
         else:
-            ids, longest = self._token_ids_and_longest(request, model)
+            ids, longest = tokenized
             if (model not in self._model_folders and model not in self._by_model
                     and _prompt_parts_once(request, self.tools_text)[0]):
                 request.attributes[ESTIMATED_COUNT_KEY] = True
@@ -308,14 +327,15 @@ class TokensProducer:
     def token_ids(self, request: RoutingRequest) -> Sequence[int]:
         return self._token_ids_and_longest(request, produced_model(request))[0]
 
-    def _token_ids_and_longest(self, request: RoutingRequest,
-                               model: str) -> tuple[Sequence[int], int]:
+    def _token_ids_and_longest(self, request: RoutingRequest, model: str,
+                               window: int = 0) -> tuple[Sequence[int], int]:
         """The prompt's token ids (a batch's, one after the other) with ``model``'s
         tokenizer and, for a batch, the tokens of its longest prompt (0 for a single
-        prompt)."""
+        prompt). With a model folder, a text past ``window`` (when not 0) times its longest
+        token raises ``_PastCharacterBound``, untokenized."""
         folder = self._model_folders.get(model)
         if folder is not None:
-            return self._model_token_ids(folder, request, model)
+            return self._model_token_ids(folder, request, model, window)
         texts, given_ids = _prompt_parts_once(request, self.tools_text)
         if not texts:           # token ids sent by the client, taken as they are
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
@@ -384,7 +404,7 @@ class TokensProducer:
                              self._by_model.get(model, self._default), text, self.chunk_chars)
 
     def _model_token_ids(self, folder: ModelTokenizer, request: RoutingRequest,
-                         model: str) -> tuple[Sequence[int], int]:
+                         model: str, window: int = 0) -> tuple[Sequence[int], int]:
         """Tokens exactly as vLLM makes them from the model's own folder, and a batch's
         longest prompt's (as ``_token_ids_and_longest``)."""
         if request.messages is not None:
@@ -393,6 +413,7 @@ class TokensProducer:
             except Exception:     # a template error: vLLM answers 400, route on the rest
                 text = render_chat(request.messages, tools=request.tools,
                                    tools_text=self.tools_text)
+            _check_characters(folder, (text,), window)
             return self._with_media(request, encode_with_media(
                 lambda piece: self._encode_folder(model, folder, piece,
                                                   add_special_tokens=False),
@@ -400,6 +421,7 @@ class TokensProducer:
         texts, given_ids = prompt_parts(request)
         if not texts:
             return given_ids, longest_id_list(request.prompt) if given_ids else 0
+        _check_characters(folder, texts, window)
         if len(texts) == 1:
             return self._encode_folder(model, folder, texts[0],
                                        add_special_tokens=True), 0
@@ -427,6 +449,26 @@ class TokensProducer:
 
     def _tokenizer_key(self, model: str) -> str:
         return f"hf:{model}" if model in self._by_model else self._default_key
+
+
+class _PastCharacterBound(Exception):
+    """A text longer than a model's window times its tokenizer's longest token."""
+
+    def __init__(self, chars: int, per_token: int) -> None:
+        super().__init__(chars, per_token)
+        self.chars, self.per_token = chars, per_token
+
+
+def _check_characters(folder: ModelTokenizer, texts: Sequence[str], window: int) -> None:
+    """Raise ``_PastCharacterBound`` for the first of ``texts`` (a prompt each, or a chat
+    rendered) longer than ``window`` times the folder's longest token: vLLM refuses it so,
+    by its characters, untokenized (``max_chars_per_token``). ``window`` 0: no bound."""
+    per_token = folder.max_chars_per_token
+    if window <= 0 or per_token <= 0:
+        return
+    for text in texts:
+        if len(text) > window * per_token:
+            raise _PastCharacterBound(len(text), per_token)
 
 
 def cached_encode(cache: TokenCache, key_prefix: str, tokenizer: TextTokenizer, text: str,

@@ -215,6 +215,19 @@ async def test_kvroutes_own_context_length_refusal_is_vllms_400(
     assert through == direct
     assert direct["error"]["message"].startswith(
         "This model's maximum context length is 2048 tokens. However, your prompt contains")
+    # past the window times the vocabulary's longest token: refused by its characters,
+    # untokenized, by vLLM and by kvroute (a chat: its rendered text's characters)
+    for path, body in (("/v1/completions", {"prompt": "word " * 8000}),
+                       ("/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": "word " * 8000}]})):
+        body = {"model": MODEL, "max_tokens": 4, **body}
+        status, direct = await post_json(real_fleet.urls[0] + path, body)
+        assert status == 400 and direct["error"]["param"] == "input_text", direct
+        async with aiohttp.ClientSession() as session, session.post(
+                router.url + path, json=body) as resp:
+            assert resp.status == 400
+            assert resp.headers["x-kvroute-worker"] == "none"
+            assert await resp.json(content_type=None) == direct
     for ids, asked in (([7] * 2100, 4), ([7] * 2049, 4), ([7] * 2048, 4), ([7] * 2100, 5000)):
         # counted whole, "at least" one past, one filling the window, max_tokens refused first
         body = {"model": MODEL, "prompt": ids, "max_tokens": asked}

@@ -15,7 +15,7 @@ from policies.base import RoutingRequest
 from policies.errors import RoutingConfigError
 from policies.producers.media import media_mark
 from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
-from policies.producers.tokens import TokensParams
+from policies.producers.tokens import AT_LEAST_KEY, PAST_CHARS_KEY, TokensParams
 from policies.registry import BuildContext, default_registry
 from workers.fleet import FleetConfig
 
@@ -143,3 +143,64 @@ def test_tool_call_arguments_reach_the_template_as_objects(model_dir: Path) -> N
             {"id": "t", "type": "function",
              "function": {"name": "weather", "arguments": '{"city":"\\u6771\\u4eac"}'}}]}])
     assert text == '{"city": "東京"}'
+
+
+def test_a_text_past_the_window_in_characters_is_not_tokenized(tmp_path: Path,
+                                                              model_dir: Path) -> None:
+    """vLLM refuses a text longer than its window times its vocabulary's longest token
+    (``max_chars_per_token``) by its characters, untokenized. The router tokenized 5 MB with
+    the model's tokenizer first (seconds) for a prompt no worker takes."""
+    from tests.policies.conftest import make_view
+
+    reference = ModelTokenizer.from_dir(model_dir)
+    vocabulary = json.loads((model_dir / "tokenizer.json").read_text())["model"]["vocab"]
+    assert reference.max_chars_per_token == max(map(len, vocabulary)) > 1
+    tokens_type = default_registry().get("tokens")
+    assert tokens_type is not None
+    producer = tokens_type.factory(TokensParams(models={"tiny": "model"}), _context(tmp_path))
+    views = [make_view("w1", models=("tiny",), max_model_len=64)]
+    bound = 64 * reference.max_chars_per_token
+    messages = [{"role": "user", "content": "a" * bound}]       # rendered: past the bound
+    chat = RoutingRequest("r1", "tiny", messages=messages)
+    producer.produce(chat, views)
+    rendered = len(reference.render_chat(messages))
+    assert chat.attributes[PAST_CHARS_KEY] == (rendered, reference.max_chars_per_token)
+    assert chat.attributes[AT_LEAST_KEY] is True and chat.num_prompt_tokens > 64
+    within = RoutingRequest("r2", "tiny", prompt="a" * bound)   # at the bound: tokenized
+    producer.produce(within, views)
+    assert PAST_CHARS_KEY not in within.attributes
+    assert list(within.prompt_token_ids or []) == reference.prompt_ids("a" * bound)
+    batch = RoutingRequest("r3", "tiny", prompt=["short", "b" * (bound + 1)])
+    producer.produce(batch, views)
+    assert batch.attributes[PAST_CHARS_KEY] == (bound + 1, reference.max_chars_per_token)
+
+
+def test_encoding_lets_other_threads_run(model_dir: Path) -> None:
+    """The producer tokenizes a long prompt in a thread so that the event loop goes on; the
+    tokenizer held the GIL the whole time (a 5 MB prompt stopped the router for seconds)."""
+    import threading
+    import time
+
+    tokenizer = ModelTokenizer.from_dir(model_dir)
+    text = "hello world " * 300_000
+    ticks = 0
+    done = threading.Event()
+
+    def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            time.sleep(0.002)
+            ticks += 1
+
+    encoder = threading.Thread(target=lambda: (tokenizer.encode(text, False), done.set()))
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    started = time.perf_counter()
+    encoder.start()
+    encoder.join(timeout=60)
+    took = time.perf_counter() - started
+    done.set()
+    ticker.join()
+    assert took > 0.1        # long enough for a held GIL to show
+    # a thread sleeping 2 ms at a time ticks many times a 0.1 s encode; none when held
+    assert ticks >= 10, (ticks, took)
