@@ -85,10 +85,15 @@ class ParsedRequest:
     attempts: int = 0          # attempts at workers begun (each counted when it ends)
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def parse_body(body: bytes) -> dict[str, Any]:
     """Decode a JSON object body, with a clear message for each way it can be wrong."""
     if not body:
         raise InvalidRequest("Request body is empty; expected a JSON object.")
+    if body.startswith(UTF8_BOM):     # as vLLM's parser reads it (some Windows clients)
+        body = body[len(UTF8_BOM):]
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -178,8 +183,11 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         else:
             prompt = _check_prompt(data.get("prompt"))
         # a completion has no max_completion_tokens (vLLM ignores it as an extra field)
-        max_tokens = _check_max_tokens(data, ("max_tokens",) if path == COMPLETIONS_PATH
-                                       else ("max_completion_tokens", "max_tokens"))
+        max_tokens = _check_max_tokens(
+            data, ("max_tokens",) if path == COMPLETIONS_PATH
+            else ("max_completion_tokens", "max_tokens"),
+            echo_without_generation=(path == COMPLETIONS_PATH
+                                     and lax_bool(data.get("echo")) is True))
         if max_tokens is None and path == COMPLETIONS_PATH:
             max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
         stream = _check_bool(data, "stream")
@@ -472,8 +480,13 @@ def anthropic_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _check_max_tokens(data: Mapping[str, Any],
-                      keys: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
-                      ) -> int | None:
+                      keys: tuple[str, ...] = ("max_completion_tokens", "max_tokens"),
+                      echo_without_generation: bool = False) -> int | None:
+    """The answer's token limit: the first of ``keys`` the body sets (each must be an
+    integer; only the one taken must be at least 1: vLLM takes ``max_completion_tokens``
+    over ``max_tokens`` whatever the other says). ``echo_without_generation``: a completion
+    echoing its prompt may ask for 0 tokens (its prompt's logprobs alone), which vLLM
+    serves generating one."""
     result: int | None = None
     for key in keys:
         raw = data.get(key)
@@ -483,10 +496,13 @@ def _check_max_tokens(data: Mapping[str, Any],
         value = lax_int(raw)
         if value is None:
             raise InvalidRequest(f"{key}: must be an integer.", param=key)
+        if result is not None:
+            continue
+        if value == 0 and echo_without_generation:
+            value = 1
         if value < 1:
             raise InvalidRequest(f"{key}: must be at least 1, got {value}.", param=key)
-        if result is None:
-            result = value
+        result = value
     return result
 
 

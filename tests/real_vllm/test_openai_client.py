@@ -135,6 +135,21 @@ async def test_completions_and_streamed_completions(real_fleet: RealFleet,
     same_shapes(through, direct)
 
 
+async def test_an_echoed_completion_of_no_tokens_is_served_as_by_the_engine(
+        real_fleet: RealFleet, router: RouterHandle) -> None:
+    """``echo`` with ``max_tokens: 0`` (a prompt's logprobs alone) is vLLM's 200; the router
+    refused it with a 400."""
+    body = {"model": MODEL, "prompt": "hello world", "max_tokens": 0, "echo": True,
+            "logprobs": 1, "temperature": 0}
+    status, direct = await post_json(real_fleet.urls[0] + "/v1/completions", body)
+    assert status == 200
+    status, through = await post_json(router.url + "/v1/completions", body)
+    assert status == 200
+    assert through["choices"][0]["text"] == direct["choices"][0]["text"]
+    assert through["choices"][0]["logprobs"]["tokens"] == direct["choices"][0]["logprobs"]["tokens"]
+    assert through["usage"] == direct["usage"]
+
+
 def without_values(event: Any) -> str:
     """The event as JSON with its per-request values (id, created, generated text) blanked:
     keys, their order and every other value stay."""

@@ -793,3 +793,23 @@ async def test_a_session_named_in_the_body_keeps_its_worker(
                 assert resp.status == 200, await resp.text()
                 workers.setdefault(name, set()).add(resp.headers["x-kvroute-worker"])
     assert all(len(chosen) == 1 for chosen in workers.values()), workers
+
+
+async def test_an_echoed_completion_of_no_tokens_scores_the_prompt(router: RouterHandle) -> None:
+    """``echo`` with ``max_tokens: 0``: the prompt's own logprobs and nothing generated, as
+    vLLM serves it (evaluation tools score prompts so); the router refused it with a 400."""
+    prompt = "Once upon a time"
+    reply = await client(router).completions.create(model=MODEL, prompt=prompt, max_tokens=0,
+                                                    echo=True, logprobs=1)
+    [choice] = reply.choices
+    assert choice.text == prompt and choice.finish_reason == "length"
+    assert choice.logprobs is not None and choice.logprobs.token_logprobs is not None
+    assert choice.logprobs.token_logprobs[0] is None
+    assert "".join(choice.logprobs.tokens or []) == prompt
+    assert reply.usage is not None and reply.usage.completion_tokens == 1
+    stream = await client(router).completions.create(model=MODEL, prompt=prompt, max_tokens=0,
+                                                     echo=True, stream=True)
+    texts = [chunk.choices[0].text async for chunk in stream if chunk.choices]
+    assert "".join(texts) == prompt
+    with pytest.raises(openai.BadRequestError):         # no echo: nothing to answer
+        await client(router).completions.create(model=MODEL, prompt=prompt, max_tokens=0)

@@ -58,6 +58,37 @@ def test_max_completion_tokens_preferred() -> None:
     assert r.max_tokens == 5
 
 
+def test_the_max_tokens_vllm_does_not_take_is_not_judged() -> None:
+    """vLLM takes max_completion_tokens over max_tokens whatever the other says: a 0 beside
+    a good max_completion_tokens was refused. Each must still be an integer."""
+    assert parse({**CHAT, "max_completion_tokens": 3, "max_tokens": 0}).routing.max_tokens == 3
+    with pytest.raises(InvalidRequest, match="max_completion_tokens: must be at least 1"):
+        parse({**CHAT, "max_completion_tokens": 0, "max_tokens": 5})
+    with pytest.raises(InvalidRequest, match="max_tokens: must be an integer"):
+        parse({**CHAT, "max_completion_tokens": 3, "max_tokens": "many"})
+
+
+def test_an_echoed_completion_may_ask_for_no_tokens() -> None:
+    """``echo`` with ``max_tokens: 0`` asks for the prompt's logprobs alone, which vLLM
+    serves (generating one token); without ``echo`` it is refused, as vLLM refuses it."""
+    for echo in (True, "true"):
+        parsed = parse({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 0,
+                        "echo": echo, "logprobs": 1}, COMPLETIONS_PATH)
+        assert parsed.routing.max_tokens == 1
+    for body in ({"model": MODEL, "prompt": "x", "max_tokens": 0},
+                 {"model": MODEL, "prompt": "x", "max_tokens": 0, "echo": False},
+                 {**CHAT, "max_tokens": 0, "echo": True}):
+        with pytest.raises(InvalidRequest, match="max_tokens: must be at least 1, got 0"):
+            parse(body, COMPLETIONS_PATH if "prompt" in body else CHAT_PATH)
+
+
+def test_a_body_after_a_byte_order_mark_is_read() -> None:
+    """Some Windows clients begin their UTF-8 body with a byte order mark, which vLLM's
+    parser skips; it was refused as invalid JSON."""
+    parsed = parse(b"\xef\xbb\xbf" + json.dumps(CHAT).encode())
+    assert parsed.routing.model == MODEL and parsed.routing.messages == CHAT["messages"]
+
+
 def test_a_completion_without_max_tokens_is_routed_as_vllms_16_tokens() -> None:
     assert parse({"model": MODEL, "prompt": "x"}, COMPLETIONS_PATH).routing.max_tokens == 16
     assert parse({"model": MODEL, "prompt": "x", "max_tokens": 300},

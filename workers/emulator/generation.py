@@ -78,6 +78,7 @@ class Admitted:
     by_request: dict[str, ChoiceState]
     prompt_lens: list[int]
     prompt_texts: list[str]
+    prompt_ids: list[list[int]]
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -256,7 +257,7 @@ def admit(worker: WorkerState, response_id: str, body: GenerationBody,
                 lora_path=worker.lora_paths.get(lora_name) if lora_name else None,
                 lora_id=worker.lora_ids.get(lora_name) if lora_name else None,
                 cache_salt=body.cache_salt), max_tokens, queue)
-    return Admitted(queue, by_request, [len(p) for p in prompts], texts)
+    return Admitted(queue, by_request, [len(p) for p in prompts], texts, prompts)
 
 
 def internal_id(request_id: str) -> str:
@@ -278,6 +279,19 @@ def _logprobs(tok: Tokenizer, body: GenerationBody, token_ids: list[int], positi
     if body.kind == "chat":
         return chat_logprobs(tok, token_ids, position, body.logprobs)
     return completion_logprobs(tok, token_ids, position, offset, body.logprobs)
+
+
+def _prompt_logprobs(tok: Tokenizer, body: GenerationBody,
+                     prompt_ids: list[int]) -> dict[str, Any] | None:
+    """An echoed prompt's own logprobs, as vLLM gives them for ``echo`` with ``max_tokens``
+    0 (the first token has none: nothing comes before it); None when not asked."""
+    if body.logprobs is None:
+        return None
+    shown = completion_logprobs(tok, prompt_ids, 0, 0, body.logprobs)
+    if prompt_ids:
+        shown["token_logprobs"][0] = None
+        shown["top_logprobs"][0] = None
+    return shown
 
 
 async def next_output(admitted: Admitted) -> tuple[ChoiceState, list[int], bool] | None:
@@ -324,7 +338,10 @@ async def _complete(worker: WorkerState, body: GenerationBody, header: ResponseH
         remaining -= finished
     ordered = sorted(admitted.by_request.values(), key=lambda c: c.index)
     echoed = [admitted.prompt_texts[c.prompt_index] if body.echo else "" for c in ordered]
-    choices = [Choice(c.index, prefix + "".join(c.texts), c.finish_reason or "length",
+    choices = [Choice(c.index, prefix, c.finish_reason or "length",
+                      _prompt_logprobs(tok, body, admitted.prompt_ids[c.prompt_index]))
+               if body.echo_only else
+               Choice(c.index, prefix + "".join(c.texts), c.finish_reason or "length",
                       _logprobs(tok, body, c.token_ids, 0, len(prefix)))
                for c, prefix in zip(ordered, echoed, strict=True)]
     usage = _usage(worker, admitted)
@@ -366,8 +383,12 @@ async def _stream(request: web.Request, worker: WorkerState, body: GenerationBod
             echoed = admitted.prompt_texts[choice.prompt_index]
             choice.text_chars, text = len(echoed), echoed + generated   # the answer's start
         reason = choice.finish_reason if finished else None
-        logprobs = _logprobs(tok, body, token_ids, choice.num_tokens - len(token_ids),
-                             choice.text_chars)
+        if body.echo_only:      # the prompt alone, with its logprobs
+            text = admitted.prompt_texts[choice.prompt_index]
+            logprobs = _prompt_logprobs(tok, body, admitted.prompt_ids[choice.prompt_index])
+        else:
+            logprobs = _logprobs(tok, body, token_ids, choice.num_tokens - len(token_ids),
+                                 choice.text_chars)
         choice.text_chars += len(generated)
         chunk = (chat_content_chunk if chat else completion_chunk)(header, choice.index, text,
                                                                     reason, logprobs)

@@ -54,6 +54,9 @@ class GenerationBody:
     tools: tuple[Mapping[str, Any], ...] = ()      # chat: offered, written into the prompt
     logprobs: int | None = None     # alternatives asked per token (None: no logprobs asked)
     max_tokens_field: str = "max_tokens"    # the field max_tokens came from, as errors name it
+    # a completion echoing its prompt with max_tokens 0: its prompt (and the prompt's
+    # logprobs) is the answer; one token is generated, as vLLM does, and not shown
+    echo_only: bool = False
     request_id: str | None = None           # the body's (vLLM: used when no X-Request-Id)
 
 
@@ -87,7 +90,7 @@ MAX_LOGPROBS = 20
 
 def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBody:
     f = BodyFields(data)
-    max_tokens_field = "max_tokens"
+    max_tokens_field, echo_only = "max_tokens", False
     messages: tuple[Mapping[str, Any], ...] = ()
     prompts: tuple[str | tuple[int, ...], ...] = ()
     tools: tuple[Mapping[str, Any], ...] = ()
@@ -106,6 +109,8 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     else:
         prompts = _prompts(data)
         max_tokens = f.opt_int("max_tokens", default=16)
+        if max_tokens == 0 and f.boolean("echo", False):     # vLLM: echo_without_generation
+            max_tokens, echo_only = 1, True
         if data.get("suffix") is not None:      # vLLM 0.33's answer for a model without FIM
             raise bad_request("suffix is only supported for models with FIM completion "
                               "rendering", "suffix")
@@ -142,6 +147,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         cache_salt=_cache_salt(data.get("cache_salt")), echo=f.boolean("echo", False),
         min_tokens=f.opt_int("min_tokens", default=0) or 0, logprobs=logprobs,
         max_tokens_field=max_tokens_field, request_id=f.opt_str("request_id"),
+        echo_only=echo_only,
     )
 
 
