@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -354,6 +354,44 @@ class Director:
                 else routing.predicted_output_tokens or 0, routing.context_prompt_tokens,
                 max((view.max_model_len for view in views), default=0)), routing.model)
         tried: dict[str, None] = {}        # the workers tried, in order
+        # workers that answered with an error of their engine: counted toward setting them
+        # aside once the request is known not to fail so everywhere (_judge_engine_errors)
+        engine_errors: list[WorkerInfo] = []
+        answered = False
+        try:
+            response = await self._attempts(request, engine, parsed, body, ticket, views,
+                                            pinned, continued, tried, engine_errors)
+            answered = True
+            return response
+        finally:
+            self._judge_engine_errors(request_id, tried, engine_errors, answered)
+
+    def _judge_engine_errors(self, request_id: str, tried: Mapping[str, None],
+                             engine_errors: Sequence[WorkerInfo], answered: bool) -> None:
+        """Count the workers that answered the request with an error of their engine toward
+        setting them aside, unless no worker answered it and every one tried, two or more,
+        answered so: then the request is taken for the cause (a client's body that vLLM
+        fails on with a 500 set healthy workers aside one after another, each retry one
+        more). One worker's error alone tells nothing of the request: it counts. A worker
+        whose engine is dead says so at its /health, which the scraper reads."""
+        if not engine_errors:
+            return
+        if not answered and len(engine_errors) == len(tried) >= 2:
+            log.info("request %s: every worker tried (%s) answered it with an error of its "
+                     "engine: taken for the request's doing, counted against none", request_id,
+                     ", ".join(tried))
+            return
+        for info in engine_errors:
+            self._failed(info)
+
+    async def _attempts(self, request: web.Request, engine: PolicyEngine, parsed: ParsedRequest,
+                        body: bytes, ticket: AdmissionTicket, views: list[WorkerView],
+                        pinned: str | None, continued: str | None, tried: dict[str, None],
+                        engine_errors: list[WorkerInfo]) -> web.StreamResponse:
+        """The request's attempts at workers, one after another while they fail and retries
+        are left (``tried``: filled with the workers tried; ``engine_errors``: with those that
+        answered with an error of their engine)."""
+        request_id = parsed.routing.request_id
         last_failure: RetryableUpstream | None = None
         failed: Decision | None = None     # the decision of the last failed attempt
         # (worker, reason, model): counted once tried again
@@ -380,7 +418,7 @@ class Director:
             sent = upstream_body(parsed, body, decision.model)
             try:
                 return await self._attempt(request, engine, parsed, sent, decision, ticket,
-                                           record)
+                                           record, engine_errors)
             except RetryableUpstream as failure:
                 last_failure, failed = failure, decision
                 tried[decision.worker_id] = None
@@ -640,7 +678,8 @@ class Director:
 
     async def _attempt(self, request: web.Request, engine: PolicyEngine, parsed: ParsedRequest,
                        sent: bytes, decision: Decision, ticket: AdmissionTicket,
-                       record: DecisionEntry | None = None) -> web.StreamResponse:
+                       record: DecisionEntry | None = None,
+                       engine_errors: list[WorkerInfo] | None = None) -> web.StreamResponse:
         routing = parsed.routing
         assert decision.worker_id is not None
         parsed.attempts += 1
@@ -695,8 +734,12 @@ class Director:
             if failure.reason == "model_not_found":   # the worker answered: not its failure
                 self._ejection.answered(info.id, attempt.started_at)
                 self._registry.unload_adapter(info.id, decision.model)
-            elif not failure.busy:      # a busy worker is up: setting it aside would pile its
-                self._failed(info)      # load onto the others (as a slow scrape does not)
+            elif failure.busy:      # a busy worker is up: setting it aside would pile its
+                pass                # load onto the others (as a slow scrape does not)
+            elif failure.engine_error and engine_errors is not None:
+                engine_errors.append(info)      # judged once the request ends
+            else:
+                self._failed(info)
             raise
         except RouterError as error:
             status = error.status

@@ -226,6 +226,14 @@ class RetryableUpstream(Exception):
         message = _error_message(self.detail.partition(": ")[2])
         return message is not None and message.startswith(BUSY_MESSAGES)
 
+    @property
+    def engine_error(self) -> bool:
+        """Whether the worker answered with an error of its engine's own, a JSON error body
+        (vLLM's 500 for a request its engine failed on, which may be the request's doing: a
+        schema past what the engine reads), rather than failing to answer (no connection, a
+        proxy's page, a broken answer)."""
+        return self.reason == "http_5xx" and _is_json_error(self.detail.partition(": ")[2])
+
     def client_text(self) -> str:
         """What the client is told: for a 5xx its status and the message of the worker's
         own (JSON) error, else the kind of failure; the details (the worker's body, its
@@ -260,6 +268,17 @@ def _error_message(body: str) -> str | None:
     holder = error if isinstance(error, dict) else parsed
     message = holder.get("message")
     return one_line(message, 200) if isinstance(message, str) and message.strip() else None
+
+
+def _is_json_error(body: str) -> bool:
+    """Whether ``body`` is a JSON error object, vLLM's (``{"error": {...}}``, or flat with
+    ``message`` before v0.10.1), whatever its message (vLLM's 500 may say nothing)."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and (isinstance(parsed.get("error"), dict)
+                                         or "message" in parsed)
 
 
 _CLIENT_TEXT = {"connect": "the worker did not take the connection",

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import openai
@@ -22,12 +23,14 @@ from router.stalls import StallWatch
 from tests.router.gateway_support import (
     MODEL,
     ROUTING_ROUND_ROBIN,
+    FrontedWorker,
     RouterFactory,
     RouterHandle,
     fleet_entry,
     scripted_router,
     short_chat,
     subset,
+    url_fleet,
 )
 from workers.fleet import FleetConfig
 
@@ -372,3 +375,51 @@ async def test_a_client_leaving_between_failures_does_not_clear_the_workers_coun
             assert resp.status == 502
         assert await _ejected_for(router, "w") > 0.0           # the third failure in a row
         assert router.metric("kvroute_worker_ejections_total", worker="w") == 1
+
+
+@pytest.mark.integration
+async def test_a_request_every_engine_fails_sets_no_worker_aside(
+        emulated_fleet: FleetConfig, make_router: RouterFactory,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A body vLLM fails on with its 500 (a JSON schema past what its engine reads) failed on
+    every worker it was retried on, and each attempt counted toward setting that worker
+    aside: a client sending it a few times set healthy workers aside one after another. A
+    request every worker tried fails so is taken for the cause; a worker whose engine fails
+    requests that another serves is still set aside."""
+    caplog.set_level(logging.INFO, logger="router.director")
+    backend = subset(emulated_fleet, ["h100-fast"]).workers[0].info.url
+    engine_error = {"error": {"message": "", "type": "InternalServerError", "param": None,
+                              "code": 500}}
+    sick: set[str] = set()      # the workers whose engine fails every request
+
+    def engine(name: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def answer(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            if name in sick or b"poison" in body:
+                return web.json_response(engine_error, status=500)
+            async with aiohttp.ClientSession() as session, session.post(
+                    backend + request.path_qs, data=body,
+                    headers={"Content-Type": "application/json"}) as served:
+                return web.Response(body=await served.read(), status=served.status,
+                                    content_type=served.content_type)
+        return answer
+
+    async with FrontedWorker(backend, engine("well")) as well, \
+            FrontedWorker(backend, engine("sick")) as ill, aiohttp.ClientSession() as session:
+        router = await make_router(url_fleet({"well": well.url, "sick": ill.url}),
+                                   ROUTING_ROUND_ROBIN, eject_after=2, eject_for_s=60.0)
+        poison = {"model": MODEL, "max_tokens": 4,
+                  "messages": [{"role": "user", "content": "poison"}]}
+        for _ in range(4):      # each tried on both workers, failed by both engines
+            async with session.post(f"{router.url}/v1/chat/completions", json=poison) as resp:
+                assert resp.status == 502
+        for worker in ("well", "sick"):
+            assert router.metric("kvroute_worker_ejections_total", worker=worker) == 0
+            assert await _ejected_for(router, worker) == 0.0
+        assert sum("answered it with an error of its engine: taken for the request's doing"
+                   in r.getMessage() for r in caplog.records) == 4
+        sick.add("sick")        # an engine failing what the other serves: set aside
+        answers = [await short_chat(session, router) for _ in range(6)]
+        assert answers == [(200, "well")] * 6
+        assert router.metric("kvroute_worker_ejections_total", worker="sick") == 1
+        assert router.metric("kvroute_worker_ejections_total", worker="well") == 0
