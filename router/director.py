@@ -462,8 +462,8 @@ class Director:
                 "pooling` in the fleet file.", param="model")
         raise InvalidRequest(
             f"The model `{routing.model}` serves pooling only (runner: pooling): use "
-            "/v1/embeddings, /score, /rerank, /pooling or /classify, as the model supports "
-            "them.", param="model")
+            "/v1/embeddings, /score, /rerank or /pooling (/classify for a classification "
+            "model), as the model supports them.", param="model")
 
     def _check_rewritten_runner(self, decision: Decision, routing: RoutingRequest) -> None:
         """A rule that sent the request to a model running something else (a semantic rule

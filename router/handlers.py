@@ -7,8 +7,9 @@
 ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``,
 ``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
 ``GET /v1/models``, ``GET /v1/models/{model}``, ``GET /health`` (also ``/readiness``: 503
-while no worker is healthy, and once the router is stopping), ``GET /liveness`` (200 while
-the process answers), ``GET /metrics``,
+while no worker is healthy, and once the router is stopping; ``GET`` and ``POST /ping``
+say the same with no body, as vLLM's), ``GET /liveness`` (200 while the process answers),
+``GET /metrics``,
 ``GET /debug/decisions``, ``GET /debug/fleet``, ``GET /debug/admission``.
 """
 
@@ -177,6 +178,13 @@ async def retrieve_model(request: web.Request) -> web.Response:
                         param="model")
 
 
+async def ping(request: web.Request) -> web.Response:
+    """vLLM's ``/ping`` (GET or POST: SageMaker's health check): ``/health``'s status with
+    an empty body, as the engine answers it."""
+    answer = await health(request)
+    return web.Response(status=answer.status)
+
+
 async def health(request: web.Request) -> web.Response:
     views = request.app[REGISTRY].views(time.monotonic())
     healthy = sum(1 for v in views if v.healthy)
@@ -306,6 +314,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/health", health)
     app.router.add_get("/readiness", health)
     app.router.add_get("/liveness", liveness)
+    app.router.add_get("/ping", ping, allow_head=False)
+    app.router.add_post("/ping", ping)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/debug/decisions", debug_decisions)
     app.router.add_get("/debug/fleet", debug_fleet)

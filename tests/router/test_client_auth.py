@@ -31,7 +31,7 @@ def test_guarded_paths_are_the_apis_tokenizers_and_debug() -> None:
     for path in ("/v1/chat/completions", "/v1/models", "/v1/messages", "/v1/responses/r1",
                  "/v1", "/tokenize", "/detokenize", "/debug/decisions", "/debug/fleet"):
         assert guarded(path), path
-    for path in ("/health", "/metrics", "/", "/v2x"):
+    for path in ("/health", "/ping", "/metrics", "/", "/v2x"):
         assert not guarded(path), path
 
 
@@ -88,7 +88,7 @@ async def test_a_client_without_a_key_is_refused_in_its_apis_shape(
                                                                      "prompt": "a"}) as resp:
                 refused += 1
                 assert resp.status == 401, path
-        for path in ("/health", "/metrics"):       # load balancers and Prometheus
+        for path in ("/health", "/ping", "/metrics"):      # load balancers, Prometheus
             async with http.get(router.url + path) as resp:
                 assert resp.status == 200, path
         async with http.post(f"{router.url}/v1/chat/completions", json=CHAT,

@@ -691,6 +691,9 @@ async def test_health_metrics_and_debug_endpoints(router: RouterHandle) -> None:
             assert resp.status == 200
             assert await resp.json() == {"status": "ok", "healthy_workers": 2, "workers": 2,
                                          "state_store_degraded": False}
+        for method in ("GET", "POST"):        # vLLM's /ping (SageMaker's): no body
+            async with session.request(method, router.url + "/ping") as resp:
+                assert resp.status == 200 and await resp.read() == b""
         async with session.get(router.url + "/metrics") as resp:
             text = await resp.text()
             for name in ("kvroute_requests_total", "kvroute_decision_duration_seconds_bucket",

@@ -144,7 +144,7 @@ async def test_a_rule_tells_the_paths_of_one_api_apart(
      f"The model `{MODEL}` does not serve classification"),
     ("/v1/chat/completions", {"model": EMBEDDER, "messages": [{"role": "user", "content": "x"}]},
      f"The model `{EMBEDDER}` serves pooling only (runner: pooling): use /v1/embeddings, "
-     "/score, /rerank, /pooling or /classify"),
+     "/score, /rerank or /pooling (/classify for a classification model)"),
     ("/rerank", {"model": EMBEDDER, "query": "q"}, "Missing required parameter: 'documents'."),
     ("/score", {"model": EMBEDDER, "text_1": ["a", "b"], "text_2": ["x", "y", "z"]},
      "Input lengths must be either 1:1, 1:N or N:N"),

@@ -254,6 +254,9 @@ async def test_no_healthy_worker_is_503(make_router: RouterFactory) -> None:
         # a liveness probe must not restart the router for its workers' outage
         async with session.get(router.url + "/liveness") as resp:
             assert resp.status == 200 and (await resp.json()) == {"status": "alive"}
+        for method in ("GET", "POST"):        # vLLM's /ping: /health's status, no body
+            async with session.request(method, router.url + "/ping") as resp:
+                assert resp.status == 503 and await resp.read() == b""
 
 
 async def test_garbage_metrics_mark_worker_stale_and_down(
