@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -520,6 +521,18 @@ def _check_stream_options(options: Any) -> bool:
     return lax_bool(options.get("include_usage")) is True
 
 
+# a run of digits as long as 2**64's (20): perhaps an integer orjson reads as a float
+_LONG_DIGITS = re.compile(rb"\d{20}")
+
+
+def _exact_payload(raw: bytes) -> dict[str, Any]:
+    """The body as Python's parser reads it (whole integers of any size), for re-encoding;
+    it was read by ``parse_body`` before, so it is a JSON object."""
+    text = raw[len(UTF8_BOM):] if raw.startswith(UTF8_BOM) else raw
+    data: dict[str, Any] = json.loads(text.decode("utf-8"))
+    return data
+
+
 def upstream_body(parsed: ParsedRequest, raw: bytes, model: str) -> bytes:
     """The bytes to send the worker: the client's own, unless the model or usage must change.
 
@@ -529,7 +542,10 @@ def upstream_body(parsed: ParsedRequest, raw: bytes, model: str) -> bytes:
     needs_usage = parsed.routing.stream and not parsed.wants_usage
     if not needs_usage and model == parsed.routing.model and not parsed.response_id_assigned:
         return raw
-    payload = dict(parsed.payload)
+    # orjson reads an integer past 64 bits as a float: written back so, it would change the
+    # request (a JSON schema's const); such a body is read again, exactly, to be re-encoded
+    payload = (_exact_payload(raw) if _LONG_DIGITS.search(raw) is not None
+               else dict(parsed.payload))
     payload["model"] = model
     if parsed.response_id_assigned:       # the id is known before the worker answers
         payload["request_id"] = parsed.response_id

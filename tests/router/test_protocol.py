@@ -226,6 +226,23 @@ def test_upstream_body_asks_for_usage_and_rewrites_model() -> None:
     assert body["messages"] == CHAT["messages"]
 
 
+def test_a_re_encoded_body_keeps_integers_past_64_bits_whole() -> None:
+    """orjson reads an integer past 64 bits as a float: a stream's body, re-encoded to ask
+    for usage, sent the worker 1.2345678901234568e+29 for a JSON schema's const of
+    123456789012345678901234567890 (the engine's answer followed the changed schema)."""
+    big = 123456789012345678901234567890
+    schema = {"type": "object", "properties": {"n": {"const": big}}}
+    for raw in (json.dumps({**CHAT, "stream": True, "response_format": {
+                    "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+                           ).encode(),
+                b"\xef\xbb\xbf" + json.dumps({**CHAT, "stream": True, "seed": big}).encode()):
+        sent = upstream_body(parse(raw), raw, "other-model")
+        assert str(big).encode() in sent and b"e+29" not in sent
+        body = json.loads(sent)
+        assert body["model"] == "other-model"
+        assert body["stream_options"] == {"include_usage": True}
+
+
 def test_upstream_body_keeps_continuous_usage_off_when_the_client_did_not_ask_for_usage() -> None:
     raw = orjson.dumps({**CHAT, "stream": True,
                         "stream_options": {"include_usage": False,
