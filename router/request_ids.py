@@ -20,7 +20,6 @@ the next question) gets a suffix rather than sharing an id with a request still 
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +37,9 @@ MAX_REQUEST_ID_CHARS = 256
 # ids are held at most (a storm of aborts holds the newest)
 HELD_AFTER_CUT_S = 2.0
 MAX_HELD_IDS = 100_000
+# the random bytes of a generated id (after the process's prefix): unique among those in
+# flight however many (``claim`` draws again on a clash)
+GENERATED_BYTES = 6
 
 
 def usable(given: str | None) -> TypeGuard[str]:
@@ -51,12 +53,11 @@ def usable(given: str | None) -> TypeGuard[str]:
 class RequestIds:
     """Hands out ids unique among the requests in flight; ``release`` when one ends."""
 
-    __slots__ = ("_clock", "_counter", "_held", "_in_flight", "_prefix", "_to_hold")
+    __slots__ = ("_clock", "_held", "_in_flight", "_prefix", "_to_hold")
 
     def __init__(self, prefix: str | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._prefix = prefix if prefix is not None else os.urandom(4).hex()
-        self._counter = itertools.count(1)
         self._in_flight: set[str] = set()
         self._to_hold: set[str] = set()          # in flight, to be held once released
         self._held: dict[str, float] = {}        # released, held until: oldest first
@@ -108,7 +109,9 @@ class RequestIds:
         return len(self._in_flight)
 
     def _generated(self) -> str:
-        return f"{self._prefix}-{next(self._counter)}"
+        """The process's prefix and random bits: a count would tell every client how many
+        requests the router took (the id names the answer: ``chatcmpl-<id>``)."""
+        return f"{self._prefix}-{os.urandom(GENERATED_BYTES).hex()}"
 
 
 def echo_request_id(header: str) -> Callable[[web.Request, web.StreamResponse],
