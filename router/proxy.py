@@ -89,8 +89,9 @@ MAX_EVENT_BYTES = 64 * 1024 * 1024
 _CHUNK_FRAMING = 32
 
 # (``X-Accel-Buffering``: an nginx in front of the router passes each event on at once)
-_STREAM_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                   "X-Accel-Buffering": "no"}
+# (the Content-Type is vLLM's own, as Starlette writes a text type)
+_STREAM_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8",
+                   "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 # the worker's header fields that describe its connection to the router or the body's
 # framing, which the router's own answer sets anew (RFC 9110 §7.6.1), and those its answer

@@ -108,7 +108,7 @@ async def test_a_streamed_transcription_is_relayed_as_it_comes_and_bad_forms_ref
             form.add_field("stream", "true")
             async with session.post(url, data=form) as resp:
                 assert resp.status == 200
-                assert resp.headers["Content-Type"] == "text/event-stream"
+                assert resp.headers["Content-Type"] == "text/event-stream; charset=utf-8"
                 events = (await resp.read()).split(b"\n\n")
             assert events[-2:] == [b"data: [DONE]", b""]
             assert [orjson.loads(e[6:])["choices"][0]["delta"]["content"]

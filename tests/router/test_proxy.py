@@ -352,7 +352,7 @@ async def test_a_workers_own_header_fields_reach_the_client(
                 assert "Alt-Svc" not in resp.headers
                 assert resp.headers["x-kvroute-worker"] == "w"
                 if stream:
-                    assert resp.headers["Content-Type"] == "text/event-stream"
+                    assert resp.headers["Content-Type"] == "text/event-stream; charset=utf-8"
                     assert body.endswith(b"data: [DONE]\n\n")
                 else:
                     assert resp.headers["Retry-After"] == "7"

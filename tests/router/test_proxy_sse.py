@@ -210,7 +210,7 @@ async def test_relay_reads_and_strips_usage(relay_url: tuple[str, list[ProxyResu
     status, body, headers = await _get(url, f"mode={mode}&usage={int(wants_usage)}")
     events = b"".join(CHUNK % i for i in range(3))
     assert status == 200 and headers["x-kvroute-worker"] == "w1"
-    assert headers["Content-Type"] == "text/event-stream"
+    assert headers["Content-Type"] == "text/event-stream; charset=utf-8"    # vLLM's
     assert body == events + (USAGE if wants_usage else b"") + DONE
     [result] = results
     assert isinstance(result, ProxyResult) and result.status == 200
