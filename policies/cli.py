@@ -25,7 +25,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--fleet", help="fleet file to check rule models and pools against")
     parser.add_argument("--time-decisions", type=int, default=0, metavar="N",
                         help="also time N synthetic requests (needs --fleet)")
-    parser.add_argument("--workers", type=int, default=0, metavar="W",
+    parser.add_argument("--workers", type=int, default=None, metavar="W",
                         help="with --time-decisions: number of worker views (default: fleet)")
     parser.set_defaults(func=validate_command)
 
@@ -58,6 +58,9 @@ def validate_command(args: argparse.Namespace) -> int:
 
     if args.time_decisions > 0 and not args.fleet:
         print("--time-decisions needs --fleet", file=sys.stderr)
+        return 2
+    if args.workers is not None and args.time_decisions <= 0:   # (it was taken, and ignored)
+        print("--workers needs --time-decisions", file=sys.stderr)
         return 2
     try:
         fleet = load_fleet(args.fleet) if args.fleet else FleetConfig({}, {}, ())

@@ -64,10 +64,10 @@ def fleet_warnings(routing: RoutingConfig, fleet: FleetConfig) -> list[str]:
     return found
 
 
-# pickers whose point is comparing the scorers' totals of a few (all 0 without a scorer: a
-# random pick; ``max-score`` without one is a plain random choice, a common intent)
-TOTAL_PICKERS = frozenset({"power-of-two"})
-# pickers that choose by the scorers' totals: with every weight 0, every total is 0
+# pickers that choose by the scorers' totals: with no scorer, or every weight 0, every total
+# is 0 and the pick is random (a profile left with its filters alone, as a half-finished edit
+# leaves it, picks so under the default max-score; a random pick on purpose is the
+# ``random`` picker's)
 SCORE_PICKERS = frozenset({"max-score", "power-of-two"})
 
 
@@ -85,10 +85,11 @@ def warnings(routing: RoutingConfig,
         if "healthy" not in types:
             found.append(f"profiles.{name}.filters: no healthy filter: requests may go to "
                          "workers whose last scrape failed or that keep failing requests")
-        if profile.picker.type in TOTAL_PICKERS and not profile.scorers:
+        if profile.picker.type in SCORE_PICKERS and not profile.scorers:
             found.append(f"profiles.{name}.picker: {profile.picker.type} compares the "
                          "scorers' totals and the profile has no scorer: it picks at random "
-                         "(no load is compared; add a scorer, e.g. inflight or queue-depth)")
+                         "(no load is compared; add a scorer, e.g. inflight or queue-depth, "
+                         "or pick at random on purpose with picker: random)")
         elif (profile.picker.type in SCORE_PICKERS and profile.scorers
               and all(spec.weight == 0 for spec in profile.scorers)):
             found.append(f"profiles.{name}.scorers: every weight is 0: every total is 0, so "

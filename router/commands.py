@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from router.label_values import DEFAULT_TENANT_LABELS
-from router.log_output import LOG_FORMATS, configure_logging
+from router.log_output import LOG_FORMATS, LOG_LEVELS, configure_logging, log_level
 from router.settings import (
     DEFAULT_REDIS_KEY_PREFIX,
     DEFAULT_RESPONSE_TTL_S,
@@ -159,14 +159,16 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                              "runs them (default: %(default)s)")
     parser.add_argument("--allowed-origins", default="*", metavar="ORIGINS",
                         help="origins whose web pages may call the router (CORS), "
-                             "comma-separated, as vLLM's --allowed-origins; '*': any; "
-                             "'': none (default: %(default)s)")
+                             "comma-separated, as vLLM's --allowed-origins, each "
+                             "scheme://host[:port] as a browser sends it "
+                             "(https://chat.example.com); '*': any; '': none "
+                             "(default: %(default)s)")
     parser.add_argument("--ssl-certfile", type=Path, default=None, metavar="FILE",
                         help="serve HTTPS with this certificate (PEM; its chain too)")
     parser.add_argument("--ssl-keyfile", type=Path, default=None, metavar="FILE",
                         help="the certificate's private key, unless --ssl-certfile holds it")
     parser.add_argument("--log-level", default="INFO",
-                        help="Python logging level: DEBUG, INFO, WARNING, ERROR "
+                        help=f"Python logging level: {', '.join(LOG_LEVELS)}, in any case "
                              "(default: %(default)s)")
     parser.add_argument("--log-format", choices=LOG_FORMATS, default="text",
                         help="the router's log lines as text, or as one JSON object a line "
@@ -276,20 +278,26 @@ def _load(args: argparse.Namespace, checked: list[RoutingConfig]) -> Any:
     return fleet
 
 
-def _start_process(args: argparse.Namespace) -> None:
+def _start_process(args: argparse.Namespace) -> bool:
     """Logging at ``--log-level``, and the open-file limit raised before anything starts
-    (the emulated workers of ``up`` and the replicas of ``serve`` inherit it)."""
+    (the emulated workers of ``up`` and the replicas of ``serve`` inherit it); False after
+    a one-line error when the level is none of logging's (it ended in a traceback)."""
     from router.fd_limit import raise_open_file_limit
+    try:
+        args.log_level = log_level(args.log_level)      # (``debug`` too: as vLLM takes it)
+    except ValueError as exc:
+        print(f"kvroute: {exc}", file=sys.stderr)
+        return False
     configure_logging(args.log_level, args.log_format)
     raise_open_file_limit()
+    return True
 
 
 def _serve(args: argparse.Namespace) -> int:
     from policies.errors import RoutingConfigError
     from router.app import ListenError, run_router
     from router.client_auth import TenantKeysError
-    _start_process(args)
-    if not _default_files(args):
+    if not _start_process(args) or not _default_files(args):
         return 2
     checked: list[RoutingConfig] = []       # the routing checked, held until the router has its own
     fleet = _load(args, checked)
@@ -369,6 +377,24 @@ def worker_on_router_port(fleet: Any, host: str, port: int) -> str | None:
     return None
 
 
+def emulated_worker_port_taken(fleet: Any) -> str | None:
+    """Which emulated worker of ``fleet`` cannot listen on its ``emulate`` address because
+    another process listens there already (an ``up`` left running, another server), said in
+    words; ``None`` when each one's port is free. ``up`` asks before starting them: the
+    emulator's own failure named only the address, in a status of 1. A worker that refuses
+    connections from the start (``faults.refuse_connections``) does not listen, and is not
+    asked about."""
+    from router.app import ListenError, check_port_free
+    for spec in fleet.workers:
+        if not spec.emulated or (spec.emulate.get("faults") or {}).get("refuse_connections"):
+            continue
+        try:
+            check_port_free(spec.emulate.get("host", "127.0.0.1"), spec.emulate["port"])
+        except ListenError as exc:
+            return f"emulated worker {spec.info.id!r} of {fleet.source}: {exc} (its emulate.port)"
+    return None
+
+
 def _starting_added(emulators: EmulatorFleet) -> FleetHook:
     """The hook ``kvroute up`` gives the router's fleet reload: the emulated workers the
     fleet file gained are started (each in a process of its own) before the router takes
@@ -443,8 +469,7 @@ def _up(args: argparse.Namespace) -> int:
     from router.app import ListenError, run_router
     from router.client_auth import TenantKeysError
     from workers.emulator.process import EmulatorFleet, EmulatorStartError
-    _start_process(args)
-    if not _default_files(args):
+    if not _start_process(args) or not _default_files(args):
         return 2
     checked: list[RoutingConfig] = []       # the routing checked, held until the router has its own
     fleet = _load(args, checked)
@@ -454,6 +479,11 @@ def _up(args: argparse.Namespace) -> int:
     clash = worker_on_router_port(fleet, args.host, args.port)
     if clash is not None:
         print(f"kvroute: --port {args.port}: {clash}; give the router another port",
+              file=sys.stderr)
+        return 2
+    taken = emulated_worker_port_taken(fleet)
+    if taken is not None:
+        print(f"kvroute: {taken}; stop what listens there, or give the worker another port",
               file=sys.stderr)
         return 2
     _log_files(args)

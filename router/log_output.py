@@ -15,6 +15,8 @@ import logging
 import orjson
 
 LOG_FORMATS = ("text", "json")
+# the levels ``--log-level`` takes, in any case (``debug``, as vLLM and uvicorn take it)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 REPLICA_TEXT_FORMAT = "%(asctime)s %(levelname)s [{replica}] %(name)s: %(message)s"
 
@@ -75,11 +77,22 @@ def log_formatter(log_format: str, replica: str | None = None) -> logging.Format
     raise ValueError(f"log format {log_format!r}: one of {', '.join(LOG_FORMATS)}")
 
 
+def log_level(name: str) -> str:
+    """``name`` as one of ``LOG_LEVELS``, given in any case (``debug``: ``DEBUG``);
+    ``ValueError`` naming ``--log-level`` for another (logging's own error was a traceback)."""
+    level = name.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"--log-level: must be one of {', '.join(LOG_LEVELS)} (in any case), "
+                         f"got {name!r}")
+    return level
+
+
 def configure_logging(level: str, log_format: str = "text", replica: str | None = None) -> None:
-    """The root logger at ``level``, writing to standard error in ``log_format``."""
+    """The root logger at ``level`` (one of ``LOG_LEVELS``, in any case), writing to standard
+    error in ``log_format``."""
     handler = logging.StreamHandler()
     handler.setFormatter(log_formatter(log_format, replica))
-    logging.basicConfig(level=level, handlers=[handler])
+    logging.basicConfig(level=log_level(level), handlers=[handler])
 
 
 def set_log_format(log_format: str, replica: str | None = None) -> None:

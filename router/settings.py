@@ -84,6 +84,7 @@ Defaults and why:
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -136,6 +137,40 @@ def redis_key_prefix_problem(prefix: object) -> str | None:
                 f"patterns, as an ACL's ~PREFIX* reads them), got {prefix!r}")
     if len(prefix) > MAX_REDIS_KEY_PREFIX:
         return f"must be at most {MAX_REDIS_KEY_PREFIX} characters, got {len(prefix)}"
+    return None
+
+
+# an origin as a browser writes it in its ``Origin`` header: scheme://host[:port], in lower
+# case, with no path (a host name, a dotted address, or an IPv6 address in brackets)
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(?:\[[0-9a-f:.]+\]|[a-z0-9._~-]+)(?::(\d{1,5}))?")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_problem(origin: str) -> str | None:
+    """Why ``origin``, an entry of ``--allowed-origins``, can never match the ``Origin`` a
+    browser sends, or None: it must be ``*`` (any), or ``scheme://host[:port]`` as browsers
+    write it (lower case, no path, no default port). ``null`` is taken as well: what a page
+    of no origin sends (a ``file://`` page, a sandboxed frame), which Starlette's list
+    matches too. Such an entry was taken and allowed nothing (``foo``, or ``a.example``, for
+    which a browser sends ``https://a.example``)."""
+    if origin in ("*", "null"):
+        return None
+    shown = origin.rstrip("/")
+    matched = _ORIGIN.fullmatch(shown.lower())
+    if matched is None:
+        return (f"{origin!r} is not an origin: give '*' or scheme://host[:port] as a browser "
+                "sends it in its Origin header, with no path (https://chat.example.com, "
+                "http://localhost:3000)")
+    scheme = shown.partition("://")[0].lower()
+    port = matched.group(1)
+    written = shown.lower()
+    if port is not None and not 1 <= int(port) <= 65535:
+        return f"{origin!r}: the port must be within 1..65535"
+    if port is not None and _DEFAULT_PORTS.get(scheme) == int(port):
+        written = written.removesuffix(f":{port}")
+    if written != origin:
+        return (f"{origin!r} never matches: a browser sends this origin as {written!r} (in "
+                "lower case, without a trailing slash or its scheme's default port)")
     return None
 
 
@@ -238,6 +273,10 @@ class Settings:
             raise ValueError("ssl_keyfile: needs ssl_certfile, the certificate it belongs to")
         if self.process_port is not None and not 1 <= self.process_port <= 65535:
             raise ValueError("process_port: must be within 1..65535")
+        for origin in self.allowed_origins:
+            problem = origin_problem(origin)
+            if problem is not None:
+                raise ValueError(f"allowed_origins: {problem}")
 
     @property
     def scheme(self) -> str:

@@ -96,6 +96,9 @@ def main(args: argparse.Namespace) -> int:
             code = _check_routing(args.routing, judged, peers)
             if code != 0:
                 return code
+        code = _check_peers(peers)
+        if code != 0:
+            return code
         problem = out_problem(args.out)     # before the cases run, not after them
         if problem:
             print(f"kvroute scorecard: {problem}", file=sys.stderr)
@@ -128,6 +131,22 @@ def _check_routing(routing: Path, judged: str, peers: tuple[str, ...]) -> int:
         print(f"kvroute scorecard: --routing: {routing} would be named {judged!r}, as a peer "
               "in --peers is; rename the file", file=sys.stderr)
         return 2
+    return 0
+
+
+def _check_peers(peers: tuple[str, ...]) -> int:
+    """Every peer of ``--peers`` must be a policy ``kvroute sim`` knows (a preset, ``kvroute``
+    or a routing file that loads): a misspelt one was found by the first case's simulation,
+    its output folder made, after the command had started."""
+    from policies.errors import RoutingConfigError
+    from sim.policy_names import UnknownPolicyError, resolve_policy
+
+    for peer in peers:
+        try:
+            resolve_policy(peer)
+        except (UnknownPolicyError, RoutingConfigError) as exc:
+            print(f"kvroute scorecard: --peers: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

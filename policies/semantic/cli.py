@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from policies.semantic.model import LabelledRow, SemanticModel
     from policies.semantic.section import SemanticSection
 
+# what begins each command's error line, as other commands name themselves (``kvroute sim:``)
+TRAIN_PREFIX = "kvroute semantic train"
+EVAL_PREFIX = "kvroute semantic eval"
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("semantic", help="semantic routing tools")
@@ -71,7 +75,7 @@ def run_train(args: argparse.Namespace) -> int:
         section, base_dir = _section(args.routing)
         model = _build(section, base_dir)
     except RoutingConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{TRAIN_PREFIX}: {exc}", file=sys.stderr)
         return 2
     try:
         weights, tuning = model.embedder_weights, section.fine_tune
@@ -112,7 +116,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from policies.semantic.model import load_examples, read_labelled_rows
 
     if args.errors < 0:
-        print("error: --errors must be >= 0", file=sys.stderr)
+        print(f"{EVAL_PREFIX}: --errors must be >= 0", file=sys.stderr)
         return 2
     several = len(args.data) > 1
     try:
@@ -131,7 +135,7 @@ def run_eval(args: argparse.Namespace) -> int:
                     f"the classes ({', '.join(section.labels)})")
         model = _build(section, base_dir)
     except RoutingConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{EVAL_PREFIX}: {exc}", file=sys.stderr)
         return 2
     reports: list[dict[str, Any]] = []
     summary: list[FileScore] = []
@@ -143,7 +147,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 score, one = _evaluate_file(args, section, model, example_vectors, labels,
                                             path, rows, several)
             except ValueError as exc:
-                print(f"error: {path}: {exc}", file=sys.stderr)
+                print(f"{EVAL_PREFIX}: {path}: {exc}", file=sys.stderr)
                 return 2
             summary.append(score)
             reports.append(one)
@@ -159,7 +163,7 @@ def run_eval(args: argparse.Namespace) -> int:
                                                      "mean_accuracy": mean_accuracy(summary)}
             args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
-            print(f"error: --json: {exc}", file=sys.stderr)
+            print(f"{EVAL_PREFIX}: --json: {exc}", file=sys.stderr)
             return 2
     return 0
 

@@ -511,8 +511,8 @@ def test_a_replay_whose_emulated_workers_cannot_start_reports_the_target_failed(
     assert so_far == [1, 2]
     for result in results:
         assert result.skipped is not None and result.skipped.startswith(
-            "failed: the emulated workers did not start: emulator exited with status 1: ")
-        assert "address already in use" in result.skipped
+            "failed: the emulated workers did not start: emulator exited with status 2: ")
+        assert f"worker 'w0' at 127.0.0.1:{port}: Address already in use" in result.skipped
     assert sum(m.startswith("direct: failed (the emulated workers did not start: ")
                for m in messages) == 2
 

@@ -233,9 +233,14 @@ async def test_the_config_in_force_is_warned_of_as_validate_does(
     no_healthy = (f"routing file {routing_file}: profiles.default.filters: no healthy filter: "
                   "requests may go to workers whose last scrape failed or that keep failing "
                   "requests")
+    no_scorer = (f"routing file {routing_file}: profiles.default.picker: max-score compares "
+                 "the scorers' totals and the profile has no scorer: it picks at random (no "
+                 "load is compared; add a scorer, e.g. inflight or queue-depth, or pick at "
+                 "random on purpose with picker: random)")
     assert warned == [
         f"routing file {routing_file}: profiles.default.filters: no model filter: requests "
-        "may go to workers that do not serve their model", no_healthy, no_healthy]
+        "may go to workers that do not serve their model", no_healthy, no_scorer,
+        no_healthy, no_scorer]
 
 
 async def test_a_file_of_several_megabytes_is_refused_unread(routing_file: Path) -> None:

@@ -73,7 +73,7 @@ def test_a_fleet_file_given_as_the_routing_file_and_the_other_way_round_say_so(
 def test_warnings_do_not_fail_validation(tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
-    path.write_text("profiles: {default: {filters: [healthy]}}\n")
+    path.write_text("profiles: {default: {filters: [healthy], scorers: [inflight]}}\n")
     assert main(["validate", str(path)]) == 0
     assert capsys.readouterr().err == (
         f"{path}: warning: profiles.default.filters: no model filter: requests may go to "
@@ -90,7 +90,29 @@ def test_a_picker_of_totals_with_no_scorer_is_warned_of(tmp_path: Path,
     assert capsys.readouterr().err == (
         f"{path}: warning: profiles.default.picker: power-of-two compares the scorers' totals "
         "and the profile has no scorer: it picks at random (no load is compared; add a "
-        f"scorer, e.g. inflight or queue-depth)\n{path}: {NO_FLEET_NOTE}\n")
+        "scorer, e.g. inflight or queue-depth, or pick at random on purpose with picker: "
+        f"random)\n{path}: {NO_FLEET_NOTE}\n")
+
+
+@pytest.mark.parametrize("picker", ["", ", picker: {type: max-score}"],
+                         ids=["default-picker", "max-score"])
+def test_a_max_score_profile_with_no_scorer_is_warned_of(picker: str, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    """Filters alone (what a half-finished edit leaves) validated ok and picked at random:
+    every total 0, as with every weight 0, which was warned of."""
+    path = tmp_path / "routing.yaml"
+    path.write_text(f"profiles: {{default: {{filters: [healthy, model]{picker}}}}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == (
+        f"{path}: warning: profiles.default.picker: max-score compares the scorers' totals "
+        "and the profile has no scorer: it picks at random (no load is compared; add a "
+        "scorer, e.g. inflight or queue-depth, or pick at random on purpose with picker: "
+        f"random)\n{path}: {NO_FLEET_NOTE}\n")
+    # a random pick said as such: no warning
+    path.write_text("profiles: {default: {filters: [healthy, model], picker: {type: random}}}\n")
+    assert main(["validate", str(path)]) == 0
+    assert capsys.readouterr().err == f"{path}: {NO_FLEET_NOTE}\n"
 
 
 NO_FLEET_NOTE = ("note: without --fleet, the models, pools and sequences it names are not "
@@ -124,7 +146,7 @@ def test_rules_that_cannot_match_and_margins_that_leave_no_window_are_warned_of(
     path = tmp_path / "routing.yaml"
     path.write_text(
         "profiles: {default: {filters: [{type: model}, {type: healthy}, {type: context-length,"
-        " params: {margin_tokens: 9000}}]}}\n"
+        " params: {margin_tokens: 9000}}], scorers: [inflight]}}\n"
         "rules:\n  - {name: all, then: {pool: {pool: premium}}}\n"
         "  - {name: later, when: {tenant: acme}, then: {pool: {pool: economy}}}\n"
         "  - {name: ghost, when: {model: nope}, then: {pool: {pool: economy}}}\n")
@@ -145,13 +167,13 @@ def test_an_alias_rule_is_not_warned_of(tmp_path: Path,
     naming it matches. It was warned of as a rule that matches no request."""
     path = tmp_path / "routing.yaml"
     path.write_text(
-        "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+        "profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
         "rules:\n  - {name: alias, when: {model: gpt-4o-mini}, "
         "then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n")
     assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 0
     assert "warning" not in capsys.readouterr().err
     path.write_text(                          # an alias of an adapter: no warning either
-        "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+        "profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
         "rules:\n  - {name: alias, when: {model: sql}, "
         "then: {model: meta-llama/Llama-3.1-8B-Instruct, adapter: sql-lora}}\n")
     assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 0
@@ -171,7 +193,7 @@ def test_an_alias_behind_rules_that_take_its_requests_is_warned_of(
               "default}}\n"
               "  - {name: acme-other, when: {model: other, tenant: acme}, then: {profile: "
               "default}}\n")
-    head = "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\nrules:\n"
+    head = "profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\nrules:\n"
     path.write_text(head + others + alias)
     assert main(["validate", str(path)]) == 0
     assert capsys.readouterr().err.splitlines()[0] == (
@@ -216,7 +238,7 @@ def test_a_rule_adapter_no_emulated_worker_loads_is_warned_of(
     """It validated ok and every request of the rule went to a worker that answered 404."""
     fleet = str(ROOT / "config" / "examples" / "semantic-fleet.yaml")
     path = tmp_path / "routing.yaml"
-    profile = "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+    profile = "profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
     path.write_text(profile + "rules:\n"
                     "  - {name: loaded, when: {tenant: a}, then: {model: general, "
                     "adapter: support}}\n"
@@ -244,7 +266,7 @@ def test_a_rule_naming_an_adapter_as_its_model(
     one sending requests to an adapter as its model was refused without saying that an
     adapter goes in ``then.adapter``."""
     fleet = str(ROOT / "config" / "examples" / "semantic-fleet.yaml")
-    profile = "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+    profile = "profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
     path = tmp_path / "routing.yaml"
     path.write_text(profile + "rules:\n  - {name: sql, when: {model: support}, "
                     "then: {profile: default}}\n")
@@ -263,7 +285,7 @@ def test_a_rules_model_and_pool_together_must_be_some_workers(
     answered 503 (and an adapter loaded only outside the pool, 404)."""
     fleet = str(ROOT / "config" / "examples" / "semantic-fleet.yaml")
     path = tmp_path / "routing.yaml"
-    profile = "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+    profile = "profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
     path.write_text(profile + "rules: [{name: r, when: {tenant: a}, then: {model: math, "
                     "pool: {pool: code}}}]\n")
     assert main(["validate", str(path), "--fleet", fleet]) == 1
@@ -298,7 +320,7 @@ def test_a_rule_adapter_is_not_judged_where_a_real_worker_could_load_it(
                      "workers:\n  - {id: e, gpu: h100, models: [m], emulate: {port: 18301}}\n"
                      "  - {id: r, gpu: h100, models: [m], url: 'http://10.0.0.7:8000'}\n")
     path = tmp_path / "routing.yaml"
-    path.write_text("profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+    path.write_text("profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
                     "rules: [{name: r, when: {tenant: a}, then: {model: m, adapter: x}}]\n")
     assert main(["validate", str(path), "--fleet", str(fleet)]) == 0
     assert capsys.readouterr().err == ""
@@ -307,7 +329,7 @@ def test_a_rule_adapter_is_not_judged_where_a_real_worker_could_load_it(
 def test_rules_with_an_earlier_rules_conditions_are_warned_of(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
-    path.write_text("profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+    path.write_text("profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
                     "rules:\n  - {name: first, when: {tenant: acme}, then: {profile: default}}\n"
                     "  - {name: other, when: {tenant: beta}, then: {profile: default}}\n"
                     "  - {name: again, when: {tenant: acme}, then: {profile: default}}\n")
@@ -324,7 +346,7 @@ def test_an_example_of_two_classes_and_a_threshold_of_1_are_warned_of(
     path.write_text("semantic:\n  default_class: chat\n  threshold: 1.0\n  classes:\n"
                     "    code: {examples: [Write a function, fix this bug]}\n"
                     "    chat: {examples: [hello there, '  write  a FUNCTION']}\n"
-                    "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n")
+                    "profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n")
     assert main(["validate", str(path)]) == 0
     out, err = capsys.readouterr()
     assert out.rstrip().endswith(
@@ -356,7 +378,7 @@ def test_a_class_no_rule_names_is_warned_of(
     path.write_text("semantic:\n  default_class: smaltalk\n  classes:\n"
                     "    code: {examples: [Write a function, fix this bug]}\n"
                     "    smalltalk: {examples: [hello there, how are you]}\n"
-                    "profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n"
+                    "profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
                     "rules:\n  - {name: c, when: {class: code}, then: {model: coder}}\n"
                     "  - {name: s, when: {class: smalltalk}, then: {model: general}}\n")
     assert main(["validate", str(path)]) == 0
@@ -376,9 +398,23 @@ def test_a_class_no_rule_names_is_warned_of(
 def test_time_decisions_without_a_fleet_is_refused_before_anything(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "routing.yaml"
-    path.write_text("profiles: {default: {filters: [{type: model}, {type: healthy}]}}\n")
+    path.write_text("profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n")
     assert main(["validate", str(path), "--time-decisions", "5"]) == 2
     assert capsys.readouterr() == ("", "--time-decisions needs --fleet\n")
+
+
+def test_workers_without_time_decisions_is_refused_before_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--workers`` counts the worker views of ``--time-decisions``: without it, it was
+    taken and did nothing."""
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n")
+    fleet = str(ROOT / "config" / "fleet.yaml")
+    assert main(["validate", str(path), "--fleet", fleet, "--workers", "8"]) == 2
+    assert capsys.readouterr() == ("", "--workers needs --time-decisions\n")
+    assert main(["validate", str(path), "--fleet", fleet, "--workers", "8",
+                 "--time-decisions", "3"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("3 requests x 8 workers")
 
 
 def test_time_decisions_exits_1_naming_the_plugins_that_failed(
@@ -415,7 +451,7 @@ def test_a_rule_sending_embeddings_to_a_generative_model_is_warned_of(
     fleet = ROOT / "config" / "examples" / "embeddings-fleet.yaml"
     path = tmp_path / "routing.yaml"
     path.write_text(
-        "profiles: {default: {filters: [model, healthy]}}\n"
+        "profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
         "rules:\n"
         "  - {name: chat-only, when: {path: [/v1/chat/completions, /v1/messages]},\n"
         "     then: {model: meta-llama/Llama-3.1-8B-Instruct}}\n"
@@ -432,7 +468,7 @@ def test_a_rule_sending_embeddings_to_a_generative_model_is_warned_of(
         "`meta-llama/Llama-3.1-8B-Instruct`, which runs generate: they would be answered 500; "
         "scope the rule with when.path\n")
     # on a fleet without embedding models an unscoped rewrite is no concern
-    path.write_text("profiles: {default: {filters: [model, healthy]}}\n"
+    path.write_text("profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n"
                     "rules: [{name: r, then: {model: meta-llama/Llama-3.1-8B-Instruct}}]\n")
     assert main(["validate", str(path), "--fleet", str(ROOT / "config" / "fleet.yaml")]) == 0
     assert capsys.readouterr().err == ""

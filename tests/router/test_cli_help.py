@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from router.cli import build_parser
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 # always built in (the optional parts of kvroute are skipped when not installed)
 CORE_COMMANDS = {"up", "serve", "validate", "emulate", "sim", "scorecard", "bench", "dashboard"}
@@ -53,3 +57,14 @@ def test_up_help_shows_the_default_fleet_file(monkeypatch: pytest.MonkeyPatch) -
     assert "config/fleet.yaml" in text
     assert "config/routing.yaml" in text
 
+
+
+def test_the_readmes_command_list_names_every_top_level_command() -> None:
+    """README's "Commands" block left out ``bench`` and ``dashboard``, which ``kvroute
+    --help`` lists: a reader of the README did not learn they exist."""
+    text = README.read_text()
+    block = text.split("## Commands", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    named = set(re.findall(r"^(?:\S+=\S+ )?kvroute ([a-z][a-z-]*)", block, re.MULTILINE))
+    commands = {path.split()[1] for path in dict(_parsers(build_parser()))
+                if path.count(" ") == 1}
+    assert not commands - named, f"not in README's Commands: {sorted(commands - named)}"

@@ -520,3 +520,73 @@ def _live(port: int) -> bool:
             return bool(resp.status == 200)
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("command", ["serve", "up"])
+def test_a_log_level_is_taken_in_any_case(command: str, tmp_path: Path) -> None:
+    """``--log-level debug``, as vLLM and uvicorn take it, ended in logging's traceback
+    (``ValueError: Unknown level: 'debug'``) and status 1 before anything was checked."""
+    missing = tmp_path / "missing.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "router.cli", command, "--log-level", "debug", "--fleet",
+         str(missing)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2          # taken: on to the next check, the fleet file's
+    assert done.stderr == (f"kvroute: {missing}: cannot read fleet file: No such file or "
+                           "directory\n")
+
+
+@pytest.mark.parametrize("command", ["serve", "up"])
+def test_an_unknown_log_level_exits_2_in_one_line(command: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+    assert main([command, "--log-level", "verbose", "--fleet",
+                 str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err == (
+        "kvroute: --log-level: must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL (in any "
+        "case), got 'verbose'\n")
+
+
+@pytest.mark.parametrize("layout", ["one", "each"])
+def test_an_emulated_workers_port_taken_exits_2_naming_the_worker(
+        layout: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It exited 1 once the emulator had failed, naming only the address it could not
+    listen on; refused as the router's own port is, before any worker starts."""
+    from router.cli import main
+    fleet = tmp_path / "fleet.yaml"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"h100-0": free_port(), "l40s-0": port}
+        fleet.write_text(yaml.safe_dump(fleet_data(
+            {"h100-0": ("h100", FAST), "l40s-0": ("l40s", FAST)}, ports)))
+        code = main(["up", "--fleet", str(fleet), "--port", str(free_port()),
+                     "--emulator-processes", layout])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"kvroute: emulated worker 'l40s-0' of {fleet}: cannot listen on 127.0.0.1:{port}: "
+        "Address already in use (its emulate.port); stop what listens there, or give the "
+        "worker another port\n")
+    assert not _listening(ports["h100-0"])       # refused before any worker started
+
+
+def test_an_allowed_origin_no_browser_sends_exits_2_before_anything_starts() -> None:
+    """``--allowed-origins a.example`` (no scheme) started a router whose every preflight
+    was refused: a browser sends ``Origin: https://a.example``."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "router.cli", "serve", "--port", str(port),
+         "--allowed-origins", "https://chat.example.com, a.example"],
+        cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:         # it started: stop it as Ctrl-C would
+            os.kill(proc.pid, signal.SIGINT)
+            proc.wait(timeout=30)
+    assert proc.returncode == 2
+    assert err.decode() == (
+        "kvroute: allowed_origins: 'a.example' is not an origin: give '*' or "
+        "scheme://host[:port] as a browser sends it in its Origin header, with no path "
+        "(https://chat.example.com, http://localhost:3000)\n")
+    assert not _listening(port)

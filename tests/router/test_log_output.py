@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.log_output import JsonLogFormatter, log_formatter
+from router.log_output import JsonLogFormatter, log_formatter, log_level
 from tests.router.gateway_support import MODEL, REPO_ROOT, url_fleet_file, wait_healthy
 from workers.emulator.process import EmulatorProcess
 from workers.ports import free_port
@@ -72,6 +72,23 @@ def test_text_lines_are_as_before_and_name_the_replica() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize(("given", "level"), [
+    ("debug", "DEBUG"), ("Info", "INFO"), ("WARNING", "WARNING"), ("error", "ERROR"),
+    ("critical", "CRITICAL")])
+def test_a_log_level_is_taken_in_any_case(given: str, level: str) -> None:
+    """``debug``, as vLLM and uvicorn take it, reached ``logging.basicConfig`` as it was
+    given, which raised ``ValueError: Unknown level: 'debug'``."""
+    assert log_level(given) == level
+
+
+@pytest.mark.parametrize("given", ["verbose", "warn ing", "", "10"])
+def test_a_log_level_logging_has_not_is_refused_naming_the_option(given: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        log_level(given)
+    assert str(raised.value) == ("--log-level: must be one of DEBUG, INFO, WARNING, ERROR, "
+                                 f"CRITICAL (in any case), got {given!r}")
+
+
 def test_every_process_of_serve_writes_json_lines(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
         fleet = url_fleet_file(tmp_path, {"w0": worker.url})

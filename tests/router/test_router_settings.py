@@ -92,3 +92,34 @@ def test_a_password_a_parser_cuts_short_is_refused(url: str) -> None:
                                  "unix:///tmp/r.sock?password=a@b&db=0"])
 def test_redis_urls_with_an_at_where_a_parser_reads_it_are_taken(url: str) -> None:
     assert Settings(**PATHS, redis_url=url).redis_url == url
+
+
+@pytest.mark.parametrize(("origin", "message"), [
+    # no scheme: a browser sends "https://a.example", never this
+    ("a.example", r"^allowed_origins: 'a\.example' is not an origin: give '\*' or "
+                  r"scheme://host\[:port\] as a browser sends it in its Origin header, with no "
+                  r"path \(https://chat\.example\.com, http://localhost:3000\)$"),
+    ("foo", r"^allowed_origins: 'foo' is not an origin: give '\*' or scheme://host\[:port\]"),
+    ("https://a.example/app", r"^allowed_origins: 'https://a\.example/app' is not an origin"),
+    ("https://a.example/", r"^allowed_origins: 'https://a\.example/' never matches: a browser "
+                           r"sends this origin as 'https://a\.example' \(in lower case, without "
+                           r"a trailing slash or its scheme's default port\)$"),
+    ("HTTPS://A.example", r"^allowed_origins: 'HTTPS://A\.example' never matches: a browser "
+                          r"sends this origin as 'https://a\.example'"),
+    ("https://a.example:443", r"never matches: a browser sends this origin as "
+                              r"'https://a\.example'"),
+    ("http://a.example:70000", r"^allowed_origins: 'http://a\.example:70000': the port must be "
+                               r"within 1\.\.65535$"),
+])
+def test_an_allowed_origin_no_browser_sends_is_refused_naming_it(origin: str,
+                                                                 message: str) -> None:
+    """It was taken, and allowed nothing: a preflight from the page it meant got a 400."""
+    with pytest.raises(ValueError, match=message):
+        Settings(**PATHS, allowed_origins=("https://ok.example", origin))
+
+
+@pytest.mark.parametrize("origins", [
+    ("*",), (), ("https://chat.example.com", "http://localhost:3000"), ("http://[::1]:8080",),
+    ("http://a.example:8443",), ("chrome-extension://abcdefghij",), ("null",)])
+def test_origins_as_browsers_send_them_are_taken(origins: tuple[str, ...]) -> None:
+    assert Settings(**PATHS, allowed_origins=origins).allowed_origins == origins

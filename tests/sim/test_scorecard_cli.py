@@ -156,3 +156,25 @@ def test_an_out_folder_that_cannot_be_made_is_refused_before_any_case(
     assert captured.err == (f"kvroute scorecard: --out: cannot write {blocker / 'o'}: "
                             "Not a directory\n")
     assert captured.out == ""
+
+
+def test_an_unknown_peer_is_refused_before_any_case(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt ``--peers`` started the first case, its output folder made, and failed
+    there as a failed simulation; ``--cases`` and ``--routing`` were checked up front."""
+    out = tmp_path / "out"
+    code = main(["scorecard", "--out", str(out), "--cases", "azure-1-1500",
+                 "--traces", str(_traces(tmp_path)), "--peers", "round-robin,nope"])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "kvroute scorecard: --peers: unknown peer policy 'nope' (known: round-robin, "
+        "least-requests, sglang-cache-aware, llm-d-default, dynamo-kv, "
+        "production-stack-prefix); or use 'kvroute' or a routing YAML path\n")
+    assert captured.out == ""
+    assert not out.exists()
+    missing = tmp_path / "mine.yaml"          # a routing file as a peer: it must exist
+    assert main(["scorecard", "--out", str(out), "--peers", str(missing)]) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute scorecard: --peers: policy {str(missing)!r}: no such routing file\n")
+    assert not out.exists()

@@ -230,9 +230,9 @@ def run(args: argparse.Namespace) -> int:
     except TlsFilesError as exc:
         print(f"kvroute emulate: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
+    except OSError as exc:       # a port taken: refused as a bad flag is (it exited 1)
         print(f"kvroute emulate: cannot listen: {exc}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

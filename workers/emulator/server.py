@@ -36,14 +36,24 @@ class HostedWorker:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def listen(self) -> None:
+        """Listen on the worker's address; ``OSError`` naming the worker and its address
+        when it cannot (the port taken: by one of several workers of a fleet, which)."""
         if self.site is None:
             config = self.config
             tls = None
             if config.ssl_certfile is not None:
                 tls = server_tls_context(config.ssl_certfile, config.ssl_keyfile)
-            self.site = web.TCPSite(self.runner, config.host, config.port,
-                                    reuse_address=True, ssl_context=tls)
-            await self.site.start()
+            site = web.TCPSite(self.runner, config.host, config.port,
+                               reuse_address=True, ssl_context=tls)
+            try:
+                await site.start()
+            except OSError as exc:
+                # (a resolver's error has a negative errno, which strerror cannot name)
+                why = (os.strerror(exc.errno) if exc.errno and exc.errno > 0
+                       else exc.strerror or str(exc))
+                raise OSError(f"worker {config.worker_id!r} at "
+                              f"{host_port(config.host, config.port)}: {why}") from None
+            self.site = site
 
     async def refuse(self) -> None:
         """Close the listening socket and drop open connections, as a dead worker would."""

@@ -163,8 +163,8 @@ def test_eval_refuses_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING),
                      "--data", str(stray)]) == 2
     assert capsys.readouterr().err == (
-        f"error: --data: {stray}: line 3: label 'legal' is not among the classes (code, math, "
-        "support, chat)\n")
+        f"kvroute semantic eval: --data: {stray}: line 3: label 'legal' is not among the "
+        "classes (code, math, support, chat)\n")
     plain = tmp_path / "plain.yaml"
     plain.write_text("profiles: {default: {}}\n")
     assert main(["semantic", "eval", "--routing", str(plain), "--data", str(bad)]) == 2
@@ -216,3 +216,22 @@ def test_train_refuses_a_file_without_a_semantic_section(
     plain.write_text("profiles: {default: {}}\n")
     assert main(["semantic", "train", "--routing", str(plain)]) == 2
     assert "has no 'semantic:' section" in capsys.readouterr().err
+
+
+def test_errors_name_the_command_as_other_commands_do(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """They began ``error:``, where every other command names itself (``kvroute sim: …``):
+    a log searched for ``kvroute semantic`` found none of them."""
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("profiles: {default: {}}\n")
+    assert main(["semantic", "train", "--routing", str(plain)]) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute semantic train: {plain}: has no 'semantic:' section\n")
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"text": "hi", "label": "chat"}\n')
+    assert main(["semantic", "eval", "--routing", str(plain), "--data", str(data)]) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute semantic eval: {plain}: has no 'semantic:' section\n")
+    assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING), "--data", str(data),
+                 "--errors", "-1"]) == 2
+    assert capsys.readouterr().err == "kvroute semantic eval: --errors must be >= 0\n"

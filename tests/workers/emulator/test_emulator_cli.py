@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import socket
+from pathlib import Path
 
 import pytest
 
@@ -93,8 +95,6 @@ def test_a_taken_kv_events_port_is_one_line_not_a_traceback(
         capsys: pytest.CaptureFixture[str]) -> None:
     """It exited with fifty lines ending in ``zmq.error.ZMQError``; a taken HTTP port was
     one line already."""
-    import socket
-
     from workers.emulator.cli import run
     from workers.ports import free_port
 
@@ -105,7 +105,33 @@ def test_a_taken_kv_events_port_is_one_line_not_a_traceback(
         parser = argparse.ArgumentParser()
         add_arguments(parser)
         code = run(parser.parse_args(["--port", str(free_port()), "--kv-events", endpoint]))
-    assert code == 1
+    assert code == 2
     assert capsys.readouterr().err == (
         f"kvroute emulate: cannot listen: KV events endpoint {endpoint}: Address already in "
         "use\n")
+
+
+def test_a_taken_port_exits_2_naming_the_worker(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """It exited 1, where its other refusals exit 2, with ``[Errno 98] error while
+    attempting to bind on address ...``: of a fleet's workers, not saying whose port."""
+    from workers.emulator.cli import run
+    from workers.ports import free_port
+
+    fleet = tmp_path / "fleet.yaml"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert run(parse("--port", str(port))) == 2
+        assert capsys.readouterr().err == (
+            f"kvroute emulate: cannot listen: worker 'h100-{port}' at 127.0.0.1:{port}: "
+            "Address already in use\n")
+        fleet.write_text(
+            "models: {m: {arch: llama-3-8b}}\nworkers:\n"
+            f"  - {{id: h100-0, gpu: h100, models: [m], emulate: {{port: {free_port()}}}}}\n"
+            f"  - {{id: l40s-0, gpu: l40s, models: [m], emulate: {{port: {port}}}}}\n")
+        assert run(parse("--fleet", str(fleet))) == 2
+    assert capsys.readouterr().err == (
+        f"kvroute emulate: cannot listen: worker 'l40s-0' at 127.0.0.1:{port}: Address "
+        "already in use\n")

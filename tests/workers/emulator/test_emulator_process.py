@@ -107,7 +107,9 @@ def test_a_port_another_server_answers_on_is_not_taken_for_the_worker(
         fleet = EmulatorFleet(path, time_scale=0.0, one_process=one_process,
                               ready_timeout_s=20.0)
         try:
-            with pytest.raises(EmulatorStartError, match="address already in use"):
+            with pytest.raises(EmulatorStartError, match=r"cannot listen: worker 'w-h200' at "
+                                                         r"127\.0\.0\.1:\d+: Address already "
+                                                         "in use"):
                 fleet.start()
         finally:
             fleet.stop()
