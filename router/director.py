@@ -47,7 +47,7 @@ from policies.filters.healthy import TYPE_NAME as HEALTHY_FILTER
 from policies.latency.estimator import served_cost_usd
 from policies.latency.observer import ROUTED_ESTIMATE
 from policies.producers.runner import produce
-from policies.producers.tokens import AT_LEAST_KEY, PAST_CHARS_KEY
+from policies.producers.tokens import AT_LEAST_KEY, ESTIMATED_COUNT_KEY, PAST_CHARS_KEY
 from router.admission.controller import Admission, AdmissionTicket
 from router.client_auth import TENANT
 from router.decision_log import class_confidence, class_outcome, class_predicted
@@ -409,6 +409,9 @@ class Director:
                     break
                 raise self._no_candidate(decision, parsed.routing,
                                          views if pinned is not None else ())
+            held_aside = self._held_only_aside(decision, parsed.routing, views)
+            if held_aside is not None:
+                raise held_aside
             if retried is not None:
                 self._metrics.record_retry(*retried)
                 retried = None
@@ -629,6 +632,33 @@ class Director:
         self._metrics.record_request(model, "", "", decision.profile, 503, api)
         return NoWorkerAvailable(f"No worker available for model `{model}`: {decision.reason}",
                                  headers=headers)
+
+    def _held_only_aside(self, decision: Decision, routing: RoutingRequest,
+                         views: Sequence[WorkerView]) -> RouterError | None:
+        """The 503 for a prompt whose count is an estimate (``ESTIMATED_COUNT_KEY``), past
+        the window of the worker chosen, which a worker out for now holds (``_set_aside_of``):
+        the ``context-length`` filter sends such a prompt to the largest window it is given,
+        and while the long-window worker restarts that is a short one, whose engine would
+        refuse it for good (a 400 no client sends again); it is served once that worker is
+        back. None otherwise."""
+        if not routing.attributes.get(ESTIMATED_COUNT_KEY):
+            return None
+        needed = routing.certain_context_tokens + min(1, least_output(routing))
+        chosen = next((view for view in views if view.id == decision.worker_id), None)
+        if chosen is None or chosen.max_model_len <= 0 or needed <= chosen.max_model_len:
+            return None
+        holding = [view.id for view in self._set_aside_of(decision, views)
+                   if needed <= view.max_model_len]
+        if not holding:
+            return None
+        self._metrics.record_request(decision.model, "", "", decision.profile, 503,
+                                     api_of_path(routing.path))
+        headers = self._kvroute_headers(decision, routing.semantic_class)
+        headers["x-kvroute-worker"] = "none"
+        return NoWorkerAvailable(
+            f"No worker available for model `{decision.model}`: the prompt is longer than "
+            f"the window of the workers up (by the router's count), and only "
+            f"{', '.join(holding)}, out for now, holds it", headers=headers)
 
     def _set_aside_of(self, decision: Decision,
                       views: Sequence[WorkerView]) -> list[WorkerView]:

@@ -557,6 +557,15 @@ async def test_a_prompt_only_a_down_worker_holds_is_503_not_too_long(
         assert info.value.response.headers["Retry-After"] == "1"
         assert isinstance(info.value.body, dict)
         assert info.value.body["code"] == "no_worker_available", info.value.body
+        # a text, whose count is the router's estimate (no tokenizer of the model): the
+        # largest window up was the short one's, whose engine refused it for good
+        with pytest.raises(openai.InternalServerError) as info:
+            await client(router).completions.create(model=MODEL, prompt="word " * 3000,
+                                                    max_tokens=4)
+        assert info.value.status_code == 503
+        assert info.value.response.headers["x-kvroute-worker"] == "none"
+        assert isinstance(info.value.body, dict)
+        assert "only long, out for now, holds it" in info.value.body["message"]
         # past every window of the model, up or down: the client's to shorten
         with pytest.raises(openai.BadRequestError) as too_long:
             await client(router).completions.create(model=MODEL, prompt=[7] * 9000,

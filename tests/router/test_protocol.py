@@ -241,6 +241,20 @@ def test_a_re_encoded_body_keeps_integers_past_64_bits_whole() -> None:
         body = json.loads(sent)
         assert body["model"] == "other-model"
         assert body["stream_options"] == {"include_usage": True}
+    # past -2**63 in 19 digits: a float to orjson too
+    raw = json.dumps({**CHAT, "stream": True, "seed": -9999999999999999999}).encode()
+    assert b'"seed": -9999999999999999999' in upstream_body(parse(raw), raw, MODEL)
+
+
+def test_a_long_integer_in_a_body_too_deep_to_re_encode_is_a_400() -> None:
+    """Read again with Python's parser for its long integer, a body nested past its
+    recursion limit ended in a 500 (RecursionError), where one without it is a 400."""
+    nested = b'{"a": ' * 1000 + b"1" + b"}" * 1000
+    raw = (b'{"model": "' + MODEL.encode() + b'", "stream": true, "seed": '
+           b'12345678901234567890123, "messages": [{"role": "user", "content": "hi"}], '
+           b'"x": ' + nested + b"}")
+    with pytest.raises(InvalidRequest, match="nested too deeply to forward"):
+        upstream_body(parse(raw), raw, MODEL)
 
 
 def test_upstream_body_keeps_continuous_usage_off_when_the_client_did_not_ask_for_usage() -> None:
