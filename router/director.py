@@ -381,8 +381,7 @@ class Director:
                      "engine: taken for the request's doing, counted against none", request_id,
                      ", ".join(tried))
             return
-        for info in engine_errors:
-            self._failed(info)
+        self._count_engine_errors(list(engine_errors))
 
     async def _attempts(self, request: web.Request, engine: PolicyEngine, parsed: ParsedRequest,
                         body: bytes, ticket: AdmissionTicket, views: list[WorkerView],
@@ -750,7 +749,7 @@ class Director:
                 request, self._url(info.url, routing.path),
                 sent,
                 headers, self._answer_headers(decision, routing, ticket), routing.stream,
-                parsed.wants_usage, lambda: self._on_first_byte(attempt),
+                parsed.wants_usage, lambda: self._on_first_byte(attempt, engine_errors),
                 _STREAM_FORMATS.get(routing.path, COMPLETION_STREAM),
                 adapter=self._listed_adapter(info.id, decision.model),
                 head_timeout_s=(wait_s := self._whole_answer_wait_s(routing.stream, longest_s)),
@@ -758,6 +757,8 @@ class Director:
                     lambda: self._ejection.stalls.busy(info.id, self._clock())))
             status = result.status
             self._judge(info, attempt, routing.request_id, result)
+            if engine_errors and status < 500:     # (a stream's, at its first token)
+                self._count_engine_errors(engine_errors)
             return result.response
         except RetryableUpstream as failure:
             status = failure.status
@@ -873,7 +874,17 @@ class Director:
         self._metrics.forget_worker(worker_id)
         self._store.forget_worker(worker_id)
 
-    def _on_first_byte(self, attempt: _Attempt) -> None:
+    def _count_engine_errors(self, engine_errors: list[WorkerInfo]) -> None:
+        """Another worker answers the request: the engine errors of those tried before it
+        were theirs, not the request's (``_judge_engine_errors``), counted now."""
+        for info in engine_errors:
+            self._failed(info)
+        engine_errors.clear()
+
+    def _on_first_byte(self, attempt: _Attempt,
+                       engine_errors: list[WorkerInfo] | None = None) -> None:
+        if engine_errors:
+            self._count_engine_errors(engine_errors)
         now = attempt.first_byte_at = self._clock()
         if attempt.received_at:
             self._metrics.record_client_ttft(attempt.decision.model, attempt.api,

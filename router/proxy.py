@@ -229,11 +229,12 @@ class RetryableUpstream(Exception):
 
     @property
     def engine_error(self) -> bool:
-        """Whether the worker answered with an error of its engine's own, a JSON error body
-        (vLLM's 500 for a request its engine failed on, which may be the request's doing: a
-        schema past what the engine reads), rather than failing to answer (no connection, a
-        proxy's page, a broken answer)."""
-        return self.reason == "http_5xx" and _is_json_error(self.detail.partition(": ")[2])
+        """Whether the worker answered with vLLM's 500 for a request its engine failed on
+        (its JSON error body, with a ``type``), which may be the request's doing (a schema
+        past what the engine reads), rather than failing to answer (no connection, a broken
+        answer) or another server's 5xx in front of it (a gateway's 502, a proxy's page)."""
+        return (self.reason == "http_5xx" and self.status == ENGINE_ERROR_STATUS
+                and _is_vllm_error(self.detail.partition(": ")[2]))
 
     def client_text(self) -> str:
         """What the client is told: for a 5xx its status and the message of the worker's
@@ -271,15 +272,24 @@ def _error_message(body: str) -> str | None:
     return one_line(message, 200) if isinstance(message, str) and message.strip() else None
 
 
-def _is_json_error(body: str) -> bool:
-    """Whether ``body`` is a JSON error object, vLLM's (``{"error": {...}}``, or flat with
-    ``message`` before v0.10.1), whatever its message (vLLM's 500 may say nothing)."""
+# vLLM's status for a request its engine failed on (an internal error, ``FinishReason.ERROR``)
+ENGINE_ERROR_STATUS = 500
+
+
+def _is_vllm_error(body: str) -> bool:
+    """Whether ``body`` is vLLM's JSON error (``{"error": {"message", "type", …}}``, or flat
+    with ``"object": "error"`` before v0.10.1), whatever its message (vLLM's 500 may say
+    nothing)."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
         return False
-    return isinstance(parsed, dict) and (isinstance(parsed.get("error"), dict)
-                                         or "message" in parsed)
+    if not isinstance(parsed, dict):
+        return False
+    error = parsed.get("error")
+    if isinstance(error, dict):
+        return "type" in error and "message" in error
+    return parsed.get("object") == "error" and "message" in parsed
 
 
 _CLIENT_TEXT = {"connect": "the worker did not take the connection",

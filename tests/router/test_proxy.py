@@ -526,6 +526,22 @@ def test_a_busy_worker_is_vllms_503_for_a_full_queue_or_one_with_retry_after() -
     assert not RetryableUpstream("connect", 503, "refused").busy
 
 
+def test_an_engine_error_is_vllms_500_with_its_json_error() -> None:
+    """What may be the request's doing (judged when it ends): vLLM's own 500; a gateway's
+    JSON 502 in front of dead workers, or a page, is the worker's failure at once."""
+    vllm = orjson.dumps({"error": {"message": "", "type": "InternalServerError",
+                                   "param": None, "code": 500}}).decode()
+    flat = orjson.dumps({"object": "error", "message": "x", "type": "InternalServerError",
+                         "code": 500}).decode()
+    gateway = orjson.dumps({"message": "An invalid response was received from upstream"})
+    assert RetryableUpstream("http_5xx", 500, f"HTTP 500: {vllm}").engine_error
+    assert RetryableUpstream("http_5xx", 500, f"HTTP 500: {flat}").engine_error
+    assert not RetryableUpstream("http_5xx", 502, f"HTTP 502: {vllm}").engine_error
+    assert not RetryableUpstream("http_5xx", 500, f"HTTP 500: {gateway.decode()}").engine_error
+    assert not RetryableUpstream("http_5xx", 500, "HTTP 500: <html>oops</html>").engine_error
+    assert not RetryableUpstream("disconnect", 500, f"x: {vllm}").engine_error
+
+
 @pytest.mark.parametrize(("status", "worker_failed", "cut"), [
     (499, True, True), (504, True, True), (502, False, True),    # client left, wait, size
     (502, True, False), (200, True, False), (400, True, False)])  # the worker's own end
