@@ -77,11 +77,17 @@ def log_formatter(log_format: str, replica: str | None = None) -> logging.Format
     raise ValueError(f"log format {log_format!r}: one of {', '.join(LOG_FORMATS)}")
 
 
+# logging's other names of its levels, taken too
+LEVEL_ALIASES = {"WARN": "WARNING", "FATAL": "CRITICAL", "NOTSET": "NOTSET"}
+
+
 def log_level(name: str) -> str:
-    """``name`` as one of ``LOG_LEVELS``, given in any case (``debug``: ``DEBUG``);
-    ``ValueError`` naming ``--log-level`` for another (logging's own error was a traceback)."""
+    """``name`` as one of ``LOG_LEVELS``, given in any case (``debug``: ``DEBUG``), or one
+    of logging's other names (``WARN``, ``FATAL``, ``NOTSET``); ``ValueError`` naming
+    ``--log-level`` for another (logging's own error was a traceback)."""
     level = name.strip().upper()
-    if level not in LOG_LEVELS:
+    level = LEVEL_ALIASES.get(level, level)
+    if level not in LOG_LEVELS and level != "NOTSET":
         raise ValueError(f"--log-level: must be one of {', '.join(LOG_LEVELS)} (in any case), "
                          f"got {name!r}")
     return level

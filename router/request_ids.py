@@ -39,7 +39,7 @@ HELD_AFTER_CUT_S = 2.0
 MAX_HELD_IDS = 100_000
 # the random bytes of a generated id (after the process's prefix): unique among those in
 # flight however many (``claim`` draws again on a clash)
-GENERATED_BYTES = 6
+GENERATED_BYTES = 8
 
 
 def usable(given: str | None) -> TypeGuard[str]:

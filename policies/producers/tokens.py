@@ -105,7 +105,11 @@ from policies.producers.media import (
     Encoded,
     encode_with_media,
 )
-from policies.producers.model_tokenizer import ModelTokenizer, ModelTokenizerError
+from policies.producers.model_tokenizer import (
+    GIL_FREE_MIN_CHARS,
+    ModelTokenizer,
+    ModelTokenizerError,
+)
 from policies.producers.served_model import produced_model
 from policies.producers.text_chunks import is_splittable, split_text
 from policies.producers.tiktoken_files import tiktoken_encoding
@@ -208,6 +212,8 @@ class HuggingFaceTokenizer:
         self._tokenizer.no_padding()
 
     def encode(self, text: str) -> array[int]:
+        if len(text) < GIL_FREE_MIN_CHARS:       # (tokenized on the event loop anyway)
+            return array("i", self._tokenizer.encode(text, add_special_tokens=False).ids)
         # encode_batch lets go of the GIL while it runs (encode holds it)
         [encoding] = self._tokenizer.encode_batch([text], add_special_tokens=False)
         return array("i", encoding.ids)

@@ -71,13 +71,14 @@ def test_text_lines_are_as_before_and_name_the_replica() -> None:
         log_formatter("xml")
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize(("given", "level"), [
     ("debug", "DEBUG"), ("Info", "INFO"), ("WARNING", "WARNING"), ("error", "ERROR"),
-    ("critical", "CRITICAL")])
+    ("critical", "CRITICAL"), ("warn", "WARNING"), ("FATAL", "CRITICAL"),
+    ("notset", "NOTSET")])
 def test_a_log_level_is_taken_in_any_case(given: str, level: str) -> None:
     """``debug``, as vLLM and uvicorn take it, reached ``logging.basicConfig`` as it was
-    given, which raised ``ValueError: Unknown level: 'debug'``."""
+    given, which raised ``ValueError: Unknown level: 'debug'``; logging's other names of
+    its levels are taken too."""
     assert log_level(given) == level
 
 
@@ -89,6 +90,7 @@ def test_a_log_level_logging_has_not_is_refused_naming_the_option(given: str) ->
                                  f"CRITICAL (in any case), got {given!r}")
 
 
+@pytest.mark.integration
 def test_every_process_of_serve_writes_json_lines(tmp_path: Path) -> None:
     with EmulatorProcess(gpu="h100", time_scale=0.01, served_model_names=[MODEL]) as worker:
         fleet = url_fleet_file(tmp_path, {"w0": worker.url})

@@ -73,7 +73,7 @@ def test_ids_held_after_cuts_are_bounded() -> None:
     assert ids.claim(f"abort-{MAX_HELD_IDS + 9}") != f"abort-{MAX_HELD_IDS + 9}"
 
 
-GENERATED = re.compile(r"r-[0-9a-f]{12}")
+GENERATED = re.compile(r"r-[0-9a-f]{16}")
 
 
 def test_without_a_client_id_each_request_gets_a_new_one() -> None:
