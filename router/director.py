@@ -791,6 +791,8 @@ class Director:
             result = cancelled.result
             status = result.status
             self._judge(info, attempt, routing.request_id, result)
+            if engine_errors and status < 500:      # served: the errors before were theirs
+                self._count_engine_errors(engine_errors)
             raise
         except asyncio.CancelledError as cancelled:
             # the client left, or the router's drain cut it (a 503: an error event ended

@@ -204,8 +204,10 @@ class RetryableUpstream(Exception):
     """The worker failed before anything reached the client; another worker may serve it."""
 
     def __init__(self, reason: str, status: int, detail: str, *,
-                 broke_off: bool = False, retry_after: str | None = None) -> None:
+                 broke_off: bool = False, retry_after: str | None = None,
+                 engine_error: bool = False) -> None:
         super().__init__(f"{reason}: {detail}")
+        self._engine_error = engine_error
         # "connect", "disconnect", "http_5xx", "redirect" or "model_not_found"
         self.reason = reason
         self.status = status          # the worker's status, or 502 when there was none
@@ -227,14 +229,21 @@ class RetryableUpstream(Exception):
         message = _error_message(self.detail.partition(": ")[2])
         return message is not None and message.startswith(BUSY_MESSAGES)
 
+    @classmethod
+    def answered(cls, status: int, body: str, retry_after: str | None) -> RetryableUpstream:
+        """A worker's 5xx answer (``body``: all of it, which ``detail`` keeps 2,000
+        characters of)."""
+        return cls("http_5xx", status, f"HTTP {status}: {one_line(body, 2000)}",
+                   retry_after=retry_after if status == BUSY_STATUS else None,
+                   engine_error=status == ENGINE_ERROR_STATUS and _is_vllm_error(body))
+
     @property
     def engine_error(self) -> bool:
         """Whether the worker answered with vLLM's 500 for a request its engine failed on
         (its JSON error body, with a ``type``), which may be the request's doing (a schema
         past what the engine reads), rather than failing to answer (no connection, a broken
         answer) or another server's 5xx in front of it (a gateway's 502, a proxy's page)."""
-        return (self.reason == "http_5xx" and self.status == ENGINE_ERROR_STATUS
-                and _is_vllm_error(self.detail.partition(": ")[2]))
+        return self._engine_error
 
     def client_text(self) -> str:
         """What the client is told: for a 5xx its status and the message of the worker's
@@ -442,10 +451,8 @@ class Proxy:
         try:
             if upstream.status >= 500 and upstream.status != NOT_IMPLEMENTED:
                 said = (await upstream.read()).decode("utf-8", "replace")
-                raise RetryableUpstream(
-                    "http_5xx", upstream.status, f"HTTP {upstream.status}: {one_line(said, 2000)}",
-                    retry_after=(upstream.headers.get("retry-after")
-                                 if upstream.status == BUSY_STATUS else None))
+                raise RetryableUpstream.answered(upstream.status, said,
+                                                 upstream.headers.get("retry-after"))
             if 300 <= upstream.status < 400 and upstream.status != 304:
                 # vLLM never redirects: the fleet file's URL is not where it serves (a proxy
                 # sending http to https, a path moved); its Location is no client's business

@@ -274,8 +274,12 @@ class TokensProducer:
         self.media_tokens = {**DEFAULT_MEDIA_TOKENS, **params.media_tokens}
 
     def produce(self, request: RoutingRequest, workers: Sequence[WorkerView]) -> None:
-        model = self._tokenizing_model(produced_model(request), workers)
-        window = max((view.max_model_len for view in workers), default=0)
+        named = produced_model(request)
+        model = self._tokenizing_model(named, workers)
+        # the largest window of the model's workers (of the fleet's when none serves it): the
+        # bounds of a text too long for any of them
+        window = max((view.max_model_len for view in workers if view.serves(named)),
+                     default=0) or max((view.max_model_len for view in workers), default=0)
         at_least = self._too_long(request, window, model)
         tokenized: tuple[Sequence[int], int] | None = None
         if at_least is None:

@@ -534,11 +534,13 @@ def test_an_engine_error_is_vllms_500_with_its_json_error() -> None:
     flat = orjson.dumps({"object": "error", "message": "x", "type": "InternalServerError",
                          "code": 500}).decode()
     gateway = orjson.dumps({"message": "An invalid response was received from upstream"})
-    assert RetryableUpstream("http_5xx", 500, f"HTTP 500: {vllm}").engine_error
-    assert RetryableUpstream("http_5xx", 500, f"HTTP 500: {flat}").engine_error
-    assert not RetryableUpstream("http_5xx", 502, f"HTTP 502: {vllm}").engine_error
-    assert not RetryableUpstream("http_5xx", 500, f"HTTP 500: {gateway.decode()}").engine_error
-    assert not RetryableUpstream("http_5xx", 500, "HTTP 500: <html>oops</html>").engine_error
+    long = orjson.dumps({"error": {"message": "schema " * 1000, "type": "InternalServerError",
+                                   "param": None, "code": 500}}).decode()
+    for body in (vllm, flat, long):       # (a long one judged whole, not as the log keeps it)
+        assert RetryableUpstream.answered(500, body, None).engine_error
+    assert not RetryableUpstream.answered(502, vllm, None).engine_error
+    assert not RetryableUpstream.answered(500, gateway.decode(), None).engine_error
+    assert not RetryableUpstream.answered(500, "<html>oops</html>", None).engine_error
     assert not RetryableUpstream("disconnect", 500, f"x: {vllm}").engine_error
 
 

@@ -158,7 +158,9 @@ def test_a_text_past_the_window_in_characters_is_not_tokenized(tmp_path: Path,
     tokens_type = default_registry().get("tokens")
     assert tokens_type is not None
     producer = tokens_type.factory(TokensParams(models={"tiny": "model"}), _context(tmp_path))
-    views = [make_view("w1", models=("tiny",), max_model_len=64)]
+    # (another model's larger window is no bound of this model's texts)
+    views = [make_view("w1", models=("tiny",), max_model_len=64),
+             make_view("w2", models=("other",), max_model_len=100_000)]
     bound = 64 * reference.max_chars_per_token
     messages = [{"role": "user", "content": "a" * bound}]       # rendered: past the bound
     chat = RoutingRequest("r1", "tiny", messages=messages)
