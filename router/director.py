@@ -640,8 +640,9 @@ class Director:
         and while the long-window worker restarts that is a short one, whose engine would
         refuse it for good (a 400 no client sends again); it is served once that worker is
         back. None otherwise."""
-        if not routing.attributes.get(ESTIMATED_COUNT_KEY):
-            return None
+        if not routing.attributes.get(ESTIMATED_COUNT_KEY) or not any(
+                by in (HEALTHY_FILTER, SET_ASIDE) for by in decision.filtered_out.values()):
+            return None      # (no worker out for now: the common case, no view looked up)
         needed = routing.certain_context_tokens + min(1, least_output(routing))
         chosen = next((view for view in views if view.id == decision.worker_id), None)
         if chosen is None or chosen.max_model_len <= 0 or needed <= chosen.max_model_len:

@@ -168,9 +168,12 @@ def origin_problem(origin: str) -> str | None:
         return f"{origin!r}: the port must be within 1..65535"
     if port is not None and _DEFAULT_PORTS.get(scheme) == int(port):
         written = written.removesuffix(f":{port}")
+    elif port is not None:          # a browser writes the number alone: :8080, not :08080
+        written = written.removesuffix(f":{port}") + f":{int(port)}"
     if written != origin:
         return (f"{origin!r} never matches: a browser sends this origin as {written!r} (in "
-                "lower case, without a trailing slash or its scheme's default port)")
+                "lower case, without a trailing slash, its scheme's default port or a port's "
+                "leading zeros)")
     return None
 
 

@@ -103,7 +103,10 @@ def test_redis_urls_with_an_at_where_a_parser_reads_it_are_taken(url: str) -> No
     ("https://a.example/app", r"^allowed_origins: 'https://a\.example/app' is not an origin"),
     ("https://a.example/", r"^allowed_origins: 'https://a\.example/' never matches: a browser "
                            r"sends this origin as 'https://a\.example' \(in lower case, without "
-                           r"a trailing slash or its scheme's default port\)$"),
+                           r"a trailing slash, its scheme's default port or a port's leading "
+                           r"zeros\)$"),
+    ("http://a.example:08080", r"never matches: a browser sends this origin as "
+                               r"'http://a\.example:8080'"),
     ("HTTPS://A.example", r"^allowed_origins: 'HTTPS://A\.example' never matches: a browser "
                           r"sends this origin as 'https://a\.example'"),
     ("https://a.example:443", r"never matches: a browser sends this origin as "
