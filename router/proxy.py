@@ -266,9 +266,10 @@ def one_line(text: str, limit: int = 300) -> str:
     return " ".join(printable.split())[:limit]
 
 
-def _error_message(body: str) -> str | None:
-    """The ``message`` of a JSON error body, vLLM's (``{"error": {"message": …}}``, or flat
-    before v0.10.1), on one line; None for any other body (a proxy's page, a traceback)."""
+def _error_fields(body: str) -> tuple[dict[str, Any], bool] | None:
+    """The object holding a JSON error body's fields and whether it is nested: its
+    ``error`` object (vLLM's since v0.10.1, True), else the body itself (flat before,
+    False); None for any other body (a proxy's page, a traceback)."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -276,8 +277,13 @@ def _error_message(body: str) -> str | None:
     if not isinstance(parsed, dict):
         return None
     error = parsed.get("error")
-    holder = error if isinstance(error, dict) else parsed
-    message = holder.get("message")
+    return (error, True) if isinstance(error, dict) else (parsed, False)
+
+
+def _error_message(body: str) -> str | None:
+    """The ``message`` of a JSON error body, vLLM's, on one line; None for any other body."""
+    fields = _error_fields(body)
+    message = fields[0].get("message") if fields is not None else None
     return one_line(message, 200) if isinstance(message, str) and message.strip() else None
 
 
@@ -289,16 +295,12 @@ def _is_vllm_error(body: str) -> bool:
     """Whether ``body`` is vLLM's JSON error (``{"error": {"message", "type", …}}``, or flat
     with ``"object": "error"`` before v0.10.1), whatever its message (vLLM's 500 may say
     nothing)."""
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
+    fields = _error_fields(body)
+    if fields is None:
         return False
-    if not isinstance(parsed, dict):
-        return False
-    error = parsed.get("error")
-    if isinstance(error, dict):
-        return "type" in error and "message" in error
-    return parsed.get("object") == "error" and "message" in parsed
+    holder, nested = fields
+    return "message" in holder and ("type" in holder if nested
+                                    else holder.get("object") == "error")
 
 
 _CLIENT_TEXT = {"connect": "the worker did not take the connection",
