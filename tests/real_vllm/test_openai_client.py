@@ -264,6 +264,9 @@ async def test_a_prompt_counted_past_the_window_by_another_tokenizer_is_the_engi
     cl100k, which makes 2,400 tokens of a text the model's own tokenizer makes 1,202 of.
     The engine serves it, so must kvroute; a text too long by either count is the engine's
     400, relayed."""
+    from policies.producers.tokens import DEFAULT_ENCODING, TiktokenTokenizer
+
+    assert len(TiktokenTokenizer(DEFAULT_ENCODING).encode("Hello\n\n" * 1200)) == 2400
     router = await make_router((REPO_ROOT / "config/routing.yaml").read_text())
     body = {"model": MODEL, "prompt": "Hello\n\n" * 1200, "max_tokens": 4, "temperature": 0}
     status, served = await post_json(real_fleet.urls[0] + "/v1/completions", body)
