@@ -374,7 +374,8 @@ DRAIN_CUT_WRITE_S = 2.0
 
 class CancelledAfterTheEnd(asyncio.CancelledError):
     """The request was cancelled (its client left) after the stream's last event had been
-    written to the client: ``result`` is the whole answer's, status 200."""
+    written to the client, or the worker's error event (its last word, on which the SDKs
+    raise and leave): ``result`` is the whole answer's, status 200, or the error's."""
 
     def __init__(self, result: ProxyResult) -> None:
         super().__init__()
@@ -540,6 +541,8 @@ class Proxy:
         except asyncio.CancelledError as cancelled:
             if not relay.end_written:
                 why = cut_by_drain(cancelled)
+                if why is None and relay.worker_error is not None:
+                    raise CancelledAfterTheEnd(self._left_mid_stream(relay)) from None
                 if why is not None and relay.started:     # (its head sent: told in-stream)
                     await _tell_drain_cut(relay, why)
                     raise CancelledMidStream(relay.events, why) from None
@@ -556,8 +559,7 @@ class Proxy:
         try:
             async for chunk in chunks:
                 if not await relay.feed(chunk):
-                    return ProxyResult(relay.response_or_new(), CLIENT_LEFT, relay.usage,
-                                       relay.first_byte_at, self._clock(), relay.events)
+                    return self._left_mid_stream(relay)
                 # a stream whose last event was relayed is whole, however its body ends
                 # after it (the final chunk missing, the connection dropped or silent)
                 if relay.done:
@@ -565,8 +567,7 @@ class Proxy:
             else:
                 missing = relay.missing_event_end       # its last event's blank line
                 if missing is not None and not await relay.feed(missing):
-                    return ProxyResult(relay.response_or_new(), CLIENT_LEFT, relay.usage,
-                                       relay.first_byte_at, self._clock(), relay.events)
+                    return self._left_mid_stream(relay)
         except EventTooLarge as exc:
             if not relay.started:      # the answer's size: the client's 502, no one retried
                 raise UpstreamAnswerError(str(exc)) from None
@@ -600,6 +601,20 @@ class Proxy:
         return ProxyResult(relay.response_or_new(), relay.status, relay.usage,
                            relay.first_byte_at, self._clock(), relay.events,
                            worker_error_event=relay.worker_error is not None)
+
+
+    def _left_mid_stream(self, relay: _StreamRelay) -> ProxyResult:
+        """The result of a stream whose client left before its end: ``CLIENT_LEFT``, or,
+        once the worker's error event was relayed, that error, the worker's failure (an SDK
+        raises on the event and closes the stream: the rest, ``[DONE]``, never reaches it,
+        and a worker failing every stream so was set aside only when the client was slower
+        than the router's last write)."""
+        if relay.worker_error is not None:
+            return ProxyResult(relay.response_or_new(), relay.worker_error, relay.usage,
+                               relay.first_byte_at, self._clock(), relay.events,
+                               worker_error_event=True)
+        return ProxyResult(relay.response_or_new(), CLIENT_LEFT, relay.usage,
+                           relay.first_byte_at, self._clock(), relay.events)
 
 
 async def _tell_drain_cut(relay: _StreamRelay, why: str) -> None:

@@ -322,6 +322,51 @@ async def _stream_read_by_no_one(url: str, body: bytes) -> asyncio.StreamWriter:
 
 
 @pytest.mark.integration
+@pytest.mark.integration
+@pytest.mark.parametrize("then", ["done-later", "silent"])
+async def test_a_client_leaving_at_the_workers_error_event_counts_it_as_the_workers_failure(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, then: str) -> None:
+    """The SDKs raise on a stream's error event and close the stream: the router saw its
+    client leave before the rest (vLLM's ``[DONE]``) and counted a client gone (499), not the
+    worker's failure, so a worker failing every stream so was set aside only when its
+    clients were slower than the router's last write (a flaky count under load)."""
+    chunk = b"data: " + orjson.dumps({
+        "id": "c", "object": "chat.completion.chunk", "model": MODEL,
+        "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]})
+    error = b"data: " + orjson.dumps({"error": {
+        "message": "EngineCore encountered an issue.", "type": "InternalServerError",
+        "param": None, "code": 500}})
+
+    async def erring(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            await response.write(chunk + b"\n\n" + error + b"\n\n")
+            await asyncio.sleep(0.5 if then == "done-later" else 3.0)
+            await response.write(b"data: [DONE]\n\n")
+        return response
+
+    async with scripted_router(emulated_fleet, make_router, erring, eject_after=1,
+                               eject_for_s=60.0, max_retries=0) as router, \
+            aiohttp.ClientSession() as session:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                "stream": True}
+        async with session.post(router.url + "/v1/chat/completions", json=body) as resp:
+            assert resp.status == 200
+            seen = b""
+            while b"EngineCore" not in seen:         # as an SDK reads: up to the error
+                seen += await asyncio.wait_for(resp.content.readany(), 10.0)
+        # (left: the response closed at the block's end)
+        deadline = asyncio.get_running_loop().time() + 10.0
+        while not router.metric("kvroute_requests_total", worker="w"):
+            assert asyncio.get_running_loop().time() < deadline, "never counted"
+            await asyncio.sleep(0.02)
+        assert router.metric("kvroute_requests_total", worker="w", status="500") == 1
+        assert router.metric("kvroute_requests_total", worker="w", status="499") == 0
+        assert router.metric("kvroute_worker_ejections_total", worker="w") == 1
+
+
 @pytest.mark.parametrize("leaving", ["stops-reading", "disconnects"])
 async def test_a_client_leaving_between_failures_does_not_clear_the_workers_count(
         emulated_fleet: FleetConfig, make_router: RouterFactory, leaving: str) -> None:
