@@ -5,9 +5,11 @@ As vLLM's ``--api-key``: a request whose path is guarded must carry one of the k
 clients); otherwise it is answered 401 (``router.errors.Unauthorized``) before its body is
 read, and counted in ``kvroute_requests_total{status="401"}``. Guarded: the OpenAI and
 Anthropic APIs (``/v1/…``), vLLM's pooling APIs (``/score``, ``/rerank``, ``/v2/rerank``,
-``/pooling``, ``/classify``), ``/tokenize`` and ``/detokenize`` (they spend worker time),
-and ``/debug/…`` (what the router knows of traffic and workers). Open: ``/health`` and
-``/metrics``, for load balancers and Prometheus. Keys are compared as SHA-256 digests in
+``/pooling``, ``/classify``), SageMaker's ``/invocations`` (open at vLLM, which leaves it to
+SageMaker's own authentication; here a tenant's budget applies to it), ``/tokenize`` and
+``/detokenize`` (they spend worker time), and ``/debug/…`` (what the router knows of traffic
+and workers). Open: ``/health``, ``/ping`` and ``/metrics``, for load balancers and
+Prometheus. Keys are compared as SHA-256 digests in
 constant time; no key is ever logged or echoed.
 
 Keys may be named by tenant (``load_tenant_keys``, ``kvroute serve --api-keys-file``): a
@@ -46,7 +48,7 @@ from router.settings import api_key_problem
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 GUARDED_PREFIXES = ("/v1/", "/v2/", "/score", "/rerank", "/pooling", "/classify", "/tokenize",
-                    "/detokenize", "/debug/")
+                    "/detokenize", "/invocations", "/debug/")
 OPERATOR_PREFIX = "/debug"          # every tenant's traffic: not for a tenant's key
 TENANT = web.RequestKey("kvroute_tenant", str)     # the tenant a named key belongs to
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}

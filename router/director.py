@@ -245,9 +245,12 @@ class Director:
                                    self._settings.max_body_bytes)
             parsed = await self._parse(body, path, request_id, request, arrival)
             parsed.received_at = arrival
+            api = api_of_path(parsed.routing.path)    # (/invocations: the API it is routed as)
             self._adopt_body_id(request, parsed)
         except RouterError as refused:   # a bad body: counted, under no model it could name
-            self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status, api)
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status,
+                                         api if refused.read_as is None
+                                         else api_of_path(refused.read_as))
             raise
         except asyncio.CancelledError as cancelled:  # the client left while sending it
             if (stopped := self._cancelled(cancelled, UNKNOWN_MODEL, api)) is None:
@@ -313,7 +316,7 @@ class Director:
         parse and the checks of a body of millions of items take seconds (7 million one-token
         lists: 4.5 s), which on the event loop every other request would wait out."""
         args = (body, path, request_id, request.headers, arrival, request.get(TENANT),
-                self._registry.default_model())
+                self._registry.default_model(), self._registry.runners_of)
         if len(body) < PARSE_OFF_LOOP_BYTES:
             return parse_request(*args)
         return await asyncio.get_running_loop().run_in_executor(None, parse_request, *args)
@@ -747,7 +750,7 @@ class Director:
             longest_s = _expected_first_byte_s(decision, routing.stream,
                                                longest_answer_tokens(routing, window))
             result = await self._proxy.forward(
-                request, self._url(info.url, routing.path),
+                request, self._url(info.url, parsed.upstream_path or routing.path),
                 sent,
                 headers, self._answer_headers(decision, routing, ticket), routing.stream,
                 parsed.wants_usage, lambda: self._on_first_byte(attempt, engine_errors),

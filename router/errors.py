@@ -69,6 +69,9 @@ class RouterError(Exception):
         self.message = message
         self.param = param
         self.headers: dict[str, str] = dict(headers or {})
+        # the API path a body was read as when refused, where not the one it came on
+        # (SageMaker's ``/invocations``: its body's API, counted under that API)
+        self.read_as: str | None = None
 
     def body(self) -> bytes:
         return error_body(self.message, self.type,

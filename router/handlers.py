@@ -2,7 +2,8 @@
 
 ``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/embeddings``,
 ``POST /v1/responses``, ``POST /v1/messages``, vLLM's pooling APIs ``POST /score``,
-``/v1/score``, ``/rerank``, ``/v1/rerank``, ``/v2/rerank``, ``/pooling`` and ``/classify``
+``/v1/score``, ``/rerank``, ``/v1/rerank``, ``/v2/rerank``, ``/pooling`` and ``/classify``,
+SageMaker's ``POST /invocations`` (routed as the API its body is: ``workers.invocations``)
 (the director), ``POST /tokenize``, ``POST /detokenize``, ``POST /v1/messages/count_tokens``,
 ``POST /v1/audio/transcriptions``, ``POST /v1/audio/translations``,
 ``GET /v1/responses/{id}``, ``POST /v1/responses/{id}/cancel`` (``router.utility_requests``),
@@ -54,6 +55,7 @@ from router.protocol import (
     TRANSLATIONS_PATH,
 )
 from router.request_body import expect_later
+from workers.invocations import INVOCATIONS_PATH
 from workers.models import WorkerView
 
 
@@ -303,6 +305,7 @@ def add_routes(app: web.Application) -> None:
              COUNT_TOKENS_PATH: count_tokens, TOKENIZE_PATH: tokenize,
              DETOKENIZE_PATH: detokenize, TRANSCRIPTIONS_PATH: transcriptions,
              TRANSLATIONS_PATH: translations,
+             INVOCATIONS_PATH: directed(INVOCATIONS_PATH),
              **{path: directed(path) for path in POOLING_API_PATHS}}
     for path, handler in posts.items():
         app.router.add_post(path, handler, expect_handler=expect_later)

@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -30,9 +30,10 @@ import orjson
 from policies.base import API_OF_PATH, ROUTED_PATHS, RUNNER_OF_PATH, RoutingRequest, is_token_ids
 from policies.producers.anthropic_chat import chat_messages, chat_tools
 from policies.producers.media import media_mark, part_media
-from router.errors import InvalidRequest
+from router.errors import EngineBadRequest, InvalidRequest
 from router.name_text import is_name_text
 from router.scoring import scoring_texts, side_cuts
+from workers.invocations import INVOCATIONS_PATH, invocation_path, no_handler_message
 from workers.lax_values import lax_bool, lax_int
 
 CHAT_PATH = "/v1/chat/completions"
@@ -83,6 +84,9 @@ class ParsedRequest:
     response_id_assigned: bool = False
     received_at: float = 0.0   # when the router took the request (monotonic), before any wait
     attempts: int = 0          # attempts at workers begun (each counted when it ends)
+    # the worker's path it is sent to, when not its API's (``routing.path``): SageMaker's
+    # ``/invocations``, routed as the API its body is (``workers.invocations``)
+    upstream_path: str | None = None
 
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -134,15 +138,39 @@ def _finite_float(literal: str) -> float:
 
 def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str, str],
                   arrival_time: float, tenant: str | None = None,
-                  default_model: str | None = None) -> ParsedRequest:
+                  default_model: str | None = None,
+                  runners_of: Callable[[str], frozenset[str]] | None = None) -> ParsedRequest:
     """The request, checked; its tenant is ``tenant`` when given (the one its API key
     names), else ``tenant_of(headers)``. A request that names no model is for
-    ``default_model`` when given (a fleet of one model: vLLM serves its own model then)."""
+    ``default_model`` when given (a fleet of one model: vLLM serves its own model then).
+    A body to ``/invocations`` is parsed as the API it is routed as
+    (``workers.invocations``), by what ``runners_of`` says the fleet runs its model as."""
     data = parse_body(body)
     raw_model = data.get("model")
     # vLLM serves its own model for a request naming none, or naming it "" (a falsy name)
     model = (default_model if raw_model in (None, "") and default_model is not None
              else check_model(raw_model))
+    if path != INVOCATIONS_PATH:
+        return _parsed(data, len(body), model, path, request_id, headers, arrival_time, tenant)
+    # SageMaker's: routed as the API its body is, sent to the worker's own /invocations
+    runners = runners_of(model) if runners_of is not None else frozenset()
+    routed_as = invocation_path(data, runners)
+    if routed_as is None:
+        raise EngineBadRequest(no_handler_message(runners))
+    try:
+        parsed = _parsed(data, len(body), model, routed_as, request_id, headers, arrival_time,
+                         tenant)
+    except InvalidRequest as refused:
+        refused.read_as = routed_as
+        raise
+    parsed.upstream_path = INVOCATIONS_PATH
+    return parsed
+
+
+def _parsed(data: dict[str, Any], body_bytes: int, model: str, path: str, request_id: str,
+            headers: Mapping[str, str], arrival_time: float,
+            tenant: str | None) -> ParsedRequest:
+    """``parse_request`` of a body decoded, its model known, read as an API's ``path``."""
     messages: Sequence[Mapping[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
     prompt = None
@@ -204,7 +232,7 @@ def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str,
         prompt=prompt,
         max_tokens=max_tokens, stream=stream, tenant=tenant or tenant_of(headers),
         session=headers.get("x-session-id") or user, user=user, headers=headers, body=data,
-        body_bytes=len(body), arrival_time=arrival_time)
+        body_bytes=body_bytes, arrival_time=arrival_time)
     if path in (CHAT_PATH, COMPLETIONS_PATH):       # n choices (best_of sequences)
         routing.choices, routing.returned_choices = choices_of(data), choices_of(data, ("n",))
     elif RUNNER_OF_PATH.get(path) == "pooling":

@@ -150,6 +150,39 @@ async def test_an_echoed_completion_of_no_tokens_is_served_as_by_the_engine(
     assert through["usage"] == direct["usage"]
 
 
+@pytest.mark.parametrize(("body", "kind"), [
+    ({"model": MODEL, "messages": MESSAGES, "max_tokens": 4, "temperature": 0},
+     "chat.completion"),
+    ({"model": MODEL, "prompt": "hello world", "max_tokens": 4, "temperature": 0},
+     "text_completion"),
+], ids=["chat", "completion"])
+async def test_sagemakers_invocations_are_answered_as_by_the_engine(
+        real_fleet: RealFleet, router: RouterHandle, body: dict[str, Any], kind: str) -> None:
+    """``POST /invocations`` (SageMaker's hosting contract, which vLLM serves beside
+    ``/ping``) was a 404 at the router: now routed as the API its body is, and answered by
+    the worker's own ``/invocations``."""
+    status, direct = await post_json(real_fleet.urls[0] + "/invocations", body)
+    assert status == 200 and direct["object"] == kind, direct
+    status, through = await post_json(router.url + "/invocations", body)
+    assert status == 200, through
+    assert through["object"] == kind and through["usage"] == direct["usage"]
+    assert through["choices"][0]["finish_reason"] == direct["choices"][0]["finish_reason"]
+
+
+async def test_a_generative_models_invocation_of_no_other_api_is_a_completions_400(
+        real_fleet: RealFleet, router: RouterHandle) -> None:
+    """vLLM's completion type leaves ``prompt`` optional: a body that is no chat is a
+    completion, refused for its missing prompt (the router's words for that 400 are its own,
+    as on ``/v1/completions``)."""
+    body = {"model": MODEL, "input": "hello"}       # an embedding's, to a generative model
+    status, direct = await post_json(real_fleet.urls[0] + "/invocations", body)
+    assert (status, direct["error"]["param"]) == (400, "prompt"), direct
+    assert "Either prompt or prompt_embeds must be provided" in direct["error"]["message"]
+    status, through = await post_json(router.url + "/invocations", body)
+    assert (status, through["error"]["param"]) == (400, "prompt"), through
+    assert through == (await post_json(router.url + "/v1/completions", body))[1]
+
+
 def without_values(event: Any) -> str:
     """The event as JSON with its per-request values (id, created, generated text) blanked:
     keys, their order and every other value stay."""

@@ -27,6 +27,7 @@ from workers.emulator.config import EmulatorConfig, EmulatorConfigError, parse_f
 from workers.emulator.embeddings import embeddings
 from workers.emulator.errors import ApiError, bad_request
 from workers.emulator.generation import chat_completions, completions
+from workers.emulator.invocations import invocations
 from workers.emulator.kv_events import KvEventPublisher
 from workers.emulator.lora_api import LOAD_PATH, UNLOAD_PATH, load_lora_adapter, unload_lora_adapter
 from workers.emulator.messages_api import count_tokens, create_message
@@ -129,6 +130,7 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer | None = None) -> we
     if config.runtime_lora_updating:       # vLLM: only with VLLM_ALLOW_RUNTIME_LORA_UPDATING
         app.router.add_post(LOAD_PATH, load_lora_adapter)
         app.router.add_post(UNLOAD_PATH, unload_lora_adapter)
+    app.router.add_post("/invocations", invocations(config.model.runner))
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
