@@ -882,6 +882,17 @@ class _DrainingTransport(asyncio.WriteTransport):
         return False
 
 
+class _TakingAt(_DrainingTransport):
+    """A client that takes half the buffer at loop time ``at``."""
+
+    def __init__(self, at: float) -> None:
+        super().__init__()
+        self.at = at
+
+    def get_write_buffer_size(self) -> int:
+        return 50_000 if asyncio.get_running_loop().time() >= self.at else self.buffered
+
+
 async def test_a_client_taking_bytes_late_in_the_timeout_keeps_its_write() -> None:
     """The watch moved the write's own deadline from a timer: a client that took bytes in
     the last quarter of the timeout made it move an expiring deadline (a RuntimeError in a
@@ -894,8 +905,10 @@ async def test_a_client_taking_bytes_late_in_the_timeout_keeps_its_write() -> No
     timeout = 0.2
     try:
         for _ in range(5):
-            transport = _DrainingTransport()
-            loop.call_later(0.78 * timeout, setattr, transport, "buffered", 50_000)
+            # the client takes bytes at 0.78 of the timeout, read by whichever check comes
+            # next, however late it runs (a timer taking them raced the checks: the one due
+            # at 0.75 run past 1.0 on a loaded machine ended the write first)
+            transport = _TakingAt(loop.time() + 0.78 * timeout)
             async with asyncio.timeout(None) as deadline:      # a write it keeps alive
                 progress = _ClientProgress(transport, deadline, timeout)
                 try:

@@ -116,7 +116,8 @@ async def test_closing_ends_the_sync_loop_even_if_a_sync_swallows_the_cancellati
 
 
 async def test_dead_replica_counts_expire(redis_url: str) -> None:
-    dead = RedisStateStore(redis_url, "dead", sync_interval_s=60, ttl_s=0.2)
+    # (its counts live 1 s: 0.2 s was outlived by the next step on a loaded machine)
+    dead = RedisStateStore(redis_url, "dead", sync_interval_s=60, ttl_s=1.0)
     alive = RedisStateStore(redis_url, "alive", sync_interval_s=60)
     await dead.start()
     await alive.start()
@@ -543,7 +544,10 @@ async def test_a_read_only_replica_behind_the_address_is_left_for_the_primary(
                 await store.remember_response("resp_1", "w1")
             else:
                 store.on_routed_blocks("w1", {16: array("Q", [7])})
-            await _until(lambda: store.degraded)
+            # set aside, and the reconnect that follows ended (a background write's: the
+            # store is degraded before its connections are closed)
+            await _until(lambda: store.degraded
+                         and store._reconnects_ended == store._reconnects_begun)
             forwarder.target = primary_port          # no connection cut: the store's doing
             await store.sync_once()
             assert not store.degraded
@@ -901,7 +905,7 @@ async def test_a_killed_replicas_spending_fades_out_of_the_window(redis_url: str
     """Its in-flight counts expire within their time-to-live, as before; its spending (which
     expired with them) stays counted as what of it is still in the window, read from the
     schedule it last published, until it leaves."""
-    dead = RedisStateStore(redis_url, "dead", sync_interval_s=60, ttl_s=0.2)
+    dead = RedisStateStore(redis_url, "dead", sync_interval_s=60, ttl_s=1.0)
     alive = RedisStateStore(redis_url, "alive", sync_interval_s=60)
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
@@ -1226,15 +1230,16 @@ async def test_a_replica_starting_learns_the_last_stretch_of_routes_without_stal
         learnt.append(blocks[16][0])
 
     late.follow_routed(slow_learn)
-    gaps: list[float] = []
+    # routes learnt between two turns of another task: counted, not timed (a loaded machine
+    # stretches any gap on the loop, yielding or not)
+    between: list[int] = []
 
     async def ticker() -> None:
-        last = time.perf_counter()
+        seen = 0
         while len(learnt) < 300:
             await asyncio.sleep(0.001)
-            now_s = time.perf_counter()
-            gaps.append(now_s - last)
-            last = now_s
+            between.append(len(learnt) - seen)
+            seen = len(learnt)
 
     try:
         ticking = asyncio.create_task(ticker())
@@ -1242,7 +1247,8 @@ async def test_a_replica_starting_learns_the_last_stretch_of_routes_without_stal
         await _until(lambda: len(learnt) == 300)
         await ticking
         assert learnt == [n + 2 for n in range(300)]     # the old one left out
-        assert max(gaps) < 0.05, max(gaps)               # 200 at once: 0.2 s
+        # a slice (2 ms) holds 2 or 3 of these 1 ms routes; 200 at once held the loop 0.2 s
+        assert max(between) <= 20, between
     finally:
         await late.close()
 
