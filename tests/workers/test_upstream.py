@@ -359,6 +359,11 @@ async def _until_idle_closed(client: UpstreamClient) -> None:
         await asyncio.sleep(0.01)
 
 
+async def _until_idle_unusable(client: UpstreamClient) -> None:
+    while any(c.reusable for pool in client._idle.values() for c in pool):
+        await asyncio.sleep(0.01)
+
+
 async def test_bytes_on_an_idle_connection_keep_it_from_being_used_again(
         client: UpstreamClient) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -375,7 +380,9 @@ async def test_bytes_on_an_idle_connection_keep_it_from_being_used_again(
     response = await client.post(f"{base}/", b"", {})
     assert await response.read() == b"1"
     response.close()
-    await asyncio.sleep(0.2)
+    # until the idle connection has read the unasked bytes (a 0.2 s sleep for it ran out in
+    # the same turn of a held loop as the handler's write: the connection was taken first)
+    await asyncio.wait_for(_until_idle_unusable(client), 5.0)
     response = await client.post(f"{base}/", b"", {})
     assert await response.read() == b"2"           # a new connection
     response.close()
