@@ -245,7 +245,8 @@ class Director:
                                    self._settings.max_body_bytes)
             parsed = await self._parse(body, path, request_id, request, arrival)
             parsed.received_at = arrival
-            api = api_of_path(parsed.routing.path)    # (/invocations: the API it is routed as)
+            if parsed.upstream_path is not None:    # /invocations: the API it is routed as
+                api = api_of_path(parsed.routing.path)
             self._adopt_body_id(request, parsed)
         except RouterError as refused:   # a bad body: counted, under no model it could name
             self._metrics.record_request(UNKNOWN_MODEL, "", "", "none", refused.status,

@@ -602,7 +602,6 @@ class Proxy:
                            relay.first_byte_at, self._clock(), relay.events,
                            worker_error_event=relay.worker_error is not None)
 
-
     def _left_mid_stream(self, relay: _StreamRelay) -> ProxyResult:
         """The result of a stream whose client left before its end: ``CLIENT_LEFT``, or,
         once the worker's error event was relayed, that error, the worker's failure (an SDK
