@@ -286,9 +286,11 @@ async def test_a_tenants_max_in_flight_leaves_the_other_slots_to_the_others(
 async def test_a_full_queue_is_503_and_a_client_that_leaves_frees_its_place(
         emulated_fleet: FleetConfig, make_router: RouterFactory) -> None:
     router = await make_router(subset(emulated_fleet, ["slow"]), _routing(
-        "max_in_flight: 1\nmax_waiting: 1\nwait_timeout_s: 0.3"))
+        "max_in_flight: 1\nmax_waiting: 1\nwait_timeout_s: 1"))
     async with aiohttp.ClientSession() as session:
-        holder = asyncio.create_task(_complete(session, router, "a", 60))
+        # the holder outlasts the steps below and d's wait; b waits long enough for c to
+        # find it waiting on a loaded machine
+        holder = asyncio.create_task(_complete(session, router, "a", 300))
         await _until(lambda: router.metric("kvroute_admission_in_flight") == 1, "no holder")
         leaving = asyncio.create_task(_complete(session, router, "b"))
         await _until(lambda: router.metric("kvroute_admission_waiting") == 1, "not waiting")
@@ -299,8 +301,8 @@ async def test_a_full_queue_is_503_and_a_client_that_leaves_frees_its_place(
         # ... and is counted, as a client that left (it was counted nowhere)
         await _until(lambda: router.metric("kvroute_requests_total", status="499",
                                            profile="none", model=MODEL) == 1, "not counted")
-        status, _, body = await _complete(session, router, "d")     # waits 0.3 s, then 503
-        assert status == 503 and "waited 0.3 s" in body
+        status, _, body = await _complete(session, router, "d")     # waits 1 s, then 503
+        assert status == 503 and "waited 1 s" in body
         assert (await holder)[0] == 200
         assert (await _complete(session, router, "e"))[0] == 200    # it keeps serving
     assert router.metric("kvroute_admission_rejections_total", reason="queue_full",
