@@ -645,7 +645,11 @@ class RedisStateStore:
                 if isinstance(exc, ResponseError) and not _demoted(exc):
                     self._routes_failed(exc, "publish")   # refused, the sync goes on: dropped
                     return
-                self._routed_out.extendleft(reversed(batch))   # sent when Redis answers
+                # sent when Redis answers, before what was routed meanwhile; past the bound
+                # the oldest go, as when routes arrive (``extendleft`` on a queue filled
+                # meanwhile dropped the newest: the conversations under way)
+                self._routed_out = deque(itertools.chain(batch, self._routed_out),
+                                         maxlen=MAX_ROUTED_PENDING)
                 await self._lost_redis(exc)
                 return
             self._published += len(batch)

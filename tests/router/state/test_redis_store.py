@@ -20,9 +20,12 @@ from redis import exceptions as redis_exceptions
 
 from bench.redis_server import start_redis
 from router.state.redis_store import (
+    MAX_ROUTED_PENDING,
+    ROUTED_SEND_COUNT,
     RedisKeys,
     RedisStateStore,
     _only_refused,
+    encode_blocks,
     shown_url,
 )
 from workers.ports import free_port
@@ -1304,6 +1307,34 @@ async def test_routes_routed_while_redis_is_away_are_published_when_it_returns(
             await client.aclose()
     finally:
         await store.close()
+
+
+async def test_a_failed_batch_put_back_in_a_full_queue_leaves_the_oldest_out(
+        sleepy_redis: str) -> None:
+    """A batch whose send failed went back to the queue's front with ``extendleft``, which
+    on a queue filled meanwhile dropped its other end: the newest routes (those of the
+    conversations under way) were lost, and the oldest kept, where the queue's bound keeps
+    the newest."""
+    store = RedisStateStore(sleepy_redis, "r1", sync_interval_s=60)
+    sleeper = redis.Redis.from_url(sleepy_redis)
+    routes = [encode_blocks({16: [n + 1]}) for n in range(MAX_ROUTED_PENDING + ROUTED_SEND_COUNT)]
+    try:
+        await store.start()
+        asleep = asyncio.create_task(sleeper.execute_command("DEBUG", "SLEEP", "1.5"))
+        await asyncio.sleep(0.2)              # Redis busy past the store's 1 s socket timeout
+        for n in range(MAX_ROUTED_PENDING):   # a full queue: its first batch is sent, and hangs
+            store.on_routed_blocks("w1", {16: [n + 1]})
+        await asyncio.sleep(0.2)
+        assert len(store._routed_out) == MAX_ROUTED_PENDING - ROUTED_SEND_COUNT
+        for n in range(MAX_ROUTED_PENDING, MAX_ROUTED_PENDING + ROUTED_SEND_COUNT):
+            store.on_routed_blocks("w1", {16: [n + 1]})     # routed while the batch is out
+        await _until(lambda: store.degraded)                # the send timed out: put back
+        assert store.routed_shared == (0, 0)
+        assert [encoded for _, encoded in store._routed_out] == routes[-MAX_ROUTED_PENDING:]
+        await asleep
+    finally:
+        await store.close()
+        await sleeper.aclose()
 
 
 async def test_two_routers_of_one_replica_id_are_warned_and_still_learn_each_other(
