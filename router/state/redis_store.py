@@ -158,6 +158,11 @@ MAX_ROUTED_PENDING = 2_000       # routed prompts waiting to be published
 ROUTED_SEND_COUNT = 1_000        # entries appended in one pipeline at most
 ROUTED_READ_COUNT = 200          # entries read (and learnt on the loop) at once at most
 ROUTED_BLOCK_MS = 500            # a read waits this long for new entries
+SOCKET_TIMEOUT_S = 1.0           # a command's reply waited this long at most
+# on a slow Redis a read waits less, so that its wait and its round trip fit that timeout
+# with this much to spare (not less than MIN_BLOCK_MS)
+BLOCK_SPARE_MS = 300
+MIN_BLOCK_MS = 50
 ROUTES_RETRY_S = 10.0            # after Redis refused the stream's commands, the next try
 READER_WAIT_S = 0.1              # the reader's pause while Redis is away (at most a sync's)
 # a replica starting learns the routes of this last stretch the stream keeps (older ones tell
@@ -362,7 +367,8 @@ class RedisStateStore:
 
     async def start(self) -> None:
         self._client = redis.Redis.from_url(self._url, decode_responses=True,
-                                            socket_timeout=1.0, socket_connect_timeout=1.0)
+                                            socket_timeout=SOCKET_TIMEOUT_S,
+                                            socket_connect_timeout=SOCKET_TIMEOUT_S)
         await self.sync_once()
         self._task = asyncio.create_task(self._run(), name="kvroute-redis-sync")
         self._reader = asyncio.create_task(self._follow_routed(), name="kvroute-redis-routed-in")
@@ -708,7 +714,7 @@ class RedisStateStore:
             try:
                 reply = await self._client.xread({self._keys.routed: self._routed_from},
                                                  count=ROUTED_READ_COUNT,
-                                                 block=ROUTED_BLOCK_MS)
+                                                 block=self._read_block_ms())
             except ResponseError as exc:     # refused (no permission, a key of another type)
                 if _demoted(exc):     # unblocked as its primary became a replica
                     await self._answered_as_replica()
@@ -729,6 +735,15 @@ class RedisStateStore:
                     log.exception("reading the routes of the other replicas failed")
                 self._reader_failed = True
                 await asyncio.sleep(self._interval)
+
+    def _read_block_ms(self) -> int:
+        """How long a read of the routes waits for new ones: ``ROUTED_BLOCK_MS``, less on a
+        slow Redis, so that the wait and a round trip (the last sync's time, which holds
+        one or more) end within the socket timeout. A read cut by that timeout drops its
+        connection: on a Redis half a second away every idle read did, and each sync
+        after it connected again (2.5 s a sync instead of 0.5)."""
+        spare_ms = int(1000 * (SOCKET_TIMEOUT_S - self.sync_seconds)) - BLOCK_SPARE_MS
+        return max(MIN_BLOCK_MS, min(ROUTED_BLOCK_MS, spare_ms))
 
     async def _learn_sliced(self, entries: list[tuple[str, dict[str, str]]]) -> None:
         """Learn each entry's route, yielding to the event loop every ``LEARN_SLICE_S``: a

@@ -1567,6 +1567,77 @@ async def test_counts_outlive_the_syncs_of_a_slow_redis(redis_url: str) -> None:
         await admin.aclose()
 
 
+class _DelayingProxy:
+    """A TCP proxy on 127.0.0.1 that holds every chunk ``delay_s`` before passing it on, each
+    way (a Redis that far away), and counts the connections it takes."""
+
+    def __init__(self, target_port: int, delay_s: float) -> None:
+        self.target_port, self.delay_s, self.connections = target_port, delay_s, 0
+        self._server: asyncio.Server | None = None
+        self._pumps: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._accepted, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"redis://127.0.0.1:{port}/0"
+
+    async def _accepted(self, reader: asyncio.StreamReader,
+                        writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            pump = asyncio.create_task(self._pump(source, sink))
+            self._pumps.add(pump)
+            pump.add_done_callback(self._pumps.discard)
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        try:
+            while chunk := await source.read(65536):
+                await asyncio.sleep(self.delay_s)
+                sink.write(chunk)
+                await sink.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            sink.close()
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for pump in list(self._pumps):
+            pump.cancel()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+        await self._server.wait_closed()
+
+
+async def test_an_idle_reader_keeps_its_connection_on_a_slow_redis(redis_url: str) -> None:
+    """Half a second a round trip: the routes reader's wait (0.5 s) and its round trip passed
+    the 1 s socket timeout at every idle read, whose connection was then dropped, and each
+    sync after it connected again. The read now waits less on a slow Redis; what another
+    replica routes is still learnt."""
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    proxy = _DelayingProxy(port, 0.25)
+    slow_url = await proxy.start()
+    store = RedisStateStore(slow_url, "r1", sync_interval_s=0.5)
+    other = RedisStateStore(redis_url, "r2", sync_interval_s=60)
+    learnt: list[str] = []
+    store.follow_routed(lambda worker_id, blocks: learnt.append(worker_id))
+    try:
+        await store.start()
+        await other.start()
+        await asyncio.sleep(1.0)              # the reader placed, the pool's connections made
+        connected = proxy.connections
+        await asyncio.sleep(4.0)              # idle: syncs, and reads that find nothing
+        assert proxy.connections == connected, "connections dropped and made again"
+        assert store.errors == 0 and not store.degraded
+        other.on_routed_blocks("w2", {16: [7, 8]})
+        await _until(lambda: learnt == ["w2"])
+    finally:
+        await store.close()
+        await other.close()
+        await proxy.close()
+
+
 async def test_a_new_cause_while_redis_is_away_is_logged(
         restartable_redis: RestartableRedis, caplog: pytest.LogCaptureFixture) -> None:
     """Stopped, then back with a password: the log still said "connection refused"."""
