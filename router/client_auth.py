@@ -74,10 +74,12 @@ class TenantKeysError(ValueError):
 def load_tenant_keys(path: Path) -> dict[str, str]:
     """``key -> tenant`` from a YAML mapping of tenant names to a key or a list of keys."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
         data: Any = yaml.safe_load(text)
     except OSError as exc:
         raise TenantKeysError(f"{path}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:    # (a traceback at start, a reload never counted)
+        raise TenantKeysError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except yaml.YAMLError as exc:        # its message quotes the file: keys too
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

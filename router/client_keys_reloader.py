@@ -56,9 +56,12 @@ class ClientKeysReloader:
             tenants = load_tenant_keys(self.path)
         except TenantKeysError as exc:
             log.error("tenant keys file refused, the keys in force stay: %s", exc)
-            if self._on_result is not None:
-                self._on_result(False)
-            return False
+            return self._refused()
+        except Exception as exc:    # a file the parser did not foresee: refused all the same
+            # (counted, for the alert to see it; the traceback would quote the file's keys)
+            log.error("tenant keys file %s refused, the keys in force stay: reading it failed "
+                      "(%s)", self.path, type(exc).__name__)
+            return self._refused()
         self.keys = ClientKeys(self._bare, tenants)
         self._warn_shadowed(tenants)
         if self._on_result is not None:
@@ -66,6 +69,11 @@ class ClientKeysReloader:
         log.info("tenant keys reloaded from %s: %d key(s) of %d tenant(s)", self.path,
                  len(tenants), len(set(tenants.values())))
         return True
+
+    def _refused(self) -> bool:
+        if self._on_result is not None:
+            self._on_result(False)
+        return False
 
     def _warn_shadowed(self, tenants: dict[str, str]) -> None:
         """An operator's key (``--api-key``) listed for a tenant too is that tenant's, and

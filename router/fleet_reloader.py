@@ -34,7 +34,13 @@ from pathlib import Path
 
 from policies.errors import RoutingConfigError
 from workers.credentials import worker_authorizations
-from workers.file_watch import PeriodicCheck, SettledContent, file_digest, file_stamp
+from workers.file_watch import (
+    FileStamp,
+    PeriodicCheck,
+    SettledContent,
+    file_digest,
+    file_stamp,
+)
 from workers.fleet import FleetConfig, FleetConfigError, load_fleet
 from workers.models import WorkerInfo
 from workers.registry import FleetChange, fleet_change
@@ -42,6 +48,8 @@ from workers.tls import worker_tls_contexts
 from workers.upstream import BaseUrl, base_url
 
 log = logging.getLogger(__name__)
+
+_UNREAD: FileStamp = (-1, -1, -1, -1, -1)     # a stamp no file has: the next poll reads it
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +98,15 @@ class FleetReloader:
         self._apply: Callable[[PreparedFleet], Awaitable[None]] | None = None
         self._environ = environ
         self._on_result = on_result
-        self._stamp = file_stamp(path)
-        self._content = SettledContent(file_digest(path))
+        if fleet.digest is not None:
+            # the content ``fleet`` was read from: an edit since that read (seconds while
+            # kvroute up starts its emulators, minutes while a classifier trains) was taken
+            # for the fleet in force, and never applied; the first poll reads the file
+            self._stamp: FileStamp | None = _UNREAD
+            self._content = SettledContent(fleet.digest)
+        else:
+            self._stamp = file_stamp(path)
+            self._content = SettledContent(file_digest(path))
         self._refused = False      # the file as it is was refused: tried again on a save or
         self._retry = False        # ... when the routing file in force changed (``retry``)
         self._periodic = PeriodicCheck(self.check, interval_s, f"fleet-reloader:{path}",

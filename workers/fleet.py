@@ -45,6 +45,8 @@ what the value must be.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 import re
 from collections.abc import Mapping
@@ -169,6 +171,10 @@ class FleetConfig:
     workers: tuple[WorkerSpec, ...]
     source: str = "<memory>"
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # SHA-256 of the bytes ``load_fleet`` read (None: built in memory): the fleet reloader
+    # takes it as the content in force, so an edit made after the read (while ``kvroute up``
+    # starts its emulators, or a routing file's classifier trains) is new to its first poll
+    digest: bytes | None = field(default=None, compare=False)
 
     def worker(self, worker_id: str) -> WorkerSpec:
         for spec in self.workers:
@@ -181,14 +187,18 @@ def load_fleet(path: str | Path) -> FleetConfig:
     """Read and validate a fleet file; an error naming a field ends with its line."""
     p = Path(path)
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
+        text = raw.decode("utf-8")
         data = load_config_yaml(text)
     except OSError as exc:
         raise FleetConfigError(f"{p}: cannot read fleet file: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:  # (a traceback at start, and in the reload's log)
+        raise FleetConfigError(f"{p}: not UTF-8 text ({exc.reason})") from exc
     except YamlTextError as exc:       # one line; a key written twice is refused
         raise FleetConfigError(f"{p}: invalid YAML: {exc}") from exc
     try:
-        return parse_fleet(data, source=str(p))
+        return dataclasses.replace(parse_fleet(data, source=str(p)),
+                                   digest=hashlib.sha256(raw).digest())
     except FleetConfigError as exc:    # the field it names, found in the text: its line
         named = str(exc).removeprefix(f"{p}: ")
         if named == str(exc):

@@ -63,6 +63,53 @@ def test_a_changed_file_replaces_its_keys_and_a_broken_one_is_refused(
     assert not ClientKeysReloader(["sk-bare"], None).check()
 
 
+def test_a_file_that_is_not_utf8_is_refused_and_counted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Saved in Latin-1 (a tenant's accented name), it escaped the reloader as a
+    UnicodeDecodeError: a crash in the log, no refusal counted, so
+    kvroute_client_keys_last_reload_successful stayed 1 and ClientKeysRefused never fired;
+    at start, a traceback and status 1 instead of 2 and the reason."""
+    path = tmp_path / "keys.yaml"
+    rewrite(path, "acme: sk-acme-1\n")
+    outcomes: list[bool] = []
+    reloader = ClientKeysReloader([], path, on_result=outcomes.append)
+    with caplog.at_level(logging.ERROR):
+        before = path.stat().st_mtime_ns
+        path.write_bytes(b"acme: sk-acme-1\nsoci\xe9t\xe9: sk-societe\n")
+        os.utime(path, ns=(before + 10**9, before + 10**9))
+        assert not settled(reloader)
+    assert outcomes == [False]
+    assert "not UTF-8 text" in caplog.text and "sk-" not in caplog.text
+    assert reloader.keys.lookup("sk-acme-1") == (True, "acme")    # the keys in force stay
+    with pytest.raises(TenantKeysError, match="not UTF-8 text"):  # at start: the reason
+        ClientKeysReloader([], path)
+    rewrite(path, "acme: sk-acme-2\n")
+    assert settled(reloader)
+    assert outcomes == [False, True]
+
+
+def test_a_file_whose_reading_fails_unforeseen_is_refused_and_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import router.client_keys_reloader as client_keys_reloader
+
+    path = tmp_path / "keys.yaml"
+    rewrite(path, "acme: sk-acme-1\n")
+    outcomes: list[bool] = []
+    reloader = ClientKeysReloader([], path, on_result=outcomes.append)
+
+    def unforeseen(_: Path) -> dict[str, str]:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(client_keys_reloader, "load_tenant_keys", unforeseen)
+    with caplog.at_level(logging.ERROR):
+        rewrite(path, "acme: sk-acme-2\n")
+        assert not settled(reloader)
+    assert outcomes == [False]
+    assert "refused, the keys in force stay: reading it failed (RecursionError)" in caplog.text
+    assert reloader.keys.lookup("sk-acme-1") == (True, "acme")
+
+
 def test_a_file_written_in_steps_is_applied_once_it_holds_still(tmp_path: Path) -> None:
     """Written in two steps a poll apart, its later tenants were refused 401 between them;
     a file only touched changes nothing."""

@@ -102,6 +102,50 @@ async def test_workers_added_and_removed_take_requests_from_the_next_request_on(
     assert router.app[FLEET_RELOADER].fleet.source == str(path)
 
 
+async def test_an_edit_made_while_the_router_starts_is_applied(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    """The fleet is read before the router starts (kvroute up starts its emulators first, a
+    routing file's classifier may train for minutes); the reloader stamped and hashed the
+    file only when it was made, so an edit in between was taken for the fleet in force:
+    never applied, nothing logged, kvroute_fleet_last_reload_successful 1."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text(urls_of(emulated_fleet, "h100-fast")))
+    fleet = load_fleet(path)                                  # read at start ...
+    rewrite(path, fleet_text(urls_of(emulated_fleet, "h100-fast", "a100-fast")))  # ... edited
+    router = await make_router(fleet, ROUTING_ROUND_ROBIN, reload_interval_s=0.05)
+    await reloads(router, "success", 1)
+    assert await workers_reached(router, 6) == {"h100-fast", "a100-fast"}
+
+
+async def test_a_fleet_unchanged_since_it_was_read_is_not_reloaded(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text(urls_of(emulated_fleet, "h100-fast")))
+    router = await start(make_router, path)
+    await asyncio.sleep(0.3)                                  # several polls
+    assert router.metric("kvroute_fleet_reloads_total", result="success") == 0.0
+    assert router.metric("kvroute_fleet_reloads_total", result="failure") == 0.0
+
+
+async def test_a_file_that_is_not_utf8_is_refused_naming_why(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Saved in Latin-1 (a comment's accent), it was refused with a UnicodeDecodeError's
+    traceback in the log; ``kvroute validate --fleet`` and the start crashed on it."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text(urls_of(emulated_fleet, "h100-fast")))
+    router = await start(make_router, path)
+    with caplog.at_level(logging.ERROR, logger="router.fleet_reloader"):
+        before = path.stat().st_mtime_ns
+        path.write_bytes(b"# r\xe9gion eu\n"
+                         + fleet_text(urls_of(emulated_fleet, "a100-fast")).encode())
+        os.utime(path, ns=(before + 10**9, before + 10**9))
+        await reloads(router, "failure", 1)
+    assert "not UTF-8 text" in caplog.text
+    assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+    assert await workers_reached(router, 2) == {"h100-fast"}
+
+
 async def test_a_file_the_router_would_refuse_at_start_leaves_the_fleet_in_force(
         emulated_fleet: FleetConfig, make_router: RouterFactory, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:

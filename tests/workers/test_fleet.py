@@ -471,3 +471,11 @@ def test_the_fleet_reference_names_every_key_the_file_takes() -> None:
             | {f.name for f in fields(GpuProfile)} | {f.name for f in fields(ModelSpec)})
     missing = sorted(key for key in keys - {"name"} if f"`{key}`" not in section)
     assert not missing, f"keys the fleet reference does not name: {missing}"
+
+
+def test_a_file_that_is_not_utf8_is_named_as_such(tmp_path: Path) -> None:
+    """It raised UnicodeDecodeError: a traceback from kvroute validate --fleet and at start."""
+    path = tmp_path / "fleet.yaml"
+    path.write_bytes(b"# r\xe9gion\nworkers: []\n")
+    with pytest.raises(FleetConfigError, match=r"fleet\.yaml: not UTF-8 text"):
+        load_fleet(path)
