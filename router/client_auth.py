@@ -71,10 +71,11 @@ class TenantKeysError(ValueError):
     """A tenant keys file is unreadable or malformed; the message names the entry."""
 
 
-def load_tenant_keys(path: Path) -> dict[str, str]:
-    """``key -> tenant`` from a YAML mapping of tenant names to a key or a list of keys."""
+def load_tenant_keys(path: Path, content: bytes | None = None) -> dict[str, str]:
+    """``key -> tenant`` from a YAML mapping of tenant names to a key or a list of keys
+    (``content``: the file's bytes, already read)."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = (content if content is not None else path.read_bytes()).decode("utf-8")
         data: Any = yaml.safe_load(text)
     except OSError as exc:
         raise TenantKeysError(f"{path}: cannot read: {exc.strerror}") from exc

@@ -20,7 +20,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from router.client_auth import ClientKeys, TenantKeysError, load_tenant_keys
-from workers.file_watch import PeriodicCheck, SettledContent, file_digest, file_stamp
+from workers.file_watch import (
+    PeriodicCheck,
+    SettledContent,
+    file_content,
+    file_stamp,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +40,9 @@ class ClientKeysReloader:
         self._on_result = on_result
         self.path = path
         self._stamp = file_stamp(path) if path is not None else None
-        self._content = SettledContent(file_digest(path) if path is not None else None)
-        tenants = load_tenant_keys(path) if path is not None else {}
+        content, digest = file_content(path) if path is not None else (None, None)
+        self._content = SettledContent(digest)
+        tenants = load_tenant_keys(path, content) if path is not None else {}
         self.keys = ClientKeys(self._bare, tenants)       # raises on a bad file at start
         self._warn_shadowed(tenants)
         self._periodic = PeriodicCheck(self._check, interval_s,
@@ -50,10 +56,11 @@ class ClientKeysReloader:
         if stamp == self._stamp and not self._content.waiting:
             return False
         self._stamp = stamp
-        if not self._content.offer(file_digest(self.path)):    # unchanged, or not settled yet
+        content, digest = file_content(self.path)
+        if not self._content.offer(digest):    # unchanged, or not settled yet
             return False
         try:                                # (refused or taken: reported once)
-            tenants = load_tenant_keys(self.path)
+            tenants = load_tenant_keys(self.path, content)
         except TenantKeysError as exc:
             log.error("tenant keys file refused, the keys in force stay: %s", exc)
             return self._refused()

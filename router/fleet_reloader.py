@@ -38,6 +38,7 @@ from workers.file_watch import (
     FileStamp,
     PeriodicCheck,
     SettledContent,
+    file_content,
     file_digest,
     file_stamp,
 )
@@ -125,11 +126,12 @@ class FleetReloader:
             return False
         self._stamp = stamp
         retry, self._retry = self._retry, False
-        if not self._content.offer(file_digest(self.path)) and not (
+        content, digest = file_content(self.path)
+        if not self._content.offer(digest) and not (
                 self._refused and (moved or retry) and not self._content.waiting):
             return False    # unchanged (not refused, or refused and left alone), or settling
         try:
-            prepared = self.prepare(load_fleet(self.path))
+            prepared = self.prepare(load_fleet(self.path, content))
         except (FleetConfigError, RoutingConfigError) as exc:
             return self._refuse(exc)
         except Exception:       # a value the parser did not foresee: refused all the same

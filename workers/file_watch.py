@@ -41,12 +41,19 @@ def file_stamp(path: Path) -> FileStamp | None:
 def file_digest(path: Path) -> bytes:
     """SHA-256 of the file's bytes, or of the reason it cannot be read (a missing file is
     content too: it settles, and is refused, like any other)."""
+    return file_content(path)[1]
+
+
+def file_content(path: Path) -> tuple[bytes | None, bytes]:
+    """The file's bytes (None: it cannot be read) and their ``file_digest``, of one read: a
+    reloader parses the bytes it settled on, not a second read that a write may have cut."""
     try:
-        return hashlib.sha256(path.read_bytes()).digest()
+        content = path.read_bytes()
     except OSError as exc:
-        return hashlib.sha256(f"unreadable: {exc.strerror}".encode()).digest()
+        return None, hashlib.sha256(f"unreadable: {exc.strerror}".encode()).digest()
     except ValueError as exc:         # a path with a NUL byte
-        return hashlib.sha256(f"unreadable: {exc}".encode()).digest()
+        return None, hashlib.sha256(f"unreadable: {exc}".encode()).digest()
+    return content, hashlib.sha256(content).digest()
 
 
 class SettledContent:

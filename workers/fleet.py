@@ -183,11 +183,12 @@ class FleetConfig:
         raise KeyError(worker_id)
 
 
-def load_fleet(path: str | Path) -> FleetConfig:
-    """Read and validate a fleet file; an error naming a field ends with its line."""
+def load_fleet(path: str | Path, content: bytes | None = None) -> FleetConfig:
+    """Read and validate a fleet file (``content``: its bytes, already read); an error
+    naming a field ends with its line."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = content if content is not None else p.read_bytes()
         text = raw.decode("utf-8")
         data = load_config_yaml(text)
     except OSError as exc:

@@ -63,6 +63,31 @@ def test_a_changed_file_replaces_its_keys_and_a_broken_one_is_refused(
     assert not ClientKeysReloader(["sk-bare"], None).check()
 
 
+def test_the_keys_taken_are_those_of_the_read_that_settled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file was hashed, then read again to be parsed: a write between the two (here a
+    save cut short, still valid YAML) was taken without ever reading the same at two polls,
+    and a tenant's key was lost until the next save."""
+    path = tmp_path / "keys.yaml"
+    rewrite(path, "acme: sk-acme\n")
+    reloader = ClientKeysReloader([], path)
+    rewrite(path, "acme: sk-acme\nglobex: sk-globex\n")
+    assert not reloader.check()                           # new: read once, waiting
+    read_bytes, cut = Path.read_bytes, [False]
+
+    def read_then_cut(self: Path) -> bytes:
+        content = read_bytes(self)
+        if self == path and not cut[0]:     # a save begins just after this read
+            cut[0] = True
+            path.write_text("acme: sk-acme\n")
+        return content
+
+    monkeypatch.setattr(Path, "read_bytes", read_then_cut)
+    assert reloader.check()                               # the same at two polls: taken
+    assert cut[0]
+    assert reloader.keys.lookup("sk-globex") == (True, "globex")
+
+
 def test_a_file_that_is_not_utf8_is_refused_and_counted(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Saved in Latin-1 (a tenant's accented name), it escaped the reloader as a
@@ -98,7 +123,7 @@ def test_a_file_whose_reading_fails_unforeseen_is_refused_and_counted(
     outcomes: list[bool] = []
     reloader = ClientKeysReloader([], path, on_result=outcomes.append)
 
-    def unforeseen(_: Path) -> dict[str, str]:
+    def unforeseen(_: Path, content: bytes | None = None) -> dict[str, str]:
         raise RecursionError("maximum recursion depth exceeded")
 
     monkeypatch.setattr(client_keys_reloader, "load_tenant_keys", unforeseen)

@@ -190,7 +190,7 @@ async def test_a_file_whose_reading_fails_unforeseen_is_refused_and_counted(
     path.write_text(fleet_text(urls_of(emulated_fleet, "h100-fast")))
     router = await start(make_router, path)
 
-    def unforeseen(_: object) -> FleetConfig:
+    def unforeseen(_: object, content: bytes | None = None) -> FleetConfig:
         raise TypeError("unhashable type: 'list'")
 
     monkeypatch.setattr(fleet_reloader, "load_fleet", unforeseen)
@@ -528,6 +528,41 @@ async def test_a_fleet_whose_apply_is_refused_is_not_in_force_and_is_tried_again
     os.utime(path, ns=(before + 10**9, before + 10**9))     # saved again, unchanged
     assert await reloader.check()
     assert outcomes == [False, True] and [s.info.id for s in reloader.fleet.workers] == ["a", "b"]
+    assert applied[0].change.added == ("b",)
+
+
+async def test_the_fleet_taken_is_that_of_the_read_that_settled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file was hashed, then read again to be parsed: a write between the two (here a
+    save cut short before its second worker, still a valid fleet) was taken without ever
+    reading the same at two polls, and removed a worker until the next save."""
+    from router.fleet_reloader import FleetReloader, PreparedFleet
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_text({"a": "http://127.0.0.1:1"}))
+    applied: list[PreparedFleet] = []
+
+    async def apply(prepared: PreparedFleet) -> None:
+        applied.append(prepared)
+
+    reloader = FleetReloader(path, load_fleet(path), {}, check=lambda fleet: None, environ={})
+    reloader.start(apply)
+    await reloader.stop()                      # polled by hand below
+    rewrite(path, fleet_text({"a": "http://127.0.0.1:1", "b": "http://127.0.0.1:2"}))
+    assert not await reloader.check()          # read once: settling
+    read_bytes, cut = Path.read_bytes, [False]
+
+    def read_then_cut(self: Path) -> bytes:
+        content = read_bytes(self)
+        if self == path and not cut[0]:        # a save begins just after this read
+            cut[0] = True
+            path.write_text(fleet_text({"a": "http://127.0.0.1:1"}))
+        return content
+
+    monkeypatch.setattr(Path, "read_bytes", read_then_cut)
+    assert await reloader.check()              # the same at two polls: taken
+    assert cut[0]
+    assert [s.info.id for s in reloader.fleet.workers] == ["a", "b"]
     assert applied[0].change.added == ("b",)
 
 
