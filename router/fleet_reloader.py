@@ -44,7 +44,7 @@ from workers.file_watch import (
 )
 from workers.fleet import FleetConfig, FleetConfigError, load_fleet
 from workers.models import WorkerInfo
-from workers.registry import FleetChange, fleet_change
+from workers.registry import FleetChange, fleet_change, same_server
 from workers.tls import worker_tls_contexts
 from workers.upstream import BaseUrl, base_url
 
@@ -108,6 +108,10 @@ class FleetReloader:
         else:
             self._stamp = file_stamp(path)
             self._content = SettledContent(file_digest(path))
+        # worker id -> the declaration its emulator was started as (the fleet read at start,
+        # then each worker kvroute up starts as a reload adds it): a reload changes none
+        self._emulated_as = {spec.info.id: spec.info for spec in fleet.workers
+                             if spec.emulated}
         self._refused = False      # the file as it is was refused: tried again on a save or
         self._retry = False        # ... when the routing file in force changed (``retry``)
         self._periodic = PeriodicCheck(self.check, interval_s, f"fleet-reloader:{path}",
@@ -155,12 +159,18 @@ class FleetReloader:
             log.exception("fleet file %s: applying %s failed", self.path,   # save, or edit
                           prepared.change.describe())
             return self._refuse(None)
-        previous = self.fleet
         self.fleet, self._tls = prepared.fleet, prepared.tls
         self._authorizations = prepared.authorizations
         log.info("fleet file %s reloaded: %s (%d worker(s))", self.path,
                  prepared.change.describe(), len(prepared.fleet.workers))
         started_here = () if self._before_apply is None else prepared.change.added
+        for worker_id in started_here:
+            spec = prepared.fleet.worker(worker_id)
+            started = self._emulated_as.get(worker_id)
+            # kvroute up starts it unless its emulator still serves at that URL (added back)
+            if spec.emulated and (started is None
+                                  or base_url(started.url) != base_url(spec.info.url)):
+                self._emulated_as[worker_id] = spec.info
         for worker_id in (*prepared.change.added, *prepared.change.changed):
             if not prepared.fleet.worker(worker_id).emulated or worker_id in started_here:
                 continue
@@ -169,16 +179,14 @@ class FleetReloader:
                    "an emulated worker is started by kvroute up (or kvroute emulate), not by "
                    "a reload")
             info = prepared.fleet.worker(worker_id).info
-            # (an emulator was started for the former declaration only if it was emulated)
-            former = (previous.worker(worker_id) if worker_id in prepared.change.changed
-                      else None)
-            before = former.info if former is not None and former.emulated else None
+            before = self._emulated_as.get(worker_id)
             if before is not None and base_url(before.url) == base_url(info.url):
+                if same_server(before, info):
+                    continue        # declared back as its emulator was started
                 log.warning("worker %s is declared anew in %s (%s %s); %s. Until then the "
-                            "emulator started for its former declaration (%s %s) still "
-                            "serves at %s, estimated as the new one", worker_id, self.path,
-                            info.gpu.name, info.models[0], how, before.gpu.name,
-                            before.models[0], info.url)
+                            "emulator started as %s %s still serves at %s, estimated as the "
+                            "new one", worker_id, self.path, info.gpu.name, info.models[0],
+                            how, before.gpu.name, before.models[0], info.url)
                 continue
             log.warning("worker %s is declared emulate: in %s; %s. Until something listens "
                         "at %s it is down", worker_id, self.path, how, info.url)

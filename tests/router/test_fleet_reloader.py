@@ -644,9 +644,23 @@ async def test_an_emulated_worker_declared_anew_at_its_url_is_said_to_serve_as_i
     assert said == (
         f"worker w is declared anew in {path} (H100-80GB {MODEL}); kvroute up starts the "
         "emulated workers a reload adds, not those it changes: restart it. Until then the "
-        f"emulator started for its former declaration (A100-80GB {MODEL}) still serves at "
+        f"emulator started as A100-80GB {MODEL} still serves at "
         "http://127.0.0.1:18999, estimated as the new one")
     caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="router.fleet_reloader"):
+        rewrite(path, emulated(w=dict(gpu="l40s", emulate={"port": 18999})))
+        assert not await reloader.check()
+        assert await reloader.check()
+    (said,) = [r.getMessage() for r in caplog.records]     # what it started as, not was
+    assert f"Until then the emulator started as A100-80GB {MODEL} still serves" in said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="router.fleet_reloader"):
+        # declared back as its emulator was started: it serves as declared, no restart
+        # (the log told the operator to restart, naming the declaration before)
+        rewrite(path, emulated(w=dict(gpu="a100", emulate={"port": 18999})))
+        assert not await reloader.check()
+        assert await reloader.check()
+    assert caplog.records == []
     with caplog.at_level(logging.WARNING, logger="router.fleet_reloader"):
         rewrite(path, emulated(w=dict(gpu="h100", emulate={"port": 18998})))
         assert not await reloader.check()
