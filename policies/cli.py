@@ -6,6 +6,8 @@ with a one-line summary (and warnings, such as a profile without a model filter,
 stderr); exit 1 with the reason, naming the field, on stderr. With ``--fleet``, what
 ``kvroute serve`` would also refuse in that fleet on this host (a worker's ``api_key_env``
 unset, an unusable ``tls_ca_file``) is a warning: the routing file is still valid.
+``--strict`` makes any warning exit 1 (a deploy step that gates on the exit code: the router
+would refuse at start, or on reload, a fleet whose key is unset on its host).
 ``--time-decisions N [--workers W]`` then times producers and decisions
 (``policies.timing``) and prints one more line; a plugin skipped for failing in any of them
 makes it exit 1, naming the plugin.
@@ -27,6 +29,8 @@ def register(subparsers: Any) -> None:
                         help="also time N synthetic requests (needs --fleet)")
     parser.add_argument("--workers", type=int, default=None, metavar="W",
                         help="with --time-decisions: number of worker views (default: fleet)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when there is any warning (a deploy step gating on it)")
     parser.set_defaults(func=validate_command)
 
 
@@ -75,8 +79,10 @@ def validate_command(args: argparse.Namespace) -> int:
         print(f"{args.file}: invalid: {reason}", file=sys.stderr)
         return 1
     print(f"{args.file}: ok: {summarize(routing)}")
+    warnings = 0
     for warning in fleet_warnings(routing, fleet):
         print(f"{args.file}: warning: {warning}", file=sys.stderr)
+        warnings += 1
     if not args.fleet:
         print(f"{args.file}: note: without --fleet, the models, pools and sequences it "
               "names are not checked against a fleet", file=sys.stderr)
@@ -84,6 +90,7 @@ def validate_command(args: argparse.Namespace) -> int:
         for problem in _fleet_start_problems(fleet):
             print(f"{args.fleet}: warning: kvroute serve would not start here: {problem}",
                   file=sys.stderr)
+            warnings += 1
     if args.time_decisions > 0:
         if not fleet.workers:
             print(f"--time-decisions: {args.fleet} has no workers", file=sys.stderr)
@@ -100,4 +107,7 @@ def validate_command(args: argparse.Namespace) -> int:
             print(f"{args.file}: invalid: plugins failed and were skipped: {failed} (their "
                   "tracebacks are above)", file=sys.stderr)
             return 1
+    if args.strict and warnings:
+        print(f"{args.file}: refused by --strict: {warnings} warning(s) above", file=sys.stderr)
+        return 1
     return 0

@@ -504,9 +504,16 @@ def test_a_fleet_that_serve_would_refuse_here_is_a_warning(
         "worker was started with, --api-key or VLLM_API_KEY)",
         f"{fleet}: warning: kvroute serve would not start here: worker w1: tls_ca_file "
         f"'{tmp_path / 'none.pem'}' cannot be used: No such file or directory"]
+    # a deploy step that gates on the exit code: --strict refuses what would not start
+    assert main(["validate", str(routing), "--fleet", str(fleet), "--strict"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"{routing}: refused by --strict: 2 warning(s) above")
     monkeypatch.setenv("VALIDATE_TEST_KEY", "sk-x")
     assert main(["validate", str(routing), "--fleet", str(fleet)]) == 0
     assert "api_key_env" not in capsys.readouterr().err
+    fleet.write_text(fleet.read_text().replace(f"tls_ca_file: '{tmp_path / 'none.pem'}'",
+                                               "api_key_env: VALIDATE_TEST_KEY"))
+    assert main(["validate", str(routing), "--fleet", str(fleet), "--strict"]) == 0
 
 
 def test_the_admission_section_is_checked_and_summarised(
