@@ -121,6 +121,7 @@ class PolicyReloader:
         self.last_refusal: tuple[float, str] | None = None
         self.building_since: float | None = None  # wall time a new config began to be built
         self._retry = False       # a refused file is to be built again (``retry``)
+        self._warnings_counted: tuple[PolicyEngine, FleetConfig, int] | None = None
         self._periodic = PeriodicCheck(self.check, interval_s, f"policy-reloader:{self.path}",
                                        "routing reload")
 
@@ -243,6 +244,15 @@ class PolicyReloader:
         routing = parse_routing_file_text(text, self._registry, str(self.path))
         return PolicyEngine.build(routing, self.fleet, self._registry, seed=self._seed,
                                   fingerprint=fingerprint_of(digest))
+
+    def warning_count(self) -> int:
+        """How many warnings the config in force gives against the fleet in force (what
+        ``/debug/routing`` lists): counted again only when either was replaced."""
+        engine, fleet, counted = self.engine, self.fleet, self._warnings_counted
+        if counted is None or counted[0] is not engine or counted[1] is not fleet:
+            counted = self._warnings_counted = (
+                engine, fleet, len(fleet_warnings(engine.routing, fleet)))
+        return counted[2]
 
     def status(self) -> dict[str, Any]:
         """What ``/debug/routing`` shows: the file, the config in force (its content's

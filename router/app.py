@@ -123,7 +123,7 @@ def create_app(settings: Settings, fleet: FleetConfig | None = None,
                                    on_result=lambda r: metrics.record_reload(r.result, r.rebuilt),
                                    on_swap=kv_events.on_new_engine)
     metrics.record_config_loaded()
-    metrics.watch_config(lambda: reloader.in_force_fingerprint)
+    metrics.watch_config(lambda: reloader.in_force_fingerprint, reloader.warning_count)
     metrics.watch_estimates(lambda: reloader.engine)
     metrics.watch_output_lengths(lambda: reloader.engine)
     metrics.watch_state_store(store)

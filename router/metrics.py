@@ -182,10 +182,13 @@ class _PoolDemandCollector(Collector):
 
 
 class _ConfigCollector(Collector):
-    """Renders ``kvroute_config_info{sha256}``: which routing file content is in force."""
+    """Renders ``kvroute_config_info{sha256}``: which routing file content is in force, and
+    ``kvroute_config_warnings``: how many warnings it gives against the fleet in force."""
 
-    def __init__(self, fingerprint: Callable[[], str | None]) -> None:
+    def __init__(self, fingerprint: Callable[[], str | None],
+                 warnings: Callable[[], int] | None) -> None:
         self._fingerprint = fingerprint
+        self._warnings = warnings
 
     def collect(self) -> Iterable[Metric]:
         info = GaugeMetricFamily(
@@ -195,7 +198,14 @@ class _ConfigCollector(Collector):
         fingerprint = self._fingerprint()
         if fingerprint is not None:
             info.add_metric([fingerprint], 1.0)
-        return [info]
+        if self._warnings is None:
+            return [info]
+        warnings = GaugeMetricFamily(
+            "kvroute_config_warnings", "Warnings the routing config in force gives against the "
+            "fleet in force, as /debug/routing lists them (valid, but probably unintended: a "
+            "profile that checks no health, a rule to a model that cannot serve a path; "
+            "alert RoutingConfigWarnings).", value=float(self._warnings()))
+        return [info, warnings]
 
 
 class _FoldedLabelsCollector(Collector):
@@ -624,9 +634,11 @@ class RouterMetrics:
         self.config_last_reload_successful.set(1)
         self.config_last_reload_success_time.set_to_current_time()
 
-    def watch_config(self, fingerprint: Callable[[], str | None]) -> None:
-        """Render ``kvroute_config_info`` from ``fingerprint()`` at each scrape."""
-        self.registry.register(_ConfigCollector(fingerprint))
+    def watch_config(self, fingerprint: Callable[[], str | None],
+                     warnings: Callable[[], int] | None = None) -> None:
+        """Render ``kvroute_config_info`` from ``fingerprint()`` and ``kvroute_config_warnings``
+        from ``warnings()`` (when given) at each scrape."""
+        self.registry.register(_ConfigCollector(fingerprint, warnings))
 
     def record_reload(self, result: str, rebuilt: bool = True) -> None:
         """A reload attempt; ``rebuilt`` False: the file came back to the config in force,

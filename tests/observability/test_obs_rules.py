@@ -29,8 +29,8 @@ def test_promtool_check_rules_passes() -> None:
     result = subprocess.run([promtool, "check", "rules", *map(str, RULE_FILES)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 26 rules found" in result.stdout      # recording
-    assert "SUCCESS: 24 rules found" in result.stdout      # alerts
+    assert "SUCCESS: 27 rules found" in result.stdout      # recording
+    assert "SUCCESS: 25 rules found" in result.stdout      # alerts
 
 
 def test_promtool_accepts_the_shortened_copies(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_alert_tiers() -> None:
         "ClientKeysRefused": "warning", "FleetConfigRefused": "warning",
         "WorkerDown": "warning", "WorkerAnswersFailing": "warning",
         "RoutingFilesDiffer": "warning", "RouterOpenFilesHigh": "warning",
-        "RoutingPluginFailing": "warning",
+        "RoutingPluginFailing": "warning", "RoutingConfigWarnings": "warning",
         "PreemptionStorm": "critical", "WorkerFlapping": "critical",
         "TtftP99FarAboveBaseline": "critical",
         "NoHealthyWorker": "emergency", "SuccessRateLow": "emergency",
@@ -90,6 +90,7 @@ def test_thresholds_are_defined_once_and_only_in_recording_rules() -> None:
     assert values["kvroute:threshold:loop_stalls_warning"] == "vector(1)"
     assert values["kvroute:threshold:open_files_warning"] == "vector(0.8)"
     assert values["kvroute:threshold:plugin_failures_warning"] == "vector(0)"
+    assert values["kvroute:threshold:config_warnings_warning"] == "vector(0)"
 
 
 def _promtool_test(tmp_path: Path, name: str, tests: dict[str, Any]) -> None:
@@ -678,6 +679,37 @@ def test_fleet_config_refused_fires_after_a_minute_and_clears_on_the_next_good_f
                 {"eval_time": "2m", "alertname": "FleetConfigRefused", "exp_alerts": []},
                 {"eval_time": "3m", "alertname": "FleetConfigRefused", "exp_alerts": [refused]},
                 {"eval_time": "5m", "alertname": "FleetConfigRefused", "exp_alerts": []},
+            ],
+        }],
+    })
+
+
+def test_routing_config_warnings_fire_after_fifteen_minutes_and_clear_with_a_clean_file(
+        tmp_path: Path) -> None:
+    """A file cut short as it was saved loaded without its health filter: valid, logged once,
+    and seen by no alert."""
+    warned = _warning("r1", "The routing config in force at r1 gives 2 warning(s)")
+    warned["exp_annotations"]["description"] = (
+        "It is valid, but probably not what was meant: a profile that checks neither the "
+        "model nor the workers' health, a rule sending a path to a model that cannot serve "
+        "it, a limit the fleet cannot reach. GET /debug/routing lists them (so does kvroute "
+        "validate FILE --fleet F); a file cut short while it was saved can load with fewer "
+        "plugins than were written.\n")
+    _promtool_test(tmp_path, "config-warnings", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'kvroute_config_warnings{instance="r1"}',
+                 "values": "0 0 2x20 0 0"},
+                {"series": 'kvroute_config_warnings{instance="r2"}', "values": "0x25"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "16m", "alertname": "RoutingConfigWarnings", "exp_alerts": []},
+                {"eval_time": "17m", "alertname": "RoutingConfigWarnings",
+                 "exp_alerts": [warned]},
+                {"eval_time": "24m", "alertname": "RoutingConfigWarnings", "exp_alerts": []},
             ],
         }],
     })

@@ -340,6 +340,25 @@ async def test_the_fingerprint_names_the_content_in_force(routing_file: Path) ->
     assert reloader.in_force_fingerprint == fingerprint(OTHER)     # refused: OTHER serves
 
 
+async def test_the_warnings_counted_are_those_of_the_config_and_fleet_in_force(
+        routing_file: Path) -> None:
+    """kvroute_config_warnings (alert RoutingConfigWarnings) reads this count: a file cut
+    short as it was saved, down to a profile that checks no health, loaded with a warning
+    in the log alone."""
+    from policies.summary import fleet_warnings
+
+    reloader = PolicyReloader.load(routing_file, FLEET)
+    listed = fleet_warnings(reloader.engine.routing, FLEET)
+    assert listed and reloader.warning_count() == len(listed)     # no model or health check
+    clean = "profiles: {default: {filters: [model, healthy], scorers: [{type: kv-usage}]}}\n"
+    write(routing_file, clean, 1_000_000)
+    await settled(reloader)
+    assert reloader.warning_count() == 0 == len(reloader.status()["warnings"])
+    write(routing_file, GOOD, 2_000_000)
+    await settled(reloader)
+    assert reloader.warning_count() == len(listed)
+
+
 async def test_each_engine_names_the_content_it_was_built_from(routing_file: Path) -> None:
     """The decisions name the routing file that took them by their engine's fingerprint: a
     request still routed by the engine a reload replaced names the file it came from, not

@@ -114,6 +114,7 @@ async def test_debug_routing_says_what_is_in_force_and_why_an_edit_was_refused(
     assert first["file_is_in_force"] is True and first["last_refusal"] is None
     assert first["building_since"] is None
     assert first["warnings"] == []
+    assert router.metric("kvroute_config_warnings") == 0.0
     assert str(first["summary"]).startswith("1 profile(s): fast (2 filters, 1 scorers")
     router.routing_path.write_text(BAD)
     await wait_for_reloads(router, "failure", 1)
@@ -132,6 +133,7 @@ async def test_debug_routing_says_what_is_in_force_and_why_an_edit_was_refused(
     assert fixed["warnings"] == ["profiles.fast.filters: no healthy filter: requests may go "
                                  "to workers whose last scrape failed or that keep failing "
                                  "requests"]
+    assert router.metric("kvroute_config_warnings") == 1.0     # alert RoutingConfigWarnings
     assert isinstance(fixed["in_force_since"], float)
     assert isinstance(first["in_force_since"], float)
     assert fixed["in_force_since"] > first["in_force_since"]

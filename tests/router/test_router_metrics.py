@@ -187,6 +187,17 @@ def test_the_routing_file_in_force_is_named_by_its_fingerprint() -> None:
     fingerprint[0] = "0123456789ab"                  # reloaded: the new content alone
     assert get("kvroute_config_info", {"sha256": "abc123def456"}) is None
     assert get("kvroute_config_info", {"sha256": "0123456789ab"}) == 1.0
+    assert get("kvroute_config_warnings") is None      # not watched
+
+
+def test_the_warnings_of_the_routing_config_in_force_are_a_gauge() -> None:
+    warnings = [0]
+    metrics = RouterMetrics()
+    metrics.watch_config(lambda: "abc123def456", lambda: warnings[0])
+    get = metrics.registry.get_sample_value
+    assert get("kvroute_config_warnings") == 0.0
+    warnings[0] = 2                                   # reloaded: a file that gives two
+    assert get("kvroute_config_warnings") == 2.0
 
 
 def test_a_tenant_meeting_the_admission_section_is_not_counted_as_folded_twice() -> None:
