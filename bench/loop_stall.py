@@ -20,8 +20,14 @@ the probes' spacing). Cases (``--cases``):
   emulated workers from serving seven million prompts);
 * ``many-messages``: a chat of 1,100,000 empty messages (31 MB);
 * ``responses-items``: a Responses API turn of 1,200,000 items (30 MB);
+* ``empty-objects``: a completion with a field of 11,000,000 empty objects (31 MB; a
+  field the router ignores: what costs is its parse);
+* ``short-strings``: the same with 6,700,000 two-letter strings (32 MB);
 * ``logprobs-answer``: a short chat whose answer is large: 8 choices of 400 tokens with 20
   top logprobs each (some 5 MB, not streamed).
+
+The router's resident memory is read (``/proc/PID/status``) with each probe: a case's
+memory is the most it grew over what it held before the request.
 
 Prints a Markdown table and writes ``loop_stall.json`` to ``--out``.
 
@@ -102,6 +108,10 @@ CASES: tuple[Case, ...] = (
         {"model": m, "max_tokens": 2, "messages": [{"role": "user", "content": ""}] * 1_100_000})),
     Case("responses-items", "1,200,000 Responses API items", RESPONSES, lambda m: _body(
         {"model": m, "max_output_tokens": 2, "input": [{"role": "u", "content": ""}] * 1_200_000})),
+    Case("empty-objects", "11,000,000 empty objects", COMPLETIONS, lambda m: _body(
+        {"model": m, "max_tokens": 2, "prompt": "hi", "x": [{}] * 11_000_000})),
+    Case("short-strings", "6,700,000 short strings", COMPLETIONS, lambda m: _body(
+        {"model": m, "max_tokens": 2, "prompt": "hi", "x": ["ab"] * 6_700_000})),
     # a large answer, not a large request: what the router reads of it on the way back
     Case("logprobs-answer", "an answer of 8 x 400 tokens with 20 top logprobs", CHAT,
          lambda m: _body({"model": m, "max_tokens": 400, "n": 8, "ignore_eos": True,
@@ -119,6 +129,7 @@ class CaseResult:
     statuses: list[int]
     request_s: list[float]     # each request's time, sent to answered
     stall_ms: list[float]      # each request's longest /health round trip meanwhile
+    rss_growth_mb: list[float]  # each request's most the router's memory grew meanwhile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -163,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
             return refuse("loop-stall", str(exc))
         try:
             with KvrouteUp(fleet_path, args.routing, Path(tmp)) as router:
-                results = asyncio.run(_measure_all(router.base_url, model, cases, args.repeat))
+                results = asyncio.run(_measure_all(router.base_url, router.pid, model, cases,
+                                                   args.repeat))
         except LaunchError as exc:
             print(f"kvroute bench loop-stall: {exc}", file=sys.stderr)
             return 1
@@ -185,27 +197,32 @@ def _fleet_on_free_ports(fleet: Path, folder: Path) -> tuple[Path, str]:
     return path, parse_fleet(data, str(fleet)).workers[0].info.models[0]
 
 
-async def _measure_all(base_url: str, model: str, cases: Sequence[Case],
+async def _measure_all(base_url: str, pid: int, model: str, cases: Sequence[Case],
                        repeat: int) -> list[CaseResult]:
     import aiohttp
 
     async with aiohttp.ClientSession() as session:
         await wait_all_workers_healthy(session, base_url)
-        return [await _measure(session, base_url, model, case, repeat) for case in cases]
+        return [await _measure(session, base_url, pid, model, case, repeat)
+                for case in cases]
 
 
-async def _measure(session: Any, base_url: str, model: str, case: Case,
+async def _measure(session: Any, base_url: str, pid: int, model: str, case: Case,
                    repeat: int) -> CaseResult:
     body = case.body(model)
     statuses: list[int] = []
     request_s: list[float] = []
     stall_ms: list[float] = []
+    rss_growth_mb: list[float] = []
     answer_bytes = 0
     for _ in range(repeat):
         probes: list[tuple[float, float]] = []      # (sent, answered), perf_counter seconds
+        rss: list[int] = []                         # the router's, kB
         stop = asyncio.Event()
         prober = asyncio.create_task(_probe(session, base_url, stop, probes))
+        sampler = asyncio.create_task(_sample_rss(pid, stop, rss))
         await asyncio.sleep(5 * PROBE_INTERVAL_S)
+        before = _resident_kb(pid)
         sent = time.perf_counter()
         async with session.post(base_url + case.path, data=body,
                                 headers=JSON_HEADERS) as resp:
@@ -215,11 +232,33 @@ async def _measure(session: Any, base_url: str, model: str, case: Case,
         await asyncio.sleep(5 * PROBE_INTERVAL_S)
         stop.set()
         await prober
+        await sampler
         overlapping = [end - start for start, end in probes if start < answered and end > sent]
         request_s.append(answered - sent)
         stall_ms.append(max(overlapping, default=0.0) * 1e3)
+        rss_growth_mb.append(max(0, max(rss, default=before) - before) / 1024)
     return CaseResult(case.key, case.name, len(body), answer_bytes, statuses, request_s,
-                      stall_ms)
+                      stall_ms, rss_growth_mb)
+
+
+def _resident_kb(pid: int) -> int:
+    """The process's resident memory (``VmRSS``), kB; 0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+async def _sample_rss(pid: int, stop: asyncio.Event, samples: list[int]) -> None:
+    """The router's resident memory every ``PROBE_INTERVAL_S`` until ``stop`` (read from
+    here, whatever its event loop is doing)."""
+    while not stop.is_set():
+        samples.append(_resident_kb(pid))
+        await asyncio.sleep(PROBE_INTERVAL_S)
 
 
 async def _probe(session: Any, base_url: str, stop: asyncio.Event,
@@ -234,14 +273,15 @@ async def _probe(session: Any, base_url: str, stop: asyncio.Event,
 
 def markdown(results: Sequence[CaseResult]) -> str:
     lines = ["| case | body | answer | status | request s (median) | "
-             "loop stall ms (median / max) |",
-             "|---|--:|--:|---|--:|--:|"]
+             "loop stall ms (median / max) | router memory growth MB (max) |",
+             "|---|--:|--:|---|--:|--:|--:|"]
     for r in results:
         statuses = ", ".join(str(s) for s in sorted(set(r.statuses)))
         lines.append(f"| {r.name} | {_size(r.body_bytes)} | {_size(r.answer_bytes)} | "
                      f"{statuses} | "
                      f"{statistics.median(r.request_s):.3f} | "
-                     f"{statistics.median(r.stall_ms):.0f} / {max(r.stall_ms):.0f} |")
+                     f"{statistics.median(r.stall_ms):.0f} / {max(r.stall_ms):.0f} | "
+                     f"{max(r.rss_growth_mb, default=0.0):.0f} |")
     return "\n".join(lines)
 
 

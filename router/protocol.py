@@ -30,6 +30,7 @@ import orjson
 from policies.base import API_OF_PATH, ROUTED_PATHS, RUNNER_OF_PATH, RoutingRequest, is_token_ids
 from policies.producers.anthropic_chat import chat_messages, chat_tools
 from policies.producers.media import media_mark, part_media
+from router.body_values import check_body_values
 from router.errors import EngineBadRequest, InvalidRequest
 from router.name_text import is_name_text
 from router.scoring import scoring_texts, side_cuts
@@ -93,11 +94,13 @@ UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def parse_body(body: bytes) -> dict[str, Any]:
-    """Decode a JSON object body, with a clear message for each way it can be wrong."""
+    """Decode a JSON object body, with a clear message for each way it can be wrong; a
+    body of more JSON values than ``MAX_BODY_VALUES`` is ``RequestTooLarge``."""
     if not body:
         raise InvalidRequest("Request body is empty; expected a JSON object.")
     if body.startswith(UTF8_BOM):     # as vLLM's parser reads it (some Windows clients)
         body = body[len(UTF8_BOM):]
+    check_body_values(body)     # (413) before parsing them: each is an object in memory
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:

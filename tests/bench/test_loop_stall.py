@@ -31,18 +31,21 @@ def _args(tmp_path: Path, cases: str, repeat: int = 2) -> argparse.Namespace:
 def test_each_case_is_answered_and_its_stall_measured(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     before = set(_children())
-    assert run(_args(tmp_path, "chat,token-ids,surrogate")) == 0
+    assert run(_args(tmp_path, "chat,token-ids,surrogate,empty-objects")) == 0
     report = json.loads((tmp_path / "out" / "loop_stall.json").read_text())
     by_key = {case["key"]: case for case in report["cases"]}
-    assert list(by_key) == ["chat", "token-ids", "surrogate"]
+    assert list(by_key) == ["chat", "token-ids", "surrogate", "empty-objects"]
     assert by_key["chat"]["statuses"] == [200, 200]
     # a million tokens fit no worker's 8,192-token window: the router answers 400 itself
     assert by_key["token-ids"]["statuses"] == [400, 400]
     assert by_key["token-ids"]["body_bytes"] > 2_000_000
     # the router routes it; the emulated worker's parser refuses the surrogate
     assert by_key["surrogate"]["statuses"] == [400, 400]
+    # 11 million values: refused before they are parsed
+    assert by_key["empty-objects"]["statuses"] == [413, 413]
     for case in by_key.values():
         assert len(case["stall_ms"]) == len(case["request_s"]) == 2
+        assert len(case["rss_growth_mb"]) == 2 and min(case["rss_growth_mb"]) >= 0
         assert all(stall >= 0 for stall in case["stall_ms"])   # 0: no probe had to wait
     # reading and refusing a 2.9 MB body takes the loop longer than the 10 ms between probes
     assert all(stall > 0 for stall in by_key["token-ids"]["stall_ms"])

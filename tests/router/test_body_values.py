@@ -1,0 +1,63 @@
+"""router/body_values.py: a body's JSON values are bounded before it is parsed, by commas and
+opening brackets, those inside strings left out before a body of few strings is refused."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from router.body_values import (
+    COUNTED_FROM_BYTES,
+    EXACT_FROM_STRINGS,
+    check_body_values,
+    separators_inside_strings,
+    strings_in,
+    values_at_most,
+)
+from router.errors import RequestTooLarge
+
+
+def _held(value: object) -> int:
+    """Containers, their items and members' values, counted."""
+    if isinstance(value, list):
+        return 1 + sum(map(_held, value))
+    if isinstance(value, dict):
+        return 1 + sum(map(_held, value.values()))
+    return 1
+
+
+@pytest.mark.parametrize("value", [
+    [], [1], [1, 2, 3], {"a": [1, {"b": "c"}], "d": None}, [[1, 2], [3], []],
+    ["a, b", "[{", 'quoted " , {'], {"k": 1.5e3, "l": [True, False]},
+])
+def test_the_bound_outside_strings_is_at_least_the_values_held(value: object) -> None:
+    """Every value but a container's first follows a comma: commas and opening brackets
+    plus one are at least the values a body holds."""
+    body = orjson.dumps(value)
+    outside = values_at_most(body) - separators_inside_strings(body)
+    assert outside >= _held(value)
+
+
+def test_the_separators_inside_strings_and_the_strings_are_counted() -> None:
+    body = orjson.dumps({"prompt": 'a, [b], {c}, "quoted, [x]" \\ , ', "n": [1, "x,"]})
+    assert separators_inside_strings(body) == 8 + 1      # the prompt's, and "x,"'s comma
+    assert strings_in(body) == 4                         # two names, two values
+
+
+def test_a_body_of_tiny_items_is_refused_and_a_long_text_of_commas_is_not() -> None:
+    tiny = b'{"x": [' + b"{}," * COUNTED_FROM_BYTES + b"{}]}"
+    with pytest.raises(RequestTooLarge) as refused:
+        check_body_values(tiny, limit=1_000_000)
+    assert refused.value.status == 413
+    assert "more than the router's limit of 1,000,000 JSON values" in str(refused.value)
+    strings = b'{"x": [' + b'"ab",' * COUNTED_FROM_BYTES + b'"ab"]}'     # refused unwalked
+    assert strings_in(strings) > EXACT_FROM_STRINGS
+    with pytest.raises(RequestTooLarge):
+        check_body_values(strings, limit=1_000_000)
+    text = orjson.dumps({"prompt": "one, two, [three], {four}, " * 200_000})
+    assert values_at_most(text) > 1_000_000
+    check_body_values(text, limit=1_000_000)          # its commas are the text's
+    documents = orjson.dumps({"input": ["a, b, c, d, e, f, g, h, i"] * 150_000})
+    assert values_at_most(documents) > 1_000_000
+    check_body_values(documents, limit=1_000_000)     # 150,000 values, 1.2 million commas
+    check_body_values(b"[" + b"{}," * 1000 + b"{}]", limit=10)     # small: not counted
