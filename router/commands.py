@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from router.body_values import MAX_BODY_VALUES
 from router.label_values import DEFAULT_TENANT_LABELS
 from router.log_output import LOG_FORMATS, LOG_LEVELS, configure_logging, log_level
 from router.settings import (
@@ -153,6 +154,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="N",
                         help="request bodies larger than this get 413 (default: %(default)s, "
                              "32 MiB)")
+    parser.add_argument("--max-body-values", type=int, default=MAX_BODY_VALUES, metavar="N",
+                        help="request bodies of more JSON values (items of their arrays and "
+                             "objects) get 413 before they are parsed: each is an object in "
+                             "the router's memory (default: %(default)s)")
     parser.add_argument("--gc-interval", type=float, default=0.01, metavar="SECONDS",
                         help="run the garbage collector's due collections from the event loop "
                              "this often, between requests, not inside one; 0: where CPython "
@@ -202,7 +207,8 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Any:
                         api_keys_file=args.api_keys_file,
                         drain_timeout_s=args.drain_timeout, drain_delay_s=args.drain_delay,
                         client_idle_timeout_s=args.client_idle_timeout,
-                        max_body_bytes=args.max_body_bytes, gc_interval_s=args.gc_interval,
+                        max_body_bytes=args.max_body_bytes,
+                        max_body_values=args.max_body_values, gc_interval_s=args.gc_interval,
                         ssl_certfile=args.ssl_certfile,
                         ssl_keyfile=args.ssl_keyfile,
                         allowed_origins=tuple(origin.strip() for origin in

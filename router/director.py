@@ -317,7 +317,8 @@ class Director:
         parse and the checks of a body of millions of items take seconds (7 million one-token
         lists: 4.5 s), which on the event loop every other request would wait out."""
         args = (body, path, request_id, request.headers, arrival, request.get(TENANT),
-                self._registry.default_model(), self._registry.runners_of)
+                self._registry.default_model(), self._registry.runners_of,
+                self._settings.max_body_values)
         if len(body) < PARSE_OFF_LOOP_BYTES:
             return parse_request(*args)
         return await asyncio.get_running_loop().run_in_executor(None, parse_request, *args)

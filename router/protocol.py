@@ -30,7 +30,7 @@ import orjson
 from policies.base import API_OF_PATH, ROUTED_PATHS, RUNNER_OF_PATH, RoutingRequest, is_token_ids
 from policies.producers.anthropic_chat import chat_messages, chat_tools
 from policies.producers.media import media_mark, part_media
-from router.body_values import check_body_values
+from router.body_values import MAX_BODY_VALUES, check_body_values
 from router.errors import EngineBadRequest, InvalidRequest
 from router.name_text import is_name_text
 from router.scoring import scoring_texts, side_cuts
@@ -93,14 +93,14 @@ class ParsedRequest:
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
-def parse_body(body: bytes) -> dict[str, Any]:
+def parse_body(body: bytes, max_values: int = MAX_BODY_VALUES) -> dict[str, Any]:
     """Decode a JSON object body, with a clear message for each way it can be wrong; a
-    body of more JSON values than ``MAX_BODY_VALUES`` is ``RequestTooLarge``."""
+    body of more than ``max_values`` JSON values is ``RequestTooLarge``."""
     if not body:
         raise InvalidRequest("Request body is empty; expected a JSON object.")
     if body.startswith(UTF8_BOM):     # as vLLM's parser reads it (some Windows clients)
         body = body[len(UTF8_BOM):]
-    check_body_values(body)     # (413) before parsing them: each is an object in memory
+    check_body_values(body, max_values)     # (413) before the parse: each is an object
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -142,13 +142,15 @@ def _finite_float(literal: str) -> float:
 def parse_request(body: bytes, path: str, request_id: str, headers: Mapping[str, str],
                   arrival_time: float, tenant: str | None = None,
                   default_model: str | None = None,
-                  runners_of: Callable[[str], frozenset[str]] | None = None) -> ParsedRequest:
+                  runners_of: Callable[[str], frozenset[str]] | None = None,
+                  max_body_values: int = MAX_BODY_VALUES) -> ParsedRequest:
     """The request, checked; its tenant is ``tenant`` when given (the one its API key
     names), else ``tenant_of(headers)``. A request that names no model is for
     ``default_model`` when given (a fleet of one model: vLLM serves its own model then).
     A body to ``/invocations`` is parsed as the API it is routed as
-    (``workers.invocations``), by what ``runners_of`` says the fleet runs its model as."""
-    data = parse_body(body)
+    (``workers.invocations``), by what ``runners_of`` says the fleet runs its model as.
+    A body of more than ``max_body_values`` JSON values is refused unparsed (413)."""
+    data = parse_body(body, max_body_values)
     raw_model = data.get("model")
     # vLLM serves its own model for a request naming none, or naming it "" (a falsy name)
     model = (default_model if raw_model in (None, "") and default_model is not None

@@ -31,6 +31,8 @@ Defaults and why:
   hung; and an engine whose generated tokens rose within the last two minutes is busy, not
   hung (its attempts are watched on); 0 never watches.
 * ``max_body_bytes = 32 MiB``: larger bodies get 413 before they are read whole.
+* ``max_body_values = 2,000,000``: a body of more JSON values gets 413 before it is parsed
+  (``router.body_values``): parsed, each is an object in the router's memory.
 * ``body_timeout_s = 60``: a request body of which nothing arrives for this long gets 408: a
   client that stops sending mid-body (a stalled upload, or one holding connections open on
   purpose) would otherwise hold its connection, and a drain, forever. A slow upload that
@@ -89,6 +91,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from router.body_values import MAX_BODY_VALUES
 from router.label_values import DEFAULT_TENANT_LABELS
 
 # nginx's send_timeout: the longest one write to a streaming client may wait for it to read
@@ -195,6 +198,7 @@ class Settings:
     eject_for_s: float = 10.0
     stall_after_s: float = 120.0
     max_body_bytes: int = 32 * 1024 * 1024
+    max_body_values: int = MAX_BODY_VALUES
     body_timeout_s: float = 60.0
     client_idle_timeout_s: float = 75.0
     send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
@@ -252,6 +256,8 @@ class Settings:
             raise ValueError("stall_after_s: must be >= 0 (0: never)")
         if self.max_body_bytes <= 0:
             raise ValueError("max_body_bytes: must be positive")
+        if self.max_body_values <= 0:
+            raise ValueError("max_body_values: must be positive")
         if self.decisions_ring_size <= 0:
             raise ValueError("decisions_ring_size: must be positive")
         if self.tenant_labels < 0:

@@ -139,7 +139,7 @@ class UtilityRequests:
             try:
                 body = await read_body(request, self._settings.body_timeout_s,
                                        self._settings.max_body_bytes)
-                data = parse_body(body)
+                data = parse_body(body, self._settings.max_body_values)
                 raw_model = data.get("model")
                 # as vLLM: "" too
                 model = None if raw_model in (None, "") else check_model(raw_model)

@@ -3,6 +3,7 @@ opening brackets, those inside strings left out before a body of few strings is 
 
 from __future__ import annotations
 
+import aiohttp
 import orjson
 import pytest
 
@@ -15,6 +16,8 @@ from router.body_values import (
     values_at_most,
 )
 from router.errors import RequestTooLarge
+from tests.router.gateway_support import MODEL, RouterFactory, subset
+from workers.fleet import FleetConfig
 
 
 def _held(value: object) -> int:
@@ -61,3 +64,29 @@ def test_a_body_of_tiny_items_is_refused_and_a_long_text_of_commas_is_not() -> N
     assert values_at_most(documents) > 1_000_000
     check_body_values(documents, limit=1_000_000)     # 150,000 values, 1.2 million commas
     check_body_values(b"[" + b"{}," * 1000 + b"{}]", limit=10)     # small: not counted
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("path", ["/v1/completions", "/tokenize"])
+async def test_the_router_refuses_a_body_past_its_limit_and_keeps_serving(
+        emulated_fleet: FleetConfig, make_router: RouterFactory, path: str) -> None:
+    """--max-body-values: a generation and a utility request alike, refused unparsed in the
+    OpenAI error shape; a body under the limit and a small one are served."""
+    router = await make_router(subset(emulated_fleet, ["h100-fast"]), max_body_values=100_000)
+    ids = b'{"model": "%s", "max_tokens": 1, "prompt": [%s]}'
+    past = ids % (MODEL.encode(), b",".join([b"1000"] * 250_000))        # 1.2 MB
+    within = orjson.dumps({"model": MODEL, "max_tokens": 1,
+                           "prompt": "one, two, three, " * 70_000})    # its commas: the text's
+    async with aiohttp.ClientSession() as session:
+        async with session.post(router.url + path, data=past,
+                                headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status == 413
+            error = (await resp.json())["error"]
+            assert error["code"] == "request_too_large"
+            assert "more than the router's limit of 100,000 JSON values" in error["message"]
+        async with session.post(router.url + path, data=within,
+                                headers={"Content-Type": "application/json"}) as resp:
+            assert resp.status != 413, await resp.text()
+        small = {"model": MODEL, "max_tokens": 1, "prompt": "hi"}
+        async with session.post(router.url + path, json=small) as resp:
+            assert resp.status == 200
