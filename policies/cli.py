@@ -60,6 +60,12 @@ def validate_command(args: argparse.Namespace) -> int:
     from policies.summary import fleet_warnings, summarize
     from workers.fleet import FleetConfig, FleetConfigError, load_fleet
 
+    if args.time_decisions < 0:      # (it was taken, and nothing was timed)
+        print(f"--time-decisions: must be >= 1, got {args.time_decisions}", file=sys.stderr)
+        return 2
+    if args.workers is not None and args.workers < 1:   # (0 timed the fleet's, <0 none)
+        print(f"--workers: must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
     if args.time_decisions > 0 and not args.fleet:
         print("--time-decisions needs --fleet", file=sys.stderr)
         return 2

@@ -141,6 +141,9 @@ def _check_peers(peers: tuple[str, ...]) -> int:
     from policies.errors import RoutingConfigError
     from sim.policy_names import UnknownPolicyError, resolve_policy
 
+    if not peers:          # kvroute alone, judged against nobody: every goal unreadable
+        print("kvroute scorecard: --peers: give at least one peer policy", file=sys.stderr)
+        return 2
     for peer in peers:
         try:
             resolve_policy(peer)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -118,6 +119,10 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.errors < 0:
         print(f"{EVAL_PREFIX}: --errors must be >= 0", file=sys.stderr)
         return 2
+    problem = json_problem(args.json)     # before the model is built (minutes when it trains)
+    if problem:
+        print(f"{EVAL_PREFIX}: {problem}", file=sys.stderr)
+        return 2
     several = len(args.data) > 1
     try:
         section, base_dir = _section(args.routing)
@@ -166,6 +171,24 @@ def run_eval(args: argparse.Namespace) -> int:
             print(f"{EVAL_PREFIX}: --json: {exc}", file=sys.stderr)
             return 2
     return 0
+
+
+def json_problem(path: Path | None) -> str | None:
+    """``--json: ...`` when the report could not be written to ``path`` (a folder, a folder
+    that does not exist, or one not writable), else None: found before the evaluation, whose
+    encoder may train for minutes, and not after it."""
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"--json: {path} is a folder; give a file's name"
+    folder = path.parent
+    if not folder.is_dir():
+        what = "not a folder" if folder.exists() else "no such folder"
+        return f"--json: cannot write {path}: {folder}: {what}"
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists()
+                                                     and not os.access(path, os.W_OK)):
+        return f"--json: cannot write {path}: Permission denied"
+    return None
 
 
 def _evaluate_file(args: argparse.Namespace, section: SemanticSection, model: SemanticModel,

@@ -618,3 +618,20 @@ def test_a_plugin_file_is_loaded_and_named_in_the_summary(
     assert capsys.readouterr().err == (
         f"{path}: invalid: plugin_modules[0]: cannot read "
         f"'{(tmp_path / 'missing.py').resolve()}': No such file or directory (line 1)\n")
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--time-decisions", "-5"], "--time-decisions: must be >= 1, got -5\n"),
+    (["--time-decisions", "3", "--workers", "0"], "--workers: must be >= 1, got 0\n"),
+    (["--time-decisions", "3", "--workers", "-3"], "--workers: must be >= 1, got -3\n"),
+])
+def test_time_decisions_counts_out_of_range_are_refused(
+        extra: list[str], message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--time-decisions -5`` timed nothing and exited 0; ``--workers 0`` timed the fleet's
+    workers and ``--workers -3`` none at all ("3 requests x 0 workers"), printed as timings."""
+    path = tmp_path / "routing.yaml"
+    path.write_text("profiles: {default: {filters: [model, healthy], scorers: [inflight]}}\n")
+    fleet = str(ROOT / "config" / "fleet.yaml")
+    assert main(["validate", str(path), "--fleet", fleet, *extra]) == 2
+    assert capsys.readouterr() == ("", message)

@@ -178,3 +178,16 @@ def test_an_unknown_peer_is_refused_before_any_case(tmp_path: Path,
     assert capsys.readouterr().err == (
         f"kvroute scorecard: --peers: policy {str(missing)!r}: no such routing file\n")
     assert not out.exists()
+
+
+def test_an_empty_peer_list_is_refused_before_any_case(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--peers ,,`` simulated every case, kvroute alone, for goals with no peer to be
+    judged against; ``kvroute sim --policies ,,`` is refused."""
+    out = tmp_path / "out"
+    code = main(["scorecard", "--out", str(out), "--cases", "azure-1-1500",
+                 "--traces", str(_traces(tmp_path)), "--peers", " , ,"])
+    assert code == 2
+    assert capsys.readouterr() == (
+        "", "kvroute scorecard: --peers: give at least one peer policy\n")
+    assert not out.exists()

@@ -26,12 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fleet", help="host every emulated worker of this fleet file")
     p.add_argument("--worker", action="append", default=[],
                    help="with --fleet: only this worker id (repeatable)")
-    p.add_argument("--gpu", default="h100", help="GPU class: h100, a100, l40s (default h100)")
-    p.add_argument("--model", default="llama-3-8b",
-                   help="model architecture: llama-3-8b, llama-3.1-8b, llama-3-70b, ...")
+    p.add_argument("--gpu", help="GPU class: h100, a100, l40s (default h100)")
+    p.add_argument("--model",
+                   help="model architecture: llama-3-8b, llama-3.1-8b, llama-3-70b, ... "
+                        "(default llama-3-8b)")
     p.add_argument("--served-model-name", action="append", dest="served_model_names",
                    help="name(s) the worker answers to (default: --model); repeatable")
-    p.add_argument("--tensor-parallel", type=int, default=1,
+    p.add_argument("--tensor-parallel", type=int,
                    help="tensor-parallel size: GPUs the model is split over, which sets "
                         "KV-cache room and step times (default 1; with --fleet: each worker's "
                         "tensor_parallel)")
@@ -189,23 +190,35 @@ def build_configs(args: argparse.Namespace) -> list[Any]:
         if args.api_key is not None:
             raise ValueError("--api-key cannot be combined with --fleet (each worker's key is "
                              "read from the variable its api_key_env names)")
+        # each worker's GPU, model and tensor_parallel are the file's: taken, and ignored
+        given = [option for option, value in (("--gpu", args.gpu), ("--model", args.model),
+                                              ("--tensor-parallel", args.tensor_parallel))
+                 if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} cannot be combined with --fleet (each "
+                             "worker's gpu, model and tensor_parallel come from the file)")
         return fleet_worker_configs(load_fleet(args.fleet), overrides, only=args.worker)
-    gpu = BUILTIN_GPUS.get(args.gpu)
+    if args.worker:          # taken, and a default worker started in its place
+        raise ValueError("--worker picks workers of --fleet: give --fleet too")
+    gpu_name = "h100" if args.gpu is None else args.gpu
+    model_name = "llama-3-8b" if args.model is None else args.model
+    tensor_parallel = 1 if args.tensor_parallel is None else args.tensor_parallel
+    gpu = BUILTIN_GPUS.get(gpu_name)
     if gpu is None:
-        raise ValueError(f"--gpu: unknown GPU class {args.gpu!r} "
+        raise ValueError(f"--gpu: unknown GPU class {gpu_name!r} "
                          f"(known: {', '.join(sorted(BUILTIN_GPUS))})")
-    model = BUILTIN_MODELS.get(args.model)
+    model = BUILTIN_MODELS.get(model_name)
     if model is None:
-        raise ValueError(f"--model: unknown architecture {args.model!r} "
+        raise ValueError(f"--model: unknown architecture {model_name!r} "
                          f"(known: {', '.join(sorted(BUILTIN_MODELS))})")
-    if args.tensor_parallel not in (1, 2, 4, 8):
-        raise ValueError(f"--tensor-parallel: must be 1, 2, 4 or 8, got {args.tensor_parallel}")
+    if tensor_parallel not in (1, 2, 4, 8):
+        raise ValueError(f"--tensor-parallel: must be 1, 2, 4 or 8, got {tensor_parallel}")
     overrides.setdefault("port", 8000)
     if args.api_key is not None and not args.api_key:
         raise ValueError("--api-key: must not be empty")
-    return [parse_emulate(overrides, gpu=gpu, model=model, models=[args.model],
-                          worker_id=f"{args.gpu}-{overrides['port']}",
-                          tensor_parallel=args.tensor_parallel, where="emulate",
+    return [parse_emulate(overrides, gpu=gpu, model=model, models=[model_name],
+                          worker_id=f"{gpu_name}-{overrides['port']}",
+                          tensor_parallel=tensor_parallel, where="emulate",
                           api_key=args.api_key)]
 
 

@@ -235,3 +235,32 @@ def test_errors_name_the_command_as_other_commands_do(
     assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING), "--data", str(data),
                  "--errors", "-1"]) == 2
     assert capsys.readouterr().err == "kvroute semantic eval: --errors must be >= 0\n"
+
+
+def test_eval_refuses_a_json_path_it_cannot_write_before_the_model_is_built(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``--json`` typo was found only after the evaluation (minutes when the encoder
+    trains), as ``[Errno 20] Not a directory: ...``."""
+    import policies.semantic.cli as semantic_cli
+
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"text": "hello", "label": "chat"}\n')
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+
+    def no_build(*_: object) -> None:
+        raise AssertionError("the model was built (minutes when its encoder trains)")
+
+    cases = [(blocker / "report.json", f"cannot write {blocker / 'report.json'}: {blocker}: "
+              "not a folder"),
+             (tmp_path / "missing" / "report.json",
+              f"cannot write {tmp_path / 'missing' / 'report.json'}: {tmp_path / 'missing'}: "
+              "no such folder"),
+             (tmp_path, f"{tmp_path} is a folder; give a file's name")]
+    for path, message in cases:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(semantic_cli, "_build", no_build)
+            assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING),
+                         "--data", str(data), "--json", str(path)]) == 2
+        assert capsys.readouterr() == ("", f"kvroute semantic eval: --json: {message}\n")
+    assert not (tmp_path / "missing").exists()

@@ -86,6 +86,23 @@ def test_fleet_mode_rejects_port() -> None:
         build_configs(parse("--fleet", "config/fleet.yaml", "--port", "1"))
 
 
+@pytest.mark.parametrize("flags", [["--gpu", "a100"], ["--model", "llama-3-70b"],
+                                   ["--tensor-parallel", "2"], ["--gpu", "h100"]])
+def test_fleet_mode_rejects_the_single_workers_gpu_model_and_tensor_parallel(
+        flags: list[str]) -> None:
+    """They were taken and ignored: each worker of the file ran its own GPU and model."""
+    with pytest.raises(ValueError, match=f"{flags[0]} cannot be combined with --fleet"):
+        build_configs(parse("--fleet", "config/fleet.yaml", *flags))
+
+
+def test_worker_without_fleet_is_refused() -> None:
+    """``--worker w1`` alone was ignored, and a default h100 worker started on port 8000."""
+    with pytest.raises(ValueError, match="--worker picks workers of --fleet: give --fleet too"):
+        build_configs(parse("--worker", "w1"))
+    (cfg,) = build_configs(parse("--port", "9004"))        # the defaults, when not given
+    assert cfg.gpu.name == "H100-80GB" and cfg.worker_id == "h100-9004"
+
+
 def test_registered_in_kvroute() -> None:
     args = build_parser().parse_args(["emulate", "--gpu", "l40s", "--port", "9003"])
     assert args.command == "emulate" and callable(args.func) and args.gpu == "l40s"
