@@ -118,10 +118,17 @@ def register(subparsers: Any) -> None:
             if exc.name is not None and module_name.startswith(exc.name):
                 continue
             raise
-        parser = commands.add_parser(name, help=(module.__doc__ or name).strip().splitlines()[0])
+        parser = commands.add_parser(name, help=first_sentence(module.__doc__ or name))
         module.add_arguments(parser)
         parser.set_defaults(func=_checked(name, module.run, getattr(module, "check", None)))
     bench.set_defaults(func=lambda args: _usage(bench))
+
+
+def first_sentence(doc: str) -> str:
+    """A docstring's first sentence, on one line (its first line may stop mid-sentence)."""
+    paragraph = " ".join(doc.strip().split("\n\n")[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[:end + 1]
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

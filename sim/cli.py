@@ -135,6 +135,9 @@ def out_problem(out: Path | str | None) -> str | None:
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:      # (the folder, or one above it, is a file: "File exists")
+        blocker = next(p for p in (out, *out.parents) if p.exists())
+        return f"--out: cannot write {out}: {blocker} is a file, not a folder"
     except OSError as exc:
         return f"--out: cannot write {out}: {exc.strerror or exc}"
     if not os.access(out, os.W_OK | os.X_OK):

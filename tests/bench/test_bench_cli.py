@@ -197,8 +197,9 @@ COMMANDS = ("overhead", "replay", *(name for name, _ in OPTIONAL_MODULES))
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-@pytest.mark.parametrize(("out", "reason"), [("{tmp}/file", "File exists"),
-                                             ("{tmp}/file/sub", "Not a directory")])
+@pytest.mark.parametrize(("out", "reason"), [
+    ("{tmp}/file", "{tmp}/file is a file, not a folder"),      # (it said "File exists")
+    ("{tmp}/file/sub", "Not a directory")])
 def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(
         tmp_path: Path, command: str, out: str, reason: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -209,7 +210,8 @@ def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(
     assert kvroute(["bench", command, *args]) == 2
     where = out.replace("{tmp}", str(tmp_path))
     assert capsys.readouterr().err == (
-        f"kvroute bench {command}: --out: cannot write {where}: {reason}\n")
+        f"kvroute bench {command}: --out: cannot write {where}: "
+        f"{reason.replace('{tmp}', str(tmp_path))}\n")
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -546,3 +548,21 @@ def test_overhead_backend_option_reaches_the_race_and_its_files(
     assert json.loads((out / "overhead.json").read_text())["config"]["backend"] == "mock"
     assert "Backend: `mock`: 2 × fast mock workers" in (out / "overhead.md").read_text()
     assert "Backend: `mock`" in capsys.readouterr().out
+
+
+def test_each_benchmark_is_listed_by_its_whole_first_sentence(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Its docstring's first line was shown, cut mid-sentence ("... aiohttp's ClientSession
+    against")."""
+    from bench.cli import first_sentence
+
+    assert first_sentence("One line.\nAnother.") == "One line."
+    assert first_sentence("A sentence that\nwraps. Then more.\n\nDetails.") == (
+        "A sentence that wraps.")
+    assert first_sentence("No full stop\nat all\n\nDetails.") == "No full stop at all"
+    with pytest.raises(SystemExit) as done:
+        kvroute(["bench", "--help"])
+    assert done.value.code == 0
+    listed = " ".join(capsys.readouterr().out.split())
+    assert ("CPU per request of the proxy's hop to a worker: aiohttp's ClientSession against "
+            "``workers.upstream.UpstreamClient``, the client the proxy uses.") in listed
