@@ -103,6 +103,10 @@ def main(args: argparse.Namespace) -> int:
         if problem:
             print(f"kvroute scorecard: {problem}", file=sys.stderr)
             return 2
+        # the verdicts of an earlier run go first: a run stopped midway left them, looking
+        # complete, beside its own cases (and --judge-only then judged the mix)
+        for verdicts in ("scorecard.md", "scorecard.json"):
+            (args.out / verdicts).unlink(missing_ok=True)
         own = KVROUTE if args.routing is None else str(args.routing)
         code = _simulate_all(cases, args, (own, *peers), client_max_tokens)
         if code != 0:

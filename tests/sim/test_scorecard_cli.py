@@ -191,3 +191,20 @@ def test_an_empty_peer_list_is_refused_before_any_case(
     assert capsys.readouterr() == (
         "", "kvroute scorecard: --peers: give at least one peer policy\n")
     assert not out.exists()
+
+
+def test_a_run_stopped_midway_leaves_no_verdicts_of_an_earlier_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A complete run, then one stopped in its second case: the first run's scorecard.md and
+    .json stood beside the new run's first case, looking complete (and --judge-only judged
+    the mix)."""
+    out = tmp_path / "out"
+    traces = _traces(tmp_path)
+    args = ["scorecard", "--out", str(out), "--traces", str(traces),
+            "--cases", "mooncake-1-1000,azure-1-1500", "--peers", "round-robin", "--jobs", "1"]
+    assert main(args) == 0
+    assert (out / "scorecard.md").exists() and (out / "scorecard.json").exists()
+    (traces / AZURE_CODE).write_bytes(b"not a gzip file")    # the second case cannot run
+    assert main(args) != 0
+    assert "case 2 of 2: azure-1-1500" in capsys.readouterr().err
+    assert not (out / "scorecard.md").exists() and not (out / "scorecard.json").exists()
