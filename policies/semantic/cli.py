@@ -133,6 +133,9 @@ def run_eval(args: argparse.Namespace) -> int:
             raise RoutingConfigError(f"--data: {empty[0]} has no labelled prompt (rows "
                                      "{\"text\": ..., \"label\": ...})")
         for path, rows in data:    # before the model is built (minutes when it trains)
+            if args.by is not None and all(args.by not in row.fields for row in rows):
+                # (a typo grouped every row as "(none)")
+                raise RoutingConfigError(f"--by: no row of {path} has the field {args.by!r}")
             stray = next((row for row in rows if row.label not in section.labels), None)
             if stray is not None:
                 raise RoutingConfigError(

@@ -264,3 +264,22 @@ def test_eval_refuses_a_json_path_it_cannot_write_before_the_model_is_built(
                          "--data", str(data), "--json", str(path)]) == 2
         assert capsys.readouterr() == ("", f"kvroute semantic eval: --json: {message}\n")
     assert not (tmp_path / "missing").exists()
+
+
+def test_eval_refuses_a_by_field_no_row_has_before_the_model_is_built(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A typo in ``--by`` grouped every row as one "(none)" group, after the evaluation."""
+    import policies.semantic.cli as semantic_cli
+
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"text": "hello", "label": "chat", "origin": "a"}\n')
+
+    def no_build(*_: object) -> None:
+        raise AssertionError("the model was built (minutes when its encoder trains)")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(semantic_cli, "_build", no_build)
+        assert main(["semantic", "eval", "--routing", str(EXAMPLE_ROUTING), "--data", str(data),
+                     "--by", "orign"]) == 2
+    assert capsys.readouterr() == (
+        "", f"kvroute semantic eval: --by: no row of {data} has the field 'orign'\n")
