@@ -20,12 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from router.client_auth import ClientKeys, TenantKeysError, load_tenant_keys
-from workers.file_watch import (
-    PeriodicCheck,
-    SettledContent,
-    file_content,
-    file_stamp,
-)
+from workers.file_watch import PeriodicCheck, SettledContent, file_content, file_stamp
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ def test_the_bound_outside_strings_is_at_least_the_values_held(value: object) ->
 def test_the_separators_inside_strings_and_the_strings_are_counted() -> None:
     body = orjson.dumps({"prompt": 'a, [b], {c}, "quoted, [x]" \\ , ', "n": [1, "x,"]})
     assert separators_inside_strings(body) == 8 + 1      # the prompt's, and "x,"'s comma
-    assert strings_in(body) == 4                         # two names, two values
+    assert strings_in(body) == 5        # at most: two names, two values, two escaped quotes
 
 
 def test_a_body_of_tiny_items_is_refused_and_a_long_text_of_commas_is_not() -> None:
@@ -90,3 +90,12 @@ async def test_the_router_refuses_a_body_past_its_limit_and_keeps_serving(
         small = {"model": MODEL, "max_tokens": 1, "prompt": "hi"}
         async with session.post(router.url + path, json=small) as resp:
             assert resp.status == 200
+
+
+def test_strings_of_escaped_backslashes_are_counted_as_strings() -> None:
+    """Quotes after an escaped backslash were taken for escaped ones: a body of millions of
+    ``"\\\\"`` counted as holding no string, and was walked whole."""
+    body = b'{"x": [' + b'"\\\\",' * 300_000 + b'"\\\\"]}'
+    assert strings_in(body) > EXACT_FROM_STRINGS
+    with pytest.raises(RequestTooLarge):
+        check_body_values(body, limit=100_000)
