@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import sys
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -44,6 +45,8 @@ from sim.traces import Trace, TraceError, TraceFormat
 from workers.fleet import FleetConfig, FleetConfigError, load_fleet
 
 _PROGRESS_BATCH = 100
+# how long an interrupted run waits for its pool's thread to see the workers it killed
+MANAGER_JOIN_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +265,14 @@ def _run_parallel(jobs: Sequence[PolicyJob], parallel: int, ceiling: float,
         # hang the exit; workers left behind ran on after a SIGTERM.
         for child in set(multiprocessing.active_children()) - others:   # the pool, the manager
             child.kill()      # their work is lost anyway; a SIGTERM would print tracebacks
+        # the pool's own thread, seeing its workers gone, closes its wake-up pipe; left
+        # running, it raced the exit's wake-up call to that pipe (CPython 3.11), whose
+        # OSError (Bad file descriptor) was printed after "interrupted" (taken before the
+        # shutdown, which forgets it)
+        manager_thread = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
+        if isinstance(manager_thread, threading.Thread):
+            manager_thread.join(timeout=MANAGER_JOIN_S)
         raise
     pool.shutdown()
     manager.shutdown()
