@@ -9,7 +9,7 @@ holds, whatever they are (strings and numbers included). That bound counts the c
 brackets inside strings too: when it passes the limit and the body has few strings (a long
 text full of commas, a batch of documents), those inside its strings are taken off before
 it is refused. A body of more strings than ``EXACT_FROM_STRINGS`` is refused on the bound:
-walking a million strings would cost what the parse costs.
+splitting it into a million strings would cost what the parse costs.
 
 Small bodies are not counted: a body under ``COUNTED_FROM_BYTES`` cannot hold enough values
 to matter.
@@ -17,17 +17,13 @@ to matter.
 
 from __future__ import annotations
 
-import re
-
 from router.errors import RequestTooLarge
 
-# values a body may hold: a batch of 2,000 prompts of 1,000 token ids each fits; parsed, two
+# values a body may hold: a batch of 1,900 prompts of 1,000 token ids each fits; parsed, two
 # million short strings take about 180 MB, two million numbers about 120 MB
 MAX_BODY_VALUES = 2_000_000
 COUNTED_FROM_BYTES = 1 << 20
 EXACT_FROM_STRINGS = 200_000
-# a JSON string: quotes around characters that are not quotes or backslashes, or escapes
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 def values_at_most(body: bytes) -> int:
@@ -44,13 +40,14 @@ def strings_in(body: bytes) -> int:
 
 
 def separators_inside_strings(body: bytes) -> int:
-    """The commas and opening brackets of ``body`` that are inside its strings."""
-    inside = 0
-    for string in _JSON_STRING.finditer(body):
-        start, end = string.span()
-        inside += (body.count(b",", start, end) + body.count(b"[", start, end)
-                   + body.count(b"{", start, end))
-    return inside
+    """The commas and opening brackets of ``body`` that are inside its strings: with its
+    escapes taken off (an escaped backslash, then an escaped quote), its quotes split it into
+    what is outside strings and what is inside, in turn (a string left open runs to the end).
+    Passes in C over the body, none of them a search that can fail and start again (a regular
+    expression for a string, tried at each quote of a body of unclosed ones, took minutes)."""
+    unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return sum(piece.count(b",") + piece.count(b"[") + piece.count(b"{")
+               for piece in unescaped.split(b'"')[1::2])
 
 
 def check_body_values(body: bytes, limit: int = MAX_BODY_VALUES) -> None:

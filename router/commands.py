@@ -155,9 +155,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="request bodies larger than this get 413 (default: %(default)s, "
                              "32 MiB)")
     parser.add_argument("--max-body-values", type=int, default=MAX_BODY_VALUES, metavar="N",
-                        help="request bodies of more JSON values (items of their arrays and "
-                             "objects) get 413 before they are parsed: each is an object in "
-                             "the router's memory (default: %(default)s)")
+                        help="request bodies of 1 MiB or more holding more JSON values "
+                             "(items of their arrays and objects) get 413 before they are "
+                             "parsed: each is an object in the router's memory (default: "
+                             "%(default)s)")
     parser.add_argument("--gc-interval", type=float, default=0.01, metavar="SECONDS",
                         help="run the garbage collector's due collections from the event loop "
                              "this often, between requests, not inside one; 0: where CPython "

@@ -31,8 +31,9 @@ Defaults and why:
   hung; and an engine whose generated tokens rose within the last two minutes is busy, not
   hung (its attempts are watched on); 0 never watches.
 * ``max_body_bytes = 32 MiB``: larger bodies get 413 before they are read whole.
-* ``max_body_values = 2,000,000``: a body of more JSON values gets 413 before it is parsed
-  (``router.body_values``): parsed, each is an object in the router's memory.
+* ``max_body_values = 2,000,000``: a body of 1 MiB or more holding more JSON values gets
+  413 before it is parsed (``router.body_values``): parsed, each is an object in the
+  router's memory.
 * ``body_timeout_s = 60``: a request body of which nothing arrives for this long gets 408: a
   client that stops sending mid-body (a stalled upload, or one holding connections open on
   purpose) would otherwise hold its connection, and a drain, forever. A slow upload that

@@ -99,3 +99,15 @@ def test_strings_of_escaped_backslashes_are_counted_as_strings() -> None:
     assert strings_in(body) > EXACT_FROM_STRINGS
     with pytest.raises(RequestTooLarge):
         check_body_values(body, limit=100_000)
+
+
+def test_a_string_left_open_runs_to_the_end_and_escapes_pair_left_to_right() -> None:
+    """A regular expression for a closed string, tried at each quote of a body of unclosed
+    ones (``"`` and escaped quotes, then commas), failed and started again at every quote:
+    minutes for a 2 MB body, with the event loop held. An open string now runs to the end."""
+    assert separators_inside_strings(b'"' + b'\\"' * 1000 + b",,,") == 3
+    assert separators_inside_strings(b'["a\\\\", ",", "\\\\\\",[", {}]') == 1 + 2
+    body = b'"' + b'\\"' * 2000 + b"," * 2_100_000
+    with pytest.raises(RequestTooLarge):
+        check_body_values(b"[" + b"0," * 1_100_000 + b"0]", limit=1_000_000)
+    check_body_values(body, limit=1_000_000)      # its commas are inside its open string
