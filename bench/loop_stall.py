@@ -26,7 +26,7 @@ the probes' spacing). Cases (``--cases``):
 * ``logprobs-answer``: a short chat whose answer is large: 8 choices of 400 tokens with 20
   top logprobs each (some 5 MB, not streamed).
 
-The router's resident memory is read (``/proc/PID/status``) with each probe: a case's
+The router's resident memory is read (``bench.proc_stats``) with each probe: a case's
 memory is the most it grew over what it held before the request.
 
 Prints a Markdown table and writes ``loop_stall.json`` to ``--out``.
@@ -60,6 +60,7 @@ from bench.launch import (
     emulated_fleet_on_free_ports,
     wait_all_workers_healthy,
 )
+from bench.proc_stats import process_rss_bytes
 from workers.project_files import project_path
 
 CHAT = "/v1/chat/completions"
@@ -217,12 +218,12 @@ async def _measure(session: Any, base_url: str, pid: int, model: str, case: Case
     answer_bytes = 0
     for _ in range(repeat):
         probes: list[tuple[float, float]] = []      # (sent, answered), perf_counter seconds
-        rss: list[int] = []                         # the router's, kB
+        rss: list[int] = []                         # the router's, bytes
         stop = asyncio.Event()
         prober = asyncio.create_task(_probe(session, base_url, stop, probes))
         sampler = asyncio.create_task(_sample_rss(pid, stop, rss))
         await asyncio.sleep(5 * PROBE_INTERVAL_S)
-        before = _resident_kb(pid)
+        before = process_rss_bytes(pid)
         sent = time.perf_counter()
         async with session.post(base_url + case.path, data=body,
                                 headers=JSON_HEADERS) as resp:
@@ -236,28 +237,16 @@ async def _measure(session: Any, base_url: str, pid: int, model: str, case: Case
         overlapping = [end - start for start, end in probes if start < answered and end > sent]
         request_s.append(answered - sent)
         stall_ms.append(max(overlapping, default=0.0) * 1e3)
-        rss_growth_mb.append(max(0, max(rss, default=before) - before) / 1024)
+        rss_growth_mb.append(max(0, max(rss, default=before) - before) / 2**20)
     return CaseResult(case.key, case.name, len(body), answer_bytes, statuses, request_s,
                       stall_ms, rss_growth_mb)
-
-
-def _resident_kb(pid: int) -> int:
-    """The process's resident memory (``VmRSS``), kB; 0 when it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 async def _sample_rss(pid: int, stop: asyncio.Event, samples: list[int]) -> None:
     """The router's resident memory every ``PROBE_INTERVAL_S`` until ``stop`` (read from
     here, whatever its event loop is doing)."""
     while not stop.is_set():
-        samples.append(_resident_kb(pid))
+        samples.append(process_rss_bytes(pid))
         await asyncio.sleep(PROBE_INTERVAL_S)
 
 
