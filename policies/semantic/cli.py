@@ -188,8 +188,10 @@ def json_problem(path: Path | None) -> str | None:
     if not folder.is_dir():
         what = "not a folder" if folder.exists() else "no such folder"
         return f"--json: cannot write {path}: {folder}: {what}"
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists()
-                                                     and not os.access(path, os.W_OK)):
+    # an existing file is written in place (its folder may be read-only); a new one made
+    writable = (os.access(path, os.W_OK) if path.exists()
+                else os.access(folder, os.W_OK | os.X_OK))
+    if not writable:
         return f"--json: cannot write {path}: Permission denied"
     return None
 
