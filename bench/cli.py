@@ -88,7 +88,8 @@ def register(subparsers: Any) -> None:
     replay.add_argument("--rate-scale", type=float, default=1.0,
                         help="arrival-rate multiplier (2 = twice as fast)")
     replay.add_argument("--time-scale", type=float, default=1.0,
-                        help="emulator time scale (1 real time, 0.1 ten times faster)")
+                        help="emulator time scale (1 real time, 0.1 ten times faster, 0 at once: "
+                             "no SLO attainment then)")
     replay.add_argument("--max-output-tokens", type=int, default=None,
                         help="cap each request's output length (default: the trace's)")
     replay.add_argument("--client-max-tokens", default="exact", metavar="exact|none|N",

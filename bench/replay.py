@@ -17,6 +17,8 @@ with ``cl100k_base``, so every router sees the same text and equal prefixes stay
 Client side: TTFT (first ``data:`` event), TPOT ((end − TTFT) / (output tokens − 1)) and
 end-to-end, divided by the emulator's ``time_scale`` to read in emulated seconds; SLO
 attainment as in ``sim.metrics`` (TTFT ≤ max(0.5 s, 3 × idle-H100 prefill), TPOT ≤ 50 ms).
+At time scale 0 the emulators answer at once: the latencies are the wall clock's, and no SLO
+attainment is reported (an SLO in emulated seconds has nothing to be measured against).
 Worker side: the change of every worker's ``vllm:prefix_cache_hits`` / ``queries``,
 ``vllm:prompt_tokens`` and ``vllm:generation_tokens`` counters over the run. Router side,
 for kvroute targets with a prefix plugin: the change of its ``kvroute_prefix_known_*``
@@ -280,7 +282,7 @@ def summarize(name: str, requests: Sequence[ReplayRequest],
         ttft_p99_s=r(percentile(ttfts, 99)), tpot_p50_s=r(percentile(tpots, 50)),
         tpot_p99_s=r(percentile(tpots, 99)), e2e_p50_s=r(percentile(e2es, 50)),
         e2e_p99_s=r(percentile(e2es, 99)),
-        slo_attainment=round(met / len(requests), 4) if requests else None,
+        slo_attainment=round(met / len(requests), 4) if requests and time_scale > 0 else None,
         prefix_hit_rate=round(hits / queries, 4) if queries else None,
         generated_tokens=round(sum(d["vllm:generation_tokens"] for d in delta.values())),
         router_known_chosen_share=known.chosen if known else None,

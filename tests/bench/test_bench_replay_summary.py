@@ -37,6 +37,15 @@ def test_summary_in_emulated_seconds_with_slo_and_worker_hits() -> None:
     assert (result.router_known_chosen_share, result.router_known_best_share) == (None, None)
 
 
+def test_no_slo_attainment_when_the_emulators_answer_at_once() -> None:
+    requests = [ReplayRequest(0.0, "a", 100, 11, ttft_target_s=0.5)]
+    counters = {"w0": _counters(0, 0, 0)}
+    result = summarize("kvroute", requests, [(0.1, 0.3, None)], 0.0, counters, counters,
+                       wall_s=1.0)
+    assert result.slo_attainment is None        # wall-clock times, not emulated seconds
+    assert result.ttft_p50_s == 0.1 and result.completed == 1
+
+
 def test_replay_files(tmp_path: Path) -> None:
     requests = [ReplayRequest(0.0, "a", 10, 2, 0.5)]
     counters = {"w0": _counters(0, 10, 10)}
