@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,8 @@ def _offered_note(trace: Mapping[str, Any]) -> str:
     rps, tok_s = trace.get("offered_rps"), trace.get("offered_prompt_tok_s")
     if rps is None or tok_s is None:
         return ""
-    return (f" Offered load: {rps:.3g} req/s and {tok_s:,.0f} prompt tok/s (requests / span "
+    tokens = f"{tok_s:,.0f}" if tok_s < 1e15 else f"{tok_s:.3g}"   # not 300 digits
+    return (f" Offered load: {rps:.3g} req/s and {tokens} prompt tok/s (requests / span "
             f"of the arrivals at rate scale {trace.get('rate_scale')}).")
 
 
@@ -129,6 +130,18 @@ def output_clash(out_dir: Path) -> str | None:
     if requests.exists() and not requests.is_dir():
         return f"--out: {requests} is a file, where the run writes a folder of CSVs"
     return None
+
+
+def remove_stale_requests_csvs(out_dir: Path, policies: Iterable[str]) -> None:
+    """Take out of a reused ``--out`` the per-request CSVs of policies this run did not run,
+    so that the folder holds one run's results."""
+    keep = {f"{label}.csv" for label in policies}
+    folder = out_dir / REQUESTS_DIR
+    if not folder.is_dir():
+        return
+    for path in folder.glob("*.csv"):
+        if path.name not in keep:
+            path.unlink(missing_ok=True)
 
 
 def write_summary(out_dir: Path, meta: Mapping[str, Any],

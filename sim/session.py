@@ -22,7 +22,13 @@ from sim.cache_curve import prefix_ceiling
 from sim.cli import first_problem, out_problem
 from sim.client_max_tokens import EXACT, ClientMaxTokens, window_problem
 from sim.policy_names import UnknownPolicyError, policy_label, resolve_policy
-from sim.report import output_clash, write_plots, write_requests_csv, write_summary
+from sim.report import (
+    output_clash,
+    remove_stale_requests_csvs,
+    write_plots,
+    write_requests_csv,
+    write_summary,
+)
 from sim.runner import (
     PolicyJob,
     PolicyRun,
@@ -135,6 +141,7 @@ def run_session(request: SimulationRequest) -> int:
                          "kv_events": request.kv_events,
                          "client_max_tokens": request.client_max_tokens.label()},
             "slo": request.slo.as_json()}
+    remove_stale_requests_csvs(out, entries)
     for run in runs:
         write_requests_csv(out / "requests" / f"{policy_label(run.policy)}.csv", run.records)
     write_plots(out, entries, {policy_label(r.policy): r.ttfts for r in runs},

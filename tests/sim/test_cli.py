@@ -43,6 +43,27 @@ def test_sim_writes_summary_table_plots_and_request_rows(tmp_path: Path) -> None
     assert len(rows) == 11 and rows[0].startswith("index,arrival_s,worker_id")
 
 
+def test_a_reused_out_holds_only_this_runs_request_rows(tmp_path: Path) -> None:
+    out, trace = tmp_path / "out", str(_trace(tmp_path))
+    assert main(["sim", "--trace", trace, "--fleet", str(FLEET), "--policies",
+                 "round-robin,least-requests", "--out", str(out), "--limit", "4"]) == 0
+    (out / "requests" / "notes.txt").write_text("mine")
+    assert main(["sim", "--trace", trace, "--fleet", str(FLEET), "--policies", "round-robin",
+                 "--out", str(out), "--limit", "4"]) == 0
+    assert sorted(p.name for p in (out / "requests").iterdir()) == ["notes.txt",
+                                                                     "round-robin.csv"]
+
+
+def test_an_absurd_rate_scale_is_not_printed_in_hundreds_of_digits(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET), "--policies",
+                 "round-robin", "--out", str(tmp_path / "o"), "--limit", "3",
+                 "--rate-scale", "1e300"]) == 0
+    offered = next(line for line in (tmp_path / "o" / "summary.md").read_text().splitlines()
+                   if "Offered load" in line)
+    assert "e+30" in offered and len(offered) < 400
+
+
 def test_a_policy_whose_plugin_fails_says_so_in_its_summary(tmp_path: Path) -> None:
     """A scorer raising on every request was skipped in every decision, and the results of
     the policy without it were reported under its name, with no word of it but the
