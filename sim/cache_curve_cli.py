@@ -194,10 +194,12 @@ def cache_report(trace: Any, fleet_kv: int, multiples: Sequence[float],
 
 def markdown(report: dict[str, Any]) -> str:
     trace, fleet, ceiling = report["trace"], report["fleet"], report["ceiling"]
+    blocks = (f"{trace['distinct_blocks']:,} distinct {trace['block_tokens']}-token blocks"
+              if trace["distinct_blocks"] else
+              "no prefix blocks (its requests carry neither token ids nor hash ids)")
     lines = [f"Trace `{trace['name']}`: {trace['requests']:,} requests, "
-             f"{trace['prompt_tokens']:,} prompt tokens, {trace['distinct_blocks']:,} distinct "
-             f"{trace['block_tokens']}-token blocks; infinite-cache prefix ceiling "
-             f"{ceiling:.1%}. {_fleet_words(fleet)}.", ""]
+             f"{trace['prompt_tokens']:,} prompt tokens, {blocks}; infinite-cache prefix "
+             f"ceiling {ceiling:.1%}. {_fleet_words(fleet)}.", ""]
     if not report["points"]:
         lines.append("No request shares a leading block with an earlier one: a cache of any "
                      "size hits nothing." if ceiling == 0 else "The fleet has no KV capacity.")

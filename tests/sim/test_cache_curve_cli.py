@@ -79,6 +79,9 @@ def test_a_trace_that_shares_no_prefix_has_nothing_to_cache(
     printed = capsys.readouterr().out
     assert "infinite-cache prefix ceiling 0.0%" in printed
     assert "a cache of any size hits nothing" in printed
+    # no token or hash ids: no blocks, not "0 distinct 512-token blocks"
+    assert "no prefix blocks (its requests carry neither token ids nor hash ids)" in printed
+    assert "distinct" not in printed
 
 
 @pytest.mark.parametrize(("option", "value", "message"), [
