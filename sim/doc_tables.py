@@ -15,7 +15,8 @@ layouts:
 
 ``--against EARLIER/summary.json`` renders instead what changed from an earlier run of the
 same policies (another engine model, another commit): per policy, each side's recompute
-preemptions, SLO met, goodput and $/Mtok busy at goodput (or at the run's scale).
+preemptions, SLO met, goodput and $/Mtok busy at goodput (or at the run's scale), after a
+sentence naming how the two runs' workloads differ, when they do.
 
     python -m sim.doc_tables out/ta2/azure1500/summary.json --layout goodput
     python -m sim.doc_tables new/summary.json --against old/summary.json
@@ -154,6 +155,23 @@ def changes(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# what makes two runs' workload the same: a comparison across any of these compares apples
+# with pears, and says so
+WORKLOAD_FIELDS = ("name", "requests", "skip", "limit", "duration_s", "jitter_s", "rate_scale",
+                   "seed", "prompt_tokens", "output_tokens")
+
+
+def workload_differences(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> str | None:
+    """A sentence naming how the two runs' traces differ, None when they do not."""
+    old, new = earlier.get("trace", {}), later.get("trace", {})
+    differing = [f"{field} {old.get(field)} → {new.get(field)}" for field in WORKLOAD_FIELDS
+                 if old.get(field) != new.get(field)]
+    if not differing:
+        return None
+    return ("The two runs are not of the same workload (" + ", ".join(differing)
+            + "): the changes below are not the code's alone.")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.doc_tables", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -170,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(header_line(summary))
     print()
+    different = None if earlier is None else workload_differences(earlier, summary)
+    if different is not None:
+        print(different)
+        print()
     print(table(summary, args.layout) if earlier is None else changes(earlier, summary), end="")
     return 0
 

@@ -100,3 +100,18 @@ def test_changes_from_an_earlier_run_show_each_figure_that_moved(
                         "$/Mtok busy (at goodput) |")
     assert lines[4:] == ["| rr | 62 → 4 | 32.2% → 32.1% | 0.00 | 0.109 |",
                          "| ta | 0 | 82.2% | 0.62 | 0.087 |"]
+
+
+def test_changes_between_runs_of_different_workloads_say_so_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    earlier = {**SUMMARY, "trace": {**SUMMARY["trace"], "name": "azure.csv"}}
+    later = {**SUMMARY, "trace": {**SUMMARY["trace"], "name": "mooncake.jsonl.gz",
+                                  "requests": 200}}
+    (tmp_path / "old.json").write_text(json.dumps(earlier))
+    (tmp_path / "new.json").write_text(json.dumps(later))
+    assert main([str(tmp_path / "new.json"), "--against", str(tmp_path / "old.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == ("The two runs are not of the same workload (name azure.csv → "
+                        "mooncake.jsonl.gz, requests 500 → 200): the changes below are not "
+                        "the code's alone.")
+    assert lines[4].startswith("| policy | preemptions |")
