@@ -136,7 +136,10 @@ def out_problem(out: Path | str | None) -> str | None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:      # (the folder, or one above it, is a file: "File exists")
-        blocker = next(p for p in (out, *out.parents) if p.exists())
+        blocker = next(p for p in (out, *out.parents) if p.exists() or p.is_symlink())
+        if not blocker.exists():          # a link to nothing
+            return (f"--out: cannot write {out}: {blocker} is a link to {os.readlink(blocker)}, "
+                    "which does not exist")
         return f"--out: cannot write {out}: {blocker} is a file, not a folder"
     except OSError as exc:
         return f"--out: cannot write {out}: {exc.strerror or exc}"

@@ -507,3 +507,11 @@ def test_a_plausible_trace_gets_no_note(tmp_path: Path,
     assert main(["sim", "--trace", str(path), "--fleet", str(FLEET), "--policies",
                  "round-robin", "--out", str(tmp_path / "o")]) == 0
     assert "note:" not in capsys.readouterr().err
+
+
+def test_an_out_that_is_a_link_to_nothing_is_named_with_its_target(tmp_path: Path) -> None:
+    from sim.cli import out_problem
+    (tmp_path / "results").symlink_to(tmp_path / "gone")
+    assert out_problem(tmp_path / "results") == (
+        f"--out: cannot write {tmp_path}/results: {tmp_path}/results is a link to "
+        f"{tmp_path}/gone, which does not exist")
