@@ -133,6 +133,8 @@ async def test_error_fields(real_fleet: RealFleet, emulator: EmulatorProcess, pa
 
 
 CHAT_HI = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {}}}}]
 
 
 @pytest.mark.parametrize(("path", "body"), [
@@ -175,6 +177,18 @@ CHAT_HI = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "conte
     ("/v1/completions", {"model": MODEL, "prompt": [[]], "max_tokens": 2}),
     ("/v1/completions", {"model": MODEL, "prompt": [10 ** 9], "max_tokens": 2}),
     ("/v1/responses", {"model": MODEL, "input": "hi", "max_output_tokens": 0}),
+    ("/v1/chat/completions", {**CHAT_HI, "tool_choice": "auto"}),
+    ("/v1/chat/completions", {**CHAT_HI, "tools": []}),
+    ("/v1/chat/completions", {**CHAT_HI, "tools": TOOLS, "tool_choice": "maybe"}),
+    ("/v1/chat/completions", {**CHAT_HI, "tools": TOOLS,
+                              "tool_choice": {"type": "function"}}),
+    ("/v1/chat/completions", {**CHAT_HI, "tools": TOOLS,
+                              "tool_choice": {"type": "function", "function": {}}}),
+    ("/v1/chat/completions", {**CHAT_HI, "tools": TOOLS,
+                              "tool_choice": {"type": "function", "function": {"name": ""}}}),
+    ("/v1/chat/completions", {**CHAT_HI, "tools": TOOLS,
+                              "tool_choice": {"type": "function",
+                                              "function": {"name": "other"}}}),
 ], ids=["chat-temperature", "chat-top_p", "chat-top_k", "completions-top_k", "suffix",
         "messages-temperature", "messages-top_p", "messages-top_k", "messages-stop",
         "temperature-past-2", "presence_penalty", "frequency_penalty", "repetition_penalty",
@@ -183,7 +197,9 @@ CHAT_HI = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "conte
         "top_logprobs-alone", "top_logprobs-past-20", "logprobs-past-20", "min_tokens-past-max",
         "max_tokens-0", "max_tokens-negative", "n-0", "stream_options-alone", "no-prompt",
         "null-prompt", "empty-prompt", "no-prompts", "empty-token-ids", "token-out-of-vocab",
-        "max_output_tokens-0"])
+        "max_output_tokens-0", "tool_choice-without-tools", "no-tools", "tool_choice-unknown",
+        "tool_choice-no-function", "tool_choice-no-name", "tool_choice-empty-name",
+        "tool_choice-other-tool"])
 async def test_refused_sampling_parameters_are_refused_in_vllms_words(
         real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
         body: dict[str, Any]) -> None:

@@ -86,6 +86,47 @@ def decode_json(raw: bytes) -> Mapping[str, Any]:
 
 
 MAX_LOGPROBS = 20
+TOOL_CHOICE_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+
+
+def _tool_usage_error(message: str, parameter: str) -> ApiError:
+    return bad_request(f"{message} (parameter={parameter})", parameter)
+
+
+def check_tool_usage(data: Mapping[str, Any]) -> None:
+    """vLLM's checks of a chat request's ``tools`` and ``tool_choice``, in its order and
+    words: no empty list of tools, no ``tool_choice`` (other than "none") without tools, and
+    a named choice that names one of them."""
+    tools = data.get("tools")
+    if tools == []:
+        raise _tool_usage_error("`tools` must not be an empty array. Either provide at least "
+                                "one tool or omit the field entirely.", "tools")
+    choice = data.get("tool_choice")
+    if choice is None or choice == "none":
+        return
+    if tools is None:
+        raise _tool_usage_error("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    if not isinstance(choice, dict):
+        if choice in ("auto", "required"):
+            return
+        raise _tool_usage_error(f"Invalid value for `tool_choice`: {choice}! Only named tools, "
+                                '"none", "auto" or "required" are supported.', "tool_choice")
+    function = choice.get("function")
+    if not isinstance(function, dict):
+        raise _tool_usage_error(f"Invalid value for `function`: `{function}` in `tool_choice`! "
+                                f"{TOOL_CHOICE_USAGE}", "tool_choice.function")
+    if "name" not in function:
+        raise _tool_usage_error("Expected field `name` in `function` in `tool_choice`! "
+                                f"{TOOL_CHOICE_USAGE}", "tool_choice.function.name")
+    name = function["name"]
+    if not isinstance(name, str) or not name:
+        raise _tool_usage_error(f"Invalid `name` in `function`: `{name}` in `tool_choice`! "
+                                f"{TOOL_CHOICE_USAGE}", "tool_choice.function.name")
+    named = (tool.get("function") for tool in tools if isinstance(tool, dict)) \
+        if isinstance(tools, list) else ()
+    if not any(isinstance(f, dict) and f.get("name") == name for f in named):
+        raise _tool_usage_error("The tool specified in `tool_choice` does not match any of the "
+                                "specified `tools`", "tool_choice")
 
 
 def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBody:
@@ -96,6 +137,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     tools: tuple[Mapping[str, Any], ...] = ()
     if kind == "chat":
         messages = _messages(data)
+        check_tool_usage(data)
         offered = data.get("tools")
         if offered is not None and not isinstance(offered, list):
             raise validation_error("tools", "Input should be a valid list", "list_type",

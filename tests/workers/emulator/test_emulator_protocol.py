@@ -39,6 +39,8 @@ def assert_error(status: int, body: Any, code: int, err_type: str, param: str | 
     return str(body["error"]["message"])
 
 
+TOOLS = (b'[{"type": "function", "function": {"name": "lookup", "parameters": '
+         b'{"type": "object", "properties": {}}}}]')
 CHAT_CASES = [
     (b"{not json", "Bad Request", None),
     (b"[1, 2]", "Bad Request", "body"),
@@ -63,6 +65,20 @@ CHAT_CASES = [
     (b'{"messages": [{"role": "user", "content": "x"}], "tools": "x"}', "Bad Request",
      "body.tools"),
     (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "Bad Request", None),
+    # vLLM's tool-usage checks: "When using `tool_choice`, `tools` must be set." and the rest
+    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"}',
+     "BadRequestError", "tool_choice"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tools": []}', "BadRequestError",
+     "tools"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": "maybe", "tools": '
+     + TOOLS + b'}', "BadRequestError", "tool_choice"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function"}, '
+     b'"tools": ' + TOOLS + b'}', "BadRequestError", "tool_choice.function"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", '
+     b'"function": {}}, "tools": ' + TOOLS + b'}', "BadRequestError", "tool_choice.function.name"),
+    (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "function", '
+     b'"function": {"name": "other"}}, "tools": ' + TOOLS + b'}', "BadRequestError",
+     "tool_choice"),
     # a value nested past Python's recursion limit is named in the message without a repr
     # that would raise (a 500)
     (b'{"messages": [{"role": "user", "content": ' + b"[" * 1000 + b"]" * 1000 + b"}]}",
