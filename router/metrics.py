@@ -393,7 +393,8 @@ class RouterMetrics:
         self.admission_rejections = Counter(
             "kvroute_admission_rejections", "Requests refused before routing by the routing "
             "file's admission section: a tenant's budget spent (requests_per_minute, "
-            "tokens_per_minute) or the in-flight limit's queue (queue_full, wait_timeout, "
+            "tokens_per_minute), its cap on requests at once reached (tenant_in_flight) "
+            "or the in-flight limit's queue (queue_full, wait_timeout, "
             "draining: waiting when the router began to stop).",
             ["reason", "tenant"], registry=r)
         self.admission_wait = Histogram(

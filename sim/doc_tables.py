@@ -1,6 +1,6 @@
 """The compact tables of ``docs/`` rendered from ``kvroute sim`` summaries (never typed by hand).
 
-``summary.md`` holds every column; the docs show the few that a comparison needs. Two
+``summary.md`` holds every column; the docs show the few that a comparison needs. Three
 layouts:
 
 * ``rate`` (a run at one rate scale): policy, SLO met, goodput, prefix hit, TTFT p99,

@@ -118,7 +118,7 @@ def build_semantic_producer(params: SemanticProducerParams,
     section = context.routing.section(SECTION_NAME)
     if not isinstance(section, SemanticSection):
         raise RoutingConfigError(
-            f"{context.path}: semantic classes are used but routing.yaml has no "
+            f"{context.path}: semantic classes are used but the routing file has no "
             f"'{SECTION_NAME}:' section declaring them")
     from policies.semantic.model import build_semantic_model
 

@@ -119,3 +119,17 @@ def test_validate_without_semantic_accepts_and_never_imports_torch() -> None:
     result = run_validate_without_extra(REPO_ROOT / "config/routing.yaml")
     assert result.returncode == 0, result.stderr
     assert "ok" in result.stdout
+
+
+def test_a_class_rule_without_a_section_is_refused_whatever_the_file_is_called(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from router.cli import main
+    routing = tmp_path / "classes.yaml"
+    routing.write_text(textwrap.dedent("""
+        profiles: {default: {filters: [{type: model}]}}
+        rules:
+          - {name: code, when: {class: code}, then: {model: coder}}
+    """))
+    assert main(["validate", str(routing)]) == 1
+    assert ("semantic classes are used but the routing file has no 'semantic:' section "
+            "declaring them") in capsys.readouterr().err
