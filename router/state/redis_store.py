@@ -593,8 +593,12 @@ class RedisStateStore:
             self._usage.remote_schedule = {}
             return
         self._primary_answered()
+        others_named = f": {', '.join(sorted(others))}" if others else ""
         if self._degraded:
-            log.info("redis %s reachable again: sharing state", self._shown)
+            # with the replicas sharing state now: they may have changed while it was away
+            log.info("redis %s reachable again: sharing state with %d other replica(s)%s",
+                     self._shown, len(others), others_named)
+            self._replicas_logged = len(others) + 1
             # the reader keeps its place: the routes the others queued while Redis was away
             # are appended when it returns, and learnt whichever replica syncs first
             # (a failure: the reader's own read says what is wrong, and is tried again)
@@ -604,7 +608,7 @@ class RedisStateStore:
         self._replicas = len(others) + 1
         if self._replicas != self._replicas_logged:      # at the first sync and on a change
             log.info("redis %s: %d other replica(s) share state with this one%s", self._shown,
-                     len(others), f": {', '.join(sorted(others))}" if others else "")
+                     len(others), others_named)
             self._replicas_logged = self._replicas
         if self._unsaved:
             self._start_saving()

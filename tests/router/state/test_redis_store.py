@@ -563,7 +563,7 @@ async def test_a_read_only_replica_behind_the_address_is_left_for_the_primary(
         assert "answered as a read-only replica" in lines[0], lines
         assert "routing on local state" in lines[0]
         assert "16:" not in lines[0] and "kvroute:" not in lines[0]    # no command quoted
-        assert "reachable again" in lines[1]
+        assert "reachable again: sharing state with 0 other replica(s)" in lines[1], lines
         assert await primary.hget("kvroute:inflight:r1", "w1") is not None
         if path == "owners":
             assert await primary.get("kvroute:response:resp_1") == b"w1"
