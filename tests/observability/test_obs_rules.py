@@ -955,3 +955,64 @@ def test_a_worker_failing_now_and_then_is_warned_of_though_clients_see_no_error(
             ],
         }],
     })
+
+
+def test_client_success_counts_the_routers_own_server_errors(tmp_path: Path) -> None:
+    """A rule pinning a tenant to a pool that does not serve its model answered every one of
+    its requests 503 no_worker_available (worker="", its profile named) while every worker
+    was up: the ratio read 1 and nothing paged. Refusals before routing (profile="none":
+    admission's 429 and 503, a bad body) stay out: RouterShedsLoad tells of those."""
+    requests = "kvroute_requests_total"
+    _promtool_test(tmp_path, "client-success-router-5xx", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                # m1: 90 answers a minute from workers, 10 no_worker_available from the router
+                {"series": f'{requests}{{model="m1", worker="w0", profile="p", status="200"}}',
+                 "values": "0+90x20"},
+                {"series": f'{requests}{{model="m1", worker="", profile="p", status="503"}}',
+                 "values": "0+10x20"},
+                # m2: 100 answers, 5 shed by admission (RouterShedsLoad's)
+                {"series": f'{requests}{{model="m2", worker="w1", profile="p", status="200"}}',
+                 "values": "0+100x20"},
+                {"series": f'{requests}{{model="m2", worker="", profile="none", status="503"}}',
+                 "values": "0+5x20"},
+                # m3: nothing but the router's 503s (no worker answer at all)
+                {"series": f'{requests}{{model="m3", worker="", profile="p", status="503"}}',
+                 "values": "0+10x20"},
+            ],
+            "promql_expr_test": [{
+                "expr": "model:kvroute_client_success:ratio5m", "eval_time": "10m",
+                "exp_samples": [{"labels": 'model:kvroute_client_success:ratio5m{model="m1"}',
+                                 "value": 0.9},
+                                {"labels": 'model:kvroute_client_success:ratio5m{model="m2"}',
+                                 "value": 1},
+                                {"labels": 'model:kvroute_client_success:ratio5m{model="m3"}',
+                                 "value": 0}]}],
+        }],
+    })
+
+
+def test_ttft_baseline_waits_for_an_hour_of_history(tmp_path: Path) -> None:
+    """A baseline of the first minutes (a fresh Prometheus, a new pool) had a standard
+    deviation near 0, and the first slower minutes paged TtftP99FarAboveBaseline."""
+    bucket = 'kvroute_ttft_seconds_bucket{gpu="L40S", worker="l40s-0", le="%s"}'
+    series = [{"series": bucket % le, "values": "0+10x20 200x30"} for le in ("0.05", "0.5")]
+    series += [{"series": bucket % le, "values": "0+10x20 210+10x29"} for le in ("1", "+Inf")]
+    _promtool_test(tmp_path, "ttft-warm-up", {
+        "rule_files": [str(path) for path in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "promql_expr_test": [{
+                "expr": "count(gpu:kvroute_ttft_seconds:p99_baseline_avg_1d) or vector(0)",
+                "eval_time": "40m", "exp_samples": [{"labels": "{}", "value": 0}]}],
+            "alert_rule_test": [
+                {"eval_time": "40m", "alertname": "TtftP99AboveBaseline", "exp_alerts": []},
+                {"eval_time": "40m", "alertname": "TtftP99FarAboveBaseline",
+                 "exp_alerts": []}],
+        }],
+    })
