@@ -5,21 +5,20 @@
 request. These classes keep plain per-series numbers that the loop thread updates with one
 addition (a histogram: a bisection and two additions) and render them at scrape time
 through a ``Collector`` as the same samples a ``prometheus_client`` metric of that name,
-labels and buckets would give (``_total``; ``_bucket``/``_count``/``_sum``; ``_created``).
+labels and buckets would give (``_total``; ``_bucket``/``_count``/``_sum``), less the
+``_created`` samples the router's ``/metrics`` leaves out (``router.exposition``).
 Only for metrics updated from one thread (the router's event loop).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
-    GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
@@ -30,11 +29,10 @@ from prometheus_client.utils import floatToGoString
 class CounterCell:
     """One labelled series of a ``LoopCounter``."""
 
-    __slots__ = ("created", "value")
+    __slots__ = ("value",)
 
     def __init__(self) -> None:
         self.value = 0.0
-        self.created = time.time()
 
     def inc(self, amount: float = 1.0) -> None:
         if amount < 0:
@@ -45,13 +43,12 @@ class CounterCell:
 class HistogramCell:
     """One labelled series of a ``LoopHistogram``: per-bucket counts (not cumulative)."""
 
-    __slots__ = ("_bounds", "counts", "created", "total")
+    __slots__ = ("_bounds", "counts", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self._bounds = bounds
         self.counts = [0] * len(bounds)
         self.total = 0.0
-        self.created = time.time()
 
     def observe(self, amount: float) -> None:
         self.total += amount
@@ -91,7 +88,7 @@ class LoopCounter:
     def collect(self) -> Iterable[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for key, cell in self._cells.items():
-            family.add_metric(key, cell.value, created=cell.created)
+            family.add_metric(key, cell.value)
         return [family]
 
 
@@ -135,8 +132,6 @@ class LoopHistogram:
 
     def collect(self) -> Iterable[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        created = GaugeMetricFamily(f"{self.name}_created", self.documentation,
-                                    labels=self.labelnames)
         names: list[str] = [floatToGoString(bound) for bound in self._bounds]  # type: ignore[no-untyped-call]
         for key, cell in self._cells.items():
             cumulative, buckets = 0, []
@@ -144,8 +139,7 @@ class LoopHistogram:
                 cumulative += count
                 buckets.append((name, float(cumulative)))
             family.add_metric(key, buckets, cell.total)
-            created.add_metric(key, cell.created)
-        return [family, created]
+        return [family]
 
 
 def _remove_where(cells: dict[tuple[str, ...], Any], labelnames: tuple[str, ...], label: str,

@@ -21,7 +21,6 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
-    generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -30,6 +29,7 @@ from policies.base import API_OF_PATH, Decision, RequestOutcome
 from policies.candidates import scores_of
 from policies.engine import PolicyEngine
 from router.estimate_metrics import EstimateCollector
+from router.exposition import render_without_created
 from router.gc_pauses import GENERATIONS
 from router.label_values import DEFAULT_TENANT_LABELS, BoundedLabelValues
 from router.loop_metrics import (
@@ -420,7 +420,7 @@ class RouterMetrics:
         self._prediction_children: dict[str, HistogramCell] = {}
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return render_without_created(self.registry)
 
     def record_decision(self, decision: Decision, gpu: str, reason_code: str,
                         semantic_class: str | None, seconds: float) -> None:

@@ -258,7 +258,7 @@ def test_a_worker_forgotten_takes_every_series_of_its_label() -> None:
                 for sample in family.samples if sample.labels.get("worker") == worker}
 
     before = labelled("w2")
-    assert len(labelled("w1")) > 20 and labelled("w1") == before     # names of series
+    assert len(labelled("w1")) > 15 and labelled("w1") == before     # names of series
     metrics.forget_worker("w1")
     assert labelled("w1") == set() and labelled("w2") == before
     metrics.record_request("m", "w1", gpu, "p", 200, "chat")     # counted afresh if it returns
