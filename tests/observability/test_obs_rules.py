@@ -299,6 +299,21 @@ def test_worker_ejected_fires_on_an_ejection_or_a_stall_and_clears_ten_minutes_l
                          "hung engine, a frozen process)")}}]},
                 {"eval_time": "14m", "alertname": "WorkerEjected", "exp_alerts": []},
             ],
+        }, {
+            # increase() extrapolates: 2.2 here, which the summary printed as "2.2 times"
+            "interval": "1m",
+            "input_series": [
+                {"series": 'kvroute_worker_ejections_total{worker="w5"}',
+                 "values": "3 3 4 4 5 5 6 6 7 7 8 8 9 9 10 10"},
+                {"series": 'kvroute_worker_stalls_total{worker="w5"}', "values": "0x15"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": "WorkerEjected", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "worker": "w5"},
+                    "exp_annotations": {"summary": (
+                        "w5 was set aside 2 times in 10m: its requests fail or hang (a hung "
+                        "engine, a frozen process)")}}]},
+            ],
         }],
     }
     path = tmp_path / "ejection-test.yml"
