@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -187,7 +188,7 @@ class PolicyReloader:
                 rebuilt=False))
         self.building_since = time.time()
         try:
-            engine = await asyncio.to_thread(self._build, text, digest)
+            engine = await _in_daemon_thread(self._build, text, digest)
         except RoutingConfigError as exc:
             return self._report(ReloadResult("failure", str(self.path), str(exc)))
         except (Exception, SystemExit) as exc:  # a bug while building must not stop the watcher
@@ -355,3 +356,34 @@ def _content_digest(content: bytes, named: Sequence[tuple[str, Path]]) -> bytes:
     for name, file in named:
         digest.update(b"\0" + name.encode() + b"\0" + file_digest(file))
     return digest.digest()
+
+
+async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a daemon thread of its own. A build may take minutes (fine-tuning a
+    semantic encoder on edited examples): in the loop's default executor it held a pool
+    thread all along, and ``asyncio.run`` waits for that pool on exit, so a router told to
+    stop while it trained stopped listening but did not exit until the training ended. A
+    daemon thread is not waited for; a build cut short is dropped with the process."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as exc:        # SystemExit too: the caller reports it
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:                 # the loop closed while it built
+            pass
+
+    threading.Thread(target=run, name="kvroute-routing-build", daemon=True).start()
+    return await future

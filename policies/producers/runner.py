@@ -2,7 +2,9 @@
 
 A producer that exposes ``should_offload(request) -> bool`` (see ``OffloadHint``; the tokens
 producer does, by text length) runs in ``executor`` (the loop's default thread pool when
-None) when it says so; the others run inline. A producer that raises is logged and skipped:
+None) when it says so, or, when it also has ``produce_async`` (the semantic producer),
+is awaited on the loop: it waits for its own worker (the embedding thread) without holding
+a pool thread; the others run inline. A producer that raises is logged and skipped:
 the decision then runs on whatever the request already carries. Returns the names of the
 producers that failed, for the caller's logs or metrics; ``produce`` also says how many ran
 off the loop (when none did, nothing else ran meanwhile and the caller's views still hold).
@@ -62,9 +64,16 @@ async def produce(producers: Sequence[Producer], request: RoutingRequest,
     for producer in producers:
         try:
             if wants_offload(producer, request):
-                loop = loop or asyncio.get_running_loop()
                 result.offloaded += 1
-                await loop.run_in_executor(executor, producer.produce, request, workers)
+                produce_async = getattr(producer, "produce_async", None)
+                if produce_async is not None:
+                    # awaits its model without holding a thread: a pool thread held per
+                    # waiting request made the pool (min(32, cores + 4) threads) the queue,
+                    # unbounded and outside the producer's own timeout and queue bound
+                    await produce_async(request, workers)
+                else:
+                    loop = loop or asyncio.get_running_loop()
+                    await loop.run_in_executor(executor, producer.produce, request, workers)
             else:
                 producer.produce(request, workers)
         except (Exception, SystemExit):

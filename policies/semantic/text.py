@@ -16,13 +16,21 @@ evidence": the classifier answers the default class without embedding anything.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Any, Literal
 
 from policies.base import RoutingRequest
+from policies.producers.media import MARK_CLOSE, MARK_OPEN
 
 TextMode = Literal["last-user", "all-user", "system+last-user"]
+
+# the marks ``router.protocol`` writes for a Responses API message's images, audio and files
+# in its text (``policies.producers.media``): no words of the prompt, only a digest's hex
+# digits (which ``digit_weight`` would count); a mark the cut split loses its rest too
+_MEDIA_MARK = re.compile(
+    f"{MARK_OPEN}[^{MARK_CLOSE}\\n]*{MARK_CLOSE}?|^[^{MARK_OPEN}\\n]*{MARK_CLOSE}", re.MULTILINE)
 
 
 def request_text(request: RoutingRequest, mode: TextMode, max_chars: int,
@@ -33,7 +41,10 @@ def request_text(request: RoutingRequest, mode: TextMode, max_chars: int,
         parts = _message_texts(request.messages, mode, max_chars, tail_chars)
     else:
         parts = [_prompt_text(request.prompt, max_chars, tail_chars)]
-    return clean_text("\n\n".join(p for p in parts if p), max_chars, tail_chars)
+    text = clean_text("\n\n".join(p for p in parts if p), max_chars, tail_chars)
+    if MARK_OPEN in text or MARK_CLOSE in text:
+        text = _MEDIA_MARK.sub(" ", text).strip()
+    return text
 
 
 def clean_text(raw: str | bytes, max_chars: int, tail_chars: int = 0) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -508,3 +511,33 @@ async def test_a_reload_names_the_file_it_replaced_and_the_one_in_force(
     assert edit is not None and f"(sha256 {short(GOOD)} -> {short(OTHER)})" in edit.message
     assert revert is not None and f"(sha256 {short(OTHER)} -> {short(GOOD)})" in revert.message
     assert reloader.status()["sha256"].startswith(short(GOOD))
+
+
+async def test_a_build_in_its_own_thread_gives_its_result_or_its_error() -> None:
+    from policies.reloader import _in_daemon_thread
+
+    assert await _in_daemon_thread(lambda a, b: a + b, 2, 3) == 5
+
+    def refuse() -> None:
+        raise RoutingConfigError("no")
+    with pytest.raises(RoutingConfigError, match="no"):
+        await _in_daemon_thread(refuse)
+
+
+def test_a_process_stopping_does_not_wait_for_a_build_still_running() -> None:
+    """A reload that fine-tunes an encoder builds for minutes: run in the loop's default
+    executor, ``asyncio.run`` waited for it on exit, and a router told to stop stopped
+    listening but did not exit until the training ended."""
+    root = str(Path(__file__).resolve().parents[2])
+    script = (
+        "import asyncio, time\n"
+        "from policies.reloader import _in_daemon_thread\n"
+        "async def main():\n"
+        "    asyncio.get_running_loop().create_task(_in_daemon_thread(time.sleep, 60))\n"
+        "    await asyncio.sleep(0.2)\n"
+        "asyncio.run(main())\n")
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=50, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 30

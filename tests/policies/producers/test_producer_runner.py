@@ -60,3 +60,19 @@ async def test_produce_counts_the_producers_run_off_the_loop() -> None:
     mixed = await produce([_Marker("heavy", True), _Marker("light", False)], request, [])
     assert (mixed.failed, mixed.offloaded) == ([], 1)
     assert request.attributes["heavy"] is False
+
+
+class _AsyncMarker(_Marker):
+    async def produce_async(self, request: RoutingRequest,
+                            workers: Sequence[WorkerView]) -> None:
+        request.attributes[self.name + ".async"] = (
+            threading.current_thread() is threading.main_thread())
+
+
+async def test_a_producer_with_produce_async_is_awaited_on_the_loop_not_in_a_thread() -> None:
+    # the semantic producer: a pool thread held per waiting request made the pool the queue
+    request = RoutingRequest("r", "m")
+    result = await produce([_AsyncMarker("model", True), _AsyncMarker("cached", False)],
+                           request, [])
+    assert (result.failed, result.offloaded) == ([], 1)
+    assert request.attributes == {"model.async": True, "cached": True}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from policies.base import RoutingRequest
@@ -94,3 +95,23 @@ def test_malformed_messages_are_skipped() -> None:
                            {"role": "user", "content": [{"type": "text", "text": 7}]}]
     weird = RoutingRequest(request_id="r", model="m", messages=messages)
     assert request_text(weird, "all-user", 100) == ""
+
+
+def test_responses_media_marks_are_no_text() -> None:
+    # router.protocol reads a Responses API message's parts as one string, an image as a
+    # mark holding a digest: an image alone was classified by the digest's hex digits
+    from router.protocol import parse_request
+
+    def responses(content: list[dict[str, Any]]) -> RoutingRequest:
+        body = {"model": "m", "input": [{"role": "user", "content": content}]}
+        return parse_request(json.dumps(body).encode(), "/v1/responses", "r", {}, 0.0).routing
+
+    image = {"type": "input_image", "image_url": "data:image/png;base64," + "iVBORw0KGgo" * 50}
+    assert request_text(responses([image, image]), "last-user", 1024, 496) == ""
+    with_text = responses([{"type": "input_text", "text": "Solve 2x = 4"}, image,
+                           {"type": "input_text", "text": "for x"}])
+    assert request_text(with_text, "last-user", 1024) == "Solve 2x = 4 for x"
+    # a mark cut by the head's end or the tail's start leaves nothing of itself
+    long = responses([{"type": "input_text", "text": "a" * 20}, image,
+                      {"type": "input_text", "text": "b" * 20}])
+    assert set(request_text(long, "last-user", 24, 4)) <= {"a", "b", "\n", " "}
