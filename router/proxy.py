@@ -85,6 +85,9 @@ _EVENT_END = b"\n\n"
 # whose stream never ends an event is not buffered whole (vLLM's largest, a completion's
 # prompt logprobs, is a few MiB for a long prompt)
 MAX_EVENT_BYTES = 64 * 1024 * 1024
+# what is read of a worker's 5xx or 3xx body (its message is all the router uses of it): the
+# rest is not read, its connection closed; vLLM's JSON errors are far smaller
+MAX_ERROR_BODY_BYTES = 64 * 1024
 # what chunked transfer encoding adds to a write: the size line and the ending CRLF
 _CHUNK_FRAMING = 32
 
@@ -214,6 +217,9 @@ class RetryableUpstream(Exception):
         self.detail = detail
         self.broke_off = broke_off    # a "disconnect" after the answer's head came
         self.retry_after = retry_after    # a busy worker's Retry-After, as it sent it
+        # the message of the worker's JSON error (``answered``), read from its whole body:
+        # ``detail`` keeps 2,000 characters of it, which cut a long one's JSON
+        self.message: str | None = None
 
     @property
     def busy(self) -> bool:
@@ -226,16 +232,20 @@ class RetryableUpstream(Exception):
             return False
         if self.retry_after is not None:
             return True
-        message = _error_message(self.detail.partition(": ")[2])
+        message = self.message
+        if message is None:
+            message = _error_message(self.detail.partition(": ")[2])
         return message is not None and message.startswith(BUSY_MESSAGES)
 
     @classmethod
     def answered(cls, status: int, body: str, retry_after: str | None) -> RetryableUpstream:
         """A worker's 5xx answer (``body``: all of it, which ``detail`` keeps 2,000
         characters of)."""
-        return cls("http_5xx", status, f"HTTP {status}: {one_line(body, 2000)}",
-                   retry_after=retry_after if status == BUSY_STATUS else None,
-                   engine_error=status == ENGINE_ERROR_STATUS and _is_vllm_error(body))
+        failure = cls("http_5xx", status, f"HTTP {status}: {one_line(body, 2000)}",
+                      retry_after=retry_after if status == BUSY_STATUS else None,
+                      engine_error=status == ENGINE_ERROR_STATUS and _is_vllm_error(body))
+        failure.message = _error_message(body)
+        return failure
 
     @property
     def engine_error(self) -> bool:
@@ -250,7 +260,9 @@ class RetryableUpstream(Exception):
         own (JSON) error, else the kind of failure; the details (the worker's body, its
         address, the system's error) are the log's."""
         if self.reason == "http_5xx":
-            message = _error_message(self.detail.partition(": ")[2])
+            message = self.message
+            if message is None:
+                message = _error_message(self.detail.partition(": ")[2])
             said = f"the worker answered HTTP {self.status}" + (
                 f": {message}" if message else "")
         else:
@@ -262,8 +274,34 @@ def one_line(text: str, limit: int = 300) -> str:
     """``text`` as one line of at most ``limit`` characters, for a log or a client: a
     worker's body with line breaks split a log record in several (one of them could pass for
     a line of the router's own), and control characters are no one's to print."""
-    printable = "".join(char if char.isprintable() else " " for char in text)
-    return " ".join(printable.split())[:limit]
+    # a character at a time is ~0.1 s a MiB on the event loop (a worker's error page of
+    # 8 MiB held every request and stream 1 s): only a head of ``text`` long enough for
+    # ``limit`` characters once its runs of blanks are folded is looked at
+    window = max(4 * limit, 1024)
+    while True:
+        head = text[:window]
+        printable = "".join(char if char.isprintable() else " " for char in head)
+        folded = " ".join(printable.split())
+        if len(folded) > limit or len(head) == len(text) or window >= _ONE_LINE_MAX_WINDOW:
+            return folded[:limit]
+        window *= 4
+
+
+# the most of a text ``one_line`` reads (a text of blanks past it folds to what came before)
+_ONE_LINE_MAX_WINDOW = 1 << 20
+
+
+async def _read_at_most(upstream: UpstreamResponse, limit: int) -> bytes:
+    """The first ``limit`` bytes of the answer's body (or all of a shorter one); the rest is
+    not read (closing the answer then closes its connection, not kept: not read to its end)."""
+    parts: list[bytes] = []
+    size = 0
+    async for data in upstream.chunks():
+        parts.append(data)
+        size += len(data)
+        if size >= limit:
+            break
+    return b"".join(parts)[:limit]
 
 
 def _error_fields(body: str) -> tuple[dict[str, Any], bool] | None:
@@ -453,13 +491,14 @@ class Proxy:
             raise RetryableUpstream("connect", 502, f"{url}: {exc}") from exc
         try:
             if upstream.status >= 500 and upstream.status != NOT_IMPLEMENTED:
-                said = (await upstream.read()).decode("utf-8", "replace")
+                said = (await _read_at_most(upstream, MAX_ERROR_BODY_BYTES)).decode(
+                    "utf-8", "replace")
                 raise RetryableUpstream.answered(upstream.status, said,
                                                  upstream.headers.get("retry-after"))
             if 300 <= upstream.status < 400 and upstream.status != 304:
                 # vLLM never redirects: the fleet file's URL is not where it serves (a proxy
                 # sending http to https, a path moved); its Location is no client's business
-                await upstream.read()
+                await _read_at_most(upstream, MAX_ERROR_BODY_BYTES)
                 raise RetryableUpstream("redirect", 502, (
                     f"{url} answered {upstream.status} to "
                     f"{upstream.headers.get('location', '(no Location)')}"))
