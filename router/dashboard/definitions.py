@@ -241,10 +241,15 @@ COST = Dashboard(
             f"{_rate('kvroute_cost_dollars_total', WG, 'tenant')} / scalar("
             f"sum(rate(kvroute_cost_dollars_total{{{WG}}}[{RI}])))", "{{tenant}}"),),
             unit="percentunit", stacked=True),
-        Panel("Requests/s by HTTP status", (Query(
+        Panel("Attempts/s by HTTP status", (Query(
             _rate("kvroute_requests_total", 'model=~"$model"', "status"), "{{status}}"),),
             unit="reqps", stacked=True,
-            description="Answered requests by HTTP status (errors before routing included)."),
+            description="Answers by HTTP status, every attempt counted (errors before routing "
+                        "included, under the model (unknown) when the model was): a request "
+                        "retried on another worker shows its failed attempt (the worker's 5xx, "
+                        "or 502) beside the answer its client got. What clients saw: the "
+                        "recording rule model:kvroute_client_success:ratio5m (alert "
+                        "SuccessRateLow)."),
         Panel("Requests/s by API", (Query(
             _rate("kvroute_requests_total", 'model=~"$model"', "api"), "{{api}}"),),
             unit="reqps", stacked=True,
