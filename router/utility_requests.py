@@ -341,11 +341,15 @@ class UtilityRequests:
 
     async def _at_owner(self, request: web.Request, response_id: str, action: str,
                         request_id: str) -> web.StreamResponse:
-        view = (await self._responses.holder(response_id, PROFILE, request.get(TENANT))
-                if response_id not in DOT_SEGMENTS else None)
-        if view is None:
-            raise ResponseNotFound(f"Response with id '{response_id}' not found.",
-                                   param="response_id")
+        try:
+            view = (await self._responses.holder(response_id, PROFILE, request.get(TENANT))
+                    if response_id not in DOT_SEGMENTS else None)
+            if view is None:
+                raise ResponseNotFound(f"Response with id '{response_id}' not found.",
+                                       param="response_id")
+        except ResponseNotFound:        # counted, as every other answer of a request is
+            self._metrics.record_request(UNKNOWN_MODEL, "", "", PROFILE, 404, RESPONSES_API)
+            raise
         url = URL(f"{view.info.url}{RESPONSES_PATH}/{quote(response_id, safe='')}{action}")
         if request.query_string:
             url = url.with_query(request.query_string)

@@ -142,9 +142,14 @@ async def test_the_client_request_id_is_the_response_id(fleet: FleetConfig,
         async with session.get(f"{router.url}/v1/responses/%2e%2e") as resp:
             assert resp.status == 404
         # refusals of the utility paths name their request too, and a bad body is counted
+        not_found = {"model": "(unknown)", "worker": "", "gpu": "", "profile": "utility",
+                     "status": "404", "api": "responses"}
+        missing_before = router.metric("kvroute_requests_total", **not_found)
         async with session.get(f"{router.url}/v1/responses/resp_nope",
                                headers={"x-request-id": "look-1"}) as resp:
             assert resp.status == 404 and resp.headers["x-request-id"] == "look-1"
+        # counted, as every other answer is (it was not)
+        assert router.metric("kvroute_requests_total", **not_found) == missing_before + 1
         before = router.metric("kvroute_requests_total", model="(unknown)", worker="",
                                gpu="", profile="none", status="400")
         async with session.post(f"{router.url}/tokenize", data=b"{bad",
