@@ -29,7 +29,6 @@ from workers.emulator.process import EmulatorProcess
 from workers.ports import free_ports
 
 BackendKind = Literal["emulator", "mock"]
-BACKEND_KINDS: tuple[BackendKind, ...] = ("emulator", "mock")
 
 
 class Backends(Protocol):

@@ -67,7 +67,6 @@ from workers.fleet import FleetConfig, load_fleet
 Progress = Callable[[str], None]
 Launch = Literal["serve", "up"]
 EmulatorProcesses = Literal["one", "each"]     # one process hosts every worker, or one each
-LAUNCHES: tuple[Launch, ...] = ("serve", "up")
 COUNTERS = ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:prompt_tokens",
             "vllm:generation_tokens")
 

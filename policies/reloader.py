@@ -28,6 +28,7 @@ so a plugin file that fails to load stays watched and its fix is seen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import threading
@@ -380,10 +381,8 @@ async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
             result, error = fn(*args), None
         except BaseException as exc:        # SystemExit too: the caller reports it
             result, error = None, exc
-        try:
+        with contextlib.suppress(RuntimeError):     # the loop closed while it built
             loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:                 # the loop closed while it built
-            pass
 
     threading.Thread(target=run, name="kvroute-routing-build", daemon=True).start()
     return await future

@@ -111,6 +111,6 @@ def render_without_created(registry: CollectorRegistry) -> bytes:
     for metric in WithoutCreated(registry).collect():
         text = family_text(metric)
         if text is None:
-            text = generate_latest(_Single(metric)).decode()  # type: ignore[arg-type]
+            text = generate_latest(_Single(metric)).decode()
         parts.append(text)
     return "".join(parts).encode()

@@ -375,8 +375,3 @@ class Simulation:
             cached_tokens=record.cached_tokens, ttft_s=record.ttft_s, tpot_s=record.tpot_s,
             e2e_s=record.e2e_s))
 
-
-def run_simulation(trace: Trace, fleet: FleetConfig, policy: PolicyEngine,
-                   settings: SimulationSettings | None = None,
-                   on_arrival: Callable[[int], None] | None = None) -> SimulationResult:
-    return Simulation(trace, fleet, policy, settings, on_arrival).run()

@@ -1,1 +1,2 @@
-"""kvroute policies.filters package."""
+"""Filter plugins: drop the workers that cannot serve a request (``context-length``,
+``healthy``, ``labels`` / ``pool``, ``model``)."""

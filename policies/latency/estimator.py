@@ -15,7 +15,7 @@ For worker ``w`` with the request's cached prefix ``p`` there and ``U`` uncached
   (``out × decode_step / (D + 1)``); **cost** = ``price_per_hour / 3600 × GPU-seconds``.
 
 Step times come from ``StepCoefficients`` solved from the engine's latency model per GPU
-class (``policies.latency.engine_model``); TTFT and TPOT are multiplied by the online
+class (``policies.latency.step_model``); TTFT and TPOT are multiplied by the online
 corrections learnt from observed outcomes (``policies.latency.online``; TTFT's in the
 request's regime on that worker: its uncached tokens and whether prefill is queued ahead).
 The terms that depend on a worker's view alone (its decode step, full step, chunk and batch:

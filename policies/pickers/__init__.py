@@ -1,1 +1,2 @@
-"""kvroute policies.pickers package."""
+"""Picker plugins: choose one worker from the scored candidates (``max-score``,
+``power-of-two``, ``random``, ``round-robin``, ``slo-cost``; ``seeding``: their ``seed``)."""

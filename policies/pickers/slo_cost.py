@@ -151,7 +151,10 @@ class SloCostPicker:
         headroom = self.headroom
         guard = self.guard
         feasible = []
-        for p in positions:     # _padded_ttft and _padded_tpot, inlined
+        # padded TTFT and TPOT: the learnt 90th percentile once known; before that the
+        # model's own prefill (priced closely) plus its estimated wait, and its TPOT,
+        # divided by ``headroom``
+        for p in positions:
             e = estimates[ids[p]]
             ttft = e.ttft_upper_s
             if ttft is None:
@@ -372,20 +375,6 @@ def _hardware_prefill_s(estimate: Estimate) -> float:
     a worker holding more of the prompt for faster hardware and pass it over."""
     full = estimate.full_prefill_s
     return full if full is not None else estimate.prefill_s
-
-
-def _padded_ttft(estimate: Estimate, headroom: float) -> float:
-    """TTFT with room for error: the learnt 90th percentile once known; before that the
-    model's own prefill (priced closely) plus its estimated wait divided by ``headroom``."""
-    if estimate.ttft_upper_s is not None:
-        return estimate.ttft_upper_s
-    return estimate.prefill_s + (estimate.ttft_s - estimate.prefill_s) / headroom
-
-
-def _padded_tpot(estimate: Estimate, headroom: float) -> float:
-    if estimate.tpot_upper_s is not None:
-        return estimate.tpot_upper_s
-    return estimate.tpot_s / headroom
 
 
 def _deciding_term(chosen: Estimate, runner: Estimate | None) -> str:

@@ -5,13 +5,12 @@
 * ``absolute`` (against a fixed threshold, as llm-d's load-aware scorer):
   ``score = 1 - min(x, threshold) / threshold``.
 
-Each works on a dict (worker id -> load) or, for the scorers' ``score_column``, on a list of
-loads in view order (``normalize_column``); both give the same numbers.
+Each works on a list of loads in view order (``normalize_column``), for the scorers'
+``score_column``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from itertools import repeat
 from operator import sub, truediv
 from typing import Literal
@@ -38,17 +37,3 @@ def normalize_column(loads: list[float], mode: Normalization, threshold: float) 
         return inverse_min_max_column(loads)
     return inverse_threshold_column(loads, threshold)
 
-
-def inverse_min_max(loads: Mapping[str, float]) -> dict[str, float]:
-    return dict(zip(loads, inverse_min_max_column(list(loads.values())), strict=True))
-
-
-def inverse_threshold(loads: Mapping[str, float], threshold: float) -> dict[str, float]:
-    return dict(zip(loads, inverse_threshold_column(list(loads.values()), threshold),
-                    strict=True))
-
-
-def normalize(loads: Mapping[str, float], mode: Normalization,
-              threshold: float) -> dict[str, float]:
-    return dict(zip(loads, normalize_column(list(loads.values()), mode, threshold),
-                    strict=True))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_WINDOW_TOKENS = 256     # the model's own max_seq_length
 EMBEDDING_DIM = 384
 SPECIAL_TOKENS = 2            # [CLS] and [SEP] around every text

@@ -85,13 +85,6 @@ class Tokenizer:
             self._piece_cache[token_id] = text
         return text
 
-    def is_valid_token(self, token_id: int) -> bool:
-        try:
-            self._enc.decode_single_token_bytes(token_id)
-        except (KeyError, ValueError, OverflowError):
-            return False
-        return True
-
     @property
     def max_chars_per_token(self) -> int:
         """Longest token in characters: bounds the characters a valid prompt can have."""

@@ -10,27 +10,10 @@ in ``GpuProfile``; the model's shapes in ``ModelSpec``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from workers.engine.profiles import GpuProfile, ModelSpec
 
 _SHARD_FULL_BW_BYTES = 400e6     # weight shards at least this large stream at eta_mem
 _DECODE_ATTN_FLOOR_S = 5e-6      # per layer, when the batch has decodes
-
-
-@dataclass(frozen=True, slots=True)
-class BatchShape:
-    """The parts of a batch the step time depends on.
-
-    ``prefill_attn_units`` = Σ over prefill chunks of ``n·p + n²/2`` (n new tokens over p
-    already computed); ``decode_context_tokens`` = Σ over decodes of the context read.
-    """
-
-    num_tokens: int
-    num_seqs: int
-    prefill_attn_units: float = 0.0
-    num_decodes: int = 0
-    decode_context_tokens: int = 0
 
 
 class StepTimeModel:
@@ -74,7 +57,11 @@ class StepTimeModel:
 
     def step_time(self, num_tokens: int, num_seqs: int, prefill_attn_units: float = 0.0,
                   num_decodes: int = 0, decode_context_tokens: int = 0) -> float:
-        """Seconds for one step; 0.0 for an empty batch."""
+        """Seconds for one step; 0.0 for an empty batch.
+
+        ``prefill_attn_units`` = Σ over prefill chunks of ``n·p + n²/2`` (n new tokens over p
+        already computed); ``decode_context_tokens`` = Σ over decodes of the context read.
+        """
         if num_tokens <= 0:
             return 0.0
         return (self.fixed_time(num_tokens, num_seqs, prefill_attn_units, num_decodes)
@@ -96,10 +83,6 @@ class StepTimeModel:
             layer += self.allreduce_latency + self.allreduce_per_token * num_tokens
         head = max(self.head_compute_per_seq * num_seqs, self.head_memory)
         return self.layers * layer + head + self.overhead
-
-    def batch_time(self, shape: BatchShape) -> float:
-        return self.step_time(shape.num_tokens, shape.num_seqs, shape.prefill_attn_units,
-                              shape.num_decodes, shape.decode_context_tokens)
 
     def prefill_time(self, num_new_tokens: int, num_cached_tokens: int = 0) -> float:
         """One step computing a single prompt chunk."""

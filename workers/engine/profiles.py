@@ -124,10 +124,6 @@ class ModelSpec:
     def total_params(self) -> int:
         return self.layers * self.linear_params_per_layer + 2 * self.vocab * self.hidden
 
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return self.layers * 2 * self.kv_heads * self.head_dim * self.dtype_bytes
-
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any],
                      base: ModelSpec | None = None) -> ModelSpec:

@@ -41,10 +41,6 @@ class SchedulerOutput:
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
 
-    @property
-    def total_num_scheduled_tokens(self) -> int:
-        return self.num_prefill_tokens + self.num_decode_tokens
-
 
 @dataclass(slots=True)
 class StepUpdate:
