@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Generic, TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -56,34 +56,55 @@ class HistogramCell:
             self.counts[bisect_left(self._bounds, amount)] += 1
 
 
-class LoopCounter:
+Cell = TypeVar("Cell", CounterCell, HistogramCell)
+
+
+class _LoopMetric(Generic[Cell]):
+    """A metric's labelled series (cells), by their label values; the unlabelled metric has
+    one, made at once."""
+
     __slots__ = ("_cells", "documentation", "labelnames", "name")
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._cells: dict[tuple[str, ...], CounterCell] = {}
-        if not self.labelnames:
-            self._cells[()] = CounterCell()
+        self._cells: dict[tuple[str, ...], Cell] = {}
 
-    def labels(self, *values: str) -> CounterCell:
+    def _new_cell(self) -> Cell:
+        raise NotImplementedError
+
+    def labels(self, *values: str) -> Cell:
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {values}")
         key = tuple(map(str, values))
         cell = self._cells.get(key)
         if cell is None:
-            cell = self._cells[key] = CounterCell()
+            cell = self._cells[key] = self._new_cell()
         return cell
 
     def remove_where(self, label: str, value: str) -> None:
         """Drop every series whose ``label`` is ``value`` (a worker that left the fleet)."""
-        _remove_where(self._cells, self.labelnames, label, value)
+        position = self.labelnames.index(label)
+        for key in [key for key in self._cells if key[position] == value]:
+            del self._cells[key]
 
     def label_values(self, label: str) -> set[str]:
         """The values ``label`` takes in the series kept."""
         position = self.labelnames.index(label)
         return {key[position] for key in self._cells}
+
+
+class LoopCounter(_LoopMetric[CounterCell]):
+    __slots__ = ()
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> None:
+        super().__init__(name, documentation, labelnames)
+        if not self.labelnames:
+            self._cells[()] = CounterCell()
+
+    def _new_cell(self) -> CounterCell:
+        return CounterCell()
 
     def collect(self) -> Iterable[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -92,43 +113,25 @@ class LoopCounter:
         return [family]
 
 
-class LoopHistogram:
-    __slots__ = ("_bounds", "_cells", "documentation", "labelnames", "name")
+class LoopHistogram(_LoopMetric[HistogramCell]):
+    __slots__ = ("_bounds",)
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str] = (),
                  buckets: Sequence[float] = ()) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
+        super().__init__(name, documentation, labelnames)
         bounds = sorted(float(b) for b in buckets)
         if not bounds or bounds[-1] != math.inf:
             bounds.append(math.inf)
         self._bounds = tuple(bounds)
-        self._cells: dict[tuple[str, ...], HistogramCell] = {}
         if not self.labelnames:
             self._cells[()] = HistogramCell(self._bounds)
 
-    def labels(self, *values: str) -> HistogramCell:
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {values}")
-        key = tuple(map(str, values))
-        cell = self._cells.get(key)
-        if cell is None:
-            cell = self._cells[key] = HistogramCell(self._bounds)
-        return cell
+    def _new_cell(self) -> HistogramCell:
+        return HistogramCell(self._bounds)
 
     def observe(self, amount: float) -> None:
         """The unlabelled series."""
         self._cells[()].observe(amount)
-
-    def remove_where(self, label: str, value: str) -> None:
-        """Drop every series whose ``label`` is ``value`` (a worker that left the fleet)."""
-        _remove_where(self._cells, self.labelnames, label, value)
-
-    def label_values(self, label: str) -> set[str]:
-        """The values ``label`` takes in the series kept."""
-        position = self.labelnames.index(label)
-        return {key[position] for key in self._cells}
 
     def collect(self) -> Iterable[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -140,13 +143,6 @@ class LoopHistogram:
                 buckets.append((name, float(cumulative)))
             family.add_metric(key, buckets, cell.total)
         return [family]
-
-
-def _remove_where(cells: dict[tuple[str, ...], Any], labelnames: tuple[str, ...], label: str,
-                  value: str) -> None:
-    position = labelnames.index(label)
-    for key in [key for key in cells if key[position] == value]:
-        del cells[key]
 
 
 class LoopMetricsCollector(Collector):
