@@ -189,6 +189,33 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
     ("/v1/chat/completions", {**CHAT_HI, "tools": TOOLS,
                               "tool_choice": {"type": "function",
                                               "function": {"name": "other"}}}),
+    ("/v1/chat/completions", {**CHAT_HI, "stream": True, "prompt_logprobs": 1}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2,
+                         "prompt_logprobs": -2}),
+    ("/v1/chat/completions", {**CHAT_HI, "prompt_logprobs": "x"}),
+    ("/v1/chat/completions", {**CHAT_HI, "prompt_logprobs": 50}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "logprobs": -2}),
+    ("/v1/chat/completions", {**CHAT_HI, "logprobs": True, "top_logprobs": -2}),
+    ("/v1/chat/completions", {**CHAT_HI, "logprobs": True, "top_logprobs": "x"}),
+    ("/v1/chat/completions", {**CHAT_HI, "continue_final_message": True,
+                              "add_generation_prompt": True}),
+    ("/v1/chat/completions", {**CHAT_HI, "continue_final_message": True}),
+    ("/v1/chat/completions", {**CHAT_HI, "messages": []}),
+    ("/v1/chat/completions", {**CHAT_HI, "response_format": {"type": "json_schema"}}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2,
+                         "response_format": {"type": "json_schema"}}),
+    ("/v1/chat/completions", {**CHAT_HI, "logit_bias": {"abc": 1}}),
+    ("/v1/chat/completions", {**CHAT_HI, "logit_bias": [1]}),
+    ("/v1/chat/completions", {**CHAT_HI, "stop_token_ids": "x"}),
+    ("/v1/chat/completions", {**CHAT_HI, "allowed_token_ids": []}),
+    ("/v1/chat/completions", {**CHAT_HI, "allowed_token_ids": [999999]}),
+    ("/v1/chat/completions", {**CHAT_HI, "user": 5}),
+    ("/v1/chat/completions", {**CHAT_HI, "seed": 1.5}),
+    ("/v1/chat/completions", {**CHAT_HI, "max_tokens": 2.5}),
+    ("/v1/chat/completions", {**CHAT_HI, "model": 5}),
+    ("/v1/chat/completions", {**CHAT_HI, "stream": True, "stream_options": [1]}),
+    ("/v1/messages", {**CHAT_HI, "max_tokens": 0}),
+    ("/v1/messages", {"model": MODEL, "messages": CHAT_HI["messages"]}),
 ], ids=["chat-temperature", "chat-top_p", "chat-top_k", "completions-top_k", "suffix",
         "messages-temperature", "messages-top_p", "messages-top_k", "messages-stop",
         "temperature-past-2", "presence_penalty", "frequency_penalty", "repetition_penalty",
@@ -199,7 +226,14 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {
         "null-prompt", "empty-prompt", "no-prompts", "empty-token-ids", "token-out-of-vocab",
         "max_output_tokens-0", "tool_choice-without-tools", "no-tools", "tool_choice-unknown",
         "tool_choice-no-function", "tool_choice-no-name", "tool_choice-empty-name",
-        "tool_choice-other-tool"])
+        "tool_choice-other-tool", "prompt_logprobs-streamed", "prompt_logprobs-negative",
+        "prompt_logprobs-text", "prompt_logprobs-past-20", "logprobs-negative",
+        "top_logprobs-negative", "top_logprobs-text", "continue_final_message-and-prompt",
+        "continue_final_message-default-prompt", "no-messages", "json_schema-missing",
+        "completions-json_schema-missing", "logit_bias-key-not-int", "logit_bias-list",
+        "stop_token_ids-text", "allowed_token_ids-empty", "allowed_token_ids-out-of-vocab",
+        "user-not-text", "seed-fraction", "max_tokens-fraction", "model-not-text",
+        "stream_options-list", "messages-max_tokens-0", "messages-no-max_tokens"])
 async def test_refused_sampling_parameters_are_refused_in_vllms_words(
         real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
         body: dict[str, Any]) -> None:
@@ -463,3 +497,56 @@ async def test_a_streams_headers_are_vllms(real_fleet: RealFleet, emulator: Emul
                          resp.headers.get("Cache-Control")))
     assert seen[0] == (200, "text/event-stream; charset=utf-8", None)
     assert seen[1] == seen[0]
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {**CHAT_HI, "logit_bias": {"999999": 1}}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2,
+                         "stop_token_ids": [-1]}),
+    ("/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "logprobs": -1}),
+    ("/v1/chat/completions", {**CHAT_HI, "logprobs": True, "top_logprobs": -1}),
+], ids=["logit_bias-out-of-vocab", "stop_token_ids-negative", "logprobs-all",
+        "top_logprobs-all"])
+async def test_token_ids_past_the_vocabulary_are_refused_as_vllm_refuses_them(
+        real_fleet: RealFleet, emulator: EmulatorProcess, path: str,
+        body: dict[str, Any]) -> None:
+    """The emulator served them; its words differ from vLLM's in the vocabulary's size only
+    (the emulator's tokenizer is not the tiny model's)."""
+    answers = [await call(url, path, body) for url in (real_fleet.urls[0], emulator.url)]
+    (real_status, real), (emu_status, emu) = answers
+    assert real_status == emu_status == 400
+    assert {k: v for k, v in real["error"].items() if k != "message"} == \
+        {k: v for k, v in emu["error"].items() if k != "message"}
+    assert real["error"]["message"].split("Vocabulary size")[0].split(" of ")[0] == \
+        emu["error"]["message"].split("Vocabulary size")[0].split(" of ")[0]
+
+
+async def _raw(url: str, data: bytes, content_type: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session, session.post(
+            url + "/v1/chat/completions", data=data,
+            headers={"Content-Type": content_type}) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+@pytest.mark.parametrize(("data", "content_type"), [
+    (b'{"model": "tiny"}', "text/plain"),
+    (b"", "application/json"),
+    (b"null", "application/json"),
+    (b"{", "application/json"),
+    (b'{"model": "tiny"} x', "application/json"),
+    (b"[]", "application/json"),
+    (b'{"model": "tiny", "messages": [{"role": "user", "content": "\xff"}]}',
+     "application/json"),
+    (b'{"model": "tiny", "messages": ' + b"[" * 3000 + b"]" * 3000 + b"}", "application/json"),
+    (b'\xef\xbb\xbf{"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", '
+     b'"content": "hi"}], "temperature": NaN}', "application/json"),
+], ids=["not-json", "no-body", "null", "cut-short", "extra-data", "not-an-object",
+        "not-utf-8", "nested-too-deep", "bom-and-nan"])
+async def test_bodies_vllm_cannot_read_are_refused_in_its_words(
+        real_fleet: RealFleet, emulator: EmulatorProcess, data: bytes,
+        content_type: str) -> None:
+    """The emulator worded them as orjson does (a 500 for a body nested past Python's
+    limit), refused a UTF-8 BOM and NaN that vLLM's JSON reader takes."""
+    real = await _raw(real_fleet.urls[0], data, content_type)
+    emulated = await _raw(emulator.url, data, content_type)
+    assert real[0] == 400 and emulated == real

@@ -5,7 +5,6 @@ Body (vLLM v0.33): ``{"error": {"message": ..., "type": ..., "param": ..., "code
 
 from __future__ import annotations
 
-import reprlib
 from typing import Any
 
 import orjson
@@ -36,17 +35,29 @@ def bad_request(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, "BadRequestError", param)
 
 
-def validation_error(param: str, msg: str, kind: str, value: Any) -> ApiError:
-    """A request-validation failure, shaped like vLLM's pydantic error (type "Bad Request")."""
-    try:
-        shown = repr(value)
-    except RecursionError:          # nested past Python's limit: the first levels only
-        shown = reprlib.repr(value)
-    if len(shown) > 200:
-        shown = shown[:200] + "..."
+def validation_error(param: str, msg: str, kind: str, value: Any,
+                     ctx: dict[str, Any] | None = None) -> ApiError:
+    """A request-validation failure, shaped like vLLM's pydantic error (type "Bad Request"):
+    its ``input`` summarized as vLLM 0.32 shows it (a container as ``<list of N items>``,
+    anything else as text: ``'5'``, ``'None'``)."""
     loc = f"body.{param}" if param else "body"     # vLLM 0.32: one dotted string
-    detail = f"{{'type': '{kind}', 'loc': '{loc}', 'msg': '{msg}', 'input': {shown}}}"
+    detail: dict[str, Any] = {"type": kind, "loc": loc, "msg": msg, "input": _summarized(value)}
+    if ctx is not None:
+        detail["ctx"] = ctx
     return ApiError(400, f"1 validation error:\n  {detail}", "Bad Request", loc)
+
+
+def unsupported_media_type() -> ApiError:
+    """vLLM's 400 for a body that is not ``application/json`` (a validation error of its own)."""
+    return ApiError(400, "1 validation error:\n  Unsupported Media Type: Only 'application/json'"
+                    " is allowed", "Bad Request")
+
+
+def vllm_check(message: str, parameter: str, value: Any = None) -> ApiError:
+    """A ``VLLMValidationError`` of vLLM's request models: its words, then
+    ``(parameter=..., value=...)`` (no value when there is none)."""
+    shown = f", value={value}" if value is not None else ""
+    return bad_request(f"{message} (parameter={parameter}{shown})", parameter)
 
 
 # one pydantic error of a request body: (field path after ``body.``, message, type, the value
@@ -77,7 +88,10 @@ def _summarized(value: Any) -> str:
     """A validation error's ``input`` as vLLM 0.32 shows it."""
     if isinstance(value, (list, tuple, set, frozenset, dict)):
         return f"<{type(value).__name__} of {len(value)} items>"
-    text = value if isinstance(value, str) else str(value)
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except ValueError:      # an int past Python's digit limit
+        return f"<{type(value).__name__}>"
     return text[:200] + "...[truncated]" if len(text) > 200 else text
 
 

@@ -34,6 +34,8 @@ from workers.emulator.protocol import (
     SSE_HEADERS,
     GenerationBody,
     RequestKind,
+    check_logprobs_asked,
+    check_token_ids,
     parse_generation,
     read_json_body,
 )
@@ -99,6 +101,8 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
     max_tokens = check_lengths(worker, prompts, body.max_tokens,
                                [isinstance(prompt, tuple) for prompt in body.prompts])
     check_min_tokens(body.min_tokens, max_tokens)
+    check_logprobs_asked(body, worker.tokenizer.vocab_size)
+    check_token_ids(body, worker.tokenizer.vocab_size)
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
     header = ResponseHeader(id=worker.new_request_id(prefix, request, body.request_id),
                             created=int(time.time()),
@@ -113,6 +117,20 @@ async def _generate(request: web.Request, kind: RequestKind) -> web.StreamRespon
         worker.server_load -= 1
         for request_id in admitted.by_request:
             worker.runner.abort(request_id)
+
+
+def chat_echo(body: GenerationBody) -> str:
+    """What vLLM puts before a chat answer with ``echo``: the last message's content when it
+    is the answer's role (assistant, or the last message's own without a generation prompt),
+    its text parts joined by newlines; nothing otherwise."""
+    last = body.messages[-1]
+    role = "assistant" if body.add_generation_prompt else last.get("role")
+    content = last.get("content")
+    if last.get("role") != role or not content:
+        return ""
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content)
+    return str(content)
 
 
 def check_serving(worker: WorkerState) -> None:
@@ -337,7 +355,8 @@ async def _complete(worker: WorkerState, body: GenerationBody, header: ResponseH
             await asyncio.Event().wait()          # stalled: never answers
         remaining -= finished
     ordered = sorted(admitted.by_request.values(), key=lambda c: c.index)
-    echoed = [admitted.prompt_texts[c.prompt_index] if body.echo else "" for c in ordered]
+    echoed = [(chat_echo(body) if body.kind == "chat" else admitted.prompt_texts[c.prompt_index])
+              if body.echo else "" for c in ordered]
     choices = [Choice(c.index, prefix, c.finish_reason or "length",
                       _prompt_logprobs(tok, body, admitted.prompt_ids[c.prompt_index]))
                if body.echo_only else

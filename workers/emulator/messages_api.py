@@ -80,6 +80,10 @@ async def create_message(request: web.Request) -> web.StreamResponse:
     data = await read_json_body(request)
     model_name = _required(data, "model", str)
     max_tokens = _required(data, "max_tokens", int)
+    if max_tokens <= 0:         # vLLM's AnthropicMessagesRequest validator
+        raise validation_error("max_tokens", "Value error, max_tokens must be positive",
+                               "value_error", data["max_tokens"],
+                               {"error": ValueError("max_tokens must be positive")})
     stream = data.get("stream") is True
     messages = chat_messages(data)
     stop = data.get("stop_sequences")
@@ -141,8 +145,8 @@ def _required(data: Mapping[str, Any], name: str, kind: type[_T]) -> _T:
         return kind(value)         # pydantic's lax int takes a whole float, as vLLM does
     if isinstance(value, kind) and not isinstance(value, bool):
         return value
-    if value is None:
-        raise validation_error(name, "Field required", "missing", value)
+    if value is None:           # vLLM's input: the whole body
+        raise validation_error(name, "Field required", "missing", dict(data))
     error_type, message = _TYPE_ERRORS[kind]
     raise validation_error(name, message, error_type, value)
 
@@ -158,7 +162,8 @@ def chat_messages(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(raw, list):
         raise validation_error("messages", "Field required" if raw is None
                                else "Input should be a valid list",
-                               "missing" if raw is None else "list_type", raw)
+                               "missing" if raw is None else "list_type",
+                               dict(data) if raw is None else raw)
     for i, message in enumerate(raw):
         role = message.get("role") if isinstance(message, dict) else None
         if role not in ("user", "assistant", "system"):

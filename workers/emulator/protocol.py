@@ -6,6 +6,7 @@ ignored (vLLM's models use ``extra="allow"``).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ from workers.emulator.errors import (
     FieldError,
     bad_request,
     no_room_to_answer,
+    unsupported_media_type,
     validation_error,
     validation_errors,
+    vllm_check,
 )
 from workers.lax_values import lax_bool, lax_float, lax_int, lax_int_error
 
@@ -58,30 +61,49 @@ class GenerationBody:
     # logprobs) is the answer; one token is generated, as vLLM does, and not shown
     echo_only: bool = False
     request_id: str | None = None           # the body's (vLLM: used when no X-Request-Id)
+    prompt_logprobs: int | None = None      # checked as vLLM does, not answered
+    # token ids vLLM checks against the vocabulary: logit_bias's keys, stop_token_ids,
+    # allowed_token_ids (None: not given)
+    logit_bias_ids: tuple[int, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    allowed_token_ids: tuple[int, ...] | None = None
 
 
 async def read_json_body(request: web.Request) -> Mapping[str, Any]:
     """The JSON object of a POST, as vLLM takes it: a JSON content type, else 400."""
     ctype = request.headers.get("Content-Type", "application/json")
     if ctype.split(";")[0].strip().lower() != "application/json":
-        raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed",
-                       "Bad Request")
+        raise unsupported_media_type()
     return decode_json(await request.read())
 
 
+def body_not_parsed() -> web.HTTPBadRequest:
+    """FastAPI's answer to a body it cannot read (not UTF-8): no ``error`` object."""
+    return web.HTTPBadRequest(body=b'{"detail":"There was an error parsing the body"}',
+                              content_type="application/json")
+
+
 def decode_json(raw: bytes) -> Mapping[str, Any]:
-    """The JSON object of a request body, or a 400 (malformed JSON, non-UTF-8, not an object)."""
+    """The JSON object of a request body, or FastAPI's 400 as vLLM answers it: no body is a
+    missing one, malformed JSON a ``json_invalid`` at its character, a body that is no
+    object a ``model_attributes_type``; a body that is not UTF-8 (or nested past Python's
+    recursion limit) FastAPI's plain ``detail``.
+    Python's JSON reader takes what orjson does not: a UTF-8 BOM, ``NaN``, ``Infinity``."""
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ApiError(400, f"Request body is not valid UTF-8: {exc.reason} at byte "
-                            f"{exc.start}", "Bad Request") from None
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ApiError(400, f"JSON decode error: {exc}", "Bad Request") from None
+        data = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise validation_error(str(exc.pos), "JSON decode error", "json_invalid", {},
+                                   {"error": exc.msg}) from None
+        except (ValueError, RecursionError):   # not UTF-8, or nested past Python's limit
+            raise body_not_parsed() from None
+    if data is None:
+        raise validation_error("", "Field required", "missing", None)
     if not isinstance(data, dict):
-        raise validation_error("", "Input should be a valid dictionary", "model_type", data)
+        raise validation_error("", "Input should be a valid dictionary or object to extract "
+                               "fields from", "model_attributes_type", data)
     return data
 
 
@@ -138,6 +160,7 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     if kind == "chat":
         messages = _messages(data)
         check_tool_usage(data)
+        check_generation_prompt(data)
         offered = data.get("tools")
         if offered is not None and not isinstance(offered, list):
             raise validation_error("tools", "Input should be a valid list", "list_type",
@@ -158,8 +181,8 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
                               "rendering", "suffix")
     stream_options = data.get("stream_options")
     if stream_options is not None and not isinstance(stream_options, dict):
-        raise validation_error("stream_options", "Input should be a valid dictionary",
-                               "model_type", stream_options)
+        raise validation_error("stream_options", "Input should be a valid dictionary or object "
+                               "to extract fields from", "model_attributes_type", stream_options)
     so = BodyFields(stream_options or {}, prefix="stream_options.")
     if stream_options and not data.get("stream"):     # vLLM's validate_stream_options
         raise bad_request(STREAM_OPTIONS_WITHOUT_STREAM, "stream_options")
@@ -178,7 +201,12 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
     temperature = f.opt_number("temperature")
     if n > 1 and temperature is not None and temperature < GREEDY_TEMPERATURE:
         raise bad_request(f"n must be 1 when using greedy sampling, got {n}.", None)
-    f.opt_int("seed")
+    _check_response_format(data.get("response_format"))
+    f.opt_int("seed", lo=INT64_MIN, hi=INT64_MAX)
+    f.opt_str("user")
+    prompt_logprobs = f.opt_int("prompt_logprobs")
+    if prompt_logprobs is None and kind == "chat" and f.boolean("echo", False):
+        prompt_logprobs = f.opt_int("top_logprobs", default=0)     # vLLM: echo asks them
     return GenerationBody(
         kind=kind, model=f.opt_str("model"), prompts=prompts, messages=messages, tools=tools,
         add_generation_prompt=f.boolean("add_generation_prompt", True),
@@ -189,8 +217,90 @@ def parse_generation(data: Mapping[str, Any], kind: RequestKind) -> GenerationBo
         cache_salt=_cache_salt(data.get("cache_salt")), echo=f.boolean("echo", False),
         min_tokens=f.opt_int("min_tokens", default=0) or 0, logprobs=logprobs,
         max_tokens_field=max_tokens_field, request_id=f.opt_str("request_id"),
-        echo_only=echo_only,
+        echo_only=echo_only, prompt_logprobs=prompt_logprobs,
+        logit_bias_ids=_logit_bias_ids(data.get("logit_bias")),
+        stop_token_ids=tuple(_token_ids(data, "stop_token_ids") or ()),
+        allowed_token_ids=_token_ids(data, "allowed_token_ids"),
     )
+
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def check_generation_prompt(data: Mapping[str, Any]) -> None:
+    """vLLM's refusals of ``continue_final_message`` with ``add_generation_prompt``: both
+    set true (its request validator), or the latter left to its default, true (the chat
+    template's renderer)."""
+    if not data.get("continue_final_message"):
+        return
+    if data.get("add_generation_prompt"):
+        raise bad_request("Cannot set both `continue_final_message` and "
+                          "`add_generation_prompt` to True.", None)
+    if BodyFields(data).boolean("add_generation_prompt", True):
+        raise bad_request(
+            "continue_final_message and add_generation_prompt are not compatible. Use "
+            "continue_final_message when you want the model to continue the final message, "
+            "and add_generation_prompt when you want to add a header that will prompt it to "
+            "start a new assistant message instead.", None)
+
+
+def _check_response_format(response_format: Any) -> None:
+    """vLLM's ``validate_response_format``: a ``json_schema`` format carries its schema."""
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema" \
+            and response_format.get("json_schema") is None:
+        raise vllm_check("When response_format type is 'json_schema', the 'json_schema' field "
+                         "must be provided.", "response_format")
+
+
+def _logit_bias_ids(value: Any) -> tuple[int, ...]:
+    """``logit_bias``'s keys as token ids (a mapping, keys that read as integers: vLLM's
+    words otherwise)."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise validation_error("logit_bias", "Input should be a valid dictionary", "dict_type",
+                               value)
+    ids, bad = [], []
+    for key in value:
+        try:
+            ids.append(int(key))
+        except ValueError:
+            bad.append(key)
+    if bad:
+        raise vllm_check(f"logit_bias contains key(s) that cannot be converted to integer "
+                         f"token IDs: {bad}", "logit_bias", bad)
+    return tuple(ids)
+
+
+def _token_ids(data: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
+    """An optional list of token ids (vLLM's ``list[int]``), None when not given."""
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise validation_error(name, "Input should be a valid list", "list_type", value)
+    for i, item in enumerate(value):
+        if lax_int(item) is None:
+            message, kind = lax_int_error(item)
+            raise validation_error(f"{name}.{i}", message, kind, item)
+    return tuple(int(lax_int(item)) for item in value)   # type: ignore[arg-type]
+
+
+def check_token_ids(body: GenerationBody, vocab_size: int) -> None:
+    """vLLM's ``SamplingParams`` checks of the token ids a request names, in its order:
+    logit_bias's keys, stop_token_ids, allowed_token_ids (none empty)."""
+    for name, ids in (("logit_bias", body.logit_bias_ids),
+                      ("stop_token_ids", body.stop_token_ids)):
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise vllm_check(f"token_id(s) {bad} in {name} contain out-of-vocab token ids. "
+                             f"Vocabulary size: {vocab_size}", name, bad)
+    allowed = body.allowed_token_ids
+    if allowed is not None and not allowed:
+        raise vllm_check("allowed_token_ids is not None and empty!", "allowed_token_ids", [])
+    if allowed and any(not 0 <= t < vocab_size for t in allowed):
+        raise vllm_check("allowed_token_ids contains out-of-vocab token id!",
+                         "allowed_token_ids", list(allowed))
 
 
 def body_request_id(data: Mapping[str, Any]) -> str | None:
@@ -260,22 +370,58 @@ def _check_sampling(f: BodyFields, kind: RequestKind) -> int | None:
     asked per token (chat: ``top_logprobs``, 0 with ``logprobs`` alone; completions:
     ``logprobs``), None when no logprobs are asked."""
     check_sampling_ranges(f.data)
+    _check_logprobs_fields(f.data, kind)
     wanted: int | None
     if kind == "chat":
-        asked = f.opt_int("top_logprobs", lo=0)
-        wants = f.boolean("logprobs", False)
-        if asked is not None and not wants:
-            raise bad_request("when using `top_logprobs`, `logprobs` must be set to true. "
-                              "(parameter=top_logprobs)", "top_logprobs")
-        wanted = (asked or 0) if wants else None
+        asked = f.opt_int("top_logprobs")
+        wanted = (asked or 0) if f.boolean("logprobs", False) else None
     else:
-        asked = wanted = f.opt_int("logprobs", lo=0)
+        asked = wanted = f.opt_int("logprobs")
     if asked is not None and asked > MAX_LOGPROBS:
         raise bad_request(f"Requested sample logprobs of {asked}, which is greater than max "
                           f"allowed: {MAX_LOGPROBS} (parameter=logprobs, value={asked})",
                           "logprobs")
     _check_stop(f.data.get("stop"))
     return wanted
+
+
+def _check_logprobs_fields(data: Mapping[str, Any], kind: RequestKind) -> None:
+    """vLLM's ``check_logprobs`` (a validator run on the raw body, before its fields are
+    typed): ``prompt_logprobs`` and ``top_logprobs`` (chat) or ``logprobs`` (completions)
+    must be numbers, -1 or at least 0, no prompt logprobs in a stream, and chat's
+    ``top_logprobs`` past 0 only with ``logprobs``."""
+    sample = "top_logprobs" if kind == "chat" else "logprobs"
+    for name in ("prompt_logprobs", sample):
+        value = data.get(name)
+        if value is not None and not isinstance(value, int | float):
+            raise vllm_check(f"`{name}` must be an integer.", name, value)
+    prompt = data.get("prompt_logprobs")
+    if prompt is not None:
+        if data.get("stream") and (prompt > 0 or prompt == -1):
+            raise vllm_check("`prompt_logprobs` are not available when `stream=True`.",
+                             "prompt_logprobs")
+        if prompt < 0 and prompt != -1:
+            raise vllm_check("`prompt_logprobs` must be a positive value or -1.",
+                             "prompt_logprobs", prompt)
+    asked = data.get(sample)
+    if asked is not None and asked < 0 and asked != -1:
+        raise vllm_check(f"`{sample}` must be a positive value or -1.", sample, asked)
+    if kind == "chat" and asked is not None and (asked == -1 or asked > 0) and \
+            not data.get("logprobs"):
+        raise vllm_check("when using `top_logprobs`, `logprobs` must be set to true.",
+                         "top_logprobs")
+
+
+def check_logprobs_asked(body: GenerationBody, vocab_size: int) -> None:
+    """vLLM's ``SamplingParams`` check of the logprobs asked against the engine's
+    ``max_logprobs`` (``MAX_LOGPROBS``), -1 being the whole vocabulary: the sample
+    logprobs, then the prompt's."""
+    for asked, name, words in ((body.logprobs, "logprobs", "sample"),
+                               (body.prompt_logprobs, "prompt_logprobs", "prompt")):
+        wanted = vocab_size if asked == -1 else asked
+        if wanted is not None and wanted > MAX_LOGPROBS:
+            raise vllm_check(f"Requested {words} logprobs of {wanted}, which is greater than "
+                             f"max allowed: {MAX_LOGPROBS}", name, wanted)
 
 
 MAX_STOP_STRINGS = 4        # vLLM's VLLM_MAX_STOP_STRINGS
@@ -312,9 +458,9 @@ def _messages(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
     messages = data["messages"]
     if not isinstance(messages, list):
         raise validation_error("messages", "Input should be a valid list", "list_type", messages)
-    if not messages:
-        raise validation_error("messages", "List should have at least 1 item after validation",
-                               "too_short", messages)
+    if not messages:            # vLLM's chat template renderer's words
+        raise bad_request("Cannot apply chat template to an empty conversation. Provide at "
+                          "least one message.", None)
     for i, message in enumerate(messages):
         where = f"messages.{i}"
         if not isinstance(message, dict):
@@ -368,7 +514,11 @@ class BodyFields:
         self.data = data
         self.prefix = prefix
 
-    def opt_int(self, name: str, lo: int | None = None, default: int | None = None) -> int | None:
+    def opt_int(self, name: str, lo: int | None = None, default: int | None = None,
+                hi: int | None = None) -> int | None:
+        """An optional integer; with ``hi``, ``lo`` and ``hi`` are the field's pydantic
+        bounds (``ge``/``le``: vLLM's validation errors), else ``lo`` is a minimum worded
+        as the emulator's own 400."""
         raw = self.data.get(name)
         if raw is None:
             return default
@@ -376,6 +526,14 @@ class BodyFields:
         if value is None:
             message, kind = lax_int_error(raw)
             raise validation_error(self.prefix + name, message, kind, raw)
+        if hi is not None:
+            if lo is not None and value < lo:
+                raise validation_error(self.prefix + name, f"Input should be greater than or "
+                                       f"equal to {lo}", "greater_than_equal", raw, {"ge": lo})
+            if value > hi:
+                raise validation_error(self.prefix + name, f"Input should be less than or "
+                                       f"equal to {hi}", "less_than_equal", raw, {"le": hi})
+            return int(value)
         if lo is not None and value < lo:
             raise ApiError(400, f"{name} must be at least {lo}, got {value}.",
                            "BadRequestError", self.prefix + name)

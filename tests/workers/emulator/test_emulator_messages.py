@@ -115,3 +115,18 @@ async def test_a_whole_float_is_a_max_tokens_as_in_vllm(worker: EmulatorProcess)
     status, error = await post(f"{worker.url}/v1/messages",
                                {**conversation("x"), "max_tokens": 2.5})
     assert status == 400 and "int" in str(error)
+
+
+@pytest.mark.parametrize("max_tokens", [0, -1])
+async def test_a_max_tokens_below_one_is_refused_as_vllm_refuses_it(
+        worker: EmulatorProcess, max_tokens: int) -> None:
+    """vLLM's Messages request model wants a positive max_tokens; the emulator generated
+    one token."""
+    status, error = await post(f"{worker.url}/v1/messages",
+                               {**conversation("x"), "max_tokens": max_tokens})
+    assert (status, error) == (400, {"error": {
+        "message": "1 validation error:\n  {'type': 'value_error', 'loc': 'body.max_tokens', "
+                   "'msg': 'Value error, max_tokens must be positive', 'input': "
+                   f"'{max_tokens}', 'ctx': {{'error': ValueError('max_tokens must be "
+                   "positive')}}",
+        "type": "Bad Request", "param": "body.max_tokens", "code": 400}})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,12 @@ import pytest
 from tests.workers.emulator.emulator_fixtures import MODEL, emulator
 from workers.emulator.errors import ApiError
 from workers.emulator.process import EmulatorProcess
-from workers.emulator.protocol import decode_json, parse_generation
+from workers.emulator.protocol import (
+    check_logprobs_asked,
+    check_token_ids,
+    decode_json,
+    parse_generation,
+)
 
 MAX_MODEL_LEN = 512
 
@@ -42,11 +48,11 @@ def assert_error(status: int, body: Any, code: int, err_type: str, param: str | 
 TOOLS = (b'[{"type": "function", "function": {"name": "lookup", "parameters": '
          b'{"type": "object", "properties": {}}}}]')
 CHAT_CASES = [
-    (b"{not json", "Bad Request", None),
+    (b"{not json", "Bad Request", "body.1"),      # FastAPI's json_invalid, at its character
     (b"[1, 2]", "Bad Request", "body"),
     (b'{"model": "' + MODEL.encode() + b'"}', "Bad Request", "body.messages"),
     (b'{"messages": "hello"}', "Bad Request", "body.messages"),
-    (b'{"messages": []}', "Bad Request", "body.messages"),
+    (b'{"messages": []}', "BadRequestError", None),   # vLLM: "Cannot apply chat template ..."
     (b'{"messages": [1]}', "Bad Request", "body.messages.0"),
     (b'{"messages": [{"content": "x"}]}', "Bad Request", "body.messages.0.role"),
     (b'{"messages": [{"role": "user", "content": 5}]}', "Bad Request", "body.messages.0.content"),
@@ -64,7 +70,6 @@ CHAT_CASES = [
     (b'{"messages": [{"role": "user", "content": "x"}], "model": 7}', "Bad Request", "body.model"),
     (b'{"messages": [{"role": "user", "content": "x"}], "tools": "x"}', "Bad Request",
      "body.tools"),
-    (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "Bad Request", None),
     # vLLM's tool-usage checks: "When using `tool_choice`, `tools` must be set." and the rest
     (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"}',
      "BadRequestError", "tool_choice"),
@@ -289,3 +294,165 @@ def test_a_stop_of_neither_shape_names_both_as_vllm_does(stop: object,
         parse_generation({"prompt": "x", "stop": stop}, "completion")
     assert refused.value.message.splitlines() == [
         f"{len(errors)} validation errors:", *(f"  {error}" for error in errors)]
+
+
+# --- found by the sweep against a real vLLM 0.32 (tests/real_vllm/test_emulator_fidelity.py)
+
+@pytest.mark.parametrize(("kind", "fields", "message"), [
+    ("chat", {"prompt_logprobs": 1, "stream": True},
+     "`prompt_logprobs` are not available when `stream=True`. (parameter=prompt_logprobs)"),
+    ("completion", {"prompt_logprobs": -2},
+     "`prompt_logprobs` must be a positive value or -1. (parameter=prompt_logprobs, value=-2)"),
+    ("chat", {"prompt_logprobs": "x"},
+     "`prompt_logprobs` must be an integer. (parameter=prompt_logprobs, value=x)"),
+    ("completion", {"logprobs": -2},
+     "`logprobs` must be a positive value or -1. (parameter=logprobs, value=-2)"),
+    ("chat", {"logprobs": True, "top_logprobs": -2},
+     "`top_logprobs` must be a positive value or -1. (parameter=top_logprobs, value=-2)"),
+    ("chat", {"logprobs": True, "top_logprobs": "x"},
+     "`top_logprobs` must be an integer. (parameter=top_logprobs, value=x)"),
+    ("chat", {"continue_final_message": True, "add_generation_prompt": True},
+     "Cannot set both `continue_final_message` and `add_generation_prompt` to True."),
+    ("chat", {"continue_final_message": True},
+     "continue_final_message and add_generation_prompt are not compatible. Use "
+     "continue_final_message when you want the model to continue the final message, and "
+     "add_generation_prompt when you want to add a header that will prompt it to start a new "
+     "assistant message instead."),
+    ("chat", {"messages": []},
+     "Cannot apply chat template to an empty conversation. Provide at least one message."),
+    ("chat", {"response_format": {"type": "json_schema"}},
+     "When response_format type is 'json_schema', the 'json_schema' field must be provided. "
+     "(parameter=response_format)"),
+    ("completion", {"logit_bias": {"abc": 1}},
+     "logit_bias contains key(s) that cannot be converted to integer token IDs: ['abc'] "
+     "(parameter=logit_bias, value=['abc'])"),
+    ("chat", {"user": 5},
+     "1 validation error:\n  {'type': 'string_type', 'loc': 'body.user', 'msg': 'Input should "
+     "be a valid string', 'input': '5'}"),
+    ("chat", {"seed": 2 ** 64},
+     "1 validation error:\n  {'type': 'less_than_equal', 'loc': 'body.seed', 'msg': 'Input "
+     "should be less than or equal to 9223372036854775807', 'input': '18446744073709551616', "
+     "'ctx': {'le': 9223372036854775807}}"),
+    ("chat", {"max_tokens": 2.5},           # a validation error's input as vLLM 0.32 shows it
+     "1 validation error:\n  {'type': 'int_from_float', 'loc': 'body.max_tokens', 'msg': "
+     "'Input should be a valid integer, got a number with a fractional part', 'input': '2.5'}"),
+    ("chat", {"stream": True, "stream_options": [1]},
+     "1 validation error:\n  {'type': 'model_attributes_type', 'loc': 'body.stream_options', "
+     "'msg': 'Input should be a valid dictionary or object to extract fields from', "
+     "'input': '<list of 1 items>'}"),
+    ("chat", {"stop_token_ids": "x"},
+     "1 validation error:\n  {'type': 'list_type', 'loc': 'body.stop_token_ids', 'msg': "
+     "'Input should be a valid list', 'input': 'x'}"),
+])
+def test_what_vllm_refuses_before_generating_is_refused_in_its_words(
+        kind: str, fields: dict[str, object], message: str) -> None:
+    """Each was served 200, or refused in other words."""
+    body: dict[str, object] = ({"messages": [{"role": "user", "content": "x"}]} if kind == "chat"
+                               else {"prompt": "x"})
+    with pytest.raises(ApiError) as refused:
+        parse_generation({**body, **fields}, kind)       # type: ignore[arg-type]
+    assert (refused.value.status, refused.value.message) == (400, message)
+
+
+@pytest.mark.parametrize("fields", [
+    {"top_logprobs": 0}, {"continue_final_message": True, "add_generation_prompt": False},
+    {"prompt_logprobs": 1}, {"logit_bias": {"5": 1}}, {"seed": -5}, {"user": "u"},
+    {"response_format": {"type": "json_object"}},
+])
+def test_what_vllm_takes_is_taken(fields: dict[str, object]) -> None:
+    parse_generation({"messages": [{"role": "user", "content": "x"}], **fields}, "chat")
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"logit_bias": {"999999": 1}}, "token_id(s) [999999] in logit_bias contain out-of-vocab "
+     "token ids. Vocabulary size: 1000 (parameter=logit_bias, value=[999999])"),
+    ({"stop_token_ids": [-1]}, "token_id(s) [-1] in stop_token_ids contain out-of-vocab token "
+     "ids. Vocabulary size: 1000 (parameter=stop_token_ids, value=[-1])"),
+    ({"allowed_token_ids": []},
+     "allowed_token_ids is not None and empty! (parameter=allowed_token_ids, value=[])"),
+    ({"allowed_token_ids": [5, 999999]}, "allowed_token_ids contains out-of-vocab token id! "
+     "(parameter=allowed_token_ids, value=[5, 999999])"),
+    ({"logprobs": True, "top_logprobs": -1}, "Requested sample logprobs of 1000, which is "
+     "greater than max allowed: 20 (parameter=logprobs, value=1000)"),
+    ({"prompt_logprobs": 50}, "Requested prompt logprobs of 50, which is greater than max "
+     "allowed: 20 (parameter=prompt_logprobs, value=50)"),
+])
+def test_token_ids_and_logprobs_are_checked_against_the_vocabulary(
+        fields: dict[str, object], message: str) -> None:
+    body = parse_generation({"messages": [{"role": "user", "content": "x"}], **fields}, "chat")
+    with pytest.raises(ApiError) as refused:
+        check_logprobs_asked(body, 1000)
+        check_token_ids(body, 1000)
+    assert (refused.value.status, refused.value.message) == (400, message)
+
+
+@pytest.mark.parametrize(("raw", "message", "param"), [
+    (b"", "1 validation error:\n  {'type': 'missing', 'loc': 'body', 'msg': 'Field required', "
+     "'input': 'None'}", "body"),
+    (b"null", "1 validation error:\n  {'type': 'missing', 'loc': 'body', 'msg': 'Field "
+     "required', 'input': 'None'}", "body"),
+    (b"{", "1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.1', 'msg': 'JSON "
+     "decode error', 'input': '<dict of 0 items>', 'ctx': {'error': 'Expecting property name "
+     "enclosed in double quotes'}}", "body.1"),
+    (b'{"a": 1} x', "1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.9', 'msg': "
+     "'JSON decode error', 'input': '<dict of 0 items>', 'ctx': {'error': 'Extra data'}}",
+     "body.9"),
+    (b"[]", "1 validation error:\n  {'type': 'model_attributes_type', 'loc': 'body', 'msg': "
+     "'Input should be a valid dictionary or object to extract fields from', 'input': "
+     "'<list of 0 items>'}", "body"),
+])
+def test_bodies_that_are_no_json_object_are_refused_as_fastapi_does(
+        raw: bytes, message: str, param: str) -> None:
+    with pytest.raises(ApiError) as refused:
+        decode_json(raw)
+    assert (refused.value.message, refused.value.err_type, refused.value.param) == (
+        message, "Bad Request", param)
+
+
+def test_json_python_reads_is_taken() -> None:
+    """vLLM reads bodies with Python's json: a UTF-8 BOM and NaN are taken."""
+    assert decode_json(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
+    assert math.isnan(decode_json(b'{"t": NaN}')["t"])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("data", [
+    b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}',
+    b'{"messages": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+])
+async def test_a_body_not_read_gets_fastapis_detail(worker: EmulatorProcess,
+                                                    data: bytes) -> None:
+    """Not UTF-8, or nested past Python's limit (a 500 before): FastAPI's plain detail."""
+    assert await post(f"{worker.url}/v1/chat/completions", data) == (
+        400, {"detail": "There was an error parsing the body"})
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("content_type", ["text/plain", ""])
+async def test_a_body_not_json_is_worded_as_vllm_words_it(worker: EmulatorProcess,
+                                                          content_type: str) -> None:
+    status, body = await post(f"{worker.url}/v1/chat/completions", b"{}", content_type)
+    assert assert_error(status, body, 400, "Bad Request", None) == (
+        "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("messages", "add_generation_prompt", "echoed"), [
+    ([{"role": "user", "content": "hi"}], True, ""),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Once"}], True,
+     "Once"),
+    ([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text",
+                                                                    "text": "b"}]}], False,
+     "a\nb"),
+])
+async def test_a_chat_echo_is_the_last_message_of_the_answers_role(
+        worker: EmulatorProcess, messages: list[dict[str, Any]], add_generation_prompt: bool,
+        echoed: str) -> None:
+    """The emulator echoed the whole templated prompt (special tokens and all)."""
+    status, body = await post(f"{worker.url}/v1/chat/completions", json.dumps({
+        "messages": messages, "echo": True, "max_tokens": 2, "ignore_eos": True,
+        "add_generation_prompt": add_generation_prompt}).encode())
+    assert status == 200
+    content = body["choices"][0]["message"]["content"]
+    assert content.startswith(echoed) and len(content) > len(echoed)
+    assert "<|" not in content
