@@ -3,6 +3,7 @@ it, for ``kvroute validate`` and logs."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Set
 
 from policies.admission.section import SECTION_NAME as ADMISSION_SECTION
@@ -167,8 +168,8 @@ def _shadowed_aliases(routing: RoutingConfig, served: Set[str]) -> list[str]:
 
 def _semantic_warnings(routing: RoutingConfig) -> list[str]:
     """A semantic section's examples written under two classes (the classifier is taught
-    both), and a threshold of 1 (no classification is that sure: every prompt would take
-    the default class)."""
+    both) or twice in one (weighed twice), and a threshold of 1 (no classification is that
+    sure: every prompt would take the default class)."""
     section = routing.section("semantic")       # (by name: no import of the classifier)
     classes = getattr(section, "classes", None)
     if not classes:
@@ -176,10 +177,15 @@ def _semantic_warnings(routing: RoutingConfig) -> list[str]:
     found = []
     seen: dict[str, str] = {}
     for name, spec in classes.items():
-        for text in dict.fromkeys(" ".join(t.split()).lower() for t in spec.examples):
+        counts = Counter(" ".join(t.split()).lower() for t in spec.examples)
+        for text, count in counts.items():
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            if count > 1:
+                found.append(f"semantic.classes.{name}: {shown!r} is listed {count} times: the "
+                             f"classifier weighs it {count} times, and cross-validation "
+                             "scores it on itself")
             first = seen.setdefault(text, name)
             if first != name:
-                shown = text if len(text) <= 60 else text[:57] + "..."
                 found.append(f"semantic.classes: {shown!r} is an example of both {first} and "
                              f"{name}: the classifier is taught both for it")
     lone = [name for name, spec in classes.items() if len(spec.examples) < 2]

@@ -356,6 +356,12 @@ def test_an_example_of_two_classes_and_a_threshold_of_1_are_warned_of(
         "classifier is taught both for it",
         "semantic.threshold: 1 is a confidence no classification reaches: every prompt takes "
         "the default class (chat)")) + f"{path}: {NO_FLEET_NOTE}\n"
+    path.write_text(path.read_text().replace("hello there,", "hello there, Hello  there,"))
+    assert main(["validate", str(path)]) == 0
+    assert ("warning: semantic.classes.chat: 'hello there' is listed 2 times: the classifier "
+            "weighs it 2 times, and cross-validation scores it on itself"
+            in capsys.readouterr().err)
+    path.write_text(path.read_text().replace("hello there, Hello  there,", "hello there,"))
     path.write_text(path.read_text().replace("fix this bug]", "]"))
     assert main(["validate", str(path)]) == 0
     assert ("warning: semantic.classes: code with fewer than two examples: cross-validation "
