@@ -540,13 +540,20 @@ async def _raw(url: str, data: bytes, content_type: str) -> tuple[int, Any]:
     (b'{"model": "tiny", "messages": ' + b"[" * 3000 + b"]" * 3000 + b"}", "application/json"),
     (b'\xef\xbb\xbf{"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", '
      b'"content": "hi"}], "temperature": NaN}', "application/json"),
+    (b'{"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", '
+     b'"content": "a\\ud800b"}]}', "application/json"),
+    (b'{"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", '
+     b'"content": [{"type": "text", "text": "a\\ud800b"}]}]}', "application/json"),
 ], ids=["not-json", "no-body", "null", "cut-short", "extra-data", "not-an-object",
-        "not-utf-8", "nested-too-deep", "bom-and-nan"])
+        "not-utf-8", "nested-too-deep", "bom-and-nan", "lone-surrogate",
+        "lone-surrogate-in-a-part"])
 async def test_bodies_vllm_cannot_read_are_refused_in_its_words(
         real_fleet: RealFleet, emulator: EmulatorProcess, data: bytes,
         content_type: str) -> None:
     """The emulator worded them as orjson does (a 500 for a body nested past Python's
-    limit), refused a UTF-8 BOM and NaN that vLLM's JSON reader takes."""
+    limit), refused a UTF-8 BOM and NaN that vLLM's JSON reader takes; a lone surrogate,
+    which vLLM's JSON reader takes and its tokenizer refuses, must be refused too (taken
+    with the BOM and NaN, it was served)."""
     real = await _raw(real_fleet.urls[0], data, content_type)
     emulated = await _raw(emulator.url, data, content_type)
     assert real[0] == 400 and emulated == real

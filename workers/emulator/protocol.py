@@ -88,7 +88,8 @@ def decode_json(raw: bytes) -> Mapping[str, Any]:
     missing one, malformed JSON a ``json_invalid`` at its character, a body that is no
     object a ``model_attributes_type``; a body that is not UTF-8 (or nested past Python's
     recursion limit) FastAPI's plain ``detail``.
-    Python's JSON reader takes what orjson does not: a UTF-8 BOM, ``NaN``, ``Infinity``."""
+    Python's JSON reader takes what orjson does not: a UTF-8 BOM, ``NaN``, ``Infinity``, and
+    an escaped lone surrogate, which vLLM's tokenizer then refuses (a 400 here at once)."""
     try:
         data = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
@@ -99,12 +100,31 @@ def decode_json(raw: bytes) -> Mapping[str, Any]:
                                    {"error": exc.msg}) from None
         except (ValueError, RecursionError):   # not UTF-8, or nested past Python's limit
             raise body_not_parsed() from None
+        if _holds_lone_surrogate(data):
+            raise bad_request(LONE_SURROGATE, None) from None
     if data is None:
         raise validation_error("", "Field required", "missing", None)
     if not isinstance(data, dict):
         raise validation_error("", "Input should be a valid dictionary or object to extract "
                                "fields from", "model_attributes_type", data)
     return data
+
+
+# vLLM's answer to a text holding an escaped lone surrogate (``"\\ud800"``, valid JSON that
+# orjson refuses): its tokenizer's error, as a 400
+LONE_SURROGATE = ("TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, "
+                  "InputSequence]]")
+
+
+def _holds_lone_surrogate(data: Any) -> bool:
+    """Whether a value Python's JSON reader took holds a lone surrogate (no UTF-8 has one)."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False
 
 
 MAX_LOGPROBS = 20

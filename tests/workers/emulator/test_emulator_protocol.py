@@ -456,3 +456,18 @@ async def test_a_chat_echo_is_the_last_message_of_the_answers_role(
     content = body["choices"][0]["message"]["content"]
     assert content.startswith(echoed) and len(content) > len(echoed)
     assert "<|" not in content
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}',
+    b'{"prompt": ["ok", "a\\udfffb"]}',
+])
+def test_a_lone_surrogate_is_refused_as_vllms_tokenizer_refuses_it(raw: bytes) -> None:
+    """Python's JSON reader (the fallback for what orjson refuses: a BOM, NaN) takes an
+    escaped lone surrogate, and the emulator then served it; vLLM's tokenizer refuses it."""
+    with pytest.raises(ApiError) as refused:
+        decode_json(raw)
+    assert (refused.value.status, refused.value.message) == (
+        400, "TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, "
+             "InputSequence]]")
+    assert decode_json(b'{"prompt": "a\\ud83d\\ude00b"}') == {"prompt": "a\U0001f600b"}
