@@ -377,10 +377,17 @@ async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
             future.set_result(result)
 
     def run() -> None:
+        result: Any = None
+        error: BaseException | None = None
         try:
-            result, error = fn(*args), None
+            result = fn(*args)
+        except StopIteration as exc:
+            # a Future refuses a StopIteration (TypeError in ``settle``, on the loop): the
+            # reload then waited forever, ``building_since`` set
+            error = RuntimeError(f"the build raised StopIteration: {exc!r}")
+            error.__cause__ = exc
         except BaseException as exc:        # SystemExit too: the caller reports it
-            result, error = None, exc
+            error = exc
         with contextlib.suppress(RuntimeError):     # the loop closed while it built
             loop.call_soon_threadsafe(settle, result, error)
 

@@ -44,7 +44,10 @@ class WithoutCreated:
 
     def collect(self) -> Iterator[Metric]:
         for metric in self._registry.collect():
-            kept = [s for s in metric.samples if not s.name.endswith(CREATED_SUFFIX)]
+            # the family's own _created samples alone (as generate_latest tells them apart):
+            # a gauge or a histogram named ``..._created`` keeps its samples
+            created = metric.name + CREATED_SUFFIX
+            kept = [s for s in metric.samples if s.name != created]
             if not kept and metric.samples:      # a family of _created samples alone
                 continue
             if len(kept) != len(metric.samples):
@@ -81,7 +84,10 @@ def family_text(metric: Metric) -> str | None:
     name = metric.name + "_total" if metric.type == "counter" else metric.name
     documentation = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
     lines = [f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n"]
-    checked: set[str] = set()       # names found legal in this family
+    # names found legal in this family: sample names and label names apart (a metric name
+    # may hold a colon, a label name may not)
+    checked: set[str] = set()
+    checked_labels: set[str] = set()
     for sample in metric.samples:
         if sample.timestamp is not None:     # (exemplars: not in this format)
             return None
@@ -94,10 +100,10 @@ def family_text(metric: Metric) -> str | None:
         if labels:
             pairs = []
             for key, value in sorted(labels.items()):
-                if key not in checked:
+                if key not in checked_labels:
                     if not _LEGACY_LABEL.match(key):
                         return None
-                    checked.add(key)
+                    checked_labels.add(key)
                 pairs.append(f'{key}="{_label_value(value)}"')
             lines.append(f"{sample_name}{{{','.join(pairs)}}} {_go_float(sample.value)}\n")
         else:

@@ -118,6 +118,12 @@ def _offered_note(trace: Mapping[str, Any]) -> str:
 OUTPUT_FILES = ("summary.json", "summary.json.partial", "summary.md", "ttft_cdf.png",
                 "goodput.png", "cost.png")
 REQUESTS_DIR = "requests"
+# the columns of a per-request CSV (``write_requests_csv``): its first line
+REQUESTS_CSV_FIELDS = ("index", "arrival_s", "worker_id", "prompt_tokens", "cached_tokens",
+                       "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions",
+                       "slo_ttft_s", "meets_slo", "cost_usd", "reject_reason", "reason",
+                       "decided_by", "cached_here_tokens", "cached_anywhere_tokens",
+                       "predicted_output_tokens")
 
 
 def output_clash(out_dir: Path) -> str | None:
@@ -134,14 +140,25 @@ def output_clash(out_dir: Path) -> str | None:
 
 def remove_stale_requests_csvs(out_dir: Path, policies: Iterable[str]) -> None:
     """Take out of a reused ``--out`` the per-request CSVs of policies this run did not run,
-    so that the folder holds one run's results."""
+    so that the folder holds one run's results. Only files a run wrote go (a plain file
+    whose first line is ``REQUESTS_CSV_FIELDS``): a CSV of the user's own, a folder or a link
+    named ``*.csv`` stays, and one that cannot be removed is left (this runs after the
+    simulation: an error here lost its results)."""
     keep = {f"{label}.csv" for label in policies}
     folder = out_dir / REQUESTS_DIR
     if not folder.is_dir():
         return
+    header = ",".join(REQUESTS_CSV_FIELDS)
     for path in folder.glob("*.csv"):
-        if path.name not in keep:
-            path.unlink(missing_ok=True)
+        if path.name in keep or path.is_symlink() or not path.is_file():
+            continue
+        try:
+            with path.open(newline="") as fh:
+                if fh.readline(len(header) + 3).rstrip("\r\n") != header:
+                    continue
+            path.unlink()
+        except (OSError, UnicodeDecodeError):
+            continue
 
 
 def write_summary(out_dir: Path, meta: Mapping[str, Any],
@@ -190,14 +207,9 @@ def skipped_lines(entries: Mapping[str, Mapping[str, Any]]) -> str:
 
 def write_requests_csv(path: Path, records: Sequence[RequestRecord]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fields = ["index", "arrival_s", "worker_id", "prompt_tokens", "cached_tokens",
-              "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions",
-              "slo_ttft_s", "meets_slo", "cost_usd", "reject_reason", "reason",
-              "decided_by", "cached_here_tokens", "cached_anywhere_tokens",
-              "predicted_output_tokens"]
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(fields)
+        writer.writerow(REQUESTS_CSV_FIELDS)
         for r in records:
             writer.writerow([r.index, f"{r.arrival_s:.4f}", r.worker_id or "", r.prompt_tokens,
                              r.cached_tokens, r.output_tokens, _num(r.ttft_s), _num(r.tpot_s),

@@ -26,11 +26,16 @@ from policies.producers.media import MARK_CLOSE, MARK_OPEN
 
 TextMode = Literal["last-user", "all-user", "system+last-user"]
 
-# the marks ``router.protocol`` writes for a Responses API message's images, audio and files
-# in its text (``policies.producers.media``): no words of the prompt, only a digest's hex
-# digits (which ``digit_weight`` would count); a mark the cut split loses its rest too
+# the marks ``router.protocol`` writes for a Responses API message's images, audio and video
+# in its text (``policies.producers.media``: ``<OPEN>kind:<16 hex digits><CLOSE>``): no words
+# of the prompt, only a digest's hex digits (which ``digit_weight`` would count). A mark the
+# cut split is a head of one ending a line (the head's cut) or a tail of one starting a line
+# (the tail's cut); only those shapes go, so a private-use character of the user's own
+# (U+E000 is a Nerd Fonts glyph) takes no words with it
 _MEDIA_MARK = re.compile(
-    f"{MARK_OPEN}[^{MARK_CLOSE}\\n]*{MARK_CLOSE}?|^[^{MARK_OPEN}\\n]*{MARK_CLOSE}", re.MULTILINE)
+    f"{MARK_OPEN}(?:image|audio|video):[0-9a-f]{{16}}{MARK_CLOSE}"
+    f"|{MARK_OPEN}[a-z]{{0,5}}(?::[0-9a-f]{{0,16}})?$"
+    f"|^(?:[a-z]{{0,5}}:)?[0-9a-f]{{0,16}}{MARK_CLOSE}", re.MULTILINE)
 
 
 def request_text(request: RoutingRequest, mode: TextMode, max_chars: int,

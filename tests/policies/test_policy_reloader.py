@@ -541,3 +541,14 @@ def test_a_process_stopping_does_not_wait_for_a_build_still_running() -> None:
                             timeout=50, cwd=root, env={**os.environ, "PYTHONPATH": root})
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 30
+
+
+async def test_a_build_raising_stop_iteration_is_an_error_not_a_wait_forever() -> None:
+    """``next()`` on an empty iterator in a build (a plugin's, say): a Future refuses a
+    StopIteration, the loop logged a TypeError and the reload never ended."""
+    from policies.reloader import _in_daemon_thread
+
+    def build() -> None:
+        next(iter(()))
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        await asyncio.wait_for(_in_daemon_thread(build), 5)

@@ -85,3 +85,36 @@ def test_families_it_does_not_cover_go_to_prometheus_client() -> None:
     registry = CollectorRegistry()
     registry.register(_Families(timed, dotted, odd_label))
     assert render_without_created(registry) == generate_latest(registry)
+
+
+def _less_own_created(registry: CollectorRegistry) -> bytes:
+    """generate_latest's bytes less each family's own ``<name>_created`` samples, the ones
+    generate_latest itself tells apart (not any sample whose name ends so)."""
+    trimmed = []
+    for metric in registry.collect():
+        family = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+        family.samples = [s for s in metric.samples if s.name != metric.name + "_created"]
+        trimmed.append(family)
+    return generate_latest(_Families(*trimmed))
+
+
+def test_a_family_named_created_keeps_its_samples() -> None:
+    """A gauge named ``..._created`` (its samples end so too) vanished from /metrics whole."""
+    registry = CollectorRegistry()
+    Gauge("sessions_created", "Sessions made so far.", registry=registry).set(7)
+    Gauge("jobs_created", "Jobs.", ["pool"], registry=registry).labels("a").set(2)
+    Counter("items_created", "Items.", registry=registry).inc(3)
+    body = render_without_created(registry)
+    assert body == _less_own_created(registry)
+    assert b"sessions_created 7.0" in body and b'jobs_created{pool="a"} 2.0' in body
+    assert b"items_created_created" not in body
+
+
+def test_a_label_named_as_a_sample_with_a_colon_is_still_checked() -> None:
+    """Sample and label names shared one set of names found legal: a label ``a:b`` beside a
+    sample ``a:b`` was written as it is, which no Prometheus parses."""
+    family = Metric("a:b", "Colon.", "gauge")
+    family.add_sample("a:b", {"a:b": "v"}, 1.0)
+    registry = CollectorRegistry()
+    registry.register(_Families(family))
+    assert render_without_created(registry) == generate_latest(registry)

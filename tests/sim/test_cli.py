@@ -54,6 +54,21 @@ def test_a_reused_out_holds_only_this_runs_request_rows(tmp_path: Path) -> None:
                                                                      "round-robin.csv"]
 
 
+def test_a_reused_out_keeps_what_no_run_wrote(tmp_path: Path) -> None:
+    """A CSV of the user's own under requests/ was deleted, and a folder named *.csv there
+    raised after the simulation ran, losing its results."""
+    out, trace = tmp_path / "out", str(_trace(tmp_path))
+    (out / "requests" / "archive.csv").mkdir(parents=True)
+    (out / "requests" / "baseline-from-prod.csv").write_text("id,latency\n1,0.2\n")
+    assert main(["sim", "--trace", trace, "--fleet", str(FLEET), "--policies",
+                 "round-robin,least-requests", "--out", str(out), "--limit", "4"]) == 0
+    assert main(["sim", "--trace", trace, "--fleet", str(FLEET), "--policies", "round-robin",
+                 "--out", str(out), "--limit", "4"]) == 0
+    assert sorted(p.name for p in (out / "requests").iterdir()) == [
+        "archive.csv", "baseline-from-prod.csv", "round-robin.csv"]
+    assert (out / "summary.json").is_file()
+
+
 def test_an_absurd_rate_scale_is_not_printed_in_hundreds_of_digits(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "--trace", str(_trace(tmp_path)), "--fleet", str(FLEET), "--policies",

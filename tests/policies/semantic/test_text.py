@@ -115,3 +115,22 @@ def test_responses_media_marks_are_no_text() -> None:
     long = responses([{"type": "input_text", "text": "a" * 20}, image,
                       {"type": "input_text", "text": "b" * 20}])
     assert set(request_text(long, "last-user", 24, 4)) <= {"a", "b", "\n", " "}
+
+
+def test_a_private_use_character_of_the_users_takes_no_words_with_it() -> None:
+    """U+E000 (a Nerd Fonts glyph) in a plain chat deleted the rest of its line, and a
+    U+E001 at a line's start the line's head: words the classifier never saw."""
+    text = ("my prompt shows \ue000 then: refactor this Rust function\n"
+            "\ue001 marks a todo: summarise the python traceback")
+    request = RoutingRequest(request_id="r", model="m",
+                             messages=[{"role": "user", "content": text}])
+    seen = request_text(request, "last-user", 1024)
+    # (a lone U+E001 opening a line reads as the end of a cut mark: it alone goes)
+    assert "\ue000 then: refactor this Rust function\n" in seen
+    assert seen.endswith(" marks a todo: summarise the python traceback")
+    mark = "\ue000image:0123456789abcdef\ue001"
+    for cut, left in ((f"see {mark} now", "see   now"), (f"abc {mark[:9]}", "abc"),
+                      (f"{mark[3:]} tail", "tail"), (f"x\n{mark[-1:]} y", "x\n  y")):
+        request = RoutingRequest(request_id="r", model="m",
+                                 messages=[{"role": "user", "content": cut}])
+        assert request_text(request, "last-user", 1024) == left, cut
